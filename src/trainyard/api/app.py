@@ -1,0 +1,67 @@
+"""The FastAPI application: routers under ``/api/v1`` and one error format for every failure.
+
+Every error answers ``{"detail": "<what is wrong and what to do>", "errors": [{"path",
+"message"}]}`` with a 4xx status; an unexpected exception is logged and answered as a
+500 with a generic message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from trainyard.api.deps import AppContext
+from trainyard.api.routers import cluster, jobs, users
+from trainyard.services.errors import ServiceError
+from trainyard.spec.errors import SpecError
+
+log = logging.getLogger(__name__)
+
+
+def _error(status: int, detail: str, errors: list[dict[str, str]] | None = None, headers=None) -> JSONResponse:
+    return JSONResponse({"detail": detail, "errors": errors or []}, status_code=status, headers=headers)
+
+
+def create_app(ctx: AppContext) -> FastAPI:
+    app = FastAPI(
+        title="Trainyard",
+        summary="Share GPU machines for deep-learning training.",
+        version="0.1.0",
+        docs_url="/docs",
+        openapi_url="/api/v1/openapi.json",
+    )
+    app.state.ctx = ctx
+    for router in (jobs.router, users.router, cluster.router):
+        app.include_router(router, prefix="/api/v1")
+
+    @app.exception_handler(SpecError)
+    async def _spec_error(_: Request, exc: SpecError) -> JSONResponse:
+        errors = [{"path": e.path, "message": e.message} for e in exc.errors]
+        return _error(422, "invalid job file:\n" + str(exc), errors)
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return _error(exc.status, exc.message, exc.details)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"path": ".".join(str(p) for p in e["loc"] if p not in ("body", "query", "path")), "message": e["msg"]}
+            for e in exc.errors()
+        ]
+        return _error(422, "; ".join(f"{e['path']}: {e['message']}" for e in errors), errors)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return _error(500, "internal error; the server log has the details")
+
+    return app

@@ -1,0 +1,149 @@
+"""HTTP routes for jobs: submit, list, show, stop, logs. Parsing and permissions only."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.logs import LogTarget, find_log_target, read_tail
+from trainyard.services import jobs as job_service
+from trainyard.services.views import JobDetail, JobPage, job_detail, job_summary
+from trainyard.spec.loading import parse_job
+from trainyard.spec.templating import masked_spec
+from trainyard.store.rows import UserRow
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+User = Annotated[UserRow, Depends(current_user)]
+Ctx = Annotated[AppContext, Depends(context)]
+
+JOB_FILE_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/yaml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "object"}},
+        },
+        "description": "A job file (OpenPAI job protocol v2, relaxed and extended), as YAML or JSON.",
+    }
+}
+
+
+@router.post("", status_code=201, openapi_extra=JOB_FILE_BODY, response_model=None)
+async def submit_job(
+    request: Request,
+    user: User,
+    ctx: Ctx,
+    dry_run: Annotated[bool, Query(alias="dryRun")] = False,
+) -> dict | JobDetail:
+    """Submit a job; with ``dryRun=true`` only validate it and return the normalised job."""
+    body = await request.body()
+    content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    spec = parse_job(body, content_type="json" if content_type.endswith("json") else "yaml")
+    warnings = job_service.backend_warnings(spec, ctx.backend.name)
+
+    def create():
+        with ctx.db.session() as session:
+            if dry_run:
+                job_service.check_fits(session, spec)
+                return None
+            row = job_service.submit_job(session, user, spec, clock=ctx.clock)
+            return job_detail(row, job_service.job_events(session, row), warnings)
+
+    detail = await run_in_threadpool(create)
+    if detail is None:
+        return {"dryRun": True, "valid": True, "job": masked_spec(spec), "warnings": warnings}
+    ctx.wake_controller()
+    return detail
+
+
+@router.get("", response_model=JobPage)
+def list_jobs(
+    user: User,
+    ctx: Ctx,
+    state: Annotated[str | None, Query(description="Comma-separated states, e.g. WAITING,RUNNING")] = None,
+    owner: Annotated[str | None, Query(alias="user", description="Only this user's jobs")] = None,
+    vc: Annotated[str | None, Query(description="Only jobs of this virtual cluster")] = None,
+    limit: Annotated[int, Query(ge=1, le=job_service.MAX_PAGE)] = 50,
+    before: Annotated[int | None, Query(description="Cursor: the `next` of the previous page")] = None,
+) -> JobPage:
+    with ctx.db.session() as session:
+        rows, next_cursor = job_service.list_jobs(
+            session, user, state=state, user=owner, vc=vc, limit=limit, before=before
+        )
+        return JobPage(items=[job_summary(r) for r in rows], next=next_cursor)
+
+
+@router.get("/{job_id}", response_model=JobDetail)
+def get_job(job_id: int, user: User, ctx: Ctx) -> JobDetail:
+    with ctx.db.session() as session:
+        row = job_service.get_job(session, user, job_id, full=True)
+        spec = job_service.parse_stored_spec(row)
+        return job_detail(row, job_service.job_events(session, row),
+                          job_service.backend_warnings(spec, ctx.backend.name))
+
+
+@router.post("/{job_id}/stop", response_model=JobDetail)
+def stop_job(job_id: int, user: User, ctx: Ctx) -> JobDetail:
+    with ctx.db.session() as session:
+        job_service.request_stop(session, user, job_id, clock=ctx.clock)
+    ctx.wake_controller()
+    return get_job(job_id, user, ctx)
+
+
+@router.get("/{job_id}/logs", response_model=None, responses={200: {"content": {"text/plain": {}}}})
+async def job_logs(
+    job_id: int,
+    user: User,
+    ctx: Ctx,
+    task: Annotated[str | None, Query(description="ROLE/INDEX, e.g. worker/1; default: the first task")] = None,
+    attempt: Annotated[int | None, Query(ge=0, description="Default: the latest attempt")] = None,
+    offset: Annotated[int | None, Query(ge=0, description="Byte offset to read from")] = None,
+    tail: Annotated[int | None, Query(ge=0, le=100000, description="Only the last N lines")] = None,
+    follow: bool = False,
+) -> Response:
+    """A task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
+    target = await run_in_threadpool(find_log_target, ctx, user, job_id, task, attempt)
+    if target.key is None:
+        if follow:
+            return StreamingResponse(_follow(ctx, target, 0), media_type="text/plain")
+        return Response(b"", media_type="text/plain", headers={"X-Log-Offset": "0", "X-Log-Size": "0"})
+    if tail is not None:
+        start, data, size = await run_in_threadpool(read_tail, ctx.backend, target.key, tail)
+    else:
+        chunk = await run_in_threadpool(ctx.backend.read_log, target.key, offset or 0)
+        start, data, size = chunk.offset, chunk.data, chunk.size
+    if follow:
+        return StreamingResponse(_follow(ctx, target, start, first=data), media_type="text/plain")
+    return Response(
+        data,
+        media_type="text/plain",
+        headers={"X-Log-Offset": str(start), "X-Log-Size": str(size), "X-Log-Task": target.label},
+    )
+
+
+async def _follow(ctx: AppContext, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:
+    """Stream new log bytes as they appear; end once the task has ended and all is read."""
+    if first:
+        yield first
+        offset += len(first)
+    while True:
+        previous = target.key
+        target = await run_in_threadpool(target.refresh, ctx)
+        if target.key != previous:
+            offset = 0  # the task was re-run in place: a new log begins
+        if target.key is not None:
+            chunk = await run_in_threadpool(ctx.backend.read_log, target.key, offset)
+            if chunk.data:
+                yield chunk.data
+                offset = chunk.offset + len(chunk.data)
+                continue
+        if target.ended:
+            return
+        await asyncio.sleep(0.25)

@@ -1,0 +1,61 @@
+"""HTTP routes for users and tokens."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.services import auth
+from trainyard.services.views import UserView, user_view
+from trainyard.store.rows import UserRow
+
+router = APIRouter(tags=["users"])
+
+User = Annotated[UserRow, Depends(current_user)]
+Admin = Annotated[UserRow, Depends(admin_user)]
+Ctx = Annotated[AppContext, Depends(context)]
+
+
+class CreateUserRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+    name: str = Field(description="lowercase letters, digits, '_', '.', '-'")
+    admin: bool = False
+
+
+class CreateTokenRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+    user: str | None = Field(default=None, description="Whose token; default: the caller. Admins only for others.")
+    name: str = Field(default="", max_length=128, description="A note to recognise the token by")
+
+
+class TokenResponse(BaseModel):
+    token: str
+    user: str
+
+
+@router.get("/me", response_model=UserView)
+def whoami(user: User) -> UserView:
+    return user_view(user)
+
+
+@router.get("/users", response_model=list[UserView])
+def list_users(_: Admin, ctx: Ctx) -> list[UserView]:
+    with ctx.db.session() as session:
+        return [user_view(u) for u in auth.list_users(session)]
+
+
+@router.post("/users", response_model=UserView, status_code=201)
+def create_user(body: CreateUserRequest, _: Admin, ctx: Ctx) -> UserView:
+    with ctx.db.session() as session:
+        return user_view(auth.create_user(session, body.name, is_admin=body.admin, clock=ctx.clock))
+
+
+@router.post("/tokens", response_model=TokenResponse, status_code=201)
+def create_token(body: CreateTokenRequest, user: User, ctx: Ctx) -> TokenResponse:
+    with ctx.db.session() as session:
+        owner = auth.get_user(session, body.user) if body.user else session.merge(user)
+        token = auth.create_token(session, owner, by=user, name=body.name, clock=ctx.clock)
+        return TokenResponse(token=token, user=owner.name)

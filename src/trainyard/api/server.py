@@ -1,0 +1,103 @@
+"""``yard up``: assemble store, backend, controller and API, and serve until interrupted.
+
+Stopping the server (Ctrl-C, SIGTERM, even ``kill -9``) never stops the jobs: local tasks
+run under their own supervisors and are re-adopted on the next start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+
+import uvicorn
+
+from trainyard.api.app import create_app
+from trainyard.api.deps import AppContext
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.controller.loop import Controller
+from trainyard.core.clock import SystemClock
+from trainyard.core.settings import Settings
+from trainyard.services.auth import bootstrap_admin
+from trainyard.store.db import Database
+
+log = logging.getLogger("trainyard")
+
+
+class StartupError(Exception):
+    """Something the admin must fix before the server can start."""
+
+
+def write_client_file(path: Path, url: str, token: str | None) -> None:
+    """Write (or update the URL of) the local client file, readable by its owner only."""
+    data: dict[str, str] = {}
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            data = {}
+    data["url"] = url
+    if token is not None:
+        data["token"] = token
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2)
+    os.replace(tmp, path)
+
+
+def check_port_free(host: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise StartupError(
+                f"cannot listen on {host}:{port}: {exc.strerror}; is another `yard up` running? "
+                "Choose another port with --port."
+            ) from exc
+
+
+def build(settings: Settings) -> tuple[AppContext, Controller]:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    clock = SystemClock()
+    db = Database(settings.db_url)
+    db.migrate()
+    backend = LocalBackend(
+        settings.home / "local",
+        # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
+        gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus),
+        cpu_milli=round(settings.local_cpus * 1000) if settings.local_cpus else None,
+        memory_mb=settings.local_memory_mb,
+    )
+    controller = Controller(db, backend, clock, interval=settings.schedule_interval_seconds)
+    return AppContext(db=db, backend=backend, clock=clock, controller=controller), controller
+
+
+def serve(settings: Settings) -> None:
+    check_port_free(settings.host, settings.port)
+    ctx, controller = build(settings)
+    with ctx.db.session() as session:
+        token = bootstrap_admin(session, clock=ctx.clock)
+    url = f"http://{settings.host}:{settings.port}"
+    write_client_file(settings.client_file, url, token)
+    if token is not None:
+        log.info("created the admin user; its token is in %s", settings.client_file)
+    controller.run_once()  # inventory and re-adoption before the first request
+    nodes = ctx.backend.inventory()
+    for node in nodes:
+        sim = " (simulated)" if any(g.simulated for g in node.gpus) else ""
+        log.info("node %s: %d GPU%s, %.3g CPU, %d MiB", node.name, len(node.gpus), sim,
+                 node.cpu_milli / 1000, node.memory_mb)
+    controller.start()
+    app = create_app(ctx)
+    log.info("Trainyard %s on %s (store: %s); Ctrl-C stops the server, not the jobs",
+             "serving", url, ctx.db.engine.dialect.name)
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    finally:
+        controller.stop()
+        ctx.db.dispose()

@@ -1,0 +1,131 @@
+"""The contract between the controller and whatever actually runs tasks.
+
+A backend is deliberately small: report the inventory, launch a task (idempotently, by
+its key), say what its launched tasks are doing, signal them, and read their logs. The
+controller owns every decision; a backend never changes job state by itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU device of a node."""
+
+    index: int
+    model: str
+    memory_mb: int
+    uuid: str | None = None
+    simulated: bool = False
+
+
+@dataclass(frozen=True)
+class NodeInventory:
+    """What a node offers to the scheduler."""
+
+    name: str
+    address: str
+    cpu_milli: int
+    memory_mb: int
+    gpus: tuple[GpuInfo, ...] = ()
+    schedulable: bool = True
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskKey:
+    """Identifies one run of one task; launching the same key twice starts it once.
+
+    ``run`` counts in-place task retries (``taskRetryCount``) within one attempt.
+    """
+
+    job_id: int
+    attempt: int
+    role: str
+    index: int
+    run: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/{self.attempt}/{self.role}/{self.index}/{self.run}"
+
+    @classmethod
+    def parse(cls, text: str) -> TaskKey:
+        job_id, attempt, role, index, run = text.split("/")
+        return cls(int(job_id), int(attempt), role, int(index), int(run))
+
+
+@dataclass(frozen=True)
+class TaskLaunch:
+    """Everything needed to start one task on one node."""
+
+    key: TaskKey
+    node: str
+    script: str  # the task's commands, one per line, run by bash
+    env: Mapping[str, str]
+    gpus: tuple[int, ...] = ()  # device indices on the node; empty for CPU-only tasks
+    grace_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """What the backend knows of a launched task.
+
+    ``running`` is True while the task's process is alive. Once it has ended,
+    ``exit_code`` holds its exit status (128 + N when killed by signal N, as a shell
+    reports it) and ``signal`` the signal number when one killed it. ``lost`` means the
+    backend has no trace of the task at all (never launched, or its state was deleted).
+    """
+
+    key: TaskKey
+    running: bool
+    exit_code: int | None = None
+    signal: int | None = None
+    lost: bool = False
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LogChunk:
+    """A slice of a task's combined stdout+stderr log."""
+
+    data: bytes
+    offset: int  # where ``data`` starts in the log
+    size: int  # the log's total size when read
+
+
+class Backend(Protocol):
+    """What every backend provides. Optional capabilities are separate protocols."""
+
+    name: str
+
+    def inventory(self) -> list[NodeInventory]:
+        """The nodes and devices this backend can run tasks on, as of now."""
+        ...
+
+    def allocate_ports(self, node: str, count: int) -> list[int]:
+        """Ports free on ``node`` for a task to listen on (best effort, not reserved)."""
+        ...
+
+    def launch(self, task: TaskLaunch) -> None:
+        """Start the task; a second call with the same key does nothing."""
+        ...
+
+    def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
+        """The status of each given task; every key gets an answer."""
+        ...
+
+    def stop(self, key: TaskKey, grace_seconds: float) -> None:
+        """SIGTERM the task's process group, SIGKILL it after ``grace_seconds``.
+
+        Safe to call on a task that has already ended, and more than once.
+        """
+        ...
+
+    def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        """Up to ``limit`` bytes of the task's log from ``offset``; a negative offset
+        counts from the end (``-4096`` = the last 4 KiB)."""
+        ...

@@ -1,0 +1,322 @@
+"""The local backend: runs tasks on this machine, each under its own detached supervisor.
+
+State lives in ``state_dir/tasks/<job>/<attempt>/<role>-<index>-<run>/`` (file protocol in
+``taskfiles``); nothing important lives in this object's memory, so a new backend on the
+same state directory (after ``yard up`` restarts, or the server is killed with ``-9``)
+sees and controls every task the old one launched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from trainyard.backends.base import GpuInfo, LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus
+from trainyard.backends.local import gpus as local_gpus
+from trainyard.backends.local import procfs, supervisor, taskfiles
+from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
+from trainyard.backends.local.taskenv import task_environment
+
+log = logging.getLogger(__name__)
+
+_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# How long a launched task may go without its supervisor claiming it (pid.json) before
+# the backend decides it never started. Only matters after a server restart, or when the
+# supervisor died during start-up.
+STARTUP_TIMEOUT_SECONDS = 30.0
+VANISHED = "supervisor vanished without recording an exit status"
+# The directory that holds the ``trainyard`` package, for the supervisor's PYTHONPATH.
+_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """What ``pid.json`` says: who supervises the task, and the task's process group."""
+
+    boot_id: str | None
+    supervisor: tuple[int, int] | None  # (pid, start time); None: abandoned by a backend
+    task: tuple[int, int] | None  # (pgid, leader start time); None: not forked yet
+    note: str = ""
+
+    @classmethod
+    def parse(cls, record: dict) -> _Claim:
+        def pid_and_start(entry: dict | None, pid_field: str) -> tuple[int, int] | None:
+            return None if entry is None else (int(entry[pid_field]), int(entry["start_time"]))
+
+        try:
+            return cls(
+                boot_id=record.get("boot_id"),
+                supervisor=pid_and_start(record.get("supervisor"), "pid"),
+                task=pid_and_start(record.get("task"), "pgid"),
+                note=str(record.get("abandoned", "")),
+            )
+        except (KeyError, TypeError, ValueError):
+            return cls(None, None, None, note=f"unreadable {taskfiles.PID}")
+
+
+class LocalBackend:
+    """Runs tasks as local processes; GPUs are handed out with ``CUDA_VISIBLE_DEVICES``."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        gpus: list[GpuInfo] | None = None,
+        simulated_gpus: int = 0,
+        cpu_milli: int | None = None,
+        memory_mb: int | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        self._tasks_root = self.state_dir / "tasks"
+        self._tasks_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        shell = shutil.which("bash")
+        if shell is None:
+            raise RuntimeError("bash was not found on PATH; the local backend runs task scripts with bash")
+        self._shell = shell
+        self._python = python
+        if gpus is None:
+            gpus = local_gpus.discover_nvidia_gpus()
+            if gpus and simulated_gpus:
+                log.info("found %d NVIDIA GPU(s); ignoring simulated_gpus=%d", len(gpus), simulated_gpus)
+            elif not gpus:
+                gpus = local_gpus.simulated_gpus(simulated_gpus)
+        self._node = NodeInventory(
+            name=socket.gethostname(),
+            address="127.0.0.1",
+            cpu_milli=host_cpu_milli() if cpu_milli is None else cpu_milli,
+            memory_mb=host_memory_mb() if memory_mb is None else memory_mb,
+            gpus=tuple(gpus),
+        )
+        self._lock = threading.Lock()
+        # Supervisors this object started, kept to reap them (no zombies) and to tell
+        # "still starting" from "died before claiming the task". Dropped once settled.
+        self._spawned: dict[TaskKey, subprocess.Popen[bytes]] = {}
+        self._kill_timers: dict[TaskKey, threading.Timer] = {}
+
+    # --- paths -------------------------------------------------------------------
+
+    def task_dir(self, key: TaskKey) -> Path:
+        """The directory holding everything about one task run."""
+        for field_name in ("job_id", "attempt", "index", "run"):
+            value = getattr(key, field_name)
+            if type(value) is not int or value < 0:
+                raise ValueError(f"task key {field_name} must be a non-negative int, got {value!r}")
+        if not isinstance(key.role, str) or not _ROLE.fullmatch(key.role):
+            raise ValueError(f"task role {key.role!r} must match {_ROLE.pattern}")
+        return self._tasks_root / str(key.job_id) / str(key.attempt) / f"{key.role}-{key.index}-{key.run}"
+
+    def log_path(self, key: TaskKey) -> Path:
+        """The task's combined stdout+stderr log (it may not exist yet)."""
+        return self.task_dir(key) / taskfiles.OUTPUT_LOG
+
+    # --- Backend -----------------------------------------------------------------
+
+    def inventory(self) -> list[NodeInventory]:
+        return [self._node]
+
+    def allocate_ports(self, node: str, count: int) -> list[int]:
+        self._check_node(node)
+        if count < 0:
+            raise ValueError(f"port count must be >= 0, got {count}")
+        # Holding every socket until all are bound keeps the ports distinct. Binding the
+        # wildcard address finds ports free on every interface, 127.0.0.1 included.
+        sockets: list[socket.socket] = []
+        try:
+            for _ in range(count):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sockets.append(sock)
+                sock.bind(("", 0))
+            return [sock.getsockname()[1] for sock in sockets]
+        finally:
+            for sock in sockets:
+                sock.close()
+
+    def launch(self, task: TaskLaunch) -> None:
+        self._check_node(task.node)
+        known = {gpu.index for gpu in self._node.gpus}
+        if unknown := sorted(set(task.gpus) - known):
+            raise ValueError(f"task {task.key}: GPU indices {unknown} do not exist on {task.node}")
+        task_dir = self.task_dir(task.key)
+        env = task_environment(os.environ, task.env, task.gpus)
+        with self._lock:
+            self._reap()
+            if task.key in self._spawned or (task_dir / taskfiles.PID).exists():
+                return
+            # Spawning again after a server restart is safe even if the old server had
+            # already spawned a supervisor: supervisors claim pid.json exclusively, so
+            # at most one of them ever runs the task.
+            work = task_dir / taskfiles.WORK_DIR
+            work.mkdir(parents=True, exist_ok=True)
+            spec = {
+                "key": str(task.key),
+                "script": task.script,
+                "env": env,
+                "cwd": str(work),
+                "shell": self._shell,
+                "grace_seconds": task.grace_seconds,
+                "gpus": list(task.gpus),
+            }
+            taskfiles.write_json(str(task_dir / taskfiles.SPEC), spec)
+            self._spawned[task.key] = self._spawn_supervisor(task_dir)
+
+    def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
+        with self._lock:
+            self._reap()
+            spawned = dict(self._spawned)
+        return {key: self._observe(key, spawned.get(key)) for key in keys}
+
+    def stop(self, key: TaskKey, grace_seconds: float) -> None:
+        task_dir = self.task_dir(key)
+        if not task_dir.is_dir() or (task_dir / taskfiles.EXIT).exists():
+            return
+        grace = max(0.0, float(grace_seconds))
+        stop = {"grace_seconds": grace, "requested_at": datetime.now(UTC).isoformat()}
+        taskfiles.write_json(str(task_dir / taskfiles.STOP), stop)
+        # The supervisor reads stop.json after it writes pid.json; we read pid.json after
+        # writing stop.json. If there is no claim yet, the supervisor will see the stop.
+        record = taskfiles.read_json(str(task_dir / taskfiles.PID))
+        if record is None:
+            return
+        claim = _Claim.parse(record)
+        if claim.supervisor is not None:
+            pid, started = claim.supervisor
+            if procfs.signal_process(pid, started, signal.SIGTERM, claim.boot_id):
+                return  # the supervisor applies the grace and records the exit
+        if claim.task is not None:
+            pgid, started = claim.task
+            if procfs.signal_group(pgid, started, signal.SIGTERM, claim.boot_id):
+                log.warning("task %s: its supervisor is gone; signalling its process group directly", key)
+                self._kill_group_after(key, claim, grace)
+
+    def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        try:
+            f = open(self.log_path(key), "rb")
+        except FileNotFoundError:
+            return LogChunk(data=b"", offset=0, size=0)
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            f.seek(start)
+            # Read no further than the size reported, so data and size agree.
+            data = f.read(max(0, min(limit, size - start)))
+        return LogChunk(data=data, offset=start, size=size)
+
+    # --- internals -----------------------------------------------------------------
+
+    def _check_node(self, node: str) -> None:
+        if node != self._node.name:
+            raise ValueError(f"the local backend has one node, {self._node.name!r}; got {node!r}")
+
+    def _spawn_supervisor(self, task_dir: Path) -> subprocess.Popen[bytes]:
+        # Own session: survives the server (kill -9 included) and its terminal's Ctrl-C.
+        # -S skips site-packages processing, which is most of Python's start-up time; the
+        # supervisor needs nothing but the stdlib and the trainyard package directory.
+        with open(task_dir / taskfiles.SUPERVISOR_LOG, "ab") as supervisor_log:
+            return subprocess.Popen(
+                [self._python, "-S", "-m", supervisor.__name__, str(task_dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=supervisor_log,
+                stderr=supervisor_log,
+                cwd="/",
+                env={"PYTHONPATH": _PACKAGE_PARENT, "PATH": os.defpath},
+                start_new_session=True,
+                close_fds=True,
+            )
+
+    def _reap(self) -> None:
+        """Collect exited supervisors (so none stays a zombie); call with the lock held."""
+        for key, popen in list(self._spawned.items()):
+            if popen.poll() is not None and (self.task_dir(key) / taskfiles.PID).exists():
+                del self._spawned[key]
+        for key, timer in list(self._kill_timers.items()):
+            if not timer.is_alive():
+                del self._kill_timers[key]
+
+    def _observe(self, key: TaskKey, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
+        task_dir = self.task_dir(key)
+        if not task_dir.is_dir():
+            return TaskStatus(key, running=False, lost=True, message="no trace of this task in the state directory")
+        if (ended := self._exit_status(key, task_dir)) is not None:
+            return ended
+        record = taskfiles.read_json(str(task_dir / taskfiles.PID))
+        if record is None:
+            return self._observe_unclaimed(key, task_dir, popen)
+        claim = _Claim.parse(record)
+        if claim.supervisor is None:
+            return TaskStatus(key, running=False, message=claim.note or VANISHED)
+        if procfs.is_alive(*claim.supervisor, claim.boot_id):
+            return TaskStatus(key, running=True)
+        if claim.task is not None and procfs.group_alive(*claim.task, claim.boot_id):
+            message = "its supervisor is gone but the task still runs; its exit status will not be recorded"
+            return TaskStatus(key, running=True, message=message)
+        # The supervisor writes exit.json just before it exits: look again.
+        if (ended := self._exit_status(key, task_dir)) is not None:
+            return ended
+        return TaskStatus(key, running=False, message=VANISHED)
+
+    def _observe_unclaimed(self, key: TaskKey, task_dir: Path, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
+        """No pid.json yet: the supervisor is starting, or it never will."""
+        if popen is not None:
+            returncode = popen.poll()
+            if returncode is None:
+                return TaskStatus(key, running=True, message="supervisor starting")
+            reason = f"the supervisor exited with status {returncode} before starting the task; see {taskfiles.SUPERVISOR_LOG}"
+        else:
+            spec = task_dir / taskfiles.SPEC
+            launched = (spec if spec.exists() else task_dir).stat().st_mtime
+            if time.time() - launched < STARTUP_TIMEOUT_SECONDS:
+                return TaskStatus(key, running=True, message="supervisor starting")
+            reason = f"no supervisor started the task within {STARTUP_TIMEOUT_SECONDS:.0f} s of its launch"
+        # Claim the task ourselves so that a supervisor arriving late can never run it.
+        tombstone = {"boot_id": procfs.boot_id(), "supervisor": None, "task": None, "abandoned": reason}
+        if taskfiles.write_json(str(task_dir / taskfiles.PID), tombstone, exclusive=True):
+            return TaskStatus(key, running=False, message=reason)
+        return self._observe(key, None)  # a supervisor claimed it just now
+
+    @staticmethod
+    def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
+        record = taskfiles.read_json(str(task_dir / taskfiles.EXIT))
+        if record is None:
+            return None
+        sig = record.get("signal")
+        notes = [record["message"]] if record.get("message") else []
+        if isinstance(sig, int):
+            notes.append(f"killed by {_signal_name(sig)}")
+        return TaskStatus(key, running=False, exit_code=record.get("exit_code"), signal=sig, message="; ".join(notes))
+
+    def _kill_group_after(self, key: TaskKey, claim: _Claim, grace: float) -> None:
+        """SIGKILL the task's group after ``grace`` unless it has ended (supervisor-less stop)."""
+        assert claim.task is not None
+        pgid, started = claim.task
+        if grace <= 0:
+            procfs.signal_group(pgid, started, signal.SIGKILL, claim.boot_id)
+            return
+        with self._lock:
+            if key in self._kill_timers and self._kill_timers[key].is_alive():
+                return
+            timer = threading.Timer(grace, procfs.signal_group, (pgid, started, signal.SIGKILL, claim.boot_id))
+            timer.daemon = True
+            self._kill_timers[key] = timer
+            timer.start()
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

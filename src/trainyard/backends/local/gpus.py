@@ -1,0 +1,73 @@
+"""The GPUs of this machine: real ones through NVML, or clearly marked simulated slots."""
+
+from __future__ import annotations
+
+import logging
+
+import pynvml
+
+from trainyard.backends.base import GpuInfo
+
+log = logging.getLogger(__name__)
+
+SIMULATED_GPU_MODEL = "simulated"
+# A simulated slot claims the memory of a common 16 GiB card rather than 0, so that GPU
+# memory requests and memory-aware placement behave in demos as they would on hardware.
+SIMULATED_GPU_MEMORY_MB = 16384
+
+_MIB = 1024 * 1024
+# NVML answers these when the machine simply has no NVIDIA GPU: not worth a warning.
+_NO_NVIDIA_GPU = (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+
+def _text(value: str | bytes) -> str:
+    # Older nvidia-ml-py releases return bytes.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def discover_nvidia_gpus() -> list[GpuInfo]:
+    """The NVIDIA GPUs NVML reports, by NVML index; [] when there is no driver or library.
+
+    Indices are NVML's, which follow PCI bus order; the backend sets
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so that CUDA numbers devices the same way.
+    Any other NVML failure is logged as a warning and yields [] rather than a partial list.
+    """
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        if exc.value in _NO_NVIDIA_GPU:
+            log.debug("no NVIDIA GPUs: %s", exc)
+        else:
+            log.warning("NVML failed to initialise, so no GPUs are reported: %s", exc)
+        return []
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    model=_text(pynvml.nvmlDeviceGetName(handle)),
+                    memory_mb=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                )
+            )
+        return gpus
+    except pynvml.NVMLError as exc:
+        log.warning("NVML failed while listing GPUs, so none are reported: %s", exc)
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as exc:
+            log.warning("NVML shutdown failed: %s", exc)
+
+
+def simulated_gpus(count: int) -> list[GpuInfo]:
+    """``count`` simulated GPU slots for machines without GPUs (demos and tests)."""
+    if count < 0:
+        raise ValueError(f"simulated_gpus must be >= 0, got {count}")
+    return [
+        GpuInfo(index=i, model=SIMULATED_GPU_MODEL, memory_mb=SIMULATED_GPU_MEMORY_MB, simulated=True)
+        for i in range(count)
+    ]

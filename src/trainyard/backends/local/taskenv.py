@@ -1,0 +1,80 @@
+"""The environment a local task runs with: a short inherited allowlist, the job's env, GPU pinning."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+# What a task inherits from the server's environment. Deliberately short: the server's
+# own settings and secrets (TRAINYARD_*, database URLs, tokens) must not leak into jobs.
+# Kept: how to find programs and libraries (including CUDA's), who and where the user
+# is, locale and time zone, and proxy/CA settings that downloads on this network need.
+INHERITED_VARIABLES = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
+INHERITED_PREFIXES = ("LC_",)
+
+# CUDA shows exactly the devices listed in CUDA_VISIBLE_DEVICES, so an empty list shows
+# none. For the NVIDIA container runtime, "none" is the documented "no GPU" value.
+NO_CUDA_DEVICES = ""
+NO_NVIDIA_DEVICES = "none"
+
+
+def inherited_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allowlisted part of ``environ``, with a default PATH when it has none."""
+    env = {
+        name: value
+        for name, value in environ.items()
+        if name in INHERITED_VARIABLES or name.startswith(INHERITED_PREFIXES)
+    }
+    env.setdefault("PATH", os.defpath)
+    return env
+
+
+def gpu_environment(gpus: Sequence[int]) -> dict[str, str]:
+    """The variables that pin a task to its GPUs (or hide all GPUs when it has none).
+
+    Indices are NVML's (PCI bus order); ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` makes CUDA use
+    the same numbering instead of its default fastest-first order.
+    """
+    devices = ",".join(str(index) for index in gpus)
+    return {
+        "CUDA_VISIBLE_DEVICES": devices or NO_CUDA_DEVICES,
+        "NVIDIA_VISIBLE_DEVICES": devices or NO_NVIDIA_DEVICES,
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+
+
+def task_environment(
+    environ: Mapping[str, str], job_env: Mapping[str, str], gpus: Sequence[int]
+) -> dict[str, str]:
+    """The full environment of a task: inherited allowlist < the job's env < GPU pinning.
+
+    GPU pinning comes last so that a job cannot widen its own GPU allocation.
+    Raises ValueError for a variable that execve cannot pass.
+    """
+    for name, value in job_env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise ValueError(f"invalid environment variable name {name!r}")
+        if not isinstance(value, str) or "\0" in value:
+            raise ValueError(f"environment variable {name}: value must be a string without NUL bytes")
+    return {**inherited_environment(environ), **job_env, **gpu_environment(gpus)}

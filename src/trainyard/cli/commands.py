@@ -1,0 +1,167 @@
+"""The client-side ``yard`` commands: each talks to the server only through the SDK."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trainyard.cli import render
+from trainyard.cli.main import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
+from trainyard.client.client import AuthError, Client, ServerUnreachable, TrainyardError, WaitTimeout
+from trainyard.client.config import load_config
+
+
+def run_command(args: argparse.Namespace) -> int:
+    config = load_config()
+    try:
+        with Client.from_config(config) as client:
+            handler = HANDLERS[args.command]
+            return handler(client, args)
+    except ServerUnreachable as exc:
+        _fail(exc.message)
+        return EXIT_UNREACHABLE
+    except AuthError as exc:
+        hint = "" if config.token else " (no token found: set TRAINYARD_TOKEN or run `yard up` to write client.json)"
+        _fail(f"{exc.message}{hint}")
+        return EXIT_AUTH
+    except WaitTimeout as exc:
+        _fail(exc.message)
+        return EXIT_TIMEOUT
+    except TrainyardError as exc:
+        _fail(exc.message)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _fail(message: str) -> None:
+    print(f"yard: {message}", file=sys.stderr)
+
+
+def _read_job_file(name: str) -> tuple[bytes, str]:
+    if name == "-":
+        data = sys.stdin.buffer.read()
+    else:
+        path = Path(name)
+        if not path.is_file():
+            raise FileNotFoundError(name)
+        data = path.read_bytes()
+    content_type = "application/json" if name.endswith(".json") else "application/yaml"
+    return data, content_type
+
+
+def cmd_submit(client: Client, args: argparse.Namespace) -> int:
+    try:
+        data, content_type = _read_job_file(args.file)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
+        _fail(f"cannot read job file {args.file!r}")
+        return EXIT_USAGE
+    result = client.submit(data, content_type=content_type, dry_run=args.dry_run)
+    if args.json:
+        render.print_json(result)
+        return 0
+    for warning in result.get("warnings", []):
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.dry_run:
+        import yaml
+
+        print("# valid; the job as Trainyard will run it (secrets masked):")
+        print(yaml.safe_dump(result["job"], sort_keys=False), end="")
+    else:
+        print(f"submitted job {result['id']} ({result['name']}): {result['state']}")
+    return 0
+
+
+def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
+    page = client.jobs(state=args.state, user=args.user, vc=args.vc, limit=args.limit, before=args.before)
+    if args.json:
+        render.print_json(page)
+        return 0
+    print(render.jobs_table(page["items"]) if page["items"] else "no jobs")
+    if page["next"] is not None:
+        print(f"(more: yard jobs --before {page['next']})")
+    return 0
+
+
+def cmd_job(client: Client, args: argparse.Namespace) -> int:
+    job = client.job(args.id)
+    render.print_json(job) if args.json else print(render.job_detail(job))
+    return 0
+
+
+def cmd_logs(client: Client, args: argparse.Namespace) -> int:
+    out = sys.stdout.buffer
+    if args.follow:
+        for chunk in client.follow_logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail):
+            out.write(chunk)
+            out.flush()
+    else:
+        out.write(client.logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail))
+    out.flush()
+    return 0
+
+
+def cmd_stop(client: Client, args: argparse.Namespace) -> int:
+    job = client.stop(args.id)
+    render.print_json(job) if args.json else print(f"job {job['id']}: {job['state']}")
+    return 0
+
+
+def cmd_wait(client: Client, args: argparse.Namespace) -> int:
+    job = client.wait(args.id, timeout=args.timeout)
+    if args.json:
+        render.print_json(job)
+    else:
+        print(f"job {job['id']}: {job['state']}" + (f" ({job['message']})" if job["message"] else ""))
+    return 0 if job["state"] == "SUCCEEDED" else EXIT_ERROR
+
+
+def cmd_nodes(client: Client, args: argparse.Namespace) -> int:
+    nodes = client.nodes()
+    render.print_json(nodes) if args.json else print(render.nodes_table(nodes))
+    return 0
+
+
+def cmd_user(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "create":
+        user = client.create_user(args.name, admin=args.admin)
+        render.print_json(user) if args.json else print(
+            f"created user {user['name']}" + (" (admin)" if user["admin"] else ""))
+        return 0
+    users = client.users()
+    if args.json:
+        render.print_json(users)
+    else:
+        print(render.table(["NAME", "ADMIN", "CREATED"],
+                           [[u["name"], "yes" if u["admin"] else "no", render.when(u["createdAt"])] for u in users]))
+    return 0
+
+
+def cmd_token(client: Client, args: argparse.Namespace) -> int:
+    result = client.create_token(user=args.user, name=args.name)
+    if args.json:
+        render.print_json(result)
+    else:
+        print(f"token for {result['user']} (shown once; store it safely):\n{result['token']}")
+    return 0
+
+
+def cmd_whoami(client: Client, args: argparse.Namespace) -> int:
+    me = client.me()
+    render.print_json(me) if args.json else print(me["name"] + (" (admin)" if me["admin"] else ""))
+    return 0
+
+
+HANDLERS = {
+    "submit": cmd_submit,
+    "jobs": cmd_jobs,
+    "job": cmd_job,
+    "logs": cmd_logs,
+    "stop": cmd_stop,
+    "wait": cmd_wait,
+    "nodes": cmd_nodes,
+    "user": cmd_user,
+    "token": cmd_token,
+    "whoami": cmd_whoami,
+}

@@ -1,0 +1,106 @@
+"""``yard``: the command line. Only argparse is imported up front so ``yard --help`` is instant.
+
+Exit codes: 0 success; 1 the server refused or the job did not succeed; 2 bad usage;
+3 the server cannot be reached; 4 missing or invalid token; 124 ``wait`` timed out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_TIMEOUT = 1, 2, 3, 4, 124
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON with stable keys")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="yard",
+        description="Trainyard: share GPU machines for deep-learning training.",
+        epilog="The server address and token come from TRAINYARD_URL / TRAINYARD_TOKEN, "
+        "else $TRAINYARD_HOME/client.json (written by `yard up`).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("up", help="run the Trainyard server on this machine (foreground)")
+    p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=None, help="port to listen on (default 8642)")
+    p.add_argument("--local-gpus", type=int, default=None, metavar="N",
+                   help="expose N simulated GPU slots instead of the machine's NVIDIA GPUs")
+    p.add_argument("--local-cpus", type=float, default=None, metavar="N", help="CPUs to offer (default: all)")
+    p.add_argument("--local-memory-mb", type=int, default=None, metavar="MIB", help="memory to offer (default: all)")
+
+    p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
+    p.add_argument("file")
+    p.add_argument("--dry-run", action="store_true", help="validate and show the normalised job only")
+    _json_flag(p)
+
+    p = sub.add_parser("jobs", help="list jobs, newest first")
+    p.add_argument("--state", help="comma-separated states, e.g. WAITING,RUNNING")
+    p.add_argument("--user", help="only this user's jobs")
+    p.add_argument("--vc", help="only this virtual cluster's jobs")
+    p.add_argument("--limit", type=int, default=20, help="jobs per page (default 20, max 500)")
+    p.add_argument("--before", type=int, help="page cursor: show jobs older than this id")
+    _json_flag(p)
+
+    p = sub.add_parser("job", help="show one job: state, attempts, tasks, placement, events")
+    p.add_argument("id", type=int)
+    _json_flag(p)
+
+    p = sub.add_parser("logs", help="print a task's output")
+    p.add_argument("id", type=int)
+    p.add_argument("--task", help="ROLE/INDEX (default: the first task)")
+    p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the task ends")
+
+    p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
+    p.add_argument("id", type=int)
+    _json_flag(p)
+
+    p = sub.add_parser("wait", help="wait for a job to end; exit 0 only if it SUCCEEDED")
+    p.add_argument("id", type=int)
+    p.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds (exit 124)")
+    _json_flag(p)
+
+    p = sub.add_parser("nodes", help="show nodes, their GPUs and what is allocated")
+    _json_flag(p)
+
+    p = sub.add_parser("user", help="manage users (admin)")
+    user_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = user_sub.add_parser("create", help="create a user")
+    q.add_argument("name")
+    q.add_argument("--admin", action="store_true", help="make the user an admin")
+    _json_flag(q)
+    q = user_sub.add_parser("list", help="list users")
+    _json_flag(q)
+
+    p = sub.add_parser("token", help="manage API tokens")
+    token_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = token_sub.add_parser("create", help="create a token (for yourself, or --user as admin)")
+    q.add_argument("--user", help="whose token (admins only for others)")
+    q.add_argument("--name", default="", help="a note to recognise the token by")
+    _json_flag(q)
+
+    p = sub.add_parser("whoami", help="show who the configured token belongs to")
+    _json_flag(p)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "up":
+        from trainyard.cli.up import run_up
+
+        return run_up(args)
+    from trainyard.cli.commands import run_command
+
+    return run_command(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

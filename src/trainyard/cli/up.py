@@ -1,0 +1,35 @@
+"""``yard up``: start the server in the foreground with the settings and flags given."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pydantic import ValidationError
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from trainyard.api.server import StartupError, serve
+    from trainyard.core.settings import Settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "local_gpus": args.local_gpus,
+        "local_cpus": args.local_cpus,
+        "local_memory_mb": args.local_memory_mb,
+    }
+    try:
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
+        serve(settings)
+    except ValidationError as exc:
+        print(f"yard up: invalid setting: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
+        return 2
+    except StartupError as exc:
+        print(f"yard up: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,152 @@
+"""The Python SDK: a thin, typed-enough wrapper over Trainyard's REST API (httpx)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+from trainyard.client.config import ClientConfig, load_config
+
+FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+
+
+class TrainyardError(Exception):
+    """The server refused a request; ``message`` says why, ``errors`` lists field paths."""
+
+    def __init__(self, message: str, *, status: int | None = None, errors: list[dict] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.errors = errors or []
+
+
+class ServerUnreachable(TrainyardError):
+    pass
+
+
+class AuthError(TrainyardError):
+    pass
+
+
+class WaitTimeout(TrainyardError):
+    pass
+
+
+class Client:
+    def __init__(self, url: str, token: str | None, *, timeout: float = 30.0) -> None:
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=self.url + "/api/v1",
+            headers={"Authorization": f"Bearer {token}"} if token else {},
+            timeout=timeout,
+        )
+
+    @classmethod
+    def from_config(cls, config: ClientConfig | None = None) -> Client:
+        config = config or load_config()
+        return cls(config.url, config.token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"cannot reach the Trainyard server at {self.url} ({exc}); "
+                                    "is `yard up` running, and is TRAINYARD_URL right?") from exc
+        self._raise_for(response)
+        return response
+
+    def _raise_for(self, response: httpx.Response) -> None:
+        if response.is_success:
+            return
+        try:
+            body = response.json()
+            message, errors = body.get("detail") or response.reason_phrase, body.get("errors") or []
+        except ValueError:
+            message, errors = response.text or response.reason_phrase, []
+        cls = AuthError if response.status_code in (401, 403) else TrainyardError
+        raise cls(str(message), status=response.status_code, errors=errors)
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def submit(self, job_file: str | bytes, *, content_type: str = "application/yaml", dry_run: bool = False) -> dict:
+        response = self._request(
+            "POST", "/jobs", content=job_file, headers={"Content-Type": content_type},
+            params={"dryRun": "true"} if dry_run else None,
+        )
+        return response.json()
+
+    def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
+             limit: int = 50, before: int | None = None) -> dict:
+        params = {k: v for k, v in dict(state=state, user=user, vc=vc, limit=limit, before=before).items()
+                  if v is not None}
+        return self._request("GET", "/jobs", params=params).json()
+
+    def job(self, job_id: int) -> dict:
+        return self._request("GET", f"/jobs/{job_id}").json()
+
+    def stop(self, job_id: int) -> dict:
+        return self._request("POST", f"/jobs/{job_id}/stop").json()
+
+    def logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
+             offset: int | None = None, tail: int | None = None) -> bytes:
+        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail).items()
+                  if v is not None}
+        return self._request("GET", f"/jobs/{job_id}/logs", params=params).content
+
+    def follow_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
+                    tail: int | None = None) -> Iterator[bytes]:
+        params = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items() if v is not None}
+        params["follow"] = "true"
+        try:
+            with self._http.stream("GET", f"/jobs/{job_id}/logs", params=params, timeout=None) as response:
+                if not response.is_success:
+                    response.read()
+                    self._raise_for(response)
+                yield from response.iter_bytes()
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"lost the Trainyard server at {self.url} ({exc})") from exc
+
+    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> dict:
+        """Block until the job has ended; returns the job. Raises ``WaitTimeout``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.job(job_id)
+            if job["state"] in FINAL_STATES:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"job {job_id} is still {job['state']} after {timeout:g} s")
+            time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
+
+    # -- cluster and users ----------------------------------------------------------------
+
+    def nodes(self) -> list[dict]:
+        return self._request("GET", "/nodes").json()
+
+    def healthz(self) -> dict:
+        return self._request("GET", "/healthz").json()
+
+    def me(self) -> dict:
+        return self._request("GET", "/me").json()
+
+    def create_user(self, name: str, *, admin: bool = False) -> dict:
+        return self._request("POST", "/users", json={"name": name, "admin": admin}).json()
+
+    def users(self) -> list[dict]:
+        return self._request("GET", "/users").json()
+
+    def create_token(self, *, user: str | None = None, name: str = "") -> dict:
+        return self._request("POST", "/tokens", json={"user": user, "name": name}).json()

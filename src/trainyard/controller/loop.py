@@ -1,0 +1,131 @@
+"""The controller: one thread that reconciles and schedules, woken by changes or a tick."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sqlalchemy.orm.exc import StaleDataError
+
+from trainyard.backends.base import Backend
+from trainyard.controller.inventory import sync_inventory
+from trainyard.controller.reconcile import Reconciler
+from trainyard.controller.scheduling import PortPlan, apply_decisions, build_snapshot
+from trainyard.core.clock import Clock
+from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.snapshot import StartJob
+from trainyard.spec.loading import validate_job
+from trainyard.spec.models import JobSpec
+from trainyard.store.db import Database
+from trainyard.store.rows import JobRow
+
+log = logging.getLogger(__name__)
+
+INVENTORY_REFRESH_SECONDS = 30.0
+FULL_SCHEDULE_SECONDS = 10.0
+
+
+class Controller:
+    """Runs ``run_once`` in a background thread; ``wake`` asks for a cycle now.
+
+    Every state change of jobs made outside the API happens here, in one thread, so the
+    controller never races itself; races with the API are caught by the jobs' version
+    column and retried on the next cycle.
+    """
+
+    def __init__(self, db: Database, backend: Backend, clock: Clock, *, interval: float = 0.5) -> None:
+        self.db = db
+        self.backend = backend
+        self.clock = clock
+        self.interval = interval
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._specs: dict[int, JobSpec] = {}
+        self._dirty = True
+        self._last_inventory = -1e9
+        self._last_schedule = -1e9
+        self.reconciler = Reconciler(db, backend, clock, self.spec_of)
+        self.cycles = 0
+
+    def spec_of(self, job: JobRow) -> JobSpec:
+        spec = self._specs.get(job.id)
+        if spec is None:
+            spec = self._specs[job.id] = validate_job(job.spec)
+        return spec
+
+    def wake(self) -> None:
+        self._dirty = True
+        self._wake.set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="trainyard-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_once()
+            except StaleDataError:
+                log.info("a job changed under the controller; retrying the cycle")
+                self._dirty = True
+                continue
+            except Exception:  # noqa: BLE001 - the loop must outlive any one bad cycle
+                log.exception("controller cycle failed")
+            self._wake.wait(self.interval)
+            self._wake.clear()
+
+    def run_once(self) -> None:
+        """One full cycle: inventory (when due), reconcile, schedule, launch."""
+        self.cycles += 1
+        mono = self.clock.monotonic()
+        if mono - self._last_inventory >= INVENTORY_REFRESH_SECONDS:
+            nodes = self.backend.inventory()
+            with self.db.session() as session:
+                if sync_inventory(session, self.backend.name, nodes, self.clock):
+                    self._dirty = True
+            self._last_inventory = mono
+        if self.reconciler.run():
+            self._dirty = True
+        if self._dirty or mono - self._last_schedule >= FULL_SCHEDULE_SECONDS:
+            self._dirty = False
+            self._last_schedule = mono
+            if self._schedule():
+                # Launch what was just placed without waiting for the next tick.
+                self.reconciler.run()
+
+    def _schedule(self) -> bool:
+        with self.db.session() as session:
+            snapshot, waiting = build_snapshot(session, self.spec_of, time.time())
+        self._forget_finished({job_id for job_id in waiting})
+        if not snapshot.pending:
+            return False
+        decisions = schedule(snapshot)
+        ports = {start.job_id: self._ports_for(start, self._specs[start.job_id]) for start in decisions.starts}
+        with self.db.session() as session:
+            rows = {job_id: session.get(JobRow, job_id) for job_id in waiting}
+            started = apply_decisions(session, decisions, {k: v for k, v in rows.items() if v}, ports, self.clock)
+        return bool(started)
+
+    def _ports_for(self, start: StartJob, spec: JobSpec) -> PortPlan:
+        master = spec.role_names[0]
+        master_node = next(p.node for p in start.placements if (p.role, p.index) == (master, 0))
+        plan: dict[tuple[str, int], dict[str, list[int]]] = {}
+        for p in start.placements:
+            labels = spec.taskRoles[p.role].resourcePerInstance.ports or {}
+            if labels:
+                ports = iter(self.backend.allocate_ports(p.node, sum(labels.values())))
+                plan[(p.role, p.index)] = {label: [next(ports) for _ in range(n)] for label, n in labels.items()}
+        return PortPlan(master_port=self.backend.allocate_ports(master_node, 1)[0], ports=plan)
+
+    def _forget_finished(self, waiting: set[int]) -> None:
+        # Keep the spec cache bounded to jobs the controller still works on.
+        if len(self._specs) > 4 * max(1, len(waiting)) + 1024:
+            self._specs = {k: v for k, v in self._specs.items() if k in waiting}

@@ -1,0 +1,258 @@
+"""The reconcile step: launch placed tasks, signal stops, observe ends, move job states.
+
+Level-triggered, like a Kubernetes controller: every pass looks at what should be and what
+the backend says is, and closes the gap. A pass after a crash is no different from any
+other, which is how running tasks are re-adopted and nothing is launched twice (launch is
+idempotent by task key). Each phase reads, does its I/O outside any transaction, then
+writes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskStatus
+from trainyard.controller.launching import build_launch, task_key
+from trainyard.core.clock import Clock
+from trainyard.core.exitcodes import classify_exit
+from trainyard.core.lifecycle import (
+    RolePolicy,
+    evaluate_completion,
+    job_should_retry,
+    task_should_rerun,
+)
+from trainyard.core.states import JobState, TaskState, check_job_transition, check_task_transition
+from trainyard.services.jobs import record_event
+from trainyard.spec.models import JobSpec
+from trainyard.store.db import Database
+from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
+
+log = logging.getLogger(__name__)
+
+ACTIVE_ATTEMPT = "RUNNING"
+
+
+@dataclass
+class ActiveTask:
+    key: TaskKey
+    task_id: int
+    state: TaskState
+    stop_needed: bool
+    stop_sent: bool
+    grace: float
+    launch: TaskLaunch | None = None
+    error: str = ""
+
+
+@dataclass
+class Plan:
+    launches: list[ActiveTask] = field(default_factory=list)
+    stops: list[ActiveTask] = field(default_factory=list)
+    running: list[ActiveTask] = field(default_factory=list)
+
+
+def _active_jobs(session: Session) -> list[JobRow]:
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(JobRow.state.in_([JobState.RUNNING, JobState.STOPPING]))
+            .options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
+        )
+    )
+
+
+def current_attempt(job: JobRow) -> AttemptRow | None:
+    for attempt in job.attempts:
+        if attempt.number == job.attempt:
+            return attempt
+    return None
+
+
+class Reconciler:
+    def __init__(self, db: Database, backend: Backend, clock: Clock, spec_of: Callable[[JobRow], JobSpec]):
+        self.db = db
+        self.backend = backend
+        self.clock = clock
+        self.spec_of = spec_of
+
+    def run(self) -> bool:
+        """One pass; returns whether any task ended or started (resources changed)."""
+        plan = self._plan()
+        for item in plan.launches:
+            assert item.launch is not None
+            try:
+                self.backend.launch(item.launch)
+            except Exception as exc:  # noqa: BLE001 - any launch failure fails the task, visibly
+                log.exception("launch of %s failed", item.key)
+                item.launch = None
+                item.error = f"launch failed: {exc}"
+        for item in plan.stops:
+            self.backend.stop(item.key, item.grace)
+        statuses = self.backend.observe([t.key for t in plan.running]) if plan.running else {}
+        return self._write(plan, statuses)
+
+    def _plan(self) -> Plan:
+        plan = Plan()
+        with self.db.session() as session:
+            addresses = {n.name: n.address for n in session.scalars(select(NodeRow))}
+            for job in _active_jobs(session):
+                attempt = current_attempt(job)
+                if attempt is None:
+                    continue
+                stop_needed = job.state == JobState.STOPPING or attempt.state != ACTIVE_ATTEMPT
+                for task in attempt.tasks:
+                    if TaskState(task.state).is_final:
+                        continue
+                    item = ActiveTask(
+                        key=task_key(job, attempt, task),
+                        task_id=task.id,
+                        state=TaskState(task.state),
+                        stop_needed=stop_needed,
+                        stop_sent=task.stop_sent,
+                        grace=job.grace_seconds,
+                    )
+                    if stop_needed and not task.stop_sent:
+                        plan.stops.append(item)
+                    elif task.state == TaskState.WAITING:
+                        item.launch = build_launch(job, attempt, task, self.spec_of(job), addresses)
+                        plan.launches.append(item)
+                    if task.state == TaskState.RUNNING:
+                        plan.running.append(item)
+        return plan
+
+    def _write(self, plan: Plan, statuses: dict[TaskKey, TaskStatus]) -> bool:
+        changed = False
+        now = self.clock.now()
+        with self.db.session() as session:
+            touched: set[int] = set()
+            for item in plan.launches:
+                task = session.get(TaskRow, item.task_id)
+                if task is None or task.state != TaskState.WAITING:
+                    continue
+                if item.launch is None:
+                    task.state = check_task_transition(TaskState.WAITING, TaskState.FAILED)
+                    task.message = item.error
+                    task.finished_at = now
+                else:
+                    task.state = check_task_transition(TaskState.WAITING, TaskState.RUNNING)
+                    task.started_at = task.started_at or now
+                    job = session.get(JobRow, task.job_id)
+                    if job is not None and job.started_at is None:
+                        job.started_at = now
+                touched.add(task.job_id)
+                changed = True
+            for item in plan.stops:
+                task = session.get(TaskRow, item.task_id)
+                if task is None:
+                    continue
+                task.stop_sent = True
+                if task.state == TaskState.WAITING:
+                    task.state = check_task_transition(TaskState.WAITING, TaskState.STOPPED)
+                    task.message = "stopped before it was launched"
+                    task.finished_at = now
+                touched.add(task.job_id)
+            for item in plan.running:
+                status = statuses.get(item.key)
+                if status is None or status.running:
+                    continue
+                task = session.get(TaskRow, item.task_id)
+                if task is None or task.state != TaskState.RUNNING or task.run != item.key.run:
+                    continue
+                self._task_ended(session, task, status, now)
+                touched.add(task.job_id)
+                changed = True
+            for job_id in sorted(touched):
+                job = session.get(JobRow, job_id)
+                if job is not None and job.state in (JobState.RUNNING, JobState.STOPPING):
+                    changed |= self._advance_job(session, job)
+        return changed
+
+    def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now) -> None:
+        job = session.get(JobRow, task.job_id)
+        assert job is not None
+        exit_info = classify_exit(status.exit_code)
+        detail = exit_info.description + (f" ({status.message})" if status.message else "")
+        label = f"{task.role}/{task.index}"
+        if task.stop_sent:
+            new_state = TaskState.STOPPED
+        elif status.exit_code == 0:
+            new_state = TaskState.SUCCEEDED
+        else:
+            spec = self.spec_of(job)
+            retry_count = spec.taskRoles[task.role].taskRetryCount
+            if task_should_rerun(status.exit_code, task.run + 1, retry_count):
+                task.state = check_task_transition(TaskState.RUNNING, TaskState.WAITING)
+                task.run += 1
+                task.exit_code = status.exit_code
+                task.message = f"run {task.run - 1} {detail}; re-running ({task.run}/{retry_count})"
+                record_event(session, job, "task-retried", f"task {label} {detail}; re-running in place "
+                             f"({task.run} of {retry_count} task retries)", self.clock)
+                return
+            new_state = TaskState.FAILED
+        task.state = check_task_transition(TaskState.RUNNING, new_state)
+        task.exit_code = status.exit_code
+        task.message = detail
+        task.finished_at = now
+        record_event(session, job, "task-exited", f"task {label} {detail}", self.clock)
+
+    def _advance_job(self, session: Session, job: JobRow) -> bool:
+        attempt = current_attempt(job)
+        if attempt is None:
+            return False
+        states = {(t.role, t.index): TaskState(t.state) for t in attempt.tasks}
+        all_final = all(s.is_final for s in states.values())
+        if job.state == JobState.RUNNING and attempt.state == ACTIVE_ATTEMPT:
+            spec = self.spec_of(job)
+            roles = [
+                RolePolicy(name, role.instances, role.completion.minFailedInstances,
+                           role.completion.minSucceededInstances)
+                for name, role in spec.taskRoles.items()
+            ]
+            completion = evaluate_completion(roles, states)
+            if completion is not None:
+                attempt.state = str(completion.outcome)
+                attempt.reason = completion.reason
+                failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
+                attempt.exit_code = failed[0] if failed else 0
+        if not all_final:
+            return False
+        now = self.clock.now()
+        attempt.finished_at = attempt.finished_at or now
+        if job.state == JobState.STOPPING:
+            if attempt.state == ACTIVE_ATTEMPT:
+                attempt.state = "STOPPED"
+                attempt.reason = f"stopped by {job.stopped_by}"
+            self._finish(session, job, JobState.STOPPED, f"stopped by {job.stopped_by}")
+            return True
+        if attempt.state == "SUCCEEDED":
+            job.exit_code = 0
+            self._finish(session, job, JobState.SUCCEEDED, attempt.reason)
+            return True
+        if attempt.state == "FAILED":
+            job.exit_code = attempt.exit_code
+            spec = self.spec_of(job)
+            if job_should_retry(attempt.exit_code, job.retries_used, spec.jobRetryCount):
+                job.state = check_job_transition(JobState(job.state), JobState.WAITING)
+                job.retries_used += 1
+                job.attempt += 1
+                job.state_message = f"retrying: attempt {attempt.number} failed ({attempt.reason})"
+                record_event(
+                    session, job, "retried",
+                    f"attempt {attempt.number} failed: {attempt.reason}; starting attempt {job.attempt} "
+                    f"(retry {job.retries_used} of {spec.jobRetryCount})", self.clock,
+                )
+                return True
+            why = classify_exit(attempt.exit_code).description
+            self._finish(session, job, JobState.FAILED, f"{attempt.reason}; {why}")
+        return True
+
+    def _finish(self, session: Session, job: JobRow, state: JobState, message: str) -> None:
+        job.state = check_job_transition(JobState(job.state), state)
+        job.finished_at = self.clock.now()
+        job.state_message = message
+        record_event(session, job, state.lower(), message, self.clock)

@@ -1,0 +1,51 @@
+"""Exit-code taxonomy: what a task's exit status means, and whether a retry may help."""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class ExitKind(StrEnum):
+    SUCCEEDED = "succeeded"
+    USER_ERROR = "user_error"  # the program reported failure; a retry may or may not help
+    PERMANENT = "permanent"  # the command cannot run as written; retrying will not help
+    KILLED = "killed"  # ended by a signal (OOM killer, a stop, a crash)
+    LOST = "lost"  # no exit status could be recovered
+
+
+@dataclass(frozen=True)
+class ExitInfo:
+    code: int | None
+    kind: ExitKind
+    description: str
+
+    @property
+    def transient(self) -> bool:
+        """Whether retrying the same command could plausibly succeed."""
+        return self.kind in (ExitKind.USER_ERROR, ExitKind.KILLED, ExitKind.LOST)
+
+
+_PERMANENT = {
+    126: "command found but not executable",
+    127: "command not found",
+}
+
+
+def classify_exit(code: int | None) -> ExitInfo:
+    """Describe an exit status as a shell reports it (128 + N for signal N)."""
+    if code is None:
+        return ExitInfo(None, ExitKind.LOST, "no exit status was recorded")
+    if code == 0:
+        return ExitInfo(0, ExitKind.SUCCEEDED, "exited with 0")
+    if code in _PERMANENT:
+        return ExitInfo(code, ExitKind.PERMANENT, f"exited with {code}: {_PERMANENT[code]}")
+    if 128 < code < 128 + 65:
+        try:
+            name = signal.Signals(code - 128).name
+        except ValueError:
+            name = f"signal {code - 128}"
+        hint = " (out of memory, or a stop past its grace period)" if name == "SIGKILL" else ""
+        return ExitInfo(code, ExitKind.KILLED, f"killed by {name}{hint}")
+    return ExitInfo(code, ExitKind.USER_ERROR, f"exited with {code}")

@@ -1,0 +1,70 @@
+"""The one settings object: environment (``TRAINYARD_*``) over ``$TRAINYARD_HOME/config.yaml``."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import Field
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+
+def default_home() -> Path:
+    return Path("~/.trainyard").expanduser()
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRAINYARD_", extra="forbid")
+
+    home: Path = Field(default_factory=default_home, description="State directory")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default: SQLite at $TRAINYARD_HOME/trainyard.db"
+    )
+    host: str = "127.0.0.1"
+    port: int = 8642
+    local_gpus: int | None = Field(
+        default=None, description="Expose N simulated GPU slots instead of real NVIDIA GPUs"
+    )
+    local_cpus: float | None = Field(default=None, description="CPUs offered (default: all)")
+    local_memory_mb: int | None = Field(default=None, description="Memory offered (default: all)")
+    schedule_interval_seconds: float = Field(
+        default=1.0, gt=0, description="Longest pause between two controller cycles"
+    )
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'trainyard.db'}"
+
+    @property
+    def client_file(self) -> Path:
+        return self.home / "client.json"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _ConfigFile(settings_cls))
+
+
+class _ConfigFile(PydanticBaseSettingsSource):
+    """Reads ``$TRAINYARD_HOME/config.yaml`` (keys as the field names) when present."""
+
+    def __call__(self) -> dict[str, Any]:
+        home = Path(os.environ.get("TRAINYARD_HOME") or default_home())
+        path = home / "config.yaml"
+        if not path.is_file():
+            return {}
+        data = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(data, dict):
+            raise ValueError(f"{path}: expected a mapping of setting names to values")
+        return data
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False

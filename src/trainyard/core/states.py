@@ -1,0 +1,85 @@
+"""Job, attempt and task states, and the one table of transitions allowed between them.
+
+Every state change in Trainyard goes through ``check_job_transition`` /
+``check_task_transition``: the controller and the services never assign a state that this
+module has not approved. See ``lifecycle.py`` for the rules that decide *which* state comes
+next.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobState(StrEnum):
+    WAITING = "WAITING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_JOB_STATES
+
+
+FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
+
+# WAITING -> RUNNING        placed and launched
+# RUNNING -> WAITING        the attempt failed and a retry is due (a new attempt), or preempted
+# RUNNING -> SUCCEEDED/FAILED  completion policy decided
+# RUNNING -> STOPPING      a user asked to stop; tasks are being signalled
+# WAITING -> STOPPED        stop before anything ran
+# STOPPING -> STOPPED       every task has ended
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.WAITING: frozenset({JobState.RUNNING, JobState.STOPPED}),
+    JobState.RUNNING: frozenset(
+        {JobState.WAITING, JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPING}
+    ),
+    JobState.STOPPING: frozenset({JobState.STOPPED}),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.STOPPED: frozenset(),
+}
+
+
+class TaskState(StrEnum):
+    WAITING = "WAITING"  # placed, not yet launched
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"  # ended because Trainyard stopped it (user stop, completion, preemption)
+
+    @property
+    def is_final(self) -> bool:
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
+
+
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    TaskState.WAITING: frozenset({TaskState.RUNNING, TaskState.STOPPED, TaskState.FAILED}),
+    # RUNNING -> WAITING is an in-place task retry (taskRetryCount): the next run of the
+    # task is launched like a new one.
+    TaskState.RUNNING: frozenset(
+        {TaskState.WAITING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED}
+    ),
+    TaskState.SUCCEEDED: frozenset(),
+    TaskState.FAILED: frozenset(),
+    TaskState.STOPPED: frozenset(),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A state change the lifecycle does not allow; always a bug in the caller."""
+
+
+def check_job_transition(current: JobState, new: JobState) -> JobState:
+    if new not in JOB_TRANSITIONS[current]:
+        raise IllegalTransition(f"job cannot go from {current} to {new}")
+    return new
+
+
+def check_task_transition(current: TaskState, new: TaskState) -> TaskState:
+    if new not in TASK_TRANSITIONS[current]:
+        raise IllegalTransition(f"task cannot go from {current} to {new}")
+    return new

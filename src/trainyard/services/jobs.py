@@ -1,0 +1,166 @@
+"""Job operations behind the API: submit, list, show, stop, and the cluster's nodes."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from trainyard.core.clock import Clock
+from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState, check_job_transition
+from trainyard.scheduler.schedule import never_fits
+from trainyard.scheduler.snapshot import GpuSlot, NodeState
+from trainyard.services.errors import Conflict, Invalid, NotFound
+from trainyard.services.requests import task_requests
+from trainyard.spec.loading import container_fields, validate_job
+from trainyard.spec.models import JobSpec
+from trainyard.spec.templating import normalized_spec
+from trainyard.store.rows import AttemptRow, JobEventRow, JobRow, NodeRow, TaskRow, UserRow
+
+MAX_PAGE = 500
+
+
+def record_event(session: Session, job: JobRow, kind: str, message: str, clock: Clock) -> None:
+    session.add(JobEventRow(job_id=job.id, at=clock.now(), kind=kind, message=message))
+
+
+def node_states(nodes: list[NodeRow]) -> list[NodeState]:
+    """The stored inventory as the scheduler sees it, with nothing allocated."""
+    return [
+        NodeState(
+            name=n.name,
+            cpu_milli=n.cpu_milli,
+            memory_mb=n.memory_mb,
+            gpus=tuple(GpuSlot(g["index"], g["model"], g["memory_mb"]) for g in n.gpus),
+            schedulable=n.schedulable,
+        )
+        for n in nodes
+    ]
+
+
+def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
+    if backend != "local":
+        return []
+    return [f"{path}: kept, but not used by the local backend" for path in container_fields(spec)]
+
+
+def check_fits(session: Session, spec: JobSpec) -> None:
+    """Refuse, with the numbers, a job that could never run on this cluster."""
+    nodes = list(session.scalars(select(NodeRow)))
+    problems = never_fits(node_states(nodes), list(task_requests(spec)))
+    if problems:
+        raise Invalid(
+            "the job can never run on this cluster: " + "; ".join(problems),
+            details=[{"path": p.split(":", 1)[0] if p.startswith("taskRoles.") else "taskRoles",
+                      "message": p} for p in problems],
+        )
+
+
+def submit_job(session: Session, user: UserRow, spec: JobSpec, *, clock: Clock) -> JobRow:
+    """Queue a job as WAITING, or refuse it if it could never fit the cluster."""
+    check_fits(session, spec)
+    job = JobRow(
+        name=spec.name,
+        user_id=user.id,
+        user=user,
+        vc=spec.defaults.virtualCluster,
+        priority=str(spec.priority),
+        state=JobState.WAITING,
+        spec=normalized_spec(spec),
+        submitted_at=clock.now(),
+        attempt=0,
+        retries_used=0,
+        grace_seconds=float(spec.stopGracePeriodSeconds),
+        state_message="",
+    )
+    session.add(job)
+    session.flush()
+    record_event(session, job, "submitted", f"submitted by {user.name}", clock)
+    return job
+
+
+def list_jobs(
+    session: Session,
+    viewer: UserRow,
+    *,
+    state: str | None = None,
+    user: str | None = None,
+    vc: str | None = None,
+    limit: int = 50,
+    before: int | None = None,
+) -> tuple[list[JobRow], int | None]:
+    """Newest first, one page at a time; a non-admin sees only their own jobs."""
+    limit = max(1, min(limit, MAX_PAGE))
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit + 1)
+    if not viewer.is_admin:
+        query = query.where(JobRow.user_id == viewer.id)
+    if user is not None:
+        query = query.join(UserRow, JobRow.user_id == UserRow.id).where(UserRow.name == user)
+    if state is not None:
+        states = [s.strip().upper() for s in state.split(",") if s.strip()]
+        unknown = [s for s in states if s not in JobState.__members__]
+        if unknown:
+            raise Invalid(
+                f"unknown state {unknown[0]!r}; use one of {', '.join(JobState)}",
+                details=[{"path": "state", "message": "unknown state"}],
+            )
+        query = query.where(JobRow.state.in_(states))
+    if vc is not None:
+        query = query.where(JobRow.vc == vc)
+    if before is not None:
+        query = query.where(JobRow.id < before)
+    rows = list(session.scalars(query))
+    next_cursor = rows[limit - 1].id if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def get_job(session: Session, viewer: UserRow, job_id: int, *, full: bool = False) -> JobRow:
+    """The job, if ``viewer`` may see it; another user's job is reported as not found."""
+    query = select(JobRow).where(JobRow.id == job_id)
+    if full:
+        query = query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
+    job = session.scalar(query)
+    if job is None or (not viewer.is_admin and job.user_id != viewer.id):
+        raise NotFound(f"no job {job_id}")
+    return job
+
+
+def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
+    return list(session.scalars(select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)))
+
+
+def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock) -> JobRow:
+    """Stop a job: a waiting job stops at once; a running one is signalled by the controller."""
+    job = get_job(session, viewer, job_id)
+    if job.state in FINAL_JOB_STATES:
+        raise Conflict(f"job {job_id} has already ended ({job.state})")
+    if job.state == JobState.STOPPING:
+        return job
+    if job.state == JobState.WAITING:
+        job.state = check_job_transition(JobState(job.state), JobState.STOPPED)
+        job.finished_at = clock.now()
+        job.pending_reason = job.pending_message = None
+        job.pending_position = None
+        job.state_message = f"stopped by {viewer.name} before it started"
+    else:
+        job.state = check_job_transition(JobState(job.state), JobState.STOPPING)
+        job.state_message = f"stopping on request of {viewer.name}"
+    job.stopped_by = viewer.name
+    record_event(session, job, "stop-requested", f"stop requested by {viewer.name}", clock)
+    return job
+
+
+def active_tasks(session: Session) -> list[TaskRow]:
+    """Tasks that hold resources: placed and not yet ended."""
+    return list(
+        session.scalars(
+            select(TaskRow).where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
+        )
+    )
+
+
+def list_nodes(session: Session) -> list[NodeRow]:
+    return list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
+
+
+def parse_stored_spec(job: JobRow) -> JobSpec:
+    return validate_job(job.spec)

@@ -1,0 +1,226 @@
+"""What the API shows: response models and the converters from store rows to them.
+
+Secrets never leave through here: job specs are masked on the way out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from trainyard.core.resources import from_milli
+from trainyard.spec.loading import validate_job
+from trainyard.spec.templating import masked_spec
+from trainyard.store.rows import AttemptRow, JobEventRow, JobRow, NodeRow, TaskRow, UserRow
+
+
+class PendingView(BaseModel):
+    reason: str
+    message: str
+    position: int | None = None
+
+
+class TaskView(BaseModel):
+    role: str
+    index: int
+    state: str
+    node: str
+    gpus: list[int]
+    gpu: float
+    cpu: float
+    memoryMB: int
+    ports: dict[str, list[int]]
+    run: int
+    exitCode: int | None
+    message: str
+    startedAt: datetime | None
+    finishedAt: datetime | None
+
+
+class AttemptView(BaseModel):
+    number: int
+    state: str
+    startedAt: datetime | None
+    finishedAt: datetime | None
+    exitCode: int | None
+    reason: str
+    tasks: list[TaskView]
+
+
+class JobSummary(BaseModel):
+    id: int
+    name: str
+    user: str
+    vc: str
+    priority: str
+    state: str
+    attempt: int
+    submittedAt: datetime
+    startedAt: datetime | None
+    finishedAt: datetime | None
+    exitCode: int | None
+    pending: PendingView | None
+    gpus: float
+    message: str
+
+
+class EventView(BaseModel):
+    at: datetime
+    kind: str
+    message: str
+
+
+class JobDetail(JobSummary):
+    retriesUsed: int
+    gracePeriodSeconds: float
+    spec: dict[str, Any]
+    attempts: list[AttemptView]
+    events: list[EventView]
+    warnings: list[str] = []
+
+
+class JobPage(BaseModel):
+    items: list[JobSummary]
+    next: int | None  # pass as ``before`` to get the next page; None on the last page
+
+
+class GpuView(BaseModel):
+    index: int
+    model: str
+    memoryMB: int
+    simulated: bool
+    used: float  # fraction of the device allocated, 0..1
+    jobs: list[int]
+
+
+class NodeView(BaseModel):
+    name: str
+    backend: str
+    address: str
+    schedulable: bool
+    cpu: float
+    cpuUsed: float
+    memoryMB: int
+    memoryUsedMB: int
+    gpus: list[GpuView]
+    simulated: bool
+
+
+class UserView(BaseModel):
+    name: str
+    admin: bool
+    createdAt: datetime
+
+
+def _pending(row: JobRow) -> PendingView | None:
+    if row.state != "WAITING" or not row.pending_reason:
+        return None
+    return PendingView(
+        reason=row.pending_reason, message=row.pending_message or "", position=row.pending_position
+    )
+
+
+def total_gpus(spec: dict[str, Any]) -> float:
+    milli = 0
+    for role in spec.get("taskRoles", {}).values():
+        gpu = (role.get("resourcePerInstance") or {}).get("gpu") or 0
+        milli += round(float(gpu) * 1000) * int(role.get("instances", 1))
+    return from_milli(milli)
+
+
+def job_summary(row: JobRow) -> JobSummary:
+    return JobSummary(
+        id=row.id,
+        name=row.name,
+        user=row.user.name,
+        vc=row.vc,
+        priority=row.priority,
+        state=row.state,
+        attempt=row.attempt,
+        submittedAt=row.submitted_at,
+        startedAt=row.started_at,
+        finishedAt=row.finished_at,
+        exitCode=row.exit_code,
+        pending=_pending(row),
+        gpus=total_gpus(row.spec),
+        message=row.state_message,
+    )
+
+
+def task_view(row: TaskRow) -> TaskView:
+    return TaskView(
+        role=row.role,
+        index=row.index,
+        state=row.state,
+        node=row.node,
+        gpus=[g[0] for g in row.gpus],
+        gpu=from_milli(sum(g[1] for g in row.gpus)),
+        cpu=from_milli(row.cpu_milli),
+        memoryMB=row.memory_mb,
+        ports=row.ports,
+        run=row.run,
+        exitCode=row.exit_code,
+        message=row.message,
+        startedAt=row.started_at,
+        finishedAt=row.finished_at,
+    )
+
+
+def attempt_view(row: AttemptRow) -> AttemptView:
+    return AttemptView(
+        number=row.number,
+        state=row.state,
+        startedAt=row.started_at,
+        finishedAt=row.finished_at,
+        exitCode=row.exit_code,
+        reason=row.reason,
+        tasks=[task_view(t) for t in row.tasks],
+    )
+
+
+def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str]) -> JobDetail:
+    summary = job_summary(row)
+    return JobDetail(
+        **summary.model_dump(),
+        retriesUsed=row.retries_used,
+        gracePeriodSeconds=row.grace_seconds,
+        spec=masked_spec(validate_job(row.spec)),
+        attempts=[attempt_view(a) for a in row.attempts],
+        events=[EventView(at=e.at, kind=e.kind, message=e.message) for e in events],
+        warnings=warnings,
+    )
+
+
+def node_view(row: NodeRow, tasks: list[TaskRow]) -> NodeView:
+    on_node = [t for t in tasks if t.node == row.name]
+    gpus = []
+    for gpu in row.gpus:
+        holders = [(t.job_id, share[1]) for t in on_node for share in t.gpus if share[0] == gpu["index"]]
+        gpus.append(
+            GpuView(
+                index=gpu["index"],
+                model=gpu["model"],
+                memoryMB=gpu["memory_mb"],
+                simulated=gpu.get("simulated", False),
+                used=sum(m for _, m in holders) / 1000,
+                jobs=sorted({j for j, _ in holders}),
+            )
+        )
+    return NodeView(
+        name=row.name,
+        backend=row.backend,
+        address=row.address,
+        schedulable=row.schedulable,
+        cpu=from_milli(row.cpu_milli),
+        cpuUsed=from_milli(sum(t.cpu_milli for t in on_node)),
+        memoryMB=row.memory_mb,
+        memoryUsedMB=sum(t.memory_mb for t in on_node),
+        gpus=gpus,
+        simulated=any(g.get("simulated", False) for g in row.gpus),
+    )
+
+
+def user_view(row: UserRow) -> UserView:
+    return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at)

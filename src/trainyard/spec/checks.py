@@ -1,0 +1,177 @@
+"""Checks that span several fields of a job file, each reported at its exact field path.
+
+Field-by-field checks (types, ranges) live on the models; what is here needs the whole
+job: role names, completion counts against instances, references to prerequisites and
+deployments, and placeholders against the declared parameters and secrets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from trainyard.spec.errors import FieldError, join_path, show
+from trainyard.spec.placeholders import TemplateError, find_references, resolve
+
+if TYPE_CHECKING:
+    from trainyard.spec.models import Deployment, JobSpec, TaskRole
+
+# Role names and port labels end up in environment variable names
+# (OpenPAI: PAI_TASK_ROLE_<role>_HOST_LIST, PAI_PORT_LIST_<role>_0_<label>).
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ROLE_NAME_MAX = 64
+PREREQUISITE_TYPES = ("dockerimage", "data", "script", "output")
+# The task-role field that selects each kind of prerequisite.
+_SELECTORS = {"dockerImage": "dockerimage", "data": "data", "script": "script", "output": "output"}
+
+
+def semantic_errors(spec: JobSpec) -> list[FieldError]:
+    """Every cross-field problem in ``spec``, in file order."""
+    errors: list[FieldError] = []
+    errors += _prerequisite_errors(spec)
+    for name, role in spec.taskRoles.items():
+        errors += _role_errors(spec, name, role)
+    errors += _deployment_errors(spec)
+    errors += _placeholder_errors(spec)
+    return errors
+
+
+def _prerequisite_errors(spec: JobSpec) -> Iterator[FieldError]:
+    seen: set[tuple[str, str]] = set()
+    for index, item in enumerate(spec.prerequisites or ()):
+        path = f"prerequisites[{index}]"
+        name, kind = item.get("name"), item.get("type")
+        if not isinstance(name, str) or not name:
+            yield FieldError(f"{path}.name", f"must be a non-empty string (got {show(name)})")
+        if kind not in PREREQUISITE_TYPES:
+            allowed = ", ".join(PREREQUISITE_TYPES)
+            yield FieldError(f"{path}.type", f"must be one of {allowed} (got {show(kind)})")
+        if isinstance(name, str) and isinstance(kind, str):
+            if (kind, name) in seen:
+                yield FieldError(f"{path}.name", f"duplicate {kind} prerequisite {name!r}")
+            seen.add((kind, name))
+
+
+def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldError]:
+    path = f"taskRoles.{name}"
+    if not IDENTIFIER.match(name) or len(name) > ROLE_NAME_MAX:
+        yield FieldError(
+            path,
+            "task role names must start with a letter or '_', contain only letters, digits "
+            f"and '_', and be at most {ROLE_NAME_MAX} characters (they become part of "
+            "environment variable names)",
+        )
+    for field in ("minFailedInstances", "minSucceededInstances"):
+        count = getattr(role.completion, field)
+        if count > role.instances:
+            yield FieldError(
+                f"{path}.completion.{field}",
+                f"must be -1, null, or between 1 and instances ({role.instances}) (got {count})",
+            )
+    for label in role.resourcePerInstance.ports:
+        if not IDENTIFIER.match(label):
+            yield FieldError(
+                f"{path}.resourcePerInstance.ports.{label}",
+                "port labels must start with a letter or '_' and contain only letters, "
+                "digits and '_'",
+            )
+    for key in role.env:
+        if not IDENTIFIER.match(key):
+            yield FieldError(
+                f"{path}.env.{key}",
+                "not a valid environment variable name (letters, digits and '_', "
+                "not starting with a digit)",
+            )
+    for field, kind in _SELECTORS.items():
+        selected = getattr(role, field)
+        if selected is not None and spec.prerequisite(kind, selected) is None:
+            yield FieldError(
+                f"{path}.{field}",
+                f"no {kind} prerequisite named {selected!r}; declare it under prerequisites "
+                f"(- name: {selected}, type: {kind}, uri: …)",
+            )
+
+
+def _deployment_errors(spec: JobSpec) -> Iterator[FieldError]:
+    names: set[str] = set()
+    for index, deployment in enumerate(spec.deployments or ()):
+        path = f"deployments[{index}]"
+        if deployment.name in names:
+            yield FieldError(f"{path}.name", f"duplicate deployment {deployment.name!r}")
+        names.add(deployment.name)
+        for role in deployment.taskRoles:
+            if role not in spec.taskRoles:
+                yield FieldError(
+                    f"{path}.taskRoles.{role}",
+                    f"no task role named {role!r} (task roles: {', '.join(spec.taskRoles)})",
+                )
+    chosen = spec.defaults.deployment
+    if chosen is not None and chosen not in names:
+        known = f" (deployments: {', '.join(sorted(names))})" if names else ""
+        yield FieldError("defaults.deployment", f"no deployment named {chosen!r}{known}")
+
+
+def selected_deployment(spec: JobSpec) -> Deployment | None:
+    """The deployment named by ``defaults.deployment``, if any."""
+    for deployment in spec.deployments or ():
+        if deployment.name == spec.defaults.deployment:
+            return deployment
+    return None
+
+
+def template_context(spec: JobSpec, role: str | None) -> dict[str, Any]:
+    """What placeholders in ``role``'s strings may refer to.
+
+    ``$parameters`` and ``$secrets`` are job-wide; ``$data``, ``$output`` and ``$script``
+    are the prerequisites that this role selects (absent when it selects none).
+    """
+    context: dict[str, Any] = {"parameters": spec.parameters, "secrets": spec.secrets}
+    if role is not None and role in spec.taskRoles:
+        task_role = spec.taskRoles[role]
+        for field in ("data", "output", "script"):
+            selected = getattr(task_role, field)
+            if selected is not None:
+                context[field] = spec.prerequisite(field, selected)
+    return context
+
+
+def templated_strings(spec: JobSpec) -> Iterator[tuple[str, str, str | None]]:
+    """Every string that may hold placeholders, as (path, text, role it renders for)."""
+    for index, item in enumerate(spec.prerequisites or ()):
+        auth = item.get("auth")
+        if isinstance(auth, Mapping):
+            for key, value in auth.items():
+                if isinstance(value, str):
+                    yield f"prerequisites[{index}].auth.{key}", value, None
+    for name, role in spec.taskRoles.items():
+        for index, command in enumerate(role.commands):
+            yield f"taskRoles.{name}.commands[{index}]", command, name
+        for key, value in role.env.items():
+            yield f"taskRoles.{name}.env.{key}", value, name
+    for index, deployment in enumerate(spec.deployments or ()):
+        for name, hooks in deployment.taskRoles.items():
+            for field in ("preCommands", "postCommands"):
+                for position, command in enumerate(getattr(hooks, field) or ()):
+                    path = join_path(f"deployments[{index}].taskRoles.{name}.{field}", f"[{position}]")
+                    yield path, command, name
+
+
+def _placeholder_errors(spec: JobSpec) -> Iterator[FieldError]:
+    for path, text, role in templated_strings(spec):
+        context = template_context(spec, role)
+        if role is None:  # docker registry credentials may use secrets only (as in OpenPAI)
+            context = {"secrets": spec.secrets}
+        try:
+            references = find_references(text)
+        except TemplateError as error:
+            yield FieldError(path, str(error))
+            continue
+        for reference in references:
+            if reference.root not in context and role is None:
+                yield FieldError(path, f"only $secrets may be used here (got {reference.tag!r})")
+                continue
+            try:
+                resolve(reference, context)
+            except TemplateError as error:
+                yield FieldError(path, str(error))

@@ -1,0 +1,157 @@
+"""Reading a job file (YAML or JSON text) into a validated `JobSpec`, or a `SpecError`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from trainyard.spec.errors import DOCUMENT, FieldError, SpecError, show
+from trainyard.spec.models import JobSpec
+from trainyard.spec.translate import spec_error_from
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class _JobFileLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice in one mapping is an error.
+
+    Plain PyYAML keeps the last value silently, which turns a pasted-twice task role
+    into a quietly different job.
+    """
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                continue  # keys merged in with `<<:` may legitimately be overridden
+            key = self.construct_object(key_node, deep=True)
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"duplicate key {key!r} (first given on line {first_line[key] + 1})",
+                    key_node.start_mark,
+                )
+            first_line[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_job(text: str | bytes, *, content_type: str | None = "yaml") -> JobSpec:
+    """Parse and validate a job file.
+
+    ``content_type`` is ``"yaml"`` (default; also used for ``None``), ``"json"``, or a
+    media type such as ``application/json`` or ``application/yaml``. Every problem —
+    unreadable text, bad syntax, invalid fields — is raised as a SpecError.
+    """
+    data = _load(_decode(text), _format(content_type))
+    if data is None:
+        raise SpecError.single(DOCUMENT, "the job file is empty; it needs at least name and taskRoles")
+    return validate_job(data)
+
+
+def validate_job(data: dict[str, Any]) -> JobSpec:
+    """Validate an already parsed job document; raises SpecError listing every problem."""
+    if not isinstance(data, dict):
+        raise SpecError.single(
+            DOCUMENT,
+            f"the job file must be a mapping of fields such as name and taskRoles (got {show(data)})",
+        )
+    if not data:
+        raise SpecError.single(DOCUMENT, "the job file is empty; it needs at least name and taskRoles")
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as error:
+        raise spec_error_from(error) from None
+
+
+def container_fields(spec: JobSpec) -> list[str]:
+    """Paths of fields that only a container backend can honour.
+
+    They are kept in the stored spec; a process backend should warn about each, e.g.
+    ``taskRoles.train.dockerImage: kept, but not used by the local backend``.
+    """
+    paths = [
+        f"prerequisites[{index}]"
+        for index, item in enumerate(spec.prerequisites or ())
+        if item.get("type") == "dockerimage"
+    ]
+    for name, role in spec.taskRoles.items():
+        if role.dockerImage is not None:
+            paths.append(f"taskRoles.{name}.dockerImage")
+        if role.extraContainerOptions:
+            paths.append(f"taskRoles.{name}.extraContainerOptions")
+    return paths
+
+
+def _format(content_type: str | None) -> str:
+    if content_type is None:
+        return "yaml"
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media == "json" or media.endswith("/json") or media.endswith("+json"):
+        return "json"
+    if media in ("", "yaml", "yml", "text/plain") or media.endswith(("/yaml", "/x-yaml", "+yaml")):
+        return "yaml"
+    raise SpecError.single(
+        DOCUMENT, f"unsupported content type {content_type!r}; send the job file as YAML or JSON"
+    )
+
+
+def _decode(text: str | bytes) -> str:
+    if isinstance(text, str):
+        return text
+    try:
+        return text.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise SpecError.single(
+            DOCUMENT, f"the job file is not UTF-8 text (bad byte at offset {error.start})"
+        ) from None
+
+
+def _load(text: str, fmt: str) -> Any:
+    if not text.strip():
+        return None
+    if fmt == "json":
+        return _load_json(text)
+    try:
+        return yaml.load(text, Loader=_JobFileLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as error:
+        raise SpecError([_yaml_problem(error)]) from None
+    except yaml.YAMLError as error:
+        raise SpecError.single(DOCUMENT, f"not valid YAML: {error}") from None
+
+
+def _yaml_problem(error: yaml.MarkedYAMLError) -> FieldError:
+    mark = error.problem_mark or error.context_mark
+    problem = error.problem or error.context or "not valid YAML"
+    if error.context and error.problem:
+        problem = f"{problem} ({error.context})"
+    if mark is None:
+        return FieldError(DOCUMENT, problem)
+    return FieldError(f"<line {mark.line + 1}, column {mark.column + 1}>", problem)
+
+
+def _load_json(text: str) -> Any:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise _DuplicateKey(key)
+            result[key] = value
+        return result
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates)
+    except json.JSONDecodeError as error:
+        where = f"<line {error.lineno}, column {error.colno}>"
+        raise SpecError.single(where, error.msg) from None
+    except _DuplicateKey as error:
+        raise SpecError.single(DOCUMENT, f"duplicate key {error.key!r}") from None
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key

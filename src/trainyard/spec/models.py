@@ -1,0 +1,332 @@
+"""The job file's pydantic models: OpenPAI job protocol v2, relaxed and extended.
+
+Field names are the protocol's own (camelCase), so ``model_dump(mode="json")`` gives a
+protocol document back. Differences from OpenPAI v2 (rest-server `config/v2/protocol.js`):
+
+* relaxed: ``protocolVersion``, ``type``, ``dockerImage`` and ``resourcePerInstance`` may be
+  left out; resources default to 0 GPU, 1 CPU, 1024 MB;
+* extended: per-role ``env``; top-level ``priority``, ``stopGracePeriodSeconds``, ``tags``;
+  fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints;
+* stricter: a placeholder naming an unknown parameter or secret is an error, and
+  ``completion`` counts must fit the role's ``instances``.
+
+Completion follows OpenPAI/FrameworkController: ``minFailedInstances`` (default 1) failed
+instances of a role fail the whole job attempt; ``minSucceededInstances`` (default -1)
+succeeded instances of a role succeed it early and stop the rest. -1 (or null, which is
+stored as -1) disables that trigger; with no trigger fired, the attempt succeeds once every
+task has finished.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from trainyard.core.resources import to_milli
+from trainyard.spec.checks import semantic_errors
+from trainyard.spec.errors import show
+
+JOB_NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"  # OpenPAI rest-server's job name pattern
+JOB_NAME_MAX = 255  # openpai-protocol schemas/v2: name maxLength 255
+MAX_INSTANCES = 1000
+MAX_RETRIES = 100
+MAX_STOP_GRACE_SECONDS = 3600
+
+
+def invalid(message: str) -> PydanticCustomError:
+    """A validation error whose message is shown to the user exactly as written."""
+    return PydanticCustomError("spec", "{message}", {"message": message})
+
+
+class Priority(StrEnum):
+    """Scheduling priority of a job, highest first."""
+
+    PROD = "prod"
+    NORMAL = "normal"
+    LOW = "low"
+    OPPO = "oppo"  # opportunistic: runs on idle capacity and is preempted first
+
+    @property
+    def rank(self) -> int:
+        """0 for the highest priority (prod), 3 for the lowest (oppo)."""
+        return list(Priority).index(self)
+
+
+# --- value checks shared by several fields -------------------------------------------
+
+
+def _number(value: Any, *, whole: bool) -> int | float:
+    """Accept an int or float (never a bool or a string); whole floats become ints."""
+    kind = "whole number" if whole else "number"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise invalid(f"must be a {kind} (got {show(value)})")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise invalid(f"must be a finite {kind} (got {show(value)})")
+        if value.is_integer():
+            return int(value)
+        if whole:
+            raise invalid(f"must be a whole number (got {show(value)})")
+    return value
+
+
+def _whole(value: Any) -> int:
+    return int(_number(value, whole=True))
+
+
+def _between(low: int, high: int | None = None) -> AfterValidator:
+    def check(value: int) -> int:
+        if value < low:
+            raise invalid(f"must be ≥ {low} (got {show(value)})")
+        if high is not None and value > high:
+            raise invalid(f"must be ≤ {high} (got {show(value)})")
+        return value
+
+    return AfterValidator(check)
+
+
+def _is_milli_multiple(value: float) -> bool:
+    return abs(value * 1000 - round(value * 1000)) < 1e-6
+
+
+def _gpu(value: Any) -> int | float:
+    amount = _number(value, whole=False)
+    if amount < 0:
+        raise invalid(f"must be ≥ 0 (got {show(amount)})")
+    if isinstance(amount, float) and amount > 1:
+        raise invalid(
+            f"must be a whole number of GPUs, or a fraction below 1 to share one GPU "
+            f"(got {show(amount)})"
+        )
+    if isinstance(amount, float) and not _is_milli_multiple(amount):
+        raise invalid(f"a GPU fraction must be a multiple of 0.001 (got {show(amount)})")
+    return amount
+
+
+def _cpu(value: Any) -> int | float:
+    amount = _number(value, whole=False)
+    if amount <= 0:
+        raise invalid(f"must be > 0 (got {show(amount)})")
+    if isinstance(amount, float) and not _is_milli_multiple(amount):
+        raise invalid(f"must be a multiple of 0.001 (got {show(amount)})")
+    return amount
+
+
+def _completion_count(meaning: str) -> BeforeValidator:
+    def check(value: Any) -> int:
+        if value is None:
+            return -1
+        count = _whole(value)
+        if count == -1 or count >= 1:
+            return count
+        raise invalid(f"must be -1 or null ({meaning}), or ≥ 1 (got {show(count)})")
+
+    return BeforeValidator(check)
+
+
+def _none_to(factory: Any) -> BeforeValidator:
+    """Treat an empty YAML section (``env:`` with nothing under it) as its default."""
+    return BeforeValidator(lambda value: factory() if value is None else value)
+
+
+def _non_blank(value: str) -> str:
+    if not value.strip():
+        raise invalid("must not be empty")
+    return value
+
+
+def _at_least_one(noun: str) -> Any:
+    def check(value: Any) -> Any:
+        if not value:
+            raise invalid(f"must list at least one {noun}")
+        return value
+
+    return check
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    raise invalid(f"must be a string, number or boolean (got {show(value)})")
+
+
+def _gpu_models(value: Any) -> Any:
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, list) and not value:
+        raise invalid("must list at least one GPU model, or be left out")
+    return value
+
+
+def _protocol_version(value: Any) -> int:
+    if value is None or value == "2" or (type(value) in (int, float) and value == 2):
+        return 2
+    raise invalid(f"only protocol version 2 is supported (got {show(value)})")
+
+
+def _version(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    raise invalid(f"must be a string or a number (got {show(value)})")
+
+
+def _job_type(value: Any) -> str:
+    if value is None or value == "job":
+        return "job"
+    raise invalid(f"must be 'job' (got {show(value)})")
+
+
+def _job_name(value: str) -> str:
+    if not re.fullmatch(JOB_NAME_PATTERN, value):
+        raise invalid(
+            f"may contain only letters, digits, '_' and '-' (got {show(value)})"
+        )
+    if len(value) > JOB_NAME_MAX:
+        raise invalid(f"must be at most {JOB_NAME_MAX} characters (got {len(value)})")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole)]
+Command = Annotated[str, AfterValidator(_non_blank)]
+Text = Annotated[str, AfterValidator(_non_blank)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Completion(_Model):
+    """When a task role's finished instances end the whole job attempt (see module doc)."""
+
+    minFailedInstances: Annotated[int, _completion_count("never fail the job")] = 1
+    minSucceededInstances: Annotated[int, _completion_count("all instances must succeed")] = -1
+
+
+class ResourcePerInstance(_Model):
+    """What one instance of a task role needs."""
+
+    gpu: Annotated[int | float, BeforeValidator(_gpu)] = 0
+    cpu: Annotated[int | float, BeforeValidator(_cpu)] = 1
+    memoryMB: Annotated[WholeNumber, _between(1)] = 1024
+    ports: Annotated[dict[str, Annotated[WholeNumber, _between(0)]], _none_to(dict)] = Field(
+        default_factory=dict
+    )
+    gpuModel: Annotated[list[Text] | None, BeforeValidator(_gpu_models)] = None
+    gpuMemoryMB: Annotated[WholeNumber, _between(1)] | None = None
+
+    @property
+    def gpu_milli(self) -> int:
+        """GPUs per instance in thousandths (0.25 GPU → 250)."""
+        return to_milli(self.gpu)
+
+    @property
+    def cpu_milli(self) -> int:
+        """CPU cores per instance in thousandths (1.5 cores → 1500)."""
+        return to_milli(self.cpu)
+
+
+class TaskRole(_Model):
+    """One kind of task in a job, run as ``instances`` identical tasks."""
+
+    instances: Annotated[WholeNumber, _between(1, MAX_INSTANCES)] = 1
+    completion: Annotated[Completion, _none_to(Completion)] = Field(default_factory=Completion)
+    taskRetryCount: Annotated[WholeNumber, _between(0, MAX_RETRIES)] = 0
+    dockerImage: str | None = None
+    data: str | None = None
+    output: str | None = None
+    script: str | None = None
+    extraContainerOptions: dict[str, Any] | None = None
+    resourcePerInstance: Annotated[ResourcePerInstance, _none_to(ResourcePerInstance)] = Field(
+        default_factory=ResourcePerInstance
+    )
+    commands: Annotated[list[Command], AfterValidator(_at_least_one("command"))]
+    env: Annotated[
+        dict[str, Annotated[str, BeforeValidator(_env_value)]], _none_to(dict)
+    ] = Field(default_factory=dict)
+
+
+class DeploymentRole(_Model):
+    """Commands a deployment runs before and after one task role's own commands."""
+
+    preCommands: list[Command] | None = None
+    postCommands: list[Command] | None = None
+
+
+class Deployment(_Model):
+    """A named set of per-role pre/post commands, chosen with ``defaults.deployment``."""
+
+    protocolVersion: Annotated[int | None, BeforeValidator(_protocol_version)] = None
+    name: Text
+    version: Annotated[str | int | float | None, BeforeValidator(_version)] = None
+    contributor: str | None = None
+    description: str | None = None
+    taskRoles: Annotated[
+        dict[str, DeploymentRole], AfterValidator(_at_least_one("task role"))
+    ]
+
+
+class Defaults(_Model):
+    """Cluster-specific submission defaults."""
+
+    virtualCluster: Annotated[Text, _none_to(lambda: "default")] = "default"
+    deployment: str | None = None
+
+
+class JobSpec(_Model):
+    """A whole job file."""
+
+    protocolVersion: Annotated[int, BeforeValidator(_protocol_version)] = 2
+    name: Annotated[str, AfterValidator(_job_name)]
+    type: Annotated[str, BeforeValidator(_job_type)] = "job"
+    version: Annotated[str | int | float | None, BeforeValidator(_version)] = None
+    contributor: str | None = None
+    description: str | None = None
+    prerequisites: list[dict[str, Any]] | None = None
+    parameters: Annotated[dict[str, Any], _none_to(dict)] = Field(default_factory=dict)
+    secrets: Annotated[dict[str, Any], _none_to(dict)] = Field(default_factory=dict)
+    jobRetryCount: Annotated[WholeNumber, _between(0, MAX_RETRIES)] = 0
+    taskRoles: Annotated[dict[str, TaskRole], AfterValidator(_at_least_one("task role"))]
+    deployments: list[Deployment] | None = None
+    defaults: Annotated[Defaults, _none_to(Defaults)] = Field(default_factory=Defaults)
+    extras: Any = None
+    priority: Priority = Priority.NORMAL
+    stopGracePeriodSeconds: Annotated[WholeNumber, _between(0, MAX_STOP_GRACE_SECONDS)] = 30
+    tags: Annotated[list[Text], _none_to(list)] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_semantics(self) -> JobSpec:
+        errors = semantic_errors(self)
+        if errors:
+            summary = "; ".join(str(error) for error in errors)
+            raise PydanticCustomError(
+                "spec_semantic", "{summary}", {"summary": summary, "errors": errors}
+            )
+        return self
+
+    @property
+    def task_count(self) -> int:
+        """How many tasks one attempt of the job runs (instances over all roles)."""
+        return sum(role.instances for role in self.taskRoles.values())
+
+    @property
+    def role_names(self) -> list[str]:
+        """Task role names in the order the file declares them."""
+        return list(self.taskRoles)
+
+    def prerequisite(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The prerequisite of type ``kind`` (``dockerimage``, ``data``…) called ``name``."""
+        for item in self.prerequisites or ():
+            if item.get("type") == kind and item.get("name") == name:
+                return item
+        return None

@@ -1,0 +1,174 @@
+"""ORM rows: the tables of Trainyard's store. Names end in ``Row``; domain types live in core."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every database (SQLite drops the zone)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use UTC-aware datetimes")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class TokenRow(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(128), default="")
+    # SHA-256 of the token: tokens are 256-bit random strings, so a fast hash is safe here
+    # (unlike passwords, they cannot be guessed from a dictionary).
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    user: Mapped[UserRow] = relationship(lazy="joined")
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_state_id", "state", "id"),
+        Index("ix_jobs_user_id_id", "user_id", "id"),
+        Index("ix_jobs_vc_id", "vc", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    vc: Mapped[str] = mapped_column(String(64))
+    priority: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)  # normalised, secrets included
+    submitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)  # current attempt number
+    retries_used: Mapped[int] = mapped_column(Integer, default=0)
+    grace_seconds: Mapped[float] = mapped_column(default=30.0)
+    pending_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    pending_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    state_message: Mapped[str] = mapped_column(Text, default="")
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    stopped_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Optimistic concurrency: the API and the controller both move jobs; an UPDATE that
+    # lost a race fails with StaleDataError instead of silently overwriting.
+    version: Mapped[int] = mapped_column(Integer, default=1)
+
+    user: Mapped[UserRow] = relationship(lazy="joined")
+    attempts: Mapped[list[AttemptRow]] = relationship(
+        back_populates="job", order_by="AttemptRow.number", cascade="all, delete-orphan"
+    )
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class AttemptRow(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    job: Mapped[JobRow] = relationship(back_populates="attempts")
+    tasks: Mapped[list[TaskRow]] = relationship(
+        back_populates="attempt", order_by="(TaskRow.role, TaskRow.index)", cascade="all, delete-orphan"
+    )
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+    __table_args__ = (UniqueConstraint("attempt_id", "role", "index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(Integer, index=True)
+    role: Mapped[str] = mapped_column(String(64))
+    index: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str] = mapped_column(String(255))
+    gpus: Mapped[list[list[int]]] = mapped_column(JSON)  # [[device index, milli], ...]
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    ports: Mapped[dict[str, list[int]]] = mapped_column(JSON)
+    run: Mapped[int] = mapped_column(Integer, default=0)  # in-place retries so far
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    stop_sent: Mapped[bool] = mapped_column(Boolean, default=False)
+
+    attempt: Mapped[AttemptRow] = relationship(back_populates="tasks")
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(String(32))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    backend: Mapped[str] = mapped_column(String(32))
+    address: Mapped[str] = mapped_column(String(255))
+    cpu_milli: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    # [{"index", "model", "memory_mb", "uuid", "simulated"}, ...]
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
