@@ -26,8 +26,16 @@ def test_a_minimal_yaml_job_is_parsed() -> None:
 
 
 @pytest.mark.parametrize(
-    "content_type", [None, "yaml", "YAML", "application/yaml", "application/x-yaml",
-                     "text/yaml; charset=utf-8", "text/plain"]
+    "content_type",
+    [
+        None,
+        "yaml",
+        "YAML",
+        "application/yaml",
+        "application/x-yaml",
+        "text/yaml; charset=utf-8",
+        "text/plain",
+    ],
 )
 def test_yaml_is_read_under_every_usual_content_type(content_type: str | None) -> None:
     assert parse_job(MINIMAL, content_type=content_type).name == "hello"
@@ -91,7 +99,9 @@ def test_a_key_given_twice_in_yaml_is_rejected_with_both_lines() -> None:
 def test_a_key_given_twice_in_json_is_rejected() -> None:
     text = '{"name": "a", "name": "b", "taskRoles": {}}'
 
-    assert errors_of(text, content_type="json") == [FieldError("<document>", "duplicate key 'name'")]
+    assert errors_of(text, content_type="json") == [
+        FieldError("<document>", "duplicate key 'name'")
+    ]
 
 
 def test_yaml_merge_keys_may_be_overridden_without_counting_as_duplicates() -> None:

@@ -22,7 +22,9 @@ def assert_kept(original: Any, kept: Any, path: str = "") -> None:
         for index, (left, right) in enumerate(zip(original, kept, strict=True)):
             assert_kept(left, right, f"{path}[{index}]")
     else:
-        assert kept == original and type(kept) is type(original), f"{path}: {kept!r} != {original!r}"
+        assert kept == original and type(kept) is type(original), (
+            f"{path}: {kept!r} != {original!r}"
+        )
 
 
 def test_a_full_openpai_v2_job_file_is_accepted_as_is(openpai_text: str) -> None:
@@ -94,15 +96,15 @@ def test_the_deployment_named_in_defaults_wraps_the_role_commands(openpai_text: 
     assert worker_commands[0] == (
         "wget https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz -P data_cifar10"
     )
-    assert "https://MaggieQi:ghp_cGFzc3dvcmQtdG9rZW4@github.com/MaggieQi/benchmarks" in (
-        worker_commands[1]
+    assert (
+        "https://MaggieQi:ghp_cGFzc3dvcmQtdG9rZW4@github.com/MaggieQi/benchmarks"
+        in (worker_commands[1])
     )
     assert worker_commands[2] == "cd script_tensorflow_cnnbenchmarks/scripts/tf_cnn_benchmarks"
     assert "--model=resnet20 --batch_size=32" in worker_commands[3]
     assert "--optimizer=momentum --learning_rate=0.1" in worker_commands[3]
     assert ps_commands[-1] == (
-        "hdfs dfs -cp output_tensorflow_cifar10_model "
-        "hdfs://10.151.40.179:9000/core/cifar10_model"
+        "hdfs dfs -cp output_tensorflow_cifar10_model hdfs://10.151.40.179:9000/core/cifar10_model"
     )
 
 

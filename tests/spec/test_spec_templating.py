@@ -86,8 +86,11 @@ def job(**extra: Any) -> dict[str, Any]:
                     "wandb login <% $secrets.wandb %>",
                     "python train.py --lr <% $parameters.lr %> --opt <% $parameters.optim.name %>",
                 ],
-                "env": {"EPOCHS": "<% $parameters.epochs %>", "DB_PASSWORD": "<% $secrets.db.password %>",
-                        "PLAIN": 7},
+                "env": {
+                    "EPOCHS": "<% $parameters.epochs %>",
+                    "DB_PASSWORD": "<% $secrets.db.password %>",
+                    "PLAIN": 7,
+                },
             }
         },
     }
@@ -141,9 +144,11 @@ def test_masking_leaves_the_spec_itself_untouched() -> None:
 
 
 def test_secrets_nested_in_lists_are_masked_leaf_by_leaf() -> None:
-    masked = masked_spec(validate_job(job(secrets={"keys": ["k-one", {"inner": 12345}]})))
+    secrets = {**SECRETS, "keys": ["k-one", {"inner": 12345}]}
 
-    assert masked["secrets"] == {"keys": [MASK, {"inner": MASK}]}
+    masked = masked_spec(validate_job(job(secrets=secrets)))
+
+    assert masked["secrets"]["keys"] == [MASK, {"inner": MASK}]
 
 
 def test_the_normalized_spec_fills_in_defaults_and_includes_secrets() -> None:
@@ -153,10 +158,14 @@ def test_the_normalized_spec_fills_in_defaults_and_includes_secrets() -> None:
     assert normalized["protocolVersion"] == 2
     assert normalized["defaults"] == {"virtualCluster": "default"}
     assert normalized["taskRoles"]["train"]["resourcePerInstance"] == {
-        "gpu": 0, "cpu": 1, "memoryMB": 1024, "ports": {}
+        "gpu": 0,
+        "cpu": 1,
+        "memoryMB": 1024,
+        "ports": {},
     }
     assert normalized["taskRoles"]["train"]["completion"] == {
-        "minFailedInstances": 1, "minSucceededInstances": -1
+        "minFailedInstances": 1,
+        "minSucceededInstances": -1,
     }
     assert json.loads(json.dumps(normalized)) == normalized
 

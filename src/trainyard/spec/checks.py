@@ -153,25 +153,43 @@ def templated_strings(spec: JobSpec) -> Iterator[tuple[str, str, str | None]]:
         for name, hooks in deployment.taskRoles.items():
             for field in ("preCommands", "postCommands"):
                 for position, command in enumerate(getattr(hooks, field) or ()):
-                    path = join_path(f"deployments[{index}].taskRoles.{name}.{field}", f"[{position}]")
+                    path = join_path(
+                        f"deployments[{index}].taskRoles.{name}.{field}", f"[{position}]"
+                    )
                     yield path, command, name
 
 
 def _placeholder_errors(spec: JobSpec) -> Iterator[FieldError]:
     for path, text, role in templated_strings(spec):
-        context = template_context(spec, role)
         if role is None:  # docker registry credentials may use secrets only (as in OpenPAI)
-            context = {"secrets": spec.secrets}
+            context: dict[str, Any] = {"secrets": spec.secrets}
+        else:
+            context = template_context(spec, role)
         try:
             references = find_references(text)
         except TemplateError as error:
             yield FieldError(path, str(error))
             continue
         for reference in references:
-            if reference.root not in context and role is None:
+            if role is None and reference.root != "secrets":
                 yield FieldError(path, f"only $secrets may be used here (got {reference.tag!r})")
-                continue
-            try:
-                resolve(reference, context)
-            except TemplateError as error:
-                yield FieldError(path, str(error))
+            elif reference.root in _missing_selections(spec, role):
+                continue  # the selector field itself is already reported
+            else:
+                try:
+                    resolve(reference, context)
+                except TemplateError as error:
+                    yield FieldError(path, str(error))
+
+
+def _missing_selections(spec: JobSpec, role: str | None) -> set[str]:
+    """The prerequisite kinds ``role`` selects by a name that no prerequisite has."""
+    if role is None:
+        return set()
+    task_role = spec.taskRoles[role]
+    return {
+        field
+        for field in ("data", "output", "script")
+        if getattr(task_role, field) is not None
+        and spec.prerequisite(field, getattr(task_role, field)) is None
+    }

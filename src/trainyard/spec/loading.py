@@ -48,7 +48,9 @@ def parse_job(text: str | bytes, *, content_type: str | None = "yaml") -> JobSpe
     """
     data = _load(_decode(text), _format(content_type))
     if data is None:
-        raise SpecError.single(DOCUMENT, "the job file is empty; it needs at least name and taskRoles")
+        raise SpecError.single(
+            DOCUMENT, "the job file is empty; it needs at least name and taskRoles"
+        )
     return validate_job(data)
 
 
@@ -57,10 +59,13 @@ def validate_job(data: dict[str, Any]) -> JobSpec:
     if not isinstance(data, dict):
         raise SpecError.single(
             DOCUMENT,
-            f"the job file must be a mapping of fields such as name and taskRoles (got {show(data)})",
+            "the job file must be a mapping of fields such as name and taskRoles "
+            f"(got {show(data)})",
         )
     if not data:
-        raise SpecError.single(DOCUMENT, "the job file is empty; it needs at least name and taskRoles")
+        raise SpecError.single(
+            DOCUMENT, "the job file is empty; it needs at least name and taskRoles"
+        )
     try:
         return JobSpec.model_validate(data)
     except ValidationError as error:
@@ -116,7 +121,7 @@ def _load(text: str, fmt: str) -> Any:
     if fmt == "json":
         return _load_json(text)
     try:
-        return yaml.load(text, Loader=_JobFileLoader)  # noqa: S506 - a SafeLoader subclass
+        return yaml.load(text, Loader=_JobFileLoader)
     except yaml.MarkedYAMLError as error:
         raise SpecError([_yaml_problem(error)]) from None
     except yaml.YAMLError as error:

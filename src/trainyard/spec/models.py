@@ -188,10 +188,10 @@ def _job_type(value: Any) -> str:
 
 
 def _job_name(value: str) -> str:
+    if not value:
+        raise invalid("must not be empty")
     if not re.fullmatch(JOB_NAME_PATTERN, value):
-        raise invalid(
-            f"may contain only letters, digits, '_' and '-' (got {show(value)})"
-        )
+        raise invalid(f"may contain only letters, digits, '_' and '-' (got {show(value)})")
     if len(value) > JOB_NAME_MAX:
         raise invalid(f"must be at most {JOB_NAME_MAX} characters (got {len(value)})")
     return value
@@ -251,9 +251,9 @@ class TaskRole(_Model):
         default_factory=ResourcePerInstance
     )
     commands: Annotated[list[Command], AfterValidator(_at_least_one("command"))]
-    env: Annotated[
-        dict[str, Annotated[str, BeforeValidator(_env_value)]], _none_to(dict)
-    ] = Field(default_factory=dict)
+    env: Annotated[dict[str, Annotated[str, BeforeValidator(_env_value)]], _none_to(dict)] = Field(
+        default_factory=dict
+    )
 
 
 class DeploymentRole(_Model):
@@ -271,9 +271,7 @@ class Deployment(_Model):
     version: Annotated[str | int | float | None, BeforeValidator(_version)] = None
     contributor: str | None = None
     description: str | None = None
-    taskRoles: Annotated[
-        dict[str, DeploymentRole], AfterValidator(_at_least_one("task role"))
-    ]
+    taskRoles: Annotated[dict[str, DeploymentRole], AfterValidator(_at_least_one("task role"))]
 
 
 class Defaults(_Model):

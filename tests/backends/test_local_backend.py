@@ -1,0 +1,162 @@
+"""The local backend runs scripts literally, with the right env, once per key; logs, ports, inventory."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends.base import GpuInfo, TaskKey, TaskLaunch
+from trainyard.backends.local import taskfiles
+from trainyard.backends.local.backend import LocalBackend
+
+
+def test_a_task_runs_its_output_lands_in_the_log_and_exit_0_is_recorded(local):
+    key = local.launch("echo hello\necho oops >&2\necho bye")
+    status = local.wait_ended(key)
+    assert (status.exit_code, status.signal, status.lost) == (0, None, False)
+    # stdout and stderr share one append-only file, so their order is kept.
+    assert local.log(key) == "hello\noops\nbye\n"
+    exit_record = taskfiles.read_json(str(local.backend.task_dir(key) / taskfiles.EXIT))
+    assert exit_record["stopped"] is False
+    assert exit_record["started_at"] <= exit_record["finished_at"]
+
+
+def test_exit_code_3_is_recorded_as_3(local):
+    status = local.wait_ended(local.launch("exit 3"))
+    assert (status.exit_code, status.signal) == (3, None)
+
+
+def test_a_task_killed_by_a_signal_reports_128_plus_n(local):
+    status = local.wait_ended(local.launch("kill -SEGV $$"))
+    assert (status.exit_code, status.signal) == (139, 11)
+    assert "SIGSEGV" in status.message
+
+
+def test_env_and_gpu_pinning_reach_the_task(local, monkeypatch):
+    monkeypatch.setenv("TRAINYARD_TEST_SERVER_SECRET", "s3cret")
+    script = 'echo "$GREETING|$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER|${TRAINYARD_TEST_SERVER_SECRET-unset}|$PWD"'
+    key = local.launch(script, env={"GREETING": "hi there"}, gpus=(1, 3))
+    assert local.wait_ended(key).exit_code == 0
+    work = local.backend.task_dir(key) / taskfiles.WORK_DIR
+    assert local.log(key) == f"hi there|1,3|1,3|PCI_BUS_ID|unset|{work}\n"
+
+
+def test_a_task_without_gpus_sees_none(local):
+    key = local.launch('echo "[${CUDA_VISIBLE_DEVICES-unset}]" "$NVIDIA_VISIBLE_DEVICES"')
+    local.wait_ended(key)
+    assert local.log(key) == "[] none\n"
+
+
+def test_the_job_env_cannot_widen_its_gpu_allocation(local):
+    key = local.launch('echo "$CUDA_VISIBLE_DEVICES"', env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, gpus=(2,))
+    local.wait_ended(key)
+    assert local.log(key) == "2\n"
+
+
+def test_a_script_with_shell_metacharacters_is_run_literally(local, tmp_path):
+    marker = tmp_path / "must-not-exist"
+    script = (
+        f"echo '$(touch {marker})' \"it's\" `echo back` 100% %s %%\n"
+        "printf '%s\\n' \"line two\" 'a \"quoted\" word'\n"
+        "x='multi\nline'; echo \"$x\"\n"
+    )
+    key = local.launch(script)
+    assert local.wait_ended(key).exit_code == 0
+    assert local.log(key) == (
+        f"$(touch {marker}) it's back 100% %s %%\nline two\na \"quoted\" word\nmulti\nline\n"
+    )
+    assert not marker.exists()
+    assert (local.backend.task_dir(key) / taskfiles.SCRIPT).read_text() == script
+
+
+def test_launching_the_same_key_twice_starts_it_once(local, tmp_path):
+    counter = tmp_path / "counter"
+    script = f"echo run >> {counter}"
+    key = local.launch(script)
+    local.launch(script, key=key)
+    local.wait_ended(key)
+    # A new backend on the same state dir (a restarted server) does not start it again.
+    LocalBackend(local.state_dir).launch(TaskLaunch(key, local.node, script, {}))
+    local.launch(script, key=key)
+    assert local.wait_ended(key).exit_code == 0
+    assert counter.read_text() == "run\n"
+
+
+def test_observing_a_task_never_launched_reports_it_lost(local):
+    key = TaskKey(job_id=999, attempt=0, role="worker", index=0)
+    status = local.status(key)
+    assert status.lost and not status.running and status.exit_code is None
+
+
+@pytest.mark.parametrize("role", ["../escape", "a/b", "", "1st", "a-b", "worker\n"])
+def test_roles_that_could_build_odd_paths_are_refused(local, role):
+    key = TaskKey(job_id=1, attempt=0, role=role, index=0)
+    with pytest.raises(ValueError, match="role"):
+        local.backend.launch(TaskLaunch(key, local.node, "true", {}))
+    with pytest.raises(ValueError, match="role"):
+        local.backend.task_dir(key)
+
+
+def test_negative_key_numbers_are_refused(local):
+    with pytest.raises(ValueError, match="attempt"):
+        local.backend.task_dir(TaskKey(job_id=1, attempt=-1, role="w", index=0))
+
+
+def test_launch_refuses_another_node_unknown_gpus_and_bad_env(local):
+    key = TaskKey(job_id=1, attempt=0, role="w", index=0)
+    with pytest.raises(ValueError, match="one node"):
+        local.backend.launch(TaskLaunch(key, "elsewhere", "true", {}))
+    with pytest.raises(ValueError, match=r"GPU indices \[7\]"):
+        local.backend.launch(TaskLaunch(key, local.node, "true", {}, gpus=(7,)))
+    with pytest.raises(ValueError, match="NUL"):
+        local.backend.launch(TaskLaunch(key, local.node, "true", {"A": "x\0y"}))
+    with pytest.raises(ValueError, match="name"):
+        local.backend.launch(TaskLaunch(key, local.node, "true", {"A=B": "x"}))
+    assert local.status(key).lost  # nothing was written
+
+
+def test_read_log_with_offsets_negative_offsets_and_limits(local):
+    key = local.launch("printf 0123456789")
+    local.wait_ended(key)
+    read = local.backend.read_log
+    assert (read(key).data, read(key).offset, read(key).size) == (b"0123456789", 0, 10)
+    assert (read(key, 3, 4).data, read(key, 3, 4).offset) == (b"3456", 3)
+    assert (read(key, -4).data, read(key, -4).offset) == (b"6789", 6)
+    assert (read(key, -4, 2).data, read(key, -4, 2).offset) == (b"67", 6)
+    assert (read(key, -100).data, read(key, -100).offset) == (b"0123456789", 0)
+    assert (read(key, 50).data, read(key, 50).offset, read(key, 50).size) == (b"", 10, 10)
+    assert read(key, 0, 0).data == b""
+
+
+def test_read_log_of_a_task_without_output_is_empty(local):
+    chunk = local.backend.read_log(TaskKey(job_id=5, attempt=0, role="w", index=0), -10)
+    assert (chunk.data, chunk.offset, chunk.size) == (b"", 0, 0)
+
+
+def test_allocated_ports_are_distinct_and_free(local):
+    ports = local.backend.allocate_ports(local.node, 5)
+    assert len(set(ports)) == 5
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", port))
+    assert local.backend.allocate_ports(local.node, 0) == []
+    with pytest.raises(ValueError):
+        local.backend.allocate_ports("elsewhere", 1)
+
+
+def test_inventory_reports_one_node_with_simulated_gpus_marked(tmp_path: Path):
+    backend = LocalBackend(tmp_path, simulated_gpus=2, cpu_milli=8000, memory_mb=4096)
+    [node] = backend.inventory()
+    assert (node.name, node.address) == (socket.gethostname(), "127.0.0.1")
+    assert (node.cpu_milli, node.memory_mb) == (8000, 4096)
+    assert [(g.index, g.model, g.simulated) for g in node.gpus] == [(0, "simulated", True), (1, "simulated", True)]
+    assert backend.name == "local"
+
+
+def test_inventory_measures_the_host_and_takes_explicit_gpus(tmp_path: Path):
+    gpus = [GpuInfo(index=0, model="A100", memory_mb=40960, uuid="GPU-x")]
+    [node] = LocalBackend(tmp_path, gpus=gpus, simulated_gpus=3).inventory()
+    assert node.gpus == tuple(gpus)
+    assert node.cpu_milli >= 1000 and node.memory_mb > 0

@@ -1,0 +1,53 @@
+"""Shared fixtures: a real database on SQLite and, when reachable, on PostgreSQL.
+
+PostgreSQL runs when ``TRAINYARD_TEST_DATABASE_URL`` names one (``.ci/run`` starts it).
+With ``TRAINYARD_REQUIRE_POSTGRES=1`` (set in CI) a missing or unreachable PostgreSQL
+fails the run instead of being skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+
+PG_URL = os.environ.get("TRAINYARD_TEST_DATABASE_URL")
+REQUIRE_PG = os.environ.get("TRAINYARD_REQUIRE_POSTGRES") == "1"
+
+
+def _sqlalchemy_url(url: str) -> str:
+    return "postgresql+psycopg://" + url.split("://", 1)[1] if url.startswith("postgresql://") else url
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if REQUIRE_PG and not PG_URL:
+        raise pytest.UsageError("TRAINYARD_REQUIRE_POSTGRES=1 but TRAINYARD_TEST_DATABASE_URL is not set")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+    """A fresh, empty database: a SQLite file, or a private schema in PostgreSQL."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'trainyard.db'}"
+        return
+    if not PG_URL:
+        pytest.skip("PostgreSQL not configured (set TRAINYARD_TEST_DATABASE_URL)")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(_sqlalchemy_url(PG_URL))
+    try:
+        with admin.begin() as conn:
+            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    except Exception as exc:  # noqa: BLE001
+        if REQUIRE_PG:
+            raise
+        pytest.skip(f"PostgreSQL unreachable: {exc}")
+    sep = "&" if "?" in PG_URL else "?"
+    try:
+        yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()

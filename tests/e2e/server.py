@@ -1,0 +1,104 @@
+"""A real ``yard up`` process for end-to-end tests: free port, temporary home."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from trainyard.client.client import Client
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class Server:
+    home: Path
+    port: int
+    database_url: str | None
+    gpus: int
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
+        env["TRAINYARD_HOME"] = str(self.home)
+        if self.database_url:
+            env["TRAINYARD_DATABASE_URL"] = self.database_url
+        return env
+
+    def start(self) -> None:
+        log = open(self.home / "server.log", "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(self.port),
+             "--local-gpus", str(self.gpus), "--local-cpus", "8", "--local-memory-mb", "16384"],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        def healthy() -> bool:
+            assert self.process.poll() is None, "yard up exited:\n" + self.log()
+            try:
+                return httpx.get(self.url + "/api/v1/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+        wait_until(healthy, timeout=30, what="the server to answer /healthz")
+
+    def kill9(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def log(self) -> str:
+        return (self.home / "server.log").read_text(errors="replace")
+
+    def admin(self) -> Client:
+        import json
+
+        data = json.loads((self.home / "client.json").read_text())
+        return Client(data["url"], data["token"])
+
+    def yard(self, *args: str, input: str | None = None, token: str | None = None) -> subprocess.CompletedProcess:
+        env = self.env
+        if token is not None:
+            env["TRAINYARD_TOKEN"] = token
+        return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], env=env,
+                              capture_output=True, text=True, input=input, timeout=60)
+
+    def kill_tasks(self) -> None:
+        """End every task process this server's home started (they outlive the server)."""
+        subprocess.run(["pkill", "-KILL", "-f", str(self.home)], check=False)

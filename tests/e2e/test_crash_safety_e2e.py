@@ -1,0 +1,59 @@
+"""``kill -9`` the server while jobs run; the restarted server re-adopts them, loses nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from e2e.server import Server, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+def _job(name: str, exit_code: int, gates) -> str:
+    # The task records each start, then waits for its release file and exits.
+    return f"""
+name: {name}
+taskRoles:
+  main:
+    resourcePerInstance: {{gpu: 1}}
+    commands:
+      - echo start >> {gates}/starts-{name}
+      - echo running
+      - while [ ! -e {gates}/release-{name} ]; do sleep 0.05; done
+      - exit {exit_code}
+"""
+
+
+def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_while_down(
+    server: Server, tmp_path
+) -> None:
+    gates = tmp_path
+    client = server.admin()
+    ended_while_down = client.submit(_job("down", 7, gates))["id"]
+    still_running = client.submit(_job("alive", 0, gates))["id"]
+    for job_id in (ended_while_down, still_running):
+        wait_until(lambda: client.logs(job_id) == b"running\n", what=f"job {job_id} to run")
+    queued = client.submit(_job("queued", 0, gates).replace("gpu: 1", "gpu: 3"))["id"]
+    assert client.job(queued)["state"] == "WAITING"
+
+    server.kill9()
+    (gates / "release-down").touch()
+    # The task ends while no server is there to see it.
+    exit_file = server.home / "local" / "tasks" / str(ended_while_down) / "0" / "main-0-0" / "exit.json"
+    wait_until(exit_file.exists, what="the released task's supervisor to record its exit")
+
+    server.start()
+    client = server.admin()
+    down = client.wait(ended_while_down, timeout=30)
+    assert (down["state"], down["exitCode"]) == ("FAILED", 7)
+    assert client.job(still_running)["state"] == "RUNNING"
+
+    (gates / "release-alive").touch()
+    assert client.wait(still_running, timeout=30)["state"] == "SUCCEEDED"
+    (gates / "release-queued").touch()
+    assert client.wait(queued, timeout=30)["state"] == "SUCCEEDED"
+
+    for name in ("down", "alive", "queued"):
+        assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"
+    assert [len(client.job(j)["attempts"]) for j in (ended_while_down, still_running, queued)] == [1, 1, 1]
+
