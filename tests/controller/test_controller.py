@@ -1,0 +1,145 @@
+"""The controller against a real store and the real local backend, driven cycle by cycle."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+from sqlalchemy import select
+
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.controller.loop import Controller
+from trainyard.core.clock import SystemClock
+from trainyard.services import auth
+from trainyard.services import jobs as job_service
+from trainyard.spec.loading import parse_job
+from trainyard.store.db import Database
+from trainyard.store.rows import JobRow, TaskRow
+
+
+@pytest.fixture
+def world(tmp_path):
+    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    db.migrate()
+    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384)
+    clock = SystemClock()
+    controller = Controller(db, backend, clock)
+    with db.session() as s:
+        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
+    controller.run_once()  # inventory
+    yield db, backend, controller, user
+    subprocess.run(["pkill", "-KILL", "-f", str(tmp_path)], check=False)
+    db.dispose()
+
+
+def submit(db, user, text: str) -> int:
+    with db.session() as s:
+        return job_service.submit_job(s, user, parse_job(text), clock=SystemClock()).id
+
+
+def drive(controller: Controller, db: Database, job_id: int, states=("SUCCEEDED", "FAILED", "STOPPED"), timeout=20.0):
+    """Run controller cycles until the job reaches one of ``states``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        controller.wake()
+        controller.run_once()
+        with db.session() as s:
+            job = s.get(JobRow, job_id)
+            if job.state in states:
+                return job
+        time.sleep(0.02)
+    raise AssertionError(f"job {job_id} did not reach {states}")
+
+
+def tasks_of(db, job_id: int) -> list[TaskRow]:
+    with db.session() as s:
+        return list(s.scalars(select(TaskRow).where(TaskRow.job_id == job_id).order_by(TaskRow.role, TaskRow.index)))
+
+
+def test_a_failed_task_is_rerun_in_place_up_to_task_retry_count(world, tmp_path) -> None:
+    db, _, controller, user = world
+    marker = tmp_path / "runs"
+    job_id = submit(db, user, f"""
+name: rerun
+taskRoles:
+  m:
+    taskRetryCount: 2
+    commands:
+      - echo run >> {marker}
+      - test "$TRAINYARD_TASK_RUN" -ge 2
+""")
+    job = drive(controller, db, job_id)
+    assert job.state == "SUCCEEDED" and job.attempt == 0
+    assert marker.read_text() == "run\nrun\nrun\n"
+    assert tasks_of(db, job_id)[0].run == 2
+
+
+def test_min_succeeded_ends_the_job_and_stops_the_remaining_tasks(world) -> None:
+    db, _, controller, user = world
+    job_id = submit(db, user, """
+name: early
+taskRoles:
+  chief:
+    completion: {minSucceededInstances: 1}
+    commands: ['true']
+  server:
+    commands: ['sleep 300']
+""")
+    job = drive(controller, db, job_id)
+    assert job.state == "SUCCEEDED"
+    states = {(t.role, t.state) for t in tasks_of(db, job_id)}
+    assert states == {("chief", "SUCCEEDED"), ("server", "STOPPED")}
+
+
+def test_failures_are_tolerated_when_min_failed_is_minus_one(world) -> None:
+    db, _, controller, user = world
+    job_id = submit(db, user, """
+name: tolerant
+taskRoles:
+  w:
+    instances: 2
+    completion: {minFailedInstances: -1}
+    commands: ['exit $RANK']
+""")
+    assert drive(controller, db, job_id).state == "SUCCEEDED"
+    assert [t.exit_code for t in tasks_of(db, job_id)] == [0, 1]
+
+
+def test_command_not_found_is_not_retried(world) -> None:
+    db, _, controller, user = world
+    job_id = submit(db, user, "name: typo\njobRetryCount: 3\ntaskRoles:\n  m:\n    commands: ['no-such-command-xyz']\n")
+    job = drive(controller, db, job_id)
+    assert (job.state, job.exit_code, job.retries_used) == ("FAILED", 127, 0)
+    assert "command not found" in job.state_message
+
+
+def test_a_new_controller_launches_placed_tasks_once(world, tmp_path) -> None:
+    """A crash between placement and launch: the next controller launches, exactly once."""
+    db, backend, controller, user = world
+    marker = tmp_path / "starts"
+    job_id = submit(db, user, f"name: once\ntaskRoles:\n  m:\n    commands: ['echo x >> {marker}']\n")
+    controller._schedule()  # placed, not launched: what a crash right after the commit leaves
+    assert tasks_of(db, job_id)[0].state == "WAITING"
+    again = Controller(db, LocalBackend(tmp_path / "local", gpus=simulated_gpus(4)), SystemClock())
+    again.run_once()
+    again.reconciler.run()
+    assert drive(again, db, job_id).state == "SUCCEEDED"
+    assert marker.read_text() == "x\n"
+
+
+def test_gpus_are_held_until_tasks_end_and_jobs_wait_with_a_reason(world) -> None:
+    db, _, controller, user = world
+    first = submit(db, user, "name: a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
+    second = submit(db, user, "name: b\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
+    drive(controller, db, first, states=("RUNNING",))
+    controller.wake()
+    controller.run_once()
+    with db.session() as s:
+        waiting = s.get(JobRow, second)
+        assert (waiting.state, waiting.pending_reason, waiting.pending_position) == ("WAITING", "NO_FIT", 1)
+    with db.session() as s:
+        job_service.request_stop(s, s.merge(user), first, clock=SystemClock())
+    assert drive(controller, db, first).state == "STOPPED"
+    assert drive(controller, db, second).state == "SUCCEEDED"

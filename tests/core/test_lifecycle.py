@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import pytest
+
+from trainyard.core.exitcodes import ExitKind, classify_exit
+from trainyard.core.lifecycle import (
+    AttemptOutcome,
+    RolePolicy,
+    evaluate_completion,
+    job_should_retry,
+    task_should_rerun,
+)
+from trainyard.core.states import (
+    IllegalTransition,
+    JobState,
+    TaskState,
+    check_job_transition,
+    check_task_transition,
+)
+
+S, F, R, X = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.RUNNING, TaskState.STOPPED
+
+
+def states(role: str, *values: TaskState) -> dict[tuple[str, int], TaskState]:
+    return {(role, i): v for i, v in enumerate(values)}
+
+
+def test_one_failed_task_fails_the_attempt_by_default() -> None:
+    result = evaluate_completion([RolePolicy("w", 3)], states("w", S, F, R))
+    assert result is not None and result.outcome == AttemptOutcome.FAILED
+
+
+def test_the_attempt_keeps_running_while_tasks_run_and_none_failed() -> None:
+    assert evaluate_completion([RolePolicy("w", 2)], states("w", S, R)) is None
+
+
+def test_all_tasks_succeeding_succeeds_the_attempt() -> None:
+    result = evaluate_completion([RolePolicy("w", 2)], states("w", S, S))
+    assert result is not None and result.outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_min_failed_minus_one_never_fails_and_the_attempt_succeeds_when_all_end() -> None:
+    roles = [RolePolicy("w", 2, min_failed=-1)]
+    assert evaluate_completion(roles, states("w", F, R)) is None
+    assert evaluate_completion(roles, states("w", F, F)).outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_min_succeeded_ends_the_attempt_early_as_a_success() -> None:
+    roles = [RolePolicy("ps", 1, min_failed=1), RolePolicy("worker", 3, min_succeeded=2)]
+    current = {("ps", 0): R, **states("worker", S, S, R)}
+    assert evaluate_completion(roles, current).outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_failure_is_checked_before_success() -> None:
+    roles = [RolePolicy("w", 2, min_failed=1, min_succeeded=1)]
+    assert evaluate_completion(roles, states("w", S, F)).outcome == AttemptOutcome.FAILED
+
+
+def test_tasks_are_rerun_in_place_up_to_task_retry_count_but_never_for_permanent_errors() -> None:
+    assert task_should_rerun(1, runs_so_far=1, task_retry_count=1)
+    assert not task_should_rerun(1, runs_so_far=2, task_retry_count=1)
+    assert not task_should_rerun(127, runs_so_far=1, task_retry_count=5)
+
+
+def test_jobs_retry_up_to_job_retry_count_but_not_for_command_not_found() -> None:
+    assert job_should_retry(1, retries_used=0, job_retry_count=1)
+    assert not job_should_retry(1, retries_used=1, job_retry_count=1)
+    assert not job_should_retry(127, retries_used=0, job_retry_count=3)
+    assert job_should_retry(None, retries_used=0, job_retry_count=1)
+
+
+@pytest.mark.parametrize(
+    ("code", "kind", "words"),
+    [
+        (0, ExitKind.SUCCEEDED, "exited with 0"),
+        (3, ExitKind.USER_ERROR, "exited with 3"),
+        (127, ExitKind.PERMANENT, "command not found"),
+        (137, ExitKind.KILLED, "SIGKILL"),
+        (143, ExitKind.KILLED, "SIGTERM"),
+        (None, ExitKind.LOST, "no exit status"),
+    ],
+)
+def test_exit_codes_are_classified_for_people(code, kind, words) -> None:
+    info = classify_exit(code)
+    assert info.kind == kind and words in info.description
+
+
+def test_the_state_machine_refuses_illegal_moves() -> None:
+    assert check_job_transition(JobState.WAITING, JobState.RUNNING) == JobState.RUNNING
+    with pytest.raises(IllegalTransition):
+        check_job_transition(JobState.SUCCEEDED, JobState.RUNNING)
+    with pytest.raises(IllegalTransition):
+        check_job_transition(JobState.STOPPING, JobState.SUCCEEDED)
+    with pytest.raises(IllegalTransition):
+        check_task_transition(TaskState.FAILED, TaskState.RUNNING)
+    assert all(not nxt for state, nxt in
+               __import__("trainyard.core.states", fromlist=["JOB_TRANSITIONS"]).JOB_TRANSITIONS.items()
+               if state.is_final)

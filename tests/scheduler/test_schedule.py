@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from trainyard.scheduler.schedule import never_fits, schedule
+from trainyard.scheduler.snapshot import GpuSlot, NodeState, PendingJob, PendingReason, Snapshot, TaskRequest
+
+
+def node(name: str, gpus: int = 4, used: dict[int, int] | None = None, cpu: int = 16000) -> NodeState:
+    used = used or {}
+    return NodeState(name, cpu, 65536, tuple(GpuSlot(i, "A100", 40960, used.get(i, 0)) for i in range(gpus)))
+
+
+def job(job_id: int, *gpu_milli: int, priority: int = 1, at: float | None = None) -> PendingJob:
+    tasks = tuple(TaskRequest("w", i, g, 1000, 1024) for i, g in enumerate(gpu_milli))
+    return PendingJob(job_id, priority, at if at is not None else float(job_id), tasks)
+
+
+def test_higher_priority_goes_first_then_submit_time() -> None:
+    decisions = schedule(Snapshot((node("a", 2),), (job(1, 2000), job(2, 2000, priority=0))))
+    assert [s.job_id for s in decisions.starts] == [2]
+    assert decisions.waits[0].job_id == 1 and decisions.waits[0].position == 1
+
+
+def test_a_gang_is_placed_whole_or_not_at_all() -> None:
+    decisions = schedule(Snapshot((node("a", 2), node("b", 1)), (job(1, 2000, 2000),)))
+    assert decisions.starts == ()
+    assert decisions.waits[0].reason == PendingReason.NO_FIT
+
+
+def test_a_gang_may_span_nodes() -> None:
+    decisions = schedule(Snapshot((node("a", 2), node("b", 2)), (job(1, 2000, 2000),)))
+    assert sorted(p.node for p in decisions.starts[0].placements) == ["a", "b"]
+
+
+def test_a_small_job_is_not_blocked_by_a_big_one_ahead() -> None:
+    decisions = schedule(Snapshot((node("a", 4, used={0: 1000, 1: 1000}),), (job(1, 4000), job(2, 1000))))
+    assert [s.job_id for s in decisions.starts] == [2]
+    assert "needs 4 GPU in total, 2 free" in decisions.waits[0].message
+
+
+def test_fractions_share_one_device_and_pack_onto_the_fullest_one() -> None:
+    decisions = schedule(Snapshot((node("a", 2, used={1: 500}),), (job(1, 250), job(2, 250))))
+    devices = [p.gpus[0].index for s in decisions.starts for p in s.placements]
+    assert devices == [1, 1]
+
+
+def test_whole_gpus_take_only_unshared_devices() -> None:
+    decisions = schedule(Snapshot((node("a", 2, used={0: 100}),), (job(1, 2000),)))
+    assert decisions.starts == ()
+
+
+def test_best_fit_prefers_the_fuller_node() -> None:
+    decisions = schedule(Snapshot((node("a", 4), node("b", 4, used={0: 1000, 1: 1000})), (job(1, 1000),)))
+    assert decisions.starts[0].placements[0].node == "b"
+
+
+def test_jobs_that_can_never_fit_are_explained_with_numbers() -> None:
+    problems = never_fits([node("a", 4), node("b", 4)], list(job(1, 8000).tasks))
+    assert problems == ["taskRoles.w: each instance needs 8 GPU; the largest node has 4"]
+    problems = never_fits([node("a", 4)], list(job(1, 4000, 4000).tasks))
+    assert problems == ["the job needs 8 GPU in total; the cluster has 4"]
+    assert never_fits([node("a", 4)], list(job(1, 4000).tasks)) == []
+    assert "has none" in never_fits([node("a", 0)], list(job(1, 500).tasks))[0]

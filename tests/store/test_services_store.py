@@ -1,0 +1,141 @@
+"""Services on a real store: SQLite, and PostgreSQL when configured."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import select
+
+from trainyard.core.clock import FakeClock
+from trainyard.core.states import JobState
+from trainyard.services import auth
+from trainyard.services import jobs as job_service
+from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
+from trainyard.spec.loading import parse_job
+from trainyard.store.db import Database
+from trainyard.store.rows import JobEventRow, JobRow, NodeRow, TokenRow
+
+
+@pytest.fixture
+def db(database_url: str):
+    database = Database(database_url)
+    database.migrate()
+    yield database
+    database.dispose()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def add_node(db: Database, clock: FakeClock, gpus: int = 4) -> None:
+    with db.session() as s:
+        s.add(NodeRow(name="n1", backend="local", address="127.0.0.1", cpu_milli=8000, memory_mb=16384,
+                      gpus=[{"index": i, "model": "simulated", "memory_mb": 0} for i in range(gpus)],
+                      schedulable=True, updated_at=clock.now()))
+
+
+SPEC = "name: j\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 1}\n    commands: ['true']\n"
+
+
+def test_migrations_are_idempotent(db: Database) -> None:
+    db.migrate()
+
+
+def test_the_first_admin_is_bootstrapped_once_and_tokens_are_stored_hashed(db: Database, clock) -> None:
+    with db.session() as s:
+        token = auth.bootstrap_admin(s, clock=clock)
+    with db.session() as s:
+        assert auth.bootstrap_admin(s, clock=clock) is None
+        stored = s.scalars(select(TokenRow)).all()
+        assert len(stored) == 1 and token not in (stored[0].token_hash, stored[0].prefix + "x")
+        assert stored[0].token_hash == auth.hash_token(token)
+        assert auth.authenticate(s, token).name == "admin"
+        assert auth.authenticate(s, token + "x") is None
+
+
+def test_user_names_are_validated_and_unique(db: Database, clock) -> None:
+    with db.session() as s:
+        auth.create_user(s, "alice", is_admin=False, clock=clock)
+    with db.session() as s, pytest.raises(Conflict):
+        auth.create_user(s, "alice", is_admin=False, clock=clock)
+    with db.session() as s, pytest.raises(Invalid):
+        auth.create_user(s, "Alice; rm -rf /", is_admin=False, clock=clock)
+
+
+def test_only_admins_create_tokens_for_others(db: Database, clock) -> None:
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        bob = auth.create_user(s, "bob", is_admin=False, clock=clock)
+        assert auth.create_token(s, alice, by=alice, clock=clock).startswith("ty_")
+        with pytest.raises(Forbidden):
+            auth.create_token(s, bob, by=alice, clock=clock)
+
+
+def test_jobs_are_listed_newest_first_in_pages_and_filtered(db: Database, clock) -> None:
+    add_node(db, clock)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        admin = auth.create_user(s, "root", is_admin=True, clock=clock)
+        ids = [job_service.submit_job(s, alice, parse_job(SPEC), clock=clock).id for _ in range(5)]
+        other = job_service.submit_job(s, admin, parse_job(SPEC), clock=clock).id
+    with db.session() as s:
+        page, cursor = job_service.list_jobs(s, alice, limit=2)
+        assert [j.id for j in page] == ids[::-1][:2] and cursor == ids[3]
+        page, cursor = job_service.list_jobs(s, alice, limit=2, before=cursor)
+        assert [j.id for j in page] == [ids[2], ids[1]]
+        page, cursor = job_service.list_jobs(s, alice, limit=2, before=cursor)
+        assert [j.id for j in page] == [ids[0]] and cursor is None
+        assert [j.id for j in job_service.list_jobs(s, admin, user="root")[0]] == [other]
+        assert len(job_service.list_jobs(s, admin, state="waiting")[0]) == 6
+        assert job_service.list_jobs(s, admin, state="RUNNING")[0] == []
+        with pytest.raises(Invalid):
+            job_service.list_jobs(s, admin, state="BOGUS")
+
+
+def test_another_users_job_is_not_found_and_cannot_be_stopped(db: Database, clock) -> None:
+    add_node(db, clock)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        bob = auth.create_user(s, "bob", is_admin=False, clock=clock)
+        job_id = job_service.submit_job(s, alice, parse_job(SPEC), clock=clock).id
+    with db.session() as s:
+        with pytest.raises(NotFound):
+            job_service.get_job(s, bob, job_id)
+        with pytest.raises(NotFound):
+            job_service.request_stop(s, bob, job_id, clock=clock)
+    with db.session() as s:
+        assert job_service.request_stop(s, alice, job_id, clock=clock).state == JobState.STOPPED
+    with db.session() as s, pytest.raises(Conflict):
+        job_service.request_stop(s, alice, job_id, clock=clock)
+    with db.session() as s:
+        kinds = [e.kind for e in s.scalars(select(JobEventRow).order_by(JobEventRow.id))]
+        assert kinds == ["submitted", "stop-requested"]
+
+
+def test_a_job_that_can_never_fit_is_refused_and_nothing_is_stored(db: Database, clock) -> None:
+    add_node(db, clock, gpus=2)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+    with pytest.raises(Invalid) as caught, db.session() as s:
+        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 3")), clock=clock)
+    assert "the largest node has 2" in caught.value.message
+    with db.session() as s:
+        assert s.scalars(select(JobRow)).all() == []
+
+
+def test_a_concurrent_change_to_a_job_is_detected_not_overwritten(db: Database, clock) -> None:
+    from sqlalchemy.orm.exc import StaleDataError
+
+    add_node(db, clock)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        job_id = job_service.submit_job(s, alice, parse_job(SPEC), clock=clock).id
+    with pytest.raises(StaleDataError), db.session() as first:
+        stale = first.get(JobRow, job_id)
+        with db.session() as second:
+            job_service.request_stop(second, alice, job_id, clock=clock)
+        stale.pending_message = "written by a slower writer"
+        first.flush()
+    with db.session() as s:
+        assert s.get(JobRow, job_id).state == JobState.STOPPED
