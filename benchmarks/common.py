@@ -188,13 +188,18 @@ def yard_server(
     startup_deadline_s: float = 60.0,
     keep_home: bool = False,
     stop_jobs: bool = True,
+    command: Sequence[str] | None = None,
 ) -> Iterator[Server]:
-    """Run ``yard up`` until the ``with`` block ends; yields a :class:`Server`."""
+    """Run ``yard up`` until the ``with`` block ends; yields a :class:`Server`.
+
+    ``command`` replaces the ``yard`` executable (e.g. ``["py-spy", "record", ..., "--",
+    "yard"]`` or a patched launcher for experiments); ``up --port ...`` is appended to it.
+    """
     own_home = home is None
     home = Path(tempfile.mkdtemp(prefix="yard-bench-")) if home is None else Path(home)
     home.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    args = [*yard_command(), "up", "--port", str(port)]
+    args = [*(command or yard_command()), "up", "--port", str(port)]
     if local_gpus is not None:
         args += ["--local-gpus", str(local_gpus)]
     args += list(extra_args)

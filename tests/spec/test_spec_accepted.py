@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from trainyard.core.resources import to_milli
 from trainyard.spec.errors import FieldError, SpecError
 from trainyard.spec.loading import validate_job
 from trainyard.spec.models import JobSpec, Priority
@@ -35,7 +36,7 @@ def test_a_minimal_relaxed_job_gets_openpai_and_trainyard_defaults() -> None:
     assert (main.completion.minFailedInstances, main.completion.minSucceededInstances) == (1, -1)
     resources = main.resourcePerInstance
     assert (resources.gpu, resources.cpu, resources.memoryMB, resources.ports) == (0, 1, 1024, {})
-    assert (resources.gpu_milli, resources.cpu_milli) == (0, 1000)
+    assert (to_milli(resources.gpu), to_milli(resources.cpu)) == (0, 1000)
 
 
 def test_empty_sections_are_taken_as_their_defaults() -> None:
@@ -73,7 +74,7 @@ def test_a_fraction_of_a_gpu_is_accepted_and_counted_in_thousandths(gpu: float, 
     )
 
     assert spec.taskRoles["main"].resourcePerInstance.gpu == gpu
-    assert spec.taskRoles["main"].resourcePerInstance.gpu_milli == milli
+    assert to_milli(spec.taskRoles["main"].resourcePerInstance.gpu) == milli
 
 
 def test_whole_gpu_and_cpu_counts_written_as_floats_are_stored_as_integers() -> None:
@@ -89,7 +90,7 @@ def test_whole_gpu_and_cpu_counts_written_as_floats_are_stored_as_integers() -> 
     resources = spec.taskRoles["main"].resourcePerInstance
     assert resources.gpu == 2 and isinstance(resources.gpu, int)
     assert resources.cpu == 4 and isinstance(resources.cpu, int)
-    assert resources.gpu_milli == 2000
+    assert to_milli(resources.gpu) == 2000
 
 
 def test_fractional_cpus_are_accepted() -> None:
@@ -100,7 +101,7 @@ def test_fractional_cpus_are_accepted() -> None:
         }
     )
 
-    assert spec.taskRoles["main"].resourcePerInstance.cpu_milli == 500
+    assert to_milli(spec.taskRoles["main"].resourcePerInstance.cpu) == 500
 
 
 def test_a_single_gpu_model_is_turned_into_a_list() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trainyard.core.resources import to_milli
 from trainyard.scheduler.snapshot import TaskRequest
 from trainyard.spec.models import JobSpec
 
@@ -15,8 +16,8 @@ def task_requests(spec: JobSpec) -> tuple[TaskRequest, ...]:
                 TaskRequest(
                     role=role_name,
                     index=index,
-                    gpu_milli=res.gpu_milli,
-                    cpu_milli=res.cpu_milli,
+                    gpu_milli=to_milli(res.gpu),
+                    cpu_milli=to_milli(res.cpu),
                     memory_mb=res.memoryMB,
                     gpu_models=tuple(res.gpuModel or ()),
                     gpu_memory_mb=res.gpuMemoryMB or 0,

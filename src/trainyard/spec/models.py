@@ -27,7 +27,6 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from trainyard.core.resources import to_milli
 from trainyard.spec.checks import semantic_errors
 from trainyard.spec.errors import show
 
@@ -224,16 +223,6 @@ class ResourcePerInstance(_Model):
     )
     gpuModel: Annotated[list[Text] | None, BeforeValidator(_gpu_models)] = None
     gpuMemoryMB: Annotated[WholeNumber, _between(1)] | None = None
-
-    @property
-    def gpu_milli(self) -> int:
-        """GPUs per instance in thousandths (0.25 GPU → 250)."""
-        return to_milli(self.gpu)
-
-    @property
-    def cpu_milli(self) -> int:
-        """CPU cores per instance in thousandths (1.5 cores → 1500)."""
-        return to_milli(self.cpu)
 
 
 class TaskRole(_Model):

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from trainyard.backends.base import GpuInfo, LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus
 from trainyard.backends.local import gpus as local_gpus
@@ -38,7 +39,7 @@ _ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 STARTUP_TIMEOUT_SECONDS = 30.0
 VANISHED = "supervisor vanished without recording an exit status"
 # The directory that holds the ``trainyard`` package, for the supervisor's PYTHONPATH.
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+_PACKAGE_PARENT = str(Path(__file__).absolute().parents[3])
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class _Claim:
     note: str = ""
 
     @classmethod
-    def parse(cls, record: dict) -> _Claim:
-        def pid_and_start(entry: dict | None, pid_field: str) -> tuple[int, int] | None:
+    def parse(cls, record: dict[str, Any]) -> _Claim:
+        def pid_and_start(entry: dict[str, Any] | None, pid_field: str) -> tuple[int, int] | None:
             return None if entry is None else (int(entry[pid_field]), int(entry["start_time"]))
 
         try:
