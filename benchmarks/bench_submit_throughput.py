@@ -12,7 +12,8 @@ Variants (each on its own fresh server, so queues do not carry over):
 * ``async``:   one ``httpx.AsyncClient`` with C requests in flight (default 8 and 16), YAML;
 * ``async-json``: the better async concurrency again with JSON bodies instead of YAML.
 
-Prints jobs/s for each, the best, and its ratio to the 300 jobs/s target. Never asserts.
+Prints jobs/s for each (with the server's CPU time per job, read from /proc, and the
+load generator's own CPU per job), the best, and its ratio to the 300 jobs/s target. Never asserts.
 The load generator runs on the same (small) machine as the server, so it steals CPU from it;
 keep T and C small.
 
@@ -32,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from common import Server, ratio_line, tiny_job_json, tiny_job_yaml, yard_server  # noqa: E402
+from common import Server, process_cpu_seconds, ratio_line, tiny_job_json, tiny_job_yaml, yard_server  # noqa: E402
 
 TARGET_JOBS_PER_S = 300.0
 
@@ -108,10 +109,14 @@ def one_variant(label: str, m: int, fn, *args) -> float:
         # warm-up: a few submissions so first-request costs are not counted
         for i in range(5):
             server.client.submit(tiny_job_yaml(f"warm-{i}", gpu=1).encode())
+        cpu0, own0 = process_cpu_seconds(server.process.pid), time.process_time()
         elapsed, errors = fn(server, m, *args)
+        cpu = process_cpu_seconds(server.process.pid) - cpu0
+        own = time.process_time() - own0
     rate = (m - errors) / elapsed
-    print(f"  {label:<28} {m} jobs in {elapsed:6.2f} s = {rate:7.1f} jobs/s"
-          f"{f'  ({errors} errors)' if errors else ''}")
+    print(f"  {label:<20} {m} jobs in {elapsed:6.2f} s = {rate:6.1f} jobs/s; server CPU "
+          f"{cpu / m * 1000:.2f} ms/job ({cpu / elapsed * 100:.0f}% of a core), load generator "
+          f"{own / m * 1000:.2f} ms/job{f'  ({errors} errors)' if errors else ''}")
     return rate
 
 

@@ -235,6 +235,15 @@ def yard_server(
 # --- small statistics helpers shared by the benchmarks ------------------------------------
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User+system CPU seconds used so far by process ``pid`` (all its threads), from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile (p in 0..100) of a non-empty sequence."""
     ordered = sorted(values)

@@ -39,8 +39,15 @@ class LocalHarness:
         self._next_job += 1
         return TaskKey(job_id=self._next_job, attempt=0, role=role, index=0)
 
-    def launch(self, script: str, *, key: TaskKey | None = None, env: dict[str, str] | None = None,
-               gpus: tuple[int, ...] = (), grace: float = 30.0) -> TaskKey:
+    def launch(
+        self,
+        script: str,
+        *,
+        key: TaskKey | None = None,
+        env: dict[str, str] | None = None,
+        gpus: tuple[int, ...] = (),
+        grace: float = 30.0,
+    ) -> TaskKey:
         key = key or self.new_key()
         self.backend.launch(TaskLaunch(key, self.node, script, env or {}, gpus=gpus, grace_seconds=grace))
         return key

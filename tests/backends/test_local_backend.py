@@ -36,7 +36,10 @@ def test_a_task_killed_by_a_signal_reports_128_plus_n(local):
 
 def test_env_and_gpu_pinning_reach_the_task(local, monkeypatch):
     monkeypatch.setenv("TRAINYARD_TEST_SERVER_SECRET", "s3cret")
-    script = 'echo "$GREETING|$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER|${TRAINYARD_TEST_SERVER_SECRET-unset}|$PWD"'
+    script = (
+        'echo "$GREETING|$CUDA_VISIBLE_DEVICES|$NVIDIA_VISIBLE_DEVICES|$CUDA_DEVICE_ORDER'
+        '|${TRAINYARD_TEST_SERVER_SECRET-unset}|$PWD"'
+    )
     key = local.launch(script, env={"GREETING": "hi there"}, gpus=(1, 3))
     assert local.wait_ended(key).exit_code == 0
     work = local.backend.task_dir(key) / taskfiles.WORK_DIR
@@ -64,9 +67,7 @@ def test_a_script_with_shell_metacharacters_is_run_literally(local, tmp_path):
     )
     key = local.launch(script)
     assert local.wait_ended(key).exit_code == 0
-    assert local.log(key) == (
-        f"$(touch {marker}) it's back 100% %s %%\nline two\na \"quoted\" word\nmulti\nline\n"
-    )
+    assert local.log(key) == (f'$(touch {marker}) it\'s back 100% %s %%\nline two\na "quoted" word\nmulti\nline\n')
     assert not marker.exists()
     assert (local.backend.task_dir(key) / taskfiles.SCRIPT).read_text() == script
 

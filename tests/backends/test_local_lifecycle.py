@@ -160,7 +160,8 @@ def test_a_launch_whose_supervisor_never_came_is_abandoned_and_a_late_one_does_n
 
     status = LocalBackend(local.state_dir).observe([key])[key]
     assert not status.running and status.exit_code is None and "no supervisor started" in status.message
-    late = subprocess.run([sys.executable, "-m", supervisor.__name__, str(task_dir)], capture_output=True, text=True)
+    late_supervisor = [sys.executable, "-m", supervisor.__name__, str(task_dir)]
+    late = subprocess.run(late_supervisor, check=False, capture_output=True, text=True)
     assert late.returncode == 0 and "already claimed" in late.stderr
     assert not ran.exists()
     assert local.status(key).message == status.message

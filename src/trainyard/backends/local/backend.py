@@ -206,15 +206,14 @@ class LocalBackend:
 
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         try:
-            f = open(self.log_path(key), "rb")
-        except FileNotFoundError:
+            with open(self.log_path(key), "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                start = max(0, size + offset) if offset < 0 else min(offset, size)
+                f.seek(start)
+                # Read no further than the size reported, so data and size agree.
+                data = f.read(max(0, min(limit, size - start)))
+        except FileNotFoundError:  # launched, but the task has not written anything yet
             return LogChunk(data=b"", offset=0, size=0)
-        with f:
-            size = os.fstat(f.fileno()).st_size
-            start = max(0, size + offset) if offset < 0 else min(offset, size)
-            f.seek(start)
-            # Read no further than the size reported, so data and size agree.
-            data = f.read(max(0, min(limit, size - start)))
         return LogChunk(data=data, offset=start, size=size)
 
     # --- internals -----------------------------------------------------------------
@@ -276,7 +275,10 @@ class LocalBackend:
             returncode = popen.poll()
             if returncode is None:
                 return TaskStatus(key, running=True, message="supervisor starting")
-            reason = f"the supervisor exited with status {returncode} before starting the task; see {taskfiles.SUPERVISOR_LOG}"
+            reason = (
+                f"the supervisor exited with status {returncode} before starting the task;"
+                f" see {taskfiles.SUPERVISOR_LOG}"
+            )
         else:
             spec = task_dir / taskfiles.SPEC
             launched = (spec if spec.exists() else task_dir).stat().st_mtime

@@ -64,9 +64,7 @@ def gpu_environment(gpus: Sequence[int]) -> dict[str, str]:
     }
 
 
-def task_environment(
-    environ: Mapping[str, str], job_env: Mapping[str, str], gpus: Sequence[int]
-) -> dict[str, str]:
+def task_environment(environ: Mapping[str, str], job_env: Mapping[str, str], gpus: Sequence[int]) -> dict[str, str]:
     """The full environment of a task: inherited allowlist < the job's env < GPU pinning.
 
     GPU pinning comes last so that a job cannot widen its own GPU allocation.
