@@ -57,3 +57,18 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
         assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"
     assert [len(client.job(j)["attempts"]) for j in (ended_while_down, still_running, queued)] == [1, 1, 1]
 
+
+
+def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, tmp_path) -> None:
+    client = server.admin()
+    job_id = client.submit(_job("survivor", 0, tmp_path))["id"]
+    wait_until(lambda: client.logs(job_id) == b"running\n", what="the job to run")
+
+    server.stop()  # SIGINT, as Ctrl-C in the terminal sends
+    assert server.process.returncode == 0
+    server.start()
+    client = server.admin()
+    assert client.job(job_id)["state"] == "RUNNING"
+    (tmp_path / "release-survivor").touch()
+    assert client.wait(job_id, timeout=30)["state"] == "SUCCEEDED"
+    assert (tmp_path / "starts-survivor").read_text() == "start\n"
