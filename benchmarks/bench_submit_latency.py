@@ -5,10 +5,15 @@ tiny jobs one after another (``sleep 30``, cpu 0.01, memoryMB 16, no GPU). For e
 measures the wall time from just before ``POST /api/v1/jobs`` until ``GET /api/v1/jobs/{id}``
 first reports ``RUNNING`` (polled every ``--poll-ms``, default 5 ms), and separately the
 time the POST itself took, and (for information) the time until the supervisor has
-actually forked the task process (its ``pid.json`` under the task directory names it). Each job is stopped once it is RUNNING so they do not pile up.
+actually forked the task process (its ``pid.json`` under the task directory names it).
+Each job is stopped once it is RUNNING so they do not pile up.
 Prints p50/p90/max and the ratio of p50 to the 0.2 s target. Never asserts.
 
-Run:  python benchmarks/bench_submit_latency.py [-n 50] [--poll-ms 5] [--settle-ms 50]
+``--queue K`` first fills the queue with K 1-GPU jobs that stay WAITING behind a job holding
+the one GPU (a busy cluster): the CPU-only probe jobs still fit, but every controller cycle
+now also works through the K waiting jobs.
+
+Run:  python benchmarks/bench_submit_latency.py [-n 50] [--poll-ms 5] [--settle-ms 50] [--queue K]
 """
 
 from __future__ import annotations
@@ -40,13 +45,26 @@ def _wait_task_forked(home: Path, job_id: int, t0: float, timeout_s: float, poll
     return None
 
 
-def measure(n: int, poll_s: float, settle_s: float, timeout_s: float = 30.0) -> dict:
+def _fill_queue(server, k: int) -> None:
+    """A GPU-holding job, then ``k`` 1-GPU jobs that stay WAITING behind it (a busy queue)."""
+    from bench_submit_throughput import _hold_the_gpu, run_async
+
+    _hold_the_gpu(server)
+    t0 = time.perf_counter()
+    run_async(server, k, 8, "json")
+    print(f"  queued {k} WAITING 1-GPU jobs behind a GPU-holding job in {time.perf_counter() - t0:.1f} s")
+    time.sleep(1.0)  # let the controller settle on the new queue
+
+
+def measure(n: int, poll_s: float, settle_s: float, timeout_s: float = 30.0, queue: int = 0) -> dict:
     latencies: list[float] = []
     post_times: list[float] = []
     polls: list[int] = []
     forked: list[float] = []
     failures = 0
-    with yard_server(local_gpus=1) as server:
+    with yard_server(local_gpus=1, stop_jobs=queue == 0) as server:
+        if queue:
+            _fill_queue(server, queue)
         body = tiny_job_yaml("latency").encode()
         with httpx.Client(base_url=server.url + "/api/v1", headers=server.headers, timeout=30) as http:
             # one warm-up job: first-request costs (imports, pydantic schema build) are not steady state
@@ -111,9 +129,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--poll-ms", type=float, default=5.0, help="GET poll interval (default 5 ms)")
     parser.add_argument("--settle-ms", type=float, default=50.0,
                         help="pause after stopping each job, so stops do not overlap the next submit")
+    parser.add_argument("--queue", type=int, default=0, metavar="K",
+                        help="first queue K 1-GPU jobs that stay WAITING (a busy cluster); default 0")
     args = parser.parse_args(argv)
-    print(f"== submit→RUNNING latency: {args.jobs} sequential jobs, poll every {args.poll_ms:g} ms ==")
-    return report(measure(args.jobs, args.poll_ms / 1000, args.settle_ms / 1000))
+    print(f"== submit→RUNNING latency: {args.jobs} sequential jobs, poll every {args.poll_ms:g} ms"
+          f"{f', {args.queue} jobs WAITING in the queue' if args.queue else ''} ==")
+    return report(measure(args.jobs, args.poll_ms / 1000, args.settle_ms / 1000, queue=args.queue))
 
 
 if __name__ == "__main__":

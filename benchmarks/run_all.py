@@ -1,0 +1,90 @@
+"""Run every Trainyard benchmark and print a summary against the targets.
+
+Measures (see each file's docstring):
+
+* bench_submit_latency    submit→RUNNING p50 on the local backend     target < 0.2 s
+* bench_submit_throughput API submit throughput on SQLite             target ≥ 300 jobs/s
+* bench_list_jobs         one page via the CLI, 100k jobs in store    target < 0.5 s
+                          ``yard --help``                              target < 0.3 s
+
+Defaults are sized for a small (2-core) machine and take about a minute; ``--quick``
+shrinks everything (fewer jobs, a 10k-job store, fewer runs) to a ~20 s smoke run whose
+numbers are indicative only. Prints numbers and ratios; never asserts, always exits 0
+unless a benchmark crashes.
+
+Run:  python benchmarks/run_all.py [--quick] [--only latency,throughput,list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_list_jobs  # noqa: E402
+import bench_submit_latency  # noqa: E402
+import bench_submit_throughput  # noqa: E402
+
+FULL = {
+    "latency": ["-n", "50"],
+    "throughput": ["-m", "1000", "--threads", "4", "--concurrency", "8", "16"],
+    "list": ["--jobs", "100000", "--runs", "10"],
+}
+QUICK = {
+    "latency": ["-n", "10"],
+    "throughput": ["-m", "300", "--threads", "4", "--concurrency", "16", "--no-json"],
+    "list": ["--jobs", "10000", "--runs", "3"],
+}
+BENCHES = {
+    "latency": bench_submit_latency.main,
+    "throughput": bench_submit_throughput.main,
+    "list": bench_list_jobs.main,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run, not a measurement")
+    parser.add_argument("--only", default=",".join(BENCHES), help="comma-separated subset of " + ",".join(BENCHES))
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    results: dict[str, dict] = {}
+    crashed = []
+    for name in [n.strip() for n in args.only.split(",") if n.strip()]:
+        t0 = time.perf_counter()
+        try:
+            results[name] = BENCHES[name](sizes[name])
+        except Exception:  # noqa: BLE001 - report and go on with the others
+            traceback.print_exc()
+            crashed.append(name)
+        print(f"   ({name} took {time.perf_counter() - t0:.0f} s)\n")
+
+    print("== summary" + (" (--quick: indicative only)" if args.quick else "") + " ==")
+    rows = []
+    if "latency" in results:
+        r = results["latency"]
+        rows.append(("submit→RUNNING p50", f"{r['p50_s'] * 1000:.0f} ms", "< 200 ms",
+                     r["p50_s"] / 0.2, r["p50_s"] < 0.2))
+    if "throughput" in results:
+        r = results["throughput"]
+        rows.append(("submit throughput (best)", f"{r['best']:.0f} jobs/s", "≥ 300 jobs/s",
+                     r["best"] / 300, r["best"] >= 300))
+    if "list" in results:
+        r = results["list"]
+        rows.append(("one page via CLI (slowest)", f"{r['worst_list_p50_s'] * 1000:.0f} ms", "< 500 ms",
+                     r["worst_list_p50_s"] / 0.5, r["worst_list_p50_s"] < 0.5))
+        rows.append(("yard --help", f"{r['help_p50_s'] * 1000:.0f} ms", "< 300 ms", r["help_p50_s"] / 0.3,
+                     r["help_p50_s"] < 0.3))
+    for label, value, target, ratio, ok in rows:
+        print(f"  {label:<28} {value:>14}   target {target:<13} ratio {ratio:5.2f}x   {'MEETS' if ok else 'MISSES'}")
+    if crashed:
+        print(f"  crashed: {', '.join(crashed)}")
+    return 1 if crashed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
