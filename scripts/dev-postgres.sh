@@ -52,7 +52,7 @@ as_pg() {
     elif command -v runuser >/dev/null 2>&1; then
         (cd / && runuser -u postgres -- "$@")
     else
-        (cd / && su postgres -s /bin/sh -c "$(printf '%q ' "$@")")
+        (cd / && su postgres -s /bin/bash -c "$(printf '%q ' "$@")")
     fi
 }
 
@@ -146,10 +146,22 @@ init_cluster() {
         --auth-local=trust --auth-host=scram-sha-256 --no-sync >/dev/null
 }
 
+# Close every file descriptor above 2 in the current (sub)shell.
+close_extra_fds() {
+    local fd
+    for fd in $(ls /proc/$BASHPID/fd 2>/dev/null || echo 3 4 5 6 7 8 9); do
+        if [ "$fd" -gt 2 ] 2>/dev/null; then
+            eval "exec $fd>&-" 2>/dev/null || true
+        fi
+    done
+}
+
 start_server() {
     log "starting PostgreSQL on 127.0.0.1:$PORT (socket dir $SOCKDIR, log $LOGFILE)"
     local opts="-p $PORT -k $SOCKDIR -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    if ! as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$LOGFILE" -o "$opts" -w -t 60 start >/dev/null; then
+    # The server must not inherit our descriptors above 2: fd 3 (the caller's stdout pipe)
+    # would keep `$(dev-postgres.sh start)` waiting forever, fd 9 would hold the lock.
+    if ! (close_extra_fds; as_pg "$BINDIR/pg_ctl" -D "$DATA" -l "$LOGFILE" -o "$opts" -w -t 60 start >/dev/null); then
         log "pg_ctl start failed; last lines of $LOGFILE:"
         tail -n 30 "$LOGFILE" >&2 || true
         die "could not start PostgreSQL (is port $PORT taken? set TRAINYARD_PG_PORT)"

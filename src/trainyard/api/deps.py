@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 from fastapi import Depends, HTTPException, Request
+from fastapi.concurrency import run_in_threadpool
+
 from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
-from trainyard.services.auth import authenticate
+from trainyard.scheduler.snapshot import NodeState
+from trainyard.services import jobs as job_service
+from trainyard.services.auth import authenticate, hash_token
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
+
+# How long a verified token is trusted without asking the store again. Tokens cannot be
+# revoked yet; when they can, revocation must also clear this cache.
+TOKEN_CACHE_SECONDS = 10.0
+NODE_CACHE_SECONDS = 2.0
 
 
 @dataclass
@@ -19,17 +29,41 @@ class AppContext:
     backend: Backend
     clock: Clock
     controller: Controller | None = None
+    _tokens: dict[str, tuple[float, UserRow]] = field(default_factory=dict)
+    _nodes: tuple[float, list[NodeState]] = (-1e9, [])
 
     def wake_controller(self) -> None:
         if self.controller is not None:
             self.controller.wake()
+
+    def user_for_token(self, token: str) -> UserRow | None:
+        digest = hash_token(token)
+        now = time.monotonic()
+        cached = self._tokens.get(digest)
+        if cached is not None and now - cached[0] < TOKEN_CACHE_SECONDS:
+            return cached[1]
+        with self.db.session() as session:
+            user = authenticate(session, token)
+        if user is not None:
+            if len(self._tokens) > 10_000:
+                self._tokens.clear()
+            self._tokens[digest] = (now, user)
+        return user
+
+    def node_states(self) -> list[NodeState]:
+        """The inventory for submit-time fit checks; it changes rarely, so it is cached briefly."""
+        now = time.monotonic()
+        if now - self._nodes[0] >= NODE_CACHE_SECONDS:
+            with self.db.session() as session:
+                self._nodes = (now, job_service.node_states(job_service.list_nodes(session)))
+        return self._nodes[1]
 
 
 def context(request: Request) -> AppContext:
     return request.app.state.ctx
 
 
-def current_user(request: Request, ctx: AppContext = Depends(context)) -> UserRow:
+async def current_user(request: Request, ctx: AppContext = Depends(context)) -> UserRow:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
@@ -39,14 +73,13 @@ def current_user(request: Request, ctx: AppContext = Depends(context)) -> UserRo
             "(the CLI reads TRAINYARD_TOKEN or $TRAINYARD_HOME/client.json)",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    with ctx.db.session() as s:
-        user = authenticate(s, token.strip())
+    user = await run_in_threadpool(ctx.user_for_token, token.strip())
     if user is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return user
 
 
-def admin_user(user: UserRow = Depends(current_user)) -> UserRow:
+async def admin_user(user: UserRow = Depends(current_user)) -> UserRow:
     if not user.is_admin:
         raise HTTPException(403, "this needs an admin")
     return user

@@ -11,10 +11,10 @@ from sqlalchemy.orm.exc import StaleDataError
 from trainyard.backends.base import Backend
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.reconcile import Reconciler
-from trainyard.controller.scheduling import PortPlan, apply_decisions, build_snapshot
+from trainyard.controller.scheduling import PortPlan, WaitingJobs, apply_decisions, node_states_in_use
 from trainyard.core.clock import Clock
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import StartJob
+from trainyard.scheduler.snapshot import Snapshot, StartJob
 from trainyard.spec.loading import validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 INVENTORY_REFRESH_SECONDS = 30.0
 FULL_SCHEDULE_SECONDS = 10.0
+SPEC_CACHE_SIZE = 200_000
+MIN_CYCLE_GAP = 0.05
 
 
 class Controller:
@@ -47,12 +49,18 @@ class Controller:
         self._last_inventory = -1e9
         self._last_schedule = -1e9
         self.reconciler = Reconciler(db, backend, clock, self.spec_of)
+        self.waiting = WaitingJobs(self._spec_for)
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
-        spec = self._specs.get(job.id)
+        return self._spec_for(job.id, job.spec)
+
+    def _spec_for(self, job_id: int, data: dict) -> JobSpec:
+        spec = self._specs.get(job_id)
         if spec is None:
-            spec = self._specs[job.id] = validate_job(job.spec)
+            if len(self._specs) >= SPEC_CACHE_SIZE:
+                self._specs.pop(next(iter(self._specs)))  # oldest first
+            spec = self._specs[job_id] = validate_job(data)
         return spec
 
     def wake(self) -> None:
@@ -71,6 +79,7 @@ class Controller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 self.run_once()
             except StaleDataError:
@@ -80,6 +89,12 @@ class Controller:
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad cycle
                 log.exception("controller cycle failed")
             self._wake.wait(self.interval)
+            # Under a burst of submissions, wakes arrive faster than cycles: let them
+            # coalesce into one cycle per MIN_CYCLE_GAP rather than one per request. An
+            # idle controller still reacts at once.
+            rest = MIN_CYCLE_GAP - (time.monotonic() - started)
+            if rest > 0:
+                self._stop.wait(rest)
             self._wake.clear()
 
     def run_once(self) -> None:
@@ -103,15 +118,15 @@ class Controller:
 
     def _schedule(self) -> bool:
         with self.db.session() as session:
-            snapshot, waiting = build_snapshot(session, self.spec_of, time.time())
-        self._forget_finished({job_id for job_id in waiting})
-        if not snapshot.pending:
+            nodes = node_states_in_use(session)
+            pending = self.waiting.load(session)
+        if not pending:
             return False
-        decisions = schedule(snapshot)
+        decisions = schedule(Snapshot(nodes=nodes, pending=pending, now=time.time()))
         ports = {start.job_id: self._ports_for(start, self._specs[start.job_id]) for start in decisions.starts}
         with self.db.session() as session:
-            rows = {job_id: session.get(JobRow, job_id) for job_id in waiting}
-            started = apply_decisions(session, decisions, {k: v for k, v in rows.items() if v}, ports, self.clock)
+            started, written = apply_decisions(session, decisions, self.waiting.written, ports, self.clock)
+        self.waiting.written.update(written)
         return bool(started)
 
     def _ports_for(self, start: StartJob, spec: JobSpec) -> PortPlan:
@@ -124,8 +139,3 @@ class Controller:
                 ports = iter(self.backend.allocate_ports(p.node, sum(labels.values())))
                 plan[(p.role, p.index)] = {label: [next(ports) for _ in range(n)] for label, n in labels.items()}
         return PortPlan(master_port=self.backend.allocate_ports(master_node, 1)[0], ports=plan)
-
-    def _forget_finished(self, waiting: set[int]) -> None:
-        # Keep the spec cache bounded to jobs the controller still works on.
-        if len(self._specs) > 4 * max(1, len(waiting)) + 1024:
-            self._specs = {k: v for k, v in self._specs.items() if k in waiting}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
@@ -15,13 +15,12 @@ from trainyard.scheduler.snapshot import (
     GpuSlot,
     NodeState,
     PendingJob,
-    Snapshot,
     StartJob,
 )
 from trainyard.services.jobs import record_event
 from trainyard.services.requests import task_requests
 from trainyard.spec.models import JobSpec
-from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
+from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow, UserRow
 
 
 @dataclass(frozen=True)
@@ -30,13 +29,62 @@ class PortPlan:
     ports: dict[tuple[str, int], dict[str, list[int]]]  # (role, index) -> label -> ports
 
 
-def build_snapshot(
-    session: Session, spec_of: Callable[[JobRow], JobSpec], now: float
-) -> tuple[Snapshot, dict[int, JobRow]]:
-    """The cluster as the scheduler sees it: free capacity and the waiting jobs."""
-    busy = list(
-        session.scalars(select(TaskRow).where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING])))
-    )
+PendingFields = tuple[str | None, str | None, int | None]  # reason, message, position
+CHUNK = 500
+
+
+def _chunks(ids: list[int]) -> Iterator[list[int]]:
+    for i in range(0, len(ids), CHUNK):
+        yield ids[i : i + CHUNK]
+
+
+class WaitingJobs:
+    """What the scheduler needs of each waiting job, parsed once and kept.
+
+    A job's requests, priority and submit time never change while it waits, so only new
+    arrivals are read (in chunks) and validated; a cycle with 10,000 waiting jobs then
+    reads little more than their ids.
+    """
+
+    def __init__(self, spec_of: Callable[[int, dict], JobSpec]) -> None:
+        self._spec_of = spec_of
+        self._known: dict[int, PendingJob] = {}
+        # The pending reasons last written, so that only changes are written again. The
+        # controller is their only writer; after a restart everything is written once.
+        self.written: dict[int, PendingFields] = {}
+
+    def load(self, session: Session) -> tuple[PendingJob, ...]:
+        current = list(session.scalars(select(JobRow.id).where(JobRow.state == JobState.WAITING)))
+        alive = set(current)
+        if len(self._known) > len(alive):
+            self._known = {k: v for k, v in self._known.items() if k in alive}
+        self.written = {k: v for k, v in self.written.items() if k in alive}
+        missing = [job_id for job_id in current if job_id not in self._known]
+        for chunk in _chunks(missing):
+            query = (
+                select(JobRow.id, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name)
+                .join(UserRow, JobRow.user_id == UserRow.id)
+                .where(JobRow.id.in_(chunk))
+            )
+            for job_id, spec_data, submitted_at, vc, user in session.execute(query):
+                spec = self._spec_of(job_id, spec_data)
+                self._known[job_id] = PendingJob(
+                    job_id=job_id,
+                    priority_rank=spec.priority.rank,
+                    submitted_at=submitted_at.timestamp(),
+                    tasks=task_requests(spec),
+                    user=user,
+                    vc=vc,
+                )
+        return tuple(self._known[j] for j in current if j in self._known)
+
+
+def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
+    """Every node with what its unfinished tasks hold (allocations are derived, not stored)."""
+    busy = session.execute(
+        select(TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb)
+        .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
+    ).all()
     nodes = []
     for row in session.scalars(select(NodeRow).order_by(NodeRow.name)):
         mine = [t for t in busy if t.node == row.name]
@@ -58,46 +106,55 @@ def build_snapshot(
                 schedulable=row.schedulable,
             )
         )
-    waiting = {j.id: j for j in session.scalars(select(JobRow).where(JobRow.state == JobState.WAITING))}
-    pending = []
-    for job in waiting.values():
-        spec = spec_of(job)
-        pending.append(
-            PendingJob(
-                job_id=job.id,
-                priority_rank=spec.priority.rank,
-                submitted_at=job.submitted_at.timestamp(),
-                tasks=task_requests(spec),
-                user=job.user.name,
-                vc=job.vc,
-            )
-        )
-    return Snapshot(nodes=tuple(nodes), pending=tuple(pending), now=now), waiting
+    return tuple(nodes)
 
 
 def apply_decisions(
     session: Session,
     decisions: Decisions,
-    waiting: dict[int, JobRow],
+    before: dict[int, PendingFields],
     ports: dict[int, PortPlan],
     clock: Clock,
-) -> list[int]:
-    """Write placements and pending reasons; returns the ids of the jobs that start."""
+) -> tuple[list[int], dict[int, PendingFields]]:
+    """Write placements and changed pending reasons.
+
+    Returns the ids of the jobs that start and the pending reasons written.
+
+    Placements go through the ORM and the state machine (the version column catches a
+    job stopped meanwhile). Pending reasons are advisory and change for many jobs at
+    once, so they are written in one bulk UPDATE, only where they changed, and only
+    while the job still waits.
+    """
     started = []
+    ids = [s.job_id for s in decisions.starts]
+    rows: dict[int, JobRow] = {}
+    for chunk in _chunks(ids):
+        rows.update((r.id, r) for r in session.scalars(select(JobRow).where(JobRow.id.in_(chunk))))
     for start in decisions.starts:
-        job = waiting.get(start.job_id)
+        job = rows.get(start.job_id)
         if job is None or job.state != JobState.WAITING:
             continue  # stopped since the snapshot was taken
         _place(session, job, start, ports[start.job_id], clock)
         started.append(job.id)
-    for wait in decisions.waits:
-        job = waiting.get(wait.job_id)
-        if job is None or job.state != JobState.WAITING:
-            continue
-        values = (str(wait.reason), wait.message, wait.position)
-        if (job.pending_reason, job.pending_message, job.pending_position) != values:
-            job.pending_reason, job.pending_message, job.pending_position = values
-    return started
+    changed = [
+        {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position}
+        for w in decisions.waits
+        if before.get(w.job_id) != (str(w.reason), w.message, w.position)
+    ]
+    if changed:
+        jobs = JobRow.__table__
+        session.execute(
+            update(jobs)
+            .where(jobs.c.id == bindparam("job"), jobs.c.state == JobState.WAITING.value)
+            .values(
+                pending_reason=bindparam("reason"),
+                pending_message=bindparam("message"),
+                pending_position=bindparam("position"),
+            ),
+            changed,
+            execution_options={"synchronize_session": False},
+        )
+    return started, {c["job"]: (c["reason"], c["message"], c["position"]) for c in changed}
 
 
 def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock: Clock) -> None:

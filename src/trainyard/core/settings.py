@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     local_cpus: float | None = Field(default=None, description="CPUs offered (default: all)")
     local_memory_mb: int | None = Field(default=None, description="Memory offered (default: all)")
     schedule_interval_seconds: float = Field(
-        default=1.0, gt=0, description="Longest pause between two controller cycles"
+        default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
 
     @property

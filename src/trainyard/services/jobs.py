@@ -43,10 +43,9 @@ def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
     return [f"{path}: kept, but not used by the local backend" for path in container_fields(spec)]
 
 
-def check_fits(session: Session, spec: JobSpec) -> None:
-    """Refuse, with the numbers, a job that could never run on this cluster."""
-    nodes = list(session.scalars(select(NodeRow)))
-    problems = never_fits(node_states(nodes), list(task_requests(spec)))
+def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
+    """Refuse, with the numbers, a job that could never run on these nodes."""
+    problems = never_fits(nodes, list(task_requests(spec)))
     if problems:
         raise Invalid(
             "the job can never run on this cluster: " + "; ".join(problems),
@@ -55,13 +54,17 @@ def check_fits(session: Session, spec: JobSpec) -> None:
         )
 
 
-def submit_job(session: Session, user: UserRow, spec: JobSpec, *, clock: Clock) -> JobRow:
-    """Queue a job as WAITING, or refuse it if it could never fit the cluster."""
-    check_fits(session, spec)
+def submit_job(
+    session: Session, user: UserRow, spec: JobSpec, *, clock: Clock, nodes: list[NodeState] | None = None
+) -> JobRow:
+    """Queue a job as WAITING, or refuse it if it could never fit the cluster.
+
+    ``nodes`` is the inventory to check against; by default it is read from the store.
+    """
+    check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
     job = JobRow(
         name=spec.name,
-        user_id=user.id,
-        user=user,
+        user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
         vc=spec.defaults.virtualCluster,
         priority=str(spec.priority),
         state=JobState.WAITING,

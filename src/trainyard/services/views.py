@@ -66,6 +66,17 @@ class JobSummary(BaseModel):
     message: str
 
 
+class SubmitResult(BaseModel):
+    id: int
+    name: str
+    user: str
+    vc: str
+    priority: str
+    state: str
+    submittedAt: datetime
+    warnings: list[str]
+
+
 class EventView(BaseModel):
     at: datetime
     kind: str
@@ -146,6 +157,13 @@ def job_summary(row: JobRow) -> JobSummary:
         pending=_pending(row),
         gpus=total_gpus(row.spec),
         message=row.state_message,
+    )
+
+
+def submit_result(row: JobRow, user: str, warnings: list[str]) -> SubmitResult:
+    return SubmitResult(
+        id=row.id, name=row.name, user=user, vc=row.vc, priority=row.priority,
+        state=row.state, submittedAt=row.submitted_at, warnings=warnings,
     )
 
 

@@ -9,16 +9,24 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.logs import LogTarget, find_log_target, read_tail
 from trainyard.services import jobs as job_service
-from trainyard.services.views import JobDetail, JobPage, job_detail, job_summary
+from trainyard.services.views import JobDetail, JobPage, SubmitResult, job_detail, job_summary, submit_result
 from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+
+class DryRunResult(BaseModel):
+    dryRun: bool = True
+    valid: bool = True
+    job: dict
+    warnings: list[str]
 
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
@@ -35,32 +43,35 @@ JOB_FILE_BODY = {
 }
 
 
-@router.post("", status_code=201, openapi_extra=JOB_FILE_BODY, response_model=None)
+@router.post("", status_code=201, openapi_extra=JOB_FILE_BODY, response_model=None,
+             responses={201: {"model": SubmitResult}, 200: {"model": DryRunResult}})
 async def submit_job(
     request: Request,
     user: User,
     ctx: Ctx,
     dry_run: Annotated[bool, Query(alias="dryRun")] = False,
-) -> dict | JobDetail:
+) -> Response:
     """Submit a job; with ``dryRun=true`` only validate it and return the normalised job."""
     body = await request.body()
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     spec = parse_job(body, content_type="json" if content_type.endswith("json") else "yaml")
     warnings = job_service.backend_warnings(spec, ctx.backend.name)
 
-    def create():
+    def create() -> SubmitResult | None:
+        nodes = ctx.node_states()
+        if dry_run:
+            job_service.check_fits(nodes, spec)
+            return None
         with ctx.db.session() as session:
-            if dry_run:
-                job_service.check_fits(session, spec)
-                return None
-            row = job_service.submit_job(session, user, spec, clock=ctx.clock)
-            return job_detail(row, job_service.job_events(session, row), warnings)
+            row = job_service.submit_job(session, user, spec, clock=ctx.clock, nodes=nodes)
+            return submit_result(row, user.name, warnings)
 
-    detail = await run_in_threadpool(create)
-    if detail is None:
-        return {"dryRun": True, "valid": True, "job": masked_spec(spec), "warnings": warnings}
+    result = await run_in_threadpool(create)
+    if result is None:
+        dry = DryRunResult(job=masked_spec(spec), warnings=warnings)
+        return Response(dry.model_dump_json(), media_type="application/json")
     ctx.wake_controller()
-    return detail
+    return Response(result.model_dump_json(), status_code=201, media_type="application/json")
 
 
 @router.get("", response_model=JobPage)
