@@ -211,3 +211,18 @@ def test_an_unreachable_server_is_one_clear_line(server: Server) -> None:
                          env={**server.env, "TRAINYARD_URL": env_url})
     assert out.returncode == 3
     assert len(out.stderr.strip().splitlines()) == 1 and "cannot reach" in out.stderr
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_health_openapi_and_nodes_answer(server: Server) -> None:
+    import httpx
+
+    health = httpx.get(server.url + "/api/v1/healthz").json()
+    assert health["status"] == "ok" and health["backend"] == "local" and health["database"] == "sqlite"
+    paths = httpx.get(server.url + "/api/v1/openapi.json").json()["paths"]
+    assert {"/api/v1/jobs", "/api/v1/jobs/{job_id}/logs", "/api/v1/nodes"} <= set(paths)
+    assert httpx.get(server.url + "/docs").status_code == 200
+    nodes = json.loads(server.yard("nodes", "--json").stdout)
+    assert len(nodes) == 1 and nodes[0]["simulated"] and len(nodes[0]["gpus"]) == 4
+    assert all(g["simulated"] for g in nodes[0]["gpus"])
+    assert "(simulated)" in server.yard("nodes").stdout
