@@ -178,3 +178,31 @@ def test_the_spec_error_prints_one_problem_per_line() -> None:
         "name: may contain only letters, digits, '_' and '-' (got 'a b')\n"
         "taskRoles.w.instances: must be ≥ 1 (got 0)"
     )
+
+
+def test_alias_bombs_binary_values_and_nul_characters_are_refused() -> None:
+    levels = ["a: &a [x,x,x,x,x,x,x,x,x,x]"] + [
+        f"{n}: &{n} [{', '.join(['*' + p] * 10)}]" for p, n in zip("abcd", "bcde")
+    ]
+    bomb = "\n".join(levels) + "\nname: x\ntaskRoles: {m: {commands: [a]}}\n"
+    with pytest.raises(SpecError, match="too large once expanded"):
+        parse_job(bomb)
+    with pytest.raises(SpecError, match="binary data is not allowed"):
+        parse_job("name: x\ndescription: !!binary aGVsbG8=\ntaskRoles: {m: {commands: [a]}}\n")
+    with pytest.raises(SpecError, match="NUL"):
+        parse_job('{"name": "x", "taskRoles": {"m": {"commands": ["a\\u0000"]}}}', content_type="json")
+    with pytest.raises(SpecError, match="nested too deeply"):
+        parse_job("[" * 5000, content_type="json")
+
+
+def test_unquoted_dates_become_text() -> None:
+    assert parse_job("name: x\ndescription: 2024-01-01\ntaskRoles: {m: {commands: [a]}}\n").description == "2024-01-01"
+
+
+def test_role_names_with_a_trailing_newline_and_too_many_ports_are_refused() -> None:
+    with pytest.raises(SpecError, match="task role names"):
+        parse_job('{"name": "x", "taskRoles": {"bad\\n": {"commands": ["a"]}}}', content_type="json")
+    with pytest.raises(SpecError, match="ports.p: must be ≤ 64"):
+        parse_job("name: x\ntaskRoles: {m: {commands: [a], resourcePerInstance: {ports: {p: 25000}}}}\n")
+    with pytest.raises(SpecError, match="at most 64 ports per instance"):
+        parse_job("name: x\ntaskRoles: {m: {commands: [a], resourcePerInstance: {ports: {p: 40, q: 40}}}}\n")

@@ -14,10 +14,12 @@ from trainyard.spec.templating import MASK, masked_spec, normalized_spec, render
 
 identifiers = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
 job_names = st.from_regex(r"[A-Za-z0-9_-]{1,24}", fullmatch=True)
-free_text = st.text(max_size=15).filter(lambda text: "<%" not in text and "%>" not in text)
+# NUL is refused at load (PostgreSQL cannot store it), so generated text leaves it out.
+no_nul = st.characters(blacklist_characters="\x00")
+free_text = st.text(no_nul, max_size=15).filter(lambda text: "<%" not in text and "%>" not in text)
 # A secret must hold at least one character that is not '*': a secret made of stars
 # alone could never be told apart from the mask.
-secret_texts = st.text(min_size=1, max_size=12).filter(lambda text: text.strip("*") != "")
+secret_texts = st.text(no_nul, min_size=1, max_size=12).filter(lambda text: text.strip("*") != "")
 secret_leaves = secret_texts | st.integers(min_value=-(10**6), max_value=10**6)
 secret_trees = st.recursive(
     secret_leaves,

@@ -14,7 +14,7 @@ from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.store.rows import TokenRow, UserRow
 
 TOKEN_PREFIX = "ty_"
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_.-]{0,63}$")
+USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")
 
 
 def hash_token(token: str) -> str:
@@ -22,7 +22,7 @@ def hash_token(token: str) -> str:
 
 
 def create_user(session: Session, name: str, *, is_admin: bool, clock: Clock) -> UserRow:
-    if not USER_NAME.match(name):
+    if not USER_NAME.fullmatch(name):
         raise Invalid(
             f"user name {name!r} is not valid: use lowercase letters, digits, '_', '.', '-' "
             "(starting with a letter or '_'), at most 64 characters",

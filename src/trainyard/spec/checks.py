@@ -17,9 +17,12 @@ from trainyard.spec.placeholders import TemplateError, find_references, resolve
 if TYPE_CHECKING:
     from trainyard.spec.models import Deployment, JobSpec, TaskRole
 
+# Ports reserved per instance, per label and in all: one job must not exhaust a node's.
+MAX_PORTS = 64
+
 # Role names and port labels end up in environment variable names
 # (OpenPAI: PAI_TASK_ROLE_<role>_HOST_LIST, PAI_PORT_LIST_<role>_0_<label>).
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ROLE_NAME_MAX = 64
 PREREQUISITE_TYPES = ("dockerimage", "data", "script", "output")
 # The task-role field that selects each kind of prerequisite.
@@ -55,7 +58,7 @@ def _prerequisite_errors(spec: JobSpec) -> Iterator[FieldError]:
 
 def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldError]:
     path = f"taskRoles.{name}"
-    if not IDENTIFIER.match(name) or len(name) > ROLE_NAME_MAX:
+    if not IDENTIFIER.fullmatch(name) or len(name) > ROLE_NAME_MAX:
         yield FieldError(
             path,
             "task role names must start with a letter or '_', contain only letters, digits "
@@ -70,14 +73,20 @@ def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldErro
                 f"must be -1, null, or between 1 and instances ({role.instances}) (got {count})",
             )
     for label in role.resourcePerInstance.ports:
-        if not IDENTIFIER.match(label):
+        if not IDENTIFIER.fullmatch(label):
             yield FieldError(
                 f"{path}.resourcePerInstance.ports.{label}",
                 "port labels must start with a letter or '_' and contain only letters, "
                 "digits and '_'",
             )
+    total_ports = sum(role.resourcePerInstance.ports.values())
+    if total_ports > MAX_PORTS:
+        yield FieldError(
+            f"{path}.resourcePerInstance.ports",
+            f"at most {MAX_PORTS} ports per instance in all (got {total_ports})",
+        )
     for key in role.env:
-        if not IDENTIFIER.match(key):
+        if not IDENTIFIER.fullmatch(key):
             yield FieldError(
                 f"{path}.env.{key}",
                 "not a valid environment variable name (letters, digits and '_', "

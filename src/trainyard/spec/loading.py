@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from trainyard.spec.errors import DOCUMENT, FieldError, SpecError, show
 from trainyard.spec.models import JobSpec
+from trainyard.spec.plaindata import plain_data
 from trainyard.spec.translate import spec_error_from
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -70,6 +71,7 @@ def validate_job(data: dict[str, Any]) -> JobSpec:
         raise SpecError.single(
             DOCUMENT, "the job file is empty; it needs at least name and taskRoles"
         )
+    data = plain_data(data)
     try:
         return JobSpec.model_validate(data)
     except ValidationError as error:
@@ -126,6 +128,8 @@ def _load(text: str, fmt: str) -> Any:
         return _load_json(text)
     try:
         return yaml.load(text, Loader=_JobFileLoader)
+    except RecursionError:
+        raise SpecError.single(DOCUMENT, "the job file is nested too deeply") from None
     except yaml.MarkedYAMLError as error:
         raise SpecError([_yaml_problem(error)]) from None
     except yaml.YAMLError as error:
@@ -153,6 +157,8 @@ def _load_json(text: str) -> Any:
 
     try:
         return json.loads(text, object_pairs_hook=no_duplicates)
+    except RecursionError:
+        raise SpecError.single(DOCUMENT, "the job file is nested too deeply") from None
     except json.JSONDecodeError as error:
         where = f"<line {error.lineno}, column {error.colno}>"
         raise SpecError.single(where, error.msg) from None

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from trainyard.spec.checks import semantic_errors
+from trainyard.spec.checks import MAX_PORTS, semantic_errors
 from trainyard.spec.errors import show
 
 JOB_NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"  # OpenPAI rest-server's job name pattern
@@ -218,7 +218,8 @@ class ResourcePerInstance(_Model):
     gpu: Annotated[int | float, BeforeValidator(_gpu)] = 0
     cpu: Annotated[int | float, BeforeValidator(_cpu)] = 1
     memoryMB: Annotated[WholeNumber, _between(1)] = 1024
-    ports: Annotated[dict[str, Annotated[WholeNumber, _between(0)]], _none_to(dict)] = Field(
+    # A port is reserved per label and instance; a cap keeps one job from exhausting them.
+    ports: Annotated[dict[str, Annotated[WholeNumber, _between(0, MAX_PORTS)]], _none_to(dict)] = Field(
         default_factory=dict
     )
     gpuModel: Annotated[list[Text] | None, BeforeValidator(_gpu_models)] = None

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 _TAG = re.compile(r"<%(.*?)%>", re.DOTALL)
-_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[^.\s\[\]]+|\[\d+\])*)$")
+_REFERENCE = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[^.\s\[\]]+|\[\d+\])*)")
 _INDEX = re.compile(r"\[(\d+)\]")
 
 #: The roots a reference may start with. `data`, `output` and `script` name the
@@ -54,7 +54,7 @@ def find_references(text: str) -> list[Reference]:
 
 
 def _parse_tag(tag: str, inner: str) -> Reference:
-    parsed = _REFERENCE.match(inner.strip())
+    parsed = _REFERENCE.fullmatch(inner.strip())
     if parsed is None:
         raise TemplateError(
             f"cannot read placeholder {tag!r}; write it as <% $parameters.name %> "
