@@ -226,3 +226,43 @@ def test_health_openapi_and_nodes_answer(server: Server) -> None:
     assert len(nodes) == 1 and nodes[0]["simulated"] and len(nodes[0]["gpus"]) == 4
     assert all(g["simulated"] for g in nodes[0]["gpus"])
     assert "(simulated)" in server.yard("nodes").stdout
+
+
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+def test_hostile_requests_get_4xx_never_500(server: Server) -> None:
+    import concurrent.futures
+
+    import httpx
+
+    token = json.loads((server.home / "client.json").read_text())["token"]
+    http = httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {token}"})
+    cases = [
+        ("GET", "/jobs/99999999999999999999", {}),
+        ("GET", "/jobs/0", {}),
+        ("GET", "/jobs/abc", {}),
+        ("GET", "/jobs?before=99999999999999999999", {}),
+        ("GET", "/jobs?limit=-5", {}),
+        ("GET", "/jobs?user=a%00b", {}),
+        ("GET", "/jobs?vc=%00", {}),
+        ("GET", "/jobs?state=NOPE", {}),
+        ("POST", "/jobs", {"content": b"\xff\xfe\x00garbage"}),
+        ("POST", "/jobs", {"content": b"x" * (2 << 20)}),
+        ("POST", "/jobs", {"content": b"[" * 100000, "headers": {"Content-Type": "application/json"}}),
+        ("POST", "/jobs", {"content": b"name: x\ndescription: !!binary aGVsbG8=\ntaskRoles: {m: {commands: [a]}}"}),
+        ("POST", "/jobs", {"content": b"name: x\ntaskRoles: {m: {commands: [a], resourcePerInstance: {cpu: 100}}}"}),
+        ("POST", "/tokens", {"json": {"name": "a\x00b"}}),
+        ("POST", "/users", {"json": {"name": "x" * 1000}}),
+        ("POST", "/users", {"content": b"not json", "headers": {"Content-Type": "application/json"}}),
+        ("GET", "/nope", {}),
+    ]
+    for method, path, kwargs in cases:
+        response = http.request(method, path, **kwargs)
+        assert 400 <= response.status_code < 500, (path, response.status_code, response.text[:200])
+        assert "detail" in response.json() and "Traceback" not in response.text
+
+    job_id = http.post("/jobs", content=b"name: s\ntaskRoles: {m: {instances: 2, commands: ['sleep 300']}}").json()["id"]
+    assert http.get(f"/jobs/{job_id}/logs", params={"task": "m/\u00b2"}).status_code == 422
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda _: http.post(f"/jobs/{job_id}/stop").status_code, range(16)))
+    assert all(code in (200, 409) for code in codes), codes
+    assert server.admin().wait(job_id, timeout=30)["state"] == "STOPPED"

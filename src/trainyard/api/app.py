@@ -12,6 +12,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm.exc import StaleDataError
 from starlette.exceptions import HTTPException
 
 from trainyard.api.deps import AppContext
@@ -46,6 +47,10 @@ def create_app(ctx: AppContext) -> FastAPI:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
         return _error(exc.status, exc.message, exc.details)
+
+    @app.exception_handler(StaleDataError)
+    async def _lost_race(_: Request, exc: StaleDataError) -> JSONResponse:
+        return _error(409, "the job changed while this request ran (the scheduler moved it); try again")
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

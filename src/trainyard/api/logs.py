@@ -42,7 +42,8 @@ def find_log_target(
             role, index = spec.role_names[0], 0
         else:
             role, _, idx = task.partition("/")
-            if role not in spec.taskRoles or not idx.isdigit() or int(idx) >= spec.taskRoles[role].instances:
+            valid = idx.isascii() and idx.isdigit() and len(idx) < 7
+            if role not in spec.taskRoles or not valid or int(idx) >= spec.taskRoles[role].instances:
                 choices = ", ".join(f"{r}/0..{spec.taskRoles[r].instances - 1}" for r in spec.role_names)
                 raise Invalid(f"job {job_id} has no task {task!r}; tasks are {choices}",
                               details=[{"path": "task", "message": "unknown task"}])

@@ -93,6 +93,9 @@ def list_jobs(
 ) -> tuple[list[JobRow], int | None]:
     """Newest first, one page at a time; a non-admin sees only their own jobs."""
     limit = max(1, min(limit, MAX_PAGE))
+    for name, value in (("user", user), ("vc", vc), ("state", state)):
+        if value is not None and "\x00" in value:
+            raise Invalid(f"{name} contains a NUL character", details=[{"path": name, "message": "NUL"}])
     query = select(JobRow).order_by(JobRow.id.desc()).limit(limit + 1)
     if not viewer.is_admin:
         query = query.where(JobRow.user_id == viewer.id)

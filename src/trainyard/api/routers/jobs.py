@@ -6,10 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
+from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.logs import LogTarget, find_log_target, read_tail
@@ -28,7 +29,12 @@ class DryRunResult(BaseModel):
     job: dict
     warnings: list[str]
 
+MAX_JOB_FILE_BYTES = 1 << 20
+STOP_RETRIES = 3
+MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
+
 User = Annotated[UserRow, Depends(current_user)]
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]
 Ctx = Annotated[AppContext, Depends(context)]
 
 JOB_FILE_BODY = {
@@ -52,7 +58,7 @@ async def submit_job(
     dry_run: Annotated[bool, Query(alias="dryRun")] = False,
 ) -> Response:
     """Submit a job; with ``dryRun=true`` only validate it and return the normalised job."""
-    body = await request.body()
+    body = await _read_limited(request)
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     spec = parse_job(body, content_type="json" if content_type.endswith("json") else "yaml")
     warnings = job_service.backend_warnings(spec, ctx.backend.name)
@@ -74,6 +80,24 @@ async def submit_job(
     return Response(result.model_dump_json(), status_code=201, media_type="application/json")
 
 
+async def _read_limited(request: Request) -> bytes:
+    """The request body, refusing (413) anything larger than a job file should be."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_JOB_FILE_BYTES:
+        raise _too_large()
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_JOB_FILE_BYTES:
+            raise _too_large()
+    return bytes(body)
+
+
+def _too_large() -> HTTPException:
+    return HTTPException(413, f"the job file is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; "
+                              "keep data out of it and pass paths or parameters instead")
+
+
 @router.get("", response_model=JobPage)
 def list_jobs(
     user: User,
@@ -82,7 +106,7 @@ def list_jobs(
     owner: Annotated[str | None, Query(alias="user", description="Only this user's jobs")] = None,
     vc: Annotated[str | None, Query(description="Only jobs of this virtual cluster")] = None,
     limit: Annotated[int, Query(ge=1, le=job_service.MAX_PAGE)] = 50,
-    before: Annotated[int | None, Query(description="Cursor: the `next` of the previous page")] = None,
+    before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Cursor: the `next` of the previous page")] = None,
 ) -> JobPage:
     with ctx.db.session() as session:
         rows, next_cursor = job_service.list_jobs(
@@ -92,7 +116,7 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobDetail)
-def get_job(job_id: int, user: User, ctx: Ctx) -> JobDetail:
+def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     with ctx.db.session() as session:
         row = job_service.get_job(session, user, job_id, full=True)
         spec = job_service.parse_stored_spec(row)
@@ -101,21 +125,28 @@ def get_job(job_id: int, user: User, ctx: Ctx) -> JobDetail:
 
 
 @router.post("/{job_id}/stop", response_model=JobDetail)
-def stop_job(job_id: int, user: User, ctx: Ctx) -> JobDetail:
-    with ctx.db.session() as session:
-        job_service.request_stop(session, user, job_id, clock=ctx.clock)
+def stop_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
+    for attempt in range(STOP_RETRIES):
+        try:
+            with ctx.db.session() as session:
+                job_service.request_stop(session, user, job_id, clock=ctx.clock)
+            break
+        except StaleDataError:
+            # The controller moved the job meanwhile (placed or finished it): look again.
+            if attempt == STOP_RETRIES - 1:
+                raise
     ctx.wake_controller()
     return get_job(job_id, user, ctx)
 
 
 @router.get("/{job_id}/logs", response_model=None, responses={200: {"content": {"text/plain": {}}}})
 async def job_logs(
-    job_id: int,
+    job_id: JobId,
     user: User,
     ctx: Ctx,
     task: Annotated[str | None, Query(description="ROLE/INDEX, e.g. worker/1; default: the first task")] = None,
-    attempt: Annotated[int | None, Query(ge=0, description="Default: the latest attempt")] = None,
-    offset: Annotated[int | None, Query(ge=0, description="Byte offset to read from")] = None,
+    attempt: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Default: the latest attempt")] = None,
+    offset: Annotated[int | None, Query(ge=0, le=2**62, description="Byte offset to read from")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="Only the last N lines")] = None,
     follow: bool = False,
 ) -> Response:

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.services import auth
+from trainyard.services.errors import Forbidden
 from trainyard.services.views import UserView, user_view
 from trainyard.store.rows import UserRow
 
@@ -21,14 +22,15 @@ Ctx = Annotated[AppContext, Depends(context)]
 
 class CreateUserRequest(BaseModel):
     model_config = {"extra": "forbid"}
-    name: str = Field(description="lowercase letters, digits, '_', '.', '-'")
+    name: str = Field(max_length=64, description="lowercase letters, digits, '_', '.', '-'")
     admin: bool = False
 
 
 class CreateTokenRequest(BaseModel):
     model_config = {"extra": "forbid"}
     user: str | None = Field(default=None, description="Whose token; default: the caller. Admins only for others.")
-    name: str = Field(default="", max_length=128, description="A note to recognise the token by")
+    name: str = Field(default="", max_length=128, pattern=r"^[^\x00]*$",
+                      description="A note to recognise the token by")
 
 
 class TokenResponse(BaseModel):
@@ -56,6 +58,8 @@ def create_user(body: CreateUserRequest, _: Admin, ctx: Ctx) -> UserView:
 @router.post("/tokens", response_model=TokenResponse, status_code=201)
 def create_token(body: CreateTokenRequest, user: User, ctx: Ctx) -> TokenResponse:
     with ctx.db.session() as session:
+        if body.user and body.user != user.name and not user.is_admin:
+            raise Forbidden("only an admin may create tokens for another user")
         owner = auth.get_user(session, body.user) if body.user else session.merge(user)
         token = auth.create_token(session, owner, by=user, name=body.name, clock=ctx.clock)
         return TokenResponse(token=token, user=owner.name)
