@@ -143,3 +143,42 @@ def test_gpus_are_held_until_tasks_end_and_jobs_wait_with_a_reason(world) -> Non
         job_service.request_stop(s, s.merge(user), first, clock=SystemClock())
     assert drive(controller, db, first).state == "STOPPED"
     assert drive(controller, db, second).state == "SUCCEEDED"
+
+
+def test_a_job_whose_stored_file_no_longer_validates_fails_alone(world) -> None:
+    db, _, controller, user = world
+    broken = submit(db, user, "name: old\ntaskRoles:\n  m:\n    commands: ['true']\n")
+    with db.session() as s:
+        row = s.get(JobRow, broken)
+        row.spec = {**row.spec, "taskRoles": {"m": {**row.spec["taskRoles"]["m"], "instances": 0}}}
+    healthy = submit(db, user, "name: new\ntaskRoles:\n  m:\n    commands: ['true']\n")
+    job = drive(controller, db, broken)
+    assert job.state == "FAILED" and "no longer valid" in job.state_message
+    assert drive(controller, db, healthy).state == "SUCCEEDED"
+
+
+def test_a_task_launched_just_before_a_crash_keeps_its_gpus_until_it_ends(world, tmp_path) -> None:
+    """Stop arrives for a task the store still thinks unlaunched, but that runs."""
+    from trainyard.controller.launching import build_launch
+    from trainyard.controller.reconcile import current_attempt
+
+    db, backend, controller, user = world
+    job_id = submit(db, user, """
+name: racing
+stopGracePeriodSeconds: 5
+taskRoles:
+  m:
+    resourcePerInstance: {gpu: 4}
+    commands:
+      - sleep 300
+""")
+    controller._schedule()
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        attempt = current_attempt(job)
+        backend.launch(build_launch(job, attempt, attempt.tasks[0], controller.spec_of(job), {}))
+        job_service.request_stop(s, s.merge(user), job_id, clock=SystemClock())
+    controller.reconciler.run()
+    assert [t.state for t in tasks_of(db, job_id)] == ["RUNNING"]  # not "stopped before launch"
+    assert drive(controller, db, job_id).state == "STOPPED"
+    assert tasks_of(db, job_id)[0].exit_code is not None  # its real end was observed

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from trainyard.api.deps import AppContext
 from trainyard.backends.base import Backend, TaskKey
-from trainyard.core.states import TaskState
+from trainyard.core.states import AttemptState, TaskState
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, NotFound
 from trainyard.store.rows import UserRow
@@ -59,7 +59,7 @@ def find_log_target(
             return LogTarget(job_id, user, role, index, attempt, None, True)
         t = found[0]
         key = TaskKey(job.id, number, role, index, t.run)
-        ended = TaskState(t.state).is_final or (t.state == TaskState.WAITING and rows[0].state != "RUNNING")
+        ended = TaskState(t.state).is_final or (t.state == TaskState.WAITING and rows[0].state != AttemptState.RUNNING)
         return LogTarget(job_id, user, role, index, attempt, key, ended)
 
 

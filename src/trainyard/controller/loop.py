@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 
+from sqlalchemy import select
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend
@@ -13,6 +14,7 @@ from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.reconcile import Reconciler
 from trainyard.controller.scheduling import PortPlan, WaitingJobs, apply_decisions, node_states_in_use
 from trainyard.core.clock import Clock
+from trainyard.core.states import JobState
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import Snapshot, StartJob
 from trainyard.spec.loading import validate_job
@@ -24,7 +26,7 @@ log = logging.getLogger(__name__)
 
 INVENTORY_REFRESH_SECONDS = 30.0
 FULL_SCHEDULE_SECONDS = 10.0
-SPEC_CACHE_SIZE = 200_000
+SPEC_CACHE_PRUNE_AT = 10_000
 MIN_CYCLE_GAP = 0.05
 
 
@@ -58,8 +60,6 @@ class Controller:
     def _spec_for(self, job_id: int, data: dict) -> JobSpec:
         spec = self._specs.get(job_id)
         if spec is None:
-            if len(self._specs) >= SPEC_CACHE_SIZE:
-                self._specs.pop(next(iter(self._specs)))  # oldest first
             spec = self._specs[job_id] = validate_job(data)
         return spec
 
@@ -120,14 +120,33 @@ class Controller:
         with self.db.session() as session:
             nodes = node_states_in_use(session)
             pending = self.waiting.load(session)
-        if not pending:
+        cannot_start = dict(self.waiting.broken)
+        if not pending and not cannot_start:
             return False
-        decisions = schedule(Snapshot(nodes=nodes, pending=pending, now=time.time()))
-        ports = {start.job_id: self._ports_for(start, self._specs[start.job_id]) for start in decisions.starts}
+        decisions = schedule(Snapshot(nodes=nodes, pending=pending, now=self.clock.now().timestamp()))
+        ports = {}
+        for start in decisions.starts:
+            try:
+                ports[start.job_id] = self._ports_for(start, self.waiting.specs[start.job_id])
+            except OSError as error:  # e.g. out of file descriptors: this job, not the cycle
+                log.warning("cannot reserve ports for job %s: %s", start.job_id, error)
+                cannot_start[start.job_id] = f"could not reserve its ports ({error})"
         with self.db.session() as session:
-            started, written = apply_decisions(session, decisions, self.waiting.written, ports, self.clock)
+            started, written = apply_decisions(
+                session, decisions, self.waiting.written, ports, self.clock, cannot_start
+            )
         self.waiting.written.update(written)
+        self._forget_specs()
         return bool(started)
+
+    def _forget_specs(self) -> None:
+        """Keep parsed specs only for jobs the controller may still act on."""
+        if len(self._specs) < SPEC_CACHE_PRUNE_AT:
+            return
+        with self.db.session() as session:
+            active = set(session.scalars(select(JobRow.id).where(
+                JobRow.state.in_([JobState.WAITING, JobState.RUNNING, JobState.STOPPING]))))
+        self._specs = {k: v for k, v in self._specs.items() if k in active}
 
     def _ports_for(self, start: StartJob, spec: JobSpec) -> PortPlan:
         master = spec.role_names[0]

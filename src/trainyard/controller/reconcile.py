@@ -26,16 +26,20 @@ from trainyard.core.lifecycle import (
     job_should_retry,
     task_should_rerun,
 )
-from trainyard.core.states import JobState, TaskState, check_job_transition, check_task_transition
+from trainyard.core.states import (
+    AttemptState,
+    JobState,
+    TaskState,
+    check_attempt_transition,
+    check_job_transition,
+    check_task_transition,
+)
 from trainyard.services.jobs import record_event
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
 
 log = logging.getLogger(__name__)
-
-ACTIVE_ATTEMPT = "RUNNING"
-
 
 @dataclass
 class ActiveTask:
@@ -92,8 +96,16 @@ class Reconciler:
                 item.launch = None
                 item.error = f"launch failed: {exc}"
         for item in plan.stops:
-            self.backend.stop(item.key, item.grace)
-        statuses = self.backend.observe([t.key for t in plan.running]) if plan.running else {}
+            try:
+                self.backend.stop(item.key, item.grace)
+            except Exception:  # noqa: BLE001 - one task's failed stop must not stall the rest
+                log.exception("stop of %s failed; will retry", item.key)
+                item.error = "stop failed"
+        # A task still WAITING in the store may have been launched just before a crash:
+        # ask the backend, so that its GPUs are not handed out while it still runs.
+        unlaunched = [t.key for t in plan.stops if t.state == TaskState.WAITING]
+        observed = [t.key for t in plan.running] + unlaunched
+        statuses = self.backend.observe(observed) if observed else {}
         return self._write(plan, statuses)
 
     def _plan(self) -> Plan:
@@ -104,7 +116,7 @@ class Reconciler:
                 attempt = current_attempt(job)
                 if attempt is None:
                     continue
-                stop_needed = job.state == JobState.STOPPING or attempt.state != ACTIVE_ATTEMPT
+                stop_needed = job.state == JobState.STOPPING or attempt.state != AttemptState.RUNNING
                 for task in attempt.tasks:
                     if TaskState(task.state).is_final:
                         continue
@@ -148,13 +160,18 @@ class Reconciler:
                 changed = True
             for item in plan.stops:
                 task = session.get(TaskRow, item.task_id)
-                if task is None:
+                if task is None or item.error:
                     continue
                 task.stop_sent = True
                 if task.state == TaskState.WAITING:
-                    task.state = check_task_transition(TaskState.WAITING, TaskState.STOPPED)
-                    task.message = "stopped before it was launched"
-                    task.finished_at = now
+                    status = statuses.get(item.key)
+                    if status is not None and status.lost:
+                        task.state = check_task_transition(TaskState.WAITING, TaskState.STOPPED)
+                        task.message = "stopped before it was launched"
+                        task.finished_at = now
+                    else:  # it did start: watch it end like any running task
+                        task.state = check_task_transition(TaskState.WAITING, TaskState.RUNNING)
+                        task.started_at = task.started_at or now
                 touched.add(task.job_id)
             for item in plan.running:
                 status = statuses.get(item.key)
@@ -206,7 +223,7 @@ class Reconciler:
             return False
         states = {(t.role, t.index): TaskState(t.state) for t in attempt.tasks}
         all_final = all(s.is_final for s in states.values())
-        if job.state == JobState.RUNNING and attempt.state == ACTIVE_ATTEMPT:
+        if job.state == JobState.RUNNING and attempt.state == AttemptState.RUNNING:
             spec = self.spec_of(job)
             roles = [
                 RolePolicy(name, role.instances, role.completion.minFailedInstances,
@@ -215,7 +232,7 @@ class Reconciler:
             ]
             completion = evaluate_completion(roles, states)
             if completion is not None:
-                attempt.state = str(completion.outcome)
+                attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState(completion.outcome))
                 attempt.reason = completion.reason
                 failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
                 attempt.exit_code = failed[0] if failed else 0
@@ -224,16 +241,16 @@ class Reconciler:
         now = self.clock.now()
         attempt.finished_at = attempt.finished_at or now
         if job.state == JobState.STOPPING:
-            if attempt.state == ACTIVE_ATTEMPT:
-                attempt.state = "STOPPED"
+            if attempt.state == AttemptState.RUNNING:
+                attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.STOPPED)
                 attempt.reason = f"stopped by {job.stopped_by}"
             self._finish(session, job, JobState.STOPPED, f"stopped by {job.stopped_by}")
             return True
-        if attempt.state == "SUCCEEDED":
+        if attempt.state == AttemptState.SUCCEEDED:
             job.exit_code = 0
             self._finish(session, job, JobState.SUCCEEDED, attempt.reason)
             return True
-        if attempt.state == "FAILED":
+        if attempt.state == AttemptState.FAILED:
             job.exit_code = attempt.exit_code
             spec = self.spec_of(job)
             if job_should_retry(attempt.exit_code, job.retries_used, spec.jobRetryCount):

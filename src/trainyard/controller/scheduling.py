@@ -9,7 +9,7 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
-from trainyard.core.states import JobState, TaskState, check_job_transition
+from trainyard.core.states import AttemptState, JobState, TaskState, check_job_transition
 from trainyard.scheduler.snapshot import (
     Decisions,
     GpuSlot,
@@ -19,6 +19,7 @@ from trainyard.scheduler.snapshot import (
 )
 from trainyard.services.jobs import record_event
 from trainyard.services.requests import task_requests
+from trainyard.spec.errors import SpecError
 from trainyard.spec.models import JobSpec
 from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow, UserRow
 
@@ -49,6 +50,10 @@ class WaitingJobs:
     def __init__(self, spec_of: Callable[[int, dict], JobSpec]) -> None:
         self._spec_of = spec_of
         self._known: dict[int, PendingJob] = {}
+        self.specs: dict[int, JobSpec] = {}
+        # Jobs whose stored job file no longer validates (e.g. a rule tightened in a newer
+        # release): they are failed with this message instead of stalling every cycle.
+        self.broken: dict[int, str] = {}
         # The pending reasons last written, so that only changes are written again. The
         # controller is their only writer; after a restart everything is written once.
         self.written: dict[int, PendingFields] = {}
@@ -58,6 +63,8 @@ class WaitingJobs:
         alive = set(current)
         if len(self._known) > len(alive):
             self._known = {k: v for k, v in self._known.items() if k in alive}
+            self.specs = {k: v for k, v in self.specs.items() if k in alive}
+        self.broken = {k: v for k, v in self.broken.items() if k in alive}
         self.written = {k: v for k, v in self.written.items() if k in alive}
         missing = [job_id for job_id in current if job_id not in self._known]
         for chunk in _chunks(missing):
@@ -67,7 +74,12 @@ class WaitingJobs:
                 .where(JobRow.id.in_(chunk))
             )
             for job_id, spec_data, submitted_at, vc, user in session.execute(query):
-                spec = self._spec_of(job_id, spec_data)
+                try:
+                    spec = self._spec_of(job_id, spec_data)
+                except SpecError as error:
+                    self.broken[job_id] = f"its stored job file is no longer valid: {error}"
+                    continue
+                self.specs[job_id] = spec
                 self._known[job_id] = PendingJob(
                     job_id=job_id,
                     priority_rank=spec.priority.rank,
@@ -115,8 +127,9 @@ def apply_decisions(
     before: dict[int, PendingFields],
     ports: dict[int, PortPlan],
     clock: Clock,
+    cannot_start: dict[int, str] | None = None,
 ) -> tuple[list[int], dict[int, PendingFields]]:
-    """Write placements and changed pending reasons.
+    """Write placements, failures to start, and changed pending reasons.
 
     Returns the ids of the jobs that start and the pending reasons written.
 
@@ -126,13 +139,23 @@ def apply_decisions(
     while the job still waits.
     """
     started = []
-    ids = [s.job_id for s in decisions.starts]
+    cannot_start = cannot_start or {}
+    ids = [s.job_id for s in decisions.starts] + list(cannot_start)
     rows: dict[int, JobRow] = {}
     for chunk in _chunks(ids):
         rows.update((r.id, r) for r in session.scalars(select(JobRow).where(JobRow.id.in_(chunk))))
+    for job_id, why in cannot_start.items():
+        job = rows.get(job_id)
+        if job is not None and job.state == JobState.WAITING:
+            job.state = check_job_transition(JobState.WAITING, JobState.FAILED)
+            job.finished_at = clock.now()
+            job.state_message = f"cannot start: {why}"
+            job.pending_reason = job.pending_message = None
+            job.pending_position = None
+            record_event(session, job, "failed", job.state_message, clock)
     for start in decisions.starts:
         job = rows.get(start.job_id)
-        if job is None or job.state != JobState.WAITING:
+        if job is None or job.state != JobState.WAITING or start.job_id in cannot_start:
             continue  # stopped since the snapshot was taken
         _place(session, job, start, ports[start.job_id], clock)
         started.append(job.id)
@@ -164,7 +187,7 @@ def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock
     job.pending_position = None
     job.state_message = ""
     attempt = AttemptRow(
-        job_id=job.id, number=job.attempt, state="RUNNING", started_at=now, master_port=plan.master_port
+        job_id=job.id, number=job.attempt, state=AttemptState.RUNNING, started_at=now, master_port=plan.master_port
     )
     session.add(attempt)
     session.flush()

@@ -31,9 +31,10 @@ FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOP
 # RUNNING -> SUCCEEDED/FAILED  completion policy decided
 # RUNNING -> STOPPING      a user asked to stop; tasks are being signalled
 # WAITING -> STOPPED        stop before anything ran
+# WAITING -> FAILED         it can never start (its placement could not be prepared)
 # STOPPING -> STOPPED       every task has ended
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.WAITING: frozenset({JobState.RUNNING, JobState.STOPPED}),
+    JobState.WAITING: frozenset({JobState.RUNNING, JobState.STOPPED, JobState.FAILED}),
     JobState.RUNNING: frozenset(
         {JobState.WAITING, JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPING}
     ),
@@ -41,6 +42,25 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
     JobState.STOPPED: frozenset(),
+}
+
+
+class AttemptState(StrEnum):
+    RUNNING = "RUNNING"  # placed; its tasks are starting or running
+    SUCCEEDED = "SUCCEEDED"  # decided by the completion policy (tasks may still be ending)
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"  # ended by a stop request
+
+    @property
+    def is_final(self) -> bool:
+        return self != AttemptState.RUNNING
+
+
+ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
+    AttemptState.RUNNING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.STOPPED}),
+    AttemptState.SUCCEEDED: frozenset(),
+    AttemptState.FAILED: frozenset(),
+    AttemptState.STOPPED: frozenset(),
 }
 
 
@@ -76,6 +96,12 @@ class IllegalTransition(RuntimeError):
 def check_job_transition(current: JobState, new: JobState) -> JobState:
     if new not in JOB_TRANSITIONS[current]:
         raise IllegalTransition(f"job cannot go from {current} to {new}")
+    return new
+
+
+def check_attempt_transition(current: AttemptState, new: AttemptState) -> AttemptState:
+    if new not in ATTEMPT_TRANSITIONS[current]:
+        raise IllegalTransition(f"attempt cannot go from {current} to {new}")
     return new
 
 

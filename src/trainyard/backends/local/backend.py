@@ -3,7 +3,29 @@
 State lives in ``state_dir/tasks/<job>/<attempt>/<role>-<index>-<run>/`` (file protocol in
 ``taskfiles``); nothing important lives in this object's memory, so a new backend on the
 same state directory (after ``yard up`` restarts, or the server is killed with ``-9``)
-sees and controls every task the old one launched.
+sees and controls every task the old one launched. That includes stops: ``stop.json``
+records each stop's SIGKILL deadline (wall-clock time), and ``observe`` enforces it when
+the supervisor that should have done so is gone.
+
+Tasks run as the server's own user by default, in ``<task dir>/work``. With
+``run_as=USER`` (the server must run as root) every task runs as that unprivileged user,
+which must never read the state directory (it sits beside the server's token file and
+database, and holds every task's spec, env and log), so work dirs move to their own tree:
+
+    <state_dir>/                       0700 root   unreachable for USER
+      tasks/<job>/<attempt>/<role>-<index>-<run>/
+        spec.json pid.json stop.json exit.json script.sh output.log supervisor.log
+    <work_dir_root>/                   0711 root   default: <state_dir>-work, beside it
+      <job>/<attempt>/                 0711 root   USER may pass, not list or create
+        <role>-<index>-<run>/          0700 USER   the task's working directory ($PWD)
+        <role>-<index>-<run>.sh        0400 USER   the script bash runs (a copy)
+
+The supervisor stays root: it opens ``output.log`` and hands the task the descriptor; the
+task process joins its own process group, then sets its groups, gid and uid to USER's,
+then execs bash. HOME, USER and LOGNAME are USER's (the job's env may still set them).
+Every directory above ``work_dir_root`` must be searchable by USER; the constructor
+checks, and raises ValueError otherwise. ``work_dir_root`` without ``run_as`` only moves
+the work dirs.
 """
 
 from __future__ import annotations
@@ -19,16 +41,16 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from trainyard.backends.base import GpuInfo, LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus
 from trainyard.backends.local import gpus as local_gpus
-from trainyard.backends.local import procfs, supervisor, taskfiles
+from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
-from trainyard.backends.local.taskenv import task_environment
+from trainyard.backends.local.records import Claim, stop_deadline, stop_request
+from trainyard.backends.local.taskenv import gpu_environment, task_environment
+from trainyard.backends.local.taskuser import TaskUser
 
 log = logging.getLogger(__name__)
 
@@ -40,31 +62,6 @@ STARTUP_TIMEOUT_SECONDS = 30.0
 VANISHED = "supervisor vanished without recording an exit status"
 # The directory that holds the ``trainyard`` package, for the supervisor's PYTHONPATH.
 _PACKAGE_PARENT = str(Path(__file__).absolute().parents[3])
-
-
-@dataclass(frozen=True)
-class _Claim:
-    """What ``pid.json`` says: who supervises the task, and the task's process group."""
-
-    boot_id: str | None
-    supervisor: tuple[int, int] | None  # (pid, start time); None: abandoned by a backend
-    task: tuple[int, int] | None  # (pgid, leader start time); None: not forked yet
-    note: str = ""
-
-    @classmethod
-    def parse(cls, record: dict[str, Any]) -> _Claim:
-        def pid_and_start(entry: dict[str, Any] | None, pid_field: str) -> tuple[int, int] | None:
-            return None if entry is None else (int(entry[pid_field]), int(entry["start_time"]))
-
-        try:
-            return cls(
-                boot_id=record.get("boot_id"),
-                supervisor=pid_and_start(record.get("supervisor"), "pid"),
-                task=pid_and_start(record.get("task"), "pgid"),
-                note=str(record.get("abandoned", "")),
-            )
-        except (KeyError, TypeError, ValueError):
-            return cls(None, None, None, note=f"unreadable {taskfiles.PID}")
 
 
 class LocalBackend:
@@ -81,10 +78,25 @@ class LocalBackend:
         cpu_milli: int | None = None,
         memory_mb: int | None = None,
         python: str = sys.executable,
+        run_as: str | None = None,
+        work_dir_root: Path | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
+        self._user: TaskUser | None = None
+        if run_as is not None:
+            taskuser.require_root()
+            self._user = TaskUser.lookup(run_as)
         self._tasks_root = self.state_dir / "tasks"
         self._tasks_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self._user is not None and work_dir_root is None:
+            work_dir_root = self.state_dir.with_name(f"{self.state_dir.name}-work")
+        self.work_dir_root = None if work_dir_root is None else Path(work_dir_root).absolute()
+        if self._user is not None:
+            assert self.work_dir_root is not None
+            taskuser.make_private(self.state_dir)
+            taskuser.prepare_work_root(self.work_dir_root, self.state_dir, self._user)
+        elif self.work_dir_root is not None:
+            self.work_dir_root.mkdir(parents=True, exist_ok=True)
         shell = shutil.which("bash")
         if shell is None:
             raise RuntimeError("bash was not found on PATH; the local backend runs task scripts with bash")
@@ -119,7 +131,18 @@ class LocalBackend:
                 raise ValueError(f"task key {field_name} must be a non-negative int, got {value!r}")
         if not isinstance(key.role, str) or not _ROLE.fullmatch(key.role):
             raise ValueError(f"task role {key.role!r} must match {_ROLE.pattern}")
-        return self._tasks_root / str(key.job_id) / str(key.attempt) / f"{key.role}-{key.index}-{key.run}"
+        return self._tasks_root.joinpath(*self._relative_parts(key))
+
+    def work_dir(self, key: TaskKey) -> Path:
+        """The task's working directory (see the module docstring for where it lives)."""
+        if self.work_dir_root is None:
+            return self.task_dir(key) / taskfiles.WORK_DIR
+        self.task_dir(key)  # validates the key
+        return self.work_dir_root.joinpath(*self._relative_parts(key))
+
+    @staticmethod
+    def _relative_parts(key: TaskKey) -> tuple[str, str, str]:
+        return str(key.job_id), str(key.attempt), f"{key.role}-{key.index}-{key.run}"
 
     def log_path(self, key: TaskKey) -> Path:
         """The task's combined stdout+stderr log (it may not exist yet)."""
@@ -153,47 +176,66 @@ class LocalBackend:
         if unknown := sorted(set(task.gpus) - known):
             raise ValueError(f"task {task.key}: GPU indices {unknown} do not exist on {task.node}")
         task_dir = self.task_dir(task.key)
-        env = task_environment(os.environ, task.env, task.gpus)
+        environ = os.environ if self._user is None else {**os.environ, **self._user.environment()}
+        env = task_environment(environ, task.env, task.gpus)
+        spec_path = str(task_dir / taskfiles.SPEC)
         with self._lock:
             self._reap()
+            if (existing := taskfiles.read_json(spec_path)) is not None:
+                self._check_same_task(task, task_dir, existing)
             if task.key in self._spawned or (task_dir / taskfiles.PID).exists():
                 return
             # Spawning again after a server restart is safe even if the old server had
             # already spawned a supervisor: supervisors claim pid.json exclusively, so
             # at most one of them ever runs the task.
-            work = task_dir / taskfiles.WORK_DIR
-            work.mkdir(parents=True, exist_ok=True)
+            task_dir.mkdir(parents=True, exist_ok=True)
             spec = {
                 "key": str(task.key),
                 "script": task.script,
                 "env": env,
-                "cwd": str(work),
+                "job_env": dict(task.env),
+                "cwd": str(self._make_work_dir(task)),
                 "shell": self._shell,
                 "grace_seconds": task.grace_seconds,
                 "gpus": list(task.gpus),
             }
-            taskfiles.write_json(str(task_dir / taskfiles.SPEC), spec)
+            if self._user is not None:
+                script_file = self.work_dir(task.key).with_suffix(".sh")
+                taskuser.write_user_script(script_file, task.script, self._user)
+                spec["script_file"] = str(script_file)
+                spec["user"] = self._user.spec()
+            if not taskfiles.write_json(spec_path, spec, exclusive=True):
+                # Relaunched after a restart, or written by someone else since we looked.
+                if (existing := taskfiles.read_json(spec_path)) is not None:
+                    self._check_same_task(task, task_dir, existing)
+                taskfiles.write_json(spec_path, spec)
             self._spawned[task.key] = self._spawn_supervisor(task_dir)
 
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
         with self._lock:
             self._reap()
             spawned = dict(self._spawned)
-        return {key: self._observe(key, spawned.get(key)) for key in keys}
+        return {key: self._observe_key(key, spawned.get(key)) for key in keys}
 
     def stop(self, key: TaskKey, grace_seconds: float) -> None:
-        task_dir = self.task_dir(key)
+        try:
+            task_dir = self.task_dir(key)
+        except ValueError as exc:
+            log.warning("ignoring a stop for an invalid task key %r: %s", key, exc)
+            return
         if not task_dir.is_dir() or (task_dir / taskfiles.EXIT).exists():
             return
-        grace = max(0.0, float(grace_seconds))
-        stop = {"grace_seconds": grace, "requested_at": datetime.now(UTC).isoformat()}
-        taskfiles.write_json(str(task_dir / taskfiles.STOP), stop)
+        stop_path = str(task_dir / taskfiles.STOP)
+        stop = stop_request(taskfiles.read_json(stop_path), max(0.0, float(grace_seconds)), time.time())
+        # Durable: a restarted server (observe) enforces the deadline if no supervisor does.
+        taskfiles.write_json(stop_path, stop, durable=True)
+        grace = max(0.0, stop["deadline"] - time.time())
         # The supervisor reads stop.json after it writes pid.json; we read pid.json after
         # writing stop.json. If there is no claim yet, the supervisor will see the stop.
         record = taskfiles.read_json(str(task_dir / taskfiles.PID))
         if record is None:
             return
-        claim = _Claim.parse(record)
+        claim = Claim.parse(record)
         if claim.supervisor is not None:
             pid, started = claim.supervisor
             if procfs.signal_process(pid, started, signal.SIGTERM, claim.boot_id):
@@ -206,7 +248,11 @@ class LocalBackend:
 
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         try:
-            with open(self.log_path(key), "rb") as f:
+            path = self.log_path(key)
+        except ValueError:  # a key no task can have: it has no log
+            return LogChunk(data=b"", offset=0, size=0)
+        try:
+            with open(path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
                 start = max(0, size + offset) if offset < 0 else min(offset, size)
                 f.seek(start)
@@ -247,8 +293,36 @@ class LocalBackend:
             if not timer.is_alive():
                 del self._kill_timers[key]
 
-    def _observe(self, key: TaskKey, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
-        task_dir = self.task_dir(key)
+    def _check_same_task(self, task: TaskLaunch, task_dir: Path, spec: dict[str, Any]) -> None:
+        """Refuse to adopt a task dir that holds another task (e.g. another database's)."""
+        job_env = spec.get("job_env")
+        if job_env is None:  # written before job_env was recorded: compare what env shows
+            env = spec.get("env") or {}
+            pinned = gpu_environment(())
+            job_env = {name: env.get(name) for name in task.env if name not in pinned}
+            wanted = {name: value for name, value in task.env.items() if name not in pinned}
+        else:
+            wanted = dict(task.env)
+        if spec.get("script") == task.script and job_env == wanted:
+            return
+        log.warning("task %s: %s holds a different task (script or env differ); not adopting it", task.key, task_dir)
+        raise RuntimeError(f"task dir {task_dir} already holds a different task; refusing to adopt it as {task.key}")
+
+    def _make_work_dir(self, task: TaskLaunch) -> Path:
+        if self.work_dir_root is None:
+            work = self.work_dir(task.key)
+            work.mkdir(parents=True, exist_ok=True)
+            return work
+        return taskuser.make_task_work_dir(self.work_dir_root, self._relative_parts(task.key), self._user)
+
+    def _observe_key(self, key: TaskKey, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
+        try:
+            task_dir = self.task_dir(key)
+        except ValueError as exc:
+            return TaskStatus(key, running=False, lost=True, message=f"invalid task key: {exc}")
+        return self._observe(key, task_dir, popen)
+
+    def _observe(self, key: TaskKey, task_dir: Path, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
         if not task_dir.is_dir():
             return TaskStatus(key, running=False, lost=True, message="no trace of this task in the state directory")
         if (ended := self._exit_status(key, task_dir)) is not None:
@@ -256,14 +330,18 @@ class LocalBackend:
         record = taskfiles.read_json(str(task_dir / taskfiles.PID))
         if record is None:
             return self._observe_unclaimed(key, task_dir, popen)
-        claim = _Claim.parse(record)
+        claim = Claim.parse(record)
         if claim.supervisor is None:
             return TaskStatus(key, running=False, message=claim.note or VANISHED)
         if procfs.is_alive(*claim.supervisor, claim.boot_id):
+            self._enforce_stop(key, task_dir, claim, supervised=True)
             return TaskStatus(key, running=True)
         if claim.task is not None and procfs.group_alive(*claim.task, claim.boot_id):
-            message = "its supervisor is gone but the task still runs; its exit status will not be recorded"
-            return TaskStatus(key, running=True, message=message)
+            if not self._enforce_stop(key, task_dir, claim, supervised=False):
+                message = "its supervisor is gone but the task still runs; its exit status will not be recorded"
+                return TaskStatus(key, running=True, message=message)
+            if procfs.group_alive(*claim.task, claim.boot_id):
+                return TaskStatus(key, running=True, message="killed after its stop deadline; waiting for it to end")
         # The supervisor writes exit.json just before it exits: look again.
         if (ended := self._exit_status(key, task_dir)) is not None:
             return ended
@@ -289,7 +367,7 @@ class LocalBackend:
         tombstone = {"boot_id": procfs.boot_id(), "supervisor": None, "task": None, "abandoned": reason}
         if taskfiles.write_json(str(task_dir / taskfiles.PID), tombstone, exclusive=True):
             return TaskStatus(key, running=False, message=reason)
-        return self._observe(key, None)  # a supervisor claimed it just now
+        return self._observe(key, task_dir, None)  # a supervisor claimed it just now
 
     @staticmethod
     def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
@@ -302,7 +380,27 @@ class LocalBackend:
             notes.append(f"killed by {_signal_name(sig)}")
         return TaskStatus(key, running=False, exit_code=record.get("exit_code"), signal=sig, message="; ".join(notes))
 
-    def _kill_group_after(self, key: TaskKey, claim: _Claim, grace: float) -> None:
+    def _enforce_stop(self, key: TaskKey, task_dir: Path, claim: Claim, *, supervised: bool) -> bool:
+        """Act on a stop whose deadline has passed while the task still runs; True if acted.
+
+        The kill timers of ``stop`` live in memory and die with the server. A live
+        supervisor gets the stop again (it ignores repeats; one that never got it, because
+        the server died between writing stop.json and signalling, now applies it); without
+        one, the task's group is SIGKILLed here.
+        """
+        deadline = stop_deadline(taskfiles.read_json(str(task_dir / taskfiles.STOP)))
+        if deadline is None or time.time() < deadline:
+            return False
+        if supervised:
+            assert claim.supervisor is not None
+            return procfs.signal_process(*claim.supervisor, signal.SIGTERM, claim.boot_id)
+        assert claim.task is not None
+        if procfs.signal_group(*claim.task, signal.SIGKILL, claim.boot_id):
+            log.warning("task %s: its stop deadline passed with no supervisor; killed its process group", key)
+            return True
+        return False
+
+    def _kill_group_after(self, key: TaskKey, claim: Claim, grace: float) -> None:
         """SIGKILL the task's group after ``grace`` unless it has ended (supervisor-less stop)."""
         assert claim.task is not None
         pgid, started = claim.task

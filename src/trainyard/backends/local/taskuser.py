@@ -1,0 +1,138 @@
+"""Running local tasks as another OS user (``LocalBackend(run_as=...)``).
+
+Who that user is, and the work-directory tree it can reach while the backend's state
+directory stays root-only. The layout is described in ``backend``'s module docstring.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+WORK_ROOT_MODE = 0o711  # root-owned: the task user may pass through but not list or create
+TASK_WORK_MODE = 0o700  # owned by the task user: its working directory
+SCRIPT_MODE = 0o400  # owned by the task user: the script bash reads
+
+
+@dataclass(frozen=True)
+class TaskUser:
+    """An unprivileged account that tasks run as."""
+
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    @classmethod
+    def lookup(cls, name: str) -> TaskUser:
+        """The account ``name``; ValueError when it does not exist or is root."""
+        try:
+            entry = pwd.getpwnam(name)
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"run_as: there is no OS user named {name!r}") from None
+        if entry.pw_uid == 0:
+            raise ValueError(f"run_as: {name!r} is root; tasks must run as an unprivileged user")
+        return cls(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir)
+
+    def groups(self) -> list[int]:
+        """The user's supplementary groups as of now (its primary group included)."""
+        return os.getgrouplist(self.name, self.gid)
+
+    def spec(self) -> dict[str, object]:
+        """What the supervisor needs to drop privileges to this user (no NSS look-ups there)."""
+        return {"name": self.name, "uid": self.uid, "gid": self.gid, "groups": self.groups()}
+
+    def environment(self) -> dict[str, str]:
+        """Variables that say who and where the task user is (the server's would be wrong)."""
+        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise ValueError(
+            "run_as needs the server to run as root (it switches each task to that user);"
+            f" this process runs as uid {os.geteuid()}"
+        )
+
+
+def make_private(state_dir: Path) -> None:
+    """Make the state directory reachable by its owner (us) alone."""
+    info = os.lstat(state_dir)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise ValueError(f"state directory {state_dir} must be a directory owned by uid {os.geteuid()}")
+    os.chmod(state_dir, 0o700)
+
+
+def prepare_work_root(work_root: Path, state_dir: Path, user: TaskUser) -> None:
+    """Create (or check) the work-dir root: ours, not writable by others, reachable by ``user``."""
+    if work_root == state_dir or state_dir in work_root.parents:
+        raise ValueError(f"work_dir_root {work_root} must be outside the state directory {state_dir}")
+    try:
+        work_root.mkdir(parents=True, mode=WORK_ROOT_MODE)
+        os.chmod(work_root, WORK_ROOT_MODE)  # whatever the umask
+    except FileExistsError:
+        info = os.lstat(work_root)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+            raise ValueError(
+                f"work_dir_root {work_root} must be a directory owned by uid {os.geteuid()}"
+                " and writable by no one else"
+            ) from None
+    if blocked := unsearchable_ancestor(work_root, user):
+        raise ValueError(
+            f"run_as user {user.name!r} cannot reach work_dir_root {work_root}: {blocked} is not searchable"
+            " by it; choose a work_dir_root outside private directories (e.g. /var/lib/trainyard-work)"
+        )
+
+
+def unsearchable_ancestor(path: Path, user: TaskUser) -> Path | None:
+    """The first directory on the way to ``path`` (itself included) that ``user`` cannot
+    pass through, judged by mode bits; None when every one is searchable."""
+    groups = set(user.groups())
+    for directory in reversed([path, *path.parents]):
+        info = os.stat(directory)
+        if info.st_uid == user.uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return directory
+    return None
+
+
+def make_task_work_dir(work_root: Path, parts: tuple[str, ...], user: TaskUser) -> Path:
+    """``work_root/parts...``: intermediate dirs root-owned 0711, the last owned by ``user`` 0700."""
+    directory = work_root
+    for part in parts[:-1]:
+        directory = directory / part
+        _mkdir_exact(directory, WORK_ROOT_MODE)
+    work = directory / parts[-1]
+    _mkdir_exact(work, TASK_WORK_MODE)
+    os.chown(work, user.uid, user.gid, follow_symlinks=False)
+    return work
+
+
+def write_user_script(path: Path, script: str, user: TaskUser) -> None:
+    """Write the task's script where bash, running as ``user``, can read it (and only it)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, SCRIPT_MODE)
+    try:
+        os.fchown(fd, user.uid, user.gid)
+        os.fchmod(fd, SCRIPT_MODE)
+        os.write(fd, script.encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
+def _mkdir_exact(directory: Path, mode: int) -> None:
+    """Create ``directory`` with exactly ``mode``; an existing one must be a real directory."""
+    try:
+        os.mkdir(directory, mode)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(directory).st_mode):
+            raise RuntimeError(f"{directory} exists and is not a directory") from None
+    os.chmod(directory, mode)  # whatever the umask; no one else can create entries here
