@@ -39,7 +39,8 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
     server.kill9()
     (gates / "release-down").touch()
     # The task ends while no server is there to see it.
-    exit_file = server.home / "local" / "tasks" / str(ended_while_down) / "0" / "main-0-0" / "exit.json"
+    (cluster_dir,) = (server.home / "local").iterdir()  # one store, one cluster id
+    exit_file = cluster_dir / "tasks" / str(ended_while_down) / "0" / "main-0-0" / "exit.json"
     wait_until(exit_file.exists, what="the released task's supervisor to record its exit")
 
     server.start()
@@ -57,6 +58,21 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
         assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"
     assert [len(client.job(j)["attempts"]) for j in (ended_while_down, still_running, queued)] == [1, 1, 1]
 
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_new_database_on_the_same_home_never_adopts_the_old_tasks(server: Server) -> None:
+    client = server.admin()
+    old = client.submit("name: old\ntaskRoles:\n  m:\n    commands: ['echo from the old database']\n")
+    assert client.wait(old["id"], timeout=30)["state"] == "SUCCEEDED"
+    server.stop()
+    (server.home / "trainyard.db").unlink()
+    server.start()
+    client = server.admin()
+    new = client.submit("name: new\ntaskRoles:\n  m:\n    commands: ['echo from the new database']\n")
+    assert new["id"] == old["id"]  # same job id, different job
+    assert client.wait(new["id"], timeout=30)["state"] == "SUCCEEDED"
+    assert client.logs(new["id"]) == b"from the new database\n"
 
 
 def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, tmp_path) -> None:

@@ -23,6 +23,7 @@ from trainyard.core.clock import SystemClock
 from trainyard.core.settings import Settings
 from trainyard.services.auth import bootstrap_admin
 from trainyard.store.db import Database
+from trainyard.store.meta import cluster_id
 
 log = logging.getLogger("trainyard")
 
@@ -66,8 +67,10 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     clock = SystemClock()
     db = Database(settings.db_url)
     db.migrate()
+    with db.session() as session:
+        cluster = cluster_id(session)
     backend = LocalBackend(
-        settings.home / "local",
+        settings.home / "local" / cluster,
         # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
         gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus),
         cpu_milli=round(settings.local_cpus * 1000) if settings.local_cpus else None,

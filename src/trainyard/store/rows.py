@@ -172,3 +172,12 @@ class NodeRow(Base):
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class MetaRow(Base):
+    """Facts about this store itself, e.g. its ``cluster_id``."""
+
+    __tablename__ = "meta"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

@@ -48,8 +48,8 @@ from trainyard.backends.base import GpuInfo, LogChunk, NodeInventory, TaskKey, T
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
-from trainyard.backends.local.records import Claim, stop_deadline, stop_request
-from trainyard.backends.local.taskenv import gpu_environment, task_environment
+from trainyard.backends.local.records import Claim, exit_status, same_task, stop_deadline, stop_request
+from trainyard.backends.local.taskenv import task_environment
 from trainyard.backends.local.taskuser import TaskUser
 
 log = logging.getLogger(__name__)
@@ -82,21 +82,10 @@ class LocalBackend:
         work_dir_root: Path | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
-        self._user: TaskUser | None = None
-        if run_as is not None:
-            taskuser.require_root()
-            self._user = TaskUser.lookup(run_as)
+        self._user = None if run_as is None else TaskUser.for_tasks(run_as)
         self._tasks_root = self.state_dir / "tasks"
         self._tasks_root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if self._user is not None and work_dir_root is None:
-            work_dir_root = self.state_dir.with_name(f"{self.state_dir.name}-work")
-        self.work_dir_root = None if work_dir_root is None else Path(work_dir_root).absolute()
-        if self._user is not None:
-            assert self.work_dir_root is not None
-            taskuser.make_private(self.state_dir)
-            taskuser.prepare_work_root(self.work_dir_root, self.state_dir, self._user)
-        elif self.work_dir_root is not None:
-            self.work_dir_root.mkdir(parents=True, exist_ok=True)
+        self.work_dir_root = taskuser.set_up_work_root(self.state_dir, self._user, work_dir_root)
         shell = shutil.which("bash")
         if shell is None:
             raise RuntimeError("bash was not found on PATH; the local backend runs task scripts with bash")
@@ -295,18 +284,9 @@ class LocalBackend:
 
     def _check_same_task(self, task: TaskLaunch, task_dir: Path, spec: dict[str, Any]) -> None:
         """Refuse to adopt a task dir that holds another task (e.g. another database's)."""
-        job_env = spec.get("job_env")
-        if job_env is None:  # written before job_env was recorded: compare what env shows
-            env = spec.get("env") or {}
-            pinned = gpu_environment(())
-            job_env = {name: env.get(name) for name in task.env if name not in pinned}
-            wanted = {name: value for name, value in task.env.items() if name not in pinned}
-        else:
-            wanted = dict(task.env)
-        if spec.get("script") == task.script and job_env == wanted:
-            return
-        log.warning("task %s: %s holds a different task (script or env differ); not adopting it", task.key, task_dir)
-        raise RuntimeError(f"task dir {task_dir} already holds a different task; refusing to adopt it as {task.key}")
+        if not same_task(spec, task.script, task.env):
+            log.warning("task %s: %s holds a different task (script or env differ); not adopting it", task.key, task_dir)
+            raise RuntimeError(f"task dir {task_dir} already holds a different task; refusing to adopt it as {task.key}")
 
     def _make_work_dir(self, task: TaskLaunch) -> Path:
         if self.work_dir_root is None:
@@ -372,13 +352,7 @@ class LocalBackend:
     @staticmethod
     def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
         record = taskfiles.read_json(str(task_dir / taskfiles.EXIT))
-        if record is None:
-            return None
-        sig = record.get("signal")
-        notes = [record["message"]] if record.get("message") else []
-        if isinstance(sig, int):
-            notes.append(f"killed by {_signal_name(sig)}")
-        return TaskStatus(key, running=False, exit_code=record.get("exit_code"), signal=sig, message="; ".join(notes))
+        return None if record is None else exit_status(key, record)
 
     def _enforce_stop(self, key: TaskKey, task_dir: Path, claim: Claim, *, supervised: bool) -> bool:
         """Act on a stop whose deadline has passed while the task still runs; True if acted.
@@ -415,9 +389,3 @@ class LocalBackend:
             self._kill_timers[key] = timer
             timer.start()
 
-
-def _signal_name(sig: int) -> str:
-    try:
-        return signal.Signals(sig).name
-    except ValueError:
-        return f"signal {sig}"

@@ -1,14 +1,18 @@
-"""Task-directory records the backend acts on: the claim (``pid.json``) and a stop request
-(``stop.json``). File names and the atomic JSON helpers are in ``taskfiles``."""
+"""Task-directory records the backend acts on: the claim (``pid.json``), a stop request
+(``stop.json``), the exit record (``exit.json``) and the spec (``spec.json``). File names and the atomic JSON helpers are in ``taskfiles``."""
 
 from __future__ import annotations
 
 import math
+import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from trainyard.backends.base import TaskKey, TaskStatus
 from trainyard.backends.local import taskfiles
+from trainyard.backends.local.taskenv import gpu_environment
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ def stop_request(previous: dict[str, Any] | None, grace: float, now: float) -> d
     deadline = now + grace
     earlier = stop_deadline(previous)
     if earlier is not None and earlier < deadline:
-        return dict(previous or {})
+        return {**(previous or {}), "deadline": earlier}
     requested_at = datetime.fromtimestamp(now, UTC).isoformat()
     return {"grace_seconds": grace, "requested_at": requested_at, "deadline": deadline}
 
@@ -64,3 +68,31 @@ def stop_deadline(record: dict[str, Any] | None) -> float | None:
     if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not math.isfinite(deadline):
         return None
     return float(deadline)
+
+
+def exit_status(key: TaskKey, record: dict[str, Any]) -> TaskStatus:
+    """The status an ``exit.json`` record reports."""
+    sig = record.get("signal")
+    notes = [record["message"]] if record.get("message") else []
+    if isinstance(sig, int):
+        notes.append(f"killed by {_signal_name(sig)}")
+    return TaskStatus(key, running=False, exit_code=record.get("exit_code"), signal=sig, message="; ".join(notes))
+
+
+def same_task(spec: dict[str, Any], script: str, job_env: Mapping[str, str]) -> bool:
+    """Whether ``spec.json`` describes the task with this script and job env."""
+    recorded = spec.get("job_env")
+    wanted = dict(job_env)
+    if recorded is None:  # written before job_env was recorded: compare what its env shows
+        env = spec.get("env") or {}
+        pinned = gpu_environment(())  # set by the backend, whatever the job asked for
+        wanted = {name: value for name, value in wanted.items() if name not in pinned}
+        recorded = {name: env.get(name) for name in wanted}
+    return spec.get("script") == script and recorded == wanted
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"

@@ -15,7 +15,10 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    after the record exists; if the supervisor dies first the child sees EOF and exits, so
    no task ever runs unrecorded.
 4. Open the gate: the child execs ``bash --noprofile --norc script.sh`` with stdin from
-   /dev/null and stdout+stderr appended to ``output.log``.
+   /dev/null and stdout+stderr appended to ``output.log``. When the spec names a ``user``
+   the child first drops to it (groups, gid, uid; after joining its process group and
+   redirecting its output, before exec) and runs the copy of the script at
+   ``script_file``, since it cannot read the task directory.
 5. On SIGTERM/SIGINT (a stop), SIGTERM the task's group and arm a timer; when it fires
    while the task still runs, SIGKILL the group.
 6. When the task's main process exits, wait for it *without reaping* (its zombie keeps the
@@ -121,7 +124,7 @@ class Supervisor:
                 return False
             pid = os.fork()
             if pid == 0:
-                _exec_task(spec, script_path, gate_r, gate_w, log_fd, null_fd)
+                _exec_task(spec, spec.get("script_file") or script_path, gate_r, gate_w, log_fd, null_fd)
             try:
                 os.setpgid(pid, pid)  # the child does it too; whoever is first wins the race
             except (PermissionError, ProcessLookupError):
@@ -225,6 +228,13 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, gate_w: int,
         os.dup2(null_fd, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
+        user = spec.get("user")
+        if user is not None:
+            os.setgroups(user["groups"])
+            os.setgid(user["gid"])
+            os.setuid(user["uid"])  # as root: real, effective and saved ids; capabilities go
+            if os.getuid() != user["uid"] or os.geteuid() != user["uid"]:
+                raise PermissionError(f"could not switch to user {user['name']!r}")
         os.chdir(spec["cwd"])
         shell = spec["shell"]
         os.execve(shell, [shell, "--noprofile", "--norc", script_path], spec["env"])

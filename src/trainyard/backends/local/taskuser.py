@@ -27,8 +27,14 @@ class TaskUser:
     home: str
 
     @classmethod
-    def lookup(cls, name: str) -> TaskUser:
-        """The account ``name``; ValueError when it does not exist or is root."""
+    def for_tasks(cls, name: str) -> TaskUser:
+        """The account ``name`` to run tasks as; ValueError when we are not root to
+        switch to it, when it does not exist, or when it is root itself."""
+        if os.geteuid() != 0:
+            raise ValueError(
+                f"run_as={name!r} needs the server to run as root (it switches each task to that"
+                f" user); this process runs as uid {os.geteuid()}"
+            )
         try:
             entry = pwd.getpwnam(name)
         except (KeyError, TypeError, ValueError):
@@ -50,12 +56,18 @@ class TaskUser:
         return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
 
 
-def require_root() -> None:
-    if os.geteuid() != 0:
-        raise ValueError(
-            "run_as needs the server to run as root (it switches each task to that user);"
-            f" this process runs as uid {os.geteuid()}"
-        )
+def set_up_work_root(state_dir: Path, user: TaskUser | None, work_dir_root: Path | None) -> Path | None:
+    """Prepare where work dirs go; None means inside each task dir (no ``run_as``, no root)."""
+    if user is None:
+        if work_dir_root is None:
+            return None
+        root = Path(work_dir_root).absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+    root = state_dir.with_name(f"{state_dir.name}-work") if work_dir_root is None else Path(work_dir_root)
+    make_private(state_dir)
+    prepare_work_root(root.absolute(), state_dir, user)
+    return root.absolute()
 
 
 def make_private(state_dir: Path) -> None:
@@ -104,15 +116,16 @@ def unsearchable_ancestor(path: Path, user: TaskUser) -> Path | None:
     return None
 
 
-def make_task_work_dir(work_root: Path, parts: tuple[str, ...], user: TaskUser) -> Path:
-    """``work_root/parts...``: intermediate dirs root-owned 0711, the last owned by ``user`` 0700."""
+def make_task_work_dir(work_root: Path, parts: tuple[str, ...], user: TaskUser | None) -> Path:
+    """``work_root/parts...``: intermediate dirs ours 0711, the last ``user``'s (else ours) 0700."""
     directory = work_root
     for part in parts[:-1]:
         directory = directory / part
         _mkdir_exact(directory, WORK_ROOT_MODE)
     work = directory / parts[-1]
     _mkdir_exact(work, TASK_WORK_MODE)
-    os.chown(work, user.uid, user.gid, follow_symlinks=False)
+    if user is not None:
+        os.chown(work, user.uid, user.gid, follow_symlinks=False)
     return work
 
 
