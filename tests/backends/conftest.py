@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,9 +30,9 @@ class LocalHarness:
 
     wait_until = staticmethod(wait_until)
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, **options: Any) -> None:
         self.state_dir = state_dir
-        self.backend = LocalBackend(state_dir, simulated_gpus=4)
+        self.backend = LocalBackend(state_dir, simulated_gpus=4, **options)
         self.node = self.backend.inventory()[0].name
         self._next_job = 1
 
@@ -74,3 +75,9 @@ class LocalHarness:
 @pytest.fixture
 def local(tmp_path: Path) -> LocalHarness:
     return LocalHarness(tmp_path / "state")
+
+
+@pytest.fixture
+def make_local() -> Callable[..., LocalHarness]:
+    """Build a harness on a given state dir with extra backend options."""
+    return LocalHarness

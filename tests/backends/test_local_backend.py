@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
@@ -161,3 +162,53 @@ def test_inventory_measures_the_host_and_takes_explicit_gpus(tmp_path: Path):
     [node] = LocalBackend(tmp_path, gpus=gpus, simulated_gpus=3).inventory()
     assert node.gpus == tuple(gpus)
     assert node.cpu_milli >= 1000 and node.memory_mb > 0
+
+
+INVALID_KEYS = [
+    TaskKey(job_id=1, attempt=0, role="worker\n", index=0),
+    TaskKey(job_id=1, attempt=0, role="../escape", index=0),
+    TaskKey(job_id=1, attempt=-1, role="worker", index=0),
+    TaskKey(job_id=1, attempt=0, role="worker", index=0, run=-2),
+]
+
+
+@pytest.mark.parametrize("key", INVALID_KEYS, ids=repr)
+def test_read_paths_answer_for_an_invalid_key_instead_of_raising(local, key, caplog):
+    chunk = local.backend.read_log(key, -10)
+    assert (chunk.data, chunk.offset, chunk.size) == (b"", 0, 0)
+    valid = local.launch("exit 0")
+    statuses = local.backend.observe([key, valid])  # one bad row must not hide the others
+    assert statuses[key].lost and not statuses[key].running and "invalid task key" in statuses[key].message
+    assert statuses[valid].running or statuses[valid].exit_code == 0
+    with caplog.at_level(logging.WARNING, logger="trainyard.backends.local.backend"):
+        local.backend.stop(key, 5)
+    assert "invalid task key" in caplog.text
+    assert sorted(p.name for p in (local.state_dir / "tasks").iterdir()) == [str(valid.job_id)]
+
+
+def test_a_task_dir_holding_another_task_is_never_adopted(local, caplog):
+    key = local.launch("echo mine", env={"A": "1"})
+    assert local.wait_ended(key).exit_code == 0
+    other = LocalBackend(local.state_dir, gpus=[])  # say, a server on another database
+    for script, env in [("echo theirs", {"A": "1"}), ("echo mine", {"A": "2"}), ("echo mine", {})]:
+        with pytest.raises(RuntimeError, match=r"task dir .* already holds a different task"):
+            other.launch(TaskLaunch(key, local.node, script, env))
+    assert "holds a different task" in caplog.text
+    other.launch(TaskLaunch(key, local.node, "echo mine", {"A": "1"}))  # the same task: adopted, not rerun
+    local.launch("echo mine", key=key, env={"A": "1"})
+    assert local.log(key) == "mine\n"
+
+
+def test_a_launch_in_progress_of_another_task_is_not_overwritten(local, tmp_path):
+    key = local.new_key()
+    task_dir = local.backend.task_dir(key)
+    # spec.json written, supervisor not spawned yet (no pid.json); an older version's spec.
+    task_dir.mkdir(parents=True)
+    spec = {"script": "echo theirs", "env": {"PATH": "/bin", "A": "1", "CUDA_VISIBLE_DEVICES": ""}}
+    taskfiles.write_json(str(task_dir / taskfiles.SPEC), spec)
+    with pytest.raises(RuntimeError, match="already holds a different task"):
+        local.launch("echo mine", key=key, env={"A": "1"})
+    assert taskfiles.read_json(str(task_dir / taskfiles.SPEC)) == spec
+    # The same task (GPU pinning is the backend's, not the job's) is launched as usual.
+    local.launch("echo theirs", key=key, env={"A": "1", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert local.wait_ended(key).exit_code == 0 and local.log(key) == "theirs\n"

@@ -165,3 +165,53 @@ def test_a_launch_whose_supervisor_never_came_is_abandoned_and_a_late_one_does_n
     assert late.returncode == 0 and "already claimed" in late.stderr
     assert not ran.exists()
     assert local.status(key).message == status.message
+
+
+def test_a_stop_outlives_the_server_that_sent_it_when_the_supervisor_is_gone(local):
+    key = local.launch("trap '' TERM\necho ready\nsleep 300")
+    local.wait_log(key, "ready")
+    record = _pids(local, key)
+    os.kill(record["supervisor"]["pid"], signal.SIGKILL)
+    local.wait_until(lambda: _gone(record["supervisor"]["pid"]))
+    # The stop comes from a server that dies right after sending it: its in-memory
+    # SIGKILL timer dies with it, as it would in a crash or a restart.
+    stopper = (
+        "import os\n"
+        "from trainyard.backends.base import TaskKey\n"
+        "from trainyard.backends.local.backend import LocalBackend\n"
+        f"LocalBackend({str(local.state_dir)!r}, gpus=[]).stop(TaskKey.parse({str(key)!r}), 0.3)\n"
+        "os._exit(0)\n"
+    )
+    subprocess.run([sys.executable, "-c", stopper], check=True, timeout=60)
+    stop = taskfiles.read_json(str(local.backend.task_dir(key) / taskfiles.STOP))
+    assert stop["grace_seconds"] == 0.3 and stop["deadline"] > time.time() - 60
+    pgid, started = record["task"]["pgid"], record["task"]["start_time"]
+    assert procfs.group_alive(pgid, started)  # it ignored the SIGTERM
+
+    restarted = LocalBackend(local.state_dir, gpus=[])
+    status = local.wait_ended(key, backend=restarted)
+    assert time.time() >= stop["deadline"]
+    assert (status.exit_code, status.message) == (None, VANISHED)
+    assert not procfs.group_members(pgid)
+
+
+def test_a_stop_recorded_but_never_signalled_is_delivered_by_a_later_observe(local):
+    key = local.launch("trap 'echo got TERM; exit 0' TERM\necho ready\nsleep 300 & wait")
+    local.wait_log(key, "ready")
+    # What a server killed between writing stop.json and signalling the supervisor leaves.
+    overdue = {"grace_seconds": 5, "requested_at": "2026-01-01T00:00:00+00:00", "deadline": time.time() - 1}
+    taskfiles.write_json(str(local.backend.task_dir(key) / taskfiles.STOP), overdue)
+    status = local.wait_ended(key, backend=LocalBackend(local.state_dir, gpus=[]))
+    assert (status.exit_code, status.signal) == (0, None)
+    assert "stopped on request" in status.message and local.log(key) == "ready\ngot TERM\n"
+
+
+def test_a_second_stop_never_postpones_the_first_deadline(local):
+    key = local.launch("sleep 300")
+    local.wait_until(lambda: (_pids(local, key) or {}).get("task"))
+    stop_path = str(local.backend.task_dir(key) / taskfiles.STOP)
+    local.backend.stop(key, 60)
+    first = taskfiles.read_json(stop_path)["deadline"]
+    local.backend.stop(key, 600)
+    assert taskfiles.read_json(stop_path)["deadline"] == first
+    assert local.wait_ended(key).signal == signal.SIGTERM

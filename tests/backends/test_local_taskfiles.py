@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from trainyard.backends.local import procfs, taskfiles
+from trainyard.backends.local import procfs, records, taskfiles
 
 
 def test_exclusive_write_publishes_once_and_leaves_no_temporary_files(tmp_path):
@@ -46,3 +46,17 @@ def test_a_process_group_is_alive_while_any_member_runs():
     finally:
         leader.kill()
         leader.wait()
+
+
+def test_a_stop_request_records_its_deadline_and_never_postpones_an_earlier_one():
+    first = records.stop_request(None, 30.0, 1000.0)
+    assert (first["grace_seconds"], first["deadline"]) == (30.0, 1030.0)
+    assert records.stop_request(first, 60.0, 1010.0)["deadline"] == 1030.0
+    sooner = records.stop_request(first, 5.0, 1010.0)
+    assert (sooner["grace_seconds"], sooner["deadline"]) == (5.0, 1015.0)
+    # Written before deadlines were recorded: requested_at + grace_seconds.
+    old = {"grace_seconds": 2.5, "requested_at": "1970-01-01T00:16:40+00:00"}
+    assert records.stop_deadline(old) == 1002.5
+    assert records.stop_request(old, 60.0, 1001.0) == {**old, "deadline": 1002.5}
+    for garbage in (None, {}, {"deadline": "soon"}, {"deadline": True}, {"deadline": float("inf")}):
+        assert records.stop_deadline(garbage) is None

@@ -19,7 +19,9 @@ no_nul = st.characters(blacklist_characters="\x00")
 free_text = st.text(no_nul, max_size=15).filter(lambda text: "<%" not in text and "%>" not in text)
 # A secret must hold at least one character that is not '*': a secret made of stars
 # alone could never be told apart from the mask.
-secret_texts = st.text(no_nul, min_size=1, max_size=12).filter(lambda text: text.strip("*") != "")
+secret_texts = st.text(no_nul, min_size=1, max_size=12).filter(
+    lambda text: text.strip("*") != "" and "<%" not in text and "%>" not in text
+)
 secret_leaves = secret_texts | st.integers(min_value=-(10**6), max_value=10**6)
 secret_trees = st.recursive(
     secret_leaves,
@@ -123,7 +125,7 @@ def valid_jobs(draw: st.DrawFn) -> dict[str, Any]:
         "parameters": parameters,
         "secrets": secrets,
         "taskRoles": roles,
-        "tags": draw(st.lists(st.sampled_from(pasted), max_size=2)),
+        "tags": draw(st.lists(st.sampled_from(pasted).filter(str.strip), max_size=2)),
     }
 
 

@@ -285,8 +285,8 @@ class LocalBackend:
     def _check_same_task(self, task: TaskLaunch, task_dir: Path, spec: dict[str, Any]) -> None:
         """Refuse to adopt a task dir that holds another task (e.g. another database's)."""
         if not same_task(spec, task.script, task.env):
-            log.warning("task %s: %s holds a different task (script or env differ); not adopting it", task.key, task_dir)
-            raise RuntimeError(f"task dir {task_dir} already holds a different task; refusing to adopt it as {task.key}")
+            log.warning("task %s: %s holds a different task (other script or env); not adopting it", task.key, task_dir)
+            raise RuntimeError(f"task dir {task_dir} already holds a different task; not adopting it as {task.key}")
 
     def _make_work_dir(self, task: TaskLaunch) -> Path:
         if self.work_dir_root is None:

@@ -1,5 +1,8 @@
 """Task-directory records the backend acts on: the claim (``pid.json``), a stop request
-(``stop.json``), the exit record (``exit.json``) and the spec (``spec.json``). File names and the atomic JSON helpers are in ``taskfiles``."""
+(``stop.json``), the exit record (``exit.json``) and the spec (``spec.json``).
+
+File names and the atomic JSON helpers are in ``taskfiles``.
+"""
 
 from __future__ import annotations
 

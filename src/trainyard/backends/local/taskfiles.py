@@ -4,7 +4,8 @@ Stdlib only: the supervisor imports this module and must start fast.
 
 A task directory holds, in the order they appear:
 
-``spec.json``       written by the backend: what to run (script, env, cwd, shell, grace).
+``spec.json``       written by the backend: what to run (script, env, the job's own env,
+                    cwd, shell, grace; with ``run_as`` also the user and its script copy).
 ``supervisor.log``  the supervisor's own stdout/stderr (diagnostics, tracebacks).
 ``pid.json``        created exclusively by the supervisor that claims the task (so two
                     supervisors can never both run it), first with ``"task": null``, then
@@ -12,9 +13,11 @@ A task directory holds, in the order they appear:
                     it is allowed to exec. A backend that gives up on a supervisor that
                     never started claims it instead, with ``"supervisor": null``.
 ``script.sh``       the script, written by the supervisor, run by ``bash --noprofile --norc``.
-``work/``           the task's working directory.
+``work/``           the task's working directory (unless ``work_dir_root`` puts it elsewhere).
 ``output.log``      the task's stdout and stderr, both appended to the same file.
-``stop.json``       written by the backend before it signals a stop: the grace to use.
+``stop.json``       written (fsync'd) by the backend before it signals a stop: the grace to
+                    use and the wall-clock deadline for SIGKILL, which ``observe`` enforces
+                    when no supervisor is left to.
 ``exit.json``       written last by the supervisor (fsync'd): how the task ended.
 
 Every JSON file is replaced atomically (temporary file + rename), so a reader sees either
