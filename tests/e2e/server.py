@@ -40,6 +40,7 @@ class Server:
     port: int
     database_url: str | None
     gpus: int
+    extra_args: tuple[str, ...] = ()
     process: subprocess.Popen | None = None
 
     @property
@@ -58,7 +59,8 @@ class Server:
         log = open(self.home / "server.log", "ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(self.port),
-             "--local-gpus", str(self.gpus), "--local-cpus", "8", "--local-memory-mb", "16384"],
+             "--local-gpus", str(self.gpus), "--local-cpus", "8", "--local-memory-mb", "16384",
+             *self.extra_args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )
         def healthy() -> bool:

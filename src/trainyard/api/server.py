@@ -6,6 +6,7 @@ run under their own supervisors and are re-adopted on the next start.
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
 import os
@@ -62,8 +63,26 @@ def check_port_free(host: str, port: int) -> None:
             ) from exc
 
 
+def prepare_home(settings: Settings) -> None:
+    """Create ``$TRAINYARD_HOME`` private to the server: it holds the token and the store."""
+    settings.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(settings.home, 0o700)
+    if settings.database_url is None:
+        db_file = settings.home / "trainyard.db"
+        if not db_file.exists():
+            os.close(os.open(db_file, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
+def task_work_dir(settings: Settings) -> Path | None:
+    if settings.task_work_dir is not None:
+        return settings.task_work_dir
+    # With a task user the work dirs must sit where that user can reach, never inside the
+    # private home; without one, the backend's own default is fine.
+    return Path("/var/lib/trainyard/work") if settings.task_user else None
+
+
 def build(settings: Settings) -> tuple[AppContext, Controller]:
-    settings.home.mkdir(parents=True, exist_ok=True)
+    prepare_home(settings)
     clock = SystemClock()
     db = Database(settings.db_url)
     db.migrate()
@@ -75,6 +94,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus),
         cpu_milli=round(settings.local_cpus * 1000) if settings.local_cpus else None,
         memory_mb=settings.local_memory_mb,
+        run_as=settings.task_user,
+        work_dir_root=task_work_dir(settings),
     )
     controller = Controller(db, backend, clock, interval=settings.schedule_interval_seconds)
     return AppContext(db=db, backend=backend, clock=clock, controller=controller), controller
@@ -95,6 +116,11 @@ def serve(settings: Settings) -> None:
         sim = " (simulated)" if any(g.simulated for g in node.gpus) else ""
         log.info("node %s: %d GPU%s, %.3g CPU, %d MiB", node.name, len(node.gpus), sim,
                  node.cpu_milli / 1000, node.memory_mb)
+    if settings.task_user is None:
+        log.warning(
+            "tasks run as the server's own OS user (%s): any job can read %s, including the admin "
+            "token and every job's secrets. On a machine shared by people who do not trust each "
+            "other, run `yard up` as root with --task-user USER.", getpass.getuser(), settings.home)
     controller.start()
     app = create_app(ctx)
     log.info("Trainyard %s on %s (store: %s); Ctrl-C stops the server, not the jobs",

@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="expose N simulated GPU slots instead of the machine's NVIDIA GPUs")
     p.add_argument("--local-cpus", type=float, default=None, metavar="N", help="CPUs to offer (default: all)")
     p.add_argument("--local-memory-mb", type=int, default=None, metavar="MIB", help="memory to offer (default: all)")
+    p.add_argument("--task-user", default=None, metavar="USER",
+                   help="run every task as this OS user (yard up must run as root); keeps jobs "
+                   "out of $TRAINYARD_HOME")
+    p.add_argument("--task-work-dir", default=None, metavar="DIR",
+                   help="where tasks' working directories go (default /var/lib/trainyard/work "
+                   "with --task-user)")
 
     p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
     p.add_argument("file")

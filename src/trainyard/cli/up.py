@@ -20,6 +20,8 @@ def run_up(args: argparse.Namespace) -> int:
         "local_gpus": args.local_gpus,
         "local_cpus": args.local_cpus,
         "local_memory_mb": args.local_memory_mb,
+        "task_user": args.task_user,
+        "task_work_dir": args.task_work_dir,
     }
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
@@ -27,7 +29,7 @@ def run_up(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         print(f"yard up: invalid setting: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
         return 2
-    except StartupError as exc:
+    except (StartupError, ValueError) as exc:
         print(f"yard up: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -29,6 +29,16 @@ class Settings(BaseSettings):
     )
     local_cpus: float | None = Field(default=None, description="CPUs offered (default: all)")
     local_memory_mb: int | None = Field(default=None, description="Memory offered (default: all)")
+    task_user: str | None = Field(
+        default=None,
+        description="Run every task as this OS user (the server must run as root); without it, "
+        "tasks run as the server's own user and can read $TRAINYARD_HOME",
+    )
+    task_work_dir: Path | None = Field(
+        default=None,
+        description="Where tasks' working directories go (default: $TRAINYARD_HOME/work, or "
+        "/var/lib/trainyard/work with task_user)",
+    )
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
