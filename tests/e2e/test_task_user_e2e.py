@@ -58,7 +58,7 @@ taskRoles:
     out = client.logs(job["id"]).decode()
     assert out.splitlines()[0] == TASK_USER
     assert "LEAKED" not in out and "LISTED" not in out
-    assert out.count("denied") == 2 and out.rstrip().endswith("ok")
+    assert out.splitlines().count("denied") == 2 and out.rstrip().endswith("ok")
 
 
 def test_yard_up_refuses_an_unknown_task_user(tmp_path) -> None:
