@@ -16,7 +16,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from starlette.exceptions import HTTPException
 
 from trainyard.api.deps import AppContext
-from trainyard.api.routers import cluster, jobs, users
+from trainyard.api.routers import admin, cluster, jobs, users
 from trainyard.services.errors import ServiceError
 from trainyard.spec.errors import SpecError
 
@@ -36,7 +36,7 @@ def create_app(ctx: AppContext) -> FastAPI:
         openapi_url="/api/v1/openapi.json",
     )
     app.state.ctx = ctx
-    for router in (jobs.router, users.router, cluster.router):
+    for router in (jobs.router, users.router, cluster.router, admin.router):
         app.include_router(router, prefix="/api/v1")
 
     @app.exception_handler(SpecError)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainyard.cli import render
+from trainyard.cli import admin_commands, render
 from trainyard.cli.main import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.client.client import AuthError, Client, ServerUnreachable, TrainyardError, WaitTimeout
 from trainyard.client.config import load_config
@@ -164,4 +164,8 @@ HANDLERS = {
     "user": cmd_user,
     "token": cmd_token,
     "whoami": cmd_whoami,
+    "vc": admin_commands.cmd_vc,
+    "group": admin_commands.cmd_group,
+    "quota": admin_commands.cmd_quota,
+    "node": admin_commands.cmd_node,
 }

@@ -99,7 +99,7 @@ def nodes_table(nodes: list[dict]) -> str:
         used = sum(g["used"] for g in gpus)
         model = ", ".join(sorted({g["model"] for g in gpus})) or "-"
         rows.append([
-            n["name"], "yes" if n["schedulable"] else "no",
+            n["name"], "cordoned" if n.get("cordoned") else ("yes" if n["schedulable"] else "no"),
             f"{num(used)}/{len(gpus)}" + (" (simulated)" if n["simulated"] else ""), model,
             f"{num(n['cpuUsed'])}/{num(n['cpu'])}", f"{n['memoryUsedMB']}/{n['memoryMB']}",
         ])

@@ -148,5 +148,38 @@ class Client:
     def users(self) -> list[dict]:
         return self._request("GET", "/users").json()
 
+    # -- administration -------------------------------------------------------------------
+
+    def vcs(self) -> list[dict]:
+        return self._request("GET", "/vcs").json()
+
+    def create_vc(self, name: str, *, gpus: int, model: str | None = None, priority_preemption: bool = True) -> dict:
+        body = {"name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption}
+        return self._request("POST", "/vcs", json=body).json()
+
+    def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> dict:
+        return self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model}).json()
+
+    def grant_vc(self, name: str, grantee: str) -> dict:
+        return self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee}).json()
+
+    def groups(self) -> list[dict]:
+        return self._request("GET", "/groups").json()
+
+    def create_group(self, name: str) -> dict:
+        return self._request("POST", "/groups", json={"name": name}).json()
+
+    def add_member(self, group: str, user: str) -> dict:
+        return self._request("POST", f"/groups/{group}/members", json={"user": user}).json()
+
+    def quotas(self) -> list[dict]:
+        return self._request("GET", "/quotas").json()
+
+    def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[dict]:
+        return self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus}).json()
+
+    def cordon(self, node: str, *, cordoned: bool = True) -> dict:
+        return self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}").json()
+
     def create_token(self, *, user: str | None = None, name: str = "") -> dict:
         return self._request("POST", "/tokens", json={"user": user, "name": name}).json()

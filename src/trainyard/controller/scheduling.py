@@ -115,7 +115,7 @@ def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
                 ),
                 cpu_used_milli=sum(t.cpu_milli for t in mine),
                 memory_used_mb=sum(t.memory_mb for t in mine),
-                schedulable=row.schedulable,
+                schedulable=row.schedulable and not row.cordoned,
             )
         )
     return tuple(nodes)

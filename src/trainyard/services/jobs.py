@@ -9,12 +9,21 @@ from trainyard.core.clock import Clock
 from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState, check_job_transition
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
-from trainyard.services.errors import Conflict, Invalid, NotFound
+from trainyard.services.admin import may_use_vc
+from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
 from trainyard.spec.loading import container_fields, validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import normalized_spec
-from trainyard.store.rows import AttemptRow, JobEventRow, JobRow, NodeRow, TaskRow, UserRow
+from trainyard.store.rows import (
+    AttemptRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    TaskRow,
+    UserRow,
+    VirtualClusterRow,
+)
 
 MAX_PAGE = 500
 
@@ -31,7 +40,7 @@ def node_states(nodes: list[NodeRow]) -> list[NodeState]:
             cpu_milli=n.cpu_milli,
             memory_mb=n.memory_mb,
             gpus=tuple(GpuSlot(g["index"], g["model"], g["memory_mb"]) for g in n.gpus),
-            schedulable=n.schedulable,
+            schedulable=n.schedulable and not n.cordoned,
         )
         for n in nodes
     ]
@@ -54,6 +63,17 @@ def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
         )
 
 
+def check_vc_access(session: Session, user: UserRow, vc: str) -> None:
+    """DESIGN's "may this user use that VC?": granted to them, to a group of theirs, or admin."""
+    if may_use_vc(session, user, vc):
+        return
+    if session.scalar(select(VirtualClusterRow.id).where(VirtualClusterRow.name == vc)) is None:
+        raise Invalid(f"no virtual cluster named {vc!r}; see `yard vc list`",
+                      details=[{"path": "defaults.virtualCluster", "message": "unknown virtual cluster"}])
+    raise Forbidden(f"user {user.name} may not submit to virtual cluster {vc!r}; an admin can allow it "
+                    f"with `yard vc grant {vc} {user.name}`")
+
+
 def submit_job(
     session: Session, user: UserRow, spec: JobSpec, *, clock: Clock, nodes: list[NodeState] | None = None
 ) -> JobRow:
@@ -61,6 +81,7 @@ def submit_job(
 
     ``nodes`` is the inventory to check against; by default it is read from the store.
     """
+    check_vc_access(session, user, spec.defaults.virtualCluster)
     check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
     job = JobRow(
         name=spec.name,

@@ -117,6 +117,19 @@ class NodeView(BaseModel):
     memoryUsedMB: int
     gpus: list[GpuView]
     simulated: bool
+    cordoned: bool
+    labels: dict[str, str]
+
+
+class VcView(BaseModel):
+    name: str
+    quota: dict[str, int]  # GPU model ("*": any model) -> guaranteed GPUs
+    used: float  # GPUs held by the VC's guaranteed jobs
+    borrowed: float  # GPUs held by the VC's opportunistic jobs
+    waiting: int
+    priorityPreemption: bool
+    users: list[str]
+    groups: list[str]
 
 
 class UserView(BaseModel):
@@ -230,13 +243,15 @@ def node_view(row: NodeRow, tasks: list[TaskRow]) -> NodeView:
         name=row.name,
         backend=row.backend,
         address=row.address,
-        schedulable=row.schedulable,
+        schedulable=row.schedulable and not row.cordoned,
         cpu=from_milli(row.cpu_milli),
         cpuUsed=from_milli(sum(t.cpu_milli for t in on_node)),
         memoryMB=row.memory_mb,
         memoryUsedMB=sum(t.memory_mb for t in on_node),
         gpus=gpus,
         simulated=any(g.get("simulated", False) for g in row.gpus),
+        cordoned=row.cordoned,
+        labels=row.labels or {},
     )
 
 

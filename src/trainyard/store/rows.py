@@ -170,7 +170,9 @@ class NodeRow(Base):
     memory_mb: Mapped[int] = mapped_column(Integer)
     # [{"index", "model", "memory_mb", "uuid", "simulated"}, ...]
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
-    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)
+    schedulable: Mapped[bool] = mapped_column(Boolean, default=True)  # as the backend reports
+    cordoned: Mapped[bool] = mapped_column(Boolean, default=False)  # an admin's decision
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
@@ -181,3 +183,63 @@ class MetaRow(Base):
 
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class GroupRow(Base):
+    __tablename__ = "groups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class MembershipRow(Base):
+    __tablename__ = "memberships"
+
+    group_id: Mapped[int] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+
+
+class VirtualClusterRow(Base):
+    __tablename__ = "virtual_clusters"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    allow_priority_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    quotas: Mapped[list[VcQuotaRow]] = relationship(
+        cascade="all, delete-orphan", order_by="VcQuotaRow.gpu_model", lazy="selectin"
+    )
+    grants: Mapped[list[VcGrantRow]] = relationship(cascade="all, delete-orphan", lazy="selectin")
+
+
+class VcQuotaRow(Base):
+    """Guaranteed whole GPUs of one model (``*``: any model) for a virtual cluster."""
+
+    __tablename__ = "vc_quotas"
+
+    vc_id: Mapped[int] = mapped_column(ForeignKey("virtual_clusters.id", ondelete="CASCADE"), primary_key=True)
+    gpu_model: Mapped[str] = mapped_column(String(64), primary_key=True)
+    gpus: Mapped[int] = mapped_column(Integer)
+
+
+class VcGrantRow(Base):
+    """Who may submit to a virtual cluster: one user, or every member of one group."""
+
+    __tablename__ = "vc_grants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    vc_id: Mapped[int] = mapped_column(ForeignKey("virtual_clusters.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=True)
+    group_id: Mapped[int | None] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), nullable=True)
+
+
+class UserQuotaRow(Base):
+    """At most ``gpu_milli`` GPUs held by one user at one priority (HAI Platform's quota)."""
+
+    __tablename__ = "user_quotas"
+
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    priority: Mapped[str] = mapped_column(String(16), primary_key=True)
+    gpu_milli: Mapped[int] = mapped_column(Integer)

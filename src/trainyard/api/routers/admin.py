@@ -1,0 +1,152 @@
+"""HTTP routes for cluster administration: VCs, groups, per-user quotas, cordons (admin only)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from pydantic import BaseModel, Field
+
+from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.services import admin
+from trainyard.services import jobs as job_service
+from trainyard.services.views import NodeView, VcView, node_view
+from trainyard.store.rows import UserRow
+
+router = APIRouter(tags=["admin"])
+
+Admin = Annotated[UserRow, Depends(admin_user)]
+User = Annotated[UserRow, Depends(current_user)]
+Ctx = Annotated[AppContext, Depends(context)]
+
+
+class _Body(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+class CreateVcRequest(_Body):
+    name: str = Field(max_length=64)
+    gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
+    model: str | None = Field(default=None, max_length=64, description="GPU model; default: any")
+    priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
+
+
+class QuotaRequest(_Body):
+    gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
+    model: str | None = Field(default=None, max_length=64)
+
+
+class GrantRequest(_Body):
+    grantee: str = Field(max_length=65, description="A user name, or @group")
+
+
+class NameRequest(_Body):
+    name: str = Field(max_length=64)
+
+
+class MemberRequest(_Body):
+    user: str = Field(max_length=64)
+
+
+class UserQuotaRequest(_Body):
+    priority: str = Field(description="prod, normal, low or oppo")
+    gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
+
+
+class GroupView(BaseModel):
+    name: str
+    members: list[str]
+
+
+class UserQuotaView(BaseModel):
+    user: str
+    priority: str
+    gpus: float
+
+
+def _vc_views(ctx: AppContext) -> list[VcView]:
+    with ctx.db.session() as session:
+        return admin.describe_vcs(session)
+
+
+@router.get("/vcs", response_model=list[VcView])
+def list_vcs(_: User, ctx: Ctx) -> list[VcView]:
+    """Virtual clusters with their quota, use and queue; ``default`` holds what no VC guarantees."""
+    return _vc_views(ctx)
+
+
+@router.post("/vcs", response_model=VcView, status_code=201)
+def create_vc(body: CreateVcRequest, _: Admin, ctx: Ctx) -> VcView:
+    with ctx.db.session() as session:
+        admin.create_vc(session, body.name, gpus=body.gpus, model=body.model,
+                        preemption=body.priorityPreemption, clock=ctx.clock)
+    ctx.wake_controller()
+    return next(v for v in _vc_views(ctx) if v.name == body.name)
+
+
+@router.put("/vcs/{name}/quota", response_model=VcView)
+def set_vc_quota(name: str, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcView:
+    with ctx.db.session() as session:
+        admin.set_vc_quota(session, name, gpus=body.gpus, model=body.model)
+    ctx.wake_controller()
+    return next(v for v in _vc_views(ctx) if v.name == name)
+
+
+@router.post("/vcs/{name}/grants", response_model=VcView)
+def grant_vc(name: str, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
+    with ctx.db.session() as session:
+        admin.grant_vc(session, name, body.grantee)
+    return next(v for v in _vc_views(ctx) if v.name == name)
+
+
+@router.get("/groups", response_model=list[GroupView])
+def list_groups(_: Admin, ctx: Ctx) -> list[GroupView]:
+    with ctx.db.session() as session:
+        return [GroupView(name=g.name, members=m) for g, m in admin.list_groups(session)]
+
+
+@router.post("/groups", response_model=GroupView, status_code=201)
+def create_group(body: NameRequest, _: Admin, ctx: Ctx) -> GroupView:
+    with ctx.db.session() as session:
+        return GroupView(name=admin.create_group(session, body.name, clock=ctx.clock).name, members=[])
+
+
+@router.post("/groups/{name}/members", response_model=GroupView)
+def add_member(name: str, body: MemberRequest, _: Admin, ctx: Ctx) -> GroupView:
+    with ctx.db.session() as session:
+        admin.add_member(session, name, body.user)
+    with ctx.db.session() as session:
+        return next(GroupView(name=g.name, members=m) for g, m in admin.list_groups(session) if g.name == name)
+
+
+@router.get("/quotas", response_model=list[UserQuotaView])
+def list_quotas(_: Admin, ctx: Ctx) -> list[UserQuotaView]:
+    with ctx.db.session() as session:
+        return [UserQuotaView(user=u, priority=p, gpus=m / 1000) for u, p, m in admin.list_user_quotas(session)]
+
+
+@router.put("/quotas/{user}", response_model=list[UserQuotaView])
+def set_quota(user: str, body: UserQuotaRequest, _: Admin, ctx: Ctx) -> list[UserQuotaView]:
+    with ctx.db.session() as session:
+        admin.set_user_quota(session, user, priority=body.priority, gpus=body.gpus)
+    ctx.wake_controller()
+    return [q for q in list_quotas(_, ctx) if q.user == user]
+
+
+@router.post("/nodes/{name}/cordon", response_model=NodeView)
+def cordon(name: str, _: Admin, ctx: Ctx) -> NodeView:
+    return _set_cordon(ctx, name, True)
+
+
+@router.post("/nodes/{name}/uncordon", response_model=NodeView)
+def uncordon(name: str, _: Admin, ctx: Ctx) -> NodeView:
+    return _set_cordon(ctx, name, False)
+
+
+def _set_cordon(ctx: AppContext, name: str, cordoned: bool) -> NodeView:
+    with ctx.db.session() as session:
+        node = admin.set_cordon(session, name, cordoned)
+        view = node_view(node, job_service.active_tasks(session))
+    ctx.wake_controller()
+    return view
+

@@ -1,0 +1,78 @@
+"""``yard vc``, ``yard group``, ``yard quota`` and ``yard node``: cluster administration."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from trainyard.cli import render
+from trainyard.client.client import Client
+
+
+def _quota_text(quota: dict[str, int]) -> str:
+    if not quota:
+        return "the rest"
+    return ", ".join(f"{gpus} × {'any' if model == '*' else model}" for model, gpus in sorted(quota.items()))
+
+
+def vcs_table(vcs: list[dict]) -> str:
+    rows = [
+        [v["name"], _quota_text(v["quota"]), render.num(v["used"]), render.num(v["borrowed"]), v["waiting"],
+         "yes" if v["priorityPreemption"] else "no",
+         ", ".join(v["users"] + ["@" + g for g in v["groups"]]) or "-"]
+        for v in vcs
+    ]
+    return render.table(["VC", "QUOTA (GPUs)", "USED", "BORROWED", "WAITING", "PREEMPTION", "WHO"], rows)
+
+
+def cmd_vc(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "list":
+        result: Any = client.vcs()
+        text = vcs_table(result)
+    elif args.action == "create":
+        result = client.create_vc(args.name, gpus=args.gpus, model=args.model,
+                                  priority_preemption=not args.no_priority_preemption)
+        text = f"created virtual cluster {args.name}: {_quota_text(result['quota'])}"
+    elif args.action == "grant":
+        result = client.grant_vc(args.name, args.grantee)
+        text = f"{args.grantee} may now submit to {args.name}"
+    else:
+        result = client.set_vc_quota(args.name, gpus=args.gpus, model=args.model)
+        text = f"virtual cluster {args.name}: {_quota_text(result['quota'])}"
+    render.print_json(result) if args.json else print(text)
+    return 0
+
+
+def cmd_group(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "create":
+        result: Any = client.create_group(args.name)
+        text = f"created group {args.name}"
+    elif args.action == "add":
+        result = client.add_member(args.name, args.user)
+        text = f"{args.user} is now in group {args.name}"
+    else:
+        result = client.groups()
+        text = render.table(["GROUP", "MEMBERS"], [[g["name"], ", ".join(g["members"]) or "-"]
+                                                   for g in result])
+    render.print_json(result) if args.json else print(text)
+    return 0
+
+
+def cmd_quota(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "set":
+        result = client.set_quota(args.user, priority=args.priority, gpus=args.gpus)
+        text = (f"{args.user} may hold at most {render.num(args.gpus)} GPUs at {args.priority}"
+                if args.gpus is not None else f"{args.user} has no limit at {args.priority}")
+    else:
+        result = client.quotas()
+        text = render.table(["USER", "PRIORITY", "MAX GPUS"],
+                            [[q["user"], q["priority"], render.num(q["gpus"])] for q in result])
+    render.print_json(result) if args.json else print(text)
+    return 0
+
+
+def cmd_node(client: Client, args: argparse.Namespace) -> int:
+    node = client.cordon(args.name, cordoned=args.action == "cordon")
+    state = "cordoned: nothing new is placed there" if node["cordoned"] else "schedulable again"
+    render.print_json(node) if args.json else print(f"node {node['name']}: {state}")
+    return 0

@@ -1,0 +1,259 @@
+"""Admin operations: groups, virtual clusters and their grants, per-user quotas, cordons.
+
+Every change here takes effect on the controller's next cycle; nothing is restarted and
+no running work is touched (reclaiming a VC's share is the scheduler's decision).
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from trainyard.core.clock import Clock
+from trainyard.core.states import JobState, TaskState
+from trainyard.services.auth import get_user
+from trainyard.services.errors import Conflict, Invalid, NotFound
+from trainyard.services.views import VcView
+from trainyard.store.rows import (
+    GroupRow,
+    JobRow,
+    MembershipRow,
+    NodeRow,
+    TaskRow,
+    UserQuotaRow,
+    UserRow,
+    VcGrantRow,
+    VcQuotaRow,
+    VirtualClusterRow,
+)
+
+NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+DEFAULT_VC = "default"
+ANY_MODEL = "*"
+PRIORITIES = ("prod", "normal", "low", "oppo")
+
+
+def _check_name(kind: str, name: str) -> None:
+    if not NAME.fullmatch(name):
+        raise Invalid(
+            f"{kind} name {name!r} is not valid: lowercase letters, digits, '_' and '-', "
+            "starting with a letter, at most 64 characters",
+            details=[{"path": "name", "message": f"invalid {kind} name"}],
+        )
+
+
+# -- groups -------------------------------------------------------------------------------
+
+
+def create_group(session: Session, name: str, *, clock: Clock) -> GroupRow:
+    _check_name("group", name)
+    if session.scalar(select(GroupRow).where(GroupRow.name == name)) is not None:
+        raise Conflict(f"group {name!r} already exists")
+    group = GroupRow(name=name, created_at=clock.now())
+    session.add(group)
+    session.flush()
+    return group
+
+
+def get_group(session: Session, name: str) -> GroupRow:
+    group = session.scalar(select(GroupRow).where(GroupRow.name == name))
+    if group is None:
+        raise NotFound(f"no group named {name!r}")
+    return group
+
+
+def add_member(session: Session, group_name: str, user_name: str) -> None:
+    group, user = get_group(session, group_name), get_user(session, user_name)
+    if session.get(MembershipRow, (group.id, user.id)) is None:
+        session.add(MembershipRow(group_id=group.id, user_id=user.id))
+
+
+def list_groups(session: Session) -> list[tuple[GroupRow, list[str]]]:
+    groups = list(session.scalars(select(GroupRow).order_by(GroupRow.name)))
+    members = session.execute(
+        select(MembershipRow.group_id, UserRow.name).join(UserRow, UserRow.id == MembershipRow.user_id)
+    ).all()
+    return [(g, sorted(name for gid, name in members if gid == g.id)) for g in groups]
+
+
+# -- virtual clusters ---------------------------------------------------------------------
+
+
+def create_vc(
+    session: Session, name: str, *, gpus: int, model: str | None, preemption: bool, clock: Clock
+) -> VirtualClusterRow:
+    _check_name("virtual cluster", name)
+    if name == DEFAULT_VC:
+        raise Conflict("'default' is built in: it holds whatever no other VC guarantees")
+    if session.scalar(select(VirtualClusterRow).where(VirtualClusterRow.name == name)) is not None:
+        raise Conflict(f"virtual cluster {name!r} already exists")
+    vc = VirtualClusterRow(name=name, allow_priority_preemption=preemption, created_at=clock.now())
+    session.add(vc)
+    session.flush()
+    set_vc_quota(session, name, gpus=gpus, model=model)
+    return vc
+
+
+def get_vc(session: Session, name: str) -> VirtualClusterRow:
+    vc = session.scalar(select(VirtualClusterRow).where(VirtualClusterRow.name == name))
+    if vc is None:
+        raise NotFound(f"no virtual cluster named {name!r}; see `yard vc list`")
+    return vc
+
+
+def set_vc_quota(session: Session, name: str, *, gpus: int, model: str | None) -> None:
+    """Set one model's guaranteed GPUs (0 removes it); the sum must fit the cluster."""
+    if gpus < 0:
+        raise Invalid("gpus must be ≥ 0", details=[{"path": "gpus", "message": "must be ≥ 0"}])
+    vc = get_vc(session, name)
+    model = model or ANY_MODEL
+    row = session.get(VcQuotaRow, (vc.id, model))
+    if gpus == 0:
+        if row is not None:
+            session.delete(row)
+        return
+    if row is None:
+        session.add(VcQuotaRow(vc_id=vc.id, gpu_model=model, gpus=gpus))
+    else:
+        row.gpus = gpus
+    session.flush()
+    _check_quotas_fit(session)
+
+
+def _check_quotas_fit(session: Session) -> None:
+    capacity: dict[str, int] = {}
+    for node in session.scalars(select(NodeRow)):
+        for gpu in node.gpus:
+            capacity[gpu["model"]] = capacity.get(gpu["model"], 0) + 1
+    total = sum(capacity.values())
+    promised: dict[str, int] = {}
+    for row in session.scalars(select(VcQuotaRow)):
+        promised[row.gpu_model] = promised.get(row.gpu_model, 0) + row.gpus
+    for model, gpus in promised.items():
+        have = total if model == ANY_MODEL else capacity.get(model, 0)
+        if gpus > have:
+            what = "GPUs" if model == ANY_MODEL else f"{model} GPUs"
+            raise Invalid(
+                f"virtual clusters would guarantee {gpus} {what}; the cluster has {have}",
+                details=[{"path": "gpus", "message": "over capacity"}],
+            )
+    if sum(promised.values()) > total:
+        raise Invalid(f"virtual clusters would guarantee {sum(promised.values())} GPUs; the cluster has {total}",
+                      details=[{"path": "gpus", "message": "over capacity"}])
+
+
+def grant_vc(session: Session, name: str, grantee: str) -> None:
+    """Let a user, or every member of ``@group``, submit to the VC."""
+    vc = get_vc(session, name)
+    if grantee.startswith("@"):
+        group = get_group(session, grantee[1:])
+        exists = any(g.group_id == group.id for g in vc.grants)
+        if not exists:
+            vc.grants.append(VcGrantRow(group_id=group.id))
+    else:
+        user = get_user(session, grantee)
+        if not any(g.user_id == user.id for g in vc.grants):
+            vc.grants.append(VcGrantRow(user_id=user.id))
+
+
+def may_use_vc(session: Session, user: UserRow, name: str) -> bool:
+    if name == DEFAULT_VC or user.is_admin:
+        return True
+    vc = session.scalar(select(VirtualClusterRow).where(VirtualClusterRow.name == name))
+    if vc is None:
+        return False
+    groups = set(session.scalars(select(MembershipRow.group_id).where(MembershipRow.user_id == user.id)))
+    return any(g.user_id == user.id or (g.group_id is not None and g.group_id in groups) for g in vc.grants)
+
+
+def list_vcs(session: Session) -> list[VirtualClusterRow]:
+    return list(session.scalars(select(VirtualClusterRow).order_by(VirtualClusterRow.name)))
+
+
+def vc_usage(session: Session) -> dict[str, dict[str, float]]:
+    """Per VC: GPUs used by guaranteed jobs, GPUs borrowed by its opportunistic jobs, jobs waiting."""
+    usage: dict[str, dict[str, float]] = {}
+    rows = session.execute(
+        select(JobRow.vc, JobRow.priority, TaskRow.gpus)
+        .join(TaskRow, TaskRow.job_id == JobRow.id)
+        .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
+    ).all()
+    for vc, priority, gpus in rows:
+        entry = usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})
+        milli = sum(share[1] for share in gpus)
+        entry["borrowed" if priority == "oppo" else "used"] += milli / 1000
+    waiting = session.execute(
+        select(JobRow.vc, func.count()).where(JobRow.state == JobState.WAITING).group_by(JobRow.vc)
+    ).all()
+    for vc, count in waiting:
+        usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})["waiting"] = count
+    return usage
+
+
+def describe_vcs(session: Session) -> list[VcView]:
+    """Every VC with quota, use and queue; ``default`` (first) holds what no VC guarantees."""
+    usage = vc_usage(session)
+    users = {u.id: u.name for u in session.scalars(select(UserRow))}
+    groups = {g.id: g.name for g in session.scalars(select(GroupRow))}
+    rows: list[tuple[str, dict[str, int], bool, list[str], list[str]]] = [
+        (DEFAULT_VC, {}, True, ["everyone"], [])
+    ]
+    for vc in list_vcs(session):
+        rows.append((
+            vc.name, {q.gpu_model: q.gpus for q in vc.quotas}, vc.allow_priority_preemption,
+            sorted(users[g.user_id] for g in vc.grants if g.user_id is not None),
+            sorted(groups[g.group_id] for g in vc.grants if g.group_id is not None),
+        ))
+    views = []
+    for name, quota, preemption, granted_users, granted_groups in rows:
+        use = usage.get(name, {})
+        views.append(VcView(
+            name=name, quota=quota, used=use.get("used", 0), borrowed=use.get("borrowed", 0),
+            waiting=int(use.get("waiting", 0)), priorityPreemption=preemption,
+            users=granted_users, groups=granted_groups,
+        ))
+    return views
+
+
+# -- per-user quotas and nodes ------------------------------------------------------------
+
+
+def set_user_quota(session: Session, user_name: str, *, priority: str, gpus: float | None) -> None:
+    """At most ``gpus`` GPUs for the user at ``priority``; ``None`` removes the limit."""
+    if priority not in PRIORITIES:
+        raise Invalid(f"unknown priority {priority!r}; use one of {', '.join(PRIORITIES)}",
+                      details=[{"path": "priority", "message": "unknown priority"}])
+    user = get_user(session, user_name)
+    row = session.get(UserQuotaRow, (user.id, priority))
+    if gpus is None:
+        if row is not None:
+            session.delete(row)
+        return
+    if gpus < 0:
+        raise Invalid("gpus must be ≥ 0", details=[{"path": "gpus", "message": "must be ≥ 0"}])
+    milli = round(gpus * 1000)
+    if row is None:
+        session.add(UserQuotaRow(user_id=user.id, priority=priority, gpu_milli=milli))
+    else:
+        row.gpu_milli = milli
+
+
+def list_user_quotas(session: Session) -> list[tuple[str, str, int]]:
+    return [
+        (name, priority, milli)
+        for name, priority, milli in session.execute(
+            select(UserRow.name, UserQuotaRow.priority, UserQuotaRow.gpu_milli)
+            .join(UserRow, UserRow.id == UserQuotaRow.user_id)
+            .order_by(UserRow.name, UserQuotaRow.priority)
+        )
+    ]
+
+
+def set_cordon(session: Session, node_name: str, cordoned: bool) -> NodeRow:
+    node = session.get(NodeRow, node_name)
+    if node is None:
+        raise NotFound(f"no node named {node_name!r}; see `yard nodes`")
+    node.cordoned = cordoned
+    return node

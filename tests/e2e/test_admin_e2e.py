@@ -1,0 +1,60 @@
+"""Cluster administration through the CLI: VCs, grants, groups, quotas, cordons."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from e2e.server import Server, wait_until
+from trainyard.client.client import Client, TrainyardError
+
+pytestmark = pytest.mark.e2e
+
+
+def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Server) -> None:
+    admin = server.admin()
+    admin.create_user("alice")
+    admin.create_user("bob")
+    alice = Client(server.url, admin.create_token(user="alice")["token"])
+    bob = Client(server.url, admin.create_token(user="bob")["token"])
+
+    assert server.yard("vc", "create", "vision", "--gpus", "2").returncode == 0
+    assert server.yard("group", "create", "cv").returncode == 0
+    assert server.yard("group", "add", "cv", "alice").returncode == 0
+    assert server.yard("vc", "grant", "vision", "@cv").returncode == 0
+    vcs = {v["name"]: v for v in json.loads(server.yard("vc", "list", "--json").stdout)}
+    assert vcs["vision"]["quota"] == {"*": 2} and vcs["vision"]["groups"] == ["cv"]
+    assert "default" in vcs
+    assert "vision" in server.yard("vc", "list").stdout
+
+    in_vision = "name: v\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  m:\n    commands: ['true']\n"
+    assert alice.wait(alice.submit(in_vision)["id"], timeout=30)["state"] == "SUCCEEDED"
+    with pytest.raises(TrainyardError) as refused:
+        bob.submit(in_vision)
+    assert refused.value.status == 403 and "yard vc grant vision bob" in refused.value.message
+    with pytest.raises(TrainyardError) as unknown:
+        bob.submit(in_vision.replace("vision", "nowhere"))
+    assert unknown.value.status == 422 and "no virtual cluster named 'nowhere'" in unknown.value.message
+
+    too_much = server.yard("vc", "create", "speech", "--gpus", "3")  # 2 + 3 > 4 GPUs
+    assert too_much.returncode == 1 and "the cluster has 4" in too_much.stderr
+    assert server.yard("vc", "quota", "vision", "--gpus", "3").returncode == 0
+
+    assert server.yard("quota", "set", "alice", "--priority", "prod", "--gpus", "1").returncode == 0
+    assert json.loads(server.yard("quota", "list", "--json").stdout) == [
+        {"user": "alice", "priority": "prod", "gpus": 1.0}]
+
+    node = admin.nodes()[0]["name"]
+    assert server.yard("node", "cordon", node).returncode == 0
+    assert "cordoned" in server.yard("nodes").stdout
+    job = admin.submit("name: c\ntaskRoles:\n  m:\n    commands: ['true']\n")
+    wait_until(lambda: admin.job(job["id"]).get("pending"), what="a pending reason on the cordoned node")
+    assert admin.job(job["id"])["state"] == "WAITING"
+    assert server.yard("node", "uncordon", node).returncode == 0
+    assert admin.wait(job["id"], timeout=30)["state"] == "SUCCEEDED"
+
+    for args in (("vc", "create", "x", "--gpus", "1"), ("group", "create", "g"), ("node", "cordon", node),
+                 ("quota", "set", "bob", "--priority", "low", "--gpus", "1")):
+        out = server.yard(*args, token=bob.create_token()["token"])
+        assert out.returncode == 4 and "admin" in out.stderr
