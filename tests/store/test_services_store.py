@@ -139,3 +139,13 @@ def test_a_concurrent_change_to_a_job_is_detected_not_overwritten(db: Database, 
         first.flush()
     with db.session() as s:
         assert s.get(JobRow, job_id).state == JobState.STOPPED
+
+
+def test_the_migration_chain_builds_exactly_the_models_schema(db: Database) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from trainyard.store.rows import Base
+
+    with db.engine.connect() as connection:
+        assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
