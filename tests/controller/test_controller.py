@@ -39,15 +39,16 @@ def submit(db, user, text: str) -> int:
         return job_service.submit_job(s, user, parse_job(text), clock=SystemClock()).id
 
 
-def drive(controller: Controller, db: Database, job_id: int, states=("SUCCEEDED", "FAILED", "STOPPED"), timeout=20.0):
-    """Run controller cycles until the job reaches one of ``states``."""
+def drive(controller: Controller, db: Database, job_id: int, states=("SUCCEEDED", "FAILED", "STOPPED"), timeout=20.0,
+          until=None):
+    """Run controller cycles until the job reaches one of ``states`` (and ``until(job)`` holds)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         controller.wake()
         controller.run_once()
         with db.session() as s:
             job = s.get(JobRow, job_id)
-            if job.state in states:
+            if job.state in states and (until is None or until(job)):
                 return job
         time.sleep(0.02)
     raise AssertionError(f"job {job_id} did not reach {states}")
@@ -182,3 +183,45 @@ taskRoles:
     assert [t.state for t in tasks_of(db, job_id)] == ["RUNNING"]  # not "stopped before launch"
     assert drive(controller, db, job_id).state == "STOPPED"
     assert tasks_of(db, job_id)[0].exit_code is not None  # its real end was observed
+
+
+def test_a_preempted_job_gets_its_grace_then_runs_again_as_a_new_attempt_without_using_retries(
+    world, tmp_path
+) -> None:
+    from trainyard.controller.scheduling import preempt_jobs
+
+    db, _, controller, user = world
+    marker = tmp_path / "runs"
+    job_id = submit(db, user, f"""
+name: victim
+jobRetryCount: 0
+stopGracePeriodSeconds: 5
+taskRoles:
+  m:
+    resourcePerInstance: {{gpu: 2}}
+    commands:
+      - echo "attempt $TRAINYARD_ATTEMPT" >> {marker}
+      - trap 'echo checkpointed >> {marker}; exit 0' TERM
+      - sleep 300 & wait
+""")
+    drive(controller, db, job_id, states=("RUNNING",))
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)  # the trap must be set before the SIGTERM comes
+    with db.session() as s:
+        assert preempt_jobs(s, [(job_id, "preempted for job 99")], SystemClock()) == [job_id]
+    with db.session() as s:
+        assert preempt_jobs(s, [(job_id, "again")], SystemClock()) == []  # never twice
+    requeued = drive(controller, db, job_id, states=("RUNNING",), until=lambda j: j.attempt == 1)
+    assert requeued.attempt == 1 and requeued.retries_used == 0
+    deadline = time.monotonic() + 10
+    while marker.read_text().count("attempt") < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert marker.read_text().splitlines()[:3] == ["attempt 0", "checkpointed", "attempt 1"]
+    with db.session() as s:
+        from trainyard.store.rows import AttemptRow, JobEventRow
+
+        attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)).all()
+        assert [a.state for a in attempts] == ["PREEMPTED", "RUNNING"]
+        kinds = [e.kind for e in s.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id))]
+        assert kinds.count("preempted") == 1 and "requeued" in kinds

@@ -246,6 +246,15 @@ class Reconciler:
                 attempt.reason = f"stopped by {job.stopped_by}"
             self._finish(session, job, JobState.STOPPED, f"stopped by {job.stopped_by}")
             return True
+        if attempt.state == AttemptState.PREEMPTED:
+            # Requeued as a new attempt with its place in the queue; retries stay unspent.
+            job.state = check_job_transition(JobState(job.state), JobState.WAITING)
+            job.attempt += 1
+            job.state_message = f"requeued: {attempt.reason}"
+            record_event(session, job, "requeued",
+                         f"attempt {attempt.number} preempted ({attempt.reason}); waiting as attempt "
+                         f"{job.attempt}", self.clock)
+            return True
         if attempt.state == AttemptState.SUCCEEDED:
             job.exit_code = 0
             self._finish(session, job, JobState.SUCCEEDED, attempt.reason)

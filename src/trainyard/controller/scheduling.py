@@ -9,7 +9,13 @@ from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
-from trainyard.core.states import AttemptState, JobState, TaskState, check_job_transition
+from trainyard.core.states import (
+    AttemptState,
+    JobState,
+    TaskState,
+    check_attempt_transition,
+    check_job_transition,
+)
 from trainyard.scheduler.snapshot import (
     Decisions,
     GpuSlot,
@@ -178,6 +184,26 @@ def apply_decisions(
             execution_options={"synchronize_session": False},
         )
     return started, {c["job"]: (c["reason"], c["message"], c["position"]) for c in changed}
+
+
+def preempt_jobs(session: Session, victims: list[tuple[int, str]], clock: Clock) -> list[int]:
+    """Mark running jobs' current attempts PREEMPTED; reconcile then stops their tasks with
+    the job's grace period and requeues the job. Returns the jobs actually preempted."""
+    done = []
+    for job_id, reason in victims:
+        job = session.get(JobRow, job_id)
+        if job is None or job.state != JobState.RUNNING:
+            continue
+        attempt = next((a for a in job.attempts if a.number == job.attempt), None)
+        if attempt is None or attempt.state != AttemptState.RUNNING:
+            continue  # already ending or being preempted
+        attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.PREEMPTED)
+        attempt.reason = reason
+        job.state_message = f"being preempted: {reason}"
+        record_event(session, job, "preempted", f"{reason}; tasks get SIGTERM and "
+                     f"{job.grace_seconds:g} s to exit", clock)
+        done.append(job_id)
+    return done
 
 
 def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock: Clock) -> None:

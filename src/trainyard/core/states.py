@@ -27,7 +27,8 @@ class JobState(StrEnum):
 FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
 
 # WAITING -> RUNNING        placed and launched
-# RUNNING -> WAITING        the attempt failed and a retry is due (a new attempt), or preempted
+# RUNNING -> WAITING        the attempt failed and a retry is due, or it was preempted (a new
+#                           attempt either way; preemption does not use the retry budget)
 # RUNNING -> SUCCEEDED/FAILED  completion policy decided
 # RUNNING -> STOPPING      a user asked to stop; tasks are being signalled
 # WAITING -> STOPPED        stop before anything ran
@@ -50,6 +51,7 @@ class AttemptState(StrEnum):
     SUCCEEDED = "SUCCEEDED"  # decided by the completion policy (tasks may still be ending)
     FAILED = "FAILED"
     STOPPED = "STOPPED"  # ended by a stop request
+    PREEMPTED = "PREEMPTED"  # the scheduler needs its resources: stopped, then requeued
 
     @property
     def is_final(self) -> bool:
@@ -57,7 +59,10 @@ class AttemptState(StrEnum):
 
 
 ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
-    AttemptState.RUNNING: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.STOPPED}),
+    AttemptState.RUNNING: frozenset(
+        {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.STOPPED, AttemptState.PREEMPTED}
+    ),
+    AttemptState.PREEMPTED: frozenset(),
     AttemptState.SUCCEEDED: frozenset(),
     AttemptState.FAILED: frozenset(),
     AttemptState.STOPPED: frozenset(),
