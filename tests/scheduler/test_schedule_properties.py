@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scheduler_world import check_capacity
 
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import GpuSlot, NodeState, PendingJob, Snapshot, TaskRequest
@@ -48,23 +49,7 @@ def jobs(draw):
 @settings(max_examples=300, deadline=None)
 @given(nodes(), jobs())
 def test_nothing_is_ever_allocated_over_capacity(cluster, pending) -> None:
-    decisions = schedule(Snapshot(cluster, pending))
-    by_name = {n.name: n for n in cluster}
-    gpu = defaultdict(int)
-    cpu = defaultdict(int)
-    mem = defaultdict(int)
-    for start in decisions.starts:
-        for p in start.placements:
-            assert by_name[p.node].schedulable
-            cpu[p.node] += p.cpu_milli
-            mem[p.node] += p.memory_mb
-            for share in p.gpus:
-                gpu[(p.node, share.index)] += share.milli
-    for n in cluster:
-        assert n.cpu_used_milli + cpu[n.name] <= n.cpu_milli
-        assert n.memory_used_mb + mem[n.name] <= n.memory_mb
-        for g in n.gpus:
-            assert g.used_milli + gpu[(n.name, g.index)] <= 1000
+    check_capacity(Snapshot(cluster, pending), schedule(Snapshot(cluster, pending)))
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,16 +1,25 @@
-"""Free capacity during one scheduling cycle, with tentative allocations that roll back.
+"""Free capacity during one scheduling cycle, indexed for best-fit, with tentative changes.
 
-Like Volcano's ``Statement``: a gang's tasks are allocated one by one into a
-``Tentative`` record; if a later task of the gang cannot be placed, everything the gang
-took is handed back, so gangs are all-or-nothing by construction.
+Like Volcano's ``Statement``: every change made while trying something (a gang's tasks,
+a preemption plan, a reservation probe) is recorded in a ``Tentative`` and undone as a
+whole unless committed, so gangs are all-or-nothing by construction.
+
+Free GPU on a device may go *below zero* on purpose: a reservation or a preemption plan
+takes resources that are still busy, so that nothing else can take them in this cycle.
+Nothing ever fits on a device whose free share is not positive.
 """
 
 from __future__ import annotations
 
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.snapshot import GpuShare, NodeState, TaskPlacement, TaskRequest
+
+Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
 
 
 @dataclass
@@ -23,32 +32,52 @@ class FreeNode:
     gpu_model: list[str]
     gpu_memory_mb: list[int]
     schedulable: bool
+    gpu_group: list[str] = field(default_factory=list)
+    rack: str = ""
+    gpu_sum: int = 0  # kept equal to sum(gpu_free) by ``_apply``
+    whole: int = 0  # devices with a whole free GPU, kept by ``_apply``
+
+    def __post_init__(self) -> None:
+        if not self.gpu_group:
+            self.gpu_group = [""] * len(self.gpu_index)
+        self.gpu_sum = sum(self.gpu_free)
+        self.whole = sum(1 for f in self.gpu_free if f == MILLI)
+        self.klass: Klass = tuple(sorted(set(zip(self.gpu_model, self.gpu_memory_mb, strict=True))))
+        self.position = {index: pos for pos, index in enumerate(self.gpu_index)}
+        models = set(self.gpu_model)
+        self.only_model = self.gpu_model[0] if len(models) == 1 else None  # fast path for lookups
 
     @classmethod
-    def from_state(cls, node: NodeState, *, empty: bool = False) -> FreeNode:
+    def from_state(cls, node: NodeState, *, empty: bool = False, rack_label: str = "rack") -> FreeNode:
         """The node's free capacity now, or (``empty``) as if nothing ran and it were up."""
+        gpus = sorted(node.gpus, key=lambda g: g.index)
         return cls(
             name=node.name,
             cpu_milli=node.cpu_milli - (0 if empty else node.cpu_used_milli),
             memory_mb=node.memory_mb - (0 if empty else node.memory_used_mb),
-            gpu_free=[MILLI - (0 if empty else g.used_milli) for g in node.gpus],
-            gpu_index=[g.index for g in node.gpus],
-            gpu_model=[g.model for g in node.gpus],
-            gpu_memory_mb=[g.memory_mb for g in node.gpus],
+            gpu_free=[MILLI - (0 if empty else g.used_milli) for g in gpus],
+            gpu_index=[g.index for g in gpus],
+            gpu_model=[g.model for g in gpus],
+            gpu_memory_mb=[g.memory_mb for g in gpus],
             schedulable=empty or node.schedulable,
+            gpu_group=[g.group for g in gpus],
+            rack=node.labels.get(rack_label, ""),
+        )
+
+    def suits(self, pos: int, task: TaskRequest) -> bool:
+        return (not task.gpu_models or self.gpu_model[pos] in task.gpu_models) and (
+            self.gpu_memory_mb[pos] >= task.gpu_memory_mb
         )
 
     def eligible_devices(self, task: TaskRequest) -> list[int]:
         """Positions of the devices whose model and memory suit the task."""
-        return [
-            i
-            for i in range(len(self.gpu_free))
-            if (not task.gpu_models or self.gpu_model[i] in task.gpu_models)
-            and self.gpu_memory_mb[i] >= task.gpu_memory_mb
-        ]
+        return [i for i in range(len(self.gpu_free)) if self.suits(i, task)]
 
     def whole_free_gpus(self, task: TaskRequest) -> int:
         return sum(1 for i in self.eligible_devices(task) if self.gpu_free[i] == MILLI)
+
+    def hosts_cpu_and_memory(self, task: TaskRequest) -> bool:
+        return self.schedulable and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
 
     def pick_devices(self, task: TaskRequest) -> list[GpuShare] | None:
         """Choose devices for ``task`` on this node, or ``None`` if it does not fit.
@@ -57,7 +86,7 @@ class FreeNode:
         PCIe switch). A fraction goes to the fullest shared device it still fits on, so
         that whole devices stay whole for whole-GPU jobs.
         """
-        if not self.schedulable or task.cpu_milli > self.cpu_milli or task.memory_mb > self.memory_mb:
+        if not self.hosts_cpu_and_memory(task):
             return None
         if task.gpu_milli <= 0:
             return []
@@ -84,22 +113,190 @@ class FreeNode:
         self.cpu_milli += sign * placement.cpu_milli
         self.memory_mb += sign * placement.memory_mb
         for share in placement.gpus:
-            pos = self.gpu_index.index(share.index)
-            self.gpu_free[pos] += sign * share.milli
+            pos = self.position[share.index]
+            before = self.gpu_free[pos]
+            after = before + sign * share.milli
+            self.gpu_free[pos] = after
+            self.gpu_sum += after - before
+            self.whole += (after == MILLI) - (before == MILLI)
 
 
-@dataclass
 class Tentative:
-    """Allocations made for one gang, undone as a whole unless committed."""
+    """Changes made while trying something, undone in reverse unless committed."""
 
-    nodes: dict[str, FreeNode]
-    placements: list[TaskPlacement] = field(default_factory=list)
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
 
-    def allocate(self, placement: TaskPlacement) -> None:
-        self.nodes[placement.node].take(placement)
-        self.placements.append(placement)
+    def record(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
 
     def discard(self) -> None:
-        for placement in reversed(self.placements):
-            self.nodes[placement.node].give_back(placement)
-        self.placements.clear()
+        while self._undo:
+            self._undo.pop()()
+
+    def commit(self) -> None:
+        self._undo.clear()
+
+    def adopt(self, other: Tentative) -> None:
+        """Make ``other``'s changes part of this one (undone with it)."""
+        self._undo.extend(other._undo)
+        other._undo = []
+
+    def mark(self) -> int:
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        """Undo the changes made since ``mark``."""
+        while len(self._undo) > mark:
+            self._undo.pop()()
+
+
+Entry = tuple[int, int, str]  # best-fit order: least free GPU, then least free CPU, then name
+
+
+class Capacity:
+    """Every schedulable node's free capacity, indexed by (family, GPU kind, whole free GPUs).
+
+    The index keeps, per key, the nodes sorted in best-fit order, so that the best node for
+    a task is found by looking at the head of a few lists instead of scanning every node.
+    ``family_of`` sorts nodes into groups (the cell model's fresh / shared / sealed nodes)
+    that callers can ask for separately.
+    """
+
+    def __init__(self, nodes: Iterable[FreeNode], family_of: Callable[[str], str] = lambda name: "") -> None:
+        self.nodes: dict[str, FreeNode] = {}
+        self.family_of = family_of
+        self._lists: dict[tuple[str, Klass, int], list[Entry]] = {}
+        # (family, klass) -> the whole-free counts that have a non-empty list, kept sorted
+        self._wholes: dict[tuple[str, Klass], list[int]] = {}
+        self._filed: dict[str, tuple[tuple[str, Klass, int], Entry]] = {}
+        self.rack_free: dict[str, int] = {}  # rack label -> free milli-GPU on its schedulable nodes
+        for node in nodes:
+            self.nodes[node.name] = node
+            if node.rack and node.schedulable:
+                self.rack_free[node.rack] = self.rack_free.get(node.rack, 0) + node.gpu_sum
+        for name in sorted(self.nodes):
+            self._file(self.nodes[name])
+
+    # --- the index ---------------------------------------------------------------------
+
+    def _file(self, node: FreeNode) -> None:
+        if not node.schedulable:
+            return
+        key = (self.family_of(node.name), node.klass, node.whole)
+        entry = (node.gpu_sum, node.cpu_milli, node.name)
+        entries = self._lists.get(key)
+        if entries is None:
+            entries = self._lists[key] = []
+        if not entries:
+            insort(self._wholes.setdefault(key[:2], []), key[2])
+        insort(entries, entry)
+        self._filed[node.name] = (key, entry)
+
+    def _unfile(self, node: FreeNode) -> None:
+        filed = self._filed.pop(node.name, None)
+        if filed is None:
+            return
+        key, entry = filed
+        entries = self._lists[key]
+        del entries[bisect_left(entries, entry)]
+        if not entries:
+            wholes = self._wholes[key[:2]]
+            del wholes[bisect_left(wholes, key[2])]
+
+    def refile(self, name: str) -> None:
+        """Re-sort a node after something the index depends on (its family) changed."""
+        node = self.nodes[name]
+        self._unfile(node)
+        self._file(node)
+
+    def families(self) -> list[str]:
+        return sorted({family for family, _ in self._wholes})
+
+    def free_gpu(self) -> int:
+        """Free milli-GPU on schedulable nodes, all models together."""
+        return sum(max(0, f) for n in self.nodes.values() if n.schedulable for f in n.gpu_free)
+
+    def candidates(
+        self,
+        task: TaskRequest,
+        families: Iterable[str] | None = None,
+        extra: Iterable[FreeNode] = (),
+        emptiest_first: bool = False,
+    ) -> Iterator[FreeNode]:
+        """Schedulable nodes that may fit ``task``'s GPUs, best fit first (lazily).
+
+        ``families``: only nodes of these families (None: all); ``extra``: more nodes to
+        merge in; ``emptiest_first``: the reverse order. Only GPU kinds that suit the task
+        and nodes with enough whole free GPUs are visited; callers still check CPU, memory
+        and which devices they may use.
+        """
+        min_whole = task.gpu_milli // MILLI if task.gpu_milli >= MILLI else 0
+        least_sum = task.gpu_milli if 0 < task.gpu_milli < MILLI else -(1 << 62)
+        wanted = None if families is None else set(families)
+        streams: list[Iterator[Entry]] = []
+        for (family, klass), wholes in self._wholes.items():
+            if wanted is not None and family not in wanted:
+                continue
+            if task.gpu_milli > 0 and not _klass_suits(klass, task):
+                continue
+            for whole in wholes[bisect_left(wholes, min_whole) :]:
+                entries = self._lists[(family, klass, whole)]
+                start = bisect_left(entries, (least_sum,))
+                if start < len(entries):
+                    streams.append(_tail(entries, start, emptiest_first))
+        more = sorted(
+            (
+                (n.gpu_sum, n.cpu_milli, n.name)
+                for n in extra
+                if n.schedulable and n.whole >= min_whole and n.gpu_sum >= least_sum
+            ),
+            reverse=emptiest_first,
+        )
+        if more:
+            streams.append(iter(more))
+        nodes = self.nodes
+        if len(streams) == 1:
+            merged: Iterable[Entry] = streams[0]
+        else:
+            merged = heapq.merge(*streams, reverse=emptiest_first)
+        for _, _, name in merged:
+            yield nodes[name]
+
+    # --- changes -----------------------------------------------------------------------
+
+    def take(self, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
+        self._change(placement, -1)
+        if tentative is not None:
+            tentative.record(lambda: self._change(placement, +1))
+
+    def give_back(self, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
+        self._change(placement, +1)
+        if tentative is not None:
+            tentative.record(lambda: self._change(placement, -1))
+
+    def _change(self, placement: TaskPlacement, sign: int) -> None:
+        node = self.nodes.get(placement.node)
+        if node is None:  # a running task on a node that has left the inventory
+            return
+        self._unfile(node)
+        before = node.gpu_sum
+        node._apply(placement, sign)
+        if node.rack and node.schedulable:
+            self.rack_free[node.rack] += node.gpu_sum - before
+        self._file(node)
+
+
+def _klass_suits(klass: Klass, task: TaskRequest) -> bool:
+    return any(
+        (not task.gpu_models or model in task.gpu_models) and memory >= task.gpu_memory_mb for model, memory in klass
+    )
+
+
+def _tail(entries: list[Entry], start: int, backwards: bool) -> Iterator[Entry]:
+    if backwards:
+        for i in range(len(entries) - 1, start - 1, -1):
+            yield entries[i]
+    else:
+        for i in range(start, len(entries)):
+            yield entries[i]

@@ -1,27 +1,48 @@
 """One scheduling cycle: ``schedule(snapshot) -> decisions``. Pure; no I/O.
 
-Phases, in the manner of Kueue's cycle:
-1. order the pending jobs (priority, then submit time, then id);
-2. for each job in order, try to place its whole gang on what is still free;
-3. jobs that could not be placed keep waiting, with a reason and their queue position.
+Phases, in the manner of Kueue's cycle, over one ``Ledger`` built from the snapshot:
 
-A job that does not fit does not block the ones behind it (no head-of-line blocking);
-reservations against starvation come with backfill in a later cycle design.
+1. **order**: pending jobs by priority, then submit time, then id, in queues — one per VC
+   for guaranteed jobs (VCs in name order; quotas and cells keep them from competing;
+   one queue for all when the snapshot has no VCs), then one queue of opportunistic jobs
+   from every VC, so that guaranteed work goes first;
+2. each guaranteed queue in order: **admit** (VC quota, user quota) → **place** the whole
+   gang with the configured scorer, or nothing → **backfill**: the first job that cannot
+   start gets a reservation (EASY), and later jobs may use what it holds only if they
+   surely end before it starts;
+3. **preempt**, only now that every guaranteed job that could start has: for each VC, its
+   jobs that could not start, in order, get victims (reclaimed opportunistic work, or its
+   own lower priorities) until one cannot be helped, which keeps the reservation;
+4. the opportunistic queue, like 2, behind every guaranteed reservation and plan;
+5. **explain**: every waiting job gets a reason, its position in its VC and an ETA.
+
+A job that does not fit does not block smaller ones behind it (backfill), and the first
+one that does not fit is not starved either (its reservation).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.capacity import FreeNode
-from trainyard.scheduler.placement import describe_shortfall, place_gang
+from trainyard.scheduler.backfill import reserve
+from trainyard.scheduler.capacity import FreeNode, Tentative
+from trainyard.scheduler.cycle import Cycle, Reservation, Wait
+from trainyard.scheduler.ledger import Ledger
+from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.preemption import plan_preemption
+from trainyard.scheduler.quota import Refusal
+from trainyard.scheduler.reasons import explain
+from trainyard.scheduler.scorers.registry import scorer_for
 from trainyard.scheduler.snapshot import (
+    OPPORTUNISTIC_RANK,
     Decisions,
-    KeepWaiting,
     NodeState,
     PendingJob,
     PendingReason,
     Snapshot,
-    StartJob,
     TaskRequest,
 )
 
@@ -30,21 +51,179 @@ def queue_order(job: PendingJob) -> tuple[int, float, int]:
     return (job.priority_rank, job.submitted_at, job.job_id)
 
 
+@dataclass(frozen=True)
+class Queue:
+    jobs: list[PendingJob]
+    guaranteed: bool
+
+
 def schedule(snapshot: Snapshot) -> Decisions:
-    nodes = {n.name: FreeNode.from_state(n) for n in sorted(snapshot.nodes, key=lambda n: n.name)}
-    starts: list[StartJob] = []
-    unplaced: list[tuple[PendingJob, str]] = []
-    for job in sorted(snapshot.pending, key=queue_order):
-        placements = place_gang(job, nodes)
-        if placements is None:
-            unplaced.append((job, describe_shortfall(job, nodes)))
-        else:
-            starts.append(StartJob(job.job_id, tuple(placements)))
-    waits = tuple(
-        KeepWaiting(job.job_id, PendingReason.NO_FIT, message, position)
-        for position, (job, message) in enumerate(unplaced, start=1)
+    ledger = Ledger(snapshot)
+    cycle = Cycle(snapshot, ledger, scorer_for(snapshot))
+    order = sorted(snapshot.pending, key=queue_order)
+    *guaranteed, opportunistic = queues(order, by_vc=bool(snapshot.vcs))
+    passes = []
+    for queue in guaranteed:
+        reservation, blocked = run_queue(cycle, queue)
+        if reservation is not None:
+            reservation.lift()  # other VCs' guaranteed jobs are not held back by it
+        passes.append((reservation, blocked))
+    # Preempt only now that every guaranteed job that could start has: a plan then sees
+    # the cycle's final state, and holds in the next cycle if its victims have stopped.
+    holds = [preempt_for_queue(cycle, reservation, blocked) for reservation, blocked in passes]
+    for reservation in holds:  # opportunistic work must not delay them
+        if reservation is not None:
+            reservation.apply(ledger)
+    run_queue(cycle, opportunistic)
+    return Decisions(
+        starts=tuple(cycle.starts),
+        waits=explain(cycle, order),
+        preemptions=tuple(sorted(cycle.preemptions, key=lambda p: p.job_id)),
     )
-    return Decisions(starts=tuple(starts), waits=waits)
+
+
+def queues(order: list[PendingJob], *, by_vc: bool) -> list[Queue]:
+    """Guaranteed queues (one per VC when VCs exist, else one), then the opportunistic one."""
+    guaranteed: dict[str, list[PendingJob]] = {}
+    opportunistic = []
+    for job in order:
+        if job.priority_rank >= OPPORTUNISTIC_RANK:
+            opportunistic.append(job)
+        else:
+            guaranteed.setdefault(job.vc if by_vc else "", []).append(job)
+    return [Queue(guaranteed[vc], True) for vc in sorted(guaranteed)] + [Queue(opportunistic, False)]
+
+
+def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[PendingJob]]:
+    """Admit and place each job of one queue, reserving for the first that cannot start.
+
+    Returns the queue's reservation and the jobs that could not start for lack of room
+    or of VC quota (the ones preemption may help), in queue order.
+    """
+    ledger = cycle.ledger
+    now = cycle.snapshot.now
+    reservation: Reservation | None = None
+    blocked: list[PendingJob] = []
+    # Within a pass free resources and quota only shrink, so a job just like one that did
+    # not start will not start either: its outcome is reused (most queues are made of few
+    # shapes of job). Jobs let through a reservation see more, so they are always tried.
+    failed: dict[tuple, Wait] = {}
+    for job in queue.jobs:
+        holding = reservation is not None and reservation.holds(now)
+        passes = holding and reservation.lets_pass(job, now)
+        shape = (job.vc, job.user, job.priority_rank, job.tasks)
+        if not passes and shape in failed:
+            known = failed[shape]
+            cycle.wait(job, known)
+            if known.refusal is None or known.refusal.kind == "vc":
+                blocked.append(job)
+            continue
+        with _lifted(reservation if passes else None, ledger):
+            if _start(cycle, job):
+                continue
+            refusal = ledger.quotas.admit(job)
+        if refusal is not None and refusal.kind != "vc":
+            reason = PendingReason.USER_QUOTA if refusal.kind == "user" else PendingReason.QUOTA
+            cycle.wait(job, Wait(reason, refusal))
+            failed[shape] = cycle.waits[job.job_id]
+            continue
+        blocked.append(job)
+        if reservation is None:
+            if cycle.snapshot.config.backfill:
+                reservation = reserve(cycle, job)
+            cycle.wait(job, _blocked(refusal, reservation))
+            continue  # the first in line: its outcome (a reservation) is its own
+        if holding and not passes and _held_back(cycle, job, reservation):
+            cycle.wait(job, Wait(PendingReason.RESERVED, reservation=reservation))
+        else:
+            cycle.wait(job, _blocked(refusal, None))
+        if not passes:
+            failed[shape] = cycle.waits[job.job_id]
+    return reservation, blocked
+
+
+def preempt_for_queue(
+    cycle: Cycle, reservation: Reservation | None, blocked: list[PendingJob]
+) -> Reservation | None:
+    """Preemption for one VC's jobs that could not start, in queue order, until one cannot
+    be helped; returns the reservation that still holds (the first job's, or a new one)."""
+    ledger = cycle.ledger
+    for position, job in enumerate(blocked):
+        head = reservation is not None and reservation.job is job
+        if head:
+            reservation.lift()  # its own hold must not stand in its way
+        # Since it was tried, holds were lifted and other VCs' plans took their holes: it
+        # may simply fit now.
+        if _start(cycle, job):
+            if head:
+                reservation = None
+            continue
+        refusal = ledger.quotas.admit(job)
+        if _may_preempt(ledger, job, refusal) and plan_preemption(cycle, job):
+            if head:
+                reservation = None
+            continue
+        if head:
+            reservation.apply(ledger)
+        elif reservation is None and position > 0 and cycle.snapshot.config.backfill:
+            reservation = reserve(cycle, job)  # first in line now that those ahead preempt
+            cycle.wait(job, _blocked(refusal, reservation))
+        break
+    if reservation is not None:
+        reservation.lift()
+    return reservation
+
+
+def _start(cycle: Cycle, job: PendingJob) -> bool:
+    ledger = cycle.ledger
+    if ledger.quotas.admit(job) is not None:
+        return False
+    attempt = Tentative()
+    placements = place_gang(job, ledger, cycle.scorer, attempt)
+    if placements is None:
+        return False
+    attempt.commit()
+    cycle.start(job, placements)
+    cycle.waits.pop(job.job_id, None)
+    return True
+
+
+def _blocked(refusal: Refusal | None, reservation: Reservation | None) -> Wait:
+    reason = PendingReason.QUOTA if refusal is not None else PendingReason.NO_FIT
+    return Wait(reason, refusal, reservation=reservation)
+
+
+def _may_preempt(ledger: Ledger, job: PendingJob, refusal: Refusal | None) -> bool:
+    """Over quota, only its own VC's lower priorities could make room."""
+    if refusal is None:
+        return True
+    policy = ledger.quotas.policy(job.vc)
+    return policy is not None and policy.allow_priority_preemption
+
+
+def _held_back(cycle: Cycle, job: PendingJob, reservation: Reservation) -> bool:
+    """Whether the job would start if the reservation did not hold anything."""
+    ledger = cycle.ledger
+    with _lifted(reservation, ledger):
+        if ledger.quotas.admit(job) is not None:
+            return False
+        attempt = Tentative()
+        placed = place_gang(job, ledger, cycle.scorer, attempt)
+        attempt.discard()
+    return placed is not None
+
+
+@contextmanager
+def _lifted(reservation: Reservation | None, ledger: Ledger) -> Iterator[None]:
+    """Give the reservation's resources back for a while (to a job that ends before it)."""
+    if reservation is None:
+        yield
+        return
+    reservation.lift()
+    try:
+        yield
+    finally:
+        reservation.apply(ledger)
 
 
 def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:

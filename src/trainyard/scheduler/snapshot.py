@@ -2,13 +2,21 @@
 
 Contract (as HiveD writes at the top of its core): inputs are read-only, ``schedule`` is
 never called concurrently with itself, and the same snapshot always yields the same
-decisions. The live controller and the simulator build these from their own worlds.
+decisions, whatever the order of the tuples in it. The live controller and the simulator
+build these from their own worlds.
+
+Every field added after the first cut has a default that reproduces the first cut's
+behaviour: no ``vcs`` means one virtual cluster without quota limits, no ``running`` means
+no quota usage, no preemption victims and no reservations from known end times.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+OPPORTUNISTIC_RANK = 3  # ``oppo``: runs on idle GPUs anywhere, counts against no quota
 
 
 @dataclass(frozen=True)
@@ -17,6 +25,9 @@ class GpuSlot:
     model: str
     memory_mb: int
     used_milli: int = 0  # already allocated, 0..1000
+    # PCIe switch / NUMA group the device sits in (from NVML or configuration); "" when
+    # unknown. Never guessed from the index: a wrong topology is worse than none.
+    group: str = ""
 
 
 @dataclass(frozen=True)
@@ -27,7 +38,8 @@ class NodeState:
     gpus: tuple[GpuSlot, ...] = ()
     cpu_used_milli: int = 0
     memory_used_mb: int = 0
-    schedulable: bool = True
+    schedulable: bool = True  # cordoned or unhealthy: nothing new lands here
+    labels: Mapping[str, str] = field(default_factory=dict)  # e.g. {"rack": "r1"}
 
 
 @dataclass(frozen=True)
@@ -44,32 +56,19 @@ class TaskRequest:
 @dataclass(frozen=True)
 class PendingJob:
     job_id: int
-    priority_rank: int  # 0 is the highest priority
+    priority_rank: int  # 0 is the highest priority (prod); 3 is opportunistic (oppo)
     submitted_at: float  # seconds; only the order matters
     tasks: tuple[TaskRequest, ...]
     user: str = ""
     vc: str = "default"
+    max_runtime: float | None = None  # seconds, as declared; lets the job backfill
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    nodes: tuple[NodeState, ...]
-    pending: tuple[PendingJob, ...]
-    now: float = 0.0
-
-
-class PendingReason(StrEnum):
-    NO_FIT = "NO_FIT"  # the free resources cannot hold the gang right now
-    BEHIND = "BEHIND"  # resources are held for jobs ahead in the queue
-    QUOTA = "QUOTA"
-    USER_QUOTA = "USER_QUOTA"
-    RESERVED = "RESERVED"
-
-
-@dataclass(frozen=True)
-class GpuShare:
-    index: int
-    milli: int  # 1000 for a whole device
+class VirtualCluster:
+    name: str
+    quota: Mapping[str, int] = field(default_factory=dict)  # GPU model -> whole GPUs guaranteed
+    allow_priority_preemption: bool = True  # higher-priority guaranteed jobs may preempt lower
 
 
 @dataclass(frozen=True)
@@ -83,6 +82,72 @@ class TaskPlacement:
 
 
 @dataclass(frozen=True)
+class RunningJob:
+    """Work that holds resources now (its usage is also in the nodes' ``*_used`` fields)."""
+
+    job_id: int
+    vc: str
+    user: str
+    priority_rank: int
+    placements: tuple[TaskPlacement, ...]
+    started_at: float
+    expected_end: float | None = None  # None: unknown, treated as never ending
+    grace_seconds: float = 30.0  # stop grace period if it is preempted
+
+
+@dataclass(frozen=True)
+class WorkloadClass:
+    """One kind of task in the target workload that FGD measures fragmentation against."""
+
+    gpu_milli: int  # per task: a fraction (< 1000) or whole GPUs (a multiple of 1000)
+    weight: float = 1.0
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    gpu_models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    scorer: str = "bestfit"  # a key of ``scorers.registry.SCORERS``
+    backfill: bool = True  # EASY backfill with one reservation per queue
+    # A reservation that waits for jobs without an expected end holds GPUs only once its
+    # job has waited this long (seconds); until then smaller jobs fill idle GPUs freely.
+    drain_after: float = 300.0
+    rack_label: str = "rack"  # the node label the topology scorer groups nodes by
+    # GPUs per cell, by model; unset models derive it (see ``cells``).
+    cell_gpus: Mapping[str, int] = field(default_factory=dict)
+    # FGD's target workload; empty: the mix of the pending jobs' tasks.
+    workload: tuple[WorkloadClass, ...] = ()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: tuple[NodeState, ...]
+    pending: tuple[PendingJob, ...]
+    now: float = 0.0
+    vcs: tuple[VirtualCluster, ...] = ()  # empty: one VC without limits, for every job
+    user_quotas: Mapping[tuple[str, int], int] = field(default_factory=dict)  # (user, rank) -> milli-GPU
+    running: tuple[RunningJob, ...] = ()
+    preempting: frozenset[int] = frozenset()  # running jobs already signalled to stop
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+class PendingReason(StrEnum):
+    NO_FIT = "NO_FIT"  # the free resources cannot hold the gang right now
+    BEHIND = "BEHIND"  # not considered: jobs ahead in its queue already use what is left
+    QUOTA = "QUOTA"  # over its VC's guaranteed quota (or an unknown VC)
+    USER_QUOTA = "USER_QUOTA"  # over its user's quota at this priority
+    RESERVED = "RESERVED"  # would fit, but would delay the reservation of a job ahead
+    PREEMPTING = "PREEMPTING"  # victims were asked to stop; starts once they have
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    index: int
+    milli: int  # 1000 for a whole device
+
+
+@dataclass(frozen=True)
 class StartJob:
     job_id: int
     placements: tuple[TaskPlacement, ...]
@@ -93,10 +158,20 @@ class KeepWaiting:
     job_id: int
     reason: PendingReason
     message: str
-    position: int  # 1-based place among the jobs still waiting after this cycle
+    position: int  # 1-based place among the jobs of its VC still waiting after this cycle
+    eta: float | None = None  # estimated start (seconds since the epoch), when derivable
+
+
+@dataclass(frozen=True)
+class Preempt:
+    job_id: int
+    grace_seconds: float
+    reason: str
+    for_job_id: int
 
 
 @dataclass(frozen=True)
 class Decisions:
     starts: tuple[StartJob, ...] = ()
     waits: tuple[KeepWaiting, ...] = field(default_factory=tuple)
+    preemptions: tuple[Preempt, ...] = ()

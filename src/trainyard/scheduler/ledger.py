@@ -1,0 +1,282 @@
+"""The cycle's mutable state (capacity, cells, quotas) and what one job may use of it.
+
+``Ledger`` is built from the snapshot once per cycle and changed only through
+``allocate`` / ``release`` / ``hold``, each recorded in a ``Tentative`` so that a gang, a
+preemption plan or a reservation probe can be tried and rolled back. ``Access`` answers,
+for one job, where its tasks may go: which nodes to look at and in what order (the cell
+rules for guaranteed work), and which devices of a node it may take.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from trainyard.core.resources import MILLI
+from trainyard.scheduler.capacity import Capacity, FreeNode, Tentative
+from trainyard.scheduler.cells import FRESH, SHARED, Binding, Cells, cell_sizes
+from trainyard.scheduler.quota import Owner, Quotas, job_owner
+from trainyard.scheduler.snapshot import (
+    OPPORTUNISTIC_RANK,
+    GpuShare,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    TaskPlacement,
+    TaskRequest,
+)
+
+# A scorer's device choice on one node: positions come in preference tiers (devices in the
+# VC's own cells before devices in cells it would newly bind); None if the task does not fit.
+Select = Callable[[FreeNode, TaskRequest, list[list[int]]], list[GpuShare] | None]
+
+
+@dataclass(frozen=True)
+class Fit:
+    devices: list[GpuShare]
+    binding: Binding | None
+
+
+class Ledger:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.now = snapshot.now
+        nodes = sorted(snapshot.nodes, key=lambda n: n.name)
+        rack = snapshot.config.rack_label
+        free = [FreeNode.from_state(n, rack_label=rack) for n in nodes]
+        by_name = {n.name: n for n in free}
+        self.quotas = Quotas(snapshot, lambda node, index: _model_of(by_name, node, index))
+        limited = {name: p.quota for name, p in self.quotas.vcs.items() if p.quota is not None}
+        self.cells = Cells(nodes, cell_sizes(nodes, list(limited.values()), snapshot.config.cell_gpus), limited)
+        self.enforced = {name: True for name in limited}
+        running = sorted(snapshot.running, key=lambda j: j.job_id)
+        self.cells.derive(running, self.enforced, lambda node: by_name[node].whole if node in by_name else 0)
+        self.capacity = Capacity(free, family_of=self.cells.family)
+        self.cells.on_change = self.capacity.refile
+        self.running = {j.job_id: j for j in running}
+        self.preempting = frozenset(j for j in snapshot.preempting if j in self.running)
+        # What preemption could take back on each node: opportunistic and stopping work.
+        self.reclaimable_cpu: dict[str, int] = defaultdict(int)
+        self.reclaimable_memory: dict[str, int] = defaultdict(int)
+        self.reclaimable_gpu: dict[tuple[str, int], int] = defaultdict(int)  # (node, index)
+        for job in running:
+            if job.priority_rank >= OPPORTUNISTIC_RANK or job.job_id in self.preempting:
+                for p in job.placements:
+                    self.reclaimable_cpu[p.node] += p.cpu_milli
+                    self.reclaimable_memory[p.node] += p.memory_mb
+                    for share in p.gpus:
+                        self.reclaimable_gpu[(p.node, share.index)] += share.milli
+
+    def model_of(self, node: str, index: int) -> str | None:
+        return _model_of(self.capacity.nodes, node, index)
+
+    def allocate(self, owner: Owner, placement: TaskPlacement, binding: Binding | None, tentative: Tentative) -> None:
+        self.capacity.take(placement, tentative)
+        self.quotas.charge(owner, placement, tentative)
+        if binding is not None:
+            self.cells.bind(owner.vc, binding, tentative)
+
+    def release(self, job: RunningJob, tentative: Tentative) -> None:
+        """As if ``job`` had ended: its resources and quota come back (its cells stay bound)."""
+        owner = Owner(job.vc, job.user, job.priority_rank)
+        for p in job.placements:
+            self.capacity.give_back(p, tentative)
+            self.quotas.refund(owner, p, tentative)
+
+    def hold(self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative) -> None:
+        """Keep resources and quota from everyone else (a reservation or a plan)."""
+        for p in placements:
+            self.capacity.take(p, tentative)
+            self.quotas.charge(owner, p, tentative)
+
+    def occupy(self, job: RunningJob, tentative: Tentative) -> None:
+        """Undo ``release``: the job holds its resources and quota again."""
+        self.hold(Owner(job.vc, job.user, job.priority_rank), list(job.placements), tentative)
+
+
+class Released:
+    """A prefix of ``jobs`` released as if ended, which can grow or shrink (for probing).
+
+    ``more`` lengthens ``jobs`` on demand (``available``), for long candidate lists of
+    which only the first few are usually needed.
+    """
+
+    def __init__(self, ledger: Ledger, jobs: list[RunningJob], more: Iterator[RunningJob] = iter(())) -> None:
+        self.ledger = ledger
+        self.jobs = list(jobs)
+        self._more = more
+        self.tentative = Tentative()
+        self.count = 0
+        self._marks: list[int] = []
+
+    def available(self, count: int) -> int:
+        """Make ``jobs`` at least ``count`` long if there are that many; return its length."""
+        while len(self.jobs) < count:
+            following = next(self._more, None)
+            if following is None:
+                break
+            self.jobs.append(following)
+        return len(self.jobs)
+
+    def set(self, count: int) -> None:
+        if count < self.count:
+            self.tentative.rollback(self._marks[count])
+            del self._marks[count:]
+            self.count = count
+        while self.count < count:
+            self._marks.append(self.tentative.mark())
+            self.ledger.release(self.jobs[self.count], self.tentative)
+            self.count += 1
+
+
+def _model_of(nodes: dict[str, FreeNode], node: str, index: int) -> str | None:
+    free = nodes.get(node)
+    if free is None:
+        return None
+    if free.only_model is not None:
+        return free.only_model
+    pos = free.position.get(index)
+    return None if pos is None else free.gpu_model[pos]
+
+
+class Access:
+    """Where one job's tasks may go under its VC's quota and cells."""
+
+    def __init__(self, ledger: Ledger, job: PendingJob, only: Callable[[FreeNode], bool] | None = None) -> None:
+        self.ledger = ledger
+        self.owner = job_owner(job)
+        self.only = only
+        policy = ledger.quotas.policy(job.vc)
+        self.limited = self.owner.guaranteed and policy is not None and policy.limited
+        self.in_cells = self.limited and ledger.enforced.get(job.vc, False)
+        self.split_fresh = True  # whether a loose cell may be the first bound on a node
+
+    def tiers(self, task: TaskRequest) -> Iterator[Iterator[FreeNode]]:
+        """Candidate nodes in groups to try in order, each best fit first (cells' rule order)."""
+        capacity = self.ledger.capacity
+        self.split_fresh = True  # set for the fresh tier below, for the fits made in it
+        if task.gpu_milli <= 0 or not self.in_cells:
+            yield self._filtered(capacity.candidates(task))
+            return
+        cells = self.ledger.cells
+        vc = self.owner.vc
+        sealed_by_me = "=" + vc
+        # Nodes the VC holds whole come from the index; the few it shares are merged in.
+        shared = [capacity.nodes[n] for n in cells.partly_held(vc) if n in capacity.nodes]
+        yield self._filtered(capacity.candidates(task, (sealed_by_me,), extra=shared))
+        # New cells: partly held nodes before fresh ones (the cell model's packing rule),
+        # and within each, the emptiest first, so that the cells bound hold as little
+        # opportunistic work to reclaim as possible and the rest of a gang fits beside.
+        models = self.ledger.quotas.quota_models(vc, task.gpu_models) or ()
+        if any(cells.loose_left(vc, m) > 0 for m in models):
+            yield self._filtered(capacity.candidates(task, (SHARED,), emptiest_first=True))
+        if any(cells.loose_left(vc, m) > 0 or cells.whole_left(vc, m) > 0 for m in models):
+            # A loose cell goes to a fresh node only if no hole could take the task, even
+            # by preempting what runs there: else loose cells would spread over nodes and
+            # eat the whole nodes other VCs are promised.
+            self.split_fresh = not self._reclaimable_hole(task, models)
+            yield self._filtered(capacity.candidates(task, (FRESH,), emptiest_first=True))
+
+    def _reclaimable_hole(self, task: TaskRequest, models: tuple[str, ...]) -> bool:
+        """Whether a free cell on a partly held node could host ``task`` once opportunistic
+        and stopping work there is gone."""
+        ledger = self.ledger
+        cells = ledger.cells
+        wanted = task.gpu_milli // MILLI if task.gpu_milli >= MILLI else 1
+        for model in models:
+            if wanted > cells.size.get(model, 0):
+                continue  # a task larger than a cell never fits in one hole
+            for node_name, number in cells.holes(model):
+                node = ledger.capacity.nodes.get(node_name)
+                if node is None or not node.schedulable:
+                    continue
+                if node.cpu_milli + ledger.reclaimable_cpu[node_name] < task.cpu_milli:
+                    continue
+                if node.memory_mb + ledger.reclaimable_memory[node_name] < task.memory_mb:
+                    continue
+                of = cells.cell_of[node_name]
+                room = [
+                    node.gpu_free[p] + ledger.reclaimable_gpu[(node_name, node.gpu_index[p])]
+                    for p in range(len(of))
+                    if of[p] == number and node.suits(p, task)
+                ]
+                if task.gpu_milli >= MILLI and sum(1 for r in room if r >= MILLI) >= wanted:
+                    return True
+                if task.gpu_milli < MILLI and any(r >= task.gpu_milli for r in room):
+                    return True
+        return False
+
+    def _filtered(self, nodes: Iterator[FreeNode]) -> Iterator[FreeNode]:
+        if self.only is None:
+            return nodes
+        return (n for n in nodes if self.only(n))
+
+    def fit(self, node: FreeNode, task: TaskRequest, select: Select) -> Fit | None:
+        """Devices for ``task`` on ``node`` chosen by ``select`` within what the job may use."""
+        if not node.hosts_cpu_and_memory(task):
+            return None
+        if task.gpu_milli <= 0:
+            return Fit([], None)
+        quotas = self.ledger.quotas
+        eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
+        if self.limited:
+            eligible = [p for p in eligible if (quotas.free_of(self.owner.vc, node.gpu_model[p]) or 0) > 0]
+        if not eligible:
+            return None
+        if not self.in_cells:
+            devices = select(node, task, [eligible])
+            return None if devices is None or not self._within_quota(node, devices) else Fit(devices, None)
+        cells = self.ledger.cells
+        vc = self.owner.vc
+        of = cells.cell_of[node.name]
+        owner_of = cells.owner
+        own = [p for p in eligible if owner_of.get((node.name, of[p])) == vc]
+        new = [p for p in eligible if (node.name, of[p]) not in owner_of]
+        # Fill cell by cell; new cells emptiest first, so that a task binds as few cells as
+        # it can and leaves the opportunistic work in the others alone.
+        room: dict[int, int] = defaultdict(int)
+        for p in new:
+            room[of[p]] += node.gpu_free[p] == MILLI
+        own.sort(key=lambda p: (of[p], node.gpu_group[p], node.gpu_index[p]))
+        new.sort(key=lambda p: (-room[of[p]], of[p], node.gpu_group[p], node.gpu_index[p]))
+        if own:
+            devices = select(node, task, [own])
+            if devices is not None and self._within_quota(node, devices):
+                return Fit(devices, None)
+        if not new:
+            return None
+        devices = select(node, task, [own, new])
+        if devices is None or not self._within_quota(node, devices):
+            return None
+        touched: dict[str, set[int]] = defaultdict(set)
+        for share in devices:
+            pos = node.position[share.index]
+            if (node.name, of[pos]) not in owner_of:
+                touched[node.gpu_model[pos]].add(of[pos])
+        if len(touched) > 1:
+            return None  # one task binding cells of two models at once: not worth the case
+        binding = None
+        for model, numbers in touched.items():
+            cell_ids = [(node.name, n) for n in sorted(numbers)]
+            binding = cells.binding_for(vc, node.name, model, cell_ids, split_fresh=self.split_fresh)
+            if binding is None:
+                return None
+        return Fit(devices, binding)
+
+    def may_use(self, node: FreeNode, pos: int) -> bool:
+        """Whether the cell rules let this job's GPU tasks use the device (now or once free)."""
+        if not self.in_cells:
+            return True
+        cells = self.ledger.cells
+        owner = cells.owner.get((node.name, cells.cell_of[node.name][pos]))
+        return owner is None or owner == self.owner.vc
+
+    def _within_quota(self, node: FreeNode, devices: list[GpuShare]) -> bool:
+        if not self.limited:
+            return True
+        per_model: dict[str, int] = defaultdict(int)
+        for share in devices:
+            per_model[node.gpu_model[node.position[share.index]]] += share.milli
+        quotas = self.ledger.quotas
+        return all(milli <= (quotas.free_of(self.owner.vc, m) or 0) for m, milli in per_model.items())
+

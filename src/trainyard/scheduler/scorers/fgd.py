@@ -1,0 +1,131 @@
+"""FGD: place each task where it grows the cluster's expected GPU fragmentation least.
+
+Fragmentation Gradient Descent (Weng et al., "Beware of Fragmentation", USENIX ATC'23).
+Given a target workload — task kinds ``m`` with popularity ``p_m`` — the fragmentation of
+node ``n`` measured by ``m``, ``F_n(m)``, is the free GPU capacity ``m`` could not use:
+
+* if ``m`` cannot run on ``n`` at all (not enough CPU or memory, no device of its model,
+  not enough whole free GPUs, no device with enough free share), every free GPU of ``n``;
+* otherwise, the free share of each device that has less free than ``min(d_m, 1)`` GPU,
+  ``d_m`` being ``m``'s GPU request (a device that cannot host ``m``'s share is stranded).
+
+The node's expected fragmentation is ``F_n = sum_m p_m F_n(m)`` and the cluster's is the sum
+over nodes. A task goes to the node and device(s) whose ``F_n`` increases least (the
+steepest descent); ties go to best fit. Only GPU tasks are in the workload (the paper's
+default), and the target workload defaults to the mix of the pending jobs' tasks.
+
+Cost: ``F_n`` is cached by node state, and at most ``SCAN`` fitting nodes are compared per
+task, in best-fit order — the fullest nodes, where fragmentation is decided.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from trainyard.core.resources import MILLI
+from trainyard.scheduler.capacity import FreeNode
+from trainyard.scheduler.ledger import Access, Fit, Ledger
+from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, first_fit, select_bestfit
+from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
+
+SCAN = 64
+CLASSES = 16  # the most popular task kinds kept from the pending mix
+
+
+def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
+    """The target workload implied by the pending GPU tasks (kind = share and models)."""
+    counts: Counter[tuple[int, tuple[str, ...]]] = Counter()
+    for job in pending:
+        for task in job.tasks:
+            if task.gpu_milli > 0:
+                counts[(task.gpu_milli, task.gpu_models)] += 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:CLASSES]
+    return tuple(WorkloadClass(gpu_milli=g, weight=float(n), gpu_models=models) for (g, models), n in top)
+
+
+class Fgd:
+    def __init__(self, workload: Sequence[WorkloadClass]) -> None:
+        total = sum(w.weight for w in workload if w.weight > 0)
+        self.classes = [(w, w.weight / total) for w in workload if w.weight > 0] if total else []
+        self._cache: dict[tuple, float] = {}
+
+    @classmethod
+    def for_snapshot(cls, snapshot: Snapshot) -> Fgd:
+        return cls(snapshot.config.workload or pending_mix(snapshot.pending))
+
+    def attempts(self, job: PendingJob, ledger: Ledger) -> Sequence[NodeFilter | None]:
+        return (None,)
+
+    def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
+        if not self.classes or task.gpu_milli <= 0:
+            return first_fit(task, access)
+        for tier in access.tiers(task):
+            best: tuple[tuple[float, int], FreeNode, Fit] | None = None
+            for seen, node in enumerate(tier):
+                if seen >= SCAN:
+                    break
+                before = self.fragmentation(node, node.gpu_free, 0, 0)
+                fit = access.fit(node, task, self._selector(before))
+                if fit is None:
+                    continue
+                key = (self._after(node, task, fit.devices) - before, seen)
+                if best is None or key < best[0]:
+                    best = (key, node, fit)
+            if best is not None:
+                return best[1], best[2]
+        return None
+
+    def _selector(self, before: float):
+        def select(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
+            if task.gpu_milli >= MILLI:  # whole devices are interchangeable for fragmentation
+                return select_bestfit(node, task, tiers)
+            best: tuple[tuple[int, float, int, int], int] | None = None
+            for rank, positions in enumerate(tiers):
+                for p in positions:
+                    if node.gpu_free[p] >= task.gpu_milli:
+                        delta = self._after(node, task, [GpuShare(node.gpu_index[p], task.gpu_milli)]) - before
+                        key = (rank, delta, node.gpu_free[p], node.gpu_index[p])
+                        if best is None or key < best[0]:
+                            best = (key, p)
+            return None if best is None else [GpuShare(node.gpu_index[best[1]], task.gpu_milli)]
+
+        return select
+
+    def _after(self, node: FreeNode, task: TaskRequest, devices: list[GpuShare]) -> float:
+        free = list(node.gpu_free)
+        for share in devices:
+            free[node.position[share.index]] -= share.milli
+        return self.fragmentation(node, free, task.cpu_milli, task.memory_mb)
+
+    def fragmentation(self, node: FreeNode, free: list[int], cpu_used: int, memory_used: int) -> float:
+        """``F_n``: the node's expected fragmentation with these free shares (milli-GPU)."""
+        cpu = node.cpu_milli - cpu_used
+        memory = node.memory_mb - memory_used
+        key = (node.klass if len(node.klass) == 1 else tuple(node.gpu_model), tuple(free), cpu, memory)
+        cached = self._cache.get(key)
+        if cached is None:
+            cached = self._cache[key] = sum(p * self._measured_by(node, free, cpu, memory, w) for w, p in self.classes)
+        return cached
+
+    @staticmethod
+    def _measured_by(node: FreeNode, free: list[int], cpu: int, memory: int, kind: WorkloadClass) -> int:
+        """``F_n(m)``: free GPU capacity of the node that tasks of ``kind`` could not use."""
+        idle = [max(0, f) for f in free]
+        total = sum(idle)
+        if total == 0:
+            return 0
+        usable = [
+            i for i in range(len(idle)) if not kind.gpu_models or node.gpu_model[i] in kind.gpu_models
+        ]
+        if cpu < kind.cpu_milli or memory < kind.memory_mb or not usable:
+            return total
+        if kind.gpu_milli >= MILLI:
+            fits = sum(1 for i in usable if idle[i] == MILLI) >= kind.gpu_milli // MILLI
+        else:
+            fits = any(idle[i] >= kind.gpu_milli for i in usable)
+        if not fits:
+            return total
+        need = min(kind.gpu_milli, MILLI)
+        usable_set = set(usable)
+        return sum(f for i, f in enumerate(idle) if i not in usable_set or f < need)

@@ -1,0 +1,104 @@
+"""Topology-aware placement: a task's GPUs in one PCIe/NUMA group, a gang on few nodes, one rack.
+
+Collective communication is fastest inside a PCIe switch, then inside a node, then inside a
+rack, so a multi-GPU task takes GPUs of one topology group when a node has them, a gang's
+tasks go to nodes the gang already uses (or a node that can hold the rest of it), and a
+multi-node gang is first tried inside one rack (racks from the ``rack_label`` node label),
+the fullest rack that can still hold it first. Unknown groups ("") count as one group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from trainyard.core.resources import MILLI
+from trainyard.scheduler.capacity import FreeNode
+from trainyard.scheduler.ledger import Access, Fit, Ledger
+from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
+from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest
+
+SCAN = 32  # fitting nodes compared per task, in best-fit order: enough to find a better shape
+RACKS_TRIED = 4  # racks a gang is tried in before it may span racks
+
+
+class Topology:
+    @classmethod
+    def for_snapshot(cls, snapshot: Snapshot) -> Topology:
+        return cls()
+
+    def attempts(self, job: PendingJob, ledger: Ledger) -> Sequence[NodeFilter | None]:
+        if len(job.tasks) < 2:
+            return (None,)
+        need = sum(t.gpu_milli for t in job.tasks)
+        free = ledger.capacity.rack_free
+        racks = sorted((f, rack) for rack, f in free.items() if f >= need)[:RACKS_TRIED]
+        return (*(_in_rack(rack) for _, rack in racks), None)
+
+    def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
+        nodes = access.ledger.capacity.nodes
+        best: tuple[tuple[int, ...], FreeNode, Fit] | None = None
+        for order, name in enumerate(gang.nodes):  # the gang's own nodes first: fewest nodes
+            node = nodes[name]
+            if access.only is not None and not access.only(node):
+                continue
+            fit = access.fit(node, task, select_grouped)
+            if fit is not None:
+                key = (_groups(node, fit.devices), order)
+                if best is None or key < best[0]:
+                    best = (key, node, fit)
+        if best is not None:
+            return best[1], best[2]
+        rest = gang.remaining_gpu - task.gpu_milli
+        for tier in access.tiers(task):
+            seen = 0
+            for node in tier:
+                fit = access.fit(node, task, select_grouped)
+                if fit is None:
+                    continue
+                whole_after = node.whole - len(fit.devices) if task.gpu_milli >= MILLI else node.whole
+                holds_rest = whole_after * MILLI >= rest
+                # Prefer a node that can take the rest of the gang too; failing that, the
+                # one with most whole GPUs left (fewest nodes); then one group; then best fit.
+                key = (not holds_rest, 0 if holds_rest else -whole_after, _groups(node, fit.devices), seen)
+                if best is None or key < best[0]:
+                    best = (key, node, fit)
+                seen += 1
+                if seen >= SCAN or key[:3] == (False, 0, 1):  # nothing later can do better
+                    break
+            if best is not None:
+                return best[1], best[2]
+        return None
+
+
+def _in_rack(rack: str) -> NodeFilter:
+    return lambda node: node.rack == rack
+
+
+def _groups(node: FreeNode, devices: list[GpuShare]) -> int:
+    return len({node.gpu_group[node.position[d.index]] for d in devices})
+
+
+def select_grouped(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
+    """Whole GPUs from one topology group when one has enough (the fullest such group),
+    else from the groups with most free GPUs first; a fraction as best-fit does."""
+    if task.gpu_milli < MILLI:
+        return select_bestfit(node, task, tiers)
+    wanted = task.gpu_milli // MILLI
+    free = [p for positions in tiers for p in positions if node.gpu_free[p] == MILLI]
+    if len(free) < wanted:
+        return None
+    groups: dict[str, list[int]] = {}
+    for p in free:  # in preference order, so each group's first devices are its best
+        groups.setdefault(node.gpu_group[p], []).append(p)
+    order = list(groups)
+    enough = [g for g in order if len(groups[g]) >= wanted]
+    if enough:
+        group = min(enough, key=lambda g: (len(groups[g]), order.index(g)))
+        chosen = groups[group][:wanted]
+    else:
+        chosen = []
+        for group in sorted(order, key=lambda g: (-len(groups[g]), order.index(g))):
+            chosen.extend(groups[group][: wanted - len(chosen)])
+            if len(chosen) == wanted:
+                break
+    return [GpuShare(node.gpu_index[p], MILLI) for p in chosen]

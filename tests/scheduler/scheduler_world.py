@@ -1,0 +1,217 @@
+"""Builders for scheduler tests, and ``World``: a tiny simulator that applies decisions.
+
+``World`` keeps nodes, running and pending jobs and a clock; ``cycle()`` builds the
+snapshot the controller would, calls ``schedule`` and applies what it decided: starts
+become running jobs (ending after their true duration), preempted jobs stop after their
+grace period and are requeued with their original submit time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.snapshot import (
+    Decisions,
+    GpuShare,
+    GpuSlot,
+    NodeState,
+    PendingJob,
+    RunningJob,
+    SchedulerConfig,
+    Snapshot,
+    TaskPlacement,
+    TaskRequest,
+    VirtualCluster,
+)
+
+
+def node(
+    name: str,
+    gpus: int = 8,
+    *,
+    model: str = "A100",
+    used: Mapping[int, int] | None = None,
+    groups: int = 0,
+    rack: str | None = None,
+    cpu: int = 64_000,
+    memory: int = 512_000,
+    schedulable: bool = True,
+) -> NodeState:
+    """A node; ``groups`` > 0 splits its GPUs into that many PCIe groups of equal size."""
+    used = used or {}
+    size = gpus // groups if groups else 0
+    return NodeState(
+        name,
+        cpu,
+        memory,
+        tuple(GpuSlot(i, model, 81_920, used.get(i, 0), str(i // size) if size else "") for i in range(gpus)),
+        schedulable=schedulable,
+        labels={"rack": rack} if rack else {},
+    )
+
+
+def job(
+    job_id: int,
+    *gpu_milli: int,
+    rank: int = 1,
+    vc: str = "default",
+    user: str = "",
+    at: float | None = None,
+    models: tuple[str, ...] = (),
+    max_runtime: float | None = None,
+    cpu: int = 1000,
+    memory: int = 1024,
+) -> PendingJob:
+    tasks = tuple(TaskRequest("w", i, g, cpu, memory, models) for i, g in enumerate(gpu_milli))
+    return PendingJob(job_id, rank, float(job_id) if at is None else at, tasks, user, vc, max_runtime)
+
+
+def on(node_name: str, *indices: int, milli: int = 1000, cpu: int = 1000, memory: int = 1024) -> TaskPlacement:
+    return TaskPlacement("w", 0, node_name, tuple(GpuShare(i, milli) for i in indices), cpu, memory)
+
+
+def running(
+    job_id: int,
+    *placements: TaskPlacement,
+    rank: int = 1,
+    vc: str = "default",
+    user: str = "",
+    started: float = 0.0,
+    end: float | None = None,
+    grace: float = 30.0,
+) -> RunningJob:
+    fixed = tuple(replace(p, index=i) for i, p in enumerate(placements))
+    return RunningJob(job_id, vc, user, rank, fixed, started, end, grace)
+
+
+def with_usage(nodes: Iterable[NodeState], work: Iterable[RunningJob]) -> tuple[NodeState, ...]:
+    """The nodes with what ``work`` holds added to their usage (as the controller fills it)."""
+    gpu: dict[tuple[str, int], int] = defaultdict(int)
+    cpu: dict[str, int] = defaultdict(int)
+    memory: dict[str, int] = defaultdict(int)
+    for w in work:
+        for p in w.placements:
+            cpu[p.node] += p.cpu_milli
+            memory[p.node] += p.memory_mb
+            for share in p.gpus:
+                gpu[(p.node, share.index)] += share.milli
+    return tuple(
+        replace(
+            n,
+            gpus=tuple(replace(g, used_milli=g.used_milli + gpu[(n.name, g.index)]) for g in n.gpus),
+            cpu_used_milli=n.cpu_used_milli + cpu[n.name],
+            memory_used_mb=n.memory_used_mb + memory[n.name],
+        )
+        for n in nodes
+    )
+
+
+def snapshot(
+    nodes: Iterable[NodeState], pending: Iterable[PendingJob], work: Iterable[RunningJob] = (), **kw
+) -> Snapshot:
+    work = tuple(work)
+    return Snapshot(with_usage(nodes, work), tuple(pending), running=work, **kw)
+
+
+@dataclass
+class World:
+    nodes: tuple[NodeState, ...]
+    vcs: tuple[VirtualCluster, ...] = ()
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    user_quotas: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    now: float = 0.0
+    pending: dict[int, PendingJob] = field(default_factory=dict)
+    running: dict[int, RunningJob] = field(default_factory=dict)
+    ends: dict[int, float] = field(default_factory=dict)  # true end of each running job
+    durations: dict[int, float] = field(default_factory=dict)
+    stopping: dict[int, float] = field(default_factory=dict)  # preempted job -> when it stops
+    started_at: dict[int, float] = field(default_factory=dict)  # first start of each job
+    history: list[Decisions] = field(default_factory=list)
+    submitted: dict[int, PendingJob] = field(default_factory=dict)
+
+    def submit(self, job: PendingJob, duration: float = float("inf")) -> None:
+        self.pending[job.job_id] = self.submitted[job.job_id] = job
+        self.durations[job.job_id] = duration
+
+    def snapshot(self) -> Snapshot:
+        work = tuple(self.running[j] for j in sorted(self.running))
+        return Snapshot(
+            with_usage(self.nodes, work),
+            tuple(self.pending[j] for j in sorted(self.pending)),
+            now=self.now,
+            vcs=self.vcs,
+            user_quotas=self.user_quotas,
+            running=work,
+            preempting=frozenset(self.stopping),
+            config=self.config,
+        )
+
+    def cycle(self) -> Decisions:
+        decisions = schedule(self.snapshot())
+        self.history.append(decisions)
+        for start in decisions.starts:
+            job = self.pending.pop(start.job_id)
+            end = None if job.max_runtime is None else self.now + job.max_runtime
+            self.running[job.job_id] = RunningJob(
+                job.job_id, job.vc, job.user, job.priority_rank, start.placements, self.now, end
+            )
+            self.ends[job.job_id] = self.now + self.durations[job.job_id]
+            self.started_at.setdefault(job.job_id, self.now)
+        for preempt in decisions.preemptions:
+            assert preempt.job_id in self.running and preempt.job_id not in self.stopping
+            self.stopping[preempt.job_id] = self.now + preempt.grace_seconds
+        return decisions
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        for job_id in sorted(self.running):
+            stop = self.stopping.get(job_id)
+            if stop is not None and stop <= self.now:
+                done = self.running.pop(job_id)
+                del self.stopping[job_id]
+                self.pending[job_id] = self.submitted[done.job_id]  # requeued, keeping its place
+            elif self.ends[job_id] <= self.now:
+                del self.running[job_id]
+                self.stopping.pop(job_id, None)
+
+
+def describe(world: World) -> str:
+    """The world in a few lines (for assertion messages): who holds which GPU of each node."""
+    lines = [f"t={world.now:g} vcs={[(v.name, dict(v.quota)) for v in world.vcs]}"]
+    holders: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for r in world.running.values():
+        stop = "!" if r.job_id in world.stopping else ""
+        for p in r.placements:
+            for share in p.gpus:
+                holders[(p.node, share.index)].append(f"{r.job_id}{stop}:{r.vc}/{r.priority_rank}/{share.milli}")
+    for n in world.nodes:
+        lines.append(f"  {n.name}: " + " | ".join(",".join(holders[(n.name, g.index)]) or "-" for g in n.gpus))
+    for j in sorted(world.pending):
+        job = world.pending[j]
+        lines.append(f"  waiting {j}: {job.vc}/{job.priority_rank} {[t.gpu_milli for t in job.tasks]}")
+    if world.history:
+        for w in world.history[-1].waits:
+            lines.append(f"  {w.job_id}: {w.reason} {w.message}")
+    return "\n".join(lines)
+
+
+def check_capacity(s: Snapshot, d: Decisions) -> None:
+    by_name = {n.name: n for n in s.nodes}
+    gpu: dict[tuple[str, int], int] = defaultdict(int)
+    cpu: dict[str, int] = defaultdict(int)
+    mem: dict[str, int] = defaultdict(int)
+    for start in d.starts:
+        for p in start.placements:
+            assert by_name[p.node].schedulable
+            cpu[p.node] += p.cpu_milli
+            mem[p.node] += p.memory_mb
+            for share in p.gpus:
+                gpu[(p.node, share.index)] += share.milli
+    for n in s.nodes:
+        assert n.cpu_used_milli + cpu[n.name] <= n.cpu_milli
+        assert n.memory_used_mb + mem[n.name] <= n.memory_mb
+        for g in n.gpus:
+            assert g.used_milli + gpu[(n.name, g.index)] <= 1000

@@ -1,0 +1,68 @@
+"""The cell model: each VC's guaranteed GPUs packed into cells bound to it (HiveD)."""
+
+from __future__ import annotations
+
+from scheduler_world import World, job, node, on, running, snapshot
+
+from trainyard.scheduler.cells import cell_sizes
+from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
+
+OPPO = 3
+
+
+def gpus_of(decisions, job_id: int) -> list[tuple[str, int]]:
+    start = next(s for s in decisions.starts if s.job_id == job_id)
+    return [(p.node, g.index) for p in start.placements for g in p.gpus]
+
+
+def test_cells_are_the_largest_size_that_tiles_every_node_and_every_quota() -> None:
+    nodes = [node("a"), node("b"), node("v", 4, model="V100")]
+    assert cell_sizes(nodes, [{"A100": 4}, {"A100": 8}], {}) == {"A100": 4, "V100": 4}
+    assert cell_sizes(nodes, [{"A100": 16}, {"A100": 8, "V100": 2}], {}) == {"A100": 8, "V100": 2}
+    assert cell_sizes(nodes, [{"A100": 3}], {"A100": 4}) == {"A100": 4, "V100": 4}
+
+
+def test_two_vcs_of_four_gpus_share_one_node_each_in_its_own_pcie_group() -> None:
+    vcs = (VirtualCluster("alice", {"A100": 4}), VirtualCluster("bob", {"A100": 4}))
+    box = node("box", 8, groups=2)
+    world = World((box,), vcs=vcs)
+    world.submit(job(1, 1000, vc="alice"))
+    world.submit(job(2, 1000, vc="bob"))
+    world.submit(job(3, 3000, vc="alice"))
+    world.cycle()
+    world.submit(job(4, 3000, vc="bob"))
+    decisions = world.cycle()
+    alice = {i for j in (1, 3) for _, i in gpus_of(world.history[0], j)}
+    bob = {i for _, i in gpus_of(world.history[0], 2)} | {i for _, i in gpus_of(decisions, 4)}
+    assert sorted([sorted(alice), sorted(bob)]) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_a_vcs_guaranteed_job_stays_in_its_cells_even_when_other_nodes_are_idle() -> None:
+    # "small" holds node a (its one cell) through job 90; idle nodes b and c stay whole for
+    # "big", whose quota is two nodes. The opportunistic job on a is reclaimed instead.
+    vcs = (VirtualCluster("small", {"A100": 8}), VirtualCluster("big", {"A100": 16}))
+    work = [running(90, on("a", 0), vc="small"), running(91, on("a", 1, 2, 3, 4, 5, 6, 7), rank=OPPO, vc="big")]
+    decisions = schedule(snapshot((node("a"), node("b"), node("c")), [job(1, 1000, vc="small")], work, vcs=vcs))
+    assert decisions.starts == ()
+    assert [p.job_id for p in decisions.preemptions] == [91]
+    big_gang = job(2, 8000, 8000, vc="big")
+    decisions = schedule(snapshot((node("a"), node("b"), node("c")), [big_gang], work, vcs=vcs))
+    assert sorted(n for n, _ in gpus_of(decisions, 2))[::8] == ["b", "c"]
+
+
+def test_a_cell_bound_to_one_vc_is_not_used_by_another_vcs_guaranteed_jobs() -> None:
+    vcs = (VirtualCluster("x", {"A100": 4}), VirtualCluster("y", {"A100": 4}))
+    work = [running(90, on("a", 0), vc="x")]  # binds a's first cell (GPUs 0-3) to x
+    decisions = schedule(snapshot((node("a"),), [job(1, 4000, vc="y"), job(2, 1000, vc="y")], work, vcs=vcs))
+    assert sorted(i for _, i in gpus_of(decisions, 1)) == [4, 5, 6, 7]
+    wait = next(w for w in decisions.waits if w.job_id == 2)
+    assert wait.reason == PendingReason.QUOTA  # y's quota is spent; x's free GPUs are not y's
+
+
+def test_loose_cells_fill_partly_used_nodes_before_splitting_a_fresh_one() -> None:
+    vcs = (VirtualCluster("x", {"A100": 4}), VirtualCluster("y", {"A100": 4}), VirtualCluster("z", {"A100": 8}))
+    work = [running(90, on("b", 0), vc="x")]  # x holds half of b
+    decisions = schedule(snapshot((node("a"), node("b")), [job(1, 1000, vc="y"), job(2, 8000, vc="z")], work, vcs=vcs))
+    assert gpus_of(decisions, 1)[0][0] == "b"  # y takes b's other half ...
+    assert {n for n, _ in gpus_of(decisions, 2)} == {"a"}  # ... so z's whole node stays whole

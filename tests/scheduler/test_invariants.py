@@ -1,0 +1,249 @@
+"""Scheduler invariants on random clusters, VCs and workloads, run for several cycles.
+
+Every cycle of a short simulation (``World``: starts run, preempted jobs stop after their
+grace period and are requeued, time passes and jobs end) is checked, so the snapshots
+include running, stopping and reserved work that the scheduler itself produced.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import defaultdict
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scheduler_world import World, check_capacity, node, snapshot
+
+from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.scorers.registry import SCORERS
+from trainyard.scheduler.snapshot import (
+    OPPORTUNISTIC_RANK,
+    Decisions,
+    PendingJob,
+    PendingReason,
+    RunningJob,
+    SchedulerConfig,
+    Snapshot,
+    TaskRequest,
+    VirtualCluster,
+)
+
+MODELS = ("A100", "V100")
+GPU_REQUESTS = (0, 250, 500, 1000, 1000, 2000, 4000, 8000)
+
+
+@st.composite
+def worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float]]:
+    """A cluster, VCs, quotas and a timed stream of submissions."""
+    nodes = []
+    for i in range(draw(st.integers(1, 5))):
+        gpus = draw(st.sampled_from((0, 2, 4, 8)))
+        nodes.append(
+            node(
+                f"n{i}",
+                gpus,
+                model=draw(st.sampled_from(MODELS)),
+                groups=draw(st.sampled_from((0, 2))) if gpus else 0,
+                rack=draw(st.sampled_from((None, "r1", "r2"))),
+                cpu=draw(st.integers(2, 64)) * 1000,
+                memory=draw(st.integers(4, 128)) * 1024,
+                schedulable=i == 0 or draw(st.integers(0, 5)) > 0,
+            )
+        )
+    vcs = tuple(
+        VirtualCluster(
+            name,
+            {m: draw(st.integers(0, 12)) for m in MODELS if draw(st.booleans())},
+            draw(st.booleans()),
+        )
+        for name in ("vision", "nlp")[: draw(st.integers(0, 2))]
+    )
+    vc_names = [v.name for v in vcs] or ["default"]
+    user_quotas = {
+        ("alice", r): draw(st.sampled_from((0, 1000, 4000))) for r in range(4) if draw(st.integers(0, 3)) == 0
+    }
+    config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()))
+    world = World(tuple(nodes), vcs=vcs, config=config, user_quotas=user_quotas)
+    submissions = []
+    for j in range(draw(st.integers(1, 14))):
+        tasks = tuple(
+            TaskRequest(
+                "w",
+                i,
+                draw(st.sampled_from(GPU_REQUESTS)),
+                draw(st.integers(0, 6)) * 500,
+                draw(st.integers(0, 4)) * 1024,
+                draw(st.sampled_from(((), ("A100",), ("V100",), MODELS))),
+            )
+            for i in range(draw(st.integers(1, 3)))
+        )
+        rank = draw(st.integers(0, 3))
+        # Opportunistic work mostly comes first, so that guaranteed work has to reclaim.
+        step = 0 if rank == OPPORTUNISTIC_RANK and draw(st.booleans()) else draw(st.integers(0, 3))
+        job = PendingJob(
+            j + 1,
+            rank,
+            float(step * 10 + j),
+            tasks,
+            draw(st.sampled_from(("alice", "bob"))),
+            draw(st.sampled_from([*vc_names, *vc_names, "ghost"])),
+            draw(st.sampled_from((None, 15.0, 100.0))),
+        )
+        submissions.append((step, job, draw(st.sampled_from((5.0, 20.0, 1000.0)))))
+    advances = draw(st.lists(st.sampled_from((0.0, 5.0, 10.0, 40.0)), min_size=4, max_size=6))
+    return world, submissions, advances
+
+
+@st.composite
+def busy_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float]]:
+    """Opportunistic work fills the cluster first; guaranteed work then has to reclaim it,
+    and higher priorities arrive after lower ones (preemption-heavy)."""
+    nodes = [node(f"n{i}", 8, groups=2) for i in range(draw(st.integers(1, 3)))]
+    vcs = tuple(
+        VirtualCluster(name, {"A100": draw(st.sampled_from((4, 8, 12)))}, draw(st.booleans()))
+        for name in ("vision", "nlp")[: draw(st.integers(1, 2))]
+    )
+    config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))))
+    world = World(tuple(nodes), vcs=vcs, config=config)
+    submissions = []
+    for j in range(draw(st.integers(2, 12))):
+        step = draw(st.integers(0, 4))
+        rank = OPPORTUNISTIC_RANK if step == 0 else draw(st.integers(0, 3))
+        gpus = draw(st.lists(st.sampled_from((250, 1000, 2000, 4000, 8000)), min_size=1, max_size=2))
+        tasks = tuple(TaskRequest("w", i, g) for i, g in enumerate(gpus))
+        vc = draw(st.sampled_from([v.name for v in vcs]))
+        submissions.append((step, PendingJob(j + 1, rank, float(step * 10 + j), tasks, "", vc), 1000.0))
+    advances = draw(st.lists(st.sampled_from((5.0, 10.0, 20.0, 40.0)), min_size=5, max_size=7))
+    return world, submissions, advances
+
+
+def run(world: World, submissions, advances) -> list[tuple[Snapshot, Decisions]]:
+    seen = []
+    for step, seconds in enumerate(advances):
+        for at, job, duration in submissions:
+            if at == step:
+                world.submit(job, duration)
+        before = world.snapshot()
+        decisions = world.cycle()
+        seen.append((before, decisions))
+        world.advance(seconds)
+    return seen
+
+
+def check_gangs(s: Snapshot, d: Decisions) -> None:
+    requested = {j.job_id: j for j in s.pending}
+    models = {(n.name, g.index): g.model for n in s.nodes for g in n.gpus}
+    for start in d.starts:
+        job = requested[start.job_id]
+        assert sorted((p.role, p.index) for p in start.placements) == sorted((t.role, t.index) for t in job.tasks)
+        for p in start.placements:
+            task = next(t for t in job.tasks if (t.role, t.index) == (p.role, p.index))
+            assert sum(share.milli for share in p.gpus) == task.gpu_milli
+            assert len({share.index for share in p.gpus}) == len(p.gpus)
+            assert all(not task.gpu_models or models[(p.node, share.index)] in task.gpu_models for share in p.gpus)
+    decided = [x.job_id for x in d.starts] + [w.job_id for w in d.waits]
+    assert sorted(decided) == sorted(requested)
+    for wait in d.waits:
+        assert wait.message and wait.position >= 1
+
+
+def check_quotas(s: Snapshot, d: Decisions) -> None:
+    """Guaranteed usage (running + starts) stays within each VC's quota, per model."""
+    if not s.vcs:
+        return
+    quota = {(v.name, m): q * 1000 for v in s.vcs for m, q in v.quota.items()}
+    models = {(n.name, g.index): g.model for n in s.nodes for g in n.gpus}
+    pending = {j.job_id: j for j in s.pending}
+    used: dict[tuple[str, str], int] = defaultdict(int)
+    users: dict[tuple[str, int], int] = defaultdict(int)
+    work = [(r.vc, r.user, r.priority_rank, r.placements) for r in s.running]
+    for x in d.starts:
+        job = pending[x.job_id]
+        work.append((job.vc, job.user, job.priority_rank, x.placements))
+    for vc, user, rank, placements in work:
+        for p in placements:
+            for share in p.gpus:
+                users[(user, rank)] += share.milli
+                if rank < OPPORTUNISTIC_RANK:
+                    used[(vc, models[(p.node, share.index)])] += share.milli
+    for key, milli in used.items():
+        assert milli <= quota.get(key, 0), f"{key} uses {milli} of {quota.get(key, 0)}"
+    for key, limit in s.user_quotas.items():
+        assert users[key] <= limit
+
+
+def check_preemptions(s: Snapshot, d: Decisions) -> None:
+    running = {r.job_id: r for r in s.running}
+    pending = {j.job_id: j for j in s.pending}
+    waits = {w.job_id: w for w in d.waits}
+    allow = {v.name: v.allow_priority_preemption for v in s.vcs}
+    for p in d.preemptions:
+        victim, job = running[p.job_id], pending[p.for_job_id]
+        assert p.job_id not in s.preempting, "preempted twice"
+        assert job.priority_rank < OPPORTUNISTIC_RANK
+        if victim.priority_rank < OPPORTUNISTIC_RANK:  # never another VC's guaranteed work
+            assert victim.vc == job.vc and allow.get(job.vc, False)
+            assert victim.priority_rank > job.priority_rank
+        assert waits[job.job_id].reason == PendingReason.PREEMPTING
+    for job_id, wait in waits.items():
+        if wait.reason != PendingReason.PREEMPTING:
+            continue
+        # What is preempted for it frees enough: with those victims gone (and this cycle's
+        # starts running), the job starts when it is the only one waiting.
+        victims = {int(v) for v in re.findall(r"\d+", wait.message.split(" to stop")[0])}
+        assert victims <= set(running)
+        work = [r for r in s.running if r.job_id not in victims]
+        for x in d.starts:
+            j = pending[x.job_id]
+            work.append(RunningJob(j.job_id, j.vc, j.user, j.priority_rank, x.placements, s.now))
+        alone = snapshot(
+            _without_usage(s.nodes), [pending[job_id]], work,
+            now=s.now, vcs=s.vcs, user_quotas=s.user_quotas, config=s.config,
+        )
+        assert [x.job_id for x in schedule(alone).starts] == [job_id]
+
+
+def _without_usage(nodes):
+    return tuple(
+        replace(n, gpus=tuple(replace(g, used_milli=0) for g in n.gpus), cpu_used_milli=0, memory_used_mb=0)
+        for n in nodes
+    )
+
+
+def permuted(s: Snapshot, seed: int) -> Snapshot:
+    rng = random.Random(seed)
+
+    def shuffled(items):
+        items = list(items)
+        rng.shuffle(items)
+        return tuple(items)
+
+    return replace(
+        s,
+        nodes=shuffled(replace(n, gpus=shuffled(n.gpus)) for n in s.nodes),
+        pending=shuffled(s.pending),
+        running=shuffled(s.running),
+        vcs=shuffled(replace(v, quota=dict(shuffled(v.quota.items()))) for v in s.vcs),
+        user_quotas=dict(shuffled(s.user_quotas.items())),
+        preempting=frozenset(shuffled(s.preempting)),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(worlds(), busy_worlds()))
+def test_every_cycle_keeps_capacity_gangs_quotas_and_preemption_rules(scenario) -> None:
+    for s, d in run(*scenario):
+        check_capacity(s, d)
+        check_gangs(s, d)
+        check_quotas(s, d)
+        check_preemptions(s, d)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(worlds(), busy_worlds()), st.integers(0, 1000))
+def test_the_same_snapshot_gives_the_same_decisions_whatever_the_input_order(scenario, seed) -> None:
+    for s, d in run(*scenario):
+        assert schedule(s) == d
+        assert schedule(permuted(s, seed)) == d

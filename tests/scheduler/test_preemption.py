@@ -1,0 +1,127 @@
+"""Preemption: reclaiming a VC's share from opportunistic work, and priority within a VC."""
+
+from __future__ import annotations
+
+import pytest
+from scheduler_world import World, job, node, on, running, snapshot
+
+from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
+
+OPPO, LOW, NORMAL, PROD = 3, 2, 1, 0
+ALICE, BOB = VirtualCluster("alice", {"A100": 4}), VirtualCluster("bob", {"A100": 4})
+
+
+def test_a_guaranteed_job_reclaims_its_vcs_share_from_opportunistic_work_end_to_end() -> None:
+    """The issue's live scenario: bob's opportunistic 8-GPU job yields to alice's 4 GPUs."""
+    world = World((node("gpu-box"),), vcs=(ALICE, BOB))
+    world.submit(job(2, 8000, rank=OPPO, vc="bob", at=0.0), duration=10_000)
+    world.cycle()
+    assert set(world.running) == {2}
+    world.advance(5)
+    world.submit(job(1, 4000, rank=NORMAL, vc="alice", at=5.0), duration=100)
+    decisions = world.cycle()
+    assert decisions.starts == ()
+    [preempt] = decisions.preemptions
+    assert (preempt.job_id, preempt.for_job_id, preempt.grace_seconds) == (2, 1, 30.0)
+    assert preempt.reason == "reclaimed: VC alice needs its guaranteed GPUs back for job 1"
+    [wait] = decisions.waits
+    assert (wait.job_id, wait.reason, wait.eta) == (1, PendingReason.PREEMPTING, 35.0)
+    assert wait.message == "waiting for job(s) 2 to stop; they are being preempted for it"
+    world.advance(10)  # within the grace period: still waiting, nothing preempted twice
+    decisions = world.cycle()
+    assert decisions.preemptions == () and decisions.waits[0].reason == PendingReason.PREEMPTING
+    world.advance(20)  # bob's job has stopped and is requeued
+    assert world.cycle().starts[0].job_id == 1  # alice starts within grace + one cycle
+    assert world.snapshot().pending[0].job_id == 2
+    world.advance(100)  # alice is done: bob runs again
+    assert [s.job_id for s in world.cycle().starts] == [2]
+
+
+def test_a_job_being_preempted_is_not_preempted_twice_and_counts_for_the_job_that_needs_it() -> None:
+    work = [running(90, on("a", *range(8)), rank=OPPO, vc="bob")]
+    pending = [job(1, 4000, vc="alice")]
+    decisions = schedule(snapshot((node("a"),), pending, work, vcs=(ALICE, BOB), preempting=frozenset({90})))
+    assert decisions.preemptions == ()
+    assert decisions.waits[0].reason == PendingReason.PREEMPTING
+
+
+VICTIM_CASES = [
+    pytest.param(
+        [running(90, on("a", 0, 1), rank=OPPO, started=0), running(91, on("a", 2, 3), rank=OPPO, started=50),
+         running(92, on("a", 4, 5), rank=LOW, vc="big", started=60), running(93, on("a", 6, 7), rank=OPPO, started=20)],
+        job(1, 2000, rank=PROD, vc="big"),
+        [91],
+        id="opportunistic work goes first, the shortest-running of it first",
+    ),
+    pytest.param(
+        [running(90, on("a", 0, 1, 2, 3), rank=NORMAL, vc="big", started=0),
+         running(91, on("a", 4, 5, 6, 7), rank=LOW, vc="big", started=0)],
+        job(1, 4000, rank=PROD, vc="big"),
+        [91],
+        id="a higher priority preempts the lowest priority of its own VC first",
+    ),
+    pytest.param(
+        [running(90, on("a", 0, 1, 2, 3), rank=NORMAL, vc="big", started=0),
+         running(91, on("a", 4, 5, 6, 7), rank=LOW, vc="big", started=0)],
+        job(1, 8000, rank=PROD, vc="big"),
+        [90, 91],
+        id="as many victims as the job needs and no more",
+    ),
+    pytest.param(
+        [running(90, on("a", 0, 1, 2, 3), rank=NORMAL, vc="big"),
+         running(91, on("a", 4, 5, 6, 7), rank=NORMAL, vc="big")],
+        job(1, 4000, rank=NORMAL, vc="big"),
+        [],
+        id="equal priority never preempts",
+    ),
+    pytest.param(
+        [running(90, on("a", 0, 1, 2, 3), on("b", 0, 1, 2, 3), rank=OPPO, started=0),
+         running(91, on("b", 4, 5, 6, 7), rank=OPPO, started=0),
+         running(92, on("a", 4, 5, 6, 7), rank=OPPO, started=10)],
+        job(1, 8000, rank=PROD, vc="big"),
+        [90, 92],
+        id="a gang is preempted whole, and only victims that help are kept",
+    ),
+]
+
+
+@pytest.mark.parametrize(("work", "pending", "victims"), VICTIM_CASES)
+def test_the_planner_picks_the_fewest_cheapest_victims(work, pending, victims) -> None:
+    big = VirtualCluster("big", {"A100": 16})
+    nodes = {p.node for w in work for p in w.placements}
+    decisions = schedule(snapshot(tuple(node(n) for n in sorted(nodes)), [pending], work, vcs=(big,)))
+    assert [p.job_id for p in decisions.preemptions] == victims
+    assert decisions.starts == ()
+
+
+def test_another_vcs_guaranteed_job_is_never_preempted_even_over_its_quota() -> None:
+    work = [running(90, on("a", *range(8)), rank=LOW, vc="bob")]  # bob is over quota (legacy)
+    decisions = schedule(snapshot((node("a"),), [job(1, 4000, rank=PROD, vc="alice")], work, vcs=(ALICE, BOB)))
+    assert decisions.preemptions == ()
+    assert decisions.waits[0].reason == PendingReason.NO_FIT
+
+
+def test_a_vc_can_turn_priority_preemption_off() -> None:
+    calm = VirtualCluster("calm", {"A100": 8}, allow_priority_preemption=False)
+    work = [running(90, on("a", *range(8)), rank=LOW, vc="calm")]
+    decisions = schedule(snapshot((node("a"),), [job(1, 4000, rank=PROD, vc="calm")], work, vcs=(calm,)))
+    assert decisions.preemptions == ()
+    assert decisions.waits[0].reason == PendingReason.QUOTA
+
+
+def test_without_vcs_only_opportunistic_work_is_reclaimed() -> None:
+    work = [running(90, on("a", 0, 1, 2, 3), rank=LOW), running(91, on("a", 4, 5, 6, 7), rank=OPPO)]
+    decisions = schedule(snapshot((node("a"),), [job(1, 8000, rank=PROD)], work))
+    assert [p.job_id for p in decisions.preemptions] == []  # the low job is guaranteed work
+    decisions = schedule(snapshot((node("a"),), [job(1, 4000, rank=PROD)], work))
+    assert [p.job_id for p in decisions.preemptions] == [91]
+
+
+def test_what_a_preemption_frees_is_held_for_the_job_it_is_for() -> None:
+    work = [running(90, on("a", 0, 1, 2, 3, 4, 5), rank=OPPO, vc="bob")]
+    big = VirtualCluster("big", {"A100": 8})
+    pending = [job(1, 8000, vc="big"), job(2, 1000, rank=OPPO, vc="bob", at=0.0)]
+    decisions = schedule(snapshot((node("a"),), pending, work, vcs=(big, BOB)))
+    assert [p.job_id for p in decisions.preemptions] == [90]
+    assert decisions.starts == ()  # not even on the two GPUs that were free
