@@ -31,7 +31,6 @@ Run:  python benchmarks/bench_list_jobs.py [--jobs 100000] [--runs 10]
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import subprocess
 import sys

@@ -8,7 +8,7 @@ import pytest
 from scheduler_world import World, job, node, on, running, snapshot
 
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig
+from trainyard.scheduler.snapshot import SchedulerConfig
 
 # Node a: half busy until t=100, then free; node b: busy with no known end; node c: 2 GPUs.
 NODES = (node("a"), node("b"), node("c", 2))

@@ -70,7 +70,7 @@ def fragmented(draw, *, opportunistic: bool):
 def test_small_jobs_of_other_vcs_never_keep_a_vcs_full_quota_gang_out(scenario) -> None:
     world, gang = scenario
     world.submit(gang)
-    decisions = world.cycle()
+    world.cycle()
     assert gang.job_id in world.running, describe(world)
 
 
