@@ -22,6 +22,8 @@ from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
 from trainyard.core.settings import Settings
+from trainyard.scheduler.scorers.registry import SCORERS
+from trainyard.scheduler.snapshot import SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
@@ -81,6 +83,19 @@ def task_work_dir(settings: Settings) -> Path | None:
     return Path("/var/lib/trainyard/work") if settings.task_user else None
 
 
+def scheduler_config(settings: Settings) -> SchedulerConfig:
+    if settings.scheduler_scorer not in SCORERS:
+        raise SystemExit(
+            f"unknown scheduler_scorer {settings.scheduler_scorer!r}; use one of {', '.join(sorted(SCORERS))}"
+        )
+    return SchedulerConfig(
+        scorer=settings.scheduler_scorer,
+        backfill=settings.scheduler_backfill,
+        drain_after=settings.backfill_drain_after_seconds,
+        rack_label=settings.rack_label,
+    )
+
+
 def build(settings: Settings) -> tuple[AppContext, Controller]:
     prepare_home(settings)
     clock = SystemClock()
@@ -96,8 +111,12 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         memory_mb=settings.local_memory_mb,
         run_as=settings.task_user,
         work_dir_root=task_work_dir(settings),
+        labels=settings.node_labels,
+        gpu_groups=settings.local_gpu_groups,
     )
-    controller = Controller(db, backend, clock, interval=settings.schedule_interval_seconds)
+    controller = Controller(
+        db, backend, clock, interval=settings.schedule_interval_seconds, config=scheduler_config(settings)
+    )
     return AppContext(db=db, backend=backend, clock=clock, controller=controller), controller
 
 
