@@ -97,6 +97,7 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
 
 
 def build(settings: Settings) -> tuple[AppContext, Controller]:
+    config = scheduler_config(settings)  # a bad setting fails before anything is written
     prepare_home(settings)
     clock = SystemClock()
     db = Database(settings.db_url)
@@ -115,7 +116,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         gpu_groups=settings.local_gpu_groups,
     )
     controller = Controller(
-        db, backend, clock, interval=settings.schedule_interval_seconds, config=scheduler_config(settings)
+        db, backend, clock, interval=settings.schedule_interval_seconds, config=config
     )
     return AppContext(db=db, backend=backend, clock=clock, controller=controller), controller
 
