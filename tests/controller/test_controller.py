@@ -225,3 +225,43 @@ taskRoles:
         assert [a.state for a in attempts] == ["PREEMPTED", "RUNNING"]
         kinds = [e.kind for e in s.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id))]
         assert kinds.count("preempted") == 1 and "requeued" in kinds
+
+
+def reconcile_until(controller: Controller, db: Database, job_id: int, state: str) -> None:
+    """Reconcile passes only (no scheduling) until the job is in ``state``."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        controller.reconciler.run()
+        with db.session() as s:
+            if s.get(JobRow, job_id).state == state:
+                return
+        time.sleep(0.02)
+    raise AssertionError(f"job {job_id} did not reach {state}")
+
+
+def test_a_retried_job_waiting_again_for_the_same_reason_still_shows_it(world) -> None:
+    db, _, controller, user = world
+    hog = submit(db, user, "name: h\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n    commands: ['sleep 1']\n")
+    controller.wake()
+    controller.run_once()
+    flaky = submit(db, user, "name: f\njobRetryCount: 2\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n"
+                   "    commands: ['exit 1']\n")
+    controller.wake()
+    controller.run_once()
+    with db.session() as s:
+        first = (s.get(JobRow, flaky).pending_reason, s.get(JobRow, flaky).pending_message)
+    assert first[0] == "NO_FIT"
+    reconcile_until(controller, db, hog, "SUCCEEDED")
+    controller.wake()
+    controller.run_once()  # places the flaky job
+    # A prod job comes; the flaky job fails and is requeued without a scheduling cycle in
+    # between, then waits behind the prod job for the same reason as before.
+    submit(db, user, "name: p\npriority: prod\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n"
+           "    commands: ['sleep 600']\n")
+    reconcile_until(controller, db, flaky, "WAITING")
+    controller.wake()
+    controller.run_once()
+    with db.session() as s:
+        job = s.get(JobRow, flaky)
+        assert (job.state, job.retries_used) == ("WAITING", 1)
+        assert (job.pending_reason, job.pending_message) == first

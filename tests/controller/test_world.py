@@ -44,7 +44,7 @@ def test_default_gets_what_no_vc_guarantees_and_any_model_means_the_only_model(d
         admin.create_vc(s, "speech", gpus=2, model="A100", preemption=False, clock=clock)
     with db.session() as s:
         nodes = node_states_in_use(s)
-        vcs = {vc.name: vc for vc in virtual_clusters(s, nodes)}
+        vcs = {vc.name: vc for vc in virtual_clusters(s)}
     assert vcs["vision"].quota == {"A100": 3}
     assert vcs["speech"].quota == {"A100": 2} and not vcs["speech"].allow_priority_preemption
     assert vcs["default"].quota == {"A100": 3}
@@ -55,7 +55,7 @@ def test_default_gets_what_no_vc_guarantees_and_any_model_means_the_only_model(d
 def test_without_vcs_the_scheduler_sees_none(db) -> None:
     with db.session() as s:
         inventory(s, FakeClock(), A100=8)
-        assert virtual_clusters(s, node_states_in_use(s)) == ()
+        assert virtual_clusters(s) == ()
 
 
 def test_on_several_models_a_quota_must_name_its_model(db) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from scheduler_world import World, job, node, on, running, snapshot
@@ -133,3 +134,17 @@ def test_a_32_gpu_job_does_start_in_a_steady_stream_of_small_jobs(declared: bool
 def test_without_a_reservation_the_32_gpu_job_starves_in_that_stream() -> None:
     world, _ = stream_of_small_jobs(declared=True, backfill=False)
     assert 1 not in world.started_at
+
+
+def test_an_opportunistic_reservation_never_drains() -> None:
+    pending = (job(1, 8000, rank=3, at=0.0), job(2, 4000, rank=3, at=1.0))
+    decisions = schedule(snapshot(NODES, pending, UNKNOWN_ENDS, now=1e6))
+    assert outcome(decisions, 1) == "NO_FIT" and outcome(decisions, 2) == "starts"
+
+
+def test_a_requeued_job_drains_only_once_it_has_waited_again() -> None:
+    requeued = replace(BIG, waiting_since=BIG.submitted_at + 1000.0)  # preempted long after submit
+    for waited, expected in ((100.0, "starts"), (300.0, "RESERVED")):
+        now = requeued.waiting_since + waited
+        decisions = schedule(snapshot(NODES, (requeued, job(2, 4000)), UNKNOWN_ENDS, now=now))
+        assert outcome(decisions, 2) == expected

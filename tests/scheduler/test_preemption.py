@@ -125,3 +125,26 @@ def test_what_a_preemption_frees_is_held_for_the_job_it_is_for() -> None:
     decisions = schedule(snapshot((node("a"),), pending, work, vcs=(big, BOB)))
     assert [p.job_id for p in decisions.preemptions] == [90]
     assert decisions.starts == ()  # not even on the two GPUs that were free
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(job(10, 4000, vc="vision", at=1.0), id="the first job cannot get 4 GPUs on one node"),
+        pytest.param(job(10, 1000, 1000, 1000, 1000, 1000, 1000, 1000, vc="vision", at=1.0),
+                     id="the first job is bigger than its VC's quota"),
+    ],
+)
+def test_a_job_that_preemption_cannot_help_does_not_keep_those_behind_it_from_their_share(head) -> None:
+    # VC speech's guaranteed work sits on both nodes; opportunistic work fills the rest.
+    vcs = (VirtualCluster("vision", {"A100": 6}), VirtualCluster("speech", {"A100": 2}))
+    work = [
+        running(1, on("n0", 0), vc="speech"),
+        running(2, on("n1", 0), vc="speech"),
+        running(3, on("n0", 1, 2, 3), vc="speech", rank=OPPO),
+        running(4, on("n1", 1, 2, 3), vc="speech", rank=OPPO),
+    ]
+    small = job(11, 1000, vc="vision", at=2.0)
+    decisions = schedule(snapshot((node("n0", 4), node("n1", 4)), (head, small), work, vcs=vcs))
+    assert [(p.job_id, p.for_job_id) for p in decisions.preemptions] == [(3, 11)]
+    assert {w.job_id: w.reason for w in decisions.waits}[11] == PendingReason.PREEMPTING

@@ -6,7 +6,8 @@ import pytest
 from scheduler_world import job, node, on, running, snapshot
 
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import PendingReason, Snapshot, VirtualCluster
+from trainyard.scheduler.scorers.registry import SCORERS
+from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig, Snapshot, VirtualCluster
 
 VISION = VirtualCluster("vision", {"A100": 16})
 NLP = VirtualCluster("nlp", {"A100": 8, "V100": 8})
@@ -118,3 +119,13 @@ def test_over_both_quotas_the_user_quota_is_the_reason_and_nothing_is_preempted(
 def test_without_vcs_every_job_shares_one_pool_without_limits() -> None:
     decisions = schedule(Snapshot((node("a"),), (job(1, 8000, vc="anything"),)))
     assert started(decisions) == [1]
+
+
+def test_work_on_a_gpu_the_node_no_longer_reports_does_not_break_the_cycle() -> None:
+    # A task holds GPU 6 of a node that now reports 4 (a restart with fewer GPUs, or a
+    # device that fell off the bus): the cycle goes on and explains the waiting job.
+    gone = running(1, on("a", 6), rank=3)
+    for scorer in SCORERS:
+        decisions = schedule(snapshot((node("a", 4),), [job(2, *[1000] * 5)], [gone],
+                                      config=SchedulerConfig(scorer=scorer)))
+        assert [w.reason for w in decisions.waits] == [PendingReason.NO_FIT]

@@ -59,3 +59,11 @@ def test_a_later_job_over_quota_gets_no_eta_that_the_jobs_ahead_of_it_will_have_
     first, second = schedule(snapshot((node("a"), node("b")), pending, work, vcs=(vision,))).waits
     assert (first.job_id, first.eta) == (1, 100.0)
     assert (second.job_id, second.eta) == (2, None)  # job 91 has no known end
+
+
+def test_a_job_bigger_than_its_vcs_whole_quota_is_told_it_needs_a_bigger_quota() -> None:
+    vision = VirtualCluster("vision", {"A100": 4})  # lowered after the job was submitted
+    [wait] = schedule(snapshot((node("a"),), [job(1, 6000, vc="vision")], (), vcs=(vision,))).waits
+    assert wait.message.startswith(
+        "VC vision: needs 6 A100, 4 of 4 free; more than the VC's whole quota: it starts only if an admin raises"
+    )

@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from trainyard.core.clock import FakeClock
 from trainyard.core.states import JobState
-from trainyard.services import auth
+from trainyard.services import admin, auth
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.spec.loading import parse_job
@@ -114,6 +114,22 @@ def test_a_job_that_can_never_fit_is_refused_and_nothing_is_stored(db: Database,
     assert "the largest node has 2" in caught.value.message
     with db.session() as s:
         assert s.scalars(select(JobRow)).all() == []
+
+
+def test_a_guaranteed_job_bigger_than_its_vcs_quota_is_refused_but_may_run_as_oppo(db: Database, clock) -> None:
+    add_node(db, clock, gpus=4)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        admin.create_vc(s, "vision", gpus=1, model=None, preemption=True, clock=clock)
+        admin.grant_vc(s, "vision", "alice")
+    big = SPEC.replace("gpu: 1", "gpu: 2") + "defaults: {virtualCluster: vision}\n"
+    with pytest.raises(Invalid) as caught, db.session() as s:
+        job_service.submit_job(s, alice, parse_job(big), clock=clock)
+    assert caught.value.message.startswith("the job needs 2 GPU but VC vision guarantees 1: it could never start")
+    assert "priority: oppo" in caught.value.message
+    with db.session() as s:  # within default's 3 guaranteed GPUs, and as oppo in vision: fine
+        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 3")), clock=clock)
+        job_service.submit_job(s, alice, parse_job(big + "priority: oppo\n"), clock=clock)
 
 
 def test_a_concurrent_change_to_a_job_is_detected_not_overwritten(db: Database, clock) -> None:

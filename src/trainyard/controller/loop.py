@@ -142,7 +142,8 @@ class Controller:
 
     def _schedule(self) -> bool:
         with self.db.session() as session:
-            pending = self.waiting.load(session)
+            now = self.clock.now().timestamp()
+            pending = self.waiting.load(session, now)
             cannot_start = dict(self.waiting.broken)
             if not pending and not cannot_start:
                 return False
@@ -151,8 +152,8 @@ class Controller:
             snapshot = Snapshot(
                 nodes=nodes,
                 pending=pending,
-                now=self.clock.now().timestamp(),
-                vcs=virtual_clusters(session, nodes),
+                now=now,
+                vcs=virtual_clusters(session),
                 user_quotas=user_quotas(session),
                 running=running,
                 preempting=ending,
@@ -173,6 +174,8 @@ class Controller:
             victims = [(p.job_id, p.reason) for p in decisions.preemptions]
             preempted = preempt_jobs(session, victims, self.clock)
         self.waiting.written.update(written)
+        for job_id in started:  # placed: its pending reason was cleared, so forget it
+            self.waiting.written.pop(job_id, None)
         self._forget_specs()
         return bool(started or preempted)
 

@@ -59,7 +59,8 @@ class WaitingJobs:
         # controller is their only writer; after a restart everything is written once.
         self.written: dict[int, PendingFields] = {}
 
-    def load(self, session: Session) -> tuple[PendingJob, ...]:
+    def load(self, session: Session, now: float) -> tuple[PendingJob, ...]:
+        """The waiting jobs; one first seen now after an earlier attempt waits since ``now``."""
         current = list(session.scalars(select(JobRow.id).where(JobRow.state == JobState.WAITING)))
         alive = set(current)
         if len(self._known) > len(alive):
@@ -70,11 +71,11 @@ class WaitingJobs:
         missing = [job_id for job_id in current if job_id not in self._known]
         for chunk in _chunks(missing):
             query = (
-                select(JobRow.id, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name)
+                select(JobRow.id, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name, JobRow.attempt)
                 .join(UserRow, JobRow.user_id == UserRow.id)
                 .where(JobRow.id.in_(chunk))
             )
-            for job_id, spec_data, submitted_at, vc, user in session.execute(query):
+            for job_id, spec_data, submitted_at, vc, user, attempt in session.execute(query):
                 try:
                     spec = self._spec_of(job_id, spec_data)
                 except SpecError as error:
@@ -89,6 +90,7 @@ class WaitingJobs:
                     user=user,
                     vc=vc,
                     max_runtime=None if spec.maxRunTimeSeconds is None else float(spec.maxRunTimeSeconds),
+                    waiting_since=now if attempt > 0 else None,
                 )
         return tuple(self._known[j] for j in current if j in self._known)
 

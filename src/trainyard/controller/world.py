@@ -21,7 +21,7 @@ from trainyard.scheduler.snapshot import (
     TaskPlacement,
     VirtualCluster,
 )
-from trainyard.services.admin import ANY_MODEL, DEFAULT_VC
+from trainyard.services import admin
 from trainyard.services.jobs import gpu_slot
 from trainyard.spec.models import Priority
 from trainyard.store.rows import (
@@ -31,7 +31,6 @@ from trainyard.store.rows import (
     TaskRow,
     UserQuotaRow,
     UserRow,
-    VirtualClusterRow,
 )
 
 UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
@@ -65,34 +64,12 @@ def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
     )
 
 
-def virtual_clusters(session: Session, nodes: tuple[NodeState, ...]) -> tuple[VirtualCluster, ...]:
-    """The VCs with their quotas; ``default`` guarantees what no other VC does.
-
-    With no VC defined the answer is empty: every job shares the cluster without limits.
-    A quota for any model (``*``) applies to the cluster's model; on a cluster with several
-    models it is ambiguous and guarantees nothing (``yard vc list`` says so; the admin
-    sets one quota per model).
-    """
-    rows = list(session.scalars(select(VirtualClusterRow).order_by(VirtualClusterRow.name)))
-    if not rows:
-        return ()
-    capacity: dict[str, int] = defaultdict(int)
-    for node in nodes:
-        for gpu in node.gpus:
-            capacity[gpu.model] += 1
-    only_model = next(iter(capacity)) if len(capacity) == 1 else None
-    promised: dict[str, int] = defaultdict(int)
-    vcs = []
-    for row in rows:
-        quota: dict[str, int] = defaultdict(int)
-        for q in row.quotas:
-            model = only_model if q.gpu_model == ANY_MODEL else q.gpu_model
-            if model is not None:
-                quota[model] += q.gpus
-                promised[model] += q.gpus
-        vcs.append(VirtualCluster(row.name, dict(quota), row.allow_priority_preemption))
-    rest = {model: count - promised[model] for model, count in capacity.items() if count > promised[model]}
-    return (VirtualCluster(DEFAULT_VC, rest, True), *vcs)
+def virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:
+    """The VCs with their quotas (see ``services.admin.guaranteed_quotas``); none if none is defined."""
+    return tuple(
+        VirtualCluster(name, quota, preemption)
+        for name, (quota, preemption) in admin.guaranteed_quotas(session).items()
+    )
 
 
 def user_quotas(session: Session) -> dict[tuple[str, int], int]:

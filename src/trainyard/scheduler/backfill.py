@@ -9,7 +9,9 @@ reservation has no start time (``inf``). Such a reservation first holds nothing:
 ``SchedulerConfig.drain_after`` seconds from the job's submission, smaller jobs start on
 idle GPUs as if there were none (a cluster where nobody declares run times stays busy).
 After that it drains the resources it needs: they are held so that nothing long starts
-on them, and the job starts when they are free, so a big job is never starved. While a
+on them, and the job starts when they are free, so a big job is never starved. (An
+opportunistic job's reservation never drains: it would hold GPUs that guaranteed work
+runs on and never yields.) While a
 reservation holds, later jobs in the queue may use the held resources only if they
 surely end before the reservation starts (their ``max_runtime``); elsewhere they start
 as usual.
@@ -94,7 +96,13 @@ def reserve(cycle: Cycle, job: PendingJob) -> Reservation | None:
         return None
     drains_at = -math.inf
     if math.isinf(found[0]):
-        drains_at = job.submitted_at + cycle.snapshot.config.drain_after
+        if job.priority_rank >= OPPORTUNISTIC_RANK:
+            # Opportunistic work never drains: it would hold GPUs that guaranteed work runs
+            # on and never yields, and idle the rest, for work that is best effort anyway.
+            drains_at = math.inf
+        else:
+            since = job.submitted_at if job.waiting_since is None else job.waiting_since
+            drains_at = since + cycle.snapshot.config.drain_after
     reservation = Reservation(job, found[0], found[1], job_owner(job), drains_at=drains_at)
     reservation.apply(ledger)
     cycle.reservations.append(reservation)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Capacity, FreeNode, Tentative
@@ -49,7 +49,7 @@ class Ledger:
         limited = {name: p.quota for name, p in self.quotas.vcs.items() if p.quota is not None}
         self.cells = Cells(nodes, cell_sizes(nodes, list(limited.values()), snapshot.config.cell_gpus), limited)
         self.enforced = {name: True for name in limited}
-        running = sorted(snapshot.running, key=lambda j: j.job_id)
+        running = sorted((_on_known_devices(j, by_name) for j in snapshot.running), key=lambda j: j.job_id)
         self.cells.derive(running, self.enforced, lambda node: by_name[node].whole if node in by_name else 0)
         self.capacity = Capacity(free, family_of=self.cells.family)
         self.cells.on_change = self.capacity.refile
@@ -127,6 +127,18 @@ class Released:
             self._marks.append(self.tentative.mark())
             self.ledger.release(self.jobs[self.count], self.tentative)
             self.count += 1
+
+
+def _on_known_devices(job: RunningJob, nodes: dict[str, FreeNode]) -> RunningJob:
+    """The job without GPU shares on devices its node no longer reports (a GPU that left
+    the inventory while a task ran on it): they cannot be given back to anyone."""
+    if all(p.node not in nodes or all(g.index in nodes[p.node].position for g in p.gpus) for p in job.placements):
+        return job
+    placements = tuple(
+        p if p.node not in nodes else replace(p, gpus=tuple(g for g in p.gpus if g.index in nodes[p.node].position))
+        for p in job.placements
+    )
+    return replace(job, placements=placements)
 
 
 def _model_of(nodes: dict[str, FreeNode], node: str, index: int) -> str | None:

@@ -153,10 +153,13 @@ def _refused(job: PendingJob, refusal: Refusal) -> str:
             f"user {job.user or '?'} at {PRIORITIES[min(job.priority_rank, 3)]}: needs {_gpus(refusal.need)} GPU, "
             f"{_gpus(refusal.free)} of {_gpus(refusal.total)} left"
         )
-    return (
+    message = (
         f"VC {job.vc}: needs {_gpus(refusal.need)} {_models(refusal.models)}, "
         f"{_gpus(refusal.free)} of {_gpus(refusal.total)} free"
     )
+    if refusal.need > refusal.total:
+        message += "; more than the VC's whole quota: it starts only if an admin raises the quota"
+    return message
 
 
 class QuotaEtas:
@@ -208,7 +211,10 @@ def _when(reservation: Reservation, now: float) -> str:
         return "starts when running jobs reach their declared ends"
     if reservation.holds(now):
         return "waits for running jobs without a declared end, and holds what it needs"
-    wait = reservation.drains_at - reservation.job.submitted_at
+    if math.isinf(reservation.drains_at):
+        return "waits for running jobs without a declared end; smaller jobs may use idle GPUs meanwhile"
+    job = reservation.job
+    wait = reservation.drains_at - (job.submitted_at if job.waiting_since is None else job.waiting_since)
     return (
         "waits for running jobs without a declared end; smaller jobs may use idle GPUs "
         f"until it has waited {wait:g} s"

@@ -145,8 +145,14 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
 def preempt_for_queue(
     cycle: Cycle, reservation: Reservation | None, blocked: list[PendingJob]
 ) -> Reservation | None:
-    """Preemption for one VC's jobs that could not start, in queue order, until one cannot
-    be helped; returns the reservation that still holds (the first job's, or a new one)."""
+    """Preemption for one VC's jobs that could not start, in queue order; returns the
+    reservation that still holds (the first job's, or a new one).
+
+    A job that cannot be helped keeps (or gets) the queue's reservation, and the jobs
+    behind it may still reclaim room — but not what the reservation holds, so they never
+    delay it. Without that, one job too big for its VC's share would keep every job behind
+    it from getting its guaranteed share back from opportunistic work.
+    """
     ledger = cycle.ledger
     for position, job in enumerate(blocked):
         head = reservation is not None and reservation.job is job
@@ -168,7 +174,6 @@ def preempt_for_queue(
         elif reservation is None and position > 0 and cycle.snapshot.config.backfill:
             reservation = reserve(cycle, job)  # first in line now that those ahead preempt
             cycle.wait(job, _blocked(refusal, reservation))
-        break
     if reservation is not None:
         reservation.lift()
     return reservation

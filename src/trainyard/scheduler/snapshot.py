@@ -62,6 +62,9 @@ class PendingJob:
     user: str = ""
     vc: str = "default"
     max_runtime: float | None = None  # seconds, as declared; lets the job backfill
+    # When it last started waiting (a requeued job keeps its submit time for its place in
+    # the queue, but its wait starts again); None: since ``submitted_at``.
+    waiting_since: float | None = None
 
 
 @dataclass(frozen=True)

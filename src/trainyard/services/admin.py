@@ -151,6 +151,35 @@ def _check_quotas_fit(session: Session) -> None:
                       details=[{"path": "gpus", "message": "over capacity"}])
 
 
+def guaranteed_quotas(session: Session) -> dict[str, tuple[dict[str, int], bool]]:
+    """VC name -> (GPUs guaranteed per model, priority preemption), as the scheduler sees them.
+
+    ``default`` guarantees what no other VC does. A quota for any model (``*``) applies to
+    the cluster's model; with several models it guarantees nothing (setting one is
+    refused there). Empty when no VC is defined: then every job shares the cluster.
+    """
+    rows = list(session.scalars(select(VirtualClusterRow).order_by(VirtualClusterRow.name)))
+    if not rows:
+        return {}
+    capacity: dict[str, int] = {}
+    for node in session.scalars(select(NodeRow)):
+        for gpu in node.gpus:
+            capacity[gpu["model"]] = capacity.get(gpu["model"], 0) + 1
+    only_model = next(iter(capacity)) if len(capacity) == 1 else None
+    promised: dict[str, int] = {}
+    quotas: dict[str, tuple[dict[str, int], bool]] = {}
+    for row in rows:
+        quota: dict[str, int] = {}
+        for q in row.quotas:
+            model = only_model if q.gpu_model == ANY_MODEL else q.gpu_model
+            if model is not None:
+                quota[model] = quota.get(model, 0) + q.gpus
+                promised[model] = promised.get(model, 0) + q.gpus
+        quotas[row.name] = (quota, row.allow_priority_preemption)
+    rest = {model: count - promised.get(model, 0) for model, count in capacity.items() if count > promised.get(model, 0)}
+    return {DEFAULT_VC: (rest, True), **quotas}
+
+
 def grant_vc(session: Session, name: str, grantee: str) -> None:
     """Let a user, or every member of ``@group``, submit to the VC."""
     vc = get_vc(session, name)

@@ -16,11 +16,11 @@ from trainyard.core.states import (
 )
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
-from trainyard.services.admin import may_use_vc
+from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
 from trainyard.spec.loading import container_fields, validate_job
-from trainyard.spec.models import JobSpec
+from trainyard.spec.models import JobSpec, Priority
 from trainyard.spec.templating import normalized_spec
 from trainyard.store.rows import (
     AttemptRow,
@@ -76,6 +76,31 @@ def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
         )
 
 
+def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
+    """Refuse a guaranteed job bigger than its VC's whole quota: it could never start."""
+    if spec.priority == Priority.OPPO:
+        return
+    quotas = guaranteed_quotas(session)
+    vc = spec.defaults.virtualCluster
+    if vc not in quotas:
+        return  # no VCs defined: no quotas
+    requests = [t for t in task_requests(spec) if t.gpu_milli > 0]
+    need = sum(t.gpu_milli for t in requests)
+    if not need:
+        return
+    quota = quotas[vc][0]
+    accepted = set() if any(not t.gpu_models for t in requests) else {m for t in requests for m in t.gpu_models}
+    total = sum(gpus for model, gpus in quota.items() if not accepted or model in accepted)
+    if need > total * 1000:
+        models = f" of {'/'.join(sorted(accepted))}" if accepted else ""
+        raise Invalid(
+            f"the job needs {need / 1000:g} GPU{models} but VC {vc} guarantees {total}: it could never start "
+            f"at priority {spec.priority}; submit it with `priority: oppo` to use idle GPUs, or ask an admin "
+            f"to raise the quota (`yard vc quota {vc} --gpus N`)",
+            details=[{"path": "defaults.virtualCluster", "message": f"VC {vc} guarantees {total} GPU{models}"}],
+        )
+
+
 def check_vc_access(session: Session, user: UserRow, vc: str) -> None:
     """DESIGN's "may this user use that VC?": granted to them, to a group of theirs, or admin."""
     if may_use_vc(session, user, vc):
@@ -96,6 +121,7 @@ def submit_job(
     """
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
+    check_within_vc_quota(session, spec)
     job = JobRow(
         name=spec.name,
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
