@@ -26,7 +26,10 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     vcs = {v["name"]: v for v in json.loads(server.yard("vc", "list", "--json").stdout)}
     assert vcs["vision"]["quota"] == {"*": 2} and vcs["vision"]["groups"] == ["cv"]
     assert "default" in vcs
-    assert "vision" in server.yard("vc", "list").stdout
+    listed = server.yard("vc", "list").stdout
+    assert "vision" in listed
+    assert vcs["default"]["quota"] == {"simulated": 2}  # the server's 4 GPUs less vision's 2
+    assert "the rest: 2 × simulated" in listed
 
     in_vision = "name: v\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  m:\n    commands: ['true']\n"
     assert alice.wait(alice.submit(in_vision)["id"], timeout=30)["state"] == "SUCCEEDED"

@@ -9,15 +9,16 @@ from trainyard.cli import render
 from trainyard.client.client import Client
 
 
-def _quota_text(quota: dict[str, int]) -> str:
-    if not quota:
-        return "the rest"
-    return ", ".join(f"{gpus} × {'any' if model == '*' else model}" for model, gpus in sorted(quota.items()))
+def _quota_text(vc: dict, alone: bool) -> str:
+    text = ", ".join(f"{gpus} × {'any' if model == '*' else model}" for model, gpus in sorted(vc["quota"].items()))
+    if vc["name"] == "default":
+        return "everything" if alone else f"the rest: {text or 'none'}"
+    return text or "none"
 
 
 def vcs_table(vcs: list[dict]) -> str:
     rows = [
-        [v["name"], _quota_text(v["quota"]), render.num(v["used"]), render.num(v["borrowed"]), v["waiting"],
+        [v["name"], _quota_text(v, len(vcs) == 1), render.num(v["used"]), render.num(v["borrowed"]), v["waiting"],
          "yes" if v["priorityPreemption"] else "no",
          ", ".join(v["users"] + ["@" + g for g in v["groups"]]) or "-"]
         for v in vcs
@@ -32,13 +33,13 @@ def cmd_vc(client: Client, args: argparse.Namespace) -> int:
     elif args.action == "create":
         result = client.create_vc(args.name, gpus=args.gpus, model=args.model,
                                   priority_preemption=not args.no_priority_preemption)
-        text = f"created virtual cluster {args.name}: {_quota_text(result['quota'])}"
+        text = f"created virtual cluster {args.name}: {_quota_text(result, False)}"
     elif args.action == "grant":
         result = client.grant_vc(args.name, args.grantee)
         text = f"{args.grantee} may now submit to {args.name}"
     else:
         result = client.set_vc_quota(args.name, gpus=args.gpus, model=args.model)
-        text = f"virtual cluster {args.name}: {_quota_text(result['quota'])}"
+        text = f"virtual cluster {args.name}: {_quota_text(result, False)}"
     render.print_json(result) if args.json else print(text)
     return 0
 

@@ -233,8 +233,9 @@ def describe_vcs(session: Session) -> list[VcView]:
     usage = vc_usage(session)
     users = {u.id: u.name for u in session.scalars(select(UserRow))}
     groups = {g.id: g.name for g in session.scalars(select(GroupRow))}
+    rest = guaranteed_quotas(session).get(DEFAULT_VC, ({}, True))[0]
     rows: list[tuple[str, dict[str, int], bool, list[str], list[str]]] = [
-        (DEFAULT_VC, {}, True, ["everyone"], [])
+        (DEFAULT_VC, rest, True, ["everyone"], [])
     ]
     for vc in list_vcs(session):
         rows.append((

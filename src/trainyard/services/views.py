@@ -131,7 +131,7 @@ class NodeView(BaseModel):
 
 class VcView(BaseModel):
     name: str
-    quota: dict[str, int]  # GPU model ("*": any model) -> guaranteed GPUs
+    quota: dict[str, int]  # GPU model ("*": any model) -> guaranteed GPUs; for default, what no VC guarantees
     used: float  # GPUs held by the VC's guaranteed jobs
     borrowed: float  # GPUs held by the VC's opportunistic jobs
     waiting: int
