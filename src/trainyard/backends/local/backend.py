@@ -44,7 +44,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends.base import GpuInfo, LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus
+from trainyard.backends.base import (
+    GpuInfo,
+    LogChunk,
+    NodeInventory,
+    TaskKey,
+    TaskLaunch,
+    TaskStatus,
+    read_log_file,
+)
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
@@ -240,16 +248,7 @@ class LocalBackend:
             path = self.log_path(key)
         except ValueError:  # a key no task can have: it has no log
             return LogChunk(data=b"", offset=0, size=0)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                start = max(0, size + offset) if offset < 0 else min(offset, size)
-                f.seek(start)
-                # Read no further than the size reported, so data and size agree.
-                data = f.read(max(0, min(limit, size - start)))
-        except FileNotFoundError:  # launched, but the task has not written anything yet
-            return LogChunk(data=b"", offset=0, size=0)
-        return LogChunk(data=data, offset=start, size=size)
+        return read_log_file(path, offset, limit)
 
     # --- internals -----------------------------------------------------------------
 
