@@ -166,7 +166,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=1
 ReturnToService=2
 SlurmdParameters=config_overrides
-KillWait=5
+KillWait=2
 MinJobAge=300
 GresTypes=gpu
 NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$last_port] CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN

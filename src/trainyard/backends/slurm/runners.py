@@ -56,14 +56,11 @@ else
     pinning=("CUDA_VISIBLE_DEVICES=" "NVIDIA_VISIBLE_DEVICES=none")
 fi
 # A stop (scancel --signal=TERM) reaches the task's processes directly; this shell only
-# outlives it to record the task's exit status.
+# outlives it to record the task's exit status. Bash runs a trap only after the
+# foreground command has ended, so $? below is always the task's own status (a task in
+# the background and `wait` would lose it when the signal interrupts the wait).
 trap ':' TERM
-env -- "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID /bin/bash "$dir/script.sh" &
-child=$!
-while kill -0 "$child" 2>/dev/null; do
-    wait "$child"
-done
-wait "$child"
+env -- "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID /bin/bash "$dir/script.sh"
 rc=$?
 printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
 exit "$rc"
