@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 from e2e.server import wait_until
 from slurm.cluster import drive, slurm_job, submit
-from trainyard.backends.base import TaskKey
+from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
@@ -220,8 +220,6 @@ taskRoles:
     assert [t.node for t in tasks_of(world, job_id)] == ["n4"]
     # A job placed on a node just before it was drained would pend forever in Slurm:
     # the backend cancels it and reports why, and the job's retry policy decides.
-    from trainyard.backends.base import TaskLaunch
-
     stuck = TaskLaunch(TaskKey(999, 0, "main", 0), node="n1", script="true\n", env={}, memory_mb=16)
     world.backend.launch(stuck)
     status = wait_until(lambda: (s := world.backend.observe([stuck.key])[stuck.key]).running is False and s,
