@@ -6,6 +6,7 @@ import subprocess
 
 from e2e.server import wait_until
 from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.slurm.jobstate import FINAL_STATES
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
@@ -24,6 +25,13 @@ def cancel_all(slurm: SlurmCommands, prefix: str) -> None:
     for job_id in our_jobs(slurm, prefix):
         slurm.scancel(job_id)
     wait_until(lambda: not our_jobs(slurm, prefix), timeout=30, what=f"Slurm jobs {prefix}* to end")
+
+
+def ended_slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:
+    """The Slurm records of a job once every component has ended (a task's own exit file
+    comes a moment before Slurm's COMPLETING turns into a final state)."""
+    return wait_until(lambda: (records := slurm_job(slurm, job_id)) and all(
+        r["JobState"] in FINAL_STATES for r in records) and records, timeout=30, what=f"Slurm job {job_id} to end")
 
 
 def slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:

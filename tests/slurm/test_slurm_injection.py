@@ -7,7 +7,7 @@ import json
 import pytest
 
 from e2e.server import wait_until
-from slurm.cluster import drive, slurm_job, submit
+from slurm.cluster import drive, ended_slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.store.rows import TaskRow
 
@@ -54,7 +54,7 @@ def test_env_values_and_commands_reach_the_task_literally_and_never_change_the_s
     assert (out / "literal").read_text() == f"$(touch {pwned}/cmd) `touch {pwned}/cmd2` 100% #SBATCH -N 4\n"
     assert (out / "name").read_text() == "inject"
     assert list(pwned.iterdir()) == []
-    [record] = slurm_job(world.slurm, world.backend.slurm_job_id(key))
+    [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["JobName"] == world.backend.slurm_job_name(key)
     assert record["TresPerNode"] == "gres:gpu:1" and record["NumCPUs"] == "1"
     with world.db.session() as s:

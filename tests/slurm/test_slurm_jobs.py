@@ -11,7 +11,7 @@ import json
 from sqlalchemy import select
 
 from e2e.server import wait_until
-from slurm.cluster import drive, slurm_job, submit
+from slurm.cluster import drive, ended_slurm_job, slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
@@ -46,7 +46,7 @@ taskRoles:
     assert task.exit_code == 3
     assert log_of(world, key) == f"hello from {task.node} gpus=0 rank=0 world=1\n"
     # Slurm ran it exactly where Trainyard placed it, with exactly its resources.
-    [record] = slurm_job(world.slurm, world.backend.slurm_job_id(key))
+    [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["NodeList"] == task.node and record["JobState"] == "COMPLETED"
     assert record["NumCPUs"] == "2" and record["MinMemoryNode"] == "512M"
     assert record["TresPerNode"] == "gres:gpu:1"
@@ -93,7 +93,7 @@ taskRoles:
     # One Slurm job (a heterogeneous one, a component per node) for the whole gang.
     ids = {world.backend.slurm_job_id(TaskKey(job_id, 0, "worker", t.index)) for t in tasks}
     assert len(ids) == 1
-    records = slurm_job(world.slurm, ids.pop())
+    records = ended_slurm_job(world.slurm, ids.pop())
     assert sorted(r["NodeList"] for r in records) == sorted(t.node for t in tasks)
     assert {r["TresPerNode"] for r in records} == {"gres:gpu:4"}
     seen = [json.loads((report / str(rank)).read_text()) for rank in (0, 1)]
@@ -127,7 +127,7 @@ taskRoles:
     job = drive(world, job_id)
     assert job.state == "STOPPED"
     assert log_of(world, key).splitlines()[-1] == "got SIGTERM"
-    [record] = slurm_job(world.slurm, world.backend.slurm_job_id(key))
+    [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["JobState"] in ("COMPLETED", "CANCELLED")
 
 
@@ -149,7 +149,7 @@ taskRoles:
         job_service.request_stop(s, s.merge(world.user), job_id, clock=SystemClock())
     assert drive(world, job_id).state == "STOPPED"
     assert "ignoring SIGTERM" in log_of(world, key)
-    [record] = slurm_job(world.slurm, world.backend.slurm_job_id(key))
+    [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["JobState"] == "CANCELLED"
 
 
@@ -177,7 +177,7 @@ taskRoles:
     assert marker.read_text().splitlines() == ["attempt 0", "checkpointed", "attempt 1"]
     first, second = (world.backend.slurm_job_id(TaskKey(job_id, n, "m", 0)) for n in (0, 1))
     assert first != second
-    assert slurm_job(world.slurm, first)[0]["JobState"] in ("COMPLETED", "CANCELLED")
+    assert ended_slurm_job(world.slurm, first)[0]["JobState"] in ("COMPLETED", "CANCELLED")
     assert slurm_job(world.slurm, second)[0]["JobState"] == "RUNNING"
     with world.db.session() as s:
         attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)).all()

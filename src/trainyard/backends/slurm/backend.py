@@ -48,6 +48,8 @@ _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
 # Ports are chosen below Linux's default ephemeral range (32768+) on nodes we cannot
 # probe; best effort, as the Backend contract says.
 PORT_RANGE = range(20000, 32000)
+# How stale Slurm's job table may be when observing (see SlurmBackend._slurm_jobs).
+SLURM_POLL_SECONDS = 1.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
 CANCEL_RETRY_SECONDS = 2.0
 EXIT = "exit"
@@ -82,6 +84,9 @@ class SlurmBackend:
         self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
         self._lock = threading.Lock()
         self._last_cancel: dict[str, float] = {}
+        # Slurm job id -> when this object submitted it (monotonic); see _slurm_jobs.
+        self._submitted: dict[str, float] = {}
+        self._jobs_cache: tuple[float, dict[str, SlurmJob]] | None = None
 
     # --- paths -------------------------------------------------------------------
 
@@ -158,13 +163,16 @@ class SlurmBackend:
         if not waiting:
             return statuses
         try:
-            jobs = slurm_jobs(self.commands.jobs())
+            taken_at, jobs = self._slurm_jobs(set(waiting.values()))
         except SlurmError as exc:
             # Not knowing is not ending: keep every task as it was until Slurm answers.
             log.warning("cannot read job states from Slurm: %s", exc)
             return statuses | {k: TaskStatus(k, running=True, message=f"Slurm unreachable: {exc}") for k in waiting}
         for key, job_id in waiting.items():
-            statuses[key] = self._status(key, job_id, jobs.get(job_id))
+            if job_id not in jobs and self._submitted.get(job_id, -1e9) >= taken_at:
+                statuses[key] = TaskStatus(key, running=True, message="submitted to Slurm")
+            else:
+                statuses[key] = self._status(key, job_id, jobs.get(job_id))
         return statuses
 
     def stop(self, key: TaskKey, grace_seconds: float) -> None:
@@ -220,8 +228,27 @@ class SlurmBackend:
             # name before submitting again, so that nothing ever runs twice.
             submission.write_private(sub_dir / SUBMITTING, name.encode())
             job_id = self.commands.sbatch(argv)
+            self._submitted[job_id] = time.monotonic()
             submission.write_private(sub_dir / JOB_ID, job_id.encode())
             log.info("submitted %s as Slurm job %s (%d task(s))", name, job_id, len(tasks))
+
+    def _slurm_jobs(self, needed: set[str]) -> tuple[float, dict[str, SlurmJob]]:
+        """Slurm's job table and when it was read, read again once it is older than
+        ``SLURM_POLL_SECONDS`` or misses a job submitted before it was read.
+
+        The controller observes every cycle (several times a second when busy); task ends
+        show up in exit files without asking Slurm, so its table is only needed for what
+        happens outside the tasks (a cancel, a node failure, a job that cannot start), and
+        a second of delay there keeps ``scontrol`` off the launch path.
+        """
+        now = time.monotonic()
+        if self._jobs_cache is not None:
+            taken_at, jobs = self._jobs_cache
+            fresh = now - taken_at < SLURM_POLL_SECONDS
+            if fresh and all(j in jobs or self._submitted.get(j, -1e9) >= taken_at for j in needed):
+                return self._jobs_cache
+        self._jobs_cache = (now, slurm_jobs(self.commands.jobs()))
+        return self._jobs_cache
 
     def _known_job_id(self, key: TaskKey) -> str | None:
         """The Slurm job id of this task's submission; recovers it by name after a crash."""
