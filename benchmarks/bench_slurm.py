@@ -117,8 +117,9 @@ def latency(server, rounds: int, poll_s: float, work: Path) -> None:
     subprocess.run(["scancel", *started_jobs], check=False)
     for what in ("in Slurm", "running", "started"):
         p50_plain, p50_ours = percentile(plain[what], 50), percentile(ours[what], 50)
-        print(f"submit → {what:8s}  sbatch p50 {p50_plain * 1000:6.0f} ms p90 {percentile(plain[what], 90) * 1000:6.0f} ms"
-              f" | trainyard p50 {p50_ours * 1000:6.0f} ms p90 {percentile(ours[what], 90) * 1000:6.0f} ms"
+        p90_plain, p90_ours = percentile(plain[what], 90), percentile(ours[what], 90)
+        print(f"submit → {what:8s}  sbatch p50 {p50_plain * 1000:6.0f} ms p90 {p90_plain * 1000:6.0f} ms"
+              f" | trainyard p50 {p50_ours * 1000:6.0f} ms p90 {p90_ours * 1000:6.0f} ms"
               f"  ({len(plain[what])}/{len(ours[what])} samples)")
         if what == "running":
             print("  " + ratio_line(f"trainyard/sbatch p50 ({what})", p50_ours / p50_plain, TARGET_RATIO,

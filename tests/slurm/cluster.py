@@ -18,7 +18,8 @@ FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 def our_jobs(slurm: SlurmCommands, prefix: str) -> list[str]:
     """Ids of the Slurm jobs (not yet ended) whose name starts with ``prefix``."""
     out = slurm.run(["squeue", "--noheader", "--format=%F %j"]).stdout
-    return sorted({line.split()[0] for line in out.splitlines() if line.split()[1:2] and line.split()[1].startswith(prefix)})
+    rows = [line.split() for line in out.splitlines()]
+    return sorted({row[0] for row in rows if len(row) == 2 and row[1].startswith(prefix)})
 
 
 def cancel_all(slurm: SlurmCommands, prefix: str) -> None:

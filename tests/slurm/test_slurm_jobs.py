@@ -28,6 +28,15 @@ def log_of(world, key: TaskKey) -> str:
     return world.backend.read_log(key).data.decode()
 
 
+def start(world, job_file: str) -> tuple[int, TaskKey]:
+    """Submit a one-task job whose commands ``echo started``; return once it has."""
+    job_id = submit(world, job_file)
+    key = TaskKey(job_id, 0, "main", 0)
+    drive(world, job_id, states=("RUNNING",))
+    wait_until(lambda: "started" in log_of(world, key), timeout=20, what="the task to start")
+    return job_id, key
+
+
 def test_a_single_task_job_runs_as_one_slurm_job_on_its_node_and_reports_its_exit_code(world) -> None:
     job_id = submit(world, """
 name: single
@@ -109,7 +118,7 @@ taskRoles:
 
 
 def test_a_stop_sends_sigterm_to_the_task_and_ends_the_slurm_job(world) -> None:
-    job_id = submit(world, """
+    job_id, key = start(world, """
 name: stoppable
 stopGracePeriodSeconds: 20
 taskRoles:
@@ -119,9 +128,6 @@ taskRoles:
       - echo started
       - sleep 300 & wait
 """)
-    key = TaskKey(job_id, 0, "main", 0)
-    drive(world, job_id, states=("RUNNING",))
-    wait_until(lambda: "started" in log_of(world, key), timeout=20, what="the task to start")
     with world.db.session() as s:
         job_service.request_stop(s, s.merge(world.user), job_id, clock=SystemClock())
     job = drive(world, job_id)
@@ -132,7 +138,7 @@ taskRoles:
 
 
 def test_a_task_that_ignores_sigterm_is_cancelled_when_its_grace_period_ends(world) -> None:
-    job_id = submit(world, """
+    job_id, key = start(world, """
 name: stubborn
 stopGracePeriodSeconds: 1
 taskRoles:
@@ -142,9 +148,6 @@ taskRoles:
       - echo started
       - while true; do sleep 0.2; done
 """)
-    key = TaskKey(job_id, 0, "main", 0)
-    drive(world, job_id, states=("RUNNING",))
-    wait_until(lambda: "started" in log_of(world, key), timeout=20, what="the task to start")
     with world.db.session() as s:
         job_service.request_stop(s, s.merge(world.user), job_id, clock=SystemClock())
     assert drive(world, job_id).state == "STOPPED"
@@ -185,7 +188,7 @@ taskRoles:
 
 
 def test_a_slurm_job_cancelled_outside_trainyard_fails_the_job_with_slurms_reason(world) -> None:
-    job_id = submit(world, """
+    job_id, key = start(world, """
 name: cancelled-outside
 jobRetryCount: 0
 taskRoles:
@@ -194,9 +197,6 @@ taskRoles:
       - echo started
       - sleep 300
 """)
-    key = TaskKey(job_id, 0, "main", 0)
-    drive(world, job_id, states=("RUNNING",))
-    wait_until(lambda: "started" in log_of(world, key), timeout=20, what="the task to start")
     world.slurm.run(["scancel", world.backend.slurm_job_id(key)])
     job = drive(world, job_id)
     assert job.state == "FAILED"

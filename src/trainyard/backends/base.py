@@ -8,6 +8,7 @@ controller owns every decision; a backend never changes job state by itself.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,19 @@ class TaskKey:
     def parse(cls, text: str) -> TaskKey:
         job_id, attempt, role, index, run = text.split("/")
         return cls(int(job_id), int(attempt), role, int(index), int(run))
+
+
+TASK_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_task_key(key: TaskKey) -> None:
+    """Raise ValueError unless every part of ``key`` is safe to use in a path."""
+    for field_name in ("job_id", "attempt", "index", "run"):
+        value = getattr(key, field_name)
+        if type(value) is not int or value < 0:
+            raise ValueError(f"task key {field_name} must be a non-negative int, got {value!r}")
+    if not isinstance(key.role, str) or not TASK_ROLE.fullmatch(key.role):
+        raise ValueError(f"task role {key.role!r} must match {TASK_ROLE.pattern}")
 
 
 @dataclass(frozen=True)

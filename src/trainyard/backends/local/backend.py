@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -44,15 +43,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends.base import (
-    GpuInfo,
-    LogChunk,
-    NodeInventory,
-    TaskKey,
-    TaskLaunch,
-    TaskStatus,
-    read_log_file,
-)
+from trainyard.backends.base import (GpuInfo, LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus,
+                                     check_task_key, read_log_file)
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
@@ -62,7 +54,6 @@ from trainyard.backends.local.taskuser import TaskUser
 
 log = logging.getLogger(__name__)
 
-_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # How long a launched task may go without its supervisor claiming it (pid.json) before
 # the backend decides it never started. Only matters after a server restart, or when the
 # supervisor died during start-up.
@@ -122,12 +113,7 @@ class LocalBackend:
 
     def task_dir(self, key: TaskKey) -> Path:
         """The directory holding everything about one task run."""
-        for field_name in ("job_id", "attempt", "index", "run"):
-            value = getattr(key, field_name)
-            if type(value) is not int or value < 0:
-                raise ValueError(f"task key {field_name} must be a non-negative int, got {value!r}")
-        if not isinstance(key.role, str) or not _ROLE.fullmatch(key.role):
-            raise ValueError(f"task role {key.role!r} must match {_ROLE.pattern}")
+        check_task_key(key)
         return self._tasks_root.joinpath(*self._relative_parts(key))
 
     def work_dir(self, key: TaskKey) -> Path:

@@ -33,7 +33,8 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from trainyard.backends.base import LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus, read_log_file
+from trainyard.backends.base import (LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus,
+                                     check_task_key, read_log_file)
 from trainyard.backends.slurm import runners, submission
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
@@ -41,7 +42,6 @@ from trainyard.backends.slurm.nodes import in_partition, node_inventory
 
 log = logging.getLogger(__name__)
 
-_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Characters a state directory may not hold: Slurm expands ``%`` and ``\`` in output
 # paths, and the runner scripts' argv must stay one path per argument.
 _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
@@ -91,12 +91,7 @@ class SlurmBackend:
     # --- paths -------------------------------------------------------------------
 
     def task_dir(self, key: TaskKey) -> Path:
-        for field_name in ("job_id", "attempt", "index", "run"):
-            value = getattr(key, field_name)
-            if type(value) is not int or value < 0:
-                raise ValueError(f"task key {field_name} must be a non-negative int, got {value!r}")
-        if not isinstance(key.role, str) or not _ROLE.fullmatch(key.role):
-            raise ValueError(f"task role {key.role!r} must match {_ROLE.pattern}")
+        check_task_key(key)
         return self._attempt_dir(key) / f"{key.role}-{key.index}-{key.run}"
 
     def submission_dir(self, key: TaskKey) -> Path:

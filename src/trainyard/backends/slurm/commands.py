@@ -35,7 +35,8 @@ class SlurmCommands:
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         self.env: Mapping[str, str] = env
-        missing = [name for name in ("sbatch", "scancel", "scontrol", "squeue") if shutil.which(name, path=env["PATH"]) is None]
+        needed = ("sbatch", "scancel", "scontrol", "squeue")
+        missing = [name for name in needed if shutil.which(name, path=env["PATH"]) is None]
         if missing:
             raise SlurmError(
                 f"the Slurm backend needs {', '.join(missing)} on PATH; install Slurm's client commands "
