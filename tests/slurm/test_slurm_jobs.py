@@ -117,6 +117,52 @@ taskRoles:
     assert seen[0]["SLURM_JOB_ID"] == seen[1]["SLURM_JOB_ID"]  # both tasks inside the one allocation
 
 
+def test_a_multi_role_job_on_one_node_is_one_slurm_job_whose_steps_split_the_gpus(world) -> None:
+    report = world.tmp / "report"
+    report.mkdir()
+    command = f'echo "$RANK $PAI_CURRENT_TASK_ROLE_NAME gpus=[$CUDA_VISIBLE_DEVICES] $SLURMD_NODENAME" > {report}/$RANK'
+    job_id = submit(world, f"""
+name: roles
+jobRetryCount: 0
+taskRoles:
+  chief:
+    resourcePerInstance: {{gpu: 3, cpu: 1, memoryMB: 64}}
+    commands: ['{command}']
+  ps:
+    resourcePerInstance: {{gpu: 0, cpu: 1, memoryMB: 64}}
+    commands: ['{command}']
+""")
+    assert drive(world, job_id).state == "SUCCEEDED"
+    tasks = {t.role: t for t in tasks_of(world, job_id)}
+    assert tasks["chief"].node == tasks["ps"].node  # packed together: one component, two steps
+    ids = {world.backend.slurm_job_id(TaskKey(job_id, 0, role, 0)) for role in tasks}
+    assert len(ids) == 1
+    [record] = ended_slurm_job(world.slurm, ids.pop())
+    assert record["TresPerNode"] == "gres:gpu:3" and record["NumCPUs"] == "2"
+    chief = (report / "0").read_text().split()
+    assert chief[:2] == ["0", "chief"] and len(chief[2].strip("gpus=[]").split(",")) == 3
+    assert (report / "1").read_text() == f"1 ps gpus=[] {tasks['ps'].node}\n"  # no GPU: none visible
+
+
+def test_a_failed_task_is_rerun_in_place_as_its_own_slurm_job(world) -> None:
+    job_id = submit(world, """
+name: rerun
+jobRetryCount: 0
+taskRoles:
+  main:
+    taskRetryCount: 1
+    commands:
+      - echo "run $TRAINYARD_TASK_RUN"
+      - test "$TRAINYARD_TASK_RUN" -ge 1
+""")
+    assert drive(world, job_id).state == "SUCCEEDED"
+    [task] = tasks_of(world, job_id)
+    assert task.run == 1
+    runs = [TaskKey(job_id, 0, "main", 0, run) for run in (0, 1)]
+    assert [log_of(world, key) for key in runs] == ["run 0\n", "run 1\n"]
+    assert len({world.backend.slurm_job_id(key) for key in runs}) == 2
+
+
 def test_a_stop_sends_sigterm_to_the_task_and_ends_the_slurm_job(world) -> None:
     job_id, key = start(world, """
 name: stoppable
