@@ -22,6 +22,7 @@ Slurm could never start, ends its tasks with Slurm's own words as the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -50,6 +51,9 @@ _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
 PORT_RANGE = range(20000, 32000)
 # How stale Slurm's job table may be when observing (see SlurmBackend._slurm_jobs).
 SLURM_POLL_SECONDS = 1.0
+# How long a task killed by a signal nobody in Trainyard sent is kept "running" while
+# Slurm's verdict on its job (NODE_FAIL, CANCELLED, ...) is awaited, for a clear reason.
+VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
 CANCEL_RETRY_SECONDS = 2.0
 EXIT = "exit"
@@ -141,6 +145,7 @@ class SlurmBackend:
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
         statuses: dict[TaskKey, TaskStatus] = {}
         waiting: dict[TaskKey, str] = {}  # keys whose answer is Slurm's -> Slurm job id
+        killed: dict[TaskKey, TaskStatus] = {}  # ended by a signal nobody in Trainyard sent
         for key in keys:
             try:
                 task_dir = self.task_dir(key)
@@ -149,20 +154,26 @@ class SlurmBackend:
                 continue
             if (ended := _exit_status(key, task_dir)) is not None:
                 statuses[key] = ended
+                if self._killed_by_others(key, ended):
+                    killed[key] = ended  # say why, if Slurm knows
                 continue
             job_id = self._known_job_id(key)
             if job_id is None:
                 statuses[key] = TaskStatus(key, running=False, lost=True, message="never submitted to Slurm")
             else:
                 waiting[key] = job_id
-        if not waiting:
+        if not waiting and not killed:
             return statuses
         try:
+            if killed:  # rare, and Slurm's verdict (NODE_FAIL, CANCELLED...) is seconds old at most
+                self._jobs_cache = None
             taken_at, jobs = self._slurm_jobs(set(waiting.values()))
         except SlurmError as exc:
             # Not knowing is not ending: keep every task as it was until Slurm answers.
             log.warning("cannot read job states from Slurm: %s", exc)
             return statuses | {k: TaskStatus(k, running=True, message=f"Slurm unreachable: {exc}") for k in waiting}
+        for key, ended in killed.items():
+            statuses[key] = self._explain_kill(key, ended, jobs.get(self.slurm_job_id(key) or ""))
         for key, job_id in waiting.items():
             if job_id not in jobs and self._submitted.get(job_id, -1e9) >= taken_at:
                 statuses[key] = TaskStatus(key, running=True, message="submitted to Slurm")
@@ -280,11 +291,36 @@ class SlurmBackend:
             return TaskStatus(key, running=True)
         # The runner writes the task's exit file just before the step ends: look again.
         if (ended := _exit_status(key, task_dir)) is not None:
-            return ended
+            return self._explain_kill(key, ended, job) if self._killed_by_others(key, ended) else ended
+        # The batch script's own status says nothing about the task's success: without
+        # the task's exit file, only a signal counts, and "no exit status" otherwise.
         code = job.exit_code()
-        return TaskStatus(key, running=False, exit_code=code,
-                          signal=code - 128 if code is not None and code > 128 else None,
+        code = code if code is not None and code > 128 else None
+        return TaskStatus(key, running=False, exit_code=code, signal=None if code is None else code - 128,
                           message=f"Slurm job {job_id} ended {job.state} without the task's own exit status")
+
+    def _killed_by_others(self, key: TaskKey, ended: TaskStatus) -> bool:
+        """Whether a signal ended the task that no stop of Trainyard's sent."""
+        return ended.signal is not None and not (self.submission_dir(key) / STOP).exists()
+
+    def _explain_kill(self, key: TaskKey, ended: TaskStatus, job: SlurmJob | None) -> TaskStatus:
+        """A task killed by a signal Trainyard did not send: add Slurm's verdict (NODE_FAIL,
+        CANCELLED, TIMEOUT...), waiting a little for it, since the task's exit file is
+        written while Slurm is still tearing the job down."""
+        if job is None:
+            return ended
+        if job.final:
+            if job.state == "COMPLETED":
+                return ended
+            why = f"Slurm job {job.job_id} ended {job.state} ({job.reasons[0].replace('_', ' ')})"
+            return dataclasses.replace(ended, message=why)
+        try:
+            age = time.time() - (self.task_dir(key) / EXIT).stat().st_mtime
+        except FileNotFoundError:
+            age = 0.0
+        if age < VERDICT_WAIT_SECONDS:
+            return TaskStatus(key, running=True, message="killed by a signal; waiting for Slurm's verdict")
+        return ended  # e.g. OOM-killed while the rest of its gang runs on
 
     def _enforce_stop(self, key: TaskKey, job: SlurmJob) -> None:
         """Cancel a stopped job whose grace period is over (the timer that survives restarts)."""

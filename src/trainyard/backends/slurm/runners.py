@@ -28,9 +28,10 @@ while [ "$#" -ge 5 ]; do
     (
         "${step[@]}" /bin/bash "$runner" "$dir"
         rc=$?
-        # The task runner records the task's own status; srun's only stands in when the
-        # task runner could not record one (the step failed to start, or was killed).
-        if [ ! -e "$dir/exit" ]; then
+        # The task runner records the task's own status; srun's failure only stands in
+        # when the task runner could not record one (the step failed to start, or was
+        # killed). srun's 0 proves nothing about the task: then Slurm's state decides.
+        if [ "$rc" -ne 0 ] && [ ! -e "$dir/exit" ]; then
             printf '%s\n' "$rc" > "$dir/exit.srun.$$" && mv -n "$dir/exit.srun.$$" "$dir/exit"
             rm -f "$dir/exit.srun.$$"
         fi
