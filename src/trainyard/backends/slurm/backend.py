@@ -190,20 +190,24 @@ class SlurmBackend:
         job_id = self._known_job_id(key)
         if job_id is None:
             return
-        grace = max(0.0, float(grace_seconds))
         stop_path = sub_dir / STOP
-        if stop_path.exists():
+        record = _read_json(stop_path)
+        if record is not None and record.get("signalled"):
             return  # the whole Slurm job got its stop already (one per gang, not per task)
-        # Durable first: a restarted server enforces the deadline (observe) if we die now.
-        record = {"deadline": time.time() + grace, "grace_seconds": grace}
-        submission.write_private(stop_path, json.dumps(record).encode())
+        if record is None:
+            grace = max(0.0, float(grace_seconds))
+            record = {"deadline": time.time() + grace, "grace_seconds": grace, "signalled": False}
+            # Durable first: a restarted server enforces the deadline (observe) if we die now.
+            submission.write_private(stop_path, json.dumps(record).encode())
         # Nothing runs yet in a pending job: cancel it outright. A running one gets SIGTERM
         # in every task (scancel signals the steps, not the batch script), then its grace.
         self.commands.scancel(job_id, state="PENDING")
-        if grace <= 0:
+        if record["grace_seconds"] <= 0:
             self.commands.scancel(job_id)
         else:
             self.commands.scancel(job_id, signal="TERM", state="RUNNING")
+        # A stop that failed half-way (Slurm unreachable) is sent again on the next call.
+        submission.write_private(stop_path, json.dumps({**record, "signalled": True}).encode())
 
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         try:
