@@ -73,7 +73,7 @@ def _task(index: int, node: str, gpus: int, cpu_milli: int = 1500, **extra) -> T
 def test_a_gang_on_two_nodes_is_one_heterogeneous_submission_pinned_per_node() -> None:
     tasks = [_task(0, "n1", 2), _task(1, "n2", 4), _task(2, "n1", 0, cpu_milli=10)]
     dirs = {t.key: Path(f"/s/t{t.key.index}") for t in tasks}
-    argv = sbatch_argv(name="ty-5-0", submission_dir=Path("/s/sub"), partition="gpu", parts=components(tasks),
+    argv = sbatch_argv(name="ty-5-0", submission_dir=Path("/s/sub"), partition="gpu", parts=components(tasks, {}),
                        task_dirs=dirs, gang_runner=Path("/s/g.sh"), task_runner=Path("/s/t.sh"))
     script = argv.index("/s/g.sh")
     options, script_args = argv[:script], argv[script + 1:]
@@ -81,8 +81,18 @@ def test_a_gang_on_two_nodes_is_one_heterogeneous_submission_pinned_per_node() -
     assert "--nodelist=n1 --nodes=1 --ntasks=1 --cpus-per-task=3 --mem=200 --gres=gpu:2 --partition=gpu" in first
     assert second == "--nodelist=n2 --nodes=1 --ntasks=1 --cpus-per-task=2 --mem=100 --gres=gpu:4 --partition=gpu"
     assert "--no-requeue" in first and "--job-name=ty-5-0" in first
-    assert script_args == ["/s/t.sh", "1", "0", "2", "100", "2", "/s/t0", "0", "1", "100", "0", "/s/t2",
-                           "1", "2", "100", "4", "/s/t1"]
+    assert script_args == ["/s/t.sh", "1", "0", "2", "100", "gpu:2", "/s/t0", "0", "1", "100", "none", "/s/t2",
+                           "1", "2", "100", "gpu:4", "/s/t1"]
+
+
+def test_on_a_node_with_typed_gpus_each_task_asks_for_the_types_it_was_placed_on() -> None:
+    a100_then_v100 = {"g7": ("a100", "a100", "v100", "v100")}
+    first = TaskLaunch(TaskKey(5, 0, "w", 0), node="g7", script="", env={}, gpus=(1, 2), gpu_milli=(1000, 1000))
+    second = TaskLaunch(TaskKey(5, 0, "w", 1), node="g7", script="", env={}, gpus=(3,), gpu_milli=(1000,))
+    [part] = components([first, second], a100_then_v100)
+    assert part.gres == "gpu:a100:1,gpu:v100:2"
+    assert (part.task_gres(first), part.task_gres(second)) == ("gpu:a100:1,gpu:v100:1", "gpu:v100:1")
+    assert components([first], {"g7": ("a100", "bad;type", "x", "y")})[0].gres == "gpu:1,gpu:x:1"  # unsafe: untyped
 
 
 def test_tasks_the_backend_cannot_run_as_asked_are_refused_with_the_reason() -> None:

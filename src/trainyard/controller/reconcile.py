@@ -88,11 +88,12 @@ class Reconciler:
         """One pass; returns whether any task ended or started (resources changed)."""
         plan = self._plan()
         for group in self._launch_groups(plan.launches):
+            launches = [item.launch for item in group if item.launch is not None]
             try:
                 if isinstance(self.backend, GangLauncher):
-                    self.backend.launch_gang([item.launch for item in group if item.launch is not None])
+                    self.backend.launch_gang(launches)
                 else:
-                    self.backend.launch(group[0].launch)  # type: ignore[arg-type]
+                    self.backend.launch(launches[0])
             except Exception as exc:  # noqa: BLE001 - any launch failure fails the task(s), visibly
                 log.exception("launch of %s failed", ", ".join(str(item.key) for item in group))
                 for item in group:

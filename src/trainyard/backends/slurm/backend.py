@@ -91,6 +91,8 @@ class SlurmBackend:
         # Slurm job id -> when this object submitted it (monotonic); see _slurm_jobs.
         self._submitted: dict[str, float] = {}
         self._jobs_cache: tuple[float, dict[str, SlurmJob]] | None = None
+        # Node -> its GPUs' Slurm types by index, from the last inventory (typed --gres).
+        self._gpu_models: dict[str, tuple[str, ...]] = {}
 
     # --- paths -------------------------------------------------------------------
 
@@ -117,7 +119,9 @@ class SlurmBackend:
     # --- Backend -----------------------------------------------------------------
 
     def inventory(self) -> list[NodeInventory]:
-        return [node_inventory(r) for r in self.commands.nodes() if in_partition(r, self.partition)]
+        nodes = [node_inventory(r) for r in self.commands.nodes() if in_partition(r, self.partition)]
+        self._gpu_models = {node.name: tuple(gpu.model for gpu in node.gpus) for node in nodes}
+        return nodes
 
     def allocate_ports(self, node: str, count: int) -> list[int]:
         if count < 0:
@@ -231,7 +235,7 @@ class SlurmBackend:
             sub_dir.mkdir(parents=True, exist_ok=True)
             argv = submission.sbatch_argv(
                 name=name, submission_dir=sub_dir, partition=self.partition,
-                parts=submission.components(tasks), task_dirs=task_dirs,
+                parts=submission.components(tasks, self._gpu_models), task_dirs=task_dirs,
                 gang_runner=self.gang_runner, task_runner=self.task_runner,
             )
             # The marker says "sbatch may have run": after a crash, look for the job by

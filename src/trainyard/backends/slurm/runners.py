@@ -9,7 +9,7 @@ numbers and validated paths passed as argv, and each task reads its env (NUL-sep
 
 from __future__ import annotations
 
-# Usage: gang-runner.sh TASK_RUNNER HET [GROUP CPUS MEM_MB GPUS TASK_DIR]...
+# Usage: gang-runner.sh TASK_RUNNER HET [GROUP CPUS MEM_MB GRES TASK_DIR]...  (GRES: gpu:2, gpu:a100:1, none)
 GANG_RUNNER = r"""#!/bin/bash
 # Trainyard's batch script for one gang (written by the Slurm backend; holds no job data).
 # Starts one step per task, inside the task's own component (node) of the allocation and
@@ -19,11 +19,10 @@ runner="$1"
 het="$2"
 shift 2
 while [ "$#" -ge 5 ]; do
-    group="$1" cpus="$2" mem="$3" gpus="$4" dir="$5"
+    group="$1" cpus="$2" mem="$3" gres="$4" dir="$5"
     shift 5
-    step=(srun --nodes=1 --ntasks=1 --cpus-per-task="$cpus" --mem="$mem" --kill-on-bad-exit=0
+    step=(srun --nodes=1 --ntasks=1 --cpus-per-task="$cpus" --mem="$mem" --gres="$gres" --kill-on-bad-exit=0
           --output="$dir/output.log" --open-mode=append)
-    if [ "$gpus" -gt 0 ]; then step+=(--gres="gpu:$gpus"); else step+=(--gres=none); fi
     if [ "$het" = 1 ]; then step+=(--het-group="$group"); fi
     (
         "${step[@]}" /bin/bash "$runner" "$dir"

@@ -3,7 +3,8 @@
 A gang (the tasks of one job attempt) is one Slurm job: a heterogeneous job with one
 component per node when it spans nodes, a plain job when it fits on one. Each component
 asks for exactly that node (``--nodelist``) and the sum of its tasks' CPUs, memory and
-GPUs; the batch script then starts one step per task with that task's own share. So the
+GPUs (by type, when the node's GPUs are typed); the batch script then starts one step per
+task with that task's own share. So the
 gang starts all at once or not at all, where Trainyard's scheduler put it, and a task
 never sees more GPUs than it was given.
 """
@@ -13,14 +14,17 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.backends.base import TaskLaunch
+from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
 
 WHOLE_GPU_MILLI = 1000
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_GPU_MODEL = re.compile(r"[A-Za-z0-9_.-]+")  # a Slurm GRES type, safe in --gres
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,7 @@ class Component:
 
     node: str
     tasks: tuple[TaskLaunch, ...]
+    gpu_models: tuple[str, ...] = ()  # the node's GPUs' Slurm types, by index (empty: unknown)
 
     @property
     def cpus(self) -> int:
@@ -39,8 +44,24 @@ class Component:
         return sum(task_memory_mb(t) for t in self.tasks)
 
     @property
-    def gpus(self) -> int:
-        return sum(len(t.gpus) for t in self.tasks)
+    def gres(self) -> str:
+        return gres_of([model for t in self.tasks for model in self.task_models(t)])
+
+    def task_gres(self, task: TaskLaunch) -> str:
+        return gres_of(self.task_models(task))
+
+    def task_models(self, task: TaskLaunch) -> list[str]:
+        """The Slurm GPU type of each GPU the task was given, so that a node with GPUs
+        of several types gives the task the type it was placed on."""
+        known = self.gpu_models
+        return [known[i] if i < len(known) and _GPU_MODEL.fullmatch(known[i]) else UNTYPED_GPU_MODEL
+                for i in task.gpus]
+
+
+def gres_of(models: Sequence[str]) -> str:
+    """``--gres`` for these GPUs: ``gpu:N``, or ``gpu:TYPE:N,...`` when Slurm knows their types."""
+    counts = Counter(models)
+    return ",".join(f"gpu:{n}" if model == UNTYPED_GPU_MODEL else f"gpu:{model}:{n}" for model, n in counts.items())
 
 
 def task_cpus(task: TaskLaunch) -> int:
@@ -66,12 +87,12 @@ def check_task(task: TaskLaunch) -> None:
             raise ValueError(f"task {task.key}: environment variable {name}: value must be a string without NUL bytes")
 
 
-def components(tasks: Sequence[TaskLaunch]) -> list[Component]:
+def components(tasks: Sequence[TaskLaunch], gpu_models: Mapping[str, Sequence[str]]) -> list[Component]:
     """Tasks grouped by node, nodes in the order their first task comes."""
     by_node: dict[str, list[TaskLaunch]] = {}
     for task in tasks:
         by_node.setdefault(task.node, []).append(task)
-    return [Component(node, tuple(group)) for node, group in by_node.items()]
+    return [Component(node, tuple(group), tuple(gpu_models.get(node, ()))) for node, group in by_node.items()]
 
 
 def write_task_files(task_dir: Path, task: TaskLaunch) -> None:
@@ -119,11 +140,11 @@ def sbatch_argv(
             argv.append(":")
         argv += [f"--nodelist={part.node}", "--nodes=1", "--ntasks=1", f"--cpus-per-task={part.cpus}",
                  f"--mem={part.memory_mb}"]
-        if part.gpus:
-            argv.append(f"--gres=gpu:{part.gpus}")
+        if part.gres:
+            argv.append(f"--gres={part.gres}")
         if partition is not None:
             argv.append(f"--partition={partition}")
         for task in part.tasks:
-            script_args += [str(group), str(task_cpus(task)), str(task_memory_mb(task)), str(len(task.gpus)),
+            script_args += [str(group), str(task_cpus(task)), str(task_memory_mb(task)), part.task_gres(task) or "none",
                             str(task_dirs[task.key])]
     return [*argv, str(gang_runner), *script_args]
