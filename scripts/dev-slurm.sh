@@ -13,7 +13,8 @@
 # The cluster: one slurmctld, NODES virtual nodes n1..nN (one slurmd each, all on this
 # machine, 127.0.0.1), each declaring 8 CPUs, 16000 MiB and 4 fake GPUs (char devices
 # that behave like /dev/null; Slurm sets CUDA_VISIBLE_DEVICES from them as for real ones),
-# in one partition `debug`. Scheduling is tuned for tests (no batching delay). Every
+# in the default partition `debug` (n1 alone is also in `first`, to test partition
+# filtering). Scheduling is tuned for tests (no batching delay). Every
 # command is idempotent; starting a stopped cluster starts it with a clean state (no
 # jobs, no drained nodes). Needs root. Settings (environment):
 #   TRAINYARD_SLURM_ROOT   state directory (default /tmp/trainyard-slurm)
@@ -170,7 +171,8 @@ KillWait=2
 MinJobAge=300
 GresTypes=gpu
 NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$last_port] CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN
-PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=first Nodes=n1 MaxTime=INFINITE State=UP"
     write_file_if_changed "$ROOT/gres.conf" "NodeName=n[1-$NODES] Name=gpu File=$ROOT/gpu/fakegpu[0-3]"
     # slurmd 22.05 always loads a cgroup plugin; v1's init does nothing without systemd.
     write_file_if_changed "$ROOT/cgroup.conf" "CgroupPlugin=cgroup/v1"
@@ -238,7 +240,7 @@ wait_for() {
 all_nodes_up() {
     # Every node answers and is schedulable (idle, mixed or allocated; not down/unknown).
     local states
-    states="$(sinfo -h -N -o '%N %t' 2>/dev/null)" || return 1
+    states="$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u)" || return 1  # a node per partition: once
     [ "$(printf '%s\n' "$states" | grep -c -E ' (idle|mix|alloc)$')" -eq "$NODES" ]
 }
 
@@ -282,7 +284,7 @@ cmd_start() {
     wait_for "slurmctld to answer" 20 controller_answers
     start_slurmd
     wait_for "all $NODES nodes to be up" 30 all_nodes_up
-    log "cluster up: $(sinfo -h -N -o '%N:%t' | tr '\n' ' ')"
+    log "cluster up: $(sinfo -h -N -o '%N:%t' | sort -u | tr '\n' ' ')"
     print_conf
 }
 

@@ -11,8 +11,9 @@ import json
 from sqlalchemy import select
 
 from e2e.server import wait_until
-from slurm.cluster import drive, ended_slurm_job, slurm_job, submit
+from slurm.cluster import cancel_all, drive, ended_slurm_job, slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
@@ -295,3 +296,17 @@ taskRoles:
         assert first.state == "FAILED"
         [failed] = first.tasks
         assert "NODE_FAIL" in failed.message, failed.message
+
+
+def test_a_partition_limits_the_inventory_and_receives_the_jobs(world, slurm) -> None:
+    """The dev cluster puts n1 alone in partition `first` (besides `debug`, the default)."""
+    backend = SlurmBackend(world.tmp / "first", partition="first")
+    assert [node.name for node in backend.inventory()] == ["n1"]
+    task = TaskLaunch(TaskKey(7, 0, "main", 0), node="n1", script="echo here\n", env={}, memory_mb=16)
+    backend.launch(task)
+    try:
+        [record] = wait_until(lambda: slurm_job(slurm, backend.slurm_job_id(task.key)), timeout=10,
+                              what="the job to show in Slurm")
+        assert record["Partition"] == "first"
+    finally:
+        cancel_all(slurm, backend.name_prefix)
