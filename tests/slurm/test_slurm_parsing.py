@@ -45,7 +45,8 @@ def test_untyped_and_absent_gres() -> None:
 
 def _job(job_id: str, state: str, exit_code: str = "0:0", reason: str = "None", het: str = "", offset: str = "") -> str:
     het_fields = f" HetJobId={het} HetJobOffset={offset}" if het else ""
-    return f"JobId={job_id}{het_fields} JobName=x JobState={state} Reason={reason} ExitCode={exit_code} Command=/a b"
+    return (f"JobId={job_id}{het_fields} JobName=x JobState={state} Reason={reason} ExitCode={exit_code} "
+            f"ReqNodeList=n{job_id} Command=/a b")
 
 
 def test_job_records_merge_hetjob_components_and_give_shell_style_exit_codes() -> None:
@@ -61,6 +62,7 @@ def test_job_records_merge_hetjob_components_and_give_shell_style_exit_codes() -
     assert jobs["12"].exit_code() == 128 + 15
     assert jobs["13"].exit_code() is None  # cancelled before it ran: no exit status at all
     assert jobs["14"].unstartable_reason() == "ReqNodeNotAvail, UnavailableNodes:n2"
+    assert jobs["10"].nodes == ("n10", "n11") and jobs["14"].nodes == ("n14",)
     assert jobs["15"].unstartable_reason() is None and jobs["15"].pending
     assert not jobs["16"].final and jobs["16"].unstartable_reason() is None
 

@@ -39,7 +39,7 @@ from trainyard.backends.base import (LogChunk, NodeInventory, TaskKey, TaskLaunc
 from trainyard.backends.slurm import runners, submission
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
-from trainyard.backends.slurm.nodes import in_partition, node_inventory
+from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
 PORT_RANGE = range(20000, 32000)
 # How stale Slurm's job table may be when observing (see SlurmBackend._slurm_jobs).
 SLURM_POLL_SECONDS = 1.0
+# How long a pending job may keep a "cannot start" reason while its nodes look usable.
+STUCK_SECONDS = 60.0
 # How long a task killed by a signal nobody in Trainyard sent is kept "running" while
 # Slurm's verdict on its job (NODE_FAIL, CANCELLED, ...) is awaited, for a clear reason.
 VERDICT_WAIT_SECONDS = 10.0
@@ -88,6 +90,7 @@ class SlurmBackend:
         self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
         self._lock = threading.Lock()
         self._last_cancel: dict[str, float] = {}
+        self._stuck_since: dict[str, float] = {}  # Slurm job id -> when first seen unable to start
         # Slurm job id -> when this object submitted it (monotonic); see _slurm_jobs.
         self._submitted: dict[str, float] = {}
         self._jobs_cache: tuple[float, dict[str, SlurmJob]] | None = None
@@ -241,7 +244,14 @@ class SlurmBackend:
             # The marker says "sbatch may have run": after a crash, look for the job by
             # name before submitting again, so that nothing ever runs twice.
             submission.write_private(sub_dir / SUBMITTING, name.encode())
-            job_id = self.commands.sbatch(argv)
+            try:
+                job_id = self.commands.sbatch(argv)
+            except SlurmError:
+                # A timeout may hide a job that was created: adopt it rather than fail the task.
+                found = self.commands.job_ids_named(name)
+                if not found:
+                    raise
+                job_id = found[0]
             self._submitted[job_id] = time.monotonic()
             submission.write_private(sub_dir / JOB_ID, job_id.encode())
             log.info("submitted %s as Slurm job %s (%d task(s))", name, job_id, len(tasks))
@@ -289,7 +299,7 @@ class SlurmBackend:
                 "(it ended while Trainyard was away, or Slurm lost it)"))
         self._enforce_stop(key, job)
         if not job.final:
-            if (reason := job.unstartable_reason()) is not None:
+            if (reason := job.unstartable_reason()) is not None and self._stuck_for_good(job):
                 log.warning("Slurm job %s cannot start (%s); cancelling it", job_id, reason)
                 self.commands.scancel(job_id)
                 return TaskStatus(key, running=False, message=(
@@ -306,6 +316,20 @@ class SlurmBackend:
         code = code if code is not None and code > 128 else None
         return TaskStatus(key, running=False, exit_code=code, signal=None if code is None else code - 128,
                           message=f"Slurm job {job_id} ended {job.state} without the task's own exit status")
+
+    def _stuck_for_good(self, job: SlurmJob) -> bool:
+        """Whether a pending job that Slurm says cannot start now never will.
+
+        Slurm also says ``ReqNodeNotAvail`` for a moment while a required node is still
+        cleaning up after another job; so a node-related reason counts only once one of
+        the job's nodes is really drained, down or gone, and any reason counts once it
+        has lasted ``STUCK_SECONDS``.
+        """
+        first_seen = self._stuck_since.setdefault(job.job_id, time.monotonic())
+        if time.monotonic() - first_seen >= STUCK_SECONDS:
+            return True
+        states = {r["NodeName"]: r.get("State", "UNKNOWN") for r in self.commands.nodes()}
+        return any(node not in states or not is_schedulable(states[node]) for node in job.nodes)
 
     def _killed_by_others(self, key: TaskKey, ended: TaskStatus) -> bool:
         """Whether a signal ended the task that no stop of Trainyard's sent."""

@@ -10,9 +10,10 @@ FINAL_STATES = frozenset({
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
     "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED",
 })
-# Why a pending job would never start where Trainyard placed it: its node was drained,
-# went down or left the partition. Waiting would hold the job forever; Trainyard cancels
-# it and lets the job's retry policy decide (the node is no longer offered for placement).
+# Why a pending job might never start where Trainyard placed it: its node was drained,
+# went down or left the partition. Waiting would hold the job forever; once that is sure
+# (see SlurmBackend._stuck_for_good) Trainyard cancels it and lets the job's retry policy
+# decide (the node is no longer offered for placement).
 UNSTARTABLE_REASONS = frozenset({
     "ReqNodeNotAvail", "NodeDown", "PartitionDown", "PartitionInactive", "PartitionNodeLimit",
     "PartitionConfig", "BadConstraints", "InvalidAccount", "InvalidQOS", "JobLaunchFailure",
@@ -27,6 +28,7 @@ class SlurmJob:
     states: tuple[str, ...]
     exit_codes: tuple[str, ...]  # "exit:signal" per component
     reasons: tuple[str, ...]
+    nodes: tuple[str, ...] = ()  # the nodes asked for (--nodelist), one per component
 
     @property
     def final(self) -> bool:
@@ -83,5 +85,6 @@ def slurm_jobs(records: Iterable[Mapping[str, str]]) -> dict[str, SlurmJob]:
             states=tuple(r.get("JobState", "UNKNOWN") for r in group),
             exit_codes=tuple(r.get("ExitCode", "0:0") for r in group),
             reasons=tuple(r.get("Reason", "None") for r in group),
+            nodes=tuple(r["ReqNodeList"] for r in group if r.get("ReqNodeList", "(null)") != "(null)"),
         )
     return jobs
