@@ -271,7 +271,12 @@ class SlurmBackend:
             fresh = now - taken_at < SLURM_POLL_SECONDS
             if fresh and all(j in jobs or self._submitted.get(j, -1e9) >= taken_at for j in needed):
                 return self._jobs_cache
-        self._jobs_cache = (now, slurm_jobs(self.commands.jobs()))
+        jobs = slurm_jobs(self.commands.jobs())
+        self._jobs_cache = (now, jobs)
+        # Per-job memos only matter while their job is in this table (or newer than it).
+        self._submitted = {j: t for j, t in self._submitted.items() if t >= now - SLURM_POLL_SECONDS}
+        self._stuck_since = {j: t for j, t in self._stuck_since.items() if j in jobs and jobs[j].pending}
+        self._last_cancel = {j: t for j, t in self._last_cancel.items() if j in jobs and not jobs[j].final}
         return self._jobs_cache
 
     def _known_job_id(self, key: TaskKey) -> str | None:
