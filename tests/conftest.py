@@ -51,3 +51,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
         with admin.begin() as conn:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture
+def db(database_url: str):
+    """A migrated ``Database`` on each of the databases of ``database_url``."""
+    from trainyard.store.db import Database
+
+    database = Database(database_url)
+    database.migrate()
+    yield database
+    database.dispose()

@@ -28,3 +28,20 @@ def test_simulated_gpus_are_marked_and_numbered():
     assert gpus.simulated_gpus(0) == []
     with pytest.raises(ValueError):
         gpus.simulated_gpus(-1)
+
+
+def test_a_gpus_numa_node_comes_from_sysfs_by_its_nvml_bus_id(tmp_path) -> None:
+    device = tmp_path / "0000:3b:00.0"
+    device.mkdir()
+    (device / "numa_node").write_text("1\n")
+    (tmp_path / "0000:5e:00.0").mkdir()
+    (tmp_path / "0000:5e:00.0" / "numa_node").write_text("-1\n")  # the kernel does not know
+    assert gpus.numa_group("00000000:3B:00.0", tmp_path) == "numa1"
+    assert gpus.numa_group("00000000:5E:00.0", tmp_path) == ""
+    assert gpus.numa_group("00000000:AF:00.0", tmp_path) == ""  # no such device
+    assert gpus.numa_group("not a bus id", tmp_path) == ""
+
+
+def test_configured_groups_override_and_unlisted_gpus_keep_theirs() -> None:
+    grouped = gpus.with_groups(gpus.simulated_gpus(3), [[0, 1]])
+    assert [g.group for g in grouped] == ["group0", "group0", ""]

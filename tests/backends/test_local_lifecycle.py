@@ -11,7 +11,11 @@ import time
 
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.local import procfs, supervisor, taskfiles
-from trainyard.backends.local.backend import STARTUP_TIMEOUT_SECONDS, VANISHED, LocalBackend
+from trainyard.backends.local.backend import (
+    STARTUP_TIMEOUT_SECONDS,
+    VANISHED,
+    LocalBackend,
+)
 
 
 def _gone(pid: int) -> bool:

@@ -4,17 +4,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from e2e.server import Server, free_port
+from e2e.server import Server, running_server
 
 
 @pytest.fixture
 def server(database_url: str, tmp_path_factory) -> Iterator[Server]:
-    home = tmp_path_factory.mktemp("home")
-    srv = Server(home=home, port=free_port(),
-                 database_url=None if database_url.startswith("sqlite") else database_url, gpus=4)
-    srv.start()
-    try:
+    url = None if database_url.startswith("sqlite") else database_url
+    with running_server(tmp_path_factory.mktemp("home"), gpus=4, database_url=url) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.kill_tasks()

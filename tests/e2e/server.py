@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,3 +106,16 @@ class Server:
     def kill_tasks(self) -> None:
         """End every task process this server's home started (they outlive the server)."""
         subprocess.run(["pkill", "-KILL", "-f", str(self.home)], check=False)
+
+
+@contextmanager
+def running_server(home: Path, *, gpus: int, database_url: str | None = None,
+                   extra_args: tuple[str, ...] = ()) -> Iterator[Server]:
+    """A started server, stopped (and its tasks killed) on exit."""
+    srv = Server(home=home, port=free_port(), database_url=database_url, gpus=gpus, extra_args=extra_args)
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        srv.kill_tasks()

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from e2e.server import Server, free_port
+from e2e.server import Server, free_port, running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -29,14 +29,9 @@ def guarded_server(tmp_path_factory):
         if parent == parent.parent:
             break
         os.chmod(parent, os.stat(parent).st_mode | 0o011)
-    srv = Server(home=tmp_path_factory.mktemp("home"), port=free_port(), database_url=None, gpus=2,
-                 extra_args=("--task-user", TASK_USER, "--task-work-dir", str(work / "w")))
-    srv.start()
-    try:
+    extra = ("--task-user", TASK_USER, "--task-work-dir", str(work / "w"))
+    with running_server(tmp_path_factory.mktemp("home"), gpus=2, extra_args=extra) as srv:
         yield srv
-    finally:
-        srv.stop()
-        srv.kill_tasks()
 
 
 def test_jobs_run_as_the_task_user_and_cannot_read_the_admin_token(guarded_server: Server) -> None:

@@ -55,12 +55,12 @@ def test_backfill_does_not_delay_the_reservation(later, expected) -> None:
 def test_the_first_job_that_cannot_start_is_told_when_it_will() -> None:
     wait = next(w for w in decide().waits if w.job_id == 1)
     assert wait.eta == 100.0
-    assert wait.message.endswith("first in line: its reservation starts in 100 s")
+    assert wait.message.endswith("first in line: its reservation starts when running jobs reach their declared ends")
 
 
 def test_a_job_held_back_is_told_by_whom() -> None:
     wait = next(w for w in decide(job(2, 4000)).waits if w.job_id == 2)
-    assert wait.message == "would delay job 1, first in line, whose reservation starts in 100 s"
+    assert wait.message == "would delay the reservation of job 1, first in line"
     assert wait.position == 2
 
 
@@ -72,7 +72,7 @@ def test_without_expected_ends_small_jobs_use_idle_gpus_until_the_head_has_waite
     decisions = schedule(snapshot(NODES, pending, UNKNOWN_ENDS, now=BIG.submitted_at + 100.0))
     head = next(w for w in decisions.waits if w.job_id == 1)
     assert head.eta is None
-    assert "smaller jobs may use idle GPUs for 200 s more" in head.message
+    assert "smaller jobs may use idle GPUs until it has waited 300 s" in head.message
     assert outcome(decisions, 2) == "starts"
 
 
@@ -81,7 +81,7 @@ def test_then_the_reservation_drains_what_it_needs() -> None:
     decisions = schedule(snapshot(NODES, pending, UNKNOWN_ENDS, now=BIG.submitted_at + 300.0))
     head = next(w for w in decisions.waits if w.job_id == 1)
     assert head.eta is None
-    assert head.message.endswith("waits for running jobs without an expected end, and holds what it needs")
+    assert head.message.endswith("waits for running jobs without a declared end, and holds what it needs")
     # It drains: nothing long starts on what it needs, but something surely short does.
     assert outcome(decisions, 2) == "RESERVED"
     assert outcome(decisions, 3) == "starts"

@@ -22,7 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scheduler_world import World, describe, node
 
-from trainyard.scheduler.snapshot import PendingJob, PendingReason, TaskRequest, VirtualCluster
+from trainyard.scheduler.snapshot import (
+    PendingJob,
+    PendingReason,
+    TaskRequest,
+    VirtualCluster,
+)
+
 
 @st.composite
 def fragmented(draw, *, opportunistic: bool):

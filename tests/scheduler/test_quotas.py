@@ -101,6 +101,20 @@ def test_a_user_over_their_quota_at_a_priority_waits_with_user_quota() -> None:
     assert wait.message == "user alice at prod: needs 4 GPU, 2 of 6 left"
 
 
+def test_over_both_quotas_the_user_quota_is_the_reason_and_nothing_is_preempted() -> None:
+    # VC vision is full with alice's own normal job; her prod job could take its GPUs by
+    # priority, but her prod quota forbids it: no preemption may be planned for it.
+    work = [running(90, on("a", *range(8)), vc="vision", user="alice", rank=1),
+            running(91, on("b", *range(8)), vc="vision", user="alice", rank=1)]
+    pending = [job(1, 4000, vc="vision", user="alice", rank=0)]
+    decisions = schedule(snapshot((node("a"), node("b")), pending, work, vcs=(VISION,),
+                                  user_quotas={("alice", 0): 2000}))
+    assert decisions.preemptions == ()
+    wait = wait_of(decisions, 1)
+    assert wait.reason == PendingReason.USER_QUOTA
+    assert wait.message == "user alice at prod: needs 4 GPU, 2 of 2 left"
+
+
 def test_without_vcs_every_job_shares_one_pool_without_limits() -> None:
     decisions = schedule(Snapshot((node("a"),), (job(1, 8000, vc="anything"),)))
     assert started(decisions) == [1]

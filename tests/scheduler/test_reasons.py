@@ -50,3 +50,12 @@ def test_a_job_over_quota_is_told_when_its_vcs_running_jobs_should_have_freed_en
     assert (first.job_id, first.reason, first.eta) == (1, PendingReason.QUOTA, 200.0)
     assert first.message.startswith("VC vision: needs 4 A100, 2 of 16 free")
     assert (second.job_id, second.reason, second.eta) == (2, PendingReason.QUOTA, 500.0)
+
+
+def test_a_later_job_over_quota_gets_no_eta_that_the_jobs_ahead_of_it_will_have_used() -> None:
+    vision = VirtualCluster("vision", {"A100": 8})
+    work = [running(90, on("a", 0, 1, 2, 3), vc="vision", end=100.0), running(91, on("a", 4, 5, 6, 7), vc="vision")]
+    pending = [job(1, 4000, vc="vision", at=0.0), job(2, 4000, vc="vision", at=1.0)]
+    first, second = schedule(snapshot((node("a"), node("b")), pending, work, vcs=(vision,))).waits
+    assert (first.job_id, first.eta) == (1, 100.0)
+    assert (second.job_id, second.eta) == (2, None)  # job 91 has no known end

@@ -1,7 +1,14 @@
 from __future__ import annotations
 
 from trainyard.scheduler.schedule import never_fits, schedule
-from trainyard.scheduler.snapshot import GpuSlot, NodeState, PendingJob, PendingReason, Snapshot, TaskRequest
+from trainyard.scheduler.snapshot import (
+    GpuSlot,
+    NodeState,
+    PendingJob,
+    PendingReason,
+    Snapshot,
+    TaskRequest,
+)
 
 
 def node(name: str, gpus: int = 4, used: dict[int, int] | None = None, cpu: int = 16000) -> NodeState:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scheduler_world import check_capacity
 
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import GpuSlot, NodeState, PendingJob, Snapshot, TaskRequest
+from trainyard.scheduler.snapshot import (
+    GpuSlot,
+    NodeState,
+    PendingJob,
+    Snapshot,
+    TaskRequest,
+)
 
 gpu_request = st.sampled_from([0, 250, 500, 1000, 2000, 4000, 8000])
 

@@ -86,7 +86,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "completion",
         "unknown field (allowed here: protocolVersion, name, type, version, contributor, "
         "description, prerequisites, parameters, secrets, jobRetryCount, taskRoles, deployments, "
-        "defaults, extras, priority, stopGracePeriodSeconds, tags)",
+        "defaults, extras, priority, stopGracePeriodSeconds, maxRunTimeSeconds, tags)",
     ),
     # --- task roles -----------------------------------------------------------------
     (

@@ -16,14 +16,6 @@ from trainyard.store.rows import JobEventRow, JobRow, NodeRow, TokenRow
 
 
 @pytest.fixture
-def db(database_url: str):
-    database = Database(database_url)
-    database.migrate()
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 

@@ -25,6 +25,8 @@ from trainyard.backends.slurm.commands import SlurmError
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
 from trainyard.core.settings import Settings
+from trainyard.scheduler.scorers.registry import SCORERS
+from trainyard.scheduler.snapshot import SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
@@ -84,6 +86,19 @@ def task_work_dir(settings: Settings) -> Path | None:
     return Path("/var/lib/trainyard/work") if settings.task_user else None
 
 
+def scheduler_config(settings: Settings) -> SchedulerConfig:
+    if settings.scheduler_scorer not in SCORERS:
+        raise SystemExit(
+            f"unknown scheduler_scorer {settings.scheduler_scorer!r}; use one of {', '.join(sorted(SCORERS))}"
+        )
+    return SchedulerConfig(
+        scorer=settings.scheduler_scorer,
+        backfill=settings.scheduler_backfill,
+        drain_after=settings.backfill_drain_after_seconds,
+        rack_label=settings.rack_label,
+    )
+
+
 def build_backend(settings: Settings, cluster: str) -> Backend:
     if settings.backend == "slurm":
         if settings.task_user is not None:
@@ -102,10 +117,13 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
         memory_mb=settings.local_memory_mb,
         run_as=settings.task_user,
         work_dir_root=task_work_dir(settings),
+        labels=settings.node_labels,
+        gpu_groups=settings.local_gpu_groups,
     )
 
 
 def build(settings: Settings) -> tuple[AppContext, Controller]:
+    config = scheduler_config(settings)  # a bad setting fails before anything is written
     prepare_home(settings)
     clock = SystemClock()
     db = Database(settings.db_url)
@@ -113,7 +131,9 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     with db.session() as session:
         cluster = cluster_id(session)
     backend = build_backend(settings, cluster)
-    controller = Controller(db, backend, clock, interval=settings.schedule_interval_seconds)
+    controller = Controller(
+        db, backend, clock, interval=settings.schedule_interval_seconds, config=config
+    )
     return AppContext(db=db, backend=backend, clock=clock, controller=controller), controller
 
 

@@ -24,6 +24,9 @@ class GpuInfo:
     memory_mb: int
     uuid: str | None = None
     simulated: bool = False
+    # The PCIe/NUMA group the device sits in (e.g. "numa0"), from NVML or configuration;
+    # "" when unknown. The topology scorer keeps a multi-GPU task inside one group.
+    group: str = ""
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,10 @@ def num(value: float) -> str:
 def job_status_text(job: dict) -> str:
     if job["state"] == "WAITING" and job.get("pending"):
         p = job["pending"]
-        where = f" (#{p['position']} in queue)" if p.get("position") else ""
-        return f"{p['reason']}: {p['message']}{where}"
+        where = f" (#{p['position']} in its VC" if p.get("position") else ""
+        if p.get("estimatedStart"):
+            where += (", " if where else " (") + f"estimated start {when(p['estimatedStart'])}"
+        return f"{p['reason']}: {p['message']}{where}{')' if where else ''}"
     return job.get("message") or ""
 
 

@@ -28,6 +28,7 @@ def sync_inventory(session: Session, backend: str, nodes: list[NodeInventory], c
             memory_mb=node.memory_mb,
             gpus=gpus,
             schedulable=node.schedulable,
+            labels=dict(node.labels),
         )
         if row is None:
             session.add(NodeRow(name=node.name, backend=backend, updated_at=clock.now(), **values))

@@ -11,12 +11,24 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend
 from trainyard.controller.inventory import sync_inventory
+from trainyard.controller.limits import end_overdue_attempts
 from trainyard.controller.reconcile import Reconciler
-from trainyard.controller.scheduling import PortPlan, WaitingJobs, apply_decisions, node_states_in_use
+from trainyard.controller.scheduling import (
+    PortPlan,
+    WaitingJobs,
+    apply_decisions,
+    preempt_jobs,
+)
+from trainyard.controller.world import (
+    node_states_in_use,
+    running_jobs,
+    user_quotas,
+    virtual_clusters,
+)
 from trainyard.core.clock import Clock
 from trainyard.core.states import JobState
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import Snapshot, StartJob
+from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
 from trainyard.spec.loading import validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
@@ -38,8 +50,17 @@ class Controller:
     column and retried on the next cycle.
     """
 
-    def __init__(self, db: Database, backend: Backend, clock: Clock, *, interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        db: Database,
+        backend: Backend,
+        clock: Clock,
+        *,
+        interval: float = 0.5,
+        config: SchedulerConfig | None = None,
+    ) -> None:
         self.db = db
+        self.config = config or SchedulerConfig()
         self.backend = backend
         self.clock = clock
         self.interval = interval
@@ -107,6 +128,9 @@ class Controller:
                 if sync_inventory(session, self.backend.name, nodes, self.clock):
                     self._dirty = True
             self._last_inventory = mono
+        with self.db.session() as session:
+            if end_overdue_attempts(session, self.clock):
+                self._dirty = True
         if self.reconciler.run():
             self._dirty = True
         if self._dirty or mono - self._last_schedule >= FULL_SCHEDULE_SECONDS:
@@ -118,12 +142,23 @@ class Controller:
 
     def _schedule(self) -> bool:
         with self.db.session() as session:
-            nodes = node_states_in_use(session)
             pending = self.waiting.load(session)
-        cannot_start = dict(self.waiting.broken)
-        if not pending and not cannot_start:
-            return False
-        decisions = schedule(Snapshot(nodes=nodes, pending=pending, now=self.clock.now().timestamp()))
+            cannot_start = dict(self.waiting.broken)
+            if not pending and not cannot_start:
+                return False
+            nodes = node_states_in_use(session)
+            running, ending = running_jobs(session)
+            snapshot = Snapshot(
+                nodes=nodes,
+                pending=pending,
+                now=self.clock.now().timestamp(),
+                vcs=virtual_clusters(session, nodes),
+                user_quotas=user_quotas(session),
+                running=running,
+                preempting=ending,
+                config=self.config,
+            )
+        decisions = schedule(snapshot)
         ports = {}
         for start in decisions.starts:
             try:
@@ -135,9 +170,11 @@ class Controller:
             started, written = apply_decisions(
                 session, decisions, self.waiting.written, ports, self.clock, cannot_start
             )
+            victims = [(p.job_id, p.reason) for p in decisions.preemptions]
+            preempted = preempt_jobs(session, victims, self.clock)
         self.waiting.written.update(written)
         self._forget_specs()
-        return bool(started)
+        return bool(started or preempted)
 
     def _forget_specs(self) -> None:
         """Keep parsed specs only for jobs the controller may still act on."""

@@ -268,6 +268,10 @@ class Reconciler:
                          f"attempt {attempt.number} preempted ({attempt.reason}); waiting as attempt "
                          f"{job.attempt}", self.clock)
             return True
+        if attempt.state == AttemptState.TIMED_OUT:
+            # As Slurm's TIMEOUT: not retried, a new attempt would only run out of time again.
+            self._finish(session, job, JobState.FAILED, attempt.reason)
+            return True
         if attempt.state == AttemptState.SUCCEEDED:
             job.exit_code = 0
             self._finish(session, job, JobState.SUCCEEDED, attempt.reason)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
@@ -16,18 +17,12 @@ from trainyard.core.states import (
     check_attempt_transition,
     check_job_transition,
 )
-from trainyard.scheduler.snapshot import (
-    Decisions,
-    GpuSlot,
-    NodeState,
-    PendingJob,
-    StartJob,
-)
+from trainyard.scheduler.snapshot import Decisions, PendingJob, StartJob
 from trainyard.services.jobs import record_event
 from trainyard.services.requests import task_requests
 from trainyard.spec.errors import SpecError
 from trainyard.spec.models import JobSpec
-from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow, UserRow
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
 
 
 @dataclass(frozen=True)
@@ -36,7 +31,7 @@ class PortPlan:
     ports: dict[tuple[str, int], dict[str, list[int]]]  # (role, index) -> label -> ports
 
 
-PendingFields = tuple[str | None, str | None, int | None]  # reason, message, position
+PendingFields = tuple[str | None, str | None, int | None, float | None]  # reason, message, position, eta
 CHUNK = 500
 
 
@@ -93,38 +88,9 @@ class WaitingJobs:
                     tasks=task_requests(spec),
                     user=user,
                     vc=vc,
+                    max_runtime=None if spec.maxRunTimeSeconds is None else float(spec.maxRunTimeSeconds),
                 )
         return tuple(self._known[j] for j in current if j in self._known)
-
-
-def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
-    """Every node with what its unfinished tasks hold (allocations are derived, not stored)."""
-    busy = session.execute(
-        select(TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb)
-        .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
-    ).all()
-    nodes = []
-    for row in session.scalars(select(NodeRow).order_by(NodeRow.name)):
-        mine = [t for t in busy if t.node == row.name]
-        used = {g["index"]: 0 for g in row.gpus}
-        for task in mine:
-            for index, milli in task.gpus:
-                used[index] = used.get(index, 0) + milli
-        nodes.append(
-            NodeState(
-                name=row.name,
-                cpu_milli=row.cpu_milli,
-                memory_mb=row.memory_mb,
-                gpus=tuple(
-                    GpuSlot(g["index"], g["model"], g["memory_mb"], min(1000, used[g["index"]]))
-                    for g in row.gpus
-                ),
-                cpu_used_milli=sum(t.cpu_milli for t in mine),
-                memory_used_mb=sum(t.memory_mb for t in mine),
-                schedulable=row.schedulable and not row.cordoned,
-            )
-        )
-    return tuple(nodes)
 
 
 def apply_decisions(
@@ -157,7 +123,7 @@ def apply_decisions(
             job.finished_at = clock.now()
             job.state_message = f"cannot start: {why}"
             job.pending_reason = job.pending_message = None
-            job.pending_position = None
+            job.pending_position = job.pending_eta = None
             record_event(session, job, "failed", job.state_message, clock)
     for start in decisions.starts:
         job = rows.get(start.job_id)
@@ -166,9 +132,9 @@ def apply_decisions(
         _place(session, job, start, ports[start.job_id], clock)
         started.append(job.id)
     changed = [
-        {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position}
+        {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position, "eta": w.eta}
         for w in decisions.waits
-        if before.get(w.job_id) != (str(w.reason), w.message, w.position)
+        if before.get(w.job_id) != (str(w.reason), w.message, w.position, w.eta)
     ]
     if changed:
         jobs = JobRow.__table__
@@ -179,11 +145,12 @@ def apply_decisions(
                 pending_reason=bindparam("reason"),
                 pending_message=bindparam("message"),
                 pending_position=bindparam("position"),
+                pending_eta=bindparam("eta_at"),
             ),
-            changed,
+            [{**c, "eta_at": None if c["eta"] is None else datetime.fromtimestamp(c["eta"], UTC)} for c in changed],
             execution_options={"synchronize_session": False},
         )
-    return started, {c["job"]: (c["reason"], c["message"], c["position"]) for c in changed}
+    return started, {c["job"]: (c["reason"], c["message"], c["position"], c["eta"]) for c in changed}
 
 
 def preempt_jobs(session: Session, victims: list[tuple[int, str]], clock: Clock) -> list[int]:
@@ -210,7 +177,7 @@ def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock
     now = clock.now()
     job.state = check_job_transition(JobState(job.state), JobState.RUNNING)
     job.pending_reason = job.pending_message = None
-    job.pending_position = None
+    job.pending_position = job.pending_eta = None
     job.state_message = ""
     attempt = AttemptRow(
         job_id=job.id, number=job.attempt, state=AttemptState.RUNNING, started_at=now, master_port=plan.master_port

@@ -53,6 +53,28 @@ class Settings(BaseSettings):
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
+    scheduler_scorer: str = Field(
+        default="topology",
+        description="Placement scorer: topology (default: a task's GPUs in one PCIe/NUMA group, a "
+        "gang on few nodes in one rack), bestfit, or fgd (packs fractional GPUs)",
+    )
+    scheduler_backfill: bool = Field(
+        default=True, description="EASY backfill: small jobs fill idle GPUs around the first waiting job's reservation"
+    )
+    backfill_drain_after_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        description="A reservation that waits for jobs without maxRunTimeSeconds holds GPUs only "
+        "once its job has waited this long",
+    )
+    local_gpu_groups: list[list[int]] | None = Field(
+        default=None,
+        description="GPU indices per PCIe/NUMA group, e.g. [[0,1,2,3],[4,5,6,7]]; default: NUMA nodes from NVML",
+    )
+    rack_label: str = Field(default="rack", description="The node label that names a node's rack")
+    node_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels of this machine's node (local backend), e.g. {rack: r1}"
+    )
 
     @property
     def db_url(self) -> str:

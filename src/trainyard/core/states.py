@@ -52,6 +52,7 @@ class AttemptState(StrEnum):
     FAILED = "FAILED"
     STOPPED = "STOPPED"  # ended by a stop request
     PREEMPTED = "PREEMPTED"  # the scheduler needs its resources: stopped, then requeued
+    TIMED_OUT = "TIMED_OUT"  # ran past the job's maxRunTimeSeconds: stopped; the job fails
 
     @property
     def is_final(self) -> bool:
@@ -60,9 +61,16 @@ class AttemptState(StrEnum):
 
 ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
     AttemptState.RUNNING: frozenset(
-        {AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.STOPPED, AttemptState.PREEMPTED}
+        {
+            AttemptState.SUCCEEDED,
+            AttemptState.FAILED,
+            AttemptState.STOPPED,
+            AttemptState.PREEMPTED,
+            AttemptState.TIMED_OUT,
+        }
     ),
     AttemptState.PREEMPTED: frozenset(),
+    AttemptState.TIMED_OUT: frozenset(),
     AttemptState.SUCCEEDED: frozenset(),
     AttemptState.FAILED: frozenset(),
     AttemptState.STOPPED: frozenset(),

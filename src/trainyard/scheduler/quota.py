@@ -114,6 +114,12 @@ class Quotas:
             return Refusal("unknown_vc")
         need = gpu_need(job)
         owner = job_owner(job)
+        # The user's own limit first: no preemption within the VC can lift it.
+        limit = self.user_limit.get((job.user, job.priority_rank))
+        if limit is not None and need > 0:
+            used = self.user_used[(job.user, job.priority_rank)]
+            if used + need > limit:
+                return Refusal("user", need, max(0, limit - used), limit)
         if owner.guaranteed and policy.quota is not None and need > 0:
             allowed = _models_of(job)
             models = self.quota_models(job.vc, allowed)
@@ -124,11 +130,6 @@ class Quotas:
             total = sum(policy.quota[m] * MILLI for m in models)
             if need > free:
                 return Refusal("vc", need, free, total, models)
-        limit = self.user_limit.get((job.user, job.priority_rank))
-        if limit is not None and need > 0:
-            used = self.user_used[(job.user, job.priority_rank)]
-            if used + need > limit:
-                return Refusal("user", need, max(0, limit - used), limit)
         return None
 
     def charge(self, owner: Owner, placement: TaskPlacement, tentative: Tentative | None = None) -> None:

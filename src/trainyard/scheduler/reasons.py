@@ -115,8 +115,7 @@ def _worded(
         head = wait.reservation.job.job_id
         if cycle.waits.get(head, wait).reason == PendingReason.PREEMPTING:
             return reason, f"would take what is held for job {head}, first in line, which is preempting for room", None
-        when = _when(wait.reservation, now)
-        return reason, f"would delay job {head}, first in line, whose reservation {when}", None
+        return reason, f"would delay the reservation of job {head}, first in line", None
     if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA):
         assert wait.refusal is not None
         message = _refused(job, wait.refusal)
@@ -165,6 +164,7 @@ class QuotaEtas:
 
     def __init__(self, cycle: Cycle) -> None:
         self.ledger = cycle.ledger
+        self.ahead: dict[str, int] = defaultdict(int)  # milli-GPU wanted by earlier QUOTA waits
         self.ends: dict[str, list[tuple[float, int, dict[str, int]]]] = defaultdict(list)
         for job in [*cycle.ledger.running.values(), *cycle.started]:
             if job.priority_rank >= OPPORTUNISTIC_RANK or job.expected_end is None:
@@ -180,7 +180,11 @@ class QuotaEtas:
             ends.sort(key=lambda e: (e[0], e[1]))
 
     def eta(self, job: PendingJob, refusal: Refusal) -> float | None:
-        missing = refusal.need - refusal.free
+        """When enough quota is freed for the job and for the jobs of its VC ahead of it
+        that wait for quota too (asked in queue order; they are assumed to run on)."""
+        ahead = self.ahead[job.vc]
+        self.ahead[job.vc] += refusal.need
+        missing = ahead + refusal.need - refusal.free
         freed = 0
         for end, _, per_model in self.ends.get(job.vc, []):
             freed += sum(per_model.get(m, 0) for m in refusal.models)
@@ -198,14 +202,16 @@ def _after_starts(snapshot: Snapshot, starts: Sequence[StartJob]) -> list[FreeNo
 
 
 def _when(reservation: Reservation, now: float) -> str:
-    start = reservation.start
-    if not math.isinf(start):
-        return f"starts in {max(0, round(start - now))} s"
+    """Words that stay true from cycle to cycle (the time itself is the job's ETA), so a
+    waiting job's stored reason changes only when its situation does."""
+    if not math.isinf(reservation.start):
+        return "starts when running jobs reach their declared ends"
     if reservation.holds(now):
-        return "waits for running jobs without an expected end, and holds what it needs"
+        return "waits for running jobs without a declared end, and holds what it needs"
+    wait = reservation.drains_at - reservation.job.submitted_at
     return (
-        "waits for running jobs without an expected end; smaller jobs may use idle GPUs "
-        f"for {math.ceil(reservation.drains_at - now)} s more, then it holds what it needs"
+        "waits for running jobs without a declared end; smaller jobs may use idle GPUs "
+        f"until it has waited {wait:g} s"
     )
 
 

@@ -109,6 +109,13 @@ def set_vc_quota(session: Session, name: str, *, gpus: int, model: str | None) -
         raise Invalid("gpus must be ≥ 0", details=[{"path": "gpus", "message": "must be ≥ 0"}])
     vc = get_vc(session, name)
     model = model or ANY_MODEL
+    models = sorted({gpu["model"] for node in session.scalars(select(NodeRow)) for gpu in node.gpus})
+    if model == ANY_MODEL and gpus > 0 and len(models) > 1:
+        raise Invalid(
+            f"this cluster has several GPU models ({', '.join(models)}): give the quota per model, "
+            f"e.g. `yard vc quota {name} --gpus {gpus} --model {models[0]}`",
+            details=[{"path": "model", "message": "required on a cluster with several GPU models"}],
+        )
     row = session.get(VcQuotaRow, (vc.id, model))
     if gpus == 0:
         if row is not None:

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from trainyard.core.clock import Clock
-from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState, check_job_transition
+from trainyard.core.states import (
+    FINAL_JOB_STATES,
+    JobState,
+    TaskState,
+    check_job_transition,
+)
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
 from trainyard.services.admin import may_use_vc
@@ -32,6 +39,11 @@ def record_event(session: Session, job: JobRow, kind: str, message: str, clock: 
     session.add(JobEventRow(job_id=job.id, at=clock.now(), kind=kind, message=message))
 
 
+def gpu_slot(gpu: dict[str, Any], used_milli: int = 0) -> GpuSlot:
+    """One stored GPU (``{index, model, memory_mb[, group]}``) as the scheduler sees it."""
+    return GpuSlot(gpu["index"], gpu["model"], gpu["memory_mb"], used_milli, gpu.get("group", ""))
+
+
 def node_states(nodes: list[NodeRow]) -> list[NodeState]:
     """The stored inventory as the scheduler sees it, with nothing allocated."""
     return [
@@ -39,8 +51,9 @@ def node_states(nodes: list[NodeRow]) -> list[NodeState]:
             name=n.name,
             cpu_milli=n.cpu_milli,
             memory_mb=n.memory_mb,
-            gpus=tuple(GpuSlot(g["index"], g["model"], g["memory_mb"]) for g in n.gpus),
+            gpus=tuple(gpu_slot(g) for g in n.gpus),
             schedulable=n.schedulable and not n.cordoned,
+            labels=dict(n.labels or {}),
         )
         for n in nodes
     ]
@@ -94,6 +107,7 @@ def submit_job(
         attempt=0,
         retries_used=0,
         grace_seconds=float(spec.stopGracePeriodSeconds),
+        max_runtime_seconds=spec.maxRunTimeSeconds,
         state_message="",
     )
     session.add(job)
@@ -166,7 +180,7 @@ def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock
         job.state = check_job_transition(JobState(job.state), JobState.STOPPED)
         job.finished_at = clock.now()
         job.pending_reason = job.pending_message = None
-        job.pending_position = None
+        job.pending_position = job.pending_eta = None
         job.state_message = f"stopped by {viewer.name} before it started"
     else:
         job.state = check_job_transition(JobState(job.state), JobState.STOPPING)

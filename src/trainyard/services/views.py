@@ -13,13 +13,21 @@ from pydantic import BaseModel
 from trainyard.core.resources import from_milli
 from trainyard.spec.loading import validate_job
 from trainyard.spec.templating import masked_spec
-from trainyard.store.rows import AttemptRow, JobEventRow, JobRow, NodeRow, TaskRow, UserRow
+from trainyard.store.rows import (
+    AttemptRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    TaskRow,
+    UserRow,
+)
 
 
 class PendingView(BaseModel):
-    reason: str
+    reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING
     message: str
-    position: int | None = None
+    position: int | None = None  # 1-based place among the waiting jobs of its VC
+    estimatedStart: datetime | None = None  # when derivable from declared run times
 
 
 class TaskView(BaseModel):
@@ -142,7 +150,10 @@ def _pending(row: JobRow) -> PendingView | None:
     if row.state != "WAITING" or not row.pending_reason:
         return None
     return PendingView(
-        reason=row.pending_reason, message=row.pending_message or "", position=row.pending_position
+        reason=row.pending_reason,
+        message=row.pending_message or "",
+        position=row.pending_position,
+        estimatedStart=row.pending_eta,
     )
 
 

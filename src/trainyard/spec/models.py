@@ -35,6 +35,7 @@ JOB_NAME_MAX = 255  # openpai-protocol schemas/v2: name maxLength 255
 MAX_INSTANCES = 1000
 MAX_RETRIES = 100
 MAX_STOP_GRACE_SECONDS = 3600
+MAX_RUN_TIME_SECONDS = 366 * 24 * 3600
 
 
 def invalid(message: str) -> PydanticCustomError:
@@ -290,6 +291,9 @@ class JobSpec(_Model):
     extras: Any = None
     priority: Priority = Priority.NORMAL
     stopGracePeriodSeconds: Annotated[WholeNumber, _between(0, MAX_STOP_GRACE_SECONDS)] = 30
+    # Like Slurm's --time: an attempt still running after this long is stopped and the job
+    # fails without retrying. Declaring it lets the job backfill around a reservation.
+    maxRunTimeSeconds: Annotated[WholeNumber, _between(1, MAX_RUN_TIME_SECONDS)] | None = None
     tags: Annotated[list[Text], _none_to(list)] = Field(default_factory=list)
 
     @model_validator(mode="after")

@@ -87,9 +87,11 @@ class JobRow(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)  # current attempt number
     retries_used: Mapped[int] = mapped_column(Integer, default=0)
     grace_seconds: Mapped[float] = mapped_column(default=30.0)
+    max_runtime_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)  # per attempt
     pending_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     pending_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pending_eta: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)  # estimated start
     state_message: Mapped[str] = mapped_column(Text, default="")
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     stopped_by: Mapped[str | None] = mapped_column(String(64), nullable=True)

@@ -43,12 +43,26 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends.base import (GpuInfo, LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus,
-                                     check_task_key, read_log_file)
+from trainyard.backends.base import (
+    GpuInfo,
+    LogChunk,
+    NodeInventory,
+    TaskKey,
+    TaskLaunch,
+    TaskStatus,
+    check_task_key,
+    read_log_file,
+)
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
-from trainyard.backends.local.records import Claim, exit_status, same_task, stop_deadline, stop_request
+from trainyard.backends.local.records import (
+    Claim,
+    exit_status,
+    same_task,
+    stop_deadline,
+    stop_request,
+)
 from trainyard.backends.local.taskenv import task_environment
 from trainyard.backends.local.taskuser import TaskUser
 
@@ -79,6 +93,8 @@ class LocalBackend:
         python: str = sys.executable,
         run_as: str | None = None,
         work_dir_root: Path | None = None,
+        labels: dict[str, str] | None = None,
+        gpu_groups: list[list[int]] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         self._user = None if run_as is None else TaskUser.for_tasks(run_as)
@@ -101,7 +117,8 @@ class LocalBackend:
             address="127.0.0.1",
             cpu_milli=host_cpu_milli() if cpu_milli is None else cpu_milli,
             memory_mb=host_memory_mb() if memory_mb is None else memory_mb,
-            gpus=tuple(gpus),
+            gpus=tuple(local_gpus.with_groups(gpus, gpu_groups) if gpu_groups else gpus),
+            labels=dict(labels or {}),
         )
         self._lock = threading.Lock()
         # Supervisors this object started, kept to reap them (no zombies) and to tell

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from pathlib import Path
 
 import pynvml
 
@@ -50,6 +52,7 @@ def discover_nvidia_gpus() -> list[GpuInfo]:
                     model=_text(pynvml.nvmlDeviceGetName(handle)),
                     memory_mb=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // _MIB,
                     uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    group=numa_group(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId)),
                 )
             )
         return gpus
@@ -61,6 +64,28 @@ def discover_nvidia_gpus() -> list[GpuInfo]:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError as exc:
             log.warning("NVML shutdown failed: %s", exc)
+
+
+def numa_group(bus_id: str, sysfs: Path = Path("/sys/bus/pci/devices")) -> str:
+    """``numaN`` for the NUMA node of the PCI device ``bus_id``; "" when the kernel does not say.
+
+    NVML's bus id has an 8-digit PCI domain (``00000000:3B:00.0``); sysfs uses 4 digits.
+    """
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) != 3 or not all(parts):
+        return ""
+    domain, bus, device = parts
+    try:
+        node = int((sysfs / f"{domain[-4:]}:{bus}:{device}" / "numa_node").read_text().strip())
+    except (OSError, ValueError):
+        return ""
+    return f"numa{node}" if node >= 0 else ""
+
+
+def with_groups(gpus: list[GpuInfo], groups: list[list[int]]) -> list[GpuInfo]:
+    """The GPUs with their topology group set from configuration: one list of indices per group."""
+    group_of = {index: f"group{n}" for n, members in enumerate(groups) for index in members}
+    return [replace(g, group=group_of.get(g.index, g.group)) for g in gpus]
 
 
 def simulated_gpus(count: int) -> list[GpuInfo]:

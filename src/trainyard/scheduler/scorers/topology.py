@@ -75,6 +75,8 @@ def _in_rack(rack: str) -> NodeFilter:
 
 
 def _groups(node: FreeNode, devices: list[GpuShare]) -> int:
+    if len(devices) <= 1:
+        return len(devices)
     return len({node.gpu_group[node.position[d.index]] for d in devices})
 
 
@@ -90,14 +92,15 @@ def select_grouped(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) ->
     groups: dict[str, list[int]] = {}
     for p in free:  # in preference order, so each group's first devices are its best
         groups.setdefault(node.gpu_group[p], []).append(p)
-    order = list(groups)
+    if len(groups) == 1:
+        return [GpuShare(node.gpu_index[p], MILLI) for p in free[:wanted]]
+    order = list(groups)  # dicts keep insertion order: min/sorted below break ties by it
     enough = [g for g in order if len(groups[g]) >= wanted]
     if enough:
-        group = min(enough, key=lambda g: (len(groups[g]), order.index(g)))
-        chosen = groups[group][:wanted]
+        chosen = groups[min(enough, key=lambda g: len(groups[g]))][:wanted]
     else:
         chosen = []
-        for group in sorted(order, key=lambda g: (-len(groups[g]), order.index(g))):
+        for group in sorted(order, key=lambda g: -len(groups[g])):
             chosen.extend(groups[group][: wanted - len(chosen)])
             if len(chosen) == wanted:
                 break

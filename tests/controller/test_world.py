@@ -1,0 +1,115 @@
+"""What the controller shows the scheduler: VCs, quotas, running work, run-time limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainyard.backends.base import GpuInfo, NodeInventory
+from trainyard.controller.inventory import sync_inventory
+from trainyard.controller.limits import end_overdue_attempts
+from trainyard.controller.scheduling import PortPlan, apply_decisions
+from trainyard.controller.world import (
+    node_states_in_use,
+    running_jobs,
+    user_quotas,
+    virtual_clusters,
+)
+from trainyard.core.clock import FakeClock
+from trainyard.scheduler.snapshot import Decisions, GpuShare, StartJob, TaskPlacement
+from trainyard.services import admin, auth
+from trainyard.services import jobs as job_service
+from trainyard.services.errors import Invalid
+from trainyard.spec.loading import parse_job
+from trainyard.store.rows import AttemptRow, JobRow
+
+
+def inventory(session, clock, **models: int) -> None:
+    """One node per model with that many GPUs, two GPU groups each, in rack r1."""
+    nodes = [
+        NodeInventory(
+            name=f"n-{model}", address="127.0.0.1", cpu_milli=64000, memory_mb=512000,
+            gpus=tuple(GpuInfo(i, model, 40000, group=f"numa{i * 2 // count}") for i in range(count)),
+            labels={"rack": "r1"},
+        )
+        for model, count in models.items()
+    ]
+    sync_inventory(session, "local", nodes, clock)
+
+
+def test_default_gets_what_no_vc_guarantees_and_any_model_means_the_only_model(db) -> None:
+    clock = FakeClock()
+    with db.session() as s:
+        inventory(s, clock, A100=8)
+        admin.create_vc(s, "vision", gpus=3, model=None, preemption=True, clock=clock)
+        admin.create_vc(s, "speech", gpus=2, model="A100", preemption=False, clock=clock)
+    with db.session() as s:
+        nodes = node_states_in_use(s)
+        vcs = {vc.name: vc for vc in virtual_clusters(s, nodes)}
+    assert vcs["vision"].quota == {"A100": 3}
+    assert vcs["speech"].quota == {"A100": 2} and not vcs["speech"].allow_priority_preemption
+    assert vcs["default"].quota == {"A100": 3}
+    assert nodes[0].labels == {"rack": "r1"}
+    assert [g.group for g in nodes[0].gpus] == ["numa0"] * 4 + ["numa1"] * 4
+
+
+def test_without_vcs_the_scheduler_sees_none(db) -> None:
+    with db.session() as s:
+        inventory(s, FakeClock(), A100=8)
+        assert virtual_clusters(s, node_states_in_use(s)) == ()
+
+
+def test_on_several_models_a_quota_must_name_its_model(db) -> None:
+    clock = FakeClock()
+    with db.session() as s:
+        inventory(s, clock, A100=8, V100=8)
+        with pytest.raises(Invalid, match="several GPU models .A100, V100.: give the quota per model"):
+            admin.create_vc(s, "vision", gpus=4, model=None, preemption=True, clock=clock)
+
+
+def test_user_quotas_are_keyed_by_priority_rank(db) -> None:
+    clock = FakeClock()
+    with db.session() as s:
+        auth.create_user(s, "alice", is_admin=False, clock=clock)
+        admin.set_user_quota(s, "alice", priority="prod", gpus=2.5)
+        admin.set_user_quota(s, "alice", priority="low", gpus=8)
+    with db.session() as s:
+        assert user_quotas(s) == {("alice", 0): 2500, ("alice", 2): 8000}
+
+
+def start(db, clock, text: str) -> int:
+    """Submit a job as alice and place it on n-A100 GPU 0, as the controller would."""
+    with db.session() as s:
+        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        job_id = job_service.submit_job(s, user, parse_job(text), clock=clock).id
+    placement = TaskPlacement("w", 0, "n-A100", (GpuShare(0, 1000),), 1000, 1024)
+    with db.session() as s:
+        apply_decisions(s, Decisions(starts=(StartJob(job_id, (placement,)),)), {}, {job_id: PortPlan(0, {})}, clock)
+    return job_id
+
+
+def test_running_work_carries_its_expected_end_and_overdue_attempts_time_out(db) -> None:
+    clock = FakeClock()
+    with db.session() as s:
+        inventory(s, clock, A100=8)
+    job_id = start(db, clock, "name: a\nmaxRunTimeSeconds: 60\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n"
+                   "    commands: [sleep 600]\n")
+    with db.session() as s:
+        running, ending = running_jobs(s)
+    assert [(r.job_id, r.expected_end - r.started_at) for r in running] == [(job_id, 60.0)]
+    assert ending == frozenset()
+
+    clock.advance(59)
+    with db.session() as s:
+        assert end_overdue_attempts(s, clock) == []
+    clock.advance(1)
+    with db.session() as s:
+        assert end_overdue_attempts(s, clock) == [job_id]
+    with db.session() as s:
+        attempt = s.query(AttemptRow).filter_by(job_id=job_id).one()
+        assert attempt.state == "TIMED_OUT"
+        assert attempt.reason == "ran past its maximum run time (maxRunTimeSeconds: 60)"
+        assert s.get(JobRow, job_id).state == "RUNNING"  # until reconcile has stopped its tasks
+        _, ending = running_jobs(s)
+        assert ending == frozenset({job_id})  # the scheduler counts its GPUs as soon free
+    with db.session() as s:
+        assert end_overdue_attempts(s, clock) == []  # once only

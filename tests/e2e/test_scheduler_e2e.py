@@ -1,0 +1,131 @@
+"""Issue 3 live, against a real `yard up`: VCs take their share back, reasons, run-time limits."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.server import Server, running_server, wait_until
+from trainyard.client.client import Client
+
+pytestmark = pytest.mark.e2e
+
+GRACE = 3
+
+
+@pytest.fixture
+def eight_gpus(tmp_path_factory) -> Iterator[Server]:
+    with running_server(tmp_path_factory.mktemp("home"), gpus=8) as srv:
+        yield srv
+
+
+def two_vcs(server: Server) -> tuple[Client, Client, Client]:
+    """VCs vision (alice) and speech (bob), 4 GPUs each; the admin's, alice's and bob's clients
+    (alice's token is kept as ``alice.token`` for the CLI)."""
+    admin = server.admin()
+    for user in ("alice", "bob"):
+        admin.create_user(user)
+    admin.create_vc("vision", gpus=4)
+    admin.create_vc("speech", gpus=4)
+    admin.grant_vc("vision", "alice")
+    admin.grant_vc("speech", "bob")
+    alice_token = admin.create_token(user="alice")["token"]
+    alice = Client(server.url, alice_token)
+    alice.token = alice_token
+    bob = Client(server.url, admin.create_token(user="bob")["token"])
+    return admin, alice, bob
+
+
+def test_a_guaranteed_job_reclaims_its_vc_share_from_an_opportunistic_one(eight_gpus: Server, tmp_path) -> None:
+    admin, alice, bob = two_vcs(eight_gpus)
+    # Bob's tasks note SIGTERM and keep running, so they last the whole grace period.
+    bob_job = bob.submit(f"""
+name: bob-oppo
+priority: oppo
+stopGracePeriodSeconds: {GRACE}
+defaults: {{virtualCluster: speech}}
+taskRoles:
+  w:
+    instances: 8
+    resourcePerInstance: {{gpu: 1, cpu: 0.1, memoryMB: 64}}
+    commands:
+      - echo "start attempt $TRAINYARD_ATTEMPT" >> {tmp_path}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
+      - trap 'echo "got TERM" >> {tmp_path}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX' TERM
+      - while true; do sleep 600 & wait; done
+""")["id"]
+    wait_until(lambda: bob.job(bob_job)["state"] == "RUNNING", what="bob's job to take every GPU")
+    wait_until(lambda: all((tmp_path / f"bob-{i}").exists() for i in range(8)), what="bob's tasks to start")
+    assert sum(g["used"] for g in admin.nodes()[0]["gpus"]) == 8
+
+    submitted = time.monotonic()
+    alice_job = alice.submit("""
+name: alice-guaranteed
+priority: normal
+defaults: {virtualCluster: vision}
+taskRoles:
+  w:
+    instances: 4
+    resourcePerInstance: {gpu: 1, cpu: 0.1, memoryMB: 64}
+    commands: ['sleep 600']
+""")["id"]
+    wait_until(lambda: (alice.job(alice_job).get("pending") or {}).get("reason") == "PREEMPTING",
+               what="alice's job to wait for the preemption")
+    assert "being preempted" in alice.job(alice_job)["pending"]["message"]
+    wait_until(lambda: alice.job(alice_job)["state"] == "RUNNING", timeout=GRACE + 15,
+               what="alice's job to start after the preemption")
+    started_after = time.monotonic() - submitted
+    # Bob's tasks had their whole grace period, and alice waited little longer than it.
+    assert GRACE - 0.5 <= started_after < GRACE + 3
+
+    bob_view = bob.job(bob_job)
+    assert "preempted" in [e["kind"] for e in bob_view["events"]]
+    assert all("got TERM" in (tmp_path / f"bob-{i}").read_text() for i in range(8))
+    assert bob_view["attempts"][0]["state"] == "PREEMPTED" and bob_view["retriesUsed"] == 0
+
+    # Bob's job needs all 8 GPUs: requeued, it waits until alice's job ends, then runs again.
+    wait_until(lambda: bob.job(bob_job)["state"] == "WAITING", what="bob's job to be requeued")
+    alice.stop(alice_job)
+    wait_until(lambda: bob.job(bob_job)["state"] == "RUNNING" and bob.job(bob_job)["attempt"] == 1,
+               timeout=30, what="bob's job to run again")
+    wait_until(lambda: "start attempt 1" in (tmp_path / "bob-0").read_text(), what="bob's second attempt")
+    bob.stop(bob_job)
+
+
+def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None:
+    admin, alice, _ = two_vcs(eight_gpus)
+    admin.set_quota("alice", priority="prod", gpus=2)
+    hog = alice.submit("name: hog\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
+                       "    instances: 3\n    resourcePerInstance: {gpu: 1}\n    commands: ['sleep 600']\n")["id"]
+    wait_until(lambda: alice.job(hog)["state"] == "RUNNING", what="the hog to run")
+    over_vc = alice.submit("name: big\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
+                           "    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")["id"]
+    over_user = alice.submit("name: urgent\npriority: prod\ndefaults: {virtualCluster: vision}\ntaskRoles:\n"
+                             "  w:\n    instances: 3\n    resourcePerInstance: {gpu: 1}\n    commands: ['true']\n")["id"]
+
+    def pending(job_id: int) -> dict:
+        wait_until(lambda: alice.job(job_id).get("pending"), what=f"job {job_id} to get a reason")
+        return alice.job(job_id)["pending"]
+
+    assert pending(over_vc)["reason"] == "QUOTA"
+    assert "VC vision: needs 2" in pending(over_vc)["message"] and "1 of 4 free" in pending(over_vc)["message"]
+    assert pending(over_user)["reason"] == "USER_QUOTA"
+    assert "user alice at prod: needs 3 GPU, 2 of 2 left" in pending(over_user)["message"]
+    shown = eight_gpus.yard("job", str(over_vc), token=alice.token)
+    assert "QUOTA: VC vision: needs 2" in shown.stdout
+    listed = eight_gpus.yard("jobs", token=alice.token)
+    assert "USER_QUOTA: user alice at prod" in listed.stdout
+    for job_id in (hog, over_vc, over_user):
+        alice.stop(job_id)
+
+
+def test_an_attempt_past_its_max_run_time_is_stopped_and_the_job_fails_without_retry(eight_gpus: Server) -> None:
+    client = eight_gpus.admin()
+    job = client.submit("name: slow\nmaxRunTimeSeconds: 1\njobRetryCount: 2\nstopGracePeriodSeconds: 1\n"
+                        "taskRoles:\n  w:\n    commands: ['sleep 600']\n")["id"]
+    done = client.wait(job, timeout=30)
+    assert done["state"] == "FAILED"
+    assert "maximum run time (maxRunTimeSeconds: 1)" in done["message"]
+    assert done["attempts"][-1]["state"] == "TIMED_OUT" and done["retriesUsed"] == 0
+    assert [a["number"] for a in done["attempts"]] == [0]
