@@ -17,8 +17,11 @@ import uvicorn
 
 from trainyard.api.app import create_app
 from trainyard.api.deps import AppContext
+from trainyard.backends.base import Backend
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.backends.slurm.backend import SlurmBackend
+from trainyard.backends.slurm.commands import SlurmError
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
 from trainyard.core.settings import Settings
@@ -96,15 +99,17 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
     )
 
 
-def build(settings: Settings) -> tuple[AppContext, Controller]:
-    config = scheduler_config(settings)  # a bad setting fails before anything is written
-    prepare_home(settings)
-    clock = SystemClock()
-    db = Database(settings.db_url)
-    db.migrate()
-    with db.session() as session:
-        cluster = cluster_id(session)
-    backend = LocalBackend(
+def build_backend(settings: Settings, cluster: str) -> Backend:
+    if settings.backend == "slurm":
+        if settings.task_user is not None:
+            raise StartupError("--task-user is for the local backend; Slurm runs jobs as the user who "
+                               "submits them (the user running `yard up`)")
+        try:
+            return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
+                                partition=settings.slurm_partition)
+        except SlurmError as exc:
+            raise StartupError(str(exc)) from exc
+    return LocalBackend(
         settings.home / "local" / cluster,
         # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
         gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus),
@@ -115,6 +120,17 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         labels=settings.node_labels,
         gpu_groups=settings.local_gpu_groups,
     )
+
+
+def build(settings: Settings) -> tuple[AppContext, Controller]:
+    config = scheduler_config(settings)  # a bad setting fails before anything is written
+    prepare_home(settings)
+    clock = SystemClock()
+    db = Database(settings.db_url)
+    db.migrate()
+    with db.session() as session:
+        cluster = cluster_id(session)
+    backend = build_backend(settings, cluster)
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config
     )
@@ -130,13 +146,16 @@ def serve(settings: Settings) -> None:
     write_client_file(settings.client_file, url, token)
     if token is not None:
         log.info("created the admin user; its token is in %s", settings.client_file)
-    controller.run_once()  # inventory and re-adoption before the first request
+    try:
+        controller.run_once()  # inventory and re-adoption before the first request
+    except SlurmError as exc:
+        raise StartupError(f"cannot use Slurm: {exc}") from exc
     nodes = ctx.backend.inventory()
     for node in nodes:
         sim = " (simulated)" if any(g.simulated for g in node.gpus) else ""
         log.info("node %s: %d GPU%s, %.3g CPU, %d MiB", node.name, len(node.gpus), sim,
                  node.cpu_milli / 1000, node.memory_mb)
-    if settings.task_user is None:
+    if settings.task_user is None and settings.backend == "local":
         log.warning(
             "tasks run as the server's own OS user (%s): any job can read %s, including the admin "
             "token and every job's secrets. On a machine shared by people who do not trust each "

@@ -7,9 +7,12 @@ controller owns every decision; a backend never changes job state by itself.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,19 @@ class TaskKey:
         return cls(int(job_id), int(attempt), role, int(index), int(run))
 
 
+TASK_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_task_key(key: TaskKey) -> None:
+    """Raise ValueError unless every part of ``key`` is safe to use in a path."""
+    for field_name in ("job_id", "attempt", "index", "run"):
+        value = getattr(key, field_name)
+        if type(value) is not int or value < 0:
+            raise ValueError(f"task key {field_name} must be a non-negative int, got {value!r}")
+    if not isinstance(key.role, str) or not TASK_ROLE.fullmatch(key.role):
+        raise ValueError(f"task role {key.role!r} must match {TASK_ROLE.pattern}")
+
+
 @dataclass(frozen=True)
 class TaskLaunch:
     """Everything needed to start one task on one node."""
@@ -71,6 +87,11 @@ class TaskLaunch:
     env: Mapping[str, str]
     gpus: tuple[int, ...] = ()  # device indices on the node; empty for CPU-only tasks
     grace_seconds: float = 30.0
+    # What the scheduler reserved for the task. The local backend needs none of it; a
+    # backend that asks a cluster manager for resources (Slurm) requests exactly this.
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    gpu_milli: tuple[int, ...] = ()  # the share of each GPU in ``gpus`` (1000 = whole)
 
 
 @dataclass(frozen=True)
@@ -132,3 +153,31 @@ class Backend(Protocol):
         """Up to ``limit`` bytes of the task's log from ``offset``; a negative offset
         counts from the end (``-4096`` = the last 4 KiB)."""
         ...
+
+
+@runtime_checkable
+class GangLauncher(Protocol):
+    """Optional capability: start the tasks of one attempt together, as one unit.
+
+    A backend that runs on a cluster manager (Slurm) has it, so that a gang is one
+    allocation that starts all at once or not at all, never tasks that may start apart.
+    The controller then hands it every task of an attempt it launches in one call.
+    """
+
+    def launch_gang(self, tasks: Sequence[TaskLaunch]) -> None:
+        """Start these tasks (all of one job attempt) together; idempotent by task key."""
+        ...
+
+
+def read_log_file(path: Path, offset: int, limit: int) -> LogChunk:
+    """``Backend.read_log`` over a plain log file (missing = empty): the shared implementation."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            start = max(0, size + offset) if offset < 0 else min(offset, size)
+            f.seek(start)
+            # Read no further than the size reported, so data and size agree.
+            data = f.read(max(0, min(limit, size - start)))
+    except FileNotFoundError:  # launched, but the task has not written anything yet
+        return LogChunk(data=b"", offset=0, size=0)
+    return LogChunk(data=data, offset=start, size=size)

@@ -39,6 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task-work-dir", default=None, metavar="DIR",
                    help="where tasks' working directories go (default /var/lib/trainyard/work "
                    "with --task-user)")
+    p.add_argument("--backend", choices=("local", "slurm"), default=None,
+                   help="what runs the tasks: local processes (default) or the Slurm cluster that "
+                   "SLURM_CONF and the Slurm commands on PATH point at")
+    p.add_argument("--slurm-partition", default=None, metavar="NAME",
+                   help="with --backend slurm: use only this partition's nodes, and submit to it")
 
     p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
     p.add_argument("file")

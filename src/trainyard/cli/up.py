@@ -22,6 +22,8 @@ def run_up(args: argparse.Namespace) -> int:
         "local_memory_mb": args.local_memory_mb,
         "task_user": args.task_user,
         "task_work_dir": args.task_work_dir,
+        "backend": args.backend,
+        "slurm_partition": args.slurm_partition,
     }
     try:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -47,4 +47,7 @@ def build_launch(
         env=env,
         gpus=tuple(g[0] for g in task.gpus),
         grace_seconds=job.grace_seconds,
+        cpu_milli=task.cpu_milli,
+        memory_mb=task.memory_mb,
+        gpu_milli=tuple(g[1] for g in task.gpus),
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from trainyard.backends.base import Backend, TaskKey, TaskLaunch, TaskStatus
+from trainyard.backends.base import Backend, GangLauncher, TaskKey, TaskLaunch, TaskStatus
 from trainyard.controller.launching import build_launch, task_key
 from trainyard.core.clock import Clock
 from trainyard.core.exitcodes import classify_exit
@@ -87,14 +87,18 @@ class Reconciler:
     def run(self) -> bool:
         """One pass; returns whether any task ended or started (resources changed)."""
         plan = self._plan()
-        for item in plan.launches:
-            assert item.launch is not None
+        for group in self._launch_groups(plan.launches):
+            launches = [item.launch for item in group if item.launch is not None]
             try:
-                self.backend.launch(item.launch)
-            except Exception as exc:  # noqa: BLE001 - any launch failure fails the task, visibly
-                log.exception("launch of %s failed", item.key)
-                item.launch = None
-                item.error = f"launch failed: {exc}"
+                if isinstance(self.backend, GangLauncher):
+                    self.backend.launch_gang(launches)
+                else:
+                    self.backend.launch(launches[0])
+            except Exception as exc:  # noqa: BLE001 - any launch failure fails the task(s), visibly
+                log.exception("launch of %s failed", ", ".join(str(item.key) for item in group))
+                for item in group:
+                    item.launch = None
+                    item.error = f"launch failed: {exc}"
         for item in plan.stops:
             try:
                 self.backend.stop(item.key, item.grace)
@@ -107,6 +111,15 @@ class Reconciler:
         observed = [t.key for t in plan.running] + unlaunched
         statuses = self.backend.observe(observed) if observed else {}
         return self._write(plan, statuses)
+
+    def _launch_groups(self, launches: list[ActiveTask]) -> list[list[ActiveTask]]:
+        """One group per task, or, for a gang-launching backend, one per job attempt."""
+        if not isinstance(self.backend, GangLauncher):
+            return [[item] for item in launches]
+        groups: dict[tuple[int, int], list[ActiveTask]] = {}
+        for item in launches:
+            groups.setdefault((item.key.job_id, item.key.attempt), []).append(item)
+        return list(groups.values())
 
     def _plan(self) -> Plan:
         plan = Plan()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field
@@ -38,6 +38,17 @@ class Settings(BaseSettings):
         default=None,
         description="Where tasks' working directories go (default: $TRAINYARD_HOME/work, or "
         "/var/lib/trainyard/work with task_user)",
+    )
+    backend: Literal["local", "slurm"] = Field(
+        default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"
+    )
+    slurm_partition: str | None = Field(
+        default=None, description="Slurm backend: the partition whose nodes Trainyard uses and submits to"
+    )
+    slurm_state_dir: Path | None = Field(
+        default=None,
+        description="Slurm backend: task files and logs; compute nodes must see it at the same path "
+        "(default: $TRAINYARD_HOME/slurm/<cluster id>)",
     )
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"

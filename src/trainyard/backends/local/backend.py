@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -51,6 +50,8 @@ from trainyard.backends.base import (
     TaskKey,
     TaskLaunch,
     TaskStatus,
+    check_task_key,
+    read_log_file,
 )
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
@@ -67,7 +68,6 @@ from trainyard.backends.local.taskuser import TaskUser
 
 log = logging.getLogger(__name__)
 
-_ROLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # How long a launched task may go without its supervisor claiming it (pid.json) before
 # the backend decides it never started. Only matters after a server restart, or when the
 # supervisor died during start-up.
@@ -130,12 +130,7 @@ class LocalBackend:
 
     def task_dir(self, key: TaskKey) -> Path:
         """The directory holding everything about one task run."""
-        for field_name in ("job_id", "attempt", "index", "run"):
-            value = getattr(key, field_name)
-            if type(value) is not int or value < 0:
-                raise ValueError(f"task key {field_name} must be a non-negative int, got {value!r}")
-        if not isinstance(key.role, str) or not _ROLE.fullmatch(key.role):
-            raise ValueError(f"task role {key.role!r} must match {_ROLE.pattern}")
+        check_task_key(key)
         return self._tasks_root.joinpath(*self._relative_parts(key))
 
     def work_dir(self, key: TaskKey) -> Path:
@@ -256,16 +251,7 @@ class LocalBackend:
             path = self.log_path(key)
         except ValueError:  # a key no task can have: it has no log
             return LogChunk(data=b"", offset=0, size=0)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                start = max(0, size + offset) if offset < 0 else min(offset, size)
-                f.seek(start)
-                # Read no further than the size reported, so data and size agree.
-                data = f.read(max(0, min(limit, size - start)))
-        except FileNotFoundError:  # launched, but the task has not written anything yet
-            return LogChunk(data=b"", offset=0, size=0)
-        return LogChunk(data=data, offset=start, size=size)
+        return read_log_file(path, offset, limit)
 
     # --- internals -----------------------------------------------------------------
 

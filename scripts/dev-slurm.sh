@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# A throwaway one-machine Slurm cluster for Trainyard's tests, without systemd.
+#
+#   scripts/dev-slurm.sh start   install (if needed), configure, start; print the SLURM_CONF line
+#   scripts/dev-slurm.sh stop    cancel every job, stop slurmd/slurmctld/munged
+#   scripts/dev-slurm.sh conf    print the SLURM_CONF line
+#
+# `start` and `conf` print exactly one line on stdout:
+#   SLURM_CONF=/tmp/trainyard-slurm/slurm.conf
+# and everything else on stderr, so a caller can do
+#   line="$(scripts/dev-slurm.sh start)" && export "$line"
+#
+# The cluster: one slurmctld, NODES virtual nodes n1..nN (one slurmd each, all on this
+# machine, 127.0.0.1), each declaring 8 CPUs, 16000 MiB and 4 fake GPUs (char devices
+# that behave like /dev/null; Slurm sets CUDA_VISIBLE_DEVICES from them as for real ones),
+# in the default partition `debug` (n1 alone is also in `first`, to test partition
+# filtering). Scheduling is tuned for tests (no batching delay). Every
+# command is idempotent; starting a stopped cluster starts it with a clean state (no
+# jobs, no drained nodes). Needs root. Settings (environment):
+#   TRAINYARD_SLURM_ROOT   state directory (default /tmp/trainyard-slurm)
+#   TRAINYARD_SLURM_NODES  number of virtual nodes (default 4)
+#   TRAINYARD_SLURM_PORT   slurmctld port; slurmd ports follow it (default 16817, 16818..)
+set -euo pipefail
+
+ROOT="${TRAINYARD_SLURM_ROOT:-/tmp/trainyard-slurm}"
+NODES="${TRAINYARD_SLURM_NODES:-4}"
+PORT="${TRAINYARD_SLURM_PORT:-16817}"
+CONF="$ROOT/slurm.conf"
+MUNGE_DIR="$ROOT/munge"
+MUNGE_SOCKET="$MUNGE_DIR/run/munge.socket"
+
+# All chatter to stderr; fd 3 is the real stdout, for the SLURM_CONF line only.
+exec 3>&1 1>&2
+
+log() { printf 'dev-slurm: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+case "$NODES" in ''|*[!0-9]*|0) die "TRAINYARD_SLURM_NODES must be a positive number, got '$NODES'" ;; esac
+case "$PORT" in ''|*[!0-9]*) die "TRAINYARD_SLURM_PORT must be a number, got '$PORT'" ;; esac
+case "$ROOT" in /*) ;; *) die "TRAINYARD_SLURM_ROOT must be an absolute path, got '$ROOT'" ;; esac
+case "$ROOT" in *[!A-Za-z0-9/._-]*) die "TRAINYARD_SLURM_ROOT may only hold letters, digits and /._- (it goes into slurm.conf)" ;; esac
+[ "$(id -u)" -eq 0 ] || die "run as root: slurmd and munged need it (the dev cluster is meant for CI and dev machines)"
+
+export SLURM_CONF="$CONF"
+
+# ---------------------------------------------------------------- processes
+
+# The pid in a pid file, if that process is alive (not a zombie) and is the named daemon.
+live_pid() {
+    local file="$1" name="$2" pid state
+    [ -f "$file" ] || return 1
+    pid="$(tr -dc 0-9 < "$file")"
+    [ -n "$pid" ] || return 1
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$name" ] || return 1
+    # In a container without an init, dead daemons linger as zombies: kill -0 succeeds.
+    state="$(sed -e 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)"
+    case "$state" in Z|X|'') return 1 ;; esac
+    echo "$pid"
+}
+
+# Signal a daemon from its pid file (only if it is that daemon) and wait until it is gone.
+stop_daemon() {
+    local file="$1" name="$2" pid i
+    pid="$(live_pid "$file" "$name")" || return 0
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 100); do
+        live_pid "$file" "$name" >/dev/null || return 0
+        sleep 0.1
+    done
+    log "$name (pid $pid) ignored SIGTERM for 10 s; killing it"
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# Close every file descriptor above 2 in the current (sub)shell, so that daemons never
+# hold the caller's stdout pipe (fd 3) or our lock (fd 9) open.
+close_extra_fds() {
+    local fd
+    for fd in $(ls /proc/$BASHPID/fd 2>/dev/null); do
+        if [ "$fd" -gt 2 ] 2>/dev/null; then
+            eval "exec $fd>&-" 2>/dev/null || true
+        fi
+    done
+}
+
+# ---------------------------------------------------------------- install
+
+have_binaries() {
+    local bin
+    for bin in munged mungekey slurmctld slurmd sbatch scontrol squeue scancel sinfo; do
+        command -v "$bin" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$bin" >/dev/null 2>&1 || return 1
+    done
+}
+
+install_slurm() {
+    log "installing Debian packages: munge slurmctld slurmd slurm-client"
+    command -v apt-get >/dev/null 2>&1 || die "apt-get not available; install munge and Slurm (slurmctld, slurmd, client) yourself"
+    # Keep the packages' scripts from starting services: a policy-rc.d that refuses every
+    # start, only if the machine has none, removed afterwards.
+    local policy=/usr/sbin/policy-rc.d made_policy=0 rc=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy"
+        made_policy=1
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    {
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -q &&
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
+            --no-install-recommends munge slurmctld slurmd slurm-client
+    } || rc=$?
+    if [ "$made_policy" -eq 1 ]; then
+        rm -f "$policy"
+        trap - EXIT
+    fi
+    [ "$rc" -eq 0 ] || die "apt-get failed (exit $rc)"
+}
+
+# ---------------------------------------------------------------- configuration
+
+write_file_if_changed() {
+    local path="$1" content="$2"
+    if [ ! -f "$path" ] || [ "$(cat "$path")" != "$content" ]; then
+        printf '%s\n' "$content" > "$path.tmp"
+        mv "$path.tmp" "$path"
+        CONFIG_CHANGED=1
+    fi
+}
+
+write_config() {
+    local host last_port
+    host="$(hostname -s)"
+    last_port=$((PORT + NODES))
+    mkdir -p "$ROOT" "$ROOT/state" "$ROOT/spool" "$ROOT/log" "$ROOT/run" "$ROOT/gpu"
+    chmod 755 "$ROOT"
+    local i
+    for i in $(seq "$NODES"); do mkdir -p "$ROOT/spool/n$i"; done
+    for i in 0 1 2 3; do
+        # Clones of /dev/null: slurmd 22.05 needs File= for every GPU or it drops them.
+        [ -c "$ROOT/gpu/fakegpu$i" ] || { rm -f "$ROOT/gpu/fakegpu$i"; mknod -m 666 "$ROOT/gpu/fakegpu$i" c 1 3; }
+    done
+    CONFIG_CHANGED=0
+    write_file_if_changed "$CONF" "# Written by scripts/dev-slurm.sh: a test cluster, not for production.
+ClusterName=trainyard-dev
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$PORT
+SlurmdPort=$((PORT + 1))
+SlurmUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+StateSaveLocation=$ROOT/state
+SlurmdSpoolDir=$ROOT/spool/%n
+SlurmctldPidFile=$ROOT/run/slurmctld.pid
+SlurmdPidFile=$ROOT/run/slurmd-%n.pid
+SlurmctldLogFile=$ROOT/log/slurmctld.log
+SlurmdLogFile=$ROOT/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+MailProg=/bin/true
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=1
+ReturnToService=2
+SlurmdParameters=config_overrides
+KillWait=2
+MinJobAge=300
+GresTypes=gpu
+NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$last_port] CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName=first Nodes=n1 MaxTime=INFINITE State=UP"
+    write_file_if_changed "$ROOT/gres.conf" "NodeName=n[1-$NODES] Name=gpu File=$ROOT/gpu/fakegpu[0-3]"
+    # slurmd 22.05 always loads a cgroup plugin; v1's init does nothing without systemd.
+    write_file_if_changed "$ROOT/cgroup.conf" "CgroupPlugin=cgroup/v1"
+}
+
+# ---------------------------------------------------------------- daemons
+
+start_munge() {
+    if live_pid "$MUNGE_DIR/munged.pid" munged >/dev/null; then
+        return 0
+    fi
+    id munge >/dev/null 2>&1 || die "user 'munge' does not exist (is the munge package installed?)"
+    mkdir -p "$MUNGE_DIR/run"
+    chown munge:munge "$MUNGE_DIR" "$MUNGE_DIR/run"
+    chmod 700 "$MUNGE_DIR"
+    chmod 755 "$MUNGE_DIR/run"  # 0700 fails: "Socket is inaccessible"
+    chmod 711 "$MUNGE_DIR"       # clients must reach the socket through it
+    if [ ! -s "$MUNGE_DIR/munge.key" ]; then
+        rm -f "$MUNGE_DIR/munge.key"
+        setpriv --reuid=munge --regid=munge --clear-groups mungekey -c -k "$MUNGE_DIR/munge.key"
+    fi
+    chown munge:munge "$MUNGE_DIR/munge.key"
+    chmod 600 "$MUNGE_DIR/munge.key"
+    log "starting munged (socket $MUNGE_SOCKET)"
+    (close_extra_fds; cd / && setpriv --reuid=munge --regid=munge --clear-groups munged \
+        --socket="$MUNGE_SOCKET" --key-file="$MUNGE_DIR/munge.key" --log-file="$MUNGE_DIR/munged.log" \
+        --pid-file="$MUNGE_DIR/munged.pid" --seed-file="$MUNGE_DIR/munged.seed") \
+        || die "munged did not start; see $MUNGE_DIR/munged.log"
+}
+
+controller_answers() {
+    scontrol ping 2>/dev/null | grep -q 'is UP'
+}
+
+start_slurmctld() {
+    if live_pid "$ROOT/run/slurmctld.pid" slurmctld >/dev/null; then
+        return 0
+    fi
+    log "starting slurmctld (clean state; log $ROOT/log/slurmctld.log)"
+    # -c: a dev cluster starts empty (no jobs, no drained nodes left from an earlier run).
+    (close_extra_fds; cd / && slurmctld -c -f "$CONF") || die "slurmctld did not start; see $ROOT/log/slurmctld.log"
+}
+
+start_slurmd() {
+    local i
+    for i in $(seq "$NODES"); do
+        if live_pid "$ROOT/run/slurmd-n$i.pid" slurmd >/dev/null; then
+            continue
+        fi
+        log "starting slurmd for node n$i"
+        (close_extra_fds; cd / && slurmd -f "$CONF" -N "n$i") || die "slurmd n$i did not start; see $ROOT/log/slurmd-n$i.log"
+    done
+}
+
+wait_for() {
+    local what="$1" seconds="$2" i
+    shift 2
+    for i in $(seq $((seconds * 10))); do
+        if "$@"; then return 0; fi
+        sleep 0.1
+    done
+    die "timed out after ${seconds}s waiting for $what; logs are in $ROOT/log"
+}
+
+all_nodes_up() {
+    # Every node answers and is schedulable (idle, mixed or allocated; not down/unknown).
+    local states
+    states="$(sinfo -h -N -o '%N %t' 2>/dev/null | sort -u)" || return 1  # a node per partition: once
+    [ "$(printf '%s\n' "$states" | grep -c -E ' (idle|mix|alloc)$')" -eq "$NODES" ]
+}
+
+print_conf() {
+    printf 'SLURM_CONF=%s\n' "$CONF" >&3
+}
+
+lock() {
+    exec 9>"/tmp/trainyard-slurm.lock"
+    flock -w 300 9 || die "timed out waiting for /tmp/trainyard-slurm.lock"
+}
+
+cmd_stop() {
+    lock
+    if [ -f "$CONF" ] && live_pid "$ROOT/run/slurmctld.pid" slurmctld >/dev/null && controller_answers; then
+        log "cancelling every job"
+        scancel --quiet --full --state=PENDING 2>/dev/null || true
+        scancel --quiet --full 2>/dev/null || true
+    fi
+    local i
+    for i in $(seq "$NODES"); do stop_daemon "$ROOT/run/slurmd-n$i.pid" slurmd; done
+    stop_daemon "$ROOT/run/slurmctld.pid" slurmctld
+    stop_daemon "$MUNGE_DIR/munged.pid" munged
+}
+
+cmd_start() {
+    lock
+    have_binaries || install_slurm
+    have_binaries || die "Slurm installed, but munged/slurmctld/slurmd/sbatch are not on PATH"
+    write_config
+    if [ "$CONFIG_CHANGED" -eq 1 ] && live_pid "$ROOT/run/slurmctld.pid" slurmctld >/dev/null; then
+        log "configuration changed: restarting the cluster"
+        exec 9>&-
+        cmd_stop
+        exec 9>&-
+        lock
+    fi
+    start_munge
+    wait_for "munged's socket" 10 test -S "$MUNGE_SOCKET"
+    start_slurmctld
+    wait_for "slurmctld to answer" 20 controller_answers
+    start_slurmd
+    wait_for "all $NODES nodes to be up" 30 all_nodes_up
+    log "cluster up: $(sinfo -h -N -o '%N:%t' | sort -u | tr '\n' ' ')"
+    print_conf
+}
+
+case "${1:-}" in
+    start) cmd_start ;;
+    stop) cmd_stop ;;
+    conf) print_conf ;;
+    *) echo "usage: $0 start|stop|conf" >&2; exit 2 ;;
+esac

@@ -1,0 +1,412 @@
+"""The Slurm backend: Trainyard places jobs, Slurm runs them exactly there and tracks them.
+
+Each job attempt's gang is one Slurm job, submitted pinned to the placement
+(``submission``); its tasks run as steps under fixed runner scripts (``runners``) that
+record each task's exit status and log into the task's directory. Everything lives under
+``state_dir``, which compute nodes must see at the same path (a shared file system; on a
+one-machine cluster any directory):
+
+    <state_dir>/bin/gang-runner.sh, task-runner.sh      fixed text, no job data
+    <state_dir>/jobs/<job>/<attempt>/
+        <role>-<index>-<run>/    env script.sh work/ output.log exit       one task run
+        slurm-gang/              job_id submitting stop.json batch.log     the gang's submission
+        slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0)
+
+Nothing important lives in memory, so a new backend on the same directory (after ``yard
+up`` restarts) re-adopts every Slurm job by the id in ``job_id``, or, if the server died
+between ``sbatch`` and writing that file, by the job's unique name. States and exit
+codes come from the task's ``exit`` file (written inside the Slurm step) and otherwise
+from Slurm (``scontrol show job``): a job cancelled or failed outside Trainyard, or one
+Slurm could never start, ends its tasks with Slurm's own words as the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from trainyard.backends.base import (LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus,
+                                     check_task_key, read_log_file)
+from trainyard.backends.slurm import runners, submission
+from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
+from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory
+
+log = logging.getLogger(__name__)
+
+# Characters a state directory may not hold: Slurm expands ``%`` and ``\`` in output
+# paths, and the runner scripts' argv must stay one path per argument.
+_UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
+# Ports are chosen below Linux's default ephemeral range (32768+) on nodes we cannot
+# probe; best effort, as the Backend contract says.
+PORT_RANGE = range(20000, 32000)
+# How stale Slurm's job table may be when observing (see SlurmBackend._slurm_jobs).
+SLURM_POLL_SECONDS = 1.0
+# How long a pending job may keep a "cannot start" reason while its nodes look usable.
+STUCK_SECONDS = 60.0
+# How long a task killed by a signal nobody in Trainyard sent is kept "running" while
+# Slurm's verdict on its job (NODE_FAIL, CANCELLED, ...) is awaited, for a clear reason.
+VERDICT_WAIT_SECONDS = 10.0
+# How often a stop whose grace period has run out is re-sent as a full cancel.
+CANCEL_RETRY_SECONDS = 2.0
+EXIT = "exit"
+JOB_ID = "job_id"
+SUBMITTING = "submitting"
+STOP = "stop.json"
+
+
+class SlurmBackend:
+    """Runs each job attempt as one Slurm job pinned to Trainyard's placement."""
+
+    name = "slurm"
+
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        partition: str | None = None,
+        commands: SlurmCommands | None = None,
+    ) -> None:
+        self.state_dir = Path(state_dir).absolute()
+        if _UNSAFE_PATH.search(str(self.state_dir)):
+            raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
+        self.partition = partition
+        self.commands = commands or SlurmCommands()
+        (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True, mode=0o700)
+        bin_dir = self.state_dir / "bin"
+        bin_dir.mkdir(exist_ok=True)
+        self.gang_runner = _install(bin_dir / "gang-runner.sh", runners.GANG_RUNNER)
+        self.task_runner = _install(bin_dir / "task-runner.sh", runners.TASK_RUNNER)
+        # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
+        self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+        self._lock = threading.Lock()
+        self._last_cancel: dict[str, float] = {}
+        self._stuck_since: dict[str, float] = {}  # Slurm job id -> when first seen unable to start
+        # Slurm job id -> when this object submitted it (monotonic); see _slurm_jobs.
+        self._submitted: dict[str, float] = {}
+        self._jobs_cache: tuple[float, dict[str, SlurmJob]] | None = None
+        # Node -> its GPUs' Slurm types by index, from the last inventory (typed --gres).
+        self._gpu_models: dict[str, tuple[str, ...]] = {}
+
+    # --- paths -------------------------------------------------------------------
+
+    def task_dir(self, key: TaskKey) -> Path:
+        check_task_key(key)
+        return self._attempt_dir(key) / f"{key.role}-{key.index}-{key.run}"
+
+    def submission_dir(self, key: TaskKey) -> Path:
+        """Where the Slurm job running this task run is recorded."""
+        self.task_dir(key)  # validates the key
+        tag = "gang" if key.run == 0 else f"{key.role}-{key.index}-{key.run}"
+        return self._attempt_dir(key) / f"slurm-{tag}"
+
+    def slurm_job_name(self, key: TaskKey) -> str:
+        return f"{self.name_prefix}-{key.job_id}-{key.attempt}-{self.submission_dir(key).name}"
+
+    def slurm_job_id(self, key: TaskKey) -> str | None:
+        """The Slurm job running this task, if it was submitted."""
+        return _read_text(self.submission_dir(key) / JOB_ID)
+
+    def _attempt_dir(self, key: TaskKey) -> Path:
+        return self.state_dir / "jobs" / str(key.job_id) / str(key.attempt)
+
+    # --- Backend -----------------------------------------------------------------
+
+    def inventory(self) -> list[NodeInventory]:
+        nodes = [node_inventory(r) for r in self.commands.nodes() if in_partition(r, self.partition)]
+        self._gpu_models = {node.name: tuple(gpu.model for gpu in node.gpus) for node in nodes}
+        return nodes
+
+    def allocate_ports(self, node: str, count: int) -> list[int]:
+        if count < 0:
+            raise ValueError(f"port count must be >= 0, got {count}")
+        return random.sample(PORT_RANGE, count)
+
+    def launch(self, task: TaskLaunch) -> None:
+        self.launch_gang([task])
+
+    def launch_gang(self, tasks: Sequence[TaskLaunch]) -> None:
+        """One Slurm job for the first runs of the attempt; one per in-place re-run."""
+        if not tasks:
+            return
+        attempts = {(t.key.job_id, t.key.attempt) for t in tasks}
+        if len(attempts) != 1:
+            raise ValueError(f"a gang is the tasks of one job attempt; got tasks of {sorted(attempts)}")
+        for task in tasks:
+            submission.check_task(task)
+        first_runs = [t for t in tasks if t.key.run == 0]
+        if first_runs:
+            self._submit(first_runs)
+        for rerun in (t for t in tasks if t.key.run > 0):
+            self._submit([rerun])
+
+    def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
+        statuses: dict[TaskKey, TaskStatus] = {}
+        waiting: dict[TaskKey, str] = {}  # keys whose answer is Slurm's -> Slurm job id
+        killed: dict[TaskKey, TaskStatus] = {}  # ended by a signal nobody in Trainyard sent
+        for key in keys:
+            try:
+                task_dir = self.task_dir(key)
+            except ValueError as exc:
+                statuses[key] = TaskStatus(key, running=False, lost=True, message=f"invalid task key: {exc}")
+                continue
+            if (ended := _exit_status(key, task_dir)) is not None:
+                statuses[key] = ended
+                if self._killed_by_others(key, ended):
+                    killed[key] = ended  # say why, if Slurm knows
+                continue
+            job_id = self._known_job_id(key)
+            if job_id is None:
+                statuses[key] = TaskStatus(key, running=False, lost=True, message="never submitted to Slurm")
+            else:
+                waiting[key] = job_id
+        if not waiting and not killed:
+            return statuses
+        try:
+            if killed:  # rare, and Slurm's verdict (NODE_FAIL, CANCELLED...) is seconds old at most
+                self._jobs_cache = None
+            taken_at, jobs = self._slurm_jobs(set(waiting.values()))
+        except SlurmError as exc:
+            # Not knowing is not ending: keep every task as it was until Slurm answers.
+            log.warning("cannot read job states from Slurm: %s", exc)
+            return statuses | {k: TaskStatus(k, running=True, message=f"Slurm unreachable: {exc}") for k in waiting}
+        for key, ended in killed.items():
+            statuses[key] = self._explain_kill(key, ended, jobs.get(self.slurm_job_id(key) or ""))
+        for key, job_id in waiting.items():
+            if job_id not in jobs and self._submitted.get(job_id, -1e9) >= taken_at:
+                statuses[key] = TaskStatus(key, running=True, message="submitted to Slurm")
+            else:
+                statuses[key] = self._status(key, job_id, jobs.get(job_id))
+        return statuses
+
+    def stop(self, key: TaskKey, grace_seconds: float) -> None:
+        try:
+            sub_dir = self.submission_dir(key)
+        except ValueError as exc:
+            log.warning("ignoring a stop for an invalid task key %r: %s", key, exc)
+            return
+        job_id = self._known_job_id(key)
+        if job_id is None:
+            return
+        stop_path = sub_dir / STOP
+        record = _read_json(stop_path)
+        if record is not None and record.get("signalled"):
+            return  # the whole Slurm job got its stop already (one per gang, not per task)
+        if record is None:
+            grace = max(0.0, float(grace_seconds))
+            record = {"deadline": time.time() + grace, "grace_seconds": grace, "signalled": False}
+            # Durable first: a restarted server enforces the deadline (observe) if we die now.
+            submission.write_private(stop_path, json.dumps(record).encode())
+        # Nothing runs yet in a pending job: cancel it outright. A running one gets SIGTERM
+        # in every task (scancel signals the steps, not the batch script), then its grace.
+        self.commands.scancel(job_id, state="PENDING")
+        if record["grace_seconds"] <= 0:
+            self.commands.scancel(job_id)
+        else:
+            self.commands.scancel(job_id, signal="TERM", state="RUNNING")
+        # A stop that failed half-way (Slurm unreachable) is sent again on the next call.
+        submission.write_private(stop_path, json.dumps({**record, "signalled": True}).encode())
+
+    def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        try:
+            path = self.task_dir(key) / "output.log"
+        except ValueError:  # a key no task can have: it has no log
+            return LogChunk(data=b"", offset=0, size=0)
+        return read_log_file(path, offset, limit)
+
+    # --- internals -----------------------------------------------------------------
+
+    def _submit(self, tasks: list[TaskLaunch]) -> None:
+        key = tasks[0].key
+        sub_dir = self.submission_dir(key)
+        name = self.slurm_job_name(key)
+        with self._lock:
+            if self._known_job_id(key) is not None:
+                return  # submitted before (e.g. by this server before it restarted)
+            task_dirs = {t.key: self.task_dir(t.key) for t in tasks}
+            for task in tasks:
+                submission.write_task_files(task_dirs[task.key], task)
+            sub_dir.mkdir(parents=True, exist_ok=True)
+            argv = submission.sbatch_argv(
+                name=name, submission_dir=sub_dir, partition=self.partition,
+                parts=submission.components(tasks, self._gpu_models), task_dirs=task_dirs,
+                gang_runner=self.gang_runner, task_runner=self.task_runner,
+            )
+            # The marker says "sbatch may have run": after a crash, look for the job by
+            # name before submitting again, so that nothing ever runs twice.
+            submission.write_private(sub_dir / SUBMITTING, name.encode())
+            try:
+                job_id = self.commands.sbatch(argv)
+            except SlurmError:
+                # A timeout may hide a job that was created: adopt it rather than fail the task.
+                found = self.commands.job_ids_named(name)
+                if not found:
+                    raise
+                job_id = found[0]
+            self._submitted[job_id] = time.monotonic()
+            submission.write_private(sub_dir / JOB_ID, job_id.encode())
+            log.info("submitted %s as Slurm job %s (%d task(s))", name, job_id, len(tasks))
+
+    def _slurm_jobs(self, needed: set[str]) -> tuple[float, dict[str, SlurmJob]]:
+        """Slurm's job table and when it was read, read again once it is older than
+        ``SLURM_POLL_SECONDS`` or misses a job submitted before it was read.
+
+        The controller observes every cycle (several times a second when busy); task ends
+        show up in exit files without asking Slurm, so its table is only needed for what
+        happens outside the tasks (a cancel, a node failure, a job that cannot start), and
+        a second of delay there keeps ``scontrol`` off the launch path.
+        """
+        now = time.monotonic()
+        if self._jobs_cache is not None:
+            taken_at, jobs = self._jobs_cache
+            fresh = now - taken_at < SLURM_POLL_SECONDS
+            if fresh and all(j in jobs or self._submitted.get(j, -1e9) >= taken_at for j in needed):
+                return self._jobs_cache
+        jobs = slurm_jobs(self.commands.jobs())
+        self._jobs_cache = (now, jobs)
+        # Per-job memos only matter while their job is in this table (or newer than it).
+        self._submitted = {j: t for j, t in self._submitted.items() if t >= now - SLURM_POLL_SECONDS}
+        self._stuck_since = {j: t for j, t in self._stuck_since.items() if j in jobs and jobs[j].pending}
+        self._last_cancel = {j: t for j, t in self._last_cancel.items() if j in jobs and not jobs[j].final}
+        return self._jobs_cache
+
+    def _known_job_id(self, key: TaskKey) -> str | None:
+        """The Slurm job id of this task's submission; recovers it by name after a crash."""
+        sub_dir = self.submission_dir(key)
+        job_id = _read_text(sub_dir / JOB_ID)
+        if job_id is not None or not (sub_dir / SUBMITTING).exists():
+            return job_id
+        found = self.commands.job_ids_named(self.slurm_job_name(key))
+        if not found:
+            return None
+        if len(found) > 1:
+            log.warning("several Slurm jobs are named %s: %s; adopting %s", self.slurm_job_name(key), found, found[0])
+        submission.write_private(sub_dir / JOB_ID, found[0].encode())
+        return found[0]
+
+    def _status(self, key: TaskKey, job_id: str, job: SlurmJob | None) -> TaskStatus:
+        task_dir = self.task_dir(key)
+        if job is None:
+            # Finished so long ago that slurmctld forgot it (MinJobAge), or its state was lost.
+            if (ended := _exit_status(key, task_dir)) is not None:
+                return ended
+            return TaskStatus(key, running=False, message=(
+                f"Slurm no longer knows job {job_id} and the task recorded no exit status "
+                "(it ended while Trainyard was away, or Slurm lost it)"))
+        self._enforce_stop(key, job)
+        if not job.final:
+            if (reason := job.unstartable_reason()) is not None and self._stuck_for_good(job):
+                log.warning("Slurm job %s cannot start (%s); cancelling it", job_id, reason)
+                self.commands.scancel(job_id)
+                return TaskStatus(key, running=False, message=(
+                    f"Slurm could not start job {job_id} where it was placed: {reason}; cancelled"))
+            if job.pending:
+                return TaskStatus(key, running=True, message=f"pending in Slurm ({job.reasons[0]})")
+            return TaskStatus(key, running=True)
+        # The runner writes the task's exit file just before the step ends: look again.
+        if (ended := _exit_status(key, task_dir)) is not None:
+            return self._explain_kill(key, ended, job) if self._killed_by_others(key, ended) else ended
+        # The batch script's own status says nothing about the task's success: without
+        # the task's exit file, only a signal counts, and "no exit status" otherwise.
+        code = job.exit_code()
+        code = code if code is not None and code > 128 else None
+        return TaskStatus(key, running=False, exit_code=code, signal=None if code is None else code - 128,
+                          message=f"Slurm job {job_id} ended {job.state} without the task's own exit status")
+
+    def _stuck_for_good(self, job: SlurmJob) -> bool:
+        """Whether a pending job that Slurm says cannot start now never will.
+
+        Slurm also says ``ReqNodeNotAvail`` for a moment while a required node is still
+        cleaning up after another job; so a node-related reason counts only once one of
+        the job's nodes is really drained, down or gone, and any reason counts once it
+        has lasted ``STUCK_SECONDS``.
+        """
+        first_seen = self._stuck_since.setdefault(job.job_id, time.monotonic())
+        if time.monotonic() - first_seen >= STUCK_SECONDS:
+            return True
+        states = {r["NodeName"]: r.get("State", "UNKNOWN") for r in self.commands.nodes()}
+        return any(node not in states or not is_schedulable(states[node]) for node in job.nodes)
+
+    def _killed_by_others(self, key: TaskKey, ended: TaskStatus) -> bool:
+        """Whether a signal ended the task that no stop of Trainyard's sent."""
+        return ended.signal is not None and not (self.submission_dir(key) / STOP).exists()
+
+    def _explain_kill(self, key: TaskKey, ended: TaskStatus, job: SlurmJob | None) -> TaskStatus:
+        """A task killed by a signal Trainyard did not send: add Slurm's verdict (NODE_FAIL,
+        CANCELLED, TIMEOUT...), waiting a little for it, since the task's exit file is
+        written while Slurm is still tearing the job down."""
+        if job is None:
+            return ended
+        if job.final:
+            if job.state == "COMPLETED":
+                return ended
+            why = f"Slurm job {job.job_id} ended {job.state} ({job.reasons[0].replace('_', ' ')})"
+            return dataclasses.replace(ended, message=why)
+        try:
+            age = time.time() - (self.task_dir(key) / EXIT).stat().st_mtime
+        except FileNotFoundError:
+            age = 0.0
+        if age < VERDICT_WAIT_SECONDS:
+            return TaskStatus(key, running=True, message="killed by a signal; waiting for Slurm's verdict")
+        return ended  # e.g. OOM-killed while the rest of its gang runs on
+
+    def _enforce_stop(self, key: TaskKey, job: SlurmJob) -> None:
+        """Cancel a stopped job whose grace period is over (the timer that survives restarts)."""
+        if job.final:
+            return
+        record = _read_json(self.submission_dir(key) / STOP)
+        if record is None or time.time() < float(record.get("deadline", 0)):
+            return
+        now = time.monotonic()
+        if now - self._last_cancel.get(job.job_id, -1e9) < CANCEL_RETRY_SECONDS:
+            return
+        self._last_cancel[job.job_id] = now
+        log.info("Slurm job %s: grace period over; cancelling it", job.job_id)
+        self.commands.scancel(job.job_id)
+
+
+def _install(path: Path, text: str) -> Path:
+    """Write a runner script unless it already holds exactly this text."""
+    if _read_text(path, strip=False) != text:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+        os.replace(tmp, path)
+    return path
+
+
+def _read_text(path: Path, *, strip: bool = True) -> str | None:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    return text.strip() if strip else text
+
+
+def _read_json(path: Path) -> dict | None:
+    text = _read_text(path)
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
+    """The exit status the task runner (or srun, standing in) recorded, if any."""
+    text = _read_text(task_dir / EXIT)
+    if text is None or not text.isdigit():
+        return None
+    code = int(text)
+    return TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None)

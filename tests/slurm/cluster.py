@@ -1,0 +1,67 @@
+"""Helpers for the Slurm tests: our Slurm jobs, and driving the controller until a state."""
+
+from __future__ import annotations
+
+import subprocess
+
+from e2e.server import wait_until
+from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.slurm.jobstate import FINAL_STATES
+from trainyard.core.clock import SystemClock
+from trainyard.services import jobs as job_service
+from trainyard.spec.loading import parse_job
+from trainyard.store.rows import JobRow
+
+FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+
+
+def our_jobs(slurm: SlurmCommands, prefix: str) -> list[str]:
+    """Ids of the Slurm jobs (not yet ended) whose name starts with ``prefix``."""
+    out = slurm.run(["squeue", "--noheader", "--format=%F %j"]).stdout
+    rows = [line.split() for line in out.splitlines()]
+    return sorted({row[0] for row in rows if len(row) == 2 and row[1].startswith(prefix)})
+
+
+def cancel_all(slurm: SlurmCommands, prefix: str) -> None:
+    for job_id in our_jobs(slurm, prefix):
+        slurm.scancel(job_id)
+    wait_until(lambda: not our_jobs(slurm, prefix), timeout=30, what=f"Slurm jobs {prefix}* to end")
+
+
+def ended_slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:
+    """The Slurm records of a job once every component has ended (a task's own exit file
+    comes a moment before Slurm's COMPLETING turns into a final state)."""
+    return wait_until(lambda: (records := slurm_job(slurm, job_id)) and all(
+        r["JobState"] in FINAL_STATES for r in records) and records, timeout=30, what=f"Slurm job {job_id} to end")
+
+
+def slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:
+    """The Slurm records (one per hetjob component) of a job, while Slurm remembers it."""
+    return [r for r in slurm.jobs() if (r.get("HetJobId") or r.get("JobId")) == job_id]
+
+
+def run(argv: list[str]) -> str:
+    return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+
+
+def submit(world, text: str) -> int:
+    with world.db.session() as s:
+        return job_service.submit_job(s, s.merge(world.user), parse_job(text), clock=SystemClock()).id
+
+
+def drive(world, job_id: int, states=FINAL, timeout: float = 30.0, until=None) -> JobRow:
+    """Run controller cycles until the job reaches one of ``states`` (and ``until(job)`` holds)."""
+    found: list[JobRow] = []
+
+    def reached() -> bool:
+        world.controller.wake()
+        world.controller.run_once()
+        with world.db.session() as s:
+            job = s.get(JobRow, job_id)
+            if job.state in states and (until is None or until(job)):
+                found.append(job)
+                return True
+        return False
+
+    wait_until(reached, timeout=timeout, interval=0.05, what=f"job {job_id} to reach {states}")
+    return found[0]

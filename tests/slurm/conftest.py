@@ -1,0 +1,94 @@
+"""Fixtures for tests against a real Slurm cluster (``scripts/dev-slurm.sh start``).
+
+The cluster is found through ``SLURM_CONF``. Without a reachable one these tests are
+skipped, unless ``TRAINYARD_REQUIRE_SLURM=1`` (set in CI), which makes them fail.
+Each test gets its own store and Slurm state directory; at its end every Slurm job it
+submitted is cancelled and awaited, and every node it drained is resumed, so that the
+next test finds the whole cluster free.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from slurm.cluster import cancel_all
+from trainyard.backends.slurm.backend import SlurmBackend
+from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.controller.loop import Controller
+from trainyard.core.clock import SystemClock
+from trainyard.services import auth
+from trainyard.store.db import Database
+from trainyard.store.rows import UserRow
+
+REQUIRE_SLURM = os.environ.get("TRAINYARD_REQUIRE_SLURM") == "1"
+
+
+def _cluster_problem() -> str | None:
+    if not os.environ.get("SLURM_CONF"):
+        return "SLURM_CONF is not set (run: export \"$(scripts/dev-slurm.sh start)\")"
+    try:
+        commands = SlurmCommands()
+        done = commands.run(["scontrol", "ping"], check=False)
+    except SlurmError as exc:
+        return str(exc)
+    if "is UP" not in done.stdout:
+        return f"slurmctld does not answer: {done.stdout.strip()} {done.stderr.strip()}"
+    return None
+
+
+@pytest.fixture(scope="session")
+def slurm() -> SlurmCommands:
+    problem = _cluster_problem()
+    if problem is not None:
+        if REQUIRE_SLURM:
+            pytest.fail(f"TRAINYARD_REQUIRE_SLURM=1 but no Slurm cluster is usable: {problem}")
+        pytest.skip(f"no Slurm cluster: {problem}")
+    return SlurmCommands()
+
+
+@pytest.fixture
+def drain(slurm: SlurmCommands) -> Iterator:
+    """``drain("n1", ...)`` drains nodes for the test; they are resumed afterwards."""
+    drained: list[str] = []
+
+    def drain_nodes(*nodes: str) -> None:
+        for node in nodes:
+            slurm.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=trainyard-test"])
+            drained.append(node)
+
+    yield drain_nodes
+    for node in drained:
+        slurm.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+
+
+@dataclass
+class World:
+    db: Database
+    backend: SlurmBackend
+    controller: Controller
+    user: UserRow
+    slurm: SlurmCommands
+    tmp: Path
+
+
+@pytest.fixture
+def world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+    """A store, the Slurm backend and a controller driven cycle by cycle (no thread)."""
+    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    db.migrate()
+    backend = SlurmBackend(tmp_path / "slurm")
+    clock = SystemClock()
+    controller = Controller(db, backend, clock)
+    with db.session() as s:
+        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
+    controller.run_once()  # inventory
+    try:
+        yield World(db, backend, controller, user, slurm, tmp_path)
+    finally:
+        cancel_all(slurm, backend.name_prefix)
+        db.dispose()

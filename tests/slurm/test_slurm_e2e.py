@@ -1,0 +1,81 @@
+"""A real ``yard up --backend slurm``: killed with -9 and restarted while its Slurm jobs run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from e2e.server import Server, free_port, wait_until
+from slurm.cluster import cancel_all
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def slurm_server(slurm, tmp_path_factory) -> Iterator[Server]:
+    home = tmp_path_factory.mktemp("home")
+    srv = Server(home=home, port=free_port(), database_url=None, gpus=0, extra_args=("--backend", "slurm"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        cancel_all(slurm, "trainyard-")
+
+
+def _job(name: str, exit_code: int, gates) -> str:
+    # The task records each start, then waits for its release file and exits.
+    return f"""
+name: {name}
+taskRoles:
+  main:
+    resourcePerInstance: {{gpu: 2, cpu: 1, memoryMB: 128}}
+    commands:
+      - echo start >> {gates}/starts-{name}
+      - echo running
+      - while [ ! -e {gates}/release-{name} ]; do sleep 0.05; done
+      - echo released
+      - exit {exit_code}
+"""
+
+
+def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed(slurm_server, slurm, tmp_path) -> None:
+    server, gates = slurm_server, tmp_path
+    client = server.admin()
+    assert {n["name"] for n in client.nodes()} >= {"n1", "n2", "n3", "n4"}
+    ended_while_down = client.submit(_job("down", 7, gates))["id"]
+    still_running = client.submit(_job("alive", 0, gates))["id"]
+    for job_id in (ended_while_down, still_running):
+        wait_until(lambda: client.logs(job_id) == b"running\n", timeout=30, what=f"job {job_id} to run")
+
+    server.kill9()
+    (gates / "release-down").touch()
+    (state_dir,) = (server.home / "slurm").iterdir()  # one store, one cluster id
+    exit_file = state_dir / "jobs" / str(ended_while_down) / "0" / "main-0-0" / "exit"
+    wait_until(exit_file.exists, timeout=20, what="the released task to end while no server runs")
+
+    server.start()
+    client = server.admin()
+    down = client.wait(ended_while_down, timeout=30)
+    assert (down["state"], down["exitCode"]) == ("FAILED", 7)
+    assert client.job(still_running)["state"] == "RUNNING"
+
+    # `yard logs -f` follows the Slurm output file until the task ends.
+    follow = subprocess.Popen([sys.executable, "-m", "trainyard.cli.main", "logs", "-f", str(still_running)],
+                              env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: client.logs(still_running) == b"running\n", timeout=10, what="the log")
+    (gates / "release-alive").touch()
+    out, err = follow.communicate(timeout=30)
+    assert out == "running\nreleased\n", err
+    assert client.wait(still_running, timeout=30)["state"] == "SUCCEEDED"
+
+    for name in ("down", "alive"):
+        assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"
+    # Exactly one Slurm job per Trainyard job, under the name the backend gave it.
+    names = slurm.run(["squeue", "--noheader", "--all", "--states=all", "--format=%F %j"]).stdout.splitlines()
+    for job_id in (ended_while_down, still_running):
+        name = (state_dir / "jobs" / str(job_id) / "0" / "slurm-gang" / "submitting").read_text()
+        assert len([line for line in names if line.split()[1] == name]) == 1, (name, names)
