@@ -49,6 +49,15 @@ class Fgd:
         total = sum(w.weight for w in workload if w.weight > 0)
         self.classes = [(w, w.weight / total) for w in workload if w.weight > 0] if total else []
         self._cache: dict[tuple, float] = {}
+        # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
+        # by (share, models), it is worked out once per group instead of once per kind.
+        grouped: dict[tuple[int, tuple[str, ...]], list[tuple[int, int, float]]] = {}
+        for w, p in self.classes:
+            grouped.setdefault((w.gpu_milli, w.gpu_models), []).append((w.cpu_milli, w.memory_mb, p))
+        self._groups = [
+            (gpu, models, tuple(members), sum(p for _, _, p in members))
+            for (gpu, models), members in grouped.items()
+        ]
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> Fgd:
@@ -62,9 +71,8 @@ class Fgd:
             return first_fit(task, access)
         for tier in access.tiers(task):
             best: tuple[tuple[float, int], FreeNode, Fit] | None = None
-            for seen, node in enumerate(tier):
-                if seen >= SCAN:
-                    break
+            seen = 0  # fitting nodes compared: nodes that cannot take the task do not count
+            for node in tier:
                 before = self.fragmentation(node, node.gpu_free, 0, 0)
                 fit = access.fit(node, task, self._selector(before))
                 if fit is None:
@@ -72,6 +80,9 @@ class Fgd:
                 key = (self._after(node, task, fit.devices) - before, seen)
                 if best is None or key < best[0]:
                     best = (key, node, fit)
+                seen += 1
+                if seen >= SCAN:
+                    break
             if best is not None:
                 return best[1], best[2]
         return None
@@ -105,8 +116,38 @@ class Fgd:
         key = (node.klass if len(node.klass) == 1 else tuple(node.gpu_model), tuple(free), cpu, memory)
         cached = self._cache.get(key)
         if cached is None:
-            cached = self._cache[key] = sum(p * self._measured_by(node, free, cpu, memory, w) for w, p in self.classes)
+            cached = self._cache[key] = self._expected(node, free, cpu, memory)
         return cached
+
+    def _expected(self, node: FreeNode, free: list[int], cpu: int, memory: int) -> float:
+        """``sum_m p_m F_n(m)``, the same as summing ``_measured_by`` over the classes."""
+        idle = [f if f > 0 else 0 for f in free]
+        total = sum(idle)
+        if total == 0:
+            return 0.0
+        expected = 0.0
+        every = range(len(idle))
+        for gpu_milli, models, members, weight in self._groups:
+            usable = [i for i in every if node.gpu_model[i] in models] if models else every
+            if not usable:
+                expected += weight * total
+                continue
+            if gpu_milli >= MILLI:
+                fits = sum(1 for i in usable if idle[i] == MILLI) >= gpu_milli // MILLI
+            else:
+                fits = any(idle[i] >= gpu_milli for i in usable)
+            if fits:
+                need = min(gpu_milli, MILLI)
+                if models:
+                    usable_set = set(usable)
+                    stranded = sum(f for i, f in enumerate(idle) if i not in usable_set or f < need)
+                else:
+                    stranded = sum(f for f in idle if f < need)
+            else:
+                stranded = total
+            hosted = sum(p for c, m, p in members if c <= cpu and m <= memory)  # kinds CPU/memory allow
+            expected += (weight - hosted) * total + hosted * stranded
+        return expected
 
     @staticmethod
     def _measured_by(node: FreeNode, free: list[int], cpu: int, memory: int, kind: WorkloadClass) -> int:
