@@ -29,7 +29,7 @@ from trainyard.scheduler.ledger import Access, Fit, Ledger
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, first_fit, select_bestfit
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
-SCAN = 64
+SCAN = 128
 CLASSES = 16  # the most popular task kinds kept from the pending mix
 
 
@@ -45,6 +45,8 @@ def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
 
 
 class Fgd:
+    scan = SCAN  # fitting nodes compared per task
+
     def __init__(self, workload: Sequence[WorkloadClass]) -> None:
         total = sum(w.weight for w in workload if w.weight > 0)
         self.classes = [(w, w.weight / total) for w in workload if w.weight > 0] if total else []
@@ -77,15 +79,20 @@ class Fgd:
                 fit = access.fit(node, task, self._selector(before))
                 if fit is None:
                     continue
-                key = (self._after(node, task, fit.devices) - before, seen)
+                cost = self._after(node, task, fit.devices) - before + self.penalty(node, task, fit.devices)
+                key = (cost, seen)
                 if best is None or key < best[0]:
                     best = (key, node, fit)
                 seen += 1
-                if seen >= SCAN:
+                if seen >= self.scan:
                     break
             if best is not None:
                 return best[1], best[2]
         return None
+
+    def penalty(self, node: FreeNode, task: TaskRequest, devices: list[GpuShare]) -> float:
+        """What else placing ``task`` on ``node`` costs, in milli-GPU (none for FGD itself)."""
+        return 0.0
 
     def _selector(self, before: float):
         def select(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
