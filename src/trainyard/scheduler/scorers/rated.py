@@ -33,9 +33,14 @@ def may_fit(node: FreeNode, task: TaskRequest) -> bool:
         return False
     if task.gpu_milli <= 0:
         return True
+    any_device = not task.gpu_models and not task.gpu_memory_mb  # every device suits the task
     if task.gpu_milli < MILLI:
+        if any_device:
+            return max(node.gpu_free, default=0) >= task.gpu_milli
         return any(f >= task.gpu_milli and node.suits(p, task) for p, f in enumerate(node.gpu_free))
     wanted = task.gpu_milli // MILLI
+    if any_device:
+        return node.whole >= wanted
     return sum(1 for p, f in enumerate(node.gpu_free) if f == MILLI and node.suits(p, task)) >= wanted
 
 
@@ -44,15 +49,14 @@ def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: R
     rng = draw_for(gang.job, task)
     for tier in access.tiers(task):
         rated = [(rate(node, task), node) for node in tier if may_fit(node, task)]
-        if not rated:
-            continue
-        # Highest score first; among equal scores a random order (reservoir-free: a shuffle).
-        rng.shuffle(rated)
-        rated.sort(key=lambda sn: -sn[0])
-        for _, node in rated:
+        while rated:
+            top = max(score for score, _ in rated)
+            best = [node for score, node in rated if score == top]
+            node = best[rng.randrange(len(best))]
             fit = access.fit(node, task, select)
             if fit is not None:
                 return node, fit
+            rated = [(score, other) for score, other in rated if other is not node]
     return None
 
 
