@@ -40,8 +40,11 @@ def add_sim_parser(sub: argparse._SubParsersAction) -> None:
     q.add_argument("--end", help="submit times before this (YYYY-MM-DD[THH:MM])")
     q.add_argument("--load", type=float, default=1.0, help="compress inter-arrival times by this factor")
     q.add_argument("--max-jobs", type=int, help="only the first N jobs of the window")
-    q.add_argument("--vc-quotas", action="store_true",
-                   help="give each VC a quota in proportion to its GPU demand and report its delay alone")
+    q.add_argument("--vc-quotas", nargs="?", const="philly", metavar="philly|demand|FILE",
+                   help="give each VC a quota: Philly's nodes per VC (default), its share of the demand, "
+                   "or a vc,node num CSV; then compare each VC's delay with its delay alone on its quota")
+    q.add_argument("--tick", type=float, default=60.0,
+                   help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")
     q.add_argument("--json", action="store_true", help="print the report as JSON")
 

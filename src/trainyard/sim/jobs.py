@@ -149,3 +149,12 @@ def gang_tasks(gpus: int, largest_node: int) -> list[int]:
     size = max(1, largest_node)
     full, rest = divmod(gpus, size)
     return [size * MILLI] * full + ([rest * MILLI] if rest else [])
+
+
+def load_vc_nodes(path: Path | str) -> dict[str, float]:
+    """Philly's nodes per VC (``vc,node num``), as shares for ``queue.vc_quotas``."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if {"vc", "node num"} - set(reader.fieldnames or ()):
+            raise ValueError(f"{path}: needs columns 'vc' and 'node num'")
+        return {row["vc"]: float(row["node num"]) for row in reader}

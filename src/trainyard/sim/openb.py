@@ -102,7 +102,10 @@ def tune(pods: Sequence[Pod], capacity_milli: int, ratio: float, seed: int) -> l
     tuned = list(pods)
     target = ratio * capacity_milli
     total = sum(p.gpu_request for p in tuned)
-    while pods:
+    if not any(p.gpu_request > 0 for p in pods):
+        rng.shuffle(tuned)
+        return tuned  # no GPU requests: nothing to inflate
+    while True:
         pod = rng.choice(pods)
         if total + pod.gpu_request > target:
             break

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainyard.scheduler.schedule import schedule
@@ -139,7 +139,7 @@ class QueueSim:
     def run(self) -> QueueResult:
         result = self.result
         limit = {v.name: sum(v.quota.values()) for v in self.vcs}
-        fits = lambda j: j.gpus <= min(self.gpus, limit.get(self._vc_of(j), self.gpus))  # noqa: E731
+        fits = lambda j: j.gpus <= min(self.gpus, limit.get(self._vc_of(j), 0 if self.vcs else self.gpus))  # noqa: E731
         arrivals = [j for j in self.jobs if fits(j)]
         result.rejected = [j for j in self.jobs if not fits(j)]
         if not arrivals:
@@ -317,16 +317,19 @@ class QueueSim:
         )
 
 
-def vc_quotas(jobs: Sequence[TraceJob], gpus: int) -> tuple[VirtualCluster, ...]:
-    """A quota per VC in proportion to its GPU-seconds of demand (whole GPUs, at least one),
-    the way an admin would split a cluster among teams by their use."""
-    demand: dict[str, float] = {}
-    for j in jobs:
-        demand[j.vc] = demand.get(j.vc, 0.0) + j.gpus * j.duration
-    total = sum(demand.values()) or 1.0
-    shares = {vc: max(1, int(gpus * d / total)) for vc, d in demand.items()}
-    while sum(shares.values()) > gpus:  # rounding up the smallest may overshoot: trim the largest
-        largest = max(shares, key=lambda v: (shares[v], v))
-        shares[largest] -= 1
-    return tuple(VirtualCluster(vc, {"gpu": n}) for vc, n in sorted(shares.items()))
-
+def vc_quotas(jobs: Sequence[TraceJob], gpus: int, shares: Mapping[str, float] | None = None
+              ) -> tuple[VirtualCluster, ...]:
+    """A quota per VC in whole GPUs (at least one), in proportion to ``shares`` (e.g. Philly's
+    nodes per VC) scaled to the cluster, or else to each VC's GPU-seconds of demand. VCs of
+    ``jobs`` missing from ``shares`` get no quota (their jobs are refused, as the scheduler
+    refuses an unknown VC)."""
+    if shares is None:
+        shares = {}
+        for j in jobs:
+            shares[j.vc] = shares.get(j.vc, 0.0) + j.gpus * j.duration
+    total = sum(shares.values()) or 1.0
+    quota = {vc: max(1, int(gpus * share / total)) for vc, share in shares.items() if share > 0}
+    while sum(quota.values()) > gpus:  # rounding up the smallest may overshoot: trim the largest
+        largest = max(quota, key=lambda v: (quota[v], v))
+        quota[largest] -= 1
+    return tuple(VirtualCluster(vc, {"gpu": n}) for vc, n in sorted(quota.items()))

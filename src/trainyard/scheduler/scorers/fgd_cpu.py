@@ -1,21 +1,20 @@
 """FGD that also counts the GPUs a node strands for want of CPU: Trainyard's default placement.
 
 Replaying the Alibaba openb trace (``yard sim placement``) showed where FGD loses GPUs once
-a cluster fills: on 8-GPU nodes whose CPUs are gone while GPUs are still free, and in whole
-GPUs taken by shared tasks that whole-GPU tasks then miss. Three changes to FGD's cost
-address them; everything else (the fragmentation measure, device choice, scan) is FGD's:
+a cluster fills: on nodes whose CPUs are gone while GPUs are still free, and in whole GPUs
+taken by shared tasks that whole-GPU tasks then miss. Two changes to FGD's cost address
+them; everything else (the fragmentation measure, device choice, scan) is FGD's:
 
-* the target workload weighs each task kind by its count × √(its GPU request), so kinds
-  that ask for more GPU — the ones that fail first when the cluster fills — count more
-  when judging which free GPUs are fragments (FGD weighs kinds by count alone);
 * **CPU stranding**: with the workload's CPU per GPU ``r``, a node left with free CPU below
   ``r`` × its free GPU strands the difference; the stranded milli-GPUs are added to the
   cost, one for one (FGD sees CPU only as a yes/no per task kind);
-* a slight preference for fuller nodes (0.05 per milli-GPU left free), which keeps empty
-  nodes whole for multi-GPU tasks.
+* when no task kind is limited to GPU models, the target workload weighs each kind by its
+  count × √(its GPU request), so the kinds that ask for more GPU — the ones that fail first
+  when the cluster fills — count more when judging which free GPUs are fragments. With
+  model limits, FGD's weighting by count is what keeps scarce models for the tasks that
+  need them, and reweighting measurably hurt (the ``gpuspec`` pod lists), so it is kept.
 
-Measured on openb's pod lists (docs/benchmarks.md): more GPUs allocated than FGD at 100 %
-arrived demand on every shared variant.
+Measured on openb's pod lists: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -28,15 +27,17 @@ from trainyard.scheduler.scorers.fgd import Fgd, pending_mix
 from trainyard.scheduler.snapshot import GpuShare, Snapshot, TaskRequest, WorkloadClass
 
 STRANDED_WEIGHT = 1.0  # cost per milli-GPU stranded for want of CPU
-FULLER_WEIGHT = 0.05  # cost per milli-GPU a node keeps free after the task
 
 
 def demand_weighted(workload: Sequence[WorkloadClass]) -> tuple[WorkloadClass, ...]:
-    """Each kind's weight × √(its GPU request in GPUs)."""
+    """Each GPU kind's weight × √(its GPU request in GPUs); unchanged if any kind is limited
+    to GPU models."""
+    gpu_kinds = tuple(w for w in workload if w.gpu_milli > 0)
+    if any(w.gpu_models for w in gpu_kinds):
+        return gpu_kinds
     return tuple(
         WorkloadClass(w.gpu_milli, w.weight * math.sqrt(w.gpu_milli / 1000), w.cpu_milli, w.memory_mb, w.gpu_models)
-        for w in workload
-        if w.gpu_milli > 0
+        for w in gpu_kinds
     )
 
 
@@ -52,9 +53,8 @@ class FgdCpu(Fgd):
         return cls(snapshot.config.workload or pending_mix(snapshot.pending))
 
     def penalty(self, node: FreeNode, task: TaskRequest, devices: list[GpuShare]) -> float:
+        if self.cpu_per_gpu <= 0:
+            return 0.0
         gpu_left = max(0, node.gpu_sum) - sum(d.milli for d in devices)
         cpu_left = node.cpu_milli - task.cpu_milli
-        stranded = 0.0
-        if self.cpu_per_gpu > 0:
-            stranded = max(0.0, self.cpu_per_gpu * gpu_left - cpu_left) / self.cpu_per_gpu
-        return STRANDED_WEIGHT * stranded + FULLER_WEIGHT * gpu_left
+        return STRANDED_WEIGHT * max(0.0, self.cpu_per_gpu * gpu_left - cpu_left) / self.cpu_per_gpu
