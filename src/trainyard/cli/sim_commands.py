@@ -82,8 +82,10 @@ def _placement(args: argparse.Namespace) -> int:
     summary = result.summary()
     summary["csv"] = str(csv_path)
     if not args.no_plot:
-        from trainyard.sim.plots import plot_allocation
-
+        try:
+            from trainyard.sim.plots import plot_allocation
+        except ModuleNotFoundError as e:  # matplotlib is an extra: say how to get it
+            raise ValueError(f"the plot needs {e.name}: pip install 'trainyard[sim]', or pass --no-plot") from None
         png = args.out / f"{stem}.png"
         plot_allocation([(args.policy, result.mean("alloc"))], png,
                         f"{args.pods.stem}: {args.policy}, seeds {args.seeds}, tune {args.tune:g}")
