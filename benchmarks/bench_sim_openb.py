@@ -77,43 +77,71 @@ def mean_curve(results: dict, variant: str, policy: str, which: str = "alloc") -
     return curve, len(runs)
 
 
-def render(args: argparse.Namespace) -> None:
-    from trainyard.sim.plots import plot_allocation
+def _reference(reference: Path, variant: str, label: str) -> float | None:
+    try:
+        return read_reference(reference, f"openb_pod_list_{variant}", label)[0]
+    except ValueError:
+        return None
 
+
+def render(args: argparse.Namespace) -> None:
     traces = traces_dir()
-    results = json.loads((args.out / "results.json").read_text())
+    results: dict = {}
+    for folder in args.out_dirs or [args.out]:
+        results.update(json.loads((folder / "results.json").read_text()))
     reference = traces / "fgd_expected_results" / "analysis_allo_discrete.csv.gz"
     names = sorted({k.split("|")[0] for k in results})
     policies = [p for p in ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "default")
                 if any(k.split("|")[1] == p for k in results)]
-    for variant in names:
-        print(f"\n#### `openb_pod_list_{variant}`\n")
-        print("| policy | seeds | " + " | ".join(f"{p} %" for p in POINTS) + " | paper @100 % | Δ | s/run |")
+    for variant in names:  # full tables where every policy ran
+        present = [p for p in policies if mean_curve(results, variant, p)[1]]
+        if len(present) < 3:
+            continue
+        print(f"\n#### `openb_pod_list_{variant}`: GPU allocation % by arrived demand\n")
+        print("| policy | seeds | " + " | ".join(f"{p} %" for p in POINTS) + " | authors @100 % | Δ | s/run |")
         print("|---|---|" + "---|" * len(POINTS) + "---|---|---|")
         curves = []
-        for policy in policies:
+        for policy in present:
             curve, n = mean_curve(results, variant, policy)
-            if not n:
-                continue
             runs = [r for k, r in results.items() if k.startswith(f"{variant}|{policy}|")]
             seconds = sum(r["seconds"] for r in runs) / len(runs)
-            paper = ""
-            delta = ""
-            label = PAPER_LABELS.get(policy, PAPER_LABELS["fgd"] if policy == "default" else "")
-            try:
-                ref, _ = read_reference(reference, f"openb_pod_list_{variant}", label)
-                paper = f"{ref:.2f}" + (" (FGD)" if policy == "default" else "")
-                delta = f"{curve[100] - ref:+.2f}"
-            except ValueError:
-                pass
+            ref = _reference(reference, variant, PAPER_LABELS.get(policy, PAPER_LABELS["fgd"]))
+            paper = "" if ref is None else f"{ref:.2f}" + (" (FGD)" if policy == "default" else "")
+            delta = "" if ref is None else f"{curve[100] - ref:+.2f}"
             cells = " | ".join("-" if curve[int(p)] is None else f"{curve[int(p)]:.2f}" for p in POINTS)
             print(f"| {policy} | {n} | {cells} | {paper} | {delta} | {seconds:.1f} |")
             curves.append((policy, curve))
         if args.plots:
+            from trainyard.sim.plots import plot_allocation
+
             args.plots.mkdir(parents=True, exist_ok=True)
             plot_allocation(curves, args.plots / f"openb_{variant}_alloc.png", f"openb_pod_list_{variant}")
             plot_allocation(curves, args.plots / f"openb_{variant}_alloc_80.png", f"openb_pod_list_{variant}",
                             x_from=80)
+    print("\n#### Trainyard's default against FGD at 100 % arrived demand, every pod list\n")
+    print("| pod list | seeds | FGD (ours) | default | default − FGD | default's gap to 100 % "
+          "| authors' FGD | default − authors' FGD | seeds default > FGD |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    bars = []
+    for variant in names:
+        fgd, n = mean_curve(results, variant, "fgd")
+        default, m = mean_curve(results, variant, "default")
+        if not n or not m:
+            continue
+        ref = _reference(reference, variant, PAPER_LABELS["fgd"])
+        wins = sum(
+            1 for k, r in results.items() if k.startswith(f"{variant}|default|")
+            and f"{variant}|fgd|{k.split('|')[2]}" in results
+            and r["alloc"][100] > results[f"{variant}|fgd|{k.split('|')[2]}"]["alloc"][100]
+        )
+        print(f"| {variant} | {min(n, m)} | {fgd[100]:.2f} | {default[100]:.2f} | {default[100] - fgd[100]:+.2f} "
+              f"| {100 - default[100]:.2f} | {'' if ref is None else f'{ref:.2f}'} "
+              f"| {'' if ref is None else f'{default[100] - ref:+.2f}'} | {wins}/{min(n, m)} |")
+        bars.append((variant, fgd[100], default[100]))
+    if args.plots and bars:
+        from trainyard.sim.plots import plot_bars
+
+        plot_bars(bars, args.plots / "openb_default_vs_fgd.png")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "out" / "sim_openb")
     parser.add_argument("--render", action="store_true", help="print the tables (and --plots) from the results")
     parser.add_argument("--plots", type=Path, help="with --render: write PNGs into this folder")
+    parser.add_argument("--out-dirs", type=Path, nargs="*", help="with --render: merge the results of these folders")
     args = parser.parse_args(argv)
     render(args) if args.render else run(args)
     return 0

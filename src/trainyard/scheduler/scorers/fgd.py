@@ -31,7 +31,10 @@ from trainyard.scheduler.ledger import Access, Fit, Ledger
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, first_fit, select_bestfit
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
-SCAN = 1 << 16  # fitting nodes compared per task: in practice all
+SCAN = 1 << 16  # fitting node states compared per task: in practice all
+# Under quota or cell rules answers depend on the node, not only its state, and are not
+# remembered: fewer nodes are compared, the fullest first, to bound a cycle's cost.
+RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
 
 
@@ -106,7 +109,7 @@ class Fgd:
                 if best is None or key < best[0]:
                     best = (key, node, fit)
                 seen += 1
-                if seen >= self.scan:
+                if seen >= (self.scan if by_state else min(self.scan, RESTRICTED_SCAN)):
                     break
             if best is not None:
                 return best[1], best[2]
