@@ -15,6 +15,7 @@ Prints times and ratios to the targets; never asserts.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -68,12 +69,43 @@ def month(policies: list[str]) -> dict[str, float]:
     return times
 
 
+def render_queue(folder: Path) -> None:
+    """Markdown tables from ``yard sim queue --json`` outputs saved as ``*.json`` in ``folder``."""
+    print("| run | policy | jobs | avg JCT | median JCT | p99 JCT | avg queueing | p99 queueing | makespan "
+          "| GPU util. | preemptions | sim time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    done = [p for p in sorted(folder.glob("*.json")) if p.stat().st_size]  # skip runs still writing
+    for path in done:
+        r = json.loads(path.read_text())
+        print(f"| {path.stem} | {r['policy']} | {r['jobs']} | {r['avg_jct_h']:.2f} h | {r['median_jct_h']:.2f} h "
+              f"| {r['p99_jct_h']:.1f} h | {r['avg_queueing_h']:.2f} h | {r['p99_queueing_h']:.2f} h "
+              f"| {r['makespan_h']:.0f} h | {100 * r['gpu_utilisation']:.1f} % | {r['preemptions']} "
+              f"| {r['seconds']:.0f} s |")
+    for path in done:
+        r = json.loads(path.read_text())
+        print(f"\n{path.stem} ({r['policy']}), mean queueing delay per VC (h): "
+              + ", ".join(f"{vc} {q:.2f}" for vc, q in r["vc_avg_queueing_h"].items()))
+        if "sharing" in r:
+            print("\n| VC | quota (GPUs) | jobs | mean queueing shared | alone on its quota | worse for sharing |")
+            print("|---|---|---|---|---|---|")
+            for vc, row in r["sharing"].items():
+                shared = row["shared_avg_queueing_h"]
+                print(f"| {vc} | {row['quota_gpus']} | {row['jobs']} | "
+                      f"{'-' if shared is None else f'{shared:.2f} h'} | {row['alone_avg_queueing_h']:.2f} h | "
+                      f"{'yes' if row['worse_for_sharing'] else 'no'} |")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="placement,queue")
     parser.add_argument("--placement-policies", default="bestfit,scorer:bestfit,fgd,default")
     parser.add_argument("--queue-policies", default="fifo,default")
+    parser.add_argument("--render-queue", type=Path, metavar="DIR",
+                        help="only print markdown tables of the `yard sim queue --json` files in DIR")
     args = parser.parse_args(argv)
+    if args.render_queue:
+        render_queue(args.render_queue)
+        return {}
     out: dict = {}
     parts = args.only.split(",")
     if "placement" in parts:
