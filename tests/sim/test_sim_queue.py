@@ -29,7 +29,8 @@ from trainyard.sim.queue_track import percentile, private_cluster, report
 def check_conservation(result: QueueResult, jobs: list[TraceJob]) -> None:
     """JCT ≥ duration, GPU-seconds conserved, capacity never exceeded, Little's law."""
     done = [o for o in result.outcomes.values() if o.end is not None]
-    assert len(done) + len(result.rejected) == len(jobs)
+    assert len(done) + len(result.rejected) + len(result.never_started) == len(jobs)
+    assert not result.never_started  # every job here fits some node shape
     for o in done:
         assert o.first_start is not None and o.first_start >= o.job.submit
         assert o.jct >= o.job.duration - 1e-6

@@ -92,6 +92,7 @@ class QueueResult:
     gpus: int
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     rejected: list[TraceJob] = field(default_factory=list)  # larger than the cluster or its VC's quota
+    never_started: list[TraceJob] = field(default_factory=list)  # waiting when everything else ended
     preemptions: int = 0
     cycles: int = 0
     first_submit: float = 0.0
@@ -172,9 +173,10 @@ class QueueSim:
             self._advance(t)
             if changed:
                 self._cycles()
-        stuck = [j for j in self.pending]
-        if stuck:  # can happen only if a gang never fits the cluster's node shapes
-            raise RuntimeError(f"jobs {stuck[:5]} never started: they fit no node shape of this cluster")
+        # Left waiting with nothing more to happen: gangs no node shape (or cell) can hold.
+        result.never_started = [self.by_id[j] for j in sorted(self.pending)]
+        for job in result.never_started:
+            del result.outcomes[job.job_id]
         result.last_end = self.now
         return result
 

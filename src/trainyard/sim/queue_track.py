@@ -58,6 +58,7 @@ def report(result: QueueResult) -> dict:
         "gpus": result.gpus,
         "jobs": len(done),
         "rejected": len(result.rejected),
+        "never_started": len(result.never_started),
         "avg_jct_h": statistics.fmean(jct) / HOUR if jct else 0.0,
         "median_jct_h": statistics.median(jct) / HOUR if jct else 0.0,
         "p99_jct_h": percentile(jct, 99) / HOUR,
@@ -157,7 +158,8 @@ def _write_jobs(result: QueueResult, path: Path) -> None:
 
 def _print(s: dict) -> None:
     print(f"policy {s['policy']} on {s['cluster']} ({s['gpus']} GPUs): {s['jobs']} jobs"
-          + (f", {s['rejected']} larger than the cluster or their VC's quota (not run)" if s["rejected"] else ""))
+          + (f", {s['rejected']} larger than the cluster or their VC's quota (not run)" if s["rejected"] else "")
+          + (f", {s['never_started']} never started (no node shape holds them)" if s["never_started"] else ""))
     print(f"  JCT           avg {s['avg_jct_h']:.2f} h   median {s['median_jct_h']:.2f} h   p99 {s['p99_jct_h']:.2f} h")
     print(f"  queueing      avg {s['avg_queueing_h']:.2f} h   p99 {s['p99_queueing_h']:.2f} h")
     print(f"  makespan      {s['makespan_h']:.1f} h   GPU utilisation {100 * s['gpu_utilisation']:.1f} %   "
