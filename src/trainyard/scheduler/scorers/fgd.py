@@ -39,14 +39,24 @@ CLASSES = 16  # the most popular task kinds kept from the pending mix
 
 
 def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
-    """The target workload implied by the pending GPU tasks (kind = share and models)."""
+    """The target workload implied by the pending GPU tasks (kind = share and models), each
+    kind with the smallest CPU and memory its tasks ask for (what a node must keep free for
+    the kind to fit at all)."""
     counts: Counter[tuple[int, tuple[str, ...]]] = Counter()
+    least: dict[tuple[int, tuple[str, ...]], tuple[int, int]] = {}
     for job in pending:
         for task in job.tasks:
             if task.gpu_milli > 0:
-                counts[(task.gpu_milli, task.gpu_models)] += 1
+                kind = (task.gpu_milli, task.gpu_models)
+                counts[kind] += 1
+                cpu, memory = least.get(kind, (task.cpu_milli, task.memory_mb))
+                least[kind] = (min(cpu, task.cpu_milli), min(memory, task.memory_mb))
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:CLASSES]
-    return tuple(WorkloadClass(gpu_milli=g, weight=float(n), gpu_models=models) for (g, models), n in top)
+    return tuple(
+        WorkloadClass(gpu_milli=g, weight=float(n), cpu_milli=least[(g, models)][0],
+                      memory_mb=least[(g, models)][1], gpu_models=models)
+        for (g, models), n in top
+    )
 
 
 class Fgd:
