@@ -6,6 +6,8 @@ Measures (see each file's docstring):
 * bench_submit_throughput API submit throughput on SQLite             target ≥ 300 jobs/s
 * bench_list_jobs         one page via the CLI, 100k jobs in store    target < 0.5 s
                           ``yard --help``                              target < 0.3 s
+* bench_sim               one openb placement run: best-fit / FGD       target < 10 s / < 30 s
+                          Philly October 2017 through the scheduler    target < 60 s
 
 Defaults are sized for a small (2-core) machine and take about a minute; ``--quick``
 shrinks everything (fewer jobs, a 10k-job store, fewer runs) to a ~20 s smoke run whose
@@ -26,6 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_list_jobs  # noqa: E402
+import bench_sim  # noqa: E402
 import bench_submit_latency  # noqa: E402
 import bench_submit_throughput  # noqa: E402
 
@@ -33,16 +36,19 @@ FULL = {
     "latency": ["-n", "50"],
     "throughput": ["-m", "1000", "--threads", "4", "--concurrency", "8", "16"],
     "list": ["--jobs", "100000", "--runs", "10"],
+    "sim": ["--placement-policies", "bestfit,fgd", "--queue-policies", "fifo"],
 }
 QUICK = {
     "latency": ["-n", "10"],
     "throughput": ["-m", "300", "--threads", "4", "--concurrency", "16", "--no-json"],
     "list": ["--jobs", "10000", "--runs", "3"],
+    "sim": ["--only", "placement", "--placement-policies", "bestfit"],
 }
 BENCHES = {
     "latency": bench_submit_latency.main,
     "throughput": bench_submit_throughput.main,
     "list": bench_list_jobs.main,
+    "sim": bench_sim.main,
 }
 
 
@@ -79,6 +85,15 @@ def main(argv: list[str] | None = None) -> int:
                      r["worst_list_p50_s"] / 0.5, r["worst_list_p50_s"] < 0.5))
         rows.append(("yard --help", f"{r['help_p50_s'] * 1000:.0f} ms", "< 300 ms", r["help_p50_s"] / 0.3,
                      r["help_p50_s"] < 0.3))
+    if "sim" in results:
+        r = results["sim"]
+        for policy, target in (("bestfit", 10.0), ("fgd", 30.0)):
+            if policy in r.get("placement", {}):
+                seconds = r["placement"][policy]
+                rows.append((f"sim placement run, {policy}", f"{seconds:.1f} s", f"< {target:.0f} s",
+                             seconds / target, seconds < target))
+        for policy, seconds in r.get("queue", {}).items():
+            rows.append((f"sim Philly month, {policy}", f"{seconds:.1f} s", "< 60 s", seconds / 60, seconds < 60))
     for label, value, target, ratio, ok in rows:
         print(f"  {label:<28} {value:>14}   target {target:<13} ratio {ratio:5.2f}x   {'MEETS' if ok else 'MISSES'}")
     if crashed:

@@ -16,8 +16,9 @@ def placed(nodes, pending, scorer: str, **config):
 
 
 def test_the_registry_lists_every_scorer_and_an_unknown_one_fails_loudly() -> None:
-    assert sorted(SCORERS) == ["bestfit", "fgd", "topology"]
-    with pytest.raises(ValueError, match="unknown scorer 'magic'; the scorers are: bestfit, fgd, topology"):
+    names = ["bestfit", "bestfit-cpu-gpu", "clustering", "dotprod", "fgd", "fgd-cpu", "packing", "random", "topology"]
+    assert sorted(SCORERS) == names
+    with pytest.raises(ValueError, match="unknown scorer 'magic'; the scorers are: " + ", ".join(names)):
         schedule(Snapshot((node("a"),), (job(1, 1000),), config=SchedulerConfig(scorer="magic")))
 
 

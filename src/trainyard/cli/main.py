@@ -10,6 +10,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from trainyard.cli.sim_commands import add_sim_parser, run_sim
+
 EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_TIMEOUT = 1, 2, 3, 4, 124
 
 
@@ -149,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("whoami", help="show who the configured token belongs to")
     _json_flag(p)
+
+    add_sim_parser(sub)
     return parser
 
 
@@ -158,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from trainyard.cli.up import run_up
 
         return run_up(args)
+    if args.command == "sim":
+        return run_sim(args)
     from trainyard.cli.commands import run_command
 
     return run_command(args)

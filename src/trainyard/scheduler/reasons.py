@@ -85,6 +85,8 @@ class Rooms:
 
 def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...]:
     """Each waiting job's ``KeepWaiting``, in queue order; positions count per VC."""
+    if not cycle.waits:  # every pending job started: nothing to explain (and no rooms to build)
+        return ()
     snapshot = cycle.snapshot
     before = Rooms([FreeNode.from_state(n) for n in snapshot.nodes])
     after = Rooms(_after_starts(snapshot, cycle.starts))

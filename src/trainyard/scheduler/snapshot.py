@@ -111,7 +111,7 @@ class WorkloadClass:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    scorer: str = "bestfit"  # a key of ``scorers.registry.SCORERS``
+    scorer: str = "fgd-cpu"  # a key of ``scorers.registry.SCORERS``
     backfill: bool = True  # EASY backfill with one reservation per queue
     # A reservation that waits for jobs without an expected end holds GPUs only once its
     # job has waited this long (seconds); until then smaller jobs fill idle GPUs freely.

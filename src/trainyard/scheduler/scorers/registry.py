@@ -11,6 +11,8 @@ from collections.abc import Callable
 from trainyard.scheduler.scorers.base import Scorer
 from trainyard.scheduler.scorers.bestfit import BestFit
 from trainyard.scheduler.scorers.fgd import Fgd
+from trainyard.scheduler.scorers.fgd_cpu import FgdCpu
+from trainyard.scheduler.scorers.rated import BestFitRated, DotProduct, GpuClustering, GpuPacking, RandomFit
 from trainyard.scheduler.scorers.topology import Topology
 from trainyard.scheduler.snapshot import Snapshot
 
@@ -18,6 +20,13 @@ SCORERS: dict[str, Callable[[Snapshot], Scorer]] = {
     "bestfit": BestFit.for_snapshot,
     "topology": Topology.for_snapshot,
     "fgd": Fgd.for_snapshot,
+    "fgd-cpu": FgdCpu.for_snapshot,
+    # The FGD paper's baselines, rated per node as its Kubernetes-based simulator does.
+    "random": RandomFit.for_snapshot,
+    "dotprod": DotProduct.for_snapshot,
+    "clustering": GpuClustering.for_snapshot,
+    "packing": GpuPacking.for_snapshot,
+    "bestfit-cpu-gpu": BestFitRated.for_snapshot,
 }
 
 

@@ -1,0 +1,112 @@
+"""``yard sim``: replay a trace through the live scheduler's code, offline.
+
+Only argparse is imported here; the simulator (and matplotlib) load when a command runs,
+so that ``yard --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def add_sim_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sim", help="simulate scheduling policies on a public trace or your own history")
+    sim_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+    q = sim_sub.add_parser(
+        "placement",
+        help="the FGD paper's placement track: pods arrive, never leave; GPU allocation by arrived demand",
+    )
+    q.add_argument("--nodes", required=True, type=Path, help="openb node list CSV")
+    q.add_argument("--pods", required=True, type=Path, help="openb pod list CSV")
+    q.add_argument("--policy", default="default",
+                   help="random, dotprod, clustering, packing, bestfit, fgd, default, or scorer:NAME")
+    q.add_argument("--seeds", default="42-51", help="tuning seeds, e.g. 42-51 or 42,43 (default 42-51)")
+    q.add_argument("--tune", type=float, default=1.3, help="inflate the pods to this share of GPU capacity")
+    q.add_argument("--out", type=Path, default=Path("."), help="folder for the CSV and PNG (default: here)")
+    q.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    q.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    q = sim_sub.add_parser("queue", help="the queueing track: jobs arrive and finish; JCT, queueing delay, utilisation")
+    q.add_argument("--trace", default="philly", help="philly (a Philly job table) or history (yard's own export)")
+    q.add_argument("--jobs", type=Path, help="the job table (default: the shared Philly trace)")
+    q.add_argument("--cluster", default="92x8",
+                   help="NxG (N nodes of G GPUs), or a machine list CSV (Philly's cluster_machine_list)")
+    q.add_argument("--policy", default="default", help="fifo, sjf, tiresias or default")
+    q.add_argument("--start", help="first submit time to include (YYYY-MM-DD[THH:MM])")
+    q.add_argument("--end", help="submit times before this (YYYY-MM-DD[THH:MM])")
+    q.add_argument("--load", type=float, default=1.0, help="compress inter-arrival times by this factor")
+    q.add_argument("--max-jobs", type=int, help="only the first N jobs of the window")
+    q.add_argument("--vc-quotas", nargs="?", const="philly", metavar="philly|demand|FILE",
+                   help="give each VC a quota: Philly's nodes per VC (default), its share of the demand, "
+                   "or a vc,node num CSV; then compare each VC's delay with its delay alone on its quota")
+    q.add_argument("--tick", type=float, default=60.0,
+                   help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
+    q.add_argument("--out", type=Path, help="write per-job results as CSV here")
+    q.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    try:
+        if args.action == "placement":
+            return _placement(args)
+        return _queue(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"yard sim {args.action}: {e}", file=sys.stderr)
+        return 2
+
+
+def _placement(args: argparse.Namespace) -> int:
+    from trainyard.sim.openb import load_nodes, load_pods
+    from trainyard.sim.placement_track import SUMMARY_POINTS, parse_seeds, run_track, write_csv
+
+    seeds = parse_seeds(args.seeds)
+    nodes = load_nodes(args.nodes)
+    pods = load_pods(args.pods)
+
+    def progress(one) -> None:  # noqa: ANN001 - a SeedResult
+        if not args.json:
+            at = one.alloc[100]
+            print(f"seed {one.seed}: {one.pods} pods, {one.failed} failed, "
+                  f"{'-' if at is None else f'{at:.2f}'} % allocated at 100 % arrived, {one.seconds:.1f} s",
+                  file=sys.stderr)
+
+    result = run_track(nodes, pods, args.policy, seeds, args.tune, progress=progress)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"placement_{args.pods.stem}_{args.policy.replace(':', '-')}"
+    csv_path = args.out / f"{stem}.csv"
+    write_csv(result, csv_path)
+    summary = result.summary()
+    summary["csv"] = str(csv_path)
+    if not args.no_plot:
+        try:
+            from trainyard.sim.plots import plot_allocation
+        except ModuleNotFoundError as e:  # matplotlib is an extra: say how to get it
+            raise ValueError(f"the plot needs {e.name}: pip install 'trainyard[sim]', or pass --no-plot") from None
+        png = args.out / f"{stem}.png"
+        plot_allocation([(args.policy, result.mean("alloc"))], png,
+                        f"{args.pods.stem}: {args.policy}, seeds {args.seeds}, tune {args.tune:g}")
+        summary["png"] = str(png)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    print(f"policy {args.policy} (scorer {result.scorer}) on {args.pods.name}, {len(seeds)} seed(s), "
+          f"{result.capacity_gpus} GPUs")
+    print("arrived %   " + "  ".join(f"{k:>6}" for k in SUMMARY_POINTS))
+    print("allocated % " + "  ".join(f"{_num(summary['gpu_alloc_pct'].get(str(k))):>6}" for k in SUMMARY_POINTS))
+    print("fragment. % " + "  ".join(f"{_num(summary['frag_gpu_pct'].get(str(k))):>6}" for k in SUMMARY_POINTS))
+    print(f"wrote {csv_path}" + (f" and {summary['png']}" if "png" in summary else ""))
+    return 0
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _queue(args: argparse.Namespace) -> int:
+    from trainyard.sim.queue_track import run_queue_command
+
+    return run_queue_command(args)

@@ -1,0 +1,157 @@
+"""Scorers that rate every node a task fits on, the way the Kubernetes scheduling framework
+does: an integer score per node (0..100), the highest wins, ties drawn at random.
+
+The FGD paper's baselines (random, dot-product, GPU clustering, GPU packing and its
+best-fit) are defined this way in the authors' simulator. The draw among equal scores is
+seeded by the job id and the task, so that the same snapshot still yields the same
+decisions (the scheduler's contract).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+
+from trainyard.core.resources import MILLI
+from trainyard.scheduler.capacity import FreeNode
+from trainyard.scheduler.ledger import Access, Ledger, Select
+from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
+from trainyard.scheduler.snapshot import PendingJob, Snapshot, TaskRequest
+
+MAX_SCORE = 100
+Rate = Callable[[FreeNode, TaskRequest], float]
+
+
+def draw_for(job: PendingJob, task: TaskRequest) -> random.Random:
+    return random.Random(job.job_id * 1_000_003 + task.index * 7919 + len(task.role))
+
+
+def may_fit(node: FreeNode, task: TaskRequest) -> bool:
+    """A cheap test of what ``Access.fit`` checks on the node's own capacity (it stays the
+    authority: a node that passes here and fails there is skipped)."""
+    if not node.hosts_cpu_and_memory(task):
+        return False
+    if task.gpu_milli <= 0:
+        return True
+    any_device = not task.gpu_models and not task.gpu_memory_mb  # every device suits the task
+    if task.gpu_milli < MILLI:
+        if any_device:
+            return max(node.gpu_free, default=0) >= task.gpu_milli
+        return any(f >= task.gpu_milli and node.suits(p, task) for p, f in enumerate(node.gpu_free))
+    wanted = task.gpu_milli // MILLI
+    if any_device:
+        return node.whole >= wanted
+    return sum(1 for p, f in enumerate(node.gpu_free) if f == MILLI and node.suits(p, task)) >= wanted
+
+
+def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: Rate, select: Select) -> Choice | None:
+    """The node ``rate`` scores highest (a random one among equals), with ``select``'s devices."""
+    rng = draw_for(gang.job, task)
+    for tier in access.tiers(task):
+        rated = [(rate(node, task), node) for node in tier if may_fit(node, task)]
+        while rated:
+            top = max(score for score, _ in rated)
+            best = [node for score, node in rated if score == top]
+            node = best[rng.randrange(len(best))]
+            fit = access.fit(node, task, select)
+            if fit is not None:
+                return node, fit
+            rated = [(score, other) for score, other in rated if other is not node]
+    return None
+
+
+class Rated:
+    """A scorer from a per-node rating; ``capacity`` holds each node's (CPU, GPU) size."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.capacity = {n.name: (n.cpu_milli, len(n.gpus) * MILLI) for n in snapshot.nodes}
+        self.max_cpu = max((c for c, _ in self.capacity.values()), default=1) or 1
+        self.max_gpu = max((g for _, g in self.capacity.values()), default=MILLI) or MILLI
+
+    @classmethod
+    def for_snapshot(cls, snapshot: Snapshot) -> Rated:
+        return cls(snapshot)
+
+    def attempts(self, job: PendingJob, ledger: Ledger) -> Sequence[NodeFilter | None]:
+        return (None,)
+
+    def rate(self, node: FreeNode, task: TaskRequest) -> float:
+        raise NotImplementedError
+
+    def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
+        return highest_rated(task, access, gang, self.rate, select_bestfit)
+
+
+class RandomFit(Rated):
+    """Random: any node the task fits on, with equal chance (the paper's weakest baseline)."""
+
+    def rate(self, node: FreeNode, task: TaskRequest) -> float:
+        return 0
+
+
+class BestFitRated(Rated):
+    """The paper's best-fit: least CPU and GPU left after placing, each weighted one half and
+    normalised by the largest node; the integer score is then stretched to 0..100 over the
+    candidates (``NormalizeScore``), which keeps the ties of its integer rounding."""
+
+    def rate(self, node: FreeNode, task: TaskRequest) -> float:
+        left = 0.5 * (node.cpu_milli - task.cpu_milli) / self.max_cpu
+        left += 0.5 * (max(0, node.gpu_sum) - max(0, task.gpu_milli)) / self.max_gpu
+        return int((1 - left) * MAX_SCORE)
+
+
+class DotProduct(Rated):
+    """Tetris's alignment (Grandl et al., SIGCOMM'14) as the paper runs it ("merge", "max"):
+    the node whose free (CPU, GPU) has the smallest dot product with the task's request,
+    both normalised by the largest node's size."""
+
+    def rate(self, node: FreeNode, task: TaskRequest) -> float:
+        dot = (node.cpu_milli / self.max_cpu) * (task.cpu_milli / self.max_cpu)
+        dot += (max(0, node.gpu_sum) / self.max_gpu) * (max(0, task.gpu_milli) / self.max_gpu)
+        return int((1 - dot / 2) * MAX_SCORE)
+
+
+class GpuClustering(Rated):
+    """GPU clustering: a task goes where tasks of its kind (shared GPU, or whole GPUs) already
+    run — best if only its kind — then to idle nodes, then to nodes running the other kind;
+    fuller nodes first within each band. A node's kinds are read from its devices: a partly
+    used device holds shared tasks, a fully used one whole-GPU tasks."""
+
+    def rate(self, node: FreeNode, task: TaskRequest) -> float:
+        if task.gpu_milli <= 0:
+            return 0
+        kinds = set()
+        for f in node.gpu_free:
+            if 0 < f < MILLI:
+                kinds.add("share")
+            elif f <= 0:
+                kinds.add("whole")
+        mine = "share" if task.gpu_milli < MILLI else "whole"
+        fullness = MAX_SCORE // 4 * (self.max_gpu - max(0, node.gpu_sum)) // self.max_gpu
+        if mine in kinds:
+            band = 3 if len(kinds) == 1 else 2
+        else:
+            band = 1 if not kinds else 0
+        return band * MAX_SCORE // 4 + fullness
+
+
+class GpuPacking(Rated):
+    """GPU packing: first shared devices (the fullest), then free devices of a node already in
+    use (as few as possible), then an idle node (the one with fewest GPUs)."""
+
+    def rate(self, node: FreeNode, task: TaskRequest) -> float:
+        if task.gpu_milli <= 0:
+            return 0
+        free = node.gpu_free
+        fully_free = sum(1 for f in free if f == MILLI)
+        if fully_free == len(free):
+            return max(MAX_SCORE // 3 - fully_free, fully_free)
+        share = min(task.gpu_milli, MILLI)
+        wanted = max(1, task.gpu_milli // MILLI)
+        use = sorted((f for p, f in enumerate(free) if f >= share and node.suits(p, task)))[:wanted]
+        if len(use) < wanted:
+            return 0
+        whole = sum(1 for f in use if f == MILLI)
+        if whole:
+            return max(MAX_SCORE // 2 - whole, MAX_SCORE // 3)
+        return max(MAX_SCORE - sum(f * 100 // MILLI for f in use) // 10, MAX_SCORE // 2)

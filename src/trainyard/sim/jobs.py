@@ -1,0 +1,160 @@
+"""Job traces for the queueing track: Microsoft Philly, and Trainyard's own job history.
+
+Philly (Jeon et al., USENIX ATC'19; the table Pollux's artifact ships): columns
+``timestamp`` (submit, ``YYYY-MM-DD HH:MM:SS``, UTC), ``duration`` (s), ``num_gpus``,
+``cluster`` (the virtual cluster). Machine lists: ``machineId, number of GPUs, …``.
+
+Trainyard's history is what ``GET /api/v1/jobs`` returns (``yard jobs --json``): pages
+(``{"items": [...]}``) or lists of job summaries, one JSON document or one per line. Jobs
+that ran and finished become trace jobs: submitted at ``submittedAt``, running
+``finishedAt - startedAt``, on ``gpus`` GPUs, in ``vc``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from trainyard.core.resources import MILLI
+from trainyard.scheduler.snapshot import GpuSlot, NodeState
+
+NODE_CPU_MILLI = 1_000_000  # the queueing track schedules GPUs only: CPU and memory never bind
+NODE_MEMORY_MB = 1 << 30
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    job_id: int
+    submit: float  # seconds since the epoch
+    duration: float  # seconds of running it needs
+    gpus: int
+    vc: str = "default"
+    user: str = ""
+
+
+def parse_time(text: str) -> float:
+    """``YYYY-MM-DD[ HH:MM[:SS]]`` or ISO 8601, taken as UTC → seconds since the epoch."""
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.timestamp()
+
+
+def load_philly(path: Path | str) -> list[TraceJob]:
+    jobs = []
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"timestamp", "duration", "num_gpus", "cluster"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))}; is this a Philly job table?")
+        for line, row in enumerate(reader, start=2):
+            try:
+                gpus = int(float(row["num_gpus"]))
+                duration = float(row["duration"])
+                submit = parse_time(row["timestamp"])
+            except ValueError as e:
+                raise ValueError(f"{path}:{line}: {e}") from None
+            if gpus > 0 and duration > 0:
+                jobs.append(TraceJob(0, submit, duration, gpus, row["cluster"] or "default"))
+    jobs.sort(key=lambda j: (j.submit, j.duration, j.gpus, j.vc))
+    return [replace(j, job_id=i + 1) for i, j in enumerate(jobs)]
+
+
+def load_history(path: Path | str) -> list[TraceJob]:
+    text = Path(path).read_text()
+    documents: list = []
+    try:
+        documents.append(json.loads(text))
+    except json.JSONDecodeError:
+        for line, raw in enumerate(text.splitlines(), start=1):
+            if raw.strip():
+                try:
+                    documents.append(json.loads(raw))
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{line}: not JSON ({e.msg}); export with `yard jobs --json`") from None
+    jobs = []
+    for item in _items(documents):
+        started, finished = item.get("startedAt"), item.get("finishedAt")
+        gpus = float(item.get("gpus") or 0)
+        if not started or not finished or gpus <= 0:
+            continue  # never ran, still running, or CPU-only: nothing to replay
+        duration = parse_time(finished) - parse_time(started)
+        if duration > 0:
+            whole = max(1, round(gpus)) if gpus >= 1 else 1
+            jobs.append(TraceJob(int(item["id"]), parse_time(item["submittedAt"]), duration, whole,
+                                 item.get("vc") or "default", item.get("user") or ""))
+    return sorted(jobs, key=lambda j: (j.submit, j.job_id))
+
+
+def _items(documents: Iterable) -> Iterable[dict]:
+    for doc in documents:
+        if isinstance(doc, dict) and "items" in doc:
+            yield from doc["items"]
+        elif isinstance(doc, list):
+            yield from (d for d in doc if isinstance(d, dict))
+        elif isinstance(doc, dict) and "submittedAt" in doc:
+            yield doc
+
+
+def window(jobs: Sequence[TraceJob], start: float | None, end: float | None, load: float = 1.0,
+           max_jobs: int | None = None) -> list[TraceJob]:
+    """Jobs submitted in [start, end), with inter-arrival times divided by ``load``."""
+    chosen = [j for j in jobs if (start is None or j.submit >= start) and (end is None or j.submit < end)]
+    if max_jobs is not None:
+        chosen = chosen[:max_jobs]
+    if not chosen or load == 1.0:
+        return chosen
+    if load <= 0:
+        raise ValueError("--load must be positive")
+    origin = chosen[0].submit
+    return [replace(j, submit=origin + (j.submit - origin) / load) for j in chosen]
+
+
+def uniform_cluster(nodes: int, gpus: int, model: str = "gpu") -> tuple[NodeState, ...]:
+    return tuple(
+        NodeState(f"n{i:04d}", NODE_CPU_MILLI, NODE_MEMORY_MB, tuple(GpuSlot(g, model, 0) for g in range(gpus)))
+        for i in range(nodes)
+    )
+
+
+def parse_cluster(spec: str) -> tuple[NodeState, ...]:
+    """``NxG`` (N nodes of G GPUs), or a machine list CSV (``machineId, number of GPUs, …``)."""
+    nodes, sep, gpus = spec.lower().partition("x")
+    if sep and nodes.isdigit() and gpus.isdigit():
+        return uniform_cluster(int(nodes), int(gpus))
+    path = Path(spec)
+    if not path.exists():
+        raise ValueError(f"cluster {spec!r}: give NxG (e.g. 92x8) or a machine list CSV")
+    out = []
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        header = [h.strip() for h in next(reader)]
+        try:
+            name_at, gpus_at = header.index("machineId"), header.index("number of GPUs")
+        except ValueError:
+            raise ValueError(f"{path}: needs columns 'machineId' and 'number of GPUs'") from None
+        for row in reader:
+            count = int(row[gpus_at])
+            out.append(NodeState(row[name_at].strip(), NODE_CPU_MILLI, NODE_MEMORY_MB,
+                                 tuple(GpuSlot(g, "gpu", 0) for g in range(count))))
+    return tuple(out)
+
+
+def gang_tasks(gpus: int, largest_node: int) -> list[int]:
+    """A job's GPUs split into tasks of at most one node's worth (milli-GPU per task)."""
+    size = max(1, largest_node)
+    full, rest = divmod(gpus, size)
+    return [size * MILLI] * full + ([rest * MILLI] if rest else [])
+
+
+def load_vc_nodes(path: Path | str) -> dict[str, float]:
+    """Philly's nodes per VC (``vc,node num``), as shares for ``queue.vc_quotas``."""
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if {"vc", "node num"} - set(reader.fieldnames or ()):
+            raise ValueError(f"{path}: needs columns 'vc' and 'node num'")
+        return {row["vc"]: float(row["node num"]) for row in reader}

@@ -1,0 +1,54 @@
+"""Plots like the FGD paper's: GPU allocation against arrived demand, one line per policy.
+
+Imports matplotlib (with the non-interactive Agg backend); import this module only in the
+commands that draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_allocation(
+    curves: Sequence[tuple[str, Sequence[float | None]]], path: Path, title: str, *, x_from: int = 0
+) -> None:
+    """``curves``: (label, allocation % per arrived-demand %) pairs; writes a PNG from
+    ``x_from`` % arrived demand on (80 shows where policies differ)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    top = 0
+    for label, curve in curves:
+        xs = [k for k, v in enumerate(curve) if v is not None and k >= x_from]
+        top = max([top, *xs])
+        ax.plot(xs, [curve[k] for k in xs], label=label, linewidth=1.4)
+    ax.plot([x_from, 100, max(top, 100)], [x_from, 100, 100], color="grey", linestyle=":", linewidth=1, label="limit")
+    ax.set_xlabel("arrived GPU demand (% of cluster GPUs)")
+    ax.set_ylabel("GPUs allocated (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def plot_bars(rows: Sequence[tuple[str, float, float]], path: Path) -> None:
+    """Per pod list: FGD's and the default's allocation % at 100 % arrived demand."""
+    fig, ax = plt.subplots(figsize=(9.0, 4.0), dpi=120)
+    xs = range(len(rows))
+    ax.bar([x - 0.2 for x in xs], [r[1] for r in rows], width=0.4, label="fgd")
+    ax.bar([x + 0.2 for x in xs], [r[2] for r in rows], width=0.4, label="default (fgd-cpu)")
+    ax.set_xticks(list(xs), [r[0] for r in rows], rotation=60, fontsize=8)
+    low = min(min(r[1], r[2]) for r in rows)
+    ax.set_ylim(max(0.0, low - 3), 100)
+    ax.set_ylabel("GPUs allocated at 100 % arrived (%)")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,337 @@
+"""The queueing track's event loop: jobs arrive, wait, run, are preempted, finish.
+
+Every decision is ``scheduler.schedule(snapshot)``'s — the function the controller calls —
+on a snapshot built the way the controller builds one (nodes with their usage, running and
+pending jobs, VCs, the time). The loop only applies what it decided: starts become running
+jobs that end after their remaining duration; a preempted job stops after its grace period
+and is requeued with the service it attained. A cycle runs after every batch of events at
+one instant (arrivals, ends, stops, Tiresias demotions), and is skipped only when it cannot
+change anything: no GPU is free and the policy never preempts.
+
+Queue policies are scheduler configurations plus the queue key the scheduler sorts by
+(``PendingJob.submitted_at`` within a priority):
+
+* ``fifo``: submit order, no reservations (a job that does not fit lets later ones start);
+* ``sjf``: the same, keyed by the job's true duration (an oracle);
+* ``tiresias``: two-dimensional least-attained-service (Gu et al., NSDI'19): a job's
+  priority is the level of the GPU-seconds it has attained (thresholds ``LAS_LEVELS``);
+  higher levels preempt lower ones through the scheduler's priority preemption, which
+  needs a VC with a quota: without ``--vc-quotas`` one VC holds the whole cluster;
+* ``default``: Trainyard as configured out of the box (EASY backfill, its default scorer).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.snapshot import (
+    GpuSlot,
+    NodeState,
+    PendingJob,
+    RunningJob,
+    SchedulerConfig,
+    Snapshot,
+    TaskPlacement,
+    TaskRequest,
+    VirtualCluster,
+)
+from trainyard.sim.jobs import TraceJob, gang_tasks
+
+# Tiresias's levels: below 1 GPU-hour attained, below 10, and beyond (priority ranks 0, 1, 2).
+LAS_LEVELS = (3_600.0, 36_000.0)
+CYCLES_PER_INSTANT = 4  # a preemption with no grace frees GPUs for another cycle at once
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    name: str
+    config: SchedulerConfig
+    key: str = "submit"  # what the scheduler's queue order sees as submit time: submit | duration
+    las: bool = False  # priority from attained service (Tiresias)
+
+
+POLICIES = {
+    "fifo": QueuePolicy("fifo", SchedulerConfig(backfill=False)),
+    "sjf": QueuePolicy("sjf", SchedulerConfig(backfill=False), key="duration"),
+    "tiresias": QueuePolicy("tiresias", SchedulerConfig(backfill=False), las=True),
+    "default": QueuePolicy("default", SchedulerConfig()),
+}
+
+
+def policy_named(name: str) -> QueuePolicy:
+    if name not in POLICIES:
+        raise ValueError(f"unknown queue policy {name!r}; choose one of: {', '.join(POLICIES)}")
+    return POLICIES[name]
+
+
+@dataclass
+class Outcome:
+    job: TraceJob
+    first_start: float | None = None
+    end: float | None = None
+    preemptions: int = 0
+
+    @property
+    def jct(self) -> float:
+        assert self.end is not None
+        return self.end - self.job.submit
+
+    @property
+    def queueing(self) -> float:
+        """Time in the system not spent running."""
+        return self.jct - self.job.duration
+
+
+@dataclass
+class QueueResult:
+    policy: str
+    gpus: int
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    rejected: list[TraceJob] = field(default_factory=list)  # larger than the cluster or its VC's quota
+    never_started: list[TraceJob] = field(default_factory=list)  # waiting when everything else ended
+    preemptions: int = 0
+    cycles: int = 0
+    first_submit: float = 0.0
+    last_end: float = 0.0
+    job_seconds: float = 0.0  # integral of the number of jobs in the system over time
+    busy_gpu_seconds: float = 0.0  # integral of GPUs allocated over time
+    peak_gpus_busy: int = 0  # never above ``gpus``
+    peak_device_milli: int = 0  # never above 1000
+
+
+def level(attained: float) -> int:
+    return sum(1 for threshold in LAS_LEVELS if attained >= threshold)
+
+
+class QueueSim:
+    def __init__(self, nodes: Sequence[NodeState], jobs: Sequence[TraceJob], policy: QueuePolicy,
+                 vcs: Sequence[VirtualCluster] = (), grace: float = 0.0, tick: float = 0.0) -> None:
+        self.policy = policy
+        self.grace = grace
+        self.tick = tick  # seconds between scheduling cycles; 0: a cycle at every event
+        self.nodes = {n.name: n for n in nodes}
+        self.used = {n.name: [0] * len(n.gpus) for n in nodes}
+        self.gpus = sum(len(n.gpus) for n in nodes)
+        self.largest = max((len(n.gpus) for n in nodes), default=0)
+        self.vcs = tuple(vcs)
+        if policy.las and not self.vcs:  # priority preemption needs a quota to preempt within
+            self.vcs = (VirtualCluster("all", {"gpu": self.gpus}),)
+        self.vc_names = {v.name for v in self.vcs}
+        self.jobs = sorted(jobs, key=lambda j: (j.submit, j.job_id))
+        self.result = QueueResult(policy.name, self.gpus)
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, RunningJob] = {}
+        self.segment_start: dict[int, float] = {}
+        self.end_at: dict[int, float] = {}
+        self.stopping: dict[int, float] = {}
+        self.attained: dict[int, float] = {}  # GPU-seconds run so far
+        self.done: dict[int, float] = {}  # seconds of the job's duration already run
+        self.events: list[tuple[float, int, int]] = []  # (time, kind, job id)
+        self.by_id = {j.job_id: j for j in self.jobs}
+        self.now = 0.0
+        self.busy = 0
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> QueueResult:
+        result = self.result
+        limit = {v.name: sum(v.quota.values()) for v in self.vcs}
+        fits = lambda j: j.gpus <= min(self.gpus, limit.get(self._vc_of(j), 0 if self.vcs else self.gpus))  # noqa: E731
+        arrivals = [j for j in self.jobs if fits(j)]
+        result.rejected = [j for j in self.jobs if not fits(j)]
+        if not arrivals:
+            return result
+        result.first_submit = self.now = arrivals[0].submit
+        nxt = 0
+        while nxt < len(arrivals) or self.events:
+            upcoming = arrivals[nxt].submit if nxt < len(arrivals) else float("inf")
+            t = min(upcoming, self.events[0][0] if self.events else float("inf"))
+            if self.tick > 0:  # the controller's tick: what happened since the last one, at once
+                t = math.ceil(t / self.tick) * self.tick
+            changed = False
+            while True:  # every event and arrival up to t, each at its own time
+                at_event = self.events[0][0] if self.events else float("inf")
+                at_arrival = arrivals[nxt].submit if nxt < len(arrivals) else float("inf")
+                if min(at_event, at_arrival) > t:
+                    break
+                if at_event <= at_arrival:
+                    self._advance(at_event)
+                    _, kind, job_id = heapq.heappop(self.events)
+                    changed |= self._event(kind, job_id)
+                else:
+                    self._advance(at_arrival)
+                    job = arrivals[nxt]
+                    result.outcomes[job.job_id] = Outcome(job)
+                    self.attained[job.job_id] = self.done[job.job_id] = 0.0
+                    self._enqueue(job)
+                    nxt += 1
+                    changed = True
+            self._advance(t)
+            if changed:
+                self._cycles()
+        # Left waiting with nothing more to happen: gangs no node shape (or cell) can hold.
+        result.never_started = [self.by_id[j] for j in sorted(self.pending)]
+        for job in result.never_started:
+            del result.outcomes[job.job_id]
+        result.last_end = self.now
+        return result
+
+    def _advance(self, t: float) -> None:
+        dt = t - self.now
+        if dt > 0:
+            in_system = len(self.pending) + len(self.running)
+            self.result.job_seconds += in_system * dt
+            self.result.busy_gpu_seconds += self.busy * dt
+            self.now = t
+
+    def _event(self, kind: int, job_id: int) -> bool:
+        if kind == 0:  # ends
+            if job_id in self.running and self.end_at.get(job_id) == self.now and job_id not in self.stopping:
+                self._release(job_id)
+                outcome = self.result.outcomes[job_id]
+                outcome.end = self.now
+                return True
+            return False
+        if kind == 1:  # a preempted job has stopped
+            if self.stopping.get(job_id) == self.now and job_id in self.running:
+                del self.stopping[job_id]
+                self._release(job_id)
+                if self.done[job_id] >= self.by_id[job_id].duration - 1e-9:
+                    self.result.outcomes[job_id].end = self.now  # it finished within its grace
+                else:
+                    self._enqueue(self.by_id[job_id])
+                return True
+            return False
+        # kind 2: a running job's attained service crossed a Tiresias level
+        running = self.running.get(job_id)
+        if running is None or job_id in self.stopping:
+            return False
+        attained = self.attained[job_id] + self.by_id[job_id].gpus * (self.now - self.segment_start[job_id])
+        rank = level(attained + 1e-6)
+        if rank != running.priority_rank:
+            self.running[job_id] = replace(running, priority_rank=rank)
+            self._schedule_demotion(job_id, attained)
+            return bool(self.pending)
+        return False
+
+    def _cycles(self) -> None:
+        for _ in range(CYCLES_PER_INSTANT):
+            if not self.pending:
+                return
+            # Nothing can start on fewer free GPUs than the smallest waiting job needs, and
+            # only Tiresias's levels preempt: then a cycle would decide nothing.
+            if not self.policy.las and self.gpus - self.busy < min(self.by_id[j].gpus for j in self.pending):
+                return
+            decisions = schedule(self._snapshot())
+            self.result.cycles += 1
+            for start in decisions.starts:
+                self._start(start.job_id, start.placements)
+            stopped_now = False
+            for preempt in decisions.preemptions:
+                job_id = preempt.job_id
+                self.result.preemptions += 1
+                self.result.outcomes[job_id].preemptions += 1
+                self.stopping[job_id] = self.now + preempt.grace_seconds
+                heapq.heappush(self.events, (self.stopping[job_id], 1, job_id))
+                stopped_now |= preempt.grace_seconds <= 0
+            if not stopped_now:
+                return
+            while self.events and self.events[0][0] <= self.now:  # the stops due now
+                _, kind, job_id = heapq.heappop(self.events)
+                self._event(kind, job_id)
+
+    # --- changes ---------------------------------------------------------------------------
+
+    def _enqueue(self, job: TraceJob) -> None:
+        key = job.duration if self.policy.key == "duration" else job.submit
+        rank = level(self.attained[job.job_id]) if self.policy.las else 1
+        vc = self._vc_of(job)
+        tasks = tuple(
+            TaskRequest("worker", i, milli, 0, 0) for i, milli in enumerate(gang_tasks(job.gpus, self.largest))
+        )
+        self.pending[job.job_id] = PendingJob(job.job_id, rank, key, tasks, job.user, vc)
+
+    def _vc_of(self, job: TraceJob) -> str:
+        return job.vc if job.vc in self.vc_names else ("all" if "all" in self.vc_names else job.vc)
+
+    def _start(self, job_id: int, placements: Sequence[TaskPlacement]) -> None:
+        job = self.pending.pop(job_id)
+        trace = self.by_id[job_id]
+        for p in placements:
+            used = self.used[p.node]
+            for share in p.gpus:
+                used[share.index] += share.milli
+                self.result.peak_device_milli = max(self.result.peak_device_milli, used[share.index])
+            self._refresh(p.node)
+        self.busy += trace.gpus
+        self.result.peak_gpus_busy = max(self.result.peak_gpus_busy, self.busy)
+        self.running[job_id] = RunningJob(job_id, job.vc, job.user, job.priority_rank, tuple(placements), self.now,
+                                          None, self.grace)
+        self.segment_start[job_id] = self.now
+        outcome = self.result.outcomes[job_id]
+        if outcome.first_start is None:
+            outcome.first_start = self.now
+        end = self.now + trace.duration - self.done[job_id]
+        self.end_at[job_id] = end
+        heapq.heappush(self.events, (end, 0, job_id))
+        if self.policy.las:
+            self._schedule_demotion(job_id, self.attained[job_id])
+
+    def _schedule_demotion(self, job_id: int, attained: float) -> None:
+        nxt = next((t for t in LAS_LEVELS if t > attained + 1e-6), None)
+        if nxt is not None:
+            gpus = self.by_id[job_id].gpus
+            heapq.heappush(self.events, (self.now + (nxt - attained) / gpus, 2, job_id))
+
+    def _release(self, job_id: int) -> None:
+        running = self.running.pop(job_id)
+        trace = self.by_id[job_id]
+        ran = self.now - self.segment_start.pop(job_id)
+        self.done[job_id] += ran
+        self.attained[job_id] += trace.gpus * ran
+        self.end_at.pop(job_id, None)
+        for p in running.placements:
+            used = self.used[p.node]
+            for share in p.gpus:
+                used[share.index] -= share.milli
+            self._refresh(p.node)
+        self.busy -= trace.gpus
+
+    def _refresh(self, name: str) -> None:
+        node = self.nodes[name]
+        used = self.used[name]
+        self.nodes[name] = replace(node, gpus=tuple(
+            GpuSlot(g.index, g.model, g.memory_mb, used[g.index], g.group) for g in node.gpus))
+
+    def _snapshot(self) -> Snapshot:
+        return Snapshot(
+            nodes=tuple(self.nodes.values()),
+            pending=tuple(self.pending.values()),
+            now=self.now,
+            vcs=self.vcs,
+            running=tuple(self.running.values()),
+            preempting=frozenset(self.stopping),
+            config=self.policy.config,
+        )
+
+
+def vc_quotas(jobs: Sequence[TraceJob], gpus: int, shares: Mapping[str, float] | None = None
+              ) -> tuple[VirtualCluster, ...]:
+    """A quota per VC in whole GPUs (at least one), in proportion to ``shares`` (e.g. Philly's
+    nodes per VC) scaled to the cluster, or else to each VC's GPU-seconds of demand. VCs of
+    ``jobs`` missing from ``shares`` get no quota (their jobs are refused, as the scheduler
+    refuses an unknown VC)."""
+    if shares is None:
+        shares = {}
+        for j in jobs:
+            shares[j.vc] = shares.get(j.vc, 0.0) + j.gpus * j.duration
+    total = sum(shares.values()) or 1.0
+    quota = {vc: max(1, int(gpus * share / total)) for vc, share in shares.items() if share > 0}
+    while sum(quota.values()) > gpus:  # rounding up the smallest may overshoot: trim the largest
+        largest = max(quota, key=lambda v: (quota[v], v))
+        quota[largest] -= 1
+    return tuple(VirtualCluster(vc, {"gpu": n}) for vc, n in sorted(quota.items()))

@@ -1,0 +1,175 @@
+"""The queueing track's report: JCT, queueing delay, makespan, utilisation, preemptions, per VC.
+
+With VC quotas (Philly's nodes per VC scaled to the cluster, or each VC's share of the
+demand) it also shows HiveD's *sharing
+anomaly* test (Zhao et al., OSDI'20): each VC's mean queueing delay in the shared cluster
+against what it sees alone on a private cluster of its quota's size. A VC should never be
+worse off for sharing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainyard.scheduler.snapshot import NodeState, VirtualCluster
+from trainyard.sim.jobs import (
+    TraceJob,
+    load_history,
+    load_philly,
+    load_vc_nodes,
+    parse_cluster,
+    parse_time,
+    uniform_cluster,
+    window,
+)
+from trainyard.sim.queue import QueueResult, QueueSim, policy_named, vc_quotas
+from trainyard.sim.traces import traces_dir
+
+HOUR = 3600.0
+DEFAULT_TICK = 60.0  # seconds between scheduling cycles (the controller's tick)
+
+
+def percentile(values: Sequence[float], pct: float) -> float:
+    """Nearest-rank percentile; 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def report(result: QueueResult) -> dict:
+    done = [o for o in result.outcomes.values() if o.end is not None]
+    jct = [o.jct for o in done]
+    queueing = [o.queueing for o in done]
+    makespan = result.last_end - result.first_submit
+    per_vc: dict[str, list[float]] = {}
+    for o in done:
+        per_vc.setdefault(o.job.vc, []).append(o.queueing)
+    return {
+        "policy": result.policy,
+        "gpus": result.gpus,
+        "jobs": len(done),
+        "rejected": len(result.rejected),
+        "never_started": len(result.never_started),
+        "avg_jct_h": statistics.fmean(jct) / HOUR if jct else 0.0,
+        "median_jct_h": statistics.median(jct) / HOUR if jct else 0.0,
+        "p99_jct_h": percentile(jct, 99) / HOUR,
+        "avg_queueing_h": statistics.fmean(queueing) / HOUR if queueing else 0.0,
+        "p99_queueing_h": percentile(queueing, 99) / HOUR,
+        "makespan_h": makespan / HOUR,
+        "gpu_utilisation": result.busy_gpu_seconds / (result.gpus * makespan) if makespan > 0 else 0.0,
+        "preemptions": result.preemptions,
+        "cycles": result.cycles,
+        "vc_avg_queueing_h": {vc: statistics.fmean(q) / HOUR for vc, q in sorted(per_vc.items())},
+    }
+
+
+def private_cluster(gpus: int, node_gpus: int = 8) -> tuple[NodeState, ...]:
+    """A VC's share as its own cluster: whole nodes of ``node_gpus``, plus one smaller node."""
+    full, rest = divmod(gpus, node_gpus)
+    nodes = uniform_cluster(full, node_gpus)
+    if rest:
+        nodes += tuple(n.__class__(f"r{i}", n.cpu_milli, n.memory_mb, n.gpus) for i, n in
+                       enumerate(uniform_cluster(1, rest)))
+    return nodes
+
+
+def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], shared: dict, policy: str,
+                    tick: float) -> dict[str, dict]:
+    """Per VC: mean queueing delay shared (from ``shared``) and alone on its quota."""
+    out = {}
+    for vc in vcs:
+        quota = sum(vc.quota.values())
+        own = [j for j in jobs if j.vc == vc.name and j.gpus <= quota]
+        if not own:
+            continue
+        alone = report(QueueSim(private_cluster(quota), own, policy_named(policy), tick=tick).run())
+        together = shared["vc_avg_queueing_h"].get(vc.name)
+        out[vc.name] = {
+            "quota_gpus": quota,
+            "jobs": len(own),
+            "shared_avg_queueing_h": together,
+            "alone_avg_queueing_h": alone["avg_queueing_h"],
+            # Worse by more than 1 % and 36 s: below that it is rounding and tick noise.
+            "worse_for_sharing": together is not None and together > alone["avg_queueing_h"] * 1.01 + 0.01,
+        }
+    return out
+
+
+def run_queue_command(args: argparse.Namespace) -> int:
+    if args.trace == "philly":
+        path = args.jobs or traces_dir() / "philly" / "philly_jobs_pollux.csv"
+        jobs = load_philly(path)
+    elif args.trace == "history":
+        if args.jobs is None:
+            raise ValueError("--trace history needs --jobs FILE (the output of `yard jobs --json`)")
+        jobs = load_history(args.jobs)
+    else:
+        raise ValueError(f"unknown trace {args.trace!r}; use philly or history")
+    start = parse_time(args.start) if args.start else None
+    end = parse_time(args.end) if args.end else None
+    chosen = window(jobs, start, end, args.load, args.max_jobs)
+    if not chosen:
+        raise ValueError("no jobs in that window")
+    nodes = parse_cluster(args.cluster)
+    gpus = sum(len(n.gpus) for n in nodes)
+    vcs: tuple[VirtualCluster, ...] = ()
+    if args.vc_quotas == "demand":
+        vcs = vc_quotas(chosen, gpus)
+    elif args.vc_quotas:
+        path = traces_dir() / "philly" / "philly_vc_nodes_helios_artifact.csv" if args.vc_quotas == "philly" \
+            else Path(args.vc_quotas)
+        vcs = vc_quotas(chosen, gpus, load_vc_nodes(path))
+    started = time.perf_counter()
+    result = QueueSim(nodes, chosen, policy_named(args.policy), vcs=vcs, tick=args.tick).run()
+    summary = report(result)
+    summary["seconds"] = time.perf_counter() - started
+    summary["window"] = [args.start, args.end]
+    summary["load"] = args.load
+    summary["cluster"] = args.cluster
+    if vcs:
+        summary["sharing"] = sharing_anomaly(chosen, vcs, summary, args.policy, args.tick)
+    if args.out is not None:
+        _write_jobs(result, args.out)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        _print(summary)
+    return 0
+
+
+def _write_jobs(result: QueueResult, path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["job_id", "vc", "gpus", "submit", "duration_s", "first_start", "end", "jct_s", "queueing_s",
+                      "preemptions"])
+        for o in sorted(result.outcomes.values(), key=lambda o: o.job.job_id):
+            out.writerow([o.job.job_id, o.job.vc, o.job.gpus, o.job.submit, o.job.duration, o.first_start, o.end,
+                          o.jct if o.end is not None else "", o.queueing if o.end is not None else "", o.preemptions])
+
+
+def _print(s: dict) -> None:
+    print(f"policy {s['policy']} on {s['cluster']} ({s['gpus']} GPUs): {s['jobs']} jobs"
+          + (f", {s['rejected']} larger than the cluster or their VC's quota (not run)" if s["rejected"] else "")
+          + (f", {s['never_started']} never started (no node shape holds them)" if s["never_started"] else ""))
+    print(f"  JCT           avg {s['avg_jct_h']:.2f} h   median {s['median_jct_h']:.2f} h   p99 {s['p99_jct_h']:.2f} h")
+    print(f"  queueing      avg {s['avg_queueing_h']:.2f} h   p99 {s['p99_queueing_h']:.2f} h")
+    print(f"  makespan      {s['makespan_h']:.1f} h   GPU utilisation {100 * s['gpu_utilisation']:.1f} %   "
+          f"preemptions {s['preemptions']}   ({s['seconds']:.1f} s to simulate)")
+    print("  queueing by VC (h): " + ", ".join(f"{vc} {q:.2f}" for vc, q in s["vc_avg_queueing_h"].items()))
+    if "sharing" in s:
+        print("  sharing anomaly (mean queueing, h): VC quota shared alone")
+        for vc, row in s["sharing"].items():
+            flag = "  WORSE for sharing" if row["worse_for_sharing"] else ""
+            shared = row["shared_avg_queueing_h"]
+            print(f"    {vc:>8} {row['quota_gpus']:>5} {shared if shared is None else f'{shared:.2f}':>7} "
+                  f"{row['alone_avg_queueing_h']:.2f}{flag}")
+    sys.stdout.flush()

@@ -1,0 +1,137 @@
+"""The placement track: invariants on random clusters, and the FGD paper's numbers on real data.
+
+The reproduction check runs each baseline on one seed (42) up to 101 % arrived demand and
+compares with the authors' mean over their ten seeds (their spread across seeds is about
+0.2 pp, well inside the ±1.0 pp the claim allows); the ten-seed means are in
+docs/benchmarks.md (``benchmarks/bench_sim_openb.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sim_data import DEFAULT_PODS, NODES, OPENB, REFERENCE
+
+from trainyard.scheduler.ledger import Ledger
+from trainyard.scheduler.scorers.registry import SCORERS
+from trainyard.scheduler.snapshot import GpuSlot, NodeState
+from trainyard.sim.openb import Pod, gpu_capacity, load_nodes, load_pods, tune, workload_of
+from trainyard.sim.placement import run_placement
+from trainyard.sim.placement_track import read_reference
+from trainyard.sim.policies import PAPER_LABELS, PAPER_POLICIES, scorer_name
+
+# --- invariants ------------------------------------------------------------------------------
+
+node_st = st.builds(
+    lambda i, gpus, model, cpu: NodeState(f"n{i}", cpu, 64_000, tuple(GpuSlot(g, model, 0) for g in range(gpus))),
+    st.integers(0, 10_000),
+    st.sampled_from([1, 2, 4, 8]),
+    st.sampled_from(["T4", "G2"]),
+    st.sampled_from([8_000, 32_000, 96_000]),
+)
+pod_st = st.builds(
+    lambda cpu, n, milli, models: Pod("p", cpu, 1024, n, milli if n == 1 else 1000, models),
+    st.sampled_from([0, 2_000, 6_000, 12_000]),
+    st.integers(0, 4),
+    st.sampled_from([100, 250, 470, 810, 1000]),
+    st.sampled_from([(), ("T4",), ("G2",)]),
+)
+
+
+def unique(nodes: list[NodeState]) -> list[NodeState]:
+    return list({n.name: n for n in nodes}.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(node_st, min_size=1, max_size=8).map(unique), st.lists(pod_st, min_size=1, max_size=40),
+       st.sampled_from(sorted(SCORERS)))
+def test_allocation_never_exceeds_arrived_demand_or_capacity(nodes: list[NodeState], pods: list[Pod],
+                                                             scorer: str) -> None:
+    def within_capacity(ledger: Ledger) -> None:
+        for free in ledger.capacity.nodes.values():
+            assert free.cpu_milli >= 0 and free.memory_mb >= 0
+            assert all(0 <= f <= 1000 for f in free.gpu_free)
+
+    run = run_placement(nodes, pods, scorer, workload_of(pods), on_place=within_capacity)
+    capacity = gpu_capacity(nodes)
+    assert run.placed + run.failed == len(pods)
+    for arrived, allocated in zip(run.arrived, run.allocated, strict=True):
+        assert allocated <= min(capacity, arrived)
+    for k, pct in enumerate(run.curve(run.allocated)):
+        assert pct is None or pct <= min(100.0, k + 0.5) + 1e-9
+
+
+def test_a_shared_gpu_pod_packs_onto_a_partly_used_device_under_every_packing_policy() -> None:
+    nodes = [NodeState("a", 32_000, 64_000, (GpuSlot(0, "T4", 0), GpuSlot(1, "T4", 0)))]
+    pods = [Pod("x", 1000, 1024, 1, 500), Pod("y", 1000, 1024, 1, 500), Pod("z", 1000, 1024, 1, 1000)]
+    for scorer in ("bestfit", "bestfit-cpu-gpu", "packing", "fgd", "fgd-cpu"):
+        run = run_placement(nodes, pods, scorer, workload_of(pods))
+        assert run.failed == 0, scorer  # x and y share one device, z gets the other whole
+
+
+# --- the paper's numbers -------------------------------------------------------------------------
+
+TOLERANCE_PP = 1.0
+
+
+@pytest.fixture(scope="module")
+def default_trace() -> tuple:
+    nodes = load_nodes(NODES)
+    pods = load_pods(DEFAULT_PODS)
+    return "default", nodes, tune(pods, gpu_capacity(nodes), 1.3, 42), workload_of(pods)
+
+
+_measured: dict[tuple[str, str], float] = {}
+
+
+def at_100(trace: tuple, policy: str) -> float:
+    """Allocation % at 100 % arrived demand, seed 42 (each pod list and policy run once)."""
+    name, nodes, tuned, workload = trace
+    if (name, policy) not in _measured:
+        run = run_placement(nodes, tuned, scorer_name(policy), workload, job_id_base=42 * 10_000_000,
+                            stop_at_pct=101)
+        value = run.curve(run.allocated)[100]
+        assert value is not None
+        _measured[(name, policy)] = value
+    return _measured[(name, policy)]
+
+
+@pytest.mark.parametrize("policy", ["random", "dotprod", "bestfit", "fgd"])
+def test_each_baseline_lands_within_one_point_of_the_papers_allocation_at_full_demand(default_trace: tuple,
+                                                                                     policy: str) -> None:
+    reference, _ = read_reference(REFERENCE, "openb_pod_list_default", PAPER_LABELS[policy])
+    assert abs(at_100(default_trace, policy) - reference) <= TOLERANCE_PP
+
+
+@pytest.mark.parametrize("policy", ["clustering", "packing"])
+def test_gpu_clustering_and_packing_fall_short_of_the_papers_numbers_as_documented(default_trace: tuple,
+                                                                                   policy: str) -> None:
+    # Not reproduced (docs/benchmarks.md): they spread CPU-only pods at random, as the
+    # paper's code does, and lose whole GPUs to CPU exhaustion earlier than the paper's
+    # runs do. The gap is pinned here so that a change to it is seen.
+    reference, _ = read_reference(REFERENCE, "openb_pod_list_default", PAPER_LABELS[policy])
+    assert -4.5 <= at_100(default_trace, policy) - reference < -TOLERANCE_PP
+
+
+def test_trainyards_default_placement_allocates_more_than_fgd_at_full_demand(default_trace: tuple) -> None:
+    assert scorer_name("default") == "fgd-cpu"
+    fgd = at_100(default_trace, "fgd")
+    reference, _ = read_reference(REFERENCE, "openb_pod_list_default", PAPER_LABELS["fgd"])
+    default = at_100(default_trace, "default")
+    assert default > fgd and default > reference
+
+
+def test_the_default_beats_fgd_where_tasks_are_limited_to_gpu_models_too() -> None:
+    # The variant where the default's demand weighting is switched off (see fgd_cpu); the
+    # other variants' ten-seed comparison is in docs/benchmarks.md.
+    nodes = load_nodes(NODES)
+    pods = load_pods(OPENB / "openb_pod_list_gpuspec20.csv")
+    trace = ("gpuspec20", nodes, tune(pods, gpu_capacity(nodes), 1.3, 42), workload_of(pods))
+    assert at_100(trace, "default") > at_100(trace, "fgd")
+
+
+def test_every_paper_policy_is_a_registered_scorer() -> None:
+    assert set(PAPER_POLICIES.values()) <= set(SCORERS)
+    with pytest.raises(ValueError, match="unknown policy 'magic'"):
+        scorer_name("magic")

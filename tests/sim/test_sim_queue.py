@@ -1,0 +1,172 @@
+"""The queueing track: conservation laws on random traces, policy behaviour, real Philly days."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sim_data import PHILLY, TRACES
+
+from trainyard.sim.jobs import (
+    TraceJob,
+    gang_tasks,
+    load_history,
+    load_philly,
+    load_vc_nodes,
+    parse_cluster,
+    parse_time,
+    uniform_cluster,
+    window,
+)
+from trainyard.sim.queue import POLICIES, QueueResult, QueueSim, policy_named, vc_quotas
+from trainyard.sim.queue_track import percentile, private_cluster, report
+
+
+def check_conservation(result: QueueResult, jobs: list[TraceJob]) -> None:
+    """JCT ≥ duration, GPU-seconds conserved, capacity never exceeded, Little's law."""
+    done = [o for o in result.outcomes.values() if o.end is not None]
+    assert len(done) + len(result.rejected) + len(result.never_started) == len(jobs)
+    assert not result.never_started  # every job here fits some node shape
+    for o in done:
+        assert o.first_start is not None and o.first_start >= o.job.submit
+        assert o.jct >= o.job.duration - 1e-6
+    demand = sum(o.job.gpus * o.job.duration for o in done)
+    assert math.isclose(result.busy_gpu_seconds, demand, rel_tol=1e-9, abs_tol=1e-6)
+    assert result.peak_gpus_busy <= result.gpus
+    assert result.peak_device_milli <= 1000
+    # Little's law over the whole run: mean jobs in system = arrival rate × mean time in system.
+    span = result.last_end - result.first_submit
+    if done and span > 0:
+        in_system = result.job_seconds / span
+        rate = len(done) / span
+        mean_jct = sum(o.jct for o in done) / len(done)
+        assert math.isclose(in_system, rate * mean_jct, rel_tol=1e-6)
+
+
+trace_job = st.builds(
+    lambda i, submit, duration, gpus, vc: TraceJob(i, float(submit), float(duration), gpus, vc),
+    st.integers(1, 10**6),
+    st.integers(0, 20_000),
+    st.integers(1, 30_000),
+    st.sampled_from([1, 1, 1, 2, 4, 8, 16]),
+    st.sampled_from(["a", "b"]),
+)
+
+
+def distinct(jobs: list[TraceJob]) -> list[TraceJob]:
+    return list({j.job_id: j for j in jobs}.values())
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(trace_job, min_size=1, max_size=25).map(distinct), st.sampled_from(sorted(POLICIES)),
+       st.sampled_from([0.0, 60.0]))
+def test_every_policy_conserves_work_and_respects_capacity(jobs: list[TraceJob], policy: str, tick: float) -> None:
+    result = QueueSim(uniform_cluster(2, 8), jobs, policy_named(policy), tick=tick).run()
+    check_conservation(result, jobs)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(trace_job, min_size=1, max_size=20).map(distinct))
+def test_vc_quotas_keep_the_laws_and_refuse_jobs_larger_than_their_quota(jobs: list[TraceJob]) -> None:
+    vcs = vc_quotas(jobs, 16, {"a": 3, "b": 1})
+    assert sum(sum(v.quota.values()) for v in vcs) <= 16
+    result = QueueSim(uniform_cluster(2, 8), jobs, policy_named("default"), vcs=vcs).run()
+    check_conservation(result, jobs)
+    quota = {v.name: sum(v.quota.values()) for v in vcs}
+    assert all(j.gpus > quota[j.vc] for j in result.rejected)
+
+
+def test_sjf_runs_the_short_job_first_and_fifo_the_first_submitted() -> None:
+    jobs = [TraceJob(1, 0.0, 1000.0, 8), TraceJob(2, 1.0, 5000.0, 8), TraceJob(3, 2.0, 10.0, 8)]
+    fifo = QueueSim(uniform_cluster(1, 8), jobs, policy_named("fifo")).run().outcomes
+    sjf = QueueSim(uniform_cluster(1, 8), jobs, policy_named("sjf")).run().outcomes
+    assert fifo[2].first_start == 1000.0 and fifo[3].first_start == 6000.0
+    assert sjf[3].first_start == 1000.0 and sjf[2].first_start == 1010.0
+
+
+def test_tiresias_preempts_a_job_that_attained_much_for_a_new_one_and_resumes_it() -> None:
+    jobs = [TraceJob(1, 0.0, 20_000.0, 8), TraceJob(2, 10_000.0, 100.0, 8)]
+    result = QueueSim(uniform_cluster(1, 8), jobs, policy_named("tiresias")).run()
+    check_conservation(result, jobs)
+    long, short = result.outcomes[1], result.outcomes[2]
+    assert short.first_start == 10_000.0 and short.end == 10_100.0  # job 1 is past 10 GPU-hours
+    assert long.preemptions == 1 and long.end == 20_100.0
+    fifo = QueueSim(uniform_cluster(1, 8), jobs, policy_named("fifo")).run()
+    assert fifo.outcomes[2].first_start == 20_000.0 and fifo.preemptions == 0
+
+
+def test_gangs_larger_than_a_node_span_nodes() -> None:
+    assert gang_tasks(20, 8) == [8000, 8000, 4000]
+    jobs = [TraceJob(1, 0.0, 100.0, 20)]
+    result = QueueSim(uniform_cluster(3, 8), jobs, policy_named("default")).run()
+    assert result.outcomes[1].first_start == 0.0 and result.peak_gpus_busy == 20
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([5.0, 1.0, 3.0, 2.0, 4.0], 99) == 5.0
+    assert percentile(list(map(float, range(1, 101))), 50) == 50.0
+    assert percentile([], 99) == 0.0
+
+
+# --- loaders ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def philly() -> list[TraceJob]:
+    return load_philly(PHILLY)
+
+
+def test_the_philly_table_loads_with_its_vcs_and_a_window_selects_october(philly: list[TraceJob]) -> None:
+    jobs = philly
+    assert len(jobs) == 82_247
+    assert len({j.vc for j in jobs}) == 15
+    october = window(jobs, parse_time("2017-10-01"), parse_time("2017-11-01"))
+    assert len(october) == 47_192
+    squeezed = window(october[:100], None, None, load=2.0)
+    assert squeezed[-1].submit - squeezed[0].submit == pytest.approx((october[99].submit - october[0].submit) / 2)
+
+
+def test_philly_machine_lists_and_vc_shares_load() -> None:
+    machines = parse_cluster(str(TRACES / "philly" / "cluster_machine_list.csv"))
+    assert sum(len(n.gpus) for n in machines) == 2490
+    assert sum(len(n.gpus) for n in parse_cluster("92x8")) == 736
+    shares = load_vc_nodes(TRACES / "philly" / "philly_vc_nodes_helios_artifact.csv")
+    assert len(shares) == 11 and shares["6214e9"] == 64
+    assert sum(len(n.gpus) for n in private_cluster(20)) == 20
+
+
+def test_trainyards_own_history_export_becomes_a_trace(tmp_path: Path) -> None:
+    page = {"items": [
+        {"id": 7, "vc": "vision", "user": "ann", "gpus": 2.0, "submittedAt": "2026-11-01T10:00:00Z",
+         "startedAt": "2026-11-01T10:05:00Z", "finishedAt": "2026-11-01T11:05:00Z"},
+        {"id": 8, "vc": "nlp", "user": "bob", "gpus": 1.0, "submittedAt": "2026-11-01T10:01:00Z",
+         "startedAt": None, "finishedAt": None},
+        {"id": 9, "vc": "nlp", "user": "bob", "gpus": 0.0, "submittedAt": "2026-11-01T10:02:00Z",
+         "startedAt": "2026-11-01T10:02:00Z", "finishedAt": "2026-11-01T10:03:00Z"},
+    ], "next": None}
+    path = tmp_path / "jobs.json"
+    path.write_text(json.dumps(page))
+    [job] = load_history(path)
+    assert (job.job_id, job.vc, job.user, job.gpus, job.duration) == (7, "vision", "ann", 2, 3600.0)
+    assert job.submit == parse_time("2026-11-01T10:00:00Z")
+    lines = tmp_path / "jobs.jsonl"
+    lines.write_text(json.dumps(page) + "\n" + json.dumps(page) + "\n")
+    assert len(load_history(lines)) == 2
+    result = QueueSim(uniform_cluster(1, 8), load_history(path), policy_named("default")).run()
+    assert report(result)["jobs"] == 1
+
+
+@pytest.mark.parametrize("policy", ["default", "tiresias"])
+def test_a_busy_philly_day_replays_through_the_scheduler_within_the_laws(policy: str,
+                                                                        philly: list[TraceJob]) -> None:
+    day = window(philly, parse_time("2017-10-09"), parse_time("2017-10-10"))
+    nodes = uniform_cluster(16, 8)  # a small cluster, so that jobs queue
+    result = QueueSim(nodes, day, policy_named(policy), tick=60.0).run()
+    check_conservation(result, day)
+    summary = report(result)
+    assert summary["avg_queueing_h"] > 0 and summary["jobs"] == len(day) - len(result.rejected)
+    assert 0 < summary["gpu_utilisation"] <= 1
