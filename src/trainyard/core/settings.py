@@ -56,7 +56,8 @@ class Settings(BaseSettings):
     scheduler_scorer: str = Field(
         default="topology",
         description="Placement scorer: topology (default: a task's GPUs in one PCIe/NUMA group, a "
-        "gang on few nodes in one rack), bestfit, or fgd (packs fractional GPUs)",
+        "gang on few nodes in one rack), bestfit, fgd or fgd-cpu (pack fractional GPUs with the least "
+        "fragmentation; fgd-cpu also counts GPUs stranded without CPU), or a baseline of the FGD paper",
     )
     scheduler_backfill: bool = Field(
         default=True, description="EASY backfill: small jobs fill idle GPUs around the first waiting job's reservation"

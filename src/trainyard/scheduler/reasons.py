@@ -10,6 +10,7 @@ waiting jobs costs little more than explaining one.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -170,6 +171,7 @@ class QuotaEtas:
     def __init__(self, cycle: Cycle) -> None:
         self.ledger = cycle.ledger
         self.ahead: dict[str, int] = defaultdict(int)  # milli-GPU wanted by earlier QUOTA waits
+        self._cumulative: dict[tuple[str, tuple[str, ...]], tuple[list[float], list[int]]] = {}
         self.ends: dict[str, list[tuple[float, int, dict[str, int]]]] = defaultdict(list)
         for job in [*cycle.ledger.running.values(), *cycle.started]:
             if job.priority_rank >= OPPORTUNISTIC_RANK or job.expected_end is None:
@@ -190,12 +192,22 @@ class QuotaEtas:
         ahead = self.ahead[job.vc]
         self.ahead[job.vc] += refusal.need
         missing = ahead + refusal.need - refusal.free
-        freed = 0
-        for end, _, per_model in self.ends.get(job.vc, []):
-            freed += sum(per_model.get(m, 0) for m in refusal.models)
-            if freed >= missing:
-                return end
-        return None
+        times, freed = self._freed(job.vc, refusal.models)
+        found = bisect_left(freed, missing)
+        return times[found] if found < len(times) else None
+
+    def _freed(self, vc: str, models: tuple[str, ...]) -> tuple[list[float], list[int]]:
+        """End times of the VC's jobs, and the quota of ``models`` freed by each (cumulative)."""
+        key = (vc, models)
+        cached = self._cumulative.get(key)
+        if cached is None:
+            times, freed, total = [], [], 0
+            for end, _, per_model in self.ends.get(vc, []):
+                total += sum(per_model.get(m, 0) for m in models)
+                times.append(end)
+                freed.append(total)
+            cached = self._cumulative[key] = (times, freed)
+        return cached
 
 
 def _after_starts(snapshot: Snapshot, starts: Sequence[StartJob]) -> list[FreeNode]:

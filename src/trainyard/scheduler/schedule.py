@@ -111,7 +111,7 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
     for job in queue.jobs:
         holding = reservation is not None and reservation.holds(now)
         passes = holding and reservation.lets_pass(job, now)
-        shape = (job.vc, job.user, job.priority_rank, job.tasks)
+        shape = _shape(cycle, job)
         if not passes and shape in failed:
             known = failed[shape]
             cycle.wait(job, known)
@@ -154,7 +154,13 @@ def preempt_for_queue(
     it from getting its guaranteed share back from opportunistic work.
     """
     ledger = cycle.ledger
+    # Resources only shrink in this loop, so a job just like one that could not be helped
+    # cannot be helped either: its outcome is reused, as in ``run_queue``.
+    hopeless: set[tuple] = set()
     for position, job in enumerate(blocked):
+        shape = _shape(cycle, job)
+        if shape in hopeless:
+            continue
         head = reservation is not None and reservation.job is job
         if head:
             reservation.lift()  # its own hold must not stand in its way
@@ -169,6 +175,7 @@ def preempt_for_queue(
             if head:
                 reservation = None
             continue
+        hopeless.add(shape)
         if head:
             reservation.apply(ledger)
         elif reservation is None and position > 0 and cycle.snapshot.config.backfill:
@@ -177,6 +184,13 @@ def preempt_for_queue(
     if reservation is not None:
         reservation.lift()
     return reservation
+
+
+def _shape(cycle: Cycle, job: PendingJob) -> tuple:
+    """What decides whether a job can start: its VC, priority and tasks, and its user only
+    when that user has a quota at that priority."""
+    user = job.user if (job.user, job.priority_rank) in cycle.snapshot.user_quotas else None
+    return (job.vc, user, job.priority_rank, job.tasks)
 
 
 def _start(cycle: Cycle, job: PendingJob) -> bool:
