@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 from sqlalchemy import create_engine, text
 
 PG_URL = os.environ.get("TRAINYARD_TEST_DATABASE_URL")
@@ -20,6 +21,13 @@ REQUIRE_PG = os.environ.get("TRAINYARD_REQUIRE_POSTGRES") == "1"
 
 def _sqlalchemy_url(url: str) -> str:
     return "postgresql+psycopg://" + url.split("://", 1)[1] if url.startswith("postgresql://") else url
+
+
+# CI runs the property tests on a fixed seed, so that its verdict is reproducible; a
+# developer's run explores new examples (and keeps failing ones in .hypothesis/).
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("HYPOTHESIS_PROFILE") == "ci" or os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 def pytest_configure(config: pytest.Config) -> None:
