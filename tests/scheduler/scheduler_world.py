@@ -215,3 +215,20 @@ def check_capacity(s: Snapshot, d: Decisions) -> None:
         assert n.memory_used_mb + mem[n.name] <= n.memory_mb
         for g in n.gpus:
             assert g.used_milli + gpu[(n.name, g.index)] <= 1000
+
+
+def check_gangs(s: Snapshot, d: Decisions) -> None:
+    requested = {j.job_id: j for j in s.pending}
+    models = {(n.name, g.index): g.model for n in s.nodes for g in n.gpus}
+    for start in d.starts:
+        job = requested[start.job_id]
+        assert sorted((p.role, p.index) for p in start.placements) == sorted((t.role, t.index) for t in job.tasks)
+        for p in start.placements:
+            task = next(t for t in job.tasks if (t.role, t.index) == (p.role, p.index))
+            assert sum(share.milli for share in p.gpus) == task.gpu_milli
+            assert len({share.index for share in p.gpus}) == len(p.gpus)
+            assert all(not task.gpu_models or models[(p.node, share.index)] in task.gpu_models for share in p.gpus)
+    decided = [x.job_id for x in d.starts] + [w.job_id for w in d.waits]
+    assert sorted(decided) == sorted(requested)
+    for wait in d.waits:
+        assert wait.message and wait.position >= 1

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scheduler_world import World, check_capacity, node, snapshot
+from scheduler_world import World, check_capacity, check_gangs, node, snapshot
 
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.scorers.registry import SCORERS
@@ -130,23 +130,6 @@ def run(world: World, submissions, advances) -> list[tuple[Snapshot, Decisions]]
         seen.append((before, decisions))
         world.advance(seconds)
     return seen
-
-
-def check_gangs(s: Snapshot, d: Decisions) -> None:
-    requested = {j.job_id: j for j in s.pending}
-    models = {(n.name, g.index): g.model for n in s.nodes for g in n.gpus}
-    for start in d.starts:
-        job = requested[start.job_id]
-        assert sorted((p.role, p.index) for p in start.placements) == sorted((t.role, t.index) for t in job.tasks)
-        for p in start.placements:
-            task = next(t for t in job.tasks if (t.role, t.index) == (p.role, p.index))
-            assert sum(share.milli for share in p.gpus) == task.gpu_milli
-            assert len({share.index for share in p.gpus}) == len(p.gpus)
-            assert all(not task.gpu_models or models[(p.node, share.index)] in task.gpu_models for share in p.gpus)
-    decided = [x.job_id for x in d.starts] + [w.job_id for w in d.waits]
-    assert sorted(decided) == sorted(requested)
-    for wait in d.waits:
-        assert wait.message and wait.position >= 1
 
 
 def check_quotas(s: Snapshot, d: Decisions) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scheduler_world import check_capacity
+from scheduler_world import check_capacity, check_gangs
 
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import (
@@ -59,20 +59,7 @@ def test_nothing_is_ever_allocated_over_capacity(cluster, pending) -> None:
 @settings(max_examples=300, deadline=None)
 @given(nodes(), jobs())
 def test_gangs_are_all_or_nothing_and_requests_are_honoured(cluster, pending) -> None:
-    decisions = schedule(Snapshot(cluster, pending))
-    requested = {j.job_id: j for j in pending}
-    models = {(n.name, g.index): g.model for n in cluster for g in n.gpus}
-    for start in decisions.starts:
-        job = requested[start.job_id]
-        assert sorted((p.role, p.index) for p in start.placements) == sorted((t.role, t.index) for t in job.tasks)
-        for p in start.placements:
-            task = next(t for t in job.tasks if (t.role, t.index) == (p.role, p.index))
-            assert sum(s.milli for s in p.gpus) == task.gpu_milli
-            assert len({s.index for s in p.gpus}) == len(p.gpus)
-            if task.gpu_models:
-                assert all(models[(p.node, s.index)] in task.gpu_models for s in p.gpus)
-    decided = [s.job_id for s in decisions.starts] + [w.job_id for w in decisions.waits]
-    assert sorted(decided) == sorted(requested)
+    check_gangs(Snapshot(cluster, pending), schedule(Snapshot(cluster, pending)))
 
 
 @settings(max_examples=100, deadline=None)
