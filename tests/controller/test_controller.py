@@ -227,6 +227,37 @@ taskRoles:
         assert kinds.count("preempted") == 1 and "requeued" in kinds
 
 
+def test_a_job_that_ended_on_its_own_before_its_preemption_took_effect_keeps_its_outcome(world) -> None:
+    """The race of a preemption with a job's own end: the scheduler marks the attempt
+    PREEMPTED, but every task had exited 0 before any stop was sent. The job succeeded;
+    it must not be requeued and run again."""
+    from trainyard.controller.launching import task_key
+    from trainyard.controller.scheduling import preempt_jobs
+    from trainyard.store.rows import AttemptRow
+
+    db, backend, controller, user = world
+    job_id = submit(db, user, "name: quick\ntaskRoles:\n  w:\n    instances: 2\n    resourcePerInstance: {gpu: 1}\n"
+                    "    commands: ['exit 0']\n")
+    drive(controller, db, job_id, states=("RUNNING",))
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        attempt = job.attempts[0]
+        keys = [task_key(job, attempt, t) for t in attempt.tasks]
+    deadline = time.monotonic() + 10
+    while any(st.running for st in backend.observe(keys).values()) and time.monotonic() < deadline:
+        time.sleep(0.02)  # both processes have exited; the controller has not looked yet
+    with db.session() as s:
+        assert preempt_jobs(s, [(job_id, "reclaimed for job 99")], SystemClock()) == [job_id]
+    reconcile_until(controller, db, job_id, "SUCCEEDED")
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id)).all()
+        assert (job.attempt, job.exit_code) == (0, 0)
+        assert [a.state for a in attempts] == ["SUCCEEDED"]
+        assert "ended before its preemption took effect" in attempts[0].reason
+    assert [t.state for t in tasks_of(db, job_id)] == ["SUCCEEDED", "SUCCEEDED"]
+
+
 def reconcile_until(controller: Controller, db: Database, job_id: int, state: str) -> None:
     """Reconcile passes only (no scheduling) until the job is in ``state``."""
     deadline = time.monotonic() + 20

@@ -99,6 +99,11 @@ class Reconciler:
                 for item in group:
                     item.launch = None
                     item.error = f"launch failed: {exc}"
+        # A task that ended on its own before its stop was sent keeps its own exit: look
+        # first, so that a job finishing just as it is preempted is not run again.
+        stopping = [t.key for t in plan.stops if t.state == TaskState.RUNNING]
+        ended = {k for k, s in (self.backend.observe(stopping) if stopping else {}).items() if not s.running}
+        plan.stops = [t for t in plan.stops if t.key not in ended]
         for item in plan.stops:
             try:
                 self.backend.stop(item.key, item.grace)
@@ -237,20 +242,13 @@ class Reconciler:
         states = {(t.role, t.index): TaskState(t.state) for t in attempt.tasks}
         all_final = all(s.is_final for s in states.values())
         if job.state == JobState.RUNNING and attempt.state == AttemptState.RUNNING:
-            spec = self.spec_of(job)
-            roles = [
-                RolePolicy(name, role.instances, role.completion.minFailedInstances,
-                           role.completion.minSucceededInstances)
-                for name, role in spec.taskRoles.items()
-            ]
-            completion = evaluate_completion(roles, states)
-            if completion is not None:
-                attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState(completion.outcome))
-                attempt.reason = completion.reason
-                failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
-                attempt.exit_code = failed[0] if failed else 0
+            self._complete(job, attempt, states, "")
         if not all_final:
             return False
+        if attempt.state == AttemptState.PREEMPTED and TaskState.STOPPED not in states.values():
+            # Every task ended on its own before its stop was sent: the job's own outcome
+            # stands, and a job preempted just as it finished is not run again.
+            self._complete(job, attempt, states, " (it ended before its preemption took effect)")
         now = self.clock.now()
         attempt.finished_at = attempt.finished_at or now
         if job.state == JobState.STOPPING:
@@ -293,6 +291,20 @@ class Reconciler:
             why = classify_exit(attempt.exit_code).description
             self._finish(session, job, JobState.FAILED, f"{attempt.reason}; {why}")
         return True
+
+    def _complete(self, job: JobRow, attempt: AttemptRow, states: dict, note: str) -> None:
+        """Apply the job's completion policy to its tasks' states, if it decides."""
+        roles = [
+            RolePolicy(name, role.instances, role.completion.minFailedInstances, role.completion.minSucceededInstances)
+            for name, role in self.spec_of(job).taskRoles.items()
+        ]
+        completion = evaluate_completion(roles, states)
+        if completion is None:
+            return
+        attempt.state = check_attempt_transition(AttemptState(attempt.state), AttemptState(completion.outcome))
+        attempt.reason = completion.reason + note
+        failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
+        attempt.exit_code = failed[0] if failed else 0
 
     def _finish(self, session: Session, job: JobRow, state: JobState, message: str) -> None:
         job.state = check_job_transition(JobState(job.state), state)

@@ -69,7 +69,8 @@ ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
             AttemptState.TIMED_OUT,
         }
     ),
-    AttemptState.PREEMPTED: frozenset(),
+    # Preempted too late: every task had already ended on its own, so its outcome stands.
+    AttemptState.PREEMPTED: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),
     AttemptState.TIMED_OUT: frozenset(),
     AttemptState.SUCCEEDED: frozenset(),
     AttemptState.FAILED: frozenset(),
