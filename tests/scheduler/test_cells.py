@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from scheduler_world import World, job, node, on, running, snapshot
 
 from trainyard.scheduler.cells import cell_sizes
@@ -66,3 +68,48 @@ def test_loose_cells_fill_partly_used_nodes_before_splitting_a_fresh_one() -> No
     decisions = schedule(snapshot((node("a"), node("b")), [job(1, 1000, vc="y"), job(2, 8000, vc="z")], work, vcs=vcs))
     assert gpus_of(decisions, 1)[0][0] == "b"  # y takes b's other half ...
     assert {n for n, _ in gpus_of(decisions, 2)} == {"a"}  # ... so z's whole node stays whole
+
+
+# Cases the HiveD property (test_hived_guarantees.py) found: a gang within its VC's quota
+# that waited although it could start, or could be helped by preemption.
+
+
+def _put(world: World, job_id: int, vc: str, rank: int, where: str, gpus: tuple[int, ...], milli: int) -> None:
+    world.running[job_id] = running(job_id, on(where, *gpus, milli=milli), rank=rank, vc=vc, started=float(job_id))
+    world.ends[job_id] = float("inf")
+    world.submitted[job_id] = job(job_id, milli * len(gpus), rank=rank, vc=vc)
+
+
+def test_a_gang_its_scorer_cannot_place_is_placed_in_the_cell_order() -> None:
+    """FGD binds the partly used n0 as x's one whole node, to keep the empty n1 whole for
+    the pending 8-GPU job; x's eighth task then fits nowhere. In the cell order (emptiest
+    fresh node first) the gang fits on n1 at once: nothing is preempted for it."""
+    world = World(tuple(node(f"n{i}") for i in range(3)), vcs=(VirtualCluster("x", {"A100": 8}),
+                                                              VirtualCluster("y", {"A100": 4})))
+    world.config = replace(world.config, scorer="fgd")
+    _put(world, 5, "y", OPPO, "n0", (1,), 250)
+    _put(world, 6, "y", 0, "n2", (0,), 250)
+    world.submit(job(7, 8000, rank=OPPO, vc="y"))
+    world.submit(job(10_000, *[1000] * 8, rank=0, vc="x"))
+    decisions = world.cycle()
+    assert decisions.preemptions == ()
+    assert {p.node for p in world.running[10_000].placements} == {"n1"}
+
+
+def test_a_hole_another_vcs_plan_holds_is_not_one_to_wait_for() -> None:
+    """VC w preempts its own job on n2 for an 8-GPU task, and its plan holds part of the
+    hole n1[4-7] for its other task. x (one loose cell) must not count on that hole: it
+    takes a cell of the idle n0 now instead of waiting with NO_FIT."""
+    vcs = tuple(VirtualCluster(n, {"A100": q}) for n, q in (("x", 4), ("y", 4), ("z", 4), ("w", 12)))
+    world = World(tuple(node(f"n{i}") for i in range(3)), vcs=vcs)
+    _put(world, 6, "y", 0, "n1", (0,), 250)
+    _put(world, 4, "y", OPPO, "n1", (0,), 250)
+    _put(world, 5, "y", OPPO, "n1", (1, 2, 3, 5), 1000)
+    _put(world, 1, "w", 1, "n2", (0,), 250)
+    _put(world, 2, "y", OPPO, "n2", (0,), 250)
+    world.submit(job(3, 250, 8000, rank=0, vc="w"))
+    world.submit(job(10_000, *[1000] * 4, rank=0, vc="x"))
+    decisions = world.cycle()
+    assert {p.job_id for p in decisions.preemptions} == {1, 2}  # for w's job 3
+    assert {p.node for p in world.running[10_000].placements} == {"n0"}
+

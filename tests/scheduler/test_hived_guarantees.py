@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 from math import gcd
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scheduler_world import World, describe, node
@@ -81,12 +80,6 @@ def test_small_jobs_of_other_vcs_never_keep_a_vcs_full_quota_gang_out(scenario) 
     assert gang.job_id in world.running, describe(world)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue 3 note): while VC w preempts its own lower-priority job for a 4-GPU "
-    "task, VC x's 4 x 1-GPU gang within its quota gets NO_FIT although two nodes are wholly free; "
-    "hypothesis finds it on CI's fixed seed",
-)
 @settings(max_examples=150, deadline=None)
 @given(fragmented(opportunistic=True))
 def test_a_guaranteed_job_within_its_quota_waits_for_nothing_but_preemption(scenario) -> None:

@@ -166,7 +166,7 @@ def check_preemptions(s: Snapshot, d: Decisions) -> None:
         victim, job = running[p.job_id], pending[p.for_job_id]
         assert p.job_id not in s.preempting, "preempted twice"
         assert job.priority_rank < OPPORTUNISTIC_RANK
-        if victim.priority_rank < OPPORTUNISTIC_RANK:  # never another VC's guaranteed work
+        if victim.priority_rank < OPPORTUNISTIC_RANK:  # no VC is over its quota here: never another VC's
             assert victim.vc == job.vc and allow.get(job.vc, False)
             assert victim.priority_rank > job.priority_rank
         assert waits[job.job_id].reason == PendingReason.PREEMPTING

@@ -95,11 +95,42 @@ def test_the_planner_picks_the_fewest_cheapest_victims(work, pending, victims) -
     assert decisions.starts == ()
 
 
-def test_another_vcs_guaranteed_job_is_never_preempted_even_over_its_quota() -> None:
-    work = [running(90, on("a", *range(8)), rank=LOW, vc="bob")]  # bob is over quota (legacy)
-    decisions = schedule(snapshot((node("a"),), [job(1, 4000, rank=PROD, vc="alice")], work, vcs=(ALICE, BOB)))
-    assert decisions.preemptions == ()
+def test_another_vcs_guaranteed_job_within_its_quota_is_never_preempted() -> None:
+    work = [running(90, on("a", *range(4)), rank=LOW, vc="bob"), running(91, on("a", 4, 5, 6, 7), rank=OPPO, vc="bob")]
+    decisions = schedule(snapshot((node("a"),), [job(1, 8000, rank=PROD, vc="alice")],
+                                  work, vcs=(VirtualCluster("alice", {"A100": 8}), BOB)))
+    assert decisions.preemptions == ()  # the opportunistic half alone would not do
     assert decisions.waits[0].reason == PendingReason.NO_FIT
+
+
+def test_a_lowered_quota_alone_stops_nothing() -> None:
+    work = [running(90, on("a", *range(8)), rank=LOW, vc="bob")]  # bob holds 8, its quota is now 4
+    decisions = schedule(snapshot((node("a"),), [job(1, 1000, rank=LOW, vc="bob")], work, vcs=(ALICE, BOB)))
+    assert decisions.preemptions == () and decisions.starts == ()
+    assert decisions.waits[0].reason == PendingReason.QUOTA
+
+
+def test_a_vc_over_its_lowered_quota_gives_back_what_another_vc_needs_and_no_more() -> None:
+    """An admin moved 4 of bob's 8 GPUs to alice. Bob keeps running until alice needs them;
+    then bob's cheapest jobs that make room stop — here a whole node, since alice's quota is
+    one 4-GPU cell: LOW and NORMAL on b rather than PROD and LOW on a — and bob keeps its
+    quota's worth."""
+    world = World((node("a", 4), node("b", 4)), vcs=(ALICE, BOB))
+    for job_id, (where, rank, started) in enumerate((("a", PROD, 1.0), ("a", LOW, 2.0), ("b", LOW, 3.0),
+                                                     ("b", NORMAL, 4.0)), start=90):
+        index = (job_id - 90) % 2 * 2
+        world.running[job_id] = running(job_id, on(where, index, index + 1), rank=rank, vc="bob", started=started)
+        world.ends[job_id] = float("inf")
+        world.submitted[job_id] = job(job_id, 2000, rank=rank, vc="bob")
+    assert world.cycle().preemptions == ()  # over quota, but nobody needs the GPUs back
+    world.submit(job(1, 2000, 2000, rank=LOW, vc="alice"))
+    decisions = world.cycle()
+    assert {p.job_id for p in decisions.preemptions} == {92, 93}
+    assert all("bob holds more than its quota" in p.reason for p in decisions.preemptions)
+    assert decisions.waits[0].reason == PendingReason.PREEMPTING
+    world.advance(30.0)
+    world.cycle()
+    assert set(world.running) == {1, 90, 91}
 
 
 def test_a_vc_can_turn_priority_preemption_off() -> None:

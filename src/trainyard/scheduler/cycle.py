@@ -78,7 +78,7 @@ class Cycle:
     started: list[RunningJob] = field(default_factory=list)  # this cycle's starts, as running work
     waits: dict[int, Wait] = field(default_factory=dict)
     preemptions: list[Preempt] = field(default_factory=list)
-    claimed: set[int] = field(default_factory=set)  # running jobs a plan counts on; never iterated
+    claimed: set[int] = field(default_factory=set)  # running jobs a plan of this cycle stops (read sorted)
     reservations: list[Reservation] = field(default_factory=list)
     # Running jobs in preemption order, sorted once per cycle (see ``preemption``).
     victims: tuple[list[RunningJob], dict[str, list[RunningJob]]] | None = None

@@ -67,6 +67,19 @@ class Ledger:
                     for share in p.gpus:
                         self.reclaimable_gpu[(p.node, share.index)] += share.milli
 
+    def held_in(self, node: FreeNode, number: int) -> bool:
+        """Whether part of a cell no VC holds is taken by something preemption cannot
+        reclaim: no guaranteed job runs in an unbound cell, so that is another job's plan
+        or reservation made this cycle — the job binds the cell when it starts. Others
+        must treat the cell as bound: binding it too would leave one of them short."""
+        of = self.cells.cell_of[node.name]
+        reclaimable = self.reclaimable_gpu
+        return any(
+            node.gpu_free[p] + reclaimable.get((node.name, node.gpu_index[p]), 0) < MILLI
+            for p in range(len(of))
+            if of[p] == number
+        )
+
     def model_of(self, node: str, index: int) -> str | None:
         return _model_of(self.capacity.nodes, node, index)
 
@@ -206,6 +219,8 @@ class Access:
                     continue
                 if node.memory_mb + ledger.reclaimable_memory[node_name] < task.memory_mb:
                     continue
+                if ledger.held_in(node, number):
+                    continue
                 of = cells.cell_of[node_name]
                 room = [
                     node.gpu_free[p] + ledger.reclaimable_gpu[(node_name, node.gpu_index[p])]
@@ -244,6 +259,9 @@ class Access:
         owner_of = cells.owner
         own = [p for p in eligible if owner_of.get((node.name, of[p])) == vc]
         new = [p for p in eligible if (node.name, of[p]) not in owner_of]
+        if new:
+            held = {n for n in {of[p] for p in new} if self.ledger.held_in(node, n)}
+            new = [p for p in new if of[p] not in held]
         # Fill cell by cell; new cells emptiest first, so that a task binds as few cells as
         # it can and leaves the opportunistic work in the others alone.
         room: dict[int, int] = defaultdict(int)
@@ -271,7 +289,7 @@ class Access:
         for model, numbers in touched.items():
             cell_ids = [(node.name, n) for n in sorted(numbers)]
             binding = cells.binding_for(vc, node.name, model, cell_ids, split_fresh=self.split_fresh)
-            if binding is None:
+            if binding is None or (binding.whole_node and any(self.ledger.held_in(node, n) for _, n in binding.cells)):
                 return None
         return Fit(devices, binding)
 

@@ -2,11 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.quota import job_owner
-from trainyard.scheduler.scorers.base import GangProgress, NodeFilter, Scorer
-from trainyard.scheduler.snapshot import PendingJob, TaskPlacement
+from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, Scorer, first_fit
+from trainyard.scheduler.snapshot import PendingJob, TaskPlacement, TaskRequest
+
+
+class CellOrder:
+    """The cell model's own order (``Access.tiers``: the VC's cells, then holes, then the
+    emptiest fresh nodes), first fit. A scorer that trades that order for a better score
+    can bind a node that cannot hold the rest of the gang — FGD binds a partly used node
+    to keep an empty one whole for other work — and the gang then fails where the cell
+    order places it; so a guaranteed gang in cells that its scorer cannot place is tried
+    once more this way. The preemption planner places through ``place_gang`` too, so a
+    plan it makes is one the next cycle finds again."""
+
+    def attempts(self, job: PendingJob, ledger: Ledger) -> Sequence[NodeFilter | None]:
+        return (None,)
+
+    def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
+        return first_fit(task, access)
+
+
+CELL_ORDER = CellOrder()
 
 
 def task_order(job: PendingJob) -> list:
@@ -23,6 +44,8 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
             tentative.adopt(attempt)
             return placements
         attempt.discard()
+    if scorer is not CELL_ORDER and Access(ledger, job).in_cells:
+        return place_gang(job, ledger, CELL_ORDER, tentative)
     return None
 
 

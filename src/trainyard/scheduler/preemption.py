@@ -27,7 +27,8 @@ searched again that way if it does not hold.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections import defaultdict
+from collections.abc import Callable, Iterator
 
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Wait
@@ -67,8 +68,13 @@ def victim_order(cycle: Cycle) -> tuple[list[RunningJob], dict[str, list[Running
     return cycle.victims
 
 
-def candidates(cycle: Cycle, job: PendingJob) -> Iterator[RunningJob]:
-    """Possible victims for ``job``, in the order they should be given up (lazily)."""
+def candidates(
+    cycle: Cycle, job: PendingJob, useful: Callable[[RunningJob], bool] | None = None
+) -> Iterator[RunningJob]:
+    """Possible victims for ``job`` that ``useful`` accepts, in the order they should be
+    given up (lazily): opportunistic work; the VC's own lower priorities (when its policy
+    allows); and guaranteed work of another VC that holds more than its quota (an admin
+    lowered it) — ``plan_preemption`` then takes no more of it than the overage."""
     policy = cycle.ledger.quotas.policy(job.vc)
     if policy is None or job.priority_rank >= OPPORTUNISTIC_RANK:
         return iter(())
@@ -76,11 +82,76 @@ def candidates(cycle: Cycle, job: PendingJob) -> Iterator[RunningJob]:
     streams = [iter(opportunistic)]
     if policy.allow_priority_preemption:
         streams.append(r for r in by_vc.get(job.vc, ()) if r.priority_rank > job.priority_rank)
+    over = _over_quota(cycle, job.vc)
+    streams.extend(iter(by_vc.get(vc, ())) for vc in sorted(over))
     key = cycle.ledger.preempting
     merged = heapq.merge(
         *streams, key=lambda r: (r.job_id not in key, -r.priority_rank, -r.started_at, r.job_id)
     )
-    return (r for r in merged if r.job_id not in cycle.claimed)
+    claimed = cycle.claimed  # stopping for another plan already: see ``_claimed_for``
+    return (v for v in merged if v.job_id not in claimed and (useful is None or useful(v)))
+
+
+def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
+    """Jobs another plan of this cycle stops that ``job`` could count on too (by the rules
+    of ``candidates``). What that plan holds of theirs stays held in the ledger, so counting
+    on the rest of what they free takes nothing from it, and costs nothing more."""
+    if not cycle.claimed:
+        return []
+    policy = cycle.ledger.quotas.policy(job.vc)
+    if policy is None or job.priority_rank >= OPPORTUNISTIC_RANK:
+        return []
+    over = _over_quota(cycle, job.vc)
+    running = cycle.ledger.running
+    nodes = cycle.ledger.capacity.nodes
+    found = []
+    for job_id in sorted(cycle.claimed):
+        r = running.get(job_id)
+        if r is None:
+            continue
+        if r.priority_rank >= OPPORTUNISTIC_RANK and not any(
+            nodes[p.node].gpu_free[nodes[p.node].position[g.index]] + g.milli > 0
+            for p in r.placements if p.node in nodes for g in p.gpus if g.index in nodes[p.node].position
+        ):
+            continue  # what it frees, the plan it stops for takes whole
+        own_lower = policy.allow_priority_preemption and r.vc == job.vc and r.priority_rank > job.priority_rank
+        if r.priority_rank >= OPPORTUNISTIC_RANK or own_lower or r.vc in over:
+            found.append(r)
+    return found
+
+
+def _takes_no_more_than_the_overage(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> bool:
+    """Whether the guaranteed work ``victims`` take from each other VC is no more than what
+    brings it back to its quota, give or take the last job (jobs are stopped whole)."""
+    over = _over_quota(cycle, job.vc)
+    taken: dict[str, list[int]] = defaultdict(list)
+    for victim in victims:
+        mine = victim.vc == job.vc or victim.job_id in cycle.ledger.preempting
+        if not mine and victim.priority_rank < OPPORTUNISTIC_RANK:
+            taken[victim.vc].append(_gpu_milli(victim))
+    return all(sum(gpus) - max(gpus) < over.get(vc, 0) for vc, gpus in taken.items())
+
+
+def _over_quota(cycle: Cycle, vc: str) -> dict[str, int]:
+    """Other VCs whose guaranteed work holds more than their quota, by how much (milli-GPU,
+    beyond what is being stopped already)."""
+    ledger = cycle.ledger
+    quotas = ledger.quotas
+    over: dict[str, int] = {}
+    for (name, _), free in quotas.free.items():
+        if name != vc and free < 0:
+            over[name] = over.get(name, 0) - free
+    if not over:
+        return over
+    for job_id in sorted(ledger.preempting | cycle.claimed):
+        victim = ledger.running.get(job_id)
+        if victim is not None and victim.vc in over and victim.priority_rank < OPPORTUNISTIC_RANK:
+            over[victim.vc] -= _gpu_milli(victim)
+    return {name: milli for name, milli in over.items() if milli > 0}
+
+
+def _gpu_milli(job: RunningJob) -> int:
+    return sum(s.milli for p in job.placements for s in p.gpus)
 
 
 def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
@@ -94,13 +165,12 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
         # Stopping the VC's own jobs changes the cells the next cycle derives for it: plan
         # against those instead (slower: the cells are derived again at every step).
         victims = _search(cycle, job, refusal is not None, rederive=True)
-    if not victims:
+    if not victims or not _takes_no_more_than_the_overage(cycle, job, victims):
         return False
     released = Released(ledger, victims)
     released.set(len(victims))
     rebound = Tentative()
-    if _rederives(cycle, job, victims):
-        ledger.cells.rebind(job.vc, _survivors(cycle, job, victims), rebound)
+    _rebind(cycle, job, victims, rebound, own=_rederives(cycle, job, victims))
     plan = Tentative()
     placed = place_gang(job, ledger, cycle.scorer, plan)
     assert placed is not None, "a plan that fitted a moment ago must fit again"
@@ -111,6 +181,14 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
         ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
     plan.commit()  # J's future placement stays held ...
     released.tentative.discard()  # ... and the victims hold theirs until they stop
+    # Of the jobs another plan stops already, the ones this plan waits for: those on its
+    # nodes, and guaranteed ones (their quota and cells come back too).
+    nodes = {p.node for p in placed}
+    victims = [
+        v for v in victims
+        if v.job_id not in cycle.claimed or v.priority_rank < OPPORTUNISTIC_RANK
+        or any(p.node in nodes for p in v.placements)
+    ]
     _record(cycle, job, victims)
     return True
 
@@ -138,10 +216,14 @@ def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bo
                 return []
             released.jobs.append(victim)
             released.set(len(released.jobs))
+    shared = [v for v in _claimed_for(cycle, job) if _frees_room(ledger, access, job, gpu_tasks, v)]
+    if shared:  # free to count on: always released, never spared
+        released.jobs.extend(shared)
+        released.set(len(released.jobs))
     count = released.count
     taken = {v.job_id for v in released.jobs}
-    released._more = (
-        v for v in candidates(cycle, job) if v.job_id not in taken and _frees_room(ledger, access, job, gpu_tasks, v)
+    released._more = candidates(
+        cycle, job, lambda v: v.job_id not in taken and _frees_room(ledger, access, job, gpu_tasks, v)
     )
     if not fits():
         # The shortest prefix of the rest that makes room: grow it by doubling (few victims
@@ -173,7 +255,9 @@ def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bo
     spared: set[int] = set()
     # Spare what is not needed after all, most valuable first, in halving blocks (a few
     # tries for a long list of victims of which few are needed).
-    _spare(cycle, job, released.tentative, list(reversed(victims[:-1])), spared, victims, rederive)
+    free = {v.job_id for v in shared}
+    spare = [v for v in victims[:-1] if v.job_id not in free]
+    _spare(cycle, job, released.tentative, list(reversed(spare)), spared, victims, rederive)
     released.tentative.discard()
     return [v for v in victims if v.job_id not in spared]
 
@@ -191,10 +275,21 @@ def _rederives(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> bool
     return mixed and any(v.vc == job.vc and v.priority_rank < OPPORTUNISTIC_RANK for v in victims)
 
 
-def _survivors(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> list[RunningJob]:
+def _survivors(cycle: Cycle, vc: str, victims: list[RunningJob]) -> list[RunningJob]:
     gone = {v.job_id for v in victims}
     mine = [*cycle.ledger.running.values(), *cycle.started]
-    return [r for r in mine if r.vc == job.vc and r.priority_rank < OPPORTUNISTIC_RANK and r.job_id not in gone]
+    return [r for r in mine if r.vc == vc and r.priority_rank < OPPORTUNISTIC_RANK and r.job_id not in gone]
+
+
+def _rebind(cycle: Cycle, job: PendingJob, victims: list[RunningJob], tentative: Tentative, *, own: bool) -> None:
+    """Derive again, as the next cycle will once ``victims`` have stopped, the cells of every
+    other VC that loses guaranteed work (one over its quota: its cells come free), and the
+    job's own VC's when ``own``."""
+    vcs = {v.vc for v in victims if v.priority_rank < OPPORTUNISTIC_RANK and v.vc != job.vc}
+    if own:
+        vcs.add(job.vc)
+    for vc in sorted(vcs):
+        cycle.ledger.cells.rebind(vc, _survivors(cycle, vc, victims), tentative)
 
 
 def _fits_after(
@@ -207,8 +302,7 @@ def _fits_after(
     if not released:
         for victim in victims:
             ledger.release(victim, undo)
-    if rederive and _rederives(cycle, job, victims):
-        ledger.cells.rebind(job.vc, _survivors(cycle, job, victims), undo)
+    _rebind(cycle, job, victims, undo, own=rederive and _rederives(cycle, job, victims))
     fits = _fits(cycle, job) is not None
     undo.discard()
     return fits
@@ -260,6 +354,8 @@ def _gives_quota(job: PendingJob, victim: RunningJob) -> bool:
 def _frees_room(ledger: Ledger, access: Access, job: PendingJob, gpu_tasks: list, victim: RunningJob) -> bool:
     """Whether stopping ``victim`` frees anything ``job`` could be placed on."""
     nodes = ledger.capacity.nodes
+    # Another VC's guaranteed work (over its quota) gives back its cells too.
+    frees_cells = victim.vc != job.vc and victim.priority_rank < OPPORTUNISTIC_RANK
     for p in victim.placements:
         node = nodes.get(p.node)
         if node is None or not node.schedulable:
@@ -268,7 +364,9 @@ def _frees_room(ledger: Ledger, access: Access, job: PendingJob, gpu_tasks: list
             return True  # a CPU-only task can use the CPU and memory it frees
         for share in p.gpus:
             pos = node.position.get(share.index)
-            if pos is not None and access.may_use(node, pos) and any(node.suits(pos, t) for t in gpu_tasks):
+            if pos is None or not (frees_cells or access.may_use(node, pos)):
+                continue
+            if any(node.suits(pos, t) for t in gpu_tasks):
                 return True
     return False
 
@@ -277,11 +375,16 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
     ledger = cycle.ledger
     owner = job_owner(job)
     for victim in sorted(victims, key=lambda v: v.job_id):
+        if victim.job_id in ledger.preempting or victim.job_id in cycle.claimed:
+            continue  # stopping already, or preempted for another job of this cycle
         cycle.claimed.add(victim.job_id)
-        if victim.job_id in ledger.preempting:
-            continue
         if victim.priority_rank >= OPPORTUNISTIC_RANK:
             why = f"reclaimed: VC {owner.vc} needs its guaranteed GPUs back for job {job.job_id}"
+        elif victim.vc != owner.vc:
+            why = (
+                f"reclaimed: VC {victim.vc} holds more than its quota, and VC {owner.vc} needs its "
+                f"guaranteed GPUs back for job {job.job_id}"
+            )
         else:
             why = (
                 f"preempted by job {job.job_id} of higher priority "

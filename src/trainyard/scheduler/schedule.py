@@ -47,6 +47,11 @@ from trainyard.scheduler.snapshot import (
 )
 
 
+# Preemption plans made per VC queue and cycle: each costs a search over victims; a long
+# queue of jobs that all need work stopped is planned over a few cycles, in queue order.
+PLANS_PER_QUEUE = 32
+
+
 def queue_order(job: PendingJob) -> tuple[int, float, int]:
     return (job.priority_rank, job.submitted_at, job.job_id)
 
@@ -157,10 +162,13 @@ def preempt_for_queue(
     # Resources only shrink in this loop, so a job just like one that could not be helped
     # cannot be helped either: its outcome is reused, as in ``run_queue``.
     hopeless: set[tuple] = set()
+    plans = 0
     for position, job in enumerate(blocked):
         shape = _shape(cycle, job)
         if shape in hopeless:
             continue
+        if plans >= PLANS_PER_QUEUE:
+            break  # the rest are planned in the next cycles, in queue order
         head = reservation is not None and reservation.job is job
         if head:
             reservation.lift()  # its own hold must not stand in its way
@@ -172,6 +180,7 @@ def preempt_for_queue(
             continue
         refusal = ledger.quotas.admit(job)
         if _may_preempt(ledger, job, refusal) and plan_preemption(cycle, job):
+            plans += 1
             if head:
                 reservation = None
             continue
