@@ -76,12 +76,13 @@ def test_user_quotas_are_keyed_by_priority_rank(db) -> None:
         assert user_quotas(s) == {("alice", 0): 2500, ("alice", 2): 8000}
 
 
-def start(db, clock, text: str) -> int:
-    """Submit a job as alice and place it on n-A100 GPU 0, as the controller would."""
+def start(db, clock, text: str, gpu: int = 0) -> int:
+    """Submit a job as alice and place it on n-A100 GPU ``gpu``, as the controller would."""
     with db.session() as s:
-        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        names = {u.name for u in auth.list_users(s)}
+        user = auth.get_user(s, "alice") if "alice" in names else auth.create_user(s, "alice", is_admin=False, clock=clock)
         job_id = job_service.submit_job(s, user, parse_job(text), clock=clock).id
-    placement = TaskPlacement("w", 0, "n-A100", (GpuShare(0, 1000),), 1000, 1024)
+    placement = TaskPlacement("w", 0, "n-A100", (GpuShare(gpu, 1000),), 1000, 1024)
     with db.session() as s:
         apply_decisions(s, Decisions(starts=(StartJob(job_id, (placement,)),)), {}, {job_id: PortPlan(0, {})}, clock)
     return job_id
@@ -109,7 +110,31 @@ def test_running_work_carries_its_expected_end_and_overdue_attempts_time_out(db)
         assert attempt.state == "TIMED_OUT"
         assert attempt.reason == "ran past its maximum run time (maxRunTimeSeconds: 60)"
         assert s.get(JobRow, job_id).state == "RUNNING"  # until reconcile has stopped its tasks
-        _, ending = running_jobs(s)
+        running, ending = running_jobs(s)
         assert ending == frozenset({job_id})  # the scheduler counts its GPUs as soon free
+        grace = s.get(JobRow, job_id).grace_seconds
+        assert running[0].stops_by == running[0].started_at + 60 + grace  # when its grace period ends
     with db.session() as s:
         assert end_overdue_attempts(s, clock) == []  # once only
+
+
+def test_a_preempted_or_stopped_job_shows_when_its_grace_period_ends(db) -> None:
+    from trainyard.controller.scheduling import preempt_jobs
+
+    clock = FakeClock()
+    with db.session() as s:
+        inventory(s, clock, A100=8)
+    spec = "name: a\nstopGracePeriodSeconds: 20\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n" \
+           "    commands: [sleep 600]\n"
+    victim, stopped = start(db, clock, spec), start(db, clock, spec, gpu=1)
+    clock.advance(5)
+    with db.session() as s:
+        assert running_jobs(s)[0][0].stops_by is None
+        assert preempt_jobs(s, [(victim, "for job 9")], clock) == [victim]
+        job_service.request_stop(s, auth.get_user(s, "alice"), stopped, clock=clock)
+    clock.advance(7)
+    with db.session() as s:
+        running, ending = running_jobs(s)
+    now_then = clock.now().timestamp() - 7
+    assert ending == {victim, stopped}
+    assert {r.job_id: r.stops_by for r in running} == {victim: now_then + 20, stopped: now_then + 20}

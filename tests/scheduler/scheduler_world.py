@@ -163,6 +163,7 @@ class World:
         for preempt in decisions.preemptions:
             assert preempt.job_id in self.running and preempt.job_id not in self.stopping
             self.stopping[preempt.job_id] = self.now + preempt.grace_seconds
+            self.running[preempt.job_id] = replace(self.running[preempt.job_id], stops_by=self.stopping[preempt.job_id])
         return decisions
 
     def advance(self, seconds: float) -> None:

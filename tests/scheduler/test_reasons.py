@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scheduler_world import job, node, on, running, snapshot
+from scheduler_world import World, job, node, on, running, snapshot
 
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
@@ -67,3 +67,17 @@ def test_a_job_bigger_than_its_vcs_whole_quota_is_told_it_needs_a_bigger_quota()
     assert wait.message.startswith(
         "VC vision: needs 6 A100, 4 of 4 free; more than the VC's whole quota: it starts only if an admin raises"
     )
+
+
+def test_a_job_waiting_for_a_preemption_keeps_the_same_eta_from_cycle_to_cycle() -> None:
+    """The ETA is when the victims' grace period ends, not a grace period from each cycle."""
+    world = World((node("a", 4),), vcs=(VirtualCluster("v", {"A100": 4}),))
+    world.running[90] = running(90, on("a", 0, 1, 2, 3), rank=3, vc="v", grace=30.0)
+    world.ends[90] = float("inf")
+    world.submitted[90] = job(90, 4000, rank=3, vc="v")
+    world.submit(job(1, 4000, rank=1, vc="v"))
+    first = world.cycle().waits[0]
+    assert (first.reason, first.eta) == (PendingReason.PREEMPTING, 30.0)
+    world.advance(10.0)
+    again = world.cycle().waits[0]
+    assert (again.reason, again.eta) == (PendingReason.PREEMPTING, 30.0)

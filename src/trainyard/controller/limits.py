@@ -35,6 +35,7 @@ def end_overdue_attempts(session: Session, clock: Clock) -> list[int]:
         if attempt.started_at is None or attempt.started_at + timedelta(seconds=limit) > now:
             continue
         attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.TIMED_OUT)
+        attempt.stop_requested_at = attempt.stop_requested_at or now
         attempt.reason = f"ran past its maximum run time (maxRunTimeSeconds: {limit})"
         job.state_message = f"stopping: {attempt.reason}"
         record_event(session, job, "timed-out", f"attempt {attempt.number} {attempt.reason}; tasks get "

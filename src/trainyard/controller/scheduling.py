@@ -168,6 +168,7 @@ def preempt_jobs(session: Session, victims: list[tuple[int, str]], clock: Clock)
             continue  # already ending or being preempted
         attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.PREEMPTED)
         attempt.reason = reason
+        attempt.stop_requested_at = attempt.stop_requested_at or clock.now()
         job.state_message = f"being preempted: {reason}"
         record_event(session, job, "preempted", f"{reason}; tasks get SIGTERM and "
                      f"{job.grace_seconds:g} s to exit", clock)

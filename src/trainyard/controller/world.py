@@ -85,7 +85,7 @@ def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[in
     rows = session.execute(
         select(
             JobRow.id, JobRow.vc, UserRow.name, JobRow.priority, JobRow.state, JobRow.grace_seconds,
-            JobRow.max_runtime_seconds, AttemptRow.state, AttemptRow.started_at,
+            JobRow.max_runtime_seconds, AttemptRow.state, AttemptRow.started_at, AttemptRow.stop_requested_at,
             TaskRow.role, TaskRow.index, TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb,
         )
         .join(UserRow, UserRow.id == JobRow.user_id)
@@ -99,7 +99,7 @@ def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[in
         tasks_of[row[0]].append(row)
     running, ending = [], set()
     for job_id, tasks in tasks_of.items():
-        _, vc, user, priority, state, grace, limit, attempt_state, started, *_ = tasks[0]
+        _, vc, user, priority, state, grace, limit, attempt_state, started, stop_requested, *_ = tasks[0]
         if state == JobState.STOPPING or attempt_state != AttemptState.RUNNING:
             ending.add(job_id)
         end = None if limit is None or started is None else (started + timedelta(seconds=limit)).timestamp()
@@ -117,6 +117,7 @@ def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[in
                 started_at=started.timestamp() if started else 0.0,
                 expected_end=end,
                 grace_seconds=grace,
+                stops_by=None if stop_requested is None else (stop_requested + timedelta(seconds=grace)).timestamp(),
             )
         )
     return tuple(running), frozenset(ending)

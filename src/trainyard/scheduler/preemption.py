@@ -392,5 +392,12 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
             )
         cycle.preemptions.append(Preempt(victim.job_id, victim.grace_seconds, why, job.job_id))
     now = cycle.snapshot.now
-    eta = now + max((v.grace_seconds for v in victims), default=0.0)
+    # A victim stopping since an earlier cycle is gone when its grace period ends, not a
+    # whole grace period from now (which would move the ETA on every cycle).
+    eta = max(
+        (v.stops_by if v.stops_by is not None and v.job_id in ledger.preempting else now + v.grace_seconds
+         for v in victims),
+        default=now,
+    )
+    eta = max(eta, now)
     cycle.wait(job, Wait(PendingReason.PREEMPTING, eta=eta, victims=tuple(sorted(v.job_id for v in victims))))

@@ -96,6 +96,7 @@ class RunningJob:
     started_at: float
     expected_end: float | None = None  # None: unknown, treated as never ending
     grace_seconds: float = 30.0  # stop grace period if it is preempted
+    stops_by: float | None = None  # being stopped: when its grace period ends (None: unknown)
 
 
 @dataclass(frozen=True)

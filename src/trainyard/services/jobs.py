@@ -211,6 +211,9 @@ def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock
     else:
         job.state = check_job_transition(JobState(job.state), JobState.STOPPING)
         job.state_message = f"stopping on request of {viewer.name}"
+        for attempt in job.attempts:
+            if attempt.number == job.attempt and attempt.stop_requested_at is None:
+                attempt.stop_requested_at = clock.now()
     job.stopped_by = viewer.name
     record_event(session, job, "stop-requested", f"stop requested by {viewer.name}", clock)
     return job

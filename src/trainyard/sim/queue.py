@@ -236,6 +236,7 @@ class QueueSim:
                 self.result.preemptions += 1
                 self.result.outcomes[job_id].preemptions += 1
                 self.stopping[job_id] = self.now + preempt.grace_seconds
+                self.running[job_id] = replace(self.running[job_id], stops_by=self.stopping[job_id])
                 heapq.heappush(self.events, (self.stopping[job_id], 1, job_id))
                 stopped_now |= preempt.grace_seconds <= 0
             if not stopped_now:

@@ -119,6 +119,9 @@ class AttemptRow(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reason: Mapped[str] = mapped_column(Text, default="")
+    # When it was told to stop (preempted, timed out, stop requested): its tasks' grace
+    # period runs from about then.
+    stop_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
     job: Mapped[JobRow] = relationship(back_populates="attempts")
