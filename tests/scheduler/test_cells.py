@@ -6,8 +6,12 @@ from dataclasses import replace
 
 from scheduler_world import World, job, node, on, running, snapshot
 
+from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cells import cell_sizes
+from trainyard.scheduler.ledger import Access, Ledger
+from trainyard.scheduler.quota import Owner
 from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.scorers.base import select_bestfit
 from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
 
 OPPO = 3
@@ -96,20 +100,26 @@ def test_a_gang_its_scorer_cannot_place_is_placed_in_the_cell_order() -> None:
     assert {p.node for p in world.running[10_000].placements} == {"n1"}
 
 
-def test_a_hole_another_vcs_plan_holds_is_not_one_to_wait_for() -> None:
-    """VC w preempts its own job on n2 for an 8-GPU task, and its plan holds part of the
-    hole n1[4-7] for its other task. x (one loose cell) must not count on that hole: it
-    takes a cell of the idle n0 now instead of waiting with NO_FIT."""
-    vcs = tuple(VirtualCluster(n, {"A100": q}) for n, q in (("x", 4), ("y", 4), ("z", 4), ("w", 12)))
-    world = World(tuple(node(f"n{i}") for i in range(3)), vcs=vcs)
-    _put(world, 6, "y", 0, "n1", (0,), 250)
-    _put(world, 4, "y", OPPO, "n1", (0,), 250)
-    _put(world, 5, "y", OPPO, "n1", (1, 2, 3, 5), 1000)
-    _put(world, 1, "w", 1, "n2", (0,), 250)
-    _put(world, 2, "y", OPPO, "n2", (0,), 250)
-    world.submit(job(3, 250, 8000, rank=0, vc="w"))
-    world.submit(job(10_000, *[1000] * 4, rank=0, vc="x"))
-    decisions = world.cycle()
-    assert {p.job_id for p in decisions.preemptions} == {1, 2}  # for w's job 3
-    assert {p.node for p in world.running[10_000].placements} == {"n0"}
+def test_a_hole_part_of_which_another_jobs_plan_holds_counts_as_taken() -> None:
+    """n1 is shared (y holds its first cell); its second cell is a hole with opportunistic
+    work on one GPU. Once another job's plan holds a GPU of that hole, x may neither bind
+    it nor count on reclaiming it, so x's loose cell may split the idle n0 instead."""
+    vcs = (VirtualCluster("x", {"A100": 4}), VirtualCluster("y", {"A100": 4}), VirtualCluster("w", {"A100": 8}))
+    nodes = (node("n0"), node("n1"))
+    work = [running(6, on("n1", 0, milli=250), rank=0, vc="y"), running(5, on("n1", 5), rank=OPPO, vc="y")]
+    ledger = Ledger(snapshot(nodes, [], work, vcs=vcs))
+    gang = job(10_000, *[1000] * 4, rank=0, vc="x")
+    task = gang.tasks[0]
 
+    def fresh_node_allowed() -> bool:
+        access = Access(ledger, gang)
+        tiers = list(access.tiers(task))
+        return access.split_fresh and any(n.name == "n0" for n in tiers[-1])
+
+    assert not fresh_node_allowed()  # the hole n1[4-7] could take x once job 5 is preempted
+    held = Tentative()
+    ledger.hold(Owner("w", "", 0), [on("n1", 4, milli=250)], held)  # another job's plan
+    assert ledger.held_in(ledger.capacity.nodes["n1"], 1)
+    assert fresh_node_allowed()
+    fit = Access(ledger, gang).fit(ledger.capacity.nodes["n1"], task, select_bestfit)
+    assert fit is None  # and x does not bind the held hole either
