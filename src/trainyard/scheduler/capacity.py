@@ -22,6 +22,29 @@ from trainyard.scheduler.snapshot import GpuShare, NodeState, TaskPlacement, Tas
 Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
 
 
+_LAYOUTS: dict[tuple, tuple] = {}
+
+
+def _layout(gpus: tuple) -> tuple:
+    """(order of ``gpus`` by index, then by position: index, model, memory, group lists,
+    klass, position of each index, the only model or None), cached by what it depends on."""
+    key = tuple((g.index, g.model, g.memory_mb, g.group) for g in gpus)
+    layout = _LAYOUTS.get(key)
+    if layout is None:
+        order = sorted(range(len(gpus)), key=lambda i: key[i][0])
+        index = [key[i][0] for i in order]
+        model = [key[i][1] for i in order]
+        memory = [key[i][2] for i in order]
+        group = [key[i][3] for i in order]
+        klass = tuple(sorted(set(zip(model, memory, strict=True))))
+        only_model = model[0] if len(set(model)) == 1 else None
+        layout = (order, index, model, memory, group, klass, {x: p for p, x in enumerate(index)}, only_model)
+        if len(_LAYOUTS) > 4096:  # kinds of node are few; bound it all the same
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = layout
+    return layout
+
+
 @dataclass
 class FreeNode:
     name: str
@@ -49,20 +72,27 @@ class FreeNode:
 
     @classmethod
     def from_state(cls, node: NodeState, *, empty: bool = False, rack_label: str = "rack") -> FreeNode:
-        """The node's free capacity now, or (``empty``) as if nothing ran and it were up."""
-        gpus = sorted(node.gpus, key=lambda g: g.index)
-        return cls(
-            name=node.name,
-            cpu_milli=node.cpu_milli - (0 if empty else node.cpu_used_milli),
-            memory_mb=node.memory_mb - (0 if empty else node.memory_used_mb),
-            gpu_free=[MILLI - (0 if empty else g.used_milli) for g in gpus],
-            gpu_index=[g.index for g in gpus],
-            gpu_model=[g.model for g in gpus],
-            gpu_memory_mb=[g.memory_mb for g in gpus],
-            schedulable=empty or node.schedulable,
-            gpu_group=[g.group for g in gpus],
-            rack=node.labels.get(rack_label, ""),
-        )
+        """The node's free capacity now, or (``empty``) as if nothing ran and it were up.
+
+        Built every cycle for every node, so what does not change while jobs come and go
+        (device order, models, memory, groups and what follows from them) is worked out
+        once per kind of node and shared, read-only, by the nodes built from it."""
+        layout = _layout(node.gpus)
+        order, index, model, memory, group, klass, position, only_model = layout
+        gpus = node.gpus
+        free = [MILLI] * len(order) if empty else [MILLI - gpus[i].used_milli for i in order]
+        self = cls.__new__(cls)
+        self.name = node.name
+        self.cpu_milli = node.cpu_milli - (0 if empty else node.cpu_used_milli)
+        self.memory_mb = node.memory_mb - (0 if empty else node.memory_used_mb)
+        self.gpu_free = free
+        self.gpu_index, self.gpu_model, self.gpu_memory_mb, self.gpu_group = index, model, memory, group
+        self.schedulable = empty or node.schedulable
+        self.rack = node.labels.get(rack_label, "")
+        self.gpu_sum = sum(free)
+        self.whole = free.count(MILLI)
+        self.klass, self.position, self.only_model = klass, position, only_model
+        return self
 
     def suits(self, pos: int, task: TaskRequest) -> bool:
         return (not task.gpu_models or self.gpu_model[pos] in task.gpu_models) and (

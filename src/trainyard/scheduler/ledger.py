@@ -47,7 +47,10 @@ class Ledger:
         by_name = {n.name: n for n in free}
         self.quotas = Quotas(snapshot, lambda node, index: _model_of(by_name, node, index))
         limited = {name: p.quota for name, p in self.quotas.vcs.items() if p.quota is not None}
-        self.cells = Cells(nodes, cell_sizes(nodes, list(limited.values()), snapshot.config.cell_gpus), limited)
+        if limited:
+            self.cells = Cells(nodes, cell_sizes(nodes, list(limited.values()), snapshot.config.cell_gpus), limited)
+        else:  # no quota, so no cell is ever bound: no need to lay cells out
+            self.cells = Cells((), {}, {})
         self.enforced = {name: True for name in limited}
         running = sorted((_on_known_devices(j, by_name) for j in snapshot.running), key=lambda j: j.job_id)
         self.cells.derive(running, self.enforced, lambda node: by_name[node].whole if node in by_name else 0)

@@ -84,6 +84,9 @@ class Quotas:
                 self.free[(vc.name, model)] = gpus * MILLI
         self.user_limit = dict(snapshot.user_quotas)
         self.user_used: dict[tuple[str, int], int] = defaultdict(int)
+        # Without user limits or VC quotas there is nothing to count (a cluster with no
+        # VCs, as most simulations are): every charge and refund is then skipped.
+        self._counting = bool(self.user_limit or self.free)
         for job in sorted(snapshot.running, key=lambda j: j.job_id):
             owner = Owner(job.vc, job.user, job.priority_rank)
             for p in job.placements:
@@ -134,15 +137,17 @@ class Quotas:
 
     def charge(self, owner: Owner, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._apply(owner, placement, -1)
-        if tentative is not None:
+        if tentative is not None and self._counting:
             tentative.record(lambda: self._apply(owner, placement, +1))
 
     def refund(self, owner: Owner, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._apply(owner, placement, +1)
-        if tentative is not None:
+        if tentative is not None and self._counting:
             tentative.record(lambda: self._apply(owner, placement, -1))
 
     def _apply(self, owner: Owner, placement: TaskPlacement, sign: int) -> None:
+        if not self._counting:
+            return
         milli = sum(s.milli for s in placement.gpus)
         if not milli:
             return
