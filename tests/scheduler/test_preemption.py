@@ -179,3 +179,38 @@ def test_a_job_that_preemption_cannot_help_does_not_keep_those_behind_it_from_th
     decisions = schedule(snapshot((node("n0", 4), node("n1", 4)), (head, small), work, vcs=vcs))
     assert [(p.job_id, p.for_job_id) for p in decisions.preemptions] == [(3, 11)]
     assert {w.job_id: w.reason for w in decisions.waits}[11] == PendingReason.PREEMPTING
+
+
+def test_a_long_queue_that_needs_preemption_is_planned_over_a_few_cycles_in_order() -> None:
+    """At most 32 plans that stop more work per VC queue and cycle (each is a search); the
+    rest wait as BEHIND and are planned in the next cycle — plans that only wait on work
+    already stopping do not count against it."""
+    world = World(tuple(node(f"n{i}", 8) for i in range(5)), vcs=(VirtualCluster("a", {"A100": 40}),))
+    for i in range(40):
+        world.running[100 + i] = running(100 + i, on(f"n{i // 8}", i % 8), rank=OPPO, vc="a", grace=300)
+        world.ends[100 + i] = float("inf")
+        world.submitted[100 + i] = job(100 + i, 1000, rank=OPPO, vc="a")
+    for i in range(1, 41):
+        world.submit(job(i, 1000, vc="a"))
+    first = world.cycle()
+    assert len(first.preemptions) == 32
+    waits = {w.job_id: w for w in first.waits}
+    assert waits[32].reason == PendingReason.PREEMPTING and waits[33].reason == PendingReason.BEHIND
+    assert "33rd in VC a" in waits[33].message
+    world.advance(10.0)
+    second = world.cycle()
+    assert len(second.preemptions) == 8
+    assert all(w.reason == PendingReason.PREEMPTING for w in second.waits)
+
+
+def test_a_vc_over_its_quota_for_one_model_keeps_its_work_on_another() -> None:
+    """bob's A100 quota was lowered (it holds 8 of 4), its V100 work is within quota: alice,
+    who needs V100, gets nothing of bob's."""
+    nodes = (node("a0", 4), node("a1", 4), node("v0", 4, model="V100"), node("v1", 4, model="V100", schedulable=False))
+    vcs = (VirtualCluster("alice", {"V100": 4}), VirtualCluster("bob", {"A100": 4, "V100": 4}))
+    work = [running(1, on("a0", 0, 1, 2, 3), vc="bob"), running(2, on("a1", 0, 1, 2, 3), vc="bob", started=1),
+            running(3, on("v0", 0, 1, 2, 3), vc="bob", started=2)]
+    decisions = schedule(snapshot(nodes, [job(10, 1000, 1000, 1000, 1000, vc="alice", models=("V100",))],
+                                  work, vcs=vcs))
+    assert decisions.preemptions == ()
+    assert decisions.waits[0].reason == PendingReason.NO_FIT

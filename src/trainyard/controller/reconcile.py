@@ -102,7 +102,10 @@ class Reconciler:
         # A task that ended on its own before its stop was sent keeps its own exit: look
         # first, so that a job finishing just as it is preempted is not run again.
         stopping = [t.key for t in plan.stops if t.state == TaskState.RUNNING]
-        ended = {k for k, s in (self.backend.observe(stopping) if stopping else {}).items() if not s.running}
+        ended = {
+            k for k, s in (self.backend.observe(stopping) if stopping else {}).items()
+            if not s.running and not s.lost and s.exit_code is not None
+        }
         plan.stops = [t for t in plan.stops if t.key not in ended]
         for item in plan.stops:
             try:

@@ -83,13 +83,19 @@ def candidates(
     if policy.allow_priority_preemption:
         streams.append(r for r in by_vc.get(job.vc, ()) if r.priority_rank > job.priority_rank)
     over = _over_quota(cycle, job.vc)
-    streams.extend(iter(by_vc.get(vc, ())) for vc in sorted(over))
+    for vc in sorted({vc for vc, _ in over}):
+        streams.append(r for r in by_vc.get(vc, ()) if _on_over_models(cycle, r, over))
     key = cycle.ledger.preempting
     merged = heapq.merge(
         *streams, key=lambda r: (r.job_id not in key, -r.priority_rank, -r.started_at, r.job_id)
     )
     claimed = cycle.claimed  # stopping for another plan already: see ``_claimed_for``
     return (v for v in merged if v.job_id not in claimed and (useful is None or useful(v)))
+
+
+def _on_over_models(cycle: Cycle, job: RunningJob, over: dict[tuple[str, str], int]) -> bool:
+    """Whether ``job`` holds GPUs of a model its VC holds more of than its quota."""
+    return any((job.vc, cycle.ledger.model_of(p.node, s.index)) in over for p in job.placements for s in p.gpus)
 
 
 def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
@@ -115,7 +121,7 @@ def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
         ):
             continue  # what it frees, the plan it stops for takes whole
         own_lower = policy.allow_priority_preemption and r.vc == job.vc and r.priority_rank > job.priority_rank
-        if r.priority_rank >= OPPORTUNISTIC_RANK or own_lower or r.vc in over:
+        if r.priority_rank >= OPPORTUNISTIC_RANK or own_lower or _on_over_models(cycle, r, over):
             found.append(r)
     return found
 
@@ -124,34 +130,37 @@ def _takes_no_more_than_the_overage(cycle: Cycle, job: PendingJob, victims: list
     """Whether the guaranteed work ``victims`` take from each other VC is no more than what
     brings it back to its quota, give or take the last job (jobs are stopped whole)."""
     over = _over_quota(cycle, job.vc)
-    taken: dict[str, list[int]] = defaultdict(list)
+    stopping = cycle.ledger.preempting | cycle.claimed  # counted in ``over`` already
+    taken: dict[tuple[str, str], list[int]] = defaultdict(list)
     for victim in victims:
-        mine = victim.vc == job.vc or victim.job_id in cycle.ledger.preempting
-        if not mine and victim.priority_rank < OPPORTUNISTIC_RANK:
-            taken[victim.vc].append(_gpu_milli(victim))
-    return all(sum(gpus) - max(gpus) < over.get(vc, 0) for vc, gpus in taken.items())
+        if victim.vc == job.vc or victim.job_id in stopping or victim.priority_rank >= OPPORTUNISTIC_RANK:
+            continue
+        per_model: dict[str, int] = defaultdict(int)
+        for p in victim.placements:
+            for share in p.gpus:
+                per_model[cycle.ledger.model_of(p.node, share.index) or ""] += share.milli
+        for model, milli in per_model.items():
+            taken[(victim.vc, model)].append(milli)
+    return all(sum(gpus) - max(gpus) < over.get(key, 0) for key, gpus in taken.items())
 
 
-def _over_quota(cycle: Cycle, vc: str) -> dict[str, int]:
-    """Other VCs whose guaranteed work holds more than their quota, by how much (milli-GPU,
-    beyond what is being stopped already)."""
+def _over_quota(cycle: Cycle, vc: str) -> dict[tuple[str, str], int]:
+    """(VC, model) pairs of other VCs whose guaranteed work holds more of that model than
+    their quota, by how much (milli-GPU, beyond what is being stopped already)."""
     ledger = cycle.ledger
-    quotas = ledger.quotas
-    over: dict[str, int] = {}
-    for (name, _), free in quotas.free.items():
-        if name != vc and free < 0:
-            over[name] = over.get(name, 0) - free
+    over = {key: -free for key, free in ledger.quotas.free.items() if key[0] != vc and free < 0}
     if not over:
         return over
     for job_id in sorted(ledger.preempting | cycle.claimed):
         victim = ledger.running.get(job_id)
-        if victim is not None and victim.vc in over and victim.priority_rank < OPPORTUNISTIC_RANK:
-            over[victim.vc] -= _gpu_milli(victim)
-    return {name: milli for name, milli in over.items() if milli > 0}
-
-
-def _gpu_milli(job: RunningJob) -> int:
-    return sum(s.milli for p in job.placements for s in p.gpus)
+        if victim is None or victim.priority_rank >= OPPORTUNISTIC_RANK:
+            continue
+        for p in victim.placements:
+            for share in p.gpus:
+                key = (victim.vc, ledger.model_of(p.node, share.index) or "")
+                if key in over:
+                    over[key] -= share.milli
+    return {key: milli for key, milli in over.items() if milli > 0}
 
 
 def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
@@ -216,14 +225,15 @@ def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bo
                 return []
             released.jobs.append(victim)
             released.set(len(released.jobs))
-    shared = [v for v in _claimed_for(cycle, job) if _frees_room(ledger, access, job, gpu_tasks, v)]
+    over = _over_quota(cycle, job.vc)
+    shared = [v for v in _claimed_for(cycle, job) if _frees_room(ledger, access, job, gpu_tasks, v, over)]
     if shared:  # free to count on: always released, never spared
         released.jobs.extend(shared)
         released.set(len(released.jobs))
     count = released.count
     taken = {v.job_id for v in released.jobs}
     released._more = candidates(
-        cycle, job, lambda v: v.job_id not in taken and _frees_room(ledger, access, job, gpu_tasks, v)
+        cycle, job, lambda v: v.job_id not in taken and _frees_room(ledger, access, job, gpu_tasks, v, over)
     )
     if not fits():
         # The shortest prefix of the rest that makes room: grow it by doubling (few victims
@@ -351,11 +361,14 @@ def _gives_quota(job: PendingJob, victim: RunningJob) -> bool:
     )
 
 
-def _frees_room(ledger: Ledger, access: Access, job: PendingJob, gpu_tasks: list, victim: RunningJob) -> bool:
+def _frees_room(
+    ledger: Ledger, access: Access, job: PendingJob, gpu_tasks: list, victim: RunningJob,
+    over: dict[tuple[str, str], int],
+) -> bool:
     """Whether stopping ``victim`` frees anything ``job`` could be placed on."""
     nodes = ledger.capacity.nodes
-    # Another VC's guaranteed work (over its quota) gives back its cells too.
-    frees_cells = victim.vc != job.vc and victim.priority_rank < OPPORTUNISTIC_RANK
+    # Another VC's guaranteed work (over its quota for the model) gives back its cells too.
+    other = victim.vc != job.vc and victim.priority_rank < OPPORTUNISTIC_RANK
     for p in victim.placements:
         node = nodes.get(p.node)
         if node is None or not node.schedulable:
@@ -364,7 +377,8 @@ def _frees_room(ledger: Ledger, access: Access, job: PendingJob, gpu_tasks: list
             return True  # a CPU-only task can use the CPU and memory it frees
         for share in p.gpus:
             pos = node.position.get(share.index)
-            if pos is None or not (frees_cells or access.may_use(node, pos)):
+            frees_cell = other and (victim.vc, node.gpu_model[pos] if pos is not None else "") in over
+            if pos is None or not (frees_cell or access.may_use(node, pos)):
                 continue
             if any(node.suits(pos, t) for t in gpu_tasks):
                 return True

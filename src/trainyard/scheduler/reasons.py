@@ -119,6 +119,11 @@ def _worded(
         if cycle.waits.get(head, wait).reason == PendingReason.PREEMPTING:
             return reason, f"would take what is held for job {head}, first in line, which is preempting for room", None
         return reason, f"would delay the reservation of job {head}, first in line", None
+    if reason == PendingReason.BEHIND:  # set only when preemption planning stopped short of it
+        return reason, (
+            f"{_ordinal(position)} in VC {job.vc}; work is being preempted for the jobs ahead of it first, "
+            "and its own turn comes in a following cycle"
+        ), None
     if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA):
         assert wait.refusal is not None
         message = _refused(job, wait.refusal)

@@ -47,8 +47,9 @@ from trainyard.scheduler.snapshot import (
 )
 
 
-# Preemption plans made per VC queue and cycle: each costs a search over victims; a long
-# queue of jobs that all need work stopped is planned over a few cycles, in queue order.
+# Preemption plans that stop more work, per VC queue and cycle: each costs a search over
+# victims; a long queue of jobs that all need work stopped is planned over a few cycles,
+# in queue order (plans that only wait on work stopping already do not count).
 PLANS_PER_QUEUE = 32
 
 
@@ -167,8 +168,11 @@ def preempt_for_queue(
         shape = _shape(cycle, job)
         if shape in hopeless:
             continue
-        if plans >= PLANS_PER_QUEUE:
-            break  # the rest are planned in the next cycles, in queue order
+        if plans >= PLANS_PER_QUEUE:  # the rest are planned in the next cycles, in queue order
+            for later in blocked[position:]:
+                if cycle.waits.get(later.job_id) is None or cycle.waits[later.job_id].reason != PendingReason.QUOTA:
+                    cycle.wait(later, Wait(PendingReason.BEHIND))
+            break
         head = reservation is not None and reservation.job is job
         if head:
             reservation.lift()  # its own hold must not stand in its way
@@ -179,8 +183,9 @@ def preempt_for_queue(
                 reservation = None
             continue
         refusal = ledger.quotas.admit(job)
+        stopping = len(cycle.preemptions)
         if _may_preempt(ledger, job, refusal) and plan_preemption(cycle, job):
-            plans += 1
+            plans += len(cycle.preemptions) > stopping  # waiting on work stopping already is cheap
             if head:
                 reservation = None
             continue
