@@ -22,9 +22,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
+from trainyard.scheduler.ledger import Access, Ledger
+from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter
 from trainyard.scheduler.scorers.fgd import Fgd, pending_mix
-from trainyard.scheduler.snapshot import GpuShare, Snapshot, TaskRequest, WorkloadClass
+from trainyard.scheduler.scorers.topology import Topology, select_grouped
+from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
 STRANDED_WEIGHT = 1.0  # cost per milli-GPU stranded for want of CPU
 
@@ -47,10 +51,36 @@ class FgdCpu(Fgd):
         gpu = sum(w.gpu_milli * p for w, p in self.classes)
         cpu = sum(w.cpu_milli * p for w, p in self.classes)
         self.cpu_per_gpu = cpu / gpu if gpu else 0.0  # milli-CPU per milli-GPU
+        self.topology = Topology()
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> FgdCpu:
         return cls(snapshot.config.workload or pending_mix(snapshot.pending))
+
+    # --- topology: gangs as ``Topology`` places them, a task's GPUs in one group ---------
+
+    def attempts(self, job: PendingJob, ledger: Ledger) -> Sequence[NodeFilter | None]:
+        return self.topology.attempts(job, ledger)
+
+    def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
+        if len(gang.job.tasks) > 1:
+            return self.topology.choose(task, access, gang)
+        return super().choose(task, access, gang)
+
+    def select_whole(self, node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
+        return select_grouped(node, task, tiers)
+
+    def rank(self, node: FreeNode, task: TaskRequest, answer: tuple) -> tuple:
+        shares = answer[1]
+        groups = len({node.gpu_group[p] for p, _ in shares}) if len(shares) > 1 else 1
+        return (groups, answer[0])
+
+    def _fixed(self, node: FreeNode, task: TaskRequest) -> tuple:
+        fixed = super()._fixed(node, task)  # a multi-GPU task's answer depends on the groups too
+        return (fixed, tuple(node.gpu_group)) if task.gpu_milli >= 2 * MILLI else fixed
+
+    def _fixed_for(self, task: TaskRequest) -> object:
+        return task.gpu_milli >= 2 * MILLI
 
     def penalty(self, node: FreeNode, task: TaskRequest, devices: list[GpuShare]) -> float:
         if self.cpu_per_gpu <= 0:
