@@ -30,7 +30,8 @@ from trainyard.scheduler.scorers.fgd import Fgd, pending_mix
 from trainyard.scheduler.scorers.topology import Topology, select_grouped
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
-STRANDED_WEIGHT = 1.0  # cost per milli-GPU stranded for want of CPU
+STRANDED_WEIGHT = 1.0  # cost per milli-GPU stranded for want of CPU (kinds limited to models)
+STRANDED_LEVEL_WEIGHT = 2.0  # without model limits: cost per milli-GPU stranded after, besides the change
 
 
 def demand_weighted(workload: Sequence[WorkloadClass]) -> tuple[WorkloadClass, ...]:
@@ -52,6 +53,7 @@ class FgdCpu(Fgd):
         cpu = sum(w.cpu_milli * p for w, p in self.classes)
         self.cpu_per_gpu = cpu / gpu if gpu else 0.0  # milli-CPU per milli-GPU
         self.topology = Topology()
+        self.limited = any(w.gpu_models for w, _ in self.classes)  # some kind is limited to GPU models
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> FgdCpu:
@@ -85,6 +87,11 @@ class FgdCpu(Fgd):
     def penalty(self, node: FreeNode, task: TaskRequest, devices: list[GpuShare]) -> float:
         if self.cpu_per_gpu <= 0:
             return 0.0
-        gpu_left = max(0, node.gpu_sum) - sum(d.milli for d in devices)
-        cpu_left = node.cpu_milli - task.cpu_milli
-        return STRANDED_WEIGHT * max(0.0, self.cpu_per_gpu * gpu_left - cpu_left) / self.cpu_per_gpu
+        after = self.stranded(max(0, node.gpu_sum) - sum(d.milli for d in devices), node.cpu_milli - task.cpu_milli)
+        if self.limited:
+            return STRANDED_WEIGHT * after
+        return after - self.stranded(max(0, node.gpu_sum), node.cpu_milli) + STRANDED_LEVEL_WEIGHT * after
+
+    def stranded(self, gpu_free: int, cpu_free: int) -> float:
+        """Milli-GPUs that ``cpu_free`` milli-CPUs cannot serve at the workload's CPU per GPU."""
+        return max(0.0, self.cpu_per_gpu * gpu_free - cpu_free) / self.cpu_per_gpu
