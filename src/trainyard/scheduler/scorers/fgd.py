@@ -14,10 +14,14 @@ over nodes. A task goes to the node and device(s) whose ``F_n`` increases least 
 steepest descent); ties go to best fit. Only GPU tasks are in the workload (the paper's
 default), and the target workload defaults to the mix of the pending jobs' tasks.
 
-Cost: ``F_n`` is cached by node state, and so is each node's answer for a kind of task when
-no quota or cell rule applies; every fitting node is compared (up to ``SCAN``, in best-fit
-order), as the paper's FGD does — comparing only the fullest nodes cost up to 4 points of
-allocation on openb's pod lists with GPU-model limits.
+Cost: ``F_n`` is cached by node state, and so is each node's answer for a kind of task as if
+no quota or cell rule applied. Without rules that answer is exact and every fitting node is
+compared (up to ``SCAN``, in best-fit order), as the paper's FGD does — comparing only the
+fullest nodes cost up to 4 points of allocation on openb's pod lists with GPU-model limits.
+Under rules the answer without them is a lower bound (rules only take devices away), so of
+a window of ``RESTRICTED_SCAN`` nodes that fit without rules, the exact fit (``Access.fit``,
+the expensive part) is worked out in bound order only until no bound left can beat the best
+found: usually for one node. A window with no exact fit moves on to the next nodes.
 """
 
 from __future__ import annotations
@@ -33,8 +37,8 @@ from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, f
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
 SCAN = 1 << 16  # fitting node states compared per task: in practice all
-# Under quota or cell rules answers depend on the node, not only its state, and are not
-# remembered: fewer nodes are compared, the fullest first, to bound a cycle's cost.
+# Under quota or cell rules answers depend on the node, not only its state: fewer nodes are
+# compared, the fullest first, to bound a cycle's cost.
 RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
 

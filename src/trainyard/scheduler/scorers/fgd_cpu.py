@@ -1,4 +1,18 @@
-"""FGD that also counts the GPUs a node strands for want of CPU: Trainyard's default placement.
+"""FGD that also counts the GPUs a node strands for want of CPU, topology-aware: the default.
+
+``fgd-cpu`` is Trainyard's one default placement (``snapshot.DEFAULT_SCORER``): the live
+controller's ``scheduler_scorer`` and the simulator's ``--policy default`` both run it. It
+was FGD's cost made better on the openb trace; it became the one default once it was fast
+enough for the controller's cycle and kept ``topology``'s rules, so that no cluster has to
+choose between packing and topology:
+
+* **gangs** (two or more tasks) are placed exactly as ``Topology`` places them: on nodes the
+  gang already uses, else on one that can hold the rest of it, a multi-node gang first
+  inside one rack. Fragmentation is measured per task and cannot see what keeps a gang's
+  collectives fast;
+* **a multi-GPU task** takes its GPUs from one topology group when a node can give that:
+  nodes are ranked by the fewest groups the task would span, then by cost (on a node of
+  one GPU kind, which whole devices a task takes does not change the fragmentation).
 
 Replaying the Alibaba openb trace (``yard sim placement``) showed where FGD loses GPUs once
 a cluster fills: on nodes whose CPUs are gone while GPUs are still free, and in whole GPUs
@@ -6,15 +20,21 @@ taken by shared tasks that whole-GPU tasks then miss. Two changes to FGD's cost 
 them; everything else (the fragmentation measure, device choice, scan) is FGD's:
 
 * **CPU stranding**: with the workload's CPU per GPU ``r``, a node left with free CPU below
-  ``r`` × its free GPU strands the difference; the stranded milli-GPUs are added to the
-  cost, one for one (FGD sees CPU only as a yes/no per task kind);
+  ``r`` × its free GPU strands the difference (FGD sees CPU only as a yes/no per task
+  kind). When no task kind is limited to GPU models, the cost adds the *change* in the
+  node's stranded milli-GPUs plus twice what it leaves stranded: the change rewards putting
+  a task that needs little CPU on a node short of CPU, the level keeps nodes from being
+  drained of CPU (the change alone lost on ``cpu300``, the level alone on ``gpushare40/60``).
+  With model limits only the level counts, one for one (the change hurt ``gpuspec20``);
 * when no task kind is limited to GPU models, the target workload weighs each kind by its
   count × √(its GPU request), so the kinds that ask for more GPU — the ones that fail first
   when the cluster fills — count more when judging which free GPUs are fragments. With
   model limits, FGD's weighting by count is what keeps scarce models for the tasks that
   need them, and reweighting measurably hurt (the ``gpuspec`` pod lists), so it is kept.
 
-Measured on openb's pod lists: docs/benchmarks.md.
+Speed comes from ``Fgd``'s search (answers cached by node state; under quota or cell rules
+those answers bound the exact ones, so few nodes are fitted exactly). Measured on openb's
+pod lists and on ``bench_scheduler.py``: docs/benchmarks.md.
 """
 
 from __future__ import annotations
