@@ -10,7 +10,9 @@ some fractional (0.25/0.5), a few multi-node gangs (2-4 x 8 GPUs).
 Targets (issue 3): under 1 s for the first size; growth no worse than linear in pending
 jobs (10x jobs and 10x nodes: about 10-20x). Prints; never asserts.
 
-    python benchmarks/bench_scheduler.py [--sizes 1000:10000 10000:100000] [--scorer bestfit] [--runs 3]
+    python benchmarks/bench_scheduler.py [--sizes 1000:10000 10000:100000] [--scorer fgd] [--runs 3]
+
+The scorer defaults to the scheduler's default (``SchedulerConfig().scorer``).
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ def measure(nodes_count: int, pending_count: int, scorer: str, runs: int) -> flo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["1000:10000", "10000:100000"], help="NODES:PENDING ...")
-    parser.add_argument("--scorer", default="bestfit")
+    parser.add_argument("--scorer", default=SchedulerConfig().scorer, help="default: the scheduler's default")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     results = []

@@ -10,6 +10,11 @@ import yaml
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+# The scheduler's own default, so that the controller and the simulator never differ. An
+# exception to core importing nothing of ours above spec: snapshot.py is dependency-free
+# dataclasses, and the scheduler importing these settings would cost it ~0.4 s.
+from trainyard.scheduler.snapshot import DEFAULT_SCORER
+
 
 def default_home() -> Path:
     return Path("~/.trainyard").expanduser()
@@ -54,10 +59,10 @@ class Settings(BaseSettings):
         default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
     scheduler_scorer: str = Field(
-        default="topology",
-        description="Placement scorer: topology (default: a task's GPUs in one PCIe/NUMA group, a "
-        "gang on few nodes in one rack), bestfit, fgd or fgd-cpu (pack fractional GPUs with the least "
-        "fragmentation; fgd-cpu also counts GPUs stranded without CPU), or a baseline of the FGD paper",
+        default=DEFAULT_SCORER,
+        description=f"Placement scorer: {DEFAULT_SCORER} (default: FGD's fragmentation cost plus GPUs "
+        "stranded without CPU; a task's GPUs in one PCIe/NUMA group, a gang on few nodes in one rack), "
+        "topology (the topology rules with best fit), bestfit, fgd, or a baseline of the FGD paper",
     )
     scheduler_backfill: bool = Field(
         default=True, description="EASY backfill: small jobs fill idle GPUs around the first waiting job's reservation"

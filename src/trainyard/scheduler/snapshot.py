@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 OPPORTUNISTIC_RANK = 3  # ``oppo``: runs on idle GPUs anywhere, counts against no quota
+# The placement scorer when none is configured, for the live controller (``Settings``) and
+# the simulator's ``--policy default`` alike: one name, defined here only.
+DEFAULT_SCORER = "fgd-cpu"
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,7 @@ class WorkloadClass:
 
 @dataclass(frozen=True)
 class SchedulerConfig:
-    scorer: str = "fgd-cpu"  # a key of ``scorers.registry.SCORERS``
+    scorer: str = DEFAULT_SCORER  # a key of ``scorers.registry.SCORERS``
     backfill: bool = True  # EASY backfill with one reservation per queue
     # A reservation that waits for jobs without an expected end holds GPUs only once its
     # job has waited this long (seconds); until then smaller jobs fill idle GPUs freely.

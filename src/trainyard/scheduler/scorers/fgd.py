@@ -14,14 +14,19 @@ over nodes. A task goes to the node and device(s) whose ``F_n`` increases least 
 steepest descent); ties go to best fit. Only GPU tasks are in the workload (the paper's
 default), and the target workload defaults to the mix of the pending jobs' tasks.
 
-Cost: ``F_n`` is cached by node state, and so is each node's answer for a kind of task when
-no quota or cell rule applies; every fitting node is compared (up to ``SCAN``, in best-fit
-order), as the paper's FGD does — comparing only the fullest nodes cost up to 4 points of
-allocation on openb's pod lists with GPU-model limits.
+Cost: ``F_n`` is cached by node state, and so is each node's answer for a kind of task as if
+no quota or cell rule applied. Without rules that answer is exact and every fitting node is
+compared (up to ``SCAN``, in best-fit order), as the paper's FGD does — comparing only the
+fullest nodes cost up to 4 points of allocation on openb's pod lists with GPU-model limits.
+Under rules the answer without them is a lower bound (rules only take devices away), so of
+a window of ``RESTRICTED_SCAN`` nodes that fit without rules, the exact fit (``Access.fit``,
+the expensive part) is worked out in bound order only until no bound left can beat the best
+found: usually for one node. A window with no exact fit moves on to the next nodes.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 
@@ -32,8 +37,8 @@ from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, f
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
 SCAN = 1 << 16  # fitting node states compared per task: in practice all
-# Under quota or cell rules answers depend on the node, not only its state, and are not
-# remembered: fewer nodes are compared, the fullest first, to bound a cycle's cost.
+# Under quota or cell rules answers depend on the node, not only its state: fewer nodes are
+# compared, the fullest first, to bound a cycle's cost.
 RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
 
@@ -66,7 +71,8 @@ class Fgd:
         total = sum(w.weight for w in workload if w.weight > 0)
         self.classes = [(w, w.weight / total) for w in workload if w.weight > 0] if total else []
         self._cache: dict[tuple, float] = {}
-        self._answers: dict[tuple, object] = {}  # (node state, task kind) -> ``_evaluate``'s answer
+        self._answers: dict[tuple, dict[tuple, object]] = {}  # task kind -> node state -> answer
+        self._statics: dict[object, dict[str, tuple]] = {}
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
         # by (share, models), it is worked out once per group instead of once per kind.
         grouped: dict[tuple[int, tuple[str, ...]], list[tuple[int, int, float]]] = {}
@@ -90,40 +96,90 @@ class Fgd:
         # Without quota or cell rules a node's answer depends on its free capacity alone, so
         # it is remembered by node state: most nodes keep their state across many tasks.
         by_state = not access.limited and not access.in_cells and access.only is None
+        limit = self.scan if by_state else min(self.scan, RESTRICTED_SCAN)
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb)
+        answers = self._answers.setdefault(kind, {})  # node state -> ``_evaluate_free``'s answer
+        statics = self._statics.setdefault(self._fixed_for(task), {})  # node name -> ``_fixed``
         for tier in access.tiers(task):
-            best: tuple[tuple[float, int], FreeNode, Fit] | None = None
+            nodes = iter(tier)
             seen = 0  # fitting nodes compared: nodes that cannot take the task do not count
-            compared: set[tuple] = set()
-            for node in tier:
-                if by_state:
-                    state = (node.klass if len(node.klass) == 1 else tuple(zip(node.gpu_model, node.gpu_memory_mb)),
-                             tuple(node.gpu_free), node.cpu_milli, node.memory_mb)
-                    if state in compared:
-                        continue  # the same as a node before it in best-fit order, which wins ties
-                    compared.add(state)
-                    answer = self._answers.get((state, kind))
+            while True:
+                # Each node's answer as if no quota or cell rule applied, remembered by node
+                # state: exact without rules, and a lower bound of the answer under them.
+                window: list[tuple[tuple, FreeNode, tuple]] = []
+                compared: set[tuple] = set()
+                for node in nodes:
+                    fixed = statics.get(node.name)
+                    if fixed is None:
+                        fixed = statics[node.name] = self._fixed(node, task)
+                    state = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb)
+                    if by_state:
+                        if state in compared:
+                            continue  # the same as a node before it in best-fit order, which wins ties
+                        compared.add(state)
+                    answer = answers.get(state)
                     if answer is None:
-                        evaluated = self._evaluate(node, task, access)
-                        answer = self._answers[(state, kind)] = evaluated and evaluated[:2]
+                        answer = answers[state] = self._evaluate_free(node, task)
                     if answer is False:
                         continue
-                    cost, shares = answer
-                    fit = Fit([GpuShare(node.gpu_index[p], milli) for p, milli in shares], None)
-                else:
+                    # On a node with GPUs of more than one kind the device choice changes the
+                    # cost in ways the answer without rules does not bound: evaluated first.
+                    bound = self.rank(node, task, answer) if by_state or len(node.klass) == 1 else (-math.inf,)
+                    window.append(((*bound, seen), node, answer))
+                    seen += 1
+                    if len(window) >= limit:
+                        break
+                if not window:
+                    break
+                if by_state:
+                    _, node, (_, shares) = min(window, key=lambda w: w[0])
+                    return node, Fit([GpuShare(node.gpu_index[p], milli) for p, milli in shares], None)
+                # Under rules: the exact answer of the nodes in bound order, until no bound
+                # left can beat the best exact answer found (usually the first node's).
+                window.sort(key=lambda w: w[0])
+                best: tuple[tuple, FreeNode, Fit] | None = None
+                for bound, node, _ in window:
+                    if best is not None and best[0] <= bound:
+                        break
                     evaluated = self._evaluate(node, task, access)
                     if evaluated is False:
                         continue
-                    cost, fit = evaluated[0], evaluated[2]
-                key = (cost, seen)
-                if best is None or key < best[0]:
-                    best = (key, node, fit)
-                seen += 1
-                if seen >= (self.scan if by_state else min(self.scan, RESTRICTED_SCAN)):
-                    break
-            if best is not None:
-                return best[1], best[2]
+                    key = (*self.rank(node, task, evaluated[:2]), bound[-1])
+                    if best is None or key < best[0]:
+                        best = (key, node, evaluated[2])
+                if best is not None:
+                    return best[1], best[2]
+                if len(window) < limit:
+                    break  # the tier is exhausted
         return None
+
+    def rank(self, node: FreeNode, task: TaskRequest, answer: tuple) -> tuple:
+        """How good an answer ``(cost, [(position, milli)], ...)`` is, lowest best; ties go
+        to best-fit order."""
+        return (answer[0],)
+
+    def _fixed(self, node: FreeNode, task: TaskRequest) -> tuple:
+        """What the answer for ``task`` on ``node`` depends on besides its free capacity."""
+        return node.klass if len(node.klass) == 1 else tuple(zip(node.gpu_model, node.gpu_memory_mb))
+
+    def _fixed_for(self, task: TaskRequest) -> object:
+        """Tasks for which ``_fixed`` is the same function of the node."""
+        return None
+
+    def _evaluate_free(self, node: FreeNode, task: TaskRequest):
+        """False if the task does not fit the node, else (cost, [(position, milli)]), with
+        no quota or cell rule (what ``Access.fit`` does for a job without them)."""
+        if not node.hosts_cpu_and_memory(task):
+            return False
+        eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
+        if not eligible:
+            return False
+        before = self.fragmentation(node, node.gpu_free, 0, 0)
+        devices = self._selector(before)(node, task, [eligible])
+        if devices is None:
+            return False
+        cost = self._after(node, task, devices) - before + self.penalty(node, task, devices)
+        return cost, [(node.position[d.index], d.milli) for d in devices]
 
     def _evaluate(self, node: FreeNode, task: TaskRequest, access: Access):
         """False if the task does not fit the node, else (cost, [(position, milli)], fit)."""
@@ -138,10 +194,15 @@ class Fgd:
         """What else placing ``task`` on ``node`` costs, in milli-GPU (none for FGD itself)."""
         return 0.0
 
+    def select_whole(self, node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
+        """Whole devices for a whole-GPU task: on a node of one GPU kind any choice costs the
+        same, so best-fit's (lowest indices in preference order)."""
+        return select_bestfit(node, task, tiers)
+
     def _selector(self, before: float):
         def select(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
             if task.gpu_milli >= MILLI:  # whole devices are interchangeable for fragmentation
-                return select_bestfit(node, task, tiers)
+                return self.select_whole(node, task, tiers)
             best: tuple[tuple[int, float, int, int], int] | None = None
             for rank, positions in enumerate(tiers):
                 for p in positions:

@@ -52,6 +52,11 @@ class Topology:
         for tier in access.tiers(task):
             seen = 0
             for node in tier:
+                if best is not None and _at_best(node, task, rest) >= best[0][:3]:
+                    seen += 1  # compared by its best possible key: cannot beat the best so far
+                    if seen >= SCAN:
+                        break
+                    continue
                 fit = access.fit(node, task, select_grouped)
                 if fit is None:
                     continue
@@ -68,6 +73,34 @@ class Topology:
             if best is not None:
                 return best[1], best[2]
         return None
+
+
+def _at_best(node: FreeNode, task: TaskRequest, rest: int) -> tuple[bool, int, int]:
+    """The best key ``node`` could get in ``choose`` (before its place in the order), from
+    its free capacity alone: the quota and cell rules only ever take devices away."""
+    whole_after = node.whole - task.gpu_milli // MILLI if task.gpu_milli >= MILLI else node.whole
+    holds_rest = whole_after * MILLI >= rest
+    return (not holds_rest, 0 if holds_rest else -whole_after, _fewest_groups(node, task))
+
+
+def _fewest_groups(node: FreeNode, task: TaskRequest) -> int:
+    """The fewest topology groups ``task``'s devices could come from on ``node``."""
+    if task.gpu_milli <= 0:
+        return 0
+    wanted = task.gpu_milli // MILLI
+    if wanted <= 1:
+        return 1
+    sizes: dict[str, int] = {}
+    for p, free in enumerate(node.gpu_free):
+        if free == MILLI:
+            sizes[node.gpu_group[p]] = sizes.get(node.gpu_group[p], 0) + 1
+    groups = 0
+    for size in sorted(sizes.values(), reverse=True):
+        groups += 1
+        wanted -= size
+        if wanted <= 0:
+            break
+    return groups
 
 
 def _in_rack(rack: str) -> NodeFilter:
