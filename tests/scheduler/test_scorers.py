@@ -66,7 +66,9 @@ def test_a_multi_node_gang_in_one_rack(scorer: str, nodes: list[str]) -> None:
 
 
 def test_the_controller_and_the_simulator_have_one_default_scorer() -> None:
-    assert Settings.model_fields["scheduler_scorer"].default == SchedulerConfig().scorer == DEFAULT_SCORER
+    from trainyard.api.server import scheduler_config
+
+    assert scheduler_config(Settings()).scorer == SchedulerConfig().scorer == DEFAULT_SCORER
     assert scorer_name("default") == DEFAULT_SCORER
     assert DEFAULT_SCORER in SCORERS
 

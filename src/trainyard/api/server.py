@@ -26,7 +26,7 @@ from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
 from trainyard.core.settings import Settings
 from trainyard.scheduler.scorers.registry import SCORERS
-from trainyard.scheduler.snapshot import SchedulerConfig
+from trainyard.scheduler.snapshot import DEFAULT_SCORER, SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
@@ -87,12 +87,11 @@ def task_work_dir(settings: Settings) -> Path | None:
 
 
 def scheduler_config(settings: Settings) -> SchedulerConfig:
-    if settings.scheduler_scorer not in SCORERS:
-        raise SystemExit(
-            f"unknown scheduler_scorer {settings.scheduler_scorer!r}; use one of {', '.join(sorted(SCORERS))}"
-        )
+    scorer = settings.scheduler_scorer or DEFAULT_SCORER
+    if scorer not in SCORERS:
+        raise SystemExit(f"unknown scheduler_scorer {scorer!r}; use one of {', '.join(sorted(SCORERS))}")
     return SchedulerConfig(
-        scorer=settings.scheduler_scorer,
+        scorer=scorer,
         backfill=settings.scheduler_backfill,
         drain_after=settings.backfill_drain_after_seconds,
         rack_label=settings.rack_label,

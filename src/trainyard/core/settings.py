@@ -10,11 +10,6 @@ import yaml
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-# The scheduler's own default, so that the controller and the simulator never differ. An
-# exception to core importing nothing of ours above spec: snapshot.py is dependency-free
-# dataclasses, and the scheduler importing these settings would cost it ~0.4 s.
-from trainyard.scheduler.snapshot import DEFAULT_SCORER
-
 
 def default_home() -> Path:
     return Path("~/.trainyard").expanduser()
@@ -58,11 +53,14 @@ class Settings(BaseSettings):
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
-    scheduler_scorer: str = Field(
-        default=DEFAULT_SCORER,
-        description=f"Placement scorer: {DEFAULT_SCORER} (default: FGD's fragmentation cost plus GPUs "
-        "stranded without CPU; a task's GPUs in one PCIe/NUMA group, a gang on few nodes in one rack), "
-        "topology (the topology rules with best fit), bestfit, fgd, or a baseline of the FGD paper",
+    # None: the scheduler's own default (``scheduler.snapshot.DEFAULT_SCORER``), so that the
+    # controller and the simulator never differ and core needs no name from the scheduler.
+    scheduler_scorer: str | None = Field(
+        default=None,
+        description="Placement scorer; unset: the scheduler's default (FGD's fragmentation cost plus GPUs "
+        "stranded without CPU; a task's GPUs in one PCIe/NUMA group, a gang on few nodes in one rack; see "
+        "docs/scheduling.md). Others: topology (the topology rules with best fit), bestfit, fgd, or a "
+        "baseline of the FGD paper",
     )
     scheduler_backfill: bool = Field(
         default=True, description="EASY backfill: small jobs fill idle GPUs around the first waiting job's reservation"
