@@ -50,7 +50,7 @@ from trainyard.scheduler.snapshot import (
 # Preemption plans that stop more work, per VC queue and cycle: each costs a search over
 # victims; a long queue of jobs that all need work stopped is planned over a few cycles,
 # in queue order (plans that only wait on work stopping already do not count).
-PLANS_PER_QUEUE = 32
+PLANS_PER_QUEUE = 16
 
 
 def queue_order(job: PendingJob) -> tuple[int, float, int]:
@@ -170,7 +170,8 @@ def preempt_for_queue(
             continue
         if plans >= PLANS_PER_QUEUE:  # the rest are planned in the next cycles, in queue order
             for later in blocked[position:]:
-                if cycle.waits.get(later.job_id) is None or cycle.waits[later.job_id].reason != PendingReason.QUOTA:
+                known = cycle.waits.get(later.job_id)
+                if known is None or known.reason == PendingReason.NO_FIT:  # QUOTA and RESERVED stay true
                     cycle.wait(later, Wait(PendingReason.BEHIND))
             break
         head = reservation is not None and reservation.job is job
