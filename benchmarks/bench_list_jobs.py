@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import subprocess
 import sys
-import shutil
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta

@@ -5,7 +5,8 @@ and keeps each seed's result in ``--out/results.json`` (so a long sweep can stop
 what is there is not run again). ``--render`` prints the markdown tables from that file and
 draws the plots, comparing with the FGD authors' own results where they have the pod list.
 
-    python benchmarks/bench_sim_openb.py --variants default --policies random,dotprod,clustering,packing,bestfit,fgd,default --seeds 42-51
+    python benchmarks/bench_sim_openb.py --variants default \
+        --policies random,dotprod,clustering,packing,bestfit,fgd,default --seeds 42-51
     python benchmarks/bench_sim_openb.py --variants all --policies fgd,default --seeds 42-51 --stop 101
     python benchmarks/bench_sim_openb.py --render
 

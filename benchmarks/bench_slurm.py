@@ -6,8 +6,9 @@ dev one. Two parts:
 1. **Latency.** N rounds; each round submits one tiny job with plain ``sbatch`` and one
    through Trainyard (``POST /api/v1/jobs`` to a real ``yard up --backend slurm``), the
    order alternating, each after a random pause of up to 1 s (Slurm starts jobs on its
-   own ~1 s ticks: the pause spreads both kinds over the tick). Both jobs run ``touch MARKER; sleep 300`` on 1 CPU and 16 MiB
-   (plain ones off n1,n2, where Trainyard packs its own). For each it measures the time
+   own ~1 s ticks: the pause spreads both kinds over the tick). Both jobs run
+   ``touch MARKER; sleep 300`` on 1 CPU and 16 MiB (plain ones off n1,n2, where Trainyard
+   packs its own). For each it measures the time
    from just before the submission until (a) the job is in Slurm (sbatch returned; for
    Trainyard, its job id file appeared), (b) Slurm reports it ``RUNNING`` (``scontrol show
    job``, polled every ``--poll-ms``) and (c) the command has started (its marker file
@@ -102,7 +103,10 @@ def latency(server, rounds: int, poll_s: float, work: Path) -> None:
                      "--mem=16", f"--exclude={PLAIN_EXCLUDE}", f"--output={work}/sbatch-{i}.log",
                      f"--wrap={command}"],
                     capture_output=True, text=True, check=True).stdout.strip()
-                job_id, submitted, running, started = wait_running_and_started(lambda: job_id, marker, t0, poll_s)
+                known = job_id
+                job_id, submitted, running, started = wait_running_and_started(
+                    lambda jid=known: jid, marker, t0, poll_s
+                )
                 into = plain
             else:
                 body = (f"name: bench{i}\ntaskRoles:\n  w:\n    resourcePerInstance: {{gpu: 0, cpu: 1, memoryMB: 16}}\n"

@@ -132,7 +132,8 @@ def test_a_new_controller_launches_placed_tasks_once(world, tmp_path) -> None:
 
 def test_gpus_are_held_until_tasks_end_and_jobs_wait_with_a_reason(world) -> None:
     db, _, controller, user = world
-    first = submit(db, user, "name: a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
+    first = submit(db, user,
+                   "name: a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
     second = submit(db, user, "name: b\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
     drive(controller, db, first, states=("RUNNING",))
     controller.wake()

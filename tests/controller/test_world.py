@@ -80,7 +80,10 @@ def start(db, clock, text: str, gpu: int = 0) -> int:
     """Submit a job as alice and place it on n-A100 GPU ``gpu``, as the controller would."""
     with db.session() as s:
         names = {u.name for u in auth.list_users(s)}
-        user = auth.get_user(s, "alice") if "alice" in names else auth.create_user(s, "alice", is_admin=False, clock=clock)
+        if "alice" in names:
+            user = auth.get_user(s, "alice")
+        else:
+            user = auth.create_user(s, "alice", is_admin=False, clock=clock)
         job_id = job_service.submit_job(s, user, parse_job(text), clock=clock).id
     placement = TaskPlacement("w", 0, "n-A100", (GpuShare(gpu, 1000),), 1000, 1024)
     with db.session() as s:

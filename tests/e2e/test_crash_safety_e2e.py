@@ -32,7 +32,7 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
     ended_while_down = client.submit(_job("down", 7, gates))["id"]
     still_running = client.submit(_job("alive", 0, gates))["id"]
     for job_id in (ended_while_down, still_running):
-        wait_until(lambda: client.logs(job_id) == b"running\n", what=f"job {job_id} to run")
+        wait_until(lambda job_id=job_id: client.logs(job_id) == b"running\n", what=f"job {job_id} to run")
     queued = client.submit(_job("queued", 0, gates).replace("gpu: 1", "gpu: 3"))["id"]
     assert client.job(queued)["state"] == "WAITING"
 

@@ -52,7 +52,10 @@ taskRoles:
     instances: 2
     resourcePerInstance: {gpu: 1, cpu: 0.5, memoryMB: 128, ports: {http: 1}}
     commands:
-      - echo "$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $PAI_TASK_ROLE_worker_HOST_LIST $PAI_TASK_ROLE_TASK_COUNT_worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX $CUDA_VISIBLE_DEVICES $PAI_PORT_LIST_worker_0_http $TRAINYARD_JOB_ID $TRAINYARD_ATTEMPT"
+      - >-
+        echo "$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR $MASTER_PORT $PAI_TASK_ROLE_worker_HOST_LIST
+        $PAI_TASK_ROLE_TASK_COUNT_worker $PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX $CUDA_VISIBLE_DEVICES
+        $PAI_PORT_LIST_worker_0_http $TRAINYARD_JOB_ID $TRAINYARD_ATTEMPT"
 """
     job = server.admin().submit(spec)
     done = server.admin().wait(job["id"], timeout=30)
@@ -118,7 +121,9 @@ taskRoles:
 
 def test_logs_follow_streams_until_the_task_ends(server: Server) -> None:
     client = server.admin()
-    job_id = client.submit("name: f\ntaskRoles:\n  m:\n    commands: ['for i in 1 2 3; do echo line $i; sleep 0.3; done']\n")["id"]
+    job_id = client.submit(
+        "name: f\ntaskRoles:\n  m:\n    commands: ['for i in 1 2 3; do echo line $i; sleep 0.3; done']\n"
+    )["id"]
     out = server.yard("logs", str(job_id), "-f")
     assert out.returncode == 0
     assert out.stdout == "line 1\nline 2\nline 3\n"
@@ -130,7 +135,9 @@ def test_a_small_job_starts_while_a_larger_one_waits(server: Server) -> None:
     hog = client.submit("name: hog\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
     wait_until(lambda: client.job(hog["id"])["state"] == "RUNNING", what="the hog to run")
     big = client.submit("name: big\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['sleep 1']\n")
-    small = client.submit("name: small\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 0.5}\n    commands: ['true']\n")
+    small = client.submit(
+        "name: small\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 0.5}\n    commands: ['true']\n"
+    )
     assert client.wait(small["id"], timeout=30)["state"] == "SUCCEEDED"
     waiting = client.job(big["id"])
     assert waiting["state"] == "WAITING"
@@ -158,7 +165,9 @@ BAD_FILES = [
 
 
 @pytest.mark.parametrize(("text", "mentions"), BAD_FILES)
-def test_bad_job_files_are_refused_with_a_clear_422_and_nothing_is_stored(server: Server, text: str, mentions: str) -> None:
+def test_bad_job_files_are_refused_with_a_clear_422_and_nothing_is_stored(
+    server: Server, text: str, mentions: str
+) -> None:
     client = server.admin()
     with pytest.raises(TrainyardError) as caught:
         client.submit(text)
@@ -260,7 +269,8 @@ def test_hostile_requests_get_4xx_never_500(server: Server) -> None:
         assert 400 <= response.status_code < 500, (path, response.status_code, response.text[:200])
         assert "detail" in response.json() and "Traceback" not in response.text
 
-    job_id = http.post("/jobs", content=b"name: s\ntaskRoles: {m: {instances: 2, commands: ['sleep 300']}}").json()["id"]
+    spec = b"name: s\ntaskRoles: {m: {instances: 2, commands: ['sleep 300']}}"
+    job_id = http.post("/jobs", content=spec).json()["id"]
     assert http.get(f"/jobs/{job_id}/logs", params={"task": "m/\u00b2"}).status_code == 422
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(lambda _: http.post(f"/jobs/{job_id}/stop").status_code, range(16)))

@@ -102,7 +102,8 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
     over_vc = alice.submit("name: big\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
                            "    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")["id"]
     over_user = alice.submit("name: urgent\npriority: prod\ndefaults: {virtualCluster: vision}\ntaskRoles:\n"
-                             "  w:\n    instances: 3\n    resourcePerInstance: {gpu: 1}\n    commands: ['true']\n")["id"]
+                             "  w:\n    instances: 3\n    resourcePerInstance: {gpu: 1}\n"
+                             "    commands: ['true']\n")["id"]
 
     def pending(job_id: int) -> dict:
         wait_until(lambda: alice.job(job_id).get("pending"), what=f"job {job_id} to get a reason")

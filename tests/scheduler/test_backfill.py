@@ -97,7 +97,8 @@ def stream_of_small_jobs(*, declared: bool, backfill: bool = True, drain_after: 
     """64 GPUs full of 1-GPU jobs, 1-5 more arriving every 10 s (about 50 GPUs' worth of
     demand), and a 4 x 8-GPU job submitted at t=30; runs until it starts or t=4000."""
     rng = random.Random(7)
-    world = World(tuple(node(f"n{i}") for i in range(8)), config=SchedulerConfig(backfill=backfill, drain_after=drain_after))
+    config = SchedulerConfig(backfill=backfill, drain_after=drain_after)
+    world = World(tuple(node(f"n{i}") for i in range(8)), config=config)
     next_id = 100
 
     def small() -> None:

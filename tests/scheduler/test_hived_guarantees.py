@@ -46,7 +46,7 @@ def fragmented(draw, *, opportunistic: bool):
     world = World(tuple(node(f"n{i}", size, groups=draw(st.sampled_from((0, 2)))) for i in range(count)), vcs=vcs)
     job_id = 0
     shares = [s for s in (250, 500, 1000, 2000, 4000, 8000) if s <= cell * 1000]
-    for step in range(draw(st.integers(3, 8))):
+    for _step in range(draw(st.integers(3, 8))):
         for _ in range(draw(st.integers(0, 6))):
             job_id += 1
             vc = draw(st.sampled_from(vcs[1:]))

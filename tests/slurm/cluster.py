@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from e2e.server import wait_until
+
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.jobstate import FINAL_STATES
 from trainyard.core.clock import SystemClock

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-
 from e2e.server import Server, free_port, wait_until
+
 from slurm.cluster import cancel_all
 
 pytestmark = pytest.mark.e2e
@@ -49,7 +49,7 @@ def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed
     ended_while_down = client.submit(_job("down", 7, gates))["id"]
     still_running = client.submit(_job("alive", 0, gates))["id"]
     for job_id in (ended_while_down, still_running):
-        wait_until(lambda: client.logs(job_id) == b"running\n", timeout=30, what=f"job {job_id} to run")
+        wait_until(lambda job_id=job_id: client.logs(job_id) == b"running\n", timeout=30, what=f"job {job_id} to run")
 
     server.kill9()
     (gates / "release-down").touch()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from e2e.server import wait_until
+
 from slurm.cluster import drive, ended_slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.store.rows import TaskRow

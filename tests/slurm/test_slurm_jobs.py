@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 
+from e2e.server import wait_until
 from sqlalchemy import select
 
-from e2e.server import wait_until
 from slurm.cluster import cancel_all, drive, ended_slurm_job, slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.slurm.backend import SlurmBackend

@@ -109,5 +109,6 @@ def nodes_table(nodes: list[dict]) -> str:
     for n in nodes:
         for g in n["gpus"]:
             if g["jobs"]:
-                out += f"\n  {n['name']} GPU {g['index']}: {num(g['used'])} used by job(s) {', '.join(map(str, g['jobs']))}"
+                jobs = ", ".join(map(str, g["jobs"]))
+                out += f"\n  {n['name']} GPU {g['index']}: {num(g['used'])} used by job(s) {jobs}"
     return out

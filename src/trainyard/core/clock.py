@@ -6,6 +6,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+
 class Clock(Protocol):
     def now(self) -> datetime: ...
 

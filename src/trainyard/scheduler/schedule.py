@@ -46,7 +46,6 @@ from trainyard.scheduler.snapshot import (
     TaskRequest,
 )
 
-
 # Preemption plans that stop more work, per VC queue and cycle: each costs a search over
 # victims; a long queue of jobs that all need work stopped is planned over a few cycles,
 # in queue order (plans that only wait on work stopping already do not count).
@@ -283,10 +282,14 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
             problems.append(f"{label}: each instance needs a GPU; the cluster has none")
         elif task.cpu_milli > max((n.cpu_milli for n in empty.values()), default=0):
             most = max((n.cpu_milli for n in empty.values()), default=0)
-            problems.append(f"{label}: each instance needs {task.cpu_milli / MILLI:g} CPU; the largest node has {most / MILLI:g}")
+            problems.append(
+                f"{label}: each instance needs {task.cpu_milli / MILLI:g} CPU; the largest node has {most / MILLI:g}"
+            )
         elif task.memory_mb > max((n.memory_mb for n in empty.values()), default=0):
             most = max((n.memory_mb for n in empty.values()), default=0)
-            problems.append(f"{label}: each instance needs {task.memory_mb} MiB of memory; the largest node has {most} MiB")
+            problems.append(
+                f"{label}: each instance needs {task.memory_mb} MiB of memory; the largest node has {most} MiB"
+            )
         else:
             problems.append(f"{label}: no node offers the requested GPU model or GPU memory")
     total = sum(t.gpu_milli for t in tasks)

@@ -176,7 +176,9 @@ def guaranteed_quotas(session: Session) -> dict[str, tuple[dict[str, int], bool]
                 quota[model] = quota.get(model, 0) + q.gpus
                 promised[model] = promised.get(model, 0) + q.gpus
         quotas[row.name] = (quota, row.allow_priority_preemption)
-    rest = {model: count - promised.get(model, 0) for model, count in capacity.items() if count > promised.get(model, 0)}
+    rest = {
+        model: count - promised.get(model, 0) for model, count in capacity.items() if count > promised.get(model, 0)
+    }
     return {DEFAULT_VC: (rest, True), **quotas}
 
 

@@ -126,7 +126,8 @@ def write_csv(result: TrackResult, path: Path) -> None:
         for k in range(POINTS):
             if alloc[k] is None:
                 continue
-            out.writerow([k, f"{alloc[k]:.4f}", f"{frag[k]:.4f}" if frag[k] is not None else "", result.policy, result.scorer, seeds])
+            fragmentation = f"{frag[k]:.4f}" if frag[k] is not None else ""
+            out.writerow([k, f"{alloc[k]:.4f}", fragmentation, result.policy, result.scorer, seeds])
 
 
 def read_reference(path: Path, workload: str, label: str, point: int = 100) -> tuple[float, list[float]]:

@@ -34,8 +34,15 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from trainyard.backends.base import (LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus,
-                                     check_task_key, read_log_file)
+from trainyard.backends.base import (
+    LogChunk,
+    NodeInventory,
+    TaskKey,
+    TaskLaunch,
+    TaskStatus,
+    check_task_key,
+    read_log_file,
+)
 from trainyard.backends.slurm import runners, submission
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
