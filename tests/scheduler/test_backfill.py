@@ -149,3 +149,25 @@ def test_a_requeued_job_drains_only_once_it_has_waited_again() -> None:
         now = requeued.waiting_since + waited
         decisions = schedule(snapshot(NODES, (requeued, job(2, 4000)), UNKNOWN_ENDS, now=now))
         assert outcome(decisions, 2) == expected
+
+
+def test_a_reservation_on_its_own_vcs_busy_gpus_does_not_charge_their_quota_twice() -> None:
+    """VC a (16 GPUs) runs 14; its first 4-GPU job waits for quota and its reservation,
+    draining, holds GPUs a's own jobs still use. Those GPUs' quota comes back when those
+    jobs end — when the reservation can start — so the hold must not charge it again: a
+    1-GPU job behind it still fits a's 2 free GPUs of quota. (Charged twice, a's quota
+    went below zero and every job behind waited: the sharing anomaly the Philly
+    replay showed, VCs waiting longer shared than alone on their quota.)"""
+    from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
+
+    world = World((node("n0"), node("n1"), node("n2")), vcs=(VirtualCluster("a", {"A100": 16}),
+                                                            VirtualCluster("b", {"A100": 8})), now=400.0)
+    for r in (running(1, on("n0", 0, 1, 2, 3), vc="a"), running(2, on("n0", 4, 5, 6, 7), vc="a"),
+              running(3, on("n1", 0, 1, 2, 3), vc="a"), running(4, on("n1", 4, 5), vc="a")):
+        world.running[r.job_id] = r
+        world.ends[r.job_id] = float("inf")
+    world.submit(job(10, 4000, vc="a", at=0.0))
+    world.submit(job(11, 1000, vc="a", at=1.0))
+    decisions = world.cycle()
+    assert [s.job_id for s in decisions.starts] == [11]
+    assert {w.job_id: w.reason for w in decisions.waits} == {10: PendingReason.QUOTA}

@@ -123,3 +123,25 @@ def test_a_hole_part_of_which_another_jobs_plan_holds_counts_as_taken() -> None:
     assert fresh_node_allowed()
     fit = Access(ledger, gang).fit(ledger.capacity.nodes["n1"], task, select_bestfit)
     assert fit is None  # and x does not bind the held hole either
+
+
+def test_a_loose_cell_a_plan_binds_is_not_shared_by_the_job_behind_it() -> None:
+    """vision (one whole node and one loose cell) plans job 3: the 8-GPU task on n1, once
+    the opportunistic job stopping there is gone, and its small task in a new loose cell of
+    n0. Job 4
+    behind it must not join that loose cell: next cycle, deriving cells from running work
+    alone, job 4 would look like vision's whole node n0 and job 3 would find none."""
+    world = World((node("n0", groups=2), node("n1", groups=2)),
+                  vcs=(VirtualCluster("vision", {"A100": 12}, allow_priority_preemption=False),))
+    world.config = replace(world.config, scorer="bestfit")
+    _put(world, 1, "vision", OPPO, "n0", (0,), 250)
+    _put(world, 2, "vision", OPPO, "n1", tuple(range(8)), 1000)
+    world.stopping[2] = 30.0  # preempted for job 3 in an earlier cycle
+    world.submit(job(3, 250, 8000, rank=0, vc="vision", at=12.0))
+    world.submit(job(4, 250, rank=0, vc="vision", at=23.0))
+    first = world.cycle()
+    assert {w.job_id: w.reason for w in first.waits}[3] == PendingReason.PREEMPTING
+    assert 4 not in world.running
+    world.advance(30.0)
+    world.cycle()
+    assert 3 in world.running

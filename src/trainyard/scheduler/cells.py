@@ -157,6 +157,13 @@ class Cells:
         self.partly: dict[str, set[str]] = defaultdict(set)
         self.shared: set[str] = set()  # nodes with some cells bound and some free (holes)
         self.on_change = lambda node: None  # the capacity index re-files the node
+        # Loose cells a preemption plan of this cycle bound for the job it is for: no other
+        # job may share them. The next cycle derives cells from running work only, and
+        # would see another job alone in such a cell — and might bind its node whole,
+        # taking the whole node the plan counts on. (Cells of a node a plan binds whole
+        # derive the same way whoever runs in them: those are shared as usual.)
+        self.planned: set[CellId] = set()
+        self.binding_log: list[CellId] | None = None  # loose cells ``bind`` binds, while not None
 
     # --- derivation from running work ----------------------------------------------------
 
@@ -362,6 +369,8 @@ class Cells:
         node = binding.cells[0][0]
         for cell in binding.cells:
             self._set(cell, vc)
+        if self.binding_log is not None and not binding.whole_node:
+            self.binding_log.extend(binding.cells)
         key = (vc, binding.model)
         if binding.whole_node:
             self.whole[key].append(node)

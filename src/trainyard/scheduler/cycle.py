@@ -57,7 +57,7 @@ class Reservation:
     def apply(self, ledger: Ledger) -> None:
         if self.hold is None and self.holds(ledger.now):
             self.hold = Tentative()
-            ledger.hold(self.owner, self.placements, self.hold)
+            ledger.hold_reserved(self.owner, self.placements, self.hold)
 
     def lift(self) -> None:
         if self.hold is not None:

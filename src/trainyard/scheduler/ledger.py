@@ -105,6 +105,27 @@ class Ledger:
             self.capacity.take(p, tentative)
             self.quotas.charge(owner, p, tentative)
 
+    def hold_reserved(self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative) -> None:
+        """A reservation's hold: all its resources, but quota only for the part of its GPUs
+        that its own VC's guaranteed work does not occupy now. That work gives its quota
+        back when it ends, which is when the reservation can start; charging it again
+        would count the VC's quota twice and keep every job behind the reservation out."""
+        own: dict[tuple[str, int], int] = defaultdict(int)
+        if owner.guaranteed:
+            for job in self.running.values():
+                if job.vc == owner.vc and job.priority_rank < OPPORTUNISTIC_RANK and job.job_id not in self.preempting:
+                    for p in job.placements:
+                        for share in p.gpus:
+                            own[(p.node, share.index)] += share.milli
+        for p in placements:
+            self.capacity.take(p, tentative)
+            rest = tuple(
+                GpuShare(s.index, s.milli - min(s.milli, own[(p.node, s.index)]))
+                for s in p.gpus
+                if s.milli > own[(p.node, s.index)]
+            )
+            self.quotas.charge(owner, replace(p, gpus=rest), tentative)
+
     def occupy(self, job: RunningJob, tentative: Tentative) -> None:
         """Undo ``release``: the job holds its resources and quota again."""
         self.hold(Owner(job.vc, job.user, job.priority_rank), list(job.placements), tentative)
@@ -260,7 +281,8 @@ class Access:
         vc = self.owner.vc
         of = cells.cell_of[node.name]
         owner_of = cells.owner
-        own = [p for p in eligible if owner_of.get((node.name, of[p])) == vc]
+        planned = cells.planned
+        own = [p for p in eligible if owner_of.get((node.name, of[p])) == vc and (node.name, of[p]) not in planned]
         new = [p for p in eligible if (node.name, of[p]) not in owner_of]
         if new:
             held = {n for n in {of[p] for p in new} if self.ledger.held_in(node, n)}

@@ -181,13 +181,17 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     rebound = Tentative()
     _rebind(cycle, job, victims, rebound, own=_rederives(cycle, job, victims))
     plan = Tentative()
+    ledger.cells.binding_log = []
     placed = place_gang(job, ledger, cycle.scorer, plan)
+    bound, ledger.cells.binding_log = ledger.cells.binding_log, None
     assert placed is not None, "a plan that fitted a moment ago must fit again"
     if rebound.mark() > 0:  # placed as the next cycle will see its cells: hold, do not bind
         plan.discard()
         rebound.discard()
         plan = Tentative()
         ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
+    else:
+        ledger.cells.planned.update(bound)  # its cells are its own until it starts
     plan.commit()  # J's future placement stays held ...
     released.tentative.discard()  # ... and the victims hold theirs until they stop
     # Of the jobs another plan stops already, the ones this plan waits for: those on its
