@@ -58,6 +58,7 @@ class Ledger:
         self.cells.on_change = self.capacity.refile
         self.running = {j.job_id: j for j in running}
         self.preempting = frozenset(j for j in snapshot.preempting if j in self.running)
+        self._vc_use: dict[str, dict[tuple[str, int], int]] = {}  # see ``_guaranteed_use``
         # What preemption could take back on each node: opportunistic and stopping work.
         self.reclaimable_cpu: dict[str, int] = defaultdict(int)
         self.reclaimable_memory: dict[str, int] = defaultdict(int)
@@ -110,21 +111,29 @@ class Ledger:
         that its own VC's guaranteed work does not occupy now. That work gives its quota
         back when it ends, which is when the reservation can start; charging it again
         would count the VC's quota twice and keep every job behind the reservation out."""
-        own: dict[tuple[str, int], int] = defaultdict(int)
-        if owner.guaranteed:
-            for job in self.running.values():
-                if job.vc == owner.vc and job.priority_rank < OPPORTUNISTIC_RANK and job.job_id not in self.preempting:
-                    for p in job.placements:
-                        for share in p.gpus:
-                            own[(p.node, share.index)] += share.milli
+        own = self._guaranteed_use(owner.vc) if owner.guaranteed else {}
         for p in placements:
             self.capacity.take(p, tentative)
             rest = tuple(
-                GpuShare(s.index, s.milli - min(s.milli, own[(p.node, s.index)]))
+                GpuShare(s.index, s.milli - own.get((p.node, s.index), 0))
                 for s in p.gpus
-                if s.milli > own[(p.node, s.index)]
+                if s.milli > own.get((p.node, s.index), 0)
             )
             self.quotas.charge(owner, replace(p, gpus=rest), tentative)
+
+    def _guaranteed_use(self, vc: str) -> dict[tuple[str, int], int]:
+        """Milli-GPU per (node, device) that ``vc``'s guaranteed running work, not being
+        stopped, holds. Running work is fixed for the cycle: worked out once per VC (a
+        reservation is applied again every time a job passes it)."""
+        use = self._vc_use.get(vc)
+        if use is None:
+            use = self._vc_use[vc] = defaultdict(int)
+            for job in self.running.values():
+                if job.vc == vc and job.priority_rank < OPPORTUNISTIC_RANK and job.job_id not in self.preempting:
+                    for p in job.placements:
+                        for share in p.gpus:
+                            use[(p.node, share.index)] += share.milli
+        return use
 
     def occupy(self, job: RunningJob, tentative: Tentative) -> None:
         """Undo ``release``: the job holds its resources and quota again."""
