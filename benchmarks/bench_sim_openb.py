@@ -142,6 +142,7 @@ def render(args: argparse.Namespace) -> None:
     if args.plots and bars:
         from trainyard.sim.plots import plot_bars
 
+        args.plots.mkdir(parents=True, exist_ok=True)
         plot_bars(bars, args.plots / "openb_default_vs_fgd.png")
 
 

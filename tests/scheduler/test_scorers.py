@@ -98,3 +98,82 @@ def test_fgd_learns_the_expected_workload_from_the_pending_jobs() -> None:
     pending = [job(1, 1000, at=0.0), job(2, 2000, 2000, 2000, 2000, at=1.0)]
     assert placed(cluster, pending, "bestfit")[1] == [("c", (0,))]
     assert placed(cluster, pending, "fgd")[1] == [("d", (0,))]
+
+
+# A GPU task of 4 CPUs takes the last GPU of node a (12 CPUs free) or of node b (10 CPUs).
+CPU_SHORT = [node("a", 1, cpu=12_000), node("b", 1, cpu=10_000)]
+GPU_TASK = WorkloadClass(1000, 1.0, cpu_milli=4000)
+CPU_ONLY = WorkloadClass(0, 2.0, cpu_milli=8000)
+
+
+def test_where_cpu_runs_out_first_the_default_leaves_cpu_that_tasks_can_still_use() -> None:
+    # With 8-CPU tasks expected besides, the workload asks 20 CPUs per GPU against the
+    # cluster's 11: CPU runs out first. On a, the task leaves 8 CPUs a CPU-only task can use;
+    # on b, 6 that no task can. FGD sees no GPU fragment either way and takes b, best fit.
+    assert placed(CPU_SHORT, [job(1, 1000, cpu=4000)], "fgd", workload=(GPU_TASK, CPU_ONLY))[1] == [("b", (0,))]
+    assert placed(CPU_SHORT, [job(1, 1000, cpu=4000)], DEFAULT_SCORER, workload=(GPU_TASK, CPU_ONLY))[1] == [
+        ("a", (0,))
+    ]
+
+
+def test_where_gpus_run_out_first_cpu_fragments_are_not_costed() -> None:
+    # Fewer 8-CPU tasks expected: 8 CPUs per GPU asked against the cluster's 11. Costed, the
+    # CPU fragments would take a again (5.3 CPUs left unusable against b's 6); best fit takes b.
+    few_cpu_only = WorkloadClass(0, 0.5, cpu_milli=8000)
+    assert placed(CPU_SHORT, [job(1, 1000, cpu=4000)], DEFAULT_SCORER, workload=(GPU_TASK, few_cpu_only))[1] == [
+        ("b", (0,))
+    ]
+
+
+def test_the_default_costs_cpu_fragments_only_past_the_margin() -> None:
+    from trainyard.scheduler.scorers.fgd_cpu import CPU_BOUND_MARGIN, FgdCpu, cpu_bound
+
+    assert FgdCpu((GPU_TASK, CPU_ONLY), 11.0).cpu_fragments is not None
+    assert FgdCpu((GPU_TASK,), 11.0).cpu_fragments is None
+    assert FgdCpu((GPU_TASK, CPU_ONLY)).cpu_fragments is None  # the cluster unknown
+    assert cpu_bound(CPU_BOUND_MARGIN * 11.0 + 0.01, 11.0)
+    assert not cpu_bound(CPU_BOUND_MARGIN * 11.0, 11.0)
+
+
+def test_cpu_fragments_are_costed_when_the_gpu_tasks_ask_no_cpu() -> None:
+    gpu_only = WorkloadClass(1000, 1.0)
+    assert placed(CPU_SHORT, [job(1, 1000, cpu=4000)], DEFAULT_SCORER, workload=(gpu_only, CPU_ONLY))[1] == [
+        ("a", (0,))
+    ]
+
+
+def test_the_default_learns_that_cpu_runs_out_first_from_the_pending_cpu_only_jobs() -> None:
+    pending = [job(1, 1000, cpu=4000), job(2, 0, cpu=8000), job(3, 0, cpu=8000)]
+    assert placed(CPU_SHORT, pending, DEFAULT_SCORER)[1] == [("a", (0,))]
+    # One 7-CPU job besides: 11 CPUs per GPU asked, as much as the cluster has. (Costed, the
+    # CPU fragments would take a: 4 CPUs left unusable against b's 6.)
+    assert placed(CPU_SHORT, [pending[0], job(2, 0, cpu=7000)], DEFAULT_SCORER)[1] == [("b", (0,))]
+
+
+def test_the_cpu_the_pending_jobs_ask_is_counted_in_full_not_from_their_mix() -> None:
+    # The mix keeps a GPU kind's least CPU: counted from it, 2 × 2 + 8 + 8 = 20 CPUs for 2
+    # GPUs, 10 per GPU, less than the cluster's 11. The tasks ask 2 + 30 + 8 + 8 = 48, 24 per
+    # GPU: CPU runs out first, though not on a cluster of 60 CPUs per GPU.
+    from trainyard.scheduler.scorers.fgd_cpu import FgdCpu
+
+    pending = (job(1, 1000, cpu=2000), job(2, 1000, cpu=30_000), job(3, 0, cpu=8000), job(4, 0, cpu=8000))
+    rich = [node("a", 1, cpu=60_000), node("b", 1, cpu=60_000)]
+    assert FgdCpu.for_snapshot(Snapshot(tuple(CPU_SHORT), pending)).cpu_fragments is not None
+    assert FgdCpu.for_snapshot(Snapshot(tuple(rich), pending)).cpu_fragments is None
+
+
+def test_fgd_measures_gpu_fragments_against_gpu_tasks_only() -> None:
+    from trainyard.scheduler.scorers.fgd import Fgd
+
+    assert Fgd((GPU_TASK, CPU_ONLY)).classes == Fgd((GPU_TASK,)).classes
+
+
+def test_a_few_tasks_limited_to_gpu_models_do_not_switch_the_default_to_the_limited_cost() -> None:
+    from trainyard.scheduler.scorers.fgd_cpu import LIMITED_SHARE, model_limited
+
+    def mix(limited: float) -> tuple[WorkloadClass, ...]:
+        return (WorkloadClass(1000, 1.0 - limited), WorkloadClass(1000, limited, gpu_models=("T4",)), CPU_ONLY)
+
+    assert not model_limited(mix(0.0))
+    assert not model_limited(mix(LIMITED_SHARE / 2))
+    assert model_limited(mix(LIMITED_SHARE))

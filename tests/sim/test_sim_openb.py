@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_data import DEFAULT_PODS, NODES, OPENB, TRACES
 
+from trainyard.scheduler.scorers.fgd import Fgd
 from trainyard.sim.openb import Pod, gpu_capacity, load_nodes, load_pods, tune, workload_of
 
 
@@ -47,8 +48,10 @@ def test_tuning_keeps_every_pod_and_fills_to_the_ratio_reproducibly() -> None:
 def test_the_fgd_workload_is_the_pod_mix_by_kind() -> None:
     pods = load_pods(DEFAULT_PODS)
     workload = workload_of(pods)
-    assert sum(w.weight for w in workload) == sum(1 for p in pods if p.gpu_request > 0)
-    assert all(w.gpu_milli > 0 for w in workload)
+    assert sum(w.weight for w in workload) == len(pods)
+    gpu_kinds = [w for w in workload if w.gpu_milli > 0]
+    assert sum(w.weight for w in gpu_kinds) == sum(1 for p in pods if p.gpu_request > 0)
+    assert sum(w.weight for w, _ in Fgd(workload).classes) == sum(w.weight for w in gpu_kinds)  # FGD: GPU pods
 
 
 pod = st.builds(

@@ -128,12 +128,19 @@ def test_trainyards_default_placement_allocates_more_than_fgd_at_full_demand(def
     assert default > fgd and default > reference
 
 
-def test_the_default_beats_fgd_where_tasks_are_limited_to_gpu_models_too() -> None:
-    # The variant where the default's demand weighting is switched off (see fgd_cpu); the
-    # other variants' ten-seed comparison is in docs/benchmarks.md.
+@pytest.mark.parametrize(
+    "pod_list",
+    [
+        pytest.param("gpuspec20", id="a fifth of the GPU pods limited to GPU models: FGD's weights kept"),
+        pytest.param("gpuspec05", id="a twentieth limited to models: costed as if none were"),
+        pytest.param("cpu300", id="CPU-only pods ask more CPU than the cluster has: CPU fragments costed"),
+    ],
+)
+def test_the_default_beats_fgd_on_the_pod_lists_that_switch_its_cost(pod_list: str) -> None:
+    # One seed each; the ten-seed comparison on every pod list is in docs/benchmarks.md.
     nodes = load_nodes(NODES)
-    pods = load_pods(OPENB / "openb_pod_list_gpuspec20.csv")
-    trace = ("gpuspec20", nodes, tune(pods, gpu_capacity(nodes), 1.3, 42), workload_of(pods))
+    pods = load_pods(OPENB / f"openb_pod_list_{pod_list}.csv")
+    trace = (pod_list, nodes, tune(pods, gpu_capacity(nodes), 1.3, 42), workload_of(pods))
     assert at_100(trace, "default") > at_100(trace, "fgd")
 
 

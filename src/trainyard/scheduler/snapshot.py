@@ -104,9 +104,10 @@ class RunningJob:
 
 @dataclass(frozen=True)
 class WorkloadClass:
-    """One kind of task in the target workload that FGD measures fragmentation against."""
+    """One kind of task in the target workload that placement measures fragmentation
+    against: FGD counts the GPU kinds; ``fgd-cpu`` also the CPU-only ones, for CPU fragments."""
 
-    gpu_milli: int  # per task: a fraction (< 1000) or whole GPUs (a multiple of 1000)
+    gpu_milli: int  # per task: a fraction (< 1000), whole GPUs (a multiple of 1000), or 0: CPU only
     weight: float = 1.0
     cpu_milli: int = 0
     memory_mb: int = 0
@@ -123,7 +124,7 @@ class SchedulerConfig:
     rack_label: str = "rack"  # the node label the topology scorer groups nodes by
     # GPUs per cell, by model; unset models derive it (see ``cells``).
     cell_gpus: Mapping[str, int] = field(default_factory=dict)
-    # FGD's target workload; empty: the mix of the pending jobs' tasks.
+    # The placement's target workload; empty: the mix of the pending jobs' tasks.
     workload: tuple[WorkloadClass, ...] = ()
 
 

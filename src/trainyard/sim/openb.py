@@ -116,9 +116,10 @@ def tune(pods: Sequence[Pod], capacity_milli: int, ratio: float, seed: int) -> l
 
 
 def workload_of(pods: Sequence[Pod]) -> tuple[WorkloadClass, ...]:
-    """FGD's target workload as the paper builds it: the pod list's GPU pods by kind
-    (GPU request, CPU, memory, models), weighted by how often each kind occurs."""
-    counts = Counter((p.gpu_request, p.cpu_milli, p.memory_mb, p.gpu_models) for p in pods if p.gpu_request > 0)
+    """The target workload: the pod list's pods by kind (GPU request, CPU, memory, models),
+    weighted by how often each kind occurs. FGD, as the paper builds it, counts the GPU
+    kinds only; the CPU-only kinds are there for ``fgd-cpu``'s CPU fragments."""
+    counts = Counter((p.gpu_request, p.cpu_milli, p.memory_mb, p.gpu_models) for p in pods)
     return tuple(
         WorkloadClass(gpu_milli=g, weight=float(n), cpu_milli=c, memory_mb=m, gpu_models=models)
         for (g, c, m, models), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

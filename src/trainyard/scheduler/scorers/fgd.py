@@ -11,8 +11,9 @@ node ``n`` measured by ``m``, ``F_n(m)``, is the free GPU capacity ``m`` could n
 
 The node's expected fragmentation is ``F_n = sum_m p_m F_n(m)`` and the cluster's is the sum
 over nodes. A task goes to the node and device(s) whose ``F_n`` increases least (the
-steepest descent); ties go to best fit. Only GPU tasks are in the workload (the paper's
-default), and the target workload defaults to the mix of the pending jobs' tasks.
+steepest descent); ties go to best fit. Only GPU tasks count (the paper's default: kinds
+without GPUs in the target workload are ignored), and the target workload defaults to the
+mix of the pending jobs' tasks.
 
 Cost: ``F_n`` is cached by node state, and so is each node's answer for a kind of task as if
 no quota or cell rule applied. Without rules that answer is exact and every fitting node is
@@ -44,11 +45,13 @@ CLASSES = 16  # the most popular task kinds kept from the pending mix
 
 
 def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
-    """The target workload implied by the pending GPU tasks (kind = share and models), each
-    kind with the smallest CPU and memory its tasks ask for (what a node must keep free for
-    the kind to fit at all)."""
+    """The target workload implied by the pending tasks: GPU tasks by kind (share and
+    models), each kind with the smallest CPU and memory its tasks ask for (what a node must
+    keep free for the kind to fit at all); then CPU-only tasks by their CPU and memory (FGD
+    ignores them; ``fgd-cpu`` measures CPU fragments against them)."""
     counts: Counter[tuple[int, tuple[str, ...]]] = Counter()
     least: dict[tuple[int, tuple[str, ...]], tuple[int, int]] = {}
+    cpu_only: Counter[tuple[int, int]] = Counter()
     for job in pending:
         for task in job.tasks:
             if task.gpu_milli > 0:
@@ -56,11 +59,17 @@ def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
                 counts[kind] += 1
                 cpu, memory = least.get(kind, (task.cpu_milli, task.memory_mb))
                 least[kind] = (min(cpu, task.cpu_milli), min(memory, task.memory_mb))
+            else:
+                cpu_only[(task.cpu_milli, task.memory_mb)] += 1
     top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:CLASSES]
-    return tuple(
+    gpu_kinds = tuple(
         WorkloadClass(gpu_milli=g, weight=float(n), cpu_milli=least[(g, models)][0],
                       memory_mb=least[(g, models)][1], gpu_models=models)
         for (g, models), n in top
+    )
+    top_cpu = sorted(cpu_only.items(), key=lambda kv: (-kv[1], kv[0]))[:CLASSES]
+    return gpu_kinds + tuple(
+        WorkloadClass(gpu_milli=0, weight=float(n), cpu_milli=c, memory_mb=m) for (c, m), n in top_cpu
     )
 
 
@@ -68,8 +77,9 @@ class Fgd:
     scan = SCAN  # fitting nodes compared per task
 
     def __init__(self, workload: Sequence[WorkloadClass]) -> None:
-        total = sum(w.weight for w in workload if w.weight > 0)
-        self.classes = [(w, w.weight / total) for w in workload if w.weight > 0] if total else []
+        kinds = [w for w in workload if w.weight > 0 and w.gpu_milli > 0]  # the paper's: GPU tasks only
+        total = sum(w.weight for w in kinds)
+        self.classes = [(w, w.weight / total) for w in kinds] if total else []
         self._cache: dict[tuple, float] = {}
         self._answers: dict[tuple, dict[tuple, object]] = {}  # task kind -> node state -> answer
         self._statics: dict[object, dict[str, tuple]] = {}
