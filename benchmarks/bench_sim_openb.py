@@ -140,10 +140,14 @@ def render(args: argparse.Namespace) -> None:
               f"| {'' if ref is None else f'{default[100] - ref:+.2f}'} | {wins}/{min(n, m)} |")
         bars.append((variant, fgd[100], default[100]))
     if args.plots and bars:
-        from trainyard.sim.plots import plot_bars
+        from trainyard.sim.plots import plot_bars, plot_grid
 
         args.plots.mkdir(parents=True, exist_ok=True)
         plot_bars(bars, args.plots / "openb_default_vs_fgd.png")
+        panels = [
+            (variant, [(p, mean_curve(results, variant, p)[0]) for p in ("fgd", "default")]) for variant, _, _ in bars
+        ]
+        plot_grid(panels, args.plots / "openb_every_list_alloc.png")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,3 +43,12 @@ def test_sim_queue_reports_jct_queueing_utilisation_and_the_sharing_test(capsys:
         assert key in report
     assert report["gpus"] == 128 and report["jobs"] > 0
     assert all({"shared_avg_queueing_h", "alone_avg_queueing_h"} <= set(row) for row in report["sharing"].values())
+
+
+def test_the_report_draws_every_pod_list_in_one_grid(tmp_path: Path) -> None:
+    from trainyard.sim.plots import plot_grid
+
+    curve = [None] * 80 + [float(k) for k in range(80, 101)]
+    panels = [(f"list{i}", [("fgd", curve), ("default", curve)]) for i in range(5)]  # 5: a row half empty
+    plot_grid(panels, tmp_path / "grid.png")
+    assert (tmp_path / "grid.png").read_bytes()[:4] == b"\x89PNG"

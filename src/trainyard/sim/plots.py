@@ -52,3 +52,29 @@ def plot_bars(rows: Sequence[tuple[str, float, float]], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_grid(
+    panels: Sequence[tuple[str, Sequence[tuple[str, Sequence[float | None]]]]], path: Path, *, x_from: int = 80
+) -> None:
+    """One small allocation plot per pod list (``(title, curves)`` pairs), from ``x_from`` %
+    arrived demand on, in one PNG."""
+    columns = 4
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3.2 * columns, 2.4 * rows), dpi=100, squeeze=False)
+    for ax, (title, curves) in zip(axes.flat, panels, strict=False):
+        for label, curve in curves:
+            xs = [k for k, v in enumerate(curve) if v is not None and k >= x_from]
+            ax.plot(xs, [curve[k] for k in xs], label=label, linewidth=1.2)
+        ax.plot([x_from, 100], [x_from, 100], color="grey", linestyle=":", linewidth=1)
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(labelsize=7)
+        ax.grid(True, alpha=0.3)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.supxlabel("arrived GPU demand (% of cluster GPUs)", fontsize=9)
+    fig.supylabel("GPUs allocated (%)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
