@@ -206,6 +206,27 @@ def test_a_long_queue_that_needs_preemption_is_planned_over_a_few_cycles_in_orde
     assert len(world.history) <= 1 + -(-(40 - cap) // cap)
 
 
+def test_past_the_plan_cap_a_job_no_preemption_could_help_keeps_its_own_reason() -> None:
+    """The jobs past the cap wait as BEHIND because their turn to preempt comes next cycle;
+    a V100 job whose only V100 node runs another VC's guaranteed work has nothing to preempt
+    and says that the GPUs are taken, as it would without the cap."""
+    nodes = (*(node(f"n{i}", 8) for i in range(5)), node("v0", 8, model="V100"))
+    world = World(nodes, vcs=(VirtualCluster("a", {"A100": 40, "V100": 8}), VirtualCluster("b", {"V100": 8})))
+    for i in range(40):
+        world.running[100 + i] = running(100 + i, on(f"n{i // 8}", i % 8), rank=OPPO, vc="a", grace=300)
+        world.ends[100 + i] = float("inf")
+        world.submitted[100 + i] = job(100 + i, 1000, rank=OPPO, vc="a")
+    world.running[200] = running(200, on("v0", *range(8)), vc="b")
+    world.ends[200] = float("inf")
+    world.submitted[200] = job(200, *[1000] * 8, vc="b")
+    for i in range(1, 21):
+        world.submit(job(i, 1000, vc="a"))
+    world.submit(job(21, 1000, vc="a", models=("V100",)))
+    waits = {w.job_id: w for w in world.cycle().waits}
+    assert waits[PLANS_PER_QUEUE + 1].reason == PendingReason.BEHIND
+    assert waits[21].reason == PendingReason.NO_FIT
+
+
 def test_a_vc_over_its_quota_for_one_model_keeps_its_work_on_another() -> None:
     """bob's A100 quota was lowered (it holds 8 of 4), its V100 work is within quota: alice,
     who needs V100, gets nothing of bob's."""

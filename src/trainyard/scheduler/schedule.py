@@ -32,7 +32,7 @@ from trainyard.scheduler.capacity import FreeNode, Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.ledger import Ledger
 from trainyard.scheduler.placement import place_gang
-from trainyard.scheduler.preemption import plan_preemption
+from trainyard.scheduler.preemption import candidates, plan_preemption
 from trainyard.scheduler.quota import Refusal
 from trainyard.scheduler.reasons import explain
 from trainyard.scheduler.scorers.registry import scorer_for
@@ -42,6 +42,7 @@ from trainyard.scheduler.snapshot import (
     NodeState,
     PendingJob,
     PendingReason,
+    RunningJob,
     Snapshot,
     TaskRequest,
 )
@@ -170,8 +171,12 @@ def preempt_for_queue(
         if plans >= PLANS_PER_QUEUE:  # the rest are planned in the next cycles, in queue order
             for later in blocked[position:]:
                 known = cycle.waits.get(later.job_id)
-                if known is None or known.reason == PendingReason.NO_FIT:  # QUOTA and RESERVED stay true
+                if known is not None and known.reason != PendingReason.NO_FIT:
+                    continue  # QUOTA and RESERVED stay true
+                if _has_victims(cycle, later):
                     cycle.wait(later, Wait(PendingReason.BEHIND))
+                elif known is None:
+                    cycle.wait(later, Wait(PendingReason.NO_FIT))
             break
         head = reservation is not None and reservation.job is job
         if head:
@@ -224,6 +229,24 @@ def _start(cycle: Cycle, job: PendingJob) -> bool:
 def _blocked(refusal: Refusal | None, reservation: Reservation | None) -> Wait:
     reason = PendingReason.QUOTA if refusal is not None else PendingReason.NO_FIT
     return Wait(reason, refusal, reservation=reservation)
+
+
+def _has_victims(cycle: Cycle, job: PendingJob) -> bool:
+    """Whether any work the job may preempt runs on GPUs it could use (the planner's first
+    condition, cheap: a job past the plan cap is told it waits its turn only if it has one)."""
+    nodes = cycle.ledger.capacity.nodes
+    tasks = [t for t in job.tasks if t.gpu_milli > 0]
+
+    def useful(victim: RunningJob) -> bool:
+        for placement in victim.placements:
+            node = nodes.get(placement.node)
+            if node is not None and any(
+                node.suits(node.position[g.index], t) for g in placement.gpus for t in tasks
+            ):
+                return True
+        return not tasks  # a CPU-only job: any victim frees CPU
+
+    return next(candidates(cycle, job, useful), None) is not None
 
 
 def _may_preempt(ledger: Ledger, job: PendingJob, refusal: Refusal | None) -> bool:
