@@ -39,6 +39,9 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     with pytest.raises(TrainyardError) as unknown:
         bob.submit(in_vision.replace("vision", "nowhere"))
     assert unknown.value.status == 422 and "no virtual cluster named 'nowhere'" in unknown.value.message
+    with pytest.raises(TrainyardError) as misspelt:  # an admin may use every VC, but not one that is not there
+        admin.submit(in_vision.replace("vision", "visoin"))
+    assert misspelt.value.status == 422 and "no virtual cluster named 'visoin'" in misspelt.value.message
 
     too_much = server.yard("vc", "create", "speech", "--gpus", "3")  # 2 + 3 > 4 GPUs
     assert too_much.returncode == 1 and "the cluster has 4" in too_much.stderr

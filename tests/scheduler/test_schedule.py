@@ -68,3 +68,8 @@ def test_jobs_that_can_never_fit_are_explained_with_numbers() -> None:
     assert problems == ["the job needs 8 GPU in total; the cluster has 4"]
     assert never_fits([node("a", 4)], list(job(1, 4000).tasks)) == []
     assert "has none" in never_fits([node("a", 0)], list(job(1, 500).tasks))[0]
+    # Each task fits a node, but all of them together are more than the cluster has.
+    problems = never_fits([node("a", 4, cpu=2000)], list(job(1, 0, 1000, 1000).tasks))  # 1 CPU each
+    assert problems == ["the job needs 3 CPU in total; the cluster has 2"]
+    big = [TaskRequest("w", i, 1000, 1000, 40_000) for i in range(2)]
+    assert never_fits([node("a", 4)], big) == ["the job needs 80000 MiB of memory in total; the cluster has 65536 MiB"]

@@ -52,3 +52,21 @@ def test_the_report_draws_every_pod_list_in_one_grid(tmp_path: Path) -> None:
     panels = [(f"list{i}", [("fgd", curve), ("default", curve)]) for i in range(5)]  # 5: a row half empty
     plot_grid(panels, tmp_path / "grid.png")
     assert (tmp_path / "grid.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sim_queue_says_how_to_find_the_traces_when_they_are_not_beside_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TRAINYARD_TRACES", str(tmp_path))  # as an installed package without the variable
+    assert main(["sim", "queue", "--trace", "philly", "--cluster", "4x8"]) == 2
+    assert "set TRAINYARD_TRACES to the folder of the shared traces" in capsys.readouterr().err
+
+
+def test_the_cli_stops_quietly_when_its_reader_goes_away() -> None:
+    import subprocess
+    import sys
+
+    flood = ("import sys; from trainyard.cli import main as m; "
+             "m._main = lambda argv: [print('x' * 1000) for _ in range(10_000)] and 0; sys.exit(m.main([]))")
+    done = subprocess.run(f"{sys.executable} -c \"{flood}\" | head -c 10", shell=True, capture_output=True,
+                          text=True, timeout=60)
+    assert done.stdout == "x" * 10 and done.stderr == ""

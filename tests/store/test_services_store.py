@@ -130,6 +130,9 @@ def test_a_guaranteed_job_bigger_than_its_vcs_quota_is_refused_but_may_run_as_op
     with db.session() as s:  # within default's 3 guaranteed GPUs, and as oppo in vision: fine
         job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 3")), clock=clock)
         job_service.submit_job(s, alice, parse_job(big + "priority: oppo\n"), clock=clock)
+    with pytest.raises(Invalid) as caught, db.session() as s:  # default: the GPUs no VC is guaranteed
+        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 4")), clock=clock)
+    assert "lower other VCs' quotas" in caught.value.message and "yard vc quota default" not in caught.value.message
 
 
 def test_a_concurrent_change_to_a_job_is_detected_not_overwritten(db: Database, clock) -> None:

@@ -319,4 +319,10 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     capacity = sum(len(n.gpus) for n in nodes) * MILLI
     if total > capacity:
         problems.append(f"the job needs {total / MILLI:g} GPU in total; the cluster has {capacity // MILLI}")
+    cpu, cpus = sum(t.cpu_milli for t in tasks), sum(n.cpu_milli for n in nodes)
+    if cpu > cpus:
+        problems.append(f"the job needs {cpu / MILLI:g} CPU in total; the cluster has {cpus / MILLI:g}")
+    memory, memories = sum(t.memory_mb for t in tasks), sum(n.memory_mb for n in nodes)
+    if memory > memories:
+        problems.append(f"the job needs {memory} MiB of memory in total; the cluster has {memories} MiB")
     return sorted(set(problems), key=problems.index)

@@ -16,7 +16,7 @@ from trainyard.core.states import (
 )
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
-from trainyard.services.admin import guaranteed_quotas, may_use_vc
+from trainyard.services.admin import DEFAULT_VC, guaranteed_quotas, may_use_vc
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
 from trainyard.spec.loading import container_fields, validate_job
@@ -93,10 +93,15 @@ def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
     total = sum(gpus for model, gpus in quota.items() if not accepted or model in accepted)
     if need > total * 1000:
         models = f" of {'/'.join(sorted(accepted))}" if accepted else ""
+        raise_it = (
+            f"to lower other VCs' quotas (VC {vc} is guaranteed the GPUs no other VC is; see `yard vc list`)"
+            if vc == DEFAULT_VC
+            else f"to raise the quota (`yard vc quota {vc} --gpus N`)"
+        )
         raise Invalid(
             f"the job needs {need / 1000:g} GPU{models} but VC {vc} guarantees {total}: it could never start "
             f"at priority {spec.priority}; submit it with `priority: oppo` to use idle GPUs, or ask an admin "
-            f"to raise the quota (`yard vc quota {vc} --gpus N`)",
+            f"{raise_it}",
             details=[{"path": "defaults.virtualCluster", "message": f"VC {vc} guarantees {total} GPU{models}"}],
         )
 

@@ -31,7 +31,7 @@ from trainyard.sim.jobs import (
     window,
 )
 from trainyard.sim.queue import QueueResult, QueueSim, policy_named, vc_quotas
-from trainyard.sim.traces import traces_dir
+from trainyard.sim.traces import trace_file
 
 HOUR = 3600.0
 DEFAULT_TICK = 60.0  # seconds between scheduling cycles (the controller's tick)
@@ -106,7 +106,7 @@ def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], sha
 
 def run_queue_command(args: argparse.Namespace) -> int:
     if args.trace == "philly":
-        path = args.jobs or traces_dir() / "philly" / "philly_jobs_pollux.csv"
+        path = args.jobs or trace_file("philly", "philly_jobs_pollux.csv")
         jobs = load_philly(path)
     elif args.trace == "history":
         if args.jobs is None:
@@ -125,7 +125,7 @@ def run_queue_command(args: argparse.Namespace) -> int:
     if args.vc_quotas == "demand":
         vcs = vc_quotas(chosen, gpus)
     elif args.vc_quotas:
-        path = traces_dir() / "philly" / "philly_vc_nodes_helios_artifact.csv" if args.vc_quotas == "philly" \
+        path = trace_file("philly", "philly_vc_nodes_helios_artifact.csv") if args.vc_quotas == "philly" \
             else Path(args.vc_quotas)
         vcs = vc_quotas(chosen, gpus, load_vc_nodes(path))
     started = time.perf_counter()
