@@ -135,6 +135,21 @@ def test_a_guaranteed_job_bigger_than_its_vcs_quota_is_refused_but_may_run_as_op
     assert "lower other VCs' quotas" in caught.value.message and "yard vc quota default" not in caught.value.message
 
 
+def test_a_job_bigger_than_its_owners_quota_at_its_priority_is_refused(db: Database, clock) -> None:
+    add_node(db, clock, gpus=4)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        admin.set_user_quota(s, "alice", priority="prod", gpus=1)
+    prod = SPEC.replace("gpu: 1", "gpu: 2") + "priority: prod\n"
+    with pytest.raises(Invalid) as caught, db.session() as s:
+        job_service.submit_job(s, alice, parse_job(prod), clock=clock)
+    assert caught.value.message.startswith("the job needs 2 GPU but user alice may hold at most 1 at priority prod")
+    assert caught.value.details[0]["path"] == "priority"
+    with db.session() as s:  # within the limit, or at a priority without one: fine
+        job_service.submit_job(s, alice, parse_job(prod.replace("gpu: 2", "gpu: 1")), clock=clock)
+        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 2")), clock=clock)
+
+
 def test_a_concurrent_change_to_a_job_is_detected_not_overwritten(db: Database, clock) -> None:
     from sqlalchemy.orm.exc import StaleDataError
 

@@ -28,6 +28,7 @@ from trainyard.store.rows import (
     JobRow,
     NodeRow,
     TaskRow,
+    UserQuotaRow,
     UserRow,
     VirtualClusterRow,
 )
@@ -106,6 +107,22 @@ def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
         )
 
 
+def check_within_user_quota(session: Session, user: UserRow, spec: JobSpec) -> None:
+    """Refuse a job bigger than its owner may hold at its priority: it could never start."""
+    limit = session.get(UserQuotaRow, (user.id, str(spec.priority)))
+    if limit is None:
+        return
+    need = sum(t.gpu_milli for t in task_requests(spec))
+    if need > limit.gpu_milli:
+        raise Invalid(
+            f"the job needs {need / 1000:g} GPU but user {user.name} may hold at most {limit.gpu_milli / 1000:g} "
+            f"at priority {spec.priority}: it could never start; submit it at another priority, or ask an admin "
+            f"to raise the limit (`yard quota set {user.name} --priority {spec.priority} --gpus N`)",
+            details=[{"path": "priority", "message": f"user {user.name} may hold at most "
+                                                     f"{limit.gpu_milli / 1000:g} GPU at {spec.priority}"}],
+        )
+
+
 def check_vc_access(session: Session, user: UserRow, vc: str) -> None:
     """DESIGN's "may this user use that VC?": granted to them, to a group of theirs, or admin."""
     if may_use_vc(session, user, vc):
@@ -127,6 +144,7 @@ def submit_job(
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
     check_within_vc_quota(session, spec)
+    check_within_user_quota(session, user, spec)
     job = JobRow(
         name=spec.name,
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
