@@ -95,8 +95,8 @@ taskRoles:
 
 def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None:
     admin, alice, _ = two_vcs(eight_gpus)
-    admin.set_quota("alice", priority="prod", gpus=2)
-    hog = alice.submit("name: hog\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
+    admin.set_quota("alice", priority="prod", gpus=4)  # a job above the limit itself is refused at submit
+    hog = alice.submit("name: hog\npriority: prod\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
                        "    instances: 3\n    resourcePerInstance: {gpu: 1}\n    commands: ['sleep 600']\n")["id"]
     wait_until(lambda: alice.job(hog)["state"] == "RUNNING", what="the hog to run")
     over_vc = alice.submit("name: big\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
@@ -112,7 +112,7 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
     assert pending(over_vc)["reason"] == "QUOTA"
     assert "VC vision: needs 2" in pending(over_vc)["message"] and "1 of 4 free" in pending(over_vc)["message"]
     assert pending(over_user)["reason"] == "USER_QUOTA"
-    assert "user alice at prod: needs 3 GPU, 2 of 2 left" in pending(over_user)["message"]
+    assert "user alice at prod: needs 3 GPU, 1 of 4 left" in pending(over_user)["message"]
     shown = eight_gpus.yard("job", str(over_vc), token=alice.token)
     assert "QUOTA: VC vision: needs 2" in shown.stdout
     listed = eight_gpus.yard("jobs", token=alice.token)

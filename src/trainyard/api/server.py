@@ -6,12 +6,14 @@ run under their own supervisors and are re-adopted on the next start.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import json
 import logging
 import os
 import socket
 from pathlib import Path
+from typing import IO
 
 import uvicorn
 
@@ -78,6 +80,29 @@ def prepare_home(settings: Settings) -> None:
             os.close(os.open(db_file, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
+def hold_home(home: Path, url: str) -> IO[str]:
+    """Lock ``$TRAINYARD_HOME`` for this server's lifetime (the lock goes with the returned
+    file): a second ``yard up`` on the same home would schedule the same store twice and
+    point client.json at itself."""
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    lock = open(home / "yard-up.lock", "a+")  # held open while serving
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        raise StartupError(
+            f"another `yard up` serves {home} ({holder}); stop it first, or give this one its own "
+            "TRAINYARD_HOME"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}, {url}\n")
+    lock.flush()
+    return lock
+
+
 def task_work_dir(settings: Settings) -> Path | None:
     if settings.task_work_dir is not None:
         return settings.task_work_dir
@@ -137,11 +162,19 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
 
 
 def serve(settings: Settings) -> None:
+    url = f"http://{settings.host}:{settings.port}"
+    lock = hold_home(settings.home, url)
+    try:
+        _serve(settings, url)
+    finally:
+        lock.close()
+
+
+def _serve(settings: Settings, url: str) -> None:
     check_port_free(settings.host, settings.port)
     ctx, controller = build(settings)
     with ctx.db.session() as session:
         token = bootstrap_admin(session, clock=ctx.clock)
-    url = f"http://{settings.host}:{settings.port}"
     write_client_file(settings.client_file, url, token)
     if token is not None:
         log.info("created the admin user; its token is in %s", settings.client_file)
