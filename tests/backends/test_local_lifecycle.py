@@ -47,7 +47,7 @@ def test_a_task_trapping_sigterm_gets_it_and_exits_cleanly(local):
     local.backend.stop(key, 5)
     status = local.wait_ended(key)
     assert (status.exit_code, status.signal) == (0, None)
-    assert "stopped on request" in status.message
+    assert "Trainyard asked it to stop" in status.message
     assert local.log(key) == "ready\ngot TERM\n"
     assert taskfiles.read_json(str(local.backend.task_dir(key) / taskfiles.EXIT))["stopped"] is True
 
@@ -207,7 +207,7 @@ def test_a_stop_recorded_but_never_signalled_is_delivered_by_a_later_observe(loc
     taskfiles.write_json(str(local.backend.task_dir(key) / taskfiles.STOP), overdue)
     status = local.wait_ended(key, backend=LocalBackend(local.state_dir, gpus=[]))
     assert (status.exit_code, status.signal) == (0, None)
-    assert "stopped on request" in status.message and local.log(key) == "ready\ngot TERM\n"
+    assert "Trainyard asked it to stop" in status.message and local.log(key) == "ready\ngot TERM\n"
 
 
 def test_a_second_stop_never_postpones_the_first_deadline(local):

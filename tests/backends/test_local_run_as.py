@@ -115,7 +115,7 @@ def test_a_task_of_the_user_ignoring_sigterm_is_stopped_and_killed(as_user):
     as_user.backend.stop(key, 0.3)
     status = as_user.wait_ended(key)
     assert (status.exit_code, status.signal) == (137, 9)
-    assert "stopped on request" in status.message
+    assert "Trainyard asked it to stop" in status.message
     assert not procfs.group_members(pgid)
 
 

@@ -92,6 +92,8 @@ taskRoles:
     assert job.state == "SUCCEEDED"
     states = {(t.role, t.state) for t in tasks_of(db, job_id)}
     assert states == {("chief", "SUCCEEDED"), ("server", "STOPPED")}
+    server = next(t for t in tasks_of(db, job_id) if t.role == "server")
+    assert server.message == "killed by SIGTERM (Trainyard asked it to stop)"  # the signal named once
 
 
 def test_failures_are_tolerated_when_min_failed_is_minus_one(world) -> None:

@@ -214,7 +214,9 @@ class Reconciler:
         job = session.get(JobRow, task.job_id)
         assert job is not None
         exit_info = classify_exit(status.exit_code)
-        detail = exit_info.description + (f" ({status.message})" if status.message else "")
+        # The backend's note may repeat the signal the description already names.
+        notes = [n for n in (status.message or "").split("; ") if n and n not in exit_info.description]
+        detail = exit_info.description + (f" ({'; '.join(notes)})" if notes else "")
         label = f"{task.role}/{task.index}"
         if task.stop_sent:
             new_state = TaskState.STOPPED

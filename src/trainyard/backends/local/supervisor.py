@@ -165,7 +165,7 @@ class Supervisor:
         os.waitpid(self.task_pid, 0)
         self.reaped = True
 
-        message = "stopped on request" if self.stop_requested else ""
+        message = "Trainyard asked it to stop" if self.stop_requested else ""
         if leftovers:
             message = f"{message}; " if message else ""
             message += f"{len(leftovers)} process(es) of the task's group did not exit after SIGKILL"
