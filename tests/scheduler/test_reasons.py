@@ -22,6 +22,13 @@ def test_a_job_that_fits_nowhere_is_told_the_most_there_is_on_one_node() -> None
     )
 
 
+def test_a_job_that_fits_nowhere_is_told_when_nodes_are_cordoned() -> None:
+    # The idle GPUs are on a cordoned node: "0 free" alone would read as a full cluster.
+    cluster = (node("a", 4, schedulable=False), node("b", 4, used={i: 1000 for i in range(4)}))
+    assert waits(schedule(snapshot(cluster, [job(1, 1000)])))[1] == (
+        PendingReason.NO_FIT, "needs 1 GPU in total, 0 free; 1 node cordoned or unhealthy", 1)
+
+
 def test_a_job_that_would_have_fitted_but_for_the_jobs_ahead_of_it_is_behind() -> None:
     decisions = schedule(snapshot((node("a", 4),), [job(1, 4000), job(2, 4000), job(3, 2000)]))
     assert [s.job_id for s in decisions.starts] == [1]

@@ -47,6 +47,8 @@ class Rooms:
 
     def __init__(self, nodes: Sequence[FreeNode]) -> None:
         self.nodes = [n for n in nodes if n.schedulable]
+        closed = len(nodes) - len(self.nodes)
+        self.aside = f"; {closed} node{'s' if closed > 1 else ''} cordoned or unhealthy" if closed else ""
         self.most_cpu = max((n.cpu_milli for n in self.nodes), default=0)
         self.most_memory = max((n.memory_mb for n in self.nodes), default=0)
         self._rooms: dict[tuple[tuple[str, ...], int], Room] = {}
@@ -64,7 +66,12 @@ class Rooms:
         return room
 
     def shortfall(self, job: PendingJob) -> str | None:
-        """Why the gang cannot fit by these numbers; None if the numbers alone allow it."""
+        """Why the gang cannot fit by these numbers, naming the nodes that take no new work;
+        None if the numbers alone allow it."""
+        why = self._shortfall(job)
+        return None if why is None else why + self.aside
+
+    def _shortfall(self, job: PendingJob) -> str | None:
         biggest = max(job.tasks, key=lambda t: (t.gpu_milli, t.cpu_milli, t.memory_mb))
         total = gpu_need(job)
         room = self.of(biggest)
