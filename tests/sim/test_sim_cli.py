@@ -70,3 +70,9 @@ def test_the_cli_stops_quietly_when_its_reader_goes_away() -> None:
     done = subprocess.run(f"{sys.executable} -c \"{flood}\" | head -c 10", shell=True, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout == "x" * 10 and done.stderr == ""
+
+
+def test_sim_placement_refuses_a_tune_that_is_no_share(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["sim", "placement", "--nodes", str(NODES), "--pods", str(DEFAULT_PODS), "--tune", "0",
+                 "--out", str(tmp_path)])
+    assert code == 2 and "--tune must be > 0" in capsys.readouterr().err

@@ -62,7 +62,8 @@ def cmd_group(client: Client, args: argparse.Namespace) -> int:
 def cmd_quota(client: Client, args: argparse.Namespace) -> int:
     if args.action == "set":
         result = client.set_quota(args.user, priority=args.priority, gpus=args.gpus)
-        text = (f"{args.user} may hold at most {render.num(args.gpus)} GPUs at {args.priority}"
+        unit = "GPU" if args.gpus == 1 else "GPUs"
+        text = (f"{args.user} may hold at most {render.num(args.gpus)} {unit} at {args.priority}"
                 if args.gpus is not None else f"{args.user} has no limit at {args.priority}")
     else:
         result = client.quotas()

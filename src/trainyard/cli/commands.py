@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 
@@ -44,8 +45,8 @@ def _read_job_file(name: str) -> tuple[bytes, str]:
         data = sys.stdin.buffer.read()
     else:
         path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(name)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "it is a folder, not a job file", name)
         data = path.read_bytes()
     content_type = "application/json" if name.endswith(".json") else "application/yaml"
     return data, content_type
@@ -54,8 +55,8 @@ def _read_job_file(name: str) -> tuple[bytes, str]:
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     try:
         data, content_type = _read_job_file(args.file)
-    except (FileNotFoundError, IsADirectoryError, PermissionError):
-        _fail(f"cannot read job file {args.file!r}")
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        _fail(f"cannot read job file {args.file!r}: {e.strerror or e}")
         return EXIT_USAGE
     result = client.submit(data, content_type=content_type, dry_run=args.dry_run)
     if args.json:

@@ -64,6 +64,8 @@ def _placement(args: argparse.Namespace) -> int:
     from trainyard.sim.placement_track import SUMMARY_POINTS, parse_seeds, run_track, write_csv
 
     seeds = parse_seeds(args.seeds)
+    if not args.tune > 0:  # also NaN
+        raise ValueError(f"--tune must be > 0 (a share of the cluster's GPUs, e.g. 1.3); got {args.tune}")
     nodes = load_nodes(args.nodes)
     pods = load_pods(args.pods)
 
