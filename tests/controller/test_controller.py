@@ -299,3 +299,39 @@ def test_a_retried_job_waiting_again_for_the_same_reason_still_shows_it(world) -
         job = s.get(JobRow, flaky)
         assert (job.state, job.retries_used) == ("WAITING", 1)
         assert (job.pending_reason, job.pending_message) == first
+
+
+def test_a_task_that_ended_unwatched_keeps_the_end_its_supervisor_recorded(tmp_path) -> None:
+    """A controller that sees an exit late (it was down, or busy) records when the task
+    ended, not when it looked: runtimes after a restart are not inflated."""
+    from datetime import UTC, datetime, timedelta
+
+    from trainyard.core.clock import FakeClock
+
+    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
+    db.migrate()
+    clock = FakeClock(datetime.now(UTC) - timedelta(seconds=30))  # launched before it really ends
+    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(1), cpu_milli=2000, memory_mb=4096)
+    controller = Controller(db, backend, clock)
+    with db.session() as s:
+        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
+    controller.run_once()  # inventory
+    job_id = submit(db, user, "name: quick\ntaskRoles:\n  w:\n    commands: ['true']\n")
+    deadline = time.monotonic() + 20
+    while not tasks_of(db, job_id) or tasks_of(db, job_id)[0].started_at is None:  # launched, by the fake clock
+        assert time.monotonic() < deadline, "the task was not launched"
+        clock.advance(1)
+        controller.run_once()
+    while time.monotonic() < deadline:
+        clock.advance(3600)  # every look comes an hour later than the last
+        controller.run_once()
+        with db.session() as s:
+            if s.get(JobRow, job_id).state == "SUCCEEDED":
+                break
+        time.sleep(0.02)
+    (task,) = tasks_of(db, job_id)
+    assert task.state == "SUCCEEDED" and (task.finished_at - task.started_at).total_seconds() < 60
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        assert job.attempts[0].finished_at == task.finished_at == job.finished_at
+    db.dispose()

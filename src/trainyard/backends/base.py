@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -110,6 +111,7 @@ class TaskStatus:
     signal: int | None = None
     lost: bool = False
     message: str = ""
+    finished_at: datetime | None = None  # when it ended, if the backend recorded it (UTC)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
@@ -237,7 +238,7 @@ class Reconciler:
         task.state = check_task_transition(TaskState.RUNNING, new_state)
         task.exit_code = status.exit_code
         task.message = detail
-        task.finished_at = now
+        task.finished_at = ended_at(task, status, now)
         record_event(session, job, "task-exited", f"task {label} {detail}", self.clock)
 
     def _advance_job(self, session: Session, job: JobRow) -> bool:
@@ -255,7 +256,9 @@ class Reconciler:
             # stands, and a job preempted just as it finished is not run again.
             self._complete(job, attempt, states, " (it ended before its preemption took effect)")
         now = self.clock.now()
-        attempt.finished_at = attempt.finished_at or now
+        # When its last task ended (the controller may see it only later, e.g. after a restart).
+        ends = [t.finished_at for t in attempt.tasks if t.finished_at is not None]
+        attempt.finished_at = attempt.finished_at or (max(ends) if ends else now)
         if job.state == JobState.STOPPING:
             if attempt.state == AttemptState.RUNNING:
                 attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.STOPPED)
@@ -313,6 +316,16 @@ class Reconciler:
 
     def _finish(self, session: Session, job: JobRow, state: JobState, message: str) -> None:
         job.state = check_job_transition(JobState(job.state), state)
-        job.finished_at = self.clock.now()
+        attempt = current_attempt(job)
+        job.finished_at = (attempt.finished_at if attempt is not None else None) or self.clock.now()
         job.state_message = message
         record_event(session, job, state.lower(), message, self.clock)
+
+
+def ended_at(task: TaskRow, status: TaskStatus, now: datetime) -> datetime:
+    """When the task ended: the backend's record if it has a believable one (after the task
+    started, not after now), else now."""
+    when = status.finished_at
+    if when is None or when > now or (task.started_at is not None and when < task.started_at):
+        return now
+    return when

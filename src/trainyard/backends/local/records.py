@@ -79,7 +79,19 @@ def exit_status(key: TaskKey, record: dict[str, Any]) -> TaskStatus:
     notes = [record["message"]] if record.get("message") else []
     if isinstance(sig, int):
         notes.append(f"killed by {_signal_name(sig)}")
-    return TaskStatus(key, running=False, exit_code=record.get("exit_code"), signal=sig, message="; ".join(notes))
+    return TaskStatus(key, running=False, exit_code=record.get("exit_code"), signal=sig, message="; ".join(notes),
+                      finished_at=_when(record.get("finished_at")))
+
+
+def _when(value: Any) -> datetime | None:
+    """An ISO 8601 timestamp of a record, as an aware datetime; None if absent or garbled."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
 
 
 def same_task(spec: dict[str, Any], script: str, job_env: Mapping[str, str]) -> bool:
