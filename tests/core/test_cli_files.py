@@ -1,4 +1,4 @@
-"""``yard submit`` on a path that is no job file says why, before asking any server."""
+"""The CLI without a server: reading job files, and how jobs are shown."""
 
 from __future__ import annotations
 
@@ -16,3 +16,13 @@ def test_submit_says_why_it_cannot_read_the_job_file(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     assert main(["submit", name]) == 2
     assert capsys.readouterr().err == f"yard: cannot read job file {name!r}: {why}\n"
+
+
+def test_a_requeued_job_shows_no_runtime_while_it_waits() -> None:
+    from trainyard.cli.render import jobs_table
+
+    job = {"id": 7, "name": "j", "user": "alice", "state": "WAITING", "gpus": 1, "attempt": 1,
+           "submittedAt": "2026-11-21T10:00:00Z", "startedAt": "2026-11-21T10:00:05Z", "finishedAt": None}
+    runtime = 8  # the submit time is two words
+    assert jobs_table([job]).splitlines()[1].split()[runtime] == "-"
+    assert jobs_table([{**job, "state": "RUNNING"}]).splitlines()[1].split()[runtime] != "-"

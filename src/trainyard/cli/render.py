@@ -57,7 +57,8 @@ def job_status_text(job: dict) -> str:
 def jobs_table(jobs: list[dict]) -> str:
     rows = [
         [j["id"], j["name"], j["user"], j["state"], num(j["gpus"]), j["attempt"],
-         when(j["submittedAt"]), duration(j["startedAt"], j["finishedAt"]), job_status_text(j)]
+         when(j["submittedAt"]), "-" if j["state"] == "WAITING" else duration(j["startedAt"], j["finishedAt"]),
+         job_status_text(j)]
         for j in jobs
     ]
     return table(["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"], rows)
