@@ -30,7 +30,7 @@ def test_a_job_is_submitted_runs_succeeds_and_its_logs_can_be_read(server: Serve
     assert waited.returncode == 0, waited.stdout + waited.stderr
 
     logs = server.yard("logs", str(job_id))
-    assert logs.stdout.strip() == "hello from rank 0 of 1 on GPU 0"
+    assert logs.stdout.strip() == "hello from rank 0 of 1 on GPU 0" and logs.stderr == ""
 
     job = json.loads(server.yard("job", str(job_id), "--json").stdout)
     assert job["state"] == "SUCCEEDED"
@@ -42,6 +42,14 @@ def test_a_job_is_submitted_runs_succeeds_and_its_logs_can_be_read(server: Serve
     listed = json.loads(server.yard("jobs", "--json").stdout)
     assert [j["id"] for j in listed["items"]] == [job_id]
     assert listed["items"][0]["state"] == "SUCCEEDED"
+
+    # A job of two tasks: the log shown is the first's, and stderr names the others.
+    two = HELLO.replace("  main:\n", "  main:\n    instances: 2\n").replace("gpu: 1", "gpu: 0")
+    pair = json.loads(server.yard("submit", "-", "--json", input=two).stdout)["id"]
+    assert server.yard("wait", str(pair), "--timeout", "30").returncode == 0
+    logs = server.yard("logs", str(pair))
+    assert logs.stdout.startswith("hello from rank 0 of 2")
+    assert logs.stderr == "yard: showed task main/0 of 2; the others: --task main/1\n"
 
 
 def test_two_instances_get_distributed_wiring(server: Server) -> None:

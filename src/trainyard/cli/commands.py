@@ -98,9 +98,28 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
             out.write(chunk)
             out.flush()
     else:
-        out.write(client.logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail))
+        data = client.logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail)
+        out.write(data)
+        out.flush()
+        _note_on_logs(client, args, empty=not data)
     out.flush()
     return 0
+
+
+def _note_on_logs(client: Client, args: argparse.Namespace, *, empty: bool) -> None:
+    """On stderr, what the log shown leaves out: that nothing ran yet, or the other tasks."""
+    job = client.job(args.id)
+    attempts = job.get("attempts") or []
+    if empty and (not attempts or job["state"] == "WAITING"):
+        _fail(f"job {args.id} is {job['state']}: nothing has run yet")
+        return
+    roles = (job.get("spec") or {}).get("taskRoles") or {}
+    if args.task is None and roles:
+        first = next(iter(roles))  # the server shows the first role's first instance
+        tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
+        if len(tasks) > 1:
+            others = ", ".join(t for t in tasks if t != f"{first}/0")
+            _fail(f"showed task {first}/0 of {len(tasks)}; the others: --task {others}")
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
