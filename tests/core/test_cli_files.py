@@ -26,3 +26,11 @@ def test_a_requeued_job_shows_no_runtime_while_it_waits() -> None:
     runtime = 8  # the submit time is two words
     assert jobs_table([job]).splitlines()[1].split()[runtime] == "-"
     assert jobs_table([{**job, "state": "RUNNING"}]).splitlines()[1].split()[runtime] != "-"
+
+
+def test_up_refuses_a_bad_setting_before_writing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))
+    assert main(["up", "--local-gpus", "-2"]) == 2
+    assert "invalid setting local_gpus (--local-gpus / TRAINYARD_LOCAL_GPUS)" in capsys.readouterr().err
+    assert not (tmp_path / "home").exists()

@@ -29,7 +29,11 @@ def run_up(args: argparse.Namespace) -> int:
         settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
         serve(settings)
     except ValidationError as exc:
-        print(f"yard up: invalid setting: {exc.errors()[0]['loc'][0]}: {exc.errors()[0]['msg']}", file=sys.stderr)
+        error = exc.errors()[0]
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        flag = f"--{name.replace('_', '-')} / " if hasattr(args, name) else ""
+        where = f"{flag}TRAINYARD_{name.upper()}"
+        print(f"yard up: invalid setting {name} ({where}): {error['msg']}", file=sys.stderr)
         return 2
     except (StartupError, ValueError) as exc:
         print(f"yard up: {exc}", file=sys.stderr)

@@ -25,10 +25,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8642
     local_gpus: int | None = Field(
-        default=None, description="Expose N simulated GPU slots instead of real NVIDIA GPUs"
+        default=None, ge=0, description="Expose N simulated GPU slots instead of real NVIDIA GPUs"
     )
-    local_cpus: float | None = Field(default=None, description="CPUs offered (default: all)")
-    local_memory_mb: int | None = Field(default=None, description="Memory offered (default: all)")
+    local_cpus: float | None = Field(default=None, gt=0, description="CPUs offered (default: all)")
+    local_memory_mb: int | None = Field(default=None, gt=0, description="Memory offered (default: all)")
     task_user: str | None = Field(
         default=None,
         description="Run every task as this OS user (the server must run as root); without it, "
