@@ -117,6 +117,9 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
     assert "QUOTA: VC vision: needs 2" in shown.stdout
     listed = eight_gpus.yard("jobs", token=alice.token)
     assert "USER_QUOTA: user alice at prod" in listed.stdout
+    nothing = eight_gpus.yard("logs", str(over_vc), token=alice.token)
+    assert (nothing.returncode, nothing.stdout) == (0, "")
+    assert nothing.stderr == f"yard: job {over_vc} is WAITING: this attempt has not run yet\n"
     for job_id in (hog, over_vc, over_user):
         alice.stop(job_id)
 

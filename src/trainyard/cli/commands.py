@@ -111,7 +111,9 @@ def _note_on_logs(client: Client, args: argparse.Namespace, *, empty: bool) -> N
     job = client.job(args.id)
     attempts = job.get("attempts") or []
     if empty and (not attempts or job["state"] == "WAITING"):
-        _fail(f"job {args.id} is {job['state']}: nothing has run yet")
+        ran = [a["number"] for a in attempts if a.get("startedAt")]
+        earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
+        _fail(f"job {args.id} is {job['state']}: this attempt has not run yet{earlier}")
         return
     roles = (job.get("spec") or {}).get("taskRoles") or {}
     if args.task is None and roles:
