@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
+from e2e.server import kill_tasks_under
 from sqlalchemy import select
 
 from trainyard.backends.local.backend import LocalBackend
@@ -30,7 +30,7 @@ def world(tmp_path):
         user = auth.create_user(s, "alice", is_admin=False, clock=clock)
     controller.run_once()  # inventory
     yield db, backend, controller, user
-    subprocess.run(["pkill", "-KILL", "-f", str(tmp_path)], check=False)
+    kill_tasks_under(tmp_path)
     db.dispose()
 
 

@@ -105,7 +105,27 @@ class Server:
 
     def kill_tasks(self) -> None:
         """End every task process this server's home started (they outlive the server)."""
-        subprocess.run(["pkill", "-KILL", "-f", str(self.home)], check=False)
+        kill_tasks_under(self.home)
+
+
+def kill_tasks_under(path: Path) -> None:
+    """Kill the process groups of every process whose command line names ``path``: a task's
+    supervisor and wrapper name it, but what the task runs (``sleep 600``) may not, and
+    would outlive the test if only the namers were killed."""
+    found = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True, check=False).stdout
+    groups = set()
+    for pid in found.split():
+        try:
+            groups.add(os.getpgid(int(pid)))
+        except ProcessLookupError:
+            pass
+    groups.discard(os.getpgid(0))  # never the test run's own group
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    subprocess.run(["pkill", "-KILL", "-f", str(path)], check=False)
 
 
 @contextmanager
