@@ -235,7 +235,9 @@ def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str]) -> J
     )
 
 
-def node_view(row: NodeRow, tasks: list[TaskRow]) -> NodeView:
+def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None = None) -> NodeView:
+    """The node with what its tasks hold; ``visible_jobs`` (None: all) limits which job ids it
+    names, so that a non-admin sees which GPUs are used but not by whose jobs."""
     on_node = [t for t in tasks if t.node == row.name]
     gpus = []
     for gpu in row.gpus:
@@ -247,7 +249,7 @@ def node_view(row: NodeRow, tasks: list[TaskRow]) -> NodeView:
                 memoryMB=gpu["memory_mb"],
                 simulated=gpu.get("simulated", False),
                 used=sum(m for _, m in holders) / 1000,
-                jobs=sorted({j for j, _ in holders}),
+                jobs=sorted({j for j, _ in holders if visible_jobs is None or j in visible_jobs}),
             )
         )
     return NodeView(
