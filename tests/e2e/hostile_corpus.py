@@ -39,7 +39,8 @@ CORPUS: tuple[Hostile, ...] = (
             _yaml("parameters:\n" + "".join("  " * (i + 1) + f"k{i}:\n" for i in range(40)) + "  " * 41 + "v\n"),
             "yaml", 422, "parameters.k0.k1"),
     Hostile("json objects 40 deep inside a list",
-            _json('"parameters": {"l": [1, ' + '{"a": ' * 40 + "1" + "}" * 40 + "]}"), "json", 422, "parameters.l[1].a"),
+            _json('"parameters": {"l": [1, ' + '{"a": ' * 40 + "1" + "}" * 40 + "]}"),
+            "json", 422, "parameters.l[1].a"),
     # A lone surrogate was stored, then every read of the job answered 500.
     Hostile("lone surrogate in the name", b'{"name": "x\\ud800", "taskRoles": {"m": {"commands": ["true"]}}}',
             "json", 422, "name"),

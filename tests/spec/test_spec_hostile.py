@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
 from e2e.hostile_corpus import CORPUS, Hostile
+
 from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import parse_job
 from trainyard.spec.nesting import MAX_DEPTH
