@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trainyard.core.exitcodes import ExitKind, classify_exit
@@ -139,3 +141,8 @@ def test_lost_is_final_for_tasks_and_attempts() -> None:
         check_task_transition(L, R)
     with pytest.raises(IllegalTransition):
         check_attempt_transition(AttemptState.LOST, AttemptState.FAILED)
+
+
+def test_the_readme_states_the_platform_retry_bound_the_code_applies() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert f"at most {MAX_PLATFORM_RETRIES} such platform retries" in readme
