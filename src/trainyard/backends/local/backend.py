@@ -14,15 +14,15 @@ database, and holds every task's spec, env and log), so work dirs move to their 
 
     <state_dir>/                       0700 root   unreachable for USER
       tasks/<job>/<attempt>/<role>-<index>-<run>/
-        spec.json pid.json stop.json exit.json script.sh output.log supervisor.log
+        spec.json pid.json stop.json status.json exit.json script.sh output.log supervisor.log
     <work_dir_root>/                   0711 root   default: <state_dir>-work, beside it
       <job>/<attempt>/                 0711 root   USER may pass, not list or create
         <role>-<index>-<run>/          0700 USER   the task's working directory ($PWD)
         <role>-<index>-<run>.sh        0400 USER   the script bash runs (a copy)
 
-The supervisor stays root: it opens ``output.log`` and hands the task the descriptor; the
-task process joins its own process group, then sets its groups, gid and uid to USER's,
-then execs bash. HOME, USER and LOGNAME are USER's (the job's env may still set them).
+The supervisor and the task's waiter stay root: the supervisor opens ``output.log`` and
+hands the task the descriptor; the task process joins its own process group, then sets its
+groups, gid and uid to USER's, then execs bash. HOME, USER and LOGNAME are USER's (the job's env may still set them).
 Every directory above ``work_dir_root`` must be searchable by USER; the constructor
 checks, and raises ValueError otherwise. ``work_dir_root`` without ``run_as`` only moves
 the work dirs.

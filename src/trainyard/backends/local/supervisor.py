@@ -268,7 +268,8 @@ class Waiter:
             for fd in (task_gate_w, gate_r, report_w):
                 os.close(fd)
             _exec_task(spec, script_path, task_gate_r, log_fd, null_fd)
-        os.close(task_gate_r)
+        for fd in (task_gate_r, log_fd, null_fd):
+            os.close(fd)
         try:
             os.setpgid(pid, pid)  # the task does it too; whoever is first wins the race
         except (PermissionError, ProcessLookupError):
