@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES, platform_retries_used
 from trainyard.core.resources import from_milli
 from trainyard.spec.loading import validate_job
 from trainyard.spec.templating import masked_spec
@@ -93,6 +94,9 @@ class EventView(BaseModel):
 
 class JobDetail(JobSummary):
     retriesUsed: int
+    # Lost attempts retried as platform faults, which spend no jobRetryCount, and the most a job gets.
+    platformRetriesUsed: int = 0
+    platformRetriesMax: int = MAX_PLATFORM_RETRIES
     gracePeriodSeconds: float
     spec: dict[str, Any]
     attempts: list[AttemptView]
@@ -227,6 +231,7 @@ def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str]) -> J
     return JobDetail(
         **summary.model_dump(),
         retriesUsed=row.retries_used,
+        platformRetriesUsed=platform_retries_used(a.state for a in row.attempts),
         gracePeriodSeconds=row.grace_seconds,
         spec=masked_spec(validate_job(row.spec)),
         attempts=[attempt_view(a) for a in row.attempts],
