@@ -236,8 +236,9 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, gate_w: int,
             if os.getuid() != user["uid"] or os.geteuid() != user["uid"]:
                 raise PermissionError(f"could not switch to user {user['name']!r}")
         os.chdir(spec["cwd"])
-        shell = spec["shell"]
-        os.execve(shell, [shell, "--noprofile", "--norc", script_path], spec["env"])
+        # The backend writes the whole command (a sandbox's included); older specs lack it.
+        argv = spec.get("argv") or [spec["shell"], "--noprofile", "--norc", script_path]
+        os.execve(argv[0], argv, spec["env"])
     except BaseException as exc:  # noqa: BLE001 - the child must never return to the supervisor
         try:
             os.write(2, f"trainyard: cannot start the task: {exc!r}\n".encode())
