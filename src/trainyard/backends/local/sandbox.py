@@ -43,6 +43,7 @@ from typing import Literal
 SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")
 _PROBE_TIMEOUT_SECONDS = 10.0
+_SCRATCH = ("/tmp", "/var/tmp")  # private to each task, world-writable inside it as usual
 
 
 @dataclass(frozen=True)
@@ -139,12 +140,19 @@ def sandbox_argv(
         raise ValueError("a sandbox entered as root needs the task's identity to drop to")
     argv = _namespaces(sandbox)
     # Only what exists: under ``--dev-bind / /`` a missing mount point would be created on the host.
-    for path in _outermost([p for p in (*sandbox.hidden, *hidden) if os.path.isdir(p)]):
+    covers = _outermost([p for p in (*sandbox.hidden, *hidden) if os.path.isdir(p)])
+    for path in covers:
         argv += ["--tmpfs", str(path)]
-    argv += ["--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--bind", str(shm_dir), "/dev/shm"]
+    for scratch in _SCRATCH:
+        argv += ["--perms", "1777", "--tmpfs", scratch]
+    argv += ["--bind", str(shm_dir), "/dev/shm"]
+    # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
+    # which the task's account could not pass: make them first, searchable.
+    for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]), [work_dir, *bound]):
+        argv += ["--perms", "0755", "--dir", str(directory)]
     argv += ["--bind", str(work_dir), str(work_dir)]
     for path in bound:
-        argv += ["--bind", str(path), str(path)]
+        argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", str(work_dir), "--", sandbox.env, "--default-signal=TERM"]
     if identity is not None:
         argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
@@ -180,3 +188,17 @@ def _outermost(paths: Sequence[Path]) -> list[Path]:
         if not any(path == k or k in path.parents for k in kept):
             kept.append(path)
     return kept
+
+
+def _folders_inside(covers: Sequence[Path], targets: Sequence[Path]) -> list[Path]:
+    """The folders between a covering tmpfs and each target under it, outermost first."""
+    folders: list[Path] = []
+    for target in targets:
+        target = Path(target).absolute()
+        cover = next((c for c in covers if c in target.parents), None)
+        if cover is None:
+            continue
+        for folder in reversed(target.parents):
+            if cover in folder.parents and folder not in folders:
+                folders.append(folder)
+    return folders
