@@ -193,10 +193,13 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     routes = dict(re.findall(r"^ROUTE (\S+): (\S+) ", out, re.MULTILINE))  # the last outcome per label
     for label in targets:
         assert label in routes, f"route {label} was not tried:\n{out}"
-    for label in (*holders, "database", "home-dir", "state-dir", "pid-file", "work-dir", "tmp-file"):
+    for label in (*holders, "database", "pid-file", "work-dir", "tmp-file"):
         assert re.search(rf"^ROUTE {label}: DENIED ", out, re.MULTILINE), f"{label}:\n{out}"
-    # The work root bob sees holds his own job's dirs only.
-    assert f"ROUTE work-root: LISTED {cluster.work_root}: ['{bob_job['id']}']" in out
+    # Where bob may list, he finds the way to his own task's folders only.
+    own = str(bob_job["id"])
+    assert f"ROUTE home-dir: LISTED {targets['home-dir']}: ['local']" in out
+    assert f"ROUTE state-dir: LISTED {targets['state-dir']}: ['{own}']" in out
+    assert f"ROUTE work-root: LISTED {cluster.work_root}: ['{own}']" in out
     # /proc shows bob's own processes only, and reading them works: his own secret is there.
     processes = int(re.search(r"^PROCESSES (\d+)$", out, re.MULTILINE).group(1))
     assert 1 <= processes <= 5, out

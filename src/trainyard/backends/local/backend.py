@@ -342,7 +342,7 @@ class LocalBackend:
         attempt_dir = task_dir.parent if self.work_dir_root is None else work.parent
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
         spec["argv"] = sandbox_argv(
-            self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm,
+            self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
             bound=(secrets_dir, script_file), identity=identity,
         )
         return spec

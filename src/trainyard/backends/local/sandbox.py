@@ -25,9 +25,11 @@ Signals: the supervisor stops a task by signalling its process group, and bwrap 
 no signals. So bwrap itself starts with SIGTERM ignored (``env --ignore-signal``) and the
 task with it restored (``env --default-signal``): a stop reaches the task, which gets its
 whole grace period, while bwrap waits for it and exits with its status (128 + N when the
-task died of signal N). When bwrap dies (SIGKILL after the grace), its PID namespace dies
-with it: a sandboxed task can leave no process behind. (bwrap does not die with the
-supervisor, though: a task outlives its supervisor, sandboxed or not.)
+task died of signal N; the exit record then names no signal). A stop that comes while
+bwrap sets up would be ignored, so a guard checks for the stop file first (``_STOP_GUARD``).
+When bwrap dies (SIGKILL after the grace), its PID namespace dies with it: a sandboxed
+task can leave no process behind. (bwrap does not die with the supervisor, though: a
+task outlives its supervisor, sandboxed or not.)
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")
 _PROBE_TIMEOUT_SECONDS = 10.0
 _SCRATCH = ("/tmp", "/var/tmp")  # private to each task, world-writable inside it as usual
+# While bwrap sets up, SIGTERM is ignored: a stop signalled then would be lost. A stop
+# writes its stop file before it signals, so once SIGTERM is back to default (this shell),
+# either the file is there and the task never starts, or the signal is still to come.
+_STOP_GUARD = '[ -e "$1" ] && exit 143; shift; exec "$@"'
 
 
 @dataclass(frozen=True)
@@ -61,12 +67,13 @@ class Sandbox:
 
     bwrap: str
     env: str  # coreutils ``env``, for the signal dispositions
+    shell: str  # a POSIX sh, for the stop guard
     setpriv: str | None  # util-linux ``setpriv``; needed when the server runs as root
     user_namespace: bool  # True when the server is not root: bwrap needs --unshare-user
     hidden: tuple[Path, ...] = ()  # e.g. $TRAINYARD_HOME
 
     def with_hidden(self, *paths: Path) -> Sandbox:
-        return Sandbox(self.bwrap, self.env, self.setpriv, self.user_namespace, (*self.hidden, *paths))
+        return Sandbox(self.bwrap, self.env, self.shell, self.setpriv, self.user_namespace, (*self.hidden, *paths))
 
 
 def find_sandbox(
@@ -91,13 +98,14 @@ def find_sandbox(
 
 def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...]) -> tuple[Sandbox | None, str]:
     bwrap, env, setpriv = shutil.which("bwrap"), shutil.which("env"), shutil.which("setpriv")
+    shell = shutil.which("sh")
     if bwrap is None:
         return None, "bubblewrap (bwrap) is not installed; on Debian: apt-get install bubblewrap"
-    if env is None:
-        return None, "coreutils' env is not on PATH"
+    if env is None or shell is None:
+        return None, "coreutils' env or sh is not on PATH"
     if as_root and setpriv is None:
         return None, "util-linux's setpriv is not on PATH"
-    sandbox = Sandbox(bwrap, env, setpriv if as_root else None, user_namespace=not as_root, hidden=hidden)
+    sandbox = Sandbox(bwrap, env, shell, setpriv if as_root else None, user_namespace=not as_root, hidden=hidden)
     probe = [*_namespaces(sandbox), "--tmpfs", "/tmp", "--", env, "true"]
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SECONDS, check=False)
@@ -126,15 +134,17 @@ def sandbox_argv(
     hidden: Sequence[Path],
     work_dir: Path,
     shm_dir: Path,
+    stop_file: Path,
     bound: Sequence[Path] = (),
     identity: Identity | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` in the sandbox, in ``work_dir``.
 
     ``hidden`` adds to the sandbox's own hidden paths; ``work_dir``, ``shm_dir`` (mounted
-    on /dev/shm) and ``bound`` (files or dirs, e.g. the secrets dir and the script) are
-    bound back at their own paths, writable only where their modes allow. ``identity`` is
-    who the task becomes when bwrap runs as root (required then).
+    on /dev/shm) and ``bound`` (read-only: e.g. the secrets dir and the script) are bound
+    back at their own paths. ``stop_file`` is the file a stop request creates before the
+    task's group is signalled; its folder is bound read-only too (see ``_STOP_GUARD``).
+    ``identity`` is who the task becomes when bwrap runs as root (required then).
     """
     if not sandbox.user_namespace and identity is None:
         raise ValueError("a sandbox entered as root needs the task's identity to drop to")
@@ -148,12 +158,14 @@ def sandbox_argv(
     argv += ["--bind", str(shm_dir), "/dev/shm"]
     # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
     # which the task's account could not pass: make them first, searchable.
-    for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]), [work_dir, *bound]):
+    read_only = [*bound, stop_file.parent]
+    for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]), [work_dir, *read_only]):
         argv += ["--perms", "0755", "--dir", str(directory)]
     argv += ["--bind", str(work_dir), str(work_dir)]
-    for path in bound:
+    for path in read_only:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", str(work_dir), "--", sandbox.env, "--default-signal=TERM"]
+    argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
     if identity is not None:
         argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
     # bwrap itself must outlive a SIGTERM (see the module docstring): ignored from exec on.
