@@ -1,5 +1,8 @@
 """On the default `yard up` (as root, as CI runs it), bob's job finds nothing of alice's.
 
+The same holds, by the sandbox alone, for `yard up` run as an unprivileged user (nobody
+here) where user namespaces work: then alice's and bob's tasks share nobody's account.
+
 Alice runs a job whose secret sits everywhere a secret can: in the job's secrets, its env,
 its command line, its output, its work dir, world-readable files in /tmp and /dev/shm.
 While it runs, bob's job tries every route to it and prints what each route gave.
@@ -13,6 +16,9 @@ import pwd
 import re
 import shutil
 import stat
+import subprocess
+import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -97,12 +103,18 @@ taskRoles:
 """
 
 
+NOBODY = 65534
+# How the non-root server is started: as nobody, keeping the environment (PYTHONPATH).
+AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--")
+
+
 @dataclass
 class Cluster:
     server: Server
     admin: Client
     alice: Client
     bob: Client
+    as_root: bool  # False: the server runs as nobody, and so does every task
 
     @property
     def state_dir(self) -> Path:
@@ -110,23 +122,58 @@ class Cluster:
         return state
 
     @property
-    def work_root(self) -> Path:
-        return DEFAULT_WORK_ROOT / self.state_dir.name
+    def work_root(self) -> Path | None:
+        """Where work dirs go: a tree of their own under task accounts, else the task dirs."""
+        return DEFAULT_WORK_ROOT / self.state_dir.name if self.as_root else None
+
+    def account(self, user: str) -> str:
+        return f"ty-{user}" if self.as_root else "nobody"
+
+    def task_dir(self, job: int) -> Path:
+        return self.state_dir / "tasks" / str(job) / "0" / "main-0-0"
+
+    def work_dir(self, job: int) -> Path:
+        root = self.work_root
+        return self.task_dir(job) / "work" if root is None else root / str(job) / "0" / "main-0-0"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory) -> Iterator[Cluster]:
+def _nonroot_prefix(tmp_path_factory) -> tuple[tuple[str, ...], Path]:
+    """The prefix that starts `yard up` as nobody, and a home nobody owns; skip where it cannot work."""
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import trainyard.api.server"], capture_output=True,
+                           timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"nobody cannot run this Python ({sys.executable}) and trainyard: {probe.stderr[-300:]!r}")
+    probe = subprocess.run([*AS_NOBODY, "bwrap", "--unshare-user", "--dev-bind", "/", "/", "true"],
+                           capture_output=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr!r}")
+    base = Path(tempfile.mkdtemp(prefix="isolation-", dir="/var/lib"))
+    base.chmod(0o755)
+    home = base / "home"
+    home.mkdir()
+    os.chown(home, NOBODY, NOBODY)
+    return AS_NOBODY, home
+
+
+@pytest.fixture(scope="module", params=["root", "non-root"])
+def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
     if os.geteuid() != 0:
         pytest.skip("the default install isolates users with per-user OS accounts: it needs yard up as root")
     if shutil.which("bwrap") is None:
         pytest.fail("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
-    with running_server(tmp_path_factory.mktemp("home"), gpus=4) as srv:
-        admin = srv.admin()
-        for name in ("alice", "bob"):
-            admin.create_user(name)
-        alice = Client(srv.url, admin.create_token(user="alice")["token"])
-        bob = Client(srv.url, admin.create_token(user="bob")["token"])
-        yield Cluster(srv, admin, alice, bob)
+    as_root = request.param == "root"
+    prefix, home = ((), tmp_path_factory.mktemp("home")) if as_root else _nonroot_prefix(tmp_path_factory)
+    try:
+        with running_server(home, gpus=4, prefix=prefix) as srv:
+            admin = srv.admin()
+            for name in ("alice", "bob"):
+                admin.create_user(name)
+            alice = Client(srv.url, admin.create_token(user="alice")["token"])
+            bob = Client(srv.url, admin.create_token(user="bob")["token"])
+            yield Cluster(srv, admin, alice, bob, as_root)
+    finally:
+        if not as_root:
+            shutil.rmtree(home.parent, ignore_errors=True)
 
 
 def _mode(path: Path) -> tuple[str, int]:
@@ -138,35 +185,36 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     alice_job = cluster.alice.submit(ALICE_JOB)["id"]
     wait_until(lambda: b"ready" in cluster.alice.logs(alice_job), timeout=30, what="alice's job to be ready")
     alice_log = cluster.alice.logs(alice_job).decode()
-    assert alice_log.splitlines()[0] == "ty-alice"
+    assert alice_log.splitlines()[0] == cluster.account("alice")
 
     # Where alice's secret lies on this machine: the test (root) checks each holds it.
-    task_dir = cluster.state_dir / "tasks" / str(alice_job) / "0" / "main-0-0"
-    attempt_work = cluster.work_root / str(alice_job) / "0"
-    work = attempt_work / "main-0-0"
+    task_dir, work = cluster.task_dir(alice_job), cluster.work_dir(alice_job)
     holders = {
         "client-file": cluster.server.home / "client.json",
         "spec": task_dir / "spec.json",
         "state-script": task_dir / "script.sh",
         "output-log": task_dir / "output.log",
         "work-file": work / "secret-copy.txt",
-        "script-copy": attempt_work / "main-0-0.sh",
-        "secret-file": attempt_work / "main-0-0.secrets" / "token",
-        "shm-file": attempt_work / ".shm" / "alice-shm",
+        "secret-file": work.with_name(work.name + ".secrets") / "token",
+        "shm-file": (work.parent if cluster.as_root else task_dir.parent) / ".shm" / "alice-shm",
     }
+    if cluster.as_root:
+        holders["script-copy"] = work.with_suffix(".sh")
     admin_token = json.loads(holders["client-file"].read_text())["token"]
     for label, path in holders.items():
         assert (admin_token if label == "client-file" else ALICE_SECRET) in path.read_text(), label
     alice_pid = json.loads((task_dir / "pid.json").read_text())["task"]["pid"]
     assert ALICE_SECRET.encode() in Path(f"/proc/{alice_pid}/environ").read_bytes()  # it does hold it
 
-    # The files alice's account owns are hers alone; the task state is root's alone.
-    alice_uid = pwd.getpwnam("ty-alice").pw_uid
+    # The files alice's account owns are hers alone; the task state is the server's alone.
+    alice_uid, server_uid = pwd.getpwnam(cluster.account("alice")).pw_uid, 0 if cluster.as_root else NOBODY
     assert _mode(holders["secret-file"]) == ("0o400", alice_uid)
-    assert _mode(holders["script-copy"]) == ("0o400", alice_uid)
-    assert _mode(work) == ("0o700", alice_uid)
-    assert _mode(cluster.state_dir) == ("0o700", 0)
-    assert _mode(cluster.server.home) == ("0o700", 0)
+    if cluster.as_root:
+        assert _mode(work) == ("0o700", alice_uid)
+    assert _mode(cluster.state_dir) == ("0o700", server_uid)
+    assert _mode(cluster.server.home) == ("0o700", server_uid)
+    if cluster.as_root:
+        assert _mode(holders["script-copy"]) == ("0o400", alice_uid)
 
     targets = {
         **{label: str(path) for label, path in holders.items()},
@@ -174,12 +222,13 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
         "home-dir": str(cluster.server.home),
         "state-dir": str(cluster.state_dir / "tasks"),
         "pid-file": str(task_dir / "pid.json"),
-        "work-root": str(cluster.work_root),
         "work-dir": str(work),
         "tmp-file": "/tmp/alice-tmp",
         "alice-environ": f"/proc/{alice_pid}/environ",
         "alice-cmdline": f"/proc/{alice_pid}/cmdline",
     }
+    if cluster.work_root is not None:
+        targets["work-root"] = str(cluster.work_root)
     globs = [f"{cluster.server.home}/**", f"{DEFAULT_WORK_ROOT}/*/*/*/**", "/tmp/**", "/dev/shm/**", "/var/tmp/**"]
     snoop = "\n".join(f"        {line}" if line else "" for line in SNOOP.strip().splitlines())
     spec = BOB_JOB % {"bob_secret": BOB_SECRET, "targets": json.dumps(targets), "globs": json.dumps(globs),
@@ -189,7 +238,7 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     assert bob_job["state"] == "SUCCEEDED", out
 
     assert ALICE_SECRET not in out and admin_token not in out
-    assert out.splitlines()[0] == "ty-bob"
+    assert out.splitlines()[0] == cluster.account("bob")
     routes = dict(re.findall(r"^ROUTE (\S+): (\S+) ", out, re.MULTILINE))  # the last outcome per label
     for label in targets:
         assert label in routes, f"route {label} was not tried:\n{out}"
@@ -199,7 +248,8 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     own = str(bob_job["id"])
     assert f"ROUTE home-dir: LISTED {targets['home-dir']}: ['local']" in out
     assert f"ROUTE state-dir: LISTED {targets['state-dir']}: ['{own}']" in out
-    assert f"ROUTE work-root: LISTED {cluster.work_root}: ['{own}']" in out
+    if cluster.work_root is not None:
+        assert f"ROUTE work-root: LISTED {cluster.work_root}: ['{own}']" in out
     # /proc shows bob's own processes only, and reading them works: his own secret is there.
     processes = int(re.search(r"^PROCESSES (\d+)$", out, re.MULTILINE).group(1))
     assert 1 <= processes <= 5, out

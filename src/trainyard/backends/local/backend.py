@@ -110,6 +110,7 @@ class LocalBackend:
         self._accounts = accounts
         self._tasks_root = self.state_dir / "tasks"
         self._tasks_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        taskuser.make_private(self.state_dir)  # every task's spec, env and log: the server's only
         self.work_dir_root = taskuser.set_up_work_root(
             self.state_dir, self._user, work_dir_root, per_user=accounts is not None
         )

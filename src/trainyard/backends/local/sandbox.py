@@ -158,11 +158,14 @@ def sandbox_argv(
     argv += ["--bind", str(shm_dir), "/dev/shm"]
     # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
     # which the task's account could not pass: make them first, searchable.
-    read_only = [*bound, stop_file.parent]
-    for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]), [work_dir, *read_only]):
+    for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]),
+                                     [stop_file.parent, work_dir, *bound]):
         argv += ["--perms", "0755", "--dir", str(directory)]
+    # In order: the stop file's folder (the task dir) may hold the work dir, which must
+    # then be mounted over it, writable.
+    argv += ["--ro-bind", str(stop_file.parent), str(stop_file.parent)]
     argv += ["--bind", str(work_dir), str(work_dir)]
-    for path in read_only:
+    for path in bound:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", str(work_dir), "--", sandbox.env, "--default-signal=TERM"]
     argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
