@@ -38,8 +38,8 @@ def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp
     assert argv[:2] == ["/usr/bin/env", "--ignore-signal=TERM"]
     # The state dir lies inside the home: one tmpfs covers both. A missing path gets none
     # (bwrap would create its mount point on the host).
-    assert f"--tmpfs {home} " in text and f"--tmpfs {state} " not in text and "missing" not in text
-    assert f"--tmpfs {work_root} " in text
+    assert f"--perms 0711 --tmpfs {home} " in text and f"--tmpfs {state} " not in text and "missing" not in text
+    assert f"--perms 0711 --tmpfs {work_root} " in text
     assert "--unshare-pid" in argv and "--unshare-ipc" in argv and "--unshare-user" not in argv
     assert "--perms 1777 --tmpfs /tmp" in text and f"--bind {work_root}/1/0/.shm /dev/shm" in text
     # Folders inside a tmpfs leading to what is bound back are made searchable first.

@@ -151,16 +151,17 @@ def sandbox_argv(
     argv = _namespaces(sandbox)
     # Only what exists: under ``--dev-bind / /`` a missing mount point would be created on the host.
     covers = _outermost([p for p in (*sandbox.hidden, *hidden) if os.path.isdir(p)])
+    # Passable, not listable: the task reaches what is bound back, sees nothing else.
     for path in covers:
-        argv += ["--tmpfs", str(path)]
+        argv += ["--perms", "0711", "--tmpfs", str(path)]
     for scratch in _SCRATCH:
         argv += ["--perms", "1777", "--tmpfs", scratch]
     argv += ["--bind", str(shm_dir), "/dev/shm"]
     # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
-    # which the task's account could not pass: make them first, searchable.
+    # which the task's account could not pass: make them first, passable.
     for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]),
                                      [stop_file.parent, work_dir, *bound]):
-        argv += ["--perms", "0755", "--dir", str(directory)]
+        argv += ["--perms", "0711", "--dir", str(directory)]
     # In order: the stop file's folder (the task dir) may hold the work dir, which must
     # then be mounted over it, writable.
     argv += ["--ro-bind", str(stop_file.parent), str(stop_file.parent)]
