@@ -7,25 +7,33 @@ sees and controls every task the old one launched. That includes stops: ``stop.j
 records each stop's SIGKILL deadline (wall-clock time), and ``observe`` enforces it when
 the supervisor that should have done so is gone.
 
-Tasks run as the server's own user by default, in ``<task dir>/work``. With
-``run_as=USER`` (the server must run as root) every task runs as that unprivileged user,
-which must never read the state directory (it sits beside the server's token file and
-database, and holds every task's spec, env and log), so work dirs move to their own tree:
+Who a task runs as (decided at start-up, see ``isolation``): the server's own account by
+default; with ``accounts`` (per-user, the server is root) the job owner's own OS account
+(``taskaccounts``); with ``run_as=USER`` one shared account. Under task accounts the
+state directory is root's alone (it sits beside the server's token file and database,
+and holds every task's spec, env and log), so work dirs move to their own tree:
 
-    <state_dir>/                       0700 root   unreachable for USER
+    <state_dir>/                       0700 root   unreachable for task accounts
       tasks/<job>/<attempt>/<role>-<index>-<run>/
         spec.json pid.json stop.json exit.json script.sh output.log supervisor.log
     <work_dir_root>/                   0711 root   default: <state_dir>-work, beside it
-      <job>/<attempt>/                 0711 root   USER may pass, not list or create
-        <role>-<index>-<run>/          0700 USER   the task's working directory ($PWD)
-        <role>-<index>-<run>.sh        0400 USER   the script bash runs (a copy)
+      <job>/<attempt>/                 0711 root   accounts may pass, not list or create
+        <role>-<index>-<run>/          0700 ACCT   the task's working directory ($PWD)
+        <role>-<index>-<run>.sh        0400 ACCT   the script bash runs (a copy)
+        <role>-<index>-<run>.secrets/  0700 ACCT   one 0400 file per secret ($TRAINYARD_SECRETS_DIR)
+        .shm/                          0700 ACCT   the attempt's /dev/shm in the sandbox
 
-The supervisor stays root: it opens ``output.log`` and hands the task the descriptor; the
-task process joins its own process group, then sets its groups, gid and uid to USER's,
-then execs bash. HOME, USER and LOGNAME are USER's (the job's env may still set them).
-Every directory above ``work_dir_root`` must be searchable by USER; the constructor
-checks, and raises ValueError otherwise. ``work_dir_root`` without ``run_as`` only moves
-the work dirs.
+Without task accounts the work dir is ``<task dir>/work``, the secrets ``work.secrets``
+beside it and ``.shm`` in the attempt's folder of the state dir.
+
+``spec.json`` holds the final ``argv`` the supervisor executes. With a ``sandbox`` that is
+a bubblewrap command line (``sandbox``) that hides the server's home, the state dir and
+the work root and drops to the account inside; without one it is bash itself, and the
+supervisor's child drops to the account (``user`` in the spec: groups, gid, uid) after
+joining its process group and redirecting its output, before exec. HOME, USER and
+LOGNAME are the account's (HOME is the work dir for accounts without a home; the job's
+env may still set them). Every directory above ``work_dir_root`` must be searchable by
+the accounts; the constructor checks, and raises ValueError otherwise.
 """
 
 from __future__ import annotations

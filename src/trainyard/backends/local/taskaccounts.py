@@ -24,6 +24,7 @@ import pwd
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -37,7 +38,10 @@ ACCOUNT_MARKER = "Trainyard task account"  # the comment (GECOS) field of accoun
 MAX_ACCOUNT_NAME = 32
 # Portable account names (shadow's and POSIX's common ground), minus the dot.
 _ACCOUNT_SAFE = re.compile(r"[a-z0-9_-]+")
-NO_HOME = "/nonexistent"  # Debian's convention for system accounts without a home
+NO_HOME = "/nonexistent"
+# useradd(8): "can't update password file" / "group file", e.g. while another holds its lock.
+_USERADD_CANNOT_LOCK = (1, 10)
+_USERADD_RETRY_SECONDS = 10.0  # Debian's convention for system accounts without a home
 
 
 def derived_account_name(trainyard_user: str) -> str:
@@ -105,15 +109,21 @@ class TaskAccounts:
             "useradd", "--system", "--user-group", "--no-create-home", "--home-dir", NO_HOME,
             "--shell", shell, "--comment", ACCOUNT_MARKER, name,
         ]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise ValueError(f"could not create the OS account {name!r}: {exc}") from exc
-        if done.returncode != 0:
+        deadline = time.monotonic() + _USERADD_RETRY_SECONDS
+        while True:
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                raise ValueError(f"could not create the OS account {name!r}: {exc}") from exc
+            if done.returncode == 0:
+                break
             # Another server (or a test) may have created it meanwhile: accept that one.
             if (account := self._existing(trainyard_user, name)) is not None:
                 return account
-            raise ValueError(f"useradd {name} failed: {done.stderr.strip() or done.returncode}")
+            # useradd fails at once when another process holds /etc/passwd's lock.
+            if done.returncode not in _USERADD_CANNOT_LOCK or time.monotonic() > deadline:
+                raise ValueError(f"useradd {name} failed: {done.stderr.strip() or done.returncode}")
+            time.sleep(0.1)
         log.info("created OS account %s for the tasks of Trainyard user %s", name, trainyard_user)
         account = self._existing(trainyard_user, name)
         if account is None:

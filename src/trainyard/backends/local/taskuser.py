@@ -1,7 +1,8 @@
-"""Running local tasks as another OS user (``LocalBackend(run_as=...)``).
+"""Running local tasks as other OS accounts (``run_as`` or per-user ``accounts``).
 
-Who that user is, and the work-directory tree it can reach while the backend's state
-directory stays root-only. The layout is described in ``backend``'s module docstring.
+Who an account is, and the work-directory tree (work dirs, script copies, secrets files)
+it can reach while the backend's state directory stays root-only. The layout is
+described in ``backend``'s module docstring.
 """
 
 from __future__ import annotations
