@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT as WORK_ROOT
 from trainyard.client.client import Client
 
 
@@ -44,6 +45,7 @@ class Server:
     gpus: int
     extra_args: tuple[str, ...] = ()
     process: subprocess.Popen | None = None
+    prefix: tuple[str, ...] = ()  # e.g. setpriv's argv, to run the server as another user
 
     @property
     def url(self) -> str:
@@ -60,7 +62,7 @@ class Server:
     def start(self) -> None:
         log = open(self.home / "server.log", "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(self.port),
+            [*self.prefix, sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(self.port),
              "--local-gpus", str(self.gpus), "--local-cpus", "8", "--local-memory-mb", "16384",
              *self.extra_args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -104,8 +106,13 @@ class Server:
                               capture_output=True, text=True, input=input, timeout=60)
 
     def kill_tasks(self) -> None:
-        """End every task process this server's home started (they outlive the server)."""
+        """End every task process this server's home started (they outlive the server).
+
+        Tasks under task accounts run in work dirs outside the home: those too.
+        """
         kill_tasks_under(self.home)
+        for cluster in (self.home / "local").glob("*"):
+            kill_tasks_under(WORK_ROOT / cluster.name)
 
 
 def kill_tasks_under(path: Path) -> None:
@@ -130,9 +137,10 @@ def kill_tasks_under(path: Path) -> None:
 
 @contextmanager
 def running_server(home: Path, *, gpus: int, database_url: str | None = None,
-                   extra_args: tuple[str, ...] = ()) -> Iterator[Server]:
+                   extra_args: tuple[str, ...] = (), prefix: tuple[str, ...] = ()) -> Iterator[Server]:
     """A started server, stopped (and its tasks killed) on exit."""
-    srv = Server(home=home, port=free_port(), database_url=database_url, gpus=gpus, extra_args=extra_args)
+    srv = Server(home=home, port=free_port(), database_url=database_url, gpus=gpus, extra_args=extra_args,
+                 prefix=prefix)
     srv.start()
     try:
         yield srv

@@ -30,9 +30,8 @@ taskRoles:
 
 
 def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_while_down(
-    server: Server, tmp_path
+    server: Server, gates
 ) -> None:
-    gates = tmp_path
     client = server.admin()
     ended_while_down = client.submit(_job("down", 7, gates))["id"]
     still_running = client.submit(_job("alive", 0, gates))["id"]
@@ -103,9 +102,9 @@ def test_a_new_database_on_the_same_home_never_adopts_the_old_tasks(server: Serv
     assert client.logs(new["id"]) == b"from the new database\n"
 
 
-def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, tmp_path) -> None:
+def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, gates) -> None:
     client = server.admin()
-    job_id = client.submit(_job("survivor", 0, tmp_path))["id"]
+    job_id = client.submit(_job("survivor", 0, gates))["id"]
     wait_until(lambda: client.logs(job_id) == b"running\n", what="the job to run")
 
     server.stop()  # SIGINT, as Ctrl-C in the terminal sends
@@ -113,6 +112,6 @@ def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, tmp_path) -> N
     server.start()
     client = server.admin()
     assert client.job(job_id)["state"] == "RUNNING"
-    (tmp_path / "release-survivor").touch()
+    (gates / "release-survivor").touch()
     assert client.wait(job_id, timeout=30)["state"] == "SUCCEEDED"
-    assert (tmp_path / "starts-survivor").read_text() == "start\n"
+    assert (gates / "starts-survivor").read_text() == "start\n"

@@ -38,7 +38,7 @@ def two_vcs(server: Server) -> tuple[Client, Client, Client]:
     return admin, alice, bob
 
 
-def test_a_guaranteed_job_reclaims_its_vc_share_from_an_opportunistic_one(eight_gpus: Server, tmp_path) -> None:
+def test_a_guaranteed_job_reclaims_its_vc_share_from_an_opportunistic_one(eight_gpus: Server, gates) -> None:
     admin, alice, bob = two_vcs(eight_gpus)
     # Bob's tasks note SIGTERM and keep running, so they last the whole grace period.
     bob_job = bob.submit(f"""
@@ -51,12 +51,12 @@ taskRoles:
     instances: 8
     resourcePerInstance: {{gpu: 1, cpu: 0.1, memoryMB: 64}}
     commands:
-      - echo "start attempt $TRAINYARD_ATTEMPT" >> {tmp_path}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
-      - trap 'echo "got TERM" >> {tmp_path}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX' TERM
+      - echo "start attempt $TRAINYARD_ATTEMPT" >> {gates}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
+      - trap 'echo "got TERM" >> {gates}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX' TERM
       - while true; do sleep 600 & wait; done
 """)["id"]
     wait_until(lambda: bob.job(bob_job)["state"] == "RUNNING", what="bob's job to take every GPU")
-    wait_until(lambda: all((tmp_path / f"bob-{i}").exists() for i in range(8)), what="bob's tasks to start")
+    wait_until(lambda: all((gates / f"bob-{i}").exists() for i in range(8)), what="bob's tasks to start")
     assert sum(g["used"] for g in admin.nodes()[0]["gpus"]) == 8
 
     submitted = time.monotonic()
@@ -81,7 +81,7 @@ taskRoles:
 
     bob_view = bob.job(bob_job)
     assert "preempted" in [e["kind"] for e in bob_view["events"]]
-    assert all("got TERM" in (tmp_path / f"bob-{i}").read_text() for i in range(8))
+    assert all("got TERM" in (gates / f"bob-{i}").read_text() for i in range(8))
     assert bob_view["attempts"][0]["state"] == "PREEMPTED" and bob_view["retriesUsed"] == 0
 
     # Bob's job needs all 8 GPUs: requeued, it waits until alice's job ends, then runs again.
@@ -89,7 +89,7 @@ taskRoles:
     alice.stop(alice_job)
     wait_until(lambda: bob.job(bob_job)["state"] == "RUNNING" and bob.job(bob_job)["attempt"] == 1,
                timeout=30, what="bob's job to run again")
-    wait_until(lambda: "start attempt 1" in (tmp_path / "bob-0").read_text(), what="bob's second attempt")
+    wait_until(lambda: "start attempt 1" in (gates / "bob-0").read_text(), what="bob's second attempt")
     bob.stop(bob_job)
 
 

@@ -22,6 +22,7 @@ from trainyard.api.deps import AppContext
 from trainyard.backends.base import Backend
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmError
 from trainyard.controller.loop import Controller
@@ -103,14 +104,6 @@ def hold_home(home: Path, url: str) -> IO[str]:
     return lock
 
 
-def task_work_dir(settings: Settings) -> Path | None:
-    if settings.task_work_dir is not None:
-        return settings.task_work_dir
-    # With a task user the work dirs must sit where that user can reach, never inside the
-    # private home; without one, the backend's own default is fine.
-    return Path("/var/lib/trainyard/work") if settings.task_user else None
-
-
 def scheduler_config(settings: Settings) -> SchedulerConfig:
     scorer = settings.scheduler_scorer or DEFAULT_SCORER
     if scorer not in SCORERS:
@@ -125,25 +118,49 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
 
 def build_backend(settings: Settings, cluster: str) -> Backend:
     if settings.backend == "slurm":
-        if settings.task_user is not None:
-            raise StartupError("--task-user is for the local backend; Slurm runs jobs as the user who "
-                               "submits them (the user running `yard up`)")
+        if settings.task_user is not None or settings.task_accounts == "per-user" or settings.task_sandbox == "bwrap":
+            raise StartupError("task accounts and the task sandbox are for the local backend; Slurm runs jobs "
+                               "as the user running `yard up` (see docs/security.md)")
         try:
             return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
                                 partition=settings.slurm_partition)
         except SlurmError as exc:
             raise StartupError(str(exc)) from exc
+    isolation = task_isolation(settings, cluster)
+    # Said once, at start-up: what a job can and cannot reach on this install.
+    (log.warning if isolation.weak else log.info)("%s", isolation.summary)
     return LocalBackend(
         settings.home / "local" / cluster,
         # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
         gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus),
         cpu_milli=round(settings.local_cpus * 1000) if settings.local_cpus else None,
         memory_mb=settings.local_memory_mb,
-        run_as=settings.task_user,
-        work_dir_root=task_work_dir(settings),
+        run_as=isolation.run_as,
+        accounts=isolation.accounts,
+        sandbox=isolation.sandbox,
+        work_dir_root=isolation.work_dir_root,
         labels=settings.node_labels,
         gpu_groups=settings.local_gpu_groups,
     )
+
+
+def task_isolation(settings: Settings, cluster: str) -> TaskIsolation:
+    """The local backend's accounts and sandbox for these settings (see backends/local/isolation)."""
+    try:
+        return plan_isolation(
+            accounts_mode=settings.task_accounts,
+            task_user=settings.task_user,
+            sandbox_mode=settings.task_sandbox,
+            home=settings.home.absolute(),
+            cluster=cluster,
+            as_root=os.geteuid() == 0,
+            server_user=getpass.getuser(),
+            work_dir=settings.task_work_dir,
+            account_map=settings.task_account_map,
+            create_accounts=settings.task_account_create,
+        )
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def build(settings: Settings) -> tuple[AppContext, Controller]:
@@ -187,11 +204,6 @@ def _serve(settings: Settings, url: str) -> None:
         sim = " (simulated)" if any(g.simulated for g in node.gpus) else ""
         log.info("node %s: %d GPU%s, %.3g CPU, %d MiB", node.name, len(node.gpus), sim,
                  node.cpu_milli / 1000, node.memory_mb)
-    if settings.task_user is None and settings.backend == "local":
-        log.warning(
-            "tasks run as the server's own OS user (%s): any job can read %s, including the admin "
-            "token and every job's secrets. On a machine shared by people who do not trust each "
-            "other, run `yard up` as root with --task-user USER.", getpass.getuser(), settings.home)
     controller.start()
     app = create_app(ctx)
     log.info("Trainyard %s on %s (store: %s); Ctrl-C stops the server, not the jobs",

@@ -93,6 +93,12 @@ class TaskLaunch:
     cpu_milli: int = 0
     memory_mb: int = 0
     gpu_milli: tuple[int, ...] = ()  # the share of each GPU in ``gpus`` (1000 = whole)
+    # Whose task it is: the job owner's Trainyard user name. The local backend runs the
+    # task as that user's OS account when it maps users to accounts.
+    user: str = ""
+    # The job's secrets by name, as text; the local backend hands each to the task as a
+    # file only it can read ($TRAINYARD_SECRETS_DIR/<name>).
+    secrets: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

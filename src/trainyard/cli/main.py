@@ -37,11 +37,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local-cpus", type=float, default=None, metavar="N", help="CPUs to offer (default: all)")
     p.add_argument("--local-memory-mb", type=int, default=None, metavar="MIB", help="memory to offer (default: all)")
     p.add_argument("--task-user", default=None, metavar="USER",
-                   help="run every task as this OS user (yard up must run as root); keeps jobs "
-                   "out of $TRAINYARD_HOME")
+                   help="run every task as this one OS user instead of per-user accounts (yard up "
+                   "must run as root)")
     p.add_argument("--task-work-dir", default=None, metavar="DIR",
-                   help="where tasks' working directories go (default /var/lib/trainyard/work "
-                   "with --task-user)")
+                   help="where tasks' working directories go (default /var/lib/trainyard/work/<cluster> "
+                   "when tasks run under task accounts)")
+    p.add_argument("--task-accounts", choices=("auto", "per-user", "server"), default=None,
+                   help="whose OS account runs tasks: per-user (each Trainyard user's own; root), server "
+                   "(yard up's own); auto (default): per-user as root, else server")
+    p.add_argument("--task-sandbox", choices=("auto", "bwrap", "none"), default=None,
+                   help="a bubblewrap sandbox per task: auto (default: when bwrap works), bwrap (required), none")
     p.add_argument("--backend", choices=("local", "slurm"), default=None,
                    help="what runs the tasks: local processes (default) or the Slurm cluster that "
                    "SLURM_CONF and the Slurm commands on PATH point at")

@@ -22,6 +22,8 @@ def run_up(args: argparse.Namespace) -> int:
         "local_memory_mb": args.local_memory_mb,
         "task_user": args.task_user,
         "task_work_dir": args.task_work_dir,
+        "task_accounts": args.task_accounts,
+        "task_sandbox": args.task_sandbox,
         "backend": args.backend,
         "slurm_partition": args.slurm_partition,
     }

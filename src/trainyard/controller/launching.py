@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.core.wiring import JobWiring, PlacedTask, task_env
 from trainyard.spec.models import JobSpec
@@ -50,4 +52,11 @@ def build_launch(
         cpu_milli=task.cpu_milli,
         memory_mb=task.memory_mb,
         gpu_milli=tuple(g[1] for g in task.gpus),
+        user=job.user.name,
+        secrets={name: secret_text(value) for name, value in spec.secrets.items()},
     )
+
+
+def secret_text(value: object) -> str:
+    """A secret as the text of its file: a string as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)

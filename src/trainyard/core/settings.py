@@ -36,8 +36,26 @@ class Settings(BaseSettings):
     )
     task_work_dir: Path | None = Field(
         default=None,
-        description="Where tasks' working directories go (default: $TRAINYARD_HOME/work, or "
-        "/var/lib/trainyard/work with task_user)",
+        description="Where tasks' working directories go (default: inside $TRAINYARD_HOME's task state, or "
+        "/var/lib/trainyard/work/<cluster id> when tasks run under task accounts)",
+    )
+    task_accounts: Literal["auto", "per-user", "server"] = Field(
+        default="auto",
+        description="Whose OS account runs a task (local backend): per-user (each Trainyard user's own, "
+        "created as ty-<name> on first use; needs root), server (the account running yard up); "
+        "auto: per-user as root, else server. task_user overrides it with one shared account",
+    )
+    task_account_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per-user accounts: existing OS accounts for given Trainyard users, e.g. {alice: alice}",
+    )
+    task_account_create: bool = Field(
+        default=True, description="Per-user accounts: create ty-<name> accounts for users the map does not name"
+    )
+    task_sandbox: Literal["auto", "bwrap", "none"] = Field(
+        default="auto",
+        description="Per-task bubblewrap sandbox (local backend): auto (when bwrap works here), bwrap "
+        "(required), none",
     )
     backend: Literal["local", "slurm"] = Field(
         default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"

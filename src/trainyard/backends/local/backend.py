@@ -7,25 +7,34 @@ sees and controls every task the old one launched. That includes stops: ``stop.j
 records each stop's SIGKILL deadline (wall-clock time), and ``observe`` enforces it when
 the supervisor that should have done so is gone.
 
-Tasks run as the server's own user by default, in ``<task dir>/work``. With
-``run_as=USER`` (the server must run as root) every task runs as that unprivileged user,
-which must never read the state directory (it sits beside the server's token file and
-database, and holds every task's spec, env and log), so work dirs move to their own tree:
+Who a task runs as (decided at start-up, see ``isolation``): the server's own account by
+default; with ``accounts`` (per-user, the server is root) the job owner's own OS account
+(``taskaccounts``); with ``run_as=USER`` one shared account. Under task accounts the
+state directory is root's alone (it sits beside the server's token file and database,
+and holds every task's spec, env and log), so work dirs move to their own tree:
 
-    <state_dir>/                       0700 root   unreachable for USER
+    <state_dir>/                       0700 root   unreachable for task accounts
       tasks/<job>/<attempt>/<role>-<index>-<run>/
         spec.json pid.json stop.json status.json exit.json script.sh output.log supervisor.log
     <work_dir_root>/                   0711 root   default: <state_dir>-work, beside it
-      <job>/<attempt>/                 0711 root   USER may pass, not list or create
-        <role>-<index>-<run>/          0700 USER   the task's working directory ($PWD)
-        <role>-<index>-<run>.sh        0400 USER   the script bash runs (a copy)
+      <job>/<attempt>/                 0711 root   accounts may pass, not list or create
+        <role>-<index>-<run>/          0700 ACCT   the task's working directory ($PWD)
+        <role>-<index>-<run>.sh        0400 ACCT   the script bash runs (a copy)
+        <role>-<index>-<run>.secrets/  0700 ACCT   one 0400 file per secret ($TRAINYARD_SECRETS_DIR)
+        .shm/                          0700 ACCT   the attempt's /dev/shm in the sandbox
 
 The supervisor and the task's waiter stay root: the supervisor opens ``output.log`` and
-hands the task the descriptor; the task process joins its own process group, then sets its
-groups, gid and uid to USER's, then execs bash. HOME, USER and LOGNAME are USER's (the job's env may still set them).
-Every directory above ``work_dir_root`` must be searchable by USER; the constructor
-checks, and raises ValueError otherwise. ``work_dir_root`` without ``run_as`` only moves
-the work dirs.
+hands the task the descriptor. Without task accounts the work dir is ``<task dir>/work``,
+the secrets ``work.secrets`` beside it and ``.shm`` in the attempt's folder of the state dir.
+
+``spec.json`` holds the final ``argv`` the task process executes. With a ``sandbox`` that is
+a bubblewrap command line (``sandbox``) that hides the server's home, the state dir and
+the work root and drops to the account inside; without one it is bash itself, and the
+task process drops to the account (``user`` in the spec: groups, gid, uid) after joining
+its process group and redirecting its output, before exec. HOME, USER and LOGNAME are the
+account's (HOME is the work dir for accounts without a home; the job's env may still set
+them). Every directory above ``work_dir_root`` must be searchable by the accounts; the
+constructor checks, and raises ValueError otherwise.
 """
 
 from __future__ import annotations
@@ -63,7 +72,9 @@ from trainyard.backends.local.records import (
     stop_deadline,
     stop_request,
 )
-from trainyard.backends.local.taskenv import task_environment
+from trainyard.backends.local.sandbox import Identity, Sandbox, sandbox_argv
+from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
+from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.taskuser import TaskUser
 
 log = logging.getLogger(__name__)
@@ -75,6 +86,9 @@ STARTUP_TIMEOUT_SECONDS = 30.0
 VANISHED = "supervisor vanished without recording an exit status"
 # The task ended after its supervisor was lost; its waiter (its parent) recorded how.
 SUPERVISOR_LOST = "its supervisor was lost; the task's waiter recorded its exit status"
+# Beside a job attempt's task work dirs: what its sandboxed tasks see as /dev/shm. A role
+# name cannot start with a dot, so no task's work dir can be called this.
+SHM_DIR = ".shm"
 # The directory that holds the ``trainyard`` package, for the supervisor's PYTHONPATH.
 _PACKAGE_PARENT = str(Path(__file__).absolute().parents[3])
 
@@ -94,15 +108,29 @@ class LocalBackend:
         memory_mb: int | None = None,
         python: str = sys.executable,
         run_as: str | None = None,
+        accounts: TaskAccounts | None = None,
+        sandbox: Sandbox | None = None,
         work_dir_root: Path | None = None,
         labels: dict[str, str] | None = None,
         gpu_groups: list[list[int]] | None = None,
     ) -> None:
+        if run_as is not None and accounts is not None:
+            raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
         self.state_dir = Path(state_dir).absolute()
         self._user = None if run_as is None else TaskUser.for_tasks(run_as)
+        self._accounts = accounts
         self._tasks_root = self.state_dir / "tasks"
         self._tasks_root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.work_dir_root = taskuser.set_up_work_root(self.state_dir, self._user, work_dir_root)
+        taskuser.make_private(self.state_dir)  # every task's spec, env and log: the server's only
+        self.work_dir_root = taskuser.set_up_work_root(
+            self.state_dir, self._user, work_dir_root, per_user=accounts is not None
+        )
+        # The sandbox hides the state dir and the work-dir root from every task, beside
+        # what the caller hides (the server's home).
+        hidden = (self.state_dir,) if self.work_dir_root is None else (self.state_dir, self.work_dir_root)
+        self._sandbox = None if sandbox is None else sandbox.with_hidden(*hidden)
+        if sandbox is not None and not sandbox.user_namespace and self._user is None and accounts is None:
+            raise ValueError("a sandbox entered as root needs task accounts (run_as or per-user) to drop to")
         shell = shutil.which("bash")
         if shell is None:
             raise RuntimeError("bash was not found on PATH; the local backend runs task scripts with bash")
@@ -178,8 +206,8 @@ class LocalBackend:
         if unknown := sorted(set(task.gpus) - known):
             raise ValueError(f"task {task.key}: GPU indices {unknown} do not exist on {task.node}")
         task_dir = self.task_dir(task.key)
-        environ = os.environ if self._user is None else {**os.environ, **self._user.environment()}
-        env = task_environment(environ, task.env, task.gpus)
+        check_job_env(task.env)  # before anything is written
+        account = self._account_for(task)
         spec_path = str(task_dir / taskfiles.SPEC)
         with self._lock:
             self._reap()
@@ -191,21 +219,7 @@ class LocalBackend:
             # already spawned a supervisor: supervisors claim pid.json exclusively, so
             # at most one of them ever runs the task.
             task_dir.mkdir(parents=True, exist_ok=True)
-            spec = {
-                "key": str(task.key),
-                "script": task.script,
-                "env": env,
-                "job_env": dict(task.env),
-                "cwd": str(self._make_work_dir(task)),
-                "shell": self._shell,
-                "grace_seconds": task.grace_seconds,
-                "gpus": list(task.gpus),
-            }
-            if self._user is not None:
-                script_file = self.work_dir(task.key).with_suffix(".sh")
-                taskuser.write_user_script(script_file, task.script, self._user)
-                spec["script_file"] = str(script_file)
-                spec["user"] = self._user.spec()
+            spec = self._task_spec(task, task_dir, account)
             if not taskfiles.write_json(spec_path, spec, exclusive=True):
                 # Relaunched after a restart, or written by someone else since we looked.
                 if (existing := taskfiles.read_json(spec_path)) is not None:
@@ -292,12 +306,65 @@ class LocalBackend:
             log.warning("task %s: %s holds a different task (other script or env); not adopting it", task.key, task_dir)
             raise RuntimeError(f"task dir {task_dir} already holds a different task; not adopting it as {task.key}")
 
-    def _make_work_dir(self, task: TaskLaunch) -> Path:
+    def _account_for(self, task: TaskLaunch) -> TaskUser | None:
+        """The OS account the task runs as; None: the server's own."""
+        if self._accounts is not None:
+            return self._accounts.account_for(task.user)
+        return self._user
+
+    def _task_spec(self, task: TaskLaunch, task_dir: Path, account: TaskUser | None) -> dict[str, Any]:
+        """Prepare the task's private files and say, in ``spec.json``, how to run it."""
+        work = self._make_work_dir(task, account)
+        environ = dict(os.environ)
+        if account is not None:
+            environ.update(account.environment())
+            if account.home in ("", NO_HOME):  # accounts Trainyard creates have no home
+                environ["HOME"] = str(work)
+        env = task_environment(environ, task.env, task.gpus)
+        secrets_dir = work.with_name(work.name + ".secrets")
+        if skipped := taskuser.write_secret_files(secrets_dir, task.secrets, account):
+            log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
+        env["TRAINYARD_SECRETS_DIR"] = str(secrets_dir)
+        spec: dict[str, Any] = {
+            "key": str(task.key),
+            "script": task.script,
+            "env": env,
+            "job_env": dict(task.env),
+            "cwd": str(work),
+            "shell": self._shell,
+            "grace_seconds": task.grace_seconds,
+            "gpus": list(task.gpus),
+        }
+        script_file = task_dir / taskfiles.SCRIPT  # written by the supervisor
+        if account is not None:
+            script_file = work.with_suffix(".sh")
+            taskuser.write_user_script(script_file, task.script, account)
+            spec["script_file"] = str(script_file)
+        command = [self._shell, "--noprofile", "--norc", str(script_file)]
+        if self._sandbox is None:
+            if account is not None:
+                spec["user"] = account.spec()  # the supervisor's child drops to it
+            spec["argv"] = command
+            return spec
+        identity = None
+        if account is not None:
+            if self._sandbox.user_namespace:
+                raise ValueError("task accounts need the server to run as root")
+            identity = Identity(account.uid, account.gid, tuple(account.groups()))
+        attempt_dir = task_dir.parent if self.work_dir_root is None else work.parent
+        shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
+        spec["argv"] = sandbox_argv(
+            self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
+            bound=(secrets_dir, script_file), identity=identity,
+        )
+        return spec
+
+    def _make_work_dir(self, task: TaskLaunch, account: TaskUser | None) -> Path:
         if self.work_dir_root is None:
             work = self.work_dir(task.key)
             work.mkdir(parents=True, exist_ok=True)
             return work
-        return taskuser.make_task_work_dir(self.work_dir_root, self._relative_parts(task.key), self._user)
+        return taskuser.make_task_work_dir(self.work_dir_root, self._relative_parts(task.key), account)
 
     def _observe_key(self, key: TaskKey, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
         try:

@@ -32,8 +32,8 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    from the supervisor) and only execs after the record exists; if the supervisor dies
    first, the waiter sees EOF and closes the task's gate, and the task exits unrun, so no
    task ever runs unrecorded.
-4. Open the gate: the task execs the command line of ``task_argv`` (``bash --noprofile
-   --norc script.sh``) with stdin from /dev/null and stdout+stderr appended to
+4. Open the gate: the task execs the command line of ``task_argv`` (the spec's ``argv``:
+   a bubblewrap sandbox around, or else plain, ``bash --noprofile --norc script.sh``) with stdin from /dev/null and stdout+stderr appended to
    ``output.log``. When the spec names a ``user`` the task first drops to it (groups, gid,
    uid; after joining its process group and redirecting its output, before exec) and runs
    the copy of the script at ``script_file``, since it cannot read the task directory.
@@ -79,9 +79,12 @@ def _iso(t: float) -> str:
 
 
 def task_argv(spec: dict[str, Any], script_path: str) -> list[str]:
-    """The command line the task process execs: the one place that says what runs."""
-    shell = spec["shell"]
-    return [shell, "--noprofile", "--norc", script_path]
+    """The command line the task process execs: the one place that says what runs.
+
+    The backend writes the whole command into the spec (a sandbox's included); specs
+    written before it did lack it, and run bash on the script directly.
+    """
+    return spec.get("argv") or [spec["shell"], "--noprofile", "--norc", script_path]
 
 
 class Supervisor:

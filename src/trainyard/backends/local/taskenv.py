@@ -70,9 +70,14 @@ def task_environment(environ: Mapping[str, str], job_env: Mapping[str, str], gpu
     GPU pinning comes last so that a job cannot widen its own GPU allocation.
     Raises ValueError for a variable that execve cannot pass.
     """
+    check_job_env(job_env)
+    return {**inherited_environment(environ), **job_env, **gpu_environment(gpus)}
+
+
+def check_job_env(job_env: Mapping[str, str]) -> None:
+    """Raise ValueError for a variable of the job's env that execve cannot pass."""
     for name, value in job_env.items():
         if not isinstance(name, str) or not name or "=" in name or "\0" in name:
             raise ValueError(f"invalid environment variable name {name!r}")
         if not isinstance(value, str) or "\0" in value:
             raise ValueError(f"environment variable {name}: value must be a string without NUL bytes")
-    return {**inherited_environment(environ), **job_env, **gpu_environment(gpus)}

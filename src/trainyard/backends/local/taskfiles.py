@@ -5,7 +5,8 @@ Stdlib only: the supervisor imports this module and must start fast.
 A task directory holds, in the order they appear:
 
 ``spec.json``       written by the backend: what to run (script, env, the job's own env,
-                    cwd, shell, grace; with ``run_as`` also the user and its script copy).
+                    cwd, shell, grace, the ``argv`` to execute; under a task account
+                    without a sandbox also the ``user`` to drop to, and the script copy).
 ``supervisor.log``  the supervisor's own stdout/stderr (diagnostics, tracebacks).
 ``pid.json``        created exclusively by the supervisor that claims the task (so two
                     supervisors can never both run it), first with ``"task": null``, then

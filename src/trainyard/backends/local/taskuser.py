@@ -1,20 +1,26 @@
-"""Running local tasks as another OS user (``LocalBackend(run_as=...)``).
+"""Running local tasks as other OS accounts (``run_as`` or per-user ``accounts``).
 
-Who that user is, and the work-directory tree it can reach while the backend's state
-directory stays root-only. The layout is described in ``backend``'s module docstring.
+Who an account is, and the work-directory tree (work dirs, script copies, secrets files)
+it can reach while the backend's state directory stays root-only. The layout is
+described in ``backend``'s module docstring.
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import re
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 WORK_ROOT_MODE = 0o711  # root-owned: the task user may pass through but not list or create
 TASK_WORK_MODE = 0o700  # owned by the task user: its working directory
 SCRIPT_MODE = 0o400  # owned by the task user: the script bash reads
+SECRET_MODE = 0o400  # owned by the task user: one secret of its job
+# A secret's file name: no path separators, no hidden or special names.
+SECRET_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 
 
 @dataclass(frozen=True)
@@ -56,9 +62,15 @@ class TaskUser:
         return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
 
 
-def set_up_work_root(state_dir: Path, user: TaskUser | None, work_dir_root: Path | None) -> Path | None:
-    """Prepare where work dirs go; None means inside each task dir (no ``run_as``, no root)."""
-    if user is None:
+def set_up_work_root(
+    state_dir: Path, user: TaskUser | None, work_dir_root: Path | None, *, per_user: bool = False
+) -> Path | None:
+    """Prepare where work dirs go; None means inside each task dir (no task account, no root).
+
+    With ``user`` (one shared account) or ``per_user`` (an account per Trainyard user) the
+    state dir becomes private and the work-dir root must be reachable by the accounts.
+    """
+    if user is None and not per_user:
         if work_dir_root is None:
             return None
         root = Path(work_dir_root).absolute()
@@ -78,8 +90,9 @@ def make_private(state_dir: Path) -> None:
     os.chmod(state_dir, 0o700)
 
 
-def prepare_work_root(work_root: Path, state_dir: Path, user: TaskUser) -> None:
-    """Create (or check) the work-dir root: ours, not writable by others, reachable by ``user``."""
+def prepare_work_root(work_root: Path, state_dir: Path, user: TaskUser | None) -> None:
+    """Create (or check) the work-dir root: ours, not writable by others, reachable by
+    ``user`` (None: by any account)."""
     if work_root == state_dir or state_dir in work_root.parents:
         raise ValueError(f"work_dir_root {work_root} must be outside the state directory {state_dir}")
     try:
@@ -93,19 +106,21 @@ def prepare_work_root(work_root: Path, state_dir: Path, user: TaskUser) -> None:
                 " and writable by no one else"
             ) from None
     if blocked := unsearchable_ancestor(work_root, user):
+        who = "task accounts" if user is None else f"run_as user {user.name!r}"
         raise ValueError(
-            f"run_as user {user.name!r} cannot reach work_dir_root {work_root}: {blocked} is not searchable"
-            " by it; choose a work_dir_root outside private directories (e.g. /var/lib/trainyard-work)"
+            f"{who} cannot reach work_dir_root {work_root}: {blocked} is not searchable by them; choose"
+            " a work_dir_root outside private directories (e.g. /var/lib/trainyard-work)"
         )
 
 
-def unsearchable_ancestor(path: Path, user: TaskUser) -> Path | None:
-    """The first directory on the way to ``path`` (itself included) that ``user`` cannot
-    pass through, judged by mode bits; None when every one is searchable."""
-    groups = set(user.groups())
+def unsearchable_ancestor(path: Path, user: TaskUser | None) -> Path | None:
+    """The first directory on the way to ``path`` (itself included) that ``user`` (None:
+    any account, i.e. "others") cannot pass through, judged by mode bits; None when every
+    one is searchable."""
+    groups = set() if user is None else set(user.groups())
     for directory in reversed([path, *path.parents]):
         info = os.stat(directory)
-        if info.st_uid == user.uid:
+        if user is not None and info.st_uid == user.uid:
             bit = stat.S_IXUSR
         elif info.st_gid in groups:
             bit = stat.S_IXGRP
@@ -127,6 +142,39 @@ def make_task_work_dir(work_root: Path, parts: tuple[str, ...], user: TaskUser |
     if user is not None:
         os.chown(work, user.uid, user.gid, follow_symlinks=False)
     return work
+
+
+def make_owned_dir(directory: Path, user: TaskUser | None) -> Path:
+    """``directory`` (its parent exists) with mode 0700, owned by ``user`` (else by us)."""
+    _mkdir_exact(directory, TASK_WORK_MODE)
+    if user is not None:
+        os.chown(directory, user.uid, user.gid, follow_symlinks=False)
+    return directory
+
+
+def write_secret_files(directory: Path, secrets: Mapping[str, str], user: TaskUser | None) -> list[str]:
+    """One file per secret in ``directory`` (0700), each 0400, owned by ``user`` (else by
+    us); returns the names skipped because they are no safe file name."""
+    make_owned_dir(directory, user)
+    skipped = []
+    for name, value in secrets.items():
+        if not SECRET_FILE_NAME.fullmatch(name):
+            skipped.append(name)
+            continue
+        path = directory / name
+        try:
+            os.unlink(path)  # a relaunch rewrites it; 0400 cannot be opened for writing
+        except FileNotFoundError:
+            pass
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, SECRET_MODE)
+        try:
+            if user is not None:
+                os.fchown(fd, user.uid, user.gid)
+            os.fchmod(fd, SECRET_MODE)
+            os.write(fd, value.encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(fd)
+    return skipped
 
 
 def write_user_script(path: Path, script: str, user: TaskUser) -> None:

@@ -1,0 +1,220 @@
+"""The per-task sandbox of the local backend: a bubblewrap (``bwrap``) command line.
+
+A task runs in its own PID, IPC and mount namespaces (the network is shared: tasks of a
+job talk over TCP). Inside it the whole host is visible as before (``--dev-bind / /``
+keeps ``/dev``, so NVIDIA devices work), except:
+
+- ``/proc`` is private: the task sees its own processes only, never another task's
+  environment or command line;
+- ``/tmp`` and ``/var/tmp`` are private tmpfs, gone with the task;
+- ``/dev/shm`` is a directory shared by the tasks of one job attempt (NCCL's shared-memory
+  transport between tasks on one node needs it), private to that attempt;
+- the server's home, the backend's state directory and the work-dir root are covered by
+  empty tmpfs, then only the task's own work dir, secrets dir and script are bound back.
+
+How the task gets to its account depends on who runs the server:
+
+- as root, ``bwrap`` runs as root (no user namespace needed, so it works where
+  unprivileged user namespaces are disabled) and ``setpriv`` inside drops to the task's
+  account: uid, gid, groups, no capabilities (bounding set included), no new privileges;
+- as anyone else, ``bwrap --unshare-user`` makes the namespaces in a user namespace where
+  the task keeps the server's uid and has no capabilities; mounts made there are locked,
+  so the task cannot lift the tmpfs that hide the server's files.
+
+Signals: the supervisor stops a task by signalling its process group, and bwrap forwards
+no signals. So bwrap itself starts with SIGTERM ignored (``env --ignore-signal``) and the
+task with it restored (``env --default-signal``): a stop reaches the task, which gets its
+whole grace period, while bwrap waits for it and exits with its status (128 + N when the
+task died of signal N; the exit record then names no signal). A stop that comes while
+bwrap sets up would be ignored, so a guard checks for the stop file first (``_STOP_GUARD``).
+When bwrap dies (SIGKILL after the grace), its PID namespace dies with it: a sandboxed
+task can leave no process behind. (bwrap does not die with the supervisor, though: a
+task outlives its supervisor, sandboxed or not.)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+SandboxMode = Literal["auto", "bwrap", "none"]
+SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")
+_PROBE_TIMEOUT_SECONDS = 10.0
+_SCRATCH = ("/tmp", "/var/tmp")  # private to each task, world-writable inside it as usual
+# While bwrap sets up, SIGTERM is ignored: a stop signalled then would be lost. A stop
+# writes its stop file before it signals, so once SIGTERM is back to default (this shell),
+# either the file is there and the task never starts, or the signal is still to come.
+_STOP_GUARD = '[ -e "$1" ] && exit 143; shift; exec "$@"'
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who the task becomes inside a sandbox that bwrap entered as root."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """A usable bubblewrap, and what it hides from every task besides the backend's own dirs."""
+
+    bwrap: str
+    env: str  # coreutils ``env``, for the signal dispositions
+    shell: str  # a POSIX sh, for the stop guard
+    setpriv: str | None  # util-linux ``setpriv``; needed when the server runs as root
+    user_namespace: bool  # True when the server is not root: bwrap needs --unshare-user
+    hidden: tuple[Path, ...] = ()  # e.g. $TRAINYARD_HOME
+
+    def with_hidden(self, *paths: Path) -> Sandbox:
+        return Sandbox(self.bwrap, self.env, self.shell, self.setpriv, self.user_namespace, (*self.hidden, *paths))
+
+
+def find_sandbox(
+    mode: SandboxMode, hidden: Sequence[Path] = (), *, as_root: bool | None = None
+) -> tuple[Sandbox | None, str]:
+    """The sandbox to use for ``mode``, and why there is none when there is none.
+
+    ``auto`` uses bubblewrap when it is installed and works here (probed once, now);
+    ``bwrap`` insists on it (ValueError with the reason when it cannot work); ``none``
+    never sandboxes.
+    """
+    if mode not in SANDBOX_MODES:
+        raise ValueError(f"task sandbox must be one of {', '.join(SANDBOX_MODES)}; got {mode!r}")
+    if mode == "none":
+        return None, "the task sandbox is turned off (task_sandbox=none)"
+    root = os.geteuid() == 0 if as_root is None else as_root
+    sandbox, reason = _usable_bwrap(root, tuple(Path(p).absolute() for p in hidden))
+    if sandbox is None and mode == "bwrap":
+        raise ValueError(f"task_sandbox=bwrap, but bubblewrap cannot be used here: {reason}")
+    return sandbox, reason
+
+
+def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...]) -> tuple[Sandbox | None, str]:
+    bwrap, env, setpriv = shutil.which("bwrap"), shutil.which("env"), shutil.which("setpriv")
+    shell = shutil.which("sh")
+    if bwrap is None:
+        return None, "bubblewrap (bwrap) is not installed; on Debian: apt-get install bubblewrap"
+    if env is None or shell is None:
+        return None, "coreutils' env or sh is not on PATH"
+    if as_root and setpriv is None:
+        return None, "util-linux's setpriv is not on PATH"
+    sandbox = Sandbox(bwrap, env, shell, setpriv if as_root else None, user_namespace=not as_root, hidden=hidden)
+    probe = [*_namespaces(sandbox), "--tmpfs", "/tmp", "--", env, "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"{bwrap} could not be run: {exc}"
+    if done.returncode != 0:
+        why = done.stderr.strip() or f"exit status {done.returncode}"
+        if not as_root:
+            why += " (as a non-root user bwrap needs unprivileged user namespaces)"
+        return None, f"{bwrap} does not work here: {why}"
+    return sandbox, ""
+
+
+def _namespaces(sandbox: Sandbox) -> list[str]:
+    argv = [sandbox.bwrap]
+    if sandbox.user_namespace:
+        argv += ["--unshare-user", "--disable-userns"]
+    # No --die-with-parent: a task outlives its supervisor, as an unsandboxed one does.
+    return [*argv, "--unshare-pid", "--unshare-ipc", "--dev-bind", "/", "/", "--proc", "/proc"]
+
+
+def sandbox_argv(
+    sandbox: Sandbox,
+    command: Sequence[str],
+    *,
+    hidden: Sequence[Path],
+    work_dir: Path,
+    shm_dir: Path,
+    stop_file: Path,
+    bound: Sequence[Path] = (),
+    identity: Identity | None = None,
+) -> list[str]:
+    """The argv that runs ``command`` in the sandbox, in ``work_dir``.
+
+    ``hidden`` adds to the sandbox's own hidden paths; ``work_dir``, ``shm_dir`` (mounted
+    on /dev/shm) and ``bound`` (read-only: e.g. the secrets dir and the script) are bound
+    back at their own paths. ``stop_file`` is the file a stop request creates before the
+    task's group is signalled; its folder is bound read-only too (see ``_STOP_GUARD``).
+    ``identity`` is who the task becomes when bwrap runs as root (required then).
+    """
+    if not sandbox.user_namespace and identity is None:
+        raise ValueError("a sandbox entered as root needs the task's identity to drop to")
+    argv = _namespaces(sandbox)
+    # Only what exists: under ``--dev-bind / /`` a missing mount point would be created on the host.
+    covers = _outermost([p for p in (*sandbox.hidden, *hidden) if os.path.isdir(p)])
+    # Passable, not listable: the task reaches what is bound back, sees nothing else.
+    for path in covers:
+        argv += ["--perms", "0711", "--tmpfs", str(path)]
+    for scratch in _SCRATCH:
+        argv += ["--perms", "1777", "--tmpfs", scratch]
+    argv += ["--bind", str(shm_dir), "/dev/shm"]
+    # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
+    # which the task's account could not pass: make them first, passable.
+    for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]),
+                                     [stop_file.parent, work_dir, *bound]):
+        argv += ["--perms", "0711", "--dir", str(directory)]
+    # In order: the stop file's folder (the task dir) may hold the work dir, which must
+    # then be mounted over it, writable.
+    argv += ["--ro-bind", str(stop_file.parent), str(stop_file.parent)]
+    argv += ["--bind", str(work_dir), str(work_dir)]
+    for path in bound:
+        argv += ["--ro-bind", str(path), str(path)]
+    argv += ["--chdir", str(work_dir), "--", sandbox.env, "--default-signal=TERM"]
+    argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
+    if identity is not None:
+        argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
+    # bwrap itself must outlive a SIGTERM (see the module docstring): ignored from exec on.
+    return [sandbox.env, "--ignore-signal=TERM", *argv, *command]
+
+
+def _setpriv(sandbox: Sandbox) -> str:
+    if sandbox.setpriv is None:
+        raise ValueError("setpriv was not found; it is needed to drop privileges inside the sandbox")
+    return sandbox.setpriv
+
+
+def _drop_to(identity: Identity) -> list[str]:
+    groups = ["--groups", ",".join(str(g) for g in identity.groups)] if identity.groups else ["--clear-groups"]
+    return [
+        f"--reuid={identity.uid}",
+        f"--regid={identity.gid}",
+        *groups,
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+    ]
+
+
+def _outermost(paths: Sequence[Path]) -> list[Path]:
+    """``paths`` without duplicates and without any path inside another one (covered already)."""
+    unique = sorted({Path(p).absolute() for p in paths}, key=lambda p: len(p.parts))
+    kept: list[Path] = []
+    for path in unique:
+        if path == Path("/"):
+            raise ValueError("the sandbox cannot hide / itself")
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _folders_inside(covers: Sequence[Path], targets: Sequence[Path]) -> list[Path]:
+    """The folders between a covering tmpfs and each target under it, outermost first."""
+    folders: list[Path] = []
+    for target in targets:
+        target = Path(target).absolute()
+        cover = next((c for c in covers if c in target.parents), None)
+        if cover is None:
+            continue
+        for folder in reversed(target.parents):
+            if cover in folder.parents and folder not in folders:
+                folders.append(folder)
+    return folders

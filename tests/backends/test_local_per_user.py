@@ -1,0 +1,92 @@
+"""``LocalBackend(accounts=..., sandbox=...)``: each user's tasks under their own account, sandboxed."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends.base import TaskLaunch
+from trainyard.backends.local import taskfiles
+from trainyard.backends.local.sandbox import find_sandbox
+from trainyard.backends.local.taskaccounts import TaskAccounts
+
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="task accounts need root"),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+
+@pytest.fixture
+def public_dir() -> Iterator[Path]:
+    base = Path(tempfile.mkdtemp(prefix="trainyard-per-user-", dir="/var/lib"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(params=["sandbox", "accounts only"])
+def per_user(request, public_dir, make_local):
+    sandbox = None
+    if request.param == "sandbox":
+        sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
+        assert sandbox is not None, why
+    (public_dir / "home").mkdir(mode=0o700)
+    # Trainyard users map to existing accounts here, so the test creates none.
+    accounts = TaskAccounts({"alice": "nobody", "bob": "daemon"})
+    return make_local(public_dir / "home" / "state", accounts=accounts, sandbox=sandbox,
+                      work_dir_root=public_dir / "work")
+
+
+def _launch(harness, script: str, user: str, **options) -> object:
+    key = harness.new_key()
+    harness.backend.launch(TaskLaunch(key, harness.node, script, {}, user=user, **options))
+    return key
+
+
+def test_each_user_s_task_runs_as_their_account_with_its_secrets_as_private_files(per_user) -> None:
+    script = 'id -un; cat "$TRAINYARD_SECRETS_DIR/token"; echo; ls "$TRAINYARD_SECRETS_DIR"; echo "$HOME"\n'
+    keys = {
+        user: _launch(per_user, script, user, secrets={"token": f"{user}-secret", "bad/name": "x"})
+        for user in ("alice", "bob")
+    }
+    for user, account in (("alice", "nobody"), ("bob", "daemon")):
+        status = per_user.wait_ended(keys[user])
+        lines = per_user.log(keys[user]).splitlines()
+        assert status.exit_code == 0, lines
+        assert lines[:3] == [account, f"{user}-secret", "token"]  # no file for an unsafe name
+        home = pwd.getpwnam(account).pw_dir  # an account without one gets its work dir as HOME
+        assert lines[3] == (str(per_user.backend.work_dir(keys[user])) if home == "/nonexistent" else home)
+        secret = per_user.backend.work_dir(keys[user]).with_name("worker-0-0.secrets") / "token"
+        info = os.stat(secret)
+        assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o400, pwd.getpwnam(account).pw_uid)
+
+
+def test_spec_json_says_exactly_what_the_supervisor_runs(per_user) -> None:
+    key = _launch(per_user, "true\n", "alice")
+    per_user.wait_ended(key)
+    spec = json.loads((per_user.backend.task_dir(key) / taskfiles.SPEC).read_text())
+    sandboxed = "/usr/bin/bwrap" in spec["argv"]
+    # Sandboxed, root enters the sandbox and setpriv drops to the account inside; else the
+    # supervisor's child drops to it before exec.
+    assert ("user" in spec) is not sandboxed
+    assert spec["argv"][-1].endswith("worker-0-0.sh")
+    assert stat.S_IMODE(os.stat(per_user.backend.task_dir(key) / taskfiles.SPEC).st_mode) == 0o600
+
+
+def test_a_stopped_task_gets_its_grace_and_a_task_without_a_user_is_refused(per_user) -> None:
+    key = _launch(per_user, "trap 'echo got TERM; exit 7' TERM\necho ready\nsleep 60 & wait\n", "alice",
+                  grace_seconds=30)
+    per_user.wait_log(key, "ready")
+    per_user.backend.stop(key, 30)
+    status = per_user.wait_ended(key)
+    assert status.exit_code == 7 and per_user.log(key).endswith("got TERM\n")
+    with pytest.raises(ValueError, match="owner's Trainyard user name"):
+        per_user.backend.launch(TaskLaunch(per_user.new_key(), per_user.node, "true", {}))

@@ -1,0 +1,167 @@
+"""The bubblewrap sandbox: its command line, and what a task inside it sees, as root and not."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from trainyard.backends.local.sandbox import Identity, Sandbox, find_sandbox, sandbox_argv
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to switch accounts)")
+NOBODY = 65534
+
+
+def _fake_sandbox(*, user_namespace: bool, hidden: tuple[Path, ...] = ()) -> Sandbox:
+    return Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", None if user_namespace else "/usr/bin/setpriv",
+                   user_namespace=user_namespace, hidden=hidden)
+
+
+def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp_path: Path) -> None:
+    home, state, work_root = tmp_path / "home", tmp_path / "home" / "state", tmp_path / "work"
+    work = work_root / "1" / "0" / "w-0-0"
+    for d in (state / "t", work, work_root / "1" / "0" / ".shm"):
+        d.mkdir(parents=True)
+    argv = sandbox_argv(
+        _fake_sandbox(user_namespace=False, hidden=(home,)), ["/bin/bash", "script"],
+        hidden=(state, work_root, tmp_path / "missing"), work_dir=work, shm_dir=work_root / "1" / "0" / ".shm",
+        stop_file=state / "t" / "stop.json", bound=(work_root / "1" / "0" / "w-0-0.sh",),
+        identity=Identity(1234, 1235, (1235, 44)),
+    )
+    text = " ".join(argv)
+    assert argv[:2] == ["/usr/bin/env", "--ignore-signal=TERM"]
+    # The state dir lies inside the home: one tmpfs covers both. A missing path gets none
+    # (bwrap would create its mount point on the host).
+    assert f"--perms 0711 --tmpfs {home} " in text and f"--tmpfs {state} " not in text and "missing" not in text
+    assert f"--perms 0711 --tmpfs {work_root} " in text
+    assert "--unshare-pid" in argv and "--unshare-ipc" in argv and "--unshare-user" not in argv
+    assert "--perms 1777 --tmpfs /tmp" in text and f"--bind {work_root}/1/0/.shm /dev/shm" in text
+    # Folders inside a tmpfs leading to what is bound back are made searchable first.
+    assert text.index(f"--dir {work_root}/1") < text.index(f"--dir {work_root}/1/0") < text.index(f"--bind {work}")
+    assert f"--ro-bind {work_root}/1/0/w-0-0.sh" in text and f"--ro-bind {state}/t {state}/t" in text
+    drop = argv.index("/usr/bin/setpriv")
+    assert argv[drop:drop + 4] == ["/usr/bin/setpriv", "--reuid=1234", "--regid=1235", "--groups"]
+    assert "--no-new-privs" in argv[drop:] and "--bounding-set=-all" in argv[drop:]
+    assert argv[-2:] == ["/bin/bash", "script"]
+
+
+def test_as_root_a_sandbox_needs_an_identity_and_it_never_hides_the_root(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="identity"):
+        sandbox_argv(_fake_sandbox(user_namespace=False), ["true"], hidden=(), work_dir=tmp_path,
+                     shm_dir=tmp_path, stop_file=tmp_path / "stop.json")
+    with pytest.raises(ValueError, match="cannot hide /"):
+        sandbox_argv(_fake_sandbox(user_namespace=True), ["true"], hidden=(Path("/"),), work_dir=tmp_path,
+                     shm_dir=tmp_path, stop_file=tmp_path / "stop.json")
+
+
+def test_find_sandbox_none_and_unknown_modes() -> None:
+    assert find_sandbox("none") == (None, "the task sandbox is turned off (task_sandbox=none)")
+    with pytest.raises(ValueError, match="one of auto, bwrap, none"):
+        find_sandbox("docker")  # type: ignore[arg-type]
+
+
+def test_find_sandbox_says_why_without_bwrap(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    sandbox, why = find_sandbox("auto")
+    assert sandbox is None and "apt-get install bubblewrap" in why
+    with pytest.raises(ValueError, match="task_sandbox=bwrap, but bubblewrap cannot be used here"):
+        find_sandbox("bwrap")
+
+
+@pytest.fixture
+def public_dir() -> Iterator[Path]:
+    """A folder outside /tmp (each sandbox has its own) that any account may pass through."""
+    base = Path(tempfile.mkdtemp(prefix="trainyard-sandbox-", dir="/var/lib" if os.geteuid() == 0 else None))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _layout(base: Path, owner: int) -> dict[str, Path]:
+    paths = {
+        "home": base / "home", "secret": base / "home" / "client.json", "state": base / "home" / "state",
+        "other": base / "work" / "2" / "0" / "w-0-0", "work": base / "work" / "1" / "0" / "w-0-0",
+        "shm": base / "work" / "1" / "0" / ".shm", "stop": base / "home" / "state" / "1" / "stop.json",
+    }
+    for key in ("state", "other", "work", "shm"):
+        paths[key].mkdir(parents=True)
+    paths["stop"].parent.mkdir(parents=True)
+    paths["secret"].write_text("admin token")
+    (paths["other"] / "theirs.txt").write_text("other task's file")
+    for key in ("work", "shm"):
+        os.chown(paths[key], owner, owner)
+    return paths
+
+
+SNOOP = (
+    'id -u; ls /proc | grep -c "^[0-9]"; cat "$1/home/client.json" || echo no-home;'
+    ' cat "$1/work/2/0/w-0-0/theirs.txt" || echo no-other; echo mine > here && cat here;'
+    ' echo scratch > /tmp/x && echo shm > /dev/shm/y && echo wrote-scratch'
+)
+
+
+@needs_bwrap
+@needs_root
+def test_as_root_the_task_runs_as_its_account_and_sees_only_its_own(public_dir: Path) -> None:
+    paths = _layout(public_dir, NOBODY)
+    sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]])
+    assert sandbox is not None, why
+    argv = sandbox_argv(
+        sandbox, ["/bin/sh", "-c", SNOOP, "snoop", str(public_dir)], hidden=(paths["state"], public_dir / "work"),
+        work_dir=paths["work"], shm_dir=paths["shm"], stop_file=paths["stop"],
+        identity=Identity(NOBODY, NOBODY, ()),
+    )
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert lines[0] == str(NOBODY) and int(lines[1]) <= 4  # its own processes only
+    assert lines[2:] == ["no-home", "no-other", "mine", "wrote-scratch"]
+    assert (paths["work"] / "here").read_text() == "mine\n" and (paths["shm"] / "y").exists()
+
+
+@needs_bwrap
+@needs_root
+def test_without_root_a_user_namespace_hides_the_same(public_dir: Path) -> None:
+    """The non-root server's sandbox, run as nobody: what `yard up` as a plain user gets."""
+    paths = _layout(public_dir, NOBODY)
+    for path in (public_dir / "home", paths["state"], paths["stop"].parent, paths["secret"]):
+        os.chown(path, NOBODY, NOBODY)  # the server's own files, as a non-root server has them
+    probe = subprocess.run(["runuser", "-u", "nobody", "--", "bwrap", "--unshare-user", "--dev-bind", "/", "/",
+                            "true"], capture_output=True, timeout=30)
+    if probe.returncode != 0:
+        pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr!r}")
+    sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]], as_root=False)
+    assert sandbox is not None and sandbox.user_namespace, why
+    argv = sandbox_argv(
+        sandbox, ["/bin/sh", "-c", SNOOP, "snoop", str(public_dir)], hidden=(paths["state"], public_dir / "work"),
+        work_dir=paths["work"], shm_dir=paths["shm"], stop_file=paths["stop"],
+    )
+    done = subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True, timeout=30,
+                          cwd="/")
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr
+    assert lines[0] == str(NOBODY) and int(lines[1]) <= 4
+    assert lines[2:] == ["no-home", "no-other", "mine", "wrote-scratch"]
+    # Outside the sandbox the same account reads it all: only the sandbox keeps it out.
+    outside = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(paths["secret"])], capture_output=True,
+                             text=True, timeout=30)
+    assert outside.stdout == "admin token"
+
+
+@needs_bwrap
+@needs_root
+def test_a_stop_requested_before_the_task_starts_keeps_it_from_starting(public_dir: Path) -> None:
+    paths = _layout(public_dir, NOBODY)
+    paths["stop"].write_text("{}")
+    sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]])
+    assert sandbox is not None, why
+    argv = sandbox_argv(sandbox, ["/bin/sh", "-c", "echo started > here"], hidden=(), work_dir=paths["work"],
+                        shm_dir=paths["shm"], stop_file=paths["stop"], identity=Identity(NOBODY, NOBODY, ()))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    assert done.returncode == 143 and not (paths["work"] / "here").exists()

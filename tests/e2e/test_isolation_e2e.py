@@ -1,0 +1,278 @@
+"""On the default `yard up` (as root, as CI runs it), bob's job finds nothing of alice's.
+
+The same holds, by the sandbox alone, for `yard up` run as an unprivileged user (nobody
+here) where user namespaces work: then alice's and bob's tasks share nobody's account.
+
+Alice runs a job whose secret sits everywhere a secret can: in the job's secrets, its env,
+its command line, its output, its work dir, world-readable files in /tmp and /dev/shm.
+While it runs, bob's job tries every route to it and prints what each route gave.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from e2e.server import Server, running_server, wait_until
+from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT
+from trainyard.client.client import Client
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ALICE_SECRET = f"alice-secret-{uuid.uuid4().hex}"
+BOB_SECRET = f"bob-secret-{uuid.uuid4().hex}"
+
+ALICE_JOB = f"""
+name: alice-long
+secrets: {{token: {ALICE_SECRET}}}
+taskRoles:
+  main:
+    resourcePerInstance: {{gpu: 1, cpu: 0.5, memoryMB: 128}}
+    env: {{MY_TOKEN: "<% $secrets.token %>"}}
+    commands:
+      - id -un
+      - cat "$TRAINYARD_SECRETS_DIR/token" > secret-copy.txt
+      - 'echo "file:$(cat "$TRAINYARD_SECRETS_DIR/token") env:$MY_TOKEN gpus:$CUDA_VISIBLE_DEVICES pwd:$PWD"'
+      - cp secret-copy.txt /tmp/alice-tmp && cp secret-copy.txt /dev/shm/alice-shm
+      - chmod 644 /tmp/alice-tmp /dev/shm/alice-shm secret-copy.txt
+      - echo ready
+      - exec python3 -c 'import time; time.sleep(600)' <% $secrets.token %>
+"""
+
+# Bob's job: try each path it is given, every process it can see, and whatever a glob finds.
+# Each route prints one line, "ROUTE <label>: <READ|LISTED|DENIED> <path>: <what it gave>",
+# so anything bob could read lands in his log, where the test looks for alice's secret.
+SNOOP = """
+import glob, json, os
+targets = json.loads(os.environ["SNOOP_TARGETS"])
+patterns = json.loads(os.environ["SNOOP_GLOBS"])
+
+def attempt(label, path):
+    try:
+        if os.path.isdir(path):
+            print(f"ROUTE {label}: LISTED {path}: {sorted(os.listdir(path))}")
+        else:
+            with open(path, "rb") as f:
+                print(f"ROUTE {label}: READ {path}: {f.read(1 << 16)!r}")
+    except OSError as exc:
+        print(f"ROUTE {label}: DENIED {path}: {type(exc).__name__} {exc.strerror}")
+
+for label, path in targets.items():
+    attempt(label, path)
+pids = [p for p in os.listdir("/proc") if p.isdigit()]
+print(f"PROCESSES {len(pids)}")
+for pid in pids:
+    attempt("proc-environ", f"/proc/{pid}/environ")
+    attempt("proc-cmdline", f"/proc/{pid}/cmdline")
+for pattern in patterns:
+    found = glob.glob(pattern, recursive=True)
+    print(f"GLOB {pattern}: {len(found)}")
+    for path in found:
+        attempt("glob", path)
+"""
+
+BOB_JOB = """
+name: bob-snoop
+secrets: {token: %(bob_secret)s}
+taskRoles:
+  main:
+    env:
+      BOB_TOKEN: "<%% $secrets.token %%>"
+      SNOOP_TARGETS: '%(targets)s'
+      SNOOP_GLOBS: '%(globs)s'
+    commands:
+      - id -un
+      - |
+        python3 - <<'PY'
+%(snoop)s
+        PY
+"""
+
+
+NOBODY = 65534
+# How the non-root server is started: as nobody, keeping the environment (PYTHONPATH).
+AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--")
+
+
+@dataclass
+class Cluster:
+    server: Server
+    admin: Client
+    alice: Client
+    bob: Client
+    as_root: bool  # False: the server runs as nobody, and so does every task
+
+    @property
+    def state_dir(self) -> Path:
+        (state,) = (self.server.home / "local").iterdir()  # one cluster id
+        return state
+
+    @property
+    def work_root(self) -> Path | None:
+        """Where work dirs go: a tree of their own under task accounts, else the task dirs."""
+        return DEFAULT_WORK_ROOT / self.state_dir.name if self.as_root else None
+
+    def account(self, user: str) -> str:
+        return f"ty-{user}" if self.as_root else "nobody"
+
+    def task_dir(self, job: int) -> Path:
+        return self.state_dir / "tasks" / str(job) / "0" / "main-0-0"
+
+    def work_dir(self, job: int) -> Path:
+        root = self.work_root
+        return self.task_dir(job) / "work" if root is None else root / str(job) / "0" / "main-0-0"
+
+
+def _nonroot_prefix(tmp_path_factory) -> tuple[tuple[str, ...], Path]:
+    """The prefix that starts `yard up` as nobody, and a home nobody owns; skip where it cannot work."""
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import trainyard.api.server"], capture_output=True,
+                           timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"nobody cannot run this Python ({sys.executable}) and trainyard: {probe.stderr[-300:]!r}")
+    # The very check the non-root server makes: without a sandbox it isolates nothing (and says so).
+    check = ("from trainyard.backends.local.sandbox import find_sandbox\n"
+             "sandbox, why = find_sandbox('auto')\nif sandbox is None: raise SystemExit(why)")
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    if probe.returncode != 0:
+        pytest.skip(f"no sandbox for a non-root server here: {probe.stderr.strip()}")
+    base = Path(tempfile.mkdtemp(prefix="isolation-", dir="/var/lib"))
+    base.chmod(0o755)
+    home = base / "home"
+    home.mkdir()
+    os.chown(home, NOBODY, NOBODY)
+    return AS_NOBODY, home
+
+
+@pytest.fixture(scope="module", params=["root", "non-root"])
+def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
+    if os.geteuid() != 0:
+        pytest.skip("the default install isolates users with per-user OS accounts: it needs yard up as root")
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
+    as_root = request.param == "root"
+    prefix, home = ((), tmp_path_factory.mktemp("home")) if as_root else _nonroot_prefix(tmp_path_factory)
+    try:
+        with running_server(home, gpus=4, prefix=prefix) as srv:
+            admin = srv.admin()
+            for name in ("alice", "bob"):
+                admin.create_user(name)
+            alice = Client(srv.url, admin.create_token(user="alice")["token"])
+            bob = Client(srv.url, admin.create_token(user="bob")["token"])
+            yield Cluster(srv, admin, alice, bob, as_root)
+    finally:
+        if not as_root:
+            shutil.rmtree(home.parent, ignore_errors=True)
+
+
+def _mode(path: Path) -> tuple[str, int]:
+    info = os.lstat(path)
+    return oct(stat.S_IMODE(info.st_mode)), info.st_uid
+
+
+def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
+    alice_job = cluster.alice.submit(ALICE_JOB)["id"]
+    wait_until(lambda: b"ready" in cluster.alice.logs(alice_job), timeout=30, what="alice's job to be ready")
+    alice_log = cluster.alice.logs(alice_job).decode()
+    assert alice_log.splitlines()[0] == cluster.account("alice")
+
+    # Where alice's secret lies on this machine: the test (root) checks each holds it.
+    task_dir, work = cluster.task_dir(alice_job), cluster.work_dir(alice_job)
+    holders = {
+        "client-file": cluster.server.home / "client.json",
+        "spec": task_dir / "spec.json",
+        "state-script": task_dir / "script.sh",
+        "output-log": task_dir / "output.log",
+        "work-file": work / "secret-copy.txt",
+        "secret-file": work.with_name(work.name + ".secrets") / "token",
+        "shm-file": (work.parent if cluster.as_root else task_dir.parent) / ".shm" / "alice-shm",
+    }
+    if cluster.as_root:
+        holders["script-copy"] = work.with_suffix(".sh")
+    admin_token = json.loads(holders["client-file"].read_text())["token"]
+    for label, path in holders.items():
+        assert (admin_token if label == "client-file" else ALICE_SECRET) in path.read_text(), label
+    alice_pid = json.loads((task_dir / "pid.json").read_text())["task"]["pid"]
+    assert ALICE_SECRET.encode() in Path(f"/proc/{alice_pid}/environ").read_bytes()  # it does hold it
+
+    # The files alice's account owns are hers alone; the task state is the server's alone.
+    alice_uid, server_uid = pwd.getpwnam(cluster.account("alice")).pw_uid, 0 if cluster.as_root else NOBODY
+    assert _mode(holders["secret-file"]) == ("0o400", alice_uid)
+    if cluster.as_root:
+        assert _mode(work) == ("0o700", alice_uid)
+    assert _mode(cluster.state_dir) == ("0o700", server_uid)
+    assert _mode(cluster.server.home) == ("0o700", server_uid)
+    if cluster.as_root:
+        assert _mode(holders["script-copy"]) == ("0o400", alice_uid)
+
+    targets = {
+        **{label: str(path) for label, path in holders.items()},
+        "database": str(cluster.server.home / "trainyard.db"),
+        "home-dir": str(cluster.server.home),
+        "state-dir": str(cluster.state_dir / "tasks"),
+        "pid-file": str(task_dir / "pid.json"),
+        "work-dir": str(work),
+        "tmp-file": "/tmp/alice-tmp",
+        "alice-environ": f"/proc/{alice_pid}/environ",
+        "alice-cmdline": f"/proc/{alice_pid}/cmdline",
+    }
+    if cluster.work_root is not None:
+        targets["work-root"] = str(cluster.work_root)
+    globs = [f"{cluster.server.home}/**", f"{DEFAULT_WORK_ROOT}/*/*/*/**", "/tmp/**", "/dev/shm/**", "/var/tmp/**"]
+    snoop = "\n".join(f"        {line}" if line else "" for line in SNOOP.strip().splitlines())
+    spec = BOB_JOB % {"bob_secret": BOB_SECRET, "targets": json.dumps(targets), "globs": json.dumps(globs),
+                      "snoop": snoop}
+    bob_job = cluster.bob.wait(cluster.bob.submit(spec)["id"], timeout=60)
+    out = cluster.bob.logs(bob_job["id"]).decode(errors="replace")
+    assert bob_job["state"] == "SUCCEEDED", out
+
+    assert ALICE_SECRET not in out and admin_token not in out
+    assert out.splitlines()[0] == cluster.account("bob")
+    routes = dict(re.findall(r"^ROUTE (\S+): (\S+) ", out, re.MULTILINE))  # the last outcome per label
+    for label in targets:
+        assert label in routes, f"route {label} was not tried:\n{out}"
+    for label in (*holders, "database", "pid-file", "work-dir", "tmp-file"):
+        assert re.search(rf"^ROUTE {label}: DENIED ", out, re.MULTILINE), f"{label}:\n{out}"
+    # The folders over the server's files can be passed, not listed. Only as the server's
+    # own account (non-root) can bob list them, and find the way to his own task only.
+    own = str(bob_job["id"])
+    if cluster.as_root:
+        for label in ("home-dir", "state-dir", "work-root"):
+            assert re.search(rf"^ROUTE {label}: DENIED ", out, re.MULTILINE), f"{label}:\n{out}"
+    else:
+        assert f"ROUTE home-dir: LISTED {targets['home-dir']}: ['local']" in out
+        assert f"ROUTE state-dir: LISTED {targets['state-dir']}: ['{own}']" in out
+    # /proc shows bob's own processes only, and reading them works: his own secret is there.
+    processes = int(re.search(r"^PROCESSES (\d+)$", out, re.MULTILINE).group(1))
+    assert 1 <= processes <= 5, out
+    assert re.search(r"^ROUTE proc-environ: READ ", out, re.MULTILINE) and BOB_SECRET in out
+    assert "sleep(600)" not in out  # alice's command line
+    for pattern in globs:
+        assert f"GLOB {pattern}: " in out
+
+    # Alice's job is untouched by all this, and still sees what it should.
+    assert re.search(rf"file:{ALICE_SECRET} env:{ALICE_SECRET} gpus:\d pwd:{re.escape(str(work))}$",
+                     alice_log, re.MULTILINE), alice_log
+    cluster.alice.stop(alice_job)
+    assert cluster.alice.wait(alice_job, timeout=60)["state"] == "STOPPED"
+
+
+def test_alice_s_two_tasks_still_reach_each_other(cluster: Cluster) -> None:
+    job = cluster.alice.submit((EXAMPLES / "distributed-wiring.yaml").read_text())["id"]
+    done = cluster.alice.wait(job, timeout=60)
+    logs = [cluster.alice.logs(job, task=f"worker/{i}").decode() for i in (0, 1)]
+    assert done["state"] == "SUCCEEDED", logs
+    assert "wiring OK" in logs[1]
