@@ -64,9 +64,8 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
 
 
 def test_a_task_that_loses_its_supervisor_and_the_server_keeps_its_exit_code_and_never_runs_twice(
-    server: Server, tmp_path
+    server: Server, gates
 ) -> None:
-    gates = tmp_path
     client = server.admin()
     job_id = client.submit(_job("orphan", 0, gates).replace("taskRoles:", "jobRetryCount: 1\ntaskRoles:"))["id"]
     wait_until(lambda: client.logs(job_id) == b"running\n", what="the job to run")

@@ -33,10 +33,11 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    first, the waiter sees EOF and closes the task's gate, and the task exits unrun, so no
    task ever runs unrecorded.
 4. Open the gate: the task execs the command line of ``task_argv`` (the spec's ``argv``:
-   a bubblewrap sandbox around, or else plain, ``bash --noprofile --norc script.sh``) with stdin from /dev/null and stdout+stderr appended to
-   ``output.log``. When the spec names a ``user`` the task first drops to it (groups, gid,
-   uid; after joining its process group and redirecting its output, before exec) and runs
-   the copy of the script at ``script_file``, since it cannot read the task directory.
+   a bubblewrap sandbox around ``bash --noprofile --norc script.sh``, or bash alone) with
+   stdin from /dev/null and stdout+stderr appended to ``output.log``. When the spec names
+   a ``user`` the task first drops to it (groups, gid, uid; after joining its process
+   group and redirecting its output, before exec) and runs the copy of the script at
+   ``script_file``, since it cannot read the task directory.
 5. On SIGTERM/SIGINT (a stop), the supervisor forwards SIGTERM to the waiter, which
    SIGTERMs the task's group and arms a timer; when it fires while the task still runs,
    the waiter SIGKILLs the group. Only the waiter signals the group: as the task's parent
