@@ -7,49 +7,46 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from trainyard.api.bodies import BodyRoute, PathName, RequestBody, text_field
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.services import admin
 from trainyard.services import jobs as job_service
 from trainyard.services.views import NodeView, VcView, node_view
 from trainyard.store.rows import UserRow
 
-router = APIRouter(tags=["admin"])
+router = APIRouter(tags=["admin"], route_class=BodyRoute)
 
 Admin = Annotated[UserRow, Depends(admin_user)]
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
 
 
-class _Body(BaseModel):
-    model_config = {"extra": "forbid"}
-
-
-class CreateVcRequest(_Body):
-    name: str = Field(max_length=64)
+class CreateVcRequest(RequestBody):
+    name: str = text_field(64)
     gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
-    model: str | None = Field(default=None, max_length=64, description="GPU model; default: any")
+    model: str | None = text_field(64, default=None, description="GPU model; default: any")
     priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
 
 
-class QuotaRequest(_Body):
+class QuotaRequest(RequestBody):
     gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
-    model: str | None = Field(default=None, max_length=64)
+    model: str | None = text_field(64, default=None)
 
 
-class GrantRequest(_Body):
-    grantee: str = Field(max_length=65, description="A user name, or @group")
+class GrantRequest(RequestBody):
+    grantee: str = text_field(65, description="A user name, or @group")
 
 
-class NameRequest(_Body):
-    name: str = Field(max_length=64)
+class NameRequest(RequestBody):
+    name: str = text_field(64)
 
 
-class MemberRequest(_Body):
-    user: str = Field(max_length=64)
+class MemberRequest(RequestBody):
+    user: str = text_field(64)
 
 
-class UserQuotaRequest(_Body):
-    priority: str = Field(description="prod, normal, low or oppo")
+class UserQuotaRequest(RequestBody):
+    priority: str = text_field(16, description="prod, normal, low or oppo")
     gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
 
 
@@ -85,7 +82,7 @@ def create_vc(body: CreateVcRequest, _: Admin, ctx: Ctx) -> VcView:
 
 
 @router.put("/vcs/{name}/quota", response_model=VcView)
-def set_vc_quota(name: str, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcView:
+def set_vc_quota(name: PathName, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcView:
     with ctx.db.session() as session:
         admin.set_vc_quota(session, name, gpus=body.gpus, model=body.model)
     ctx.wake_controller()
@@ -93,7 +90,7 @@ def set_vc_quota(name: str, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcView:
 
 
 @router.post("/vcs/{name}/grants", response_model=VcView)
-def grant_vc(name: str, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
+def grant_vc(name: PathName, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
     with ctx.db.session() as session:
         admin.grant_vc(session, name, body.grantee)
     return next(v for v in _vc_views(ctx) if v.name == name)
@@ -112,7 +109,7 @@ def create_group(body: NameRequest, _: Admin, ctx: Ctx) -> GroupView:
 
 
 @router.post("/groups/{name}/members", response_model=GroupView)
-def add_member(name: str, body: MemberRequest, _: Admin, ctx: Ctx) -> GroupView:
+def add_member(name: PathName, body: MemberRequest, _: Admin, ctx: Ctx) -> GroupView:
     with ctx.db.session() as session:
         admin.add_member(session, name, body.user)
     with ctx.db.session() as session:
@@ -126,7 +123,7 @@ def list_quotas(_: Admin, ctx: Ctx) -> list[UserQuotaView]:
 
 
 @router.put("/quotas/{user}", response_model=list[UserQuotaView])
-def set_quota(user: str, body: UserQuotaRequest, _: Admin, ctx: Ctx) -> list[UserQuotaView]:
+def set_quota(user: PathName, body: UserQuotaRequest, _: Admin, ctx: Ctx) -> list[UserQuotaView]:
     with ctx.db.session() as session:
         admin.set_user_quota(session, user, priority=body.priority, gpus=body.gpus)
     ctx.wake_controller()
@@ -134,12 +131,12 @@ def set_quota(user: str, body: UserQuotaRequest, _: Admin, ctx: Ctx) -> list[Use
 
 
 @router.post("/nodes/{name}/cordon", response_model=NodeView)
-def cordon(name: str, _: Admin, ctx: Ctx) -> NodeView:
+def cordon(name: PathName, _: Admin, ctx: Ctx) -> NodeView:
     return _set_cordon(ctx, name, True)
 
 
 @router.post("/nodes/{name}/uncordon", response_model=NodeView)
-def uncordon(name: str, _: Admin, ctx: Ctx) -> NodeView:
+def uncordon(name: PathName, _: Admin, ctx: Ctx) -> NodeView:
     return _set_cordon(ctx, name, False)
 
 

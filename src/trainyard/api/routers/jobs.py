@@ -12,6 +12,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 from sqlalchemy.orm.exc import StaleDataError
 
+from trainyard.api.bodies import BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.logs import LogTarget, find_log_target, read_tail
 from trainyard.services import jobs as job_service
@@ -20,7 +21,7 @@ from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
 
 
 class DryRunResult(BaseModel):

@@ -5,32 +5,31 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from trainyard.api.bodies import BodyRoute, RequestBody, text_field
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.services import auth
 from trainyard.services.errors import Forbidden
 from trainyard.services.views import UserView, user_view
 from trainyard.store.rows import UserRow
 
-router = APIRouter(tags=["users"])
+router = APIRouter(tags=["users"], route_class=BodyRoute)
 
 User = Annotated[UserRow, Depends(current_user)]
 Admin = Annotated[UserRow, Depends(admin_user)]
 Ctx = Annotated[AppContext, Depends(context)]
 
 
-class CreateUserRequest(BaseModel):
-    model_config = {"extra": "forbid"}
-    name: str = Field(max_length=64, description="lowercase letters, digits, '_', '.', '-'")
+class CreateUserRequest(RequestBody):
+    name: str = text_field(64, description="lowercase letters, digits, '_', '.', '-'")
     admin: bool = False
 
 
-class CreateTokenRequest(BaseModel):
-    model_config = {"extra": "forbid"}
-    user: str | None = Field(default=None, description="Whose token; default: the caller. Admins only for others.")
-    name: str = Field(default="", max_length=128, pattern=r"^[^\x00]*$",
-                      description="A note to recognise the token by")
+class CreateTokenRequest(RequestBody):
+    user: str | None = text_field(64, default=None,
+                                  description="Whose token; default: the caller. Admins only for others.")
+    name: str = text_field(128, default="", description="A note to recognise the token by")
 
 
 class TokenResponse(BaseModel):
