@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
+from trainyard.api import openapi
 from trainyard.api.bodies import BodyError, LongInteger
 from trainyard.api.deps import AppContext
 from trainyard.api.routers import admin, cluster, jobs, users
@@ -36,12 +37,18 @@ def create_app(ctx: AppContext) -> FastAPI:
         title="Trainyard",
         summary="Share GPU machines for deep-learning training.",
         version="0.1.0",
-        docs_url="/docs",
+        description="Errors always answer `{\"detail\": …, \"errors\": [{\"path\": …, \"message\": …}]}`. "
+                    "Use **Authorize** with a token from `yard token create` (the admin's is in "
+                    "`$TRAINYARD_HOME/client.json`).",
         openapi_url="/api/v1/openapi.json",
+        docs_url=None,  # openapi.install serves /docs from the package, not from a CDN
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router):
         app.include_router(router, prefix="/api/v1")
+    openapi.install(app)
 
     @app.exception_handler(SpecError)
     async def _spec_error(_: Request, exc: SpecError) -> JSONResponse:

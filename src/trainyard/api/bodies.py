@@ -15,6 +15,7 @@ field path, and every unreadable body answered 413 or 422 in Trainyard's error f
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -37,8 +38,15 @@ class RequestBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def text_field(max_length: int, **kwargs: Any) -> Any:
-    """A string field of at most ``max_length`` characters, none of them NUL."""
+def text_field(max_length: int, *, rule: re.Pattern[str] | None = None, **kwargs: Any) -> Any:
+    """A string field of at most ``max_length`` characters, none of them NUL.
+
+    ``rule`` is the service's own check of the value (a name's syntax): the OpenAPI document
+    declares it, so that generated clients build valid values, while the service keeps
+    enforcing it with a message that says what a valid name looks like.
+    """
+    if rule is not None:
+        kwargs["json_schema_extra"] = {"pattern": f"^(?:{rule.pattern})$"}
     return Field(max_length=max_length, pattern=NO_NUL, **kwargs)
 
 

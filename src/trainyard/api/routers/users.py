@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from trainyard.api.bodies import BodyRoute, RequestBody, text_field
 from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.api.openapi import errors
 from trainyard.services import auth
 from trainyard.services.errors import Forbidden
 from trainyard.services.views import UserView, user_view
@@ -22,7 +23,7 @@ Ctx = Annotated[AppContext, Depends(context)]
 
 
 class CreateUserRequest(RequestBody):
-    name: str = text_field(64, description="lowercase letters, digits, '_', '.', '-'")
+    name: str = text_field(64, rule=auth.USER_NAME, description="lowercase letters, digits, '_', '.', '-'")
     admin: bool = False
 
 
@@ -37,24 +38,25 @@ class TokenResponse(BaseModel):
     user: str
 
 
-@router.get("/me", response_model=UserView)
+@router.get("/me", response_model=UserView, responses=errors(401))
 def whoami(user: User) -> UserView:
     return user_view(user)
 
 
-@router.get("/users", response_model=list[UserView])
+@router.get("/users", response_model=list[UserView], responses=errors(401, 403))
 def list_users(_: Admin, ctx: Ctx) -> list[UserView]:
     with ctx.db.session() as session:
         return [user_view(u) for u in auth.list_users(session)]
 
 
-@router.post("/users", response_model=UserView, status_code=201)
+@router.post("/users", response_model=UserView, status_code=201, responses=errors(401, 403, 409, 413, 422))
 def create_user(body: CreateUserRequest, _: Admin, ctx: Ctx) -> UserView:
     with ctx.db.session() as session:
         return user_view(auth.create_user(session, body.name, is_admin=body.admin, clock=ctx.clock))
 
 
-@router.post("/tokens", response_model=TokenResponse, status_code=201)
+@router.post("/tokens", response_model=TokenResponse, status_code=201,
+             responses=errors(401, 403, 404, 413, 422))
 def create_token(body: CreateTokenRequest, user: User, ctx: Ctx) -> TokenResponse:
     with ctx.db.session() as session:
         if body.user and body.user != user.name and not user.is_admin:
