@@ -13,7 +13,7 @@ from trainyard.backends.base import TaskLaunch
 from trainyard.backends.local import procfs, supervisor, taskfiles
 from trainyard.backends.local.backend import (
     STARTUP_TIMEOUT_SECONDS,
-    VANISHED,
+    SUPERVISOR_LOST,
     LocalBackend,
 )
 
@@ -123,7 +123,8 @@ def test_a_task_outlives_its_killed_supervisor_and_can_still_be_stopped(local):
     local.backend.stop(key, 0.5)
     local.backend.stop(key, 0.5)
     status = local.wait_ended(key)
-    assert (status.exit_code, status.message) == (None, VANISHED)
+    # The task's waiter outlived the supervisor and recorded the SIGKILL that ended it.
+    assert (status.exit_code, status.signal) == (137, 9) and SUPERVISOR_LOST in status.message
     assert not procfs.group_members(record["task"]["pgid"])
 
 
@@ -195,7 +196,7 @@ def test_a_stop_outlives_the_server_that_sent_it_when_the_supervisor_is_gone(loc
     restarted = LocalBackend(local.state_dir, gpus=[])
     status = local.wait_ended(key, backend=restarted)
     assert time.time() >= stop["deadline"]
-    assert (status.exit_code, status.message) == (None, VANISHED)
+    assert (status.exit_code, status.signal) == (137, 9) and SUPERVISOR_LOST in status.message
     assert not procfs.group_members(pgid)
 
 

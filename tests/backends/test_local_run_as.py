@@ -151,3 +151,10 @@ def test_work_dir_root_without_run_as_only_moves_the_work_dirs(tmp_path, make_lo
     work = tmp_path / "work" / str(key.job_id) / "0" / "worker-0-0"
     assert harness.log(key) == f"{work} {os.getuid()}\n"
     assert harness.backend.work_dir(key) == work
+
+
+def test_a_task_of_the_user_cannot_kill_its_root_waiter_so_its_exit_status_is_recorded(as_user):
+    key = as_user.launch('kill -KILL "$PPID" && echo KILLED THE WAITER\nexit 4')  # $PPID: the waiter
+    status = as_user.wait_ended(key)
+    assert (status.exit_code, status.signal) == (4, None)
+    assert "Operation not permitted" in as_user.log(key) and "KILLED" not in as_user.log(key)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import sys
 import time
 
 import pytest
-from e2e.server import kill_tasks_under
+from e2e.server import kill_tasks_under, wait_until
 from sqlalchemy import select
 
 from trainyard.backends.local.backend import LocalBackend
@@ -335,3 +339,100 @@ def test_a_task_that_ended_unwatched_keeps_the_end_its_supervisor_recorded(tmp_p
         job = s.get(JobRow, job_id)
         assert job.attempts[0].finished_at == task.finished_at == job.finished_at
     db.dispose()
+
+
+def _claim_of_running_task(tmp_path, job_id: int) -> dict:
+    """The ``pid.json`` of attempt 0 of the job's one task, once the task is recorded in it."""
+    def claim() -> dict | None:
+        for path in (tmp_path / "local" / "tasks" / str(job_id) / "0").glob("*/pid.json"):
+            record = json.loads(path.read_text())
+            if record.get("task"):
+                return record
+        return None
+
+    return wait_until(claim, what=f"job {job_id}'s task to be recorded")
+
+
+def test_a_task_that_finishes_after_its_supervisor_was_killed_succeeds_and_is_not_run_again(world, tmp_path) -> None:
+    db, _, controller, user = world
+    starts, go = tmp_path / "starts", tmp_path / "go"
+    job_id = submit(db, user, f"""
+name: orphaned
+jobRetryCount: 1
+taskRoles:
+  m:
+    commands:
+      - echo start >> {starts}
+      - while [ ! -e {go} ]; do sleep 0.02; done
+""")
+    drive(controller, db, job_id, states=("RUNNING",))
+    wait_until(starts.exists, what="the task to start")
+    supervisor = _claim_of_running_task(tmp_path, job_id)["supervisor"]["pid"]
+    os.kill(supervisor, signal.SIGKILL)
+    go.touch()  # the task finishes its work with no supervisor left to record it
+    job = drive(controller, db, job_id)
+    assert (job.state, job.attempt, job.retries_used, job.exit_code) == ("SUCCEEDED", 0, 0, 0)
+    assert starts.read_text() == "start\n"
+    (task,) = tasks_of(db, job_id)
+    assert (task.state, task.exit_code) == ("SUCCEEDED", 0) and "supervisor was lost" in task.message
+
+
+def _lose_supervision(attempts: str) -> str:
+    """A command that, in the attempts matching the shell pattern ``attempts``, kills the
+    task's supervisor and waiter and then the task itself: nothing records how it ended."""
+    kill_both = ("import json, os, signal; c = json.load(open('../pid.json')); "
+                 "[os.kill(c[p]['pid'], signal.SIGKILL) for p in ('supervisor', 'waiter')]")
+    return f'case "$TRAINYARD_ATTEMPT" in {attempts}) {sys.executable} -c "{kill_both}"; kill -9 $$;; esac'
+
+
+def test_a_lost_task_is_retried_as_a_platform_fault_without_spending_job_retries(world, tmp_path) -> None:
+    from trainyard.cli.render import job_detail as render_job
+    from trainyard.services.views import job_detail as job_view
+    from trainyard.store.rows import JobEventRow
+
+    db, _, controller, user = world
+    job_id = submit(db, user, f"""
+name: unlucky
+jobRetryCount: 0
+taskRoles:
+  m:
+    commands:
+      - {json.dumps(_lose_supervision("0"))}
+      - echo "finished attempt $TRAINYARD_ATTEMPT"
+""")
+    job = drive(controller, db, job_id)
+    assert (job.state, job.attempt, job.retries_used) == ("SUCCEEDED", 1, 0)
+    with db.session() as s:
+        row = s.get(JobRow, job_id)
+        assert [a.state for a in row.attempts] == ["LOST", "SUCCEEDED"]
+        lost_task = row.attempts[0].tasks[0]
+        assert (lost_task.state, lost_task.exit_code) == ("LOST", None)
+        assert "no exit status" in lost_task.message
+        events = list(s.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)))
+        kinds = [e.kind for e in events]
+        assert "task-lost" in kinds and "retried" not in kinds
+        (retry,) = [e.message for e in events if e.kind == "platform-retried"]
+        assert "without spending jobRetryCount" in retry and "platform retry 1 of" in retry
+        shown = render_job(job_view(row, events, []).model_dump(mode="json"))
+    assert "Attempt 0: LOST" in shown and "m/0   LOST" in shown
+    assert "retries used 0 of 0; platform retries 1 of 3" in shown
+
+
+def test_a_job_lost_every_time_gets_a_bounded_number_of_platform_retries_then_fails(world, tmp_path) -> None:
+    from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
+
+    db, _, controller, user = world
+    job_id = submit(db, user, f"""
+name: cursed
+jobRetryCount: 0
+taskRoles:
+  m:
+    commands:
+      - {json.dumps(_lose_supervision("*"))}
+""")
+    job = drive(controller, db, job_id, timeout=60)
+    assert (job.state, job.retries_used, job.exit_code) == ("FAILED", 0, None)
+    assert "platform retries are used up" in job.state_message
+    with db.session() as s:
+        states = [a.state for a in s.get(JobRow, job_id).attempts]
+    assert states == ["LOST"] * MAX_PLATFORM_RETRIES + ["FAILED"]

@@ -1,24 +1,31 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trainyard.core.exitcodes import ExitKind, classify_exit
 from trainyard.core.lifecycle import (
+    MAX_PLATFORM_RETRIES,
     AttemptOutcome,
     RolePolicy,
     evaluate_completion,
     job_should_retry,
+    platform_retries_used,
+    platform_retry_due,
     task_should_rerun,
 )
 from trainyard.core.states import (
+    AttemptState,
     IllegalTransition,
     JobState,
     TaskState,
+    check_attempt_transition,
     check_job_transition,
     check_task_transition,
 )
 
-S, F, R, X = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.RUNNING, TaskState.STOPPED
+S, F, R, X, L = TaskState.SUCCEEDED, TaskState.FAILED, TaskState.RUNNING, TaskState.STOPPED, TaskState.LOST
 
 
 def states(role: str, *values: TaskState) -> dict[tuple[str, int], TaskState]:
@@ -96,3 +103,46 @@ def test_the_state_machine_refuses_illegal_moves() -> None:
     assert all(not nxt for state, nxt in
                __import__("trainyard.core.states", fromlist=["JOB_TRANSITIONS"]).JOB_TRANSITIONS.items()
                if state.is_final)
+
+
+def test_an_attempt_failed_only_by_lost_tasks_is_lost_not_failed() -> None:
+    result = evaluate_completion([RolePolicy("w", 3)], states("w", S, L, R))
+    assert result is not None and result.outcome == AttemptOutcome.LOST
+    assert "1 task(s) of role w lost" in result.reason
+
+
+def test_a_task_that_really_failed_makes_the_attempt_failed_even_beside_a_lost_one() -> None:
+    roles = [RolePolicy("ps", 1), RolePolicy("w", 2)]
+    result = evaluate_completion(roles, {("ps", 0): L, **states("w", F, R)})
+    assert result is not None and result.outcome == AttemptOutcome.FAILED
+
+
+def test_lost_tasks_count_towards_min_failed_only_where_real_failures_alone_would_not_fire() -> None:
+    roles = [RolePolicy("w", 3, min_failed=2)]
+    assert evaluate_completion(roles, states("w", F, R, R)) is None
+    assert evaluate_completion(roles, states("w", F, L, R)).outcome == AttemptOutcome.LOST
+    assert evaluate_completion(roles, states("w", F, F, L)).outcome == AttemptOutcome.FAILED
+    tolerant = [RolePolicy("w", 2, min_failed=-1)]
+    assert evaluate_completion(tolerant, states("w", L, S)).outcome == AttemptOutcome.SUCCEEDED
+
+
+def test_platform_retries_are_counted_from_lost_attempts_and_bounded() -> None:
+    assert MAX_PLATFORM_RETRIES >= 1
+    lost_so_far = [AttemptState.LOST] * (MAX_PLATFORM_RETRIES - 1) + [AttemptState.PREEMPTED, AttemptState.FAILED]
+    assert platform_retries_used(lost_so_far) == MAX_PLATFORM_RETRIES - 1
+    assert platform_retry_due(lost_so_far)
+    assert not platform_retry_due([*lost_so_far, AttemptState.LOST])
+
+
+def test_lost_is_final_for_tasks_and_attempts() -> None:
+    assert L.is_final and check_task_transition(R, L) == L
+    assert check_attempt_transition(AttemptState.RUNNING, AttemptState.LOST) == AttemptState.LOST
+    with pytest.raises(IllegalTransition):
+        check_task_transition(L, R)
+    with pytest.raises(IllegalTransition):
+        check_attempt_transition(AttemptState.LOST, AttemptState.FAILED)
+
+
+def test_the_readme_states_the_platform_retry_bound_the_code_applies() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert f"at most {MAX_PLATFORM_RETRIES} such platform retries" in readme

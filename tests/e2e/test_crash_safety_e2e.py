@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+
 import pytest
 
 from e2e.server import Server, wait_until
+from trainyard.backends.local import procfs
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +63,29 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
         assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"
     assert [len(client.job(j)["attempts"]) for j in (ended_while_down, still_running, queued)] == [1, 1, 1]
 
+
+def test_a_task_that_loses_its_supervisor_and_the_server_keeps_its_exit_code_and_never_runs_twice(
+    server: Server, tmp_path
+) -> None:
+    gates = tmp_path
+    client = server.admin()
+    job_id = client.submit(_job("orphan", 0, gates).replace("taskRoles:", "jobRetryCount: 1\ntaskRoles:"))["id"]
+    wait_until(lambda: client.logs(job_id) == b"running\n", what="the job to run")
+    (cluster_dir,) = (server.home / "local").iterdir()
+    task_dir = cluster_dir / "tasks" / str(job_id) / "0" / "main-0-0"
+    claim = json.loads((task_dir / "pid.json").read_text())
+    os.kill(claim["supervisor"]["pid"], signal.SIGKILL)
+    server.kill9()
+    (gates / "release-orphan").touch()  # the task ends with neither its supervisor nor a server
+    wait_until(lambda: not procfs.group_alive(claim["task"]["pgid"], claim["task"]["start_time"]),
+               what="the task to end")
+
+    server.start()
+    client = server.admin()
+    done = client.wait(job_id, timeout=30)
+    assert (done["state"], done["exitCode"], len(done["attempts"])) == ("SUCCEEDED", 0, 1)
+    assert "supervisor was lost" in done["attempts"][0]["tasks"][0]["message"]
+    assert (gates / "starts-orphan").read_text() == "start\n"
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

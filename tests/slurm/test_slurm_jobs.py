@@ -274,7 +274,7 @@ taskRoles:
     assert status.exit_code is None and "ReqNodeNotAvail" in status.message, status
 
 
-def test_a_job_on_a_node_that_goes_down_is_retried_per_its_policy(world, slurm) -> None:
+def test_a_job_on_a_node_that_goes_down_is_retried_as_a_platform_fault(world, slurm) -> None:
     job_id, _ = start(world, """
 name: node-down
 jobRetryCount: 1
@@ -290,12 +290,14 @@ taskRoles:
         job = drive(world, job_id)
     finally:
         slurm.run(["scontrol", "update", f"NodeName={task.node}", "State=RESUME"], check=False)
-    assert job.state == "SUCCEEDED" and job.attempt == 1 and job.retries_used == 1
+    # Slurm knows no exit status of a task whose node failed: the task is LOST, and the
+    # attempt is retried without spending the user's jobRetryCount.
+    assert job.state == "SUCCEEDED" and job.attempt == 1 and job.retries_used == 0
     with world.db.session() as s:
         first = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.number == 0)).one()
-        assert first.state == "FAILED"
-        [failed] = first.tasks
-        assert "NODE_FAIL" in failed.message, failed.message
+        assert first.state == "LOST"
+        [lost] = first.tasks
+        assert lost.state == "LOST" and "NODE_FAIL" in lost.message, lost.message
 
 
 def test_a_partition_limits_the_inventory_and_receives_the_jobs(world, slurm) -> None:

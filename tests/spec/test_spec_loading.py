@@ -191,7 +191,7 @@ def test_alias_bombs_binary_values_and_nul_characters_are_refused() -> None:
         parse_job("name: x\ndescription: !!binary aGVsbG8=\ntaskRoles: {m: {commands: [a]}}\n")
     with pytest.raises(SpecError, match="NUL"):
         parse_job('{"name": "x", "taskRoles": {"m": {"commands": ["a\\u0000"]}}}', content_type="json")
-    with pytest.raises(SpecError, match="nested too deeply"):
+    with pytest.raises(SpecError, match="nested more than 32 levels deep"):
         parse_job("[" * 5000, content_type="json")
 
 

@@ -15,7 +15,8 @@ from trainyard.spec.templating import MASK, masked_spec, normalized_spec, render
 identifiers = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
 job_names = st.from_regex(r"[A-Za-z0-9_-]{1,24}", fullmatch=True)
 # NUL is refused at load (PostgreSQL cannot store it), so generated text leaves it out.
-no_nul = st.characters(blacklist_characters="\x00")
+# Text a job file may hold: no NUL, no lone UTF-16 surrogate (category Cs).
+no_nul = st.characters(blacklist_characters="\x00", blacklist_categories=("Cs",))
 free_text = st.text(no_nul, max_size=15).filter(lambda text: "<%" not in text and "%>" not in text)
 # A secret must hold at least one character that is not '*': a secret made of stars
 # alone could never be told apart from the mask.
@@ -34,7 +35,7 @@ secret_trees = st.recursive(
 parameter_trees = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
     | st.floats(allow_nan=False, allow_infinity=False)
     | free_text,
     lambda children: (

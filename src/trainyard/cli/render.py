@@ -54,6 +54,12 @@ def job_status_text(job: dict) -> str:
     return job.get("message") or ""
 
 
+def _platform_retries(job: dict) -> str:
+    """``; platform retries 1 of 3`` once a lost attempt was retried, else nothing."""
+    used = job.get("platformRetriesUsed") or 0
+    return f"; platform retries {used} of {job.get('platformRetriesMax', '?')}" if used else ""
+
+
 def jobs_table(jobs: list[dict]) -> str:
     rows = [
         [j["id"], j["name"], j["user"], j["state"], num(j["gpus"]), j["attempt"],
@@ -72,8 +78,8 @@ def job_detail(job: dict) -> str:
         f"  submitted:  {when(job['submittedAt'])}    started: {when(job['startedAt'])}"
         f"    finished: {when(job['finishedAt'])}",
         f"  attempt:    {job['attempt']}  (retries used {job['retriesUsed']} of "
-        f"{job['spec'].get('jobRetryCount', 0)})" + (f"    exit code: {job['exitCode']}"
-                                                     if job["exitCode"] is not None else ""),
+        f"{job['spec'].get('jobRetryCount', 0)}{_platform_retries(job)})"
+        + (f"    exit code: {job['exitCode']}" if job["exitCode"] is not None else ""),
     ]
     for warning in job.get("warnings", []):
         lines.append(f"  warning:    {warning}")

@@ -22,9 +22,12 @@ from trainyard.controller.launching import build_launch, task_key
 from trainyard.core.clock import Clock
 from trainyard.core.exitcodes import classify_exit
 from trainyard.core.lifecycle import (
+    MAX_PLATFORM_RETRIES,
     RolePolicy,
     evaluate_completion,
     job_should_retry,
+    platform_retries_used,
+    platform_retry_due,
     task_should_rerun,
 )
 from trainyard.core.states import (
@@ -223,6 +226,10 @@ class Reconciler:
             new_state = TaskState.STOPPED
         elif status.exit_code == 0:
             new_state = TaskState.SUCCEEDED
+        elif status.exit_code is None:
+            # Nobody knows how it ended: not its failure. Not re-run in place either: the
+            # attempt decides (core/lifecycle: a platform retry).
+            new_state = TaskState.LOST
         else:
             spec = self.spec_of(job)
             retry_count = spec.taskRoles[task.role].taskRetryCount
@@ -239,7 +246,8 @@ class Reconciler:
         task.exit_code = status.exit_code
         task.message = detail
         task.finished_at = ended_at(task, status, now)
-        record_event(session, job, "task-exited", f"task {label} {detail}", self.clock)
+        kind = "task-lost" if new_state == TaskState.LOST else "task-exited"
+        record_event(session, job, kind, f"task {label} {detail}", self.clock)
 
     def _advance_job(self, session: Session, job: JobRow) -> bool:
         attempt = current_attempt(job)
@@ -273,6 +281,17 @@ class Reconciler:
             record_event(session, job, "requeued",
                          f"attempt {attempt.number} preempted ({attempt.reason}); waiting as attempt "
                          f"{job.attempt}", self.clock)
+            return True
+        if attempt.state == AttemptState.LOST:
+            # A platform fault: a new attempt that spends none of jobRetryCount.
+            job.state = check_job_transition(JobState(job.state), JobState.WAITING)
+            job.attempt += 1
+            job.state_message = f"requeued: attempt {attempt.number} lost ({attempt.reason})"
+            used = platform_retries_used(a.state for a in job.attempts)
+            record_event(session, job, "platform-retried",
+                         f"attempt {attempt.number} lost: {attempt.reason}; a platform fault, so attempt "
+                         f"{job.attempt} starts without spending jobRetryCount (platform retry {used} of "
+                         f"{MAX_PLATFORM_RETRIES})", self.clock)
             return True
         if attempt.state == AttemptState.TIMED_OUT:
             # As Slurm's TIMEOUT: not retried, a new attempt would only run out of time again.
@@ -309,9 +328,14 @@ class Reconciler:
         completion = evaluate_completion(roles, states)
         if completion is None:
             return
-        attempt.state = check_attempt_transition(AttemptState(attempt.state), AttemptState(completion.outcome))
-        attempt.reason = completion.reason + note
+        outcome, reason = AttemptState(completion.outcome), completion.reason + note
+        if outcome == AttemptState.LOST and not platform_retry_due(a.state for a in job.attempts):
+            outcome = AttemptState.FAILED
+            reason += f"; its {MAX_PLATFORM_RETRIES} platform retries are used up, so this counts as a failure"
+        attempt.state = check_attempt_transition(AttemptState(attempt.state), outcome)
+        attempt.reason = reason
         failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
+        failed += [t.exit_code for t in attempt.tasks if t.state == TaskState.LOST]
         attempt.exit_code = failed[0] if failed else 0
 
     def _finish(self, session: Session, job: JobRow, state: JobState, message: str) -> None:

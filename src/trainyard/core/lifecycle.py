@@ -10,16 +10,29 @@ These follow OpenPAI (FrameworkController) semantics:
 * a failed task is re-run in place up to ``taskRetryCount`` times before it counts as failed;
 * a failed attempt is retried as a new attempt up to ``jobRetryCount`` times, unless its
   failure is permanent (e.g. ``command not found``), which no retry can fix.
+
+A task whose exit status is unknown is ``LOST`` (its supervision died with no record of how
+it ended, its node failed): that is the platform's fault, not the job's. As OpenPAI treats
+platform errors, an attempt that fails only because of lost tasks (the failure trigger
+would not fire on the tasks that really failed) ends ``LOST`` and is retried as a new
+attempt that spends none of ``jobRetryCount``, like a preemption. A lost task is not re-run
+in place (its run may have done its work; the whole attempt restarts, as after any
+failure). So that a fault that keeps recurring cannot loop forever, a job gets at most
+``MAX_PLATFORM_RETRIES`` such retries; past them a lost attempt counts as failed, and
+``jobRetryCount`` decides as for any failure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 from trainyard.core.exitcodes import ExitKind, classify_exit
-from trainyard.core.states import TaskState
+from trainyard.core.states import AttemptState, TaskState
+
+# Retries for platform faults (lost attempts) a job gets on top of its jobRetryCount.
+MAX_PLATFORM_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,7 @@ class RolePolicy:
 class AttemptOutcome(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    LOST = "LOST"  # failed only because tasks were lost: a platform fault
 
 
 @dataclass(frozen=True)
@@ -50,15 +64,30 @@ def evaluate_completion(
 ) -> Completion | None:
     """Decide whether an attempt is complete, given its tasks' current states.
 
-    Returns ``None`` while the attempt should keep running.
+    Returns ``None`` while the attempt should keep running. A lost task counts towards
+    ``minFailedInstances``, but the tasks that really failed are looked at first: only an
+    attempt they alone would not fail is ``LOST``.
     """
+
+    def count(role: RolePolicy, state: TaskState) -> int:
+        return sum(1 for i in range(role.instances) if states.get((role.name, i)) == state)
+
     for role in roles:
-        failed = sum(1 for i in range(role.instances) if states.get((role.name, i)) == TaskState.FAILED)
+        failed = count(role, TaskState.FAILED)
         min_failed = _norm(role.min_failed)
         if min_failed is not None and failed >= min_failed:
             return Completion(
                 AttemptOutcome.FAILED,
                 f"{failed} task(s) of role {role.name} failed (minFailedInstances={min_failed})",
+            )
+    for role in roles:
+        lost, failed = count(role, TaskState.LOST), count(role, TaskState.FAILED)
+        min_failed = _norm(role.min_failed)
+        if lost and min_failed is not None and failed + lost >= min_failed:
+            return Completion(
+                AttemptOutcome.LOST,
+                f"{lost} task(s) of role {role.name} lost, their exit status unknown"
+                + (f", {failed} failed" if failed else "") + f" (minFailedInstances={min_failed})",
             )
     for role in roles:
         succeeded = sum(
@@ -80,6 +109,18 @@ def evaluate_completion(
 def task_should_rerun(exit_code: int | None, runs_so_far: int, task_retry_count: int) -> bool:
     """Whether a failed task is re-run in place (``runs_so_far`` counts the first run)."""
     return classify_exit(exit_code).kind != ExitKind.PERMANENT and runs_so_far <= task_retry_count
+
+
+def platform_retries_used(attempt_states: Iterable[str]) -> int:
+    """Platform retries a job with attempts in these states had: one per lost attempt
+    (derived from the attempts, never kept as a counter)."""
+    return sum(1 for state in attempt_states if state == AttemptState.LOST)
+
+
+def platform_retry_due(attempt_states: Iterable[str]) -> bool:
+    """Whether a job whose attempts are in these states may have one more platform retry
+    (else its lost attempt counts as failed)."""
+    return platform_retries_used(attempt_states) < MAX_PLATFORM_RETRIES
 
 
 def job_should_retry(exit_code: int | None, retries_used: int, job_retry_count: int) -> bool:

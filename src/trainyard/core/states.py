@@ -27,8 +27,9 @@ class JobState(StrEnum):
 FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
 
 # WAITING -> RUNNING        placed and launched
-# RUNNING -> WAITING        the attempt failed and a retry is due, or it was preempted (a new
-#                           attempt either way; preemption does not use the retry budget)
+# RUNNING -> WAITING        the attempt failed and a retry is due, it was preempted, or it was
+#                           lost (a new attempt each time; preemption and a lost attempt,
+#                           platform faults both, do not use the retry budget)
 # RUNNING -> SUCCEEDED/FAILED  completion policy decided
 # RUNNING -> STOPPING      a user asked to stop; tasks are being signalled
 # WAITING -> STOPPED        stop before anything ran
@@ -53,6 +54,9 @@ class AttemptState(StrEnum):
     STOPPED = "STOPPED"  # ended by a stop request
     PREEMPTED = "PREEMPTED"  # the scheduler needs its resources: stopped, then requeued
     TIMED_OUT = "TIMED_OUT"  # ran past the job's maxRunTimeSeconds: stopped; the job fails
+    # Failed only because tasks were LOST (a platform fault): requeued as a new attempt
+    # without spending jobRetryCount, at most lifecycle.MAX_PLATFORM_RETRIES times.
+    LOST = "LOST"
 
     @property
     def is_final(self) -> bool:
@@ -67,11 +71,13 @@ ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
             AttemptState.STOPPED,
             AttemptState.PREEMPTED,
             AttemptState.TIMED_OUT,
+            AttemptState.LOST,
         }
     ),
     # Preempted too late: every task had already ended on its own, so its outcome stands.
-    AttemptState.PREEMPTED: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED}),
+    AttemptState.PREEMPTED: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.LOST}),
     AttemptState.TIMED_OUT: frozenset(),
+    AttemptState.LOST: frozenset(),
     AttemptState.SUCCEEDED: frozenset(),
     AttemptState.FAILED: frozenset(),
     AttemptState.STOPPED: frozenset(),
@@ -84,10 +90,13 @@ class TaskState(StrEnum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     STOPPED = "STOPPED"  # ended because Trainyard stopped it (user stop, completion, preemption)
+    # Ended, but how is unknown: nothing recorded its exit status (its supervision was lost
+    # with it, its node failed). A platform fault, not the task's: see lifecycle.
+    LOST = "LOST"
 
     @property
     def is_final(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST)
 
 
 TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
@@ -95,9 +104,10 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     # RUNNING -> WAITING is an in-place task retry (taskRetryCount): the next run of the
     # task is launched like a new one.
     TaskState.RUNNING: frozenset(
-        {TaskState.WAITING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED}
+        {TaskState.WAITING, TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.LOST}
     ),
     TaskState.SUCCEEDED: frozenset(),
+    TaskState.LOST: frozenset(),
     TaskState.FAILED: frozenset(),
     TaskState.STOPPED: frozenset(),
 }

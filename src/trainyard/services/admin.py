@@ -232,8 +232,12 @@ def vc_usage(session: Session) -> dict[str, dict[str, float]]:
     return usage
 
 
-def describe_vcs(session: Session) -> list[VcView]:
-    """Every VC with quota, use and queue; ``default`` (first) holds what no VC guarantees."""
+def describe_vcs(session: Session, viewer: UserRow | None = None) -> list[VcView]:
+    """Every VC with quota, use and queue; ``default`` (first) holds what no VC guarantees.
+
+    A ``viewer`` who is not an admin sees only the VCs they may use, and of who may use
+    them only themselves and their own groups: other users' names are not theirs to list.
+    """
     usage = vc_usage(session)
     users = {u.id: u.name for u in session.scalars(select(UserRow))}
     groups = {g.id: g.name for g in session.scalars(select(GroupRow))}
@@ -241,11 +245,19 @@ def describe_vcs(session: Session) -> list[VcView]:
     rows: list[tuple[str, dict[str, int], bool, list[str], list[str]]] = [
         (DEFAULT_VC, rest, True, ["everyone"], [])
     ]
+    restricted = viewer is not None and not viewer.is_admin
+    if restricted:
+        assert viewer is not None
+        mine = set(session.scalars(select(MembershipRow.group_id).where(MembershipRow.user_id == viewer.id)))
+        users = {viewer.id: viewer.name}
+        groups = {gid: name for gid, name in groups.items() if gid in mine}
     for vc in list_vcs(session):
+        if restricted and not any(g.user_id in users or g.group_id in groups for g in vc.grants):
+            continue
         rows.append((
             vc.name, {q.gpu_model: q.gpus for q in vc.quotas}, vc.allow_priority_preemption,
-            sorted(users[g.user_id] for g in vc.grants if g.user_id is not None),
-            sorted(groups[g.group_id] for g in vc.grants if g.group_id is not None),
+            sorted(users[g.user_id] for g in vc.grants if g.user_id in users),
+            sorted(groups[g.group_id] for g in vc.grants if g.group_id in groups),
         ))
     views = []
     for name, quota, preemption, granted_users, granted_groups in rows:

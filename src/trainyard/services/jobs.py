@@ -134,6 +134,14 @@ def check_vc_access(session: Session, user: UserRow, vc: str) -> None:
                     f"with `yard vc grant {vc} {user.name}`")
 
 
+def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: list[NodeState] | None = None) -> None:
+    """Every check a submit makes before it queues the job; a dry run makes exactly these."""
+    check_vc_access(session, user, spec.defaults.virtualCluster)
+    check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
+    check_within_vc_quota(session, spec)
+    check_within_user_quota(session, user, spec)
+
+
 def submit_job(
     session: Session, user: UserRow, spec: JobSpec, *, clock: Clock, nodes: list[NodeState] | None = None
 ) -> JobRow:
@@ -141,10 +149,7 @@ def submit_job(
 
     ``nodes`` is the inventory to check against; by default it is read from the store.
     """
-    check_vc_access(session, user, spec.defaults.virtualCluster)
-    check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
-    check_within_vc_quota(session, spec)
-    check_within_user_quota(session, user, spec)
+    check_submittable(session, user, spec, nodes=nodes)
     job = JobRow(
         name=spec.name,
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
@@ -249,6 +254,15 @@ def active_tasks(session: Session) -> list[TaskRow]:
             select(TaskRow).where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
         )
     )
+
+
+def visible_job_ids(session: Session, viewer: UserRow, job_ids: set[int]) -> set[int] | None:
+    """Which of ``job_ids`` ``viewer`` may see (None: all of them, for an admin)."""
+    if viewer.is_admin:
+        return None
+    if not job_ids:
+        return set()
+    return set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.user_id == viewer.id)))
 
 
 def list_nodes(session: Session) -> list[NodeRow]:

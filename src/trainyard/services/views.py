@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES, platform_retries_used
 from trainyard.core.resources import from_milli
 from trainyard.spec.loading import validate_job
 from trainyard.spec.templating import masked_spec
@@ -93,6 +94,9 @@ class EventView(BaseModel):
 
 class JobDetail(JobSummary):
     retriesUsed: int
+    # Lost attempts retried as platform faults, which spend no jobRetryCount, and the most a job gets.
+    platformRetriesUsed: int = 0
+    platformRetriesMax: int = MAX_PLATFORM_RETRIES
     gracePeriodSeconds: float
     spec: dict[str, Any]
     attempts: list[AttemptView]
@@ -227,6 +231,7 @@ def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str]) -> J
     return JobDetail(
         **summary.model_dump(),
         retriesUsed=row.retries_used,
+        platformRetriesUsed=platform_retries_used(a.state for a in row.attempts),
         gracePeriodSeconds=row.grace_seconds,
         spec=masked_spec(validate_job(row.spec)),
         attempts=[attempt_view(a) for a in row.attempts],
@@ -235,7 +240,9 @@ def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str]) -> J
     )
 
 
-def node_view(row: NodeRow, tasks: list[TaskRow]) -> NodeView:
+def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None = None) -> NodeView:
+    """The node with what its tasks hold; ``visible_jobs`` (None: all) limits which job ids it
+    names, so that a non-admin sees which GPUs are used but not by whose jobs."""
     on_node = [t for t in tasks if t.node == row.name]
     gpus = []
     for gpu in row.gpus:
@@ -247,7 +254,7 @@ def node_view(row: NodeRow, tasks: list[TaskRow]) -> NodeView:
                 memoryMB=gpu["memory_mb"],
                 simulated=gpu.get("simulated", False),
                 used=sum(m for _, m in holders) / 1000,
-                jobs=sorted({j for j, _ in holders}),
+                jobs=sorted({j for j, _ in holders if visible_jobs is None or j in visible_jobs}),
             )
         )
     return NodeView(

@@ -12,13 +12,20 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainyard.spec.errors import FieldError, join_path, show
-from trainyard.spec.placeholders import TemplateError, find_references, resolve
+from trainyard.spec.placeholders import TemplateError, find_references, render_with, resolve
 
 if TYPE_CHECKING:
     from trainyard.spec.models import Deployment, JobSpec, TaskRole
 
 # Ports reserved per instance, per label and in all: one job must not exhaust a node's.
 MAX_PORTS = 64
+
+# Linux refuses to exec a program with one environment string ("NAME=value" and its NUL)
+# longer than MAX_ARG_STRLEN (32 pages), and all of them together past ARG_MAX (a quarter
+# of the stack limit, 2 MiB by default). Trainyard adds its own variables, so the job's
+# own get half of that.
+MAX_ENV_ENTRY_BYTES = 128 * 1024
+MAX_ENV_TOTAL_BYTES = 1024 * 1024
 
 # Role names and port labels end up in environment variable names
 # (OpenPAI: PAI_TASK_ROLE_<role>_HOST_LIST, PAI_PORT_LIST_<role>_0_<label>).
@@ -36,7 +43,10 @@ def semantic_errors(spec: JobSpec) -> list[FieldError]:
     for name, role in spec.taskRoles.items():
         errors += _role_errors(spec, name, role)
     errors += _deployment_errors(spec)
-    errors += _placeholder_errors(spec)
+    placeholder_errors = list(_placeholder_errors(spec))
+    errors += placeholder_errors
+    if not placeholder_errors:
+        errors += _env_size_errors(spec)
     return errors
 
 
@@ -189,6 +199,32 @@ def _placeholder_errors(spec: JobSpec) -> Iterator[FieldError]:
                     resolve(reference, context)
                 except TemplateError as error:
                     yield FieldError(path, str(error))
+
+
+def _env_size_errors(spec: JobSpec) -> Iterator[FieldError]:
+    """Environment values too large for the kernel to pass to the task, once rendered.
+
+    Refused here, because at launch the failure would look like the task's own
+    (``bash: Argument list too long``).
+    """
+    for name, role in spec.taskRoles.items():
+        context = template_context(spec, name)
+        total = 0
+        for key, value in role.env.items():
+            size = len(key.encode()) + 1 + len(render_with(value, context).encode("utf-8", "surrogateescape")) + 1
+            total += size
+            if size > MAX_ENV_ENTRY_BYTES:
+                yield FieldError(
+                    f"taskRoles.{name}.env.{key}",
+                    f"is {size:,} bytes once rendered (with its name); Linux passes at most {MAX_ENV_ENTRY_BYTES:,} "
+                    "bytes per environment variable: put the data in a file and pass its path",
+                )
+        if total > MAX_ENV_TOTAL_BYTES:
+            yield FieldError(
+                f"taskRoles.{name}.env",
+                f"{total:,} bytes in all once rendered; at most {MAX_ENV_TOTAL_BYTES:,}: "
+                "put the data in a file and pass its path",
+            )
 
 
 def _missing_selections(spec: JobSpec, role: str | None) -> set[str]:

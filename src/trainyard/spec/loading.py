@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from trainyard.spec.errors import DOCUMENT, FieldError, SpecError, show
 from trainyard.spec.models import JobSpec
-from trainyard.spec.plaindata import plain_data
+from trainyard.spec.nesting import check_json_depth, check_yaml_depth
+from trainyard.spec.plaindata import OversizedNumber, plain_data
 from trainyard.spec.translate import spec_error_from
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -42,6 +43,22 @@ class _JobFileLoader(_SafeLoader):  # type: ignore[misc, valid-type]
                 )
             first_line[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | OversizedNumber:
+        try:
+            return super().construct_yaml_int(node)
+        except ValueError:  # Python converts at most 4,300 decimal digits
+            return OversizedNumber(sum(c.isdigit() for c in node.value))
+
+
+_JobFileLoader.add_constructor("tag:yaml.org,2002:int", _JobFileLoader.construct_yaml_int)
+
+
+def _json_int(text: str) -> int | OversizedNumber:
+    try:
+        return int(text)
+    except ValueError:  # Python converts at most 4,300 decimal digits
+        return OversizedNumber(len(text.lstrip("-")))
 
 
 def parse_job(text: str | bytes, *, content_type: str | None = "yaml") -> JobSpec:
@@ -125,7 +142,9 @@ def _load(text: str, fmt: str) -> Any:
     if not text.strip():
         return None
     if fmt == "json":
+        check_json_depth(text)
         return _load_json(text)
+    check_yaml_depth(text)
     try:
         return yaml.load(text, Loader=_JobFileLoader)
     except RecursionError:
@@ -156,7 +175,7 @@ def _load_json(text: str) -> Any:
         return result
 
     try:
-        return json.loads(text, object_pairs_hook=no_duplicates)
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_int=_json_int)
     except RecursionError:
         raise SpecError.single(DOCUMENT, "the job file is nested too deeply") from None
     except json.JSONDecodeError as error:

@@ -69,9 +69,12 @@ def _vc_views(ctx: AppContext) -> list[VcView]:
 
 
 @router.get("/vcs", response_model=list[VcView], responses=errors(401))
-def list_vcs(_: User, ctx: Ctx) -> list[VcView]:
-    """Virtual clusters with their quota, use and queue; ``default`` holds what no VC guarantees."""
-    return _vc_views(ctx)
+def list_vcs(user: User, ctx: Ctx) -> list[VcView]:
+    """Virtual clusters with their quota, use and queue; ``default`` holds what no VC guarantees.
+
+    A non-admin sees only the VCs they may use, and no other users' names."""
+    with ctx.db.session() as session:
+        return admin.describe_vcs(session, user)
 
 
 @router.post("/vcs", response_model=VcView, status_code=201, responses=errors(401, 403, 409, 413, 422))

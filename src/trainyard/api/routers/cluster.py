@@ -30,7 +30,9 @@ def healthz(ctx: Ctx) -> dict[str, str]:
 
 
 @router.get("/nodes", response_model=list[NodeView], responses=errors(401))
-def list_nodes(_: Annotated[UserRow, Depends(current_user)], ctx: Ctx) -> list[NodeView]:
+def list_nodes(user: Annotated[UserRow, Depends(current_user)], ctx: Ctx) -> list[NodeView]:
+    """Nodes, their capacity and what is used; a non-admin sees only their own jobs' ids."""
     with ctx.db.session() as session:
         tasks = job_service.active_tasks(session)
-        return [node_view(n, tasks) for n in job_service.list_nodes(session)]
+        visible = job_service.visible_job_ids(session, user, {t.job_id for t in tasks})
+        return [node_view(n, tasks, visible) for n in job_service.list_nodes(session)]

@@ -58,10 +58,10 @@ async def submit_job(
 
     def create() -> SubmitResult | None:
         nodes = ctx.node_states()
-        if dry_run:
-            job_service.check_fits(nodes, spec)
-            return None
         with ctx.db.session() as session:
+            if dry_run:
+                job_service.check_submittable(session, user, spec, nodes=nodes)
+                return None
             row = job_service.submit_job(session, user, spec, clock=ctx.clock, nodes=nodes)
             return submit_result(row, user.name, warnings)
 

@@ -14,15 +14,15 @@ database, and holds every task's spec, env and log), so work dirs move to their 
 
     <state_dir>/                       0700 root   unreachable for USER
       tasks/<job>/<attempt>/<role>-<index>-<run>/
-        spec.json pid.json stop.json exit.json script.sh output.log supervisor.log
+        spec.json pid.json stop.json status.json exit.json script.sh output.log supervisor.log
     <work_dir_root>/                   0711 root   default: <state_dir>-work, beside it
       <job>/<attempt>/                 0711 root   USER may pass, not list or create
         <role>-<index>-<run>/          0700 USER   the task's working directory ($PWD)
         <role>-<index>-<run>.sh        0400 USER   the script bash runs (a copy)
 
-The supervisor stays root: it opens ``output.log`` and hands the task the descriptor; the
-task process joins its own process group, then sets its groups, gid and uid to USER's,
-then execs bash. HOME, USER and LOGNAME are USER's (the job's env may still set them).
+The supervisor and the task's waiter stay root: the supervisor opens ``output.log`` and
+hands the task the descriptor; the task process joins its own process group, then sets its
+groups, gid and uid to USER's, then execs bash. HOME, USER and LOGNAME are USER's (the job's env may still set them).
 Every directory above ``work_dir_root`` must be searchable by USER; the constructor
 checks, and raises ValueError otherwise. ``work_dir_root`` without ``run_as`` only moves
 the work dirs.
@@ -73,6 +73,8 @@ log = logging.getLogger(__name__)
 # supervisor died during start-up.
 STARTUP_TIMEOUT_SECONDS = 30.0
 VANISHED = "supervisor vanished without recording an exit status"
+# The task ended after its supervisor was lost; its waiter (its parent) recorded how.
+SUPERVISOR_LOST = "its supervisor was lost; the task's waiter recorded its exit status"
 # The directory that holds the ``trainyard`` package, for the supervisor's PYTHONPATH.
 _PACKAGE_PARENT = str(Path(__file__).absolute().parents[3])
 
@@ -320,14 +322,26 @@ class LocalBackend:
             return TaskStatus(key, running=True)
         if claim.task is not None and procfs.group_alive(*claim.task, claim.boot_id):
             if not self._enforce_stop(key, task_dir, claim, supervised=False):
-                message = "its supervisor is gone but the task still runs; its exit status will not be recorded"
-                return TaskStatus(key, running=True, message=message)
+                return TaskStatus(key, running=True, message=self._unsupervised_note(claim))
             if procfs.group_alive(*claim.task, claim.boot_id):
                 return TaskStatus(key, running=True, message="killed after its stop deadline; waiting for it to end")
+        if claim.waiter is not None and procfs.is_alive(*claim.waiter, claim.boot_id):
+            # The task has ended; its waiter is killing leftovers or writing status.json.
+            return TaskStatus(key, running=True, message="its supervisor is gone; its exit status is being recorded")
         # The supervisor writes exit.json just before it exits: look again.
         if (ended := self._exit_status(key, task_dir)) is not None:
             return ended
+        if (status := taskfiles.read_json(str(task_dir / taskfiles.STATUS))) is not None:
+            notes = [SUPERVISOR_LOST, status.get("message") or ""]
+            return exit_status(key, {**status, "message": "; ".join(n for n in notes if n)})
+        # Supervisor and waiter both gone with no record: nobody can know how the task ended.
         return TaskStatus(key, running=False, message=VANISHED)
+
+    @staticmethod
+    def _unsupervised_note(claim: Claim) -> str:
+        if claim.waiter is not None and procfs.is_alive(*claim.waiter, claim.boot_id):
+            return "its supervisor is gone; the task still runs, and its waiter will record its exit status"
+        return "its supervisor and waiter are gone but the task still runs; its exit status will not be recorded"
 
     def _observe_unclaimed(self, key: TaskKey, task_dir: Path, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
         """No pid.json yet: the supervisor is starting, or it never will."""

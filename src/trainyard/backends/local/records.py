@@ -1,5 +1,6 @@
 """Task-directory records the backend acts on: the claim (``pid.json``), a stop request
-(``stop.json``), the exit record (``exit.json``) and the spec (``spec.json``).
+(``stop.json``), the exit records (``exit.json``, and ``status.json`` when the supervisor
+was lost) and the spec (``spec.json``).
 
 File names and the atomic JSON helpers are in ``taskfiles``.
 """
@@ -20,12 +21,14 @@ from trainyard.backends.local.taskenv import gpu_environment
 
 @dataclass(frozen=True)
 class Claim:
-    """What ``pid.json`` says: who supervises the task, and the task's process group."""
+    """What ``pid.json`` says: who supervises the task, its process group, and its waiter."""
 
     boot_id: str | None
     supervisor: tuple[int, int] | None  # (pid, start time); None: abandoned by a backend
     task: tuple[int, int] | None  # (pgid, leader start time); None: not forked yet
     note: str = ""
+    waiter: tuple[int, int] | None = None  # (pid, start time); None: not forked yet, or older
+
 
     @classmethod
     def parse(cls, record: dict[str, Any]) -> Claim:
@@ -38,6 +41,7 @@ class Claim:
                 supervisor=pid_and_start(record.get("supervisor"), "pid"),
                 task=pid_and_start(record.get("task"), "pgid"),
                 note=str(record.get("abandoned", "")),
+                waiter=pid_and_start(record.get("waiter"), "pid"),
             )
         except (KeyError, TypeError, ValueError):
             return cls(None, None, None, note=f"unreadable {taskfiles.PID}")

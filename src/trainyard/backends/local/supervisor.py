@@ -3,6 +3,22 @@
 Run as ``python -S -m trainyard.backends.local.supervisor TASK_DIR``; it imports only the
 stdlib (and two stdlib-only modules beside it) because it sits on the submit→RUNNING path.
 
+Three processes per task::
+
+    supervisor   own session       claims the task, records the pids, writes exit.json
+      └ waiter   supervisor's group  the task's parent: signals its group, writes status.json
+          └ task own process group   bash running the script (as the spec's user, if any)
+
+Why the waiter: only a process's parent learns how it ended, and the supervisor can be lost
+while the task runs (SIGKILLed, OOM-killed); the issue was tasks that finished their work
+and were then recorded FAILED and run again. The waiter is a fork of the supervisor that
+never execs and runs no code of the task's: it stays root when the supervisor is, so a task
+run as another user cannot signal it, and it is outside the task's process group, so no
+signal meant for the task (a stop, its SIGKILL) reaches it. If the supervisor dies, the
+waiter is reparented and still records the task's status in ``status.json``, which the
+backend then reports. Only when neither file exists is the status truly unknown: the
+controller marks the task LOST (``core/lifecycle``).
+
 Sequence, chosen so that a crash at any moment leaves a state the backend can read
 (see ``taskfiles`` for the files):
 
@@ -10,20 +26,29 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
 2. Claim the task by creating ``pid.json`` exclusively (a second supervisor for the same
    task gives up here). A claim with ``"task": null`` whose supervisor is dead means the
    task never ran.
-3. With the stop signals blocked: fork the task process, put it in its own process group,
-   and record it in ``pid.json``. The child waits on a pipe (the gate) and only execs bash
-   after the record exists; if the supervisor dies first the child sees EOF and exits, so
-   no task ever runs unrecorded.
-4. Open the gate: the child execs ``bash --noprofile --norc script.sh`` with stdin from
-   /dev/null and stdout+stderr appended to ``output.log``. When the spec names a ``user``
-   the child first drops to it (groups, gid, uid; after joining its process group and
-   redirecting its output, before exec) and runs the copy of the script at
-   ``script_file``, since it cannot read the task directory.
-5. On SIGTERM/SIGINT (a stop), SIGTERM the task's group and arm a timer; when it fires
-   while the task still runs, SIGKILL the group.
-6. When the task's main process exits, wait for it *without reaping* (its zombie keeps the
-   group id from being reused), SIGKILL whatever is left of its group, wait until those are
-   gone, reap it, then write ``exit.json`` durably.
+3. With the stop signals blocked: fork the waiter; it forks the task process into the
+   task's own process group and reports the task's pid over a pipe; record both in
+   ``pid.json``. The task waits on a gate (a pipe from the waiter, which waits on a pipe
+   from the supervisor) and only execs after the record exists; if the supervisor dies
+   first, the waiter sees EOF and closes the task's gate, and the task exits unrun, so no
+   task ever runs unrecorded.
+4. Open the gate: the task execs the command line of ``task_argv`` (``bash --noprofile
+   --norc script.sh``) with stdin from /dev/null and stdout+stderr appended to
+   ``output.log``. When the spec names a ``user`` the task first drops to it (groups, gid,
+   uid; after joining its process group and redirecting its output, before exec) and runs
+   the copy of the script at ``script_file``, since it cannot read the task directory.
+5. On SIGTERM/SIGINT (a stop), the supervisor forwards SIGTERM to the waiter, which
+   SIGTERMs the task's group and arms a timer; when it fires while the task still runs,
+   the waiter SIGKILLs the group. Only the waiter signals the group: as the task's parent
+   it alone knows that the group id is still the task's (step 6). (Without a supervisor,
+   the backend signals the group itself, checking the leader's start time.)
+6. When the task's main process exits, the waiter waits for it *without reaping* (its
+   zombie keeps the group id from being reused), SIGKILLs whatever is left of its group,
+   waits until those are gone, writes ``status.json`` durably, then reaps the task and
+   exits with the task's status.
+7. The supervisor reaps the waiter and writes ``exit.json`` durably from ``status.json``.
+   A waiter that ended without writing it (killed) leaves the task's status unknown: the
+   supervisor SIGKILLs the task's group if it still runs, and records ``"exit_code": null``.
 """
 
 from __future__ import annotations
@@ -38,12 +63,13 @@ from trainyard.backends.local import procfs, taskfiles
 # Stdlib-only and on the launch path: typing costs ~10 ms to import, so only mypy sees it.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, NoReturn
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _HANDLED = {*_STOP_SIGNALS, signal.SIGALRM, signal.SIGHUP}
 _LEFTOVER_WAIT_SECONDS = 5.0
 _EXEC_FAILED = 127  # what a shell reports for a command it could not run
+_WAITER_FAILED = 125  # the waiter's own exit status when it failed (see supervisor.log)
 
 
 def _iso(t: float) -> str:
@@ -52,14 +78,21 @@ def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{micro:06d}+00:00"
 
 
+def task_argv(spec: dict[str, Any], script_path: str) -> list[str]:
+    """The command line the task process execs: the one place that says what runs."""
+    shell = spec["shell"]
+    return [shell, "--noprofile", "--norc", script_path]
+
+
 class Supervisor:
     """Supervises the task of one task directory, from claim to exit record."""
 
     def __init__(self, task_dir: str) -> None:
         self.task_dir = task_dir
         self.grace_seconds = 30.0
-        self.task_pid: int | None = None  # also the task's process-group id
-        self.reaped = False
+        self.waiter_pid: int | None = None
+        self.waiter_reaped = False
+        self.task: tuple[int, int] | None = None  # (pgid, leader start time)
         self.stop_requested = False
         self.started_at = time.time()
 
@@ -69,8 +102,7 @@ class Supervisor:
     def run(self) -> int:
         for stop_signal in _STOP_SIGNALS:
             signal.signal(stop_signal, self._on_stop)
-        signal.signal(signal.SIGALRM, self._on_grace_expired)
-        # No terminal: a stray SIGHUP must not kill the supervisor (and lose the status).
+        # No terminal: a stray SIGHUP must not kill the supervisor (or the waiter).
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
         spec = taskfiles.read_json(self.path(taskfiles.SPEC))
@@ -96,12 +128,13 @@ class Supervisor:
         if not started:
             self._write_exit(128 + signal.SIGTERM, signal.SIGTERM, "stopped before the task started")
             return 0
-        exit_code, sig, message = self._wait_task()
-        self._write_exit(exit_code, sig, message)
+        exit_code, sig, message, finished_at = self._wait_waiter()
+        self._write_exit(exit_code, sig, message, finished_at)
         return 0
 
     def _start_task(self, spec: dict[str, Any], record: dict[str, object]) -> bool:
-        """Fork, record and release the task; False when a stop came before it started."""
+        """Fork the waiter (which forks the task), record both, open the gate; False when
+        a stop came before the task started."""
         script_path = self.path(taskfiles.SCRIPT)
         fd = os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
@@ -115,6 +148,8 @@ class Supervisor:
         )
         null_fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         gate_r, gate_w = os.pipe()
+        report_r, report_w = os.pipe()
+        fds = [log_fd, null_fd, gate_r, gate_w, report_r, report_w]
         signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
         try:
             # backend.stop writes stop.json before it reads pid.json; we wrote pid.json
@@ -124,62 +159,171 @@ class Supervisor:
                 return False
             pid = os.fork()
             if pid == 0:
-                _exec_task(spec, spec.get("script_file") or script_path, gate_r, gate_w, log_fd, null_fd)
-            try:
-                os.setpgid(pid, pid)  # the child does it too; whoever is first wins the race
-            except (PermissionError, ProcessLookupError):
-                pass
-            record["task"] = {"pid": pid, "pgid": pid, "start_time": procfs.start_time(pid)}
+                os.close(gate_w)
+                os.close(report_r)
+                waiter = Waiter(self.task_dir, self.grace_seconds)
+                waiter.run(spec, spec.get("script_file") or script_path, gate_r, report_w, log_fd, null_fd)
+            self.waiter_pid = pid
+            os.close(report_w)
+            fds.remove(report_w)
+            task_pid = _read_pid(report_r)
+            if task_pid is None:
+                return True  # the waiter failed before forking the task: _wait_waiter says so
+            self.task = (task_pid, procfs.start_time(task_pid) or 0)
+            record["waiter"] = {"pid": pid, "start_time": procfs.start_time(pid)}
+            record["task"] = {"pid": task_pid, "pgid": task_pid, "start_time": self.task[1]}
             taskfiles.write_json(self.path(taskfiles.PID), record)
-            self.task_pid = pid
             self.started_at = time.time()
             try:
                 os.write(gate_w, b"go")
             except BrokenPipeError:
-                pass  # the child already died; _wait_task reports how
+                pass  # the waiter already died; _wait_waiter reports how
             return True
         finally:
-            for fd in (gate_r, gate_w, log_fd, null_fd):
+            for fd in fds:
                 os.close(fd)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _HANDLED)
 
-    def _wait_task(self) -> tuple[int, int | None, str]:
-        """Wait for the task, clean up its group; ``(exit_code, signal, message)``."""
-        assert self.task_pid is not None
-        pgid = self.task_pid
-        # WNOWAIT leaves the main process a zombie: its pid, hence the group id, cannot be
-        # reused while we kill the rest of the group.
-        info = os.waitid(os.P_PID, self.task_pid, os.WEXITED | os.WNOWAIT)
+    def _wait_waiter(self) -> tuple[int | None, int | None, str, str | None]:
+        """Wait for the waiter; ``(exit_code, signal, message, finished_at)`` of the task."""
+        assert self.waiter_pid is not None
+        # WNOWAIT, then block the stop signals, then reap: a stop forwarded now can never
+        # reach a process that took over the waiter's pid.
+        info = os.waitid(os.P_PID, self.waiter_pid, os.WEXITED | os.WNOWAIT)
         assert info is not None  # only None with WNOHANG
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + _LEFTOVER_WAIT_SECONDS
-        leftovers = procfs.group_members(pgid)
-        while leftovers and time.monotonic() < deadline:
-            time.sleep(0.01)
-            leftovers = procfs.group_members(pgid)
-        signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)  # no killpg once the id is free
-        os.waitpid(self.task_pid, 0)
-        self.reaped = True
+        signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
+        os.waitpid(self.waiter_pid, 0)
+        self.waiter_reaped = True
 
-        message = "Trainyard asked it to stop" if self.stop_requested else ""
-        if leftovers:
-            message = f"{message}; " if message else ""
-            message += f"{len(leftovers)} process(es) of the task's group did not exit after SIGKILL"
-        if info.si_code == os.CLD_EXITED:
-            return info.si_status, None, message
-        return 128 + info.si_status, info.si_status, message  # killed (or dumped core)
+        notes = ["Trainyard asked it to stop"] if self.stop_requested else []
+        status = taskfiles.read_json(self.path(taskfiles.STATUS))
+        if status is None:
+            exited = info.si_code == os.CLD_EXITED
+            how = f"exited with {info.si_status}" if exited else f"killed by signal {info.si_status}"
+            notes.append(f"the task's waiter process {how} without recording the task's exit status")
+            if self.task is not None and _kill_group(*self.task):
+                notes.append("its process group was killed")
+            return None, None, "; ".join(notes), None
+        if status.get("message"):
+            notes.append(status["message"])
+        finished_at = status.get("finished_at")
+        return (status.get("exit_code"), status.get("signal"), "; ".join(notes),
+                finished_at if isinstance(finished_at, str) else None)
 
     def _on_stop(self, signum: int, frame: object) -> None:
         if self.stop_requested:
             return
         self.stop_requested = True
-        if self.task_pid is None or self.reaped:
+        if self.waiter_pid is None or self.waiter_reaped:
             return  # not started yet: _start_task sees the flag
-        stop = taskfiles.read_json(self.path(taskfiles.STOP)) or {}
+        try:
+            os.kill(self.waiter_pid, signal.SIGTERM)  # the waiter applies the grace (step 5)
+        except ProcessLookupError:
+            pass
+
+    def _write_exit(self, exit_code: int | None, sig: int | None, message: str, finished_at: str | None = None) -> None:
+        record = {
+            "exit_code": exit_code,
+            "signal": sig,
+            "started_at": _iso(self.started_at),
+            "finished_at": finished_at or _iso(time.time()),
+            "stopped": self.stop_requested,
+            "message": message,
+        }
+        taskfiles.write_json(self.path(taskfiles.EXIT), record, durable=True)
+
+
+class Waiter:
+    """The task's parent, forked from the supervisor: the one process that signals the
+    task's group, and the one that learns how the task ended (steps 3, 5 and 6)."""
+
+    def __init__(self, task_dir: str, grace_seconds: float) -> None:
+        self.task_dir = task_dir
+        self.grace_seconds = grace_seconds
+        self.task_pid: int | None = None  # also the task's process-group id
+        self.reaped = False
+        self.stop_requested = False
+
+    def run(self, spec: dict[str, Any], script_path: str, gate_r: int, report_w: int, log_fd: int,
+            null_fd: int) -> NoReturn:
+        """Run the task to its end, record its status; never returns into the supervisor."""
+        try:
+            code = self._run(spec, script_path, gate_r, report_w, log_fd, null_fd)
+        except BaseException as exc:  # noqa: BLE001 - a fork of the supervisor must never return to it
+            try:
+                os.write(2, f"trainyard waiter: {exc!r}\n".encode())
+            finally:
+                os._exit(_WAITER_FAILED)
+        os._exit(code)
+
+    def _run(self, spec: dict[str, Any], script_path: str, gate_r: int, report_w: int, log_fd: int,
+             null_fd: int) -> int:
+        # Stop signals are still blocked (inherited): handlers first, then the task.
+        for stop_signal in _STOP_SIGNALS:
+            signal.signal(stop_signal, self._on_stop)
+        signal.signal(signal.SIGALRM, self._on_grace_expired)
+        task_gate_r, task_gate_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            for fd in (task_gate_w, gate_r, report_w):
+                os.close(fd)
+            _exec_task(spec, script_path, task_gate_r, log_fd, null_fd)
+        for fd in (task_gate_r, log_fd, null_fd):
+            os.close(fd)
+        try:
+            os.setpgid(pid, pid)  # the task does it too; whoever is first wins the race
+        except (PermissionError, ProcessLookupError):
+            pass
+        self.task_pid = pid
+        os.write(report_w, f"{pid}\n".encode())
+        os.close(report_w)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _HANDLED)
+        released = os.read(gate_r, 2) == b"go"  # EOF: the supervisor died before recording us
+        os.close(gate_r)
+        if released:
+            try:
+                os.write(task_gate_w, b"go")
+            except BrokenPipeError:
+                pass  # the task was killed at the gate (a stop): its status says so
+        os.close(task_gate_w)  # unreleased, the task reads EOF and exits unrun
+
+        # WNOWAIT leaves the task a zombie: its pid, hence the group id, cannot be reused
+        # while we kill the rest of the group.
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        assert info is not None  # only None with WNOHANG
+        finished_at = _iso(time.time())
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + _LEFTOVER_WAIT_SECONDS
+        leftovers = procfs.group_members(pid)
+        while leftovers and time.monotonic() < deadline:
+            time.sleep(0.01)
+            leftovers = procfs.group_members(pid)
+        signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)  # no killpg once the id is free
+        if info.si_code == os.CLD_EXITED:
+            exit_code, sig = info.si_status, None
+        else:  # killed (or dumped core)
+            exit_code, sig = 128 + info.si_status, info.si_status
+        if released:
+            message = ""
+            if leftovers:
+                message = f"{len(leftovers)} process(es) of the task's group did not exit after SIGKILL"
+            status = {"exit_code": exit_code, "signal": sig, "finished_at": finished_at,
+                      "stopped": self.stop_requested, "message": message}
+            # Before the reap: while the waiter lives, the backend waits for this file.
+            taskfiles.write_json(os.path.join(self.task_dir, taskfiles.STATUS), status, durable=True)
+        os.waitpid(pid, 0)
+        self.reaped = True
+        return exit_code
+
+    def _on_stop(self, signum: int, frame: object) -> None:
+        if self.stop_requested:
+            return
+        self.stop_requested = True
+        stop = taskfiles.read_json(os.path.join(self.task_dir, taskfiles.STOP)) or {}
         grace = stop.get("grace_seconds", self.grace_seconds)
         if not isinstance(grace, (int, float)) or grace < 0:
             grace = self.grace_seconds
@@ -200,22 +344,31 @@ class Supervisor:
         except ProcessLookupError:
             pass
 
-    def _write_exit(self, exit_code: int, sig: int | None, message: str) -> None:
-        record = {
-            "exit_code": exit_code,
-            "signal": sig,
-            "started_at": _iso(self.started_at),
-            "finished_at": _iso(time.time()),
-            "stopped": self.stop_requested,
-            "message": message,
-        }
-        taskfiles.write_json(self.path(taskfiles.EXIT), record, durable=True)
 
-
-def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, gate_w: int, log_fd: int, null_fd: int) -> None:
-    """In the forked child: wait for the gate, then become bash running the script."""
+def _read_pid(fd: int) -> int | None:
+    """The pid the waiter reports on ``fd``; None when it died before reporting one."""
+    data = b""
+    while chunk := os.read(fd, 64):
+        data += chunk
     try:
-        os.close(gate_w)
+        return int(data)
+    except ValueError:
+        return None
+
+
+def _kill_group(pgid: int, leader_started: int) -> bool:
+    """SIGKILL the task's group if it still runs, and wait (a while) until it is gone."""
+    if not procfs.signal_group(pgid, leader_started, signal.SIGKILL):
+        return False
+    deadline = time.monotonic() + _LEFTOVER_WAIT_SECONDS
+    while procfs.group_alive(pgid, leader_started) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return True
+
+
+def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int, null_fd: int) -> None:
+    """In the task process (the waiter's child): wait for the gate, then exec the task."""
+    try:
         os.setpgid(0, 0)
         for sig in _HANDLED:
             signal.signal(sig, signal.SIG_DFL)
@@ -236,9 +389,9 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, gate_w: int,
             if os.getuid() != user["uid"] or os.geteuid() != user["uid"]:
                 raise PermissionError(f"could not switch to user {user['name']!r}")
         os.chdir(spec["cwd"])
-        shell = spec["shell"]
-        os.execve(shell, [shell, "--noprofile", "--norc", script_path], spec["env"])
-    except BaseException as exc:  # noqa: BLE001 - the child must never return to the supervisor
+        argv = task_argv(spec, script_path)
+        os.execve(argv[0], argv, spec["env"])
+    except BaseException as exc:  # noqa: BLE001 - the child must never return to the waiter
         try:
             os.write(2, f"trainyard: cannot start the task: {exc!r}\n".encode())
         finally:

@@ -9,15 +9,19 @@ A task directory holds, in the order they appear:
 ``supervisor.log``  the supervisor's own stdout/stderr (diagnostics, tracebacks).
 ``pid.json``        created exclusively by the supervisor that claims the task (so two
                     supervisors can never both run it), first with ``"task": null``, then
-                    replaced with the task's pid/pgid once it has been forked but before
-                    it is allowed to exec. A backend that gives up on a supervisor that
-                    never started claims it instead, with ``"supervisor": null``.
+                    replaced with the task's pid/pgid and its waiter's pid once both have
+                    been forked but before the task is allowed to exec. A backend that
+                    gives up on a supervisor that never started claims it instead, with
+                    ``"supervisor": null``.
 ``script.sh``       the script, written by the supervisor, run by ``bash --noprofile --norc``.
 ``work/``           the task's working directory (unless ``work_dir_root`` puts it elsewhere).
 ``output.log``      the task's stdout and stderr, both appended to the same file.
 ``stop.json``       written (fsync'd) by the backend before it signals a stop: the grace to
                     use and the wall-clock deadline for SIGKILL, which ``observe`` enforces
                     when no supervisor is left to.
+``status.json``     written by the task's waiter (its parent; fsync'd) when the task has
+                    ended and its group is gone: the raw status, which survives the loss of
+                    the supervisor (see ``supervisor``).
 ``exit.json``       written last by the supervisor (fsync'd): how the task ended.
 
 Every JSON file is replaced atomically (temporary file + rename), so a reader sees either
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 SPEC = "spec.json"
 PID = "pid.json"
 STOP = "stop.json"
+STATUS = "status.json"
 EXIT = "exit.json"
 SCRIPT = "script.sh"
 OUTPUT_LOG = "output.log"

@@ -61,6 +61,9 @@ SLURM_POLL_SECONDS = 1.0
 # How long a pending job may keep a "cannot start" reason while its nodes look usable.
 STUCK_SECONDS = 60.0
 # How long a task killed by a signal nobody in Trainyard sent is kept "running" while
+# Slurm's verdicts that blame the machine, not the job: its tasks' statuses are unknown
+# (LOST, retried without spending the job's jobRetryCount), whatever signal they got.
+PLATFORM_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # Slurm's verdict on its job (NODE_FAIL, CANCELLED, ...) is awaited, for a clear reason.
 VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
@@ -325,7 +328,7 @@ class SlurmBackend:
         # The batch script's own status says nothing about the task's success: without
         # the task's exit file, only a signal counts, and "no exit status" otherwise.
         code = job.exit_code()
-        code = code if code is not None and code > 128 else None
+        code = code if code is not None and code > 128 and job.state not in PLATFORM_FAILURES else None
         return TaskStatus(key, running=False, exit_code=code, signal=None if code is None else code - 128,
                           message=f"Slurm job {job_id} ended {job.state} without the task's own exit status")
 
@@ -357,6 +360,10 @@ class SlurmBackend:
             if job.state == "COMPLETED":
                 return ended
             why = f"Slurm job {job.job_id} ended {job.state} ({job.reasons[0].replace('_', ' ')})"
+            if job.state in PLATFORM_FAILURES:
+                # Whatever signal the task got, its node failed it, not its program: the
+                # status says nothing of the task, which the controller retries as LOST.
+                return dataclasses.replace(ended, exit_code=None, signal=None, message=why)
             return dataclasses.replace(ended, message=why)
         try:
             age = time.time() - (self.task_dir(key) / EXIT).stat().st_mtime
