@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import schemathesis
-from api.conftest import Api
+from api.harness import Api
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 import pytest
-from api.conftest import Api
+from api.harness import Api
 
 from trainyard.api.bodies import MAX_JSON_BODY_BYTES
 

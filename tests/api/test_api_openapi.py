@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from api.conftest import Api
+from api.harness import Api
 
 from trainyard.api.openapi import SWAGGER_UI
 from trainyard.spec.models import JobSpec
