@@ -43,9 +43,12 @@ def test_request_bodies_are_strictly_typed(api: Api, url: str, method: str, body
     assert_error(api.admin.request(method, url, json=body), 422, path)
 
 
-def test_a_whole_number_is_still_a_valid_fractional_quota(api: Api) -> None:
+def test_numbers_that_json_schema_calls_integers_are_accepted(api: Api) -> None:
     response = api.admin.put("/api/v1/quotas/alice", json={"priority": "prod", "gpus": 2})
     assert response.status_code == 200 and response.json()[0]["gpus"] == 2.0
+    response = api.admin.post("/api/v1/vcs", json={"name": "vision", "gpus": 2.0})
+    assert response.status_code == 201 and response.json()["quota"] == {"*": 2}
+    assert_error(api.admin.put("/api/v1/vcs/vision/quota", json={"gpus": 1.5}), 422, "gpus")
 
 
 @pytest.mark.parametrize(("url", "method", "template", "path"), [

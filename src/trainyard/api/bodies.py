@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from fastapi import HTTPException, Path, Request, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
@@ -52,6 +52,15 @@ def text_field(max_length: int, *, rule: re.Pattern[str] | None = None, **kwargs
 
 # A name in a URL path (user, group, virtual cluster, node).
 PathName = Annotated[str, Path(max_length=255, pattern=NO_NUL)]
+
+
+def _integral_float_as_int(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# An integer field of a strict body: JSON Schema counts 26.0 as an integer, and so do we;
+# booleans and strings stay errors.
+WholeNumber = Annotated[int, BeforeValidator(_integral_float_as_int)]
 
 
 class LongInteger:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
-from trainyard.api.bodies import BodyRoute, PathName, RequestBody, text_field
+from trainyard.api.bodies import BodyRoute, PathName, RequestBody, WholeNumber, text_field
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
 from trainyard.services import admin
@@ -24,13 +24,13 @@ Ctx = Annotated[AppContext, Depends(context)]
 
 class CreateVcRequest(RequestBody):
     name: str = text_field(64, rule=admin.NAME)
-    gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
+    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
     model: str | None = text_field(64, default=None, description="GPU model; default: any")
     priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
 
 
 class QuotaRequest(RequestBody):
-    gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
+    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
     model: str | None = text_field(64, default=None)
 
 
