@@ -82,7 +82,8 @@ def create_app(ctx: AppContext) -> FastAPI:
 
     @app.exception_handler(ClientDisconnect)
     async def _client_gone(request: Request, _: ClientDisconnect) -> Response:
-        # Nobody is left to read an answer; this is the client's doing, not a server error.
+        # Nobody is left to read an answer and it is no server error: one line, and the status
+        # proxies log for it (nginx's 499, "client closed request") in case anything records it.
         log.warning("client disconnected during %s %s", request.method, request.url.path)
         return Response(status_code=499)
 
