@@ -132,8 +132,19 @@ def stop_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     return get_job(job_id, user, ctx)
 
 
-@router.get("/{job_id}/logs", response_model=None,
-            responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}, **errors(401, 404, 422)})
+LOG_RESPONSE = {
+    "description": "Log bytes; with follow=true, streamed until the task ends (and then without the headers)",
+    "content": {"text/plain": {"schema": {"type": "string"}}},
+    "headers": {
+        "X-Log-Offset": {"description": "Byte offset of the first byte sent", "schema": {"type": "integer"}},
+        "X-Log-Size": {"description": "The log's size when read", "schema": {"type": "integer"}},
+        "X-Log-Task": {"description": "The task shown, ROLE/INDEX (absent before the task ran)",
+                       "schema": {"type": "string"}},
+    },
+}
+
+
+@router.get("/{job_id}/logs", response_model=None, responses={200: LOG_RESPONSE, **errors(401, 404, 422)})
 async def job_logs(
     job_id: JobId,
     user: User,
