@@ -2,19 +2,24 @@
 
 Every error answers ``{"detail": "<what is wrong and what to do>", "errors": [{"path",
 "message"}]}`` with a 4xx status; an unexpected exception is logged and answered as a
-500 with a generic message, never a traceback.
+500 with a generic message, never a traceback. A client that hangs up mid-request is
+logged in one line and answered nothing.
 """
 
 from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm.exc import StaleDataError
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
+from trainyard.api import openapi
+from trainyard.api.bodies import BodyError, LongInteger
 from trainyard.api.deps import AppContext
 from trainyard.api.routers import admin, cluster, jobs, users
 from trainyard.services.errors import ServiceError
@@ -32,12 +37,18 @@ def create_app(ctx: AppContext) -> FastAPI:
         title="Trainyard",
         summary="Share GPU machines for deep-learning training.",
         version="0.1.0",
-        docs_url="/docs",
+        description="Errors always answer `{\"detail\": …, \"errors\": [{\"path\": …, \"message\": …}]}`. "
+                    "Use **Authorize** with a token from `yard token create` (the admin's is in "
+                    "`$TRAINYARD_HOME/client.json`).",
         openapi_url="/api/v1/openapi.json",
+        docs_url=None,  # openapi.install serves /docs from the package, not from a CDN
+        redoc_url=None,
+        swagger_ui_oauth2_redirect_url=None,
     )
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router):
         app.include_router(router, prefix="/api/v1")
+    openapi.install(app)
 
     @app.exception_handler(SpecError)
     async def _spec_error(_: Request, exc: SpecError) -> JSONResponse:
@@ -55,14 +66,26 @@ def create_app(ctx: AppContext) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {"path": ".".join(str(p) for p in e["loc"] if p not in ("body", "query", "path")), "message": e["msg"]}
+            {"path": ".".join(str(p) for p in e["loc"] if p not in ("body", "query", "path")),
+             "message": e["input"].message if isinstance(e.get("input"), LongInteger) else e["msg"]}
             for e in exc.errors()
         ]
         return _error(422, "; ".join(f"{e['path']}: {e['message']}" for e in errors), errors)
 
     @app.exception_handler(HTTPException)
-    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
+        errors = exc.errors if isinstance(exc, BodyError) else None
+        return _error(exc.status_code, str(exc.detail), errors, headers=headers or None)
+
+    @app.exception_handler(ClientDisconnect)
+    async def _client_gone(request: Request, _: ClientDisconnect) -> Response:
+        # Nobody is left to read an answer and it is no server error: one line, and the status
+        # proxies log for it (nginx's 499, "client closed request") in case anything records it.
+        log.warning("client disconnected during %s %s", request.method, request.url.path)
+        return Response(status_code=499)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
@@ -70,3 +93,17 @@ def create_app(ctx: AppContext) -> FastAPI:
         return _error(500, "internal error; the server log has the details")
 
     return app
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette names only the first route's),
+    found by asking the routes themselves, so that nested routers count too."""
+    allowed = []
+    for method in _METHODS:
+        probe = {**request.scope, "method": method}
+        if any(route.matches(dict(probe))[0] == Match.FULL for route in request.app.router.routes):
+            allowed.append(method)
+    return allowed

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
@@ -63,10 +64,19 @@ def context(request: Request) -> AppContext:
     return request.app.state.ctx
 
 
-async def current_user(request: Request, ctx: AppContext = Depends(context)) -> UserRow:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+# Declares the bearer scheme in the OpenAPI document (the "Authorize" button of /docs);
+# the errors stay ours, so it does not refuse requests by itself.
+bearer = HTTPBearer(
+    auto_error=False,
+    description="A Trainyard token: `yard token create`, or the admin's in $TRAINYARD_HOME/client.json",
+)
+
+
+async def current_user(
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer), ctx: AppContext = Depends(context)
+) -> UserRow:
+    token = credentials.credentials if credentials is not None else ""
+    if not token.strip():
         raise HTTPException(
             401,
             "missing bearer token: send 'Authorization: Bearer <token>' "

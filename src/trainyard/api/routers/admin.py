@@ -7,49 +7,48 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel, Field
 
+from trainyard.api.bodies import BodyRoute, PathName, RequestBody, WholeNumber, text_field
 from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.api.openapi import errors
 from trainyard.services import admin
 from trainyard.services import jobs as job_service
 from trainyard.services.views import NodeView, VcView, node_view
 from trainyard.store.rows import UserRow
 
-router = APIRouter(tags=["admin"])
+router = APIRouter(tags=["admin"], route_class=BodyRoute)
 
 Admin = Annotated[UserRow, Depends(admin_user)]
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
 
 
-class _Body(BaseModel):
-    model_config = {"extra": "forbid"}
-
-
-class CreateVcRequest(_Body):
-    name: str = Field(max_length=64)
-    gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
-    model: str | None = Field(default=None, max_length=64, description="GPU model; default: any")
+class CreateVcRequest(RequestBody):
+    name: str = text_field(64, rule=admin.NAME)
+    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
+    model: str | None = text_field(64, default=None, description="GPU model; default: any")
     priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
 
 
-class QuotaRequest(_Body):
-    gpus: int = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
-    model: str | None = Field(default=None, max_length=64)
+class QuotaRequest(RequestBody):
+    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
+    model: str | None = text_field(64, default=None)
 
 
-class GrantRequest(_Body):
-    grantee: str = Field(max_length=65, description="A user name, or @group")
+class GrantRequest(RequestBody):
+    grantee: str = text_field(65, description="A user name, or @group")
 
 
-class NameRequest(_Body):
-    name: str = Field(max_length=64)
+class NameRequest(RequestBody):
+    name: str = text_field(64, rule=admin.NAME)
 
 
-class MemberRequest(_Body):
-    user: str = Field(max_length=64)
+class MemberRequest(RequestBody):
+    user: str = text_field(64)
 
 
-class UserQuotaRequest(_Body):
-    priority: str = Field(description="prod, normal, low or oppo")
+class UserQuotaRequest(RequestBody):
+    priority: str = text_field(16, description="prod, normal, low or oppo",
+                               json_schema_extra={"enum": list(admin.PRIORITIES)})
     gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
 
 
@@ -69,7 +68,7 @@ def _vc_views(ctx: AppContext) -> list[VcView]:
         return admin.describe_vcs(session)
 
 
-@router.get("/vcs", response_model=list[VcView])
+@router.get("/vcs", response_model=list[VcView], responses=errors(401))
 def list_vcs(user: User, ctx: Ctx) -> list[VcView]:
     """Virtual clusters with their quota, use and queue; ``default`` holds what no VC guarantees.
 
@@ -78,7 +77,7 @@ def list_vcs(user: User, ctx: Ctx) -> list[VcView]:
         return admin.describe_vcs(session, user)
 
 
-@router.post("/vcs", response_model=VcView, status_code=201)
+@router.post("/vcs", response_model=VcView, status_code=201, responses=errors(401, 403, 409, 413, 422))
 def create_vc(body: CreateVcRequest, _: Admin, ctx: Ctx) -> VcView:
     with ctx.db.session() as session:
         admin.create_vc(session, body.name, gpus=body.gpus, model=body.model,
@@ -87,62 +86,62 @@ def create_vc(body: CreateVcRequest, _: Admin, ctx: Ctx) -> VcView:
     return next(v for v in _vc_views(ctx) if v.name == body.name)
 
 
-@router.put("/vcs/{name}/quota", response_model=VcView)
-def set_vc_quota(name: str, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcView:
+@router.put("/vcs/{name}/quota", response_model=VcView, responses=errors(401, 403, 404, 413, 422))
+def set_vc_quota(name: PathName, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcView:
     with ctx.db.session() as session:
         admin.set_vc_quota(session, name, gpus=body.gpus, model=body.model)
     ctx.wake_controller()
     return next(v for v in _vc_views(ctx) if v.name == name)
 
 
-@router.post("/vcs/{name}/grants", response_model=VcView)
-def grant_vc(name: str, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
+@router.post("/vcs/{name}/grants", response_model=VcView, responses=errors(401, 403, 404, 413, 422))
+def grant_vc(name: PathName, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
     with ctx.db.session() as session:
         admin.grant_vc(session, name, body.grantee)
     return next(v for v in _vc_views(ctx) if v.name == name)
 
 
-@router.get("/groups", response_model=list[GroupView])
+@router.get("/groups", response_model=list[GroupView], responses=errors(401, 403))
 def list_groups(_: Admin, ctx: Ctx) -> list[GroupView]:
     with ctx.db.session() as session:
         return [GroupView(name=g.name, members=m) for g, m in admin.list_groups(session)]
 
 
-@router.post("/groups", response_model=GroupView, status_code=201)
+@router.post("/groups", response_model=GroupView, status_code=201, responses=errors(401, 403, 409, 413, 422))
 def create_group(body: NameRequest, _: Admin, ctx: Ctx) -> GroupView:
     with ctx.db.session() as session:
         return GroupView(name=admin.create_group(session, body.name, clock=ctx.clock).name, members=[])
 
 
-@router.post("/groups/{name}/members", response_model=GroupView)
-def add_member(name: str, body: MemberRequest, _: Admin, ctx: Ctx) -> GroupView:
+@router.post("/groups/{name}/members", response_model=GroupView, responses=errors(401, 403, 404, 413, 422))
+def add_member(name: PathName, body: MemberRequest, _: Admin, ctx: Ctx) -> GroupView:
     with ctx.db.session() as session:
         admin.add_member(session, name, body.user)
     with ctx.db.session() as session:
         return next(GroupView(name=g.name, members=m) for g, m in admin.list_groups(session) if g.name == name)
 
 
-@router.get("/quotas", response_model=list[UserQuotaView])
+@router.get("/quotas", response_model=list[UserQuotaView], responses=errors(401, 403))
 def list_quotas(_: Admin, ctx: Ctx) -> list[UserQuotaView]:
     with ctx.db.session() as session:
         return [UserQuotaView(user=u, priority=p, gpus=m / 1000) for u, p, m in admin.list_user_quotas(session)]
 
 
-@router.put("/quotas/{user}", response_model=list[UserQuotaView])
-def set_quota(user: str, body: UserQuotaRequest, _: Admin, ctx: Ctx) -> list[UserQuotaView]:
+@router.put("/quotas/{user}", response_model=list[UserQuotaView], responses=errors(401, 403, 404, 413, 422))
+def set_quota(user: PathName, body: UserQuotaRequest, _: Admin, ctx: Ctx) -> list[UserQuotaView]:
     with ctx.db.session() as session:
         admin.set_user_quota(session, user, priority=body.priority, gpus=body.gpus)
     ctx.wake_controller()
     return [q for q in list_quotas(_, ctx) if q.user == user]
 
 
-@router.post("/nodes/{name}/cordon", response_model=NodeView)
-def cordon(name: str, _: Admin, ctx: Ctx) -> NodeView:
+@router.post("/nodes/{name}/cordon", response_model=NodeView, responses=errors(401, 403, 404, 422))
+def cordon(name: PathName, _: Admin, ctx: Ctx) -> NodeView:
     return _set_cordon(ctx, name, True)
 
 
-@router.post("/nodes/{name}/uncordon", response_model=NodeView)
-def uncordon(name: str, _: Admin, ctx: Ctx) -> NodeView:
+@router.post("/nodes/{name}/uncordon", response_model=NodeView, responses=errors(401, 403, 404, 422))
+def uncordon(name: PathName, _: Admin, ctx: Ctx) -> NodeView:
     return _set_cordon(ctx, name, False)
 
 

@@ -8,6 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends
 
 from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.openapi import errors
 from trainyard.services import jobs as job_service
 from trainyard.services.views import NodeView, node_view
 from trainyard.store.rows import UserRow
@@ -28,7 +29,7 @@ def healthz(ctx: Ctx) -> dict[str, str]:
     }
 
 
-@router.get("/nodes", response_model=list[NodeView])
+@router.get("/nodes", response_model=list[NodeView], responses=errors(401))
 def list_nodes(user: Annotated[UserRow, Depends(current_user)], ctx: Ctx) -> list[NodeView]:
     """Nodes, their capacity and what is used; a non-admin sees only their own jobs' ids."""
     with ctx.db.session() as session:

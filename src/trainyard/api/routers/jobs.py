@@ -12,15 +12,17 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 from sqlalchemy.orm.exc import StaleDataError
 
+from trainyard.api.bodies import BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.logs import LogTarget, find_log_target, read_tail
+from trainyard.api.openapi import JOB_FILE_BODY, errors
 from trainyard.services import jobs as job_service
 from trainyard.services.views import JobDetail, JobPage, SubmitResult, job_detail, job_summary, submit_result
 from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
 
-router = APIRouter(prefix="/jobs", tags=["jobs"])
+router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
 
 
 class DryRunResult(BaseModel):
@@ -37,20 +39,11 @@ User = Annotated[UserRow, Depends(current_user)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]
 Ctx = Annotated[AppContext, Depends(context)]
 
-JOB_FILE_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {
-            "application/yaml": {"schema": {"type": "string"}},
-            "application/json": {"schema": {"type": "object"}},
-        },
-        "description": "A job file (OpenPAI job protocol v2, relaxed and extended), as YAML or JSON.",
-    }
-}
 
 
 @router.post("", status_code=201, openapi_extra=JOB_FILE_BODY, response_model=None,
-             responses={201: {"model": SubmitResult}, 200: {"model": DryRunResult}})
+             responses={201: {"model": SubmitResult}, 200: {"model": DryRunResult, "description": "Dry run"},
+                        **errors(401, 403, 413, 422)})
 async def submit_job(
     request: Request,
     user: User,
@@ -98,7 +91,7 @@ def _too_large() -> HTTPException:
                               "keep data out of it and pass paths or parameters instead")
 
 
-@router.get("", response_model=JobPage)
+@router.get("", response_model=JobPage, responses=errors(401, 422))
 def list_jobs(
     user: User,
     ctx: Ctx,
@@ -115,7 +108,7 @@ def list_jobs(
         return JobPage(items=[job_summary(r) for r in rows], next=next_cursor)
 
 
-@router.get("/{job_id}", response_model=JobDetail)
+@router.get("/{job_id}", response_model=JobDetail, responses=errors(401, 404, 422))
 def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     with ctx.db.session() as session:
         row = job_service.get_job(session, user, job_id, full=True)
@@ -124,7 +117,7 @@ def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
                           job_service.backend_warnings(spec, ctx.backend.name))
 
 
-@router.post("/{job_id}/stop", response_model=JobDetail)
+@router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
 def stop_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     for attempt in range(STOP_RETRIES):
         try:
@@ -139,7 +132,19 @@ def stop_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     return get_job(job_id, user, ctx)
 
 
-@router.get("/{job_id}/logs", response_model=None, responses={200: {"content": {"text/plain": {}}}})
+LOG_RESPONSE = {
+    "description": "Log bytes; with follow=true, streamed until the task ends (and then without the headers)",
+    "content": {"text/plain": {"schema": {"type": "string"}}},
+    "headers": {
+        "X-Log-Offset": {"description": "Byte offset of the first byte sent", "schema": {"type": "integer"}},
+        "X-Log-Size": {"description": "The log's size when read", "schema": {"type": "integer"}},
+        "X-Log-Task": {"description": "The task shown, ROLE/INDEX (absent before the task ran)",
+                       "schema": {"type": "string"}},
+    },
+}
+
+
+@router.get("/{job_id}/logs", response_model=None, responses={200: LOG_RESPONSE, **errors(401, 404, 422)})
 async def job_logs(
     job_id: JobId,
     user: User,

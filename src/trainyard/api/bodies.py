@@ -1,0 +1,150 @@
+"""How the API reads what a client sends, in one place: the strict base of every JSON request
+model, the shared string types, and a JSON reader that answers hostile bodies with a 4xx.
+
+Pydantic's default (lax) mode turns ``true`` into ``1`` and ``"1"`` into ``True``; a request
+body is a contract, so its models are strict: a boolean is not a number, a number is not a
+string. (Query and path parameters arrive as text and stay lax.)
+
+FastAPI parses JSON bodies with ``json.loads``, which raises a bare ``ValueError`` for an
+integer literal of more than 4,300 digits and ``RecursionError`` for deep nesting; FastAPI
+then answers "There was an error parsing the body" without saying where. `BodyRoute` reads
+the body itself: bounded in size, such integers kept as a marker that validation rejects by
+field path, and every unreadable body answered 413 or 422 in Trainyard's error format.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+from fastapi import HTTPException, Path, Request, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+
+MAX_JSON_BODY_BYTES = 64 * 1024
+# Longer integer literals are kept as `LongInteger` markers: Python refuses to convert more
+# than 4,300 digits, and no field of ours holds a number anywhere near this long.
+MAX_INTEGER_DIGITS = 100
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL cannot store NUL in text; refuse it at the door
+
+
+class RequestBody(BaseModel):
+    """Base of every JSON request body: unknown fields and loose types are errors."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def text_field(max_length: int, *, rule: re.Pattern[str] | None = None, **kwargs: Any) -> Any:
+    """A string field of at most ``max_length`` characters, none of them NUL.
+
+    ``rule`` is the service's own check of the value (a name's syntax): the OpenAPI document
+    declares it, so that generated clients build valid values, while the service keeps
+    enforcing it with a message that says what a valid name looks like.
+    """
+    if rule is not None:
+        kwargs["json_schema_extra"] = {"pattern": f"^(?:{rule.pattern})$"}
+    return Field(max_length=max_length, pattern=NO_NUL, **kwargs)
+
+
+# A name in a URL path (user, group, virtual cluster, node).
+PathName = Annotated[str, Path(max_length=255, pattern=NO_NUL)]
+
+
+def _integral_float_as_int(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# An integer field of a strict body: JSON Schema counts 26.0 as an integer, and so do we;
+# booleans and strings stay errors.
+WholeNumber = Annotated[int, BeforeValidator(_integral_float_as_int)]
+
+
+class LongInteger:
+    """An integer literal too long to convert; validation rejects it at its field."""
+
+    def __init__(self, digits: int) -> None:
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"<integer of {self.digits} digits>"
+
+    @property
+    def message(self) -> str:
+        return f"an integer of {self.digits} digits is too long"
+
+
+class BodyError(HTTPException):
+    """A body that cannot be read as JSON at all; carries Trainyard's ``errors`` list."""
+
+    def __init__(self, status: int, message: str, path: str = "<body>") -> None:
+        super().__init__(status, message)
+        self.errors = [{"path": path, "message": message}]
+
+
+def _parse_int(literal: str) -> int | LongInteger:
+    digits = len(literal.lstrip("-"))
+    return int(literal) if digits <= MAX_INTEGER_DIGITS else LongInteger(digits)
+
+
+def load_json_body(body: bytes) -> Any:
+    """The parsed body, or a `BodyError` saying what is wrong and where."""
+    try:
+        return json.loads(body, parse_int=_parse_int)
+    except json.JSONDecodeError as exc:
+        raise BodyError(422, f"the body is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
+                        f"<line {exc.lineno}, column {exc.colno}>") from None
+    except UnicodeDecodeError:
+        raise BodyError(422, "the body is not UTF-8 text") from None
+    except RecursionError:
+        raise BodyError(422, "the body nests arrays or objects too deeply") from None
+
+
+def too_large(limit: int, what: str = "the request body") -> HTTPException:
+    return HTTPException(413, f"{what} is larger than {limit // 1024} KiB")
+
+
+class BodyRequest(Request):
+    """A request whose ``json()`` is `load_json_body` over a size-bounded ``body()``."""
+
+    async def body(self) -> bytes:
+        if not hasattr(self, "_body"):
+            declared = self.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_JSON_BODY_BYTES:
+                raise too_large(MAX_JSON_BODY_BYTES)
+            chunks = bytearray()
+            async for chunk in self.stream():
+                chunks += chunk
+                if len(chunks) > MAX_JSON_BODY_BYTES:
+                    raise too_large(MAX_JSON_BODY_BYTES)
+            self._body = bytes(chunks)
+        return self._body
+
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = load_json_body(await self.body())
+        return self._json
+
+
+class BodyRoute(APIRoute):
+    """An API route that reads JSON bodies through `BodyRequest`.
+
+    FastAPI turns any other exception raised while reading the body into a 400; a client
+    that went away is no client error, so `ClientDisconnect` is raised again as itself.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def read_with_bounds(request: Request) -> Response:
+            try:
+                return await handler(BodyRequest(request.scope, request.receive))
+            except StarletteHTTPException as exc:  # FastAPI raises Starlette's, not its own subclass
+                if isinstance(exc.__cause__, ClientDisconnect):
+                    raise exc.__cause__ from None
+                raise
+
+        return read_with_bounds
