@@ -134,3 +134,19 @@ def test_a_client_that_hangs_up_mid_body_is_a_warning_not_an_error(
     records = [r for r in caplog.records if r.name.startswith("trainyard")]
     assert [(r.levelno, r.exc_info) for r in records] == [(logging.WARNING, None)]
     assert "disconnected" in records[0].getMessage()
+
+
+def test_two_creates_of_the_same_name_at_once_answer_409_not_500(api: Api, monkeypatch) -> None:
+    # The race cannot be timed from a test: insert as the loser of it does, having checked
+    # the name before the winner's row existed.
+    from trainyard.services import auth
+    from trainyard.store.rows import UserRow
+
+    assert api.admin.post("/api/v1/users", json={"name": "bob"}).status_code == 201
+
+    def create_after_a_stale_check(session, name, *, is_admin, clock):
+        session.add(UserRow(name=name, is_admin=is_admin, created_at=clock.now()))
+        session.flush()
+
+    monkeypatch.setattr(auth, "create_user", create_after_a_stale_check)
+    assert_error(api.admin.post("/api/v1/users", json={"name": "bob"}), 409)

@@ -13,6 +13,7 @@ import logging
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm.exc import StaleDataError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -62,6 +63,14 @@ def create_app(ctx: AppContext) -> FastAPI:
     @app.exception_handler(StaleDataError)
     async def _lost_race(_: Request, exc: StaleDataError) -> JSONResponse:
         return _error(409, "the job changed while this request ran (the scheduler moved it); try again")
+
+    @app.exception_handler(IntegrityError)
+    async def _same_name_at_once(request: Request, exc: IntegrityError) -> JSONResponse:
+        # The services check names before inserting; only two requests creating the same
+        # thing at the same moment get past that, and the database's constraint stops one.
+        log.warning("conflicting write on %s %s: %s", request.method, request.url.path, exc.orig)
+        return _error(409, "another request created or changed the same thing at the same time; "
+                           "look at what is there now, then try again")
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
