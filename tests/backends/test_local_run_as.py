@@ -120,7 +120,7 @@ def test_a_task_of_the_user_ignoring_sigterm_is_stopped_and_killed(as_user):
 
 
 def test_run_as_needs_root_an_existing_unprivileged_user_and_a_reachable_work_root(task_user, public_dir, tmp_path):
-    with pytest.raises(ValueError, match="no OS user named 'no-such-trainyard-user'"):
+    with pytest.raises(ValueError, match="no OS account named 'no-such-trainyard-user'"):
         LocalBackend(public_dir / "a", gpus=[], run_as="no-such-trainyard-user")
     with pytest.raises(ValueError, match="unprivileged"):
         LocalBackend(public_dir / "b", gpus=[], run_as="root")

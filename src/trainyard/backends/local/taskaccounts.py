@@ -101,7 +101,7 @@ class TaskAccounts:
                 f"the OS account {name!r} (for Trainyard user {trainyard_user!r}) exists but was not"
                 " created by Trainyard; map the user to an account in task_account_map, or remove it"
             )
-        return _task_user(entry)
+        return TaskUser.of(entry)
 
     def _add(self, trainyard_user: str, name: str) -> TaskUser:
         shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
@@ -132,14 +132,4 @@ class TaskAccounts:
 
 
 def _configured(trainyard_user: str, account: str) -> TaskUser:
-    try:
-        entry = pwd.getpwnam(account)
-    except (KeyError, TypeError, ValueError):
-        raise ValueError(f"task_account_map: {trainyard_user!r} maps to {account!r}, which is no OS account") from None
-    if entry.pw_uid == 0:
-        raise ValueError(f"task_account_map: {trainyard_user!r} maps to {account!r}, which is root")
-    return _task_user(entry)
-
-
-def _task_user(entry: pwd.struct_passwd) -> TaskUser:
-    return TaskUser(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir)
+    return TaskUser.unprivileged(account, f"task_account_map[{trainyard_user!r}]")

@@ -41,12 +41,22 @@ class TaskUser:
                 f"run_as={name!r} needs the server to run as root (it switches each task to that"
                 f" user); this process runs as uid {os.geteuid()}"
             )
+        return cls.unprivileged(name, "run_as")
+
+    @classmethod
+    def unprivileged(cls, name: str, setting: str) -> TaskUser:
+        """The existing OS account ``name``; ValueError, naming ``setting``, when there is
+        none or it is root."""
         try:
             entry = pwd.getpwnam(name)
         except (KeyError, TypeError, ValueError):
-            raise ValueError(f"run_as: there is no OS user named {name!r}") from None
+            raise ValueError(f"{setting}: there is no OS account named {name!r}") from None
         if entry.pw_uid == 0:
-            raise ValueError(f"run_as: {name!r} is root; tasks must run as an unprivileged user")
+            raise ValueError(f"{setting}: {name!r} is root; tasks must run as an unprivileged account")
+        return cls.of(entry)
+
+    @classmethod
+    def of(cls, entry: pwd.struct_passwd) -> TaskUser:
         return cls(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid, home=entry.pw_dir)
 
     def groups(self) -> list[int]:
