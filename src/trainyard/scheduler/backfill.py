@@ -122,7 +122,9 @@ def _first_possible(free: int, need: int, known: list[tuple[float, int, RunningJ
     return len(upto)
 
 
-def _earliest(fits_at: Callable[[int], list[TaskPlacement] | None], first: int, count: int):
+def _earliest(
+    fits_at: Callable[[int], list[TaskPlacement] | None], first: int, count: int
+) -> tuple[int, list[TaskPlacement]] | None:
     """The smallest index >= ``first`` at which ``fits_at`` holds, with its placements:
     steps that double from ``first`` (few releases when it fits early), then halving."""
     tried, index, step = first - 1, first, 1

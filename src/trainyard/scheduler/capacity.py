@@ -17,18 +17,23 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.snapshot import GpuShare, NodeState, TaskPlacement, TaskRequest
+from trainyard.scheduler.snapshot import GpuShare, GpuSlot, NodeState, TaskPlacement, TaskRequest
 
 Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
 
 
-_LAYOUTS: dict[tuple, tuple] = {}
+# What a node's layout depends on: (index, model, memory, group) of each GPU, as listed.
+LayoutKey = tuple[tuple[int, str, int, str], ...]
+# See ``_layout``.
+Layout = tuple[list[int], list[int], list[str], list[int], list[str], Klass, dict[int, int], str | None]
+
+_LAYOUTS: dict[LayoutKey, Layout] = {}
 
 
-def _layout(gpus: tuple) -> tuple:
+def _layout(gpus: tuple[GpuSlot, ...]) -> Layout:
     """(order of ``gpus`` by index, then by position: index, model, memory, group lists,
     klass, position of each index, the only model or None), cached by what it depends on."""
-    key = tuple((g.index, g.model, g.memory_mb, g.group) for g in gpus)
+    key: LayoutKey = tuple((g.index, g.model, g.memory_mb, g.group) for g in gpus)
     layout = _LAYOUTS.get(key)
     if layout is None:
         order = sorted(range(len(gpus)), key=lambda i: key[i][0])

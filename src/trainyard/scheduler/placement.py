@@ -30,7 +30,7 @@ class CellOrder:
 CELL_ORDER = CellOrder()
 
 
-def task_order(job: PendingJob) -> list:
+def task_order(job: PendingJob) -> list[TaskRequest]:
     """Largest requests first: they have the fewest places to go."""
     return sorted(job.tasks, key=lambda t: (-t.gpu_milli, -t.cpu_milli, -t.memory_mb, t.role, t.index))
 

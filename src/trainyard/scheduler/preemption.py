@@ -42,6 +42,7 @@ from trainyard.scheduler.snapshot import (
     Preempt,
     RunningJob,
     TaskPlacement,
+    TaskRequest,
 )
 
 PRIORITY_NAMES = ("prod", "normal", "low", "oppo")
@@ -366,7 +367,7 @@ def _gives_quota(job: PendingJob, victim: RunningJob) -> bool:
 
 
 def _frees_room(
-    ledger: Ledger, access: Access, job: PendingJob, gpu_tasks: list, victim: RunningJob,
+    ledger: Ledger, access: Access, job: PendingJob, gpu_tasks: list[TaskRequest], victim: RunningJob,
     over: dict[tuple[str, str], int],
 ) -> bool:
     """Whether stopping ``victim`` frees anything ``job`` could be placed on."""

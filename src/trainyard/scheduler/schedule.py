@@ -52,6 +52,9 @@ from trainyard.scheduler.snapshot import (
 # in queue order (plans that only wait on work stopping already do not count).
 PLANS_PER_QUEUE = 16
 
+# What decides whether a job can start (``_shape``): VC, user or None, priority, tasks.
+Shape = tuple[str, str | None, int, tuple[TaskRequest, ...]]
+
 
 def queue_order(job: PendingJob) -> tuple[int, float, int]:
     return (job.priority_rank, job.submitted_at, job.job_id)
@@ -113,10 +116,10 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
     # Within a pass free resources and quota only shrink, so a job just like one that did
     # not start will not start either: its outcome is reused (most queues are made of few
     # shapes of job). Jobs let through a reservation see more, so they are always tried.
-    failed: dict[tuple, Wait] = {}
+    failed: dict[Shape, Wait] = {}
     for job in queue.jobs:
         holding = reservation is not None and reservation.holds(now)
-        passes = holding and reservation.lets_pass(job, now)
+        passes = holding and reservation is not None and reservation.lets_pass(job, now)
         shape = _shape(cycle, job)
         if not passes and shape in failed:
             known = failed[shape]
@@ -162,7 +165,7 @@ def preempt_for_queue(
     ledger = cycle.ledger
     # Resources only shrink in this loop, so a job just like one that could not be helped
     # cannot be helped either: its outcome is reused, as in ``run_queue``.
-    hopeless: set[tuple] = set()
+    hopeless: set[Shape] = set()
     plans = 0
     for position, job in enumerate(blocked):
         shape = _shape(cycle, job)
@@ -178,25 +181,26 @@ def preempt_for_queue(
                 elif known is None:
                     cycle.wait(later, Wait(PendingReason.NO_FIT))
             break
-        head = reservation is not None and reservation.job is job
-        if head:
-            reservation.lift()  # its own hold must not stand in its way
+        # The queue's reservation, when it is this job's.
+        head = reservation if reservation is not None and reservation.job is job else None
+        if head is not None:
+            head.lift()  # its own hold must not stand in its way
         # Since it was tried, holds were lifted and other VCs' plans took their holes: it
         # may simply fit now.
         if _start(cycle, job):
-            if head:
+            if head is not None:
                 reservation = None
             continue
         refusal = ledger.quotas.admit(job)
         stopping = len(cycle.preemptions)
         if _may_preempt(ledger, job, refusal) and plan_preemption(cycle, job):
             plans += len(cycle.preemptions) > stopping  # waiting on work stopping already is cheap
-            if head:
+            if head is not None:
                 reservation = None
             continue
         hopeless.add(shape)
-        if head:
-            reservation.apply(ledger)
+        if head is not None:
+            head.apply(ledger)
         elif reservation is None and position > 0 and cycle.snapshot.config.backfill:
             reservation = reserve(cycle, job)  # first in line now that those ahead preempt
             cycle.wait(job, _blocked(refusal, reservation))
@@ -205,7 +209,7 @@ def preempt_for_queue(
     return reservation
 
 
-def _shape(cycle: Cycle, job: PendingJob) -> tuple:
+def _shape(cycle: Cycle, job: PendingJob) -> Shape:
     """What decides whether a job can start: its VC, priority and tasks, and its user only
     when that user has a quota at that priority."""
     user = job.user if (job.user, job.priority_rank) in cycle.snapshot.user_quotas else None

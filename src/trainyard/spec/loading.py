@@ -42,11 +42,14 @@ class _JobFileLoader(_SafeLoader):  # type: ignore[misc, valid-type]
                     key_node.start_mark,
                 )
             first_line[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep=deep)
+        # The base class is chosen at run time, so untyped here; the stub's type for both.
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int | OversizedNumber:
         try:
-            return super().construct_yaml_int(node)
+            number: int = super().construct_yaml_int(node)
+            return number
         except ValueError:  # Python converts at most 4,300 decimal digits
             return OversizedNumber(sum(c.isdigit() for c in node.value))
 

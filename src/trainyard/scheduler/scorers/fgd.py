@@ -30,12 +30,24 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from typing import Literal
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
-from trainyard.scheduler.ledger import Access, Fit, Ledger
+from trainyard.scheduler.ledger import Access, Fit, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, first_fit, select_bestfit
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
+
+# A node's answer for a task: (cost, [(position, milli)]), or False where it does not fit.
+Shares = list[tuple[int, int]]
+Answer = tuple[float, Shares]
+# What a node's answer depends on besides its free capacity (``Fgd._fixed``).
+Fixed = tuple[object, ...]
+# A node's state as far as an answer goes: (fixed, free milli-GPU per device, CPU, memory).
+NodeKey = tuple[Fixed, tuple[int, ...], int, int]
+# ``F_n``'s cache key: (the node's kind, free milli-GPU per device, CPU, memory).
+FragmentKey = tuple[tuple[object, ...], tuple[int, ...], int, int]
+Rank = tuple[float, ...]  # lowest best
 
 SCAN = 1 << 16  # fitting node states compared per task: in practice all
 # Under quota or cell rules answers depend on the node, not only its state: fewer nodes are
@@ -80,9 +92,10 @@ class Fgd:
         kinds = [w for w in workload if w.weight > 0 and w.gpu_milli > 0]  # the paper's: GPU tasks only
         total = sum(w.weight for w in kinds)
         self.classes = [(w, w.weight / total) for w in kinds] if total else []
-        self._cache: dict[tuple, float] = {}
-        self._answers: dict[tuple, dict[tuple, object]] = {}  # task kind -> node state -> answer
-        self._statics: dict[object, dict[str, tuple]] = {}
+        self._cache: dict[FragmentKey, float] = {}
+        # task kind -> node state -> answer
+        self._answers: dict[tuple[object, ...], dict[NodeKey, Answer | Literal[False]]] = {}
+        self._statics: dict[object, dict[str, Fixed]] = {}
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
         # by (share, models), it is worked out once per group instead of once per kind.
         grouped: dict[tuple[int, tuple[str, ...]], list[tuple[int, int, float]]] = {}
@@ -116,13 +129,13 @@ class Fgd:
             while True:
                 # Each node's answer as if no quota or cell rule applied, remembered by node
                 # state: exact without rules, and a lower bound of the answer under them.
-                window: list[tuple[tuple, FreeNode, tuple]] = []
-                compared: set[tuple] = set()
+                window: list[tuple[Rank, FreeNode, Answer]] = []
+                compared: set[NodeKey] = set()
                 for node in nodes:
                     fixed = statics.get(node.name)
                     if fixed is None:
                         fixed = statics[node.name] = self._fixed(node, task)
-                    state = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb)
+                    state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb)
                     if by_state:
                         if state in compared:
                             continue  # the same as a node before it in best-fit order, which wins ties
@@ -134,7 +147,7 @@ class Fgd:
                         continue
                     # On a node with GPUs of more than one kind the device choice changes the
                     # cost in ways the answer without rules does not bound: evaluated first.
-                    bound = self.rank(node, task, answer) if by_state or len(node.klass) == 1 else (-math.inf,)
+                    bound: Rank = self.rank(node, task, answer) if by_state or len(node.klass) == 1 else (-math.inf,)
                     window.append(((*bound, seen), node, answer))
                     seen += 1
                     if len(window) >= limit:
@@ -147,7 +160,7 @@ class Fgd:
                 # Under rules: the exact answer of the nodes in bound order, until no bound
                 # left can beat the best exact answer found (usually the first node's).
                 window.sort(key=lambda w: w[0])
-                best: tuple[tuple, FreeNode, Fit] | None = None
+                best: tuple[Rank, FreeNode, Fit] | None = None
                 for bound, node, _ in window:
                     if best is not None and best[0] <= bound:
                         break
@@ -163,12 +176,12 @@ class Fgd:
                     break  # the tier is exhausted
         return None
 
-    def rank(self, node: FreeNode, task: TaskRequest, answer: tuple) -> tuple:
+    def rank(self, node: FreeNode, task: TaskRequest, answer: Answer) -> Rank:
         """How good an answer ``(cost, [(position, milli)], ...)`` is, lowest best; ties go
         to best-fit order."""
         return (answer[0],)
 
-    def _fixed(self, node: FreeNode, task: TaskRequest) -> tuple:
+    def _fixed(self, node: FreeNode, task: TaskRequest) -> Fixed:
         """What the answer for ``task`` on ``node`` depends on besides its free capacity."""
         return node.klass if len(node.klass) == 1 else tuple(zip(node.gpu_model, node.gpu_memory_mb))
 
@@ -176,7 +189,7 @@ class Fgd:
         """Tasks for which ``_fixed`` is the same function of the node."""
         return None
 
-    def _evaluate_free(self, node: FreeNode, task: TaskRequest):
+    def _evaluate_free(self, node: FreeNode, task: TaskRequest) -> Answer | Literal[False]:
         """False if the task does not fit the node, else (cost, [(position, milli)]), with
         no quota or cell rule (what ``Access.fit`` does for a job without them)."""
         if not node.hosts_cpu_and_memory(task):
@@ -191,7 +204,9 @@ class Fgd:
         cost = self._after(node, task, devices) - before + self.penalty(node, task, devices)
         return cost, [(node.position[d.index], d.milli) for d in devices]
 
-    def _evaluate(self, node: FreeNode, task: TaskRequest, access: Access):
+    def _evaluate(
+        self, node: FreeNode, task: TaskRequest, access: Access
+    ) -> tuple[float, Shares, Fit] | Literal[False]:
         """False if the task does not fit the node, else (cost, [(position, milli)], fit)."""
         before = self.fragmentation(node, node.gpu_free, 0, 0)
         fit = access.fit(node, task, self._selector(before))
@@ -209,7 +224,7 @@ class Fgd:
         same, so best-fit's (lowest indices in preference order)."""
         return select_bestfit(node, task, tiers)
 
-    def _selector(self, before: float):
+    def _selector(self, before: float) -> Select:
         def select(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
             if task.gpu_milli >= MILLI:  # whole devices are interchangeable for fragmentation
                 return self.select_whole(node, task, tiers)
@@ -235,7 +250,7 @@ class Fgd:
         """``F_n``: the node's expected fragmentation with these free shares (milli-GPU)."""
         cpu = node.cpu_milli - cpu_used
         memory = node.memory_mb - memory_used
-        key = (node.klass if len(node.klass) == 1 else tuple(node.gpu_model), tuple(free), cpu, memory)
+        key: FragmentKey = (node.klass if len(node.klass) == 1 else tuple(node.gpu_model), tuple(free), cpu, memory)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._cache[key] = self._expected(node, free, cpu, memory)

@@ -60,7 +60,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter
-from trainyard.scheduler.scorers.fgd import Fgd, pending_mix
+from trainyard.scheduler.scorers.fgd import Answer, Fgd, Fixed, FragmentKey, Rank, pending_mix
 from trainyard.scheduler.scorers.topology import Topology, select_grouped
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
@@ -161,12 +161,12 @@ class FgdCpu(Fgd):
     def select_whole(self, node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
         return select_grouped(node, task, tiers)
 
-    def rank(self, node: FreeNode, task: TaskRequest, answer: tuple) -> tuple:
+    def rank(self, node: FreeNode, task: TaskRequest, answer: Answer) -> Rank:
         shares = answer[1]
         groups = len({node.gpu_group[p] for p, _ in shares}) if len(shares) > 1 else 1
         return (groups, answer[0])
 
-    def _fixed(self, node: FreeNode, task: TaskRequest) -> tuple:
+    def _fixed(self, node: FreeNode, task: TaskRequest) -> Fixed:
         fixed = super()._fixed(node, task)  # a multi-GPU task's answer depends on the groups too
         return (fixed, tuple(node.gpu_group)) if task.gpu_milli >= 2 * MILLI else fixed
 
@@ -208,11 +208,11 @@ class CpuFragments:
         for w in kinds:
             grouped.setdefault((w.gpu_milli, w.gpu_models), []).append((w.cpu_milli, w.memory_mb, w.weight / total))
         self._groups = [(gpu, models, tuple(members)) for (gpu, models), members in grouped.items()]
-        self._cache: dict[tuple, float] = {}
+        self._cache: dict[FragmentKey, float] = {}
 
     def of(self, node: FreeNode, free: Sequence[int], cpu: int, memory: int) -> float:
         """Expected milli-CPU of ``node`` left unusable, with these free shares, CPU and memory."""
-        key = (node.klass if len(node.klass) == 1 else tuple(node.gpu_model), tuple(free), cpu, memory)
+        key: FragmentKey = (node.klass if len(node.klass) == 1 else tuple(node.gpu_model), tuple(free), cpu, memory)
         cached = self._cache.get(key)
         if cached is None:
             cached = self._cache[key] = self._expected(node, free, cpu, memory)

@@ -49,10 +49,12 @@ class Topology:
         if best is not None:
             return best[1], best[2]
         rest = gang.remaining_gpu - task.gpu_milli
+        # (needs another node for the rest, whole GPUs left negated, groups, scan order)
+        found: tuple[tuple[bool, int, int, int], FreeNode, Fit] | None = None
         for tier in access.tiers(task):
             seen = 0
             for node in tier:
-                if best is not None and _at_best(node, task, rest) >= best[0][:3]:
+                if found is not None and _at_best(node, task, rest) >= found[0][:3]:
                     seen += 1  # compared by its best possible key: cannot beat the best so far
                     if seen >= SCAN:
                         break
@@ -64,14 +66,14 @@ class Topology:
                 holds_rest = whole_after * MILLI >= rest
                 # Prefer a node that can take the rest of the gang too; failing that, the
                 # one with most whole GPUs left (fewest nodes); then one group; then best fit.
-                key = (not holds_rest, 0 if holds_rest else -whole_after, _groups(node, fit.devices), seen)
-                if best is None or key < best[0]:
-                    best = (key, node, fit)
+                rank = (not holds_rest, 0 if holds_rest else -whole_after, _groups(node, fit.devices), seen)
+                if found is None or rank < found[0]:
+                    found = (rank, node, fit)
                 seen += 1
-                if seen >= SCAN or key[:3] == (False, 0, 1):  # nothing later can do better
+                if seen >= SCAN or rank[:3] == (False, 0, 1):  # nothing later can do better
                     break
-            if best is not None:
-                return best[1], best[2]
+            if found is not None:
+                return found[1], found[2]
         return None
 
 
