@@ -44,6 +44,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from math import gcd
 
 from trainyard.scheduler.capacity import Tentative
@@ -53,6 +54,7 @@ from trainyard.scheduler.snapshot import OPPORTUNISTIC_RANK, NodeState, RunningJ
 # A node all of whose cells one VC holds is in the family "=" + that VC's name.
 FRESH, SHARED, SEALED = "", "~shared", "~sealed"
 CellId = tuple[str, int]  # (node name, cell number on that node)
+VcModel = tuple[str, str]  # (VC name, GPU model): what a VC's budget and counts are per
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,12 @@ def cell_sizes(
     return sizes
 
 
-def _placement_order(p: TaskPlacement) -> tuple:
+def _placement_order(p: TaskPlacement) -> tuple[int, int, int, str, int]:
     return (-sum(s.milli for s in p.gpus), -p.cpu_milli, -p.memory_mb, p.role, p.index)
+
+
+def _no_refile(node: str) -> None:
+    """``Cells.on_change`` before a capacity index listens (while deriving)."""
 
 
 class Cells:
@@ -139,24 +145,31 @@ class Cells:
             self.cell_of[node.name] = of
             self.cells_on[node.name] = number
         self.per_node = dict(per_node)  # m: the most cells of a model on one node
-        self.budget: dict[tuple[str, str], Budget] = {}
+        self.budget: dict[VcModel, Budget] = {}
         for vc, quota in quotas.items():
-            for model, gpus in quota.items():
-                if model not in self.size or gpus <= 0:
+            for model, quota_gpus in quota.items():
+                if model not in self.size or quota_gpus <= 0:
                     continue
-                cells = -(-gpus // self.size[model])
+                cells = -(-quota_gpus // self.size[model])
                 m = self.per_node[model]
                 self.budget[(vc, model)] = Budget(whole=cells // m, loose=cells - (cells // m) * m)
+        # Which VC holds each bound cell, and what follows from it for the lookups below.
+        # Written only by ``_set`` and ``_unset``: the indexes after ``owner`` are derived
+        # from it there, one cell at a time, and nowhere else.
         self.owner: dict[CellId, str] = {}
-        self.whole: dict[tuple[str, str], list[str]] = defaultdict(list)  # (vc, model) -> nodes
-        self.loose: dict[tuple[str, str], int] = defaultdict(int)  # (vc, model) -> cells
         self.bound_on: dict[str, int] = defaultdict(int)  # node -> cells bound
         self.held: dict[str, dict[str, int]] = defaultdict(dict)  # vc -> node -> cells it holds there
-        self._family: dict[str, str] = {}  # node -> family, kept by ``_set`` / ``_unset``
+        self._family: dict[str, str] = {}  # node -> family
         # vc -> nodes where it holds cells but not all of them (shared or sealed with others)
         self.partly: dict[str, set[str]] = defaultdict(set)
         self.shared: set[str] = set()  # nodes with some cells bound and some free (holes)
-        self.on_change = lambda node: None  # the capacity index re-files the node
+        # How each VC's bound cells count against its budget: the nodes it holds whole and
+        # the number of loose cells. Not derivable from ``owner`` (the same cells may count
+        # either way), so written only by the counting methods below, each of which
+        # records its own undo.
+        self.whole: dict[VcModel, list[str]] = defaultdict(list)  # (vc, model) -> nodes
+        self.loose: dict[VcModel, int] = defaultdict(int)  # (vc, model) -> cells
+        self.on_change: Callable[[str], None] = _no_refile  # the capacity index re-files the node
         # Loose cells a preemption plan of this cycle bound for the job it is for: no other
         # job may share them. The next cycle derives cells from running work only, and
         # would see another job alone in such a cell — and might bind its node whole,
@@ -201,21 +214,17 @@ class Cells:
         """Derive ``vc``'s cells again from ``jobs`` alone (as the next cycle will once some
         of its jobs have stopped), other VCs' cells staying as they are."""
         for cell in sorted(c for c, owner in self.owner.items() if owner == vc):
-            self._unset(cell, vc)
-            self.on_change(cell[0])
-            tentative.record(lambda cell=cell: (self._set(cell, vc), self.on_change(cell[0])))
+            self._unset_and_refile(cell, vc)
+            tentative.record(partial(self._set_and_refile, cell, vc))
         for key in sorted(k for k in set(self.whole) | set(self.loose) if k[0] == vc):
-            whole, loose = list(self.whole[key]), self.loose[key]
-            self.whole[key], self.loose[key] = [], 0
-            tentative.record(lambda key=key, whole=whole, loose=loose: self._restore(key, whole, loose))
+            self._reset_counts(key, tentative)
         jobs = sorted(jobs, key=lambda j: (j.started_at, j.priority_rank, j.job_id))
         for job in jobs:
             for p in job.placements:
                 for _, cells in self._unbound_cells(p):
                     for cell in cells:
-                        self._set(cell, vc)
-                        self.on_change(cell[0])
-                        tentative.record(lambda cell=cell: (self._unset(cell, vc), self.on_change(cell[0])))
+                        self._set_and_refile(cell, vc)
+                        tentative.record(partial(self._unset_and_refile, cell, vc))
         self._replay(vc, jobs, tentative)
 
     def _replay(self, vc: str, jobs: Sequence[RunningJob], tentative: Tentative) -> None:
@@ -242,27 +251,10 @@ class Cells:
                         free = tuple(c for c in node_cells if c not in self.owner)
                         self.bind(vc, Binding(model, free, True, absorbed=absorbed), tentative)
                         if not free:  # ``bind`` records nothing for no cells: count the node here
-                            self._count_whole(vc, model, p.node, absorbed, tentative)
+                            self._count_whole((vc, model), p.node, absorbed, tentative)
                         counted.update(node_cells)
                     else:
-                        self._count_loose(vc, model, len(new), tentative)
-
-    def _count_whole(self, vc: str, model: str, node: str, absorbed: int, tentative: Tentative) -> None:
-        key = (vc, model)
-        self.whole[key].append(node)
-        self.loose[key] -= absorbed
-        tentative.record(lambda: (self.whole[key].remove(node), self._add_loose(key, absorbed)))
-
-    def _count_loose(self, vc: str, model: str, cells: int, tentative: Tentative) -> None:
-        key = (vc, model)
-        self.loose[key] += cells
-        tentative.record(lambda: self._add_loose(key, -cells))
-
-    def _add_loose(self, key: tuple[str, str], cells: int) -> None:
-        self.loose[key] += cells
-
-    def _restore(self, key: tuple[str, str], whole: list[str], loose: int) -> None:
-        self.whole[key], self.loose[key] = whole, loose
+                        self._count_loose((vc, model), len(new), tentative)
 
     def _fewest_cells(self, vc: str, jobs: Sequence[RunningJob], room: Callable[[str], int]) -> None:
         used: dict[tuple[str, str], int] = defaultdict(int)  # (model, node) -> cells it owns there
@@ -275,12 +267,12 @@ class Cells:
             for node in nodes:
                 cells = self.node_cells[(node, model)]
                 if self.whole_left(vc, model) > 0 and all(self.owner.get(c, vc) == vc for c in cells):
-                    self.whole[key].append(node)
+                    self._count_whole(key, node, 0, None)
                     for cell in cells:
                         if cell not in self.owner:
                             self._set(cell, vc)
                 else:  # over budget (a quota lowered since), its cells stay bound all the same
-                    self.loose[key] += used[(model, node)]
+                    self._count_loose(key, used[(model, node)], None)
 
     def _unbound_cells(self, p: TaskPlacement) -> list[tuple[str, list[CellId]]]:
         """The cells a placement uses that no VC holds yet, by model. A cell another VC
@@ -325,7 +317,7 @@ class Cells:
 
     def holes(self, model: str) -> list[CellId]:
         """Free cells of ``model`` on nodes where other cells are bound, in node order."""
-        found = []
+        found: list[CellId] = []
         for node in sorted(self.shared):
             found.extend(c for c in self.node_cells.get((node, model), ()) if c not in self.owner)
         return found
@@ -373,23 +365,62 @@ class Cells:
             self.binding_log.extend(binding.cells)
         key = (vc, binding.model)
         if binding.whole_node:
-            self.whole[key].append(node)
-            self.loose[key] -= binding.absorbed
+            self._count_whole(key, node, binding.absorbed, None)
         else:
-            self.loose[key] += len(binding.cells)
+            self._count_loose(key, len(binding.cells), None)
+        self.on_change(node)
+        tentative.record(partial(self._unbind, vc, binding))
+
+    def _unbind(self, vc: str, binding: Binding) -> None:
+        """``bind``'s undo, in the reverse order."""
+        node = binding.cells[0][0]
+        for cell in binding.cells:
+            self._unset(cell, vc)
+        key = (vc, binding.model)
+        if binding.whole_node:
+            self._uncount_whole(key, node, binding.absorbed)
+        else:
+            self._count_loose(key, -len(binding.cells), None)
         self.on_change(node)
 
-        def undo() -> None:
-            for cell in binding.cells:
-                self._unset(cell, vc)
-            if binding.whole_node:
-                self.whole[key].remove(node)
-                self.loose[key] += binding.absorbed
-            else:
-                self.loose[key] -= len(binding.cells)
-            self.on_change(node)
+    # The budget counts: the only writers of ``whole`` and ``loose``. With a ``tentative``,
+    # each records the change that undoes it.
 
-        tentative.record(undo)
+    def _count_whole(self, key: VcModel, node: str, absorbed: int, tentative: Tentative | None) -> None:
+        """``node`` becomes one of the VC's whole nodes; ``absorbed`` of its loose cells were
+        on it and now count as part of it instead."""
+        self.whole[key].append(node)
+        self.loose[key] -= absorbed
+        if tentative is not None:
+            tentative.record(partial(self._uncount_whole, key, node, absorbed))
+
+    def _uncount_whole(self, key: VcModel, node: str, absorbed: int) -> None:
+        self.whole[key].remove(node)
+        self.loose[key] += absorbed
+
+    def _count_loose(self, key: VcModel, cells: int, tentative: Tentative | None) -> None:
+        self.loose[key] += cells
+        if tentative is not None:
+            tentative.record(partial(self._count_loose, key, -cells, None))
+
+    def _reset_counts(self, key: VcModel, tentative: Tentative) -> None:
+        """The VC counts nothing for the model, until ``tentative`` is discarded."""
+        whole, loose = list(self.whole[key]), self.loose[key]
+        self.whole[key], self.loose[key] = [], 0
+        tentative.record(partial(self._restore_counts, key, whole, loose))
+
+    def _restore_counts(self, key: VcModel, whole: list[str], loose: int) -> None:
+        self.whole[key], self.loose[key] = whole, loose
+
+    # The cells' owners: the only writers of ``owner`` and the indexes derived from it.
+
+    def _set_and_refile(self, cell: CellId, vc: str) -> None:
+        self._set(cell, vc)
+        self.on_change(cell[0])
+
+    def _unset_and_refile(self, cell: CellId, vc: str) -> None:
+        self._unset(cell, vc)
+        self.on_change(cell[0])
 
     def _set(self, cell: CellId, vc: str) -> None:
         self.owner[cell] = vc
