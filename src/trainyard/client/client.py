@@ -12,11 +12,23 @@ from trainyard.client.config import ClientConfig, load_config
 
 FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
 
+JsonObject = dict[str, Any]  # a JSON object from the API, as parsed
+
+
+def _object(response: httpx.Response) -> JsonObject:
+    body: JsonObject = response.json()
+    return body
+
+
+def _objects(response: httpx.Response) -> list[JsonObject]:
+    body: list[JsonObject] = response.json()
+    return body
+
 
 class TrainyardError(Exception):
     """The server refused a request; ``message`` says why, ``errors`` lists field paths."""
 
-    def __init__(self, message: str, *, status: int | None = None, errors: list[dict] | None = None):
+    def __init__(self, message: str, *, status: int | None = None, errors: list[JsonObject] | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
@@ -82,24 +94,26 @@ class Client:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def submit(self, job_file: str | bytes, *, content_type: str = "application/yaml", dry_run: bool = False) -> dict:
+    def submit(
+        self, job_file: str | bytes, *, content_type: str = "application/yaml", dry_run: bool = False
+    ) -> JsonObject:
         response = self._request(
             "POST", "/jobs", content=job_file, headers={"Content-Type": content_type},
             params={"dryRun": "true"} if dry_run else None,
         )
-        return response.json()
+        return _object(response)
 
     def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
-             limit: int = 50, before: int | None = None) -> dict:
+             limit: int = 50, before: int | None = None) -> JsonObject:
         params = {k: v for k, v in dict(state=state, user=user, vc=vc, limit=limit, before=before).items()
                   if v is not None}
-        return self._request("GET", "/jobs", params=params).json()
+        return _object(self._request("GET", "/jobs", params=params))
 
-    def job(self, job_id: int) -> dict:
-        return self._request("GET", f"/jobs/{job_id}").json()
+    def job(self, job_id: int) -> JsonObject:
+        return _object(self._request("GET", f"/jobs/{job_id}"))
 
-    def stop(self, job_id: int) -> dict:
-        return self._request("POST", f"/jobs/{job_id}/stop").json()
+    def stop(self, job_id: int) -> JsonObject:
+        return _object(self._request("POST", f"/jobs/{job_id}/stop"))
 
     def logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
              offset: int | None = None, tail: int | None = None) -> bytes:
@@ -120,7 +134,7 @@ class Client:
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"lost the Trainyard server at {self.url} ({exc})") from exc
 
-    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> dict:
+    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> JsonObject:
         """Block until the job has ended; returns the job. Raises ``WaitTimeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -133,53 +147,55 @@ class Client:
 
     # -- cluster and users ----------------------------------------------------------------
 
-    def nodes(self) -> list[dict]:
-        return self._request("GET", "/nodes").json()
+    def nodes(self) -> list[JsonObject]:
+        return _objects(self._request("GET", "/nodes"))
 
-    def healthz(self) -> dict:
-        return self._request("GET", "/healthz").json()
+    def healthz(self) -> JsonObject:
+        return _object(self._request("GET", "/healthz"))
 
-    def me(self) -> dict:
-        return self._request("GET", "/me").json()
+    def me(self) -> JsonObject:
+        return _object(self._request("GET", "/me"))
 
-    def create_user(self, name: str, *, admin: bool = False) -> dict:
-        return self._request("POST", "/users", json={"name": name, "admin": admin}).json()
+    def create_user(self, name: str, *, admin: bool = False) -> JsonObject:
+        return _object(self._request("POST", "/users", json={"name": name, "admin": admin}))
 
-    def users(self) -> list[dict]:
-        return self._request("GET", "/users").json()
+    def users(self) -> list[JsonObject]:
+        return _objects(self._request("GET", "/users"))
 
     # -- administration -------------------------------------------------------------------
 
-    def vcs(self) -> list[dict]:
-        return self._request("GET", "/vcs").json()
+    def vcs(self) -> list[JsonObject]:
+        return _objects(self._request("GET", "/vcs"))
 
-    def create_vc(self, name: str, *, gpus: int, model: str | None = None, priority_preemption: bool = True) -> dict:
+    def create_vc(
+        self, name: str, *, gpus: int, model: str | None = None, priority_preemption: bool = True
+    ) -> JsonObject:
         body = {"name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption}
-        return self._request("POST", "/vcs", json=body).json()
+        return _object(self._request("POST", "/vcs", json=body))
 
-    def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> dict:
-        return self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model}).json()
+    def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> JsonObject:
+        return _object(self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model}))
 
-    def grant_vc(self, name: str, grantee: str) -> dict:
-        return self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee}).json()
+    def grant_vc(self, name: str, grantee: str) -> JsonObject:
+        return _object(self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee}))
 
-    def groups(self) -> list[dict]:
-        return self._request("GET", "/groups").json()
+    def groups(self) -> list[JsonObject]:
+        return _objects(self._request("GET", "/groups"))
 
-    def create_group(self, name: str) -> dict:
-        return self._request("POST", "/groups", json={"name": name}).json()
+    def create_group(self, name: str) -> JsonObject:
+        return _object(self._request("POST", "/groups", json={"name": name}))
 
-    def add_member(self, group: str, user: str) -> dict:
-        return self._request("POST", f"/groups/{group}/members", json={"user": user}).json()
+    def add_member(self, group: str, user: str) -> JsonObject:
+        return _object(self._request("POST", f"/groups/{group}/members", json={"user": user}))
 
-    def quotas(self) -> list[dict]:
-        return self._request("GET", "/quotas").json()
+    def quotas(self) -> list[JsonObject]:
+        return _objects(self._request("GET", "/quotas"))
 
-    def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[dict]:
-        return self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus}).json()
+    def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[JsonObject]:
+        return _objects(self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus}))
 
-    def cordon(self, node: str, *, cordoned: bool = True) -> dict:
-        return self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}").json()
+    def cordon(self, node: str, *, cordoned: bool = True) -> JsonObject:
+        return _object(self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}"))
 
-    def create_token(self, *, user: str | None = None, name: str = "") -> dict:
-        return self._request("POST", "/tokens", json={"user": user, "name": name}).json()
+    def create_token(self, *, user: str | None = None, name: str = "") -> JsonObject:
+        return _object(self._request("POST", "/tokens", json={"user": user, "name": name}))
