@@ -32,7 +32,7 @@ def end_overdue_attempts(session: Session, clock: Clock) -> list[int]:
     ended = []
     for job, attempt in rows:
         limit = job.max_runtime_seconds
-        if attempt.started_at is None or attempt.started_at + timedelta(seconds=limit) > now:
+        if limit is None or attempt.started_at is None or attempt.started_at + timedelta(seconds=limit) > now:
             continue
         attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.TIMED_OUT)
         attempt.stop_requested_at = attempt.stop_requested_at or now

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
@@ -133,13 +134,14 @@ def apply_decisions(
             continue  # stopped since the snapshot was taken
         _place(session, job, start, ports[start.job_id], clock)
         started.append(job.id)
-    changed = [
+    # One row of bind parameters per waiting job whose reason changed.
+    changed: list[dict[str, Any]] = [
         {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position, "eta": w.eta}
         for w in decisions.waits
         if before.get(w.job_id) != (str(w.reason), w.message, w.position, w.eta)
     ]
     if changed:
-        jobs = JobRow.__table__
+        jobs = JobRow.metadata.tables[JobRow.__tablename__]  # the Table (``__table__`` is typed FromClause)
         session.execute(
             update(jobs)
             .where(jobs.c.id == bindparam("job"), jobs.c.state == JobState.WAITING.value)

@@ -23,9 +23,10 @@ def plot_allocation(
     fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     top = 0
     for label, curve in curves:
-        xs = [k for k, v in enumerate(curve) if v is not None and k >= x_from]
+        points = [(k, v) for k, v in enumerate(curve) if v is not None and k >= x_from]
+        xs = [k for k, _ in points]
         top = max([top, *xs])
-        ax.plot(xs, [curve[k] for k in xs], label=label, linewidth=1.4)
+        ax.plot(xs, [v for _, v in points], label=label, linewidth=1.4)
     ax.plot([x_from, 100, max(top, 100)], [x_from, 100, 100], color="grey", linestyle=":", linewidth=1, label="limit")
     ax.set_xlabel("arrived GPU demand (% of cluster GPUs)")
     ax.set_ylabel("GPUs allocated (%)")

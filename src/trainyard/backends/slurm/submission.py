@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainyard.backends.base import TaskLaunch
+from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
 
 WHOLE_GPU_MILLI = 1000
@@ -120,7 +120,7 @@ def sbatch_argv(
     submission_dir: Path,
     partition: str | None,
     parts: Sequence[Component],
-    task_dirs: dict[object, Path],
+    task_dirs: Mapping[TaskKey, Path],
     gang_runner: Path,
     task_runner: Path,
 ) -> list[str]:
