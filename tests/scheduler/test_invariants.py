@@ -16,8 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scheduler_world import World, check_capacity, check_gangs, node, snapshot
 
+from trainyard.scheduler.capacity import Tentative
+from trainyard.scheduler.cells import FRESH, SEALED, SHARED, Cells
+from trainyard.scheduler.ledger import Ledger
+from trainyard.scheduler.placement import place_gang
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.scorers.registry import SCORERS
+from trainyard.scheduler.scorers.registry import SCORERS, scorer_for
 from trainyard.scheduler.snapshot import (
     OPPORTUNISTIC_RANK,
     Decisions,
@@ -230,3 +234,65 @@ def test_the_same_snapshot_gives_the_same_decisions_whatever_the_input_order(sce
     for s, d in run(*scenario):
         assert schedule(s) == d
         assert schedule(permuted(s, seed)) == d
+
+
+def check_cell_indexes(cells: Cells) -> None:
+    """The indexes ``Cells`` keeps beside ``owner`` are what ``owner`` says."""
+    bound: dict[str, int] = defaultdict(int)
+    held: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for (node_name, _), vc in cells.owner.items():
+        bound[node_name] += 1
+        held[vc][node_name] += 1
+    assert {n: c for n, c in cells.bound_on.items() if c} == dict(bound)
+    assert {vc: {n: c for n, c in nodes.items() if c} for vc, nodes in cells.held.items() if any(nodes.values())} == {
+        vc: dict(nodes) for vc, nodes in held.items()
+    }
+    for node_name in cells.cell_of:
+        holders = sorted(vc for vc, nodes in held.items() if nodes.get(node_name))
+        if not bound[node_name]:
+            family = FRESH
+        elif bound[node_name] < cells.cells_on[node_name]:
+            family = SHARED
+        else:
+            family = "=" + holders[0] if len(holders) == 1 else SEALED
+        assert cells.family(node_name) == family, node_name
+        assert (node_name in cells.shared) == (family == SHARED)
+        for vc in held:
+            partly = bool(held[vc].get(node_name)) and family != "=" + vc
+            assert (node_name in cells.partly.get(vc, set())) == partly
+
+
+def cell_state(cells: Cells) -> tuple[object, ...]:
+    return (
+        dict(cells.owner),
+        {k: list(v) for k, v in cells.whole.items() if v},
+        {k: v for k, v in cells.loose.items() if v},
+        {n: cells.family(n) for n in cells.cell_of},
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(worlds(), busy_worlds()))
+def test_cell_indexes_follow_their_owners_and_a_discarded_try_leaves_every_cell_as_it_was(scenario) -> None:
+    for s, _ in run(*scenario):
+        ledger = Ledger(s)
+        cells = ledger.cells
+        check_cell_indexes(cells)
+        before = cell_state(cells)
+        scorer = scorer_for(s)
+        for pending in sorted(s.pending, key=lambda j: j.job_id):
+            attempt = Tentative()
+            place_gang(pending, ledger, scorer, attempt)
+            check_cell_indexes(cells)
+            attempt.discard()
+            check_cell_indexes(cells)
+            assert cell_state(cells) == before
+        for vc in sorted({r.vc for r in s.running}):
+            # As preemption tries it: the VC's cells derived again without one of its jobs.
+            survivors = [r for r in s.running if r.vc == vc][1:]
+            attempt = Tentative()
+            cells.rebind(vc, survivors, attempt)
+            check_cell_indexes(cells)
+            attempt.discard()
+            check_cell_indexes(cells)
+            assert cell_state(cells) == before
