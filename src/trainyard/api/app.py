@@ -9,6 +9,7 @@ logged in one line and answered nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -29,7 +30,9 @@ from trainyard.spec.errors import SpecError
 log = logging.getLogger(__name__)
 
 
-def _error(status: int, detail: str, errors: list[dict[str, str]] | None = None, headers=None) -> JSONResponse:
+def _error(
+    status: int, detail: str, errors: list[dict[str, str]] | None = None, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse({"detail": detail, "errors": errors or []}, status_code=status, headers=headers)
 
 

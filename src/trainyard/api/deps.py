@@ -61,7 +61,8 @@ class AppContext:
 
 
 def context(request: Request) -> AppContext:
-    return request.app.state.ctx
+    ctx: AppContext = request.app.state.ctx
+    return ctx
 
 
 # Declares the bearer scheme in the OpenAPI document (the "Authorize" button of /docs);

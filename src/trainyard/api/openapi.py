@@ -9,6 +9,7 @@ shape, which Trainyard never sends; declaring our 422 in `errors` replaces it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,7 +82,7 @@ def _job_file_schemas() -> dict[str, Any]:
     return {**defs, "JobSpec": schema}
 
 
-def _document(app: FastAPI, build: Any) -> dict[str, Any]:
+def _document(app: FastAPI, build: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     if app.openapi_schema is not None:
         return app.openapi_schema
     doc = build()

@@ -9,14 +9,14 @@ from trainyard.cli import render
 from trainyard.client.client import Client
 
 
-def _quota_text(vc: dict, alone: bool) -> str:
+def _quota_text(vc: dict[str, Any], alone: bool) -> str:
     text = ", ".join(f"{gpus} × {'any' if model == '*' else model}" for model, gpus in sorted(vc["quota"].items()))
     if vc["name"] == "default":
         return "everything" if alone else f"the rest: {text or 'none'}"
     return text or "none"
 
 
-def vcs_table(vcs: list[dict]) -> str:
+def vcs_table(vcs: list[dict[str, Any]]) -> str:
     rows = [
         [v["name"], _quota_text(v, len(vcs) == 1), render.num(v["used"]), render.num(v["borrowed"]), v["waiting"],
          "yes" if v["priorityPreemption"] else "no",

@@ -44,7 +44,7 @@ def num(value: float) -> str:
     return f"{value:g}"
 
 
-def job_status_text(job: dict) -> str:
+def job_status_text(job: dict[str, Any]) -> str:
     if job["state"] == "WAITING" and job.get("pending"):
         p = job["pending"]
         where = f" (#{p['position']} in its VC" if p.get("position") else ""
@@ -54,13 +54,13 @@ def job_status_text(job: dict) -> str:
     return job.get("message") or ""
 
 
-def _platform_retries(job: dict) -> str:
+def _platform_retries(job: dict[str, Any]) -> str:
     """``; platform retries 1 of 3`` once a lost attempt was retried, else nothing."""
     used = job.get("platformRetriesUsed") or 0
     return f"; platform retries {used} of {job.get('platformRetriesMax', '?')}" if used else ""
 
 
-def jobs_table(jobs: list[dict]) -> str:
+def jobs_table(jobs: list[dict[str, Any]]) -> str:
     rows = [
         [j["id"], j["name"], j["user"], j["state"], num(j["gpus"]), j["attempt"],
          when(j["submittedAt"]), "-" if j["state"] == "WAITING" else duration(j["startedAt"], j["finishedAt"]),
@@ -70,7 +70,7 @@ def jobs_table(jobs: list[dict]) -> str:
     return table(["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"], rows)
 
 
-def job_detail(job: dict) -> str:
+def job_detail(job: dict[str, Any]) -> str:
     lines = [
         f"Job {job['id']}  {job['name']}",
         f"  state:      {job['state']}" + (f"  ({job_status_text(job)})" if job_status_text(job) else ""),
@@ -101,7 +101,7 @@ def job_detail(job: dict) -> str:
     return "\n".join(lines)
 
 
-def nodes_table(nodes: list[dict]) -> str:
+def nodes_table(nodes: list[dict[str, Any]]) -> str:
     rows = []
     for n in nodes:
         gpus = n["gpus"]

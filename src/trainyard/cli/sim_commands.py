@@ -10,9 +10,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for annotations only: the simulator loads when a command runs
+    from trainyard.sim.placement_track import SeedResult
 
 
-def add_sim_parser(sub: argparse._SubParsersAction) -> None:
+def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sim", help="simulate scheduling policies on a public trace or your own history")
     sim_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
 
@@ -69,7 +73,7 @@ def _placement(args: argparse.Namespace) -> int:
     nodes = load_nodes(args.nodes)
     pods = load_pods(args.pods)
 
-    def progress(one) -> None:  # noqa: ANN001 - a SeedResult
+    def progress(one: SeedResult) -> None:
         if not args.json:
             at = one.alloc[100]
             print(f"seed {one.seed}: {one.pods} pods, {one.failed} failed, "

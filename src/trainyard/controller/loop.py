@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm.exc import StaleDataError
@@ -78,7 +79,7 @@ class Controller:
     def spec_of(self, job: JobRow) -> JobSpec:
         return self._spec_for(job.id, job.spec)
 
-    def _spec_for(self, job_id: int, data: dict) -> JobSpec:
+    def _spec_for(self, job_id: int, data: dict[str, Any]) -> JobSpec:
         spec = self._specs.get(job_id)
         if spec is None:
             spec = self._specs[job_id] = validate_job(data)

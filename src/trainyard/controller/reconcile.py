@@ -10,7 +10,7 @@ writes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -214,7 +214,7 @@ class Reconciler:
                     changed |= self._advance_job(session, job)
         return changed
 
-    def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now) -> None:
+    def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now: datetime) -> None:
         job = session.get(JobRow, task.job_id)
         assert job is not None
         exit_info = classify_exit(status.exit_code)
@@ -319,7 +319,9 @@ class Reconciler:
             self._finish(session, job, JobState.FAILED, f"{attempt.reason}; {why}")
         return True
 
-    def _complete(self, job: JobRow, attempt: AttemptRow, states: dict, note: str) -> None:
+    def _complete(
+        self, job: JobRow, attempt: AttemptRow, states: Mapping[tuple[str, int], TaskState], note: str
+    ) -> None:
         """Apply the job's completion policy to its tasks' states, if it decides."""
         roles = [
             RolePolicy(name, role.instances, role.completion.minFailedInstances, role.completion.minSucceededInstances)

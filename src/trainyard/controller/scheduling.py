@@ -49,7 +49,7 @@ class WaitingJobs:
     reads little more than their ids.
     """
 
-    def __init__(self, spec_of: Callable[[int, dict], JobSpec]) -> None:
+    def __init__(self, spec_of: Callable[[int, dict[str, Any]], JobSpec]) -> None:
         self._spec_of = spec_of
         self._known: dict[int, PendingJob] = {}
         self.specs: dict[int, JobSpec] = {}

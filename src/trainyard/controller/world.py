@@ -8,7 +8,9 @@ expected end (from ``maxRunTimeSeconds``) and whether it is already being stoppe
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -94,7 +96,7 @@ def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[in
         .where(JobRow.state.in_([JobState.RUNNING, JobState.STOPPING]), TaskRow.state.in_(UNFINISHED))
         .order_by(JobRow.id, TaskRow.role, TaskRow.index)
     ).all()
-    tasks_of: dict[int, list] = defaultdict(list)
+    tasks_of: dict[int, list[Sequence[Any]]] = defaultdict(list)  # job id -> its rows
     for row in rows:
         tasks_of[row[0]].append(row)
     running, ending = [], set()

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
@@ -66,7 +67,7 @@ def load_philly(path: Path | str) -> list[TraceJob]:
 
 def load_history(path: Path | str) -> list[TraceJob]:
     text = Path(path).read_text()
-    documents: list = []
+    documents: list[Any] = []
     try:
         documents.append(json.loads(text))
     except json.JSONDecodeError:
@@ -90,7 +91,7 @@ def load_history(path: Path | str) -> list[TraceJob]:
     return sorted(jobs, key=lambda j: (j.submit, j.job_id))
 
 
-def _items(documents: Iterable) -> Iterable[dict]:
+def _items(documents: Iterable[object]) -> Iterable[dict[str, Any]]:
     for doc in documents:
         if isinstance(doc, dict) and "items" in doc:
             yield from doc["items"]

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.sim.openb import Pod, gpu_capacity, tune, workload_of
@@ -63,9 +64,12 @@ class TrackResult:
             out.append(sum(values) / len(values) if values else None)
         return out
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         alloc, frag = self.mean("alloc"), self.mean("frag")
-        pick = lambda curve: {str(k): _round(curve[k]) for k in SUMMARY_POINTS if k < len(curve)}  # noqa: E731
+
+        def pick(curve: list[float | None]) -> dict[str, float | None]:
+            return {str(k): _round(curve[k]) for k in SUMMARY_POINTS if k < len(curve)}
+
         return {
             "policy": self.policy,
             "scorer": self.scorer,

@@ -140,7 +140,10 @@ class QueueSim:
     def run(self) -> QueueResult:
         result = self.result
         limit = {v.name: sum(v.quota.values()) for v in self.vcs}
-        fits = lambda j: j.gpus <= min(self.gpus, limit.get(self._vc_of(j), 0 if self.vcs else self.gpus))  # noqa: E731
+
+        def fits(j: TraceJob) -> bool:
+            return j.gpus <= min(self.gpus, limit.get(self._vc_of(j), 0 if self.vcs else self.gpus))
+
         arrivals = [j for j in self.jobs if fits(j)]
         result.rejected = [j for j in self.jobs if not fits(j)]
         if not arrivals:

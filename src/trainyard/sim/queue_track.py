@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from trainyard.scheduler.snapshot import NodeState, VirtualCluster
 from trainyard.sim.jobs import (
@@ -45,7 +46,7 @@ def percentile(values: Sequence[float], pct: float) -> float:
     return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
 
 
-def report(result: QueueResult) -> dict:
+def report(result: QueueResult) -> dict[str, Any]:
     done = [o for o in result.outcomes.values() if o.end is not None]
     jct = [o.jct for o in done]
     queueing = [o.queueing for o in done]
@@ -82,8 +83,8 @@ def private_cluster(gpus: int, node_gpus: int = 8) -> tuple[NodeState, ...]:
     return nodes
 
 
-def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], shared: dict, policy: str,
-                    tick: float) -> dict[str, dict]:
+def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], shared: dict[str, Any], policy: str,
+                    tick: float) -> dict[str, dict[str, Any]]:
     """Per VC: mean queueing delay shared (from ``shared``) and alone on its quota."""
     out = {}
     for vc in vcs:
@@ -156,7 +157,7 @@ def _write_jobs(result: QueueResult, path: Path) -> None:
                           o.jct if o.end is not None else "", o.queueing if o.end is not None else "", o.preemptions])
 
 
-def _print(s: dict) -> None:
+def _print(s: dict[str, Any]) -> None:
     print(f"policy {s['policy']} on {s['cluster']} ({s['gpus']} GPUs): {s['jobs']} jobs"
           + (f", {s['rejected']} larger than the cluster or their VC's quota (not run)" if s["rejected"] else "")
           + (f", {s['never_started']} never started (no node shape holds them)" if s["never_started"] else ""))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -28,7 +28,7 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
 class DryRunResult(BaseModel):
     dryRun: bool = True
     valid: bool = True
-    job: dict
+    job: dict[str, Any]
     warnings: list[str]
 
 MAX_JOB_FILE_BYTES = 1 << 20

@@ -33,6 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from trainyard.backends.base import (
     LogChunk,
@@ -406,7 +407,7 @@ def _read_text(path: Path, *, strip: bool = True) -> str | None:
     return text.strip() if strip else text
 
 
-def _read_json(path: Path) -> dict | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     text = _read_text(path)
     if not text:
         return None
