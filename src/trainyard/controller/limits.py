@@ -11,9 +11,10 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from trainyard.core import transitions
 from trainyard.core.clock import Clock
-from trainyard.core.states import AttemptState, JobState, check_attempt_transition
-from trainyard.services.jobs import record_event
+from trainyard.core.states import AttemptState, JobState
+from trainyard.store.events import record_event
 from trainyard.store.rows import AttemptRow, JobRow
 
 
@@ -34,11 +35,6 @@ def end_overdue_attempts(session: Session, clock: Clock) -> list[int]:
         limit = job.max_runtime_seconds
         if attempt.started_at is None or attempt.started_at + timedelta(seconds=limit) > now:
             continue
-        attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.TIMED_OUT)
-        attempt.stop_requested_at = attempt.stop_requested_at or now
-        attempt.reason = f"ran past its maximum run time (maxRunTimeSeconds: {limit})"
-        job.state_message = f"stopping: {attempt.reason}"
-        record_event(session, job, "timed-out", f"attempt {attempt.number} {attempt.reason}; tasks get "
-                     f"SIGTERM and {job.grace_seconds:g} s to exit", clock)
+        record_event(session, job.id, transitions.time_out(job, attempt, limit, now))
         ended.append(job.id)
     return ended

@@ -9,19 +9,14 @@ from datetime import UTC, datetime
 from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
+from trainyard.core import transitions
 from trainyard.core.clock import Clock
-from trainyard.core.states import (
-    AttemptState,
-    JobState,
-    TaskState,
-    check_attempt_transition,
-    check_job_transition,
-)
+from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import Decisions, PendingJob, StartJob
-from trainyard.services.jobs import record_event
 from trainyard.services.requests import task_requests
 from trainyard.spec.errors import SpecError
 from trainyard.spec.models import JobSpec
+from trainyard.store.events import record_event
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
 
 
@@ -121,12 +116,7 @@ def apply_decisions(
     for job_id, why in cannot_start.items():
         job = rows.get(job_id)
         if job is not None and job.state == JobState.WAITING:
-            job.state = check_job_transition(JobState.WAITING, JobState.FAILED)
-            job.finished_at = clock.now()
-            job.state_message = f"cannot start: {why}"
-            job.pending_reason = job.pending_message = None
-            job.pending_position = job.pending_eta = None
-            record_event(session, job, "failed", job.state_message, clock)
+            record_event(session, job.id, transitions.cannot_start(job, why, clock.now()))
     for start in decisions.starts:
         job = rows.get(start.job_id)
         if job is None or job.state != JobState.WAITING or start.job_id in cannot_start:
@@ -166,46 +156,33 @@ def preempt_jobs(session: Session, victims: list[tuple[int, str]], clock: Clock)
         attempt = next((a for a in job.attempts if a.number == job.attempt), None)
         if attempt is None or attempt.state != AttemptState.RUNNING:
             continue  # already ending or being preempted
-        attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.PREEMPTED)
-        attempt.reason = reason
-        attempt.stop_requested_at = attempt.stop_requested_at or clock.now()
-        job.state_message = f"being preempted: {reason}"
-        record_event(session, job, "preempted", f"{reason}; tasks get SIGTERM and "
-                     f"{job.grace_seconds:g} s to exit", clock)
+        record_event(session, job.id, transitions.preempt(job, attempt, reason, clock.now()))
         done.append(job_id)
     return done
 
 
 def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock: Clock) -> None:
-    now = clock.now()
-    job.state = check_job_transition(JobState(job.state), JobState.RUNNING)
-    job.pending_reason = job.pending_message = None
-    job.pending_position = job.pending_eta = None
-    job.state_message = ""
-    attempt = AttemptRow(
-        job_id=job.id, number=job.attempt, state=AttemptState.RUNNING, started_at=now, master_port=plan.master_port
-    )
-    session.add(attempt)
-    session.flush()
-    for p in start.placements:
-        session.add(
-            TaskRow(
-                attempt_id=attempt.id,
-                job_id=job.id,
-                role=p.role,
-                index=p.index,
-                state=TaskState.WAITING,
-                node=p.node,
-                gpus=[[g.index, g.milli] for g in p.gpus],
-                cpu_milli=p.cpu_milli,
-                memory_mb=p.memory_mb,
-                ports=plan.ports.get((p.role, p.index), {}),
-                run=0,
-            )
-        )
     where = ", ".join(
         f"{p.role}/{p.index} on {p.node}"
         + (f" GPU {','.join(str(g.index) for g in p.gpus)}" if p.gpus else "")
         for p in start.placements
     )
-    record_event(session, job, "placed", f"attempt {job.attempt} placed: {where}", clock)
+    attempt = AttemptRow(job_id=job.id, master_port=plan.master_port)
+    event = transitions.start_attempt(job, attempt, where, clock.now())
+    session.add(attempt)
+    session.flush()
+    for p in start.placements:
+        task = TaskRow(
+            attempt_id=attempt.id,
+            job_id=job.id,
+            role=p.role,
+            index=p.index,
+            node=p.node,
+            gpus=[[g.index, g.milli] for g in p.gpus],
+            cpu_milli=p.cpu_milli,
+            memory_mb=p.memory_mb,
+            ports=plan.ports.get((p.role, p.index), {}),
+        )
+        transitions.place_task(task)
+        session.add(task)
+    record_event(session, job.id, event)

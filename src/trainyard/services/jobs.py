@@ -7,13 +7,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from trainyard.core import transitions
 from trainyard.core.clock import Clock
-from trainyard.core.states import (
-    FINAL_JOB_STATES,
-    JobState,
-    TaskState,
-    check_job_transition,
-)
+from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
 from trainyard.services.admin import DEFAULT_VC, guaranteed_quotas, may_use_vc
@@ -22,6 +18,8 @@ from trainyard.services.requests import task_requests
 from trainyard.spec.loading import container_fields, validate_job
 from trainyard.spec.models import JobSpec, Priority
 from trainyard.spec.templating import normalized_spec
+from trainyard.store import events
+from trainyard.store.events import record_event
 from trainyard.store.rows import (
     AttemptRow,
     JobEventRow,
@@ -34,10 +32,6 @@ from trainyard.store.rows import (
 )
 
 MAX_PAGE = 500
-
-
-def record_event(session: Session, job: JobRow, kind: str, message: str, clock: Clock) -> None:
-    session.add(JobEventRow(job_id=job.id, at=clock.now(), kind=kind, message=message))
 
 
 def gpu_slot(gpu: dict[str, Any], used_milli: int = 0) -> GpuSlot:
@@ -155,18 +149,14 @@ def submit_job(
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
         vc=spec.defaults.virtualCluster,
         priority=str(spec.priority),
-        state=JobState.WAITING,
         spec=normalized_spec(spec),
-        submitted_at=clock.now(),
-        attempt=0,
-        retries_used=0,
         grace_seconds=float(spec.stopGracePeriodSeconds),
         max_runtime_seconds=spec.maxRunTimeSeconds,
-        state_message="",
     )
+    event = transitions.submit(job, user.name, clock.now())
     session.add(job)
     session.flush()
-    record_event(session, job, "submitted", f"submitted by {user.name}", clock)
+    record_event(session, job.id, event)
     return job
 
 
@@ -220,7 +210,7 @@ def get_job(session: Session, viewer: UserRow, job_id: int, *, full: bool = Fals
 
 
 def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
-    return list(session.scalars(select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)))
+    return events.job_events(session, job.id)
 
 
 def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock) -> JobRow:
@@ -230,20 +220,10 @@ def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock
         raise Conflict(f"job {job_id} has already ended ({job.state})")
     if job.state == JobState.STOPPING:
         return job
-    if job.state == JobState.WAITING:
-        job.state = check_job_transition(JobState(job.state), JobState.STOPPED)
-        job.finished_at = clock.now()
-        job.pending_reason = job.pending_message = None
-        job.pending_position = job.pending_eta = None
-        job.state_message = f"stopped by {viewer.name} before it started"
-    else:
-        job.state = check_job_transition(JobState(job.state), JobState.STOPPING)
-        job.state_message = f"stopping on request of {viewer.name}"
-        for attempt in job.attempts:
-            if attempt.number == job.attempt and attempt.stop_requested_at is None:
-                attempt.stop_requested_at = clock.now()
-    job.stopped_by = viewer.name
-    record_event(session, job, "stop-requested", f"stop requested by {viewer.name}", clock)
+    current = None
+    if job.state != JobState.WAITING:  # a waiting job's attempts (if any) have all ended
+        current = next((a for a in job.attempts if a.number == job.attempt), None)
+    record_event(session, job.id, transitions.request_stop(job, current, viewer.name, clock.now()))
     return job
 
 
