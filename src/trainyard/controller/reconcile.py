@@ -14,8 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from trainyard.backends.base import Backend, GangLauncher, TaskKey, TaskLaunch, TaskStatus
 from trainyard.controller.launching import build_launch, task_key
@@ -35,7 +34,9 @@ from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
-from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
+from trainyard.store.queries import jobs as job_queries
+from trainyard.store.queries import nodes as node_queries
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +57,6 @@ class Plan:
     launches: list[ActiveTask] = field(default_factory=list)
     stops: list[ActiveTask] = field(default_factory=list)
     running: list[ActiveTask] = field(default_factory=list)
-
-
-def _active_jobs(session: Session) -> list[JobRow]:
-    return list(
-        session.scalars(
-            select(JobRow)
-            .where(JobRow.state.in_([JobState.RUNNING, JobState.STOPPING]))
-            .options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
-        )
-    )
 
 
 def current_attempt(job: JobRow) -> AttemptRow | None:
@@ -130,8 +121,8 @@ class Reconciler:
     def _plan(self) -> Plan:
         plan = Plan()
         with self.db.session() as session:
-            addresses = {n.name: n.address for n in session.scalars(select(NodeRow))}
-            for job in _active_jobs(session):
+            addresses = node_queries.node_addresses(session)
+            for job in job_queries.holding_jobs_with_tasks(session):
                 attempt = current_attempt(job)
                 if attempt is None:
                     continue
@@ -162,19 +153,19 @@ class Reconciler:
         with self.db.session() as session:
             touched: set[int] = set()
             for item in plan.launches:
-                task = session.get(TaskRow, item.task_id)
+                task = job_queries.task_by_id(session, item.task_id)
                 if task is None or task.state != TaskState.WAITING:
                     continue
                 if item.launch is None:
                     transitions.task_launch_failed(task, item.error, now)
                 else:
-                    job = session.get(JobRow, task.job_id)
+                    job = job_queries.job_by_id(session, task.job_id)
                     assert job is not None  # a task's job is deleted only with it
                     transitions.task_launched(task, job, now)
                 touched.add(task.job_id)
                 changed = True
             for item in plan.stops:
-                task = session.get(TaskRow, item.task_id)
+                task = job_queries.task_by_id(session, item.task_id)
                 if task is None or item.error:
                     continue
                 task.stop_sent = True
@@ -189,20 +180,20 @@ class Reconciler:
                 status = statuses.get(item.key)
                 if status is None or status.running:
                     continue
-                task = session.get(TaskRow, item.task_id)
+                task = job_queries.task_by_id(session, item.task_id)
                 if task is None or task.state != TaskState.RUNNING or task.run != item.key.run:
                     continue
                 self._task_ended(session, task, status, now)
                 touched.add(task.job_id)
                 changed = True
             for job_id in sorted(touched):
-                job = session.get(JobRow, job_id)
+                job = job_queries.job_by_id(session, job_id)
                 if job is not None and job.state in (JobState.RUNNING, JobState.STOPPING):
                     changed |= self._advance_job(session, job)
         return changed
 
     def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now: datetime) -> None:
-        job = session.get(JobRow, task.job_id)
+        job = job_queries.job_by_id(session, task.job_id)
         assert job is not None
         exit_info = classify_exit(status.exit_code)
         # The backend's note may repeat the signal the description already names.
