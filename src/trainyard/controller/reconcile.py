@@ -168,7 +168,7 @@ class Reconciler:
                 task = job_queries.task_by_id(session, item.task_id)
                 if task is None or item.error:
                     continue
-                task.stop_sent = True
+                transitions.stop_sent(task)
                 if task.state == TaskState.WAITING:
                     status = statuses.get(item.key)
                     if status is not None and status.lost:

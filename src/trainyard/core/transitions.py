@@ -321,6 +321,12 @@ def task_found_running(task: TaskRecord, now: datetime) -> None:
     task.started_at = task.started_at or now
 
 
+def stop_sent(task: TaskRecord) -> None:
+    """The backend was told to stop the task: from now on its end counts as STOPPED (not its
+    own success or failure), and it is not signalled again."""
+    task.stop_sent = True
+
+
 def task_launch_failed(task: TaskRecord, error: str, now: datetime) -> None:
     _move_task(task, TaskState.FAILED)
     task.message = error
