@@ -26,12 +26,14 @@ class PortPlan:
 
 
 PendingFields = tuple[str | None, str | None, int | None, float | None]  # reason, message, position, eta
+
+
 class WaitingJobs:
-    """What the scheduler needs of each waiting job, parsed once and kept.
+    """What the scheduler needs of each waiting job, read once and kept.
 
     A job's requests, priority and submit time never change while it waits, so only new
-    arrivals are read (in chunks) and validated; a cycle with 10,000 waiting jobs then
-    reads little more than their ids.
+    arrivals are read (in chunks) and validated (through the one ``StoredSpecs`` cache);
+    a cycle with 10,000 waiting jobs then reads little more than their ids.
     """
 
     def __init__(self, specs: StoredSpecs) -> None:
