@@ -232,4 +232,3 @@ def visible_job_ids(session: Session, viewer: UserRow, job_ids: set[int]) -> set
 
 def list_nodes(session: Session) -> list[NodeRow]:
     return node_queries.all_nodes(session)
-
