@@ -13,6 +13,7 @@ from datetime import timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from trainyard.core.priorities import Priority
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.scheduler.snapshot import (
     GpuShare,
@@ -23,7 +24,6 @@ from trainyard.scheduler.snapshot import (
 )
 from trainyard.services import admin
 from trainyard.services.jobs import gpu_slot
-from trainyard.spec.models import Priority
 from trainyard.store.rows import (
     AttemptRow,
     JobRow,
