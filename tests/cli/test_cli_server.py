@@ -15,6 +15,13 @@ JOB = "name: train-a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    c
 Yard = Callable[..., tuple[int, str, str]]
 
 
+def submitted(api: Api) -> int:
+    """A job of alice's, submitted over plain HTTP."""
+    response = api.user.post("/api/v1/jobs", content=JOB, headers={"content-type": "application/yaml"})
+    assert response.status_code == 201, response.text
+    return int(response.json()["id"])
+
+
 @pytest.fixture
 def yard(api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Yard:
     """Run ``yard ARGS`` as the user whose token is given (alice by default)."""
@@ -38,20 +45,20 @@ def test_yard_jobs_says_so_when_there_are_none(yard: Yard) -> None:
 
 
 def test_yard_jobs_renders_each_column_of_a_submitted_job(api: Api, yard: Yard) -> None:
-    job = api.sdk(api.user_token).submit(JOB)
+    job_id = submitted(api)
     code, out, _ = yard("jobs")
     header, row = out.splitlines()
     assert code == 0
     assert header.split() == ["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"]
     cells = row.split()
-    assert cells[:6] == [str(job["id"]), "train-a", "alice", "WAITING", "2", "0"]
+    assert cells[:6] == [str(job_id), "train-a", "alice", "WAITING", "2", "0"]
     assert "-" in cells[6:]  # no runtime while it waits
 
 
 def test_yard_wait_on_a_job_that_cannot_end_exits_with_the_timeout_code(api: Api, yard: Yard) -> None:
-    job = api.sdk(api.user_token).submit(JOB)
-    code, _, err = yard("wait", str(job["id"]), "--timeout", "0")
-    assert code == EXIT_TIMEOUT and err == f"yard: job {job['id']} is still WAITING after 0 s\n"
+    job_id = submitted(api)
+    code, _, err = yard("wait", str(job_id), "--timeout", "0")
+    assert code == EXIT_TIMEOUT and err == f"yard: job {job_id} is still WAITING after 0 s\n"
 
 
 def test_an_unknown_job_exits_with_the_error_code_and_the_servers_message(yard: Yard) -> None:
