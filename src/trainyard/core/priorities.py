@@ -2,7 +2,7 @@
 
 The one home of this vocabulary. The scheduler works with ranks (small integers, 0 the
 highest) so that it can also rank jobs by rules of its own (the simulator's Tiresias
-levels); everything that names a priority — the store, the services, the API, the CLI,
+levels); everything that names a priority — the services, the controller, the API, the CLI,
 the scheduler's messages — uses :class:`Priority`.
 
 ``spec/`` cannot import this module (``spec/`` and ``core/`` are independent bottom
