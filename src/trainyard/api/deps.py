@@ -15,6 +15,7 @@ from trainyard.core.clock import Clock
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import authenticate, hash_token
+from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
@@ -30,6 +31,7 @@ class AppContext:
     backend: Backend
     clock: Clock
     controller: Controller | None = None
+    specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
     _tokens: dict[str, tuple[float, UserRow]] = field(default_factory=dict)
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
 

@@ -37,7 +37,7 @@ def find_log_target(
 ) -> LogTarget:
     with ctx.db.session() as session:
         job = job_service.get_job(session, user, job_id, full=True)
-        spec = job_service.parse_stored_spec(job)
+        spec = ctx.specs.of(job)
         if task is None:
             role, index = spec.role_names[0], 0
         else:

@@ -112,9 +112,9 @@ def list_jobs(
 def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     with ctx.db.session() as session:
         row = job_service.get_job(session, user, job_id, full=True)
-        spec = job_service.parse_stored_spec(row)
+        spec = ctx.specs.of(row)
         return job_detail(row, job_service.job_events(session, row),
-                          job_service.backend_warnings(spec, ctx.backend.name))
+                          job_service.backend_warnings(spec, ctx.backend.name), spec=spec)
 
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
