@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scheduler_world import World, check_capacity, check_gangs, node, snapshot
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cells import FRESH, SEALED, SHARED, Cells
 from trainyard.scheduler.ledger import Ledger
@@ -23,7 +24,6 @@ from trainyard.scheduler.placement import place_gang
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.scorers.registry import SCORERS, scorer_for
 from trainyard.scheduler.snapshot import (
-    OPPORTUNISTIC_RANK,
     Decisions,
     PendingJob,
     PendingReason,

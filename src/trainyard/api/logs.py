@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from trainyard.api.deps import AppContext
 from trainyard.backends.base import Backend, TaskKey
-from trainyard.core.states import AttemptState, TaskState
+from trainyard.core.states import FINAL_JOB_STATES, AttemptState, TaskState
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, NotFound
 from trainyard.store.rows import UserRow
@@ -53,7 +53,7 @@ def find_log_target(
         if not rows:
             if attempt is not None:
                 raise NotFound(f"job {job_id} has no attempt {attempt}")
-            return LogTarget(job_id, user, role, index, attempt, None, job.state in ("SUCCEEDED", "FAILED", "STOPPED"))
+            return LogTarget(job_id, user, role, index, attempt, None, job.state in FINAL_JOB_STATES)
         found = [t for t in rows[0].tasks if (t.role, t.index) == (role, index)]
         if not found:
             return LogTarget(job_id, user, role, index, attempt, None, True)

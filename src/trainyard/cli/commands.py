@@ -11,6 +11,7 @@ from trainyard.cli import admin_commands, render
 from trainyard.cli.main import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.client.client import AuthError, Client, ServerUnreachable, TrainyardError, WaitTimeout
 from trainyard.client.config import load_config
+from trainyard.core.states import JobState
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -110,7 +111,7 @@ def _note_on_logs(client: Client, args: argparse.Namespace, *, empty: bool) -> N
     """On stderr, what the log shown leaves out: that nothing ran yet, or the other tasks."""
     job = client.job(args.id)
     attempts = job.get("attempts") or []
-    if empty and (not attempts or job["state"] == "WAITING"):
+    if empty and (not attempts or job["state"] == JobState.WAITING):
         ran = [a["number"] for a in attempts if a.get("startedAt")]
         earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
         _fail(f"job {args.id} is {job['state']}: this attempt has not run yet{earlier}")
@@ -136,7 +137,7 @@ def cmd_wait(client: Client, args: argparse.Namespace) -> int:
         render.print_json(job)
     else:
         print(f"job {job['id']}: {job['state']}" + (f" ({job['message']})" if job["message"] else ""))
-    return 0 if job["state"] == "SUCCEEDED" else EXIT_ERROR
+    return 0 if job["state"] == JobState.SUCCEEDED else EXIT_ERROR
 
 
 def cmd_nodes(client: Client, args: argparse.Namespace) -> int:

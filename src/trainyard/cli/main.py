@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
+from trainyard.core.priorities import PRIORITY_NAMES
 
 EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_TIMEOUT = 1, 2, 3, 4, 124
 
@@ -142,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     quota_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     q = quota_sub.add_parser("set", help="at most N GPUs for USER at a priority")
     q.add_argument("user")
-    q.add_argument("--priority", required=True, choices=["prod", "normal", "low", "oppo"])
+    q.add_argument("--priority", required=True, choices=PRIORITY_NAMES)
     q.add_argument("--gpus", type=float, help="the limit; leave out to remove it")
     _json_flag(q)
     q = quota_sub.add_parser("list", help="every per-user quota")

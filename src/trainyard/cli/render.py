@@ -7,6 +7,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from trainyard.core.states import JobState
+
 
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=True)
@@ -45,7 +47,7 @@ def num(value: float) -> str:
 
 
 def job_status_text(job: dict[str, Any]) -> str:
-    if job["state"] == "WAITING" and job.get("pending"):
+    if job["state"] == JobState.WAITING and job.get("pending"):
         p = job["pending"]
         where = f" (#{p['position']} in its VC" if p.get("position") else ""
         if p.get("estimatedStart"):
@@ -63,7 +65,7 @@ def _platform_retries(job: dict[str, Any]) -> str:
 def jobs_table(jobs: list[dict[str, Any]]) -> str:
     rows = [
         [j["id"], j["name"], j["user"], j["state"], num(j["gpus"]), j["attempt"],
-         when(j["submittedAt"]), "-" if j["state"] == "WAITING" else duration(j["startedAt"], j["finishedAt"]),
+         when(j["submittedAt"]), "-" if j["state"] == JobState.WAITING else duration(j["startedAt"], j["finishedAt"]),
          job_status_text(j)]
         for j in jobs
     ]

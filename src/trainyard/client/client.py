@@ -9,8 +9,7 @@ from typing import Any
 import httpx
 
 from trainyard.client.config import ClientConfig, load_config
-
-FINAL_STATES = frozenset({"SUCCEEDED", "FAILED", "STOPPED"})
+from trainyard.core.states import FINAL_JOB_STATES
 
 JsonObject = dict[str, Any]  # a JSON object from the API, as parsed
 
@@ -139,7 +138,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.job(job_id)
-            if job["state"] in FINAL_STATES:
+            if job["state"] in FINAL_JOB_STATES:
                 return job
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeout(f"job {job_id} is still {job['state']} after {timeout:g} s")

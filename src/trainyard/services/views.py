@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES, platform_retries_used
 from trainyard.core.resources import from_milli
+from trainyard.core.states import JobState
 from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import (
@@ -151,7 +152,7 @@ class UserView(BaseModel):
 
 
 def _pending(row: JobRow) -> PendingView | None:
-    if row.state != "WAITING" or not row.pending_reason:
+    if row.state != JobState.WAITING or not row.pending_reason:
         return None
     return PendingView(
         reason=row.pending_reason,

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from trainyard.api.bodies import BodyRoute, PathName, RequestBody, WholeNumber, text_field
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
+from trainyard.core.priorities import PRIORITY_NAMES
 from trainyard.services import admin
 from trainyard.services import jobs as job_service
 from trainyard.services.views import NodeView, VcView, node_view
@@ -47,8 +48,8 @@ class MemberRequest(RequestBody):
 
 
 class UserQuotaRequest(RequestBody):
-    priority: str = text_field(16, description="prod, normal, low or oppo",
-                               json_schema_extra={"enum": list(admin.PRIORITIES)})
+    priority: str = text_field(16, description=f"{', '.join(PRIORITY_NAMES[:-1])} or {PRIORITY_NAMES[-1]}",
+                               json_schema_extra={"enum": list(PRIORITY_NAMES)})
     gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
 
 
