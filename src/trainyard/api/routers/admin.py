@@ -5,14 +5,25 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
 
-from trainyard.api.bodies import BodyRoute, PathName, RequestBody, WholeNumber, text_field
+from trainyard.api.bodies import BodyRoute, PathName
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
+from trainyard.schemas.admin import (
+    CreateVcRequest,
+    GrantRequest,
+    GroupView,
+    MemberRequest,
+    NameRequest,
+    QuotaRequest,
+    UserQuotaRequest,
+    UserQuotaView,
+    VcView,
+)
+from trainyard.schemas.cluster import NodeView
 from trainyard.services import admin
 from trainyard.services import jobs as job_service
-from trainyard.services.views import NodeView, VcView, node_view
+from trainyard.services.views import node_view
 from trainyard.store.rows import UserRow
 
 router = APIRouter(tags=["admin"], route_class=BodyRoute)
@@ -20,47 +31,6 @@ router = APIRouter(tags=["admin"], route_class=BodyRoute)
 Admin = Annotated[UserRow, Depends(admin_user)]
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
-
-
-class CreateVcRequest(RequestBody):
-    name: str = text_field(64, rule=admin.NAME)
-    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
-    model: str | None = text_field(64, default=None, description="GPU model; default: any")
-    priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
-
-
-class QuotaRequest(RequestBody):
-    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
-    model: str | None = text_field(64, default=None)
-
-
-class GrantRequest(RequestBody):
-    grantee: str = text_field(65, description="A user name, or @group")
-
-
-class NameRequest(RequestBody):
-    name: str = text_field(64, rule=admin.NAME)
-
-
-class MemberRequest(RequestBody):
-    user: str = text_field(64)
-
-
-class UserQuotaRequest(RequestBody):
-    priority: str = text_field(16, description="prod, normal, low or oppo",
-                               json_schema_extra={"enum": list(admin.PRIORITIES)})
-    gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
-
-
-class GroupView(BaseModel):
-    name: str
-    members: list[str]
-
-
-class UserQuotaView(BaseModel):
-    user: str
-    priority: str
-    gpus: float
 
 
 def _vc_views(ctx: AppContext) -> list[VcView]:
