@@ -9,6 +9,7 @@ from typing import Any
 
 from trainyard.core.lifecycle import platform_retries_used
 from trainyard.core.resources import from_milli
+from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.schemas.cluster import GpuView, NodeView
 from trainyard.schemas.jobs import (
     AttemptView,
@@ -58,7 +59,7 @@ def job_summary(row: JobRow) -> JobSummary:
         user=row.user.name,
         vc=row.vc,
         priority=row.priority,
-        state=row.state,
+        state=JobState(row.state),
         attempt=row.attempt,
         submittedAt=row.submitted_at,
         startedAt=row.started_at,
@@ -73,7 +74,7 @@ def job_summary(row: JobRow) -> JobSummary:
 def submit_result(row: JobRow, user: str, warnings: list[str]) -> SubmitResult:
     return SubmitResult(
         id=row.id, name=row.name, user=user, vc=row.vc, priority=row.priority,
-        state=row.state, submittedAt=row.submitted_at, warnings=warnings,
+        state=JobState(row.state), submittedAt=row.submitted_at, warnings=warnings,
     )
 
 
@@ -81,7 +82,7 @@ def task_view(row: TaskRow) -> TaskView:
     return TaskView(
         role=row.role,
         index=row.index,
-        state=row.state,
+        state=TaskState(row.state),
         node=row.node,
         gpus=[g[0] for g in row.gpus],
         gpu=from_milli(sum(g[1] for g in row.gpus)),
@@ -99,7 +100,7 @@ def task_view(row: TaskRow) -> TaskView:
 def attempt_view(row: AttemptRow) -> AttemptView:
     return AttemptView(
         number=row.number,
-        state=row.state,
+        state=AttemptState(row.state),
         startedAt=row.started_at,
         finishedAt=row.finished_at,
         exitCode=row.exit_code,
