@@ -62,3 +62,19 @@ def test_only_an_admin_issues_tokens_for_others_and_the_refusal_does_not_tell_wh
         with pytest.raises(AuthError) as refused:
             alice.create_token(user=other)
         assert refused.value.status == 403 and "only an admin" in refused.value.message
+
+
+def test_a_model_dumps_back_to_exactly_what_the_server_sent(api: Api) -> None:
+    """`yard ... --json` prints the SDK's models: they must neither lose nor change anything of the answer."""
+    admin = sdk(api, api.admin_token)
+    job = admin.submit(JOB)
+    http = api.admin
+    pairs = [
+        (admin.job(job.id), http.get(f"/api/v1/jobs/{job.id}")),
+        (admin.jobs(), http.get("/api/v1/jobs")),
+        (admin.me(), http.get("/api/v1/me")),
+    ]
+    for model, raw in pairs:
+        assert model.model_dump(mode="json") == raw.json()
+    assert [n.model_dump(mode="json") for n in admin.nodes()] == http.get("/api/v1/nodes").json()
+    assert [v.model_dump(mode="json") for v in admin.vcs()] == http.get("/api/v1/vcs").json()
