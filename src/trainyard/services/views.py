@@ -10,6 +10,7 @@ from typing import Any
 from trainyard.core.lifecycle import platform_retries_used
 from trainyard.core.resources import from_milli
 from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.schemas.admin import GroupView, UserQuotaView
 from trainyard.schemas.cluster import GpuView, NodeView
 from trainyard.schemas.jobs import (
     AttemptView,
@@ -25,6 +26,7 @@ from trainyard.spec.loading import validate_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import (
     AttemptRow,
+    GroupRow,
     JobEventRow,
     JobRow,
     NodeRow,
@@ -158,3 +160,11 @@ def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None 
 
 def user_view(row: UserRow) -> UserView:
     return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at)
+
+
+def group_view(row: GroupRow, members: list[str]) -> GroupView:
+    return GroupView(name=row.name, members=members)
+
+
+def user_quota_view(user: str, priority: str, milli_gpus: int) -> UserQuotaView:
+    return UserQuotaView(user=user, priority=priority, gpus=milli_gpus / 1000)

@@ -23,7 +23,7 @@ from trainyard.schemas.admin import (
 from trainyard.schemas.cluster import NodeView
 from trainyard.services import admin
 from trainyard.services import jobs as job_service
-from trainyard.services.views import node_view
+from trainyard.services.views import group_view, node_view, user_quota_view
 from trainyard.store.rows import UserRow
 
 router = APIRouter(tags=["admin"], route_class=BodyRoute)
@@ -74,13 +74,13 @@ def grant_vc(name: PathName, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
 @router.get("/groups", response_model=list[GroupView], responses=errors(401, 403))
 def list_groups(_: Admin, ctx: Ctx) -> list[GroupView]:
     with ctx.db.session() as session:
-        return [GroupView(name=g.name, members=m) for g, m in admin.list_groups(session)]
+        return [group_view(g, m) for g, m in admin.list_groups(session)]
 
 
 @router.post("/groups", response_model=GroupView, status_code=201, responses=errors(401, 403, 409, 413, 422))
 def create_group(body: NameRequest, _: Admin, ctx: Ctx) -> GroupView:
     with ctx.db.session() as session:
-        return GroupView(name=admin.create_group(session, body.name, clock=ctx.clock).name, members=[])
+        return group_view(admin.create_group(session, body.name, clock=ctx.clock), [])
 
 
 @router.post("/groups/{name}/members", response_model=GroupView, responses=errors(401, 403, 404, 413, 422))
@@ -88,13 +88,13 @@ def add_member(name: PathName, body: MemberRequest, _: Admin, ctx: Ctx) -> Group
     with ctx.db.session() as session:
         admin.add_member(session, name, body.user)
     with ctx.db.session() as session:
-        return next(GroupView(name=g.name, members=m) for g, m in admin.list_groups(session) if g.name == name)
+        return next(group_view(g, m) for g, m in admin.list_groups(session) if g.name == name)
 
 
 @router.get("/quotas", response_model=list[UserQuotaView], responses=errors(401, 403))
 def list_quotas(_: Admin, ctx: Ctx) -> list[UserQuotaView]:
     with ctx.db.session() as session:
-        return [UserQuotaView(user=u, priority=p, gpus=m / 1000) for u, p, m in admin.list_user_quotas(session)]
+        return [user_quota_view(u, p, m) for u, p, m in admin.list_user_quotas(session)]
 
 
 @router.put("/quotas/{user}", response_model=list[UserQuotaView], responses=errors(401, 403, 404, 413, 422))
