@@ -113,12 +113,12 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
 def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> None:
     """On stderr, what the log shown leaves out: that nothing ran yet, or the other tasks."""
     job = client.job(args.id)
-    if not log.data and (not job.attempts or job.state == JobState.WAITING):
+    if log.task is None:  # the server names the task it showed once the task was placed
         ran = [a.number for a in job.attempts if a.startedAt]
         earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
         _fail(f"job {args.id} is {job.state}: this attempt has not run yet{earlier}")
         return
-    if args.task is None and log.task is not None:  # the server chose the task, and says which
+    if args.task is None:  # the server chose the task (log.task), and the others are these
         roles = job.spec.get("taskRoles") or {}
         tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
         if len(tasks) > 1:
