@@ -46,6 +46,7 @@ class Server:
     extra_args: tuple[str, ...] = ()
     process: subprocess.Popen | None = None
     prefix: tuple[str, ...] = ()  # e.g. setpriv's argv, to run the server as another user
+    python: str = sys.executable  # one that user can run, with trainyard installed
 
     @property
     def url(self) -> str:
@@ -62,7 +63,7 @@ class Server:
     def start(self) -> None:
         log = open(self.home / "server.log", "ab")
         self.process = subprocess.Popen(
-            [*self.prefix, sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(self.port),
+            [*self.prefix, self.python, "-m", "trainyard.cli.main", "up", "--port", str(self.port),
              "--local-gpus", str(self.gpus), "--local-cpus", "8", "--local-memory-mb", "16384",
              *self.extra_args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
@@ -137,10 +138,11 @@ def kill_tasks_under(path: Path) -> None:
 
 @contextmanager
 def running_server(home: Path, *, gpus: int, database_url: str | None = None,
-                   extra_args: tuple[str, ...] = (), prefix: tuple[str, ...] = ()) -> Iterator[Server]:
+                   extra_args: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
+                   python: str = sys.executable) -> Iterator[Server]:
     """A started server, stopped (and its tasks killed) on exit."""
     srv = Server(home=home, port=free_port(), database_url=database_url, gpus=gpus, extra_args=extra_args,
-                 prefix=prefix)
+                 prefix=prefix, python=python)
     srv.start()
     try:
         yield srv

@@ -106,6 +106,10 @@ taskRoles:
 NOBODY = 65534
 # How the non-root server is started: as nobody, keeping the environment (PYTHONPATH).
 AS_NOBODY = ("setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--")
+# A Python nobody can run, with trainyard installed: this one often lives in a private home
+# (pyenv under /root), so .ci/run installs the checkout into a venv of Debian's python3 and
+# names it here, and requires the non-root run (TRAINYARD_REQUIRE_NONROOT=1).
+NONROOT_PYTHON = os.environ.get("TRAINYARD_TEST_NONROOT_PYTHON") or sys.executable
 
 
 @dataclass
@@ -137,18 +141,25 @@ class Cluster:
         return self.task_dir(job) / "work" if root is None else root / str(job) / "0" / "main-0-0"
 
 
+def _cannot(why: str) -> None:
+    if os.environ.get("TRAINYARD_REQUIRE_NONROOT"):
+        pytest.fail(f"{why} (TRAINYARD_REQUIRE_NONROOT is set)")
+    pytest.skip(why)
+
+
 def _nonroot_prefix(tmp_path_factory) -> tuple[tuple[str, ...], Path]:
     """The prefix that starts `yard up` as nobody, and a home nobody owns; skip where it cannot work."""
-    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import trainyard.api.server"], capture_output=True,
+    probe = subprocess.run([*AS_NOBODY, NONROOT_PYTHON, "-c", "import trainyard.api.server"], capture_output=True,
                            timeout=60)
     if probe.returncode != 0:
-        pytest.skip(f"nobody cannot run this Python ({sys.executable}) and trainyard: {probe.stderr[-300:]!r}")
+        _cannot(f"nobody cannot run this Python ({NONROOT_PYTHON}) and trainyard: {probe.stderr[-300:]!r}; "
+                "set TRAINYARD_TEST_NONROOT_PYTHON to one it can")
     # The very check the non-root server makes: without a sandbox it isolates nothing (and says so).
     check = ("from trainyard.backends.local.sandbox import find_sandbox\n"
              "sandbox, why = find_sandbox('auto')\nif sandbox is None: raise SystemExit(why)")
-    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([*AS_NOBODY, NONROOT_PYTHON, "-c", check], capture_output=True, text=True, timeout=60)
     if probe.returncode != 0:
-        pytest.skip(f"no sandbox for a non-root server here: {probe.stderr.strip()}")
+        _cannot(f"no sandbox for a non-root server here: {probe.stderr.strip()}")
     base = Path(tempfile.mkdtemp(prefix="isolation-", dir="/var/lib"))
     base.chmod(0o755)
     home = base / "home"
@@ -166,7 +177,7 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
     as_root = request.param == "root"
     prefix, home = ((), tmp_path_factory.mktemp("home")) if as_root else _nonroot_prefix(tmp_path_factory)
     try:
-        with running_server(home, gpus=4, prefix=prefix) as srv:
+        with running_server(home, gpus=4, prefix=prefix, python=sys.executable if as_root else NONROOT_PYTHON) as srv:
             admin = srv.admin()
             for name in ("alice", "bob"):
                 admin.create_user(name)
