@@ -9,7 +9,8 @@ from trainyard.core.names import GROUP_OR_VC_NAME
 from trainyard.schemas.requests import RequestBody, WholeNumber, text_field
 from trainyard.spec.models import Priority
 
-PRIORITY_NAMES = [p.value for p in Priority]
+# The job file's priority names (spec.models.Priority), in rank order.
+_PRIORITY_NAMES = [p.value for p in Priority]
 
 
 class CreateVcRequest(RequestBody):
@@ -38,7 +39,7 @@ class MemberRequest(RequestBody):
 
 class UserQuotaRequest(RequestBody):
     priority: str = text_field(16, description="prod, normal, low or oppo",
-                               json_schema_extra={"enum": PRIORITY_NAMES})
+                               json_schema_extra={"enum": _PRIORITY_NAMES})
     gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
 
 
