@@ -3,7 +3,9 @@
 ``World`` keeps nodes, running and pending jobs and a clock; ``cycle()`` builds the
 snapshot the controller would, calls ``schedule`` and applies what it decided: starts
 become running jobs (ending after their true duration), preempted jobs stop after their
-grace period and are requeued with their original submit time.
+grace period and are requeued with their original submit time. Each job's state moves
+through ``core.transitions`` as a live job's does (the simulator's ``sim/lifecycle.py``
+records), so a decision the lifecycle does not allow fails the test.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from trainyard.scheduler.snapshot import (
     TaskRequest,
     VirtualCluster,
 )
+from trainyard.sim import lifecycle
+from trainyard.sim.lifecycle import SimJob
 
 
 def node(
@@ -131,10 +135,22 @@ class World:
     started_at: dict[int, float] = field(default_factory=dict)  # first start of each job
     history: list[Decisions] = field(default_factory=list)
     submitted: dict[int, PendingJob] = field(default_factory=dict)
+    records: dict[int, SimJob] = field(default_factory=dict)  # each job's state, attempts, history
 
     def submit(self, job: PendingJob, duration: float = float("inf")) -> None:
         self.pending[job.job_id] = self.submitted[job.job_id] = job
         self.durations[job.job_id] = duration
+        self.records[job.job_id] = lifecycle.submitted(job.job_id, self.now)
+
+    def record(self, job_id: int) -> SimJob:
+        """The job's record; a job a test put straight into ``running`` (and ``stopping``)
+        counts as placed (and preempted) now."""
+        if job_id not in self.records:
+            self.records[job_id] = lifecycle.submitted(job_id, self.now, self.running[job_id].grace_seconds)
+            lifecycle.started(self.records[job_id], "placed by the test", self.now)
+            if job_id in self.stopping:
+                lifecycle.preempted(self.records[job_id], "preempted by the test", self.now)
+        return self.records[job_id]
 
     def snapshot(self) -> Snapshot:
         work = tuple(self.running[j] for j in sorted(self.running))
@@ -160,8 +176,11 @@ class World:
             )
             self.ends[job.job_id] = self.now + self.durations[job.job_id]
             self.started_at.setdefault(job.job_id, self.now)
+            waiting = self.records.setdefault(job.job_id, lifecycle.submitted(job.job_id, self.now))
+            lifecycle.started(waiting, f"{len(start.placements)} task(s)", self.now)
         for preempt in decisions.preemptions:
             assert preempt.job_id in self.running and preempt.job_id not in self.stopping
+            lifecycle.preempted(self.record(preempt.job_id), preempt.reason, self.now)
             self.stopping[preempt.job_id] = self.now + preempt.grace_seconds
             self.running[preempt.job_id] = replace(self.running[preempt.job_id], stops_by=self.stopping[preempt.job_id])
         return decisions
@@ -170,13 +189,16 @@ class World:
         self.now += seconds
         for job_id in sorted(self.running):
             stop = self.stopping.get(job_id)
+            record = self.record(job_id)
             if stop is not None and stop <= self.now:
                 done = self.running.pop(job_id)
                 del self.stopping[job_id]
                 self.pending[job_id] = self.submitted[done.job_id]  # requeued, keeping its place
+                lifecycle.requeued(record, self.now)
             elif self.ends[job_id] <= self.now:
                 del self.running[job_id]
                 self.stopping.pop(job_id, None)
+                lifecycle.ended(record, self.now)
 
 
 def describe(world: World) -> str:

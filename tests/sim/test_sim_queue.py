@@ -11,6 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sim_data import PHILLY, TRACES
 
+from trainyard.core.states import AttemptState, JobState
+from trainyard.core.transitions import EventKind
 from trainyard.sim.jobs import (
     TraceJob,
     gang_tasks,
@@ -65,8 +67,21 @@ def distinct(jobs: list[TraceJob]) -> list[TraceJob]:
 @given(st.lists(trace_job, min_size=1, max_size=25).map(distinct), st.sampled_from(sorted(POLICIES)),
        st.sampled_from([0.0, 60.0]))
 def test_every_policy_conserves_work_and_respects_capacity(jobs: list[TraceJob], policy: str, tick: float) -> None:
-    result = QueueSim(uniform_cluster(2, 8), jobs, policy_named(policy), tick=tick).run()
+    sim = QueueSim(uniform_cluster(2, 8), jobs, policy_named(policy), tick=tick)
+    result = sim.run()
     check_conservation(result, jobs)
+    check_lifecycle(sim)
+
+
+def check_lifecycle(sim: QueueSim) -> None:
+    """Every job that ran went through the controller's states: done jobs SUCCEEDED, one
+    attempt per start, each preempted attempt either requeued or finished within its grace."""
+    for job_id, outcome in sim.result.outcomes.items():
+        record = sim.records[job_id]
+        assert record.state == JobState.SUCCEEDED and record.exit_code == 0
+        assert record.attempt <= outcome.preemptions == sum(e.kind == EventKind.PREEMPTED for e in record.history)
+        assert [e.kind for e in record.history][-1] == EventKind.SUCCEEDED
+        assert all(a.state == AttemptState.PREEMPTED for a in record.attempts[:-1])
 
 
 @settings(max_examples=15, deadline=None)
@@ -90,11 +105,19 @@ def test_sjf_runs_the_short_job_first_and_fifo_the_first_submitted() -> None:
 
 def test_tiresias_preempts_a_job_that_attained_much_for_a_new_one_and_resumes_it() -> None:
     jobs = [TraceJob(1, 0.0, 20_000.0, 8), TraceJob(2, 10_000.0, 100.0, 8)]
-    result = QueueSim(uniform_cluster(1, 8), jobs, policy_named("tiresias")).run()
+    sim = QueueSim(uniform_cluster(1, 8), jobs, policy_named("tiresias"))
+    result = sim.run()
     check_conservation(result, jobs)
+    check_lifecycle(sim)
     long, short = result.outcomes[1], result.outcomes[2]
     assert short.first_start == 10_000.0 and short.end == 10_100.0  # job 1 is past 10 GPU-hours
     assert long.preemptions == 1 and long.end == 20_100.0
+    # Job 1's history is a live job's: preempted, requeued as attempt 1, which succeeded.
+    assert [e.kind for e in sim.records[1].history] == [
+        EventKind.SUBMITTED, EventKind.PLACED, EventKind.PREEMPTED, EventKind.REQUEUED, EventKind.PLACED,
+        EventKind.SUCCEEDED,
+    ]
+    assert [a.state for a in sim.records[1].attempts] == [AttemptState.PREEMPTED, AttemptState.SUCCEEDED]
     fifo = QueueSim(uniform_cluster(1, 8), jobs, policy_named("fifo")).run()
     assert fifo.outcomes[2].first_start == 20_000.0 and fifo.preemptions == 0
 

@@ -15,6 +15,7 @@ from trainyard.core.clock import Clock
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import TokenCache
+from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
@@ -27,6 +28,7 @@ class AppContext:
     backend: Backend
     clock: Clock
     controller: Controller | None = None
+    specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)
 

@@ -175,7 +175,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config
     )
-    return AppContext(db=db, backend=backend, clock=clock, controller=controller), controller
+    ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs)
+    return ctx, controller
 
 
 def serve(settings: Settings) -> None:

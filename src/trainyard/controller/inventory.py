@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.backends.base import NodeInventory
 from trainyard.core.clock import Clock
+from trainyard.store.queries import nodes as node_queries
 from trainyard.store.rows import NodeRow
 
 
@@ -17,7 +17,7 @@ def sync_inventory(session: Session, backend: str, nodes: list[NodeInventory], c
 
     Returns whether anything changed (so the scheduler knows to run).
     """
-    existing = {n.name: n for n in session.scalars(select(NodeRow).where(NodeRow.backend == backend))}
+    existing = node_queries.nodes_of_backend(session, backend)
     changed = False
     for node in nodes:
         gpus = [asdict(g) for g in node.gpus]

@@ -6,7 +6,6 @@ import logging
 import threading
 import time
 
-from sqlalchemy import select
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend
@@ -26,19 +25,18 @@ from trainyard.controller.world import (
     virtual_clusters,
 )
 from trainyard.core.clock import Clock
-from trainyard.core.states import JobState
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
-from trainyard.spec.loading import validate_job
+from trainyard.services.specs import StoredSpecs
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
+from trainyard.store.queries import jobs as job_queries
 from trainyard.store.rows import JobRow
 
 log = logging.getLogger(__name__)
 
 INVENTORY_REFRESH_SECONDS = 30.0
 FULL_SCHEDULE_SECONDS = 10.0
-SPEC_CACHE_PRUNE_AT = 10_000
 MIN_CYCLE_GAP = 0.05
 
 
@@ -58,6 +56,7 @@ class Controller:
         *,
         interval: float = 0.5,
         config: SchedulerConfig | None = None,
+        specs: StoredSpecs | None = None,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -67,22 +66,17 @@ class Controller:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._specs: dict[int, JobSpec] = {}
+        # The one cache of parsed job files, shared with the API (api/server.py).
+        self.specs = specs if specs is not None else StoredSpecs()
         self._dirty = True
         self._last_inventory = -1e9
         self._last_schedule = -1e9
         self.reconciler = Reconciler(db, backend, clock, self.spec_of)
-        self.waiting = WaitingJobs(self._spec_for)
+        self.waiting = WaitingJobs(self.specs)
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
-        return self._spec_for(job.id, job.spec)
-
-    def _spec_for(self, job_id: int, data: dict) -> JobSpec:
-        spec = self._specs.get(job_id)
-        if spec is None:
-            spec = self._specs[job_id] = validate_job(data)
-        return spec
+        return self.specs.of(job)
 
     def wake(self) -> None:
         self._dirty = True
@@ -163,7 +157,7 @@ class Controller:
         ports = {}
         for start in decisions.starts:
             try:
-                ports[start.job_id] = self._ports_for(start, self.waiting.specs[start.job_id])
+                ports[start.job_id] = self._ports_for(start, self._starting_spec(start.job_id))
             except OSError as error:  # e.g. out of file descriptors: this job, not the cycle
                 log.warning("cannot reserve ports for job %s: %s", start.job_id, error)
                 cannot_start[start.job_id] = f"could not reserve its ports ({error})"
@@ -176,17 +170,18 @@ class Controller:
         self.waiting.written.update(written)
         for job_id in started:  # placed: its pending reason was cleared, so forget it
             self.waiting.written.pop(job_id, None)
-        self._forget_specs()
         return bool(started or preempted)
 
-    def _forget_specs(self) -> None:
-        """Keep parsed specs only for jobs the controller may still act on."""
-        if len(self._specs) < SPEC_CACHE_PRUNE_AT:
-            return
-        with self.db.session() as session:
-            active = set(session.scalars(select(JobRow.id).where(
-                JobRow.state.in_([JobState.WAITING, JobState.RUNNING, JobState.STOPPING]))))
-        self._specs = {k: v for k, v in self._specs.items() if k in active}
+    def _starting_spec(self, job_id: int) -> JobSpec:
+        """The spec of a job about to start: parsed when it was loaded as waiting, and read
+        again only if the bounded cache has let it go since (with more waiting jobs than it keeps)."""
+        spec = self.specs.known(job_id)
+        if spec is None:
+            with self.db.session() as session:
+                job = job_queries.job_by_id(session, job_id)
+                assert job is not None  # it waited a moment ago, and jobs are not deleted
+                spec = self.spec_of(job)
+        return spec
 
     def _ports_for(self, start: StartJob, spec: JobSpec) -> PortPlan:
         master = spec.role_names[0]

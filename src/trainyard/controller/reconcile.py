@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
 from trainyard.backends.base import Backend, GangLauncher, TaskKey, TaskLaunch, TaskStatus
 from trainyard.controller.launching import build_launch, task_key
+from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.exitcodes import classify_exit
 from trainyard.core.lifecycle import (
@@ -30,18 +30,13 @@ from trainyard.core.lifecycle import (
     platform_retry_due,
     task_should_rerun,
 )
-from trainyard.core.states import (
-    AttemptState,
-    JobState,
-    TaskState,
-    check_attempt_transition,
-    check_job_transition,
-    check_task_transition,
-)
-from trainyard.services.jobs import record_event
+from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
-from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
+from trainyard.store.events import record_event
+from trainyard.store.queries import jobs as job_queries
+from trainyard.store.queries import nodes as node_queries
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow
 
 log = logging.getLogger(__name__)
 
@@ -62,16 +57,6 @@ class Plan:
     launches: list[ActiveTask] = field(default_factory=list)
     stops: list[ActiveTask] = field(default_factory=list)
     running: list[ActiveTask] = field(default_factory=list)
-
-
-def _active_jobs(session: Session) -> list[JobRow]:
-    return list(
-        session.scalars(
-            select(JobRow)
-            .where(JobRow.state.in_([JobState.RUNNING, JobState.STOPPING]))
-            .options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
-        )
-    )
 
 
 def current_attempt(job: JobRow) -> AttemptRow | None:
@@ -136,8 +121,8 @@ class Reconciler:
     def _plan(self) -> Plan:
         plan = Plan()
         with self.db.session() as session:
-            addresses = {n.name: n.address for n in session.scalars(select(NodeRow))}
-            for job in _active_jobs(session):
+            addresses = node_queries.node_addresses(session)
+            for job in job_queries.holding_jobs_with_tasks(session):
                 attempt = current_attempt(job)
                 if attempt is None:
                     continue
@@ -168,60 +153,52 @@ class Reconciler:
         with self.db.session() as session:
             touched: set[int] = set()
             for item in plan.launches:
-                task = session.get(TaskRow, item.task_id)
+                task = job_queries.task_by_id(session, item.task_id)
                 if task is None or task.state != TaskState.WAITING:
                     continue
                 if item.launch is None:
-                    task.state = check_task_transition(TaskState.WAITING, TaskState.FAILED)
-                    task.message = item.error
-                    task.finished_at = now
+                    transitions.task_launch_failed(task, item.error, now)
                 else:
-                    task.state = check_task_transition(TaskState.WAITING, TaskState.RUNNING)
-                    task.started_at = task.started_at or now
-                    job = session.get(JobRow, task.job_id)
-                    if job is not None and job.started_at is None:
-                        job.started_at = now
+                    job = job_queries.job_by_id(session, task.job_id)
+                    assert job is not None  # a task's job is deleted only with it
+                    transitions.task_launched(task, job, now)
                 touched.add(task.job_id)
                 changed = True
             for item in plan.stops:
-                task = session.get(TaskRow, item.task_id)
+                task = job_queries.task_by_id(session, item.task_id)
                 if task is None or item.error:
                     continue
-                task.stop_sent = True
+                transitions.stop_sent(task)
                 if task.state == TaskState.WAITING:
                     status = statuses.get(item.key)
                     if status is not None and status.lost:
-                        task.state = check_task_transition(TaskState.WAITING, TaskState.STOPPED)
-                        task.message = "stopped before it was launched"
-                        task.finished_at = now
+                        transitions.task_stopped_unlaunched(task, now)
                     else:  # it did start: watch it end like any running task
-                        task.state = check_task_transition(TaskState.WAITING, TaskState.RUNNING)
-                        task.started_at = task.started_at or now
+                        transitions.task_found_running(task, now)
                 touched.add(task.job_id)
             for item in plan.running:
                 status = statuses.get(item.key)
                 if status is None or status.running:
                     continue
-                task = session.get(TaskRow, item.task_id)
+                task = job_queries.task_by_id(session, item.task_id)
                 if task is None or task.state != TaskState.RUNNING or task.run != item.key.run:
                     continue
                 self._task_ended(session, task, status, now)
                 touched.add(task.job_id)
                 changed = True
             for job_id in sorted(touched):
-                job = session.get(JobRow, job_id)
+                job = job_queries.job_by_id(session, job_id)
                 if job is not None and job.state in (JobState.RUNNING, JobState.STOPPING):
                     changed |= self._advance_job(session, job)
         return changed
 
-    def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now) -> None:
-        job = session.get(JobRow, task.job_id)
+    def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now: datetime) -> None:
+        job = job_queries.job_by_id(session, task.job_id)
         assert job is not None
         exit_info = classify_exit(status.exit_code)
         # The backend's note may repeat the signal the description already names.
         notes = [n for n in (status.message or "").split("; ") if n and n not in exit_info.description]
         detail = exit_info.description + (f" ({'; '.join(notes)})" if notes else "")
-        label = f"{task.role}/{task.index}"
         if task.stop_sent:
             new_state = TaskState.STOPPED
         elif status.exit_code == 0:
@@ -234,20 +211,14 @@ class Reconciler:
             spec = self.spec_of(job)
             retry_count = spec.taskRoles[task.role].taskRetryCount
             if task_should_rerun(status.exit_code, task.run + 1, retry_count):
-                task.state = check_task_transition(TaskState.RUNNING, TaskState.WAITING)
-                task.run += 1
-                task.exit_code = status.exit_code
-                task.message = f"run {task.run - 1} {detail}; re-running ({task.run}/{retry_count})"
-                record_event(session, job, "task-retried", f"task {label} {detail}; re-running in place "
-                             f"({task.run} of {retry_count} task retries)", self.clock)
+                event = transitions.task_rerun(task, status.exit_code, detail, retry_count, self.clock.now())
+                record_event(session, job.id, event)
                 return
             new_state = TaskState.FAILED
-        task.state = check_task_transition(TaskState.RUNNING, new_state)
-        task.exit_code = status.exit_code
-        task.message = detail
-        task.finished_at = ended_at(task, status, now)
-        kind = "task-lost" if new_state == TaskState.LOST else "task-exited"
-        record_event(session, job, kind, f"task {label} {detail}", self.clock)
+        event = transitions.task_ended(
+            task, new_state, status.exit_code, detail, ended_at(task, status, now), self.clock.now()
+        )
+        record_event(session, job.id, event)
 
     def _advance_job(self, session: Session, job: JobRow) -> bool:
         attempt = current_attempt(job)
@@ -264,59 +235,34 @@ class Reconciler:
             # stands, and a job preempted just as it finished is not run again.
             self._complete(job, attempt, states, " (it ended before its preemption took effect)")
         now = self.clock.now()
-        # When its last task ended (the controller may see it only later, e.g. after a restart).
         ends = [t.finished_at for t in attempt.tasks if t.finished_at is not None]
-        attempt.finished_at = attempt.finished_at or (max(ends) if ends else now)
+        transitions.attempt_ended(attempt, max(ends) if ends else None, now)
         if job.state == JobState.STOPPING:
-            if attempt.state == AttemptState.RUNNING:
-                attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.STOPPED)
-                attempt.reason = f"stopped by {job.stopped_by}"
-            self._finish(session, job, JobState.STOPPED, f"stopped by {job.stopped_by}")
+            record_event(session, job.id, transitions.stopped(job, attempt, now))
             return True
         if attempt.state == AttemptState.PREEMPTED:
             # Requeued as a new attempt with its place in the queue; retries stay unspent.
-            job.state = check_job_transition(JobState(job.state), JobState.WAITING)
-            job.attempt += 1
-            job.state_message = f"requeued: {attempt.reason}"
-            record_event(session, job, "requeued",
-                         f"attempt {attempt.number} preempted ({attempt.reason}); waiting as attempt "
-                         f"{job.attempt}", self.clock)
+            record_event(session, job.id, transitions.requeue_preempted(job, attempt, now))
             return True
         if attempt.state == AttemptState.LOST:
             # A platform fault: a new attempt that spends none of jobRetryCount.
-            job.state = check_job_transition(JobState(job.state), JobState.WAITING)
-            job.attempt += 1
-            job.state_message = f"requeued: attempt {attempt.number} lost ({attempt.reason})"
             used = platform_retries_used(a.state for a in job.attempts)
-            record_event(session, job, "platform-retried",
-                         f"attempt {attempt.number} lost: {attempt.reason}; a platform fault, so attempt "
-                         f"{job.attempt} starts without spending jobRetryCount (platform retry {used} of "
-                         f"{MAX_PLATFORM_RETRIES})", self.clock)
+            record_event(session, job.id, transitions.requeue_lost(job, attempt, used, now))
             return True
         if attempt.state == AttemptState.TIMED_OUT:
             # As Slurm's TIMEOUT: not retried, a new attempt would only run out of time again.
-            self._finish(session, job, JobState.FAILED, attempt.reason)
+            record_event(session, job.id, transitions.fail(job, attempt, attempt.reason, now))
             return True
         if attempt.state == AttemptState.SUCCEEDED:
-            job.exit_code = 0
-            self._finish(session, job, JobState.SUCCEEDED, attempt.reason)
+            record_event(session, job.id, transitions.succeed(job, attempt, now))
             return True
         if attempt.state == AttemptState.FAILED:
-            job.exit_code = attempt.exit_code
             spec = self.spec_of(job)
             if job_should_retry(attempt.exit_code, job.retries_used, spec.jobRetryCount):
-                job.state = check_job_transition(JobState(job.state), JobState.WAITING)
-                job.retries_used += 1
-                job.attempt += 1
-                job.state_message = f"retrying: attempt {attempt.number} failed ({attempt.reason})"
-                record_event(
-                    session, job, "retried",
-                    f"attempt {attempt.number} failed: {attempt.reason}; starting attempt {job.attempt} "
-                    f"(retry {job.retries_used} of {spec.jobRetryCount})", self.clock,
-                )
+                record_event(session, job.id, transitions.retry_failed(job, attempt, spec.jobRetryCount, now))
                 return True
             why = classify_exit(attempt.exit_code).description
-            self._finish(session, job, JobState.FAILED, f"{attempt.reason}; {why}")
+            record_event(session, job.id, transitions.fail(job, attempt, f"{attempt.reason}; {why}", now))
         return True
 
     def _complete(self, job: JobRow, attempt: AttemptRow, states: dict, note: str) -> None:
@@ -332,18 +278,9 @@ class Reconciler:
         if outcome == AttemptState.LOST and not platform_retry_due(a.state for a in job.attempts):
             outcome = AttemptState.FAILED
             reason += f"; its {MAX_PLATFORM_RETRIES} platform retries are used up, so this counts as a failure"
-        attempt.state = check_attempt_transition(AttemptState(attempt.state), outcome)
-        attempt.reason = reason
         failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
         failed += [t.exit_code for t in attempt.tasks if t.state == TaskState.LOST]
-        attempt.exit_code = failed[0] if failed else 0
-
-    def _finish(self, session: Session, job: JobRow, state: JobState, message: str) -> None:
-        job.state = check_job_transition(JobState(job.state), state)
-        attempt = current_attempt(job)
-        job.finished_at = (attempt.finished_at if attempt is not None else None) or self.clock.now()
-        job.state_message = message
-        record_event(session, job, state.lower(), message, self.clock)
+        transitions.complete_attempt(attempt, outcome, reason, failed[0] if failed else 0)
 
 
 def ended_at(task: TaskRow, status: TaskStatus, now: datetime) -> datetime:

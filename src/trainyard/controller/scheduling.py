@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
+from trainyard.core import transitions
 from trainyard.core.clock import Clock
-from trainyard.core.states import (
-    AttemptState,
-    JobState,
-    TaskState,
-    check_attempt_transition,
-    check_job_transition,
-)
+from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import Decisions, PendingJob, StartJob
-from trainyard.services.jobs import record_event
 from trainyard.services.requests import task_requests
+from trainyard.services.specs import StoredSpecs
 from trainyard.spec.errors import SpecError
-from trainyard.spec.models import JobSpec
-from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
+from trainyard.store.events import record_event
+from trainyard.store.queries import jobs as job_queries
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow
 
 
 @dataclass(frozen=True)
@@ -32,26 +26,19 @@ class PortPlan:
 
 
 PendingFields = tuple[str | None, str | None, int | None, float | None]  # reason, message, position, eta
-CHUNK = 500
-
-
-def _chunks(ids: list[int]) -> Iterator[list[int]]:
-    for i in range(0, len(ids), CHUNK):
-        yield ids[i : i + CHUNK]
 
 
 class WaitingJobs:
-    """What the scheduler needs of each waiting job, parsed once and kept.
+    """What the scheduler needs of each waiting job, read once and kept.
 
     A job's requests, priority and submit time never change while it waits, so only new
-    arrivals are read (in chunks) and validated; a cycle with 10,000 waiting jobs then
-    reads little more than their ids.
+    arrivals are read (in chunks) and validated (through the one ``StoredSpecs`` cache);
+    a cycle with 10,000 waiting jobs then reads little more than their ids.
     """
 
-    def __init__(self, spec_of: Callable[[int, dict], JobSpec]) -> None:
-        self._spec_of = spec_of
+    def __init__(self, specs: StoredSpecs) -> None:
+        self._specs = specs
         self._known: dict[int, PendingJob] = {}
-        self.specs: dict[int, JobSpec] = {}
         # Jobs whose stored job file no longer validates (e.g. a rule tightened in a newer
         # release): they are failed with this message instead of stalling every cycle.
         self.broken: dict[int, str] = {}
@@ -61,37 +48,31 @@ class WaitingJobs:
 
     def load(self, session: Session, now: float) -> tuple[PendingJob, ...]:
         """The waiting jobs; one first seen now after an earlier attempt waits since ``now``."""
-        current = list(session.scalars(select(JobRow.id).where(JobRow.state == JobState.WAITING)))
+        current = job_queries.job_ids_in(session, [JobState.WAITING])
         alive = set(current)
         if len(self._known) > len(alive):
             self._known = {k: v for k, v in self._known.items() if k in alive}
-            self.specs = {k: v for k, v in self.specs.items() if k in alive}
         self.broken = {k: v for k, v in self.broken.items() if k in alive}
         self.written = {k: v for k, v in self.written.items() if k in alive}
         missing = [job_id for job_id in current if job_id not in self._known]
-        for chunk in _chunks(missing):
-            query = (
-                select(JobRow.id, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name, JobRow.attempt)
-                .join(UserRow, JobRow.user_id == UserRow.id)
-                .where(JobRow.id.in_(chunk))
+        for job_id, version, spec_data, submitted_at, vc, user, attempt in job_queries.waiting_job_facts(
+            session, missing
+        ):
+            try:
+                spec = self._specs.parse(job_id, version, spec_data)
+            except SpecError as error:
+                self.broken[job_id] = f"its stored job file is no longer valid: {error}"
+                continue
+            self._known[job_id] = PendingJob(
+                job_id=job_id,
+                priority_rank=spec.priority.rank,
+                submitted_at=submitted_at.timestamp(),
+                tasks=task_requests(spec),
+                user=user,
+                vc=vc,
+                max_runtime=None if spec.maxRunTimeSeconds is None else float(spec.maxRunTimeSeconds),
+                waiting_since=now if attempt > 0 else None,
             )
-            for job_id, spec_data, submitted_at, vc, user, attempt in session.execute(query):
-                try:
-                    spec = self._spec_of(job_id, spec_data)
-                except SpecError as error:
-                    self.broken[job_id] = f"its stored job file is no longer valid: {error}"
-                    continue
-                self.specs[job_id] = spec
-                self._known[job_id] = PendingJob(
-                    job_id=job_id,
-                    priority_rank=spec.priority.rank,
-                    submitted_at=submitted_at.timestamp(),
-                    tasks=task_requests(spec),
-                    user=user,
-                    vc=vc,
-                    max_runtime=None if spec.maxRunTimeSeconds is None else float(spec.maxRunTimeSeconds),
-                    waiting_since=now if attempt > 0 else None,
-                )
         return tuple(self._known[j] for j in current if j in self._known)
 
 
@@ -114,19 +95,11 @@ def apply_decisions(
     """
     started = []
     cannot_start = cannot_start or {}
-    ids = [s.job_id for s in decisions.starts] + list(cannot_start)
-    rows: dict[int, JobRow] = {}
-    for chunk in _chunks(ids):
-        rows.update((r.id, r) for r in session.scalars(select(JobRow).where(JobRow.id.in_(chunk))))
+    rows = job_queries.jobs_by_ids(session, [s.job_id for s in decisions.starts] + list(cannot_start))
     for job_id, why in cannot_start.items():
         job = rows.get(job_id)
         if job is not None and job.state == JobState.WAITING:
-            job.state = check_job_transition(JobState.WAITING, JobState.FAILED)
-            job.finished_at = clock.now()
-            job.state_message = f"cannot start: {why}"
-            job.pending_reason = job.pending_message = None
-            job.pending_position = job.pending_eta = None
-            record_event(session, job, "failed", job.state_message, clock)
+            record_event(session, job.id, transitions.cannot_start(job, why, clock.now()))
     for start in decisions.starts:
         job = rows.get(start.job_id)
         if job is None or job.state != JobState.WAITING or start.job_id in cannot_start:
@@ -138,20 +111,10 @@ def apply_decisions(
         for w in decisions.waits
         if before.get(w.job_id) != (str(w.reason), w.message, w.position, w.eta)
     ]
-    if changed:
-        jobs = JobRow.__table__
-        session.execute(
-            update(jobs)
-            .where(jobs.c.id == bindparam("job"), jobs.c.state == JobState.WAITING.value)
-            .values(
-                pending_reason=bindparam("reason"),
-                pending_message=bindparam("message"),
-                pending_position=bindparam("position"),
-                pending_eta=bindparam("eta_at"),
-            ),
-            [{**c, "eta_at": None if c["eta"] is None else datetime.fromtimestamp(c["eta"], UTC)} for c in changed],
-            execution_options={"synchronize_session": False},
-        )
+    job_queries.write_pending_reasons(
+        session,
+        [{**c, "eta_at": None if c["eta"] is None else datetime.fromtimestamp(c["eta"], UTC)} for c in changed],
+    )
     return started, {c["job"]: (c["reason"], c["message"], c["position"], c["eta"]) for c in changed}
 
 
@@ -160,52 +123,39 @@ def preempt_jobs(session: Session, victims: list[tuple[int, str]], clock: Clock)
     the job's grace period and requeues the job. Returns the jobs actually preempted."""
     done = []
     for job_id, reason in victims:
-        job = session.get(JobRow, job_id)
+        job = job_queries.job_by_id(session, job_id)
         if job is None or job.state != JobState.RUNNING:
             continue
         attempt = next((a for a in job.attempts if a.number == job.attempt), None)
         if attempt is None or attempt.state != AttemptState.RUNNING:
             continue  # already ending or being preempted
-        attempt.state = check_attempt_transition(AttemptState.RUNNING, AttemptState.PREEMPTED)
-        attempt.reason = reason
-        attempt.stop_requested_at = attempt.stop_requested_at or clock.now()
-        job.state_message = f"being preempted: {reason}"
-        record_event(session, job, "preempted", f"{reason}; tasks get SIGTERM and "
-                     f"{job.grace_seconds:g} s to exit", clock)
+        record_event(session, job.id, transitions.preempt(job, attempt, reason, clock.now()))
         done.append(job_id)
     return done
 
 
 def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock: Clock) -> None:
-    now = clock.now()
-    job.state = check_job_transition(JobState(job.state), JobState.RUNNING)
-    job.pending_reason = job.pending_message = None
-    job.pending_position = job.pending_eta = None
-    job.state_message = ""
-    attempt = AttemptRow(
-        job_id=job.id, number=job.attempt, state=AttemptState.RUNNING, started_at=now, master_port=plan.master_port
-    )
-    session.add(attempt)
-    session.flush()
-    for p in start.placements:
-        session.add(
-            TaskRow(
-                attempt_id=attempt.id,
-                job_id=job.id,
-                role=p.role,
-                index=p.index,
-                state=TaskState.WAITING,
-                node=p.node,
-                gpus=[[g.index, g.milli] for g in p.gpus],
-                cpu_milli=p.cpu_milli,
-                memory_mb=p.memory_mb,
-                ports=plan.ports.get((p.role, p.index), {}),
-                run=0,
-            )
-        )
     where = ", ".join(
         f"{p.role}/{p.index} on {p.node}"
         + (f" GPU {','.join(str(g.index) for g in p.gpus)}" if p.gpus else "")
         for p in start.placements
     )
-    record_event(session, job, "placed", f"attempt {job.attempt} placed: {where}", clock)
+    attempt = AttemptRow(job_id=job.id, master_port=plan.master_port)
+    event = transitions.start_attempt(job, attempt, where, clock.now())
+    session.add(attempt)
+    session.flush()
+    for p in start.placements:
+        task = TaskRow(
+            attempt_id=attempt.id,
+            job_id=job.id,
+            role=p.role,
+            index=p.index,
+            node=p.node,
+            gpus=[[g.index, g.milli] for g in p.gpus],
+            cpu_milli=p.cpu_milli,
+            memory_mb=p.memory_mb,
+            ports=plan.ports.get((p.role, p.index), {}),
+        )
+        transitions.place_task(task)
+        session.add(task)
+    record_event(session, job.id, event)

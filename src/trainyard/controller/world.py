@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import timedelta
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import (
     GpuShare,
     NodeState,
@@ -24,16 +23,9 @@ from trainyard.scheduler.snapshot import (
 from trainyard.services import admin
 from trainyard.services.jobs import gpu_slot
 from trainyard.spec.models import Priority
-from trainyard.store.rows import (
-    AttemptRow,
-    JobRow,
-    NodeRow,
-    TaskRow,
-    UserQuotaRow,
-    UserRow,
-)
-
-UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
+from trainyard.store.queries import jobs as job_queries
+from trainyard.store.queries import nodes as node_queries
+from trainyard.store.queries import users as user_queries
 
 
 def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
@@ -41,10 +33,7 @@ def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
     used_gpu: dict[tuple[str, int], int] = defaultdict(int)
     used_cpu: dict[str, int] = defaultdict(int)
     used_memory: dict[str, int] = defaultdict(int)
-    busy = session.execute(
-        select(TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb).where(TaskRow.state.in_(UNFINISHED))
-    )
-    for node, gpus, cpu, memory in busy:
+    for node, gpus, cpu, memory in node_queries.unfinished_task_usage(session):
         used_cpu[node] += cpu
         used_memory[node] += memory
         for index, milli in gpus:
@@ -60,7 +49,7 @@ def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
             schedulable=row.schedulable and not row.cordoned,
             labels=dict(row.labels or {}),
         )
-        for row in session.scalars(select(NodeRow).order_by(NodeRow.name))
+        for row in node_queries.all_nodes(session)
     )
 
 
@@ -74,26 +63,13 @@ def virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:
 
 def user_quotas(session: Session) -> dict[tuple[str, int], int]:
     """(user, priority rank) -> milli-GPU the user may hold at that priority."""
-    query = select(UserRow.name, UserQuotaRow.priority, UserQuotaRow.gpu_milli).join(
-        UserRow, UserRow.id == UserQuotaRow.user_id
-    )
-    return {(user, Priority(priority).rank): milli for user, priority, milli in session.execute(query)}
+    limits = user_queries.user_quotas_by_name(session)
+    return {(user, Priority(priority).rank): milli for user, priority, milli in limits}
 
 
 def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[int]]:
     """Jobs holding resources, and which of them are already being stopped or preempted."""
-    rows = session.execute(
-        select(
-            JobRow.id, JobRow.vc, UserRow.name, JobRow.priority, JobRow.state, JobRow.grace_seconds,
-            JobRow.max_runtime_seconds, AttemptRow.state, AttemptRow.started_at, AttemptRow.stop_requested_at,
-            TaskRow.role, TaskRow.index, TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb,
-        )
-        .join(UserRow, UserRow.id == JobRow.user_id)
-        .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
-        .join(TaskRow, TaskRow.attempt_id == AttemptRow.id)
-        .where(JobRow.state.in_([JobState.RUNNING, JobState.STOPPING]), TaskRow.state.in_(UNFINISHED))
-        .order_by(JobRow.id, TaskRow.role, TaskRow.index)
-    ).all()
+    rows = job_queries.holding_tasks(session)
     tasks_of: dict[int, list] = defaultdict(list)
     for row in rows:
         tasks_of[row[0]].append(row)

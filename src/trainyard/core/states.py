@@ -1,9 +1,9 @@
 """Job, attempt and task states, and the one table of transitions allowed between them.
 
-Every state change in Trainyard goes through ``check_job_transition`` /
-``check_task_transition``: the controller and the services never assign a state that this
-module has not approved. See ``lifecycle.py`` for the rules that decide *which* state comes
-next.
+Every state change in Trainyard is made by ``transitions.py``, which checks it here
+(``check_job_transition`` / ``check_attempt_transition`` / ``check_task_transition``): no
+caller assigns a state that this module has not approved. See ``lifecycle.py`` for the
+rules that decide *which* state comes next.
 """
 
 from __future__ import annotations

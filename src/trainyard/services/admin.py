@@ -6,21 +6,20 @@ no running work is touched (reclaiming a VC's share is the scheduler's decision)
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
-from trainyard.core.states import JobState, TaskState
 from trainyard.schemas.admin import VcView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Invalid, NotFound
+from trainyard.store.queries import nodes as node_queries
+from trainyard.store.queries import users as user_queries
+from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.rows import (
     GroupRow,
-    JobRow,
     MembershipRow,
     NodeRow,
-    TaskRow,
     UserQuotaRow,
     UserRow,
     VcGrantRow,
@@ -45,7 +44,7 @@ def _check_name(kind: str, name: str) -> None:
 
 def create_group(session: Session, name: str, *, clock: Clock) -> GroupRow:
     _check_name("group", name)
-    if session.scalar(select(GroupRow).where(GroupRow.name == name)) is not None:
+    if vc_queries.group_named(session, name) is not None:
         raise Conflict(f"group {name!r} already exists")
     group = GroupRow(name=name, created_at=clock.now())
     session.add(group)
@@ -54,7 +53,7 @@ def create_group(session: Session, name: str, *, clock: Clock) -> GroupRow:
 
 
 def get_group(session: Session, name: str) -> GroupRow:
-    group = session.scalar(select(GroupRow).where(GroupRow.name == name))
+    group = vc_queries.group_named(session, name)
     if group is None:
         raise NotFound(f"no group named {name!r}")
     return group
@@ -62,15 +61,13 @@ def get_group(session: Session, name: str) -> GroupRow:
 
 def add_member(session: Session, group_name: str, user_name: str) -> None:
     group, user = get_group(session, group_name), get_user(session, user_name)
-    if session.get(MembershipRow, (group.id, user.id)) is None:
+    if vc_queries.membership(session, group.id, user.id) is None:
         session.add(MembershipRow(group_id=group.id, user_id=user.id))
 
 
 def list_groups(session: Session) -> list[tuple[GroupRow, list[str]]]:
-    groups = list(session.scalars(select(GroupRow).order_by(GroupRow.name)))
-    members = session.execute(
-        select(MembershipRow.group_id, UserRow.name).join(UserRow, UserRow.id == MembershipRow.user_id)
-    ).all()
+    groups = vc_queries.all_groups(session)
+    members = vc_queries.member_names(session)
     return [(g, sorted(name for gid, name in members if gid == g.id)) for g in groups]
 
 
@@ -83,7 +80,7 @@ def create_vc(
     _check_name("virtual cluster", name)
     if name == DEFAULT_VC:
         raise Conflict("'default' is built in: it holds whatever no other VC guarantees")
-    if session.scalar(select(VirtualClusterRow).where(VirtualClusterRow.name == name)) is not None:
+    if vc_queries.vc_named(session, name) is not None:
         raise Conflict(f"virtual cluster {name!r} already exists")
     vc = VirtualClusterRow(name=name, allow_priority_preemption=preemption, created_at=clock.now())
     session.add(vc)
@@ -93,7 +90,7 @@ def create_vc(
 
 
 def get_vc(session: Session, name: str) -> VirtualClusterRow:
-    vc = session.scalar(select(VirtualClusterRow).where(VirtualClusterRow.name == name))
+    vc = vc_queries.vc_named(session, name)
     if vc is None:
         raise NotFound(f"no virtual cluster named {name!r}; see `yard vc list`")
     return vc
@@ -105,14 +102,14 @@ def set_vc_quota(session: Session, name: str, *, gpus: int, model: str | None) -
         raise Invalid("gpus must be ≥ 0", details=[{"path": "gpus", "message": "must be ≥ 0"}])
     vc = get_vc(session, name)
     model = model or ANY_MODEL
-    models = sorted({gpu["model"] for node in session.scalars(select(NodeRow)) for gpu in node.gpus})
+    models = sorted(node_queries.gpus_by_model(session))
     if model == ANY_MODEL and gpus > 0 and len(models) > 1:
         raise Invalid(
             f"this cluster has several GPU models ({', '.join(models)}): give the quota per model, "
             f"e.g. `yard vc quota {name} --gpus {gpus} --model {models[0]}`",
             details=[{"path": "model", "message": "required on a cluster with several GPU models"}],
         )
-    row = session.get(VcQuotaRow, (vc.id, model))
+    row = vc_queries.vc_quota(session, vc.id, model)
     if gpus == 0:
         if row is not None:
             session.delete(row)
@@ -126,13 +123,10 @@ def set_vc_quota(session: Session, name: str, *, gpus: int, model: str | None) -
 
 
 def _check_quotas_fit(session: Session) -> None:
-    capacity: dict[str, int] = {}
-    for node in session.scalars(select(NodeRow)):
-        for gpu in node.gpus:
-            capacity[gpu["model"]] = capacity.get(gpu["model"], 0) + 1
+    capacity = node_queries.gpus_by_model(session)
     total = sum(capacity.values())
     promised: dict[str, int] = {}
-    for row in session.scalars(select(VcQuotaRow)):
+    for row in vc_queries.all_vc_quotas(session):
         promised[row.gpu_model] = promised.get(row.gpu_model, 0) + row.gpus
     for model, gpus in promised.items():
         have = total if model == ANY_MODEL else capacity.get(model, 0)
@@ -154,13 +148,10 @@ def guaranteed_quotas(session: Session) -> dict[str, tuple[dict[str, int], bool]
     the cluster's model; with several models it guarantees nothing (setting one is
     refused there). Empty when no VC is defined: then every job shares the cluster.
     """
-    rows = list(session.scalars(select(VirtualClusterRow).order_by(VirtualClusterRow.name)))
+    rows = vc_queries.all_vcs(session)
     if not rows:
         return {}
-    capacity: dict[str, int] = {}
-    for node in session.scalars(select(NodeRow)):
-        for gpu in node.gpus:
-            capacity[gpu["model"]] = capacity.get(gpu["model"], 0) + 1
+    capacity = node_queries.gpus_by_model(session)
     only_model = next(iter(capacity)) if len(capacity) == 1 else None
     promised: dict[str, int] = {}
     quotas: dict[str, tuple[dict[str, int], bool]] = {}
@@ -195,35 +186,27 @@ def grant_vc(session: Session, name: str, grantee: str) -> None:
 def may_use_vc(session: Session, user: UserRow, name: str) -> bool:
     if name == DEFAULT_VC:
         return True
-    vc = session.scalar(select(VirtualClusterRow).where(VirtualClusterRow.name == name))
+    vc = vc_queries.vc_named(session, name)
     if vc is None:
         return False  # for admins too: a misspelt VC would otherwise take a job no queue serves
     if user.is_admin:
         return True
-    groups = set(session.scalars(select(MembershipRow.group_id).where(MembershipRow.user_id == user.id)))
+    groups = vc_queries.group_ids_of(session, user.id)
     return any(g.user_id == user.id or (g.group_id is not None and g.group_id in groups) for g in vc.grants)
 
 
 def list_vcs(session: Session) -> list[VirtualClusterRow]:
-    return list(session.scalars(select(VirtualClusterRow).order_by(VirtualClusterRow.name)))
+    return vc_queries.all_vcs(session)
 
 
 def vc_usage(session: Session) -> dict[str, dict[str, float]]:
     """Per VC: GPUs used by guaranteed jobs, GPUs borrowed by its opportunistic jobs, jobs waiting."""
     usage: dict[str, dict[str, float]] = {}
-    rows = session.execute(
-        select(JobRow.vc, JobRow.priority, TaskRow.gpus)
-        .join(TaskRow, TaskRow.job_id == JobRow.id)
-        .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
-    ).all()
-    for vc, priority, gpus in rows:
+    for vc, priority, gpus in vc_queries.gpus_held_by_vc(session):
         entry = usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})
         milli = sum(share[1] for share in gpus)
         entry["borrowed" if priority == "oppo" else "used"] += milli / 1000
-    waiting = session.execute(
-        select(JobRow.vc, func.count()).where(JobRow.state == JobState.WAITING).group_by(JobRow.vc)
-    ).all()
-    for vc, count in waiting:
+    for vc, count in vc_queries.waiting_jobs_by_vc(session).items():
         usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})["waiting"] = count
     return usage
 
@@ -235,8 +218,8 @@ def describe_vcs(session: Session, viewer: UserRow | None = None) -> list[VcView
     them only themselves and their own groups: other users' names are not theirs to list.
     """
     usage = vc_usage(session)
-    users = {u.id: u.name for u in session.scalars(select(UserRow))}
-    groups = {g.id: g.name for g in session.scalars(select(GroupRow))}
+    users = {u.id: u.name for u in user_queries.all_users(session)}
+    groups = {g.id: g.name for g in vc_queries.all_groups(session)}
     rest = guaranteed_quotas(session).get(DEFAULT_VC, ({}, True))[0]
     rows: list[tuple[str, dict[str, int], bool, list[str], list[str]]] = [
         (DEFAULT_VC, rest, True, ["everyone"], [])
@@ -244,7 +227,7 @@ def describe_vcs(session: Session, viewer: UserRow | None = None) -> list[VcView
     restricted = viewer is not None and not viewer.is_admin
     if restricted:
         assert viewer is not None
-        mine = set(session.scalars(select(MembershipRow.group_id).where(MembershipRow.user_id == viewer.id)))
+        mine = vc_queries.group_ids_of(session, viewer.id)
         users = {viewer.id: viewer.name}
         groups = {gid: name for gid, name in groups.items() if gid in mine}
     for vc in list_vcs(session):
@@ -275,7 +258,7 @@ def set_user_quota(session: Session, user_name: str, *, priority: str, gpus: flo
         raise Invalid(f"unknown priority {priority!r}; use one of {', '.join(PRIORITIES)}",
                       details=[{"path": "priority", "message": "unknown priority"}])
     user = get_user(session, user_name)
-    row = session.get(UserQuotaRow, (user.id, priority))
+    row = user_queries.user_quota(session, user.id, priority)
     if gpus is None:
         if row is not None:
             session.delete(row)
@@ -290,18 +273,11 @@ def set_user_quota(session: Session, user_name: str, *, priority: str, gpus: flo
 
 
 def list_user_quotas(session: Session) -> list[tuple[str, str, int]]:
-    return [
-        (name, priority, milli)
-        for name, priority, milli in session.execute(
-            select(UserRow.name, UserQuotaRow.priority, UserQuotaRow.gpu_milli)
-            .join(UserRow, UserRow.id == UserQuotaRow.user_id)
-            .order_by(UserRow.name, UserQuotaRow.priority)
-        )
-    ]
+    return user_queries.user_quotas_by_name(session)
 
 
 def set_cordon(session: Session, node_name: str, cordoned: bool) -> NodeRow:
-    node = session.get(NodeRow, node_name)
+    node = node_queries.node_named(session, node_name)
     if node is None:
         raise NotFound(f"no node named {node_name!r}; see `yard nodes`")
     node.cordoned = cordoned

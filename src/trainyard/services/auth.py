@@ -7,13 +7,13 @@ import hashlib
 import secrets
 import time
 
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
 from trainyard.core.names import USER_NAME
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.store.db import Database
+from trainyard.store.queries import users
 from trainyard.store.rows import TokenRow, UserRow
 
 TOKEN_PREFIX = "ty_"
@@ -34,7 +34,7 @@ def create_user(session: Session, name: str, *, is_admin: bool, clock: Clock) ->
             "(starting with a letter or '_'), at most 64 characters",
             details=[{"path": "name", "message": "invalid user name"}],
         )
-    if session.scalar(select(UserRow).where(UserRow.name == name)) is not None:
+    if users.user_named(session, name) is not None:
         raise Conflict(f"user {name!r} already exists")
     user = UserRow(name=name, is_admin=is_admin, created_at=clock.now())
     session.add(user)
@@ -43,14 +43,14 @@ def create_user(session: Session, name: str, *, is_admin: bool, clock: Clock) ->
 
 
 def get_user(session: Session, name: str) -> UserRow:
-    user = session.scalar(select(UserRow).where(UserRow.name == name))
+    user = users.user_named(session, name)
     if user is None:
         raise NotFound(f"no user named {name!r}")
     return user
 
 
 def list_users(session: Session) -> list[UserRow]:
-    return list(session.scalars(select(UserRow).order_by(UserRow.name)))
+    return users.all_users(session)
 
 
 def create_token(
@@ -88,15 +88,13 @@ def issue_token(
 
 
 def authenticate(session: Session, token: str) -> UserRow | None:
-    row = session.scalar(
-        select(TokenRow).where(TokenRow.token_hash == hash_token(token), TokenRow.revoked.is_(False))
-    )
+    row = users.live_token(session, hash_token(token))
     return row.user if row is not None else None
 
 
 def bootstrap_admin(session: Session, *, clock: Clock) -> str | None:
     """On an empty store, create the ``admin`` user and return a token for it."""
-    if session.scalar(select(func.count()).select_from(UserRow)):
+    if users.count_users(session):
         return None
     admin = create_user(session, "admin", is_admin=True, clock=clock)
     return create_token(session, admin, by=admin, name="local client file", clock=clock)

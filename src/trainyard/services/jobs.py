@@ -4,41 +4,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session
 
+from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.names import DEFAULT_VC
-from trainyard.core.states import (
-    FINAL_JOB_STATES,
-    JobState,
-    TaskState,
-    check_job_transition,
-)
+from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
 from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
-from trainyard.spec.loading import container_fields, validate_job
+from trainyard.spec.loading import container_fields
 from trainyard.spec.models import JobSpec, Priority
 from trainyard.spec.templating import normalized_spec
+from trainyard.store import events
+from trainyard.store.events import record_event
+from trainyard.store.queries import jobs as job_queries
+from trainyard.store.queries import nodes as node_queries
+from trainyard.store.queries import users as user_queries
+from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.rows import (
-    AttemptRow,
     JobEventRow,
     JobRow,
     NodeRow,
     TaskRow,
-    UserQuotaRow,
     UserRow,
-    VirtualClusterRow,
 )
 
 MAX_PAGE = 500
-
-
-def record_event(session: Session, job: JobRow, kind: str, message: str, clock: Clock) -> None:
-    session.add(JobEventRow(job_id=job.id, at=clock.now(), kind=kind, message=message))
 
 
 def gpu_slot(gpu: dict[str, Any], used_milli: int = 0) -> GpuSlot:
@@ -110,7 +104,7 @@ def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
 
 def check_within_user_quota(session: Session, user: UserRow, spec: JobSpec) -> None:
     """Refuse a job bigger than its owner may hold at its priority: it could never start."""
-    limit = session.get(UserQuotaRow, (user.id, str(spec.priority)))
+    limit = user_queries.user_quota(session, user.id, str(spec.priority))
     if limit is None:
         return
     need = sum(t.gpu_milli for t in task_requests(spec))
@@ -128,7 +122,7 @@ def check_vc_access(session: Session, user: UserRow, vc: str) -> None:
     """DESIGN's "may this user use that VC?": granted to them, to a group of theirs, or admin."""
     if may_use_vc(session, user, vc):
         return
-    if session.scalar(select(VirtualClusterRow.id).where(VirtualClusterRow.name == vc)) is None:
+    if vc_queries.vc_named(session, vc) is None:
         raise Invalid(f"no virtual cluster named {vc!r}; see `yard vc list`",
                       details=[{"path": "defaults.virtualCluster", "message": "unknown virtual cluster"}])
     raise Forbidden(f"user {user.name} may not submit to virtual cluster {vc!r}; an admin can allow it "
@@ -156,18 +150,14 @@ def submit_job(
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
         vc=spec.defaults.virtualCluster,
         priority=str(spec.priority),
-        state=JobState.WAITING,
         spec=normalized_spec(spec),
-        submitted_at=clock.now(),
-        attempt=0,
-        retries_used=0,
         grace_seconds=float(spec.stopGracePeriodSeconds),
         max_runtime_seconds=spec.maxRunTimeSeconds,
-        state_message="",
     )
+    event = transitions.submit(job, user.name, clock.now())
     session.add(job)
     session.flush()
-    record_event(session, job, "submitted", f"submitted by {user.name}", clock)
+    record_event(session, job.id, event)
     return job
 
 
@@ -186,11 +176,7 @@ def list_jobs(
     for name, value in (("user", user), ("vc", vc), ("state", state)):
         if value is not None and "\x00" in value:
             raise Invalid(f"{name} contains a NUL character", details=[{"path": name, "message": "NUL"}])
-    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit + 1)
-    if not viewer.is_admin:
-        query = query.where(JobRow.user_id == viewer.id)
-    if user is not None:
-        query = query.join(UserRow, JobRow.user_id == UserRow.id).where(UserRow.name == user)
+    states = None
     if state is not None:
         states = [s.strip().upper() for s in state.split(",") if s.strip()]
         unknown = [s for s in states if s not in JobState.__members__]
@@ -199,29 +185,24 @@ def list_jobs(
                 f"unknown state {unknown[0]!r}; use one of {', '.join(JobState)}",
                 details=[{"path": "state", "message": "unknown state"}],
             )
-        query = query.where(JobRow.state.in_(states))
-    if vc is not None:
-        query = query.where(JobRow.vc == vc)
-    if before is not None:
-        query = query.where(JobRow.id < before)
-    rows = list(session.scalars(query))
+    rows = job_queries.page_of_jobs(
+        session, limit=limit + 1, owner_id=None if viewer.is_admin else viewer.id, owner_name=user,
+        states=states, vc=vc, before=before,
+    )
     next_cursor = rows[limit - 1].id if len(rows) > limit else None
     return rows[:limit], next_cursor
 
 
 def get_job(session: Session, viewer: UserRow, job_id: int, *, full: bool = False) -> JobRow:
     """The job, if ``viewer`` may see it; another user's job is reported as not found."""
-    query = select(JobRow).where(JobRow.id == job_id)
-    if full:
-        query = query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
-    job = session.scalar(query)
+    job = job_queries.job_by_id(session, job_id, full=full)
     if job is None or (not viewer.is_admin and job.user_id != viewer.id):
         raise NotFound(f"no job {job_id}")
     return job
 
 
 def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
-    return list(session.scalars(select(JobEventRow).where(JobEventRow.job_id == job.id).order_by(JobEventRow.id)))
+    return events.job_events(session, job.id)
 
 
 def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock) -> JobRow:
@@ -231,44 +212,24 @@ def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock
         raise Conflict(f"job {job_id} has already ended ({job.state})")
     if job.state == JobState.STOPPING:
         return job
-    if job.state == JobState.WAITING:
-        job.state = check_job_transition(JobState(job.state), JobState.STOPPED)
-        job.finished_at = clock.now()
-        job.pending_reason = job.pending_message = None
-        job.pending_position = job.pending_eta = None
-        job.state_message = f"stopped by {viewer.name} before it started"
-    else:
-        job.state = check_job_transition(JobState(job.state), JobState.STOPPING)
-        job.state_message = f"stopping on request of {viewer.name}"
-        for attempt in job.attempts:
-            if attempt.number == job.attempt and attempt.stop_requested_at is None:
-                attempt.stop_requested_at = clock.now()
-    job.stopped_by = viewer.name
-    record_event(session, job, "stop-requested", f"stop requested by {viewer.name}", clock)
+    current = None
+    if job.state != JobState.WAITING:  # a waiting job's attempts (if any) have all ended
+        current = next((a for a in job.attempts if a.number == job.attempt), None)
+    record_event(session, job.id, transitions.request_stop(job, current, viewer.name, clock.now()))
     return job
 
 
 def active_tasks(session: Session) -> list[TaskRow]:
     """Tasks that hold resources: placed and not yet ended."""
-    return list(
-        session.scalars(
-            select(TaskRow).where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
-        )
-    )
+    return node_queries.unfinished_tasks(session)
 
 
 def visible_job_ids(session: Session, viewer: UserRow, job_ids: set[int]) -> set[int] | None:
     """Which of ``job_ids`` ``viewer`` may see (None: all of them, for an admin)."""
     if viewer.is_admin:
         return None
-    if not job_ids:
-        return set()
-    return set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.user_id == viewer.id)))
+    return job_queries.owned_job_ids(session, viewer.id, job_ids)
 
 
 def list_nodes(session: Session) -> list[NodeRow]:
-    return list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
-
-
-def parse_stored_spec(job: JobRow) -> JobSpec:
-    return validate_job(job.spec)
+    return node_queries.all_nodes(session)

@@ -13,6 +13,7 @@ from trainyard.backends.base import Backend, LogChunk, TaskKey
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, NotFound
+from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
@@ -36,16 +37,37 @@ class LogTarget:
     def label(self) -> str:
         return f"{self.role}/{self.index}"
 
-    def refresh(self, db: Database) -> LogTarget:
-        return find_log_target(db, self.user, self.job_id, self.label, self.attempt)
+
+@dataclass(frozen=True)
+class TaskLogs:
+    """Where task logs are found: the store (which task), the parsed job files, the backend."""
+
+    db: Database
+    specs: StoredSpecs
+    backend: Backend
+
+    def find(self, user: UserRow, job_id: int, task: str | None, attempt: int | None) -> LogTarget:
+        return find_log_target(self.db, self.specs, user, job_id, task, attempt)
+
+    def refresh(self, target: LogTarget) -> LogTarget:
+        """The same task looked up again: placed since, re-run in place, or ended."""
+        return self.find(target.user, target.job_id, target.label, target.attempt)
+
+    def read(self, key: TaskKey, *, offset: int | None, tail: int | None) -> LogChunk:
+        return read_log(self.backend, key, offset=offset, tail=tail)
+
+    def follow(self, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:
+        return follow_log(self, target, offset, first)
 
 
-def find_log_target(db: Database, user: UserRow, job_id: int, task: str | None, attempt: int | None) -> LogTarget:
+def find_log_target(
+    db: Database, specs: StoredSpecs, user: UserRow, job_id: int, task: str | None, attempt: int | None
+) -> LogTarget:
     """The task ``task`` (``ROLE/INDEX``; default: the first role's first instance) of the
     job's attempt ``attempt`` (default: the latest), as ``user`` may see it."""
     with db.session() as session:
         job = job_service.get_job(session, user, job_id, full=True)
-        spec = job_service.parse_stored_spec(job)
+        spec = specs.of(job)
         if task is None:
             role, index = spec.role_names[0], 0
         else:
@@ -93,9 +115,7 @@ def read_tail(backend: Backend, key: TaskKey, lines: int) -> LogChunk:
     return chunk
 
 
-async def follow_log(
-    db: Database, backend: Backend, target: LogTarget, offset: int, first: bytes = b""
-) -> AsyncIterator[bytes]:
+async def follow_log(logs: TaskLogs, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:
     """New log bytes as they appear, from ``offset``; ends once the task has ended and all of
     its log is read. Blocking reads run in worker threads, off the event loop."""
     if first:
@@ -103,11 +123,11 @@ async def follow_log(
         offset += len(first)
     while True:
         previous = target.key
-        target = await run_sync(target.refresh, db)
+        target = await run_sync(logs.refresh, target)
         if target.key != previous:
             offset = 0  # the task was re-run in place: a new log begins
         if target.key is not None:
-            chunk = await run_sync(backend.read_log, target.key, offset)
+            chunk = await run_sync(logs.backend.read_log, target.key, offset)
             if chunk.data:
                 yield chunk.data
                 offset = chunk.offset + len(chunk.data)

@@ -22,7 +22,7 @@ from trainyard.schemas.jobs import (
     TaskView,
 )
 from trainyard.schemas.users import UserView
-from trainyard.spec.loading import validate_job
+from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import (
     AttemptRow,
@@ -111,14 +111,15 @@ def attempt_view(row: AttemptRow) -> AttemptView:
     )
 
 
-def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str]) -> JobDetail:
+def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str], *, spec: JobSpec) -> JobDetail:
+    """The job in full; ``spec`` is its stored job file, parsed (``services.specs``)."""
     summary = job_summary(row)
     return JobDetail(
         **summary.model_dump(),
         retriesUsed=row.retries_used,
         platformRetriesUsed=platform_retries_used(a.state for a in row.attempts),
         gracePeriodSeconds=row.grace_seconds,
-        spec=masked_spec(validate_job(row.spec)),
+        spec=masked_spec(spec),
         attempts=[attempt_view(a) for a in row.attempts],
         events=[EventView(at=e.at, kind=e.kind, message=e.message) for e in events],
         warnings=warnings,

@@ -4,7 +4,8 @@ Every decision is ``scheduler.schedule(snapshot)``'s — the function the contro
 on a snapshot built the way the controller builds one (nodes with their usage, running and
 pending jobs, VCs, the time). The loop only applies what it decided: starts become running
 jobs that end after their remaining duration; a preempted job stops after its grace period
-and is requeued with the service it attained. A cycle runs after every batch of events at
+and is requeued with the service it attained. Each job's state moves through
+``core.transitions``, as a live job's does (``sim/lifecycle.py``). A cycle runs after every batch of events at
 one instant (arrivals, ends, stops, Tiresias demotions), and is skipped only when it cannot
 change anything: no GPU is free and the policy never preempts.
 
@@ -39,7 +40,9 @@ from trainyard.scheduler.snapshot import (
     TaskRequest,
     VirtualCluster,
 )
+from trainyard.sim import lifecycle
 from trainyard.sim.jobs import TraceJob, gang_tasks
+from trainyard.sim.lifecycle import SimJob
 
 # Tiresias's levels: below 1 GPU-hour attained, below 10, and beyond (priority ranks 0, 1, 2).
 LAS_LEVELS = (3_600.0, 36_000.0)
@@ -132,6 +135,7 @@ class QueueSim:
         self.done: dict[int, float] = {}  # seconds of the job's duration already run
         self.events: list[tuple[float, int, int]] = []  # (time, kind, job id)
         self.by_id = {j.job_id: j for j in self.jobs}
+        self.records: dict[int, SimJob] = {}  # each job's state, attempts and history
         self.now = 0.0
         self.busy = 0
 
@@ -167,6 +171,7 @@ class QueueSim:
                     job = arrivals[nxt]
                     result.outcomes[job.job_id] = Outcome(job)
                     self.attained[job.job_id] = self.done[job.job_id] = 0.0
+                    self.records[job.job_id] = lifecycle.submitted(job.job_id, self.now, self.grace)
                     self._enqueue(job)
                     nxt += 1
                     changed = True
@@ -192,6 +197,7 @@ class QueueSim:
         if kind == 0:  # ends
             if job_id in self.running and self.end_at.get(job_id) == self.now and job_id not in self.stopping:
                 self._release(job_id)
+                lifecycle.ended(self.records[job_id], self.now)
                 outcome = self.result.outcomes[job_id]
                 outcome.end = self.now
                 return True
@@ -201,8 +207,10 @@ class QueueSim:
                 del self.stopping[job_id]
                 self._release(job_id)
                 if self.done[job_id] >= self.by_id[job_id].duration - 1e-9:
+                    lifecycle.ended(self.records[job_id], self.now)
                     self.result.outcomes[job_id].end = self.now  # it finished within its grace
                 else:
+                    lifecycle.requeued(self.records[job_id], self.now)
                     self._enqueue(self.by_id[job_id])
                 return True
             return False
@@ -235,6 +243,7 @@ class QueueSim:
                 job_id = preempt.job_id
                 self.result.preemptions += 1
                 self.result.outcomes[job_id].preemptions += 1
+                lifecycle.preempted(self.records[job_id], preempt.reason, self.now)
                 self.stopping[job_id] = self.now + preempt.grace_seconds
                 self.running[job_id] = replace(self.running[job_id], stops_by=self.stopping[job_id])
                 heapq.heappush(self.events, (self.stopping[job_id], 1, job_id))
@@ -262,6 +271,8 @@ class QueueSim:
     def _start(self, job_id: int, placements: Sequence[TaskPlacement]) -> None:
         job = self.pending.pop(job_id)
         trace = self.by_id[job_id]
+        lifecycle.started(self.records[job_id], ", ".join(f"{p.role}/{p.index} on {p.node}" for p in placements),
+                          self.now)
         for p in placements:
             used = self.used[p.node]
             for share in p.gpus:

@@ -111,9 +111,9 @@ def list_jobs(
 def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     with ctx.db.session() as session:
         row = job_service.get_job(session, user, job_id, full=True)
-        spec = job_service.parse_stored_spec(row)
+        spec = ctx.specs.of(row)
         return job_detail(row, job_service.job_events(session, row),
-                          job_service.backend_warnings(spec, ctx.backend.name))
+                          job_service.backend_warnings(spec, ctx.backend.name), spec=spec)
 
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
@@ -155,15 +155,15 @@ async def job_logs(
     follow: bool = False,
 ) -> Response:
     """A task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
-    target = await run_in_threadpool(log_service.find_log_target, ctx.db, user, job_id, task, attempt)
+    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend)
+    target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
     if target.key is None:
         if follow:
-            return StreamingResponse(log_service.follow_log(ctx.db, ctx.backend, target, 0), media_type="text/plain")
+            return StreamingResponse(logs.follow(target, 0), media_type="text/plain")
         return Response(b"", media_type="text/plain", headers={LOG_OFFSET_HEADER: "0", LOG_SIZE_HEADER: "0"})
-    chunk = await run_in_threadpool(log_service.read_log, ctx.backend, target.key, offset=offset, tail=tail)
+    chunk = await run_in_threadpool(logs.read, target.key, offset=offset, tail=tail)
     if follow:
-        return StreamingResponse(log_service.follow_log(ctx.db, ctx.backend, target, chunk.offset, first=chunk.data),
-                                 media_type="text/plain")
+        return StreamingResponse(logs.follow(target, chunk.offset, first=chunk.data), media_type="text/plain")
     return Response(
         chunk.data,
         media_type="text/plain",

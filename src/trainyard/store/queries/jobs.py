@@ -1,0 +1,170 @@
+"""Queries about jobs, their attempts and tasks: the API's pages, the controller's cycles."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy.orm import Session, selectinload
+
+from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
+
+# Ids per ``IN (...)`` list: well below SQLite's and PostgreSQL's bind-parameter limits.
+CHUNK = 500
+ACTIVE = (JobState.WAITING, JobState.RUNNING, JobState.STOPPING)
+HOLDING = (JobState.RUNNING, JobState.STOPPING)  # jobs whose current attempt may hold resources
+UNFINISHED_TASKS = (TaskState.WAITING, TaskState.RUNNING)
+
+
+def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
+    for i in range(0, len(ids), CHUNK):
+        yield ids[i : i + CHUNK]
+
+
+# -- the API's -----------------------------------------------------------------------------
+
+
+def job_by_id(session: Session, job_id: int, *, full: bool = False) -> JobRow | None:
+    """The job; ``full`` loads its attempts and their tasks with it."""
+    if not full:
+        return session.get(JobRow, job_id)
+    query = select(JobRow).where(JobRow.id == job_id)
+    query = query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
+    return session.scalar(query)
+
+
+def page_of_jobs(
+    session: Session,
+    *,
+    limit: int,
+    owner_id: int | None = None,
+    owner_name: str | None = None,
+    states: Sequence[str] | None = None,
+    vc: str | None = None,
+    before: int | None = None,
+) -> list[JobRow]:
+    """Up to ``limit`` jobs, newest first, older than job ``before``, filtered by owner (id
+    or name), states and VC."""
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    if owner_id is not None:
+        query = query.where(JobRow.user_id == owner_id)
+    if owner_name is not None:
+        query = query.join(UserRow, JobRow.user_id == UserRow.id).where(UserRow.name == owner_name)
+    if states is not None:
+        query = query.where(JobRow.state.in_(states))
+    if vc is not None:
+        query = query.where(JobRow.vc == vc)
+    if before is not None:
+        query = query.where(JobRow.id < before)
+    return list(session.scalars(query))
+
+
+def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]:
+    """Which of ``job_ids`` belong to the user."""
+    if not job_ids:
+        return set()
+    return set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.user_id == user_id)))
+
+
+# -- the controller's ------------------------------------------------------------------------
+
+
+def task_by_id(session: Session, task_id: int) -> TaskRow | None:
+    return session.get(TaskRow, task_id)
+
+
+def jobs_by_ids(session: Session, job_ids: Sequence[int]) -> dict[int, JobRow]:
+    rows: dict[int, JobRow] = {}
+    for chunk in chunks(job_ids):
+        rows.update((r.id, r) for r in session.scalars(select(JobRow).where(JobRow.id.in_(chunk))))
+    return rows
+
+
+def job_ids_in(session: Session, states: Sequence[str]) -> list[int]:
+    """Ids of the jobs in these states (in the database's order)."""
+    return list(session.scalars(select(JobRow.id).where(JobRow.state.in_(states))))
+
+
+WaitingFacts = tuple[int, int, dict[str, Any], datetime, str, str, int]
+
+
+def waiting_job_facts(session: Session, job_ids: Sequence[int]) -> Iterator[WaitingFacts]:
+    """(id, row version, stored job file, submit time, VC, owner's name, attempt number) of
+    these jobs, read in chunks: what the scheduler needs of a waiting job."""
+    for chunk in chunks(job_ids):
+        query = (
+            select(JobRow.id, JobRow.version, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name,
+                   JobRow.attempt)
+            .join(UserRow, JobRow.user_id == UserRow.id)
+            .where(JobRow.id.in_(chunk))
+        )
+        for row in session.execute(query):
+            yield cast(WaitingFacts, tuple(row))
+
+
+def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> None:
+    """One bulk UPDATE of pending reasons (``job``, ``reason``, ``message``, ``position``,
+    ``eta_at`` per change), only for jobs that still wait: a job placed or stopped meanwhile
+    keeps its cleared fields."""
+    if not changes:
+        return
+    jobs = cast(Table, JobRow.__table__)
+    session.execute(
+        update(jobs)
+        .where(jobs.c.id == bindparam("job"), jobs.c.state == JobState.WAITING.value)
+        .values(
+            pending_reason=bindparam("reason"),
+            pending_message=bindparam("message"),
+            pending_position=bindparam("position"),
+            pending_eta=bindparam("eta_at"),
+        ),
+        changes,
+        execution_options={"synchronize_session": False},
+    )
+
+
+def holding_jobs_with_tasks(session: Session) -> list[JobRow]:
+    """Running and stopping jobs, with their attempts and tasks loaded: what reconcile watches."""
+    query = (
+        select(JobRow)
+        .where(JobRow.state.in_(HOLDING))
+        .options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
+    )
+    return list(session.scalars(query))
+
+
+def running_attempts_with_limits(session: Session) -> list[tuple[JobRow, AttemptRow]]:
+    """Running jobs with a ``maxRunTimeSeconds`` and their current attempt, while it runs."""
+    query = (
+        select(JobRow, AttemptRow)
+        .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
+        .where(
+            JobRow.state == JobState.RUNNING,
+            JobRow.max_runtime_seconds.is_not(None),
+            AttemptRow.state == AttemptState.RUNNING,
+        )
+    )
+    return [(job, attempt) for job, attempt in session.execute(query)]
+
+
+def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
+    """One row per unfinished task of a running or stopping job's current attempt, by job
+    then task: (job id, VC, owner, priority, job state, grace seconds, max run time,
+    attempt state, attempt start, attempt stop request, role, index, node, GPU shares, CPU
+    milli, memory MB)."""
+    query = (
+        select(
+            JobRow.id, JobRow.vc, UserRow.name, JobRow.priority, JobRow.state, JobRow.grace_seconds,
+            JobRow.max_runtime_seconds, AttemptRow.state, AttemptRow.started_at, AttemptRow.stop_requested_at,
+            TaskRow.role, TaskRow.index, TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb,
+        )
+        .join(UserRow, UserRow.id == JobRow.user_id)
+        .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
+        .join(TaskRow, TaskRow.attempt_id == AttemptRow.id)
+        .where(JobRow.state.in_(HOLDING), TaskRow.state.in_(UNFINISHED_TASKS))
+        .order_by(JobRow.id, TaskRow.role, TaskRow.index)
+    )
+    return [tuple(row) for row in session.execute(query)]

@@ -1,0 +1,51 @@
+"""Queries about nodes: the inventory, and what unfinished tasks hold on them."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from trainyard.core.states import TaskState
+from trainyard.store.rows import NodeRow, TaskRow
+
+UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
+
+
+def all_nodes(session: Session) -> list[NodeRow]:
+    """Every node, by name."""
+    return list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
+
+
+def node_named(session: Session, name: str) -> NodeRow | None:
+    return session.get(NodeRow, name)
+
+
+def nodes_of_backend(session: Session, backend: str) -> dict[str, NodeRow]:
+    """The nodes a backend reported, by name."""
+    return {n.name: n for n in session.scalars(select(NodeRow).where(NodeRow.backend == backend))}
+
+
+def node_addresses(session: Session) -> dict[str, str]:
+    return {name: address for name, address in session.execute(select(NodeRow.name, NodeRow.address))}
+
+
+def gpus_by_model(session: Session) -> dict[str, int]:
+    """How many GPUs of each model the cluster has."""
+    capacity: dict[str, int] = {}
+    for gpus in session.scalars(select(NodeRow.gpus)):
+        for gpu in gpus:
+            capacity[gpu["model"]] = capacity.get(gpu["model"], 0) + 1
+    return capacity
+
+
+def unfinished_tasks(session: Session) -> list[TaskRow]:
+    """Tasks that hold resources: placed and not yet ended."""
+    return list(session.scalars(select(TaskRow).where(TaskRow.state.in_(UNFINISHED))))
+
+
+def unfinished_task_usage(session: Session) -> list[tuple[str, list[list[int]], int, int]]:
+    """(node, GPU shares, CPU milli, memory MB) of every unfinished task: what nodes have allocated."""
+    query = select(TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb).where(
+        TaskRow.state.in_(UNFINISHED)
+    )
+    return [(node, gpus, cpu, memory) for node, gpus, cpu, memory in session.execute(query)]

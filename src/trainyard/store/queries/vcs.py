@@ -1,0 +1,73 @@
+"""Queries about virtual clusters, their quotas and grants, and groups with their members."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from trainyard.core.states import JobState, TaskState
+from trainyard.store.rows import (
+    GroupRow,
+    JobRow,
+    MembershipRow,
+    TaskRow,
+    UserRow,
+    VcQuotaRow,
+    VirtualClusterRow,
+)
+
+
+def vc_named(session: Session, name: str) -> VirtualClusterRow | None:
+    return session.scalar(select(VirtualClusterRow).where(VirtualClusterRow.name == name))
+
+
+def all_vcs(session: Session) -> list[VirtualClusterRow]:
+    """Every defined VC (``default`` is not stored), by name."""
+    return list(session.scalars(select(VirtualClusterRow).order_by(VirtualClusterRow.name)))
+
+
+def vc_quota(session: Session, vc_id: int, gpu_model: str) -> VcQuotaRow | None:
+    return session.get(VcQuotaRow, (vc_id, gpu_model))
+
+
+def all_vc_quotas(session: Session) -> list[VcQuotaRow]:
+    return list(session.scalars(select(VcQuotaRow)))
+
+
+def gpus_held_by_vc(session: Session) -> list[tuple[str, str, list[list[int]]]]:
+    """(VC, priority, GPU shares) of every unfinished task."""
+    query = (
+        select(JobRow.vc, JobRow.priority, TaskRow.gpus)
+        .join(TaskRow, TaskRow.job_id == JobRow.id)
+        .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
+    )
+    return [(vc, priority, gpus) for vc, priority, gpus in session.execute(query)]
+
+
+def waiting_jobs_by_vc(session: Session) -> dict[str, int]:
+    query = select(JobRow.vc, func.count()).where(JobRow.state == JobState.WAITING).group_by(JobRow.vc)
+    return {vc: count for vc, count in session.execute(query)}
+
+
+def group_named(session: Session, name: str) -> GroupRow | None:
+    return session.scalar(select(GroupRow).where(GroupRow.name == name))
+
+
+def all_groups(session: Session) -> list[GroupRow]:
+    """Every group, by name."""
+    return list(session.scalars(select(GroupRow).order_by(GroupRow.name)))
+
+
+def membership(session: Session, group_id: int, user_id: int) -> MembershipRow | None:
+    return session.get(MembershipRow, (group_id, user_id))
+
+
+def member_names(session: Session) -> list[tuple[int, str]]:
+    """(group id, user name) of every membership."""
+    query = select(MembershipRow.group_id, UserRow.name).join(UserRow, UserRow.id == MembershipRow.user_id)
+    return [(group_id, name) for group_id, name in session.execute(query)]
+
+
+def group_ids_of(session: Session, user_id: int) -> set[int]:
+    """The groups a user is a member of."""
+    return set(session.scalars(select(MembershipRow.group_id).where(MembershipRow.user_id == user_id)))
