@@ -12,6 +12,7 @@ from trainyard.api.app import create_app
 from trainyard.api.deps import AppContext
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.client.client import Client
 from trainyard.controller.inventory import sync_inventory
 from trainyard.core.clock import SystemClock
 from trainyard.services.auth import bootstrap_admin, create_token, create_user
@@ -35,6 +36,14 @@ class Api:
     @property
     def user(self) -> TestClient:
         return self.client(self.user_token)
+
+    def sdk(self, token: str | None) -> Client:
+        """The real SDK, its HTTP carried in process to this app (no socket, no server)."""
+        sdk = Client("http://testserver", token)
+        sdk._http.close()
+        sdk._http = TestClient(self.app, base_url="http://testserver/api/v1", headers=dict(sdk._http.headers),
+                               raise_server_exceptions=False)
+        return sdk
 
 
 def make_api(db, state_dir) -> Api:

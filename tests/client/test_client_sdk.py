@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 from api.harness import Api
-from fastapi.testclient import TestClient
 
-from trainyard.client.client import AuthError, Client
+from trainyard.client.client import AuthError
 from trainyard.core.states import JobState
 from trainyard.schemas.admin import VcView
 from trainyard.schemas.cluster import NodeView
@@ -17,16 +16,8 @@ JOB = ("name: two\nsecrets: {key: hunter2}\n"
        "taskRoles:\n  m:\n    instances: 2\n    commands: ['echo <% $secrets.key %>']\n")
 
 
-def sdk(api: Api, token: str) -> Client:
-    """A `Client` whose HTTP goes to the app in process instead of a socket."""
-    client = Client("http://testserver", token)
-    client._http = TestClient(api.app, base_url="http://testserver/api/v1",
-                              headers={"Authorization": f"Bearer {token}"}, raise_server_exceptions=False)
-    return client
-
-
 def test_every_answer_is_a_typed_model(api: Api) -> None:
-    admin = sdk(api, api.admin_token)
+    admin = api.sdk(api.admin_token)
     submitted = admin.submit(JOB)
     assert isinstance(submitted, SubmitResult) and submitted.state == JobState.WAITING
     dry = admin.submit(JOB, dry_run=True)
@@ -49,14 +40,14 @@ def test_every_answer_is_a_typed_model(api: Api) -> None:
 
 
 def test_a_log_read_says_which_task_the_server_showed(api: Api) -> None:
-    admin = sdk(api, api.admin_token)
+    admin = api.sdk(api.admin_token)
     job = admin.submit(JOB)
     log = admin.read_log(job.id)  # nothing placed (no controller runs here): empty, no task named yet
     assert (log.data, log.offset, log.size, log.task) == (b"", 0, 0, None)
 
 
 def test_only_an_admin_issues_tokens_for_others_and_the_refusal_does_not_tell_who_exists(api: Api) -> None:
-    alice = sdk(api, api.user_token)
+    alice = api.sdk(api.user_token)
     assert alice.create_token().user == "alice"
     for other in ("admin", "nobody-at-all"):
         with pytest.raises(AuthError) as refused:
@@ -66,7 +57,7 @@ def test_only_an_admin_issues_tokens_for_others_and_the_refusal_does_not_tell_wh
 
 def test_a_model_dumps_back_to_exactly_what_the_server_sent(api: Api) -> None:
     """`yard ... --json` prints the SDK's models: they must neither lose nor change anything of the answer."""
-    admin = sdk(api, api.admin_token)
+    admin = api.sdk(api.admin_token)
     job = admin.submit(JOB)
     http = api.admin
     pairs = [

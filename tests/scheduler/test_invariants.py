@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scheduler_world import World, check_capacity, check_gangs, node, snapshot
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import (
-    OPPORTUNISTIC_RANK,
     Decisions,
     PendingJob,
     PendingReason,

@@ -11,6 +11,7 @@ from sim_data import DEFAULT_PODS, NODES
 from trainyard.cli.main import main
 
 
+@pytest.mark.slow  # replays the default pod list at six arrival levels
 def test_sim_placement_writes_the_curve_the_plot_and_a_json_summary(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["sim", "placement", "--nodes", str(NODES), "--pods", str(DEFAULT_PODS), "--policy", "bestfit",

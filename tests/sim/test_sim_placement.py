@@ -113,6 +113,7 @@ def at_100(trace: tuple, policy: str) -> float:
     return _measured[(name, policy)]
 
 
+@pytest.mark.slow  # replays a whole pod list of the shared traces
 @pytest.mark.parametrize("policy", ["random", "dotprod", "clustering", "packing", "bestfit", "fgd"])
 def test_each_baseline_lands_within_one_point_of_the_papers_allocation_at_full_demand(default_trace: tuple,
                                                                                      policy: str) -> None:
@@ -120,6 +121,7 @@ def test_each_baseline_lands_within_one_point_of_the_papers_allocation_at_full_d
     assert abs(at_100(default_trace, policy) - reference) <= TOLERANCE_PP
 
 
+@pytest.mark.slow  # replays a whole pod list of the shared traces
 def test_trainyards_default_placement_allocates_more_than_fgd_at_full_demand(default_trace: tuple) -> None:
     assert scorer_name("default") == "fgd-cpu"
     fgd = at_100(default_trace, "fgd")
@@ -128,6 +130,7 @@ def test_trainyards_default_placement_allocates_more_than_fgd_at_full_demand(def
     assert default > fgd and default > reference
 
 
+@pytest.mark.slow  # replays a whole pod list of the shared traces
 @pytest.mark.parametrize(
     "pod_list",
     [

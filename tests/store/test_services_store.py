@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from sqlalchemy import select
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import inspect, select
 
 from trainyard.core.clock import FakeClock
 from trainyard.core.states import JobState
@@ -11,8 +14,8 @@ from trainyard.services import admin, auth
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.spec.loading import parse_job
-from trainyard.store.db import Database
-from trainyard.store.rows import JobEventRow, JobRow, NodeRow, TokenRow
+from trainyard.store.db import Database, migrations_config
+from trainyard.store.rows import Base, JobEventRow, JobRow, NodeRow, TokenRow
 
 
 @pytest.fixture
@@ -30,8 +33,38 @@ def add_node(db: Database, clock: FakeClock, gpus: int = 4) -> None:
 SPEC = "name: j\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 1}\n    commands: ['true']\n"
 
 
+def schema_of(db: Database) -> dict[str, dict[str, object]]:
+    """Every table's columns, keys, indexes and constraints, as the database reports them."""
+    inspector = inspect(db.engine)
+    return {
+        table: {
+            "columns": [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns(table)],
+            "primary key": inspector.get_pk_constraint(table)["constrained_columns"],
+            "foreign keys": sorted((tuple(fk["constrained_columns"]), fk["referred_table"])
+                                   for fk in inspector.get_foreign_keys(table)),
+            "indexes": sorted((ix["name"], tuple(ix["column_names"]), bool(ix["unique"]))
+                              for ix in inspector.get_indexes(table)),
+            "unique": sorted(tuple(u["column_names"]) for u in inspector.get_unique_constraints(table)),
+        }
+        for table in sorted(inspector.get_table_names())
+    }
+
+
 def test_migrations_are_idempotent(db: Database) -> None:
+    once = schema_of(db)  # the fixture has migrated once
     db.migrate()
+    assert schema_of(db) == once
+    assert set(once) >= {"alembic_version", "jobs", "attempts", "tasks", "users", "virtual_clusters"}
+
+
+def test_the_migrated_schema_is_at_the_one_head_and_matches_the_models(db: Database) -> None:
+    heads = ScriptDirectory.from_config(migrations_config()).get_heads()
+    assert len(heads) == 1, f"the Alembic chain has split: heads {heads}"
+    with db.engine.connect() as connection:
+        context = MigrationContext.configure(connection, opts={"compare_type": True})
+        assert context.get_current_revision() == heads[0]
+        # A model changed without a migration (or the reverse) shows up here.
+        assert compare_metadata(context, Base.metadata) == []
 
 
 def test_the_first_admin_is_bootstrapped_once_and_tokens_are_stored_hashed(db: Database, clock) -> None:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
+from trainyard.core.priorities import PRIORITY_NAMES
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
@@ -138,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     quota_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     q = quota_sub.add_parser("set", help="at most N GPUs for USER at a priority")
     q.add_argument("user")
-    q.add_argument("--priority", required=True, choices=["prod", "normal", "low", "oppo"])
+    q.add_argument("--priority", required=True, choices=PRIORITY_NAMES)
     q.add_argument("--gpus", type=float, help="the limit; leave out to remove it")
     _json_flag(q)
     q = quota_sub.add_parser("list", help="every per-user quota")

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
+from trainyard.core.priorities import Priority
 from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import (
     GpuShare,
@@ -22,7 +23,6 @@ from trainyard.scheduler.snapshot import (
 )
 from trainyard.services import admin
 from trainyard.services.jobs import gpu_slot
-from trainyard.spec.models import Priority
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries

@@ -25,12 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation
 from trainyard.scheduler.ledger import Released
 from trainyard.scheduler.placement import place_gang
 from trainyard.scheduler.quota import gpu_need, job_owner
-from trainyard.scheduler.snapshot import OPPORTUNISTIC_RANK, PendingJob, RunningJob, TaskPlacement
+from trainyard.scheduler.snapshot import PendingJob, RunningJob, TaskPlacement
 
 
 def end_times(cycle: Cycle, job: PendingJob) -> tuple[list[tuple[float, int, RunningJob]], list[RunningJob]]:

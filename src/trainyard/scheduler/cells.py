@@ -46,8 +46,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import gcd
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.capacity import Tentative
-from trainyard.scheduler.snapshot import OPPORTUNISTIC_RANK, NodeState, RunningJob, TaskPlacement
+from trainyard.scheduler.snapshot import NodeState, RunningJob, TaskPlacement
 
 # Node families, the capacity index's first key: no cell bound; some; all, by several VCs.
 # A node all of whose cells one VC holds is in the family "=" + that VC's name.

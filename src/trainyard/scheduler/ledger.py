@@ -13,12 +13,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Capacity, FreeNode, Tentative
 from trainyard.scheduler.cells import FRESH, SHARED, Binding, Cells, cell_sizes
 from trainyard.scheduler.quota import Owner, Quotas, job_owner
 from trainyard.scheduler.snapshot import (
-    OPPORTUNISTIC_RANK,
     GpuShare,
     PendingJob,
     RunningJob,

@@ -30,21 +30,19 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK, Priority
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Wait
 from trainyard.scheduler.ledger import Access, Ledger, Released
 from trainyard.scheduler.placement import place_gang
 from trainyard.scheduler.quota import job_owner
 from trainyard.scheduler.snapshot import (
-    OPPORTUNISTIC_RANK,
     PendingJob,
     PendingReason,
     Preempt,
     RunningJob,
     TaskPlacement,
 )
-
-PRIORITY_NAMES = ("prod", "normal", "low", "oppo")
 
 
 def victim_order(cycle: Cycle) -> tuple[list[RunningJob], dict[str, list[RunningJob]]]:
@@ -406,7 +404,7 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
         else:
             why = (
                 f"preempted by job {job.job_id} of higher priority "
-                f"({PRIORITY_NAMES[owner.rank]}) in VC {owner.vc}"
+                f"({Priority.of_rank(owner.rank)}) in VC {owner.vc}"
             )
         cycle.preemptions.append(Preempt(victim.job_id, victim.grace_seconds, why, job.job_id))
     now = cycle.snapshot.now

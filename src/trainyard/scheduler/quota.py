@@ -12,9 +12,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
-from trainyard.scheduler.snapshot import OPPORTUNISTIC_RANK, PendingJob, Snapshot, TaskPlacement
+from trainyard.scheduler.snapshot import PendingJob, Snapshot, TaskPlacement
 
 IMPLICIT_VC = "default"
 

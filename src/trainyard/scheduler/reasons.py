@@ -15,12 +15,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK, Priority
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.quota import Refusal, gpu_need
 from trainyard.scheduler.snapshot import (
-    OPPORTUNISTIC_RANK,
     KeepWaiting,
     PendingJob,
     PendingReason,
@@ -28,8 +28,6 @@ from trainyard.scheduler.snapshot import (
     StartJob,
     TaskRequest,
 )
-
-PRIORITIES = ("prod", "normal", "low", "oppo")
 
 
 @dataclass(frozen=True)
@@ -165,7 +163,7 @@ def _refused(job: PendingJob, refusal: Refusal) -> str:
         return f"VC {job.vc} has no quota for {_models(refusal.models) or 'any GPU model'}"
     if refusal.kind == "user":
         return (
-            f"user {job.user or '?'} at {PRIORITIES[min(job.priority_rank, 3)]}: needs {_gpus(refusal.need)} GPU, "
+            f"user {job.user or '?'} at {Priority.of_rank(job.priority_rank)}: needs {_gpus(refusal.need)} GPU, "
             f"{_gpus(refusal.free)} of {_gpus(refusal.total)} left"
         )
     message = (

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.backfill import reserve
 from trainyard.scheduler.capacity import FreeNode, Tentative
@@ -37,7 +38,6 @@ from trainyard.scheduler.quota import Refusal
 from trainyard.scheduler.reasons import explain
 from trainyard.scheduler.scorers.registry import scorer_for
 from trainyard.scheduler.snapshot import (
-    OPPORTUNISTIC_RANK,
     Decisions,
     NodeState,
     PendingJob,

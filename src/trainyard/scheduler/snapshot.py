@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-OPPORTUNISTIC_RANK = 3  # ``oppo``: runs on idle GPUs anywhere, counts against no quota
 # The placement scorer when none is configured, for the live controller (``Settings``) and
 # the simulator's ``--policy default`` alike: one name, defined here only.
 DEFAULT_SCORER = "fgd-cpu"
@@ -59,7 +58,7 @@ class TaskRequest:
 @dataclass(frozen=True)
 class PendingJob:
     job_id: int
-    priority_rank: int  # 0 is the highest priority (prod); 3 is opportunistic (oppo)
+    priority_rank: int  # ``core.priorities``: 0 is the highest (prod); OPPORTUNISTIC_RANK and below, oppo
     submitted_at: float  # seconds; only the order matters
     tasks: tuple[TaskRequest, ...]
     user: str = ""

@@ -6,11 +6,8 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from trainyard.core.names import GROUP_OR_VC_NAME
+from trainyard.core.priorities import PRIORITY_NAMES
 from trainyard.schemas.requests import RequestBody, WholeNumber, text_field
-from trainyard.spec.models import Priority
-
-# The job file's priority names (spec.models.Priority), in rank order.
-_PRIORITY_NAMES = [p.value for p in Priority]
 
 
 class CreateVcRequest(RequestBody):
@@ -38,8 +35,8 @@ class MemberRequest(RequestBody):
 
 
 class UserQuotaRequest(RequestBody):
-    priority: str = text_field(16, description="prod, normal, low or oppo",
-                               json_schema_extra={"enum": _PRIORITY_NAMES})
+    priority: str = text_field(16, description=f"{', '.join(PRIORITY_NAMES[:-1])} or {PRIORITY_NAMES[-1]}",
+                               json_schema_extra={"enum": list(PRIORITY_NAMES)})
     gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
 
 

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
+from trainyard.core.priorities import PRIORITY_NAMES, Priority
 from trainyard.schemas.admin import VcView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Invalid, NotFound
@@ -26,8 +27,6 @@ from trainyard.store.rows import (
     VcQuotaRow,
     VirtualClusterRow,
 )
-
-PRIORITIES = ("prod", "normal", "low", "oppo")
 
 
 def _check_name(kind: str, name: str) -> None:
@@ -205,7 +204,7 @@ def vc_usage(session: Session) -> dict[str, dict[str, float]]:
     for vc, priority, gpus in vc_queries.gpus_held_by_vc(session):
         entry = usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})
         milli = sum(share[1] for share in gpus)
-        entry["borrowed" if priority == "oppo" else "used"] += milli / 1000
+        entry["borrowed" if Priority(priority).is_opportunistic else "used"] += milli / 1000
     for vc, count in vc_queries.waiting_jobs_by_vc(session).items():
         usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})["waiting"] = count
     return usage
@@ -254,8 +253,8 @@ def describe_vcs(session: Session, viewer: UserRow | None = None) -> list[VcView
 
 def set_user_quota(session: Session, user_name: str, *, priority: str, gpus: float | None) -> None:
     """At most ``gpus`` GPUs for the user at ``priority``; ``None`` removes the limit."""
-    if priority not in PRIORITIES:
-        raise Invalid(f"unknown priority {priority!r}; use one of {', '.join(PRIORITIES)}",
+    if priority not in PRIORITY_NAMES:
+        raise Invalid(f"unknown priority {priority!r}; use one of {', '.join(PRIORITY_NAMES)}",
                       details=[{"path": "priority", "message": "unknown priority"}])
     user = get_user(session, user_name)
     row = user_queries.user_quota(session, user.id, priority)

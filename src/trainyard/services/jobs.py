@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.names import DEFAULT_VC
+from trainyard.core.priorities import Priority
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
@@ -16,7 +17,7 @@ from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
 from trainyard.spec.loading import container_fields
-from trainyard.spec.models import JobSpec, Priority
+from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import normalized_spec
 from trainyard.store import events
 from trainyard.store.events import record_event
@@ -74,7 +75,7 @@ def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
 
 def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
     """Refuse a guaranteed job bigger than its VC's whole quota: it could never start."""
-    if spec.priority == Priority.OPPO:
+    if Priority(spec.priority).is_opportunistic:
         return
     quotas = guaranteed_quotas(session)
     vc = spec.defaults.virtualCluster

@@ -36,7 +36,7 @@ from trainyard.store.rows import (
 
 
 def _pending(row: JobRow) -> PendingView | None:
-    if row.state != "WAITING" or not row.pending_reason:
+    if row.state != JobState.WAITING or not row.pending_reason:
         return None
     return PendingView(
         reason=row.pending_reason,

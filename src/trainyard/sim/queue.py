@@ -28,6 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from trainyard.core.priorities import DEFAULT_PRIORITY
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import (
     GpuSlot,
@@ -258,7 +259,7 @@ class QueueSim:
 
     def _enqueue(self, job: TraceJob) -> None:
         key = job.duration if self.policy.key == "duration" else job.submit
-        rank = level(self.attained[job.job_id]) if self.policy.las else 1
+        rank = level(self.attained[job.job_id]) if self.policy.las else DEFAULT_PRIORITY.rank
         vc = self._vc_of(job)
         tasks = tuple(
             TaskRequest("worker", i, milli, 0, 0) for i, milli in enumerate(gang_tasks(job.gpus, self.largest))

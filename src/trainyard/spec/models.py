@@ -44,7 +44,13 @@ def invalid(message: str) -> PydanticCustomError:
 
 
 class Priority(StrEnum):
-    """Scheduling priority of a job, highest first."""
+    """The job file's accepted ``priority`` values, highest first.
+
+    The vocabulary itself (order, which priorities are guaranteed) lives in
+    ``trainyard.core.priorities``; ``spec/`` imports nothing of ours, so the job file keeps
+    its own spelling of the names here, which ``tests/core/test_priorities.py`` holds equal
+    to core's, name for name and in order. Code outside ``spec/`` uses core's ``Priority``.
+    """
 
     PROD = "prod"
     NORMAL = "normal"

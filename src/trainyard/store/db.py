@@ -32,10 +32,16 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return create_engine(url, pool_pre_ping=True, **kwargs)
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision of the one Alembic chain."""
+def migrations_config() -> Config:
+    """Alembic's configuration for the one chain of migrations shipped in the package."""
     config = Config()
     config.set_main_option("script_location", "trainyard.store:migrations")
+    return config
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision of the one Alembic chain."""
+    config = migrations_config()
     with engine.begin() as connection:
         config.attributes["connection"] = connection
         command.upgrade(config, "head")

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from trainyard.backends.local.taskenv import inherited_environment
+from trainyard.backends.environment import inherited_environment
 
 COMMAND_TIMEOUT_SECONDS = 30.0
 # scontrol's one-line records: ``Key=value`` pairs separated by single spaces. Values

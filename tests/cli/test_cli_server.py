@@ -1,0 +1,80 @@
+"""`yard` against a real app in process: what it prints, and the exit code each failure maps to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+from api.harness import Api
+
+from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_USAGE
+from trainyard.cli.main import main
+from trainyard.client.client import Client
+from trainyard.core.priorities import PRIORITY_NAMES
+
+JOB = "name: train-a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n"
+Yard = Callable[..., tuple[int, str, str]]
+
+
+def submitted(api: Api) -> int:
+    """A job of alice's, submitted over plain HTTP."""
+    response = api.user.post("/api/v1/jobs", content=JOB, headers={"content-type": "application/yaml"})
+    assert response.status_code == 201, response.text
+    return int(response.json()["id"])
+
+
+@pytest.fixture
+def yard(api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Yard:
+    """Run ``yard ARGS`` as the user whose token is given (alice by default)."""
+
+    def run(*args: str, token: str | None = None) -> tuple[int, str, str]:
+        token = api.user_token if token is None else token
+        sdk = api.sdk(token)
+        monkeypatch.setenv("TRAINYARD_URL", "http://testserver")  # never the developer's client.json
+        monkeypatch.setenv("TRAINYARD_TOKEN", token)
+        monkeypatch.setattr(Client, "from_config", classmethod(lambda cls, config=None: sdk))
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_yard_jobs_says_so_when_there_are_none(yard: Yard) -> None:
+    assert yard("jobs")[:2] == (0, "no jobs\n")
+
+
+def test_yard_jobs_renders_each_column_of_a_submitted_job(api: Api, yard: Yard) -> None:
+    job_id = submitted(api)
+    code, out, _ = yard("jobs")
+    header, row = out.splitlines()
+    assert code == 0
+    assert header.split() == ["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"]
+    cells = row.split()
+    assert cells[:6] == [str(job_id), "train-a", "alice", "WAITING", "2", "0"]
+    assert "-" in cells[6:]  # no runtime while it waits
+
+
+def test_yard_wait_on_a_job_that_cannot_end_exits_with_the_timeout_code(api: Api, yard: Yard) -> None:
+    job_id = submitted(api)
+    code, _, err = yard("wait", str(job_id), "--timeout", "0")
+    assert code == EXIT_TIMEOUT and err == f"yard: job {job_id} is still WAITING after 0 s\n"
+
+
+def test_an_unknown_job_exits_with_the_error_code_and_the_servers_message(yard: Yard) -> None:
+    code, out, err = yard("job", "999")
+    assert (code, out) == (EXIT_ERROR, "") and err.startswith("yard: ") and "999" in err
+
+
+def test_a_bad_token_exits_with_the_auth_code(yard: Yard) -> None:
+    code, _, err = yard("whoami", token="not-a-token")
+    assert code == EXIT_AUTH and err.startswith("yard: ")
+
+
+def test_quota_set_offers_exactly_the_known_priorities(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["quota", "set", "bob", "--priority", "high", "--gpus", "1"])
+    assert caught.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "invalid choice: 'high'" in err and all(f"'{name}'" in err for name in PRIORITY_NAMES)
