@@ -1,33 +1,54 @@
-"""The Python SDK: a thin, typed-enough wrapper over Trainyard's REST API (httpx)."""
+"""The Python SDK: Trainyard's REST API over httpx, answering with the API's own models
+(``trainyard.schemas``), so that callers read typed fields instead of repeating the server's
+rules on dicts."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, overload
 
 import httpx
+from pydantic import TypeAdapter
 
 from trainyard.client.config import ClientConfig, load_config
-from trainyard.core.states import FINAL_JOB_STATES
+from trainyard.schemas.admin import GroupView, UserQuotaView, VcView
+from trainyard.schemas.cluster import NodeView
+from trainyard.schemas.jobs import (
+    LOG_OFFSET_HEADER,
+    LOG_SIZE_HEADER,
+    LOG_TASK_HEADER,
+    DryRunResult,
+    JobDetail,
+    JobPage,
+    SubmitResult,
+)
+from trainyard.schemas.users import TokenResponse, UserView
 
-JsonObject = dict[str, Any]  # a JSON object from the API, as parsed
+_NODES = TypeAdapter(list[NodeView])
+_USERS = TypeAdapter(list[UserView])
+_VCS = TypeAdapter(list[VcView])
+_GROUPS = TypeAdapter(list[GroupView])
+_QUOTAS = TypeAdapter(list[UserQuotaView])
+_HEALTH = TypeAdapter(dict[str, str])
 
 
-def _object(response: httpx.Response) -> JsonObject:
-    body: JsonObject = response.json()
-    return body
+@dataclass(frozen=True)
+class LogRead:
+    """A piece of a task's log, and where it sits."""
 
-
-def _objects(response: httpx.Response) -> list[JsonObject]:
-    body: list[JsonObject] = response.json()
-    return body
+    data: bytes
+    offset: int  # where ``data`` starts in the log
+    size: int  # the log's size when read
+    task: str | None  # ROLE/INDEX of the task shown; None before the task ran
 
 
 class TrainyardError(Exception):
     """The server refused a request; ``message`` says why, ``errors`` lists field paths."""
 
-    def __init__(self, message: str, *, status: int | None = None, errors: list[JsonObject] | None = None):
+    def __init__(self, message: str, *, status: int | None = None,
+                 errors: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -35,18 +56,20 @@ class TrainyardError(Exception):
 
 
 class ServerUnreachable(TrainyardError):
-    pass
+    """No answer from the server at all."""
 
 
 class AuthError(TrainyardError):
-    pass
+    """A missing or invalid token (401), or a request the token's user may not make (403)."""
 
 
 class WaitTimeout(TrainyardError):
-    pass
+    """``wait`` gave up before the job ended."""
 
 
 class Client:
+    """A connection to one Trainyard server as one user; each method is one API call."""
+
     def __init__(self, url: str, token: str | None, *, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self._http = httpx.Client(
@@ -93,36 +116,65 @@ class Client:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def submit(
-        self, job_file: str | bytes, *, content_type: str = "application/yaml", dry_run: bool = False
-    ) -> JsonObject:
+    @overload
+    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+               dry_run: Literal[False] = False) -> SubmitResult: ...
+
+    @overload
+    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+               dry_run: Literal[True]) -> DryRunResult: ...
+
+    @overload
+    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+               dry_run: bool) -> SubmitResult | DryRunResult: ...
+
+    def submit(self, job_file: str | bytes, *, content_type: str = "application/yaml",
+               dry_run: bool = False) -> SubmitResult | DryRunResult:
+        """Submit a job file (YAML, or JSON with ``content_type="application/json"``); with
+        ``dry_run`` only validate it and answer the job as Trainyard would run it."""
         response = self._request(
             "POST", "/jobs", content=job_file, headers={"Content-Type": content_type},
             params={"dryRun": "true"} if dry_run else None,
         )
-        return _object(response)
+        if dry_run:
+            return DryRunResult.model_validate_json(response.content)
+        return SubmitResult.model_validate_json(response.content)
 
     def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
-             limit: int = 50, before: int | None = None) -> JsonObject:
+             limit: int = 50, before: int | None = None) -> JobPage:
+        """A page of jobs, newest first; pass the page's ``next`` as ``before`` for the next one."""
         params = {k: v for k, v in dict(state=state, user=user, vc=vc, limit=limit, before=before).items()
                   if v is not None}
-        return _object(self._request("GET", "/jobs", params=params))
+        return JobPage.model_validate_json(self._request("GET", "/jobs", params=params).content)
 
-    def job(self, job_id: int) -> JsonObject:
-        return _object(self._request("GET", f"/jobs/{job_id}"))
+    def job(self, job_id: int) -> JobDetail:
+        return JobDetail.model_validate_json(self._request("GET", f"/jobs/{job_id}").content)
 
-    def stop(self, job_id: int) -> JsonObject:
-        return _object(self._request("POST", f"/jobs/{job_id}/stop"))
+    def stop(self, job_id: int) -> JobDetail:
+        return JobDetail.model_validate_json(self._request("POST", f"/jobs/{job_id}/stop").content)
+
+    def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
+                 offset: int | None = None, tail: int | None = None) -> LogRead:
+        """A task's log (default: the first task of the latest attempt), with which task it is."""
+        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail).items()
+                  if v is not None}
+        response = self._request("GET", f"/jobs/{job_id}/logs", params=params)
+        return LogRead(
+            data=response.content,
+            offset=int(response.headers.get(LOG_OFFSET_HEADER, 0)),
+            size=int(response.headers.get(LOG_SIZE_HEADER, len(response.content))),
+            task=response.headers.get(LOG_TASK_HEADER),
+        )
 
     def logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
              offset: int | None = None, tail: int | None = None) -> bytes:
-        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail).items()
-                  if v is not None}
-        return self._request("GET", f"/jobs/{job_id}/logs", params=params).content
+        """The bytes of `read_log`."""
+        return self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail).data
 
     def follow_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                     tail: int | None = None) -> Iterator[bytes]:
-        params = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items() if v is not None}
+        params: dict[str, Any] = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items()
+                                  if v is not None}
         params["follow"] = "true"
         try:
             with self._http.stream("GET", f"/jobs/{job_id}/logs", params=params, timeout=None) as response:
@@ -133,68 +185,75 @@ class Client:
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"lost the Trainyard server at {self.url} ({exc})") from exc
 
-    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> JsonObject:
+    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> JobDetail:
         """Block until the job has ended; returns the job. Raises ``WaitTimeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.job(job_id)
-            if job["state"] in FINAL_JOB_STATES:
+            if job.state.is_final:
                 return job
             if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(f"job {job_id} is still {job['state']} after {timeout:g} s")
+                raise WaitTimeout(f"job {job_id} is still {job.state} after {timeout:g} s")
             time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
     # -- cluster and users ----------------------------------------------------------------
 
-    def nodes(self) -> list[JsonObject]:
-        return _objects(self._request("GET", "/nodes"))
+    def nodes(self) -> list[NodeView]:
+        return _NODES.validate_json(self._request("GET", "/nodes").content)
 
-    def healthz(self) -> JsonObject:
-        return _object(self._request("GET", "/healthz"))
+    def healthz(self) -> dict[str, str]:
+        return _HEALTH.validate_json(self._request("GET", "/healthz").content)
 
-    def me(self) -> JsonObject:
-        return _object(self._request("GET", "/me"))
+    def me(self) -> UserView:
+        return UserView.model_validate_json(self._request("GET", "/me").content)
 
-    def create_user(self, name: str, *, admin: bool = False) -> JsonObject:
-        return _object(self._request("POST", "/users", json={"name": name, "admin": admin}))
+    def create_user(self, name: str, *, admin: bool = False) -> UserView:
+        response = self._request("POST", "/users", json={"name": name, "admin": admin})
+        return UserView.model_validate_json(response.content)
 
-    def users(self) -> list[JsonObject]:
-        return _objects(self._request("GET", "/users"))
+    def users(self) -> list[UserView]:
+        return _USERS.validate_json(self._request("GET", "/users").content)
 
     # -- administration -------------------------------------------------------------------
 
-    def vcs(self) -> list[JsonObject]:
-        return _objects(self._request("GET", "/vcs"))
+    def vcs(self) -> list[VcView]:
+        return _VCS.validate_json(self._request("GET", "/vcs").content)
 
-    def create_vc(
-        self, name: str, *, gpus: int, model: str | None = None, priority_preemption: bool = True
-    ) -> JsonObject:
+    def create_vc(self, name: str, *, gpus: int, model: str | None = None,
+                  priority_preemption: bool = True) -> VcView:
         body = {"name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption}
-        return _object(self._request("POST", "/vcs", json=body))
+        return VcView.model_validate_json(self._request("POST", "/vcs", json=body).content)
 
-    def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> JsonObject:
-        return _object(self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model}))
+    def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> VcView:
+        response = self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model})
+        return VcView.model_validate_json(response.content)
 
-    def grant_vc(self, name: str, grantee: str) -> JsonObject:
-        return _object(self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee}))
+    def grant_vc(self, name: str, grantee: str) -> VcView:
+        response = self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee})
+        return VcView.model_validate_json(response.content)
 
-    def groups(self) -> list[JsonObject]:
-        return _objects(self._request("GET", "/groups"))
+    def groups(self) -> list[GroupView]:
+        return _GROUPS.validate_json(self._request("GET", "/groups").content)
 
-    def create_group(self, name: str) -> JsonObject:
-        return _object(self._request("POST", "/groups", json={"name": name}))
+    def create_group(self, name: str) -> GroupView:
+        return GroupView.model_validate_json(self._request("POST", "/groups", json={"name": name}).content)
 
-    def add_member(self, group: str, user: str) -> JsonObject:
-        return _object(self._request("POST", f"/groups/{group}/members", json={"user": user}))
+    def add_member(self, group: str, user: str) -> GroupView:
+        response = self._request("POST", f"/groups/{group}/members", json={"user": user})
+        return GroupView.model_validate_json(response.content)
 
-    def quotas(self) -> list[JsonObject]:
-        return _objects(self._request("GET", "/quotas"))
+    def quotas(self) -> list[UserQuotaView]:
+        return _QUOTAS.validate_json(self._request("GET", "/quotas").content)
 
-    def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[JsonObject]:
-        return _objects(self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus}))
+    def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[UserQuotaView]:
+        response = self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus})
+        return _QUOTAS.validate_json(response.content)
 
-    def cordon(self, node: str, *, cordoned: bool = True) -> JsonObject:
-        return _object(self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}"))
+    def cordon(self, node: str, *, cordoned: bool = True) -> NodeView:
+        response = self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}")
+        return NodeView.model_validate_json(response.content)
 
-    def create_token(self, *, user: str | None = None, name: str = "") -> JsonObject:
-        return _object(self._request("POST", "/tokens", json={"user": user, "name": name}))
+    def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
+        response = self._request("POST", "/tokens", json={"user": user, "name": name})
+        return TokenResponse.model_validate_json(response.content)
+
