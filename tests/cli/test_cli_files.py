@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.cli.main import main
+from trainyard.schemas.jobs import JobSummary
 
 
 @pytest.mark.parametrize(("name", "why"), [("missing.yaml", "No such file or directory"),
@@ -21,11 +22,13 @@ def test_submit_says_why_it_cannot_read_the_job_file(tmp_path: Path, monkeypatch
 def test_a_requeued_job_shows_no_runtime_while_it_waits() -> None:
     from trainyard.cli.render import jobs_table
 
-    job = {"id": 7, "name": "j", "user": "alice", "state": "WAITING", "gpus": 1, "attempt": 1,
-           "submittedAt": "2026-11-21T10:00:00Z", "startedAt": "2026-11-21T10:00:05Z", "finishedAt": None}
+    job = JobSummary.model_validate(
+        {"id": 7, "name": "j", "user": "alice", "vc": "default", "priority": "normal", "state": "WAITING",
+         "gpus": 1, "attempt": 1, "submittedAt": "2026-11-21T10:00:00Z", "startedAt": "2026-11-21T10:00:05Z",
+         "finishedAt": None, "exitCode": None, "pending": None, "message": ""})
     runtime = 8  # the submit time is two words
     assert jobs_table([job]).splitlines()[1].split()[runtime] == "-"
-    assert jobs_table([{**job, "state": "RUNNING"}]).splitlines()[1].split()[runtime] != "-"
+    assert jobs_table([job.model_copy(update={"state": "RUNNING"})]).splitlines()[1].split()[runtime] != "-"
 
 
 def test_up_refuses_a_bad_setting_before_writing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

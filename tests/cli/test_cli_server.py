@@ -7,7 +7,8 @@ from collections.abc import Callable
 import pytest
 from api.harness import Api
 
-from trainyard.cli.main import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_USAGE, main
+from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_USAGE
+from trainyard.cli.main import main
 from trainyard.client.client import Client
 from trainyard.core.priorities import PRIORITY_NAMES
 

@@ -16,8 +16,8 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     admin = server.admin()
     admin.create_user("alice")
     admin.create_user("bob")
-    alice = Client(server.url, admin.create_token(user="alice")["token"])
-    bob = Client(server.url, admin.create_token(user="bob")["token"])
+    alice = Client(server.url, admin.create_token(user="alice").token)
+    bob = Client(server.url, admin.create_token(user="bob").token)
 
     assert server.yard("vc", "create", "vision", "--gpus", "2").returncode == 0
     assert server.yard("group", "create", "cv").returncode == 0
@@ -32,7 +32,7 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     assert "the rest: 2 × simulated" in listed
 
     in_vision = "name: v\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  m:\n    commands: ['true']\n"
-    assert alice.wait(alice.submit(in_vision)["id"], timeout=30)["state"] == "SUCCEEDED"
+    assert alice.wait(alice.submit(in_vision).id, timeout=30).state == "SUCCEEDED"
     with pytest.raises(TrainyardError) as refused:
         bob.submit(in_vision)
     assert refused.value.status == 403 and "yard vc grant vision bob" in refused.value.message
@@ -51,16 +51,16 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     assert json.loads(server.yard("quota", "list", "--json").stdout) == [
         {"user": "alice", "priority": "prod", "gpus": 1.0}]
 
-    node = admin.nodes()[0]["name"]
+    node = admin.nodes()[0].name
     assert server.yard("node", "cordon", node).returncode == 0
     assert "cordoned" in server.yard("nodes").stdout
     job = admin.submit("name: c\ntaskRoles:\n  m:\n    commands: ['true']\n")
-    wait_until(lambda: admin.job(job["id"]).get("pending"), what="a pending reason on the cordoned node")
-    assert admin.job(job["id"])["state"] == "WAITING"
+    wait_until(lambda: admin.job(job.id).pending, what="a pending reason on the cordoned node")
+    assert admin.job(job.id).state == "WAITING"
     assert server.yard("node", "uncordon", node).returncode == 0
-    assert admin.wait(job["id"], timeout=30)["state"] == "SUCCEEDED"
+    assert admin.wait(job.id, timeout=30).state == "SUCCEEDED"
 
     for args in (("vc", "create", "x", "--gpus", "1"), ("group", "create", "g"), ("node", "cordon", node),
                  ("quota", "set", "bob", "--priority", "low", "--gpus", "1")):
-        out = server.yard(*args, token=bob.create_token()["token"])
+        out = server.yard(*args, token=bob.create_token().token)
         assert out.returncode == 4 and "admin" in out.stderr

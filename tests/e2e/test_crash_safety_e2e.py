@@ -33,12 +33,12 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
     server: Server, gates
 ) -> None:
     client = server.admin()
-    ended_while_down = client.submit(_job("down", 7, gates))["id"]
-    still_running = client.submit(_job("alive", 0, gates))["id"]
+    ended_while_down = client.submit(_job("down", 7, gates)).id
+    still_running = client.submit(_job("alive", 0, gates)).id
     for job_id in (ended_while_down, still_running):
         wait_until(lambda job_id=job_id: client.logs(job_id) == b"running\n", what=f"job {job_id} to run")
-    queued = client.submit(_job("queued", 0, gates).replace("gpu: 1", "gpu: 3"))["id"]
-    assert client.job(queued)["state"] == "WAITING"
+    queued = client.submit(_job("queued", 0, gates).replace("gpu: 1", "gpu: 3")).id
+    assert client.job(queued).state == "WAITING"
 
     server.kill9()
     (gates / "release-down").touch()
@@ -50,24 +50,24 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
     server.start()
     client = server.admin()
     down = client.wait(ended_while_down, timeout=30)
-    assert (down["state"], down["exitCode"]) == ("FAILED", 7)
-    assert client.job(still_running)["state"] == "RUNNING"
+    assert (down.state, down.exitCode) == ("FAILED", 7)
+    assert client.job(still_running).state == "RUNNING"
 
     (gates / "release-alive").touch()
-    assert client.wait(still_running, timeout=30)["state"] == "SUCCEEDED"
+    assert client.wait(still_running, timeout=30).state == "SUCCEEDED"
     (gates / "release-queued").touch()
-    assert client.wait(queued, timeout=30)["state"] == "SUCCEEDED"
+    assert client.wait(queued, timeout=30).state == "SUCCEEDED"
 
     for name in ("down", "alive", "queued"):
         assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"
-    assert [len(client.job(j)["attempts"]) for j in (ended_while_down, still_running, queued)] == [1, 1, 1]
+    assert [len(client.job(j).attempts) for j in (ended_while_down, still_running, queued)] == [1, 1, 1]
 
 
 def test_a_task_that_loses_its_supervisor_and_the_server_keeps_its_exit_code_and_never_runs_twice(
     server: Server, gates
 ) -> None:
     client = server.admin()
-    job_id = client.submit(_job("orphan", 0, gates).replace("taskRoles:", "jobRetryCount: 1\ntaskRoles:"))["id"]
+    job_id = client.submit(_job("orphan", 0, gates).replace("taskRoles:", "jobRetryCount: 1\ntaskRoles:")).id
     wait_until(lambda: client.logs(job_id) == b"running\n", what="the job to run")
     (cluster_dir,) = (server.home / "local").iterdir()
     task_dir = cluster_dir / "tasks" / str(job_id) / "0" / "main-0-0"
@@ -81,8 +81,8 @@ def test_a_task_that_loses_its_supervisor_and_the_server_keeps_its_exit_code_and
     server.start()
     client = server.admin()
     done = client.wait(job_id, timeout=30)
-    assert (done["state"], done["exitCode"], len(done["attempts"])) == ("SUCCEEDED", 0, 1)
-    assert "supervisor was lost" in done["attempts"][0]["tasks"][0]["message"]
+    assert (done.state, done.exitCode, len(done.attempts)) == ("SUCCEEDED", 0, 1)
+    assert "supervisor was lost" in done.attempts[0].tasks[0].message
     assert (gates / "starts-orphan").read_text() == "start\n"
 
 
@@ -90,27 +90,27 @@ def test_a_task_that_loses_its_supervisor_and_the_server_keeps_its_exit_code_and
 def test_a_new_database_on_the_same_home_never_adopts_the_old_tasks(server: Server) -> None:
     client = server.admin()
     old = client.submit("name: old\ntaskRoles:\n  m:\n    commands: ['echo from the old database']\n")
-    assert client.wait(old["id"], timeout=30)["state"] == "SUCCEEDED"
+    assert client.wait(old.id, timeout=30).state == "SUCCEEDED"
     server.stop()
     (server.home / "trainyard.db").unlink()
     server.start()
     client = server.admin()
     new = client.submit("name: new\ntaskRoles:\n  m:\n    commands: ['echo from the new database']\n")
-    assert new["id"] == old["id"]  # same job id, different job
-    assert client.wait(new["id"], timeout=30)["state"] == "SUCCEEDED"
-    assert client.logs(new["id"]) == b"from the new database\n"
+    assert new.id == old.id  # same job id, different job
+    assert client.wait(new.id, timeout=30).state == "SUCCEEDED"
+    assert client.logs(new.id) == b"from the new database\n"
 
 
 def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, gates) -> None:
     client = server.admin()
-    job_id = client.submit(_job("survivor", 0, gates))["id"]
+    job_id = client.submit(_job("survivor", 0, gates)).id
     wait_until(lambda: client.logs(job_id) == b"running\n", what="the job to run")
 
     server.stop()  # SIGINT, as Ctrl-C in the terminal sends
     assert server.process.returncode == 0
     server.start()
     client = server.admin()
-    assert client.job(job_id)["state"] == "RUNNING"
+    assert client.job(job_id).state == "RUNNING"
     (gates / "release-survivor").touch()
-    assert client.wait(job_id, timeout=30)["state"] == "SUCCEEDED"
+    assert client.wait(job_id, timeout=30).state == "SUCCEEDED"
     assert (gates / "starts-survivor").read_text() == "start\n"

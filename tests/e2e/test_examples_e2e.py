@@ -16,19 +16,19 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_the_examples_run_as_documented(server: Server) -> None:
     client = server.admin()
-    hello = client.wait(client.submit((EXAMPLES / "hello-world.yaml").read_text())["id"], timeout=30)
-    assert hello["state"] == "SUCCEEDED"
-    assert b"Hello from Trainyard job" in client.logs(hello["id"])
+    hello = client.wait(client.submit((EXAMPLES / "hello-world.yaml").read_text()).id, timeout=30)
+    assert hello.state == "SUCCEEDED"
+    assert b"Hello from Trainyard job" in client.logs(hello.id)
 
-    wiring = client.wait(client.submit((EXAMPLES / "distributed-wiring.yaml").read_text())["id"], timeout=60)
-    assert wiring["state"] == "SUCCEEDED", [client.logs(wiring["id"], task=f"worker/{i}") for i in (0, 1)]
-    assert b"wiring OK" in client.logs(wiring["id"], task="worker/1")
+    wiring = client.wait(client.submit((EXAMPLES / "distributed-wiring.yaml").read_text()).id, timeout=60)
+    assert wiring.state == "SUCCEEDED", [client.logs(wiring.id, task=f"worker/{i}") for i in (0, 1)]
+    assert b"wiring OK" in client.logs(wiring.id, task="worker/1")
 
-    retry = client.wait(client.submit((EXAMPLES / "retry.yaml").read_text())["id"], timeout=30)
-    assert retry["state"] == "SUCCEEDED"
-    assert [a["state"] for a in retry["attempts"]] == ["FAILED", "SUCCEEDED"]
+    retry = client.wait(client.submit((EXAMPLES / "retry.yaml").read_text()).id, timeout=30)
+    assert retry.state == "SUCCEEDED"
+    assert [a.state for a in retry.attempts] == ["FAILED", "SUCCEEDED"]
 
-    tf = client.wait(client.submit((EXAMPLES / "openpai-v2-tensorflow.yaml").read_text())["id"], timeout=30)
-    assert tf["state"] == "SUCCEEDED"
-    assert any("not used by the local backend" in w for w in tf["warnings"])
-    assert "not-a-real-key" not in str(tf["spec"])
+    tf = client.wait(client.submit((EXAMPLES / "openpai-v2-tensorflow.yaml").read_text()).id, timeout=30)
+    assert tf.state == "SUCCEEDED"
+    assert any("not used by the local backend" in w for w in tf.warnings)
+    assert "not-a-real-key" not in str(tf.spec)

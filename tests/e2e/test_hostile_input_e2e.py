@@ -38,7 +38,7 @@ def test_every_hostile_job_file_gets_a_4xx_naming_the_field_and_the_server_stays
         assert http.get("/jobs").json()["items"] == []
     admin = server.admin()
     job = admin.submit("name: ok\ntaskRoles: {m: {commands: ['echo fine']}}\n")
-    assert admin.wait(job["id"], timeout=30)["state"] == "SUCCEEDED"
+    assert admin.wait(job.id, timeout=30).state == "SUCCEEDED"
     assert "Traceback" not in server.log()
 
 
@@ -46,8 +46,8 @@ def test_dry_runs_vc_lists_and_node_lists_show_a_user_only_what_is_theirs(server
     admin = server.admin()
     for name in ("alice", "bob", "carol"):
         admin.create_user(name)
-    alice = Client(server.url, admin.create_token(user="alice")["token"])
-    bob = Client(server.url, admin.create_token(user="bob")["token"])
+    alice = Client(server.url, admin.create_token(user="alice").token)
+    bob = Client(server.url, admin.create_token(user="bob").token)
     assert server.yard("vc", "create", "vision", "--gpus", "1").returncode == 0
     assert server.yard("vc", "create", "speech", "--gpus", "1").returncode == 0
     assert server.yard("vc", "grant", "vision", "alice").returncode == 0
@@ -67,23 +67,23 @@ def test_dry_runs_vc_lists_and_node_lists_show_a_user_only_what_is_theirs(server
             with pytest.raises(TrainyardError) as refused:
                 bob.submit(text, dry_run=dry)
             assert refused.value.status == status, (text, dry, refused.value.message)
-    assert bob.submit(two_gpus, dry_run=True)["valid"] is True
+    assert bob.submit(two_gpus, dry_run=True).valid is True
 
     # VC lists: bob sees default and speech (through his group), and no one else's names.
-    seen = {v["name"]: v for v in bob.vcs()}
+    seen = {v.name: v for v in bob.vcs()}
     assert sorted(seen) == ["default", "speech"]
-    assert seen["speech"]["groups"] == ["asr"] and seen["speech"]["users"] == []
-    assert {v["name"]: v["users"] for v in alice.vcs()} == {"default": ["everyone"], "vision": ["alice"]}
-    assert {v["name"] for v in admin.vcs()} == {"default", "speech", "vision"}
-    assert sorted(next(v for v in admin.vcs() if v["name"] == "vision")["users"]) == ["alice", "carol"]
+    assert seen["speech"].groups == ["asr"] and seen["speech"].users == []
+    assert {v.name: v.users for v in alice.vcs()} == {"default": ["everyone"], "vision": ["alice"]}
+    assert {v.name for v in admin.vcs()} == {"default", "speech", "vision"}
+    assert sorted(next(v for v in admin.vcs() if v.name == "vision").users) == ["alice", "carol"]
 
     # Node lists: bob sees that a GPU is used, not by which of alice's jobs.
     running = alice.submit("name: r\ndefaults: {virtualCluster: vision}\n"
                            "taskRoles: {m: {commands: ['sleep 600'], resourcePerInstance: {gpu: 1}}}\n")
-    wait_until(lambda: alice.job(running["id"])["state"] == "RUNNING", what="alice's job to run")
+    wait_until(lambda: alice.job(running.id).state == "RUNNING", what="alice's job to run")
     def used(client: Client) -> list[tuple[float, list[int]]]:
-        return [(g["used"], g["jobs"]) for n in client.nodes() for g in n["gpus"] if g["used"]]
+        return [(g.used, g.jobs) for n in client.nodes() for g in n.gpus if g.used]
     assert used(bob) == [(1.0, [])]
-    assert used(alice) == [(1.0, [running["id"]])]
-    assert used(admin) == [(1.0, [running["id"]])]
-    alice.stop(running["id"])
+    assert used(alice) == [(1.0, [running.id])]
+    assert used(admin) == [(1.0, [running.id])]
+    alice.stop(running.id)

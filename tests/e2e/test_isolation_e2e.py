@@ -181,8 +181,8 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
             admin = srv.admin()
             for name in ("alice", "bob"):
                 admin.create_user(name)
-            alice = Client(srv.url, admin.create_token(user="alice")["token"])
-            bob = Client(srv.url, admin.create_token(user="bob")["token"])
+            alice = Client(srv.url, admin.create_token(user="alice").token)
+            bob = Client(srv.url, admin.create_token(user="bob").token)
             yield Cluster(srv, admin, alice, bob, as_root)
     finally:
         if not as_root:
@@ -195,7 +195,7 @@ def _mode(path: Path) -> tuple[str, int]:
 
 
 def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
-    alice_job = cluster.alice.submit(ALICE_JOB)["id"]
+    alice_job = cluster.alice.submit(ALICE_JOB).id
     wait_until(lambda: b"ready" in cluster.alice.logs(alice_job), timeout=30, what="alice's job to be ready")
     alice_log = cluster.alice.logs(alice_job).decode()
     assert alice_log.splitlines()[0] == cluster.account("alice")
@@ -246,9 +246,9 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     snoop = "\n".join(f"        {line}" if line else "" for line in SNOOP.strip().splitlines())
     spec = BOB_JOB % {"bob_secret": BOB_SECRET, "targets": json.dumps(targets), "globs": json.dumps(globs),
                       "snoop": snoop}
-    bob_job = cluster.bob.wait(cluster.bob.submit(spec)["id"], timeout=60)
-    out = cluster.bob.logs(bob_job["id"]).decode(errors="replace")
-    assert bob_job["state"] == "SUCCEEDED", out
+    bob_job = cluster.bob.wait(cluster.bob.submit(spec).id, timeout=60)
+    out = cluster.bob.logs(bob_job.id).decode(errors="replace")
+    assert bob_job.state == "SUCCEEDED", out
 
     assert ALICE_SECRET not in out and admin_token not in out
     assert out.splitlines()[0] == cluster.account("bob")
@@ -259,7 +259,7 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
         assert re.search(rf"^ROUTE {label}: DENIED ", out, re.MULTILINE), f"{label}:\n{out}"
     # The folders over the server's files can be passed, not listed. Only as the server's
     # own account (non-root) can bob list them, and find the way to his own task only.
-    own = str(bob_job["id"])
+    own = str(bob_job.id)
     if cluster.as_root:
         for label in ("home-dir", "state-dir", "work-root"):
             assert re.search(rf"^ROUTE {label}: DENIED ", out, re.MULTILINE), f"{label}:\n{out}"
@@ -278,12 +278,12 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     assert re.search(rf"file:{ALICE_SECRET} env:{ALICE_SECRET} gpus:\d pwd:{re.escape(str(work))}$",
                      alice_log, re.MULTILINE), alice_log
     cluster.alice.stop(alice_job)
-    assert cluster.alice.wait(alice_job, timeout=60)["state"] == "STOPPED"
+    assert cluster.alice.wait(alice_job, timeout=60).state == "STOPPED"
 
 
 def test_alice_s_two_tasks_still_reach_each_other(cluster: Cluster) -> None:
-    job = cluster.alice.submit((EXAMPLES / "distributed-wiring.yaml").read_text())["id"]
+    job = cluster.alice.submit((EXAMPLES / "distributed-wiring.yaml").read_text()).id
     done = cluster.alice.wait(job, timeout=60)
     logs = [cluster.alice.logs(job, task=f"worker/{i}").decode() for i in (0, 1)]
-    assert done["state"] == "SUCCEEDED", logs
+    assert done.state == "SUCCEEDED", logs
     assert "wiring OK" in logs[1]

@@ -66,9 +66,9 @@ taskRoles:
         $PAI_PORT_LIST_worker_0_http $TRAINYARD_JOB_ID $TRAINYARD_ATTEMPT"
 """
     job = server.admin().submit(spec)
-    done = server.admin().wait(job["id"], timeout=30)
-    assert done["state"] == "SUCCEEDED"
-    lines = [server.admin().logs(job["id"], task=f"worker/{i}").decode().split() for i in (0, 1)]
+    done = server.admin().wait(job.id, timeout=30)
+    assert done.state == "SUCCEEDED"
+    lines = [server.admin().logs(job.id, task=f"worker/{i}").decode().split() for i in (0, 1)]
     assert [line[0] for line in lines] == ["0", "1"]
     assert {line[1] for line in lines} == {"2"}
     assert lines[0][3] == lines[1][3] == "127.0.0.1"
@@ -76,7 +76,7 @@ taskRoles:
     assert lines[0][5] == "127.0.0.1,127.0.0.1"
     assert sorted(line[8] for line in lines) == ["0", "1"]  # each task its own GPU
     assert lines[0][9] == lines[1][9]  # everybody sees worker 0's port
-    assert lines[0][10] == str(job["id"]) and lines[0][11] == "0"
+    assert lines[0][10] == str(job.id) and lines[0][11] == "0"
 
 
 def test_a_failing_job_is_retried_as_a_new_attempt(server: Server) -> None:
@@ -90,20 +90,20 @@ taskRoles:
       - test "$TRAINYARD_ATTEMPT" -ge 1
 """
     client = server.admin()
-    job = client.wait(client.submit(spec)["id"], timeout=30)
-    assert job["state"] == "SUCCEEDED"
-    assert [a["state"] for a in job["attempts"]] == ["FAILED", "SUCCEEDED"]
-    assert job["retriesUsed"] == 1
-    assert client.logs(job["id"], attempt=0) == b"attempt 0\n"
-    assert "retried" in [e["kind"] for e in job["events"]]
+    job = client.wait(client.submit(spec).id, timeout=30)
+    assert job.state == "SUCCEEDED"
+    assert [a.state for a in job.attempts] == ["FAILED", "SUCCEEDED"]
+    assert job.retriesUsed == 1
+    assert client.logs(job.id, attempt=0) == b"attempt 0\n"
+    assert "retried" in [e.kind for e in job.events]
 
 
 def test_a_job_that_keeps_failing_ends_failed_with_its_exit_code(server: Server) -> None:
     client = server.admin()
     job = client.submit("name: bad\njobRetryCount: 1\ntaskRoles:\n  main:\n    commands: ['exit 3']\n")
-    done = client.wait(job["id"], timeout=30)
-    assert (done["state"], done["exitCode"], len(done["attempts"])) == ("FAILED", 3, 2)
-    assert server.yard("wait", str(job["id"])).returncode == 1
+    done = client.wait(job.id, timeout=30)
+    assert (done.state, done.exitCode, len(done.attempts)) == ("FAILED", 3, 2)
+    assert server.yard("wait", str(job.id)).returncode == 1
 
 
 def test_stop_sends_sigterm_and_the_job_ends_stopped(server: Server) -> None:
@@ -118,20 +118,20 @@ taskRoles:
       - sleep 300 & wait
 """
     client = server.admin()
-    job_id = client.submit(spec)["id"]
+    job_id = client.submit(spec).id
     wait_until(lambda: client.logs(job_id) == b"started\n", what="the task to start")
     assert server.yard("stop", str(job_id)).returncode == 0
     done = client.wait(job_id, timeout=30)
-    assert done["state"] == "STOPPED"
+    assert done.state == "STOPPED"
     assert client.logs(job_id) == b"started\ngot TERM\n"
-    assert "stopped by admin" in done["message"]
+    assert "stopped by admin" in done.message
 
 
 def test_logs_follow_streams_until_the_task_ends(server: Server) -> None:
     client = server.admin()
     job_id = client.submit(
         "name: f\ntaskRoles:\n  m:\n    commands: ['for i in 1 2 3; do echo line $i; sleep 0.3; done']\n"
-    )["id"]
+    ).id
     out = server.yard("logs", str(job_id), "-f")
     assert out.returncode == 0
     assert out.stdout == "line 1\nline 2\nline 3\n"
@@ -141,18 +141,18 @@ def test_logs_follow_streams_until_the_task_ends(server: Server) -> None:
 def test_a_small_job_starts_while_a_larger_one_waits(server: Server) -> None:
     client = server.admin()
     hog = client.submit("name: hog\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
-    wait_until(lambda: client.job(hog["id"])["state"] == "RUNNING", what="the hog to run")
+    wait_until(lambda: client.job(hog.id).state == "RUNNING", what="the hog to run")
     big = client.submit("name: big\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['sleep 1']\n")
     small = client.submit(
         "name: small\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 0.5}\n    commands: ['true']\n"
     )
-    assert client.wait(small["id"], timeout=30)["state"] == "SUCCEEDED"
-    waiting = client.job(big["id"])
-    assert waiting["state"] == "WAITING"
-    assert waiting["pending"]["reason"] == "NO_FIT"
-    assert "needs 2 GPU" in waiting["pending"]["message"]
-    client.stop(hog["id"])
-    assert client.wait(big["id"], timeout=30)["state"] == "SUCCEEDED"
+    assert client.wait(small.id, timeout=30).state == "SUCCEEDED"
+    waiting = client.job(big.id)
+    assert waiting.state == "WAITING"
+    assert waiting.pending.reason == "NO_FIT"
+    assert "needs 2 GPU" in waiting.pending.message
+    client.stop(hog.id)
+    assert client.wait(big.id, timeout=30).state == "SUCCEEDED"
 
 
 def test_dry_run_validates_and_creates_nothing(server: Server) -> None:
@@ -160,7 +160,7 @@ def test_dry_run_validates_and_creates_nothing(server: Server) -> None:
     out = server.yard("submit", "--dry-run", "-", input=spec)
     assert out.returncode == 0, out.stderr
     assert "hunter2" not in out.stdout and "valid" in out.stdout
-    assert server.admin().jobs()["items"] == []
+    assert server.admin().jobs().items == []
 
 
 BAD_FILES = [
@@ -184,7 +184,7 @@ def test_bad_job_files_are_refused_with_a_clear_422_and_nothing_is_stored(
     out = server.yard("submit", "-", input=text)
     assert out.returncode == 1
     assert out.stderr.startswith("yard: ") and "Traceback" not in out.stderr
-    assert client.jobs()["items"] == []
+    assert client.jobs().items == []
 
 
 def test_tokens_are_required_and_users_see_only_their_own_jobs(server: Server) -> None:
@@ -192,25 +192,25 @@ def test_tokens_are_required_and_users_see_only_their_own_jobs(server: Server) -
     admin.create_user("alice")
     admin.create_user("bob")
     alice_token = json.loads(server.yard("token", "create", "--user", "alice", "--json").stdout)["token"]
-    bob_token = admin.create_token(user="bob")["token"]
+    bob_token = admin.create_token(user="bob").token
 
     from trainyard.client.client import Client
 
     alice, bob = Client(server.url, alice_token), Client(server.url, bob_token)
-    job_id = alice.submit("name: mine\ntaskRoles:\n  m:\n    commands: ['sleep 300']\n")["id"]
-    assert alice.job(job_id)["user"] == "alice"
+    job_id = alice.submit("name: mine\ntaskRoles:\n  m:\n    commands: ['sleep 300']\n").id
+    assert alice.job(job_id).user == "alice"
     for call in (lambda: bob.job(job_id), lambda: bob.stop(job_id), lambda: bob.logs(job_id)):
         with pytest.raises(TrainyardError) as caught:
             call()
         assert caught.value.status == 404
-    assert bob.jobs()["items"] == []
-    assert [j["id"] for j in admin.jobs(user="alice")["items"]] == [job_id]
+    assert bob.jobs().items == []
+    assert [j.id for j in admin.jobs(user="alice").items] == [job_id]
     with pytest.raises(AuthError) as caught:
         bob.create_user("mallory")
     assert caught.value.status == 403
     with pytest.raises(AuthError):
         bob.create_token(user="alice")
-    assert admin.stop(job_id)["state"] in ("STOPPING", "STOPPED")
+    assert admin.stop(job_id).state in ("STOPPING", "STOPPED")
 
     assert server.yard("jobs", token="ty_not-a-token").returncode == 4
     no_token = Client(server.url, None)
@@ -283,4 +283,4 @@ def test_hostile_requests_get_4xx_never_500(server: Server) -> None:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(lambda _: http.post(f"/jobs/{job_id}/stop").status_code, range(16)))
     assert all(code in (200, 409) for code in codes), codes
-    assert server.admin().wait(job_id, timeout=30)["state"] == "STOPPED"
+    assert server.admin().wait(job_id, timeout=30).state == "STOPPED"

@@ -9,6 +9,7 @@ import pytest
 
 from e2e.server import Server, running_server, wait_until
 from trainyard.client.client import Client
+from trainyard.schemas.jobs import PendingView
 
 pytestmark = pytest.mark.e2e
 
@@ -31,10 +32,10 @@ def two_vcs(server: Server) -> tuple[Client, Client, Client]:
     admin.create_vc("speech", gpus=4)
     admin.grant_vc("vision", "alice")
     admin.grant_vc("speech", "bob")
-    alice_token = admin.create_token(user="alice")["token"]
+    alice_token = admin.create_token(user="alice").token
     alice = Client(server.url, alice_token)
     alice.token = alice_token
-    bob = Client(server.url, admin.create_token(user="bob")["token"])
+    bob = Client(server.url, admin.create_token(user="bob").token)
     return admin, alice, bob
 
 
@@ -54,10 +55,10 @@ taskRoles:
       - echo "start attempt $TRAINYARD_ATTEMPT" >> {gates}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
       - trap 'echo "got TERM" >> {gates}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX' TERM
       - while true; do sleep 600 & wait; done
-""")["id"]
-    wait_until(lambda: bob.job(bob_job)["state"] == "RUNNING", what="bob's job to take every GPU")
+""").id
+    wait_until(lambda: bob.job(bob_job).state == "RUNNING", what="bob's job to take every GPU")
     wait_until(lambda: all((gates / f"bob-{i}").exists() for i in range(8)), what="bob's tasks to start")
-    assert sum(g["used"] for g in admin.nodes()[0]["gpus"]) == 8
+    assert sum(g.used for g in admin.nodes()[0].gpus) == 8
 
     submitted = time.monotonic()
     alice_job = alice.submit("""
@@ -69,25 +70,25 @@ taskRoles:
     instances: 4
     resourcePerInstance: {gpu: 1, cpu: 0.1, memoryMB: 64}
     commands: ['sleep 600']
-""")["id"]
-    wait_until(lambda: (alice.job(alice_job).get("pending") or {}).get("reason") == "PREEMPTING",
+""").id
+    wait_until(lambda: getattr(alice.job(alice_job).pending, "reason", None) == "PREEMPTING",
                what="alice's job to wait for the preemption")
-    assert "being preempted" in alice.job(alice_job)["pending"]["message"]
-    wait_until(lambda: alice.job(alice_job)["state"] == "RUNNING", timeout=GRACE + 15,
+    assert "being preempted" in alice.job(alice_job).pending.message
+    wait_until(lambda: alice.job(alice_job).state == "RUNNING", timeout=GRACE + 15,
                what="alice's job to start after the preemption")
     started_after = time.monotonic() - submitted
     # Bob's tasks had their whole grace period, and alice waited little longer than it.
     assert GRACE - 0.5 <= started_after < GRACE + 3
 
     bob_view = bob.job(bob_job)
-    assert "preempted" in [e["kind"] for e in bob_view["events"]]
+    assert "preempted" in [e.kind for e in bob_view.events]
     assert all("got TERM" in (gates / f"bob-{i}").read_text() for i in range(8))
-    assert bob_view["attempts"][0]["state"] == "PREEMPTED" and bob_view["retriesUsed"] == 0
+    assert bob_view.attempts[0].state == "PREEMPTED" and bob_view.retriesUsed == 0
 
     # Bob's job needs all 8 GPUs: requeued, it waits until alice's job ends, then runs again.
-    wait_until(lambda: bob.job(bob_job)["state"] == "WAITING", what="bob's job to be requeued")
+    wait_until(lambda: bob.job(bob_job).state == "WAITING", what="bob's job to be requeued")
     alice.stop(alice_job)
-    wait_until(lambda: bob.job(bob_job)["state"] == "RUNNING" and bob.job(bob_job)["attempt"] == 1,
+    wait_until(lambda: bob.job(bob_job).state == "RUNNING" and bob.job(bob_job).attempt == 1,
                timeout=30, what="bob's job to run again")
     wait_until(lambda: "start attempt 1" in (gates / "bob-0").read_text(), what="bob's second attempt")
     bob.stop(bob_job)
@@ -97,22 +98,22 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
     admin, alice, _ = two_vcs(eight_gpus)
     admin.set_quota("alice", priority="prod", gpus=4)  # a job above the limit itself is refused at submit
     hog = alice.submit("name: hog\npriority: prod\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
-                       "    instances: 3\n    resourcePerInstance: {gpu: 1}\n    commands: ['sleep 600']\n")["id"]
-    wait_until(lambda: alice.job(hog)["state"] == "RUNNING", what="the hog to run")
+                       "    instances: 3\n    resourcePerInstance: {gpu: 1}\n    commands: ['sleep 600']\n").id
+    wait_until(lambda: alice.job(hog).state == "RUNNING", what="the hog to run")
     over_vc = alice.submit("name: big\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
-                           "    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")["id"]
+                           "    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n").id
     over_user = alice.submit("name: urgent\npriority: prod\ndefaults: {virtualCluster: vision}\ntaskRoles:\n"
                              "  w:\n    instances: 3\n    resourcePerInstance: {gpu: 1}\n"
-                             "    commands: ['true']\n")["id"]
+                             "    commands: ['true']\n").id
 
-    def pending(job_id: int) -> dict:
-        wait_until(lambda: alice.job(job_id).get("pending"), what=f"job {job_id} to get a reason")
-        return alice.job(job_id)["pending"]
+    def pending(job_id: int) -> PendingView | None:
+        wait_until(lambda: alice.job(job_id).pending, what=f"job {job_id} to get a reason")
+        return alice.job(job_id).pending
 
-    assert pending(over_vc)["reason"] == "QUOTA"
-    assert "VC vision: needs 2" in pending(over_vc)["message"] and "1 of 4 free" in pending(over_vc)["message"]
-    assert pending(over_user)["reason"] == "USER_QUOTA"
-    assert "user alice at prod: needs 3 GPU, 1 of 4 left" in pending(over_user)["message"]
+    assert pending(over_vc).reason == "QUOTA"
+    assert "VC vision: needs 2" in pending(over_vc).message and "1 of 4 free" in pending(over_vc).message
+    assert pending(over_user).reason == "USER_QUOTA"
+    assert "user alice at prod: needs 3 GPU, 1 of 4 left" in pending(over_user).message
     shown = eight_gpus.yard("job", str(over_vc), token=alice.token)
     assert "QUOTA: VC vision: needs 2" in shown.stdout
     listed = eight_gpus.yard("jobs", token=alice.token)
@@ -127,9 +128,9 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
 def test_an_attempt_past_its_max_run_time_is_stopped_and_the_job_fails_without_retry(eight_gpus: Server) -> None:
     client = eight_gpus.admin()
     job = client.submit("name: slow\nmaxRunTimeSeconds: 1\njobRetryCount: 2\nstopGracePeriodSeconds: 1\n"
-                        "taskRoles:\n  w:\n    commands: ['sleep 600']\n")["id"]
+                        "taskRoles:\n  w:\n    commands: ['sleep 600']\n").id
     done = client.wait(job, timeout=30)
-    assert done["state"] == "FAILED"
-    assert "maximum run time (maxRunTimeSeconds: 1)" in done["message"]
-    assert done["attempts"][-1]["state"] == "TIMED_OUT" and done["retriesUsed"] == 0
-    assert [a["number"] for a in done["attempts"]] == [0]
+    assert done.state == "FAILED"
+    assert "maximum run time (maxRunTimeSeconds: 1)" in done.message
+    assert done.attempts[-1].state == "TIMED_OUT" and done.retriesUsed == 0
+    assert [a.number for a in done.attempts] == [0]

@@ -48,9 +48,9 @@ taskRoles:
       - echo ok > here.txt && cat here.txt
 """
     client = guarded_server.admin()
-    job = client.wait(client.submit(spec)["id"], timeout=30)
-    assert job["state"] == "SUCCEEDED"
-    out = client.logs(job["id"]).decode()
+    job = client.wait(client.submit(spec).id, timeout=30)
+    assert job.state == "SUCCEEDED"
+    out = client.logs(job.id).decode()
     assert out.splitlines()[0] == TASK_USER
     assert "LEAKED" not in out and "LISTED" not in out
     assert out.splitlines().count("denied") == 2 and out.rstrip().endswith("ok")

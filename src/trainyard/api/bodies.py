@@ -1,9 +1,8 @@
-"""How the API reads what a client sends, in one place: the strict base of every JSON request
-model, the shared string types, and a JSON reader that answers hostile bodies with a 4xx.
+"""How the API reads the bytes of a JSON request body, in one place: a bounded, hostile-proof
+JSON reader that answers unreadable bodies with a 4xx, and the type of a name in a URL path.
 
-Pydantic's default (lax) mode turns ``true`` into ``1`` and ``"1"`` into ``True``; a request
-body is a contract, so its models are strict: a boolean is not a number, a number is not a
-string. (Query and path parameters arrive as text and stay lax.)
+The request models themselves (strict: a boolean is not a number) are in
+``trainyard.schemas``; this module is what stands between the socket and them.
 
 FastAPI parses JSON bodies with ``json.loads``, which raises a bare ``ValueError`` for an
 integer literal of more than 4,300 digits and ``RecursionError`` for deep nesting; FastAPI
@@ -15,52 +14,23 @@ field path, and every unreadable body answered 413 or 422 in Trainyard's error f
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
 from fastapi import HTTPException, Path, Request, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+
+from trainyard.schemas.requests import NO_NUL
 
 MAX_JSON_BODY_BYTES = 64 * 1024
 # Longer integer literals are kept as `LongInteger` markers: Python refuses to convert more
 # than 4,300 digits, and no field of ours holds a number anywhere near this long.
 MAX_INTEGER_DIGITS = 100
-NO_NUL = r"^[^\x00]*$"  # PostgreSQL cannot store NUL in text; refuse it at the door
-
-
-class RequestBody(BaseModel):
-    """Base of every JSON request body: unknown fields and loose types are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-def text_field(max_length: int, *, rule: re.Pattern[str] | None = None, **kwargs: Any) -> Any:
-    """A string field of at most ``max_length`` characters, none of them NUL.
-
-    ``rule`` is the service's own check of the value (a name's syntax): the OpenAPI document
-    declares it, so that generated clients build valid values, while the service keeps
-    enforcing it with a message that says what a valid name looks like.
-    """
-    if rule is not None:
-        kwargs["json_schema_extra"] = {"pattern": f"^(?:{rule.pattern})$"}
-    return Field(max_length=max_length, pattern=NO_NUL, **kwargs)
-
 
 # A name in a URL path (user, group, virtual cluster, node).
 PathName = Annotated[str, Path(max_length=255, pattern=NO_NUL)]
-
-
-def _integral_float_as_int(value: Any) -> Any:
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-# An integer field of a strict body: JSON Schema counts 26.0 as an integer, and so do we;
-# booleans and strings stay errors.
-WholeNumber = Annotated[int, BeforeValidator(_integral_float_as_int)]
 
 
 class LongInteger:

@@ -14,14 +14,11 @@ from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
-from trainyard.services.auth import authenticate, hash_token
+from trainyard.services.auth import TokenCache
 from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
-# How long a verified token is trusted without asking the store again. Tokens cannot be
-# revoked yet; when they can, revocation must also clear this cache.
-TOKEN_CACHE_SECONDS = 10.0
 NODE_CACHE_SECONDS = 2.0
 
 
@@ -32,26 +29,15 @@ class AppContext:
     clock: Clock
     controller: Controller | None = None
     specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
-    _tokens: dict[str, tuple[float, UserRow]] = field(default_factory=dict)
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
+    tokens: TokenCache = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.tokens = TokenCache(self.db)
 
     def wake_controller(self) -> None:
         if self.controller is not None:
             self.controller.wake()
-
-    def user_for_token(self, token: str) -> UserRow | None:
-        digest = hash_token(token)
-        now = time.monotonic()
-        cached = self._tokens.get(digest)
-        if cached is not None and now - cached[0] < TOKEN_CACHE_SECONDS:
-            return cached[1]
-        with self.db.session() as session:
-            user = authenticate(session, token)
-        if user is not None:
-            if len(self._tokens) > 10_000:
-                self._tokens.clear()
-            self._tokens[digest] = (now, user)
-        return user
 
     def node_states(self) -> list[NodeState]:
         """The inventory for submit-time fit checks; it changes rarely, so it is cached briefly."""
@@ -85,7 +71,7 @@ async def current_user(
             "(the CLI reads TRAINYARD_TOKEN or $TRAINYARD_HOME/client.json)",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    user = await run_in_threadpool(ctx.user_for_token, token.strip())
+    user = await run_in_threadpool(ctx.tokens.user_for_token, token.strip())
     if user is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return user

@@ -1,17 +1,22 @@
-"""The client-side ``yard`` commands: each talks to the server only through the SDK."""
+"""The client-side ``yard`` commands: each talks to the server only through the SDK, and
+shows what the server answered rather than working it out again."""
 
 from __future__ import annotations
 
 import argparse
 import errno
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
 from trainyard.cli import admin_commands, render
-from trainyard.cli.main import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
-from trainyard.client.client import AuthError, Client, ServerUnreachable, TrainyardError, WaitTimeout
+from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
+from trainyard.client.client import AuthError, Client, LogRead, ServerUnreachable, TrainyardError, WaitTimeout
 from trainyard.client.config import load_config
 from trainyard.core.states import JobState
+from trainyard.schemas.jobs import DryRunResult
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -63,15 +68,13 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(result)
         return 0
-    for warning in result.get("warnings", []):
+    for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if args.dry_run:
-        import yaml
-
+    if isinstance(result, DryRunResult):
         print("# valid; the job as Trainyard will run it (secrets masked):")
-        print(yaml.safe_dump(result["job"], sort_keys=False), end="")
+        print(yaml.safe_dump(result.job, sort_keys=False), end="")
     else:
-        print(f"submitted job {result['id']} ({result['name']}): {result['state']}")
+        print(f"submitted job {result.id} ({result.name}): {result.state}")
     return 0
 
 
@@ -80,9 +83,9 @@ def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(page)
         return 0
-    print(render.jobs_table(page["items"]) if page["items"] else "no jobs")
-    if page["next"] is not None:
-        print(f"(more: yard jobs --before {page['next']})")
+    print(render.jobs_table(page.items) if page.items else "no jobs")
+    if page.next is not None:
+        print(f"(more: yard jobs --before {page.next})")
     return 0
 
 
@@ -99,35 +102,33 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
             out.write(chunk)
             out.flush()
     else:
-        data = client.logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail)
-        out.write(data)
+        log = client.read_log(args.id, task=args.task, attempt=args.attempt, tail=args.tail)
+        out.write(log.data)
         out.flush()
-        _note_on_logs(client, args, empty=not data)
+        _note_on_logs(client, args, log)
     out.flush()
     return 0
 
 
-def _note_on_logs(client: Client, args: argparse.Namespace, *, empty: bool) -> None:
+def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> None:
     """On stderr, what the log shown leaves out: that nothing ran yet, or the other tasks."""
     job = client.job(args.id)
-    attempts = job.get("attempts") or []
-    if empty and (not attempts or job["state"] == JobState.WAITING):
-        ran = [a["number"] for a in attempts if a.get("startedAt")]
+    if log.task is None:  # the server names the task it showed once the task was placed
+        ran = [a.number for a in job.attempts if a.startedAt]
         earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
-        _fail(f"job {args.id} is {job['state']}: this attempt has not run yet{earlier}")
+        _fail(f"job {args.id} is {job.state}: this attempt has not run yet{earlier}")
         return
-    roles = (job.get("spec") or {}).get("taskRoles") or {}
-    if args.task is None and roles:
-        first = next(iter(roles))  # the server shows the first role's first instance
+    if args.task is None:  # the server chose the task (log.task), and the others are these
+        roles = job.spec.get("taskRoles") or {}
         tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
         if len(tasks) > 1:
-            others = ", ".join(t for t in tasks if t != f"{first}/0")
-            _fail(f"showed task {first}/0 of {len(tasks)}; the others: --task {others}")
+            others = ", ".join(t for t in tasks if t != log.task)
+            _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others}")
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
     job = client.stop(args.id)
-    render.print_json(job) if args.json else print(f"job {job['id']}: {job['state']}")
+    render.print_json(job) if args.json else print(f"job {job.id}: {job.state}")
     return 0
 
 
@@ -136,8 +137,8 @@ def cmd_wait(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(job)
     else:
-        print(f"job {job['id']}: {job['state']}" + (f" ({job['message']})" if job["message"] else ""))
-    return 0 if job["state"] == JobState.SUCCEEDED else EXIT_ERROR
+        print(f"job {job.id}: {job.state}" + (f" ({job.message})" if job.message else ""))
+    return 0 if job.state == JobState.SUCCEEDED else EXIT_ERROR
 
 
 def cmd_nodes(client: Client, args: argparse.Namespace) -> int:
@@ -149,15 +150,15 @@ def cmd_nodes(client: Client, args: argparse.Namespace) -> int:
 def cmd_user(client: Client, args: argparse.Namespace) -> int:
     if args.action == "create":
         user = client.create_user(args.name, admin=args.admin)
-        render.print_json(user) if args.json else print(
-            f"created user {user['name']}" + (" (admin)" if user["admin"] else ""))
+        text = f"created user {user.name}" + (" (admin)" if user.admin else "")
+        render.print_json(user) if args.json else print(text)
         return 0
     users = client.users()
     if args.json:
         render.print_json(users)
     else:
         print(render.table(["NAME", "ADMIN", "CREATED"],
-                           [[u["name"], "yes" if u["admin"] else "no", render.when(u["createdAt"])] for u in users]))
+                           [[u.name, "yes" if u.admin else "no", render.when(u.createdAt)] for u in users]))
     return 0
 
 
@@ -166,17 +167,17 @@ def cmd_token(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(result)
     else:
-        print(f"token for {result['user']} (shown once; store it safely):\n{result['token']}")
+        print(f"token for {result.user} (shown once; store it safely):\n{result.token}")
     return 0
 
 
 def cmd_whoami(client: Client, args: argparse.Namespace) -> int:
     me = client.me()
-    render.print_json(me) if args.json else print(me["name"] + (" (admin)" if me["admin"] else ""))
+    render.print_json(me) if args.json else print(me.name + (" (admin)" if me.admin else ""))
     return 0
 
 
-HANDLERS = {
+HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "submit": cmd_submit,
     "jobs": cmd_jobs,
     "job": cmd_job,

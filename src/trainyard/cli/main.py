@@ -1,7 +1,5 @@
-"""``yard``: the command line. Only argparse is imported up front so ``yard --help`` is instant.
-
-Exit codes: 0 success; 1 the server refused or the job did not succeed; 2 bad usage;
-3 the server cannot be reached; 4 missing or invalid token; 124 ``wait`` timed out.
+"""``yard``: the command line's parser and dispatch. Only argparse is imported up front so
+``yard --help`` is instant; the exit codes are in ``exits.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +11,6 @@ from collections.abc import Sequence
 
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
-
-EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_AUTH, EXIT_TIMEOUT = 1, 2, 3, 4, 124
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
@@ -176,6 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
+    # What a command needs (the server for `up`, the SDK and pydantic for the others) is
+    # imported only once it is known which command runs: `yard --help` loads none of it.
     if args.command == "up":
         from trainyard.cli.up import run_up
 

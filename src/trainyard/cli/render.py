@@ -1,17 +1,28 @@
-"""Plain-text rendering for the CLI: aligned tables, short times, job detail."""
+"""Plain-text rendering of the API's models for the CLI: aligned tables, short times, job detail.
+
+Only presentation lives here; what a field means (which jobs have a pending reason, which
+task a log shows) is the server's answer, read from the models.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from trainyard.core.states import JobState
+from trainyard.schemas.cluster import NodeView
+from trainyard.schemas.jobs import JobDetail, JobSummary
 
 
-def print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, sort_keys=True)
+def print_json(data: BaseModel | Sequence[BaseModel]) -> None:
+    """The model(s) as the API sent them, keys sorted, for scripts."""
+    plain = data.model_dump(mode="json") if isinstance(data, BaseModel) else [d.model_dump(mode="json") for d in data]
+    json.dump(plain, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
 
 
@@ -23,20 +34,17 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def when(value: str | None) -> str:
-    """An ISO time as local 'YYYY-MM-DD HH:MM:SS'."""
-    if not value:
+def when(moment: datetime | None) -> str:
+    """A time as local 'YYYY-MM-DD HH:MM:SS'."""
+    if moment is None:
         return "-"
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def duration(start: str | None, end: str | None) -> str:
-    if not start:
+def duration(start: datetime | None, end: datetime | None) -> str:
+    if start is None:
         return "-"
-    begin = datetime.fromisoformat(start.replace("Z", "+00:00"))
-    finish = datetime.fromisoformat(end.replace("Z", "+00:00")) if end else datetime.now(UTC)
-    seconds = int((finish - begin).total_seconds())
+    seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
@@ -46,78 +54,77 @@ def num(value: float) -> str:
     return f"{value:g}"
 
 
-def job_status_text(job: dict) -> str:
-    if job["state"] == JobState.WAITING and job.get("pending"):
-        p = job["pending"]
-        where = f" (#{p['position']} in its VC" if p.get("position") else ""
-        if p.get("estimatedStart"):
-            where += (", " if where else " (") + f"estimated start {when(p['estimatedStart'])}"
-        return f"{p['reason']}: {p['message']}{where}{')' if where else ''}"
-    return job.get("message") or ""
+def job_status_text(job: JobSummary) -> str:
+    """Why a waiting job waits (only a waiting job has a pending reason), else its message."""
+    p = job.pending
+    if p is None:
+        return job.message
+    where = f" (#{p.position} in its VC" if p.position else ""
+    if p.estimatedStart is not None:
+        where += (", " if where else " (") + f"estimated start {when(p.estimatedStart)}"
+    return f"{p.reason}: {p.message}{where}{')' if where else ''}"
 
 
-def _platform_retries(job: dict) -> str:
+def _platform_retries(job: JobDetail) -> str:
     """``; platform retries 1 of 3`` once a lost attempt was retried, else nothing."""
-    used = job.get("platformRetriesUsed") or 0
-    return f"; platform retries {used} of {job.get('platformRetriesMax', '?')}" if used else ""
+    used = job.platformRetriesUsed
+    return f"; platform retries {used} of {job.platformRetriesMax}" if used else ""
 
 
-def jobs_table(jobs: list[dict]) -> str:
+def jobs_table(jobs: Sequence[JobSummary]) -> str:
     rows = [
-        [j["id"], j["name"], j["user"], j["state"], num(j["gpus"]), j["attempt"],
-         when(j["submittedAt"]), "-" if j["state"] == JobState.WAITING else duration(j["startedAt"], j["finishedAt"]),
-         job_status_text(j)]
+        [j.id, j.name, j.user, j.state, num(j.gpus), j.attempt, when(j.submittedAt),
+         "-" if j.state == JobState.WAITING else duration(j.startedAt, j.finishedAt), job_status_text(j)]
         for j in jobs
     ]
     return table(["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"], rows)
 
 
-def job_detail(job: dict) -> str:
+def job_detail(job: JobDetail) -> str:
+    status = job_status_text(job)
     lines = [
-        f"Job {job['id']}  {job['name']}",
-        f"  state:      {job['state']}" + (f"  ({job_status_text(job)})" if job_status_text(job) else ""),
-        f"  user:       {job['user']}    vc: {job['vc']}    priority: {job['priority']}",
-        f"  submitted:  {when(job['submittedAt'])}    started: {when(job['startedAt'])}"
-        f"    finished: {when(job['finishedAt'])}",
-        f"  attempt:    {job['attempt']}  (retries used {job['retriesUsed']} of "
-        f"{job['spec'].get('jobRetryCount', 0)}{_platform_retries(job)})"
-        + (f"    exit code: {job['exitCode']}" if job["exitCode"] is not None else ""),
+        f"Job {job.id}  {job.name}",
+        f"  state:      {job.state}" + (f"  ({status})" if status else ""),
+        f"  user:       {job.user}    vc: {job.vc}    priority: {job.priority}",
+        f"  submitted:  {when(job.submittedAt)}    started: {when(job.startedAt)}"
+        f"    finished: {when(job.finishedAt)}",
+        f"  attempt:    {job.attempt}  (retries used {job.retriesUsed} of "
+        f"{job.spec.get('jobRetryCount', 0)}{_platform_retries(job)})"
+        + (f"    exit code: {job.exitCode}" if job.exitCode is not None else ""),
     ]
-    for warning in job.get("warnings", []):
+    for warning in job.warnings:
         lines.append(f"  warning:    {warning}")
-    for attempt in reversed(job["attempts"]):
+    for attempt in reversed(job.attempts):
         lines.append("")
-        lines.append(f"Attempt {attempt['number']}: {attempt['state']}"
-                     + (f" - {attempt['reason']}" if attempt["reason"] else ""))
+        lines.append(f"Attempt {attempt.number}: {attempt.state}" + (f" - {attempt.reason}" if attempt.reason else ""))
         rows = [
-            [f"{t['role']}/{t['index']}", t["state"], t["node"], ",".join(map(str, t["gpus"])) or "-",
-             t["exitCode"], t["run"], duration(t["startedAt"], t["finishedAt"]), t["message"]]
-            for t in attempt["tasks"]
+            [t.label, t.state, t.node, ",".join(map(str, t.gpus)) or "-",
+             t.exitCode, t.run, duration(t.startedAt, t.finishedAt), t.message]
+            for t in attempt.tasks
         ]
         tasks = table(["TASK", "STATE", "NODE", "GPUS", "EXIT", "RUN", "RUNTIME", "MESSAGE"], rows)
         lines.extend("  " + line for line in tasks.splitlines())
     lines.append("")
     lines.append("Events:")
-    for event in job["events"]:
-        lines.append(f"  {when(event['at'])}  {event['kind']:<15} {event['message']}")
+    for event in job.events:
+        lines.append(f"  {when(event.at)}  {event.kind:<15} {event.message}")
     return "\n".join(lines)
 
 
-def nodes_table(nodes: list[dict]) -> str:
+def nodes_table(nodes: Sequence[NodeView]) -> str:
     rows = []
     for n in nodes:
-        gpus = n["gpus"]
-        used = sum(g["used"] for g in gpus)
-        model = ", ".join(sorted({g["model"] for g in gpus})) or "-"
+        used = sum(g.used for g in n.gpus)
+        model = ", ".join(sorted({g.model for g in n.gpus})) or "-"
         rows.append([
-            n["name"], "cordoned" if n.get("cordoned") else ("yes" if n["schedulable"] else "no"),
-            f"{num(used)}/{len(gpus)}" + (" (simulated)" if n["simulated"] else ""), model,
-            f"{num(n['cpuUsed'])}/{num(n['cpu'])}", f"{n['memoryUsedMB']}/{n['memoryMB']}",
+            n.name, "cordoned" if n.cordoned else ("yes" if n.schedulable else "no"),
+            f"{num(used)}/{len(n.gpus)}" + (" (simulated)" if n.simulated else ""), model,
+            f"{num(n.cpuUsed)}/{num(n.cpu)}", f"{n.memoryUsedMB}/{n.memoryMB}",
         ])
     out = table(["NODE", "SCHEDULABLE", "GPU USED", "MODEL", "CPU USED", "MEMORY USED (MiB)"], rows)
     for n in nodes:
-        for g in n["gpus"]:
-            if g["jobs"]:
-                jobs = ", ".join(map(str, g["jobs"]))
-                out += f"\n  {n['name']} GPU {g['index']}: {num(g['used'])} used by job(s) {jobs}"
+        for g in n.gpus:
+            if g.jobs:
+                jobs = ", ".join(map(str, g.jobs))
+                out += f"\n  {n.name} GPU {g.index}: {num(g.used)} used by job(s) {jobs}"
     return out

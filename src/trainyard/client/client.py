@@ -1,21 +1,54 @@
-"""The Python SDK: a thin, typed-enough wrapper over Trainyard's REST API (httpx)."""
+"""The Python SDK: Trainyard's REST API over httpx, answering with the API's own models
+(``trainyard.schemas``), so that callers read typed fields instead of repeating the server's
+rules on dicts."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, overload
 
 import httpx
+from pydantic import TypeAdapter
 
 from trainyard.client.config import ClientConfig, load_config
-from trainyard.core.states import FINAL_JOB_STATES
+from trainyard.schemas.admin import GroupView, UserQuotaView, VcView
+from trainyard.schemas.cluster import NodeView
+from trainyard.schemas.jobs import (
+    LOG_OFFSET_HEADER,
+    LOG_SIZE_HEADER,
+    LOG_TASK_HEADER,
+    DryRunResult,
+    JobDetail,
+    JobPage,
+    SubmitResult,
+)
+from trainyard.schemas.users import TokenResponse, UserView
+
+_NODES = TypeAdapter(list[NodeView])
+_USERS = TypeAdapter(list[UserView])
+_VCS = TypeAdapter(list[VcView])
+_GROUPS = TypeAdapter(list[GroupView])
+_QUOTAS = TypeAdapter(list[UserQuotaView])
+_HEALTH = TypeAdapter(dict[str, str])
+
+
+@dataclass(frozen=True)
+class LogRead:
+    """A piece of a task's log, and where it sits."""
+
+    data: bytes
+    offset: int  # where ``data`` starts in the log
+    size: int  # the log's size when read
+    task: str | None  # ROLE/INDEX of the task shown; None before the task ran
 
 
 class TrainyardError(Exception):
     """The server refused a request; ``message`` says why, ``errors`` lists field paths."""
 
-    def __init__(self, message: str, *, status: int | None = None, errors: list[dict] | None = None):
+    def __init__(self, message: str, *, status: int | None = None,
+                 errors: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -23,18 +56,20 @@ class TrainyardError(Exception):
 
 
 class ServerUnreachable(TrainyardError):
-    pass
+    """No answer from the server at all."""
 
 
 class AuthError(TrainyardError):
-    pass
+    """A missing or invalid token (401), or a request the token's user may not make (403)."""
 
 
 class WaitTimeout(TrainyardError):
-    pass
+    """``wait`` gave up before the job ended."""
 
 
 class Client:
+    """A connection to one Trainyard server as one user; each method is one API call."""
+
     def __init__(self, url: str, token: str | None, *, timeout: float = 30.0) -> None:
         self.url = url.rstrip("/")
         self._http = httpx.Client(
@@ -81,34 +116,65 @@ class Client:
 
     # -- jobs -----------------------------------------------------------------------------
 
-    def submit(self, job_file: str | bytes, *, content_type: str = "application/yaml", dry_run: bool = False) -> dict:
+    @overload
+    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+               dry_run: Literal[False] = False) -> SubmitResult: ...
+
+    @overload
+    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+               dry_run: Literal[True]) -> DryRunResult: ...
+
+    @overload
+    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+               dry_run: bool) -> SubmitResult | DryRunResult: ...
+
+    def submit(self, job_file: str | bytes, *, content_type: str = "application/yaml",
+               dry_run: bool = False) -> SubmitResult | DryRunResult:
+        """Submit a job file (YAML, or JSON with ``content_type="application/json"``); with
+        ``dry_run`` only validate it and answer the job as Trainyard would run it."""
         response = self._request(
             "POST", "/jobs", content=job_file, headers={"Content-Type": content_type},
             params={"dryRun": "true"} if dry_run else None,
         )
-        return response.json()
+        if dry_run:
+            return DryRunResult.model_validate_json(response.content)
+        return SubmitResult.model_validate_json(response.content)
 
     def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
-             limit: int = 50, before: int | None = None) -> dict:
+             limit: int = 50, before: int | None = None) -> JobPage:
+        """A page of jobs, newest first; pass the page's ``next`` as ``before`` for the next one."""
         params = {k: v for k, v in dict(state=state, user=user, vc=vc, limit=limit, before=before).items()
                   if v is not None}
-        return self._request("GET", "/jobs", params=params).json()
+        return JobPage.model_validate_json(self._request("GET", "/jobs", params=params).content)
 
-    def job(self, job_id: int) -> dict:
-        return self._request("GET", f"/jobs/{job_id}").json()
+    def job(self, job_id: int) -> JobDetail:
+        return JobDetail.model_validate_json(self._request("GET", f"/jobs/{job_id}").content)
 
-    def stop(self, job_id: int) -> dict:
-        return self._request("POST", f"/jobs/{job_id}/stop").json()
+    def stop(self, job_id: int) -> JobDetail:
+        return JobDetail.model_validate_json(self._request("POST", f"/jobs/{job_id}/stop").content)
+
+    def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
+                 offset: int | None = None, tail: int | None = None) -> LogRead:
+        """A task's log (default: the first task of the latest attempt), with which task it is."""
+        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail).items()
+                  if v is not None}
+        response = self._request("GET", f"/jobs/{job_id}/logs", params=params)
+        return LogRead(
+            data=response.content,
+            offset=int(response.headers.get(LOG_OFFSET_HEADER, 0)),
+            size=int(response.headers.get(LOG_SIZE_HEADER, len(response.content))),
+            task=response.headers.get(LOG_TASK_HEADER),
+        )
 
     def logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
              offset: int | None = None, tail: int | None = None) -> bytes:
-        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail).items()
-                  if v is not None}
-        return self._request("GET", f"/jobs/{job_id}/logs", params=params).content
+        """The bytes of `read_log`."""
+        return self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail).data
 
     def follow_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                     tail: int | None = None) -> Iterator[bytes]:
-        params = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items() if v is not None}
+        params: dict[str, Any] = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items()
+                                  if v is not None}
         params["follow"] = "true"
         try:
             with self._http.stream("GET", f"/jobs/{job_id}/logs", params=params, timeout=None) as response:
@@ -119,66 +185,75 @@ class Client:
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"lost the Trainyard server at {self.url} ({exc})") from exc
 
-    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> dict:
+    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> JobDetail:
         """Block until the job has ended; returns the job. Raises ``WaitTimeout``."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.job(job_id)
-            if job["state"] in FINAL_JOB_STATES:
+            if job.state.is_final:
                 return job
             if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(f"job {job_id} is still {job['state']} after {timeout:g} s")
+                raise WaitTimeout(f"job {job_id} is still {job.state} after {timeout:g} s")
             time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
     # -- cluster and users ----------------------------------------------------------------
 
-    def nodes(self) -> list[dict]:
-        return self._request("GET", "/nodes").json()
+    def nodes(self) -> list[NodeView]:
+        return _NODES.validate_json(self._request("GET", "/nodes").content)
 
-    def healthz(self) -> dict:
-        return self._request("GET", "/healthz").json()
+    def healthz(self) -> dict[str, str]:
+        return _HEALTH.validate_json(self._request("GET", "/healthz").content)
 
-    def me(self) -> dict:
-        return self._request("GET", "/me").json()
+    def me(self) -> UserView:
+        return UserView.model_validate_json(self._request("GET", "/me").content)
 
-    def create_user(self, name: str, *, admin: bool = False) -> dict:
-        return self._request("POST", "/users", json={"name": name, "admin": admin}).json()
+    def create_user(self, name: str, *, admin: bool = False) -> UserView:
+        response = self._request("POST", "/users", json={"name": name, "admin": admin})
+        return UserView.model_validate_json(response.content)
 
-    def users(self) -> list[dict]:
-        return self._request("GET", "/users").json()
+    def users(self) -> list[UserView]:
+        return _USERS.validate_json(self._request("GET", "/users").content)
 
     # -- administration -------------------------------------------------------------------
 
-    def vcs(self) -> list[dict]:
-        return self._request("GET", "/vcs").json()
+    def vcs(self) -> list[VcView]:
+        return _VCS.validate_json(self._request("GET", "/vcs").content)
 
-    def create_vc(self, name: str, *, gpus: int, model: str | None = None, priority_preemption: bool = True) -> dict:
+    def create_vc(self, name: str, *, gpus: int, model: str | None = None,
+                  priority_preemption: bool = True) -> VcView:
         body = {"name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption}
-        return self._request("POST", "/vcs", json=body).json()
+        return VcView.model_validate_json(self._request("POST", "/vcs", json=body).content)
 
-    def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> dict:
-        return self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model}).json()
+    def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> VcView:
+        response = self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model})
+        return VcView.model_validate_json(response.content)
 
-    def grant_vc(self, name: str, grantee: str) -> dict:
-        return self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee}).json()
+    def grant_vc(self, name: str, grantee: str) -> VcView:
+        response = self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee})
+        return VcView.model_validate_json(response.content)
 
-    def groups(self) -> list[dict]:
-        return self._request("GET", "/groups").json()
+    def groups(self) -> list[GroupView]:
+        return _GROUPS.validate_json(self._request("GET", "/groups").content)
 
-    def create_group(self, name: str) -> dict:
-        return self._request("POST", "/groups", json={"name": name}).json()
+    def create_group(self, name: str) -> GroupView:
+        return GroupView.model_validate_json(self._request("POST", "/groups", json={"name": name}).content)
 
-    def add_member(self, group: str, user: str) -> dict:
-        return self._request("POST", f"/groups/{group}/members", json={"user": user}).json()
+    def add_member(self, group: str, user: str) -> GroupView:
+        response = self._request("POST", f"/groups/{group}/members", json={"user": user})
+        return GroupView.model_validate_json(response.content)
 
-    def quotas(self) -> list[dict]:
-        return self._request("GET", "/quotas").json()
+    def quotas(self) -> list[UserQuotaView]:
+        return _QUOTAS.validate_json(self._request("GET", "/quotas").content)
 
-    def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[dict]:
-        return self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus}).json()
+    def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[UserQuotaView]:
+        response = self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus})
+        return _QUOTAS.validate_json(response.content)
 
-    def cordon(self, node: str, *, cordoned: bool = True) -> dict:
-        return self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}").json()
+    def cordon(self, node: str, *, cordoned: bool = True) -> NodeView:
+        response = self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}")
+        return NodeView.model_validate_json(response.content)
 
-    def create_token(self, *, user: str | None = None, name: str = "") -> dict:
-        return self._request("POST", "/tokens", json={"user": user, "name": name}).json()
+    def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
+        response = self._request("POST", "/tokens", json={"user": user, "name": name})
+        return TokenResponse.model_validate_json(response.content)
+

@@ -6,15 +6,14 @@ no running work is touched (reclaiming a VC's share is the scheduler's decision)
 
 from __future__ import annotations
 
-import re
-
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
+from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES, Priority
+from trainyard.schemas.admin import VcView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Invalid, NotFound
-from trainyard.services.views import VcView
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
@@ -29,13 +28,9 @@ from trainyard.store.rows import (
     VirtualClusterRow,
 )
 
-NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
-DEFAULT_VC = "default"
-ANY_MODEL = "*"
-
 
 def _check_name(kind: str, name: str) -> None:
-    if not NAME.fullmatch(name):
+    if not GROUP_OR_VC_NAME.fullmatch(name):
         raise Invalid(
             f"{kind} name {name!r} is not valid: lowercase letters, digits, '_' and '-', "
             "starting with a letter, at most 64 characters",

@@ -1,20 +1,26 @@
-"""Users and bearer tokens: creation, bootstrap of the first admin, authentication."""
+"""Users and bearer tokens: creation, who may issue a token for whom, bootstrap of the first
+admin, authentication, and how long a verified token is trusted without asking the store."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 import secrets
+import time
 
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
+from trainyard.core.names import USER_NAME
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
+from trainyard.store.db import Database
 from trainyard.store.queries import users
 from trainyard.store.rows import TokenRow, UserRow
 
 TOKEN_PREFIX = "ty_"
-USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")
+# How long a verified token is trusted without asking the store again. Tokens cannot be
+# revoked yet; when they can, revocation must also clear the `TokenCache`.
+TOKEN_CACHE_SECONDS = 10.0
+TOKEN_CACHE_MAX = 10_000
 
 
 def hash_token(token: str) -> str:
@@ -67,6 +73,20 @@ def create_token(
     return token
 
 
+def issue_token(
+    session: Session, caller: UserRow, *, for_user: str | None, name: str = "", clock: Clock
+) -> tuple[str, UserRow]:
+    """A new token for ``for_user`` (default: the caller) and its owner.
+
+    Only an admin may ask for another user's token; anyone else is refused before the name
+    is looked up, so that the answer does not tell whether that user exists.
+    """
+    if for_user and for_user != caller.name and not caller.is_admin:
+        raise Forbidden("only an admin may create tokens for another user")
+    owner = get_user(session, for_user) if for_user else session.merge(caller)
+    return create_token(session, owner, by=caller, name=name, clock=clock), owner
+
+
 def authenticate(session: Session, token: str) -> UserRow | None:
     row = users.live_token(session, hash_token(token))
     return row.user if row is not None else None
@@ -78,3 +98,27 @@ def bootstrap_admin(session: Session, *, clock: Clock) -> str | None:
         return None
     admin = create_user(session, "admin", is_admin=True, clock=clock)
     return create_token(session, admin, by=admin, name="local client file", clock=clock)
+
+
+class TokenCache:
+    """Who a token belongs to, asked of the store at most once per ``TOKEN_CACHE_SECONDS``
+    per token: every request carries one, and the answer rarely changes."""
+
+    def __init__(self, db: Database, *, seconds: float = TOKEN_CACHE_SECONDS) -> None:
+        self._db = db
+        self._seconds = seconds
+        self._users: dict[str, tuple[float, UserRow]] = {}
+
+    def user_for_token(self, token: str) -> UserRow | None:
+        digest = hash_token(token)
+        now = time.monotonic()
+        cached = self._users.get(digest)
+        if cached is not None and now - cached[0] < self._seconds:
+            return cached[1]
+        with self._db.session() as session:
+            user = authenticate(session, token)
+        if user is not None:
+            if len(self._users) > TOKEN_CACHE_MAX:
+                self._users.clear()
+            self._users[digest] = (now, user)
+        return user

@@ -8,11 +8,12 @@ from sqlalchemy.orm import Session
 
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
+from trainyard.core.names import DEFAULT_VC
 from trainyard.core.priorities import Priority
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
-from trainyard.services.admin import DEFAULT_VC, guaranteed_quotas, may_use_vc
+from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
 from trainyard.spec.loading import container_fields

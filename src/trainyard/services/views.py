@@ -1,154 +1,38 @@
-"""What the API shows: response models and the converters from store rows to them.
+"""The converters from store rows to the API's response models (``trainyard.schemas``).
 
 Secrets never leave through here: job specs are masked on the way out.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
-
-from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES, platform_retries_used
+from trainyard.core.lifecycle import platform_retries_used
 from trainyard.core.resources import from_milli
-from trainyard.core.states import JobState
+from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.schemas.admin import GroupView, UserQuotaView
+from trainyard.schemas.cluster import GpuView, NodeView
+from trainyard.schemas.jobs import (
+    AttemptView,
+    EventView,
+    JobDetail,
+    JobSummary,
+    PendingView,
+    SubmitResult,
+    TaskView,
+)
+from trainyard.schemas.users import UserView
 from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import (
     AttemptRow,
+    GroupRow,
     JobEventRow,
     JobRow,
     NodeRow,
     TaskRow,
     UserRow,
 )
-
-
-class PendingView(BaseModel):
-    reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING
-    message: str
-    position: int | None = None  # 1-based place among the waiting jobs of its VC
-    estimatedStart: datetime | None = None  # when derivable from declared run times
-
-
-class TaskView(BaseModel):
-    role: str
-    index: int
-    state: str
-    node: str
-    gpus: list[int]
-    gpu: float
-    cpu: float
-    memoryMB: int
-    ports: dict[str, list[int]]
-    run: int
-    exitCode: int | None
-    message: str
-    startedAt: datetime | None
-    finishedAt: datetime | None
-
-
-class AttemptView(BaseModel):
-    number: int
-    state: str
-    startedAt: datetime | None
-    finishedAt: datetime | None
-    exitCode: int | None
-    reason: str
-    tasks: list[TaskView]
-
-
-class JobSummary(BaseModel):
-    id: int
-    name: str
-    user: str
-    vc: str
-    priority: str
-    state: str
-    attempt: int
-    submittedAt: datetime
-    startedAt: datetime | None
-    finishedAt: datetime | None
-    exitCode: int | None
-    pending: PendingView | None
-    gpus: float
-    message: str
-
-
-class SubmitResult(BaseModel):
-    id: int
-    name: str
-    user: str
-    vc: str
-    priority: str
-    state: str
-    submittedAt: datetime
-    warnings: list[str]
-
-
-class EventView(BaseModel):
-    at: datetime
-    kind: str
-    message: str
-
-
-class JobDetail(JobSummary):
-    retriesUsed: int
-    # Lost attempts retried as platform faults, which spend no jobRetryCount, and the most a job gets.
-    platformRetriesUsed: int = 0
-    platformRetriesMax: int = MAX_PLATFORM_RETRIES
-    gracePeriodSeconds: float
-    spec: dict[str, Any]
-    attempts: list[AttemptView]
-    events: list[EventView]
-    warnings: list[str] = []
-
-
-class JobPage(BaseModel):
-    items: list[JobSummary]
-    next: int | None  # pass as ``before`` to get the next page; None on the last page
-
-
-class GpuView(BaseModel):
-    index: int
-    model: str
-    memoryMB: int
-    simulated: bool
-    used: float  # fraction of the device allocated, 0..1
-    jobs: list[int]
-
-
-class NodeView(BaseModel):
-    name: str
-    backend: str
-    address: str
-    schedulable: bool
-    cpu: float
-    cpuUsed: float
-    memoryMB: int
-    memoryUsedMB: int
-    gpus: list[GpuView]
-    simulated: bool
-    cordoned: bool
-    labels: dict[str, str]
-
-
-class VcView(BaseModel):
-    name: str
-    quota: dict[str, int]  # GPU model ("*": any model) -> guaranteed GPUs; for default, what no VC guarantees
-    used: float  # GPUs held by the VC's guaranteed jobs
-    borrowed: float  # GPUs held by the VC's opportunistic jobs
-    waiting: int
-    priorityPreemption: bool
-    users: list[str]
-    groups: list[str]
-
-
-class UserView(BaseModel):
-    name: str
-    admin: bool
-    createdAt: datetime
 
 
 def _pending(row: JobRow) -> PendingView | None:
@@ -177,7 +61,7 @@ def job_summary(row: JobRow) -> JobSummary:
         user=row.user.name,
         vc=row.vc,
         priority=row.priority,
-        state=row.state,
+        state=JobState(row.state),
         attempt=row.attempt,
         submittedAt=row.submitted_at,
         startedAt=row.started_at,
@@ -192,7 +76,7 @@ def job_summary(row: JobRow) -> JobSummary:
 def submit_result(row: JobRow, user: str, warnings: list[str]) -> SubmitResult:
     return SubmitResult(
         id=row.id, name=row.name, user=user, vc=row.vc, priority=row.priority,
-        state=row.state, submittedAt=row.submitted_at, warnings=warnings,
+        state=JobState(row.state), submittedAt=row.submitted_at, warnings=warnings,
     )
 
 
@@ -200,7 +84,7 @@ def task_view(row: TaskRow) -> TaskView:
     return TaskView(
         role=row.role,
         index=row.index,
-        state=row.state,
+        state=TaskState(row.state),
         node=row.node,
         gpus=[g[0] for g in row.gpus],
         gpu=from_milli(sum(g[1] for g in row.gpus)),
@@ -218,7 +102,7 @@ def task_view(row: TaskRow) -> TaskView:
 def attempt_view(row: AttemptRow) -> AttemptView:
     return AttemptView(
         number=row.number,
-        state=row.state,
+        state=AttemptState(row.state),
         startedAt=row.started_at,
         finishedAt=row.finished_at,
         exitCode=row.exit_code,
@@ -277,3 +161,11 @@ def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None 
 
 def user_view(row: UserRow) -> UserView:
     return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at)
+
+
+def group_view(row: GroupRow, members: list[str]) -> GroupView:
+    return GroupView(name=row.name, members=members)
+
+
+def user_quota_view(user: str, priority: str, milli_gpus: int) -> UserQuotaView:
+    return UserQuotaView(user=user, priority=priority, gpus=milli_gpus / 1000)

@@ -45,9 +45,9 @@ taskRoles:
 def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed(slurm_server, slurm, tmp_path) -> None:
     server, gates = slurm_server, tmp_path
     client = server.admin()
-    assert {n["name"] for n in client.nodes()} >= {"n1", "n2", "n3", "n4"}
-    ended_while_down = client.submit(_job("down", 7, gates))["id"]
-    still_running = client.submit(_job("alive", 0, gates))["id"]
+    assert {n.name for n in client.nodes()} >= {"n1", "n2", "n3", "n4"}
+    ended_while_down = client.submit(_job("down", 7, gates)).id
+    still_running = client.submit(_job("alive", 0, gates)).id
     for job_id in (ended_while_down, still_running):
         wait_until(lambda job_id=job_id: client.logs(job_id) == b"running\n", timeout=30, what=f"job {job_id} to run")
 
@@ -60,8 +60,8 @@ def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed
     server.start()
     client = server.admin()
     down = client.wait(ended_while_down, timeout=30)
-    assert (down["state"], down["exitCode"]) == ("FAILED", 7)
-    assert client.job(still_running)["state"] == "RUNNING"
+    assert (down.state, down.exitCode) == ("FAILED", 7)
+    assert client.job(still_running).state == "RUNNING"
 
     # `yard logs -f` follows the Slurm output file until the task ends.
     follow = subprocess.Popen([sys.executable, "-m", "trainyard.cli.main", "logs", "-f", str(still_running)],
@@ -70,7 +70,7 @@ def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed
     (gates / "release-alive").touch()
     out, err = follow.communicate(timeout=30)
     assert out == "running\nreleased\n", err
-    assert client.wait(still_running, timeout=30)["state"] == "SUCCEEDED"
+    assert client.wait(still_running, timeout=30).state == "SUCCEEDED"
 
     for name in ("down", "alive"):
         assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"

@@ -5,15 +5,25 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel, Field
 
-from trainyard.api.bodies import BodyRoute, PathName, RequestBody, WholeNumber, text_field
+from trainyard.api.bodies import BodyRoute, PathName
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
-from trainyard.core.priorities import PRIORITY_NAMES
+from trainyard.schemas.admin import (
+    CreateVcRequest,
+    GrantRequest,
+    GroupView,
+    MemberRequest,
+    NameRequest,
+    QuotaRequest,
+    UserQuotaRequest,
+    UserQuotaView,
+    VcView,
+)
+from trainyard.schemas.cluster import NodeView
 from trainyard.services import admin
 from trainyard.services import jobs as job_service
-from trainyard.services.views import NodeView, VcView, node_view
+from trainyard.services.views import group_view, node_view, user_quota_view
 from trainyard.store.rows import UserRow
 
 router = APIRouter(tags=["admin"], route_class=BodyRoute)
@@ -21,47 +31,6 @@ router = APIRouter(tags=["admin"], route_class=BodyRoute)
 Admin = Annotated[UserRow, Depends(admin_user)]
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
-
-
-class CreateVcRequest(RequestBody):
-    name: str = text_field(64, rule=admin.NAME)
-    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
-    model: str | None = text_field(64, default=None, description="GPU model; default: any")
-    priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
-
-
-class QuotaRequest(RequestBody):
-    gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs; 0 removes the model")
-    model: str | None = text_field(64, default=None)
-
-
-class GrantRequest(RequestBody):
-    grantee: str = text_field(65, description="A user name, or @group")
-
-
-class NameRequest(RequestBody):
-    name: str = text_field(64, rule=admin.NAME)
-
-
-class MemberRequest(RequestBody):
-    user: str = text_field(64)
-
-
-class UserQuotaRequest(RequestBody):
-    priority: str = text_field(16, description=f"{', '.join(PRIORITY_NAMES[:-1])} or {PRIORITY_NAMES[-1]}",
-                               json_schema_extra={"enum": list(PRIORITY_NAMES)})
-    gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
-
-
-class GroupView(BaseModel):
-    name: str
-    members: list[str]
-
-
-class UserQuotaView(BaseModel):
-    user: str
-    priority: str
-    gpus: float
 
 
 def _vc_views(ctx: AppContext) -> list[VcView]:
@@ -105,13 +74,13 @@ def grant_vc(name: PathName, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
 @router.get("/groups", response_model=list[GroupView], responses=errors(401, 403))
 def list_groups(_: Admin, ctx: Ctx) -> list[GroupView]:
     with ctx.db.session() as session:
-        return [GroupView(name=g.name, members=m) for g, m in admin.list_groups(session)]
+        return [group_view(g, m) for g, m in admin.list_groups(session)]
 
 
 @router.post("/groups", response_model=GroupView, status_code=201, responses=errors(401, 403, 409, 413, 422))
 def create_group(body: NameRequest, _: Admin, ctx: Ctx) -> GroupView:
     with ctx.db.session() as session:
-        return GroupView(name=admin.create_group(session, body.name, clock=ctx.clock).name, members=[])
+        return group_view(admin.create_group(session, body.name, clock=ctx.clock), [])
 
 
 @router.post("/groups/{name}/members", response_model=GroupView, responses=errors(401, 403, 404, 413, 422))
@@ -119,13 +88,13 @@ def add_member(name: PathName, body: MemberRequest, _: Admin, ctx: Ctx) -> Group
     with ctx.db.session() as session:
         admin.add_member(session, name, body.user)
     with ctx.db.session() as session:
-        return next(GroupView(name=g.name, members=m) for g, m in admin.list_groups(session) if g.name == name)
+        return next(group_view(g, m) for g, m in admin.list_groups(session) if g.name == name)
 
 
 @router.get("/quotas", response_model=list[UserQuotaView], responses=errors(401, 403))
 def list_quotas(_: Admin, ctx: Ctx) -> list[UserQuotaView]:
     with ctx.db.session() as session:
-        return [UserQuotaView(user=u, priority=p, gpus=m / 1000) for u, p, m in admin.list_user_quotas(session)]
+        return [user_quota_view(u, p, m) for u, p, m in admin.list_user_quotas(session)]
 
 
 @router.put("/quotas/{user}", response_model=list[UserQuotaView], responses=errors(401, 403, 404, 413, 422))

@@ -9,8 +9,9 @@ from fastapi import APIRouter, Depends
 
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import errors
+from trainyard.schemas.cluster import NodeView
 from trainyard.services import jobs as job_service
-from trainyard.services.views import NodeView, node_view
+from trainyard.services.views import node_view
 from trainyard.store.rows import UserRow
 
 router = APIRouter(tags=["cluster"])

@@ -2,34 +2,33 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.api.bodies import BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
-from trainyard.api.logs import LogTarget, find_log_target, read_tail
 from trainyard.api.openapi import JOB_FILE_BODY, errors
+from trainyard.schemas.jobs import (
+    LOG_OFFSET_HEADER,
+    LOG_SIZE_HEADER,
+    LOG_TASK_HEADER,
+    DryRunResult,
+    JobDetail,
+    JobPage,
+    SubmitResult,
+)
 from trainyard.services import jobs as job_service
-from trainyard.services.views import JobDetail, JobPage, SubmitResult, job_detail, job_summary, submit_result
+from trainyard.services import logs as log_service
+from trainyard.services.views import job_detail, job_summary, submit_result
 from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
-
-
-class DryRunResult(BaseModel):
-    dryRun: bool = True
-    valid: bool = True
-    job: dict
-    warnings: list[str]
 
 MAX_JOB_FILE_BYTES = 1 << 20
 STOP_RETRIES = 3
@@ -136,10 +135,10 @@ LOG_RESPONSE = {
     "description": "Log bytes; with follow=true, streamed until the task ends (and then without the headers)",
     "content": {"text/plain": {"schema": {"type": "string"}}},
     "headers": {
-        "X-Log-Offset": {"description": "Byte offset of the first byte sent", "schema": {"type": "integer"}},
-        "X-Log-Size": {"description": "The log's size when read", "schema": {"type": "integer"}},
-        "X-Log-Task": {"description": "The task shown, ROLE/INDEX (absent before the task ran)",
-                       "schema": {"type": "string"}},
+        LOG_OFFSET_HEADER: {"description": "Byte offset of the first byte sent", "schema": {"type": "integer"}},
+        LOG_SIZE_HEADER: {"description": "The log's size when read", "schema": {"type": "integer"}},
+        LOG_TASK_HEADER: {"description": "The task shown, ROLE/INDEX (absent before the task ran)",
+                          "schema": {"type": "string"}},
     },
 }
 
@@ -156,41 +155,17 @@ async def job_logs(
     follow: bool = False,
 ) -> Response:
     """A task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
-    target = await run_in_threadpool(find_log_target, ctx, user, job_id, task, attempt)
+    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend)
+    target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
     if target.key is None:
         if follow:
-            return StreamingResponse(_follow(ctx, target, 0), media_type="text/plain")
-        return Response(b"", media_type="text/plain", headers={"X-Log-Offset": "0", "X-Log-Size": "0"})
-    if tail is not None:
-        start, data, size = await run_in_threadpool(read_tail, ctx.backend, target.key, tail)
-    else:
-        chunk = await run_in_threadpool(ctx.backend.read_log, target.key, offset or 0)
-        start, data, size = chunk.offset, chunk.data, chunk.size
+            return StreamingResponse(logs.follow(target, 0), media_type="text/plain")
+        return Response(b"", media_type="text/plain", headers={LOG_OFFSET_HEADER: "0", LOG_SIZE_HEADER: "0"})
+    chunk = await run_in_threadpool(logs.read, target.key, offset=offset, tail=tail)
     if follow:
-        return StreamingResponse(_follow(ctx, target, start, first=data), media_type="text/plain")
+        return StreamingResponse(logs.follow(target, chunk.offset, first=chunk.data), media_type="text/plain")
     return Response(
-        data,
+        chunk.data,
         media_type="text/plain",
-        headers={"X-Log-Offset": str(start), "X-Log-Size": str(size), "X-Log-Task": target.label},
+        headers={LOG_OFFSET_HEADER: str(chunk.offset), LOG_SIZE_HEADER: str(chunk.size), LOG_TASK_HEADER: target.label},
     )
-
-
-async def _follow(ctx: AppContext, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:
-    """Stream new log bytes as they appear; end once the task has ended and all is read."""
-    if first:
-        yield first
-        offset += len(first)
-    while True:
-        previous = target.key
-        target = await run_in_threadpool(target.refresh, ctx)
-        if target.key != previous:
-            offset = 0  # the task was re-run in place: a new log begins
-        if target.key is not None:
-            chunk = await run_in_threadpool(ctx.backend.read_log, target.key, offset)
-            if chunk.data:
-                yield chunk.data
-                offset = chunk.offset + len(chunk.data)
-                continue
-        if target.ended:
-            return
-        await asyncio.sleep(0.25)

@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from pydantic import BaseModel
 
-from trainyard.api.bodies import BodyRoute, RequestBody, text_field
+from trainyard.api.bodies import BodyRoute
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
+from trainyard.schemas.users import CreateTokenRequest, CreateUserRequest, TokenResponse, UserView
 from trainyard.services import auth
-from trainyard.services.errors import Forbidden
-from trainyard.services.views import UserView, user_view
+from trainyard.services.views import user_view
 from trainyard.store.rows import UserRow
 
 router = APIRouter(tags=["users"], route_class=BodyRoute)
@@ -20,22 +19,6 @@ router = APIRouter(tags=["users"], route_class=BodyRoute)
 User = Annotated[UserRow, Depends(current_user)]
 Admin = Annotated[UserRow, Depends(admin_user)]
 Ctx = Annotated[AppContext, Depends(context)]
-
-
-class CreateUserRequest(RequestBody):
-    name: str = text_field(64, rule=auth.USER_NAME, description="lowercase letters, digits, '_', '.', '-'")
-    admin: bool = False
-
-
-class CreateTokenRequest(RequestBody):
-    user: str | None = text_field(64, default=None,
-                                  description="Whose token; default: the caller. Admins only for others.")
-    name: str = text_field(128, default="", description="A note to recognise the token by")
-
-
-class TokenResponse(BaseModel):
-    token: str
-    user: str
 
 
 @router.get("/me", response_model=UserView, responses=errors(401))
@@ -59,8 +42,5 @@ def create_user(body: CreateUserRequest, _: Admin, ctx: Ctx) -> UserView:
              responses=errors(401, 403, 404, 413, 422))
 def create_token(body: CreateTokenRequest, user: User, ctx: Ctx) -> TokenResponse:
     with ctx.db.session() as session:
-        if body.user and body.user != user.name and not user.is_admin:
-            raise Forbidden("only an admin may create tokens for another user")
-        owner = auth.get_user(session, body.user) if body.user else session.merge(user)
-        token = auth.create_token(session, owner, by=user, name=body.name, clock=ctx.clock)
+        token, owner = auth.issue_token(session, user, for_user=body.user, name=body.name, clock=ctx.clock)
         return TokenResponse(token=token, user=owner.name)

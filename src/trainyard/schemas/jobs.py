@@ -1,0 +1,118 @@
+"""The API's models of jobs: what a submission answers, a job's summary and detail, a page
+of jobs, and the headers that frame a task's log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
+from trainyard.core.states import AttemptState, JobState, TaskState
+
+# A log read answers bytes; where they sit in the log, and which task they are, come in these headers.
+LOG_OFFSET_HEADER = "X-Log-Offset"  # byte offset of the first byte sent
+LOG_SIZE_HEADER = "X-Log-Size"  # the log's size when read
+LOG_TASK_HEADER = "X-Log-Task"  # ROLE/INDEX of the task shown; absent before the task ran
+
+
+class PendingView(BaseModel):
+    """Why a waiting job waits; only a WAITING job has one."""
+
+    reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING
+    message: str
+    position: int | None = None  # 1-based place among the waiting jobs of its VC
+    estimatedStart: datetime | None = None  # when derivable from declared run times
+
+
+class TaskView(BaseModel):
+    role: str
+    index: int
+    state: TaskState
+    node: str
+    gpus: list[int]
+    gpu: float
+    cpu: float
+    memoryMB: int
+    ports: dict[str, list[int]]
+    run: int
+    exitCode: int | None
+    message: str
+    startedAt: datetime | None
+    finishedAt: datetime | None
+
+    @property
+    def label(self) -> str:
+        """``ROLE/INDEX``, as ``--task`` and the log's task header name it."""
+        return f"{self.role}/{self.index}"
+
+
+class AttemptView(BaseModel):
+    number: int
+    state: AttemptState
+    startedAt: datetime | None
+    finishedAt: datetime | None
+    exitCode: int | None
+    reason: str
+    tasks: list[TaskView]
+
+
+class JobSummary(BaseModel):
+    id: int
+    name: str
+    user: str
+    vc: str
+    priority: str
+    state: JobState
+    attempt: int
+    submittedAt: datetime
+    startedAt: datetime | None
+    finishedAt: datetime | None
+    exitCode: int | None
+    pending: PendingView | None
+    gpus: float
+    message: str
+
+
+class SubmitResult(BaseModel):
+    id: int
+    name: str
+    user: str
+    vc: str
+    priority: str
+    state: JobState
+    submittedAt: datetime
+    warnings: list[str]
+
+
+class DryRunResult(BaseModel):
+    """A job file that would be accepted, as Trainyard would run it (secrets masked)."""
+
+    dryRun: bool = True
+    valid: bool = True
+    job: dict[str, Any]
+    warnings: list[str]
+
+
+class EventView(BaseModel):
+    at: datetime
+    kind: str
+    message: str
+
+
+class JobDetail(JobSummary):
+    retriesUsed: int
+    # Lost attempts retried as platform faults, which spend no jobRetryCount, and the most a job gets.
+    platformRetriesUsed: int = 0
+    platformRetriesMax: int = MAX_PLATFORM_RETRIES
+    gracePeriodSeconds: float
+    spec: dict[str, Any]
+    attempts: list[AttemptView]
+    events: list[EventView]
+    warnings: list[str] = []
+
+
+class JobPage(BaseModel):
+    items: list[JobSummary]
+    next: int | None  # pass as ``before`` to get the next page; None on the last page
