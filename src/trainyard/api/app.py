@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -21,11 +22,12 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from trainyard.api import openapi
-from trainyard.api.bodies import BodyError, LongInteger
+from trainyard.api.bodies import BodyError
 from trainyard.api.deps import AppContext
 from trainyard.api.routers import admin, cluster, jobs, users
 from trainyard.services.errors import ServiceError
 from trainyard.spec.errors import SpecError
+from trainyard.spec.plaindata import OversizedNumber
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +81,7 @@ def create_app(ctx: AppContext) -> FastAPI:
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
             {"path": ".".join(str(p) for p in e["loc"] if p not in ("body", "query", "path")),
-             "message": e["input"].message if isinstance(e.get("input"), LongInteger) else e["msg"]}
+             "message": _message(e)}
             for e in exc.errors()
         ]
         return _error(422, "; ".join(f"{e['path']}: {e['message']}" for e in errors), errors)
@@ -105,6 +107,13 @@ def create_app(ctx: AppContext) -> FastAPI:
         return _error(500, "internal error; the server log has the details")
 
     return app
+
+
+def _message(error: Any) -> str:
+    """Pydantic's message, except for an integer literal too long to have been converted."""
+    if isinstance(number := error.get("input"), OversizedNumber):
+        return f"an integer of {number.digits} digits is too long"
+    return str(error["msg"])
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")

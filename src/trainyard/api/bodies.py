@@ -23,28 +23,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from trainyard.schemas.requests import NO_NUL
+from trainyard.spec.plaindata import OversizedNumber
 
 MAX_JSON_BODY_BYTES = 64 * 1024
-# Longer integer literals are kept as `LongInteger` markers: Python refuses to convert more
-# than 4,300 digits, and no field of ours holds a number anywhere near this long.
+# Longer integer literals are kept as `OversizedNumber` markers (the job-file loader's own):
+# Python refuses to convert more than 4,300 digits, and no field of ours holds a number
+# anywhere near this long.
 MAX_INTEGER_DIGITS = 100
 
 # A name in a URL path (user, group, virtual cluster, node).
 PathName = Annotated[str, Path(max_length=255, pattern=NO_NUL)]
-
-
-class LongInteger:
-    """An integer literal too long to convert; validation rejects it at its field."""
-
-    def __init__(self, digits: int) -> None:
-        self.digits = digits
-
-    def __repr__(self) -> str:
-        return f"<integer of {self.digits} digits>"
-
-    @property
-    def message(self) -> str:
-        return f"an integer of {self.digits} digits is too long"
 
 
 class BodyError(HTTPException):
@@ -55,9 +43,9 @@ class BodyError(HTTPException):
         self.errors = [{"path": path, "message": message}]
 
 
-def _parse_int(literal: str) -> int | LongInteger:
+def _parse_int(literal: str) -> int | OversizedNumber:
     digits = len(literal.lstrip("-"))
-    return int(literal) if digits <= MAX_INTEGER_DIGITS else LongInteger(digits)
+    return int(literal) if digits <= MAX_INTEGER_DIGITS else OversizedNumber(digits)
 
 
 def load_json_body(body: bytes) -> Any:
