@@ -6,7 +6,8 @@ owner or its right to its VC is refused (`Conflict`, naming the jobs) unless ``f
 given, which stops those jobs (a waiting one at once, a running one through its grace
 period) and says which. Disabling is the exception, as on most clusters: it keeps the
 user's jobs unless ``stop_jobs`` asks otherwise. Each function changes the store in the
-caller's transaction and answers a `RemovalResult`; refusals raise before anything is kept.
+caller's transaction and answers a `RemovalResult`; a refusal raises, and the caller's
+transaction, rolled back (as `Database.session` does), keeps nothing of it.
 """
 
 from __future__ import annotations
