@@ -8,13 +8,16 @@ from api.harness import Api
 
 from trainyard.client.client import AuthError, TrainyardError
 
-JOB = "name: j\ndefaults: {virtualCluster: VC}\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 1}\n" \
-      "    commands: ['sleep 600']\n"
+JOB = (
+    "name: j\ndefaults: {virtualCluster: VC}\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 1}\n"
+    "    commands: ['sleep 600']\n"
+)
 
 
 def submit(api: Api, token: str, vc: str = "default") -> int:
-    response = api.client(token).post("/api/v1/jobs", content=JOB.replace("VC", vc),
-                                      headers={"content-type": "application/yaml"})
+    response = api.client(token).post(
+        "/api/v1/jobs", content=JOB.replace("VC", vc), headers={"content-type": "application/yaml"}
+    )
     assert response.status_code == 201, response.text
     return int(response.json()["id"])
 
@@ -79,17 +82,23 @@ def test_a_disabled_user_is_refused_saying_so_until_enabled_and_keeps_their_jobs
 
 def test_removals_are_for_admins_and_unknown_names_are_404s(api: Api) -> None:
     user = api.user
-    for method, path in (("POST", "/users/alice/disable"), ("POST", "/users/alice/enable"),
-                         ("DELETE", "/users/admin"), ("DELETE", "/vcs/vision"),
-                         ("DELETE", "/vcs/vision/grants/alice"), ("DELETE", "/groups/cv/members/alice")):
+    for method, path in (
+        ("POST", "/users/alice/disable"),
+        ("POST", "/users/alice/enable"),
+        ("DELETE", "/users/admin"),
+        ("DELETE", "/vcs/vision"),
+        ("DELETE", "/vcs/vision/grants/alice"),
+        ("DELETE", "/groups/cv/members/alice"),
+    ):
         response = user.request(method, "/api/v1" + path)
         assert response.status_code == 403 and response.json()["detail"] == "this needs an admin", path
     for method, path, message in (
-            ("POST", "/users/carol/disable", "no user named 'carol'"),
-            ("DELETE", "/users/carol", "no user named 'carol'"),
-            ("DELETE", "/vcs/vision", "no virtual cluster named 'vision'"),
-            ("DELETE", "/vcs/vision/grants/alice", "no virtual cluster named 'vision'"),
-            ("DELETE", "/groups/cv/members/alice", "no group named 'cv'")):
+        ("POST", "/users/carol/disable", "no user named 'carol'"),
+        ("DELETE", "/users/carol", "no user named 'carol'"),
+        ("DELETE", "/vcs/vision", "no virtual cluster named 'vision'"),
+        ("DELETE", "/vcs/vision/grants/alice", "no virtual cluster named 'vision'"),
+        ("DELETE", "/groups/cv/members/alice", "no group named 'cv'"),
+    ):
         response = api.admin.request(method, "/api/v1" + path)
         assert response.status_code == 404 and message in response.json()["detail"], path
     yourself = api.admin.delete("/api/v1/users/admin")
@@ -120,8 +129,11 @@ def test_a_vc_its_grants_and_group_members_are_removed_refusing_while_jobs_depen
     admin.add_member("cv", "alice")
     admin.grant_vc("vision", "@cv")
     job = submit(api, api.user_token, "vision")
-    for call in (lambda: admin.remove_member("cv", "alice"), lambda: admin.revoke_grant("vision", "@cv"),
-                 lambda: admin.delete_vc("vision")):
+    for call in (
+        lambda: admin.remove_member("cv", "alice"),
+        lambda: admin.revoke_grant("vision", "@cv"),
+        lambda: admin.delete_vc("vision"),
+    ):
         with pytest.raises(TrainyardError) as refused:
             call()
         assert refused.value.status == 409 and f"job {job} (alice, WAITING)" in refused.value.message

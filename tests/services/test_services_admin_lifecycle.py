@@ -16,7 +16,6 @@ from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.loop import Controller
 from trainyard.controller.scheduling import PortPlan, apply_decisions
 from trainyard.core.clock import FakeClock
-from trainyard.core.states import JobState
 from trainyard.scheduler.snapshot import Decisions, GpuShare, StartJob, TaskPlacement
 from trainyard.services import admin, auth, removal
 from trainyard.services import jobs as job_service
@@ -30,8 +29,10 @@ NODE = "n1"
 
 
 def job_file(vc: str = "default", command: str = "sleep 600") -> str:
-    return (f"name: j\ndefaults: {{virtualCluster: {vc}}}\ntaskRoles:\n  m:\n"
-            f"    resourcePerInstance: {{gpu: 1}}\n    commands: ['{command}']\n")
+    return (
+        f"name: j\ndefaults: {{virtualCluster: {vc}}}\ntaskRoles:\n  m:\n"
+        f"    resourcePerInstance: {{gpu: 1}}\n    commands: ['{command}']\n"
+    )
 
 
 @pytest.fixture
@@ -50,8 +51,9 @@ def world(db: Database, clock: FakeClock, backend: LocalBackend) -> dict[str, Us
     which alice is a member, and to bob himself."""
     with db.session() as s:
         sync_inventory(s, backend.name, backend.inventory(), clock)
-        users = {name: auth.create_user(s, name, is_admin=name == "root", clock=clock)
-                 for name in ("root", "alice", "bob")}
+        users = {
+            name: auth.create_user(s, name, is_admin=name == "root", clock=clock) for name in ("root", "alice", "bob")
+        }
         admin.create_group(s, "cv", clock=clock)
         admin.add_member(s, "cv", "alice")
         admin.create_vc(s, "vision", gpus=2, model=None, preemption=True, clock=clock)
@@ -125,7 +127,8 @@ def test_the_last_token_of_any_admin_cannot_be_revoked(db: Database, clock, worl
 
 
 def test_a_token_revoked_elsewhere_is_refused_within_the_cache_time_and_at_once_when_forgotten(
-        db: Database, clock: FakeClock, world) -> None:
+    db: Database, clock: FakeClock, world
+) -> None:
     with db.session() as s:
         token = auth.create_token(s, world["alice"], by=world["alice"], clock=clock)
     cache = TokenCache(db, clock=clock)
@@ -184,7 +187,8 @@ def test_an_admin_cannot_disable_or_delete_themselves(db: Database, clock, world
 
 
 def test_deleting_a_user_with_jobs_is_refused_naming_them_and_force_stops_them(
-        db: Database, clock, world, backend) -> None:
+    db: Database, clock, world, backend
+) -> None:
     alice = world["alice"]
     done = submit(db, clock, alice)
     with db.session() as s:
@@ -197,8 +201,10 @@ def test_deleting_a_user_with_jobs_is_refused_naming_them_and_force_stops_them(
         admin.grant_vc(s, "vision", "alice")
     with pytest.raises(Conflict) as refused, db.session() as s:
         removal.delete_user(s, "alice", force=False, by=world["root"], clock=clock)
-    assert (f"cannot delete user alice: they have waiting or running jobs: jobs {waiting} (alice, WAITING), "
-            f"{running} (alice, RUNNING)") in refused.value.message
+    assert (
+        f"cannot delete user alice: they have waiting or running jobs: jobs {waiting} (alice, WAITING), "
+        f"{running} (alice, RUNNING)"
+    ) in refused.value.message
     assert "`yard user delete alice --force`" in refused.value.message
     assert states(db, waiting, running) == ["WAITING", "RUNNING"]  # nothing was kept of the refused delete
 
@@ -233,8 +239,14 @@ def test_deleting_a_vc_is_refused_while_jobs_use_it_and_force_stops_them(db: Dat
     elsewhere = submit(db, clock, bob)
     waiting, running = submit(db, clock, bob, "vision"), submit(db, clock, bob, "vision")
     start(db, clock, running, backend)
-    with pytest.raises(Conflict, match=f"cannot delete virtual cluster vision: jobs use it: "
-                                       f"jobs {waiting} .bob, WAITING., {running} .bob, RUNNING."), db.session() as s:
+    with (
+        pytest.raises(
+            Conflict,
+            match=f"cannot delete virtual cluster vision: jobs use it: "
+            f"jobs {waiting} .bob, WAITING., {running} .bob, RUNNING.",
+        ),
+        db.session() as s,
+    ):
         removal.delete_vc(s, "vision", force=False, by=world["root"], clock=clock)
     with db.session() as s:
         result = removal.delete_vc(s, "vision", force=True, by=world["root"], clock=clock)
@@ -278,8 +290,10 @@ def test_removing_a_grant_is_refused_only_for_jobs_that_depend_on_it(db: Databas
     start(db, clock, bobs, backend)
     with db.session() as s:
         assert removal.revoke_grant(s, "vision", "alice", force=False, by=world["root"], clock=clock).stoppedJobs == []
-    with pytest.raises(Conflict, match=f"job {bobs} .bob, RUNNING.*yard vc revoke vision bob --force"), \
-            db.session() as s:
+    with (
+        pytest.raises(Conflict, match=f"job {bobs} .bob, RUNNING.*yard vc revoke vision bob --force"),
+        db.session() as s,
+    ):
         removal.revoke_grant(s, "vision", "bob", force=False, by=world["root"], clock=clock)
     with db.session() as s:
         with pytest.raises(NotFound, match="alice has no grant on virtual cluster vision"):
@@ -300,8 +314,14 @@ def test_removing_a_grant_is_refused_only_for_jobs_that_depend_on_it(db: Databas
 def test_removing_a_member_is_refused_while_the_group_lets_their_jobs_run(db: Database, clock, world) -> None:
     alice = world["alice"]
     in_vision, in_default = submit(db, clock, alice, "vision"), submit(db, clock, alice)
-    with pytest.raises(Conflict, match=f"cannot remove alice from group cv: .* job {in_vision} "
-                                       r".alice, WAITING.*yard group remove cv alice --force"), db.session() as s:
+    with (
+        pytest.raises(
+            Conflict,
+            match=f"cannot remove alice from group cv: .* job {in_vision} "
+            r".alice, WAITING.*yard group remove cv alice --force",
+        ),
+        db.session() as s,
+    ):
         removal.remove_member(s, "cv", "alice", force=False, by=world["root"], clock=clock)
     with db.session() as s:
         with pytest.raises(NotFound, match="bob is not in group cv"):

@@ -32,7 +32,9 @@ def removal_text(result: RemovalResult, *, kept_hint: str = "") -> str:
         text += (f"; stopped {_jobs(result.stoppedJobs)} (waiting ones at once, running ones after "
                  "their grace period)")
     if result.keptJobs:
-        text += f"; {_jobs(result.keptJobs)} go on{kept_hint}"
+        several = len(result.keptJobs) > 1
+        text += f"; {_jobs(result.keptJobs)} {'go' if several else 'goes'} on"
+        text += kept_hint.replace("THEM", "them" if several else "it")
     return text
 
 
@@ -44,7 +46,7 @@ def cmd_user(client: Client, args: argparse.Namespace) -> int:
     elif args.action == "disable":
         removed = client.disable_user(args.name, stop_jobs=args.stop_jobs)
         result = removed
-        text = (removal_text(removed, kept_hint=f" (`yard user disable {args.name} --stop-jobs` stops them)")
+        text = (removal_text(removed, kept_hint=f" (`yard user disable {args.name} --stop-jobs` stops THEM)")
                 + f"; {args.name}'s tokens are refused until `yard user enable {args.name}`")
     elif args.action == "enable":
         result = client.enable_user(args.name)
