@@ -96,13 +96,14 @@ def cmd_token(client: Client, args: argparse.Namespace) -> int:
 
 def private_file_hint(stream: IO[str]) -> str | None:
     """A warning for a token about to be written to ``stream``: the file's mode if others
-    may read it, a general hint where it is not a file; None for a private file."""
+    may read it, a general hint where it is no file (a terminal, a pipe); None for a
+    private file."""
     try:
         info = os.fstat(stream.fileno())
     except (OSError, ValueError):  # no file behind it (a test's capture)
         return TOKEN_FILE_HINT
-    if not stat.S_ISREG(info.st_mode):
-        return TOKEN_FILE_HINT if not stream.isatty() else None
+    if not stat.S_ISREG(info.st_mode):  # a terminal or a pipe: where it ends up is not known here
+        return TOKEN_FILE_HINT
     if info.st_mode & 0o077:
         return (f"the file the token goes to can be read by others (mode {stat.S_IMODE(info.st_mode):04o}): "
                 "`chmod 600` it; " + TOKEN_FILE_HINT)
