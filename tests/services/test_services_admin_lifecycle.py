@@ -298,6 +298,8 @@ def test_removing_a_grant_is_refused_only_for_jobs_that_depend_on_it(db: Databas
     with db.session() as s:
         with pytest.raises(NotFound, match="alice has no grant on virtual cluster vision"):
             removal.revoke_grant(s, "vision", "alice", force=False, by=world["root"], clock=clock)
+        with pytest.raises(NotFound, match="'default' is open to everyone"):
+            removal.revoke_grant(s, "default", "alice", force=False, by=world["root"], clock=clock)
         with pytest.raises(NotFound, match="no group named 'nlp'"):
             removal.revoke_grant(s, "vision", "@nlp", force=False, by=world["root"], clock=clock)
         result = removal.revoke_grant(s, "vision", "bob", force=True, by=world["root"], clock=clock)

@@ -149,6 +149,11 @@ def delete_vc(session: Session, name: str, *, force: bool, by: UserRow, clock: C
 def revoke_grant(session: Session, name: str, grantee: str, *, force: bool, by: UserRow, clock: Clock) -> RemovalResult:
     """Take back a user's or ``@group``'s grant on a VC: refused while it is what lets a
     waiting or running job's owner use the VC, unless ``force``, which stops those jobs."""
+    if name == DEFAULT_VC:
+        raise NotFound(
+            "'default' is open to everyone: it has no grants to take back",
+            details=[{"path": "name", "message": "built in"}],
+        )
     vc = get_vc(session, name)
     if grantee.startswith("@"):
         group_id = get_group(session, grantee[1:]).id
