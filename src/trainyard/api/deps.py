@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -31,6 +32,8 @@ class AppContext:
     specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)
+    # Set once the server begins to shut down: streaming responses (log followers) end then.
+    closing: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db)

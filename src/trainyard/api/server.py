@@ -1,7 +1,10 @@
 """``yard up``: assemble store, backend, controller and API, and serve until interrupted.
 
 Stopping the server (Ctrl-C, SIGTERM, even ``kill -9``) never stops the jobs: local tasks
-run under their own supervisors and are re-adopted on the next start.
+run under their own supervisors and are re-adopted on the next start. Ctrl-C or SIGTERM
+stops it within a second or two: open log followers (``yard logs -f``) are ended first, so
+that they do not hold it up, and whatever request is still open after
+``GRACEFUL_SHUTDOWN_SECONDS`` is cut.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import IO
 
@@ -35,6 +39,24 @@ from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
 
 log = logging.getLogger("trainyard")
+
+GRACEFUL_SHUTDOWN_SECONDS = 2  # uvicorn takes whole seconds
+
+
+class ClosingServer(uvicorn.Server):
+    """uvicorn's server that, as it begins shutting down, sets ``closing``: the event that ends
+    the app's streaming responses. uvicorn itself waits for every open response to finish,
+    and a log follower's would only finish when its task ends."""
+
+    def __init__(self, config: uvicorn.Config, closing: threading.Event) -> None:
+        super().__init__(config)
+        self.closing = closing
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Set before uvicorn stops listening, which it does before its first await: a follower
+        # wakes only after that, so its client finds the server gone, not a new one to ask.
+        self.closing.set()
+        await super().shutdown(sockets)
 
 
 class StartupError(Exception):
@@ -210,7 +232,9 @@ def _serve(settings: Settings, url: str) -> None:
     log.info("Trainyard %s on %s (store: %s); Ctrl-C stops the server, not the jobs",
              "serving", url, ctx.db.engine.dialect.name)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+        ClosingServer(config, ctx.closing).run()
     finally:
         controller.stop()
         ctx.db.dispose()
