@@ -17,6 +17,7 @@ import os
 import socket
 import threading
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 import uvicorn
@@ -51,6 +52,16 @@ class ClosingServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, closing: threading.Event) -> None:
         super().__init__(config)
         self.closing = closing
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn takes a second Ctrl-C as "quit now", skipping the app's own shutdown and
+        # leaving its tasks to be torn down with tracebacks. Shutting down is bounded here
+        # (followers end at once, anything else is cut after GRACEFUL_SHUTDOWN_SECONDS), so
+        # a second signal only says so.
+        if self.should_exit:
+            log.warning("already stopping; open requests are cut within %d s", GRACEFUL_SHUTDOWN_SECONDS)
+            return
+        super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         # Set before uvicorn stops listening, which it does before its first await: a follower
