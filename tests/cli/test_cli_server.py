@@ -78,3 +78,11 @@ def test_quota_set_offers_exactly_the_known_priorities(capsys: pytest.CaptureFix
     assert caught.value.code == EXIT_USAGE
     err = capsys.readouterr().err
     assert "invalid choice: 'high'" in err and all(f"'{name}'" in err for name in PRIORITY_NAMES)
+
+
+def test_a_byte_cap_does_not_go_with_following_and_says_what_to_use(api: Api, yard: Yard) -> None:
+    job_id = submitted(api)
+    code, out, err = yard("logs", str(job_id), "-f", "--limit-bytes", "5")
+    assert (code, out) == (EXIT_USAGE, "")
+    assert err == ("yard: --limit-bytes caps a printed log; it does not go with --follow "
+                   "(use --tail N to start near the end)\n")
