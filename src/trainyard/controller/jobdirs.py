@@ -1,0 +1,71 @@
+"""Removing job directories once their jobs have ended and the retention has passed.
+
+A job's directory (``$TRAINYARD_JOB_DIR``, see ``backends.base.JobDirectories``) outlives
+its attempts, so that a retried or preempted job resumes from what it saved there; after
+the job has ended it is kept ``job_dir_retention_seconds`` more (to fetch results or
+checkpoints from), then removed here. A directory whose job the store does not know is
+left alone: it may belong to another store's server on a shared directory.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from trainyard.backends.base import JobDirectories
+from trainyard.core.clock import Clock
+from trainyard.store.db import Database
+from trainyard.store.queries import jobs as job_queries
+
+log = logging.getLogger(__name__)
+
+# How often the directories are looked at: removal is housekeeping, not urgent.
+SWEEP_INTERVAL_SECONDS = 60.0
+
+
+class JobDirSweeper:
+    """Removes the directories of jobs that ended more than ``retention_seconds`` ago."""
+
+    def __init__(
+        self,
+        db: Database,
+        backend: JobDirectories,
+        clock: Clock,
+        retention_seconds: float,
+        *,
+        interval: float = SWEEP_INTERVAL_SECONDS,
+    ) -> None:
+        self.db = db
+        self.backend = backend
+        self.clock = clock
+        self.retention = timedelta(seconds=retention_seconds)
+        self.interval = interval
+        self._last_sweep: float | None = None
+
+    def run_if_due(self) -> list[int]:
+        """Sweep when ``interval`` has passed since the last sweep; the ids of the jobs whose
+        directories were removed."""
+        now = self.clock.monotonic()
+        if self._last_sweep is not None and now - self._last_sweep < self.interval:
+            return []
+        self._last_sweep = now
+        return self.sweep()
+
+    def sweep(self) -> list[int]:
+        # Read, then remove outside the session: deleting a large tree can take a while.
+        candidates = self.backend.job_dir_ids()
+        if not candidates:
+            return []
+        with self.db.session() as session:
+            expired = job_queries.jobs_ended_by(session, candidates, self.clock.now() - self.retention)
+        removed = []
+        for job_id in expired:
+            try:
+                self.backend.remove_job_dir(job_id)
+            except OSError as error:  # one stubborn directory must not stop the others
+                log.warning("could not remove the directory of job %s: %s", job_id, error)
+                continue
+            removed.append(job_id)
+        if removed:
+            log.info("removed the job directories of ended job(s) %s", ", ".join(map(str, removed)))
+        return removed
