@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from trainyard.backends.base import JobDirectories, TaskKey
 from trainyard.backends.jobdirs import job_dir_path, job_ids_with_dirs, measure, remove
@@ -74,3 +75,15 @@ def test_only_numbered_folders_with_a_real_job_directory_count(tmp_path: Path) -
     assert job_ids_with_dirs(tmp_path / "missing") == []
     with pytest.raises(ValueError, match="job id"):
         job_dir_path(tmp_path, -1)
+
+
+def test_the_readme_shows_the_very_script_that_examples_checkpoint_resume_runs() -> None:
+    root = Path(__file__).resolve().parents[2]
+    job = yaml.safe_load((root / "examples" / "checkpoint-resume.yaml").read_text())
+    command = job["taskRoles"]["main"]["commands"][0]
+    assert command.startswith("exec python3 -u - <<'PY'\n") and command.endswith("\nPY\n")
+    script = command.split("\n", 1)[1].removesuffix("PY\n")
+    readme = (root / "README.md").read_text()
+    shown = readme.split("## Where work survives", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert shown == script
+    assert len(script.splitlines()) == 10
