@@ -31,7 +31,7 @@ def swept(db, tmp_path):
 
 def test_an_ended_job_s_directory_goes_after_the_retention_a_running_one_s_stays(db, swept) -> None:
     backend, controller, clock, user = swept
-    done = submit(db, user, 'name: done\ntaskRoles:\n  m:\n    commands: [\'echo 5 > "$TRAINYARD_JOB_DIR/ckpt"\']\n')
+    done = submit(db, user, "name: done\ntaskRoles:\n  m:\n    commands: ['echo 5 > \"$TRAINYARD_JOB_DIR/ckpt\"']\n")
     drive(controller, db, done)
     running = submit(db, user, "name: long\ntaskRoles:\n  m:\n    commands: ['sleep 600']\n")
     drive(controller, db, running, states=("RUNNING",))
@@ -49,4 +49,3 @@ def test_an_ended_job_s_directory_goes_after_the_retention_a_running_one_s_stays
     clock.advance(RETENTION * 10)  # however long a job runs, its directory stays
     assert controller.job_dirs.run_if_due() == []
     assert backend.job_dir_ids() == [running, 999]
-

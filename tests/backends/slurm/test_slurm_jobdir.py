@@ -9,7 +9,9 @@ from trainyard.backends.base import TaskKey
 
 
 def test_the_job_dir_is_on_the_shared_state_dir_and_the_retry_finds_what_the_first_attempt_saved(world) -> None:
-    job_id = submit(world, """
+    job_id = submit(
+        world,
+        """
 name: resumes
 jobRetryCount: 1
 taskRoles:
@@ -20,7 +22,8 @@ taskRoles:
       - echo "attempt $TRAINYARD_ATTEMPT" >> "$TRAINYARD_JOB_DIR/seen-by-$TRAINYARD_TASK_INDEX"
       - cat "$TRAINYARD_JOB_DIR/seen-by-$TRAINYARD_TASK_INDEX"
       - test "$TRAINYARD_ATTEMPT" -ge 1
-""")
+""",
+    )
     job = drive(world, job_id)
     assert job.state == "SUCCEEDED" and job.attempt == 1
     backend = world.backend
