@@ -99,13 +99,18 @@ def remove(path: Path) -> None:
     """Delete the tree at ``path`` (nothing when there is none); never follows a symlink.
 
     A task running as the server's own account may have left a folder without access for
-    its owner (``chmod 0``); such folders get it back first, then the tree goes.
+    its owner (``chmod 0``); such folders get it back first, then the tree goes. Only a
+    server that is not root does that: then everything in the tree is its own uid's (a
+    task could swap a folder for a symlink while we chmod, and gain nothing). Root needs
+    no access bits, and chmods nothing that a task account could have placed.
     """
     if not _is_real_dir(path):
         return
     try:
         shutil.rmtree(path)
     except PermissionError:
+        if os.geteuid() == 0:
+            raise
         _grant_owner_access(path)
         shutil.rmtree(path)
 

@@ -10,6 +10,7 @@ left alone: it may belong to another store's server on a shared directory.
 from __future__ import annotations
 
 import logging
+import threading
 from datetime import timedelta
 
 from trainyard.backends.base import JobDirectories
@@ -24,7 +25,12 @@ SWEEP_INTERVAL_SECONDS = 60.0
 
 
 class JobDirSweeper:
-    """Removes the directories of jobs that ended more than ``retention_seconds`` ago."""
+    """Removes the directories of jobs that ended more than ``retention_seconds`` ago.
+
+    The controller calls ``start_if_due`` every cycle; a due sweep runs in a thread of its
+    own, since removing a tree of millions of files may take minutes the scheduling cycle
+    must not wait for. One sweep at a time.
+    """
 
     def __init__(
         self,
@@ -41,17 +47,34 @@ class JobDirSweeper:
         self.retention = timedelta(seconds=retention_seconds)
         self.interval = interval
         self._last_sweep: float | None = None
+        self._thread: threading.Thread | None = None
 
-    def run_if_due(self) -> list[int]:
-        """Sweep when ``interval`` has passed since the last sweep; the ids of the jobs whose
-        directories were removed."""
+    def start_if_due(self) -> bool:
+        """Start a sweep in the background when ``interval`` has passed since the last one
+        started and none is running; True when one started."""
         now = self.clock.monotonic()
         if self._last_sweep is not None and now - self._last_sweep < self.interval:
-            return []
+            return False
+        if self._thread is not None and self._thread.is_alive():
+            return False
         self._last_sweep = now
-        return self.sweep()
+        self._thread = threading.Thread(target=self._sweep_logged, name="trainyard-job-dir-sweep", daemon=True)
+        self._thread.start()
+        return True
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the sweep in progress, if any."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _sweep_logged(self) -> None:
+        try:
+            self.sweep()
+        except Exception:  # noqa: BLE001 - a failed sweep is retried at the next interval
+            log.exception("sweeping the job directories failed")
 
     def sweep(self) -> list[int]:
+        """Remove the expired directories now; the ids of the jobs whose directories went."""
         # Read, then remove outside the session: deleting a large tree can take a while.
         candidates = self.backend.job_dir_ids()
         if not candidates:

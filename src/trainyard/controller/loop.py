@@ -142,7 +142,7 @@ class Controller:
                 # Launch what was just placed without waiting for the next tick.
                 self.reconciler.run()
         if self.job_dirs is not None:
-            self.job_dirs.run_if_due()
+            self.job_dirs.start_if_due()
 
     def _schedule(self) -> bool:
         with self.db.session() as session:

@@ -10,6 +10,7 @@ from test_controller import drive, submit
 
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.controller.jobdirs import SWEEP_INTERVAL_SECONDS
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.services import auth
@@ -44,8 +45,21 @@ def test_an_ended_job_s_directory_goes_after_the_retention_a_running_one_s_stays
     assert (backend.job_dir(done) / "ckpt").read_text() == "5\n"
 
     clock.advance(2)
-    controller.run_once()  # the controller's own cycle sweeps, at most once per interval
+    controller.run_once()  # the controller's own cycle starts a sweep, in the background
+    controller.job_dirs.join()
     assert backend.job_dir_ids() == [running, 999]
     clock.advance(RETENTION * 10)  # however long a job runs, its directory stays
-    assert controller.job_dirs.run_if_due() == []
+    assert controller.job_dirs.sweep() == []
     assert backend.job_dir_ids() == [running, 999]
+
+
+def test_sweeps_start_at_most_once_per_interval(db, swept) -> None:
+    _, controller, clock, _ = swept
+    sweeper = controller.job_dirs
+    assert sweeper is not None
+    controller.run_once()  # the first cycle (in the fixture) started one already
+    sweeper.join()
+    assert not sweeper.start_if_due()
+    clock.advance(SWEEP_INTERVAL_SECONDS)
+    assert sweeper.start_if_due()
+    sweeper.join()
