@@ -85,7 +85,7 @@ def test_quota_set_offers_exactly_the_known_priorities(capsys: pytest.CaptureFix
 def test_yard_job_shows_the_disk_use_of_the_job_s_directory(api: Api, yard: Yard) -> None:
     job_id = submitted(api)
     code, out, _ = yard("job", str(job_id))
-    assert code == 0 and "  job dir:    none (made when the job starts" in out
+    assert code == 0 and "  job dir:    none yet\n" in out
     backend = api.ctx.backend
     assert isinstance(backend, LocalBackend)
     job_dir = backend.job_dir(job_id)

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from trainyard.core.states import JobState
 from trainyard.schemas.cluster import NodeView
 from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary
 
@@ -71,10 +72,10 @@ def size(count: int) -> str:
     return f"{value / 1024:.1f} TiB"
 
 
-def job_dir_text(job_dir: JobDirView | None) -> str:
-    """``12.0 MiB in 3 files`` (+ when it goes); ``none`` before the job ran or once removed."""
+def job_dir_text(job_dir: JobDirView | None, state: JobState) -> str:
+    """``12.0 MiB in 3 files`` (+ when it goes once the job has ended), else why there is none."""
     if job_dir is None:
-        return "none (made when the job starts; removed some time after it ends)"
+        return "none (removed after the retention, or never made)" if state.is_final else "none yet"
     text = ("" if job_dir.complete else "at least ") + f"{size(job_dir.bytes)} in {job_dir.files} files"
     if job_dir.removeAfter is not None:
         text += f"  (removed after {when(job_dir.removeAfter)})"
@@ -128,7 +129,7 @@ def job_detail(job: JobDetail) -> str:
         f"  attempt:    {job.attempt}  (retries used {job.retriesUsed} of "
         f"{job.spec.get('jobRetryCount', 0)}{_platform_retries(job)})"
         + (f"    exit code: {job.exitCode}" if job.exitCode is not None else ""),
-        f"  job dir:    {job_dir_text(job.jobDir)}",
+        f"  job dir:    {job_dir_text(job.jobDir, job.state)}",
     ]
     for warning in job.warnings:
         lines.append(f"  warning:    {warning}")
