@@ -206,9 +206,11 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         cluster = cluster_id(session)
     backend = build_backend(settings, cluster)
     controller = Controller(
-        db, backend, clock, interval=settings.schedule_interval_seconds, config=config
+        db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
+        job_dir_retention_seconds=settings.job_dir_retention_seconds,
     )
-    ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs)
+    ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
+                     job_dir_retention_seconds=settings.job_dir_retention_seconds)
     return ctx, controller
 
 

@@ -108,6 +108,16 @@ class EventView(BaseModel):
     message: str
 
 
+class JobDirView(BaseModel):
+    """The job's directory ($TRAINYARD_JOB_DIR), kept across its attempts: its disk use."""
+
+    bytes: int  # allocated on disk, as ``du`` counts
+    files: int
+    complete: bool  # False: the count stopped at its cap on entries; the directory holds at least this
+    measuredAt: datetime
+    removeAfter: datetime | None  # once the job has ended: when the server removes the directory
+
+
 class JobDetail(JobSummary):
     retriesUsed: int
     # Lost attempts retried as platform faults, which spend no jobRetryCount, and the most a job gets.
@@ -118,6 +128,7 @@ class JobDetail(JobSummary):
     attempts: list[AttemptView]
     events: list[EventView]
     warnings: list[str] = []
+    jobDir: JobDirView | None = None  # None: the job has no directory (not started yet, or removed)
 
 
 class JobPage(BaseModel):

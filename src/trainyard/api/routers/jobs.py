@@ -116,9 +116,12 @@ def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     with ctx.db.session() as session:
         row = job_service.get_job(session, user, job_id, full=True)
         spec = ctx.specs.of(row)
-        return job_detail(row, job_service.job_events(session, row),
-                          job_service.backend_warnings(spec, ctx.backend.name), spec=spec,
-                          now=ctx.clock.now())
+        detail = job_detail(row, job_service.job_events(session, row),
+                            job_service.backend_warnings(spec, ctx.backend.name), spec=spec,
+                            now=ctx.clock.now())
+    # Outside the session: measuring the job's directory walks the file system.
+    detail.jobDir = ctx.job_dirs.view(detail.id, detail.state, detail.finishedAt)
+    return detail
 
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
