@@ -9,7 +9,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.core.states import FINAL_JOB_STATES, AttemptState, JobState, TaskState
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
 
 # Ids per ``IN (...)`` list: well below SQLite's and PostgreSQL's bind-parameter limits.
@@ -180,3 +180,15 @@ def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
         .order_by(JobRow.id, TaskRow.role, TaskRow.index)
     )
     return [tuple(row) for row in session.execute(query)]
+
+
+def jobs_ended_by(session: Session, job_ids: Sequence[int], cutoff: datetime) -> list[int]:
+    """Which of ``job_ids`` have ended (a final state) at or before ``cutoff``."""
+    ended: list[int] = []
+    final = [state.value for state in FINAL_JOB_STATES]
+    for chunk in chunks(job_ids):
+        query = select(JobRow.id).where(
+            JobRow.id.in_(chunk), JobRow.state.in_(final), JobRow.finished_at <= cutoff
+        )
+        ended.extend(session.scalars(query))
+    return sorted(ended)
