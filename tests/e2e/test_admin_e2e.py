@@ -29,7 +29,7 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     listed = server.yard("vc", "list").stdout
     assert "vision" in listed
     assert vcs["default"]["quota"] == {"V100": 2}  # the server's 4 GPUs less vision's 2
-    assert "the rest: 2 × simulated" in listed
+    assert "the rest: 2 × V100" in listed
 
     in_vision = "name: v\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  m:\n    commands: ['true']\n"
     assert alice.wait(alice.submit(in_vision).id, timeout=30).state == "SUCCEEDED"
