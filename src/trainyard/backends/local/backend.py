@@ -45,7 +45,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -63,8 +62,9 @@ from trainyard.backends.base import (
     read_log_file,
 )
 from trainyard.backends.local import gpus as local_gpus
-from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
+from trainyard.backends.local import procfs, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
+from trainyard.backends.local.launcher import LaunchError, SupervisorLauncher, last_lines, real_interpreter
 from trainyard.backends.local.records import (
     Claim,
     exit_status,
@@ -89,8 +89,6 @@ SUPERVISOR_LOST = "its supervisor was lost; the task's waiter recorded its exit 
 # Beside a job attempt's task work dirs: what its sandboxed tasks see as /dev/shm. A role
 # name cannot start with a dot, so no task's work dir can be called this.
 SHM_DIR = ".shm"
-# The directory that holds the ``trainyard`` package, for the supervisor's PYTHONPATH.
-_PACKAGE_PARENT = str(Path(__file__).absolute().parents[3])
 
 
 class LocalBackend:
@@ -106,7 +104,7 @@ class LocalBackend:
         simulated_gpus: int = 0,
         cpu_milli: int | None = None,
         memory_mb: int | None = None,
-        python: str = sys.executable,
+        python: str | None = None,
         run_as: str | None = None,
         accounts: TaskAccounts | None = None,
         sandbox: Sandbox | None = None,
@@ -135,7 +133,10 @@ class LocalBackend:
         if shell is None:
             raise RuntimeError("bash was not found on PATH; the local backend runs task scripts with bash")
         self._shell = shell
-        self._python = python
+        # Supervisors run from a private copy of their code (see ``launcher``), checked
+        # here: a server that cannot launch a task must not start accepting jobs.
+        self._launcher = SupervisorLauncher(self.state_dir, python or real_interpreter())
+        self._launcher.check()
         if gpus is None:
             gpus = local_gpus.discover_nvidia_gpus()
             if gpus and simulated_gpus:
@@ -277,19 +278,22 @@ class LocalBackend:
 
     def _spawn_supervisor(self, task_dir: Path) -> subprocess.Popen[bytes]:
         # Own session: survives the server (kill -9 included) and its terminal's Ctrl-C.
-        # -S skips site-packages processing, which is most of Python's start-up time; the
-        # supervisor needs nothing but the stdlib and the trainyard package directory.
+        self._launcher.ensure()
+        argv = self._launcher.argv(task_dir)
         with open(task_dir / taskfiles.SUPERVISOR_LOG, "ab") as supervisor_log:
-            return subprocess.Popen(
-                [self._python, "-S", "-m", supervisor.__name__, str(task_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=supervisor_log,
-                stderr=supervisor_log,
-                cwd="/",
-                env={"PYTHONPATH": _PACKAGE_PARENT, "PATH": os.defpath},
-                start_new_session=True,
-                close_fds=True,
-            )
+            try:
+                return subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=supervisor_log,
+                    stderr=supervisor_log,
+                    cwd="/",
+                    env={"PATH": os.defpath},
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            except OSError as exc:
+                raise LaunchError(f"cannot start the task's supervisor ({argv[0]}): {exc}") from exc
 
     def _reap(self) -> None:
         """Collect exited supervisors (so none stays a zombie); call with the lock held."""
@@ -416,21 +420,24 @@ class LocalBackend:
             returncode = popen.poll()
             if returncode is None:
                 return TaskStatus(key, running=True, message="supervisor starting")
-            reason = (
-                f"the supervisor exited with status {returncode} before starting the task;"
-                f" see {taskfiles.SUPERVISOR_LOG}"
-            )
+            reason = f"the task's supervisor exited with status {returncode} before starting the task"
         else:
             spec = task_dir / taskfiles.SPEC
             launched = (spec if spec.exists() else task_dir).stat().st_mtime
             if time.time() - launched < STARTUP_TIMEOUT_SECONDS:
                 return TaskStatus(key, running=True, message="supervisor starting")
             reason = f"no supervisor started the task within {STARTUP_TIMEOUT_SECONDS:.0f} s of its launch"
+        reason += _supervisor_log_note(task_dir)
         # Claim the task ourselves so that a supervisor arriving late can never run it.
         tombstone = {"boot_id": procfs.boot_id(), "supervisor": None, "task": None, "abandoned": reason}
-        if taskfiles.write_json(str(task_dir / taskfiles.PID), tombstone, exclusive=True):
-            return TaskStatus(key, running=False, message=reason)
-        return self._observe(key, task_dir, None)  # a supervisor claimed it just now
+        if not taskfiles.write_json(str(task_dir / taskfiles.PID), tombstone, exclusive=True):
+            return self._observe(key, task_dir, None)  # a supervisor claimed it just now
+        # Loudly, once (only one observer writes the tombstone): a server whose launches
+        # fail must not look healthy; and in the task's log, which `yard logs` shows.
+        log.error("task %s could not start: %s (see %s)", key, reason, task_dir / taskfiles.SUPERVISOR_LOG)
+        with open(task_dir / taskfiles.OUTPUT_LOG, "ab") as output:
+            output.write(f"trainyard: the task could not start: {reason}\n".encode())
+        return TaskStatus(key, running=False, message=reason)
 
     @staticmethod
     def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
@@ -472,3 +479,13 @@ class LocalBackend:
             self._kill_timers[key] = timer
             timer.start()
 
+
+def _supervisor_log_note(task_dir: Path) -> str:
+    """``": <the last line of supervisor.log>"`` (a traceback's last line names the error), or ""."""
+    try:
+        with open(task_dir / taskfiles.SUPERVISOR_LOG, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            text = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+    return f": {last_lines(text)}" if text.strip() else ""
