@@ -123,7 +123,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
                                "as the user running `yard up` (see docs/security.md)")
         try:
             return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
-                                partition=settings.slurm_partition)
+                                partition=settings.slurm_partition, site_env=settings.task_env)
         except SlurmError as exc:
             raise StartupError(str(exc)) from exc
     isolation = task_isolation(settings, cluster)
@@ -142,6 +142,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             work_dir_root=isolation.work_dir_root,
             labels=settings.node_labels,
             gpu_groups=settings.local_gpu_groups,
+            site_env=settings.task_env,
         )
     except RuntimeError as exc:  # no bash, or supervisors cannot start: nothing could run
         raise StartupError(str(exc)) from exc

@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         description="Per-task bubblewrap sandbox (local backend): auto (when bwrap works here), bwrap "
         "(required), none",
     )
+    task_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Site-wide variables every task gets, over the clean base (PATH, HOME, USER, LOGNAME, "
+        "SHELL, LANG) and under the job's own env, e.g. {HTTPS_PROXY: http://proxy:3128}; tasks inherit "
+        "nothing else from the server's environment",
+    )
     backend: Literal["local", "slurm"] = Field(
         default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"
     )

@@ -31,9 +31,10 @@ the secrets ``work.secrets`` beside it and ``.shm`` in the attempt's folder of t
 a bubblewrap command line (``sandbox``) that hides the server's home, the state dir and
 the work root and drops to the account inside; without one it is bash itself, and the
 task process drops to the account (``user`` in the spec: groups, gid, uid) after joining
-its process group and redirecting its output, before exec. HOME, USER and LOGNAME are the
-account's (HOME is the work dir for accounts without a home; the job's env may still set
-them). Every directory above ``work_dir_root`` must be searchable by the accounts; the
+its process group and redirecting its output, before exec. The task's environment is
+the clean one of ``backends/environment`` (nothing of the server's); its HOME, USER and
+LOGNAME are the account's (HOME is the work dir for accounts without a home; the job's
+env may still set them). Every directory above ``work_dir_root`` must be searchable by the accounts; the
 constructor checks, and raises ValueError otherwise.
 """
 
@@ -61,6 +62,7 @@ from trainyard.backends.base import (
     check_task_key,
     read_log_file,
 )
+from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
@@ -111,12 +113,15 @@ class LocalBackend:
         work_dir_root: Path | None = None,
         labels: dict[str, str] | None = None,
         gpu_groups: list[list[int]] | None = None,
+        site_env: dict[str, str] | None = None,
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
         self.state_dir = Path(state_dir).absolute()
         self._user = None if run_as is None else TaskUser.for_tasks(run_as)
         self._accounts = accounts
+        self._site_env = site_environment(site_env or {})
+        self._server_account = process_account()  # (home, user) of tasks run as the server's account
         self._tasks_root = self.state_dir / "tasks"
         self._tasks_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         taskuser.make_private(self.state_dir)  # every task's spec, env and log: the server's only
@@ -319,12 +324,10 @@ class LocalBackend:
     def _task_spec(self, task: TaskLaunch, task_dir: Path, account: TaskUser | None) -> dict[str, Any]:
         """Prepare the task's private files and say, in ``spec.json``, how to run it."""
         work = self._make_work_dir(task, account)
-        environ = dict(os.environ)
-        if account is not None:
-            environ.update(account.environment())
-            if account.home in ("", NO_HOME):  # accounts Trainyard creates have no home
-                environ["HOME"] = str(work)
-        env = task_environment(environ, task.env, task.gpus)
+        home, user = self._server_account if account is None else (account.home, account.name)
+        if account is not None and account.home in ("", NO_HOME):  # accounts Trainyard creates have no home
+            home = str(work)
+        env = task_environment({**base_environment(home, user), **self._site_env}, task.env, task.gpus)
         secrets_dir = work.with_name(work.name + ".secrets")
         if skipped := taskuser.write_secret_files(secrets_dir, task.secrets, account):
             log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
