@@ -36,8 +36,9 @@ class Settings(BaseSettings):
     )
     task_work_dir: Path | None = Field(
         default=None,
-        description="Where tasks' working directories go (default: inside $TRAINYARD_HOME's task state, or "
-        "/var/lib/trainyard/work/<cluster id> when tasks run under task accounts)",
+        description="Where tasks' working directories go, in <task_work_dir>/<cluster id> so that servers never "
+        "share one (default: inside $TRAINYARD_HOME's task state, or /var/lib/trainyard/work/<cluster id> when "
+        "tasks run under task accounts)",
     )
     task_accounts: Literal["auto", "per-user", "server"] = Field(
         default="auto",
