@@ -51,8 +51,13 @@ def test_tasks_launch_after_the_installed_package_is_deleted(tmp_path):
         shutil.rmtree({str(site / "trainyard")!r})
         run(2)
     """)
-    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n{server}"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n{server}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["1 0  ran 1", "2 0  ran 2"]
 

@@ -98,8 +98,14 @@ class SupervisorLauncher:
         argv = [self.python, "-I", "-S", str(self.snapshot), CHECK_ARG]
         try:
             done = subprocess.run(
-                argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd="/",
-                env={"PATH": os.defpath}, timeout=CHECK_TIMEOUT_SECONDS, check=False,
+                argv,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                cwd="/",
+                env={"PATH": os.defpath},
+                timeout=CHECK_TIMEOUT_SECONDS,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise LaunchError(f"cannot start task supervisors with {self.python}: {exc}") from exc

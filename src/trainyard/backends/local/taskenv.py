@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-
 # CUDA shows exactly the devices listed in CUDA_VISIBLE_DEVICES, so an empty list shows
 # none. For the NVIDIA container runtime, "none" is the documented "no GPU" value.
 NO_CUDA_DEVICES = ""
