@@ -66,7 +66,7 @@ from trainyard.backends.environment import base_environment, process_account, si
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
-from trainyard.backends.local.launcher import LaunchError, SupervisorLauncher, last_lines, real_interpreter
+from trainyard.backends.local.launcher import SupervisorLauncher, last_lines, real_interpreter
 from trainyard.backends.local.records import (
     Claim,
     exit_status,
@@ -231,7 +231,7 @@ class LocalBackend:
                 if (existing := taskfiles.read_json(spec_path)) is not None:
                     self._check_same_task(task, task_dir, existing)
                 taskfiles.write_json(spec_path, spec)
-            self._spawned[task.key] = self._spawn_supervisor(task_dir)
+            self._spawned[task.key] = self._launcher.spawn(task_dir, task_dir / taskfiles.SUPERVISOR_LOG)
 
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
         with self._lock:
@@ -280,25 +280,6 @@ class LocalBackend:
     def _check_node(self, node: str) -> None:
         if node != self._node.name:
             raise ValueError(f"the local backend has one node, {self._node.name!r}; got {node!r}")
-
-    def _spawn_supervisor(self, task_dir: Path) -> subprocess.Popen[bytes]:
-        # Own session: survives the server (kill -9 included) and its terminal's Ctrl-C.
-        self._launcher.ensure()
-        argv = self._launcher.argv(task_dir)
-        with open(task_dir / taskfiles.SUPERVISOR_LOG, "ab") as supervisor_log:
-            try:
-                return subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=supervisor_log,
-                    stderr=supervisor_log,
-                    cwd="/",
-                    env={"PATH": os.defpath},
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            except OSError as exc:
-                raise LaunchError(f"cannot start the task's supervisor ({argv[0]}): {exc}") from exc
 
     def _reap(self) -> None:
         """Collect exited supervisors (so none stays a zombie); call with the lock held."""

@@ -39,6 +39,7 @@ import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import IO
 
 from trainyard.backends.local import procfs, supervisor, taskfiles
 
@@ -76,6 +77,16 @@ class SupervisorLauncher:
         """The command line of the supervisor of ``task_dir``."""
         return [self.python, "-I", "-S", str(self.snapshot), str(task_dir)]
 
+    def spawn(self, task_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
+        """Start the supervisor of ``task_dir``, its output appended to ``log_path``.
+
+        In its own session: it survives the server (kill -9 included) and its terminal's
+        Ctrl-C. LaunchError when it cannot even be executed.
+        """
+        self.ensure()
+        with open(log_path, "ab") as log:
+            return self._start(self.argv(task_dir), log, detached=True)
+
     def ensure(self) -> None:
         """Write the copy unless it is whole; cheap when it is (one stat per file)."""
         if all((self.snapshot / name).is_file() for name in self._files):
@@ -95,23 +106,32 @@ class SupervisorLauncher:
 
     def check(self) -> None:
         """Run the copy once; LaunchError saying why when it cannot start."""
-        argv = [self.python, "-I", "-S", str(self.snapshot), CHECK_ARG]
+        process = self._start([self.python, "-I", "-S", str(self.snapshot), CHECK_ARG], subprocess.PIPE)
         try:
-            done = subprocess.run(
+            output, _ = process.communicate(timeout=CHECK_TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired as exc:
+            process.kill()
+            process.wait()
+            raise LaunchError(f"cannot start task supervisors with {self.python}: {exc}") from exc
+        if process.returncode != 0:
+            detail = last_lines(output.decode(errors="replace")) or f"exit status {process.returncode}"
+            raise LaunchError(f"cannot start task supervisors with {self.python} from {self.snapshot}: {detail}")
+
+    def _start(self, argv: list[str], output: IO[bytes] | int, *, detached: bool = False) -> subprocess.Popen[bytes]:
+        """The one way a supervisor process starts: nothing inherited but a default PATH."""
+        try:
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
+                stdout=output,
+                stderr=subprocess.STDOUT,
                 cwd="/",
                 env={"PATH": os.defpath},
-                timeout=CHECK_TIMEOUT_SECONDS,
-                check=False,
+                start_new_session=detached,
+                close_fds=True,
             )
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except OSError as exc:
             raise LaunchError(f"cannot start task supervisors with {self.python}: {exc}") from exc
-        if done.returncode != 0:
-            detail = last_lines(done.stdout + done.stderr) or f"exit status {done.returncode}"
-            raise LaunchError(f"cannot start task supervisors with {self.python} from {self.snapshot}: {detail}")
 
 
 def _snapshot_files() -> dict[str, bytes]:
