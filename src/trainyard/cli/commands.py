@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +18,8 @@ from trainyard.client.client import AuthError, Client, LogRead, ServerUnreachabl
 from trainyard.client.config import load_config
 from trainyard.core.states import JobState
 from trainyard.schemas.jobs import DryRunResult
+
+FOLLOW_WAIT_POLL_SECONDS = 1.0  # how often `logs -f` asks whether a waiting job has started
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -97,17 +100,52 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
+    if args.follow and args.limit_bytes is not None:
+        _fail("--limit-bytes caps a printed log; it does not go with --follow (use --tail N to start near the end)")
+        return EXIT_USAGE
     if args.follow:
+        placed = _wait_to_follow(client, args)
+        if placed.task is None:  # the job ended before this attempt ran: nothing to follow
+            _note_on_logs(client, args, placed)
+            return 0
         for chunk in client.follow_logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail):
             out.write(chunk)
             out.flush()
-    else:
-        log = client.read_log(args.id, task=args.task, attempt=args.attempt, tail=args.tail)
-        out.write(log.data)
-        out.flush()
-        _note_on_logs(client, args, log)
+        return 0
+    # Page by page, each written as it comes: a log of any size, never all of it in memory.
+    pages = client.iter_logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail,
+                             limit_bytes=args.limit_bytes)
+    first = last = next(pages)
+    out.write(first.data)
+    for last in pages:
+        out.write(last.data)
     out.flush()
+    if last.end < last.size:  # only --limit-bytes stops short of the log's end
+        _fail(f"output cut at --limit-bytes {args.limit_bytes}: the log has {last.size - last.end} more bytes "
+              f"(to byte {last.size}); leave out --limit-bytes for all of it")
+    _note_on_logs(client, args, first)
     return 0
+
+
+def _wait_to_follow(client: Client, args: argparse.Namespace) -> LogRead:
+    """While the task to follow is not placed yet, say so on stderr with why the job waits (again
+    when that changes), polling; then the server streams its log. Returns the last read (no
+    bytes): ``task`` is None if the job ended without running the attempt."""
+    said = ""
+    while True:
+        placed = client.read_log(args.id, task=args.task, attempt=args.attempt, limit=0)
+        if placed.task is not None:
+            if said:
+                _fail(f"job {args.id} started; following task {placed.task}")
+            return placed
+        job = client.job(args.id)
+        if job.state.is_final:
+            return placed
+        why = render.job_status_text(job) or "not placed yet"
+        if job.state == JobState.WAITING and why != said:
+            _fail(f"job {args.id} is waiting ({why}); its log follows once it starts (Ctrl-C to stop waiting)")
+            said = why
+        time.sleep(FOLLOW_WAIT_POLL_SECONDS)
 
 
 def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> None:

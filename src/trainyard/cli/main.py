@@ -13,6 +13,13 @@ from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
 
 
+def _non_negative(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return int(text)
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
 
@@ -31,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="port to listen on (default 8642)")
     p.add_argument("--local-gpus", type=int, default=None, metavar="N",
                    help="expose N simulated GPU slots instead of the machine's NVIDIA GPUs")
+    p.add_argument("--local-gpu-model", default=None, metavar="MODEL",
+                   help="the model simulated GPU slots are named as (default V100)")
     p.add_argument("--local-cpus", type=float, default=None, metavar="N", help="CPUs to offer (default: all)")
     p.add_argument("--local-memory-mb", type=int, default=None, metavar="MIB", help="memory to offer (default: all)")
     p.add_argument("--task-user", default=None, metavar="USER",
@@ -72,7 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="ROLE/INDEX (default: the first task)")
     p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the task ends")
+    p.add_argument("--limit-bytes", type=_non_negative, metavar="N",
+                   help="print at most N bytes (and say on stderr what was left out); default: the whole log")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing until the task ends (waiting first, if the job has not started)")
 
     p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
     p.add_argument("id", type=int)

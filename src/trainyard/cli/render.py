@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from trainyard.core.states import JobState
 from trainyard.schemas.cluster import NodeView
-from trainyard.schemas.jobs import JobDetail, JobSummary
+from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary
 
 
 def print_json(data: BaseModel | Sequence[BaseModel]) -> None:
@@ -44,14 +44,52 @@ def when(moment: datetime | None) -> str:
 def duration(start: datetime | None, end: datetime | None) -> str:
     if start is None:
         return "-"
-    seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
-    hours, rest = divmod(seconds, 3600)
+    return seconds_text(((end or datetime.now(UTC)) - start).total_seconds())
+
+
+def seconds_text(seconds: float | None) -> str:
+    """``M:SS`` or ``H:MM:SS``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    hours, rest = divmod(int(seconds), 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def num(value: float) -> str:
     return f"{value:g}"
+
+
+def size(count: int) -> str:
+    """A byte count in binary units: ``512 B``, ``4.0 KiB``, ``1.3 GiB``."""
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
+
+
+def job_dir_text(job_dir: JobDirView | None, state: JobState) -> str:
+    """``12.0 MiB in 3 files`` (+ when it goes once the job has ended), else why there is none."""
+    if job_dir is None:
+        return "none (removed after the retention, or never made)" if state.is_final else "none yet"
+    text = ("" if job_dir.complete else "at least ") + f"{size(job_dir.bytes)} in {job_dir.files} files"
+    if job_dir.removeAfter is not None:
+        text += f"  (removed after {when(job_dir.removeAfter)})"
+    return text
+
+
+def job_status_short(job: JobSummary) -> str:
+    """What the ``yard jobs`` table says: a pending reason in a few words with the queue
+    place (``QUOTA vision 0/2 free, needs 2, #1``), else the job's message."""
+    p = job.pending
+    if p is None:
+        return job.message
+    words = p.short or p.message
+    return f"{p.reason} {words}" + (f", #{p.position}" if p.position else "")
 
 
 def job_status_text(job: JobSummary) -> str:
@@ -74,7 +112,7 @@ def _platform_retries(job: JobDetail) -> str:
 def jobs_table(jobs: Sequence[JobSummary]) -> str:
     rows = [
         [j.id, j.name, j.user, j.state, num(j.gpus), j.attempt, when(j.submittedAt),
-         "-" if j.state == JobState.WAITING else duration(j.startedAt, j.finishedAt), job_status_text(j)]
+         seconds_text(j.runtimeSeconds), job_status_short(j)]
         for j in jobs
     ]
     return table(["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"], rows)
@@ -87,10 +125,11 @@ def job_detail(job: JobDetail) -> str:
         f"  state:      {job.state}" + (f"  ({status})" if status else ""),
         f"  user:       {job.user}    vc: {job.vc}    priority: {job.priority}",
         f"  submitted:  {when(job.submittedAt)}    started: {when(job.startedAt)}"
-        f"    finished: {when(job.finishedAt)}",
+        f"    finished: {when(job.finishedAt)}    runtime: {seconds_text(job.runtimeSeconds)}",
         f"  attempt:    {job.attempt}  (retries used {job.retriesUsed} of "
         f"{job.spec.get('jobRetryCount', 0)}{_platform_retries(job)})"
         + (f"    exit code: {job.exitCode}" if job.exitCode is not None else ""),
+        f"  job dir:    {job_dir_text(job.jobDir, job.state)}",
     ]
     for warning in job.warnings:
         lines.append(f"  warning:    {warning}")

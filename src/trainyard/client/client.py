@@ -16,6 +16,8 @@ from trainyard.client.config import ClientConfig, load_config
 from trainyard.schemas.admin import GroupView, UserQuotaView, VcView
 from trainyard.schemas.cluster import NodeView
 from trainyard.schemas.jobs import (
+    LOG_ATTEMPT_HEADER,
+    LOG_MAX_PAGE_BYTES,
     LOG_OFFSET_HEADER,
     LOG_SIZE_HEADER,
     LOG_TASK_HEADER,
@@ -42,6 +44,17 @@ class LogRead:
     offset: int  # where ``data`` starts in the log
     size: int  # the log's size when read
     task: str | None  # ROLE/INDEX of the task shown; None before the task ran
+    attempt: int | None = None  # the attempt shown; None before the task ran
+
+    @property
+    def end(self) -> int:
+        """Where the next page starts."""
+        return self.offset + len(self.data)
+
+
+def _page(left: int | None) -> int | None:
+    """The page to ask for when at most ``left`` bytes are still wanted (None: no cap)."""
+    return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
 
 
 class TrainyardError(Exception):
@@ -154,28 +167,56 @@ class Client:
         return JobDetail.model_validate_json(self._request("POST", f"/jobs/{job_id}/stop").content)
 
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
-                 offset: int | None = None, tail: int | None = None) -> LogRead:
-        """A task's log (default: the first task of the latest attempt), with which task it is."""
-        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail).items()
+                 offset: int | None = None, tail: int | None = None, limit: int | None = None) -> LogRead:
+        """One page of a task's log (default: the first task of the latest attempt; at most
+        ``limit`` bytes, the server's page size if not given), with which task it is; a log
+        of any size: `iter_logs` or `logs`."""
+        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit).items()
                   if v is not None}
         response = self._request("GET", f"/jobs/{job_id}/logs", params=params)
+        shown = response.headers.get(LOG_ATTEMPT_HEADER)
         return LogRead(
             data=response.content,
             offset=int(response.headers.get(LOG_OFFSET_HEADER, 0)),
             size=int(response.headers.get(LOG_SIZE_HEADER, len(response.content))),
             task=response.headers.get(LOG_TASK_HEADER),
+            attempt=None if shown is None else int(shown),
         )
 
+    def iter_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
+                  offset: int | None = None, tail: int | None = None,
+                  limit_bytes: int | None = None) -> Iterator[LogRead]:
+        """A task's whole log as it is now, page after page (each whole lines but for a line
+        longer than a page), without holding it all: from ``offset``, or from where the last
+        ``tail`` lines begin; at most ``limit_bytes`` bytes in all if given (the last page
+        read then ends before ``size`` when the log was cut). The pages' bytes, joined, are the log."""
+        page = self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit=_page(limit_bytes))
+        yield page
+        end = page.size  # what is there now; a running task's log grows on, `follow_logs` follows it
+        left = None if limit_bytes is None else limit_bytes - len(page.data)
+        # The first page says which attempt it showed: the next pages keep to it, even if a new one begins.
+        pinned = page.attempt if page.attempt is not None else attempt
+        while page.data and page.end < end and (left is None or left > 0):
+            page = self.read_log(job_id, task=page.task or task, attempt=pinned, offset=page.end, limit=_page(left))
+            yield page
+            if left is not None:
+                left -= len(page.data)
+
     def logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
-             offset: int | None = None, tail: int | None = None) -> bytes:
-        """The bytes of `read_log`."""
-        return self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail).data
+             offset: int | None = None, tail: int | None = None, limit_bytes: int | None = None) -> bytes:
+        """A task's whole log (or its last ``tail`` lines, or at most ``limit_bytes``), all
+        pages joined; for a huge log, `iter_logs` holds one page at a time."""
+        pages = self.iter_logs(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit_bytes=limit_bytes)
+        return b"".join(page.data for page in pages)
 
     def follow_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                     tail: int | None = None) -> Iterator[bytes]:
+        """A task's log as it is written, until the task ends. Raises `ServerUnreachable` if
+        the server goes away (or shuts down) first, which does not stop the job."""
         params: dict[str, Any] = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items()
                                   if v is not None}
         params["follow"] = "true"
+        lost = f"lost the Trainyard server at {self.url} while following the log of job {job_id}"
         try:
             with self._http.stream("GET", f"/jobs/{job_id}/logs", params=params, timeout=None) as response:
                 if not response.is_success:
@@ -183,7 +224,14 @@ class Client:
                     self._raise_for(response)
                 yield from response.iter_bytes()
         except httpx.TransportError as exc:
-            raise ServerUnreachable(f"lost the Trainyard server at {self.url} ({exc})") from exc
+            raise ServerUnreachable(f"{lost} ({exc})") from exc
+        # A stopping server ends its followers as it would at the task's end: it is the
+        # server's being still there that tells the two apart.
+        try:
+            self._http.get("/healthz")
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"{lost}: it stopped (the job goes on; follow it again once the server is "
+                                    "back)") from exc
 
     def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> JobDetail:
         """Block until the job has ended; returns the job. Raises ``WaitTimeout``."""

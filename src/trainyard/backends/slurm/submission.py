@@ -21,6 +21,7 @@ from pathlib import Path
 
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.environment import ENV_NAME
+from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
 
 WHOLE_GPU_MILLI = 1000
@@ -95,12 +96,14 @@ def components(tasks: Sequence[TaskLaunch], gpu_models: Mapping[str, Sequence[st
     return [Component(node, tuple(group), tuple(gpu_models.get(node, ()))) for node, group in by_node.items()]
 
 
-def write_task_files(task_dir: Path, task: TaskLaunch, base_env: Mapping[str, str]) -> None:
+def write_task_files(task_dir: Path, task: TaskLaunch, base_env: Mapping[str, str], job_dir: Path) -> None:
     """The task's whole env (NUL-separated ``NAME=value``: ``base_env``, then the job's env
     and wiring; the runner adds only Slurm's variables and the GPU pinning), its script,
-    and its working directory."""
+    and its working directory; ``job_dir`` (made already) is its ``$TRAINYARD_JOB_DIR``,
+    whatever the job's env says."""
     (task_dir / "work").mkdir(parents=True, exist_ok=True)
-    env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in {**base_env, **task.env}.items())
+    variables = {**base_env, **task.env, JOB_DIR_VARIABLE: str(job_dir)}
+    env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
     write_private(task_dir / "env", env)
     write_private(task_dir / "script.sh", task.script.encode())
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.core.states import FINAL_JOB_STATES, AttemptState, JobState, TaskState
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
 
 # Ids per ``IN (...)`` list: well below SQLite's and PostgreSQL's bind-parameter limits.
@@ -48,7 +48,7 @@ def page_of_jobs(
 ) -> list[JobRow]:
     """Up to ``limit`` jobs, newest first, older than job ``before``, filtered by owner (id
     or name), states and VC."""
-    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit).options(selectinload(JobRow.attempts))
     if owner_id is not None:
         query = query.where(JobRow.user_id == owner_id)
     if owner_name is not None:
@@ -106,8 +106,8 @@ def waiting_job_facts(session: Session, job_ids: Sequence[int]) -> Iterator[Wait
 
 
 def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> None:
-    """One bulk UPDATE of pending reasons (``job``, ``reason``, ``message``, ``position``,
-    ``eta_at`` per change), only for jobs that still wait: a job placed or stopped meanwhile
+    """One bulk UPDATE of pending reasons (``job``, ``reason``, ``message``, ``short``,
+    ``position``, ``eta_at`` per change), only for jobs that still wait: a job placed or stopped meanwhile
     keeps its cleared fields."""
     if not changes:
         return
@@ -118,6 +118,7 @@ def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> No
         .values(
             pending_reason=bindparam("reason"),
             pending_message=bindparam("message"),
+            pending_short=bindparam("short"),
             pending_position=bindparam("position"),
             pending_eta=bindparam("eta_at"),
         ),
@@ -168,3 +169,15 @@ def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
         .order_by(JobRow.id, TaskRow.role, TaskRow.index)
     )
     return [tuple(row) for row in session.execute(query)]
+
+
+def jobs_ended_by(session: Session, job_ids: Sequence[int], cutoff: datetime) -> list[int]:
+    """Which of ``job_ids`` have ended (a final state) at or before ``cutoff``."""
+    ended: list[int] = []
+    final = [state.value for state in FINAL_JOB_STATES]
+    for chunk in chunks(job_ids):
+        query = select(JobRow.id).where(
+            JobRow.id.in_(chunk), JobRow.state.in_(final), JobRow.finished_at <= cutoff
+        )
+        ended.extend(session.scalars(query))
+    return sorted(ended)
