@@ -343,6 +343,7 @@ def test_a_slurm_task_starts_from_the_clean_documented_environment_not_the_serve
     assert {k: v for k, v in env.items() if not k.startswith("SLURM") and k not in bash_own} == {
         "PATH": STANDARD_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/bash", "LANG": "C.UTF-8",
         "SITE_CACHE": "/scratch/cache", "GREETING": "hi", "TRAINYARD_JOB_ID": "1",
+        "TRAINYARD_JOB_DIR": str(backend.job_dir(1)),
         "CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "none", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
     assert env["SLURM_JOB_ID"] == backend.slurm_job_id(key)
