@@ -4,13 +4,14 @@ site's ``task_env`` from the configuration file, never the server's own variable
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from e2e.server import running_server
+from e2e.server import Server, free_port, running_server
 from trainyard.backends.environment import STANDARD_PATH
 
 pytestmark = pytest.mark.e2e
@@ -48,3 +49,18 @@ def test_a_task_sees_the_documented_environment_and_nothing_of_the_servers(tmp_p
     assert (env["GREETING"], env["SITE_CACHE"]) == ("hello", "the-jobs-own")  # the job's, over the site's
     assert env["TRAINYARD_JOB_ID"] == str(job.id) and env["RANK"] == "0" and env["PAI_JOB_NAME"] == "env-dump"
     assert "SECRET_SERVER_VAR" not in env and not [name for name in env if name.startswith("TRAINYARD_HOME")]
+
+
+def test_yard_up_refuses_a_site_variable_no_task_could_get(tmp_path) -> None:
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task_env": {"NOT A NAME": "x"}}))
+    srv = Server(home=tmp_path, port=free_port(), database_url=None, gpus=0)
+    out = subprocess.run(
+        [sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(srv.port)],
+        env=srv.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1, out.stderr
+    assert "task_env: 'NOT A NAME' is not a valid environment variable name" in out.stderr
+    assert "Traceback" not in out.stderr
