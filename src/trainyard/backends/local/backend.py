@@ -38,8 +38,8 @@ task process drops to the account (``user`` in the spec: groups, gid, uid) after
 its process group and redirecting its output, before exec. The task's environment is
 the clean one of ``backends/environment`` (nothing of the server's); its HOME, USER and
 LOGNAME are the account's (HOME is the work dir for accounts without a home; the job's
-env may still set them). Every directory above ``work_dir_root`` must be searchable by the accounts; the
-constructor checks, and raises ValueError otherwise.
+env may still set them). Every directory above ``work_dir_root`` must be searchable by
+the accounts; the constructor checks, and raises ValueError otherwise.
 """
 
 from __future__ import annotations
