@@ -40,7 +40,7 @@ class AppContext:
     job_dirs: JobDirUsage = field(init=False)
 
     def __post_init__(self) -> None:
-        self.tokens = TokenCache(self.db)
+        self.tokens = TokenCache(self.db, clock=self.clock)
         self.job_dirs = JobDirUsage(self.backend, self.clock, self.job_dir_retention_seconds)
 
     def wake_controller(self) -> None:
@@ -83,6 +83,9 @@ async def current_user(
     user = await run_in_threadpool(ctx.tokens.user_for_token, token.strip())
     if user is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
+    if user.disabled:
+        raise HTTPException(401, f"user {user.name} is disabled; an admin can enable it again "
+                                 f"(`yard user enable {user.name}`)", headers={"WWW-Authenticate": "Bearer"})
     return user
 
 

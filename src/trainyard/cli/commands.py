@@ -185,30 +185,6 @@ def cmd_nodes(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_user(client: Client, args: argparse.Namespace) -> int:
-    if args.action == "create":
-        user = client.create_user(args.name, admin=args.admin)
-        text = f"created user {user.name}" + (" (admin)" if user.admin else "")
-        render.print_json(user) if args.json else print(text)
-        return 0
-    users = client.users()
-    if args.json:
-        render.print_json(users)
-    else:
-        print(render.table(["NAME", "ADMIN", "CREATED"],
-                           [[u.name, "yes" if u.admin else "no", render.when(u.createdAt)] for u in users]))
-    return 0
-
-
-def cmd_token(client: Client, args: argparse.Namespace) -> int:
-    result = client.create_token(user=args.user, name=args.name)
-    if args.json:
-        render.print_json(result)
-    else:
-        print(f"token for {result.user} (shown once; store it safely):\n{result.token}")
-    return 0
-
-
 def cmd_whoami(client: Client, args: argparse.Namespace) -> int:
     me = client.me()
     render.print_json(me) if args.json else print(me.name + (" (admin)" if me.admin else ""))
@@ -223,8 +199,8 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "stop": cmd_stop,
     "wait": cmd_wait,
     "nodes": cmd_nodes,
-    "user": cmd_user,
-    "token": cmd_token,
+    "user": admin_commands.cmd_user,
+    "token": admin_commands.cmd_token,
     "whoami": cmd_whoami,
     "vc": admin_commands.cmd_vc,
     "group": admin_commands.cmd_group,

@@ -8,12 +8,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, overload
+from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter
 
 from trainyard.client.config import ClientConfig, load_config
-from trainyard.schemas.admin import GroupView, UserQuotaView, VcView
+from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.cluster import NodeView
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
@@ -26,7 +27,7 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
-from trainyard.schemas.users import TokenResponse, UserView
+from trainyard.schemas.users import TokenResponse, TokenView, UserView
 
 _NODES = TypeAdapter(list[NodeView])
 _USERS = TypeAdapter(list[UserView])
@@ -34,6 +35,7 @@ _VCS = TypeAdapter(list[VcView])
 _GROUPS = TypeAdapter(list[GroupView])
 _QUOTAS = TypeAdapter(list[UserQuotaView])
 _HEALTH = TypeAdapter(dict[str, str])
+_TOKENS = TypeAdapter(list[TokenView])
 
 
 @dataclass(frozen=True)
@@ -262,6 +264,20 @@ class Client:
     def users(self) -> list[UserView]:
         return _USERS.validate_json(self._request("GET", "/users").content)
 
+    def disable_user(self, name: str, *, stop_jobs: bool = False) -> RemovalResult:
+        """Refuse the user's tokens; their jobs go on (``keptJobs``) unless ``stop_jobs``."""
+        response = self._request("POST", f"/users/{_seg(name)}/disable", params={"stopJobs": _flag(stop_jobs)})
+        return RemovalResult.model_validate_json(response.content)
+
+    def enable_user(self, name: str) -> UserView:
+        return UserView.model_validate_json(self._request("POST", f"/users/{_seg(name)}/enable").content)
+
+    def delete_user(self, name: str, *, force: bool = False) -> RemovalResult:
+        """Delete a user; refused (409) while they have waiting or running jobs, unless
+        ``force``, which stops them (``stoppedJobs``)."""
+        response = self._request("DELETE", f"/users/{_seg(name)}", params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
+
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:
@@ -280,6 +296,17 @@ class Client:
         response = self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee})
         return VcView.model_validate_json(response.content)
 
+    def revoke_grant(self, name: str, grantee: str, *, force: bool = False) -> RemovalResult:
+        """Take back a user's or ``@group``'s grant; refused (409) while it is what lets a
+        waiting or running job use the VC, unless ``force``, which stops those jobs."""
+        response = self._request("DELETE", f"/vcs/{_seg(name)}/grants/{_seg(grantee)}", params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
+
+    def delete_vc(self, name: str, *, force: bool = False) -> RemovalResult:
+        """Delete a VC; refused (409) while jobs wait or run in it, unless ``force``, which stops them."""
+        response = self._request("DELETE", f"/vcs/{_seg(name)}", params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
+
     def groups(self) -> list[GroupView]:
         return _GROUPS.validate_json(self._request("GET", "/groups").content)
 
@@ -289,6 +316,13 @@ class Client:
     def add_member(self, group: str, user: str) -> GroupView:
         response = self._request("POST", f"/groups/{group}/members", json={"user": user})
         return GroupView.model_validate_json(response.content)
+
+    def remove_member(self, group: str, user: str, *, force: bool = False) -> RemovalResult:
+        """Take a user out of a group; refused (409) while the group is what lets one of their
+        waiting or running jobs use its VC, unless ``force``, which stops those jobs."""
+        path = f"/groups/{_seg(group)}/members/{_seg(user)}"
+        response = self._request("DELETE", path, params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
 
     def quotas(self) -> list[UserQuotaView]:
         return _QUOTAS.validate_json(self._request("GET", "/quotas").content)
@@ -304,4 +338,24 @@ class Client:
     def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
         response = self._request("POST", "/tokens", json={"user": user, "name": name})
         return TokenResponse.model_validate_json(response.content)
+
+    def tokens(self, *, user: str | None = None, every_user: bool = False) -> list[TokenView]:
+        """Live tokens (never the secrets): the caller's, ``user``'s or every user's (admins)."""
+        params: dict[str, str] = {"all": _flag(every_user)}
+        if user is not None:
+            params["user"] = user
+        return _TOKENS.validate_json(self._request("GET", "/tokens", params=params).content)
+
+    def revoke_token(self, token_id: int) -> TokenView:
+        """Revoke a token by its id (from `tokens`); the server refuses it from then on."""
+        return TokenView.model_validate_json(self._request("DELETE", f"/tokens/{token_id}").content)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _seg(name: str) -> str:
+    """A name as one URL path segment: a '/' or '?' in it cannot reach another route."""
+    return quote(name, safe="@")
 

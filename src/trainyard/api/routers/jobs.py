@@ -9,7 +9,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.api.bodies import BodyRoute
+from trainyard.api.bodies import MAX_ID, BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import JOB_FILE_BODY, errors
 from trainyard.schemas.jobs import (
@@ -35,7 +35,6 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
 
 MAX_JOB_FILE_BYTES = 1 << 20
 STOP_RETRIES = 3
-MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
 
 User = Annotated[UserRow, Depends(current_user)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]

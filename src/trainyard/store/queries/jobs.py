@@ -69,6 +69,17 @@ def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]
     return set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.user_id == user_id)))
 
 
+def stoppable_jobs(session: Session, *, user_id: int | None = None, vc: str | None = None) -> list[JobRow]:
+    """Waiting and running jobs (not those already stopping) of a user and/or a VC, oldest
+    first: what removing that user or VC would stop."""
+    query = select(JobRow).where(JobRow.state.in_((JobState.WAITING, JobState.RUNNING))).order_by(JobRow.id)
+    if user_id is not None:
+        query = query.where(JobRow.user_id == user_id)
+    if vc is not None:
+        query = query.where(JobRow.vc == vc)
+    return list(session.scalars(query))
+
+
 # -- the controller's ------------------------------------------------------------------------
 
 
