@@ -9,7 +9,7 @@ from api.harness import Api
 
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_USAGE
 from trainyard.cli.main import main
-from trainyard.client.client import Client
+from trainyard.client import Client
 from trainyard.core.priorities import PRIORITY_NAMES
 
 JOB = "name: train-a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n"

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pydantic import BaseModel
 
 from trainyard.cli import render
-from trainyard.client.client import Client
+from trainyard.client import Client
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
 from trainyard.schemas.admin import VcView
 
