@@ -9,11 +9,10 @@ from api.harness import Api
 
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_USAGE
 from trainyard.cli.main import main
-from trainyard.client import Client
 from trainyard.core.priorities import PRIORITY_NAMES
 
+Yard = Callable[..., tuple[int, str, str]]  # the `yard` fixture (conftest.py)
 JOB = "name: train-a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n"
-Yard = Callable[..., tuple[int, str, str]]
 
 
 def submitted(api: Api) -> int:
@@ -21,24 +20,6 @@ def submitted(api: Api) -> int:
     response = api.user.post("/api/v1/jobs", content=JOB, headers={"content-type": "application/yaml"})
     assert response.status_code == 201, response.text
     return int(response.json()["id"])
-
-
-@pytest.fixture
-def yard(api: Api, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Yard:
-    """Run ``yard ARGS`` as the user whose token is given (alice by default)."""
-
-    def run(*args: str, token: str | None = None) -> tuple[int, str, str]:
-        token = api.user_token if token is None else token
-        sdk = api.sdk(token)
-        monkeypatch.setenv("TRAINYARD_URL", "http://testserver")  # never the developer's client.json
-        monkeypatch.setenv("TRAINYARD_TOKEN", token)
-        monkeypatch.setattr(Client, "from_config", classmethod(lambda cls, config=None: sdk))
-        capsys.readouterr()
-        code = main(list(args))
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 def test_yard_jobs_says_so_when_there_are_none(yard: Yard) -> None:
