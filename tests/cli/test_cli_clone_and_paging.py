@@ -21,8 +21,9 @@ JOB = "name: tr\nsecrets: {key: hunter2}\ntaskRoles:\n  m:\n    commands: ['logi
 
 
 def submit(api: Api, token: str, name: str = "tr") -> int:
-    response = api.client(token).post("/api/v1/jobs", content=JOB.replace("name: tr", f"name: {name}"),
-                                      headers={"content-type": "application/yaml"})
+    response = api.client(token).post(
+        "/api/v1/jobs", content=JOB.replace("name: tr", f"name: {name}"), headers={"content-type": "application/yaml"}
+    )
     assert response.status_code == 201, response.text
     return int(response.json()["id"])
 
@@ -106,8 +107,10 @@ def test_an_emptied_file_or_a_failed_editor_submits_nothing(
     original = submit(api, api.user_token)
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.setenv("EDITOR", editor(tmp_path, "path.write_text('')"))
-    assert yard("clone", str(original), "--edit")[::2] == (EXIT_ERROR, "yard: the job file was left empty: "
-                                                                       "nothing submitted\n")
+    assert yard("clone", str(original), "--edit")[::2] == (
+        EXIT_ERROR,
+        "yard: the job file was left empty: nothing submitted\n",
+    )
     monkeypatch.setenv("EDITOR", editor(tmp_path, "sys.exit(3)"))
     code, _, err = yard("clone", str(original), "--edit")
     assert code == EXIT_ERROR and "exited with status 3: nothing submitted" in err

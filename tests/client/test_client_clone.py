@@ -14,8 +14,10 @@ from trainyard.client import TrainyardError
 from trainyard.spec.templating import MASK
 from trainyard.store.rows import JobRow
 
-JOB = ("name: train\nsecrets: {key: hunter2, db: {password: pw-77}}\n"
-       "taskRoles:\n  m:\n    commands: ['login <% $secrets.key %>', 'echo hunter2 in a command']\n")
+JOB = (
+    "name: train\nsecrets: {key: hunter2, db: {password: pw-77}}\n"
+    "taskRoles:\n  m:\n    commands: ['login <% $secrets.key %>', 'echo hunter2 in a command']\n"
+)
 
 
 def stored_spec(api: Api, job_id: int) -> dict[str, Any]:
@@ -56,8 +58,7 @@ def test_the_job_as_shown_edited_and_cloned_keeps_the_masked_secrets_and_the_edi
         clone = alice.clone(original.id, job=edited)
         spec = stored_spec(api, clone.id)
         assert spec["secrets"] == {"key": "hunter2", "db": {"password": "pw-new"}}
-        assert spec["taskRoles"]["m"]["commands"] == ["login <% $secrets.key %> --verbose",
-                                                      "echo hunter2 in a command"]
+        assert spec["taskRoles"]["m"]["commands"] == ["login <% $secrets.key %> --verbose", "echo hunter2 in a command"]
 
 
 def test_submitting_the_job_as_shown_is_refused_at_each_masked_secret_with_a_pointer_to_clone(api: Api) -> None:
@@ -113,5 +114,7 @@ def test_clone_over_plain_http_takes_a_yaml_body_or_none(api: Api) -> None:
     cloned = api.user.post(f"/api/v1/jobs/{job_id}/clone", content=body, headers={"content-type": "application/yaml"})
     assert cloned.status_code == 201 and cloned.json()["name"] == "from-yaml"
     assert stored_spec(api, cloned.json()["id"])["secrets"]["key"] == "hunter2"
-    broken = api.user.post(f"/api/v1/jobs/{job_id}/clone", content="name: [", headers={"content-type": "application/yaml"})
+    broken = api.user.post(
+        f"/api/v1/jobs/{job_id}/clone", content="name: [", headers={"content-type": "application/yaml"}
+    )
     assert broken.status_code == 422 and broken.json()["errors"][0]["path"].startswith("<line")

@@ -87,8 +87,11 @@ def test_client_with_no_arguments_reads_the_clis_configuration(tmp_path: Path, m
 
 
 def test_every_public_method_has_a_docstring() -> None:
-    undocumented = [name for name, member in inspect.getmembers(Client, inspect.isfunction)
-                    if not name.startswith("_") and not inspect.getdoc(member)]
+    undocumented = [
+        name
+        for name, member in inspect.getmembers(Client, inspect.isfunction)
+        if not name.startswith("_") and not inspect.getdoc(member)
+    ]
     assert undocumented == []
 
 
@@ -102,7 +105,10 @@ def silent_server() -> Iterator[str]:
 
 
 def test_a_server_that_never_answers_is_server_unreachable_saying_so(silent_server: str) -> None:
-    with Client(silent_server, None, timeout=0.2) as sdk, pytest.raises(ServerUnreachable, match="did not answer in time"):
+    with (
+        Client(silent_server, None, timeout=0.2) as sdk,
+        pytest.raises(ServerUnreachable, match="did not answer in time"),
+    ):
         sdk.jobs()
 
 

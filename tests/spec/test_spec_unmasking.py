@@ -11,11 +11,13 @@ from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import validate_job
 from trainyard.spec.templating import MASK, masked_secret_paths, masked_spec, normalized_spec, unmasked
 
-ORIGINAL = validate_job({
-    "name": "train",
-    "secrets": {"wandb": "wb-key-123", "db": {"password": "hunter2", "port": 5432}},
-    "taskRoles": {"main": {"commands": ["login wb-key-123 && train", "echo <% $secrets.db.password %>"]}},
-})
+ORIGINAL = validate_job(
+    {
+        "name": "train",
+        "secrets": {"wandb": "wb-key-123", "db": {"password": "hunter2", "port": 5432}},
+        "taskRoles": {"main": {"commands": ["login wb-key-123 && train", "echo <% $secrets.db.password %>"]}},
+    }
+)
 
 
 def test_the_job_as_shown_comes_back_whole_with_its_secrets() -> None:

@@ -222,7 +222,7 @@ def _edit_shown_job(client: Client, job_id: int) -> Path | None:
 
 def cmd_wait(client: Client, args: argparse.Namespace) -> int:
     def retrying(error: TrainyardError, pause: float) -> None:
-        _fail(f"{error.message}; asking again in {pause:.2g} s (--retry-for {retry_for:g})")
+        _fail(f"{error.message} (asking again in {pause:.2g} s, for up to --retry-for {retry_for:g} s)")
 
     retry_for = DEFAULT_RETRY_FOR if args.retry_for is None else args.retry_for
     job = client.wait(args.id, timeout=args.timeout, retry_for=retry_for, on_retry=retrying)
