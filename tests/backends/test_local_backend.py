@@ -153,7 +153,7 @@ def test_inventory_reports_one_node_with_simulated_gpus_marked(tmp_path: Path):
     [node] = backend.inventory()
     assert (node.name, node.address) == (socket.gethostname(), "127.0.0.1")
     assert (node.cpu_milli, node.memory_mb) == (8000, 4096)
-    assert [(g.index, g.model, g.simulated) for g in node.gpus] == [(0, "simulated", True), (1, "simulated", True)]
+    assert [(g.index, g.model, g.simulated) for g in node.gpus] == [(0, "V100", True), (1, "V100", True)]
     assert backend.name == "local"
 
 

@@ -23,8 +23,9 @@ def test_discovery_reports_the_nvidia_gpus_or_none_without_a_driver():
 def test_simulated_gpus_are_marked_and_numbered():
     slots = gpus.simulated_gpus(3)
     assert [gpu.index for gpu in slots] == [0, 1, 2]
-    assert all(gpu.simulated and gpu.model == "simulated" and gpu.uuid is None for gpu in slots)
+    assert all(gpu.simulated and gpu.model == "V100" and gpu.uuid is None for gpu in slots)
     assert all(gpu.memory_mb == gpus.SIMULATED_GPU_MEMORY_MB for gpu in slots)
+    assert {gpu.model for gpu in gpus.simulated_gpus(2, "A100")} == {"A100"}  # yard up --local-gpu-model A100
     assert gpus.simulated_gpus(0) == []
     with pytest.raises(ValueError):
         gpus.simulated_gpus(-1)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from trainyard.cli.main import main
-from trainyard.schemas.jobs import JobSummary
+from trainyard.schemas.jobs import JobDetail, JobSummary
 
 
 @pytest.mark.parametrize(("name", "why"), [("missing.yaml", "No such file or directory"),
@@ -19,16 +19,26 @@ def test_submit_says_why_it_cannot_read_the_job_file(tmp_path: Path, monkeypatch
     assert capsys.readouterr().err == f"yard: cannot read job file {name!r}: {why}\n"
 
 
-def test_a_requeued_job_shows_no_runtime_while_it_waits() -> None:
-    from trainyard.cli.render import jobs_table
+def test_the_jobs_table_shows_run_time_summed_over_attempts_and_a_short_pending_reason() -> None:
+    from trainyard.cli.render import job_detail, jobs_table
 
     job = JobSummary.model_validate(
-        {"id": 7, "name": "j", "user": "alice", "vc": "default", "priority": "normal", "state": "WAITING",
-         "gpus": 1, "attempt": 1, "submittedAt": "2026-11-21T10:00:00Z", "startedAt": "2026-11-21T10:00:05Z",
-         "finishedAt": None, "exitCode": None, "pending": None, "message": ""})
+        {"id": 7, "name": "j", "user": "alice", "vc": "vision", "priority": "normal", "state": "WAITING",
+         "gpus": 2, "attempt": 1, "submittedAt": "2026-11-21T10:00:00Z", "startedAt": "2026-11-21T10:00:05Z",
+         "finishedAt": None, "exitCode": None, "message": "", "runtimeSeconds": 95,
+         "pending": {"reason": "QUOTA", "position": 1, "short": "vision 0/2 free, needs 2",
+                     "message": "VC vision: needs 2 V100, 0 of 2 free; first in line: its reservation "
+                                "starts when running jobs reach their declared ends"}})
+    row = jobs_table([job]).splitlines()[1]
     runtime = 8  # the submit time is two words
-    assert jobs_table([job]).splitlines()[1].split()[runtime] == "-"
-    assert jobs_table([job.model_copy(update={"state": "RUNNING"})]).splitlines()[1].split()[runtime] != "-"
+    assert row.split()[runtime] == "1:35"  # the run time of attempt 0, not the time since it first started
+    assert row.endswith("QUOTA vision 0/2 free, needs 2, #1") and len(row) < 120
+    never_ran = job.model_copy(update={"runtimeSeconds": None, "attempt": 0})
+    assert jobs_table([never_ran]).splitlines()[1].split()[runtime] == "-"
+    detail = job_detail(JobDetail.model_validate({
+        **job.model_dump(mode="json"), "retriesUsed": 0, "gracePeriodSeconds": 30, "spec": {}, "attempts": [],
+        "events": []}))
+    assert "runtime: 1:35" in detail and "first in line: its reservation starts" in detail
 
 
 def test_up_refuses_a_bad_setting_before_writing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -36,4 +46,6 @@ def test_up_refuses_a_bad_setting_before_writing_anything(tmp_path: Path, monkey
     monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))
     assert main(["up", "--local-gpus", "-2"]) == 2
     assert "invalid setting local_gpus (--local-gpus / TRAINYARD_LOCAL_GPUS)" in capsys.readouterr().err
+    assert main(["up", "--local-gpus", "2", "--local-gpu-model", "A100; rm -rf /"]) == 2
+    assert "invalid setting local_gpu_model (--local-gpu-model / TRAINYARD_LOCAL_GPU_MODEL)" in capsys.readouterr().err
     assert not (tmp_path / "home").exists()

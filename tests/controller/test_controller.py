@@ -413,7 +413,7 @@ taskRoles:
         assert "task-lost" in kinds and "retried" not in kinds
         (retry,) = [e.message for e in events if e.kind == "platform-retried"]
         assert "without spending jobRetryCount" in retry and "platform retry 1 of" in retry
-        shown = render_job(job_view(row, events, [], spec=controller.spec_of(row)))
+        shown = render_job(job_view(row, events, [], spec=controller.spec_of(row), now=SystemClock().now()))
     assert "Attempt 0: LOST" in shown and "m/0   LOST" in shown
     assert "retries used 0 of 0; platform retries 1 of 3" in shown
 

@@ -25,6 +25,7 @@ class Job:
     grace_seconds: float = 30.0
     pending_reason: str | None = None
     pending_message: str | None = None
+    pending_short: str | None = None
     pending_position: int | None = None
     pending_eta: datetime | None = None
     state_message: str = ""
@@ -104,6 +105,27 @@ def test_a_preempted_attempt_is_requeued_as_a_new_attempt_without_spending_a_ret
     event = transitions.requeue_preempted(job, attempt, T0)
     assert (job.state, job.attempt, job.retries_used) == ("WAITING", 1, 0)
     assert event.kind == EventKind.REQUEUED and "waiting as attempt 1" in event.message
+
+
+def test_a_job_stopped_while_waiting_again_after_a_preemption_says_so_and_counts_only_its_run_time() -> None:
+    """Issue 13: it read "stopped ... before it started", and its runtime counted queue time."""
+    from trainyard.core.lifecycle import run_seconds
+
+    job, attempt = placed()
+    attempt.started_at, job.started_at = T0 + timedelta(seconds=10), T0 + timedelta(seconds=10)
+    transitions.preempt(job, attempt, "preempted for job 9", T0 + timedelta(seconds=60))
+    attempt.finished_at = T0 + timedelta(seconds=70)
+    transitions.requeue_preempted(job, attempt, T0 + timedelta(seconds=70))
+    transitions.request_stop(job, None, "bob", T0 + timedelta(seconds=500))
+    assert job.state == JobState.STOPPED
+    assert job.state_message == "stopped by bob while waiting to run attempt 1 (requeued: preempted for job 9)"
+    spans = [(attempt.started_at, attempt.finished_at)]
+    assert run_seconds(spans, T0 + timedelta(seconds=500)) == 60  # not 490 from first start to stop
+    assert run_seconds([*spans, (T0 + timedelta(seconds=600), None)], T0 + timedelta(seconds=630)) == 90
+    assert run_seconds([(None, None)], T0) is None  # never ran: no runtime, not zero
+    never = waiting()
+    transitions.request_stop(never, None, "bob", T0)
+    assert never.state_message == "stopped by bob before it started"
 
 
 def test_a_failed_attempt_retried_spends_one_retry_and_keeps_its_exit_code() -> None:

@@ -28,7 +28,7 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     assert "default" in vcs
     listed = server.yard("vc", "list").stdout
     assert "vision" in listed
-    assert vcs["default"]["quota"] == {"simulated": 2}  # the server's 4 GPUs less vision's 2
+    assert vcs["default"]["quota"] == {"V100": 2}  # the server's 4 GPUs less vision's 2
     assert "the rest: 2 × simulated" in listed
 
     in_vision = "name: v\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  m:\n    commands: ['true']\n"

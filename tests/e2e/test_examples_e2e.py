@@ -31,4 +31,5 @@ def test_the_examples_run_as_documented(server: Server) -> None:
     tf = client.wait(client.submit((EXAMPLES / "openpai-v2-tensorflow.yaml").read_text()).id, timeout=30)
     assert tf.state == "SUCCEEDED"
     assert any("not used by the local backend" in w for w in tf.warnings)
+    assert any("runtimeplugin[0] (ssh): kept, but ignored" in w for w in tf.warnings)
     assert "not-a-real-key" not in str(tf.spec)

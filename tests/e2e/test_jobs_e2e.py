@@ -241,7 +241,7 @@ def test_health_openapi_and_nodes_answer(server: Server) -> None:
     assert httpx.get(server.url + "/docs").status_code == 200
     nodes = json.loads(server.yard("nodes", "--json").stdout)
     assert len(nodes) == 1 and nodes[0]["simulated"] and len(nodes[0]["gpus"]) == 4
-    assert all(g["simulated"] for g in nodes[0]["gpus"])
+    assert all(g["simulated"] and g["model"] == "V100" for g in nodes[0]["gpus"])  # named as a model, marked apart
     assert "(simulated)" in server.yard("nodes").stdout
 
 

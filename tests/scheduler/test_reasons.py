@@ -20,6 +20,7 @@ def test_a_job_that_fits_nowhere_is_told_the_most_there_is_on_one_node() -> None
         "no node has 8 free A100 together for w; the most on one node is 5",
         1,
     )
+    assert decisions.waits[0].short == "5/8 A100 on one node"
 
 
 def test_a_job_that_fits_nowhere_is_told_when_nodes_are_cordoned() -> None:
@@ -35,6 +36,7 @@ def test_a_job_that_would_have_fitted_but_for_the_jobs_ahead_of_it_is_behind() -
     reason, message, position = waits(decisions)[3]
     assert (reason, position) == (PendingReason.BEHIND, 2)
     assert message == "2nd in VC default; the jobs ahead of it took what was free (needs 2 GPU in total, 0 free)"
+    assert next(w.short for w in decisions.waits if w.job_id == 3) == "ahead took 0/2 GPU free"
 
 
 def test_positions_count_within_each_vc() -> None:
@@ -56,6 +58,7 @@ def test_a_job_over_quota_is_told_when_its_vcs_running_jobs_should_have_freed_en
     first, second = decisions.waits
     assert (first.job_id, first.reason, first.eta) == (1, PendingReason.QUOTA, 200.0)
     assert first.message.startswith("VC vision: needs 4 A100, 2 of 16 free")
+    assert first.short == "vision 2/16 free, needs 4, reserved"  # what the `yard jobs` table shows
     assert (second.job_id, second.reason, second.eta) == (2, PendingReason.QUOTA, 500.0)
 
 

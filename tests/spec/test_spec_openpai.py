@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from trainyard.spec.loading import container_fields, parse_job
+from trainyard.spec.loading import container_fields, ignored_extras, parse_job
 from trainyard.spec.models import JobSpec, Priority
 from trainyard.spec.templating import normalized_spec, render_role
 
@@ -118,6 +118,17 @@ def test_container_only_fields_are_listed_for_process_backends(openpai_text: str
         "taskRoles.ps_server.dockerImage",
         "taskRoles.ps_server.extraContainerOptions",
     ]
+
+
+def test_openpai_runtime_plugins_are_named_as_ignored(openpai_text: str) -> None:
+    """Issue 13: `ssh` and `teamwise_storage` plugins were silently ignored."""
+    assert ignored_extras(parse_job(openpai_text)) == [
+        "extras.com.microsoft.pai.runtimeplugin[0] (ssh): kept, but ignored: Trainyard runs no OpenPAI runtime plugins",
+        "extras.com.microsoft.pai.runtimeplugin[1] (teamwise_storage): kept, but ignored: Trainyard runs no "
+        "OpenPAI runtime plugins",
+    ]
+    assert ignored_extras(parse_job("name: x\nextras: {hivedScheduler: {}}\ntaskRoles: {m: {commands: [run]}}")) == []
+    assert ignored_extras(parse_job("name: x\nextras: [1]\ntaskRoles: {m: {commands: [run]}}")) == []
 
 
 def test_a_job_without_container_fields_lists_none() -> None:

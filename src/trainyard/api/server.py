@@ -132,7 +132,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
     return LocalBackend(
         settings.home / "local" / cluster,
         # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
-        gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus),
+        gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus, settings.local_gpu_model),
         cpu_milli=round(settings.local_cpus * 1000) if settings.local_cpus else None,
         memory_mb=settings.local_memory_mb,
         run_as=isolation.run_as,

@@ -33,6 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="port to listen on (default 8642)")
     p.add_argument("--local-gpus", type=int, default=None, metavar="N",
                    help="expose N simulated GPU slots instead of the machine's NVIDIA GPUs")
+    p.add_argument("--local-gpu-model", default=None, metavar="MODEL",
+                   help="the model simulated GPU slots are named as (default V100)")
     p.add_argument("--local-cpus", type=float, default=None, metavar="N", help="CPUs to offer (default: all)")
     p.add_argument("--local-memory-mb", type=int, default=None, metavar="MIB", help="memory to offer (default: all)")
     p.add_argument("--task-user", default=None, metavar="USER",

@@ -14,7 +14,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from trainyard.core.states import JobState
 from trainyard.schemas.cluster import NodeView
 from trainyard.schemas.jobs import JobDetail, JobSummary
 
@@ -44,14 +43,30 @@ def when(moment: datetime | None) -> str:
 def duration(start: datetime | None, end: datetime | None) -> str:
     if start is None:
         return "-"
-    seconds = int(((end or datetime.now(UTC)) - start).total_seconds())
-    hours, rest = divmod(seconds, 3600)
+    return seconds_text(((end or datetime.now(UTC)) - start).total_seconds())
+
+
+def seconds_text(seconds: float | None) -> str:
+    """``M:SS`` or ``H:MM:SS``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    hours, rest = divmod(int(seconds), 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def num(value: float) -> str:
     return f"{value:g}"
+
+
+def job_status_short(job: JobSummary) -> str:
+    """What the ``yard jobs`` table says: a pending reason in a few words with the queue
+    place (``QUOTA vision 0/2 free, needs 2, #1``), else the job's message."""
+    p = job.pending
+    if p is None:
+        return job.message
+    words = p.short or p.message
+    return f"{p.reason} {words}" + (f", #{p.position}" if p.position else "")
 
 
 def job_status_text(job: JobSummary) -> str:
@@ -74,7 +89,7 @@ def _platform_retries(job: JobDetail) -> str:
 def jobs_table(jobs: Sequence[JobSummary]) -> str:
     rows = [
         [j.id, j.name, j.user, j.state, num(j.gpus), j.attempt, when(j.submittedAt),
-         "-" if j.state == JobState.WAITING else duration(j.startedAt, j.finishedAt), job_status_text(j)]
+         seconds_text(j.runtimeSeconds), job_status_short(j)]
         for j in jobs
     ]
     return table(["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"], rows)
@@ -87,7 +102,7 @@ def job_detail(job: JobDetail) -> str:
         f"  state:      {job.state}" + (f"  ({status})" if status else ""),
         f"  user:       {job.user}    vc: {job.vc}    priority: {job.priority}",
         f"  submitted:  {when(job.submittedAt)}    started: {when(job.startedAt)}"
-        f"    finished: {when(job.finishedAt)}",
+        f"    finished: {when(job.finishedAt)}    runtime: {seconds_text(job.runtimeSeconds)}",
         f"  attempt:    {job.attempt}  (retries used {job.retriesUsed} of "
         f"{job.spec.get('jobRetryCount', 0)}{_platform_retries(job)})"
         + (f"    exit code: {job.exitCode}" if job.exitCode is not None else ""),

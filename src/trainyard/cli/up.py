@@ -18,6 +18,7 @@ def run_up(args: argparse.Namespace) -> int:
         "host": args.host,
         "port": args.port,
         "local_gpus": args.local_gpus,
+        "local_gpu_model": args.local_gpu_model,
         "local_cpus": args.local_cpus,
         "local_memory_mb": args.local_memory_mb,
         "task_user": args.task_user,

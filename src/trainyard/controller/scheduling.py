@@ -109,7 +109,8 @@ def apply_decisions(
         started.append(job.id)
     # One row of bind parameters per waiting job whose reason changed.
     changed: list[dict[str, Any]] = [
-        {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position, "eta": w.eta}
+        {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position, "eta": w.eta,
+         "short": w.short}
         for w in decisions.waits
         if before.get(w.job_id) != (str(w.reason), w.message, w.position, w.eta)
     ]

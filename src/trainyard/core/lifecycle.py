@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from trainyard.core.exitcodes import ExitKind, classify_exit
@@ -128,3 +129,16 @@ def job_should_retry(exit_code: int | None, retries_used: int, job_retry_count: 
     if classify_exit(exit_code).kind == ExitKind.PERMANENT:
         return False
     return retries_used < job_retry_count
+
+
+def run_seconds(spans: Iterable[tuple[datetime | None, datetime | None]], now: datetime) -> float | None:
+    """How long a job ran: the (start, end) spans of its attempts summed, an attempt still
+    running counting up to ``now``; None for a job that never started. Time spent waiting
+    (before the first attempt, between a preemption and the next start) is not run time."""
+    total, started = 0.0, False
+    for start, end in spans:
+        if start is None:
+            continue
+        started = True
+        total += max(0.0, ((end or now) - start).total_seconds())
+    return total if started else None

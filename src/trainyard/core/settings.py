@@ -27,6 +27,13 @@ class Settings(BaseSettings):
     local_gpus: int | None = Field(
         default=None, ge=0, description="Expose N simulated GPU slots instead of real NVIDIA GPUs"
     )
+    local_gpu_model: str = Field(
+        default="V100",
+        min_length=1,
+        max_length=64,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="The GPU model simulated slots are named as (their being simulated is shown apart)",
+    )
     local_cpus: float | None = Field(default=None, gt=0, description="CPUs offered (default: all)")
     local_memory_mb: int | None = Field(default=None, gt=0, description="Memory offered (default: all)")
     task_user: str | None = Field(

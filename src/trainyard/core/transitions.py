@@ -79,6 +79,7 @@ class JobRecord(Protocol):
     grace_seconds: float
     pending_reason: str | None
     pending_message: str | None
+    pending_short: str | None
     pending_position: int | None
     pending_eta: datetime | None
     state_message: str
@@ -122,7 +123,7 @@ def _move_task(task: TaskRecord, new: TaskState) -> None:
 
 def _clear_pending(job: JobRecord) -> None:
     """A job that no longer waits has no reason to wait."""
-    job.pending_reason = job.pending_message = None
+    job.pending_reason = job.pending_message = job.pending_short = None
     job.pending_position = job.pending_eta = None
 
 
@@ -170,7 +171,11 @@ def request_stop(job: JobRecord, current: AttemptRecord | None, by: str, now: da
         _move_job(job, JobState.STOPPED)
         job.finished_at = now
         _clear_pending(job)
-        job.state_message = f"stopped by {by} before it started"
+        if job.started_at is None:
+            job.state_message = f"stopped by {by} before it started"
+        else:  # it ran, then was requeued (preempted, retried, lost) and waited again
+            why = f" ({job.state_message})" if job.state_message else ""
+            job.state_message = f"stopped by {by} while waiting to run attempt {job.attempt}{why}"
     else:
         _move_job(job, JobState.STOPPING)
         job.state_message = f"stopping on request of {by}"

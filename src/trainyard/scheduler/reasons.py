@@ -31,6 +31,14 @@ from trainyard.scheduler.snapshot import (
 
 
 @dataclass(frozen=True)
+class Worded:
+    """A reason in a sentence (``yard job``) and in a few words (the ``yard jobs`` table)."""
+
+    message: str
+    short: str
+
+
+@dataclass(frozen=True)
 class Room:
     """Free capacity of one kind of GPU (models, minimum memory) on schedulable nodes."""
 
@@ -63,29 +71,39 @@ class Rooms:
             room = self._rooms[key] = Room(total, most, self.most_cpu, self.most_memory)
         return room
 
-    def shortfall(self, job: PendingJob) -> str | None:
+    def shortfall(self, job: PendingJob) -> Worded | None:
         """Why the gang cannot fit by these numbers, naming the nodes that take no new work;
         None if the numbers alone allow it."""
         why = self._shortfall(job)
-        return None if why is None else why + self.aside
+        return None if why is None else Worded(why.message + self.aside, why.short)
 
-    def _shortfall(self, job: PendingJob) -> str | None:
+    def _shortfall(self, job: PendingJob) -> Worded | None:
         biggest = max(job.tasks, key=lambda t: (t.gpu_milli, t.cpu_milli, t.memory_mb))
         total = gpu_need(job)
         room = self.of(biggest)
         kind = _models(biggest.gpu_models) or "GPU"
         if total > room.gpu_total:
-            return f"needs {_gpus(total)} {kind} in total, {_gpus(room.gpu_total)} free"
+            return Worded(
+                f"needs {_gpus(total)} {kind} in total, {_gpus(room.gpu_total)} free",
+                f"{_gpus(room.gpu_total)}/{_gpus(total)} {kind} free",
+            )
         if biggest.gpu_milli >= MILLI and room.most_whole * MILLI < biggest.gpu_milli:
-            return (
+            return Worded(
                 f"no node has {_gpus(biggest.gpu_milli)} free {kind} together for {biggest.role}; "
-                f"the most on one node is {room.most_whole}"
+                f"the most on one node is {room.most_whole}",
+                f"{room.most_whole}/{_gpus(biggest.gpu_milli)} {kind} on one node",
             )
         if biggest.cpu_milli > room.most_cpu:
             most = _gpus(room.most_cpu)
-            return f"no node has {_gpus(biggest.cpu_milli)} free CPU for {biggest.role}; the most is {most}"
+            return Worded(
+                f"no node has {_gpus(biggest.cpu_milli)} free CPU for {biggest.role}; the most is {most}",
+                f"{most}/{_gpus(biggest.cpu_milli)} CPU on one node",
+            )
         if biggest.memory_mb > room.most_memory:
-            return f"no node has {biggest.memory_mb} MiB free for {biggest.role}; the most is {room.most_memory} MiB"
+            return Worded(
+                f"no node has {biggest.memory_mb} MiB free for {biggest.role}; the most is {room.most_memory} MiB",
+                f"{room.most_memory}/{biggest.memory_mb} MiB on one node",
+            )
         return None
 
 
@@ -105,66 +123,82 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
             continue
         positions[job.vc] += 1
         position = positions[job.vc]
-        reason, message, eta = _worded(cycle, job, wait, position, before, after, quota_etas)
-        waits.append(KeepWaiting(job.job_id, reason, message, position, eta))
+        reason, worded, eta = _worded(cycle, job, wait, position, before, after, quota_etas)
+        waits.append(KeepWaiting(job.job_id, reason, worded.message, position, eta, worded.short))
     return tuple(waits)
 
 
 def _worded(
     cycle: Cycle, job: PendingJob, wait: Wait, position: int, before: Rooms, after: Rooms, quota_etas: QuotaEtas
-) -> tuple[PendingReason, str, float | None]:
+) -> tuple[PendingReason, Worded, float | None]:
     now = cycle.snapshot.now
     reason = wait.reason
     if reason == PendingReason.PREEMPTING:
         victims = ", ".join(str(v) for v in wait.victims)
-        return reason, f"waiting for job(s) {victims} to stop; they are being preempted for it", wait.eta
+        return reason, Worded(
+            f"waiting for job(s) {victims} to stop; they are being preempted for it", f"job(s) {victims} stopping"
+        ), wait.eta
     if reason == PendingReason.RESERVED:
         assert wait.reservation is not None
         head = wait.reservation.job.job_id
         if cycle.waits.get(head, wait).reason == PendingReason.PREEMPTING:
-            return reason, f"would take what is held for job {head}, first in line, which is preempting for room", None
-        return reason, f"would delay the reservation of job {head}, first in line", None
+            return reason, Worded(
+                f"would take what is held for job {head}, first in line, which is preempting for room",
+                f"held for job {head}",
+            ), None
+        return reason, Worded(
+            f"would delay the reservation of job {head}, first in line", f"held for job {head}"
+        ), None
     if reason == PendingReason.BEHIND:  # set only when preemption planning stopped short of it
-        return reason, (
+        return reason, Worded(
             f"{_ordinal(position)} in VC {job.vc}; work is being preempted for the jobs ahead of it first, "
-            "and its own turn comes in a following cycle"
+            "and its own turn comes in a following cycle",
+            "jobs ahead preempting",
         ), None
     if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA):
         assert wait.refusal is not None
-        message = _refused(job, wait.refusal)
+        worded = _refused(job, wait.refusal)
         eta = quota_etas.eta(job, wait.refusal) if wait.refusal.kind == "vc" else None
-        return _with_reservation(reason, message, wait, now, eta)
+        return _with_reservation(reason, worded, wait, now, eta)
     shortfall = after.shortfall(job)
     if shortfall is None:
-        shortfall = f"the {len(job.tasks)} task(s) do not fit the free GPUs, CPUs and memory together"
+        shortfall = Worded(
+            f"the {len(job.tasks)} task(s) do not fit the free GPUs, CPUs and memory together", "no node set fits"
+        )
     elif wait.reservation is None and before.shortfall(job) is None:
         return (
             PendingReason.BEHIND,
-            f"{_ordinal(position)} in VC {job.vc}; the jobs ahead of it took what was free ({shortfall})",
+            Worded(
+                f"{_ordinal(position)} in VC {job.vc}; the jobs ahead of it took what was free ({shortfall.message})",
+                f"ahead took {shortfall.short}",
+            ),
             None,
         )
     return _with_reservation(PendingReason.NO_FIT, shortfall, wait, now, None)
 
 
 def _with_reservation(
-    reason: PendingReason, message: str, wait: Wait, now: float, eta: float | None
-) -> tuple[PendingReason, str, float | None]:
+    reason: PendingReason, worded: Worded, wait: Wait, now: float, eta: float | None
+) -> tuple[PendingReason, Worded, float | None]:
     if wait.reservation is None:
-        return reason, message, eta
+        return reason, worded, eta
     start = wait.reservation.start
-    message += f"; first in line: its reservation {_when(wait.reservation, now)}"
-    return reason, message, None if math.isinf(start) else start
+    message = worded.message + f"; first in line: its reservation {_when(wait.reservation, now)}"
+    return reason, Worded(message, worded.short + ", reserved"), None if math.isinf(start) else start
 
 
-def _refused(job: PendingJob, refusal: Refusal) -> str:
+def _refused(job: PendingJob, refusal: Refusal) -> Worded:
     if refusal.kind == "unknown_vc":
-        return f"unknown virtual cluster {job.vc!r}"
+        return Worded(f"unknown virtual cluster {job.vc!r}", f"unknown VC {job.vc}")
     if refusal.kind == "no_model":
-        return f"VC {job.vc} has no quota for {_models(refusal.models) or 'any GPU model'}"
+        models = _models(refusal.models) or "any GPU model"
+        return Worded(f"VC {job.vc} has no quota for {models}", f"{job.vc} has no {models}")
+    free = f"{_gpus(refusal.free)}/{_gpus(refusal.total)}"
     if refusal.kind == "user":
-        return (
+        return Worded(
             f"user {job.user or '?'} at {Priority.of_rank(job.priority_rank)}: needs {_gpus(refusal.need)} GPU, "
-            f"{_gpus(refusal.free)} of {_gpus(refusal.total)} left"
+            f"{_gpus(refusal.free)} of {_gpus(refusal.total)} left",
+            f"{job.user or '?'} {free} left, needs {_gpus(refusal.need)}",
         )
     message = (
         f"VC {job.vc}: needs {_gpus(refusal.need)} {_models(refusal.models)}, "
@@ -172,7 +206,7 @@ def _refused(job: PendingJob, refusal: Refusal) -> str:
     )
     if refusal.need > refusal.total:
         message += "; more than the VC's whole quota: it starts only if an admin raises the quota"
-    return message
+    return Worded(message, f"{job.vc} {free} free, needs {_gpus(refusal.need)}")
 
 
 class QuotaEtas:

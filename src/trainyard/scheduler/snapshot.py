@@ -167,6 +167,7 @@ class KeepWaiting:
     message: str
     position: int  # 1-based place among the jobs of its VC still waiting after this cycle
     eta: float | None = None  # estimated start (seconds since the epoch), when derivable
+    short: str = ""  # the reason in a few words, for tables: "vision 0/2 free, needs 2"
 
 
 @dataclass(frozen=True)

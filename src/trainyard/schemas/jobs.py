@@ -22,6 +22,7 @@ class PendingView(BaseModel):
 
     reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING
     message: str
+    short: str = ""  # the message in a few words, as the ``yard jobs`` table shows it
     position: int | None = None  # 1-based place among the waiting jobs of its VC
     estimatedStart: datetime | None = None  # when derivable from declared run times
 
@@ -73,6 +74,8 @@ class JobSummary(BaseModel):
     pending: PendingView | None
     gpus: float
     message: str
+    # Seconds its attempts ran, summed (queue time is not run time); None before it first ran.
+    runtimeSeconds: float | None = None
 
 
 class SubmitResult(BaseModel):

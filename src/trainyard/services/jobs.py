@@ -18,7 +18,7 @@ from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
-from trainyard.spec.loading import container_fields, validate_job
+from trainyard.spec.loading import container_fields, ignored_extras, validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import MASK, masked_secret_paths, normalized_spec, unmasked
 from trainyard.store import events
@@ -59,9 +59,11 @@ def node_states(nodes: list[NodeRow]) -> list[NodeState]:
 
 
 def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
-    if backend != "local":
-        return []
-    return [f"{path}: kept, but not used by the local backend" for path in container_fields(spec)]
+    """What the job file asks for that this backend keeps but does not act on."""
+    warnings = ignored_extras(spec)
+    if backend == "local":
+        warnings += [f"{path}: kept, but not used by the local backend" for path in container_fields(spec)]
+    return warnings
 
 
 def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:

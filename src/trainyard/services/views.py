@@ -5,9 +5,10 @@ Secrets never leave through here: job specs are masked on the way out.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from trainyard.core.lifecycle import platform_retries_used
+from trainyard.core.lifecycle import platform_retries_used, run_seconds
 from trainyard.core.resources import from_milli
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.schemas.admin import GroupView, UserQuotaView
@@ -41,6 +42,7 @@ def _pending(row: JobRow) -> PendingView | None:
     return PendingView(
         reason=row.pending_reason,
         message=row.pending_message or "",
+        short=row.pending_short or "",
         position=row.pending_position,
         estimatedStart=row.pending_eta,
     )
@@ -54,7 +56,8 @@ def total_gpus(spec: dict[str, Any]) -> float:
     return from_milli(milli)
 
 
-def job_summary(row: JobRow) -> JobSummary:
+def job_summary(row: JobRow, now: datetime) -> JobSummary:
+    """The job's row as the list shows it; ``now`` counts a running attempt's time so far."""
     return JobSummary(
         id=row.id,
         name=row.name,
@@ -70,6 +73,7 @@ def job_summary(row: JobRow) -> JobSummary:
         pending=_pending(row),
         gpus=total_gpus(row.spec),
         message=row.state_message,
+        runtimeSeconds=run_seconds(((a.started_at, a.finished_at) for a in row.attempts), now),
     )
 
 
@@ -111,9 +115,11 @@ def attempt_view(row: AttemptRow) -> AttemptView:
     )
 
 
-def job_detail(row: JobRow, events: list[JobEventRow], warnings: list[str], *, spec: JobSpec) -> JobDetail:
+def job_detail(
+    row: JobRow, events: list[JobEventRow], warnings: list[str], *, spec: JobSpec, now: datetime
+) -> JobDetail:
     """The job in full; ``spec`` is its stored job file, parsed (``services.specs``)."""
-    summary = job_summary(row)
+    summary = job_summary(row, now)
     return JobDetail(
         **summary.model_dump(),
         retriesUsed=row.retries_used,

@@ -53,6 +53,7 @@ class SimJob:
     retries_used: int = 0
     pending_reason: str | None = None
     pending_message: str | None = None
+    pending_short: str | None = None
     pending_position: int | None = None
     pending_eta: datetime | None = None
     state_message: str = ""

@@ -123,6 +123,28 @@ def container_fields(spec: JobSpec) -> list[str]:
     return paths
 
 
+RUNTIME_PLUGINS = "com.microsoft.pai.runtimeplugin"
+
+
+def ignored_extras(spec: JobSpec) -> list[str]:
+    """Warnings for OpenPAI ``extras`` that Trainyard keeps but does not act on: each runtime
+    plugin (``ssh``, ``teamwise_storage``, ``tensorboard``, ...) is an OpenPAI container
+    hook, and no backend of Trainyard's runs them, so a job that relies on one is told so."""
+    extras = spec.extras if isinstance(spec.extras, dict) else {}
+    plugins = extras.get(RUNTIME_PLUGINS)
+    if plugins is None:
+        return []
+    path = f"extras.{RUNTIME_PLUGINS}"
+    if not isinstance(plugins, list):
+        return [f"{path}: kept, but ignored: Trainyard runs no OpenPAI runtime plugins"]
+    warnings = []
+    for index, plugin in enumerate(plugins):
+        name = plugin.get("plugin") if isinstance(plugin, dict) else None
+        named = f" ({name})" if isinstance(name, str) and name else ""
+        warnings.append(f"{path}[{index}]{named}: kept, but ignored: Trainyard runs no OpenPAI runtime plugins")
+    return warnings
+
+
 def _format(content_type: str | None) -> str:
     if content_type is None:
         return "yaml"

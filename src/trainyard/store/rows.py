@@ -90,6 +90,7 @@ class JobRow(Base):
     max_runtime_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)  # per attempt
     pending_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    pending_short: Mapped[str | None] = mapped_column(Text, nullable=True)  # the reason in a few words
     pending_position: Mapped[int | None] = mapped_column(Integer, nullable=True)
     pending_eta: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)  # estimated start
     state_message: Mapped[str] = mapped_column(Text, default="")

@@ -137,7 +137,8 @@ def list_jobs(
         rows, next_cursor = job_service.list_jobs(
             session, user, state=state, user=owner, vc=vc, limit=limit, before=before
         )
-        return JobPage(items=[job_summary(r) for r in rows], next=next_cursor)
+        now = ctx.clock.now()
+        return JobPage(items=[job_summary(r, now) for r in rows], next=next_cursor)
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=errors(401, 404, 422))
@@ -146,7 +147,8 @@ def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
         row = job_service.get_job(session, user, job_id, full=True)
         spec = ctx.specs.of(row)
         return job_detail(row, job_service.job_events(session, row),
-                          job_service.backend_warnings(spec, ctx.backend.name), spec=spec)
+                          job_service.backend_warnings(spec, ctx.backend.name), spec=spec,
+                          now=ctx.clock.now())
 
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))

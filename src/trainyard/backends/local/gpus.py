@@ -12,9 +12,11 @@ from trainyard.backends.base import GpuInfo
 
 log = logging.getLogger(__name__)
 
-SIMULATED_GPU_MODEL = "simulated"
-# A simulated slot claims the memory of a common 16 GiB card rather than 0, so that GPU
-# memory requests and memory-aware placement behave in demos as they would on hardware.
+# A simulated slot is named like the card it stands in for (so messages read "needs 2 V100",
+# and model quotas and `gpuType` behave as on hardware) and claims that card's 16 GiB rather
+# than 0, so memory requests and memory-aware placement behave as they would. That it is
+# simulated is said by its ``simulated`` flag: `yard nodes`, the API's node view, start-up.
+SIMULATED_GPU_MODEL = "V100"
 SIMULATED_GPU_MEMORY_MB = 16384
 
 _MIB = 1024 * 1024
@@ -88,11 +90,10 @@ def with_groups(gpus: list[GpuInfo], groups: list[list[int]]) -> list[GpuInfo]:
     return [replace(g, group=group_of.get(g.index, g.group)) for g in gpus]
 
 
-def simulated_gpus(count: int) -> list[GpuInfo]:
-    """``count`` simulated GPU slots for machines without GPUs (demos and tests)."""
+def simulated_gpus(count: int, model: str = SIMULATED_GPU_MODEL) -> list[GpuInfo]:
+    """``count`` simulated GPU slots of ``model`` for machines without GPUs (demos and tests)."""
     if count < 0:
         raise ValueError(f"simulated_gpus must be >= 0, got {count}")
     return [
-        GpuInfo(index=i, model=SIMULATED_GPU_MODEL, memory_mb=SIMULATED_GPU_MEMORY_MB, simulated=True)
-        for i in range(count)
+        GpuInfo(index=i, model=model, memory_mb=SIMULATED_GPU_MEMORY_MB, simulated=True) for i in range(count)
     ]

@@ -48,7 +48,7 @@ def page_of_jobs(
 ) -> list[JobRow]:
     """Up to ``limit`` jobs, newest first, older than job ``before``, filtered by owner (id
     or name), states and VC."""
-    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit).options(selectinload(JobRow.attempts))
     if owner_id is not None:
         query = query.where(JobRow.user_id == owner_id)
     if owner_name is not None:
@@ -106,8 +106,8 @@ def waiting_job_facts(session: Session, job_ids: Sequence[int]) -> Iterator[Wait
 
 
 def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> None:
-    """One bulk UPDATE of pending reasons (``job``, ``reason``, ``message``, ``position``,
-    ``eta_at`` per change), only for jobs that still wait: a job placed or stopped meanwhile
+    """One bulk UPDATE of pending reasons (``job``, ``reason``, ``message``, ``short``,
+    ``position``, ``eta_at`` per change), only for jobs that still wait: a job placed or stopped meanwhile
     keeps its cleared fields."""
     if not changes:
         return
@@ -118,6 +118,7 @@ def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> No
         .values(
             pending_reason=bindparam("reason"),
             pending_message=bindparam("message"),
+            pending_short=bindparam("short"),
             pending_position=bindparam("position"),
             pending_eta=bindparam("eta_at"),
         ),
