@@ -13,7 +13,8 @@ import pytest
 import yaml
 from api.harness import Api
 
-from trainyard.cli.exits import EXIT_ERROR
+from trainyard.cli.exits import EXIT_ERROR, EXIT_USAGE
+from trainyard.cli.main import main
 from trainyard.store.rows import JobRow
 
 Yard = Callable[..., tuple[int, str, str]]  # the `yard` fixture (conftest.py)
@@ -66,34 +67,48 @@ def test_yard_clone_submits_a_copy_with_the_secrets_kept(api: Api, yard: Yard) -
 
 
 def editor(tmp_path: Path, program: str) -> str:
-    """An $EDITOR: a Python script that rewrites the file it is given."""
+    """An editor command: a Python script that rewrites the file it is given (``path``,
+    ``text``), and notes the file's name in ``tmp_path/edited``."""
     script = tmp_path / "editor.py"
-    script.write_text(f"import sys, pathlib\npath = pathlib.Path(sys.argv[1])\ntext = path.read_text()\n{program}\n")
+    script.write_text(
+        "import sys, pathlib\npath = pathlib.Path(sys.argv[1])\ntext = path.read_text()\n"
+        f"pathlib.Path({str(tmp_path / 'edited')!r}).write_text(str(path))\n{program}\n"
+    )
     return f"{shlex.quote(sys.executable)} {shlex.quote(str(script))}"
 
 
+@pytest.fixture
+def use_editor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Make $EDITOR (with no $VISUAL) an `editor` running ``program``."""
+
+    def use(program: str) -> None:
+        monkeypatch.delenv("VISUAL", raising=False)
+        monkeypatch.setenv("EDITOR", editor(tmp_path, program))
+
+    return use
+
+
 def test_yard_clone_edit_submits_the_edited_job_with_masked_secrets_refilled(
-    api: Api, yard: Yard, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    api: Api, yard: Yard, tmp_path: Path, use_editor: Callable[[str], None]
 ) -> None:
     original = submit(api, api.user_token)
-    monkeypatch.delenv("VISUAL", raising=False)
-    monkeypatch.setenv("EDITOR", editor(tmp_path, "path.write_text(text.replace('name: tr', 'name: edited'))"))
+    use_editor("path.write_text(text.replace('name: tr', 'name: edited'))")
     code, out, err = yard("clone", str(original), "--edit")
     assert code == 0, err
-    clone = int(out.split()[2])
-    assert "(edited)" in out and stored_secrets(api, clone) == {"key": "hunter2"}
-    assert not list(Path(tmp_path).glob("yard-clone-*"))
+    assert "(edited)" in out and stored_secrets(api, int(out.split()[2])) == {"key": "hunter2"}
+    assert not Path((tmp_path / "edited").read_text()).exists()  # the edited file is removed once submitted
 
 
 def test_an_edit_the_server_refuses_is_kept_with_the_command_to_try_again(
     api: Api, yard: Yard, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     original = submit(api, api.user_token)
+    monkeypatch.setenv("EDITOR", "false")  # $VISUAL comes first
     monkeypatch.setenv("VISUAL", editor(tmp_path, "path.write_text(text.replace('instances: 1', 'instances: 0'))"))
     code, _, err = yard("clone", str(original), "--edit")
     assert code == EXIT_ERROR and "taskRoles.m.instances" in err
-    kept = Path(err.split("your edit is kept in ")[1].split(";")[0])
-    assert f"yard clone {original} --file {kept}" in err
+    kept = Path((tmp_path / "edited").read_text())
+    assert f"your edit is kept in {kept}; fix it, then: yard clone {original} --file {kept}" in err
     kept.write_text(kept.read_text().replace("instances: 0", "instances: 1"))
     code, out, err = yard("clone", str(original), "--file", str(kept))
     assert code == 0, err
@@ -102,21 +117,19 @@ def test_an_edit_the_server_refuses_is_kept_with_the_command_to_try_again(
 
 
 def test_an_emptied_file_or_a_failed_editor_submits_nothing(
-    api: Api, yard: Yard, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    api: Api, yard: Yard, tmp_path: Path, use_editor: Callable[[str], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     original = submit(api, api.user_token)
-    monkeypatch.delenv("VISUAL", raising=False)
-    monkeypatch.setenv("EDITOR", editor(tmp_path, "path.write_text('')"))
-    assert yard("clone", str(original), "--edit")[::2] == (
-        EXIT_ERROR,
-        "yard: the job file was left empty: nothing submitted\n",
-    )
-    monkeypatch.setenv("EDITOR", editor(tmp_path, "sys.exit(3)"))
+    use_editor("path.write_text('')")
+    assert yard("clone", str(original), "--edit")[::2] == (EXIT_ERROR, "yard: the job file was left empty: "
+                                                                       "nothing submitted\n")
+    use_editor("sys.exit(3)")
     code, _, err = yard("clone", str(original), "--edit")
     assert code == EXIT_ERROR and "exited with status 3: nothing submitted" in err
+    assert not Path((tmp_path / "edited").read_text()).exists()
     monkeypatch.setenv("EDITOR", str(tmp_path / "no-such-editor"))
     code, _, err = yard("clone", str(original), "--edit")
-    assert code == EXIT_ERROR and "set $EDITOR" in err
+    assert code == EXIT_ERROR and "set $EDITOR, or use --file" in err
     assert len(api.sdk(api.user_token).jobs().items) == 1
 
 
@@ -128,3 +141,20 @@ def test_submitting_a_shown_job_is_refused_naming_the_secret_and_yard_clone(
     (tmp_path / "again.yaml").write_text(yaml.safe_dump(json.loads(out)["spec"]))
     code, _, err = yard("submit", str(tmp_path / "again.yaml"))
     assert code == EXIT_ERROR and err.startswith("yard: secrets.key: ") and "yard clone ID" in err
+
+
+def test_a_server_address_that_is_not_a_url_is_a_usage_error_not_unreachable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TRAINYARD_URL", "localhost:8642")
+    monkeypatch.setenv("TRAINYARD_TOKEN", "ty_x")
+    assert main(["jobs"]) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "yard: 'localhost:8642' is not an http(s) address; give the server's, like http://127.0.0.1:8642\n"
+    )
+
+
+def test_clone_takes_either_edit_or_file(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["clone", "1", "--edit", "--file", "x.yaml"])
+    assert caught.value.code == EXIT_USAGE and "not allowed with argument" in capsys.readouterr().err

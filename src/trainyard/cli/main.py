@@ -73,12 +73,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("clone", help="submit a copy of a job, its secrets kept (--edit: change it first)")
     p.add_argument("id", type=int)
-    p.add_argument("--edit", action="store_true",
-                   help="first open $VISUAL or $EDITOR on the job as shown (secrets masked as ******; "
-                   "what stays masked keeps the original's value)")
-    p.add_argument("--file", metavar="FILE",
-                   help="run this job file instead (e.g. an edited `yard job ID --json` spec); masked "
-                   "values in it are filled from the original")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--edit", action="store_true",
+                        help="first open $VISUAL or $EDITOR on the job as shown (secrets masked as ******; "
+                        "what stays masked keeps the original's value)")
+    source.add_argument("--file", metavar="FILE",
+                        help="run this job file instead (e.g. an edited `yard job ID --json` spec); masked "
+                        "values in it are filled from the original")
     p.add_argument("--name", help="the copy's name")
     p.add_argument("--vc", help="the copy's virtual cluster")
     p.add_argument("--priority", choices=PRIORITY_NAMES, help="the copy's priority")
