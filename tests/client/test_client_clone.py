@@ -55,7 +55,7 @@ def test_the_job_as_shown_edited_and_cloned_keeps_the_masked_secrets_and_the_edi
     shown["taskRoles"]["m"]["commands"][0] = "login <% $secrets.key %> --verbose"
     shown["secrets"]["db"]["password"] = "pw-new"
     for edited in (shown, yaml.safe_dump(shown)):  # as a dict (JSON) and as YAML text
-        clone = alice.clone(original.id, job=edited)
+        clone = alice.clone(original.id, job_file=edited)
         spec = stored_spec(api, clone.id)
         assert spec["secrets"] == {"key": "hunter2", "db": {"password": "pw-new"}}
         assert spec["taskRoles"]["m"]["commands"] == ["login <% $secrets.key %> --verbose", "echo hunter2 in a command"]
@@ -79,7 +79,7 @@ def test_a_mask_the_original_cannot_fill_is_refused_at_its_path(api: Api) -> Non
     shown = alice.job(original.id).spec
     shown["secrets"]["new"] = MASK
     with pytest.raises(TrainyardError) as refused:
-        alice.clone(original.id, job=shown)
+        alice.clone(original.id, job_file=shown)
     assert refused.value.status == 422 and [e["path"] for e in refused.value.errors] == ["secrets.new"]
 
 

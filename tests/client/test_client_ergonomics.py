@@ -50,7 +50,7 @@ def test_a_job_file_that_cannot_be_read_is_a_usage_error_naming_it(api: Api, tmp
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda c: c.submit(123), "submit takes a job file"),
+        (lambda c: c.submit(123), "a job file is a path, the file.s YAML or JSON text, or the job as a dict"),
         (lambda c: c.submit({"name": float("nan")}), "cannot be sent as JSON"),
         (lambda c: c.submit({"when": object()}), "cannot be sent as JSON"),
         (lambda c: c.job("12"), "a job id is a whole number"),
@@ -138,7 +138,7 @@ def other_service() -> Iterator[str]:
 
 def test_an_answer_that_is_not_trainyards_is_a_trainyard_error_and_a_5xx_a_server_error(other_service: str) -> None:
     with Client(other_service, None) as sdk:
-        with pytest.raises(TrainyardError, match="not a Trainyard answer") as caught:
+        with pytest.raises(UsageError, match="text/html, not as Trainyard does") as caught:
             sdk.jobs()
         assert caught.value.status == 200
         with pytest.raises(ServerError) as failed:

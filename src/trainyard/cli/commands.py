@@ -179,7 +179,7 @@ def cmd_clone(client: Client, args: argparse.Namespace) -> int:
             edited.unlink()
             return EXIT_ERROR
     try:
-        result = client.clone(args.id, job=job_file, name=args.name, vc=args.vc, priority=args.priority)
+        result = client.clone(args.id, job_file=job_file, name=args.name, vc=args.vc, priority=args.priority)
     except TrainyardError:
         if edited is not None:
             again = shlex.join(["yard", "clone", str(args.id), "--file", str(edited)])
