@@ -145,7 +145,7 @@ class Client:
             response = self._http.request(method, path, **kwargs)
         self._raise_for(response)
         media_type = response.headers.get("content-type", "").split(";")[0].strip()
-        if media_type not in ("application/json", "text/plain"):  # all Trainyard answers with
+        if response.content and media_type not in ("application/json", "text/plain"):  # Trainyard's answers
             raise UsageError(f"{self.url} answered {method} {path} with {media_type or 'no media type'}, not as "
                              "Trainyard does; is TRAINYARD_URL the Trainyard server's address?",
                              status=response.status_code)

@@ -158,3 +158,16 @@ def test_clone_takes_either_edit_or_file(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit) as caught:
         main(["clone", "1", "--edit", "--file", "x.yaml"])
     assert caught.value.code == EXIT_USAGE and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_clone_file_reads_json_by_its_suffix_and_says_what_it_cannot_read(
+    api: Api, yard: Yard, tmp_path: Path
+) -> None:
+    original = submit(api, api.user_token)
+    _, out, _ = yard("job", str(original), "--json")
+    (tmp_path / "again.json").write_text(json.dumps({**json.loads(out)["spec"], "name": "from-json"}))
+    code, out, err = yard("clone", str(original), "--file", str(tmp_path / "again.json"))
+    assert code == 0 and "(from-json)" in out, err
+    assert stored_secrets(api, int(out.split()[2])) == {"key": "hunter2"}
+    code, _, err = yard("clone", str(original), "--file", str(tmp_path / "missing.yaml"))
+    assert code == EXIT_USAGE and "cannot read job file" in err and "missing.yaml" in err

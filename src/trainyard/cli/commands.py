@@ -161,14 +161,10 @@ def cmd_stop(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_clone(client: Client, args: argparse.Namespace) -> int:
-    job_file: bytes | None = None
+    job_file: bytes | Path | None = None  # a path is read by the SDK, which also takes .json for JSON
     edited: Path | None = None
     if args.file is not None:
-        try:
-            job_file, _ = _read_job_file(args.file)
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
-            _fail(f"cannot read job file {args.file!r}: {e.strerror or e}")
-            return EXIT_USAGE
+        job_file = sys.stdin.buffer.read() if args.file == "-" else Path(args.file)
     elif args.edit:
         edited = _edit_shown_job(client, args.id)
         if edited is None:
