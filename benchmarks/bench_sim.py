@@ -29,16 +29,15 @@ from trainyard.sim.openb import gpu_capacity, load_nodes, load_pods, tune, workl
 from trainyard.sim.placement import run_placement  # noqa: E402
 from trainyard.sim.policies import scorer_name  # noqa: E402
 from trainyard.sim.queue import QueueSim, policy_named  # noqa: E402
-from trainyard.sim.traces import traces_dir  # noqa: E402
+from trainyard.sim.traces import OPENB_NODES, PHILLY_JOBS, resolve, trace_file  # noqa: E402
 
 PLACEMENT_TARGETS = {"bestfit": 10.0, "scorer:bestfit": 10.0, "fgd": 30.0, "default": None}
 MONTH_TARGET = 60.0
 
 
 def placement(policies: list[str]) -> dict[str, float]:
-    openb = traces_dir() / "openb"
-    nodes = load_nodes(openb / "openb_node_list_gpu_node.csv")
-    pods = load_pods(openb / "openb_pod_list_default.csv")
+    nodes = load_nodes(trace_file(*OPENB_NODES))
+    pods = load_pods(resolve("--pods", "openb"))
     tuned = tune(pods, gpu_capacity(nodes), 1.3, 42)
     workload = workload_of(pods)
     times = {}
@@ -56,7 +55,7 @@ def placement(policies: list[str]) -> dict[str, float]:
 
 
 def month(policies: list[str]) -> dict[str, float]:
-    jobs = load_philly(traces_dir() / "philly" / "philly_jobs_pollux.csv")
+    jobs = load_philly(trace_file(*PHILLY_JOBS))
     october = window(jobs, parse_time("2017-10-01"), parse_time("2017-11-01"))
     times = {}
     print(f"queue: Philly October 2017, {len(october)} jobs on 92 x 8 GPUs, 60 s scheduling tick")

@@ -1,4 +1,4 @@
-"""The placement track on every shared openb pod list: the numbers and plots of docs/benchmarks.md.
+"""The placement track on every openb pod list: the numbers and plots of docs/benchmarks.md.
 
 For each pod list and policy, runs the FGD protocol (``yard sim placement``'s code) per seed
 and keeps each seed's result in ``--out/results.json`` (so a long sweep can stop and go on:
@@ -29,26 +29,21 @@ from trainyard.sim.openb import gpu_capacity, load_nodes, load_pods, tune, workl
 from trainyard.sim.placement import run_placement  # noqa: E402
 from trainyard.sim.placement_track import parse_seeds, read_reference  # noqa: E402
 from trainyard.sim.policies import PAPER_LABELS, scorer_name  # noqa: E402
-from trainyard.sim.traces import traces_dir  # noqa: E402
+from trainyard.sim.traces import FGD_REFERENCE, OPENB_NODES, openb_variants, resolve, trace_file  # noqa: E402
 
 POINTS = ("50", "80", "90", "100", "110", "130")
 
 
-def variants(traces: Path) -> list[str]:
-    return sorted(p.stem.removeprefix("openb_pod_list_") for p in (traces / "openb").glob("openb_pod_list_*.csv"))
-
-
 def run(args: argparse.Namespace) -> None:
-    traces = traces_dir()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     store = out / "results.json"
     results = json.loads(store.read_text()) if store.exists() else {}
-    nodes = load_nodes(traces / "openb" / "openb_node_list_gpu_node.csv")
+    nodes = load_nodes(trace_file(*OPENB_NODES))
     capacity = gpu_capacity(nodes)
-    names = variants(traces) if args.variants == "all" else args.variants.split(",")
+    names = openb_variants() if args.variants == "all" else args.variants.split(",")
     for variant in names:
-        pods = load_pods(traces / "openb" / f"openb_pod_list_{variant}.csv")
+        pods = load_pods(resolve("--pods", f"openb:{variant}"))
         workload = workload_of(pods)
         for policy in args.policies.split(","):
             scorer = scorer_name(policy)
@@ -86,11 +81,10 @@ def _reference(reference: Path, variant: str, label: str) -> float | None:
 
 
 def render(args: argparse.Namespace) -> None:
-    traces = traces_dir()
     results: dict = {}
     for folder in args.out_dirs or [args.out]:
         results.update(json.loads((folder / "results.json").read_text()))
-    reference = traces / "fgd_expected_results" / "analysis_allo_discrete.csv.gz"
+    reference = trace_file(*FGD_REFERENCE)
     names = sorted({k.split("|")[0] for k in results})
     policies = [p for p in ("random", "dotprod", "clustering", "packing", "bestfit", "fgd", "default")
                 if any(k.split("|")[1] == p for k in results)]

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, overload
+from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter
@@ -18,9 +19,11 @@ from pydantic import TypeAdapter
 from trainyard.client_config import ClientConfig, load_config
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import check_client_arguments, job_file_body
-from trainyard.schemas.admin import GroupView, UserQuotaView, VcView
+from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.cluster import NodeView
 from trainyard.schemas.jobs import (
+    LOG_ATTEMPT_HEADER,
+    LOG_MAX_PAGE_BYTES,
     LOG_OFFSET_HEADER,
     LOG_SIZE_HEADER,
     LOG_TASK_HEADER,
@@ -29,7 +32,7 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
-from trainyard.schemas.users import TokenResponse, UserView
+from trainyard.schemas.users import TokenResponse, TokenView, UserView
 
 _NODES = TypeAdapter(list[NodeView])
 _USERS = TypeAdapter(list[UserView])
@@ -37,6 +40,7 @@ _VCS = TypeAdapter(list[VcView])
 _GROUPS = TypeAdapter(list[GroupView])
 _QUOTAS = TypeAdapter(list[UserQuotaView])
 _HEALTH = TypeAdapter(dict[str, str])
+_TOKENS = TypeAdapter(list[TokenView])
 
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
@@ -51,6 +55,17 @@ class LogRead:
     offset: int  # where ``data`` starts in the log
     size: int  # the log's size when read
     task: str | None  # ROLE/INDEX of the task shown; None before the task ran
+    attempt: int | None = None  # the attempt shown; None before the task ran
+
+    @property
+    def end(self) -> int:
+        """Where the next page starts."""
+        return self.offset + len(self.data)
+
+
+def _page(left: int | None) -> int | None:
+    """The page to ask for when at most ``left`` bytes are still wanted (None: no cap)."""
+    return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
 
 
 class TrainyardError(Exception):
@@ -238,29 +253,56 @@ class Client:
         return JobDetail.model_validate_json(self._request("POST", f"/jobs/{_job_id(job_id)}/stop").content)
 
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
-                 offset: int | None = None, tail: int | None = None) -> LogRead:
-        """A task's log (default: the first task of the latest attempt), with which task it is."""
-        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail).items()
+                 offset: int | None = None, tail: int | None = None, limit: int | None = None) -> LogRead:
+        """One page of a task's log (default: the first task of the latest attempt; at most
+        ``limit`` bytes, the server's page size if not given), with which task it is; a log
+        of any size: `iter_logs` or `logs`."""
+        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit).items()
                   if v is not None}
         response = self._request("GET", f"/jobs/{_job_id(job_id)}/logs", params=params)
+        shown = response.headers.get(LOG_ATTEMPT_HEADER)
         return LogRead(
             data=response.content,
             offset=int(response.headers.get(LOG_OFFSET_HEADER, 0)),
             size=int(response.headers.get(LOG_SIZE_HEADER, len(response.content))),
             task=response.headers.get(LOG_TASK_HEADER),
+            attempt=None if shown is None else int(shown),
         )
 
+    def iter_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
+                  offset: int | None = None, tail: int | None = None,
+                  limit_bytes: int | None = None) -> Iterator[LogRead]:
+        """A task's whole log as it is now, page after page (each whole lines but for a line
+        longer than a page), without holding it all: from ``offset``, or from where the last
+        ``tail`` lines begin; at most ``limit_bytes`` bytes in all if given (the last page
+        read then ends before ``size`` when the log was cut). The pages' bytes, joined, are the log."""
+        page = self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit=_page(limit_bytes))
+        yield page
+        end = page.size  # what is there now; a running task's log grows on, `follow_logs` follows it
+        left = None if limit_bytes is None else limit_bytes - len(page.data)
+        # The first page says which attempt it showed: the next pages keep to it, even if a new one begins.
+        pinned = page.attempt if page.attempt is not None else attempt
+        while page.data and page.end < end and (left is None or left > 0):
+            page = self.read_log(job_id, task=page.task or task, attempt=pinned, offset=page.end, limit=_page(left))
+            yield page
+            if left is not None:
+                left -= len(page.data)
+
     def logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
-             offset: int | None = None, tail: int | None = None) -> bytes:
-        """The bytes of `read_log`."""
-        return self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail).data
+             offset: int | None = None, tail: int | None = None, limit_bytes: int | None = None) -> bytes:
+        """A task's whole log (or its last ``tail`` lines, or at most ``limit_bytes``), all
+        pages joined; for a huge log, `iter_logs` holds one page at a time."""
+        pages = self.iter_logs(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit_bytes=limit_bytes)
+        return b"".join(page.data for page in pages)
 
     def follow_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                     tail: int | None = None) -> Iterator[bytes]:
-        """A task's log as it grows, chunk by chunk, until the task ends (like ``tail -f``)."""
+        """A task's log as it is written, until the task ends. Raises `ServerUnreachable` if
+        the server goes away (or shuts down) first, which does not stop the job."""
         params: dict[str, Any] = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items()
                                   if v is not None}
         params["follow"] = "true"
+        lost = f"lost the Trainyard server at {self.url} while following the log of job {job_id}"
         try:
             with self._http.stream("GET", f"/jobs/{job_id}/logs", params=params, timeout=None) as response:
                 if not response.is_success:
@@ -268,7 +310,14 @@ class Client:
                     self._raise_for(response)
                 yield from response.iter_bytes()
         except httpx.TransportError as exc:
-            raise ServerUnreachable(f"lost the Trainyard server at {self.url} ({exc})") from exc
+            raise ServerUnreachable(f"{lost} ({exc})") from exc
+        # A stopping server ends its followers as it would at the task's end: it is the
+        # server's being still there that tells the two apart.
+        try:
+            self._http.get("/healthz")
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"{lost}: it stopped (the job goes on; follow it again once the server is "
+                                    "back)") from exc
 
     def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5,
              retry_for: float = DEFAULT_RETRY_FOR,
@@ -333,6 +382,21 @@ class Client:
         """Every user (admin)."""
         return _USERS.validate_json(self._request("GET", "/users").content)
 
+    def disable_user(self, name: str, *, stop_jobs: bool = False) -> RemovalResult:
+        """Refuse the user's tokens; their jobs go on (``keptJobs``) unless ``stop_jobs``."""
+        response = self._request("POST", f"/users/{_seg(name)}/disable", params={"stopJobs": _flag(stop_jobs)})
+        return RemovalResult.model_validate_json(response.content)
+
+    def enable_user(self, name: str) -> UserView:
+        """Accept a disabled user's tokens again (admin)."""
+        return UserView.model_validate_json(self._request("POST", f"/users/{_seg(name)}/enable").content)
+
+    def delete_user(self, name: str, *, force: bool = False) -> RemovalResult:
+        """Delete a user; refused (409) while they have waiting or running jobs, unless
+        ``force``, which stops them (``stoppedJobs``)."""
+        response = self._request("DELETE", f"/users/{_seg(name)}", params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
+
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:
@@ -355,6 +419,17 @@ class Client:
         response = self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee})
         return VcView.model_validate_json(response.content)
 
+    def revoke_grant(self, name: str, grantee: str, *, force: bool = False) -> RemovalResult:
+        """Take back a user's or ``@group``'s grant; refused (409) while it is what lets a
+        waiting or running job use the VC, unless ``force``, which stops those jobs."""
+        response = self._request("DELETE", f"/vcs/{_seg(name)}/grants/{_seg(grantee)}", params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
+
+    def delete_vc(self, name: str, *, force: bool = False) -> RemovalResult:
+        """Delete a VC; refused (409) while jobs wait or run in it, unless ``force``, which stops them."""
+        response = self._request("DELETE", f"/vcs/{_seg(name)}", params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
+
     def groups(self) -> list[GroupView]:
         """Groups and their members (admin)."""
         return _GROUPS.validate_json(self._request("GET", "/groups").content)
@@ -367,6 +442,13 @@ class Client:
         """Add a user to a group (admin)."""
         response = self._request("POST", f"/groups/{group}/members", json={"user": user})
         return GroupView.model_validate_json(response.content)
+
+    def remove_member(self, group: str, user: str, *, force: bool = False) -> RemovalResult:
+        """Take a user out of a group; refused (409) while the group is what lets one of their
+        waiting or running jobs use its VC, unless ``force``, which stops those jobs."""
+        path = f"/groups/{_seg(group)}/members/{_seg(user)}"
+        response = self._request("DELETE", path, params={"force": _flag(force)})
+        return RemovalResult.model_validate_json(response.content)
 
     def quotas(self) -> list[UserQuotaView]:
         """Every per-user GPU quota (admin)."""
@@ -386,4 +468,24 @@ class Client:
         """A new API token for yourself, or (admin) for ``user``; its text is shown only now."""
         response = self._request("POST", "/tokens", json={"user": user, "name": name})
         return TokenResponse.model_validate_json(response.content)
+
+    def tokens(self, *, user: str | None = None, every_user: bool = False) -> list[TokenView]:
+        """Live tokens (never the secrets): the caller's, ``user``'s or every user's (admins)."""
+        params: dict[str, str] = {"all": _flag(every_user)}
+        if user is not None:
+            params["user"] = user
+        return _TOKENS.validate_json(self._request("GET", "/tokens", params=params).content)
+
+    def revoke_token(self, token_id: int) -> TokenView:
+        """Revoke a token by its id (from `tokens`); the server refuses it from then on."""
+        return TokenView.model_validate_json(self._request("DELETE", f"/tokens/{token_id}").content)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _seg(name: str) -> str:
+    """A name as one URL path segment: a '/' or '?' in it cannot reach another route."""
+    return quote(name, safe="@")
 

@@ -41,8 +41,18 @@ def seed(api: Api) -> dict[str, dict[str, Any]]:
     assert admin.post("/api/v1/vcs", json={"name": "vision", "gpus": 1}).status_code == 201
     assert admin.post("/api/v1/groups", json={"name": "cv"}).status_code == 201
     node = admin.get("/api/v1/nodes").json()[0]["name"]
+    spare = admin.post("/api/v1/tokens", json={"user": "alice", "name": "spare"}).json()["token"]
+    token = next(t["id"] for t in admin.get("/api/v1/tokens", params={"all": "true"}).json()
+                 if spare.startswith(t["prefix"]))
     return {"/jobs/": {"job_id": job}, "/vcs/": {"name": "vision"}, "/groups/": {"name": "cv"},
-            "/nodes/": {"name": node}, "/quotas/": {"user": "alice"}}
+            "/nodes/": {"name": node}, "/quotas/": {"user": "alice"}, "/users/": {"name": "alice"},
+            "/tokens/": {"token_id": token}}
+
+
+def destructive_last(operation) -> tuple[bool, bool]:
+    """Removals after everything else, and revoking tokens (perhaps the caller's own) last of
+    all: the other operations are fuzzed with the caller still signed in."""
+    return operation.method.upper() == "DELETE", operation.path.startswith("/api/v1/tokens/")
 
 
 def strategies(operation, mode: GenerationMode, known: dict[str, dict[str, Any]]):
@@ -96,8 +106,7 @@ def fuzz(api: Api, token: str) -> Tally:
     known = seed(api)
     auth = {"Authorization": f"Bearer {token}"}
     tally = Tally()
-    for result in schema.get_all_operations():
-        operation = result.ok()
+    for operation in sorted((r.ok() for r in schema.get_all_operations()), key=destructive_last):
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             fuzz_operation(operation, mode, strategies(operation, mode, known), auth, tally)
     return tally

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pwd
@@ -90,3 +91,20 @@ def test_a_stopped_task_gets_its_grace_and_a_task_without_a_user_is_refused(per_
     assert status.exit_code == 7 and per_user.log(key).endswith("got TERM\n")
     with pytest.raises(ValueError, match="owner's Trainyard user name"):
         per_user.backend.launch(TaskLaunch(per_user.new_key(), per_user.node, "true", {}))
+
+
+def test_a_job_s_directory_is_its_owner_s_alone_and_outlives_the_attempt(per_user) -> None:
+    first = _launch(per_user, 'echo step-12 > "$TRAINYARD_JOB_DIR/ckpt"; echo "$TRAINYARD_JOB_DIR"\n', "alice")
+    assert per_user.wait_ended(first).exit_code == 0
+    job_dir = Path(per_user.log(first).strip())
+    assert job_dir == per_user.backend.job_dir(first.job_id)
+    info = os.stat(job_dir)
+    assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o700, pwd.getpwnam("nobody").pw_uid)
+    # The next attempt of alice's job resumes from it; bob's task cannot read it.
+    again = dataclasses.replace(first, attempt=1)
+    per_user.backend.launch(TaskLaunch(again, per_user.node, 'cat "$TRAINYARD_JOB_DIR/ckpt"\n', {}, user="alice"))
+    assert per_user.wait_ended(again).exit_code == 0
+    assert per_user.log(again).strip() == "step-12"
+    bob = _launch(per_user, f"cat {job_dir}/ckpt || echo refused\n", "bob")
+    per_user.wait_ended(bob)
+    assert "step-12" not in per_user.log(bob) and "refused" in per_user.log(bob)

@@ -156,6 +156,36 @@ def test_without_root_a_user_namespace_hides_the_same(public_dir: Path) -> None:
 
 @needs_bwrap
 @needs_root
+@pytest.mark.parametrize("as_root", [True, False], ids=["as root", "user namespace"])
+def test_the_job_dir_is_bound_back_writable_inside_the_hidden_work_root(public_dir: Path, as_root: bool) -> None:
+    paths = _layout(public_dir, NOBODY)
+    job_dir = public_dir / "work" / "1" / "jobdir"
+    job_dir.mkdir()
+    os.chown(job_dir, NOBODY, NOBODY)
+    prefix: list[str] = []
+    if not as_root:
+        os.chown(paths["stop"].parent, NOBODY, NOBODY)
+        probe = subprocess.run(["runuser", "-u", "nobody", "--", "bwrap", "--unshare-user", "--dev-bind", "/", "/",
+                                "true"], capture_output=True, timeout=30)
+        if probe.returncode != 0:
+            pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr!r}")
+        prefix = ["runuser", "-u", "nobody", "--"]
+    sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]], as_root=as_root)
+    assert sandbox is not None, why
+    script = 'echo 17 > "$1/ckpt" && cat "$1/ckpt"; ls "$2" || echo no-other'
+    argv = sandbox_argv(
+        sandbox, ["/bin/sh", "-c", script, "save", str(job_dir), str(paths["other"])],
+        hidden=(paths["state"], public_dir / "work"), work_dir=paths["work"], shm_dir=paths["shm"],
+        stop_file=paths["stop"], writable=(job_dir,), identity=Identity(NOBODY, NOBODY, ()) if as_root else None,
+    )
+    done = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=30, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["17", "no-other"]  # the job's directory, and nothing else of the root
+    assert (job_dir / "ckpt").read_text() == "17\n"
+
+
+@needs_bwrap
+@needs_root
 def test_a_stop_requested_before_the_task_starts_keeps_it_from_starting(public_dir: Path) -> None:
     paths = _layout(public_dir, NOBODY)
     paths["stop"].write_text("{}")

@@ -7,8 +7,10 @@ from collections.abc import Callable
 import pytest
 from api.harness import Api
 
+from trainyard.backends.local.backend import LocalBackend
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_USAGE
 from trainyard.cli.main import main
+from trainyard.cli.render import size
 from trainyard.core.priorities import PRIORITY_NAMES
 
 Yard = Callable[..., tuple[int, str, str]]  # the `yard` fixture (conftest.py)
@@ -59,3 +61,32 @@ def test_quota_set_offers_exactly_the_known_priorities(capsys: pytest.CaptureFix
     assert caught.value.code == EXIT_USAGE
     err = capsys.readouterr().err
     assert "invalid choice: 'high'" in err and all(f"'{name}'" in err for name in PRIORITY_NAMES)
+
+
+def test_a_byte_cap_does_not_go_with_following_and_says_what_to_use(api: Api, yard: Yard) -> None:
+    job_id = submitted(api)
+    code, out, err = yard("logs", str(job_id), "-f", "--limit-bytes", "5")
+    assert (code, out) == (EXIT_USAGE, "")
+    assert err == ("yard: --limit-bytes caps a printed log; it does not go with --follow "
+                   "(use --tail N to start near the end)\n")
+
+
+def test_yard_job_shows_the_disk_use_of_the_job_s_directory(api: Api, yard: Yard) -> None:
+    job_id = submitted(api)
+    code, out, _ = yard("job", str(job_id))
+    assert code == 0 and "  job dir:    none yet\n" in out
+    backend = api.ctx.backend
+    assert isinstance(backend, LocalBackend)
+    job_dir = backend.job_dir(job_id)
+    job_dir.mkdir(parents=True)
+    (job_dir / "ckpt").write_bytes(b"x" * 3 * 1024 * 1024)
+    code, out, _ = yard("job", str(job_id))
+    assert code == 0 and "  job dir:    3.0 MiB in 1 files\n" in out  # the job still runs: no removal date
+    detail = api.sdk(api.user_token).job(job_id).jobDir
+    assert detail is not None and detail.files == 1 and detail.complete and detail.removeAfter is None
+
+
+@pytest.mark.parametrize(("count", "text"), [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"),
+                                             (5 << 30, "5.0 GiB"), (3 << 40, "3.0 TiB")])
+def test_sizes_are_shown_in_binary_units(count: int, text: str) -> None:
+    assert size(count) == text

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from api.harness import Api
 
-from trainyard.client import AuthError
+from trainyard.client import AuthError, TrainyardError
 from trainyard.core.states import JobState
 from trainyard.schemas.admin import VcView
 from trainyard.schemas.cluster import NodeView
-from trainyard.schemas.jobs import DryRunResult, JobDetail, JobPage, SubmitResult
+from trainyard.schemas.jobs import LOG_MAX_PAGE_BYTES, DryRunResult, JobDetail, JobPage, SubmitResult
 from trainyard.schemas.users import TokenResponse, UserView
 
 JOB = ("name: two\nsecrets: {key: hunter2}\n"
@@ -43,7 +43,16 @@ def test_a_log_read_says_which_task_the_server_showed(api: Api) -> None:
     admin = api.sdk(api.admin_token)
     job = admin.submit(JOB)
     log = admin.read_log(job.id)  # nothing placed (no controller runs here): empty, no task named yet
-    assert (log.data, log.offset, log.size, log.task) == (b"", 0, 0, None)
+    assert (log.data, log.offset, log.size, log.task, log.attempt) == (b"", 0, 0, None, None)
+    assert admin.logs(job.id, limit_bytes=LOG_MAX_PAGE_BYTES * 3) == b""  # pages asked for stay within the most
+
+
+def test_a_page_larger_than_the_server_holds_is_refused_naming_the_parameter(api: Api) -> None:
+    admin = api.sdk(api.admin_token)
+    job = admin.submit(JOB)
+    with pytest.raises(TrainyardError) as refused:
+        admin.read_log(job.id, limit=LOG_MAX_PAGE_BYTES + 1)
+    assert refused.value.status == 422 and [e["path"] for e in refused.value.errors] == ["limit"]
 
 
 def test_only_an_admin_issues_tokens_for_others_and_the_refusal_does_not_tell_who_exists(api: Api) -> None:

@@ -29,7 +29,7 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     listed = server.yard("vc", "list").stdout
     assert "vision" in listed
     assert vcs["default"]["quota"] == {"V100": 2}  # the server's 4 GPUs less vision's 2
-    assert "the rest: 2 × simulated" in listed
+    assert "the rest: 2 × V100" in listed
 
     in_vision = "name: v\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  m:\n    commands: ['true']\n"
     assert alice.wait(alice.submit(in_vision).id, timeout=30).state == "SUCCEEDED"
@@ -64,3 +64,34 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
                  ("quota", "set", "bob", "--priority", "low", "--gpus", "1")):
         out = server.yard(*args, token=bob.create_token().token)
         assert out.returncode == 4 and "admin" in out.stderr
+
+
+def test_a_revoked_token_and_a_disabled_user_are_refused_by_a_running_server(server: Server) -> None:
+    admin = server.admin()
+    admin.create_user("carol")
+    created = server.yard("token", "create", "--user", "carol", "--name", "notebook", "--json")
+    assert created.returncode == 0 and "keep it in a file only you can read" in created.stderr
+    token = json.loads(created.stdout)["token"]
+    assert server.yard("whoami", token=token).stdout == "carol\n"
+
+    listed = json.loads(server.yard("token", "list", "--json", token=token).stdout)
+    assert [(t["name"], t["user"]) for t in listed] == [("notebook", "carol")] and token not in str(listed)
+    assert listed[0]["lastUsedAt"] is not None
+    revoked = server.yard("token", "revoke", str(listed[0]["id"]), token=token)
+    assert revoked.returncode == 0 and "refused from now on" in revoked.stdout
+    refused = server.yard("whoami", token=token)
+    assert refused.returncode == 4 and "invalid or revoked token" in refused.stderr
+
+    again = admin.create_token(user="carol").token
+    job = Client(server.url, again).submit("name: s\ntaskRoles:\n  m:\n    commands: ['sleep 600']\n").id
+    wait_until(lambda: admin.job(job).state == "RUNNING", what="carol's job running")
+    disabled = server.yard("user", "disable", "carol")
+    assert disabled.returncode == 0 and f"job {job} goes on" in disabled.stdout
+    refused = server.yard("whoami", token=again)
+    assert refused.returncode == 4 and "user carol is disabled" in refused.stderr
+    assert admin.job(job).state == "RUNNING"
+    deleted = server.yard("user", "delete", "carol")
+    assert deleted.returncode == 1 and f"job {job} (carol, RUNNING)" in deleted.stderr
+    assert server.yard("user", "delete", "carol", "--force").returncode == 0
+    assert admin.wait(job, timeout=60).state == "STOPPED"
+    assert admin.job(job).user == "carol"

@@ -1,14 +1,13 @@
-"""Where the tests find the shared public traces (see ``trainyard.sim.traces``)."""
+"""The public traces the tests replay: those shipped with the package (``trainyard.sim.traces``)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from trainyard.sim.traces import traces_dir
+from trainyard.sim.traces import FGD_REFERENCE, OPENB_NODES, PHILLY_JOBS, trace_file
 
-TRACES: Path = traces_dir()
-OPENB = TRACES / "openb"
-NODES = OPENB / "openb_node_list_gpu_node.csv"
-DEFAULT_PODS = OPENB / "openb_pod_list_default.csv"
-REFERENCE = TRACES / "fgd_expected_results" / "analysis_allo_discrete.csv.gz"
-PHILLY = TRACES / "philly" / "philly_jobs_pollux.csv"
+NODES: Path = trace_file(*OPENB_NODES)
+DEFAULT_PODS = trace_file("openb", "openb_pod_list_default.csv")
+GPUSPEC25_PODS = trace_file("openb", "openb_pod_list_gpuspec25.csv")
+REFERENCE = trace_file(*FGD_REFERENCE)
+PHILLY = trace_file(*PHILLY_JOBS)

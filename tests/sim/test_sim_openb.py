@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_data import DEFAULT_PODS, NODES, OPENB, TRACES
+from sim_data import DEFAULT_PODS, GPUSPEC25_PODS, NODES
 
 from trainyard.scheduler.scorers.fgd import Fgd
 from trainyard.sim.openb import Pod, gpu_capacity, load_nodes, load_pods, tune, workload_of
-
-
-def test_the_shared_traces_are_found_beside_the_project() -> None:
-    assert (TRACES / "README.md").exists(), f"no shared traces at {TRACES}; set TRAINYARD_TRACES"
 
 
 def test_the_openb_gpu_nodes_are_the_papers_cluster() -> None:
@@ -29,7 +25,7 @@ def test_openb_pods_become_whole_or_shared_gpu_requests_with_their_model_constra
     assert (first.cpu_milli, first.memory_mb, first.num_gpu, first.gpu_milli) == (12000, 16384, 1, 1000)
     assert all(p.gpu_milli == 1000 for p in pods if p.num_gpu > 1)  # only single-GPU pods share
     assert any(0 < p.gpu_request < 1000 for p in pods) and any(p.gpu_request == 0 for p in pods)
-    constrained = [p for p in load_pods(OPENB / "openb_pod_list_gpuspec25.csv") if p.gpu_models]
+    constrained = [p for p in load_pods(GPUSPEC25_PODS) if p.gpu_models]
     assert constrained and all(set(p.gpu_models) <= {"G2", "T4", "G3", "P100", "V100M32", "V100M16", "A10"}
                                for p in constrained)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_data import DEFAULT_PODS, NODES, OPENB, REFERENCE
+from sim_data import DEFAULT_PODS, NODES, REFERENCE
 
 from trainyard.scheduler.ledger import Ledger
 from trainyard.scheduler.scorers.registry import SCORERS
@@ -20,6 +20,7 @@ from trainyard.sim.openb import Pod, gpu_capacity, load_nodes, load_pods, tune, 
 from trainyard.sim.placement import run_placement
 from trainyard.sim.placement_track import read_reference
 from trainyard.sim.policies import PAPER_LABELS, PAPER_POLICIES, scorer_name
+from trainyard.sim.traces import trace_file
 
 # --- invariants ------------------------------------------------------------------------------
 
@@ -53,9 +54,11 @@ def test_allocation_never_exceeds_arrived_demand_or_capacity(nodes: list[NodeSta
             assert free.cpu_milli >= 0 and free.memory_mb >= 0
             assert all(0 <= f <= 1000 for f in free.gpu_free)
 
-    run = run_placement(nodes, pods, scorer, workload_of(pods), on_place=within_capacity)
+    progress: list[float] = []
+    run = run_placement(nodes, pods, scorer, workload_of(pods), on_place=within_capacity, on_fraction=progress.append)
     capacity = gpu_capacity(nodes)
     assert run.placed + run.failed == len(pods)
+    assert progress[0] == 0.0 and progress[-1] == 1.0 and progress == sorted(progress)
     for arrived, allocated in zip(run.arrived, run.allocated, strict=True):
         assert allocated <= min(capacity, arrived)
     for k, pct in enumerate(run.curve(run.allocated)):
@@ -142,7 +145,7 @@ def test_trainyards_default_placement_allocates_more_than_fgd_at_full_demand(def
 def test_the_default_beats_fgd_on_the_pod_lists_that_switch_its_cost(pod_list: str) -> None:
     # One seed each; the ten-seed comparison on every pod list is in docs/benchmarks.md.
     nodes = load_nodes(NODES)
-    pods = load_pods(OPENB / f"openb_pod_list_{pod_list}.csv")
+    pods = load_pods(trace_file("openb", f"openb_pod_list_{pod_list}.csv"))
     trace = (pod_list, nodes, tune(pods, gpu_capacity(nodes), 1.3, 42), workload_of(pods))
     assert at_100(trace, "default") > at_100(trace, "fgd")
 

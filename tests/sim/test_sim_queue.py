@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sim_data import PHILLY, TRACES
+from sim_data import PHILLY
 
 from trainyard.core.states import AttemptState, JobState
 from trainyard.core.transitions import EventKind
@@ -26,6 +26,7 @@ from trainyard.sim.jobs import (
 )
 from trainyard.sim.queue import POLICIES, QueueResult, QueueSim, policy_named, vc_quotas
 from trainyard.sim.queue_track import percentile, private_cluster, report
+from trainyard.sim.traces import PHILLY_MACHINES, PHILLY_VC_NODES, trace_file
 
 
 def check_conservation(result: QueueResult, jobs: list[TraceJob]) -> None:
@@ -68,9 +69,17 @@ def distinct(jobs: list[TraceJob]) -> list[TraceJob]:
        st.sampled_from([0.0, 60.0]))
 def test_every_policy_conserves_work_and_respects_capacity(jobs: list[TraceJob], policy: str, tick: float) -> None:
     sim = QueueSim(uniform_cluster(2, 8), jobs, policy_named(policy), tick=tick)
-    result = sim.run()
+    progress: list[float] = []
+    result = sim.run(progress.append)
     check_conservation(result, jobs)
     check_lifecycle(sim)
+    check_progress(progress)
+
+
+def check_progress(fractions: list[float]) -> None:
+    """What a run reports of its progress only grows, from 0 to 1, and ends done."""
+    assert fractions and fractions[-1] == 1.0
+    assert all(0 <= a <= b <= 1 for a, b in zip(fractions, fractions[1:]))
 
 
 def check_lifecycle(sim: QueueSim) -> None:
@@ -154,10 +163,11 @@ def test_the_philly_table_loads_with_its_vcs_and_a_window_selects_october(philly
 
 
 def test_philly_machine_lists_and_vc_shares_load() -> None:
-    machines = parse_cluster(str(TRACES / "philly" / "cluster_machine_list.csv"))
+    machines = parse_cluster("philly")
+    assert parse_cluster(str(trace_file(*PHILLY_MACHINES))) == machines
     assert sum(len(n.gpus) for n in machines) == 2490
     assert sum(len(n.gpus) for n in parse_cluster("92x8")) == 736
-    shares = load_vc_nodes(TRACES / "philly" / "philly_vc_nodes_helios_artifact.csv")
+    shares = load_vc_nodes(trace_file(*PHILLY_VC_NODES))
     assert len(shares) == 11 and shares["6214e9"] == 64
     assert sum(len(n.gpus) for n in private_cluster(20)) == 20
 

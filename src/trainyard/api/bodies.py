@@ -31,6 +31,8 @@ MAX_JSON_BODY_BYTES = 64 * 1024
 # anywhere near this long.
 MAX_INTEGER_DIGITS = 100
 
+MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
+
 # A name in a URL path (user, group, virtual cluster, node).
 PathName = Annotated[str, Path(max_length=255, pattern=NO_NUL)]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -12,9 +13,11 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
+from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import TokenCache
+from trainyard.services.jobdirs import JobDirUsage
 from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
@@ -29,11 +32,16 @@ class AppContext:
     clock: Clock
     controller: Controller | None = None
     specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
+    job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)
+    # Set once the server begins to shut down: streaming responses (log followers) end then.
+    closing: threading.Event = field(default_factory=threading.Event)
+    job_dirs: JobDirUsage = field(init=False)
 
     def __post_init__(self) -> None:
-        self.tokens = TokenCache(self.db)
+        self.tokens = TokenCache(self.db, clock=self.clock)
+        self.job_dirs = JobDirUsage(self.backend, self.clock, self.job_dir_retention_seconds)
 
     def wake_controller(self) -> None:
         if self.controller is not None:
@@ -75,6 +83,9 @@ async def current_user(
     user = await run_in_threadpool(ctx.tokens.user_for_token, token.strip())
     if user is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
+    if user.disabled:
+        raise HTTPException(401, f"user {user.name} is disabled; an admin can enable it again "
+                                 f"(`yard user enable {user.name}`)", headers={"WWW-Authenticate": "Bearer"})
     return user
 
 

@@ -1,7 +1,10 @@
 """``yard up``: assemble store, backend, controller and API, and serve until interrupted.
 
 Stopping the server (Ctrl-C, SIGTERM, even ``kill -9``) never stops the jobs: local tasks
-run under their own supervisors and are re-adopted on the next start.
+run under their own supervisors and are re-adopted on the next start. Ctrl-C or SIGTERM
+stops it within a second or two: open log followers (``yard logs -f``) are ended first, so
+that they do not hold it up, and whatever request is still open after
+``GRACEFUL_SHUTDOWN_SECONDS`` is cut.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ import json
 import logging
 import os
 import socket
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import IO
 
 import uvicorn
@@ -35,6 +40,34 @@ from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
 
 log = logging.getLogger("trainyard")
+
+GRACEFUL_SHUTDOWN_SECONDS = 2  # uvicorn takes whole seconds
+
+
+class ClosingServer(uvicorn.Server):
+    """uvicorn's server that, as it begins shutting down, sets ``closing``: the event that ends
+    the app's streaming responses. uvicorn itself waits for every open response to finish,
+    and a log follower's would only finish when its task ends."""
+
+    def __init__(self, config: uvicorn.Config, closing: threading.Event) -> None:
+        super().__init__(config)
+        self.closing = closing
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # uvicorn takes a second Ctrl-C as "quit now", skipping the app's own shutdown and
+        # leaving its tasks to be torn down with tracebacks. Shutting down is bounded here
+        # (followers end at once, anything else is cut after GRACEFUL_SHUTDOWN_SECONDS), so
+        # a second signal only says so.
+        if self.should_exit:
+            log.warning("already stopping; open requests are cut within %d s", GRACEFUL_SHUTDOWN_SECONDS)
+            return
+        super().handle_exit(sig, frame)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Set before uvicorn stops listening, which it does before its first await: a follower
+        # wakes only after that, so its client finds the server gone, not a new one to ask.
+        self.closing.set()
+        await super().shutdown(sockets)
 
 
 class StartupError(Exception):
@@ -173,9 +206,11 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         cluster = cluster_id(session)
     backend = build_backend(settings, cluster)
     controller = Controller(
-        db, backend, clock, interval=settings.schedule_interval_seconds, config=config
+        db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
+        job_dir_retention_seconds=settings.job_dir_retention_seconds,
     )
-    ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs)
+    ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
+                     job_dir_retention_seconds=settings.job_dir_retention_seconds)
     return ctx, controller
 
 
@@ -210,7 +245,9 @@ def _serve(settings: Settings, url: str) -> None:
     log.info("Trainyard %s on %s (store: %s); Ctrl-C stops the server, not the jobs",
              "serving", url, ctx.db.engine.dialect.name)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+        config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+        ClosingServer(config, ctx.closing).run()
     finally:
         controller.stop()
         ctx.db.dispose()

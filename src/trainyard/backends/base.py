@@ -163,6 +163,42 @@ class Backend(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class DirUsage:
+    """The disk use of a directory tree, as ``du`` counts it (allocated blocks).
+
+    ``complete`` is False when the walk stopped at its cap on entries: the tree holds at
+    least this much.
+    """
+
+    bytes: int
+    files: int
+    complete: bool = True
+
+
+@runtime_checkable
+class JobDirectories(Protocol):
+    """Optional capability: a directory per job that outlives its attempts.
+
+    Every task of every attempt of the job sees the same directory as
+    ``$TRAINYARD_JOB_DIR``, created before its first task starts, so that a retried or
+    preempted job can resume from what it saved there. The controller removes it once the
+    job has ended and the retention has passed (``controller/jobdirs.py``).
+    """
+
+    def job_dir_usage(self, job_id: int) -> DirUsage | None:
+        """The disk use of the job's directory; None when it has none (yet, or any more)."""
+        ...
+
+    def job_dir_ids(self) -> list[int]:
+        """The ids of the jobs that have a directory now."""
+        ...
+
+    def remove_job_dir(self, job_id: int) -> None:
+        """Delete the job's directory and everything in it (nothing when it has none)."""
+        ...
+
+
 @runtime_checkable
 class GangLauncher(Protocol):
     """Optional capability: start the tasks of one attempt together, as one unit.

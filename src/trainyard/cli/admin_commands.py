@@ -1,16 +1,113 @@
-"""``yard vc``, ``yard group``, ``yard quota`` and ``yard node``: cluster administration."""
+"""``yard user``, ``yard token``, ``yard vc``, ``yard group``, ``yard quota`` and ``yard node``:
+users and their tokens, and cluster administration."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import stat
+import sys
 from collections.abc import Sequence
+from typing import IO
 
 from pydantic import BaseModel
 
 from trainyard.cli import render
 from trainyard.client import Client
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
-from trainyard.schemas.admin import VcView
+from trainyard.schemas.admin import RemovalResult, VcView
+
+TOKEN_FILE_HINT = ("the token is a password: keep it in a file only you can read, "
+                   "e.g. `(umask 077; yard token create --json > token.json)`")
+
+
+def _jobs(ids: Sequence[int]) -> str:
+    return f"job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+
+
+def removal_text(result: RemovalResult, *, kept_hint: str = "") -> str:
+    """What a removal did, and to which jobs, in words."""
+    text = result.done
+    if result.stoppedJobs:
+        text += (f"; stopped {_jobs(result.stoppedJobs)} (waiting ones at once, running ones after "
+                 "their grace period)")
+    if result.keptJobs:
+        several = len(result.keptJobs) > 1
+        text += f"; {_jobs(result.keptJobs)} {'go' if several else 'goes'} on"
+        text += kept_hint.replace("THEM", "them" if several else "it")
+    return text
+
+
+def cmd_user(client: Client, args: argparse.Namespace) -> int:
+    result: BaseModel | Sequence[BaseModel]
+    if args.action == "create":
+        user = client.create_user(args.name, admin=args.admin)
+        result, text = user, f"created user {user.name}" + (" (admin)" if user.admin else "")
+    elif args.action == "disable":
+        removed = client.disable_user(args.name, stop_jobs=args.stop_jobs)
+        result = removed
+        text = (removal_text(removed, kept_hint=f" (`yard user disable {args.name} --stop-jobs` stops THEM)")
+                + f"; {args.name}'s tokens are refused until `yard user enable {args.name}`")
+    elif args.action == "enable":
+        result = client.enable_user(args.name)
+        text = f"enabled user {args.name}: their tokens work again"
+    elif args.action == "delete":
+        removed = client.delete_user(args.name, force=args.force)
+        result = removed
+        text = (removal_text(removed) + f"; {args.name}'s tokens are revoked and their groups, grants and "
+                "quotas removed; their jobs' history keeps their name, which is not reused")
+    else:
+        users = client.users()
+        result = users
+        text = render.table(["NAME", "ADMIN", "STATE", "CREATED"],
+                            [[u.name, "yes" if u.admin else "no", "disabled" if u.disabled else "active",
+                              render.when(u.createdAt)] for u in users])
+    render.print_json(result) if args.json else print(text)
+    return 0
+
+
+def cmd_token(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "create":
+        created = client.create_token(user=args.user, name=args.name)
+        if args.json:
+            render.print_json(created)
+            hint = private_file_hint(sys.stdout)
+            if hint:
+                print(f"yard: {hint}", file=sys.stderr)
+        else:
+            print(f"token for {created.user} (shown once; store it safely):\n{created.token}")
+        return 0
+    if args.action == "revoke":
+        token = client.revoke_token(args.id)
+        text = f"revoked token {token.id} of {token.user} ({token.prefix}…): it is refused from now on"
+        render.print_json(token) if args.json else print(text)
+        return 0
+    tokens = client.tokens(user=args.user, every_user=args.all)
+    if args.json:
+        render.print_json(tokens)
+    elif not tokens:
+        print("no tokens")
+    else:
+        print(render.table(["ID", "USER", "NAME", "PREFIX", "CREATED", "LAST USED"],
+                           [[t.id, t.user, t.name or "-", t.prefix + "…", render.when(t.createdAt),
+                             render.when(t.lastUsedAt)] for t in tokens]))
+    return 0
+
+
+def private_file_hint(stream: IO[str]) -> str | None:
+    """A warning for a token about to be written to ``stream``: the file's mode if others
+    may read it, a general hint where it is no file (a terminal, a pipe); None for a
+    private file."""
+    try:
+        info = os.fstat(stream.fileno())
+    except (OSError, ValueError):  # no file behind it (a test's capture)
+        return TOKEN_FILE_HINT
+    if not stat.S_ISREG(info.st_mode):  # a terminal or a pipe: where it ends up is not known here
+        return TOKEN_FILE_HINT
+    if info.st_mode & 0o077:
+        return (f"the file the token goes to can be read by others (mode {stat.S_IMODE(info.st_mode):04o}): "
+                "`chmod 600` it; " + TOKEN_FILE_HINT)
+    return None
 
 
 def _quota_text(vc: VcView, alone: bool) -> str:
@@ -41,6 +138,12 @@ def cmd_vc(client: Client, args: argparse.Namespace) -> int:
     elif args.action == "grant":
         result = client.grant_vc(args.name, args.grantee)
         text = f"{args.grantee} may now submit to {args.name}"
+    elif args.action == "revoke":
+        removed = client.revoke_grant(args.name, args.grantee, force=args.force)
+        result, text = removed, removal_text(removed)
+    elif args.action == "delete":
+        removed = client.delete_vc(args.name, force=args.force)
+        result, text = removed, removal_text(removed)
     else:
         vc = client.set_vc_quota(args.name, gpus=args.gpus, model=args.model)
         result, text = vc, f"virtual cluster {args.name}: {_quota_text(vc, False)}"
@@ -56,6 +159,9 @@ def cmd_group(client: Client, args: argparse.Namespace) -> int:
     elif args.action == "add":
         result = client.add_member(args.name, args.user)
         text = f"{args.user} is now in group {args.name}"
+    elif args.action == "remove":
+        removed = client.remove_member(args.name, args.user, force=args.force)
+        result, text = removed, removal_text(removed)
     else:
         groups = client.groups()
         result, text = groups, render.table(["GROUP", "MEMBERS"], [[g.name, ", ".join(g.members) or "-"]

@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,6 +32,8 @@ from trainyard.client import (
 from trainyard.client_config import load_config
 from trainyard.core.states import JobState
 from trainyard.schemas.jobs import DryRunResult
+
+FOLLOW_WAIT_POLL_SECONDS = 1.0  # how often `logs -f` asks whether a waiting job has started
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -125,17 +128,52 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
 
 def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
+    if args.follow and args.limit_bytes is not None:
+        _fail("--limit-bytes caps a printed log; it does not go with --follow (use --tail N to start near the end)")
+        return EXIT_USAGE
     if args.follow:
+        placed = _wait_to_follow(client, args)
+        if placed.task is None:  # the job ended before this attempt ran: nothing to follow
+            _note_on_logs(client, args, placed)
+            return 0
         for chunk in client.follow_logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail):
             out.write(chunk)
             out.flush()
-    else:
-        log = client.read_log(args.id, task=args.task, attempt=args.attempt, tail=args.tail)
-        out.write(log.data)
-        out.flush()
-        _note_on_logs(client, args, log)
+        return 0
+    # Page by page, each written as it comes: a log of any size, never all of it in memory.
+    pages = client.iter_logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail,
+                             limit_bytes=args.limit_bytes)
+    first = last = next(pages)
+    out.write(first.data)
+    for last in pages:
+        out.write(last.data)
     out.flush()
+    if last.end < last.size:  # only --limit-bytes stops short of the log's end
+        _fail(f"output cut at --limit-bytes {args.limit_bytes}: the log has {last.size - last.end} more bytes "
+              f"(to byte {last.size}); leave out --limit-bytes for all of it")
+    _note_on_logs(client, args, first)
     return 0
+
+
+def _wait_to_follow(client: Client, args: argparse.Namespace) -> LogRead:
+    """While the task to follow is not placed yet, say so on stderr with why the job waits (again
+    when that changes), polling; then the server streams its log. Returns the last read (no
+    bytes): ``task`` is None if the job ended without running the attempt."""
+    said = ""
+    while True:
+        placed = client.read_log(args.id, task=args.task, attempt=args.attempt, limit=0)
+        if placed.task is not None:
+            if said:
+                _fail(f"job {args.id} started; following task {placed.task}")
+            return placed
+        job = client.job(args.id)
+        if job.state.is_final:
+            return placed
+        why = render.job_status_text(job) or "not placed yet"
+        if job.state == JobState.WAITING and why != said:
+            _fail(f"job {args.id} is waiting ({why}); its log follows once it starts (Ctrl-C to stop waiting)")
+            said = why
+        time.sleep(FOLLOW_WAIT_POLL_SECONDS)
 
 
 def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> None:
@@ -235,30 +273,6 @@ def cmd_nodes(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_user(client: Client, args: argparse.Namespace) -> int:
-    if args.action == "create":
-        user = client.create_user(args.name, admin=args.admin)
-        text = f"created user {user.name}" + (" (admin)" if user.admin else "")
-        render.print_json(user) if args.json else print(text)
-        return 0
-    users = client.users()
-    if args.json:
-        render.print_json(users)
-    else:
-        print(render.table(["NAME", "ADMIN", "CREATED"],
-                           [[u.name, "yes" if u.admin else "no", render.when(u.createdAt)] for u in users]))
-    return 0
-
-
-def cmd_token(client: Client, args: argparse.Namespace) -> int:
-    result = client.create_token(user=args.user, name=args.name)
-    if args.json:
-        render.print_json(result)
-    else:
-        print(f"token for {result.user} (shown once; store it safely):\n{result.token}")
-    return 0
-
-
 def cmd_whoami(client: Client, args: argparse.Namespace) -> int:
     me = client.me()
     render.print_json(me) if args.json else print(me.name + (" (admin)" if me.admin else ""))
@@ -274,8 +288,8 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "stop": cmd_stop,
     "wait": cmd_wait,
     "nodes": cmd_nodes,
-    "user": cmd_user,
-    "token": cmd_token,
+    "user": admin_commands.cmd_user,
+    "token": admin_commands.cmd_token,
     "whoami": cmd_whoami,
     "vc": admin_commands.cmd_vc,
     "group": admin_commands.cmd_group,

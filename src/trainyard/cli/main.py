@@ -15,6 +15,13 @@ from trainyard.core.priorities import PRIORITY_NAMES
 JOBS_PER_PAGE = 20  # `yard jobs` without --limit
 
 
+def _non_negative(text: str) -> int:
+    """An argparse type: a whole number, 0 or more."""
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
+    return int(text)
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
 
@@ -90,7 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help="ROLE/INDEX (default: the first task)")
     p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the task ends")
+    p.add_argument("--limit-bytes", type=_non_negative, metavar="N",
+                   help="print at most N bytes (and say on stderr what was left out); default: the whole log")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing until the task ends (waiting first, if the job has not started)")
 
     p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
     p.add_argument("id", type=int)
@@ -115,6 +125,17 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(q)
     q = user_sub.add_parser("list", help="list users")
     _json_flag(q)
+    q = user_sub.add_parser("disable", help="refuse a user's tokens; their jobs go on unless --stop-jobs")
+    q.add_argument("name")
+    q.add_argument("--stop-jobs", action="store_true", help="also stop their waiting and running jobs")
+    _json_flag(q)
+    q = user_sub.add_parser("enable", help="accept a disabled user's tokens again")
+    q.add_argument("name")
+    _json_flag(q)
+    q = user_sub.add_parser("delete", help="delete a user (refused while they have waiting or running jobs)")
+    q.add_argument("name")
+    q.add_argument("--force", action="store_true", help="stop their waiting and running jobs instead of refusing")
+    _json_flag(q)
 
     p = sub.add_parser("token", help="manage API tokens")
     token_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -122,8 +143,16 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--user", help="whose token (admins only for others)")
     q.add_argument("--name", default="", help="a note to recognise the token by")
     _json_flag(q)
+    q = token_sub.add_parser("list", help="your tokens: id, note, created, last used (never the secret)")
+    who = q.add_mutually_exclusive_group()
+    who.add_argument("--user", help="another user's tokens (admin)")
+    who.add_argument("--all", action="store_true", help="every user's tokens (admin)")
+    _json_flag(q)
+    q = token_sub.add_parser("revoke", help="revoke a token by its id (see `yard token list`)")
+    q.add_argument("id", type=int)
+    _json_flag(q)
 
-    p = sub.add_parser("vc", help="virtual clusters: guaranteed GPU shares (create/grant/quota: admin)")
+    p = sub.add_parser("vc", help="virtual clusters: guaranteed GPU shares (all but list: admin)")
     vc_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     q = vc_sub.add_parser("create", help="create a virtual cluster with a guaranteed quota")
     q.add_argument("name")
@@ -137,6 +166,15 @@ def build_parser() -> argparse.ArgumentParser:
     q = vc_sub.add_parser("grant", help="let a user or @group submit to a virtual cluster")
     q.add_argument("name")
     q.add_argument("grantee", metavar="USER|@GROUP")
+    _json_flag(q)
+    q = vc_sub.add_parser("revoke", help="take back a user's or @group's grant (refused while it runs jobs)")
+    q.add_argument("name")
+    q.add_argument("grantee", metavar="USER|@GROUP")
+    q.add_argument("--force", action="store_true", help="stop the jobs that depend on the grant instead of refusing")
+    _json_flag(q)
+    q = vc_sub.add_parser("delete", help="delete a virtual cluster (refused while jobs wait or run in it)")
+    q.add_argument("name")
+    q.add_argument("--force", action="store_true", help="stop its waiting and running jobs instead of refusing")
     _json_flag(q)
     q = vc_sub.add_parser("quota", help="change a virtual cluster's quota for one GPU model")
     q.add_argument("name")
@@ -152,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     q = group_sub.add_parser("add", help="add a user to a group")
     q.add_argument("name")
     q.add_argument("user")
+    _json_flag(q)
+    q = group_sub.add_parser("remove", help="take a user out of a group (refused while it runs their jobs)")
+    q.add_argument("name")
+    q.add_argument("user")
+    q.add_argument("--force", action="store_true",
+                   help="stop their jobs that depend on the group's grants instead of refusing")
     _json_flag(q)
     q = group_sub.add_parser("list", help="groups and their members")
     _json_flag(q)

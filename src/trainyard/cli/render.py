@@ -14,8 +14,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from trainyard.core.states import JobState
 from trainyard.schemas.cluster import NodeView
-from trainyard.schemas.jobs import JobDetail, JobSummary
+from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary
 
 
 def print_json(data: BaseModel | Sequence[BaseModel]) -> None:
@@ -57,6 +58,28 @@ def seconds_text(seconds: float | None) -> str:
 
 def num(value: float) -> str:
     return f"{value:g}"
+
+
+def size(count: int) -> str:
+    """A byte count in binary units: ``512 B``, ``4.0 KiB``, ``1.3 GiB``."""
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
+
+
+def job_dir_text(job_dir: JobDirView | None, state: JobState) -> str:
+    """``12.0 MiB in 3 files`` (+ when it goes once the job has ended), else why there is none."""
+    if job_dir is None:
+        return "none (removed after the retention, or never made)" if state.is_final else "none yet"
+    text = ("" if job_dir.complete else "at least ") + f"{size(job_dir.bytes)} in {job_dir.files} files"
+    if job_dir.removeAfter is not None:
+        text += f"  (removed after {when(job_dir.removeAfter)})"
+    return text
 
 
 def job_status_short(job: JobSummary) -> str:
@@ -106,6 +129,7 @@ def job_detail(job: JobDetail) -> str:
         f"  attempt:    {job.attempt}  (retries used {job.retriesUsed} of "
         f"{job.spec.get('jobRetryCount', 0)}{_platform_retries(job)})"
         + (f"    exit code: {job.exitCode}" if job.exitCode is not None else ""),
+        f"  job dir:    {job_dir_text(job.jobDir, job.state)}",
     ]
     for warning in job.warnings:
         lines.append(f"  warning:    {warning}")

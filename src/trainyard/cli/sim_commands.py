@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainyard.cli.progress import ProgressBar
+
 if TYPE_CHECKING:  # for annotations only: the simulator loads when a command runs
     from trainyard.sim.placement_track import SeedResult
 
@@ -24,21 +26,23 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "placement",
         help="the FGD paper's placement track: pods arrive, never leave; GPU allocation by arrived demand",
     )
-    q.add_argument("--nodes", required=True, type=Path, help="openb node list CSV")
-    q.add_argument("--pods", required=True, type=Path, help="openb pod list CSV")
+    q.add_argument("--nodes", required=True,
+                   help="openb (the paper's GPU nodes, shipped with Trainyard) or an openb node list CSV")
+    q.add_argument("--pods", required=True,
+                   help="openb (its default pod list), openb:VARIANT (e.g. openb:gpushare40) or a pod list CSV")
     q.add_argument("--policy", default="default",
                    help="random, dotprod, clustering, packing, bestfit, fgd, default, or scorer:NAME")
     q.add_argument("--seeds", default="42-51", help="tuning seeds, e.g. 42-51 or 42,43 (default 42-51)")
     q.add_argument("--tune", type=float, default=1.3, help="inflate the pods to this share of GPU capacity")
     q.add_argument("--out", type=Path, default=Path("."), help="folder for the CSV and PNG (default: here)")
     q.add_argument("--no-plot", action="store_true", help="skip the PNG")
-    q.add_argument("--json", action="store_true", help="print the summary as JSON")
+    q.add_argument("--json", action="store_true", help="print the summary as JSON (and no progress bar)")
 
     q = sim_sub.add_parser("queue", help="the queueing track: jobs arrive and finish; JCT, queueing delay, utilisation")
     q.add_argument("--trace", default="philly", help="philly (a Philly job table) or history (yard's own export)")
-    q.add_argument("--jobs", type=Path, help="the job table (default: the shared Philly trace)")
+    q.add_argument("--jobs", type=Path, help="the job table (default: the Philly trace shipped with Trainyard)")
     q.add_argument("--cluster", default="92x8",
-                   help="NxG (N nodes of G GPUs), or a machine list CSV (Philly's cluster_machine_list)")
+                   help="NxG (N nodes of G GPUs), philly (Philly's 552 machines), or a machine list CSV")
     q.add_argument("--policy", default="default", help="fifo, sjf, tiresias or default")
     q.add_argument("--start", help="first submit time to include (YYYY-MM-DD[THH:MM])")
     q.add_argument("--end", help="submit times before this (YYYY-MM-DD[THH:MM])")
@@ -50,7 +54,7 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--tick", type=float, default=60.0,
                    help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")
-    q.add_argument("--json", action="store_true", help="print the report as JSON")
+    q.add_argument("--json", action="store_true", help="print the report as JSON (and no progress bar)")
 
 
 def run_sim(args: argparse.Namespace) -> int:
@@ -66,23 +70,30 @@ def run_sim(args: argparse.Namespace) -> int:
 def _placement(args: argparse.Namespace) -> int:
     from trainyard.sim.openb import load_nodes, load_pods
     from trainyard.sim.placement_track import SUMMARY_POINTS, parse_seeds, run_track, write_csv
+    from trainyard.sim.traces import resolve, trace_stem
 
     seeds = parse_seeds(args.seeds)
     if not args.tune > 0:  # also NaN
         raise ValueError(f"--tune must be > 0 (a share of the cluster's GPUs, e.g. 1.3); got {args.tune}")
-    nodes = load_nodes(args.nodes)
-    pods = load_pods(args.pods)
+    nodes = load_nodes(resolve("--nodes", args.nodes))
+    pods_file = resolve("--pods", args.pods)
+    pods = load_pods(pods_file)
+    pod_list = trace_stem(pods_file)
 
-    def progress(one: SeedResult) -> None:
-        if not args.json:
-            at = one.alloc[100]
-            print(f"seed {one.seed}: {one.pods} pods, {one.failed} failed, "
-                  f"{'-' if at is None else f'{at:.2f}'} % allocated at 100 % arrived, {one.seconds:.1f} s",
-                  file=sys.stderr)
+    with ProgressBar(enabled=not args.json) as bar:
 
-    result = run_track(nodes, pods, args.policy, seeds, args.tune, progress=progress)
+        def seed_done(one: SeedResult) -> None:
+            if not args.json:
+                at = one.alloc[100]
+                bar.note(f"seed {one.seed}: {one.pods} pods, {one.failed} failed, "
+                         f"{'-' if at is None else f'{at:.2f}'} % allocated at 100 % arrived, {one.seconds:.1f} s")
+
+        def placed(fraction: float) -> None:
+            bar.update(f"placing {pod_list}, {len(seeds)} seed(s)", fraction)
+
+        result = run_track(nodes, pods, args.policy, seeds, args.tune, progress=seed_done, on_fraction=placed)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"placement_{args.pods.stem}_{args.policy.replace(':', '-')}"
+    stem = f"placement_{pod_list}_{args.policy.replace(':', '-')}"
     csv_path = args.out / f"{stem}.csv"
     write_csv(result, csv_path)
     summary = result.summary()
@@ -94,12 +105,12 @@ def _placement(args: argparse.Namespace) -> int:
             raise ValueError(f"the plot needs {e.name}: pip install 'trainyard[sim]', or pass --no-plot") from None
         png = args.out / f"{stem}.png"
         plot_allocation([(args.policy, result.mean("alloc"))], png,
-                        f"{args.pods.stem}: {args.policy}, seeds {args.seeds}, tune {args.tune:g}")
+                        f"{pod_list}: {args.policy}, seeds {args.seeds}, tune {args.tune:g}")
         summary["png"] = str(png)
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(f"policy {args.policy} (scorer {result.scorer}) on {args.pods.name}, {len(seeds)} seed(s), "
+    print(f"policy {args.policy} (scorer {result.scorer}) on {pod_list}, {len(seeds)} seed(s), "
           f"{result.capacity_gpus} GPUs")
     print("arrived %   " + "  ".join(f"{k:>6}" for k in SUMMARY_POINTS))
     print("allocated % " + "  ".join(f"{_num(summary['gpu_alloc_pct'].get(str(k))):>6}" for k in SUMMARY_POINTS))
@@ -113,6 +124,12 @@ def _num(value: float | None) -> str:
 
 
 def _queue(args: argparse.Namespace) -> int:
-    from trainyard.sim.queue_track import run_queue_command
+    from trainyard.sim.queue_track import print_report, run_queue_command
 
-    return run_queue_command(args)
+    with ProgressBar(enabled=not args.json) as bar:
+        summary = run_queue_command(args, on_fraction=bar.update)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_report(summary)
+    return 0

@@ -8,8 +8,9 @@ import time
 
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.backends.base import Backend
+from trainyard.backends.base import Backend, JobDirectories
 from trainyard.controller.inventory import sync_inventory
+from trainyard.controller.jobdirs import JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
 from trainyard.controller.reconcile import Reconciler
 from trainyard.controller.scheduling import (
@@ -25,6 +26,7 @@ from trainyard.controller.world import (
     virtual_clusters,
 )
 from trainyard.core.clock import Clock
+from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
 from trainyard.services.specs import StoredSpecs
@@ -57,6 +59,7 @@ class Controller:
         interval: float = 0.5,
         config: SchedulerConfig | None = None,
         specs: StoredSpecs | None = None,
+        job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -73,6 +76,11 @@ class Controller:
         self._last_schedule = -1e9
         self.reconciler = Reconciler(db, backend, clock, self.spec_of)
         self.waiting = WaitingJobs(self.specs)
+        self.job_dirs = (
+            JobDirSweeper(db, backend, clock, job_dir_retention_seconds)
+            if isinstance(backend, JobDirectories)
+            else None
+        )
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -133,6 +141,8 @@ class Controller:
             if self._schedule():
                 # Launch what was just placed without waiting for the next tick.
                 self.reconciler.run()
+        if self.job_dirs is not None:
+            self.job_dirs.start_if_due()
 
     def _schedule(self) -> bool:
         with self.db.session() as session:

@@ -10,6 +10,9 @@ import yaml
 from pydantic import Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+# A week: long enough to fetch a finished job's checkpoints and results from its directory.
+DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
+
 
 def default_home() -> Path:
     return Path("~/.trainyard").expanduser()
@@ -99,6 +102,12 @@ class Settings(BaseSettings):
     local_gpu_groups: list[list[int]] | None = Field(
         default=None,
         description="GPU indices per PCIe/NUMA group, e.g. [[0,1,2,3],[4,5,6,7]]; default: NUMA nodes from NVML",
+    )
+    job_dir_retention_seconds: float = Field(
+        default=DEFAULT_JOB_DIR_RETENTION_SECONDS,
+        ge=0,
+        description="How long a job's directory ($TRAINYARD_JOB_DIR) is kept after the job has ended "
+        "(default 7 days); then the controller removes it",
     )
     rack_label: str = Field(default="rack", description="The node label that names a node's rack")
     node_labels: dict[str, str] = Field(

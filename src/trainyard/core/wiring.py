@@ -8,6 +8,10 @@ runs as a local process or in a Slurm allocation. Three families are set:
   (``RANK`` counts tasks across roles in declaration order, then by index; ``LOCAL_RANK``
   counts this job's tasks on the same node);
 * ``TRAINYARD_*`` for Trainyard's own tooling.
+
+Paths only a backend knows are added by the backend, after the job's own env so that a
+job file cannot redirect them: ``TRAINYARD_SECRETS_DIR`` (local) and ``TRAINYARD_JOB_DIR``
+(the job's directory, kept across attempts; ``backends.jobdirs``).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The API's models of cluster administration: virtual clusters, groups and per-user quotas,
-the requests that change them and what they answer."""
+the requests that change them and what they answer, and what a removal did to jobs."""
 
 from __future__ import annotations
 
@@ -60,3 +60,11 @@ class UserQuotaView(BaseModel):
     user: str
     priority: str
     gpus: float
+
+
+class RemovalResult(BaseModel):
+    """What a removal (or disabling a user) did, and to which waiting or running jobs."""
+
+    done: str = Field(description="What was done, in words, e.g. 'deleted virtual cluster vision'")
+    stoppedJobs: list[int] = Field(description="Jobs it stopped: waiting ones at once, running ones are STOPPING")
+    keptJobs: list[int] = Field(description="Waiting or running jobs it left alone (disabling without stopJobs)")

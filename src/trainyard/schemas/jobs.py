@@ -15,6 +15,10 @@ from trainyard.core.states import AttemptState, JobState, TaskState
 LOG_OFFSET_HEADER = "X-Log-Offset"  # byte offset of the first byte sent
 LOG_SIZE_HEADER = "X-Log-Size"  # the log's size when read
 LOG_TASK_HEADER = "X-Log-Task"  # ROLE/INDEX of the task shown; absent before the task ran
+LOG_ATTEMPT_HEADER = "X-Log-Attempt"  # the attempt shown; absent before the task ran
+# A log is read a page at a time: this many bytes unless the request asks for fewer, or more up to the most.
+LOG_PAGE_BYTES = 1 << 20
+LOG_MAX_PAGE_BYTES = 8 << 20  # the server holds a page in memory
 
 
 class PendingView(BaseModel):
@@ -104,6 +108,16 @@ class EventView(BaseModel):
     message: str
 
 
+class JobDirView(BaseModel):
+    """The job's directory ($TRAINYARD_JOB_DIR), kept across its attempts: its disk use."""
+
+    bytes: int  # allocated on disk, as ``du`` counts
+    files: int
+    complete: bool  # False: the count stopped at its cap on entries; the directory holds at least this
+    measuredAt: datetime
+    removeAfter: datetime | None  # once the job has ended: when the server removes the directory
+
+
 class JobDetail(JobSummary):
     retriesUsed: int
     # Lost attempts retried as platform faults, which spend no jobRetryCount, and the most a job gets.
@@ -114,6 +128,7 @@ class JobDetail(JobSummary):
     attempts: list[AttemptView]
     events: list[EventView]
     warnings: list[str] = []
+    jobDir: JobDirView | None = None  # None: the job has no directory (not started yet, or removed)
 
 
 class JobPage(BaseModel):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from trainyard.core.names import USER_NAME
 from trainyard.schemas.requests import RequestBody, text_field
@@ -30,3 +30,16 @@ class UserView(BaseModel):
     name: str
     admin: bool
     createdAt: datetime
+    disabled: bool = Field(default=False, description="A disabled user's tokens are refused")
+
+
+class TokenView(BaseModel):
+    """A token as listed: never the token itself, which is shown once, at creation."""
+
+    id: int = Field(description="What `DELETE /tokens/{id}` (`yard token revoke ID`) takes")
+    user: str
+    name: str = Field(description="The note given at creation")
+    prefix: str = Field(description="The token's first characters, to recognise it by")
+    createdAt: datetime
+    lastUsedAt: datetime | None = Field(
+        description="Its last use, to within the token cache's 10 s; null if never used")

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-import time
+import threading
+from collections.abc import Iterable
 
 from sqlalchemy.orm import Session
 
-from trainyard.core.clock import Clock
+from trainyard.core.clock import Clock, SystemClock
 from trainyard.core.names import USER_NAME
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.store.db import Database
@@ -17,8 +18,9 @@ from trainyard.store.queries import users
 from trainyard.store.rows import TokenRow, UserRow
 
 TOKEN_PREFIX = "ty_"
-# How long a verified token is trusted without asking the store again. Tokens cannot be
-# revoked yet; when they can, revocation must also clear the `TokenCache`.
+# How long a verified token is trusted without asking the store again: the longest a token
+# revoked (or a user disabled or deleted) elsewhere than through this server's own
+# `TokenCache` is still accepted. The server that revokes forgets the token at once.
 TOKEN_CACHE_SECONDS = 10.0
 TOKEN_CACHE_MAX = 10_000
 
@@ -34,7 +36,11 @@ def create_user(session: Session, name: str, *, is_admin: bool, clock: Clock) ->
             "(starting with a letter or '_'), at most 64 characters",
             details=[{"path": "name", "message": "invalid user name"}],
         )
-    if users.user_named(session, name) is not None:
+    existing = users.user_named(session, name)
+    if existing is not None and existing.deleted_at is not None:
+        raise Conflict(f"user {name!r} was deleted, and a deleted user's name stays with their job history: "
+                       "choose another name")
+    if existing is not None:
         raise Conflict(f"user {name!r} already exists")
     user = UserRow(name=name, is_admin=is_admin, created_at=clock.now())
     session.add(user)
@@ -43,9 +49,11 @@ def create_user(session: Session, name: str, *, is_admin: bool, clock: Clock) ->
 
 
 def get_user(session: Session, name: str) -> UserRow:
+    """The user of this name; a deleted one is not found."""
     user = users.user_named(session, name)
-    if user is None:
-        raise NotFound(f"no user named {name!r}")
+    if user is None or user.deleted_at is not None:
+        deleted = " (deleted)" if user is not None else ""
+        raise NotFound(f"no user named {name!r}{deleted}; see `yard user list`")
     return user
 
 
@@ -87,9 +95,51 @@ def issue_token(
     return create_token(session, owner, by=caller, name=name, clock=clock), owner
 
 
-def authenticate(session: Session, token: str) -> UserRow | None:
+def authenticate(session: Session, token: str, *, clock: Clock | None = None) -> UserRow | None:
+    """The token's user, or None for an unknown or revoked token (a deleted user's are all
+    revoked). A *disabled* user is returned: the caller refuses them, saying why. With a
+    ``clock``, the token's last use is noted."""
     row = users.live_token(session, hash_token(token))
-    return row.user if row is not None else None
+    if row is None or row.user.deleted_at is not None:
+        return None
+    if clock is not None:
+        row.last_used_at = clock.now()
+    return row.user
+
+
+# -- listing and revoking tokens ----------------------------------------------------------
+
+
+def list_tokens(session: Session, caller: UserRow, *, for_user: str | None = None,
+                every_user: bool = False) -> list[TokenRow]:
+    """Live tokens of ``for_user`` (default: the caller), or of every user; others' are for
+    admins only, refused before the name is looked up (as in `issue_token`)."""
+    if (every_user or (for_user and for_user != caller.name)) and not caller.is_admin:
+        raise Forbidden("only an admin may list another user's tokens")
+    if every_user:
+        return users.live_tokens(session)
+    owner = get_user(session, for_user) if for_user else caller
+    return users.live_tokens(session, owner.id)
+
+
+def revoke_token(session: Session, caller: UserRow, token_id: int) -> TokenRow:
+    """Revoke a live token of the caller's (any user's, for an admin).
+
+    Refused when it is the last live token of every enabled admin: no one could administer
+    the cluster any more. Another user's token is reported as not found, as their jobs are.
+    """
+    token = users.live_token_by_id(session, token_id)
+    if token is None or (token.user_id != caller.id and not caller.is_admin):
+        raise NotFound(f"no token {token_id}; `yard token list` shows the ids of the tokens you may revoke")
+    signing_in = users.admins_signing_in(session)
+    if signing_in and all(tid == token.id for _, tid in signing_in):
+        raise Conflict(
+            f"token {token_id} is the last token of any admin: revoking it would leave no one able to "
+            "administer Trainyard; create another first (`yard token create`)",
+            details=[{"path": "token_id", "message": "the last admin token"}],
+        )
+    token.revoked = True
+    return token
 
 
 def bootstrap_admin(session: Session, *, clock: Clock) -> str | None:
@@ -102,23 +152,41 @@ def bootstrap_admin(session: Session, *, clock: Clock) -> str | None:
 
 class TokenCache:
     """Who a token belongs to, asked of the store at most once per ``TOKEN_CACHE_SECONDS``
-    per token: every request carries one, and the answer rarely changes."""
+    per token: every request carries one, and the answer rarely changes. Each time it does
+    ask, the token's last use is written.
 
-    def __init__(self, db: Database, *, seconds: float = TOKEN_CACHE_SECONDS) -> None:
+    A revocation, or a user disabled or deleted, through this server is `forget`-ten at
+    once; one made elsewhere (another server process on the same store) takes effect here
+    within ``TOKEN_CACHE_SECONDS``.
+    """
+
+    def __init__(self, db: Database, *, clock: Clock | None = None, seconds: float = TOKEN_CACHE_SECONDS) -> None:
         self._db = db
+        self._clock = clock or SystemClock()
         self._seconds = seconds
-        self._users: dict[str, tuple[float, UserRow]] = {}
+        self._lock = threading.Lock()  # requests authenticate on a thread pool
+        self._users: dict[str, tuple[float, UserRow]] = {}  # token hash -> (checked at, user)
 
     def user_for_token(self, token: str) -> UserRow | None:
         digest = hash_token(token)
-        now = time.monotonic()
-        cached = self._users.get(digest)
+        now = self._clock.monotonic()
+        with self._lock:
+            cached = self._users.get(digest)
         if cached is not None and now - cached[0] < self._seconds:
             return cached[1]
         with self._db.session() as session:
-            user = authenticate(session, token)
-        if user is not None:
+            user = authenticate(session, token, clock=self._clock)
+        with self._lock:
+            if user is None:
+                self._users.pop(digest, None)
+                return None
             if len(self._users) > TOKEN_CACHE_MAX:
                 self._users.clear()
             self._users[digest] = (now, user)
         return user
+
+    def forget(self, *, user_ids: Iterable[int] = ()) -> None:
+        """Ask the store again about every token of these users, from the next request on."""
+        gone = set(user_ids)
+        with self._lock:
+            self._users = {digest: entry for digest, entry in self._users.items() if entry[1].id not in gone}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -269,8 +269,9 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
     return events.job_events(session, job.id)
 
 
-def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock) -> JobRow:
-    """Stop a job: a waiting job stops at once; a running one is signalled by the controller."""
+def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock, reason: str = "") -> JobRow:
+    """Stop a job: a waiting job stops at once; a running one is signalled by the controller.
+    ``reason`` (e.g. "delete virtual cluster vision") is added to the job's event."""
     job = get_job(session, viewer, job_id)
     if job.state in FINAL_JOB_STATES:
         raise Conflict(f"job {job_id} has already ended ({job.state})")
@@ -279,7 +280,8 @@ def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock
     current = None
     if job.state != JobState.WAITING:  # a waiting job's attempts (if any) have all ended
         current = next((a for a in job.attempts if a.number == job.attempt), None)
-    record_event(session, job.id, transitions.request_stop(job, current, viewer.name, clock.now()))
+    event = transitions.request_stop(job, current, viewer.name, clock.now())
+    record_event(session, job.id, replace(event, message=f"{event.message} to {reason}") if reason else event)
     return job
 
 

@@ -1,24 +1,32 @@
-"""A task's log as the API serves it: which task and attempt a request means, the bytes to
-send (from an offset, or the last lines), and following the log until the task ends."""
+"""A task's log as the API serves it: which task and attempt a request means, the page of
+bytes to send (from an offset, or from where the last lines begin), and following the log
+until the task ends or the server shuts down.
+
+A log of any size is read in pages: a page holds at most ``limit`` bytes and, unless it
+reaches the end of the log, ends at the end of a line (a single line longer than a page is
+the exception), so that pages read one after another are exactly the log and each is whole
+lines."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 from anyio.to_thread import run_sync
 
 from trainyard.backends.base import Backend, LogChunk, TaskKey
 from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.schemas.jobs import LOG_PAGE_BYTES
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, NotFound
 from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
-TAIL_BYTES_PER_LINE = 512
-FOLLOW_POLL_SECONDS = 0.25
+TAIL_BLOCK_BYTES = 1 << 16  # how far back each read goes when looking for the last lines
+FOLLOW_POLL_SECONDS = 0.25  # also the longest a follower takes to notice the server closing
 
 
 @dataclass(frozen=True)
@@ -40,11 +48,13 @@ class LogTarget:
 
 @dataclass(frozen=True)
 class TaskLogs:
-    """Where task logs are found: the store (which task), the parsed job files, the backend."""
+    """Where task logs are found: the store (which task), the parsed job files, the backend;
+    and ``closing``, set when the server shuts down, which ends every follower."""
 
     db: Database
     specs: StoredSpecs
     backend: Backend
+    closing: threading.Event = field(default_factory=threading.Event)
 
     def find(self, user: UserRow, job_id: int, task: str | None, attempt: int | None) -> LogTarget:
         return find_log_target(self.db, self.specs, user, job_id, task, attempt)
@@ -53,8 +63,8 @@ class TaskLogs:
         """The same task looked up again: placed since, re-run in place, or ended."""
         return self.find(target.user, target.job_id, target.label, target.attempt)
 
-    def read(self, key: TaskKey, *, offset: int | None, tail: int | None) -> LogChunk:
-        return read_log(self.backend, key, offset=offset, tail=tail)
+    def read(self, key: TaskKey, *, offset: int | None, tail: int | None, limit: int = LOG_PAGE_BYTES) -> LogChunk:
+        return read_log(self.backend, key, offset=offset, tail=tail, limit=limit)
 
     def follow(self, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:
         return follow_log(self, target, offset, first)
@@ -93,35 +103,59 @@ def find_log_target(
         return LogTarget(job_id, user, role, index, attempt, key, ended)
 
 
-def read_log(backend: Backend, key: TaskKey, *, offset: int | None, tail: int | None) -> LogChunk:
-    """The last ``tail`` lines of a task's log if asked, else the log from ``offset``."""
-    if tail is not None:
-        return read_tail(backend, key, tail)
-    return backend.read_log(key, offset or 0)
+def read_log(backend: Backend, key: TaskKey, *, offset: int | None, tail: int | None,
+             limit: int = LOG_PAGE_BYTES) -> LogChunk:
+    """A page of a task's log: from where its last ``tail`` lines begin if asked, else from
+    ``offset``."""
+    start = tail_offset(backend, key, tail) if tail is not None else offset or 0
+    return read_page(backend, key, start, limit)
 
 
-def read_tail(backend: Backend, key: TaskKey, lines: int) -> LogChunk:
-    """The last ``lines`` lines of a task's log."""
-    if lines == 0:
-        chunk = backend.read_log(key, 0, 0)
-        return LogChunk(b"", chunk.size, chunk.size)
-    chunk = backend.read_log(key, -max(65536, lines * TAIL_BYTES_PER_LINE), 1 << 24)
+def read_page(backend: Backend, key: TaskKey, offset: int, limit: int) -> LogChunk:
+    """Up to ``limit`` bytes from ``offset``, ending at a line's end unless the page reaches
+    the end of the log or holds no line's end at all."""
+    chunk = backend.read_log(key, offset, limit)
     data = chunk.data
-    body = data[:-1] if data.endswith(b"\n") else data
-    parts = body.split(b"\n")
-    if len(parts) > lines:
-        cut = len(b"\n".join(parts[:-lines])) + 1
-        return LogChunk(data[cut:], chunk.offset + cut, chunk.size)
+    if chunk.offset + len(data) < chunk.size:
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            return LogChunk(data[:cut], chunk.offset, chunk.size)
     return chunk
+
+
+def tail_offset(backend: Backend, key: TaskKey, lines: int) -> int:
+    """Where the last ``lines`` lines of a task's log begin (a last line without its newline
+    is still a line), read back from the end a block at a time whatever the log's size."""
+    end = backend.read_log(key, 0, 0).size  # the log as it is now; it only grows
+    if lines == 0:
+        return end
+    position = end
+    wanted = lines  # line ends still to pass, going back
+    while position > 0:
+        start = max(0, position - TAIL_BLOCK_BYTES)
+        block = backend.read_log(key, start, position - start).data
+        if position == end and block.endswith(b"\n"):
+            block = block[:-1]  # the last line's own end starts no further line
+        found = len(block)
+        while wanted:
+            found = block.rfind(b"\n", 0, found)
+            if found < 0:
+                break
+            wanted -= 1
+        if not wanted:
+            return start + found + 1
+        position = start
+    return 0
 
 
 async def follow_log(logs: TaskLogs, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:
     """New log bytes as they appear, from ``offset``; ends once the task has ended and all of
-    its log is read. Blocking reads run in worker threads, off the event loop."""
+    its log is read, or once the server is closing (``logs.closing``: a follower must not
+    hold a stopping server up). Blocking reads run in worker threads, off the event loop."""
     if first:
         yield first
         offset += len(first)
-    while True:
+    while not logs.closing.is_set():
         previous = target.key
         target = await run_sync(logs.refresh, target)
         if target.key != previous:

@@ -22,7 +22,7 @@ from trainyard.schemas.jobs import (
     SubmitResult,
     TaskView,
 )
-from trainyard.schemas.users import UserView
+from trainyard.schemas.users import TokenView, UserView
 from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import (
@@ -32,6 +32,7 @@ from trainyard.store.rows import (
     JobRow,
     NodeRow,
     TaskRow,
+    TokenRow,
     UserRow,
 )
 
@@ -166,7 +167,12 @@ def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None 
 
 
 def user_view(row: UserRow) -> UserView:
-    return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at)
+    return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at, disabled=row.disabled)
+
+
+def token_view(row: TokenRow) -> TokenView:
+    return TokenView(id=row.id, user=row.user.name, name=row.name, prefix=row.prefix, createdAt=row.created_at,
+                     lastUsedAt=row.last_used_at)
 
 
 def group_view(row: GroupRow, members: list[str]) -> GroupView:

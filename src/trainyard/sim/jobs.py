@@ -22,6 +22,7 @@ from typing import Any
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
+from trainyard.sim.traces import open_text, resolve
 
 NODE_CPU_MILLI = 1_000_000  # the queueing track schedules GPUs only: CPU and memory never bind
 NODE_MEMORY_MB = 1 << 30
@@ -47,7 +48,7 @@ def parse_time(text: str) -> float:
 
 def load_philly(path: Path | str) -> list[TraceJob]:
     jobs = []
-    with open(path, newline="") as f:
+    with open_text(path) as f:
         reader = csv.DictReader(f)
         missing = {"timestamp", "duration", "num_gpus", "cluster"} - set(reader.fieldnames or ())
         if missing:
@@ -123,15 +124,14 @@ def uniform_cluster(nodes: int, gpus: int, model: str = "gpu") -> tuple[NodeStat
 
 
 def parse_cluster(spec: str) -> tuple[NodeState, ...]:
-    """``NxG`` (N nodes of G GPUs), or a machine list CSV (``machineId, number of GPUs, …``)."""
+    """``NxG`` (N nodes of G GPUs), ``philly`` (Philly's machines), or a machine list CSV
+    (``machineId, number of GPUs, …``)."""
     nodes, sep, gpus = spec.lower().partition("x")
     if sep and nodes.isdigit() and gpus.isdigit():
         return uniform_cluster(int(nodes), int(gpus))
-    path = Path(spec)
-    if not path.exists():
-        raise ValueError(f"cluster {spec!r}: give NxG (e.g. 92x8) or a machine list CSV")
+    path = resolve("--cluster", spec)
     out = []
-    with open(path, newline="") as f:
+    with open_text(path) as f:
         reader = csv.reader(f)
         header = [h.strip() for h in next(reader)]
         try:
@@ -154,7 +154,7 @@ def gang_tasks(gpus: int, largest_node: int) -> list[int]:
 
 def load_vc_nodes(path: Path | str) -> dict[str, float]:
     """Philly's nodes per VC (``vc,node num``), as shares for ``queue.vc_quotas``."""
-    with open(path, newline="") as f:
+    with open_text(path) as f:
         reader = csv.DictReader(f)
         if {"vc", "node num"} - set(reader.fieldnames or ()):
             raise ValueError(f"{path}: needs columns 'vc' and 'node num'")

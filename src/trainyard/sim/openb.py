@@ -19,6 +19,7 @@ from pathlib import Path
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.snapshot import GpuSlot, NodeState, TaskRequest, WorkloadClass
+from trainyard.sim.traces import open_text
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Pod:
 
 
 def _read(path: Path, required: set[str]) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
+    with open_text(path) as f:
         reader = csv.DictReader(f)
         missing = required - set(reader.fieldnames or ())
         if missing:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import gzip
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from trainyard.scheduler.snapshot import NodeState
 from trainyard.sim.openb import Pod, gpu_capacity, tune, workload_of
 from trainyard.sim.placement import POINTS, PlacementRun, run_placement
 from trainyard.sim.policies import scorer_name
+from trainyard.sim.traces import open_text
 
 SUMMARY_POINTS = (50, 80, 90, 100, 110, 130)
 
@@ -98,17 +98,33 @@ def run_track(
     *,
     stop_at_pct: float | None = None,
     progress: Callable[[SeedResult], None] | None = None,
+    on_fraction: Callable[[float], None] | None = None,
 ) -> TrackResult:
-    """Run the FGD protocol for each seed: tune, shuffle, place every pod with ``policy``."""
+    """Run the FGD protocol for each seed: tune, shuffle, place every pod with ``policy``.
+
+    ``progress`` sees each seed's result as it ends; ``on_fraction`` hears how much of the
+    whole track (every seed) is done, 0 to 1, as it goes.
+    """
     scorer = scorer_name(policy)
     capacity = gpu_capacity(nodes)
     workload = workload_of(pods)
     result = TrackResult(policy, scorer, capacity // 1000, tune_ratio)
-    for seed in seeds:
+    for done, seed in enumerate(seeds):
         tuned = tune(pods, capacity, tune_ratio, seed)
         started = time.perf_counter()
+
+        def seed_fraction(fraction: float, done: int = done) -> None:
+            if on_fraction is not None:
+                on_fraction((done + fraction) / len(seeds))
+
         run: PlacementRun = run_placement(
-            nodes, tuned, scorer, workload, job_id_base=seed * 10_000_000, stop_at_pct=stop_at_pct
+            nodes,
+            tuned,
+            scorer,
+            workload,
+            job_id_base=seed * 10_000_000,
+            stop_at_pct=stop_at_pct,
+            on_fraction=None if on_fraction is None else seed_fraction,
         )
         seconds = time.perf_counter() - started
         one = SeedResult(
@@ -137,9 +153,8 @@ def write_csv(result: TrackResult, path: Path) -> None:
 def read_reference(path: Path, workload: str, label: str, point: int = 100) -> tuple[float, list[float]]:
     """The FGD authors' mean and per-seed allocation % at ``point`` % arrived demand, from
     ``analysis_allo_discrete.csv(.gz)``."""
-    opener = gzip.open if str(path).endswith(".gz") else open
     values = []
-    with opener(path, "rt", newline="") as f:
+    with open_text(path) as f:
         for row in csv.DictReader(f):
             if row["workload"] == workload and row["sc_policy"] == label:
                 values.append(float(row[str(point)]))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainyard.core.priorities import DEFAULT_PRIORITY
@@ -139,10 +139,13 @@ class QueueSim:
         self.records: dict[int, SimJob] = {}  # each job's state, attempts and history
         self.now = 0.0
         self.busy = 0
+        self.ended = 0  # jobs that finished (for progress)
 
     # --- the loop ------------------------------------------------------------------------
 
-    def run(self) -> QueueResult:
+    def run(self, on_fraction: Callable[[float], None] | None = None) -> QueueResult:
+        """Replay every job; ``on_fraction`` hears as it goes how much is done (0 to 1): each
+        job counts half when it arrives and half when it ends."""
         result = self.result
         limit = {v.name: sum(v.quota.values()) for v in self.vcs}
 
@@ -182,11 +185,15 @@ class QueueSim:
             self._advance(t)
             if changed:
                 self._cycles()
+            if on_fraction is not None:
+                on_fraction((nxt + self.ended) / (2 * len(arrivals)))
         # Left waiting with nothing more to happen: gangs no node shape (or cell) can hold.
         result.never_started = [self.by_id[j] for j in sorted(self.pending)]
         for job in result.never_started:
             del result.outcomes[job.job_id]
         result.last_end = self.now
+        if on_fraction is not None:
+            on_fraction(1.0)
         return result
 
     def _advance(self, t: float) -> None:
@@ -204,6 +211,7 @@ class QueueSim:
                 lifecycle.ended(self.records[job_id], self.now)
                 outcome = self.result.outcomes[job_id]
                 outcome.end = self.now
+                self.ended += 1
                 return True
             return False
         if kind == 1:  # a preempted job has stopped
@@ -213,6 +221,7 @@ class QueueSim:
                 if self.done[job_id] >= self.by_id[job_id].duration - 1e-9:
                     lifecycle.ended(self.records[job_id], self.now)
                     self.result.outcomes[job_id].end = self.now  # it finished within its grace
+                    self.ended += 1
                 else:
                     lifecycle.requeued(self.records[job_id], self.now)
                     self._enqueue(self.by_id[job_id])

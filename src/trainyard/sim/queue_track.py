@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from trainyard.sim.jobs import (
     window,
 )
 from trainyard.sim.queue import QueueResult, QueueSim, policy_named, vc_quotas
-from trainyard.sim.traces import trace_file
+from trainyard.sim.traces import PHILLY_JOBS, resolve, trace_file
 
 HOUR = 3600.0
 DEFAULT_TICK = 60.0  # seconds between scheduling cycles (the controller's tick)
@@ -84,15 +83,22 @@ def private_cluster(gpus: int, node_gpus: int = 8) -> tuple[NodeState, ...]:
 
 
 def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], shared: dict[str, Any], policy: str,
-                    tick: float) -> dict[str, dict[str, Any]]:
-    """Per VC: mean queueing delay shared (from ``shared``) and alone on its quota."""
+                    tick: float, on_fraction: Callable[[float], None] | None = None) -> dict[str, dict[str, Any]]:
+    """Per VC: mean queueing delay shared (from ``shared``) and alone on its quota;
+    ``on_fraction`` hears how much of it is done (0 to 1)."""
     out = {}
-    for vc in vcs:
+    for done, vc in enumerate(vcs):
         quota = sum(vc.quota.values())
         own = [j for j in jobs if j.vc == vc.name and j.gpus <= quota]
         if not own:
             continue
-        alone = report(QueueSim(private_cluster(quota), own, policy_named(policy), tick=tick).run())
+
+        def vc_fraction(fraction: float, done: int = done) -> None:
+            if on_fraction is not None:
+                on_fraction((done + fraction) / len(vcs))
+
+        sim = QueueSim(private_cluster(quota), own, policy_named(policy), tick=tick)
+        alone = report(sim.run(None if on_fraction is None else vc_fraction))
         together = shared["vc_avg_queueing_h"].get(vc.name)
         out[vc.name] = {
             "quota_gpus": quota,
@@ -105,9 +111,19 @@ def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], sha
     return out
 
 
-def run_queue_command(args: argparse.Namespace) -> int:
+def run_queue_command(args: argparse.Namespace,
+                      on_fraction: Callable[[str, float], None] | None = None) -> dict[str, Any]:
+    """``yard sim queue``'s run: the report (``print_report`` renders it), after writing the
+    per-job CSV if ``--out``; ``on_fraction(phase, fraction)`` hears how far each phase is."""
+
+    def phase(name: str) -> Callable[[float], None] | None:
+        if on_fraction is None:
+            return None
+        report_to = on_fraction
+        return lambda fraction: report_to(name, fraction)
+
     if args.trace == "philly":
-        path = args.jobs or trace_file("philly", "philly_jobs_pollux.csv")
+        path = args.jobs or trace_file(*PHILLY_JOBS)
         jobs = load_philly(path)
     elif args.trace == "history":
         if args.jobs is None:
@@ -126,25 +142,21 @@ def run_queue_command(args: argparse.Namespace) -> int:
     if args.vc_quotas == "demand":
         vcs = vc_quotas(chosen, gpus)
     elif args.vc_quotas:
-        path = trace_file("philly", "philly_vc_nodes_helios_artifact.csv") if args.vc_quotas == "philly" \
-            else Path(args.vc_quotas)
-        vcs = vc_quotas(chosen, gpus, load_vc_nodes(path))
+        vcs = vc_quotas(chosen, gpus, load_vc_nodes(resolve("--vc-quotas", args.vc_quotas)))
     started = time.perf_counter()
-    result = QueueSim(nodes, chosen, policy_named(args.policy), vcs=vcs, tick=args.tick).run()
+    sim = QueueSim(nodes, chosen, policy_named(args.policy), vcs=vcs, tick=args.tick)
+    result = sim.run(phase(f"replaying {len(chosen)} jobs"))
     summary = report(result)
     summary["seconds"] = time.perf_counter() - started
     summary["window"] = [args.start, args.end]
     summary["load"] = args.load
     summary["cluster"] = args.cluster
     if vcs:
-        summary["sharing"] = sharing_anomaly(chosen, vcs, summary, args.policy, args.tick)
+        summary["sharing"] = sharing_anomaly(chosen, vcs, summary, args.policy, args.tick,
+                                             phase(f"each of {len(vcs)} VCs alone"))
     if args.out is not None:
         _write_jobs(result, args.out)
-    if args.json:
-        print(json.dumps(summary, indent=2))
-    else:
-        _print(summary)
-    return 0
+    return summary
 
 
 def _write_jobs(result: QueueResult, path: Path) -> None:
@@ -157,7 +169,7 @@ def _write_jobs(result: QueueResult, path: Path) -> None:
                           o.jct if o.end is not None else "", o.queueing if o.end is not None else "", o.preemptions])
 
 
-def _print(s: dict[str, Any]) -> None:
+def print_report(s: dict[str, Any]) -> None:
     print(f"policy {s['policy']} on {s['cluster']} ({s['gpus']} GPUs): {s['jobs']} jobs"
           + (f", {s['rejected']} larger than the cluster or their VC's quota (not run)" if s["rejected"] else "")
           + (f", {s['never_started']} never started (no node shape holds them)" if s["never_started"] else ""))

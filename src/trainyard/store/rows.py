@@ -48,6 +48,11 @@ class UserRow(Base):
     name: Mapped[str] = mapped_column(String(64), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # A disabled user's tokens are refused; their jobs are kept (``services.removal``).
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Deleted users stay as rows, so that their jobs' history still names them; their
+    # tokens, memberships, grants and quotas are gone, and the name is not reused.
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class TokenRow(Base):
@@ -62,6 +67,8 @@ class TokenRow(Base):
     prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Written when the token cache asks the store, so true to within TOKEN_CACHE_SECONDS.
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
     user: Mapped[UserRow] = relationship(lazy="joined")
 

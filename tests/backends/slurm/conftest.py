@@ -26,6 +26,7 @@ from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
 REQUIRE_SLURM = os.environ.get("TRAINYARD_REQUIRE_SLURM") == "1"
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cluster_problem() -> str | None:
@@ -49,6 +50,22 @@ def slurm() -> SlurmCommands:
             pytest.fail(f"TRAINYARD_REQUIRE_SLURM=1 but no Slurm cluster is usable: {problem}")
         pytest.skip(f"no Slurm cluster: {problem}")
     return SlurmCommands()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_stray_slurm_output() -> Iterator[None]:
+    """Slurm writes ``slurm-<id>.out`` into the directory ``sbatch`` ran in when a job names
+    no ``--output``; two such files once got committed at the repository root. Every job
+    here must name its own output: none may appear in the checkout or the tests' cwd."""
+    places = {Path.cwd(), REPO_ROOT}
+
+    def found() -> set[Path]:
+        return {path for place in places for path in place.glob("slurm-*.out")}
+
+    before = found()
+    yield
+    stray = found() - before
+    assert not stray, f"a Slurm job without --output wrote {sorted(map(str, stray))}"
 
 
 @pytest.fixture

@@ -83,6 +83,8 @@ def test_a_gang_on_two_nodes_is_one_heterogeneous_submission_pinned_per_node() -
     assert "--nodelist=n1 --nodes=1 --ntasks=1 --cpus-per-task=3 --mem=200 --gres=gpu:2 --partition=gpu" in first
     assert second == "--nodelist=n2 --nodes=1 --ntasks=1 --cpus-per-task=2 --mem=100 --gres=gpu:4 --partition=gpu"
     assert "--no-requeue" in first and "--job-name=ty-5-0" in first
+    # Without --output Slurm writes slurm-<id>.out where sbatch ran (once: the repo root).
+    assert "--output=/s/sub/batch.log" in first and "--chdir=/s/sub" in first
     assert script_args == ["/s/t.sh", "1", "0", "2", "100", "gpu:2", "/s/t0", "0", "1", "100", "none", "/s/t2",
                            "1", "2", "100", "gpu:4", "/s/t1"]
 

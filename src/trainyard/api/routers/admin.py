@@ -1,10 +1,11 @@
-"""HTTP routes for cluster administration: VCs, groups, per-user quotas, cordons (admin only)."""
+"""HTTP routes for cluster administration: VCs and their grants, groups and their members,
+per-user quotas, cordons (admin only; listing VCs excepted)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Query
 
 from trainyard.api.bodies import BodyRoute, PathName
 from trainyard.api.deps import AppContext, admin_user, context, current_user
@@ -16,12 +17,13 @@ from trainyard.schemas.admin import (
     MemberRequest,
     NameRequest,
     QuotaRequest,
+    RemovalResult,
     UserQuotaRequest,
     UserQuotaView,
     VcView,
 )
 from trainyard.schemas.cluster import NodeView
-from trainyard.services import admin
+from trainyard.services import admin, removal
 from trainyard.services import jobs as job_service
 from trainyard.services.views import group_view, node_view, user_quota_view
 from trainyard.store.rows import UserRow
@@ -31,6 +33,7 @@ router = APIRouter(tags=["admin"], route_class=BodyRoute)
 Admin = Annotated[UserRow, Depends(admin_user)]
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
+Force = Annotated[bool, Query(description="Stop the waiting and running jobs this would orphan, instead of refusing")]
 
 
 def _vc_views(ctx: AppContext) -> list[VcView]:
@@ -71,6 +74,27 @@ def grant_vc(name: PathName, body: GrantRequest, _: Admin, ctx: Ctx) -> VcView:
     return next(v for v in _vc_views(ctx) if v.name == name)
 
 
+@router.delete("/vcs/{name}", response_model=RemovalResult, responses=errors(401, 403, 404, 409, 422))
+def delete_vc(name: PathName, by: Admin, ctx: Ctx, force: Force = False) -> RemovalResult:
+    """Delete a VC with its quota and grants: refused (409, naming the jobs) while jobs wait or
+    run in it, unless ``force``, which stops them."""
+    with ctx.db.session() as session:
+        result = removal.delete_vc(session, name, force=force, by=by, clock=ctx.clock)
+    ctx.wake_controller()
+    return result
+
+
+@router.delete("/vcs/{name}/grants/{grantee}", response_model=RemovalResult,
+               responses=errors(401, 403, 404, 409, 422))
+def revoke_grant(name: PathName, grantee: PathName, by: Admin, ctx: Ctx, force: Force = False) -> RemovalResult:
+    """Take back a user's (or ``@group``'s) grant: refused while it is what lets a waiting or
+    running job's owner use the VC, unless ``force``, which stops those jobs."""
+    with ctx.db.session() as session:
+        result = removal.revoke_grant(session, name, grantee, force=force, by=by, clock=ctx.clock)
+    ctx.wake_controller()
+    return result
+
+
 @router.get("/groups", response_model=list[GroupView], responses=errors(401, 403))
 def list_groups(_: Admin, ctx: Ctx) -> list[GroupView]:
     with ctx.db.session() as session:
@@ -89,6 +113,17 @@ def add_member(name: PathName, body: MemberRequest, _: Admin, ctx: Ctx) -> Group
         admin.add_member(session, name, body.user)
     with ctx.db.session() as session:
         return next(group_view(g, m) for g, m in admin.list_groups(session) if g.name == name)
+
+
+@router.delete("/groups/{name}/members/{user}", response_model=RemovalResult,
+               responses=errors(401, 403, 404, 409, 422))
+def remove_member(name: PathName, user: PathName, by: Admin, ctx: Ctx, force: Force = False) -> RemovalResult:
+    """Take a user out of a group: refused while the group is what lets one of their waiting
+    or running jobs use its VC, unless ``force``, which stops those jobs."""
+    with ctx.db.session() as session:
+        result = removal.remove_member(session, name, user, force=force, by=by, clock=ctx.clock)
+    ctx.wake_controller()
+    return result
 
 
 @router.get("/quotas", response_model=list[UserQuotaView], responses=errors(401, 403))

@@ -9,11 +9,14 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.api.bodies import BodyRoute
+from trainyard.api.bodies import MAX_ID, BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import CLONE_BODY, JOB_FILE_BODY, errors
 from trainyard.schemas.jobs import (
+    LOG_ATTEMPT_HEADER,
+    LOG_MAX_PAGE_BYTES,
     LOG_OFFSET_HEADER,
+    LOG_PAGE_BYTES,
     LOG_SIZE_HEADER,
     LOG_TASK_HEADER,
     DryRunResult,
@@ -32,7 +35,6 @@ router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
 
 MAX_JOB_FILE_BYTES = 1 << 20
 STOP_RETRIES = 3
-MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
 
 User = Annotated[UserRow, Depends(current_user)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]
@@ -146,9 +148,12 @@ def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     with ctx.db.session() as session:
         row = job_service.get_job(session, user, job_id, full=True)
         spec = ctx.specs.of(row)
-        return job_detail(row, job_service.job_events(session, row),
-                          job_service.backend_warnings(spec, ctx.backend.name), spec=spec,
-                          now=ctx.clock.now())
+        detail = job_detail(row, job_service.job_events(session, row),
+                            job_service.backend_warnings(spec, ctx.backend.name), spec=spec,
+                            now=ctx.clock.now())
+    # Outside the session: measuring the job's directory walks the file system.
+    detail.jobDir = ctx.job_dirs.view(detail.id, detail.state, detail.finishedAt)
+    return detail
 
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
@@ -167,15 +172,21 @@ def stop_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
 
 
 LOG_RESPONSE = {
-    "description": "Log bytes; with follow=true, streamed until the task ends (and then without the headers)",
+    "description": "A page of the log's bytes (see `limit`); with follow=true, the log streamed until the task "
+                   "ends or the server shuts down (and then without the headers)",
     "content": {"text/plain": {"schema": {"type": "string"}}},
     "headers": {
         LOG_OFFSET_HEADER: {"description": "Byte offset of the first byte sent", "schema": {"type": "integer"}},
-        LOG_SIZE_HEADER: {"description": "The log's size when read", "schema": {"type": "integer"}},
+        LOG_SIZE_HEADER: {"description": "The log's size when read: while offset + bytes sent is below it, "
+                                         "ask for the next page from there", "schema": {"type": "integer"}},
         LOG_TASK_HEADER: {"description": "The task shown, ROLE/INDEX (absent before the task ran)",
                           "schema": {"type": "string"}},
+        LOG_ATTEMPT_HEADER: {"description": "The attempt shown (absent before the task ran): pass it as "
+                                            "`attempt` for the next pages", "schema": {"type": "integer"}},
     },
 }
+PAGE_LIMIT_HELP = (f"Most bytes in this page (default {LOG_PAGE_BYTES}); a page ends at a line's end "
+                   "unless it reaches the end of the log")
 
 
 @router.get("/{job_id}/logs", response_model=None, responses={200: LOG_RESPONSE, **errors(401, 404, 422)})
@@ -187,20 +198,23 @@ async def job_logs(
     attempt: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Default: the latest attempt")] = None,
     offset: Annotated[int | None, Query(ge=0, le=2**62, description="Byte offset to read from")] = None,
     tail: Annotated[int | None, Query(ge=0, le=100000, description="Only the last N lines")] = None,
+    limit: Annotated[int, Query(ge=0, le=LOG_MAX_PAGE_BYTES, description=PAGE_LIMIT_HELP)] = (
+        LOG_PAGE_BYTES),
     follow: bool = False,
 ) -> Response:
-    """A task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
-    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend)
+    """A page of a task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
+    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
     target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
     if target.key is None:
         if follow:
             return StreamingResponse(logs.follow(target, 0), media_type="text/plain")
         return Response(b"", media_type="text/plain", headers={LOG_OFFSET_HEADER: "0", LOG_SIZE_HEADER: "0"})
-    chunk = await run_in_threadpool(logs.read, target.key, offset=offset, tail=tail)
+    chunk = await run_in_threadpool(logs.read, target.key, offset=offset, tail=tail, limit=limit)
     if follow:
         return StreamingResponse(logs.follow(target, chunk.offset, first=chunk.data), media_type="text/plain")
     return Response(
         chunk.data,
         media_type="text/plain",
-        headers={LOG_OFFSET_HEADER: str(chunk.offset), LOG_SIZE_HEADER: str(chunk.size), LOG_TASK_HEADER: target.label},
+        headers={LOG_OFFSET_HEADER: str(chunk.offset), LOG_SIZE_HEADER: str(chunk.size), LOG_TASK_HEADER: target.label,
+                 LOG_ATTEMPT_HEADER: str(target.key.attempt)},
     )

@@ -1,17 +1,20 @@
-"""HTTP routes for users and tokens."""
+"""HTTP routes for users and tokens: creating, listing, disabling and deleting users (admin);
+creating, listing and revoking tokens (one's own; anyone's for an admin)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path, Query
 
-from trainyard.api.bodies import BodyRoute
+from trainyard.api.bodies import MAX_ID, BodyRoute, PathName
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
-from trainyard.schemas.users import CreateTokenRequest, CreateUserRequest, TokenResponse, UserView
-from trainyard.services import auth
-from trainyard.services.views import user_view
+from trainyard.schemas.admin import RemovalResult
+from trainyard.schemas.requests import NO_NUL
+from trainyard.schemas.users import CreateTokenRequest, CreateUserRequest, TokenResponse, TokenView, UserView
+from trainyard.services import auth, removal
+from trainyard.services.views import token_view, user_view
 from trainyard.store.rows import UserRow
 
 router = APIRouter(tags=["users"], route_class=BodyRoute)
@@ -44,3 +47,65 @@ def create_token(body: CreateTokenRequest, user: User, ctx: Ctx) -> TokenRespons
     with ctx.db.session() as session:
         token, owner = auth.issue_token(session, user, for_user=body.user, name=body.name, clock=ctx.clock)
         return TokenResponse(token=token, user=owner.name)
+
+
+@router.post("/users/{name}/disable", response_model=RemovalResult, responses=errors(401, 403, 404, 409, 422))
+def disable_user(
+    name: PathName, admin: Admin, ctx: Ctx,
+    stopJobs: Annotated[bool, Query(description="Also stop the user's waiting and running jobs")] = False,
+) -> RemovalResult:
+    """Refuse the user's tokens from now on. Their waiting and running jobs go on unless
+    ``stopJobs``; `enable` lets them in again."""
+    with ctx.db.session() as session:
+        result = removal.disable_user(session, name, stop_jobs=stopJobs, by=admin, clock=ctx.clock)
+        user_id = auth.get_user(session, name).id
+    ctx.tokens.forget(user_ids=[user_id])
+    ctx.wake_controller()
+    return result
+
+
+@router.post("/users/{name}/enable", response_model=UserView, responses=errors(401, 403, 404, 422))
+def enable_user(name: PathName, _: Admin, ctx: Ctx) -> UserView:
+    with ctx.db.session() as session:
+        user = removal.enable_user(session, name)
+        view = user_view(user)
+    ctx.tokens.forget(user_ids=[user.id])
+    return view
+
+
+@router.delete("/users/{name}", response_model=RemovalResult, responses=errors(401, 403, 404, 409, 422))
+def delete_user(
+    name: PathName, admin: Admin, ctx: Ctx,
+    force: Annotated[bool, Query(description="Stop the user's waiting and running jobs instead of refusing")] = False,
+) -> RemovalResult:
+    """Delete a user: refused (409, naming the jobs) while they have waiting or running jobs,
+    unless ``force``. Their finished jobs keep their name; their tokens are revoked."""
+    with ctx.db.session() as session:
+        user_id = auth.get_user(session, name).id
+        result = removal.delete_user(session, name, force=force, by=admin, clock=ctx.clock)
+    ctx.tokens.forget(user_ids=[user_id])
+    ctx.wake_controller()
+    return result
+
+
+@router.get("/tokens", response_model=list[TokenView], responses=errors(401, 403, 404, 422))
+def list_tokens(
+    user: User, ctx: Ctx,
+    owner: Annotated[str | None, Query(alias="user", max_length=64, pattern=NO_NUL,
+                                       description="Whose tokens; default: the caller's (admins: anyone's)")] = None,
+    every: Annotated[bool, Query(alias="all", description="Every user's tokens (admins only)")] = False,
+) -> list[TokenView]:
+    """Live tokens, oldest first: never the tokens themselves."""
+    with ctx.db.session() as session:
+        return [token_view(t) for t in auth.list_tokens(session, user, for_user=owner, every_user=every)]
+
+
+@router.delete("/tokens/{token_id}", response_model=TokenView, responses=errors(401, 404, 409, 422))
+def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_ID)], user: User, ctx: Ctx) -> TokenView:
+    """Revoke a token of one's own (anyone's, for an admin); it is refused from the next request."""
+    with ctx.db.session() as session:
+        token = auth.revoke_token(session, user, token_id)
+        view = token_view(token)
+        owner_id = token.user_id
+    ctx.tokens.forget(user_ids=[owner_id])
+    return view

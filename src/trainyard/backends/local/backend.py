@@ -22,10 +22,14 @@ and holds every task's spec, env and log), so work dirs move to their own tree:
         <role>-<index>-<run>.sh        0400 ACCT   the script bash runs (a copy)
         <role>-<index>-<run>.secrets/  0700 ACCT   one 0400 file per secret ($TRAINYARD_SECRETS_DIR)
         .shm/                          0700 ACCT   the attempt's /dev/shm in the sandbox
+      <job>/jobdir/                    0700 ACCT   the job's directory, kept across attempts ($TRAINYARD_JOB_DIR)
 
 The supervisor and the task's waiter stay root: the supervisor opens ``output.log`` and
 hands the task the descriptor. Without task accounts the work dir is ``<task dir>/work``,
-the secrets ``work.secrets`` beside it and ``.shm`` in the attempt's folder of the state dir.
+the secrets ``work.secrets`` beside it and ``.shm`` in the attempt's folder of the state dir,
+and the job's directory is ``tasks/<job>/jobdir`` (``jobdirs``). Every task of the job, in
+every attempt, gets the same job directory, bound writable into its sandbox; it stays until
+the controller removes it after the job has ended (``JobDirectories``).
 
 ``spec.json`` holds the final ``argv`` the task process executes. With a ``sandbox`` that is
 a bubblewrap command line (``sandbox``) that hides the server's home, the state dir and
@@ -52,6 +56,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trainyard.backends import jobdirs
 from trainyard.backends.base import (
     GpuInfo,
     LogChunk,
@@ -93,7 +98,7 @@ SHM_DIR = ".shm"
 _PACKAGE_PARENT = str(Path(__file__).absolute().parents[3])
 
 
-class LocalBackend:
+class LocalBackend(jobdirs.JobDirTree):
     """Runs tasks as local processes; GPUs are handed out with ``CUDA_VISIBLE_DEVICES``."""
 
     name = "local"
@@ -125,6 +130,7 @@ class LocalBackend:
         self.work_dir_root = taskuser.set_up_work_root(
             self.state_dir, self._user, work_dir_root, per_user=accounts is not None
         )
+        self.job_dirs_root = self._tasks_root if self.work_dir_root is None else self.work_dir_root
         # The sandbox hides the state dir and the work-dir root from every task, beside
         # what the caller hides (the server's home).
         hidden = (self.state_dir,) if self.work_dir_root is None else (self.state_dir, self.work_dir_root)
@@ -325,6 +331,11 @@ class LocalBackend:
         if skipped := taskuser.write_secret_files(secrets_dir, task.secrets, account):
             log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
         env["TRAINYARD_SECRETS_DIR"] = str(secrets_dir)
+        # Owned by the job's account like its work dir, but one for all of the job's tasks
+        # and attempts: whatever a task saves there is there when the job runs again.
+        job_parts = (str(task.key.job_id), jobdirs.JOB_DIR_NAME)
+        job_dir = taskuser.make_task_work_dir(self.job_dirs_root, job_parts, account)
+        env[jobdirs.JOB_DIR_VARIABLE] = str(job_dir)
         spec: dict[str, Any] = {
             "key": str(task.key),
             "script": task.script,
@@ -355,7 +366,7 @@ class LocalBackend:
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
         spec["argv"] = sandbox_argv(
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
-            bound=(secrets_dir, script_file), identity=identity,
+            bound=(secrets_dir, script_file), writable=(job_dir,), identity=identity,
         )
         return spec
 

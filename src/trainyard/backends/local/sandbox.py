@@ -10,7 +10,8 @@ keeps ``/dev``, so NVIDIA devices work), except:
 - ``/dev/shm`` is a directory shared by the tasks of one job attempt (NCCL's shared-memory
   transport between tasks on one node needs it), private to that attempt;
 - the server's home, the backend's state directory and the work-dir root are covered by
-  empty tmpfs, then only the task's own work dir, secrets dir and script are bound back.
+  empty tmpfs, then only the task's own work dir, its job's directory, its secrets dir
+  and its script are bound back.
 
 How the task gets to its account depends on who runs the server:
 
@@ -136,13 +137,15 @@ def sandbox_argv(
     shm_dir: Path,
     stop_file: Path,
     bound: Sequence[Path] = (),
+    writable: Sequence[Path] = (),
     identity: Identity | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` in the sandbox, in ``work_dir``.
 
     ``hidden`` adds to the sandbox's own hidden paths; ``work_dir``, ``shm_dir`` (mounted
     on /dev/shm) and ``bound`` (read-only: e.g. the secrets dir and the script) are bound
-    back at their own paths. ``stop_file`` is the file a stop request creates before the
+    back at their own paths, and ``writable`` (e.g. the job's directory) writable.
+    ``stop_file`` is the file a stop request creates before the
     task's group is signalled; its folder is bound read-only too (see ``_STOP_GUARD``).
     ``identity`` is who the task becomes when bwrap runs as root (required then).
     """
@@ -160,12 +163,14 @@ def sandbox_argv(
     # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
     # which the task's account could not pass: make them first, passable.
     for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]),
-                                     [stop_file.parent, work_dir, *bound]):
+                                     [stop_file.parent, work_dir, *writable, *bound]):
         argv += ["--perms", "0711", "--dir", str(directory)]
     # In order: the stop file's folder (the task dir) may hold the work dir, which must
     # then be mounted over it, writable.
     argv += ["--ro-bind", str(stop_file.parent), str(stop_file.parent)]
     argv += ["--bind", str(work_dir), str(work_dir)]
+    for path in writable:
+        argv += ["--bind", str(path), str(path)]
     for path in bound:
         argv += ["--ro-bind", str(path), str(path)]
     argv += ["--chdir", str(work_dir), "--", sandbox.env, "--default-signal=TERM"]

@@ -11,6 +11,9 @@ one-machine cluster any directory):
         <role>-<index>-<run>/    env script.sh work/ output.log exit       one task run
         slurm-gang/              job_id submitting stop.json batch.log     the gang's submission
         slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0)
+    <state_dir>/jobs/<job>/jobdir/     $TRAINYARD_JOB_DIR: the job's tasks share it, its
+                                       attempts keep it (``jobdirs``), until the controller
+                                       removes it after the job has ended
 
 Nothing important lives in memory, so a new backend on the same directory (after ``yard
 up`` restarts) re-adopts every Slurm job by the id in ``job_id``, or, if the server died
@@ -35,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainyard.backends import jobdirs
 from trainyard.backends.base import (
     LogChunk,
     NodeInventory,
@@ -75,7 +79,7 @@ SUBMITTING = "submitting"
 STOP = "stop.json"
 
 
-class SlurmBackend:
+class SlurmBackend(jobdirs.JobDirTree):
     """Runs each job attempt as one Slurm job pinned to Trainyard's placement."""
 
     name = "slurm"
@@ -92,7 +96,8 @@ class SlurmBackend:
             raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
         self.partition = partition
         self.commands = commands or SlurmCommands()
-        (self.state_dir / "jobs").mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.job_dirs_root = self.state_dir / "jobs"
+        self.job_dirs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         bin_dir = self.state_dir / "bin"
         bin_dir.mkdir(exist_ok=True)
         self.gang_runner = _install(bin_dir / "gang-runner.sh", runners.GANG_RUNNER)
@@ -244,8 +249,10 @@ class SlurmBackend:
             if self._known_job_id(key) is not None:
                 return  # submitted before (e.g. by this server before it restarted)
             task_dirs = {t.key: self.task_dir(t.key) for t in tasks}
+            job_dir = self.job_dir(key.job_id)
+            job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             for task in tasks:
-                submission.write_task_files(task_dirs[task.key], task)
+                submission.write_task_files(task_dirs[task.key], task, job_dir)
             sub_dir.mkdir(parents=True, exist_ok=True)
             argv = submission.sbatch_argv(
                 name=name, submission_dir=sub_dir, partition=self.partition,

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
 
 WHOLE_GPU_MILLI = 1000
@@ -95,10 +96,12 @@ def components(tasks: Sequence[TaskLaunch], gpu_models: Mapping[str, Sequence[st
     return [Component(node, tuple(group), tuple(gpu_models.get(node, ()))) for node, group in by_node.items()]
 
 
-def write_task_files(task_dir: Path, task: TaskLaunch) -> None:
-    """The task's env (NUL-separated ``NAME=value``), its script, and its working directory."""
+def write_task_files(task_dir: Path, task: TaskLaunch, job_dir: Path) -> None:
+    """The task's env (NUL-separated ``NAME=value``), its script, and its working directory;
+    ``job_dir`` (made already) is its ``$TRAINYARD_JOB_DIR``, whatever the job's env says."""
     (task_dir / "work").mkdir(parents=True, exist_ok=True)
-    env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in task.env.items())
+    variables = {**task.env, JOB_DIR_VARIABLE: str(job_dir)}
+    env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
     write_private(task_dir / "env", env)
     write_private(task_dir / "script.sh", task.script.encode())
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy.orm import Session, selectinload
 
-from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.core.states import FINAL_JOB_STATES, AttemptState, JobState, TaskState
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
 
 # Ids per ``IN (...)`` list: well below SQLite's and PostgreSQL's bind-parameter limits.
@@ -67,6 +67,17 @@ def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]
     if not job_ids:
         return set()
     return set(session.scalars(select(JobRow.id).where(JobRow.id.in_(job_ids), JobRow.user_id == user_id)))
+
+
+def stoppable_jobs(session: Session, *, user_id: int | None = None, vc: str | None = None) -> list[JobRow]:
+    """Waiting and running jobs (not those already stopping) of a user and/or a VC, oldest
+    first: what removing that user or VC would stop."""
+    query = select(JobRow).where(JobRow.state.in_((JobState.WAITING, JobState.RUNNING))).order_by(JobRow.id)
+    if user_id is not None:
+        query = query.where(JobRow.user_id == user_id)
+    if vc is not None:
+        query = query.where(JobRow.vc == vc)
+    return list(session.scalars(query))
 
 
 # -- the controller's ------------------------------------------------------------------------
@@ -169,3 +180,15 @@ def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
         .order_by(JobRow.id, TaskRow.role, TaskRow.index)
     )
     return [tuple(row) for row in session.execute(query)]
+
+
+def jobs_ended_by(session: Session, job_ids: Sequence[int], cutoff: datetime) -> list[int]:
+    """Which of ``job_ids`` have ended (a final state) at or before ``cutoff``."""
+    ended: list[int] = []
+    final = [state.value for state in FINAL_JOB_STATES]
+    for chunk in chunks(job_ids):
+        query = select(JobRow.id).where(
+            JobRow.id.in_(chunk), JobRow.state.in_(final), JobRow.finished_at <= cutoff
+        )
+        ended.extend(session.scalars(query))
+    return sorted(ended)

@@ -12,6 +12,7 @@ from trainyard.store.rows import (
     MembershipRow,
     TaskRow,
     UserRow,
+    VcGrantRow,
     VcQuotaRow,
     VirtualClusterRow,
 )
@@ -60,6 +61,15 @@ def all_groups(session: Session) -> list[GroupRow]:
 
 def membership(session: Session, group_id: int, user_id: int) -> MembershipRow | None:
     return session.get(MembershipRow, (group_id, user_id))
+
+
+def memberships_of(session: Session, user_id: int) -> list[MembershipRow]:
+    return list(session.scalars(select(MembershipRow).where(MembershipRow.user_id == user_id)))
+
+
+def grants_to_user(session: Session, user_id: int) -> list[VcGrantRow]:
+    """The user's own grants (not those through a group)."""
+    return list(session.scalars(select(VcGrantRow).where(VcGrantRow.user_id == user_id)))
 
 
 def member_names(session: Session) -> list[tuple[int, str]]:

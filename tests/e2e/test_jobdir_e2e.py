@@ -1,0 +1,61 @@
+"""Issue 13, "Where work survives", live: a preempted job resumes from what it saved in $TRAINYARD_JOB_DIR."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from e2e.server import Server, wait_until
+from trainyard.schemas.jobs import JobDirView
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "checkpoint-resume.yaml"
+_EMPTY = JobDirView(bytes=0, files=0, complete=True, measuredAt=datetime.now(UTC), removeAfter=None)
+
+
+def steps_saved(log: bytes) -> int:
+    """The last step the example's log reports having reached (its first line counts too)."""
+    found = re.findall(rb"(?:starting at|saved) step (\d+)", log)
+    return int(found[-1]) if found else 0
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_preempted_job_resumes_from_its_saved_step_not_from_zero(server: Server) -> None:
+    client = server.admin()
+    job_id = client.submit(EXAMPLE.read_text()).id  # priority: oppo, one GPU
+    wait_until(lambda: client.job(job_id).state == "RUNNING", what="the example to start")
+    # A few steps in: the checkpoint holds more than zero.
+    wait_until(lambda: (client.job(job_id).jobDir or _EMPTY).files > 0, what="a first checkpoint")
+    wait_until(lambda: b"attempt 0: starting at step 0" in client.logs(job_id), what="the first attempt's log")
+
+    # A prod job that needs every GPU preempts the opportunistic one, runs, and ends.
+    prod = client.submit("""
+name: needs-every-gpu
+priority: prod
+taskRoles:
+  w:
+    resourcePerInstance: {gpu: 4, cpu: 0.1, memoryMB: 64}
+    commands: ['echo prod ran']
+""").id
+    assert client.wait(prod, timeout=60).state == "SUCCEEDED"
+    first = client.job(job_id).attempts[0]
+    assert first.state == "PREEMPTED"
+    saved = steps_saved(client.logs(job_id, attempt=0))
+    assert b"saved step" in client.logs(job_id, attempt=0)  # its SIGTERM handler ran
+    assert saved > 0
+
+    done = client.wait(job_id, timeout=90)
+    assert done.state == "SUCCEEDED" and done.attempt >= 1
+    resumed = client.logs(job_id, attempt=1)
+    assert resumed.startswith(f"attempt 1: starting at step {saved}\n".encode()), resumed[:200]
+    assert b"done: 40 steps" in client.logs(job_id)
+
+    # Its directory, with the checkpoint, stays after the job (for the retention) and shows in `yard job`.
+    assert done.jobDir is not None and done.jobDir.files == 1 and done.jobDir.removeAfter is not None
+    shown = server.yard("job", str(job_id))
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"job dir:\s+\d+(\.\d)? (B|KiB) in 1 files\s+\(removed after ", shown.stdout), shown.stdout
