@@ -114,7 +114,8 @@ def test_root_by_default_uses_per_user_accounts_and_a_work_root_per_cluster(monk
 
 def test_root_with_task_user_shares_one_account(monkeypatch) -> None:
     plan = _plan(monkeypatch, as_root=True, sandbox=None, task_user="nobody", work_dir=Path("/w"))
-    assert (plan.accounts, plan.run_as, plan.work_dir_root) == (None, "nobody", Path("/w"))
+    # The work root given holds one folder per cluster id, as the default does.
+    assert (plan.accounts, plan.run_as, plan.work_dir_root) == (None, "nobody", Path("/w/c1"))
     assert plan.weak and "the one OS account 'nobody'" in plan.summary
 
 

@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every task as this one OS user instead of per-user accounts (yard up "
                    "must run as root)")
     p.add_argument("--task-work-dir", default=None, metavar="DIR",
-                   help="where tasks' working directories go (default /var/lib/trainyard/work/<cluster> "
-                   "when tasks run under task accounts)")
+                   help="where tasks' working directories go, in DIR/<cluster id> (default "
+                   "/var/lib/trainyard/work/<cluster id> when tasks run under task accounts)")
     p.add_argument("--task-accounts", choices=("auto", "per-user", "server"), default=None,
                    help="whose OS account runs tasks: per-user (each Trainyard user's own; root), server "
                    "(yard up's own); auto (default): per-user as root, else server")
