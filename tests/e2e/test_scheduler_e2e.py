@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.server import Server, running_server, wait_until
-from trainyard.client.client import Client
+from trainyard.client import Client
 from trainyard.schemas.jobs import PendingView
 
 pytestmark = pytest.mark.e2e
