@@ -6,7 +6,7 @@ Nothing is measured here. ``yard_server()`` is a context manager that:
 * starts ``yard up --port <free port> [--local-gpus N] [extra args]`` as a subprocess
   (extra environment such as ``TRAINYARD_DATABASE_URL`` can be passed),
 * polls ``GET /api/v1/healthz`` until it answers (with a deadline), and
-* yields a :class:`Server` (url, token, home, a ready ``trainyard.client.client.Client``).
+* yields a :class:`Server` (url, token, home, a ready ``trainyard.client.Client``).
 
 On exit it stops every job still active, stops the server (SIGINT, then SIGTERM, then
 SIGKILL), and kills whatever is left of the jobs' processes: the local backend runs each
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:  # run from a checkout even when not installed
     sys.path.insert(0, str(REPO / "src"))
 
-from trainyard.client.client import Client  # noqa: E402
+from trainyard.client import Client  # noqa: E402
 
 HEALTHZ = "/api/v1/healthz"
 

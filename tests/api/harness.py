@@ -12,7 +12,7 @@ from trainyard.api.app import create_app
 from trainyard.api.deps import AppContext
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.client.client import Client
+from trainyard.client import Client
 from trainyard.controller.inventory import sync_inventory
 from trainyard.core.clock import SystemClock
 from trainyard.services.auth import bootstrap_admin, create_token, create_user

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from api.harness import Api
 
-from trainyard.client.client import AuthError, TrainyardError
+from trainyard.client import AuthError, TrainyardError
 
 JOB = (
     "name: j\ndefaults: {virtualCluster: VC}\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 1}\n"

@@ -5,8 +5,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import trainyard.backends.base as backends_base
-from trainyard.backends.environment import inherited_environment
+from trainyard.backends.environment import STANDARD_PATH, base_environment, site_environment
 
 BACKENDS = Path(backends_base.__file__).parent
 BACKEND_PACKAGES = sorted(p.name for p in BACKENDS.iterdir() if (p / "__init__.py").exists())
@@ -36,7 +38,15 @@ def test_no_backend_imports_another() -> None:
     assert crossings == []
 
 
-def test_tasks_inherit_only_the_allowlist_and_always_a_path() -> None:
-    env = inherited_environment({"HOME": "/home/a", "LC_ALL": "C", "TRAINYARD_TOKEN": "secret", "DATABASE_URL": "x"})
-    assert env["HOME"] == "/home/a" and env["LC_ALL"] == "C" and env["PATH"]
-    assert "TRAINYARD_TOKEN" not in env and "DATABASE_URL" not in env
+def test_the_clean_base_of_every_task_is_the_documented_one() -> None:
+    assert base_environment("/home/a", "alice") == {
+        "PATH": STANDARD_PATH, "HOME": "/home/a", "USER": "alice", "LOGNAME": "alice", "SHELL": "/bin/bash",
+        "LANG": "C.UTF-8",
+    }
+
+
+def test_site_variables_that_no_task_could_get_are_refused_naming_the_setting() -> None:
+    assert site_environment({"HTTPS_PROXY": "http://proxy:3128"}) == {"HTTPS_PROXY": "http://proxy:3128"}
+    for bad in ({"A=B": "x"}, {"1ST": "x"}, {"": "x"}, {"OK": "nul\0"}):
+        with pytest.raises(ValueError, match="^task_env: "):
+            site_environment(bad)

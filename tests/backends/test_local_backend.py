@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
 
 from trainyard.backends.base import GpuInfo, TaskKey, TaskLaunch
+from trainyard.backends.environment import STANDARD_PATH, process_account
 from trainyard.backends.local import taskfiles
 from trainyard.backends.local.backend import LocalBackend
 
@@ -45,6 +48,34 @@ def test_env_and_gpu_pinning_reach_the_task(local, monkeypatch):
     assert local.wait_ended(key).exit_code == 0
     work = local.backend.task_dir(key) / taskfiles.WORK_DIR
     assert local.log(key) == f"hi there|1,3|1,3|PCI_BUS_ID|unset|{work}\n"
+
+
+def test_a_task_starts_from_the_clean_documented_environment_not_the_servers(local, tmp_path, monkeypatch):
+    # The server's own venv first on its PATH, and a secret of its own: neither reaches tasks.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("SECRET_SERVER_VAR", "s3cret")
+    backend = LocalBackend(tmp_path, gpus=[], site_env={"HTTPS_PROXY": "http://proxy:3128", "LANG": "en_US.UTF-8"})
+    key = TaskKey(1, 0, "main", 0)
+    job_env = {"GREETING": "hi", "TRAINYARD_JOB_ID": "1", "HTTPS_PROXY": "http://the-jobs-own:1"}
+    backend.launch(TaskLaunch(key, backend.inventory()[0].name, "env -0", job_env))
+    local.wait_ended(key, backend=backend)
+    env = dict(item.split("=", 1) for item in backend.read_log(key).data.decode().split("\0") if item)
+    home, user = process_account()
+    bash_own = {"PWD", "SHLVL", "_"}  # what bash sets for the commands it runs
+    assert {k: v for k, v in env.items() if k not in bash_own} == {
+        "PATH": STANDARD_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/bash",
+        "LANG": "en_US.UTF-8",  # the site's variables override the base...
+        "HTTPS_PROXY": "http://the-jobs-own:1",  # ...and the job's override the site's
+        "GREETING": "hi", "TRAINYARD_JOB_ID": "1",
+        "TRAINYARD_SECRETS_DIR": str(backend.work_dir(key).with_name("work.secrets")),
+        "TRAINYARD_JOB_DIR": str(backend.job_dir(1)),
+        "CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "none", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+
+
+def test_a_site_variable_no_task_could_get_is_refused_at_start(tmp_path):
+    with pytest.raises(ValueError, match="task_env: 'NOT A NAME' is not a valid environment variable name"):
+        LocalBackend(tmp_path, gpus=[], site_env={"NOT A NAME": "x"})
 
 
 def test_a_task_without_gpus_sees_none(local):

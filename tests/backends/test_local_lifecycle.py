@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-from trainyard.backends.base import TaskLaunch
 from trainyard.backends.local import procfs, supervisor, taskfiles
 from trainyard.backends.local.backend import (
     STARTUP_TIMEOUT_SECONDS,
@@ -141,15 +140,6 @@ def test_the_backend_leaves_no_zombie_supervisors(local):
     # A zombie keeps its /proc entry: only a supervisor exited *and reaped* satisfies this.
     local.wait_until(reaped)
     assert not {s["pid"] for s in supervisors} & _zombie_children()
-
-
-def test_a_supervisor_that_cannot_start_is_reported_promptly(local, tmp_path):
-    backend = LocalBackend(tmp_path, python="/bin/false")
-    key = local.new_key()
-    backend.launch(TaskLaunch(key, local.node, "true", {}))
-    status = local.wait_ended(key, backend=backend)
-    assert status.exit_code is None
-    assert "supervisor exited with status 1" in status.message and "supervisor.log" in status.message
 
 
 def test_a_launch_whose_supervisor_never_came_is_abandoned_and_a_late_one_does_nothing(local, tmp_path):

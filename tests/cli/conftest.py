@@ -1,3 +1,5 @@
+"""The `yard` tests' fixtures: the real app in process, and `yard` run against it."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -6,7 +8,7 @@ import pytest
 from api.harness import Api, make_api
 
 from trainyard.cli.main import main
-from trainyard.client.client import Client
+from trainyard.client import Client
 
 Yard = Callable[..., tuple[int, str, str]]
 

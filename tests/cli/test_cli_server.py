@@ -13,8 +13,8 @@ from trainyard.cli.main import main
 from trainyard.cli.render import size
 from trainyard.core.priorities import PRIORITY_NAMES
 
-JOB = "name: train-a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n"
 Yard = Callable[..., tuple[int, str, str]]  # the `yard` fixture (conftest.py)
+JOB = "name: train-a\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n"
 
 
 def submitted(api: Api) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from api.harness import Api
 
-from trainyard.client.client import AuthError, Client, ServerUnreachable, TrainyardError, WaitTimeout
+from trainyard.client import AuthError, Client, ServerUnreachable, TrainyardError, WaitTimeout
 
 JOB = "name: j\ntaskRoles:\n  m:\n    commands: ['true']\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from api.harness import Api
 
-from trainyard.client.client import AuthError, TrainyardError
+from trainyard.client import AuthError, TrainyardError
 from trainyard.core.states import JobState
 from trainyard.schemas.admin import VcView
 from trainyard.schemas.cluster import NodeView

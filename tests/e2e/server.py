@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT as WORK_ROOT
-from trainyard.client.client import Client
+from trainyard.client import Client
 
 
 def free_port() -> int:

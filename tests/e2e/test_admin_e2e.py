@@ -7,7 +7,7 @@ import json
 import pytest
 
 from e2e.server import Server, wait_until
-from trainyard.client.client import Client, TrainyardError
+from trainyard.client import Client, TrainyardError
 
 pytestmark = pytest.mark.e2e
 

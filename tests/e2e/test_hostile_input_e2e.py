@@ -10,7 +10,7 @@ import pytest
 
 from e2e.hostile_corpus import CORPUS
 from e2e.server import Server, wait_until
-from trainyard.client.client import Client, TrainyardError
+from trainyard.client import Client, TrainyardError
 
 pytestmark = pytest.mark.e2e
 

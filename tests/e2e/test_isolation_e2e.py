@@ -28,7 +28,7 @@ import pytest
 
 from e2e.server import Server, running_server, wait_until
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT
-from trainyard.client.client import Client
+from trainyard.client import Client
 
 pytestmark = pytest.mark.e2e
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from e2e.server import Server, wait_until
-from trainyard.client.client import AuthError, TrainyardError
+from trainyard.client import AuthError, TrainyardError
 
 pytestmark = pytest.mark.e2e
 
@@ -194,7 +194,7 @@ def test_tokens_are_required_and_users_see_only_their_own_jobs(server: Server) -
     alice_token = json.loads(server.yard("token", "create", "--user", "alice", "--json").stdout)["token"]
     bob_token = admin.create_token(user="bob").token
 
-    from trainyard.client.client import Client
+    from trainyard.client import Client
 
     alice, bob = Client(server.url, alice_token), Client(server.url, bob_token)
     job_id = alice.submit("name: mine\ntaskRoles:\n  m:\n    commands: ['sleep 300']\n").id

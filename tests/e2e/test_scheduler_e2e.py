@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.server import Server, running_server, wait_until
-from trainyard.client.client import Client
+from trainyard.client import Client
 from trainyard.schemas.jobs import PendingView
 
 pytestmark = pytest.mark.e2e
@@ -117,7 +117,9 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
     shown = eight_gpus.yard("job", str(over_vc), token=alice.token)
     assert "QUOTA: VC vision: needs 2" in shown.stdout
     listed = eight_gpus.yard("jobs", token=alice.token)
-    assert "USER_QUOTA: user alice at prod" in listed.stdout
+    assert "USER_QUOTA alice 1/4 left, needs 3" in listed.stdout  # the table's short form
+    assert "QUOTA vision 1/4 free, needs 2" in listed.stdout
+    assert all(len(line) < 120 for line in listed.stdout.splitlines())
     nothing = eight_gpus.yard("logs", str(over_vc), token=alice.token)
     assert (nothing.returncode, nothing.stdout) == (0, "")
     assert nothing.stderr == f"yard: job {over_vc} is WAITING: this attempt has not run yet\n"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pwd
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +32,7 @@ def guarded_server(tmp_path_factory):
         os.chmod(parent, os.stat(parent).st_mode | 0o011)
     extra = ("--task-user", TASK_USER, "--task-work-dir", str(work / "w"))
     with running_server(tmp_path_factory.mktemp("home"), gpus=2, extra_args=extra) as srv:
+        srv.work_root = work / "w"
         yield srv
 
 
@@ -54,6 +56,24 @@ taskRoles:
     assert out.splitlines()[0] == TASK_USER
     assert "LEAKED" not in out and "LISTED" not in out
     assert out.splitlines().count("denied") == 2 and out.rstrip().endswith("ok")
+
+
+def test_two_servers_given_one_task_work_dir_keep_their_jobs_work_dirs_apart(guarded_server, tmp_path) -> None:
+    # Both number their jobs from 1: without a folder per cluster id, their job 1s would
+    # share a work dir (and the second would refuse to run, or read the first's files).
+    extra = ("--task-user", TASK_USER, "--task-work-dir", str(guarded_server.work_root))
+    spec = "name: where\ntaskRoles:\n  m:\n    commands:\n      - pwd\n      - echo mine > file.txt\n"
+    (tmp_path / "second-home").mkdir()
+    with running_server(tmp_path / "second-home", gpus=2, extra_args=extra) as second:
+        servers = [guarded_server, second]
+        jobs = [(srv.admin(), srv.admin().submit(spec).id) for srv in servers]
+        done = [client.wait(job_id, timeout=30) for client, job_id in jobs]
+        assert [job.state for job in done] == ["SUCCEEDED", "SUCCEEDED"]
+        dirs = [Path(client.logs(job.id).decode().strip()) for (client, _), job in zip(jobs, done, strict=True)]
+    clusters = [next((srv.home / "local").iterdir()).name for srv in servers]
+    assert clusters[0] != clusters[1]
+    for work_dir, cluster, job in zip(dirs, clusters, done, strict=True):
+        assert work_dir.relative_to(guarded_server.work_root).parts[:2] == (cluster, str(job.id))
 
 
 def test_yard_up_refuses_an_unknown_task_user(tmp_path) -> None:

@@ -18,7 +18,7 @@ def _loaded_after(code: str) -> set[str]:
 
 
 def test_the_schemas_and_the_sdk_load_nothing_of_the_server() -> None:
-    loaded = _loaded_after("import trainyard.client.client, trainyard.schemas.admin, trainyard.schemas.users")
+    loaded = _loaded_after("import trainyard.client, trainyard.schemas.admin, trainyard.schemas.users")
     assert {"trainyard.schemas.jobs", "trainyard.schemas.cluster"} <= loaded
     assert not {m for m in loaded if m.startswith(SERVER_SIDE)}
 

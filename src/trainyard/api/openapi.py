@@ -63,15 +63,26 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return declared
 
 
+_JOB_FILE_CONTENT = {
+    "application/yaml": {"schema": {"$ref": _COMPONENTS + "JobSpec"}},
+    "application/json": {"schema": {"$ref": _COMPONENTS + "JobSpec"}},
+}
+
 JOB_FILE_BODY = {
     "requestBody": {
         "required": True,
-        "content": {
-            "application/yaml": {"schema": {"$ref": _COMPONENTS + "JobSpec"}},
-            "application/json": {"schema": {"$ref": _COMPONENTS + "JobSpec"}},
-        },
+        "content": _JOB_FILE_CONTENT,
         "description": "A job file (OpenPAI job protocol v2, relaxed and extended), as YAML or JSON. "
                        "At most 1 MiB.",
+    }
+}
+
+CLONE_BODY = {
+    "requestBody": {
+        "required": False,
+        "content": _JOB_FILE_CONTENT,
+        "description": "Optional: a whole job file to run instead of the original, as YAML or JSON (at most "
+                       "1 MiB); values it still shows masked (******) are filled from the original.",
     }
 }
 

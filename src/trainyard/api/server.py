@@ -156,25 +156,29 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
                                "as the user running `yard up` (see docs/security.md)")
         try:
             return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
-                                partition=settings.slurm_partition)
+                                partition=settings.slurm_partition, site_env=settings.task_env)
         except SlurmError as exc:
             raise StartupError(str(exc)) from exc
     isolation = task_isolation(settings, cluster)
     # Said once, at start-up: what a job can and cannot reach on this install.
     (log.warning if isolation.weak else log.info)("%s", isolation.summary)
-    return LocalBackend(
-        settings.home / "local" / cluster,
-        # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
-        gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus, settings.local_gpu_model),
-        cpu_milli=round(settings.local_cpus * 1000) if settings.local_cpus else None,
-        memory_mb=settings.local_memory_mb,
-        run_as=isolation.run_as,
-        accounts=isolation.accounts,
-        sandbox=isolation.sandbox,
-        work_dir_root=isolation.work_dir_root,
-        labels=settings.node_labels,
-        gpu_groups=settings.local_gpu_groups,
-    )
+    try:
+        return LocalBackend(
+            settings.home / "local" / cluster,
+            # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
+            gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus, settings.local_gpu_model),
+            cpu_milli=round(settings.local_cpus * 1000) if settings.local_cpus else None,
+            memory_mb=settings.local_memory_mb,
+            run_as=isolation.run_as,
+            accounts=isolation.accounts,
+            sandbox=isolation.sandbox,
+            work_dir_root=isolation.work_dir_root,
+            labels=settings.node_labels,
+            gpu_groups=settings.local_gpu_groups,
+            site_env=settings.task_env,
+        )
+    except RuntimeError as exc:  # no bash, or supervisors cannot start: nothing could run
+        raise StartupError(str(exc)) from exc
 
 
 def task_isolation(settings: Settings, cluster: str) -> TaskIsolation:

@@ -13,7 +13,7 @@ from typing import IO
 from pydantic import BaseModel
 
 from trainyard.cli import render
-from trainyard.client.client import Client
+from trainyard.client import Client
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
 from trainyard.schemas.admin import RemovalResult, VcView
 

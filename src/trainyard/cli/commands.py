@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
+import shlex
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +18,18 @@ import yaml
 
 from trainyard.cli import admin_commands, render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
-from trainyard.client.client import AuthError, Client, LogRead, ServerUnreachable, TrainyardError, WaitTimeout
-from trainyard.client.config import load_config
+from trainyard.cli.main import JOBS_PER_PAGE
+from trainyard.client import (
+    DEFAULT_RETRY_FOR,
+    AuthError,
+    Client,
+    LogRead,
+    ServerUnreachable,
+    TrainyardError,
+    UsageError,
+    WaitTimeout,
+)
+from trainyard.client_config import load_config
 from trainyard.core.states import JobState
 from trainyard.schemas.jobs import DryRunResult
 
@@ -38,6 +52,9 @@ def run_command(args: argparse.Namespace) -> int:
     except WaitTimeout as exc:
         _fail(exc.message)
         return EXIT_TIMEOUT
+    except UsageError as exc:
+        _fail(exc.message)
+        return EXIT_USAGE
     except TrainyardError as exc:
         _fail(exc.message)
         return EXIT_ERROR
@@ -88,8 +105,19 @@ def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
         return 0
     print(render.jobs_table(page.items) if page.items else "no jobs")
     if page.next is not None:
-        print(f"(more: yard jobs --before {page.next})")
+        print(f"(more: {_next_page_command(args, page.next)})")
     return 0
+
+
+def _next_page_command(args: argparse.Namespace, cursor: int) -> str:
+    """The `yard jobs` that shows the next page: the same filters and page size, and the cursor."""
+    argv = ["yard", "jobs"]
+    for flag, value in (("--state", args.state), ("--user", args.user), ("--vc", args.vc)):
+        if value is not None:
+            argv += [flag, value]
+    if args.limit != JOBS_PER_PAGE:
+        argv += ["--limit", str(args.limit)]
+    return shlex.join([*argv, "--before", str(cursor)])
 
 
 def cmd_job(client: Client, args: argparse.Namespace) -> int:
@@ -170,8 +198,68 @@ def cmd_stop(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_clone(client: Client, args: argparse.Namespace) -> int:
+    job_file: bytes | Path | None = None  # a path is read by the SDK, which also takes .json for JSON
+    edited: Path | None = None
+    if args.file is not None:
+        job_file = sys.stdin.buffer.read() if args.file == "-" else Path(args.file)
+    elif args.edit:
+        edited = _edit_shown_job(client, args.id)
+        if edited is None:
+            return EXIT_ERROR
+        job_file = edited.read_bytes()
+        if not job_file.strip():
+            _fail("the job file was left empty: nothing submitted")
+            edited.unlink()
+            return EXIT_ERROR
+    try:
+        result = client.clone(args.id, job_file=job_file, name=args.name, vc=args.vc, priority=args.priority)
+    except TrainyardError:
+        if edited is not None:
+            again = shlex.join(["yard", "clone", str(args.id), "--file", str(edited)])
+            _fail(f"your edit is kept in {edited}; fix it, then: {again}")
+        raise
+    if edited is not None:
+        edited.unlink()
+    if args.json:
+        render.print_json(result)
+        return 0
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"submitted job {result.id} ({result.name}), a clone of job {args.id}: {result.state}")
+    return 0
+
+
+def _edit_shown_job(client: Client, job_id: int) -> Path | None:
+    """Open the user's editor on the job as the server shows it; the file it left, or None
+    if the editor failed (said on stderr)."""
+    shown = client.job(job_id).spec
+    fd, name = tempfile.mkstemp(prefix=f"yard-clone-{job_id}-", suffix=".yaml")  # mode 0600
+    path = Path(name)
+    with os.fdopen(fd, "w") as file:
+        file.write(f"# Job {job_id} as Trainyard shows it, secrets masked as ******: a value left masked keeps\n"
+                   "# the original's. Save and quit to submit the copy; empty the file to submit nothing.\n")
+        yaml.safe_dump(shown, file, sort_keys=False, allow_unicode=True)
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    try:
+        finished = subprocess.run([*shlex.split(editor), str(path)], check=False)
+    except (OSError, ValueError) as exc:
+        _fail(f"cannot run the editor {editor!r} ({exc}); set $EDITOR, or use --file")
+        path.unlink()
+        return None
+    if finished.returncode != 0:
+        _fail(f"the editor {editor!r} exited with status {finished.returncode}: nothing submitted")
+        path.unlink()
+        return None
+    return path
+
+
 def cmd_wait(client: Client, args: argparse.Namespace) -> int:
-    job = client.wait(args.id, timeout=args.timeout)
+    def retrying(error: TrainyardError, pause: float) -> None:
+        _fail(f"{error.message} (asking again in {pause:.2g} s, for up to --retry-for {retry_for:g} s)")
+
+    retry_for = DEFAULT_RETRY_FOR if args.retry_for is None else args.retry_for
+    job = client.wait(args.id, timeout=args.timeout, retry_for=retry_for, on_retry=retrying)
     if args.json:
         render.print_json(job)
     else:
@@ -194,6 +282,7 @@ def cmd_whoami(client: Client, args: argparse.Namespace) -> int:
 HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "submit": cmd_submit,
     "jobs": cmd_jobs,
+    "clone": cmd_clone,
     "job": cmd_job,
     "logs": cmd_logs,
     "stop": cmd_stop,

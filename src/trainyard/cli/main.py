@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
 
+JOBS_PER_PAGE = 20  # `yard jobs` without --limit
+
 
 def _non_negative(text: str) -> int:
     """An argparse type: a whole number, 0 or more."""
@@ -46,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run every task as this one OS user instead of per-user accounts (yard up "
                    "must run as root)")
     p.add_argument("--task-work-dir", default=None, metavar="DIR",
-                   help="where tasks' working directories go (default /var/lib/trainyard/work/<cluster> "
-                   "when tasks run under task accounts)")
+                   help="where tasks' working directories go, in DIR/<cluster id> (default "
+                   "/var/lib/trainyard/work/<cluster id> when tasks run under task accounts)")
     p.add_argument("--task-accounts", choices=("auto", "per-user", "server"), default=None,
                    help="whose OS account runs tasks: per-user (each Trainyard user's own; root), server "
                    "(yard up's own); auto (default): per-user as root, else server")
@@ -68,12 +70,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", help="comma-separated states, e.g. WAITING,RUNNING")
     p.add_argument("--user", help="only this user's jobs")
     p.add_argument("--vc", help="only this virtual cluster's jobs")
-    p.add_argument("--limit", type=int, default=20, help="jobs per page (default 20, max 500)")
+    p.add_argument("--limit", type=int, default=JOBS_PER_PAGE, help=f"jobs per page (default {JOBS_PER_PAGE}, max 500)")
     p.add_argument("--before", type=int, help="page cursor: show jobs older than this id")
     _json_flag(p)
 
     p = sub.add_parser("job", help="show one job: state, attempts, tasks, placement, events")
     p.add_argument("id", type=int)
+    _json_flag(p)
+
+    p = sub.add_parser("clone", help="submit a copy of a job, its secrets kept (--edit: change it first)")
+    p.add_argument("id", type=int)
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--edit", action="store_true",
+                        help="first open $VISUAL or $EDITOR on the job as shown (secrets masked as ******; "
+                        "what stays masked keeps the original's value)")
+    source.add_argument("--file", metavar="FILE",
+                        help="run this job file instead (e.g. an edited `yard job ID --json` spec); masked "
+                        "values in it are filled from the original")
+    p.add_argument("--name", help="the copy's name")
+    p.add_argument("--vc", help="the copy's virtual cluster")
+    p.add_argument("--priority", choices=PRIORITY_NAMES, help="the copy's priority")
     _json_flag(p)
 
     p = sub.add_parser("logs", help="print a task's output")
@@ -93,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("wait", help="wait for a job to end; exit 0 only if it SUCCEEDED")
     p.add_argument("id", type=int)
     p.add_argument("--timeout", type=float, metavar="S", help="give up after S seconds (exit 124)")
+    p.add_argument("--retry-for", type=float, metavar="S",
+                   help="while the server cannot be reached or fails (a restart), keep asking, less and less "
+                   "often, for up to S seconds (default 120; 0: exit 3 at once)")
     _json_flag(p)
 
     p = sub.add_parser("nodes", help="show nodes, their GPUs and what is allocated")

@@ -261,7 +261,7 @@ class Reconciler:
             if job_should_retry(attempt.exit_code, job.retries_used, spec.jobRetryCount):
                 record_event(session, job.id, transitions.retry_failed(job, attempt, spec.jobRetryCount, now))
                 return True
-            why = classify_exit(attempt.exit_code).description
+            why = failure_why(attempt)
             record_event(session, job.id, transitions.fail(job, attempt, f"{attempt.reason}; {why}", now))
         return True
 
@@ -283,6 +283,16 @@ class Reconciler:
         failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
         failed += [t.exit_code for t in attempt.tasks if t.state == TaskState.LOST]
         transitions.complete_attempt(attempt, outcome, reason, failed[0] if failed else 0)
+
+
+def failure_why(attempt: AttemptRow) -> str:
+    """Why a failed attempt failed, in words: its exit status, or, when no task has one,
+    what the backend knew (a task whose supervisor could not start says why)."""
+    if attempt.exit_code is None:
+        unknown = [t for t in attempt.tasks if t.state in (TaskState.FAILED, TaskState.LOST) and t.exit_code is None]
+        if unknown and unknown[0].message:
+            return f"task {unknown[0].role}/{unknown[0].index}: {unknown[0].message}"
+    return classify_exit(attempt.exit_code).description
 
 
 def ended_at(task: TaskRow, status: TaskStatus, now: datetime) -> datetime:

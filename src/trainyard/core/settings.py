@@ -46,8 +46,9 @@ class Settings(BaseSettings):
     )
     task_work_dir: Path | None = Field(
         default=None,
-        description="Where tasks' working directories go (default: inside $TRAINYARD_HOME's task state, or "
-        "/var/lib/trainyard/work/<cluster id> when tasks run under task accounts)",
+        description="Where tasks' working directories go, in <task_work_dir>/<cluster id> so that servers never "
+        "share one (default: inside $TRAINYARD_HOME's task state, or /var/lib/trainyard/work/<cluster id> when "
+        "tasks run under task accounts)",
     )
     task_accounts: Literal["auto", "per-user", "server"] = Field(
         default="auto",
@@ -66,6 +67,12 @@ class Settings(BaseSettings):
         default="auto",
         description="Per-task bubblewrap sandbox (local backend): auto (when bwrap works here), bwrap "
         "(required), none",
+    )
+    task_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Site-wide variables every task gets, over the clean base (PATH, HOME, USER, LOGNAME, "
+        "SHELL, LANG) and under the job's own env, e.g. {HTTPS_PROXY: http://proxy:3128}; tasks inherit "
+        "nothing else from the server's environment",
     )
     backend: Literal["local", "slurm"] = Field(
         default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"

@@ -130,14 +130,15 @@ def _clear_pending(job: JobRecord) -> None:
 # -- jobs: submit, place, stop, finish ------------------------------------------------------
 
 
-def submit(job: JobRecord, by: str, now: datetime) -> Event:
-    """A new job: WAITING as attempt 0, no retry spent."""
+def submit(job: JobRecord, by: str, now: datetime, *, cloned_from: int | None = None) -> Event:
+    """A new job: WAITING as attempt 0, no retry spent; a clone's history names its original."""
     job.state = JobState.WAITING
     job.submitted_at = now
     job.attempt = 0
     job.retries_used = 0
     job.state_message = ""
-    return Event(EventKind.SUBMITTED, f"submitted by {by}", now)
+    origin = "" if cloned_from is None else f", a clone of job {cloned_from}"
+    return Event(EventKind.SUBMITTED, f"submitted by {by}{origin}", now)
 
 
 def start_attempt(job: JobRecord, attempt: AttemptRecord, where: str, now: datetime) -> Event:

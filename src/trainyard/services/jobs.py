@@ -1,8 +1,8 @@
-"""Job operations behind the API: submit, list, show, stop, and the cluster's nodes."""
+"""Job operations behind the API: submit, clone, list, show, stop, and the cluster's nodes."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -17,9 +17,10 @@ from trainyard.scheduler.snapshot import GpuSlot, NodeState
 from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.services.requests import task_requests
-from trainyard.spec.loading import container_fields, ignored_extras
+from trainyard.services.specs import StoredSpecs
+from trainyard.spec.loading import container_fields, ignored_extras, validate_job
 from trainyard.spec.models import JobSpec
-from trainyard.spec.templating import normalized_spec
+from trainyard.spec.templating import MASK, masked_secret_paths, normalized_spec, unmasked
 from trainyard.store import events
 from trainyard.store.events import record_event
 from trainyard.store.queries import jobs as job_queries
@@ -133,8 +134,18 @@ def check_vc_access(session: Session, user: UserRow, vc: str) -> None:
                     f"with `yard vc grant {vc} {user.name}`")
 
 
+def check_no_masked_secrets(spec: JobSpec) -> None:
+    """Refuse secrets copied from a shown job: the mask would run as the secret's value."""
+    paths = masked_secret_paths(spec)
+    if paths:
+        message = (f"{MASK} is how Trainyard shows a secret, not a secret: write the value, or, to run a "
+                   "job again with its secrets kept, use `yard clone ID` (POST /jobs/{id}/clone)")
+        raise Invalid(f"{paths[0]}: {message}", details=[{"path": p, "message": message} for p in paths])
+
+
 def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: list[NodeState] | None = None) -> None:
     """Every check a submit makes before it queues the job; a dry run makes exactly these."""
+    check_no_masked_secrets(spec)
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
     check_within_vc_quota(session, spec)
@@ -142,11 +153,18 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
 
 
 def submit_job(
-    session: Session, user: UserRow, spec: JobSpec, *, clock: Clock, nodes: list[NodeState] | None = None
+    session: Session,
+    user: UserRow,
+    spec: JobSpec,
+    *,
+    clock: Clock,
+    nodes: list[NodeState] | None = None,
+    cloned_from: int | None = None,
 ) -> JobRow:
     """Queue a job as WAITING, or refuse it if it could never fit the cluster.
 
     ``nodes`` is the inventory to check against; by default it is read from the store.
+    ``cloned_from`` names the job this one copies, for its history.
     """
     check_submittable(session, user, spec, nodes=nodes)
     job = JobRow(
@@ -158,11 +176,53 @@ def submit_job(
         grace_seconds=float(spec.stopGracePeriodSeconds),
         max_runtime_seconds=spec.maxRunTimeSeconds,
     )
-    event = transitions.submit(job, user.name, clock.now())
+    event = transitions.submit(job, user.name, clock.now(), cloned_from=cloned_from)
     session.add(job)
     session.flush()
     record_event(session, job.id, event)
     return job
+
+
+@dataclass(frozen=True)
+class CloneChanges:
+    """What a clone changes of its original; None keeps the original's."""
+
+    document: Any = None  # a whole job file as data, masked values to be filled from the original
+    name: str | None = None
+    vc: str | None = None
+    priority: str | None = None
+
+
+def clone_spec(original: JobSpec, changes: CloneChanges) -> JobSpec:
+    """The job a clone submits: the original's (secrets included), or the given document
+    with what it still shows masked filled from the original; then the named changes."""
+    document = normalized_spec(original) if changes.document is None else unmasked(changes.document, original)
+    if isinstance(document, dict):  # anything else is refused by validate_job, at the document
+        if changes.name is not None:
+            document["name"] = changes.name
+        if changes.priority is not None:
+            document["priority"] = changes.priority
+        if changes.vc is not None:
+            defaults = document.get("defaults")
+            document["defaults"] = {**(defaults if isinstance(defaults, dict) else {}), "virtualCluster": changes.vc}
+    return validate_job(document)
+
+
+def clone_job(
+    session: Session,
+    user: UserRow,
+    job_id: int,
+    changes: CloneChanges,
+    *,
+    specs: StoredSpecs,
+    clock: Clock,
+    nodes: list[NodeState] | None = None,
+) -> JobRow:
+    """Submit a copy of job ``job_id`` as ``user`` (its owner, or an admin), keeping the
+    original's secrets, which never leave the server; the copy's history names the original."""
+    original = get_job(session, user, job_id)
+    spec = clone_spec(specs.of(original), changes)
+    return submit_job(session, user, spec, clock=clock, nodes=nodes, cloned_from=original.id)
 
 
 def list_jobs(

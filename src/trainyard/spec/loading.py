@@ -71,12 +71,18 @@ def parse_job(text: str | bytes, *, content_type: str | None = "yaml") -> JobSpe
     media type such as ``application/json`` or ``application/yaml``. Every problem —
     unreadable text, bad syntax, invalid fields — is raised as a SpecError.
     """
+    return validate_job(load_document(text, content_type=content_type))
+
+
+def load_document(text: str | bytes, *, content_type: str | None = "yaml") -> Any:
+    """The job file's text as data, not yet validated (``parse_job`` less the validation),
+    for a caller that changes the document first; raises SpecError as ``parse_job`` does."""
     data = _load(_decode(text), _format(content_type))
     if data is None:
         raise SpecError.single(
             DOCUMENT, "the job file is empty; it needs at least name and taskRoles"
         )
-    return validate_job(data)
+    return data
 
 
 def validate_job(data: dict[str, Any]) -> JobSpec:

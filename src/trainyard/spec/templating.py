@@ -1,7 +1,9 @@
 """Rendering a job's placeholders for launch, and the masked and normalized views of a job.
 
 A spec is stored normalized (defaults filled in, secrets included) and shown masked:
-every secret value replaced with ``******``, wherever it appears.
+every secret value replaced with ``******``, wherever it appears. A job shown masked and
+submitted again (a clone) gets its masked values back from the stored original
+(``unmasked``); anywhere else the mask is not a secret (``masked_secret_paths``).
 """
 
 from __future__ import annotations
@@ -9,12 +11,22 @@ from __future__ import annotations
 from typing import Any
 
 from trainyard.spec.checks import selected_deployment, template_context
+from trainyard.spec.errors import FieldError, SpecError, format_path
 from trainyard.spec.models import JobSpec
 from trainyard.spec.placeholders import TemplateError, render_with
 
 MASK = "******"
 
-__all__ = ["MASK", "TemplateError", "masked_spec", "normalized_spec", "render", "render_role"]
+__all__ = [
+    "MASK",
+    "TemplateError",
+    "masked_secret_paths",
+    "masked_spec",
+    "normalized_spec",
+    "render",
+    "render_role",
+    "unmasked",
+]
 
 
 def render(text: str, parameters: dict[str, Any], secrets: dict[str, Any]) -> str:
@@ -115,3 +127,68 @@ def _scrub_text(text: str, secret_texts: list[str]) -> str:
                 text = text.replace(secret, MASK)
                 changed = True
     return text
+
+
+def masked_secret_paths(spec: JobSpec) -> list[str]:
+    """Paths of the secrets whose value is the mask itself: a job copied from what
+    Trainyard showed (``yard job --json``), whose secrets were never written back in."""
+    return [format_path(("secrets", *loc)) for loc, value in _leaves(spec.secrets, ()) if value == MASK]
+
+
+_ABSENT = object()  # no value at this path in the original
+
+
+def unmasked(document: Any, original: JobSpec) -> Any:
+    """``document`` (a job file as Trainyard showed ``original``, perhaps edited) with each
+    value still shown masked given back its stored value.
+
+    A text equal to what ``masked_spec(original)`` shows at the same path is the original's
+    value there: a secret under ``secrets``, or a command a secret was scrubbed from. Raises
+    SpecError, at the path, for a mask nothing can fill: a secret the original does not
+    have, or a text that hid a secret and was then edited around the mask.
+    """
+    problems: list[FieldError] = []
+    filled = _refill(document, masked_spec(original), normalized_spec(original), (), problems)
+    if problems:
+        raise SpecError(problems)
+    return filled
+
+
+def _refill(value: Any, shown: Any, stored: Any, loc: tuple[str | int, ...], problems: list[FieldError]) -> Any:
+    if isinstance(value, dict):
+        return {
+            key: _refill(item, _child(shown, key), _child(stored, key), (*loc, key), problems)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            _refill(item, _child(shown, index), _child(stored, index), (*loc, index), problems)
+            for index, item in enumerate(value)
+        ]
+    if not isinstance(value, str) or MASK not in value:
+        return value
+    if value == shown and stored is not _ABSENT:
+        return stored
+    if loc[:1] == ("secrets",) and value == MASK:
+        problems.append(FieldError(format_path(loc), f"{MASK} stands for a secret, and the original job has "
+                                   "none here to fill in: write the secret's value"))
+    elif isinstance(shown, str) and shown != stored and MASK in shown:
+        problems.append(FieldError(format_path(loc), f"this text hid a secret of the original job as {MASK}, "
+                                   "and was edited: keep it exactly as shown, or write the secret out"))
+    return value  # a mask the user wrote, where no secret was
+
+
+def _child(container: Any, key: str | int) -> Any:
+    if isinstance(container, dict) and isinstance(key, str):
+        return container.get(key, _ABSENT)
+    if isinstance(container, list) and isinstance(key, int) and key < len(container):
+        return container[key]
+    return _ABSENT
+
+
+def _leaves(value: Any, loc: tuple[str | int, ...]) -> list[tuple[tuple[str | int, ...], Any]]:
+    if isinstance(value, dict):
+        return [leaf for key, item in value.items() for leaf in _leaves(item, (*loc, key))]
+    if isinstance(value, list):
+        return [leaf for index, item in enumerate(value) for leaf in _leaves(item, (*loc, index))]
+    return [(loc, value)]

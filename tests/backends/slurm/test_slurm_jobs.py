@@ -7,12 +7,16 @@ Each test drives the controller cycle by cycle against the dev cluster
 from __future__ import annotations
 
 import json
+import os
+import sys
+from pathlib import Path
 
 from e2e.server import wait_until
 from sqlalchemy import select
 
 from slurm.cluster import cancel_all, drive, ended_slurm_job, slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.environment import STANDARD_PATH, process_account
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
@@ -312,3 +316,34 @@ def test_a_partition_limits_the_inventory_and_receives_the_jobs(world, slurm) ->
         assert record["Partition"] == "first"
     finally:
         cancel_all(slurm, backend.name_prefix)
+
+
+def test_a_slurm_task_starts_from_the_clean_documented_environment_not_the_servers(
+    world, slurm, monkeypatch
+) -> None:
+    # As with --export=NONE: Slurm's own variables, and else only what is documented.
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("SECRET_SERVER_VAR", "s3cret")
+    backend = SlurmBackend(world.tmp / "clean-env", site_env={"SITE_CACHE": "/scratch/cache"})
+    node = backend.inventory()[0].name
+    key = TaskKey(1, 0, "main", 0)
+    try:
+        backend.launch(TaskLaunch(key, node, "env -0; printf END", {"GREETING": "hi", "TRAINYARD_JOB_ID": "1"},
+                                  cpu_milli=1000, memory_mb=64))
+        wait_until(lambda: not backend.observe([key])[key].running, timeout=30, what="the task to end")
+        assert backend.observe([key])[key].exit_code == 0
+        # Slurm's step I/O may land in the log a moment after the task's exit is recorded.
+        raw = wait_until(lambda: (log := backend.read_log(key).data.decode()).endswith("END") and log,
+                         what="the whole log")
+        env = dict(item.split("=", 1) for item in raw.removesuffix("END").split("\0") if item)
+    finally:
+        cancel_all(slurm, backend.name_prefix)
+    home, user = process_account()
+    bash_own = {"PWD", "SHLVL", "_"}
+    assert {k: v for k, v in env.items() if not k.startswith("SLURM") and k not in bash_own} == {
+        "PATH": STANDARD_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/bash", "LANG": "C.UTF-8",
+        "SITE_CACHE": "/scratch/cache", "GREETING": "hi", "TRAINYARD_JOB_ID": "1",
+        "TRAINYARD_JOB_DIR": str(backend.job_dir(1)),
+        "CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "none", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }
+    assert env["SLURM_JOB_ID"] == backend.slurm_job_id(key)

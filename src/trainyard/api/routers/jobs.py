@@ -1,4 +1,4 @@
-"""HTTP routes for jobs: submit, list, show, stop, logs. Parsing and permissions only."""
+"""HTTP routes for jobs: submit, clone, list, show, stop, logs. Parsing and permissions only."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.api.bodies import MAX_ID, BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
-from trainyard.api.openapi import JOB_FILE_BODY, errors
+from trainyard.api.openapi import CLONE_BODY, JOB_FILE_BODY, errors
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -27,7 +27,7 @@ from trainyard.schemas.jobs import (
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.views import job_detail, job_summary, submit_result
-from trainyard.spec.loading import parse_job
+from trainyard.spec.loading import load_document, parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
 
@@ -72,6 +72,39 @@ async def submit_job(
         return Response(dry.model_dump_json(), media_type="application/json")
     ctx.wake_controller()
     return Response(result.model_dump_json(), status_code=201, media_type="application/json")
+
+
+@router.post("/{job_id}/clone", status_code=201, openapi_extra=CLONE_BODY, response_model=SubmitResult,
+             responses=errors(401, 403, 404, 413, 422))
+async def clone_job(
+    job_id: JobId,
+    request: Request,
+    user: User,
+    ctx: Ctx,
+    name: Annotated[str | None, Query(max_length=255, description="The clone's name")] = None,
+    vc: Annotated[str | None, Query(max_length=255, description="The clone's virtual cluster")] = None,
+    priority: Annotated[str | None, Query(max_length=16, description="The clone's priority")] = None,
+) -> SubmitResult:
+    """Submit a copy of one of your jobs (an admin: of anyone's), its secrets kept: they never
+    leave the server. The body, if any, is a whole job file to run instead, as the job is shown:
+    its values still masked (``******``) are filled from the original."""
+    body = await _read_limited(request)
+    document = None
+    if body.strip():
+        content_type = request.headers.get("content-type", "").split(";")[0].strip()
+        document = load_document(body, content_type="json" if content_type.endswith("json") else "yaml")
+    changes = job_service.CloneChanges(document=document, name=name, vc=vc, priority=priority)
+
+    def create() -> SubmitResult:
+        nodes = ctx.node_states()
+        with ctx.db.session() as session:
+            row = job_service.clone_job(session, user, job_id, changes, specs=ctx.specs, clock=ctx.clock,
+                                        nodes=nodes)
+            return submit_result(row, user.name, job_service.backend_warnings(ctx.specs.of(row), ctx.backend.name))
+
+    result = await run_in_threadpool(create)
+    ctx.wake_controller()
+    return result
 
 
 async def _read_limited(request: Request) -> bytes:

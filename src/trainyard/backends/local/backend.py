@@ -35,10 +35,11 @@ the controller removes it after the job has ended (``JobDirectories``).
 a bubblewrap command line (``sandbox``) that hides the server's home, the state dir and
 the work root and drops to the account inside; without one it is bash itself, and the
 task process drops to the account (``user`` in the spec: groups, gid, uid) after joining
-its process group and redirecting its output, before exec. HOME, USER and LOGNAME are the
-account's (HOME is the work dir for accounts without a home; the job's env may still set
-them). Every directory above ``work_dir_root`` must be searchable by the accounts; the
-constructor checks, and raises ValueError otherwise.
+its process group and redirecting its output, before exec. The task's environment is
+the clean one of ``backends/environment`` (nothing of the server's); its HOME, USER and
+LOGNAME are the account's (HOME is the work dir for accounts without a home; the job's
+env may still set them). Every directory above ``work_dir_root`` must be searchable by
+the accounts; the constructor checks, and raises ValueError otherwise.
 """
 
 from __future__ import annotations
@@ -49,7 +50,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -67,9 +67,11 @@ from trainyard.backends.base import (
     check_task_key,
     read_log_file,
 )
+from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.local import gpus as local_gpus
-from trainyard.backends.local import procfs, supervisor, taskfiles, taskuser
+from trainyard.backends.local import procfs, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
+from trainyard.backends.local.launcher import SupervisorLauncher, last_lines, real_interpreter
 from trainyard.backends.local.records import (
     Claim,
     exit_status,
@@ -94,8 +96,6 @@ SUPERVISOR_LOST = "its supervisor was lost; the task's waiter recorded its exit 
 # Beside a job attempt's task work dirs: what its sandboxed tasks see as /dev/shm. A role
 # name cannot start with a dot, so no task's work dir can be called this.
 SHM_DIR = ".shm"
-# The directory that holds the ``trainyard`` package, for the supervisor's PYTHONPATH.
-_PACKAGE_PARENT = str(Path(__file__).absolute().parents[3])
 
 
 class LocalBackend(jobdirs.JobDirTree):
@@ -111,19 +111,22 @@ class LocalBackend(jobdirs.JobDirTree):
         simulated_gpus: int = 0,
         cpu_milli: int | None = None,
         memory_mb: int | None = None,
-        python: str = sys.executable,
+        python: str | None = None,
         run_as: str | None = None,
         accounts: TaskAccounts | None = None,
         sandbox: Sandbox | None = None,
         work_dir_root: Path | None = None,
         labels: dict[str, str] | None = None,
         gpu_groups: list[list[int]] | None = None,
+        site_env: dict[str, str] | None = None,
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
         self.state_dir = Path(state_dir).absolute()
         self._user = None if run_as is None else TaskUser.for_tasks(run_as)
         self._accounts = accounts
+        self._site_env = site_environment(site_env or {})
+        self._server_account = process_account()  # (home, user) of tasks run as the server's account
         self._tasks_root = self.state_dir / "tasks"
         self._tasks_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         taskuser.make_private(self.state_dir)  # every task's spec, env and log: the server's only
@@ -141,7 +144,10 @@ class LocalBackend(jobdirs.JobDirTree):
         if shell is None:
             raise RuntimeError("bash was not found on PATH; the local backend runs task scripts with bash")
         self._shell = shell
-        self._python = python
+        # Supervisors run from a private copy of their code (see ``launcher``), checked
+        # here: a server that cannot launch a task must not start accepting jobs.
+        self._launcher = SupervisorLauncher(self.state_dir, python or real_interpreter())
+        self._launcher.check()
         if gpus is None:
             gpus = local_gpus.discover_nvidia_gpus()
             if gpus and simulated_gpus:
@@ -231,7 +237,7 @@ class LocalBackend(jobdirs.JobDirTree):
                 if (existing := taskfiles.read_json(spec_path)) is not None:
                     self._check_same_task(task, task_dir, existing)
                 taskfiles.write_json(spec_path, spec)
-            self._spawned[task.key] = self._spawn_supervisor(task_dir)
+            self._spawned[task.key] = self._launcher.spawn(task_dir, task_dir / taskfiles.SUPERVISOR_LOG)
 
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
         with self._lock:
@@ -281,22 +287,6 @@ class LocalBackend(jobdirs.JobDirTree):
         if node != self._node.name:
             raise ValueError(f"the local backend has one node, {self._node.name!r}; got {node!r}")
 
-    def _spawn_supervisor(self, task_dir: Path) -> subprocess.Popen[bytes]:
-        # Own session: survives the server (kill -9 included) and its terminal's Ctrl-C.
-        # -S skips site-packages processing, which is most of Python's start-up time; the
-        # supervisor needs nothing but the stdlib and the trainyard package directory.
-        with open(task_dir / taskfiles.SUPERVISOR_LOG, "ab") as supervisor_log:
-            return subprocess.Popen(
-                [self._python, "-S", "-m", supervisor.__name__, str(task_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=supervisor_log,
-                stderr=supervisor_log,
-                cwd="/",
-                env={"PYTHONPATH": _PACKAGE_PARENT, "PATH": os.defpath},
-                start_new_session=True,
-                close_fds=True,
-            )
-
     def _reap(self) -> None:
         """Collect exited supervisors (so none stays a zombie); call with the lock held."""
         for key, popen in list(self._spawned.items()):
@@ -321,12 +311,10 @@ class LocalBackend(jobdirs.JobDirTree):
     def _task_spec(self, task: TaskLaunch, task_dir: Path, account: TaskUser | None) -> dict[str, Any]:
         """Prepare the task's private files and say, in ``spec.json``, how to run it."""
         work = self._make_work_dir(task, account)
-        environ = dict(os.environ)
-        if account is not None:
-            environ.update(account.environment())
-            if account.home in ("", NO_HOME):  # accounts Trainyard creates have no home
-                environ["HOME"] = str(work)
-        env = task_environment(environ, task.env, task.gpus)
+        home, user = self._server_account if account is None else (account.home, account.name)
+        if account is not None and account.home in ("", NO_HOME):  # accounts Trainyard creates have no home
+            home = str(work)
+        env = task_environment({**base_environment(home, user), **self._site_env}, task.env, task.gpus)
         secrets_dir = work.with_name(work.name + ".secrets")
         if skipped := taskuser.write_secret_files(secrets_dir, task.secrets, account):
             log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
@@ -427,21 +415,24 @@ class LocalBackend(jobdirs.JobDirTree):
             returncode = popen.poll()
             if returncode is None:
                 return TaskStatus(key, running=True, message="supervisor starting")
-            reason = (
-                f"the supervisor exited with status {returncode} before starting the task;"
-                f" see {taskfiles.SUPERVISOR_LOG}"
-            )
+            reason = f"the task's supervisor exited with status {returncode} before starting the task"
         else:
             spec = task_dir / taskfiles.SPEC
             launched = (spec if spec.exists() else task_dir).stat().st_mtime
             if time.time() - launched < STARTUP_TIMEOUT_SECONDS:
                 return TaskStatus(key, running=True, message="supervisor starting")
             reason = f"no supervisor started the task within {STARTUP_TIMEOUT_SECONDS:.0f} s of its launch"
+        reason += _supervisor_log_note(task_dir)
         # Claim the task ourselves so that a supervisor arriving late can never run it.
         tombstone = {"boot_id": procfs.boot_id(), "supervisor": None, "task": None, "abandoned": reason}
-        if taskfiles.write_json(str(task_dir / taskfiles.PID), tombstone, exclusive=True):
-            return TaskStatus(key, running=False, message=reason)
-        return self._observe(key, task_dir, None)  # a supervisor claimed it just now
+        if not taskfiles.write_json(str(task_dir / taskfiles.PID), tombstone, exclusive=True):
+            return self._observe(key, task_dir, None)  # a supervisor claimed it just now
+        # Loudly, once (only one observer writes the tombstone): a server whose launches
+        # fail must not look healthy; and in the task's log, which `yard logs` shows.
+        log.error("task %s could not start: %s (see %s)", key, reason, task_dir / taskfiles.SUPERVISOR_LOG)
+        with open(task_dir / taskfiles.OUTPUT_LOG, "ab") as output:
+            output.write(f"trainyard: the task could not start: {reason}\n".encode())
+        return TaskStatus(key, running=False, message=reason)
 
     @staticmethod
     def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
@@ -483,3 +474,13 @@ class LocalBackend(jobdirs.JobDirTree):
             self._kill_timers[key] = timer
             timer.start()
 
+
+def _supervisor_log_note(task_dir: Path) -> str:
+    """``": <the last line of supervisor.log>"`` (a traceback's last line names the error), or ""."""
+    try:
+        with open(task_dir / taskfiles.SUPERVISOR_LOG, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
+            text = f.read().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return ""
+    return f": {last_lines(text)}" if text.strip() else ""

@@ -25,8 +25,9 @@ from trainyard.backends.local.taskaccounts import TaskAccounts
 
 AccountsMode = Literal["auto", "per-user", "server"]
 ACCOUNTS_MODES: tuple[AccountsMode, ...] = ("auto", "per-user", "server")
-# Where work dirs go when tasks run under other accounts: reachable by them, outside the
-# server's private home; one folder per cluster id, so two servers never share one.
+# Where work dirs go when tasks run under other accounts (unless task_work_dir says
+# elsewhere): reachable by them, outside the server's private home. Either way in one
+# folder per cluster id, so two servers never share one.
 DEFAULT_WORK_ROOT = Path("/var/lib/trainyard/work")
 
 
@@ -77,9 +78,11 @@ def plan_isolation(
     else:
         sandbox, no_sandbox = find_sandbox(sandbox_mode, hidden=[home], as_root=as_root)
     accounts = TaskAccounts(account_map, create=create_accounts) if mode == "per-user" else None
-    work_root = work_dir
-    if work_root is None and mode != "server":
-        work_root = DEFAULT_WORK_ROOT / cluster
+    # Always one folder per cluster id, the admin's work_dir included: two servers given
+    # the same one must not share (or adopt) each other's work dirs for job 1, 2...
+    work_root = None
+    if work_dir is not None or mode != "server":
+        work_root = (DEFAULT_WORK_ROOT if work_dir is None else work_dir) / cluster
     summary, weak = _summary(mode, sandbox, no_sandbox, task_user, server_user, home)
     return TaskIsolation(accounts, task_user, sandbox, work_root, summary, weak)
 

@@ -1,7 +1,8 @@
 """The per-task supervisor: runs one task detached, forwards stops, records its exit status.
 
-Run as ``python -S -m trainyard.backends.local.supervisor TASK_DIR``; it imports only the
-stdlib (and two stdlib-only modules beside it) because it sits on the submit→RUNNING path.
+Run as ``python -I -S SNAPSHOT TASK_DIR`` from a private copy of this module and its two
+stdlib-only neighbours (``launcher`` says why), never from the installed package; it
+imports only the stdlib because it sits on the submit→RUNNING path.
 
 Three processes per task::
 
@@ -403,6 +404,8 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
 
 
 def main(argv: list[str]) -> int:
+    if argv[1:] == ["--check"]:  # the backend's start-up check (``launcher``): it imported
+        return 0
     if len(argv) != 2:
         print("usage: python -m trainyard.backends.local.supervisor TASK_DIR", file=sys.stderr)
         return 2

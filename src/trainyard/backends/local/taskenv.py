@@ -1,10 +1,9 @@
-"""The environment a local task runs with: a short inherited allowlist, the job's env, GPU pinning."""
+"""The environment a local task runs with: the clean base and the site's variables
+(``backends/environment``), the job's env with the wiring, and the GPU pinning."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-from trainyard.backends.environment import inherited_environment
 
 # CUDA shows exactly the devices listed in CUDA_VISIBLE_DEVICES, so an empty list shows
 # none. For the NVIDIA container runtime, "none" is the documented "no GPU" value.
@@ -26,14 +25,15 @@ def gpu_environment(gpus: Sequence[int]) -> dict[str, str]:
     }
 
 
-def task_environment(environ: Mapping[str, str], job_env: Mapping[str, str], gpus: Sequence[int]) -> dict[str, str]:
-    """The full environment of a task: inherited allowlist < the job's env < GPU pinning.
+def task_environment(base: Mapping[str, str], job_env: Mapping[str, str], gpus: Sequence[int]) -> dict[str, str]:
+    """The full environment of a task: ``base`` (the clean base with the site's variables)
+    < the job's env and wiring < GPU pinning.
 
     GPU pinning comes last so that a job cannot widen its own GPU allocation.
     Raises ValueError for a variable that execve cannot pass.
     """
     check_job_env(job_env)
-    return {**inherited_environment(environ), **job_env, **gpu_environment(gpus)}
+    return {**base, **job_env, **gpu_environment(gpus)}
 
 
 def check_job_env(job_env: Mapping[str, str]) -> None:

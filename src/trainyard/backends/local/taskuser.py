@@ -67,10 +67,6 @@ class TaskUser:
         """What the supervisor needs to drop privileges to this user (no NSS look-ups there)."""
         return {"name": self.name, "uid": self.uid, "gid": self.gid, "groups": self.groups()}
 
-    def environment(self) -> dict[str, str]:
-        """Variables that say who and where the task user is (the server's would be wrong)."""
-        return {"HOME": self.home, "USER": self.name, "LOGNAME": self.name}
-
 
 def set_up_work_root(
     state_dir: Path, user: TaskUser | None, work_dir_root: Path | None, *, per_user: bool = False

@@ -48,6 +48,7 @@ from trainyard.backends.base import (
     check_task_key,
     read_log_file,
 )
+from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.slurm import runners, submission
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
@@ -90,12 +91,16 @@ class SlurmBackend(jobdirs.JobDirTree):
         *,
         partition: str | None = None,
         commands: SlurmCommands | None = None,
+        site_env: dict[str, str] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         if _UNSAFE_PATH.search(str(self.state_dir)):
             raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
         self.partition = partition
         self.commands = commands or SlurmCommands()
+        # Jobs run as the account running `yard up`; their environment starts clean from its
+        # HOME and USER and the site's variables (backends/environment).
+        self._base_env = {**base_environment(*process_account()), **site_environment(site_env or {})}
         self.job_dirs_root = self.state_dir / "jobs"
         self.job_dirs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         bin_dir = self.state_dir / "bin"
@@ -252,7 +257,7 @@ class SlurmBackend(jobdirs.JobDirTree):
             job_dir = self.job_dir(key.job_id)
             job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             for task in tasks:
-                submission.write_task_files(task_dirs[task.key], task, job_dir)
+                submission.write_task_files(task_dirs[task.key], task, self._base_env, job_dir)
             sub_dir.mkdir(parents=True, exist_ok=True)
             argv = submission.sbatch_argv(
                 name=name, submission_dir=sub_dir, partition=self.partition,

@@ -2,7 +2,9 @@
 
 Every command runs from an argv list, never through a shell, with a short allowlisted
 environment: the server's settings and secrets must not reach Slurm, which copies the
-submitting environment into the job (``--export=ALL``, its default).
+submitting environment into the job (``--export=ALL``, its default) for the batch script
+and ``srun`` to find their way. The task itself does not get it: the task runner starts
+the job's script from a clean environment (``backends/environment``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,16 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 
-from trainyard.backends.environment import inherited_environment
-
 COMMAND_TIMEOUT_SECONDS = 30.0
+# What Slurm's commands inherit from the server's environment: how to find programs,
+# who and where the user is, locale and time zone, and proxy/CA settings. Never the
+# server's own settings and secrets (TRAINYARD_*, database URLs, tokens).
+INHERITED_VARIABLES = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+    "SSL_CERT_FILE", "SSL_CERT_DIR",
+)
+INHERITED_PREFIXES = ("LC_",)
 # scontrol's one-line records: ``Key=value`` pairs separated by single spaces. Values
 # hold no spaces except in a few free-text fields (Reason, Comment, Command); a space
 # counts as a separator only when a ``Key=`` follows it.
@@ -31,7 +40,7 @@ class SlurmCommands:
 
     def __init__(self, slurm_conf: str | None = None) -> None:
         self.slurm_conf = slurm_conf or os.environ.get("SLURM_CONF")
-        env = inherited_environment(os.environ)
+        env = command_environment(os.environ)
         if self.slurm_conf:
             env["SLURM_CONF"] = self.slurm_conf
         self.env: Mapping[str, str] = env
@@ -103,3 +112,14 @@ def parse_records(text: str) -> list[dict[str, str]]:
             record[key] = value.strip()
         records.append(record)
     return records
+
+
+def command_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allowlisted part of ``environ``, with a default PATH when it has none."""
+    env = {
+        name: value
+        for name, value in environ.items()
+        if name in INHERITED_VARIABLES or name.startswith(INHERITED_PREFIXES)
+    }
+    env.setdefault("PATH", os.defpath)
+    return env

@@ -44,10 +44,15 @@ TASK_RUNNER = r"""#!/bin/bash
 # Runs one Trainyard task inside its Slurm step (written by the Slurm backend; holds no job data).
 # The task's env is TASK_DIR/env, NUL-separated NAME=value pairs passed to env(1) as
 # arguments (never evaluated); its commands are TASK_DIR/script.sh, run by bash as written.
+# Nothing else of this step's environment reaches the task but Slurm's own variables, as
+# with --export=NONE (SLURM_*, SLURMD_NODENAME, and PMI_*/PMIX_* for MPI launchers): the
+# env file holds the whole clean environment.
 set -u
 dir="$1"
 cd "$dir/work" || exit 1
 mapfile -d '' -t assignments < "$dir/env" || exit 1
+slurm=()
+for name in "${!SLURM@}" "${!PMI@}"; do slurm+=("$name=${!name}"); done
 # Slurm sets CUDA_VISIBLE_DEVICES to the GPUs of this step; pinning comes last, so that
 # a job's env can never widen its own GPU allocation. No GPUs: hide them all.
 if [ -n "${SLURM_STEP_GPUS-}" ] && [ -n "${CUDA_VISIBLE_DEVICES-}" ]; then
@@ -60,7 +65,7 @@ fi
 # foreground command has ended, so $? below is always the task's own status (a task in
 # the background and `wait` would lose it when the signal interrupts the wait).
 trap ':' TERM
-env -- "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID /bin/bash "$dir/script.sh"
+env -i -- "${slurm[@]}" "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID /bin/bash "$dir/script.sh"
 rc=$?
 printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
 exit "$rc"

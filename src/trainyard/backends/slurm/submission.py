@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.environment import ENV_NAME
 from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
 
 WHOLE_GPU_MILLI = 1000
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GPU_MODEL = re.compile(r"[A-Za-z0-9_.-]+")  # a Slurm GRES type, safe in --gres
 
 
@@ -82,7 +82,7 @@ def check_task(task: TaskLaunch) -> None:
             f"shares {list(task.gpu_milli)} (in thousandths); ask for whole GPUs"
         )
     for name, value in task.env.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
             raise ValueError(f"task {task.key}: environment variable name {name!r} is not a valid shell name")
         if not isinstance(value, str) or "\0" in value:
             raise ValueError(f"task {task.key}: environment variable {name}: value must be a string without NUL bytes")
@@ -96,11 +96,13 @@ def components(tasks: Sequence[TaskLaunch], gpu_models: Mapping[str, Sequence[st
     return [Component(node, tuple(group), tuple(gpu_models.get(node, ()))) for node, group in by_node.items()]
 
 
-def write_task_files(task_dir: Path, task: TaskLaunch, job_dir: Path) -> None:
-    """The task's env (NUL-separated ``NAME=value``), its script, and its working directory;
-    ``job_dir`` (made already) is its ``$TRAINYARD_JOB_DIR``, whatever the job's env says."""
+def write_task_files(task_dir: Path, task: TaskLaunch, base_env: Mapping[str, str], job_dir: Path) -> None:
+    """The task's whole env (NUL-separated ``NAME=value``: ``base_env``, then the job's env
+    and wiring; the runner adds only Slurm's variables and the GPU pinning), its script,
+    and its working directory; ``job_dir`` (made already) is its ``$TRAINYARD_JOB_DIR``,
+    whatever the job's env says."""
     (task_dir / "work").mkdir(parents=True, exist_ok=True)
-    variables = {**task.env, JOB_DIR_VARIABLE: str(job_dir)}
+    variables = {**base_env, **task.env, JOB_DIR_VARIABLE: str(job_dir)}
     env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
     write_private(task_dir / "env", env)
     write_private(task_dir / "script.sh", task.script.encode())

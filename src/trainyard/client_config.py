@@ -12,12 +12,15 @@ DEFAULT_URL = "http://127.0.0.1:8642"
 
 @dataclass(frozen=True)
 class ClientConfig:
+    """The server's address and the token to use there."""
+
     url: str
     token: str | None
     source: str  # where the values came from, for error messages
 
 
 def home_dir() -> Path:
+    """``$TRAINYARD_HOME``, else ``~/.trainyard``: where ``yard up`` writes ``client.json``."""
     return Path(os.environ.get("TRAINYARD_HOME") or "~/.trainyard").expanduser()
 
 

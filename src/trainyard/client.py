@@ -1,11 +1,14 @@
 """The Python SDK: Trainyard's REST API over httpx, answering with the API's own models
 (``trainyard.schemas``), so that callers read typed fields instead of repeating the server's
-rules on dicts."""
+rules on dicts. ``from trainyard.client import Client``; ``Client()`` finds the server and
+token as ``yard`` does. Every failure is a `TrainyardError` (one of the kinds below), never
+an httpx exception."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, overload
 from urllib.parse import quote
@@ -13,7 +16,9 @@ from urllib.parse import quote
 import httpx
 from pydantic import TypeAdapter
 
-from trainyard.client.config import ClientConfig, load_config
+from trainyard.client_config import ClientConfig, load_config
+from trainyard.client_input import JobFile as JobFile
+from trainyard.client_input import check_client_arguments, job_file_body
 from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.cluster import NodeView
 from trainyard.schemas.jobs import (
@@ -36,6 +41,10 @@ _GROUPS = TypeAdapter(list[GroupView])
 _QUOTAS = TypeAdapter(list[UserQuotaView])
 _HEALTH = TypeAdapter(dict[str, str])
 _TOKENS = TypeAdapter(list[TokenView])
+
+# `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
+MAX_RETRY_PAUSE = 8.0
+DEFAULT_RETRY_FOR = 120.0
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,11 @@ class TrainyardError(Exception):
 
 
 class ServerUnreachable(TrainyardError):
-    """No answer from the server at all."""
+    """No answer from the server at all: refused, timed out, or the connection was lost."""
+
+
+class ServerError(TrainyardError):
+    """The server (or a proxy before it) failed with a 5xx: often passing, e.g. a restart."""
 
 
 class AuthError(TrainyardError):
@@ -82,10 +95,41 @@ class WaitTimeout(TrainyardError):
     """``wait`` gave up before the job ended."""
 
 
-class Client:
-    """A connection to one Trainyard server as one user; each method is one API call."""
+class UsageError(TrainyardError, ValueError):
+    """An argument the SDK cannot send (a URL that is not http(s), a job id that is not a
+    number, a job file that cannot be read), or an answer that is not Trainyard's."""
 
-    def __init__(self, url: str, token: str | None, *, timeout: float = 30.0) -> None:
+
+def _job_id(job_id: object) -> int:
+    if isinstance(job_id, bool) or not isinstance(job_id, int):
+        raise UsageError(f"a job id is a whole number, like 12 (got {job_id!r})")
+    return job_id
+
+
+def _job_file(job: object, content_type: str | None = None) -> tuple[bytes, str]:
+    try:
+        return job_file_body(job, content_type)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+class Client:
+    """A connection to one Trainyard server as one user; each method is one API call.
+
+    ``Client()`` finds the server and token as the ``yard`` CLI does: ``TRAINYARD_URL`` and
+    ``TRAINYARD_TOKEN``, else ``$TRAINYARD_HOME/client.json`` (written by ``yard up``). Given
+    a ``url``, it uses that server with exactly the ``token`` given (a configured token never
+    goes to a server it was not meant for). Use it as a context manager, or ``close()`` it.
+    """
+
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0) -> None:
+        if url is None:
+            config = load_config()
+            url, token = config.url, token if token is not None else config.token
+        try:
+            check_client_arguments(url, token, timeout)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from exc
         self.url = url.rstrip("/")
         self._http = httpx.Client(
             base_url=self.url + "/api/v1",
@@ -95,10 +139,12 @@ class Client:
 
     @classmethod
     def from_config(cls, config: ClientConfig | None = None) -> Client:
+        """A client for the server and token in ``config`` (default: as ``Client()`` finds them)."""
         config = config or load_config()
         return cls(config.url, config.token)
 
     def close(self) -> None:
+        """Close the connections; the client cannot be used after."""
         self._http.close()
 
     def __enter__(self) -> Client:
@@ -110,13 +156,29 @@ class Client:
     # -- plumbing -------------------------------------------------------------------------
 
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
+        with self._sending(method, path):
             response = self._http.request(method, path, **kwargs)
+        self._raise_for(response)
+        media_type = response.headers.get("content-type", "").split(";")[0].strip()
+        if response.content and media_type not in ("application/json", "text/plain"):  # Trainyard's answers
+            raise UsageError(f"{self.url} answered {method} {path} with {media_type or 'no media type'}, not as "
+                             "Trainyard does; is TRAINYARD_URL the Trainyard server's address?",
+                             status=response.status_code)
+        return response
+
+    @contextmanager
+    def _sending(self, method: str, path: str) -> Iterator[None]:
+        """Each way httpx fails to send a request or read its answer, as a `TrainyardError`."""
+        try:
+            yield
+        except httpx.TimeoutException as exc:
+            raise ServerUnreachable(f"the Trainyard server at {self.url} did not answer in time ({exc!r}); "
+                                    "it may be overloaded, or a firewall drops the connection") from exc
         except httpx.TransportError as exc:
             raise ServerUnreachable(f"cannot reach the Trainyard server at {self.url} ({exc}); "
                                     "is `yard up` running, and is TRAINYARD_URL right?") from exc
-        self._raise_for(response)
-        return response
+        except (httpx.HTTPError, httpx.InvalidURL, TypeError, ValueError) as exc:
+            raise UsageError(f"cannot send {method} {path}: {exc}") from exc
 
     def _raise_for(self, response: httpx.Response) -> None:
         if response.is_success:
@@ -124,49 +186,71 @@ class Client:
         try:
             body = response.json()
             message, errors = body.get("detail") or response.reason_phrase, body.get("errors") or []
-        except ValueError:
+        except (ValueError, AttributeError):  # not JSON, or not Trainyard's error body
             message, errors = response.text or response.reason_phrase, []
-        cls = AuthError if response.status_code in (401, 403) else TrainyardError
-        raise cls(str(message), status=response.status_code, errors=errors)
+        status = response.status_code
+        cls = AuthError if status in (401, 403) else ServerError if status >= 500 else TrainyardError
+        raise cls(str(message), status=status, errors=errors if isinstance(errors, list) else [])
 
     # -- jobs -----------------------------------------------------------------------------
 
     @overload
-    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+    def submit(self, job_file: JobFile, *, content_type: str | None = ...,
                dry_run: Literal[False] = False) -> SubmitResult: ...
 
     @overload
-    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+    def submit(self, job_file: JobFile, *, content_type: str | None = ...,
                dry_run: Literal[True]) -> DryRunResult: ...
 
     @overload
-    def submit(self, job_file: str | bytes, *, content_type: str = ...,
+    def submit(self, job_file: JobFile, *, content_type: str | None = ...,
                dry_run: bool) -> SubmitResult | DryRunResult: ...
 
-    def submit(self, job_file: str | bytes, *, content_type: str = "application/yaml",
+    def submit(self, job_file: JobFile, *, content_type: str | None = None,
                dry_run: bool = False) -> SubmitResult | DryRunResult:
-        """Submit a job file (YAML, or JSON with ``content_type="application/json"``); with
-        ``dry_run`` only validate it and answer the job as Trainyard would run it."""
+        """Submit a job: a path to its file (``"train.yaml"``, a ``Path``), the file's YAML or
+        JSON text, or the job as a dict; returns the new job's id and state. With ``dry_run``
+        only validate it and answer the job as Trainyard would run it (secrets masked).
+        ``content_type`` overrides the media type (default: JSON for a dict or .json, else YAML)."""
+        content, media_type = _job_file(job_file, content_type)
         response = self._request(
-            "POST", "/jobs", content=job_file, headers={"Content-Type": content_type},
+            "POST", "/jobs", content=content, headers={"Content-Type": media_type},
             params={"dryRun": "true"} if dry_run else None,
         )
         if dry_run:
             return DryRunResult.model_validate_json(response.content)
         return SubmitResult.model_validate_json(response.content)
 
+    def clone(self, job_id: int, *, job_file: JobFile | None = None, name: str | None = None,
+              vc: str | None = None, priority: str | None = None) -> SubmitResult:
+        """Submit a copy of one of your jobs (an admin: anyone's) that keeps its secrets: the
+        server holds them and shows them masked (``******``). ``job_file`` replaces the whole
+        job (as `submit` takes it, e.g. `job()`'s ``spec`` edited): what it still shows masked
+        is filled from the original. ``name``, ``vc`` and ``priority`` change just those."""
+        params = {k: v for k, v in dict(name=name, vc=vc, priority=priority).items() if v is not None}
+        content, headers = b"", {}
+        if job_file is not None:
+            content, media_type = _job_file(job_file)
+            headers = {"Content-Type": media_type}
+        response = self._request("POST", f"/jobs/{_job_id(job_id)}/clone", content=content, headers=headers,
+                                 params=params)
+        return SubmitResult.model_validate_json(response.content)
+
     def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
              limit: int = 50, before: int | None = None) -> JobPage:
-        """A page of jobs, newest first; pass the page's ``next`` as ``before`` for the next one."""
+        """A page of jobs, newest first; pass the page's ``next`` as ``before`` (with the same
+        filters) for the next one. ``state`` is comma-separated: ``"WAITING,RUNNING"``."""
         params = {k: v for k, v in dict(state=state, user=user, vc=vc, limit=limit, before=before).items()
                   if v is not None}
         return JobPage.model_validate_json(self._request("GET", "/jobs", params=params).content)
 
     def job(self, job_id: int) -> JobDetail:
-        return JobDetail.model_validate_json(self._request("GET", f"/jobs/{job_id}").content)
+        """One job: state, attempts and their tasks, placement, events, its spec (secrets masked)."""
+        return JobDetail.model_validate_json(self._request("GET", f"/jobs/{_job_id(job_id)}").content)
 
     def stop(self, job_id: int) -> JobDetail:
-        return JobDetail.model_validate_json(self._request("POST", f"/jobs/{job_id}/stop").content)
+        """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now."""
+        return JobDetail.model_validate_json(self._request("POST", f"/jobs/{_job_id(job_id)}/stop").content)
 
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                  offset: int | None = None, tail: int | None = None, limit: int | None = None) -> LogRead:
@@ -175,7 +259,7 @@ class Client:
         of any size: `iter_logs` or `logs`."""
         params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit).items()
                   if v is not None}
-        response = self._request("GET", f"/jobs/{job_id}/logs", params=params)
+        response = self._request("GET", f"/jobs/{_job_id(job_id)}/logs", params=params)
         shown = response.headers.get(LOG_ATTEMPT_HEADER)
         return LogRead(
             data=response.content,
@@ -235,33 +319,67 @@ class Client:
             raise ServerUnreachable(f"{lost}: it stopped (the job goes on; follow it again once the server is "
                                     "back)") from exc
 
-    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5) -> JobDetail:
-        """Block until the job has ended; returns the job. Raises ``WaitTimeout``."""
+    def wait(self, job_id: int, *, timeout: float | None = None, poll: float = 0.5,
+             retry_for: float = DEFAULT_RETRY_FOR,
+             on_retry: Callable[[TrainyardError, float], None] | None = None) -> JobDetail:
+        """Block until the job has ended; returns the job. Raises ``WaitTimeout`` after
+        ``timeout`` seconds (None: never). While the server cannot be reached or fails with a
+        5xx (a restart), asks again after pauses doubling from ``poll`` up to 8 s, for up to
+        ``retry_for`` seconds of failures in a row (0: not at all), calling ``on_retry(error,
+        pause)`` before each pause; then raises the last error."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            job = self.job(job_id)
+            job = self._job_through_outages(job_id, deadline, poll, retry_for, on_retry)
             if job.state.is_final:
                 return job
             if deadline is not None and time.monotonic() >= deadline:
                 raise WaitTimeout(f"job {job_id} is still {job.state} after {timeout:g} s")
             time.sleep(poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic())))
 
+    def _job_through_outages(self, job_id: int, deadline: float | None, poll: float, retry_for: float,
+                             on_retry: Callable[[TrainyardError, float], None] | None) -> JobDetail:
+        """`job`, asked again while the server is unreachable or failing, as `wait` says."""
+        failing_since: float | None = None
+        failures = 0
+        while True:
+            try:
+                return self.job(job_id)
+            except (ServerUnreachable, ServerError) as exc:
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if deadline is not None and now >= deadline:
+                    raise WaitTimeout(f"job {job_id}: no answer from the server in time ({exc.message})") from exc
+                left = retry_for - (now - failing_since)
+                left = left if deadline is None else min(left, deadline - now)
+                if left <= 0:
+                    raise
+                pause = min(poll * 2**failures, MAX_RETRY_PAUSE, left)
+                failures += 1
+                if on_retry is not None:
+                    on_retry(exc, pause)
+                time.sleep(pause)
+
     # -- cluster and users ----------------------------------------------------------------
 
     def nodes(self) -> list[NodeView]:
+        """The cluster's nodes: their GPUs, CPUs and memory, and what is allocated."""
         return _NODES.validate_json(self._request("GET", "/nodes").content)
 
     def healthz(self) -> dict[str, str]:
+        """The server's health (needs no token)."""
         return _HEALTH.validate_json(self._request("GET", "/healthz").content)
 
     def me(self) -> UserView:
+        """The user the token belongs to."""
         return UserView.model_validate_json(self._request("GET", "/me").content)
 
     def create_user(self, name: str, *, admin: bool = False) -> UserView:
+        """Create a user (admin); give them a token with `create_token`."""
         response = self._request("POST", "/users", json={"name": name, "admin": admin})
         return UserView.model_validate_json(response.content)
 
     def users(self) -> list[UserView]:
+        """Every user (admin)."""
         return _USERS.validate_json(self._request("GET", "/users").content)
 
     def disable_user(self, name: str, *, stop_jobs: bool = False) -> RemovalResult:
@@ -270,6 +388,7 @@ class Client:
         return RemovalResult.model_validate_json(response.content)
 
     def enable_user(self, name: str) -> UserView:
+        """Accept a disabled user's tokens again (admin)."""
         return UserView.model_validate_json(self._request("POST", f"/users/{_seg(name)}/enable").content)
 
     def delete_user(self, name: str, *, force: bool = False) -> RemovalResult:
@@ -281,18 +400,22 @@ class Client:
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:
+        """Virtual clusters: quota, used, borrowed, waiting (a user sees those they may use)."""
         return _VCS.validate_json(self._request("GET", "/vcs").content)
 
     def create_vc(self, name: str, *, gpus: int, model: str | None = None,
                   priority_preemption: bool = True) -> VcView:
+        """Create a virtual cluster guaranteed ``gpus`` GPUs (of ``model``; default any) (admin)."""
         body = {"name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption}
         return VcView.model_validate_json(self._request("POST", "/vcs", json=body).content)
 
     def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> VcView:
+        """Set a virtual cluster's guaranteed GPUs of one model; 0 removes the model (admin)."""
         response = self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model})
         return VcView.model_validate_json(response.content)
 
     def grant_vc(self, name: str, grantee: str) -> VcView:
+        """Let a user, or ``@group``, submit to a virtual cluster (admin)."""
         response = self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee})
         return VcView.model_validate_json(response.content)
 
@@ -308,12 +431,15 @@ class Client:
         return RemovalResult.model_validate_json(response.content)
 
     def groups(self) -> list[GroupView]:
+        """Groups and their members (admin)."""
         return _GROUPS.validate_json(self._request("GET", "/groups").content)
 
     def create_group(self, name: str) -> GroupView:
+        """Create a group of users (admin)."""
         return GroupView.model_validate_json(self._request("POST", "/groups", json={"name": name}).content)
 
     def add_member(self, group: str, user: str) -> GroupView:
+        """Add a user to a group (admin)."""
         response = self._request("POST", f"/groups/{group}/members", json={"user": user})
         return GroupView.model_validate_json(response.content)
 
@@ -325,17 +451,21 @@ class Client:
         return RemovalResult.model_validate_json(response.content)
 
     def quotas(self) -> list[UserQuotaView]:
+        """Every per-user GPU quota (admin)."""
         return _QUOTAS.validate_json(self._request("GET", "/quotas").content)
 
     def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[UserQuotaView]:
+        """At most ``gpus`` GPUs for ``user`` at ``priority``; None removes the limit (admin)."""
         response = self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus})
         return _QUOTAS.validate_json(response.content)
 
     def cordon(self, node: str, *, cordoned: bool = True) -> NodeView:
+        """Place nothing new on a node (``cordoned=False``: allow it again) (admin)."""
         response = self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}")
         return NodeView.model_validate_json(response.content)
 
     def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
+        """A new API token for yourself, or (admin) for ``user``; its text is shown only now."""
         response = self._request("POST", "/tokens", json={"user": user, "name": name})
         return TokenResponse.model_validate_json(response.content)
 

@@ -1,0 +1,68 @@
+"""What the SDK is given, checked before anything is sent: a job file (a path, the file's
+text, or the job as a mapping) turned into a request's bytes and media type, and a
+client's URL, token and timeout; a ValueError says what is wrong and what to give."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+# A job file as `Client.submit` takes it: a path (a ``Path``, or a one-line string naming an
+# existing file or ending in .yaml/.yml/.json), the file's YAML or JSON text (or bytes), or
+# the job as a mapping.
+JobFile = str | bytes | os.PathLike[str] | Mapping[str, Any]
+JOB_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def job_file_body(job: object, content_type: str | None = None) -> tuple[bytes, str]:
+    """The bytes to send for ``job`` (a `JobFile`), and their media type (``content_type``
+    if given; else JSON for a mapping or a .json file, YAML otherwise)."""
+    if isinstance(job, Mapping):
+        try:
+            return json.dumps(dict(job), allow_nan=False).encode(), content_type or "application/json"
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the job mapping cannot be sent as JSON: {exc}") from exc
+    path = _path_named(job)
+    if path is not None:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"cannot read job file {str(path)!r}: {exc.strerror or exc}") from exc
+        return data, content_type or ("application/json" if path.suffix == ".json" else "application/yaml")
+    if isinstance(job, str):
+        return job.encode(), content_type or "application/yaml"
+    if isinstance(job, bytes):
+        return job, content_type or "application/yaml"
+    raise ValueError("a job file is a path, the file's YAML or JSON text, or the job as a dict "
+                     f"(got {type(job).__name__})")
+
+
+def _path_named(job: object) -> Path | None:
+    """The file ``job`` names, if it is a path rather than a job file's text."""
+    if isinstance(job, os.PathLike):
+        return Path(job)
+    if not isinstance(job, str) or "\n" in job or "\x00" in job:
+        return None  # a job file's text has more than one line
+    path = Path(job).expanduser()
+    return path if job.strip().endswith(JOB_FILE_SUFFIXES) or path.is_file() else None
+
+
+def check_client_arguments(url: object, token: object, timeout: object) -> None:
+    """Refuse, with a ValueError saying what to give, what httpx would fail on obscurely."""
+    if not isinstance(url, str):
+        raise ValueError(f"url is the server's address, like http://127.0.0.1:8642 (got {url!r})")
+    if token is not None and (not isinstance(token, str) or not token.isascii() or not token.isprintable()):
+        raise ValueError("token is the API token's text (ty_…), as `yard token create` prints it")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise ValueError(f"timeout is a number of seconds above 0 (got {timeout!r})")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"{url!r} is not a URL ({exc}); give the server's, like http://127.0.0.1:8642") from exc
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{url!r} is not an http(s) address; give the server's, like http://127.0.0.1:8642")
