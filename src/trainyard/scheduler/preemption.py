@@ -174,37 +174,25 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     if refusal is not None and refusal.kind != "vc":
         return False
     victims = _search(cycle, job, refusal is not None, rederive=False)
-    if _rederives(cycle, victims):
+    placed = None
+    if victims and _rederives(cycle, victims):
         # Guaranteed work stopping (these victims, or work stopping already) may change the
         # cells the next cycle derives: the plan must hold in those, and then waits for the
         # work stopping already as well. If it does not, plan against those cells instead
-        # (slower: they are derived again at every step).
+        # (slower: they are derived again at every step). A job no victims help in this
+        # cycle's cells is not searched again (most of those are hopeless, and each such
+        # search costs a derivation per step): it is planned once the work has stopped.
         taken = {v.job_id for v in victims}
-        stopping = [v for v in _stopping(cycle) if v.job_id not in taken]
-        if victims and _fits_after(cycle, job, stopping + victims, rederive=True):
-            victims = stopping + victims
-        else:
+        victims = [v for v in _stopping(cycle) if v.job_id not in taken] + victims
+        if _takes_no_more_than_the_overage(cycle, job, victims):
+            placed = _hold(cycle, job, victims, rederive=True)
+        if placed is None:
             victims = _search(cycle, job, refusal is not None, rederive=True)
-    if not victims or not _takes_no_more_than_the_overage(cycle, job, victims):
-        return False
-    released = Released(ledger, victims)
-    released.set(len(victims))
-    rebound = Tentative()
-    _rebind(cycle, job, victims, rebound, rederive=_rederives(cycle, victims))
-    plan = Tentative()
-    ledger.cells.binding_log = []
-    placed = place_gang(job, ledger, cycle.scorer, plan)
-    bound, ledger.cells.binding_log = ledger.cells.binding_log, None
-    assert placed is not None, "a plan that fitted a moment ago must fit again"
-    if rebound.mark() > 0:  # placed as the next cycle will see its cells: hold, do not bind
-        plan.discard()
-        rebound.discard()
-        plan = Tentative()
-        ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
-    else:
-        ledger.cells.planned.update(bound)  # its cells are its own until it starts
-    plan.commit()  # J's future placement stays held ...
-    released.tentative.discard()  # ... and the victims hold theirs until they stop
+    if placed is None:
+        if not victims or not _takes_no_more_than_the_overage(cycle, job, victims):
+            return False
+        placed = _hold(cycle, job, victims, rederive=_rederives(cycle, victims))
+        assert placed is not None, "a plan that fitted a moment ago must fit again"
     # Of the jobs another plan stops already, the ones this plan waits for: those on its
     # nodes, and guaranteed ones (their quota and cells come back too).
     nodes = {p.node for p in placed}
@@ -215,6 +203,36 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     ]
     _record(cycle, job, victims)
     return True
+
+
+def _hold(cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool) -> list[TaskPlacement] | None:
+    """Place ``job`` as if ``victims`` had stopped (``rederive``: in every VC's cells derived
+    as the next cycle will) and hold that placement for it; None, changing nothing, if it
+    does not fit."""
+    ledger = cycle.ledger
+    released = Released(ledger, victims)
+    released.set(len(victims))
+    rebound = Tentative()
+    _rebind(cycle, job, victims, rebound, rederive=rederive)
+    plan = Tentative()
+    ledger.cells.binding_log = []
+    placed = None if ledger.quotas.admit(job) is not None else place_gang(job, ledger, cycle.scorer, plan)
+    bound, ledger.cells.binding_log = ledger.cells.binding_log, None
+    if placed is None:
+        plan.discard()
+        rebound.discard()
+        released.tentative.discard()
+        return None
+    if rebound.mark() > 0:  # placed as the next cycle will see its cells: hold, do not bind
+        plan.discard()
+        rebound.discard()
+        plan = Tentative()
+        ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
+    else:
+        ledger.cells.planned.update(bound)  # its cells are its own until it starts
+    plan.commit()  # J's future placement stays held ...
+    released.tentative.discard()  # ... and the victims hold theirs until they stop
+    return placed
 
 
 def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bool) -> list[RunningJob]:
