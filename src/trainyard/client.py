@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal, overload
+from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from trainyard.client_config import ClientConfig, load_config
 from trainyard.client_input import JobFile as JobFile
@@ -34,6 +34,7 @@ from trainyard.schemas.jobs import (
 )
 from trainyard.schemas.users import TokenResponse, TokenView, UserView
 
+Reply = TypeVar("Reply")
 _NODES = TypeAdapter(list[NodeView])
 _USERS = TypeAdapter(list[UserView])
 _VCS = TypeAdapter(list[VcView])
@@ -180,6 +181,18 @@ class Client:
         except (httpx.HTTPError, httpx.InvalidURL, TypeError, ValueError) as exc:
             raise UsageError(f"cannot send {method} {path}: {exc}") from exc
 
+    def _parse(self, shape: type[Reply] | TypeAdapter[Reply], content: bytes) -> Reply:
+        """The answer as ``shape`` (a model, or an adapter for lists of them); an answer of
+        another shape (another server's JSON, a Trainyard of an incompatible version) is a
+        `UsageError`, not pydantic's."""
+        adapter = shape if isinstance(shape, TypeAdapter) else TypeAdapter(shape)
+        try:
+            return adapter.validate_json(content)
+        except ValidationError as exc:
+            raise UsageError(f"{self.url} answered with a reply that Trainyard's SDK cannot read "
+                             f"({exc.error_count()} problem(s), first: {exc.errors()[0]['msg']}); is TRAINYARD_URL "
+                             "a Trainyard server of the same version as this SDK?") from exc
+
     def _raise_for(self, response: httpx.Response) -> None:
         if response.is_success:
             return
@@ -218,8 +231,8 @@ class Client:
             params={"dryRun": "true"} if dry_run else None,
         )
         if dry_run:
-            return DryRunResult.model_validate_json(response.content)
-        return SubmitResult.model_validate_json(response.content)
+            return self._parse(DryRunResult, response.content)
+        return self._parse(SubmitResult, response.content)
 
     def clone(self, job_id: int, *, job_file: JobFile | None = None, name: str | None = None,
               vc: str | None = None, priority: str | None = None) -> SubmitResult:
@@ -234,7 +247,7 @@ class Client:
             headers = {"Content-Type": media_type}
         response = self._request("POST", f"/jobs/{_job_id(job_id)}/clone", content=content, headers=headers,
                                  params=params)
-        return SubmitResult.model_validate_json(response.content)
+        return self._parse(SubmitResult, response.content)
 
     def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
              limit: int = 50, before: int | None = None) -> JobPage:
@@ -242,15 +255,15 @@ class Client:
         filters) for the next one. ``state`` is comma-separated: ``"WAITING,RUNNING"``."""
         params = {k: v for k, v in dict(state=state, user=user, vc=vc, limit=limit, before=before).items()
                   if v is not None}
-        return JobPage.model_validate_json(self._request("GET", "/jobs", params=params).content)
+        return self._parse(JobPage, self._request("GET", "/jobs", params=params).content)
 
     def job(self, job_id: int) -> JobDetail:
         """One job: state, attempts and their tasks, placement, events, its spec (secrets masked)."""
-        return JobDetail.model_validate_json(self._request("GET", f"/jobs/{_job_id(job_id)}").content)
+        return self._parse(JobDetail, self._request("GET", f"/jobs/{_job_id(job_id)}").content)
 
     def stop(self, job_id: int) -> JobDetail:
         """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now."""
-        return JobDetail.model_validate_json(self._request("POST", f"/jobs/{_job_id(job_id)}/stop").content)
+        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop").content)
 
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                  offset: int | None = None, tail: int | None = None, limit: int | None = None) -> LogRead:
@@ -363,122 +376,122 @@ class Client:
 
     def nodes(self) -> list[NodeView]:
         """The cluster's nodes: their GPUs, CPUs and memory, and what is allocated."""
-        return _NODES.validate_json(self._request("GET", "/nodes").content)
+        return self._parse(_NODES, self._request("GET", "/nodes").content)
 
     def healthz(self) -> dict[str, str]:
         """The server's health (needs no token)."""
-        return _HEALTH.validate_json(self._request("GET", "/healthz").content)
+        return self._parse(_HEALTH, self._request("GET", "/healthz").content)
 
     def me(self) -> UserView:
         """The user the token belongs to."""
-        return UserView.model_validate_json(self._request("GET", "/me").content)
+        return self._parse(UserView, self._request("GET", "/me").content)
 
     def create_user(self, name: str, *, admin: bool = False) -> UserView:
         """Create a user (admin); give them a token with `create_token`."""
         response = self._request("POST", "/users", json={"name": name, "admin": admin})
-        return UserView.model_validate_json(response.content)
+        return self._parse(UserView, response.content)
 
     def users(self) -> list[UserView]:
         """Every user (admin)."""
-        return _USERS.validate_json(self._request("GET", "/users").content)
+        return self._parse(_USERS, self._request("GET", "/users").content)
 
     def disable_user(self, name: str, *, stop_jobs: bool = False) -> RemovalResult:
         """Refuse the user's tokens; their jobs go on (``keptJobs``) unless ``stop_jobs``."""
         response = self._request("POST", f"/users/{_seg(name)}/disable", params={"stopJobs": _flag(stop_jobs)})
-        return RemovalResult.model_validate_json(response.content)
+        return self._parse(RemovalResult, response.content)
 
     def enable_user(self, name: str) -> UserView:
         """Accept a disabled user's tokens again (admin)."""
-        return UserView.model_validate_json(self._request("POST", f"/users/{_seg(name)}/enable").content)
+        return self._parse(UserView, self._request("POST", f"/users/{_seg(name)}/enable").content)
 
     def delete_user(self, name: str, *, force: bool = False) -> RemovalResult:
         """Delete a user; refused (409) while they have waiting or running jobs, unless
         ``force``, which stops them (``stoppedJobs``)."""
         response = self._request("DELETE", f"/users/{_seg(name)}", params={"force": _flag(force)})
-        return RemovalResult.model_validate_json(response.content)
+        return self._parse(RemovalResult, response.content)
 
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:
         """Virtual clusters: quota, used, borrowed, waiting (a user sees those they may use)."""
-        return _VCS.validate_json(self._request("GET", "/vcs").content)
+        return self._parse(_VCS, self._request("GET", "/vcs").content)
 
     def create_vc(self, name: str, *, gpus: int, model: str | None = None,
                   priority_preemption: bool = True) -> VcView:
         """Create a virtual cluster guaranteed ``gpus`` GPUs (of ``model``; default any) (admin)."""
         body = {"name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption}
-        return VcView.model_validate_json(self._request("POST", "/vcs", json=body).content)
+        return self._parse(VcView, self._request("POST", "/vcs", json=body).content)
 
     def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> VcView:
         """Set a virtual cluster's guaranteed GPUs of one model; 0 removes the model (admin)."""
         response = self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model})
-        return VcView.model_validate_json(response.content)
+        return self._parse(VcView, response.content)
 
     def grant_vc(self, name: str, grantee: str) -> VcView:
         """Let a user, or ``@group``, submit to a virtual cluster (admin)."""
         response = self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee})
-        return VcView.model_validate_json(response.content)
+        return self._parse(VcView, response.content)
 
     def revoke_grant(self, name: str, grantee: str, *, force: bool = False) -> RemovalResult:
         """Take back a user's or ``@group``'s grant; refused (409) while it is what lets a
         waiting or running job use the VC, unless ``force``, which stops those jobs."""
         response = self._request("DELETE", f"/vcs/{_seg(name)}/grants/{_seg(grantee)}", params={"force": _flag(force)})
-        return RemovalResult.model_validate_json(response.content)
+        return self._parse(RemovalResult, response.content)
 
     def delete_vc(self, name: str, *, force: bool = False) -> RemovalResult:
         """Delete a VC; refused (409) while jobs wait or run in it, unless ``force``, which stops them."""
         response = self._request("DELETE", f"/vcs/{_seg(name)}", params={"force": _flag(force)})
-        return RemovalResult.model_validate_json(response.content)
+        return self._parse(RemovalResult, response.content)
 
     def groups(self) -> list[GroupView]:
         """Groups and their members (admin)."""
-        return _GROUPS.validate_json(self._request("GET", "/groups").content)
+        return self._parse(_GROUPS, self._request("GET", "/groups").content)
 
     def create_group(self, name: str) -> GroupView:
         """Create a group of users (admin)."""
-        return GroupView.model_validate_json(self._request("POST", "/groups", json={"name": name}).content)
+        return self._parse(GroupView, self._request("POST", "/groups", json={"name": name}).content)
 
     def add_member(self, group: str, user: str) -> GroupView:
         """Add a user to a group (admin)."""
         response = self._request("POST", f"/groups/{group}/members", json={"user": user})
-        return GroupView.model_validate_json(response.content)
+        return self._parse(GroupView, response.content)
 
     def remove_member(self, group: str, user: str, *, force: bool = False) -> RemovalResult:
         """Take a user out of a group; refused (409) while the group is what lets one of their
         waiting or running jobs use its VC, unless ``force``, which stops those jobs."""
         path = f"/groups/{_seg(group)}/members/{_seg(user)}"
         response = self._request("DELETE", path, params={"force": _flag(force)})
-        return RemovalResult.model_validate_json(response.content)
+        return self._parse(RemovalResult, response.content)
 
     def quotas(self) -> list[UserQuotaView]:
         """Every per-user GPU quota (admin)."""
-        return _QUOTAS.validate_json(self._request("GET", "/quotas").content)
+        return self._parse(_QUOTAS, self._request("GET", "/quotas").content)
 
     def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[UserQuotaView]:
         """At most ``gpus`` GPUs for ``user`` at ``priority``; None removes the limit (admin)."""
         response = self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus})
-        return _QUOTAS.validate_json(response.content)
+        return self._parse(_QUOTAS, response.content)
 
     def cordon(self, node: str, *, cordoned: bool = True) -> NodeView:
         """Place nothing new on a node (``cordoned=False``: allow it again) (admin)."""
         response = self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}")
-        return NodeView.model_validate_json(response.content)
+        return self._parse(NodeView, response.content)
 
     def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
         """A new API token for yourself, or (admin) for ``user``; its text is shown only now."""
         response = self._request("POST", "/tokens", json={"user": user, "name": name})
-        return TokenResponse.model_validate_json(response.content)
+        return self._parse(TokenResponse, response.content)
 
     def tokens(self, *, user: str | None = None, every_user: bool = False) -> list[TokenView]:
         """Live tokens (never the secrets): the caller's, ``user``'s or every user's (admins)."""
         params: dict[str, str] = {"all": _flag(every_user)}
         if user is not None:
             params["user"] = user
-        return _TOKENS.validate_json(self._request("GET", "/tokens", params=params).content)
+        return self._parse(_TOKENS, self._request("GET", "/tokens", params=params).content)
 
     def revoke_token(self, token_id: int) -> TokenView:
         """Revoke a token by its id (from `tokens`); the server refuses it from then on."""
-        return TokenView.model_validate_json(self._request("DELETE", f"/tokens/{token_id}").content)
+        return self._parse(TokenView, self._request("DELETE", f"/tokens/{token_id}").content)
 
 
 def _flag(value: bool) -> str:

@@ -115,9 +115,11 @@ def test_a_server_that_never_answers_is_server_unreachable_saying_so(silent_serv
 class _NotTrainyard(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         status = 503 if self.path.endswith("/healthz") else 200
-        body = b"<html>a proxy's page</html>"
+        body, media = b"<html>a proxy's page</html>", "text/html"
+        if "/jobs/" in self.path or self.path.endswith("/nodes"):  # another JSON API
+            body, media = b'{"kind": "Pod", "items": "none"}', "application/json"
         self.send_response(status)
-        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Type", media)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -144,3 +146,11 @@ def test_an_answer_that_is_not_trainyards_is_a_trainyard_error_and_a_5xx_a_serve
         with pytest.raises(ServerError) as failed:
             sdk.healthz()
         assert failed.value.status == 503 and "a proxy's page" in failed.value.message
+
+
+def test_json_of_another_shape_is_a_usage_error_not_pydantics(other_service: str) -> None:
+    with Client(other_service, None) as sdk:
+        with pytest.raises(UsageError, match="answered with a reply that Trainyard's SDK cannot read"):
+            sdk.job(1)
+        with pytest.raises(UsageError, match="a Trainyard server of the same version"):
+            sdk.nodes()

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from e2e.server import Server, running_server, wait_until
+from trainyard.cli import render
 from trainyard.client import Client
 from trainyard.schemas.jobs import PendingView
 
@@ -122,7 +123,9 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
     assert all(len(line) < 120 for line in listed.stdout.splitlines())
     nothing = eight_gpus.yard("logs", str(over_vc), token=alice.token)
     assert (nothing.returncode, nothing.stdout) == (0, "")
-    assert nothing.stderr == f"yard: job {over_vc} is WAITING: this attempt has not run yet\n"
+    assert nothing.stderr == (f"yard: job {over_vc} is WAITING ({render.job_status_text(alice.job(over_vc))}): "
+                              "this attempt has not run yet\n")
+    assert nothing.stderr.startswith(f"yard: job {over_vc} is WAITING (QUOTA: VC vision: needs 2")
     for job_id in (hog, over_vc, over_user):
         alice.stop(job_id)
 

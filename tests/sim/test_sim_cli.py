@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,20 @@ def test_sim_placement_takes_trace_names_and_lists_them_when_one_is_wrong(
     err = capsys.readouterr().err
     assert code == 2 and "yard sim placement: --pods: no openb pod list 'gpushare45'; choose one of:" in err
     assert "openb:gpushare40" in err and "Traceback" not in err
+
+
+def test_without_matplotlib_a_placement_run_still_gives_its_numbers_and_says_why_there_is_no_plot(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`pip install .` has no matplotlib: the run used to fail (exit 2) after its simulation."""
+    _tiny_traces(tmp_path, monkeypatch)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # an import of it fails, as when not installed
+    monkeypatch.delitem(sys.modules, "trainyard.sim.plots", raising=False)
+    code = main(["sim", "placement", "--nodes", str(tmp_path / "nodes.csv"), "--pods", "openb:tiny", "--seeds", "1",
+                 "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0 and "allocated %" in out and (tmp_path / "placement_openb_pod_list_tiny_default.csv").exists()
+    assert "no plot: it needs matplotlib (pip install 'trainyard[sim]'" in err
+    assert not list(tmp_path.glob("*.png"))
 
 
 def test_sim_queue_replays_the_shipped_philly_machines_by_name(capsys: pytest.CaptureFixture[str]) -> None:

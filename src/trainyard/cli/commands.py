@@ -182,7 +182,8 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
     if log.task is None:  # the server names the task it showed once the task was placed
         ran = [a.number for a in job.attempts if a.startedAt]
         earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
-        _fail(f"job {args.id} is {job.state}: this attempt has not run yet{earlier}")
+        why = f" ({render.job_status_text(job)})" if job.state == JobState.WAITING and job.pending else ""
+        _fail(f"job {args.id} is {job.state}{why}: this attempt has not run yet{earlier}")
         return
     if args.task is None:  # the server chose the task (log.task), and the others are these
         roles = job.spec.get("taskRoles") or {}

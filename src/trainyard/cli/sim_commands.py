@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,6 +80,7 @@ def _placement(args: argparse.Namespace) -> int:
     pods_file = resolve("--pods", args.pods)
     pods = load_pods(pods_file)
     pod_list = trace_stem(pods_file)
+    plot_allocation = None if args.no_plot else _plotter()  # said before minutes of simulation
 
     with ProgressBar(enabled=not args.json) as bar:
 
@@ -98,11 +100,7 @@ def _placement(args: argparse.Namespace) -> int:
     write_csv(result, csv_path)
     summary = result.summary()
     summary["csv"] = str(csv_path)
-    if not args.no_plot:
-        try:
-            from trainyard.sim.plots import plot_allocation
-        except ModuleNotFoundError as e:  # matplotlib is an extra: say how to get it
-            raise ValueError(f"the plot needs {e.name}: pip install 'trainyard[sim]', or pass --no-plot") from None
+    if plot_allocation is not None:
         png = args.out / f"{stem}.png"
         plot_allocation([(args.policy, result.mean("alloc"))], png,
                         f"{pod_list}: {args.policy}, seeds {args.seeds}, tune {args.tune:g}")
@@ -117,6 +115,19 @@ def _placement(args: argparse.Namespace) -> int:
     print("fragment. % " + "  ".join(f"{_num(summary['frag_gpu_pct'].get(str(k))):>6}" for k in SUMMARY_POINTS))
     print(f"wrote {csv_path}" + (f" and {summary['png']}" if "png" in summary else ""))
     return 0
+
+
+def _plotter() -> Callable[..., None] | None:
+    """The plotting function, or None with a note on stderr where matplotlib (an extra) is
+    missing: the numbers and the CSV are the result, and a run must not fail for want of a
+    picture after minutes of simulation."""
+    try:
+        from trainyard.sim.plots import plot_allocation
+    except ModuleNotFoundError as e:
+        print(f"yard sim placement: no plot: it needs {e.name} (pip install 'trainyard[sim]'; "
+              "--no-plot skips it without this note)", file=sys.stderr)
+        return None
+    return plot_allocation
 
 
 def _num(value: float | None) -> str:
