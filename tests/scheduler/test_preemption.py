@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 from scheduler_world import World, job, node, on, running, snapshot
 
 from trainyard.scheduler.schedule import PLANS_PER_QUEUE, schedule
-from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
+from trainyard.scheduler.snapshot import (
+    PendingJob,
+    PendingReason,
+    SchedulerConfig,
+    TaskRequest,
+    VirtualCluster,
+)
 
 OPPO, LOW, NORMAL, PROD = 3, 2, 1, 0
 ALICE, BOB = VirtualCluster("alice", {"A100": 4}), VirtualCluster("bob", {"A100": 4})
@@ -238,3 +247,72 @@ def test_a_vc_over_its_quota_for_one_model_keeps_its_work_on_another() -> None:
                                   work, vcs=vcs))
     assert decisions.preemptions == ()
     assert decisions.waits[0].reason == PendingReason.NO_FIT
+
+
+def _world_with(nodes, vcs, work, *, stopping=(), now=0.0, scorer="fgd-cpu") -> World:
+    """A world whose ``work`` runs already (as if placed by earlier cycles), ``stopping``
+    of it being preempted; each job is requeued as itself when it stops."""
+    world = World(nodes, vcs=vcs, config=SchedulerConfig(scorer=scorer), now=now)
+    for w in work:
+        stops_by = now + w.grace_seconds if w.job_id in stopping else None
+        world.running[w.job_id] = replace(w, stops_by=stops_by)
+        world.ends[w.job_id] = world.durations[w.job_id] = math.inf
+        tasks = tuple(TaskRequest("w", p.index, sum(s.milli for s in p.gpus)) for p in w.placements)
+        world.submitted[w.job_id] = PendingJob(w.job_id, w.priority_rank, w.started_at, tasks, w.user, w.vc)
+        if stops_by is not None:
+            world.stopping[w.job_id] = stops_by
+    return world
+
+
+def _stop_what_is_stopping(world: World) -> None:
+    for victim in list(world.stopping):
+        world.stopping[victim] = world.now
+    world.advance(0.0)
+
+
+def test_a_plan_holds_once_another_vcs_stopping_work_changes_which_of_its_nodes_is_whole() -> None:
+    """Cells of 2 GPUs on 4-GPU nodes: each VC may hold one whole node and one loose cell.
+    VC y's whole node is n1 only because its job 4, placed first, is there; job 4 is being
+    preempted, and once it is gone the next cycle makes n2, where y's job 6 runs, y's whole
+    node instead — taking the free cell beside job 6 that x's full-quota gang could use
+    now. So x's plan must be made in the cells of that next cycle (reclaim n0 and the
+    cell of n1 beside job 6), and wait for job 4 as well."""
+    x, y = VirtualCluster("x", {"A100": 6}), VirtualCluster("y", {"A100": 6})
+    work = [
+        running(4, on("n1", 0), on("n1", 1, milli=250), rank=LOW, vc="y", started=0.0),
+        running(5, on("n0", 0, 1, 2, 3), rank=OPPO, vc="y", started=5.0),
+        running(6, on("n1", 1, milli=250), on("n2", 0, 1), rank=PROD, vc="y", started=40.0),
+        running(7, on("n1", 2, milli=250), rank=OPPO, vc="y", started=25.0),
+    ]
+    world = _world_with(tuple(node(f"n{i}", 4) for i in range(3)), (x, y), work, stopping={4}, now=45.0)
+    gang = job(10, *[1000] * 6, rank=PROD, vc="x", at=45.0)
+    world.submit(gang)
+    decisions = world.cycle()
+    assert sorted(p.job_id for p in decisions.preemptions) == [5, 7]
+    [wait] = decisions.waits
+    assert wait.reason == PendingReason.PREEMPTING
+    assert wait.message == "waiting for job(s) 4, 5, 7 to stop; they are being preempted for it"
+    _stop_what_is_stopping(world)
+    world.cycle()
+    assert gang.job_id in world.running
+
+
+def test_a_plan_holds_once_its_victim_leaves_another_vcs_node_whole() -> None:
+    """Cells of 4 GPUs on 8-GPU nodes. nlp's job 4 holds a cell of n1 beside vision's job 2,
+    so n1 is no one's whole node; preempting job 4 for nlp's job 1 leaves vision alone on
+    n1, which the next cycle makes vision's whole node. Job 1's small task then has no
+    hole on n1: the plan must reclaim the fresh node n0 from opportunistic work too."""
+    vision, nlp = VirtualCluster("vision", {"A100": 12}), VirtualCluster("nlp", {"A100": 12})
+    work = [
+        running(2, on("n1", 4, milli=250), rank=PROD, vc="vision", started=5.0),
+        running(3, on("n0", *range(8)), rank=OPPO, vc="vision", started=0.0),
+        running(4, on("n1", 0, milli=250), on("n2", *range(8)), rank=NORMAL, vc="nlp", started=5.0),
+    ]
+    world = _world_with(tuple(node(f"n{i}") for i in range(3)), (vision, nlp), work, now=10.0, scorer="bestfit")
+    pending = job(1, 250, 8000, rank=PROD, vc="nlp", at=10.0)
+    world.submit(pending)
+    decisions = world.cycle()
+    assert sorted(p.job_id for p in decisions.preemptions) == [3, 4]
+    _stop_what_is_stopping(world)
+    world.cycle()
+    assert pending.job_id in world.running

@@ -103,6 +103,20 @@ def cell_sizes(
     return sizes
 
 
+@dataclass(frozen=True)
+class _Bindings:
+    """``Cells``' bindings and the indexes derived from them, set aside whole (``derive_again``)."""
+
+    owner: dict[CellId, str]
+    bound_on: dict[str, int]
+    held: dict[str, dict[str, int]]
+    family: dict[str, str]
+    partly: dict[str, set[str]]
+    shared: set[str]
+    whole: dict[VcModel, list[str]]
+    loose: dict[VcModel, int]
+
+
 def _placement_order(p: TaskPlacement) -> tuple[int, int, int, str, int]:
     return (-sum(s.milli for s in p.gpus), -p.cpu_milli, -p.memory_mb, p.role, p.index)
 
@@ -154,9 +168,14 @@ class Cells:
                 cells = -(-quota_gpus // self.size[model])
                 m = self.per_node[model]
                 self.budget[(vc, model)] = Budget(whole=cells // m, loose=cells - (cells // m) * m)
+        # Whether work stopping can change how the next cycle derives the cells still in use:
+        # only where a VC may hold a whole node of several cells, which its cells there
+        # become once no other VC holds one of that node. Elsewhere stopping work only frees.
+        self.rederivable = any(b.whole > 0 and self.per_node[m] > 1 for (_, m), b in self.budget.items())
         # Which VC holds each bound cell, and what follows from it for the lookups below.
         # Written only by ``_set`` and ``_unset``: the indexes after ``owner`` are derived
-        # from it there, one cell at a time, and nowhere else.
+        # from it there, one cell at a time, and nowhere else (``derive_again`` sets them
+        # all aside together, and puts them back together).
         self.owner: dict[CellId, str] = {}
         self.bound_on: dict[str, int] = defaultdict(int)  # node -> cells bound
         self.held: dict[str, dict[str, int]] = defaultdict(dict)  # vc -> node -> cells it holds there
@@ -210,6 +229,52 @@ class Cells:
             else:
                 replay.discard()
                 self._fewest_cells(vc, by_vc[vc], room)
+
+    def derive_again(
+        self,
+        running: Sequence[RunningJob],
+        enforced: Mapping[str, bool],
+        room: Callable[[str], int],
+        tentative: Tentative,
+    ) -> None:
+        """Derive every VC's cells again from ``running`` alone, as the next cycle will once
+        the rest has stopped; ``tentative`` puts back the cells as they were.
+
+        Every VC, not only those that lose work: whether a node is one VC's whole node
+        depends on whether another VC holds a cell of it, so work stopping in one VC can
+        turn another VC's loose cell into its whole node — and take the hole a plan
+        counted on. Plans made this cycle bind nothing here, as the next cycle knows
+        nothing of them (their held resources still keep others out: ``Ledger.held_in``).
+        """
+        saved = self._take_bindings()
+        refile, self.on_change = self.on_change, _no_refile
+        try:
+            self.derive(running, enforced, room)
+        finally:
+            self.on_change = refile
+        self._refile_changed(saved.family)
+        tentative.record(partial(self._put_back, saved))
+
+    def _take_bindings(self) -> _Bindings:
+        """The bindings and their indexes as they are, leaving none bound."""
+        saved = _Bindings(
+            self.owner, self.bound_on, self.held, self._family, self.partly, self.shared, self.whole, self.loose
+        )
+        self.owner, self.bound_on, self.held, self._family = {}, defaultdict(int), defaultdict(dict), {}
+        self.partly, self.shared, self.whole, self.loose = defaultdict(set), set(), defaultdict(list), defaultdict(int)
+        return saved
+
+    def _put_back(self, saved: _Bindings) -> None:
+        family = self._family
+        self.owner, self.bound_on, self.held, self._family = saved.owner, saved.bound_on, saved.held, saved.family
+        self.partly, self.shared, self.whole, self.loose = saved.partly, saved.shared, saved.whole, saved.loose
+        self._refile_changed(family)
+
+    def _refile_changed(self, other: Mapping[str, str]) -> None:
+        """Tell the capacity index about each node whose family differs from ``other``'s."""
+        for node in sorted(set(other) | set(self._family)):
+            if other.get(node, FRESH) != self._family.get(node, FRESH):
+                self.on_change(node)
 
     def rebind(self, vc: str, jobs: Sequence[RunningJob], tentative: Tentative) -> None:
         """Derive ``vc``'s cells again from ``jobs`` alone (as the next cycle will once some

@@ -10,7 +10,7 @@ rules for guaranteed work), and which devices of a node it may take.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
@@ -82,6 +82,16 @@ class Ledger:
             node.gpu_free[p] + reclaimable.get((node.name, node.gpu_index[p]), 0) < MILLI
             for p in range(len(of))
             if of[p] == number
+        )
+
+    def derive_cells_again(self, running: Sequence[RunningJob], tentative: Tentative) -> None:
+        """Every VC's cells as the next cycle derives them once only ``running`` runs."""
+        nodes = self.capacity.nodes
+        self.cells.derive_again(
+            sorted(running, key=lambda j: j.job_id),
+            self.enforced,
+            lambda node: nodes[node].whole if node in nodes else 0,
+            tentative,
         )
 
     def model_of(self, node: str, index: int) -> str | None:

@@ -19,9 +19,14 @@ J does not start in this cycle: its resources free only after the victims stop. 
 as PREEMPTING, and what it will use is held (with the victims still on it) so that no one
 else takes it meanwhile; in later cycles its stopping victims are counted for it again.
 The scheduler keeps no plan between cycles, so a plan must hold in the cycle after the
-victims stop: when V's own jobs are victims and V has both whole nodes and loose cells,
-the plan is checked against V's cells derived without them (as that cycle will), and
-searched again that way if it does not hold.
+victims stop, and that cycle derives every VC's cells again from the work still running.
+When guaranteed work leaves (J's victims, or work stopping already, for J or for another
+job) and some VC may hold whole nodes of several cells, cells can change hands — not only
+the leaving work's VC's: a VC's loose cell becomes part of its whole node once no other VC
+holds a cell of that node, and the hole beside it that J counted on is gone. So the plan
+is checked against every VC's cells derived without the victims and the work stopping
+already (as that cycle will), and searched again that way if it does not hold; either
+way J then waits for the work stopping already as well.
 """
 
 from __future__ import annotations
@@ -169,30 +174,25 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     if refusal is not None and refusal.kind != "vc":
         return False
     victims = _search(cycle, job, refusal is not None, rederive=False)
-    if victims and _rederives(cycle, job, victims) and not _fits_after(cycle, job, victims, rederive=True):
-        # Stopping the VC's own jobs changes the cells the next cycle derives for it: plan
-        # against those instead (slower: the cells are derived again at every step).
-        victims = _search(cycle, job, refusal is not None, rederive=True)
-    if not victims or not _takes_no_more_than_the_overage(cycle, job, victims):
-        return False
-    released = Released(ledger, victims)
-    released.set(len(victims))
-    rebound = Tentative()
-    _rebind(cycle, job, victims, rebound, own=_rederives(cycle, job, victims))
-    plan = Tentative()
-    ledger.cells.binding_log = []
-    placed = place_gang(job, ledger, cycle.scorer, plan)
-    bound, ledger.cells.binding_log = ledger.cells.binding_log, None
-    assert placed is not None, "a plan that fitted a moment ago must fit again"
-    if rebound.mark() > 0:  # placed as the next cycle will see its cells: hold, do not bind
-        plan.discard()
-        rebound.discard()
-        plan = Tentative()
-        ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
-    else:
-        ledger.cells.planned.update(bound)  # its cells are its own until it starts
-    plan.commit()  # J's future placement stays held ...
-    released.tentative.discard()  # ... and the victims hold theirs until they stop
+    placed = None
+    if victims and _rederives(cycle, victims):
+        # Guaranteed work stopping (these victims, or work stopping already) may change the
+        # cells the next cycle derives: the plan must hold in those, and then waits for the
+        # work stopping already as well. If it does not, plan against those cells instead
+        # (slower: they are derived again at every step). A job no victims help in this
+        # cycle's cells is not searched again (most of those are hopeless, and each such
+        # search costs a derivation per step): it is planned once the work has stopped.
+        taken = {v.job_id for v in victims}
+        victims = [v for v in _stopping(cycle) if v.job_id not in taken] + victims
+        if _takes_no_more_than_the_overage(cycle, job, victims):
+            placed = _hold(cycle, job, victims, rederive=True)
+        if placed is None:
+            victims = _search(cycle, job, refusal is not None, rederive=True)
+    if placed is None:
+        if not victims or not _takes_no_more_than_the_overage(cycle, job, victims):
+            return False
+        placed = _hold(cycle, job, victims, rederive=_rederives(cycle, victims))
+        assert placed is not None, "a plan that fitted a moment ago must fit again"
     # Of the jobs another plan stops already, the ones this plan waits for: those on its
     # nodes, and guaranteed ones (their quota and cells come back too).
     nodes = {p.node for p in placed}
@@ -205,6 +205,36 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     return True
 
 
+def _hold(cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool) -> list[TaskPlacement] | None:
+    """Place ``job`` as if ``victims`` had stopped (``rederive``: in every VC's cells derived
+    as the next cycle will) and hold that placement for it; None, changing nothing, if it
+    does not fit."""
+    ledger = cycle.ledger
+    released = Released(ledger, victims)
+    released.set(len(victims))
+    rebound = Tentative()
+    _rebind(cycle, job, victims, rebound, rederive=rederive)
+    plan = Tentative()
+    ledger.cells.binding_log = []
+    placed = None if ledger.quotas.admit(job) is not None else place_gang(job, ledger, cycle.scorer, plan)
+    bound, ledger.cells.binding_log = ledger.cells.binding_log, None
+    if placed is None:
+        plan.discard()
+        rebound.discard()
+        released.tentative.discard()
+        return None
+    if rebound.mark() > 0:  # placed as the next cycle will see its cells: hold, do not bind
+        plan.discard()
+        rebound.discard()
+        plan = Tentative()
+        ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
+    else:
+        ledger.cells.planned.update(bound)  # its cells are its own until it starts
+    plan.commit()  # J's future placement stays held ...
+    released.tentative.discard()  # ... and the victims hold theirs until they stop
+    return placed
+
+
 def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bool) -> list[RunningJob]:
     """The fewest, cheapest victims after which ``job`` fits; [] if none do (or none needed).
 
@@ -212,27 +242,54 @@ def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bo
     few as make the quota suffice; then whatever frees room, in the usual order.
     """
     ledger = cycle.ledger
+    over = _over_quota(cycle, job.vc)  # before the quota of the work stopping comes back
+    released = Released(ledger, [])
+    base = Tentative()
+    if rederive:
+        # Work stopping already is gone when the plan's job starts: released from the
+        # start, and the cells derived without it, so that victims are judged by the cells
+        # the next cycle sees; it is waited for, and never spared.
+        released.jobs.extend(_stopping(cycle))
+        released.set(len(released.jobs))
+        _rebind(cycle, job, released.jobs, base, rederive=_rederives(cycle, released.jobs))
+    try:
+        return _victims(cycle, job, short_of_quota, released, over, rederive=rederive)
+    finally:
+        released.tentative.discard()
+        base.discard()
+
+
+def _victims(
+    cycle: Cycle, job: PendingJob, short_of_quota: bool, released: Released, over: dict[tuple[str, str], int],
+    *, rederive: bool,
+) -> list[RunningJob]:
+    """``_search`` once the work it counts on as stopping (the first ``released.count``
+    jobs) is released; ``over``: other VCs' guaranteed work over quota (``_over_quota``)."""
+    ledger = cycle.ledger
     access = Access(ledger, job)
     gpu_tasks = [t for t in job.tasks if t.gpu_milli > 0]
-    released = Released(ledger, [])
+    free = {v.job_id for v in released.jobs}  # stopping already: never spared
 
     def fits() -> bool:
         return _fits_after(cycle, job, released.jobs[: released.count], rederive=rederive, released=True)
 
     if short_of_quota:
-        for_quota = (v for v in candidates(cycle, job) if _gives_quota(job, v))
+        for_quota = (v for v in candidates(cycle, job) if v.job_id not in free and _gives_quota(job, v))
         while ledger.quotas.admit(job) is not None:
             victim = next(for_quota, None)
             if victim is None:
-                released.tentative.discard()
                 return []
             released.jobs.append(victim)
             released.set(len(released.jobs))
-    over = _over_quota(cycle, job.vc)
-    shared = [v for v in _claimed_for(cycle, job) if _frees_room(ledger, access, job, gpu_tasks, v, over)]
+    taken = {v.job_id for v in released.jobs}
+    shared = [
+        v for v in _claimed_for(cycle, job)
+        if v.job_id not in taken and _frees_room(ledger, access, job, gpu_tasks, v, over)
+    ]
     if shared:  # free to count on: always released, never spared
         released.jobs.extend(shared)
         released.set(len(released.jobs))
+        free.update(v.job_id for v in shared)
     count = released.count
     taken = {v.job_id for v in released.jobs}
     released._more = candidates(
@@ -245,7 +302,6 @@ def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bo
         while True:
             total = released.available(hi)
             if total < lo:
-                released.tentative.discard()
                 return []
             hi = min(hi, total)
             released.set(hi)
@@ -261,31 +317,40 @@ def _search(cycle: Cycle, job: PendingJob, short_of_quota: bool, *, rederive: bo
                 lo = mid + 1
         count = lo
     if count == 0:  # it fits as things are: nothing to preempt (the caller starts it)
-        released.tentative.discard()
         return []
     released.set(count)
     victims = released.jobs[:count]
     spared: set[int] = set()
     # Spare what is not needed after all, most valuable first, in halving blocks (a few
     # tries for a long list of victims of which few are needed).
-    free = {v.job_id for v in shared}
     spare = [v for v in victims[:-1] if v.job_id not in free]
     _spare(cycle, job, released.tentative, list(reversed(spare)), spared, victims, rederive)
-    released.tentative.discard()
     return [v for v in victims if v.job_id not in spared]
 
 
-def _rederives(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> bool:
-    """Whether stopping ``victims`` may change the cells the next cycle derives for the VC:
-    only its own guaranteed jobs hold its cells, and only a VC with both whole nodes and
-    loose cells can see which of its nodes is whole change when some of its jobs stop."""
-    cells = cycle.ledger.cells
-    mixed = any(
-        b.whole > 0 and b.loose > 0 and cells.per_node.get(model, 1) > 1
-        for (vc, model), b in cells.budget.items()
-        if vc == job.vc
-    )
-    return mixed and any(v.vc == job.vc and v.priority_rank < OPPORTUNISTIC_RANK for v in victims)
+def _stopping(cycle: Cycle) -> list[RunningJob]:
+    """Guaranteed work in cells that is stopping (preempted in an earlier cycle, or by a
+    plan of this one): gone, and its cells with it, by the time a plan's job can start."""
+    ledger = cycle.ledger
+    found = []
+    for job_id in sorted(ledger.preempting | cycle.claimed):
+        running = ledger.running.get(job_id)
+        if running is not None and running.priority_rank < OPPORTUNISTIC_RANK and ledger.enforced.get(running.vc):
+            found.append(running)
+    return found
+
+
+def _rederives(cycle: Cycle, victims: list[RunningJob]) -> bool:
+    """Whether the cells the next cycle derives may differ from this cycle's once ``victims``
+    and the work stopping already have stopped: only guaranteed work holds cells, and only
+    where a VC may hold whole nodes of several cells can a node's cells change hands
+    (``Cells.rederivable``) — another VC's too, not only the one that loses work."""
+    ledger = cycle.ledger
+    if not ledger.cells.rederivable:
+        return False
+    return any(
+        v.priority_rank < OPPORTUNISTIC_RANK and ledger.enforced.get(v.vc, False) for v in victims
+    ) or bool(_stopping(cycle))
 
 
 def _survivors(cycle: Cycle, vc: str, victims: list[RunningJob]) -> list[RunningJob]:
@@ -294,15 +359,21 @@ def _survivors(cycle: Cycle, vc: str, victims: list[RunningJob]) -> list[Running
     return [r for r in mine if r.vc == vc and r.priority_rank < OPPORTUNISTIC_RANK and r.job_id not in gone]
 
 
-def _rebind(cycle: Cycle, job: PendingJob, victims: list[RunningJob], tentative: Tentative, *, own: bool) -> None:
-    """Derive again, as the next cycle will once ``victims`` have stopped, the cells of every
-    other VC that loses guaranteed work (one over its quota: its cells come free), and the
-    job's own VC's when ``own``."""
+def _rebind(
+    cycle: Cycle, job: PendingJob, victims: list[RunningJob], tentative: Tentative, *, rederive: bool
+) -> None:
+    """Derive cells again as the next cycle will once ``victims`` have stopped: with
+    ``rederive``, every VC's, without the work stopping already too; else only the cells
+    of each other VC that loses guaranteed work (one over its quota: its cells come free)."""
+    ledger = cycle.ledger
+    if rederive:
+        gone = {v.job_id for v in victims} | {v.job_id for v in _stopping(cycle)}
+        survivors = [r for r in (*ledger.running.values(), *cycle.started) if r.job_id not in gone]
+        ledger.derive_cells_again(survivors, tentative)
+        return
     vcs = {v.vc for v in victims if v.priority_rank < OPPORTUNISTIC_RANK and v.vc != job.vc}
-    if own:
-        vcs.add(job.vc)
     for vc in sorted(vcs):
-        cycle.ledger.cells.rebind(vc, _survivors(cycle, vc, victims), tentative)
+        ledger.cells.rebind(vc, _survivors(cycle, vc, victims), tentative)
 
 
 def _fits_after(
@@ -315,7 +386,7 @@ def _fits_after(
     if not released:
         for victim in victims:
             ledger.release(victim, undo)
-    _rebind(cycle, job, victims, undo, own=rederive and _rederives(cycle, job, victims))
+    _rebind(cycle, job, victims, undo, rederive=rederive and _rederives(cycle, victims))
     fits = _fits(cycle, job) is not None
     undo.discard()
     return fits
