@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from trainyard.core.metrics import Sampled
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -225,3 +227,19 @@ def read_log_file(path: Path, offset: int, limit: int) -> LogChunk:
     except FileNotFoundError:  # launched, but the task has not written anything yet
         return LogChunk(data=b"", offset=0, size=0)
     return LogChunk(data=data, offset=start, size=size)
+
+
+@runtime_checkable
+class MetricsSource(Protocol):
+    """Optional capability: samples of the backend's nodes and of its running tasks.
+
+    The controller asks for a round every ``monitor_interval_seconds`` and hands it to
+    the history (``monitor/``). ``running`` names the tasks the controller believes are
+    running, with the GPUs each holds, so that a backend can attribute processes and GPU
+    use to them; a task the backend cannot measure is simply left out of the answer.
+    """
+
+    def sample(self, now: datetime, running: Mapping[TaskKey, tuple[int, ...]]) -> Sampled:
+        """One round of samples, taken now; never raises for a figure it cannot get (it
+        leaves it None and may say why in ``Sampled.errors``)."""
+        ...

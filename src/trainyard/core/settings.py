@@ -74,6 +74,10 @@ class Settings(BaseSettings):
         "SHELL, LANG) and under the job's own env, e.g. {HTTPS_PROXY: http://proxy:3128}; tasks inherit "
         "nothing else from the server's environment",
     )
+    monitor_interval_seconds: float = Field(
+        default=10.0, ge=1.0, le=3600.0,
+        description="How often the controller samples nodes and running tasks (GPU, CPU, memory, disk, network)",
+    )
     backend: Literal["local", "slurm"] = Field(
         default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"
     )

@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -256,3 +257,57 @@ class UserQuotaRow(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     priority: Mapped[str] = mapped_column(String(16), primary_key=True)
     gpu_milli: Mapped[int] = mapped_column(Integer)
+
+
+class NodeSampleRow(Base):
+    """A node's figures (``core.metrics.NodeSample``) at ``at``. ``step`` is the seconds one
+    row covers: 0 for a raw sample, else the bucket a downsampled row averages (``monitor/``)."""
+
+    __tablename__ = "node_samples"
+    __table_args__ = (
+        Index("ix_node_samples_node_step_at", "node", "step", "at"),
+        Index("ix_node_samples_step_at", "step", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    load1: Mapped[float | None] = mapped_column(Float, nullable=True)
+    memory_used_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    memory_total_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    disk_used_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    net_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    net_tx_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # One dict per GPU, the fields of core.metrics.GpuSample but ``pids``.
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+
+
+class TaskSampleRow(Base):
+    """A running task's figures (``core.metrics.TaskSample``) at ``at``; ``step`` as for
+    ``NodeSampleRow``. Not a foreign key to tasks: history outlives nothing it describes,
+    and is pruned by age alone."""
+
+    __tablename__ = "task_samples"
+    __table_args__ = (
+        Index("ix_task_samples_job_step_at", "job_id", "step", "at"),
+        Index("ix_task_samples_node_step_at", "node", "step", "at"),
+        Index("ix_task_samples_step_at", "step", "at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(64))
+    index: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    cpu_cores: Mapped[float | None] = mapped_column(Float, nullable=True)
+    memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpus_held: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_util_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    disk_read_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    disk_write_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
