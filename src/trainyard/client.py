@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
@@ -32,6 +33,7 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
+from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.schemas.users import TokenResponse, TokenView, UserView
 
 Reply = TypeVar("Reply")
@@ -377,6 +379,18 @@ class Client:
     def nodes(self) -> list[NodeView]:
         """The cluster's nodes: their GPUs, CPUs and memory, and what is allocated."""
         return self._parse(_NODES, self._request("GET", "/nodes").content)
+
+    def usage(self, *, by: UsageGrouping = "user", since: datetime | None = None, until: datetime | None = None,
+              user: str | None = None, vc: str | None = None, group: str | None = None,
+              job: int | None = None) -> UsageReport:
+        """GPU-, CPU- and memory-hours allocated in ``[since, until)`` (default: the last 7
+        days) per user, VC, group or job, with GPU and CPU efficiency (None: not measured).
+        A non-admin sees their own jobs only."""
+        params = {k: v.isoformat() if isinstance(v, datetime) else v
+                  for k, v in dict(by=by, since=since, until=until, user=user, vc=vc, group=group,
+                                   job=None if job is None else _job_id(job)).items()
+                  if v is not None}
+        return self._parse(UsageReport, self._request("GET", "/usage", params=params).content)
 
     def healthz(self) -> dict[str, str]:
         """The server's health (needs no token)."""

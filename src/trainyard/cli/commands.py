@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from trainyard.cli import admin_commands, render
+from trainyard.cli import admin_commands, render, usage_commands
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
 from trainyard.client import (
@@ -30,7 +30,7 @@ from trainyard.client import (
     WaitTimeout,
 )
 from trainyard.client_config import load_config
-from trainyard.core.states import JobState
+from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.schemas.jobs import DryRunResult
 
 FOLLOW_WAIT_POLL_SECONDS = 1.0  # how often `logs -f` asks whether a waiting job has started
@@ -122,7 +122,12 @@ def _next_page_command(args: argparse.Namespace, cursor: int) -> str:
 
 def cmd_job(client: Client, args: argparse.Namespace) -> int:
     job = client.job(args.id)
-    render.print_json(job) if args.json else print(render.job_detail(job))
+    if args.json:
+        render.print_json(job)
+        return 0
+    print(render.job_detail(job))
+    if job.state in FINAL_JOB_STATES and (efficiency := usage_commands.job_efficiency(client, job)):
+        print(efficiency)
     return 0
 
 
@@ -296,4 +301,5 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "group": admin_commands.cmd_group,
     "quota": admin_commands.cmd_quota,
     "node": admin_commands.cmd_node,
+    "usage": usage_commands.cmd_usage,
 }

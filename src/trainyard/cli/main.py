@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from trainyard.cli.periods import moment
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
 
@@ -216,6 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
         q = node_sub.add_parser(action, help=text)
         q.add_argument("name")
         _json_flag(q)
+
+    p = sub.add_parser("usage", help="GPU-, CPU- and memory-hours and efficiency per user, VC, group or job "
+                       "(like sreport); a non-admin sees their own jobs")
+    p.add_argument("--by", choices=("user", "vc", "group", "job"), default=None,
+                   help="what each line adds up (default: what --group or --vc names, else user)")
+    p.add_argument("--user", help="only this user's jobs (admin, or yourself)")
+    p.add_argument("--vc", help="only jobs in this virtual cluster")
+    p.add_argument("--group", help="only jobs of this group's members")
+    p.add_argument("--since", type=moment, metavar="WHEN",
+                   help="start: 7d, 12h, 2w ago, or a date 2026-11-01 / 2026-11-01T08:00 (UTC); default: 7d")
+    p.add_argument("--until", type=moment, metavar="WHEN", help="end, excluded (same forms); default: now")
+    _json_flag(p)
 
     p = sub.add_parser("whoami", help="show who the configured token belongs to")
     _json_flag(p)

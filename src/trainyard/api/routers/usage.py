@@ -1,0 +1,44 @@
+"""HTTP route for usage accounting: ``GET /usage`` (who used what, like Slurm's ``sreport``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from trainyard.api.bodies import MAX_ID
+from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.openapi import errors
+from trainyard.schemas.usage import UsageGrouping, UsageReport
+from trainyard.services import usage as usage_service
+from trainyard.store.rows import UserRow
+
+router = APIRouter(tags=["usage"])
+
+User = Annotated[UserRow, Depends(current_user)]
+Ctx = Annotated[AppContext, Depends(context)]
+
+
+@router.get("/usage", response_model=UsageReport, responses=errors(401, 403, 404, 422))
+def usage(
+    caller: User,
+    ctx: Ctx,
+    by: Annotated[UsageGrouping, Query(description="What each line adds up")] = "user",
+    since: Annotated[datetime | None, Query(description="Start of the period (ISO 8601; UTC when no zone); "
+                                                        "default: a week before until")] = None,
+    until: Annotated[datetime | None, Query(description="End of the period, excluded; default: now")] = None,
+    user: Annotated[str | None, Query(max_length=64, description="Only this user's jobs (admins)")] = None,
+    vc: Annotated[str | None, Query(max_length=64, description="Only jobs in this virtual cluster")] = None,
+    group: Annotated[str | None, Query(max_length=64, description="Only jobs of this group's members")] = None,
+    job: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Only this job")] = None,
+) -> UsageReport:
+    """GPU-, CPU- and memory-hours allocated in ``[since, until)``, with GPU and CPU
+    efficiency (used / allocated, from monitoring; null when nothing was measured). Admins
+    see everyone; others only their own jobs, and asking for another user is refused."""
+    with ctx.db.session() as session:
+        period = usage_service.period_of(since, until, ctx.clock.now())
+        return usage_service.usage_report(
+            session, caller, by=by, period=period, monitor_interval_seconds=ctx.monitor_interval_seconds,
+            user=user, vc=vc, group=group, job_id=job,
+        )

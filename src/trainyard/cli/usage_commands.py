@@ -1,0 +1,68 @@
+"""``yard usage`` (a table like Slurm's ``sreport``) and the efficiency line ``yard job``
+prints for an ended job (like ``seff``): the server's figures, laid out."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import timedelta
+
+from trainyard.cli import render
+from trainyard.client import Client
+from trainyard.schemas.jobs import JobDetail
+from trainyard.schemas.usage import UsageGrouping, UsageLine, UsageReport
+
+HEADERS = ["NAME", "JOBS", "GPU-HOURS", "GPU EFF", "CPU-HOURS", "CPU EFF", "MEM GIB-HOURS"]
+JOB_HEADERS = ["JOB", "NAME", "USER", "VC", "GPU-HOURS", "GPU EFF", "CPU-HOURS", "CPU EFF", "MEM GIB-HOURS"]
+
+
+def percent(ratio: float | None) -> str:
+    """A 0..1 ratio as a whole percent; "n/a" when it was not measured."""
+    return "n/a" if ratio is None else f"{ratio * 100:.0f}%"
+
+
+def hours(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _figures(line: UsageLine) -> list[str]:
+    return [hours(line.gpuHours), percent(line.gpuEfficiency), hours(line.cpuHours), percent(line.cpuEfficiency),
+            hours(line.memoryGibHours)]
+
+
+def usage_table(report: UsageReport) -> str:
+    """The report's period, one row per line, and the total."""
+    period = f"usage from {render.when(report.since)} to {render.when(report.until)} (by {report.by})"
+    if not report.lines:
+        return f"{period}\nnothing ran in this period"
+    if report.by == "job":
+        rows = [[line.name, line.jobName, line.user, line.vc, *_figures(line)] for line in report.lines]
+        rows.append(["TOTAL", "", "", "", *_figures(report.total)])
+        return f"{period}\n{render.table(JOB_HEADERS, rows)}"
+    rows = [[line.name, str(line.jobs), *_figures(line)] for line in report.lines]
+    rows.append(["TOTAL", str(report.total.jobs), *_figures(report.total)])
+    return f"{period}\n{render.table(HEADERS, rows)}"
+
+
+def cmd_usage(client: Client, args: argparse.Namespace) -> int:
+    by: UsageGrouping = args.by or ("group" if args.group else "vc" if args.vc else "user")
+    report = client.usage(by=by, since=args.since, until=args.until, user=args.user, vc=args.vc, group=args.group)
+    render.print_json(report) if args.json else print(usage_table(report))
+    return 0
+
+
+def efficiency_line(line: UsageLine) -> str:
+    """What an ended job held and how much of it it used, in one line."""
+    return (
+        f"Efficiency: GPU {percent(line.gpuEfficiency)} of {hours(line.gpuHours)} GPU-hours; "
+        f"CPU {percent(line.cpuEfficiency)} of {hours(line.cpuHours)} core-hours; "
+        f"memory {hours(line.memoryGibHours)} GiB-hours held"
+    )
+
+
+def job_efficiency(client: Client, job: JobDetail) -> str | None:
+    """The efficiency line of an ended job that ran; None for one that never started."""
+    if job.startedAt is None or job.finishedAt is None:
+        return None
+    report = client.usage(by="job", job=job.id, since=job.submittedAt,
+                          until=job.finishedAt + timedelta(seconds=1))
+    return efficiency_line(report.lines[0]) if report.lines else None

@@ -1,0 +1,140 @@
+"""Usage accounting behind ``GET /usage`` and ``yard usage``: who may see what, the period,
+and the report (``monitor/accounting.py`` does the sums).
+
+Permissions: an admin sees everyone's usage. Anyone else sees only their own jobs: every
+line of their report (by job, VC or group as well as by user) adds up their own jobs alone,
+and asking for another user's usage is refused (403) rather than quietly answered with
+nothing, so that an empty report never hides a permission problem.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy.orm import Session
+
+from trainyard.monitor.accounting import Period, TaskRun, Usage, UsageBy, UsageSample, run_usages, total, usage_by
+from trainyard.schemas.usage import UsageGrouping, UsageLine, UsageReport
+from trainyard.services.errors import Forbidden, Invalid, NotFound
+from trainyard.store.queries import usage as usage_queries
+from trainyard.store.queries import users as user_queries
+from trainyard.store.queries import vcs as vc_queries
+from trainyard.store.queries.usage import TaskRunRow
+from trainyard.store.rows import TaskSampleRow, UserRow
+
+DEFAULT_PERIOD = timedelta(days=7)  # `since` when not given: a week before `until`
+# The longest span one monitoring row stands for (a downsampled bucket); rows taken this
+# long before the period may still reach into it.
+LONGEST_ROW_SECONDS = 24 * 3600
+# A raw row stands for at most this many sampling intervals: rounds come a little late
+# under load, but a longer gap is time nobody measured (the server was down).
+RAW_SPAN_INTERVALS = 1.5
+
+
+def _utc(moment: datetime) -> datetime:
+    """A moment given without a zone is read as UTC, as every time in Trainyard is."""
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+def period_of(since: datetime | None, until: datetime | None, now: datetime) -> Period:
+    """``[since, until)``: until defaults to now, since to a week before until."""
+    end = _utc(until) if until is not None else now
+    start = _utc(since) if since is not None else end - DEFAULT_PERIOD
+    if start >= end:
+        raise Invalid(
+            f"the period is empty: since ({start.isoformat()}) must be before until ({end.isoformat()})",
+            details=[{"path": "since", "message": "must be before until"}],
+        )
+    return Period(start, end, now)
+
+
+def task_run(row: TaskRunRow) -> TaskRun:
+    task = row.task
+    assert task.started_at is not None  # the query asks for started tasks only
+    return TaskRun(
+        job_id=task.job_id, job_name=row.job_name, user=row.user, vc=row.vc, attempt=row.attempt,
+        role=task.role, index=task.index, gpu_milli=sum(milli for _, milli in task.gpus),
+        cpu_milli=task.cpu_milli, memory_mb=task.memory_mb, started_at=task.started_at,
+        finished_at=task.finished_at,
+    )
+
+
+def usage_sample(row: TaskSampleRow) -> UsageSample:
+    return UsageSample(
+        job_id=row.job_id, attempt=row.attempt, role=row.role, index=row.index, at=row.at, step=row.step,
+        gpus_held=row.gpus_held, gpu_util_pct=row.gpu_util_pct, cpu_cores=row.cpu_cores,
+    )
+
+
+def _check_filters(session: Session, caller: UserRow, user: str | None, group: str | None) -> str | None:
+    """The user whose jobs are counted (None: everyone's), after refusing what the caller
+    may not ask and naming what does not exist."""
+    if user is not None and user_queries.user_named(session, user) is None:
+        raise NotFound(f"no user named {user!r}", details=[{"path": "user", "message": "no such user"}])
+    if group is not None and vc_queries.group_named(session, group) is None:
+        raise NotFound(f"no group named {group!r}", details=[{"path": "group", "message": "no such group"}])
+    if caller.is_admin:
+        return user
+    if user is not None and user != caller.name:
+        raise Forbidden(f"only an admin sees another user's usage; you are {caller.name}",
+                        details=[{"path": "user", "message": "not you"}])
+    return caller.name
+
+
+def _line(name: str, usage: Usage) -> UsageLine:
+    measured_gpu = usage.gpu_hours_measured > 0
+    return UsageLine(
+        name=name, jobs=len(usage.jobs), gpuHours=usage.gpu_hours,
+        gpuHoursUsed=usage.gpu_hours_used if measured_gpu else None, gpuEfficiency=usage.gpu_efficiency,
+        cpuHours=usage.cpu_hours, cpuEfficiency=usage.cpu_efficiency, memoryGibHours=usage.memory_gib_hours,
+    )
+
+
+def usage_report(
+    session: Session,
+    caller: UserRow,
+    *,
+    by: UsageGrouping,
+    period: Period,
+    monitor_interval_seconds: float,
+    user: str | None = None,
+    vc: str | None = None,
+    group: str | None = None,
+    job_id: int | None = None,
+) -> UsageReport:
+    """Allocated and used hours per ``by`` line over the period, of the jobs the caller may
+    see, narrowed to one user, VC, group (its members' jobs) or job."""
+    grouping = UsageBy(by)
+    raw_span = RAW_SPAN_INTERVALS * monitor_interval_seconds
+    owner = _check_filters(session, caller, user, group)
+    rows = usage_queries.task_runs(session, period.since, period.until, user=owner, vc=vc, job_id=job_id)
+    if group is not None:
+        members = set(usage_queries.members_of(session, group))
+        rows = [r for r in rows if r.user in members]
+    runs = [task_run(r) for r in rows]
+    samples = [
+        usage_sample(s)
+        for s in usage_queries.task_samples_of(
+            session, {r.job_id for r in runs}, period.since - timedelta(seconds=LONGEST_ROW_SECONDS), period.until
+        )
+    ]
+    usages = run_usages(runs, samples, period, raw_span=raw_span)
+    groups = usage_queries.groups_of_users(session) if grouping is UsageBy.GROUP else {}
+    lines = usage_by(usages, grouping, groups)
+    if grouping is UsageBy.GROUP and group is not None:
+        lines = {name: usage for name, usage in lines.items() if name == group}
+    jobs = {r.job_id: r for r in runs}
+    report_lines = []
+    for name, usage in sorted(lines.items(), key=lambda item: _line_order(grouping, *item)):
+        line = _line(name, usage)
+        if grouping is UsageBy.JOB:
+            run = jobs[int(name)]
+            line = line.model_copy(update={"jobName": run.job_name, "user": run.user, "vc": run.vc})
+        report_lines.append(line)
+    return UsageReport(by=by, since=period.since, until=period.until, lines=report_lines,
+                       total=_line("total", total(usages)))
+
+
+def _line_order(by: UsageBy, name: str, usage: Usage) -> tuple[float, str]:
+    """Jobs newest first; other lines by GPU-hours, most first, then by name."""
+    return (-int(name), "") if by is UsageBy.JOB else (-usage.gpu_hours, name)
