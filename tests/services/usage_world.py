@@ -43,7 +43,7 @@ def add_job(
         owner = user if isinstance(user, UserRow) else None
         assert owner is not None
         job = JobRow(name=name, user_id=owner.id, vc=vc, priority="normal", state=JobState.WAITING, spec={},
-                     submitted_at=min(r.start for runs in attempts for r in runs) - timedelta(minutes=1))
+                     submitted_at=T0)
         session.add(job)
         session.flush()
     else:
@@ -64,6 +64,7 @@ def add_job(
                 cpu_milli=run.cpu_milli, memory_mb=run.memory_mb, ports={}, started_at=run.start,
                 finished_at=run.end,
             ))
+    job.submitted_at = min(r.start for runs in attempts for r in runs) - timedelta(minutes=1)
     job.attempt = len(attempts) - 1
     job.state = JobState.RUNNING if running else JobState.SUCCEEDED
     job.started_at = min(r.start for runs in attempts for r in runs)

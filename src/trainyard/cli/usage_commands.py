@@ -4,9 +4,11 @@ prints for an ended job (like ``seff``): the server's figures, laid out."""
 from __future__ import annotations
 
 import argparse
-from datetime import timedelta
+import sys
+from datetime import UTC, datetime, timedelta
 
 from trainyard.cli import render
+from trainyard.cli.exits import EXIT_USAGE
 from trainyard.client import Client
 from trainyard.schemas.jobs import JobDetail
 from trainyard.schemas.usage import UsageGrouping, UsageLine, UsageReport
@@ -44,6 +46,11 @@ def usage_table(report: UsageReport) -> str:
 
 
 def cmd_usage(client: Client, args: argparse.Namespace) -> int:
+    until = args.until or datetime.now(UTC)
+    if args.since is not None and args.since >= until:
+        print(f"yard: --since ({args.since.isoformat()}) must be before --until ({until.isoformat()})",
+              file=sys.stderr)
+        return EXIT_USAGE
     by: UsageGrouping = args.by or ("group" if args.group else "vc" if args.vc else "user")
     report = client.usage(by=by, since=args.since, until=args.until, user=args.user, vc=args.vc, group=args.group)
     render.print_json(report) if args.json else print(usage_table(report))
