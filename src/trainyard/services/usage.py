@@ -20,7 +20,7 @@ from trainyard.store.queries import usage as usage_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.queries.usage import TaskRunRow
-from trainyard.store.rows import TaskSampleRow, UserRow
+from trainyard.store.rows import UserRow
 
 DEFAULT_PERIOD = timedelta(days=7)  # `since` when not given: a week before `until`
 # The longest span one monitoring row stands for (a downsampled bucket); rows taken this
@@ -56,13 +56,6 @@ def task_run(row: TaskRunRow) -> TaskRun:
         role=task.role, index=task.index, gpu_milli=sum(milli for _, milli in task.gpus),
         cpu_milli=task.cpu_milli, memory_mb=task.memory_mb, started_at=task.started_at,
         finished_at=task.finished_at,
-    )
-
-
-def usage_sample(row: TaskSampleRow) -> UsageSample:
-    return UsageSample(
-        job_id=row.job_id, attempt=row.attempt, role=row.role, index=row.index, at=row.at, step=row.step,
-        gpus_held=row.gpus_held, gpu_util_pct=row.gpu_util_pct, cpu_cores=row.cpu_cores,
     )
 
 
@@ -113,8 +106,8 @@ def usage_report(
         rows = [r for r in rows if r.user in members]
     runs = [task_run(r) for r in rows]
     samples = [
-        usage_sample(s)
-        for s in usage_queries.task_samples_of(
+        UsageSample(*figures)
+        for figures in usage_queries.task_samples_of(
             session, {r.job_id for r in runs}, period.since - timedelta(seconds=LONGEST_ROW_SECONDS), period.until
         )
     ]

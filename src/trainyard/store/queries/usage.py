@@ -11,7 +11,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import Row, select
 from sqlalchemy.orm import Session
 
 from trainyard.store.rows import AttemptRow, GroupRow, JobRow, MembershipRow, TaskRow, TaskSampleRow, UserRow
@@ -60,20 +60,28 @@ def task_runs(
             for task, number, name, owner, job_vc in session.execute(query)]
 
 
+SampleFigures = Row[int, int, str, int, datetime, int, float, float | None, float | None]
+
+
 def task_samples_of(
     session: Session, job_ids: Collection[int], since: datetime, until: datetime
-) -> list[TaskSampleRow]:
-    """The monitoring rows (raw and downsampled) of these jobs' tasks taken in ``[since,
-    until)``, in time order. A caller that wants rows reaching into the period from before
-    it passes an earlier ``since``."""
+) -> list[SampleFigures]:
+    """What accounting reads of the monitoring rows (raw and downsampled) of these jobs'
+    tasks taken in ``[since, until)``: (job id, attempt, role, index, at, step, GPUs held,
+    GPU utilisation %, CPU cores), in time order. Plain rows, not ORM objects: a month of
+    history is millions of them. A caller that wants rows reaching into the period from
+    before it passes an earlier ``since``."""
     ids = sorted(set(job_ids))
-    rows: list[TaskSampleRow] = []
+    columns = (TaskSampleRow.job_id, TaskSampleRow.attempt, TaskSampleRow.role, TaskSampleRow.index,
+               TaskSampleRow.at, TaskSampleRow.step, TaskSampleRow.gpus_held, TaskSampleRow.gpu_util_pct,
+               TaskSampleRow.cpu_cores)
+    rows: list[SampleFigures] = []
     for start in range(0, len(ids), IN_CHUNK):
-        query = select(TaskSampleRow).where(
+        query = select(*columns).where(
             TaskSampleRow.job_id.in_(ids[start:start + IN_CHUNK]), TaskSampleRow.at >= since, TaskSampleRow.at < until
         )
-        rows.extend(session.scalars(query))
-    rows.sort(key=lambda r: r.at)
+        rows.extend(session.execute(query))
+    rows.sort(key=lambda r: r[4])
     return rows
 
 
