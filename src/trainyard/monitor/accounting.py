@@ -1,8 +1,8 @@
 """Usage accounting: GPU-, CPU- and memory-hours allocated over a period, and how much of
 what was allocated was used (``seff``'s efficiency), per job, user, virtual cluster or group.
 
-Pure maths over facts read from the store (``store/queries/usage.py``), so the same store
-gives the same answer whenever it is asked, across server restarts.
+Maths over facts read from the store (``store/queries/usage.py``), so the same store gives
+the same answer whenever it is asked, across server restarts.
 
 The rules, in order:
 
@@ -17,7 +17,9 @@ The rules, in order:
    interval and a little: a gap longer than that is time nobody measured, e.g. the server
    was down). Every span is cut where the task's next row starts (no second is counted
    twice where raw and downsampled rows meet) and clipped to the period and to the run.
-   GPU-hours used = sum of ``gpu_util_pct``/100 x ``gpus_held`` x span.
+   GPU-hours used = sum of ``gpu_util_pct``/100 x ``gpus_held`` x span. The database does
+   these sums (``store/queries/usage.measured_use``): a month of history is millions of
+   rows, too many to bring into Python.
 3. **Efficiency** = used / allocated *over the measured spans* (rows whose figure is
    known): time nobody measured is neither idle nor busy. GPU efficiency is ``None``
    ("n/a") when no GPU figure was measured at all — simulated GPUs report none, and none is
@@ -26,11 +28,12 @@ The rules, in order:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
+
+from trainyard.store.queries.usage import MeasuredRow
 
 SECONDS_PER_HOUR = 3600.0
 MIB_PER_GIB = 1024.0
@@ -62,25 +65,6 @@ class TaskRun:
     memory_mb: int
     started_at: datetime
     finished_at: datetime | None  # None: still running
-
-    @property
-    def key(self) -> tuple[int, int, str, int]:
-        return (self.job_id, self.attempt, self.role, self.index)
-
-
-@dataclass(frozen=True)
-class UsageSample:
-    """One monitoring row of a task: what it used over the span the row stands for."""
-
-    job_id: int
-    attempt: int
-    role: str
-    index: int
-    at: datetime
-    step: int  # seconds a downsampled row covers; 0 for a raw sample
-    gpus_held: float
-    gpu_util_pct: float | None
-    cpu_cores: float | None
 
     @property
     def key(self) -> tuple[int, int, str, int]:
@@ -145,28 +129,15 @@ def allocated(run: TaskRun, period: Period) -> Usage:
     )
 
 
-def measured(run: TaskRun, samples: Sequence[UsageSample], period: Period, raw_span: float) -> Usage:
-    """What one task run was measured to use during the period (rules 2 and 3);
-    ``samples`` are this run's rows, in time order."""
-    usage = Usage()
-    for i, sample in enumerate(samples):
-        span = float(sample.step) if sample.step > 0 else raw_span
-        if i + 1 < len(samples):
-            span = min(span, (samples[i + 1].at - sample.at).total_seconds())
-        end = sample.at + timedelta(seconds=span)
-        if run.finished_at is not None:
-            end = min(end, run.finished_at)
-        seconds = period.clip(max(sample.at, run.started_at), end)
-        if seconds <= 0:
-            continue
-        hours = seconds / SECONDS_PER_HOUR
-        if sample.gpu_util_pct is not None and sample.gpus_held > 0:
-            usage.gpu_hours_measured += sample.gpus_held * hours
-            usage.gpu_hours_used += sample.gpu_util_pct / 100 * sample.gpus_held * hours
-        if sample.cpu_cores is not None and run.cpu_milli > 0:
-            usage.cpu_hours_measured += run.cpu_milli / 1000 * hours
-            usage.cpu_hours_used += sample.cpu_cores * hours
-    return usage
+def measured(run: TaskRun, use: MeasuredRow) -> Usage:
+    """What one task run was measured to use during the period (rules 2 and 3), from the
+    sums the database made of its monitoring rows."""
+    return Usage(
+        gpu_hours_used=use.gpu_seconds_used / SECONDS_PER_HOUR,
+        gpu_hours_measured=use.gpu_seconds_measured / SECONDS_PER_HOUR,
+        cpu_hours_used=use.cpu_core_seconds_used / SECONDS_PER_HOUR,
+        cpu_hours_measured=run.cpu_milli / 1000 * use.cpu_seconds_measured / SECONDS_PER_HOUR,
+    )
 
 
 def line_names(run: TaskRun, by: UsageBy, groups: Mapping[str, Sequence[str]]) -> list[str]:
@@ -181,17 +152,16 @@ def line_names(run: TaskRun, by: UsageBy, groups: Mapping[str, Sequence[str]]) -
 
 
 def run_usages(
-    runs: Iterable[TaskRun], samples: Iterable[UsageSample], period: Period, *, raw_span: float
+    runs: Iterable[TaskRun], measurements: Iterable[MeasuredRow], period: Period
 ) -> list[tuple[TaskRun, Usage]]:
     """Each run that held something in the period, with its usage (allocated and measured)."""
-    by_task: dict[tuple[int, int, str, int], list[UsageSample]] = defaultdict(list)
-    for sample in samples:
-        by_task[sample.key].append(sample)
+    by_task = {(m.job_id, m.attempt, m.role, m.index): m for m in measurements}
     usages = []
     for run in runs:
         usage = allocated(run, period)
         if usage.jobs:
-            usage.add(measured(run, sorted(by_task.get(run.key, ()), key=lambda s: s.at), period, raw_span))
+            if (use := by_task.get(run.key)) is not None:
+                usage.add(measured(run, use))
             usages.append((run, usage))
     return usages
 

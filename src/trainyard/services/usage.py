@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from trainyard.monitor.accounting import Period, TaskRun, Usage, UsageBy, UsageSample, run_usages, total, usage_by
+from trainyard.monitor.accounting import Period, TaskRun, Usage, UsageBy, run_usages, total, usage_by
 from trainyard.schemas.usage import UsageGrouping, UsageLine, UsageReport
 from trainyard.services.errors import Forbidden, Invalid, NotFound
 from trainyard.store.queries import usage as usage_queries
@@ -98,20 +98,17 @@ def usage_report(
     """Allocated and used hours per ``by`` line over the period, of the jobs the caller may
     see, narrowed to one user, VC, group (its members' jobs) or job."""
     grouping = UsageBy(by)
-    raw_span = RAW_SPAN_INTERVALS * monitor_interval_seconds
     owner = _check_filters(session, caller, user, group)
     rows = usage_queries.task_runs(session, period.since, period.until, user=owner, vc=vc, job_id=job_id)
     if group is not None:
         members = set(usage_queries.members_of(session, group))
         rows = [r for r in rows if r.user in members]
     runs = [task_run(r) for r in rows]
-    samples = [
-        UsageSample(*figures)
-        for figures in usage_queries.task_samples_of(
-            session, {r.job_id for r in runs}, period.since - timedelta(seconds=LONGEST_ROW_SECONDS), period.until
-        )
-    ]
-    usages = run_usages(runs, samples, period, raw_span=raw_span)
+    measurements = usage_queries.measured_use(
+        session, {r.job_id for r in runs}, since=period.since, until=period.until, now=period.now,
+        raw_span_seconds=RAW_SPAN_INTERVALS * monitor_interval_seconds, reach_seconds=LONGEST_ROW_SECONDS,
+    )
+    usages = run_usages(runs, measurements, period)
     groups = usage_queries.groups_of_users(session) if grouping is UsageBy.GROUP else {}
     lines = usage_by(usages, grouping, groups)
     if grouping is UsageBy.GROUP and group is not None:

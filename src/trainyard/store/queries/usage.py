@@ -1,5 +1,6 @@
 """Queries behind usage accounting: the task runs that overlap a period (with their job's
-id, name, user and VC), the monitoring rows of those tasks, and who belongs to which group.
+id, name, user and VC), what those tasks' monitoring rows add up to, and who belongs to
+which group.
 
 ``monitor/accounting.py`` owns what these facts add up to.
 """
@@ -9,9 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import Row, select
+from sqlalchemy import ColumnElement, Float, case, cast, extract, func, select
 from sqlalchemy.orm import Session
 
 from trainyard.store.rows import AttemptRow, GroupRow, JobRow, MembershipRow, TaskRow, TaskSampleRow, UserRow
@@ -60,29 +62,100 @@ def task_runs(
             for task, number, name, owner, job_vc in session.execute(query)]
 
 
-SampleFigures = Row[int, int, str, int, datetime, int, float, float | None, float | None]
+FAR_FUTURE = 1e12  # seconds since the epoch beyond any real moment: "no end"
 
 
-def task_samples_of(
-    session: Session, job_ids: Collection[int], since: datetime, until: datetime
-) -> list[SampleFigures]:
-    """What accounting reads of the monitoring rows (raw and downsampled) of these jobs'
-    tasks taken in ``[since, until)``: (job id, attempt, role, index, at, step, GPUs held,
-    GPU utilisation %, CPU cores), in time order. Plain rows, not ORM objects: a month of
-    history is millions of them. A caller that wants rows reaching into the period from
-    before it passes an earlier ``since``."""
+@dataclass(frozen=True)
+class MeasuredRow:
+    """One task's monitoring over a period, summed (see ``measured_use``)."""
+
+    job_id: int
+    attempt: int
+    role: str
+    index: int
+    gpu_seconds_used: float  # sum of utilisation x GPUs held x seconds
+    gpu_seconds_measured: float  # sum of GPUs held x seconds, where utilisation was measured
+    cpu_core_seconds_used: float  # sum of cores busy x seconds
+    cpu_seconds_measured: float  # seconds where CPU use was measured
+
+
+def _epoch_seconds(session: Session, column: Any) -> ColumnElement[float]:
+    """A stored UTC time as seconds since the epoch, in SQL. SQLite keeps times as text, which
+    its ``julianday`` reads; PostgreSQL extracts the epoch."""
+    if session.get_bind().dialect.name == "sqlite":
+        return (func.julianday(column) - 2440587.5) * 86400.0
+    return cast(extract("epoch", column), Float)
+
+
+def measured_use(
+    session: Session,
+    job_ids: Collection[int],
+    *,
+    since: datetime,
+    until: datetime,
+    now: datetime,
+    raw_span_seconds: float,
+    reach_seconds: float,
+) -> list[MeasuredRow]:
+    """What the monitoring rows (``task_samples``) of these jobs' tasks say they used in
+    ``[since, until)``, summed per task in the database (a month of history is millions of
+    rows). The rule, which ``monitor/accounting.py`` documents:
+
+    - a downsampled row (``step`` > 0) stands for ``[at, at + step)``; a raw row (``step`` 0)
+      for ``[at, at + raw_span_seconds)``;
+    - either is cut where its task's next row starts, so no second counts twice;
+    - and clipped to the period, to now, and to its task's run (``started_at`` to
+      ``finished_at``).
+
+    Rows taken up to ``reach_seconds`` before ``since`` are read, as they may reach into it.
+    """
+    dialect = session.get_bind().dialect.name
+    biggest, smallest = (func.max, func.min) if dialect == "sqlite" else (func.greatest, func.least)
+    s = TaskSampleRow
+    key = (s.job_id, s.attempt, s.role, s.index)
+    at = _epoch_seconds(session, s.at)
     ids = sorted(set(job_ids))
-    columns = (TaskSampleRow.job_id, TaskSampleRow.attempt, TaskSampleRow.role, TaskSampleRow.index,
-               TaskSampleRow.at, TaskSampleRow.step, TaskSampleRow.gpus_held, TaskSampleRow.gpu_util_pct,
-               TaskSampleRow.cpu_cores)
-    rows: list[SampleFigures] = []
-    for start in range(0, len(ids), IN_CHUNK):
-        query = select(*columns).where(
-            TaskSampleRow.job_id.in_(ids[start:start + IN_CHUNK]), TaskSampleRow.at >= since, TaskSampleRow.at < until
+    results: list[MeasuredRow] = []
+    for first in range(0, len(ids), IN_CHUNK):
+        rows = (
+            select(*key, at.label("at"), s.step, s.gpus_held, s.gpu_util_pct, s.cpu_cores,
+                   func.lead(at).over(partition_by=key, order_by=s.at).label("next_at"))
+            .where(s.job_id.in_(ids[first:first + IN_CHUNK]),
+                   s.at >= since - timedelta(seconds=reach_seconds), s.at < until)
+            .subquery()
         )
-        rows.extend(session.execute(query))
-    rows.sort(key=lambda r: r[4])
-    return rows
+        run = (
+            select(TaskRow.job_id, AttemptRow.number.label("attempt"), TaskRow.role, TaskRow.index,
+                   _epoch_seconds(session, TaskRow.started_at).label("start"),
+                   func.coalesce(_epoch_seconds(session, TaskRow.finished_at), FAR_FUTURE).label("end"))
+            .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
+            .where(TaskRow.job_id.in_(ids[first:first + IN_CHUNK]), TaskRow.started_at.is_not(None))
+            .subquery()
+        )
+        span = case((rows.c.step > 0, rows.c.step), else_=raw_span_seconds)
+        low = biggest(rows.c.at, since.timestamp(), run.c.start)
+        high = smallest(rows.c.at + span, func.coalesce(rows.c.next_at, FAR_FUTURE), until.timestamp(),
+                        now.timestamp(), run.c.end)
+        seconds = biggest(high - low, 0.0)
+        gpu_known = rows.c.gpu_util_pct.is_not(None) & (rows.c.gpus_held > 0)
+        cpu_known = rows.c.cpu_cores.is_not(None)
+        query = (
+            select(
+                rows.c.job_id, rows.c.attempt, rows.c.role, rows.c.index,
+                func.sum(case((gpu_known, rows.c.gpu_util_pct / 100.0 * rows.c.gpus_held * seconds), else_=0.0)),
+                func.sum(case((gpu_known, rows.c.gpus_held * seconds), else_=0.0)),
+                func.sum(case((cpu_known, rows.c.cpu_cores * seconds), else_=0.0)),
+                func.sum(case((cpu_known, seconds), else_=0.0)),
+            )
+            .join(run, (run.c.job_id == rows.c.job_id) & (run.c.attempt == rows.c.attempt)
+                  & (run.c.role == rows.c.role) & (run.c.index == rows.c.index))
+            .group_by(rows.c.job_id, rows.c.attempt, rows.c.role, rows.c.index)
+        )
+        results.extend(MeasuredRow(job, attempt, role, index, float(gpu_used or 0), float(gpu_measured or 0),
+                                   float(cpu_used or 0), float(cpu_measured or 0))
+                       for job, attempt, role, index, gpu_used, gpu_measured, cpu_used, cpu_measured
+                       in session.execute(query))
+    return results
 
 
 def groups_of_users(session: Session) -> dict[str, list[str]]:

@@ -1,0 +1,144 @@
+"""Usage accounting (``GET /usage``'s service) over a month of monitoring history.
+
+Setup: a fresh, migrated SQLite store (or ``--database-url``); ``--tasks`` running tasks
+(4 per job, 2 GPUs each, jobs spread over 10 users) that started 30 days ago, each with the
+history the issue's retention example would keep: raw rows every 10 s for the last hour,
+per-minute rows for the rest of the last day, per-10-minute rows for the 29 days before —
+5,916 rows per task. Rows are bulk-inserted straight into the store.
+
+Then, ``--runs`` times each, in process (no HTTP):
+
+* a 30-day report by user over every job (``yard usage --since 30d`` as an admin),
+* a 7-day report by job over every job,
+* one job's 30-day report (what ``yard job ID`` asks for an ended job's efficiency line).
+
+Prints p50 and max and the monitoring rows summed per second. Never asserts; there is no target in the
+issue for these, so the numbers are there to watch for regressions and to size a site.
+
+Run:  python benchmarks/bench_usage.py [--tasks 100] [--runs 3] [--database-url URL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "src") not in sys.path:
+    sys.path.insert(0, str(REPO / "src"))
+
+from sqlalchemy import insert, select  # noqa: E402
+
+from trainyard.core.clock import FakeClock  # noqa: E402
+from trainyard.services import auth  # noqa: E402
+from trainyard.services import usage as usage_service  # noqa: E402
+from trainyard.store.db import Database  # noqa: E402
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow, TaskSampleRow, UserRow  # noqa: E402
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+DAYS = 30
+TASKS_PER_JOB = 4
+USERS = 10
+BATCH = 20_000
+
+
+def history_times() -> list[tuple[datetime, int]]:
+    """(at, step) of one task's rows over the 30 days before NOW."""
+    rows = [(NOW - timedelta(days=DAYS) + timedelta(minutes=10 * i), 600) for i in range((DAYS - 1) * 144)]
+    day = NOW - timedelta(days=1)
+    rows += [(day + timedelta(minutes=i), 60) for i in range(23 * 60)]
+    hour = NOW - timedelta(hours=1)
+    rows += [(hour + timedelta(seconds=10 * i), 0) for i in range(360)]
+    return rows
+
+
+def populate(db: Database, tasks: int) -> int:
+    clock = FakeClock(NOW - timedelta(days=DAYS + 1))
+    with db.session() as s:
+        users = [auth.create_user(s, f"user{i}", is_admin=i == 0, clock=clock) for i in range(USERS)]
+        user_ids = [u.id for u in users]
+    started = NOW - timedelta(days=DAYS)
+    jobs = (tasks + TASKS_PER_JOB - 1) // TASKS_PER_JOB
+    with db.session() as s:
+        s.execute(insert(JobRow), [
+            {"id": j + 1, "name": f"job{j}", "user_id": user_ids[j % USERS], "vc": "default", "priority": "normal",
+             "state": "RUNNING", "spec": {}, "submitted_at": started, "started_at": started, "attempt": 0}
+            for j in range(jobs)
+        ])
+        s.execute(insert(AttemptRow), [
+            {"id": j + 1, "job_id": j + 1, "number": 0, "state": "RUNNING", "started_at": started}
+            for j in range(jobs)
+        ])
+        s.execute(insert(TaskRow), [
+            {"attempt_id": t // TASKS_PER_JOB + 1, "job_id": t // TASKS_PER_JOB + 1, "role": "w",
+             "index": t % TASKS_PER_JOB, "state": "RUNNING", "node": f"n{t}", "gpus": [[0, 1000], [1, 1000]],
+             "cpu_milli": 8000, "memory_mb": 65536, "ports": {}, "started_at": started}
+            for t in range(tasks)
+        ])
+    times = history_times()
+    written = 0
+    batch: list[dict[str, object]] = []
+    for t in range(tasks):
+        for at, step in times:
+            batch.append({"job_id": t // TASKS_PER_JOB + 1, "attempt": 0, "role": "w", "index": t % TASKS_PER_JOB,
+                          "node": f"n{t}", "at": at, "step": step, "cpu_cores": 3.0, "memory_mb": 30000,
+                          "gpus_held": 2.0, "gpu_util_pct": 42.0, "gpu_memory_mb": 20000})
+            if len(batch) >= BATCH:
+                with db.session() as s:
+                    s.execute(insert(TaskSampleRow), batch)
+                written += len(batch)
+                batch = []
+    if batch:
+        with db.session() as s:
+            s.execute(insert(TaskSampleRow), batch)
+        written += len(batch)
+    return written
+
+
+def timed(db: Database, runs: int, **kwargs: object) -> tuple[list[float], int]:
+    times, lines = [], 0
+    for _ in range(runs):
+        with db.session() as s:
+            admin = s.scalars(select(UserRow).where(UserRow.name == "user0")).one()
+            start = time.perf_counter()
+            report = usage_service.usage_report(s, admin, monitor_interval_seconds=10, **kwargs)  # type: ignore[arg-type]
+            times.append(time.perf_counter() - start)
+            lines = len(report.lines)
+    return times, lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--database-url", default=None)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as home:
+        db = Database(args.database_url or f"sqlite:///{home}/trainyard.db")
+        db.migrate()
+        start = time.perf_counter()
+        rows = populate(db, args.tasks)
+        print(f"setup: {args.tasks} running tasks, {rows:,} monitoring rows in {time.perf_counter() - start:.1f} s "
+              f"({db.engine.dialect.name})")
+        cases = [
+            ("30 days, by user, every job", "user", DAYS, None, rows),
+            ("7 days, by job, every job", "job", 7, None, None),
+            ("30 days, one job", "job", DAYS, 1, rows * TASKS_PER_JOB // max(args.tasks, 1)),
+        ]
+        for title, by, days, job, read in cases:
+            period = usage_service.period_of(NOW - timedelta(days=days), NOW, NOW)
+            times, lines = timed(db, args.runs, by=by, period=period, job_id=job)
+            p50 = statistics.median(times)
+            rate = f", {read / p50:,.0f} rows/s" if read else ""
+            print(f"{title:32s} p50 {p50 * 1000:8.1f} ms  max {max(times) * 1000:8.1f} ms  ({lines} lines{rate})")
+        db.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
