@@ -57,6 +57,8 @@ def test_a_time_without_a_zone_is_utc(api: Api, jobs: dict[str, int]) -> None:
         ({"job": "0"}, 422, "job"),
         ({"job": str(2**31)}, 422, "job"),
         ({"user": "x" * 65}, 422, "user"),
+        ({"group": "c\x00v"}, 422, "group"),  # PostgreSQL cannot hold a NUL: refused at the door
+        ({"vc": "\x00"}, 422, "vc"),
         ({"user": "nobody"}, 404, "user"),
         ({"group": "nogroup"}, 404, "group"),
     ],

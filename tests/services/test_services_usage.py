@@ -111,8 +111,9 @@ def test_a_user_sees_only_their_own_jobs_in_every_grouping_and_may_not_ask_for_a
     assert figures(report(db, "bob", by="group")) == {"cv": (1, 1.0, 2.0, 2.0)}
     assert [line.name for line in report(db, "bob", by="job").lines] == [str(world["B"])]
     assert report(db, "carol", vc="vision").lines == []
-    with pytest.raises(Forbidden, match="only an admin sees another user's usage"):
-        report(db, "alice", user="bob")
+    for other in ("bob", "nobody"):  # whether or not they exist: nothing learnt of other users
+        with pytest.raises(Forbidden, match="only an admin sees another user's usage"):
+            report(db, "alice", user=other)
     assert figures(report(db, "root", user="bob")) == {"bob": (1, 1.0, 2.0, 2.0)}
 
 

@@ -62,16 +62,15 @@ def task_run(row: TaskRunRow) -> TaskRun:
 def _check_filters(session: Session, caller: UserRow, user: str | None, group: str | None) -> str | None:
     """The user whose jobs are counted (None: everyone's), after refusing what the caller
     may not ask and naming what does not exist."""
+    # Refused before looked up: a non-admin learns nothing of which other users exist.
+    if not caller.is_admin and user is not None and user != caller.name:
+        raise Forbidden(f"only an admin sees another user's usage; you are {caller.name}",
+                        details=[{"path": "user", "message": "not you"}])
     if user is not None and user_queries.user_named(session, user) is None:
         raise NotFound(f"no user named {user!r}", details=[{"path": "user", "message": "no such user"}])
     if group is not None and vc_queries.group_named(session, group) is None:
         raise NotFound(f"no group named {group!r}", details=[{"path": "group", "message": "no such group"}])
-    if caller.is_admin:
-        return user
-    if user is not None and user != caller.name:
-        raise Forbidden(f"only an admin sees another user's usage; you are {caller.name}",
-                        details=[{"path": "user", "message": "not you"}])
-    return caller.name
+    return user if caller.is_admin else caller.name
 
 
 def _line(name: str, usage: Usage) -> UsageLine:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import errors
+from trainyard.schemas.requests import NO_NUL
 from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.services import usage as usage_service
 from trainyard.store.rows import UserRow
@@ -20,6 +21,11 @@ User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
 
 
+def Name(description: str) -> Any:  # noqa: N802 - used like FastAPI's Query
+    """A name in the query string: bounded, and without NUL (PostgreSQL cannot store it)."""
+    return Query(max_length=64, pattern=NO_NUL, description=description)
+
+
 @router.get("/usage", response_model=UsageReport, responses=errors(401, 403, 404, 422))
 def usage(
     caller: User,
@@ -28,9 +34,9 @@ def usage(
     since: Annotated[datetime | None, Query(description="Start of the period (ISO 8601; UTC when no zone); "
                                                         "default: a week before until")] = None,
     until: Annotated[datetime | None, Query(description="End of the period, excluded; default: now")] = None,
-    user: Annotated[str | None, Query(max_length=64, description="Only this user's jobs (admins)")] = None,
-    vc: Annotated[str | None, Query(max_length=64, description="Only jobs in this virtual cluster")] = None,
-    group: Annotated[str | None, Query(max_length=64, description="Only jobs of this group's members")] = None,
+    user: Annotated[str | None, Name(description="Only this user's jobs (yourself, or anyone for an admin)")] = None,
+    vc: Annotated[str | None, Name(description="Only jobs in this virtual cluster")] = None,
+    group: Annotated[str | None, Name(description="Only jobs of this group's members")] = None,
     job: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Only this job")] = None,
 ) -> UsageReport:
     """GPU-, CPU- and memory-hours allocated in ``[since, until)``, with GPU and CPU
