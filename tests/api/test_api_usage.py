@@ -41,6 +41,13 @@ def test_an_admin_sees_everyones_usage_and_a_user_their_own(api: Api, jobs: dict
     assert [line.jobName for line in one_job.lines] == ["admins"]
 
 
+@pytest.mark.parametrize("params", [{"since": "0001-01-01T00:00:00Z", "until": "0001-01-01T01:00:00Z"},
+                                    {"until": "0001-01-02T00:00:00Z"}, {"until": "9999-12-31T23:59:59Z"}])
+def test_the_first_and_last_moments_there_are_make_a_period(api: Api, params: dict[str, str]) -> None:
+    response = api.admin.get("/api/v1/usage", params=params)
+    assert response.status_code == 200, response.text
+
+
 def test_a_time_without_a_zone_is_utc(api: Api, jobs: dict[str, int]) -> None:
     response = api.admin.get("/api/v1/usage", params={"since": "2026-11-01T02:00:00", "until": "2026-11-01T06:00"})
     assert response.status_code == 200, response.text

@@ -36,10 +36,16 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+def earlier(moment: datetime, by: timedelta) -> datetime:
+    """``moment - by``, or the first moment there is when that would be before it."""
+    first = datetime.min.replace(tzinfo=UTC)
+    return moment - by if moment - first > by else first
+
+
 def period_of(since: datetime | None, until: datetime | None, now: datetime) -> Period:
     """``[since, until)``: until defaults to now, since to a week before until."""
     end = _utc(until) if until is not None else now
-    start = _utc(since) if since is not None else end - DEFAULT_PERIOD
+    start = _utc(since) if since is not None else earlier(end, DEFAULT_PERIOD)
     if start >= end:
         raise Invalid(
             f"the period is empty: since ({start.isoformat()}) must be before until ({end.isoformat()})",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, Float, case, cast, extract, func, select
@@ -110,6 +110,9 @@ def measured_use(
     Rows taken up to ``reach_seconds`` before ``since`` are read, as they may reach into it.
     """
     dialect = session.get_bind().dialect.name
+    reach = timedelta(seconds=reach_seconds)
+    earliest = datetime.min.replace(tzinfo=UTC)
+    reach_from = since - reach if since - earliest > reach else earliest
     biggest, smallest = (func.max, func.min) if dialect == "sqlite" else (func.greatest, func.least)
     s = TaskSampleRow
     key = (s.job_id, s.attempt, s.role, s.index)
@@ -121,7 +124,7 @@ def measured_use(
             select(*key, at.label("at"), s.step, s.gpus_held, s.gpu_util_pct, s.cpu_cores,
                    func.lead(at).over(partition_by=key, order_by=s.at).label("next_at"))
             .where(s.job_id.in_(ids[first:first + IN_CHUNK]),
-                   s.at >= since - timedelta(seconds=reach_seconds), s.at < until)
+                   s.at >= reach_from, s.at < until)
             .subquery()
         )
         run = (
