@@ -212,6 +212,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
         job_dir_retention_seconds=settings.job_dir_retention_seconds,
+        monitor_interval_seconds=settings.monitor_interval_seconds,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds)
