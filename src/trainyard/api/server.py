@@ -156,7 +156,8 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
                                "as the user running `yard up` (see docs/security.md)")
         try:
             return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
-                                partition=settings.slurm_partition, site_env=settings.task_env)
+                                partition=settings.slurm_partition, site_env=settings.task_env,
+                                sample_interval_seconds=settings.monitor_interval_seconds)
         except SlurmError as exc:
             raise StartupError(str(exc)) from exc
     isolation = task_isolation(settings, cluster)
