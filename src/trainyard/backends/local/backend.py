@@ -170,6 +170,7 @@ class LocalBackend(jobdirs.JobDirTree):
         # "still starting" from "died before claiming the task". Dropped once settled.
         self._spawned: dict[TaskKey, subprocess.Popen[bytes]] = {}
         self._kill_timers: dict[TaskKey, threading.Timer] = {}
+        self._task_groups: dict[TaskKey, tuple[int, int]] = {}  # known claims, for sampling
         self._sampler = LocalSampler(self._node.name, self._node.gpus, self.state_dir, self._task_group)
 
     # --- paths -------------------------------------------------------------------
@@ -198,10 +199,14 @@ class LocalBackend(jobdirs.JobDirTree):
 
     def sample(self, now: datetime, running: Mapping[TaskKey, tuple[int, ...]]) -> Sampled:
         """This machine, its GPUs and the process trees of the ``running`` tasks (``metrics``)."""
+        self._task_groups = {k: v for k, v in self._task_groups.items() if k in running}
         return self._sampler.sample(now, running)
 
     def _task_group(self, key: TaskKey) -> tuple[int, int] | None:
-        """The task's process group ``(pgid, leader start time)`` from its claim, if it has one."""
+        """The task's process group ``(pgid, leader start time)`` from its claim, if it has one;
+        kept once known (a claim's process group never changes), while the task runs."""
+        if (known := self._task_groups.get(key)) is not None:
+            return known
         try:
             record = taskfiles.read_json(str(self.task_dir(key) / taskfiles.PID))
         except ValueError:
@@ -209,6 +214,7 @@ class LocalBackend(jobdirs.JobDirTree):
         claim = None if record is None else Claim.parse(record)
         if claim is None or claim.task is None or claim.boot_id != procfs.boot_id():
             return None
+        self._task_groups[key] = claim.task
         return claim.task
 
     # --- Backend -----------------------------------------------------------------

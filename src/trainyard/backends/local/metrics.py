@@ -1,11 +1,13 @@
-"""Samples of this machine and of its running tasks: psutil for CPU, memory, disk and
-network, NVML for the GPUs (``backends.base.MetricsSource`` for the local backend).
+"""Samples of this machine and of its running tasks (``backends.base.MetricsSource`` for the
+local backend): psutil for the node's CPU, memory, disk and network, ``/proc`` for the
+tasks' processes, NVML for the GPUs.
 
 A task is its whole process tree: the process group the supervisor recorded in
 ``pid.json`` (its leader's pid is the group id) and every descendant of the leader, even
 one that left the group (``setsid``) or lives in the bubblewrap sandbox's PID namespace;
-pids are the host's, as psutil and NVML see them. One pass over the process table per
-round serves every task.
+pids are the host's, as psutil and NVML see them. One pass over ``/proc/*/stat`` per
+round serves every task (CPU time, resident memory, parent and group links); each task
+process's ``/proc/PID/io`` adds its disk I/O.
 
 Rates (a task's CPU cores and disk I/O, the node's CPU and network) come from counter
 deltas between two rounds; a task's first round averages over its life so far, the
@@ -32,12 +34,14 @@ import psutil
 import pynvml
 
 from trainyard.backends.base import GpuInfo, TaskKey
-from trainyard.backends.local import procfs
 from trainyard.core.metrics import GpuSample, NodeSample, Sampled, TaskSample
 
 log = logging.getLogger(__name__)
 
 _MIB = 1024 * 1024
+_TICKS = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_BOOT_TIME = psutil.boot_time()
 _NO_NVIDIA_GPU = (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
 
 
@@ -71,55 +75,64 @@ class _NodeCounters:
 
 
 class ProcessTable:
-    """One snapshot of the machine's processes: parent links and per-process figures."""
+    """One snapshot of the machine's processes from ``/proc/PID/stat``: parent and group
+    links, CPU time and resident memory, read once per round for every task."""
 
     def __init__(self) -> None:
         self.children: dict[int, list[int]] = {}
         self.groups: dict[int, list[int]] = {}
-        self.procs: dict[int, psutil.Process] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            try:
-                ppid = proc.info["ppid"]
-                pgid = os.getpgid(proc.pid)
-            except (psutil.Error, ProcessLookupError):
+        self.stats: dict[int, tuple[float, int, float]] = {}  # pid -> (CPU s, RSS bytes, start s since boot)
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
                 continue
-            self.procs[proc.pid] = proc
-            self.children.setdefault(ppid, []).append(proc.pid)
-            self.groups.setdefault(pgid, []).append(proc.pid)
+            pid = int(name)
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    data = f.read()
+            except OSError:  # it has just ended
+                continue
+            # Fields from 3 on follow the command name (which may hold spaces and parentheses):
+            # field N is at index N - 3. 4 ppid, 5 pgrp, 14-17 utime stime cutime cstime
+            # (own and reaped children's), 22 start time, 24 rss (pages).
+            fields = data[data.rindex(b")") + 2 :].split()
+            if fields[0] in (b"Z", b"X", b"x"):
+                continue
+            self.children.setdefault(int(fields[1]), []).append(pid)
+            self.groups.setdefault(int(fields[2]), []).append(pid)
+            cpu = sum(int(x) for x in fields[11:15]) / _TICKS
+            self.stats[pid] = (cpu, int(fields[21]) * _PAGE, int(fields[19]) / _TICKS)
 
     def tree(self, leader: int, leader_started: int) -> set[int]:
         """``leader``, its process group and every descendant of either; empty when the
         pid ``leader`` now names another process (the group has ended)."""
-        started = procfs.start_time(leader)
-        if started is not None and started != leader_started:
+        started = self.stats.get(leader)
+        if started is not None and round(started[2] * _TICKS) != leader_started:
             return set()
         found: set[int] = set()
         todo = [leader, *self.groups.get(leader, ())]
         while todo:
             pid = todo.pop()
-            if pid in found or pid not in self.procs:
+            if pid in found or pid not in self.stats:
                 continue
             found.add(pid)
             todo.extend(self.children.get(pid, ()))
         return found
 
-    def figures(self, pid: int) -> _ProcFigures | None:
-        proc = self.procs[pid]
+    def figures(self, pid: int) -> _ProcFigures:
+        cpu, rss, _ = self.stats[pid]
+        read = write = None
         try:
-            with proc.oneshot():
-                times = proc.cpu_times()
-                rss = proc.memory_info().rss
-                read: int | None
-                write: int | None
-                try:
-                    io = proc.io_counters()
-                    read, write = int(io.read_bytes), int(io.write_bytes)
-                except (psutil.AccessDenied, AttributeError):
-                    read = write = None
-        except psutil.Error:
-            return None
-        cpu = times.user + times.system + times.children_user + times.children_system
-        return _ProcFigures(cpu, int(rss), read, write)
+            with open(f"/proc/{pid}/io", "rb") as f:
+                counters = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+            read, write = int(counters[b"read_bytes"]), int(counters[b"write_bytes"])
+        except (OSError, KeyError, ValueError):  # not ours to read, or gone
+            pass
+        return _ProcFigures(cpu, rss, read, write)
+
+    def started(self, pids: Iterable[int]) -> float:
+        """When the earliest of ``pids`` started, in seconds since the epoch."""
+        since_boot = min((self.stats[pid][2] for pid in pids if pid in self.stats), default=None)
+        return time.time() if since_boot is None else _BOOT_TIME + since_boot
 
 
 class Nvml:
@@ -295,7 +308,7 @@ class LocalSampler:
         gpus: Mapping[int, GpuSample],
         gpu_memory: Mapping[int, int],
     ) -> TaskSample | None:
-        figures = [f for f in (table.figures(pid) for pid in pids) if f is not None]
+        figures = [table.figures(pid) for pid in pids]
         if not figures:
             return None
         mono = time.monotonic()
@@ -308,7 +321,7 @@ class LocalSampler:
         self._tasks_before[key] = _TaskCounters(mono, cpu, read, write)
         if before is None:
             # First sight: the average over the task's life so far.
-            started = _earliest_start(table, pids)
+            started = table.started(pids)
             before = _TaskCounters(started, 0.0, 0 if read is not None else None, 0 if write is not None else None)
             elapsed = time.time() - started
         else:
@@ -327,16 +340,6 @@ class LocalSampler:
             disk_read_bytes_per_s=_rate(read, before.read_bytes, elapsed),
             disk_write_bytes_per_s=_rate(write, before.write_bytes, elapsed),
         )
-
-
-def _earliest_start(table: ProcessTable, pids: set[int]) -> float:
-    starts = []
-    for pid in pids:
-        try:
-            starts.append(table.procs[pid].create_time())
-        except psutil.Error:
-            continue
-    return min(starts, default=time.time())
 
 
 def _rate(now_value: int | None, before: int | None, elapsed: float) -> float | None:
