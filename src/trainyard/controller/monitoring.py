@@ -11,11 +11,11 @@ backend could not get, is logged once per distinct message, never raised into th
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import replace
 
 from trainyard.backends.base import MetricsSource, TaskKey
+from trainyard.controller.periodic import Periodic
 from trainyard.core.clock import Clock
 from trainyard.core.metrics import Sampled
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
@@ -29,41 +29,22 @@ _MILLI = 1000
 _SAID_AT_MOST = 1000  # distinct messages remembered; then they may be said again
 
 
-class Monitoring:
+class Monitoring(Periodic):
     """Samples the backend every ``interval`` seconds and keeps the rounds in the store."""
+
+    thread_name = "trainyard-monitoring"
 
     def __init__(
         self, db: Database, backend: MetricsSource, clock: Clock, interval: float = DEFAULT_MONITOR_INTERVAL_SECONDS
     ) -> None:
+        super().__init__(clock, interval)
         self.db = db
         self.backend = backend
-        self.clock = clock
-        self.interval = interval
         self.rounds = 0
         self.last_round_seconds: float | None = None  # wall time the last round took
-        self._last_start: float | None = None
-        self._thread: threading.Thread | None = None
         self._said: set[str] = set()
 
-    def start_if_due(self) -> bool:
-        """Start a round in the background when ``interval`` has passed since the last one
-        started and none is running; True when one started."""
-        now = self.clock.monotonic()
-        if self._last_start is not None and now - self._last_start < self.interval:
-            return False
-        if self._thread is not None and self._thread.is_alive():
-            return False
-        self._last_start = now
-        self._thread = threading.Thread(target=self._round_logged, name="trainyard-monitoring", daemon=True)
-        self._thread.start()
-        return True
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for the round in progress, if any."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _round_logged(self) -> None:
+    def run_logged(self) -> None:
         try:
             self.sample_once()
         except Exception as exc:  # noqa: BLE001 - a failed round is retried at the next interval
