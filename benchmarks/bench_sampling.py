@@ -16,7 +16,9 @@ machine, and is printed apart: ``process table``). Simulated GPU slots cost noth
 machine adds NVML's per-device calls.
 
 Prints CPU seconds per round (this process's CPU time, over ``--rounds`` rounds after a
-warm-up round), wall time, and the share of one core at ``--interval`` seconds. Never asserts.
+warm-up round), wall time, the share of one core at ``--interval`` seconds, and how long
+another thread (standing for the controller's loop) can be kept waiting while a round runs
+beside it, next to the same figure with no round running. Never asserts.
 
 Run:  python benchmarks/bench_sampling.py [--tasks 1000] [--processes 50] [--rounds 5] [--interval 10]
       [--db-url postgresql://...]
@@ -30,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -91,6 +94,27 @@ def _private(url: str) -> tuple[str, Callable[[], None] | None]:
     return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}", drop
 
 
+def _round(backend: LocalBackend, db: Database, running: dict) -> None:
+    sampled = backend.sample(datetime.now(UTC), running)
+    with db.session() as session:
+        history.record(session, sampled)
+
+
+def _longest_gap(work: Callable[[], None], at_least: float = 0.0) -> float:
+    """The longest gap between two wake-ups of this thread, asking for 1 ms sleeps, while
+    ``work`` runs in another thread (and for ``at_least`` seconds)."""
+    worker = threading.Thread(target=work)
+    worker.start()
+    began = last = time.perf_counter()
+    gap = 0.0
+    while worker.is_alive() or time.perf_counter() - began < at_least:
+        time.sleep(0.001)
+        now = time.perf_counter()
+        gap, last = max(gap, now - last), now
+    worker.join()
+    return gap
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=1000)
@@ -122,6 +146,13 @@ def main(argv: list[str] | None = None) -> None:
                     sampling.append(sampled_cpu)
                     wall.append(time.perf_counter() - wall0)
                     stored.append(len(sampled.tasks))
+            # What a round costs the controller's own thread: the longest gap, while a round
+            # runs in its background thread (as Monitoring runs it), between two wake-ups
+            # of a thread asking for 1 ms sleeps (the GIL and SQLite's write lock are shared).
+            stalls, idle = [], []
+            for _ in range(3):
+                idle.append(_longest_gap(lambda: None, 1.0))
+                stalls.append(_longest_gap(lambda: _round(backend, db, running)))
             table0 = time.process_time()
             table = ProcessTable()
             table_cpu = time.process_time() - table0
@@ -141,6 +172,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"one round (sample + store), median of {args.rounds}: {per_round * 1000:.1f} ms CPU, "
           f"{median(wall) * 1000:.1f} ms wall; {per_round / args.tasks * 1e6:.0f} µs CPU per task "
           f"(sampling {median(sampling) * 1000:.1f} ms, storing {(per_round - median(sampling)) * 1000:.1f} ms)")
+    print(f"longest stall of another thread while a round runs beside it: {median(stalls) * 1000:.1f} ms "
+          f"(median of 3 rounds; {median(idle) * 1000:.1f} ms in 1 s with no round: this machine's own noise)")
     print(ratio_line(f"share of one core at a {args.interval:g} s interval", share, TARGET_PCT,
                      lower_is_better=True, unit="%"))
 
