@@ -282,7 +282,7 @@ class LocalSampler:
         cpu_pct = rx_rate = tx_rate = None
         if before is not None and mono > before.mono:
             span = total - before.cpu_total
-            cpu_pct = 100.0 * (busy - before.cpu_busy) / span if span > 0 else None
+            cpu_pct = min(100.0, max(0.0, 100.0 * (busy - before.cpu_busy) / span)) if span > 0 else None
             elapsed = mono - before.mono
             rx_rate = max(0, rx - before.rx_bytes) / elapsed
             tx_rate = max(0, tx - before.tx_bytes) / elapsed
