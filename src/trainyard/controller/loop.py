@@ -104,6 +104,8 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.monitoring is not None:  # a round half written when the store closes would only log noise
+            self.monitoring.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
