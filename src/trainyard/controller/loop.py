@@ -9,6 +9,7 @@ import time
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories
+from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
@@ -60,6 +61,8 @@ class Controller:
         config: SchedulerConfig | None = None,
         specs: StoredSpecs | None = None,
         job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS,
+        alert_interval_seconds: float = 30.0,
+        alert_receivers: Receivers | None = None,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -81,6 +84,7 @@ class Controller:
             if isinstance(backend, JobDirectories)
             else None
         )
+        self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers())
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -143,6 +147,11 @@ class Controller:
                 self.reconciler.run()
         if self.job_dirs is not None:
             self.job_dirs.start_if_due()
+        try:
+            if self.alerts.run_if_due():
+                self._dirty = True  # an automatic cordon changes what can be placed
+        except Exception:  # noqa: BLE001 - alerting must never stop scheduling
+            log.exception("evaluating the alert rules failed; trying again at the next interval")
 
     def _schedule(self) -> bool:
         with self.db.session() as session:

@@ -1,0 +1,79 @@
+"""The alert loop's tick: evaluate the rules (one transaction), then tell the receivers
+(outside it), then note who heard what.
+
+A receiver that fails (webhook down, SMTP refusing) is logged and asked again at the next
+evaluation; one that heard an alert's state is never told it again. Nothing here may
+stop the controller.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from trainyard.core.clock import Clock
+from trainyard.monitor.notify import Notice, SmtpSettings, send_email, send_webhook
+from trainyard.services import alerts as alert_service
+from trainyard.store.db import Database
+
+log = logging.getLogger(__name__)
+
+EMAIL = "email"
+
+
+@dataclass(frozen=True)
+class Receivers:
+    webhook_urls: Sequence[str] = ()
+    smtp: SmtpSettings | None = None
+    external_url: str = ""  # the server's own address, for the payload's links
+
+    def names(self) -> list[str]:
+        return [f"webhook:{u}" for u in self.webhook_urls] + ([EMAIL] if self.smtp is not None else [])
+
+
+@dataclass
+class AlertEvaluator:
+    db: Database
+    clock: Clock
+    interval: float
+    receivers: Receivers = field(default_factory=Receivers)
+    _last: float | None = None
+
+    def run_if_due(self) -> bool:
+        now = self.clock.monotonic()
+        if self._last is not None and now - self._last < self.interval:
+            return False
+        self._last = now
+        self.run()
+        return True
+
+    def run(self) -> None:
+        """Evaluate now and deliver what each receiver has not heard."""
+        with self.db.session() as session:
+            opened, resolved = alert_service.evaluate(session, self.clock)
+            for alert in opened:
+                log.warning("alert %s firing: %s", alert.id, alert.message)
+            for alert in resolved:
+                log.info("alert %s resolved: %s", alert.id, alert.message)
+            names = self.receivers.names()
+            pending = alert_service.unheard(session, names) if names else {}
+        for receiver, notices in pending.items():
+            if notices and self._deliver(receiver, notices):
+                with self.db.session() as session:
+                    alert_service.mark_heard(session, receiver, notices)
+
+    def _deliver(self, receiver: str, notices: list[Notice]) -> bool:
+        try:
+            if receiver == EMAIL:
+                assert self.receivers.smtp is not None
+                send_email(self.receivers.smtp, notices)
+            else:
+                send_webhook(receiver.removeprefix("webhook:"), notices, self.receivers.external_url)
+        except (OSError, httpx.HTTPError) as error:
+            log.warning("could not notify %s of %d alert(s) (trying again at the next evaluation): %s",
+                        receiver, len(notices), error)
+            return False
+        return True
