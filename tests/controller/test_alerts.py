@@ -32,7 +32,6 @@ from trainyard.spec.templating import normalized_spec
 from trainyard.store.queries import alerts as alert_queries
 from trainyard.store.rows import AttemptRow, JobRow, NodeRow, NodeSampleRow, TaskRow, TaskSampleRow
 
-
 SPEC = normalized_spec(parse_job(
     "name: train\ntaskRoles:\n  main:\n    resourcePerInstance: {gpu: 1}\n    commands: ['python train.py']\n"
 ))
@@ -126,7 +125,9 @@ def test_a_job_running_longer_than_the_limit_fires_and_resolves_when_it_ends(wor
         session.get(JobRow, job).state = "SUCCEEDED"
     assert world.run() == {}
     listed = world.admin.get("/api/v1/alerts", params={"all": "true"}).json()
-    assert [(a["rule"], a["state"], a["endedAt"] is not None) for a in listed] == [("long-running-job", "resolved", True)]
+    assert [(a["rule"], a["state"], a["endedAt"] is not None) for a in listed] == [
+        ("long-running-job", "resolved", True)]
+    assert world.admin.get("/api/v1/alerts").json() == []  # firing ones only, by default
 
 
 def test_idle_gpus_fire_after_the_window_never_on_na_utilisation_and_resolve_when_used(world: World) -> None:
