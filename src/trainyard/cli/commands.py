@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from trainyard.cli import admin_commands, render
+from trainyard.cli import admin_commands, alert_commands, render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
 from trainyard.client import (
@@ -296,4 +296,5 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "group": admin_commands.cmd_group,
     "quota": admin_commands.cmd_quota,
     "node": admin_commands.cmd_node,
+    "alerts": alert_commands.cmd_alerts,
 }

@@ -47,7 +47,7 @@ def list_rules(_: Admin, ctx: Ctx) -> list[AlertRuleView]:
 def prometheus_rules(_: Admin, ctx: Ctx) -> PlainTextResponse:
     """The enabled rules with their current thresholds as a Prometheus alerting-rules file."""
     with ctx.db.session() as session:
-        return PlainTextResponse(alert_service.prometheus_rules_file(session), media_type="application/yaml")
+        return PlainTextResponse(alert_service.prometheus_rules_file(session))
 
 
 @router.put("/rules/{name}", response_model=AlertRuleView, responses=errors(401, 403, 404, 422))
