@@ -43,7 +43,11 @@ def list_rules(_: Admin, ctx: Ctx) -> list[AlertRuleView]:
         return alert_service.rule_views(session)
 
 
-@router.get("/rules.yml", response_class=PlainTextResponse, responses=errors(401, 403))
+RULES_FILE = {"description": "A Prometheus alerting-rules file (YAML)",
+              "content": {"text/plain": {"schema": {"type": "string"}}}}
+
+
+@router.get("/rules.yml", response_model=None, responses={200: RULES_FILE, **errors(401, 403)})
 def prometheus_rules(_: Admin, ctx: Ctx) -> PlainTextResponse:
     """The enabled rules with their current thresholds as a Prometheus alerting-rules file."""
     with ctx.db.session() as session:
