@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from trainyard.api.app import create_app
 from trainyard.api.deps import AppContext
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.alerting import AlertEvaluator, Receivers
+from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.monitor.notify import SmtpSettings
 from trainyard.services.auth import bootstrap_admin, create_token, create_user
@@ -349,3 +351,24 @@ def test_the_prometheus_rules_file_passes_promtool_with_the_current_thresholds(w
     checked = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 6 rules found" in checked.stdout
+
+
+def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops_its_cycle(db, tmp_path) -> None:
+    clock = FakeClock()
+    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
+    unreachable = Receivers(["http://127.0.0.1:9/nobody-listens"])
+    controller = Controller(db, backend, clock, alert_interval_seconds=30.0, alert_receivers=unreachable)
+    controller.run_once()  # inventory, and a first evaluation: nothing to find
+    with db.session() as session:
+        node = session.scalars(select(NodeRow)).one().name
+        session.add(NodeSampleRow(node=node, at=clock.now(), step=0, disk_used_pct=99.0, gpus=[]))
+    clock.advance(10)
+    controller.run_once()  # not due yet
+    with db.session() as session:
+        assert alert_queries.firing_alerts(session) == []
+    clock.advance(25)
+    controller.run_once()  # due: fires; the webhook fails, logged, and the cycle goes on
+    with db.session() as session:
+        (alert,) = alert_queries.firing_alerts(session)
+        assert (alert.rule, alert.subject, alert.notified) == ("disk-full", f"node:{node}", {})
+    assert controller.cycles == 3
