@@ -264,9 +264,11 @@ class Client:
         """One job: state, attempts and their tasks, placement, events, its spec (secrets masked)."""
         return self._parse(JobDetail, self._request("GET", f"/jobs/{_job_id(job_id)}").content)
 
-    def stop(self, job_id: int) -> JobDetail:
-        """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now."""
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop").content)
+    def stop(self, job_id: int, *, reason: str = "") -> JobDetail:
+        """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now.
+        ``reason`` is told to the job's owner in its message and history."""
+        params = {"reason": reason} if reason else None
+        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
 
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                  offset: int | None = None, tail: int | None = None, limit: int | None = None) -> LogRead:

@@ -70,3 +70,16 @@ def test_an_admin_stops_a_flagged_job_and_its_owner_reads_why(api: Api, yard: Ya
     detail = json.loads(out)
     assert detail["message"].startswith("stopped by admin: long-waiting-job: ")
     assert detail["message"].endswith(" before it started")
+
+
+def test_stop_with_a_reason_tells_the_owner_and_a_reason_with_nul_is_refused(api: Api, yard: Yard) -> None:
+    response = api.user.post("/api/v1/jobs", content=JOB, headers={"content-type": "application/yaml"})
+    job = response.json()["id"]
+    bad = api.admin.post(f"/api/v1/jobs/{job}/stop", params={"reason": "a\x00b"})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["path"] == "reason"
+    code, out, _ = yard("stop", str(job), "--reason", "idle for two days; see #ops", token=api.admin_token)
+    assert (code, out) == (0, f"job {job}: STOPPED\n")
+    code, out, _ = yard("job", str(job), "--json")  # the owner
+    detail = json.loads(out)
+    assert detail["message"] == "stopped by admin: idle for two days; see #ops before it started"
+    assert any(e["message"] == "stop requested by admin: idle for two days; see #ops" for e in detail["events"])

@@ -194,7 +194,7 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
-    job = client.stop(args.id)
+    job = client.stop(args.id, reason=args.reason)
     render.print_json(job) if args.json else print(f"job {job.id}: {job.state}")
     return 0
 

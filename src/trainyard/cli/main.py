@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
     p.add_argument("id", type=int)
+    p.add_argument("--reason", default="", help="why, told to the job's owner in its message and history")
     _json_flag(p)
 
     p = sub.add_parser("wait", help="wait for a job to end; exit 0 only if it SUCCEEDED")
