@@ -176,6 +176,10 @@ def test_node_rules_disk_ecc_missing_gpu_and_silence_fire_and_resolve(world: Wor
     assert world.run() == {}
     world.clock.advance(301)
     assert world.run() == {("node-unhealthy", "node:n1"): "node n1: not sampled for over 300 s"}
+    world.clock.advance(2 * 86400)  # its last sample is now older than anything the rule looks at
+    assert world.run() == {("node-unhealthy", "node:n1"): "node n1: not sampled for over 300 s"}
+    world.node_sample()
+    assert world.run() == {}
 
 
 def test_thresholds_changed_through_the_api_take_effect_at_the_next_evaluation(world: World) -> None:

@@ -95,6 +95,7 @@ def read_facts(session: Session, settings: Mapping[str, rules.RuleSettings], clo
     util = alert_queries.mean_gpu_util(session, [r[0] for r in running], now - window)
     waiting_after = timedelta(minutes=float(settings[rules.RuleName.LONG_WAITING_JOB].params.get("minutes", 30.0)))
     samples = {s.node: s for s in metric_queries.latest_node_samples(session, now - SAMPLE_LOOKBACK)}
+    flagged = {a.node for a in alert_queries.firing_alerts(session) if a.rule == rules.RuleName.NODE_UNHEALTHY}
     nodes = []
     for node in node_queries.all_nodes(session):
         sample = samples.get(node.name)
@@ -110,8 +111,10 @@ def read_facts(session: Session, settings: Mapping[str, rules.RuleSettings], clo
         running=[rules.RunningJob(job_id, user, vc, started, gpus, util.get(job_id))
                  for job_id, user, vc, started, gpus in running],
         waiting=[rules.WaitingJob(*w) for w in alert_queries.waiting_jobs(session, now - waiting_after)],
-        # A node never sampled in the lookback has no sampler: its staleness says nothing.
-        nodes=[n for n in nodes if n.sampled_at is not None or not n.schedulable],
+        # A node not sampled in the lookback has no sampler, and its silence says nothing —
+        # unless it is already flagged: then its raw samples have merely aged out of the
+        # history, and it stays unhealthy until it is sampled again.
+        nodes=[n for n in nodes if n.sampled_at is not None or not n.schedulable or n.name in flagged],
     )
 
 
