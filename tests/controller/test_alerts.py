@@ -376,3 +376,17 @@ def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops
         (alert,) = alert_queries.firing_alerts(session)
         assert (alert.rule, alert.subject, alert.notified) == ("disk-full", f"node:{node}", {})
     assert controller.cycles == 3
+
+
+def test_a_new_idle_window_is_read_at_the_next_evaluation_not_from_the_last_reading(world: World) -> None:
+    job = world.running_job()
+    for _ in range(35):  # idle for 35 minutes, sampled every minute
+        world.task_sample(job, 1.0)
+        world.clock.advance(60)
+    world.task_sample(job, 95.0)  # then busy: a mean of 19.8 % over the last 5 minutes
+    world.clock.advance(1)
+    assert list(world.run()) == [("idle-gpu-job", f"job:{job}")]
+    changed = world.admin.put("/api/v1/alerts/rules/idle-gpu-job", json={"params": {"window_minutes": 5}})
+    assert changed.status_code == 200
+    world.clock.advance(1)
+    assert world.run() == {}  # over the last 5 minutes it is busy

@@ -41,6 +41,7 @@ class AlertEvaluator:
     interval: float
     receivers: Receivers = field(default_factory=Receivers)
     _last: float | None = None
+    _utilisation: alert_service.WindowedUtilisation = field(default_factory=alert_service.WindowedUtilisation)
 
     def run_if_due(self) -> bool:
         now = self.clock.monotonic()
@@ -53,7 +54,7 @@ class AlertEvaluator:
     def run(self) -> None:
         """Evaluate now and deliver what each receiver has not heard."""
         with self.db.session() as session:
-            opened, resolved = alert_service.evaluate(session, self.clock)
+            opened, resolved = alert_service.evaluate(session, self.clock, self._utilisation)
             for alert in opened:
                 log.warning("alert %s firing: %s", alert.id, alert.message)
             for alert in resolved:

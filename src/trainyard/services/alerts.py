@@ -10,7 +10,7 @@ rule says so. Notifying is I/O and happens outside it (``controller/alerting.py`
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
@@ -87,12 +87,35 @@ def prometheus_rules_file(session: Session) -> str:
     return rules.prometheus_rules(rule_settings(session))
 
 
-def read_facts(session: Session, settings: Mapping[str, rules.RuleSettings], clock: Clock) -> rules.Facts:
+class WindowedUtilisation:
+    """The running jobs' mean GPU utilisation over the idle rule's window, read again only
+    when a tenth of the window has passed (or the window changed): an average over 30
+    minutes moves little in 30 s, and reading it scans every task sample in the window
+    (180,000 rows for 1,000 tasks sampled every 10 s; ``benchmarks/bench_alerts.py``)."""
+
+    def __init__(self) -> None:
+        self._read: tuple[datetime, timedelta, dict[int, float]] | None = None
+
+    def of(self, session: Session, job_ids: list[int], now: datetime, window: timedelta) -> dict[int, float]:
+        if self._read is not None:
+            read_at, read_window, util = self._read
+            if read_window == window and timedelta(0) <= now - read_at < window / 10:
+                return util
+        util = alert_queries.mean_gpu_util(session, job_ids, now - window)
+        self._read = (now, window, util)
+        return util
+
+
+def read_facts(
+    session: Session, settings: Mapping[str, rules.RuleSettings], clock: Clock,
+    utilisation: WindowedUtilisation | None = None,
+) -> rules.Facts:
     now = clock.now()
     idle = settings[rules.RuleName.IDLE_GPU_JOB]
     window = timedelta(minutes=float(idle.params.get("window_minutes", 30.0)))
     running = alert_queries.running_jobs_with_gpus(session)
-    util = alert_queries.mean_gpu_util(session, [r[0] for r in running], now - window)
+    job_ids = [r[0] for r in running]
+    util = (utilisation or WindowedUtilisation()).of(session, job_ids, now, window) if idle.enabled else {}
     waiting_after = timedelta(minutes=float(settings[rules.RuleName.LONG_WAITING_JOB].params.get("minutes", 30.0)))
     samples = {s.node: s for s in metric_queries.latest_node_samples(session, now - SAMPLE_LOOKBACK)}
     flagged = {a.node for a in alert_queries.firing_alerts(session) if a.rule == rules.RuleName.NODE_UNHEALTHY}
@@ -118,10 +141,13 @@ def read_facts(session: Session, settings: Mapping[str, rules.RuleSettings], clo
     )
 
 
-def evaluate(session: Session, clock: Clock) -> tuple[list[AlertRow], list[AlertRow]]:
+def evaluate(
+    session: Session, clock: Clock, utilisation: WindowedUtilisation | None = None
+) -> tuple[list[AlertRow], list[AlertRow]]:
     """Judge the rules now; the alerts opened and the alerts resolved."""
     settings = rule_settings(session)
-    findings = {(f.rule, f.subject): f for f in rules.evaluate(read_facts(session, settings, clock), settings)}
+    facts = read_facts(session, settings, clock, utilisation)
+    findings = {(f.rule, f.subject): f for f in rules.evaluate(facts, settings)}
     now = clock.now()
     opened, resolved = [], []
     firing = {(a.rule, a.subject): a for a in alert_queries.firing_alerts(session)}
