@@ -6,7 +6,8 @@ In process, no server: a fresh SQLite store (or ``--database-url``), rows insert
 then ``controller.alerting.AlertEvaluator.run`` timed ``--runs`` times (no receivers). The
 first run opens the alerts (a third of the jobs are idle, every tenth node's disk is full);
 the later ones find the same and change nothing, as the controller's steady state does.
-Prints p50, max and the ratio to the target. Never asserts.
+Prints p50, max, the mean (what the controller pays per evaluation, counting the idle
+window's re-reads every tenth of the window) and its ratio to the target. Never asserts.
 
 Run:  python benchmarks/bench_alerts.py [--jobs 1000] [--minutes 30] [--runs 5]
 """
@@ -76,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--minutes", type=int, default=30)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=12, help="evaluations, 30 s apart on the fake clock")
     parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -96,11 +97,12 @@ def main() -> None:
             times.append(time.perf_counter() - began)
             clock.advance(30)
         db.dispose()
-    p50 = statistics.median(times)
-    verdict = "meets" if p50 < TARGET_S else "MISSES"
-    print(f"alert evaluation: first {times[0] * 1000:.0f} ms (opens the alerts), p50 {p50 * 1000:.0f} ms, "
-          f"max {max(times) * 1000:.0f} ms; target < {TARGET_S * 1000:.0f} ms: {p50 / TARGET_S:.2f}x, {verdict}; "
-          f"every 30 s that is {p50 / 30 * 100:.2f} % of one core")
+    p50, mean = statistics.median(times), statistics.fmean(times)
+    verdict = "meets" if mean < TARGET_S else "MISSES"
+    print(f"alert evaluation: first {times[0] * 1000:.0f} ms (opens the alerts and reads the idle window), "
+          f"p50 {p50 * 1000:.0f} ms, max {max(times) * 1000:.0f} ms (the window is read again every 3 min), "
+          f"mean {mean * 1000:.0f} ms; target < {TARGET_S * 1000:.0f} ms: {mean / TARGET_S:.2f}x, {verdict}; "
+          f"every 30 s that is {mean / 30 * 100:.2f} % of one core")
 
 
 if __name__ == "__main__":
