@@ -215,6 +215,11 @@ def test_an_unhealthy_node_is_cordoned_only_when_an_admin_enabled_it(world: Worl
     assert found == {("node-unhealthy", "node:n1"): "node n1: GPU 0 not answering (cordoned automatically)"}
     with world.db.session() as session:
         assert session.get(NodeRow, "n1").cordoned is True
+    world.admin.post("/api/v1/nodes/n1/uncordon")  # the admin's word is final while it fires
+    world.node_sample(gpus=[{"index": 0, "model": "A100", "healthy": False}, {"index": 1, "model": "A100"}])
+    assert world.run() == found
+    with world.db.session() as session:
+        assert session.get(NodeRow, "n1").cordoned is False
 
 
 def test_users_see_alerts_about_their_own_jobs_and_only_admins_tune_rules(world: World) -> None:

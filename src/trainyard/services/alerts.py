@@ -29,6 +29,7 @@ FIRING, RESOLVED = alert_queries.FIRING, alert_queries.RESOLVED
 # Nodes whose newest sample is older than this are not judged stale: they were never
 # sampled (no sampler for them), which is not a sign of sickness.
 SAMPLE_LOOKBACK = timedelta(days=1)
+CORDONED = " (cordoned automatically)"
 
 
 def rule_settings(session: Session) -> dict[str, rules.RuleSettings]:
@@ -156,7 +157,8 @@ def evaluate(
             alert.state, alert.ended_at = RESOLVED, now
             resolved.append(alert)
         else:
-            alert.message = findings[key].message  # the figures move while it fires
+            # The figures move while it fires; that it cordoned the node stays said.
+            alert.message = findings[key].message + (CORDONED if alert.message.endswith(CORDONED) else "")
     for key, finding in findings.items():
         if key in firing:
             continue
@@ -169,7 +171,7 @@ def evaluate(
             node = node_queries.node_named(session, finding.node)
             if node is not None and not node.cordoned:
                 node.cordoned = True
-                alert.message += " (cordoned automatically)"
+                alert.message += CORDONED
     session.flush()
     return opened, resolved
 
