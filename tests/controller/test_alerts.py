@@ -28,6 +28,8 @@ from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.monitor.notify import SmtpSettings
+from trainyard.schemas.alerts import AlertRuleUpdate
+from trainyard.services.alerts import set_rule
 from trainyard.services.auth import bootstrap_admin, create_token, create_user
 from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import normalized_spec
@@ -344,17 +346,18 @@ def test_firing_and_resolved_reach_a_webhook_and_a_mailbox_once_and_failures_are
 
 
 def test_the_prometheus_rules_file_passes_promtool_with_the_current_thresholds(world: World, tmp_path) -> None:
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        if os.environ.get("TRAINYARD_REQUIRE_PROMETHEUS") == "1" or os.environ.get("CI"):
-            pytest.fail("promtool missing, and this run requires it: .ci/run installs Debian's prometheus package")
-        pytest.skip("promtool not installed (apt-get install -y prometheus); CI runs this check")
     world.admin.put("/api/v1/alerts/rules/long-running-job", json={"params": {"days": 7}})
     world.admin.put("/api/v1/alerts/rules/long-waiting-job", json={"enabled": False})
     response = world.admin.get("/api/v1/alerts/rules.yml")
     assert response.status_code == 200
     text = response.text
     assert "trainyard_job_running_seconds > 604800" in text and "trainyard_queue_oldest_wait_seconds" not in text
+    assert "avg_over_time(trainyard_task_gpu_utilization_ratio[30m])) < 0.1" in text
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("TRAINYARD_REQUIRE_PROMETHEUS") == "1" or os.environ.get("CI"):
+            pytest.fail("promtool missing, and this run requires it: .ci/run installs Debian's prometheus package")
+        pytest.skip("promtool not installed (apt-get install -y prometheus); CI runs this check")
     path = tmp_path / "trainyard.rules.yml"
     path.write_text(text)
     checked = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True)
@@ -367,20 +370,24 @@ def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops
     backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
     unreachable = Receivers(["http://127.0.0.1:9/nobody-listens"])
     controller = Controller(db, backend, clock, alert_interval_seconds=30.0, alert_receivers=unreachable)
-    controller.run_once()  # inventory, and a first evaluation: nothing to find
-    with db.session() as session:
-        node = session.scalars(select(NodeRow)).one().name
-        session.add(NodeSampleRow(node=node, at=clock.now(), step=0, disk_used_pct=99.0, gpus=[]))
+    with db.session() as session:  # any disk in use is "full": the real sampler's figure will do
+        set_rule(session, "disk-full", AlertRuleUpdate(params={"used_pct": 0.001}), clock)
+    controller.run_once()  # inventory, a first sampling round and a first evaluation, each in its thread
+    assert controller.monitoring is not None
+    controller.monitoring.join(10)
+    controller.alerts.join(10)
     clock.advance(10)
     controller.run_once()  # not due yet
-    with db.session() as session:
-        assert alert_queries.firing_alerts(session) == []
+    assert controller.alerts.start_if_due() is False
     clock.advance(25)
     controller.run_once()  # due: fires; the webhook fails, logged, and the cycle goes on
+    controller.alerts.join(10)
     with db.session() as session:
-        (alert,) = alert_queries.firing_alerts(session)
-        assert (alert.rule, alert.subject, alert.notified) == ("disk-full", f"node:{node}", {})
+        node = session.scalars(select(NodeRow)).one().name
+        firing = {a.subject: a for a in alert_queries.firing_alerts(session) if a.rule == "disk-full"}
+    assert firing[f"node:{node}"].notified == {}  # not heard: asked again at the next evaluation
     assert controller.cycles == 3
+    controller.stop()
 
 
 def test_a_new_idle_window_is_read_at_the_next_evaluation_not_from_the_last_reading(world: World) -> None:

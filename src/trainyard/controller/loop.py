@@ -8,11 +8,12 @@ import time
 
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.backends.base import Backend, JobDirectories
+from trainyard.backends.base import Backend, JobDirectories, MetricsSource
 from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
+from trainyard.controller.monitoring import Monitoring
 from trainyard.controller.reconcile import Reconciler
 from trainyard.controller.scheduling import (
     PortPlan,
@@ -27,7 +28,7 @@ from trainyard.controller.world import (
     virtual_clusters,
 )
 from trainyard.core.clock import Clock
-from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS
+from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
 from trainyard.services.specs import StoredSpecs
@@ -61,6 +62,7 @@ class Controller:
         config: SchedulerConfig | None = None,
         specs: StoredSpecs | None = None,
         job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS,
+        monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
         alert_interval_seconds: float = 30.0,
         alert_receivers: Receivers | None = None,
     ) -> None:
@@ -84,7 +86,11 @@ class Controller:
             if isinstance(backend, JobDirectories)
             else None
         )
-        self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers())
+        self.monitoring = (
+            Monitoring(db, backend, clock, monitor_interval_seconds) if isinstance(backend, MetricsSource) else None
+        )
+        self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers(),
+                                     on_cordon=self.wake)
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -103,6 +109,9 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.monitoring is not None:  # a round half written when the store closes would only log noise
+            self.monitoring.join(timeout=10)
+        self.alerts.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -125,7 +134,8 @@ class Controller:
             self._wake.clear()
 
     def run_once(self) -> None:
-        """One full cycle: inventory (when due), reconcile, schedule, launch."""
+        """One full cycle: inventory (when due), reconcile, schedule, launch; job-directory
+        sweeps and monitoring rounds start in their own threads when due."""
         self.cycles += 1
         mono = self.clock.monotonic()
         if mono - self._last_inventory >= INVENTORY_REFRESH_SECONDS:
@@ -147,11 +157,9 @@ class Controller:
                 self.reconciler.run()
         if self.job_dirs is not None:
             self.job_dirs.start_if_due()
-        try:
-            if self.alerts.run_if_due():
-                self._dirty = True  # an automatic cordon changes what can be placed
-        except Exception:  # noqa: BLE001 - alerting must never stop scheduling
-            log.exception("evaluating the alert rules failed; trying again at the next interval")
+        if self.monitoring is not None:
+            self.monitoring.start_if_due()
+        self.alerts.start_if_due()
 
     def _schedule(self) -> bool:
         with self.db.session() as session:

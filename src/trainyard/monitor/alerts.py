@@ -294,4 +294,4 @@ def prometheus_rules(rules: Mapping[str, RuleSettings]) -> str:
                 "labels": {"severity": definition.severity, "trainyard_rule": str(name)},
                 "annotations": {"summary": f"Trainyard {name}", "description": description},
             })
-    return yaml.safe_dump({"groups": [{"name": "trainyard", "rules": alerts}]}, sort_keys=False)
+    return yaml.safe_dump({"groups": [{"name": "trainyard", "rules": alerts}]}, sort_keys=False, width=1000)
