@@ -1,0 +1,155 @@
+"""``GET /metrics`` against a real Prometheus (Debian's ``prometheus`` package): it scrapes a
+real ``yard up`` with the admin's token, and its HTTP API answers how many GPUs a running
+job holds; ``promtool check metrics`` finds nothing to lint on the page.
+
+Outside CI a machine without Prometheus skips these, saying why; ``.ci/run`` installs it and
+sets ``TRAINYARD_REQUIRE_PROMETHEUS=1``, which makes a missing one a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from e2e.server import Server, free_port, wait_until
+
+pytestmark = pytest.mark.e2e
+
+REQUIRE_PROMETHEUS = os.environ.get("TRAINYARD_REQUIRE_PROMETHEUS") == "1"
+
+HOLDS_TWO_GPUS = """
+name: holds-two
+taskRoles:
+  main:
+    resourcePerInstance: {gpu: 2, cpu: 0.5, memoryMB: 128}
+    commands: ['sleep 600']
+"""
+
+
+def prometheus_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        why = f"{name} is not installed (Debian: apt-get install prometheus)"
+        if REQUIRE_PROMETHEUS:
+            pytest.fail(f"{why}, and TRAINYARD_REQUIRE_PROMETHEUS=1 requires it")
+        pytest.skip(why)
+    return path
+
+
+def admin_token(server: Server) -> str:
+    token: str = json.loads((server.home / "client.json").read_text())["token"]
+    return token
+
+
+def scrape(server: Server) -> httpx.Response:
+    return httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {admin_token(server)}"}, timeout=10)
+
+
+class Prometheus:
+    """A Prometheus server scraping one ``yard up`` every second, on a free port."""
+
+    def __init__(self, binary: str, server: Server, folder: Path) -> None:
+        self.port = free_port()
+        token_file = folder / "token"
+        token_file.write_text(admin_token(server))
+        config = folder / "prometheus.yml"
+        config.write_text(f"""
+global: {{scrape_interval: 1s, scrape_timeout: 1s}}
+scrape_configs:
+  - job_name: trainyard
+    authorization: {{credentials_file: {token_file}}}
+    static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
+""")
+        self.log = folder / "prometheus.log"
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(
+                [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+
+    def api(self, path: str, **params: str) -> dict | None:
+        """An answer of Prometheus' HTTP API, or None while it is not yet serving."""
+        assert self.process.poll() is None, "prometheus exited:\n" + self.log.read_text(errors="replace")
+        try:
+            response = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=2)
+        except httpx.TransportError:
+            return None
+        if response.status_code != 200:
+            return None
+        answer: dict = response.json()["data"]
+        return answer
+
+    def target_health(self) -> tuple[str, str] | None:
+        targets = self.api("targets")
+        if not targets or not targets["activeTargets"]:
+            return None
+        target = targets["activeTargets"][0]
+        return target["health"], target["lastError"]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def prometheus(server: Server, tmp_path: Path) -> Iterator[Prometheus]:
+    running = Prometheus(prometheus_tool("prometheus"), server, tmp_path)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_prometheus_scrapes_yard_up_and_answers_the_gpus_a_running_job_holds(
+    server: Server, prometheus: Prometheus
+) -> None:
+    with server.admin() as sdk:
+        job = sdk.submit(HOLDS_TWO_GPUS)
+        wait_until(lambda: sdk.job(job.id).state == "RUNNING", timeout=60, what="the job to run")
+
+    health = wait_until(lambda: (h := prometheus.target_health()) and h[0] != "unknown" and h,
+                        timeout=60, what="Prometheus to scrape the server once")
+    assert health == ("up", ""), health
+
+    def allocated() -> list[dict] | None:
+        answer = prometheus.api("query", query="trainyard_gpus_allocated")
+        result = answer["result"] if answer else []
+        return result if result and float(result[0]["value"][1]) == 2 else None
+
+    series = wait_until(allocated, timeout=60, what="Prometheus to have scraped the job's 2 GPUs")
+    assert len(series) == 1  # the one local node, its one (simulated) model
+    assert series[0]["metric"]["job"] == "trainyard"  # Prometheus' own label: the scrape job
+    assert series[0]["metric"]["node"] and series[0]["metric"]["model"]
+    total = prometheus.api("query", query="sum(trainyard_gpus_total)")
+    assert total is not None and float(total["result"][0]["value"][1]) == 4
+
+
+def test_promtool_finds_nothing_to_lint_on_the_metrics_page(server: Server) -> None:
+    promtool = prometheus_tool("promtool")
+    with server.admin() as sdk:
+        job = sdk.submit(HOLDS_TWO_GPUS)
+        wait_until(lambda: sdk.job(job.id).state == "RUNNING", timeout=60, what="the job to run")
+    page = scrape(server)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain; version=0.0.4")
+    assert 'trainyard_jobs{state="RUNNING"} 1.0' in page.text
+    assert "trainyard_job_start_latency_seconds_count 1.0" in page.text
+    checked = subprocess.run([promtool, "check", "metrics"], input=page.text, capture_output=True, text=True,
+                             timeout=60)
+    problems = checked.stdout + checked.stderr
+    assert checked.returncode == 0 and problems == "", problems
+
+
+def test_scraping_without_a_token_is_refused_with_401(server: Server) -> None:
+    assert httpx.get(server.url + "/metrics", timeout=10).status_code == 401
