@@ -141,6 +141,14 @@ class Family:
             self.samples.append((rendered_labels, value))
 
 
+def format_value(value: float) -> str:
+    """``floatToGoString``, with a shortcut for the common case where it is ``repr``: a
+    finite value below 1e6 (Go writes larger ones with an exponent sooner than Python)."""
+    if 0 <= value < 1e6:
+        return repr(float(value))
+    return go_float(value)
+
+
 def write_families(families: Iterable[Family]) -> str:
     help_escape = str.maketrans({"\\": r"\\", "\n": r"\n"})
     out: list[str] = []
@@ -148,7 +156,7 @@ def write_families(families: Iterable[Family]) -> str:
         out.append(f"# HELP {family.name} {family.help.translate(help_escape)}\n# TYPE {family.name} {family.kind}\n")
         name = family.name
         out.extend(
-            f"{name}{{{rendered}}} {go_float(value)}\n" if rendered else f"{name} {go_float(value)}\n"
+            f"{name}{{{rendered}}} {format_value(value)}\n" if rendered else f"{name} {format_value(value)}\n"
             for rendered, value in family.samples
         )
     return "".join(out)
@@ -180,14 +188,18 @@ def node_families(nodes: Sequence[NodeFigures]) -> list[Family]:
     disk = Family("trainyard_node_disk_used_ratio", "gauge",
                   "Used share of the file system holding Trainyard's state, 0-1")
     for node in nodes:
-        node_label = labels(node=node.name)
+        # Labels written out in name order (as ``labels`` would), each value escaped once:
+        # a cluster has thousands of GPUs, and this loop is most of the page.
+        name = escape_label_value(node.name)
+        node_label = f'node="{name}"'
         for model, count in sorted(node.gpus_total.items()):
-            by_model = labels(model=model, node=node.name)
+            by_model = f'model="{escape_label_value(model)}",{node_label}'
             total.add(by_model, count)
             allocated.add(by_model, node.gpus_allocated.get(model, 0.0))
         for gpu in node.sampled_gpus:
-            device = labels(gpu=gpu.index, node=node.name)
-            util.add(labels(gpu=gpu.index, model=gpu.model, node=node.name), _ratio(gpu.util_pct))
+            device = f'gpu="{gpu.index}",{node_label}'
+            if gpu.util_pct is not None:
+                util.add(f'gpu="{gpu.index}",model="{escape_label_value(gpu.model)}",{node_label}', gpu.util_pct / 100)
             memory.add(device, _bytes(gpu.memory_used_mb))
             temperature.add(device, gpu.temperature_c)
             power.add(device, gpu.power_w)
@@ -235,8 +247,11 @@ def task_families(tasks: Sequence[TaskFigures]) -> list[Family]:
     memory = Family("trainyard_task_gpu_memory_used_bytes", "gauge", "GPU memory used by the task's processes")
     cpu = Family("trainyard_task_cpu_cores", "gauge", "CPU cores the task's processes keep busy (1 = one core)")
     task_memory = Family("trainyard_task_memory_used_bytes", "gauge", "Memory (RSS) of the task's processes")
+    escaped: dict[str, str] = {}  # users, VCs and roles repeat across tasks: escape each once
     for task in tasks:
-        task_label = labels(index=task.index, job=task.job_id, role=task.role, user=task.user, vc=task.vc)
+        role, user, vc = (escaped.get(v) or escaped.setdefault(v, escape_label_value(v))
+                          for v in (task.role, task.user, task.vc))
+        task_label = f'index="{task.index}",job="{task.job_id}",role="{role}",user="{user}",vc="{vc}"'
         util.add(task_label, _ratio(task.gpu_util_pct))
         memory.add(task_label, _bytes(task.gpu_memory_mb))
         cpu.add(task_label, task.cpu_cores)

@@ -10,7 +10,9 @@ so that a node or task nobody samples any more drops out instead of showing stal
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
+from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from trainyard.core.lifecycle import run_seconds
@@ -27,7 +29,6 @@ from trainyard.services.admin import describe_vcs
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.queries import nodes as node_queries
-from trainyard.store.rows import NodeSampleRow
 
 # A node whose newest sample is older than this many monitoring intervals is not "up":
 # one missed round is noise, three are a node (or its sampler) in trouble.
@@ -51,7 +52,7 @@ def _nodes(session: Session, since: datetime) -> list[NodeFigures]:
     for node, shares, _, _ in node_queries.unfinished_task_usage(session):
         for index, milli in shares:
             allocated[(node, index)] = allocated.get((node, index), 0.0) + milli / 1000
-    samples = {row.node: row for row in metric_queries.latest_node_samples(session, since)}
+    samples = {row.node: row for row in metric_queries.latest_node_figures(session, since)}
     figures = []
     for name, gpus, schedulable in node_queries.node_gpus(session):
         total: dict[str, int] = {}
@@ -69,7 +70,7 @@ def _nodes(session: Session, since: datetime) -> list[NodeFigures]:
     return figures
 
 
-def _sampled_gpus(sample: NodeSampleRow | None) -> tuple[GpuFigures, ...]:
+def _sampled_gpus(sample: Row[Any] | None) -> tuple[GpuFigures, ...]:
     if sample is None:
         return ()
     return tuple(
@@ -108,12 +109,14 @@ def _running_jobs(session: Session, now: datetime) -> list[RunningJobFigures]:
 def _tasks(session: Session, since: datetime, running: dict[int, RunningJobFigures]) -> list[TaskFigures]:
     """The newest sample of each task of a running or stopping job (an ended job's last
     samples stay in the history, not on this page)."""
-    return [
-        TaskFigures(
-            job_id=row.job_id, user=job.user, vc=job.vc, role=row.role, index=row.index,
-            gpu_util_pct=row.gpu_util_pct, gpu_memory_mb=row.gpu_memory_mb, cpu_cores=row.cpu_cores,
-            memory_mb=row.memory_mb,
-        )
-        for row in metric_queries.latest_task_samples(session, since)
-        if (job := running.get(row.job_id)) is not None
-    ]
+    figures = []
+    for job_id, role, index, gpu_util_pct, gpu_memory_mb, cpu_cores, memory_mb in metric_queries.latest_task_figures(
+        session, since
+    ):
+        job = running.get(job_id)
+        if job is not None:
+            figures.append(TaskFigures(
+                job_id=job_id, user=job.user, vc=job.vc, role=role, index=index, gpu_util_pct=gpu_util_pct,
+                gpu_memory_mb=gpu_memory_mb, cpu_cores=cpu_cores, memory_mb=memory_mb,
+            ))
+    return figures
