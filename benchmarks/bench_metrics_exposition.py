@@ -140,7 +140,7 @@ def timed(fn, runs: int) -> tuple[list[float], object]:
     return times, result
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6, help="rounds of samples in the store")
@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     print(ratio_line("GET /metrics p50", median(request_times) * 1000, TARGET_S * 1000, lower_is_better=True,
                      unit="ms"))
     print(f"GET /metrics max: {max(request_times) * 1000:.1f} ms over {args.runs} runs")
+    return {"p50_s": median(request_times), "read_p50_s": median(read_times), "write_p50_s": median(write_times)}
 
 
 if __name__ == "__main__":

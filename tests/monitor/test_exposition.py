@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+from prometheus_client.utils import floatToGoString
 
 from trainyard.monitor.exposition import (
     ClusterFigures,
@@ -18,6 +21,7 @@ from trainyard.monitor.exposition import (
     RunningJobFigures,
     TaskFigures,
     VcFigures,
+    format_value,
     render,
 )
 
@@ -73,3 +77,8 @@ def test_a_figure_nobody_measured_is_absent_never_zero() -> None:
     assert "# TYPE trainyard_task_gpu_utilization_ratio gauge" in page  # the family is still declared
     assert 'trainyard_gpus_allocated{model="H100",node="gpu-01"} 0.0\n' in page  # known: none allocated
     assert "trainyard_scheduler_cycle_duration_seconds" not in page  # no controller here
+
+
+@given(st.one_of(st.floats(), st.integers(min_value=-(2**53), max_value=2**53)))
+def test_values_are_written_as_prometheus_client_writes_them(value: float) -> None:
+    assert format_value(value) == floatToGoString(value)
