@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import Response
 
 from trainyard.api.deps import AppContext, admin_user, context
 from trainyard.api.openapi import errors
@@ -31,12 +31,13 @@ def _page(ctx: AppContext) -> str:
 
 @router.get(
     "/metrics",
-    response_class=PlainTextResponse,
-    responses={**errors(401, 403), 200: {"content": {CONTENT_TYPE: {}}}},
+    response_class=Response,  # errors stay JSON in the document; the page itself is declared below
+    responses={**errors(401, 403), 200: {"description": "Prometheus' text format 0.0.4",
+                                         "content": {CONTENT_TYPE: {"schema": {"type": "string"}}}}},
 )
 async def metrics(
     _: Annotated[UserRow, Depends(admin_user)], ctx: Annotated[AppContext, Depends(context)]
-) -> PlainTextResponse:
+) -> Response:
     """The cluster in Prometheus' text format (admins only): GPUs, nodes, VCs, queues, jobs, tasks."""
     page = await run_in_threadpool(_page, ctx)
-    return PlainTextResponse(page, media_type=CONTENT_TYPE)
+    return Response(page, media_type=CONTENT_TYPE)
