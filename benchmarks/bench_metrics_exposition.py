@@ -31,10 +31,13 @@ Run:  python benchmarks/bench_metrics_exposition.py [--runs 10] [--database-url 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -139,6 +142,27 @@ def fill(db: Database, now: datetime, rounds: int) -> None:
 CPU: dict[str, list[float]] = {}  # process CPU seconds per run, by what was timed
 
 
+@contextlib.contextmanager
+def private_schema(url: str | None) -> Iterator[str | None]:
+    """A PostgreSQL URL whose tables go to a schema of their own, dropped afterwards, so that
+    the benchmark leaves nothing in the database it was given."""
+    if url is None:
+        yield None
+        return
+    from sqlalchemy import create_engine, text
+
+    schema = f"bench_metrics_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
 def timed(fn, runs: int, name: str = "") -> tuple[list[float], object]:
     """Wall-clock seconds of each run (and, under ``name`` in ``CPU``, this process's CPU
     seconds: on a shared machine, what the work costs without the wait for a core)."""
@@ -159,7 +183,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=6, help="rounds of samples in the store")
-    parser.add_argument("--database-url", help="a PostgreSQL URL (default: a temporary SQLite file)")
+    parser.add_argument("--database-url", help="a PostgreSQL URL, SQLAlchemy form (postgresql+psycopg://...): "
+                        "the benchmark fills a schema of its own there and drops it (default: a temporary SQLite file)")
     args = parser.parse_args(argv)
 
     from fastapi.testclient import TestClient
@@ -175,8 +200,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from trainyard.services.auth import bootstrap_admin
     from trainyard.services.cluster_metrics import cluster_figures
 
-    with tempfile.TemporaryDirectory() as tmp:
-        url = args.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
+    with tempfile.TemporaryDirectory() as tmp, private_schema(args.database_url) as pg_url:
+        url = pg_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
         db = Database(url)
         db.migrate()
         clock = FakeClock(datetime.now(UTC).replace(microsecond=0))
