@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.server import Server, free_port, wait_until
 
@@ -150,8 +151,16 @@ def test_promtool_finds_nothing_to_lint_on_the_metrics_page(server: Server) -> N
     with server.admin() as sdk:
         job = sdk.submit(HOLDS_TWO_GPUS)
         wait_until(lambda: sdk.job(job.id).state == "RUNNING", timeout=60, what="the job to run")
-    page = scrape(server)
-    assert page.status_code == 200 and page.headers["content-type"].startswith("text/plain; version=0.0.4")
+    # Once the controller's sampling has run, the page carries node and task samples too,
+    # so that promtool lints every kind of metric on it.
+    def sampled_page() -> httpx.Response | None:
+        page = scrape(server)
+        names = {(s.name, s.value) for f in text_string_to_metric_families(page.text) for s in f.samples}
+        sampled = ("trainyard_node_up", 1.0) in names and any(n == "trainyard_task_cpu_cores" for n, _ in names)
+        return page if sampled else None
+
+    page = wait_until(sampled_page, timeout=90, what="a page with the node up and the running task's samples")
+    assert page.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert 'trainyard_jobs{state="RUNNING"} 1.0' in page.text
     assert "trainyard_job_start_latency_seconds_count 1.0" in page.text
     checked = subprocess.run([promtool, "check", "metrics"], input=page.text, capture_output=True, text=True,
