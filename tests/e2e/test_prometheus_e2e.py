@@ -65,6 +65,7 @@ class Prometheus:
 global: {{scrape_interval: 1s, scrape_timeout: 1s}}
 scrape_configs:
   - job_name: trainyard
+    honor_labels: true
     authorization: {{credentials_file: {token_file}}}
     static_configs: [{{targets: ["127.0.0.1:{server.port}"]}}]
 """)
@@ -140,10 +141,13 @@ def test_prometheus_scrapes_yard_up_and_answers_the_gpus_a_running_job_holds(
 
     series = wait_until(allocated, timeout=90, what="Prometheus to have scraped the job's 2 GPUs")
     assert len(series) == 1  # the one local node, its one (simulated) model
-    assert series[0]["metric"]["job"] == "trainyard"  # Prometheus' own label: the scrape job
+    assert series[0]["metric"]["job"] == "trainyard"  # no job label of ours: Prometheus' own, the scrape job
     assert series[0]["metric"]["node"] and series[0]["metric"]["model"]
     total = prometheus.api("query", query="sum(trainyard_gpus_total)")
     assert total is not None and float(total["result"][0]["value"][1]) == 4
+    # With honor_labels (README's scrape config), a job's own metrics keep its id as `job`.
+    running = prometheus.api("query", query="trainyard_job_running_seconds")
+    assert running is not None and [r["metric"]["job"] for r in running["result"]] == [str(job.id)]
 
 
 def test_promtool_finds_nothing_to_lint_on_the_metrics_page(server: Server) -> None:
