@@ -214,7 +214,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         job_dir_retention_seconds=settings.job_dir_retention_seconds,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
-                     job_dir_retention_seconds=settings.job_dir_retention_seconds)
+                     job_dir_retention_seconds=settings.job_dir_retention_seconds,
+                     monitor_interval_seconds=settings.monitor_interval_seconds)
     return ctx, controller
 
 
