@@ -49,7 +49,7 @@ def refresh_in_place(fetch: Callable[[], TopView], interval: float, *, keyboard:
     try:
         with keys:
             while True:
-                size = shutil.get_terminal_size()
+                size = _terminal_size(screen)
                 footer = f"every {interval:g}s; q or Ctrl-C quits"
                 frame = top_screen(fetch(), width=size.columns, height=size.lines, footer=footer)
                 # Over the previous frame, line by line, rather than clear-then-draw: no flicker.
@@ -63,6 +63,13 @@ def refresh_in_place(fetch: Callable[[], TopView], interval: float, *, keyboard:
     finally:
         screen.write(LEAVE_SCREEN)
         screen.flush()
+
+
+def _terminal_size(screen: TextIO) -> os.terminal_size:
+    try:
+        return os.get_terminal_size(screen.fileno())
+    except (OSError, ValueError):
+        return shutil.get_terminal_size()
 
 
 class QuitKey:
