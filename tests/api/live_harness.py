@@ -55,9 +55,11 @@ def running_job(api: Api, controller: Controller, token: str, name: str, *, inst
 
 def gpu(index: int, util: float | None, *, memory_used: int = 1000, simulated: bool = False,
         healthy: bool = True) -> GpuSample:
-    """A GPU as NVML would report it (the only stand-in: the figures are the test's)."""
+    """A GPU as NVML would report it (the figures are the test's); a simulated one measures
+    only what Trainyard's own processes hold on it."""
     return GpuSample(index=index, model="V100", memory_total_mb=16384, util_pct=util, memory_used_mb=memory_used,
-                     temperature_c=61.0, power_w=180.0, ecc_errors=0, simulated=simulated, healthy=healthy)
+                     temperature_c=None if simulated else 61.0, power_w=None if simulated else 180.0,
+                     ecc_errors=None if simulated else 0, simulated=simulated, healthy=healthy)
 
 
 def node_sample(node: str, at: datetime, gpus: tuple[GpuSample, ...] = (), **figures: float) -> NodeSample:

@@ -74,7 +74,7 @@ def test_top_once_shows_jobs_busiest_first_and_simulated_gpus_as_n_a(yard, api: 
     slow, fast = busy
     code, out, err = yard("top", "--once", token=api.admin_token)
     assert code == 0 and err == ""
-    assert "GPUs 3/4 allocated, 64% busy  2 running job(s)" in out.splitlines()[0]  # (15+88+88)/3 measured
+    assert "GPUs 3/4 allocated, util 64%  2 running job(s)" in out.splitlines()[0]  # (15+88+88)/3 measured
     [node] = _rows(out, "NODE")
     assert node[1:] == ["up", "3/4", "64%", "4000", "23%", "5120/16384", "42%"]
     gpus = _rows(out, "GPU ")
@@ -176,7 +176,7 @@ def test_on_a_terminal_top_redraws_in_place_until_q_and_gives_the_terminal_back(
     lines = frame.removesuffix(LEAVE_SCREEN).removesuffix(CLEAR_BELOW).replace("\r\n", "\n").split("\n")
     lines = [line.removesuffix(CLEAR_TO_LINE_END) for line in lines]
     assert len(lines) == 12 and all(len(line) <= 60 for line in lines), "cut to the terminal's size"
-    assert lines[0].endswith("GPUs 3/4 allocated, 64% busy") and len(lines[0]) == 60 and lines[2].startswith("NODE")
+    assert lines[0].endswith("GPUs 3/4 allocated, util 64%") and len(lines[0]) <= 60 and lines[2].startswith("NODE")
     assert lines[-2].startswith("... ") and lines[-1] == "every 0.05s; q or Ctrl-C quits"
 
 

@@ -107,6 +107,10 @@ class QuitKey:
         return False
 
 
+def _used_of(used: int | None, total: int) -> str:
+    return "n/a" if used is None else f"{used}/{total}"
+
+
 def _gpu_rows(top: TopView) -> list[list[str]]:
     rows = []
     for n in top.nodes:
@@ -114,7 +118,7 @@ def _gpu_rows(top: TopView) -> list[list[str]]:
             u = g.usage
             rows.append([
                 f"{n.name}/{g.index}", g.model, render.num(g.used), render.pct(u.utilPct if u else None),
-                f"{render.mib(u.memoryUsedMB if u else None)}/{g.memoryMB}",
+                _used_of(u.memoryUsedMB if u else None, g.memoryMB),
                 "n/a" if u is None or u.temperatureC is None else f"{u.temperatureC:.0f}C",
                 "n/a" if u is None or u.powerW is None else f"{u.powerW:.0f}W",
                 "n/a" if u is None else ("ok" if u.healthy else "FAILED"),
@@ -129,12 +133,12 @@ def top_screen(top: TopView, *, width: int | None = None, height: int | None = N
     gpus = [g for n in top.nodes for g in n.gpus]
     allocated = sum(g.used for g in gpus)
     summary = (f"{render.when(top.at)}  {len(top.nodes)} node(s)  GPUs {render.num(allocated)}/{len(gpus)} allocated, "
-               f"{render.pct(render.gpu_util(gpus))} busy  {len(top.jobs)} running job(s)")
+               f"util {render.pct(render.gpu_util(gpus))}  {len(top.jobs)} running job(s)")
     nodes = [[
         n.name, "cordoned" if n.cordoned else ("up" if n.schedulable else "down"),
         f"{render.num(sum(g.used for g in n.gpus))}/{len(n.gpus)}", render.pct(render.gpu_util(n.gpus)),
         render.mib(render.gpu_memory_in_use(n.gpus)), render.pct(n.usage.cpuPct if n.usage else None),
-        f"{render.mib(n.usage.memoryUsedMB if n.usage else None)}/{n.memoryMB}",
+        _used_of(n.usage.memoryUsedMB if n.usage else None, n.memoryMB),
         render.pct(n.usage.diskUsedPct if n.usage else None),
     ] for n in top.nodes]
     jobs = [[
