@@ -32,11 +32,11 @@ def live_nodes(session: Session, viewer: UserRow, now: datetime, monitor_interva
     """Every node with its allocation and its newest fresh sample; a non-admin sees every
     node's figures but only their own jobs' ids."""
     tasks = job_service.active_tasks(session)
-    return _nodes(session, viewer, tasks, now - timedelta(seconds=fresh_seconds(monitor_interval_seconds)))
-
-
-def _nodes(session: Session, viewer: UserRow, tasks: list[TaskRow], since: datetime) -> list[NodeView]:
     visible = job_service.visible_job_ids(session, viewer, {t.job_id for t in tasks})
+    return _nodes(session, tasks, visible, now - timedelta(seconds=fresh_seconds(monitor_interval_seconds)))
+
+
+def _nodes(session: Session, tasks: list[TaskRow], visible: set[int] | None, since: datetime) -> list[NodeView]:
     samples = {s.node: s for s in metric_queries.latest_node_samples(session, since)}
     return [node_view(n, tasks, visible, samples.get(n.name)) for n in job_service.list_nodes(session)]
 
@@ -48,8 +48,8 @@ def top(session: Session, viewer: UserRow, now: datetime, monitor_interval_secon
     fresh = fresh_seconds(monitor_interval_seconds)
     since = now - timedelta(seconds=fresh)
     tasks = job_service.active_tasks(session)
-    nodes = _nodes(session, viewer, tasks, since)
     visible = job_service.visible_job_ids(session, viewer, {t.job_id for t in tasks})
+    nodes = _nodes(session, tasks, visible, since)
     jobs = job_queries.jobs_by_ids(session, sorted({t.job_id for t in tasks if visible is None or t.job_id in visible}))
     samples: dict[tuple[int, int, str, int], TaskSampleRow] = {
         (s.job_id, s.attempt, s.role, s.index): s for s in metric_queries.latest_task_samples(session, since)
