@@ -34,7 +34,7 @@ def test_nodes_show_each_gpu_s_measured_use_beside_its_allocation(live) -> None:
     job = running_job(api, controller, api.user_token, "train", gpus=2)
     node = _node(api)
     store_round(api, nodes=(node_sample(node, clock.now(), (gpu(0, 37.0), gpu(1, 90.0, memory_used=8000),
-                                                               gpu(2, None, simulated=True)),
+                                                               gpu(2, 55.0, simulated=True)),
                                          cpu_pct=12.5, memory_used_mb=4096, memory_total_mb=16384,
                                          disk_used_pct=81.0, load1=1.5),))
 
@@ -47,7 +47,7 @@ def test_nodes_show_each_gpu_s_measured_use_beside_its_allocation(live) -> None:
     assert gpus[0]["usage"] == {"utilPct": 37.0, "memoryUsedMB": 1000, "temperatureC": 61.0, "powerW": 180.0,
                                 "eccErrors": 0, "healthy": True}
     assert gpus[1]["usage"]["utilPct"] == 90.0 and gpus[1]["usage"]["memoryUsedMB"] == 8000
-    assert gpus[2]["usage"]["utilPct"] is None, "a simulated GPU has no utilisation, never a number"
+    assert gpus[2]["usage"]["utilPct"] is None, "a simulated GPU has no utilisation, whatever a sampler sent"
     assert gpus[3]["usage"] is None, "a GPU the sample does not list was not measured"
 
 
