@@ -1,5 +1,6 @@
 """Queries of the monitoring history (``node_samples``, ``task_samples``): writing a round
-of raw samples, and reading the newest figures per node and per task.
+of raw samples, reading the newest figures per node and per task, and the running tasks
+a round samples.
 
 ``monitor/history.py`` owns what the rows mean (downsampling, retention, windows); this
 module only reads and writes them.
@@ -13,7 +14,8 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from trainyard.store.rows import NodeSampleRow, TaskSampleRow
+from trainyard.core.states import TaskState
+from trainyard.store.rows import AttemptRow, NodeSampleRow, TaskRow, TaskSampleRow
 
 RAW = 0  # the ``step`` of a raw sample
 
@@ -21,6 +23,17 @@ RAW = 0  # the ``step`` of a raw sample
 def add_samples(session: Session, nodes: Sequence[NodeSampleRow], tasks: Sequence[TaskSampleRow]) -> None:
     """Store one round of samples."""
     session.add_all([*nodes, *tasks])
+
+
+def running_tasks(session: Session) -> list[tuple[TaskRow, int]]:
+    """The tasks the store holds running, each with its attempt's number, by job then task."""
+    query = (
+        select(TaskRow, AttemptRow.number)
+        .join(AttemptRow, TaskRow.attempt_id == AttemptRow.id)
+        .where(TaskRow.state == TaskState.RUNNING)
+        .order_by(TaskRow.job_id, TaskRow.role, TaskRow.index)
+    )
+    return [(task, number) for task, number in session.execute(query)]
 
 
 def latest_node_samples(session: Session, since: datetime) -> list[NodeSampleRow]:
