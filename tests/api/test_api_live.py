@@ -33,6 +33,7 @@ def test_nodes_show_each_gpu_s_measured_use_beside_its_allocation(live) -> None:
     api, controller, clock = live
     job = running_job(api, controller, api.user_token, "train", gpus=2)
     node = _node(api)
+    clock.advance(1)  # after the controller's own first round of (real) samples
     store_round(api, nodes=(node_sample(node, clock.now(), (gpu(0, 37.0), gpu(1, 90.0, memory_used=8000),
                                                                gpu(2, 55.0, simulated=True)),
                                          cpu_pct=12.5, memory_used_mb=4096, memory_total_mb=16384,
@@ -74,6 +75,7 @@ def test_top_sums_a_job_s_tasks_and_shows_a_user_only_their_own_jobs(live) -> No
     mine = running_job(api, controller, api.user_token, "mine", instances=2, gpus=1)
     theirs = running_job(api, controller, api.admin_token, "theirs", gpus=2)
     node = _node(api)
+    clock.advance(1)  # after the controller's own first round of (real) samples
     before = clock.now()
     store_round(api, tasks=(task_sample(theirs, 0, node, before, gpu_util_pct=99.0, gpus_held=2.0),))
     clock.advance(5)
@@ -91,7 +93,7 @@ def test_top_sums_a_job_s_tasks_and_shows_a_user_only_their_own_jobs(live) -> No
     [job] = as_user["jobs"]
     assert job == {**job, "name": "mine", "user": "alice", "state": "RUNNING", "gpus": 2.0, "tasks": 2,
                    "tasksSampled": 2, "gpuUtilPct": 50.0, "gpuMemoryMB": 4000, "cpuCores": 2.0, "memoryMB": 1500}
-    assert job["runtimeSeconds"] == pytest.approx(5.0, abs=1.0)
+    assert job["runtimeSeconds"] == pytest.approx(6.0, abs=1.0)
     named = {j for n in as_user["nodes"] for g in n["gpus"] for j in g["jobs"]}
     assert named == {mine}, "a user sees every GPU's use but only their own jobs named"
     assert sum(g["used"] for n in as_user["nodes"] for g in n["gpus"]) == 4.0
@@ -106,6 +108,7 @@ def test_a_running_job_without_fresh_samples_is_listed_with_nothing_measured_las
     quiet = running_job(api, controller, api.user_token, "quiet", gpus=2)
     busy = running_job(api, controller, api.user_token, "busy", gpus=1)
     node = _node(api)
+    clock.advance(1)  # after the controller's own first round of (real) samples
     store_round(api, tasks=(task_sample(quiet, 0, node, clock.now(), gpu_util_pct=70.0, gpus_held=2.0),
                             task_sample(busy, 0, node, clock.now(), gpu_util_pct=None, gpus_held=1.0, cpu_cores=1.0)))
     jobs = api.user.get("/api/v1/top").json()["jobs"]
@@ -128,6 +131,7 @@ def test_the_live_view_needs_a_token(live) -> None:
 def test_the_sdk_reads_top_as_typed_models(live) -> None:
     api, controller, clock = live
     job = running_job(api, controller, api.user_token, "typed")
+    clock.advance(1)  # after the controller's own first round of (real) samples
     store_round(api, tasks=(task_sample(job, 0, _node(api), clock.now(), gpu_util_pct=42.0, gpus_held=1.0),))
     with api.sdk(api.user_token) as sdk:
         top = sdk.top()
