@@ -51,7 +51,7 @@ def busy(cluster: tuple[Api, Controller]) -> tuple[int, int]:
     now = datetime.now(UTC)
     store_round(api, nodes=(node_sample(node, now, (gpu(0, 15.0), gpu(1, 88.0), gpu(2, 88.0),
                                                     gpu(3, None, simulated=True)),
-                                        cpu_pct=23.0, memory_used_mb=5120, disk_used_pct=42.0),),
+                                        cpu_pct=23.0, memory_used_mb=5120, memory_total_mb=24000, disk_used_pct=42.0),),
                 tasks=(task_sample(slow, 0, node, now, gpus_held=1.0, gpu_util_pct=15.0, gpu_memory_mb=700,
                                    cpu_cores=0.9, memory_mb=300),
                        task_sample(fast, 0, node, now, gpus_held=2.0, gpu_util_pct=88.0, gpu_memory_mb=2000,
@@ -76,7 +76,7 @@ def test_top_once_shows_jobs_busiest_first_and_simulated_gpus_as_n_a(yard, api: 
     assert code == 0 and err == ""
     assert "GPUs 3/4 allocated, util 64%  2 running job(s)" in out.splitlines()[0]  # (15+88+88)/3 measured
     [node] = _rows(out, "NODE")
-    assert node[1:] == ["up", "3/4", "64%", "4000", "23%", "5120/16384", "42%"]
+    assert node[1:] == ["up", "3/4", "64%", "4000", "23%", "5120/24000", "42%"]  # the machine's memory, measured
     gpus = _rows(out, "GPU ")
     assert [g[3] for g in gpus] == ["15%", "88%", "88%", "n/a"]
     assert gpus[3][-2:] == ["ok", "-"] and gpus[3][4] == "1000/16384"

@@ -138,7 +138,8 @@ def top_screen(top: TopView, *, width: int | None = None, height: int | None = N
         n.name, "cordoned" if n.cordoned else ("up" if n.schedulable else "down"),
         f"{render.num(sum(g.used for g in n.gpus))}/{len(n.gpus)}", render.pct(render.gpu_util(n.gpus)),
         render.mib(render.gpu_memory_in_use(n.gpus)), render.pct(n.usage.cpuPct if n.usage else None),
-        _used_of(n.usage.memoryUsedMB if n.usage else None, n.memoryMB),
+        # Measured on the whole machine, so out of the machine's memory when it was sampled.
+        _used_of(n.usage.memoryUsedMB, n.usage.memoryTotalMB or n.memoryMB) if n.usage else "n/a",
         render.pct(n.usage.diskUsedPct if n.usage else None),
     ] for n in top.nodes]
     jobs = [[
