@@ -38,6 +38,24 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
 
 
+def add_alerts_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("alerts", help="alerts on abnormal jobs and sick nodes; their rules (admin)")
+    p.add_argument("--all", action="store_true", help="resolved alerts too")
+    _json_flag(p)
+    alert_sub = p.add_subparsers(dest="action", metavar="ACTION")
+    q = alert_sub.add_parser("rules", help="the rules, their thresholds and whether they cordon (admin)")
+    q.add_argument("--prometheus", action="store_true",
+                   help="print them as a Prometheus alerting-rules file, with the current thresholds")
+    _json_flag(q)
+    q = alert_sub.add_parser("set", help="change a rule: enabled=false, cordon=true, days=7, … (admin)")
+    q.add_argument("rule")
+    q.add_argument("changes", nargs="+", metavar="KEY=VALUE")
+    _json_flag(q)
+    q = alert_sub.add_parser("stop", help="stop the job an alert is about; its owner is told why (admin)")
+    q.add_argument("id", type=int, metavar="ALERT_ID")
+    _json_flag(q)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="yard",
@@ -116,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
     p.add_argument("id", type=int)
+    p.add_argument("--reason", default="", help="why, told to the job's owner in its message and history")
     _json_flag(p)
 
     p = sub.add_parser("wait", help="wait for a job to end; exit 0 only if it SUCCEEDED")
@@ -238,6 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("whoami", help="show who the configured token belongs to")
     _json_flag(p)
 
+    add_alerts_parser(sub)
     add_sim_parser(sub)
     return parser
 

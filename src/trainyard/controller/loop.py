@@ -9,6 +9,7 @@ import time
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories, MetricsSource
+from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
@@ -62,6 +63,8 @@ class Controller:
         specs: StoredSpecs | None = None,
         job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS,
         monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
+        alert_interval_seconds: float = 30.0,
+        alert_receivers: Receivers | None = None,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -86,6 +89,8 @@ class Controller:
         self.monitoring = (
             Monitoring(db, backend, clock, monitor_interval_seconds) if isinstance(backend, MetricsSource) else None
         )
+        self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers(),
+                                     on_cordon=self.wake)
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -106,6 +111,7 @@ class Controller:
             self._thread.join(timeout=10)
         if self.monitoring is not None:  # a round half written when the store closes would only log noise
             self.monitoring.join(timeout=10)
+        self.alerts.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -153,6 +159,7 @@ class Controller:
             self.job_dirs.start_if_due()
         if self.monitoring is not None:
             self.monitoring.start_if_due()
+        self.alerts.start_if_due()
 
     def _schedule(self) -> bool:
         with self.db.session() as session:
