@@ -22,7 +22,7 @@ from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import check_client_arguments, job_file_body
 from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
-from trainyard.schemas.cluster import NodeView
+from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -382,8 +382,14 @@ class Client:
     # -- cluster and users ----------------------------------------------------------------
 
     def nodes(self) -> list[NodeView]:
-        """The cluster's nodes: their GPUs, CPUs and memory, and what is allocated."""
+        """The cluster's nodes: their GPUs, CPUs and memory, what is allocated, and what their
+        newest samples measured (``usage``; None: not measured lately)."""
         return self._parse(_NODES, self._request("GET", "/nodes").content)
+
+    def top(self) -> TopView:
+        """The live view: nodes, and the running jobs you may see with their GPU, CPU and
+        memory use, busiest GPUs first."""
+        return self._parse(TopView, self._request("GET", "/top").content)
 
     def usage(self, *, by: UsageGrouping = "user", since: datetime | None = None, until: datetime | None = None,
               user: str | None = None, vc: str | None = None, group: str | None = None,

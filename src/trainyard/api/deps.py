@@ -33,7 +33,9 @@ class AppContext:
     controller: Controller | None = None
     specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
     job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS
-    monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS  # usage accounting reads it
+    # How fresh a sample must be: live figures (GET /nodes, /top) and /metrics' "up"; and how
+    # long a raw sample stands for in usage accounting.
+    monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)
     # Set once the server begins to shut down: streaming responses (log followers) end then.

@@ -19,6 +19,7 @@ import yaml
 from trainyard.cli import admin_commands, alert_commands, render, usage_commands
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
+from trainyard.cli.top import cmd_top
 from trainyard.client import (
     DEFAULT_RETRY_FOR,
     AuthError,
@@ -294,6 +295,7 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "stop": cmd_stop,
     "wait": cmd_wait,
     "nodes": cmd_nodes,
+    "top": cmd_top,
     "user": admin_commands.cmd_user,
     "token": admin_commands.cmd_token,
     "whoami": cmd_whoami,

@@ -14,6 +14,7 @@ from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
 
 JOBS_PER_PAGE = 20  # `yard jobs` without --limit
+TOP_INTERVAL_SECONDS = 2.0  # `yard top` without --interval
 
 
 def _non_negative(text: str) -> int:
@@ -21,6 +22,17 @@ def _non_negative(text: str) -> int:
     if not (text.isascii() and text.isdigit()):
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 0 or more")
     return int(text)
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
@@ -134,7 +146,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "often, for up to S seconds (default 120; 0: exit 3 at once)")
     _json_flag(p)
 
-    p = sub.add_parser("nodes", help="show nodes, their GPUs and what is allocated")
+    p = sub.add_parser("nodes", help="show nodes, their GPUs, what is allocated and what is in use")
+    _json_flag(p)
+
+    p = sub.add_parser("top", help="nodes and running jobs with live GPU, CPU and memory use (q or Ctrl-C quits)")
+    p.add_argument("--interval", type=_positive_seconds, default=TOP_INTERVAL_SECONDS, metavar="S",
+                   help=f"seconds between refreshes (default {TOP_INTERVAL_SECONDS:g})")
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit (also when not on a terminal)")
     _json_flag(p)
 
     p = sub.add_parser("user", help="manage users (admin)")

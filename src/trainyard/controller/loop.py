@@ -29,6 +29,7 @@ from trainyard.controller.world import (
 )
 from trainyard.core.clock import Clock
 from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
+from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
 from trainyard.services.specs import StoredSpecs
@@ -79,7 +80,9 @@ class Controller:
         self._dirty = True
         self._last_inventory = -1e9
         self._last_schedule = -1e9
-        self.reconciler = Reconciler(db, backend, clock, self.spec_of)
+        # Histograms for /metrics: cycle durations here, first-start latencies in reconcile.
+        self.timings = ControllerTimings()
+        self.reconciler = Reconciler(db, backend, clock, self.spec_of, self.timings)
         self.waiting = WaitingJobs(self.specs)
         self.job_dirs = (
             JobDirSweeper(db, backend, clock, job_dir_retention_seconds)
@@ -162,6 +165,7 @@ class Controller:
         self.alerts.start_if_due()
 
     def _schedule(self) -> bool:
+        began = time.perf_counter()  # a real duration, whatever clock the controller runs on
         with self.db.session() as session:
             now = self.clock.now().timestamp()
             pending = self.waiting.load(session, now)
@@ -197,6 +201,7 @@ class Controller:
         self.waiting.written.update(written)
         for job_id in started:  # placed: its pending reason was cleared, so forget it
             self.waiting.written.pop(job_id, None)
+        self.timings.cycle.observe(time.perf_counter() - began)
         return bool(started or preempted)
 
     def _starting_spec(self, job_id: int) -> JobSpec:
