@@ -3,7 +3,7 @@ writes it out).
 
 VC quota, use and queue length come from ``admin.describe_vcs``, the very figures ``yard
 vc list`` shows; GPUs allocated are what unfinished tasks hold, as ``yard nodes`` counts
-them; samples are the newest ones taken within ``RECENT_INTERVALS`` monitoring intervals,
+them; samples are the newest ones still fresh (``live.fresh_seconds``, as ``yard top`` counts them),
 so that a node or task nobody samples any more drops out instead of showing stale figures.
 """
 
@@ -26,17 +26,14 @@ from trainyard.monitor.exposition import (
     VcFigures,
 )
 from trainyard.services.admin import describe_vcs
+from trainyard.services.live import fresh_seconds
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.queries import nodes as node_queries
 
-# A node whose newest sample is older than this many monitoring intervals is not "up":
-# one missed round is noise, three are a node (or its sampler) in trouble.
-RECENT_INTERVALS = 3
-
 
 def cluster_figures(session: Session, now: datetime, monitor_interval_seconds: float) -> ClusterFigures:
-    since = now - timedelta(seconds=RECENT_INTERVALS * monitor_interval_seconds)
+    since = now - timedelta(seconds=fresh_seconds(monitor_interval_seconds))
     running = _running_jobs(session, now)
     return ClusterFigures(
         nodes=_nodes(session, since),
