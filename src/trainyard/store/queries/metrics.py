@@ -1,5 +1,6 @@
 """Queries of the monitoring history (``node_samples``, ``task_samples``): writing a round
-of raw samples, and reading the newest figures per node and per task.
+of raw samples, reading the newest figures per node and per task, reading the rows of a
+job, a task or a node over a window, and the rows downsampling reads, writes and prunes.
 
 ``monitor/history.py`` owns what the rows mean (downsampling, retention, windows); this
 module only reads and writes them.
@@ -7,15 +8,17 @@ module only reads and writes them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from trainyard.store.rows import NodeSampleRow, TaskSampleRow
 
 RAW = 0  # the ``step`` of a raw sample
+
+SampleRow = NodeSampleRow | TaskSampleRow
 
 
 def add_samples(session: Session, nodes: Sequence[NodeSampleRow], tasks: Sequence[TaskSampleRow]) -> None:
@@ -64,3 +67,72 @@ def latest_task_samples(session: Session, since: datetime) -> list[TaskSampleRow
         .order_by(TaskSampleRow.job_id, TaskSampleRow.role, TaskSampleRow.index)
     )
     return list(session.scalars(query))
+
+
+def task_rows(
+    session: Session, job_id: int, steps: Collection[int], since: datetime, until: datetime,
+    *, role: str | None = None, index: int | None = None,
+) -> list[TaskSampleRow]:
+    """A job's rows (or one task's) of the given steps taken in ``[since, until]``, by task then time."""
+    query = select(TaskSampleRow).where(
+        TaskSampleRow.job_id == job_id, TaskSampleRow.step.in_(steps),
+        TaskSampleRow.at >= since, TaskSampleRow.at <= until,
+    )
+    if role is not None:
+        query = query.where(TaskSampleRow.role == role)
+    if index is not None:
+        query = query.where(TaskSampleRow.index == index)
+    return list(session.scalars(query.order_by(TaskSampleRow.role, TaskSampleRow.index, TaskSampleRow.at)))
+
+
+def node_rows(
+    session: Session, node: str, steps: Collection[int], since: datetime, until: datetime
+) -> list[NodeSampleRow]:
+    """A node's rows of the given steps taken in ``[since, until]``, by time."""
+    query = select(NodeSampleRow).where(
+        NodeSampleRow.node == node, NodeSampleRow.step.in_(steps),
+        NodeSampleRow.at >= since, NodeSampleRow.at <= until,
+    )
+    return list(session.scalars(query.order_by(NodeSampleRow.at)))
+
+
+def first_at(
+    session: Session, table: type[SampleRow], step: int, *, at_or_after: datetime | None = None
+) -> datetime | None:
+    """When the oldest row of ``step`` (taken at or after ``at_or_after``) was taken; None: no such row."""
+    query = select(func.min(table.at)).where(table.step == step)
+    if at_or_after is not None:
+        query = query.where(table.at >= at_or_after)
+    return _aware(session.scalar(query))
+
+
+def last_at(session: Session, table: type[SampleRow], step: int) -> datetime | None:
+    """When the newest row of ``step`` was taken; None: there is none."""
+    return _aware(session.scalar(select(func.max(table.at)).where(table.step == step)))
+
+
+def rows_in(session: Session, table: type[SampleRow], step: int, start: datetime, end: datetime) -> list[SampleRow]:
+    """The rows of ``step`` taken in ``[start, end)``, by time."""
+    query = select(table).where(table.step == step, table.at >= start, table.at < end).order_by(table.at)
+    return list(session.scalars(query))
+
+
+def delete_older(session: Session, table: type[SampleRow], step: int, before: datetime) -> int:
+    """Remove the rows of ``step`` taken before ``before``; how many went."""
+    result = session.execute(delete(table).where(table.step == step, table.at < before))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def delete_other_steps(session: Session, table: type[SampleRow], steps: Collection[int], before: datetime) -> int:
+    """Remove rows of steps not in ``steps`` (a retention since changed) taken before ``before``."""
+    result = session.execute(delete(table).where(table.step.not_in(steps), table.at < before))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """min()/max() bypass the column's type: give their answer its UTC zone back."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # SQLite answers min()/max() of a datetime column as text
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
