@@ -13,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
+from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
@@ -33,6 +34,7 @@ class AppContext:
     controller: Controller | None = None
     specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
     job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS
+    monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS  # what the history keeps
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)
     # Set once the server begins to shut down: streaming responses (log followers) end then.

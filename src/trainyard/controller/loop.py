@@ -9,6 +9,7 @@ import time
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories
+from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
@@ -26,6 +27,7 @@ from trainyard.controller.world import (
     virtual_clusters,
 )
 from trainyard.core.clock import Clock
+from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
@@ -60,6 +62,7 @@ class Controller:
         config: SchedulerConfig | None = None,
         specs: StoredSpecs | None = None,
         job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS,
+        monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -81,6 +84,7 @@ class Controller:
             if isinstance(backend, JobDirectories)
             else None
         )
+        self.history = HistoryKeeper(db, clock, monitor_retention)
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -143,6 +147,7 @@ class Controller:
                 self.reconciler.run()
         if self.job_dirs is not None:
             self.job_dirs.start_if_due()
+        self.history.maintain_if_due()
 
     def _schedule(self) -> bool:
         with self.db.session() as session:

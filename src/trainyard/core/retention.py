@@ -64,3 +64,6 @@ def check_retention(tiers: list[RetentionTier]) -> None:
                              "its rows are averaged before they go")
         if coarser.keep_seconds < finer.keep_seconds:
             raise ValueError(f"{coarser}: keep a coarser tier at least as long as a finer one ({finer})")
+
+
+DEFAULT_RETENTION_TIERS = parse_retention(DEFAULT_MONITOR_RETENTION)
