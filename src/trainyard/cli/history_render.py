@@ -32,7 +32,7 @@ def sparkline(values: Sequence[float | None], width: int = SPARK_WIDTH) -> str:
     top = max((m for m in means if m is not None), default=None)
     if top is None:
         return ""
-    return "".join(" " if m is None else SPARK[min(len(SPARK) - 1, int(m / top * len(SPARK))) if top else 0]
+    return "".join(" " if m is None else SPARK[round(m / top * (len(SPARK) - 1)) if top else 0]
                    for m in means)
 
 
