@@ -59,8 +59,8 @@ def test_an_admin_sees_anyones_job_and_another_user_is_told_it_does_not_exist(ap
 
 
 def test_one_task_and_a_window_given_as_times(api: Api, measured: int) -> None:
-    response = api.user.get(f"/api/v1/jobs/{measured}/metrics",
-                            params={"task": "worker/1", "since": "2026-03-01T11:55:00Z", "until": "2026-03-01T11:56:00"})
+    window = {"since": "2026-03-01T11:55:00Z", "until": "2026-03-01T11:56:00"}
+    response = api.user.get(f"/api/v1/jobs/{measured}/metrics", params={"task": "worker/1", **window})
     assert response.status_code == 200, response.text
     [task] = response.json()["tasks"]
     assert (task["role"], task["index"], len(task["points"])) == ("worker", 1, 7)  # 11:55:00 .. 11:56:00

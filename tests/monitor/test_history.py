@@ -212,3 +212,21 @@ def test_a_nodes_window(db) -> None:
 def test_a_retention_that_could_not_be_kept_is_refused_saying_why(text: str, problem: str) -> None:
     with pytest.raises(ValueError, match=problem):
         parse_retention(text)
+
+
+def test_a_long_window_is_averaged_by_the_database_across_tiers_keeping_na(db) -> None:
+    now = T0 + timedelta(days=8)
+    last_ten = now - timedelta(minutes=20)  # 10-minute averages end here; minutes go on from it
+    with db.session() as session:
+        session.add_all(task_row(T0 + timedelta(minutes=10 * k), step=600, cpu=2.0, memory=100)
+                        for k in range(8 * 144 - 2))
+        session.add_all(task_row(last_ten + timedelta(minutes=k), step=60, cpu=4.0, memory=300) for k in range(20))
+        session.add_all(task_row(now - timedelta(days=2, minutes=k), step=60, cpu=99.0) for k in range(5))  # averaged
+    [series], step = history_of(db, now, now - timedelta(days=7))
+    assert step == 1800 and len(series.points) <= MAX_POINTS
+    assert all(p.gpu_util_pct is None for p in series.points)
+    assert {p.cpu_cores for p in series.points[:-1]} == {2.0}
+    # The last half hour: one 10-minute average (2.0) and twenty minutes (4.0), as rows counted.
+    assert series.points[-1].at == now - timedelta(minutes=30)
+    assert series.points[-1].cpu_cores == (2.0 + 20 * 4.0) / 21
+    assert series.points[-1].memory_mb == round((100 + 20 * 300) / 21)

@@ -10,10 +10,10 @@ window at the finest resolution that covers it, at most ``MAX_POINTS`` points pe
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -190,10 +190,11 @@ def gpu_means(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 # --- Windows --------------------------------------------------------------------------------
 
-R = TypeVar("R", NodeSampleRow, TaskSampleRow)
 MAX_POINTS = 500  # per series: a chart or a sparkline needs no more
 
 
+# The fields after ``at`` are in the order of ``metric_queries.TASK_FIGURES`` (and NodePoint's
+# of ``NODE_FIGURES``): a point is made from a row's columns as they come.
 @dataclass(frozen=True)
 class TaskPoint:
     at: datetime
@@ -243,10 +244,10 @@ def resolution(tiers: Sequence[RetentionTier], now: datetime, since: datetime) -
     return tiers[-1].step
 
 
-def stitched(rows: Sequence[R]) -> list[R]:
+def stitched(rows: Sequence[Any]) -> list[Any]:
     """One series' rows of several steps as one line: the coarsest rows as far as they go,
     then the next finer ones from where those end (the newest buckets are not averaged yet)."""
-    line: list[R] = []
+    line: list[Any] = []
     covered: datetime | None = None
     for step in sorted({r.step for r in rows}, reverse=True):
         taken = [r for r in rows if r.step == step and (covered is None or r.at >= covered)]
@@ -254,6 +255,22 @@ def stitched(rows: Sequence[R]) -> list[R]:
             line.extend(taken)
             covered = max(r.at for r in taken) + timedelta(seconds=step)
     return sorted(line, key=lambda r: r.at)
+
+
+def window_rows(read: Callable[[int, datetime], list[Any]], tiers: Sequence[RetentionTier], window: Window,
+                now: datetime) -> tuple[list[Any], int]:
+    """The rows a window needs, read ``read(step, since)`` a tier at a time from the coarsest
+    that covers it: each finer tier only from where the coarser one's rows end, since
+    downsampling is done for all series up to one point in time (``downsample``)."""
+    step = resolution(tiers, now, window.since)
+    rows: list[Any] = []
+    since = window.since
+    for tier_step in sorted((t.step for t in tiers if t.step <= step), reverse=True):
+        found = read(tier_step, since)
+        if found:
+            rows.extend(found)
+            since = max(since, max(r.at for r in found) + timedelta(seconds=tier_step))
+    return rows, step
 
 
 def capped(points: list[Any], window: Window, step: int, max_points: int, means: Any) -> tuple[list[Any], int]:
@@ -280,20 +297,59 @@ def task_history(
     *, role: str | None = None, index: int | None = None, max_points: int = MAX_POINTS,
 ) -> tuple[list[TaskSeries], int]:
     """A job's (or one task's) figures over ``window``, one series per task, at the finest
-    resolution the history keeps for it; and the seconds a point covers (0: raw samples)."""
+    resolution the history keeps for it; and the seconds a point covers (0: raw samples).
+
+    A window with more than ``max_points`` rows of that resolution (a week of 10-minute
+    averages) is averaged into wider points by the database (``task_buckets``): reading it
+    row by row would cost far more than the 50 ms a query may take."""
     step = resolution(tiers, now, window.since)
-    steps = [t.step for t in tiers if t.step <= step]
-    by_task: dict[tuple[str, int], list[TaskSampleRow]] = defaultdict(list)
-    for row in metric_queries.task_rows(session, job_id, steps, window.since, window.until, role=role, index=index):
+    span = (window.until - window.since).total_seconds()
+    if step and span / step > max_points:
+        width = int(-(-span // (max_points * step)) * step)
+        return _task_buckets(session, job_id, window, tiers, step, width, role=role, index=index), width
+    rows, step = window_rows(
+        lambda tier_step, since: metric_queries.task_rows(session, job_id, tier_step, since, window.until,
+                                                          role=role, index=index),
+        tiers, window, now)
+    by_task: dict[tuple[str, int], list[Any]] = defaultdict(list)
+    for row in rows:
         by_task[(row.role, row.index)].append(row)
     series, served = [], step
-    for (task_role, task_index), rows in sorted(by_task.items()):
-        points = [TaskPoint(at=r.at, **{f: getattr(r, f) for f in (*TASK_FLOATS, *TASK_INTS)})
-                  for r in stitched(rows)]
+    for (task_role, task_index), task_rows in sorted(by_task.items()):
+        points = [TaskPoint(r.at, *r[4:]) for r in stitched(task_rows)]
         points, width = capped(points, window, step, max_points, task_means)
         served = max(served, width)
         series.append(TaskSeries(task_role, task_index, points))
     return series, served
+
+
+def _task_buckets(
+    session: Session, job_id: int, window: Window, tiers: Sequence[RetentionTier], step: int, width: int,
+    *, role: str | None, index: int | None,
+) -> list[TaskSeries]:
+    """``task_history``'s series in ``width``-second points summed by the database, a tier at a
+    time as ``window_rows`` reads them; a point where two tiers meet adds both's sums."""
+    sums: dict[tuple[str, int, int], list[float]] = {}
+    since = window.since
+    for tier_step in sorted((t.step for t in tiers if t.step <= step), reverse=True):
+        found = metric_queries.task_buckets(session, job_id, tier_step, since, window.until, width,
+                                            role=role, index=index)
+        for task_role, task_index, bucket, _, *figures in found:
+            known = sums.setdefault((task_role, task_index, bucket), [0.0] * len(figures))
+            for n, value in enumerate(figures):
+                known[n] += value or 0
+        if found:
+            since = max(since, max(r[3] for r in found) + timedelta(seconds=tier_step))
+    by_task: dict[tuple[str, int], list[TaskPoint]] = defaultdict(list)
+    ints = {metric_queries.TASK_FIGURES.index(f) for f in TASK_INTS}
+    for (task_role, task_index, bucket), totals in sorted(sums.items()):
+        means: list[Any] = [totals[2 * n] / totals[2 * n + 1] if totals[2 * n + 1] else None
+                            for n in range(len(metric_queries.TASK_FIGURES))]
+        means = [rounded(m) if n in ints else m for n, m in enumerate(means)]
+        held = metric_queries.TASK_FIGURES.index("gpus_held")
+        means[held] = means[held] or 0.0
+        by_task[(task_role, task_index)].append(TaskPoint(datetime.fromtimestamp(bucket, UTC), *means))
+    return [TaskSeries(r, i, points) for (r, i), points in sorted(by_task.items())]
 
 
 def node_history(
@@ -301,9 +357,8 @@ def node_history(
     *, max_points: int = MAX_POINTS,
 ) -> tuple[list[NodePoint], int]:
     """A node's figures over ``window``, as ``task_history`` does for a job."""
-    step = resolution(tiers, now, window.since)
-    steps = [t.step for t in tiers if t.step <= step]
-    rows = metric_queries.node_rows(session, node, steps, window.since, window.until)
-    points = [NodePoint(at=r.at, gpus=list(r.gpus), **{f: getattr(r, f) for f in (*NODE_FLOATS, *NODE_INTS)})
-              for r in stitched(rows)]
+    rows, step = window_rows(
+        lambda tier_step, since: metric_queries.node_rows(session, node, tier_step, since, window.until),
+        tiers, window, now)
+    points = [NodePoint(r.at, *r[2:]) for r in stitched(rows)]
     return capped(points, window, step, max_points, node_means)

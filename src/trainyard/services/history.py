@@ -67,6 +67,14 @@ def job_metrics(
     """A job's figures per task over ``span``: its owner's or an admin's to see (404 for others)."""
     job = job_service.get_job(session, viewer, job_id)
     role, index = task_named(specs.of(job), job_id, task) if task is not None else (None, None)
+    return read_job_metrics(session, job_id, span, retention=retention, now=now, role=role, index=index)
+
+
+def read_job_metrics(
+    session: Session, job_id: int, span: Window, *, retention: Sequence[RetentionTier], now: datetime,
+    role: str | None = None, index: int | None = None,
+) -> JobMetrics:
+    """What ``job_metrics`` answers, without asking who may see it."""
     series, step = task_history(session, job_id, span, retention, now, role=role, index=index)
     return JobMetrics(
         job=job_id, since=span.since, until=span.until, step=step,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import BigInteger, Integer, Row, cast, delete, func, select
 from sqlalchemy.orm import Session
 
 from trainyard.store.rows import NodeSampleRow, TaskSampleRow
@@ -69,31 +70,72 @@ def latest_task_samples(session: Session, since: datetime) -> list[TaskSampleRow
     return list(session.scalars(query))
 
 
+TASK_FIGURES = ("cpu_cores", "memory_mb", "gpus_held", "gpu_util_pct", "gpu_memory_mb",
+                "disk_read_bytes_per_s", "disk_write_bytes_per_s")
+NODE_FIGURES = ("cpu_pct", "load1", "memory_used_mb", "memory_total_mb", "disk_used_pct",
+                "net_rx_bytes_per_s", "net_tx_bytes_per_s", "gpus")
+
+
 def task_rows(
-    session: Session, job_id: int, steps: Collection[int], since: datetime, until: datetime,
+    session: Session, job_id: int, step: int, since: datetime, until: datetime,
     *, role: str | None = None, index: int | None = None,
-) -> list[TaskSampleRow]:
-    """A job's rows (or one task's) of the given steps taken in ``[since, until]``, by task then time."""
-    query = select(TaskSampleRow).where(
-        TaskSampleRow.job_id == job_id, TaskSampleRow.step.in_(steps),
+) -> list[Row[Any]]:
+    """A job's rows (or one task's) of ``step`` taken in ``[since, until]``, by time: plain
+    rows (role, index, at, step and the figures), not entities, since a window reads thousands."""
+    columns = [TaskSampleRow.role, TaskSampleRow.index, TaskSampleRow.at, TaskSampleRow.step,
+               *(getattr(TaskSampleRow, f) for f in TASK_FIGURES)]
+    query = select(*columns).where(
+        TaskSampleRow.job_id == job_id, TaskSampleRow.step == step,
         TaskSampleRow.at >= since, TaskSampleRow.at <= until,
     )
     if role is not None:
         query = query.where(TaskSampleRow.role == role)
     if index is not None:
         query = query.where(TaskSampleRow.index == index)
-    return list(session.scalars(query.order_by(TaskSampleRow.role, TaskSampleRow.index, TaskSampleRow.at)))
+    return list(session.execute(query.order_by(TaskSampleRow.at)))
 
 
-def node_rows(
-    session: Session, node: str, steps: Collection[int], since: datetime, until: datetime
-) -> list[NodeSampleRow]:
-    """A node's rows of the given steps taken in ``[since, until]``, by time."""
-    query = select(NodeSampleRow).where(
-        NodeSampleRow.node == node, NodeSampleRow.step.in_(steps),
+def task_buckets(
+    session: Session, job_id: int, step: int, since: datetime, until: datetime, width: int,
+    *, role: str | None = None, index: int | None = None,
+) -> list[tuple[Any, ...]]:
+    """A job's rows (or one task's) of ``step`` in ``[since, until]`` summed in the database
+    into ``width``-second buckets aligned on the epoch, for windows too long to read row by
+    row: (role, index, bucket start in epoch seconds, newest ``at`` in it, then for each of
+    ``TASK_FIGURES`` its sum and how many rows measured it)."""
+    epoch = _epoch_seconds(session, TaskSampleRow.at)
+    bucket = epoch.op("/")(width).op("*")(width).label("bucket")  # integer division on both databases
+    figures = [getattr(TaskSampleRow, f) for f in TASK_FIGURES]
+    query = select(
+        TaskSampleRow.role, TaskSampleRow.index, bucket, func.max(TaskSampleRow.at),
+        *(agg for column in figures for agg in (func.sum(column), func.count(column))),
+    ).where(
+        TaskSampleRow.job_id == job_id, TaskSampleRow.step == step,
+        TaskSampleRow.at >= since, TaskSampleRow.at <= until,
+    )
+    if role is not None:
+        query = query.where(TaskSampleRow.role == role)
+    if index is not None:
+        query = query.where(TaskSampleRow.index == index)
+    query = query.group_by(TaskSampleRow.role, TaskSampleRow.index, bucket)
+    return [(r[0], r[1], int(r[2]), _aware(r[3]), *r[4:]) for r in session.execute(query)]
+
+
+def _epoch_seconds(session: Session, column: Any) -> Any:
+    """``column`` (a time) as whole seconds since the epoch, in the session's database's SQL."""
+    if session.get_bind().dialect.name == "postgresql":
+        return cast(func.floor(func.extract("epoch", column)), BigInteger)
+    return cast(func.strftime("%s", column), Integer)  # SQLite keeps times as UTC text
+
+
+def node_rows(session: Session, node: str, step: int, since: datetime, until: datetime) -> list[Row[Any]]:
+    """A node's rows of ``step`` taken in ``[since, until]``, by time, as ``task_rows``."""
+    columns = [NodeSampleRow.at, NodeSampleRow.step, *(getattr(NodeSampleRow, f) for f in NODE_FIGURES)]
+    query = select(*columns).where(
+        NodeSampleRow.node == node, NodeSampleRow.step == step,
         NodeSampleRow.at >= since, NodeSampleRow.at <= until,
     )
-    return list(session.scalars(query.order_by(NodeSampleRow.at)))
+    return list(session.execute(query.order_by(NodeSampleRow.at)))
 
 
 def first_at(
