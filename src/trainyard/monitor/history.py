@@ -329,21 +329,21 @@ def _task_buckets(
 ) -> list[TaskSeries]:
     """``task_history``'s series in ``width``-second points summed by the database, a tier at a
     time as ``window_rows`` reads them; a point where two tiers meet adds both's sums."""
-    sums: dict[tuple[str, int, int], list[float]] = {}
+    sums: dict[tuple[str, int, int], tuple[float, ...]] = {}
     since = window.since
     for tier_step in sorted((t.step for t in tiers if t.step <= step), reverse=True):
-        found = metric_queries.task_buckets(session, job_id, tier_step, since, window.until, width,
-                                            role=role, index=index)
-        for task_role, task_index, bucket, _, *figures in found:
-            known = sums.setdefault((task_role, task_index, bucket), [0.0] * len(figures))
-            for n, value in enumerate(figures):
-                known[n] += value or 0
-        if found:
-            since = max(since, max(r[3] for r in found) + timedelta(seconds=tier_step))
+        found, newest = metric_queries.task_buckets(session, job_id, tier_step, since, window.until, width,
+                                                    role=role, index=index)
+        for task_role, task_index, bucket, *figures in found:
+            key = (task_role, task_index, bucket)
+            known = sums.get(key)
+            sums[key] = tuple(figures) if known is None else tuple((a or 0) + (b or 0) for a, b in zip(known, figures))
+        if newest is not None:
+            since = max(since, newest + timedelta(seconds=tier_step))
     by_task: dict[tuple[str, int], list[TaskPoint]] = defaultdict(list)
     ints = {metric_queries.TASK_FIGURES.index(f) for f in TASK_INTS}
     for (task_role, task_index, bucket), totals in sorted(sums.items()):
-        means: list[Any] = [totals[2 * n] / totals[2 * n + 1] if totals[2 * n + 1] else None
+        means: list[Any] = [(totals[2 * n] or 0) / totals[2 * n + 1] if totals[2 * n + 1] else None
                             for n in range(len(metric_queries.TASK_FIGURES))]
         means = [rounded(m) if n in ints else m for n, m in enumerate(means)]
         held = metric_queries.TASK_FIGURES.index("gpus_held")

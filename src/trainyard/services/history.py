@@ -17,8 +17,6 @@ from trainyard.schemas.history import (
     JobMetrics,
     NodeMetrics,
     NodePointView,
-    TaskPointView,
-    TaskSeriesView,
 )
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, NotFound
@@ -76,11 +74,13 @@ def read_job_metrics(
 ) -> JobMetrics:
     """What ``job_metrics`` answers, without asking who may see it."""
     series, step = task_history(session, job_id, span, retention, now, role=role, index=index)
-    return JobMetrics(
-        job=job_id, since=span.since, until=span.until, step=step,
-        tasks=[TaskSeriesView(role=s.role, index=s.index, points=[task_point_view(p) for p in s.points])
-               for s in series],
-    )
+    # One validation of the whole answer (in pydantic's core) rather than one per point: a
+    # week's window holds thousands of points.
+    return JobMetrics.model_validate({
+        "job": job_id, "since": span.since, "until": span.until, "step": step,
+        "tasks": [{"role": s.role, "index": s.index, "points": [task_point_fields(p) for p in s.points]}
+                  for s in series],
+    })
 
 
 def node_metrics(
@@ -95,12 +95,13 @@ def node_metrics(
                        points=[node_point_view(p) for p in points])
 
 
-def task_point_view(point: TaskPoint) -> TaskPointView:
-    return TaskPointView(
-        at=point.at, cpuCores=point.cpu_cores, memoryMB=point.memory_mb, gpusHeld=point.gpus_held,
-        gpuUtilPct=point.gpu_util_pct, gpuMemoryMB=point.gpu_memory_mb,
-        diskReadBytesPerSecond=point.disk_read_bytes_per_s, diskWriteBytesPerSecond=point.disk_write_bytes_per_s,
-    )
+def task_point_fields(point: TaskPoint) -> dict[str, Any]:
+    """A point as ``TaskPointView``'s fields."""
+    return {
+        "at": point.at, "cpuCores": point.cpu_cores, "memoryMB": point.memory_mb, "gpusHeld": point.gpus_held,
+        "gpuUtilPct": point.gpu_util_pct, "gpuMemoryMB": point.gpu_memory_mb,
+        "diskReadBytesPerSecond": point.disk_read_bytes_per_s, "diskWriteBytesPerSecond": point.disk_write_bytes_per_s,
+    }
 
 
 def node_point_view(point: NodePoint) -> NodePointView:

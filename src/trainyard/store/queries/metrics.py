@@ -98,16 +98,16 @@ def task_rows(
 def task_buckets(
     session: Session, job_id: int, step: int, since: datetime, until: datetime, width: int,
     *, role: str | None = None, index: int | None = None,
-) -> list[tuple[Any, ...]]:
+) -> tuple[list[tuple[Any, ...]], datetime | None]:
     """A job's rows (or one task's) of ``step`` in ``[since, until]`` summed in the database
     into ``width``-second buckets aligned on the epoch, for windows too long to read row by
-    row: (role, index, bucket start in epoch seconds, newest ``at`` in it, then for each of
-    ``TASK_FIGURES`` its sum and how many rows measured it)."""
+    row: (role, index, bucket start in epoch seconds, then for each of ``TASK_FIGURES`` its
+    sum and how many rows measured it); and the newest ``at`` read (None: no rows)."""
     epoch = _epoch_seconds(session, TaskSampleRow.at)
     bucket = epoch.op("/")(width).op("*")(width).label("bucket")  # integer division on both databases
     figures = [getattr(TaskSampleRow, f) for f in TASK_FIGURES]
     query = select(
-        TaskSampleRow.role, TaskSampleRow.index, bucket, func.max(TaskSampleRow.at),
+        TaskSampleRow.role, TaskSampleRow.index, bucket,
         *(agg for column in figures for agg in (func.sum(column), func.count(column))),
     ).where(
         TaskSampleRow.job_id == job_id, TaskSampleRow.step == step,
@@ -117,8 +117,10 @@ def task_buckets(
         query = query.where(TaskSampleRow.role == role)
     if index is not None:
         query = query.where(TaskSampleRow.index == index)
-    query = query.group_by(TaskSampleRow.role, TaskSampleRow.index, bucket)
-    return [(r[0], r[1], int(r[2]), _aware(r[3]), *r[4:]) for r in session.execute(query)]
+    newest = _aware(session.scalar(query.with_only_columns(func.max(TaskSampleRow.at))))
+    if newest is None:
+        return [], None
+    return [tuple(r) for r in session.execute(query.group_by(TaskSampleRow.role, TaskSampleRow.index, bucket))], newest
 
 
 def _epoch_seconds(session: Session, column: Any) -> Any:
