@@ -218,7 +218,8 @@ def run(url: str, label: str, args: argparse.Namespace) -> None:
             print(f"  p95 {percentile(times, 95):.1f} ms, max {max(times):.1f} ms over {args.runs} runs; "
                   f"CPU p50 {median(cpu):.1f} ms (load average {os.getloadavg()[0]:.1f})")
         else:
-            print(f"{line}: p50 {median(times):.1f} ms, p95 {percentile(times, 95):.1f} ms, CPU p50 {median(cpu):.1f} ms")
+            print(f"{line}: p50 {median(times):.1f} ms, p95 {percentile(times, 95):.1f} ms, "
+                  f"CPU p50 {median(cpu):.1f} ms")
     times, cpu = timed_ms(lambda: node_query(db, "node0001", timedelta(days=7)), args.runs)
     print(f"7-day query, one node: p50 {median(times):.1f} ms, CPU p50 {median(cpu):.1f} ms")
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from pydantic import ValidationError
 from sqlalchemy import select
 
 from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, parse_retention
+from trainyard.core.settings import Settings
 from trainyard.monitor.history import MAX_POINTS, SETTLE, Window, maintain, node_history, task_history
 from trainyard.store.rows import NodeSampleRow, TaskSampleRow
 
@@ -230,3 +232,12 @@ def test_a_long_window_is_averaged_by_the_database_across_tiers_keeping_na(db) -
     assert series.points[-1].at == now - timedelta(minutes=30)
     assert series.points[-1].cpu_cores == (2.0 + 20 * 4.0) / 21
     assert series.points[-1].memory_mb == round((100 + 20 * 300) / 21)
+
+
+def test_the_retention_setting_is_checked_when_the_settings_are_read(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path) -> None:
+    monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path))
+    assert Settings().retention == TIERS
+    assert [t.step for t in Settings(monitor_retention="raw:2h, 5m:7d").retention] == [0, 300]
+    with pytest.raises(ValidationError, match="monitor_retention"):
+        Settings(monitor_retention="raw:1h,1m:30m")
