@@ -12,7 +12,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Integer, Row, cast, delete, func, select
+from sqlalchemy import BigInteger, Integer, Row, Select, cast, delete, func, select
 from sqlalchemy.orm import Session
 
 from trainyard.store.rows import NodeSampleRow, TaskSampleRow
@@ -84,7 +84,15 @@ def task_rows(
     rows (role, index, at, step and the figures), not entities, since a window reads thousands."""
     columns = [TaskSampleRow.role, TaskSampleRow.index, TaskSampleRow.at, TaskSampleRow.step,
                *(getattr(TaskSampleRow, f) for f in TASK_FIGURES)]
-    query = select(*columns).where(
+    query = _of_task_window(select(*columns), job_id, step, since, until, role, index)
+    return list(session.execute(query.order_by(TaskSampleRow.at)))
+
+
+def _of_task_window(
+    query: Select[Any], job_id: int, step: int, since: datetime, until: datetime, role: str | None, index: int | None
+) -> Select[Any]:
+    """``query`` narrowed to a job's (or one task's) rows of ``step`` in ``[since, until]``."""
+    query = query.where(
         TaskSampleRow.job_id == job_id, TaskSampleRow.step == step,
         TaskSampleRow.at >= since, TaskSampleRow.at <= until,
     )
@@ -92,7 +100,7 @@ def task_rows(
         query = query.where(TaskSampleRow.role == role)
     if index is not None:
         query = query.where(TaskSampleRow.index == index)
-    return list(session.execute(query.order_by(TaskSampleRow.at)))
+    return query
 
 
 def task_buckets(
@@ -106,17 +114,10 @@ def task_buckets(
     epoch = _epoch_seconds(session, TaskSampleRow.at)
     bucket = epoch.op("/")(width).op("*")(width).label("bucket")  # integer division on both databases
     figures = [getattr(TaskSampleRow, f) for f in TASK_FIGURES]
-    query = select(
+    query = _of_task_window(select(
         TaskSampleRow.role, TaskSampleRow.index, bucket,
         *(agg for column in figures for agg in (func.sum(column), func.count(column))),
-    ).where(
-        TaskSampleRow.job_id == job_id, TaskSampleRow.step == step,
-        TaskSampleRow.at >= since, TaskSampleRow.at <= until,
-    )
-    if role is not None:
-        query = query.where(TaskSampleRow.role == role)
-    if index is not None:
-        query = query.where(TaskSampleRow.index == index)
+    ), job_id, step, since, until, role, index)
     newest = _aware(session.scalar(query.with_only_columns(func.max(TaskSampleRow.at))))
     if newest is None:
         return [], None
