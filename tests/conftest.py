@@ -70,3 +70,13 @@ def db(database_url: str):
     database.migrate()
     yield database
     database.dispose()
+
+
+@pytest.fixture
+def fake_nvml(monkeypatch: pytest.MonkeyPatch):
+    """THE NVML stand-in (``tests/standins/nvml.py``): a fake machine of eight H100s behind pynvml."""
+    from standins.nvml import FakeNvml
+
+    machine = FakeNvml()
+    machine.install(monkeypatch)
+    return machine

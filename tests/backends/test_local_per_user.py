@@ -10,6 +10,7 @@ import shutil
 import stat
 import tempfile
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from trainyard.backends.base import TaskLaunch
 from trainyard.backends.local import taskfiles
 from trainyard.backends.local.sandbox import find_sandbox
 from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.core.metrics import TaskSample
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="task accounts need root"),
@@ -108,3 +110,21 @@ def test_a_job_s_directory_is_its_owner_s_alone_and_outlives_the_attempt(per_use
     bob = _launch(per_user, f"cat {job_dir}/ckpt || echo refused\n", "bob")
     per_user.wait_ended(bob)
     assert "step-12" not in per_user.log(bob) and "refused" in per_user.log(bob)
+
+
+def test_a_task_of_another_account_is_sampled_through_its_host_pids(per_user) -> None:
+    # In the sandbox the task is pid 1 of its own PID namespace; the sampler sees its host pids.
+    key = _launch(per_user, "while :; do :; done &\nsleep 300\n", "alice", gpus=(0,))
+    try:
+        per_user.wait_until(lambda: per_user.status(key).running)
+
+        def measured() -> TaskSample | None:
+            [task] = per_user.backend.sample(datetime.now(UTC), {key: (0,)}).tasks or [None]
+            return task if task is not None and task.cpu_cores else None
+
+        task = per_user.wait_until(measured)
+        assert task.cpu_cores > 0 and task.memory_mb > 0 and task.gpus_held == 1.0
+        assert task.disk_read_bytes_per_s is not None  # root reads the account's /proc/PID/io
+    finally:
+        per_user.backend.stop(key, 0)
+        per_user.wait_ended(key)

@@ -33,13 +33,15 @@ def test_the_history_is_maintained_once_per_interval(db) -> None:
     clock = FakeClock(T0 + timedelta(minutes=3))
     add_raw(db, T0, 180)
     keeper = HistoryKeeper(db, clock)
-    done = keeper.maintain_if_due()
-    assert done is not None and done.written[60] == 2  # 00:02-00:03 ended less than SETTLE ago
+    assert keeper.start_if_due()
+    keeper.join()
+    assert keeper.last is not None and keeper.last.written[60] == 2  # 00:02-00:03 ended less than SETTLE ago
     add_raw(db, T0 + timedelta(minutes=3), 120)
     clock.advance(MAINTAIN_INTERVAL_SECONDS - 1)
-    assert keeper.maintain_if_due() is None
+    assert not keeper.start_if_due()
     clock.advance(1)
-    assert keeper.maintain_if_due() is not None
+    assert keeper.start_if_due()
+    keeper.join()
     assert count(db, 60) == 3
 
 
@@ -49,6 +51,7 @@ def test_the_controllers_cycle_downsamples_and_prunes_by_its_retention(db, tmp_p
     backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(1), cpu_milli=1000, memory_mb=1024)
     controller = Controller(db, backend, clock, monitor_retention=parse_retention("raw:1h,1m:2h,10m:1d"))
     controller.run_once()
+    controller.history.join()
     assert count(db, 0) == 360  # the last hour of raw samples
     assert count(db, 60) == 119  # 01:00..02:58: the minute that ends at 3 h is not settled yet
     assert count(db, 600) == 17  # 2 h 50 min: the bucket that ends at 3 h is not settled yet

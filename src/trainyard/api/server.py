@@ -156,7 +156,8 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
                                "as the user running `yard up` (see docs/security.md)")
         try:
             return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
-                                partition=settings.slurm_partition, site_env=settings.task_env)
+                                partition=settings.slurm_partition, site_env=settings.task_env,
+                                sample_interval_seconds=settings.monitor_interval_seconds)
         except SlurmError as exc:
             raise StartupError(str(exc)) from exc
     isolation = task_isolation(settings, cluster)
@@ -212,6 +213,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
         job_dir_retention_seconds=settings.job_dir_retention_seconds, monitor_retention=settings.retention,
+        monitor_interval_seconds=settings.monitor_interval_seconds,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,

@@ -1,9 +1,10 @@
 """Keeping the monitoring history bounded: downsampling and pruning it every minute.
 
-The controller calls ``maintain_if_due`` every cycle; once ``interval`` has passed, one
-``monitor.history.maintain`` runs in its own transaction. It runs in the controller's
-thread: in the steady state it averages a minute of samples (for 1,000 tasks, 6,000 rows
-into 1,000; see ``benchmarks/bench_metrics.py``), which takes far less than a cycle.
+The controller calls ``start_if_due`` every cycle; once ``interval`` has passed, one
+``monitor.history.maintain`` runs in its own transaction, beside the loop in a thread of its
+own (``Periodic``). In the steady state it averages a minute of samples (for 1,000 tasks,
+6,000 rows into 1,000; see ``benchmarks/bench_metrics.py``); after a long stop it catches up
+on the backlog, which must not hold up scheduling.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from trainyard.controller.periodic import Periodic
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.monitor.history import Maintained, maintain
@@ -21,8 +23,10 @@ log = logging.getLogger(__name__)
 MAINTAIN_INTERVAL_SECONDS = 60.0  # the finest averaged step worth waiting for
 
 
-class HistoryKeeper:
+class HistoryKeeper(Periodic):
     """Downsamples and prunes the history by ``retention`` every ``interval`` seconds."""
+
+    thread_name = "trainyard-history"
 
     def __init__(
         self,
@@ -32,20 +36,22 @@ class HistoryKeeper:
         *,
         interval: float = MAINTAIN_INTERVAL_SECONDS,
     ) -> None:
+        super().__init__(clock, interval)
         self.db = db
-        self.clock = clock
         self.retention = tuple(retention)
-        self.interval = interval
-        self._last: float | None = None
+        self.last: Maintained | None = None  # what the latest run did
 
-    def maintain_if_due(self) -> Maintained | None:
-        """Run ``maintain`` when ``interval`` has passed since the last run; what it did, or None."""
-        mono = self.clock.monotonic()
-        if self._last is not None and mono - self._last < self.interval:
-            return None
-        self._last = mono
+    def run_logged(self) -> None:
+        try:
+            self.maintain()
+        except Exception:  # noqa: BLE001 - retried at the next interval
+            log.exception("maintaining the monitoring history failed")
+
+    def maintain(self) -> Maintained:
+        """Downsample and prune now; what was done."""
         with self.db.session() as session:
             done = maintain(session, self.clock.now(), self.retention)
         if done.removed or any(done.written.values()):
             log.debug("monitoring history: wrote %s averaged rows, removed %d", done.written, done.removed)
+        self.last = done
         return done

@@ -10,10 +10,10 @@ left alone: it may belong to another store's server on a shared directory.
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import timedelta
 
 from trainyard.backends.base import JobDirectories
+from trainyard.controller.periodic import Periodic
 from trainyard.core.clock import Clock
 from trainyard.store.db import Database
 from trainyard.store.queries import jobs as job_queries
@@ -24,13 +24,15 @@ log = logging.getLogger(__name__)
 SWEEP_INTERVAL_SECONDS = 60.0
 
 
-class JobDirSweeper:
+class JobDirSweeper(Periodic):
     """Removes the directories of jobs that ended more than ``retention_seconds`` ago.
 
     The controller calls ``start_if_due`` every cycle; a due sweep runs in a thread of its
-    own, since removing a tree of millions of files may take minutes the scheduling cycle
-    must not wait for. One sweep at a time.
+    own (``Periodic``), since removing a tree of millions of files may take minutes the
+    scheduling cycle must not wait for. One sweep at a time.
     """
+
+    thread_name = "trainyard-job-dir-sweep"
 
     def __init__(
         self,
@@ -41,33 +43,12 @@ class JobDirSweeper:
         *,
         interval: float = SWEEP_INTERVAL_SECONDS,
     ) -> None:
+        super().__init__(clock, interval)
         self.db = db
         self.backend = backend
-        self.clock = clock
         self.retention = timedelta(seconds=retention_seconds)
-        self.interval = interval
-        self._last_sweep: float | None = None
-        self._thread: threading.Thread | None = None
 
-    def start_if_due(self) -> bool:
-        """Start a sweep in the background when ``interval`` has passed since the last one
-        started and none is running; True when one started."""
-        now = self.clock.monotonic()
-        if self._last_sweep is not None and now - self._last_sweep < self.interval:
-            return False
-        if self._thread is not None and self._thread.is_alive():
-            return False
-        self._last_sweep = now
-        self._thread = threading.Thread(target=self._sweep_logged, name="trainyard-job-dir-sweep", daemon=True)
-        self._thread.start()
-        return True
-
-    def join(self, timeout: float | None = None) -> None:
-        """Wait for the sweep in progress, if any."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-
-    def _sweep_logged(self) -> None:
+    def run_logged(self) -> None:
         try:
             self.sweep()
         except Exception:  # noqa: BLE001 - a failed sweep is retried at the next interval

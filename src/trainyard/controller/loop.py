@@ -8,11 +8,12 @@ import time
 
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.backends.base import Backend, JobDirectories
+from trainyard.backends.base import Backend, JobDirectories, MetricsSource
 from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
+from trainyard.controller.monitoring import Monitoring
 from trainyard.controller.reconcile import Reconciler
 from trainyard.controller.scheduling import (
     PortPlan,
@@ -28,7 +29,7 @@ from trainyard.controller.world import (
 )
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
-from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS
+from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
 from trainyard.services.specs import StoredSpecs
@@ -62,6 +63,7 @@ class Controller:
         config: SchedulerConfig | None = None,
         specs: StoredSpecs | None = None,
         job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS,
+        monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
         monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS,
     ) -> None:
         self.db = db
@@ -84,6 +86,9 @@ class Controller:
             if isinstance(backend, JobDirectories)
             else None
         )
+        self.monitoring = (
+            Monitoring(db, backend, clock, monitor_interval_seconds) if isinstance(backend, MetricsSource) else None
+        )
         self.history = HistoryKeeper(db, clock, monitor_retention)
         self.cycles = 0
 
@@ -103,6 +108,9 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self.monitoring is not None:  # a round half written when the store closes would only log noise
+            self.monitoring.join(timeout=10)
+        self.history.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -125,7 +133,8 @@ class Controller:
             self._wake.clear()
 
     def run_once(self) -> None:
-        """One full cycle: inventory (when due), reconcile, schedule, launch."""
+        """One full cycle: inventory (when due), reconcile, schedule, launch; job-directory
+        sweeps and monitoring rounds start in their own threads when due."""
         self.cycles += 1
         mono = self.clock.monotonic()
         if mono - self._last_inventory >= INVENTORY_REFRESH_SECONDS:
@@ -147,7 +156,9 @@ class Controller:
                 self.reconciler.run()
         if self.job_dirs is not None:
             self.job_dirs.start_if_due()
-        self.history.maintain_if_due()
+        if self.monitoring is not None:
+            self.monitoring.start_if_due()
+        self.history.start_if_due()
 
     def _schedule(self) -> bool:
         with self.db.session() as session:

@@ -14,6 +14,7 @@ from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, RetentionTier, p
 
 # A week: long enough to fetch a finished job's checkpoints and results from its directory.
 DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
+DEFAULT_MONITOR_INTERVAL_SECONDS = 10.0
 
 
 def default_home() -> Path:
@@ -77,7 +78,7 @@ class Settings(BaseSettings):
         "nothing else from the server's environment",
     )
     monitor_interval_seconds: float = Field(
-        default=10.0, ge=1.0, le=3600.0,
+        default=DEFAULT_MONITOR_INTERVAL_SECONDS, ge=1.0, le=3600.0,
         description="How often the controller samples nodes and running tasks (GPU, CPU, memory, disk, network)",
     )
     monitor_retention: str = Field(

@@ -52,7 +52,8 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,7 @@ from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local import procfs, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
 from trainyard.backends.local.launcher import SupervisorLauncher, last_lines, real_interpreter
+from trainyard.backends.local.metrics import LocalSampler
 from trainyard.backends.local.records import (
     Claim,
     exit_status,
@@ -83,6 +85,7 @@ from trainyard.backends.local.sandbox import Identity, Sandbox, sandbox_argv
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.taskuser import TaskUser
+from trainyard.core.metrics import Sampled
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +170,8 @@ class LocalBackend(jobdirs.JobDirTree):
         # "still starting" from "died before claiming the task". Dropped once settled.
         self._spawned: dict[TaskKey, subprocess.Popen[bytes]] = {}
         self._kill_timers: dict[TaskKey, threading.Timer] = {}
+        self._task_groups: dict[TaskKey, tuple[int, int]] = {}  # known claims, for sampling
+        self._sampler = LocalSampler(self._node.name, self._node.gpus, self.state_dir, self._task_group)
 
     # --- paths -------------------------------------------------------------------
 
@@ -189,6 +194,28 @@ class LocalBackend(jobdirs.JobDirTree):
     def log_path(self, key: TaskKey) -> Path:
         """The task's combined stdout+stderr log (it may not exist yet)."""
         return self.task_dir(key) / taskfiles.OUTPUT_LOG
+
+    # --- MetricsSource -------------------------------------------------------------
+
+    def sample(self, now: datetime, running: Mapping[TaskKey, tuple[int, ...]]) -> Sampled:
+        """This machine, its GPUs and the process trees of the ``running`` tasks (``metrics``)."""
+        self._task_groups = {k: v for k, v in self._task_groups.items() if k in running}
+        return self._sampler.sample(now, running)
+
+    def _task_group(self, key: TaskKey) -> tuple[int, int] | None:
+        """The task's process group ``(pgid, leader start time)`` from its claim, if it has one;
+        kept once known (a claim's process group never changes), while the task runs."""
+        if (known := self._task_groups.get(key)) is not None:
+            return known
+        try:
+            record = taskfiles.read_json(str(self.task_dir(key) / taskfiles.PID))
+        except ValueError:
+            return None
+        claim = None if record is None else Claim.parse(record)
+        if claim is None or claim.task is None or claim.boot_id != procfs.boot_id():
+            return None
+        self._task_groups[key] = claim.task
+        return claim.task
 
     # --- Backend -----------------------------------------------------------------
 

@@ -6,9 +6,9 @@ record each task's exit status and log into the task's directory. Everything liv
 ``state_dir``, which compute nodes must see at the same path (a shared file system; on a
 one-machine cluster any directory):
 
-    <state_dir>/bin/gang-runner.sh, task-runner.sh      fixed text, no job data
+    <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py   fixed text, no job data
     <state_dir>/jobs/<job>/<attempt>/
-        <role>-<index>-<run>/    env script.sh work/ output.log exit       one task run
+        <role>-<index>-<run>/    env script.sh work/ output.log exit metrics.json   one task run
         slurm-gang/              job_id submitting stop.json batch.log     the gang's submission
         slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0)
     <state_dir>/jobs/<job>/jobdir/     $TRAINYARD_JOB_DIR: the job's tasks share it, its
@@ -34,7 +34,8 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,9 @@ from trainyard.backends.environment import base_environment, process_account, si
 from trainyard.backends.slurm import runners, submission
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
-from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory
+from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory, node_sample
+from trainyard.core.metrics import Sampled, TaskSample
+from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,7 @@ EXIT = "exit"
 JOB_ID = "job_id"
 SUBMITTING = "submitting"
 STOP = "stop.json"
+METRICS = "metrics.json"  # the task sampler's newest figures, in the task's directory
 
 
 class SlurmBackend(jobdirs.JobDirTree):
@@ -92,6 +96,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         partition: str | None = None,
         commands: SlurmCommands | None = None,
         site_env: dict[str, str] | None = None,
+        sample_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         if _UNSAFE_PATH.search(str(self.state_dir)):
@@ -107,6 +112,9 @@ class SlurmBackend(jobdirs.JobDirTree):
         bin_dir.mkdir(exist_ok=True)
         self.gang_runner = _install(bin_dir / "gang-runner.sh", runners.GANG_RUNNER)
         self.task_runner = _install(bin_dir / "task-runner.sh", runners.TASK_RUNNER)
+        self.sample_interval = sample_interval_seconds
+        sampler = runners.TASK_SAMPLER.replace("@INTERVAL@", repr(float(sample_interval_seconds)))
+        _install(bin_dir / "task-sampler.py", sampler)
         # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
         self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
         self._lock = threading.Lock()
@@ -139,6 +147,36 @@ class SlurmBackend(jobdirs.JobDirTree):
 
     def _attempt_dir(self, key: TaskKey) -> Path:
         return self.state_dir / "jobs" / str(key.job_id) / str(key.attempt)
+
+    # --- MetricsSource -------------------------------------------------------------
+
+    def sample(self, now: datetime, running: Mapping[TaskKey, tuple[int, ...]]) -> Sampled:
+        """Node figures from Slurm (``nodes.node_sample``); each task's from the ``metrics.json``
+        its sampler writes inside its step, when fresh (written within three sampling periods)."""
+        errors: list[str] = []
+        try:
+            records = [r for r in self.commands.nodes() if in_partition(r, self.partition)]
+        except SlurmError as exc:
+            records = []
+            errors.append(f"Slurm did not list its nodes: {exc}")
+        nodes = tuple(node_sample(r, now) for r in records)
+        tasks = []
+        fresh_after = now.timestamp() - max(3 * self.sample_interval, 30.0)
+        for key, gpus in running.items():
+            try:
+                record = _read_json(self.task_dir(key) / METRICS)
+            except (ValueError, OSError):
+                continue
+            if record is None or not _fresh(record, fresh_after):
+                continue
+            tasks.append(TaskSample(
+                job_id=key.job_id, attempt=key.attempt, role=key.role, index=key.index,
+                node=str(record.get("node", "")), at=now, cpu_cores=_figure(record, "cpu_cores"),
+                memory_mb=_whole(record, "memory_mb"), gpus_held=float(len(gpus)),
+                disk_read_bytes_per_s=_figure(record, "disk_read_bytes_per_s"),
+                disk_write_bytes_per_s=_figure(record, "disk_write_bytes_per_s"),
+            ))
+        return Sampled(nodes=nodes, tasks=tuple(tasks), errors=tuple(errors))
 
     # --- Backend -----------------------------------------------------------------
 
@@ -437,3 +475,18 @@ def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
         return None
     code = int(text)
     return TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None)
+
+
+def _figure(record: Mapping[str, Any], name: str) -> float | None:
+    value = record.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _whole(record: Mapping[str, Any], name: str) -> int | None:
+    value = _figure(record, name)
+    return None if value is None else int(value)
+
+
+def _fresh(record: Mapping[str, Any], after: float) -> bool:
+    at = _figure(record, "at")
+    return at is not None and at >= after

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 
 from trainyard.backends.base import GpuInfo, NodeInventory
+from trainyard.core.metrics import GpuSample, NodeSample
 
 # Node states a new job may be placed in. Any other base state (DOWN, FUTURE, UNKNOWN,
 # ...) or flag (DRAIN, FAIL, MAINT, NOT_RESPONDING, REBOOT_*, POWER*, RESERVED, ...) keeps
@@ -58,3 +60,24 @@ def node_inventory(record: Mapping[str, str]) -> NodeInventory:
 
 def in_partition(record: Mapping[str, str], partition: str | None) -> bool:
     return partition is None or partition in record.get("Partitions", "").split(",")
+
+
+def _number(value: str | None) -> float | None:
+    try:
+        return float(value) if value not in (None, "", "N/A", "n/a") else None
+    except ValueError:
+        return None
+
+
+def node_sample(record: Mapping[str, str], now: datetime) -> NodeSample:
+    """What Slurm knows of a node's use (``scontrol show node``): its load (``CPULoad``) and
+    memory in use (``RealMemory`` less the OS's ``FreeMem``, never below 0). Slurm measures
+    neither CPU percent, disk, network nor GPU use: those stay None ("n/a")."""
+    total = _number(record.get("RealMemory"))
+    free = _number(record.get("FreeMem"))
+    used = None if total is None or free is None else int(min(total, max(0.0, total - free)))
+    return NodeSample(
+        node=record["NodeName"], at=now, load1=_number(record.get("CPULoad")),
+        memory_used_mb=used, memory_total_mb=None if total is None else int(total),
+        gpus=tuple(GpuSample(g.index, g.model, g.memory_mb) for g in gpus_of(record.get("Gres", ""))),
+    )

@@ -1,4 +1,5 @@
-"""The two fixed shell scripts every Slurm job of Trainyard runs; they hold no job data.
+"""The fixed scripts every Slurm job of Trainyard runs (two shell scripts, and the task
+sampler the task runner starts beside each task); they hold no job data.
 
 A job's strings (its name, env values, commands) never appear in a batch script or on
 an ``#SBATCH`` line: the batch script is this fixed text, its per-task arguments are
@@ -65,8 +66,131 @@ fi
 # foreground command has ended, so $? below is always the task's own status (a task in
 # the background and `wait` would lose it when the signal interrupts the wait).
 trap ':' TERM
+# Beside the task: the sampler of its process tree (task-sampler.py, writes $dir/metrics.json),
+# when the node has a python3. It is no part of the task and never decides its status.
+sampler=
+if [ -r "${0%/*}/task-sampler.py" ] && command -v python3 > /dev/null 2>&1; then
+    python3 "${0%/*}/task-sampler.py" "$dir" "$$" < /dev/null > /dev/null 2> "$dir/sampler.log" &
+    sampler=$!
+fi
 env -i -- "${slurm[@]}" "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID /bin/bash "$dir/script.sh"
 rc=$?
+if [ -n "$sampler" ]; then kill "$sampler" 2> /dev/null; fi
 printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
 exit "$rc"
 """
+
+# Usage: python3 task-sampler.py TASK_DIR RUNNER_PID   (@INTERVAL@: set when the backend installs it)
+# Started by the task runner beside the task, inside the task's step (so on the compute
+# node that runs it): every INTERVAL seconds it writes TASK_DIR/metrics.json with the
+# figures of the runner's process tree (the task and all its descendants, itself left
+# out), from /proc. It ends when the runner does. Standard library only: the compute
+# node's python3 needs nothing of Trainyard's.
+TASK_SAMPLER = r'''"""Trainyard's task sampler (written by the Slurm backend; holds no job data)."""
+import json
+import os
+import socket
+import sys
+import time
+
+TICKS = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MIB = 1024 * 1024
+
+
+def stat(pid):
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rindex(b")") + 2:].split()
+    # ppid, utime + stime + cutime + cstime (ticks), start time (ticks since boot)
+    return int(fields[1]), sum(int(x) for x in fields[11:15]), int(fields[19])
+
+
+def rss_bytes(pid):
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def io_bytes(pid):
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            pairs = dict(line.split(":", 1) for line in f if ":" in line)
+        return int(pairs["read_bytes"]), int(pairs["write_bytes"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def tree(root, me):
+    stats = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            found = stat(int(name))
+            if found is not None:
+                stats[int(name)] = found
+    children = {}
+    for pid, (ppid, _, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    pids, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children.get(pid, ()))
+    return {pid: stats[pid] for pid in pids}
+
+
+def uptime():
+    with open("/proc/uptime") as f:
+        return float(f.read().split()[0])
+
+
+def main():
+    task_dir, runner, interval = sys.argv[1], int(sys.argv[2]), float("@INTERVAL@")
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    me = os.getpid()
+    before = None  # (monotonic, cpu seconds, read bytes, write bytes)
+    while os.getppid() == runner:
+        procs = tree(runner, me)
+        now = time.monotonic()
+        if procs:
+            cpu = sum(ticks for _, ticks, _ in procs.values()) / TICKS
+            ios = [io_bytes(pid) for pid in procs]
+            read = None if None in ios else sum(i[0] for i in ios)
+            write = None if None in ios else sum(i[1] for i in ios)
+            if before is None:  # first sight: the average over the task's life so far
+                started = min(start for _, _, start in procs.values()) / TICKS
+                before = (now - max(uptime() - started, 1e-3), 0.0, 0 if read is not None else None,
+                          0 if write is not None else None)
+            elapsed = now - before[0]
+
+            def rate(value, earlier):
+                if value is None or earlier is None or elapsed <= 0:
+                    return None
+                return max(0, value - earlier) / elapsed
+
+            record = {
+                "at": time.time(), "node": node, "pids": sorted(procs),
+                "cpu_cores": max(0.0, cpu - before[1]) / elapsed if elapsed > 0 else None,
+                "memory_mb": sum(rss_bytes(pid) for pid in procs) // MIB,
+                "disk_read_bytes_per_s": rate(read, before[2]),
+                "disk_write_bytes_per_s": rate(write, before[3]),
+            }
+            before = (now, cpu, read, write)
+            tmp = os.path.join(task_dir, f"metrics.json.{me}")
+            with open(tmp, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, os.path.join(task_dir, "metrics.json"))
+        time.sleep(interval if procs else 0.2)  # the task's process may not be forked yet
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        pass
+'''

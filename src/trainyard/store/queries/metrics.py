@@ -1,6 +1,7 @@
 """Queries of the monitoring history (``node_samples``, ``task_samples``): writing a round
-of raw samples, reading the newest figures per node and per task, reading the rows of a
-job, a task or a node over a window, and the rows downsampling reads, writes and prunes.
+of raw samples, reading the newest figures per node and per task, the running tasks a
+round samples, reading the rows of a job, a task or a node over a window, and the rows
+downsampling reads, writes and prunes.
 
 ``monitor/history.py`` owns what the rows mean (downsampling, retention, windows); this
 module only reads and writes them.
@@ -15,7 +16,8 @@ from typing import Any
 from sqlalchemy import BigInteger, Integer, Row, Select, cast, delete, func, or_, select
 from sqlalchemy.orm import Session
 
-from trainyard.store.rows import NodeSampleRow, TaskSampleRow
+from trainyard.core.states import TaskState
+from trainyard.store.rows import AttemptRow, NodeSampleRow, TaskRow, TaskSampleRow
 
 RAW = 0  # the ``step`` of a raw sample
 
@@ -25,6 +27,17 @@ SampleRow = NodeSampleRow | TaskSampleRow
 def add_samples(session: Session, nodes: Sequence[NodeSampleRow], tasks: Sequence[TaskSampleRow]) -> None:
     """Store one round of samples."""
     session.add_all([*nodes, *tasks])
+
+
+def running_tasks(session: Session) -> list[tuple[TaskRow, int]]:
+    """The tasks the store holds running, each with its attempt's number, by job then task."""
+    query = (
+        select(TaskRow, AttemptRow.number)
+        .join(AttemptRow, TaskRow.attempt_id == AttemptRow.id)
+        .where(TaskRow.state == TaskState.RUNNING)
+        .order_by(TaskRow.job_id, TaskRow.role, TaskRow.index)
+    )
+    return [(task, number) for task, number in session.execute(query)]
 
 
 def latest_node_samples(session: Session, since: datetime) -> list[NodeSampleRow]:
