@@ -8,6 +8,7 @@ Measures (see each file's docstring):
                           ``yard --help``                              target < 0.3 s
 * bench_sim               one openb placement run: best-fit / FGD       target < 10 s / < 30 s
                           Philly October 2017 through the scheduler    target < 60 s
+* bench_metrics_exposition GET /metrics, 1,000 nodes x 8 GPUs, 10k jobs target < 100 ms
 
 Defaults are sized for a small (2-core) machine and take about a minute; ``--quick``
 shrinks everything (fewer jobs, a 10k-job store, fewer runs) to a ~20 s smoke run whose
@@ -28,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bench_list_jobs  # noqa: E402
+import bench_metrics_exposition  # noqa: E402
 import bench_sim  # noqa: E402
 import bench_submit_latency  # noqa: E402
 import bench_submit_throughput  # noqa: E402
@@ -37,18 +39,21 @@ FULL = {
     "throughput": ["-m", "1000", "--threads", "4", "--concurrency", "8", "16"],
     "list": ["--jobs", "100000", "--runs", "10"],
     "sim": ["--placement-policies", "bestfit,fgd", "--queue-policies", "fifo"],
+    "metrics": ["--runs", "10"],
 }
 QUICK = {
     "latency": ["-n", "10"],
     "throughput": ["-m", "300", "--threads", "4", "--concurrency", "16", "--no-json"],
     "list": ["--jobs", "10000", "--runs", "3"],
     "sim": ["--only", "placement", "--placement-policies", "bestfit"],
+    "metrics": ["--runs", "3", "--rounds", "1"],
 }
 BENCHES = {
     "latency": bench_submit_latency.main,
     "throughput": bench_submit_throughput.main,
     "list": bench_list_jobs.main,
     "sim": bench_sim.main,
+    "metrics": bench_metrics_exposition.main,
 }
 
 
@@ -94,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
                              seconds / target, seconds < target))
         for policy, seconds in r.get("queue", {}).items():
             rows.append((f"sim Philly month, {policy}", f"{seconds:.1f} s", "< 60 s", seconds / 60, seconds < 60))
+    if "metrics" in results:
+        r = results["metrics"]
+        rows.append(("GET /metrics p50", f"{r['p50_s'] * 1000:.0f} ms", "< 100 ms", r["p50_s"] / 0.1,
+                     r["p50_s"] < 0.1))
     for label, value, target, ratio, ok in rows:
         print(f"  {label:<28} {value:>14}   target {target:<13} ratio {ratio:5.2f}x   {'MEETS' if ok else 'MISSES'}")
     if crashed:

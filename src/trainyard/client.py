@@ -21,7 +21,8 @@ from trainyard.client_config import ClientConfig, load_config
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import check_client_arguments, job_file_body
 from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
-from trainyard.schemas.cluster import NodeView
+from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
+from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.history import JobMetrics, NodeMetrics
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
@@ -44,6 +45,8 @@ _GROUPS = TypeAdapter(list[GroupView])
 _QUOTAS = TypeAdapter(list[UserQuotaView])
 _HEALTH = TypeAdapter(dict[str, str])
 _TOKENS = TypeAdapter(list[TokenView])
+_ALERTS = TypeAdapter(list[AlertView])
+_ALERT_RULES = TypeAdapter(list[AlertRuleView])
 
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
@@ -119,9 +122,9 @@ def _window(since: Moment, until: Moment) -> dict[str, str]:
     return params
 
 
-def _job_id(job_id: object) -> int:
+def _job_id(job_id: object, what: str = "job") -> int:
     if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise UsageError(f"a job id is a whole number, like 12 (got {job_id!r})")
+        raise UsageError(f"a {what} id is a whole number, like 12 (got {job_id!r})")
     return job_id
 
 
@@ -279,9 +282,11 @@ class Client:
         """One job: state, attempts and their tasks, placement, events, its spec (secrets masked)."""
         return self._parse(JobDetail, self._request("GET", f"/jobs/{_job_id(job_id)}").content)
 
-    def stop(self, job_id: int) -> JobDetail:
-        """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now."""
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop").content)
+    def stop(self, job_id: int, *, reason: str = "") -> JobDetail:
+        """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now.
+        ``reason`` is told to the job's owner in its message and history."""
+        params = {"reason": reason} if reason else None
+        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
 
     def job_metrics(self, job_id: int, *, since: Moment = None, until: Moment = None,
                     task: str | None = None) -> JobMetrics:
@@ -402,8 +407,14 @@ class Client:
     # -- cluster and users ----------------------------------------------------------------
 
     def nodes(self) -> list[NodeView]:
-        """The cluster's nodes: their GPUs, CPUs and memory, and what is allocated."""
+        """The cluster's nodes: their GPUs, CPUs and memory, what is allocated, and what their
+        newest samples measured (``usage``; None: not measured lately)."""
         return self._parse(_NODES, self._request("GET", "/nodes").content)
+
+    def top(self) -> TopView:
+        """The live view: nodes, and the running jobs you may see with their GPU, CPU and
+        memory use, busiest GPUs first."""
+        return self._parse(TopView, self._request("GET", "/top").content)
 
     def node_metrics(self, name: str, *, since: Moment = None, until: Moment = None) -> NodeMetrics:
         """A node's figures (CPU, memory, disk, network, each GPU) over a window, as ``job_metrics``."""
@@ -508,6 +519,31 @@ class Client:
         """Place nothing new on a node (``cordoned=False``: allow it again) (admin)."""
         response = self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}")
         return self._parse(NodeView, response.content)
+
+    def alerts(self, *, include_resolved: bool = False) -> list[AlertView]:
+        """Alerts, newest first (firing ones; ``include_resolved``: resolved too); a user sees
+        those about their own jobs, an admin all."""
+        response = self._request("GET", "/alerts", params={"all": "true"} if include_resolved else None)
+        return self._parse(_ALERTS, response.content)
+
+    def alert_rules(self) -> list[AlertRuleView]:
+        """The alert rules with their thresholds (admin)."""
+        return self._parse(_ALERT_RULES, self._request("GET", "/alerts/rules").content)
+
+    def set_alert_rule(self, name: str, *, enabled: bool | None = None, params: dict[str, float] | None = None,
+                       cordon: bool | None = None) -> AlertRuleView:
+        """Change an alert rule (admin); the controller's next evaluation uses it."""
+        body = AlertRuleUpdate(enabled=enabled, params=params, cordon=cordon).model_dump(exclude_none=True)
+        response = self._request("PUT", f"/alerts/rules/{quote(name, safe='')}", json=body)
+        return self._parse(AlertRuleView, response.content)
+
+    def prometheus_alert_rules(self) -> str:
+        """The enabled rules, with their thresholds, as a Prometheus alerting-rules file (admin)."""
+        return self._request("GET", "/alerts/rules.yml").text
+
+    def stop_flagged_job(self, alert_id: int) -> JobDetail:
+        """Stop the job an alert is about (admin); its owner is told the rule and why."""
+        return self._parse(JobDetail, self._request("POST", f"/alerts/{_job_id(alert_id, 'alert')}/stop").content)
 
     def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
         """A new API token for yourself, or (admin) for ``user``; its text is shown only now."""

@@ -14,7 +14,7 @@ from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.client import Client
 from trainyard.controller.inventory import sync_inventory
-from trainyard.core.clock import SystemClock
+from trainyard.core.clock import Clock, SystemClock
 from trainyard.services.auth import bootstrap_admin, create_token, create_user
 
 
@@ -46,8 +46,8 @@ class Api:
         return sdk
 
 
-def make_api(db, state_dir) -> Api:
-    clock = SystemClock()
+def make_api(db, state_dir, clock: Clock | None = None) -> Api:
+    clock = clock or SystemClock()
     backend = LocalBackend(state_dir, gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384)
     with db.session() as session:
         sync_inventory(session, backend.name, backend.inventory(), clock)

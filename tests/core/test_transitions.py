@@ -31,6 +31,7 @@ class Job:
     state_message: str = ""
     exit_code: int | None = None
     stopped_by: str | None = None
+    stop_reason: str | None = None
 
 
 @dataclass

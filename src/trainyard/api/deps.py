@@ -14,7 +14,7 @@ from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
-from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS
+from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import TokenCache
@@ -34,6 +34,8 @@ class AppContext:
     controller: Controller | None = None
     specs: StoredSpecs = field(default_factory=StoredSpecs)  # the controller's, when there is one
     job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS
+    # How fresh a sample must be: live figures (GET /nodes, /top) and /metrics' "up".
+    monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS
     monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS  # what the history keeps
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)

@@ -30,9 +30,11 @@ from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmError
+from trainyard.controller.alerting import Receivers
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
 from trainyard.core.settings import Settings
+from trainyard.monitor.notify import SmtpSettings
 from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import DEFAULT_SCORER, SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
@@ -214,11 +216,22 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
         job_dir_retention_seconds=settings.job_dir_retention_seconds, monitor_retention=settings.retention,
         monitor_interval_seconds=settings.monitor_interval_seconds,
+        alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
+                     monitor_interval_seconds=settings.monitor_interval_seconds,
                      monitor_retention=settings.retention)
     return ctx, controller
+
+
+def alert_receivers(settings: Settings) -> Receivers:
+    """Who hears of alerts: the webhooks, and e-mail when an SMTP server is set."""
+    smtp = None
+    if settings.smtp_host and settings.smtp_to:
+        smtp = SmtpSettings(settings.smtp_host, settings.smtp_port, settings.smtp_from, settings.smtp_to,
+                            settings.smtp_starttls, settings.smtp_username, settings.smtp_password)
+    return Receivers(settings.alert_webhook_urls, smtp, f"http://{settings.host}:{settings.port}")
 
 
 def serve(settings: Settings) -> None:

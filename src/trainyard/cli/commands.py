@@ -16,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from trainyard.cli import admin_commands, history_render, render
+from trainyard.cli import admin_commands, alert_commands, history_render, render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
+from trainyard.cli.top import cmd_top
 from trainyard.client import (
     DEFAULT_RETRY_FOR,
     AuthError,
@@ -201,7 +202,7 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
-    job = client.stop(args.id)
+    job = client.stop(args.id, reason=args.reason)
     render.print_json(job) if args.json else print(f"job {job.id}: {job.state}")
     return 0
 
@@ -296,6 +297,7 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "stop": cmd_stop,
     "wait": cmd_wait,
     "nodes": cmd_nodes,
+    "top": cmd_top,
     "user": admin_commands.cmd_user,
     "token": admin_commands.cmd_token,
     "whoami": cmd_whoami,
@@ -303,4 +305,5 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "group": admin_commands.cmd_group,
     "quota": admin_commands.cmd_quota,
     "node": admin_commands.cmd_node,
+    "alerts": alert_commands.cmd_alerts,
 }

@@ -13,6 +13,7 @@ from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
 
 JOBS_PER_PAGE = 20  # `yard jobs` without --limit
+TOP_INTERVAL_SECONDS = 2.0  # `yard top` without --interval
 
 
 def _non_negative(text: str) -> int:
@@ -22,8 +23,37 @@ def _non_negative(text: str) -> int:
     return int(text)
 
 
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
+
+
+def add_alerts_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("alerts", help="alerts on abnormal jobs and sick nodes; their rules (admin)")
+    p.add_argument("--all", action="store_true", help="resolved alerts too")
+    _json_flag(p)
+    alert_sub = p.add_subparsers(dest="action", metavar="ACTION")
+    q = alert_sub.add_parser("rules", help="the rules, their thresholds and whether they cordon (admin)")
+    q.add_argument("--prometheus", action="store_true",
+                   help="print them as a Prometheus alerting-rules file, with the current thresholds")
+    _json_flag(q)
+    q = alert_sub.add_parser("set", help="change a rule: enabled=false, cordon=true, days=7, … (admin)")
+    q.add_argument("rule")
+    q.add_argument("changes", nargs="+", metavar="KEY=VALUE")
+    _json_flag(q)
+    q = alert_sub.add_parser("stop", help="stop the job an alert is about; its owner is told why (admin)")
+    q.add_argument("id", type=int, metavar="ALERT_ID")
+    _json_flag(q)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
     p.add_argument("id", type=int)
+    p.add_argument("--reason", default="", help="why, told to the job's owner in its message and history")
     _json_flag(p)
 
     p = sub.add_parser("wait", help="wait for a job to end; exit 0 only if it SUCCEEDED")
@@ -120,7 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "often, for up to S seconds (default 120; 0: exit 3 at once)")
     _json_flag(p)
 
-    p = sub.add_parser("nodes", help="show nodes, their GPUs and what is allocated")
+    p = sub.add_parser("nodes", help="show nodes, their GPUs, what is allocated and what is in use")
+    _json_flag(p)
+
+    p = sub.add_parser("top", help="nodes and running jobs with live GPU, CPU and memory use (q or Ctrl-C quits)")
+    p.add_argument("--interval", type=_positive_seconds, default=TOP_INTERVAL_SECONDS, metavar="S",
+                   help=f"seconds between refreshes (default {TOP_INTERVAL_SECONDS:g})")
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit (also when not on a terminal)")
     _json_flag(p)
 
     p = sub.add_parser("user", help="manage users (admin)")
@@ -226,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("whoami", help="show who the configured token belongs to")
     _json_flag(p)
 
+    add_alerts_parser(sub)
     add_sim_parser(sub)
     return parser
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from trainyard.core.states import JobState
-from trainyard.schemas.cluster import NodeView
+from trainyard.schemas.cluster import GpuView, NodeView
 from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary
 
 
@@ -150,17 +150,42 @@ def job_detail(job: JobDetail) -> str:
     return "\n".join(lines)
 
 
+def pct(value: float | None) -> str:
+    """A percentage, or "n/a" where nothing was measured (a simulated GPU, no fresh sample)."""
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def mib(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def gpu_util(gpus: Sequence[GpuView]) -> float | None:
+    """The mean utilisation of the GPUs that measured one; None: none did."""
+    measured = [g.usage.utilPct for g in gpus if g.usage is not None and g.usage.utilPct is not None]
+    return sum(measured) / len(measured) if measured else None
+
+
+def gpu_memory_in_use(gpus: Sequence[GpuView]) -> int | None:
+    measured = [g.usage.memoryUsedMB for g in gpus if g.usage is not None and g.usage.memoryUsedMB is not None]
+    return sum(measured) if measured else None
+
+
 def nodes_table(nodes: Sequence[NodeView]) -> str:
+    """Allocation beside use: GPU USED is allocated of total, GPU UTIL what the devices did;
+    CPU and MEMORY USED are allocated, CPU % and MEMORY IN USE measured."""
     rows = []
     for n in nodes:
         used = sum(g.used for g in n.gpus)
         model = ", ".join(sorted({g.model for g in n.gpus})) or "-"
+        usage = n.usage
         rows.append([
             n.name, "cordoned" if n.cordoned else ("yes" if n.schedulable else "no"),
-            f"{num(used)}/{len(n.gpus)}" + (" (simulated)" if n.simulated else ""), model,
-            f"{num(n.cpuUsed)}/{num(n.cpu)}", f"{n.memoryUsedMB}/{n.memoryMB}",
+            f"{num(used)}/{len(n.gpus)}" + (" (simulated)" if n.simulated else ""), pct(gpu_util(n.gpus)), model,
+            f"{num(n.cpuUsed)}/{num(n.cpu)}", pct(usage.cpuPct if usage else None), f"{n.memoryUsedMB}/{n.memoryMB}",
+            mib(usage.memoryUsedMB if usage else None), pct(usage.diskUsedPct if usage else None),
         ])
-    out = table(["NODE", "SCHEDULABLE", "GPU USED", "MODEL", "CPU USED", "MEMORY USED (MiB)"], rows)
+    out = table(["NODE", "SCHEDULABLE", "GPU USED", "GPU UTIL", "MODEL", "CPU USED", "CPU %", "MEMORY USED (MiB)",
+                 "MEMORY IN USE (MiB)", "DISK"], rows)
     for n in nodes:
         for g in n.gpus:
             if g.jobs:

@@ -9,6 +9,7 @@ import time
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories, MetricsSource
+from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirSweeper
@@ -30,6 +31,7 @@ from trainyard.controller.world import (
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
+from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
 from trainyard.services.specs import StoredSpecs
@@ -64,6 +66,8 @@ class Controller:
         specs: StoredSpecs | None = None,
         job_dir_retention_seconds: float = DEFAULT_JOB_DIR_RETENTION_SECONDS,
         monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
+        alert_interval_seconds: float = 30.0,
+        alert_receivers: Receivers | None = None,
         monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS,
     ) -> None:
         self.db = db
@@ -79,7 +83,9 @@ class Controller:
         self._dirty = True
         self._last_inventory = -1e9
         self._last_schedule = -1e9
-        self.reconciler = Reconciler(db, backend, clock, self.spec_of)
+        # Histograms for /metrics: cycle durations here, first-start latencies in reconcile.
+        self.timings = ControllerTimings()
+        self.reconciler = Reconciler(db, backend, clock, self.spec_of, self.timings)
         self.waiting = WaitingJobs(self.specs)
         self.job_dirs = (
             JobDirSweeper(db, backend, clock, job_dir_retention_seconds)
@@ -89,6 +95,8 @@ class Controller:
         self.monitoring = (
             Monitoring(db, backend, clock, monitor_interval_seconds) if isinstance(backend, MetricsSource) else None
         )
+        self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers(),
+                                     on_cordon=self.wake)
         self.history = HistoryKeeper(db, clock, monitor_retention)
         self.cycles = 0
 
@@ -110,6 +118,7 @@ class Controller:
             self._thread.join(timeout=10)
         if self.monitoring is not None:  # a round half written when the store closes would only log noise
             self.monitoring.join(timeout=10)
+        self.alerts.join(timeout=10)
         self.history.join(timeout=10)
 
     def _run(self) -> None:
@@ -158,9 +167,11 @@ class Controller:
             self.job_dirs.start_if_due()
         if self.monitoring is not None:
             self.monitoring.start_if_due()
+        self.alerts.start_if_due()
         self.history.start_if_due()
 
     def _schedule(self) -> bool:
+        began = time.perf_counter()  # a real duration, whatever clock the controller runs on
         with self.db.session() as session:
             now = self.clock.now().timestamp()
             pending = self.waiting.load(session, now)
@@ -196,6 +207,7 @@ class Controller:
         self.waiting.written.update(written)
         for job_id in started:  # placed: its pending reason was cleared, so forget it
             self.waiting.written.pop(job_id, None)
+        self.timings.cycle.observe(time.perf_counter() - began)
         return bool(started or preempted)
 
     def _starting_spec(self, job_id: int) -> JobSpec:

@@ -31,6 +31,7 @@ from trainyard.core.lifecycle import (
     task_should_rerun,
 )
 from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.monitor.exposition import ControllerTimings
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
@@ -67,11 +68,15 @@ def current_attempt(job: JobRow) -> AttemptRow | None:
 
 
 class Reconciler:
-    def __init__(self, db: Database, backend: Backend, clock: Clock, spec_of: Callable[[JobRow], JobSpec]):
+    def __init__(
+        self, db: Database, backend: Backend, clock: Clock, spec_of: Callable[[JobRow], JobSpec],
+        timings: ControllerTimings | None = None,
+    ):
         self.db = db
         self.backend = backend
         self.clock = clock
         self.spec_of = spec_of
+        self.timings = timings
 
     def run(self) -> bool:
         """One pass; returns whether any task ended or started (resources changed)."""
@@ -150,6 +155,7 @@ class Reconciler:
     def _write(self, plan: Plan, statuses: dict[TaskKey, TaskStatus]) -> bool:
         changed = False
         now = self.clock.now()
+        first_starts: list[float] = []  # submit-to-start seconds of jobs whose first task runs now
         with self.db.session() as session:
             touched: set[int] = set()
             for item in plan.launches:
@@ -161,6 +167,8 @@ class Reconciler:
                 else:
                     job = job_queries.job_by_id(session, task.job_id)
                     assert job is not None  # a task's job is deleted only with it
+                    if job.started_at is None:
+                        first_starts.append((now - job.submitted_at).total_seconds())
                     transitions.task_launched(task, job, now)
                 touched.add(task.job_id)
                 changed = True
@@ -190,6 +198,9 @@ class Reconciler:
                 job = job_queries.job_by_id(session, job_id)
                 if job is not None and job.state in (JobState.RUNNING, JobState.STOPPING):
                     changed |= self._advance_job(session, job)
+        if self.timings is not None:  # once the write has committed: a rolled-back start did not happen
+            for seconds in first_starts:
+                self.timings.start_latency.observe(max(0.0, seconds))
         return changed
 
     def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now: datetime) -> None:

@@ -81,6 +81,21 @@ class Settings(BaseSettings):
         default=DEFAULT_MONITOR_INTERVAL_SECONDS, ge=1.0, le=3600.0,
         description="How often the controller samples nodes and running tasks (GPU, CPU, memory, disk, network)",
     )
+    alert_interval_seconds: float = Field(
+        default=30.0, ge=1.0, le=3600.0,
+        description="How often the controller evaluates the alert rules (their thresholds: `yard alerts rules`)",
+    )
+    alert_webhook_urls: list[str] = Field(
+        default_factory=list,
+        description="Where firing and resolved alerts are posted, as Alertmanager's webhook JSON (version 4)",
+    )
+    smtp_host: str | None = Field(default=None, description="E-mail alerts: the SMTP server (unset: no e-mail)")
+    smtp_port: int = Field(default=25, ge=1, le=65535, description="E-mail alerts: the SMTP port")
+    smtp_from: str = Field(default="trainyard@localhost", description="E-mail alerts: the sender")
+    smtp_to: list[str] = Field(default_factory=list, description="E-mail alerts: the recipients")
+    smtp_starttls: bool = Field(default=False, description="E-mail alerts: STARTTLS before sending")
+    smtp_username: str | None = Field(default=None, description="E-mail alerts: log in as (with smtp_password)")
+    smtp_password: str | None = Field(default=None, description="E-mail alerts: the password for smtp_username")
     monitor_retention: str = Field(
         default=DEFAULT_MONITOR_RETENTION,
         description="How long the monitoring history is kept, finest first: RESOLUTION:KEEP tiers; the default "

@@ -85,6 +85,7 @@ class JobRecord(Protocol):
     state_message: str
     exit_code: int | None
     stopped_by: str | None
+    stop_reason: str | None  # why, when given (an admin stopping a job an alert flagged)
 
 
 class AttemptRecord(Protocol):
@@ -164,25 +165,31 @@ def cannot_start(job: JobRecord, why: str, now: datetime) -> Event:
     return Event(EventKind.FAILED, job.state_message, now)
 
 
-def request_stop(job: JobRecord, current: AttemptRecord | None, by: str, now: datetime) -> Event:
+def request_stop(
+    job: JobRecord, current: AttemptRecord | None, by: str, now: datetime, *, because: str = ""
+) -> Event:
     """A user's stop: a waiting job is STOPPED at once; a running one is STOPPING until its
-    tasks end (reconcile signals them; its attempt's grace period runs from now)."""
+    tasks end (reconcile signals them; its attempt's grace period runs from now). ``because``
+    (e.g. the alert that made an admin stop it) is kept, and every message about the stop
+    says it, so that the job's owner is told why."""
+    job.stop_reason = because or None
+    why_stop = f": {because}" if because else ""
     if job.state == JobState.WAITING:
         _move_job(job, JobState.STOPPED)
         job.finished_at = now
         _clear_pending(job)
         if job.started_at is None:
-            job.state_message = f"stopped by {by} before it started"
+            job.state_message = f"stopped by {by}{why_stop} before it started"
         else:  # it ran, then was requeued (preempted, retried, lost) and waited again
             why = f" ({job.state_message})" if job.state_message else ""
-            job.state_message = f"stopped by {by} while waiting to run attempt {job.attempt}{why}"
+            job.state_message = f"stopped by {by}{why_stop} while waiting to run attempt {job.attempt}{why}"
     else:
         _move_job(job, JobState.STOPPING)
-        job.state_message = f"stopping on request of {by}"
+        job.state_message = f"stopping on request of {by}{why_stop}"
         if current is not None and current.stop_requested_at is None:
             current.stop_requested_at = now
     job.stopped_by = by
-    return Event(EventKind.STOP_REQUESTED, f"stop requested by {by}", now)
+    return Event(EventKind.STOP_REQUESTED, f"stop requested by {by}{why_stop}", now)
 
 
 def finish(job: JobRecord, state: JobState, message: str, ended_at: datetime | None, now: datetime) -> Event:
@@ -209,10 +216,11 @@ def fail(job: JobRecord, attempt: AttemptRecord, message: str, now: datetime) ->
 
 def stopped(job: JobRecord, attempt: AttemptRecord, now: datetime) -> Event:
     """STOPPING -> STOPPED once every task has ended; a running attempt ends STOPPED too."""
+    message = f"stopped by {job.stopped_by}" + (f": {job.stop_reason}" if job.stop_reason else "")
     if attempt.state == AttemptState.RUNNING:
         _move_attempt(attempt, AttemptState.STOPPED)
-        attempt.reason = f"stopped by {job.stopped_by}"
-    return finish(job, JobState.STOPPED, f"stopped by {job.stopped_by}", attempt.finished_at, now)
+        attempt.reason = message
+    return finish(job, JobState.STOPPED, message, attempt.finished_at, now)
 
 
 # -- jobs: a new attempt after the last one ended ------------------------------------------

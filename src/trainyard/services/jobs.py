@@ -269,9 +269,13 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
     return events.job_events(session, job.id)
 
 
-def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock, reason: str = "") -> JobRow:
+def request_stop(
+    session: Session, viewer: UserRow, job_id: int, *, clock: Clock, reason: str = "", because: str = ""
+) -> JobRow:
     """Stop a job: a waiting job stops at once; a running one is signalled by the controller.
-    ``reason`` (e.g. "delete virtual cluster vision") is added to the job's event."""
+    ``reason`` (e.g. "delete virtual cluster vision") is added to the job's event;
+    ``because`` (e.g. an alert's rule and message) to its state message as well, to tell its
+    owner why."""
     job = get_job(session, viewer, job_id)
     if job.state in FINAL_JOB_STATES:
         raise Conflict(f"job {job_id} has already ended ({job.state})")
@@ -280,7 +284,7 @@ def request_stop(session: Session, viewer: UserRow, job_id: int, *, clock: Clock
     current = None
     if job.state != JobState.WAITING:  # a waiting job's attempts (if any) have all ended
         current = next((a for a in job.attempts if a.number == job.attempt), None)
-    event = transitions.request_stop(job, current, viewer.name, clock.now())
+    event = transitions.request_stop(job, current, viewer.name, clock.now(), because=because)
     record_event(session, job.id, replace(event, message=f"{event.message} to {reason}") if reason else event)
     return job
 

@@ -12,7 +12,7 @@ from trainyard.core.lifecycle import platform_retries_used, run_seconds
 from trainyard.core.resources import from_milli
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.schemas.admin import GroupView, UserQuotaView
-from trainyard.schemas.cluster import GpuView, NodeView
+from trainyard.schemas.cluster import GpuUsageView, GpuView, JobUsageView, NodeUsageView, NodeView
 from trainyard.schemas.jobs import (
     AttemptView,
     EventView,
@@ -31,7 +31,9 @@ from trainyard.store.rows import (
     JobEventRow,
     JobRow,
     NodeRow,
+    NodeSampleRow,
     TaskRow,
+    TaskSampleRow,
     TokenRow,
     UserRow,
 )
@@ -133,10 +135,37 @@ def job_detail(
     )
 
 
-def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None = None) -> NodeView:
+def _gpu_usage(sampled: dict[str, Any] | None) -> GpuUsageView | None:
+    if sampled is None:
+        return None
+    return GpuUsageView(
+        utilPct=None if sampled.get("simulated") else sampled.get("util_pct"),
+        memoryUsedMB=sampled.get("memory_used_mb"),
+        temperatureC=sampled.get("temperature_c"),
+        powerW=sampled.get("power_w"),
+        eccErrors=sampled.get("ecc_errors"),
+        healthy=bool(sampled.get("healthy", True)),
+    )
+
+
+def _node_usage(sample: NodeSampleRow | None) -> NodeUsageView | None:
+    if sample is None:
+        return None
+    return NodeUsageView(
+        sampledAt=sample.at, cpuPct=sample.cpu_pct, load1=sample.load1, memoryUsedMB=sample.memory_used_mb,
+        memoryTotalMB=sample.memory_total_mb, diskUsedPct=sample.disk_used_pct,
+    )
+
+
+def node_view(
+    row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None = None, sample: NodeSampleRow | None = None
+) -> NodeView:
     """The node with what its tasks hold; ``visible_jobs`` (None: all) limits which job ids it
-    names, so that a non-admin sees which GPUs are used but not by whose jobs."""
+    names, so that a non-admin sees which GPUs are used but not by whose jobs. ``sample`` is
+    the node's newest fresh sample, if any: what it measured sits beside what is allocated
+    (a GPU the sample does not list was not measured, and has no usage)."""
     on_node = [t for t in tasks if t.node == row.name]
+    sampled_gpus = {g["index"]: g for g in sample.gpus} if sample is not None else {}
     gpus = []
     for gpu in row.gpus:
         holders = [(t.job_id, share[1]) for t in on_node for share in t.gpus if share[0] == gpu["index"]]
@@ -148,6 +177,7 @@ def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None 
                 simulated=gpu.get("simulated", False),
                 used=sum(m for _, m in holders) / 1000,
                 jobs=sorted({j for j, _ in holders if visible_jobs is None or j in visible_jobs}),
+                usage=_gpu_usage(sampled_gpus.get(gpu["index"])),
             )
         )
     return NodeView(
@@ -163,6 +193,7 @@ def node_view(row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None 
         simulated=any(g.get("simulated", False) for g in row.gpus),
         cordoned=row.cordoned,
         labels=row.labels or {},
+        usage=_node_usage(sample),
     )
 
 
@@ -181,3 +212,28 @@ def group_view(row: GroupRow, members: list[str]) -> GroupView:
 
 def user_quota_view(user: str, priority: str, milli_gpus: int) -> UserQuotaView:
     return UserQuotaView(user=user, priority=priority, gpus=milli_gpus / 1000)
+
+
+def _total(values: list[float | None]) -> float | None:
+    measured = [v for v in values if v is not None]
+    return sum(measured) if measured else None
+
+
+def job_usage_view(job: JobRow, tasks: list[TaskRow], samples: list[TaskSampleRow], now: datetime) -> JobUsageView:
+    """A running job's live figures: its tasks' newest fresh ``samples`` summed; GPU
+    utilisation is the mean over the GPUs the sampled tasks hold, weighted by their share."""
+    util = [(s.gpu_util_pct, s.gpus_held) for s in samples if s.gpu_util_pct is not None and s.gpus_held > 0]
+    held = sum(h for _, h in util)
+    started = [t.started_at for t in tasks if t.started_at is not None]
+    gpu_memory = _total([s.gpu_memory_mb for s in samples])
+    memory = _total([s.memory_mb for s in samples])
+    return JobUsageView(
+        id=job.id, name=job.name, user=job.user.name, vc=job.vc, state=JobState(job.state),
+        gpus=from_milli(sum(g[1] for t in tasks for g in t.gpus)), tasks=len(tasks), tasksSampled=len(samples),
+        gpuUtilPct=sum(u * h for u, h in util) / held if held else None,
+        gpuMemoryMB=None if gpu_memory is None else int(gpu_memory),
+        cpuCores=_total([s.cpu_cores for s in samples]),
+        memoryMB=None if memory is None else int(memory),
+        runtimeSeconds=(now - min(started)).total_seconds() if started else None,
+        sampledAt=max((s.at for s in samples), default=None),
+    )

@@ -59,6 +59,7 @@ class SimJob:
     state_message: str = ""
     exit_code: int | None = None
     stopped_by: str | None = None
+    stop_reason: str | None = None
     attempts: list[SimAttempt] = field(default_factory=list)
     history: list[Event] = field(default_factory=list)
 

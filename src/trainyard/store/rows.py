@@ -104,6 +104,7 @@ class JobRow(Base):
     state_message: Mapped[str] = mapped_column(Text, default="")
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     stopped_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # why, when the stopper said
     # Optimistic concurrency: the API and the controller both move jobs; an UPDATE that
     # lost a race fails with StaleDataError instead of silently overwriting.
     version: Mapped[int] = mapped_column(Integer, default=1)
@@ -311,3 +312,38 @@ class TaskSampleRow(Base):
     gpu_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     disk_read_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     disk_write_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class AlertRuleRow(Base):
+    """An admin's settings for one alert rule (``monitor/alerts.py`` names the rules and
+    their defaults; a rule without a row runs with them)."""
+
+    __tablename__ = "alert_rules"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    cordon: Mapped[bool] = mapped_column(Boolean, default=False)  # node rules: cordon the node
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class AlertRow(Base):
+    """One firing of a rule about one subject (``job:7``, ``node:gpu-3``); resolved in place.
+    ``notified`` maps each receiver (``webhook:URL``, ``email``) to the state last delivered
+    to it, so a failed delivery is retried on the next evaluation and a delivered one is
+    never repeated to that receiver."""
+
+    __tablename__ = "alerts"
+    __table_args__ = (Index("ix_alerts_state_rule_subject", "state", "rule", "subject"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    rule: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(300))
+    job_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    node: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))  # firing | resolved
+    severity: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    notified: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)

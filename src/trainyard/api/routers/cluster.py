@@ -1,4 +1,4 @@
-"""HTTP routes for the cluster: health and nodes."""
+"""HTTP routes for the cluster: health, nodes and the live view."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from fastapi import APIRouter, Depends
 
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import errors
-from trainyard.schemas.cluster import NodeView
-from trainyard.services import jobs as job_service
-from trainyard.services.views import node_view
+from trainyard.schemas.cluster import NodeView, TopView
+from trainyard.services import live
 from trainyard.store.rows import UserRow
 
 router = APIRouter(tags=["cluster"])
@@ -32,8 +31,17 @@ def healthz(ctx: Ctx) -> dict[str, str]:
 
 @router.get("/nodes", response_model=list[NodeView], responses=errors(401))
 def list_nodes(user: Annotated[UserRow, Depends(current_user)], ctx: Ctx) -> list[NodeView]:
-    """Nodes, their capacity and what is used; a non-admin sees only their own jobs' ids."""
+    """Nodes, their capacity, what is allocated and what their newest samples measured (null:
+    not measured, or no sample in the last few sampling intervals); a non-admin sees only
+    their own jobs' ids."""
     with ctx.db.session() as session:
-        tasks = job_service.active_tasks(session)
-        visible = job_service.visible_job_ids(session, user, {t.job_id for t in tasks})
-        return [node_view(n, tasks, visible) for n in job_service.list_nodes(session)]
+        return live.live_nodes(session, user, ctx.clock.now(), ctx.monitor_interval_seconds)
+
+
+@router.get("/top", response_model=TopView, responses=errors(401))
+def top(user: Annotated[UserRow, Depends(current_user)], ctx: Ctx) -> TopView:
+    """The live view (`yard top`): nodes as `GET /nodes` shows them, and the running jobs the
+    caller may see (an admin: all) with their tasks' GPU, CPU and memory use summed, busiest
+    GPUs first."""
+    with ctx.db.session() as session:
+        return live.top(session, user, ctx.clock.now(), ctx.monitor_interval_seconds)

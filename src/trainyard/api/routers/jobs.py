@@ -24,6 +24,7 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
+from trainyard.schemas.requests import NO_NUL
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.views import job_detail, job_summary, submit_result
@@ -156,12 +157,16 @@ def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     return detail
 
 
+StopReason = Annotated[str, Query(max_length=1000, pattern=NO_NUL,
+                                   description="Why, for the job's owner: its message and history say it")]
+
+
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
-def stop_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
+def stop_job(job_id: JobId, user: User, ctx: Ctx, reason: StopReason = "") -> JobDetail:
     for attempt in range(STOP_RETRIES):
         try:
             with ctx.db.session() as session:
-                job_service.request_stop(session, user, job_id, clock=ctx.clock)
+                job_service.request_stop(session, user, job_id, clock=ctx.clock, because=reason.strip())
             break
         except StaleDataError:
             # The controller moved the job meanwhile (placed or finished it): look again.

@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.orm import Session, selectinload
 
 from trainyard.core.states import FINAL_JOB_STATES, AttemptState, JobState, TaskState
@@ -192,3 +192,42 @@ def jobs_ended_by(session: Session, job_ids: Sequence[int], cutoff: datetime) ->
         )
         ended.extend(session.scalars(query))
     return sorted(ended)
+
+
+# -- monitoring's --------------------------------------------------------------------------
+
+
+def job_counts_by_state(session: Session) -> dict[str, int]:
+    """How many jobs are in each state (states with none are absent)."""
+    query = select(JobRow.state, func.count()).group_by(JobRow.state)
+    return {state: count for state, count in session.execute(query)}
+
+
+def oldest_wait_by_vc(session: Session) -> dict[str, datetime]:
+    """Per VC, since when its longest-waiting job has waited: its submission, or for a job
+    requeued after an attempt (preempted, retried, lost), the end of its latest attempt."""
+    last_end = (
+        select(AttemptRow.job_id, func.max(AttemptRow.finished_at).label("ended"))
+        .group_by(AttemptRow.job_id)
+        .subquery()
+    )
+    query = (
+        select(JobRow.vc, func.min(func.coalesce(last_end.c.ended, JobRow.submitted_at)))
+        .outerjoin(last_end, last_end.c.job_id == JobRow.id)
+        .where(JobRow.state == JobState.WAITING)
+        .group_by(JobRow.vc)
+    )
+    return {vc: since for vc, since in session.execute(query)}
+
+
+def holding_job_attempt_spans(session: Session) -> list[tuple[int, str, str, datetime | None, datetime | None]]:
+    """(job id, owner, VC, attempt start, attempt end) of every attempt of every running or
+    stopping job, by job: what its run time is summed from."""
+    query = (
+        select(JobRow.id, UserRow.name, JobRow.vc, AttemptRow.started_at, AttemptRow.finished_at)
+        .join(UserRow, UserRow.id == JobRow.user_id)
+        .join(AttemptRow, AttemptRow.job_id == JobRow.id)
+        .where(JobRow.state.in_(HOLDING))
+        .order_by(JobRow.id)
+    )
+    return [(job, user, vc, start, end) for job, user, vc, start, end in session.execute(query)]

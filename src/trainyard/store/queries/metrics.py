@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import BigInteger, Integer, Row, Select, cast, delete, func, or_, select
+from sqlalchemy import BigInteger, Integer, Row, Select, delete, func, or_, select
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import TaskState
@@ -40,26 +41,50 @@ def running_tasks(session: Session) -> list[tuple[TaskRow, int]]:
     return [(task, number) for task, number in session.execute(query)]
 
 
-def latest_node_samples(session: Session, since: datetime) -> list[NodeSampleRow]:
-    """Each node's newest raw sample taken at or after ``since``, by node name."""
+def _newest_node_samples(since: datetime, *what: Any) -> Select[Any]:
     newest = (
         select(NodeSampleRow.node, func.max(NodeSampleRow.at).label("at"))
         .where(NodeSampleRow.step == RAW, NodeSampleRow.at >= since)
         .group_by(NodeSampleRow.node)
         .subquery()
     )
-    query = (
-        select(NodeSampleRow)
+    return (
+        select(*what)
         .join(newest, (NodeSampleRow.node == newest.c.node) & (NodeSampleRow.at == newest.c.at))
         .where(NodeSampleRow.step == RAW)
         .order_by(NodeSampleRow.node)
     )
-    return list(session.scalars(query))
+
+
+def latest_node_samples(session: Session, since: datetime) -> list[NodeSampleRow]:
+    """Each node's newest raw sample taken at or after ``since``, by node name."""
+    return list(session.scalars(_newest_node_samples(since, NodeSampleRow)))
+
+
+def latest_node_figures(session: Session, since: datetime) -> list[Row[Any]]:
+    """What ``/metrics`` shows of each node's newest raw sample (as ``latest_node_samples``):
+    (node, cpu_pct, memory_used_mb, disk_used_pct, gpus) as plain rows, since a page about
+    thousands of nodes cannot afford an ORM object per row."""
+    columns = (NodeSampleRow.node, NodeSampleRow.cpu_pct, NodeSampleRow.memory_used_mb,
+               NodeSampleRow.disk_used_pct, NodeSampleRow.gpus)
+    return list(session.execute(_newest_node_samples(since, *columns)))
 
 
 def latest_task_samples(session: Session, since: datetime) -> list[TaskSampleRow]:
     """Each task's newest raw sample taken at or after ``since`` (one per job, attempt,
     role and index), by job then task."""
+    return list(session.scalars(_newest_task_samples(since, TaskSampleRow)))
+
+
+def latest_task_figures(session: Session, since: datetime) -> list[tuple[Any, ...]]:
+    """What ``/metrics`` shows of each task's newest raw sample (as ``latest_task_samples``):
+    (job_id, role, index, gpu_util_pct, gpu_memory_mb, cpu_cores, memory_mb) as plain rows."""
+    columns = (TaskSampleRow.job_id, TaskSampleRow.role, TaskSampleRow.index, TaskSampleRow.gpu_util_pct,
+               TaskSampleRow.gpu_memory_mb, TaskSampleRow.cpu_cores, TaskSampleRow.memory_mb)
+    return cast(list[tuple[Any, ...]], list(session.execute(_newest_task_samples(since, *columns))))
+
+
+def _newest_task_samples(since: datetime, *what: Any) -> Select[Any]:
     key = (TaskSampleRow.job_id, TaskSampleRow.attempt, TaskSampleRow.role, TaskSampleRow.index)
     newest = (
         select(*key, func.max(TaskSampleRow.at).label("at"))
@@ -67,8 +92,8 @@ def latest_task_samples(session: Session, since: datetime) -> list[TaskSampleRow
         .group_by(*key)
         .subquery()
     )
-    query = (
-        select(TaskSampleRow)
+    return (
+        select(*what)
         .join(
             newest,
             (TaskSampleRow.job_id == newest.c.job_id)
@@ -80,7 +105,6 @@ def latest_task_samples(session: Session, since: datetime) -> list[TaskSampleRow
         .where(TaskSampleRow.step == RAW)
         .order_by(TaskSampleRow.job_id, TaskSampleRow.role, TaskSampleRow.index)
     )
-    return list(session.scalars(query))
 
 
 TASK_FIGURES = ("cpu_cores", "memory_mb", "gpus_held", "gpu_util_pct", "gpu_memory_mb",
@@ -140,8 +164,8 @@ def task_buckets(
 def _epoch_seconds(session: Session, column: Any) -> Any:
     """``column`` (a time) as whole seconds since the epoch, in the session's database's SQL."""
     if session.get_bind().dialect.name == "postgresql":
-        return cast(func.floor(func.extract("epoch", column)), BigInteger)
-    return cast(func.strftime("%s", column), Integer)  # SQLite keeps times as UTC text
+        return sql_cast(func.floor(func.extract("epoch", column)), BigInteger)
+    return sql_cast(func.strftime("%s", column), Integer)  # SQLite keeps times as UTC text
 
 
 def node_rows(session: Session, node: str, step: int, since: datetime, until: datetime) -> list[Row[Any]]:

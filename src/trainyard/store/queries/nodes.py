@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -49,3 +51,9 @@ def unfinished_task_usage(session: Session) -> list[tuple[str, list[list[int]], 
         TaskRow.state.in_(UNFINISHED)
     )
     return [(node, gpus, cpu, memory) for node, gpus, cpu, memory in session.execute(query)]
+
+
+def node_gpus(session: Session) -> list[tuple[str, list[dict[str, Any]], bool]]:
+    """(name, GPUs, schedulable: as the backend reports and not cordoned) of every node, by name."""
+    query = select(NodeRow.name, NodeRow.gpus, NodeRow.schedulable, NodeRow.cordoned).order_by(NodeRow.name)
+    return [(name, gpus, schedulable and not cordoned) for name, gpus, schedulable, cordoned in session.execute(query)]
