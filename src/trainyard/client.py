@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
@@ -23,6 +23,7 @@ from trainyard.client_input import check_client_arguments, job_file_body
 from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
+from trainyard.schemas.history import JobMetrics, NodeMetrics
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -104,6 +105,22 @@ class WaitTimeout(TrainyardError):
 class UsageError(TrainyardError, ValueError):
     """An argument the SDK cannot send (a URL that is not http(s), a job id that is not a
     number, a job file that cannot be read), or an answer that is not Trainyard's."""
+
+
+Moment = str | datetime | timedelta | None  # a window's bound, see ``Client.job_metrics``
+
+
+def _window(since: Moment, until: Moment) -> dict[str, str]:
+    """The query parameters of a window's bounds."""
+    params = {}
+    for name, bound in (("since", since), ("until", until)):
+        if isinstance(bound, timedelta):
+            params[name] = f"{bound.total_seconds():g}s"
+        elif isinstance(bound, datetime):
+            params[name] = bound.isoformat()
+        elif bound is not None:
+            params[name] = str(bound)
+    return params
 
 
 def _job_id(job_id: object, what: str = "job") -> int:
@@ -272,6 +289,15 @@ class Client:
         params = {"reason": reason} if reason else None
         return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
 
+    def job_metrics(self, job_id: int, *, since: Moment = None, until: Moment = None,
+                    task: str | None = None) -> JobMetrics:
+        """A job's figures per task (CPU, memory, GPU utilisation and memory; None where not
+        measured) over a window: ``since``/``until`` a datetime, a timedelta before now, or
+        the API's text ("1h", ISO 8601); by default the last hour. ``task``: "ROLE/INDEX"."""
+        params = _window(since, until) | ({"task": task} if task is not None else {})
+        return self._parse(JobMetrics, self._request("GET", f"/jobs/{_job_id(job_id)}/metrics",
+                                                     params=params).content)
+
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                  offset: int | None = None, tail: int | None = None, limit: int | None = None) -> LogRead:
         """One page of a task's log (default: the first task of the latest attempt; at most
@@ -402,6 +428,11 @@ class Client:
                                    job=None if job is None else _job_id(job)).items()
                   if v is not None}
         return self._parse(UsageReport, self._request("GET", "/usage", params=params).content)
+
+    def node_metrics(self, name: str, *, since: Moment = None, until: Moment = None) -> NodeMetrics:
+        """A node's figures (CPU, memory, disk, network, each GPU) over a window, as ``job_metrics``."""
+        return self._parse(NodeMetrics, self._request("GET", f"/nodes/{_seg(name)}/metrics",
+                                                      params=_window(since, until)).content)
 
     def healthz(self) -> dict[str, str]:
         """The server's health (needs no token)."""

@@ -24,7 +24,7 @@ from starlette.routing import Match
 from trainyard.api import openapi
 from trainyard.api.bodies import BodyError
 from trainyard.api.deps import AppContext
-from trainyard.api.routers import admin, alerts, cluster, jobs, metrics, usage, users
+from trainyard.api.routers import admin, alerts, cluster, history, jobs, metrics, usage, users
 from trainyard.services.errors import ServiceError
 from trainyard.spec.errors import SpecError
 from trainyard.spec.plaindata import OversizedNumber
@@ -52,7 +52,8 @@ def create_app(ctx: AppContext) -> FastAPI:
         swagger_ui_oauth2_redirect_url=None,
     )
     app.state.ctx = ctx
-    for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router):
+    for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router,
+                   history.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(metrics.router)  # Prometheus' usual path, outside the versioned API
     openapi.install(app)

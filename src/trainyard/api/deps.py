@@ -13,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
+from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
@@ -36,6 +37,7 @@ class AppContext:
     # How fresh a sample must be: live figures (GET /nodes, /top) and /metrics' "up"; and how
     # long a raw sample stands for in usage accounting.
     monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS
+    monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS  # what the history keeps
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)
     # Set once the server begins to shut down: streaming responses (log followers) end then.

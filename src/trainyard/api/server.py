@@ -214,13 +214,14 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     backend = build_backend(settings, cluster)
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
-        job_dir_retention_seconds=settings.job_dir_retention_seconds,
+        job_dir_retention_seconds=settings.job_dir_retention_seconds, monitor_retention=settings.retention,
         monitor_interval_seconds=settings.monitor_interval_seconds,
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
-                     monitor_interval_seconds=settings.monitor_interval_seconds)
+                     monitor_interval_seconds=settings.monitor_interval_seconds,
+                     monitor_retention=settings.retention)
     return ctx, controller
 
 

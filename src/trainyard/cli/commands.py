@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from trainyard.cli import admin_commands, alert_commands, render, usage_commands
+from trainyard.cli import admin_commands, alert_commands, history_render, render, usage_commands
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
 from trainyard.cli.top import cmd_top
@@ -122,6 +122,13 @@ def _next_page_command(args: argparse.Namespace, cursor: int) -> str:
 
 
 def cmd_job(client: Client, args: argparse.Namespace) -> int:
+    if args.metrics:
+        metrics = client.job_metrics(args.id, since=args.since, until=args.until, task=args.task)
+        render.print_json(metrics) if args.json else print(history_render.job_metrics_text(metrics))
+        return 0
+    if args.since or args.until or args.task:
+        _fail("--since, --until and --task go with --metrics")
+        return EXIT_USAGE
     job = client.job(args.id)
     if args.json:
         render.print_json(job)

@@ -107,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("job", help="show one job: state, attempts, tasks, placement, events")
     p.add_argument("id", type=int)
+    p.add_argument("--metrics", action="store_true",
+                   help="show instead what each task used: GPU, GPU memory, CPU and memory, now / mean / max")
+    p.add_argument("--since", metavar="WHEN",
+                   help="with --metrics: from this long ago (90m, 1h, 7d) or this time (ISO 8601); default 1h")
+    p.add_argument("--until", metavar="WHEN", help="with --metrics: up to then, as --since; default: now")
+    p.add_argument("--task", metavar="ROLE/INDEX", help="with --metrics: only this task")
     _json_flag(p)
 
     p = sub.add_parser("clone", help="submit a copy of a job, its secrets kept (--edit: change it first)")

@@ -10,6 +10,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories, MetricsSource
 from trainyard.controller.alerting import AlertEvaluator, Receivers
+from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
@@ -28,6 +29,7 @@ from trainyard.controller.world import (
     virtual_clusters,
 )
 from trainyard.core.clock import Clock
+from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
 from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
@@ -66,6 +68,7 @@ class Controller:
         monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
         alert_interval_seconds: float = 30.0,
         alert_receivers: Receivers | None = None,
+        monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -94,6 +97,7 @@ class Controller:
         )
         self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers(),
                                      on_cordon=self.wake)
+        self.history = HistoryKeeper(db, clock, monitor_retention)
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -115,6 +119,7 @@ class Controller:
         if self.monitoring is not None:  # a round half written when the store closes would only log noise
             self.monitoring.join(timeout=10)
         self.alerts.join(timeout=10)
+        self.history.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -163,6 +168,7 @@ class Controller:
         if self.monitoring is not None:
             self.monitoring.start_if_due()
         self.alerts.start_if_due()
+        self.history.start_if_due()
 
     def _schedule(self) -> bool:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on

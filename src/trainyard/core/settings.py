@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, RetentionTier, parse_retention
 
 # A week: long enough to fetch a finished job's checkpoints and results from its directory.
 DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
@@ -94,6 +96,12 @@ class Settings(BaseSettings):
     smtp_starttls: bool = Field(default=False, description="E-mail alerts: STARTTLS before sending")
     smtp_username: str | None = Field(default=None, description="E-mail alerts: log in as (with smtp_password)")
     smtp_password: str | None = Field(default=None, description="E-mail alerts: the password for smtp_username")
+    monitor_retention: str = Field(
+        default=DEFAULT_MONITOR_RETENTION,
+        description="How long the monitoring history is kept, finest first: RESOLUTION:KEEP tiers; the default "
+        "keeps raw samples 1 hour, per-minute averages 1 day, per-10-minute averages 30 days (see "
+        "docs/architecture.md for the size it takes)",
+    )
     backend: Literal["local", "slurm"] = Field(
         default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"
     )
@@ -140,6 +148,16 @@ class Settings(BaseSettings):
     node_labels: dict[str, str] = Field(
         default_factory=dict, description="Labels of this machine's node (local backend), e.g. {rack: r1}"
     )
+
+    @field_validator("monitor_retention")
+    @classmethod
+    def _check_retention(cls, value: str) -> str:
+        parse_retention(value)
+        return value
+
+    @property
+    def retention(self) -> tuple[RetentionTier, ...]:
+        return parse_retention(self.monitor_retention)
 
     @property
     def db_url(self) -> str:

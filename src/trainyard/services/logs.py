@@ -22,6 +22,7 @@ from trainyard.schemas.jobs import LOG_PAGE_BYTES
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, NotFound
 from trainyard.services.specs import StoredSpecs
+from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
@@ -70,6 +71,18 @@ class TaskLogs:
         return follow_log(self, target, offset, first)
 
 
+def task_named(spec: JobSpec, job_id: int, task: str) -> tuple[str, int]:
+    """The role and index of ``task`` (``ROLE/INDEX``) in the job; 422 (on ``task``) naming
+    the job's tasks when it has no such task."""
+    role, _, idx = task.partition("/")
+    valid = idx.isascii() and idx.isdigit() and len(idx) < 7
+    if role not in spec.taskRoles or not valid or int(idx) >= spec.taskRoles[role].instances:
+        choices = ", ".join(f"{r}/0..{spec.taskRoles[r].instances - 1}" for r in spec.role_names)
+        raise Invalid(f"job {job_id} has no task {task!r}; tasks are {choices}",
+                      details=[{"path": "task", "message": "unknown task"}])
+    return role, int(idx)
+
+
 def find_log_target(
     db: Database, specs: StoredSpecs, user: UserRow, job_id: int, task: str | None, attempt: int | None
 ) -> LogTarget:
@@ -78,16 +91,7 @@ def find_log_target(
     with db.session() as session:
         job = job_service.get_job(session, user, job_id, full=True)
         spec = specs.of(job)
-        if task is None:
-            role, index = spec.role_names[0], 0
-        else:
-            role, _, idx = task.partition("/")
-            valid = idx.isascii() and idx.isdigit() and len(idx) < 7
-            if role not in spec.taskRoles or not valid or int(idx) >= spec.taskRoles[role].instances:
-                choices = ", ".join(f"{r}/0..{spec.taskRoles[r].instances - 1}" for r in spec.role_names)
-                raise Invalid(f"job {job_id} has no task {task!r}; tasks are {choices}",
-                              details=[{"path": "task", "message": "unknown task"}])
-            index = int(idx)
+        role, index = (spec.role_names[0], 0) if task is None else task_named(spec, job_id, task)
         number = job.attempt if attempt is None else attempt
         rows = [a for a in job.attempts if a.number == number]
         if not rows:

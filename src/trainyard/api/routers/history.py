@@ -1,0 +1,54 @@
+"""HTTP routes for the monitoring history: a job's figures per task, a node's. Parsing and
+permissions only (``services/history.py``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+
+from trainyard.api.bodies import MAX_ID, PathName
+from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.openapi import errors
+from trainyard.schemas.history import JobMetrics, NodeMetrics
+from trainyard.services import history
+from trainyard.store.rows import UserRow
+
+router = APIRouter(tags=["monitoring"])
+
+User = Annotated[UserRow, Depends(current_user)]
+Ctx = Annotated[AppContext, Depends(context)]
+SINCE_HELP = ("Start of the window: a time (ISO 8601; UTC unless it says) or a duration before now "
+              "(90m, 1h, 7d); default: an hour before `until`")
+UNTIL_HELP = "End of the window, as `since`; default: now"
+Since = Annotated[str | None, Query(max_length=64, description=SINCE_HELP)]
+Until = Annotated[str | None, Query(max_length=64, description=UNTIL_HELP)]
+
+
+@router.get("/jobs/{job_id}/metrics", response_model=JobMetrics, responses=errors(401, 404, 422))
+def job_metrics(
+    job_id: Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")],
+    user: User,
+    ctx: Ctx,
+    since: Since = None,
+    until: Until = None,
+    task: Annotated[str | None, Query(max_length=80, description="ROLE/INDEX, e.g. worker/1; default: all")] = None,
+) -> JobMetrics:
+    """A job's CPU, memory and GPU figures per task over a window, at the finest resolution the
+    history keeps for it (at most 500 points a task); your own jobs (an admin: anyone's)."""
+    now = ctx.clock.now()
+    span = history.window(since, until, now)
+    with ctx.db.session() as session:
+        return history.job_metrics(session, user, job_id, span, task=task, specs=ctx.specs,
+                                   retention=ctx.monitor_retention, now=now)
+
+
+@router.get("/nodes/{name}/metrics", response_model=NodeMetrics, responses=errors(401, 404, 422))
+def node_metrics(name: PathName, _: User, ctx: Ctx, since: Since = None, until: Until = None) -> NodeMetrics:
+    """A node's CPU, memory, disk, network and per-GPU figures over a window. They name no job or
+    user, so every signed-in user may see them (as ``GET /nodes`` shows everyone the allocation);
+    what each job uses is its owner's and the admins' to see (``/jobs/{id}/metrics``)."""
+    now = ctx.clock.now()
+    span = history.window(since, until, now)
+    with ctx.db.session() as session:
+        return history.node_metrics(session, name, span, retention=ctx.monitor_retention, now=now)
