@@ -121,7 +121,7 @@ def _gpu_rows(top: TopView) -> list[list[str]]:
                 _used_of(u.memoryUsedMB if u else None, g.memoryMB),
                 "n/a" if u is None or u.temperatureC is None else f"{u.temperatureC:.0f}C",
                 "n/a" if u is None or u.powerW is None else f"{u.powerW:.0f}W",
-                "n/a" if u is None else ("ok" if u.healthy else "FAILED"),
+                "n/a" if u is None else ("ok" if u.healthy else "lost"),  # NVML: the GPU stopped answering
                 ", ".join(map(str, g.jobs)) or "-",
             ])
     return rows
@@ -156,7 +156,7 @@ def top_screen(top: TopView, *, width: int | None = None, height: int | None = N
                      _gpu_rows(top)),
         "",
         render.table(["JOB", "NAME", "USER", "VC", "GPUS", "GPU UTIL", "GPU MEM (MiB)", "CPU", "MEM (MiB)",
-                      "SAMPLED", "RUNNING"], jobs) if jobs else "no running jobs",
+                      "SAMPLED", "RUN TIME"], jobs) if jobs else "no running jobs",
     ]
     lines = "\n".join(parts).split("\n")
     if height is not None:
