@@ -272,11 +272,13 @@ class Client:
         return self._parse(SubmitResult, response.content)
 
     def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
-             limit: int = 50, before: int | None = None) -> JobPage:
-        """A page of jobs, newest first; pass the page's ``next`` as ``before`` (with the same
-        filters) for the next one. ``state`` is comma-separated: ``"WAITING,RUNNING"``."""
-        params = {k: v for k, v in dict(state=state, user=user, vc=vc, limit=limit, before=before).items()
-                  if v is not None}
+             name: str | None = None, order: str | None = None, limit: int = 50, before: int | None = None,
+             after: int | None = None) -> JobPage:
+        """A page of jobs, newest first (``order="oldest"``: oldest first); pass the page's
+        ``next`` as ``before`` (oldest first: ``after``), with the same filters, for the next
+        one. ``state`` is comma-separated: ``"WAITING,RUNNING"``; ``name``: text in the name."""
+        params = {k: v for k, v in dict(state=state, user=user, vc=vc, name=name, order=order, limit=limit,
+                                        before=before, after=after).items() if v is not None}
         return self._parse(JobPage, self._request("GET", "/jobs", params=params).content)
 
     def job(self, job_id: int) -> JobDetail:

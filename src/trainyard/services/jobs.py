@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
@@ -14,14 +16,17 @@ from trainyard.core.priorities import Priority
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
+from trainyard.schemas.jobs import JobDetail
 from trainyard.services.admin import guaranteed_quotas, may_use_vc
-from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
+from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
+from trainyard.services.views import job_detail
 from trainyard.spec.loading import container_fields, ignored_extras, validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import MASK, masked_secret_paths, normalized_spec, unmasked
 from trainyard.store import events
+from trainyard.store.db import Database
 from trainyard.store.events import record_event
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
@@ -36,6 +41,7 @@ from trainyard.store.rows import (
 )
 
 MAX_PAGE = 500
+STOP_RETRIES = 3  # tries of a stop that lost a race with the controller
 
 
 def gpu_slot(gpu: dict[str, Any], used_milli: int = 0) -> GpuSlot:
@@ -225,6 +231,9 @@ def clone_job(
     return submit_job(session, user, spec, clock=clock, nodes=nodes, cloned_from=original.id)
 
 
+JOB_ORDERS = ("newest", "oldest")  # how a page of jobs is sorted: by id (submission), either way
+
+
 def list_jobs(
     session: Session,
     viewer: UserRow,
@@ -232,14 +241,22 @@ def list_jobs(
     state: str | None = None,
     user: str | None = None,
     vc: str | None = None,
+    text: str | None = None,
+    order: str = "newest",
     limit: int = 50,
     before: int | None = None,
+    after: int | None = None,
 ) -> tuple[list[JobRow], int | None]:
-    """Newest first, one page at a time; a non-admin sees only their own jobs."""
+    """One page of jobs, newest first (``order="oldest"``: oldest first); a non-admin sees
+    only their own jobs. ``text`` keeps jobs whose name contains it (any case). The cursor
+    returned is the next page's ``before`` (newest first) or ``after`` (oldest first)."""
     limit = max(1, min(limit, MAX_PAGE))
-    for name, value in (("user", user), ("vc", vc), ("state", state)):
+    for name, value in (("user", user), ("vc", vc), ("state", state), ("name", text)):
         if value is not None and "\x00" in value:
             raise Invalid(f"{name} contains a NUL character", details=[{"path": name, "message": "NUL"}])
+    if order not in JOB_ORDERS:
+        raise Invalid(f"unknown order {order!r}; use one of {', '.join(JOB_ORDERS)}",
+                      details=[{"path": "order", "message": "unknown order"}])
     states = None
     if state is not None:
         states = [s.strip().upper() for s in state.split(",") if s.strip()]
@@ -251,7 +268,8 @@ def list_jobs(
             )
     rows = job_queries.page_of_jobs(
         session, limit=limit + 1, owner_id=None if viewer.is_admin else viewer.id, owner_name=user,
-        states=states, vc=vc, before=before,
+        states=states, vc=vc, name_contains=text.strip() if text else None, oldest_first=order == "oldest",
+        before=before, after=after,
     )
     next_cursor = rows[limit - 1].id if len(rows) > limit else None
     return rows[:limit], next_cursor
@@ -267,6 +285,15 @@ def get_job(session: Session, viewer: UserRow, job_id: int, *, full: bool = Fals
 
 def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
     return events.job_events(session, job.id)
+
+
+def describe_job(session: Session, viewer: UserRow, job_id: int, *, specs: StoredSpecs, backend: str,
+                 now: datetime) -> JobDetail:
+    """The job in full as ``viewer`` may see it (its secrets masked): what ``GET /jobs/{id}``
+    answers and the job's page shows, less its directory's disk use."""
+    row = get_job(session, viewer, job_id, full=True)
+    spec = specs.of(row)
+    return job_detail(row, job_events(session, row), backend_warnings(spec, backend), spec=spec, now=now)
 
 
 def request_stop(
@@ -287,6 +314,43 @@ def request_stop(
     event = transitions.request_stop(job, current, viewer.name, clock.now(), because=because)
     record_event(session, job.id, replace(event, message=f"{event.message} to {reason}") if reason else event)
     return job
+
+
+def stop_job(db: Database, viewer: UserRow, job_id: int, *, clock: Clock, because: str = "") -> None:
+    """``request_stop`` in its own transaction, tried again when the controller moved the job
+    meanwhile (placed or finished it: the row's version changed under us)."""
+    for attempt in range(STOP_RETRIES):
+        try:
+            with db.session() as session:
+                request_stop(session, viewer, job_id, clock=clock, because=because)
+            return
+        except StaleDataError:
+            if attempt == STOP_RETRIES - 1:
+                raise
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    """What stopping several jobs did: those told to stop, and why each other one was not."""
+
+    stopped: list[int]
+    refused: dict[int, str]
+
+
+def stop_jobs(db: Database, viewer: UserRow, job_ids: list[int], *, clock: Clock) -> StopOutcome:
+    """Stop each job as ``stop_job`` would, one at a time: one job that cannot be stopped
+    (ended already, or not the viewer's to stop) does not keep the others running."""
+    stopped: list[int] = []
+    refused: dict[int, str] = {}
+    for job_id in dict.fromkeys(job_ids):
+        try:
+            stop_job(db, viewer, job_id, clock=clock)
+            stopped.append(job_id)
+        except ServiceError as exc:
+            refused[job_id] = exc.message
+        except StaleDataError:
+            refused[job_id] = "the job kept changing while it was being stopped; try again"
+    return StopOutcome(stopped, refused)
 
 
 def active_tasks(session: Session) -> list[TaskRow]:

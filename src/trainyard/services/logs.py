@@ -10,7 +10,7 @@ lines."""
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import anyio
@@ -69,6 +69,9 @@ class TaskLogs:
 
     def follow(self, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:
         return follow_log(self, target, offset, first)
+
+    def whole(self, key: TaskKey) -> Iterator[bytes]:
+        return whole_log(self.backend, key)
 
 
 def task_named(spec: JobSpec, job_id: int, task: str) -> tuple[str, int]:
@@ -150,6 +153,19 @@ def tail_offset(backend: Backend, key: TaskKey, lines: int) -> int:
             return start + found + 1
         position = start
     return 0
+
+
+def whole_log(backend: Backend, key: TaskKey, page_bytes: int = LOG_PAGE_BYTES) -> Iterator[bytes]:
+    """The log as it is now, from its first byte to its size when asked, a page at a time: a
+    log of any size is sent whole while the server holds one page of it at most."""
+    end = backend.read_log(key, 0, 0).size
+    offset = 0
+    while offset < end:
+        chunk = backend.read_log(key, offset, min(page_bytes, end - offset))
+        if not chunk.data:
+            return  # shorter than it was (removed meanwhile): what there was is sent
+        yield chunk.data
+        offset += len(chunk.data)
 
 
 async def follow_log(logs: TaskLogs, target: LogTarget, offset: int, first: bytes = b"") -> AsyncIterator[bytes]:

@@ -7,7 +7,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.api.bodies import MAX_ID, BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
@@ -27,7 +26,7 @@ from trainyard.schemas.jobs import (
 from trainyard.schemas.requests import NO_NUL
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
-from trainyard.services.views import job_detail, job_summary, submit_result
+from trainyard.services.views import job_summary, submit_result
 from trainyard.spec.loading import load_document, parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
@@ -35,7 +34,6 @@ from trainyard.store.rows import UserRow
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
 
 MAX_JOB_FILE_BYTES = 1 << 20
-STOP_RETRIES = 3
 
 User = Annotated[UserRow, Depends(current_user)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]
@@ -133,12 +131,19 @@ def list_jobs(
     state: Annotated[str | None, Query(description="Comma-separated states, e.g. WAITING,RUNNING")] = None,
     owner: Annotated[str | None, Query(alias="user", description="Only this user's jobs")] = None,
     vc: Annotated[str | None, Query(description="Only jobs of this virtual cluster")] = None,
+    name: Annotated[str | None, Query(max_length=128, description="Only jobs whose name contains this text "
+                                                                  "(any case)")] = None,
+    order: Annotated[str, Query(description="newest (the default) or oldest first")] = "newest",
     limit: Annotated[int, Query(ge=1, le=job_service.MAX_PAGE)] = 50,
-    before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Cursor: the `next` of the previous page")] = None,
+    before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Cursor (newest first): the `next` of the "
+                                                                     "previous page")] = None,
+    after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Cursor (oldest first): the `next` of the "
+                                                                    "previous page")] = None,
 ) -> JobPage:
     with ctx.db.session() as session:
         rows, next_cursor = job_service.list_jobs(
-            session, user, state=state, user=owner, vc=vc, limit=limit, before=before
+            session, user, state=state, user=owner, vc=vc, text=name, order=order, limit=limit, before=before,
+            after=after,
         )
         now = ctx.clock.now()
         return JobPage(items=[job_summary(r, now) for r in rows], next=next_cursor)
@@ -147,11 +152,8 @@ def list_jobs(
 @router.get("/{job_id}", response_model=JobDetail, responses=errors(401, 404, 422))
 def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     with ctx.db.session() as session:
-        row = job_service.get_job(session, user, job_id, full=True)
-        spec = ctx.specs.of(row)
-        detail = job_detail(row, job_service.job_events(session, row),
-                            job_service.backend_warnings(spec, ctx.backend.name), spec=spec,
-                            now=ctx.clock.now())
+        detail = job_service.describe_job(session, user, job_id, specs=ctx.specs, backend=ctx.backend.name,
+                                          now=ctx.clock.now())
     # Outside the session: measuring the job's directory walks the file system.
     detail.jobDir = ctx.job_dirs.view(detail.id, detail.state, detail.finishedAt)
     return detail
@@ -163,15 +165,7 @@ StopReason = Annotated[str, Query(max_length=1000, pattern=NO_NUL,
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
 def stop_job(job_id: JobId, user: User, ctx: Ctx, reason: StopReason = "") -> JobDetail:
-    for attempt in range(STOP_RETRIES):
-        try:
-            with ctx.db.session() as session:
-                job_service.request_stop(session, user, job_id, clock=ctx.clock, because=reason.strip())
-            break
-        except StaleDataError:
-            # The controller moved the job meanwhile (placed or finished it): look again.
-            if attempt == STOP_RETRIES - 1:
-                raise
+    job_service.stop_job(ctx.db, user, job_id, clock=ctx.clock, because=reason.strip())
     ctx.wake_controller()
     return get_job(job_id, user, ctx)
 

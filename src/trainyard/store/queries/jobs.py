@@ -44,11 +44,17 @@ def page_of_jobs(
     owner_name: str | None = None,
     states: Sequence[str] | None = None,
     vc: str | None = None,
+    name_contains: str | None = None,
+    oldest_first: bool = False,
     before: int | None = None,
+    after: int | None = None,
 ) -> list[JobRow]:
-    """Up to ``limit`` jobs, newest first, older than job ``before``, filtered by owner (id
-    or name), states and VC."""
-    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit).options(selectinload(JobRow.attempts))
+    """Up to ``limit`` jobs, newest first (or oldest first), older than job ``before`` and
+    newer than job ``after``, filtered by owner (id or name), states, VC and text in the name
+    (any case). Ordered by id alone, so that each filter's index (state, user or VC, then id)
+    serves the order and the cursor; the text filter is checked on the rows read in that order."""
+    order = JobRow.id.asc() if oldest_first else JobRow.id.desc()
+    query = select(JobRow).order_by(order).limit(limit).options(selectinload(JobRow.attempts))
     if owner_id is not None:
         query = query.where(JobRow.user_id == owner_id)
     if owner_name is not None:
@@ -57,8 +63,12 @@ def page_of_jobs(
         query = query.where(JobRow.state.in_(states))
     if vc is not None:
         query = query.where(JobRow.vc == vc)
+    if name_contains:
+        query = query.where(JobRow.name.icontains(name_contains, autoescape=True))
     if before is not None:
         query = query.where(JobRow.id < before)
+    if after is not None:
+        query = query.where(JobRow.id > after)
     return list(session.scalars(query))
 
 

@@ -1,0 +1,190 @@
+"""One job's page: its summary, pending reason, attempts and tasks, events and job file
+(secrets masked), refreshed while the job is live; Stop; and the cookie-authenticated routes
+its script reads: the monitoring history (``GET /api/v1/jobs/{id}/metrics``'s answer), a
+task's log a page at a time by byte offset, and the whole log streamed.
+
+Every route reads through the same services, with the same permission checks, as the API:
+another user's job is not found."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
+
+from trainyard.api.bodies import MAX_ID
+from trainyard.api.deps import AppContext, context
+from trainyard.portal.auth import Action, Page, Viewer
+from trainyard.portal.templating import SECURITY_HEADERS, render
+from trainyard.schemas.jobs import (
+    LOG_ATTEMPT_HEADER,
+    LOG_MAX_PAGE_BYTES,
+    LOG_OFFSET_HEADER,
+    LOG_SIZE_HEADER,
+    LOG_TASK_HEADER,
+    AttemptView,
+    JobDetail,
+    TaskView,
+)
+from trainyard.services import history
+from trainyard.services import jobs as job_service
+from trainyard.services import logs as log_service
+from trainyard.services.errors import NotFound
+
+router = APIRouter()
+
+Ctx = Annotated[AppContext, Depends(context)]
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
+Attempt = Annotated[int | None, Query(ge=0, le=MAX_ID)]
+# Whether a log read reached the end of a task that has ended: nothing more will come.
+LOG_ENDED_HEADER = "X-Log-Ended"
+LIVE_REFRESH_SECONDS = 2  # how often the page's state is fetched again while the job is live
+CHART_WINDOW = timedelta(days=365)  # the longest the history route takes is a little more
+
+
+def _detail(ctx: AppContext, viewer: Viewer, job_id: int) -> JobDetail:
+    with ctx.db.session() as session:
+        return job_service.describe_job(session, viewer.user, job_id, specs=ctx.specs, backend=ctx.backend.name,
+                                        now=ctx.clock.now())
+
+
+def _shown_attempt(detail: JobDetail, attempt: int | None) -> AttemptView | None:
+    """The attempt asked for, else the job's current one (None before it first ran)."""
+    number = detail.attempt if attempt is None else attempt
+    found = [a for a in detail.attempts if a.number == number]
+    if not found and attempt is not None:
+        raise NotFound(f"job {detail.id} has no attempt {attempt}")
+    return found[0] if found else None
+
+
+def _tasks_by_role(attempt: AttemptView | None) -> dict[str, list[TaskView]]:
+    roles: dict[str, list[TaskView]] = {}
+    for task in sorted(attempt.tasks if attempt else [], key=lambda t: (t.role, t.index)):
+        roles.setdefault(task.role, []).append(task)
+    return roles
+
+
+def _task_labels(spec: dict[str, Any]) -> list[str]:
+    """Every task of the job file, ROLE/INDEX, as the log route names them."""
+    return [f"{role}/{i}" for role, body in spec.get("taskRoles", {}).items()
+            for i in range(int(body.get("instances", 1)))]
+
+
+def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | None) -> dict[str, Any]:
+    detail = _detail(ctx, viewer, job_id)
+    shown = _shown_attempt(detail, attempt)
+    now = ctx.clock.now()
+    return {
+        "job": detail, "shown": shown, "chosen_attempt": attempt, "roles": _tasks_by_role(shown), "now": now,
+        "live": not detail.state.is_final, "refresh_seconds": LIVE_REFRESH_SECONDS,
+    }
+
+
+def _chart_window(detail: JobDetail, now: datetime) -> tuple[str, str] | None:
+    """Since the job first started until it ended (or now), as the history route takes it."""
+    if detail.startedAt is None:
+        return None
+    until = detail.finishedAt or now
+    since = max(detail.startedAt - timedelta(seconds=30), until - CHART_WINDOW)
+    return since.isoformat(), until.isoformat()
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, attempt: Attempt = None) -> Response:
+    values = _state_values(ctx, viewer, job_id, attempt)
+    detail: JobDetail = values["job"]
+    shown: AttemptView | None = values["shown"]
+    return render(request, "job.html", user=viewer.user, web_session=viewer.web_session, **values,
+                  tasks=_task_labels(detail.spec), chart_window=_chart_window(detail, values["now"]),
+                  log_attempt=None if attempt is None or shown is None else shown.number)
+
+
+@router.get("/jobs/{job_id}/state")
+def job_state_fragment(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, attempt: Attempt = None) -> Response:
+    """The part of the page that changes while the job is live (htmx polls it); once the job
+    has ended, the fragment it answers polls no more."""
+    return render(request, "_job_state.html", user=viewer.user, web_session=viewer.web_session,
+                  **_state_values(ctx, viewer, job_id, attempt))
+
+
+@router.post("/jobs/{job_id}/stop")
+def stop_job(job_id: JobId, viewer: Action, ctx: Ctx) -> Response:
+    job_service.stop_job(ctx.db, viewer.user, job_id, clock=ctx.clock)
+    ctx.wake_controller()
+    return RedirectResponse(f"/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.get("/jobs/{job_id}/metrics.json")
+def job_metrics(
+    job_id: JobId,
+    viewer: Page,
+    ctx: Ctx,
+    since: Annotated[str | None, Query(max_length=64)] = None,
+    until: Annotated[str | None, Query(max_length=64)] = None,
+    task: Annotated[str | None, Query(max_length=80)] = None,
+) -> Response:
+    """``GET /api/v1/jobs/{id}/metrics``'s answer, for the page's charts."""
+    now = ctx.clock.now()
+    span = history.window(since, until, now)
+    with ctx.db.session() as session:
+        metrics = history.job_metrics(session, viewer.user, job_id, span, task=task, specs=ctx.specs,
+                                      retention=ctx.monitor_retention, now=now)
+    return Response(metrics.model_dump_json(), media_type="application/json", headers=SECURITY_HEADERS)
+
+
+LogTask = Annotated[str | None, Query(max_length=80)]
+
+
+@router.get("/jobs/{job_id}/log")
+async def job_log(
+    job_id: JobId,
+    viewer: Page,
+    ctx: Ctx,
+    task: LogTask = None,
+    attempt: Attempt = None,
+    offset: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    tail: Annotated[int | None, Query(ge=0, le=100000)] = None,
+    limit: Annotated[int, Query(ge=0, le=LOG_MAX_PAGE_BYTES)] = 256 << 10,
+) -> Response:
+    """A page of a task's log, as ``GET /api/v1/jobs/{id}/logs`` answers it, and whether the
+    task has ended with this page the end of its log (``X-Log-Ended``): the page's script
+    reads on from ``X-Log-Offset`` plus what it got until then."""
+    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
+    target = await run_in_threadpool(logs.find, viewer.user, job_id, task, attempt)
+    headers = {**SECURITY_HEADERS, LOG_TASK_HEADER: target.label}
+    if target.key is None:
+        return Response(b"", media_type="text/plain; charset=utf-8",
+                        headers={**headers, LOG_OFFSET_HEADER: "0", LOG_SIZE_HEADER: "0",
+                                 LOG_ENDED_HEADER: _flag(target.ended)})
+    chunk = await run_in_threadpool(logs.read, target.key, offset=offset, tail=tail, limit=limit)
+    at_end = chunk.offset + len(chunk.data) >= chunk.size
+    return Response(chunk.data, media_type="text/plain; charset=utf-8", headers={
+        **headers, LOG_OFFSET_HEADER: str(chunk.offset), LOG_SIZE_HEADER: str(chunk.size),
+        LOG_ATTEMPT_HEADER: str(target.key.attempt), LOG_ENDED_HEADER: _flag(target.ended and at_end),
+    })
+
+
+@router.get("/jobs/{job_id}/log/whole")
+async def whole_log(job_id: JobId, viewer: Page, ctx: Ctx, task: LogTask = None, attempt: Attempt = None) -> Response:
+    """A task's whole log as it is now, streamed a page at a time (a log of any size)."""
+    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
+    target = await run_in_threadpool(logs.find, viewer.user, job_id, task, attempt)
+    name = f"job-{job_id}-{target.role}-{target.index}.log"
+    headers = {**SECURITY_HEADERS, LOG_TASK_HEADER: target.label,
+               "Content-Disposition": f'inline; filename="{_ascii_name(name)}"'}
+    if target.key is None:
+        return Response(b"", media_type="text/plain; charset=utf-8", headers=headers)
+    headers[LOG_ATTEMPT_HEADER] = str(target.key.attempt)
+    return StreamingResponse(logs.whole(target.key), media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _flag(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _ascii_name(name: str) -> str:
+    """A file name safe inside a header's quotes, whatever a role is called."""
+    return "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name)
