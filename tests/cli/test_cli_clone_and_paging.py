@@ -56,6 +56,14 @@ def test_the_more_hint_quotes_what_the_shell_would_split(api: Api, yard: Yard) -
     assert "--state 'WAITING, RUNNING' --limit 1 --before" in out.splitlines()[-1]
 
 
+def test_name_keeps_jobs_whose_name_holds_the_text_and_stays_in_the_hint(api: Api, yard: Yard) -> None:
+    wanted = [submit(api, api.user_token, name) for name in ("Resnet-a", "bert", "resnet-b", "RESNET-c")]
+    code, out, _ = yard("jobs", "--name", "resnet", "--limit", "2")
+    rows, hint = out.splitlines()[1:-1], out.splitlines()[-1]
+    assert code == 0 and [int(r.split()[0]) for r in rows] == [wanted[3], wanted[2]]
+    assert hint == f"(more: yard jobs --name resnet --limit 2 --before {wanted[2]})"
+
+
 def test_yard_clone_submits_a_copy_with_the_secrets_kept(api: Api, yard: Yard) -> None:
     original = submit(api, api.user_token)
     code, out, _ = yard("clone", str(original), "--name", "tr-2", "--priority", "low")

@@ -384,3 +384,14 @@ def test_names_descriptions_commands_env_and_log_lines_are_escaped(api: Api) -> 
     assert log.content == f"{SCRIPT}\n{IMG}\n".encode()  # bytes as text/plain: the page adds them as text nodes
     assert log.headers["content-type"].startswith("text/plain") and log.headers["x-content-type-options"] == "nosniff"
     assert "script-src 'self'" in log.headers["content-security-policy"]
+
+
+def test_the_home_page_loads_the_weeks_usage_card_on_its_own(api: Api) -> None:
+    job_id = submit(api.user, job_file("counted"))
+    place(api, job_id)  # started five minutes ago, one GPU
+    client = signed_in(api, "alice")
+    home = client.get("/").text
+    assert 'hx-get="/home/usage"' in home and 'hx-trigger="load"' in home
+    card = client.get("/home/usage")
+    assert card.status_code == 200 and "<html" not in card.text
+    assert '<p class="big">0.1</p>' in card.text  # 1 GPU x 5 min, to one decimal

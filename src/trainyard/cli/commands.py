@@ -100,7 +100,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
-    page = client.jobs(state=args.state, user=args.user, vc=args.vc, limit=args.limit, before=args.before)
+    page = client.jobs(state=args.state, user=args.user, vc=args.vc, name=args.name, limit=args.limit,
+                       before=args.before)
     if args.json:
         render.print_json(page)
         return 0
@@ -113,7 +114,7 @@ def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
 def _next_page_command(args: argparse.Namespace, cursor: int) -> str:
     """The `yard jobs` that shows the next page: the same filters and page size, and the cursor."""
     argv = ["yard", "jobs"]
-    for flag, value in (("--state", args.state), ("--user", args.user), ("--vc", args.vc)):
+    for flag, value in (("--state", args.state), ("--user", args.user), ("--vc", args.vc), ("--name", args.name)):
         if value is not None:
             argv += [flag, value]
     if args.limit != JOBS_PER_PAGE:

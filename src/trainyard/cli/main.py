@@ -101,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", help="comma-separated states, e.g. WAITING,RUNNING")
     p.add_argument("--user", help="only this user's jobs")
     p.add_argument("--vc", help="only this virtual cluster's jobs")
+    p.add_argument("--name", help="only jobs whose name contains this text (any case)")
     p.add_argument("--limit", type=int, default=JOBS_PER_PAGE, help=f"jobs per page (default {JOBS_PER_PAGE}, max 500)")
     p.add_argument("--before", type=int, help="page cursor: show jobs older than this id")
     _json_flag(p)
