@@ -141,15 +141,18 @@ def signed_in(app, name: str):  # noqa: ANN001, ANN201
     return client
 
 
-def time_page(client, url: str, requests: int) -> tuple[float, float, int]:  # noqa: ANN001
+def time_page(client, url: str, requests: int) -> tuple[list[float], list[float], int]:  # noqa: ANN001
+    """Wall and CPU seconds of each request (CPU: this process's, which runs the app and, on
+    SQLite, the database: on a shared machine the wall time also holds the wait for a core)."""
     size = len(client.get(url).content)  # warm (template compiled, caches filled)
-    times = []
+    wall, cpu = [], []
     for _ in range(requests):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         answer = client.get(url)
-        times.append(time.perf_counter() - t0)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         assert answer.status_code == 200, (url, answer.status_code, answer.text[:300])
-    return statistics.median(times), percentile(times, 0.99), size
+    return wall, cpu, size
 
 
 def write_log(path: Path, megabytes: int) -> int:
@@ -192,29 +195,36 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             ("jobs user=alice (admin)", admin, "/jobs?user=alice"),
             ("jobs name~bench-9 (admin)", admin, "/jobs?name=bench-9"),
             ("jobs name~nothing (admin: scans all)", admin, "/jobs?name=no-such-job"),
-            ("home's week-usage card (alice)", alice, "/home/usage"),
-            ("home's week-usage card (admin)", admin, "/home/usage"),
+            ("home's week-usage card (alice) [*]", alice, "/home/usage"),
+            ("home's week-usage card (admin) [*]", admin, "/home/usage"),
             ("job page (alice)", alice, f"/jobs/{key.job_id}"),
             ("job state fragment (alice)", alice, f"/jobs/{key.job_id}/state"),
         ]
-        worst_p50 = worst_p99 = 0.0
+        worst: dict[str, float] = {"wall p50": 0.0, "wall p99": 0.0, "cpu p50": 0.0, "cpu p99": 0.0}
         biggest = 0
+        print(f"  {'page':<38} {'wall p50':>9} {'p99':>8} {'CPU p50':>9} {'p99':>8} {'size':>9}")
         for label, client, url in cases:
-            p50, p99, size = time_page(client, url, args.requests)
-            results[f"{label} p50_s"], results[f"{label} p99_s"] = p50, p99
-            core = label.startswith(("home", "jobs ("))  # the issue's targets: home, one list page
-            if core:
-                worst_p50, worst_p99 = max(worst_p50, p50), max(worst_p99, p99)
+            # [*]: seconds a request; a tenth of the requests
+            wall, cpu, size = time_page(client, url, args.requests // 10 if "[*]" in label else args.requests)
+            figures = {"wall p50": statistics.median(wall), "wall p99": percentile(wall, 0.99),
+                       "cpu p50": statistics.median(cpu), "cpu p99": percentile(cpu, 0.99)}
+            results.update({f"{label} {k}": v for k, v in figures.items()})
+            if label.startswith(("home (", "jobs (")):  # the issue's targets: home, one page of the list
+                worst = {k: max(v, figures[k]) for k, v in worst.items()}
             biggest = max(biggest, size)
-            print(f"  {label:<38} p50 {p50 * 1000:6.1f} ms  p99 {p99 * 1000:6.1f} ms  {size / 1024:6.1f} KB"
-                  f"  ({p50 / TARGET_P50_S:.2f}x / {p99 / TARGET_P99_S:.2f}x of the targets)")
-        print("  " + ratio_line("home and job list, worst p50", worst_p50, TARGET_P50_S, lower_is_better=True,
-                                unit="s"))
-        print("  " + ratio_line("home and job list, worst p99", worst_p99, TARGET_P99_S, lower_is_better=True,
-                                unit="s"))
+            print(f"  {label:<38} " + " ".join(f"{figures[k] * 1000:8.1f}ms" for k in figures)
+                  + f" {size / 1024:7.1f}KB")
+        load = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else "?"
+        print(f"  (load average {load} while measured)")
+        for kind in ("wall", "cpu"):
+            print("  " + ratio_line(f"home and job list, worst {kind} p50", worst[f"{kind} p50"], TARGET_P50_S,
+                                    lower_is_better=True, unit="s"))
+            print("  " + ratio_line(f"home and job list, worst {kind} p99", worst[f"{kind} p99"], TARGET_P99_S,
+                                    lower_is_better=True, unit="s"))
+        results.update({f"worst {k}": v for k, v in worst.items()})
+        results["largest_page_bytes"] = biggest
         print("  " + ratio_line("largest page", biggest / 1024, TARGET_PAGE_BYTES / 1024, lower_is_better=True,
                                 unit="KB"))
-        results["worst_p50_s"], results["worst_p99_s"], results["largest_page_bytes"] = worst_p50, worst_p99, biggest
 
         size = write_log(ctx.backend.log_path(key), args.log_mb)  # type: ignore[attr-defined]
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

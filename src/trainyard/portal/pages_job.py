@@ -83,12 +83,11 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
     }
 
 
-def _chart_window(detail: JobDetail, now: datetime) -> tuple[str, str] | None:
-    """Since the job first started until it ended (or now), as the history route takes it."""
-    if detail.startedAt is None:
-        return None
+def _chart_window(detail: JobDetail, now: datetime) -> tuple[str, str]:
+    """From the job's first start (or its submission, for one that has not started: the
+    charts fill in once it runs) until it ended or now, as the history route takes it."""
     until = detail.finishedAt or now
-    since = max(detail.startedAt - timedelta(seconds=30), until - CHART_WINDOW)
+    since = max((detail.startedAt or detail.submittedAt) - timedelta(seconds=30), until - CHART_WINDOW)
     return since.isoformat(), until.isoformat()
 
 

@@ -165,7 +165,8 @@ class AttemptRow(Base):
 
 class TaskRow(Base):
     __tablename__ = "tasks"
-    __table_args__ = (UniqueConstraint("attempt_id", "role", "index"),)
+    # ix_tasks_state: the unfinished tasks, a few among every task ever run (migration 0011).
+    __table_args__ = (UniqueConstraint("attempt_id", "role", "index"), Index("ix_tasks_state", "state"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id", ondelete="CASCADE"), index=True)
