@@ -12,7 +12,8 @@ separately (``/home/usage``): its time is printed on its own line, outside the t
 is accounting over every task its user ran that week.
 
 Run:  python benchmarks/bench_portal.py [--jobs 100000] [--requests 200] [--log-mb 100]
-      [--database-url postgresql://...]   (default: a temporary SQLite file)
+      [--database-url postgresql+psycopg://...]   (a schema of its own there, dropped after;
+      default: a temporary SQLite file)
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_list_jobs import fill_store  # noqa: E402
+from bench_metrics_exposition import private_schema  # noqa: E402
 from common import ratio_line  # noqa: E402
 
 TARGET_P50_S = 0.100
@@ -173,7 +175,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="yard-bench-portal-"))
-    db_url = args.database_url or f"sqlite:///{home / 'trainyard.db'}"
+    with private_schema(args.database_url) as pg_url:
+        return run(args, home, pg_url or f"sqlite:///{home / 'trainyard.db'}")
+
+
+def run(args: argparse.Namespace, home: Path, db_url: str) -> dict[str, float]:
     print(f"== the portal with {args.jobs:,} jobs in {db_url.split(':')[0]}; {args.requests} requests a page ==")
     results: dict[str, float] = {}
     try:
