@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import TaskState
+from trainyard.store.queries.metrics import STREAM_ROWS
 from trainyard.store.rows import NodeRow, TaskRow
 
 UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
@@ -53,7 +54,18 @@ def unfinished_task_usage(session: Session) -> list[tuple[str, list[list[int]], 
     return [(node, gpus, cpu, memory) for node, gpus, cpu, memory in session.execute(query)]
 
 
-def node_gpus(session: Session) -> list[tuple[str, list[dict[str, Any]], bool]]:
-    """(name, GPUs, schedulable: as the backend reports and not cordoned) of every node, by name."""
+class NodeGpus(NamedTuple):
+    name: str
+    gpus: tuple[tuple[int, str], ...]  # (device index, model) of each GPU
+    schedulable: bool  # as the backend reports, and not cordoned
+
+
+def node_gpus(session: Session) -> list[NodeGpus]:
+    """Every node's GPUs and whether it takes work, by name. The GPUs come as tuples, not the
+    stored dicts: ``GET /metrics`` reads all of them, and a scrape that kept thousands of
+    dicts alive would set off a full garbage collection (``services/cluster_metrics.py``)."""
     query = select(NodeRow.name, NodeRow.gpus, NodeRow.schedulable, NodeRow.cordoned).order_by(NodeRow.name)
-    return [(name, gpus, schedulable and not cordoned) for name, gpus, schedulable, cordoned in session.execute(query)]
+    return [
+        NodeGpus(name, tuple((gpu["index"], gpu["model"]) for gpu in gpus), schedulable and not cordoned)
+        for name, gpus, schedulable, cordoned in session.execute(query.execution_options(yield_per=STREAM_ROWS))
+    ]
