@@ -145,15 +145,23 @@ class Family:
     def add(self, rendered_labels: str, value: float | None) -> None:
         """Add a sample; a value nobody measured (None) is left out, not shown as 0."""
         if value is not None:
-            self.lines.append(f"{self.name}{{{rendered_labels}}} {format_value(value)}\n" if rendered_labels
-                              else f"{self.name} {format_value(value)}\n")
+            text = format_value(value)
+            self.lines.append(f"{self.name}{{{rendered_labels}}} {text}\n" if rendered_labels
+                              else f"{self.name} {text}\n")
 
 
 def format_value(value: float) -> str:
-    """``floatToGoString``, with a shortcut for the common case where it is ``repr``: a
-    finite value below 1e6 (Go writes larger ones with an exponent sooner than Python)."""
+    """``floatToGoString``, with shortcuts for the common cases: a finite value below 1e6,
+    where it is ``repr``; and a whole number of bytes (an ``int``, up to 2**53, which a float
+    holds exactly), whose exponent form it writes from the digits, skipping the library's
+    float round trip (a page has one per GPU and task; ``tests/monitor/test_exposition.py``
+    checks both against the library)."""
     if 0 <= value < 1e6:
         return repr(float(value))
+    if type(value) is int and 0 < value < 2**53:
+        # Go's form of a large number: one digit, a point, the rest without trailing zeros.
+        digits = str(value)
+        return f"{(digits[0] + '.' + digits[1:]).rstrip('0.')}e+{len(digits) - 1:02d}"
     return go_float(value)
 
 
@@ -242,8 +250,10 @@ def job_families(jobs_by_state: dict[str, int], running: Sequence[RunningJobFigu
         jobs.add(labels(state=state), count)
     seconds = Family("trainyard_job_running_seconds", "gauge",
                      "How long a running job has run, its attempts summed (waiting time not counted)")
-    for job in running:
-        seconds.add(labels(job=job.job_id, user=job.user, vc=job.vc), job.running_seconds)
+    escaped: dict[str, str] = {}  # users and VCs repeat across jobs: escape each once
+    for job_id, user, vc, running_seconds in running:
+        user, vc = (escaped.get(v) or escaped.setdefault(v, escape_label_value(v)) for v in (user, vc))
+        seconds.add(f'job="{job_id}",user="{user}",vc="{vc}"', running_seconds)
     return [jobs, seconds]
 
 

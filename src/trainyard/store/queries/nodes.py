@@ -8,7 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import TaskState
-from trainyard.store.queries.metrics import STREAM_ROWS
+from trainyard.store.queries.decoded import as_text, device_models
 from trainyard.store.rows import NodeRow, TaskRow
 
 UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
@@ -61,11 +61,13 @@ class NodeGpus(NamedTuple):
 
 
 def node_gpus(session: Session) -> list[NodeGpus]:
-    """Every node's GPUs and whether it takes work, by name. The GPUs come as tuples, not the
-    stored dicts: ``GET /metrics`` reads all of them, and a scrape that kept thousands of
-    dicts alive would set off a full garbage collection (``services/cluster_metrics.py``)."""
-    query = select(NodeRow.name, NodeRow.gpus, NodeRow.schedulable, NodeRow.cordoned).order_by(NodeRow.name)
+    """Every node's GPUs and whether it takes work, by name. The GPUs come as tuples decoded
+    once per distinct stored list (``decoded``), not as fresh dicts: ``GET /metrics`` reads
+    every node on every scrape."""
+    query = select(
+        NodeRow.name, as_text(NodeRow.gpus), NodeRow.schedulable, NodeRow.cordoned
+    ).order_by(NodeRow.name)
     return [
-        NodeGpus(name, tuple((gpu["index"], gpu["model"]) for gpu in gpus), schedulable and not cordoned)
-        for name, gpus, schedulable, cordoned in session.execute(query.execution_options(yield_per=STREAM_ROWS))
+        NodeGpus(name, device_models(gpus), schedulable and not cordoned)
+        for name, gpus, schedulable, cordoned in session.execute(query)
     ]

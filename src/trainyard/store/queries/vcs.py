@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import JobState, TaskState
-from trainyard.store.queries.metrics import STREAM_ROWS
+from trainyard.store.queries.decoded import as_text, gpu_shares
 from trainyard.store.rows import (
     GroupRow,
     JobRow,
@@ -50,16 +50,13 @@ class HeldShares(NamedTuple):
 def held_gpu_shares(session: Session) -> list[HeldShares]:
     """(node, VC, priority, GPU shares) of every unfinished task: one read serves both what
     nodes have allocated and what VCs use (``GET /metrics`` needs both). Shares come as
-    tuples, which the garbage collector stops tracking, rather than thousands of live lists."""
+    tuples decoded once per distinct stored list (``decoded``), not as fresh lists."""
     query = (
-        select(TaskRow.node, JobRow.vc, JobRow.priority, TaskRow.gpus)
+        select(TaskRow.node, JobRow.vc, JobRow.priority, as_text(TaskRow.gpus))
         .join(TaskRow, TaskRow.job_id == JobRow.id)
         .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
     )
-    return [
-        HeldShares(node, vc, priority, tuple((index, milli) for index, milli in gpus))
-        for node, vc, priority, gpus in session.execute(query.execution_options(yield_per=STREAM_ROWS))
-    ]
+    return [HeldShares(node, vc, priority, gpu_shares(gpus)) for node, vc, priority, gpus in session.execute(query)]
 
 
 def waiting_jobs_by_vc(session: Session) -> dict[str, int]:
