@@ -197,45 +197,53 @@ class Gpus:
         return gpus, util, used // MIB
 
 
+def measure(runner, me, node, gpus, before):
+    """One round: the record of the runner's tree and the counters for the next round
+    (monotonic, cpu seconds, read bytes, write bytes); no record while the tree is empty."""
+    procs = tree(runner, me)
+    now = time.monotonic()
+    if not procs:
+        return None, before
+    cpu = sum(ticks for _, ticks, _ in procs.values()) / TICKS
+    ios = [io_bytes(pid) for pid in procs]
+    read = None if None in ios else sum(i[0] for i in ios)
+    write = None if None in ios else sum(i[1] for i in ios)
+    if before is None:  # first sight: the average over the task's life so far
+        started = min(start for _, _, start in procs.values()) / TICKS
+        before = (now - max(uptime() - started, 1e-3), 0.0, 0 if read is not None else None,
+                  0 if write is not None else None)
+    elapsed = now - before[0]
+
+    def rate(value, earlier):
+        if value is None or earlier is None or elapsed <= 0:
+            return None
+        return max(0, value - earlier) / elapsed
+
+    record = {
+        "at": time.time(), "node": node, "pids": sorted(procs),
+        "cpu_cores": max(0.0, cpu - before[1]) / elapsed if elapsed > 0 else None,
+        "memory_mb": sum(rss_bytes(pid) for pid in procs) // MIB,
+        "disk_read_bytes_per_s": rate(read, before[2]),
+        "disk_write_bytes_per_s": rate(write, before[3]),
+    }
+    record["gpus"], record["gpu_util_pct"], record["gpu_memory_mb"] = gpus.figures(procs)
+    return record, (now, cpu, read, write)
+
+
 def main():
     task_dir, runner, interval = sys.argv[1], int(sys.argv[2]), float("@INTERVAL@")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     me = os.getpid()
     gpus = Gpus(step_gpus())
-    before = None  # (monotonic, cpu seconds, read bytes, write bytes)
+    before = None
     while os.getppid() == runner:
-        procs = tree(runner, me)
-        now = time.monotonic()
-        if procs:
-            cpu = sum(ticks for _, ticks, _ in procs.values()) / TICKS
-            ios = [io_bytes(pid) for pid in procs]
-            read = None if None in ios else sum(i[0] for i in ios)
-            write = None if None in ios else sum(i[1] for i in ios)
-            if before is None:  # first sight: the average over the task's life so far
-                started = min(start for _, _, start in procs.values()) / TICKS
-                before = (now - max(uptime() - started, 1e-3), 0.0, 0 if read is not None else None,
-                          0 if write is not None else None)
-            elapsed = now - before[0]
-
-            def rate(value, earlier):
-                if value is None or earlier is None or elapsed <= 0:
-                    return None
-                return max(0, value - earlier) / elapsed
-
-            record = {
-                "at": time.time(), "node": node, "pids": sorted(procs),
-                "cpu_cores": max(0.0, cpu - before[1]) / elapsed if elapsed > 0 else None,
-                "memory_mb": sum(rss_bytes(pid) for pid in procs) // MIB,
-                "disk_read_bytes_per_s": rate(read, before[2]),
-                "disk_write_bytes_per_s": rate(write, before[3]),
-            }
-            record["gpus"], record["gpu_util_pct"], record["gpu_memory_mb"] = gpus.figures(procs)
-            before = (now, cpu, read, write)
+        record, before = measure(runner, me, node, gpus, before)
+        if record is not None:
             tmp = os.path.join(task_dir, f"metrics.json.{me}")
             with open(tmp, "w") as f:
                 json.dump(record, f)
             os.replace(tmp, os.path.join(task_dir, "metrics.json"))
-        time.sleep(interval if procs else 0.2)  # the task's process may not be forked yet
+        time.sleep(interval if record is not None else 0.2)  # the task's process may not be forked yet
 
 
 if __name__ == "__main__":
