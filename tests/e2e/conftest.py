@@ -34,3 +34,7 @@ def gates() -> Iterator[Path]:
     folder.chmod(0o1777)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+# The portal's browser tests: Debian's chromium through Playwright (tests/e2e/browser.py).
+from e2e.browser import browser_page, chromium  # noqa: E402, F401

@@ -25,6 +25,7 @@ from trainyard.api import openapi
 from trainyard.api.bodies import BodyError
 from trainyard.api.deps import AppContext
 from trainyard.api.routers import admin, alerts, cluster, history, jobs, metrics, usage, users
+from trainyard.portal import app as portal
 from trainyard.services.errors import ServiceError
 from trainyard.spec.errors import SpecError
 from trainyard.spec.plaindata import OversizedNumber
@@ -57,6 +58,7 @@ def create_app(ctx: AppContext) -> FastAPI:
         app.include_router(router, prefix="/api/v1")
     app.include_router(metrics.router)  # Prometheus' usual path, outside the versioned API
     openapi.install(app)
+    portal.install(app)  # the web pages, at / (their errors are pages too)
 
     @app.exception_handler(SpecError)
     async def _spec_error(_: Request, exc: SpecError) -> JSONResponse:
@@ -64,7 +66,9 @@ def create_app(ctx: AppContext) -> FastAPI:
         return _error(422, "invalid job file:\n" + str(exc), errors)
 
     @app.exception_handler(ServiceError)
-    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+    async def _service_error(request: Request, exc: ServiceError) -> Response:
+        if portal.is_page(request):
+            return portal.error_page(request, exc.status, exc.message)
         return _error(exc.status, exc.message, exc.details)
 
     @app.exception_handler(StaleDataError)
@@ -80,16 +84,21 @@ def create_app(ctx: AppContext) -> FastAPI:
                            "look at what is there now, then try again")
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
         errors = [
             {"path": ".".join(str(p) for p in e["loc"] if p not in ("body", "query", "path")),
              "message": _message(e)}
             for e in exc.errors()
         ]
-        return _error(422, "; ".join(f"{e['path']}: {e['message']}" for e in errors), errors)
+        detail = "; ".join(f"{e['path']}: {e['message']}" for e in errors)
+        if portal.is_page(request):
+            return portal.error_page(request, 422, detail)
+        return _error(422, detail, errors)
 
     @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: HTTPException) -> Response:
+        if portal.is_page(request) and exc.status_code in (404, 405):
+            return portal.error_page(request, exc.status_code, "there is no such page")
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
@@ -104,8 +113,10 @@ def create_app(ctx: AppContext) -> FastAPI:
         return Response(status_code=499)
 
     @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
+        if portal.is_page(request):
+            return portal.error_page(request, 500, "internal error; the server log has the details")
         return _error(500, "internal error; the server log has the details")
 
     return app

@@ -19,6 +19,7 @@ from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import TokenCache
 from trainyard.services.jobdirs import JobDirUsage
+from trainyard.services.passwords import SignInLimiter
 from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
@@ -43,9 +44,11 @@ class AppContext:
     # Set once the server begins to shut down: streaming responses (log followers) end then.
     closing: threading.Event = field(default_factory=threading.Event)
     job_dirs: JobDirUsage = field(init=False)
+    sign_ins: SignInLimiter = field(init=False)  # the portal's failed sign-ins, per name and address
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db, clock=self.clock)
+        self.sign_ins = SignInLimiter(self.clock)
         self.job_dirs = JobDirUsage(self.backend, self.clock, self.job_dir_retention_seconds)
 
     def wake_controller(self) -> None:

@@ -54,6 +54,9 @@ class UserRow(Base):
     # Deleted users stay as rows, so that their jobs' history still names them; their
     # tokens, memberships, grants and quotas are gone, and the name is not reused.
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # For the portal's sign-in: scrypt, with its parameters and salt (``services.passwords``);
+    # None until the user (or an admin) sets one. Tokens work either way.
+    password_hash: Mapped[str | None] = mapped_column(String(255), nullable=True)
 
 
 class TokenRow(Base):
@@ -70,6 +73,26 @@ class TokenRow(Base):
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
     # Written when the token cache asks the store, so true to within TOKEN_CACHE_SECONDS.
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+    user: Mapped[UserRow] = relationship(lazy="joined")
+
+
+class WebSessionRow(Base):
+    """A signed-in browser (``services.web_sessions``): the cookie's SHA-256, as for tokens,
+    and the secret its forms carry against cross-site requests."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    csrf_token: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # How it signed in: "password" or "token" (shown on the user's sessions).
+    method: Mapped[str] = mapped_column(String(16))
+    revoked: Mapped[bool] = mapped_column(Boolean, default=False)
 
     user: Mapped[UserRow] = relationship(lazy="joined")
 

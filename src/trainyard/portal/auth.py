@@ -1,0 +1,115 @@
+"""Who is looking at a page: the signed-in browser's session and user, page dependencies
+that send the signed-out to the sign-in page and refuse non-admins, and the check every
+state-changing request passes (its session's form secret, and a same-origin request).
+
+The portal uses the same services, and so the same permission checks, as the API: a page
+can do nothing its user's token could not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated
+from urllib.parse import quote, urlsplit
+
+from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
+
+from trainyard.api.deps import AppContext, context
+from trainyard.services import web_sessions
+from trainyard.store.rows import UserRow, WebSessionRow
+
+COOKIE = "trainyard_session"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "X-CSRF-Token"
+
+
+class SignInRequired(Exception):
+    def __init__(self, next_path: str) -> None:
+        self.next_path = next_path
+
+
+class PageForbidden(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class CrossSiteRefused(Exception):
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Viewer:
+    user: UserRow
+    web_session: WebSessionRow
+
+    @property
+    def csrf(self) -> str:
+        return self.web_session.csrf_token
+
+
+def _lookup(ctx: AppContext, cookie: str) -> Viewer | None:
+    with ctx.db.session() as session:
+        row = web_sessions.session_for_cookie(session, cookie, clock=ctx.clock)
+        if row is None:
+            return None
+        return Viewer(row.user, row)
+
+
+async def optional_viewer(request: Request, ctx: AppContext = Depends(context)) -> Viewer | None:
+    cookie = request.cookies.get(COOKIE, "")
+    return await run_in_threadpool(_lookup, ctx, cookie) if cookie else None
+
+
+async def viewer(request: Request, found: Viewer | None = Depends(optional_viewer)) -> Viewer:
+    if found is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise SignInRequired(target)
+    return found
+
+
+async def admin_viewer(found: Viewer = Depends(viewer)) -> Viewer:
+    if not found.user.is_admin:
+        raise PageForbidden("this page is for admins")
+    return found
+
+
+def same_origin(request: Request) -> bool:
+    """A browser names the page a request comes from (Origin, else Referer); it must be this
+    server. Neither header: not a browser's cross-site request (they send Origin on POST)."""
+    source = request.headers.get("origin") or request.headers.get("referer")
+    if not source or source == "null":
+        return source is None
+    parts = urlsplit(source)
+    return parts.netloc == request.headers.get("host", request.url.netloc)
+
+
+async def checked(request: Request, found: Viewer = Depends(viewer)) -> Viewer:
+    """The viewer of a state-changing request that carries its session's secret (form field
+    ``csrf`` or header ``X-CSRF-Token``) and comes from this server's own pages."""
+    offered = request.headers.get(CSRF_HEADER)
+    if offered is None and request.headers.get("content-type", "").startswith(
+            ("application/x-www-form-urlencoded", "multipart/form-data")):
+        form = await request.form()
+        value = form.get(CSRF_FIELD)
+        offered = value if isinstance(value, str) else None
+    if not same_origin(request) or not web_sessions.csrf_matches(found.web_session, offered):
+        raise CrossSiteRefused("this form is out of date or came from another site; reload the page and try again")
+    return found
+
+
+async def checked_admin(found: Viewer = Depends(checked)) -> Viewer:
+    if not found.user.is_admin:
+        raise PageForbidden("only an admin may do this")
+    return found
+
+
+def sign_in_url(next_path: str) -> str:
+    return "/signin?next=" + quote(next_path, safe="/")
+
+
+Page = Annotated[Viewer, Depends(viewer)]
+AdminPage = Annotated[Viewer, Depends(admin_viewer)]
+Action = Annotated[Viewer, Depends(checked)]
+AdminAction = Annotated[Viewer, Depends(checked_admin)]

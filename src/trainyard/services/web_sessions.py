@@ -1,0 +1,96 @@
+"""Signed-in browsers: sessions started with a password or a token, looked up per request,
+ended by signing out, by expiry, or when the user is disabled or deleted.
+
+The cookie holds a 256-bit random value and the store its SHA-256, as for tokens; each
+session has its own secret that every state-changing form or request must carry (the
+synchronizer-token defence against cross-site request forgery).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from trainyard.core.clock import Clock
+from trainyard.services.auth import authenticate, hash_token
+from trainyard.services.passwords import check_sign_in
+from trainyard.store.queries import users
+from trainyard.store.rows import UserRow, WebSessionRow
+
+IDLE_SECONDS = 12 * 3600  # signed out after this long without a request
+LIFETIME_SECONDS = 7 * 86400  # and after this long whatever happens
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    cookie: str  # what the browser keeps; only its hash is stored
+    csrf_token: str
+    user: UserRow
+
+
+def sign_in_with_password(session: Session, name: str, password: str, *, clock: Clock) -> SignedIn | None:
+    """A new session for a right name and password; None otherwise (a disabled user too,
+    without saying which part was wrong)."""
+    user = users.user_named(session, name)
+    if not check_sign_in(user, password) or user is None or user.disabled:
+        return None
+    return _start(session, user, "password", clock)
+
+
+def sign_in_with_token(session: Session, token: str, *, clock: Clock) -> SignedIn | None:
+    user = authenticate(session, token.strip(), clock=clock)
+    if user is None or user.disabled:
+        return None
+    return _start(session, user, "token", clock)
+
+
+def _start(session: Session, user: UserRow, method: str, clock: Clock) -> SignedIn:
+    cookie = secrets.token_urlsafe(32)
+    csrf = secrets.token_urlsafe(32)
+    now = clock.now()
+    session.add(WebSessionRow(user_id=user.id, token_hash=hash_token(cookie), csrf_token=csrf, created_at=now,
+                              last_seen_at=now, expires_at=now + timedelta(seconds=LIFETIME_SECONDS),
+                              method=method, revoked=False))
+    session.flush()
+    return SignedIn(cookie, csrf, user)
+
+
+def session_for_cookie(session: Session, cookie: str, *, clock: Clock) -> WebSessionRow | None:
+    """The live session this cookie belongs to, its last use noted; None when the cookie is
+    unknown, signed out, expired, idle too long, or its user disabled or deleted."""
+    if not cookie:
+        return None
+    row = session.scalar(select(WebSessionRow).where(WebSessionRow.token_hash == hash_token(cookie),
+                                                     WebSessionRow.revoked.is_(False)))
+    now = clock.now()
+    if row is None or row.expires_at <= now or now - row.last_seen_at > timedelta(seconds=IDLE_SECONDS):
+        return None
+    if row.user.disabled or row.user.deleted_at is not None:
+        return None
+    if now - row.last_seen_at > timedelta(seconds=60):  # written at most once a minute
+        row.last_seen_at = now
+    return row
+
+
+def csrf_matches(row: WebSessionRow, offered: str | None) -> bool:
+    return bool(offered) and hmac.compare_digest(row.csrf_token.encode(), (offered or "").encode())
+
+
+def sign_out(session: Session, cookie: str) -> None:
+    row = session.scalar(select(WebSessionRow).where(WebSessionRow.token_hash == hash_token(cookie)))
+    if row is not None:
+        row.revoked = True
+
+
+def sign_out_everywhere(session: Session, user_id: int) -> int:
+    """End every session of a user (their password changed, or an admin asked); how many."""
+    rows = list(session.scalars(select(WebSessionRow).where(WebSessionRow.user_id == user_id,
+                                                            WebSessionRow.revoked.is_(False))))
+    for row in rows:
+        row.revoked = True
+    return len(rows)

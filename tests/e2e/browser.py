@@ -1,0 +1,92 @@
+"""A real browser for the portal's end-to-end tests: Debian's chromium, driven by
+Playwright's Python package (never `playwright install`, which downloads a browser).
+
+The launch flags are the ones this machine needs (``/work/shared/notes/browser-tests.md``
+in the project's notes): headless, no sandbox as root, and no background networking,
+which the closed network here refuses. Each test's page saves a screenshot when the test
+ends, into ``$TRAINYARD_SCREENSHOTS`` (default ``build/screenshots``), named after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e.server import Server
+
+CHROMIUM = os.environ.get("TRAINYARD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+REQUIRE_BROWSER = os.environ.get("TRAINYARD_REQUIRE_BROWSER") == "1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = Path(os.environ.get("TRAINYARD_SCREENSHOTS", REPO_ROOT / "build" / "screenshots"))
+LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--disable-dev-shm-usage"]
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        if REQUIRE_BROWSER:
+            raise
+        pytest.skip(f"playwright is not installed: {exc}")
+    if not Path(CHROMIUM).exists():
+        if REQUIRE_BROWSER:
+            raise AssertionError(f"TRAINYARD_REQUIRE_BROWSER=1 but there is no chromium at {CHROMIUM}")
+        pytest.skip(f"no chromium at {CHROMIUM} (Debian's package `chromium`)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.fixture
+def browser_page(chromium, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A fresh browser context (no cookies) and page; its screenshot is saved at the end,
+    pass or fail. Browser errors in the page's scripts fail the test."""
+    context = chromium.new_context(viewport={"width": 1360, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    script_errors: list[str] = []
+    page.on("pageerror", lambda error: script_errors.append(str(error)))
+    page.on("console", lambda msg: script_errors.append(msg.text) if msg.type == "error" else None)
+    try:
+        yield page
+    finally:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+        try:
+            page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        finally:
+            context.close()
+    assert not script_errors, f"the page's scripts reported errors: {script_errors}"
+
+
+def admin_token(server: Server) -> str:
+    return str(json.loads((server.home / "client.json").read_text())["token"])
+
+
+def sign_in_with_token(page: Any, server: Server, token: str, next_path: str = "/") -> None:
+    page.goto(f"{server.url}/signin?next={next_path}")
+    page.get_by_text("Sign in with a token instead").click()
+    page.locator('input[name="token"]').fill(token)
+    page.get_by_role("button", name="Sign in with token").click()
+    page.wait_for_url(f"{server.url}{next_path}")
+
+
+def sign_in_with_password(page: Any, server: Server, name: str, password: str, next_path: str = "/") -> None:
+    page.goto(f"{server.url}/signin?next={next_path}")
+    page.locator('input[name="username"]').fill(name)
+    page.locator('input[name="password"]').fill(password)
+    page.get_by_role("button", name="Sign in", exact=True).click()
+    page.wait_for_url(f"{server.url}{next_path}")
