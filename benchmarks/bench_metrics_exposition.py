@@ -36,19 +36,16 @@ Run:  python benchmarks/bench_metrics_exposition.py [--runs 10] [--database-url 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import median, ratio_line  # noqa: E402
+from common import median, private_schema, ratio_line  # noqa: E402
 from sqlalchemy import insert  # noqa: E402
 
 from trainyard.core.clock import FakeClock  # noqa: E402
@@ -145,27 +142,6 @@ def fill(db: Database, now: datetime, rounds: int) -> None:
 
 
 CPU: dict[str, list[float]] = {}  # process CPU seconds per run, by what was timed
-
-
-@contextlib.contextmanager
-def private_schema(url: str | None) -> Iterator[str | None]:
-    """A PostgreSQL URL whose tables go to a schema of their own, dropped afterwards, so that
-    the benchmark leaves nothing in the database it was given."""
-    if url is None:
-        yield None
-        return
-    from sqlalchemy import create_engine, text
-
-    schema = f"bench_metrics_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(url)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
-    finally:
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 def timed(fn, runs: int, name: str = "") -> tuple[list[float], object]:

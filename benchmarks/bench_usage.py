@@ -17,6 +17,9 @@ Prints p50 and max and the monitoring rows summed per second. Never asserts; the
 issue for these, so the numbers are there to watch for regressions and to size a site.
 
 Run:  python benchmarks/bench_usage.py [--tasks 1000] [--runs 3] [--database-url URL]
+
+``--database-url``: a PostgreSQL URL (SQLAlchemy form); the benchmark fills a schema of its own
+there and drops it afterwards.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import private_schema  # noqa: E402
 from history_fill import analyze, fill_task_history, indexes_built_after  # noqa: E402
 from sqlalchemy import insert, select  # noqa: E402
 
@@ -102,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as home:
-        db = Database(args.database_url or f"sqlite:///{home}/trainyard.db")
+    with tempfile.TemporaryDirectory() as home, private_schema(args.database_url) as pg_url:
+        db = Database(pg_url or f"sqlite:///{home}/trainyard.db")
         db.migrate()
         start = time.perf_counter()
         rows = populate(db, args.tasks)
