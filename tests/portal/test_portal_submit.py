@@ -219,6 +219,11 @@ def test_a_submit_refused_shows_the_page_again_with_the_errors(api: Api) -> None
     assert FormValues(answer.text).values["name"] == "dist"
     too_big = client.post("/submit", data=distributed_form(csrf, **{"roles-1-gpu": "8"}))
     assert too_big.status_code == 422 and "can never run on this cluster" in too_big.text
+    # From htmx: the form and the editor with the errors, to swap in place (htmx swaps only 2xx).
+    inline = client.post("/submit", data=distributed_form(csrf, **{"roles-1-instances": "0"}),
+                         headers={"HX-Request": "true"})
+    assert inline.status_code == 200 and "<html" not in inline.text
+    assert FormValues(inline.text).errors["roles-1-instances"] == ["must be ≥ 1 (got 0)"]
     assert api.sdk(api.admin_token).jobs().items == []
 
 

@@ -238,14 +238,19 @@ def submit_page(
 
 @router.post("/submit")
 async def submit(request: Request, viewer: Action, ctx: Ctx) -> Response:
+    """Queue the job and go to its page; refused, the page again with the errors (from
+    htmx: the form and the YAML editor, answered 200, as htmx swaps only those)."""
     editor = _current(await _posted(request))
     job_id = await run_in_threadpool(_check, ctx, viewer, editor, submit=True)
+    htmx = bool(request.headers.get("hx-request"))
     if job_id is None:
+        if htmx:
+            return await run_in_threadpool(_render, request, ctx, viewer, editor, "submit_both.html")
         return await run_in_threadpool(_render, request, ctx, viewer, editor, "submit.html", editor.status,
                                        title="Submit")
     ctx.wake_controller()
     target = f"/jobs/{job_id}"
-    if request.headers.get("hx-request"):
+    if htmx:
         return Response(status_code=204, headers={"HX-Redirect": target, **SECURITY_HEADERS})
     return RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
 
