@@ -51,6 +51,7 @@ def test_submit_a_distributed_job_through_the_form_and_the_yaml_editor(server, b
     page.locator("#roles-0-commands").fill(f"echo '{PAYLOADS[1]}'")
     page.get_by_role("button", name="Check").click()
     page.locator('.field-error[data-field="name"]').wait_for()
+    page.screenshot(path=str(SCREENSHOTS / "portal_submit_errors.png"), caret="initial")
     assert PAYLOADS[0] in page.locator("#name").input_value()
 
     page.locator("#name").fill("dist-e2e")

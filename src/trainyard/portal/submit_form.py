@@ -226,7 +226,11 @@ def apply_fields(document: Any, fields: JobFields) -> tuple[dict[str, Any], dict
 # --- the job document as YAML ------------------------------------------------------------------
 
 
-class _Dumper(yaml.SafeDumper):
+# libyaml's emitter when PyYAML was built with it (several times faster), as loading uses its parser.
+_SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_SafeDumper):  # type: ignore[misc, valid-type]
     """Block style, multi-line text as ``|`` literals, keys in the document's order."""
 
 
