@@ -4,9 +4,10 @@ Two kinds of metric end up on one page:
 
 1. **Read from the store at scrape time** (``ClusterFigures``, gathered by
    ``services/cluster_metrics.py``): GPUs per node and model, the newest node, GPU and task
-   samples, VC quota and use, jobs by state, queues, running jobs. Nothing is kept in
-   memory between scrapes, so every server process answers the same, and a restart loses
-   nothing.
+   samples, VC quota and use, jobs by state, queues, running jobs. No figure is kept in
+   memory between scrapes (only decoded JSON, keyed by its stored text:
+   ``store/queries/decoded.py``), so every server process answers the same, and a restart
+   loses nothing.
 2. **Observed in the controller's process** (``ControllerTimings``): the scheduler's cycle
    duration and the submit-to-start latency, as ``prometheus_client`` histograms.
 
