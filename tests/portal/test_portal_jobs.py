@@ -106,6 +106,11 @@ def test_the_list_and_the_api_agree_on_filters_and_order(api: Api) -> None:
     assert [j["id"] for j in api_page["items"]] == ids
     assert job_ids_on(signed_in(api, "alice").get("/jobs", params={"name": "JOB-", "order": "oldest"}).text) == ids
     assert api.user.get("/api/v1/jobs", params={"order": "sideways"}).status_code == 422
+    # The API's cursor oldest first is `after`, the SDK's too.
+    first = api.user.get("/api/v1/jobs", params={"order": "oldest", "limit": 3}).json()
+    assert [j["id"] for j in first["items"]] == ids[:3] and first["next"] == ids[2]
+    rest = api.sdk(api.user_token).jobs(order="oldest", after=first["next"], name="job-")
+    assert [j.id for j in rest.items] == ids[3:] and rest.next is None
 
 
 def test_paging_follows_the_cursor_both_ways(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
