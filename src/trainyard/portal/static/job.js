@@ -40,14 +40,15 @@
 
   Follower.prototype.append = function (text) {
     if (!text) { return; }
+    // Keep following the end unless the reader has scrolled up to read something.
+    var stick = this.justStarted || pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
     pre.appendChild(document.createTextNode(text));
     this.held += text.length;
     while (this.held > LOG_KEEP_CHARS && pre.firstChild) {
       this.held -= pre.firstChild.textContent.length;
       pre.removeChild(pre.firstChild);
     }
-    var atBottom = pre.scrollHeight - pre.scrollTop - pre.clientHeight < 40;
-    if (atBottom || this.justStarted) { pre.scrollTop = pre.scrollHeight; }
+    if (stick) { pre.scrollTop = pre.scrollHeight; }
   };
 
   Follower.prototype.poll = function () {
