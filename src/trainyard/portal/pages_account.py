@@ -102,7 +102,8 @@ async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Respons
     else:
         def change() -> None:
             with ctx.db.session() as session:
-                passwords.set_password(session, viewer.user, None, new, current=current)
+                web_sessions.change_password(session, viewer.user, None, new, current=current,
+                                             keep=viewer.web_session)
         try:
             await run_in_threadpool(change)
         except ServiceError as exc:

@@ -198,7 +198,8 @@ def node_view(
 
 
 def user_view(row: UserRow) -> UserView:
-    return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at, disabled=row.disabled)
+    return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at, disabled=row.disabled,
+                    hasPassword=row.password_hash is not None)
 
 
 def token_view(row: TokenRow) -> TokenView:
