@@ -17,8 +17,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
-from trainyard.services.auth import authenticate, hash_token
 from trainyard.services import passwords
+from trainyard.services.auth import authenticate, hash_token
 from trainyard.services.passwords import check_sign_in
 from trainyard.store.queries import users
 from trainyard.store.rows import UserRow, WebSessionRow
