@@ -81,7 +81,7 @@ def test_yard_job_shows_the_disk_use_of_the_job_s_directory(api: Api, yard: Yard
     job_dir.mkdir(parents=True)
     (job_dir / "ckpt").write_bytes(b"x" * 3 * 1024 * 1024)
     code, out, _ = yard("job", str(job_id))
-    assert code == 0 and "  job dir:    3.0 MiB in 1 files\n" in out  # the job still runs: no removal date
+    assert code == 0 and "  job dir:    3.0 MiB in 1 file\n" in out  # the job still runs: no removal date
     detail = api.sdk(api.user_token).job(job_id).jobDir
     assert detail is not None and detail.files == 1 and detail.complete and detail.removeAfter is None
 

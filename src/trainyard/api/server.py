@@ -264,6 +264,8 @@ def _serve(settings: Settings, url: str) -> None:
     app = create_app(ctx)
     log.info("Trainyard %s on %s (store: %s); Ctrl-C stops the server, not the jobs",
              "serving", url, ctx.db.engine.dialect.name)
+    log.info("portal: %s/ (sign in with a password, or with the token in %s); API docs: %s/docs",
+             url.rstrip("/"), settings.client_file, url.rstrip("/"))
     try:
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
                                 timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)

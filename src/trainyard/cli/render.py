@@ -76,7 +76,11 @@ def job_dir_text(job_dir: JobDirView | None, state: JobState) -> str:
     """``12.0 MiB in 3 files`` (+ when it goes once the job has ended), else why there is none."""
     if job_dir is None:
         return "none (removed after the retention, or never made)" if state.is_final else "none yet"
-    text = ("" if job_dir.complete else "at least ") + f"{size(job_dir.bytes)} in {job_dir.files} files"
+    if job_dir.files == 0 and job_dir.complete:
+        text = "empty"  # a directory's own blocks (du counts them) are no content
+    else:
+        files = "1 file" if job_dir.files == 1 else f"{job_dir.files} files"
+        text = ("" if job_dir.complete else "at least ") + f"{size(job_dir.bytes)} in {files}"
     if job_dir.removeAfter is not None:
         text += f"  (removed after {when(job_dir.removeAfter)})"
     return text
