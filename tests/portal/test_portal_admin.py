@@ -13,6 +13,7 @@ from starlette.testclient import TestClient
 
 from portal.harness import browser, csrf_of, signed_in
 from trainyard.core.clock import SystemClock
+from trainyard.portal.pages_cluster import NODES_PER_PAGE
 from trainyard.services import web_sessions
 from trainyard.services.auth import get_user
 from trainyard.store.rows import NodeRow, TaskRow
@@ -34,6 +35,7 @@ ADMIN_POSTS = [
     ("/users/admin/password", {"password": "taken over!"}),
     ("/users/admin/password/clear", {}),
     ("/users/admin/tokens", {"name": "mine now"}),
+    ("/users/account", {"user": "admin", "do": "token"}),
     ("/users/tokens/1/revoke", {}),
     ("/users/quotas", {"name": "alice", "priority": "normal", "gpus": ""}),
     ("/users/groups", {"name": "team"}),
@@ -105,13 +107,31 @@ def test_the_cluster_page_draws_every_gpu_coloured_by_allocation(api: Api) -> No
     boxes = re.findall(r'data-gpu="(\d)" data-allocation="(\w+)"', page)
     assert boxes == [("0", "fully"), ("1", "fully"), ("2", "free"), ("3", "free")]
     tooltips = re.findall(r'title="(GPU \d[^"]*)"', page)
-    assert f"jobs {mine}" in tooltips[1] and str(theirs) not in tooltips[1]  # not hers to see
+    assert re.findall(r"jobs ([\d, ]+)", tooltips[1]) == [str(mine)]  # not the admin's job: not hers to see
     assert "stale" in page  # no sample of the node yet: its figures are not measured now
-    assert 'hx-get="/cluster/nodes"' in page and 'hx-trigger="every 5s"' in page
+    assert 'hx-get="/cluster/nodes?page=1"' in page and 'hx-trigger="every 5s"' in page
     assert "Cordon" not in page  # no admin buttons for a user
     admin_view = signed_in(api, "admin").get("/cluster/nodes").text
     assert f"jobs {mine}, {theirs}" in admin_view
+    assert "Nodes 1–" not in admin_view  # one page: no pager
     assert "<html" not in admin_view  # the fragment the polling swaps in
+
+
+def test_a_large_cluster_is_shown_a_page_of_nodes_at_a_time(api: Api) -> None:
+    now = SystemClock().now()
+    with api.ctx.db.session() as session:
+        for n in range(NODES_PER_PAGE + 10):
+            session.add(NodeRow(name=f"gpu-{n:03d}", backend="local", address="10.0.0.1", cpu_milli=1000,
+                                memory_mb=1024, schedulable=True, cordoned=False, labels={}, updated_at=now,
+                                gpus=[{"index": 0, "model": "A100", "memory_mb": 81920}]))
+    alice = signed_in(api, "alice")
+    first = alice.get("/cluster").text
+    assert first.count("<article") == NODES_PER_PAGE and f"Nodes 1–{NODES_PER_PAGE} of {NODES_PER_PAGE + 11}" in first
+    second = alice.get("/cluster", params={"page": 2}).text
+    assert second.count("<article") == 11 and 'data-node="gpu-050"' in second and 'data-node="gpu-049"' not in second
+    assert 'hx-get="/cluster/nodes?page=2"' in second and 'href="/cluster?page=1"' in second
+    assert alice.get("/cluster", params={"page": 99}).text.count("<article") == 11  # past the end: the last
+    assert alice.get("/cluster", params={"page": 0}).status_code == 422
 
 
 def test_an_admin_cordons_and_uncordons_a_node(api: Api) -> None:
@@ -218,6 +238,21 @@ def test_an_admin_issues_a_token_shown_once_and_revokes_it(api: Api) -> None:
     revoked = post(admin, f"/users/tokens/{token_id}/revoke", page="/users")
     assert f"revoked token {token_id} of alice" in revoked.text
     assert api.client(token.group(1)).get("/api/v1/me").status_code == 401
+
+
+def test_the_one_account_form_resets_clears_and_issues(api: Api) -> None:
+    admin = signed_in(api, "admin")
+    reset = post(admin, "/users/account", {"user": "alice", "do": "password", "password": "via the form"},
+                 page="/users")
+    assert "set alice&#39;s password" in reset.text
+    assert browser(api).post("/signin", data={"username": "alice", "password": "via the form"}).status_code == 303
+    issued = post(admin, "/users/account", {"user": "alice", "do": "token", "token_name": "ci"}, page="/users")
+    assert "New token for alice" in issued.text
+    cleared = post(admin, "/users/account", {"user": "alice", "do": "clear"}, page="/users")
+    assert "removed alice&#39;s password" in cleared.text
+    assert post(admin, "/users/account", {"user": "alice", "do": "explode"}, page="/users").status_code == 422
+    only_hers = admin.get("/users", params={"tokens": "alice"}).text.split("<h2>Tokens</h2>")[1]
+    assert "ci" in only_hers and "local client file" not in only_hers
 
 
 def test_groups_members_and_quotas(api: Api) -> None:

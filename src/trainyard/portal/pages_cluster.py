@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from trainyard.api.bodies import PathName
@@ -20,11 +20,13 @@ from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.cluster import GpuView, NodeView
 from trainyard.services import admin, live
+from trainyard.services import jobs as job_service
 
 router = APIRouter()
 
 Ctx = Annotated[AppContext, Depends(context)]
 REFRESH_SECONDS = 5  # the node grid's polling period
+NODES_PER_PAGE = 50  # ~2.5 KB of page a node of 8 GPUs: a page stays well under 200 KB
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,15 @@ def gpu_box(gpu: GpuView) -> GpuBox:
     usage = gpu.usage
     util = usage.utilPct if usage is not None else None
     lines = [
-        f"GPU {gpu.index}: {gpu.model}{' (simulated)' if gpu.simulated else ''}",
-        f"memory {gpu.memoryMB / 1024:.0f} GiB",
-        f"allocated {gpu.used:.0%}" if gpu.used else "free",
-        f"utilisation {_figure(util, ' %')}",
-        f"memory used {_figure(usage.memoryUsedMB if usage else None, ' MiB')}",
-        f"temperature {_figure(usage.temperatureC if usage else None, ' °C')}",
+        f"GPU {gpu.index}: {gpu.model}{' (simulated)' if gpu.simulated else ''}, {gpu.memoryMB / 1024:.0f} GiB",
+        (f"allocated {gpu.used:.0%}" if gpu.used else "free")
+        + (", jobs " + ", ".join(str(j) for j in gpu.jobs) if gpu.jobs else ""),
+        f"utilisation {_figure(util, ' %')}, memory used {_figure(usage.memoryUsedMB if usage else None, ' MiB')}",
+        f"temperature {_figure(usage.temperatureC if usage else None, ' °C')}, "
         f"power {_figure(usage.powerW if usage else None, ' W')}",
     ]
     if usage is not None and not usage.healthy:
         lines.append("UNHEALTHY")
-    if gpu.jobs:
-        lines.append("jobs " + ", ".join(str(j) for j in gpu.jobs))
     fill = max(0, min(10, round((util or 0) / 10)))
     return GpuBox(gpu, allocation, fill, "\n".join(lines))
 
@@ -79,23 +78,40 @@ def node_card(node: NodeView) -> NodeCard:
     return NodeCard(node, health, [gpu_box(g) for g in node.gpus])
 
 
-def _cards(viewer: Viewer, ctx: AppContext) -> list[NodeCard]:
+@dataclass(frozen=True)
+class NodePage:
+    cards: list[NodeCard]
+    number: int  # from 1
+    pages: int
+    first: int  # the first node's position, from 1
+    total: int
+
+
+def _node_page(viewer: Viewer, ctx: AppContext, number: int) -> NodePage:
     with ctx.db.session() as session:
-        nodes = live.live_nodes(session, viewer.user, ctx.clock.now(), ctx.monitor_interval_seconds)
-    return [node_card(n) for n in nodes]
+        total = len(job_service.list_nodes(session))
+        pages = max(1, -(-total // NODES_PER_PAGE))
+        number = min(number, pages)
+        first = (number - 1) * NODES_PER_PAGE
+        nodes = live.live_nodes(session, viewer.user, ctx.clock.now(), ctx.monitor_interval_seconds,
+                                first=first, count=NODES_PER_PAGE)
+    return NodePage([node_card(n) for n in nodes], number, pages, first + 1, total)
+
+
+PageNumber = Annotated[int, Query(ge=1, le=1_000_000)]
 
 
 @router.get("/cluster")
-def cluster_page(request: Request, viewer: Page, ctx: Ctx) -> Response:
+def cluster_page(request: Request, viewer: Page, ctx: Ctx, page: PageNumber = 1) -> Response:
     return render(request, "cluster.html", user=viewer.user, web_session=viewer.web_session,
-                  cards=_cards(viewer, ctx), refresh=REFRESH_SECONDS)
+                  grid=_node_page(viewer, ctx, page), refresh=REFRESH_SECONDS)
 
 
 @router.get("/cluster/nodes")
-def node_grid(request: Request, viewer: Page, ctx: Ctx) -> Response:
+def node_grid(request: Request, viewer: Page, ctx: Ctx, page: PageNumber = 1) -> Response:
     """The node grid alone: what the page's htmx polling swaps in."""
     return render(request, "cluster_nodes.html", user=viewer.user, web_session=viewer.web_session,
-                  cards=_cards(viewer, ctx))
+                  grid=_node_page(viewer, ctx, page))
 
 
 @router.post("/cluster/nodes/{name}/cordon")

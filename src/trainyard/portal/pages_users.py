@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, Form, Path, Request
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import Response
 
 from trainyard.api.bodies import MAX_ID, PathName
@@ -20,6 +20,7 @@ from trainyard.core.priorities import PRIORITY_NAMES
 from trainyard.portal.auth import AdminAction, AdminPage, Viewer
 from trainyard.portal.changes import refusal_values, removal_notice
 from trainyard.portal.templating import render
+from trainyard.schemas.requests import NO_NUL
 from trainyard.schemas.users import TokenResponse
 from trainyard.services import admin, auth, removal, web_sessions
 from trainyard.services.errors import Invalid, ServiceError
@@ -31,26 +32,43 @@ Ctx = Annotated[AppContext, Depends(context)]
 Flag = Annotated[bool, Form()]
 Password = Annotated[str, Form(max_length=1024)]
 UserName = Annotated[str, Form(max_length=64)]
+TOKENS_SHOWN = 100  # the newest; a bigger list is asked per user
 
 
 def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
           failed: ServiceError | None = None, retry: dict[str, str] | None = None,
-          new_token: TokenResponse | None = None, form: dict[str, str] | None = None) -> Response:
+          new_token: TokenResponse | None = None, form: dict[str, str] | None = None,
+          tokens_of: str | None = None) -> Response:
     with ctx.db.session() as session:
         users = [user_view(u) for u in auth.list_users(session)]
         groups = admin.list_groups(session)
         quotas = [user_quota_view(u, p, m) for u, p, m in admin.list_user_quotas(session)]
-        tokens = [token_view(t) for t in auth.list_tokens(session, viewer.user, every_user=True)]
+        every = auth.list_tokens(session, viewer.user, for_user=tokens_of, every_user=not tokens_of)
+        tokens = [token_view(t) for t in every[-TOKENS_SHOWN:]]
     return render(request, "users.html", user=viewer.user, web_session=viewer.web_session,
                   status_code=failed.status if failed else 200, users=users,
                   groups=[(g.name, members) for g, members in groups], quotas=quotas, tokens=tokens,
-                  priorities=PRIORITY_NAMES, new_token=new_token, notice=notice, form=form or {},
-                  **refusal_values(failed, retry))
+                  tokens_total=len(every), tokens_of=tokens_of, priorities=PRIORITY_NAMES, new_token=new_token,
+                  notice=notice, form=form or {}, **refusal_values(failed, retry))
 
 
 @router.get("/users")
-def users_page(request: Request, viewer: AdminPage, ctx: Ctx) -> Response:
-    return _page(request, viewer, ctx)
+def users_page(request: Request, viewer: AdminPage, ctx: Ctx,
+               tokens: Annotated[str, Query(max_length=64, pattern=NO_NUL)] = "") -> Response:
+    """``tokens``: one user's tokens (default: everyone's, the newest ``TOKENS_SHOWN``)."""
+    return _page(request, viewer, ctx, tokens_of=tokens or None)
+
+
+@router.post("/users/account")
+def user_account(request: Request, viewer: AdminAction, ctx: Ctx, user: UserName,
+                 do: Annotated[str, Form(pattern="^(password|clear|token)$")], password: Password = "",
+                 token_name: Annotated[str, Form(max_length=128)] = "") -> Response:
+    """The page's one form for a user's password (reset or remove) and tokens (create)."""
+    if do == "token":
+        return issue_token(request, user, viewer, ctx, token_name)
+    if do == "clear":
+        return clear_password(request, user, viewer, ctx)
+    return reset_password(request, user, viewer, ctx, password)
 
 
 @router.post("/users")
@@ -114,7 +132,7 @@ def reset_password(request: Request, name: PathName, viewer: AdminAction, ctx: C
         with ctx.db.session() as session:
             web_sessions.change_password(session, viewer.user, name, password, keep=viewer.web_session)
     except ServiceError as exc:
-        return _page(request, viewer, ctx, failed=exc)
+        return _page(request, viewer, ctx, failed=exc, form={"user": name})
     return _page(request, viewer, ctx, notice=f"set {name}'s password; their browser sessions ended")
 
 
