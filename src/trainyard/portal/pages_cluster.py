@@ -2,7 +2,7 @@
 utilisation), CPU, memory and disk, health and cordon state, refreshed by htmx polling;
 cordon and uncordon for admins.
 
-The figures are ``live.live_nodes``, as ``GET /nodes`` answers them: a non-admin sees which
+The figures are ``live.node_page``, as ``GET /nodes`` answers them: a non-admin sees which
 GPUs are taken but only their own jobs' ids.
 """
 
@@ -20,7 +20,6 @@ from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.cluster import GpuView, NodeView
 from trainyard.services import admin, live
-from trainyard.services import jobs as job_service
 
 router = APIRouter()
 
@@ -89,12 +88,15 @@ class NodePage:
 
 def _node_page(viewer: Viewer, ctx: AppContext, number: int) -> NodePage:
     with ctx.db.session() as session:
-        total = len(job_service.list_nodes(session))
-        pages = max(1, -(-total // NODES_PER_PAGE))
-        number = min(number, pages)
         first = (number - 1) * NODES_PER_PAGE
-        nodes = live.live_nodes(session, viewer.user, ctx.clock.now(), ctx.monitor_interval_seconds,
-                                first=first, count=NODES_PER_PAGE)
+        nodes, total = live.node_page(session, viewer.user, ctx.clock.now(), ctx.monitor_interval_seconds,
+                                      first=first, count=NODES_PER_PAGE)
+        pages = max(1, -(-total // NODES_PER_PAGE))
+        if number > pages:  # past the end (nodes went away): the last page
+            first = (pages - 1) * NODES_PER_PAGE
+            nodes, total = live.node_page(session, viewer.user, ctx.clock.now(), ctx.monitor_interval_seconds,
+                                          first=first, count=NODES_PER_PAGE)
+            number = pages
     return NodePage([node_card(n) for n in nodes], number, pages, first + 1, total)
 
 

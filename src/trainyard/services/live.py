@@ -18,6 +18,7 @@ from trainyard.services import jobs as job_service
 from trainyard.services.views import job_usage_view, node_view
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import metrics as metric_queries
+from trainyard.store.queries import nodes as node_queries
 from trainyard.store.rows import NodeRow, TaskRow, TaskSampleRow, UserRow
 
 FRESH_INTERVALS = 3  # a missed round or two is not yet "no data"
@@ -28,20 +29,31 @@ def fresh_seconds(monitor_interval_seconds: float) -> float:
     return FRESH_INTERVALS * monitor_interval_seconds
 
 
-def live_nodes(session: Session, viewer: UserRow, now: datetime, monitor_interval_seconds: float, *,
-               first: int = 0, count: int | None = None) -> list[NodeView]:
-    """Every node (or ``count`` of them from the ``first``, by name: a page of a large
-    cluster) with its allocation and its newest fresh sample; a non-admin sees every node's
-    figures but only their own jobs' ids."""
+def live_nodes(session: Session, viewer: UserRow, now: datetime, monitor_interval_seconds: float) -> list[NodeView]:
+    """Every node with its allocation and its newest fresh sample; a non-admin sees every
+    node's figures but only their own jobs' ids."""
     tasks = job_service.active_tasks(session)
     visible = job_service.visible_job_ids(session, viewer, {t.job_id for t in tasks})
-    rows = job_service.list_nodes(session)[first:None if count is None else first + count]
-    return _nodes(session, rows, tasks, visible, now - timedelta(seconds=fresh_seconds(monitor_interval_seconds)))
+    since = now - timedelta(seconds=fresh_seconds(monitor_interval_seconds))
+    return _nodes(session, job_service.list_nodes(session), tasks, visible, since)
+
+
+def node_page(session: Session, viewer: UserRow, now: datetime, monitor_interval_seconds: float, *,
+              first: int, count: int) -> tuple[list[NodeView], int]:
+    """``count`` nodes by name from position ``first`` (from 0), as ``live_nodes`` shows them,
+    and how many nodes there are: a page of a large cluster reads only its own nodes' tasks
+    and samples."""
+    rows, total = node_queries.nodes_page(session, first, count)
+    names = [n.name for n in rows]
+    tasks = node_queries.unfinished_tasks(session, names)
+    visible = job_service.visible_job_ids(session, viewer, {t.job_id for t in tasks})
+    since = now - timedelta(seconds=fresh_seconds(monitor_interval_seconds))
+    return _nodes(session, rows, tasks, visible, since, names), total
 
 
 def _nodes(session: Session, rows: list[NodeRow], tasks: list[TaskRow], visible: set[int] | None,
-           since: datetime) -> list[NodeView]:
-    samples = {s.node: s for s in metric_queries.latest_node_samples(session, since)}
+           since: datetime, names: list[str] | None = None) -> list[NodeView]:
+    samples = {s.node: s for s in metric_queries.latest_node_samples(session, since, names)}
     # Each node's own tasks, found once: matching every task against every node is
     # nodes x tasks comparisons (2 s for 1,000 nodes and 2,000 tasks).
     by_node: dict[str, list[TaskRow]] = {}
