@@ -74,6 +74,13 @@ def test_an_admin_creates_a_vc_a_user_and_a_token_and_that_user_is_no_admin(serv
     }""")
     assert status == 403
     assert not any(node.cordoned for node in server.admin().nodes())
+    # Bob's own tokens: the one the admin made him, and one he makes himself, shown once.
+    page.goto(server.url + "/account")
+    page.get_by_label("token name").fill("laptop")
+    page.get_by_role("button", name="Create token").click()
+    assert page.locator("input[data-token]").input_value().startswith("ty_")
+    assert page.locator("table.tokens tbody tr").count() == 2
+    page.screenshot(path=str(SCREENSHOTS / "portal_account_tokens.png"), full_page=True)
     assert alerts == []  # the hostile token name ran nothing
 
 
