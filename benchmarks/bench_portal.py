@@ -185,6 +185,9 @@ def run(args: argparse.Namespace, home: Path, db_url: str) -> dict[str, float]:
     try:
         app, ctx, key = build(db_url, home, args.jobs)
         admin, alice = signed_in(app, "admin"), signed_in(app, "alice")
+        from trainyard.api.server import settle_heap
+
+        settle_heap()  # as `yard up` does once its app is built: start-up's objects out of the GC's walks
         cursor = None
         for _ in range(19):  # the cursor of page 20
             found = re.search(r'href="/jobs\?before=(\d+)" rel="next"', admin.get(
