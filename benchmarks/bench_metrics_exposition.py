@@ -50,6 +50,7 @@ from sqlalchemy import insert  # noqa: E402
 
 from trainyard.core.clock import FakeClock  # noqa: E402
 from trainyard.store.db import Database  # noqa: E402
+from trainyard.store.queries.metrics import add_samples  # noqa: E402
 from trainyard.store.rows import (  # noqa: E402
     AttemptRow,
     JobRow,
@@ -125,20 +126,25 @@ def fill(db: Database, now: datetime, rounds: int) -> None:
         s.execute(insert(TaskRow), tasks)
         for r in range(rounds):
             at = now - timedelta(seconds=INTERVAL_S * (rounds - 1 - r))
-            s.execute(insert(NodeSampleRow), [
+            nodes = [
                 {"node": f"gpu-{n:04d}", "at": at, "step": 0, "cpu_pct": 40.0 + r, "load1": 30.0,
                  "memory_used_mb": 500_000, "memory_total_mb": 1_024_000, "disk_used_pct": 55.5,
                  "gpus": [{"index": g, "model": MODEL, "memory_total_mb": 81920, "util_pct": 50.0 + g + r,
                            "memory_used_mb": 40_000 + g, "temperature_c": 60.0 + g, "power_w": 300.5,
                            "ecc_errors": 0, "simulated": False, "healthy": True} for g in range(GPUS_PER_NODE)]}
                 for n in range(NODES)
-            ])
-            s.execute(insert(TaskSampleRow), [
+            ]
+            tasks = [
                 {"job_id": j + 1, "attempt": 0, "role": "main", "index": 0, "node": f"gpu-{j // 2:04d}", "at": at,
                  "step": 0, "cpu_cores": 3.5, "memory_mb": 12_000, "gpus_held": 4.0, "gpu_util_pct": 75.0 + r,
                  "gpu_memory_mb": 160_000}
                 for j in range(RUNNING)
-            ])
+            ]
+            if r < rounds - 1:
+                s.execute(insert(NodeSampleRow), nodes)
+                s.execute(insert(TaskSampleRow), tasks)
+            else:  # the newest round as the monitoring tick writes it: history and newest figures
+                add_samples(s, [NodeSampleRow(**n) for n in nodes], [TaskSampleRow(**t) for t in tasks])
 
 
 CPU: dict[str, list[float]] = {}  # process CPU seconds per run, by what was timed

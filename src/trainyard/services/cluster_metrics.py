@@ -4,7 +4,9 @@ writes it out).
 VC quota, use and queue length come from ``admin.describe_vcs``, the very figures ``yard
 vc list`` shows; GPUs allocated are what unfinished tasks hold, as ``yard nodes`` counts
 them; samples are the newest ones still fresh (``live.fresh_seconds``, as ``yard top`` counts them),
-so that a node or task nobody samples any more drops out instead of showing stale figures.
+so that a node or task nobody samples any more drops out instead of showing stale figures;
+they are read from the one row per node and task that each monitoring round updates
+(``node_latest``, ``task_latest``), not searched for in the history.
 """
 
 from __future__ import annotations
@@ -91,15 +93,12 @@ def _nodes(
     return figures
 
 
-def _sampled_gpus(gpus: list[dict[str, Any]]) -> tuple[GpuFigures, ...]:
+def _sampled_gpus(gpus: list[list[Any]]) -> tuple[GpuFigures, ...]:
+    """A ``NodeLatestRow.gpus`` list (fields in ``LATEST_GPU_FIELDS`` order) as figures."""
     return tuple(
-        GpuFigures(
-            gpu["index"], gpu["model"],
-            # A simulated GPU has no utilisation; should a sampler ever store one, it is not shown.
-            None if gpu.get("simulated") else gpu.get("util_pct"),
-            gpu.get("memory_used_mb"), gpu.get("temperature_c"), gpu.get("power_w"), gpu.get("ecc_errors"),
-        )
-        for gpu in gpus
+        # A simulated GPU has no utilisation; should a sampler ever store one, it is not shown.
+        GpuFigures(index, model, None if simulated else util_pct, memory_used_mb, temperature_c, power_w, ecc_errors)
+        for index, model, _, util_pct, memory_used_mb, temperature_c, power_w, ecc_errors, simulated, _ in gpus
     )
 
 
