@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -21,7 +20,6 @@ from trainyard.core.lifecycle import run_seconds
 from trainyard.core.states import JobState
 from trainyard.monitor.exposition import (
     ClusterFigures,
-    GpuFigures,
     NodeFigures,
     RunningJobFigures,
     TaskFigures,
@@ -69,9 +67,9 @@ def _nodes(
     for node, _, _, shares in held:
         for index, milli in shares:
             allocated[(node, index)] = allocated.get((node, index), 0.0) + milli / 1000
-    # Each sample's GPUs made into figures as its row is read: the decoded dicts go at once.
+    # The GPUs as decoded: a list each, laid out as ``GpuFigures`` (``LATEST_GPU_FIELDS``).
     samples = {
-        row.node: (row.cpu_pct, row.memory_used_mb, row.disk_used_pct, _sampled_gpus(row.gpus))
+        row.node: (row.cpu_pct, row.memory_used_mb, row.disk_used_pct, row.gpus)
         for row in metric_queries.latest_node_figures(session, since)
     }
     figures = []
@@ -91,15 +89,6 @@ def _nodes(
             cpu_pct=cpu_pct, memory_used_mb=memory_used_mb, disk_used_pct=disk_used_pct,
         ))
     return figures
-
-
-def _sampled_gpus(gpus: list[list[Any]]) -> tuple[GpuFigures, ...]:
-    """A ``NodeLatestRow.gpus`` list (fields in ``LATEST_GPU_FIELDS`` order) as figures."""
-    return tuple(
-        # A simulated GPU has no utilisation; should a sampler ever store one, it is not shown.
-        GpuFigures(index, model, None if simulated else util_pct, memory_used_mb, temperature_c, power_w, ecc_errors)
-        for index, model, _, util_pct, memory_used_mb, temperature_c, power_w, ecc_errors, simulated, _ in gpus
-    )
 
 
 def _vcs(session: Session, now: datetime, held: Sequence[HeldShares], capacity: dict[str, int]) -> list[VcFigures]:
