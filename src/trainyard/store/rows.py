@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -374,9 +375,15 @@ class NodeLatestRow(Base):
         return [dict(zip(LATEST_GPU_FIELDS, gpu, strict=True)) for gpu in self.gpus]
 
 
+_gpu_fields = itemgetter(*LATEST_GPU_FIELDS)
+
+
 def latest_gpu_lists(gpus: list[dict[str, Any]]) -> list[list[Any]]:
     """``NodeSampleRow.gpus`` (dicts) as ``NodeLatestRow.gpus`` keeps them."""
-    return [[gpu.get(f, _GPU_DEFAULTS.get(f)) for f in LATEST_GPU_FIELDS] for gpu in gpus]
+    try:  # a round's dicts have every field (``monitor.history.node_row``): picked in one call each
+        return [list(_gpu_fields(gpu)) for gpu in gpus]
+    except KeyError:
+        return [[gpu.get(f, _GPU_DEFAULTS.get(f)) for f in LATEST_GPU_FIELDS] for gpu in gpus]
 
 
 class TaskLatestRow(Base):
