@@ -94,10 +94,14 @@ def running_tasks(session: Session) -> list[tuple[TaskRow, int]]:
     return [(task, number) for task, number in session.execute(query)]
 
 
-def latest_node_samples(session: Session, since: datetime) -> list[NodeLatestRow]:
-    """Each node's newest raw sample, where it was taken at or after ``since``, by node name."""
-    query = select(NodeLatestRow).where(NodeLatestRow.at >= since).order_by(NodeLatestRow.node)
-    return list(session.scalars(query))
+def latest_node_samples(session: Session, since: datetime, nodes: Collection[str] | None = None
+                        ) -> list[NodeLatestRow]:
+    """Each node's (of ``nodes``; None: every node's) newest raw sample, where it was taken
+    at or after ``since``, by node name."""
+    query = select(NodeLatestRow).where(NodeLatestRow.at >= since)
+    if nodes is not None:
+        query = query.where(NodeLatestRow.node.in_(nodes))
+    return list(session.scalars(query.order_by(NodeLatestRow.node)))
 
 
 def latest_node_figures(session: Session, since: datetime) -> Iterator[Row[Any]]:
