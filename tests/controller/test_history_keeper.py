@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.history import MAINTAIN_INTERVAL_SECONDS, HistoryKeeper
+from trainyard.controller.history import CLOSE_DAYS_PER_RUN, MAINTAIN_INTERVAL_SECONDS, HistoryKeeper
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.core.retention import parse_retention
@@ -69,3 +69,13 @@ def test_each_run_closes_the_days_complete_by_then_once(db) -> None:
     clock.advance(MAINTAIN_INTERVAL_SECONDS)
     keeper.maintain()
     assert keeper.last_closed == []
+
+
+def test_a_backlog_of_days_closes_a_few_days_a_run_oldest_first(db) -> None:
+    add_raw(db, T0 - timedelta(days=6), 60)
+    keeper = HistoryKeeper(db, FakeClock(T0 + timedelta(minutes=10)), monitor_interval_seconds=10)
+    days = [(T0 - timedelta(days=n)).date() for n in range(6, 0, -1)]
+    keeper.maintain()
+    assert keeper.last_closed == days[:CLOSE_DAYS_PER_RUN]
+    keeper.maintain()
+    assert keeper.last_closed == days[CLOSE_DAYS_PER_RUN:]
