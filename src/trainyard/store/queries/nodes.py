@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection
+from typing import NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import TaskState
+from trainyard.store.queries.decoded import as_text, device_models
 from trainyard.store.rows import NodeRow, TaskRow
 
 UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
@@ -16,6 +18,12 @@ UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
 def all_nodes(session: Session) -> list[NodeRow]:
     """Every node, by name."""
     return list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
+
+
+def nodes_page(session: Session, first: int, count: int) -> tuple[list[NodeRow], int]:
+    """``count`` nodes by name from position ``first`` (from 0), and how many nodes there are."""
+    total = session.scalar(select(func.count()).select_from(NodeRow)) or 0
+    return list(session.scalars(select(NodeRow).order_by(NodeRow.name).offset(first).limit(count))), total
 
 
 def node_named(session: Session, name: str) -> NodeRow | None:
@@ -40,9 +48,12 @@ def gpus_by_model(session: Session) -> dict[str, int]:
     return capacity
 
 
-def unfinished_tasks(session: Session) -> list[TaskRow]:
-    """Tasks that hold resources: placed and not yet ended."""
-    return list(session.scalars(select(TaskRow).where(TaskRow.state.in_(UNFINISHED))))
+def unfinished_tasks(session: Session, nodes: Collection[str] | None = None) -> list[TaskRow]:
+    """Tasks that hold resources: placed and not yet ended (on ``nodes``; None: anywhere)."""
+    query = select(TaskRow).where(TaskRow.state.in_(UNFINISHED))
+    if nodes is not None:
+        query = query.where(TaskRow.node.in_(nodes))
+    return list(session.scalars(query))
 
 
 def unfinished_task_usage(session: Session) -> list[tuple[str, list[list[int]], int, int]]:
@@ -53,7 +64,20 @@ def unfinished_task_usage(session: Session) -> list[tuple[str, list[list[int]], 
     return [(node, gpus, cpu, memory) for node, gpus, cpu, memory in session.execute(query)]
 
 
-def node_gpus(session: Session) -> list[tuple[str, list[dict[str, Any]], bool]]:
-    """(name, GPUs, schedulable: as the backend reports and not cordoned) of every node, by name."""
-    query = select(NodeRow.name, NodeRow.gpus, NodeRow.schedulable, NodeRow.cordoned).order_by(NodeRow.name)
-    return [(name, gpus, schedulable and not cordoned) for name, gpus, schedulable, cordoned in session.execute(query)]
+class NodeGpus(NamedTuple):
+    name: str
+    gpus: tuple[tuple[int, str], ...]  # (device index, model) of each GPU
+    schedulable: bool  # as the backend reports, and not cordoned
+
+
+def node_gpus(session: Session) -> list[NodeGpus]:
+    """Every node's GPUs and whether it takes work, by name. The GPUs come as tuples decoded
+    once per distinct stored list (``decoded``), not as fresh dicts: ``GET /metrics`` reads
+    every node on every scrape."""
+    query = select(
+        NodeRow.name, as_text(NodeRow.gpus), NodeRow.schedulable, NodeRow.cordoned
+    ).order_by(NodeRow.name)
+    return [
+        NodeGpus(name, device_models(gpus), schedulable and not cordoned)
+        for name, gpus, schedulable, cordoned in session.execute(query)
+    ]
