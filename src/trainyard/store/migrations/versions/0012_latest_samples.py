@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0010"  # TEMPORARY: "0011" once usage daily totals lands
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
