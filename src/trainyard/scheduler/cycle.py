@@ -88,7 +88,10 @@ class Cycle:
         owner = job_owner(job)
         now = self.snapshot.now
         end = None if job.max_runtime is None else now + job.max_runtime
-        self.started.append(RunningJob(job.job_id, owner.vc, owner.user, owner.rank, tuple(placements), now, end))
+        self.started.append(RunningJob(
+            job.job_id, owner.vc, owner.user, owner.rank, tuple(placements), now, end,
+            suspendable=job.suspendable, attained_service=job.attained_service,
+        ))
 
     def wait(self, job: PendingJob, wait: Wait) -> None:
         self.waits[job.job_id] = wait
