@@ -63,7 +63,8 @@ def month(policies: list[str]) -> dict[str, float]:
         started = time.perf_counter()
         result = QueueSim(uniform_cluster(92, 8), october, policy_named(policy), tick=60.0).run()
         seconds = times[policy] = time.perf_counter() - started
-        print(f"  {policy:<10} {seconds:6.1f} s  ({result.cycles} scheduling cycles)  target < {MONTH_TARGET:.0f} s  "
+        print(f"  {policy:<10} {seconds:6.1f} s  ({result.cycles} scheduling cycles, "
+              f"{result.suspensions} suspensions)  target < {MONTH_TARGET:.0f} s  "
               f"ratio {seconds / MONTH_TARGET:.2f}x  {'MEETS' if seconds < MONTH_TARGET else 'MISSES'}")
     return times
 

@@ -82,6 +82,9 @@ class Cycle:
     reservations: list[Reservation] = field(default_factory=list)
     # Running jobs in preemption order, sorted once per cycle (see ``preemption``).
     victims: tuple[list[RunningJob], dict[str, list[RunningJob]]] | None = None
+    # Running jobs whose time slice is over, with the service they have attained, by
+    # priority (see ``preemption.takes_turn_from``), derived once per cycle.
+    turns: dict[int, list[tuple[float, RunningJob]]] | None = None
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements)))

@@ -107,14 +107,32 @@ def candidates(
         streams.append(r for r in by_vc.get(job.vc, ()) if r.priority_rank > job.priority_rank)
     if cycle.snapshot.config.timeshare:
         # Without VCs, one VC holds every job (``Quotas.implicit``), whatever VC it names.
-        own = [by_vc.get(job.vc, [])] if cycle.snapshot.vcs else [by_vc[vc] for vc in sorted(by_vc)]
-        streams.extend((r for r in mine if takes_turn_from(cycle, job, r)) for mine in own)
+        # ``_turns`` is in ``victim_key``'s order, as the streams merged here must be.
+        anyone = not cycle.snapshot.vcs
+        streams.append(
+            r for attained, r in _turns(cycle).get(job.priority_rank, ())
+            if attained > job.attained_service and (anyone or r.vc == job.vc)
+        )
     over = _over_quota(cycle, job.vc)
     for vc in sorted({vc for vc, _ in over}):
         streams.append(r for r in by_vc.get(vc, ()) if _on_over_models(cycle, r, over))
     merged = heapq.merge(*streams, key=victim_key(cycle))
     claimed = cycle.claimed  # stopping for another plan already: see ``_claimed_for``
     return (v for v in merged if v.job_id not in claimed and (useful is None or useful(v)))
+
+
+def _turns(cycle: Cycle) -> dict[int, list[tuple[float, RunningJob]]]:
+    """Guaranteed suspendable running jobs whose time slice is over, by priority, with the
+    service they have attained, in ``victim_key``'s order. Derived once per cycle."""
+    if cycle.turns is None:
+        config, now = cycle.snapshot.config, cycle.snapshot.now
+        _, by_vc = victim_order(cycle)
+        merged = heapq.merge(*(by_vc[vc] for vc in sorted(by_vc)), key=victim_key(cycle))
+        cycle.turns = {}
+        for r in merged:
+            if r.suspendable and now - r.started_at >= config.time_slice:
+                cycle.turns.setdefault(r.priority_rank, []).append((r.attained_at(now), r))
+    return cycle.turns
 
 
 def takes_turn_from(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 # The placement scorer when none is configured, for the live controller (``Settings``) and
 # the simulator's ``--policy default`` alike: one name, defined here only.
@@ -112,8 +113,12 @@ class RunningJob:
 
     def attained_at(self, now: float) -> float:
         """GPU-seconds its chain has received by ``now`` (least attained service's measure)."""
-        milli = sum(share.milli for p in self.placements for share in p.gpus)
-        return self.attained_service + milli / 1000 * max(0.0, now - self.started_at)
+        return self.attained_service + self.gpus * max(0.0, now - self.started_at)
+
+    @cached_property
+    def gpus(self) -> float:
+        """GPUs it holds (fractions count as such)."""
+        return sum(share.milli for p in self.placements for share in p.gpus) / 1000
 
 
 @dataclass(frozen=True)
