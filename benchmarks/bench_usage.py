@@ -1,10 +1,11 @@
 """Usage accounting (``GET /usage``'s service) over a month of monitoring history.
 
 Setup: a fresh, migrated SQLite store (or ``--database-url``); ``--tasks`` running tasks
-(4 per job, 2 GPUs each, jobs spread over 10 users) that started 30 days ago, each with the
-history the issue's retention example would keep: raw rows every 10 s for the last hour,
-per-minute rows for the rest of the last day, per-10-minute rows for the 29 days before —
-5,916 rows per task. Rows are bulk-inserted straight into the store.
+(default 1,000: 4 per job, 2 GPUs each, jobs spread over 10 users) that started 30 days ago,
+each with the history the default retention (``raw:1h,1m:1d,10m:30d``) keeps after a month:
+raw rows every 10 s for the last hour, per-minute rows for the last day, per-10-minute rows
+for all 30 days — 6,120 rows per task, the tiers overlapping as downsampling leaves them.
+The database makes the rows itself (``history_fill.py``).
 
 Then, ``--runs`` times each, in process (no HTTP):
 
@@ -15,7 +16,10 @@ Then, ``--runs`` times each, in process (no HTTP):
 Prints p50 and max and the monitoring rows summed per second. Never asserts; there is no target in the
 issue for these, so the numbers are there to watch for regressions and to size a site.
 
-Run:  python benchmarks/bench_usage.py [--tasks 100] [--runs 3] [--database-url URL]
+Run:  python benchmarks/bench_usage.py [--tasks 1000] [--runs 3] [--database-url URL]
+
+``--database-url``: a PostgreSQL URL (SQLAlchemy form); the benchmark fills a schema of its own
+there and drops it afterwards.
 """
 
 from __future__ import annotations
@@ -31,7 +35,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from common import private_schema  # noqa: E402
+from history_fill import analyze, fill_task_history, indexes_built_after  # noqa: E402
 from sqlalchemy import insert, select  # noqa: E402
 
 from trainyard.core.clock import FakeClock  # noqa: E402
@@ -44,17 +51,7 @@ NOW = datetime(2026, 12, 1, tzinfo=UTC)
 DAYS = 30
 TASKS_PER_JOB = 4
 USERS = 10
-BATCH = 20_000
-
-
-def history_times() -> list[tuple[datetime, int]]:
-    """(at, step) of one task's rows over the 30 days before NOW."""
-    rows = [(NOW - timedelta(days=DAYS) + timedelta(minutes=10 * i), 600) for i in range((DAYS - 1) * 144)]
-    day = NOW - timedelta(days=1)
-    rows += [(day + timedelta(minutes=i), 60) for i in range(23 * 60)]
-    hour = NOW - timedelta(hours=1)
-    rows += [(hour + timedelta(seconds=10 * i), 0) for i in range(360)]
-    return rows
+INTERVAL = 10  # seconds between raw samples
 
 
 def populate(db: Database, tasks: int) -> int:
@@ -80,46 +77,37 @@ def populate(db: Database, tasks: int) -> int:
              "cpu_milli": 8000, "memory_mb": 65536, "ports": {}, "started_at": started}
             for t in range(tasks)
         ])
-    times = history_times()
-    written = 0
-    batch: list[dict[str, object]] = []
-    for t in range(tasks):
-        for at, step in times:
-            batch.append({"job_id": t // TASKS_PER_JOB + 1, "attempt": 0, "role": "w", "index": t % TASKS_PER_JOB,
-                          "node": f"n{t}", "at": at, "step": step, "cpu_cores": 3.0, "memory_mb": 30000,
-                          "gpus_held": 2.0, "gpu_util_pct": 42.0, "gpu_memory_mb": 20000})
-            if len(batch) >= BATCH:
-                with db.session() as s:
-                    s.execute(insert(TaskSampleRow), batch)
-                written += len(batch)
-                batch = []
-    if batch:
-        with db.session() as s:
-            s.execute(insert(TaskSampleRow), batch)
-        written += len(batch)
+    with db.engine.begin() as conn, indexes_built_after(conn, TaskSampleRow):
+        written = fill_task_history(conn, tasks=tasks, per_job=TASKS_PER_JOB, nodes=tasks, interval=INTERVAL,
+                                    now=NOW, role="w")
+    with db.engine.begin() as conn:
+        analyze(conn)
     return written
 
 
-def timed(db: Database, runs: int, **kwargs: object) -> tuple[list[float], int]:
-    times, lines = [], 0
+def timed(db: Database, runs: int, **kwargs: object) -> tuple[list[float], list[float], int]:
+    """Wall and CPU (this process's: on PostgreSQL, the server's work is not in it) seconds of
+    each run, and the report's line count."""
+    times, cpus, lines = [], [], 0
     for _ in range(runs):
         with db.session() as s:
             admin = s.scalars(select(UserRow).where(UserRow.name == "user0")).one()
-            start = time.perf_counter()
-            report = usage_service.usage_report(s, admin, monitor_interval_seconds=10, **kwargs)  # type: ignore[arg-type]
+            start, cpu = time.perf_counter(), time.process_time()
+            report = usage_service.usage_report(s, admin, monitor_interval_seconds=INTERVAL, **kwargs)  # type: ignore[arg-type]
             times.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
             lines = len(report.lines)
-    return times, lines
+    return times, cpus, lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=100)
+    parser.add_argument("--tasks", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--database-url", default=None)
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as home:
-        db = Database(args.database_url or f"sqlite:///{home}/trainyard.db")
+    with tempfile.TemporaryDirectory() as home, private_schema(args.database_url) as pg_url:
+        db = Database(pg_url or f"sqlite:///{home}/trainyard.db")
         db.migrate()
         start = time.perf_counter()
         rows = populate(db, args.tasks)
@@ -132,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for title, by, days, job, read in cases:
             period = usage_service.period_of(NOW - timedelta(days=days), NOW, NOW)
-            times, lines = timed(db, args.runs, by=by, period=period, job_id=job)
+            times, cpus, lines = timed(db, args.runs, by=by, period=period, job_id=job)
             p50 = statistics.median(times)
             rate = f", {read / p50:,.0f} rows/s" if read else ""
-            print(f"{title:32s} p50 {p50 * 1000:8.1f} ms  max {max(times) * 1000:8.1f} ms  ({lines} lines{rate})")
+            print(f"{title:32s} p50 {p50 * 1000:8.1f} ms  max {max(times) * 1000:8.1f} ms  "
+                  f"CPU p50 {statistics.median(cpus) * 1000:8.1f} ms  ({lines} lines{rate})")
         db.dispose()
     return 0
 

@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +230,27 @@ def yard_server(
         kill_leftovers(home)
         if own_home and not keep_home:
             shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def private_schema(url: str | None) -> Iterator[str | None]:
+    """A PostgreSQL URL whose tables go to a schema of their own, dropped afterwards, so that
+    the benchmark leaves nothing in the database it was given."""
+    if url is None:
+        yield None
+        return
+    from sqlalchemy import create_engine, text  # here: the server benchmarks need no SQLAlchemy
+
+    schema = f"bench_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(url)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
 
 
 # --- small statistics helpers shared by the benchmarks ------------------------------------

@@ -10,7 +10,8 @@ Measures (see each file's docstring):
                           Philly October 2017 through the scheduler    target < 60 s
 * bench_metrics_exposition GET /metrics, 1,000 nodes x 8 GPUs, 10k jobs target < 100 ms
 
-Defaults are sized for a small (2-core) machine and take about a minute; ``--quick``
+Defaults are sized for a small (2-core) machine and take a few minutes (most of it filling
+/metrics' store with the hour of samples the retention keeps raw); ``--quick``
 shrinks everything (fewer jobs, a 10k-job store, fewer runs) to a ~20 s smoke run whose
 numbers are indicative only. Prints numbers and ratios; never asserts, always exits 0
 unless a benchmark crashes.

@@ -25,7 +25,7 @@ from trainyard.services import admin as admin_service
 from trainyard.services import auth
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
-from trainyard.store.rows import JobRow, UserRow
+from trainyard.store.rows import JobRow, NodeRow, UserRow
 
 MIB = 1024 * 1024
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -224,3 +224,18 @@ def test_scraping_needs_an_admin_token(db, tmp_path) -> None:
     found = series(page.text)
     assert at(found, "trainyard_jobs", state="WAITING") == 0
     assert not any(name.startswith("trainyard_scheduler_cycle") for name, _ in found)
+
+
+def test_a_node_whose_gpus_change_shows_the_new_ones_on_the_next_scrape(world: World) -> None:
+    """The nodes' GPU lists are decoded once per stored text (``store/queries/decoded.py``):
+    a changed list is a new text, so no scrape shows an old one."""
+    node = {"node": world.node}
+    assert at(world.scrape(), "trainyard_gpus_total", **node, model=world.model) == 4
+    with world.ctx.db.session() as session:
+        row = session.get(NodeRow, world.node)
+        assert row is not None
+        row.gpus = [*row.gpus[:2], *({**gpu, "model": "NVIDIA H100"} for gpu in row.gpus[2:])]
+    found = world.scrape()
+    assert at(found, "trainyard_gpus_total", **node, model=world.model) == 2
+    assert at(found, "trainyard_gpus_total", **node, model="NVIDIA H100") == 2
+    assert at(found, "trainyard_gpus_allocated", **node, model="NVIDIA H100") == 0.0

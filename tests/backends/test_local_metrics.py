@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
+from e2e.server import kill_tasks_under
 
 from trainyard.backends.base import MetricsSource, TaskKey
 from trainyard.core.metrics import Sampled, TaskSample
@@ -39,12 +40,15 @@ def _pid_in(local: Any, key: TaskKey, name: str) -> int:
 
 @pytest.fixture
 def stop_all():
-    """Stops every task launched through the harnesses it is given, whatever the test did."""
+    """Stops every task launched through the harnesses it is given, whatever the test did,
+    and kills what a stop of the task's group leaves running (a ``setsid`` busy loop)."""
     launched: list[tuple[Any, TaskKey]] = []
     yield launched
     for local, key in launched:
         local.backend.stop(key, 0)
         local.wait_ended(key)
+    for state_dir in {local.state_dir for local, _ in launched}:
+        kill_tasks_under(state_dir)
 
 
 def test_a_busy_task_is_measured_through_its_whole_process_tree(local: Any, stop_all) -> None:

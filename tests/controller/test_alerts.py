@@ -27,6 +27,7 @@ from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
+from trainyard.monitor.alerts import rule_defaults
 from trainyard.monitor.notify import SmtpSettings
 from trainyard.schemas.alerts import AlertRuleUpdate
 from trainyard.services.alerts import set_rule
@@ -97,7 +98,7 @@ class World:
                                       at=self.clock.now(), step=0, gpus_held=gpus, gpu_util_pct=util))
 
 
-def make_world(db, tmp_path, receivers: Receivers | None = None) -> World:
+def make_world(db, tmp_path, receivers: Receivers | None = None, monitor_interval: float = 10.0) -> World:
     clock = FakeClock()
     backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
     with db.session() as session:
@@ -105,12 +106,12 @@ def make_world(db, tmp_path, receivers: Receivers | None = None) -> World:
         alice = create_user(session, "alice", is_admin=False, clock=clock)
         alice_token = create_token(session, alice, by=alice, clock=clock)
         alice_id = alice.id
-    app = create_app(AppContext(db=db, backend=backend, clock=clock))
+    app = create_app(AppContext(db=db, backend=backend, clock=clock, monitor_interval_seconds=monitor_interval))
 
     def client(token: str | None) -> TestClient:
         return TestClient(app, headers={"Authorization": f"Bearer {token}"}, raise_server_exceptions=False)
 
-    evaluator = AlertEvaluator(db, clock, 30.0, receivers or Receivers())
+    evaluator = AlertEvaluator(db, clock, 30.0, receivers or Receivers(), monitor_interval_seconds=monitor_interval)
     return World(db, clock, evaluator, client(admin_token), client(alice_token), alice_id)
 
 
@@ -182,6 +183,23 @@ def test_node_rules_disk_ecc_missing_gpu_and_silence_fire_and_resolve(world: Wor
     assert world.run() == {("node-unhealthy", "node:n1"): "node n1: not sampled for over 300 s"}
     world.node_sample()
     assert world.run() == {}
+
+
+def test_a_node_is_stale_after_five_monitoring_intervals_and_never_before_300_s(db, tmp_path) -> None:
+    world = make_world(db, tmp_path, monitor_interval=120.0)  # sampled every 2 minutes: stale after 10
+    world.node("n1")
+    world.node_sample()
+    [rule] = [r for r in world.admin.get("/api/v1/alerts/rules").json() if r["name"] == "node-unhealthy"]
+    assert rule["params"]["stale_seconds"] == rule["defaults"]["stale_seconds"] == 600
+    world.clock.advance(599)
+    assert world.run() == {}  # four rounds late is not yet a sick node
+    world.clock.advance(2)
+    assert world.run() == {("node-unhealthy", "node:n1"): "node n1: not sampled for over 600 s"}
+    # An admin's own setting wins over the interval's default.
+    world.admin.put("/api/v1/alerts/rules/node-unhealthy", json={"params": {"stale_seconds": 900}})
+    assert world.run() == {}
+    # A short interval keeps the floor of 300 s.
+    assert [rule_defaults("node-unhealthy", every)["stale_seconds"] for every in (1, 10, 60, 61)] == [300] * 3 + [305]
 
 
 def test_thresholds_changed_through_the_api_take_effect_at_the_next_evaluation(world: World) -> None:
@@ -342,7 +360,36 @@ def test_firing_and_resolved_reach_a_webhook_and_a_mailbox_once_and_failures_are
     world.run()
     assert [p["status"] for p in hook.received] == ["firing", "resolved"] and len(mails) == 2
     assert hook.received[1]["alerts"][0]["endsAt"].startswith("2026-01-01T00:01:00")
+    assert hook.received[1]["alerts"][0]["fingerprint"] == alert["fingerprint"]  # one alert, firing then resolved
     assert b"[RESOLVED]" in mails[1].content
+
+
+def test_a_firing_alert_about_another_problem_now_is_stored_and_told_again_moving_figures_are_not(
+    db, tmp_path, webhook
+) -> None:
+    url, hook = webhook
+    world = make_world(db, tmp_path, Receivers([url]))
+    world.node("n1")
+    ecc = [{"index": 0, "model": "A100", "healthy": True, "ecc_errors": 2}, {"index": 1, "model": "A100"}]
+    world.node_sample(gpus=ecc)
+    world.run()
+    ecc[0]["ecc_errors"] = 5  # the count moves: the same problem, nothing new to tell
+    world.node_sample(gpus=ecc)
+    assert world.run() == {("node-unhealthy", "node:n1"): "node n1: GPU 0 has 5 uncorrected ECC error(s)"}
+    assert [a["annotations"]["description"] for p in hook.received for a in p["alerts"]] == [
+        "node n1: GPU 0 has 2 uncorrected ECC error(s)"]
+    world.node_sample(gpus=[ecc[0], {"index": 1, "model": "A100", "healthy": False}])  # another problem
+    found = world.run()
+    assert found == {("node-unhealthy", "node:n1"):
+                     "node n1: GPU 0 has 5 uncorrected ECC error(s); GPU 1 not answering"}
+    world.run()  # told once
+    told = [a for p in hook.received for a in p["alerts"]]
+    assert [(a["status"], a["annotations"]["description"]) for a in told] == [
+        ("firing", "node n1: GPU 0 has 2 uncorrected ECC error(s)"),
+        ("firing", "node n1: GPU 0 has 5 uncorrected ECC error(s); GPU 1 not answering")]
+    assert told[0]["fingerprint"] == told[1]["fingerprint"] and told[0]["startsAt"] == told[1]["startsAt"]
+    [stored] = world.admin.get("/api/v1/alerts").json()  # one alert, showing its new text
+    assert stored["message"] == found[("node-unhealthy", "node:n1")]
 
 
 def test_the_prometheus_rules_file_passes_promtool_with_the_current_thresholds(world: World, tmp_path) -> None:
@@ -371,7 +418,7 @@ def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops
     unreachable = Receivers(["http://127.0.0.1:9/nobody-listens"])
     controller = Controller(db, backend, clock, alert_interval_seconds=30.0, alert_receivers=unreachable)
     with db.session() as session:  # any disk in use is "full": the real sampler's figure will do
-        set_rule(session, "disk-full", AlertRuleUpdate(params={"used_pct": 0.001}), clock)
+        set_rule(session, "disk-full", AlertRuleUpdate(params={"used_pct": 0.001}), clock, 10.0)
     controller.run_once()  # inventory, a first sampling round and a first evaluation, each in its thread
     assert controller.monitoring is not None
     controller.monitoring.join(10)

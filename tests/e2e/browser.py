@@ -66,7 +66,9 @@ def browser_page(chromium, request: pytest.FixtureRequest) -> Iterator[Any]:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
         try:
-            page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+            # caret="initial": hiding the text cursor injects a <style>, which the portal's
+            # Content-Security-Policy refuses (and reports as a page error).
+            page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True, caret="initial")
         finally:
             context.close()
     assert not script_errors, f"the page's scripts reported errors: {script_errors}"

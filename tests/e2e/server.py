@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import psutil
 
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT as WORK_ROOT
 from trainyard.client import Client
@@ -117,14 +118,21 @@ class Server:
 
 
 def kill_tasks_under(path: Path) -> None:
-    """Kill the process groups of every process whose command line names ``path``: a task's
-    supervisor and wrapper name it, but what the task runs (``sleep 600``) may not, and
-    would outlive the test if only the namers were killed."""
+    """Kill the process groups of every process whose command line names ``path``, or that
+    works in a directory under it: a task's supervisor and wrapper name it, but what the
+    task runs (``sleep 600``) may not, and would outlive the test if only the namers were
+    killed — nor may a process that left the task's group (``setsid``), which no stop of
+    the group reaches, but it still works in the task's directory."""
     found = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True, check=False).stdout
+    pids = {int(pid) for pid in found.split()}
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info["cwd"]
+        if cwd and Path(cwd).is_relative_to(path):
+            pids.add(proc.pid)
     groups = set()
-    for pid in found.split():
+    for pid in pids:
         try:
-            groups.add(os.getpgid(int(pid)))
+            groups.add(os.getpgid(pid))
         except ProcessLookupError:
             pass
     groups.discard(os.getpgid(0))  # never the test run's own group

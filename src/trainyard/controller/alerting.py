@@ -4,7 +4,8 @@ beside the controller's loop (``periodic.py``), so that a slow receiver (a webho
 times out) never holds up scheduling.
 
 A receiver that fails (webhook down, SMTP refusing) is logged and asked again at the next
-evaluation; one that heard an alert's state is never told it again. Nothing here may
+evaluation; one that heard an alert's state is never told it again, unless the alert,
+still firing, now tells of another problem (``services.alerts.evaluate``). Nothing here may
 stop the controller.
 """
 
@@ -18,6 +19,7 @@ import httpx
 
 from trainyard.controller.periodic import Periodic
 from trainyard.core.clock import Clock
+from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 from trainyard.monitor.notify import Notice, SmtpSettings, send_email, send_webhook
 from trainyard.services import alerts as alert_service
 from trainyard.store.db import Database
@@ -46,9 +48,11 @@ class AlertEvaluator(Periodic):
     def __init__(
         self, db: Database, clock: Clock, interval: float, receivers: Receivers | None = None,
         on_cordon: Callable[[], None] | None = None,
+        monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
     ) -> None:
         super().__init__(clock, interval)
         self.db = db
+        self.monitor_interval = monitor_interval_seconds  # some rules' defaults follow it
         self.receivers = receivers or Receivers()
         self.on_cordon = on_cordon
         self._utilisation = alert_service.WindowedUtilisation()
@@ -62,10 +66,13 @@ class AlertEvaluator(Periodic):
     def run(self) -> None:
         """Evaluate now and deliver what each receiver has not heard."""
         with self.db.session() as session:
-            opened, resolved = alert_service.evaluate(session, self.clock, self._utilisation)
+            opened, changed, resolved = alert_service.evaluate(
+                session, self.clock, self.monitor_interval, self._utilisation)
             cordoned = any(a.message.endswith(alert_service.CORDONED) for a in opened)
             for alert in opened:
                 log.warning("alert %s firing: %s", alert.id, alert.message)
+            for alert in changed:
+                log.warning("alert %s firing, now: %s", alert.id, alert.message)
             for alert in resolved:
                 log.info("alert %s resolved: %s", alert.id, alert.message)
             names = self.receivers.names()

@@ -96,7 +96,7 @@ class Controller:
             Monitoring(db, backend, clock, monitor_interval_seconds) if isinstance(backend, MetricsSource) else None
         )
         self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers(),
-                                     on_cordon=self.wake)
+                                     on_cordon=self.wake, monitor_interval_seconds=monitor_interval_seconds)
         self.history = HistoryKeeper(db, clock, monitor_retention)
         self.cycles = 0
 

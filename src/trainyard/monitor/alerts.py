@@ -12,6 +12,7 @@ low: the idle-GPU rule judges only jobs with measured utilisation in its window.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +38,9 @@ class RuleDefinition:
     summary: str
     defaults: Mapping[str, float]  # every parameter the rule takes, with its default
     may_cordon: bool = False  # a node rule whose firing may cordon the node
+    # Parameters whose default grows with the monitoring interval: at least this many
+    # intervals (``rule_defaults``), and never less than the fixed default above.
+    per_monitor_interval: Mapping[str, float] = field(default_factory=dict)
 
 
 RULES: dict[str, RuleDefinition] = {
@@ -50,8 +54,12 @@ RULES: dict[str, RuleDefinition] = {
                        {"utilization_pct": 10.0, "window_minutes": 30.0}),
         RuleDefinition(RuleName.NODE_UNHEALTHY, "node", "critical",
                        "node unschedulable or not sampled for `stale_seconds` s, a GPU missing or "
-                       "unhealthy, or at least `ecc_errors` uncorrected ECC errors on a GPU",
-                       {"stale_seconds": 300.0, "ecc_errors": 1.0}, may_cordon=True),
+                       "unhealthy, or at least `ecc_errors` uncorrected ECC errors on a GPU "
+                       "(`stale_seconds` defaults to 5 monitoring intervals, at least 300 s)",
+                       # Five rounds missed, not one: a late round (a slow backend or database,
+                       # Slurm's own node polling) is not a sick node.
+                       {"stale_seconds": 300.0, "ecc_errors": 1.0}, may_cordon=True,
+                       per_monitor_interval={"stale_seconds": 5.0}),
         RuleDefinition(RuleName.DISK_FULL, "node", "warning",
                        "disk holding Trainyard's state over `used_pct` % full", {"used_pct": 80.0}),
         RuleDefinition(RuleName.LONG_WAITING_JOB, "job", "warning",
@@ -70,8 +78,16 @@ class RuleSettings:
     cordon: bool = False
 
 
-def default_settings(name: str) -> RuleSettings:
-    return RuleSettings(name, True, dict(RULES[name].defaults))
+def rule_defaults(name: str, monitor_interval_seconds: float) -> dict[str, float]:
+    """Rule ``name``'s parameters as they are when no admin set them, with samples taken
+    every ``monitor_interval_seconds``."""
+    definition = RULES[name]
+    return {key: max(value, definition.per_monitor_interval.get(key, 0.0) * monitor_interval_seconds)
+            for key, value in definition.defaults.items()}
+
+
+def default_settings(name: str, monitor_interval_seconds: float) -> RuleSettings:
+    return RuleSettings(name, True, rule_defaults(name, monitor_interval_seconds))
 
 
 def check_params(name: str, params: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -140,14 +156,26 @@ class Finding:
 
 
 def evaluate(facts: Facts, rules: Mapping[str, RuleSettings]) -> list[Finding]:
-    """Every finding of the enabled rules, in rule order then by subject."""
+    """Every finding of the enabled rules (``rules``: every rule, with all its parameters),
+    in rule order then by subject."""
     findings: list[Finding] = []
     for name, judge in _JUDGES.items():
-        settings = rules.get(name) or default_settings(name)
+        settings = rules[name]
         if settings.enabled:
-            params = {**RULES[name].defaults, **settings.params}
-            findings.extend(judge(facts, params))
+            findings.extend(judge(facts, settings.params))
     return findings
+
+
+# What in an alert's text only moves while it fires (durations, percentages, counts): every
+# number but a GPU's index. Text that differs elsewhere tells of another problem.
+_MOVING_FIGURE = re.compile(r"(?<!GPU )\d+(?:\.\d+)?")
+
+
+def same_problem(message: str, other: str) -> bool:
+    """Whether two texts of one alert tell of the same problem, their figures aside
+    ("GPU 0 has 2 uncorrected ECC errors" and "... 3 ..." do; "GPU 1 missing" and
+    "GPU 1 missing; GPU 0 not answering" do not)."""
+    return _MOVING_FIGURE.sub("#", message) == _MOVING_FIGURE.sub("#", other)
 
 
 def _job(rule: str, job_id: int, user: str, vc: str, message: str) -> Finding:
@@ -199,8 +227,7 @@ def _node_problems(node: NodeFacts, now: datetime, params: Mapping[str, float]) 
     # A sample that lists no GPU at all says nothing about them (Slurm's node figures carry none).
     seen = {int(g["index"]) for g in node.gpus}
     missing = [i for i in node.gpu_indices if i not in seen] if node.gpus else []
-    if missing:
-        problems.append("GPU " + ", ".join(map(str, missing)) + " missing")
+    problems.extend(f"GPU {i} missing" for i in missing)
     for gpu in node.gpus:
         if not gpu.get("healthy", True):
             problems.append(f"GPU {gpu['index']} not answering")
@@ -279,14 +306,14 @@ def _prometheus_expressions(name: str, p: Mapping[str, float]) -> list[tuple[str
 
 
 def prometheus_rules(rules: Mapping[str, RuleSettings]) -> str:
-    """The enabled rules, with their current thresholds, as a Prometheus rules file (YAML)."""
+    """The enabled rules (``rules``: every rule), with their current thresholds, as a
+    Prometheus rules file (YAML)."""
     alerts = []
     for name, definition in RULES.items():
-        settings = rules.get(name) or default_settings(name)
+        settings = rules[name]
         if not settings.enabled:
             continue
-        params = {**definition.defaults, **settings.params}
-        for alert, expr, description in _prometheus_expressions(name, params):
+        for alert, expr, description in _prometheus_expressions(name, settings.params):
             alerts.append({
                 "alert": alert,
                 "expr": expr,

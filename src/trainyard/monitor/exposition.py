@@ -4,9 +4,10 @@ Two kinds of metric end up on one page:
 
 1. **Read from the store at scrape time** (``ClusterFigures``, gathered by
    ``services/cluster_metrics.py``): GPUs per node and model, the newest node, GPU and task
-   samples, VC quota and use, jobs by state, queues, running jobs. Nothing is kept in
-   memory between scrapes, so every server process answers the same, and a restart loses
-   nothing.
+   samples, VC quota and use, jobs by state, queues, running jobs. No figure is kept in
+   memory between scrapes (only decoded JSON, keyed by its stored text:
+   ``store/queries/decoded.py``), so every server process answers the same, and a restart
+   loses nothing.
 2. **Observed in the controller's process** (``ControllerTimings``): the scheduler's cycle
    duration and the submit-to-start latency, as ``prometheus_client`` histograms.
 
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import cast
+from typing import NamedTuple, cast
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.utils import floatToGoString
@@ -48,11 +49,15 @@ START_LATENCY_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 180
 # -- the figures read from the store ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class GpuFigures:
+# The figures made per GPU, task and running job are named tuples, not frozen dataclasses:
+# a scrape of 1,000 nodes makes 8,000 of them, and a frozen dataclass costs twice as much
+# to build (``benchmarks/bench_metrics_exposition.py``).
+
+
+class GpuFigures(NamedTuple):
     """One device: its model, and its newest sample's figures (None: not measured)."""
 
-    index: int
+    gpu_index: int  # not ``index``, which a tuple has already
     model: str
     util_pct: float | None = None
     memory_used_mb: int | None = None
@@ -83,21 +88,19 @@ class VcFigures:
     oldest_wait_seconds: float  # 0 when nothing waits
 
 
-@dataclass(frozen=True)
-class RunningJobFigures:
+class RunningJobFigures(NamedTuple):
     job_id: int
     user: str
     vc: str
     running_seconds: float
 
 
-@dataclass(frozen=True)
-class TaskFigures:
+class TaskFigures(NamedTuple):
     job_id: int
     user: str
     vc: str
     role: str
-    index: int
+    task_index: int
     gpu_util_pct: float | None
     gpu_memory_mb: int | None
     cpu_cores: float | None
@@ -128,24 +131,38 @@ def labels(**values: str | int) -> str:
 
 @dataclass
 class Family:
-    """One metric family: its samples as (rendered labels, value)."""
+    """One metric family: its samples, each written out as its line of the page when added.
+
+    A line is a string, which the garbage collector does not track; a (labels, value) tuple
+    per sample kept to be written later made 56,000 tracked objects per scrape of 1,000
+    nodes, and the collections they set off cost more than writing the lines.
+    """
 
     name: str
     kind: str  # gauge | untyped
     help: str
-    samples: list[tuple[str, float]] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
 
     def add(self, rendered_labels: str, value: float | None) -> None:
         """Add a sample; a value nobody measured (None) is left out, not shown as 0."""
         if value is not None:
-            self.samples.append((rendered_labels, value))
+            text = format_value(value)
+            self.lines.append(f"{self.name}{{{rendered_labels}}} {text}\n" if rendered_labels
+                              else f"{self.name} {text}\n")
 
 
 def format_value(value: float) -> str:
-    """``floatToGoString``, with a shortcut for the common case where it is ``repr``: a
-    finite value below 1e6 (Go writes larger ones with an exponent sooner than Python)."""
+    """``floatToGoString``, with shortcuts for the common cases: a finite value below 1e6,
+    where it is ``repr``; and a whole number of bytes (an ``int``, up to 2**53, which a float
+    holds exactly), whose exponent form it writes from the digits, skipping the library's
+    float round trip (a page has one per GPU and task; ``tests/monitor/test_exposition.py``
+    checks both against the library)."""
     if 0 <= value < 1e6:
         return repr(float(value))
+    if type(value) is int and 0 < value < 2**53:
+        # Go's form of a large number: one digit, a point, the rest without trailing zeros.
+        digits = str(value)
+        return f"{(digits[0] + '.' + digits[1:]).rstrip('0.')}e+{len(digits) - 1:02d}"
     return go_float(value)
 
 
@@ -154,11 +171,7 @@ def write_families(families: Iterable[Family]) -> str:
     out: list[str] = []
     for family in families:
         out.append(f"# HELP {family.name} {family.help.translate(help_escape)}\n# TYPE {family.name} {family.kind}\n")
-        name = family.name
-        out.extend(
-            f"{name}{{{rendered}}} {format_value(value)}\n" if rendered else f"{name} {format_value(value)}\n"
-            for rendered, value in family.samples
-        )
+        out.extend(family.lines)
     return "".join(out)
 
 
@@ -187,6 +200,7 @@ def node_families(nodes: Sequence[NodeFigures]) -> list[Family]:
     node_memory = Family("trainyard_node_memory_used_bytes", "gauge", "Memory in use on the node")
     disk = Family("trainyard_node_disk_used_ratio", "gauge",
                   "Used share of the file system holding Trainyard's state, 0-1")
+    models: dict[str, str] = {}  # escaped once: a cluster has a few models and thousands of GPUs
     for node in nodes:
         # Labels written out in name order (as ``labels`` would), each value escaped once:
         # a cluster has thousands of GPUs, and this loop is most of the page.
@@ -196,14 +210,15 @@ def node_families(nodes: Sequence[NodeFigures]) -> list[Family]:
             by_model = f'model="{escape_label_value(model)}",{node_label}'
             total.add(by_model, count)
             allocated.add(by_model, node.gpus_allocated.get(model, 0.0))
-        for gpu in node.sampled_gpus:
-            device = f'gpu="{gpu.index}",{node_label}'
-            if gpu.util_pct is not None:
-                util.add(f'gpu="{gpu.index}",model="{escape_label_value(gpu.model)}",{node_label}', gpu.util_pct / 100)
-            memory.add(device, _bytes(gpu.memory_used_mb))
-            temperature.add(device, gpu.temperature_c)
-            power.add(device, gpu.power_w)
-            ecc.add(device, gpu.ecc_errors)
+        for index, model, util_pct, memory_used_mb, temperature_c, power_w, ecc_errors in node.sampled_gpus:
+            device = f'gpu="{index}",{node_label}'
+            if util_pct is not None:
+                escaped = models.get(model) or models.setdefault(model, escape_label_value(model))
+                util.add(f'gpu="{index}",model="{escaped}",{node_label}', util_pct / 100)
+            memory.add(device, _bytes(memory_used_mb))
+            temperature.add(device, temperature_c)
+            power.add(device, power_w)
+            ecc.add(device, ecc_errors)
         up.add(node_label, 1 if node.up else 0)
         cpu.add(node_label, _ratio(node.cpu_pct))
         node_memory.add(node_label, _bytes(node.memory_used_mb))
@@ -236,8 +251,10 @@ def job_families(jobs_by_state: dict[str, int], running: Sequence[RunningJobFigu
         jobs.add(labels(state=state), count)
     seconds = Family("trainyard_job_running_seconds", "gauge",
                      "How long a running job has run, its attempts summed (waiting time not counted)")
-    for job in running:
-        seconds.add(labels(job=job.job_id, user=job.user, vc=job.vc), job.running_seconds)
+    escaped: dict[str, str] = {}  # users and VCs repeat across jobs: escape each once
+    for job_id, user, vc, running_seconds in running:
+        user, vc = (escaped.get(v) or escaped.setdefault(v, escape_label_value(v)) for v in (user, vc))
+        seconds.add(f'job="{job_id}",user="{user}",vc="{vc}"', running_seconds)
     return [jobs, seconds]
 
 
@@ -251,7 +268,7 @@ def task_families(tasks: Sequence[TaskFigures]) -> list[Family]:
     for task in tasks:
         role, user, vc = (escaped.get(v) or escaped.setdefault(v, escape_label_value(v))
                           for v in (task.role, task.user, task.vc))
-        task_label = f'index="{task.index}",job="{task.job_id}",role="{role}",user="{user}",vc="{vc}"'
+        task_label = f'index="{task.task_index}",job="{task.job_id}",role="{role}",user="{user}",vc="{vc}"'
         util.add(task_label, _ratio(task.gpu_util_pct))
         memory.add(task_label, _bytes(task.gpu_memory_mb))
         cpu.add(task_label, task.cpu_cores)

@@ -56,7 +56,9 @@ def _rfc3339(at: datetime | None) -> str:
 def alertmanager_payload(notices: Sequence[Notice], external_url: str = "") -> dict[str, Any]:
     alerts = []
     for n in notices:
-        labels = {"alertname": n.rule, "severity": n.severity, **n.labels}
+        # Plain strings: a rule named by its enum would hash differently from the same rule
+        # read back from the store, and one alert must keep one fingerprint from firing to resolved.
+        labels = {key: str(value) for key, value in {"alertname": n.rule, "severity": n.severity, **n.labels}.items()}
         fingerprint = hashlib.sha256(repr(sorted(labels.items())).encode()).hexdigest()[:16]
         alerts.append({
             "status": n.state,

@@ -6,6 +6,8 @@ no running work is touched (reclaiming a VC's share is the scheduler's decision)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
@@ -17,6 +19,7 @@ from trainyard.services.errors import Conflict, Invalid, NotFound
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
+from trainyard.store.queries.vcs import HeldShares
 from trainyard.store.rows import (
     GroupRow,
     MembershipRow,
@@ -140,17 +143,20 @@ def _check_quotas_fit(session: Session) -> None:
                       details=[{"path": "gpus", "message": "over capacity"}])
 
 
-def guaranteed_quotas(session: Session) -> dict[str, tuple[dict[str, int], bool]]:
+def guaranteed_quotas(
+    session: Session, capacity: dict[str, int] | None = None
+) -> dict[str, tuple[dict[str, int], bool]]:
     """VC name -> (GPUs guaranteed per model, priority preemption), as the scheduler sees them.
 
     ``default`` guarantees what no other VC does. A quota for any model (``*``) applies to
     the cluster's model; with several models it guarantees nothing (setting one is
     refused there). Empty when no VC is defined: then every job shares the cluster.
+    ``capacity`` (GPUs per model) is read from the nodes unless the caller has it already.
     """
     rows = vc_queries.all_vcs(session)
     if not rows:
         return {}
-    capacity = node_queries.gpus_by_model(session)
+    capacity = node_queries.gpus_by_model(session) if capacity is None else capacity
     only_model = next(iter(capacity)) if len(capacity) == 1 else None
     promised: dict[str, int] = {}
     quotas: dict[str, tuple[dict[str, int], bool]] = {}
@@ -198,10 +204,11 @@ def list_vcs(session: Session) -> list[VirtualClusterRow]:
     return vc_queries.all_vcs(session)
 
 
-def vc_usage(session: Session) -> dict[str, dict[str, float]]:
-    """Per VC: GPUs used by guaranteed jobs, GPUs borrowed by its opportunistic jobs, jobs waiting."""
+def vc_usage(session: Session, held: Sequence[HeldShares] | None = None) -> dict[str, dict[str, float]]:
+    """Per VC: GPUs used by guaranteed jobs, GPUs borrowed by its opportunistic jobs, jobs
+    waiting. ``held`` (``vc_queries.held_gpu_shares``) is read unless the caller has it already."""
     usage: dict[str, dict[str, float]] = {}
-    for vc, priority, gpus in vc_queries.gpus_held_by_vc(session):
+    for _, vc, priority, gpus in vc_queries.held_gpu_shares(session) if held is None else held:
         entry = usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})
         milli = sum(share[1] for share in gpus)
         entry["borrowed" if Priority(priority).is_opportunistic else "used"] += milli / 1000
@@ -210,16 +217,21 @@ def vc_usage(session: Session) -> dict[str, dict[str, float]]:
     return usage
 
 
-def describe_vcs(session: Session, viewer: UserRow | None = None) -> list[VcView]:
+def describe_vcs(
+    session: Session, viewer: UserRow | None = None, *,
+    held: Sequence[HeldShares] | None = None, capacity: dict[str, int] | None = None,
+) -> list[VcView]:
     """Every VC with quota, use and queue; ``default`` (first) holds what no VC guarantees.
 
     A ``viewer`` who is not an admin sees only the VCs they may use, and of who may use
     them only themselves and their own groups: other users' names are not theirs to list.
+    ``held`` and ``capacity`` are as ``vc_usage`` and ``guaranteed_quotas`` take them, for a
+    caller (``GET /metrics``) that has read them for its own use already.
     """
-    usage = vc_usage(session)
+    usage = vc_usage(session, held)
     users = {u.id: u.name for u in user_queries.all_users(session)}
     groups = {g.id: g.name for g in vc_queries.all_groups(session)}
-    rest = guaranteed_quotas(session).get(DEFAULT_VC, ({}, True))[0]
+    rest = guaranteed_quotas(session, capacity).get(DEFAULT_VC, ({}, True))[0]
     rows: list[tuple[str, dict[str, int], bool, list[str], list[str]]] = [
         (DEFAULT_VC, rest, True, ["everyone"], [])
     ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from sqlalchemy.orm import Session
 
@@ -32,32 +33,37 @@ SAMPLE_LOOKBACK = timedelta(days=1)
 CORDONED = " (cordoned automatically)"
 
 
-def rule_settings(session: Session) -> dict[str, rules.RuleSettings]:
-    """Every rule as it runs now: the admins' rows over the defaults."""
+def rule_settings(session: Session, monitor_interval_seconds: float) -> dict[str, rules.RuleSettings]:
+    """Every rule as it runs now: the admins' rows over the defaults (some of which follow
+    the monitoring interval, ``rules.rule_defaults``)."""
     rows = alert_queries.rule_rows(session)
     settings = {}
     for name, definition in rules.RULES.items():
         row = rows.get(name)
         if row is None:
-            settings[name] = rules.default_settings(name)
+            settings[name] = rules.default_settings(name, monitor_interval_seconds)
         else:
-            params = {**definition.defaults, **{k: float(v) for k, v in row.params.items() if k in definition.defaults}}
+            params = {**rules.rule_defaults(name, monitor_interval_seconds),
+                      **{k: float(v) for k, v in row.params.items() if k in definition.defaults}}
             settings[name] = rules.RuleSettings(name, row.enabled, params, row.cordon and definition.may_cordon)
     return settings
 
 
-def rule_views(session: Session) -> list[AlertRuleView]:
-    return [_rule_view(s) for s in rule_settings(session).values()]
+def rule_views(session: Session, monitor_interval_seconds: float) -> list[AlertRuleView]:
+    return [_rule_view(s, monitor_interval_seconds) for s in rule_settings(session, monitor_interval_seconds).values()]
 
 
-def _rule_view(settings: rules.RuleSettings) -> AlertRuleView:
+def _rule_view(settings: rules.RuleSettings, monitor_interval_seconds: float) -> AlertRuleView:
     definition = rules.RULES[settings.name]
     return AlertRuleView(name=settings.name, subject=definition.subject, severity=definition.severity,
                          description=definition.summary, enabled=settings.enabled, params=dict(settings.params),
-                         defaults=dict(definition.defaults), cordon=settings.cordon, mayCordon=definition.may_cordon)
+                         defaults=rules.rule_defaults(settings.name, monitor_interval_seconds),
+                         cordon=settings.cordon, mayCordon=definition.may_cordon)
 
 
-def set_rule(session: Session, name: str, change: AlertRuleUpdate, clock: Clock) -> AlertRuleView:
+def set_rule(
+    session: Session, name: str, change: AlertRuleUpdate, clock: Clock, monitor_interval_seconds: float
+) -> AlertRuleView:
     """Change a rule's enablement, parameters or cordoning; the next evaluation uses them."""
     definition = rules.RULES.get(name)
     if definition is None:
@@ -68,7 +74,7 @@ def set_rule(session: Session, name: str, change: AlertRuleUpdate, clock: Clock)
     if problems:
         raise Invalid("; ".join(f"{path}: {message}" for path, message in problems),
                       details=[{"path": path, "message": message} for path, message in problems])
-    current = rule_settings(session)[name]
+    current = rule_settings(session, monitor_interval_seconds)[name]
     row = alert_queries.rule_row(session, name)
     if row is None:
         row = AlertRuleRow(name=name, enabled=current.enabled, params={}, cordon=False, updated_at=clock.now())
@@ -81,11 +87,11 @@ def set_rule(session: Session, name: str, change: AlertRuleUpdate, clock: Clock)
         row.cordon = change.cordon
     row.updated_at = clock.now()
     session.flush()
-    return _rule_view(rule_settings(session)[name])
+    return _rule_view(rule_settings(session, monitor_interval_seconds)[name], monitor_interval_seconds)
 
 
-def prometheus_rules_file(session: Session) -> str:
-    return rules.prometheus_rules(rule_settings(session))
+def prometheus_rules_file(session: Session, monitor_interval_seconds: float) -> str:
+    return rules.prometheus_rules(rule_settings(session, monitor_interval_seconds))
 
 
 class WindowedUtilisation:
@@ -142,15 +148,31 @@ def read_facts(
     )
 
 
+class Evaluation(NamedTuple):
+    """What one evaluation changed."""
+
+    opened: list[AlertRow]
+    changed: list[AlertRow]  # still firing, about another problem now: told again
+    resolved: list[AlertRow]
+
+
 def evaluate(
-    session: Session, clock: Clock, utilisation: WindowedUtilisation | None = None
-) -> tuple[list[AlertRow], list[AlertRow]]:
-    """Judge the rules now; the alerts opened and the alerts resolved."""
-    settings = rule_settings(session)
+    session: Session, clock: Clock, monitor_interval_seconds: float, utilisation: WindowedUtilisation | None = None
+) -> Evaluation:
+    """Judge the rules now; the alerts opened, changed and resolved.
+
+    A firing alert's text follows its figures; when it tells of another problem (``rules.
+    same_problem``: a different failure on the same node, another pending reason), every
+    receiver is told it again, as firing with the new text — the stored alert and its
+    notices say the same thing. Figures that merely move are not news and are not re-sent.
+    """
+    settings = rule_settings(session, monitor_interval_seconds)
     facts = read_facts(session, settings, clock, utilisation)
     findings = {(f.rule, f.subject): f for f in rules.evaluate(facts, settings)}
     now = clock.now()
-    opened, resolved = [], []
+    opened: list[AlertRow] = []
+    resolved: list[AlertRow] = []
+    changed: list[AlertRow] = []
     firing = {(a.rule, a.subject): a for a in alert_queries.firing_alerts(session)}
     for key, alert in firing.items():
         if key not in findings:
@@ -158,11 +180,15 @@ def evaluate(
             resolved.append(alert)
         else:
             # The figures move while it fires; that it cordoned the node stays said.
-            alert.message = findings[key].message + (CORDONED if alert.message.endswith(CORDONED) else "")
+            message = findings[key].message
+            if not rules.same_problem(alert.message.removesuffix(CORDONED), message):
+                alert.notified = {}
+                changed.append(alert)
+            alert.message = message + (CORDONED if alert.message.endswith(CORDONED) else "")
     for key, finding in findings.items():
         if key in firing:
             continue
-        alert = AlertRow(rule=finding.rule, subject=finding.subject, job_id=finding.job_id, node=finding.node,
+        alert = AlertRow(rule=str(finding.rule), subject=finding.subject, job_id=finding.job_id, node=finding.node,
                          state=FIRING, severity=rules.RULES[finding.rule].severity, message=finding.message,
                          started_at=now, notified={})
         session.add(alert)
@@ -173,7 +199,7 @@ def evaluate(
                 node.cordoned = True
                 alert.message += CORDONED
     session.flush()
-    return opened, resolved
+    return Evaluation(opened, changed, resolved)
 
 
 def list_alerts(session: Session, viewer: UserRow, *, include_resolved: bool = False) -> list[AlertView]:

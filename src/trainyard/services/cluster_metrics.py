@@ -9,10 +9,10 @@ so that a node or task nobody samples any more drops out instead of showing stal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Row
 from sqlalchemy.orm import Session
 
 from trainyard.core.lifecycle import run_seconds
@@ -30,66 +30,87 @@ from trainyard.services.live import fresh_seconds
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.queries import nodes as node_queries
+from trainyard.store.queries import vcs as vc_queries
+from trainyard.store.queries.nodes import NodeGpus
+from trainyard.store.queries.vcs import HeldShares
 
 
 def cluster_figures(session: Session, now: datetime, monitor_interval_seconds: float) -> ClusterFigures:
     since = now - timedelta(seconds=fresh_seconds(monitor_interval_seconds))
+    # Read once each and shared: the nodes' GPUs (totals per node, and the capacity VC
+    # quotas are worked out from), and what unfinished tasks hold (per node, and per VC).
+    inventory = node_queries.node_gpus(session)
+    held = vc_queries.held_gpu_shares(session)
     running = _running_jobs(session, now)
     return ClusterFigures(
-        nodes=_nodes(session, since),
-        vcs=_vcs(session, now),
+        nodes=_nodes(session, since, inventory, held),
+        vcs=_vcs(session, now, held, _capacity(inventory)),
         jobs_by_state={state.value: 0 for state in JobState} | job_queries.job_counts_by_state(session),
         running_jobs=running,
         tasks=_tasks(session, since, {job.job_id: job for job in running}),
     )
 
 
-def _nodes(session: Session, since: datetime) -> list[NodeFigures]:
+def _capacity(inventory: Sequence[NodeGpus]) -> dict[str, int]:
+    """GPUs per model in the whole cluster (as ``node_queries.gpus_by_model`` counts them)."""
+    capacity: dict[str, int] = {}
+    for node in inventory:
+        for _, model in node.gpus:
+            capacity[model] = capacity.get(model, 0) + 1
+    return capacity
+
+
+def _nodes(
+    session: Session, since: datetime, inventory: Sequence[NodeGpus], held: Sequence[HeldShares]
+) -> list[NodeFigures]:
     allocated: dict[tuple[str, int], float] = {}
-    for node, shares, _, _ in node_queries.unfinished_task_usage(session):
+    for node, _, _, shares in held:
         for index, milli in shares:
             allocated[(node, index)] = allocated.get((node, index), 0.0) + milli / 1000
-    samples = {row.node: row for row in metric_queries.latest_node_figures(session, since)}
+    # Each sample's GPUs made into figures as its row is read: the decoded dicts go at once.
+    samples = {
+        row.node: (row.cpu_pct, row.memory_used_mb, row.disk_used_pct, _sampled_gpus(row.gpus))
+        for row in metric_queries.latest_node_figures(session, since)
+    }
     figures = []
-    for name, gpus, schedulable in node_queries.node_gpus(session):
+    for name, gpus, schedulable in inventory:
         total: dict[str, int] = {}
-        held: dict[str, float] = {}
-        for gpu in gpus:
-            total[gpu["model"]] = total.get(gpu["model"], 0) + 1
-            held[gpu["model"]] = held.get(gpu["model"], 0.0) + allocated.get((name, gpu["index"]), 0.0)
+        taken: dict[str, float] = {}
+        for index, model in gpus:
+            total[model] = total.get(model, 0) + 1
+            taken[model] = taken.get(model, 0.0) + allocated.get((name, index), 0.0)
         sample = samples.get(name)
+        if sample is None:
+            figures.append(NodeFigures(name=name, up=False, gpus_total=total, gpus_allocated=taken))
+            continue
+        cpu_pct, memory_used_mb, disk_used_pct, sampled_gpus = sample
         figures.append(NodeFigures(
-            name=name, up=schedulable and sample is not None, gpus_total=total, gpus_allocated=held,
-            sampled_gpus=_sampled_gpus(sample), cpu_pct=sample.cpu_pct if sample else None,
-            memory_used_mb=sample.memory_used_mb if sample else None,
-            disk_used_pct=sample.disk_used_pct if sample else None,
+            name=name, up=schedulable, gpus_total=total, gpus_allocated=taken, sampled_gpus=sampled_gpus,
+            cpu_pct=cpu_pct, memory_used_mb=memory_used_mb, disk_used_pct=disk_used_pct,
         ))
     return figures
 
 
-def _sampled_gpus(sample: Row[Any] | None) -> tuple[GpuFigures, ...]:
-    if sample is None:
-        return ()
+def _sampled_gpus(gpus: list[dict[str, Any]]) -> tuple[GpuFigures, ...]:
     return tuple(
         GpuFigures(
-            index=gpu["index"], model=gpu["model"],
+            gpu["index"], gpu["model"],
             # A simulated GPU has no utilisation; should a sampler ever store one, it is not shown.
-            util_pct=None if gpu.get("simulated") else gpu.get("util_pct"),
-            memory_used_mb=gpu.get("memory_used_mb"), temperature_c=gpu.get("temperature_c"),
-            power_w=gpu.get("power_w"), ecc_errors=gpu.get("ecc_errors"),
+            None if gpu.get("simulated") else gpu.get("util_pct"),
+            gpu.get("memory_used_mb"), gpu.get("temperature_c"), gpu.get("power_w"), gpu.get("ecc_errors"),
         )
-        for gpu in sample.gpus
+        for gpu in gpus
     )
 
 
-def _vcs(session: Session, now: datetime) -> list[VcFigures]:
+def _vcs(session: Session, now: datetime, held: Sequence[HeldShares], capacity: dict[str, int]) -> list[VcFigures]:
     oldest = job_queries.oldest_wait_by_vc(session)
     return [
         VcFigures(
             name=vc.name, quota=vc.quota, used=vc.used, borrowed=vc.borrowed, waiting=vc.waiting,
             oldest_wait_seconds=max(0.0, (now - oldest[vc.name]).total_seconds()) if vc.name in oldest else 0.0,
         )
-        for vc in describe_vcs(session)
+        for vc in describe_vcs(session, held=held, capacity=capacity)
     ]
 
 
@@ -113,7 +134,7 @@ def _tasks(session: Session, since: datetime, running: dict[int, RunningJobFigur
         job = running.get(job_id)
         if job is not None:
             figures.append(TaskFigures(
-                job_id=job_id, user=job.user, vc=job.vc, role=role, index=index, gpu_util_pct=gpu_util_pct,
+                job_id=job_id, user=job.user, vc=job.vc, role=role, task_index=index, gpu_util_pct=gpu_util_pct,
                 gpu_memory_mb=gpu_memory_mb, cpu_cores=cpu_cores, memory_mb=memory_mb,
             ))
     return figures

@@ -131,7 +131,8 @@ def check_vc_access(session: Session, user: UserRow, vc: str) -> None:
         raise Invalid(f"no virtual cluster named {vc!r}; see `yard vc list`",
                       details=[{"path": "defaults.virtualCluster", "message": "unknown virtual cluster"}])
     raise Forbidden(f"user {user.name} may not submit to virtual cluster {vc!r}; an admin can allow it "
-                    f"with `yard vc grant {vc} {user.name}`")
+                    f"with `yard vc grant {vc} {user.name}`",
+                    details=[{"path": "defaults.virtualCluster", "message": f"not granted to {user.name}"}])
 
 
 def check_no_masked_secrets(spec: JobSpec) -> None:
@@ -223,6 +224,22 @@ def clone_job(
     original = get_job(session, user, job_id)
     spec = clone_spec(specs.of(original), changes)
     return submit_job(session, user, spec, clock=clock, nodes=nodes, cloned_from=original.id)
+
+
+def check_clone(
+    session: Session,
+    user: UserRow,
+    job_id: int,
+    changes: CloneChanges,
+    *,
+    specs: StoredSpecs,
+    nodes: list[NodeState] | None = None,
+) -> JobSpec:
+    """The dry run of ``clone_job``: the job the clone would submit, after the checks a
+    submit makes. It holds the original's secrets: never show it unmasked."""
+    spec = clone_spec(specs.of(get_job(session, user, job_id)), changes)
+    check_submittable(session, user, spec, nodes=nodes)
+    return spec
 
 
 def list_jobs(

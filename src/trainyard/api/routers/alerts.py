@@ -40,7 +40,7 @@ def list_alerts(
 def list_rules(_: Admin, ctx: Ctx) -> list[AlertRuleView]:
     """The rules with their thresholds, enablement and cordoning (admin)."""
     with ctx.db.session() as session:
-        return alert_service.rule_views(session)
+        return alert_service.rule_views(session, ctx.monitor_interval_seconds)
 
 
 RULES_FILE = {"description": "A Prometheus alerting-rules file (YAML)",
@@ -51,14 +51,14 @@ RULES_FILE = {"description": "A Prometheus alerting-rules file (YAML)",
 def prometheus_rules(_: Admin, ctx: Ctx) -> PlainTextResponse:
     """The enabled rules with their current thresholds as a Prometheus alerting-rules file."""
     with ctx.db.session() as session:
-        return PlainTextResponse(alert_service.prometheus_rules_file(session))
+        return PlainTextResponse(alert_service.prometheus_rules_file(session, ctx.monitor_interval_seconds))
 
 
 @router.put("/rules/{name}", response_model=AlertRuleView, responses=errors(401, 403, 404, 422))
 def set_rule(name: RuleName, body: AlertRuleUpdate, _: Admin, ctx: Ctx) -> AlertRuleView:
     """Change a rule; the controller's next evaluation uses it (no restart)."""
     with ctx.db.session() as session:
-        return alert_service.set_rule(session, name, body, ctx.clock)
+        return alert_service.set_rule(session, name, body, ctx.clock, ctx.monitor_interval_seconds)
 
 
 @router.post("/{alert_id}/stop", response_model=JobDetail, responses=errors(401, 403, 404, 409, 422))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pynvml
 
 from trainyard.backends.base import GpuInfo
+from trainyard.backends.nvml_devices import NO_NVIDIA_GPU
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +21,6 @@ SIMULATED_GPU_MODEL = "V100"
 SIMULATED_GPU_MEMORY_MB = 16384
 
 _MIB = 1024 * 1024
-# NVML answers these when the machine simply has no NVIDIA GPU: not worth a warning.
-_NO_NVIDIA_GPU = (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
 
 
 def _text(value: str | bytes) -> str:
@@ -39,7 +38,7 @@ def discover_nvidia_gpus() -> list[GpuInfo]:
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        if exc.value in _NO_NVIDIA_GPU:
+        if exc.value in NO_NVIDIA_GPU:
             log.debug("no NVIDIA GPUs: %s", exc)
         else:
             log.warning("NVML failed to initialise, so no GPUs are reported: %s", exc)

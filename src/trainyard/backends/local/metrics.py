@@ -33,6 +33,7 @@ from pathlib import Path
 import psutil
 import pynvml
 
+from trainyard.backends import nvml_devices
 from trainyard.backends.base import GpuInfo, TaskKey
 from trainyard.core.metrics import GpuSample, NodeSample, Sampled, TaskSample
 
@@ -42,7 +43,6 @@ _MIB = 1024 * 1024
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _BOOT_TIME = psutil.boot_time()
-_NO_NVIDIA_GPU = (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,8 @@ class ProcessTable:
 
 
 class Nvml:
-    """The NVIDIA driver, kept initialised between rounds; ``None`` figures where it has none."""
+    """The NVIDIA driver, kept initialised between rounds; ``None`` figures where it has none
+    (each device read by ``backends/nvml_devices``, which the Slurm task sampler shares)."""
 
     def __init__(self) -> None:
         self._ready = False
@@ -145,11 +146,10 @@ class Nvml:
     def ensure(self) -> bool:
         if self._ready:
             return True
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            if not self._failed_once and exc.value not in _NO_NVIDIA_GPU:
-                log.warning("NVML failed to initialise; real GPUs are not sampled: %s", exc)
+        problem = nvml_devices.start()
+        if problem is not None:
+            if not self._failed_once and problem.value not in nvml_devices.NO_NVIDIA_GPU:
+                log.warning("NVML failed to initialise; real GPUs are not sampled: %s", problem)
             self._failed_once = True
             return False
         self._ready = True
@@ -165,47 +165,21 @@ class Nvml:
 
     def sample(self, gpu: GpuInfo) -> tuple[GpuSample, dict[int, int]]:
         """The device's figures, and the GPU memory (bytes) of each process using it."""
-        unhealthy = GpuSample(gpu.index, gpu.model, gpu.memory_mb, healthy=False)
-        try:
-            if gpu.index >= pynvml.nvmlDeviceGetCount():
-                return unhealthy, {}  # the device fell off the bus
-            handle = pynvml.nvmlDeviceGetHandleByIndex(gpu.index)
-        except pynvml.NVMLError:
-            return unhealthy, {}
-        lost = False
-
-        def read(call: Callable[[], object]) -> object | None:
-            nonlocal lost
-            try:
-                return call()
-            except pynvml.NVMLError as exc:
-                lost = lost or exc.value == pynvml.NVML_ERROR_GPU_IS_LOST
-                return None
-
-        util = read(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-        memory = read(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
-        temperature = read(lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU))
-        power_mw = read(lambda: pynvml.nvmlDeviceGetPowerUsage(handle))
-        ecc = read(lambda: pynvml.nvmlDeviceGetTotalEccErrors(
-            handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))
-        procs = read(lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(handle))
-        if lost:
-            return unhealthy, {}
-        used: dict[int, int] = {}
-        for proc in procs if isinstance(procs, list) else []:
-            used[int(proc.pid)] = used.get(int(proc.pid), 0) + int(proc.usedGpuMemory or 0)
+        figures = nvml_devices.read_device(gpu.index)
+        if not figures.healthy:
+            return GpuSample(gpu.index, gpu.model, gpu.memory_mb, healthy=False), {}
         sample = GpuSample(
             index=gpu.index,
             model=gpu.model,
-            memory_total_mb=int(memory.total) // _MIB if memory is not None else gpu.memory_mb,  # type: ignore[attr-defined]
-            util_pct=float(util) if isinstance(util, int | float) else None,
-            memory_used_mb=int(memory.used) // _MIB if memory is not None else None,  # type: ignore[attr-defined]
-            temperature_c=float(temperature) if isinstance(temperature, int | float) else None,
-            power_w=power_mw / 1000 if isinstance(power_mw, int | float) else None,
-            ecc_errors=int(ecc) if isinstance(ecc, int) else None,
-            pids=tuple(sorted(used)),
+            memory_total_mb=figures.memory_total_mb if figures.memory_total_mb is not None else gpu.memory_mb,
+            util_pct=figures.util_pct,
+            memory_used_mb=figures.memory_used_mb,
+            temperature_c=figures.temperature_c,
+            power_w=figures.power_w,
+            ecc_errors=figures.ecc_errors,
+            pids=tuple(sorted(figures.process_memory)),
         )
-        return sample, used
+        return sample, figures.process_memory
 
 
 class LocalSampler:

@@ -6,7 +6,7 @@ record each task's exit status and log into the task's directory. Everything liv
 ``state_dir``, which compute nodes must see at the same path (a shared file system; on a
 one-machine cluster any directory):
 
-    <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py   fixed text, no job data
+    <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py, nvml_devices.py   fixed text, no job data
     <state_dir>/jobs/<job>/<attempt>/
         <role>-<index>-<run>/    env script.sh work/ output.log exit metrics.json   one task run
         slurm-gang/              job_id submitting stop.json batch.log     the gang's submission
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.resources
 import json
 import logging
 import os
@@ -54,7 +55,7 @@ from trainyard.backends.slurm import runners, submission
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory, node_sample
-from trainyard.core.metrics import Sampled, TaskSample
+from trainyard.core.metrics import NodeSample, Sampled, TaskSample
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -115,6 +116,9 @@ class SlurmBackend(jobdirs.JobDirTree):
         self.sample_interval = sample_interval_seconds
         sampler = runners.TASK_SAMPLER.replace("@INTERVAL@", repr(float(sample_interval_seconds)))
         _install(bin_dir / "task-sampler.py", sampler)
+        # The sampler's NVML reading is the local backend's: the same module, copied beside it.
+        _install(bin_dir / runners.NVML_MODULE,
+                 importlib.resources.files("trainyard.backends").joinpath("nvml_devices.py").read_text())
         # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
         self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
         self._lock = threading.Lock()
@@ -152,15 +156,17 @@ class SlurmBackend(jobdirs.JobDirTree):
 
     def sample(self, now: datetime, running: Mapping[TaskKey, tuple[int, ...]]) -> Sampled:
         """Node figures from Slurm (``nodes.node_sample``); each task's from the ``metrics.json``
-        its sampler writes inside its step, when fresh (written within three sampling periods)."""
+        its sampler writes inside its step, when fresh (written within three sampling periods).
+        The GPUs a fresh record measured (through NVML, on the node) stand in for Slurm's
+        unmeasured ones in that node's sample: its other GPUs stay "n/a"."""
         errors: list[str] = []
         try:
             records = [r for r in self.commands.nodes() if in_partition(r, self.partition)]
         except SlurmError as exc:
             records = []
             errors.append(f"Slurm did not list its nodes: {exc}")
-        nodes = tuple(node_sample(r, now) for r in records)
         tasks = []
+        measured: dict[str, dict[int, Mapping[str, Any]]] = {}  # node -> Slurm's GPU id -> figures
         fresh_after = now.timestamp() - max(3 * self.sample_interval, 30.0)
         for key, gpus in running.items():
             try:
@@ -169,13 +175,19 @@ class SlurmBackend(jobdirs.JobDirTree):
                 continue
             if record is None or not _fresh(record, fresh_after):
                 continue
+            node = str(record.get("node", ""))
+            for device in record.get("gpus") or ():
+                if isinstance(device, dict) and isinstance(device.get("index"), int):
+                    measured.setdefault(node, {})[device["index"]] = device
             tasks.append(TaskSample(
                 job_id=key.job_id, attempt=key.attempt, role=key.role, index=key.index,
-                node=str(record.get("node", "")), at=now, cpu_cores=_figure(record, "cpu_cores"),
+                node=node, at=now, cpu_cores=_figure(record, "cpu_cores"),
                 memory_mb=_whole(record, "memory_mb"), gpus_held=float(len(gpus)),
+                gpu_util_pct=_figure(record, "gpu_util_pct"), gpu_memory_mb=_whole(record, "gpu_memory_mb"),
                 disk_read_bytes_per_s=_figure(record, "disk_read_bytes_per_s"),
                 disk_write_bytes_per_s=_figure(record, "disk_write_bytes_per_s"),
             ))
+        nodes = tuple(_with_measured_gpus(node_sample(r, now), measured.get(r["NodeName"], {})) for r in records)
         return Sampled(nodes=nodes, tasks=tuple(tasks), errors=tuple(errors))
 
     # --- Backend -----------------------------------------------------------------
@@ -485,6 +497,25 @@ def _figure(record: Mapping[str, Any], name: str) -> float | None:
 def _whole(record: Mapping[str, Any], name: str) -> int | None:
     value = _figure(record, name)
     return None if value is None else int(value)
+
+
+def _with_measured_gpus(sample: NodeSample, measured: Mapping[int, Mapping[str, Any]]) -> NodeSample:
+    """The node's sample with the GPUs its tasks' samplers measured in place of Slurm's n/a."""
+    if not measured:
+        return sample
+    gpus = []
+    for gpu in sample.gpus:
+        device = measured.get(gpu.index)
+        if device is None:
+            gpus.append(gpu)
+            continue
+        gpus.append(dataclasses.replace(
+            gpu, healthy=device.get("healthy") is not False, util_pct=_figure(device, "util_pct"),
+            memory_used_mb=_whole(device, "memory_used_mb"), temperature_c=_figure(device, "temperature_c"),
+            memory_total_mb=_whole(device, "memory_total_mb") or gpu.memory_total_mb,
+            power_w=_figure(device, "power_w"), ecc_errors=_whole(device, "ecc_errors"),
+        ))
+    return dataclasses.replace(sample, gpus=tuple(gpus))
 
 
 def _fresh(record: Mapping[str, Any], after: float) -> bool:

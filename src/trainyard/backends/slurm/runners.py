@@ -84,9 +84,15 @@ exit "$rc"
 # Started by the task runner beside the task, inside the task's step (so on the compute
 # node that runs it): every INTERVAL seconds it writes TASK_DIR/metrics.json with the
 # figures of the runner's process tree (the task and all its descendants, itself left
-# out), from /proc. It ends when the runner does. Standard library only: the compute
-# node's python3 needs nothing of Trainyard's.
+# out), from /proc, and of the step's GPUs (Slurm's ids in SLURM_STEP_GPUS) through NVML:
+# each device's figures, their mean utilisation, and the GPU memory of the tree's
+# processes. It ends when the runner does. The compute node's python3 needs nothing of
+# Trainyard's: the standard library, and pynvml (nvidia-ml-py) for GPU figures, which are
+# left out ("n/a") where it is not installed or NVML does not answer. Its NVML reading is
+# ``backends/nvml_devices.py``, installed beside it (NVML_MODULE).
+NVML_MODULE = "nvml_devices.py"
 TASK_SAMPLER = r'''"""Trainyard's task sampler (written by the Slurm backend; holds no job data)."""
+import importlib.util
 import json
 import os
 import socket
@@ -149,43 +155,95 @@ def uptime():
         return float(f.read().split()[0])
 
 
+def step_gpus():
+    """Slurm's ids of this step's GPUs (the numbers of their /dev/nvidia* files)."""
+    ids = [i.strip() for i in os.environ.get("SLURM_STEP_GPUS", "").split(",") if i.strip()]
+    return [int(i) for i in ids] if all(i.isdigit() for i in ids) else []
+
+
+class Gpus:
+    """The step's GPUs through NVML (nvml_devices.py, beside this script), if it can."""
+
+    def __init__(self, ids):
+        self.ids, self.devices = ids, None
+        if not ids:
+            return  # a step without GPUs: nothing to measure
+        if importlib.util.find_spec("pynvml") is None:
+            print("no GPU figures: pynvml (nvidia-ml-py) is not installed for", sys.executable, file=sys.stderr)
+            return
+        import nvml_devices
+
+        problem = nvml_devices.start()
+        if problem is not None:
+            print("no GPU figures: NVML did not start:", problem, file=sys.stderr)
+            return
+        self.devices = {i: nvml_devices.index_of_minor(i) for i in ids}
+        self.read = nvml_devices.read_device
+
+    def figures(self, pids):
+        """(each GPU's figures, their mean utilisation, the GPU MiB of ``pids``); None: n/a."""
+        if self.devices is None:
+            return [], None, None
+        gpus, utils, used = [], [], 0
+        for slurm_id, index in self.devices.items():
+            device = self.read(index)
+            gpus.append({"index": slurm_id, "healthy": device.healthy, "util_pct": device.util_pct,
+                         "memory_used_mb": device.memory_used_mb, "memory_total_mb": device.memory_total_mb,
+                         "temperature_c": device.temperature_c, "power_w": device.power_w,
+                         "ecc_errors": device.ecc_errors})
+            utils.append(device.util_pct)
+            used += sum(device.process_memory.get(pid, 0) for pid in pids)
+        util = None if None in utils else sum(utils) / len(utils)
+        return gpus, util, used // MIB
+
+
+def measure(runner, me, node, gpus, before):
+    """One round: the record of the runner's tree and the counters for the next round
+    (monotonic, cpu seconds, read bytes, write bytes); no record while the tree is empty."""
+    procs = tree(runner, me)
+    now = time.monotonic()
+    if not procs:
+        return None, before
+    cpu = sum(ticks for _, ticks, _ in procs.values()) / TICKS
+    ios = [io_bytes(pid) for pid in procs]
+    read = None if None in ios else sum(i[0] for i in ios)
+    write = None if None in ios else sum(i[1] for i in ios)
+    if before is None:  # first sight: the average over the task's life so far
+        started = min(start for _, _, start in procs.values()) / TICKS
+        before = (now - max(uptime() - started, 1e-3), 0.0, 0 if read is not None else None,
+                  0 if write is not None else None)
+    elapsed = now - before[0]
+
+    def rate(value, earlier):
+        if value is None or earlier is None or elapsed <= 0:
+            return None
+        return max(0, value - earlier) / elapsed
+
+    record = {
+        "at": time.time(), "node": node, "pids": sorted(procs),
+        "cpu_cores": max(0.0, cpu - before[1]) / elapsed if elapsed > 0 else None,
+        "memory_mb": sum(rss_bytes(pid) for pid in procs) // MIB,
+        "disk_read_bytes_per_s": rate(read, before[2]),
+        "disk_write_bytes_per_s": rate(write, before[3]),
+    }
+    record["gpus"], record["gpu_util_pct"], record["gpu_memory_mb"] = gpus.figures(procs)
+    return record, (now, cpu, read, write)
+
+
 def main():
     task_dir, runner, interval = sys.argv[1], int(sys.argv[2]), float("@INTERVAL@")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     me = os.getpid()
-    before = None  # (monotonic, cpu seconds, read bytes, write bytes)
+    gpus = Gpus(step_gpus())
+    before = None
     while os.getppid() == runner:
-        procs = tree(runner, me)
-        now = time.monotonic()
-        if procs:
-            cpu = sum(ticks for _, ticks, _ in procs.values()) / TICKS
-            ios = [io_bytes(pid) for pid in procs]
-            read = None if None in ios else sum(i[0] for i in ios)
-            write = None if None in ios else sum(i[1] for i in ios)
-            if before is None:  # first sight: the average over the task's life so far
-                started = min(start for _, _, start in procs.values()) / TICKS
-                before = (now - max(uptime() - started, 1e-3), 0.0, 0 if read is not None else None,
-                          0 if write is not None else None)
-            elapsed = now - before[0]
-
-            def rate(value, earlier):
-                if value is None or earlier is None or elapsed <= 0:
-                    return None
-                return max(0, value - earlier) / elapsed
-
-            record = {
-                "at": time.time(), "node": node, "pids": sorted(procs),
-                "cpu_cores": max(0.0, cpu - before[1]) / elapsed if elapsed > 0 else None,
-                "memory_mb": sum(rss_bytes(pid) for pid in procs) // MIB,
-                "disk_read_bytes_per_s": rate(read, before[2]),
-                "disk_write_bytes_per_s": rate(write, before[3]),
-            }
-            before = (now, cpu, read, write)
+        record, before = measure(runner, me, node, gpus, before)
+        if record is not None:
             tmp = os.path.join(task_dir, f"metrics.json.{me}")
             with open(tmp, "w") as f:
                 json.dump(record, f)
             os.replace(tmp, os.path.join(task_dir, "metrics.json"))
-        time.sleep(interval if procs else 0.2)  # the task's process may not be forked yet
+        time.sleep(interval if record is not None else 0.2)  # the task's process may not be forked yet
 
 
 if __name__ == "__main__":

@@ -206,18 +206,17 @@ def job_counts_by_state(session: Session) -> dict[str, int]:
 def oldest_wait_by_vc(session: Session) -> dict[str, datetime]:
     """Per VC, since when its longest-waiting job has waited: its submission, or for a job
     requeued after an attempt (preempted, retried, lost), the end of its latest attempt."""
+    # Correlated, so that only waiting jobs' attempts are read (by the job's index), not
+    # every attempt the store holds.
     last_end = (
-        select(AttemptRow.job_id, func.max(AttemptRow.finished_at).label("ended"))
-        .group_by(AttemptRow.job_id)
-        .subquery()
+        select(func.max(AttemptRow.finished_at)).where(AttemptRow.job_id == JobRow.id).scalar_subquery()
     )
     query = (
-        select(JobRow.vc, func.min(func.coalesce(last_end.c.ended, JobRow.submitted_at)))
-        .outerjoin(last_end, last_end.c.job_id == JobRow.id)
+        select(JobRow.vc, func.min(func.coalesce(last_end, JobRow.submitted_at)))
         .where(JobRow.state == JobState.WAITING)
         .group_by(JobRow.vc)
     )
-    return {vc: since for vc, since in session.execute(query)}
+    return {vc: since for vc, since in session.execute(query) if since is not None}
 
 
 def holding_job_attempt_spans(session: Session) -> list[tuple[int, str, str, datetime | None, datetime | None]]:

@@ -9,7 +9,7 @@ module only reads and writes them.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -21,6 +21,10 @@ from trainyard.core.states import TaskState
 from trainyard.store.rows import AttemptRow, NodeSampleRow, TaskRow, TaskSampleRow
 
 RAW = 0  # the ``step`` of a raw sample
+# Rows fetched at a time by the queries that read a row per node or task with JSON in it:
+# fetched all at once, thousands of decoded lists and dicts live together, long enough for
+# the garbage collector to promote them and then walk every object of the process.
+STREAM_ROWS = 200
 
 SampleRow = NodeSampleRow | TaskSampleRow
 
@@ -51,7 +55,9 @@ def _newest_node_samples(since: datetime, *what: Any) -> Select[Any]:
     return (
         select(*what)
         .join(newest, (NodeSampleRow.node == newest.c.node) & (NodeSampleRow.at == newest.c.at))
-        .where(NodeSampleRow.step == RAW)
+        # Implied by the join, but said for the planner: without it the outer side reads every
+        # raw row (an hour's worth) rather than the last few rounds.
+        .where(NodeSampleRow.step == RAW, NodeSampleRow.at >= since)
         .order_by(NodeSampleRow.node)
     )
 
@@ -61,13 +67,15 @@ def latest_node_samples(session: Session, since: datetime) -> list[NodeSampleRow
     return list(session.scalars(_newest_node_samples(since, NodeSampleRow)))
 
 
-def latest_node_figures(session: Session, since: datetime) -> list[Row[Any]]:
+def latest_node_figures(session: Session, since: datetime) -> Iterator[Row[Any]]:
     """What ``/metrics`` shows of each node's newest raw sample (as ``latest_node_samples``):
     (node, cpu_pct, memory_used_mb, disk_used_pct, gpus) as plain rows, since a page about
-    thousands of nodes cannot afford an ORM object per row."""
+    thousands of nodes cannot afford an ORM object per row. Rows come one at a time (read
+    them while the session is open), each row's GPUs decoded as it comes: the caller keeps
+    what it needs, not thousands of decoded dicts at once."""
     columns = (NodeSampleRow.node, NodeSampleRow.cpu_pct, NodeSampleRow.memory_used_mb,
                NodeSampleRow.disk_used_pct, NodeSampleRow.gpus)
-    return list(session.execute(_newest_node_samples(since, *columns)))
+    return iter(session.execute(_newest_node_samples(since, *columns).execution_options(yield_per=STREAM_ROWS)))
 
 
 def latest_task_samples(session: Session, since: datetime) -> list[TaskSampleRow]:
@@ -102,7 +110,7 @@ def _newest_task_samples(since: datetime, *what: Any) -> Select[Any]:
             & (TaskSampleRow.index == newest.c.index)
             & (TaskSampleRow.at == newest.c.at),
         )
-        .where(TaskSampleRow.step == RAW)
+        .where(TaskSampleRow.step == RAW, TaskSampleRow.at >= since)  # for the planner, as above
         .order_by(TaskSampleRow.job_id, TaskSampleRow.role, TaskSampleRow.index)
     )
 

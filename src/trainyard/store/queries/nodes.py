@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NamedTuple
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import TaskState
+from trainyard.store.queries.decoded import as_text, device_models
 from trainyard.store.rows import NodeRow, TaskRow
 
 UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
@@ -53,7 +54,20 @@ def unfinished_task_usage(session: Session) -> list[tuple[str, list[list[int]], 
     return [(node, gpus, cpu, memory) for node, gpus, cpu, memory in session.execute(query)]
 
 
-def node_gpus(session: Session) -> list[tuple[str, list[dict[str, Any]], bool]]:
-    """(name, GPUs, schedulable: as the backend reports and not cordoned) of every node, by name."""
-    query = select(NodeRow.name, NodeRow.gpus, NodeRow.schedulable, NodeRow.cordoned).order_by(NodeRow.name)
-    return [(name, gpus, schedulable and not cordoned) for name, gpus, schedulable, cordoned in session.execute(query)]
+class NodeGpus(NamedTuple):
+    name: str
+    gpus: tuple[tuple[int, str], ...]  # (device index, model) of each GPU
+    schedulable: bool  # as the backend reports, and not cordoned
+
+
+def node_gpus(session: Session) -> list[NodeGpus]:
+    """Every node's GPUs and whether it takes work, by name. The GPUs come as tuples decoded
+    once per distinct stored list (``decoded``), not as fresh dicts: ``GET /metrics`` reads
+    every node on every scrape."""
+    query = select(
+        NodeRow.name, as_text(NodeRow.gpus), NodeRow.schedulable, NodeRow.cordoned
+    ).order_by(NodeRow.name)
+    return [
+        NodeGpus(name, device_models(gpus), schedulable and not cordoned)
+        for name, gpus, schedulable, cordoned in session.execute(query)
+    ]

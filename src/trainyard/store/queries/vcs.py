@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import JobState, TaskState
+from trainyard.store.queries.decoded import as_text, gpu_shares
 from trainyard.store.rows import (
     GroupRow,
     JobRow,
@@ -35,14 +38,25 @@ def all_vc_quotas(session: Session) -> list[VcQuotaRow]:
     return list(session.scalars(select(VcQuotaRow)))
 
 
-def gpus_held_by_vc(session: Session) -> list[tuple[str, str, list[list[int]]]]:
-    """(VC, priority, GPU shares) of every unfinished task."""
+class HeldShares(NamedTuple):
+    """What one unfinished task holds, and whose it is."""
+
+    node: str
+    vc: str
+    priority: str
+    gpus: tuple[tuple[int, int], ...]  # (device index, milli) of each share, as ``TaskRow.gpus``
+
+
+def held_gpu_shares(session: Session) -> list[HeldShares]:
+    """(node, VC, priority, GPU shares) of every unfinished task: one read serves both what
+    nodes have allocated and what VCs use (``GET /metrics`` needs both). Shares come as
+    tuples decoded once per distinct stored list (``decoded``), not as fresh lists."""
     query = (
-        select(JobRow.vc, JobRow.priority, TaskRow.gpus)
+        select(TaskRow.node, JobRow.vc, JobRow.priority, as_text(TaskRow.gpus))
         .join(TaskRow, TaskRow.job_id == JobRow.id)
         .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
     )
-    return [(vc, priority, gpus) for vc, priority, gpus in session.execute(query)]
+    return [HeldShares(node, vc, priority, gpu_shares(gpus)) for node, vc, priority, gpus in session.execute(query)]
 
 
 def waiting_jobs_by_vc(session: Session) -> dict[str, int]:
