@@ -466,6 +466,17 @@ class Client:
         response = self._request("DELETE", f"/users/{_seg(name)}", params={"force": _flag(force)})
         return self._parse(RemovalResult, response.content)
 
+    def set_password(self, name: str, password: str, *, current: str | None = None) -> UserView:
+        """Set a portal password: your own (``current``: the one you have, if any), or (admin)
+        anyone's. The user's browser sessions are signed out."""
+        body = {"password": password} | ({"current": current} if current is not None else {})
+        response = self._request("PUT", f"/users/{_seg(name)}/password", json=body)
+        return self._parse(UserView, response.content)
+
+    def clear_password(self, name: str) -> UserView:
+        """Remove a user's portal password (admin): they sign in with a token until one is set."""
+        return self._parse(UserView, self._request("DELETE", f"/users/{_seg(name)}/password").content)
+
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:

@@ -3,6 +3,7 @@ what they print, what a refusal says, and where a new token should go."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 from api.harness import Api
 
 from trainyard.cli.admin_commands import TOKEN_FILE_HINT, private_file_hint
-from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR
+from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_USAGE
 
 Yard = Callable[..., tuple[int, str, str]]  # the `yard` fixture (conftest.py)
 JOB = "name: j\ndefaults: {virtualCluster: VC}\ntaskRoles:\n  m:\n    commands: ['sleep 600']\n"
@@ -109,3 +110,30 @@ def test_vc_delete_vc_revoke_and_group_remove_refuse_then_force(api: Api, yard: 
     code, _, err = yard("vc", "delete", "default", token=api.admin_token)
     assert code == EXIT_ERROR and "'default' is built in" in err
     assert yard("vc", "delete", "default")[0] == EXIT_AUTH  # alice is no admin
+
+
+def test_user_passwd_reads_stdin_asks_the_current_one_after_the_first_and_admins_reset(
+        api: Api, yard: Yard, monkeypatch) -> None:
+    def passwd(*args: str, stdin: str, token: str | None = None) -> tuple[int, str, str]:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+        return yard("user", "passwd", *args, "--password-stdin", token=token)
+
+    assert passwd(stdin="first password\n") == (
+        0, "password of alice set: sign in to the portal with it; their browser sessions ended\n", "")
+    code, _, err = passwd(stdin="second password\n")  # she has one now: the current comes first
+    assert code == EXIT_USAGE and "give the current one on the line before it" in err
+    code, _, err = passwd(stdin="wrong one\nsecond password\n")
+    assert code == EXIT_AUTH and "the current password is wrong" in err
+    assert passwd(stdin="first password\nsecond password\n")[0] == 0
+    code, _, err = passwd("admin", stdin="takeover password\n")
+    assert code == EXIT_AUTH and "only an admin may set another user's password" in err
+    assert passwd("alice", stdin="reset by admin\n", token=api.admin_token)[1].startswith("password of alice set")
+    code, out, _ = yard("user", "passwd", "alice", "--clear", token=api.admin_token)
+    assert code == 0 and out.startswith("removed alice's password")
+    assert yard("whoami", "--json")[1].count('"hasPassword": false') == 1
+
+
+def test_user_passwd_without_a_terminal_or_stdin_says_how(yard: Yard, monkeypatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    code, _, err = yard("user", "passwd")
+    assert code == EXIT_USAGE and "give the password with --password-stdin" in err

@@ -53,13 +53,18 @@ def chromium() -> Iterator[Any]:
 @pytest.fixture
 def browser_page(chromium, request: pytest.FixtureRequest) -> Iterator[Any]:
     """A fresh browser context (no cookies) and page; its screenshot is saved at the end,
-    pass or fail. Browser errors in the page's scripts fail the test."""
+    pass or fail. Browser errors in the page's scripts fail the test, and so do failed
+    requests, except the statuses a test names with ``@pytest.mark.refused_statuses(403)``
+    (a test that checks a refusal)."""
     context = chromium.new_context(viewport={"width": 1360, "height": 900})
     page = context.new_page()
     page.set_default_timeout(20_000)
     script_errors: list[str] = []
     page.on("pageerror", lambda error: script_errors.append(str(error)))
-    page.on("console", lambda msg: script_errors.append(msg.text) if msg.type == "error" else None)
+    marker = request.node.get_closest_marker("refused_statuses")
+    expected = tuple(f"the server responded with a status of {code} " for code in (marker.args if marker else ()))
+    page.on("console", lambda msg: script_errors.append(msg.text)
+            if msg.type == "error" and not any(status in msg.text for status in expected) else None)
     try:
         yield page
     finally:

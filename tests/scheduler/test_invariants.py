@@ -10,11 +10,11 @@ from __future__ import annotations
 import random
 import re
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from hypothesis import given, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from scheduler_world import World, check_capacity, check_gangs, node, snapshot
+from scheduler_world import World, check_capacity, check_gangs, describe, node, snapshot
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.capacity import Tentative
@@ -25,6 +25,7 @@ from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.scorers.registry import SCORERS, scorer_for
 from trainyard.scheduler.snapshot import (
     Decisions,
+    NodeState,
     PendingJob,
     PendingReason,
     RunningJob,
@@ -39,8 +40,25 @@ GPU_REQUESTS = (0, 250, 500, 1000, 1000, 2000, 4000, 8000)
 SLICES = (0.0, 10.0, 1800.0)  # time-sharing's slice: turns at every cycle, every other, never
 
 
+@dataclass(frozen=True)
+class Scenario:
+    """What a strategy draws: a cluster and a timed stream of submissions. Immutable, so
+    that hypothesis prints a falsifying example as drawn (``run`` builds a fresh ``World``
+    from it, which the simulation then changes)."""
+
+    nodes: tuple[NodeState, ...]
+    vcs: tuple[VirtualCluster, ...]
+    config: SchedulerConfig
+    user_quotas: dict[tuple[str, int], int]
+    submissions: tuple[tuple[int, PendingJob, float], ...]  # (step, job, true duration)
+    advances: tuple[float, ...]  # seconds after each cycle
+
+    def world(self) -> World:
+        return World(self.nodes, vcs=self.vcs, config=self.config, user_quotas=self.user_quotas)
+
+
 @st.composite
-def worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float]]:
+def worlds(draw) -> Scenario:
     """A cluster, VCs, quotas and a timed stream of submissions."""
     nodes = []
     for i in range(draw(st.integers(1, 5))):
@@ -73,7 +91,6 @@ def worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float
         scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()),
         timeshare=draw(st.booleans()), time_slice=draw(st.sampled_from(SLICES)),
     )
-    world = World(tuple(nodes), vcs=vcs, config=config, user_quotas=user_quotas)
     submissions = []
     for j in range(draw(st.integers(1, 14))):
         tasks = tuple(
@@ -102,11 +119,11 @@ def worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float
         )
         submissions.append((step, job, draw(st.sampled_from((5.0, 20.0, 1000.0)))))
     advances = draw(st.lists(st.sampled_from((0.0, 5.0, 10.0, 40.0)), min_size=4, max_size=6))
-    return world, submissions, advances
+    return Scenario(tuple(nodes), vcs, config, user_quotas, tuple(submissions), tuple(advances))
 
 
 @st.composite
-def busy_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float]]:
+def busy_worlds(draw) -> Scenario:
     """Opportunistic work fills the cluster first; guaranteed work then has to reclaim it,
     and higher priorities arrive after lower ones (preemption-heavy)."""
     nodes = [node(f"n{i}", 8, groups=2) for i in range(draw(st.integers(1, 3)))]
@@ -115,7 +132,6 @@ def busy_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[
         for name in ("vision", "nlp")[: draw(st.integers(1, 2))]
     )
     config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))), time_slice=draw(st.sampled_from(SLICES)))
-    world = World(tuple(nodes), vcs=vcs, config=config)
     submissions = []
     for j in range(draw(st.integers(2, 12))):
         step = draw(st.integers(0, 4))
@@ -126,11 +142,11 @@ def busy_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[
         job = PendingJob(j + 1, rank, float(step * 10 + j), tasks, "", vc, suspendable=draw(st.booleans()))
         submissions.append((step, job, 1000.0))
     advances = draw(st.lists(st.sampled_from((5.0, 10.0, 20.0, 40.0)), min_size=5, max_size=7))
-    return world, submissions, advances
+    return Scenario(tuple(nodes), vcs, config, {}, tuple(submissions), tuple(advances))
 
 
 @st.composite
-def crowded_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float]]:
+def crowded_worlds(draw) -> Scenario:
     """Mostly suspendable jobs of few priorities crowd a small cluster with short time
     slices: they take turns (time-sharing-heavy), beside priority preemption and reclaim."""
     nodes = [node(f"n{i}", 8, groups=2) for i in range(draw(st.integers(1, 2)))]
@@ -140,7 +156,6 @@ def crowded_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], li
     )
     scorer = draw(st.sampled_from(sorted(SCORERS)))
     config = SchedulerConfig(scorer=scorer, time_slice=draw(st.sampled_from(SLICES[:2])))
-    world = World(tuple(nodes), vcs=vcs, config=config)
     vc_names = [v.name for v in vcs] or ["default", "other"]
     submissions = []
     for j in range(draw(st.integers(3, 12))):
@@ -153,17 +168,23 @@ def crowded_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], li
         )
         submissions.append((step, job, 1000.0))
     advances = draw(st.lists(st.sampled_from((5.0, 10.0, 20.0)), min_size=5, max_size=7))
-    return world, submissions, advances
+    return Scenario(tuple(nodes), vcs, config, {}, tuple(submissions), tuple(advances))
 
 
-def run(world: World, submissions, advances) -> list[tuple[Snapshot, Decisions]]:
+def run(scenario: Scenario) -> list[tuple[Snapshot, Decisions]]:
+    """Each cycle's snapshot and decisions. A failing example prints the scenario and each
+    cycle's world (``describe``) as notes: under pytest, hypothesis 6.155 prints every
+    argument of a falsifying example empty here (``scenario=,``, even an integer's)."""
+    note(f"scenario: {scenario!r}")
+    world = scenario.world()
     seen = []
-    for step, seconds in enumerate(advances):
-        for at, job, duration in submissions:
+    for step, seconds in enumerate(scenario.advances):
+        for at, job, duration in scenario.submissions:
             if at == step:
                 world.submit(job, duration)
         before = world.snapshot()
         decisions = world.cycle()
+        note(f"cycle {step}: {describe(world)}")
         seen.append((before, decisions))
         world.advance(seconds)
     return seen
@@ -261,7 +282,7 @@ def permuted(s: Snapshot, seed: int) -> Snapshot:
 @settings(max_examples=200, deadline=None)
 @given(st.one_of(worlds(), busy_worlds(), crowded_worlds()))
 def test_every_cycle_keeps_capacity_gangs_quotas_and_preemption_rules(scenario) -> None:
-    for s, d in run(*scenario):
+    for s, d in run(scenario):
         check_capacity(s, d)
         check_gangs(s, d)
         check_quotas(s, d)
@@ -271,7 +292,7 @@ def test_every_cycle_keeps_capacity_gangs_quotas_and_preemption_rules(scenario) 
 @settings(max_examples=100, deadline=None)
 @given(st.one_of(worlds(), busy_worlds(), crowded_worlds()), st.integers(0, 1000))
 def test_the_same_snapshot_gives_the_same_decisions_whatever_the_input_order(scenario, seed) -> None:
-    for s, d in run(*scenario):
+    for s, d in run(scenario):
         assert schedule(s) == d
         assert schedule(permuted(s, seed)) == d
 
@@ -281,7 +302,7 @@ def test_the_same_snapshot_gives_the_same_decisions_whatever_the_input_order(sce
 def test_time_sharing_changes_nothing_while_no_job_is_suspendable(scenario) -> None:
     """The live controller sends no job as suspendable and no attained service until the
     suspend contract exists: every decision is then what it was without time-sharing."""
-    for s, _ in run(*scenario):
+    for s, _ in run(scenario):
         plain = replace(
             s,
             pending=tuple(replace(j, suspendable=False, attained_service=0.0) for j in s.pending),
@@ -330,7 +351,7 @@ def cell_state(cells: Cells) -> tuple[object, ...]:
 @settings(max_examples=100, deadline=None)
 @given(st.one_of(worlds(), busy_worlds()))
 def test_cell_indexes_follow_their_owners_and_a_discarded_try_leaves_every_cell_as_it_was(scenario) -> None:
-    for s, _ in run(*scenario):
+    for s, _ in run(scenario):
         ledger = Ledger(s)
         cells = ledger.cells
         check_cell_indexes(cells)

@@ -221,7 +221,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
         job_dir_retention_seconds=settings.job_dir_retention_seconds, monitor_retention=settings.retention,
-        monitor_interval_seconds=settings.monitor_interval_seconds,
+        monitor_interval_seconds=settings.monitor_interval_seconds, usage_days_keep_days=settings.usage_days_keep_days,
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,

@@ -4,6 +4,7 @@ users and their tokens, and cluster administration."""
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import stat
 import sys
@@ -13,7 +14,7 @@ from typing import IO
 from pydantic import BaseModel
 
 from trainyard.cli import render
-from trainyard.client import Client
+from trainyard.client import Client, UsageError
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
 from trainyard.schemas.admin import RemovalResult, VcView
 
@@ -51,6 +52,8 @@ def cmd_user(client: Client, args: argparse.Namespace) -> int:
     elif args.action == "enable":
         result = client.enable_user(args.name)
         text = f"enabled user {args.name}: their tokens work again"
+    elif args.action == "passwd":
+        result, text = _passwd(client, args)
     elif args.action == "delete":
         removed = client.delete_user(args.name, force=args.force)
         result = removed
@@ -64,6 +67,37 @@ def cmd_user(client: Client, args: argparse.Namespace) -> int:
                               render.when(u.createdAt)] for u in users])
     render.print_json(result) if args.json else print(text)
     return 0
+
+
+def _passwd(client: Client, args: argparse.Namespace) -> tuple[BaseModel, str]:
+    """``yard user passwd [NAME]``: your own password (asking the current one if you have
+    one), or, for an admin, anyone's; ``--clear`` removes it."""
+    if args.clear:
+        if not args.name:
+            raise UsageError("--clear needs the user's name: `yard user passwd NAME --clear` (admin)")
+        user = client.clear_password(args.name)
+        return user, f"removed {user.name}'s password: they sign in with a token; their browser sessions ended"
+    me = client.me()
+    name = args.name or me.name
+    needs_current = name == me.name and me.hasPassword
+    if args.password_stdin:
+        # One line: the new password; changing your own existing one: the current, then the new.
+        lines = sys.stdin.read().splitlines()
+        want = 2 if needs_current else 1
+        if len(lines) < want:
+            raise UsageError("--password-stdin reads the new password from one line"
+                             + ("; you have a password: give the current one on the line before it"
+                                if needs_current else ""))
+        current, new = (lines[0], lines[1]) if needs_current else (None, lines[0])
+    else:
+        if not sys.stdin.isatty():
+            raise UsageError("not on a terminal: give the password with --password-stdin")
+        current = getpass.getpass("Current password: ") if needs_current else None
+        new = getpass.getpass(f"New password for {name}: ")
+        if getpass.getpass("Again: ") != new:
+            raise UsageError("the two passwords differ; nothing was changed")
+    user = client.set_password(name, new, current=current)
+    return user, f"password of {user.name} set: sign in to the portal with it; their browser sessions ended"
 
 
 def cmd_token(client: Client, args: argparse.Namespace) -> int:

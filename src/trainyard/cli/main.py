@@ -176,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     q = user_sub.add_parser("enable", help="accept a disabled user's tokens again")
     q.add_argument("name")
     _json_flag(q)
+    q = user_sub.add_parser("passwd", help="set your portal password, or (admin) reset anyone's",
+                            description="Set a password for the web portal's sign-in: your own (asked twice, "
+                            "after your current one if you have one), or as an admin anyone's. The user's "
+                            "browser sessions are signed out; tokens keep working.")
+    q.add_argument("name", nargs="?", help="whose password (admins; default: yours)")
+    q.add_argument("--password-stdin", action="store_true",
+                   help="read the new password from stdin's first line (changing your own existing one: "
+                   "the current on the first line, the new on the second)")
+    q.add_argument("--clear", action="store_true", help="remove NAME's password: token sign-in only (admin)")
+    _json_flag(q)
     q = user_sub.add_parser("delete", help="delete a user (refused while they have waiting or running jobs)")
     q.add_argument("name")
     q.add_argument("--force", action="store_true", help="stop their waiting and running jobs instead of refusing")

@@ -15,6 +15,7 @@ from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, RetentionTier, p
 # A week: long enough to fetch a finished job's checkpoints and results from its directory.
 DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_MONITOR_INTERVAL_SECONDS = 10.0
+DEFAULT_USAGE_DAYS_KEEP_DAYS = 400  # a year of usage reports, and a month to spare
 
 
 def default_home() -> Path:
@@ -101,6 +102,11 @@ class Settings(BaseSettings):
         description="How long the monitoring history is kept, finest first: RESOLUTION:KEEP tiers; the default "
         "keeps raw samples 1 hour, per-minute averages 1 day, per-10-minute averages 30 days (see "
         "docs/architecture.md for the size it takes)",
+    )
+    usage_days_keep_days: int = Field(
+        default=DEFAULT_USAGE_DAYS_KEEP_DAYS, ge=1,
+        description="How many days each task's daily usage totals are kept (they outlive the monitoring history, "
+        "so that `yard usage` over a year still has its measured figures; one row per task per day)",
     )
     backend: Literal["local", "slurm"] = Field(
         default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"

@@ -7,7 +7,15 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from trainyard.portal import pages_account, pages_home, pages_submit
+from trainyard.portal import (
+    pages_account,
+    pages_cluster,
+    pages_home,
+    pages_submit,
+    pages_usage,
+    pages_users,
+    pages_vcs,
+)
 from trainyard.portal.auth import CrossSiteRefused, PageForbidden, SignInRequired, sign_in_url
 from trainyard.portal.templating import SECURITY_HEADERS, STATIC, render
 
@@ -28,7 +36,7 @@ def error_page(request: Request, status: int, message: str) -> HTMLResponse:
 
 def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="static")
-    for module in (pages_account, pages_home, pages_submit):
+    for module in (pages_account, pages_home, pages_submit, pages_cluster, pages_vcs, pages_users, pages_usage):
         app.include_router(module.router, include_in_schema=False)
 
     @app.exception_handler(SignInRequired)

@@ -1,4 +1,4 @@
-"""Signing in and out, and the signed-in user's own password.
+"""Signing in and out, and the signed-in user's own password and tokens.
 
 Sign-in takes a user name and password, or a token (for users without a password, and for
 the admin's first visit: the token in ``$TRAINYARD_HOME/client.json``). Failed tries are
@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Form, Request
+from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
+from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext, context
 from trainyard.portal.auth import COOKIE, Action, Page, Viewer, optional_viewer, same_origin
 from trainyard.portal.templating import SECURITY_HEADERS, render
-from trainyard.services import passwords, web_sessions
+from trainyard.schemas.users import TokenResponse
+from trainyard.services import auth, passwords, web_sessions
 from trainyard.services.errors import ServiceError
+from trainyard.services.views import token_view
 from trainyard.services.web_sessions import LIFETIME_SECONDS, SignedIn
 
 router = APIRouter()
@@ -87,13 +90,24 @@ def sign_out(request: Request, viewer: Action, ctx: Ctx) -> Response:
     return response
 
 
+def _account(request: Request, viewer: Viewer, ctx: AppContext, *, status_code: int = 200,
+             errors: dict[str, str] | None = None, notice: str | None = None,
+             new_token: TokenResponse | None = None, error: str | None = None) -> Response:
+    with ctx.db.session() as session:
+        tokens = [token_view(t) for t in auth.list_tokens(session, viewer.user)]
+    return render(request, "account.html", status_code=status_code, user=viewer.user,
+                  web_session=viewer.web_session, errors=errors or {}, notice=notice, tokens=tokens,
+                  new_token=new_token, error=error)
+
+
 @router.get("/account")
-def account_page(request: Request, viewer: Page) -> Response:
-    return render(request, "account.html", user=viewer.user, web_session=viewer.web_session)
+def account_page(request: Request, viewer: Page, ctx: Ctx) -> Response:
+    return _account(request, viewer, ctx)
 
 
 @router.post("/account/password")
 async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Response:
+    """Set one's own password; the user's other browser sessions are signed out."""
     form = await request.form()
     current, new, again = (str(form.get(k, "")) for k in ("current", "password", "again"))
     errors: dict[str, str] = {}
@@ -102,14 +116,43 @@ async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Respons
     else:
         def change() -> None:
             with ctx.db.session() as session:
-                passwords.set_password(session, viewer.user, None, new, current=current)
+                web_sessions.change_password(session, viewer.user, None, new, current=current,
+                                             keep=viewer.web_session)
         try:
             await run_in_threadpool(change)
         except ServiceError as exc:
             for item in exc.details or [{"path": "password", "message": exc.message}]:
                 errors[item["path"]] = exc.message
     if errors:
-        return render(request, "account.html", status_code=422, user=viewer.user, web_session=viewer.web_session,
-                      errors=errors)
-    return render(request, "account.html", user=viewer.user, web_session=viewer.web_session,
-                  notice="your password is changed")
+        return await run_in_threadpool(_account, request, viewer, ctx, status_code=422, errors=errors)
+    # Re-read: the page says whether the user has a password now.
+    return await run_in_threadpool(_account, request, _refreshed(viewer, ctx), ctx,
+                                   notice="your password is changed")
+
+
+def _refreshed(viewer: Viewer, ctx: AppContext) -> Viewer:
+    with ctx.db.session() as session:
+        return Viewer(auth.get_user(session, viewer.user.name), viewer.web_session)
+
+
+@router.post("/account/tokens")
+def create_token(request: Request, viewer: Action, ctx: Ctx,
+                 name: Annotated[str, Form(max_length=128)] = "") -> Response:
+    """A new token of one's own, shown in this answer only."""
+    with ctx.db.session() as session:
+        token, owner = auth.issue_token(session, viewer.user, for_user=None, name=name, clock=ctx.clock)
+        created = TokenResponse(token=token, user=owner.name)
+    return _account(request, viewer, ctx, new_token=created)
+
+
+@router.post("/account/tokens/{token_id}/revoke")
+def revoke_token(request: Request, token_id: Annotated[int, Path(ge=1, le=MAX_ID)], viewer: Action,
+                 ctx: Ctx) -> Response:
+    try:
+        with ctx.db.session() as session:
+            token = auth.revoke_token(session, viewer.user, token_id)
+            what = f"revoked token {token.id} ({token.prefix}…): it is refused from now on"
+    except ServiceError as exc:
+        return _account(request, viewer, ctx, status_code=exc.status, error=exc.message)
+    ctx.tokens.forget(user_ids=[viewer.user.id])
+    return _account(request, viewer, ctx, notice=what)

@@ -284,8 +284,8 @@ def _hold(cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive:
         rebound.discard()
         plan = Tentative()
         ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
-    else:
-        ledger.cells.planned.update(bound)  # its cells are its own until it starts
+    else:  # its cells are its own until it starts (not those an attempt bound and undid)
+        ledger.cells.planned.update(c for c in bound if ledger.cells.owner.get(c) == job.vc)
     plan.commit()  # J's future placement stays held ...
     released.tentative.discard()  # ... and the victims hold theirs until they stop
     return placed

@@ -21,6 +21,12 @@ class CreateTokenRequest(RequestBody):
     name: str = text_field(128, default="", description="A note to recognise the token by")
 
 
+class PasswordRequest(RequestBody):
+    password: str = text_field(1024, description="The new password: 8 to 1024 characters")
+    current: str | None = text_field(1024, default=None,
+                                     description="Your current password, when you change your own and have one")
+
+
 class TokenResponse(BaseModel):
     token: str
     user: str
@@ -31,6 +37,7 @@ class UserView(BaseModel):
     admin: bool
     createdAt: datetime
     disabled: bool = Field(default=False, description="A disabled user's tokens are refused")
+    hasPassword: bool = Field(default=False, description="Whether they may sign in to the portal with a password")
 
 
 class TokenView(BaseModel):

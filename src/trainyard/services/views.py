@@ -166,9 +166,13 @@ def node_view(
     (a GPU the sample does not list was not measured, and has no usage)."""
     on_node = [t for t in tasks if t.node == row.name]
     sampled_gpus = {g["index"]: g for g in sample.gpus} if sample is not None else {}
+    held: dict[int, list[tuple[int, int]]] = {}  # GPU index -> (job, milli-GPUs), each task read once
+    for task in on_node:
+        for index, milli in task.gpus:
+            held.setdefault(index, []).append((task.job_id, milli))
     gpus = []
     for gpu in row.gpus:
-        holders = [(t.job_id, share[1]) for t in on_node for share in t.gpus if share[0] == gpu["index"]]
+        holders = held.get(gpu["index"], [])
         gpus.append(
             GpuView(
                 index=gpu["index"],
@@ -198,7 +202,8 @@ def node_view(
 
 
 def user_view(row: UserRow) -> UserView:
-    return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at, disabled=row.disabled)
+    return UserView(name=row.name, admin=row.is_admin, createdAt=row.created_at, disabled=row.disabled,
+                    hasPassword=row.password_hash is not None)
 
 
 def token_view(row: TokenRow) -> TokenView:

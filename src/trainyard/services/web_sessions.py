@@ -17,6 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
+from trainyard.services import passwords
 from trainyard.services.auth import authenticate, hash_token
 from trainyard.services.passwords import check_sign_in
 from trainyard.store.queries import users
@@ -87,10 +88,29 @@ def sign_out(session: Session, cookie: str) -> None:
         row.revoked = True
 
 
-def sign_out_everywhere(session: Session, user_id: int) -> int:
-    """End every session of a user (their password changed, or an admin asked); how many."""
+def sign_out_everywhere(session: Session, user_id: int, *, keep: int | None = None) -> int:
+    """End every session of a user (their password changed, or an admin asked) but ``keep``
+    (the session that changed it); how many."""
     rows = list(session.scalars(select(WebSessionRow).where(WebSessionRow.user_id == user_id,
                                                             WebSessionRow.revoked.is_(False))))
-    for row in rows:
+    ended = [row for row in rows if row.id != keep]
+    for row in ended:
         row.revoked = True
-    return len(rows)
+    return len(ended)
+
+
+def change_password(session: Session, caller: UserRow, name: str | None, new: str, *, current: str | None = None,
+                    keep: WebSessionRow | None = None) -> UserRow:
+    """Set a password as `passwords.set_password` allows, and end the user's other browser
+    sessions: whoever knew the old password (or stole a session) is signed out."""
+    target = passwords.set_password(session, caller, name, new, current=current)
+    sign_out_everywhere(session, target.id, keep=keep.id if keep is not None else None)
+    return target
+
+
+def clear_password(session: Session, caller: UserRow, name: str) -> UserRow:
+    """Remove a password (admin) and end the user's browser sessions: they sign in with a
+    token from now on."""
+    target = passwords.clear_password(session, caller, name)
+    sign_out_everywhere(session, target.id)
+    return target

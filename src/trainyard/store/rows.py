@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -335,6 +336,36 @@ class TaskSampleRow(Base):
     gpu_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     disk_read_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     disk_write_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class UsageDayRow(Base):
+    """A UTC day whose measured use is summed in ``task_usage_days`` (written with them, in
+    one transaction: a day is there whole or not at all)."""
+
+    __tablename__ = "usage_days"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    closed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    tasks: Mapped[int] = mapped_column(Integer)  # how many tasks had a measured second that day
+
+
+class TaskUsageDayRow(Base):
+    """One task's measured use over one closed UTC day: the sums ``measured_use`` makes of
+    its monitoring rows, clipped to the day. Not a foreign key to tasks: like the history,
+    it outlives what it describes."""
+
+    __tablename__ = "task_usage_days"
+    __table_args__ = (Index("ix_task_usage_days_job_day", "job_id", "day"),)
+
+    day: Mapped[date] = mapped_column(Date, ForeignKey("usage_days.day", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    role: Mapped[str] = mapped_column(String(64), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_seconds_used: Mapped[float] = mapped_column(Float)
+    gpu_seconds_measured: Mapped[float] = mapped_column(Float)
+    cpu_core_seconds_used: Mapped[float] = mapped_column(Float)
+    cpu_seconds_measured: Mapped[float] = mapped_column(Float)
 
 
 class AlertRuleRow(Base):

@@ -12,8 +12,15 @@ from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.admin import RemovalResult
 from trainyard.schemas.requests import NO_NUL
-from trainyard.schemas.users import CreateTokenRequest, CreateUserRequest, TokenResponse, TokenView, UserView
-from trainyard.services import auth, removal
+from trainyard.schemas.users import (
+    CreateTokenRequest,
+    CreateUserRequest,
+    PasswordRequest,
+    TokenResponse,
+    TokenView,
+    UserView,
+)
+from trainyard.services import auth, removal, web_sessions
 from trainyard.services.views import token_view, user_view
 from trainyard.store.rows import UserRow
 
@@ -86,6 +93,28 @@ def delete_user(
     ctx.tokens.forget(user_ids=[user_id])
     ctx.wake_controller()
     return result
+
+
+@router.put("/users/{name}/password", response_model=UserView, responses=errors(401, 403, 404, 413, 422))
+def set_password(name: PathName, body: PasswordRequest, user: User, ctx: Ctx) -> UserView:
+    """Set a password for signing in to the portal: your own (with ``current`` when you have
+    one), or anyone's for an admin (a reset: no current one needed). The user's browser
+    sessions are signed out; their tokens keep working."""
+    with ctx.db.session() as session:
+        view = user_view(target := web_sessions.change_password(session, user, name, body.password,
+                                                                current=body.current))
+    ctx.tokens.forget(user_ids=[target.id])  # `GET /me` says hasPassword at once
+    return view
+
+
+@router.delete("/users/{name}/password", response_model=UserView, responses=errors(401, 403, 404, 422))
+def clear_password(name: PathName, admin: Admin, ctx: Ctx) -> UserView:
+    """Remove a user's password (admin): they sign in with a token until one is set again,
+    and their browser sessions are signed out."""
+    with ctx.db.session() as session:
+        view = user_view(target := web_sessions.clear_password(session, admin, name))
+    ctx.tokens.forget(user_ids=[target.id])
+    return view
 
 
 @router.get("/tokens", response_model=list[TokenView], responses=errors(401, 403, 404, 422))

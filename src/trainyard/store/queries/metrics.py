@@ -45,13 +45,14 @@ def running_tasks(session: Session) -> list[tuple[TaskRow, int]]:
     return [(task, number) for task, number in session.execute(query)]
 
 
-def _newest_node_samples(since: datetime, *what: Any) -> Select[Any]:
-    newest = (
+def _newest_node_samples(since: datetime, *what: Any, nodes: Collection[str] | None = None) -> Select[Any]:
+    newest_query = (
         select(NodeSampleRow.node, func.max(NodeSampleRow.at).label("at"))
         .where(NodeSampleRow.step == RAW, NodeSampleRow.at >= since)
-        .group_by(NodeSampleRow.node)
-        .subquery()
     )
+    if nodes is not None:
+        newest_query = newest_query.where(NodeSampleRow.node.in_(nodes))
+    newest = newest_query.group_by(NodeSampleRow.node).subquery()
     return (
         select(*what)
         .join(newest, (NodeSampleRow.node == newest.c.node) & (NodeSampleRow.at == newest.c.at))
@@ -62,9 +63,11 @@ def _newest_node_samples(since: datetime, *what: Any) -> Select[Any]:
     )
 
 
-def latest_node_samples(session: Session, since: datetime) -> list[NodeSampleRow]:
-    """Each node's newest raw sample taken at or after ``since``, by node name."""
-    return list(session.scalars(_newest_node_samples(since, NodeSampleRow)))
+def latest_node_samples(session: Session, since: datetime, nodes: Collection[str] | None = None
+                        ) -> list[NodeSampleRow]:
+    """Each node's (of ``nodes``; None: every node's) newest raw sample taken at or after
+    ``since``, by node name."""
+    return list(session.scalars(_newest_node_samples(since, NodeSampleRow, nodes=nodes)))
 
 
 def latest_node_figures(session: Session, since: datetime) -> Iterator[Row[Any]]:

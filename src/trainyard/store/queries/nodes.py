@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import TaskState
@@ -17,6 +18,12 @@ UNFINISHED = (TaskState.WAITING, TaskState.RUNNING)
 def all_nodes(session: Session) -> list[NodeRow]:
     """Every node, by name."""
     return list(session.scalars(select(NodeRow).order_by(NodeRow.name)))
+
+
+def nodes_page(session: Session, first: int, count: int) -> tuple[list[NodeRow], int]:
+    """``count`` nodes by name from position ``first`` (from 0), and how many nodes there are."""
+    total = session.scalar(select(func.count()).select_from(NodeRow)) or 0
+    return list(session.scalars(select(NodeRow).order_by(NodeRow.name).offset(first).limit(count))), total
 
 
 def node_named(session: Session, name: str) -> NodeRow | None:
@@ -41,9 +48,12 @@ def gpus_by_model(session: Session) -> dict[str, int]:
     return capacity
 
 
-def unfinished_tasks(session: Session) -> list[TaskRow]:
-    """Tasks that hold resources: placed and not yet ended."""
-    return list(session.scalars(select(TaskRow).where(TaskRow.state.in_(UNFINISHED))))
+def unfinished_tasks(session: Session, nodes: Collection[str] | None = None) -> list[TaskRow]:
+    """Tasks that hold resources: placed and not yet ended (on ``nodes``; None: anywhere)."""
+    query = select(TaskRow).where(TaskRow.state.in_(UNFINISHED))
+    if nodes is not None:
+        query = query.where(TaskRow.node.in_(nodes))
+    return list(session.scalars(query))
 
 
 def unfinished_task_usage(session: Session) -> list[tuple[str, list[list[int]], int, int]]:

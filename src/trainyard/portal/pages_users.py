@@ -1,0 +1,235 @@
+"""The users page (admins): users with their state, password and tokens; creating,
+disabling, enabling and deleting users, resetting passwords, issuing and revoking anyone's
+tokens; groups and their members; per-user GPU quotas.
+
+Every change calls the service ``api/routers/users.py`` or ``admin.py`` calls. A new
+token is shown once, in the answer to the request that made it, and never again.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Form, Path, Query, Request
+from fastapi.responses import Response
+
+from trainyard.api.bodies import MAX_ID, PathName
+from trainyard.api.deps import AppContext, context
+from trainyard.core.priorities import PRIORITY_NAMES
+from trainyard.portal.auth import AdminAction, AdminPage, Viewer
+from trainyard.portal.changes import refusal_values, removal_notice
+from trainyard.portal.templating import render
+from trainyard.schemas.requests import NO_NUL
+from trainyard.schemas.users import TokenResponse
+from trainyard.services import admin, auth, removal, web_sessions
+from trainyard.services.errors import Invalid, ServiceError
+from trainyard.services.views import token_view, user_quota_view, user_view
+
+router = APIRouter()
+
+Ctx = Annotated[AppContext, Depends(context)]
+Flag = Annotated[bool, Form()]
+Password = Annotated[str, Form(max_length=1024)]
+UserName = Annotated[str, Form(max_length=64)]
+TOKENS_SHOWN = 100  # the newest; a bigger list is asked per user
+
+
+def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
+          failed: ServiceError | None = None, retry: dict[str, str] | None = None,
+          new_token: TokenResponse | None = None, form: dict[str, str] | None = None,
+          tokens_of: str | None = None) -> Response:
+    with ctx.db.session() as session:
+        users = [user_view(u) for u in auth.list_users(session)]
+        groups = admin.list_groups(session)
+        quotas = [user_quota_view(u, p, m) for u, p, m in admin.list_user_quotas(session)]
+        every = auth.list_tokens(session, viewer.user, for_user=tokens_of, every_user=not tokens_of)
+        tokens = [token_view(t) for t in every[-TOKENS_SHOWN:]]
+    return render(request, "users.html", user=viewer.user, web_session=viewer.web_session,
+                  status_code=failed.status if failed else 200, users=users,
+                  groups=[(g.name, members) for g, members in groups], quotas=quotas, tokens=tokens,
+                  tokens_total=len(every), tokens_of=tokens_of, priorities=PRIORITY_NAMES, new_token=new_token,
+                  notice=notice, form=form or {}, **refusal_values(failed, retry))
+
+
+@router.get("/users")
+def users_page(request: Request, viewer: AdminPage, ctx: Ctx,
+               tokens: Annotated[str, Query(max_length=64, pattern=NO_NUL)] = "") -> Response:
+    """``tokens``: one user's tokens (default: everyone's, the newest ``TOKENS_SHOWN``)."""
+    return _page(request, viewer, ctx, tokens_of=tokens or None)
+
+
+@router.post("/users/account")
+def user_account(request: Request, viewer: AdminAction, ctx: Ctx, user: UserName,
+                 do: Annotated[str, Form(pattern="^(password|clear|token)$")], password: Password = "",
+                 token_name: Annotated[str, Form(max_length=128)] = "") -> Response:
+    """The page's one form for a user's password (reset or remove) and tokens (create)."""
+    if do == "token":
+        return issue_token(request, user, viewer, ctx, token_name)
+    if do == "clear":
+        return clear_password(request, user, viewer, ctx)
+    return reset_password(request, user, viewer, ctx, password)
+
+
+@router.post("/users")
+def create_user(request: Request, viewer: AdminAction, ctx: Ctx, name: UserName, admin_flag: Annotated[
+        bool, Form(alias="admin")] = False, password: Password = "") -> Response:
+    """A new user, with a first password if one is given (else they sign in with a token)."""
+    name = name.strip()
+    try:
+        with ctx.db.session() as session:
+            created = auth.create_user(session, name, is_admin=admin_flag, clock=ctx.clock)
+            if password:
+                web_sessions.change_password(session, viewer.user, created.name, password)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc, form={"name": name})
+    how = "a password" if password else "a token (issue one below)"
+    return _page(request, viewer, ctx, notice=f"created user {name}; they sign in with {how}")
+
+
+@router.post("/users/{name}/disable")
+def disable_user(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
+                 stop_jobs: Flag = False) -> Response:
+    try:
+        with ctx.db.session() as session:
+            result = removal.disable_user(session, name, stop_jobs=stop_jobs, by=viewer.user, clock=ctx.clock)
+            user_id = auth.get_user(session, name).id
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    ctx.tokens.forget(user_ids=[user_id])
+    ctx.wake_controller()
+    return _page(request, viewer, ctx, notice=removal_notice(result) + f"; {name} cannot sign in until enabled")
+
+
+@router.post("/users/{name}/enable")
+def enable_user(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx) -> Response:
+    try:
+        with ctx.db.session() as session:
+            user_id = removal.enable_user(session, name).id
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    ctx.tokens.forget(user_ids=[user_id])
+    return _page(request, viewer, ctx, notice=f"enabled user {name}: they may sign in again")
+
+
+@router.post("/users/{name}/delete")
+def delete_user(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, force: Flag = False) -> Response:
+    try:
+        with ctx.db.session() as session:
+            user_id = auth.get_user(session, name).id
+            result = removal.delete_user(session, name, force=force, by=viewer.user, clock=ctx.clock)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc, retry={"action": f"/users/{quote(name)}/delete"})
+    ctx.tokens.forget(user_ids=[user_id])
+    ctx.wake_controller()
+    return _page(request, viewer, ctx, notice=removal_notice(result))
+
+
+@router.post("/users/{name}/password")
+def reset_password(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
+                   password: Password) -> Response:
+    try:
+        with ctx.db.session() as session:
+            web_sessions.change_password(session, viewer.user, name, password, keep=viewer.web_session)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc, form={"user": name})
+    return _page(request, viewer, ctx, notice=f"set {name}'s password; their browser sessions ended")
+
+
+@router.post("/users/{name}/password/clear")
+def clear_password(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx) -> Response:
+    try:
+        with ctx.db.session() as session:
+            web_sessions.clear_password(session, viewer.user, name)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    return _page(request, viewer, ctx, notice=f"removed {name}'s password: they sign in with a token")
+
+
+@router.post("/users/{name}/tokens")
+def issue_token(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
+                note: Annotated[str, Form(alias="name", max_length=128)] = "") -> Response:
+    try:
+        with ctx.db.session() as session:
+            token, owner = auth.issue_token(session, viewer.user, for_user=name, name=note, clock=ctx.clock)
+            created = TokenResponse(token=token, user=owner.name)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    return _page(request, viewer, ctx, new_token=created)
+
+
+@router.post("/users/tokens/{token_id}/revoke")
+def revoke_token(request: Request, token_id: Annotated[int, Path(ge=1, le=MAX_ID)], viewer: AdminAction,
+                 ctx: Ctx) -> Response:
+    try:
+        with ctx.db.session() as session:
+            token = auth.revoke_token(session, viewer.user, token_id)
+            owner_id, what = token.user_id, f"revoked token {token.id} of {token.user.name} ({token.prefix}…)"
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    ctx.tokens.forget(user_ids=[owner_id])
+    return _page(request, viewer, ctx, notice=what)
+
+
+@router.post("/users/quotas")
+def set_quota(request: Request, viewer: AdminAction, ctx: Ctx, name: UserName,
+              priority: Annotated[str, Form(max_length=16)],
+              gpus: Annotated[str, Form(max_length=32)] = "") -> Response:
+    """At most ``gpus`` GPUs for the user at ``priority``; empty removes the limit."""
+    try:
+        limit = _gpus(gpus)
+        with ctx.db.session() as session:
+            admin.set_user_quota(session, name, priority=priority, gpus=limit)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    ctx.wake_controller()
+    said = f"at most {limit:g} GPUs" if limit is not None else "no limit"
+    return _page(request, viewer, ctx, notice=f"{name} at {priority}: {said}")
+
+
+def _gpus(text: str) -> float | None:
+    if not text.strip():
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1_000_000:
+        raise Invalid(f"GPUs must be a number from 0 to 1000000, or empty for no limit; got {text!r}",
+                      details=[{"path": "gpus", "message": "a number ≥ 0, or empty"}])
+    return value
+
+
+@router.post("/users/groups")
+def create_group(request: Request, viewer: AdminAction, ctx: Ctx,
+                 name: Annotated[str, Form(max_length=64)]) -> Response:
+    try:
+        with ctx.db.session() as session:
+            admin.create_group(session, name.strip(), clock=ctx.clock)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc, form={"group": name})
+    return _page(request, viewer, ctx, notice=f"created group {name.strip()}")
+
+
+@router.post("/users/groups/{group}/members")
+def add_member(request: Request, group: PathName, viewer: AdminAction, ctx: Ctx, name: UserName) -> Response:
+    try:
+        with ctx.db.session() as session:
+            admin.add_member(session, group, name)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    ctx.wake_controller()
+    return _page(request, viewer, ctx, notice=f"{name} is in group {group}")
+
+
+@router.post("/users/groups/{group}/members/remove")
+def remove_member(request: Request, group: PathName, viewer: AdminAction, ctx: Ctx, name: UserName,
+                  force: Flag = False) -> Response:
+    try:
+        with ctx.db.session() as session:
+            result = removal.remove_member(session, group, name, force=force, by=viewer.user, clock=ctx.clock)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc,
+                     retry={"action": f"/users/groups/{quote(group)}/members/remove", "name": name})
+    ctx.wake_controller()
+    return _page(request, viewer, ctx, notice=removal_notice(result))
