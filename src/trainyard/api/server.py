@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -144,12 +145,16 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
     scorer = settings.scheduler_scorer or DEFAULT_SCORER
     if scorer not in SCORERS:
         raise SystemExit(f"unknown scheduler_scorer {scorer!r}; use one of {', '.join(sorted(SCORERS))}")
-    return SchedulerConfig(
+    config = SchedulerConfig(
         scorer=scorer,
         backfill=settings.scheduler_backfill,
         drain_after=settings.backfill_drain_after_seconds,
         rack_label=settings.rack_label,
+        timeshare=settings.scheduler_timeshare,
     )
+    if settings.scheduler_time_slice_seconds is not None:
+        config = replace(config, time_slice=settings.scheduler_time_slice_seconds)
+    return config
 
 
 def build_backend(settings: Settings, cluster: str) -> Backend:

@@ -140,6 +140,18 @@ class Settings(BaseSettings):
         description="A reservation that waits for jobs without maxRunTimeSeconds holds GPUs only "
         "once its job has waited this long",
     )
+    scheduler_timeshare: bool = Field(
+        default=True,
+        description="Time-sharing: within a VC and a priority, jobs that declare they can be suspended take "
+        "turns, least attained service first (docs/scheduling.md); no effect on jobs that cannot",
+    )
+    # None: the scheduler's own default (``SchedulerConfig.time_slice``), as for the scorer.
+    scheduler_time_slice_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Time-sharing's minimum time slice: a job is suspended for another's turn no sooner than "
+        "this long after it (re)started; unset: the scheduler's default (1800 s)",
+    )
     local_gpu_groups: list[list[int]] | None = Field(
         default=None,
         description="GPU indices per PCIe/NUMA group, e.g. [[0,1,2,3],[4,5,6,7]]; default: NUMA nodes from NVML",
