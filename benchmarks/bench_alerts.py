@@ -29,6 +29,7 @@ from trainyard.services.auth import create_user
 from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import normalized_spec
 from trainyard.store.db import Database
+from trainyard.store.queries.metrics import add_samples
 from trainyard.store.rows import AttemptRow, JobRow, NodeRow, NodeSampleRow, TaskRow, TaskSampleRow
 
 TARGET_S = 0.3
@@ -67,10 +68,13 @@ def fill(db: Database, clock: FakeClock, jobs: int, minutes: int) -> None:
                 {"job_id": j, "attempt": 0, "role": "m", "index": 0, "node": f"n{(j - 1) // GPUS_PER_NODE}",
                  "at": at, "step": 0, "gpus_held": 1.0, "gpu_util_pct": 3.0 if j % 3 == 0 else 85.0}
                 for j in range(1, jobs + 1)])
-        session.execute(insert(NodeSampleRow), [
-            {"node": f"n{i}", "at": clock.now(), "step": 0, "disk_used_pct": 95.0 if i % 10 == 0 else 40.0,
-             "gpus": [{"index": g, "model": "A100", "healthy": True, "ecc_errors": 0} for g in range(GPUS_PER_NODE)]}
-            for i in range(nodes)])
+        # The nodes' newest round as the monitoring tick writes it: the alert rules read each
+        # node's newest figures (``node_latest``), kept by ``add_samples``.
+        add_samples(session, [
+            NodeSampleRow(node=f"n{i}", at=clock.now(), step=0, disk_used_pct=95.0 if i % 10 == 0 else 40.0,
+                          gpus=[{"index": g, "model": "A100", "healthy": True, "ecc_errors": 0}
+                                for g in range(GPUS_PER_NODE)])
+            for i in range(nodes)], [])
 
 
 def main() -> None:

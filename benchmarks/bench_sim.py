@@ -63,7 +63,8 @@ def month(policies: list[str]) -> dict[str, float]:
         started = time.perf_counter()
         result = QueueSim(uniform_cluster(92, 8), october, policy_named(policy), tick=60.0).run()
         seconds = times[policy] = time.perf_counter() - started
-        print(f"  {policy:<10} {seconds:6.1f} s  ({result.cycles} scheduling cycles)  target < {MONTH_TARGET:.0f} s  "
+        print(f"  {policy:<10} {seconds:6.1f} s  ({result.cycles} scheduling cycles, "
+              f"{result.suspensions} suspensions)  target < {MONTH_TARGET:.0f} s  "
               f"ratio {seconds / MONTH_TARGET:.2f}x  {'MEETS' if seconds < MONTH_TARGET else 'MISSES'}")
     return times
 
@@ -71,14 +72,15 @@ def month(policies: list[str]) -> dict[str, float]:
 def render_queue(folder: Path) -> None:
     """Markdown tables from ``yard sim queue --json`` outputs saved as ``*.json`` in ``folder``."""
     print("| run | policy | jobs | avg JCT | median JCT | p99 JCT | avg queueing | p99 queueing | makespan "
-          "| GPU util. | preemptions | sim time |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| GPU util. | preemptions | suspensions per job-hour | GPU-h lost to suspensions | sim time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     done = [p for p in sorted(folder.glob("*.json")) if p.stat().st_size]  # skip runs still writing
     for path in done:
         r = json.loads(path.read_text())
         print(f"| {path.stem} | {r['policy']} | {r['jobs']} | {r['avg_jct_h']:.2f} h | {r['median_jct_h']:.2f} h "
               f"| {r['p99_jct_h']:.1f} h | {r['avg_queueing_h']:.2f} h | {r['p99_queueing_h']:.2f} h "
               f"| {r['makespan_h']:.0f} h | {100 * r['gpu_utilisation']:.1f} % | {r['preemptions']} "
+              f"| {r.get('suspensions_per_job_hour', 0.0):.4f} | {r.get('lost_gpu_hours', 0.0):.0f} "
               f"| {r['seconds']:.0f} s |")
     for path in done:
         r = json.loads(path.read_text())

@@ -10,6 +10,7 @@ from api.harness import Api
 
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_USAGE
 from trainyard.controller.alerting import AlertEvaluator
+from trainyard.store.queries.metrics import add_samples
 from trainyard.store.rows import NodeRow, NodeSampleRow
 
 Yard = Callable[..., tuple[int, str, str]]  # the `yard` fixture (conftest.py)
@@ -42,7 +43,8 @@ def test_rules_are_shown_and_changed_by_admins_only_and_take_effect_at_once(api:
 
     with api.ctx.db.session() as session:
         node = session.query(NodeRow).one().name
-        session.add(NodeSampleRow(node=node, at=api.ctx.clock.now(), step=0, disk_used_pct=60.0, gpus=[]))
+        sample = NodeSampleRow(node=node, at=api.ctx.clock.now(), step=0, disk_used_pct=60.0, gpus=[])
+        add_samples(session, [sample], [])  # as a monitoring round writes it
     evaluate(api)
     code, out, _ = yard("alerts", token=api.admin_token)
     header, row = out.splitlines()

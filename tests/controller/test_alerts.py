@@ -35,6 +35,7 @@ from trainyard.services.auth import bootstrap_admin, create_token, create_user
 from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import normalized_spec
 from trainyard.store.queries import alerts as alert_queries
+from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.rows import AttemptRow, JobRow, NodeRow, NodeSampleRow, TaskRow, TaskSampleRow
 
 SPEC = normalized_spec(parse_job(
@@ -67,7 +68,8 @@ class World:
         gpus = gpus if gpus is not None else [{"index": i, "model": "A100", "memory_total_mb": 40960,
                                                "healthy": True, "ecc_errors": 0} for i in range(2)]
         with self.db.session() as session:
-            session.add(NodeSampleRow(node=name, at=self.clock.now(), step=0, disk_used_pct=disk, gpus=gpus))
+            metric_queries.add_samples(  # as a monitoring round writes it: history, and the newest figures
+                session, [NodeSampleRow(node=name, at=self.clock.now(), step=0, disk_used_pct=disk, gpus=gpus)], [])
 
     def running_job(self, *, gpus: int = 1, user_id: int | None = None) -> int:
         now = self.clock.now()

@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.history import MAINTAIN_INTERVAL_SECONDS, HistoryKeeper
+from trainyard.controller.history import CLOSE_DAYS_PER_RUN, MAINTAIN_INTERVAL_SECONDS, HistoryKeeper
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.core.retention import parse_retention
@@ -55,3 +55,27 @@ def test_the_controllers_cycle_downsamples_and_prunes_by_its_retention(db, tmp_p
     assert count(db, 0) == 360  # the last hour of raw samples
     assert count(db, 60) == 119  # 01:00..02:58: the minute that ends at 3 h is not settled yet
     assert count(db, 600) == 17  # 2 h 50 min: the bucket that ends at 3 h is not settled yet
+
+
+def test_each_run_closes_the_days_complete_by_then_once(db) -> None:
+    add_raw(db, T0 - timedelta(hours=1), 70 * 60)  # 23:00 to 00:10
+    clock = FakeClock(T0 + timedelta(minutes=4))
+    keeper = HistoryKeeper(db, clock, monitor_interval_seconds=10)
+    keeper.maintain()
+    assert keeper.last_closed == []  # the day before ended less than 5 minutes ago
+    clock.advance(MAINTAIN_INTERVAL_SECONDS)
+    keeper.maintain()
+    assert keeper.last_closed == [(T0 - timedelta(days=1)).date()]
+    clock.advance(MAINTAIN_INTERVAL_SECONDS)
+    keeper.maintain()
+    assert keeper.last_closed == []
+
+
+def test_a_backlog_of_days_closes_a_few_days_a_run_oldest_first(db) -> None:
+    add_raw(db, T0 - timedelta(days=6), 60)
+    keeper = HistoryKeeper(db, FakeClock(T0 + timedelta(minutes=10)), monitor_interval_seconds=10)
+    days = [(T0 - timedelta(days=n)).date() for n in range(6, 0, -1)]
+    keeper.maintain()
+    assert keeper.last_closed == days[:CLOSE_DAYS_PER_RUN]
+    keeper.maintain()
+    assert keeper.last_closed == days[CLOSE_DAYS_PER_RUN:]

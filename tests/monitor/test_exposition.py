@@ -24,6 +24,7 @@ from trainyard.monitor.exposition import (
     format_value,
     render,
 )
+from trainyard.store.rows import LATEST_GPU_FIELDS
 
 FIGURES = ClusterFigures(
     nodes=[
@@ -31,7 +32,9 @@ FIGURES = ClusterFigures(
             name="gpu-01", up=True, gpus_total={"A100": 2, "H100": 1}, gpus_allocated={"A100": 1.5},
             sampled_gpus=(GpuFigures(0, "A100", util_pct=97.5, memory_used_mb=40000, temperature_c=70.0,
                                      power_w=310.25, ecc_errors=2),
-                          GpuFigures(1, "A100")),  # sampled, but nothing measured
+                          GpuFigures(1, "A100"),  # sampled, but nothing measured
+                          # as the store's newest sample holds a GPU: a list, here of a simulated one
+                          [2, "A100", 40960, 55.0, 100, 30.0, None, None, True, True]),
             cpu_pct=12.5, memory_used_mb=123456, disk_used_pct=81.0,
         ),
         NodeFigures(name='odd "name"\\with\nnewline', up=False, gpus_total={}, gpus_allocated={}),
@@ -73,10 +76,16 @@ def test_a_figure_nobody_measured_is_absent_never_zero() -> None:
     page = render(FIGURES, None)
     assert 'trainyard_gpu_utilization_ratio{gpu="0",model="A100",node="gpu-01"} 0.975\n' in page
     assert 'gpu="1"' not in page  # GPU 1 was sampled, but none of its figures measured
+    assert 'trainyard_gpu_utilization_ratio{gpu="2"' not in page  # a simulated GPU's utilisation is not shown
+    assert 'trainyard_gpu_temperature_celsius{gpu="2",node="gpu-01"} 30.0\n' in page
     assert "trainyard_task_gpu_utilization_ratio{" not in page
     assert "# TYPE trainyard_task_gpu_utilization_ratio gauge" in page  # the family is still declared
     assert 'trainyard_gpus_allocated{model="H100",node="gpu-01"} 0.0\n' in page  # known: none allocated
     assert "trainyard_scheduler_cycle_duration_seconds" not in page  # no controller here
+
+
+def test_a_gpus_figures_are_laid_out_as_the_store_keeps_a_nodes_newest_sample() -> None:
+    assert GpuFigures._fields == ("gpu_index", *LATEST_GPU_FIELDS[1:])
 
 
 @given(st.one_of(st.floats(), st.integers(min_value=-(2**53), max_value=2**53)))

@@ -1,6 +1,6 @@
 """The monitoring history on a real store (SQLite and PostgreSQL): downsampling raw rows
-into per-minute and per-10-minute averages, exactly and once; pruning by age; and windows
-read at the finest resolution that covers them."""
+into per-minute and per-10-minute averages, exactly and once; pruning by age; windows
+read at the finest resolution that covers them; and each node's and task's newest figures."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import pytest
 from pydantic import ValidationError
 from sqlalchemy import select
 
+from trainyard.core.metrics import GpuSample, NodeSample, Sampled, TaskSample
 from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, parse_retention
 from trainyard.core.settings import Settings
-from trainyard.monitor.history import MAX_POINTS, SETTLE, Window, maintain, node_history, task_history
+from trainyard.monitor.history import MAX_POINTS, SETTLE, Window, maintain, node_history, record, task_history
+from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.rows import NodeSampleRow, TaskSampleRow
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)  # on a 10-minute boundary
@@ -241,3 +243,47 @@ def test_the_retention_setting_is_checked_when_the_settings_are_read(monkeypatch
     assert [t.step for t in Settings(monitor_retention="raw:2h, 5m:7d").retention] == [0, 300]
     with pytest.raises(ValidationError, match="monitor_retention"):
         Settings(monitor_retention="raw:1h,1m:30m")
+
+
+# --- Each node's and task's newest sample (node_latest, task_latest) --------------------------
+
+
+def a_round(at: datetime, *, cpu: float, util: float | None = 50.0, job: int = 1) -> Sampled:
+    gpu = GpuSample(index=0, model="A100", memory_total_mb=40960, util_pct=util, memory_used_mb=1000, pids=(7,))
+    return Sampled(
+        nodes=(NodeSample(node="n1", at=at, cpu_pct=cpu, gpus=(gpu,)),),
+        tasks=(TaskSample(job_id=job, attempt=0, role="worker", index=0, node="n1", at=at, cpu_cores=cpu,
+                          gpus_held=1.0, gpu_util_pct=util),),
+    )
+
+
+def test_a_round_replaces_each_node_and_tasks_newest_figures_and_a_late_older_round_changes_nothing(db) -> None:
+    for at, cpu in ((T0, 1.0), (T0 + timedelta(seconds=10), 2.0), (T0 + timedelta(seconds=5), 9.0)):
+        with db.session() as session:
+            record(session, a_round(at, cpu=cpu))
+    with db.session() as session:
+        [node] = metric_queries.latest_node_samples(session, T0)
+        [task] = metric_queries.latest_task_samples(session, T0)
+        assert (node.at, node.cpu_pct, task.at, task.cpu_cores) == (T0 + timedelta(seconds=10), 2.0) * 2
+        # The GPUs as the history keeps them (but the processes), field for field.
+        assert node.gpu_dicts() == [{"index": 0, "model": "A100", "memory_total_mb": 40960, "util_pct": 50.0,
+                                     "memory_used_mb": 1000, "temperature_c": None, "power_w": None,
+                                     "ecc_errors": None, "simulated": False, "healthy": True}]
+        assert len(session.scalars(select(NodeSampleRow)).all()) == 3  # the history keeps every round
+        # Fresh means taken at or after ``since``: the newest is 10 s old at T0 + 20 s.
+        assert metric_queries.latest_node_samples(session, T0 + timedelta(seconds=11)) == []
+        assert metric_queries.latest_task_samples(session, T0 + timedelta(seconds=11)) == []
+
+
+def test_the_newest_figures_of_an_ended_task_go_with_the_raw_history(db) -> None:
+    with db.session() as session:
+        record(session, a_round(T0, cpu=1.0, job=1))
+        record(session, a_round(T0 + timedelta(minutes=30), cpu=1.0, job=2))  # job 1 has ended
+    run(db, T0 + timedelta(minutes=61))  # raw samples are kept an hour: job 1's and n1's first go
+    with db.session() as session:
+        assert [t.job_id for t in metric_queries.latest_task_samples(session, T0)] == [2]
+        assert [n.at for n in metric_queries.latest_node_samples(session, T0)] == [T0 + timedelta(minutes=30)]
+    run(db, T0 + timedelta(minutes=91))
+    with db.session() as session:
+        assert metric_queries.latest_task_samples(session, T0) == []
+        assert metric_queries.latest_node_samples(session, T0) == []

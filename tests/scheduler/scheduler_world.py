@@ -3,7 +3,8 @@
 ``World`` keeps nodes, running and pending jobs and a clock; ``cycle()`` builds the
 snapshot the controller would, calls ``schedule`` and applies what it decided: starts
 become running jobs (ending after their true duration), preempted jobs stop after their
-grace period and are requeued with their original submit time. Each job's state moves
+grace period and are requeued with their original submit time (and the service they have
+attained, for time-sharing). Each job's state moves
 through ``core.transitions`` as a live job's does (the simulator's ``sim/lifecycle.py``
 records), so a decision the lifecycle does not allow fails the test.
 """
@@ -68,9 +69,12 @@ def job(
     max_runtime: float | None = None,
     cpu: int = 1000,
     memory: int = 1024,
+    suspendable: bool = False,
+    attained: float = 0.0,
 ) -> PendingJob:
     tasks = tuple(TaskRequest("w", i, g, cpu, memory, models) for i, g in enumerate(gpu_milli))
-    return PendingJob(job_id, rank, float(job_id) if at is None else at, tasks, user, vc, max_runtime)
+    return PendingJob(job_id, rank, float(job_id) if at is None else at, tasks, user, vc, max_runtime,
+                      suspendable=suspendable, attained_service=attained)
 
 
 def on(node_name: str, *indices: int, milli: int = 1000, cpu: int = 1000, memory: int = 1024) -> TaskPlacement:
@@ -86,9 +90,12 @@ def running(
     started: float = 0.0,
     end: float | None = None,
     grace: float = 30.0,
+    suspendable: bool = False,
+    attained: float = 0.0,
 ) -> RunningJob:
     fixed = tuple(replace(p, index=i) for i, p in enumerate(placements))
-    return RunningJob(job_id, vc, user, rank, fixed, started, end, grace)
+    return RunningJob(job_id, vc, user, rank, fixed, started, end, grace, suspendable=suspendable,
+                      attained_service=attained)
 
 
 def with_usage(nodes: Iterable[NodeState], work: Iterable[RunningJob]) -> tuple[NodeState, ...]:
@@ -172,7 +179,8 @@ class World:
             job = self.pending.pop(start.job_id)
             end = None if job.max_runtime is None else self.now + job.max_runtime
             self.running[job.job_id] = RunningJob(
-                job.job_id, job.vc, job.user, job.priority_rank, start.placements, self.now, end
+                job.job_id, job.vc, job.user, job.priority_rank, start.placements, self.now, end,
+                suspendable=job.suspendable, attained_service=job.attained_service,
             )
             self.ends[job.job_id] = self.now + self.durations[job.job_id]
             self.started_at.setdefault(job.job_id, self.now)
@@ -193,7 +201,8 @@ class World:
             if stop is not None and stop <= self.now:
                 done = self.running.pop(job_id)
                 del self.stopping[job_id]
-                self.pending[job_id] = self.submitted[done.job_id]  # requeued, keeping its place
+                # requeued (or suspended), keeping its place and the service it received
+                self.pending[job_id] = replace(self.submitted[done.job_id], attained_service=done.attained_at(stop))
                 lifecycle.requeued(record, self.now)
             elif self.ends[job_id] <= self.now:
                 del self.running[job_id]

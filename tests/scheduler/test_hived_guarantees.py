@@ -11,7 +11,9 @@
 Within the cell model's conditions (``scheduler/cells.py``): nodes of one size, quotas in
 whole cells adding up to no more than the cluster, and gang tasks that each fit in a cell
 or take whole nodes. Other VCs run random small jobs for several cycles first, ending at
-random times, so that the cluster is as fragmented as their jobs can make it.
+random times, so that the cluster is as fragmented as their jobs can make it; some of them
+are suspendable and take turns (time-sharing, with slices from every cycle to never), so
+that work suspended and resumed, and plans to suspend, are part of it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from scheduler_world import World, describe, node
 from trainyard.scheduler.snapshot import (
     PendingJob,
     PendingReason,
+    SchedulerConfig,
     TaskRequest,
     VirtualCluster,
 )
@@ -43,7 +46,9 @@ def fragmented(draw, *, opportunistic: bool):
     cell = size
     for v in vcs:
         cell = gcd(cell, v.quota["A100"])
-    world = World(tuple(node(f"n{i}", size, groups=draw(st.sampled_from((0, 2)))) for i in range(count)), vcs=vcs)
+    config = SchedulerConfig(time_slice=draw(st.sampled_from((0.0, 10.0, 1800.0))))
+    world = World(tuple(node(f"n{i}", size, groups=draw(st.sampled_from((0, 2)))) for i in range(count)), vcs=vcs,
+                  config=config)
     job_id = 0
     shares = [s for s in (250, 500, 1000, 2000, 4000, 8000) if s <= cell * 1000]
     for _step in range(draw(st.integers(3, 8))):
@@ -58,7 +63,9 @@ def fragmented(draw, *, opportunistic: bool):
                 gpus = draw(st.lists(st.sampled_from(shares + whole), min_size=1, max_size=2))
             tasks = tuple(TaskRequest("w", i, g) for i, g in enumerate(gpus))
             duration = draw(st.sampled_from((15.0, 45.0, 1e9)))
-            world.submit(PendingJob(job_id, rank, world.now + job_id * 1e-3, tasks, "", vc.name), duration)
+            suspendable = draw(st.booleans())
+            world.submit(PendingJob(job_id, rank, world.now + job_id * 1e-3, tasks, "", vc.name,
+                                    suspendable=suspendable), duration)
         world.cycle()
         world.advance(draw(st.sampled_from((5.0, 20.0, 40.0))))
     quota = vcs[0].quota["A100"]

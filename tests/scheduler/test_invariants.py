@@ -10,11 +10,11 @@ from __future__ import annotations
 import random
 import re
 from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from hypothesis import given, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from scheduler_world import World, check_capacity, check_gangs, node, snapshot
+from scheduler_world import World, check_capacity, check_gangs, describe, node, snapshot
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.capacity import Tentative
@@ -25,6 +25,7 @@ from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.scorers.registry import SCORERS, scorer_for
 from trainyard.scheduler.snapshot import (
     Decisions,
+    NodeState,
     PendingJob,
     PendingReason,
     RunningJob,
@@ -36,10 +37,28 @@ from trainyard.scheduler.snapshot import (
 
 MODELS = ("A100", "V100")
 GPU_REQUESTS = (0, 250, 500, 1000, 1000, 2000, 4000, 8000)
+SLICES = (0.0, 10.0, 1800.0)  # time-sharing's slice: turns at every cycle, every other, never
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What a strategy draws: a cluster and a timed stream of submissions. Immutable, so
+    that hypothesis prints a falsifying example as drawn (``run`` builds a fresh ``World``
+    from it, which the simulation then changes)."""
+
+    nodes: tuple[NodeState, ...]
+    vcs: tuple[VirtualCluster, ...]
+    config: SchedulerConfig
+    user_quotas: dict[tuple[str, int], int]
+    submissions: tuple[tuple[int, PendingJob, float], ...]  # (step, job, true duration)
+    advances: tuple[float, ...]  # seconds after each cycle
+
+    def world(self) -> World:
+        return World(self.nodes, vcs=self.vcs, config=self.config, user_quotas=self.user_quotas)
 
 
 @st.composite
-def worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float]]:
+def worlds(draw) -> Scenario:
     """A cluster, VCs, quotas and a timed stream of submissions."""
     nodes = []
     for i in range(draw(st.integers(1, 5))):
@@ -68,8 +87,10 @@ def worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float
     user_quotas = {
         ("alice", r): draw(st.sampled_from((0, 1000, 4000))) for r in range(4) if draw(st.integers(0, 3)) == 0
     }
-    config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()))
-    world = World(tuple(nodes), vcs=vcs, config=config, user_quotas=user_quotas)
+    config = SchedulerConfig(
+        scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()),
+        timeshare=draw(st.booleans()), time_slice=draw(st.sampled_from(SLICES)),
+    )
     submissions = []
     for j in range(draw(st.integers(1, 14))):
         tasks = tuple(
@@ -94,14 +115,15 @@ def worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float
             draw(st.sampled_from(("alice", "bob"))),
             draw(st.sampled_from([*vc_names, *vc_names, "ghost"])),
             draw(st.sampled_from((None, 15.0, 100.0))),
+            suspendable=draw(st.booleans()),
         )
         submissions.append((step, job, draw(st.sampled_from((5.0, 20.0, 1000.0)))))
     advances = draw(st.lists(st.sampled_from((0.0, 5.0, 10.0, 40.0)), min_size=4, max_size=6))
-    return world, submissions, advances
+    return Scenario(tuple(nodes), vcs, config, user_quotas, tuple(submissions), tuple(advances))
 
 
 @st.composite
-def busy_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[float]]:
+def busy_worlds(draw) -> Scenario:
     """Opportunistic work fills the cluster first; guaranteed work then has to reclaim it,
     and higher priorities arrive after lower ones (preemption-heavy)."""
     nodes = [node(f"n{i}", 8, groups=2) for i in range(draw(st.integers(1, 3)))]
@@ -109,8 +131,7 @@ def busy_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[
         VirtualCluster(name, {"A100": draw(st.sampled_from((4, 8, 12)))}, draw(st.booleans()))
         for name in ("vision", "nlp")[: draw(st.integers(1, 2))]
     )
-    config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))))
-    world = World(tuple(nodes), vcs=vcs, config=config)
+    config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))), time_slice=draw(st.sampled_from(SLICES)))
     submissions = []
     for j in range(draw(st.integers(2, 12))):
         step = draw(st.integers(0, 4))
@@ -118,19 +139,52 @@ def busy_worlds(draw) -> tuple[World, list[tuple[int, PendingJob, float]], list[
         gpus = draw(st.lists(st.sampled_from((250, 1000, 2000, 4000, 8000)), min_size=1, max_size=2))
         tasks = tuple(TaskRequest("w", i, g) for i, g in enumerate(gpus))
         vc = draw(st.sampled_from([v.name for v in vcs]))
-        submissions.append((step, PendingJob(j + 1, rank, float(step * 10 + j), tasks, "", vc), 1000.0))
+        job = PendingJob(j + 1, rank, float(step * 10 + j), tasks, "", vc, suspendable=draw(st.booleans()))
+        submissions.append((step, job, 1000.0))
     advances = draw(st.lists(st.sampled_from((5.0, 10.0, 20.0, 40.0)), min_size=5, max_size=7))
-    return world, submissions, advances
+    return Scenario(tuple(nodes), vcs, config, {}, tuple(submissions), tuple(advances))
 
 
-def run(world: World, submissions, advances) -> list[tuple[Snapshot, Decisions]]:
+@st.composite
+def crowded_worlds(draw) -> Scenario:
+    """Mostly suspendable jobs of few priorities crowd a small cluster with short time
+    slices: they take turns (time-sharing-heavy), beside priority preemption and reclaim."""
+    nodes = [node(f"n{i}", 8, groups=2) for i in range(draw(st.integers(1, 2)))]
+    vcs = tuple(
+        VirtualCluster(name, {"A100": draw(st.sampled_from((4, 8, 16)))}, draw(st.booleans()))
+        for name in ("vision", "nlp")[: draw(st.integers(0, 2))]
+    )
+    scorer = draw(st.sampled_from(sorted(SCORERS)))
+    config = SchedulerConfig(scorer=scorer, time_slice=draw(st.sampled_from(SLICES[:2])))
+    vc_names = [v.name for v in vcs] or ["default", "other"]
+    submissions = []
+    for j in range(draw(st.integers(3, 12))):
+        step = draw(st.integers(0, 4))
+        gpus = draw(st.lists(st.sampled_from((1000, 2000, 4000, 8000)), min_size=1, max_size=2))
+        tasks = tuple(TaskRequest("w", i, g) for i, g in enumerate(gpus))
+        job = PendingJob(
+            j + 1, draw(st.sampled_from((1, 1, 2, 3))), float(step * 10 + j), tasks, "",
+            draw(st.sampled_from(vc_names)), suspendable=draw(st.integers(0, 3)) > 0,
+        )
+        submissions.append((step, job, 1000.0))
+    advances = draw(st.lists(st.sampled_from((5.0, 10.0, 20.0)), min_size=5, max_size=7))
+    return Scenario(tuple(nodes), vcs, config, {}, tuple(submissions), tuple(advances))
+
+
+def run(scenario: Scenario) -> list[tuple[Snapshot, Decisions]]:
+    """Each cycle's snapshot and decisions. A failing example prints the scenario and each
+    cycle's world (``describe``) as notes: under pytest, hypothesis 6.155 prints every
+    argument of a falsifying example empty here (``scenario=,``, even an integer's)."""
+    note(f"scenario: {scenario!r}")
+    world = scenario.world()
     seen = []
-    for step, seconds in enumerate(advances):
-        for at, job, duration in submissions:
+    for step, seconds in enumerate(scenario.advances):
+        for at, job, duration in scenario.submissions:
             if at == step:
                 world.submit(job, duration)
         before = world.snapshot()
         decisions = world.cycle()
+        note(f"cycle {step}: {describe(world)}")
         seen.append((before, decisions))
         world.advance(seconds)
     return seen
@@ -171,8 +225,14 @@ def check_preemptions(s: Snapshot, d: Decisions) -> None:
         assert p.job_id not in s.preempting, "preempted twice"
         assert job.priority_rank < OPPORTUNISTIC_RANK
         if victim.priority_rank < OPPORTUNISTIC_RANK:  # no VC is over its quota here: never another VC's
-            assert victim.vc == job.vc and allow.get(job.vc, False)
-            assert victim.priority_rank > job.priority_rank
+            assert victim.vc == job.vc or not s.vcs
+            if victim.priority_rank == job.priority_rank:  # a turn: suspendable, more service, slice run
+                assert s.config.timeshare and victim.suspendable and p.suspend
+                assert victim.attained_at(s.now) > job.attained_service
+                assert s.now - victim.started_at >= s.config.time_slice
+            else:
+                assert allow.get(job.vc, False) and victim.priority_rank > job.priority_rank
+        assert p.suspend == victim.suspendable
         assert waits[job.job_id].reason == PendingReason.PREEMPTING
     for job_id, wait in waits.items():
         if wait.reason != PendingReason.PREEMPTING:
@@ -184,7 +244,8 @@ def check_preemptions(s: Snapshot, d: Decisions) -> None:
         work = [r for r in s.running if r.job_id not in victims]
         for x in d.starts:
             j = pending[x.job_id]
-            work.append(RunningJob(j.job_id, j.vc, j.user, j.priority_rank, x.placements, s.now))
+            work.append(RunningJob(j.job_id, j.vc, j.user, j.priority_rank, x.placements, s.now,
+                                   suspendable=j.suspendable, attained_service=j.attained_service))
         alone = snapshot(
             _without_usage(s.nodes), [pending[job_id]], work,
             now=s.now, vcs=s.vcs, user_quotas=s.user_quotas, config=s.config,
@@ -219,9 +280,9 @@ def permuted(s: Snapshot, seed: int) -> Snapshot:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(worlds(), busy_worlds()))
+@given(st.one_of(worlds(), busy_worlds(), crowded_worlds()))
 def test_every_cycle_keeps_capacity_gangs_quotas_and_preemption_rules(scenario) -> None:
-    for s, d in run(*scenario):
+    for s, d in run(scenario):
         check_capacity(s, d)
         check_gangs(s, d)
         check_quotas(s, d)
@@ -229,11 +290,27 @@ def test_every_cycle_keeps_capacity_gangs_quotas_and_preemption_rules(scenario) 
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(worlds(), busy_worlds()), st.integers(0, 1000))
+@given(st.one_of(worlds(), busy_worlds(), crowded_worlds()), st.integers(0, 1000))
 def test_the_same_snapshot_gives_the_same_decisions_whatever_the_input_order(scenario, seed) -> None:
-    for s, d in run(*scenario):
+    for s, d in run(scenario):
         assert schedule(s) == d
         assert schedule(permuted(s, seed)) == d
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.one_of(worlds(), busy_worlds()))
+def test_time_sharing_changes_nothing_while_no_job_is_suspendable(scenario) -> None:
+    """The live controller sends no job as suspendable and no attained service until the
+    suspend contract exists: every decision is then what it was without time-sharing."""
+    for s, _ in run(scenario):
+        plain = replace(
+            s,
+            pending=tuple(replace(j, suspendable=False, attained_service=0.0) for j in s.pending),
+            running=tuple(replace(r, suspendable=False, attained_service=0.0) for r in s.running),
+        )
+        off = replace(plain, config=replace(s.config, timeshare=False))
+        on = replace(plain, config=replace(s.config, timeshare=True))
+        assert schedule(on) == schedule(off)
 
 
 def check_cell_indexes(cells: Cells) -> None:
@@ -274,7 +351,7 @@ def cell_state(cells: Cells) -> tuple[object, ...]:
 @settings(max_examples=100, deadline=None)
 @given(st.one_of(worlds(), busy_worlds()))
 def test_cell_indexes_follow_their_owners_and_a_discarded_try_leaves_every_cell_as_it_was(scenario) -> None:
-    for s, _ in run(*scenario):
+    for s, _ in run(scenario):
         ledger = Ledger(s)
         cells = ledger.cells
         check_cell_indexes(cells)

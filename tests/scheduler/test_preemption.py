@@ -9,6 +9,7 @@ import pytest
 from scheduler_world import World, job, node, on, running, snapshot
 
 from trainyard.scheduler.schedule import PLANS_PER_QUEUE, schedule
+from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import (
     PendingJob,
     PendingReason,
@@ -316,3 +317,23 @@ def test_a_plan_holds_once_its_victim_leaves_another_vcs_node_whole() -> None:
     _stop_what_is_stopping(world)
     world.cycle()
     assert pending.job_id in world.running
+
+
+@pytest.mark.parametrize("scorer", sorted(SCORERS))
+def test_a_plan_for_a_gang_holds_once_its_victim_stops_whatever_else_waits(scorer) -> None:
+    """Hypothesis seed 63. Job 3's 2-GPU task needs 2.5 CPU, which only node a has; its
+    4-GPU task goes first (largest first) and may take a's 4 GPUs. Whether it did depended
+    on the scorer and, for FGD, on the pending mix: with job 4 waiting too, FGD put it on b
+    and preempted job 5 (holding a CPU of a) for a plan that, once job 5 had stopped, no
+    longer placed job 3 when it waited alone — on a cluster with nothing running."""
+    nodes = (node("a", 4, cpu=3000, memory=4096), node("b", 8, model="V100", cpu=2000, memory=4096))
+    gang = PendingJob(3, PROD, 3.0, (TaskRequest("w", 0, 2000, 2500, 0), TaskRequest("w", 1, 4000, 0, 3072)))
+    other = PendingJob(4, PROD, 4.0, (TaskRequest("w", 0, 250, 0, 1024, ("A100",)), TaskRequest("w", 1, 0, 2500, 4096)))
+    victim = running(5, on("b", 0, milli=250, cpu=0, memory=0), on("a", cpu=1000, memory=0), rank=OPPO)
+    config = SchedulerConfig(scorer=scorer)
+    decisions = schedule(snapshot(nodes, [gang, other], [victim], config=config))
+    assert [(p.job_id, p.for_job_id) for p in decisions.preemptions] == [(5, 3)]
+    for waiting in ([gang, other], [gang]):
+        [start] = schedule(snapshot(nodes, waiting, config=config)).starts
+        assert start.job_id == 3
+        assert {p.index: p.node for p in start.placements} == {0: "a", 1: "b"}

@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import pytest
+
 from trainyard.scheduler.schedule import never_fits, schedule
+from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import (
     GpuSlot,
     NodeState,
     PendingJob,
     PendingReason,
+    SchedulerConfig,
     Snapshot,
     TaskRequest,
 )
@@ -73,3 +77,16 @@ def test_jobs_that_can_never_fit_are_explained_with_numbers() -> None:
     assert problems == ["the job needs 3 CPU in total; the cluster has 2"]
     big = [TaskRequest("w", i, 1000, 1000, 40_000) for i in range(2)]
     assert never_fits([node("a", 4)], big) == ["the job needs 80000 MiB of memory in total; the cluster has 65536 MiB"]
+
+
+@pytest.mark.parametrize("scorer", sorted(SCORERS))
+def test_a_gang_starts_when_its_largest_task_would_take_the_only_node_a_smaller_one_fits(scorer) -> None:
+    """The 4-GPU task, placed first, fits both nodes; the 2-GPU task needs 2.5 CPU, which
+    only a has. Tried again with the task that found no room first, the gang starts."""
+    nodes = (
+        NodeState("a", 3000, 4096, tuple(GpuSlot(i, "A100", 40960) for i in range(4))),
+        NodeState("b", 2000, 4096, tuple(GpuSlot(i, "A100", 40960) for i in range(8))),
+    )
+    gang = PendingJob(1, 1, 1.0, (TaskRequest("w", 0, 2000, 2500, 0), TaskRequest("w", 1, 4000, 0, 3072)))
+    [start] = schedule(Snapshot(nodes, (gang,), config=SchedulerConfig(scorer=scorer))).starts
+    assert {p.index: p.node for p in start.placements} == {0: "a", 1: "b"}

@@ -69,6 +69,10 @@ def test_the_controller_and_the_simulator_have_one_default_scorer() -> None:
     from trainyard.api.server import scheduler_config
 
     assert scheduler_config(Settings()).scorer == SchedulerConfig().scorer == DEFAULT_SCORER
+    # and one time-sharing default, which settings may change
+    assert scheduler_config(Settings()) == SchedulerConfig()
+    changed = scheduler_config(Settings(scheduler_timeshare=False, scheduler_time_slice_seconds=600))
+    assert (changed.timeshare, changed.time_slice) == (False, 600.0)
     assert scorer_name("default") == DEFAULT_SCORER
     assert DEFAULT_SCORER in SCORERS
 

@@ -41,10 +41,24 @@ def test_sim_queue_reports_jct_queueing_utilisation_and_the_sharing_test(capsys:
     assert code == 0
     report = json.loads(capsys.readouterr().out)
     for key in ("avg_jct_h", "median_jct_h", "p99_jct_h", "avg_queueing_h", "p99_queueing_h", "makespan_h",
-                "gpu_utilisation", "preemptions", "vc_avg_queueing_h", "sharing"):
+                "gpu_utilisation", "preemptions", "vc_avg_queueing_h", "sharing", "suspensions",
+                "suspensions_per_job_hour", "lost_gpu_hours"):
         assert key in report
+    assert (report["suspendable"], report["suspend_cost_s"], report["time_slice_s"]) == ("all", 120.0, 1800.0)
     assert report["gpus"] == 128 and report["jobs"] > 0
     assert all({"shared_avg_queueing_h", "alone_avg_queueing_h"} <= set(row) for row in report["sharing"].values())
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--suspendable", "some"], "unknown --suspendable 'some'; choose one of: all, half, none"),
+    (["--suspend-cost", "-1"], "--suspend-cost must be >= 0 seconds"),
+    (["--time-slice", "nan"], "--time-slice must be >= 0 seconds"),
+])
+def test_sim_queue_refuses_time_sharing_options_that_make_no_sense(
+        flags: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "queue", "--cluster", "16x8", "--start", "2017-10-09", "--end", "2017-10-09T01:00",
+                 *flags]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_the_report_draws_every_pod_list_in_one_grid(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from sim_data import PHILLY
 
 from trainyard.core.states import AttemptState, JobState
 from trainyard.core.transitions import EventKind
+from trainyard.scheduler.snapshot import SchedulerConfig
 from trainyard.sim.jobs import (
     TraceJob,
     gang_tasks,
@@ -24,13 +25,14 @@ from trainyard.sim.jobs import (
     uniform_cluster,
     window,
 )
-from trainyard.sim.queue import POLICIES, QueueResult, QueueSim, policy_named, vc_quotas
+from trainyard.sim.queue import POLICIES, SUSPEND_COST, QueueResult, QueueSim, policy_named, vc_quotas
 from trainyard.sim.queue_track import percentile, private_cluster, report
 from trainyard.sim.traces import PHILLY_MACHINES, PHILLY_VC_NODES, trace_file
 
 
 def check_conservation(result: QueueResult, jobs: list[TraceJob]) -> None:
-    """JCT ≥ duration, GPU-seconds conserved, capacity never exceeded, Little's law."""
+    """JCT ≥ duration, GPU-seconds conserved (the work plus what suspensions cost),
+    capacity never exceeded, Little's law."""
     done = [o for o in result.outcomes.values() if o.end is not None]
     assert len(done) + len(result.rejected) + len(result.never_started) == len(jobs)
     assert not result.never_started  # every job here fits some node shape
@@ -38,7 +40,8 @@ def check_conservation(result: QueueResult, jobs: list[TraceJob]) -> None:
         assert o.first_start is not None and o.first_start >= o.job.submit
         assert o.jct >= o.job.duration - 1e-6
     demand = sum(o.job.gpus * o.job.duration for o in done)
-    assert math.isclose(result.busy_gpu_seconds, demand, rel_tol=1e-9, abs_tol=1e-6)
+    assert math.isclose(result.busy_gpu_seconds, demand + result.lost_gpu_seconds, rel_tol=1e-9, abs_tol=1e-6)
+    assert result.lost_gpu_seconds <= result.suspensions * SUSPEND_COST * result.gpus
     assert result.peak_gpus_busy <= result.gpus
     assert result.peak_device_milli <= 1000
     # Little's law over the whole run: mean jobs in system = arrival rate × mean time in system.
@@ -120,7 +123,7 @@ def test_tiresias_preempts_a_job_that_attained_much_for_a_new_one_and_resumes_it
     check_lifecycle(sim)
     long, short = result.outcomes[1], result.outcomes[2]
     assert short.first_start == 10_000.0 and short.end == 10_100.0  # job 1 is past 10 GPU-hours
-    assert long.preemptions == 1 and long.end == 20_100.0
+    assert long.preemptions == 1 and long.end == 20_100.0 + SUSPEND_COST  # it is suspendable: its checkpoint
     # Job 1's history is a live job's: preempted, requeued as attempt 1, which succeeded.
     assert [e.kind for e in sim.records[1].history] == [
         EventKind.SUBMITTED, EventKind.PLACED, EventKind.PREEMPTED, EventKind.REQUEUED, EventKind.PLACED,
@@ -129,6 +132,37 @@ def test_tiresias_preempts_a_job_that_attained_much_for_a_new_one_and_resumes_it
     assert [a.state for a in sim.records[1].attempts] == [AttemptState.PREEMPTED, AttemptState.SUCCEEDED]
     fifo = QueueSim(uniform_cluster(1, 8), jobs, policy_named("fifo")).run()
     assert fifo.outcomes[2].first_start == 20_000.0 and fifo.preemptions == 0
+
+
+@pytest.mark.parametrize(("suspendable", "long_id", "turns"), [("all", 1, True), ("half", 2, True),
+                                                               ("half", 1, False), ("none", 2, False)])
+def test_a_short_job_takes_its_turn_from_a_long_one_and_the_suspension_costs_its_checkpoint(
+        suspendable: str, long_id: int, turns: bool) -> None:
+    jobs = [TraceJob(long_id, 0.0, 20_000.0, 8), TraceJob(3, 10_000.0, 100.0, 8)]
+    sim = QueueSim(uniform_cluster(1, 8), jobs, policy_named("default"), suspendable=suspendable)
+    result = sim.run()
+    check_conservation(result, jobs)
+    check_lifecycle(sim)
+    long, short = result.outcomes[long_id], result.outcomes[3]
+    if not turns:  # only suspendable jobs take turns (half: those of even ids)
+        assert short.first_start == 20_000.0 and result.suspensions == result.lost_gpu_seconds == 0
+        return
+    assert short.first_start == 10_000.0 and short.end == 10_100.0
+    assert long.suspensions == result.suspensions == 1
+    assert long.end == 10_100.0 + SUSPEND_COST + 10_000.0  # restoring its checkpoint first
+    assert result.lost_gpu_seconds == 8 * SUSPEND_COST
+    summary = report(result)
+    assert summary["lost_gpu_hours"] == 8 * SUSPEND_COST / 3600
+    assert math.isclose(summary["suspensions_per_job_hour"], 1 / (20_100.0 / 3600))
+
+
+def test_a_job_is_suspended_no_sooner_than_a_time_slice_after_it_started() -> None:
+    jobs = [TraceJob(2, 0.0, 20_000.0, 8), TraceJob(3, 600.0, 100.0, 8)]
+    result = QueueSim(uniform_cluster(1, 8), jobs, policy_named("default", time_slice=1200.0)).run()
+    assert result.outcomes[3].first_start == 1200.0  # the end of job 2's slice, not its arrival
+    free = QueueSim(uniform_cluster(1, 8), jobs, policy_named("default"), suspend_cost=0.0).run()
+    assert free.outcomes[3].first_start == SchedulerConfig().time_slice and free.lost_gpu_seconds == 0
+    assert free.outcomes[2].end == 20_100.0
 
 
 def test_gangs_larger_than_a_node_span_nodes() -> None:

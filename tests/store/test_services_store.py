@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -15,7 +18,17 @@ from trainyard.services import jobs as job_service
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.spec.loading import parse_job
 from trainyard.store.db import Database, migrations_config
-from trainyard.store.rows import Base, JobEventRow, JobRow, NodeRow, TokenRow
+from trainyard.store.queries import metrics as metric_queries
+from trainyard.store.rows import (
+    LATEST_GPU_FIELDS,
+    Base,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    NodeSampleRow,
+    TaskSampleRow,
+    TokenRow,
+)
 
 
 @pytest.fixture
@@ -208,3 +221,31 @@ def test_the_migration_chain_builds_exactly_the_models_schema(db: Database) -> N
 
     with db.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), Base.metadata) == []
+
+
+def test_upgrading_fills_each_nodes_and_tasks_newest_figures_from_the_raw_history(database_url: str) -> None:
+    before = ScriptDirectory.from_config(migrations_config()).get_revision("0012").down_revision
+    db = Database(database_url)
+    try:
+        config = migrations_config()
+        with db.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, str(before))
+        t0 = datetime(2026, 1, 1, tzinfo=UTC)
+        gpu = {"index": 0, "model": "A100", "memory_total_mb": 40960, "util_pct": 30.0}  # older rows lack fields
+        with db.session() as s:
+            for seconds, step in ((0, 0), (10, 0), (60, 60)):  # a per-minute average is not a sample
+                at = t0 + timedelta(seconds=seconds)
+                s.add(NodeSampleRow(node="n1", at=at, step=step, cpu_pct=float(seconds), gpus=[gpu]))
+                s.add(TaskSampleRow(job_id=3, attempt=1, role="w", index=0, node="n1", at=at, step=step,
+                                    cpu_cores=float(seconds), gpus_held=1.0))
+        db.migrate()
+        with db.session() as s:
+            [node] = metric_queries.latest_node_samples(s, t0)
+            [task] = metric_queries.latest_task_samples(s, t0)
+            assert (node.at, node.cpu_pct, task.at, task.cpu_cores, task.job_id, task.attempt) == (
+                t0 + timedelta(seconds=10), 10.0, t0 + timedelta(seconds=10), 10.0, 3, 1)
+            assert node.gpu_dicts() == [{**dict.fromkeys(LATEST_GPU_FIELDS), **gpu, "simulated": False,
+                                         "healthy": True}]
+    finally:
+        db.dispose()

@@ -60,3 +60,22 @@ def test_a_running_tasks_rows_count_up_to_now_and_a_simulated_gpu_measures_nothi
     row = measure(db, job, until=8, now=5.5)
     assert (row.gpu_seconds_measured, row.gpu_seconds_used) == (0, 0)
     assert row.cpu_seconds_measured == pytest.approx(1.5 * 3600)
+
+
+def test_of_rows_taken_at_the_same_moment_the_finest_counts_so_a_period_summed_in_pieces_gives_the_whole(
+    db: Database,
+) -> None:
+    job = a_job(db, Run(at(0), at(10)))
+    with db.session() as s:
+        add_sample(s, job, at(3), step=600, gpu_util_pct=10.0)  # the bucket [3:00, 3:10) ...
+        for minute in range(10):  # ... and its minutes, the first taken at the same moment
+            add_sample(s, job, at(3, 60 * minute), step=60, gpu_util_pct=50.0)
+        add_sample(s, job, at(3, 120), gpu_util_pct=90.0)  # a raw row where the third minute starts
+    whole = measure(db, job, since=2, until=4)
+    # The 10-minute row counts nowhere, nor the third minute's row: the raw row does, for its
+    # 15 s, and the rest of that minute nobody measured.
+    assert whole.gpu_seconds_measured == pytest.approx(540 + 15)
+    assert whole.gpu_seconds_used == pytest.approx(0.5 * 540 + 0.9 * 15)
+    pieces = [measure(db, job, since=a, until=b) for a, b in ((2, 3 + 1 / 120), (3 + 1 / 120, 3.05), (3.05, 4))]
+    assert sum(p.gpu_seconds_measured for p in pieces) == pytest.approx(whole.gpu_seconds_measured)
+    assert sum(p.gpu_seconds_used for p in pieces) == pytest.approx(whole.gpu_seconds_used)

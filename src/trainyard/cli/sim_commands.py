@@ -44,7 +44,14 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--jobs", type=Path, help="the job table (default: the Philly trace shipped with Trainyard)")
     q.add_argument("--cluster", default="92x8",
                    help="NxG (N nodes of G GPUs), philly (Philly's 552 machines), or a machine list CSV")
-    q.add_argument("--policy", default="default", help="fifo, sjf, tiresias or default")
+    q.add_argument("--policy", default="default",
+                   help="fifo, sjf, tiresias, default (with time-sharing) or easy (the default without it)")
+    q.add_argument("--suspendable", default="all",
+                   help="which jobs can be suspended to take turns: all (default), half (even ids) or none")
+    q.add_argument("--suspend-cost", type=float, metavar="SECONDS",
+                   help="GPU time a suspension costs the job: checkpoint save and restore (default 120)")
+    q.add_argument("--time-slice", type=float, metavar="SECONDS",
+                   help="time-sharing's minimum time slice (default: the scheduler's, 1800)")
     q.add_argument("--start", help="first submit time to include (YYYY-MM-DD[THH:MM])")
     q.add_argument("--end", help="submit times before this (YYYY-MM-DD[THH:MM])")
     q.add_argument("--load", type=float, default=1.0, help="compress inter-arrival times by this factor")

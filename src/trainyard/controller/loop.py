@@ -30,7 +30,11 @@ from trainyard.controller.world import (
 )
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
-from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
+from trainyard.core.settings import (
+    DEFAULT_JOB_DIR_RETENTION_SECONDS,
+    DEFAULT_MONITOR_INTERVAL_SECONDS,
+    DEFAULT_USAGE_DAYS_KEEP_DAYS,
+)
 from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
@@ -69,6 +73,7 @@ class Controller:
         alert_interval_seconds: float = 30.0,
         alert_receivers: Receivers | None = None,
         monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS,
+        usage_days_keep_days: int = DEFAULT_USAGE_DAYS_KEEP_DAYS,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -97,7 +102,8 @@ class Controller:
         )
         self.alerts = AlertEvaluator(db, clock, alert_interval_seconds, alert_receivers or Receivers(),
                                      on_cordon=self.wake, monitor_interval_seconds=monitor_interval_seconds)
-        self.history = HistoryKeeper(db, clock, monitor_retention)
+        self.history = HistoryKeeper(db, clock, monitor_retention, monitor_interval_seconds=monitor_interval_seconds,
+                                     usage_days_keep_days=usage_days_keep_days)
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:

@@ -15,6 +15,7 @@ from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, RetentionTier, p
 # A week: long enough to fetch a finished job's checkpoints and results from its directory.
 DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_MONITOR_INTERVAL_SECONDS = 10.0
+DEFAULT_USAGE_DAYS_KEEP_DAYS = 400  # a year of usage reports, and a month to spare
 
 
 def default_home() -> Path:
@@ -102,6 +103,11 @@ class Settings(BaseSettings):
         "keeps raw samples 1 hour, per-minute averages 1 day, per-10-minute averages 30 days (see "
         "docs/architecture.md for the size it takes)",
     )
+    usage_days_keep_days: int = Field(
+        default=DEFAULT_USAGE_DAYS_KEEP_DAYS, ge=1,
+        description="How many days each task's daily usage totals are kept (they outlive the monitoring history, "
+        "so that `yard usage` over a year still has its measured figures; one row per task per day)",
+    )
     backend: Literal["local", "slurm"] = Field(
         default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"
     )
@@ -133,6 +139,18 @@ class Settings(BaseSettings):
         ge=0,
         description="A reservation that waits for jobs without maxRunTimeSeconds holds GPUs only "
         "once its job has waited this long",
+    )
+    scheduler_timeshare: bool = Field(
+        default=True,
+        description="Time-sharing: within a VC and a priority, jobs that declare they can be suspended take "
+        "turns, least attained service first (docs/scheduling.md); no effect on jobs that cannot",
+    )
+    # None: the scheduler's own default (``SchedulerConfig.time_slice``), as for the scorer.
+    scheduler_time_slice_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Time-sharing's minimum time slice: a job is suspended for another's turn no sooner than "
+        "this long after it (re)started; unset: the scheduler's default (1800 s)",
     )
     local_gpu_groups: list[list[int]] | None = Field(
         default=None,

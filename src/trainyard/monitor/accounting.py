@@ -17,9 +17,12 @@ The rules, in order:
    interval and a little: a gap longer than that is time nobody measured, e.g. the server
    was down). Every span is cut where the task's next row starts (no second is counted
    twice where raw and downsampled rows meet) and clipped to the period and to the run.
-   GPU-hours used = sum of ``gpu_util_pct``/100 x ``gpus_held`` x span. The database does
-   these sums (``store/queries/usage.measured_use``): a month of history is millions of
-   rows, too many to bring into Python.
+   (Rows taken at the same moment: the finest is the one that counts.) GPU-hours used =
+   sum of ``gpu_util_pct``/100 x ``gpus_held`` x span. The database does these sums
+   (``store/queries/usage.measured_use``): a month of history is millions of rows, too many
+   to bring into Python. Each complete UTC day is summed once per task and kept
+   (``services/usage_days.py``): a report adds those for the whole days in its period and
+   sums rows only for the rest, which gives the same figures since the sums are additive.
 3. **Efficiency** = used / allocated *over the measured spans* (rows whose figure is
    known): time nobody measured is neither idle nor busy. GPU efficiency is ``None``
    ("n/a") when no GPU figure was measured at all — simulated GPUs report none, and none is

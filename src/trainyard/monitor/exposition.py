@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.utils import floatToGoString
@@ -55,15 +55,22 @@ START_LATENCY_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 180
 
 
 class GpuFigures(NamedTuple):
-    """One device: its model, and its newest sample's figures (None: not measured)."""
+    """One device: its model, and its newest sample's figures (None: not measured; a
+    simulated GPU's utilisation is not shown). The fields are those of ``store.rows.
+    LATEST_GPU_FIELDS``, in that order, so that a node's GPUs serve as the store's newest
+    sample holds them, decoded (a list each): building 8,000 of these per scrape cost more
+    than decoding them."""
 
     gpu_index: int  # not ``index``, which a tuple has already
     model: str
+    memory_total_mb: int | None = None
     util_pct: float | None = None
     memory_used_mb: int | None = None
     temperature_c: float | None = None
     power_w: float | None = None
     ecc_errors: int | None = None
+    simulated: bool = False
+    healthy: bool = True
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,8 @@ class NodeFigures:
     up: bool  # schedulable (not cordoned) and sampled recently
     gpus_total: dict[str, int]  # per GPU model
     gpus_allocated: dict[str, float]  # per GPU model, fractions of shared devices included
-    sampled_gpus: tuple[GpuFigures, ...] = ()  # from the newest sample; empty when none is recent
+    # From the newest sample (each a ``GpuFigures`` or a sequence laid out as one); empty when none is recent.
+    sampled_gpus: Sequence[Sequence[Any]] = ()
     cpu_pct: float | None = None
     memory_used_mb: int | None = None
     disk_used_pct: float | None = None
@@ -210,9 +218,11 @@ def node_families(nodes: Sequence[NodeFigures]) -> list[Family]:
             by_model = f'model="{escape_label_value(model)}",{node_label}'
             total.add(by_model, count)
             allocated.add(by_model, node.gpus_allocated.get(model, 0.0))
-        for index, model, util_pct, memory_used_mb, temperature_c, power_w, ecc_errors in node.sampled_gpus:
+        for index, model, _, util_pct, memory_used_mb, temperature_c, power_w, ecc_errors, simulated, _ in (
+            node.sampled_gpus
+        ):
             device = f'gpu="{index}",{node_label}'
-            if util_pct is not None:
+            if util_pct is not None and not simulated:
                 escaped = models.get(model) or models.setdefault(model, escape_label_value(model))
                 util.add(f'gpu="{index}",model="{escaped}",{node_label}', util_pct / 100)
             memory.add(device, _bytes(memory_used_mb))

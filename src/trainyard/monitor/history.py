@@ -1,10 +1,12 @@
 """The monitoring history: rounds of samples from the backend, kept in the store.
 
-``record`` turns a round (``core.metrics.Sampled``) into raw rows. ``maintain`` downsamples
-them by the retention (``core/retention.py``: raw for an hour, per-minute averages for a
-day, per-10-minute averages for 30 days by default) and removes what is older than each tier
-keeps; the controller runs it every minute. ``task_history`` and ``node_history`` read a
-window at the finest resolution that covers it, at most ``MAX_POINTS`` points per series.
+``record`` turns a round (``core.metrics.Sampled``) into raw rows, and keeps each node's
+and task's newest figures beside them (the rows the live views and ``/metrics`` read).
+``maintain`` downsamples them by the retention (``core/retention.py``: raw for an hour,
+per-minute averages for a day, per-10-minute averages for 30 days by default) and removes
+what is older than each tier keeps (a newest-figures row: what the raw tier keeps); the
+controller runs it every minute. ``task_history`` and ``node_history`` read a window at the
+finest resolution that covers it, at most ``MAX_POINTS`` points per series.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def task_row(sample: TaskSample) -> TaskSampleRow:
 
 
 def record(session: Session, sampled: Sampled) -> None:
-    """Store one round of samples as raw rows."""
+    """Store one round of samples as raw rows, and as each node's and task's newest figures."""
     metric_queries.add_samples(session, [node_row(n) for n in sampled.nodes], [task_row(t) for t in sampled.tasks])
 
 
@@ -87,6 +89,9 @@ def maintain(session: Session, now: datetime, tiers: Sequence[RetentionTier]) ->
         removed += metric_queries.delete_other_steps(
             session, table, steps, now - timedelta(seconds=max(t.keep_seconds for t in tiers))
         )
+    # A node's or task's newest sample goes when the raw history would no longer hold it
+    # (the task ended, the node went or fell silent): as searching the raw rows found it.
+    removed += metric_queries.delete_latest_older(session, now - timedelta(seconds=tiers[0].keep_seconds))
     return Maintained(written, removed)
 
 

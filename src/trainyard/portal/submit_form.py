@@ -31,6 +31,8 @@ from typing import Any
 
 import yaml
 
+from trainyard.core.names import DEFAULT_VC
+from trainyard.core.priorities import DEFAULT_PRIORITY
 from trainyard.spec.models import Priority
 
 MAX_ROLES = 100
@@ -135,7 +137,8 @@ def fields_from_document(document: Any) -> JobFields:
         ))
     vc = _mapping(job.get("defaults")).get("virtualCluster")
     return JobFields(
-        name=_shown(job.get("name")), vc=_shown(vc) or "default", priority=_shown(job.get("priority")) or "normal",
+        name=_shown(job.get("name")), vc=_shown(vc) or DEFAULT_VC,
+        priority=_shown(job.get("priority")) or str(DEFAULT_PRIORITY),
         retries=_shown(job.get("jobRetryCount")), max_run_time=_shown(job.get("maxRunTimeSeconds")), roles=roles,
     )
 

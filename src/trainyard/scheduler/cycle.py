@@ -82,13 +82,19 @@ class Cycle:
     reservations: list[Reservation] = field(default_factory=list)
     # Running jobs in preemption order, sorted once per cycle (see ``preemption``).
     victims: tuple[list[RunningJob], dict[str, list[RunningJob]]] | None = None
+    # Running jobs whose time slice is over, with the service they have attained, by
+    # priority (see ``preemption.takes_turn_from``), derived once per cycle.
+    turns: dict[int, list[tuple[float, RunningJob]]] | None = None
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements)))
         owner = job_owner(job)
         now = self.snapshot.now
         end = None if job.max_runtime is None else now + job.max_runtime
-        self.started.append(RunningJob(job.job_id, owner.vc, owner.user, owner.rank, tuple(placements), now, end))
+        self.started.append(RunningJob(
+            job.job_id, owner.vc, owner.user, owner.rank, tuple(placements), now, end,
+            suspendable=job.suspendable, attained_service=job.attained_service,
+        ))
 
     def wait(self, job: PendingJob, wait: Wait) -> None:
         self.waits[job.job_id] = wait

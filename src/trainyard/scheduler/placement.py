@@ -36,31 +36,53 @@ def task_order(job: PendingJob) -> list[TaskRequest]:
 
 
 def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tentative) -> list[TaskPlacement] | None:
-    """Place every task of ``job`` (allocating into ``tentative``), or change nothing."""
+    """Place every task of ``job`` (allocating into ``tentative``), or change nothing.
+
+    Tasks are placed one at a time, largest first. A task that finds no room once the
+    tasks before it are placed may be the gang's real bottleneck — a smaller task that
+    only one node can host (for its CPU, memory or GPU model), whose GPUs a larger task
+    took — so the gang is tried again with that task first, each kind of task first at
+    most once (a gang of one kind of task is never tried twice). Without that, such a gang
+    waits as NO_FIT even on an idle cluster, or gets a preemption plan that only holds
+    while the scorer measures the same pending mix.
+    """
     for only in scorer.attempts(job, ledger):
-        attempt = Tentative()
-        placements = _place_all(job, ledger, scorer, attempt, only)
-        if placements is not None:
-            tentative.adopt(attempt)
-            return placements
-        attempt.discard()
+        order = task_order(job)
+        first = {_kind(t) for t in order[:1]}
+        while True:
+            attempt = Tentative()
+            placements, stuck = _place_all(job, ledger, scorer, attempt, only, order)
+            if placements is not None:
+                tentative.adopt(attempt)
+                return placements
+            attempt.discard()
+            if stuck is None or _kind(stuck) in first:
+                break
+            first.add(_kind(stuck))
+            order = [stuck, *(t for t in order if t is not stuck)]
     if scorer is not CELL_ORDER and Access(ledger, job).in_cells:
         return place_gang(job, ledger, CELL_ORDER, tentative)
     return None
 
 
+def _kind(task: TaskRequest) -> tuple[object, ...]:
+    """What decides where a task fits (its request, not its name)."""
+    return (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb)
+
+
 def _place_all(
-    job: PendingJob, ledger: Ledger, scorer: Scorer, attempt: Tentative, only: NodeFilter | None
-) -> list[TaskPlacement] | None:
+    job: PendingJob, ledger: Ledger, scorer: Scorer, attempt: Tentative, only: NodeFilter | None,
+    order: list[TaskRequest],
+) -> tuple[list[TaskPlacement] | None, TaskRequest | None]:
+    """The gang's placements in ``order``; else None and the task that found no room."""
     access = Access(ledger, job, only)
     owner = job_owner(job)
-    tasks = task_order(job)
-    gang = GangProgress(job, remaining_gpu=sum(t.gpu_milli for t in tasks))
+    gang = GangProgress(job, remaining_gpu=sum(t.gpu_milli for t in order))
     placements = []
-    for task in tasks:
+    for task in order:
         choice = scorer.choose(task, access, gang)
         if choice is None:
-            return None
+            return None, task
         node, fit = choice
         placement = TaskPlacement(
             role=task.role,
@@ -75,4 +97,4 @@ def _place_all(
         gang.remaining_gpu -= task.gpu_milli
         if node.name not in gang.nodes:
             gang.nodes.append(node.name)
-    return sorted(placements, key=lambda p: (p.role, p.index))
+    return sorted(placements, key=lambda p: (p.role, p.index)), None

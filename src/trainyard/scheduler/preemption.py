@@ -2,13 +2,19 @@
 
 Who may be a victim of guaranteed job J of VC V (never anyone else):
 * any opportunistic job, of any VC — reclaim: V wants its guaranteed share back;
-* if V allows priority preemption, V's own guaranteed jobs of lower priority than J.
+* if V allows priority preemption, V's own guaranteed jobs of lower priority than J;
+* with time-sharing (``SchedulerConfig.timeshare``), V's own suspendable jobs of J's
+  priority that have received more service than J (GPU-seconds, over their whole chain)
+  and have run a whole time slice since they last (re)started: jobs take turns, least
+  attained service first, and none is suspended more than once per slice.
 Another VC's guaranteed job is never a victim. A job already being preempted is never
 preempted twice; it is the first candidate, since its resources are coming back anyway,
 and it is counted as free only by the one plan that claims it.
 
 How (Volcano's statements): candidates in order — already stopping, then lowest priority
-(opportunistic first), then least work lost (shortest running), then id — are released
+(opportunistic first), then suspendable ones (they lose only a checkpoint's worth), the
+most attained service first, then the rest by least work lost (shortest running), then
+id — are released
 tentatively, skipping those that free nothing J could use: over quota, first as few of
 V's own as give the quota back; then the shortest prefix of the rest after which J's whole
 gang fits (found by doubling, then halving). Then victims, most valuable first, are given
@@ -50,17 +56,29 @@ from trainyard.scheduler.snapshot import (
     TaskRequest,
 )
 
+VictimKey = tuple[bool, int, bool, float, int]
+
+
+def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
+    """The order running jobs are given up in: already stopping first, then the lowest
+    priority, then suspendable ones, the most attained service first (LAS), then the others
+    by least work lost (shortest running), then by id."""
+    stopping = cycle.ledger.preempting
+    now = cycle.snapshot.now
+
+    def key(r: RunningJob) -> VictimKey:
+        cost = -r.attained_at(now) if r.suspendable else -r.started_at
+        return (r.job_id not in stopping, -r.priority_rank, not r.suspendable, cost, r.job_id)
+
+    return key
+
 
 def victim_order(cycle: Cycle) -> tuple[list[RunningJob], dict[str, list[RunningJob]]]:
-    """Running jobs in the order they should be given up — already stopping first, then the
-    lowest priority, then the shortest running, then by id: the opportunistic ones, and
-    each VC's guaranteed ones. Sorted once per cycle."""
+    """Running jobs in ``victim_key``'s order: the opportunistic ones, and each VC's
+    guaranteed ones. Sorted once per cycle."""
     if cycle.victims is None:
         ledger = cycle.ledger
-        ordered = sorted(
-            ledger.running.values(),
-            key=lambda r: (r.job_id not in ledger.preempting, -r.priority_rank, -r.started_at, r.job_id),
-        )
+        ordered = sorted(ledger.running.values(), key=victim_key(cycle))
         by_vc: dict[str, list[RunningJob]] = {}
         opportunistic = []
         for running in ordered:
@@ -77,24 +95,60 @@ def candidates(
 ) -> Iterator[RunningJob]:
     """Possible victims for ``job`` that ``useful`` accepts, in the order they should be
     given up (lazily): opportunistic work; the VC's own lower priorities (when its policy
-    allows); and guaranteed work of another VC that holds more than its quota (an admin
-    lowered it) — ``plan_preemption`` then takes no more of it than the overage."""
+    allows); its own jobs whose turn is over (``takes_turn_from``); and guaranteed work of
+    another VC that holds more than its quota (an admin lowered it) — ``plan_preemption``
+    then takes no more of it than the overage."""
     policy = cycle.ledger.quotas.policy(job.vc)
     if policy is None or job.priority_rank >= OPPORTUNISTIC_RANK:
         return iter(())
     opportunistic, by_vc = victim_order(cycle)
-    streams = [iter(opportunistic)]
+    streams: list[Iterator[RunningJob]] = [iter(opportunistic)]
     if policy.allow_priority_preemption:
         streams.append(r for r in by_vc.get(job.vc, ()) if r.priority_rank > job.priority_rank)
+    if cycle.snapshot.config.timeshare:
+        # Without VCs, one VC holds every job (``Quotas.implicit``), whatever VC it names.
+        # ``_turns`` is in ``victim_key``'s order, as the streams merged here must be.
+        anyone = not cycle.snapshot.vcs
+        streams.append(
+            r for attained, r in _turns(cycle).get(job.priority_rank, ())
+            if attained > job.attained_service and (anyone or r.vc == job.vc)
+        )
     over = _over_quota(cycle, job.vc)
     for vc in sorted({vc for vc, _ in over}):
         streams.append(r for r in by_vc.get(vc, ()) if _on_over_models(cycle, r, over))
-    key = cycle.ledger.preempting
-    merged = heapq.merge(
-        *streams, key=lambda r: (r.job_id not in key, -r.priority_rank, -r.started_at, r.job_id)
-    )
+    merged = heapq.merge(*streams, key=victim_key(cycle))
     claimed = cycle.claimed  # stopping for another plan already: see ``_claimed_for``
     return (v for v in merged if v.job_id not in claimed and (useful is None or useful(v)))
+
+
+def _turns(cycle: Cycle) -> dict[int, list[tuple[float, RunningJob]]]:
+    """Guaranteed suspendable running jobs whose time slice is over, by priority, with the
+    service they have attained, in ``victim_key``'s order. Derived once per cycle."""
+    if cycle.turns is None:
+        config, now = cycle.snapshot.config, cycle.snapshot.now
+        _, by_vc = victim_order(cycle)
+        merged = heapq.merge(*(by_vc[vc] for vc in sorted(by_vc)), key=victim_key(cycle))
+        cycle.turns = {}
+        for r in merged:
+            if r.suspendable and now - r.started_at >= config.time_slice:
+                cycle.turns.setdefault(r.priority_rank, []).append((r.attained_at(now), r))
+    return cycle.turns
+
+
+def takes_turn_from(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:
+    """Whether ``job`` may suspend ``running`` to take its turn: time-sharing is on, both
+    are guaranteed work of one VC and one priority, ``running`` is suspendable, has received
+    more service than ``job`` and has run a whole time slice since it last (re)started."""
+    config = cycle.snapshot.config
+    now = cycle.snapshot.now
+    return (
+        config.timeshare
+        and running.suspendable
+        and running.priority_rank == job.priority_rank < OPPORTUNISTIC_RANK
+        and (running.vc == job.vc or not cycle.snapshot.vcs)
+        and now - running.started_at >= config.time_slice
+        and running.attained_at(now) > job.attained_service
+    )
 
 
 def _on_over_models(cycle: Cycle, job: RunningJob, over: dict[tuple[str, str], int]) -> bool:
@@ -125,7 +179,8 @@ def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
         ):
             continue  # what it frees, the plan it stops for takes whole
         own_lower = policy.allow_priority_preemption and r.vc == job.vc and r.priority_rank > job.priority_rank
-        if r.priority_rank >= OPPORTUNISTIC_RANK or own_lower or _on_over_models(cycle, r, over):
+        if (r.priority_rank >= OPPORTUNISTIC_RANK or own_lower or takes_turn_from(cycle, job, r)
+                or _on_over_models(cycle, r, over)):
             found.append(r)
     return found
 
@@ -137,7 +192,8 @@ def _takes_no_more_than_the_overage(cycle: Cycle, job: PendingJob, victims: list
     stopping = cycle.ledger.preempting | cycle.claimed  # counted in ``over`` already
     taken: dict[tuple[str, str], list[int]] = defaultdict(list)
     for victim in victims:
-        if victim.vc == job.vc or victim.job_id in stopping or victim.priority_rank >= OPPORTUNISTIC_RANK:
+        if (victim.vc == job.vc or victim.job_id in stopping or victim.priority_rank >= OPPORTUNISTIC_RANK
+                or takes_turn_from(cycle, job, victim)):  # without VCs, a turn's victim may name another
             continue
         per_model: dict[str, int] = defaultdict(int)
         for p in victim.placements:
@@ -228,8 +284,8 @@ def _hold(cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive:
         rebound.discard()
         plan = Tentative()
         ledger.hold(job_owner(job), placed, plan)  # its resources and quota; its cells come next cycle
-    else:
-        ledger.cells.planned.update(bound)  # its cells are its own until it starts
+    else:  # its cells are its own until it starts (not those an attempt bound and undid)
+        ledger.cells.planned.update(c for c in bound if ledger.cells.owner.get(c) == job.vc)
     plan.commit()  # J's future placement stays held ...
     released.tentative.discard()  # ... and the victims hold theirs until they stop
     return placed
@@ -462,12 +518,19 @@ def _frees_room(
 def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
     ledger = cycle.ledger
     owner = job_owner(job)
+    now = cycle.snapshot.now
     for victim in sorted(victims, key=lambda v: v.job_id):
         if victim.job_id in ledger.preempting or victim.job_id in cycle.claimed:
             continue  # stopping already, or preempted for another job of this cycle
         cycle.claimed.add(victim.job_id)
         if victim.priority_rank >= OPPORTUNISTIC_RANK:
             why = f"reclaimed: VC {owner.vc} needs its guaranteed GPUs back for job {job.job_id}"
+        elif takes_turn_from(cycle, job, victim):
+            why = (
+                f"suspended to let job {job.job_id} of VC {owner.vc} take its turn: it has received "
+                f"more service ({_gpu_hours(victim.attained_at(now))} against "
+                f"{_gpu_hours(job.attained_service)})"
+            )
         elif victim.vc != owner.vc:
             why = (
                 f"reclaimed: VC {victim.vc} holds more than its quota, and VC {owner.vc} needs its "
@@ -478,8 +541,9 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
                 f"preempted by job {job.job_id} of higher priority "
                 f"({Priority.of_rank(owner.rank)}) in VC {owner.vc}"
             )
-        cycle.preemptions.append(Preempt(victim.job_id, victim.grace_seconds, why, job.job_id))
-    now = cycle.snapshot.now
+        cycle.preemptions.append(
+            Preempt(victim.job_id, victim.grace_seconds, why, job.job_id, suspend=victim.suspendable)
+        )
     # A victim stopping since an earlier cycle is gone when its grace period ends, not a
     # whole grace period from now (which would move the ETA on every cycle).
     eta = max(
@@ -489,3 +553,7 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
     )
     eta = max(eta, now)
     cycle.wait(job, Wait(PendingReason.PREEMPTING, eta=eta, victims=tuple(sorted(v.job_id for v in victims))))
+
+
+def _gpu_hours(gpu_seconds: float) -> str:
+    return f"{gpu_seconds / 3600:.1f} GPU-h"

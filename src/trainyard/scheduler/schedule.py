@@ -2,17 +2,20 @@
 
 Phases, in the manner of Kueue's cycle, over one ``Ledger`` built from the snapshot:
 
-1. **order**: pending jobs by priority, then submit time, then id, in queues — one per VC
-   for guaranteed jobs (VCs in name order; quotas and cells keep them from competing;
-   one queue for all when the snapshot has no VCs), then one queue of opportunistic jobs
-   from every VC, so that guaranteed work goes first;
+1. **order**: pending jobs by priority, then (with time-sharing) least attained service,
+   then submit time, then id, in queues — one per VC for guaranteed jobs (VCs in name
+   order; quotas and cells keep them from competing; one queue for all when the snapshot
+   has no VCs), then one queue of opportunistic jobs from every VC, so that guaranteed
+   work goes first;
 2. each guaranteed queue in order: **admit** (VC quota, user quota) → **place** the whole
    gang with the configured scorer, or nothing → **backfill**: the first job that cannot
    start gets a reservation (EASY), and later jobs may use what it holds only if they
    surely end before it starts;
 3. **preempt**, only now that every guaranteed job that could start has: for each VC, its
-   jobs that could not start, in order, get victims (reclaimed opportunistic work, or its
-   own lower priorities) until one cannot be helped, which keeps the reservation;
+   jobs that could not start, in order, get victims (reclaimed opportunistic work, its
+   own lower priorities, or — time-sharing — its own suspendable jobs of the same priority
+   that have received more service and run a whole time slice) until one cannot be
+   helped, which keeps the reservation;
 4. the opportunistic queue, like 2, behind every guaranteed reservation and plan;
 5. **explain**: every waiting job gets a reason, its position in its VC and an ETA.
 
@@ -43,6 +46,7 @@ from trainyard.scheduler.snapshot import (
     PendingJob,
     PendingReason,
     RunningJob,
+    SchedulerConfig,
     Snapshot,
     TaskRequest,
 )
@@ -56,8 +60,10 @@ PLANS_PER_QUEUE = 16
 Shape = tuple[str, str | None, int, tuple[TaskRequest, ...]]
 
 
-def queue_order(job: PendingJob) -> tuple[int, float, int]:
-    return (job.priority_rank, job.submitted_at, job.job_id)
+def queue_order(job: PendingJob, config: SchedulerConfig) -> tuple[int, float, float, int]:
+    """Priority, then with time-sharing least attained service (jobs that never ran have
+    none, so they keep submit order), then submit time, then id."""
+    return (job.priority_rank, job.attained_service if config.timeshare else 0.0, job.submitted_at, job.job_id)
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class Queue:
 def schedule(snapshot: Snapshot) -> Decisions:
     ledger = Ledger(snapshot)
     cycle = Cycle(snapshot, ledger, scorer_for(snapshot))
-    order = sorted(snapshot.pending, key=queue_order)
+    order = sorted(snapshot.pending, key=lambda job: queue_order(job, snapshot.config))
     *guaranteed, opportunistic = queues(order, by_vc=bool(snapshot.vcs))
     passes = []
     for queue in guaranteed:
@@ -193,7 +199,7 @@ def preempt_for_queue(
             continue
         refusal = ledger.quotas.admit(job)
         stopping = len(cycle.preemptions)
-        if _may_preempt(ledger, job, refusal) and plan_preemption(cycle, job):
+        if _may_preempt(cycle, job, refusal) and plan_preemption(cycle, job):
             plans += len(cycle.preemptions) > stopping  # waiting on work stopping already is cheap
             if head is not None:
                 reservation = None
@@ -253,12 +259,13 @@ def _has_victims(cycle: Cycle, job: PendingJob) -> bool:
     return next(candidates(cycle, job, useful), None) is not None
 
 
-def _may_preempt(ledger: Ledger, job: PendingJob, refusal: Refusal | None) -> bool:
-    """Over quota, only its own VC's lower priorities could make room."""
+def _may_preempt(cycle: Cycle, job: PendingJob, refusal: Refusal | None) -> bool:
+    """Over quota, only its own VC's lower priorities, or (time-sharing) its own jobs of
+    the same priority whose turn is over, could make room."""
     if refusal is None:
         return True
-    policy = ledger.quotas.policy(job.vc)
-    return policy is not None and policy.allow_priority_preemption
+    policy = cycle.ledger.quotas.policy(job.vc)
+    return policy is not None and (policy.allow_priority_preemption or cycle.snapshot.config.timeshare)
 
 
 def _held_back(cycle: Cycle, job: PendingJob, reservation: Reservation) -> bool:

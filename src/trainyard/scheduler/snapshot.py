@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 # The placement scorer when none is configured, for the live controller (``Settings``) and
 # the simulator's ``--policy default`` alike: one name, defined here only.
@@ -67,6 +68,12 @@ class PendingJob:
     # When it last started waiting (a requeued job keeps its submit time for its place in
     # the queue, but its wait starts again); None: since ``submitted_at``.
     waiting_since: float | None = None
+    # It saves its state and resumes when told to (``preemption: suspend``): it may be
+    # suspended to let another job take its turn (``SchedulerConfig.timeshare``).
+    suspendable: bool = False
+    # GPU-seconds its chain has received so far, across suspensions and requeues: with
+    # time-sharing, jobs of one priority wait in order of it (least attained service first).
+    attained_service: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -99,6 +106,19 @@ class RunningJob:
     expected_end: float | None = None  # None: unknown, treated as never ending
     grace_seconds: float = 30.0  # stop grace period if it is preempted
     stops_by: float | None = None  # being stopped: when its grace period ends (None: unknown)
+    suspendable: bool = False  # as ``PendingJob.suspendable``
+    # GPU-seconds its chain received before ``started_at`` (its last start or resume);
+    # ``attained_at`` adds what this run has received since.
+    attained_service: float = 0.0
+
+    def attained_at(self, now: float) -> float:
+        """GPU-seconds its chain has received by ``now`` (least attained service's measure)."""
+        return self.attained_service + self.gpus * max(0.0, now - self.started_at)
+
+    @cached_property
+    def gpus(self) -> float:
+        """GPUs it holds (fractions count as such)."""
+        return sum(share.milli for p in self.placements for share in p.gpus) / 1000
 
 
 @dataclass(frozen=True)
@@ -125,6 +145,11 @@ class SchedulerConfig:
     cell_gpus: Mapping[str, int] = field(default_factory=dict)
     # The placement's target workload; empty: the mix of the pending jobs' tasks.
     workload: tuple[WorkloadClass, ...] = ()
+    # Time-sharing (docs/scheduling.md): within a VC and a priority, jobs wait in order of
+    # attained service, and a waiting job may suspend a running suspendable job that has
+    # received more, once that one has run ``time_slice`` seconds since it last (re)started.
+    timeshare: bool = True
+    time_slice: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -176,6 +201,10 @@ class Preempt:
     grace_seconds: float
     reason: str
     for_job_id: int
+    # The victim is suspendable: it saves its state and waits to resume, keeping its place
+    # (else it is stopped and requeued). The controller stops and requeues either way until
+    # the suspend contract exists; the simulator charges a suspension its cost.
+    suspend: bool = False
 
 
 @dataclass(frozen=True)

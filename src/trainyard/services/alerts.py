@@ -134,7 +134,7 @@ def read_facts(
             gpu_indices=tuple(int(g["index"]) for g in node.gpus),
             sampled_at=sample.at if sample is not None else None,
             disk_used_pct=sample.disk_used_pct if sample is not None else None,
-            gpus=tuple(sample.gpus) if sample is not None else (),
+            gpus=tuple(sample.gpu_dicts()) if sample is not None else (),
         ))
     return rules.Facts(
         now=now,

@@ -4,14 +4,15 @@ writes it out).
 VC quota, use and queue length come from ``admin.describe_vcs``, the very figures ``yard
 vc list`` shows; GPUs allocated are what unfinished tasks hold, as ``yard nodes`` counts
 them; samples are the newest ones still fresh (``live.fresh_seconds``, as ``yard top`` counts them),
-so that a node or task nobody samples any more drops out instead of showing stale figures.
+so that a node or task nobody samples any more drops out instead of showing stale figures;
+they are read from the one row per node and task that each monitoring round updates
+(``node_latest``, ``task_latest``), not searched for in the history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -19,7 +20,6 @@ from trainyard.core.lifecycle import run_seconds
 from trainyard.core.states import JobState
 from trainyard.monitor.exposition import (
     ClusterFigures,
-    GpuFigures,
     NodeFigures,
     RunningJobFigures,
     TaskFigures,
@@ -67,9 +67,9 @@ def _nodes(
     for node, _, _, shares in held:
         for index, milli in shares:
             allocated[(node, index)] = allocated.get((node, index), 0.0) + milli / 1000
-    # Each sample's GPUs made into figures as its row is read: the decoded dicts go at once.
+    # The GPUs as decoded: a list each, laid out as ``GpuFigures`` (``LATEST_GPU_FIELDS``).
     samples = {
-        row.node: (row.cpu_pct, row.memory_used_mb, row.disk_used_pct, _sampled_gpus(row.gpus))
+        row.node: (row.cpu_pct, row.memory_used_mb, row.disk_used_pct, row.gpus)
         for row in metric_queries.latest_node_figures(session, since)
     }
     figures = []
@@ -89,18 +89,6 @@ def _nodes(
             cpu_pct=cpu_pct, memory_used_mb=memory_used_mb, disk_used_pct=disk_used_pct,
         ))
     return figures
-
-
-def _sampled_gpus(gpus: list[dict[str, Any]]) -> tuple[GpuFigures, ...]:
-    return tuple(
-        GpuFigures(
-            gpu["index"], gpu["model"],
-            # A simulated GPU has no utilisation; should a sampler ever store one, it is not shown.
-            None if gpu.get("simulated") else gpu.get("util_pct"),
-            gpu.get("memory_used_mb"), gpu.get("temperature_c"), gpu.get("power_w"), gpu.get("ecc_errors"),
-        )
-        for gpu in gpus
-    )
 
 
 def _vcs(session: Session, now: datetime, held: Sequence[HeldShares], capacity: dict[str, int]) -> list[VcFigures]:

@@ -19,7 +19,7 @@ from trainyard.services.views import job_usage_view, node_view
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.queries import nodes as node_queries
-from trainyard.store.rows import NodeRow, TaskRow, TaskSampleRow, UserRow
+from trainyard.store.rows import NodeRow, TaskLatestRow, TaskRow, UserRow
 
 FRESH_INTERVALS = 3  # a missed round or two is not yet "no data"
 
@@ -72,7 +72,7 @@ def top(session: Session, viewer: UserRow, now: datetime, monitor_interval_secon
     visible = job_service.visible_job_ids(session, viewer, {t.job_id for t in tasks})
     nodes = _nodes(session, job_service.list_nodes(session), tasks, visible, since)
     jobs = job_queries.jobs_by_ids(session, sorted({t.job_id for t in tasks if visible is None or t.job_id in visible}))
-    samples: dict[tuple[int, int, str, int], TaskSampleRow] = {
+    samples: dict[tuple[int, int, str, int], TaskLatestRow] = {
         (s.job_id, s.attempt, s.role, s.index): s for s in metric_queries.latest_task_samples(session, since)
     }
     by_job: dict[int, list[TaskRow]] = {}

@@ -1,5 +1,6 @@
 """Usage accounting behind ``GET /usage`` and ``yard usage``: who may see what, the period,
-and the report (``monitor/accounting.py`` does the sums).
+and the report (``monitor/accounting.py`` does the sums; ``services/usage_days.py`` reads
+the measured use from the daily totals and the monitoring rows).
 
 Permissions: an admin sees everyone's usage. Anyone else sees only their own jobs: every
 line of their report (by job, VC or group as well as by user) adds up their own jobs alone,
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.monitor.accounting import Period, TaskRun, Usage, UsageBy, run_usages, total, usage_by
 from trainyard.schemas.usage import UsageGrouping, UsageLine, UsageReport
+from trainyard.services import usage_days
 from trainyard.services.errors import Forbidden, Invalid, NotFound
 from trainyard.store.queries import usage as usage_queries
 from trainyard.store.queries import users as user_queries
@@ -23,12 +25,6 @@ from trainyard.store.queries.usage import TaskRunRow
 from trainyard.store.rows import UserRow
 
 DEFAULT_PERIOD = timedelta(days=7)  # `since` when not given: a week before `until`
-# The longest span one monitoring row stands for (a downsampled bucket); rows taken this
-# long before the period may still reach into it.
-LONGEST_ROW_SECONDS = 24 * 3600
-# A raw row stands for at most this many sampling intervals: rounds come a little late
-# under load, but a longer gap is time nobody measured (the server was down).
-RAW_SPAN_INTERVALS = 1.5
 
 
 def _utc(moment: datetime) -> datetime:
@@ -109,10 +105,7 @@ def usage_report(
         members = set(usage_queries.members_of(session, group))
         rows = [r for r in rows if r.user in members]
     runs = [task_run(r) for r in rows]
-    measurements = usage_queries.measured_use(
-        session, {r.job_id for r in runs}, since=period.since, until=period.until, now=period.now,
-        raw_span_seconds=RAW_SPAN_INTERVALS * monitor_interval_seconds, reach_seconds=LONGEST_ROW_SECONDS,
-    )
+    measurements = usage_days.measured_in(session, {r.job_id for r in runs}, period, monitor_interval_seconds)
     usages = run_usages(runs, measurements, period)
     groups = usage_queries.groups_of_users(session) if grouping is UsageBy.GROUP else {}
     lines = usage_by(usages, grouping, groups)

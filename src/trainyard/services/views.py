@@ -30,10 +30,10 @@ from trainyard.store.rows import (
     GroupRow,
     JobEventRow,
     JobRow,
+    NodeLatestRow,
     NodeRow,
-    NodeSampleRow,
+    TaskLatestRow,
     TaskRow,
-    TaskSampleRow,
     TokenRow,
     UserRow,
 )
@@ -148,7 +148,7 @@ def _gpu_usage(sampled: dict[str, Any] | None) -> GpuUsageView | None:
     )
 
 
-def _node_usage(sample: NodeSampleRow | None) -> NodeUsageView | None:
+def _node_usage(sample: NodeLatestRow | None) -> NodeUsageView | None:
     if sample is None:
         return None
     return NodeUsageView(
@@ -158,14 +158,14 @@ def _node_usage(sample: NodeSampleRow | None) -> NodeUsageView | None:
 
 
 def node_view(
-    row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None = None, sample: NodeSampleRow | None = None
+    row: NodeRow, tasks: list[TaskRow], visible_jobs: set[int] | None = None, sample: NodeLatestRow | None = None
 ) -> NodeView:
     """The node with what its tasks hold; ``visible_jobs`` (None: all) limits which job ids it
     names, so that a non-admin sees which GPUs are used but not by whose jobs. ``sample`` is
     the node's newest fresh sample, if any: what it measured sits beside what is allocated
     (a GPU the sample does not list was not measured, and has no usage)."""
     on_node = [t for t in tasks if t.node == row.name]
-    sampled_gpus = {g["index"]: g for g in sample.gpus} if sample is not None else {}
+    sampled_gpus = {g["index"]: g for g in sample.gpu_dicts()} if sample is not None else {}
     held: dict[int, list[tuple[int, int]]] = {}  # GPU index -> (job, milli-GPUs), each task read once
     for task in on_node:
         for index, milli in task.gpus:
@@ -224,7 +224,7 @@ def _total(values: list[float | None]) -> float | None:
     return sum(measured) if measured else None
 
 
-def job_usage_view(job: JobRow, tasks: list[TaskRow], samples: list[TaskSampleRow], now: datetime) -> JobUsageView:
+def job_usage_view(job: JobRow, tasks: list[TaskRow], samples: list[TaskLatestRow], now: datetime) -> JobUsageView:
     """A running job's live figures: its tasks' newest fresh ``samples`` summed; GPU
     utilisation is the mean over the GPUs the sampled tasks hold, weighted by their share."""
     util = [(s.gpu_util_pct, s.gpus_held) for s in samples if s.gpu_util_pct is not None and s.gpus_held > 0]

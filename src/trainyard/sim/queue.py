@@ -18,7 +18,16 @@ Queue policies are scheduler configurations plus the queue key the scheduler sor
   priority is the level of the GPU-seconds it has attained (thresholds ``LAS_LEVELS``);
   higher levels preempt lower ones through the scheduler's priority preemption, which
   needs a VC with a quota: without ``--vc-quotas`` one VC holds the whole cluster;
-* ``default``: Trainyard as configured out of the box (EASY backfill, its default scorer).
+* ``default``: Trainyard as configured out of the box (EASY backfill, its default scorer,
+  time-sharing: suspendable jobs of one priority take turns, least attained service first,
+  a time slice apart — ``SchedulerConfig.timeshare``);
+* ``easy``: the default without time-sharing (what it was before issue 16).
+
+Suspension (a preemption of a suspendable job, ``Preempt.suspend``) costs the job
+``suspend_cost`` seconds of its GPUs when it resumes (saving and restoring its checkpoint):
+its run grows by that much, counted as lost GPU time. Which jobs are suspendable is
+``suspendable``: all, half (even job ids) or none. A job stopped and requeued keeps its
+progress at no cost, as before (Tiresias's own assumption).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from trainyard.core.priorities import DEFAULT_PRIORITY
+from trainyard.core.priorities import DEFAULT_PRIORITY, OPPORTUNISTIC_RANK
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import (
     GpuSlot,
@@ -48,6 +57,8 @@ from trainyard.sim.lifecycle import SimJob
 # Tiresias's levels: below 1 GPU-hour attained, below 10, and beyond (priority ranks 0, 1, 2).
 LAS_LEVELS = (3_600.0, 36_000.0)
 CYCLES_PER_INSTANT = 4  # a preemption with no grace frees GPUs for another cycle at once
+SUSPEND_COST = 120.0  # seconds of a suspended job's GPUs lost to saving and restoring its checkpoint
+SUSPENDABLE = ("all", "half", "none")
 
 
 @dataclass(frozen=True)
@@ -59,17 +70,24 @@ class QueuePolicy:
 
 
 POLICIES = {
-    "fifo": QueuePolicy("fifo", SchedulerConfig(backfill=False)),
-    "sjf": QueuePolicy("sjf", SchedulerConfig(backfill=False), key="duration"),
-    "tiresias": QueuePolicy("tiresias", SchedulerConfig(backfill=False), las=True),
+    "fifo": QueuePolicy("fifo", SchedulerConfig(backfill=False, timeshare=False)),
+    "sjf": QueuePolicy("sjf", SchedulerConfig(backfill=False, timeshare=False), key="duration"),
+    "tiresias": QueuePolicy("tiresias", SchedulerConfig(backfill=False, timeshare=False), las=True),
     "default": QueuePolicy("default", SchedulerConfig()),
+    "easy": QueuePolicy("easy", SchedulerConfig(timeshare=False)),
 }
 
 
-def policy_named(name: str) -> QueuePolicy:
+def policy_named(name: str, time_slice: float | None = None) -> QueuePolicy:
+    """The policy; ``time_slice`` (seconds) replaces the scheduler's default slice."""
     if name not in POLICIES:
         raise ValueError(f"unknown queue policy {name!r}; choose one of: {', '.join(POLICIES)}")
-    return POLICIES[name]
+    policy = POLICIES[name]
+    if time_slice is not None:
+        if not time_slice >= 0:  # also NaN
+            raise ValueError(f"--time-slice must be >= 0 seconds; got {time_slice}")
+        policy = replace(policy, config=replace(policy.config, time_slice=time_slice))
+    return policy
 
 
 @dataclass
@@ -78,6 +96,7 @@ class Outcome:
     first_start: float | None = None
     end: float | None = None
     preemptions: int = 0
+    suspensions: int = 0  # of its preemptions, those that suspended it
 
     @property
     def jct(self) -> float:
@@ -98,6 +117,8 @@ class QueueResult:
     rejected: list[TraceJob] = field(default_factory=list)  # larger than the cluster or its VC's quota
     never_started: list[TraceJob] = field(default_factory=list)  # waiting when everything else ended
     preemptions: int = 0
+    suspensions: int = 0  # preemptions of suspendable jobs (each costs ``suspend_cost``)
+    lost_gpu_seconds: float = 0.0  # GPU time spent saving and restoring checkpoints
     cycles: int = 0
     first_submit: float = 0.0
     last_end: float = 0.0
@@ -111,10 +132,21 @@ def level(attained: float) -> int:
     return sum(1 for threshold in LAS_LEVELS if attained >= threshold)
 
 
+def is_suspendable(which: str, job_id: int) -> bool:
+    """Whether a job is suspendable when ``which`` of them are (``SUSPENDABLE``)."""
+    if which not in SUSPENDABLE:
+        raise ValueError(f"unknown --suspendable {which!r}; choose one of: {', '.join(SUSPENDABLE)}")
+    return which == "all" or (which == "half" and job_id % 2 == 0)
+
+
 class QueueSim:
     def __init__(self, nodes: Sequence[NodeState], jobs: Sequence[TraceJob], policy: QueuePolicy,
-                 vcs: Sequence[VirtualCluster] = (), grace: float = 0.0, tick: float = 0.0) -> None:
+                 vcs: Sequence[VirtualCluster] = (), grace: float = 0.0, tick: float = 0.0,
+                 suspendable: str = "all", suspend_cost: float = SUSPEND_COST) -> None:
+        if not suspend_cost >= 0:  # also NaN
+            raise ValueError(f"--suspend-cost must be >= 0 seconds; got {suspend_cost}")
         self.policy = policy
+        self.suspend_cost = suspend_cost
         self.grace = grace
         self.tick = tick  # seconds between scheduling cycles; 0: a cycle at every event
         self.nodes = {n.name: n for n in nodes}
@@ -134,6 +166,8 @@ class QueueSim:
         self.stopping: dict[int, float] = {}
         self.attained: dict[int, float] = {}  # GPU-seconds run so far
         self.done: dict[int, float] = {}  # seconds of the job's duration already run
+        self.debt: dict[int, float] = {}  # seconds of checkpoint restore still to run before progress
+        self.suspendable = {j.job_id for j in self.jobs if is_suspendable(suspendable, j.job_id)}
         self.events: list[tuple[float, int, int]] = []  # (time, kind, job id)
         self.by_id = {j.job_id: j for j in self.jobs}
         self.records: dict[int, SimJob] = {}  # each job's state, attempts and history
@@ -177,7 +211,7 @@ class QueueSim:
                     self._advance(at_arrival)
                     job = arrivals[nxt]
                     result.outcomes[job.job_id] = Outcome(job)
-                    self.attained[job.job_id] = self.done[job.job_id] = 0.0
+                    self.attained[job.job_id] = self.done[job.job_id] = self.debt[job.job_id] = 0.0
                     self.records[job.job_id] = lifecycle.submitted(job.job_id, self.now, self.grace)
                     self._enqueue(job)
                     nxt += 1
@@ -227,6 +261,9 @@ class QueueSim:
                     self._enqueue(self.by_id[job_id])
                 return True
             return False
+        if kind == 3:  # a running job's time slice is over: a waiting job may take its turn
+            slice_ends = self.segment_start.get(job_id, -math.inf) + self.policy.config.time_slice
+            return bool(self.pending) and job_id not in self.stopping and abs(slice_ends - self.now) < 1e-6
         # kind 2: a running job's attained service crossed a Tiresias level
         running = self.running.get(job_id)
         if running is None or job_id in self.stopping:
@@ -244,8 +281,9 @@ class QueueSim:
             if not self.pending:
                 return
             # Nothing can start on fewer free GPUs than the smallest waiting job needs, and
-            # only Tiresias's levels preempt: then a cycle would decide nothing.
-            if not self.policy.las and self.gpus - self.busy < min(self.by_id[j].gpus for j in self.pending):
+            # only Tiresias's levels and turns over preempt: then a cycle would decide nothing.
+            if (not self.policy.las and not self._turn_possible()
+                    and self.gpus - self.busy < min(self.by_id[j].gpus for j in self.pending)):
                 return
             decisions = schedule(self._snapshot())
             self.result.cycles += 1
@@ -256,6 +294,10 @@ class QueueSim:
                 job_id = preempt.job_id
                 self.result.preemptions += 1
                 self.result.outcomes[job_id].preemptions += 1
+                if preempt.suspend:
+                    self.result.suspensions += 1
+                    self.result.outcomes[job_id].suspensions += 1
+                    self.debt[job_id] += self.suspend_cost
                 lifecycle.preempted(self.records[job_id], preempt.reason, self.now)
                 self.stopping[job_id] = self.now + preempt.grace_seconds
                 self.running[job_id] = replace(self.running[job_id], stops_by=self.stopping[job_id])
@@ -276,7 +318,10 @@ class QueueSim:
         tasks = tuple(
             TaskRequest("worker", i, milli, 0, 0) for i, milli in enumerate(gang_tasks(job.gpus, self.largest))
         )
-        self.pending[job.job_id] = PendingJob(job.job_id, rank, key, tasks, job.user, vc)
+        self.pending[job.job_id] = PendingJob(
+            job.job_id, rank, key, tasks, job.user, vc, suspendable=job.job_id in self.suspendable,
+            attained_service=self.attained[job.job_id],
+        )
 
     def _vc_of(self, job: TraceJob) -> str:
         return job.vc if job.vc in self.vc_names else ("all" if "all" in self.vc_names else job.vc)
@@ -295,14 +340,17 @@ class QueueSim:
         self.busy += trace.gpus
         self.result.peak_gpus_busy = max(self.result.peak_gpus_busy, self.busy)
         self.running[job_id] = RunningJob(job_id, job.vc, job.user, job.priority_rank, tuple(placements), self.now,
-                                          None, self.grace)
+                                          None, self.grace, suspendable=job.suspendable,
+                                          attained_service=self.attained[job_id])
         self.segment_start[job_id] = self.now
         outcome = self.result.outcomes[job_id]
         if outcome.first_start is None:
             outcome.first_start = self.now
-        end = self.now + trace.duration - self.done[job_id]
+        end = self.now + self.debt[job_id] + trace.duration - self.done[job_id]
         self.end_at[job_id] = end
         heapq.heappush(self.events, (end, 0, job_id))
+        if self.policy.config.timeshare and job.suspendable:
+            heapq.heappush(self.events, (self.now + self.policy.config.time_slice, 3, job_id))
         if self.policy.las:
             self._schedule_demotion(job_id, self.attained[job_id])
 
@@ -316,7 +364,10 @@ class QueueSim:
         running = self.running.pop(job_id)
         trace = self.by_id[job_id]
         ran = self.now - self.segment_start.pop(job_id)
-        self.done[job_id] += ran
+        restoring = min(ran, self.debt[job_id])  # the checkpoint's restore, before any progress
+        self.debt[job_id] -= restoring
+        self.result.lost_gpu_seconds += trace.gpus * restoring
+        self.done[job_id] += ran - restoring
         self.attained[job_id] += trace.gpus * ran
         self.end_at.pop(job_id, None)
         for p in running.placements:
@@ -325,6 +376,20 @@ class QueueSim:
                 used[share.index] -= share.milli
             self._refresh(p.node)
         self.busy -= trace.gpus
+
+    def _turn_possible(self) -> bool:
+        """Whether a waiting job might take its turn from a running one (a cheap test, so
+        that cycles on a full cluster run only when time-sharing could decide something)."""
+        config = self.policy.config
+        if not config.timeshare:
+            return False
+        least = min((p.attained_service for p in self.pending.values() if p.priority_rank < OPPORTUNISTIC_RANK),
+                    default=math.inf)
+        return any(
+            r.suspendable and job_id not in self.stopping and self.now - r.started_at >= config.time_slice
+            and r.attained_at(self.now) > least
+            for job_id, r in self.running.items()
+        )
 
     def _refresh(self, name: str) -> None:
         node = self.nodes[name]

@@ -30,7 +30,7 @@ from trainyard.sim.jobs import (
     uniform_cluster,
     window,
 )
-from trainyard.sim.queue import QueueResult, QueueSim, policy_named, vc_quotas
+from trainyard.sim.queue import SUSPEND_COST, QueuePolicy, QueueResult, QueueSim, policy_named, vc_quotas
 from trainyard.sim.traces import PHILLY_JOBS, resolve, trace_file
 
 HOUR = 3600.0
@@ -50,6 +50,7 @@ def report(result: QueueResult) -> dict[str, Any]:
     jct = [o.jct for o in done]
     queueing = [o.queueing for o in done]
     makespan = result.last_end - result.first_submit
+    job_hours = sum(o.job.duration for o in done) / HOUR
     per_vc: dict[str, list[float]] = {}
     for o in done:
         per_vc.setdefault(o.job.vc, []).append(o.queueing)
@@ -67,6 +68,11 @@ def report(result: QueueResult) -> dict[str, Any]:
         "makespan_h": makespan / HOUR,
         "gpu_utilisation": result.busy_gpu_seconds / (result.gpus * makespan) if makespan > 0 else 0.0,
         "preemptions": result.preemptions,
+        "suspensions": result.suspensions,
+        # per hour of the jobs' own run time (their durations), and the GPU time they cost
+        "suspensions_per_job_hour": result.suspensions / job_hours if job_hours else 0.0,
+        "lost_gpu_hours": result.lost_gpu_seconds / HOUR,
+        "lost_share_of_busy": result.lost_gpu_seconds / result.busy_gpu_seconds if result.busy_gpu_seconds else 0.0,
         "cycles": result.cycles,
         "vc_avg_queueing_h": {vc: statistics.fmean(q) / HOUR for vc, q in sorted(per_vc.items())},
     }
@@ -82,10 +88,11 @@ def private_cluster(gpus: int, node_gpus: int = 8) -> tuple[NodeState, ...]:
     return nodes
 
 
-def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], shared: dict[str, Any], policy: str,
-                    tick: float, on_fraction: Callable[[float], None] | None = None) -> dict[str, dict[str, Any]]:
-    """Per VC: mean queueing delay shared (from ``shared``) and alone on its quota;
-    ``on_fraction`` hears how much of it is done (0 to 1)."""
+def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], shared: dict[str, Any],
+                    policy: QueuePolicy, tick: float, on_fraction: Callable[[float], None] | None = None,
+                    **sim_options: Any) -> dict[str, dict[str, Any]]:
+    """Per VC: mean queueing delay shared (from ``shared``) and alone on its quota (the same
+    policy and ``QueueSim`` options); ``on_fraction`` hears how much of it is done (0 to 1)."""
     out = {}
     for done, vc in enumerate(vcs):
         quota = sum(vc.quota.values())
@@ -97,7 +104,7 @@ def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], sha
             if on_fraction is not None:
                 on_fraction((done + fraction) / len(vcs))
 
-        sim = QueueSim(private_cluster(quota), own, policy_named(policy), tick=tick)
+        sim = QueueSim(private_cluster(quota), own, policy, tick=tick, **sim_options)
         alone = report(sim.run(None if on_fraction is None else vc_fraction))
         together = shared["vc_avg_queueing_h"].get(vc.name)
         out[vc.name] = {
@@ -143,17 +150,23 @@ def run_queue_command(args: argparse.Namespace,
         vcs = vc_quotas(chosen, gpus)
     elif args.vc_quotas:
         vcs = vc_quotas(chosen, gpus, load_vc_nodes(resolve("--vc-quotas", args.vc_quotas)))
+    policy = policy_named(args.policy, args.time_slice)
+    cost = SUSPEND_COST if args.suspend_cost is None else args.suspend_cost
+    options = {"suspendable": args.suspendable, "suspend_cost": cost}
     started = time.perf_counter()
-    sim = QueueSim(nodes, chosen, policy_named(args.policy), vcs=vcs, tick=args.tick)
+    sim = QueueSim(nodes, chosen, policy, vcs=vcs, tick=args.tick, **options)
     result = sim.run(phase(f"replaying {len(chosen)} jobs"))
     summary = report(result)
     summary["seconds"] = time.perf_counter() - started
     summary["window"] = [args.start, args.end]
     summary["load"] = args.load
     summary["cluster"] = args.cluster
+    summary["suspendable"] = args.suspendable
+    summary["suspend_cost_s"] = cost
+    summary["time_slice_s"] = policy.config.time_slice if policy.config.timeshare else None
     if vcs:
-        summary["sharing"] = sharing_anomaly(chosen, vcs, summary, args.policy, args.tick,
-                                             phase(f"each of {len(vcs)} VCs alone"))
+        summary["sharing"] = sharing_anomaly(chosen, vcs, summary, policy, args.tick,
+                                             phase(f"each of {len(vcs)} VCs alone"), **options)
     if args.out is not None:
         _write_jobs(result, args.out)
     return summary
@@ -163,10 +176,11 @@ def _write_jobs(result: QueueResult, path: Path) -> None:
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["job_id", "vc", "gpus", "submit", "duration_s", "first_start", "end", "jct_s", "queueing_s",
-                      "preemptions"])
+                      "preemptions", "suspensions"])
         for o in sorted(result.outcomes.values(), key=lambda o: o.job.job_id):
             out.writerow([o.job.job_id, o.job.vc, o.job.gpus, o.job.submit, o.job.duration, o.first_start, o.end,
-                          o.jct if o.end is not None else "", o.queueing if o.end is not None else "", o.preemptions])
+                          o.jct if o.end is not None else "", o.queueing if o.end is not None else "", o.preemptions,
+                          o.suspensions])
 
 
 def print_report(s: dict[str, Any]) -> None:
@@ -177,6 +191,11 @@ def print_report(s: dict[str, Any]) -> None:
     print(f"  queueing      avg {s['avg_queueing_h']:.2f} h   p99 {s['p99_queueing_h']:.2f} h")
     print(f"  makespan      {s['makespan_h']:.1f} h   GPU utilisation {100 * s['gpu_utilisation']:.1f} %   "
           f"preemptions {s['preemptions']}   ({s['seconds']:.1f} s to simulate)")
+    if s["time_slice_s"] is not None or s["suspensions"]:
+        print(f"  time-sharing  {s['suspendable']} jobs suspendable, slice {(s['time_slice_s'] or 0) / 60:g} min, "
+              f"{s['suspend_cost_s']:g} s per suspension: {s['suspensions']} suspensions "
+              f"({s['suspensions_per_job_hour']:.3f} per job-hour), {s['lost_gpu_hours']:.0f} GPU-h lost "
+              f"({100 * s['lost_share_of_busy']:.2f} % of busy GPU time)")
     print("  queueing by VC (h): " + ", ".join(f"{vc} {q:.2f}" for vc, q in s["vc_avg_queueing_h"].items()))
     if "sharing" in s:
         print("  sharing anomaly (mean queueing, h): VC quota shared alone")

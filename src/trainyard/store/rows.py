@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
+    Date,
     DateTime,
     Float,
     ForeignKey,
@@ -165,7 +167,7 @@ class AttemptRow(Base):
 
 class TaskRow(Base):
     __tablename__ = "tasks"
-    # ix_tasks_state: the unfinished tasks, a few among every task ever run (migration 0011).
+    # ix_tasks_state: the unfinished tasks, a few among every task ever run (migration 0013).
     __table_args__ = (UniqueConstraint("attempt_id", "role", "index"), Index("ix_tasks_state", "state"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -336,6 +338,107 @@ class TaskSampleRow(Base):
     gpu_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
     disk_read_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
     disk_write_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+# The fields of a GPU in ``NodeLatestRow.gpus``, in order: ``core.metrics.GpuSample``'s but ``pids``.
+LATEST_GPU_FIELDS = ("index", "model", "memory_total_mb", "util_pct", "memory_used_mb", "temperature_c",
+                     "power_w", "ecc_errors", "simulated", "healthy")
+# What a field missing from a stored GPU dict means (as ``GpuSample``'s defaults say).
+_GPU_DEFAULTS: dict[str, Any] = {"simulated": False, "healthy": True}
+
+
+class NodeLatestRow(Base):
+    """A node's newest raw sample, the one row per node that the live views (``GET /nodes``,
+    ``/top``), the alert rules and ``/metrics`` read instead of searching the history for it.
+    Each monitoring round upserts it (``store.queries.metrics.add_samples``); ``monitor.
+    history.maintain`` deletes it once the raw history would no longer hold it.
+
+    ``gpus`` is one list per GPU, its fields in ``LATEST_GPU_FIELDS`` order: a scrape of 1,000
+    eight-GPU nodes decodes it every time (the figures change every round), and lists decode
+    in half the time of dicts that repeat every key.
+    """
+
+    __tablename__ = "node_latest"
+    __table_args__ = (Index("ix_node_latest_at", "at"),)
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    cpu_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    load1: Mapped[float | None] = mapped_column(Float, nullable=True)
+    memory_used_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    memory_total_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    disk_used_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    net_rx_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    net_tx_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpus: Mapped[list[list[Any]]] = mapped_column(JSON, default=list)
+
+    def gpu_dicts(self) -> list[dict[str, Any]]:
+        """The GPUs as ``NodeSampleRow.gpus`` holds them: one dict per GPU."""
+        return [dict(zip(LATEST_GPU_FIELDS, gpu, strict=True)) for gpu in self.gpus]
+
+
+_gpu_fields = itemgetter(*LATEST_GPU_FIELDS)
+
+
+def latest_gpu_lists(gpus: list[dict[str, Any]]) -> list[list[Any]]:
+    """``NodeSampleRow.gpus`` (dicts) as ``NodeLatestRow.gpus`` keeps them."""
+    try:  # a round's dicts have every field (``monitor.history.node_row``): picked in one call each
+        return [list(_gpu_fields(gpu)) for gpu in gpus]
+    except KeyError:
+        return [[gpu.get(f, _GPU_DEFAULTS.get(f)) for f in LATEST_GPU_FIELDS] for gpu in gpus]
+
+
+class TaskLatestRow(Base):
+    """A task's newest raw sample (one per job, attempt, role and index), read and written as
+    ``NodeLatestRow``. A task that ends is sampled no more: its row ages out of freshness at
+    once, and goes with the raw history."""
+
+    __tablename__ = "task_latest"
+    __table_args__ = (Index("ix_task_latest_at", "at"),)
+
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    role: Mapped[str] = mapped_column(String(64), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(255))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    cpu_cores: Mapped[float | None] = mapped_column(Float, nullable=True)
+    memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    gpus_held: Mapped[float] = mapped_column(Float, default=0.0)
+    gpu_util_pct: Mapped[float | None] = mapped_column(Float, nullable=True)
+    gpu_memory_mb: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    disk_read_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    disk_write_bytes_per_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class UsageDayRow(Base):
+    """A UTC day whose measured use is summed in ``task_usage_days`` (written with them, in
+    one transaction: a day is there whole or not at all)."""
+
+    __tablename__ = "usage_days"
+
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    closed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    tasks: Mapped[int] = mapped_column(Integer)  # how many tasks had a measured second that day
+
+
+class TaskUsageDayRow(Base):
+    """One task's measured use over one closed UTC day: the sums ``measured_use`` makes of
+    its monitoring rows, clipped to the day. Not a foreign key to tasks: like the history,
+    it outlives what it describes."""
+
+    __tablename__ = "task_usage_days"
+    __table_args__ = (Index("ix_task_usage_days_job_day", "job_id", "day"),)
+
+    day: Mapped[date] = mapped_column(Date, ForeignKey("usage_days.day", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    role: Mapped[str] = mapped_column(String(64), primary_key=True)
+    index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    gpu_seconds_used: Mapped[float] = mapped_column(Float)
+    gpu_seconds_measured: Mapped[float] = mapped_column(Float)
+    cpu_core_seconds_used: Mapped[float] = mapped_column(Float)
+    cpu_seconds_measured: Mapped[float] = mapped_column(Float)
 
 
 class AlertRuleRow(Base):

@@ -1,6 +1,7 @@
-"""Queries of the monitoring history (``node_samples``, ``task_samples``): writing a round
-of raw samples, reading the newest figures per node and per task, the running tasks a
-round samples, reading the rows of a job, a task or a node over a window, and the rows
+"""Queries of the monitoring history (``node_samples``, ``task_samples``) and of each node's
+and task's newest sample (``node_latest``, ``task_latest``): writing a round of raw samples
+and the newest figures, reading those per node and per task, the running tasks a round
+samples, reading the rows of a job, a task or a node over a window, and the rows
 downsampling reads, writes and prunes.
 
 ``monitor/history.py`` owns what the rows mean (downsampling, retention, windows); this
@@ -13,12 +14,22 @@ from collections.abc import Collection, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import BigInteger, Integer, Row, Select, delete, func, or_, select
+from sqlalchemy import BigInteger, Integer, Row, Select, Table, delete, func, or_, select
 from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import TaskState
-from trainyard.store.rows import AttemptRow, NodeSampleRow, TaskRow, TaskSampleRow
+from trainyard.store.rows import (
+    AttemptRow,
+    NodeLatestRow,
+    NodeSampleRow,
+    TaskLatestRow,
+    TaskRow,
+    TaskSampleRow,
+    latest_gpu_lists,
+)
 
 RAW = 0  # the ``step`` of a raw sample
 # Rows fetched at a time by the queries that read a row per node or task with JSON in it:
@@ -30,8 +41,46 @@ SampleRow = NodeSampleRow | TaskSampleRow
 
 
 def add_samples(session: Session, nodes: Sequence[NodeSampleRow], tasks: Sequence[TaskSampleRow]) -> None:
-    """Store one round of samples."""
+    """Store one round of samples: the raw rows of the history, and each node's and task's
+    newest figures (``NodeLatestRow``, ``TaskLatestRow``), which the newest of its samples
+    replaces (a round written late, older than what is there, changes nothing)."""
     session.add_all([*nodes, *tasks])
+    _upsert(session, NodeLatestRow, ("node",), [
+        {"node": n.node, "at": n.at, **{f: getattr(n, f) for f in _NODE_LATEST}, "gpus": latest_gpu_lists(n.gpus)}
+        for n in nodes
+    ])
+    _upsert(session, TaskLatestRow, _TASK_KEY, [
+        {"node": t.node, "at": t.at, **{f: getattr(t, f) for f in (*_TASK_KEY, *_TASK_LATEST)}} for t in tasks
+    ])
+
+
+_NODE_LATEST = ("cpu_pct", "load1", "memory_used_mb", "memory_total_mb", "disk_used_pct",
+                "net_rx_bytes_per_s", "net_tx_bytes_per_s")
+_TASK_KEY = ("job_id", "attempt", "role", "index")
+_TASK_LATEST = ("cpu_cores", "memory_mb", "gpus_held", "gpu_util_pct", "gpu_memory_mb",
+                "disk_read_bytes_per_s", "disk_write_bytes_per_s")
+
+
+def _upsert(
+    session: Session, table: type[NodeLatestRow | TaskLatestRow], keys: Sequence[str], rows: list[dict[str, Any]]
+) -> None:
+    """Insert ``rows``, or update the row of the same ``keys`` (its primary key) where the new one is not older."""
+    newest: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:  # one row per key in a statement (PostgreSQL refuses to update a row twice in one)
+        key = tuple(row[k] for k in keys)
+        if key not in newest or newest[key]["at"] <= row["at"]:
+            newest[key] = row
+    if not newest:
+        return
+    rows = list(newest.values())
+    insert = postgresql_insert if session.get_bind().dialect.name == "postgresql" else sqlite_insert
+    columns = cast(Table, table.__table__)
+    statement = insert(columns)  # the table's, not the ORM's bulk insert, which costs twice as much a row
+    session.execute(statement.on_conflict_do_update(
+        index_elements=keys,
+        set_={name: statement.excluded[name] for name in rows[0] if name not in keys},
+        where=columns.c.at <= statement.excluded.at,
+    ), rows)
 
 
 def running_tasks(session: Session) -> list[tuple[TaskRow, int]]:
@@ -45,77 +94,58 @@ def running_tasks(session: Session) -> list[tuple[TaskRow, int]]:
     return [(task, number) for task, number in session.execute(query)]
 
 
-def _newest_node_samples(since: datetime, *what: Any, nodes: Collection[str] | None = None) -> Select[Any]:
-    newest_query = (
-        select(NodeSampleRow.node, func.max(NodeSampleRow.at).label("at"))
-        .where(NodeSampleRow.step == RAW, NodeSampleRow.at >= since)
-    )
-    if nodes is not None:
-        newest_query = newest_query.where(NodeSampleRow.node.in_(nodes))
-    newest = newest_query.group_by(NodeSampleRow.node).subquery()
-    return (
-        select(*what)
-        .join(newest, (NodeSampleRow.node == newest.c.node) & (NodeSampleRow.at == newest.c.at))
-        # Implied by the join, but said for the planner: without it the outer side reads every
-        # raw row (an hour's worth) rather than the last few rounds.
-        .where(NodeSampleRow.step == RAW, NodeSampleRow.at >= since)
-        .order_by(NodeSampleRow.node)
-    )
-
-
 def latest_node_samples(session: Session, since: datetime, nodes: Collection[str] | None = None
-                        ) -> list[NodeSampleRow]:
-    """Each node's (of ``nodes``; None: every node's) newest raw sample taken at or after
-    ``since``, by node name."""
-    return list(session.scalars(_newest_node_samples(since, NodeSampleRow, nodes=nodes)))
+                        ) -> list[NodeLatestRow]:
+    """Each node's (of ``nodes``; None: every node's) newest raw sample, where it was taken
+    at or after ``since``, by node name."""
+    query = select(NodeLatestRow).where(NodeLatestRow.at >= since)
+    if nodes is not None:
+        query = query.where(NodeLatestRow.node.in_(nodes))
+    return list(session.scalars(query.order_by(NodeLatestRow.node)))
 
 
 def latest_node_figures(session: Session, since: datetime) -> Iterator[Row[Any]]:
     """What ``/metrics`` shows of each node's newest raw sample (as ``latest_node_samples``):
     (node, cpu_pct, memory_used_mb, disk_used_pct, gpus) as plain rows, since a page about
-    thousands of nodes cannot afford an ORM object per row. Rows come one at a time (read
-    them while the session is open), each row's GPUs decoded as it comes: the caller keeps
-    what it needs, not thousands of decoded dicts at once."""
-    columns = (NodeSampleRow.node, NodeSampleRow.cpu_pct, NodeSampleRow.memory_used_mb,
-               NodeSampleRow.disk_used_pct, NodeSampleRow.gpus)
-    return iter(session.execute(_newest_node_samples(since, *columns).execution_options(yield_per=STREAM_ROWS)))
+    thousands of nodes cannot afford an ORM object per row; ``gpus`` as ``NodeLatestRow``
+    keeps them. Rows come a few hundred at a time (read them while the session is open): the
+    caller keeps what it needs, not thousands of decoded lists at once."""
+    query = (
+        select(NodeLatestRow.node, NodeLatestRow.cpu_pct, NodeLatestRow.memory_used_mb,
+               NodeLatestRow.disk_used_pct, NodeLatestRow.gpus)
+        .where(NodeLatestRow.at >= since)
+        .order_by(NodeLatestRow.node)
+    )
+    return iter(session.execute(query.execution_options(yield_per=STREAM_ROWS)))
 
 
-def latest_task_samples(session: Session, since: datetime) -> list[TaskSampleRow]:
-    """Each task's newest raw sample taken at or after ``since`` (one per job, attempt,
-    role and index), by job then task."""
-    return list(session.scalars(_newest_task_samples(since, TaskSampleRow)))
+def latest_task_samples(session: Session, since: datetime) -> list[TaskLatestRow]:
+    """Each task's newest raw sample (one per job, attempt, role and index), where it was
+    taken at or after ``since``, by job then task."""
+    query = select(TaskLatestRow).where(TaskLatestRow.at >= since)
+    return list(session.scalars(query.order_by(TaskLatestRow.job_id, TaskLatestRow.role, TaskLatestRow.index)))
 
 
 def latest_task_figures(session: Session, since: datetime) -> list[tuple[Any, ...]]:
     """What ``/metrics`` shows of each task's newest raw sample (as ``latest_task_samples``):
     (job_id, role, index, gpu_util_pct, gpu_memory_mb, cpu_cores, memory_mb) as plain rows."""
-    columns = (TaskSampleRow.job_id, TaskSampleRow.role, TaskSampleRow.index, TaskSampleRow.gpu_util_pct,
-               TaskSampleRow.gpu_memory_mb, TaskSampleRow.cpu_cores, TaskSampleRow.memory_mb)
-    return cast(list[tuple[Any, ...]], list(session.execute(_newest_task_samples(since, *columns))))
+    t = TaskLatestRow
+    query = (
+        select(t.job_id, t.role, t.index, t.gpu_util_pct, t.gpu_memory_mb, t.cpu_cores, t.memory_mb)
+        .where(t.at >= since)
+        .order_by(t.job_id, t.role, t.index)
+    )
+    return cast(list[tuple[Any, ...]], list(session.execute(query)))
 
 
-def _newest_task_samples(since: datetime, *what: Any) -> Select[Any]:
-    key = (TaskSampleRow.job_id, TaskSampleRow.attempt, TaskSampleRow.role, TaskSampleRow.index)
-    newest = (
-        select(*key, func.max(TaskSampleRow.at).label("at"))
-        .where(TaskSampleRow.step == RAW, TaskSampleRow.at >= since)
-        .group_by(*key)
-        .subquery()
-    )
-    return (
-        select(*what)
-        .join(
-            newest,
-            (TaskSampleRow.job_id == newest.c.job_id)
-            & (TaskSampleRow.attempt == newest.c.attempt)
-            & (TaskSampleRow.role == newest.c.role)
-            & (TaskSampleRow.index == newest.c.index)
-            & (TaskSampleRow.at == newest.c.at),
-        )
-        .where(TaskSampleRow.step == RAW, TaskSampleRow.at >= since)  # for the planner, as above
-        .order_by(TaskSampleRow.job_id, TaskSampleRow.role, TaskSampleRow.index)
-    )
+def delete_latest_older(session: Session, before: datetime) -> int:
+    """Remove the newest-sample rows of nodes and tasks last sampled before ``before`` (ended
+    tasks, nodes gone or silent); how many went."""
+    removed = 0
+    for table in (NodeLatestRow, TaskLatestRow):
+        result = session.execute(delete(table).where(table.at < before))
+        removed += int(getattr(result, "rowcount", 0) or 0)
+    return removed
 
 
 TASK_FIGURES = ("cpu_cores", "memory_mb", "gpus_held", "gpu_util_pct", "gpu_memory_mb",

@@ -1,6 +1,6 @@
 """Queries behind usage accounting: the task runs that overlap a period (with their job's
-id, name, user and VC), what those tasks' monitoring rows add up to, and who belongs to
-which group.
+id, name, user and VC), what those tasks' monitoring rows add up to, the daily totals of
+those sums (``task_usage_days``, for the closed days), and who belongs to which group.
 
 ``monitor/accounting.py`` owns what these facts add up to.
 """
@@ -10,13 +10,23 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Float, case, cast, extract, func, select
+from sqlalchemy import ColumnElement, Float, case, cast, delete, extract, func, insert, select
 from sqlalchemy.orm import Session
 
-from trainyard.store.rows import AttemptRow, GroupRow, JobRow, MembershipRow, TaskRow, TaskSampleRow, UserRow
+from trainyard.store.rows import (
+    AttemptRow,
+    GroupRow,
+    JobRow,
+    MembershipRow,
+    TaskRow,
+    TaskSampleRow,
+    TaskUsageDayRow,
+    UsageDayRow,
+    UserRow,
+)
 
 IN_CHUNK = 500  # ids per ``IN (...)``: well under every database's limit on parameters
 
@@ -103,7 +113,9 @@ def measured_use(
 
     - a downsampled row (``step`` > 0) stands for ``[at, at + step)``; a raw row (``step`` 0)
       for ``[at, at + raw_span_seconds)``;
-    - either is cut where its task's next row starts, so no second counts twice;
+    - either is cut where its task's next row starts, so no second counts twice (rows taken
+      at the same moment are ordered coarsest first: the finest one is the one that counts,
+      the same in every query, so that a period summed in pieces gives what it gives whole);
     - and clipped to the period, to now, and to its task's run (``started_at`` to
       ``finished_at``).
 
@@ -122,7 +134,7 @@ def measured_use(
     for first in range(0, len(ids), IN_CHUNK):
         rows = (
             select(*key, at.label("at"), s.step, s.gpus_held, s.gpu_util_pct, s.cpu_cores,
-                   func.lead(at).over(partition_by=key, order_by=s.at).label("next_at"))
+                   func.lead(at).over(partition_by=key, order_by=(s.at, s.step.desc(), s.id)).label("next_at"))
             .where(s.job_id.in_(ids[first:first + IN_CHUNK]),
                    s.at >= reach_from, s.at < until)
             .subquery()
@@ -159,6 +171,66 @@ def measured_use(
                        for job, attempt, role, index, gpu_used, gpu_measured, cpu_used, cpu_measured
                        in session.execute(query))
     return results
+
+
+def longest_row_seconds(session: Session) -> int:
+    """The longest step of any stored monitoring row: no row reaches further past its ``at``
+    (a raw row's span is the caller's to add). Read from the (step, at) index's end."""
+    return int(session.scalar(select(func.max(TaskSampleRow.step))) or 0)
+
+
+# --- Daily totals ---------------------------------------------------------------------------
+
+
+def closed_days(session: Session, first: date, last: date) -> list[date]:
+    """The closed days from ``first`` to ``last`` (both included), in order."""
+    query = select(UsageDayRow.day).where(UsageDayRow.day >= first, UsageDayRow.day <= last).order_by(UsageDayRow.day)
+    return list(session.scalars(query))
+
+
+def newest_closed_day(session: Session) -> date | None:
+    return session.scalar(select(func.max(UsageDayRow.day)))
+
+
+def day_totals(session: Session, job_ids: Collection[int], first: date, last: date) -> list[MeasuredRow]:
+    """The daily totals of these jobs' tasks summed over the closed days from ``first`` to
+    ``last`` (both included): one row per task that has any."""
+    t = TaskUsageDayRow
+    ids = sorted(set(job_ids))
+    results: list[MeasuredRow] = []
+    for start in range(0, len(ids), IN_CHUNK):
+        query = (
+            select(t.job_id, t.attempt, t.role, t.index, func.sum(t.gpu_seconds_used), func.sum(t.gpu_seconds_measured),
+                   func.sum(t.cpu_core_seconds_used), func.sum(t.cpu_seconds_measured))
+            .where(t.job_id.in_(ids[start:start + IN_CHUNK]), t.day >= first, t.day <= last)
+            .group_by(t.job_id, t.attempt, t.role, t.index)
+        )
+        results.extend(MeasuredRow(job, attempt, role, index, float(gpu_used), float(gpu_measured),
+                                   float(cpu_used), float(cpu_measured))
+                       for job, attempt, role, index, gpu_used, gpu_measured, cpu_used, cpu_measured
+                       in session.execute(query))
+    return results
+
+
+def add_closed_day(session: Session, day: date, totals: Collection[MeasuredRow], closed_at: datetime) -> None:
+    """Close ``day`` with its tasks' totals, in the caller's transaction: the day's row is its
+    primary key, so a second attempt to close it fails rather than counting it twice."""
+    session.add(UsageDayRow(day=day, closed_at=closed_at, tasks=len(totals)))
+    session.flush()
+    if totals:
+        session.execute(insert(TaskUsageDayRow), [
+            {"day": day, "job_id": m.job_id, "attempt": m.attempt, "role": m.role, "index": m.index,
+             "gpu_seconds_used": m.gpu_seconds_used, "gpu_seconds_measured": m.gpu_seconds_measured,
+             "cpu_core_seconds_used": m.cpu_core_seconds_used, "cpu_seconds_measured": m.cpu_seconds_measured}
+            for m in totals
+        ])
+
+
+def delete_days_before(session: Session, day: date) -> int:
+    """Remove the closed days (and their totals) before ``day``; how many days went."""
+    session.execute(delete(TaskUsageDayRow).where(TaskUsageDayRow.day < day))
+    result = session.execute(delete(UsageDayRow).where(UsageDayRow.day < day))
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def groups_of_users(session: Session) -> dict[str, list[str]]:

@@ -5,14 +5,14 @@ controller's cycles ask for the tasks still waiting or running: a few hundred am
 task ever run. Without an index that was a scan of the whole table (10 ms of CPU at 100,000
 tasks on SQLite, twice a home page).
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0013
+Revises: 0012
 """
 
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
+revision = "0013"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
