@@ -132,6 +132,44 @@ def test_paging_follows_the_cursor_both_ways(api: Api, monkeypatch: pytest.Monke
         assert seen == expected
 
 
+
+def test_sorting_by_a_column_pages_through_every_job_once_in_that_order(api: Api,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainyard.portal import pages_jobs
+
+    monkeypatch.setattr(pages_jobs, "PAGE_SIZE", 2)
+    names = ["delta", "alpha", "charlie", "alpha", "bravo", "charlie", "echo"]
+    ids = [submit(api.admin if i % 2 else api.user, job_file(name)) for i, name in enumerate(names)]
+    owners = {job_id: ("admin" if i % 2 else "alice") for i, job_id in enumerate(ids)}
+    by_name = sorted(zip(names, ids), key=lambda pair: (pair[0], -pair[1]))
+    by_user = sorted(ids, key=lambda job_id: (owners[job_id], -job_id))
+    client = signed_in(api, "admin")
+    for order, expected in (("name", [job_id for _, job_id in by_name]),
+                            ("-name", [job_id for _, job_id in sorted(by_name, key=lambda p: (p[0], p[1]),
+                                                                         reverse=True)]),
+                            ("user", by_user)):
+        seen: list[int] = []
+        url: str | None = f"/jobs?order={order}"
+        while url:
+            page = client.get(url).text
+            seen += job_ids_on(page)
+            found = re.search(r'<a href="(/jobs\?[^"]+)" rel="next">', page)
+            url = found.group(1).replace("&amp;", "&") if found else None
+        assert seen == expected, order
+        # The API pages the same way, its cursor being the last job of the page.
+        api_seen: list[int] = []
+        cursor = None
+        while True:
+            params: dict[str, Any] = {"order": order, "limit": 3, **({"before": cursor} if cursor else {})}
+            answer = api.admin.get("/api/v1/jobs", params=params).json()
+            api_seen += [j["id"] for j in answer["items"]]
+            cursor = answer["next"]
+            if cursor is None:
+                break
+        assert api_seen == expected, order
+    page = client.get("/jobs?order=name").text
+    assert 'href="/jobs?order=-name"' in page  # the header sorts the other way on a second click
+
 def test_bad_query_parameters_are_a_4xx_page_naming_the_field(api: Api) -> None:
     client = signed_in(api, "alice")
     answer = client.get("/jobs", params={"state": "SLEEPING"})

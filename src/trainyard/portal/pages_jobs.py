@@ -33,6 +33,9 @@ STATE_CHOICES = (("", "any state"), ("WAITING,RUNNING,STOPPING", "unfinished"),
                  *((state.value, state.value) for state in JobState))
 
 
+# The columns a click on the list's header sorts by (again: the other way).
+SORTED_BY = tuple(o for o in job_service.JOB_ORDERS if o not in ("newest", "oldest") and not o.startswith("-"))
+
 def _text(value: str | None) -> str | None:
     """A filter as a GET form sends it: an empty field means no filter."""
     value = (value or "").strip()
@@ -90,6 +93,8 @@ def _list_page(request: Request, viewer: Viewer, ctx: AppContext, filters: JobFi
         next_page=filters.query(**{cursor: next_cursor}) if next_cursor is not None else None,
         first_page=filters.query() if filters.paged else None,
         other_order=filters.query(order="newest" if filters.order == "oldest" else "oldest"),
+        sort_links={column: filters.query(order=f"-{column}" if filters.order == column else column)
+                    for column in SORTED_BY},
         this_view=request.url.query,
     )
 

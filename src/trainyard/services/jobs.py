@@ -248,7 +248,9 @@ def check_clone(
     return spec
 
 
-JOB_ORDERS = ("newest", "oldest")  # how a page of jobs is sorted: by id (submission), either way
+# How a page of jobs is sorted: by id (submission), either way, or by a column (then newest
+# first), "-column" the other way.
+JOB_ORDERS = ("newest", "oldest", *(f"{sign}{column}" for column in job_queries.SORTABLE_COLUMNS for sign in ("", "-")))
 
 
 def list_jobs(
@@ -264,9 +266,10 @@ def list_jobs(
     before: int | None = None,
     after: int | None = None,
 ) -> tuple[list[JobRow], int | None]:
-    """One page of jobs, newest first (``order="oldest"``: oldest first); a non-admin sees
-    only their own jobs. ``text`` keeps jobs whose name contains it (any case). The cursor
-    returned is the next page's ``before`` (newest first) or ``after`` (oldest first)."""
+    """One page of jobs, newest first (``order="oldest"``: oldest first; ``"state"``, ``"-user"``
+    …: by that column, see ``JOB_ORDERS``); a non-admin sees only their own jobs. ``text``
+    keeps jobs whose name contains it (any case). The cursor returned is the next page's
+    ``after`` when oldest first, else its ``before``."""
     limit = max(1, min(limit, MAX_PAGE))
     for name, value in (("user", user), ("vc", vc), ("state", state), ("name", text)):
         if value is not None and "\x00" in value:
@@ -286,7 +289,8 @@ def list_jobs(
     rows = job_queries.page_of_jobs(
         session, limit=limit + 1, owner_id=None if viewer.is_admin else viewer.id, owner_name=user,
         states=states, vc=vc, name_contains=text.strip() if text else None, oldest_first=order == "oldest",
-        before=before, after=after,
+        sort_by=order.lstrip("-") if order not in ("newest", "oldest") else None, descending=order.startswith("-"),
+        before=before, after=None if order not in ("newest", "oldest") else after,
     )
     next_cursor = rows[limit - 1].id if len(rows) > limit else None
     return rows[:limit], next_cursor

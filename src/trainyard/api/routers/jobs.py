@@ -133,10 +133,11 @@ def list_jobs(
     vc: Annotated[str | None, Query(description="Only jobs of this virtual cluster")] = None,
     name: Annotated[str | None, Query(max_length=128, description="Only jobs whose name contains this text "
                                                                   "(any case)")] = None,
-    order: Annotated[str, Query(description="newest (the default) or oldest first")] = "newest",
+    order: Annotated[str, Query(max_length=16, description="newest (the default) or oldest first; or by a "
+                                "column, then newest first: name, user, vc, state (-name … the other way)")] = "newest",
     limit: Annotated[int, Query(ge=1, le=job_service.MAX_PAGE)] = 50,
-    before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Cursor (newest first): the `next` of the "
-                                                                     "previous page")] = None,
+    before: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Cursor (every order but oldest first): "
+                                                                     "the `next` of the previous page")] = None,
     after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Cursor (oldest first): the `next` of the "
                                                                     "previous page")] = None,
 ) -> JobPage:

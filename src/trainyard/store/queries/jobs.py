@@ -6,8 +6,8 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, func, select, update
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy import Table, and_, bindparam, func, or_, select, update
+from sqlalchemy.orm import Session, aliased, selectinload
 
 from trainyard.core.states import FINAL_JOB_STATES, AttemptState, JobState, TaskState
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
@@ -46,13 +46,24 @@ def page_of_jobs(
     vc: str | None = None,
     name_contains: str | None = None,
     oldest_first: bool = False,
+    sort_by: str | None = None,
+    descending: bool = False,
     before: int | None = None,
     after: int | None = None,
 ) -> list[JobRow]:
     """Up to ``limit`` jobs, newest first (or oldest first), older than job ``before`` and
     newer than job ``after``, filtered by owner (id or name), states, VC and text in the name
     (any case). Ordered by id alone, so that each filter's index (state, user or VC, then id)
-    serves the order and the cursor; the text filter is checked on the rows read in that order."""
+    serves the order and the cursor; the text filter is checked on the rows read in that order.
+
+    ``sort_by`` (``name``, ``user``, ``vc``, ``state``) orders by that column instead (then
+    newest first), ``descending`` the other way; ``before`` is then the last job of the
+    previous page, and the page goes on after it in that order (keyset paging: the column's
+    value is that job's, read in the same query)."""
+    if sort_by is not None:
+        return _page_sorted(session, limit=limit, owner_id=owner_id, owner_name=owner_name, states=states,
+                            vc=vc, name_contains=name_contains, sort_by=sort_by, descending=descending,
+                            before=before)
     order = JobRow.id.asc() if oldest_first else JobRow.id.desc()
     query = select(JobRow).order_by(order).limit(limit).options(selectinload(JobRow.attempts))
     if owner_id is not None:
@@ -71,6 +82,40 @@ def page_of_jobs(
         query = query.where(JobRow.id > after)
     return list(session.scalars(query))
 
+
+
+SORTABLE_COLUMNS = ("name", "user", "vc", "state")
+
+
+def _page_sorted(
+    session: Session, *, limit: int, owner_id: int | None, owner_name: str | None, states: Sequence[str] | None,
+    vc: str | None, name_contains: str | None, sort_by: str, descending: bool, before: int | None,
+) -> list[JobRow]:
+    owner = aliased(UserRow)
+    columns = {"name": JobRow.name, "user": owner.name, "vc": JobRow.vc, "state": JobRow.state}
+    column = columns[sort_by]
+    query = (select(JobRow).join(owner, JobRow.user_id == owner.id)
+             .order_by(column.desc() if descending else column.asc(), JobRow.id.desc())
+             .limit(limit).options(selectinload(JobRow.attempts)))
+    if owner_id is not None:
+        query = query.where(JobRow.user_id == owner_id)
+    if owner_name is not None:
+        query = query.where(owner.name == owner_name)
+    if states is not None:
+        query = query.where(JobRow.state.in_(states))
+    if vc is not None:
+        query = query.where(JobRow.vc == vc)
+    if name_contains:
+        query = query.where(JobRow.name.icontains(name_contains, autoescape=True))
+    if before is not None:
+        last_owner = aliased(UserRow)
+        last = aliased(JobRow)
+        last_columns = {"name": last.name, "user": last_owner.name, "vc": last.vc, "state": last.state}
+        value = (select(last_columns[sort_by]).select_from(last).join(last_owner, last.user_id == last_owner.id)
+                 .where(last.id == before).scalar_subquery())
+        beyond = column < value if descending else column > value
+        query = query.where(or_(beyond, and_(column == value, JobRow.id < before)))
+    return list(session.scalars(query))
 
 def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]:
     """Which of ``job_ids`` belong to the user."""
