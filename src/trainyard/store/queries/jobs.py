@@ -60,43 +60,10 @@ def page_of_jobs(
     newest first), ``descending`` the other way; ``before`` is then the last job of the
     previous page, and the page goes on after it in that order (keyset paging: the column's
     value is that job's, read in the same query)."""
-    if sort_by is not None:
-        return _page_sorted(session, limit=limit, owner_id=owner_id, owner_name=owner_name, states=states,
-                            vc=vc, name_contains=name_contains, sort_by=sort_by, descending=descending,
-                            before=before)
-    order = JobRow.id.asc() if oldest_first else JobRow.id.desc()
-    query = select(JobRow).order_by(order).limit(limit).options(selectinload(JobRow.attempts))
-    if owner_id is not None:
-        query = query.where(JobRow.user_id == owner_id)
-    if owner_name is not None:
-        query = query.join(UserRow, JobRow.user_id == UserRow.id).where(UserRow.name == owner_name)
-    if states is not None:
-        query = query.where(JobRow.state.in_(states))
-    if vc is not None:
-        query = query.where(JobRow.vc == vc)
-    if name_contains:
-        query = query.where(JobRow.name.icontains(name_contains, autoescape=True))
-    if before is not None:
-        query = query.where(JobRow.id < before)
-    if after is not None:
-        query = query.where(JobRow.id > after)
-    return list(session.scalars(query))
-
-
-
-SORTABLE_COLUMNS = ("name", "user", "vc", "state")
-
-
-def _page_sorted(
-    session: Session, *, limit: int, owner_id: int | None, owner_name: str | None, states: Sequence[str] | None,
-    vc: str | None, name_contains: str | None, sort_by: str, descending: bool, before: int | None,
-) -> list[JobRow]:
     owner = aliased(UserRow)
-    columns = {"name": JobRow.name, "user": owner.name, "vc": JobRow.vc, "state": JobRow.state}
-    column = columns[sort_by]
-    query = (select(JobRow).join(owner, JobRow.user_id == owner.id)
-             .order_by(column.desc() if descending else column.asc(), JobRow.id.desc())
-             .limit(limit).options(selectinload(JobRow.attempts)))
+    query = select(JobRow).limit(limit).options(selectinload(JobRow.attempts))
+    if owner_name is not None or sort_by == "user":
+        query = query.join(owner, JobRow.user_id == owner.id)
     if owner_id is not None:
         query = query.where(JobRow.user_id == owner_id)
     if owner_name is not None:
@@ -107,15 +74,27 @@ def _page_sorted(
         query = query.where(JobRow.vc == vc)
     if name_contains:
         query = query.where(JobRow.name.icontains(name_contains, autoescape=True))
+    if sort_by is None:
+        query = query.order_by(JobRow.id.asc() if oldest_first else JobRow.id.desc())
+        if before is not None:
+            query = query.where(JobRow.id < before)
+        if after is not None:
+            query = query.where(JobRow.id > after)
+        return list(session.scalars(query))
+    column = {"name": JobRow.name, "user": owner.name, "vc": JobRow.vc, "state": JobRow.state}[sort_by]
+    query = query.order_by(column.desc() if descending else column.asc(), JobRow.id.desc())
     if before is not None:
-        last_owner = aliased(UserRow)
-        last = aliased(JobRow)
-        last_columns = {"name": last.name, "user": last_owner.name, "vc": last.vc, "state": last.state}
-        value = (select(last_columns[sort_by]).select_from(last).join(last_owner, last.user_id == last_owner.id)
+        last, last_owner = aliased(JobRow), aliased(UserRow)
+        last_column = {"name": last.name, "user": last_owner.name, "vc": last.vc, "state": last.state}[sort_by]
+        value = (select(last_column).select_from(last).join(last_owner, last.user_id == last_owner.id)
                  .where(last.id == before).scalar_subquery())
         beyond = column < value if descending else column > value
         query = query.where(or_(beyond, and_(column == value, JobRow.id < before)))
     return list(session.scalars(query))
+
+
+SORTABLE_COLUMNS = ("name", "user", "vc", "state")  # page_of_jobs' sort_by
+
 
 def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]:
     """Which of ``job_ids`` belong to the user."""
