@@ -58,4 +58,4 @@ taskRoles:
     assert done.jobDir is not None and done.jobDir.files == 1 and done.jobDir.removeAfter is not None
     shown = server.yard("job", str(job_id))
     assert shown.returncode == 0, shown.stderr
-    assert re.search(r"job dir:\s+\d+(\.\d)? (B|KiB) in 1 files\s+\(removed after ", shown.stdout), shown.stdout
+    assert re.search(r"job dir:\s+\d+(\.\d)? (B|KiB) in 1 file\s+\(removed after ", shown.stdout), shown.stdout
