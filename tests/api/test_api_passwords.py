@@ -35,8 +35,7 @@ def test_a_user_sets_their_first_password_then_needs_it_to_change_it(api: Api) -
     ok = api.user.put("/api/v1/users/alice/password",
                       json={"password": "second password", "current": "first password"})
     assert ok.status_code == 200
-    with api.ctx.db.session() as session:
-        assert web_sessions.sign_in_with_password(session, "alice", "second password", clock=SystemClock())
+    assert web_sessions.sign_in_with_password(api.ctx.db, "alice", "second password", clock=SystemClock())
 
 
 def test_a_changed_password_signs_the_users_browsers_out_but_not_others(api: Api) -> None:

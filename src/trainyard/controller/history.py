@@ -83,6 +83,7 @@ class HistoryKeeper(Periodic):
             with self.db.session() as session:
                 tasks = usage_days.close_day(session, day, now, self.monitor_interval)
             log.info("usage: closed %s (%d tasks measured)", day.isoformat(), tasks)
-        with self.db.session() as session:
-            usage_days.forget_days(session, now, self.keep_days)
+        if days:  # only a day closing moves the oldest day kept (one closes each UTC day)
+            with self.db.session() as session:
+                usage_days.forget_days(session, now, self.keep_days)
         return days

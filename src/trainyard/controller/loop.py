@@ -104,6 +104,10 @@ class Controller:
                                      on_cordon=self.wake, monitor_interval_seconds=monitor_interval_seconds)
         self.history = HistoryKeeper(db, clock, monitor_retention, monitor_interval_seconds=monitor_interval_seconds,
                                      usage_days_keep_days=usage_days_keep_days)
+        # The work beside the loop, each in a thread of its own when due (periodic.py): started
+        # after every tick, and waited for at stop, since a round half written when the store
+        # closes would only log noise.
+        self._periodics = [p for p in (self.job_dirs, self.monitoring, self.alerts, self.history) if p is not None]
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -122,10 +126,8 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        if self.monitoring is not None:  # a round half written when the store closes would only log noise
-            self.monitoring.join(timeout=10)
-        self.alerts.join(timeout=10)
-        self.history.join(timeout=10)
+        for periodic in self._periodics:
+            periodic.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -169,12 +171,8 @@ class Controller:
             if self._schedule():
                 # Launch what was just placed without waiting for the next tick.
                 self.reconciler.run()
-        if self.job_dirs is not None:
-            self.job_dirs.start_if_due()
-        if self.monitoring is not None:
-            self.monitoring.start_if_due()
-        self.alerts.start_if_due()
-        self.history.start_if_due()
+        for periodic in self._periodics:
+            periodic.start_if_due()
 
     def _schedule(self) -> bool:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on

@@ -65,11 +65,11 @@ def sign_in(
                       headers={"Retry-After": str(int(wait) + 1)},
                       error=f"too many failed sign-ins; try again in {int(wait) + 1} s")
     signed_in: SignedIn | None
-    with ctx.db.session() as session:
-        if token.strip():
+    if token.strip():
+        with ctx.db.session() as session:
             signed_in = web_sessions.sign_in_with_token(session, token, clock=ctx.clock)
-        else:
-            signed_in = web_sessions.sign_in_with_password(session, username.strip(), password, clock=ctx.clock)
+    else:
+        signed_in = web_sessions.sign_in_with_password(ctx.db, username.strip(), password, clock=ctx.clock)
     if signed_in is None:
         ctx.sign_ins.failed(*keys)
         return render(request, "signin.html", status_code=401, next=target, username=username,

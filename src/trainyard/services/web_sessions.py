@@ -20,6 +20,7 @@ from trainyard.core.clock import Clock
 from trainyard.services import passwords
 from trainyard.services.auth import authenticate, hash_token
 from trainyard.services.passwords import check_sign_in
+from trainyard.store.db import Database
 from trainyard.store.queries import users
 from trainyard.store.rows import UserRow, WebSessionRow
 
@@ -34,13 +35,16 @@ class SignedIn:
     user: UserRow
 
 
-def sign_in_with_password(session: Session, name: str, password: str, *, clock: Clock) -> SignedIn | None:
+def sign_in_with_password(db: Database, name: str, password: str, *, clock: Clock) -> SignedIn | None:
     """A new session for a right name and password; None otherwise (a disabled user too,
-    without saying which part was wrong)."""
-    user = users.user_named(session, name)
+    without saying which part was wrong). The password is checked between two short
+    transactions, not inside one: scrypt takes ~0.1 s, a failed try as long as a good one."""
+    with db.session() as session:
+        user = users.user_named(session, name)
     if not check_sign_in(user, password) or user is None or user.disabled:
         return None
-    return _start(session, user, "password", clock)
+    with db.session() as session:
+        return _start(session, user, "password", clock)
 
 
 def sign_in_with_token(session: Session, token: str, *, clock: Clock) -> SignedIn | None:
