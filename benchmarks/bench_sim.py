@@ -5,7 +5,8 @@ Targets (issue 4), on one core:
 * one placement run — openb default pod list, seed 42, tuned to 130 % (~10.8k pods on
   1,213 nodes) — under 10 s with best-fit and under 30 s with FGD (the FGD authors' Go
   simulator takes about 10 minutes per run on 2 cores);
-* the October 2017 month of Philly (47,192 jobs) on 92 × 8 GPUs in under 60 s.
+* the October 2017 month of Philly (47,192 jobs) on 92 × 8 GPUs in under 60 s (CPU time
+  of the process, which a shared machine does not inflate as it does wall time).
 
 Prints times and ratios to the targets; never asserts.
 
@@ -60,10 +61,12 @@ def month(policies: list[str]) -> dict[str, float]:
     times = {}
     print(f"queue: Philly October 2017, {len(october)} jobs on 92 x 8 GPUs, 60 s scheduling tick")
     for policy in policies:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = QueueSim(uniform_cluster(92, 8), october, policy_named(policy), tick=60.0).run()
-        seconds = times[policy] = time.perf_counter() - started
-        print(f"  {policy:<10} {seconds:6.1f} s  ({result.cycles} scheduling cycles, "
+        cpu = time.process_time() - cpu  # the machine may be shared: CPU seconds are the measure
+        seconds = times[policy] = cpu
+        print(f"  {policy:<10} {cpu:6.1f} s CPU ({time.perf_counter() - started:.1f} s wall, "
+              f"{result.cycles} scheduling cycles, "
               f"{result.suspensions} suspensions)  target < {MONTH_TARGET:.0f} s  "
               f"ratio {seconds / MONTH_TARGET:.2f}x  {'MEETS' if seconds < MONTH_TARGET else 'MISSES'}")
     return times
@@ -96,6 +99,28 @@ def render_queue(folder: Path) -> None:
                       f"{'yes' if row['worse_for_sharing'] else 'no'} |")
 
 
+# Issue 16's goals for the default policy on Philly October 2017, 92 x 8: (mean JCT, p99 queueing), h.
+TIMESHARE_GOALS = {"1.5x": (4.2, 2.0), "1.0x": (3.25, 0.5)}
+POLICY_ORDER = ("fifo", "sjf", "tiresias", "easy", "default, all suspendable", "default, half suspendable")
+
+
+def plot_queue(folder: Path, path: Path) -> None:
+    """Mean JCT and p99 queueing per policy and load, from the ``yard sim queue --json``
+    outputs in ``folder`` (those of the whole month of October 2017 on 92 x 8)."""
+    from trainyard.sim.plots import plot_queue_policies
+
+    rows = []
+    for one in sorted(folder.glob("*.json")):
+        r = json.loads(one.read_text()) if one.stat().st_size else None
+        if r is None or r.get("sharing") or r["window"] != ["2017-10-01", "2017-11-01"] or r["cluster"] != "92x8":
+            continue
+        policy = r["policy"] if r["policy"] != "default" else f"default, {r['suspendable']} suspendable"
+        rows.append((f"{r['load']:.1f}x", policy, r["avg_jct_h"], r["p99_queueing_h"]))
+    rows.sort(key=lambda row: (-float(row[0][:-1]), POLICY_ORDER.index(row[1]) if row[1] in POLICY_ORDER else 99))
+    plot_queue_policies(rows, TIMESHARE_GOALS, path, "Philly October 2017 on 92 x 8 GPUs")
+    print(f"wrote {path}")
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="placement,queue")
@@ -103,9 +128,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--queue-policies", default="fifo,default")
     parser.add_argument("--render-queue", type=Path, metavar="DIR",
                         help="only print markdown tables of the `yard sim queue --json` files in DIR")
+    parser.add_argument("--plot-queue", nargs=2, type=Path, metavar=("DIR", "PNG"),
+                        help="only draw mean JCT and p99 queueing per policy from the `yard sim queue --json` "
+                        "files of the October month in DIR")
     args = parser.parse_args(argv)
     if args.render_queue:
         render_queue(args.render_queue)
+        return {}
+    if args.plot_queue:
+        plot_queue(*args.plot_queue)
         return {}
     out: dict = {}
     parts = args.only.split(",")

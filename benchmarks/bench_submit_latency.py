@@ -13,7 +13,12 @@ Prints p50/p90/max and the ratio of p50 to the 0.2 s target. Never asserts.
 the one GPU (a busy cluster): the CPU-only probe jobs still fit, but every controller cycle
 now also works through the K waiting jobs.
 
+``--task-limits none`` runs the server without cgroup limits (``auto``, the default, enforces
+each task's cpu and memoryMB where cgroups work): run both to see what making and joining a
+task's cgroup adds to the start.
+
 Run:  python benchmarks/bench_submit_latency.py [-n 50] [--poll-ms 5] [--settle-ms 50] [--queue K]
+      [--task-limits auto|none]
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
-from common import percentile, ratio_line, tiny_job_yaml, yard_server  # noqa: E402
+from common import percentile, ratio_line, task_pid_files, tiny_job_yaml, yard_server  # noqa: E402
 
 TARGET_P50_S = 0.2
 
@@ -35,7 +40,7 @@ TARGET_P50_S = 0.2
 def _wait_task_forked(home: Path, job_id: int, t0: float, timeout_s: float, poll_s: float) -> float | None:
     """Seconds from ``t0`` until the job's task process exists (its pid.json records it)."""
     while time.perf_counter() - t0 < timeout_s:
-        for pid_file in home.glob(f"local/tasks/{job_id}/*/*/pid.json"):
+        for pid_file in task_pid_files(home, job_id):
             try:
                 if json.loads(pid_file.read_text()).get("task"):
                     return time.perf_counter() - t0
@@ -56,13 +61,14 @@ def _fill_queue(server, k: int) -> None:
     time.sleep(1.0)  # let the controller settle on the new queue
 
 
-def measure(n: int, poll_s: float, settle_s: float, timeout_s: float = 30.0, queue: int = 0) -> dict:
+def measure(n: int, poll_s: float, settle_s: float, timeout_s: float = 30.0, queue: int = 0,
+            task_limits: str = "auto") -> dict:
     latencies: list[float] = []
     post_times: list[float] = []
     polls: list[int] = []
     forked: list[float] = []
     failures = 0
-    with yard_server(local_gpus=1, stop_jobs=queue == 0) as server:
+    with yard_server(local_gpus=1, stop_jobs=queue == 0, extra_args=("--task-limits", task_limits)) as server:
         if queue:
             _fill_queue(server, queue)
         body = tiny_job_yaml("latency").encode()
@@ -131,10 +137,13 @@ def main(argv: list[str] | None = None) -> dict:
                         help="pause after stopping each job, so stops do not overlap the next submit")
     parser.add_argument("--queue", type=int, default=0, metavar="K",
                         help="first queue K 1-GPU jobs that stay WAITING (a busy cluster); default 0")
+    parser.add_argument("--task-limits", choices=("auto", "none"), default="auto",
+                        help="cgroup limits for the tasks: auto (default: where cgroups work) or none")
     args = parser.parse_args(argv)
     print(f"== submit→RUNNING latency: {args.jobs} sequential jobs, poll every {args.poll_ms:g} ms"
-          f"{f', {args.queue} jobs WAITING in the queue' if args.queue else ''} ==")
-    return report(measure(args.jobs, args.poll_ms / 1000, args.settle_ms / 1000, queue=args.queue))
+          f"{f', {args.queue} jobs WAITING in the queue' if args.queue else ''}, task limits {args.task_limits} ==")
+    return report(measure(args.jobs, args.poll_ms / 1000, args.settle_ms / 1000, queue=args.queue,
+                          task_limits=args.task_limits))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,14 @@ def _proc_cmdline(pid: int) -> str:
         return ""
 
 
+def task_pid_files(home: Path, job_id: int | str = "*") -> list[Path]:
+    """The ``pid.json`` of every task of ``job_id`` (all jobs by default) that the local
+    backend under ``home`` ran. Its state is ``home/local/<cluster>/tasks/<job>/<attempt>/
+    <role>-<index>-<run>/`` (``api/server.py``): a glob that leaves out ``<cluster>`` finds
+    nothing, and a benchmark waiting for a task to appear there waits for ever."""
+    return sorted(home.glob(f"local/*/tasks/{job_id}/*/*/pid.json"))
+
+
 def kill_leftovers(home: Path) -> int:
     """SIGKILL task process groups recorded under ``home`` and supervisors naming ``home``."""
     killed = 0
@@ -147,7 +155,7 @@ def kill_leftovers(home: Path) -> int:
         from trainyard.backends.local import procfs
     except Exception:  # noqa: BLE001
         procfs = None
-    for pid_file in home.glob("local/tasks/*/*/*/pid.json"):
+    for pid_file in task_pid_files(home):
         try:
             record = json.loads(pid_file.read_text())
             task = record.get("task")

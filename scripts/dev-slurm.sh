@@ -14,7 +14,11 @@
 # machine, 127.0.0.1), each declaring 8 CPUs, 16000 MiB and 4 fake GPUs (char devices
 # that behave like /dev/null; Slurm sets CUDA_VISIBLE_DEVICES from them as for real ones),
 # in the default partition `debug` (n1 alone is also in `first`, to test partition
-# filtering). Scheduling is tuned for tests (no batching delay). Every
+# filtering). Scheduling is tuned for tests (no batching delay). Where the cgroup v1
+# memory controller is mounted (this project's machines), jobs are held to their --mem by
+# Slurm's task/cgroup plugin (memory is a consumable resource: CR_Core_Memory), as on a
+# production cluster, and a step the kernel OOM-kills is reported so; cores are
+# constrained too, though the fake nodes' 8 CPUs all map onto this machine's. Every
 # command is idempotent; starting a stopped cluster starts it with a clean state (no
 # jobs, no drained nodes). Needs root. Settings (environment):
 #   TRAINYARD_SLURM_ROOT   state directory (default /tmp/trainyard-slurm)
@@ -127,8 +131,19 @@ write_file_if_changed() {
 }
 
 write_config() {
-    local host last_port
+    local host last_port task_plugin select_params cgroup_conf
     host="$(hostname -s)"
+    # slurmd 22.05 always loads a cgroup plugin; v1's init does nothing without systemd.
+    # Limits need the v1 memory controller (the v2 plugin needs systemd, absent here).
+    if grep -qs '^cgroup /sys/fs/cgroup/memory cgroup .*memory' /proc/mounts; then
+        task_plugin=task/cgroup select_params=CR_Core_Memory
+        cgroup_conf="CgroupPlugin=cgroup/v1
+ConstrainRAMSpace=yes
+ConstrainCores=yes"
+    else
+        log "no cgroup v1 memory controller: jobs' --mem and CPUs are not enforced on this dev cluster"
+        task_plugin=task/none select_params=CR_Core cgroup_conf="CgroupPlugin=cgroup/v1"
+    fi
     last_port=$((PORT + NODES))
     mkdir -p "$ROOT" "$ROOT/state" "$ROOT/spool" "$ROOT/log" "$ROOT/run" "$ROOT/gpu"
     chmod 755 "$ROOT"
@@ -155,14 +170,14 @@ SlurmdPidFile=$ROOT/run/slurmd-%n.pid
 SlurmctldLogFile=$ROOT/log/slurmctld.log
 SlurmdLogFile=$ROOT/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
+TaskPlugin=$task_plugin
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
 MailProg=/bin/true
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
+SelectTypeParameters=$select_params
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=1
 ReturnToService=2
@@ -174,8 +189,7 @@ NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=first Nodes=n1 MaxTime=INFINITE State=UP"
     write_file_if_changed "$ROOT/gres.conf" "NodeName=n[1-$NODES] Name=gpu File=$ROOT/gpu/fakegpu[0-3]"
-    # slurmd 22.05 always loads a cgroup plugin; v1's init does nothing without systemd.
-    write_file_if_changed "$ROOT/cgroup.conf" "CgroupPlugin=cgroup/v1"
+    write_file_if_changed "$ROOT/cgroup.conf" "$cgroup_conf"
 }
 
 # ---------------------------------------------------------------- daemons

@@ -80,3 +80,11 @@ def fake_nvml(monkeypatch: pytest.MonkeyPatch):
     machine = FakeNvml()
     machine.install(monkeypatch)
     return machine
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The container test image (``podman_support.build_test_image``: built once, cached)."""
+    from podman_support import build_test_image
+
+    return build_test_image()

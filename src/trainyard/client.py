@@ -20,10 +20,13 @@ from pydantic import TypeAdapter, ValidationError
 from trainyard.client_config import ClientConfig, load_config
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import check_client_arguments, job_file_body
+from trainyard.core.states import EnvironmentState
 from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
+from trainyard.schemas.environments import EnvironmentView
 from trainyard.schemas.history import JobMetrics, NodeMetrics
+from trainyard.schemas.images import ImagePullView, NodeImageView
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -35,19 +38,24 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
+from trainyard.schemas.storages import StorageView
 from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.schemas.users import TokenResponse, TokenView, UserView
 
 Reply = TypeVar("Reply")
 _NODES = TypeAdapter(list[NodeView])
+_IMAGES = TypeAdapter(list[NodeImageView])
+_PULLS = TypeAdapter(list[ImagePullView])
 _USERS = TypeAdapter(list[UserView])
 _VCS = TypeAdapter(list[VcView])
 _GROUPS = TypeAdapter(list[GroupView])
+_STORAGES = TypeAdapter(list[StorageView])
 _QUOTAS = TypeAdapter(list[UserQuotaView])
 _HEALTH = TypeAdapter(dict[str, str])
 _TOKENS = TypeAdapter(list[TokenView])
 _ALERTS = TypeAdapter(list[AlertView])
 _ALERT_RULES = TypeAdapter(list[AlertRuleView])
+_ENVIRONMENTS = TypeAdapter(list[EnvironmentView])
 
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
@@ -165,6 +173,13 @@ class Client:
         """A client for the server and token in ``config`` (default: as ``Client()`` finds them)."""
         config = config or load_config()
         return cls(config.url, config.token)
+
+    def websocket(self, path: str) -> tuple[str, dict[str, str]]:
+        """The ``ws(s)://`` URL of API ``path`` and the headers that authenticate it, for a
+        WebSocket the caller opens itself (``yard port-forward``'s tunnels)."""
+        base = "ws" + self.url[len("http"):] if self.url.startswith("http") else self.url
+        auth = self._http.headers.get("Authorization")
+        return base + "/api/v1" + path, {"Authorization": auth} if auth else {}
 
     def close(self) -> None:
         """Close the connections; the client cannot be used after."""
@@ -291,6 +306,15 @@ class Client:
         params = {"reason": reason} if reason else None
         return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
 
+    def suspend(self, job_id: int) -> JobDetail:
+        """Suspend a job and hold it until ``resume``: a running one (``preemption: suspend``)
+        is told to save its state first; a waiting one is simply held."""
+        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/suspend").content)
+
+    def resume(self, job_id: int) -> JobDetail:
+        """Let a suspended job resume: it waits for room as a new attempt, keeping its place."""
+        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/resume").content)
+
     def job_metrics(self, job_id: int, *, since: Moment = None, until: Moment = None,
                     task: str | None = None) -> JobMetrics:
         """A job's figures per task (CPU, memory, GPU utilisation and memory; None where not
@@ -414,6 +438,16 @@ class Client:
         newest samples measured (``usage``; None: not measured lately)."""
         return self._parse(_NODES, self._request("GET", "/nodes").content)
 
+    def images(self) -> list[NodeImageView]:
+        """Which node holds which container image (OpenPAI's image cache)."""
+        return self._parse(_IMAGES, self._request("GET", "/images").content)
+
+    def pull_image(self, image: str, *, node: str | None = None) -> list[ImagePullView]:
+        """Pull ``image`` to ``node`` (None: every node) ahead of the jobs that need it, unless
+        it is there; returns when done, one entry per node (admin)."""
+        body = {"image": image, "node": node}
+        return self._parse(_PULLS, self._request("POST", "/images/pull", json=body, timeout=3600.0).content)
+
     def top(self) -> TopView:
         """The live view: nodes, and the running jobs you may see with their GPU, CPU and
         memory use, busiest GPUs first."""
@@ -479,6 +513,48 @@ class Client:
         """Remove a user's portal password (admin): they sign in with a token until one is set."""
         return self._parse(UserView, self._request("DELETE", f"/users/{_seg(name)}/password").content)
 
+    # -- environments -------------------------------------------------------------------
+
+    def create_environment(self, name: str, *, requirements: str | None = None, base: str | None = None,
+                           group: str | None = None, vc: str | None = None, base_path: str | None = None,
+                           image: str | None = None) -> EnvironmentView:
+        """Build a custom environment from a pip ``requirements`` file's text, optionally on a
+        ``base`` environment and shared with ``group``: answered at once, BUILDING, with its
+        build job's id (``buildJobId``; ``wait_environment`` waits for it). Admins declare a
+        base environment with ``base_path`` (a Python environment every node has) or ``image``."""
+        body = {"name": name, "requirements": requirements, "base": base, "group": group, "virtualCluster": vc,
+                "basePath": base_path, "image": image}
+        response = self._request("POST", "/environments", json={k: v for k, v in body.items() if v is not None})
+        return self._parse(EnvironmentView, response.content)
+
+    def environments(self) -> list[EnvironmentView]:
+        """The environments you may run jobs in (an admin: all)."""
+        return self._parse(_ENVIRONMENTS, self._request("GET", "/environments").content)
+
+    def environment(self, name: str) -> EnvironmentView:
+        """One environment: its state, kind, base, visibility and build job."""
+        return self._parse(EnvironmentView, self._request("GET", f"/environments/{_seg(name)}").content)
+
+    def wait_environment(self, name: str, *, timeout: float | None = None, poll: float = 0.5) -> EnvironmentView:
+        """Block until the environment is built: READY, or FAILED (its build log is
+        ``logs(env.buildJobId)``). Raises ``WaitTimeout`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        env = self.environment(name)
+        if env.state == EnvironmentState.BUILDING and env.buildJobId is not None:
+            self.wait(env.buildJobId, timeout=timeout, poll=poll)
+        # The controller settles an environment in its cycle after the build job has ended.
+        while (env := self.environment(name)).state == EnvironmentState.BUILDING:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"environment {name} is still BUILDING after {timeout:g} s")
+            time.sleep(poll)
+        return env
+
+    def delete_environment(self, name: str, *, force: bool = False) -> RemovalResult:
+        """Delete an environment of yours (admins: any); refused (409) while a job that has not
+        ended uses it or it is being built, unless ``force`` (which stops its build)."""
+        response = self._request("DELETE", f"/environments/{_seg(name)}", params={"force": _flag(force)})
+        return self._parse(RemovalResult, response.content)
+
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:
@@ -530,6 +606,39 @@ class Client:
         waiting or running jobs use its VC, unless ``force``, which stops those jobs."""
         path = f"/groups/{_seg(group)}/members/{_seg(user)}"
         response = self._request("DELETE", path, params={"force": _flag(force)})
+        return self._parse(RemovalResult, response.content)
+
+    def storages(self) -> list[StorageView]:
+        """Storages: an admin sees all with their grants; a user those they may mount."""
+        return self._parse(_STORAGES, self._request("GET", "/storages").content)
+
+    def storage(self, name: str) -> StorageView:
+        """One storage (``home``, ``@group`` too), with the caller's access."""
+        return self._parse(StorageView, self._request("GET", f"/storages/{_seg(name)}").content)
+
+    def create_storage(self, name: str, path: str, *, read_only: bool = False, kind: str = "",
+                       description: str = "") -> StorageView:
+        """Define a storage: a path every node has mounted (admin)."""
+        body = {"name": name, "path": path, "readOnly": read_only, "kind": kind, "description": description}
+        return self._parse(StorageView, self._request("POST", "/storages", json=body).content)
+
+    def grant_storage(self, name: str, grantee: str, *, read_only: bool = False) -> StorageView:
+        """Let a user, or ``@group``, mount a storage, read-only if asked (admin)."""
+        response = self._request("POST", f"/storages/{_seg(name)}/grants",
+                                 json={"grantee": grantee, "readOnly": read_only})
+        return self._parse(StorageView, response.content)
+
+    def revoke_storage(self, name: str, grantee: str, *, force: bool = False) -> RemovalResult:
+        """Take back a storage grant; refused (409) while it lets a waiting or running job mount
+        the storage, unless ``force``, which stops those jobs (admin)."""
+        response = self._request("DELETE", f"/storages/{_seg(name)}/grants/{_seg(grantee)}",
+                                 params={"force": _flag(force)})
+        return self._parse(RemovalResult, response.content)
+
+    def delete_storage(self, name: str, *, force: bool = False) -> RemovalResult:
+        """Delete a storage (never its files); refused (409) while jobs mount it, unless
+        ``force``, which stops them (admin)."""
+        response = self._request("DELETE", f"/storages/{_seg(name)}", params={"force": _flag(force)})
         return self._parse(RemovalResult, response.content)
 
     def quotas(self) -> list[UserQuotaView]:

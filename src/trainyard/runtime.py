@@ -154,15 +154,18 @@ def _install_handler() -> None:
     if _handler_installed or threading.current_thread() is not threading.main_thread():
         return
     _handler_installed = True
-    name = os.environ.get(SUSPEND_SIGNAL, "")
-    if not name:
-        return
-    try:
-        number = signal.Signals[name if name.startswith("SIG") else "SIG" + name]
-    except KeyError:
-        return
-    if signal.getsignal(number) in (signal.SIG_DFL, signal.SIG_IGN, None):
+    number = _suspend_signal_number()
+    if number is not None and signal.getsignal(number) in (signal.SIG_DFL, signal.SIG_IGN, None):
         signal.signal(number, lambda *_: _signalled.set())
+
+
+def _suspend_signal_number() -> signal.Signals | None:
+    """The signal named by ``TRAINYARD_SUSPEND_SIGNAL`` ("SIGUSR1" or "USR1"), if any."""
+    name = os.environ.get(SUSPEND_SIGNAL, "")
+    try:
+        return signal.Signals[name if name.startswith("SIG") else "SIG" + name] if name else None
+    except KeyError:
+        return None
 
 
 def suspend_request() -> dict[str, Any] | None:
@@ -211,8 +214,25 @@ def suspend_done() -> None:
         sys.stderr.flush()
         arguments = getattr(sys, "orig_argv", None)  # as invoked (3.10+): keeps -m and the like
         os.execve(sys.executable, [sys.executable, *(arguments[1:] if arguments else sys.argv)], env)
+    _ignore_suspend_signal()
     raise SystemExit(SUSPENDED_EXIT_CODE)
+
+
+def _ignore_suspend_signal() -> None:
+    """From now on the suspend signal changes nothing: the task has said it is done. It
+    may still come (Trainyard writes the request file first, and a task polling the file
+    can be on its way out before the signal arrives), and the interpreter puts the default
+    action, death, back on a signal it handled while it shuts down: the task would end
+    killed by it instead of with ``SUSPENDED_EXIT_CODE``. An ignored signal stays ignored."""
+    number = _suspend_signal_number()
+    if number is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(number, signal.SIG_IGN)
 
 
 def _simulating() -> bool:
     return not under_trainyard() and bool(os.environ.get(SIMULATE_AFTER))
+
+
+# Note the suspend signal from the moment the job imports this module, so that a signal
+# that comes before its first `should_suspend()` (while it loads its data) is not its end.
+_install_handler()

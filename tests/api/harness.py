@@ -4,6 +4,7 @@ nothing (no controller runs): an admin, a plain user ("alice"), and their tokens
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -46,9 +47,9 @@ class Api:
         return sdk
 
 
-def make_api(db, state_dir, clock: Clock | None = None) -> Api:
+def make_api(db, state_dir, clock: Clock | None = None, **backend_options: Any) -> Api:
     clock = clock or SystemClock()
-    backend = LocalBackend(state_dir, gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384)
+    backend = LocalBackend(state_dir, gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384, **backend_options)
     with db.session() as session:
         sync_inventory(session, backend.name, backend.inventory(), clock)
         admin_token = bootstrap_admin(session, clock=clock)

@@ -25,12 +25,16 @@ LAUNCH_TIMEOUT = 20.0
 
 @contextmanager
 def live_api(db, tmp_path: Path, clock: Clock | None = None) -> Iterator[tuple[Api, Controller]]:
-    """The harness's API and a controller on the same store, backend and clock; the tasks it
-    starts are killed at the end."""
+    """The harness's API and a controller on the same store, backend and clock; at the end its
+    periodic threads are waited for and the tasks it started are killed."""
     api = make_api(db, tmp_path / "local", clock)
+    controller = Controller(db, api.ctx.backend, api.ctx.clock)
     try:
-        yield api, Controller(db, api.ctx.backend, api.ctx.clock)
+        yield api, controller
     finally:
+        # Its cycles start the periodic work (monitoring, alerts, history) in threads: wait for
+        # them, so that none still queries the store when the test's database is dropped.
+        controller.stop()
         kill_tasks_under(tmp_path)
 
 

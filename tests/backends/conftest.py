@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from trainyard.backends.base import TaskKey, TaskLaunch, TaskStatus
+from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.local.backend import LocalBackend
 
 
@@ -81,3 +82,11 @@ def local(tmp_path: Path) -> LocalHarness:
 def make_local() -> Callable[..., LocalHarness]:
     """Build a harness on a given state dir with extra backend options."""
     return LocalHarness
+
+
+@pytest.fixture
+def podman_local(tmp_path: Path) -> LocalHarness:
+    """A local backend whose tasks with an image run in Podman containers (runc)."""
+    engine = ContainerEngine.find("podman", "runc")
+    assert engine is not None
+    return LocalHarness(tmp_path / "state", containers=engine)

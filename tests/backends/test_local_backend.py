@@ -69,6 +69,8 @@ def test_a_task_starts_from_the_clean_documented_environment_not_the_servers(loc
         "GREETING": "hi", "TRAINYARD_JOB_ID": "1",
         "TRAINYARD_SECRETS_DIR": str(backend.work_dir(key).with_name("work.secrets")),
         "TRAINYARD_JOB_DIR": str(backend.job_dir(1)),
+        "TRAINYARD_SUSPEND_FILE": str(backend.work_dir(key).with_name("work.suspend") / "request.json"),
+        "PYTHONPATH": str(backend.task_python),  # trainyard.runtime for the task's own Python
         "CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "none", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
 

@@ -35,7 +35,7 @@ def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp
         identity=Identity(1234, 1235, (1235, 44)),
     )
     text = " ".join(argv)
-    assert argv[:2] == ["/usr/bin/env", "--ignore-signal=TERM"]
+    assert argv[:2] == ["/usr/bin/env", "--ignore-signal=TERM,USR1,USR2,HUP,INT"]
     # The state dir lies inside the home: one tmpfs covers both. A missing path gets none
     # (bwrap would create its mount point on the host).
     assert f"--perms 0711 --tmpfs {home} " in text and f"--tmpfs {state} " not in text and "missing" not in text

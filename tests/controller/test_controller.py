@@ -20,6 +20,7 @@ from trainyard.services import auth
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
 from trainyard.store.db import Database
+from trainyard.store.events import job_events
 from trainyard.store.rows import JobRow, TaskRow
 
 
@@ -55,7 +56,26 @@ def drive(controller: Controller, db: Database, job_id: int, states=("SUCCEEDED"
             if job.state in states and (until is None or until(job)):
                 return job
         time.sleep(0.02)
-    raise AssertionError(f"job {job_id} did not reach {states}")
+    raise AssertionError(f"job {job_id} did not reach {states}\n{explain(controller, db, job_id)}")
+
+
+def explain(controller: Controller, db: Database, job_id: int) -> str:
+    """What the store and the backend's task folders say of a job: for a failure's message."""
+    lines = []
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        lines.append(f"job: {job.state} attempt {job.attempt} {job.state_message!r}")
+        for task in s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)):
+            lines.append(f"task {task.role}/{task.index} (attempt row {task.attempt_id}): {task.state} "
+                         f"stop_sent={task.stop_sent} exit={task.exit_code} {task.message!r}")
+        lines += [f"event {e.kind}: {e.message}" for e in job_events(s, job_id)]
+    backend = controller.backend
+    if isinstance(backend, LocalBackend):
+        for task_dir in sorted((backend.state_dir / "tasks" / str(job_id)).glob("*/*")):
+            for name in ("pid.json", "stop.json", "status.json", "exit.json", "supervisor.log", "output.log"):
+                if (task_dir / name).is_file():
+                    lines.append(f"{task_dir.name}/{name}: {(task_dir / name).read_text(errors='replace')[-2000:]}")
+    return "\n".join(lines)
 
 
 def tasks_of(db, job_id: int) -> list[TaskRow]:
@@ -196,6 +216,8 @@ def test_a_preempted_job_gets_its_grace_then_runs_again_as_a_new_attempt_without
     world, tmp_path
 ) -> None:
     from trainyard.controller.scheduling import preempt_jobs
+    from trainyard.scheduler.snapshot import Preempt
+    from trainyard.services.specs import StoredSpecs
 
     db, _, controller, user = world
     marker = tmp_path / "runs"
@@ -216,9 +238,10 @@ taskRoles:
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.02)  # the trap must be set before the SIGTERM comes
     with db.session() as s:
-        assert preempt_jobs(s, [(job_id, "preempted for job 99")], SystemClock()) == [job_id]
+        assert preempt_jobs(s, [
+            Preempt(job_id, 0, "preempted for job 99", 0)], SystemClock(), StoredSpecs().of) == [job_id]
     with db.session() as s:
-        assert preempt_jobs(s, [(job_id, "again")], SystemClock()) == []  # never twice
+        assert preempt_jobs(s, [Preempt(job_id, 0, "again", 0)], SystemClock(), StoredSpecs().of) == []  # never twice
     requeued = drive(controller, db, job_id, states=("RUNNING",), until=lambda j: j.attempt == 1)
     assert requeued.attempt == 1 and requeued.retries_used == 0
     deadline = time.monotonic() + 10
@@ -240,6 +263,8 @@ def test_a_job_that_ended_on_its_own_before_its_preemption_took_effect_keeps_its
     it must not be requeued and run again."""
     from trainyard.controller.launching import task_key
     from trainyard.controller.scheduling import preempt_jobs
+    from trainyard.scheduler.snapshot import Preempt
+    from trainyard.services.specs import StoredSpecs
     from trainyard.store.rows import AttemptRow
 
     db, backend, controller, user = world
@@ -254,7 +279,8 @@ def test_a_job_that_ended_on_its_own_before_its_preemption_took_effect_keeps_its
     while any(st.running for st in backend.observe(keys).values()) and time.monotonic() < deadline:
         time.sleep(0.02)  # both processes have exited; the controller has not looked yet
     with db.session() as s:
-        assert preempt_jobs(s, [(job_id, "reclaimed for job 99")], SystemClock()) == [job_id]
+        assert preempt_jobs(s, [
+            Preempt(job_id, 0, "reclaimed for job 99", 0)], SystemClock(), StoredSpecs().of) == [job_id]
     reconcile_until(controller, db, job_id, "SUCCEEDED")
     with db.session() as s:
         job = s.get(JobRow, job_id)

@@ -123,6 +123,8 @@ def test_running_work_carries_its_expected_end_and_overdue_attempts_time_out(db)
 
 def test_a_preempted_or_stopped_job_shows_when_its_grace_period_ends(db) -> None:
     from trainyard.controller.scheduling import preempt_jobs
+    from trainyard.scheduler.snapshot import Preempt
+    from trainyard.services.specs import StoredSpecs
 
     clock = FakeClock()
     with db.session() as s:
@@ -133,7 +135,7 @@ def test_a_preempted_or_stopped_job_shows_when_its_grace_period_ends(db) -> None
     clock.advance(5)
     with db.session() as s:
         assert running_jobs(s)[0][0].stops_by is None
-        assert preempt_jobs(s, [(victim, "for job 9")], clock) == [victim]
+        assert preempt_jobs(s, [Preempt(victim, 0, "for job 9", 0)], clock, StoredSpecs().of) == [victim]
         job_service.request_stop(s, auth.get_user(s, "alice"), stopped, clock=clock)
     clock.advance(7)
     with db.session() as s:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.core.exitcodes import ExitKind, classify_exit
+from trainyard.core.exitcodes import ExitKind, classify_exit, is_out_of_memory, out_of_memory_message
 from trainyard.core.lifecycle import (
     MAX_PLATFORM_RETRIES,
     AttemptOutcome,
@@ -90,6 +90,16 @@ def test_jobs_retry_up_to_job_retry_count_but_not_for_command_not_found() -> Non
 def test_exit_codes_are_classified_for_people(code, kind, words) -> None:
     info = classify_exit(code)
     assert info.kind == kind and words in info.description
+
+
+def test_out_of_memory_names_the_limit_and_is_retried_like_any_failure_of_the_job() -> None:
+    message = out_of_memory_message(100, 137)
+    assert message == "OUT_OF_MEMORY: used more than its 100 MiB memory limit (memoryMB: 100) and was killed (exit 137)"
+    assert is_out_of_memory(message) and not is_out_of_memory("killed by SIGKILL") and not is_out_of_memory(None)
+    # The job's own failure: its retry counts apply (no platform retry), as for any kill.
+    assert task_should_rerun(137, runs_so_far=1, task_retry_count=1)
+    assert job_should_retry(137, retries_used=0, job_retry_count=1)
+    assert not job_should_retry(137, retries_used=1, job_retry_count=1)
 
 
 def test_the_state_machine_refuses_illegal_moves() -> None:

@@ -108,6 +108,8 @@ def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, gates) -> None
 
     server.stop()  # SIGINT, as Ctrl-C in the terminal sends
     assert server.process.returncode == 0
+    said = server.log()
+    assert "SIGINT: stopping the server; jobs keep running" in said and said.rstrip().endswith("stopped")
     server.start()
     client = server.admin()
     assert client.job(job_id).state == "RUNNING"

@@ -122,7 +122,7 @@ class Cluster:
 
     @property
     def state_dir(self) -> Path:
-        (state,) = (self.server.home / "local").iterdir()  # one cluster id
+        (state,) = [p for p in (self.server.home / "local").iterdir() if not p.name.endswith("-environments")]
         return state
 
     @property

@@ -77,6 +77,19 @@ def test_watch_a_distributed_job_run_and_succeed_and_read_its_log(server: Server
     assert page.locator(".description").inner_text() == IMG
     assert not dialogs, dialogs
     page.locator("#charts figure").first.wait_for()
+    # The charts' axes: the job's own minutes however few samples it has (one sample once
+    # gave a time axis of years, and a zero CPU one of 0-100 cores).
+    page.wait_for_function("() => Object.keys(document.getElementById('charts').plots).length === 3")
+    scales = page.evaluate("""() => Object.fromEntries(Object.entries(document.getElementById('charts').plots)
+        .map(([field, d]) => [field, [d.plot.scales.x.min, d.plot.scales.x.max, d.plot.scales.y.min,
+                                      d.plot.scales.y.max]]))""")
+    job = admin.job(job_id)
+    started, finished = job.startedAt.timestamp(), job.finishedAt.timestamp()
+    for field, (x_min, x_max, y_min, y_max) in scales.items():
+        # From 30 s before its start until the last redraw (while it ran: then) or its end.
+        assert started - 60 <= x_min <= started and started < x_max <= finished + 60, (field, scales)
+        assert y_min == 0 and (y_max == 100 if field == "gpuUtilPct" else 0 < y_max < 1e6), (field, scales)
+    assert scales["cpuCores"][3] <= 8 * 1.1  # the node's 8 CPUs at most, not 0-100
 
 
 def test_stop_running_jobs_from_the_job_page_and_from_the_list(server: Server, browser_page: Any) -> None:

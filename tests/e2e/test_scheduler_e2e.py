@@ -108,7 +108,7 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
                              "    commands: ['true']\n").id
 
     def pending(job_id: int) -> PendingView | None:
-        wait_until(lambda: alice.job(job_id).pending, what=f"job {job_id} to get a reason")
+        wait_until(lambda: alice.job(job_id).pending, what=f"job {job_id} to get a reason ({alice.job(job_id)!r})")
         return alice.job(job_id).pending
 
     assert pending(over_vc).reason == "QUOTA"

@@ -438,3 +438,23 @@ def test_the_home_page_loads_the_weeks_usage_card_on_its_own(api: Api) -> None:
     card = client.get("/home/usage")
     assert card.status_code == 200 and "<html" not in card.text
     assert '<p class="big">0.1</p>' in card.text  # 1 GPU x 5 min, to one decimal
+
+
+def test_the_job_page_suspends_a_waiting_job_and_resumes_it(api: Api) -> None:
+    job_id = submit(api.user, job_file("held"))
+    client = signed_in(api, "alice")
+    page = client.get(f"/jobs/{job_id}").text
+    assert f'action="/jobs/{job_id}/suspend"' in page and f'action="/jobs/{job_id}/resume"' not in page
+    assert client.post(f"/jobs/{job_id}/suspend").status_code == 403  # no form secret
+    answer = client.post(f"/jobs/{job_id}/suspend", data={"csrf": csrf_of(page)}, follow_redirects=True)
+    assert answer.status_code == 200 and 'state-suspended' in answer.text
+    assert f'action="/jobs/{job_id}/resume"' in answer.text and "suspended by alice" in answer.text
+    assert api.user.get(f"/api/v1/jobs/{job_id}").json()["heldBy"] == "alice"
+    answer = client.post(f"/jobs/{job_id}/resume", data={"csrf": csrf_of(answer.text)}, follow_redirects=True)
+    assert answer.status_code == 200 and api.user.get(f"/api/v1/jobs/{job_id}").json()["state"] == "WAITING"
+    running = submit(api.user, job_file("plain"))
+    place(api, running)
+    page = client.get(f"/jobs/{running}").text  # it cannot save its state: no Suspend button
+    assert f'action="/jobs/{running}/suspend"' not in page
+    refused = client.post(f"/jobs/{running}/suspend", data={"csrf": csrf_of(page)})
+    assert refused.status_code == 409 and "preemption: suspend" in refused.text

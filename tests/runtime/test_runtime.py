@@ -102,6 +102,24 @@ def test_under_trainyard_the_chosen_signal_asks_for_a_suspension(tmp_path):
     assert rest.splitlines()[-1].startswith("suspending at")
 
 
+def test_once_done_the_task_ignores_the_signal_that_may_still_come_while_it_exits(tmp_path):
+    # Trainyard writes the file, then signals: a task that saw the file first may be shutting
+    # down when the signal lands, after the interpreter has put its default action back.
+    script = textwrap.dedent("""
+        import atexit, signal
+        from trainyard import runtime
+        assert runtime.should_suspend()
+        atexit.register(lambda: print("at exit:", signal.getsignal(signal.SIGUSR1).name, flush=True))
+        runtime.suspend_done()
+    """)
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"reason": "preempted", "deadline": 0}))
+    done = run(script, tmp_path, TRAINYARD_JOB_ID="3", TRAINYARD_JOB_DIR=str(tmp_path / "job"),
+               TRAINYARD_SUSPEND_FILE=str(request), TRAINYARD_SUSPEND_SIGNAL="SIGUSR1")
+    assert done.returncode == runtime.SUSPENDED_EXIT_CODE, done.stderr
+    assert done.stdout == "at exit: SIG_IGN\n"
+
+
 def test_state_is_none_until_set_and_written_whole(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINYARD_JOB_DIR", str(tmp_path))
     assert runtime.get_state() is None and runtime.get_state({"x": 1}) == {"x": 1}
@@ -121,3 +139,12 @@ def test_rank_world_size_attempt_and_dirs_come_from_the_wiring(tmp_path, monkeyp
     monkeypatch.setenv("TRAINYARD_RESUMED", "1")
     assert (runtime.rank(), runtime.world_size(), runtime.attempt(), runtime.resumed()) == (3, 8, 2, True)
     assert runtime.checkpoint_dir() == tmp_path / "jd" / "checkpoints" and runtime.checkpoint_dir().is_dir()
+
+
+def test_a_signal_before_the_first_check_is_remembered_not_fatal(tmp_path):
+    # Sent while the job still "loads its data": the import alone installed the handler.
+    script = ("import os, signal\nfrom trainyard import runtime\nos.kill(os.getpid(), signal.SIGUSR1)\n"
+              "print('asked' if runtime.should_suspend() else 'not asked')\n")
+    done = run(script, tmp_path, TRAINYARD_JOB_ID="3", TRAINYARD_SUSPEND_FILE=str(tmp_path / "none"),
+               TRAINYARD_SUSPEND_SIGNAL="SIGUSR1", TRAINYARD_JOB_DIR=str(tmp_path / "job"))
+    assert (done.returncode, done.stdout) == (0, "asked\n"), done.stderr

@@ -46,7 +46,9 @@ def fragmented(draw, *, opportunistic: bool):
     cell = size
     for v in vcs:
         cell = gcd(cell, v.quota["A100"])
-    config = SchedulerConfig(time_slice=draw(st.sampled_from((0.0, 10.0, 1800.0))))
+    # A floor of service these short worlds reach, so that work takes turns.
+    config = SchedulerConfig(time_slice=draw(st.sampled_from((0.0, 10.0, 1800.0))),
+                             turn_floor=draw(st.sampled_from((0.0, 100.0))))
     world = World(tuple(node(f"n{i}", size, groups=draw(st.sampled_from((0, 2)))) for i in range(count)), vcs=vcs,
                   config=config)
     job_id = 0

@@ -38,6 +38,9 @@ from trainyard.scheduler.snapshot import (
 MODELS = ("A100", "V100")
 GPU_REQUESTS = (0, 250, 500, 1000, 1000, 2000, 4000, 8000)
 SLICES = (0.0, 10.0, 1800.0)  # time-sharing's slice: turns at every cycle, every other, never
+# Time-sharing's (turn_ratio, turn_floor): from any job with more service, from one with
+# twice as much, and a floor these short worlds reach; the default's floor they never reach.
+TURNS = ((1.0, 0.0), (2.0, 0.0), (2.0, 100.0), (SchedulerConfig().turn_ratio, SchedulerConfig().turn_floor))
 
 
 @dataclass(frozen=True)
@@ -87,9 +90,11 @@ def worlds(draw) -> Scenario:
     user_quotas = {
         ("alice", r): draw(st.sampled_from((0, 1000, 4000))) for r in range(4) if draw(st.integers(0, 3)) == 0
     }
+    turns = draw(st.sampled_from(TURNS))
     config = SchedulerConfig(
         scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()),
         timeshare=draw(st.booleans()), time_slice=draw(st.sampled_from(SLICES)),
+        turn_ratio=turns[0], turn_floor=turns[1],
     )
     submissions = []
     for j in range(draw(st.integers(1, 14))):
@@ -131,7 +136,9 @@ def busy_worlds(draw) -> Scenario:
         VirtualCluster(name, {"A100": draw(st.sampled_from((4, 8, 12)))}, draw(st.booleans()))
         for name in ("vision", "nlp")[: draw(st.integers(1, 2))]
     )
-    config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))), time_slice=draw(st.sampled_from(SLICES)))
+    turns = draw(st.sampled_from(TURNS))
+    config = SchedulerConfig(scorer=draw(st.sampled_from(sorted(SCORERS))), time_slice=draw(st.sampled_from(SLICES)),
+                             turn_ratio=turns[0], turn_floor=turns[1])
     submissions = []
     for j in range(draw(st.integers(2, 12))):
         step = draw(st.integers(0, 4))
@@ -155,7 +162,9 @@ def crowded_worlds(draw) -> Scenario:
         for name in ("vision", "nlp")[: draw(st.integers(0, 2))]
     )
     scorer = draw(st.sampled_from(sorted(SCORERS)))
-    config = SchedulerConfig(scorer=scorer, time_slice=draw(st.sampled_from(SLICES[:2])))
+    turns = draw(st.sampled_from(TURNS[:3]))
+    config = SchedulerConfig(scorer=scorer, time_slice=draw(st.sampled_from(SLICES[:2])),
+                             turn_ratio=turns[0], turn_floor=turns[1])
     vc_names = [v.name for v in vcs] or ["default", "other"]
     submissions = []
     for j in range(draw(st.integers(3, 12))):
@@ -226,12 +235,14 @@ def check_preemptions(s: Snapshot, d: Decisions) -> None:
         assert job.priority_rank < OPPORTUNISTIC_RANK
         if victim.priority_rank < OPPORTUNISTIC_RANK:  # no VC is over its quota here: never another VC's
             assert victim.vc == job.vc or not s.vcs
-            if victim.priority_rank == job.priority_rank:  # a turn: suspendable, more service, slice run
+            if victim.priority_rank == job.priority_rank:  # a turn: suspendable, enough more service, slice run
                 assert s.config.timeshare and victim.suspendable and p.suspend
-                assert victim.attained_at(s.now) > job.attained_service
+                assert victim.attained_at(s.now) > s.config.turn_ratio * job.attained_service
+                assert victim.attained_at(s.now) > s.config.turn_floor
                 assert s.now - victim.started_at >= s.config.time_slice
             else:
-                assert allow.get(job.vc, False) and victim.priority_rank > job.priority_rank
+                # Without VCs, one pool in which priority preempts, as in a VC by default.
+                assert allow.get(job.vc, not s.vcs) and victim.priority_rank > job.priority_rank
         assert p.suspend == victim.suspendable
         assert waits[job.job_id].reason == PendingReason.PREEMPTING
     for job_id, wait in waits.items():

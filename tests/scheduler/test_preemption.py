@@ -151,12 +151,14 @@ def test_a_vc_can_turn_priority_preemption_off() -> None:
     assert decisions.waits[0].reason == PendingReason.QUOTA
 
 
-def test_without_vcs_only_opportunistic_work_is_reclaimed() -> None:
+def test_without_vcs_priority_preempts_as_in_a_vc_opportunistic_work_first() -> None:
     work = [running(90, on("a", 0, 1, 2, 3), rank=LOW), running(91, on("a", 4, 5, 6, 7), rank=OPPO)]
     decisions = schedule(snapshot((node("a"),), [job(1, 8000, rank=PROD)], work))
-    assert [p.job_id for p in decisions.preemptions] == []  # the low job is guaranteed work
+    assert sorted(p.job_id for p in decisions.preemptions) == [90, 91]  # lower priority gives way
     decisions = schedule(snapshot((node("a"),), [job(1, 4000, rank=PROD)], work))
-    assert [p.job_id for p in decisions.preemptions] == [91]
+    assert [p.job_id for p in decisions.preemptions] == [91]  # opportunistic work first
+    decisions = schedule(snapshot((node("a"),), [job(1, 8000, rank=LOW)], work))
+    assert [p.job_id for p in decisions.preemptions] == []  # never a job of the same or higher priority
 
 
 def test_what_a_preemption_frees_is_held_for_the_job_it_is_for() -> None:

@@ -1,5 +1,6 @@
 """Time-sharing: suspendable jobs of one VC and priority take turns, least attained service
-first, a time slice apart; preemption for priority prefers suspendable victims."""
+first — from a job with twice the service and past a floor —, a time slice apart;
+preemption for priority prefers suspendable victims."""
 
 from __future__ import annotations
 
@@ -34,12 +35,29 @@ def test_a_waiting_job_suspends_a_running_one_with_more_service_once_its_slice_i
     assert decisions.waits[0].reason == PendingReason.PREEMPTING
 
 
-def test_a_job_is_never_suspended_for_one_that_has_received_as_much_service() -> None:
+def test_a_job_is_suspended_only_for_one_with_less_than_half_its_service() -> None:
+    """Job 90 has 4 GPU-h by the end of its slice: a job with 2 GPU-h (half) waits, one with
+    a second less takes its turn — jobs of similar service do not alternate every slice."""
     work = [running(90, on("a", *range(8)), vc="team", suspendable=True, started=0.0)]
-    as_much = 8 * SLICE  # what job 90 has received by then
-    decisions = _decide([job(1, 4000, vc="team", attained=as_much)], work, now=SLICE)
-    assert decisions.preemptions == ()
-    decisions = _decide([job(1, 4000, vc="team", attained=as_much - 1)], work, now=SLICE)
+    four_gpu_hours = 8 * SLICE  # what job 90 has received by then
+    assert SchedulerConfig().turn_ratio == 2.0
+    for attained in (four_gpu_hours / 2, four_gpu_hours):
+        decisions = _decide([job(1, 4000, vc="team", attained=attained)], work, now=SLICE)
+        assert decisions.preemptions == ()
+    decisions = _decide([job(1, 4000, vc="team", attained=four_gpu_hours / 2 - 1)], work, now=SLICE)
+    assert [p.job_id for p in decisions.preemptions] == [90]
+
+
+def test_a_job_is_not_suspended_before_it_has_received_the_floor_of_service() -> None:
+    """A 1-GPU job has 0.5 GPU-h when its slice ends: below the 2 GPU-h floor it keeps its
+    turn, so short jobs finish in one go; past the floor a new job takes its turn."""
+    floor = SchedulerConfig().turn_floor
+    assert floor == 2 * 3600.0
+    work = [running(90, on("a", 0), vc="team", suspendable=True, started=0.0)]
+    waiting = [job(1, 1000, vc="team", at=10.0)]
+    for now in (SLICE, floor):
+        assert _decide(waiting, work, now=now, nodes=(node("a", 1),)).preemptions == ()
+    decisions = _decide(waiting, work, now=floor + 1, nodes=(node("a", 1),))
     assert [p.job_id for p in decisions.preemptions] == [90]
 
 
@@ -94,14 +112,16 @@ def test_preemption_for_priority_prefers_a_suspendable_victim() -> None:
 
 
 def test_two_jobs_take_turns_each_for_a_whole_slice() -> None:
-    """Two suspendable 8-GPU jobs of one VC on one node: they alternate, neither is
-    suspended before it has run a whole slice, and each resumes with its service."""
+    """Two suspendable 8-GPU jobs of one VC on one node (no floor of service): they
+    alternate, each time the one running has received twice the service of the one
+    waiting, so turns grow longer; neither is suspended before it has run a whole slice,
+    and each resumes with its service."""
     slice_ = 100.0
-    world = World((node("a"),), vcs=(TEAM,), config=SchedulerConfig(time_slice=slice_))
+    world = World((node("a"),), vcs=(TEAM,), config=SchedulerConfig(time_slice=slice_, turn_floor=0.0))
     world.submit(job(1, 8000, vc="team", suspendable=True))
     world.submit(job(2, 8000, vc="team", suspendable=True))
     holder, runs = [], []
-    for _ in range(60):
+    for _ in range(300):
         world.cycle()
         current = sorted(j for j in world.running if j not in world.stopping)
         if current:
@@ -112,7 +132,9 @@ def test_two_jobs_take_turns_each_for_a_whole_slice() -> None:
             runs.append((t, j))
     assert [j for _, j in runs][:4] == [2, 1, 2, 1]
     starts = [holder[0][0]] + [t for t, _ in runs]
-    assert all(b - a >= slice_ for a, b in zip(starts, starts[1:], strict=False))
+    lengths = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    assert all(length >= slice_ for length in lengths)
+    assert lengths[2] > lengths[0]  # turns grow with the service: no alternating every slice
     first = world.records[1]
     assert len(first.attempts) >= 3  # suspended and resumed as new attempts of its chain
     assert world.running.get(1, world.pending.get(1)).attained_service > 0

@@ -49,8 +49,18 @@ def test_sim_queue_reports_jct_queueing_utilisation_and_the_sharing_test(capsys:
     assert all({"shared_avg_queueing_h", "alone_avg_queueing_h"} <= set(row) for row in report["sharing"].values())
 
 
+def test_sim_queue_offers_exactly_the_suspendable_choices_and_shows_the_defaults(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        main(["sim", "queue", "--suspendable", "some"])
+    assert caught.value.code == 2
+    assert "invalid choice: 'some' (choose from 'all', 'half', 'none')" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["sim", "queue", "--help"])
+    assert "checkpoint save and restore (default 120)" in " ".join(capsys.readouterr().out.split())
+
+
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--suspendable", "some"], "unknown --suspendable 'some'; choose one of: all, half, none"),
     (["--suspend-cost", "-1"], "--suspend-cost must be >= 0 seconds"),
     (["--time-slice", "nan"], "--time-slice must be >= 0 seconds"),
 ])

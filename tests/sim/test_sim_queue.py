@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from sim_data import PHILLY
 from trainyard.core.states import AttemptState, JobState
 from trainyard.core.transitions import EventKind
 from trainyard.scheduler.snapshot import SchedulerConfig
+from trainyard.sim.defaults import SUSPEND_COST
 from trainyard.sim.jobs import (
     TraceJob,
     gang_tasks,
@@ -25,7 +27,7 @@ from trainyard.sim.jobs import (
     uniform_cluster,
     window,
 )
-from trainyard.sim.queue import POLICIES, SUSPEND_COST, QueueResult, QueueSim, policy_named, vc_quotas
+from trainyard.sim.queue import POLICIES, QueueResult, QueueSim, policy_named, vc_quotas
 from trainyard.sim.queue_track import percentile, private_cluster, report
 from trainyard.sim.traces import PHILLY_MACHINES, PHILLY_VC_NODES, trace_file
 
@@ -163,6 +165,18 @@ def test_a_job_is_suspended_no_sooner_than_a_time_slice_after_it_started() -> No
     free = QueueSim(uniform_cluster(1, 8), jobs, policy_named("default"), suspend_cost=0.0).run()
     assert free.outcomes[3].first_start == SchedulerConfig().time_slice and free.lost_gpu_seconds == 0
     assert free.outcomes[2].end == 20_100.0
+
+
+def test_a_turn_is_taken_when_the_running_job_passes_the_floor_of_service_not_before() -> None:
+    """The running job (8 GPUs) passes a 24,000 GPU-s floor at 3,000 s, after its slice
+    (1,200 s): the waiting job's turn comes then, with nothing else happening to wake the
+    loop."""
+    jobs = [TraceJob(2, 0.0, 20_000.0, 8), TraceJob(3, 600.0, 100.0, 8)]
+    policy = policy_named("default", time_slice=1200.0)
+    policy = replace(policy, config=replace(policy.config, turn_floor=8 * 3000.0))
+    result = QueueSim(uniform_cluster(1, 8), jobs, policy).run()
+    assert result.outcomes[3].first_start == pytest.approx(3000.0)  # once past it: "more than"
+    assert result.suspensions == 1
 
 
 def test_gangs_larger_than_a_node_span_nodes() -> None:

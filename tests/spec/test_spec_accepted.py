@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from trainyard.core.resources import to_milli
 from trainyard.spec.errors import FieldError, SpecError
-from trainyard.spec.loading import validate_job
+from trainyard.spec.loading import parse_job, validate_job
 from trainyard.spec.models import JobSpec, Priority
 
 
@@ -244,3 +244,14 @@ def test_a_spec_is_immutable() -> None:
 
     with pytest.raises(ValidationError):
         spec.name = "y"  # type: ignore[misc]
+
+
+def test_a_roles_environment_wins_over_the_jobs_and_each_named_one_keeps_its_first_path() -> None:
+    spec = parse_job(
+        "name: envs\nenvironment: torch\ntaskRoles:\n"
+        "  trainer: {commands: [train]}\n"
+        "  evaluator: {environment: jax, commands: [evaluate]}\n"
+    )
+    assert spec.environment_of("trainer") == "torch" and spec.environment_of("evaluator") == "jax"
+    assert spec.environment_paths() == {"torch": "environment", "jax": "taskRoles.evaluator.environment"}
+    assert parse_job("name: plain\ntaskRoles: {main: {commands: [run]}}\n").environment_of("main") is None

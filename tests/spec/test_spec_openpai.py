@@ -108,24 +108,27 @@ def test_the_deployment_named_in_defaults_wraps_the_role_commands(openpai_text: 
     )
 
 
-def test_container_only_fields_are_listed_for_process_backends(openpai_text: str) -> None:
+def test_extra_container_options_are_listed_as_kept_but_unused(openpai_text: str) -> None:
     spec = parse_job(openpai_text)
 
     assert container_fields(spec) == [
-        "prerequisites[0]",
-        "taskRoles.worker.dockerImage",
         "taskRoles.worker.extraContainerOptions",
-        "taskRoles.ps_server.dockerImage",
         "taskRoles.ps_server.extraContainerOptions",
     ]
 
 
-def test_openpai_runtime_plugins_are_named_as_ignored(openpai_text: str) -> None:
-    """Issue 13: `ssh` and `teamwise_storage` plugins were silently ignored."""
+def test_a_roles_docker_image_is_its_prerequisites_uri(openpai_text: str) -> None:
+    spec = parse_job(openpai_text)
+
+    assert spec.role_image("worker") == "openpai/pai.example.tensorflow"
+    assert spec.role_image("ps_server") == "openpai/pai.example.tensorflow"
+
+
+def test_openpai_runtime_plugins_are_named_as_ignored_except_teamwise_storage(openpai_text: str) -> None:
+    """Issue 13: `ssh` was silently ignored. Issue 17: `teamwise_storage` is acted on (its
+    storages are mounted), so it is no longer named."""
     assert ignored_extras(parse_job(openpai_text)) == [
         "extras.com.microsoft.pai.runtimeplugin[0] (ssh): kept, but ignored: Trainyard runs no OpenPAI runtime plugins",
-        "extras.com.microsoft.pai.runtimeplugin[1] (teamwise_storage): kept, but ignored: Trainyard runs no "
-        "OpenPAI runtime plugins",
     ]
     assert ignored_extras(parse_job("name: x\nextras: {hivedScheduler: {}}\ntaskRoles: {m: {commands: [run]}}")) == []
     assert ignored_extras(parse_job("name: x\nextras: [1]\ntaskRoles: {m: {commands: [run]}}")) == []

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from spec_mutations import Mutation, R, W, errors_of, removing, renaming_role, setting
 
-from trainyard.spec.errors import FieldError
+from trainyard.spec.errors import FieldError, SpecError
+from trainyard.spec.loading import parse_job
 
 CASES: list[tuple[str, Mutation, str, str]] = [
     # --- the job ------------------------------------------------------------------
@@ -85,8 +86,23 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         setting("completion", value={"minFailedInstances": 1}),
         "completion",
         "unknown field (allowed here: protocolVersion, name, type, version, contributor, "
-        "description, prerequisites, parameters, secrets, jobRetryCount, taskRoles, deployments, "
-        "defaults, extras, priority, stopGracePeriodSeconds, maxRunTimeSeconds, tags)",
+        "description, prerequisites, image, parameters, secrets, jobRetryCount, taskRoles, deployments, "
+        "defaults, extras, priority, stopGracePeriodSeconds, maxRunTimeSeconds, tags, storages, preemption, "
+        "suspendGracePeriodSeconds, suspendSignal, watchdogSeconds, environment)",
+    ),
+    (
+        "an environment is named as `yard env` names it",
+        setting("environment", value="My Env"),
+        "environment",
+        "must name an environment: lowercase letters, digits, '_' and '-', starting with a letter "
+        "(got 'My Env'); see `yard env list`",
+    ),
+    (
+        "a role's environment is named the same way",
+        setting("taskRoles", "worker", "environment", value="../escape"),
+        "taskRoles.worker.environment",
+        "must name an environment: lowercase letters, digits, '_' and '-', starting with a letter "
+        "(got '../escape'); see `yard env list`",
     ),
     # --- task roles -----------------------------------------------------------------
     (
@@ -333,3 +349,36 @@ def test_each_invalid_field_is_reported_at_its_path(
     mutate(document)
 
     assert errors_of(document) == [FieldError(path, message)]
+
+
+def test_the_most_specific_image_wins_role_image_then_docker_image_then_the_jobs() -> None:
+    spec = parse_job(
+        "name: x\nimage: python:3.12\n"
+        "prerequisites: [{name: torch, type: dockerimage, uri: 'registry.example.com/torch:2'}]\n"
+        "taskRoles:\n"
+        "  own: {image: 'localhost/trainyard-test:bookworm', commands: [run]}\n"
+        "  pai: {dockerImage: torch, commands: [run]}\n"
+        "  plain: {commands: [run]}\n"
+    )
+
+    assert spec.role_image("own") == "localhost/trainyard-test:bookworm"
+    assert spec.role_image("pai") == "registry.example.com/torch:2"
+    assert spec.role_image("plain") == "python:3.12"
+    assert parse_job("name: x\ntaskRoles: {m: {commands: [run]}}").role_image("m") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("name: x\nimage: '--privileged'\ntaskRoles: {m: {commands: [run]}}", "image"),
+        ("name: x\ntaskRoles: {m: {image: 'a b', commands: [run]}}", "taskRoles.m.image"),
+        ("name: x\nprerequisites: [{name: t, type: dockerimage, uri: '-v /:/host'}]\n"
+         "taskRoles: {m: {dockerImage: t, commands: [run]}}", "prerequisites[0].uri"),
+        ("name: x\nprerequisites: [{name: t, type: dockerimage, uri: 'torch:2'}]\n"
+         "taskRoles: {m: {image: 'torch:1', dockerImage: t, commands: [run]}}", "taskRoles.m.image"),
+    ],
+)
+def test_an_image_that_is_no_image_reference_is_refused_at_its_field(text: str, path: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_job(text)
+    assert path in [e.path for e in caught.value.errors]

@@ -9,7 +9,8 @@ logged in one line and answered nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -24,7 +25,20 @@ from starlette.routing import Match
 from trainyard.api import openapi
 from trainyard.api.bodies import BodyError
 from trainyard.api.deps import AppContext
-from trainyard.api.routers import admin, alerts, cluster, history, jobs, metrics, usage, users
+from trainyard.api.routers import (
+    admin,
+    alerts,
+    cluster,
+    environments,
+    history,
+    images,
+    jobs,
+    metrics,
+    proxy,
+    storages,
+    usage,
+    users,
+)
 from trainyard.portal import app as portal
 from trainyard.services.errors import ServiceError
 from trainyard.spec.errors import SpecError
@@ -39,6 +53,14 @@ def _error(
     return JSONResponse({"detail": detail, "errors": errors or []}, status_code=status, headers=headers)
 
 
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    client = getattr(app.state, "proxy_client", None)  # the proxy's connections to tasks
+    if client is not None:
+        await client.aclose()
+
+
 def create_app(ctx: AppContext) -> FastAPI:
     app = FastAPI(
         title="Trainyard",
@@ -51,11 +73,13 @@ def create_app(ctx: AppContext) -> FastAPI:
         docs_url=None,  # openapi.install serves /docs from the package, not from a CDN
         redoc_url=None,
         swagger_ui_oauth2_redirect_url=None,
+        lifespan=_lifespan,
     )
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router,
-                   history.router):
+                   history.router, images.router, storages.router, environments.router):
         app.include_router(router, prefix="/api/v1")
+    app.include_router(proxy.router)  # /proxy/jobs/… and the tunnels' WebSockets: full paths
     app.include_router(metrics.router)  # Prometheus' usual path, outside the versioned API
     openapi.install(app)
     portal.install(app)  # the web pages, at / (their errors are pages too)

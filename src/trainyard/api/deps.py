@@ -45,6 +45,8 @@ class AppContext:
     closing: threading.Event = field(default_factory=threading.Event)
     job_dirs: JobDirUsage = field(init=False)
     sign_ins: SignInLimiter = field(init=False)  # the portal's failed sign-ins, per name and address
+    # When each (job, user, role, index, port, how) last became a port-opened event (api/routers/proxy.py).
+    port_uses: dict[tuple[int, int, str, int, int, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db, clock=self.clock)

@@ -15,6 +15,7 @@ import getpass
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 from dataclasses import replace
@@ -27,6 +28,7 @@ import uvicorn
 from trainyard.api.app import create_app
 from trainyard.api.deps import AppContext
 from trainyard.backends.base import Backend
+from trainyard.backends.containers import NO_CDI, ContainerEngine
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
@@ -40,6 +42,7 @@ from trainyard.monitor.notify import SmtpSettings
 from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import DEFAULT_SCORER, SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
+from trainyard.services.storages import set_builtin_roots
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
 
@@ -65,6 +68,8 @@ class ClosingServer(uvicorn.Server):
         if self.should_exit:
             log.warning("already stopping; open requests are cut within %d s", GRACEFUL_SHUTDOWN_SECONDS)
             return
+        log.info("%s: stopping the server; jobs keep running and are adopted at the next start",
+                 signal.Signals(sig).name)
         super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -165,14 +170,18 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
         try:
             return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
                                 partition=settings.slurm_partition, site_env=settings.task_env,
-                                sample_interval_seconds=settings.monitor_interval_seconds)
+                                sample_interval_seconds=settings.monitor_interval_seconds,
+                                containers=ContainerEngine.find(settings.container_engine,
+                                                                settings.container_runtime),
+                                pyxis=settings.slurm_pyxis,
+                                environments_root=settings.environments_root)
         except SlurmError as exc:
             raise StartupError(str(exc)) from exc
     isolation = task_isolation(settings, cluster)
     # Said once, at start-up: what a job can and cannot reach on this install.
     (log.warning if isolation.weak else log.info)("%s", isolation.summary)
     try:
-        return LocalBackend(
+        backend = LocalBackend(
             settings.home / "local" / cluster,
             # --local-gpus asks for simulated slots; without it, NVML finds the real GPUs.
             gpus=None if settings.local_gpus is None else simulated_gpus(settings.local_gpus, settings.local_gpu_model),
@@ -185,9 +194,26 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             labels=settings.node_labels,
             gpu_groups=settings.local_gpu_groups,
             site_env=settings.task_env,
+            task_limits=settings.task_limits,
+            containers=ContainerEngine.find(settings.container_engine, settings.container_runtime),
+            environments_root=settings.environments_root,
         )
-    except RuntimeError as exc:  # no bash, or supervisors cannot start: nothing could run
+    except RuntimeError as exc:  # no bash, supervisors cannot start, or required limits cannot be: nothing could run
         raise StartupError(str(exc)) from exc
+    log_container_support(backend)
+    return backend
+
+
+def log_container_support(backend: LocalBackend) -> None:
+    """Say at start-up what jobs with an image get here: no engine, or GPUs without CDI."""
+    engine = backend.containers
+    if engine is None:
+        log.warning("no container engine found: tasks of jobs that name an image will fail "
+                    "(install podman, or docker and set container_engine: docker)")
+        return
+    log.info("tasks of jobs that name an image run in %s containers (%s)", engine.kind, engine.path)
+    if any(not g.simulated for g in backend.inventory()[0].gpus) and not backend.cdi_gpus:
+        log.warning("%s; until then, a GPU task in a container fails with this message", NO_CDI)
 
 
 def task_isolation(settings: Settings, cluster: str) -> TaskIsolation:
@@ -217,6 +243,10 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     db.migrate()
     with db.session() as session:
         cluster = cluster_id(session)
+        try:
+            set_builtin_roots(session, home=_text(settings.storage_home_root), group=_text(settings.storage_group_root))
+        except ValueError as exc:
+            raise StartupError(f"storage_home_root / storage_group_root: {exc}") from exc
     backend = build_backend(settings, cluster)
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
@@ -229,6 +259,10 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                      monitor_interval_seconds=settings.monitor_interval_seconds,
                      monitor_retention=settings.retention)
     return ctx, controller
+
+
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path.absolute())
 
 
 def alert_receivers(settings: Settings) -> Receivers:
@@ -305,3 +339,4 @@ def _serve(settings: Settings, url: str) -> None:
     finally:
         controller.stop()
         ctx.db.dispose()
+        log.info("stopped")

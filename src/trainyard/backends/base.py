@@ -81,6 +81,31 @@ def check_task_key(key: TaskKey) -> None:
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A path of the node the task sees: a storage (``target`` inside a container; for a
+    bare process the task is given ``source``'s path), read-only when ``read_only``."""
+
+    source: str  # on the node
+    target: str  # where the job asked for it (inside a container)
+    read_only: bool = False
+    name: str = ""  # the storage's name, for messages and $TRAINYARD_STORAGE_<NAME>
+    # Non-zero for a user's home or a group's storage: the backend makes ``source`` when it
+    # is missing, with this mode, owned by the task's account.
+    create_mode: int = 0
+
+
+@dataclass(frozen=True)
+class PythonEnvironment:
+    """The Python environment (``yard env``) a task runs in: ``prefix`` becomes
+    ``$VIRTUAL_ENV`` and ``bin_dirs`` (its own bin, then its base's) go first on ``PATH``,
+    over the base and the site's layers and under the job's own env
+    (``backends/environment.py``). The backend makes the prefix visible to the task."""
+
+    prefix: str
+    bin_dirs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TaskLaunch:
     """Everything needed to start one task on one node."""
 
@@ -101,6 +126,12 @@ class TaskLaunch:
     # The job's secrets by name, as text; the local backend hands each to the task as a
     # file only it can read ($TRAINYARD_SECRETS_DIR/<name>).
     secrets: Mapping[str, str] = field(default_factory=dict)
+    # The container image to run the task in (None: a bare process, as before).
+    image: str | None = None
+    # The storages the task sees (``Mount``), checked against its owner's grants at submit.
+    mounts: tuple[Mount, ...] = ()
+    # The Python environment the task runs in (None: the node's own, as before).
+    environment: PythonEnvironment | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,60 @@ class TaskStatus:
     lost: bool = False
     message: str = ""
     finished_at: datetime | None = None  # when it ended, if the backend recorded it (UTC)
+    # Why it ended, when the backend knows better than the exit status: "OUT_OF_MEMORY" (the
+    # kernel killed it at its memory limit, seen in its cgroup), else "".
+    reason: str = ""
+    # How the task's image came to its node, once known ("pulled IMAGE on node X in 12.3 s",
+    # "IMAGE already on node X", or why the pull failed); "" for a task without an image. The
+    # controller records it in the job's events once.
+    image_pull: str = ""
+
+
+@dataclass(frozen=True)
+class NodeImage:
+    """An image a node holds."""
+
+    node: str
+    image: str  # repository:tag ("<none>" parts when untagged)
+    id: str
+    size_bytes: int
+    created_at: datetime | None = None  # when the image was made (a pulled image: by its author)
+    pulled_at: datetime | None = None  # when Trainyard last pulled it there (None: not Trainyard)
+
+
+@dataclass(frozen=True)
+class ImagePull:
+    """How an image came to a node: pulled (in ``seconds``) or already there; or the error."""
+
+    node: str
+    image: str
+    pulled: bool
+    seconds: float
+    error: str = ""
+
+    @property
+    def note(self) -> str:
+        """The job event's words."""
+        if self.error:
+            return self.error
+        if self.pulled:
+            return f"pulled {self.image} on node {self.node} in {self.seconds:.1f} s"
+        return f"{self.image} already on node {self.node}"
+
+
+@runtime_checkable
+class ImageCache(Protocol):
+    """Optional capability: the container images each node holds, and pulling one ahead of
+    the jobs that need it (OpenPAI's image cache): a job whose image is already on its node
+    starts without waiting for the pull."""
+
+    def node_images(self) -> list[NodeImage]:
+        """Every image every node holds, as of now."""
+        ...
+
+    def pull_image(self, image: str, node: str | None = None) -> list[ImagePull]:
+        """Pull ``image`` to ``node`` (None: every node), unless it is there; one answer per node."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -129,6 +214,9 @@ class LogChunk:
     data: bytes
     offset: int  # where ``data`` starts in the log
     size: int  # the log's total size when read
+    # False: there is no log yet: the task has not started (its node opens the log as it
+    # starts it; a Slurm job still queued in Slurm has none), or the key names no task.
+    exists: bool = True
 
 
 class Backend(Protocol):
@@ -163,6 +251,38 @@ class Backend(Protocol):
         """Up to ``limit`` bytes of the task's log from ``offset``; a negative offset
         counts from the end (``-4096`` = the last 4 KiB)."""
         ...
+
+
+SUSPEND_FILE_VARIABLE = "TRAINYARD_SUSPEND_FILE"
+
+
+@dataclass(frozen=True)
+class SuspendRequest:
+    """Trainyard asks a task to save its state and stop (``docs/runtime.md``)."""
+
+    reason: str
+    deadline: datetime  # UTC: whatever of the task still runs then is stopped
+    signal: str | None = None  # sent to the task's processes, e.g. "SIGUSR1"; None: the file only
+
+    def as_json(self) -> dict[str, object]:
+        """The request file's content, as ``trainyard.runtime.suspend_request`` reads it."""
+        return {"reason": self.reason, "deadline": self.deadline.timestamp(), "signal": self.signal}
+
+
+@runtime_checkable
+class Suspender(Protocol):
+    """Optional capability: ask a running task to save its state and stop.
+
+    The backend gives every task ``$TRAINYARD_SUSPEND_FILE``: a path the task can read,
+    private to that task run, where no file exists at launch. ``suspend`` publishes the
+    request there (atomically: a reader sees no file or a whole one), then sends
+    ``request.signal`` to the task's processes, if it names one. It never stops the task:
+    the controller does that at the deadline (``stop``). Safe on a task that has already
+    ended, and more than once. A backend without it gets ``stop`` with the suspend grace
+    period instead (SIGTERM, then SIGKILL).
+    """
+
+    def suspend(self, key: TaskKey, request: SuspendRequest) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -202,6 +322,19 @@ class JobDirectories(Protocol):
 
 
 @runtime_checkable
+class EnvironmentStore(Protocol):
+    """Optional capability: a folder every node sees at the same path, where Trainyard
+    builds custom environments (``yard env create``) as ``<root>/<owner>/<name>``.
+
+    The build is a job of the owner's: the backend lets each task write in its owner's
+    folder there, and lets every task read the rest (a task running in an environment
+    needs its files). Which environments a user may *choose* is the services' rule.
+    """
+
+    environments_root: Path
+
+
+@runtime_checkable
 class GangLauncher(Protocol):
     """Optional capability: start the tasks of one attempt together, as one unit.
 
@@ -224,8 +357,8 @@ def read_log_file(path: Path, offset: int, limit: int) -> LogChunk:
             f.seek(start)
             # Read no further than the size reported, so data and size agree.
             data = f.read(max(0, min(limit, size - start)))
-    except FileNotFoundError:  # launched, but the task has not written anything yet
-        return LogChunk(data=b"", offset=0, size=0)
+    except FileNotFoundError:  # launched, but not started yet
+        return LogChunk(data=b"", offset=0, size=0, exists=False)
     return LogChunk(data=data, offset=start, size=size)
 
 

@@ -12,6 +12,8 @@ layer over the one before (the README's "Task environment" lists them for users)
 1. ``base_environment``: a standard ``PATH``, ``HOME``/``USER``/``LOGNAME`` of the
    account the task runs as, ``SHELL`` and ``LANG``;
 2. the site's variables (the ``task_env`` setting: proxies, CUDA paths, caches);
+2½. the job's Python environment (``yard env``), when it runs in one: its ``bin`` folders
+   before the ``PATH`` of the layers below, and ``VIRTUAL_ENV`` (``python_environment``);
 3. the job's ``env`` and Trainyard's wiring (``core/wiring``: ``TRAINYARD_*``, ``PAI_*``,
    ``MASTER_ADDR``...), composed by the controller;
 4. the GPU pinning (``CUDA_VISIBLE_DEVICES``...), last, so that no layer widens it.
@@ -23,6 +25,8 @@ import os
 import pwd
 import re
 from collections.abc import Mapping
+
+from trainyard.backends.base import PythonEnvironment
 
 # systemd's default PATH (also Debian's for root): no virtualenv, no user's own bin dirs.
 STANDARD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -66,3 +70,14 @@ def site_environment(variables: Mapping[str, str]) -> dict[str, str]:
         if not isinstance(value, str) or "\0" in value:
             raise ValueError(f"task_env: {name}: the value must be a string without NUL bytes")
     return dict(variables)
+
+
+def python_environment(below: Mapping[str, str], environment: PythonEnvironment | None) -> dict[str, str]:
+    """Layer 2½ over ``below`` (layers 1 and 2): the environment's ``bin`` folders first on
+    ``PATH`` (so its ``python``, ``pip`` and scripts win over the node's) and ``VIRTUAL_ENV``
+    set, as ``activate`` does. The job's own env, the next layer, may still override both."""
+    layered = dict(below)
+    if environment is not None:
+        layered["PATH"] = ":".join((*environment.bin_dirs, below.get("PATH", STANDARD_PATH)))
+        layered["VIRTUAL_ENV"] = environment.prefix
+    return layered

@@ -14,6 +14,7 @@ from typing import IO
 from pydantic import BaseModel
 
 from trainyard.cli import render
+from trainyard.cli.exits import EXIT_ERROR
 from trainyard.client import Client, UsageError
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
 from trainyard.schemas.admin import RemovalResult, VcView
@@ -215,6 +216,27 @@ def cmd_quota(client: Client, args: argparse.Namespace) -> int:
         text = render.table(["USER", "PRIORITY", "MAX GPUS"],
                             [[q.user, q.priority, render.num(q.gpus)] for q in result])
     render.print_json(result) if args.json else print(text)
+    return 0
+
+
+def cmd_image(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "pull":
+        pulls = client.pull_image(args.image, node=args.node)
+        if args.json:
+            render.print_json(pulls)
+        else:
+            for pull in pulls:
+                print(pull.message)
+        return EXIT_ERROR if any(p.error for p in pulls) else 0
+    images = client.images()
+    if args.json:
+        render.print_json(images)
+    elif not images:
+        print("no images on any node")
+    else:
+        print(render.table(["NODE", "IMAGE", "ID", "SIZE", "CREATED", "PULLED AT"],
+                           [[i.node, i.image, i.id, render.size(i.sizeBytes), render.when(i.createdAt),
+                             render.when(i.pulledAt)] for i in images]))
     return 0
 
 

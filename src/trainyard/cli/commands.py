@@ -16,7 +16,16 @@ from pathlib import Path
 
 import yaml
 
-from trainyard.cli import admin_commands, alert_commands, history_render, render, usage_commands
+from trainyard.cli import (
+    admin_commands,
+    alert_commands,
+    env_commands,
+    forward,
+    history_render,
+    render,
+    storage_commands,
+    usage_commands,
+)
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
 from trainyard.cli.top import cmd_top
@@ -213,6 +222,24 @@ def cmd_stop(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_suspend(client: Client, args: argparse.Namespace) -> int:
+    job = client.suspend(args.id)
+    if args.json:
+        render.print_json(job)
+    elif job.state == JobState.RUNNING:
+        print(f"job {job.id}: suspending (its tasks save their state; `yard job {job.id}` follows it; "
+              f"`yard resume {job.id}` lets it run again)")
+    else:
+        print(f"job {job.id}: {job.state}, held until `yard resume {job.id}`")
+    return 0
+
+
+def cmd_resume(client: Client, args: argparse.Namespace) -> int:
+    job = client.resume(args.id)
+    render.print_json(job) if args.json else print(f"job {job.id}: {job.state}; {job.message}")
+    return 0
+
+
 def cmd_clone(client: Client, args: argparse.Namespace) -> int:
     job_file: bytes | Path | None = None  # a path is read by the SDK, which also takes .json for JSON
     edited: Path | None = None
@@ -300,7 +327,10 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "clone": cmd_clone,
     "job": cmd_job,
     "logs": cmd_logs,
+    "port-forward": forward.cmd_port_forward,
     "stop": cmd_stop,
+    "suspend": cmd_suspend,
+    "resume": cmd_resume,
     "wait": cmd_wait,
     "nodes": cmd_nodes,
     "top": cmd_top,
@@ -311,6 +341,9 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "group": admin_commands.cmd_group,
     "quota": admin_commands.cmd_quota,
     "node": admin_commands.cmd_node,
+    "image": admin_commands.cmd_image,
+    "storage": storage_commands.cmd_storage,
     "alerts": alert_commands.cmd_alerts,
     "usage": usage_commands.cmd_usage,
+    "env": env_commands.cmd_env,
 }

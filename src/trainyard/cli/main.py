@@ -57,6 +57,67 @@ def add_alerts_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _json_flag(q)
 
 
+def add_env_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("env", help="environments jobs run in (`environment: NAME` in the job file)")
+    env_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = env_sub.add_parser(
+        "create", help="build an environment from a requirements file, as a job of yours (admins: a base one)",
+        description="Build a custom environment: a job of yours runs `python3 -m venv` (the base's python with "
+        "--base, else the node's) and `pip install -r FILE` into a folder every node sees. Admins declare base "
+        "environments with --base-path (a Python environment every node has) or --image.")
+    q.add_argument("name")
+    q.add_argument("-r", "--requirements", metavar="FILE", help="a pip requirements file ('-' reads stdin)")
+    q.add_argument("--base", help="build on this base environment (its packages stay visible)")
+    q.add_argument("--group", help="share it with this group's members (default: yours alone; base ones: everyone)")
+    q.add_argument("--vc", help="the virtual cluster its build job runs in (default: default)")
+    q.add_argument("--base-path", metavar="PREFIX", help="admins: a base environment at this prefix on every node")
+    q.add_argument("--image", help="admins: a base environment that is a container image")
+    q.add_argument("--wait", action="store_true", help="wait for the build to end; exit 0 only if READY")
+    _json_flag(q)
+    q = env_sub.add_parser("list", help="the environments you may run jobs in")
+    _json_flag(q)
+    q = env_sub.add_parser("show", help="one environment: state, path, base, requirements, build job")
+    q.add_argument("name")
+    _json_flag(q)
+    q = env_sub.add_parser("delete", help="delete an environment and its files (refused while jobs use it)")
+    q.add_argument("name")
+    q.add_argument("--force", action="store_true", help="delete it even while jobs use it or it is being built")
+    _json_flag(q)
+
+
+def add_storage_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("storage", help="storages jobs mount: paths every node has (all but list and show: admin)")
+    storage_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = storage_sub.add_parser("create", help="define a storage: a path every node has mounted")
+    q.add_argument("name")
+    q.add_argument("path", help="absolute path, the same on every node")
+    q.add_argument("--read-only", action="store_true", help="read-only for every job")
+    q.add_argument("--kind", default="", help="free text: nfs, lustre, 3fs, local...")
+    q.add_argument("--description", default="")
+    _json_flag(q)
+    q = storage_sub.add_parser("list", help="storages you may mount (an admin: all, with their grants)")
+    _json_flag(q)
+    q = storage_sub.add_parser("show", help="one storage: path, kind, your access, grants")
+    q.add_argument("name")
+    _json_flag(q)
+    for action, text in (("grant", "let a user or a group mount a storage"),
+                         ("revoke", "take back a grant (refused while it lets a job mount the storage)")):
+        q = storage_sub.add_parser(action, help=text)
+        q.add_argument("name")
+        who = q.add_mutually_exclusive_group(required=True)
+        who.add_argument("--user", help="a user")
+        who.add_argument("--group", help="every member of a group")
+        if action == "grant":
+            q.add_argument("--read-only", action="store_true", help="they may mount it read-only only")
+        else:
+            q.add_argument("--force", action="store_true", help="stop the jobs that depend on the grant instead")
+        _json_flag(q)
+    q = storage_sub.add_parser("delete", help="delete a storage, never its files (refused while jobs mount it)")
+    q.add_argument("name")
+    q.add_argument("--force", action="store_true", help="stop the waiting and running jobs that mount it instead")
+    _json_flag(q)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="yard",
@@ -86,6 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(yard up's own); auto (default): per-user as root, else server")
     p.add_argument("--task-sandbox", choices=("auto", "bwrap", "none"), default=None,
                    help="a bubblewrap sandbox per task: auto (default: when bwrap works), bwrap (required), none")
+    p.add_argument("--task-limits", choices=("auto", "cgroups", "none"), default=None,
+                   help="enforce each task's cpu and memoryMB with cgroups: auto (default: where cgroups "
+                   "work here), cgroups (required), none")
     p.add_argument("--backend", choices=("local", "slurm"), default=None,
                    help="what runs the tasks: local processes (default) or the Slurm cluster that "
                    "SLURM_CONF and the Slurm commands on PATH point at")
@@ -140,9 +204,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing until the task ends (waiting first, if the job has not started)")
 
+    p = sub.add_parser("port-forward", help="reach a port of a running task from a local port, "
+                                            "through the server (Ctrl-C stops)")
+    p.add_argument("id", type=int)
+    p.add_argument("ports", metavar="LOCAL:REMOTE",
+                   help="listen on 127.0.0.1:LOCAL (0: any free port); REMOTE is one of the task's ports")
+    p.add_argument("--task", help="ROLE/INDEX (default: the first task)")
+
     p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
     p.add_argument("id", type=int)
     p.add_argument("--reason", default="", help="why, told to the job's owner in its message and history")
+    _json_flag(p)
+
+    p = sub.add_parser("suspend", help="suspend a job until `yard resume` (it saves its state; needs "
+                                       "'preemption: suspend' if running)")
+    p.add_argument("id", type=int)
+    _json_flag(p)
+
+    p = sub.add_parser("resume", help="let a suspended job run again, as a new attempt with its place in the queue")
+    p.add_argument("id", type=int)
     _json_flag(p)
 
     p = sub.add_parser("wait", help="wait for a job to end; exit 0 only if it SUCCEEDED")
@@ -272,6 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
         q.add_argument("name")
         _json_flag(q)
 
+    p = sub.add_parser("image", help="the image cache: which node holds which container image; pre-pull one")
+    image_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = image_sub.add_parser("list", help="every node's images: node, image, id, size, created, pulled at")
+    _json_flag(q)
+    q = image_sub.add_parser("pull", help="pull an image to a node (default: every node) ahead of its jobs (admin)")
+    q.add_argument("image")
+    q.add_argument("--node", default=None, help="only this node")
+    _json_flag(q)
+
     p = sub.add_parser("usage", help="GPU-, CPU- and memory-hours and efficiency per user, VC, group or job "
                        "(like sreport); a non-admin sees their own jobs")
     p.add_argument("--by", choices=("user", "vc", "group", "job"), default=None,
@@ -287,7 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("whoami", help="show who the configured token belongs to")
     _json_flag(p)
 
+    add_env_parser(sub)
     add_alerts_parser(sub)
+    add_storage_parser(sub)
     add_sim_parser(sub)
     return parser
 

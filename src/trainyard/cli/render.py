@@ -137,6 +137,9 @@ def job_detail(job: JobDetail) -> str:
     ]
     for warning in job.warnings:
         lines.append(f"  warning:    {warning}")
+    if job.attempts and not job.state.is_final and all(a.number != job.attempt for a in job.attempts):
+        # Waiting to resume, or to run again: its next attempt has no tasks yet.
+        lines += ["", f"Attempt {job.attempt}: not started yet"]
     for attempt in reversed(job.attempts):
         lines.append("")
         lines.append(f"Attempt {attempt.number}: {attempt.state}" + (f" - {attempt.reason}" if attempt.reason else ""))
@@ -150,7 +153,7 @@ def job_detail(job: JobDetail) -> str:
     lines.append("")
     lines.append("Events:")
     for event in job.events:
-        lines.append(f"  {when(event.at)}  {event.kind:<15} {event.message}")
+        lines.append(f"  {when(event.at)}  {event.kind:<18} {event.message}")
     return "\n".join(lines)
 
 

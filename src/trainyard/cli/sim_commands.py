@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainyard.cli.progress import ProgressBar
+from trainyard.sim.defaults import SUSPEND_COST, SUSPENDABLE
 
 if TYPE_CHECKING:  # for annotations only: the simulator loads when a command runs
     from trainyard.sim.placement_track import SeedResult
@@ -46,10 +47,10 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    help="NxG (N nodes of G GPUs), philly (Philly's 552 machines), or a machine list CSV")
     q.add_argument("--policy", default="default",
                    help="fifo, sjf, tiresias, default (with time-sharing) or easy (the default without it)")
-    q.add_argument("--suspendable", default="all",
+    q.add_argument("--suspendable", default="all", choices=SUSPENDABLE,
                    help="which jobs can be suspended to take turns: all (default), half (even ids) or none")
-    q.add_argument("--suspend-cost", type=float, metavar="SECONDS",
-                   help="GPU time a suspension costs the job: checkpoint save and restore (default 120)")
+    q.add_argument("--suspend-cost", type=float, default=SUSPEND_COST, metavar="SECONDS",
+                   help="GPU time a suspension costs the job: checkpoint save and restore (default %(default)g)")
     q.add_argument("--time-slice", type=float, metavar="SECONDS",
                    help="time-sharing's minimum time slice (default: the scheduler's, 1800)")
     q.add_argument("--start", help="first submit time to include (YYYY-MM-DD[THH:MM])")

@@ -25,6 +25,7 @@ def run_up(args: argparse.Namespace) -> int:
         "task_work_dir": args.task_work_dir,
         "task_accounts": args.task_accounts,
         "task_sandbox": args.task_sandbox,
+        "task_limits": args.task_limits,
         "backend": args.backend,
         "slurm_partition": args.slurm_partition,
     }

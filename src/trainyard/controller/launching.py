@@ -3,12 +3,46 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from trainyard.backends.base import TaskKey, TaskLaunch
+from sqlalchemy.orm import Session
+
+from trainyard.backends.base import Mount, PythonEnvironment, TaskKey, TaskLaunch
+from trainyard.core.states import AttemptState
 from trainyard.core.wiring import JobWiring, PlacedTask, task_env
+from trainyard.services.storages import PlannedMount
 from trainyard.spec.models import JobSpec
+from trainyard.spec.storages import storage_variable
 from trainyard.spec.templating import render_role
-from trainyard.store.rows import AttemptRow, JobRow, TaskRow
+from trainyard.store.queries import environments as env_queries
+from trainyard.store.rows import AttemptRow, EnvironmentRow, JobRow, TaskRow
+
+
+@dataclass(frozen=True)
+class RunsIn:
+    """What a task runs in: a Python environment, or an image (``yard env``); neither: the node's own."""
+
+    environment: PythonEnvironment | None = None
+    image: str | None = None
+
+
+class EnvironmentGone(ValueError):
+    """A job names an environment that was deleted (``--force``) after it was submitted."""
+
+
+def environments_of(session: Session, spec: JobSpec) -> dict[str, RunsIn]:
+    """What each environment the job names stands for now, by name (a deleted one is missing)."""
+    rows = env_queries.environments_named(session, spec.environment_paths())
+    return {name: runs_in(row, session.get(EnvironmentRow, row.base_id) if row.base_id else None)
+            for name, row in rows.items()}
+
+
+def runs_in(env: EnvironmentRow, base: EnvironmentRow | None) -> RunsIn:
+    if env.path is None:
+        return RunsIn(image=env.image)
+    bins = [f"{env.path}/bin"] + ([f"{base.path}/bin"] if base is not None and base.path else [])
+    return RunsIn(environment=PythonEnvironment(prefix=env.path, bin_dirs=tuple(bins)))
 
 
 def task_key(job: JobRow, attempt: AttemptRow, task: TaskRow) -> TaskKey:
@@ -21,8 +55,19 @@ def _resource_string(spec: JobSpec, role: str) -> str:
 
 
 def build_launch(
-    job: JobRow, attempt: AttemptRow, task: TaskRow, spec: JobSpec, addresses: dict[str, str]
+    job: JobRow, attempt: AttemptRow, task: TaskRow, spec: JobSpec, addresses: dict[str, str],
+    mounts: list[PlannedMount] | None = None,
+    environments: Mapping[str, RunsIn] | None = None,
 ) -> TaskLaunch:
+    """The task's launch request; ``mounts`` are its storages as ``services.storages.task_mounts``
+    resolved them at launch, and ``environments`` (``environments_of``) what the environments
+    the job names stand for now. EnvironmentGone when one no longer exists."""
+    runs = RunsIn()
+    if (named := spec.environment_of(task.role)) is not None:
+        if environments is None or named not in environments:
+            raise EnvironmentGone(f"environment {named!r} no longer exists (it was deleted after the job was "
+                                  "submitted); submit the job again in another environment")
+        runs = environments[named]
     wiring = JobWiring(
         job_id=job.id,
         job_name=job.name,
@@ -42,10 +87,15 @@ def build_launch(
     # Trainyard's own identifiers always describe the truth, whatever the job file says.
     env.update({k: v for k, v in wired.items() if k.startswith("TRAINYARD_")})
     env["TRAINYARD_TASK_RUN"] = str(task.run)
+    env.update(suspension_env(job, attempt, spec))
+    launch_mounts = tuple(Mount(m.source, m.target, m.read_only, m.name, m.create_mode) for m in mounts or ())
+    # Where each storage is on the node: a backend that mounts it elsewhere (a container, a
+    # sandbox's mountPath) says so in the same variable.
+    env.update({storage_variable(m.name): m.source for m in launch_mounts})
     return TaskLaunch(
         key=task_key(job, attempt, task),
         node=task.node,
-        script="\n".join(commands) + "\n",
+        script=suspension_prelude(spec) + "\n".join(commands) + "\n",
         env=env,
         gpus=tuple(g[0] for g in task.gpus),
         grace_seconds=job.grace_seconds,
@@ -54,7 +104,37 @@ def build_launch(
         gpu_milli=tuple(g[1] for g in task.gpus),
         user=job.user.name,
         secrets={name: secret_text(value) for name, value in spec.secrets.items()},
+        # The job file's own image for the role wins over an image environment's.
+        image=spec.role_image(task.role) or runs.image,
+        mounts=launch_mounts,
+        environment=runs.environment,
     )
+
+
+# Signals a shell ends on by default, which the task's shell must outlive when they ask its
+# program to suspend: bash runs a trap only once its foreground command has ended, and a
+# trapped signal is back to its default in the commands it starts.
+_TRAPPED_SUSPEND_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP")
+
+
+def suspension_env(job: JobRow, attempt: AttemptRow, spec: JobSpec) -> dict[str, str]:
+    """``TRAINYARD_SUSPEND_SIGNAL`` for a suspendable job, and ``TRAINYARD_RESUMED=1`` for an
+    attempt that follows a suspended one (docs/runtime.md); the backend adds
+    ``TRAINYARD_SUSPEND_FILE``."""
+    env = {}
+    if spec.suspendable and spec.suspendSignal != "none":
+        env["TRAINYARD_SUSPEND_SIGNAL"] = spec.suspendSignal
+    previous = next((a for a in job.attempts if a.number == attempt.number - 1), None)
+    env["TRAINYARD_RESUMED"] = "1" if previous is not None and previous.state == AttemptState.SUSPENDED else "0"
+    return env
+
+
+def suspension_prelude(spec: JobSpec) -> str:
+    """The line before a suspendable job's commands that keeps its shell alive when the
+    suspend signal comes (the program it runs handles the signal)."""
+    if spec.suspendable and spec.suspendSignal in _TRAPPED_SUSPEND_SIGNALS:
+        return f"trap : {spec.suspendSignal.removeprefix('SIG')}\n"
+    return ""
 
 
 def secret_text(value: object) -> str:

@@ -22,6 +22,7 @@ from trainyard.controller.scheduling import (
     apply_decisions,
     preempt_jobs,
 )
+from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
     node_states_in_use,
     running_jobs,
@@ -38,6 +39,7 @@ from trainyard.core.settings import (
 from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
+from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
@@ -91,6 +93,7 @@ class Controller:
         # Histograms for /metrics: cycle durations here, first-start latencies in reconcile.
         self.timings = ControllerTimings()
         self.reconciler = Reconciler(db, backend, clock, self.spec_of, self.timings)
+        self.watchdog = Watchdog(db, backend, clock)
         self.waiting = WaitingJobs(self.specs)
         self.job_dirs = (
             JobDirSweeper(db, backend, clock, job_dir_retention_seconds)
@@ -150,7 +153,8 @@ class Controller:
             self._wake.clear()
 
     def run_once(self) -> None:
-        """One full cycle: inventory (when due), reconcile, schedule, launch; job-directory
+        """One full cycle: inventory (when due), run-time limits, the hang watchdog (when
+        due), reconcile, schedule, launch, settle ended environment builds; job-directory
         sweeps and monitoring rounds start in their own threads when due."""
         self.cycles += 1
         mono = self.clock.monotonic()
@@ -163,6 +167,8 @@ class Controller:
         with self.db.session() as session:
             if end_overdue_attempts(session, self.clock):
                 self._dirty = True
+        if self.watchdog.end_hung_attempts_if_due():
+            self._dirty = True
         if self.reconciler.run():
             self._dirty = True
         if self._dirty or mono - self._last_schedule >= FULL_SCHEDULE_SECONDS:
@@ -171,6 +177,11 @@ class Controller:
             if self._schedule():
                 # Launch what was just placed without waiting for the next tick.
                 self.reconciler.run()
+        with self.db.session() as session:
+            # Level-triggered like the rest: an environment whose build job has ended, however
+            # it ended (its tasks, a stop while it waited, its owner's removal), is settled here.
+            for name in settle_builds(session, self.clock):
+                log.info("environment %s: its build has ended", name)
         for periodic in self._periodics:
             periodic.start_if_due()
 
@@ -206,8 +217,7 @@ class Controller:
             started, written = apply_decisions(
                 session, decisions, self.waiting.written, ports, self.clock, cannot_start
             )
-            victims = [(p.job_id, p.reason) for p in decisions.preemptions]
-            preempted = preempt_jobs(session, victims, self.clock)
+            preempted = preempt_jobs(session, decisions.preemptions, self.clock, self.spec_of)
         self.waiting.written.update(written)
         for job_id in started:  # placed: its pending reason was cleared, so forget it
             self.waiting.written.pop(job_id, None)

@@ -12,15 +12,29 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import Backend, GangLauncher, TaskKey, TaskLaunch, TaskStatus
-from trainyard.controller.launching import build_launch, task_key
+from trainyard.backends.base import (
+    Backend,
+    GangLauncher,
+    Suspender,
+    SuspendRequest,
+    TaskKey,
+    TaskLaunch,
+    TaskStatus,
+)
+from trainyard.controller.launching import EnvironmentGone, RunsIn, build_launch, environments_of, task_key
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
-from trainyard.core.exitcodes import classify_exit
+from trainyard.core.exitcodes import (
+    OUT_OF_MEMORY,
+    SUSPENDED_EXIT_CODE,
+    classify_exit,
+    is_out_of_memory,
+    out_of_memory_message,
+)
 from trainyard.core.lifecycle import (
     MAX_PLATFORM_RETRIES,
     RolePolicy,
@@ -32,9 +46,10 @@ from trainyard.core.lifecycle import (
 )
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.monitor.exposition import ControllerTimings
+from trainyard.services.storages import StorageUnavailable, task_mounts
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
-from trainyard.store.events import record_event
+from trainyard.store.events import job_events, record_event
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow
@@ -51,12 +66,15 @@ class ActiveTask:
     grace: float
     launch: TaskLaunch | None = None
     error: str = ""
+    suspend: SuspendRequest | None = None  # a stop that asks the task to save its state first
 
 
 @dataclass
 class Plan:
     launches: list[ActiveTask] = field(default_factory=list)
-    stops: list[ActiveTask] = field(default_factory=list)
+    stops: list[ActiveTask] = field(default_factory=list)  # stops and suspend requests to send
+    # Tasks told to suspend that still run at the end of their grace period: stopped now.
+    overdue: list[ActiveTask] = field(default_factory=list)
     running: list[ActiveTask] = field(default_factory=list)
 
 
@@ -77,11 +95,20 @@ class Reconciler:
         self.clock = clock
         self.spec_of = spec_of
         self.timings = timings
+        # Suspending tasks already stopped at their deadline (forgotten once they end).
+        self._overdue_stopped: set[TaskKey] = set()
+        # Tasks whose image pull is in the job's events (forgotten once they end).
+        self._pull_recorded: set[TaskKey] = set()
 
     def run(self) -> bool:
         """One pass; returns whether any task ended or started (resources changed)."""
         plan = self._plan()
         for group in self._launch_groups(plan.launches):
+            unbuilt = next((item.error for item in group if item.launch is None), None)
+            if unbuilt is not None:  # one could not be built (its error says why): none of its gang starts
+                for item in group:
+                    item.launch, item.error = None, item.error or unbuilt
+                continue
             launches = [item.launch for item in group if item.launch is not None]
             try:
                 if isinstance(self.backend, GangLauncher):
@@ -103,16 +130,33 @@ class Reconciler:
         plan.stops = [t for t in plan.stops if t.key not in ended]
         for item in plan.stops:
             try:
-                self.backend.stop(item.key, item.grace)
+                if item.suspend is not None and isinstance(self.backend, Suspender):
+                    self.backend.suspend(item.key, item.suspend)
+                else:
+                    self.backend.stop(item.key, item.grace)
             except Exception:  # noqa: BLE001 - one task's failed stop must not stall the rest
                 log.exception("stop of %s failed; will retry", item.key)
                 item.error = "stop failed"
+        self._stop_overdue(plan)
         # A task still WAITING in the store may have been launched just before a crash:
         # ask the backend, so that its GPUs are not handed out while it still runs.
         unlaunched = [t.key for t in plan.stops if t.state == TaskState.WAITING]
         observed = [t.key for t in plan.running] + unlaunched
         statuses = self.backend.observe(observed) if observed else {}
         return self._write(plan, statuses)
+
+    def _stop_overdue(self, plan: Plan) -> None:
+        """Stop what a suspension's grace period left running (once per task; the grace is
+        spent, so at once: SIGTERM, then SIGKILL)."""
+        self._overdue_stopped &= {item.key for item in plan.running}
+        for item in plan.overdue:
+            if item.key in self._overdue_stopped:
+                continue
+            try:
+                self.backend.stop(item.key, 0.0)
+                self._overdue_stopped.add(item.key)
+            except Exception:  # noqa: BLE001 - tried again on the next pass
+                log.exception("stop of %s after its suspend grace period failed; will retry", item.key)
 
     def _launch_groups(self, launches: list[ActiveTask]) -> list[list[ActiveTask]]:
         """One group per task, or, for a gang-launching backend, one per job attempt."""
@@ -125,6 +169,7 @@ class Reconciler:
 
     def _plan(self) -> Plan:
         plan = Plan()
+        now = self.clock.now()
         with self.db.session() as session:
             addresses = node_queries.node_addresses(session)
             for job in job_queries.holding_jobs_with_tasks(session):
@@ -132,6 +177,8 @@ class Reconciler:
                 if attempt is None:
                     continue
                 stop_needed = job.state == JobState.STOPPING or attempt.state != AttemptState.RUNNING
+                suspend = self._suspend_request(job, attempt, now)
+                environments: dict[str, RunsIn] | None = None  # read once the job has a task to launch
                 for task in attempt.tasks:
                     if TaskState(task.state).is_final:
                         continue
@@ -144,13 +191,37 @@ class Reconciler:
                         grace=job.grace_seconds,
                     )
                     if stop_needed and not task.stop_sent:
+                        if suspend is not None and task.state == TaskState.RUNNING:
+                            item.suspend, item.grace = suspend, (suspend.deadline - now).total_seconds()
                         plan.stops.append(item)
+                    elif suspend is not None and task.state == TaskState.RUNNING and now >= suspend.deadline:
+                        plan.overdue.append(item)
                     elif task.state == TaskState.WAITING:
-                        item.launch = build_launch(job, attempt, task, self.spec_of(job), addresses)
+                        spec = self.spec_of(job)
+                        if environments is None:
+                            environments = environments_of(session, spec)
+                        # A storage deleted or a grant taken back since submit, or an environment
+                        # deleted (--force): fails the launch, saying so.
+                        try:
+                            mounts = task_mounts(session, job.user, spec, task.role)
+                            item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments)
+                        except StorageUnavailable as exc:
+                            item.error = str(exc)
+                        except EnvironmentGone as gone:
+                            item.error = f"launch failed: {gone}"
                         plan.launches.append(item)
                     if task.state == TaskState.RUNNING:
                         plan.running.append(item)
         return plan
+
+    def _suspend_request(self, job: JobRow, attempt: AttemptRow, now: datetime) -> SuspendRequest | None:
+        """What the tasks of a suspending attempt are told (None for any other attempt)."""
+        if attempt.state != AttemptState.SUSPENDED:
+            return None
+        spec = self.spec_of(job)
+        since = attempt.stop_requested_at or now
+        signal = None if spec.suspendSignal == "none" else spec.suspendSignal
+        return SuspendRequest(attempt.reason, since + timedelta(seconds=spec.suspendGracePeriodSeconds), signal)
 
     def _write(self, plan: Plan, statuses: dict[TaskKey, TaskStatus]) -> bool:
         changed = False
@@ -184,8 +255,11 @@ class Reconciler:
                     else:  # it did start: watch it end like any running task
                         transitions.task_found_running(task, now)
                 touched.add(task.job_id)
+            self._pull_recorded &= {item.key for item in plan.running}
             for item in plan.running:
                 status = statuses.get(item.key)
+                if status is not None and status.image_pull and item.key not in self._pull_recorded:
+                    self._record_image_pull(session, item, status, now)
                 if status is None or status.running:
                     continue
                 task = job_queries.task_by_id(session, item.task_id)
@@ -203,6 +277,17 @@ class Reconciler:
                 self.timings.start_latency.observe(max(0.0, seconds))
         return changed
 
+    def _record_image_pull(self, session: Session, item: ActiveTask, status: TaskStatus, now: datetime) -> None:
+        """Once per task run: in the job's events, how its image came to its node. A restarted
+        controller finds the event already there."""
+        task = job_queries.task_by_id(session, item.task_id)
+        self._pull_recorded.add(item.key)
+        if task is None or task.run != item.key.run:
+            return
+        event = transitions.image_pulled(task, status.image_pull, now)
+        if not any(e.kind == event.kind and e.message == event.message for e in job_events(session, task.job_id)):
+            record_event(session, task.job_id, event)
+
     def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now: datetime) -> None:
         job = job_queries.job_by_id(session, task.job_id)
         assert job is not None
@@ -210,8 +295,12 @@ class Reconciler:
         # The backend's note may repeat the signal the description already names.
         notes = [n for n in (status.message or "").split("; ") if n and n not in exit_info.description]
         detail = exit_info.description + (f" ({'; '.join(notes)})" if notes else "")
+        if status.reason == OUT_OF_MEMORY and not task.stop_sent:
+            detail = out_of_memory_message(task.memory_mb, status.exit_code)
         if task.stop_sent:
             new_state = TaskState.STOPPED
+            if status.exit_code == SUSPENDED_EXIT_CODE:
+                detail = f"saved its state and stopped as asked (exit {SUSPENDED_EXIT_CODE}: suspended)"
         elif status.exit_code == 0:
             new_state = TaskState.SUCCEEDED
         elif status.exit_code is None:
@@ -241,15 +330,23 @@ class Reconciler:
             self._complete(job, attempt, states, "")
         if not all_final:
             return False
-        if attempt.state == AttemptState.PREEMPTED and TaskState.STOPPED not in states.values():
+        interrupted = {AttemptState.PREEMPTED: "preemption", AttemptState.SUSPENDED: "suspension"}
+        if attempt.state in interrupted and TaskState.STOPPED not in states.values():
             # Every task ended on its own before its stop was sent: the job's own outcome
             # stands, and a job preempted just as it finished is not run again.
-            self._complete(job, attempt, states, " (it ended before its preemption took effect)")
+            what = interrupted[AttemptState(attempt.state)]
+            self._complete(job, attempt, states, f" (it ended before its {what} took effect)")
         now = self.clock.now()
         ends = [t.finished_at for t in attempt.tasks if t.finished_at is not None]
         transitions.attempt_ended(attempt, max(ends) if ends else None, now)
+        job.attained_gpu_seconds = (job.attained_gpu_seconds or 0.0) + attained_gpu_seconds(attempt)
         if job.state == JobState.STOPPING:
             record_event(session, job.id, transitions.stopped(job, attempt, now))
+            return True
+        if attempt.state == AttemptState.SUSPENDED:
+            # Waits SUSPENDED to resume as a new attempt, keeping its place; no retry spent.
+            saved = sum(1 for t in attempt.tasks if t.state == TaskState.STOPPED and t.exit_code == SUSPENDED_EXIT_CODE)
+            record_event(session, job.id, transitions.suspended(job, attempt, saved, len(attempt.tasks), now))
             return True
         if attempt.state == AttemptState.PREEMPTED:
             # Requeued as a new attempt with its place in the queue; retries stay unspent.
@@ -273,7 +370,8 @@ class Reconciler:
                 record_event(session, job.id, transitions.retry_failed(job, attempt, spec.jobRetryCount, now))
                 return True
             why = failure_why(attempt)
-            record_event(session, job.id, transitions.fail(job, attempt, f"{attempt.reason}; {why}", now))
+            message = attempt.reason if not why or why in (attempt.reason or "") else f"{attempt.reason}; {why}"
+            record_event(session, job.id, transitions.fail(job, attempt, message, now))
         return True
 
     def _complete(
@@ -293,17 +391,47 @@ class Reconciler:
             reason += f"; its {MAX_PLATFORM_RETRIES} platform retries are used up, so this counts as a failure"
         failed = [t.exit_code for t in attempt.tasks if t.state == TaskState.FAILED]
         failed += [t.exit_code for t in attempt.tasks if t.state == TaskState.LOST]
+        if outcome == AttemptState.FAILED and (oom := out_of_memory_task(attempt)) is not None:
+            reason += f"; {oom}"  # the attempt's and the job's message name the limit
         transitions.complete_attempt(attempt, outcome, reason, failed[0] if failed else 0)
+
+
+def attained_gpu_seconds(attempt: AttemptRow) -> float:
+    """The GPU-seconds an ended attempt received: the GPUs its tasks held, for as long as it ran."""
+    if attempt.started_at is None or attempt.finished_at is None:
+        return 0.0
+    gpus = sum(milli for task in attempt.tasks for _, milli in task.gpus) / 1000
+    return gpus * max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
 
 
 def failure_why(attempt: AttemptRow) -> str:
     """Why a failed attempt failed, in words: its exit status, or, when no task has one,
-    what the backend knew (a task whose supervisor could not start says why)."""
+    what the backend knew (a task whose supervisor could not start says why); nothing when
+    no task failed at all (Trainyard ended the attempt: the hang watchdog), since the
+    attempt's reason already says it; and what the backend said of the task that failed
+    with it (its image could not be pulled)."""
     if attempt.exit_code is None:
-        unknown = [t for t in attempt.tasks if t.state in (TaskState.FAILED, TaskState.LOST) and t.exit_code is None]
+        failed = [t for t in attempt.tasks if t.state in (TaskState.FAILED, TaskState.LOST)]
+        if not failed:
+            return ""
+        unknown = [t for t in failed if t.exit_code is None]
         if unknown and unknown[0].message:
             return f"task {unknown[0].role}/{unknown[0].index}: {unknown[0].message}"
-    return classify_exit(attempt.exit_code).description
+    if (oom := out_of_memory_task(attempt)) is not None:
+        return oom
+    described = classify_exit(attempt.exit_code).description
+    told = [t for t in attempt.tasks if t.state == TaskState.FAILED and t.exit_code == attempt.exit_code
+            and t.message and t.message != described]
+    return f"task {told[0].role}/{told[0].index}: {told[0].message}" if told else described
+
+
+def out_of_memory_task(attempt: AttemptRow) -> str | None:
+    """``task ROLE/INDEX OUT_OF_MEMORY: ...`` for the first failed task of the attempt the
+    kernel killed at its memory limit; None when none was."""
+    for task in attempt.tasks:
+        if task.state == TaskState.FAILED and is_out_of_memory(task.message):
+            return f"task {task.role}/{task.index} {task.message}"
+    return None
 
 
 def ended_at(task: TaskRow, status: TaskStatus, now: datetime) -> datetime:

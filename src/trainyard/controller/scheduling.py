@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -10,11 +11,12 @@ from sqlalchemy.orm import Session
 
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
-from trainyard.core.states import AttemptState, JobState
-from trainyard.scheduler.snapshot import Decisions, PendingJob, StartJob
+from trainyard.core.states import QUEUED_JOB_STATES, AttemptState, JobState
+from trainyard.scheduler.snapshot import Decisions, PendingJob, Preempt, StartJob
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
 from trainyard.spec.errors import SpecError
+from trainyard.spec.models import JobSpec
 from trainyard.store.events import record_event
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow
@@ -49,14 +51,14 @@ class WaitingJobs:
 
     def load(self, session: Session, now: float) -> tuple[PendingJob, ...]:
         """The waiting jobs; one first seen now after an earlier attempt waits since ``now``."""
-        current = job_queries.job_ids_in(session, [JobState.WAITING])
+        current = job_queries.queued_job_ids(session)
         alive = set(current)
         if len(self._known) > len(alive):
             self._known = {k: v for k, v in self._known.items() if k in alive}
         self.broken = {k: v for k, v in self.broken.items() if k in alive}
         self.written = {k: v for k, v in self.written.items() if k in alive}
         missing = [job_id for job_id in current if job_id not in self._known]
-        for job_id, version, spec_data, submitted_at, vc, user, attempt in job_queries.waiting_job_facts(
+        for job_id, version, spec_data, submitted_at, vc, user, attempt, attained in job_queries.waiting_job_facts(
             session, missing
         ):
             try:
@@ -73,6 +75,8 @@ class WaitingJobs:
                 vc=vc,
                 max_runtime=None if spec.maxRunTimeSeconds is None else float(spec.maxRunTimeSeconds),
                 waiting_since=now if attempt > 0 else None,
+                suspendable=spec.suspendable,
+                attained_service=attained,
             )
         return tuple(self._known[j] for j in current if j in self._known)
 
@@ -99,12 +103,12 @@ def apply_decisions(
     rows = job_queries.jobs_by_ids(session, [s.job_id for s in decisions.starts] + list(cannot_start))
     for job_id, why in cannot_start.items():
         job = rows.get(job_id)
-        if job is not None and job.state == JobState.WAITING:
+        if job is not None and job.state in QUEUED_JOB_STATES:
             record_event(session, job.id, transitions.cannot_start(job, why, clock.now()))
     for start in decisions.starts:
         job = rows.get(start.job_id)
-        if job is None or job.state != JobState.WAITING or start.job_id in cannot_start:
-            continue  # stopped since the snapshot was taken
+        if job is None or job.state not in QUEUED_JOB_STATES or job.held_by or start.job_id in cannot_start:
+            continue  # stopped or held since the snapshot was taken
         _place(session, job, start, ports[start.job_id], clock)
         started.append(job.id)
     # One row of bind parameters per waiting job whose reason changed.
@@ -121,19 +125,30 @@ def apply_decisions(
     return started, {c["job"]: (c["reason"], c["message"], c["position"], c["eta"]) for c in changed}
 
 
-def preempt_jobs(session: Session, victims: list[tuple[int, str]], clock: Clock) -> list[int]:
-    """Mark running jobs' current attempts PREEMPTED; reconcile then stops their tasks with
-    the job's grace period and requeues the job. Returns the jobs actually preempted."""
+def preempt_jobs(
+    session: Session, victims: Sequence[Preempt], clock: Clock, spec_of: Callable[[JobRow], JobSpec]
+) -> list[int]:
+    """Mark running jobs' current attempts PREEMPTED (reconcile then stops their tasks with
+    the job's grace period and requeues the job) or, for a suspendable job, SUSPENDED
+    (reconcile tells its tasks to save their state). Returns the jobs actually preempted."""
     done = []
-    for job_id, reason in victims:
-        job = job_queries.job_by_id(session, job_id)
+    for victim in victims:
+        job = job_queries.job_by_id(session, victim.job_id)
         if job is None or job.state != JobState.RUNNING:
             continue
         attempt = next((a for a in job.attempts if a.number == job.attempt), None)
         if attempt is None or attempt.state != AttemptState.RUNNING:
             continue  # already ending or being preempted
-        record_event(session, job.id, transitions.preempt(job, attempt, reason, clock.now()))
-        done.append(job_id)
+        now = clock.now()
+        if victim.suspend and job.suspendable:
+            spec = spec_of(job)
+            event = transitions.suspend(
+                job, attempt, victim.reason, spec.suspendGracePeriodSeconds, spec.suspendSignal, now
+            )
+        else:
+            event = transitions.preempt(job, attempt, victim.reason, now)
+        record_event(session, job.id, event)
+        done.append(victim.job_id)
     return done
 
 

@@ -77,7 +77,8 @@ def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[in
         tasks_of[row[0]].append(row)
     running, ending = [], set()
     for job_id, tasks in tasks_of.items():
-        _, vc, user, priority, state, grace, limit, attempt_state, started, stop_requested, *_ = tasks[0]
+        _, vc, user, priority, state, grace, limit, attempt_state, started, stop_requested, *rest = tasks[0]
+        suspendable, attained = rest[0], rest[1]
         if state == JobState.STOPPING or attempt_state != AttemptState.RUNNING:
             ending.add(job_id)
         end = None if limit is None or started is None else (started + timedelta(seconds=limit)).timestamp()
@@ -96,6 +97,8 @@ def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[in
                 expected_end=end,
                 grace_seconds=grace,
                 stops_by=None if stop_requested is None else (stop_requested + timedelta(seconds=grace)).timestamp(),
+                suspendable=bool(suspendable),
+                attained_service=attained,
             )
         )
     return tuple(running), frozenset(ending)

@@ -27,6 +27,31 @@ class ExitInfo:
         return self.kind in (ExitKind.USER_ERROR, ExitKind.KILLED, ExitKind.LOST)
 
 
+# The reason a backend gives (``TaskStatus.reason``) when the kernel killed a task at its
+# memory limit (its cgroup counted an OOM kill; Slurm's OUT_OF_MEMORY state). It is the
+# job's own failure, like any other exit: taskRetryCount and jobRetryCount apply, and no
+# platform retry is spent (the same program with the same limit would mostly fail again,
+# but a job whose memory use varies may pass; its retry counts are the owner's to set).
+OUT_OF_MEMORY = "OUT_OF_MEMORY"
+
+
+def out_of_memory_message(memory_mb: int, code: int | None) -> str:
+    """A task's message when the kernel killed it at its memory limit, as ``yard job`` shows it."""
+    status = "" if code is None else f" (exit {code})"
+    limit = f"its {memory_mb} MiB memory limit (memoryMB: {memory_mb})"
+    return f"{OUT_OF_MEMORY}: used more than {limit} and was killed{status}"
+
+
+def is_out_of_memory(message: str | None) -> bool:
+    """Whether a task's message is that of :func:`out_of_memory_message`."""
+    return message is not None and message.startswith(OUT_OF_MEMORY + ":")
+
+
+# A task that saved its state when asked to suspend says so by exiting with this
+# (``trainyard.runtime.SUSPENDED_EXIT_CODE``, which must stay equal: the runtime imports
+# nothing of ours).
+SUSPENDED_EXIT_CODE = 85
+
 _PERMANENT = {
     126: "command found but not executable",
     127: "command not found",

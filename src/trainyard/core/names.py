@@ -13,6 +13,9 @@ import re
 USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")
 # A group or virtual cluster name.
 GROUP_OR_VC_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+# An environment's name (``yard env``): also a folder's name under the environments' root.
+# The job file (``spec/``, which imports nothing of ours) spells the same rule.
+ENVIRONMENT_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
 # The virtual cluster that always exists: it holds what no other VC guarantees, and every
 # user may submit to it.

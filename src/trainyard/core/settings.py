@@ -72,6 +72,21 @@ class Settings(BaseSettings):
         description="Per-task bubblewrap sandbox (local backend): auto (when bwrap works here), bwrap "
         "(required), none",
     )
+    task_limits: Literal["auto", "cgroups", "none"] = Field(
+        default="auto",
+        description="Enforce each task's cpu and memoryMB with cgroups (v1 or v2; local backend): auto "
+        "(where cgroups work here; `yard up` says so when they do not), cgroups (required), none",
+    )
+    storage_home_root: Path | None = Field(
+        default=None,
+        description="Give every user a private home storage, <root>/<user> (made 0700 for the task's account on "
+        "first use), which jobs mount as storage 'home'; the root must be mounted on every node",
+    )
+    storage_group_root: Path | None = Field(
+        default=None,
+        description="Give every group a shared storage, <root>/<group>, which its members' jobs mount as "
+        "storage '@group'; the root must be mounted on every node",
+    )
     task_env: dict[str, str] = Field(
         default_factory=dict,
         description="Site-wide variables every task gets, over the clean base (PATH, HOME, USER, LOGNAME, "
@@ -119,6 +134,21 @@ class Settings(BaseSettings):
         description="Slurm backend: task files and logs; compute nodes must see it at the same path "
         "(default: $TRAINYARD_HOME/slurm/<cluster id>)",
     )
+    container_engine: Literal["podman", "docker"] = Field(
+        default="podman",
+        description="What runs the tasks of a job that names an image (`image`, `dockerImage`): podman "
+        "(Debian's package) or docker; the same flags either way (README: Images)",
+    )
+    container_runtime: str | None = Field(
+        default="runc", pattern=r"^[A-Za-z0-9_./-]+$",
+        description="Podman's OCI runtime (--runtime); runc works on cgroup v1 hybrid hosts where crun fails; "
+        "unset: Podman's default",
+    )
+    slurm_pyxis: bool = Field(
+        default=False,
+        description="Slurm backend: the cluster has NVIDIA's Pyxis plugin; tasks with an image run with "
+        "`srun --container-image` instead of an engine started inside the job step",
+    )
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
@@ -161,6 +191,13 @@ class Settings(BaseSettings):
         ge=0,
         description="How long a job's directory ($TRAINYARD_JOB_DIR) is kept after the job has ended "
         "(default 7 days); then the controller removes it",
+    )
+    environments_root: Path | None = Field(
+        default=None,
+        description="Where `yard env create` builds custom environments, as <root>/<owner>/<name>: a folder every "
+        "node sees at the same path (default on the local backend: <cluster id>-environments beside the task work "
+        "dirs' root when tasks run under task accounts, else in $TRAINYARD_HOME/local; on Slurm: "
+        "<slurm_state_dir>/environments)",
     )
     rack_label: str = Field(default="rack", description="The node label that names a node's rack")
     node_labels: dict[str, str] = Field(

@@ -15,6 +15,9 @@ class JobState(StrEnum):
     WAITING = "WAITING"
     RUNNING = "RUNNING"
     STOPPING = "STOPPING"
+    # Its last attempt was suspended (it saved its state): it waits to resume as a new
+    # attempt, keeping its place; held (``jobs.held_by``) while its owner keeps it suspended.
+    SUSPENDED = "SUSPENDED"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
@@ -25,6 +28,8 @@ class JobState(StrEnum):
 
 
 FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED})
+# The states of a job the scheduler may place (a held SUSPENDED job excepted).
+QUEUED_JOB_STATES = (JobState.WAITING, JobState.SUSPENDED)
 
 # WAITING -> RUNNING        placed and launched
 # RUNNING -> WAITING        the attempt failed and a retry is due, it was preempted, or it was
@@ -34,12 +39,18 @@ FINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.STOP
 # RUNNING -> STOPPING      a user asked to stop; tasks are being signalled
 # WAITING -> STOPPED        stop before anything ran
 # WAITING -> FAILED         it can never start (its placement could not be prepared)
+# WAITING -> SUSPENDED      its owner holds it (``yard suspend`` before it ran again)
+# RUNNING -> SUSPENDED      its suspended attempt has ended (a new attempt, no retry spent)
+# SUSPENDED -> RUNNING      resumed: placed as a new attempt
+# SUSPENDED -> WAITING      released, held while it waited: it has no saved state to resume
+# SUSPENDED -> STOPPED/FAILED  as from WAITING
 # STOPPING -> STOPPED       every task has ended
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
-    JobState.WAITING: frozenset({JobState.RUNNING, JobState.STOPPED, JobState.FAILED}),
+    JobState.WAITING: frozenset({JobState.RUNNING, JobState.STOPPED, JobState.FAILED, JobState.SUSPENDED}),
     JobState.RUNNING: frozenset(
-        {JobState.WAITING, JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPING}
+        {JobState.WAITING, JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPING, JobState.SUSPENDED}
     ),
+    JobState.SUSPENDED: frozenset({JobState.RUNNING, JobState.WAITING, JobState.STOPPED, JobState.FAILED}),
     JobState.STOPPING: frozenset({JobState.STOPPED}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),
@@ -53,6 +64,9 @@ class AttemptState(StrEnum):
     FAILED = "FAILED"
     STOPPED = "STOPPED"  # ended by a stop request
     PREEMPTED = "PREEMPTED"  # the scheduler needs its resources: stopped, then requeued
+    # Asked to save its state and stop (the scheduler or its owner): told, stopped at the
+    # end of its suspend grace period if still running, then the job waits SUSPENDED.
+    SUSPENDED = "SUSPENDED"
     TIMED_OUT = "TIMED_OUT"  # ran past the job's maxRunTimeSeconds: stopped; the job fails
     # Failed only because tasks were LOST (a platform fault): requeued as a new attempt
     # without spending jobRetryCount, at most lifecycle.MAX_PLATFORM_RETRIES times.
@@ -70,12 +84,14 @@ ATTEMPT_TRANSITIONS: dict[AttemptState, frozenset[AttemptState]] = {
             AttemptState.FAILED,
             AttemptState.STOPPED,
             AttemptState.PREEMPTED,
+            AttemptState.SUSPENDED,
             AttemptState.TIMED_OUT,
             AttemptState.LOST,
         }
     ),
     # Preempted too late: every task had already ended on its own, so its outcome stands.
     AttemptState.PREEMPTED: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.LOST}),
+    AttemptState.SUSPENDED: frozenset({AttemptState.SUCCEEDED, AttemptState.FAILED, AttemptState.LOST}),
     AttemptState.TIMED_OUT: frozenset(),
     AttemptState.LOST: frozenset(),
     AttemptState.SUCCEEDED: frozenset(),
@@ -89,7 +105,7 @@ class TaskState(StrEnum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
-    STOPPED = "STOPPED"  # ended because Trainyard stopped it (user stop, completion, preemption)
+    STOPPED = "STOPPED"  # ended because Trainyard stopped it (user stop, completion, preemption, suspension)
     # Ended, but how is unknown: nothing recorded its exit status (its supervision was lost
     # with it, its node failed). A platform fault, not the task's: see lifecycle.
     LOST = "LOST"
@@ -133,3 +149,11 @@ def check_task_transition(current: TaskState, new: TaskState) -> TaskState:
     if new not in TASK_TRANSITIONS[current]:
         raise IllegalTransition(f"task cannot go from {current} to {new}")
     return new
+
+
+class EnvironmentState(StrEnum):
+    """Where an environment (``yard env``) stands: custom ones follow their build job."""
+
+    BUILDING = "BUILDING"  # its build job has not ended
+    READY = "READY"
+    FAILED = "FAILED"  # its build job failed or was stopped: its log says why

@@ -40,7 +40,13 @@ class EventKind(StrEnum):
     PLACED = "placed"
     STOP_REQUESTED = "stop-requested"
     PREEMPTED = "preempted"
+    SUSPEND_REQUESTED = "suspend-requested"  # its tasks are told to save their state
+    SUSPENDED = "suspended"  # its attempt ended suspended (or, waiting, it is held)
+    RESUME_REQUESTED = "resume-requested"  # its owner let a held job resume
+    HUNG = "hung"  # the watchdog found no output for watchdogSeconds
     TIMED_OUT = "timed-out"
+    IMAGE_PULLED = "image-pulled"  # a task's image reached its node (or was there), or could not
+    PORT_OPENED = "port-opened"  # a user reached a task's port (the proxy, yard port-forward)
     TASK_RETRIED = "task-retried"
     TASK_EXITED = "task-exited"
     TASK_LOST = "task-lost"
@@ -86,6 +92,7 @@ class JobRecord(Protocol):
     exit_code: int | None
     stopped_by: str | None
     stop_reason: str | None  # why, when given (an admin stopping a job an alert flagged)
+    held_by: str | None  # who keeps it SUSPENDED until it is resumed
 
 
 class AttemptRecord(Protocol):
@@ -143,21 +150,25 @@ def submit(job: JobRecord, by: str, now: datetime, *, cloned_from: int | None = 
 
 
 def start_attempt(job: JobRecord, attempt: AttemptRecord, where: str, now: datetime) -> Event:
-    """WAITING -> RUNNING: ``attempt`` (new, not yet numbered) is the job's current one.
+    """WAITING or SUSPENDED -> RUNNING: ``attempt`` (new, not yet numbered) is the job's
+    current one; from SUSPENDED it resumes what the last attempt saved.
 
     ``where`` says where its tasks were placed, for the history.
     """
+    resuming = job.state == JobState.SUSPENDED
     _move_job(job, JobState.RUNNING)
     _clear_pending(job)
     job.state_message = ""
+    job.held_by = None
     attempt.number = job.attempt
     attempt.state = AttemptState.RUNNING
     attempt.started_at = now
-    return Event(EventKind.PLACED, f"attempt {job.attempt} placed: {where}", now)
+    how = " (resuming its suspended state)" if resuming else ""
+    return Event(EventKind.PLACED, f"attempt {job.attempt} placed{how}: {where}", now)
 
 
 def cannot_start(job: JobRecord, why: str, now: datetime) -> Event:
-    """WAITING -> FAILED: the job can never start (e.g. its stored job file is invalid)."""
+    """WAITING or SUSPENDED -> FAILED: the job can never start (e.g. its stored job file is invalid)."""
     _move_job(job, JobState.FAILED)
     job.finished_at = now
     job.state_message = f"cannot start: {why}"
@@ -174,11 +185,15 @@ def request_stop(
     says it, so that the job's owner is told why."""
     job.stop_reason = because or None
     why_stop = f": {because}" if because else ""
-    if job.state == JobState.WAITING:
+    if job.state in (JobState.WAITING, JobState.SUSPENDED):
+        suspended = job.state == JobState.SUSPENDED
         _move_job(job, JobState.STOPPED)
         job.finished_at = now
+        job.held_by = None
         _clear_pending(job)
-        if job.started_at is None:
+        if suspended:
+            job.state_message = f"stopped by {by}{why_stop} while suspended"
+        elif job.started_at is None:
             job.state_message = f"stopped by {by}{why_stop} before it started"
         else:  # it ran, then was requeued (preempted, retried, lost) and waited again
             why = f" ({job.state_message})" if job.state_message else ""
@@ -243,6 +258,53 @@ def requeue_preempted(job: JobRecord, attempt: AttemptRecord, now: datetime) -> 
     )
 
 
+def suspended(job: JobRecord, attempt: AttemptRecord, saved: int, told: int, now: datetime) -> Event:
+    """RUNNING -> SUSPENDED: the suspended attempt has ended (``saved`` of its ``told`` tasks
+    said they saved their state); the job waits to resume as a new attempt, with its place
+    in the queue and no retry spent, or, held by its owner, until it is resumed."""
+    next_number = attempt.number + 1
+    _move_job(job, JobState.SUSPENDED)
+    job.attempt = next_number
+    if saved == told:
+        how = f"{'its task' if told == 1 else f'all {told} tasks'} saved {'its' if told == 1 else 'their'} state"
+    else:
+        how = f"{saved} of {told} task(s) saved their state; the rest were stopped"
+    if job.held_by:
+        job.state_message = f"suspended by {job.held_by}: held until resumed (yard resume)"
+        then = f"held by {job.held_by} until resumed"
+    else:
+        job.state_message = f"suspended: {attempt.reason}; waiting to resume as attempt {next_number}"
+        then = f"waiting to resume as attempt {next_number}, with its place in the queue"
+    return Event(
+        EventKind.SUSPENDED, f"attempt {attempt.number} suspended ({attempt.reason}): {how}; {then}", now
+    )
+
+
+def hold(job: JobRecord, by: str, now: datetime) -> Event:
+    """WAITING -> SUSPENDED: its owner (or an admin) keeps a waiting job from starting until
+    it is resumed (Slurm's ``scontrol hold``); a SUSPENDED one waiting to resume is held too."""
+    if job.state != JobState.SUSPENDED:
+        _move_job(job, JobState.SUSPENDED)
+    _clear_pending(job)
+    job.held_by = by
+    job.state_message = f"suspended by {by}: held until resumed (yard resume)"
+    return Event(EventKind.SUSPENDED, f"suspended by {by} while waiting: it will not start until resumed", now)
+
+
+def release(job: JobRecord, by: str, saved_state: bool, now: datetime) -> Event:
+    """Its holder lets a held job go on: it waits for the scheduler again, SUSPENDED when it
+    has a ``saved_state`` to resume (its last attempt was suspended), else WAITING (it was
+    held while it waited). A job whose suspension is still under way waits for it to end."""
+    held = job.held_by
+    job.held_by = None
+    if job.state == JobState.SUSPENDED and saved_state:
+        job.state_message = f"waiting to resume as attempt {job.attempt} (resumed by {by})"
+    elif job.state == JobState.SUSPENDED:
+        _move_job(job, JobState.WAITING)
+        job.state_message = f"released by {by}"
+    return Event(EventKind.RESUME_REQUESTED, f"resume requested by {by} (it was held by {held})", now)
+
+
 def requeue_lost(job: JobRecord, attempt: AttemptRecord, platform_retry: int, now: datetime) -> Event:
     """A lost attempt (a platform fault): a new attempt that spends none of jobRetryCount.
     ``platform_retry`` is this one's number (derived from the attempts, see lifecycle)."""
@@ -283,6 +345,46 @@ def preempt(job: JobRecord, attempt: AttemptRecord, reason: str, now: datetime) 
     )
 
 
+def suspend(
+    job: JobRecord, attempt: AttemptRecord, reason: str, grace: float, signal: str, now: datetime,
+    *, by: str | None = None,
+) -> Event:
+    """RUNNING -> SUSPENDED: its tasks are told to save their state (``signal`` and the
+    request file) and stopped after ``grace`` seconds if still running; ``by`` (its owner,
+    ``yard suspend``) holds the job suspended until it is resumed."""
+    _move_attempt(attempt, AttemptState.SUSPENDED)
+    attempt.reason = reason
+    attempt.stop_requested_at = attempt.stop_requested_at or now
+    if by is not None:
+        job.held_by = by
+    job.state_message = f"suspending: {reason}"
+    told = "the request file" if signal == "none" else f"{signal} and the request file"
+    return Event(
+        EventKind.SUSPEND_REQUESTED,
+        f"{reason}; tasks are told to save their state ({told}) and get {grace:g} s before they are stopped",
+        now,
+    )
+
+
+def hang(
+    job: JobRecord, attempt: AttemptRecord, silent_for: float, limit: int, retry_due: bool, now: datetime
+) -> Event:
+    """RUNNING -> LOST (or FAILED once the platform retries are spent): no task wrote output
+    for ``watchdogSeconds``; its tasks are stopped with the grace period and the job is
+    retried as after a platform fault."""
+    attempt.reason = f"hung: no task wrote output for {silent_for:.0f} s (watchdogSeconds: {limit})"
+    if not retry_due:
+        attempt.reason += f"; its {MAX_PLATFORM_RETRIES} platform retries are used up, so this counts as a failure"
+    _move_attempt(attempt, AttemptState.LOST if retry_due else AttemptState.FAILED)
+    attempt.stop_requested_at = attempt.stop_requested_at or now
+    job.state_message = f"stopping: {attempt.reason}"
+    return Event(
+        EventKind.HUNG,
+        f"attempt {attempt.number} {attempt.reason}; tasks get SIGTERM and {job.grace_seconds:g} s to exit",
+        now,
+    )
+
+
 def time_out(job: JobRecord, attempt: AttemptRecord, limit: int, now: datetime) -> Event:
     """RUNNING -> TIMED_OUT: past ``maxRunTimeSeconds``; its tasks are stopped, the job fails."""
     _move_attempt(attempt, AttemptState.TIMED_OUT)
@@ -318,6 +420,12 @@ def place_task(task: TaskRecord) -> None:
     task.state = TaskState.WAITING
     task.run = 0
     task.stop_sent = False
+
+
+def image_pulled(task: TaskRecord, note: str, now: datetime) -> Event:
+    """How the task's image came to its node (the backend's words, e.g. "pulled IMAGE on node X
+    in 12.3 s"); no state changes."""
+    return Event(EventKind.IMAGE_PULLED, f"task {task.role}/{task.index}: {note}", now)
 
 
 def task_launched(task: TaskRecord, job: JobRecord, now: datetime) -> None:

@@ -8,6 +8,7 @@ another user's job is not found."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated, Any
 
@@ -29,10 +30,11 @@ from trainyard.schemas.jobs import (
     JobDetail,
     TaskView,
 )
-from trainyard.services import history
+from trainyard.services import history, suspension
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
+from trainyard.spec.storages import storage_uses
 
 router = APIRouter()
 
@@ -52,11 +54,14 @@ def _detail(ctx: AppContext, viewer: Viewer, job_id: int) -> JobDetail:
 
 
 def _shown_attempt(detail: JobDetail, attempt: int | None) -> AttemptView | None:
-    """The attempt asked for, else the job's current one (None before it first ran)."""
+    """The attempt asked for, else the job's current one, else (a job waiting to resume or to
+    run again, whose next attempt has no tasks yet) the latest that ran; None before any ran."""
     number = detail.attempt if attempt is None else attempt
     found = [a for a in detail.attempts if a.number == number]
     if not found and attempt is not None:
         raise NotFound(f"job {detail.id} has no attempt {attempt}")
+    if not found and detail.attempts:
+        return max(detail.attempts, key=lambda a: a.number)
     return found[0] if found else None
 
 
@@ -83,6 +88,30 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
     }
 
 
+@dataclass(frozen=True)
+class RoleSetting:
+    """What one task role runs in and mounts, as its job file says (the role's own, else the job's)."""
+
+    role: str
+    environment: str | None
+    image: str | None
+    storages: list[str]  # "NAME → MOUNT (read-only)" each
+
+
+def _runs_in(ctx: AppContext, viewer: Viewer, job_id: int) -> list[RoleSetting]:
+    """Each role's environment, image and storages; empty when no role names any."""
+    spec = ctx.specs.known(job_id)
+    if spec is None:  # parsed by _detail a moment ago, unless the cache let it go since
+        with ctx.db.session() as session:
+            spec = ctx.specs.of(job_service.get_job(session, viewer.user, job_id))
+    settings = []
+    for role in spec.role_names:
+        mounts = [f"{use.name}{'/' + use.sub_path if use.sub_path else ''} → {use.mount_path or 'its own path'}"
+                  f"{' (read-only)' if use.read_only else ''}" for use in storage_uses(spec, role)]
+        settings.append(RoleSetting(role, spec.environment_of(role), spec.role_image(role), mounts))
+    return settings if any(s.environment or s.image or s.storages for s in settings) else []
+
+
 def _chart_window(detail: JobDetail, now: datetime) -> tuple[str, str]:
     """From the job's first start (or its submission, for one that has not started: the
     charts fill in once it runs) until it ended or now, as the history route takes it."""
@@ -97,7 +126,8 @@ def job_page(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, attempt: A
     detail: JobDetail = values["job"]
     shown: AttemptView | None = values["shown"]
     return render(request, "job.html", user=viewer.user, web_session=viewer.web_session, **values,
-                  tasks=_task_labels(detail.spec), chart_window=_chart_window(detail, values["now"]),
+                  tasks=_task_labels(detail.spec), runs_in=_runs_in(ctx, viewer, job_id),
+                  chart_window=_chart_window(detail, values["now"]),
                   log_attempt=None if attempt is None or shown is None else shown.number)
 
 
@@ -112,6 +142,20 @@ def job_state_fragment(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, 
 @router.post("/jobs/{job_id}/stop")
 def stop_job(job_id: JobId, viewer: Action, ctx: Ctx) -> Response:
     job_service.stop_job(ctx.db, viewer.user, job_id, clock=ctx.clock)
+    ctx.wake_controller()
+    return RedirectResponse(f"/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.post("/jobs/{job_id}/suspend")
+def suspend_job(job_id: JobId, viewer: Action, ctx: Ctx) -> Response:
+    suspension.suspend_job(ctx.db, viewer.user, job_id, specs=ctx.specs, clock=ctx.clock)
+    ctx.wake_controller()
+    return RedirectResponse(f"/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
+
+
+@router.post("/jobs/{job_id}/resume")
+def resume_job(job_id: JobId, viewer: Action, ctx: Ctx) -> Response:
+    suspension.resume_job(ctx.db, viewer.user, job_id, clock=ctx.clock)
     ctx.wake_controller()
     return RedirectResponse(f"/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 

@@ -27,9 +27,9 @@ router = APIRouter()
 Ctx = Annotated[AppContext, Depends(context)]
 PAGE_SIZE = 50
 MOST_STOPPED_AT_ONCE = job_service.MAX_PAGE
-STOPPABLE = (JobState.WAITING, JobState.RUNNING)
+STOPPABLE = (JobState.WAITING, JobState.SUSPENDED, JobState.RUNNING)
 # The state filter's choices: each state, and the unfinished ones together.
-STATE_CHOICES = (("", "any state"), ("WAITING,RUNNING,STOPPING", "unfinished"),
+STATE_CHOICES = (("", "any state"), ("WAITING,SUSPENDED,RUNNING,STOPPING", "unfinished"),
                  *((state.value, state.value) for state in JobState))
 
 

@@ -38,6 +38,9 @@ NAVIGATION = (
     ("/submit", "Submit", False),
     ("/cluster", "Cluster", False),
     ("/vcs", "VCs", False),
+    ("/environments", "Environments", False),
+    ("/storages", "Storages", False),
+    ("/images", "Images", False),
     ("/usage", "Usage", False),
     ("/users", "Users", True),
 )

@@ -4,9 +4,10 @@ Who may be a victim of guaranteed job J of VC V (never anyone else):
 * any opportunistic job, of any VC — reclaim: V wants its guaranteed share back;
 * if V allows priority preemption, V's own guaranteed jobs of lower priority than J;
 * with time-sharing (``SchedulerConfig.timeshare``), V's own suspendable jobs of J's
-  priority that have received more service than J (GPU-seconds, over their whole chain)
-  and have run a whole time slice since they last (re)started: jobs take turns, least
-  attained service first, and none is suspended more than once per slice.
+  priority that have received enough more service than J (GPU-seconds over their whole
+  chain: ``turn_ratio`` times J's, and more than ``turn_floor``) and have run a whole time
+  slice since they last (re)started: jobs take turns, least attained service first, and
+  none is suspended more than once per slice (the rules are ``turns``').
 Another VC's guaranteed job is never a victim. A job already being preempted is never
 preempted twice; it is the first candidate, since its resources are coming back anyway,
 and it is counted as free only by the one plan that claims it.
@@ -55,6 +56,7 @@ from trainyard.scheduler.snapshot import (
     TaskPlacement,
     TaskRequest,
 )
+from trainyard.scheduler.turns import slice_over, turn_over_for, turn_threshold
 
 VictimKey = tuple[bool, int, bool, float, int]
 
@@ -109,9 +111,10 @@ def candidates(
         # Without VCs, one VC holds every job (``Quotas.implicit``), whatever VC it names.
         # ``_turns`` is in ``victim_key``'s order, as the streams merged here must be.
         anyone = not cycle.snapshot.vcs
+        threshold = turn_threshold(cycle.snapshot.config, job.attained_service)
         streams.append(
             r for attained, r in _turns(cycle).get(job.priority_rank, ())
-            if attained > job.attained_service and (anyone or r.vc == job.vc)
+            if attained > threshold and (anyone or r.vc == job.vc)
         )
     over = _over_quota(cycle, job.vc)
     for vc in sorted({vc for vc, _ in over}):
@@ -122,32 +125,27 @@ def candidates(
 
 
 def _turns(cycle: Cycle) -> dict[int, list[tuple[float, RunningJob]]]:
-    """Guaranteed suspendable running jobs whose time slice is over, by priority, with the
-    service they have attained, in ``victim_key``'s order. Derived once per cycle."""
+    """Guaranteed running jobs whose time slice is over (``turns.slice_over``), by priority,
+    with the service they have attained, in ``victim_key``'s order. Derived once per cycle."""
     if cycle.turns is None:
         config, now = cycle.snapshot.config, cycle.snapshot.now
         _, by_vc = victim_order(cycle)
         merged = heapq.merge(*(by_vc[vc] for vc in sorted(by_vc)), key=victim_key(cycle))
         cycle.turns = {}
         for r in merged:
-            if r.suspendable and now - r.started_at >= config.time_slice:
+            if slice_over(config, r, now):
                 cycle.turns.setdefault(r.priority_rank, []).append((r.attained_at(now), r))
     return cycle.turns
 
 
 def takes_turn_from(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:
-    """Whether ``job`` may suspend ``running`` to take its turn: time-sharing is on, both
-    are guaranteed work of one VC and one priority, ``running`` is suspendable, has received
-    more service than ``job`` and has run a whole time slice since it last (re)started."""
-    config = cycle.snapshot.config
-    now = cycle.snapshot.now
+    """Whether ``job`` may suspend ``running`` to take its turn: both are guaranteed work of
+    one VC and one priority, and ``running``'s turn is over for ``job``
+    (``turns.turn_over_for``: suspendable, a whole slice run, enough more service)."""
     return (
-        config.timeshare
-        and running.suspendable
-        and running.priority_rank == job.priority_rank < OPPORTUNISTIC_RANK
+        running.priority_rank == job.priority_rank
         and (running.vc == job.vc or not cycle.snapshot.vcs)
-        and now - running.started_at >= config.time_slice
-        and running.attained_at(now) > job.attained_service
+        and turn_over_for(cycle.snapshot.config, job.attained_service, running, cycle.snapshot.now)
     )
 
 

@@ -75,10 +75,11 @@ class Quotas:
             }
             self.implicit: VcPolicy | None = None
         else:
-            # Without VCs, every job shares one pool with no limits; only reclaiming from
-            # opportunistic work is on, never killing guaranteed work by priority.
+            # Without VCs, every job shares one pool with no limits, and within it a higher
+            # priority may preempt a lower one, as in any VC by default (``VirtualCluster``;
+            # ``yard vc list`` shows ``default`` so).
             self.vcs = {}
-            self.implicit = VcPolicy(IMPLICIT_VC, None, False)
+            self.implicit = VcPolicy(IMPLICIT_VC, None, True)
         self.free: dict[tuple[str, str], int] = {}
         for vc in self.vcs.values():
             for model, gpus in sorted((vc.quota or {}).items()):

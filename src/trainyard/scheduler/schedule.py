@@ -14,8 +14,8 @@ Phases, in the manner of Kueue's cycle, over one ``Ledger`` built from the snaps
 3. **preempt**, only now that every guaranteed job that could start has: for each VC, its
    jobs that could not start, in order, get victims (reclaimed opportunistic work, its
    own lower priorities, or — time-sharing — its own suspendable jobs of the same priority
-   that have received more service and run a whole time slice) until one cannot be
-   helped, which keeps the reservation;
+   that have received enough more service and run a whole time slice: ``turns``) until
+   one cannot be helped, which keeps the reservation;
 4. the opportunistic queue, like 2, behind every guaranteed reservation and plan;
 5. **explain**: every waiting job gets a reason, its position in its VC and an ETA.
 

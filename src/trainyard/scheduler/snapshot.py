@@ -150,6 +150,10 @@ class SchedulerConfig:
     # received more, once that one has run ``time_slice`` seconds since it last (re)started.
     timeshare: bool = True
     time_slice: float = 1800.0
+    # "More" is (``turns``): at least ``turn_ratio`` times the waiting job's service, and
+    # more than ``turn_floor`` GPU-seconds (2 GPU-hours).
+    turn_ratio: float = 2.0
+    turn_floor: float = 7200.0
 
 
 @dataclass(frozen=True)
@@ -201,9 +205,9 @@ class Preempt:
     grace_seconds: float
     reason: str
     for_job_id: int
-    # The victim is suspendable: it saves its state and waits to resume, keeping its place
-    # (else it is stopped and requeued). The controller stops and requeues either way until
-    # the suspend contract exists; the simulator charges a suspension its cost.
+    # The victim is suspendable: it is told to save its state and waits SUSPENDED to resume,
+    # keeping its place (else it is stopped and requeued); the simulator charges a
+    # suspension its cost.
     suspend: bool = False
 
 

@@ -80,6 +80,8 @@ class JobSummary(BaseModel):
     message: str
     # Seconds its attempts ran, summed (queue time is not run time); None before it first ran.
     runtimeSeconds: float | None = None
+    # Who keeps it SUSPENDED until `yard resume` (None: nobody holds it).
+    heldBy: str | None = None
 
 
 class SubmitResult(BaseModel):

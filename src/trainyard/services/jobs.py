@@ -18,9 +18,11 @@ from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services.admin import guaranteed_quotas, may_use_vc
+from trainyard.services.environment_access import check_job_environments
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
+from trainyard.services.storages import check_storage_uses
 from trainyard.services.views import job_detail
 from trainyard.spec.loading import container_fields, ignored_extras, validate_job
 from trainyard.spec.models import JobSpec
@@ -67,8 +69,8 @@ def node_states(nodes: list[NodeRow]) -> list[NodeState]:
 def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
     """What the job file asks for that this backend keeps but does not act on."""
     warnings = ignored_extras(spec)
-    if backend == "local":
-        warnings += [f"{path}: kept, but not used by the local backend" for path in container_fields(spec)]
+    warnings += [f"{path}: kept, but not used: Trainyard sets its containers' options itself"
+                 for path in container_fields(spec)]
     return warnings
 
 
@@ -154,9 +156,11 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     """Every check a submit makes before it queues the job; a dry run makes exactly these."""
     check_no_masked_secrets(spec)
     check_vc_access(session, user, spec.defaults.virtualCluster)
+    check_storage_uses(session, user, spec)
     check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
     check_within_vc_quota(session, spec)
     check_within_user_quota(session, user, spec)
+    check_job_environments(session, user, spec)
 
 
 def submit_job(
@@ -182,6 +186,8 @@ def submit_job(
         spec=normalized_spec(spec),
         grace_seconds=float(spec.stopGracePeriodSeconds),
         max_runtime_seconds=spec.maxRunTimeSeconds,
+        suspendable=spec.suspendable,
+        watchdog_seconds=spec.watchdogSeconds,
     )
     event = transitions.submit(job, user.name, clock.now(), cloned_from=cloned_from)
     session.add(job)

@@ -97,6 +97,13 @@ def find_log_target(
         role, index = (spec.role_names[0], 0) if task is None else task_named(spec, job_id, task)
         number = job.attempt if attempt is None else attempt
         rows = [a for a in job.attempts if a.number == number]
+        earlier = not rows and attempt is None and bool(job.attempts)
+        if earlier:
+            # Its next attempt has not started (a job waiting to resume, or to run again):
+            # the latest one that did, whose log is the one worth reading; a follower goes on
+            # to the next attempt's once that starts.
+            rows = [max(job.attempts, key=lambda a: a.number)]
+            number = rows[0].number
         if not rows:
             if attempt is not None:
                 raise NotFound(f"job {job_id} has no attempt {attempt}")
@@ -107,6 +114,8 @@ def find_log_target(
         t = found[0]
         key = TaskKey(job.id, number, role, index, t.run)
         ended = TaskState(t.state).is_final or (t.state == TaskState.WAITING and rows[0].state != AttemptState.RUNNING)
+        if earlier:
+            ended = JobState(job.state).is_final
         return LogTarget(job_id, user, role, index, attempt, key, ended)
 
 

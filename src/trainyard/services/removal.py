@@ -1,10 +1,10 @@
 """Taking away what jobs depend on: disabling, enabling and deleting users, deleting virtual
-clusters, removing grants and group members.
+clusters and storages, removing grants (on VCs and storages) and group members.
 
 One rule for all of them: a change that would leave a waiting or running job without its
-owner or its right to its VC is refused (`Conflict`, naming the jobs) unless ``force`` is
-given, which stops those jobs (a waiting one at once, a running one through its grace
-period) and says which. Disabling is the exception, as on most clusters: it keeps the
+owner, its right to its VC or its right to a storage it mounts is refused (`Conflict`,
+naming the jobs) unless ``force`` is given, which stops those jobs (a waiting one at once,
+a running one through its grace period) and says which. Disabling is the exception, as on most clusters: it keeps the
 user's jobs unless ``stop_jobs`` asks otherwise. Each function changes the store in the
 caller's transaction and answers a `RemovalResult`; a refusal raises, and the caller's
 transaction, rolled back (as `Database.session` does), keeps nothing of it.
@@ -12,21 +12,32 @@ transaction, rolled back (as `Database.session` does), keeps nothing of it.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
 from trainyard.core.names import DEFAULT_VC
+from trainyard.core.states import JobState
 from trainyard.schemas.admin import RemovalResult
 from trainyard.services.admin import get_group, get_vc, may_use_vc
 from trainyard.services.auth import get_user
+from trainyard.services.environment_access import EnvironmentKind
+from trainyard.services.environments import jobs_using
 from trainyard.services.errors import Conflict, NotFound
 from trainyard.services.jobs import request_stop
+from trainyard.services.storages import get_storage, jobs_losing_storage, take_grant
+from trainyard.spec.loading import validate_job
+from trainyard.store.queries import environments as env_queries
 from trainyard.store.queries import jobs as job_queries
+from trainyard.store.queries import storages as storage_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.rows import JobRow, UserRow
 
 MAX_JOBS_NAMED = 20  # in a refusal; the rest are counted
+STOPPABLE = (JobState.WAITING, JobState.SUSPENDED, JobState.RUNNING)  # as ``stoppable_jobs`` finds them
 
 
 def _job_list(jobs: list[JobRow]) -> str:
@@ -59,7 +70,16 @@ def _losing_access(session: Session, jobs: list[JobRow]) -> list[JobRow]:
     """Of these jobs, those whose owner may no longer use their VC (after a change in this
     session): what the change would orphan."""
     session.flush()
-    return [j for j in jobs if not may_use_vc(session, j.user, j.vc)]
+    mounting = [(j.user, validate_job(j.spec), j.id) for j in jobs if _may_mount(j.spec)]
+    lost_storage = set(jobs_losing_storage(session, mounting))
+    return [j for j in jobs if j.id in lost_storage or not may_use_vc(session, j.user, j.vc)]
+
+
+def _may_mount(document: dict[str, Any]) -> bool:
+    """Whether a stored job file can declare a storage (most do not: no need to parse them)."""
+    roles = document.get("taskRoles")
+    return bool(document.get("storages") or document.get("extras")
+                or any(isinstance(r, dict) and r.get("storages") for r in (roles or {}).values()))
 
 
 def _not_yourself(user: UserRow, by: UserRow, what: str) -> None:
@@ -90,27 +110,54 @@ def enable_user(session: Session, name: str) -> UserRow:
     return user
 
 
-def delete_user(session: Session, name: str, *, force: bool, by: UserRow, clock: Clock) -> RemovalResult:
-    """Delete a user: refused while they have waiting or running jobs, unless ``force``,
-    which stops them. The row stays (``deleted_at``), so that their finished jobs still name
-    them; their tokens are revoked, and their memberships, grants and quotas removed."""
+def delete_user(
+    session: Session, name: str, *, force: bool, by: UserRow, clock: Clock, files: list[Path] | None = None
+) -> RemovalResult:
+    """Delete a user: refused while they have waiting or running jobs, or while others' jobs
+    run in an environment of theirs, unless ``force``, which stops them. The row stays
+    (``deleted_at``), so that their finished jobs still name them; their tokens are revoked,
+    and their memberships, grants and quotas removed.
+
+    Their custom environments (``yard env create``), shared with a group or not, go with
+    them: nobody is left to rebuild or delete them, and their folders are in the user's part
+    of the environments root. The folders to remove once the transaction has committed are
+    appended to ``files``. Base environments an admin declared are the site's (a path or an
+    image Trainyard did not build): they stay, and become ``by``'s."""
     user = get_user(session, name)
     _not_yourself(user, by, "delete")
     jobs = job_queries.stoppable_jobs(session, user_id=user.id)
+    owned = [env for env in env_queries.all_environments(session) if env.owner_id == user.id]
+    custom = [env for env in owned if env.kind == EnvironmentKind.CUSTOM]
+    theirs = {job.id for job in jobs}
+    users_of_envs = sorted({job_id for env in custom for job_id in jobs_using(session, env.name)} - theirs)
+    others = [job for job_id in users_of_envs if (job := job_queries.job_by_id(session, job_id)) is not None
+              and job.state in STOPPABLE]
+    why = "they have waiting or running jobs"
+    if others:
+        why = (f"{why}, or others' jobs run in their environments ({', '.join(sorted(e.name for e in custom))})"
+               if jobs else f"others' jobs run in their environments ({', '.join(sorted(e.name for e in custom))})")
     stopped = _stop_or_refuse(
         session,
-        jobs,
+        [*jobs, *others],
         what=f"delete user {name}",
-        why="they have waiting or running jobs",
+        why=why,
         force=force,
         command=f"yard user delete {name}",
         by=by,
         clock=clock,
     )
+    for env in owned:
+        if env.kind == EnvironmentKind.CUSTOM:
+            if env.path and files is not None:
+                files.append(Path(env.path))
+            session.delete(env)
+        else:
+            env.owner = by
     user_queries.revoke_tokens_of(session, user.id)
     for row in [
         *vc_queries.memberships_of(session, user.id),
         *vc_queries.grants_to_user(session, user.id),
+        *storage_queries.storage_grants_to_user(session, user.id),
         *user_queries.quotas_of(session, user.id),
     ]:
         session.delete(row)
@@ -193,10 +240,43 @@ def remove_member(
         session,
         jobs,
         what=f"remove {user_name} from group {group_name}",
-        why="the group is what lets these jobs use their VC",
+        why="the group is what lets these jobs use their VC or a storage",
         force=force,
         command=f"yard group remove {group_name} {user_name}",
         by=by,
         clock=clock,
     )
     return RemovalResult(done=f"{user_name} is no longer in group {group_name}", stoppedJobs=stopped, keptJobs=[])
+
+
+# -- storages -------------------------------------------------------------------------------
+
+
+def delete_storage(session: Session, name: str, *, force: bool, by: UserRow, clock: Clock) -> RemovalResult:
+    """Delete a storage and its grants (never its files): refused while a waiting or running
+    job mounts it, unless ``force``, which stops those jobs."""
+    row = get_storage(session, name)
+    session.delete(row)
+    jobs = _losing_access(session, job_queries.stoppable_jobs(session))
+    stopped = _stop_or_refuse(
+        session, jobs, what=f"delete storage {name}", why="jobs mount it", force=force,
+        command=f"yard storage delete {name}", by=by, clock=clock,
+    )
+    return RemovalResult(done=f"deleted storage {name} (its files are untouched)", stoppedJobs=stopped, keptJobs=[])
+
+
+def revoke_storage_grant(
+    session: Session, name: str, grantee: str, *, force: bool, by: UserRow, clock: Clock
+) -> RemovalResult:
+    """Take back a user's or ``@group``'s grant on a storage: refused while it is what lets a
+    waiting or running job mount it as it asks, unless ``force``, which stops those jobs."""
+    take_grant(session, name, grantee)
+    who = f"--group {grantee[1:]}" if grantee.startswith("@") else f"--user {grantee}"
+    jobs = _losing_access(session, job_queries.stoppable_jobs(session))
+    stopped = _stop_or_refuse(
+        session, jobs, what=f"remove the grant of {grantee} on storage {name}",
+        why="it is what lets these jobs mount it", force=force,
+        command=f"yard storage revoke {name} {who}",
+        by=by, clock=clock,
+    )
+    return RemovalResult(done=f"{grantee} may no longer mount storage {name}", stoppedJobs=stopped, keptJobs=[])

@@ -10,7 +10,7 @@ from typing import Any
 
 from trainyard.core.lifecycle import platform_retries_used, run_seconds
 from trainyard.core.resources import from_milli
-from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.core.states import QUEUED_JOB_STATES, AttemptState, JobState, TaskState
 from trainyard.schemas.admin import GroupView, UserQuotaView
 from trainyard.schemas.cluster import GpuUsageView, GpuView, JobUsageView, NodeUsageView, NodeView
 from trainyard.schemas.jobs import (
@@ -40,7 +40,7 @@ from trainyard.store.rows import (
 
 
 def _pending(row: JobRow) -> PendingView | None:
-    if row.state != JobState.WAITING or not row.pending_reason:
+    if row.state not in QUEUED_JOB_STATES or row.held_by or not row.pending_reason:
         return None
     return PendingView(
         reason=row.pending_reason,
@@ -77,6 +77,7 @@ def job_summary(row: JobRow, now: datetime) -> JobSummary:
         gpus=total_gpus(row.spec),
         message=row.state_message,
         runtimeSeconds=run_seconds(((a.started_at, a.finished_at) for a in row.attempts), now),
+        heldBy=row.held_by,
     )
 
 

@@ -60,6 +60,7 @@ class SimJob:
     exit_code: int | None = None
     stopped_by: str | None = None
     stop_reason: str | None = None
+    held_by: str | None = None
     attempts: list[SimAttempt] = field(default_factory=list)
     history: list[Event] = field(default_factory=list)
 

@@ -79,3 +79,37 @@ def plot_grid(
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def plot_queue_policies(
+    rows: Sequence[tuple[str, str, float, float]], goals: dict[str, tuple[float, float]], path: Path, title: str
+) -> None:
+    """The queueing track's policies side by side: mean JCT and p99 queueing delay (hours),
+    one group of bars per load. ``rows``: (load, policy, mean JCT, p99 queueing), in the
+    order to draw; ``goals``: per load, the (mean JCT, p99 queueing) to stay under, drawn
+    as dashed lines over that load's group."""
+    loads = list(dict.fromkeys(load for load, *_ in rows))
+    policies = list(dict.fromkeys(policy for _, policy, *_ in rows))
+    values = {(load, policy): (jct, p99) for load, policy, jct, p99 in rows}
+    width = 0.8 / len(policies)
+    fig, axes = plt.subplots(1, 2, figsize=(10.0, 4.2), dpi=120)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for panel, (ax, label) in enumerate(zip(axes, ("mean JCT (h)", "p99 queueing delay (h)"), strict=True)):
+        for k, policy in enumerate(policies):
+            xs = [x - 0.4 + width * (k + 0.5) for x, load in enumerate(loads) if (load, policy) in values]
+            ys = [values[(load, policy)][panel] for load in loads if (load, policy) in values]
+            bars = ax.bar(xs, ys, width=width * 0.95, label=policy, color=colours[k % len(colours)])
+            ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
+        for x, load in enumerate(loads):
+            if load in goals:
+                ax.hlines(goals[load][panel], x - 0.42, x + 0.42, colors="black", linestyles="dashed", linewidth=1)
+        ax.set_xticks(range(len(loads)), [f"load {load}" for load in loads])
+        ax.set_ylabel(label)
+        if panel == 1:  # tails span hundredths to hours: log; means differ by tens of percent: linear
+            ax.set_yscale("log")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.legend(*axes[0].get_legend_handles_labels(), fontsize=8, loc="lower center", ncol=len(policies))
+    fig.suptitle(title + " (dashed: the goal)", fontsize=10)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path)
+    plt.close(fig)

@@ -20,7 +20,7 @@ Queue policies are scheduler configurations plus the queue key the scheduler sor
   needs a VC with a quota: without ``--vc-quotas`` one VC holds the whole cluster;
 * ``default``: Trainyard as configured out of the box (EASY backfill, its default scorer,
   time-sharing: suspendable jobs of one priority take turns, least attained service first,
-  a time slice apart — ``SchedulerConfig.timeshare``);
+  a time slice apart, by the rules of ``scheduler.turns`` — ``SchedulerConfig.timeshare``);
 * ``easy``: the default without time-sharing (what it was before issue 16).
 
 Suspension (a preemption of a suspendable job, ``Preempt.suspend``) costs the job
@@ -50,15 +50,15 @@ from trainyard.scheduler.snapshot import (
     TaskRequest,
     VirtualCluster,
 )
+from trainyard.scheduler.turns import turn_over_for
 from trainyard.sim import lifecycle
+from trainyard.sim.defaults import SUSPEND_COST, SUSPENDABLE
 from trainyard.sim.jobs import TraceJob, gang_tasks
 from trainyard.sim.lifecycle import SimJob
 
 # Tiresias's levels: below 1 GPU-hour attained, below 10, and beyond (priority ranks 0, 1, 2).
 LAS_LEVELS = (3_600.0, 36_000.0)
 CYCLES_PER_INSTANT = 4  # a preemption with no grace frees GPUs for another cycle at once
-SUSPEND_COST = 120.0  # seconds of a suspended job's GPUs lost to saving and restoring its checkpoint
-SUSPENDABLE = ("all", "half", "none")
 
 
 @dataclass(frozen=True)
@@ -261,9 +261,13 @@ class QueueSim:
                     self._enqueue(self.by_id[job_id])
                 return True
             return False
-        if kind == 3:  # a running job's time slice is over: a waiting job may take its turn
-            slice_ends = self.segment_start.get(job_id, -math.inf) + self.policy.config.time_slice
-            return bool(self.pending) and job_id not in self.stopping and abs(slice_ends - self.now) < 1e-6
+        if kind == 3:  # a running job's slice is over, or it passed the floor: a turn may be possible
+            running = self.running.get(job_id)
+            least = self._least_waiting_service()
+            # Only if the job that has waited with least service could take it (else the
+            # cycle would decide what the last one did; and the cluster is often full).
+            return (running is not None and least is not None and job_id not in self.stopping
+                    and turn_over_for(self.policy.config, least, running, self.now + 1e-6))
         # kind 2: a running job's attained service crossed a Tiresias level
         running = self.running.get(job_id)
         if running is None or job_id in self.stopping:
@@ -350,9 +354,21 @@ class QueueSim:
         self.end_at[job_id] = end
         heapq.heappush(self.events, (end, 0, job_id))
         if self.policy.config.timeshare and job.suspendable:
-            heapq.heappush(self.events, (self.now + self.policy.config.time_slice, 3, job_id))
+            self._schedule_turns(job_id)
         if self.policy.las:
             self._schedule_demotion(job_id, self.attained[job_id])
+
+    def _schedule_turns(self, job_id: int) -> None:
+        """Wake the loop when a waiting job may take its turn from ``job_id`` (``turns``):
+        once its slice is over, and once it has received more than ``turn_floor`` if that
+        comes later (a waiting job's ratio is met by whatever event comes: it was not met
+        when the waiting job stopped, and depends on who waits)."""
+        config = self.policy.config
+        slice_ends = self.now + config.time_slice
+        heapq.heappush(self.events, (slice_ends, 3, job_id))
+        floor_at = self.now + (config.turn_floor - self.attained[job_id]) / self.by_id[job_id].gpus
+        if slice_ends < floor_at < self.end_at[job_id]:
+            heapq.heappush(self.events, (floor_at + 1e-6, 3, job_id))
 
     def _schedule_demotion(self, job_id: int, attained: float) -> None:
         nxt = next((t for t in LAS_LEVELS if t > attained + 1e-6), None)
@@ -381,15 +397,19 @@ class QueueSim:
         """Whether a waiting job might take its turn from a running one (a cheap test, so
         that cycles on a full cluster run only when time-sharing could decide something)."""
         config = self.policy.config
-        if not config.timeshare:
+        least = self._least_waiting_service() if config.timeshare else None
+        if least is None:
             return False
-        least = min((p.attained_service for p in self.pending.values() if p.priority_rank < OPPORTUNISTIC_RANK),
-                    default=math.inf)
         return any(
-            r.suspendable and job_id not in self.stopping and self.now - r.started_at >= config.time_slice
-            and r.attained_at(self.now) > least
+            job_id not in self.stopping and turn_over_for(config, least, r, self.now)
             for job_id, r in self.running.items()
         )
+
+    def _least_waiting_service(self) -> float | None:
+        """The least service a waiting guaranteed job has received (it may take turns from
+        the most running jobs); None when none waits."""
+        return min((p.attained_service for p in self.pending.values() if p.priority_rank < OPPORTUNISTIC_RANK),
+                   default=None)
 
     def _refresh(self, name: str) -> None:
         node = self.nodes[name]

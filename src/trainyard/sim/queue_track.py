@@ -30,7 +30,7 @@ from trainyard.sim.jobs import (
     uniform_cluster,
     window,
 )
-from trainyard.sim.queue import SUSPEND_COST, QueuePolicy, QueueResult, QueueSim, policy_named, vc_quotas
+from trainyard.sim.queue import QueuePolicy, QueueResult, QueueSim, policy_named, vc_quotas
 from trainyard.sim.traces import PHILLY_JOBS, resolve, trace_file
 
 HOUR = 3600.0
@@ -151,7 +151,7 @@ def run_queue_command(args: argparse.Namespace,
     elif args.vc_quotas:
         vcs = vc_quotas(chosen, gpus, load_vc_nodes(resolve("--vc-quotas", args.vc_quotas)))
     policy = policy_named(args.policy, args.time_slice)
-    cost = SUSPEND_COST if args.suspend_cost is None else args.suspend_cost
+    cost = args.suspend_cost
     options = {"suspendable": args.suspendable, "suspend_cost": cost}
     started = time.perf_counter()
     sim = QueueSim(nodes, chosen, policy, vcs=vcs, tick=args.tick, **options)

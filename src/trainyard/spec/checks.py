@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainyard.spec.errors import FieldError, join_path, show
 from trainyard.spec.placeholders import TemplateError, find_references, render_with, resolve
+from trainyard.spec.storages import extras_errors
 
 if TYPE_CHECKING:
     from trainyard.spec.models import Deployment, JobSpec, TaskRole
@@ -31,6 +32,10 @@ MAX_ENV_TOTAL_BYTES = 1024 * 1024
 # (OpenPAI: PAI_TASK_ROLE_<role>_HOST_LIST, PAI_PORT_LIST_<role>_0_<label>).
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ROLE_NAME_MAX = 64
+# A container image reference ([registry/]name[:tag][@digest]): it reaches the container
+# engine's command line, so it may not start with '-' or hold spaces.
+IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
+IMAGE_REFERENCE_MAX = 255
 PREREQUISITE_TYPES = ("dockerimage", "data", "script", "output")
 # The task-role field that selects each kind of prerequisite.
 _SELECTORS = {"dockerImage": "dockerimage", "data": "data", "script": "script", "output": "output"}
@@ -43,11 +48,26 @@ def semantic_errors(spec: JobSpec) -> list[FieldError]:
     for name, role in spec.taskRoles.items():
         errors += _role_errors(spec, name, role)
     errors += _deployment_errors(spec)
+    errors += _storage_errors(spec)
     placeholder_errors = list(_placeholder_errors(spec))
     errors += placeholder_errors
     if not placeholder_errors:
         errors += _env_size_errors(spec)
     return errors
+
+
+def _storage_errors(spec: JobSpec) -> Iterator[FieldError]:
+    """OpenPAI's storage declarations in ``extras``, and a storage named twice in one list
+    (where it would be mounted twice)."""
+    yield from extras_errors(spec.extras)
+    lists = [("storages", spec.storages)] + [(f"taskRoles.{name}.storages", role.storages)
+                                             for name, role in spec.taskRoles.items()]
+    for path, uses in lists:
+        seen: set[str] = set()
+        for index, use in enumerate(uses):
+            if use.name in seen:
+                yield FieldError(f"{path}[{index}].name", f"storage {use.name!r} is listed twice")
+            seen.add(use.name)
 
 
 def _prerequisite_errors(spec: JobSpec) -> Iterator[FieldError]:
@@ -60,14 +80,32 @@ def _prerequisite_errors(spec: JobSpec) -> Iterator[FieldError]:
         if kind not in PREREQUISITE_TYPES:
             allowed = ", ".join(PREREQUISITE_TYPES)
             yield FieldError(f"{path}.type", f"must be one of {allowed} (got {show(kind)})")
+        if kind == "dockerimage":
+            yield from _image_uri_errors(f"{path}.uri", item.get("uri"))
         if isinstance(name, str) and isinstance(kind, str):
             if (kind, name) in seen:
                 yield FieldError(f"{path}.name", f"duplicate {kind} prerequisite {name!r}")
             seen.add((kind, name))
 
 
+def _image_uri_errors(path: str, uri: object) -> Iterator[FieldError]:
+    """A ``dockerimage`` prerequisite's ``uri`` is the image a container engine is given."""
+    if not isinstance(uri, str) or not IMAGE_REFERENCE.fullmatch(uri) or len(uri) > IMAGE_REFERENCE_MAX:
+        yield FieldError(
+            path,
+            "must be an image reference such as 'python:3.12' or 'registry.example.com/team/train:v2', "
+            f"at most {IMAGE_REFERENCE_MAX} characters (got {show(uri)})",
+        )
+
+
 def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldError]:
     path = f"taskRoles.{name}"
+    if role.image is not None and role.dockerImage is not None:
+        yield FieldError(
+            f"{path}.image",
+            "set either image (an image reference) or dockerImage (the name of a dockerimage "
+            "prerequisite), not both",
+        )
     if not IDENTIFIER.fullmatch(name) or len(name) > ROLE_NAME_MAX:
         yield FieldError(
             path,

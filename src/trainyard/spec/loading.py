@@ -12,6 +12,7 @@ from trainyard.spec.errors import DOCUMENT, FieldError, SpecError, show
 from trainyard.spec.models import JobSpec
 from trainyard.spec.nesting import check_json_depth, check_yaml_depth
 from trainyard.spec.plaindata import OversizedNumber, plain_data
+from trainyard.spec.storages import RUNTIME_PLUGINS, TEAMWISE_STORAGE
 from trainyard.spec.translate import spec_error_from
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -105,31 +106,21 @@ def validate_job(data: dict[str, Any]) -> JobSpec:
 
 
 def container_fields(spec: JobSpec) -> list[str]:
-    """Paths of fields that only a container backend can honour.
-
-    They are kept in the stored spec; a process backend should warn about each, e.g.
-    ``taskRoles.train.dockerImage: kept, but not used by the local backend``.
-    """
-    paths = [
-        f"prerequisites[{index}]"
-        for index, item in enumerate(spec.prerequisites or ())
-        if item.get("type") == "dockerimage"
+    """Paths of container fields that Trainyard keeps but does not act on: OpenPAI's
+    ``extraContainerOptions`` (Trainyard sets a container's options itself). The image
+    (``image``, ``dockerImage``) is honoured: the role's tasks run in containers."""
+    return [
+        f"taskRoles.{name}.extraContainerOptions"
+        for name, role in spec.taskRoles.items()
+        if role.extraContainerOptions
     ]
-    for name, role in spec.taskRoles.items():
-        if role.dockerImage is not None:
-            paths.append(f"taskRoles.{name}.dockerImage")
-        if role.extraContainerOptions:
-            paths.append(f"taskRoles.{name}.extraContainerOptions")
-    return paths
-
-
-RUNTIME_PLUGINS = "com.microsoft.pai.runtimeplugin"
 
 
 def ignored_extras(spec: JobSpec) -> list[str]:
     """Warnings for OpenPAI ``extras`` that Trainyard keeps but does not act on: each runtime
-    plugin (``ssh``, ``teamwise_storage``, ``tensorboard``, ...) is an OpenPAI container
-    hook, and no backend of Trainyard's runs them, so a job that relies on one is told so."""
+    plugin (``ssh``, ``tensorboard``, ...) is an OpenPAI container hook, and no backend of
+    Trainyard's runs them, so a job that relies on one is told so. ``teamwise_storage`` is
+    the exception: Trainyard mounts the storages it names itself (``spec/storages.py``)."""
     extras = spec.extras if isinstance(spec.extras, dict) else {}
     plugins = extras.get(RUNTIME_PLUGINS)
     if plugins is None:
@@ -140,6 +131,8 @@ def ignored_extras(spec: JobSpec) -> list[str]:
     warnings = []
     for index, plugin in enumerate(plugins):
         name = plugin.get("plugin") if isinstance(plugin, dict) else None
+        if name == TEAMWISE_STORAGE:
+            continue
         named = f" ({name})" if isinstance(name, str) and name else ""
         warnings.append(f"{path}[{index}]{named}: kept, but ignored: Trainyard runs no OpenPAI runtime plugins")
     return warnings

@@ -5,7 +5,13 @@ protocol document back. Differences from OpenPAI v2 (rest-server `config/v2/prot
 
 * relaxed: ``protocolVersion``, ``type``, ``dockerImage`` and ``resourcePerInstance`` may be
   left out; resources default to 0 GPU, 1 CPU, 1024 MB;
-* extended: per-role ``env``; top-level ``priority``, ``stopGracePeriodSeconds``, ``tags``;
+* extended: per-role ``env``; top-level and per-role ``storages`` (``spec/storages.py``);
+  ``image`` per job and per role (a plain image reference, beside OpenPAI's ``dockerImage``
+  that names a ``dockerimage`` prerequisite); ``environment`` (a Trainyard environment,
+  ``yard env``, per job or per role; the role's wins); top-level ``priority``,
+  ``stopGracePeriodSeconds``, ``tags``,
+  ``preemption`` (``suspend``: the job saves its state when told, see ``docs/runtime.md``)
+  with ``suspendGracePeriodSeconds`` and ``suspendSignal``, and ``watchdogSeconds``;
   fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints;
 * stricter: a placeholder naming an unknown parameter or secret is an error, and
   ``completion`` counts must fit the role's ``instances``.
@@ -24,11 +30,12 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
 from pydantic_core import PydanticCustomError
 
-from trainyard.spec.checks import MAX_PORTS, semantic_errors
+from trainyard.spec.checks import IMAGE_REFERENCE, IMAGE_REFERENCE_MAX, MAX_PORTS, semantic_errors
 from trainyard.spec.errors import show
+from trainyard.spec.storages import check_mount_path, check_storage_name, check_sub_path
 
 JOB_NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"  # OpenPAI rest-server's job name pattern
 JOB_NAME_MAX = 255  # openpai-protocol schemas/v2: name maxLength 255
@@ -36,6 +43,11 @@ MAX_INSTANCES = 1000
 MAX_RETRIES = 100
 MAX_STOP_GRACE_SECONDS = 3600
 MAX_RUN_TIME_SECONDS = 366 * 24 * 3600
+MIN_WATCHDOG_SECONDS = 10
+# An environment's name (``yard env``); core.names.ENVIRONMENT_NAME says the same for the services.
+ENVIRONMENT_NAME_PATTERN = r"[a-z][a-z0-9_-]{0,63}"
+# Signals a job may choose to be told to suspend by; "none": only the request file.
+SUSPEND_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGHUP", "SIGINT", "SIGTERM", "none")
 
 
 def invalid(message: str) -> PydanticCustomError:
@@ -61,6 +73,22 @@ class Priority(StrEnum):
     def rank(self) -> int:
         """0 for the highest priority (prod), 3 for the lowest (oppo)."""
         return list(Priority).index(self)
+
+
+class Preemption(StrEnum):
+    """What happens to a running job when Trainyard needs its resources back."""
+
+    REQUEUE = "requeue"  # stopped, and run again from the start (its job directory kept)
+    SUSPEND = "suspend"  # told to save its state, then resumed from it later
+
+
+def _suspend_signal(value: Any) -> str:
+    if isinstance(value, str):
+        name = value.strip().upper()
+        name = "none" if name == "NONE" else (name if name.startswith("SIG") else "SIG" + name)
+        if name in SUSPEND_SIGNALS:
+            return name
+    raise invalid(f"must be one of {', '.join(SUSPEND_SIGNALS)} (got {show(value)})")
 
 
 # --- value checks shared by several fields -------------------------------------------
@@ -193,6 +221,15 @@ def _job_type(value: Any) -> str:
     raise invalid(f"must be 'job' (got {show(value)})")
 
 
+def _image(value: str) -> str:
+    if not IMAGE_REFERENCE.fullmatch(value) or len(value) > IMAGE_REFERENCE_MAX:
+        raise invalid(
+            "must be an image reference such as 'python:3.12', 'registry.example.com/team/train:v2' "
+            f"or 'repo@sha256:…', at most {IMAGE_REFERENCE_MAX} characters (got {show(value)})"
+        )
+    return value
+
+
 def _job_name(value: str) -> str:
     if not value:
         raise invalid("must not be empty")
@@ -203,9 +240,20 @@ def _job_name(value: str) -> str:
     return value
 
 
+def _environment_name(value: Any) -> Any:
+    if isinstance(value, str) and not re.fullmatch(ENVIRONMENT_NAME_PATTERN, value):
+        raise invalid(
+            "must name an environment: lowercase letters, digits, '_' and '-', starting with a letter "
+            f"(got {show(value)}); see `yard env list`"
+        )
+    return value
+
+
 WholeNumber = Annotated[int, BeforeValidator(_whole)]
 Command = Annotated[str, AfterValidator(_non_blank)]
 Text = Annotated[str, AfterValidator(_non_blank)]
+EnvironmentName = Annotated[str, AfterValidator(_environment_name)]
+Image = Annotated[str, AfterValidator(_image)]
 
 
 class _Model(BaseModel):
@@ -233,12 +281,37 @@ class ResourcePerInstance(_Model):
     gpuMemoryMB: Annotated[WholeNumber, _between(1)] | None = None
 
 
+def _as_spec_error(check: Any) -> Any:
+    def run(value: Any) -> Any:
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise invalid(str(exc)) from None
+
+    return run
+
+
+class StorageMount(_Model):
+    """A storage the tasks see (``spec/storages.py``): its name, where, how, which part."""
+
+    name: Annotated[str, BeforeValidator(_as_spec_error(check_storage_name))]
+    mountPath: Annotated[str, BeforeValidator(_as_spec_error(check_mount_path))] | None = None
+    readOnly: StrictBool | None = None  # None: as granted; 1 or "yes" is no boolean
+    subPath: Annotated[str, BeforeValidator(_as_spec_error(check_sub_path))] = ""
+
+
+MAX_STORAGES = 32
+
+
 class TaskRole(_Model):
     """One kind of task in a job, run as ``instances`` identical tasks."""
 
     instances: Annotated[WholeNumber, _between(1, MAX_INSTANCES)] = 1
     completion: Annotated[Completion, _none_to(Completion)] = Field(default_factory=Completion)
     taskRetryCount: Annotated[WholeNumber, _between(0, MAX_RETRIES)] = 0
+    # The container image the role's tasks run in: ``image`` names it; ``dockerImage`` (OpenPAI)
+    # names a ``dockerimage`` prerequisite whose ``uri`` is the image. See ``JobSpec.role_image``.
+    image: Image | None = None
     dockerImage: str | None = None
     data: str | None = None
     output: str | None = None
@@ -251,6 +324,9 @@ class TaskRole(_Model):
     env: Annotated[dict[str, Annotated[str, BeforeValidator(_env_value)]], _none_to(dict)] = Field(
         default_factory=dict
     )
+    storages: Annotated[list[StorageMount], _none_to(list)] = Field(default_factory=list, max_length=MAX_STORAGES)
+    # The environment this role's tasks run in, over the job's ``environment``.
+    environment: EnvironmentName | None = None
 
 
 class DeploymentRole(_Model):
@@ -288,6 +364,7 @@ class JobSpec(_Model):
     contributor: str | None = None
     description: str | None = None
     prerequisites: list[dict[str, Any]] | None = None
+    image: Image | None = None  # every role's image, unless the role names its own
     parameters: Annotated[dict[str, Any], _none_to(dict)] = Field(default_factory=dict)
     secrets: Annotated[dict[str, Any], _none_to(dict)] = Field(default_factory=dict)
     jobRetryCount: Annotated[WholeNumber, _between(0, MAX_RETRIES)] = 0
@@ -301,6 +378,17 @@ class JobSpec(_Model):
     # fails without retrying. Declaring it lets the job backfill around a reservation.
     maxRunTimeSeconds: Annotated[WholeNumber, _between(1, MAX_RUN_TIME_SECONDS)] | None = None
     tags: Annotated[list[Text], _none_to(list)] = Field(default_factory=list)
+    # Storages every task role mounts (``spec/storages.py``); a role's own ``storages`` add to them.
+    storages: Annotated[list[StorageMount], _none_to(list)] = Field(default_factory=list, max_length=MAX_STORAGES)
+    preemption: Preemption = Preemption.REQUEUE
+    # How long a suspending job has to save its state before what is left is stopped.
+    suspendGracePeriodSeconds: Annotated[WholeNumber, _between(0, MAX_STOP_GRACE_SECONDS)] = 300
+    suspendSignal: Annotated[str, BeforeValidator(_suspend_signal)] = "SIGUSR1"
+    # HAI's set_watchdog_time: no task writing output for this long means the job hangs; it
+    # is stopped and retried as a platform fault.
+    watchdogSeconds: Annotated[WholeNumber, _between(MIN_WATCHDOG_SECONDS, MAX_RUN_TIME_SECONDS)] | None = None
+    # The environment (``yard env``) every role's tasks run in, unless a role names its own.
+    environment: EnvironmentName | None = None
 
     @model_validator(mode="after")
     def _check_semantics(self) -> JobSpec:
@@ -313,6 +401,10 @@ class JobSpec(_Model):
         return self
 
     @property
+    def suspendable(self) -> bool:
+        return self.preemption == Preemption.SUSPEND
+
+    @property
     def task_count(self) -> int:
         """How many tasks one attempt of the job runs (instances over all roles)."""
         return sum(role.instances for role in self.taskRoles.values())
@@ -321,6 +413,31 @@ class JobSpec(_Model):
     def role_names(self) -> list[str]:
         """Task role names in the order the file declares them."""
         return list(self.taskRoles)
+
+    def environment_of(self, role: str) -> str | None:
+        """The environment ``role``'s tasks run in: the role's own, else the job's (None: none)."""
+        return self.taskRoles[role].environment or self.environment
+
+    def environment_paths(self) -> dict[str, str]:
+        """Each environment the job names, with the field path that first names it."""
+        named = {} if self.environment is None else {self.environment: "environment"}
+        for name, role in self.taskRoles.items():
+            if role.environment is not None:
+                named.setdefault(role.environment, f"taskRoles.{name}.environment")
+        return named
+
+    def role_image(self, role: str) -> str | None:
+        """The image the role's tasks run in, None for bare processes. The most specific
+        wins: the role's ``image``, then its ``dockerImage`` (the named prerequisite's
+        ``uri``), then the job's ``image``; a role may not set both of its own."""
+        task_role = self.taskRoles[role]
+        if task_role.image is not None:
+            return task_role.image
+        if task_role.dockerImage is not None:
+            prerequisite = self.prerequisite("dockerimage", task_role.dockerImage)
+            uri = None if prerequisite is None else prerequisite.get("uri")
+            return uri if isinstance(uri, str) else None
+        return self.image
 
     def prerequisite(self, kind: str, name: str) -> dict[str, Any] | None:
         """The prerequisite of type ``kind`` (``dockerimage``, ``data``…) called ``name``."""

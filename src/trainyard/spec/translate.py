@@ -78,7 +78,7 @@ def _unknown_field_message(loc: list[Any]) -> str:
     if model is None:
         return "unknown field"
     known = list(model.model_fields)
-    close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(field, known, n=1, cutoff=0.65)
     if not close:
         lowered = {name.lower(): name for name in known}
         close = [lowered[field.lower()]] if field.lower() in lowered else []

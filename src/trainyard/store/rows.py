@@ -121,6 +121,15 @@ class JobRow(Base):
     retries_used: Mapped[int] = mapped_column(Integer, default=0)
     grace_seconds: Mapped[float] = mapped_column(default=30.0)
     max_runtime_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)  # per attempt
+    # From the job file (``preemption: suspend``, ``watchdogSeconds``), for the controller's
+    # queries: whether it may be suspended, and after how long without output it hangs.
+    suspendable: Mapped[bool] = mapped_column(default=False)
+    watchdog_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Who keeps it SUSPENDED (its owner or an admin, ``yard suspend``) until ``yard resume``;
+    # None when the scheduler may resume it.
+    held_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # GPU-seconds its ended attempts received (least attained service's measure).
+    attained_gpu_seconds: Mapped[float] = mapped_column(default=0.0)
     pending_reason: Mapped[str | None] = mapped_column(String(32), nullable=True)
     pending_message: Mapped[str | None] = mapped_column(Text, nullable=True)
     pending_short: Mapped[str | None] = mapped_column(Text, nullable=True)  # the reason in a few words
@@ -284,6 +293,35 @@ class UserQuotaRow(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     priority: Mapped[str] = mapped_column(String(16), primary_key=True)
     gpu_milli: Mapped[int] = mapped_column(Integer)
+
+
+class StorageRow(Base):
+    """A path every node has mounted (NFS, Lustre, a local disk), that jobs may mount when
+    granted (``services.storages``); ``read_only`` makes it read-only for every job."""
+
+    __tablename__ = "storages"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    path: Mapped[str] = mapped_column(Text)
+    read_only: Mapped[bool] = mapped_column(Boolean, default=False)
+    kind: Mapped[str] = mapped_column(String(32), default="")  # free text: nfs, lustre, local...
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    grants: Mapped[list[StorageGrantRow]] = relationship(cascade="all, delete-orphan", lazy="selectin")
+
+
+class StorageGrantRow(Base):
+    """Who may mount a storage: one user, or every member of one group; read-only or not."""
+
+    __tablename__ = "storage_grants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    storage_id: Mapped[int] = mapped_column(ForeignKey("storages.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=True)
+    group_id: Mapped[int | None] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), nullable=True)
+    read_only: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class NodeSampleRow(Base):
@@ -474,3 +512,34 @@ class AlertRow(Base):
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     notified: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+
+
+class EnvironmentRow(Base):
+    """A software environment jobs run in (``yard env``, HAI's haienv): ``base`` ones an admin
+    declares (a Python environment at ``path`` on every node, or an ``image``), ``custom`` ones
+    Trainyard builds from ``requirements`` by the job ``build_job_id`` into ``path``, on top
+    of ``base_id`` when given. Visible to its owner, and to ``group_id``'s members when
+    ``visibility`` is "group"; a base environment with visibility "everyone" to all."""
+
+    __tablename__ = "environments"
+    __table_args__ = (Index("ix_environments_state", "state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    kind: Mapped[str] = mapped_column(String(16))  # base | custom
+    visibility: Mapped[str] = mapped_column(String(16))  # private | group | everyone
+    # A deleted group leaves its environments visible to their owners only.
+    group_id: Mapped[int | None] = mapped_column(ForeignKey("groups.id", ondelete="SET NULL"), nullable=True)
+    base_id: Mapped[int | None] = mapped_column(ForeignKey("environments.id"), nullable=True)
+    path: Mapped[str | None] = mapped_column(Text, nullable=True)  # the environment's prefix ($VIRTUAL_ENV)
+    image: Mapped[str | None] = mapped_column(Text, nullable=True)
+    requirements: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(16))  # BUILDING | READY | FAILED
+    build_job_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)  # built or failed
+
+    owner: Mapped[UserRow] = relationship(lazy="joined")
+    group: Mapped[GroupRow | None] = relationship(lazy="joined")

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,9 +97,14 @@ class World:
 @pytest.fixture
 def world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
     """A store, the Slurm backend and a controller driven cycle by cycle (no thread)."""
+    yield from make_world(slurm, tmp_path)
+
+
+def make_world(slurm: SlurmCommands, tmp_path: Path, **backend_options: Any) -> Iterator[World]:
+    """``world``'s body, for fixtures that give the backend more options (containers)."""
     db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
     db.migrate()
-    backend = SlurmBackend(tmp_path / "slurm")
+    backend = SlurmBackend(tmp_path / "slurm", **backend_options)
     clock = SystemClock()
     controller = Controller(db, backend, clock)
     with db.session() as s:

@@ -20,7 +20,9 @@ from trainyard.backends.environment import STANDARD_PATH, process_account
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
+from trainyard.scheduler.snapshot import Preempt
 from trainyard.services import jobs as job_service
+from trainyard.services.specs import StoredSpecs
 from trainyard.store.rows import AttemptRow, TaskRow
 
 
@@ -175,17 +177,24 @@ stopGracePeriodSeconds: 20
 taskRoles:
   main:
     commands:
-      - trap 'echo got SIGTERM; exit 0' TERM
+      - trap 'echo got SIGTERM; exit 7' TERM
       - echo started
-      - sleep 300 & wait
+      - >-
+        python3 -c 'import signal, sys, time; signal.signal(signal.SIGTERM,
+        lambda *a: (print("child got SIGTERM", flush=True), sys.exit(3))); time.sleep(300)' & wait
+      - echo "shell exits $?"
 """)
     with world.db.session() as s:
         job_service.request_stop(s, s.merge(world.user), job_id, clock=SystemClock())
     job = drive(world, job_id)
     assert job.state == "STOPPED"
-    # slurmstepd may append its own "*** STEP ... CANCELLED ***" line after the task's.
+    # The whole process group got SIGTERM at once (the task runner relays it), so the shell's
+    # trap ran although its child ended first: it did not carry on to exit 0.
     task_lines = [line for line in log_of(world, key).splitlines() if not line.startswith("slurmstepd")]
-    assert task_lines[-1] == "got SIGTERM"
+    assert "child got SIGTERM" in task_lines and "got SIGTERM" in task_lines
+    assert not any(line.startswith("shell exits") for line in task_lines)
+    [task] = tasks_of(world, job_id)
+    assert task.exit_code == 7
     [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["JobState"] in ("COMPLETED", "CANCELLED")
 
@@ -226,7 +235,8 @@ taskRoles:
     drive(world, job_id, states=("RUNNING",))
     wait_until(lambda: marker.exists(), timeout=20, what="the task to start")
     with world.db.session() as s:
-        assert preempt_jobs(s, [(job_id, "preempted for job 99")], SystemClock()) == [job_id]
+        assert preempt_jobs(s, [
+            Preempt(job_id, 0, "preempted for job 99", 0)], SystemClock(), StoredSpecs().of) == [job_id]
     requeued = drive(world, job_id, states=("RUNNING",), until=lambda j: j.attempt == 1)
     assert requeued.retries_used == 0
     wait_until(lambda: marker.read_text().count("attempt") == 2, timeout=20, what="attempt 1 to start")
@@ -346,6 +356,8 @@ def test_a_slurm_task_starts_from_the_clean_documented_environment_not_the_serve
         "PATH": STANDARD_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/bash", "LANG": "C.UTF-8",
         "SITE_CACHE": "/scratch/cache", "GREETING": "hi", "TRAINYARD_JOB_ID": "1",
         "TRAINYARD_JOB_DIR": str(backend.job_dir(1)),
+        "TRAINYARD_SUSPEND_FILE": str(backend.task_dir(key) / "suspend.json"),
+        "PYTHONPATH": str(backend.task_python),  # trainyard.runtime for the task's own Python
         "CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "none", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }
     assert env["SLURM_JOB_ID"] == backend.slurm_job_id(key)

@@ -26,6 +26,7 @@ from trainyard.schemas.jobs import (
 from trainyard.schemas.requests import NO_NUL
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
+from trainyard.services import suspension
 from trainyard.services.views import job_summary, submit_result
 from trainyard.spec.loading import load_document, parse_job
 from trainyard.spec.templating import masked_spec
@@ -167,6 +168,25 @@ StopReason = Annotated[str, Query(max_length=1000, pattern=NO_NUL,
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
 def stop_job(job_id: JobId, user: User, ctx: Ctx, reason: StopReason = "") -> JobDetail:
     job_service.stop_job(ctx.db, user, job_id, clock=ctx.clock, because=reason.strip())
+    ctx.wake_controller()
+    return get_job(job_id, user, ctx)
+
+
+@router.post("/{job_id}/suspend", response_model=JobDetail, responses=errors(401, 404, 409, 422))
+def suspend_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
+    """Suspend a job and hold it until it is resumed. A running job must have declared
+    `preemption: suspend`: its tasks are told to save their state (the suspend signal and
+    request file) and stopped after its suspend grace period; a waiting job is held."""
+    suspension.suspend_job(ctx.db, user, job_id, specs=ctx.specs, clock=ctx.clock)
+    ctx.wake_controller()
+    return get_job(job_id, user, ctx)
+
+
+@router.post("/{job_id}/resume", response_model=JobDetail, responses=errors(401, 403, 404, 409, 422))
+def resume_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
+    """Let a job held by `suspend` resume: it waits for room as a new attempt, with its place
+    in the queue. A job an admin suspended only an admin may resume."""
+    suspension.resume_job(ctx.db, user, job_id, clock=ctx.clock)
     ctx.wake_controller()
     return get_job(job_id, user, ctx)
 

@@ -3,6 +3,8 @@ creating, listing and revoking tokens (one's own; anyone's for an admin)."""
 
 from __future__ import annotations
 
+import contextlib
+import pathlib
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -10,6 +12,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from trainyard.api.bodies import MAX_ID, BodyRoute, PathName
 from trainyard.api.deps import AppContext, admin_user, context, current_user
 from trainyard.api.openapi import errors
+from trainyard.backends.base import EnvironmentStore
 from trainyard.schemas.admin import RemovalResult
 from trainyard.schemas.requests import NO_NUL
 from trainyard.schemas.users import (
@@ -20,7 +23,7 @@ from trainyard.schemas.users import (
     TokenView,
     UserView,
 )
-from trainyard.services import auth, removal, web_sessions
+from trainyard.services import auth, environments, removal, web_sessions
 from trainyard.services.views import token_view, user_view
 from trainyard.store.rows import UserRow
 
@@ -86,12 +89,20 @@ def delete_user(
     force: Annotated[bool, Query(description="Stop the user's waiting and running jobs instead of refusing")] = False,
 ) -> RemovalResult:
     """Delete a user: refused (409, naming the jobs) while they have waiting or running jobs,
-    unless ``force``. Their finished jobs keep their name; their tokens are revoked."""
+    or others' jobs run in an environment of theirs, unless ``force``. Their finished jobs
+    keep their name; their tokens are revoked; their custom environments are deleted, files
+    and all, and base environments they declared become the caller's."""
+    files: list[pathlib.Path] = []
     with ctx.db.session() as session:
         user_id = auth.get_user(session, name).id
-        result = removal.delete_user(session, name, force=force, by=admin, clock=ctx.clock)
+        result = removal.delete_user(session, name, force=force, by=admin, clock=ctx.clock, files=files)
     ctx.tokens.forget(user_ids=[user_id])
     ctx.wake_controller()
+    for folder in files:  # after the commit: never file I/O inside the transaction
+        environments.remove_files(folder.name, folder)
+    if isinstance(ctx.backend, EnvironmentStore):  # their own folder of the root, once empty
+        with contextlib.suppress(OSError):
+            (ctx.backend.environments_root / name).rmdir()
     return result
 
 

@@ -21,15 +21,25 @@ and holds every task's spec, env and log), so work dirs move to their own tree:
         <role>-<index>-<run>/          0700 ACCT   the task's working directory ($PWD)
         <role>-<index>-<run>.sh        0400 ACCT   the script bash runs (a copy)
         <role>-<index>-<run>.secrets/  0700 ACCT   one 0400 file per secret ($TRAINYARD_SECRETS_DIR)
+        <role>-<index>-<run>.suspend/  0711 root   request.json, 0400 ACCT, once asked ($TRAINYARD_SUSPEND_FILE)
         .shm/                          0700 ACCT   the attempt's /dev/shm in the sandbox
       <job>/jobdir/                    0700 ACCT   the job's directory, kept across attempts ($TRAINYARD_JOB_DIR)
+      pythonpath/trainyard/runtime.py  0755 root   first on every task's PYTHONPATH (``taskpython``)
 
 The supervisor and the task's waiter stay root: the supervisor opens ``output.log`` and
 hands the task the descriptor. Without task accounts the work dir is ``<task dir>/work``,
-the secrets ``work.secrets`` beside it and ``.shm`` in the attempt's folder of the state dir,
-and the job's directory is ``tasks/<job>/jobdir`` (``jobdirs``). Every task of the job, in
+the secrets ``work.secrets`` and the suspend request's folder ``work.suspend`` beside it,
+``.shm`` in the attempt's folder of the state dir, the job's directory is
+``tasks/<job>/jobdir`` (``jobdirs``), and ``pythonpath`` is in the state dir (or in a
+``work_dir_root``, when one is given). Every task of the job, in
 every attempt, gets the same job directory, bound writable into its sandbox; it stays until
 the controller removes it after the job has ended (``JobDirectories``).
+
+Suspension (``Suspender``, ``docs/runtime.md``): ``suspend`` publishes the request in the
+task's ``request.json`` (absent until then; the task can read it, not change or remove it),
+then signals the task's process group directly, as a stop does when the supervisor is
+gone: the supervisor never hears of it, for a suspension is no stop. The controller stops
+whatever still runs at the deadline.
 
 ``spec.json`` holds the final ``argv`` the task process executes. With a ``sandbox`` that is
 a bubblewrap command line (``sandbox``) that hides the server's home, the state dir and
@@ -44,6 +54,8 @@ the accounts; the constructor checks, and raises ValueError otherwise.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -52,25 +64,55 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends import jobdirs
+from trainyard.backends import cgroups, jobdirs
 from trainyard.backends.base import (
+    SUSPEND_FILE_VARIABLE,
     GpuInfo,
+    ImagePull,
     LogChunk,
+    Mount,
+    NodeImage,
     NodeInventory,
+    SuspendRequest,
     TaskKey,
     TaskLaunch,
     TaskStatus,
     check_task_key,
     read_log_file,
 )
-from trainyard.backends.environment import base_environment, process_account, site_environment
+from trainyard.backends.containers import (
+    ENGINE_ENV,
+    ContainerEngine,
+    ContainerError,
+    ContainerTask,
+    cdi_gpu_names,
+    container_name,
+    environment_binds,
+    environment_check,
+    gpu_devices,
+    list_images,
+    memory_cgroup,
+    pull_image,
+    pull_record_path,
+    record_pull,
+    run_command,
+    with_image_pull,
+    with_oom_record,
+    write_env_file,
+)
+from trainyard.backends.environment import (
+    base_environment,
+    process_account,
+    python_environment,
+    site_environment,
+)
+from trainyard.backends.local import containerrun, procfs, taskfiles, taskuser
 from trainyard.backends.local import gpus as local_gpus
-from trainyard.backends.local import procfs, taskfiles, taskuser
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
 from trainyard.backends.local.launcher import SupervisorLauncher, last_lines, real_interpreter
 from trainyard.backends.local.metrics import LocalSampler
@@ -85,7 +127,10 @@ from trainyard.backends.local.sandbox import Identity, Sandbox, sandbox_argv
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.taskuser import TaskUser
+from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
+from trainyard.backends.taskpython import install_runtime, with_runtime_path
 from trainyard.core.metrics import Sampled
+from trainyard.core.names import USER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +144,13 @@ SUPERVISOR_LOST = "its supervisor was lost; the task's waiter recorded its exit 
 # Beside a job attempt's task work dirs: what its sandboxed tasks see as /dev/shm. A role
 # name cannot start with a dot, so no task's work dir can be called this.
 SHM_DIR = ".shm"
+NO_SANDBOX = "this node runs tasks without a sandbox (setting task_sandbox; bubblewrap)"
+# Beside a task's work dir, the folder its suspend request appears in (``suspend``).
+SUSPEND_DIR_SUFFIX = ".suspend"
+SUSPEND_FILE = "request.json"
+# The folder that goes first on every task's PYTHONPATH (``taskpython``): in the state dir,
+# or in the work-dir root, where task accounts can read it. Not a job id, so never a job's.
+TASK_PYTHON_DIR = "pythonpath"
 
 
 class LocalBackend(jobdirs.JobDirTree):
@@ -122,6 +174,9 @@ class LocalBackend(jobdirs.JobDirTree):
         labels: dict[str, str] | None = None,
         gpu_groups: list[list[int]] | None = None,
         site_env: dict[str, str] | None = None,
+        task_limits: str = "auto",
+        containers: ContainerEngine | None = None,
+        environments_root: Path | None = None,
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
@@ -137,6 +192,18 @@ class LocalBackend(jobdirs.JobDirTree):
             self.state_dir, self._user, work_dir_root, per_user=accounts is not None
         )
         self.job_dirs_root = self._tasks_root if self.work_dir_root is None else self.work_dir_root
+        # ``EnvironmentStore`` (the node's own disk is what every node of a one-node backend sees):
+        # beside the work-dir root when tasks run under accounts, which can reach its parent
+        # (the state dir's is the server's alone), else beside the state dir; each owner's
+        # folder is made at their first task.
+        beside = self.state_dir if self.work_dir_root is None else self.work_dir_root
+        self.environments_root = (
+            beside.with_name(f"{beside.name}-environments") if environments_root is None
+            else Path(environments_root).absolute()
+        )
+        self.environments_root.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.environments_root, taskuser.ENVIRONMENTS_MODE)
+        self.task_python = install_runtime((self.work_dir_root or self.state_dir) / TASK_PYTHON_DIR)
         # The sandbox hides the state dir and the work-dir root from every task, beside
         # what the caller hides (the server's home).
         hidden = (self.state_dir,) if self.work_dir_root is None else (self.state_dir, self.work_dir_root)
@@ -165,6 +232,11 @@ class LocalBackend(jobdirs.JobDirTree):
             gpus=tuple(local_gpus.with_groups(gpus, gpu_groups) if gpu_groups else gpus),
             labels=dict(labels or {}),
         )
+        self._limits, self.limits_note = _limits_layout(task_limits, self.state_dir)
+        # Tasks with an image run in containers of this engine (None: none is installed).
+        self.containers = containers
+        self._pulls = self.state_dir / "images"  # when Trainyard pulled each image here
+        self.cdi_gpus = cdi_gpu_names() if any(not g.simulated for g in self._node.gpus) else set()
         self._lock = threading.Lock()
         # Supervisors this object started, kept to reap them (no zombies) and to tell
         # "still starting" from "died before claiming the task". Dropped once settled.
@@ -217,6 +289,23 @@ class LocalBackend(jobdirs.JobDirTree):
         self._task_groups[key] = claim.task
         return claim.task
 
+    # --- ImageCache --------------------------------------------------------------
+
+    def node_images(self) -> list[NodeImage]:
+        if self.containers is None:
+            return []
+        return list_images(self.containers, self._node.name, self._pulls)
+
+    def pull_image(self, image: str, node: str | None = None) -> list[ImagePull]:
+        if node is not None:
+            self._check_node(node)
+        if self.containers is None:
+            raise ContainerError(f"node {self._node.name} has no container engine (install podman)")
+        result = pull_image(self.containers, image, self._node.name)
+        if result.pulled:
+            record_pull(pull_record_path(self._pulls, image), image, datetime.now(UTC))
+        return [result]
+
     # --- Backend -----------------------------------------------------------------
 
     def inventory(self) -> list[NodeInventory]:
@@ -264,6 +353,9 @@ class LocalBackend(jobdirs.JobDirTree):
                 if (existing := taskfiles.read_json(spec_path)) is not None:
                     self._check_same_task(task, task_dir, existing)
                 taskfiles.write_json(spec_path, spec)
+            if self._sandbox is None and task.image is None and (notes := unenforced_notes(task.mounts, NO_SANDBOX)):
+                with open(task_dir / taskfiles.OUTPUT_LOG, "a", encoding="utf-8") as output:
+                    output.write("".join(note + "\n" for note in notes))
             self._spawned[task.key] = self._launcher.spawn(task_dir, task_dir / taskfiles.SUPERVISOR_LOG)
 
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
@@ -301,11 +393,38 @@ class LocalBackend(jobdirs.JobDirTree):
                 log.warning("task %s: its supervisor is gone; signalling its process group directly", key)
                 self._kill_group_after(key, claim, grace)
 
+    def suspend(self, key: TaskKey, request: SuspendRequest) -> None:
+        """Publish ``request`` in the task's suspend file, then send its signal to the task's
+        process group (``Suspender``; the module docstring). Nothing for a task that has
+        ended; once more, the same, when asked again. A task not started yet finds the file
+        when it starts."""
+        try:
+            task_dir = self.task_dir(key)
+        except ValueError as exc:
+            log.warning("ignoring a suspend request for an invalid task key %r: %s", key, exc)
+            return
+        if not task_dir.is_dir() or (task_dir / taskfiles.EXIT).exists():
+            return
+        signum = None if request.signal is None else suspend_signal(request.signal)
+        spec = taskfiles.read_json(str(task_dir / taskfiles.SPEC)) or {}
+        target = spec.get("suspend_file")
+        if isinstance(target, dict):  # tasks launched before suspension existed have none
+            owner = target.get("owner")
+            taskuser.publish_file(Path(target["path"]), json.dumps(request.as_json()).encode(),
+                                  None if owner is None else (int(owner[0]), int(owner[1])))
+        record = taskfiles.read_json(str(task_dir / taskfiles.PID))
+        claim = None if record is None else Claim.parse(record)
+        if signum is None or claim is None or claim.task is None:
+            return  # not started: the file is there when it starts
+        # The group, checked by its leader's start time, like a stop without supervisor; the
+        # supervisor and the waiter are outside it and never see this signal.
+        procfs.signal_group(*claim.task, signum, claim.boot_id)
+
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         try:
             path = self.log_path(key)
         except ValueError:  # a key no task can have: it has no log
-            return LogChunk(data=b"", offset=0, size=0)
+            return LogChunk(data=b"", offset=0, size=0, exists=False)
         return read_log_file(path, offset, limit)
 
     # --- internals -----------------------------------------------------------------
@@ -341,16 +460,28 @@ class LocalBackend(jobdirs.JobDirTree):
         home, user = self._server_account if account is None else (account.home, account.name)
         if account is not None and account.home in ("", NO_HOME):  # accounts Trainyard creates have no home
             home = str(work)
-        env = task_environment({**base_environment(home, user), **self._site_env}, task.env, task.gpus)
+        below = python_environment({**base_environment(home, user), **self._site_env}, task.environment)
+        env = task_environment(below, task.env, task.gpus)
+        env = with_runtime_path(env, self.task_python)
         secrets_dir = work.with_name(work.name + ".secrets")
         if skipped := taskuser.write_secret_files(secrets_dir, task.secrets, account):
             log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
         env["TRAINYARD_SECRETS_DIR"] = str(secrets_dir)
+        # A container, like the sandbox, mounts each storage at its mountPath.
+        env.update(mount_env(task.mounts, inside=self._sandbox is not None or task.image is not None))
+        for mount in task.mounts:
+            make_missing_storage(mount, *((account.uid, account.gid) if account is not None else (None, None)))
         # Owned by the job's account like its work dir, but one for all of the job's tasks
         # and attempts: whatever a task saves there is there when the job runs again.
         job_parts = (str(task.key.job_id), jobdirs.JOB_DIR_NAME)
         job_dir = taskuser.make_task_work_dir(self.job_dirs_root, job_parts, account)
         env[jobdirs.JOB_DIR_VARIABLE] = str(job_dir)
+        # Where the owner's environments are built (``yard env create`` runs as their job).
+        own_environments = taskuser.make_readable_owned_dir(self.environments_root / task.user, account) \
+            if USER_NAME.fullmatch(task.user) else None
+        # Ours, passable by the task's account; the request in it will be the account's, 0400.
+        suspend_dir = taskuser.make_passable_dir(work.with_name(work.name + SUSPEND_DIR_SUFFIX), account)
+        env[SUSPEND_FILE_VARIABLE] = str(suspend_dir / SUSPEND_FILE)
         spec: dict[str, Any] = {
             "key": str(task.key),
             "script": task.script,
@@ -360,12 +491,22 @@ class LocalBackend(jobdirs.JobDirTree):
             "shell": self._shell,
             "grace_seconds": task.grace_seconds,
             "gpus": list(task.gpus),
+            "suspend_file": {
+                "path": env[SUSPEND_FILE_VARIABLE],
+                "owner": None if account is None else [account.uid, account.gid],
+            },
         }
+        spec.update(self._limits_spec(task))
         script_file = task_dir / taskfiles.SCRIPT  # written by the supervisor
         if account is not None:
             script_file = work.with_suffix(".sh")
             taskuser.write_user_script(script_file, task.script, account)
             spec["script_file"] = str(script_file)
+        if task.image is not None:  # the container replaces the sandbox and the drop to the account
+            spec["container"] = self._container_spec(task, task_dir, work, env, script_file, secrets_dir, job_dir,
+                                                     account)
+            spec["argv"] = spec["container"]["run"]
+            return spec
         command = [self._shell, "--noprofile", "--norc", str(script_file)]
         if self._sandbox is None:
             if account is not None:
@@ -381,9 +522,70 @@ class LocalBackend(jobdirs.JobDirTree):
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
         spec["argv"] = sandbox_argv(
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
-            bound=(secrets_dir, script_file), writable=(job_dir,), identity=identity,
+            bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
+            writable=(job_dir,) if own_environments is None else (job_dir, own_environments), identity=identity,
+            mounts=[(Path(m.source), Path(m.target), m.read_only) for m in task.mounts],
         )
         return spec
+
+    def _limits_spec(self, task: TaskLaunch) -> dict[str, Any]:
+        """The ``cgroup`` plan of the task's limits (the supervisor creates it), or the
+        ``limits_note`` saying why its limits are not enforced."""
+        # In a container the engine holds the container to them (--memory, --cpus).
+        if task.image is not None or (task.cpu_milli <= 0 and task.memory_mb <= 0):
+            return {}
+        if self._limits is None:
+            return {"limits_note": self.limits_note} if self.limits_note else {}
+        name = "-".join(self._relative_parts(task.key))
+        plan = cgroups.task_plan(self._limits, name, task.cpu_milli, task.memory_mb)
+        spec: dict[str, Any] = {} if plan is None else {"cgroup": plan}
+        if self._limits.note and task.cpu_milli > 0:
+            spec["limits_note"] = self._limits.note
+        return spec
+    def _container_spec(self, task: TaskLaunch, task_dir: Path, work: Path, env: dict[str, str], script: Path,
+                        secrets_dir: Path, job_dir: Path, account: TaskUser | None) -> dict[str, Any]:
+        """The spec's ``container``: what ``containerrun`` does in the task's process."""
+        assert task.image is not None
+        engine = self.containers
+        if engine is None:
+            raise ContainerError(f"the task's image {task.image} needs a container engine, and none (podman or "
+                                 f"docker, as container_engine says) is installed on node {self._node.name}")
+        binds = (Mount(str(work), str(work)), Mount(str(job_dir), str(job_dir)),
+                 Mount(str(secrets_dir), str(secrets_dir), read_only=True),
+                 # trainyard.runtime, first on the task's PYTHONPATH (``taskpython``)
+                 Mount(str(self.task_python), str(self.task_python), read_only=True), *task.mounts,
+                 *environment_binds(task.environment))
+        # The folder a suspend request appears in (``Suspender``), as the task's env names it.
+        suspend_dir = os.path.dirname(env.get(SUSPEND_FILE_VARIABLE, ""))
+        if suspend_dir and os.path.isdir(suspend_dir):
+            binds += (Mount(suspend_dir, suspend_dir, read_only=True),)
+        devices = gpu_devices(task.gpus, self._node.gpus, self.cdi_gpus)
+        if devices:  # the container sees only these, numbered from 0; CDI, not the runtime hook, brings them
+            env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(devices))),
+                   "NVIDIA_VISIBLE_DEVICES": "void"}
+        env_file = task_dir / "container.env"
+        write_env_file(env_file, env)
+        container = ContainerTask(
+            key=task.key, image=task.image, node=self._node.name, work_dir=work, script=script, env_file=env_file,
+            binds=binds, gpu_devices=devices,
+            cpu_milli=task.cpu_milli, memory_mb=task.memory_mb,
+            user=None if account is None else (account.uid, account.gid, tuple(account.groups())),
+            name_salt=str(task_dir), cgroup=memory_cgroup(container_name(task.key, str(task_dir)), task.memory_mb),
+        )
+        return {
+            "image": task.image,
+            "node": self._node.name,
+            "name": container.name,
+            "record": str(task_dir / containerrun.IMAGE_RECORD),
+            "exists": engine.exists_command(task.image),
+            "pull": engine.pull_command(task.image),
+            "run": run_command(engine, container),
+            "remove": engine.remove_command(container.name),
+            "engine_env": dict(ENGINE_ENV),
+            "pull_record": str(pull_record_path(self._pulls, task.image)),
+            "cgroup": None if container.cgroup is None else dict(container.cgroup),
+            "environment_check": environment_check(engine, container, task.environment),
+        }
 
     def _make_work_dir(self, task: TaskLaunch, account: TaskUser | None) -> Path:
         if self.work_dir_root is None:
@@ -397,7 +599,7 @@ class LocalBackend(jobdirs.JobDirTree):
             task_dir = self.task_dir(key)
         except ValueError as exc:
             return TaskStatus(key, running=False, lost=True, message=f"invalid task key: {exc}")
-        return self._observe(key, task_dir, popen)
+        return with_container_records(self._observe(key, task_dir, popen), task_dir)
 
     def _observe(self, key: TaskKey, task_dir: Path, popen: subprocess.Popen[bytes] | None) -> TaskStatus:
         if not task_dir.is_dir():
@@ -428,6 +630,11 @@ class LocalBackend(jobdirs.JobDirTree):
             notes = [SUPERVISOR_LOST, status.get("message") or ""]
             return exit_status(key, {**status, "message": "; ".join(n for n in notes if n)})
         # Supervisor and waiter both gone with no record: nobody can know how the task ended.
+        # Nobody removed its cgroup either (once the task's group is gone, nothing of it
+        # should be left in there).
+        if (spec := taskfiles.read_json(str(task_dir / taskfiles.SPEC))) and spec.get("cgroup"):
+            cgroups.kill_all(spec["cgroup"])
+            cgroups.remove(spec["cgroup"])
         return TaskStatus(key, running=False, message=VANISHED)
 
     @staticmethod
@@ -500,6 +707,50 @@ class LocalBackend(jobdirs.JobDirTree):
             timer.daemon = True
             self._kill_timers[key] = timer
             timer.start()
+
+
+LIMIT_MODES = ("auto", "cgroups", "none")
+
+
+def _limits_layout(
+    mode: str, state_dir: Path, detect: Callable[[], cgroups.CgroupLayout | str] = cgroups.detect
+) -> tuple[cgroups.CgroupLayout | None, str]:
+    """Where this backend's task cgroups go, and the note for tasks when limits are off.
+
+    ``auto`` enforces limits where cgroups work here and says once (in the server's log)
+    when they do not; ``cgroups`` requires them (RuntimeError: ``yard up`` refuses to
+    start); ``none`` never enforces them. Each backend has its own level, named after its
+    state directory, so that two servers' tasks of the same key never share a cgroup and a
+    restarted server finds its tasks' cgroups again.
+    """
+    if mode not in LIMIT_MODES:
+        raise ValueError(f"task_limits must be one of {', '.join(LIMIT_MODES)}, got {mode!r}")
+    if mode == "none":
+        return None, ""
+    found = detect()
+    if isinstance(found, str):
+        if mode == "cgroups":
+            raise RuntimeError(f"task_limits is cgroups, but {found}")
+        log.warning("task CPU and memory limits are NOT enforced on this node: %s", found)
+        return None, f"its CPU and memory limits are not enforced on this node: {found}"
+    own = "local-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
+    log.info("%s", found.describe())
+    return found.under(own), ""
+def with_container_records(status: TaskStatus, task_dir: Path) -> TaskStatus:
+    """``status`` with what ``containerrun`` recorded: how the task's image came to the node
+    (``containers.with_image_pull``), and OOM kills in its container's cgroup."""
+    status = with_image_pull(status, taskfiles.read_json(str(task_dir / containerrun.IMAGE_RECORD)))
+    if status.running or not status.image_pull:
+        return status
+    return with_oom_record(status, taskfiles.read_json(str(task_dir / containerrun.CONTAINER_RECORD)))
+
+
+def suspend_signal(name: str) -> int:
+    """The number of the signal named ``name`` ("SIGUSR1" or "USR1"); ValueError if none."""
+    try:
+        return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+    except KeyError:
+        raise ValueError(f"no signal is named {name!r}") from None
 
 
 def _supervisor_log_note(task_dir: Path) -> str:

@@ -7,10 +7,11 @@ a new version may change the supervisor's file protocol. A supervisor that impor
 installed package would fail (``ModuleNotFoundError``) or run code of another version.
 
 So supervisors never import the installed package. When the backend starts, it takes the
-source of the supervisor's three stdlib-only modules (``supervisor``, ``procfs``,
-``taskfiles``, as this server has them) and keeps them in memory; it writes them to
-``<state_dir>/supervisor/<digest>/`` (a runnable directory: ``__main__.py`` plus a
-``trainyard/backends/local/`` package holding just those modules) and runs every
+source of the supervisor's stdlib-only modules (``supervisor``, ``procfs``,
+``taskfiles``, ``containerrun``, and the shared ``backends/cgroups`` and
+``backends/containercgroup``, as this server has them) and keeps them in memory; it writes them to
+``<state_dir>/supervisor/<digest>/`` (a runnable directory: ``__main__.py`` plus the
+``trainyard/backends/`` packages holding just those modules) and runs every
 supervisor as::
 
     <the interpreter's real path> -I -S <state_dir>/supervisor/<digest> TASK_DIR
@@ -41,14 +42,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO
 
-from trainyard.backends.local import procfs, supervisor, taskfiles
+from trainyard.backends import cgroups, containercgroup
+from trainyard.backends.local import containerrun, procfs, supervisor, taskfiles
 
 SNAPSHOTS_DIR = "supervisor"
 CHECK_ARG = "--check"
 CHECK_TIMEOUT_SECONDS = 30.0
 # The package path the copied modules keep, so that their own imports resolve to each other.
 _PACKAGE = ("trainyard", "backends", "local")
-_MODULES: tuple[ModuleType, ...] = (supervisor, procfs, taskfiles)
+_MODULES: tuple[ModuleType, ...] = (supervisor, procfs, taskfiles, containerrun, cgroups, containercgroup)
 _MAIN = f"import sys\nfrom {supervisor.__name__} import main\nsys.exit(main(sys.argv))\n"
 
 
@@ -136,12 +138,13 @@ class SupervisorLauncher:
 
 def _snapshot_files() -> dict[str, bytes]:
     """The copy's files by relative path: the modules' sources as this server has them."""
-    package = Path(*_PACKAGE)
     files = {"__main__.py": _MAIN.encode()}
     for depth in range(1, len(_PACKAGE) + 1):
         files[str(Path(*_PACKAGE[:depth]) / "__init__.py")] = b""
     for module in _MODULES:
         assert module.__file__ is not None
+        # Each module where its name puts it (``cgroups`` is shared, one package up).
+        package = Path(*module.__name__.split(".")[:-1])
         files[str(package / Path(module.__file__).name)] = Path(module.__file__).read_bytes()
     return files
 

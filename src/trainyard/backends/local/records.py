@@ -83,8 +83,9 @@ def exit_status(key: TaskKey, record: dict[str, Any]) -> TaskStatus:
     notes = [record["message"]] if record.get("message") else []
     if isinstance(sig, int):
         notes.append(f"killed by {_signal_name(sig)}")
+    reason = record.get("reason")
     return TaskStatus(key, running=False, exit_code=record.get("exit_code"), signal=sig, message="; ".join(notes),
-                      finished_at=_when(record.get("finished_at")))
+                      finished_at=_when(record.get("finished_at")), reason=reason if isinstance(reason, str) else "")
 
 
 def _when(value: Any) -> datetime | None:

@@ -11,7 +11,9 @@ keeps ``/dev``, so NVIDIA devices work), except:
   transport between tasks on one node needs it), private to that attempt;
 - the server's home, the backend's state directory and the work-dir root are covered by
   empty tmpfs, then only the task's own work dir, its job's directory, its secrets dir
-  and its script are bound back.
+  and its script are bound back;
+- the job's storages are bound at their mountPath, and a read-only one is bound read-only
+  over its own path too, so that the task cannot write to it either way.
 
 How the task gets to its account depends on who runs the server:
 
@@ -22,11 +24,13 @@ How the task gets to its account depends on who runs the server:
   the task keeps the server's uid and has no capabilities; mounts made there are locked,
   so the task cannot lift the tmpfs that hide the server's files.
 
-Signals: the supervisor stops a task by signalling its process group, and bwrap forwards
-no signals. So bwrap itself starts with SIGTERM ignored (``env --ignore-signal``) and the
-task with it restored (``env --default-signal``): a stop reaches the task, which gets its
-whole grace period, while bwrap waits for it and exits with its status (128 + N when the
-task died of signal N; the exit record then names no signal). A stop that comes while
+Signals: the supervisor stops a task by signalling its process group, a suspension
+signals the group too (any of ``spec``'s suspend signals), and bwrap forwards no signals.
+So bwrap itself starts with those signals ignored (``env --ignore-signal``) and the task
+with them restored (``env --default-signal``): a stop or a suspension reaches the task,
+which gets its whole grace period, while bwrap waits for it and exits with its status
+(128 + N when the task died of signal N; the exit record then names no signal). Restored,
+not inherited as ignored: a shell cannot trap a signal it was started ignoring. A stop that comes while
 bwrap sets up would be ignored, so a guard checks for the stop file first (``_STOP_GUARD``).
 When bwrap dies (SIGKILL after the grace), its PID namespace dies with it: a sandboxed
 task can leave no process behind. (bwrap does not die with the supervisor, though: a
@@ -43,6 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from trainyard.spec.models import SUSPEND_SIGNALS
+
 SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")
 _PROBE_TIMEOUT_SECONDS = 10.0
@@ -51,6 +57,9 @@ _SCRATCH = ("/tmp", "/var/tmp")  # private to each task, world-writable inside i
 # writes its stop file before it signals, so once SIGTERM is back to default (this shell),
 # either the file is there and the task never starts, or the signal is still to come.
 _STOP_GUARD = '[ -e "$1" ] && exit 143; shift; exec "$@"'
+# What reaches a sandboxed task's group from outside: a stop's SIGTERM, and the signals a
+# job may choose to be told to suspend by.
+_PASSED_SIGNALS = ",".join(["TERM", *(s.removeprefix("SIG") for s in SUSPEND_SIGNALS if s not in ("none", "SIGTERM"))])
 
 
 @dataclass(frozen=True)
@@ -138,13 +147,17 @@ def sandbox_argv(
     stop_file: Path,
     bound: Sequence[Path] = (),
     writable: Sequence[Path] = (),
+    mounts: Sequence[tuple[Path, Path, bool]] = (),
     identity: Identity | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` in the sandbox, in ``work_dir``.
 
     ``hidden`` adds to the sandbox's own hidden paths; ``work_dir``, ``shm_dir`` (mounted
     on /dev/shm) and ``bound`` (read-only: e.g. the secrets dir and the script) are bound
-    back at their own paths, and ``writable`` (e.g. the job's directory) writable.
+    back at their own paths, and ``writable`` (e.g. the job's directory) writable, over them.
+    ``mounts`` are storages, ``(source, target, read_only)``: bound at ``target``, and a
+    read-only one over ``source`` too. A target in a private ``/tmp`` leaves nothing on the
+    host; elsewhere bwrap makes a missing mount point on the host (as root; else it fails).
     ``stop_file`` is the file a stop request creates before the
     task's group is signalled; its folder is bound read-only too (see ``_STOP_GUARD``).
     ``identity`` is who the task becomes when bwrap runs as root (required then).
@@ -163,22 +176,28 @@ def sandbox_argv(
     # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
     # which the task's account could not pass: make them first, passable.
     for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]),
-                                     [stop_file.parent, work_dir, *writable, *bound]):
+                                     [stop_file.parent, work_dir, *writable, *bound, *(m[1] for m in mounts)]):
         argv += ["--perms", "0711", "--dir", str(directory)]
     # In order: the stop file's folder (the task dir) may hold the work dir, which must
     # then be mounted over it, writable.
     argv += ["--ro-bind", str(stop_file.parent), str(stop_file.parent)]
     argv += ["--bind", str(work_dir), str(work_dir)]
-    for path in writable:
-        argv += ["--bind", str(path), str(path)]
+    # Read-only first, so that a writable path inside a read-only one (the owner's folder of
+    # the environments' root) is mounted over it, writable.
     for path in bound:
         argv += ["--ro-bind", str(path), str(path)]
-    argv += ["--chdir", str(work_dir), "--", sandbox.env, "--default-signal=TERM"]
+    for path in writable:
+        argv += ["--bind", str(path), str(path)]
+    for source, target, read_only in mounts:
+        if read_only and source != target:
+            argv += ["--ro-bind", str(source), str(source)]
+        argv += ["--ro-bind" if read_only else "--bind", str(source), str(target)]
+    argv += ["--chdir", str(work_dir), "--", sandbox.env, f"--default-signal={_PASSED_SIGNALS}"]
     argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
     if identity is not None:
         argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
-    # bwrap itself must outlive a SIGTERM (see the module docstring): ignored from exec on.
-    return [sandbox.env, "--ignore-signal=TERM", *argv, *command]
+    # bwrap itself must outlive them (see the module docstring): ignored from exec on.
+    return [sandbox.env, f"--ignore-signal={_PASSED_SIGNALS}", *argv, *command]
 
 
 def _setpriv(sandbox: Sandbox) -> str:

@@ -1,6 +1,6 @@
 """The per-task supervisor: runs one task detached, forwards stops, records its exit status.
 
-Run as ``python -I -S SNAPSHOT TASK_DIR`` from a private copy of this module and its two
+Run as ``python -I -S SNAPSHOT TASK_DIR`` from a private copy of this module and its
 stdlib-only neighbours (``launcher`` says why), never from the installed package; it
 imports only the stdlib because it sits on the submit→RUNNING path.
 
@@ -27,15 +27,20 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
 2. Claim the task by creating ``pid.json`` exclusively (a second supervisor for the same
    task gives up here). A claim with ``"task": null`` whose supervisor is dead means the
    task never ran.
-3. With the stop signals blocked: fork the waiter; it forks the task process into the
-   task's own process group and reports the task's pid over a pipe; record both in
-   ``pid.json``. The task waits on a gate (a pipe from the waiter, which waits on a pipe
-   from the supervisor) and only execs after the record exists; if the supervisor dies
-   first, the waiter sees EOF and closes the task's gate, and the task exits unrun, so no
-   task ever runs unrecorded.
+3. With the stop signals blocked: create the task's cgroup with its CPU and memory limits
+   (``cgroups``; the spec's ``cgroup`` plan, when the node enforces limits); fork the
+   waiter; it forks the task process into the task's own process group, moves it into the
+   cgroup, and reports the task's pid over a pipe; record both in ``pid.json``. The task
+   waits on a gate (a pipe from the waiter, which waits on a pipe from the supervisor)
+   and only execs after the record exists; if the supervisor dies first, the waiter sees
+   EOF and closes the task's gate, and the task exits unrun, so no task ever runs
+   unrecorded, nor a line of it outside its limits.
 4. Open the gate: the task execs the command line of ``task_argv`` (the spec's ``argv``:
    a bubblewrap sandbox around ``bash --noprofile --norc script.sh``, or bash alone) with
-   stdin from /dev/null and stdout+stderr appended to ``output.log``. When the spec names
+   stdin from /dev/null and stdout+stderr appended to ``output.log``; a task with a
+   ``container`` execs the container engine's client instead (``containerrun``: the image
+   is pulled first when the node lacks it), which stays root and drops to the task's user
+   inside the container, and whose container the waiter removes if the client was killed. When the spec names
    a ``user`` the task first drops to it (groups, gid, uid; after joining its process
    group and redirecting its output, before exec) and runs the copy of the script at
    ``script_file``, since it cannot read the task directory.
@@ -46,8 +51,10 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    the backend signals the group itself, checking the leader's start time.)
 6. When the task's main process exits, the waiter waits for it *without reaping* (its
    zombie keeps the group id from being reused), SIGKILLs whatever is left of its group,
-   waits until those are gone, writes ``status.json`` durably, then reaps the task and
-   exits with the task's status.
+   waits until those are gone, then SIGKILLs what is left in the task's cgroup, reads how
+   many of its processes the kernel killed at the memory limit (``reason``:
+   ``OUT_OF_MEMORY`` when the task failed after one) and removes the cgroup, writes
+   ``status.json`` durably, then reaps the task and exits with the task's status.
 7. The supervisor reaps the waiter and writes ``exit.json`` durably from ``status.json``.
    A waiter that ended without writing it (killed) leaves the task's status unknown: the
    supervisor SIGKILLs the task's group if it still runs, and records ``"exit_code": null``.
@@ -60,7 +67,8 @@ import signal
 import sys
 import time
 
-from trainyard.backends.local import procfs, taskfiles
+from trainyard.backends import cgroups
+from trainyard.backends.local import containerrun, procfs, taskfiles
 
 # Stdlib-only and on the launch path: typing costs ~10 ms to import, so only mypy sees it.
 TYPE_CHECKING = False
@@ -100,6 +108,7 @@ class Supervisor:
         self.task: tuple[int, int] | None = None  # (pgid, leader start time)
         self.stop_requested = False
         self.started_at = time.time()
+        self.cgroup: dict[str, Any] | None = None  # the task's cgroup plan, once created
 
     def path(self, name: str) -> str:
         return os.path.join(self.task_dir, name)
@@ -133,8 +142,8 @@ class Supervisor:
         if not started:
             self._write_exit(128 + signal.SIGTERM, signal.SIGTERM, "stopped before the task started")
             return 0
-        exit_code, sig, message, finished_at = self._wait_waiter()
-        self._write_exit(exit_code, sig, message, finished_at)
+        exit_code, sig, message, finished_at, limits = self._wait_waiter()
+        self._write_exit(exit_code, sig, message, finished_at, limits)
         return 0
 
     def _start_task(self, spec: dict[str, Any], record: dict[str, object]) -> bool:
@@ -162,11 +171,13 @@ class Supervisor:
             if self.stop_requested or os.path.exists(self.path(taskfiles.STOP)):
                 self.stop_requested = True
                 return False
+            plan, notes = _task_cgroup(spec)
+            self.cgroup = plan
             pid = os.fork()
             if pid == 0:
                 os.close(gate_w)
                 os.close(report_r)
-                waiter = Waiter(self.task_dir, self.grace_seconds)
+                waiter = Waiter(self.task_dir, self.grace_seconds, plan, notes)
                 waiter.run(spec, spec.get("script_file") or script_path, gate_r, report_w, log_fd, null_fd)
             self.waiter_pid = pid
             os.close(report_w)
@@ -189,8 +200,9 @@ class Supervisor:
                 os.close(fd)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _HANDLED)
 
-    def _wait_waiter(self) -> tuple[int | None, int | None, str, str | None]:
-        """Wait for the waiter; ``(exit_code, signal, message, finished_at)`` of the task."""
+    def _wait_waiter(self) -> tuple[int | None, int | None, str, str | None, dict[str, Any]]:
+        """Wait for the waiter; ``(exit_code, signal, message, finished_at, limits)`` of the
+        task (``limits``: ``reason`` and ``oom_kills``, when its cgroup had any to say)."""
         assert self.waiter_pid is not None
         # WNOWAIT, then block the stop signals, then reap: a stop forwarded now can never
         # reach a process that took over the waiter's pid.
@@ -208,12 +220,16 @@ class Supervisor:
             notes.append(f"the task's waiter process {how} without recording the task's exit status")
             if self.task is not None and _kill_group(*self.task):
                 notes.append("its process group was killed")
-            return None, None, "; ".join(notes), None
+            if self.cgroup is not None:
+                cgroups.kill_all(self.cgroup)
+                cgroups.remove(self.cgroup)
+            return None, None, "; ".join(notes), None, {}
         if status.get("message"):
             notes.append(status["message"])
         finished_at = status.get("finished_at")
+        limits = {name: status[name] for name in ("reason", "oom_kills") if status.get(name)}
         return (status.get("exit_code"), status.get("signal"), "; ".join(notes),
-                finished_at if isinstance(finished_at, str) else None)
+                finished_at if isinstance(finished_at, str) else None, limits)
 
     def _on_stop(self, signum: int, frame: object) -> None:
         if self.stop_requested:
@@ -226,8 +242,10 @@ class Supervisor:
         except ProcessLookupError:
             pass
 
-    def _write_exit(self, exit_code: int | None, sig: int | None, message: str, finished_at: str | None = None) -> None:
-        record = {
+    def _write_exit(self, exit_code: int | None, sig: int | None, message: str, finished_at: str | None = None,
+                    limits: dict[str, Any] | None = None) -> None:
+        record: dict[str, Any] = {
+            **(limits or {}),
             "exit_code": exit_code,
             "signal": sig,
             "started_at": _iso(self.started_at),
@@ -242,9 +260,12 @@ class Waiter:
     """The task's parent, forked from the supervisor: the one process that signals the
     task's group, and the one that learns how the task ended (steps 3, 5 and 6)."""
 
-    def __init__(self, task_dir: str, grace_seconds: float) -> None:
+    def __init__(self, task_dir: str, grace_seconds: float, cgroup: dict[str, Any] | None = None,
+                 notes: list[str] | None = None) -> None:
         self.task_dir = task_dir
         self.grace_seconds = grace_seconds
+        self.cgroup = cgroup  # the task's cgroup plan (``cgroups``), created; None: no limits
+        self.notes = list(notes or [])  # for the task's status message (limits not enforced)
         self.task_pid: int | None = None  # also the task's process-group id
         self.reaped = False
         self.stop_requested = False
@@ -279,6 +300,14 @@ class Waiter:
             os.setpgid(pid, pid)  # the task does it too; whoever is first wins the race
         except (PermissionError, ProcessLookupError):
             pass
+        if self.cgroup is not None:
+            # Before the gate opens: the task never runs a line outside its limits.
+            try:
+                cgroups.join(self.cgroup, pid)
+            except OSError as exc:
+                self.notes.append(f"{LIMITS_OFF}: it could not join its cgroup ({exc})")
+                cgroups.remove(self.cgroup)
+                self.cgroup = None
         self.task_pid = pid
         os.write(report_w, f"{pid}\n".encode())
         os.close(report_w)
@@ -312,12 +341,17 @@ class Waiter:
             exit_code, sig = info.si_status, None
         else:  # killed (or dumped core)
             exit_code, sig = 128 + info.si_status, info.si_status
+            if spec.get("container") is not None:  # its container outlives a killed client
+                containerrun.remove_container(spec["container"])
         if released:
-            message = ""
+            notes = list(self.notes)
             if leftovers:
-                message = f"{len(leftovers)} process(es) of the task's group did not exit after SIGKILL"
+                notes.append(f"{len(leftovers)} process(es) of the task's group did not exit after SIGKILL")
             status = {"exit_code": exit_code, "signal": sig, "finished_at": finished_at,
-                      "stopped": self.stop_requested, "message": message}
+                      "stopped": self.stop_requested}
+            if self.cgroup is not None:
+                status.update(_end_cgroup(self.cgroup, exit_code, notes))
+            status["message"] = "; ".join(notes)
             # Before the reap: while the waiter lives, the backend waits for this file.
             taskfiles.write_json(os.path.join(self.task_dir, taskfiles.STATUS), status, durable=True)
         os.waitpid(pid, 0)
@@ -348,6 +382,38 @@ class Waiter:
             os.killpg(self.task_pid, sig)
         except ProcessLookupError:
             pass
+
+
+LIMITS_OFF = "its CPU and memory limits are not enforced"
+
+
+def _task_cgroup(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:
+    """Create the task's cgroup from its spec's plan, before anything of the task is forked:
+    ``(plan, notes)``, the plan None when the task runs without one (and the notes say why)."""
+    notes = [spec["limits_note"]] if spec.get("limits_note") else []
+    plan = spec.get("cgroup")
+    if plan is None:
+        return None, notes
+    try:
+        cgroups.create(plan)
+    except OSError as exc:
+        cgroups.remove(plan)
+        return None, [*notes, f"{LIMITS_OFF}: its cgroup could not be made ({exc})"]
+    return plan, notes
+
+
+def _end_cgroup(plan: dict[str, Any], exit_code: int, notes: list[str]) -> dict[str, Any]:
+    """After the task's group is gone: kill what is left in its cgroup (a process that left
+    the group), read its OOM kills, remove it. What ``status.json`` records of it."""
+    if left := cgroups.kill_all(plan):
+        notes.append(f"{len(left)} process(es) of the task's cgroup did not exit after SIGKILL")
+    kills = cgroups.oom_kills(plan)
+    cgroups.remove(plan)
+    record: dict[str, Any] = {"oom_kills": kills} if kills else {}
+    # A task that ended well despite a kill (it retried a step) did not fail for memory.
+    if kills and exit_code != 0:
+        record["reason"] = cgroups.OUT_OF_MEMORY
+    return record
 
 
 def _read_pid(fd: int) -> int | None:
@@ -386,6 +452,9 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
         os.dup2(null_fd, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
+        if spec.get("container") is not None:  # the engine's client, as root (it drops the user)
+            os.chdir(spec["cwd"])
+            containerrun.exec_container(spec["container"])
         user = spec.get("user")
         if user is not None:
             os.setgroups(user["groups"])

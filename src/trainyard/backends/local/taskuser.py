@@ -11,14 +11,17 @@ import os
 import pwd
 import re
 import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 WORK_ROOT_MODE = 0o711  # root-owned: the task user may pass through but not list or create
 TASK_WORK_MODE = 0o700  # owned by the task user: its working directory
+ENVIRONMENTS_MODE = 0o755  # environments: their owner's to build, every task's to run in
 SCRIPT_MODE = 0o400  # owned by the task user: the script bash reads
 SECRET_MODE = 0o400  # owned by the task user: one secret of its job
+PUBLISHED_MODE = 0o400  # owned by the task user: what Trainyard tells it (a suspend request)
 # A secret's file name: no path separators, no hidden or special names.
 SECRET_FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,254}")
 
@@ -156,6 +159,41 @@ def make_owned_dir(directory: Path, user: TaskUser | None) -> Path:
     if user is not None:
         os.chown(directory, user.uid, user.gid, follow_symlinks=False)
     return directory
+
+
+def make_readable_owned_dir(directory: Path, user: TaskUser | None) -> Path:
+    """``directory`` (its parent exists) with mode 0755, owned by ``user`` (else by us): the
+    owner's to write, everyone's to read (an environment a group shares)."""
+    _mkdir_exact(directory, ENVIRONMENTS_MODE)
+    if user is not None:
+        os.chown(directory, user.uid, user.gid, follow_symlinks=False)
+    return directory
+
+
+def make_passable_dir(directory: Path, user: TaskUser | None) -> Path:
+    """``directory`` (its parent exists), ours: passable by ``user`` (0711), not listable nor
+    writable; 0700 when tasks run as our own account."""
+    _mkdir_exact(directory, TASK_WORK_MODE if user is None else WORK_ROOT_MODE)
+    return directory
+
+
+def publish_file(path: Path, data: bytes, owner: tuple[int, int] | None) -> None:
+    """Replace ``path`` (in a directory of ours) atomically with a 0400 file holding ``data``,
+    owned by ``owner`` (uid, gid; None: by us): a reader sees no file or a whole one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, PUBLISHED_MODE)
+    try:
+        try:
+            if owner is not None:
+                os.fchown(fd, *owner)
+            os.fchmod(fd, PUBLISHED_MODE)
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_secret_files(directory: Path, secrets: Mapping[str, str], user: TaskUser | None) -> list[str]:

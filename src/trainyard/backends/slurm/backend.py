@@ -6,10 +6,12 @@ record each task's exit status and log into the task's directory. Everything liv
 ``state_dir``, which compute nodes must see at the same path (a shared file system; on a
 one-machine cluster any directory):
 
-    <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py, nvml_devices.py   fixed text, no job data
+    <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py, nvml_devices.py,
+                    container-cgroup.py                                  fixed text, no job data
+    <state_dir>/pythonpath/trainyard/runtime.py   first on every task's PYTHONPATH (``taskpython``)
     <state_dir>/jobs/<job>/<attempt>/
-        <role>-<index>-<run>/    env script.sh work/ output.log exit metrics.json   one task run
-        slurm-gang/              job_id submitting stop.json batch.log     the gang's submission
+        <role>-<index>-<run>/    env script.sh work/ output.log exit metrics.json suspend.json   one task run
+        slurm-gang/              job_id submitting tasks stop.json suspend.json batch.log   the gang's submission
         slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0)
     <state_dir>/jobs/<job>/jobdir/     $TRAINYARD_JOB_DIR: the job's tasks share it, its
                                        attempts keep it (``jobdirs``), until the controller
@@ -21,6 +23,13 @@ between ``sbatch`` and writing that file, by the job's unique name. States and e
 codes come from the task's ``exit`` file (written inside the Slurm step) and otherwise
 from Slurm (``scontrol show job``): a job cancelled or failed outside Trainyard, or one
 Slurm could never start, ends its tasks with Slurm's own words as the reason.
+
+Suspension (``Suspender``, ``docs/runtime.md``): the server writes each task's request in
+its ``suspend.json`` ($TRAINYARD_SUSPEND_FILE, on the shared directory, so the task reads
+it where it runs), then has each task runner of the Slurm job send the signal to its
+task's process group (``_relay``; a stop's SIGTERM goes the same way). One SIGURG reaches
+the whole Slurm job, so the first task's ``suspend`` publishes the request to every task
+of its submission (``tasks`` names them) before the one signal.
 """
 
 from __future__ import annotations
@@ -44,22 +53,29 @@ from trainyard.backends import jobdirs
 from trainyard.backends.base import (
     LogChunk,
     NodeInventory,
+    SuspendRequest,
     TaskKey,
     TaskLaunch,
     TaskStatus,
     check_task_key,
     read_log_file,
 )
+from trainyard.backends.cgroups import OUT_OF_MEMORY
+from trainyard.backends.containercgroup import CONTAINER_RECORD
+from trainyard.backends.containers import ContainerEngine, with_image_pull, with_oom_record
 from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.slurm import runners, submission
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory, node_sample
+from trainyard.backends.taskpython import install_runtime
 from trainyard.core.metrics import NodeSample, Sampled, TaskSample
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
 
+# A task directory's name (``<role>-<index>-<run>``), as a submission's ``tasks`` file lists them.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # Characters a state directory may not hold: Slurm expands ``%`` and ``\`` in output
 # paths, and the runner scripts' argv must stay one path per argument.
 _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
@@ -79,9 +95,12 @@ VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
 CANCEL_RETRY_SECONDS = 2.0
 EXIT = "exit"
+OOM = "oom"  # the runner's count of the task's processes killed at its memory limit, if any
 JOB_ID = "job_id"
 SUBMITTING = "submitting"
 STOP = "stop.json"
+SUSPEND = "suspend.json"  # in a submission's directory: its Slurm job was signalled to suspend
+TASKS = "tasks"  # in a submission's directory: the names of its tasks' directories, one a line
 METRICS = "metrics.json"  # the task sampler's newest figures, in the task's directory
 
 
@@ -98,17 +117,26 @@ class SlurmBackend(jobdirs.JobDirTree):
         commands: SlurmCommands | None = None,
         site_env: dict[str, str] | None = None,
         sample_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS,
+        containers: ContainerEngine | None = None,
+        pyxis: bool = False,
+        environments_root: Path | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         if _UNSAFE_PATH.search(str(self.state_dir)):
             raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
         self.partition = partition
+        self.containers = containers  # what runs the tasks of jobs with an image, inside their steps
+        self.pyxis = pyxis  # or: Slurm runs those steps in their image itself (srun --container-image)
         self.commands = commands or SlurmCommands()
         # Jobs run as the account running `yard up`; their environment starts clean from its
         # HOME and USER and the site's variables (backends/environment).
         self._base_env = {**base_environment(*process_account()), **site_environment(site_env or {})}
         self.job_dirs_root = self.state_dir / "jobs"
         self.job_dirs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # ``EnvironmentStore``: in the state dir, which every compute node sees at the same path.
+        self.environments_root = self.state_dir / "environments" if environments_root is None \
+            else Path(environments_root).absolute()
+        self.environments_root.mkdir(parents=True, exist_ok=True)
         bin_dir = self.state_dir / "bin"
         bin_dir.mkdir(exist_ok=True)
         self.gang_runner = _install(bin_dir / "gang-runner.sh", runners.GANG_RUNNER)
@@ -119,6 +147,10 @@ class SlurmBackend(jobdirs.JobDirTree):
         # The sampler's NVML reading is the local backend's: the same module, copied beside it.
         _install(bin_dir / runners.NVML_MODULE,
                  importlib.resources.files("trainyard.backends").joinpath("nvml_devices.py").read_text())
+        # And a container's memory cgroup is the local backend's too (``containercgroup``).
+        _install(bin_dir / runners.CGROUP_HELPER,
+                 importlib.resources.files("trainyard.backends").joinpath("containercgroup.py").read_text())
+        self.task_python = install_runtime(self.state_dir / "pythonpath")
         # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
         self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
         self._lock = threading.Lock()
@@ -232,7 +264,7 @@ class SlurmBackend(jobdirs.JobDirTree):
                 continue
             if (ended := _exit_status(key, task_dir)) is not None:
                 statuses[key] = ended
-                if self._killed_by_others(key, ended):
+                if self._killed_by_others(key, ended) and ended.reason != OUT_OF_MEMORY:
                     killed[key] = ended  # say why, if Slurm knows
                 continue
             job_id = self._known_job_id(key)
@@ -241,7 +273,7 @@ class SlurmBackend(jobdirs.JobDirTree):
             else:
                 waiting[key] = job_id
         if not waiting and not killed:
-            return statuses
+            return self._with_image_pulls(statuses)
         try:
             if killed:  # rare, and Slurm's verdict (NODE_FAIL, CANCELLED...) is seconds old at most
                 self._jobs_cache = None
@@ -249,7 +281,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         except SlurmError as exc:
             # Not knowing is not ending: keep every task as it was until Slurm answers.
             log.warning("cannot read job states from Slurm: %s", exc)
-            return statuses | {k: TaskStatus(k, running=True, message=f"Slurm unreachable: {exc}") for k in waiting}
+            return self._with_image_pulls(
+                statuses | {k: TaskStatus(k, running=True, message=f"Slurm unreachable: {exc}") for k in waiting})
         for key, ended in killed.items():
             statuses[key] = self._explain_kill(key, ended, jobs.get(self.slurm_job_id(key) or ""))
         for key, job_id in waiting.items():
@@ -257,7 +290,12 @@ class SlurmBackend(jobdirs.JobDirTree):
                 statuses[key] = TaskStatus(key, running=True, message="submitted to Slurm")
             else:
                 statuses[key] = self._status(key, job_id, jobs.get(job_id))
-        return statuses
+        return self._with_image_pulls(statuses)
+
+    def _with_image_pulls(self, statuses: dict[TaskKey, TaskStatus]) -> dict[TaskKey, TaskStatus]:
+        """Each status with how its task's image came to its node (the runner's ``image.json``)."""
+        return {key: with_image_pull(status, _read_json(self.task_dir(key) / "image.json")) if not status.lost
+                else status for key, status in statuses.items()}
 
     def stop(self, key: TaskKey, grace_seconds: float) -> None:
         try:
@@ -278,20 +316,62 @@ class SlurmBackend(jobdirs.JobDirTree):
             # Durable first: a restarted server enforces the deadline (observe) if we die now.
             submission.write_private(stop_path, json.dumps(record).encode())
         # Nothing runs yet in a pending job: cancel it outright. A running one gets SIGTERM
-        # in every task (scancel signals the steps, not the batch script), then its grace.
+        # in every task's process group, from its task runner (``_relay``), then its grace.
         self.commands.scancel(job_id, state="PENDING")
         if record["grace_seconds"] <= 0:
             self.commands.scancel(job_id)
         else:
-            self.commands.scancel(job_id, signal="TERM", state="RUNNING")
+            self._relay(key, "stop", "SIGTERM", job_id)
         # A stop that failed half-way (Slurm unreachable) is sent again on the next call.
         submission.write_private(stop_path, json.dumps({**record, "signalled": True}).encode())
+
+    def suspend(self, key: TaskKey, request: SuspendRequest) -> None:
+        """Publish ``request`` to every task of this task's Slurm job that has not ended,
+        then signal the job's steps once (``Suspender``; the module docstring). Nothing for
+        a task that has ended or was never submitted; asked again, the files are written
+        again and the signal is not. A job still pending gets no signal: its tasks find
+        the file when they start."""
+        try:
+            sub_dir, task_dir = self.submission_dir(key), self.task_dir(key)
+        except ValueError as exc:
+            log.warning("ignoring a suspend request for an invalid task key %r: %s", key, exc)
+            return
+        if _exit_status(key, task_dir) is not None:
+            return
+        job_id = self._known_job_id(key)
+        if job_id is None:
+            return
+        text = json.dumps(request.as_json()).encode()
+        for folder in self._live_task_dirs(key):
+            submission.write_private(folder / submission.SUSPEND_FILE, text)
+        record = _read_json(sub_dir / SUSPEND)
+        if request.signal is None or (record is not None and record.get("signalled")):
+            return
+        self._relay(key, "suspend", request.signal, job_id)
+        submission.write_private(sub_dir / SUSPEND, json.dumps({"signal": request.signal, "signalled": True}).encode())
+
+    def _live_task_dirs(self, key: TaskKey) -> set[Path]:
+        """The directories of the tasks of ``key``'s submission that have not ended."""
+        task_dir = self.task_dir(key)
+        names = (_read_text(self.submission_dir(key) / TASKS) or "").split()  # none in jobs from before it was kept
+        folders = {task_dir, *(task_dir.parent / name for name in names if _SAFE_NAME.fullmatch(name))}
+        return {folder for folder in folders if folder.is_dir() and _read_text(folder / EXIT) is None}
+
+    def _relay(self, key: TaskKey, what: str, signal: str, job_id: str) -> None:
+        """Have every running task runner of the Slurm job send ``signal`` to its task's
+        process group, all at once (``runners.TASK_RUNNER``): its ``relay.<what>`` file
+        names the signal, and SIGURG, which every other process ignores by default, tells
+        the runner to look. Slurm's own ``scancel --signal`` reaches a step's processes one
+        by one, deepest first, so a shell waiting on its child would end before its trap ran."""
+        for folder in self._live_task_dirs(key):
+            submission.write_private(folder / f"relay.{what}", signal.removeprefix("SIG").encode())
+        self.commands.scancel(job_id, signal="URG", state="RUNNING")
 
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         try:
             path = self.task_dir(key) / "output.log"
         except ValueError:  # a key no task can have: it has no log
-            return LogChunk(data=b"", offset=0, size=0)
+            return LogChunk(data=b"", offset=0, size=0, exists=False)
         return read_log_file(path, offset, limit)
 
     # --- internals -----------------------------------------------------------------
@@ -307,8 +387,10 @@ class SlurmBackend(jobdirs.JobDirTree):
             job_dir = self.job_dir(key.job_id)
             job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             for task in tasks:
-                submission.write_task_files(task_dirs[task.key], task, self._base_env, job_dir)
+                submission.write_task_files(task_dirs[task.key], task, self._base_env, job_dir, self.task_python,
+                                            self.containers, pyxis_root=self.state_dir if self.pyxis else None)
             sub_dir.mkdir(parents=True, exist_ok=True)
+            submission.write_private(sub_dir / TASKS, "".join(f"{d.name}\n" for d in task_dirs.values()).encode())
             argv = submission.sbatch_argv(
                 name=name, submission_dir=sub_dir, partition=self.partition,
                 parts=submission.components(tasks, self._gpu_models), task_dirs=task_dirs,
@@ -387,13 +469,16 @@ class SlurmBackend(jobdirs.JobDirTree):
             return TaskStatus(key, running=True)
         # The runner writes the task's exit file just before the step ends: look again.
         if (ended := _exit_status(key, task_dir)) is not None:
-            return self._explain_kill(key, ended, job) if self._killed_by_others(key, ended) else ended
+            # Killed at its memory limit: that is the verdict, no need to wait for Slurm's.
+            killed = self._killed_by_others(key, ended) and ended.reason != OUT_OF_MEMORY
+            return self._explain_kill(key, ended, job) if killed else ended
         # The batch script's own status says nothing about the task's success: without
         # the task's exit file, only a signal counts, and "no exit status" otherwise.
         code = job.exit_code()
         code = code if code is not None and code > 128 and job.state not in PLATFORM_FAILURES else None
         return TaskStatus(key, running=False, exit_code=code, signal=None if code is None else code - 128,
-                          message=f"Slurm job {job_id} ended {job.state} without the task's own exit status")
+                          message=f"Slurm job {job_id} ended {job.state} without the task's own exit status",
+                          reason=OUT_OF_MEMORY if job.state == OUT_OF_MEMORY else "")
 
     def _stuck_for_good(self, job: SlurmJob) -> bool:
         """Whether a pending job that Slurm says cannot start now never will.
@@ -410,8 +495,9 @@ class SlurmBackend(jobdirs.JobDirTree):
         return any(node not in states or not is_schedulable(states[node]) for node in job.nodes)
 
     def _killed_by_others(self, key: TaskKey, ended: TaskStatus) -> bool:
-        """Whether a signal ended the task that no stop of Trainyard's sent."""
-        return ended.signal is not None and not (self.submission_dir(key) / STOP).exists()
+        """Whether a signal ended the task that no stop or suspension of Trainyard's sent."""
+        sub_dir = self.submission_dir(key)
+        return ended.signal is not None and not ((sub_dir / STOP).exists() or (sub_dir / SUSPEND).exists())
 
     def _explain_kill(self, key: TaskKey, ended: TaskStatus, job: SlurmJob | None) -> TaskStatus:
         """A task killed by a signal Trainyard did not send: add Slurm's verdict (NODE_FAIL,
@@ -423,6 +509,8 @@ class SlurmBackend(jobdirs.JobDirTree):
             if job.state == "COMPLETED":
                 return ended
             why = f"Slurm job {job.job_id} ended {job.state} ({job.reasons[0].replace('_', ' ')})"
+            if job.state == OUT_OF_MEMORY:
+                return dataclasses.replace(ended, message=why, reason=OUT_OF_MEMORY)
             if job.state in PLATFORM_FAILURES:
                 # Whatever signal the task got, its node failed it, not its program: the
                 # status says nothing of the task, which the controller retries as LOST.
@@ -481,12 +569,20 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
-    """The exit status the task runner (or srun, standing in) recorded, if any."""
+    """The exit status the task runner (or srun, standing in) recorded, if any; reason
+    OUT_OF_MEMORY when the task failed after the kernel killed a process of its step at
+    its memory limit (the runner's ``oom`` file), or of its container (``container.json``)."""
     text = _read_text(task_dir / EXIT)
     if text is None or not text.isdigit():
         return None
     code = int(text)
-    return TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None)
+    kills = _read_text(task_dir / OOM) or "0"
+    reason = OUT_OF_MEMORY if code != 0 and kills.isdigit() and int(kills) > 0 else ""
+    status = TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None,
+                        reason=reason)
+    # A container's kills are counted in its own cgroup, outside the step's (the runner's
+    # container-cgroup.py records them).
+    return with_oom_record(status, _read_json(task_dir / CONTAINER_RECORD))
 
 
 def _figure(record: Mapping[str, Any], name: str) -> float | None:

@@ -25,6 +25,12 @@ while [ "$#" -ge 5 ]; do
     step=(srun --nodes=1 --ntasks=1 --cpus-per-task="$cpus" --mem="$mem" --gres="$gres" --kill-on-bad-exit=0
           --output="$dir/output.log" --open-mode=append)
     if [ "$het" = 1 ]; then step+=(--het-group="$group"); fi
+    # A task with an image on a cluster with Pyxis: the step itself runs in the container
+    # (srun --container-image ...; NUL-separated options written by the backend).
+    if [ -e "$dir/container.pyxis" ]; then
+        mapfile -d '' -t pyxis < "$dir/container.pyxis"
+        step+=("${pyxis[@]}")
+    fi
     (
         "${step[@]}" /bin/bash "$runner" "$dir"
         rc=$?
@@ -61,11 +67,107 @@ if [ -n "${SLURM_STEP_GPUS-}" ] && [ -n "${CUDA_VISIBLE_DEVICES-}" ]; then
 else
     pinning=("CUDA_VISIBLE_DEVICES=" "NVIDIA_VISIBLE_DEVICES=none")
 fi
-# A stop (scancel --signal=TERM) reaches the task's processes directly; this shell only
-# outlives it to record the task's exit status. Bash runs a trap only after the
-# foreground command has ended, so $? below is always the task's own status (a task in
-# the background and `wait` would lose it when the signal interrupts the wait).
-trap ':' TERM
+# A stop or a suspension reaches the task's whole process group at once, from this shell,
+# as on the local backend (one killpg): the backend writes the signal to deliver in
+# TASK_DIR/relay.<what> (TERM, or the job's suspend signal) and then has Slurm send SIGURG
+# to the step (scancel --signal=URG), which every other process ignores by default. Slurm
+# itself signals a step's processes one by one, deepest first (proctrack/linuxproc), so a
+# script waiting on a child (`python train.py & wait`) would see the child die and exit 0
+# before its own trap ran. Each relay file is delivered once. The signals Slurm sends
+# itself (a full scancel, a time limit) still reach every process; this shell outlives
+# them to record the task's exit status. A trapped signal is back to its default in the
+# task, which may trap it itself.
+declare -A relayed=()
+task=
+interrupted=
+relay() {
+    interrupted=1
+    local file what sig
+    for file in "$dir"/relay.*; do
+        what="${file##*/relay.}"
+        case "$what" in *.*) continue ;; esac  # relay.stop.tmp: being written
+        [ -f "$file" ] && [ -z "${relayed[$what]-}" ] && [ -n "$task" ] || continue
+        sig="$(head -c 16 "$file")"
+        case "$sig" in ''|*[!A-Z0-9+]*) continue ;; esac
+        relayed[$what]=1
+        kill -s "$sig" -- "-$task" 2> /dev/null
+    done
+}
+trap relay URG
+trap 'interrupted=1' TERM INT HUP USR1 USR2
+# A task with an image (TASK_DIR/container.*, written by the backend): the container engine's
+# client runs in this step, in the foreground, so the signals reach it and it proxies them
+# into the container. Its variables go in an env file (never the engine's environment, which
+# stays clean); the step's GPUs become CDI devices; the image is pulled first where missing,
+# timed, into TASK_DIR/image.json.
+engine_env=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root)
+cgroup_helper="${0%/*}/container-cgroup.py"
+run_container() {
+    # Run in the background, as the leader of the task's process group: it outlives the
+    # relayed signals (a pull is interrupted, and ends the task) and becomes the engine.
+    trap ':' TERM INT HUP USR1 USR2
+    local image prefix=() command=() exists=() pull=() devices=() gpu started seconds
+    image="$(cat "$dir/container.image")" || return 125
+    mapfile -d '' -t prefix < "$dir/container.argv" || return 125
+    mapfile -d '' -t command < "$dir/container.command" || return 125
+    mapfile -d '' -t exists < "$dir/container.exists" || return 125
+    mapfile -d '' -t pull < "$dir/container.pull" || return 125
+    # The container sees only the step's GPUs, numbered from 0 (CDI devices by the node's index).
+    local visible=()
+    if [ -n "${SLURM_STEP_GPUS-}" ]; then
+        IFS=, read -r -a gpus <<< "$SLURM_STEP_GPUS"
+        for gpu in "${gpus[@]}"; do devices+=(--device "nvidia.com/gpu=$gpu"); visible+=("${#visible[@]}"); done
+    fi
+    local cuda
+    cuda="$(IFS=,; echo "${visible[*]}")"
+    { cat "$dir/container.env"; printf '%s\n' "${slurm[@]}" "CUDA_VISIBLE_DEVICES=$cuda" NVIDIA_VISIBLE_DEVICES=void \
+        CUDA_DEVICE_ORDER=PCI_BUS_ID; } > "$dir/container.step.env" || return 125
+    node="${SLURMD_NODENAME-$(hostname)}"
+    if env -i -- "${engine_env[@]}" "${exists[@]}" > /dev/null 2>&1; then
+        printf '{"image": "%s", "node": "%s", "ok": true, "pulled": false, "seconds": 0}\n' "$image" "$node" \
+            > "$dir/image.json"
+    else
+        echo "trainyard: pulling $image on node $node"
+        started=$(date +%s.%N)
+        if ! env -i -- "${engine_env[@]}" "${pull[@]}"; then
+            seconds=$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $started}")
+            printf '{"image": "%s", "node": "%s", "ok": false, "seconds": %s, "error": "%s"}\n' "$image" "$node" \
+                "$seconds" "could not pull $image on node $node (see the task log)" > "$dir/image.json"
+            echo "trainyard: could not pull $image on node $node"
+            return 125
+        fi
+        seconds=$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $started}")
+        printf '{"image": "%s", "node": "%s", "ok": true, "pulled": true, "seconds": %s}\n' \
+            "$image" "$node" "$seconds" > "$dir/image.json"
+    fi
+    # A Python environment the image cannot run (its python links to the node's interpreter):
+    # the backend's record of why becomes image.json, and the task ends before it starts.
+    if [ -e "$dir/container.check" ]; then
+        local check=()
+        mapfile -d '' -t check < "$dir/container.check" || return 125
+        if ! env -i -- "${engine_env[@]}" "${check[@]}"; then
+            cp "$dir/container.check_failed" "$dir/image.json"
+            echo "trainyard: the job's Python environment cannot run in $image (see image.json)"
+            return 125
+        fi
+    fi
+    # Its memory limit (container.memory, container.parent: engine options): the container
+    # sits in a memory cgroup of Trainyard's that holds it, which container-cgroup.py makes
+    # on this node, watches for OOM kills (recorded in TASK_DIR/container.json) and removes
+    # (backends/containercgroup.py); where it cannot (no python3 3.10+, no memory
+    # controller, not root), the engine holds the container to it, and a kill there is a
+    # plain SIGKILL.
+    local limits=() watcher=() python
+    if [ -e "$dir/container.memory" ]; then
+        mapfile -d '' -t limits < "$dir/container.memory" || return 125
+        if python="$(command -v python3)" && "$python" -I -S "$cgroup_helper" check "$dir"; then
+            mapfile -d '' -t limits < "$dir/container.parent" || return 125
+            watcher=("$python" -I -S "$cgroup_helper" run "$dir")
+        fi
+    fi
+    exec env -i -- "${engine_env[@]}" "${watcher[@]}" "${prefix[@]}" "${limits[@]}" "${devices[@]}" "$image" \
+        "${command[@]}"
+}
 # Beside the task: the sampler of its process tree (task-sampler.py, writes $dir/metrics.json),
 # when the node has a python3. It is no part of the task and never decides its status.
 sampler=
@@ -73,12 +175,54 @@ if [ -r "${0%/*}/task-sampler.py" ] && command -v python3 > /dev/null 2>&1; then
     python3 "${0%/*}/task-sampler.py" "$dir" "$$" < /dev/null > /dev/null 2> "$dir/sampler.log" &
     sampler=$!
 fi
-env -i -- "${slurm[@]}" "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID /bin/bash "$dir/script.sh"
-rc=$?
+# The task runs in a process group of its own (job control on for its start only), and
+# this shell waits for it: a trap interrupts `wait` but not the task, so it waits again
+# until the task has ended, and $? is then the task's own status.
+set -m
+if [ -e "$dir/container.argv" ]; then
+    run_container &
+else
+    env -i -- "${slurm[@]}" "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID \
+        /bin/bash "$dir/script.sh" &
+fi
+task=$!
+set +m
+while :; do
+    interrupted=
+    wait "$task"
+    rc=$?
+    if [ -z "$interrupted" ] && ! kill -0 "$task" 2> /dev/null; then break; fi
+done
 if [ -n "$sampler" ]; then kill "$sampler" 2> /dev/null; fi
+# Slurm's task/cgroup holds the step to its --mem in a memory cgroup this shell shares
+# with the task; the kernel counts there the processes it killed at that limit (v1:
+# memory.oom_control, v2: memory.events; read as backends/cgroups.py reads them). Written
+# before the exit file, so that the backend sees both or neither.
+oom_kills() {
+    local controllers path file
+    while IFS=: read -r _ controllers path; do
+        case ",$controllers," in
+            *,memory,*) file="/sys/fs/cgroup/memory$path/memory.oom_control" ;;
+            ,,) file="/sys/fs/cgroup$path/memory.events" ;;
+            *) continue ;;
+        esac
+        if [ -r "$file" ]; then
+            awk '$1 == "oom_kill" { print $2; found = 1 } END { if (!found) print 0 }' "$file"
+            return
+        fi
+    done < /proc/self/cgroup
+    echo 0
+}
+kills="$(oom_kills)"
+case "$kills" in ''|*[!0-9]*|0) ;; *) printf '%s\n' "$kills" > "$dir/oom" ;; esac
 printf '%s\n' "$rc" > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
 exit "$rc"
 """
+
+# Beside the runners: the container's memory cgroup (``backends/containercgroup.py``, run
+# by the task runner as ``python3 -I -S container-cgroup.py check|run TASK_DIR ...``: the
+# name in TASK_RUNNER).
+CGROUP_HELPER = "container-cgroup.py"
 
 # Usage: python3 task-sampler.py TASK_DIR RUNNER_PID   (@INTERVAL@: set when the backend installs it)
 # Started by the task runner beside the task, inside the task's step (so on the compute
@@ -95,6 +239,7 @@ TASK_SAMPLER = r'''"""Trainyard's task sampler (written by the Slurm backend; ho
 import importlib.util
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -231,6 +376,9 @@ def measure(runner, me, node, gpus, before):
 
 
 def main():
+    # Slurm's own signals reach every process of the step: they are the task's, not the sampler's.
+    for name in ("SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
     task_dir, runner, interval = sys.argv[1], int(sys.argv[2]), float("@INTERVAL@")
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
     me = os.getpid()

@@ -11,20 +11,37 @@ never sees more GPUs than it was given.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.environment import ENV_NAME
+from trainyard.backends.base import SUSPEND_FILE_VARIABLE, Mount, TaskKey, TaskLaunch
+from trainyard.backends.containercgroup import CGROUP_INPUT, parent_path
+from trainyard.backends.containers import (
+    ContainerEngine,
+    ContainerError,
+    ContainerTask,
+    container_command,
+    environment_binds,
+    environment_check,
+    memory_options,
+    run_options,
+    write_env_file,
+)
+from trainyard.backends.environment import ENV_NAME, python_environment
 from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
+from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
+from trainyard.backends.taskpython import with_runtime_path
 
 WHOLE_GPU_MILLI = 1000
+# In a task's directory: the suspend request, once Trainyard asks ($TRAINYARD_SUSPEND_FILE).
+SUSPEND_FILE = "suspend.json"
 _GPU_MODEL = re.compile(r"[A-Za-z0-9_.-]+")  # a Slurm GRES type, safe in --gres
 
 
@@ -96,16 +113,89 @@ def components(tasks: Sequence[TaskLaunch], gpu_models: Mapping[str, Sequence[st
     return [Component(node, tuple(group), tuple(gpu_models.get(node, ()))) for node, group in by_node.items()]
 
 
-def write_task_files(task_dir: Path, task: TaskLaunch, base_env: Mapping[str, str], job_dir: Path) -> None:
-    """The task's whole env (NUL-separated ``NAME=value``: ``base_env``, then the job's env
-    and wiring; the runner adds only Slurm's variables and the GPU pinning), its script,
+def write_task_files(
+    task_dir: Path, task: TaskLaunch, base_env: Mapping[str, str], job_dir: Path, task_python: Path,
+    engine: ContainerEngine | None = None, pyxis_root: Path | None = None,
+) -> None:
+    """The task's whole env (NUL-separated ``NAME=value``: ``base_env``, then the task's Python
+    environment (``python_environment``), then the job's env and wiring; the runner adds
+    only Slurm's variables and the GPU pinning), its script,
     and its working directory; ``job_dir`` (made already) is its ``$TRAINYARD_JOB_DIR``,
-    whatever the job's env says."""
-    (task_dir / "work").mkdir(parents=True, exist_ok=True)
-    variables = {**base_env, **task.env, JOB_DIR_VARIABLE: str(job_dir)}
+    whatever the job's env says, ``task_python`` goes first on its ``PYTHONPATH``
+    (``taskpython``), and its suspend request will be ``SUSPEND_FILE`` in ``task_dir``.
+    A task with an image also gets ``container.*``: the engine's run options (its task
+    directory, job directory, ``task_python`` and storages bound at their paths), the
+    image, the commands that find and pull it, and its env file (the runner adds Slurm's
+    variables to it), and with a memory limit the options that hold the container to it
+    (``container.parent``, a cgroup the runner makes on the node; ``container.memory``, the
+    engine's own where the node cannot) with the cgroup's input (``container.cgroup``),
+    and with a Python environment its folders bound read-only and
+    ``container.check``/``container.check_failed`` (``containers.environment_check``: the
+    runner ends the task with that record when the environment cannot run in the image);
+    ContainerError when no engine is configured. With ``pyxis_root``
+    (the cluster has NVIDIA's Pyxis), ``container.pyxis`` instead: the ``srun
+    --container-*`` options that run the whole step in the image, with ``pyxis_root`` (the
+    backend's state directory: the runner, the task and job directories, ``task_python``)
+    and the task's storages mounted at their paths.
+    Its storages are paths every node has (``$TRAINYARD_STORAGE_*``; in a container, their
+    mountPath): a home or group storage's folder is made here, and the log of a bare
+    process says what Slurm cannot honour for it (read-only, mountPath)."""
+    work = task_dir / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    for mount in task.mounts:
+        make_missing_storage(mount, None, None)
+    if task.image is None and (notes := unenforced_notes(task.mounts, "Slurm runs this task as a bare process")):
+        with open(task_dir / "output.log", "a", encoding="utf-8") as output:
+            output.write("".join(note + "\n" for note in notes))
+    inside = task.image is not None
+    variables = {**python_environment(base_env, task.environment), **task.env,
+                 **mount_env(task.mounts, inside=inside), JOB_DIR_VARIABLE: str(job_dir),
+                 SUSPEND_FILE_VARIABLE: str(task_dir / SUSPEND_FILE)}
+    variables = with_runtime_path(variables, task_python)
     env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
     write_private(task_dir / "env", env)
     write_private(task_dir / "script.sh", task.script.encode())
+    if task.image is None:
+        return
+    if pyxis_root is not None:
+        mounts = [f"{pyxis_root}:{pyxis_root}"] + [
+            f"{m.source}:{m.target}" + (":ro" if m.read_only else "")
+            for m in (*task.mounts, *environment_binds(task.environment))]
+        options = [f"--container-image={task.image}", f"--container-mounts={','.join(mounts)}",
+                   f"--container-workdir={work}", "--no-container-mount-home"]
+        write_private(task_dir / "container.pyxis", b"".join(o.encode() + b"\0" for o in options))
+        return
+    if engine is None:
+        raise ContainerError(f"the task's image {task.image} needs a container engine on the compute nodes, "
+                             "and none (podman or docker, as container_engine says) was found")
+    write_env_file(task_dir / "container.env", variables)
+    container = ContainerTask(
+        key=task.key, image=task.image, node=task.node, work_dir=work, script=task_dir / "script.sh",
+        env_file=task_dir / "container.step.env",
+        binds=(Mount(str(task_dir), str(task_dir)), Mount(str(job_dir), str(job_dir)),
+               Mount(str(task_python), str(task_python), read_only=True), *task.mounts,
+               *environment_binds(task.environment)),
+        cpu_milli=task.cpu_milli, name_salt=str(task_dir),
+    )
+    nul = b"\0"
+    write_private(task_dir / "container.image", task.image.encode())
+    files = [("argv", run_options(engine, container)), ("command", list(container_command(engine))),
+             ("exists", engine.exists_command(task.image)),
+             ("pull", engine.pull_command(task.image))]
+    if task.memory_mb > 0:
+        # Its memory limit: a parent cgroup the runner makes on the node, where it can
+        # (``containercgroup``: the plan is the node's), else the engine's own.
+        files += [("memory", memory_options(replace(container, memory_mb=task.memory_mb))),
+                  ("parent", memory_options(replace(container, cgroup={"relative": parent_path(container.name)})))]
+        write_private(task_dir / CGROUP_INPUT,
+                      json.dumps({"name": container.name, "memory_mb": task.memory_mb}).encode())
+    for name, argv in files:
+        write_private(task_dir / f"container.{name}", b"".join(a.encode() + nul for a in argv))
+    # The runner runs the check before the task; when it fails, the failure is image.json.
+    if (check := environment_check(engine, container, task.environment)) is not None:
+        write_private(task_dir / "container.check", b"".join(a.encode() + nul for a in check["argv"]))
+        failed = {"image": task.image, "node": task.node, "ok": False, "seconds": 0, "error": check["error"]}
+        write_private(task_dir / "container.check_failed", json.dumps(failed).encode() + b"\n")
 
 
 def write_private(path: Path, data: bytes) -> None:

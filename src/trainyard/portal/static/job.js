@@ -121,6 +121,7 @@
   var charts = document.getElementById("charts");
   var chartStatus = document.getElementById("charts-status");
   var drawn = {};
+  if (charts) { charts.plots = drawn; }  // field -> {plot}: what a browser test reads the scales of
   var COLOURS = ["#2f6fde", "#1b8a4b", "#c92a2a", "#b7791f", "#7c3aed", "#0e7490", "#be185d", "#4d7c0f"];
 
   function series(metrics, field) {
@@ -141,6 +142,20 @@
     return data;
   }
 
+  // uPlot widens a range whose ends meet by their magnitude: one sample (epoch seconds, or a
+  // value of 0) would span years, or 0-100 cores. The time axis is the job's window (from its
+  // start until it ended, or now), and a value axis starts at 0 and reaches past its largest.
+  function timeRange(u, min, max) {
+    var since = Date.parse(charts.getAttribute("data-since")) / 1000;
+    var until = charts.getAttribute("data-until") ? Date.parse(charts.getAttribute("data-until")) / 1000
+                                                  : Date.now() / 1000;
+    return [min == null ? since : Math.min(min, since), max == null ? until : Math.max(max, until)];
+  }
+
+  function valueRange(u, min, max) {
+    return [0, max == null || max <= 0 ? 1 : max * 1.1];
+  }
+
   function draw(metrics) {
     var width = Math.max(280, Math.floor((charts.clientWidth - 32) / 3));
     charts.querySelectorAll(".chart").forEach(function (box) {
@@ -158,7 +173,7 @@
           return { label: task.role + "/" + task.index, stroke: COLOURS[i % COLOURS.length], width: 1.5, spanGaps: false };
         })),
         axes: [{}, { size: 50 }],
-        scales: field === "gpuUtilPct" ? { y: { range: [0, 100] } } : {},
+        scales: { x: { time: true, range: timeRange }, y: { range: field === "gpuUtilPct" ? [0, 100] : valueRange } },
         legend: { live: true },
       };
       drawn[field] = { key: key, plot: new window.uPlot(opts, data, box) };

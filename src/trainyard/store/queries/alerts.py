@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainyard.core.states import JobState, TaskState
+from trainyard.store.queries.jobs import queued
 from trainyard.store.rows import AlertRow, AlertRuleRow, JobRow, TaskRow, TaskSampleRow, UserRow
 
 FIRING = "firing"
@@ -91,7 +92,7 @@ def waiting_jobs(session: Session, before: datetime) -> list[tuple[int, str, str
         select(JobRow.id, UserRow.name, JobRow.vc, JobRow.submitted_at,
                func.coalesce(JobRow.pending_message, JobRow.pending_short, ""))
         .join(UserRow, UserRow.id == JobRow.user_id)
-        .where(JobRow.state == JobState.WAITING, JobRow.submitted_at < before)
+        .where(queued(), JobRow.submitted_at < before)
         .order_by(JobRow.id)
     )
     return [tuple(r) for r in rows]  # type: ignore[misc]

@@ -6,17 +6,22 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import ColumnElement, Table, and_, bindparam, func, or_, select, update
 from sqlalchemy.orm import Session, aliased, selectinload
 
-from trainyard.core.states import FINAL_JOB_STATES, AttemptState, JobState, TaskState
+from trainyard.core.states import FINAL_JOB_STATES, QUEUED_JOB_STATES, AttemptState, JobState, TaskState
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
 
 # Ids per ``IN (...)`` list: well below SQLite's and PostgreSQL's bind-parameter limits.
 CHUNK = 500
-ACTIVE = (JobState.WAITING, JobState.RUNNING, JobState.STOPPING)
+ACTIVE = (JobState.WAITING, JobState.SUSPENDED, JobState.RUNNING, JobState.STOPPING)
 HOLDING = (JobState.RUNNING, JobState.STOPPING)  # jobs whose current attempt may hold resources
 UNFINISHED_TASKS = (TaskState.WAITING, TaskState.RUNNING)
+
+
+def queued() -> ColumnElement[bool]:
+    """The jobs the scheduler may place: waiting, or suspended and not held by anyone."""
+    return and_(JobRow.state.in_(QUEUED_JOB_STATES), JobRow.held_by.is_(None))
 
 
 def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
@@ -104,9 +109,10 @@ def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]
 
 
 def stoppable_jobs(session: Session, *, user_id: int | None = None, vc: str | None = None) -> list[JobRow]:
-    """Waiting and running jobs (not those already stopping) of a user and/or a VC, oldest
-    first: what removing that user or VC would stop."""
-    query = select(JobRow).where(JobRow.state.in_((JobState.WAITING, JobState.RUNNING))).order_by(JobRow.id)
+    """Waiting, suspended and running jobs (not those already stopping) of a user and/or a
+    VC, oldest first: what removing that user or VC would stop."""
+    states = (JobState.WAITING, JobState.SUSPENDED, JobState.RUNNING)
+    query = select(JobRow).where(JobRow.state.in_(states)).order_by(JobRow.id)
     if user_id is not None:
         query = query.where(JobRow.user_id == user_id)
     if vc is not None:
@@ -133,16 +139,22 @@ def job_ids_in(session: Session, states: Sequence[str]) -> list[int]:
     return list(session.scalars(select(JobRow.id).where(JobRow.state.in_(states))))
 
 
-WaitingFacts = tuple[int, int, dict[str, Any], datetime, str, str, int]
+def queued_job_ids(session: Session) -> list[int]:
+    """Ids of the jobs the scheduler may place (``queued``), in the database's order."""
+    return list(session.scalars(select(JobRow.id).where(queued())))
+
+
+WaitingFacts = tuple[int, int, dict[str, Any], datetime, str, str, int, float]
 
 
 def waiting_job_facts(session: Session, job_ids: Sequence[int]) -> Iterator[WaitingFacts]:
-    """(id, row version, stored job file, submit time, VC, owner's name, attempt number) of
-    these jobs, read in chunks: what the scheduler needs of a waiting job."""
+    """(id, row version, stored job file, submit time, VC, owner's name, attempt number,
+    GPU-seconds attained) of these jobs, read in chunks: what the scheduler needs of a
+    waiting job."""
     for chunk in chunks(job_ids):
         query = (
             select(JobRow.id, JobRow.version, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name,
-                   JobRow.attempt)
+                   JobRow.attempt, JobRow.attained_gpu_seconds)
             .join(UserRow, JobRow.user_id == UserRow.id)
             .where(JobRow.id.in_(chunk))
         )
@@ -159,7 +171,8 @@ def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> No
     jobs = cast(Table, JobRow.__table__)
     session.execute(
         update(jobs)
-        .where(jobs.c.id == bindparam("job"), jobs.c.state == JobState.WAITING.value)
+        # No IN (...) here: an executemany cannot expand one.
+        .where(jobs.c.id == bindparam("job"), or_(*(jobs.c.state == state.value for state in QUEUED_JOB_STATES)))
         .values(
             pending_reason=bindparam("reason"),
             pending_message=bindparam("message"),
@@ -196,15 +209,42 @@ def running_attempts_with_limits(session: Session) -> list[tuple[JobRow, Attempt
     return [(job, attempt) for job, attempt in session.execute(query)]
 
 
+WatchedTask = tuple[int, int, datetime | None, int, str, int, int, str]
+
+
+def watched_attempt_tasks(session: Session) -> list[WatchedTask]:
+    """One row per task of the running attempt of every running job that declares a
+    ``watchdogSeconds``, by job: (job id, attempt number, attempt start, watchdog seconds,
+    role, index, run, task state). Tasks in every state, so that an attempt whose only
+    task is between two runs (``taskRetryCount``) is still seen: what the hang watchdog
+    reads logs for."""
+    query = (
+        select(
+            JobRow.id, AttemptRow.number, AttemptRow.started_at, JobRow.watchdog_seconds,
+            TaskRow.role, TaskRow.index, TaskRow.run, TaskRow.state,
+        )
+        .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
+        .join(TaskRow, TaskRow.attempt_id == AttemptRow.id)
+        .where(
+            JobRow.state == JobState.RUNNING,
+            JobRow.watchdog_seconds.is_not(None),
+            AttemptRow.state == AttemptState.RUNNING,
+        )
+        .order_by(JobRow.id, TaskRow.role, TaskRow.index)
+    )
+    return [cast(WatchedTask, tuple(row)) for row in session.execute(query)]
+
+
 def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
     """One row per unfinished task of a running or stopping job's current attempt, by job
     then task: (job id, VC, owner, priority, job state, grace seconds, max run time,
-    attempt state, attempt start, attempt stop request, role, index, node, GPU shares, CPU
-    milli, memory MB)."""
+    attempt state, attempt start, attempt stop request, suspendable, GPU-seconds attained
+    before this attempt, role, index, node, GPU shares, CPU milli, memory MB)."""
     query = (
         select(
             JobRow.id, JobRow.vc, UserRow.name, JobRow.priority, JobRow.state, JobRow.grace_seconds,
             JobRow.max_runtime_seconds, AttemptRow.state, AttemptRow.started_at, AttemptRow.stop_requested_at,
+            JobRow.suspendable, JobRow.attained_gpu_seconds,
             TaskRow.role, TaskRow.index, TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb,
         )
         .join(UserRow, UserRow.id == JobRow.user_id)
@@ -247,7 +287,7 @@ def oldest_wait_by_vc(session: Session) -> dict[str, datetime]:
     )
     query = (
         select(JobRow.vc, func.min(func.coalesce(last_end, JobRow.submitted_at)))
-        .where(JobRow.state == JobState.WAITING)
+        .where(queued())
         .group_by(JobRow.vc)
     )
     return {vc: since for vc, since in session.execute(query) if since is not None}

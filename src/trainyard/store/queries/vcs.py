@@ -7,8 +7,9 @@ from typing import NamedTuple
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from trainyard.core.states import JobState, TaskState
+from trainyard.core.states import TaskState
 from trainyard.store.queries.decoded import as_text, gpu_shares
+from trainyard.store.queries.jobs import queued
 from trainyard.store.rows import (
     GroupRow,
     JobRow,
@@ -60,7 +61,7 @@ def held_gpu_shares(session: Session) -> list[HeldShares]:
 
 
 def waiting_jobs_by_vc(session: Session) -> dict[str, int]:
-    query = select(JobRow.vc, func.count()).where(JobRow.state == JobState.WAITING).group_by(JobRow.vc)
+    query = select(JobRow.vc, func.count()).where(queued()).group_by(JobRow.vc)
     return {vc: count for vc, count in session.execute(query)}
 
 

@@ -1,0 +1,64 @@
+"""HTTP routes for environments (``yard env``): create, list, show, delete. Parsing and
+permissions only; the rules are ``services/environments.py``'s."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from trainyard.api.bodies import BodyRoute, PathName
+from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.openapi import errors
+from trainyard.backends.base import EnvironmentStore
+from trainyard.schemas.admin import RemovalResult
+from trainyard.schemas.environments import CreateEnvironmentRequest, EnvironmentView
+from trainyard.services import environments
+from trainyard.store.rows import UserRow
+
+router = APIRouter(prefix="/environments", tags=["environments"], route_class=BodyRoute)
+
+User = Annotated[UserRow, Depends(current_user)]
+Ctx = Annotated[AppContext, Depends(context)]
+
+
+@router.post("", response_model=EnvironmentView, status_code=201, responses=errors(401, 403, 404, 409, 413, 422))
+def create_environment(body: CreateEnvironmentRequest, user: User, ctx: Ctx) -> EnvironmentView:
+    """Build a custom environment from ``requirements`` (optionally on a ``base``) as a job of
+    yours (its id: ``buildJobId``; it is BUILDING until that job ends), or, as an admin,
+    declare a base environment (``basePath`` or ``image``), READY at once."""
+    root = ctx.backend.environments_root if isinstance(ctx.backend, EnvironmentStore) else None
+    with ctx.db.session() as session:
+        view = environments.create_environment(session, user, body, root=root, clock=ctx.clock,
+                                               nodes=ctx.node_states())
+    ctx.wake_controller()
+    return view
+
+
+@router.get("", response_model=list[EnvironmentView], responses=errors(401))
+def list_environments(user: User, ctx: Ctx) -> list[EnvironmentView]:
+    """The environments you may run jobs in: yours, those shared with a group of yours, and
+    the base ones (an admin: all)."""
+    with ctx.db.session() as session:
+        return environments.list_environments(session, user)
+
+
+@router.get("/{name}", response_model=EnvironmentView, responses=errors(401, 404, 422))
+def show_environment(name: PathName, user: User, ctx: Ctx) -> EnvironmentView:
+    with ctx.db.session() as session:
+        return environments.describe_environment(session, user, name)
+
+
+@router.delete("/{name}", response_model=RemovalResult, responses=errors(401, 403, 404, 409, 422))
+def delete_environment(
+    name: PathName, user: User, ctx: Ctx,
+    force: Annotated[bool, Query(description="Delete it even while jobs use it or it is being built "
+                                             "(its build is stopped)")] = False,
+) -> RemovalResult:
+    """Delete an environment you own (admins: any) and, for a custom one, its files."""
+    with ctx.db.session() as session:
+        deleted = environments.delete_environment(session, user, name, force=force, clock=ctx.clock)
+    ctx.wake_controller()
+    if deleted.files is not None:  # after the commit: never file I/O inside the transaction
+        environments.remove_files(name, deleted.files)
+    return RemovalResult(done=f"deleted environment {name}", stoppedJobs=deleted.stopped_jobs, keptJobs=[])

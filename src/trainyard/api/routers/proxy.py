@@ -1,0 +1,381 @@
+"""Into a running task's ports through ``yard up``: an HTTP and WebSocket reverse proxy at
+``/proxy/jobs/{id}/{role}/{index}/{port}/…`` (a browser opens it with the portal's session),
+and a TCP tunnel over a WebSocket for ``yard port-forward``.
+
+Only a port the task was allocated (its ``resourcePerInstance.ports``) may be reached: on a
+shared node any other port may be another user's service on the same host network. Only
+the job's owner, and admins with a token, get through; anyone else is answered 404, as for
+a job that does not exist. docs/security.md says why admins' browser sessions do not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import httpx
+from fastapi import APIRouter, Path, Request, WebSocket
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+from starlette.datastructures import Headers
+from starlette.websockets import WebSocketDisconnect
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from trainyard.api.bodies import MAX_ID
+from trainyard.api.deps import AppContext
+from trainyard.core.states import JobState, TaskState
+from trainyard.core.transitions import Event, EventKind
+from trainyard.portal.auth import COOKIE, same_origin
+from trainyard.services import web_sessions
+from trainyard.store.events import record_event
+from trainyard.store.queries import jobs as job_queries
+from trainyard.store.queries.nodes import node_addresses
+from trainyard.store.rows import TaskRow, UserRow
+
+log = logging.getLogger(__name__)
+
+router = APIRouter()
+
+PREFIX = "/proxy/jobs"
+# How often one user's use of one port becomes an event on the job: every forward is
+# worth a line in its history, a browser's hundred requests a page are not.
+EVENT_EVERY_SECONDS = 600.0
+CHUNK = 65536
+# Connection-level headers (RFC 9110 7.6.1) and what the proxy sets itself.
+HOP_BY_HOP = frozenset({
+    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+    "transfer-encoding", "upgrade", "proxy-connection",
+})
+
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
+Index = Annotated[int, Path(ge=0, le=100_000)]
+Port = Annotated[int, Path(ge=1, le=65535)]
+
+
+class Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: UserRow
+    by_cookie: bool  # a browser's session, rather than a token
+
+
+@dataclass(frozen=True)
+class Target:
+    host: str
+    port: int
+
+
+def _ctx(app_state: object) -> AppContext:
+    ctx: AppContext = app_state.ctx  # type: ignore[attr-defined]
+    return ctx
+
+
+def _caller(ctx: AppContext, headers: Headers, cookies: dict[str, str]) -> Caller | None:
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        user = ctx.tokens.user_for_token(auth[7:].strip())
+        return Caller(user, False) if user is not None and not user.disabled else None
+    cookie = cookies.get(COOKIE, "")
+    if not cookie:
+        return None
+    with ctx.db.session() as session:
+        row = web_sessions.session_for_cookie(session, cookie, clock=ctx.clock)
+        if row is None or row.user.disabled:
+            return None
+        return Caller(row.user, True)
+
+
+def _target(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int) -> Target:
+    """Where the task's port is, if ``caller`` may reach it; why not, otherwise."""
+    with ctx.db.session() as session:
+        job = job_queries.job_by_id(session, job_id)
+        if job is None or (not caller.user.is_admin and job.user_id != caller.user.id):
+            raise Refused(404, f"no job {job_id}")
+        if caller.by_cookie and job.user_id != caller.user.id:
+            # An admin's browser would run the job's pages with the admin's session.
+            raise Refused(403, f"job {job_id} is another user's: reach its ports with "
+                               f"`yard port-forward {job_id}`, not through the browser")
+        if job.state != JobState.RUNNING:
+            raise Refused(409, f"job {job_id} is {job.state}, not RUNNING: its ports are reachable only while it runs")
+        task = session.query(TaskRow).filter(
+            TaskRow.job_id == job_id, TaskRow.role == role, TaskRow.index == index,
+            TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
+        if task is None:
+            raise Refused(404, f"job {job_id} has no running task {role}/{index}")
+        allocated = sorted(p for ports in task.ports.values() for p in ports)
+        if port not in allocated:
+            which = ", ".join(map(str, allocated)) or "none (declare them in resourcePerInstance.ports)"
+            raise Refused(404, f"port {port} is not one of task {role}/{index}'s ports: {which}")
+        address = node_addresses(session).get(task.node) or task.node
+        return Target(address, port)
+
+
+MAX_REMEMBERED = 10_000  # uses remembered for the rate limit; older ones are forgotten past it
+_uses_lock = threading.Lock()
+
+
+def _note(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
+    """An event on the job when a user starts using a port, at most once per EVENT_EVERY_SECONDS."""
+    key, uses = (job_id, caller.user.id, role, index, port, how), ctx.port_uses
+    now = time.monotonic()
+    with _uses_lock:  # requests check from the thread pool, several at once
+        if now - uses.get(key, -1e18) < EVENT_EVERY_SECONDS:
+            return
+        if len(uses) >= MAX_REMEMBERED:
+            for old in [k for k, at in uses.items() if now - at >= EVENT_EVERY_SECONDS] or list(uses):
+                del uses[old]
+        uses[key] = now
+    message = f"{caller.user.name} opened {how} to task {role}/{index} port {port}"
+    with ctx.db.session() as session:
+        record_event(session, job_id, Event(EventKind.PORT_OPENED, message, ctx.clock.now()))
+
+
+async def _resolve(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, role: str,
+                   index: int, port: int, how: str, *, unsafe: bool, origin_ok: bool) -> Target:
+    caller = await run_in_threadpool(_caller, ctx, headers, cookies)
+    if caller is None:
+        raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
+    if caller.by_cookie and unsafe and not origin_ok:
+        raise Refused(403, "a request that changes something must come from this server's own pages")
+    target = await run_in_threadpool(_target, ctx, caller, job_id, role, index, port)
+    await run_in_threadpool(_note, ctx, caller, job_id, role, index, port, how)
+    return target
+
+
+def _forwarded_headers(headers: Headers, client_host: str, scheme: str, prefix: str) -> list[tuple[str, str]]:
+    """The request's headers, less hop-by-hop ones and Trainyard's own credentials: the task
+    never sees its user's token or portal session."""
+    out = []
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP or lower == "authorization" or lower.startswith("sec-websocket"):
+            continue
+        if lower == "cookie":
+            kept = "; ".join(c for c in (p.strip() for p in value.split(";")) if c and not c.startswith(COOKIE + "="))
+            if not kept:
+                continue
+            value = kept
+        out.append((name, value))
+    out += [("X-Forwarded-For", client_host), ("X-Forwarded-Proto", scheme),
+            ("X-Forwarded-Host", headers.get("host", "")), ("X-Forwarded-Prefix", prefix)]
+    return out
+
+
+def _rest(raw_path: bytes) -> str:
+    """What follows ``/proxy/jobs/ID/ROLE/I/PORT`` in the path as sent (still %-encoded)."""
+    parts = raw_path.decode("latin-1").split("/", 7)
+    return "/" + (parts[7] if len(parts) > 7 else "")
+
+
+def _location(value: str, target: Target, prefix: str) -> str:
+    for origin in (f"http://{target.host}:{target.port}", f"http://127.0.0.1:{target.port}",
+                   f"http://localhost:{target.port}"):
+        if value.startswith(origin + "/") or value == origin:
+            return prefix + (value[len(origin):] or "/")
+    if value.startswith("/") and not value.startswith("//") and not value.startswith(prefix + "/"):
+        return prefix + value
+    return value
+
+
+def _refusal(exc: Refused) -> JSONResponse:
+    return JSONResponse({"detail": exc.message, "errors": []}, status_code=exc.status)
+
+
+def _client(request: Request) -> httpx.AsyncClient:
+    client: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
+    if client is None:
+        # No pool limits to speak of and no timeout on reading: a kernel's reply or a
+        # download may take as long as it takes; connecting may not.
+        client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False,
+                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+                                   trust_env=False)
+        request.app.state.proxy_client = client
+    return client
+
+
+@router.api_route("/proxy/jobs/{job_id}/{role}/{index}/{port}", include_in_schema=False,
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def proxy_root(job_id: JobId, role: str, index: Index, port: Port, request: Request) -> Response:
+    """The bare prefix: a page's relative links need the trailing slash."""
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"{PREFIX}/{job_id}/{role}/{index}/{port}/{query}", status_code=307)
+
+
+@router.api_route("/proxy/jobs/{job_id}/{role}/{index}/{port}/{path:path}", include_in_schema=False,
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: str, request: Request) -> Response:
+    ctx = _ctx(request.app.state)
+    prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
+    unsafe = request.method not in ("GET", "HEAD", "OPTIONS")
+    try:
+        target = await _resolve(ctx, request.headers, dict(request.cookies), job_id, role, index, port,
+                                "the proxy", unsafe=unsafe, origin_ok=same_origin(request))
+    except Refused as exc:
+        return _refusal(exc)
+    query = f"?{request.url.query}" if request.url.query else ""
+    url = f"http://{_host(target.host)}:{target.port}{_rest(request.scope.get('raw_path') or b'')}{query}"
+    headers = _forwarded_headers(request.headers, request.client.host if request.client else "",
+                                 request.url.scheme, prefix)
+    client = _client(request)
+    has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+    upstream_request = client.build_request(request.method, url, headers=headers,
+                                            content=request.stream() if has_body else None)
+    try:
+        upstream = await client.send(upstream_request, stream=True)
+    except httpx.HTTPError as exc:
+        return _refusal(Refused(502, f"task {role}/{index} of job {job_id} did not answer on port {port}: "
+                                     f"{type(exc).__name__} {exc}".rstrip()))
+    response = StreamingResponse(_body(upstream, job_id, role, index, port), status_code=upstream.status_code,
+                                 background=BackgroundTask(upstream.aclose))
+    raw = []
+    for name, value in upstream.headers.multi_items():
+        lower = name.lower()
+        if lower in HOP_BY_HOP:
+            continue
+        if lower == "location":
+            value = _location(value, target, prefix)
+        raw.append((lower.encode("latin-1"), value.encode("latin-1", "replace")))
+    response.raw_headers = raw
+    return response
+
+
+async def _body(upstream: httpx.Response, job_id: int, role: str, index: int, port: int) -> AsyncIterator[bytes]:
+    """The task's answer as it comes; if the task breaks off mid-answer the client's answer
+    ends there too (its length then falls short, which is how an HTTP proxy says so)."""
+    try:
+        async for chunk in upstream.aiter_raw(CHUNK):
+            yield chunk
+    except httpx.HTTPError as exc:
+        log.warning("job %s task %s/%s port %s broke off its answer: %s", job_id, role, index, port, exc)
+
+
+def _host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def _deny(websocket: WebSocket, exc: Refused) -> None:
+    """Answer the handshake with the refusal's status and message where the server can send
+    one (uvicorn can), else close it (the browser then sees 403)."""
+    if "websocket.http.response" in websocket.scope.get("extensions", {}):
+        await websocket.send_denial_response(_refusal(exc))
+    else:
+        await websocket.close(code=1008, reason=exc.message[:120])
+
+
+@router.websocket("/proxy/jobs/{job_id}/{role}/{index}/{port}/{path:path}")
+async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: int, port: int, path: str) -> None:
+    ctx = _ctx(websocket.app.state)
+    prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
+    # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
+    origin_ok = same_origin(websocket)  # type: ignore[arg-type]
+    try:
+        if not (1 <= job_id <= MAX_ID and 0 <= index and 1 <= port <= 65535):
+            raise Refused(404, "there is no such page")
+        target = await _resolve(ctx, websocket.headers, dict(websocket.cookies), job_id, role, index, port,
+                                "the proxy", unsafe=True, origin_ok=origin_ok)
+    except Refused as exc:
+        await _deny(websocket, exc)
+        return
+    query = f"?{websocket.url.query}" if websocket.url.query else ""
+    url = f"ws://{_host(target.host)}:{target.port}{_rest(websocket.scope.get('raw_path') or b'')}{query}"
+    headers = [(k, v) for k, v in _forwarded_headers(
+        websocket.headers, websocket.client.host if websocket.client else "", websocket.url.scheme, prefix)
+        if k.lower() not in ("host", "origin")]
+    offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
+    try:
+        upstream = await ws_connect(url, additional_headers=headers, subprotocols=offered or None,  # type: ignore[arg-type]
+                                    max_size=None, open_timeout=10, compression=None)
+    except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
+        await _deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a WebSocket "
+                                            f"on port {port}: {exc}"))
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+
+    async def downstream_to_upstream() -> None:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            if message.get("bytes") is not None:
+                await upstream.send(message["bytes"])
+            elif message.get("text") is not None:
+                await upstream.send(message["text"])
+
+    async def upstream_to_downstream() -> None:
+        async for data in upstream:
+            if isinstance(data, bytes):
+                await websocket.send_bytes(data)
+            else:
+                await websocket.send_text(data)
+
+    await _pump(downstream_to_upstream(), upstream_to_downstream())
+    await upstream.close()
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+        await websocket.close()
+
+
+async def _pump(*directions: Coroutine[Any, Any, None]) -> None:
+    """Run both directions until either ends (a side closed), then stop the other."""
+    tasks = [asyncio.ensure_future(d) for d in directions]
+    _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, ConnectionClosed, WebSocketDisconnect, OSError,
+                                 RuntimeError):
+            await task
+
+
+@router.websocket("/api/v1/jobs/{job_id}/tasks/{role}/{index}/ports/{port}/tunnel")
+async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port: int) -> None:
+    """One TCP connection to the task's port, its bytes carried in binary frames both ways."""
+    ctx = _ctx(websocket.app.state)
+    try:
+        if not (1 <= job_id <= MAX_ID and 0 <= index and 1 <= port <= 65535):
+            raise Refused(404, "there is no such tunnel")
+        target = await _resolve(ctx, websocket.headers, dict(websocket.cookies), job_id, role, index, port,
+                                "a port-forward", unsafe=True, origin_ok=same_origin(websocket))  # type: ignore[arg-type]
+    except Refused as exc:
+        await _deny(websocket, exc)
+        return
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), 10)
+    except (OSError, TimeoutError) as exc:
+        await _deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a connection "
+                                            f"on port {port}: {exc}"))
+        return
+    await websocket.accept()
+
+    async def to_task() -> None:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes") or (message.get("text") or "").encode()
+            writer.write(data)
+            await writer.drain()
+
+    async def from_task() -> None:
+        while data := await reader.read(CHUNK):
+            await websocket.send_bytes(data)
+
+    await _pump(to_task(), from_task())
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+        await websocket.close()

@@ -1,0 +1,60 @@
+"""The images page: which node holds which container image, its size, when it was made and
+when Trainyard last pulled it there (OpenPAI's image cache); admins pull an image to a node,
+or every node, ahead of the jobs that need it.
+
+Every user may see it, as ``GET /api/v1/images`` answers every user; only an admin pulls
+(``POST /api/v1/images/pull``). A pull answers when done, as the API's does.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import Response
+
+from trainyard.api.deps import AppContext, context
+from trainyard.portal.auth import AdminAction, Page, Viewer
+from trainyard.portal.changes import refusal_values
+from trainyard.portal.templating import render
+from trainyard.schemas.images import ImagePullView, NodeImageView
+from trainyard.services import images
+from trainyard.services.errors import Invalid, ServiceError
+from trainyard.spec.checks import IMAGE_REFERENCE, IMAGE_REFERENCE_MAX
+
+router = APIRouter()
+
+Ctx = Annotated[AppContext, Depends(context)]
+
+
+def _page(request: Request, viewer: Viewer, ctx: AppContext, *, pulls: list[ImagePullView] | None = None,
+          failed: ServiceError | None = None, form: dict[str, str] | None = None) -> Response:
+    held: list[NodeImageView] = []
+    unavailable = None
+    try:
+        held = images.node_images(ctx.backend)
+    except images.NoImageCache as exc:
+        unavailable = exc.message
+    nodes = sorted(n.name for n in ctx.backend.inventory())
+    return render(request, "images.html", user=viewer.user, web_session=viewer.web_session,
+                  status_code=failed.status if failed else 200, images=held, unavailable=unavailable, nodes=nodes,
+                  pulls=pulls or [], form=form or {}, image_max=IMAGE_REFERENCE_MAX, **refusal_values(failed, None))
+
+
+@router.get("/images")
+def images_page(request: Request, viewer: Page, ctx: Ctx) -> Response:
+    return _page(request, viewer, ctx)
+
+
+@router.post("/images/pull")
+def pull(request: Request, viewer: AdminAction, ctx: Ctx, image: Annotated[str, Form(max_length=IMAGE_REFERENCE_MAX)],
+         node: Annotated[str, Form(max_length=255)] = "") -> Response:
+    image = image.strip()
+    try:
+        if not IMAGE_REFERENCE.fullmatch(image):
+            raise Invalid(f"image: {image!r} is not an image reference such as python:3.12",
+                          details=[{"path": "image", "message": "not an image reference"}])
+        pulls = images.pull_image(ctx.backend, image, node or None)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc, form={"image": image, "node": node})
+    return _page(request, viewer, ctx, pulls=pulls)

@@ -1,0 +1,101 @@
+"""The storages page: a user sees the storages they may mount (``home`` and their groups'
+``@group`` storages too, where enabled) with their access; an admin sees every storage with
+every grant, and creates, grants, revokes and deletes them.
+
+Every change calls the service ``api/routers/storages.py`` calls, so a page can do nothing
+the same user's token could not; a refusal shows on the page with its status (taking back a
+grant or deleting a storage that jobs mount offers to do it anyway, stopping them).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Form, Request
+from fastapi.responses import Response
+
+from trainyard.api.bodies import PathName
+from trainyard.api.deps import AppContext, context
+from trainyard.portal.auth import AdminAction, Page, Viewer
+from trainyard.portal.changes import refusal_values, removal_notice
+from trainyard.portal.templating import render
+from trainyard.services import admin, auth, removal
+from trainyard.services import storages as storage_service
+from trainyard.services.errors import ServiceError
+
+router = APIRouter()
+
+Ctx = Annotated[AppContext, Depends(context)]
+Flag = Annotated[bool, Form()]
+Grantee = Annotated[str, Form(max_length=65)]
+
+
+def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
+          failed: ServiceError | None = None, form: dict[str, str] | None = None,
+          retry: dict[str, str] | None = None) -> Response:
+    with ctx.db.session() as session:
+        storages = storage_service.storage_views(session, viewer.user)
+        people = [u.name for u in auth.list_users(session)] if viewer.user.is_admin else []
+        groups = [g.name for g, _ in admin.list_groups(session)] if viewer.user.is_admin else []
+    return render(request, "storages.html", user=viewer.user, web_session=viewer.web_session,
+                  status_code=failed.status if failed else 200, storages=storages, people=people, groups=groups,
+                  notice=notice, form=form or {}, **refusal_values(failed, retry))
+
+
+@router.get("/storages")
+def storages_page(request: Request, viewer: Page, ctx: Ctx) -> Response:
+    return _page(request, viewer, ctx)
+
+
+@router.post("/storages")
+def create(request: Request, viewer: AdminAction, ctx: Ctx, name: Annotated[str, Form(max_length=64)],
+           path: Annotated[str, Form(max_length=4096)], kind: Annotated[str, Form(max_length=32)] = "",
+           description: Annotated[str, Form(max_length=1000)] = "", read_only: Flag = False) -> Response:
+    name = name.strip()
+    try:
+        with ctx.db.session() as session:
+            storage_service.create_storage(session, name, path.strip(), read_only=read_only, kind=kind.strip(),
+                                           description=description.strip(), clock=ctx.clock)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc,
+                     form={"name": name, "path": path, "kind": kind, "description": description})
+    return _page(request, viewer, ctx, notice=f"created storage {name}; grant it to let users mount it")
+
+
+@router.post("/storages/{name}/grants")
+def grant(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, grantee: Grantee,
+          read_only: Flag = False) -> Response:
+    grantee = grantee.strip()
+    try:
+        with ctx.db.session() as session:
+            storage_service.grant_storage(session, name, grantee, read_only=read_only)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    return _page(request, viewer, ctx,
+                 notice=f"{grantee} may mount {name} {'read-only' if read_only else 'read-write'}")
+
+
+@router.post("/storages/{name}/grants/revoke")
+def revoke(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, grantee: Grantee,
+           force: Flag = False) -> Response:
+    try:
+        with ctx.db.session() as session:
+            result = removal.revoke_storage_grant(session, name, grantee, force=force, by=viewer.user,
+                                                  clock=ctx.clock)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc,
+                     retry={"action": f"/storages/{quote(name)}/grants/revoke", "grantee": grantee})
+    ctx.wake_controller()
+    return _page(request, viewer, ctx, notice=removal_notice(result))
+
+
+@router.post("/storages/{name}/delete")
+def delete(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, force: Flag = False) -> Response:
+    try:
+        with ctx.db.session() as session:
+            result = removal.delete_storage(session, name, force=force, by=viewer.user, clock=ctx.clock)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc, retry={"action": f"/storages/{quote(name)}/delete"})
+    ctx.wake_controller()
+    return _page(request, viewer, ctx, notice=removal_notice(result))

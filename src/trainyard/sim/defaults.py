@@ -1,0 +1,5 @@
+"""The simulator's defaults that ``yard sim``'s options show: constants only, no imports, so
+that the command line can name them without loading the simulator."""
+
+SUSPEND_COST = 120.0  # seconds of a suspended job's GPUs lost to saving and restoring its checkpoint
+SUSPENDABLE = ("all", "half", "none")  # which jobs can be suspended: all, even job ids, none

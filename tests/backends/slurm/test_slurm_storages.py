@@ -1,0 +1,46 @@
+"""Storages on the Slurm backend: the task, a bare process on a compute node that has the
+same paths, finds each storage at $TRAINYARD_STORAGE_<NAME>; a home storage is made on
+first use; its log says what a bare process cannot honour (read-only, mountPath)."""
+
+from __future__ import annotations
+
+from slurm.cluster import drive, submit
+from trainyard.backends.base import TaskKey
+from trainyard.core.clock import SystemClock
+from trainyard.services import storages as storage_service
+
+
+def test_a_slurm_task_sees_its_storages_paths_and_writes_to_a_read_write_one(world) -> None:
+    data, refs, homes = world.tmp / "data", world.tmp / "refs", world.tmp / "homes"
+    for path in (data, refs, homes):
+        path.mkdir()
+    (refs / "input.txt").write_text("input\n")
+    with world.db.session() as s:
+        storage_service.create_storage(s, "data", str(data), read_only=False, kind="local", description="",
+                                       clock=SystemClock())
+        storage_service.create_storage(s, "refs", str(refs), read_only=True, kind="local", description="",
+                                       clock=SystemClock())
+        for name in ("data", "refs"):
+            storage_service.grant_storage(s, name, "alice", read_only=False)
+        storage_service.set_builtin_roots(s, home=str(homes), group=None)
+    job_id = submit(world, """
+name: storages
+storages: [{name: data}, {name: refs, mountPath: /refs}, {name: home}]
+taskRoles:
+  main:
+    commands:
+      - echo "data=$TRAINYARD_STORAGE_DATA refs=$TRAINYARD_STORAGE_REFS"
+      - cat "$TRAINYARD_STORAGE_REFS/input.txt"
+      - echo "from $SLURMD_NODENAME" > "$TRAINYARD_STORAGE_DATA/out.txt"
+      - echo mine > "$TRAINYARD_STORAGE_HOME/f"
+""")
+    job = drive(world, job_id)
+    log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode().splitlines()
+    assert job.state == "SUCCEEDED", log
+    assert log[0].startswith("trainyard: storage 'refs' is read-only for this job, but Slurm runs this task as a "
+                             "bare process")
+    assert "not at its mountPath /refs" in log[1]
+    assert log[2:] == [f"data={data} refs={refs}", "input"]
+    assert (data / "out.txt").read_text().startswith("from ")
+    assert (homes / "alice" / "f").read_text() == "mine\n"
+    assert (homes / "alice").stat().st_mode & 0o777 == 0o700

@@ -1,0 +1,56 @@
+"""`yard image list` and `yard image pull`: the image cache through the API, on a local
+backend whose Podman holds the test image (scripts/dev-image.sh)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from api.harness import Api, make_api
+from podman_support import needs_podman
+
+from trainyard.backends.containers import ContainerEngine
+
+pytestmark = needs_podman
+
+
+@pytest.fixture
+def api(db, tmp_path) -> Iterator[Api]:
+    yield make_api(db, tmp_path / "local", containers=ContainerEngine.find("podman", "runc"))
+
+
+def test_image_list_shows_which_node_holds_the_image(yard, api, image):
+    code, out, _ = yard("image", "list")
+
+    assert code == 0
+    assert out.splitlines()[0].split() == ["NODE", "IMAGE", "ID", "SIZE", "CREATED", "PULLED", "AT"]
+    node = api.ctx.backend.inventory()[0].name
+    assert any(line.split()[:2] == [node, image] for line in out.splitlines()[1:]), out
+    code, out, _ = yard("image", "list", "--json")
+    row = next(r for r in json.loads(out) if r["image"] == image)
+    assert row["node"] == node and row["sizeBytes"] > 10_000_000 and len(row["id"]) == 12
+
+
+def test_an_admin_pull_of_an_image_already_there_says_so(yard, api, image):
+    code, out, _ = yard("image", "pull", image, token=api.admin_token)
+
+    assert code == 0
+    assert out.strip() == f"{image} already on node {api.ctx.backend.inventory()[0].name}"
+
+
+def test_a_pull_that_fails_says_why_and_exits_1(yard, api):
+    code, out, _ = yard("image", "pull", "localhost/trainyard-no-such-image:1", token=api.admin_token)
+
+    assert code == 1
+    assert out.startswith("could not pull localhost/trainyard-no-such-image:1 on node ")
+
+
+def test_only_an_admin_pulls_and_bad_input_is_refused_at_its_field(api, image):
+    assert api.user.post("/api/v1/images/pull", json={"image": image}).status_code == 403
+    response = api.admin.post("/api/v1/images/pull", json={"image": "--privileged"})
+    assert response.status_code == 422
+    assert [e["path"] for e in response.json()["errors"]] == ["image"]
+    response = api.admin.post("/api/v1/images/pull", json={"image": image, "node": "nowhere"})
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["path"] == "node"

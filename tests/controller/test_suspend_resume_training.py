@@ -1,0 +1,137 @@
+"""Suspension proven on a real training loop (issue 16): the deterministic trainers of
+``examples/suspend-resume/`` run under the real controller and local backend, once
+uninterrupted and once suspended twice mid-run — by a higher-priority job that needs the
+GPUs, and by their owner (``yard suspend`` / ``yard resume``) — and end with the very
+parameters and loss, bit for bit, having resumed each time from where they stopped."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e.server import kill_tasks_under, wait_until
+from test_suspension import attempts_of, events_of, job_in, submit
+
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.controller.loop import Controller
+from trainyard.core.clock import SystemClock
+from trainyard.services import admin, auth, suspension
+from trainyard.services.specs import StoredSpecs
+
+CLOCK = SystemClock()
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "suspend-resume"
+STEPS = 300
+
+
+@pytest.fixture
+def world(db, tmp_path):
+    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
+    controller = Controller(db, backend, CLOCK)
+    controller.run_once()  # inventory
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=CLOCK)
+        # A VC of the two GPUs: within a VC a higher priority may preempt a lower one.
+        admin.create_vc(s, "team", gpus=2, model=None, preemption=True, clock=CLOCK)
+        admin.grant_vc(s, "team", "alice")
+    yield db, controller, backend, alice
+    kill_tasks_under(tmp_path)
+
+
+def training_job(trainer: str, step_seconds: float) -> str:
+    """examples/suspend-resume/job.yaml, told where the example is and which Python runs it
+    (this one, which has NumPy and PyTorch)."""
+    job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    job["defaults"] = {"virtualCluster": "team"}
+    job["parameters"] |= {"exampleDir": str(EXAMPLE), "trainer": trainer, "python": sys.executable,
+                          "steps": STEPS, "stepSeconds": step_seconds}
+    return yaml.safe_dump(job)
+
+
+def progress(backend: LocalBackend, job_id: int) -> int:
+    try:
+        return int((backend.job_dir(job_id) / "progress").read_text())
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
+def trained_past(backend: LocalBackend, job_id: int, step: int) -> int:
+    return wait_until(lambda: (p := progress(backend, job_id)) >= step and p, timeout=60,
+                      what=f"job {job_id} to train past step {step}")
+
+
+def result_of(backend: LocalBackend, job_id: int) -> dict:
+    return json.loads((backend.job_dir(job_id) / "result.json").read_text())
+
+
+def test_a_numpy_training_loop_suspended_twice_ends_bit_for_bit_as_an_uninterrupted_one(world):
+    suspend_twice_and_compare(world, "train_numpy.py")
+
+
+# The database plays no part in what this one adds (PyTorch's checkpoints), and each of its
+# attempts spends seconds importing torch: SQLite only; the NumPy loop runs on both. ~40 s,
+# twice that on a busy machine: more than the suite's 120 s default is allowed.
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_pytorch_training_loop_suspended_twice_ends_bit_for_bit_as_an_uninterrupted_one(world):
+    assert importlib.util.find_spec("torch"), "PyTorch comes with the test extra: pip install -e '.[test]'"
+    suspend_twice_and_compare(world, "train_torch.py")
+
+
+def suspend_twice_and_compare(world, trainer: str) -> None:
+    db, controller, backend, alice = world
+
+    # The reference: the same loop, never interrupted (the sleep per step changes no number).
+    reference = submit(db, alice, training_job(trainer, step_seconds=0))
+    assert job_in(db, controller, reference, ("SUCCEEDED",), timeout=120).attempt == 0
+    expected = result_of(backend, reference)
+    assert expected["steps"] == STEPS and expected["segments"] == [
+        {"attempt": 0, "from": 0, "to": STEPS, "ended": "finished"}]
+
+    job_id = submit(db, alice, training_job(trainer, step_seconds=0.02))
+    job_in(db, controller, job_id, ("RUNNING",))
+    trained_past(backend, job_id, 40)
+
+    # 1. A prod job needs both GPUs: the scheduler suspends the training job, which saves
+    # and waits; once the prod job has ended it resumes on its own as attempt 1.
+    prod = submit(db, alice, "name: urgent\npriority: prod\ndefaults: {virtualCluster: team}\n"
+                             "taskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
+    job_in(db, controller, job_id, ("SUSPENDED",))
+    first_stop = progress(backend, job_id)  # the step it saved
+    assert job_in(db, controller, prod, ("SUCCEEDED",)).state == "SUCCEEDED"
+    job_in(db, controller, job_id, ("RUNNING",), until=lambda j: j.attempt == 1)
+    trained_past(backend, job_id, first_stop + 40)
+
+    # 2. Its owner suspends it (yard suspend), and resumes it (yard resume) once it waits.
+    suspension.suspend_job(db, alice, job_id, specs=StoredSpecs(), clock=CLOCK)
+    assert job_in(db, controller, job_id, ("SUSPENDED",)).held_by == "alice"
+    suspension.resume_job(db, alice, job_id, clock=CLOCK)
+    job = job_in(db, controller, job_id, ("SUCCEEDED",), timeout=120)
+
+    got = result_of(backend, job_id)
+    assert (got["loss"], got["sha256"], got["steps"]) == (expected["loss"], expected["sha256"], STEPS)
+    # It resumed each time from the step it had saved, never from the start.
+    segments = got["segments"]
+    assert [s["attempt"] for s in segments] == [0, 1, 2]
+    assert [(s["from"], s["to"]) for s in segments] == [
+        (0, first_stop), (first_stop, segments[1]["to"]), (segments[1]["to"], STEPS)]
+    assert first_stop + 40 <= segments[1]["to"] < STEPS
+    # Told by the runtime's request file (the reason is Trainyard's), not by a stop.
+    assert [s["ended"] for s in segments] == [
+        f"suspended: preempted by job {prod} of higher priority (prod) in VC team", "suspended: suspended by alice",
+        "finished"]
+
+    assert job.attempt == 2 and job.retries_used == 0
+    assert [a.state for a in attempts_of(db, job_id)] == ["SUSPENDED", "SUSPENDED", "SUCCEEDED"]
+    events = [(kind, message) for kind, message in events_of(db, job_id)
+              if kind in ("suspend-requested", "suspended", "resume-requested")]
+    assert [kind for kind, _ in events] == [
+        "suspend-requested", "suspended", "suspend-requested", "suspended", "resume-requested"]
+    assert f"job {prod}" in events[0][1] and "suspended by alice" in events[2][1]
+    assert "resume requested by alice" in events[4][1]
+

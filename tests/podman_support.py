@@ -1,0 +1,30 @@
+"""What the container tests share: whether Podman can run them here, and the test image.
+
+CI (``TRAINYARD_REQUIRE_PODMAN=1``, set by ``.ci/run``) fails rather than skips when
+Podman is unusable; elsewhere the tests skip without Podman or without root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+REQUIRED = os.environ.get("TRAINYARD_REQUIRE_PODMAN") == "1"
+
+needs_podman = pytest.mark.skipif(
+    not REQUIRED and (shutil.which("podman") is None or os.geteuid() != 0),
+    reason="podman (as root) is not available (.ci/run installs it)",
+)
+
+
+def build_test_image() -> str:
+    """The test image's name, built once per machine (``scripts/dev-image.sh`` caches it)."""
+    result = subprocess.run([str(REPO / "scripts" / "dev-image.sh"), "build"], capture_output=True, text=True,
+                            check=False, timeout=1800)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().split("=", 1)[1]
