@@ -42,7 +42,8 @@ def two_vcs(server: Server) -> tuple[Client, Client, Client]:
 
 def test_a_guaranteed_job_reclaims_its_vc_share_from_an_opportunistic_one(eight_gpus: Server, gates) -> None:
     admin, alice, bob = two_vcs(eight_gpus)
-    # Bob's tasks note SIGTERM and keep running, so they last the whole grace period.
+    # Bob's tasks note SIGTERM and keep running, so they last the whole grace period. The trap is
+    # set before the task says it started: under load a TERM could otherwise come first.
     bob_job = bob.submit(f"""
 name: bob-oppo
 priority: oppo
@@ -53,8 +54,8 @@ taskRoles:
     instances: 8
     resourcePerInstance: {{gpu: 1, cpu: 0.1, memoryMB: 64}}
     commands:
-      - echo "start attempt $TRAINYARD_ATTEMPT" >> {gates}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
       - trap 'echo "got TERM" >> {gates}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX' TERM
+      - echo "start attempt $TRAINYARD_ATTEMPT" >> {gates}/bob-$PAI_CURRENT_TASK_ROLE_CURRENT_TASK_INDEX
       - while true; do sleep 600 & wait; done
 """).id
     wait_until(lambda: bob.job(bob_job).state == "RUNNING", what="bob's job to take every GPU")

@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 from trainyard.cli.exits import EXIT_USAGE
 from trainyard.client import Client, UsageError
+from trainyard.core.states import TaskState
 
 CHUNK = 65536
 
@@ -37,7 +38,7 @@ def _task(client: Client, job_id: int, task: str | None, remote: int) -> tuple[s
     """The task to reach, checked before listening: the job is the caller's to see, it runs,
     and the port is the task's own (the server checks all of it again on every connection)."""
     job = client.job(job_id)
-    tasks = [t for t in job.attempts[-1].tasks if t.state == "RUNNING"] if job.attempts else []
+    tasks = [t for t in job.attempts[-1].tasks if t.state == TaskState.RUNNING] if job.attempts else []
     if task is not None:
         role, sep, index = task.partition("/")
         if not sep or not index.isdigit() or not role:
