@@ -36,6 +36,7 @@ from trainyard.api.routers import (
     metrics,
     proxy,
     storages,
+    taskexec,
     usage,
     users,
 )
@@ -80,6 +81,7 @@ def create_app(ctx: AppContext) -> FastAPI:
                    history.router, images.router, storages.router, environments.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(proxy.router)  # /proxy/jobs/… and the tunnels' WebSockets: full paths
+    app.include_router(taskexec.router)  # the exec WebSocket (yard exec, yard shell, the portal's terminal)
     app.include_router(metrics.router)  # Prometheus' usual path, outside the versioned API
     openapi.install(app)
     portal.install(app)  # the web pages, at / (their errors are pages too)

@@ -348,6 +348,48 @@ class GangLauncher(Protocol):
         ...
 
 
+class ExecError(RuntimeError):
+    """A command cannot be run in the task now (it has ended, or the backend cannot reach
+    it); the message says why."""
+
+
+@dataclass(frozen=True)
+class ExecPlan:
+    """How to run a command in a running task's environment (``TaskExec``): ``argv``,
+    started on the server's machine with exactly ``env`` in ``cwd`` (None: the server's
+    own), reaches into the task (its container, sandbox, account, Slurm allocation). ``argv``
+    ends with the command itself, never passed through a shell. ``shared`` says, in words,
+    what of the task the command shares (for the docs and the event's reader)."""
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+    shared: str = ""
+
+
+# What a shell in a task runs when its user names no command (``yard shell``): the task's
+# $SHELL, else bash, else sh; interactive, not a login shell (a login shell's profile
+# would reset PATH and lose the task's environment).
+SHELL_COMMAND = (
+    "/bin/sh", "-c",
+    'if [ -n "$SHELL" ] && command -v "$SHELL" >/dev/null 2>&1; then exec "$SHELL" -i; fi; '
+    'if command -v bash >/dev/null 2>&1; then exec bash -i; fi; exec sh -i',
+)
+
+
+@runtime_checkable
+class TaskExec(Protocol):
+    """Optional capability: run a command inside a running task (``yard exec``/``yard shell``).
+
+    The backend only says how (``ExecPlan``); the server starts it, under a terminal when
+    ``tty``, and carries its bytes to the user. Whether the user may is the server's rule.
+    """
+
+    def exec_plan(self, key: TaskKey, node: str, command: Sequence[str], *, tty: bool) -> ExecPlan:
+        """How to run ``command`` in task ``key`` on ``node``; ExecError when it cannot be."""
+        ...
+
+
 def read_log_file(path: Path, offset: int, limit: int) -> LogChunk:
     """``Backend.read_log`` over a plain log file (missing = empty): the shared implementation."""
     try:

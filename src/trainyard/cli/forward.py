@@ -17,6 +17,7 @@ from urllib.parse import quote
 from trainyard.cli.exits import EXIT_USAGE
 from trainyard.client import Client, UsageError
 from trainyard.core.states import TaskState
+from trainyard.schemas.jobs import TaskView
 
 CHUNK = 65536
 
@@ -34,9 +35,9 @@ def _ports(text: str) -> tuple[int, int]:
     return pair
 
 
-def _task(client: Client, job_id: int, task: str | None, remote: int) -> tuple[str, int]:
-    """The task to reach, checked before listening: the job is the caller's to see, it runs,
-    and the port is the task's own (the server checks all of it again on every connection)."""
+def running_task(client: Client, job_id: int, task: str | None, what: str) -> TaskView:
+    """The running task ``task`` names (ROLE/INDEX), or the job's first running task; checked
+    before connecting (the server checks again). ``what`` says what needs it to run."""
     job = client.job(job_id)
     tasks = [t for t in job.attempts[-1].tasks if t.state == TaskState.RUNNING] if job.attempts else []
     if task is not None:
@@ -46,8 +47,14 @@ def _task(client: Client, job_id: int, task: str | None, remote: int) -> tuple[s
         tasks = [t for t in tasks if (t.role, t.index) == (role, int(index))]
     if not tasks:
         raise UsageError(f"job {job_id} ({job.state}) has no running task{' ' + task if task else ''}; "
-                         "its ports are reachable only while it runs")
-    chosen = tasks[0]
+                         f"{what} only while it runs")
+    return tasks[0]
+
+
+def _task(client: Client, job_id: int, task: str | None, remote: int) -> tuple[str, int]:
+    """The task to reach, checked before listening: the job is the caller's to see, it runs,
+    and the port is the task's own (the server checks all of it again on every connection)."""
+    chosen = running_task(client, job_id, task, "its ports are reachable")
     allocated = sorted(p for ports in chosen.ports.values() for p in ports)
     if remote not in allocated:
         which = ", ".join(map(str, allocated)) or "none (declare them in resourcePerInstance.ports)"

@@ -211,6 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="listen on 127.0.0.1:LOCAL (0: any free port); REMOTE is one of the task's ports")
     p.add_argument("--task", help="ROLE/INDEX (default: the first task)")
 
+    p = sub.add_parser("exec", help="run a command inside a running task (its container or sandbox, "
+                                    "environment, working directory and user); exits with its status")
+    p.add_argument("id", type=int)
+    p.add_argument("--task", help="ROLE/INDEX (default: the first running task)")
+    p.add_argument("-t", "--tty", action="store_true", help="give the command a terminal (ours must be one)")
+    p.add_argument("argv", nargs="*", metavar="-- CMD", help="the command and its arguments, after --")
+
+    p = sub.add_parser("shell", help="an interactive shell inside a running task (a terminal; exit ends it)")
+    p.add_argument("id", type=int)
+    p.add_argument("--task", help="ROLE/INDEX (default: the first running task)")
+
     p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
     p.add_argument("id", type=int)
     p.add_argument("--reason", default="", help="why, told to the job's owner in its message and history")
@@ -395,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), list(sys.argv[1:] if argv is None else argv))
     # What a command needs (the server for `up`, the SDK and pydantic for the others) is
     # imported only once it is known which command runs: `yard --help` loads none of it.
     if args.command == "up":
@@ -407,6 +418,18 @@ def _main(argv: Sequence[str] | None) -> int:
     from trainyard.cli.commands import run_command
 
     return run_command(args)
+
+
+def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``yard exec ID [OPTIONS] -- CMD ARGS…``: what follows the first ``--`` is the command,
+    options and all, never parsed as yard's own."""
+    if "--" in argv and "exec" in argv[:argv.index("--")]:
+        cut = argv.index("--")
+        args = parser.parse_args(argv[:cut])
+        if args.command == "exec":
+            args.argv = [*args.argv, *argv[cut + 1:]]
+            return args
+    return parser.parse_args(argv)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ class EventKind(StrEnum):
     TIMED_OUT = "timed-out"
     IMAGE_PULLED = "image-pulled"  # a task's image reached its node (or was there), or could not
     PORT_OPENED = "port-opened"  # a user reached a task's port (the proxy, yard port-forward)
+    EXEC = "exec"  # a user ran a command or opened a shell in a task (yard exec, yard shell, the portal)
     TASK_RETRIED = "task-retried"
     TASK_EXITED = "task-exited"
     TASK_LOST = "task-lost"

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import httpx
 from fastapi import APIRouter, Path, Request, WebSocket
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 from starlette.datastructures import Headers
 from starlette.websockets import WebSocketDisconnect
@@ -31,14 +31,19 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext
-from trainyard.core.states import JobState, TaskState
+from trainyard.api.taskaccess import (
+    Caller,
+    Refused,
+    app_context,
+    deny,
+    identify_caller,
+    refusal,
+    running_task,
+)
 from trainyard.core.transitions import Event, EventKind
 from trainyard.portal.auth import COOKIE, same_origin
-from trainyard.services import web_sessions
 from trainyard.store.events import record_event
-from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries.nodes import node_addresses
-from trainyard.store.rows import TaskRow, UserRow
 
 log = logging.getLogger(__name__)
 
@@ -60,68 +65,22 @@ Index = Annotated[int, Path(ge=0, le=100_000)]
 Port = Annotated[int, Path(ge=1, le=65535)]
 
 
-class Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Caller:
-    user: UserRow
-    by_cookie: bool  # a browser's session, rather than a token
-
-
 @dataclass(frozen=True)
 class Target:
     host: str
     port: int
 
 
-def _ctx(app_state: object) -> AppContext:
-    ctx: AppContext = app_state.ctx  # type: ignore[attr-defined]
-    return ctx
-
-
-def _caller(ctx: AppContext, headers: Headers, cookies: dict[str, str]) -> Caller | None:
-    auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer ":
-        user = ctx.tokens.user_for_token(auth[7:].strip())
-        return Caller(user, False) if user is not None and not user.disabled else None
-    cookie = cookies.get(COOKIE, "")
-    if not cookie:
-        return None
-    with ctx.db.session() as session:
-        row = web_sessions.session_for_cookie(session, cookie, clock=ctx.clock)
-        if row is None or row.user.disabled:
-            return None
-        return Caller(row.user, True)
-
-
 def _target(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int) -> Target:
     """Where the task's port is, if ``caller`` may reach it; why not, otherwise."""
+    task = running_task(ctx, caller, job_id, role, index, what="its ports", instead=f"yard port-forward {job_id}")
+    allocated = sorted(p for ports in task.ports.values() for p in ports)
+    if port not in allocated:
+        which = ", ".join(map(str, allocated)) or "none (declare them in resourcePerInstance.ports)"
+        raise Refused(404, f"port {port} is not one of task {role}/{index}'s ports: {which}")
     with ctx.db.session() as session:
-        job = job_queries.job_by_id(session, job_id)
-        if job is None or (not caller.user.is_admin and job.user_id != caller.user.id):
-            raise Refused(404, f"no job {job_id}")
-        if caller.by_cookie and job.user_id != caller.user.id:
-            # An admin's browser would run the job's pages with the admin's session.
-            raise Refused(403, f"job {job_id} is another user's: reach its ports with "
-                               f"`yard port-forward {job_id}`, not through the browser")
-        if job.state != JobState.RUNNING:
-            raise Refused(409, f"job {job_id} is {job.state}, not RUNNING: its ports are reachable only while it runs")
-        task = session.query(TaskRow).filter(
-            TaskRow.job_id == job_id, TaskRow.role == role, TaskRow.index == index,
-            TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
-        if task is None:
-            raise Refused(404, f"job {job_id} has no running task {role}/{index}")
-        allocated = sorted(p for ports in task.ports.values() for p in ports)
-        if port not in allocated:
-            which = ", ".join(map(str, allocated)) or "none (declare them in resourcePerInstance.ports)"
-            raise Refused(404, f"port {port} is not one of task {role}/{index}'s ports: {which}")
         address = node_addresses(session).get(task.node) or task.node
-        return Target(address, port)
+    return Target(address, port)
 
 
 MAX_REMEMBERED = 10_000  # uses remembered for the rate limit; older ones are forgotten past it
@@ -146,7 +105,7 @@ def _note(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, p
 
 async def _resolve(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, role: str,
                    index: int, port: int, how: str, *, unsafe: bool, origin_ok: bool) -> Target:
-    caller = await run_in_threadpool(_caller, ctx, headers, cookies)
+    caller = await run_in_threadpool(identify_caller, ctx, headers, cookies)
     if caller is None:
         raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
     if caller.by_cookie and unsafe and not origin_ok:
@@ -191,10 +150,6 @@ def _location(value: str, target: Target, prefix: str) -> str:
     return value
 
 
-def _refusal(exc: Refused) -> JSONResponse:
-    return JSONResponse({"detail": exc.message, "errors": []}, status_code=exc.status)
-
-
 def _client(request: Request) -> httpx.AsyncClient:
     client: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
     if client is None:
@@ -218,14 +173,14 @@ async def proxy_root(job_id: JobId, role: str, index: Index, port: Port, request
 @router.api_route("/proxy/jobs/{job_id}/{role}/{index}/{port}/{path:path}", include_in_schema=False,
                   methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: str, request: Request) -> Response:
-    ctx = _ctx(request.app.state)
+    ctx = app_context(request.app.state)
     prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
     unsafe = request.method not in ("GET", "HEAD", "OPTIONS")
     try:
         target = await _resolve(ctx, request.headers, dict(request.cookies), job_id, role, index, port,
                                 "the proxy", unsafe=unsafe, origin_ok=same_origin(request))
     except Refused as exc:
-        return _refusal(exc)
+        return refusal(exc)
     query = f"?{request.url.query}" if request.url.query else ""
     url = f"http://{_host(target.host)}:{target.port}{_rest(request.scope.get('raw_path') or b'')}{query}"
     headers = _forwarded_headers(request.headers, request.client.host if request.client else "",
@@ -237,7 +192,7 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
     try:
         upstream = await client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
-        return _refusal(Refused(502, f"task {role}/{index} of job {job_id} did not answer on port {port}: "
+        return refusal(Refused(502, f"task {role}/{index} of job {job_id} did not answer on port {port}: "
                                      f"{type(exc).__name__} {exc}".rstrip()))
     response = StreamingResponse(_body(upstream, job_id, role, index, port), status_code=upstream.status_code,
                                  background=BackgroundTask(upstream.aclose))
@@ -267,18 +222,9 @@ def _host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _deny(websocket: WebSocket, exc: Refused) -> None:
-    """Answer the handshake with the refusal's status and message where the server can send
-    one (uvicorn can), else close it (the browser then sees 403)."""
-    if "websocket.http.response" in websocket.scope.get("extensions", {}):
-        await websocket.send_denial_response(_refusal(exc))
-    else:
-        await websocket.close(code=1008, reason=exc.message[:120])
-
-
 @router.websocket("/proxy/jobs/{job_id}/{role}/{index}/{port}/{path:path}")
 async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: int, port: int, path: str) -> None:
-    ctx = _ctx(websocket.app.state)
+    ctx = app_context(websocket.app.state)
     prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
     # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
     origin_ok = same_origin(websocket)  # type: ignore[arg-type]
@@ -288,7 +234,7 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: i
         target = await _resolve(ctx, websocket.headers, dict(websocket.cookies), job_id, role, index, port,
                                 "the proxy", unsafe=True, origin_ok=origin_ok)
     except Refused as exc:
-        await _deny(websocket, exc)
+        await deny(websocket, exc)
         return
     query = f"?{websocket.url.query}" if websocket.url.query else ""
     url = f"ws://{_host(target.host)}:{target.port}{_rest(websocket.scope.get('raw_path') or b'')}{query}"
@@ -300,7 +246,7 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: i
         upstream = await ws_connect(url, additional_headers=headers, subprotocols=offered or None,  # type: ignore[arg-type]
                                     max_size=None, open_timeout=10, compression=None)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-        await _deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a WebSocket "
+        await deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a WebSocket "
                                             f"on port {port}: {exc}"))
         return
     await websocket.accept(subprotocol=upstream.subprotocol)
@@ -343,19 +289,19 @@ async def _pump(*directions: Coroutine[Any, Any, None]) -> None:
 @router.websocket("/api/v1/jobs/{job_id}/tasks/{role}/{index}/ports/{port}/tunnel")
 async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port: int) -> None:
     """One TCP connection to the task's port, its bytes carried in binary frames both ways."""
-    ctx = _ctx(websocket.app.state)
+    ctx = app_context(websocket.app.state)
     try:
         if not (1 <= job_id <= MAX_ID and 0 <= index and 1 <= port <= 65535):
             raise Refused(404, "there is no such tunnel")
         target = await _resolve(ctx, websocket.headers, dict(websocket.cookies), job_id, role, index, port,
                                 "a port-forward", unsafe=True, origin_ok=same_origin(websocket))  # type: ignore[arg-type]
     except Refused as exc:
-        await _deny(websocket, exc)
+        await deny(websocket, exc)
         return
     try:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), 10)
     except (OSError, TimeoutError) as exc:
-        await _deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a connection "
+        await deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a connection "
                                             f"on port {port}: {exc}"))
         return
     await websocket.accept()

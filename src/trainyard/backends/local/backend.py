@@ -64,7 +64,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,7 @@ from typing import Any
 from trainyard.backends import cgroups, jobdirs
 from trainyard.backends.base import (
     SUSPEND_FILE_VARIABLE,
+    ExecPlan,
     GpuInfo,
     ImagePull,
     LogChunk,
@@ -111,7 +112,7 @@ from trainyard.backends.environment import (
     python_environment,
     site_environment,
 )
-from trainyard.backends.local import containerrun, procfs, taskfiles, taskuser
+from trainyard.backends.local import containerrun, procfs, taskexec, taskfiles, taskuser
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
 from trainyard.backends.local.launcher import SupervisorLauncher, last_lines, real_interpreter
@@ -420,6 +421,12 @@ class LocalBackend(jobdirs.JobDirTree):
         # supervisor and the waiter are outside it and never see this signal.
         procfs.signal_group(*claim.task, signum, claim.boot_id)
 
+    def exec_plan(self, key: TaskKey, node: str, command: Sequence[str], *, tty: bool) -> ExecPlan:
+        """``TaskExec``: into the task's container, or its sandbox, account and cgroup (``taskexec``)."""
+        self._check_node(node)
+        return taskexec.exec_plan(self.task_dir(key), key, command, tty=tty, engine=self.containers,
+                                  sandbox=self._sandbox)
+
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         try:
             path = self.log_path(key)
@@ -518,6 +525,8 @@ class LocalBackend(jobdirs.JobDirTree):
             if self._sandbox.user_namespace:
                 raise ValueError("task accounts need the server to run as root")
             identity = Identity(account.uid, account.gid, tuple(account.groups()))
+            # Who ``yard exec`` becomes in the sandbox (``taskexec``), as bwrap's setpriv makes the task.
+            spec["sandbox_identity"] = {"uid": identity.uid, "gid": identity.gid, "groups": list(identity.groups)}
         attempt_dir = task_dir.parent if self.work_dir_root is None else work.parent
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
         spec["argv"] = sandbox_argv(

@@ -1,0 +1,110 @@
+"""``yard exec`` and ``yard shell`` in a local task: the command line that reaches into it
+(``TaskExec``), from what the task's directory records (``spec.json``, ``pid.json``).
+
+What the command shares with the task:
+
+- a task in a container: everything, for it runs in the container (``ENGINE exec``): its
+  files, processes, environment, working directory, user, GPUs and memory limit;
+- a bare task: its environment (``CUDA_VISIBLE_DEVICES`` included) and working directory,
+  its OS account (``setpriv``, as the task dropped to it), and its cgroup, so its CPU and
+  memory limits count what the command uses too; in a sandbox, also the sandbox's mount,
+  PID and IPC namespaces (``nsenter``): its view of the files (storages at their
+  mountPath, a private /tmp and /dev/shm) and of its processes. Not shared: the task's
+  process group (a stop signals the task, not the command; the command ends with the task
+  when it shares its sandbox or cgroup, whose ends kill what is left in them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainyard.backends.base import ExecError, ExecPlan, TaskKey
+from trainyard.backends.containers import ENGINE_ENV, ContainerEngine
+from trainyard.backends.local import procfs, taskfiles
+from trainyard.backends.local.records import Claim
+from trainyard.backends.local.sandbox import Identity, Sandbox, enter_argv
+
+# Moves this shell into each cgroup directory before ``--``, then execs the rest: the
+# command, and all it starts, then counts against the task's limits. Paths are arguments,
+# never part of the script.
+JOIN_CGROUP = ('while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 126; shift; done; '
+               'shift; exec "$@"')
+
+CONTAINER_SHARED = "its container: files, processes, environment, working directory, user, GPUs and limits"
+PROCESS_SHARED = "its environment, working directory, OS account and cgroup"
+SANDBOX_SHARED = PROCESS_SHARED + ", and its sandbox's files, /tmp, /dev/shm and processes"
+
+
+def exec_plan(task_dir: Path, key: TaskKey, command: Sequence[str], *, tty: bool,
+              engine: ContainerEngine | None, sandbox: Sandbox | None) -> ExecPlan:
+    """How to run ``command`` in the task of ``task_dir``; ExecError when it does not run."""
+    spec = taskfiles.read_json(str(task_dir / taskfiles.SPEC))
+    if spec is None:
+        raise ExecError(f"task {key.role}/{key.index} has no trace on this node")
+    record = taskfiles.read_json(str(task_dir / taskfiles.PID))
+    claim = None if record is None else Claim.parse(record)
+    if (task_dir / taskfiles.EXIT).exists() or claim is None or claim.task is None \
+            or not procfs.group_alive(*claim.task, claim.boot_id):
+        raise ExecError(f"task {key.role}/{key.index} is not running")
+    container = spec.get("container")
+    if container is not None:
+        if engine is None:
+            raise ExecError("this node has no container engine to reach the task's container with")
+        options = ["--interactive", *(["--tty"] if tty else [])]
+        return ExecPlan(tuple(engine.command("exec", *options, container["name"], *command)),
+                        env=dict(ENGINE_ENV), cwd="/", shared=CONTAINER_SHARED)
+    argv: list[str] = []
+    plan = spec.get("cgroup")
+    if plan is not None and all(os.path.isdir(d) for d in plan["dirs"]):
+        argv += ["/bin/sh", "-c", JOIN_CGROUP, "trainyard-exec", *plan["dirs"], "--"]
+    # A bare task's command line is its shell; a sandboxed one's starts with bwrap's wrapper.
+    if (spec.get("argv") or [spec["shell"]])[0] != spec["shell"]:
+        inside = _sandboxed_process(claim.task[0])
+        if inside is None:
+            raise ExecError(f"task {key.role}/{key.index}'s sandbox is not up yet; try again in a moment")
+        if sandbox is None:
+            raise ExecError("the task runs in a sandbox, and this server has none to enter it with")
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise ExecError("util-linux's nsenter is not installed on this node; it enters the task's sandbox")
+        who = spec.get("sandbox_identity")
+        identity = None if who is None else Identity(int(who["uid"]), int(who["gid"]), tuple(who["groups"]))
+        if identity is None and not sandbox.user_namespace:
+            raise ExecError("the task was started before exec was possible; its account is unknown")
+        argv += enter_argv(sandbox, nsenter, inside, spec["cwd"], command, identity)
+        return ExecPlan(tuple(argv), env=_env(spec), cwd="/", shared=SANDBOX_SHARED)
+    user = spec.get("user")
+    if user is not None:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            raise ExecError("util-linux's setpriv is not installed on this node; it runs commands as the task's user")
+        groups = ",".join(str(g) for g in user["groups"])
+        argv += [setpriv, f"--reuid={user['uid']}", f"--regid={user['gid']}",
+                 f"--groups={groups}" if groups else "--clear-groups", "--"]
+    argv += command
+    return ExecPlan(tuple(argv), env=_env(spec), cwd=spec["cwd"], shared=PROCESS_SHARED)
+
+
+def _env(spec: dict[str, Any]) -> dict[str, str]:
+    """The task's environment, with $PWD its working directory (as its shell has it)."""
+    return {**spec["env"], "PWD": spec["cwd"]}
+
+
+def _sandboxed_process(pgid: int) -> int | None:
+    """A process of the task's group inside its sandbox (another mount namespace than the
+    group's leader, which is bwrap outside it); None when the task has no sandbox."""
+    try:
+        outside = os.readlink(f"/proc/{pgid}/ns/mnt")
+    except OSError:
+        return None
+    for pid in sorted(procfs.group_members(pgid)):
+        try:
+            if os.readlink(f"/proc/{pid}/ns/mnt") != outside:
+                return pid
+        except OSError:
+            continue
+    return None

@@ -1,0 +1,158 @@
+"""``yard exec`` into a running task through a real ``yard up`` (as root: per-user accounts
+and the bubblewrap sandbox, the default install), and in a Podman container task.
+
+The command must share what the task has: its account, working directory, GPUs, private
+/tmp (the sandbox) and cgroup; stream its output apart; take stdin; exit with the
+command's status. Bob, a third user, gets 404 as for a job that does not exist, and every
+exec is an event on the job.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from podman_support import needs_podman
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
+
+from e2e.server import Server, wait_until
+from trainyard.client import Client
+
+pytestmark = pytest.mark.e2e
+
+SAYS = 'echo "user=$(id -un) pwd=$PWD gpus=$CUDA_VISIBLE_DEVICES"'
+
+PROCESS_JOB = f"""
+name: here
+taskRoles:
+  main:
+    resourcePerInstance: {{gpu: 1, cpu: 0.5, memoryMB: 256}}
+    commands:
+      - echo task-only > /tmp/only-in-the-sandbox
+      - cat /proc/self/cgroup > cgroup.txt
+      - {SAYS}
+      - exec sleep 600
+"""
+
+
+class Running:
+    """Alice's running job, and what its task said about itself."""
+
+    def __init__(self, server: Server, spec: str) -> None:
+        self.server = server
+        admin = server.admin()
+        for name in ("alice", "bob"):
+            admin.create_user(name)
+        self.alice = admin.create_token(user="alice").token
+        self.bob = admin.create_token(user="bob").token
+        client = Client(server.url, self.alice)
+        self.job = client.submit(spec).id
+        wait_until(lambda: b"user=" in client.logs(self.job), timeout=120, what="the task to start")
+        self.said = client.logs(self.job).decode().splitlines()[-1]
+
+    def yard(self, *args: str, token: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+        env = {**self.server.env, "TRAINYARD_TOKEN": token or self.alice}
+        return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], env=env, input=stdin,
+                              capture_output=True, text=True, timeout=60)
+
+    def events(self) -> list[str]:
+        return [e.message for e in Client(self.server.url, self.alice).job(self.job).events if e.kind == "exec"]
+
+
+@pytest.fixture
+def running(server: Server) -> Iterator[Running]:
+    yield Running(server, PROCESS_JOB)
+
+
+def test_yard_exec_runs_in_the_tasks_account_directory_gpus_sandbox_and_cgroup(running: Running) -> None:
+    job = str(running.job)
+    said = running.yard("exec", job, "--", "sh", "-c", SAYS)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == running.said and "gpus=0" in said.stdout  # one GPU, as the task got
+    # The sandbox's own /tmp: only a command inside it sees the task's file.
+    assert running.yard("exec", job, "--", "cat", "/tmp/only-in-the-sandbox").stdout == "task-only\n"
+    # Its cgroup (where this node enforces limits: the task's own), read in its work dir.
+    groups = running.yard("exec", job, "--", "sh", "-c", "cat /proc/self/cgroup; echo; cat cgroup.txt").stdout
+    assert groups.split("\n\n")[0] == groups.split("\n\n")[1].rstrip("\n"), groups
+
+    # stdout and stderr stay apart; the exit status is the command's.
+    split = running.yard("exec", job, "--task", "main/0", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert (split.returncode, split.stdout, split.stderr) == (7, "out\n", "err\n")
+    # stdin reaches the command, and its end too.
+    assert running.yard("exec", job, "--", "wc", "-c", stdin="hi\n" * 1000).stdout.strip() == "3000"
+    # Arguments go as they are: no shell on the way.
+    literal = running.yard("exec", job, "--", "printf", "%s|", "$HOME", "a b", ";echo x", "--task")
+    assert literal.stdout == "$HOME|a b|;echo x|--task|"
+
+    refused = running.yard("exec", job, "--", "true", token=running.bob)
+    assert refused.returncode != 0 and f"no job {running.job}" in refused.stderr
+    missing = running.yard("exec", job, "--task", "main/3", "--", "true")
+    assert missing.returncode != 0 and "no running task main/3" in missing.stderr
+
+    assert running.events() == [
+        f"alice ran `sh -c {SAYS!r}` in task main/0",
+        "alice ran `cat /tmp/only-in-the-sandbox` in task main/0",
+        "alice ran `sh -c 'cat /proc/self/cgroup; echo; cat cgroup.txt'` in task main/0",
+        "alice ran `sh -c 'echo out; echo err >&2; exit 7'` in task main/0",
+        "alice ran `wc -c` in task main/0",
+        "alice ran `printf '%s|' '$HOME' 'a b' ';echo x' --task` in task main/0",
+    ]
+
+
+def test_the_exec_websocket_speaks_its_protocol_and_refuses_others(running: Running) -> None:
+    url = f"ws://127.0.0.1:{running.server.port}/api/v1/jobs/{running.job}/tasks/main/0/exec"
+    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:
+        ws.send(json.dumps({"argv": ["sh", "-c", "read line; echo got $line; echo oops >&2; exit 5"]}))
+        ws.send(b"hello\n")
+        frames = []
+        while not (frames and isinstance(frames[-1], str)):
+            frames.append(ws.recv(timeout=20))
+    output = b"".join(f for f in frames if isinstance(f, bytes) and f[0] == 1)
+    errors = b"".join(f for f in frames if isinstance(f, bytes) and f[0] == 2)
+    assert (output, errors, json.loads(frames[-1])) == (b"\x01got hello\n", b"\x02oops\n", {"exit": 5})
+
+    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:
+        ws.send(json.dumps({"argv": "ls", "tty": False}))
+        assert json.loads(ws.recv(timeout=10)) == {"error": "argv must be a list of strings (empty: the task's shell)"}
+        with pytest.raises(ConnectionClosed):
+            ws.recv(timeout=10)
+        assert ws.close_code == 4400
+
+    for token, status in ((running.bob, "404"), ("not-a-token", "401")):
+        with pytest.raises(Exception) as refused:
+            connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=10)
+        assert status in str(refused.value)
+
+
+CONTAINER_JOB = """
+name: boxed
+image: {image}
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 0.5, memoryMB: 256}}
+    commands:
+      - echo task-only > /tmp/only-in-the-container
+      - {says}
+      - exec sleep 600
+"""
+
+
+@needs_podman
+def test_yard_exec_runs_in_the_tasks_container(server: Server, image: str) -> None:
+    running = Running(server, CONTAINER_JOB.format(image=image, says=SAYS))
+    job = str(running.job)
+    said = running.yard("exec", job, "--", "sh", "-c", SAYS)
+    assert said.returncode == 0, said.stderr
+    assert said.stdout.strip() == running.said
+    assert running.yard("exec", job, "--", "cat", "/tmp/only-in-the-container").stdout == "task-only\n"
+    assert "bookworm" in running.yard("exec", job, "--", "cat", "/etc/os-release").stdout
+    assert running.yard("exec", job, "--", "cat", stdin="in the box\n").stdout == "in the box\n"
+    failed = running.yard("exec", job, "--", "sh", "-c", "echo no >&2; exit 4")
+    assert (failed.returncode, failed.stderr) == (4, "no\n")
+    refused = running.yard("exec", job, "--", "true", token=running.bob)
+    assert refused.returncode != 0 and f"no job {running.job}" in refused.stderr
+    assert "alice ran `cat /etc/os-release` in task main/0" in running.events()
