@@ -10,9 +10,13 @@ exec is an event on the job.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from podman_support import needs_podman
@@ -156,3 +160,67 @@ def test_yard_exec_runs_in_the_tasks_container(server: Server, image: str) -> No
     refused = running.yard("exec", job, "--", "true", token=running.bob)
     assert refused.returncode != 0 and f"no job {running.job}" in refused.stderr
     assert "alice ran `cat /etc/os-release` in task main/0" in running.events()
+
+
+class Tmux:
+    """A terminal a person would type into: a tmux session of its own, read as its screen."""
+
+    def __init__(self, socket: str, env: dict[str, str]) -> None:
+        self.base = ["tmux", "-L", socket, "-f", "/dev/null"]
+        self.env = env
+
+    def run(self, *args: str) -> str:
+        return subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True, check=True,
+                              timeout=10).stdout
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "s")
+
+    def type(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "s", *keys)
+
+    def shows(self, text: str, what: str) -> None:
+        try:
+            wait_until(lambda: text in self.screen(), timeout=20, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the screen:\n{self.screen()}") from None
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)")
+def test_yard_shell_is_a_terminal_in_the_task_as_a_person_types_into_it(running: Running, tmp_path: Path) -> None:
+    status = tmp_path / "status"
+    env = {**running.server.env, "TRAINYARD_TOKEN": running.alice, "TERM": "xterm-256color"}
+    tmux = Tmux(f"yard-shell-{uuid.uuid4().hex[:8]}", env)
+    yard = shlex.join([sys.executable, "-m", "trainyard.cli.main", "shell", str(running.job)])
+    tmux.run("new-session", "-d", "-s", "s", "-x", "120", "-y", "40", f"{yard}; echo $? > {status}")
+    try:
+        # As a person would: wait for the shell's prompt before typing (bash drops what came before).
+        wait_until(lambda: tmux.screen().rstrip().endswith("$"), timeout=20, what="the shell's first prompt")
+        tmux.type("PS1='re''ady> '", "Enter")  # typed, it does not read as the prompt
+        tmux.shows("\nready>", "the shell's prompt")
+        tmux.type("tty; echo gpus=$CUDA_VISIBLE_DEVICES; pwd", "Enter")
+        tmux.shows("gpus=0", "the task's GPUs")
+        screen = tmux.screen()
+        assert "/dev/pts/" in screen and "not a tty" not in screen
+        assert running.said.split()[1].removeprefix("pwd=") in screen  # the task's work dir
+
+        tmux.run("resize-window", "-t", "s", "-x", "100", "-y", "30")
+        tmux.type("clear; stty size", "Enter")
+        tmux.shows("30 100", "the remote terminal resized to the window")
+
+        tmux.type("clear; sleep 100", "Enter")
+        # Seen from a second command in the task (its sandbox shares the shell's processes).
+        wait_until(lambda: running.yard("exec", str(running.job), "--", "pgrep", "-fx", "sleep 100").returncode == 0,
+                   timeout=20, what="the remote sleep to start")
+        tmux.type("C-c")
+        tmux.shows("^C", "the remote terminal to echo Ctrl-C")
+        tmux.type("echo slept=$?", "Enter")
+        tmux.shows("slept=130", "Ctrl-C to have interrupted the remote sleep (128 + SIGINT)")
+        assert running.yard("exec", str(running.job), "--", "pgrep", "-fx", "sleep 100").returncode == 1
+
+        tmux.type("exit 3", "Enter")
+        wait_until(status.exists, timeout=20, what="yard shell to exit with the shell")
+        assert status.read_text().strip() == "3"
+    finally:
+        subprocess.run([*tmux.base, "kill-server"], env=env, capture_output=True, timeout=10)
+    assert running.events()[0] == "alice opened a shell in task main/0"

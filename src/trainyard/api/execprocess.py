@@ -29,6 +29,7 @@ CHUNK = 65536
 # in the background may hold the terminal or the pipes open for ever.
 DRAIN_SECONDS = 2.0
 HANG_UP_GRACE_SECONDS = 2.0
+TERMINAL_TYPE = "xterm-256color"  # $TERM with a terminal: what the CLI's and the portal's (xterm.js) understand
 
 
 def exit_status(returncode: int) -> int:
@@ -63,6 +64,8 @@ class ExecProcess:
         setsid = shutil.which("setsid")
         if setsid is None:
             raise OSError("util-linux's setsid is not installed on the server; a terminal needs it")
+        if env is not None:  # what the terminal understands, unless the task says otherwise
+            env = {"TERM": TERMINAL_TYPE, **env}
         master, slave = os.openpty()
         try:
             _set_size(slave, rows, cols)
