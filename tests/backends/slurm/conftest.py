@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.server import Server, free_port
 
 from slurm.cluster import cancel_all
 from trainyard.backends.slurm.backend import SlurmBackend
@@ -115,3 +116,16 @@ def make_world(slurm: SlurmCommands, tmp_path: Path, **backend_options: Any) -> 
     finally:
         cancel_all(slurm, backend.name_prefix)
         db.dispose()
+
+
+@pytest.fixture
+def slurm_server(slurm, tmp_path_factory) -> Iterator[Server]:
+    """A real ``yard up --backend slurm`` on the dev cluster."""
+    home = tmp_path_factory.mktemp("home")
+    srv = Server(home=home, port=free_port(), database_url=None, gpus=0, extra_args=("--backend", "slurm"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        cancel_all(slurm, "trainyard-")

@@ -4,26 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
-from e2e.server import Server, free_port, wait_until
-
-from slurm.cluster import cancel_all
+from e2e.server import wait_until
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def slurm_server(slurm, tmp_path_factory) -> Iterator[Server]:
-    home = tmp_path_factory.mktemp("home")
-    srv = Server(home=home, port=free_port(), database_url=None, gpus=0, extra_args=("--backend", "slurm"))
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
-        cancel_all(slurm, "trainyard-")
 
 
 def _job(name: str, exit_code: int, gates) -> str:

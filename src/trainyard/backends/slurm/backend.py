@@ -51,6 +51,7 @@ from typing import Any
 
 from trainyard.backends import jobdirs
 from trainyard.backends.base import (
+    ExecPlan,
     LogChunk,
     NodeInventory,
     SuspendRequest,
@@ -64,7 +65,7 @@ from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
 from trainyard.backends.containers import ContainerEngine, with_image_pull, with_oom_record
 from trainyard.backends.environment import base_environment, process_account, site_environment
-from trainyard.backends.slurm import runners, submission
+from trainyard.backends.slurm import runners, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory, node_sample
@@ -141,6 +142,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         bin_dir.mkdir(exist_ok=True)
         self.gang_runner = _install(bin_dir / "gang-runner.sh", runners.GANG_RUNNER)
         self.task_runner = _install(bin_dir / "task-runner.sh", runners.TASK_RUNNER)
+        self.exec_runner = _install(bin_dir / "exec-runner.sh", taskexec.EXEC_RUNNER)
         self.sample_interval = sample_interval_seconds
         sampler = runners.TASK_SAMPLER.replace("@INTERVAL@", repr(float(sample_interval_seconds)))
         _install(bin_dir / "task-sampler.py", sampler)
@@ -366,6 +368,11 @@ class SlurmBackend(jobdirs.JobDirTree):
         for folder in self._live_task_dirs(key):
             submission.write_private(folder / f"relay.{what}", signal.removeprefix("SIG").encode())
         self.commands.scancel(job_id, signal="URG", state="RUNNING")
+
+    def exec_plan(self, key: TaskKey, node: str, command: Sequence[str], *, tty: bool) -> ExecPlan:
+        """``TaskExec``: a step of its own in the task's Slurm job, on its node (``taskexec``)."""
+        return taskexec.exec_plan(self.commands, self.slurm_job_id(key), self.task_dir(key), self.exec_runner, key,
+                                  node, command, tty=tty, engine=self.containers)
 
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         try:

@@ -67,6 +67,8 @@ if [ -n "${SLURM_STEP_GPUS-}" ] && [ -n "${CUDA_VISIBLE_DEVICES-}" ]; then
 else
     pinning=("CUDA_VISIBLE_DEVICES=" "NVIDIA_VISIBLE_DEVICES=none")
 fi
+# The same pinning for the commands `yard exec` runs beside the task (exec-runner.sh).
+printf '%s\0' "${pinning[@]}" > "$dir/pinning"
 # A stop or a suspension reaches the task's whole process group at once, from this shell,
 # as on the local backend (one killpg): the backend writes the signal to deliver in
 # TASK_DIR/relay.<what> (TERM, or the job's suspend signal) and then has Slurm send SIGURG

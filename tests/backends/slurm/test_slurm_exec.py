@@ -1,0 +1,70 @@
+"""``yard exec`` and a terminal in a task of a real ``yard up --backend slurm``: a step of its
+own in the task's Slurm job (``srun --overlap``, ``--pty`` for a terminal), with the task's
+environment, GPUs and working directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from e2e.server import Server, wait_until
+from websockets.sync.client import connect
+
+from trainyard.client import Client
+
+pytestmark = pytest.mark.e2e
+
+SAYS = 'echo "gpus=$CUDA_VISIBLE_DEVICES pwd=$PWD job=$SLURM_JOB_ID"'
+JOB = f"""
+name: slurm-here
+taskRoles:
+  main:
+    resourcePerInstance: {{gpu: 2, cpu: 1, memoryMB: 128}}
+    commands:
+      - {SAYS}
+      - exec sleep 600
+"""
+
+
+def test_yard_exec_and_a_terminal_run_in_the_tasks_slurm_job(slurm_server: Server) -> None:
+    server = slurm_server
+    admin = server.admin()
+    admin.create_user("bob")
+    bob = admin.create_token(user="bob").token
+    job = admin.submit(JOB).id
+    wait_until(lambda: b"gpus=" in admin.logs(job), timeout=60, what="the Slurm task to start")
+    said = admin.logs(job).decode().strip()
+    assert said.startswith("gpus=0,1 pwd=/")
+
+    def yard(*args: str, token: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
+        env = server.env if token is None else {**server.env, "TRAINYARD_TOKEN": token}
+        return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], env=env, input=stdin,
+                              capture_output=True, text=True, timeout=60)
+
+    ran = yard("exec", str(job), "--", "sh", "-c", SAYS)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == said  # its GPUs, its work dir, its Slurm job
+    split = yard("exec", str(job), "--", "sh", "-c", "cat; echo err >&2; exit 6", stdin="piped in\n")
+    assert (split.returncode, split.stdout, split.stderr) == (6, "piped in\n", "err\n")
+    refused = yard("exec", str(job), "--", "true", token=bob)
+    assert refused.returncode != 0 and f"no job {job}" in refused.stderr
+
+    # A terminal: srun --pty, resized, and its shell's exit status.
+    token = admin._http.headers["Authorization"]
+    url = f"ws://127.0.0.1:{server.port}/api/v1/jobs/{job}/tasks/main/0/exec"
+    with connect(url, additional_headers={"Authorization": token}, open_timeout=10) as ws:
+        ws.send(json.dumps({"argv": ["bash", "--norc", "-i"], "tty": True, "rows": 30, "cols": 90}))
+        ws.send(b"tty; stty size; exit 4\n")
+        frames = []
+        while not (frames and isinstance(frames[-1], str)):
+            frames.append(ws.recv(timeout=30))
+    screen = b"".join(f[1:] for f in frames if isinstance(f, bytes)).decode(errors="replace")
+    assert "/dev/pts/" in screen and "30 90" in screen and "not a tty" not in screen, screen
+    assert json.loads(frames[-1]) == {"exit": 4}
+
+    events = [e.message for e in Client(server.url, token.split()[1]).job(job).events if e.kind == "exec"]
+    assert events == [f"admin ran `sh -c {SAYS!r}` in task main/0",
+                      "admin ran `sh -c 'cat; echo err >&2; exit 6'` in task main/0",
+                      "admin ran `bash --norc -i` in task main/0 (with a terminal)"]
