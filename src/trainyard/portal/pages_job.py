@@ -18,8 +18,10 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext, context
+from trainyard.backends.base import TaskExec
+from trainyard.core.states import JobState, TaskState
 from trainyard.portal.auth import Action, Page, Viewer
-from trainyard.portal.templating import SECURITY_HEADERS, render
+from trainyard.portal.templating import SECURITY_HEADERS, TERMINAL_PAGE_HEADERS, render
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -125,10 +127,21 @@ def job_page(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, attempt: A
     values = _state_values(ctx, viewer, job_id, attempt)
     detail: JobDetail = values["job"]
     shown: AttemptView | None = values["shown"]
+    terminal_tasks = _terminal_tasks(ctx, viewer, detail, values["roles"])
     return render(request, "job.html", user=viewer.user, web_session=viewer.web_session, **values,
                   tasks=_task_labels(detail.spec), runs_in=_runs_in(ctx, viewer, job_id),
                   chart_window=_chart_window(detail, values["now"]),
-                  log_attempt=None if attempt is None or shown is None else shown.number)
+                  log_attempt=None if attempt is None or shown is None else shown.number,
+                  terminal_tasks=terminal_tasks, headers=TERMINAL_PAGE_HEADERS if terminal_tasks else None)
+
+
+def _terminal_tasks(ctx: AppContext, viewer: Viewer, detail: JobDetail, roles: dict[str, list[TaskView]]) -> list[str]:
+    """The running tasks the page offers a terminal in (ROLE/INDEX): only its owner's page,
+    while the job runs, where the backend can (``TaskExec``; the exec WebSocket checks again).
+    An admin's browser gets none: the terminal would run with the admin's session."""
+    if detail.state != JobState.RUNNING or detail.user != viewer.user.name or not isinstance(ctx.backend, TaskExec):
+        return []
+    return [f"{role}/{t.index}" for role, tasks in roles.items() for t in tasks if t.state == TaskState.RUNNING]
 
 
 @router.get("/jobs/{job_id}/state")

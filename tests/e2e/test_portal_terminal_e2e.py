@@ -1,0 +1,41 @@
+"""The job page's terminal in a real Chromium: xterm.js on the exec WebSocket, signed in by
+the portal's session, a shell in the running task that a person types into."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from e2e.browser import SCREENSHOTS, admin_token, sign_in_with_token
+from e2e.server import Server
+from e2e.test_exec_e2e import PROCESS_JOB, Running
+
+pytestmark = pytest.mark.e2e
+
+
+def test_the_job_page_opens_a_terminal_in_the_running_task(server: Server, browser_page: Any) -> None:
+    running = Running(server, PROCESS_JOB)
+    page = browser_page
+    sign_in_with_token(page, server, running.alice, f"/jobs/{running.job}")
+    page.get_by_role("button", name="Open a terminal").click()
+    screen = page.locator("#terminal .xterm-rows")
+    page.wait_for_function("() => /\\$\\s*$/.test(document.querySelector('#terminal .xterm-rows').innerText.trim())")
+    page.locator("#terminal").click()
+    page.keyboard.type("echo gpus=$CUDA_VISIBLE_DEVICES in $PWD")
+    page.keyboard.press("Enter")
+    work_dir = running.said.split()[1].removeprefix("pwd=")
+    page.wait_for_function("text => document.querySelector('#terminal .xterm-rows').innerText.includes(text)",
+                           arg=f"gpus=0 in {work_dir}")
+    page.keyboard.type("exit 5")
+    page.keyboard.press("Enter")
+    page.get_by_text("The shell exited with status 5.").first.wait_for()
+    assert "exited with status 5" in screen.inner_text()
+    assert running.events() == ["alice opened a shell in task main/0"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "the_job_pages_terminal.png"), full_page=True, caret="initial")
+
+    # An admin's page of Alice's job offers none: the terminal would run with the admin's session.
+    page.context.clear_cookies()
+    sign_in_with_token(page, server, admin_token(server), f"/jobs/{running.job}")
+    assert page.get_by_role("button", name="Open a terminal").count() == 0
