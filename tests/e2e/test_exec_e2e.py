@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -107,6 +108,24 @@ def test_yard_exec_runs_in_the_tasks_account_directory_gpus_sandbox_and_cgroup(r
     ]
 
 
+def test_a_ctrl_c_or_a_lost_client_ends_the_command_in_the_task(running: Running) -> None:
+    def sleeping(seconds: str) -> bool:
+        return running.yard("exec", str(running.job), "--", "pgrep", "-fx", f"sleep {seconds}").returncode == 0
+
+    env = {**running.server.env, "TRAINYARD_TOKEN": running.alice}
+    for seconds, how in (("321", signal.SIGINT), ("322", signal.SIGKILL)):
+        client = subprocess.Popen([sys.executable, "-m", "trainyard.cli.main", "exec", str(running.job), "--",
+                                   "sleep", seconds], env=env, stdin=subprocess.DEVNULL)
+        try:
+            wait_until(lambda seconds=seconds: sleeping(seconds), timeout=30, what=f"sleep {seconds} to start")
+            client.send_signal(how)  # Ctrl-C: SIGINT for the command; SIGKILL: the client is gone
+            code = client.wait(timeout=30)
+        finally:
+            client.kill()
+        assert code == (130 if how == signal.SIGINT else -signal.SIGKILL)
+        wait_until(lambda seconds=seconds: not sleeping(seconds), timeout=30, what=f"sleep {seconds} to end")
+
+
 def test_the_exec_websocket_speaks_its_protocol_and_refuses_others(running: Running) -> None:
     url = f"ws://127.0.0.1:{running.server.port}/api/v1/jobs/{running.job}/tasks/main/0/exec"
     with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:
@@ -160,6 +179,17 @@ def test_yard_exec_runs_in_the_tasks_container(server: Server, image: str) -> No
     refused = running.yard("exec", job, "--", "true", token=running.bob)
     assert refused.returncode != 0 and f"no job {running.job}" in refused.stderr
     assert "alice ran `cat /etc/os-release` in task main/0" in running.events()
+
+    # A terminal in the container (the engine's exec --tty), of the size asked.
+    url = f"ws://127.0.0.1:{server.port}/api/v1/jobs/{job}/tasks/main/0/exec"
+    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:
+        ws.send(json.dumps({"argv": ["sh", "-c", "tty; stty size; exit 2"], "tty": True, "rows": 30, "cols": 90}))
+        frames = []
+        while not (frames and isinstance(frames[-1], str)):
+            frames.append(ws.recv(timeout=30))
+    screen = b"".join(f[1:] for f in frames if isinstance(f, bytes)).decode(errors="replace")
+    assert "/dev/pts/" in screen and "30 90" in screen, screen
+    assert json.loads(frames[-1]) == {"exit": 2}
 
 
 class Tmux:
