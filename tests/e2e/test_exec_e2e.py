@@ -60,9 +60,7 @@ class Running:
         self.said = client.logs(self.job).decode().splitlines()[-1]
 
     def yard(self, *args: str, token: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
-        env = {**self.server.env, "TRAINYARD_TOKEN": token or self.alice}
-        return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], env=env, input=stdin,
-                              capture_output=True, text=True, timeout=60)
+        return self.server.yard(*args, input=stdin, token=token or self.alice)
 
     def events(self) -> list[str]:
         return [e.message for e in Client(self.server.url, self.alice).job(self.job).events if e.kind == "exec"]

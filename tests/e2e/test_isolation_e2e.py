@@ -287,3 +287,27 @@ def test_alice_s_two_tasks_still_reach_each_other(cluster: Cluster) -> None:
     logs = [cluster.alice.logs(job, task=f"worker/{i}").decode() for i in (0, 1)]
     assert done.state == "SUCCEEDED", logs
     assert "wiring OK" in logs[1]
+
+
+def test_yard_exec_enters_alice_s_sandbox_as_her_task_and_bob_cannot(cluster: Cluster) -> None:
+    # As root: setpriv to her account inside the sandbox's namespaces; as nobody: the sandbox's
+    # user namespace too (nsenter --user), where the task keeps nobody's uid.
+    spec = ("name: inside\ntaskRoles:\n  main:\n    commands:\n      - echo hers > /tmp/in-the-sandbox\n"
+            "      - echo started\n      - exec sleep 600\n")
+    job = cluster.alice.submit(spec).id
+    wait_until(lambda: b"started" in cluster.alice.logs(job), timeout=60, what="alice's task to start")
+    token = cluster.alice._http.headers["Authorization"].split()[1]
+
+    def yard(*argv: str, as_token: str = token) -> subprocess.CompletedProcess:
+        return cluster.server.yard("exec", str(job), "--", *argv, token=as_token)
+
+    ran = yard("sh", "-c", 'id -un; cat /tmp/in-the-sandbox; pwd; ls /proc | grep -c "^[0-9]"')
+    assert ran.returncode == 0, ran.stderr
+    user, found, pwd_, processes = ran.stdout.split()
+    assert (user, found, pwd_) == (cluster.account("alice"), "hers", str(cluster.work_dir(job)))
+    assert int(processes) < 10  # the sandbox's own /proc: its few processes, not the host's
+    assert not yard("cat", str(cluster.server.home / "client.json")).stdout  # hidden, as from the task
+    bob = cluster.bob._http.headers["Authorization"].split()[1]
+    refused = yard("true", as_token=bob)
+    assert refused.returncode != 0 and f"no job {job}" in refused.stderr
+    cluster.alice.stop(job)

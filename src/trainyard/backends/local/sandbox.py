@@ -57,7 +57,6 @@ _SCRATCH = ("/tmp", "/var/tmp")  # private to each task, world-writable inside i
 # writes its stop file before it signals, so once SIGTERM is back to default (this shell),
 # either the file is there and the task never starts, or the signal is still to come.
 _STOP_GUARD = '[ -e "$1" ] && exit 143; shift; exec "$@"'
-_CHDIR = 'cd "$1" || exit 126; shift; exec "$@"'  # ``enter_argv``: then the command
 # What reaches a sandboxed task's group from outside: a stop's SIGTERM, and the signals a
 # job may choose to be told to suspend by.
 _PASSED_SIGNALS = ",".join(["TERM", *(s.removeprefix("SIG") for s in SUSPEND_SIGNALS if s not in ("none", "SIGTERM"))])
@@ -201,23 +200,17 @@ def sandbox_argv(
     return [sandbox.env, f"--ignore-signal={_PASSED_SIGNALS}", *argv, *command]
 
 
-def enter_argv(sandbox: Sandbox, nsenter: str, target: int, work_dir: str, command: Sequence[str],
+def enter_argv(sandbox: Sandbox, joiner: Sequence[str], target: int, work_dir: str, command: Sequence[str],
                identity: Identity | None) -> list[str]:
     """The argv that runs ``command`` inside the running sandbox of process ``target`` (one
-    of the task's processes in there): its mount, PID and IPC namespaces (so its files,
-    /tmp, /dev/shm and processes, as the task sees them), in ``work_dir``, as the task's
-    account (``identity``, when bwrap ran as root) with the task's restrictions."""
-    argv = [nsenter, f"--target={target}", "--mount", "--pid", "--ipc"]
-    if sandbox.user_namespace:  # the server's own user namespace of the task, as its uid
-        argv[1:1] = ["--user", "--preserve-credentials"]
-    argv.append("--")
-    if identity is not None:
-        argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
-    elif not sandbox.user_namespace:
+    of the task's processes in there): ``joiner`` (``sandboxjoin``, run by the server's
+    interpreter) enters its user, mount, PID and IPC namespaces, so the command sees the
+    task's files, /tmp, /dev/shm and processes, in ``work_dir``; then, when bwrap ran as
+    root, it drops to the task's account (``identity``) with the task's restrictions."""
+    if identity is None and not sandbox.user_namespace:
         raise ValueError("a sandbox entered as root needs the task's identity to drop to")
-    # Into the work dir as the sandbox mounts it (nsenter's --wd opens it outside, where
-    # the path leads elsewhere), as the account, with the path an argument, not code.
-    return [*argv, sandbox.shell, "-c", _CHDIR, "trainyard-exec", work_dir, *command]
+    drop = [] if identity is None else [_setpriv(sandbox), *_drop_to(identity), "--"]
+    return [*joiner, str(target), work_dir, *drop, *command]
 
 
 def _setpriv(sandbox: Sandbox) -> str:

@@ -8,7 +8,7 @@ What the command shares with the task:
 - a bare task: its environment (``CUDA_VISIBLE_DEVICES`` included) and working directory,
   its OS account (``setpriv``, as the task dropped to it), and its cgroup, so its CPU and
   memory limits count what the command uses too; in a sandbox, also the sandbox's mount,
-  PID and IPC namespaces (``nsenter``): its view of the files (storages at their
+  PID and IPC namespaces (``sandboxjoin``): its view of the files (storages at their
   mountPath, a private /tmp and /dev/shm) and of its processes. Not shared: the task's
   process group (a stop signals the task, not the command; the command ends with the task
   when it shares its sandbox or cgroup, whose ends kill what is left in them).
@@ -24,7 +24,8 @@ from typing import Any
 
 from trainyard.backends.base import ExecError, ExecPlan, TaskKey
 from trainyard.backends.containers import ENGINE_ENV, ContainerEngine
-from trainyard.backends.local import procfs, taskfiles
+from trainyard.backends.local import procfs, sandboxjoin, taskfiles
+from trainyard.backends.local.launcher import real_interpreter
 from trainyard.backends.local.records import Claim
 from trainyard.backends.local.sandbox import Identity, Sandbox, enter_argv
 
@@ -68,14 +69,12 @@ def exec_plan(task_dir: Path, key: TaskKey, command: Sequence[str], *, tty: bool
             raise ExecError(f"task {key.role}/{key.index}'s sandbox is not up yet; try again in a moment")
         if sandbox is None:
             raise ExecError("the task runs in a sandbox, and this server has none to enter it with")
-        nsenter = shutil.which("nsenter")
-        if nsenter is None:
-            raise ExecError("util-linux's nsenter is not installed on this node; it enters the task's sandbox")
         who = spec.get("sandbox_identity")
         identity = None if who is None else Identity(int(who["uid"]), int(who["gid"]), tuple(who["groups"]))
         if identity is None and not sandbox.user_namespace:
             raise ExecError("the task was started before exec was possible; its account is unknown")
-        argv += enter_argv(sandbox, nsenter, inside, spec["cwd"], command, identity)
+        joiner = (real_interpreter(), "-I", "-S", sandboxjoin.__file__)
+        argv += enter_argv(sandbox, joiner, inside, spec["cwd"], command, identity)
         return ExecPlan(tuple(argv), env=_env(spec), cwd="/", shared=SANDBOX_SHARED)
     user = spec.get("user")
     if user is not None:
