@@ -4,6 +4,7 @@ task runner inside its job step (the dev cluster has no GPUs with CDI specs: CPU
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,3 +253,30 @@ taskRoles:
     assert task.exit_code == 125
     assert f"the job's Python environment {prefix} cannot run in image {image}" in task.message
     assert "never" not in world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
+
+
+def test_a_command_runs_in_the_tasks_container_in_a_step_of_its_job(podman_world, image) -> None:
+    """``TaskExec`` on Slurm for a task with an image: ENGINE exec, in a step of the task's job."""
+    world = podman_world
+    job_id = submit(world, f"""
+name: reachable
+image: {image}
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 1, memoryMB: 128}}
+    commands:
+      - echo in-the-box > /tmp/only-here
+      - echo started
+      - exec sleep 600
+""")
+    key = TaskKey(job_id, 0, "main", 0)
+    drive(world, job_id, states=("RUNNING",))
+    wait_until(lambda: "started" in world.backend.read_log(key).data.decode(), timeout=60, what="the task to start")
+    with world.db.session() as s:
+        node = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).one().node
+    plan = world.backend.exec_plan(key, node, ["sh", "-c", "cat /tmp/only-here; head -1 /etc/os-release; exit 3"],
+                                   tty=False)
+    done = subprocess.run(plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == ["in-the-box", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"']

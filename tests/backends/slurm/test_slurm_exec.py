@@ -68,3 +68,28 @@ def test_yard_exec_and_a_terminal_run_in_the_tasks_slurm_job(slurm_server: Serve
     assert events == [f"admin ran `sh -c {SAYS!r}` in task main/0",
                       "admin ran `sh -c 'cat; echo err >&2; exit 6'` in task main/0",
                       "admin ran `bash --norc -i` in task main/0 (with a terminal)"]
+
+
+def test_yard_exec_reaches_each_task_of_a_gang_across_nodes_on_its_own_node(slurm_server: Server) -> None:
+    # Four GPUs each: one node apiece, so the gang is a heterogeneous Slurm job (--het-group).
+    admin = slurm_server.admin()
+    job = admin.submit("""
+name: gang
+taskRoles:
+  main:
+    instances: 2
+    resourcePerInstance: {gpu: 4, cpu: 1, memoryMB: 128}
+    commands:
+      - echo "on=$SLURMD_NODENAME"
+      - exec sleep 600
+""").id
+    for index in (0, 1):
+        wait_until(lambda index=index: b"on=" in admin.logs(job, task=f"main/{index}"), timeout=60,
+                   what=f"task main/{index} to start")
+    nodes = [admin.logs(job, task=f"main/{index}").decode().strip() for index in (0, 1)]
+    assert nodes[0] != nodes[1]
+    for index, said in enumerate(nodes):
+        ran = slurm_server.yard("exec", str(job), "--task", f"main/{index}", "--", "sh", "-c",
+                                'echo "on=$SLURMD_NODENAME"; echo "$CUDA_VISIBLE_DEVICES"')
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.splitlines() == [said, "0,1,2,3"]
