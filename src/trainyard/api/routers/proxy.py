@@ -181,10 +181,18 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
                                 "the proxy", unsafe=unsafe, origin_ok=same_origin(request))
     except Refused as exc:
         return refusal(exc)
+    return await forward_http(request, target, _rest(request.scope.get("raw_path") or b""), prefix,
+                              f"task {role}/{index} of job {job_id}")
+
+
+async def forward_http(request: Request, target: Target, path: str, prefix: str, what: str,
+                       extra_headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """``request`` to ``path`` (as sent, %-encoded) on ``target``, its answer streamed back;
+    ``prefix`` is where the target appears on this server (for its redirects)."""
     query = f"?{request.url.query}" if request.url.query else ""
-    url = f"http://{_host(target.host)}:{target.port}{_rest(request.scope.get('raw_path') or b'')}{query}"
+    url = f"http://{_host(target.host)}:{target.port}{path}{query}"
     headers = _forwarded_headers(request.headers, request.client.host if request.client else "",
-                                 request.url.scheme, prefix)
+                                 request.url.scheme, prefix) + list(extra_headers)
     client = _client(request)
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     upstream_request = client.build_request(request.method, url, headers=headers,
@@ -192,9 +200,9 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
     try:
         upstream = await client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
-        return refusal(Refused(502, f"task {role}/{index} of job {job_id} did not answer on port {port}: "
+        return refusal(Refused(502, f"{what} did not answer on port {target.port}: "
                                      f"{type(exc).__name__} {exc}".rstrip()))
-    response = StreamingResponse(_body(upstream, job_id, role, index, port), status_code=upstream.status_code,
+    response = StreamingResponse(_body(upstream, what, target.port), status_code=upstream.status_code,
                                  background=BackgroundTask(upstream.aclose))
     raw = []
     for name, value in upstream.headers.multi_items():
@@ -208,14 +216,14 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
     return response
 
 
-async def _body(upstream: httpx.Response, job_id: int, role: str, index: int, port: int) -> AsyncIterator[bytes]:
+async def _body(upstream: httpx.Response, what: str, port: int) -> AsyncIterator[bytes]:
     """The task's answer as it comes; if the task breaks off mid-answer the client's answer
     ends there too (its length then falls short, which is how an HTTP proxy says so)."""
     try:
         async for chunk in upstream.aiter_raw(CHUNK):
             yield chunk
     except httpx.HTTPError as exc:
-        log.warning("job %s task %s/%s port %s broke off its answer: %s", job_id, role, index, port, exc)
+        log.warning("%s port %s broke off its answer: %s", what, port, exc)
 
 
 def _host(host: str) -> str:
@@ -236,18 +244,25 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: i
     except Refused as exc:
         await deny(websocket, exc)
         return
+    await forward_websocket(websocket, target, _rest(websocket.scope.get("raw_path") or b""), prefix,
+                            f"task {role}/{index} of job {job_id}")
+
+
+async def forward_websocket(websocket: WebSocket, target: Target, path: str, prefix: str, what: str,
+                            extra_headers: tuple[tuple[str, str], ...] = ()) -> None:
+    """Accept ``websocket`` once ``target`` has accepted one at ``path``, then carry the
+    frames both ways until either side closes."""
     query = f"?{websocket.url.query}" if websocket.url.query else ""
-    url = f"ws://{_host(target.host)}:{target.port}{_rest(websocket.scope.get('raw_path') or b'')}{query}"
+    url = f"ws://{_host(target.host)}:{target.port}{path}{query}"
     headers = [(k, v) for k, v in _forwarded_headers(
         websocket.headers, websocket.client.host if websocket.client else "", websocket.url.scheme, prefix)
-        if k.lower() not in ("host", "origin")]
+        if k.lower() not in ("host", "origin")] + list(extra_headers)
     offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     try:
         upstream = await ws_connect(url, additional_headers=headers, subprotocols=offered or None,  # type: ignore[arg-type]
                                     max_size=None, open_timeout=10, compression=None)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-        await deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a WebSocket "
-                                            f"on port {port}: {exc}"))
+        await deny(websocket, Refused(502, f"{what} did not accept a WebSocket on port {target.port}: {exc}"))
         return
     await websocket.accept(subprotocol=upstream.subprotocol)
 
