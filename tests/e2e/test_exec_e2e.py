@@ -178,6 +178,21 @@ def test_yard_exec_runs_in_the_tasks_container(server: Server, image: str) -> No
     assert refused.returncode != 0 and f"no job {running.job}" in refused.stderr
     assert "alice ran `cat /etc/os-release` in task main/0" in running.events()
 
+    # A client that goes away takes its command with it, though the engine would leave it running.
+    def sleeping() -> bool:  # seen from the host, as root
+        return subprocess.run(["pgrep", "-fx", "sleep 323"], capture_output=True).returncode == 0
+
+    env = {**server.env, "TRAINYARD_TOKEN": running.alice}
+    client = subprocess.Popen([sys.executable, "-m", "trainyard.cli.main", "exec", job, "--", "sleep", "323"],
+                              env=env, stdin=subprocess.DEVNULL)
+    try:
+        wait_until(sleeping, timeout=30, what="sleep 323 to start in the container")
+        client.kill()
+        client.wait(timeout=30)
+    finally:
+        client.kill()
+    wait_until(lambda: not sleeping(), timeout=30, what="the server to end the command its client left")
+
     # A terminal in the container (the engine's exec --tty), of the size asked.
     url = f"ws://127.0.0.1:{server.port}/api/v1/jobs/{job}/tasks/main/0/exec"
     with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:

@@ -172,9 +172,10 @@ class ExecProcess:
         """The command's exit status (128 + N when signal N killed it)."""
         return exit_status(await self.process.wait())
 
-    async def hang_up(self) -> None:
+    async def hang_up(self, marker: str | None = None) -> None:
         """The user went away: SIGHUP the command's group, SIGKILL it after a grace, and
-        let go of its output."""
+        let go of its output. With a ``marker`` (``ExecPlan.marker``), then SIGKILL every
+        process of this machine whose environment carries it."""
         if self.process.returncode is None:
             self.send_signal(signal.SIGHUP)
             self.send_signal(signal.SIGCONT)
@@ -183,6 +184,8 @@ class ExecProcess:
             except TimeoutError:
                 self.send_signal(signal.SIGKILL)
                 await self.process.wait()
+        if marker is not None:
+            await asyncio.to_thread(kill_marked, marker)
         self.close()
 
     def close(self) -> None:
@@ -194,6 +197,24 @@ class ExecProcess:
             with contextlib.suppress(OSError):
                 os.close(self.master)
             self.master = None
+
+
+def kill_marked(marker: str) -> list[int]:
+    """SIGKILL the processes whose environment holds ``marker`` (``NAME=VALUE``), as far as
+    this server may read and signal them; their pids."""
+    wanted, killed = marker.encode() + b"\0", []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                found = (b"\0" + f.read()).find(b"\0" + wanted) >= 0
+            if found:
+                os.kill(int(entry), signal.SIGKILL)
+                killed.append(int(entry))
+        except OSError:  # gone, or not ours to read
+            continue
+    return killed
 
 
 def _set_size(fd: int, rows: int, cols: int) -> None:

@@ -365,6 +365,11 @@ class ExecPlan:
     env: Mapping[str, str] | None = None
     cwd: str | None = None
     shared: str = ""
+    # ``NAME=VALUE`` in the environment of the command's processes, when ending ``argv``'s
+    # process group does not end them (a container engine's exec client leaves its command
+    # running): when the user goes away, the server kills what still carries it on its
+    # machine.
+    marker: str | None = None
 
 
 # What a shell in a task runs when its user names no command (``yard shell``): the task's

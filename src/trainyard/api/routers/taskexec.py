@@ -169,10 +169,10 @@ async def _session(websocket: WebSocket, ctx: AppContext, caller: Caller, task: 
     except OSError as exc:
         await _fail(websocket, SERVER_ERROR, f"the command could not be started: {exc}")
         return
-    await _relay(websocket, process)
+    await _relay(websocket, process, plan.marker)
 
 
-async def _relay(websocket: WebSocket, process: ExecProcess) -> None:
+async def _relay(websocket: WebSocket, process: ExecProcess, marker: str | None) -> None:
     """Carry bytes both ways until the command exits (then its status) or the client leaves."""
 
     async def from_client() -> None:
@@ -193,7 +193,7 @@ async def _relay(websocket: WebSocket, process: ExecProcess) -> None:
     try:
         await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
         if not waiting.done():  # the client went away first
-            await process.hang_up()
+            await process.hang_up(marker)
             return
         with contextlib.suppress(WebSocketDisconnect, RuntimeError):
             await writing  # what the command wrote before it exited, all of it
@@ -205,7 +205,7 @@ async def _relay(websocket: WebSocket, process: ExecProcess) -> None:
             with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect, RuntimeError, OSError):
                 await task
         if not waiting.done() or waiting.cancelled():
-            await process.hang_up()
+            await process.hang_up(marker)
         process.close()
 
 

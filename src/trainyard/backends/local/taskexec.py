@@ -17,6 +17,7 @@ What the command shares with the task:
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,6 +36,7 @@ from trainyard.backends.local.sandbox import Identity, Sandbox, enter_argv
 JOIN_CGROUP = ('while [ "$1" != -- ]; do echo $$ > "$1/cgroup.procs" || exit 126; shift; done; '
                'shift; exec "$@"')
 
+EXEC_MARKER = "TRAINYARD_EXEC"  # in a container: ``ExecPlan.marker``
 CONTAINER_SHARED = "its container: files, processes, environment, working directory, user, GPUs and limits"
 PROCESS_SHARED = "its environment, working directory, OS account and cgroup"
 SANDBOX_SHARED = PROCESS_SHARED + ", and its sandbox's files, /tmp, /dev/shm and processes"
@@ -55,9 +57,10 @@ def exec_plan(task_dir: Path, key: TaskKey, command: Sequence[str], *, tty: bool
     if container is not None:
         if engine is None:
             raise ExecError("this node has no container engine to reach the task's container with")
-        options = ["--interactive", *(["--tty"] if tty else [])]
+        marker = f"{EXEC_MARKER}={secrets.token_hex(16)}"  # the engine leaves the command running
+        options = ["--interactive", *(["--tty"] if tty else []), "--env", marker]
         return ExecPlan(tuple(engine.command("exec", *options, container["name"], *command)),
-                        env=dict(ENGINE_ENV), cwd="/", shared=CONTAINER_SHARED)
+                        env=dict(ENGINE_ENV), cwd="/", shared=CONTAINER_SHARED, marker=marker)
     argv: list[str] = []
     plan = spec.get("cgroup")
     if plan is not None and all(os.path.isdir(d) for d in plan["dirs"]):
