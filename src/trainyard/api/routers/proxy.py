@@ -33,7 +33,8 @@ from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext
 from trainyard.core.states import JobState, TaskState
 from trainyard.core.transitions import Event, EventKind
-from trainyard.portal.auth import COOKIE, same_origin
+from trainyard.portal.app import error_page
+from trainyard.portal.auth import COOKIE, same_origin, sign_in_url
 from trainyard.services import web_sessions
 from trainyard.store.events import record_event
 from trainyard.store.queries import jobs as job_queries
@@ -195,6 +196,17 @@ def _refusal(exc: Refused) -> JSONResponse:
     return JSONResponse({"detail": exc.message, "errors": []}, status_code=exc.status)
 
 
+def _refusal_to(request: Request, exc: Refused) -> Response:
+    """JSON for a program; for a browser (no token, and it asks for HTML), the portal's own
+    page with the same status, and the sign-in form first for a signed-out GET."""
+    if "authorization" in request.headers or "text/html" not in request.headers.get("accept", ""):
+        return _refusal(exc)
+    if exc.status == 401 and request.method == "GET":
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(sign_in_url(request.url.path + query), status_code=303)
+    return error_page(request, exc.status, exc.message)
+
+
 def _client(request: Request) -> httpx.AsyncClient:
     client: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
     if client is None:
@@ -225,7 +237,7 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
         target = await _resolve(ctx, request.headers, dict(request.cookies), job_id, role, index, port,
                                 "the proxy", unsafe=unsafe, origin_ok=same_origin(request))
     except Refused as exc:
-        return _refusal(exc)
+        return _refusal_to(request, exc)
     query = f"?{request.url.query}" if request.url.query else ""
     url = f"http://{_host(target.host)}:{target.port}{_rest(request.scope.get('raw_path') or b'')}{query}"
     headers = _forwarded_headers(request.headers, request.client.host if request.client else "",
@@ -237,7 +249,7 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
     try:
         upstream = await client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
-        return _refusal(Refused(502, f"task {role}/{index} of job {job_id} did not answer on port {port}: "
+        return _refusal_to(request, Refused(502, f"task {role}/{index} of job {job_id} did not answer on port {port}: "
                                      f"{type(exc).__name__} {exc}".rstrip()))
     response = StreamingResponse(_body(upstream, job_id, role, index, port), status_code=upstream.status_code,
                                  background=BackgroundTask(upstream.aclose))
