@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,8 +19,9 @@ import httpx
 import pytest
 from podman_support import needs_podman
 
-from e2e.server import Server
+from e2e.server import Server, wait_until
 from e2e.webjob import WebJob
+from trainyard.api.routers.proxy import GRANT_SECONDS
 from trainyard.client import Client
 
 pytestmark = pytest.mark.e2e
@@ -58,6 +60,21 @@ def test_yard_port_forward_reaches_the_tasks_http_server(web: WebJob, server: Se
     bob = subprocess.run([sys.executable, "-m", "trainyard.cli.main", "port-forward", str(web.job), f"0:{web.http}"],
                          env={**server.env, "TRAINYARD_TOKEN": web.bob}, capture_output=True, text=True, timeout=60)
     assert bob.returncode != 0 and f"no job {web.job}" in bob.stderr
+
+
+def test_a_revoked_token_stops_reaching_the_task_within_the_proxys_few_seconds(web: WebJob, server: Server) -> None:
+    # The proxy keeps a check that let a request through for GRANT_SECONDS (a page's hundred
+    # requests ask the store once), so a revocation takes up to that long; not longer.
+    admin = server.admin()
+    token = admin.create_token(user="alice", name="short-lived").token
+    assert web.get(token, f"/{web.http}/").status_code == 200
+    (view,) = [t for t in admin.tokens(user="alice") if t.name == "short-lived"]
+    admin.revoke_token(view.id)
+    revoked = time.monotonic()
+    wait_until(lambda: web.get(token, f"/{web.http}/").status_code == 401, timeout=GRANT_SECONDS + 10,
+               what="the revoked token to be refused")
+    assert time.monotonic() - revoked < GRANT_SECONDS + 4
+    assert web.get(web.alice, f"/{web.http}/").status_code == 200  # her other token is hers still
 
 
 @needs_podman
