@@ -1,7 +1,8 @@
 """A running job's Ports links in a real browser: its owner clicks one on the job page and
 reads the task's own HTTP server through the proxy (its relative links too); another
-signed-in user opening the same address gets the portal's refusal page, not the content;
-a signed-out browser is sent to sign in first, and then on to the task's page."""
+signed-in user opening the same address gets the portal's refusal page, not the content,
+and so does an admin's browser; a signed-out browser is sent to sign in first, and then on
+to the task's page."""
 
 from __future__ import annotations
 
@@ -46,17 +47,24 @@ def test_the_owner_clicks_a_ports_link_and_reads_the_tasks_page(server: Server, 
 
 def test_another_signed_in_user_gets_the_refusal_page_not_the_tasks(server: Server, chromium: Any) -> None:
     web = WebJob(server)
-    context = chromium.new_context(viewport={"width": 1360, "height": 900})
-    try:
-        page = context.new_page()
-        page.set_default_timeout(20_000)
-        sign_in_with_token(page, server, web.bob, "/")
-        response = page.goto(server.url + web.path)
-        assert response is not None and response.status == 404
-        assert page.get_by_role("heading").first.inner_text() == "Not found"
-        assert page.get_by_role("alert").inner_text() == f"no job {web.job}"
-        assert web.marker not in page.content()
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SCREENSHOTS / "proxy_refused_to_another_user.png"), full_page=True, caret="initial")
-    finally:
-        context.close()
+    refusals = (  # who, their token, then what the portal's refusal page says
+        ("bob", web.bob, 404, "Not found", f"no job {web.job}"),
+        # An admin's browser session would run the job's pages with the admin's rights.
+        ("admin", web.admin_token, 403, "Not allowed", f"job {web.job} is another user's: reach its ports with "
+                                                       f"`yard port-forward {web.job}`, not through the browser"),
+    )
+    for who, token, status, heading, message in refusals:
+        context = chromium.new_context(viewport={"width": 1360, "height": 900})
+        try:
+            page = context.new_page()
+            page.set_default_timeout(20_000)
+            sign_in_with_token(page, server, token, "/")
+            response = page.goto(server.url + web.path)
+            assert response is not None and response.status == status, who
+            assert page.get_by_role("heading").first.inner_text() == heading
+            assert page.get_by_role("alert").inner_text() == message
+            assert web.marker not in page.content()
+            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SCREENSHOTS / f"proxy_refused_to_{who}.png"), full_page=True, caret="initial")
+        finally:
+            context.close()
