@@ -6,21 +6,29 @@ to the task's page."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e.browser import SCREENSHOTS, sign_in_with_token
 from e2e.server import Server
-from e2e.webjob import WebJob
+from e2e.webjob import WebJob, served
 
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture
+def web(server: Server) -> Iterator[WebJob]:
+    with served(server) as job:
+        yield job
+
+
 # The task's page names no icon, so Chromium asks this origin for /favicon.ico, which is no page.
 @pytest.mark.refused_statuses(404)
-def test_the_owner_clicks_a_ports_link_and_reads_the_tasks_page(server: Server, browser_page: Any) -> None:
-    page, web = browser_page, WebJob(server)
+def test_the_owner_clicks_a_ports_link_and_reads_the_tasks_page(server: Server, web: WebJob,
+                                                                 browser_page: Any) -> None:
+    page = browser_page
     page.goto(server.url + web.path)  # signed out: the sign-in form, which comes back here
     assert page.url.startswith(f"{server.url}/signin?next=/proxy/jobs/{web.job}/")
     sign_in_with_token(page, server, web.alice, web.path)
@@ -45,8 +53,8 @@ def test_the_owner_clicks_a_ports_link_and_reads_the_tasks_page(server: Server, 
     task_page.close()
 
 
-def test_another_signed_in_user_gets_the_refusal_page_not_the_tasks(server: Server, chromium: Any) -> None:
-    web = WebJob(server)
+def test_another_signed_in_user_gets_the_refusal_page_not_the_tasks(server: Server, web: WebJob,
+                                                                     chromium: Any) -> None:
     refusals = (  # who, their token, then what the portal's refusal page says
         ("bob", web.bob, 404, "Not found", f"no job {web.job}"),
         # An admin's browser session would run the job's pages with the admin's rights.

@@ -20,7 +20,7 @@ import pytest
 from podman_support import needs_podman
 
 from e2e.server import Server, wait_until
-from e2e.webjob import WebJob
+from e2e.webjob import WebJob, served
 from trainyard.api.routers.proxy import GRANT_SECONDS
 from trainyard.client import Client
 
@@ -29,7 +29,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def web(server: Server) -> Iterator[WebJob]:
-    yield WebJob(server)
+    with served(server) as job:
+        yield job
 
 
 def test_the_owner_reaches_the_tasks_http_server_through_the_proxy_and_nobody_else_does(web: WebJob,
@@ -82,11 +83,12 @@ def test_a_container_tasks_ports_are_reached_through_the_proxy_and_yard_port_for
                                                                                     image: str) -> None:
     # Its container shares the node's network (containers.run_options: --network host), so
     # the task's allocated port is the node's, where the proxy looks for it.
-    web = WebJob(server, image=image, timeout=120)
-    assert Client(server.url, web.alice).logs(web.job).startswith(b"trainyard-test-image bookworm")
-    web.check_http()
-    web.check_websocket()
-    web.check_port_forward()
+    with served(server, image=image, timeout=120) as web:
+        assert Client(server.url, web.alice).logs(web.job).startswith(b"trainyard-test-image bookworm")
+        web.check_http()
+        web.check_websocket()
+        web.check_port_forward()
+    assert not web.serving()  # stopped with its job: the container is gone
 
 
 @contextmanager

@@ -10,9 +10,12 @@ work and job directories, and a Slurm node only what its job step binds.
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -131,3 +134,30 @@ class WebJob:
             forward.wait(10)
         events = Client(self.server.url, self.alice).job(self.job).events
         assert f"alice opened a port-forward to task main/0 port {self.http}" in [e.message for e in events]
+
+    def serving(self) -> bool:
+        """Whether anything still listens on the task's http port (on the node: 127.0.0.1 here)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.http), timeout=2):
+                return True
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        """Stop the job through Trainyard, and see its server end: a container outlives its
+        engine client, which is all that the test server's teardown kills."""
+        client = Client(self.server.url, self.alice)
+        client.stop(self.job)
+        assert client.wait(self.job, timeout=90).state == "STOPPED"
+        wait_until(lambda: not self.serving(), timeout=30, what="the stopped task's http.server to end")
+
+
+@contextmanager
+def served(server: Server, image: str | None = None, timeout: float = 60) -> Iterator[WebJob]:
+    """A :class:`WebJob` for the ``with`` block, stopped at its end."""
+    web = WebJob(server, image=image, timeout=timeout)
+    try:
+        yield web
+    finally:
+        web.stop()
+

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from e2e.server import Server, free_port
-from e2e.webjob import WebJob
+from e2e.webjob import served
 from podman_support import needs_podman
 
 from slurm.cluster import cancel_all
@@ -38,13 +38,14 @@ def slurm_server(slurm: SlurmCommands, database_url: str, tmp_path_factory: pyte
 def test_a_slurm_tasks_ports_are_reached_at_its_nodes_address(slurm_server: Server, slurm: SlurmCommands,
                                                               kind: str, request: pytest.FixtureRequest) -> None:
     image = request.getfixturevalue("image") if kind == "container" else None
-    web = WebJob(slurm_server, image=image, timeout=120)
-    node = web.task.node
-    assert node in ("n1", "n2", "n3", "n4")  # a Slurm node's name, which does not resolve
-    (record,) = slurm.run(["scontrol", "show", "node", "-o", node]).stdout.splitlines()
-    assert "NodeAddr=127.0.0.1 " in record
-    if image is not None:
-        assert Client(slurm_server.url, web.alice).logs(web.job).startswith(b"trainyard-test-image bookworm")
-    web.check_http()
-    web.check_websocket()
-    web.check_port_forward(connections=2)
+    with served(slurm_server, image=image, timeout=120) as web:
+        node = web.task.node
+        assert node in ("n1", "n2", "n3", "n4")  # a Slurm node's name, which does not resolve
+        (record,) = slurm.run(["scontrol", "show", "node", "-o", node]).stdout.splitlines()
+        assert "NodeAddr=127.0.0.1 " in record
+        if image is not None:
+            assert Client(slurm_server.url, web.alice).logs(web.job).startswith(b"trainyard-test-image bookworm")
+        web.check_http()
+        web.check_websocket()
+        web.check_port_forward(connections=2)
+    assert not web.serving()  # stopped with its job: a container too
