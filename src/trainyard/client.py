@@ -38,6 +38,7 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
+from trainyard.schemas.sessions import SessionView
 from trainyard.schemas.storages import StorageView
 from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.schemas.users import TokenResponse, TokenView, UserView
@@ -56,6 +57,7 @@ _TOKENS = TypeAdapter(list[TokenView])
 _ALERTS = TypeAdapter(list[AlertView])
 _ALERT_RULES = TypeAdapter(list[AlertRuleView])
 _ENVIRONMENTS = TypeAdapter(list[EnvironmentView])
+_SESSIONS = TypeAdapter(list[SessionView])
 
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
@@ -554,6 +556,30 @@ class Client:
         ended uses it or it is being built, unless ``force`` (which stops its build)."""
         response = self._request("DELETE", f"/environments/{_seg(name)}", params={"force": _flag(force)})
         return self._parse(RemovalResult, response.content)
+
+    # -- interactive sessions ------------------------------------------------------------
+
+    def start_session(self, **request: Any) -> SessionView:
+        """Start a JupyterLab session (``gpu``, ``image`` or ``environment``, ``storages``,
+        ``hours``, ``virtualCluster``, ``priority``, ``cpu``, ``memoryMB``, ``name``): a job of
+        yours; open ``url`` on the server once it runs."""
+        body = {k: v for k, v in request.items() if v is not None}
+        return self._parse(SessionView, self._request("POST", "/sessions", json=body).content)
+
+    def sessions(self, *, everyone: bool = False) -> list[SessionView]:
+        """Your sessions, newest first (an admin's ``everyone``: all users')."""
+        return self._parse(_SESSIONS, self._request("GET", "/sessions", params={"all": _flag(everyone)}).content)
+
+    def session(self, job_id: int) -> SessionView:
+        return self._parse(SessionView, self._request("GET", f"/sessions/{_job_id(job_id)}").content)
+
+    def renew_session(self, job_id: int, *, hours: float | None = None) -> SessionView:
+        """Let the session live ``hours`` more from now (default: its own lifetime)."""
+        body = {} if hours is None else {"hours": hours}
+        return self._parse(SessionView, self._request("POST", f"/sessions/{_job_id(job_id)}/renew", json=body).content)
+
+    def stop_session(self, job_id: int) -> SessionView:
+        return self._parse(SessionView, self._request("DELETE", f"/sessions/{_job_id(job_id)}").content)
 
     # -- administration -------------------------------------------------------------------
 

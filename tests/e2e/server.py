@@ -48,6 +48,7 @@ class Server:
     process: subprocess.Popen | None = None
     prefix: tuple[str, ...] = ()  # e.g. setpriv's argv, to run the server as another user
     python: str = sys.executable  # one that user can run, with trainyard installed
+    extra_env: tuple[tuple[str, str], ...] = ()  # settings for the server, e.g. TRAINYARD_SESSION_PYTHON
 
     @property
     def url(self) -> str:
@@ -59,6 +60,7 @@ class Server:
         env["TRAINYARD_HOME"] = str(self.home)
         if self.database_url:
             env["TRAINYARD_DATABASE_URL"] = self.database_url
+        env.update(self.extra_env)
         return env
 
     def start(self) -> None:
@@ -147,10 +149,10 @@ def kill_tasks_under(path: Path) -> None:
 @contextmanager
 def running_server(home: Path, *, gpus: int, database_url: str | None = None,
                    extra_args: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
-                   python: str = sys.executable) -> Iterator[Server]:
+                   python: str = sys.executable, extra_env: dict[str, str] | None = None) -> Iterator[Server]:
     """A started server, stopped (and its tasks killed) on exit."""
     srv = Server(home=home, port=free_port(), database_url=database_url, gpus=gpus, extra_args=extra_args,
-                 prefix=prefix, python=python)
+                 prefix=prefix, python=python, extra_env=tuple((extra_env or {}).items()))
     srv.start()
     try:
         yield srv

@@ -35,6 +35,7 @@ from trainyard.api.routers import (
     jobs,
     metrics,
     proxy,
+    sessions,
     storages,
     usage,
     users,
@@ -77,9 +78,10 @@ def create_app(ctx: AppContext) -> FastAPI:
     )
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router,
-                   history.router, images.router, storages.router, environments.router):
+                   history.router, images.router, storages.router, environments.router, sessions.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(proxy.router)  # /proxy/jobs/… and the tunnels' WebSockets: full paths
+    app.include_router(sessions.way_in)  # /sessions/<id>/…: JupyterLab sessions, through the proxy
     app.include_router(metrics.router)  # Prometheus' usual path, outside the versioned API
     openapi.install(app)
     portal.install(app)  # the web pages, at / (their errors are pages too)

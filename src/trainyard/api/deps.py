@@ -14,6 +14,7 @@ from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
+from trainyard.core.sessions import SessionPolicy
 from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
@@ -47,6 +48,7 @@ class AppContext:
     sign_ins: SignInLimiter = field(init=False)  # the portal's failed sign-ins, per name and address
     # When each (job, user, role, index, port, how) last became a port-opened event (api/routers/proxy.py).
     port_uses: dict[tuple[int, int, str, int, int, str], float] = field(default_factory=dict)
+    sessions: SessionPolicy = field(default_factory=SessionPolicy)  # interactive sessions' rules
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db, clock=self.clock)

@@ -12,11 +12,14 @@ from __future__ import annotations
 import fcntl
 import gc
 import getpass
+import importlib.util
 import json
 import logging
 import os
 import signal
 import socket
+import stat
+import sys
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +40,7 @@ from trainyard.backends.slurm.commands import SlurmError
 from trainyard.controller.alerting import Receivers
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
+from trainyard.core.sessions import SessionPolicy
 from trainyard.core.settings import Settings
 from trainyard.monitor.notify import SmtpSettings
 from trainyard.scheduler.scorers.registry import SCORERS
@@ -248,17 +252,56 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         except ValueError as exc:
             raise StartupError(f"storage_home_root / storage_group_root: {exc}") from exc
     backend = build_backend(settings, cluster)
+    policy = session_policy(settings, backend)
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
         job_dir_retention_seconds=settings.job_dir_retention_seconds, monitor_retention=settings.retention,
         monitor_interval_seconds=settings.monitor_interval_seconds, usage_days_keep_days=settings.usage_days_keep_days,
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
+        session_policy=policy,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
                      monitor_interval_seconds=settings.monitor_interval_seconds,
-                     monitor_retention=settings.retention)
+                     monitor_retention=settings.retention, sessions=policy)
     return ctx, controller
+
+
+def _anyone_can_read(path: Path) -> bool:
+    """Whether any account may reach ``path`` (every folder above it searchable by others)
+    and read it."""
+    try:
+        path = path.resolve()
+        if not path.stat().st_mode & stat.S_IROTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in path.parents)
+    except OSError:
+        return False
+
+
+def session_policy(settings: Settings, backend: Backend) -> SessionPolicy:
+    """Sessions' rules. Their default Python is the site's ``session_python``, else the one
+    running ``yard up`` if it has JupyterLab and the accounts tasks run as can run it."""
+    python = settings.session_python
+    if python is None and (found := importlib.util.find_spec("jupyterlab")) is not None:
+        python = Path(sys.executable)
+        under_accounts = isinstance(backend, LocalBackend) and backend.work_dir_root is not None
+        if under_accounts and not all(_anyone_can_read(p) for p in (python, Path(found.origin or python))):
+            log.warning("interactive sessions: %s has JupyterLab, but tasks run under their users' accounts, "
+                        "which cannot run it: a session needs --environment or --image, or set "
+                        "TRAINYARD_SESSION_PYTHON to a Python with JupyterLab that every account can run", python)
+            python = None
+    if python is None:
+        log.info("interactive sessions: no default Python with JupyterLab (TRAINYARD_SESSION_PYTHON); "
+                 "`yard dev` needs --environment or --image with JupyterLab")
+    else:
+        log.info("interactive sessions: `yard dev` runs JupyterLab with %s unless it names an environment or image",
+                 python)
+    return SessionPolicy(
+        python=None if python is None else str(python), hours=settings.session_hours,
+        max_hours=settings.session_max_hours, idle_report_minutes=settings.session_idle_report_minutes,
+        idle_cull_minutes=settings.session_idle_cull_minutes,
+        check_interval_seconds=settings.session_check_interval_seconds, admin_access=settings.session_admin_access)
 
 
 def _text(path: Path | None) -> str | None:

@@ -19,6 +19,7 @@ import yaml
 from trainyard.cli import (
     admin_commands,
     alert_commands,
+    dev_commands,
     env_commands,
     forward,
     history_render,
@@ -346,4 +347,5 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "alerts": alert_commands.cmd_alerts,
     "usage": usage_commands.cmd_usage,
     "env": env_commands.cmd_env,
+    "dev": dev_commands.cmd_dev,
 }

@@ -57,6 +57,51 @@ def add_alerts_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _json_flag(q)
 
 
+def _gpu(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GPUs (0, 0.5, 1, 2…)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a number of GPUs is 0 or more")
+    return value
+
+
+def add_dev_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "dev", help="interactive JupyterLab sessions: start one (`yard dev --gpu 1`), list, renew, stop",
+        description="Start JupyterLab as a job of yours, scheduled like any job, and open it through the server "
+        "at /sessions/ID/ (signed in to the portal). It lives --hours from its start (default: the site's, 24 h) "
+        "unless renewed.")
+    p.add_argument("--gpu", type=_gpu, default=0.0, metavar="N", help="GPUs: 0 (default), a fraction (0.5) or N")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--image", help="run in this container image (it needs JupyterLab)")
+    where.add_argument("--environment", metavar="E", help="run in this environment (`yard env`; needs JupyterLab)")
+    p.add_argument("--storage", action="append", default=[], metavar="S", help="mount this storage (repeatable)")
+    p.add_argument("--hours", type=float, help="its lifetime (default: the site's)")
+    p.add_argument("--vc", help="the virtual cluster (default: default)")
+    urgency = p.add_mutually_exclusive_group()
+    urgency.add_argument("--priority", choices=PRIORITY_NAMES)
+    urgency.add_argument("--oppo", action="store_true", help="opportunistic: on idle GPUs, reclaimed first")
+    p.add_argument("--cpu", type=float, help="CPUs")
+    p.add_argument("--memory-mb", type=int, metavar="MIB", help="memory in MiB")
+    p.add_argument("--name", help="the session job's name (default: jupyterlab)")
+    p.add_argument("--wait", action="store_true", help="wait until JupyterLab answers, then print its address")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    dev_sub = p.add_subparsers(dest="action", metavar="ACTION")
+    q = dev_sub.add_parser("list", help="your sessions: state, lifetime left, idle time, kernels")
+    q.add_argument("--all", action="store_true", help="an admin: every user's")
+    # SUPPRESS: `yard dev --json list` keeps the --json given before the action.
+    q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    for action, text in (("renew", "let a session live longer: --hours from now (default: its own lifetime)"),
+                         ("stop", "stop a session")):
+        q = dev_sub.add_parser(action, help=text)
+        q.add_argument("id", type=int)
+        if action == "renew":
+            q.add_argument("--hours", type=float)
+        q.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+
+
 def add_env_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("env", help="environments jobs run in (`environment: NAME` in the job file)")
     env_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
@@ -377,6 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
 
     add_env_parser(sub)
+    add_dev_parser(sub)
     add_alerts_parser(sub)
     add_storage_parser(sub)
     add_sim_parser(sub)

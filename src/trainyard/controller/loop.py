@@ -22,6 +22,7 @@ from trainyard.controller.scheduling import (
     apply_decisions,
     preempt_jobs,
 )
+from trainyard.controller.sessions import SessionWatch, settle_lifetimes
 from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
     node_states_in_use,
@@ -31,6 +32,7 @@ from trainyard.controller.world import (
 )
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
+from trainyard.core.sessions import SessionPolicy
 from trainyard.core.settings import (
     DEFAULT_JOB_DIR_RETENTION_SECONDS,
     DEFAULT_MONITOR_INTERVAL_SECONDS,
@@ -76,6 +78,7 @@ class Controller:
         alert_receivers: Receivers | None = None,
         monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS,
         usage_days_keep_days: int = DEFAULT_USAGE_DAYS_KEEP_DAYS,
+        session_policy: SessionPolicy | None = None,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -107,10 +110,12 @@ class Controller:
                                      on_cordon=self.wake, monitor_interval_seconds=monitor_interval_seconds)
         self.history = HistoryKeeper(db, clock, monitor_retention, monitor_interval_seconds=monitor_interval_seconds,
                                      usage_days_keep_days=usage_days_keep_days)
+        self.session_watch = SessionWatch(db, clock, session_policy or SessionPolicy())
         # The work beside the loop, each in a thread of its own when due (periodic.py): started
         # after every tick, and waited for at stop, since a round half written when the store
         # closes would only log noise.
-        self._periodics = [p for p in (self.job_dirs, self.monitoring, self.alerts, self.history) if p is not None]
+        self._periodics = [p for p in (self.job_dirs, self.monitoring, self.alerts, self.history, self.session_watch)
+                           if p is not None]
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -153,8 +158,8 @@ class Controller:
             self._wake.clear()
 
     def run_once(self) -> None:
-        """One full cycle: inventory (when due), run-time limits, the hang watchdog (when
-        due), reconcile, schedule, launch, settle ended environment builds; job-directory
+        """One full cycle: inventory (when due), run-time limits and sessions' lifetimes, the
+        hang watchdog (when due), reconcile, schedule, launch, settle ended environment builds; job-directory
         sweeps and monitoring rounds start in their own threads when due."""
         self.cycles += 1
         mono = self.clock.monotonic()
@@ -166,6 +171,8 @@ class Controller:
             self._last_inventory = mono
         with self.db.session() as session:
             if end_overdue_attempts(session, self.clock):
+                self._dirty = True
+            if settle_lifetimes(session, self.clock):  # interactive sessions past their lifetime
                 self._dirty = True
         if self.watchdog.end_hung_attempts_if_due():
             self._dirty = True

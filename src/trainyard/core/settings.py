@@ -199,6 +199,39 @@ class Settings(BaseSettings):
         "dirs' root when tasks run under task accounts, else in $TRAINYARD_HOME/local; on Slurm: "
         "<slurm_state_dir>/environments)",
     )
+    session_python: Path | None = Field(
+        default=None,
+        description="Interactive sessions (`yard dev`): the Python, with JupyterLab, that runs a session naming no "
+        "environment or image, at this path on every node (default: the Python running yard up, if JupyterLab "
+        "is installed there)",
+    )
+    session_hours: float = Field(
+        default=24.0, gt=0, le=8760,
+        description="Interactive sessions: the lifetime of a session that asks for none; it is stopped then "
+        "unless renewed (`yard dev renew`)",
+    )
+    session_max_hours: float = Field(
+        default=168.0, gt=0, le=8760,
+        description="Interactive sessions: the longest lifetime one start or one renewal may ask for",
+    )
+    session_idle_report_minutes: float = Field(
+        default=60.0, gt=0,
+        description="Interactive sessions: a session with no activity for this long is reported idle "
+        "(an event on it; `yard dev list` and the portal show it)",
+    )
+    session_idle_cull_minutes: float | None = Field(
+        default=None, gt=0,
+        description="Interactive sessions: stop a session with no activity for this long (unset: never)",
+    )
+    session_check_interval_seconds: float = Field(
+        default=60.0, ge=1.0, le=3600.0,
+        description="Interactive sessions: how often the controller reads each running session's activity",
+    )
+    session_admin_access: bool = Field(
+        default=False,
+        description="Interactive sessions: admins may open other users' sessions too (with a token, as for "
+        "the job-port proxy); by default only a session's owner can",
+    )
     rack_label: str = Field(default="rack", description="The node label that names a node's rack")
     node_labels: dict[str, str] = Field(
         default_factory=dict, description="Labels of this machine's node (local backend), e.g. {rack: r1}"

@@ -47,6 +47,8 @@ class EventKind(StrEnum):
     TIMED_OUT = "timed-out"
     IMAGE_PULLED = "image-pulled"  # a task's image reached its node (or was there), or could not
     PORT_OPENED = "port-opened"  # a user reached a task's port (the proxy, yard port-forward)
+    SESSION_RENEWED = "session-renewed"  # an interactive session's lifetime was extended
+    SESSION_IDLE = "session-idle"  # an interactive session has had no activity for a while
     TASK_RETRIED = "task-retried"
     TASK_EXITED = "task-exited"
     TASK_LOST = "task-lost"

@@ -543,3 +543,27 @@ class EnvironmentRow(Base):
 
     owner: Mapped[UserRow] = relationship(lazy="joined")
     group: Mapped[GroupRow | None] = relationship(lazy="joined")
+
+
+class DevSessionRow(Base):
+    """A job that is an interactive JupyterLab session (``yard dev``): its lifetime in
+    ``hours``, when it ends (``expires_at``: set when the session starts, moved by each
+    renewal; the controller stops it then), and JupyterLab's own report of its activity as
+    the controller last read it."""
+
+    __tablename__ = "dev_sessions"
+    __table_args__ = (Index("ix_dev_sessions_expires_at", "expires_at"),)
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    hours: Mapped[float] = mapped_column()
+    renewals: Mapped[int] = mapped_column(Integer, default=0)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_activity: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    kernels: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    connections: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # When the current idle spell was reported as an event (None: not idle, or not yet said).
+    idle_reported_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    check_error: Mapped[str] = mapped_column(Text, default="")  # why the last read failed, if it did
+
+    job: Mapped[JobRow] = relationship(lazy="joined")

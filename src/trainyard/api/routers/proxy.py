@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -136,27 +137,34 @@ def _target(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int,
 
 
 MAX_REMEMBERED = 10_000  # uses remembered for the rate limit; older ones are forgotten past it
+_uses_lock = threading.Lock()
 
 
 def _due(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> bool:
     """Whether this use of a port is to be an event on the job: a user's first, then at most
-    one per EVENT_EVERY_SECONDS (noted as made when this answers yes). Asked from the event
-    loop only, as ``Grants`` is."""
+    one per EVENT_EVERY_SECONDS (noted as made when this answers yes)."""
     key, uses = (job_id, caller.user.id, role, index, port, how), ctx.port_uses
     now = time.monotonic()
-    if now - uses.get(key, -1e18) < EVENT_EVERY_SECONDS:
-        return False
-    if len(uses) >= MAX_REMEMBERED:
-        for old in [k for k, at in uses.items() if now - at >= EVENT_EVERY_SECONDS] or list(uses):
-            del uses[old]
-    uses[key] = now
+    with _uses_lock:  # asked from the event loop and (sessions.py, through _note) the thread pool
+        if now - uses.get(key, -1e18) < EVENT_EVERY_SECONDS:
+            return False
+        if len(uses) >= MAX_REMEMBERED:
+            for old in [k for k, at in uses.items() if now - at >= EVENT_EVERY_SECONDS] or list(uses):
+                del uses[old]
+        uses[key] = now
     return True
 
 
-def _note(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
+def _record(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
     message = f"{caller.user.name} opened {how} to task {role}/{index} port {port}"
     with ctx.db.session() as session:
         record_event(session, job_id, Event(EventKind.PORT_OPENED, message, ctx.clock.now()))
+
+
+def _note(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
+    """An event on the job when a user starts using a port, at most once per EVENT_EVERY_SECONDS."""
+    if _due(ctx, caller, job_id, role, index, port, how):
+        _record(ctx, caller, job_id, role, index, port, how)
 
 
 GRANT_SECONDS = 3.0
@@ -228,8 +236,8 @@ async def _resolve(app_state: object, headers: Headers, cookies: dict[str, str],
     else:
         target = await run_in_threadpool(_target, ctx, caller, job_id, role, index, port)
         grants.keep(key, caller, target)
-    if _due(ctx, caller, job_id, role, index, port, how):
-        await run_in_threadpool(_note, ctx, caller, job_id, role, index, port, how)
+    if _due(ctx, caller, job_id, role, index, port, how):  # most requests need no thread for it
+        await run_in_threadpool(_record, ctx, caller, job_id, role, index, port, how)
     return target
 
 
@@ -313,10 +321,18 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
                                 "the proxy", unsafe=unsafe, origin_ok=same_origin(request))
     except Refused as exc:
         return _refusal_to(request, exc)
+    return await forward_http(request, target, _rest(request.scope.get("raw_path") or b""), prefix,
+                              f"task {role}/{index} of job {job_id}")
+
+
+async def forward_http(request: Request, target: Target, path: str, prefix: str, what: str,
+                       extra_headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    """``request`` to ``path`` (as sent, %-encoded) on ``target``, its answer streamed back;
+    ``prefix`` is where the target appears on this server (for its redirects)."""
     query = f"?{request.url.query}" if request.url.query else ""
-    url = f"http://{_host(target.host)}:{target.port}{_rest(request.scope.get('raw_path') or b'')}{query}"
+    url = f"http://{_host(target.host)}:{target.port}{path}{query}"
     headers = _forwarded_headers(request.headers, request.client.host if request.client else "",
-                                 request.url.scheme, prefix)
+                                 request.url.scheme, prefix) + list(extra_headers)
     client = _client(request)
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     upstream_request = client.build_request(request.method, url, headers=headers,
@@ -324,9 +340,9 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
     try:
         upstream = await client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
-        return _refusal_to(request, Refused(502, f"task {role}/{index} of job {job_id} did not answer on port {port}: "
-                                     f"{type(exc).__name__} {exc}".rstrip()))
-    response = StreamingResponse(_body(upstream, job_id, role, index, port), status_code=upstream.status_code,
+        return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
+                                                 f"{type(exc).__name__} {exc}".rstrip()))
+    response = StreamingResponse(_body(upstream, what, target.port), status_code=upstream.status_code,
                                  background=BackgroundTask(upstream.aclose))
     raw = []
     for name, value in upstream.headers.multi_items():
@@ -340,14 +356,14 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
     return response
 
 
-async def _body(upstream: httpx.Response, job_id: int, role: str, index: int, port: int) -> AsyncIterator[bytes]:
+async def _body(upstream: httpx.Response, what: str, port: int) -> AsyncIterator[bytes]:
     """The task's answer as it comes; if the task breaks off mid-answer the client's answer
     ends there too (its length then falls short, which is how an HTTP proxy says so)."""
     try:
         async for chunk in upstream.aiter_raw(CHUNK):
             yield chunk
     except httpx.HTTPError as exc:
-        log.warning("job %s task %s/%s port %s broke off its answer: %s", job_id, role, index, port, exc)
+        log.warning("%s port %s broke off its answer: %s", what, port, exc)
 
 
 def _host(host: str) -> str:
@@ -376,18 +392,25 @@ async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: i
     except Refused as exc:
         await _deny(websocket, exc)
         return
+    await forward_websocket(websocket, target, _rest(websocket.scope.get("raw_path") or b""), prefix,
+                            f"task {role}/{index} of job {job_id}")
+
+
+async def forward_websocket(websocket: WebSocket, target: Target, path: str, prefix: str, what: str,
+                            extra_headers: tuple[tuple[str, str], ...] = ()) -> None:
+    """Accept ``websocket`` once ``target`` has accepted one at ``path``, then carry the
+    frames both ways until either side closes."""
     query = f"?{websocket.url.query}" if websocket.url.query else ""
-    url = f"ws://{_host(target.host)}:{target.port}{_rest(websocket.scope.get('raw_path') or b'')}{query}"
+    url = f"ws://{_host(target.host)}:{target.port}{path}{query}"
     headers = [(k, v) for k, v in _forwarded_headers(
         websocket.headers, websocket.client.host if websocket.client else "", websocket.url.scheme, prefix)
-        if k.lower() not in ("host", "origin")]
+        if k.lower() not in ("host", "origin")] + list(extra_headers)
     offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     try:
         upstream = await ws_connect(url, additional_headers=headers, subprotocols=offered or None,  # type: ignore[arg-type]
                                     max_size=None, open_timeout=10, compression=None)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
-        await _deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a WebSocket "
-                                            f"on port {port}: {exc}"))
+        await _deny(websocket, Refused(502, f"{what} did not accept a WebSocket on port {target.port}: {exc}"))
         return
     await websocket.accept(subprotocol=upstream.subprotocol)
 

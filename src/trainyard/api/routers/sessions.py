@@ -1,0 +1,179 @@
+"""Interactive JupyterLab sessions: the API (``/api/v1/sessions``: start, list, show, renew,
+stop) and the way in (``/sessions/<id>/…``, HTTP and WebSocket), through the proxy of
+``proxy.py``. The rules are ``services/dev_sessions.py``'s.
+
+The way in checks the caller as the job-port proxy does (a token, or the portal's session
+with a same-origin check for anything that changes something), lets in only the session's
+owner (and admins with a token where the site allows it, ``session_admin_access``), and
+adds JupyterLab's own token, which the user never needs to know: JupyterLab answers nobody
+else, even on the node itself.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, WebSocket
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import RedirectResponse, Response
+from starlette.datastructures import Headers
+
+from trainyard.api.bodies import MAX_ID, BodyRoute
+from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.openapi import errors
+from trainyard.api.routers.jobs import JobId
+from trainyard.api.routers.proxy import (
+    Caller,
+    Refused,
+    Target,
+    _caller,
+    _ctx,
+    _deny,
+    _note,
+    _refusal,
+    forward_http,
+    forward_websocket,
+)
+from trainyard.core.sessions import SESSION_PORT, SESSION_PREFIX, SESSION_ROLE, jupyter_token, session_path
+from trainyard.core.states import JobState, TaskState
+from trainyard.portal.auth import same_origin, sign_in_url
+from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
+from trainyard.services import dev_sessions
+from trainyard.services import jobs as job_service
+from trainyard.store.queries.nodes import node_addresses
+from trainyard.store.rows import DevSessionRow, TaskRow, UserRow
+
+router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=BodyRoute)
+way_in = APIRouter()
+
+User = Annotated[UserRow, Depends(current_user)]
+Ctx = Annotated[AppContext, Depends(context)]
+
+
+@router.post("", response_model=SessionView, status_code=201, responses=errors(401, 403, 404, 422))
+def start_session(body: SessionRequest, user: User, ctx: Ctx) -> SessionView:
+    """Start a JupyterLab session: a job of yours, scheduled like any (its VC, quota,
+    priority: ``oppo`` runs on idle GPUs and is reclaimed first). Open ``url`` once it runs."""
+    nodes = ctx.node_states()
+    with ctx.db.session() as session:
+        row = dev_sessions.start_session(session, user, body, policy=ctx.sessions, clock=ctx.clock, nodes=nodes)
+        view = dev_sessions.view(row, ctx.clock.now())
+    ctx.wake_controller()
+    return view
+
+
+@router.get("", response_model=list[SessionView], responses=errors(401, 422))
+def list_sessions(
+    user: User, ctx: Ctx,
+    everyone: Annotated[bool, Query(alias="all", description="An admin: every user's sessions")] = False,
+) -> list[SessionView]:
+    """Your sessions, newest first, those that ended too."""
+    with ctx.db.session() as session:
+        now = ctx.clock.now()
+        return [dev_sessions.view(row, now) for row in dev_sessions.list_sessions(session, user, everyone=everyone)]
+
+
+@router.get("/{job_id}", response_model=SessionView, responses=errors(401, 404, 422))
+def show_session(job_id: JobId, user: User, ctx: Ctx) -> SessionView:
+    with ctx.db.session() as session:
+        return dev_sessions.view(dev_sessions.session_of(session, user, job_id), ctx.clock.now())
+
+
+@router.post("/{job_id}/renew", response_model=SessionView, responses=errors(401, 404, 409, 422))
+def renew_session(job_id: JobId, user: User, ctx: Ctx, body: RenewRequest | None = None) -> SessionView:
+    """Live ``hours`` more from now (default: the session's own lifetime), at most the site's
+    longest lifetime at a time."""
+    with ctx.db.session() as session:
+        row = dev_sessions.renew_session(session, user, job_id, body.hours if body else None,
+                                         policy=ctx.sessions, clock=ctx.clock)
+        return dev_sessions.view(row, ctx.clock.now())
+
+
+@router.delete("/{job_id}", response_model=SessionView, responses=errors(401, 404, 409, 422))
+def stop_session(job_id: JobId, user: User, ctx: Ctx) -> SessionView:
+    """Stop the session (its files stay in its job directory as long as the site keeps them)."""
+    with ctx.db.session() as session:
+        dev_sessions.session_of(session, user, job_id)
+        job_service.request_stop(session, user, job_id, clock=ctx.clock)
+    ctx.wake_controller()
+    with ctx.db.session() as session:
+        return dev_sessions.view(dev_sessions.session_of(session, user, job_id), ctx.clock.now())
+
+
+# -- the way in ------------------------------------------------------------------------------
+
+
+def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Target, str]:
+    """Where session ``job_id``'s JupyterLab listens and its token, if ``caller`` may open it."""
+    with ctx.db.session() as session:
+        row = session.get(DevSessionRow, job_id)
+        job = row.job if row is not None else None
+        mine = job is not None and job.user_id == caller.user.id
+        admitted = mine or (caller.user.is_admin and ctx.sessions.admin_access and not caller.by_cookie)
+        if job is None or not admitted:
+            raise Refused(404, f"no session {job_id}")
+        if job.state != JobState.RUNNING:
+            waiting = f" ({job.pending_short or job.state_message})" if job.state == JobState.WAITING else ""
+            raise Refused(409, f"session {job_id} is {job.state}{waiting}, not RUNNING: it opens once it runs")
+        task = session.query(TaskRow).filter(
+            TaskRow.job_id == job_id, TaskRow.role == SESSION_ROLE, TaskRow.index == 0,
+            TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
+        ports = task.ports.get(SESSION_PORT) if task is not None else None
+        token = jupyter_token(job.spec)
+        if task is None or not ports or token is None:
+            raise Refused(409, f"session {job_id} is starting: try again in a moment")
+        return Target(node_addresses(session).get(task.node) or task.node, ports[0]), token
+
+
+async def _open(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, *, unsafe: bool,
+                origin_ok: bool) -> tuple[Target, tuple[tuple[str, str], ...]]:
+    caller = await run_in_threadpool(_caller, ctx, headers, cookies)
+    if caller is None:
+        raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
+    if caller.by_cookie and unsafe and not origin_ok:
+        raise Refused(403, "a request that changes something must come from this server's own pages")
+    target, token = await run_in_threadpool(_session_target, ctx, caller, job_id)
+    await run_in_threadpool(_note, ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session")
+    return target, (("Authorization", f"token {token}"),)
+
+
+def _path(raw_path: bytes) -> str:
+    """The path as sent: JupyterLab serves under ``/sessions/<id>/`` itself (its base URL)."""
+    return raw_path.decode("latin-1") or "/"
+
+
+@way_in.api_route(SESSION_PREFIX + "/{job_id}", include_in_schema=False, methods=["GET", "HEAD"])
+async def session_root(job_id: JobId) -> Response:
+    return RedirectResponse(session_path(job_id), status_code=307)
+
+
+@way_in.api_route(SESSION_PREFIX + "/{job_id}/{path:path}", include_in_schema=False,
+                  methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
+async def session_http(job_id: JobId, path: str, request: Request) -> Response:
+    ctx = _ctx(request.app.state)
+    try:
+        target, token = await _open(ctx, request.headers, dict(request.cookies), job_id,
+                                    unsafe=request.method not in ("GET", "HEAD", "OPTIONS"),
+                                    origin_ok=same_origin(request))
+    except Refused as exc:
+        if exc.status == 401 and request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            return RedirectResponse(sign_in_url(request.url.path), status_code=303)  # a browser: sign in first
+        return _refusal(exc)
+    return await forward_http(request, target, _path(request.scope.get("raw_path") or b""),
+                              session_path(job_id).rstrip("/"), f"session {job_id}", token)
+
+
+@way_in.websocket(SESSION_PREFIX + "/{job_id}/{path:path}")
+async def session_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
+    ctx = _ctx(websocket.app.state)
+    try:
+        if not 1 <= job_id <= MAX_ID:
+            raise Refused(404, "there is no such page")
+        # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
+        target, token = await _open(ctx, websocket.headers, dict(websocket.cookies), job_id, unsafe=True,
+                                    origin_ok=same_origin(websocket))  # type: ignore[arg-type]
+    except Refused as exc:
+        await _deny(websocket, exc)
+        return
+    await forward_websocket(websocket, target, _path(websocket.scope.get("raw_path") or b""),
+                            session_path(job_id).rstrip("/"), f"session {job_id}", token)

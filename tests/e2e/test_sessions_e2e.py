@@ -1,0 +1,150 @@
+"""Interactive JupyterLab sessions on a real ``yard up`` (issue 18): ``yard dev`` starts the
+real ``jupyterlab`` as a job; through the server's authenticated proxy a test lists the
+kernelspecs, starts a kernel and runs code over its WebSocket; nobody else gets in; the
+session is renewed and stopped from the CLI, and an idle one is reported and culled.
+
+As root, tasks run under their users' own accounts, which cannot run a Python under
+/root: the session Python is then CI's non-root one (``TRAINYARD_TEST_NONROOT_PYTHON``,
+with JupyterLab, as .ci/run installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from e2e.server import Server, running_server, wait_until
+from trainyard.client import Client
+
+pytestmark = pytest.mark.e2e
+
+SESSION_PYTHON = (os.environ.get("TRAINYARD_TEST_NONROOT_PYTHON") if os.geteuid() == 0 else None) or sys.executable
+
+
+@pytest.fixture(autouse=True)
+def _a_python_task_accounts_can_run() -> None:
+    if os.geteuid() == 0 and not os.environ.get("TRAINYARD_TEST_NONROOT_PYTHON"):
+        why = ("as root, sessions' tasks run under their users' accounts: set TRAINYARD_TEST_NONROOT_PYTHON to "
+               "a Python with JupyterLab that every account can run (.ci/run makes one)")
+        if os.environ.get("TRAINYARD_REQUIRE_NONROOT"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+@pytest.fixture
+def lab_server(database_url: str, tmp_path_factory) -> Iterator[Server]:
+    url = None if database_url.startswith("sqlite") else database_url
+    with running_server(tmp_path_factory.mktemp("home"), gpus=2, database_url=url,
+                        extra_env={"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON}) as srv:
+        yield srv
+
+
+def tokens(server: Server) -> dict[str, str]:
+    admin = server.admin()
+    found = {"admin": admin._http.headers["Authorization"].split()[1]}
+    for name in ("alice", "bob"):
+        admin.create_user(name)
+        found[name] = admin.create_token(user=name).token
+    return found
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def run_code(server: Server, token: str, session: int, code: str) -> str:
+    """Start a kernel through the proxy, run ``code`` over its WebSocket, return its value."""
+    base = f"{server.url}/sessions/{session}"
+    kernel = httpx.post(f"{base}/api/kernels", headers=bearer(token), json={"name": "python3"}, timeout=30)
+    assert kernel.status_code == 201, kernel.text
+    msg_id = uuid.uuid4().hex
+    request = {
+        "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex, "msg_type": "execute_request",
+                   "version": "5.3", "date": ""},
+        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
+        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
+                    "allow_stdin": False, "stop_on_error": True},
+    }
+    channels = f"ws{base[4:]}/api/kernels/{kernel.json()['id']}/channels"
+    with connect(channels, additional_headers=bearer(token), open_timeout=30) as ws:
+        ws.send(json.dumps(request))
+        while True:
+            message = json.loads(ws.recv(timeout=60))
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            assert message["msg_type"] != "error", message["content"]
+            if message["msg_type"] == "execute_result":
+                return str(message["content"]["data"]["text/plain"])
+
+
+def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owner_alone(lab_server: Server) -> None:
+    who = tokens(lab_server)
+    started = lab_server.yard("dev", "--gpu", "0.5", "--hours", "2", "--wait", token=who["alice"])
+    assert started.returncode == 0, started.stderr + lab_server.log()[-3000:]
+    assert started.stdout.startswith("session ") and "is open: " in started.stdout, started.stdout
+    session = int(started.stdout.split()[1])
+    url = f"{lab_server.url}/sessions/{session}/"
+    assert started.stdout.strip().endswith(url)
+
+    specs = httpx.get(url + "api/kernelspecs", headers=bearer(who["alice"]), timeout=30)
+    assert specs.status_code == 200 and "python3" in specs.json()["kernelspecs"]
+    # The kernel runs in the session's task: it sees the one GPU the session was given.
+    task = Client(lab_server.url, who["alice"]).job(session).attempts[-1].tasks[0]
+    assert run_code(lab_server, who["alice"], session, 'import os; os.environ["CUDA_VISIBLE_DEVICES"]') == repr(
+        ",".join(str(g) for g in task.gpus))
+
+    # Nobody else gets in: not bob, not the admin (sessions are their owners' by default),
+    # not a request without credentials (a browser is sent to sign in first).
+    for name in ("bob", "admin"):
+        refused = httpx.get(url + "api/kernelspecs", headers=bearer(who[name]), timeout=30)
+        assert refused.status_code == 404 and "no session" in refused.json()["detail"]
+        with pytest.raises(InvalidStatus) as denied:
+            connect(f"ws{url[4:]}api/events/subscribe", additional_headers=bearer(who[name]), open_timeout=30)
+        assert denied.value.response.status_code == 404
+    assert httpx.get(url + "api/kernelspecs", timeout=30).status_code == 401
+    browser = httpx.get(url + "lab", headers={"Accept": "text/html"}, timeout=30)
+    assert browser.status_code == 303 and browser.headers["location"].startswith("/signin?next=/sessions/")
+    # JupyterLab itself answers no one without the token only Trainyard holds.
+    port = task.ports["lab"][0]
+    assert httpx.get(f"http://127.0.0.1:{port}/sessions/{session}/api/kernelspecs", timeout=30).status_code == 403
+
+    listed = lab_server.yard("dev", "list", token=who["alice"])
+    assert listed.returncode == 0 and f"{session}" in listed.stdout and "RUNNING" in listed.stdout, listed.stdout
+    assert lab_server.yard("dev", "list", token=who["bob"]).stdout.count("\n") == 1  # the header alone
+    renewed = lab_server.yard("dev", "renew", str(session), "--hours", "3", token=who["alice"])
+    assert renewed.returncode == 0 and re.search(r"renewed: it ends in (2:59:\d\d|3:00:00)", renewed.stdout), (
+        renewed.stdout + renewed.stderr)
+    too_long = lab_server.yard("dev", "renew", str(session), "--hours", "1000", token=who["alice"])
+    assert too_long.returncode != 0 and "at most 168 h" in too_long.stderr
+    events = [e.kind for e in Client(lab_server.url, who["alice"]).job(session).events]
+    assert "session-renewed" in events and "port-opened" in events
+
+    stopped = lab_server.yard("dev", "stop", str(session), token=who["alice"])
+    assert stopped.returncode == 0, stopped.stderr
+    alice = Client(lab_server.url, who["alice"])
+    wait_until(lambda: alice.job(session).state == "STOPPED", timeout=30, what="the session to stop")
+    assert httpx.get(url + "api/kernelspecs", headers=bearer(who["alice"]), timeout=30).status_code == 409
+
+
+def test_an_idle_session_is_reported_then_culled_where_the_site_says_so(database_url: str, tmp_path_factory) -> None:
+    url = None if database_url.startswith("sqlite") else database_url
+    settings = {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON, "TRAINYARD_SESSION_CHECK_INTERVAL_SECONDS": "1",
+                "TRAINYARD_SESSION_IDLE_REPORT_MINUTES": "0.05", "TRAINYARD_SESSION_IDLE_CULL_MINUTES": "0.2"}
+    with running_server(tmp_path_factory.mktemp("home"), gpus=1, database_url=url, extra_env=settings) as srv:
+        admin = srv.admin()
+        session = admin.start_session(name="idle-lab").id
+        wait_until(lambda: admin.job(session).state in ("STOPPING", "STOPPED"), timeout=90,
+                   what=f"the idle session to be culled ({admin.session(session)!r})")
+        job = admin.job(session)
+        kinds = [e.kind for e in job.events]
+        assert "session-idle" in kinds, kinds
+        assert "idle for" in job.message and "this site stops sessions idle for" in job.message, job.message
