@@ -167,7 +167,8 @@ def test_jupyterlabs_own_activity_is_read_and_an_idle_session_reported_once_then
     watch.record({session: Status(last, 0, 0)})
     watch.record({session: Status(last, 0, 0)})
     idle = [message for kind, message in world.events(session) if kind == "session-idle"]
-    assert len(idle) == 1 and idle[0].startswith("idle: no activity for 31 min") and "stopped after 1 h 30 min" in idle[0]
+    assert len(idle) == 1 and idle[0].startswith("idle: no activity for 31 min")
+    assert "stopped after 1 h 30 min" in idle[0]
     # Active again, then idle again: a new spell, a new report.
     world.clock.advance(60)
     watch.record({session: Status(world.clock.now(), 1, 1)})

@@ -62,7 +62,8 @@ def lab_command(python: str) -> str:
         f"exec {shlex.quote(python)} -m jupyterlab --no-browser --ServerApp.ip=0.0.0.0"
         f" --ServerApp.port=$PAI_PORT_LIST_{SESSION_ROLE}_0_{SESSION_PORT} --ServerApp.port_retries=0"
         f" --ServerApp.base_url={SESSION_PREFIX}/$TRAINYARD_JOB_ID/ --ServerApp.allow_remote_access=True"
-        " --ServerApp.trust_xheaders=True --ServerApp.allow_root=True --ServerApp.root_dir=\"${TRAINYARD_JOB_DIR:-$PWD}\""
+        " --ServerApp.trust_xheaders=True --ServerApp.allow_root=True"
+        " --ServerApp.root_dir=\"${TRAINYARD_JOB_DIR:-$PWD}\""
         " --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"
     )
 
