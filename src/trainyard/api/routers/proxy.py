@@ -6,6 +6,16 @@ Only a port the task was allocated (its ``resourcePerInstance.ports``) may be re
 shared node any other port may be another user's service on the same host network. Only
 the job's owner, and admins with a token, get through; anyone else is answered 404, as for
 a job that does not exist. docs/security.md says why admins' browser sessions do not.
+
+Who may reach what is asked of the store once per credential, job, task and port every
+``GRANT_SECONDS`` (3 s), not on every request: a browser loads a web app's page as a
+hundred requests or so, and the queries of each check (the session, the job, the task, the
+node's address) were more than half of the server's CPU per request (benchmarks/
+bench_proxy.py, docs/benchmarks.md "The port proxy": 5-8 ms a request before, 3 ms with
+the cache). Only a check that let a request through is kept, in :class:`Grants`; a refusal
+is asked again. So a sign-out, a revoked token or a job that stops takes up to that long
+to close the proxy to a caller that was already getting through (a stopped task's port
+answers nothing by then anyway).
 """
 
 from __future__ import annotations
@@ -15,7 +25,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -41,7 +51,9 @@ from trainyard.api.taskaccess import (
     running_task,
 )
 from trainyard.core.transitions import Event, EventKind
-from trainyard.portal.auth import COOKIE, same_origin
+from trainyard.portal.app import error_page
+from trainyard.portal.auth import COOKIE, same_origin, sign_in_url
+from trainyard.services.auth import hash_token
 from trainyard.store.events import record_event
 from trainyard.store.queries.nodes import node_addresses
 
@@ -87,31 +99,104 @@ MAX_REMEMBERED = 10_000  # uses remembered for the rate limit; older ones are fo
 _uses_lock = threading.Lock()
 
 
-def _note(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
-    """An event on the job when a user starts using a port, at most once per EVENT_EVERY_SECONDS."""
+def _due(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> bool:
+    """Whether this use of a port is to be an event on the job: a user's first, then at most
+    one per EVENT_EVERY_SECONDS (noted as made when this answers yes)."""
     key, uses = (job_id, caller.user.id, role, index, port, how), ctx.port_uses
     now = time.monotonic()
-    with _uses_lock:  # requests check from the thread pool, several at once
+    with _uses_lock:  # asked from the event loop and (sessions.py, through _note) the thread pool
         if now - uses.get(key, -1e18) < EVENT_EVERY_SECONDS:
-            return
+            return False
         if len(uses) >= MAX_REMEMBERED:
             for old in [k for k, at in uses.items() if now - at >= EVENT_EVERY_SECONDS] or list(uses):
                 del uses[old]
         uses[key] = now
+    return True
+
+
+def _record(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
     message = f"{caller.user.name} opened {how} to task {role}/{index} port {port}"
     with ctx.db.session() as session:
         record_event(session, job_id, Event(EventKind.PORT_OPENED, message, ctx.clock.now()))
 
 
-async def _resolve(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, role: str,
+def _note(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
+    """An event on the job when a user starts using a port, at most once per EVENT_EVERY_SECONDS."""
+    if _due(ctx, caller, job_id, role, index, port, how):
+        _record(ctx, caller, job_id, role, index, port, how)
+
+
+GRANT_SECONDS = 3.0
+MAX_GRANTS = 10_000
+GrantKey = tuple[str, int, str, int, int]  # (credential's hash, job, role, index, port)
+
+
+class Grants:
+    """The checks that let a request through, kept GRANT_SECONDS per credential, job, task
+    and port (the module's docstring says why). Used from the event loop only: no lock."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._granted: dict[GrantKey, tuple[float, Caller, Target]] = {}
+
+    def get(self, key: GrantKey) -> tuple[Caller, Target] | None:
+        found = self._granted.get(key)
+        if found is None:
+            return None
+        if self._clock() - found[0] >= GRANT_SECONDS:
+            del self._granted[key]
+            return None
+        return found[1], found[2]
+
+    def keep(self, key: GrantKey, caller: Caller, target: Target) -> None:
+        now = self._clock()
+        if len(self._granted) >= MAX_GRANTS:
+            stale = [k for k, (at, _, _) in self._granted.items() if now - at >= GRANT_SECONDS]
+            for old in stale or list(self._granted):
+                del self._granted[old]
+        self._granted[key] = (now, caller, target)
+
+
+def _grants(app_state: object, ctx: AppContext) -> Grants:
+    grants: Grants | None = getattr(app_state, "proxy_grants", None)
+    if grants is None:
+        grants = Grants(ctx.clock.monotonic)
+        app_state.proxy_grants = grants  # type: ignore[attr-defined]
+    return grants
+
+
+def _credential(headers: Headers, cookies: dict[str, str]) -> str | None:
+    """The hash of what ``identify_caller`` will authenticate the request by, if it carries one."""
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return "token:" + hash_token(auth[7:].strip())
+    cookie = cookies.get(COOKIE, "")
+    return "cookie:" + hash_token(cookie) if cookie else None
+
+
+async def _resolve(app_state: object, headers: Headers, cookies: dict[str, str], job_id: int, role: str,
                    index: int, port: int, how: str, *, unsafe: bool, origin_ok: bool) -> Target:
-    caller = await run_in_threadpool(identify_caller, ctx, headers, cookies)
-    if caller is None:
-        raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
+    ctx = app_context(app_state)
+    grants = _grants(app_state, ctx)
+    credential = _credential(headers, cookies)
+    key = (credential or "", job_id, role, index, port)
+    granted = grants.get(key) if credential is not None else None
+    if granted is not None:
+        caller = granted[0]
+    else:
+        found = await run_in_threadpool(identify_caller, ctx, headers, cookies) if credential is not None else None
+        if found is None:
+            raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
+        caller = found
     if caller.by_cookie and unsafe and not origin_ok:
         raise Refused(403, "a request that changes something must come from this server's own pages")
-    target = await run_in_threadpool(_target, ctx, caller, job_id, role, index, port)
-    await run_in_threadpool(_note, ctx, caller, job_id, role, index, port, how)
+    if granted is not None:
+        target = granted[1]
+    else:
+        target = await run_in_threadpool(_target, ctx, caller, job_id, role, index, port)
+        grants.keep(key, caller, target)
+    if _due(ctx, caller, job_id, role, index, port, how):  # most requests need no thread for it
+        await run_in_threadpool(_record, ctx, caller, job_id, role, index, port, how)
     return target
 
 
@@ -150,6 +235,17 @@ def _location(value: str, target: Target, prefix: str) -> str:
     return value
 
 
+def _refusal_to(request: Request, exc: Refused) -> Response:
+    """JSON for a program; for a browser (no token, and it asks for HTML), the portal's own
+    page with the same status, and the sign-in form first for a signed-out GET."""
+    if "authorization" in request.headers or "text/html" not in request.headers.get("accept", ""):
+        return refusal(exc)
+    if exc.status == 401 and request.method == "GET":
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(sign_in_url(request.url.path + query), status_code=303)
+    return error_page(request, exc.status, exc.message)
+
+
 def _client(request: Request) -> httpx.AsyncClient:
     client: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
     if client is None:
@@ -173,14 +269,13 @@ async def proxy_root(job_id: JobId, role: str, index: Index, port: Port, request
 @router.api_route("/proxy/jobs/{job_id}/{role}/{index}/{port}/{path:path}", include_in_schema=False,
                   methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: str, request: Request) -> Response:
-    ctx = app_context(request.app.state)
     prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
     unsafe = request.method not in ("GET", "HEAD", "OPTIONS")
     try:
-        target = await _resolve(ctx, request.headers, dict(request.cookies), job_id, role, index, port,
+        target = await _resolve(request.app.state, request.headers, dict(request.cookies), job_id, role, index, port,
                                 "the proxy", unsafe=unsafe, origin_ok=same_origin(request))
     except Refused as exc:
-        return refusal(exc)
+        return _refusal_to(request, exc)
     return await forward_http(request, target, _rest(request.scope.get("raw_path") or b""), prefix,
                               f"task {role}/{index} of job {job_id}")
 
@@ -200,8 +295,8 @@ async def forward_http(request: Request, target: Target, path: str, prefix: str,
     try:
         upstream = await client.send(upstream_request, stream=True)
     except httpx.HTTPError as exc:
-        return refusal(Refused(502, f"{what} did not answer on port {target.port}: "
-                                     f"{type(exc).__name__} {exc}".rstrip()))
+        return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
+                                                 f"{type(exc).__name__} {exc}".rstrip()))
     response = StreamingResponse(_body(upstream, what, target.port), status_code=upstream.status_code,
                                  background=BackgroundTask(upstream.aclose))
     raw = []
@@ -232,15 +327,14 @@ def _host(host: str) -> str:
 
 @router.websocket("/proxy/jobs/{job_id}/{role}/{index}/{port}/{path:path}")
 async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: int, port: int, path: str) -> None:
-    ctx = app_context(websocket.app.state)
     prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
     # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
     origin_ok = same_origin(websocket)  # type: ignore[arg-type]
     try:
         if not (1 <= job_id <= MAX_ID and 0 <= index and 1 <= port <= 65535):
             raise Refused(404, "there is no such page")
-        target = await _resolve(ctx, websocket.headers, dict(websocket.cookies), job_id, role, index, port,
-                                "the proxy", unsafe=True, origin_ok=origin_ok)
+        target = await _resolve(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id, role,
+                                index, port, "the proxy", unsafe=True, origin_ok=origin_ok)
     except Refused as exc:
         await deny(websocket, exc)
         return
@@ -304,12 +398,12 @@ async def _pump(*directions: Coroutine[Any, Any, None]) -> None:
 @router.websocket("/api/v1/jobs/{job_id}/tasks/{role}/{index}/ports/{port}/tunnel")
 async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port: int) -> None:
     """One TCP connection to the task's port, its bytes carried in binary frames both ways."""
-    ctx = app_context(websocket.app.state)
     try:
         if not (1 <= job_id <= MAX_ID and 0 <= index and 1 <= port <= 65535):
             raise Refused(404, "there is no such tunnel")
-        target = await _resolve(ctx, websocket.headers, dict(websocket.cookies), job_id, role, index, port,
-                                "a port-forward", unsafe=True, origin_ok=same_origin(websocket))  # type: ignore[arg-type]
+        target = await _resolve(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id, role,
+                                index, port, "a port-forward", unsafe=True,
+                                origin_ok=same_origin(websocket))  # type: ignore[arg-type]
     except Refused as exc:
         await deny(websocket, exc)
         return

@@ -1,0 +1,51 @@
+"""Into a Slurm task's ports through a real ``yard up --backend slurm``: the proxy (HTTP and
+WebSocket) and ``yard port-forward`` reach the compute node at the address Slurm gives it
+(``NodeAddr``; the dev cluster's nodes n1-n4 are names no resolver knows, at 127.0.0.1),
+on the ports the backend allocated and passed to the task; for a process task and for a
+task in a Podman container inside the job step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from e2e.server import Server, free_port
+from e2e.webjob import served
+from podman_support import needs_podman
+
+from slurm.cluster import cancel_all
+from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.client import Client
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def slurm_server(slurm: SlurmCommands, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    url = None if database_url.startswith("sqlite") else database_url
+    srv = Server(home=tmp_path_factory.mktemp("home"), port=free_port(), database_url=url, gpus=0,
+                 extra_args=("--backend", "slurm"))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        cancel_all(slurm, "trainyard-")
+
+
+@pytest.mark.parametrize("kind", ["process", pytest.param("container", marks=needs_podman)])
+def test_a_slurm_tasks_ports_are_reached_at_its_nodes_address(slurm_server: Server, slurm: SlurmCommands,
+                                                              kind: str, request: pytest.FixtureRequest) -> None:
+    image = request.getfixturevalue("image") if kind == "container" else None
+    with served(slurm_server, image=image, timeout=120) as web:
+        node = web.task.node
+        assert node in ("n1", "n2", "n3", "n4")  # a Slurm node's name, which does not resolve
+        (record,) = slurm.run(["scontrol", "show", "node", "-o", node]).stdout.splitlines()
+        assert "NodeAddr=127.0.0.1 " in record
+        if image is not None:
+            assert Client(slurm_server.url, web.alice).logs(web.job).startswith(b"trainyard-test-image bookworm")
+        web.check_http()
+        web.check_websocket()
+        web.check_port_forward(connections=2)
+    assert not web.serving()  # stopped with its job: a container too

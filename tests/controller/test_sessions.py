@@ -1,0 +1,186 @@
+"""Interactive sessions in the controller, on a real store and the real local backend (a real
+JupyterLab runs in each session's task); the controller's time is a fake clock: a session's
+lifetime starts when it runs, renewing moves its end, it is stopped once past it; the idle
+report comes once per idle spell and the cull only where the site sets one."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from e2e.server import kill_tasks_under, wait_until
+
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.controller.loop import Controller
+from trainyard.controller.sessions import SessionWatch, Status
+from trainyard.core.clock import FakeClock
+from trainyard.core.sessions import SessionPolicy
+from trainyard.schemas.sessions import SessionRequest
+from trainyard.services import auth, dev_sessions
+from trainyard.services.errors import Conflict, Invalid, NotFound
+from trainyard.store.db import Database
+from trainyard.store.events import job_events
+from trainyard.store.rows import DevSessionRow, JobRow, UserRow
+
+POLICY = SessionPolicy(python=sys.executable, hours=2, max_hours=8, idle_report_minutes=30, idle_cull_minutes=90,
+                       check_interval_seconds=3600)
+
+
+@dataclass
+class World:
+    db: Database
+    clock: FakeClock
+    controller: Controller
+    alice: UserRow
+    bob: UserRow
+
+    def start(self, **request: object) -> int:
+        with self.db.session() as s:
+            return dev_sessions.start_session(s, self.alice, SessionRequest.model_validate(request), policy=POLICY,
+                                              clock=self.clock).job_id
+
+    def row(self, job_id: int) -> DevSessionRow:
+        with self.db.session() as s:
+            row = s.get(DevSessionRow, job_id)
+            assert row is not None
+            _ = row.job.state
+            return row
+
+    def job(self, job_id: int) -> JobRow:
+        with self.db.session() as s:
+            job = s.get(JobRow, job_id)
+            assert job is not None
+            return job
+
+    def cycle(self) -> None:
+        self.controller.wake()
+        self.controller.run_once()
+        self.controller.session_watch.join()
+
+    def running(self, job_id: int) -> None:
+        def runs() -> bool:
+            self.cycle()
+            return self.job(job_id).state == "RUNNING"
+        wait_until(runs, what=f"session {job_id} to run")
+
+    def events(self, job_id: int) -> list[tuple[str, str]]:
+        with self.db.session() as s:
+            return [(e.kind, e.message) for e in job_events(s, job_id)]
+
+
+@pytest.fixture
+def world(db: Database, tmp_path: Path) -> Iterator[World]:
+    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
+    clock = FakeClock(datetime.now(UTC))
+    controller = Controller(db, backend, clock, session_policy=POLICY)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        bob = auth.create_user(s, "bob", is_admin=False, clock=clock)
+    controller.run_once()  # inventory
+    yield World(db, clock, controller, alice, bob)
+    controller.stop()
+    kill_tasks_under(tmp_path)
+
+
+def test_a_session_lives_its_lifetime_from_its_start_renewals_move_its_end_then_it_is_stopped(world: World) -> None:
+    session = world.start(gpu=0.5)
+    assert world.row(session).expires_at is None  # waiting: its lifetime has not begun
+    world.running(session)
+    world.cycle()  # the cycle after its start gives it its end
+    started = world.job(session).started_at
+    assert started is not None and world.row(session).expires_at == started + timedelta(hours=2)
+
+    world.clock.advance(3600)
+    with world.db.session() as s:
+        dev_sessions.renew_session(s, world.alice, session, 3, policy=POLICY, clock=world.clock)
+    assert world.row(session).expires_at == world.clock.now() + timedelta(hours=3)
+    world.clock.advance(2 * 3600)  # past the first end, within the renewed one
+    world.cycle()
+    assert world.job(session).state == "RUNNING"
+
+    world.clock.advance(3600)
+    world.cycle()
+    job = world.job(session)
+    assert job.state in ("STOPPING", "STOPPED")
+    assert "the session's lifetime ended (renewed 1 time)" in job.state_message
+    kinds = [kind for kind, _ in world.events(session)]
+    assert kinds.index("session-renewed") < kinds.index("stop-requested")
+    wait_until(lambda: world.cycle() or world.job(session).state == "STOPPED", what="the session to stop")
+    with world.db.session() as s, pytest.raises(Conflict, match="has already ended"):
+        dev_sessions.renew_session(s, world.alice, session, None, policy=POLICY, clock=world.clock)
+
+
+def test_renewals_and_views_are_the_owners_and_bounded_by_the_site(world: World) -> None:
+    session = world.start(name="mine", hours=1)
+    with world.db.session() as s:
+        with pytest.raises(NotFound, match=f"no job {session}"):
+            dev_sessions.session_of(s, world.bob, session)
+        with pytest.raises(Invalid, match="hours: at most 8 h at a time"):
+            dev_sessions.renew_session(s, world.alice, session, 9, policy=POLICY, clock=world.clock)
+        # Not started yet: a renewal sets the lifetime it will have from its start.
+        dev_sessions.renew_session(s, world.alice, session, 4, policy=POLICY, clock=world.clock)
+        assert [r.job_id for r in dev_sessions.list_sessions(s, world.alice)] == [session]
+        assert dev_sessions.list_sessions(s, world.bob) == []
+    assert world.row(session).hours == 4
+
+
+def test_bad_requests_are_refused_at_the_requests_own_fields(world: World) -> None:
+    cases = [
+        ({"gpu": 1.5}, "gpu"),
+        ({"image": "debian:12", "environment": "torch"}, "image"),
+        ({"priority": "urgent"}, "priority"),
+        ({"name": "no spaces"}, "name"),
+        ({"hours": 100}, None),
+    ]
+    for request, field in cases:
+        with world.db.session() as s, pytest.raises(Invalid) as refused:
+            dev_sessions.start_session(s, world.alice, SessionRequest.model_validate(request), policy=POLICY,
+                                       clock=world.clock)
+        if field is not None:
+            assert [d["path"] for d in refused.value.details] == [field], (request, refused.value.message)
+    with world.db.session() as s, pytest.raises(Invalid) as no_python:
+        dev_sessions.start_session(s, world.alice, SessionRequest(), policy=SessionPolicy(), clock=world.clock)
+    assert "TRAINYARD_SESSION_PYTHON" in no_python.value.message
+
+
+def test_jupyterlabs_own_activity_is_read_and_an_idle_session_reported_once_then_culled(world: World) -> None:
+    session = world.start()
+    world.running(session)
+    watch = SessionWatch(world.db, world.clock, POLICY)
+    # The real JupyterLab answers, its last activity about now.
+    def read() -> DevSessionRow | None:
+        world.cycle()
+        watch.check()
+        row = world.row(session)
+        return row if row.last_activity is not None else None
+    row = wait_until(read, timeout=60, what="JupyterLab's status")
+    assert row.check_error == "" and row.kernels == 0
+    assert abs((row.last_activity - world.clock.now()).total_seconds()) < 120
+
+    last = world.clock.now()
+    world.clock.advance(31 * 60)
+    watch.record({session: Status(last, 0, 0)})
+    watch.record({session: Status(last, 0, 0)})
+    idle = [message for kind, message in world.events(session) if kind == "session-idle"]
+    assert len(idle) == 1 and idle[0].startswith("idle: no activity for 31 min")
+    assert "stopped after 1 h 30 min" in idle[0]
+    # Active again, then idle again: a new spell, a new report.
+    world.clock.advance(60)
+    watch.record({session: Status(world.clock.now(), 1, 1)})
+    world.clock.advance(40 * 60)
+    watch.record({session: Status(world.clock.now() - timedelta(minutes=40), 1, 0)})
+    assert [kind for kind, _ in world.events(session)].count("session-idle") == 2
+    # Unreadable: kept as the reason, never culled for it.
+    world.clock.advance(3 * 3600)
+    watch.record({session: "ConnectError: refused"})
+    assert world.row(session).check_error == "ConnectError: refused" and world.job(session).state == "RUNNING"
+
+    watch.record({session: Status(world.clock.now() - timedelta(minutes=91), 0, 0)})
+    job = world.job(session)
+    assert job.state == "STOPPING"
+    assert "idle for 1 h 31 min (this site stops sessions idle for 1 h 30 min)" in job.state_message
