@@ -16,12 +16,14 @@ import re
 import sys
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from e2e.browser import SCREENSHOTS, sign_in_with_token
 from e2e.server import Server, running_server, wait_until
 from trainyard.client import Client
 
@@ -148,3 +150,35 @@ def test_an_idle_session_is_reported_then_culled_where_the_site_says_so(database
         kinds = [e.kind for e in job.events]
         assert "session-idle" in kinds, kinds
         assert "idle for" in job.message and "this site stops sessions idle for" in job.message, job.message
+
+
+def test_new_jupyterlab_in_the_portal_opens_the_lab_in_the_browser(lab_server: Server, browser_page: Any) -> None:
+    who = tokens(lab_server)
+    page = browser_page
+    sign_in_with_token(page, lab_server, who["alice"], "/notebooks")
+    page.locator('input[name="gpu"]').fill("0.5")
+    page.get_by_role("button", name="New JupyterLab").click()
+    page.wait_for_url(re.compile(r".*/notebooks\?started=\d+$"))
+    session = int(page.url.rsplit("=", 1)[1])
+    assert f"session {session} is starting" in page.locator("main").inner_text()
+    # The table refreshes itself until the session runs; then it offers to open it.
+    opener = page.locator(f'a[data-open="{session}"]')
+    opener.wait_for(timeout=90_000)
+    assert opener.get_attribute("href") == f"/sessions/{session}/lab"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "notebooks_page.png"), full_page=True, caret="initial")
+
+    refused: list[str] = []
+    with page.context.expect_page() as opened:
+        opener.click()
+    lab = opened.value
+    lab.on("response", lambda r: refused.append(f"{r.status} {r.url}") if r.status in (401, 403, 502) else None)
+    lab.locator("#jp-main-dock-panel").wait_for(timeout=90_000)  # JupyterLab's own shell, drawn by its scripts
+    lab.get_by_text("Python 3 (ipykernel)").first.wait_for(timeout=60_000)  # the launcher, from the kernelspecs
+    assert lab.url.startswith(f"{lab_server.url}/sessions/{session}/lab")
+    lab.screenshot(path=str(SCREENSHOTS / "jupyterlab_session.png"), caret="initial")
+    assert refused == [], refused
+    lab.close()
+    # The session's job page opens it too.
+    page.goto(f"{lab_server.url}/jobs/{session}")
+    assert page.locator("#open-jupyterlab").get_attribute("href") == f"/sessions/{session}/lab"

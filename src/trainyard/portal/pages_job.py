@@ -18,6 +18,7 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext, context
+from trainyard.core.sessions import session_path
 from trainyard.portal.auth import Action, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.jobs import (
@@ -35,6 +36,7 @@ from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
+from trainyard.store.rows import DevSessionRow
 
 router = APIRouter()
 
@@ -82,9 +84,12 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
     detail = _detail(ctx, viewer, job_id)
     shown = _shown_attempt(detail, attempt)
     now = ctx.clock.now()
+    with ctx.db.session() as session:  # a JupyterLab session's job: the page opens it (its owner's alone)
+        lab = session.get(DevSessionRow, job_id) is not None and detail.user == viewer.user.name
     return {
         "job": detail, "shown": shown, "chosen_attempt": attempt, "roles": _tasks_by_role(shown), "now": now,
         "live": not detail.state.is_final, "refresh_seconds": LIVE_REFRESH_SECONDS,
+        "lab_url": session_path(job_id) + "lab" if lab else None,
     }
 
 
