@@ -10,12 +10,11 @@ with JupyterLab, as .ci/run installs it).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,6 +23,7 @@ from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from e2e.browser import SCREENSHOTS, sign_in_with_token
+from e2e.jupyter import bearer, run_code
 from e2e.server import Server, running_server, wait_until
 from trainyard.client import Client
 
@@ -57,35 +57,6 @@ def tokens(server: Server) -> dict[str, str]:
         admin.create_user(name)
         found[name] = admin.create_token(user=name).token
     return found
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def run_code(server: Server, token: str, session: int, code: str) -> str:
-    """Start a kernel through the proxy, run ``code`` over its WebSocket, return its value."""
-    base = f"{server.url}/sessions/{session}"
-    kernel = httpx.post(f"{base}/api/kernels", headers=bearer(token), json={"name": "python3"}, timeout=30)
-    assert kernel.status_code == 201, kernel.text
-    msg_id = uuid.uuid4().hex
-    request = {
-        "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex, "msg_type": "execute_request",
-                   "version": "5.3", "date": ""},
-        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                    "allow_stdin": False, "stop_on_error": True},
-    }
-    channels = f"ws{base[4:]}/api/kernels/{kernel.json()['id']}/channels"
-    with connect(channels, additional_headers=bearer(token), open_timeout=30) as ws:
-        ws.send(json.dumps(request))
-        while True:
-            message = json.loads(ws.recv(timeout=60))
-            if message.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            assert message["msg_type"] != "error", message["content"]
-            if message["msg_type"] == "execute_result":
-                return str(message["content"]["data"]["text/plain"])
 
 
 def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owner_alone(lab_server: Server) -> None:
@@ -182,3 +153,19 @@ def test_new_jupyterlab_in_the_portal_opens_the_lab_in_the_browser(lab_server: S
     # The session's job page opens it too.
     page.goto(f"{lab_server.url}/jobs/{session}")
     assert page.locator("#open-jupyterlab").get_attribute("href") == f"/sessions/{session}/lab"
+
+
+def test_a_session_runs_in_an_environment_of_the_users_choice(server: Server) -> None:
+    """No site-wide JupyterLab here (as root, yard up's own Python is private to root): a
+    session must name an environment with JupyterLab, and runs with its interpreter."""
+    who = tokens(server)
+    if os.geteuid() == 0:  # else yard up's own Python is everyone's, and the site's JupyterLab
+        refused = server.yard("dev", token=who["alice"])
+        assert refused.returncode != 0 and "environment: this site has no Python with JupyterLab" in refused.stderr, (
+            refused.stderr)
+    prefix = str(Path(SESSION_PYTHON).parent.parent)
+    server.admin().create_environment("lab", base_path=prefix)
+    started = server.yard("dev", "--environment", "lab", "--wait", token=who["alice"])
+    assert started.returncode == 0, started.stderr
+    session = int(started.stdout.split()[1])
+    assert run_code(server, who["alice"], session, "import sys; sys.prefix") == repr(prefix)
