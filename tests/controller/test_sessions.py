@@ -132,7 +132,7 @@ def test_renewals_and_views_are_the_owners_and_bounded_by_the_site(world: World)
 def test_bad_requests_are_refused_at_the_requests_own_fields(world: World) -> None:
     cases = [
         ({"gpu": 1.5}, "gpu"),
-        ({"image": "debian:12", "environment": "torch"}, "image"),
+        ({"image": "no such/image:1"}, "image"),
         ({"priority": "urgent"}, "priority"),
         ({"name": "no spaces"}, "name"),
         ({"hours": 100}, None),

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from podman_support import needs_podman
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -169,3 +170,20 @@ def test_a_session_runs_in_an_environment_of_the_users_choice(server: Server) ->
     assert started.returncode == 0, started.stderr
     session = int(started.stdout.split()[1])
     assert run_code(server, who["alice"], session, "import sys; sys.prefix") == repr(prefix)
+
+
+@needs_podman
+def test_a_session_runs_in_a_container_of_an_image_with_an_environment(server: Server, image: str) -> None:
+    """The image (Debian with Python, no JupyterLab) and an environment with JupyterLab,
+    bound into the container: the kernel runs in the container, with the environment's Python."""
+    who = tokens(server)
+    prefix = str(Path(SESSION_PYTHON).parent.parent)
+    server.admin().create_environment("lab", base_path=prefix)
+    started = server.yard("dev", "--image", image, "--environment", "lab", "--wait", token=who["alice"])
+    assert started.returncode == 0, started.stderr + server.log()[-2000:]
+    session = int(started.stdout.split()[1])
+    code = 'import os, sys; (os.path.exists("/run/.containerenv"), sys.prefix)'
+    assert run_code(server, who["alice"], session, code) == repr((True, prefix))
+    Client(server.url, who["alice"]).stop_session(session)
+    alice = Client(server.url, who["alice"])
+    wait_until(lambda: alice.job(session).state == "STOPPED", timeout=60, what="the session to stop")

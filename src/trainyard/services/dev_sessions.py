@@ -71,8 +71,6 @@ def lab_command(python: str) -> str:
 
 def session_document(request: SessionRequest, policy: SessionPolicy, token: str) -> dict[str, Any]:
     """The job file a session runs as."""
-    if request.image and request.environment:
-        raise SpecError.single("image", "name an image or an environment, not both")
     python = "python3" if request.image or request.environment else policy.python
     if python is None:
         raise SpecError.single(
