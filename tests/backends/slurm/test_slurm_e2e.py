@@ -7,23 +7,17 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from e2e.server import Server, free_port, wait_until
+from e2e.server import Server, wait_until
 
-from slurm.cluster import cancel_all
+from slurm.cluster import slurm_yard_up
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
 def slurm_server(slurm, tmp_path_factory) -> Iterator[Server]:
-    home = tmp_path_factory.mktemp("home")
-    srv = Server(home=home, port=free_port(), database_url=None, gpus=0, extra_args=("--backend", "slurm"))
-    srv.start()
-    try:
+    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home")) as srv:
         yield srv
-    finally:
-        srv.stop()
-        cancel_all(slurm, "trainyard-")
 
 
 def _job(name: str, exit_code: int, gates) -> str:

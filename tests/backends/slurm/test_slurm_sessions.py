@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from e2e.jupyter import bearer, run_code
-from e2e.server import Server, free_port, wait_until
+from e2e.server import Server, wait_until
 
-from slurm.cluster import cancel_all
+from slurm.cluster import slurm_yard_up
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.client import Client
 
@@ -25,15 +25,9 @@ SESSION_PYTHON = os.environ.get("TRAINYARD_TEST_NONROOT_PYTHON") or sys.executab
 
 @pytest.fixture
 def slurm_server(slurm: SlurmCommands, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    url = None if database_url.startswith("sqlite") else database_url
-    srv = Server(home=tmp_path_factory.mktemp("home"), port=free_port(), database_url=url, gpus=0,
-                 extra_args=("--backend", "slurm"), extra_env=(("TRAINYARD_SESSION_PYTHON", SESSION_PYTHON),))
-    srv.start()
-    try:
+    settings = {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON}
+    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home"), database_url, extra_env=settings) as srv:
         yield srv
-    finally:
-        srv.stop()
-        cancel_all(slurm, "trainyard-")
 
 
 def test_a_session_on_a_slurm_node_is_opened_through_the_server(slurm_server: Server, slurm: SlurmCommands) -> None:
