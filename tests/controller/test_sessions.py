@@ -22,7 +22,9 @@ from trainyard.core.clock import FakeClock
 from trainyard.core.sessions import SessionPolicy
 from trainyard.schemas.sessions import SessionRequest
 from trainyard.services import auth, dev_sessions
+from trainyard.services import jobs as job_service
 from trainyard.services.errors import Conflict, Invalid, NotFound
+from trainyard.spec.loading import parse_job
 from trainyard.store.db import Database
 from trainyard.store.events import job_events
 from trainyard.store.rows import DevSessionRow, JobRow, UserRow
@@ -132,7 +134,7 @@ def test_renewals_and_views_are_the_owners_and_bounded_by_the_site(world: World)
 def test_bad_requests_are_refused_at_the_requests_own_fields(world: World) -> None:
     cases = [
         ({"gpu": 1.5}, "gpu"),
-        ({"image": "debian:12", "environment": "torch"}, "image"),
+        ({"image": "no such/image:1"}, "image"),
         ({"priority": "urgent"}, "priority"),
         ({"name": "no spaces"}, "name"),
         ({"hours": 100}, None),
@@ -184,3 +186,20 @@ def test_jupyterlabs_own_activity_is_read_and_an_idle_session_reported_once_then
     job = world.job(session)
     assert job.state == "STOPPING"
     assert "idle for 1 h 31 min (this site stops sessions idle for 1 h 30 min)" in job.state_message
+
+
+def test_an_opportunistic_session_is_reclaimed_for_a_guaranteed_job_and_comes_back_after(world: World) -> None:
+    session = world.start(gpu=2, priority="oppo")
+    world.running(session)
+    with world.db.session() as s:
+        urgent = job_service.submit_job(s, world.bob, parse_job(
+            "name: urgent\nstopGracePeriodSeconds: 1\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n"
+            "    commands: ['sleep 600']\n"), clock=world.clock).id
+    world.running(urgent)
+    job = world.job(session)
+    assert job.state == "WAITING" and job.retries_used == 0
+    assert "preempted" in [kind for kind, _ in world.events(session)]
+    with world.db.session() as s:
+        job_service.request_stop(s, world.bob, urgent, clock=world.clock)
+    world.running(session)  # its next attempt: JupyterLab again, its notebooks in the job's directory
+    assert world.job(session).attempt == 1

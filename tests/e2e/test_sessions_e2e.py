@@ -10,18 +10,21 @@ with JupyterLab, as .ci/run installs it).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
-import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from podman_support import needs_podman
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
+from e2e.browser import SCREENSHOTS, sign_in_with_token
+from e2e.jupyter import bearer, run_code
 from e2e.server import Server, running_server, wait_until
 from trainyard.client import Client
 
@@ -55,35 +58,6 @@ def tokens(server: Server) -> dict[str, str]:
         admin.create_user(name)
         found[name] = admin.create_token(user=name).token
     return found
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def run_code(server: Server, token: str, session: int, code: str) -> str:
-    """Start a kernel through the proxy, run ``code`` over its WebSocket, return its value."""
-    base = f"{server.url}/sessions/{session}"
-    kernel = httpx.post(f"{base}/api/kernels", headers=bearer(token), json={"name": "python3"}, timeout=30)
-    assert kernel.status_code == 201, kernel.text
-    msg_id = uuid.uuid4().hex
-    request = {
-        "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex, "msg_type": "execute_request",
-                   "version": "5.3", "date": ""},
-        "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-        "content": {"code": code, "silent": False, "store_history": False, "user_expressions": {},
-                    "allow_stdin": False, "stop_on_error": True},
-    }
-    channels = f"ws{base[4:]}/api/kernels/{kernel.json()['id']}/channels"
-    with connect(channels, additional_headers=bearer(token), open_timeout=30) as ws:
-        ws.send(json.dumps(request))
-        while True:
-            message = json.loads(ws.recv(timeout=60))
-            if message.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            assert message["msg_type"] != "error", message["content"]
-            if message["msg_type"] == "execute_result":
-                return str(message["content"]["data"]["text/plain"])
 
 
 def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owner_alone(lab_server: Server) -> None:
@@ -148,3 +122,68 @@ def test_an_idle_session_is_reported_then_culled_where_the_site_says_so(database
         kinds = [e.kind for e in job.events]
         assert "session-idle" in kinds, kinds
         assert "idle for" in job.message and "this site stops sessions idle for" in job.message, job.message
+
+
+def test_new_jupyterlab_in_the_portal_opens_the_lab_in_the_browser(lab_server: Server, browser_page: Any) -> None:
+    who = tokens(lab_server)
+    page = browser_page
+    sign_in_with_token(page, lab_server, who["alice"], "/notebooks")
+    page.locator('input[name="gpu"]').fill("0.5")
+    page.get_by_role("button", name="New JupyterLab").click()
+    page.wait_for_url(re.compile(r".*/notebooks\?started=\d+$"))
+    session = int(page.url.rsplit("=", 1)[1])
+    assert f"session {session} is starting" in page.locator("main").inner_text()
+    # The table refreshes itself until the session runs; then it offers to open it.
+    opener = page.locator(f'a[data-open="{session}"]')
+    opener.wait_for(timeout=90_000)
+    assert opener.get_attribute("href") == f"/sessions/{session}/lab"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / "notebooks_page.png"), full_page=True, caret="initial")
+
+    refused: list[str] = []
+    with page.context.expect_page() as opened:
+        opener.click()
+    lab = opened.value
+    lab.on("response", lambda r: refused.append(f"{r.status} {r.url}") if r.status in (401, 403, 502) else None)
+    lab.locator("#jp-main-dock-panel").wait_for(timeout=90_000)  # JupyterLab's own shell, drawn by its scripts
+    lab.get_by_text("Python 3 (ipykernel)").first.wait_for(timeout=60_000)  # the launcher, from the kernelspecs
+    assert lab.url.startswith(f"{lab_server.url}/sessions/{session}/lab")
+    lab.screenshot(path=str(SCREENSHOTS / "jupyterlab_session.png"), caret="initial")
+    assert refused == [], refused
+    lab.close()
+    # The session's job page opens it too.
+    page.goto(f"{lab_server.url}/jobs/{session}")
+    assert page.locator("#open-jupyterlab").get_attribute("href") == f"/sessions/{session}/lab"
+
+
+def test_a_session_runs_in_an_environment_of_the_users_choice(server: Server) -> None:
+    """No site-wide JupyterLab here (as root, yard up's own Python is private to root): a
+    session must name an environment with JupyterLab, and runs with its interpreter."""
+    who = tokens(server)
+    if os.geteuid() == 0:  # else yard up's own Python is everyone's, and the site's JupyterLab
+        refused = server.yard("dev", token=who["alice"])
+        assert refused.returncode != 0 and "environment: this site has no Python with JupyterLab" in refused.stderr, (
+            refused.stderr)
+    prefix = str(Path(SESSION_PYTHON).parent.parent)
+    server.admin().create_environment("lab", base_path=prefix)
+    started = server.yard("dev", "--environment", "lab", "--wait", token=who["alice"])
+    assert started.returncode == 0, started.stderr
+    session = int(started.stdout.split()[1])
+    assert run_code(server, who["alice"], session, "import sys; sys.prefix") == repr(prefix)
+
+
+@needs_podman
+def test_a_session_runs_in_a_container_of_an_image_with_an_environment(server: Server, image: str) -> None:
+    """The image (Debian with Python, no JupyterLab) and an environment with JupyterLab,
+    bound into the container: the kernel runs in the container, with the environment's Python."""
+    who = tokens(server)
+    prefix = str(Path(SESSION_PYTHON).parent.parent)
+    server.admin().create_environment("lab", base_path=prefix)
+    started = server.yard("dev", "--image", image, "--environment", "lab", "--wait", token=who["alice"])
+    assert started.returncode == 0, started.stderr + server.log()[-2000:]
+    session = int(started.stdout.split()[1])
+    code = 'import os, sys; (os.path.exists("/run/.containerenv"), sys.prefix)'
+    assert run_code(server, who["alice"], session, code) == repr((True, prefix))
+    Client(server.url, who["alice"]).stop_session(session)
+    alice = Client(server.url, who["alice"])
+    wait_until(lambda: alice.job(session).state == "STOPPED", timeout=60, what="the session to stop")

@@ -74,9 +74,8 @@ def add_dev_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "at /sessions/ID/ (signed in to the portal). It lives --hours from its start (default: the site's, 24 h) "
         "unless renewed.")
     p.add_argument("--gpu", type=_gpu, default=0.0, metavar="N", help="GPUs: 0 (default), a fraction (0.5) or N")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("--image", help="run in this container image (it needs JupyterLab)")
-    where.add_argument("--environment", metavar="E", help="run in this environment (`yard env`; needs JupyterLab)")
+    p.add_argument("--image", help="run in this container image (it, or --environment, needs JupyterLab)")
+    p.add_argument("--environment", metavar="E", help="run with this environment (`yard env`), in the image if any")
     p.add_argument("--storage", action="append", default=[], metavar="S", help="mount this storage (repeatable)")
     p.add_argument("--hours", type=float, help="its lifetime (default: the site's)")
     p.add_argument("--vc", help="the virtual cluster (default: default)")

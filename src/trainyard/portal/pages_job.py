@@ -19,6 +19,7 @@ from fastapi.responses import RedirectResponse, Response, StreamingResponse
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext, context
 from trainyard.backends.base import TaskExec
+from trainyard.core.sessions import session_path
 from trainyard.core.states import JobState, TaskState
 from trainyard.portal.auth import Action, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, TERMINAL_PAGE_HEADERS, render
@@ -37,6 +38,7 @@ from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
+from trainyard.store.rows import DevSessionRow
 
 router = APIRouter()
 
@@ -84,9 +86,12 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
     detail = _detail(ctx, viewer, job_id)
     shown = _shown_attempt(detail, attempt)
     now = ctx.clock.now()
+    with ctx.db.session() as session:  # a JupyterLab session's job: the page opens it (its owner's alone)
+        lab = session.get(DevSessionRow, job_id) is not None and detail.user == viewer.user.name
     return {
         "job": detail, "shown": shown, "chosen_attempt": attempt, "roles": _tasks_by_role(shown), "now": now,
         "live": not detail.state.is_final, "refresh_seconds": LIVE_REFRESH_SECONDS,
+        "lab_url": session_path(job_id) + "lab" if lab else None,
     }
 
 

@@ -50,6 +50,7 @@ NAVIGATION = (
     ("/environments", "Environments", False),
     ("/storages", "Storages", False),
     ("/images", "Images", False),
+    ("/notebooks", "Notebooks", False),
     ("/usage", "Usage", False),
     ("/users", "Users", True),
 )

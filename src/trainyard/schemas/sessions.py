@@ -17,9 +17,9 @@ class SessionRequest(BaseModel):
     cpu: float | None = Field(default=None, gt=0, le=4096, description="CPUs (default: the job file's default)")
     memoryMB: int | None = Field(default=None, gt=0, le=1 << 30, description="Memory in MiB")
     image: str | None = Field(default=None, max_length=512,
-                              description="Run in this container image (it needs JupyterLab)")
+                              description="Run in this container image (it, or the environment, needs JupyterLab)")
     environment: str | None = Field(default=None, max_length=64,
-                                    description="Run in this environment (`yard env`; it needs JupyterLab)")
+                                    description="Run with this environment (`yard env`), in the image if any")
     storages: list[str] = Field(default_factory=list, max_length=32, description="Storages to mount, by name")
     hours: float | None = Field(default=None, gt=0, description="Lifetime in hours (default: the site's, 24)")
     virtualCluster: str | None = Field(default=None, max_length=64)

@@ -57,21 +57,20 @@ def lab_command(python: str) -> str:
     """The task's command: JupyterLab on the task's port, at its path on ``yard up``'s
     address, its files in the job's directory (kept across the session's attempts: an
     ``oppo`` session reclaimed and started again finds its notebooks). ``allow_root``: where
-    tasks run as root (a root ``yard up`` with ``task_accounts: server``), the site chose so."""
+    tasks run as root (a root ``yard up`` with ``task_accounts: server``), the site chose so.
+    No update checks or news: cluster nodes are often offline, and the site updates JupyterLab."""
     return (
         f"exec {shlex.quote(python)} -m jupyterlab --no-browser --ServerApp.ip=0.0.0.0"
         f" --ServerApp.port=$PAI_PORT_LIST_{SESSION_ROLE}_0_{SESSION_PORT} --ServerApp.port_retries=0"
         f" --ServerApp.base_url={SESSION_PREFIX}/$TRAINYARD_JOB_ID/ --ServerApp.allow_remote_access=True"
         " --ServerApp.trust_xheaders=True --ServerApp.allow_root=True"
         " --ServerApp.root_dir=\"${TRAINYARD_JOB_DIR:-$PWD}\""
-        " --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"
+        " --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate --LabApp.news_url=None"
     )
 
 
 def session_document(request: SessionRequest, policy: SessionPolicy, token: str) -> dict[str, Any]:
     """The job file a session runs as."""
-    if request.image and request.environment:
-        raise SpecError.single("image", "name an image or an environment, not both")
     python = "python3" if request.image or request.environment else policy.python
     if python is None:
         raise SpecError.single(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from e2e.server import wait_until
+from e2e.server import Server, free_port, wait_until
 
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.jobstate import FINAL_STATES
@@ -66,3 +69,20 @@ def drive(world, job_id: int, states=FINAL, timeout: float = 30.0, until=None) -
 
     wait_until(reached, timeout=timeout, interval=0.05, what=f"job {job_id} to reach {states}")
     return found[0]
+
+
+@contextmanager
+def slurm_yard_up(slurm: SlurmCommands, home: Path, database_url: str | None = None,
+                  extra_env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A real ``yard up --backend slurm`` (``e2e.server.Server``) on the dev cluster; on exit
+    it is stopped and its Slurm jobs are cancelled. ``database_url``: the test's database
+    (SQLite's is the server's own default)."""
+    url = None if database_url is None or database_url.startswith("sqlite") else database_url
+    srv = Server(home=home, port=free_port(), database_url=url, gpus=0, extra_args=("--backend", "slurm"),
+                 extra_env=tuple((extra_env or {}).items()))
+    srv.start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+        cancel_all(slurm, "trainyard-")

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.server import Server, free_port
+from e2e.server import Server
 
-from slurm.cluster import cancel_all
+from slurm.cluster import cancel_all, slurm_yard_up
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.controller.loop import Controller
@@ -121,11 +121,5 @@ def make_world(slurm: SlurmCommands, tmp_path: Path, **backend_options: Any) -> 
 @pytest.fixture
 def slurm_server(slurm, tmp_path_factory) -> Iterator[Server]:
     """A real ``yard up --backend slurm`` on the dev cluster."""
-    home = tmp_path_factory.mktemp("home")
-    srv = Server(home=home, port=free_port(), database_url=None, gpus=0, extra_args=("--backend", "slurm"))
-    srv.start()
-    try:
+    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home")) as srv:
         yield srv
-    finally:
-        srv.stop()
-        cancel_all(slurm, "trainyard-")

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from e2e.server import Server, free_port
+from e2e.server import Server
 from e2e.webjob import served
 from podman_support import needs_podman
 
-from slurm.cluster import cancel_all
+from slurm.cluster import slurm_yard_up
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.client import Client
 
@@ -23,15 +23,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 def slurm_server(slurm: SlurmCommands, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    url = None if database_url.startswith("sqlite") else database_url
-    srv = Server(home=tmp_path_factory.mktemp("home"), port=free_port(), database_url=url, gpus=0,
-                 extra_args=("--backend", "slurm"))
-    srv.start()
-    try:
+    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home"), database_url) as srv:
         yield srv
-    finally:
-        srv.stop()
-        cancel_all(slurm, "trainyard-")
 
 
 @pytest.mark.parametrize("kind", ["process", pytest.param("container", marks=needs_podman)])

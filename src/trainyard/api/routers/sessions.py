@@ -22,11 +22,20 @@ from trainyard.api.bodies import MAX_ID, BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import errors
 from trainyard.api.routers.jobs import JobId
-from trainyard.api.routers.proxy import Target, _note, forward_http, forward_websocket
-from trainyard.api.taskaccess import Caller, Refused, app_context, deny, identify_caller, refusal
+from trainyard.api.routers.proxy import (
+    Target,
+    _credential,
+    _due,
+    _grants,
+    _record,
+    _refusal_to,
+    forward_http,
+    forward_websocket,
+)
+from trainyard.api.taskaccess import Caller, Refused, app_context, deny, identify_caller
 from trainyard.core.sessions import SESSION_PORT, SESSION_PREFIX, SESSION_ROLE, jupyter_token, session_path
 from trainyard.core.states import JobState, TaskState
-from trainyard.portal.auth import same_origin, sign_in_url
+from trainyard.portal.auth import same_origin
 from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
 from trainyard.services import dev_sessions
 from trainyard.services import jobs as job_service
@@ -115,16 +124,33 @@ def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Targe
         return Target(node_addresses(session).get(task.node) or task.node, ports[0]), token
 
 
-async def _open(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, *, unsafe: bool,
+async def _open(app_state: object, headers: Headers, cookies: dict[str, str], job_id: int, *, unsafe: bool,
                 origin_ok: bool) -> tuple[Target, tuple[tuple[str, str], ...]]:
-    caller = await run_in_threadpool(identify_caller, ctx, headers, cookies)
-    if caller is None:
-        raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
+    """Where the session's JupyterLab is and the header that lets the request in, if the
+    caller may open it; a grant is kept a few seconds, as the job-port proxy keeps its own
+    (a Lab page loads a hundred files at once)."""
+    ctx = app_context(app_state)
+    grants = _grants(app_state, ctx)
+    tokens: dict[int, str] = getattr(app_state, "session_tokens", None) or {}
+    app_state.session_tokens = tokens  # type: ignore[attr-defined]
+    credential = _credential(headers, cookies)
+    key = (credential or "", job_id, SESSION_ROLE, 0, 0)
+    granted = grants.get(key) if credential is not None and job_id in tokens else None
+    if granted is not None:
+        caller, target = granted
+    else:
+        found = await run_in_threadpool(identify_caller, ctx, headers, cookies) if credential is not None else None
+        if found is None:
+            raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
+        caller = found
     if caller.by_cookie and unsafe and not origin_ok:
         raise Refused(403, "a request that changes something must come from this server's own pages")
-    target, token = await run_in_threadpool(_session_target, ctx, caller, job_id)
-    await run_in_threadpool(_note, ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session")
-    return target, (("Authorization", f"token {token}"),)
+    if granted is None:
+        target, tokens[job_id] = await run_in_threadpool(_session_target, ctx, caller, job_id)
+        grants.keep(key, caller, target)
+    if _due(ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session"):
+        await run_in_threadpool(_record, ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session")
+    return target, (("Authorization", f"token {tokens[job_id]}"),)
 
 
 def _path(raw_path: bytes) -> str:
@@ -140,28 +166,24 @@ async def session_root(job_id: JobId) -> Response:
 @way_in.api_route(SESSION_PREFIX + "/{job_id}/{path:path}", include_in_schema=False,
                   methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def session_http(job_id: JobId, path: str, request: Request) -> Response:
-    ctx = app_context(request.app.state)
     try:
-        target, token = await _open(ctx, request.headers, dict(request.cookies), job_id,
+        target, token = await _open(request.app.state, request.headers, dict(request.cookies), job_id,
                                     unsafe=request.method not in ("GET", "HEAD", "OPTIONS"),
                                     origin_ok=same_origin(request))
     except Refused as exc:
-        if exc.status == 401 and request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-            return RedirectResponse(sign_in_url(request.url.path), status_code=303)  # a browser: sign in first
-        return refusal(exc)
+        return _refusal_to(request, exc)
     return await forward_http(request, target, _path(request.scope.get("raw_path") or b""),
                               session_path(job_id).rstrip("/"), f"session {job_id}", token)
 
 
 @way_in.websocket(SESSION_PREFIX + "/{job_id}/{path:path}")
 async def session_websocket(websocket: WebSocket, job_id: int, path: str) -> None:
-    ctx = app_context(websocket.app.state)
     try:
         if not 1 <= job_id <= MAX_ID:
             raise Refused(404, "there is no such page")
         # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
-        target, token = await _open(ctx, websocket.headers, dict(websocket.cookies), job_id, unsafe=True,
-                                    origin_ok=same_origin(websocket))  # type: ignore[arg-type]
+        target, token = await _open(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id,
+                                    unsafe=True, origin_ok=same_origin(websocket))  # type: ignore[arg-type]
     except Refused as exc:
         await deny(websocket, exc)
         return
