@@ -203,3 +203,10 @@ def test_an_opportunistic_session_is_reclaimed_for_a_guaranteed_job_and_comes_ba
         job_service.request_stop(s, world.bob, urgent, clock=world.clock)
     world.running(session)  # its next attempt: JupyterLab again, its notebooks in the job's directory
     assert world.job(session).attempt == 1
+
+
+def test_a_session_is_never_cloned(world: World) -> None:
+    session = world.start()
+    with world.db.session() as s, pytest.raises(Conflict, match="is a JupyterLab session: start another"):
+        job_service.clone_job(s, world.alice, session, job_service.CloneChanges(), specs=world.controller.specs,
+                              clock=world.clock)

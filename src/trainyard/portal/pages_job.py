@@ -87,11 +87,12 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
     shown = _shown_attempt(detail, attempt)
     now = ctx.clock.now()
     with ctx.db.session() as session:  # a JupyterLab session's job: the page opens it (its owner's alone)
-        lab = session.get(DevSessionRow, job_id) is not None and detail.user == viewer.user.name
+        is_session = session.get(DevSessionRow, job_id) is not None
+    lab = is_session and detail.user == viewer.user.name
     return {
         "job": detail, "shown": shown, "chosen_attempt": attempt, "roles": _tasks_by_role(shown), "now": now,
         "live": not detail.state.is_final, "refresh_seconds": LIVE_REFRESH_SECONDS,
-        "lab_url": session_path(job_id) + "lab" if lab else None,
+        "lab_url": session_path(job_id) + "lab" if lab else None, "is_session": is_session,
     }
 
 

@@ -35,6 +35,7 @@ from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.rows import (
+    DevSessionRow,
     JobEventRow,
     JobRow,
     NodeRow,
@@ -233,9 +234,18 @@ def clone_job(
 ) -> JobRow:
     """Submit a copy of job ``job_id`` as ``user`` (its owner, or an admin), keeping the
     original's secrets, which never leave the server; the copy's history names the original."""
-    original = get_job(session, user, job_id)
+    original = _not_a_session(session, get_job(session, user, job_id))
     spec = clone_spec(specs.of(original), changes)
     return submit_job(session, user, spec, clock=clock, nodes=nodes, cloned_from=original.id)
+
+
+def _not_a_session(session: Session, job: JobRow) -> JobRow:
+    """A JupyterLab session is started anew, never copied: a copy would be a plain job that
+    no ``/sessions/`` address opens, holding the original's JupyterLab token."""
+    if session.get(DevSessionRow, job.id) is not None:
+        raise Conflict(f"job {job.id} is a JupyterLab session: start another with `yard dev` or the "
+                       "portal's Notebooks page, not by cloning it")
+    return job
 
 
 def check_clone(
@@ -249,7 +259,7 @@ def check_clone(
 ) -> JobSpec:
     """The dry run of ``clone_job``: the job the clone would submit, after the checks a
     submit makes. It holds the original's secrets: never show it unmasked."""
-    spec = clone_spec(specs.of(get_job(session, user, job_id)), changes)
+    spec = clone_spec(specs.of(_not_a_session(session, get_job(session, user, job_id))), changes)
     check_submittable(session, user, spec, nodes=nodes)
     return spec
 
