@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,9 +115,28 @@ class Server:
 
         Tasks under task accounts run in work dirs outside the home: those too.
         """
-        kill_tasks_under(self.home)
-        for cluster in (self.home / "local").glob("*"):
-            kill_tasks_under(WORK_ROOT / cluster.name)
+        roots = [self.home, *(WORK_ROOT / cluster.name for cluster in (self.home / "local").glob("*"))]
+        # Containers first, while their engine can still stop them: killed from outside, a
+        # container's processes leave Podman's record of it stuck in "stopping".
+        remove_containers_under(roots)
+        for root in roots:
+            kill_tasks_under(root)
+
+
+def remove_containers_under(roots: list[Path]) -> None:
+    """Remove the containers of tasks under ``roots`` (a mount of theirs is there): killing a
+    container task's processes on the host ends its engine client, not the container."""
+    if shutil.which("podman") is None:
+        return
+    ids = subprocess.run(["podman", "ps", "-aq"], capture_output=True, text=True, check=False).stdout.split()
+    if not ids:
+        return
+    found = subprocess.run(["podman", "inspect", "--format", "{{.Id}} {{range .Mounts}}{{.Source}} {{end}}", *ids],
+                           capture_output=True, text=True, check=False).stdout
+    doomed = [fields[0] for fields in map(str.split, found.splitlines())
+              if fields and any(Path(source).is_relative_to(root) for source in fields[1:] for root in roots)]
+    if doomed:
+        subprocess.run(["podman", "rm", "-f", "-t", "0", *doomed], capture_output=True, check=False)
 
 
 def kill_tasks_under(path: Path) -> None:
