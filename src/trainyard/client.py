@@ -571,6 +571,7 @@ class Client:
         return self._parse(_SESSIONS, self._request("GET", "/sessions", params={"all": _flag(everyone)}).content)
 
     def session(self, job_id: int) -> SessionView:
+        """One of your sessions: its state, time left, idle time and kernels."""
         return self._parse(SessionView, self._request("GET", f"/sessions/{_job_id(job_id)}").content)
 
     def renew_session(self, job_id: int, *, hours: float | None = None) -> SessionView:
@@ -579,6 +580,7 @@ class Client:
         return self._parse(SessionView, self._request("POST", f"/sessions/{_job_id(job_id)}/renew", json=body).content)
 
     def stop_session(self, job_id: int) -> SessionView:
+        """Stop a session; returns it as it is now (STOPPING, then STOPPED)."""
         return self._parse(SessionView, self._request("DELETE", f"/sessions/{_job_id(job_id)}").content)
 
     # -- administration -------------------------------------------------------------------
