@@ -70,7 +70,7 @@ def start(request: Request, viewer: Action, ctx: Ctx,
           storage: Annotated[list[str] | None, Form()] = None) -> Response:
     """A new session (``POST /api/v1/sessions``); then back to this page (a reload asks nothing again)."""
     form = {"gpu": gpu, "environment": environment, "image": image, "hours": hours, "vc": vc,
-            "oppo": "on" if oppo else ""}
+            "opportunistic": "on" if oppo else ""}
     try:
         wanted = _request(gpu, environment, image, hours, vc, oppo, storage or [])
         with ctx.db.session() as session:
