@@ -42,6 +42,7 @@ import logging
 import os
 import random
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -91,6 +92,7 @@ STUCK_SECONDS = 60.0
 # Slurm's verdicts that blame the machine, not the job: its tasks' statuses are unknown
 # (LOST, retried without spending the job's jobRetryCount), whatever signal they got.
 PLATFORM_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
+CANCELLED = "CANCELLED"
 # Slurm's verdict on its job (NODE_FAIL, CANCELLED, ...) is awaited, for a clear reason.
 VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
@@ -483,6 +485,10 @@ class SlurmBackend(jobdirs.JobDirTree):
         # the task's exit file, only a signal counts, and "no exit status" otherwise.
         code = job.exit_code()
         code = code if code is not None and code > 128 and job.state not in PLATFORM_FAILURES else None
+        if code is None and job.state == CANCELLED and not self._stopped_by_trainyard(key):
+            # Someone's scancel, and Slurm killed the runner (KillWait) before it could record
+            # the task's end: a deliberate end, as if by SIGTERM, never a platform fault to retry.
+            code = 128 + signal.SIGTERM
         return TaskStatus(key, running=False, exit_code=code, signal=None if code is None else code - 128,
                           message=f"Slurm job {job_id} ended {job.state} without the task's own exit status",
                           reason=OUT_OF_MEMORY if job.state == OUT_OF_MEMORY else "")
@@ -503,8 +509,11 @@ class SlurmBackend(jobdirs.JobDirTree):
 
     def _killed_by_others(self, key: TaskKey, ended: TaskStatus) -> bool:
         """Whether a signal ended the task that no stop or suspension of Trainyard's sent."""
+        return ended.signal is not None and not self._stopped_by_trainyard(key)
+
+    def _stopped_by_trainyard(self, key: TaskKey) -> bool:
         sub_dir = self.submission_dir(key)
-        return ended.signal is not None and not ((sub_dir / STOP).exists() or (sub_dir / SUSPEND).exists())
+        return (sub_dir / STOP).exists() or (sub_dir / SUSPEND).exists()
 
     def _explain_kill(self, key: TaskKey, ended: TaskStatus, job: SlurmJob | None) -> TaskStatus:
         """A task killed by a signal Trainyard did not send: add Slurm's verdict (NODE_FAIL,
