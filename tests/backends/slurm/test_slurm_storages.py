@@ -4,6 +4,8 @@ first use; its log says what a bare process cannot honour (read-only, mountPath)
 
 from __future__ import annotations
 
+from e2e.server import wait_until
+
 from slurm.cluster import drive, submit
 from trainyard.backends.base import TaskKey
 from trainyard.core.clock import SystemClock
@@ -35,7 +37,11 @@ taskRoles:
       - echo mine > "$TRAINYARD_STORAGE_HOME/f"
 """)
     job = drive(world, job_id)
-    log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode().splitlines()
+    # The runner records the task's end before Slurm has written the last of its output.
+    def whole_log() -> list[str] | None:
+        lines = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode().splitlines()
+        return lines if len(lines) >= 4 else None
+    log = wait_until(whole_log, what="the task's whole log")
     assert job.state == "SUCCEEDED", log
     assert log[0].startswith("trainyard: storage 'refs' is read-only for this job, but Slurm runs this task as a "
                              "bare process")

@@ -22,7 +22,7 @@ def upgrade() -> None:
     op.create_table(
         "dev_sessions",
         sa.Column("job_id", sa.Integer(), sa.ForeignKey("jobs.id"), primary_key=True),
-        sa.Column("hours", sa.Float(), nullable=False),
+        sa.Column("hours", sa.Double(), nullable=False),
         sa.Column("renewals", sa.Integer(), nullable=False),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("last_activity", sa.DateTime(timezone=True), nullable=True),
