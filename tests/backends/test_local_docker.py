@@ -155,7 +155,7 @@ def test_a_task_runs_in_its_image_with_its_directories_env_and_the_hosts_network
 
 def test_stop_sends_sigterm_to_the_program_inside_and_removes_the_container(docker_local, image,
                                                                            rm_passes_exit_status):
-    script = ("python3 -u -c '\nimport signal, sys, time\n"
+    script = ("trap 'exit 3' TERM\npython3 -u -c '\nimport signal, sys, time\n"
               "signal.signal(signal.SIGTERM, lambda *_: (print(\"program got TERM\", flush=True), sys.exit(3)))\n"
               "print(\"ready\", flush=True)\nwhile True: time.sleep(0.05)'\n")
     key = launch(docker_local, image, script)

@@ -68,7 +68,12 @@ class World:
         def runs() -> bool:
             self.cycle()
             return self.job(job_id).state == "RUNNING"
-        wait_until(runs, what=f"session {job_id} to run")
+        try:  # a loaded CI machine starts a task in seconds, not tens of seconds: 60 s is ample
+            wait_until(runs, timeout=60, what=f"job {job_id} to run")
+        except AssertionError as exc:  # say where it stands, for a failure that cannot be rerun
+            job = self.job(job_id)
+            raise AssertionError(f"{exc}: it is {job.state} ({job.state_message!r}), attempt {job.attempt}; "
+                                 f"its events: {self.events(job_id)}") from None
 
     def events(self, job_id: int) -> list[tuple[str, str]]:
         with self.db.session() as s:
