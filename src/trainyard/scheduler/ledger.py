@@ -18,6 +18,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Capacity, FreeNode, Tentative
 from trainyard.scheduler.cells import FRESH, SHARED, Binding, Cells, cell_sizes
 from trainyard.scheduler.quota import Owner, Quotas, job_owner
+from trainyard.scheduler.sharing import Sharing
 from trainyard.scheduler.snapshot import (
     GpuShare,
     PendingJob,
@@ -57,6 +58,9 @@ class Ledger:
         self.capacity = Capacity(free, family_of=self.cells.family)
         self.cells.on_change = self.capacity.refile
         self.running = {j.job_id: j for j in running}
+        self.sharing = Sharing(snapshot)
+        for job in running:
+            self.sharing.add((job.user, job.vc), job.placements, +1, None)
         self.preempting = frozenset(j for j in snapshot.preempting if j in self.running)
         self._vc_use: dict[str, dict[tuple[str, int], int]] = {}  # see ``_guaranteed_use``
         # What preemption could take back on each node: opportunistic and stopping work.
@@ -100,6 +104,7 @@ class Ledger:
     def allocate(self, owner: Owner, placement: TaskPlacement, binding: Binding | None, tentative: Tentative) -> None:
         self.capacity.take(placement, tentative)
         self.quotas.charge(owner, placement, tentative)
+        self.sharing.add((owner.user, owner.vc), (placement,), +1, tentative)
         if binding is not None:
             self.cells.bind(owner.vc, binding, tentative)
 
@@ -109,12 +114,14 @@ class Ledger:
         for p in job.placements:
             self.capacity.give_back(p, tentative)
             self.quotas.refund(owner, p, tentative)
+        self.sharing.add((job.user, job.vc), job.placements, -1, tentative)
 
     def hold(self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative) -> None:
         """Keep resources and quota from everyone else (a reservation or a plan)."""
         for p in placements:
             self.capacity.take(p, tentative)
             self.quotas.charge(owner, p, tentative)
+        self.sharing.add((owner.user, owner.vc), placements, +1, tentative)
 
     def hold_reserved(self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative) -> None:
         """A reservation's hold: all its resources, but quota only for the part of its GPUs
@@ -130,6 +137,7 @@ class Ledger:
                 if s.milli > own.get((p.node, s.index), 0)
             )
             self.quotas.charge(owner, replace(p, gpus=rest), tentative)
+        self.sharing.add((owner.user, owner.vc), placements, +1, tentative)
 
     def _guaranteed_use(self, vc: str) -> dict[tuple[str, int], int]:
         """Milli-GPU per (node, device) that ``vc``'s guaranteed running work, not being
@@ -213,6 +221,7 @@ class Access:
     def __init__(self, ledger: Ledger, job: PendingJob, only: Callable[[FreeNode], bool] | None = None) -> None:
         self.ledger = ledger
         self.owner = job_owner(job)
+        self.sharer = (self.owner.user, self.owner.vc)
         self.only = only
         policy = ledger.quotas.policy(job.vc)
         self.limited = self.owner.guaranteed and policy is not None and policy.limited
@@ -289,6 +298,10 @@ class Access:
             return Fit([], None)
         quotas = self.ledger.quotas
         eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
+        if task.gpu_milli < MILLI:
+            closed = self.closed(node)
+            if closed:
+                eligible = [p for p in eligible if p not in closed]
         if self.limited:
             eligible = [p for p in eligible if (quotas.free_of(self.owner.vc, node.gpu_model[p]) or 0) > 0]
         if not eligible:
@@ -336,6 +349,11 @@ class Access:
             if binding is None or (binding.whole_node and any(self.ledger.held_in(node, n) for _, n in binding.cells)):
                 return None
         return Fit(devices, binding)
+
+    def closed(self, node: FreeNode) -> tuple[int, ...]:
+        """Positions of the node's devices this job's fractional tasks may not share
+        (``sharing``: another user's share is on them and a VC's rule forbids it)."""
+        return self.ledger.sharing.closed(self.sharer, node)
 
     def may_use(self, node: FreeNode, pos: int) -> bool:
         """Whether the cell rules let this job's GPU tasks use the device (now or once free)."""

@@ -20,6 +20,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.quota import Refusal, gpu_need
+from trainyard.scheduler.sharing import Sharing, closing_rule
 from trainyard.scheduler.snapshot import (
     KeepWaiting,
     PendingJob,
@@ -115,6 +116,7 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
     before = Rooms([FreeNode.from_state(n) for n in snapshot.nodes])
     after = Rooms(_after_starts(snapshot, cycle.starts))
     quota_etas = QuotaEtas(cycle)
+    shared = SharedDevices(snapshot, cycle.starts, after)
     positions: dict[str, int] = defaultdict(int)
     waits = []
     for job in order:
@@ -123,13 +125,14 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
             continue
         positions[job.vc] += 1
         position = positions[job.vc]
-        reason, worded, eta = _worded(cycle, job, wait, position, before, after, quota_etas)
+        reason, worded, eta = _worded(cycle, job, wait, position, before, after, quota_etas, shared)
         waits.append(KeepWaiting(job.job_id, reason, worded.message, position, eta, worded.short))
     return tuple(waits)
 
 
 def _worded(
-    cycle: Cycle, job: PendingJob, wait: Wait, position: int, before: Rooms, after: Rooms, quota_etas: QuotaEtas
+    cycle: Cycle, job: PendingJob, wait: Wait, position: int, before: Rooms, after: Rooms, quota_etas: QuotaEtas,
+    shared: SharedDevices,
 ) -> tuple[PendingReason, Worded, float | None]:
     now = cycle.snapshot.now
     reason = wait.reason
@@ -161,6 +164,8 @@ def _worded(
         eta = quota_etas.eta(job, wait.refusal) if wait.refusal.kind == "vc" else None
         return _with_reservation(reason, worded, wait, now, eta)
     shortfall = after.shortfall(job)
+    if shortfall is None:
+        shortfall = shared.closed_to(job)
     if shortfall is None:
         shortfall = Worded(
             f"the {len(job.tasks)} task(s) do not fit the free GPUs, CPUs and memory together", "no node set fits"
@@ -252,6 +257,42 @@ class QuotaEtas:
                 freed.append(total)
             cached = self._cumulative[key] = (times, freed)
         return cached
+
+
+class SharedDevices:
+    """Whether a VC's GPU sharing rule is what keeps a job's fractional task out, after
+    this cycle's starts (``sharing.closing_rule``), worked out once per kind of task and owner."""
+
+    def __init__(self, snapshot: Snapshot, starts: Sequence[StartJob], after: Rooms) -> None:
+        self.nodes = after.nodes
+        self.sharing = Sharing(snapshot)
+        pending = {j.job_id: j for j in snapshot.pending}
+        for r in sorted(snapshot.running, key=lambda r: r.job_id):
+            self.sharing.add((r.user, r.vc), r.placements, +1, None)
+        for start in starts:
+            started = pending[start.job_id]
+            self.sharing.add((started.user, started.vc), start.placements, +1, None)
+        self._found: dict[tuple[object, ...], Worded | None] = {}
+
+    def closed_to(self, job: PendingJob) -> Worded | None:
+        if not self.sharing.devices:
+            return None
+        for task in job.tasks:
+            if not 0 < task.gpu_milli < MILLI:
+                continue
+            key = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb,
+                   job.user, job.vc)
+            if key not in self._found:
+                why = closing_rule(self.sharing, (job.user, job.vc), task, self.nodes)
+                self._found[key] = None if why is None else Worded(
+                    f"GPU {why.index} of node {why.node} is shared with another user's job; "
+                    f"VC {why.vc} allows sharing with: {why.rule}",
+                    f"GPU {why.index} of {why.node} shared with another user",
+                )
+            found = self._found[key]
+            if found is not None:
+                return found
+        return None
 
 
 def _after_starts(snapshot: Snapshot, starts: Sequence[StartJob]) -> list[FreeNode]:

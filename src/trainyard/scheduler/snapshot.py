@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
+from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
+
 # The placement scorer when none is configured, for the live controller (``Settings``) and
 # the simulator's ``--policy default`` alike: one name, defined here only.
 DEFAULT_SCORER = "fgd-cpu"
@@ -81,6 +83,9 @@ class VirtualCluster:
     name: str
     quota: Mapping[str, int] = field(default_factory=dict)  # GPU model -> whole GPUs guaranteed
     allow_priority_preemption: bool = True  # higher-priority guaranteed jobs may preempt lower
+    # Whose fractional GPU shares the VC's jobs may share a device with (``core.sharing``);
+    # a VC not in the snapshot has the default.
+    gpu_sharing: GpuSharing = DEFAULT_GPU_SHARING
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,9 @@ class SchedulerConfig:
     # more than ``turn_floor`` GPU-seconds (2 GPU-hours).
     turn_ratio: float = 2.0
     turn_floor: float = 7200.0
+    # The GPU sharing rule of a VC the snapshot does not list (``core.sharing``): the
+    # implicit VC of a snapshot without ``vcs``, as the simulator runs.
+    gpu_sharing: GpuSharing = DEFAULT_GPU_SHARING
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,7 @@ class Snapshot:
     user_quotas: Mapping[tuple[str, int], int] = field(default_factory=dict)  # (user, rank) -> milli-GPU
     running: tuple[RunningJob, ...] = ()
     preempting: frozenset[int] = frozenset()  # running jobs already signalled to stop
+    user_groups: Mapping[str, frozenset[str]] = field(default_factory=dict)  # user -> groups (``same-group``)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from trainyard.core.sharing import GpuSharing
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Ledger
 from trainyard.scheduler.placement import place_gang
@@ -66,6 +67,8 @@ def run_placement(
     stop_at_pct: float | None = None,
     on_place: Callable[[Ledger], None] | None = None,
     on_fraction: Callable[[float], None] | None = None,
+    owners: Sequence[str] | None = None,
+    gpu_sharing: GpuSharing = GpuSharing.ANYONE,
 ) -> PlacementRun:
     """Place ``pods`` in order with the registered ``scorer``.
 
@@ -73,9 +76,12 @@ def run_placement(
     ``job_id_base`` offsets the pods' job ids (scorers that draw at random seed from them);
     ``stop_at_pct`` ends the run once arrived demand passes that % of capacity;
     ``on_place`` sees the ledger after every pod (for invariant checks);
-    ``on_fraction`` hears every ``FRACTION_EVERY`` pods how much of the run is done (0 to 1).
+    ``on_fraction`` hears every ``FRACTION_EVERY`` pods how much of the run is done (0 to 1);
+    ``owners``: each pod's user (openb's pods have none: all one user's), whose fractional
+    shares meet on a device only as ``gpu_sharing`` allows (``benchmarks/bench_gpu_sharing.py``).
     """
-    snapshot = Snapshot(nodes=tuple(nodes), pending=(), config=SchedulerConfig(scorer=scorer, workload=tuple(workload)))
+    config = SchedulerConfig(scorer=scorer, workload=tuple(workload), gpu_sharing=gpu_sharing)
+    snapshot = Snapshot(nodes=tuple(nodes), pending=(), config=config)
     ledger = Ledger(snapshot)
     chosen = scorer_for(snapshot)
     measure = Fgd(workload)
@@ -87,7 +93,7 @@ def run_placement(
     stop = None if stop_at_pct is None else stop_at_pct / 100 * run.capacity_milli
     for i, pod in enumerate(pods):
         task = pod.task()
-        job = PendingJob(job_id_base + i, 1, float(i), (task,))
+        job = PendingJob(job_id_base + i, 1, float(i), (task,), owners[i] if owners is not None else "")
         attempt = Tentative()
         placements = place_gang(job, ledger, chosen, attempt)
         if placements is None:

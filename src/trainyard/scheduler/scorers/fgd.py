@@ -43,8 +43,9 @@ Shares = list[tuple[int, int]]
 Answer = tuple[float, Shares]
 # What a node's answer depends on besides its free capacity (``Fgd._fixed``).
 Fixed = tuple[object, ...]
-# A node's state as far as an answer goes: (fixed, free milli-GPU per device, CPU, memory).
-NodeKey = tuple[Fixed, tuple[int, ...], int, int]
+# A node's state as far as an answer goes: (fixed, free milli-GPU per device, CPU, memory,
+# positions of the devices the task may not share: ``Access.closed``).
+NodeKey = tuple[Fixed, tuple[int, ...], int, int, tuple[int, ...]]
 # ``F_n``'s cache key: (the node's kind, free milli-GPU per device, CPU, memory).
 FragmentKey = tuple[tuple[object, ...], tuple[int, ...], int, int]
 Rank = tuple[float, ...]  # lowest best
@@ -123,6 +124,9 @@ class Fgd:
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb)
         answers = self._answers.setdefault(kind, {})  # node state -> ``_evaluate_free``'s answer
         statics = self._statics.setdefault(self._fixed_for(task), {})  # node name -> ``_fixed``
+        # A fraction may not join other users' shares a VC's rule keeps it from: which
+        # devices those are is part of the node's state for it (usually none).
+        closed_to = access.closed if 0 < task.gpu_milli < MILLI else None
         for tier in access.tiers(task):
             nodes = iter(tier)
             seen = 0  # fitting nodes compared: nodes that cannot take the task do not count
@@ -135,14 +139,15 @@ class Fgd:
                     fixed = statics.get(node.name)
                     if fixed is None:
                         fixed = statics[node.name] = self._fixed(node, task)
-                    state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb)
+                    closed = () if closed_to is None else closed_to(node)
+                    state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
                     if by_state:
                         if state in compared:
                             continue  # the same as a node before it in best-fit order, which wins ties
                         compared.add(state)
                     answer = answers.get(state)
                     if answer is None:
-                        answer = answers[state] = self._evaluate_free(node, task)
+                        answer = answers[state] = self._evaluate_free(node, task, closed)
                     if answer is False:
                         continue
                     # On a node with GPUs of more than one kind the device choice changes the
@@ -189,12 +194,17 @@ class Fgd:
         """Tasks for which ``_fixed`` is the same function of the node."""
         return None
 
-    def _evaluate_free(self, node: FreeNode, task: TaskRequest) -> Answer | Literal[False]:
+    def _evaluate_free(
+        self, node: FreeNode, task: TaskRequest, closed: tuple[int, ...] = ()
+    ) -> Answer | Literal[False]:
         """False if the task does not fit the node, else (cost, [(position, milli)]), with
-        no quota or cell rule (what ``Access.fit`` does for a job without them)."""
+        no quota or cell rule (what ``Access.fit`` does for a job without them); ``closed``:
+        devices the task may not share."""
         if not node.hosts_cpu_and_memory(task):
             return False
-        eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
+        eligible = [
+            p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0 and p not in closed
+        ]
         if not eligible:
             return False
         before = self.fragmentation(node, node.gpu_free, 0, 0)

@@ -1,0 +1,148 @@
+"""Which fractional GPU shares sit on each device during a cycle, and who may join them.
+
+A device shared by two jobs lets one read the other's memory, so a fractional share goes
+only to a device whose other fractional shares belong to users its VC's rule, and theirs,
+allow (``core.sharing``: the stricter rule of the two VCs applies). Whole-GPU shares never
+meet another share, so only fractions are tracked.
+
+``Sharing`` is part of the cycle's ``Ledger`` and changes with it: every allocation, hold,
+release and undo goes through ``add``, so a tried placement, a reservation or a preemption
+plan sees the devices as they would be. Jobs of the same user always may share, whatever
+the rule: the simulator's pods, which have no user, share as they always did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from trainyard.core.resources import MILLI
+from trainyard.core.sharing import GpuSharing
+from trainyard.scheduler.capacity import FreeNode, Tentative
+from trainyard.scheduler.snapshot import Snapshot, TaskPlacement, TaskRequest
+
+Sharer = tuple[str, str]  # (user, VC) of a fractional share
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a device is closed to a sharer: whose share is on it and the rule that keeps them apart."""
+
+    node: str
+    index: int
+    other: Sharer
+    vc: str  # the VC whose rule is the stricter (the asker's own on a tie)
+    rule: GpuSharing
+
+
+class Sharing:
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.rules = {vc.name: vc.gpu_sharing for vc in snapshot.vcs}
+        self.unlisted = snapshot.config.gpu_sharing
+        self.groups = snapshot.user_groups
+        # node -> device index -> sharer -> fractional shares it has there
+        self.devices: dict[str, dict[int, dict[Sharer, int]]] = {}
+        self._allows: dict[tuple[Sharer, Sharer], bool] = {}
+
+    def rule(self, vc: str) -> GpuSharing:
+        return self.rules.get(vc, self.unlisted)
+
+    def allows(self, a: Sharer, b: Sharer) -> bool:
+        """Whether shares of ``a`` and ``b`` may sit on one device."""
+        if a[0] == b[0]:
+            return True
+        key = (a, b)
+        allowed = self._allows.get(key)
+        if allowed is None:
+            rule = self.rule(a[1]).stricter(self.rule(b[1]))
+            if rule is GpuSharing.ANYONE:
+                allowed = True
+            elif rule is GpuSharing.SAME_GROUP:
+                allowed = bool(self.groups.get(a[0], frozenset()) & self.groups.get(b[0], frozenset()))
+            else:
+                allowed = False
+            self._allows[key] = allowed
+        return allowed
+
+    def add(self, sharer: Sharer, placements: Iterable[TaskPlacement], sign: int, tentative: Tentative | None) -> None:
+        """Count (``sign`` +1) or uncount (-1) the placements' fractional shares as ``sharer``'s."""
+        changed = [(p.node, s.index) for p in placements for s in p.gpus if 0 < s.milli < MILLI]
+        if not changed:
+            return
+        for node, index in changed:
+            self._change(sharer, node, index, sign)
+        if tentative is not None:
+
+            def undo() -> None:
+                for node, index in changed:
+                    self._change(sharer, node, index, -sign)
+
+            tentative.record(undo)
+
+    def _change(self, sharer: Sharer, node: str, index: int, sign: int) -> None:
+        on_node = self.devices.setdefault(node, {})
+        counts = on_node.setdefault(index, {})
+        count = counts.get(sharer, 0) + sign
+        if count:
+            counts[sharer] = count
+        else:
+            del counts[sharer]
+            if not counts:
+                del on_node[index]
+                if not on_node:
+                    del self.devices[node]
+
+    def closed(self, sharer: Sharer, node: FreeNode) -> tuple[int, ...]:
+        """Positions of ``node``'s devices that hold a share ``sharer`` may not sit beside."""
+        on_node = self.devices.get(node.name)
+        if not on_node:
+            return ()
+        return tuple(sorted(
+            node.position[index]
+            for index, counts in on_node.items()
+            if index in node.position and any(n > 0 and not self.allows(sharer, o) for o, n in counts.items())
+        ))
+
+    def refusal(self, sharer: Sharer, node: str, index: int) -> Refusal | None:
+        """Why ``sharer`` may not join the shares on the device, or None if it may."""
+        counts = self.devices.get(node, {}).get(index, {})
+        others = sorted(o for o, n in counts.items() if n > 0 and not self.allows(sharer, o))
+        if not others:
+            return None
+        other = others[0]
+        mine, theirs = self.rule(sharer[1]), self.rule(other[1])
+        vc, rule = (sharer[1], mine) if mine.stricter(theirs) is mine else (other[1], theirs)
+        return Refusal(node, index, other, vc, rule)
+
+
+def closing_rule(sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Sequence[FreeNode]) -> Refusal | None:
+    """Why a fractional ``task`` of ``sharer`` has nowhere to go when the only devices with
+    room for it hold shares a VC's rule keeps it from; None if that is not what stops it.
+    Devices with shares are few: they are looked at first, every node only if one is closed."""
+    by_name = {n.name: n for n in nodes}
+    first: Refusal | None = None
+    for name in sorted(sharing.devices):
+        node = by_name.get(name)
+        if node is None or not node.schedulable or not node.hosts_cpu_and_memory(task):
+            continue
+        for index in sorted(sharing.devices[name]):
+            pos = node.position.get(index)
+            if pos is None or not node.suits(pos, task) or node.gpu_free[pos] < task.gpu_milli:
+                continue
+            first = sharing.refusal(sharer, name, index)
+            if first is not None:
+                break
+        if first is not None:
+            break
+    if first is None:
+        return None
+    for node in nodes:
+        if not node.schedulable or not node.hosts_cpu_and_memory(task):
+            continue
+        closed = sharing.closed(sharer, node)
+        if any(
+            p not in closed and node.suits(p, task) and node.gpu_free[p] >= task.gpu_milli
+            for p in range(len(node.gpu_free))
+        ):
+            return None
+    return first
