@@ -590,10 +590,21 @@ class Client:
         return self._parse(_VCS, self._request("GET", "/vcs").content)
 
     def create_vc(self, name: str, *, gpus: int, model: str | None = None,
-                  priority_preemption: bool = True) -> VcView:
-        """Create a virtual cluster guaranteed ``gpus`` GPUs (of ``model``; default any) (admin)."""
-        body = {"name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption}
+                  priority_preemption: bool = True, gpu_sharing: str | None = None) -> VcView:
+        """Create a virtual cluster guaranteed ``gpus`` GPUs (of ``model``; default any) (admin);
+        ``gpu_sharing``: same-user (default), same-group or anyone."""
+        body: dict[str, object] = {
+            "name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption,
+        }
+        if gpu_sharing is not None:
+            body["gpuSharing"] = gpu_sharing
         return self._parse(VcView, self._request("POST", "/vcs", json=body).content)
+
+    def set_vc_sharing(self, name: str, gpu_sharing: str) -> VcView:
+        """Set whose fractional GPU shares a VC's jobs may share a device with: same-user,
+        same-group or anyone (admin)."""
+        response = self._request("PUT", f"/vcs/{name}/sharing", json={"gpuSharing": gpu_sharing})
+        return self._parse(VcView, response.content)
 
     def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> VcView:
         """Set a virtual cluster's guaranteed GPUs of one model; 0 removes the model (admin)."""

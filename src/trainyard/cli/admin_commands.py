@@ -155,10 +155,10 @@ def _quota_text(vc: VcView, alone: bool) -> str:
 def vcs_table(vcs: Sequence[VcView]) -> str:
     rows = [
         [v.name, _quota_text(v, len(vcs) == 1), render.num(v.used), render.num(v.borrowed), v.waiting,
-         "yes" if v.priorityPreemption else "no", ", ".join(v.users + ["@" + g for g in v.groups]) or "-"]
+         "yes" if v.priorityPreemption else "no", v.gpuSharing, ", ".join(v.users + ["@" + g for g in v.groups]) or "-"]
         for v in vcs
     ]
-    return render.table(["VC", "QUOTA (GPUs)", "USED", "BORROWED", "WAITING", "PREEMPTION", "WHO"], rows)
+    return render.table(["VC", "QUOTA (GPUs)", "USED", "BORROWED", "WAITING", "PREEMPTION", "GPU SHARING", "WHO"], rows)
 
 
 def cmd_vc(client: Client, args: argparse.Namespace) -> int:
@@ -168,8 +168,11 @@ def cmd_vc(client: Client, args: argparse.Namespace) -> int:
         result, text = vcs, vcs_table(vcs)
     elif args.action == "create":
         vc = client.create_vc(args.name, gpus=args.gpus, model=args.model,
-                              priority_preemption=not args.no_priority_preemption)
+                              priority_preemption=not args.no_priority_preemption, gpu_sharing=args.gpu_sharing)
         result, text = vc, f"created virtual cluster {args.name}: {_quota_text(vc, False)}"
+    elif args.action == "sharing":
+        result = client.set_vc_sharing(args.name, args.rule)
+        text = f"virtual cluster {args.name}: GPUs shared with {args.rule}"
     elif args.action == "grant":
         result = client.grant_vc(args.name, args.grantee)
         text = f"{args.grantee} may now submit to {args.name}"

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from trainyard.cli.periods import moment
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
+from trainyard.core.sharing import GPU_SHARING_NAMES
 
 JOBS_PER_PAGE = 20  # `yard jobs` without --limit
 TOP_INTERVAL_SECONDS = 2.0  # `yard top` without --interval
@@ -350,6 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--model", help="GPU model the quota is for (default: any model)")
     q.add_argument("--no-priority-preemption", action="store_true",
                    help="higher priorities in this VC wait instead of preempting lower ones")
+    q.add_argument("--gpu-sharing", choices=GPU_SHARING_NAMES,
+                   help="whose fractional GPU shares its jobs may share a device with (default: same-user)")
     _json_flag(q)
     q = vc_sub.add_parser("list", help="quota, used, borrowed and waiting per virtual cluster")
     _json_flag(q)
@@ -365,6 +368,11 @@ def build_parser() -> argparse.ArgumentParser:
     q = vc_sub.add_parser("delete", help="delete a virtual cluster (refused while jobs wait or run in it)")
     q.add_argument("name")
     q.add_argument("--force", action="store_true", help="stop its waiting and running jobs instead of refusing")
+    _json_flag(q)
+    q = vc_sub.add_parser("sharing", help="set whose fractional GPU shares a VC's jobs may share a device with")
+    q.add_argument("name")
+    q.add_argument("rule", choices=GPU_SHARING_NAMES,
+                   help="same-user, same-group (a group in common) or anyone; the stricter of two VCs' rules applies")
     _json_flag(q)
     q = vc_sub.add_parser("quota", help="change a virtual cluster's quota for one GPU model")
     q.add_argument("name")

@@ -27,6 +27,7 @@ from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
     node_states_in_use,
     running_jobs,
+    user_groups,
     user_quotas,
     virtual_clusters,
 )
@@ -210,6 +211,7 @@ class Controller:
                 user_quotas=user_quotas(session),
                 running=running,
                 preempting=ending,
+                user_groups=user_groups(session),
                 config=self.config,
             )
         decisions = schedule(snapshot)

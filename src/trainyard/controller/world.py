@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from trainyard.core.priorities import Priority
+from trainyard.core.sharing import DEFAULT_GPU_SHARING
 from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import (
     GpuShare,
@@ -28,6 +29,7 @@ from trainyard.services.jobs import gpu_slot
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
+from trainyard.store.queries import vcs as vc_queries
 
 
 def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
@@ -56,11 +58,21 @@ def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
 
 
 def virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:
-    """The VCs with their quotas (see ``services.admin.guaranteed_quotas``); none if none is defined."""
+    """The VCs with their quotas (see ``services.admin.guaranteed_quotas``) and GPU sharing
+    rules; none if none is defined (then every job is in ``default``, with the default rule)."""
+    sharing = admin.vc_sharing(session)
     return tuple(
-        VirtualCluster(name, quota, preemption)
+        VirtualCluster(name, quota, preemption, sharing.get(name, DEFAULT_GPU_SHARING))
         for name, (quota, preemption) in admin.guaranteed_quotas(session).items()
     )
+
+
+def user_groups(session: Session) -> dict[str, frozenset[str]]:
+    """User name -> the groups (ids, as text) the user is a member of, for ``same-group`` sharing."""
+    groups: dict[str, set[str]] = defaultdict(set)
+    for group_id, name in vc_queries.member_names(session):
+        groups[name].add(str(group_id))
+    return {name: frozenset(ids) for name, ids in groups.items()}
 
 
 def user_quotas(session: Session) -> dict[tuple[str, int], int]:

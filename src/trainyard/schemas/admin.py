@@ -7,7 +7,13 @@ from pydantic import BaseModel, Field
 
 from trainyard.core.names import GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES
+from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
 from trainyard.schemas.requests import RequestBody, WholeNumber, text_field
+
+GPU_SHARING_HELP = (
+    "Whose fractional GPU shares this VC's jobs may share a device with: same-user (default), same-group "
+    "(users with a group in common) or anyone; where two VCs' jobs meet, the stricter rule applies"
+)
 
 
 class CreateVcRequest(RequestBody):
@@ -15,6 +21,11 @@ class CreateVcRequest(RequestBody):
     gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
     model: str | None = text_field(64, default=None, description="GPU model; default: any")
     priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
+    gpuSharing: GpuSharing = Field(default=DEFAULT_GPU_SHARING, description=GPU_SHARING_HELP)
+
+
+class SharingRequest(RequestBody):
+    gpuSharing: GpuSharing = Field(description=GPU_SHARING_HELP)
 
 
 class QuotaRequest(RequestBody):
@@ -47,6 +58,7 @@ class VcView(BaseModel):
     borrowed: float  # GPUs held by the VC's opportunistic jobs
     waiting: int
     priorityPreemption: bool
+    gpuSharing: GpuSharing
     users: list[str]
     groups: list[str]
 

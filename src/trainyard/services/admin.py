@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from trainyard.core.clock import Clock
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES, Priority
+from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
 from trainyard.schemas.admin import VcView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Invalid, NotFound
@@ -77,14 +78,17 @@ def list_groups(session: Session) -> list[tuple[GroupRow, list[str]]]:
 
 
 def create_vc(
-    session: Session, name: str, *, gpus: int, model: str | None, preemption: bool, clock: Clock
+    session: Session, name: str, *, gpus: int, model: str | None, preemption: bool, clock: Clock,
+    gpu_sharing: GpuSharing = DEFAULT_GPU_SHARING,
 ) -> VirtualClusterRow:
     _check_name("virtual cluster", name)
     if name == DEFAULT_VC:
         raise Conflict("'default' is built in: it holds whatever no other VC guarantees")
     if vc_queries.vc_named(session, name) is not None:
         raise Conflict(f"virtual cluster {name!r} already exists")
-    vc = VirtualClusterRow(name=name, allow_priority_preemption=preemption, created_at=clock.now())
+    vc = VirtualClusterRow(
+        name=name, allow_priority_preemption=preemption, gpu_sharing=gpu_sharing.value, created_at=clock.now()
+    )
     session.add(vc)
     session.flush()
     set_vc_quota(session, name, gpus=gpus, model=model)
@@ -96,6 +100,22 @@ def get_vc(session: Session, name: str) -> VirtualClusterRow:
     if vc is None:
         raise NotFound(f"no virtual cluster named {name!r}; see `yard vc list`")
     return vc
+
+
+def set_vc_sharing(session: Session, name: str, gpu_sharing: GpuSharing) -> None:
+    """Set whose fractional GPU shares the VC's jobs may share a device with. Jobs already
+    sharing a device keep running; new placements follow the rule from the next cycle."""
+    if name == DEFAULT_VC:
+        raise Conflict(
+            "'default' is built in and always shares GPUs with the same user only; "
+            "put users who may share into a VC of their own"
+        )
+    get_vc(session, name).gpu_sharing = gpu_sharing.value
+
+
+def vc_sharing(session: Session) -> dict[str, GpuSharing]:
+    """Each defined VC's GPU sharing rule (``default``: ``DEFAULT_GPU_SHARING``, not listed)."""
+    return {row.name: GpuSharing(row.gpu_sharing) for row in vc_queries.all_vcs(session)}
 
 
 def set_vc_quota(session: Session, name: str, *, gpus: int, model: str | None) -> None:
@@ -232,8 +252,8 @@ def describe_vcs(
     users = {u.id: u.name for u in user_queries.all_users(session)}
     groups = {g.id: g.name for g in vc_queries.all_groups(session)}
     rest = guaranteed_quotas(session, capacity).get(DEFAULT_VC, ({}, True))[0]
-    rows: list[tuple[str, dict[str, int], bool, list[str], list[str]]] = [
-        (DEFAULT_VC, rest, True, ["everyone"], [])
+    rows: list[tuple[str, dict[str, int], bool, GpuSharing, list[str], list[str]]] = [
+        (DEFAULT_VC, rest, True, DEFAULT_GPU_SHARING, ["everyone"], [])
     ]
     restricted = viewer is not None and not viewer.is_admin
     if restricted:
@@ -246,15 +266,16 @@ def describe_vcs(
             continue
         rows.append((
             vc.name, {q.gpu_model: q.gpus for q in vc.quotas}, vc.allow_priority_preemption,
+            GpuSharing(vc.gpu_sharing),
             sorted(users[g.user_id] for g in vc.grants if g.user_id in users),
             sorted(groups[g.group_id] for g in vc.grants if g.group_id in groups),
         ))
     views = []
-    for name, quota, preemption, granted_users, granted_groups in rows:
+    for name, quota, preemption, sharing, granted_users, granted_groups in rows:
         use = usage.get(name, {})
         views.append(VcView(
             name=name, quota=quota, used=use.get("used", 0), borrowed=use.get("borrowed", 0),
-            waiting=int(use.get("waiting", 0)), priorityPreemption=preemption,
+            waiting=int(use.get("waiting", 0)), priorityPreemption=preemption, gpuSharing=sharing,
             users=granted_users, groups=granted_groups,
         ))
     return views

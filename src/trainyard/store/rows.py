@@ -22,6 +22,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from trainyard.core.sharing import DEFAULT_GPU_SHARING
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every database (SQLite drops the zone)."""
@@ -256,6 +258,8 @@ class VirtualClusterRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     allow_priority_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
+    # Whose fractional GPU shares its jobs may share a device with: ``core.sharing.GpuSharing``.
+    gpu_sharing: Mapped[str] = mapped_column(String(16), default=DEFAULT_GPU_SHARING.value)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     quotas: Mapped[list[VcQuotaRow]] = relationship(

@@ -18,6 +18,7 @@ from trainyard.schemas.admin import (
     NameRequest,
     QuotaRequest,
     RemovalResult,
+    SharingRequest,
     UserQuotaRequest,
     UserQuotaView,
     VcView,
@@ -54,7 +55,7 @@ def list_vcs(user: User, ctx: Ctx) -> list[VcView]:
 def create_vc(body: CreateVcRequest, _: Admin, ctx: Ctx) -> VcView:
     with ctx.db.session() as session:
         admin.create_vc(session, body.name, gpus=body.gpus, model=body.model,
-                        preemption=body.priorityPreemption, clock=ctx.clock)
+                        preemption=body.priorityPreemption, clock=ctx.clock, gpu_sharing=body.gpuSharing)
     ctx.wake_controller()
     return next(v for v in _vc_views(ctx) if v.name == body.name)
 
@@ -63,6 +64,15 @@ def create_vc(body: CreateVcRequest, _: Admin, ctx: Ctx) -> VcView:
 def set_vc_quota(name: PathName, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcView:
     with ctx.db.session() as session:
         admin.set_vc_quota(session, name, gpus=body.gpus, model=body.model)
+    ctx.wake_controller()
+    return next(v for v in _vc_views(ctx) if v.name == name)
+
+
+@router.put("/vcs/{name}/sharing", response_model=VcView, responses=errors(401, 403, 404, 409, 413, 422))
+def set_vc_sharing(name: PathName, body: SharingRequest, _: Admin, ctx: Ctx) -> VcView:
+    """Set whose fractional GPU shares the VC's jobs may share a device with (``gpuSharing``)."""
+    with ctx.db.session() as session:
+        admin.set_vc_sharing(session, name, body.gpuSharing)
     ctx.wake_controller()
     return next(v for v in _vc_views(ctx) if v.name == name)
 
