@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from trainyard.core.sharing import GpuSharing
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import (
     Decisions,
@@ -133,6 +134,7 @@ class World:
     vcs: tuple[VirtualCluster, ...] = ()
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     user_quotas: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    user_groups: Mapping[str, frozenset[str]] = field(default_factory=dict)
     now: float = 0.0
     pending: dict[int, PendingJob] = field(default_factory=dict)
     running: dict[int, RunningJob] = field(default_factory=dict)
@@ -169,6 +171,7 @@ class World:
             user_quotas=self.user_quotas,
             running=work,
             preempting=frozenset(self.stopping),
+            user_groups=self.user_groups,
             config=self.config,
         )
 
@@ -247,6 +250,38 @@ def check_capacity(s: Snapshot, d: Decisions) -> None:
         assert n.memory_used_mb + mem[n.name] <= n.memory_mb
         for g in n.gpus:
             assert g.used_milli + gpu[(n.name, g.index)] <= 1000
+
+
+def sharing_allowed(s: Snapshot, a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Whether fractional shares of (user, VC) ``a`` and ``b`` may sit on one device, by
+    the rule as docs/scheduling.md words it (written apart from ``scheduler.sharing``)."""
+    if a[0] == b[0]:
+        return True
+    rules = {v.name: v.gpu_sharing for v in s.vcs}
+    order = [GpuSharing.SAME_USER, GpuSharing.SAME_GROUP, GpuSharing.ANYONE]
+    rule = order[min(order.index(rules.get(vc, s.config.gpu_sharing)) for vc in (a[1], b[1]))]
+    if rule == GpuSharing.ANYONE:
+        return True
+    groups = s.user_groups
+    return rule == GpuSharing.SAME_GROUP and bool(groups.get(a[0], frozenset()) & groups.get(b[0], frozenset()))
+
+
+def check_sharing(s: Snapshot, d: Decisions) -> None:
+    """No device holds fractional shares of two users whose VCs' rules keep them apart,
+    counting what runs (the scheduler placed it in an earlier cycle) and what starts."""
+    pending = {j.job_id: j for j in s.pending}
+    work = [((r.user, r.vc), r.placements) for r in s.running]
+    work += [((pending[x.job_id].user, pending[x.job_id].vc), x.placements) for x in d.starts]
+    on: dict[tuple[str, int], set[tuple[str, str]]] = defaultdict(set)
+    for sharer, placements in work:
+        for p in placements:
+            for share in p.gpus:
+                if share.milli < 1000:
+                    on[(p.node, share.index)].add(sharer)
+    for device, sharers in on.items():
+        for a in sharers:
+            for b in sharers:
+                assert sharing_allowed(s, a, b), f"{device} holds shares of {a} and {b}"
 
 
 def check_gangs(s: Snapshot, d: Decisions) -> None:

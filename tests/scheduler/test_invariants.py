@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
-from scheduler_world import World, check_capacity, check_gangs, describe, node, snapshot
+from scheduler_world import World, check_capacity, check_gangs, check_sharing, describe, node, snapshot
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
+from trainyard.core.sharing import GpuSharing
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cells import FRESH, SEALED, SHARED, Cells
 from trainyard.scheduler.ledger import Ledger
@@ -40,6 +41,7 @@ GPU_REQUESTS = (0, 250, 500, 1000, 1000, 2000, 4000, 8000)
 SLICES = (0.0, 10.0, 1800.0)  # time-sharing's slice: turns at every cycle, every other, never
 # Time-sharing's (turn_ratio, turn_floor): from any job with more service, from one with
 # twice as much, and a floor these short worlds reach; the default's floor they never reach.
+USERS = ("alice", "bob", "carol")
 TURNS = ((1.0, 0.0), (2.0, 0.0), (2.0, 100.0), (SchedulerConfig().turn_ratio, SchedulerConfig().turn_floor))
 
 
@@ -55,9 +57,11 @@ class Scenario:
     user_quotas: dict[tuple[str, int], int]
     submissions: tuple[tuple[int, PendingJob, float], ...]  # (step, job, true duration)
     advances: tuple[float, ...]  # seconds after each cycle
+    user_groups: dict[str, frozenset[str]] | None = None
 
     def world(self) -> World:
-        return World(self.nodes, vcs=self.vcs, config=self.config, user_quotas=self.user_quotas)
+        return World(self.nodes, vcs=self.vcs, config=self.config, user_quotas=self.user_quotas,
+                     user_groups=self.user_groups or {})
 
 
 @st.composite
@@ -83,6 +87,7 @@ def worlds(draw) -> Scenario:
             name,
             {m: draw(st.integers(0, 12)) for m in MODELS if draw(st.booleans())},
             draw(st.booleans()),
+            draw(st.sampled_from(GpuSharing)),
         )
         for name in ("vision", "nlp")[: draw(st.integers(0, 2))]
     )
@@ -94,7 +99,7 @@ def worlds(draw) -> Scenario:
     config = SchedulerConfig(
         scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()),
         timeshare=draw(st.booleans()), time_slice=draw(st.sampled_from(SLICES)),
-        turn_ratio=turns[0], turn_floor=turns[1],
+        turn_ratio=turns[0], turn_floor=turns[1], gpu_sharing=draw(st.sampled_from(GpuSharing)),
     )
     submissions = []
     for j in range(draw(st.integers(1, 14))):
@@ -117,14 +122,52 @@ def worlds(draw) -> Scenario:
             rank,
             float(step * 10 + j),
             tasks,
-            draw(st.sampled_from(("alice", "bob"))),
+            draw(st.sampled_from(USERS)),
             draw(st.sampled_from([*vc_names, *vc_names, "ghost"])),
             draw(st.sampled_from((None, 15.0, 100.0))),
             suspendable=draw(st.booleans()),
         )
         submissions.append((step, job, draw(st.sampled_from((5.0, 20.0, 1000.0)))))
     advances = draw(st.lists(st.sampled_from((0.0, 5.0, 10.0, 40.0)), min_size=4, max_size=6))
-    return Scenario(tuple(nodes), vcs, config, user_quotas, tuple(submissions), tuple(advances))
+    return Scenario(tuple(nodes), vcs, config, user_quotas, tuple(submissions), tuple(advances), draw(group_sets()))
+
+
+def group_sets() -> st.SearchStrategy[dict[str, frozenset[str]]]:
+    """Which groups each user is in (for ``same-group`` sharing): none, one, or two."""
+    return st.fixed_dictionaries({
+        user: st.frozensets(st.sampled_from(("ml", "ops")), max_size=2) for user in USERS
+    })
+
+
+@st.composite
+def shared_worlds(draw) -> Scenario:
+    """Mostly fractional jobs of three users on a few GPUs, under every sharing rule, with
+    priorities that preempt and guaranteed work that reclaims (sharing-heavy)."""
+    nodes = [node(f"n{i}", draw(st.sampled_from((1, 2, 4)))) for i in range(draw(st.integers(1, 2)))]
+    gpus = sum(len(n.gpus) for n in nodes)
+    vcs = tuple(
+        VirtualCluster(
+            name, {"A100": draw(st.integers(0, gpus))}, draw(st.booleans()), draw(st.sampled_from(GpuSharing))
+        )
+        for name in ("vision", "nlp")[: draw(st.integers(0, 2))]
+    )
+    config = SchedulerConfig(
+        scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()),
+        gpu_sharing=draw(st.sampled_from(GpuSharing)),
+    )
+    vc_names = [v.name for v in vcs] or ["default"]
+    submissions = []
+    for j in range(draw(st.integers(2, 12))):
+        step = draw(st.integers(0, 3))
+        shares = draw(st.lists(st.sampled_from((250, 500, 500, 750, 1000)), min_size=1, max_size=2))
+        tasks = tuple(TaskRequest("w", i, g) for i, g in enumerate(shares))
+        job = PendingJob(
+            j + 1, draw(st.integers(0, 3)), float(step * 10 + j), tasks, draw(st.sampled_from(USERS)),
+            draw(st.sampled_from(vc_names)), draw(st.sampled_from((None, 15.0))),
+        )
+        submissions.append((step, job, draw(st.sampled_from((5.0, 20.0, 1000.0)))))
+    advances = draw(st.lists(st.sampled_from((0.0, 5.0, 10.0, 40.0)), min_size=4, max_size=6))
+    return Scenario(tuple(nodes), vcs, config, {}, tuple(submissions), tuple(advances), draw(group_sets()))
 
 
 @st.composite
@@ -259,7 +302,7 @@ def check_preemptions(s: Snapshot, d: Decisions) -> None:
                                    suspendable=j.suspendable, attained_service=j.attained_service))
         alone = snapshot(
             _without_usage(s.nodes), [pending[job_id]], work,
-            now=s.now, vcs=s.vcs, user_quotas=s.user_quotas, config=s.config,
+            now=s.now, vcs=s.vcs, user_quotas=s.user_quotas, config=s.config, user_groups=s.user_groups,
         )
         assert [x.job_id for x in schedule(alone).starts] == [job_id]
 
@@ -291,17 +334,27 @@ def permuted(s: Snapshot, seed: int) -> Snapshot:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(worlds(), busy_worlds(), crowded_worlds()))
-def test_every_cycle_keeps_capacity_gangs_quotas_and_preemption_rules(scenario) -> None:
+@given(st.one_of(worlds(), busy_worlds(), crowded_worlds(), shared_worlds()))
+def test_every_cycle_keeps_capacity_gangs_quotas_sharing_and_preemption_rules(scenario) -> None:
     for s, d in run(scenario):
         check_capacity(s, d)
         check_gangs(s, d)
         check_quotas(s, d)
+        check_sharing(s, d)
+        check_preemptions(s, d)
+
+
+@settings(max_examples=200, deadline=None)
+@given(shared_worlds())
+def test_no_device_ever_holds_shares_of_two_users_their_vcs_keep_apart(scenario) -> None:
+    for s, d in run(scenario):
+        check_sharing(s, d)
+        check_capacity(s, d)
         check_preemptions(s, d)
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.one_of(worlds(), busy_worlds(), crowded_worlds()), st.integers(0, 1000))
+@given(st.one_of(worlds(), busy_worlds(), crowded_worlds(), shared_worlds()), st.integers(0, 1000))
 def test_the_same_snapshot_gives_the_same_decisions_whatever_the_input_order(scenario, seed) -> None:
     for s, d in run(scenario):
         assert schedule(s) == d

@@ -20,7 +20,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.quota import Refusal, gpu_need
-from trainyard.scheduler.sharing import Sharing, closing_rule
+from trainyard.scheduler.sharing import Sharing, closing_rule, has_unshared_room
 from trainyard.scheduler.snapshot import (
     KeepWaiting,
     PendingJob,
@@ -165,9 +165,7 @@ def _worded(
         return _with_reservation(reason, worded, wait, now, eta)
     shortfall = after.shortfall(job)
     if shortfall is None:
-        shortfall = shared.closed_to(job)
-    if shortfall is None:
-        shortfall = Worded(
+        shortfall = shared.closed_to(job) or Worded(
             f"the {len(job.tasks)} task(s) do not fit the free GPUs, CPUs and memory together", "no node set fits"
         )
     elif wait.reservation is None and before.shortfall(job) is None:
@@ -273,6 +271,7 @@ class SharedDevices:
             started = pending[start.job_id]
             self.sharing.add((started.user, started.vc), start.placements, +1, None)
         self._found: dict[tuple[object, ...], Worded | None] = {}
+        self._unshared_room: dict[tuple[object, ...], bool] = {}
 
     def closed_to(self, job: PendingJob) -> Worded | None:
         if not self.sharing.devices:
@@ -280,10 +279,13 @@ class SharedDevices:
         for task in job.tasks:
             if not 0 < task.gpu_milli < MILLI:
                 continue
-            key = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb,
-                   job.user, job.vc)
+            kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb)
+            key = (*kind, job.user, job.vc)
             if key not in self._found:
-                why = closing_rule(self.sharing, (job.user, job.vc), task, self.nodes)
+                unshared = self._unshared_room.get(kind)
+                if unshared is None:
+                    unshared = self._unshared_room[kind] = has_unshared_room(self.sharing, task, self.nodes)
+                why = closing_rule(self.sharing, (job.user, job.vc), task, self.nodes, unshared)
                 self._found[key] = None if why is None else Worded(
                     f"GPU {why.index} of node {why.node} is shared with another user's job; "
                     f"VC {why.vc} allows sharing with: {why.rule}",

@@ -217,8 +217,10 @@ def preempt_for_queue(
 
 def _shape(cycle: Cycle, job: PendingJob) -> Shape:
     """What decides whether a job can start: its VC, priority and tasks, and its user only
-    when that user has a quota at that priority."""
-    user = job.user if (job.user, job.priority_rank) in cycle.snapshot.user_quotas else None
+    when that user has a quota at that priority or the job asks for a GPU fraction (which
+    devices it may share depends on whose shares are on them: ``sharing``)."""
+    fraction = not cycle.ledger.sharing.open and any(0 < t.gpu_milli < MILLI for t in job.tasks)
+    user = job.user if fraction or (job.user, job.priority_rank) in cycle.snapshot.user_quotas else None
     return (job.vc, user, job.priority_rank, job.tasks)
 
 

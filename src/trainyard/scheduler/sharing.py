@@ -39,10 +39,16 @@ class Sharing:
     def __init__(self, snapshot: Snapshot) -> None:
         self.rules = {vc.name: vc.gpu_sharing for vc in snapshot.vcs}
         self.unlisted = snapshot.config.gpu_sharing
+        # Every rule lets anyone share: nothing to track or check (the simulator's pods).
+        self.open = self.unlisted is GpuSharing.ANYONE and all(r is GpuSharing.ANYONE for r in self.rules.values())
         self.groups = snapshot.user_groups
         # node -> device index -> sharer -> fractional shares it has there
         self.devices: dict[str, dict[int, dict[Sharer, int]]] = {}
         self._allows: dict[tuple[Sharer, Sharer], bool] = {}
+        # ``closed``'s answers, asked for every candidate node of every fractional task:
+        # kept with the node's change count, so that only nodes changed since are worked out.
+        self._changes: dict[str, int] = {}
+        self._closed: dict[tuple[Sharer, str], tuple[int, tuple[int, ...]]] = {}
 
     def rule(self, vc: str) -> GpuSharing:
         return self.rules.get(vc, self.unlisted)
@@ -66,6 +72,8 @@ class Sharing:
 
     def add(self, sharer: Sharer, placements: Iterable[TaskPlacement], sign: int, tentative: Tentative | None) -> None:
         """Count (``sign`` +1) or uncount (-1) the placements' fractional shares as ``sharer``'s."""
+        if self.open:
+            return
         changed = [(p.node, s.index) for p in placements for s in p.gpus if 0 < s.milli < MILLI]
         if not changed:
             return
@@ -80,6 +88,7 @@ class Sharing:
             tentative.record(undo)
 
     def _change(self, sharer: Sharer, node: str, index: int, sign: int) -> None:
+        self._changes[node] = self._changes.get(node, 0) + 1
         on_node = self.devices.setdefault(node, {})
         counts = on_node.setdefault(index, {})
         count = counts.get(sharer, 0) + sign
@@ -97,11 +106,17 @@ class Sharing:
         on_node = self.devices.get(node.name)
         if not on_node:
             return ()
-        return tuple(sorted(
+        changes = self._changes[node.name]
+        known = self._closed.get((sharer, node.name))
+        if known is not None and known[0] == changes:
+            return known[1]
+        closed = tuple(sorted(
             node.position[index]
             for index, counts in on_node.items()
             if index in node.position and any(n > 0 and not self.allows(sharer, o) for o, n in counts.items())
         ))
+        self._closed[(sharer, node.name)] = (changes, closed)
+        return closed
 
     def refusal(self, sharer: Sharer, node: str, index: int) -> Refusal | None:
         """Why ``sharer`` may not join the shares on the device, or None if it may."""
@@ -115,10 +130,16 @@ class Sharing:
         return Refusal(node, index, other, vc, rule)
 
 
-def closing_rule(sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Sequence[FreeNode]) -> Refusal | None:
+def closing_rule(
+    sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Sequence[FreeNode], unshared_room: bool
+) -> Refusal | None:
     """Why a fractional ``task`` of ``sharer`` has nowhere to go when the only devices with
     room for it hold shares a VC's rule keeps it from; None if that is not what stops it.
-    Devices with shares are few: they are looked at first, every node only if one is closed."""
+    ``unshared_room``: whether a device without fractional shares has room for it
+    (``has_unshared_room``, the same for every sharer). Devices with shares are few: only
+    they are looked at here."""
+    if unshared_room:
+        return None
     by_name = {n.name: n for n in nodes}
     first: Refusal | None = None
     for name in sorted(sharing.devices):
@@ -129,20 +150,23 @@ def closing_rule(sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Seq
             pos = node.position.get(index)
             if pos is None or not node.suits(pos, task) or node.gpu_free[pos] < task.gpu_milli:
                 continue
-            first = sharing.refusal(sharer, name, index)
-            if first is not None:
-                break
-        if first is not None:
-            break
-    if first is None:
-        return None
+            refusal = sharing.refusal(sharer, name, index)
+            if refusal is None:
+                return None  # a shared device it may join has room
+            first = first or refusal
+    return first
+
+
+def has_unshared_room(sharing: Sharing, task: TaskRequest, nodes: Sequence[FreeNode]) -> bool:
+    """Whether some device without fractional shares has room for ``task`` (which no
+    sharing rule can close)."""
     for node in nodes:
-        if not node.schedulable or not node.hosts_cpu_and_memory(task):
+        if not node.schedulable or not node.hosts_cpu_and_memory(task) or node.gpu_sum < task.gpu_milli:
             continue
-        closed = sharing.closed(sharer, node)
+        shared = sharing.devices.get(node.name, {})
         if any(
-            p not in closed and node.suits(p, task) and node.gpu_free[p] >= task.gpu_milli
+            node.gpu_free[p] >= task.gpu_milli and node.gpu_index[p] not in shared and node.suits(p, task)
             for p in range(len(node.gpu_free))
         ):
-            return None
-    return first
+            return True
+    return False

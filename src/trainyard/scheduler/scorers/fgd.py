@@ -126,7 +126,8 @@ class Fgd:
         statics = self._statics.setdefault(self._fixed_for(task), {})  # node name -> ``_fixed``
         # A fraction may not join other users' shares a VC's rule keeps it from: which
         # devices those are is part of the node's state for it (usually none).
-        closed_to = access.closed if 0 < task.gpu_milli < MILLI else None
+        sharing, sharer = access.ledger.sharing, access.sharer
+        closed_to = sharing.closed if 0 < task.gpu_milli < MILLI and sharing.devices else None
         for tier in access.tiers(task):
             nodes = iter(tier)
             seen = 0  # fitting nodes compared: nodes that cannot take the task do not count
@@ -139,7 +140,7 @@ class Fgd:
                     fixed = statics.get(node.name)
                     if fixed is None:
                         fixed = statics[node.name] = self._fixed(node, task)
-                    closed = () if closed_to is None else closed_to(node)
+                    closed = () if closed_to is None else closed_to(sharer, node)
                     state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
                     if by_state:
                         if state in compared:
