@@ -11,6 +11,7 @@ from trainyard.controller.scheduling import PortPlan, apply_decisions
 from trainyard.controller.world import (
     node_states_in_use,
     running_jobs,
+    user_groups,
     user_quotas,
     virtual_clusters,
 )
@@ -143,3 +144,31 @@ def test_a_preempted_or_stopped_job_shows_when_its_grace_period_ends(db) -> None
     now_then = clock.now().timestamp() - 7
     assert ending == {victim, stopped}
     assert {r.job_id: r.stops_by for r in running} == {victim: now_then + 20, stopped: now_then + 20}
+
+
+def test_each_vcs_gpu_sharing_rule_and_each_users_groups_reach_the_scheduler(db) -> None:
+    clock = FakeClock()
+    with db.session() as s:
+        inventory(s, clock, A100=8)
+        for user in ("alice", "bob", "carol"):
+            auth.create_user(s, user, is_admin=False, clock=clock)
+        admin.create_vc(s, "vision", gpus=2, model=None, preemption=True, clock=clock)
+        admin.create_vc(s, "speech", gpus=2, model=None, preemption=True, clock=clock, gpu_sharing="same-group")
+        admin.set_vc_sharing(s, "vision", "anyone")
+        admin.create_group(s, "ml", clock=clock)
+        admin.add_member(s, "ml", "alice")
+        admin.add_member(s, "ml", "bob")
+    with db.session() as s:
+        rules = {vc.name: vc.gpu_sharing for vc in virtual_clusters(s)}
+        groups = user_groups(s)
+    assert rules == {"default": "same-user", "vision": "anyone", "speech": "same-group"}
+    assert groups["alice"] == groups["bob"] and len(groups["alice"]) == 1 and "carol" not in groups
+
+
+def test_an_unknown_sharing_rule_is_refused_naming_the_field(db) -> None:
+    with db.session() as s:
+        inventory(s, FakeClock(), A100=8)
+        with pytest.raises(Invalid) as refused:
+            admin.create_vc(s, "vision", gpus=2, model=None, preemption=True, clock=FakeClock(), gpu_sharing="all")
+    assert "use one of same-user, same-group, anyone" in str(refused.value)
+    assert refused.value.details == [{"path": "gpuSharing", "message": "unknown GPU sharing rule"}]

@@ -7,7 +7,7 @@ from pydantic import BaseModel, Field
 
 from trainyard.core.names import GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES
-from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
+from trainyard.core.sharing import DEFAULT_GPU_SHARING, GPU_SHARING_NAMES
 from trainyard.schemas.requests import RequestBody, WholeNumber, text_field
 
 GPU_SHARING_HELP = (
@@ -21,11 +21,12 @@ class CreateVcRequest(RequestBody):
     gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
     model: str | None = text_field(64, default=None, description="GPU model; default: any")
     priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
-    gpuSharing: GpuSharing = Field(default=DEFAULT_GPU_SHARING, description=GPU_SHARING_HELP)
+    gpuSharing: str = text_field(16, default=DEFAULT_GPU_SHARING.value, description=GPU_SHARING_HELP,
+                                 json_schema_extra={"enum": list(GPU_SHARING_NAMES)})
 
 
 class SharingRequest(RequestBody):
-    gpuSharing: GpuSharing = Field(description=GPU_SHARING_HELP)
+    gpuSharing: str = text_field(16, description=GPU_SHARING_HELP, json_schema_extra={"enum": list(GPU_SHARING_NAMES)})
 
 
 class QuotaRequest(RequestBody):
@@ -58,7 +59,7 @@ class VcView(BaseModel):
     borrowed: float  # GPUs held by the VC's opportunistic jobs
     waiting: int
     priorityPreemption: bool
-    gpuSharing: GpuSharing
+    gpuSharing: str  # core.sharing.GpuSharing
     users: list[str]
     groups: list[str]
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from trainyard.core.clock import Clock
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES, Priority
-from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
+from trainyard.core.sharing import DEFAULT_GPU_SHARING, GPU_SHARING_NAMES, GpuSharing
 from trainyard.schemas.admin import VcView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Invalid, NotFound
@@ -79,15 +79,16 @@ def list_groups(session: Session) -> list[tuple[GroupRow, list[str]]]:
 
 def create_vc(
     session: Session, name: str, *, gpus: int, model: str | None, preemption: bool, clock: Clock,
-    gpu_sharing: GpuSharing = DEFAULT_GPU_SHARING,
+    gpu_sharing: str = DEFAULT_GPU_SHARING.value,
 ) -> VirtualClusterRow:
     _check_name("virtual cluster", name)
+    sharing = _gpu_sharing(gpu_sharing)
     if name == DEFAULT_VC:
         raise Conflict("'default' is built in: it holds whatever no other VC guarantees")
     if vc_queries.vc_named(session, name) is not None:
         raise Conflict(f"virtual cluster {name!r} already exists")
     vc = VirtualClusterRow(
-        name=name, allow_priority_preemption=preemption, gpu_sharing=gpu_sharing.value, created_at=clock.now()
+        name=name, allow_priority_preemption=preemption, gpu_sharing=sharing.value, created_at=clock.now()
     )
     session.add(vc)
     session.flush()
@@ -102,15 +103,25 @@ def get_vc(session: Session, name: str) -> VirtualClusterRow:
     return vc
 
 
-def set_vc_sharing(session: Session, name: str, gpu_sharing: GpuSharing) -> None:
+def _gpu_sharing(value: str) -> GpuSharing:
+    if value not in GPU_SHARING_NAMES:
+        raise Invalid(
+            f"unknown GPU sharing rule {value!r}; use one of {', '.join(GPU_SHARING_NAMES)}",
+            details=[{"path": "gpuSharing", "message": "unknown GPU sharing rule"}],
+        )
+    return GpuSharing(value)
+
+
+def set_vc_sharing(session: Session, name: str, gpu_sharing: str) -> None:
     """Set whose fractional GPU shares the VC's jobs may share a device with. Jobs already
     sharing a device keep running; new placements follow the rule from the next cycle."""
+    sharing = _gpu_sharing(gpu_sharing)
     if name == DEFAULT_VC:
         raise Conflict(
             "'default' is built in and always shares GPUs with the same user only; "
             "put users who may share into a VC of their own"
         )
-    get_vc(session, name).gpu_sharing = gpu_sharing.value
+    get_vc(session, name).gpu_sharing = sharing.value
 
 
 def vc_sharing(session: Session) -> dict[str, GpuSharing]:
