@@ -303,7 +303,8 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     """
     problems: list[str] = []
     empty = {n.name: FreeNode.from_state(n, empty=True) for n in nodes}
-    problems += _whole_nodes_never_fit(nodes, tasks)
+    whole_problems = _whole_nodes_never_fit(nodes, tasks)
+    problems += whole_problems
     tasks = list(whole_nodes.resolve_tasks(tasks, nodes))
     for task in tasks:
         if task.whole_node or any(node.pick_devices(task) is not None for node in empty.values()):
@@ -330,6 +331,8 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
             )
         else:
             problems.append(f"{label}: no node offers the requested GPU model or GPU memory")
+    if whole_problems:  # the totals would only repeat them, with guessed amounts
+        return sorted(set(problems), key=problems.index)
     total = sum(t.gpu_milli for t in tasks)
     capacity = sum(len(n.gpus) for n in nodes) * MILLI
     if total > capacity:
