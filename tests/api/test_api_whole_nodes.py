@@ -37,3 +37,13 @@ def test_more_whole_nodes_than_the_cluster_has_are_refused_with_the_numbers(api:
     status, body = submit(api, "    nodes: 1\n    resourcePerInstance: {gpuModel: H100}\n")
     assert status == 422 and body["errors"][0]["path"] == "taskRoles.trainer", body
     assert "no node has only H100 GPUs" in body["detail"]
+
+
+def test_a_whole_node_counts_its_gpus_against_the_vc_quota_at_submit(api: Api) -> None:
+    admin = api.sdk(api.admin_token)
+    admin.create_vc("small", gpus=2)
+    admin.grant_vc("small", "alice")
+    status, body = submit(api, "    nodes: 1\ndefaults: {virtualCluster: small}\n")
+    assert status == 422, body
+    assert body["detail"].startswith("the job needs 4 GPU but VC small guarantees 2")
+    assert body["errors"][0]["path"] == "defaults.virtualCluster"

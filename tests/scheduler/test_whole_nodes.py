@@ -104,6 +104,8 @@ def test_gpu_model_shorthands_choose_the_kind_of_node() -> None:
     nodes = [node("a", 4, model="V100"), node("b", 8, model="A100")]
     d = schedule(snapshot(nodes, [whole(1, models=("A100",))]))
     assert [p.node for p in placements_of(d, 1)] == ["b"]
+    d = schedule(snapshot(nodes, [whole(1, models=("H100",))]))
+    assert d.waits[0].message.startswith("needs 1 whole node(s) with only H100 GPUs; no node that takes work has them")
 
 
 def test_quotas_count_the_gpus_of_the_nodes_taken() -> None:

@@ -101,6 +101,12 @@ class Rooms:
                 continue
             first = tasks[0]
             kind = _models(first.gpu_models) or "GPU"
+            if not fitting:
+                only = f"only {kind} GPUs" if first.gpu_models else "GPUs"
+                if first.gpu_memory_mb:
+                    only += f" of at least {first.gpu_memory_mb} MiB"
+                return Worded(f"needs {len(tasks)} whole node(s) with {only}; no node that takes work has them",
+                              f"no whole node with {only}")
             sizes = str(most) if fewest == most else f"{fewest}-{most}"
             of = f"{sizes} {kind}{'s' if most > 1 else ''}"
             if first.gpu_memory_mb:
