@@ -8,7 +8,7 @@ from collections import defaultdict
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from scheduler_world import World, check_capacity, describe, job, node, on, running, snapshot
-from test_invariants import check_preemptions, check_quotas
+from test_invariants import check_preemptions, check_quotas, permuted
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.schedule import never_fits, schedule
@@ -212,8 +212,9 @@ def check_whole_nodes(s: Snapshot, d: Decisions) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(mixed_worlds())
-def test_a_whole_node_task_never_shares_its_node_and_quotas_count_its_gpus(drawn) -> None:
+@given(mixed_worlds(), st.integers(0, 1000))
+def test_a_whole_node_task_never_shares_its_node_and_quotas_count_its_gpus(drawn, seed) -> None:
+    """... and the same snapshot, its tuples in any order, gives the same decisions."""
     world, submissions, advances = drawn
     for step, seconds in enumerate(advances):
         for at, pending in submissions:
@@ -226,4 +227,5 @@ def test_a_whole_node_task_never_shares_its_node_and_quotas_count_its_gpus(drawn
         check_whole_nodes(before, decisions)
         check_quotas(before, decisions)
         check_preemptions(before, decisions)
+        assert schedule(permuted(before, seed)) == decisions
         world.advance(seconds)
