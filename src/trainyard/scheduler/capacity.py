@@ -64,8 +64,17 @@ class FreeNode:
     rack: str = ""
     gpu_sum: int = 0  # kept equal to sum(gpu_free) by ``_apply``
     whole: int = 0  # devices with a whole free GPU, kept by ``_apply``
+    cpu_total: int = -1  # the node's own CPU and memory (-1: what is free at construction)
+    memory_total: int = -1
+    # Whole-node tasks on it (``TaskRequest.whole_node``), kept by ``_apply`` and, for the
+    # running ones, set by the ledger: while one runs, nothing else is placed here.
+    sealed: int = 0
 
     def __post_init__(self) -> None:
+        if self.cpu_total < 0:
+            self.cpu_total = self.cpu_milli
+        if self.memory_total < 0:
+            self.memory_total = self.memory_mb
         if not self.gpu_group:
             self.gpu_group = [""] * len(self.gpu_index)
         self.gpu_sum = sum(self.gpu_free)
@@ -90,6 +99,7 @@ class FreeNode:
         self.name = node.name
         self.cpu_milli = node.cpu_milli - (0 if empty else node.cpu_used_milli)
         self.memory_mb = node.memory_mb - (0 if empty else node.memory_used_mb)
+        self.cpu_total, self.memory_total, self.sealed = node.cpu_milli, node.memory_mb, 0
         self.gpu_free = free
         self.gpu_index, self.gpu_model, self.gpu_memory_mb, self.gpu_group = index, model, memory, group
         self.schedulable = empty or node.schedulable
@@ -112,7 +122,18 @@ class FreeNode:
         return sum(1 for i in self.eligible_devices(task) if self.gpu_free[i] == MILLI)
 
     def hosts_cpu_and_memory(self, task: TaskRequest) -> bool:
-        return self.schedulable and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
+        return (
+            self.schedulable and not self.sealed
+            and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
+        )
+
+    @property
+    def empty(self) -> bool:
+        """Nothing holds any of it (what a whole-node task needs)."""
+        return (
+            not self.sealed and self.whole == len(self.gpu_free)
+            and self.cpu_milli == self.cpu_total and self.memory_mb == self.memory_total
+        )
 
     def pick_devices(self, task: TaskRequest) -> list[GpuShare] | None:
         """Choose devices for ``task`` on this node, or ``None`` if it does not fit.
@@ -145,6 +166,8 @@ class FreeNode:
         self._apply(placement, +1)
 
     def _apply(self, placement: TaskPlacement, sign: int) -> None:
+        if placement.whole_node:
+            self.sealed -= sign
         self.cpu_milli += sign * placement.cpu_milli
         self.memory_mb += sign * placement.memory_mb
         for share in placement.gpus:

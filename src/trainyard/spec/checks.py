@@ -98,6 +98,26 @@ def _image_uri_errors(path: str, uri: object) -> Iterator[FieldError]:
         )
 
 
+def _whole_node_errors(path: str, role: TaskRole) -> Iterator[FieldError]:
+    """A whole-node role (``nodes``) runs one instance per node and takes all of each."""
+    if role.nodes is None:
+        return
+    if role.instances != role.nodes:
+        yield FieldError(
+            f"{path}.instances",
+            f"is {role.instances} but nodes is {role.nodes}: a whole-node role runs one instance per node; "
+            "leave instances out (or make it equal to nodes)",
+        )
+    for field in ("gpu", "cpu", "memoryMB"):
+        if field in role.resourcePerInstance.model_fields_set:
+            yield FieldError(
+                f"{path}.resourcePerInstance.{field}",
+                f"a whole-node role (nodes: {role.nodes}) gets every GPU, all the CPU and all the memory of "
+                f"each node: leave {field} out (gpuModel and gpuMemoryMB choose the kind of node), or drop "
+                "nodes and ask for amounts",
+            )
+
+
 def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldError]:
     path = f"taskRoles.{name}"
     if role.image is not None and role.dockerImage is not None:
@@ -120,6 +140,7 @@ def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldErro
                 f"{path}.completion.{field}",
                 f"must be -1, null, or between 1 and instances ({role.instances}) (got {count})",
             )
+    yield from _whole_node_errors(path, role)
     for label in role.resourcePerInstance.ports:
         if not IDENTIFIER.fullmatch(label):
             yield FieldError(
