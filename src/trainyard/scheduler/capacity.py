@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from trainyard.core.resources import MILLI
+from trainyard.core.selectors import GpuFacts, NodeFacts, compile_selector
 from trainyard.scheduler.snapshot import GpuShare, GpuSlot, NodeState, TaskPlacement, TaskRequest
 
 Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
@@ -28,6 +29,13 @@ LayoutKey = tuple[tuple[int, str, int, str], ...]
 Layout = tuple[list[int], list[int], list[str], list[int], list[str], Klass, dict[int, int], str | None]
 
 _LAYOUTS: dict[LayoutKey, Layout] = {}
+
+# A resource expression's answer on a kind of node: (expression, whether the role has GPUs,
+# what the answer depends on) -> true or false per device by position (one entry, the node,
+# for a role without GPUs). Kept across cycles: an expression is evaluated once per kind of
+# node (per node if it names ``node.name``), whatever the number of nodes, jobs and cycles.
+Selection = tuple[bool, ...]
+_SELECTIONS: dict[tuple[object, ...], Selection] = {}
 
 
 def _layout(gpus: tuple[GpuSlot, ...]) -> Layout:
@@ -64,6 +72,10 @@ class FreeNode:
     rack: str = ""
     gpu_sum: int = 0  # kept equal to sum(gpu_free) by ``_apply``
     whole: int = 0  # devices with a whole free GPU, kept by ``_apply``
+    # The node as reported (total CPU and memory, labels) for resource expressions; None
+    # when built without one (then the free figures stand for the totals, without labels).
+    state: NodeState | None = field(default=None, repr=False)
+    _selected: dict[tuple[str, bool], Selection] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.gpu_group:
@@ -97,12 +109,57 @@ class FreeNode:
         self.gpu_sum = sum(free)
         self.whole = free.count(MILLI)
         self.klass, self.position, self.only_model = klass, position, only_model
+        self.state = node
         return self
 
     def suits(self, pos: int, task: TaskRequest) -> bool:
-        return (not task.gpu_models or self.gpu_model[pos] in task.gpu_models) and (
-            self.gpu_memory_mb[pos] >= task.gpu_memory_mb
+        return (
+            (not task.gpu_models or self.gpu_model[pos] in task.gpu_models)
+            and self.gpu_memory_mb[pos] >= task.gpu_memory_mb
+            and (not task.selector or self.selected(task.selector, True)[pos])
         )
+
+    def admits(self, task: TaskRequest) -> bool:
+        """Whether the node itself suits a task without GPUs (its resource expression)."""
+        return not task.selector or task.gpu_milli > 0 or self.selected(task.selector, False)[0]
+
+    def facts(self) -> NodeFacts:
+        """The node as a resource expression sees it."""
+        state = self.state
+        if state is None:
+            return NodeFacts(self.name, {}, self.cpu_milli, self.memory_mb, len(self.gpu_index))
+        return NodeFacts(state.name, state.labels, state.cpu_milli, state.memory_mb, len(state.gpus))
+
+    def gpu_facts(self, pos: int) -> GpuFacts:
+        return GpuFacts(self.gpu_index[pos], self.gpu_model[pos], self.gpu_memory_mb[pos])
+
+    def selected(self, source: str, gpus: bool) -> Selection:
+        """Whether ``source`` is true on each device by position (``gpus``), or on the node
+        (one entry); worked out once per kind of node and remembered (``_SELECTIONS``)."""
+        memo = self._selected
+        if memo is None:
+            memo = self._selected = {}
+        found = memo.get((source, gpus))
+        if found is not None:
+            return found
+        selector = compile_selector(source, gpus=gpus)  # checked at submit; cached by source
+        facts = self.facts()
+        key = (
+            source, gpus, facts.name if selector.uses_name else "", tuple(sorted(facts.labels.items())),
+            facts.cpu_milli, facts.memory_mb, facts.gpus,
+            tuple(zip(self.gpu_index, self.gpu_model, self.gpu_memory_mb)) if gpus else (),
+        )
+        found = _SELECTIONS.get(key)
+        if found is None:
+            if gpus:
+                found = tuple(selector.allows(facts, self.gpu_facts(p)) for p in range(len(self.gpu_index)))
+            else:
+                found = (selector.allows(facts),)
+            if len(_SELECTIONS) > 65536:  # kinds of node are few; bound it all the same
+                _SELECTIONS.clear()
+            _SELECTIONS[key] = found
+        memo[(source, gpus)] = found
+        return found
 
     def eligible_devices(self, task: TaskRequest) -> list[int]:
         """Positions of the devices whose model and memory suit the task."""
@@ -112,7 +169,12 @@ class FreeNode:
         return sum(1 for i in self.eligible_devices(task) if self.gpu_free[i] == MILLI)
 
     def hosts_cpu_and_memory(self, task: TaskRequest) -> bool:
-        return self.schedulable and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
+        """Room for the task's CPU and memory on a node that takes work and suits it (a
+        task with GPUs: its devices are checked by ``suits``)."""
+        return (
+            self.schedulable and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
+            and (not task.selector or self.admits(task))
+        )
 
     def pick_devices(self, task: TaskRequest) -> list[GpuShare] | None:
         """Choose devices for ``task`` on this node, or ``None`` if it does not fit.

@@ -54,6 +54,9 @@ class TaskRequest:
     memory_mb: int = 1024
     gpu_models: tuple[str, ...] = ()  # empty: any model
     gpu_memory_mb: int = 0  # minimum memory per device
+    # A resource expression (CEL, ``core/selectors.py``) the node, and for a task with GPUs
+    # each device it takes, must make true; "": any.
+    selector: str = ""
 
 
 @dataclass(frozen=True)
