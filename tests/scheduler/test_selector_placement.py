@@ -103,3 +103,10 @@ def test_a_labelled_node_is_seen_in_the_next_cycle() -> None:
     pending = (job(1, 1000, 'node.labels["ib"] == "true"'),)
     assert placed(Snapshot((node("a", A100),), pending)) == {}
     assert placed(Snapshot((node("a", A100, labels={"ib": "true"}),), pending)) == {1: [("a", (0,))]}
+
+
+def test_a_job_that_fits_its_nodes_only_when_they_free_up_counts_only_the_selected_gpus() -> None:
+    nodes = (node("a", A100, A100, labels={"ib": "true"}), node("b", A100, A100, A100, A100))
+    decisions = schedule(Snapshot(nodes, (job(1, 3000, 'node.labels["ib"] == "true"'),)))
+    assert decisions.starts == ()
+    assert decisions.waits[0].message == "needs 3 selected GPU in total, 2 free"  # b's four do not count

@@ -97,6 +97,8 @@ class Rooms:
         total = gpu_need(job)
         room = self.of(biggest)
         kind = _models(biggest.gpu_models) or "GPU"
+        if biggest.selector:  # only the devices its resource expression allows count
+            kind = f"selected {kind}"
         if total > room.gpu_total:
             return Worded(
                 f"needs {_gpus(total)} {kind} in total, {_gpus(room.gpu_total)} free",
