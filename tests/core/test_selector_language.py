@@ -85,3 +85,9 @@ def test_splitting_into_clauses_keeps_the_meaning() -> None:
 def test_empty_and_oversized_expressions_are_refused() -> None:
     assert "must not be empty" in refusal("   ").message
     assert "at most 2000 characters" in refusal("node.gpus > 0 && " * 200 + "true").message
+
+
+def test_a_comprehension_inside_another_is_refused_for_its_cost() -> None:
+    error = refusal("[1, 2, 3].all(x, [1, 2, 3].exists(y, x == y))")
+    assert "exists() inside all(): a comprehension may not hold another" in error.message
+    assert (error.line, error.column) == (1, 28)

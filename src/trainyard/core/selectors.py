@@ -179,6 +179,7 @@ def _check_names(tree: Tree[Token], source: str, gpus: bool) -> dict[str, set[tu
     bound = set()
     for sub in tree.iter_subtrees():
         if sub.data == "member_dot_arg" and str(sub.children[1]) in _MACROS and len(sub.children) > 2:
+            _refuse_nested(sub, source)
             args = sub.children[2]
             first = next(iter(args.children), None) if isinstance(args, Tree) else None
             ident = _lone_ident(first)
@@ -215,6 +216,16 @@ def _check_names(tree: Tree[Token], source: str, gpus: bool) -> dict[str, set[tu
             also = f"did you mean {hint[0]}? " if hint else ""
             raise _at(f"unknown name {name} ({also}an expression sees node and gpu)", source, name.line, name.column)
     return used
+
+
+def _refuse_nested(macro: Tree[Token], source: str) -> None:
+    """One comprehension may not hold another: nested ones multiply (a few short lists make
+    billions of steps), and an expression is evaluated at submit and by the scheduler."""
+    for inner in macro.children[2].iter_subtrees() if isinstance(macro.children[2], Tree) else ():
+        if inner.data == "member_dot_arg" and str(inner.children[1]) in _MACROS:
+            name = inner.children[1]
+            raise _at(f"{name}() inside {macro.children[1]}(): a comprehension may not hold another",
+                      source, getattr(name, "line", None), getattr(name, "column", None))
 
 
 def _lone_ident(node: Any) -> Token | None:
