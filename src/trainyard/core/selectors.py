@@ -108,6 +108,7 @@ class Selector:
     uses_gpu: bool
     uses_name: bool  # whether an answer may differ between nodes alike but for their names
     uses_labels: bool  # whether it reads node labels, which admins change live
+    uses_gpu_index: bool  # whether devices alike but for their index may differ
     clauses: tuple[Clause, ...]
 
     def allows(self, node: NodeFacts, gpu: GpuFacts | None = None) -> bool:
@@ -137,7 +138,7 @@ def _compiled(source: str, gpus: bool) -> Selector:
         raise SelectorError(f"must be true or false; it gives {_cel_type(result)}")
     node = scopes["node"]
     return Selector(source, env.program(tree), "gpu" in scopes, ("node", "name") in node, ("node", "labels") in node,
-                    clauses)
+                    ("gpu", "index") in scopes.get("gpu", set()), clauses)
 
 
 def _parse(env: celpy.Environment, source: str) -> Tree[Token]:

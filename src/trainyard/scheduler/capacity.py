@@ -151,10 +151,19 @@ class FreeNode:
         )
         found = _SELECTIONS.get(key)
         if found is None:
-            if gpus:
-                found = tuple(selector.allows(facts, self.gpu_facts(p)) for p in range(len(self.gpu_index)))
-            else:
+            if not gpus:
                 found = (selector.allows(facts),)
+            elif not selector.uses_gpu:  # the node decides for all its devices
+                found = (selector.allows(facts),) * len(self.gpu_index)
+            else:  # devices alike (model, memory; index if it is read) are asked once
+                asked: dict[tuple[object, ...], bool] = {}
+                answers = []
+                for p in range(len(self.gpu_index)):
+                    alike = (self.gpu_model[p], self.gpu_memory_mb[p], selector.uses_gpu_index and self.gpu_index[p])
+                    if alike not in asked:
+                        asked[alike] = selector.allows(facts, self.gpu_facts(p))
+                    answers.append(asked[alike])
+                found = tuple(answers)
             if len(_SELECTIONS) > 65536:  # kinds of node are few; bound it all the same
                 _SELECTIONS.clear()
             _SELECTIONS[key] = found
