@@ -66,6 +66,12 @@ def test_amounts_beside_nodes_are_refused_at_their_field(field: str, value: floa
     assert "gpuModel and gpuMemoryMB choose the kind of node" in error.message
 
 
+def test_a_selector_beside_nodes_is_refused_at_its_field_not_ignored() -> None:
+    errors = errors_of(whole_document(resourcePerInstance={"selector": 'node.labels["ib"] == "true"'}))
+    assert [(e.path, "chooses its kind of node with gpuModel and gpuMemoryMB" in e.message) for e in errors] == [
+        ("taskRoles.trainer.resourcePerInstance.selector", True)]
+
+
 def test_every_mixed_field_is_reported_at_once() -> None:
     errors = errors_of(whole_document(instances=1, resourcePerInstance={"gpu": 1, "cpu": 2, "memoryMB": 10}))
     assert [e.path for e in errors] == [

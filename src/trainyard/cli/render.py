@@ -209,4 +209,7 @@ def nodes_table(nodes: Sequence[NodeView]) -> str:
             if g.jobs:
                 jobs = ", ".join(map(str, g.jobs))
                 out += f"\n  {n.name} GPU {g.index}: {num(g.used)} used by job(s) {jobs}"
+    for n in nodes:
+        if n.labels:
+            out += f"\n  {n.name} labels: " + ", ".join(f"{k}={v}" for k, v in sorted(n.labels.items()))
     return out

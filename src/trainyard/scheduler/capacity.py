@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from trainyard.core.resources import MILLI
+from trainyard.core.selectors import GpuFacts, NodeFacts, compile_selector
 from trainyard.scheduler.snapshot import GpuShare, GpuSlot, NodeState, TaskPlacement, TaskRequest
 
 Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
@@ -28,6 +29,13 @@ LayoutKey = tuple[tuple[int, str, int, str], ...]
 Layout = tuple[list[int], list[int], list[str], list[int], list[str], Klass, dict[int, int], str | None]
 
 _LAYOUTS: dict[LayoutKey, Layout] = {}
+
+# A resource expression's answer on a kind of node: (expression, whether the role has GPUs,
+# what the answer depends on) -> true or false per device by position (one entry, the node,
+# for a role without GPUs). Kept across cycles: an expression is evaluated once per kind of
+# node (per node if it names ``node.name``), whatever the number of nodes, jobs and cycles.
+Selection = tuple[bool, ...]
+_SELECTIONS: dict[tuple[object, ...], Selection] = {}
 
 
 def _layout(gpus: tuple[GpuSlot, ...]) -> Layout:
@@ -69,6 +77,10 @@ class FreeNode:
     # Whole-node tasks on it (``TaskRequest.whole_node``), kept by ``_apply`` and, for the
     # running ones, set by the ledger: while one runs, nothing else is placed here.
     sealed: int = 0
+    # The node as reported (total CPU and memory, labels) for resource expressions; None
+    # when built without one (then the free figures stand for the totals, without labels).
+    state: NodeState | None = field(default=None, repr=False)
+    _selected: dict[tuple[str, bool], Selection] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.cpu_total < 0:
@@ -107,12 +119,66 @@ class FreeNode:
         self.gpu_sum = sum(free)
         self.whole = free.count(MILLI)
         self.klass, self.position, self.only_model = klass, position, only_model
+        self.state = node
         return self
 
     def suits(self, pos: int, task: TaskRequest) -> bool:
-        return (not task.gpu_models or self.gpu_model[pos] in task.gpu_models) and (
-            self.gpu_memory_mb[pos] >= task.gpu_memory_mb
+        return (
+            (not task.gpu_models or self.gpu_model[pos] in task.gpu_models)
+            and self.gpu_memory_mb[pos] >= task.gpu_memory_mb
+            and (not task.selector or self.selected(task.selector, True)[pos])
         )
+
+    def admits(self, task: TaskRequest) -> bool:
+        """Whether the node itself suits a task without GPUs (its resource expression)."""
+        return not task.selector or task.gpu_milli > 0 or self.selected(task.selector, False)[0]
+
+    def facts(self) -> NodeFacts:
+        """The node as a resource expression sees it."""
+        state = self.state
+        if state is None:
+            return NodeFacts(self.name, {}, self.cpu_milli, self.memory_mb, len(self.gpu_index))
+        return NodeFacts(state.name, state.labels, state.cpu_milli, state.memory_mb, len(state.gpus))
+
+    def gpu_facts(self, pos: int) -> GpuFacts:
+        return GpuFacts(self.gpu_index[pos], self.gpu_model[pos], self.gpu_memory_mb[pos])
+
+    def selected(self, source: str, gpus: bool) -> Selection:
+        """Whether ``source`` is true on each device by position (``gpus``), or on the node
+        (one entry); worked out once per kind of node and remembered (``_SELECTIONS``)."""
+        memo = self._selected
+        if memo is None:
+            memo = self._selected = {}
+        found = memo.get((source, gpus))
+        if found is not None:
+            return found
+        selector = compile_selector(source, gpus=gpus)  # checked at submit; cached by source
+        facts = self.facts()
+        key = (
+            source, gpus, facts.name if selector.uses_name else "", tuple(sorted(facts.labels.items())),
+            facts.cpu_milli, facts.memory_mb, facts.gpus,
+            tuple(zip(self.gpu_index, self.gpu_model, self.gpu_memory_mb)) if gpus else (),
+        )
+        found = _SELECTIONS.get(key)
+        if found is None:
+            if not gpus:
+                found = (selector.allows(facts),)
+            elif not selector.uses_gpu:  # the node decides for all its devices
+                found = (selector.allows(facts),) * len(self.gpu_index)
+            else:  # devices alike (model, memory; index if it is read) are asked once
+                asked: dict[tuple[object, ...], bool] = {}
+                answers = []
+                for p in range(len(self.gpu_index)):
+                    alike = (self.gpu_model[p], self.gpu_memory_mb[p], selector.uses_gpu_index and self.gpu_index[p])
+                    if alike not in asked:
+                        asked[alike] = selector.allows(facts, self.gpu_facts(p))
+                    answers.append(asked[alike])
+                found = tuple(answers)
+            if len(_SELECTIONS) > 65536:  # kinds of node are few; bound it all the same
+                _SELECTIONS.clear()
+            _SELECTIONS[key] = found
+        memo[(source, gpus)] = found
+        return found
 
     def eligible_devices(self, task: TaskRequest) -> list[int]:
         """Positions of the devices whose model and memory suit the task."""
@@ -122,9 +188,12 @@ class FreeNode:
         return sum(1 for i in self.eligible_devices(task) if self.gpu_free[i] == MILLI)
 
     def hosts_cpu_and_memory(self, task: TaskRequest) -> bool:
+        """Room for the task's CPU and memory on a node that takes work and suits it (a
+        task with GPUs: its devices are checked by ``suits``)."""
         return (
             self.schedulable and not self.sealed
             and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
+            and (not task.selector or self.admits(task))
         )
 
     @property

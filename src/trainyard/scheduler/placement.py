@@ -68,7 +68,8 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
 
 def _kind(task: TaskRequest) -> tuple[object, ...]:
     """What decides where a task fits (its request, not its name)."""
-    return (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.whole_node)
+    return (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.whole_node,
+            task.selector)
 
 
 def _place_all(

@@ -21,6 +21,7 @@ from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.quota import Refusal, gpu_need
+from trainyard.scheduler.selection import unmet
 from trainyard.scheduler.snapshot import (
     KeepWaiting,
     PendingJob,
@@ -57,14 +58,28 @@ class Rooms:
         self.aside = f"; {closed} node{'s' if closed > 1 else ''} cordoned or unhealthy" if closed else ""
         self.most_cpu = max((n.cpu_milli for n in self.nodes), default=0)
         self.most_memory = max((n.memory_mb for n in self.nodes), default=0)
-        self._rooms: dict[tuple[tuple[str, ...], int], Room] = {}
+        self._rooms: dict[tuple[tuple[str, ...], int, str], Room] = {}
+        self._unmet: dict[tuple[str, bool], str | None] = {}
         self._empty: dict[whole_nodes.Kind, tuple[int, int, tuple[int, int]]] = {}
         held = sum(1 for n in self.nodes if n.sealed)
         if held:
             self.aside += f"; {held} node{'s are' if held > 1 else ' is'} held whole by whole-node jobs"
 
+    def unmet(self, job: PendingJob) -> Worded | None:
+        """The first of the job's resource expressions that no node meets, and why."""
+        for task in job.tasks:
+            if not task.selector:
+                continue
+            key = (task.selector, task.gpu_milli > 0)
+            if key not in self._unmet:
+                self._unmet[key] = unmet(self.nodes, task)
+            why = self._unmet[key]
+            if why is not None:
+                return Worded(f"{task.role}: {why}{self.aside}", f"{task.role}: no node meets its selector")
+        return None
+
     def of(self, task: TaskRequest) -> Room:
-        key = (task.gpu_models, task.gpu_memory_mb)
+        key = (task.gpu_models, task.gpu_memory_mb, task.selector)
         room = self._rooms.get(key)
         if room is None:
             total = most = 0
@@ -126,6 +141,8 @@ class Rooms:
         total = gpu_need(job)
         room = self.of(biggest)
         kind = _models(biggest.gpu_models) or "GPU"
+        if biggest.selector:  # only the devices its resource expression allows count
+            kind = f"selected {kind}"
         if total > room.gpu_total:
             return Worded(
                 f"needs {_gpus(total)} {kind} in total, {_gpus(room.gpu_total)} free",
@@ -203,6 +220,9 @@ def _worded(
         worded = _refused(job, wait.refusal)
         eta = quota_etas.eta(job, wait.refusal) if wait.refusal.kind == "vc" else None
         return _with_reservation(reason, worded, wait, now, eta)
+    unmatched = before.unmet(job)
+    if unmatched is not None:
+        return _with_reservation(PendingReason.NO_FIT, unmatched, wait, now, None)
     shortfall = after.shortfall(job)
     if shortfall is None:
         shortfall = Worded(

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
+from trainyard.core.selectors import compile_selector
 from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.backfill import reserve
 from trainyard.scheduler.capacity import FreeNode, Tentative
@@ -41,6 +42,7 @@ from trainyard.scheduler.preemption import candidates, plan_preemption
 from trainyard.scheduler.quota import Refusal
 from trainyard.scheduler.reasons import explain
 from trainyard.scheduler.scorers.registry import scorer_for
+from trainyard.scheduler.selection import unmet
 from trainyard.scheduler.snapshot import (
     Decisions,
     NodeState,
@@ -299,7 +301,9 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     """Why a job could never run on these nodes even if they were empty; [] if it could.
 
     Used at submit time, so a user hears "no node has 8 GPUs" at once instead of waiting
-    forever. Nodes that are not schedulable still count: they may come back.
+    forever. Nodes that are not schedulable still count: they may come back. A resource
+    expression that reads node labels or names is left to why-pending: an admin may label
+    a node for it at any time (``yard node label``).
     """
     problems: list[str] = []
     empty = {n.name: FreeNode.from_state(n, empty=True) for n in nodes}
@@ -307,9 +311,17 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     problems += whole_problems
     tasks = list(whole_nodes.resolve_tasks(tasks, nodes))
     for task in tasks:
+        if task.selector:
+            selector = compile_selector(task.selector, gpus=task.gpu_milli > 0)
+            if selector.uses_labels or selector.uses_name:
+                task = replace(task, selector="")
         if task.whole_node or any(node.pick_devices(task) is not None for node in empty.values()):
             continue
         label = f"taskRoles.{task.role}"
+        unmatched = unmet(empty.values(), task)
+        if unmatched is not None:
+            problems.append(f"{label}.resourcePerInstance.selector: {unmatched}")
+            continue
         most_gpus = max((node.whole_free_gpus(task) for node in empty.values()), default=0)
         if task.gpu_milli >= MILLI and task.gpu_milli // MILLI > most_gpus:
             what = f" of model {'/'.join(task.gpu_models)}" if task.gpu_models else ""

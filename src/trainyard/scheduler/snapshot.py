@@ -60,6 +60,9 @@ class TaskRequest:
     # memory fields are then the least a suitable node offers (``whole_nodes.resolve``),
     # which admission, backfill and the reasons count; the placement takes the node's all.
     whole_node: bool = False
+    # A resource expression (CEL, ``core/selectors.py``) the node, and for a task with GPUs
+    # each device it takes, must make true; "": any.
+    selector: str = ""
 
 
 @dataclass(frozen=True)

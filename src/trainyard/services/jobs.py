@@ -11,6 +11,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
+from trainyard.core.labels import merged_labels
 from trainyard.core.names import DEFAULT_VC
 from trainyard.core.priorities import Priority
 from trainyard.core.states import FINAL_JOB_STATES, JobState
@@ -62,7 +63,7 @@ def node_states(nodes: list[NodeRow]) -> list[NodeState]:
             memory_mb=n.memory_mb,
             gpus=tuple(gpu_slot(g) for g in n.gpus),
             schedulable=n.schedulable and not n.cordoned,
-            labels=dict(n.labels or {}),
+            labels=merged_labels(n.labels, n.admin_labels),
         )
         for n in nodes
     ]

@@ -37,6 +37,7 @@ def task_requests(spec: JobSpec) -> tuple[TaskRequest, ...]:
                     memory_mb=res.memoryMB,
                     gpu_models=tuple(res.gpuModel or ()),
                     gpu_memory_mb=res.gpuMemoryMB or 0,
+                    selector=res.selector or "",
                 )
             )
     return tuple(requests)

@@ -12,7 +12,8 @@ protocol document back. Differences from OpenPAI v2 (rest-server `config/v2/prot
   ``stopGracePeriodSeconds``, ``tags``,
   ``preemption`` (``suspend``: the job saves its state when told, see ``docs/runtime.md``)
   with ``suspendGracePeriodSeconds`` and ``suspendSignal``, and ``watchdogSeconds``;
-  fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints;
+  fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints,
+  and ``selector``, a CEL expression over node and GPU attributes (``core/selectors.py``);
 * stricter: a placeholder naming an unknown parameter or secret is an error, and
   ``completion`` counts must fit the role's ``instances``.
 
@@ -289,6 +290,9 @@ class ResourcePerInstance(_Model):
     )
     gpuModel: Annotated[list[Text] | None, BeforeValidator(_gpu_models)] = None
     gpuMemoryMB: Annotated[WholeNumber, _between(1)] | None = None
+    # A CEL expression over node and gpu attributes (``core/selectors.py``), checked with
+    # the role's other fields in ``checks._selector_errors``.
+    selector: Text | None = None
 
 
 def _as_spec_error(check: Any) -> Any:
