@@ -121,9 +121,10 @@ class Fgd:
         # it is remembered by node state: most nodes keep their state across many tasks.
         by_state = not access.limited and not access.in_cells and access.only is None
         limit = self.scan if by_state else min(self.scan, RESTRICTED_SCAN)
-        kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb)
+        kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
         answers = self._answers.setdefault(kind, {})  # node state -> ``_evaluate_free``'s answer
-        statics = self._statics.setdefault(self._fixed_for(task), {})  # node name -> ``_fixed``
+        # node name -> ``_fixed``, and which devices the task's resource expression allows
+        statics = self._statics.setdefault((self._fixed_for(task), task.selector), {})
         # A fraction may not join other users' shares a VC's rule keeps it from: which
         # devices those are is part of the node's state for it (usually none).
         sharing, sharer = access.ledger.sharing, access.sharer
@@ -139,7 +140,10 @@ class Fgd:
                 for node in nodes:
                     fixed = statics.get(node.name)
                     if fixed is None:
-                        fixed = statics[node.name] = self._fixed(node, task)
+                        fixed = self._fixed(node, task)
+                        if task.selector:
+                            fixed = (fixed, node.selected(task.selector, True))
+                        statics[node.name] = fixed
                     closed = () if closed_to is None else closed_to(sharer, node)
                     state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
                     if by_state:

@@ -4,14 +4,14 @@
 ``anyone`` (``core.sharing``): a shared device lets one job read another's memory.
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0019"
-down_revision = "0017"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
