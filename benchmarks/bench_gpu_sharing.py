@@ -11,7 +11,7 @@ tuned to 130 %), and the allocation at 100 % arrived demand is compared.
 
     python benchmarks/bench_gpu_sharing.py [--variants gpushare20,gpushare40,gpushare60,gpushare80]
         [--users 10,50] [--seeds 42-51] [--out benchmarks/out/gpu_sharing]
-    python benchmarks/bench_gpu_sharing.py --render
+    python benchmarks/bench_gpu_sharing.py --render [--seeds 42-51]
 
 Results are kept per run in ``--out/results.json`` (a stopped sweep goes on where it was).
 Prints; never asserts.
@@ -85,16 +85,20 @@ def render(args: argparse.Namespace) -> None:
     print(head)
     print("|" + "---|" * (3 + 2 * len(users)))
     for variant in args.variants.split(","):
-        base = {k.split("|")[3]: r["alloc100"] for k, r in results.items() if k.startswith(f"{variant}|anyone|")}
-        row = [variant, str(len(base)), f"{sum(base.values()) / len(base):.2f}" if base else "-"]
+        runs = {
+            (rule, users): {k.split("|")[3]: r["alloc100"] for k, r in results.items()
+                            if k.startswith(f"{variant}|{rule}|{users}|")}
+            for rule, users in [("anyone", 0), *(("same-user", u) for u in users)]
+        }
+        # Only seeds run under every setting, so that each difference is seed for seed.
+        wanted = {str(seed) for seed in parse_seeds(args.seeds)}
+        seeds = sorted(set.intersection(wanted, *(set(r) for r in runs.values())))
+        if not seeds:
+            continue
+        base = runs[("anyone", 0)]
+        row = [variant, str(len(seeds)), f"{sum(base[s] for s in seeds) / len(seeds):.2f}"]
         for u in users:
-            same = {
-                k.split("|")[3]: r["alloc100"] for k, r in results.items() if k.startswith(f"{variant}|same-user|{u}|")
-            }
-            seeds = sorted(set(same) & set(base))
-            if not seeds:
-                row += ["-", "-"]
-                continue
+            same = runs[("same-user", u)]
             mean = sum(same[s] for s in seeds) / len(seeds)
             diff = sum(same[s] - base[s] for s in seeds) / len(seeds)
             row += [f"{mean:.2f}", f"{diff:+.2f} pp"]
