@@ -683,6 +683,12 @@ class Client:
         response = self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}")
         return self._parse(NodeView, response.content)
 
+    def label_node(self, node: str, changes: dict[str, str | None]) -> NodeView:
+        """Set labels on a node (a value) or remove them (None), as ``kubectl label`` (admin);
+        the scheduler sees them from its next cycle."""
+        response = self._request("PATCH", f"/nodes/{quote(node, safe='')}/labels", json={"labels": changes})
+        return self._parse(NodeView, response.content)
+
     def alerts(self, *, include_resolved: bool = False) -> list[AlertView]:
         """Alerts, newest first (firing ones; ``include_resolved``: resolved too); a user sees
         those about their own jobs, an admin all."""

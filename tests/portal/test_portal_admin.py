@@ -117,6 +117,13 @@ def test_the_cluster_page_draws_every_gpu_coloured_by_allocation(api: Api) -> No
     assert "<html" not in admin_view  # the fragment the polling swaps in
 
 
+def test_the_cluster_page_shows_each_nodes_labels_with_the_admins_over_the_backends(api: Api) -> None:
+    name = api.admin.get("/api/v1/nodes").json()[0]["name"]
+    assert api.admin.patch(f"/api/v1/nodes/{name}/labels", json={"labels": {"ib": "true"}}).status_code == 200
+    page = signed_in(api, "alice").get("/cluster").text
+    assert '<p class="labels hint"><code>ib=true</code></p>' in page
+
+
 def test_a_large_cluster_is_shown_a_page_of_nodes_at_a_time(api: Api) -> None:
     now = SystemClock().now()
     with api.ctx.db.session() as session:

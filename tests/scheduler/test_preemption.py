@@ -300,11 +300,13 @@ def test_a_plan_holds_once_another_vcs_stopping_work_changes_which_of_its_nodes_
     assert gang.job_id in world.running
 
 
-def test_a_plan_holds_once_its_victim_leaves_another_vcs_node_whole() -> None:
-    """Cells of 4 GPUs on 8-GPU nodes. nlp's job 4 holds a cell of n1 beside vision's job 2,
-    so n1 is no one's whole node; preempting job 4 for nlp's job 1 leaves vision alone on
-    n1, which the next cycle makes vision's whole node. Job 1's small task then has no
-    hole on n1: the plan must reclaim the fresh node n0 from opportunistic work too."""
+def test_a_plan_holds_once_its_victim_leaves_another_vc_alone_on_a_node() -> None:
+    """Cells of 4 GPUs on 8-GPU nodes. nlp's job 4 holds a cell of n1 beside vision's job 2;
+    preempting job 4 for nlp's job 1 leaves vision alone on n1. The next cycle derives job
+    2's cell as vision's loose cell (vision has one: loose cells are spent before whole
+    nodes), not its whole node, so n1's other cell stays a hole for job 1's small task and
+    job 4 is the only victim. (When a node left to one VC became its whole node, the plan
+    had to reclaim the fresh node n0 from opportunistic job 3 as well.)"""
     vision, nlp = VirtualCluster("vision", {"A100": 12}), VirtualCluster("nlp", {"A100": 12})
     work = [
         running(2, on("n1", 4, milli=250), rank=PROD, vc="vision", started=5.0),
@@ -315,10 +317,11 @@ def test_a_plan_holds_once_its_victim_leaves_another_vcs_node_whole() -> None:
     pending = job(1, 250, 8000, rank=PROD, vc="nlp", at=10.0)
     world.submit(pending)
     decisions = world.cycle()
-    assert sorted(p.job_id for p in decisions.preemptions) == [3, 4]
+    assert sorted(p.job_id for p in decisions.preemptions) == [4]
     _stop_what_is_stopping(world)
     world.cycle()
     assert pending.job_id in world.running
+    assert {p.node for p in world.running[pending.job_id].placements} == {"n1", "n2"}
 
 
 @pytest.mark.parametrize("scorer", sorted(SCORERS))

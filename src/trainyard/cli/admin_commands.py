@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from trainyard.cli import render
 from trainyard.cli.exits import EXIT_ERROR
 from trainyard.client import Client, UsageError
+from trainyard.core.labels import parse_label_arguments
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
 from trainyard.schemas.admin import RemovalResult, VcView
 
@@ -241,7 +242,23 @@ def cmd_image(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_node(client: Client, args: argparse.Namespace) -> int:
+    if args.action == "label":
+        return _label_node(client, args)
     node = client.cordon(args.name, cordoned=args.action == "cordon")
     state = "cordoned: nothing new is placed there" if node.cordoned else "schedulable again"
     render.print_json(node) if args.json else print(f"node {node.name}: {state}")
+    return 0
+
+
+def _label_node(client: Client, args: argparse.Namespace) -> int:
+    try:
+        changes = parse_label_arguments(args.changes)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    node = client.label_node(args.name, changes)
+    if args.json:
+        render.print_json(node)
+    else:
+        shown = ", ".join(f"{k}={v}" for k, v in sorted(node.labels.items())) or "none"
+        print(f"node {node.name}: labels {shown}")
     return 0

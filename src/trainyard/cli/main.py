@@ -406,6 +406,11 @@ def build_parser() -> argparse.ArgumentParser:
         q = node_sub.add_parser(action, help=text)
         q.add_argument("name")
         _json_flag(q)
+    q = node_sub.add_parser("label", help="set labels (KEY=VALUE) or remove them (KEY-), live; jobs' selectors "
+                                          "see them (node.labels)")
+    q.add_argument("name")
+    q.add_argument("changes", nargs="+", metavar="KEY=VALUE|KEY-")
+    _json_flag(q)
 
     p = sub.add_parser("image", help="the image cache: which node holds which container image; pre-pull one")
     image_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)

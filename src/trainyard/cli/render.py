@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from trainyard.core.states import JobState
 from trainyard.schemas.cluster import GpuView, NodeView
-from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary
+from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary, TaskView
 
 
 def print_json(data: BaseModel | Sequence[BaseModel]) -> None:
@@ -150,11 +150,22 @@ def job_detail(job: JobDetail) -> str:
         ]
         tasks = table(["TASK", "STATE", "NODE", "GPUS", "EXIT", "RUN", "RUNTIME", "MESSAGE"], rows)
         lines.extend("  " + line for line in tasks.splitlines())
+        lines.extend(_whole_nodes(job, attempt.tasks))
     lines.append("")
     lines.append("Events:")
     for event in job.events:
         lines.append(f"  {when(event.at)}  {event.kind:<18} {event.message}")
     return "\n".join(lines)
+
+
+def _whole_nodes(job: JobDetail, tasks: Sequence[TaskView]) -> list[str]:
+    """What each task of a whole-node role (``nodes``) received: all of its node."""
+    roles = job.spec.get("taskRoles") or {}
+    return [
+        f"  {t.label} has node {t.node} whole: {num(t.gpu)} GPU, {num(t.cpu)} CPU, {t.memoryMB} MiB"
+        for t in tasks
+        if isinstance(roles.get(t.role), dict) and roles[t.role].get("nodes") is not None
+    ]
 
 
 def pct(value: float | None) -> str:
@@ -198,4 +209,7 @@ def nodes_table(nodes: Sequence[NodeView]) -> str:
             if g.jobs:
                 jobs = ", ".join(map(str, g.jobs))
                 out += f"\n  {n.name} GPU {g.index}: {num(g.used)} used by job(s) {jobs}"
+    for n in nodes:
+        if n.labels:
+            out += f"\n  {n.name} labels: " + ", ".join(f"{k}={v}" for k, v in sorted(n.labels.items()))
     return out

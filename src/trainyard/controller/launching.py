@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -49,7 +49,14 @@ def task_key(job: JobRow, attempt: AttemptRow, task: TaskRow) -> TaskKey:
     return TaskKey(job.id, attempt.number, task.role, task.index, task.run)
 
 
-def _resource_string(spec: JobSpec, role: str) -> str:
+def _resource_string(spec: JobSpec, role: str, tasks: Sequence[TaskRow], me: TaskRow) -> str:
+    """OpenPAI's ``PAI_RESOURCE_<role>`` ("gpu,cpu,memMB,shmMB"): what an instance asked
+    for, or for a whole-node role what it received (this task's own, else the role's first)."""
+    if spec.taskRoles[role].whole_nodes:
+        members = sorted((t for t in tasks if t.role == role), key=lambda t: t.index)
+        got = me if me.role == role else (members[0] if members else None)
+        if got is not None:
+            return f"{len(got.gpus)},{got.cpu_milli / 1000:g},{got.memory_mb},0"
     res = spec.taskRoles[role].resourcePerInstance
     return f"{res.gpu:g},{res.cpu:g},{res.memoryMB},0"
 
@@ -79,7 +86,7 @@ def build_launch(
             for t in attempt.tasks
         ],
         master_port=attempt.master_port or 0,
-        resources={role: _resource_string(spec, role) for role in spec.role_names},
+        resources={role: _resource_string(spec, role, attempt.tasks, task) for role in spec.role_names},
     )
     commands, role_env = render_role(spec, task.role)
     wired = task_env(wiring, task.role, task.index)

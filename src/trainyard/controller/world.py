@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from trainyard.core.labels import merged_labels
 from trainyard.core.priorities import Priority
 from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import (
@@ -49,7 +50,7 @@ def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
             cpu_used_milli=used_cpu[row.name],
             memory_used_mb=used_memory[row.name],
             schedulable=row.schedulable and not row.cordoned,
-            labels=dict(row.labels or {}),
+            labels=merged_labels(row.labels, row.admin_labels),
         )
         for row in node_queries.all_nodes(session)
     )

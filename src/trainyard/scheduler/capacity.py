@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from trainyard.core.resources import MILLI
+from trainyard.core.selectors import GpuFacts, NodeFacts, compile_selector
 from trainyard.scheduler.snapshot import GpuShare, GpuSlot, NodeState, TaskPlacement, TaskRequest
 
 Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
@@ -28,6 +29,13 @@ LayoutKey = tuple[tuple[int, str, int, str], ...]
 Layout = tuple[list[int], list[int], list[str], list[int], list[str], Klass, dict[int, int], str | None]
 
 _LAYOUTS: dict[LayoutKey, Layout] = {}
+
+# A resource expression's answer on a kind of node: (expression, whether the role has GPUs,
+# what the answer depends on) -> true or false per device by position (one entry, the node,
+# for a role without GPUs). Kept across cycles: an expression is evaluated once per kind of
+# node (per node if it names ``node.name``), whatever the number of nodes, jobs and cycles.
+Selection = tuple[bool, ...]
+_SELECTIONS: dict[tuple[object, ...], Selection] = {}
 
 
 def _layout(gpus: tuple[GpuSlot, ...]) -> Layout:
@@ -64,8 +72,21 @@ class FreeNode:
     rack: str = ""
     gpu_sum: int = 0  # kept equal to sum(gpu_free) by ``_apply``
     whole: int = 0  # devices with a whole free GPU, kept by ``_apply``
+    cpu_total: int = -1  # the node's own CPU and memory (-1: what is free at construction)
+    memory_total: int = -1
+    # Whole-node tasks on it (``TaskRequest.whole_node``), kept by ``_apply`` and, for the
+    # running ones, set by the ledger: while one runs, nothing else is placed here.
+    sealed: int = 0
+    # The node as reported (total CPU and memory, labels) for resource expressions; None
+    # when built without one (then the free figures stand for the totals, without labels).
+    state: NodeState | None = field(default=None, repr=False)
+    _selected: dict[tuple[str, bool], Selection] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.cpu_total < 0:
+            self.cpu_total = self.cpu_milli
+        if self.memory_total < 0:
+            self.memory_total = self.memory_mb
         if not self.gpu_group:
             self.gpu_group = [""] * len(self.gpu_index)
         self.gpu_sum = sum(self.gpu_free)
@@ -90,6 +111,7 @@ class FreeNode:
         self.name = node.name
         self.cpu_milli = node.cpu_milli - (0 if empty else node.cpu_used_milli)
         self.memory_mb = node.memory_mb - (0 if empty else node.memory_used_mb)
+        self.cpu_total, self.memory_total, self.sealed = node.cpu_milli, node.memory_mb, 0
         self.gpu_free = free
         self.gpu_index, self.gpu_model, self.gpu_memory_mb, self.gpu_group = index, model, memory, group
         self.schedulable = empty or node.schedulable
@@ -97,12 +119,66 @@ class FreeNode:
         self.gpu_sum = sum(free)
         self.whole = free.count(MILLI)
         self.klass, self.position, self.only_model = klass, position, only_model
+        self.state = node
         return self
 
     def suits(self, pos: int, task: TaskRequest) -> bool:
-        return (not task.gpu_models or self.gpu_model[pos] in task.gpu_models) and (
-            self.gpu_memory_mb[pos] >= task.gpu_memory_mb
+        return (
+            (not task.gpu_models or self.gpu_model[pos] in task.gpu_models)
+            and self.gpu_memory_mb[pos] >= task.gpu_memory_mb
+            and (not task.selector or self.selected(task.selector, True)[pos])
         )
+
+    def admits(self, task: TaskRequest) -> bool:
+        """Whether the node itself suits a task without GPUs (its resource expression)."""
+        return not task.selector or task.gpu_milli > 0 or self.selected(task.selector, False)[0]
+
+    def facts(self) -> NodeFacts:
+        """The node as a resource expression sees it."""
+        state = self.state
+        if state is None:
+            return NodeFacts(self.name, {}, self.cpu_milli, self.memory_mb, len(self.gpu_index))
+        return NodeFacts(state.name, state.labels, state.cpu_milli, state.memory_mb, len(state.gpus))
+
+    def gpu_facts(self, pos: int) -> GpuFacts:
+        return GpuFacts(self.gpu_index[pos], self.gpu_model[pos], self.gpu_memory_mb[pos])
+
+    def selected(self, source: str, gpus: bool) -> Selection:
+        """Whether ``source`` is true on each device by position (``gpus``), or on the node
+        (one entry); worked out once per kind of node and remembered (``_SELECTIONS``)."""
+        memo = self._selected
+        if memo is None:
+            memo = self._selected = {}
+        found = memo.get((source, gpus))
+        if found is not None:
+            return found
+        selector = compile_selector(source, gpus=gpus)  # checked at submit; cached by source
+        facts = self.facts()
+        key = (
+            source, gpus, facts.name if selector.uses_name else "", tuple(sorted(facts.labels.items())),
+            facts.cpu_milli, facts.memory_mb, facts.gpus,
+            tuple(zip(self.gpu_index, self.gpu_model, self.gpu_memory_mb)) if gpus else (),
+        )
+        found = _SELECTIONS.get(key)
+        if found is None:
+            if not gpus:
+                found = (selector.allows(facts),)
+            elif not selector.uses_gpu:  # the node decides for all its devices
+                found = (selector.allows(facts),) * len(self.gpu_index)
+            else:  # devices alike (model, memory; index if it is read) are asked once
+                asked: dict[tuple[object, ...], bool] = {}
+                answers = []
+                for p in range(len(self.gpu_index)):
+                    alike = (self.gpu_model[p], self.gpu_memory_mb[p], selector.uses_gpu_index and self.gpu_index[p])
+                    if alike not in asked:
+                        asked[alike] = selector.allows(facts, self.gpu_facts(p))
+                    answers.append(asked[alike])
+                found = tuple(answers)
+            if len(_SELECTIONS) > 65536:  # kinds of node are few; bound it all the same
+                _SELECTIONS.clear()
+            _SELECTIONS[key] = found
+        memo[(source, gpus)] = found
+        return found
 
     def eligible_devices(self, task: TaskRequest) -> list[int]:
         """Positions of the devices whose model and memory suit the task."""
@@ -112,7 +188,21 @@ class FreeNode:
         return sum(1 for i in self.eligible_devices(task) if self.gpu_free[i] == MILLI)
 
     def hosts_cpu_and_memory(self, task: TaskRequest) -> bool:
-        return self.schedulable and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
+        """Room for the task's CPU and memory on a node that takes work and suits it (a
+        task with GPUs: its devices are checked by ``suits``)."""
+        return (
+            self.schedulable and not self.sealed
+            and task.cpu_milli <= self.cpu_milli and task.memory_mb <= self.memory_mb
+            and (not task.selector or self.admits(task))
+        )
+
+    @property
+    def empty(self) -> bool:
+        """Nothing holds any of it (what a whole-node task needs)."""
+        return (
+            not self.sealed and self.whole == len(self.gpu_free)
+            and self.cpu_milli == self.cpu_total and self.memory_mb == self.memory_total
+        )
 
     def pick_devices(self, task: TaskRequest) -> list[GpuShare] | None:
         """Choose devices for ``task`` on this node, or ``None`` if it does not fit.
@@ -145,6 +235,8 @@ class FreeNode:
         self._apply(placement, +1)
 
     def _apply(self, placement: TaskPlacement, sign: int) -> None:
+        if placement.whole_node:
+            self.sealed -= sign
         self.cpu_milli += sign * placement.cpu_milli
         self.memory_mb += sign * placement.memory_mb
         for share in placement.gpus:

@@ -16,12 +16,20 @@ The cell model, in short:
   **whole nodes** and ``r = K - W * m`` **loose cells**. (HiveD's virtual cells: its quota
   split into node-level cells and smaller ones.)
 * A guaranteed GPU task of the VC goes, in this order, (1) into cells the VC already holds;
-  (2) into free cells ("holes") of nodes that other VCs already use, as loose cells while
-  it has loose cells left, so that partly used nodes fill up first; (3) onto a node no VC
-  holds a cell of, binding the whole node while it has whole nodes left, else as loose
-  cells — but only when no hole could take the task even once its opportunistic work is
-  preempted. Nothing else: a VC never holds more than ``K`` cells. Within a node, a task
-  fills the VC's cells first, then the emptiest new cells.
+  (2) into free cells ("holes") of nodes where cells are bound already, as loose cells
+  while it has loose cells left, so that partly used nodes fill up first; (3) onto a node
+  no VC holds a cell of, as loose cells while it has enough left — but only when no hole
+  could take the task even once its opportunistic work is preempted — else binding the
+  whole node while it has whole nodes left. Nothing else: a VC never holds more than
+  ``K`` cells. Within a node, a task fills the VC's cells first, then the emptiest new
+  cells.
+* **Loose cells before whole nodes** (HiveD's buddy allocation splits the lowest level
+  first). A small job that bound a fresh node whole while its VC still had loose cells
+  would take one of the whole nodes the VC's wide jobs need — which, alone on a cluster
+  of its quota's size, they would find (the quota's remainder is a smaller node there, and
+  small jobs fill it). That made VCs whose quota is not a multiple of the node size wait
+  longer shared than alone (the sharing anomaly, ``docs/benchmarks.md``). A node where
+  only one VC's cells are bound becomes its whole node once its loose cells are spent.
 * Binding is lazy and is not stored: every cycle derives it again by replaying the running
   guaranteed jobs, in the order they were placed, through the same rule. So a cycle sees
   the bindings the cycles before it made, a whole node stays whole while any of it is
@@ -205,9 +213,10 @@ class Cells:
 
         First every cell a job uses goes to its VC. Then each VC's jobs are replayed in the
         order they were placed (start time, priority, id; a job's tasks largest first)
-        through the rule placement binds by: a node no other VC uses becomes one of its
-        whole nodes while it has whole nodes left, other cells count as loose. So the next
-        cycle sees the bindings this one made. If jobs that shaped them have ended, the
+        through the rule placement binds by: new cells count as loose while the VC has
+        loose cells enough; else a node no other VC uses becomes one of its whole nodes
+        while it has whole nodes left, and other cells count as loose. So the next cycle
+        sees the bindings this one made. If jobs that shaped them have ended, the
         replay may leave a VC over budget although an assignment within it exists: then a
         VC's whole nodes are those it uses most (the fewest cells in all).
         """
@@ -312,7 +321,8 @@ class Cells:
                     new = sorted(mine[model])
                     counted.update(new)
                     node_cells = self.node_cells[(p.node, model)]
-                    if self.whole_left(vc, model) > 0 and all(self.owner.get(c, vc) == vc for c in node_cells):
+                    if (len(new) > self.loose_left(vc, model) and self.whole_left(vc, model) > 0
+                            and all(self.owner.get(c, vc) == vc for c in node_cells)):
                         absorbed = sum(1 for c in node_cells if c in counted and c not in new)
                         free = tuple(c for c in node_cells if c not in self.owner)
                         self.bind(vc, Binding(model, free, True, absorbed=absorbed), tentative)
@@ -404,19 +414,19 @@ class Cells:
         """How ``vc`` may bind ``new_cells`` (free cells of ``model`` on ``node``), if at all.
 
         The rule the derivation follows too, so that the next cycle sees what this one
-        bound: a node no other VC holds a cell of becomes one of the VC's whole nodes while
-        it has whole nodes left (its loose cells there are absorbed); otherwise the cells
-        are loose, while it has loose cells left — and, with ``split_fresh=False`` (a hole
-        elsewhere could take the task), not as the first cells bound on a node.
+        bound: the cells are loose while the VC has loose cells enough — but, with
+        ``split_fresh=False`` (a hole elsewhere could take the task), not as the first
+        cells bound on a node; else a node no other VC holds a cell of becomes one of the
+        VC's whole nodes while it has whole nodes left (its loose cells there are absorbed).
         """
         if not new_cells:
             return Binding(model, (), False)
+        if len(new_cells) <= self.loose_left(vc, model) and (split_fresh or self.bound_on.get(node, 0) > 0):
+            return Binding(model, tuple(new_cells), False)
         cells = self.node_cells[(node, model)]
         if self.whole_left(vc, model) > 0 and all(self.owner.get(c, vc) == vc for c in cells):
             free = tuple(c for c in cells if c not in self.owner)
             return Binding(model, free, True, absorbed=len(cells) - len(free))
-        if len(new_cells) <= self.loose_left(vc, model) and (split_fresh or self.bound_on.get(node, 0) > 0):
-            return Binding(model, tuple(new_cells), False)
         return None
 
     # --- changes -------------------------------------------------------------------------

@@ -52,7 +52,14 @@ class Ledger:
         else:  # no quota, so no cell is ever bound: no need to lay cells out
             self.cells = Cells((), {}, {})
         self.enforced = {name: True for name in limited}
-        running = sorted((_on_known_devices(j, by_name) for j in snapshot.running), key=lambda j: j.job_id)
+        running = sorted(
+            (_whole_nodes_marked(_on_known_devices(j, by_name), by_name) for j in snapshot.running),
+            key=lambda j: j.job_id,
+        )
+        for job in running:  # nothing else goes where a whole-node task runs
+            for p in job.placements:
+                if p.whole_node and p.node in by_name:
+                    by_name[p.node].sealed += 1
         self.cells.derive(running, self.enforced, lambda node: by_name[node].whole if node in by_name else 0)
         self.capacity = Capacity(free, family_of=self.cells.family)
         self.cells.on_change = self.capacity.refile
@@ -195,6 +202,30 @@ def _on_known_devices(job: RunningJob, nodes: dict[str, FreeNode]) -> RunningJob
         for p in job.placements
     )
     return replace(job, placements=placements)
+
+
+def _whole_nodes_marked(job: RunningJob, nodes: dict[str, FreeNode]) -> RunningJob:
+    """The job with each task that holds all of its node (every GPU, all the CPU and
+    memory) marked ``whole_node``. The store keeps what a task holds, not how it asked for
+    it; a task holding all of a node is whole-node work either way, and releasing it (a
+    probe, a plan) must open the node again as surely as holding it seals it."""
+    if all(p.whole_node or not _holds_all(p, nodes.get(p.node)) for p in job.placements):
+        return job
+    placements = tuple(
+        replace(p, whole_node=True) if _holds_all(p, nodes.get(p.node)) else p for p in job.placements
+    )
+    return replace(job, placements=placements)
+
+
+def _holds_all(p: TaskPlacement, node: FreeNode | None) -> bool:
+    return (
+        node is not None
+        and bool(node.gpu_free)
+        and len(p.gpus) == len(node.gpu_free)
+        and all(g.milli >= MILLI for g in p.gpus)
+        and p.cpu_milli >= node.cpu_total
+        and p.memory_mb >= node.memory_total
+    )
 
 
 def _model_of(nodes: dict[str, FreeNode], node: str, index: int) -> str | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.quota import job_owner
@@ -67,7 +68,8 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
 
 def _kind(task: TaskRequest) -> tuple[object, ...]:
     """What decides where a task fits (its request, not its name)."""
-    return (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb)
+    return (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.whole_node,
+            task.selector)
 
 
 def _place_all(
@@ -80,17 +82,24 @@ def _place_all(
     gang = GangProgress(job, remaining_gpu=sum(t.gpu_milli for t in order))
     placements = []
     for task in order:
-        choice = scorer.choose(task, access, gang)
-        if choice is None:
-            return None, task
-        node, fit = choice
+        if task.whole_node:  # no scorer's choice: the smallest suitable empty node
+            chosen = whole_nodes.choose(task, access)
+            if chosen is None:
+                return None, task
+            node, took, fit = chosen
+        else:
+            choice = scorer.choose(task, access, gang)
+            if choice is None:
+                return None, task
+            (node, fit), took = choice, task
         placement = TaskPlacement(
             role=task.role,
             index=task.index,
             node=node.name,
             gpus=tuple(fit.devices),
-            cpu_milli=task.cpu_milli,
-            memory_mb=task.memory_mb,
+            cpu_milli=took.cpu_milli,
+            memory_mb=took.memory_mb,
+            whole_node=task.whole_node,
         )
         ledger.allocate(owner, placement, fit.binding, attempt)
         placements.append(placement)

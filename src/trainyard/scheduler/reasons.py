@@ -17,14 +17,15 @@ from dataclasses import dataclass
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK, Priority
 from trainyard.core.resources import MILLI
+from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.quota import Refusal, gpu_need
+from trainyard.scheduler.selection import unmet
 from trainyard.scheduler.snapshot import (
     KeepWaiting,
     PendingJob,
     PendingReason,
-    Snapshot,
     StartJob,
     TaskRequest,
 )
@@ -57,10 +58,28 @@ class Rooms:
         self.aside = f"; {closed} node{'s' if closed > 1 else ''} cordoned or unhealthy" if closed else ""
         self.most_cpu = max((n.cpu_milli for n in self.nodes), default=0)
         self.most_memory = max((n.memory_mb for n in self.nodes), default=0)
-        self._rooms: dict[tuple[tuple[str, ...], int], Room] = {}
+        self._rooms: dict[tuple[tuple[str, ...], int, str], Room] = {}
+        self._unmet: dict[tuple[str, bool], str | None] = {}
+        self._empty: dict[whole_nodes.Kind, tuple[int, int, tuple[int, int]]] = {}
+        held = sum(1 for n in self.nodes if n.sealed)
+        if held:
+            self.aside += f"; {held} node{'s are' if held > 1 else ' is'} held whole by whole-node jobs"
+
+    def unmet(self, job: PendingJob) -> Worded | None:
+        """The first of the job's resource expressions that no node meets, and why."""
+        for task in job.tasks:
+            if not task.selector:
+                continue
+            key = (task.selector, task.gpu_milli > 0)
+            if key not in self._unmet:
+                self._unmet[key] = unmet(self.nodes, task)
+            why = self._unmet[key]
+            if why is not None:
+                return Worded(f"{task.role}: {why}{self.aside}", f"{task.role}: no node meets its selector")
+        return None
 
     def of(self, task: TaskRequest) -> Room:
-        key = (task.gpu_models, task.gpu_memory_mb)
+        key = (task.gpu_models, task.gpu_memory_mb, task.selector)
         room = self._rooms.get(key)
         if room is None:
             total = most = 0
@@ -77,11 +96,53 @@ class Rooms:
         why = self._shortfall(job)
         return None if why is None else Worded(why.message + self.aside, why.short)
 
+    def empty_for(self, task: TaskRequest) -> tuple[int, int, tuple[int, int]]:
+        """``whole_nodes.empty_suitable`` for a whole-node task of this kind."""
+        key = whole_nodes.kind_of(task)
+        found = self._empty.get(key)
+        if found is None:
+            found = self._empty[key] = whole_nodes.empty_suitable(self.nodes, task)
+        return found
+
+    def _whole_shortfall(self, job: PendingJob) -> Worded | None:
+        """Too few empty suitable nodes for the job's whole-node tasks of one kind."""
+        wanted: dict[whole_nodes.Kind, list[TaskRequest]] = defaultdict(list)
+        for task in job.tasks:
+            if task.whole_node:
+                wanted[whole_nodes.kind_of(task)].append(task)
+        for tasks in wanted.values():
+            empty, fitting, (fewest, most) = self.empty_for(tasks[0])
+            if empty >= len(tasks):
+                continue
+            first = tasks[0]
+            kind = _models(first.gpu_models) or "GPU"
+            if not fitting:
+                only = f"only {kind} GPUs" if first.gpu_models else "GPUs"
+                if first.gpu_memory_mb:
+                    only += f" of at least {first.gpu_memory_mb} MiB"
+                return Worded(f"needs {len(tasks)} whole node(s) with {only}; no node that takes work has them",
+                              f"no whole node with {only}")
+            sizes = str(most) if fewest == most else f"{fewest}-{most}"
+            of = f"{sizes} {kind}{'s' if most > 1 else ''}"
+            if first.gpu_memory_mb:
+                of += f" of at least {first.gpu_memory_mb} MiB"
+            need = f"{len(tasks)} whole node{'s' if len(tasks) > 1 else ''} of {of}"
+            return Worded(
+                f"needs {need}; {empty} of the {fitting} that suit it {'is' if empty == 1 else 'are'} empty",
+                f"{empty}/{len(tasks)} whole nodes empty",
+            )
+        return None
+
     def _shortfall(self, job: PendingJob) -> Worded | None:
+        whole = self._whole_shortfall(job) if any(t.whole_node for t in job.tasks) else None
+        if whole is not None:
+            return whole
         biggest = max(job.tasks, key=lambda t: (t.gpu_milli, t.cpu_milli, t.memory_mb))
         total = gpu_need(job)
         room = self.of(biggest)
         kind = _models(biggest.gpu_models) or "GPU"
+        if biggest.selector:  # only the devices its resource expression allows count
+            kind = f"selected {kind}"
         if total > room.gpu_total:
             return Worded(
                 f"needs {_gpus(total)} {kind} in total, {_gpus(room.gpu_total)} free",
@@ -111,9 +172,8 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
     """Each waiting job's ``KeepWaiting``, in queue order; positions count per VC."""
     if not cycle.waits:  # every pending job started: nothing to explain (and no rooms to build)
         return ()
-    snapshot = cycle.snapshot
-    before = Rooms([FreeNode.from_state(n) for n in snapshot.nodes])
-    after = Rooms(_after_starts(snapshot, cycle.starts))
+    before = Rooms(_after_starts(cycle, ()))
+    after = Rooms(_after_starts(cycle, cycle.starts))
     quota_etas = QuotaEtas(cycle)
     positions: dict[str, int] = defaultdict(int)
     waits = []
@@ -160,6 +220,9 @@ def _worded(
         worded = _refused(job, wait.refusal)
         eta = quota_etas.eta(job, wait.refusal) if wait.refusal.kind == "vc" else None
         return _with_reservation(reason, worded, wait, now, eta)
+    unmatched = before.unmet(job)
+    if unmatched is not None:
+        return _with_reservation(PendingReason.NO_FIT, unmatched, wait, now, None)
     shortfall = after.shortfall(job)
     if shortfall is None:
         shortfall = Worded(
@@ -254,8 +317,13 @@ class QuotaEtas:
         return cached
 
 
-def _after_starts(snapshot: Snapshot, starts: Sequence[StartJob]) -> list[FreeNode]:
-    nodes = {n.name: FreeNode.from_state(n) for n in snapshot.nodes}
+def _after_starts(cycle: Cycle, starts: Sequence[StartJob]) -> list[FreeNode]:
+    """The nodes once ``starts`` have started, with running whole-node tasks' nodes sealed."""
+    nodes = {n.name: FreeNode.from_state(n) for n in cycle.snapshot.nodes}
+    for running in cycle.ledger.running.values():
+        for p in running.placements:
+            if p.whole_node and p.node in nodes:
+                nodes[p.node].sealed += 1
     for start in starts:
         for p in start.placements:
             nodes[p.node].take(p)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
+from trainyard.core.selectors import compile_selector
+from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.backfill import reserve
 from trainyard.scheduler.capacity import FreeNode, Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
@@ -40,6 +42,7 @@ from trainyard.scheduler.preemption import candidates, plan_preemption
 from trainyard.scheduler.quota import Refusal
 from trainyard.scheduler.reasons import explain
 from trainyard.scheduler.scorers.registry import scorer_for
+from trainyard.scheduler.selection import unmet
 from trainyard.scheduler.snapshot import (
     Decisions,
     NodeState,
@@ -73,6 +76,7 @@ class Queue:
 
 
 def schedule(snapshot: Snapshot) -> Decisions:
+    snapshot = whole_nodes.resolve(snapshot)  # whole-node tasks' amounts, as a lower bound
     ledger = Ledger(snapshot)
     cycle = Cycle(snapshot, ledger, scorer_for(snapshot))
     order = sorted(snapshot.pending, key=lambda job: queue_order(job, snapshot.config))
@@ -297,14 +301,27 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     """Why a job could never run on these nodes even if they were empty; [] if it could.
 
     Used at submit time, so a user hears "no node has 8 GPUs" at once instead of waiting
-    forever. Nodes that are not schedulable still count: they may come back.
+    forever. Nodes that are not schedulable still count: they may come back. A resource
+    expression that reads node labels or names is left to why-pending: an admin may label
+    a node for it at any time (``yard node label``).
     """
     problems: list[str] = []
     empty = {n.name: FreeNode.from_state(n, empty=True) for n in nodes}
+    whole_problems = _whole_nodes_never_fit(nodes, tasks)
+    problems += whole_problems
+    tasks = list(whole_nodes.resolve_tasks(tasks, nodes))
     for task in tasks:
-        if any(node.pick_devices(task) is not None for node in empty.values()):
+        if task.selector:
+            selector = compile_selector(task.selector, gpus=task.gpu_milli > 0)
+            if selector.uses_labels or selector.uses_name:
+                task = replace(task, selector="")
+        if task.whole_node or any(node.pick_devices(task) is not None for node in empty.values()):
             continue
         label = f"taskRoles.{task.role}"
+        unmatched = unmet(empty.values(), task)
+        if unmatched is not None:
+            problems.append(f"{label}.resourcePerInstance.selector: {unmatched}")
+            continue
         most_gpus = max((node.whole_free_gpus(task) for node in empty.values()), default=0)
         if task.gpu_milli >= MILLI and task.gpu_milli // MILLI > most_gpus:
             what = f" of model {'/'.join(task.gpu_models)}" if task.gpu_models else ""
@@ -326,6 +343,8 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
             )
         else:
             problems.append(f"{label}: no node offers the requested GPU model or GPU memory")
+    if whole_problems:  # the totals would only repeat them, with guessed amounts
+        return sorted(set(problems), key=problems.index)
     total = sum(t.gpu_milli for t in tasks)
     capacity = sum(len(n.gpus) for n in nodes) * MILLI
     if total > capacity:
@@ -337,3 +356,35 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     if memory > memories:
         problems.append(f"the job needs {memory} MiB of memory in total; the cluster has {memories} MiB")
     return sorted(set(problems), key=problems.index)
+
+
+def _whole_nodes_never_fit(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
+    """Whole-node roles that ask for more suitable nodes than the cluster has (the job's
+    whole-node tasks of one kind need that many different nodes)."""
+    wanted: dict[whole_nodes.Kind, list[TaskRequest]] = {}
+    for task in tasks:
+        if task.whole_node:
+            wanted.setdefault(whole_nodes.kind_of(task), []).append(task)
+    problems = []
+    for kind, of_kind in wanted.items():
+        have = len(whole_nodes.suitable(nodes, kind))
+        if len(of_kind) <= have:
+            continue
+        roles = sorted({t.role for t in of_kind})
+        what = _whole_kind(kind)
+        if have == 0:
+            reason = "the cluster has no GPU node" if not any(n.gpus for n in nodes) else f"no node has only {what}"
+            message = f"each instance needs a whole node with {what}; {reason}"
+        else:
+            message = f"needs {len(of_kind)} whole nodes with {what}; the cluster has {have}"
+        if len(roles) == 1:
+            problems.append(f"taskRoles.{roles[0]}: {message}")
+        else:
+            problems.append(f"taskRoles: roles {', '.join(roles)} together: {message}")
+    return problems
+
+
+def _whole_kind(kind: whole_nodes.Kind) -> str:
+    models, memory = kind
+    what = f"{'/'.join(models)} GPUs" if models else "GPUs"
+    return what + (f" of at least {memory} MiB" if memory else "")

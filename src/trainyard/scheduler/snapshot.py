@@ -54,6 +54,15 @@ class TaskRequest:
     memory_mb: int = 1024
     gpu_models: tuple[str, ...] = ()  # empty: any model
     gpu_memory_mb: int = 0  # minimum memory per device
+    # The task takes a whole node (``taskRoles.<role>.nodes``): every GPU, all the CPU and
+    # all the memory of one empty node whose GPUs all suit ``gpu_models``/``gpu_memory_mb``,
+    # and nothing else shares the node while it runs (``whole_nodes``). Its GPU, CPU and
+    # memory fields are then the least a suitable node offers (``whole_nodes.resolve``),
+    # which admission, backfill and the reasons count; the placement takes the node's all.
+    whole_node: bool = False
+    # A resource expression (CEL, ``core/selectors.py``) the node, and for a task with GPUs
+    # each device it takes, must make true; "": any.
+    selector: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,7 @@ class TaskPlacement:
     gpus: tuple[GpuShare, ...] = ()
     cpu_milli: int = 0
     memory_mb: int = 0
+    whole_node: bool = False  # the task holds its node alone (``TaskRequest.whole_node``)
 
 
 @dataclass(frozen=True)

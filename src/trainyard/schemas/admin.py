@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from trainyard.core.labels import MAX_LABELS
 from trainyard.core.names import GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES
 from trainyard.schemas.requests import RequestBody, WholeNumber, text_field
@@ -38,6 +39,12 @@ class UserQuotaRequest(RequestBody):
     priority: str = text_field(16, description=f"{', '.join(PRIORITY_NAMES[:-1])} or {PRIORITY_NAMES[-1]}",
                                json_schema_extra={"enum": list(PRIORITY_NAMES)})
     gpus: float | None = Field(ge=0, le=1_000_000, description="At most this many GPUs; null removes the limit")
+
+
+class NodeLabelsRequest(RequestBody):
+    """Label changes: a value sets a label, null removes it (``kubectl label``'s ``key-``)."""
+
+    labels: dict[str, str | None] = Field(min_length=1, max_length=MAX_LABELS)
 
 
 class VcView(BaseModel):

@@ -55,7 +55,8 @@ class NodeView(BaseModel):
     gpus: list[GpuView]
     simulated: bool
     cordoned: bool
-    labels: dict[str, str]
+    labels: dict[str, str]  # as the scheduler sees them: the backend's, then the admin's
+    adminLabels: dict[str, str | None] = {}  # set by admins (null: a reported label removed)
     usage: NodeUsageView | None = None  # null: no fresh sample of this node
 
 

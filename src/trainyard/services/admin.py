@@ -6,10 +6,11 @@ no running work is touched (reclaiming a VC's share is the scheduler's decision)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from sqlalchemy.orm import Session
 
+from trainyard.core import labels
 from trainyard.core.clock import Clock
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES, Priority
@@ -285,6 +286,36 @@ def set_user_quota(session: Session, user_name: str, *, priority: str, gpus: flo
 
 def list_user_quotas(session: Session) -> list[tuple[str, str, int]]:
     return user_queries.user_quotas_by_name(session)
+
+
+def change_labels(session: Session, node_name: str, changes: Mapping[str, str | None]) -> NodeRow:
+    """Set (a value) or remove (None) admins' labels on a node, as ``kubectl label``: a
+    removed label the backend reports stays hidden; the scheduler sees them next cycle."""
+    problems = []
+    for key, value in changes.items():
+        problem = labels.key_problem(key) or (None if value is None else labels.value_problem(value))
+        if problem is not None:
+            problems.append((f"labels.{key}", problem))
+    if problems:
+        raise Invalid("; ".join(f"{path}: {message}" for path, message in problems),
+                      details=[{"path": path, "message": message} for path, message in problems])
+    node = node_queries.node_named(session, node_name)
+    if node is None:
+        raise NotFound(f"no node named {node_name!r}; see `yard nodes`")
+    mine = dict(node.admin_labels or {})
+    reported = node.labels or {}
+    for key, value in changes.items():
+        if value is not None:
+            mine[key] = value
+        elif key in reported:
+            mine[key] = None  # hide the backend's
+        else:
+            mine.pop(key, None)
+    if sum(v is not None for v in mine.values()) > labels.MAX_LABELS:
+        raise Invalid(f"a node may have at most {labels.MAX_LABELS} labels set by admins",
+                      details=[{"path": "labels", "message": f"at most {labels.MAX_LABELS} labels"}])
+    node.admin_labels = mine  # a new dict: the JSON column sees the change
+    return node
 
 
 def set_cordon(session: Session, node_name: str, cordoned: bool) -> NodeRow:

@@ -11,11 +11,13 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
+from trainyard.core.labels import merged_labels
 from trainyard.core.names import DEFAULT_VC
 from trainyard.core.priorities import Priority
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.scheduler.schedule import never_fits
-from trainyard.scheduler.snapshot import GpuSlot, NodeState
+from trainyard.scheduler.snapshot import GpuSlot, NodeState, TaskRequest
+from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.environment_access import check_job_environments
@@ -61,7 +63,7 @@ def node_states(nodes: list[NodeRow]) -> list[NodeState]:
             memory_mb=n.memory_mb,
             gpus=tuple(gpu_slot(g) for g in n.gpus),
             schedulable=n.schedulable and not n.cordoned,
-            labels=dict(n.labels or {}),
+            labels=merged_labels(n.labels, n.admin_labels),
         )
         for n in nodes
     ]
@@ -86,7 +88,7 @@ def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
         )
 
 
-def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
+def check_within_vc_quota(session: Session, spec: JobSpec, requests: list[TaskRequest]) -> None:
     """Refuse a guaranteed job bigger than its VC's whole quota: it could never start."""
     if Priority(spec.priority).is_opportunistic:
         return
@@ -94,7 +96,7 @@ def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
     vc = spec.defaults.virtualCluster
     if vc not in quotas:
         return  # no VCs defined: no quotas
-    requests = [t for t in task_requests(spec) if t.gpu_milli > 0]
+    requests = [t for t in requests if t.gpu_milli > 0]
     need = sum(t.gpu_milli for t in requests)
     if not need:
         return
@@ -116,12 +118,12 @@ def check_within_vc_quota(session: Session, spec: JobSpec) -> None:
         )
 
 
-def check_within_user_quota(session: Session, user: UserRow, spec: JobSpec) -> None:
+def check_within_user_quota(session: Session, user: UserRow, spec: JobSpec, requests: list[TaskRequest]) -> None:
     """Refuse a job bigger than its owner may hold at its priority: it could never start."""
     limit = user_queries.user_quota(session, user.id, str(spec.priority))
     if limit is None:
         return
-    need = sum(t.gpu_milli for t in task_requests(spec))
+    need = sum(t.gpu_milli for t in requests)
     if need > limit.gpu_milli:
         raise Invalid(
             f"the job needs {need / 1000:g} GPU but user {user.name} may hold at most {limit.gpu_milli / 1000:g} "
@@ -158,9 +160,12 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_no_masked_secrets(spec)
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_storage_uses(session, user, spec)
-    check_fits(node_states(list_nodes(session)) if nodes is None else nodes, spec)
-    check_within_vc_quota(session, spec)
-    check_within_user_quota(session, user, spec)
+    inventory = node_states(list_nodes(session)) if nodes is None else nodes
+    check_fits(inventory, spec)
+    # A whole-node task counts the GPUs of the smallest node that suits it (a lower bound).
+    requests = list(resolve_tasks(task_requests(spec), inventory))
+    check_within_vc_quota(session, spec, requests)
+    check_within_user_quota(session, user, spec, requests)
     check_job_environments(session, user, spec)
 
 

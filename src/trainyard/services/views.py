@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from trainyard.core.labels import merged_labels
 from trainyard.core.lifecycle import platform_retries_used, run_seconds
 from trainyard.core.resources import from_milli
 from trainyard.core.states import QUEUED_JOB_STATES, AttemptState, JobState, TaskState
@@ -197,7 +198,8 @@ def node_view(
         gpus=gpus,
         simulated=any(g.get("simulated", False) for g in row.gpus),
         cordoned=row.cordoned,
-        labels=row.labels or {},
+        labels=merged_labels(row.labels, row.admin_labels),
+        adminLabels=dict(row.admin_labels or {}),
         usage=_node_usage(sample),
     )
 

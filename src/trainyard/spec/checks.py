@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainyard.core.selectors import SelectorError, compile_selector
 from trainyard.spec.errors import FieldError, join_path, show
 from trainyard.spec.placeholders import TemplateError, find_references, render_with, resolve
 from trainyard.spec.storages import extras_errors
@@ -47,6 +48,7 @@ def semantic_errors(spec: JobSpec) -> list[FieldError]:
     errors += _prerequisite_errors(spec)
     for name, role in spec.taskRoles.items():
         errors += _role_errors(spec, name, role)
+    errors += _selector_errors(spec)
     errors += _deployment_errors(spec)
     errors += _storage_errors(spec)
     placeholder_errors = list(_placeholder_errors(spec))
@@ -54,6 +56,19 @@ def semantic_errors(spec: JobSpec) -> list[FieldError]:
     if not placeholder_errors:
         errors += _env_size_errors(spec)
     return errors
+
+
+def _selector_errors(spec: JobSpec) -> Iterator[FieldError]:
+    """Each role's resource expression, checked as the scheduler will run it: syntax (with
+    line, column and a caret), names, attributes and types (``core/selectors.py``)."""
+    for name, role in spec.taskRoles.items():
+        source = role.resourcePerInstance.selector
+        if source is None:
+            continue
+        try:
+            compile_selector(source, gpus=role.resourcePerInstance.gpu > 0)
+        except SelectorError as error:
+            yield FieldError(f"taskRoles.{name}.resourcePerInstance.selector", error.message)
 
 
 def _storage_errors(spec: JobSpec) -> Iterator[FieldError]:
@@ -98,6 +113,32 @@ def _image_uri_errors(path: str, uri: object) -> Iterator[FieldError]:
         )
 
 
+def _whole_node_errors(path: str, role: TaskRole) -> Iterator[FieldError]:
+    """A whole-node role (``nodes``) runs one instance per node and takes all of each."""
+    if role.nodes is None:
+        return
+    if role.instances != role.nodes:
+        yield FieldError(
+            f"{path}.instances",
+            f"is {role.instances} but nodes is {role.nodes}: a whole-node role runs one instance per node; "
+            "leave instances out (or make it equal to nodes)",
+        )
+    for field in ("gpu", "cpu", "memoryMB"):
+        if field in role.resourcePerInstance.model_fields_set:
+            yield FieldError(
+                f"{path}.resourcePerInstance.{field}",
+                f"a whole-node role (nodes: {role.nodes}) gets every GPU, all the CPU and all the memory of "
+                f"each node: leave {field} out (gpuModel and gpuMemoryMB choose the kind of node), or drop "
+                "nodes and ask for amounts",
+            )
+    if "selector" in role.resourcePerInstance.model_fields_set:
+        yield FieldError(
+            f"{path}.resourcePerInstance.selector",
+            f"a whole-node role (nodes: {role.nodes}) chooses its kind of node with gpuModel and gpuMemoryMB; "
+            "a resource expression is not supported beside nodes yet: leave selector out",
+        )
+
+
 def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldError]:
     path = f"taskRoles.{name}"
     if role.image is not None and role.dockerImage is not None:
@@ -120,6 +161,7 @@ def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldErro
                 f"{path}.completion.{field}",
                 f"must be -1, null, or between 1 and instances ({role.instances}) (got {count})",
             )
+    yield from _whole_node_errors(path, role)
     for label in role.resourcePerInstance.ports:
         if not IDENTIFIER.fullmatch(label):
             yield FieldError(

@@ -12,7 +12,8 @@ protocol document back. Differences from OpenPAI v2 (rest-server `config/v2/prot
   ``stopGracePeriodSeconds``, ``tags``,
   ``preemption`` (``suspend``: the job saves its state when told, see ``docs/runtime.md``)
   with ``suspendGracePeriodSeconds`` and ``suspendSignal``, and ``watchdogSeconds``;
-  fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints;
+  fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints,
+  and ``selector``, a CEL expression over node and GPU attributes (``core/selectors.py``);
 * stricter: a placeholder naming an unknown parameter or secret is an error, and
   ``completion`` counts must fit the role's ``instances``.
 
@@ -30,7 +31,17 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from trainyard.spec.checks import IMAGE_REFERENCE, IMAGE_REFERENCE_MAX, MAX_PORTS, semantic_errors
@@ -279,6 +290,9 @@ class ResourcePerInstance(_Model):
     )
     gpuModel: Annotated[list[Text] | None, BeforeValidator(_gpu_models)] = None
     gpuMemoryMB: Annotated[WholeNumber, _between(1)] | None = None
+    # A CEL expression over node and gpu attributes (``core/selectors.py``), checked with
+    # the role's other fields in ``checks._selector_errors``.
+    selector: Text | None = None
 
 
 def _as_spec_error(check: Any) -> Any:
@@ -307,6 +321,11 @@ class TaskRole(_Model):
     """One kind of task in a job, run as ``instances`` identical tasks."""
 
     instances: Annotated[WholeNumber, _between(1, MAX_INSTANCES)] = 1
+    # Whole nodes (Trainyard's): ``nodes: N`` runs N instances, one per node, each with
+    # every GPU, all the CPU and all the memory of a node that nothing else shares while it
+    # runs (``scheduler/whole_nodes.py``). ``instances`` follows it; the role may not also
+    # name amounts (``checks``); ``gpuModel``/``gpuMemoryMB`` choose the kind of node.
+    nodes: Annotated[WholeNumber, _between(1, MAX_INSTANCES)] | None = None
     completion: Annotated[Completion, _none_to(Completion)] = Field(default_factory=Completion)
     taskRetryCount: Annotated[WholeNumber, _between(0, MAX_RETRIES)] = 0
     # The container image the role's tasks run in: ``image`` names it; ``dockerImage`` (OpenPAI)
@@ -327,6 +346,34 @@ class TaskRole(_Model):
     storages: Annotated[list[StorageMount], _none_to(list)] = Field(default_factory=list, max_length=MAX_STORAGES)
     # The environment this role's tasks run in, over the job's ``environment``.
     environment: EnvironmentName | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _instances_follow_nodes(cls, data: Any) -> Any:
+        """``nodes: N`` without ``instances`` means N instances (one per node)."""
+        if isinstance(data, dict) and "instances" not in data:
+            nodes = data.get("nodes")
+            if isinstance(nodes, int) and not isinstance(nodes, bool):
+                return {**data, "instances": nodes}
+        return data
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """A whole-node role is dumped without amounts, as it was written (they are not
+        its: it gets all of each node), so that its stored form validates again."""
+        data = handler(self)
+        if self.nodes is not None and isinstance(data, dict):
+            resources = data.get("resourcePerInstance")
+            if isinstance(resources, dict):
+                data["resourcePerInstance"] = {
+                    k: v for k, v in resources.items() if k not in ("gpu", "cpu", "memoryMB")
+                }
+        return data
+
+    @property
+    def whole_nodes(self) -> bool:
+        """Whether each instance takes a whole node (``nodes``)."""
+        return self.nodes is not None
 
 
 class DeploymentRole(_Model):

@@ -222,7 +222,9 @@ class NodeRow(Base):
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     schedulable: Mapped[bool] = mapped_column(Boolean, default=True)  # as the backend reports
     cordoned: Mapped[bool] = mapped_column(Boolean, default=False)  # an admin's decision
-    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)  # as the backend reports
+    # set by admins, over ``labels`` (None: removed); ``core.labels.merged_labels``
+    admin_labels: Mapped[dict[str, str | None]] = mapped_column(JSON, default=dict)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 

@@ -1,5 +1,5 @@
 """HTTP routes for cluster administration: VCs and their grants, groups and their members,
-per-user quotas, cordons (admin only; listing VCs excepted)."""
+per-user quotas, cordons and node labels (admin only; listing VCs excepted)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from trainyard.schemas.admin import (
     GroupView,
     MemberRequest,
     NameRequest,
+    NodeLabelsRequest,
     QuotaRequest,
     RemovalResult,
     UserQuotaRequest,
@@ -148,6 +149,17 @@ def cordon(name: PathName, _: Admin, ctx: Ctx) -> NodeView:
 @router.post("/nodes/{name}/uncordon", response_model=NodeView, responses=errors(401, 403, 404, 422))
 def uncordon(name: PathName, _: Admin, ctx: Ctx) -> NodeView:
     return _set_cordon(ctx, name, False)
+
+
+@router.patch("/nodes/{name}/labels", response_model=NodeView, responses=errors(401, 403, 404, 413, 422))
+def change_labels(name: PathName, body: NodeLabelsRequest, _: Admin, ctx: Ctx) -> NodeView:
+    """Set or remove (null) admins' labels on a node; resource expressions see them
+    (``node.labels``) from the next scheduling cycle, without a restart."""
+    with ctx.db.session() as session:
+        node = admin.change_labels(session, name, body.labels)
+        view = node_view(node, job_service.active_tasks(session))
+    ctx.wake_controller()
+    return view
 
 
 def _set_cordon(ctx: AppContext, name: str, cordoned: bool) -> NodeView:

@@ -124,9 +124,10 @@ class Fgd:
         # it is remembered by node state: most nodes keep their state across many tasks.
         by_state = not access.limited and not access.in_cells and access.only is None
         limit = self.scan if by_state else min(self.scan, RESTRICTED_SCAN)
-        kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb)
+        kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
         answers = self._answers.setdefault(kind, {})  # node state -> ``_evaluate_free``'s answer
-        statics = self._statics.setdefault(self._fixed_for(task), {})  # node name -> ``_fixed``
+        # node name -> ``_fixed``, and which devices the task's resource expression allows
+        statics = self._statics.setdefault((self._fixed_for(task), task.selector), {})
         for tier in access.tiers(task):
             nodes = iter(tier)
             seen = 0  # fitting nodes compared: nodes that cannot take the task do not count
@@ -138,7 +139,10 @@ class Fgd:
                 for node in nodes:
                     fixed = statics.get(node.name)
                     if fixed is None:
-                        fixed = statics[node.name] = self._fixed(node, task)
+                        fixed = self._fixed(node, task)
+                        if task.selector:
+                            fixed = (fixed, node.selected(task.selector, True))
+                        statics[node.name] = fixed
                     state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb)
                     if by_state:
                         if state in compared:

@@ -40,7 +40,7 @@ def may_fit(node: FreeNode, task: TaskRequest) -> bool:
         return False
     if task.gpu_milli <= 0:
         return True
-    any_device = not task.gpu_models and not task.gpu_memory_mb  # every device suits the task
+    any_device = not task.gpu_models and not task.gpu_memory_mb and not task.selector  # every device suits it
     if task.gpu_milli < MILLI:
         if any_device:
             return max(node.gpu_free, default=0) >= task.gpu_milli
