@@ -262,8 +262,9 @@ class FgdRated(Fgd):
     def answer(self, node: FreeNode, task: TaskRequest) -> tuple[int, tuple[int, ...]] | None:
         """The node's score for ``task`` and the positions of the devices it would get (None
         if its devices cannot take it), remembered by node state."""
-        key = (task.gpu_milli, task.cpu_milli, task.gpu_models, self._fixed(node, task), tuple(node.gpu_free),
-               node.cpu_milli)
+        # Which devices suit the task: its models and memory, and its resource expression's answer.
+        suits = (task.gpu_models, task.gpu_memory_mb, task.selector and node.selected(task.selector, True))
+        key = (task.gpu_milli, task.cpu_milli, suits, self._fixed(node, task), tuple(node.gpu_free), node.cpu_milli)
         if key not in self._scores:
             self._scores[key] = self._answer(node, task)
         return self._scores[key]
