@@ -7,15 +7,16 @@ import re
 from api.harness import Api, make_api
 from fastapi.testclient import TestClient
 
+from trainyard.core.clock import Clock
 from trainyard.services.auth import get_user
 from trainyard.services.passwords import set_password
 
 PASSWORDS = {"admin": "admin password", "alice": "alice password"}
 
 
-def make_portal_api(db, state_dir) -> Api:
+def make_portal_api(db, state_dir, clock: Clock | None = None) -> Api:
     """The API harness's app (an admin and "alice"), each with a password (``PASSWORDS``)."""
-    api = make_api(db, state_dir)
+    api = make_api(db, state_dir, clock)
     with db.session() as session:
         for name, password in PASSWORDS.items():
             set_password(session, get_user(session, "admin"), name, password)

@@ -25,12 +25,15 @@ from trainyard.store.rows import TaskRow, UserRow
 
 
 class Refused(Exception):
-    """The request is refused with ``status``; ``message`` says why, for the caller."""
+    """The request is refused with ``status``; ``message`` says why, for the caller;
+    ``retry_after`` (seconds), when what was asked for is on its way (a task starting): a
+    program gets it as ``Retry-After``, a browser a page that reloads itself after it."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 @dataclass(frozen=True)
@@ -94,7 +97,8 @@ def running_task(ctx: AppContext, caller: Caller, job_id: int, role: str, index:
 
 
 def refusal(exc: Refused) -> JSONResponse:
-    return JSONResponse({"detail": exc.message, "errors": []}, status_code=exc.status)
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else None
+    return JSONResponse({"detail": exc.message, "errors": []}, status_code=exc.status, headers=headers)
 
 
 async def deny(websocket: WebSocket, exc: Refused) -> None:

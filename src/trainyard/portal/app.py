@@ -34,10 +34,16 @@ def is_page(request: Request) -> bool:
     return not request.url.path.startswith(_NOT_PAGES)
 
 
-def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+def error_page(request: Request, status: int, message: str, retry_after: int | None = None) -> HTMLResponse:
+    """The portal's page for a refusal; with ``retry_after`` (seconds: what was asked for is
+    on its way), the page reloads itself after it, and says so."""
     titles = {400: "Bad request", 403: "Not allowed", 404: "Not found", 409: "Conflict", 413: "Too large",
-              422: "Invalid", 429: "Too many tries"}
-    return render(request, "error.html", status_code=status, title=titles.get(status, "Error"), message=message)
+              422: "Invalid", 429: "Too many tries", 503: "Not ready yet"}
+    page = render(request, "error.html", status_code=status, title=titles.get(status, "Error"), message=message,
+                  refresh=retry_after)
+    if retry_after is not None:
+        page.headers["Retry-After"] = str(retry_after)
+    return page
 
 
 def install(app: FastAPI) -> None:

@@ -66,6 +66,7 @@ PREFIX = "/proxy/jobs"
 # worth a line in its history, a browser's hundred requests a page are not.
 EVENT_EVERY_SECONDS = 600.0
 CHUNK = 65536
+STARTING_RETRY_SECONDS = 2  # a target on its way: the browser's page reloads this often
 # Connection-level headers (RFC 9110 7.6.1) and what the proxy sets itself.
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -243,7 +244,7 @@ def _refusal_to(request: Request, exc: Refused) -> Response:
     if exc.status == 401 and request.method == "GET":
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(sign_in_url(request.url.path + query), status_code=303)
-    return error_page(request, exc.status, exc.message)
+    return error_page(request, exc.status, exc.message, exc.retry_after)
 
 
 def _client(request: Request) -> httpx.AsyncClient:
@@ -281,9 +282,11 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
 
 
 async def forward_http(request: Request, target: Target, path: str, prefix: str, what: str,
-                       extra_headers: tuple[tuple[str, str], ...] = ()) -> Response:
+                       extra_headers: tuple[tuple[str, str], ...] = (), starting: str | None = None) -> Response:
     """``request`` to ``path`` (as sent, %-encoded) on ``target``, its answer streamed back;
-    ``prefix`` is where the target appears on this server (for its redirects)."""
+    ``prefix`` is where the target appears on this server (for its redirects). ``starting``:
+    the target is a server its task starts (a session's JupyterLab), so a refused connection
+    means "not yet": 503 with that message and a retry, rather than 502."""
     query = f"?{request.url.query}" if request.url.query else ""
     url = f"http://{_host(target.host)}:{target.port}{path}{query}"
     headers = _forwarded_headers(request.headers, request.client.host if request.client else "",
@@ -294,6 +297,11 @@ async def forward_http(request: Request, target: Target, path: str, prefix: str,
                                             content=request.stream() if has_body else None)
     try:
         upstream = await client.send(upstream_request, stream=True)
+    except httpx.ConnectError as exc:
+        if starting is None:
+            return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
+                                                     f"{type(exc).__name__} {exc}".rstrip()))
+        return _refusal_to(request, Refused(503, starting, retry_after=STARTING_RETRY_SECONDS))
     except httpx.HTTPError as exc:
         return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
                                                  f"{type(exc).__name__} {exc}".rstrip()))

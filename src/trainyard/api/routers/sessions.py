@@ -23,6 +23,7 @@ from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import errors
 from trainyard.api.routers.jobs import JobId
 from trainyard.api.routers.proxy import (
+    STARTING_RETRY_SECONDS,
     Target,
     _credential,
     _due,
@@ -34,7 +35,7 @@ from trainyard.api.routers.proxy import (
 )
 from trainyard.api.taskaccess import Caller, Refused, app_context, deny, identify_caller
 from trainyard.core.sessions import SESSION_PORT, SESSION_PREFIX, SESSION_ROLE, jupyter_token, session_path
-from trainyard.core.states import JobState, TaskState
+from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState
 from trainyard.portal.auth import same_origin
 from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
 from trainyard.services import dev_sessions
@@ -113,14 +114,18 @@ def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Targe
             raise Refused(404, f"no session {job_id}")
         if job.state != JobState.RUNNING:
             waiting = f" ({job.pending_short or job.state_message})" if job.state == JobState.WAITING else ""
-            raise Refused(409, f"session {job_id} is {job.state}{waiting}, not RUNNING: it opens once it runs")
+            if job.state in FINAL_JOB_STATES:
+                raise Refused(409, f"session {job_id} is {job.state}, not RUNNING: start a new one")
+            raise Refused(503, f"session {job_id} is {job.state}{waiting}, not RUNNING: it opens once it runs",
+                          retry_after=STARTING_RETRY_SECONDS)
         task = session.query(TaskRow).filter(
             TaskRow.job_id == job_id, TaskRow.role == SESSION_ROLE, TaskRow.index == 0,
             TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
         ports = task.ports.get(SESSION_PORT) if task is not None else None
         token = jupyter_token(job.spec)
         if task is None or not ports or token is None:
-            raise Refused(409, f"session {job_id} is starting: try again in a moment")
+            raise Refused(503, f"session {job_id} is starting: it opens in a moment",
+                          retry_after=STARTING_RETRY_SECONDS)
         return Target(node_addresses(session).get(task.node) or task.node, ports[0]), token
 
 
@@ -173,7 +178,8 @@ async def session_http(job_id: JobId, path: str, request: Request) -> Response:
     except Refused as exc:
         return _refusal_to(request, exc)
     return await forward_http(request, target, _path(request.scope.get("raw_path") or b""),
-                              session_path(job_id).rstrip("/"), f"session {job_id}", token)
+                              session_path(job_id).rstrip("/"), f"session {job_id}", token,
+                              starting=f"session {job_id} runs, and its JupyterLab is starting: it opens in a moment")
 
 
 @way_in.websocket(SESSION_PREFIX + "/{job_id}/{path:path}")

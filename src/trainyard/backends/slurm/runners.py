@@ -56,6 +56,10 @@ TASK_RUNNER = r"""#!/bin/bash
 # env file holds the whole clean environment.
 set -u
 dir="$1"
+# The task's output goes straight to its log, appended as srun's --output appends Slurm's
+# own messages there: through slurmstepd's pipe, its last lines could reach the file after
+# the exit file had said that the task ended, and a reader of the log would miss them.
+exec >> "$dir/output.log" 2>&1
 cd "$dir/work" || exit 1
 mapfile -d '' -t assignments < "$dir/env" || exit 1
 slurm=()

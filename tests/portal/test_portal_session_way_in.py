@@ -1,0 +1,104 @@
+"""A session's way in (``/sessions/ID/``) before its JupyterLab answers: the job waits, or it
+runs and JupyterLab has not opened its port yet. A program gets 503 with ``Retry-After``;
+a browser gets a page that says so and reloads itself, so that "Open JupyterLab", clicked
+as soon as the portal offers it, lands in the Lab. An ended session is 409 for good.
+
+In process, on a real store: the rows are what the controller writes when it places the
+session; nothing listens on the session's port."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from api.harness import Api
+
+from portal.harness import make_portal_api, signed_in
+from trainyard.api.routers.proxy import GRANT_SECONDS
+from trainyard.core.clock import FakeClock
+from trainyard.core.sessions import SESSION_PORT, SESSION_ROLE, SessionPolicy
+from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.schemas.sessions import SessionRequest
+from trainyard.services import dev_sessions
+from trainyard.services.auth import get_user
+from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
+
+HTML = {"Accept": "text/html,application/xhtml+xml"}
+
+
+@pytest.fixture
+def api(db, tmp_path) -> Iterator[Api]:
+    """The portal's app on a fake clock: the way in keeps a grant a few seconds."""
+    yield make_portal_api(db, tmp_path / "local", FakeClock())
+
+
+def start(api: Api) -> int:
+    with api.ctx.db.session() as s:
+        return dev_sessions.start_session(s, get_user(s, "alice"), SessionRequest(gpu=0),
+                                          policy=SessionPolicy(python=sys.executable), clock=api.ctx.clock).job_id
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, then let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_on_a_silent_port(api: Api, job_id: int) -> None:
+    """What the controller writes when the session's task starts, its port one nobody listens on."""
+    with api.ctx.db.session() as s:
+        node = s.query(NodeRow).first()
+        assert node is not None
+        node.address = "127.0.0.1"
+        now = api.ctx.clock.now() - timedelta(seconds=5)
+        attempt = AttemptRow(job_id=job_id, number=0, state=AttemptState.RUNNING, started_at=now)
+        s.add(attempt)
+        s.flush()
+        s.add(TaskRow(attempt_id=attempt.id, job_id=job_id, role=SESSION_ROLE, index=0, state=TaskState.RUNNING,
+                      node=node.name, gpus=[], cpu_milli=1000, memory_mb=1024,
+                      ports={SESSION_PORT: [closed_port()]}, started_at=now))
+        job = s.get(JobRow, job_id)
+        assert job is not None
+        job.state, job.started_at = JobState.RUNNING, now
+
+
+def set_state(api: Api, job_id: int, state: JobState) -> None:
+    with api.ctx.db.session() as s:
+        job = s.get(JobRow, job_id)
+        assert job is not None
+        job.state = state
+
+
+def test_a_session_not_answering_yet_is_503_with_a_retry_and_a_page_that_reloads(api: Api) -> None:
+    session = start(api)
+    url = f"/sessions/{session}/lab"
+    browser = signed_in(api, "alice")
+
+    waiting = api.user.get(url)
+    assert waiting.status_code == 503 and waiting.headers["Retry-After"] == "2", waiting.text
+    assert f"session {session} is WAITING" in waiting.json()["detail"]
+
+    run_on_a_silent_port(api, session)
+    starting = api.user.get(url)
+    assert starting.status_code == 503 and starting.headers["Retry-After"] == "2", starting.text
+    assert "its JupyterLab is starting: it opens in a moment" in starting.json()["detail"]
+
+    page = browser.get(url, headers=HTML)
+    assert page.status_code == 503 and page.headers["Retry-After"] == "2"
+    assert '<meta http-equiv="refresh" content="2">' in page.text
+    assert "JupyterLab is starting" in page.text and "reloads itself every 2 s" in page.text
+
+    # Nobody else learns more than "no such session", starting or not.
+    assert api.admin.get(url).status_code == 404
+
+    set_state(api, session, JobState.STOPPED)
+    api.ctx.clock.advance(GRANT_SECONDS)  # type: ignore[attr-defined]  # what was let in a moment ago is checked again
+    ended = api.user.get(url)
+    assert ended.status_code == 409 and "Retry-After" not in ended.headers
+    assert "is STOPPED, not RUNNING: start a new one" in ended.json()["detail"]
+    page = browser.get(url, headers=HTML)
+    assert page.status_code == 409 and "http-equiv" not in page.text
