@@ -171,3 +171,18 @@ def test_once_its_loose_cells_are_spent_a_vcs_small_jobs_bind_a_whole_node() -> 
     # Job 2 binds a whole node (a, where x is alone) and job 3 has no whole node left.
     assert [n for n, _ in gpus_of(decisions, 2)] == ["a"]
     assert next(w for w in decisions.waits if w.job_id == 3).reason in (PendingReason.QUOTA, PendingReason.NO_FIT)
+
+
+def test_a_loose_cell_that_fills_a_small_fresh_node_does_not_wait_on_a_hole_it_would_have_to_reclaim() -> None:
+    # Found by test_invariants: n0 has one GPU, n1 two. nlp holds a cell of n1, and carol's
+    # opportunistic share sits in n1's other one, which bob may not share (same-user). Bob's
+    # loose cell fills n0 whole, splitting nothing: it starts there rather than reclaiming
+    # carol's work for the hole. (Before, a preemption plan that freed n0 for bob was
+    # followed, once its victims had gone, by a second one for the hole.)
+    vcs = (VirtualCluster("vision", {"A100": 1}), VirtualCluster("nlp", {"A100": 1}))
+    work = [running(1, on("n1", 0, milli=250), rank=OPPO, vc="vision", user="carol"),
+            running(5, on("n1", 1, milli=250), rank=0, vc="nlp", user="alice")]
+    decisions = schedule(snapshot((node("n0", 1), node("n1", 2)), [job(4, 250, rank=0, vc="vision", user="bob")],
+                                  work, vcs=vcs))
+    assert decisions.preemptions == ()
+    assert gpus_of(decisions, 4) == [("n0", 0)]

@@ -416,14 +416,16 @@ class Cells:
         The rule the derivation follows too, so that the next cycle sees what this one
         bound: the cells are loose while the VC has loose cells enough — but, with
         ``split_fresh=False`` (a hole elsewhere could take the task), not as the first
-        cells bound on a node; else a node no other VC holds a cell of becomes one of the
-        VC's whole nodes while it has whole nodes left (its loose cells there are absorbed).
+        cells bound on a node unless they are all of its cells (a small node they fill is
+        not split); else a node no other VC holds a cell of becomes one of the VC's whole
+        nodes while it has whole nodes left (its loose cells there are absorbed).
         """
         if not new_cells:
             return Binding(model, (), False)
-        if len(new_cells) <= self.loose_left(vc, model) and (split_fresh or self.bound_on.get(node, 0) > 0):
-            return Binding(model, tuple(new_cells), False)
         cells = self.node_cells[(node, model)]
+        if len(new_cells) <= self.loose_left(vc, model) and (
+                split_fresh or self.bound_on.get(node, 0) > 0 or len(new_cells) == len(cells)):
+            return Binding(model, tuple(new_cells), False)
         if self.whole_left(vc, model) > 0 and all(self.owner.get(c, vc) == vc for c in cells):
             free = tuple(c for c in cells if c not in self.owner)
             return Binding(model, free, True, absorbed=len(cells) - len(free))

@@ -85,6 +85,10 @@ class Cycle:
     # Running jobs whose time slice is over, with the service they have attained, by
     # priority (see ``preemption.takes_turn_from``), derived once per cycle.
     turns: dict[int, list[tuple[float, RunningJob]]] | None = None
+    # The guaranteed GPUs (milli) that stopping work frees, by (VC, model), and how many
+    # claims they count (``claimed`` only grows): see ``preemption._over_quota``.
+    stopping_gpus: dict[tuple[str, str], int] | None = None
+    stopping_claims: int = -1
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements)))

@@ -205,20 +205,28 @@ def _takes_no_more_than_the_overage(cycle: Cycle, job: PendingJob, victims: list
 def _over_quota(cycle: Cycle, vc: str) -> dict[tuple[str, str], int]:
     """(VC, model) pairs of other VCs whose guaranteed work holds more of that model than
     their quota, by how much (milli-GPU, beyond what is being stopped already)."""
-    ledger = cycle.ledger
-    over = {key: -free for key, free in ledger.quotas.free.items() if key[0] != vc and free < 0}
+    over = {key: -free for key, free in cycle.ledger.quotas.free.items() if key[0] != vc and free < 0}
     if not over:
         return over
-    for job_id in sorted(ledger.preempting | cycle.claimed):
-        victim = ledger.running.get(job_id)
-        if victim is None or victim.priority_rank >= OPPORTUNISTIC_RANK:
-            continue
-        for p in victim.placements:
-            for share in p.gpus:
-                key = (victim.vc, ledger.model_of(p.node, share.index) or "")
-                if key in over:
-                    over[key] -= share.milli
-    return {key: milli for key, milli in over.items() if milli > 0}
+    stopping = _stopping_gpus(cycle)
+    return {key: milli - stopping.get(key, 0) for key, milli in over.items() if milli > stopping.get(key, 0)}
+
+
+def _stopping_gpus(cycle: Cycle) -> dict[tuple[str, str], int]:
+    """The guaranteed GPUs (milli) the work being stopped holds, by (VC, model): summed again
+    only when a plan has claimed more (asked for every candidate victim of every job)."""
+    if cycle.stopping_gpus is None or cycle.stopping_claims != len(cycle.claimed):
+        ledger = cycle.ledger
+        gpus: dict[tuple[str, str], int] = defaultdict(int)
+        for job_id in ledger.preempting | cycle.claimed:
+            victim = ledger.running.get(job_id)
+            if victim is None or victim.priority_rank >= OPPORTUNISTIC_RANK:
+                continue
+            for p in victim.placements:
+                for share in p.gpus:
+                    gpus[(victim.vc, ledger.model_of(p.node, share.index) or "")] += share.milli
+        cycle.stopping_gpus, cycle.stopping_claims = dict(gpus), len(cycle.claimed)
+    return cycle.stopping_gpus
 
 
 def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
