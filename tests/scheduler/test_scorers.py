@@ -113,8 +113,10 @@ CPU_ONLY = WorkloadClass(0, 2.0, cpu_milli=8000)
 def test_where_cpu_runs_out_first_the_default_leaves_cpu_that_tasks_can_still_use() -> None:
     # With 8-CPU tasks expected besides, the workload asks 20 CPUs per GPU against the
     # cluster's 11: CPU runs out first. On a, the task leaves 8 CPUs a CPU-only task can use;
-    # on b, 6 that no task can. FGD sees no GPU fragment either way and takes b, best fit.
-    assert placed(CPU_SHORT, [job(1, 1000, cpu=4000)], "fgd", workload=(GPU_TASK, CPU_ONLY))[1] == [("b", (0,))]
+    # on b, 6 that no task can. FGD sees no GPU fragment either way: both nodes score the
+    # same, and the authors' tie rule takes a, the name that sorts first, not for its CPU.
+    assert placed(CPU_SHORT, [job(1, 1000, cpu=4000)], "fgd", workload=(GPU_TASK, CPU_ONLY))[1] == [("a", (0,))]
+    assert placed(CPU_SHORT[::-1], [job(1, 1000, cpu=4000)], "fgd", workload=(GPU_TASK, CPU_ONLY))[1] == [("a", (0,))]
     assert placed(CPU_SHORT, [job(1, 1000, cpu=4000)], DEFAULT_SCORER, workload=(GPU_TASK, CPU_ONLY))[1] == [
         ("a", (0,))
     ]

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from sim_data import DEFAULT_PODS, NODES, REFERENCE
 
 from trainyard.scheduler.ledger import Ledger
+from trainyard.scheduler.scorers.rated import fgd_score, typical_pods
 from trainyard.scheduler.scorers.registry import SCORERS
-from trainyard.scheduler.snapshot import GpuSlot, NodeState
+from trainyard.scheduler.snapshot import GpuSlot, NodeState, WorkloadClass
 from trainyard.sim.openb import Pod, gpu_capacity, load_nodes, load_pods, tune, workload_of
 from trainyard.sim.placement import run_placement
 from trainyard.sim.placement_track import read_reference
@@ -87,6 +88,55 @@ def test_cpu_only_pods_fill_nodes_in_name_order_under_gpu_clustering_and_packing
     run = run_placement(nodes, pods, scorer, workload_of(pods), on_place=record)
     assert run.failed == 0
     assert cpu_left == {"n1": 0, "n2": 16_000, "n3": 16_000}
+
+
+def test_fgd_places_a_cpu_only_pod_on_the_first_node_by_name_whose_fragmentation_it_leaves_alone() -> None:
+    # The authors' FGD scores a CPU-only pod like any other (50 where the node's expected
+    # fragmentation does not change, less where it grows) and takes the name that sorts
+    # first among the best. On n1 the pod would leave 4 CPUs, too few for the 6-CPU GPU
+    # pods expected, so n1's free GPU becomes a fragment (score 49 or less); n3 keeps 28
+    # CPUs and n4 has no free GPU: both 50, and n3 sorts first. (Best fit would take n4, the
+    # node with fewest free GPUs; name order alone, n1.)
+    gpu = (GpuSlot(0, "T4", 0),)
+    nodes = [NodeState("n4", 16_000, 64_000, (GpuSlot(0, "T4", 0, 1000),)),
+             NodeState("n1", 8_000, 64_000, gpu), NodeState("n3", 32_000, 64_000, gpu)]
+    workload = (WorkloadClass(1000, 1.0, cpu_milli=6000), WorkloadClass(0, 1.0, cpu_milli=4000))
+    cpu_left: dict[str, int] = {}
+
+    def record(ledger: Ledger) -> None:
+        cpu_left.update({name: free.cpu_milli for name, free in ledger.capacity.nodes.items()})
+
+    run = run_placement(nodes, [Pod("c", 4_000, 1024, 0, 0)], "fgd", workload, on_place=record)
+    assert run.failed == 0
+    assert cpu_left == {"n1": 8_000, "n3": 28_000, "n4": 16_000}
+
+
+def test_fgd_scores_are_the_authors_integers_and_equal_scores_go_to_the_first_name() -> None:
+    assert fgd_score(1234.5, 1234.5) == 50  # unchanged
+    assert fgd_score(0.0, 1.0) == 49  # any growth
+    assert fgd_score(1000.0, 0.0) == 73 and fgd_score(0.0, 1000.0) == 26  # sigmoid(±1) × 100, truncated
+    assert fgd_score(10.0, 0.0) == 50  # a decrease under ~40 milli-GPU scores as none
+    # A whole-GPU pod: on "m" (two free GPUs) and on "n" (one free, one with 0.2 left, a
+    # fragment before and after) the expected fragmentation does not change: 50 each, so
+    # the name decides (exact costs and best fit would both take the fuller n).
+    nodes = [NodeState("n", 32_000, 64_000, (GpuSlot(0, "T4", 0), GpuSlot(1, "T4", 0, 800))),
+             NodeState("m", 32_000, 64_000, (GpuSlot(0, "T4", 0), GpuSlot(1, "T4", 0)))]
+    gpus_left: dict[str, int] = {}
+
+    def record(ledger: Ledger) -> None:
+        gpus_left.update({name: sum(free.gpu_free) for name, free in ledger.capacity.nodes.items()})
+
+    run = run_placement(nodes, [Pod("g", 1000, 1024, 1, 1000)], "fgd", (WorkloadClass(1000), WorkloadClass(250)),
+                        on_place=record)
+    assert run.failed == 0 and gpus_left == {"m": 1000, "n": 1200}
+
+
+def test_fgds_target_workload_is_the_authors_typical_pods() -> None:
+    # Kinds by (CPU, GPU, models), memory merged; CPU-only kinds kept; the most popular
+    # kinds that cover 95 % of the pods, weighed among themselves.
+    workload = [WorkloadClass(1000, 60.0, cpu_milli=4000, memory_mb=1), WorkloadClass(1000, 20.0, cpu_milli=4000),
+                WorkloadClass(0, 16.0, cpu_milli=2000), WorkloadClass(500, 4.0, cpu_milli=1000)]
+    assert typical_pods(workload) == (WorkloadClass(1000, 80 / 96, 4000), WorkloadClass(0, 16 / 96, 2000))
 
 
 # --- the paper's numbers -------------------------------------------------------------------------

@@ -23,6 +23,10 @@ Under rules the answer without them is a lower bound (rules only take devices aw
 a window of ``RESTRICTED_SCAN`` nodes that fit without rules, the exact fit (``Access.fit``,
 the expensive part) is worked out in bound order only until no bound left can beat the best
 found: usually for one node. A window with no exact fit moves on to the next nodes.
+
+This class is the exact-cost engine under ``fgd-cpu``. The registered ``fgd`` baseline is
+``rated.FgdRated``: the same measure, scored and tie-broken as the authors' simulator does
+(integer scores, the name among equals, CPU-only tasks scored too).
 """
 
 from __future__ import annotations

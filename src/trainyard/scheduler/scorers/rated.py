@@ -5,15 +5,16 @@ The FGD paper's baselines (random, dot-product, GPU clustering, GPU packing and 
 best-fit) are defined this way in the authors' simulator. Among equal scores, stock
 Kubernetes draws at random; the authors' simulator vendors a ``selectHost`` patched to take
 the node whose name sorts first "for reproducibility" (``vendor/k8s.io/kubernetes/pkg/
-scheduler/core/generic_scheduler.go``). GPU clustering and GPU packing follow that rule
-(``ties_by_name``): it is what places their CPU-only pods, see ``GpuPacking``. The others
-keep a draw among equals, seeded by the job id and the task so that the same snapshot still
-yields the same decisions (the scheduler's contract); with it they already land within a
-point of the authors' numbers (docs/benchmarks.md).
+scheduler/core/generic_scheduler.go``). GPU clustering, GPU packing and FGD follow that
+rule (``ties_by_name``): it is what places their CPU-only pods, see ``GpuPacking`` and
+``FgdRated``. The others keep a draw among equals, seeded by the job id and the task so that
+the same snapshot still yields the same decisions (the scheduler's contract); with it they
+already land within a point of the authors' numbers (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 
@@ -21,7 +22,8 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.ledger import Access, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
-from trainyard.scheduler.snapshot import PendingJob, Snapshot, TaskRequest
+from trainyard.scheduler.scorers.fgd import Fgd
+from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
 MAX_SCORE = 100
 Rate = Callable[[FreeNode, TaskRequest], float]
@@ -179,3 +181,139 @@ class GpuPacking(Rated):
         if whole:
             return max(MAX_SCORE // 2 - whole, MAX_SCORE // 3)
         return max(MAX_SCORE - sum(f * 100 // MILLI for f in use) // 10, MAX_SCORE // 2)
+
+
+# The authors' run scripts take as FGD's target workload ("typical pods") the most popular
+# pod kinds that cover 95 % of the pods, CPU-only kinds included (``--pod-popularity-
+# threshold 95``, ``--is-involved-cpu-pods true`` in ``scripts/generate_config_and_run.py``).
+POPULAR = 0.95
+
+
+def typical_pods(workload: Sequence[WorkloadClass], popular: float = POPULAR) -> tuple[WorkloadClass, ...]:
+    """FGD's target workload as the authors' simulator builds it (``GetTypicalPods``,
+    ``pkg/utils/frag.go``): kinds of (CPU, GPU request, GPU models) — memory is no part of a
+    kind — CPU-only ones included, most popular first (among equals the larger kind), the
+    fewest that cover ``popular`` of the pods, weighed by their share of those."""
+    counts: dict[tuple[int, int, tuple[str, ...]], float] = {}
+    for w in workload:
+        if w.weight > 0:
+            kind = (w.cpu_milli, w.gpu_milli, w.gpu_models)
+            counts[kind] = counts.get(kind, 0.0) + w.weight
+
+    def popularity(item: tuple[tuple[int, int, tuple[str, ...]], float]) -> tuple[object, ...]:
+        (cpu, gpu, models), count = item
+        per_gpu, number = (min(gpu, MILLI), max(1, gpu // MILLI)) if gpu > 0 else (0, 0)
+        return count, cpu, per_gpu, number, "|".join(models)
+
+    kept: list[tuple[tuple[int, int, tuple[str, ...]], float]] = []
+    covered, total = 0.0, sum(counts.values())
+    for item in sorted(counts.items(), key=popularity, reverse=True):
+        if covered >= popular * total:
+            break
+        kept.append(item)
+        covered += item[1]
+    return tuple(
+        WorkloadClass(gpu_milli=gpu, weight=count / covered, cpu_milli=cpu, memory_mb=0, gpu_models=models)
+        for (cpu, gpu, models), count in kept
+    )
+
+
+def fgd_score(before: float, after: float) -> int:
+    """The authors' FGD score of a placement that takes a node's fragmentation (milli-GPU)
+    from ``before`` to ``after``: sigmoid of the decrease in GPUs, times 100, truncated to an
+    integer (``fgd_score.go``; not normalised over the nodes). No change scores 50, any
+    growth at most 49. The difference is rounded first so that float noise cannot turn an
+    unchanged node into a 49."""
+    decrease = round(before - after, 6) / MILLI
+    return int(1.0 / (1.0 + math.exp(-decrease)) * MAX_SCORE)
+
+
+class FgdRated(Fgd):
+    """The FGD baseline (``fgd``) as the authors' simulator runs it: a Kubernetes score plugin
+    (``pkg/simulator/plugin/fgd_score.go``) scores every node the pod passes the filters on,
+    ``fgd_score`` of its fragmentation before and after, and the patched ``selectHost`` takes
+    the highest score, among equals the node whose name sorts first.
+
+    What that means beside the paper's formula: (1) a CPU-only pod is scored like any other —
+    its CPU can leave GPU kinds of the target workload without the CPU they need — so it
+    goes, in name order, to the first node where it changes nothing (50), usually one whose
+    GPUs are all taken or that keeps CPU enough for every kind; (2) the target workload is
+    ``typical_pods``: CPU-only kinds count, each adding its share of every free GPU to a
+    node's fragmentation (the authors count their "XL/XR" quadrants as fragment whether the
+    pod fits or not), and memory does not; (3) the integer score makes many nodes equal,
+    and the name decides among them. A shared GPU goes to the device that scores highest,
+    among equals the lowest index (``calculateGpuShareFragExtendScore``); whole GPUs to the
+    free devices of lowest index (``AllocateExclusiveGpuId``)."""
+
+    def __init__(self, workload: Sequence[WorkloadClass]) -> None:
+        typical = typical_pods(workload)
+        super().__init__(typical)  # FGD's measure over the GPU kinds, weighed among themselves
+        self.gpu_share = sum(w.weight for w in typical if w.gpu_milli > 0)
+        self.cpu_only_share = sum(w.weight for w in typical if w.gpu_milli <= 0)
+        self._scores: dict[tuple[object, ...], tuple[int, tuple[int, ...]] | None] = {}
+
+    def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
+        return highest_rated(task, access, gang, self.rate, self.select, ties_by_name=True)
+
+    def rate(self, node: FreeNode, task: TaskRequest) -> float:
+        answer = self.answer(node, task)
+        return -1 if answer is None else answer[0]
+
+    def answer(self, node: FreeNode, task: TaskRequest) -> tuple[int, tuple[int, ...]] | None:
+        """The node's score for ``task`` and the positions of the devices it would get (None
+        if its devices cannot take it), remembered by node state."""
+        # Which devices suit the task: its models and memory, and its resource expression's answer.
+        suits = (task.gpu_models, task.gpu_memory_mb, task.selector and node.selected(task.selector, True))
+        key = (task.gpu_milli, task.cpu_milli, suits, self._fixed(node, task), tuple(node.gpu_free), node.cpu_milli)
+        if key not in self._scores:
+            self._scores[key] = self._answer(node, task)
+        return self._scores[key]
+
+    def _answer(self, node: FreeNode, task: TaskRequest) -> tuple[int, tuple[int, ...]] | None:
+        free = node.gpu_free
+        before = self.fragmentation(node, free, 0, 0)
+        if task.gpu_milli <= 0:
+            return fgd_score(before, self.fragmentation(node, free, task.cpu_milli, 0)), ()
+        by_index = sorted((p for p in range(len(free)) if node.suits(p, task)), key=lambda p: node.gpu_index[p])
+        if task.gpu_milli < MILLI:
+            best: tuple[int, tuple[int, ...]] | None = None
+            for p in by_index:
+                if free[p] >= task.gpu_milli:
+                    score = self._device_score(node, task, p, before)
+                    if best is None or score > best[0]:
+                        best = (score, (p,))
+            return best
+        chosen = [p for p in by_index if free[p] == MILLI][: task.gpu_milli // MILLI]
+        if len(chosen) < task.gpu_milli // MILLI:
+            return None
+        after = self._after(node, task, [GpuShare(node.gpu_index[p], MILLI) for p in chosen])
+        return fgd_score(before, after), tuple(chosen)
+
+    def _device_score(self, node: FreeNode, task: TaskRequest, p: int, before: float) -> int:
+        return fgd_score(before, self._after(node, task, [GpuShare(node.gpu_index[p], task.gpu_milli)]))
+
+    def select(self, node: FreeNode, task: TaskRequest, tiers: list[list[int]]) -> list[GpuShare] | None:
+        """The devices ``answer`` scores, within the positions the task may use (in order)."""
+        if task.gpu_milli >= MILLI:
+            return select_bestfit(node, task, tiers)
+        before = self.fragmentation(node, node.gpu_free, 0, 0)
+        best: tuple[tuple[int, int, int], int] | None = None
+        for rank, positions in enumerate(tiers):
+            for p in positions:
+                if node.gpu_free[p] >= task.gpu_milli:
+                    key = (rank, -self._device_score(node, task, p, before), node.gpu_index[p])
+                    if best is None or key < best[0]:
+                        best = (key, p)
+        return None if best is None else [GpuShare(node.gpu_index[best[1]], task.gpu_milli)]
+
+    def fragmentation(self, node: FreeNode, free: list[int], cpu_used: int, memory_used: int) -> float:
+        """The authors' measure has no memory: every node is measured as if it had none left
+        (the target workload's kinds ask for none)."""
+        return super().fragmentation(node, free, cpu_used, node.memory_mb)
+
+    def _expected(self, node: FreeNode, free: list[int], cpu: int, memory: int) -> float:
+        """FGD's expected fragmentation with the CPU-only kinds' share of every free GPU."""
+        total = sum(f for f in free if f > 0)
+        if total == 0:
+            return 0.0
+        return self.gpu_share * super()._expected(node, free, cpu, memory) + self.cpu_only_share * total

@@ -10,16 +10,22 @@ from collections.abc import Callable
 
 from trainyard.scheduler.scorers.base import Scorer
 from trainyard.scheduler.scorers.bestfit import BestFit
-from trainyard.scheduler.scorers.fgd import Fgd
 from trainyard.scheduler.scorers.fgd_cpu import FgdCpu
-from trainyard.scheduler.scorers.rated import BestFitRated, DotProduct, GpuClustering, GpuPacking, RandomFit
+from trainyard.scheduler.scorers.rated import (
+    BestFitRated,
+    DotProduct,
+    FgdRated,
+    GpuClustering,
+    GpuPacking,
+    RandomFit,
+)
 from trainyard.scheduler.scorers.topology import Topology
 from trainyard.scheduler.snapshot import Snapshot
 
 SCORERS: dict[str, Callable[[Snapshot], Scorer]] = {
     "bestfit": BestFit.for_snapshot,
     "topology": Topology.for_snapshot,
-    "fgd": Fgd.for_snapshot,
+    "fgd": FgdRated.for_snapshot,  # the paper's FGD, as its authors' simulator scores it
     "fgd-cpu": FgdCpu.for_snapshot,
     # The FGD paper's baselines, rated per node as its Kubernetes-based simulator does.
     "random": RandomFit.for_snapshot,
