@@ -384,9 +384,17 @@ def _victims(
     victims = released.jobs[:count]
     spared: set[int] = set()
     # Spare what is not needed after all, most valuable first, in halving blocks (a few
-    # tries for a long list of victims of which few are needed).
-    spare = [v for v in victims[:-1] if v.job_id not in free]
-    _spare(cycle, job, released.tentative, list(reversed(spare)), spared, victims, rederive)
+    # tries for a long list of victims of which few are needed). First, in one try, those
+    # with nothing on the nodes the job takes once they are all gone: the prefix found by
+    # doubling holds many of them.
+    spare = list(reversed([v for v in victims[:-1] if v.job_id not in free]))
+    placed = _placed_after(cycle, job, victims, rederive=rederive, released=True)
+    if placed is not None:
+        taken_nodes = {p.node for p in placed}
+        away = [v for v in spare if not any(p.node in taken_nodes for p in v.placements)]
+        if away and len(away) < len(spare):
+            _spare(cycle, job, released.tentative, away, spared, victims, rederive, halve=False)
+    _spare(cycle, job, released.tentative, [v for v in spare if v.job_id not in spared], spared, victims, rederive)
     return [v for v in victims if v.job_id not in spared]
 
 
@@ -443,15 +451,22 @@ def _fits_after(
 ) -> bool:
     """Whether ``job`` fits once ``victims`` have stopped (``released``: they are released in
     the ledger already); ``rederive``: with its VC's cells derived as the next cycle will."""
+    return _placed_after(cycle, job, victims, rederive=rederive, released=released) is not None
+
+
+def _placed_after(
+    cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool = False
+) -> list[TaskPlacement] | None:
+    """Where ``job`` would go once ``victims`` have stopped (``_fits_after``'s terms), if anywhere."""
     ledger = cycle.ledger
     undo = Tentative()
     if not released:
         for victim in victims:
             ledger.release(victim, undo)
     _rebind(cycle, job, victims, undo, rederive=rederive and _rederives(cycle, victims))
-    fits = _fits(cycle, job) is not None
+    placed = _fits(cycle, job)
     undo.discard()
-    return fits
+    return placed
 
 
 def _spare(
@@ -462,7 +477,10 @@ def _spare(
     spared: set[int],
     victims: list[RunningJob],
     rederive: bool,
+    *,
+    halve: bool = True,
 ) -> None:
+    """Spare ``block`` if the job still fits without it; else (``halve``) try each half."""
     if not block:
         return
     mark = tentative.mark()
@@ -474,7 +492,7 @@ def _spare(
         spared.update(v.job_id for v in block)
         return
     tentative.rollback(mark)
-    if len(block) > 1:
+    if halve and len(block) > 1:
         half = len(block) // 2
         _spare(cycle, job, tentative, block[:half], spared, victims, rederive)
         _spare(cycle, job, tentative, block[half:], spared, victims, rederive)
