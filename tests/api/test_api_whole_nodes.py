@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from api.harness import Api
 
+from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
+
 
 def submit(api: Api, role: str) -> tuple[int, dict]:
     text = f"name: j\ntaskRoles:\n  trainer:\n    commands: ['sleep 600']\n{role}"
@@ -47,3 +50,25 @@ def test_a_whole_node_counts_its_gpus_against_the_vc_quota_at_submit(api: Api) -
     assert status == 422, body
     assert body["detail"].startswith("the job needs 4 GPU but VC small guarantees 2")
     assert body["errors"][0]["path"] == "defaults.virtualCluster"
+
+
+def test_the_job_list_counts_the_gpus_a_whole_node_role_was_given(api: Api) -> None:
+    status, body = submit(api, "    nodes: 1\n")
+    assert status == 201, body
+    job_id = body["id"]
+    listed = {j["id"]: j for j in api.user.get("/api/v1/jobs").json()["items"]}
+    assert listed[job_id]["gpus"] == 0  # not placed yet: its node is not chosen
+    with api.ctx.db.session() as s:  # what the controller writes when it places the job
+        node = s.query(NodeRow).one()
+        now = api.ctx.clock.now()
+        attempt = AttemptRow(job_id=job_id, number=0, state=AttemptState.RUNNING, started_at=now)
+        s.add(attempt)
+        s.flush()
+        s.add(TaskRow(attempt_id=attempt.id, job_id=job_id, role="trainer", index=0, state=TaskState.RUNNING,
+                      node=node.name, gpus=[[i, 1000] for i in range(4)], cpu_milli=8000, memory_mb=16384,
+                      ports={}, started_at=now))
+        job = s.get(JobRow, job_id)
+        assert job is not None
+        job.state = JobState.RUNNING
+    listed = {j["id"]: j for j in api.user.get("/api/v1/jobs").json()["items"]}
+    assert listed[job_id]["gpus"] == 4

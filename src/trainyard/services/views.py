@@ -5,6 +5,7 @@ Secrets never leave through here: job specs are masked on the way out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -52,11 +53,20 @@ def _pending(row: JobRow) -> PendingView | None:
     )
 
 
-def total_gpus(spec: dict[str, Any]) -> float:
+def total_gpus(spec: dict[str, Any], attempts: Sequence[AttemptRow] = ()) -> float:
+    """The GPUs the job asks for. A whole-node role (``nodes``) names no amount: it counts the
+    GPUs its tasks were given in the job's latest attempt, once it has been placed."""
     milli = 0
-    for role in spec.get("taskRoles", {}).values():
+    whole = set()
+    for name, role in spec.get("taskRoles", {}).items():
+        if role.get("nodes") is not None:
+            whole.add(name)
+            continue
         gpu = (role.get("resourcePerInstance") or {}).get("gpu") or 0
         milli += round(float(gpu) * 1000) * int(role.get("instances", 1))
+    if whole and attempts:
+        latest = max(attempts, key=lambda a: a.number)
+        milli += sum(share[1] for task in latest.tasks if task.role in whole for share in task.gpus)
     return from_milli(milli)
 
 
@@ -75,7 +85,7 @@ def job_summary(row: JobRow, now: datetime) -> JobSummary:
         finishedAt=row.finished_at,
         exitCode=row.exit_code,
         pending=_pending(row),
-        gpus=total_gpus(row.spec),
+        gpus=total_gpus(row.spec, row.attempts),
         message=row.state_message,
         runtimeSeconds=run_seconds(((a.started_at, a.finished_at) for a in row.attempts), now),
         heldBy=row.held_by,
