@@ -25,6 +25,7 @@ ADMIN_POSTS = [
     ("/cluster/nodes/NODE/uncordon", {}),
     ("/vcs", {"name": "vision", "gpus": "1"}),
     ("/vcs/vision/quota", {"gpus": "1"}),
+    ("/vcs/vision/sharing", {"gpuSharing": "anyone"}),
     ("/vcs/vision/grants", {"grantee": "alice"}),
     ("/vcs/vision/grants/revoke", {"grantee": "alice"}),
     ("/vcs/vision/delete", {}),
@@ -167,6 +168,22 @@ def test_an_admin_creates_a_vc_grants_it_and_its_user_sees_it(api: Api) -> None:
     alice_page = signed_in(api, "alice").get("/vcs").text
     assert 'data-vc="vision"' in alice_page
     assert "Set quota" not in alice_page and "New virtual cluster" not in alice_page
+
+
+def test_an_admin_sets_a_vcs_gpu_sharing_at_creation_and_after(api: Api) -> None:
+    admin = signed_in(api, "admin")
+    post(admin, "/vcs", {"name": "vision", "gpus": "2", "gpuSharing": "same-group"}, page="/vcs")
+    rule = {v["name"]: v["gpuSharing"] for v in api.admin.get("/api/v1/vcs").json()}
+    assert rule["vision"] == "same-group"
+    page = post(admin, "/vcs/vision/sharing", {"gpuSharing": "anyone"}, page="/vcs")
+    assert page.status_code == 200 and "vision: fractional GPUs shared with anyone" in page.text
+    assert {v["name"]: v["gpuSharing"] for v in api.admin.get("/api/v1/vcs").json()}["vision"] == "anyone"
+    assert "<option selected>anyone</option>" in page.text  # the form shows the rule in force
+    unknown = post(admin, "/vcs/vision/sharing", {"gpuSharing": "everybody"}, page="/vcs")
+    assert unknown.status_code == 422 and "unknown GPU sharing rule &#39;everybody&#39;" in unknown.text
+    refused = post(admin, "/vcs", {"name": "nlp", "gpus": "1", "gpuSharing": "everybody"}, page="/vcs")
+    assert refused.status_code == 422 and 'data-field="gpuSharing"' in refused.text
+    assert {v["name"]: v["gpuSharing"] for v in api.admin.get("/api/v1/vcs").json()}["vision"] == "anyone"
 
 
 def test_a_vc_refusal_shows_on_the_page_with_its_status(api: Api) -> None:

@@ -1,5 +1,6 @@
 """The virtual clusters page: each VC's quota, use, borrowing and queue (a non-admin sees
-only the VCs they may use); admins create VCs, set quotas, grant and revoke, and delete.
+only the VCs they may use); admins create VCs, set quotas and GPU sharing rules, grant and
+revoke, and delete.
 
 Every change calls the service ``api/routers/admin.py`` calls, so a page can do nothing the
 same user's token could not. A refusal (a name taken, a quota over capacity, jobs that a
@@ -17,6 +18,7 @@ from fastapi.responses import Response
 from trainyard.api.bodies import PathName
 from trainyard.api.deps import AppContext, context
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
+from trainyard.core.sharing import DEFAULT_GPU_SHARING, GPU_SHARING_NAMES
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.changes import refusal_values, removal_notice
 from trainyard.portal.templating import render
@@ -30,6 +32,7 @@ Ctx = Annotated[AppContext, Depends(context)]
 Gpus = Annotated[int, Form(ge=0, le=1_000_000)]
 Model = Annotated[str, Form(max_length=64)]
 Force = Annotated[bool, Form()]
+Sharing = Annotated[str, Form(alias="gpuSharing", max_length=32)]  # the API's name, and its errors' path
 
 
 def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
@@ -45,6 +48,7 @@ def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | No
     return render(request, "vcs.html", user=viewer.user, web_session=viewer.web_session,
                   status_code=failed.status if failed else 200, vcs=vcs, models=models, people=people,
                   groups=groups, any_model=ANY_MODEL, default_vc=DEFAULT_VC, notice=notice, form=form or {},
+                  sharing_rules=GPU_SHARING_NAMES, default_sharing=DEFAULT_GPU_SHARING.value,
                   **refusal_values(failed, retry))
 
 
@@ -55,12 +59,15 @@ def vcs_page(request: Request, viewer: Page, ctx: Ctx) -> Response:
 
 @router.post("/vcs")
 def create_vc(request: Request, viewer: AdminAction, ctx: Ctx, name: Annotated[str, Form(max_length=64)],
-              gpus: Gpus, model: Model = "", preemption: Annotated[bool, Form()] = False) -> Response:
+              gpus: Gpus, model: Model = "", preemption: Annotated[bool, Form()] = False,
+              sharing: Sharing = DEFAULT_GPU_SHARING.value) -> Response:
     try:
         with ctx.db.session() as session:
-            admin.create_vc(session, name, gpus=gpus, model=model or None, preemption=preemption, clock=ctx.clock)
+            admin.create_vc(session, name, gpus=gpus, model=model or None, preemption=preemption, clock=ctx.clock,
+                            gpu_sharing=sharing)
     except ServiceError as exc:
-        return _page(request, viewer, ctx, failed=exc, form={"name": name, "gpus": str(gpus), "model": model})
+        return _page(request, viewer, ctx, failed=exc,
+                     form={"name": name, "gpus": str(gpus), "model": model, "gpuSharing": sharing})
     ctx.wake_controller()
     return _page(request, viewer, ctx, notice=f"created virtual cluster {name}")
 
@@ -75,6 +82,17 @@ def set_quota(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, g
         return _page(request, viewer, ctx, failed=exc)
     ctx.wake_controller()
     return _page(request, viewer, ctx, notice=f"{name}: {gpus} {model or 'GPUs of any model'} guaranteed")
+
+
+@router.post("/vcs/{name}/sharing")
+def set_sharing(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, sharing: Sharing) -> Response:
+    try:
+        with ctx.db.session() as session:
+            admin.set_vc_sharing(session, name, sharing)
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    ctx.wake_controller()
+    return _page(request, viewer, ctx, notice=f"{name}: fractional GPUs shared with {sharing}")
 
 
 @router.post("/vcs/{name}/grants")
