@@ -72,3 +72,9 @@ def test_the_job_list_counts_the_gpus_a_whole_node_role_was_given(api: Api) -> N
         job.state = JobState.RUNNING
     listed = {j["id"]: j for j in api.user.get("/api/v1/jobs").json()["items"]}
     assert listed[job_id]["gpus"] == 4
+    with api.ctx.db.session() as s:  # preempted: it waits to be placed again, maybe on another node
+        job = s.get(JobRow, job_id)
+        assert job is not None
+        job.state = JobState.WAITING
+    listed = {j["id"]: j for j in api.user.get("/api/v1/jobs").json()["items"]}
+    assert listed[job_id]["gpus"] == 0

@@ -1,7 +1,9 @@
 """A session's way in (``/sessions/ID/``) before its JupyterLab answers: the job waits, or it
 runs and JupyterLab has not opened its port yet. A program gets 503 with ``Retry-After``;
 a browser gets a page that says so and reloads itself, so that "Open JupyterLab", clicked
-as soon as the portal offers it, lands in the Lab. An ended session is 409 for good.
+as soon as the portal offers it, lands in the Lab. Past its start (``STARTING_SECONDS``) a
+refused connection is the proxy's 502; a session that will not open by itself (ending,
+ended, or held by its owner) is 409.
 
 In process, on a real store: the rows are what the controller writes when it places the
 session; nothing listens on the session's port."""
@@ -18,6 +20,7 @@ from api.harness import Api
 
 from portal.harness import make_portal_api, signed_in
 from trainyard.api.routers.proxy import GRANT_SECONDS
+from trainyard.api.routers.sessions import STARTING_SECONDS
 from trainyard.core.clock import FakeClock
 from trainyard.core.sessions import SESSION_PORT, SESSION_ROLE, SessionPolicy
 from trainyard.core.states import AttemptState, JobState, TaskState
@@ -66,11 +69,12 @@ def run_on_a_silent_port(api: Api, job_id: int) -> None:
         job.state, job.started_at = JobState.RUNNING, now
 
 
-def set_state(api: Api, job_id: int, state: JobState) -> None:
+def set_state(api: Api, job_id: int, state: JobState, held_by: str | None = None) -> None:
     with api.ctx.db.session() as s:
         job = s.get(JobRow, job_id)
         assert job is not None
-        job.state = state
+        job.state, job.held_by = state, held_by
+    api.ctx.clock.advance(GRANT_SECONDS)  # type: ignore[attr-defined]  # what was let in a moment ago is checked again
 
 
 def test_a_session_not_answering_yet_is_503_with_a_retry_and_a_page_that_reloads(api: Api) -> None:
@@ -79,13 +83,13 @@ def test_a_session_not_answering_yet_is_503_with_a_retry_and_a_page_that_reloads
     browser = signed_in(api, "alice")
 
     waiting = api.user.get(url)
-    assert waiting.status_code == 503 and waiting.headers["Retry-After"] == "2", waiting.text
+    assert waiting.status_code == 503 and waiting.headers["Retry-After"] == "5", waiting.text
     assert f"session {session} is WAITING" in waiting.json()["detail"]
 
     run_on_a_silent_port(api, session)
     starting = api.user.get(url)
     assert starting.status_code == 503 and starting.headers["Retry-After"] == "2", starting.text
-    assert "its JupyterLab is starting: it opens in a moment" in starting.json()["detail"]
+    assert "its JupyterLab is starting: it opens in a moment (ConnectError on port" in starting.json()["detail"]
 
     page = browser.get(url, headers=HTML)
     assert page.status_code == 503 and page.headers["Retry-After"] == "2"
@@ -95,10 +99,21 @@ def test_a_session_not_answering_yet_is_503_with_a_retry_and_a_page_that_reloads
     # Nobody else learns more than "no such session", starting or not.
     assert api.admin.get(url).status_code == 404
 
-    set_state(api, session, JobState.STOPPED)
-    api.ctx.clock.advance(GRANT_SECONDS)  # type: ignore[attr-defined]  # what was let in a moment ago is checked again
-    ended = api.user.get(url)
-    assert ended.status_code == 409 and "Retry-After" not in ended.headers
-    assert "is STOPPED, not RUNNING: start a new one" in ended.json()["detail"]
+    # Long past its start, nothing listening is no longer "starting": the proxy says why.
+    api.ctx.clock.advance(STARTING_SECONDS)  # type: ignore[attr-defined]
+    silent = api.user.get(url)
+    assert silent.status_code == 502 and "Retry-After" not in silent.headers, silent.text
+    assert f"session {session} did not answer on port" in silent.json()["detail"]
+
+    set_state(api, session, JobState.SUSPENDED, held_by="alice")
+    held = api.user.get(url)
+    assert held.status_code == 409 and "Retry-After" not in held.headers
+    assert f"held by alice: `yard resume {session}` lets it run again" in held.json()["detail"]
+
+    for state in (JobState.STOPPING, JobState.STOPPED):
+        set_state(api, session, state)
+        ended = api.user.get(url)
+        assert ended.status_code == 409 and "Retry-After" not in ended.headers
+        assert f"is {state}, not RUNNING: start a new one" in ended.json()["detail"]
     page = browser.get(url, headers=HTML)
     assert page.status_code == 409 and "http-equiv" not in page.text

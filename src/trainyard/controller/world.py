@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.core.labels import merged_labels
 from trainyard.core.priorities import Priority
-from trainyard.core.sharing import DEFAULT_GPU_SHARING
+from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
 from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import (
     GpuShare,
@@ -61,10 +61,11 @@ def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
 def virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:
     """The VCs with their quotas (see ``services.admin.guaranteed_quotas``) and GPU sharing
     rules; none if none is defined (then every job is in ``default``, with the default rule)."""
-    sharing = admin.vc_sharing(session)
+    rows = vc_queries.all_vcs(session)
+    sharing = {row.name: GpuSharing(row.gpu_sharing) for row in rows}
     return tuple(
         VirtualCluster(name, quota, preemption, sharing.get(name, DEFAULT_GPU_SHARING))
-        for name, (quota, preemption) in admin.guaranteed_quotas(session).items()
+        for name, (quota, preemption) in admin.guaranteed_quotas(session, rows=rows).items()
     )
 
 

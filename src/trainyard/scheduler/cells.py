@@ -19,10 +19,11 @@ The cell model, in short:
   (2) into free cells ("holes") of nodes where cells are bound already, as loose cells
   while it has loose cells left, so that partly used nodes fill up first; (3) onto a node
   no VC holds a cell of, as loose cells while it has enough left — but only when no hole
-  could take the task even once its opportunistic work is preempted — else binding the
-  whole node while it has whole nodes left. Nothing else: a VC never holds more than
-  ``K`` cells. Within a node, a task fills the VC's cells first, then the emptiest new
-  cells.
+  could take the task even once its opportunistic work is preempted, or when those cells
+  are all of that node's (a node smaller than the rest, which they do not split) — else
+  binding the whole node while it has whole nodes left. Nothing else: a VC never holds
+  more than ``K`` cells. Within a node, a task fills the VC's cells first, then the
+  emptiest new cells.
 * **Loose cells before whole nodes** (HiveD's buddy allocation splits the lowest level
   first). A small job that bound a fresh node whole while its VC still had loose cells
   would take one of the whole nodes the VC's wide jobs need — which, alone on a cluster
@@ -37,15 +38,15 @@ The cell model, in short:
 * Opportunistic work may use any idle GPU, in any cell; reclaiming it is preemption's job.
 
 Why this holds the guarantee: loose cells only ever go to partly used nodes before a fresh
-node is split, so all loose cells together touch at most ``ceil(sum r / m)`` nodes, and
-whole nodes are taken one per ``m`` cells of quota. When the quotas of a model add up to no
-more than the cluster's cells, a VC with no guaranteed work running therefore always finds
-``W`` untouched nodes and ``r`` cells for its full-quota gang (opportunistic work on them
-is preempted). The promise is HiveD's, and has HiveD's conditions: nodes of one model have
-the same number of GPUs, and the gang's tasks each fit in a cell or take whole nodes.
-Clusters outside that (mixed node sizes, a 3-GPU task on 4-GPU cells) still get the
-packing, without the proof.
-"""
+node is split (where nodes of a model have one size, a VC has fewer loose cells than a node
+has cells, so they never fill a fresh node whole), so all loose cells together touch at
+most ``ceil(sum r / m)`` nodes, and whole nodes are taken one per ``m`` cells of quota.
+When the quotas of a model add up to no more than the cluster's cells, a VC with no
+guaranteed work running therefore always finds ``W`` untouched nodes and ``r`` cells for
+its full-quota gang (opportunistic work on them is preempted). The promise is HiveD's, and
+has HiveD's conditions: nodes of one model have the same number of GPUs, and the gang's
+tasks each fit in a cell or take whole nodes. Clusters outside that (mixed node sizes, a
+3-GPU task on 4-GPU cells) still get the packing, without the proof. """
 
 from __future__ import annotations
 

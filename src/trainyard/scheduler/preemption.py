@@ -214,7 +214,9 @@ def _over_quota(cycle: Cycle, vc: str) -> dict[tuple[str, str], int]:
 
 def _stopping_gpus(cycle: Cycle) -> dict[tuple[str, str], int]:
     """The guaranteed GPUs (milli) the work being stopped holds, by (VC, model): summed again
-    only when a plan has claimed more (asked for every candidate victim of every job)."""
+    only when a plan has claimed more (asked for every candidate victim of every job). The
+    count of claims is the key because, within a cycle, ``ledger.preempting`` is fixed and
+    ``cycle.claimed`` only grows (``_record``): a claim given back would need a real key."""
     if cycle.stopping_gpus is None or cycle.stopping_claims != len(cycle.claimed):
         ledger = cycle.ledger
         gpus: dict[tuple[str, str], int] = defaultdict(int)

@@ -125,11 +125,6 @@ def set_vc_sharing(session: Session, name: str, gpu_sharing: str) -> None:
     get_vc(session, name).gpu_sharing = sharing.value
 
 
-def vc_sharing(session: Session) -> dict[str, GpuSharing]:
-    """Each defined VC's GPU sharing rule (``default``: ``DEFAULT_GPU_SHARING``, not listed)."""
-    return {row.name: GpuSharing(row.gpu_sharing) for row in vc_queries.all_vcs(session)}
-
-
 def set_vc_quota(session: Session, name: str, *, gpus: int, model: str | None) -> None:
     """Set one model's guaranteed GPUs (0 removes it); the sum must fit the cluster."""
     if gpus < 0:
@@ -176,16 +171,17 @@ def _check_quotas_fit(session: Session) -> None:
 
 
 def guaranteed_quotas(
-    session: Session, capacity: dict[str, int] | None = None
+    session: Session, capacity: dict[str, int] | None = None, rows: Sequence[VirtualClusterRow] | None = None
 ) -> dict[str, tuple[dict[str, int], bool]]:
     """VC name -> (GPUs guaranteed per model, priority preemption), as the scheduler sees them.
 
     ``default`` guarantees what no other VC does. A quota for any model (``*``) applies to
     the cluster's model; with several models it guarantees nothing (setting one is
     refused there). Empty when no VC is defined: then every job shares the cluster.
-    ``capacity`` (GPUs per model) is read from the nodes unless the caller has it already.
+    ``capacity`` (GPUs per model) is read from the nodes, and ``rows`` (every VC) from the
+    store, unless the caller has them already.
     """
-    rows = vc_queries.all_vcs(session)
+    rows = vc_queries.all_vcs(session) if rows is None else rows
     if not rows:
         return {}
     capacity = node_queries.gpus_by_model(session) if capacity is None else capacity

@@ -55,7 +55,8 @@ def _pending(row: JobRow) -> PendingView | None:
 
 def total_gpus(spec: dict[str, Any], attempts: Sequence[AttemptRow] = ()) -> float:
     """The GPUs the job asks for. A whole-node role (``nodes``) names no amount: it counts the
-    GPUs its tasks were given in the job's latest attempt, once it has been placed."""
+    GPUs its tasks were given in ``attempts``' latest (the caller passes none while the job
+    waits to be placed again: its next node may differ)."""
     milli = 0
     whole = set()
     for name, role in spec.get("taskRoles", {}).items():
@@ -85,7 +86,7 @@ def job_summary(row: JobRow, now: datetime) -> JobSummary:
         finishedAt=row.finished_at,
         exitCode=row.exit_code,
         pending=_pending(row),
-        gpus=total_gpus(row.spec, row.attempts),
+        gpus=total_gpus(row.spec, () if row.state in QUEUED_JOB_STATES else row.attempts),
         message=row.state_message,
         runtimeSeconds=run_seconds(((a.started_at, a.finished_at) for a in row.attempts), now),
         heldBy=row.held_by,

@@ -66,7 +66,6 @@ PREFIX = "/proxy/jobs"
 # worth a line in its history, a browser's hundred requests a page are not.
 EVENT_EVERY_SECONDS = 600.0
 CHUNK = 65536
-STARTING_RETRY_SECONDS = 2  # a target on its way: the browser's page reloads this often
 # Connection-level headers (RFC 9110 7.6.1) and what the proxy sets itself.
 HOP_BY_HOP = frozenset({
     "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -282,11 +281,13 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
 
 
 async def forward_http(request: Request, target: Target, path: str, prefix: str, what: str,
-                       extra_headers: tuple[tuple[str, str], ...] = (), starting: str | None = None) -> Response:
+                       extra_headers: tuple[tuple[str, str], ...] = (), starting: str | None = None,
+                       starting_retry: int = 2) -> Response:
     """``request`` to ``path`` (as sent, %-encoded) on ``target``, its answer streamed back;
     ``prefix`` is where the target appears on this server (for its redirects). ``starting``:
-    the target is a server its task starts (a session's JupyterLab), so a refused connection
-    means "not yet": 503 with that message and a retry, rather than 502."""
+    the target is a server its task is still starting (a session's JupyterLab), so a refused
+    connection means "not yet": 503 with that message and a retry after ``starting_retry``
+    seconds, rather than 502."""
     query = f"?{request.url.query}" if request.url.query else ""
     url = f"http://{_host(target.host)}:{target.port}{path}{query}"
     headers = _forwarded_headers(request.headers, request.client.host if request.client else "",
@@ -301,7 +302,8 @@ async def forward_http(request: Request, target: Target, path: str, prefix: str,
         if starting is None:
             return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
                                                      f"{type(exc).__name__} {exc}".rstrip()))
-        return _refusal_to(request, Refused(503, starting, retry_after=STARTING_RETRY_SECONDS))
+        return _refusal_to(request, Refused(503, f"{starting} ({type(exc).__name__} on port {target.port})",
+                                            retry_after=starting_retry))
     except httpx.HTTPError as exc:
         return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
                                                  f"{type(exc).__name__} {exc}".rstrip()))

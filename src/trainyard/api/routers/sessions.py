@@ -23,7 +23,6 @@ from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import errors
 from trainyard.api.routers.jobs import JobId
 from trainyard.api.routers.proxy import (
-    STARTING_RETRY_SECONDS,
     Target,
     _credential,
     _due,
@@ -48,6 +47,13 @@ way_in = APIRouter()
 
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
+
+# A session's JupyterLab may take this long to answer after its task starts (a first
+# start on a loaded node builds its workspace): until then a refused connection is "not
+# yet" (503, the page reloads every STARTING_RETRY_SECONDS), after it the proxy's 502.
+STARTING_SECONDS = 300.0
+STARTING_RETRY_SECONDS = 2
+QUEUED_RETRY_SECONDS = 5  # a session waiting in the queue: the page reloads this often
 
 
 @router.post("", response_model=SessionView, status_code=201, responses=errors(401, 403, 404, 422))
@@ -103,8 +109,9 @@ def stop_session(job_id: JobId, user: User, ctx: Ctx) -> SessionView:
 # -- the way in ------------------------------------------------------------------------------
 
 
-def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Target, str]:
-    """Where session ``job_id``'s JupyterLab listens and its token, if ``caller`` may open it."""
+def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Target, str, float]:
+    """Where session ``job_id``'s JupyterLab listens, its token and how many seconds of its
+    start are left (``STARTING_SECONDS`` from its task's start), if ``caller`` may open it."""
     with ctx.db.session() as session:
         row = session.get(DevSessionRow, job_id)
         job = row.job if row is not None else None
@@ -114,10 +121,13 @@ def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Targe
             raise Refused(404, f"no session {job_id}")
         if job.state != JobState.RUNNING:
             waiting = f" ({job.pending_short or job.state_message})" if job.state == JobState.WAITING else ""
-            if job.state in FINAL_JOB_STATES:
+            if job.state in FINAL_JOB_STATES or job.state == JobState.STOPPING:
                 raise Refused(409, f"session {job_id} is {job.state}, not RUNNING: start a new one")
+            if job.held_by:
+                raise Refused(409, f"session {job_id} is {job.state}, held by {job.held_by}: "
+                                   f"`yard resume {job_id}` lets it run again")
             raise Refused(503, f"session {job_id} is {job.state}{waiting}, not RUNNING: it opens once it runs",
-                          retry_after=STARTING_RETRY_SECONDS)
+                          retry_after=QUEUED_RETRY_SECONDS)
         task = session.query(TaskRow).filter(
             TaskRow.job_id == job_id, TaskRow.role == SESSION_ROLE, TaskRow.index == 0,
             TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
@@ -126,14 +136,17 @@ def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Targe
         if task is None or not ports or token is None:
             raise Refused(503, f"session {job_id} is starting: it opens in a moment",
                           retry_after=STARTING_RETRY_SECONDS)
-        return Target(node_addresses(session).get(task.node) or task.node, ports[0]), token
+        now = ctx.clock.now()
+        left = STARTING_SECONDS - (now - (task.started_at or now)).total_seconds()
+        return Target(node_addresses(session).get(task.node) or task.node, ports[0]), token, left
 
 
 async def _open(app_state: object, headers: Headers, cookies: dict[str, str], job_id: int, *, unsafe: bool,
-                origin_ok: bool) -> tuple[Target, tuple[tuple[str, str], ...]]:
-    """Where the session's JupyterLab is and the header that lets the request in, if the
-    caller may open it; a grant is kept a few seconds, as the job-port proxy keeps its own
-    (a Lab page loads a hundred files at once)."""
+                origin_ok: bool) -> tuple[Target, tuple[tuple[str, str], ...], bool]:
+    """Where the session's JupyterLab is, the header that lets the request in and whether
+    it is still starting (a refused connection then means "not yet"), if the caller may
+    open it; a grant is kept a few seconds, as the job-port proxy keeps its own (a Lab page
+    loads a hundred files at once)."""
     ctx = app_context(app_state)
     grants = _grants(app_state, ctx)
     tokens: dict[int, str] = getattr(app_state, "session_tokens", None) or {}
@@ -150,12 +163,15 @@ async def _open(app_state: object, headers: Headers, cookies: dict[str, str], jo
         caller = found
     if caller.by_cookie and unsafe and not origin_ok:
         raise Refused(403, "a request that changes something must come from this server's own pages")
+    starting: dict[int, float] = getattr(app_state, "session_starting_until", None) or {}
+    app_state.session_starting_until = starting  # type: ignore[attr-defined]
     if granted is None:
-        target, tokens[job_id] = await run_in_threadpool(_session_target, ctx, caller, job_id)
+        target, tokens[job_id], left = await run_in_threadpool(_session_target, ctx, caller, job_id)
+        starting[job_id] = ctx.clock.monotonic() + left
         grants.keep(key, caller, target)
     if _due(ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session"):
         await run_in_threadpool(_record, ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session")
-    return target, (("Authorization", f"token {tokens[job_id]}"),)
+    return target, (("Authorization", f"token {tokens[job_id]}"),), ctx.clock.monotonic() < starting.get(job_id, 0.0)
 
 
 def _path(raw_path: bytes) -> str:
@@ -172,14 +188,15 @@ async def session_root(job_id: JobId) -> Response:
                   methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def session_http(job_id: JobId, path: str, request: Request) -> Response:
     try:
-        target, token = await _open(request.app.state, request.headers, dict(request.cookies), job_id,
-                                    unsafe=request.method not in ("GET", "HEAD", "OPTIONS"),
-                                    origin_ok=same_origin(request))
+        target, token, starting = await _open(request.app.state, request.headers, dict(request.cookies), job_id,
+                                              unsafe=request.method not in ("GET", "HEAD", "OPTIONS"),
+                                              origin_ok=same_origin(request))
     except Refused as exc:
         return _refusal_to(request, exc)
     return await forward_http(request, target, _path(request.scope.get("raw_path") or b""),
                               session_path(job_id).rstrip("/"), f"session {job_id}", token,
-                              starting=f"session {job_id} runs, and its JupyterLab is starting: it opens in a moment")
+                              starting=f"session {job_id} runs, and its JupyterLab is starting: it opens in a moment"
+                              if starting else None, starting_retry=STARTING_RETRY_SECONDS)
 
 
 @way_in.websocket(SESSION_PREFIX + "/{job_id}/{path:path}")
@@ -188,8 +205,8 @@ async def session_websocket(websocket: WebSocket, job_id: int, path: str) -> Non
         if not 1 <= job_id <= MAX_ID:
             raise Refused(404, "there is no such page")
         # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
-        target, token = await _open(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id,
-                                    unsafe=True, origin_ok=same_origin(websocket))  # type: ignore[arg-type]
+        target, token, _ = await _open(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id,
+                                       unsafe=True, origin_ok=same_origin(websocket))  # type: ignore[arg-type]
     except Refused as exc:
         await deny(websocket, exc)
         return
