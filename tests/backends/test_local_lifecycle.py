@@ -201,6 +201,21 @@ def test_a_stop_recorded_but_never_signalled_is_delivered_by_a_later_observe(loc
     assert "Trainyard asked it to stop" in status.message and local.log(key) == "ready\ngot TERM\n"
 
 
+def test_a_stop_repeated_after_its_deadline_kills_the_task_at_once(local):
+    # A task that ignores SIGTERM, stopped with a long grace; the stop is then repeated as
+    # if its deadline had passed (what observe does for a task still running then, and what
+    # a stop lost on its way to the waiter needs): the waiter kills the group now, not
+    # when its own 60 s timer would.
+    key = local.launch("trap '' TERM\necho ready\nsleep 300")
+    local.wait_log(key, "ready")
+    local.backend.stop(key, 60)
+    stop_path = str(local.backend.task_dir(key) / taskfiles.STOP)
+    taskfiles.write_json(stop_path, {**taskfiles.read_json(stop_path), "deadline": time.time() - 1})
+    local.backend.stop(key, 0)
+    status = local.wait_ended(key, timeout=20)  # the first stop's own timer: 60 s
+    assert (status.exit_code, status.signal) == (137, 9)
+
+
 def test_a_second_stop_never_postpones_the_first_deadline(local):
     key = local.launch("sleep 300")
     local.wait_until(lambda: (_pids(local, key) or {}).get("task"))

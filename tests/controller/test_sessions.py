@@ -27,7 +27,7 @@ from trainyard.services.errors import Conflict, Invalid, NotFound
 from trainyard.spec.loading import parse_job
 from trainyard.store.db import Database
 from trainyard.store.events import job_events
-from trainyard.store.rows import DevSessionRow, JobRow, UserRow
+from trainyard.store.rows import DevSessionRow, JobRow, TaskRow, UserRow
 
 POLICY = SessionPolicy(python=sys.executable, hours=2, max_hours=8, idle_report_minutes=30, idle_cull_minutes=90,
                        check_interval_seconds=3600)
@@ -67,13 +67,31 @@ class World:
     def running(self, job_id: int) -> None:
         def runs() -> bool:
             self.cycle()
-            return self.job(job_id).state == "RUNNING"
+            if self.job(job_id).state == "RUNNING":
+                return True
+            # The controller's time passes while it waits, as it would: what it waits for
+            # by its clock (a grace period before a stop is enforced) comes.
+            self.clock.advance(1.0)
+            return False
         try:  # a loaded CI machine starts a task in seconds, not tens of seconds: 60 s is ample
             wait_until(runs, timeout=60, what=f"job {job_id} to run")
         except AssertionError as exc:  # say where it stands, for a failure that cannot be rerun
-            job = self.job(job_id)
-            raise AssertionError(f"{exc}: it is {job.state} ({job.state_message!r}), attempt {job.attempt}; "
-                                 f"its events: {self.events(job_id)}") from None
+            raise AssertionError(f"{exc}: {self.where(job_id)}; every job: "
+                                 f"{[self.where(j) for j in self.job_ids() if j != job_id]}") from None
+
+    def job_ids(self) -> list[int]:
+        with self.db.session() as s:
+            return [j.id for j in s.query(JobRow).order_by(JobRow.id)]
+
+    def where(self, job_id: int) -> str:
+        """The job's state, its tasks' and its events, for a failure that cannot be rerun."""
+        with self.db.session() as s:
+            job = s.get(JobRow, job_id)
+            assert job is not None
+            tasks = [(t.attempt_id, t.role, t.state, t.exit_code, t.message, t.ports)
+                     for t in s.query(TaskRow).filter(TaskRow.job_id == job_id).order_by(TaskRow.id)]
+            return (f"job {job_id} is {job.state} ({job.state_message!r}), attempt {job.attempt}; "
+                    f"its tasks: {tasks}; its events: {self.events(job_id)}")
 
     def events(self, job_id: int) -> list[tuple[str, str]]:
         with self.db.session() as s:
@@ -202,7 +220,7 @@ def test_an_opportunistic_session_is_reclaimed_for_a_guaranteed_job_and_comes_ba
             "    commands: ['sleep 600']\n"), clock=world.clock).id
     world.running(urgent)
     job = world.job(session)
-    assert job.state == "WAITING" and job.retries_used == 0
+    assert job.state == "WAITING" and job.retries_used == 0, world.where(session)
     assert "preempted" in [kind for kind, _ in world.events(session)]
     with world.db.session() as s:
         job_service.request_stop(s, world.bob, urgent, clock=world.clock)

@@ -46,7 +46,10 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    ``script_file``, since it cannot read the task directory.
 5. On SIGTERM/SIGINT (a stop), the supervisor forwards SIGTERM to the waiter, which
    SIGTERMs the task's group and arms a timer; when it fires while the task still runs,
-   the waiter SIGKILLs the group. Only the waiter signals the group: as the task's parent
+   the waiter SIGKILLs the group. A stop repeated once its deadline has passed (the
+   backend repeats it while the task still runs) is forwarded again, and the waiter then
+   SIGKILLs the group at once: a stop lost on the way (seen in CI: a JupyterLab still
+   running a minute after its 10 s grace) is still enforced. Only the waiter signals the group: as the task's parent
    it alone knows that the group id is still the task's (step 6). (Without a supervisor,
    the backend signals the group itself, checking the leader's start time.)
 6. When the task's main process exits, the waiter waits for it *without reaping* (its
@@ -232,8 +235,8 @@ class Supervisor:
                 finished_at if isinstance(finished_at, str) else None, limits)
 
     def _on_stop(self, signum: int, frame: object) -> None:
-        if self.stop_requested:
-            return
+        # A repeat is forwarded too: the backend repeats a stop whose deadline passed while
+        # the task still runs, and the waiter then kills the task's group at once.
         self.stop_requested = True
         if self.waiter_pid is None or self.waiter_reaped:
             return  # not started yet: _start_task sees the flag
@@ -359,10 +362,15 @@ class Waiter:
         return exit_code
 
     def _on_stop(self, signum: int, frame: object) -> None:
+        stop = taskfiles.read_json(os.path.join(self.task_dir, taskfiles.STOP)) or {}
         if self.stop_requested:
+            # A repeat: once the stop's deadline has passed, the task's group is killed now
+            # (whatever became of the grace timer); before it, the timer stands.
+            deadline = stop.get("deadline")
+            if isinstance(deadline, (int, float)) and time.time() >= deadline:
+                self._signal_group(signal.SIGKILL)
             return
         self.stop_requested = True
-        stop = taskfiles.read_json(os.path.join(self.task_dir, taskfiles.STOP)) or {}
         grace = stop.get("grace_seconds", self.grace_seconds)
         if not isinstance(grace, (int, float)) or grace < 0:
             grace = self.grace_seconds
