@@ -31,7 +31,7 @@ if str(REPO / "src") not in sys.path:  # run from a checkout even when not insta
     sys.path.insert(0, str(REPO / "src"))
 
 from trainyard.core.sharing import GpuSharing  # noqa: E402
-from trainyard.sim.openb import gpu_capacity, load_nodes, load_pods, tune, workload_of  # noqa: E402
+from trainyard.sim.openb import gpu_capacity, load_nodes, load_pods, seeded_names, tune, workload_of  # noqa: E402
 from trainyard.sim.placement import run_placement  # noqa: E402
 from trainyard.sim.placement_track import parse_seeds  # noqa: E402
 from trainyard.sim.policies import scorer_name  # noqa: E402
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> None:
                     continue
                 started = time.perf_counter()
                 placed = run_placement(
-                    nodes, tuned, scorer, workload, job_id_base=seed * 10_000_000, stop_at_pct=STOP,
+                    seeded_names(nodes, seed), tuned, scorer, workload, job_id_base=seed * 10_000_000, stop_at_pct=STOP,
                     owners=owners(len(tuned), users, seed) if users else None, gpu_sharing=GpuSharing(rule),
                 )
                 seconds = time.perf_counter() - started

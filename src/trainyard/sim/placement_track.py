@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.scheduler.snapshot import NodeState
-from trainyard.sim.openb import Pod, gpu_capacity, tune, workload_of
+from trainyard.sim.openb import Pod, gpu_capacity, seeded_names, tune, workload_of
 from trainyard.sim.placement import POINTS, PlacementRun, run_placement
 from trainyard.sim.policies import scorer_name
 from trainyard.sim.traces import open_text
@@ -118,7 +118,7 @@ def run_track(
                 on_fraction((done + fraction) / len(seeds))
 
         run: PlacementRun = run_placement(
-            nodes,
+            seeded_names(nodes, seed),
             tuned,
             scorer,
             workload,

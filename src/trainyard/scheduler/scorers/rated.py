@@ -5,8 +5,9 @@ The FGD paper's baselines (random, dot-product, GPU clustering, GPU packing and 
 best-fit) are defined this way in the authors' simulator. Among equal scores, stock
 Kubernetes draws at random; the authors' simulator vendors a ``selectHost`` patched to take
 the node whose name sorts first "for reproducibility" (``vendor/k8s.io/kubernetes/pkg/
-scheduler/core/generic_scheduler.go``). GPU clustering, GPU packing and FGD follow that
-rule (``ties_by_name``): it is what places their CPU-only pods, see ``GpuPacking`` and
+scheduler/core/generic_scheduler.go``) — names it prefixes with a random per-seed order
+(``sim.openb.seeded_names``). GPU clustering, GPU packing and FGD follow that rule
+(``ties_by_name``): it is what places their CPU-only pods, see ``GpuPacking`` and
 ``FgdRated``. The others keep a draw among equals, seeded by the job id and the task so that
 the same snapshot still yields the same decisions (the scheduler's contract); with it they
 already land within a point of the authors' numbers (docs/benchmarks.md).
