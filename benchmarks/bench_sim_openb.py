@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:  # run from a checkout even when not installed
     sys.path.insert(0, str(REPO / "src"))
 
-from trainyard.sim.openb import gpu_capacity, load_nodes, load_pods, tune, workload_of  # noqa: E402
+from trainyard.sim.openb import gpu_capacity, load_nodes, load_pods, seeded_names, tune, workload_of  # noqa: E402
 from trainyard.sim.placement import run_placement  # noqa: E402
 from trainyard.sim.placement_track import parse_seeds, read_reference  # noqa: E402
 from trainyard.sim.policies import PAPER_LABELS, scorer_name  # noqa: E402
@@ -42,8 +42,10 @@ def run(args: argparse.Namespace) -> None:
     nodes = load_nodes(trace_file(*OPENB_NODES))
     capacity = gpu_capacity(nodes)
     names = openb_variants() if args.variants == "all" else args.variants.split(",")
-    for variant in names:
-        pods = load_pods(resolve("--pods", f"openb:{variant}"))
+    for source in names:
+        # a file (a held-out list of make_openb_variants.py) is keyed by its name
+        variant = Path(source).stem if source.endswith(".csv") else source
+        pods = load_pods(resolve("--pods", source if source.endswith(".csv") else f"openb:{variant}"))
         workload = workload_of(pods)
         for policy in args.policies.split(","):
             scorer = scorer_name(policy)
@@ -53,7 +55,8 @@ def run(args: argparse.Namespace) -> None:
                     continue
                 tuned = tune(pods, capacity, 1.3, seed)
                 started = time.perf_counter()
-                placed = run_placement(nodes, tuned, scorer, workload, job_id_base=seed * 10_000_000,
+                placed = run_placement(seeded_names(nodes, seed), tuned, scorer, workload,
+                                       job_id_base=seed * 10_000_000,
                                        stop_at_pct=None if args.stop >= 130 else args.stop)
                 seconds = time.perf_counter() - started
                 alloc, frag = placed.curve(placed.allocated), placed.curve(placed.fragmented)
@@ -146,7 +149,7 @@ def render(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", default="default", help="comma-separated pod list suffixes, or all")
+    parser.add_argument("--variants", default="default", help="comma-separated pod list suffixes or .csv files, or all")
     parser.add_argument("--policies", default="fgd,default")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--stop", type=float, default=130, help="end each run at this %% of arrived demand")

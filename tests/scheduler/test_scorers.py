@@ -131,14 +131,19 @@ def test_where_gpus_run_out_first_cpu_fragments_are_not_costed() -> None:
     ]
 
 
-def test_the_default_costs_cpu_fragments_only_past_the_margin() -> None:
-    from trainyard.scheduler.scorers.fgd_cpu import CPU_BOUND_MARGIN, FgdCpu, cpu_bound
+def test_cpu_fragments_cost_in_proportion_to_the_gpu_work_the_cpu_cannot_back() -> None:
+    from trainyard.scheduler.scorers.fgd_cpu import CPU_FRAGMENT_SCALE, FgdCpu, cpu_fragment_weight
 
     assert FgdCpu((GPU_TASK, CPU_ONLY), 11.0).cpu_fragments is not None
     assert FgdCpu((GPU_TASK,), 11.0).cpu_fragments is None
     assert FgdCpu((GPU_TASK, CPU_ONLY)).cpu_fragments is None  # the cluster unknown
-    assert cpu_bound(CPU_BOUND_MARGIN * 11.0 + 0.01, 11.0)
-    assert not cpu_bound(CPU_BOUND_MARGIN * 11.0, 11.0)
+    # No switch: nothing while the cluster's CPU backs all the GPU work, then a weight that
+    # grows smoothly with the share it cannot back (1 − 11/22 = half of it at 22 CPUs per GPU).
+    assert cpu_fragment_weight(11.0, 11.0) == 0.0
+    assert 0 < cpu_fragment_weight(11.1, 11.0) < 0.01 * CPU_FRAGMENT_SCALE
+    assert cpu_fragment_weight(22.0, 11.0) == 0.5 * CPU_FRAGMENT_SCALE
+    weights = [cpu_fragment_weight(11.0 + step / 10, 11.0) for step in range(100)]
+    assert weights == sorted(weights)
 
 
 def test_cpu_fragments_are_costed_when_the_gpu_tasks_ask_no_cpu() -> None:
@@ -174,12 +179,25 @@ def test_fgd_measures_gpu_fragments_against_gpu_tasks_only() -> None:
     assert Fgd((GPU_TASK, CPU_ONLY)).classes == Fgd((GPU_TASK,)).classes
 
 
-def test_a_few_tasks_limited_to_gpu_models_do_not_switch_the_default_to_the_limited_cost() -> None:
-    from trainyard.scheduler.scorers.fgd_cpu import LIMITED_SHARE, model_limited
+def test_how_scarce_a_gpu_model_is_blends_the_default_towards_fgds_weights() -> None:
+    from trainyard.scheduler.scorers.fgd_cpu import SCARCE_AT, SCARCE_FROM, FgdCpu, model_pressure, scarcity
 
     def mix(limited: float) -> tuple[WorkloadClass, ...]:
         return (WorkloadClass(1000, 1.0 - limited), WorkloadClass(1000, limited, gpu_models=("T4",)), CPU_ONLY)
 
-    assert not model_limited(mix(0.0))
-    assert not model_limited(mix(LIMITED_SHARE / 2))
-    assert model_limited(mix(LIMITED_SHARE))
+    # T4s are a fifth of the cluster: tasks limited to them asking 5 % of all GPU work ask a
+    # quarter of the T4s; the same tasks on a cluster of T4s only ask 5 % of them.
+    capacity = {"T4": 20, "V100": 80}
+    assert model_pressure(mix(0.0), capacity) == 0.0
+    assert model_pressure(mix(0.05), capacity) == pytest.approx(0.25)
+    assert model_pressure(mix(0.05), {"T4": 100}) == pytest.approx(0.05)
+    assert model_pressure(mix(0.05)) == pytest.approx(0.05)  # capacity unknown: the limited share
+    assert scarcity(SCARCE_FROM) == 0.0 and scarcity(SCARCE_AT) == 1.0
+    assert scarcity((SCARCE_FROM + SCARCE_AT) / 2) == pytest.approx(0.5)
+    blind, half, scarce = (FgdCpu(mix(share), 11.0, capacity=capacity) for share in (0.02, 0.055, 0.2))
+    assert (blind.scarce, scarce.scarce) == (0.0, 1.0) and 0 < half.scarce < 1
+    # Weights: count × √request where no model is scarce, FGD's count where one is.
+    two = WorkloadClass(2000, 1.0)
+    assert FgdCpu((two, WorkloadClass(1000, 1.0))).classes[0][1] == pytest.approx(2**0.5 / (1 + 2**0.5))
+    scarce_mix = (two, WorkloadClass(1000, 1.0, gpu_models=("T4",)))
+    assert FgdCpu(scarce_mix, capacity={"T4": 1, "V100": 1}).classes[0][1] == pytest.approx(0.5)

@@ -25,21 +25,25 @@ address them; everything else (the fragmentation measure, device choice, scan) i
   kind). The cost adds the *change* in the node's stranded milli-GPUs plus twice what it
   leaves stranded: the change rewards putting a task that needs little CPU on a node short
   of CPU, the level keeps nodes from being drained of CPU (the change alone lost on
-  ``cpu300``, the level alone on ``gpushare40/60``). Where tasks limited to GPU models are
-  a real share of the GPU tasks (``LIMITED_SHARE``), only the level counts, one for one
-  (the change hurt ``gpuspec10/20/25``; on ``gpuspec05``, 5 % limited, it wins);
+  ``cpu300``, the level alone on ``gpushare40/60``);
 * the target workload weighs each GPU kind by its count × √(its GPU request), so the
   whole-GPU kinds, which fail first when the cluster fills, count more when judging which
-  free GPUs are fragments. Where model-limited tasks are a real share, FGD's weighting by
-  count is what keeps scarce models for the tasks that need them, and reweighting
-  measurably hurt (the ``gpuspec`` pod lists), so it is kept there;
-* **CPU fragments, where CPU runs out first**: when the workload, CPU-only tasks included,
-  asks clearly more CPU per GPU than the cluster has (``cpu_bound``), every pod is placed
-  until CPU is gone, and what is left then decides the allocation: CPU in pieces no task
-  can use is lost GPU work. ``CpuFragments`` is FGD's measure turned to CPU — the free CPU
-  of a node each kind of task (CPU-only ones too) could not use — and its growth, counted
-  at the cluster's CPU per GPU, is added to the cost (``cpu300``: +0.6 pp over FGD). Where
-  GPUs run out as soon as CPUs (``cpu235``) it is not costed: there it lost 1.1 pp.
+  free GPUs are fragments;
+* **CPU fragments, as far as CPU runs out first**: where the workload, CPU-only tasks
+  included, asks more CPU per GPU than the cluster has, every pod is placed until CPU is
+  gone, and what is left then decides the allocation: CPU in pieces no task can use is lost
+  GPU work. ``CpuFragments`` is FGD's measure turned to CPU — the free CPU of a node each
+  kind of task (CPU-only ones too) could not use — and its growth, counted at the cluster's
+  CPU per GPU, is added to the cost, weighed in proportion to the share of the GPU work the
+  cluster's CPU cannot back (``cpu_fragment_weight``: none where GPUs run out as soon as
+  CPUs, as on ``cpu235``, where costing them lost 1.1 pp; ``cpu300``: +1.4 pp over FGD).
+
+Where a GPU model is scarce — the tasks limited to models ask a large share of its GPUs
+(``model_pressure``) — the first two changes give that model away to tasks that could run
+anywhere (``gpuspec10/20/25``), and FGD's own weights (count alone) with the stranded level
+alone keep it. How far the cost moves from the model-blind one to that is ``scarcity``, a
+linear blend of both, driven by the measured pressure; no share of limited tasks switches
+it at once.
 
 CPU-only tasks go first fit (fewest free GPUs, then least CPU), as in FGD; every other
 place tried for them on ``cpu300`` (least stranding, least CPU fragments) lost.
@@ -54,7 +58,8 @@ pod lists and on ``bench_scheduler.py``: docs/benchmarks.md.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
@@ -64,38 +69,66 @@ from trainyard.scheduler.scorers.fgd import Answer, Fgd, Fixed, FragmentKey, Ran
 from trainyard.scheduler.scorers.topology import Topology, select_grouped
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
-STRANDED_WEIGHT = 1.0  # cost per milli-GPU stranded for want of CPU (kinds limited to models)
-STRANDED_LEVEL_WEIGHT = 2.0  # without model limits: cost per milli-GPU stranded after, besides the change
-# GPU tasks limited to GPU models below this share of the GPU tasks: costed as if unlimited.
-# Measured between openb's gpuspec05 (5.2 %: the unlimited cost wins by 0.35 pp) and
-# gpuspec10 (10.4 %: it loses by 0.6 pp).
-LIMITED_SHARE = 0.075
-# When CPU runs out first: cost per milli-GPU's worth of CPU (at the cluster's CPU per GPU)
-# that the placement adds to the node's CPU fragments.
-CPU_FRAGMENT_WEIGHT = 4.0
-# CPU runs out first when the workload asks this much more CPU per GPU than the cluster has.
-# openb's cpu300 asks 1.14 times the cluster's (CPU fragments costed: +0.6 pp); cpu235 asks
-# 0.998 times, and costing CPU fragments there loses 1.1 pp: GPUs run out as soon as CPUs.
-CPU_BOUND_MARGIN = 1.05
+# Cost per milli-GPU stranded for want of CPU: the change a placement makes, plus this many
+# times what it leaves stranded (both where no GPU model is scarce; see ``scarcity``).
+STRANDED_LEVEL_WEIGHT = 2.0
+# How scarce a GPU model is: the share of its GPUs that tasks limited to models ask (of all
+# the GPU work, relative to the model's share of the cluster's GPUs). Below SCARCE_FROM the
+# model-blind cost is kept; from SCARCE_AT on, FGD's weights and the stranded level alone;
+# in between, the two blend linearly. Measured on openb: at 0.20 (gpuspec05's T4s) the
+# model-blind cost wins by 0.4 pp, at 0.35 (gpuspec10) it loses by 0.6 pp.
+SCARCE_FROM = 0.22
+SCARCE_AT = 0.33
+# Where CPU runs out first, the cost per milli-GPU's worth of CPU (at the cluster's CPU per
+# GPU) that a placement adds to the node's CPU fragments is this × the share of the GPU work
+# that the cluster's CPU cannot back, 1 − 1/ρ, ρ being the CPU per GPU asked ÷ the cluster's:
+# 0 where GPUs run out as soon as CPUs (openb's cpu235, ρ = 0.998: costing them there lost
+# 1.1 pp), 3.9 on cpu300 (ρ = 1.14: +1.4 pp over FGD), growing as CPU gets shorter.
+CPU_FRAGMENT_SCALE = 32.0
 
 
-def demand_weighted(workload: Sequence[WorkloadClass], limited: bool) -> tuple[WorkloadClass, ...]:
-    """The GPU kinds, each weighed by its count × √(its GPU request in GPUs) unless
-    ``limited`` (then by count alone: FGD's weights)."""
+def demand_weighted(workload: Sequence[WorkloadClass], scarce: float) -> tuple[WorkloadClass, ...]:
+    """The GPU kinds, each weighed by its count × (its GPU request in GPUs) ** ((1 − ``scarce``) / 2):
+    by count × √request where no model is scarce, by count alone (FGD's weights) where one is."""
     gpu_kinds = tuple(w for w in workload if w.gpu_milli > 0 and w.weight > 0)
-    if limited:
+    if scarce >= 1.0:
         return gpu_kinds
+    power = (1.0 - scarce) / 2
     return tuple(
-        WorkloadClass(w.gpu_milli, w.weight * math.sqrt(w.gpu_milli / 1000), w.cpu_milli, w.memory_mb, w.gpu_models)
+        WorkloadClass(w.gpu_milli, w.weight * _root(w.gpu_milli / 1000, power), w.cpu_milli, w.memory_mb, w.gpu_models)
         for w in gpu_kinds
     )
 
 
-def model_limited(workload: Sequence[WorkloadClass]) -> bool:
-    """Whether GPU tasks limited to GPU models are at least ``LIMITED_SHARE`` of the GPU tasks."""
-    gpu = sum(w.weight for w in workload if w.gpu_milli > 0 and w.weight > 0)
-    limited = sum(w.weight for w in workload if w.gpu_milli > 0 and w.weight > 0 and w.gpu_models)
-    return gpu > 0 and limited >= LIMITED_SHARE * gpu
+def _root(x: float, power: float) -> float:
+    return math.sqrt(x) if power == 0.5 else x**power
+
+
+def model_pressure(workload: Sequence[WorkloadClass], capacity: Mapping[str, int] | None = None) -> float:
+    """The largest share of one GPU model's GPUs that the tasks limited to models ask: each
+    limited kind's GPU work, as a share of all the GPU work, spread over its models by their
+    GPUs, divided by the model's share of the cluster's GPUs (``capacity``: GPUs per model;
+    unknown: the limited work's share of all)."""
+    kinds = [w for w in workload if w.gpu_milli > 0 and w.weight > 0]
+    total = sum(w.weight * w.gpu_milli for w in kinds)
+    limited = [w for w in kinds if w.gpu_models]
+    if not total or not limited:
+        return 0.0
+    if not capacity:
+        return sum(w.weight * w.gpu_milli for w in limited) / total
+    cluster = sum(capacity.values())
+    asked: dict[str, float] = {}
+    for w in limited:
+        models = [m for m in w.gpu_models if capacity.get(m, 0) > 0]
+        suits = sum(capacity[m] for m in models)
+        for m in models:
+            asked[m] = asked.get(m, 0.0) + w.weight * w.gpu_milli / total * capacity[m] / suits
+    return max((a / (capacity[m] / cluster) for m, a in asked.items()), default=0.0)
+
+
+def scarcity(pressure: float) -> float:
+    """0 (no GPU model is scarce) to 1, rising linearly from ``SCARCE_FROM`` to ``SCARCE_AT``."""
+    return min(1.0, max(0.0, (pressure - SCARCE_FROM) / (SCARCE_AT - SCARCE_FROM)))
 
 
 def cpu_per_gpu(kinds: Iterable[tuple[float, int, int]]) -> float:
@@ -108,10 +141,13 @@ def cpu_per_gpu(kinds: Iterable[tuple[float, int, int]]) -> float:
     return cpu / gpu if gpu > 0 else 0.0
 
 
-def cpu_bound(demand_cpu_per_gpu: float, cluster_cpu_per_gpu: float) -> bool:
-    """Whether the work asks clearly more CPU per GPU than the cluster has: then CPU, not
-    GPU, is what runs out first."""
-    return cluster_cpu_per_gpu > 0 and demand_cpu_per_gpu > CPU_BOUND_MARGIN * cluster_cpu_per_gpu
+def cpu_fragment_weight(demand_cpu_per_gpu: float, cluster_cpu_per_gpu: float) -> float:
+    """What a milli-GPU's worth of CPU fragments costs: ``CPU_FRAGMENT_SCALE`` × the share of
+    the GPU work that the cluster's CPU cannot back (0 where GPUs run out first, or the cluster
+    is unknown)."""
+    if cluster_cpu_per_gpu <= 0 or demand_cpu_per_gpu <= cluster_cpu_per_gpu:
+        return 0.0
+    return CPU_FRAGMENT_SCALE * (1.0 - cluster_cpu_per_gpu / demand_cpu_per_gpu)
 
 
 class FgdCpu(Fgd):
@@ -120,12 +156,14 @@ class FgdCpu(Fgd):
         workload: Sequence[WorkloadClass],
         cluster_cpu_per_gpu: float = 0.0,
         demand_cpu_per_gpu: float | None = None,
+        capacity: Mapping[str, int] | None = None,
     ) -> None:
         """``cluster_cpu_per_gpu``: the milli-CPU per milli-GPU of the nodes that take work
         (0: unknown, CPU fragments are then not costed); ``demand_cpu_per_gpu``: what the
-        work asks, if known more exactly than from ``workload``."""
-        self.limited = model_limited(workload)
-        super().__init__(demand_weighted(workload, self.limited))
+        work asks, if known more exactly than from ``workload``; ``capacity``: the GPUs of
+        each model on those nodes (for how scarce a model is)."""
+        self.scarce = scarcity(model_pressure(workload, capacity))
+        super().__init__(demand_weighted(workload, self.scarce))
         gpu = sum(w.gpu_milli * p for w, p in self.classes)
         cpu = sum(w.cpu_milli * p for w, p in self.classes)
         self.cpu_per_gpu = cpu / gpu if gpu else 0.0  # milli-CPU per milli-GPU, GPU tasks
@@ -133,20 +171,21 @@ class FgdCpu(Fgd):
         self.cluster_cpu_per_gpu = cluster_cpu_per_gpu
         if demand_cpu_per_gpu is None:
             demand_cpu_per_gpu = cpu_per_gpu((w.weight, w.gpu_milli, w.cpu_milli) for w in workload if w.weight > 0)
-        bound = cpu_bound(demand_cpu_per_gpu, cluster_cpu_per_gpu)
-        self.cpu_fragments = CpuFragments(workload) if bound and self.classes else None
+        self.cpu_fragment_weight = cpu_fragment_weight(demand_cpu_per_gpu, cluster_cpu_per_gpu)
+        self.cpu_fragments = CpuFragments(workload) if self.cpu_fragment_weight > 0 and self.classes else None
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> FgdCpu:
         taking = [n for n in snapshot.nodes if n.schedulable]
         gpus = sum(len(n.gpus) for n in taking)
         cluster = sum(n.cpu_milli for n in taking) / (gpus * MILLI) if gpus else 0.0
+        capacity = Counter(g.model for n in taking for g in n.gpus)
         if snapshot.config.workload:
-            return cls(snapshot.config.workload, cluster)
+            return cls(snapshot.config.workload, cluster, capacity=capacity)
         # The pending mix keeps each GPU kind's least CPU and the commonest kinds only: what
         # the pending tasks ask in all is worked out from the tasks themselves.
         demand = cpu_per_gpu((1, t.gpu_milli, t.cpu_milli) for job in snapshot.pending for t in job.tasks)
-        return cls(pending_mix(snapshot.pending), cluster, demand)
+        return cls(pending_mix(snapshot.pending), cluster, demand, capacity)
 
     # --- topology: gangs as ``Topology`` places them, a task's GPUs in one group ---------
 
@@ -178,17 +217,18 @@ class FgdCpu(Fgd):
         if self.cpu_per_gpu > 0:
             taken = sum(d.milli for d in devices)
             after = self.stranded(max(0, node.gpu_sum) - taken, node.cpu_milli - task.cpu_milli)
-            if self.limited:
-                cost = STRANDED_WEIGHT * after
-            else:
-                cost = after - self.stranded(max(0, node.gpu_sum), node.cpu_milli) + STRANDED_LEVEL_WEIGHT * after
+            # Model-blind: the change plus twice the level; a model scarce: the level alone.
+            cost = self.scarce * after
+            if self.scarce < 1.0:
+                change = after - self.stranded(max(0, node.gpu_sum), node.cpu_milli)
+                cost += (1.0 - self.scarce) * (change + STRANDED_LEVEL_WEIGHT * after)
         if self.cpu_fragments is not None:
             free = list(node.gpu_free)
             for d in devices:
                 free[node.position[d.index]] -= d.milli
             grown = self.cpu_fragments.of(node, free, node.cpu_milli - task.cpu_milli, node.memory_mb - task.memory_mb)
             grown -= self.cpu_fragments.of(node, node.gpu_free, node.cpu_milli, node.memory_mb)
-            cost += CPU_FRAGMENT_WEIGHT * grown / self.cluster_cpu_per_gpu
+            cost += self.cpu_fragment_weight * grown / self.cluster_cpu_per_gpu
         return cost
 
     def stranded(self, gpu_free: int, cpu_free: int) -> float:
