@@ -46,7 +46,7 @@ class Ledger:
         rack = snapshot.config.rack_label
         free = [FreeNode.from_state(n, rack_label=rack) for n in nodes]
         by_name = {n.name: n for n in free}
-        self.quotas = Quotas(snapshot, lambda node, index: _model_of(by_name, node, index))
+        self.quotas = Quotas(snapshot, by_name)
         limited = {name: p.quota for name, p in self.quotas.vcs.items() if p.quota is not None}
         if limited:
             self.cells = Cells(nodes, cell_sizes(nodes, list(limited.values()), snapshot.config.cell_gpus), limited)

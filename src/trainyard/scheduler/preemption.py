@@ -339,11 +339,17 @@ def _victims(
 
     if short_of_quota:
         for_quota = (v for v in candidates(cycle, job) if v.job_id not in free and _gives_quota(job, v))
-        while ledger.quotas.admit(job) is not None:
-            victim = next(for_quota, None)
-            if victim is None:
-                return []
-            released.jobs.append(victim)
+        # The shortest prefix after which the job is admitted. A victim gives back at most
+        # its GPUs, so admission is asked again only once the victims taken since could
+        # cover the shortfall (the same prefix as asking after each, with fewer questions).
+        while (refusal := ledger.quotas.admit(job)) is not None:
+            short = refusal.need - refusal.free if refusal.kind in ("vc", "user") else 1
+            while short > 0:
+                victim = next(for_quota, None)
+                if victim is None:
+                    return []
+                released.jobs.append(victim)
+                short -= sum(s.milli for p in victim.placements for s in p.gpus)
             released.set(len(released.jobs))
     taken = {v.job_id for v in released.jobs}
     shared = [

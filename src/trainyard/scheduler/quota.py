@@ -9,12 +9,12 @@ amounts are milli-GPU, so a 0.25-GPU task uses 250 of a quota of whole GPUs.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.capacity import Tentative
+from trainyard.scheduler.capacity import FreeNode, Tentative
 from trainyard.scheduler.snapshot import PendingJob, Snapshot, TaskPlacement
 
 IMPLICIT_VC = "default"
@@ -66,8 +66,8 @@ def gpu_need(job: PendingJob) -> int:
 class Quotas:
     """What each VC (per model) and each user (per rank) may still take in this cycle."""
 
-    def __init__(self, snapshot: Snapshot, model_of: Callable[[str, int], str | None]) -> None:
-        self.model_of = model_of
+    def __init__(self, snapshot: Snapshot, nodes: Mapping[str, FreeNode]) -> None:
+        self.nodes = nodes  # the ledger's, by name: which model each device is
         if snapshot.vcs:
             self.vcs = {
                 vc.name: VcPolicy(vc.name, dict(vc.quota), vc.allow_priority_preemption)
@@ -148,21 +148,34 @@ class Quotas:
             tentative.record(lambda: self._apply(owner, placement, -1))
 
     def _apply(self, owner: Owner, placement: TaskPlacement, sign: int) -> None:
-        if not self._counting:
+        # Called for every charge and refund a cycle tries (preemption plans try thousands):
+        # written for speed, the arithmetic is the plain one.
+        if not self._counting or not placement.gpus:
             return
-        milli = sum(s.milli for s in placement.gpus)
+        milli = 0
+        for share in placement.gpus:
+            milli += share.milli
         if not milli:
             return
         self.user_used[(owner.user, owner.rank)] -= sign * milli
-        if not owner.guaranteed:
+        if owner.rank >= OPPORTUNISTIC_RANK:  # not guaranteed: no VC quota
             return
-        policy = self.policy(owner.vc)
+        policy = self.implicit if self.implicit is not None else self.vcs.get(owner.vc)
         if policy is None or policy.quota is None:
             return
+        node = self.nodes.get(placement.node)
+        if node is None:  # a running task on a node that has left the inventory
+            return
+        free, vc = self.free, owner.vc
+        if node.only_model is not None:  # most nodes: one model, one sum
+            key = (vc, node.only_model)
+            if key in free:
+                free[key] += sign * milli
+            return
         for share in placement.gpus:
-            model = self.model_of(placement.node, share.index)
-            if model is not None and (owner.vc, model) in self.free:
-                self.free[(owner.vc, model)] += sign * share.milli
+            pos = node.position.get(share.index)
+            if pos is not None and (vc, node.gpu_model[pos]) in free:
+                free[(vc, node.gpu_model[pos])] += sign * share.milli
 
 
 def _models_of(job: PendingJob) -> tuple[str, ...]:

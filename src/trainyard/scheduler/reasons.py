@@ -327,6 +327,7 @@ class SharedDevices:
 
     def __init__(self, snapshot: Snapshot, starts: Sequence[StartJob], after: Rooms) -> None:
         self.nodes = after.nodes
+        self.by_name = {n.name: n for n in self.nodes}
         self.sharing = Sharing(snapshot)
         pending = {j.job_id: j for j in snapshot.pending}
         for r in sorted(snapshot.running, key=lambda r: r.job_id):
@@ -349,7 +350,7 @@ class SharedDevices:
                 unshared = self._unshared_room.get(kind)
                 if unshared is None:
                     unshared = self._unshared_room[kind] = has_unshared_room(self.sharing, task, self.nodes)
-                why = closing_rule(self.sharing, (job.user, job.vc), task, self.nodes, unshared)
+                why = closing_rule(self.sharing, (job.user, job.vc), task, self.by_name, unshared)
                 self._found[key] = None if why is None else Worded(
                     f"GPU {why.index} of node {why.node} is shared with another user's job; "
                     f"VC {why.vc} allows sharing with: {why.rule}",

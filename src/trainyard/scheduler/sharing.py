@@ -13,7 +13,7 @@ the rule: the simulator's pods, which have no user, share as they always did.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from trainyard.core.resources import MILLI
@@ -110,11 +110,16 @@ class Sharing:
         known = self._closed.get((sharer, node.name))
         if known is not None and known[0] == changes:
             return known[1]
-        closed = tuple(sorted(
-            node.position[index]
-            for index, counts in on_node.items()
-            if index in node.position and any(n > 0 and not self.allows(sharer, o) for o, n in counts.items())
-        ))
+        positions = []
+        for index, counts in on_node.items():
+            pos = node.position.get(index)
+            if pos is not None:
+                for other, n in counts.items():
+                    if n > 0 and not self.allows(sharer, other):
+                        positions.append(pos)
+                        break
+        positions.sort()
+        closed = tuple(positions)
         self._closed[(sharer, node.name)] = (changes, closed)
         return closed
 
@@ -131,19 +136,18 @@ class Sharing:
 
 
 def closing_rule(
-    sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Sequence[FreeNode], unshared_room: bool
+    sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Mapping[str, FreeNode], unshared_room: bool
 ) -> Refusal | None:
     """Why a fractional ``task`` of ``sharer`` has nowhere to go when the only devices with
     room for it hold shares a VC's rule keeps it from; None if that is not what stops it.
     ``unshared_room``: whether a device without fractional shares has room for it
-    (``has_unshared_room``, the same for every sharer). Devices with shares are few: only
-    they are looked at here."""
+    (``has_unshared_room``, the same for every sharer); ``nodes`` by name. Devices with
+    shares are few: only they are looked at here."""
     if unshared_room:
         return None
-    by_name = {n.name: n for n in nodes}
     first: Refusal | None = None
     for name in sorted(sharing.devices):
-        node = by_name.get(name)
+        node = nodes.get(name)
         if node is None or not node.schedulable or not node.hosts_cpu_and_memory(task):
             continue
         for index in sorted(sharing.devices[name]):
