@@ -22,17 +22,24 @@ from __future__ import annotations
 import argparse
 import csv
 import random
+import sys
 from pathlib import Path
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces" / "openb"
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO / "src") not in sys.path:  # run from a checkout even when not installed
+    sys.path.insert(0, str(REPO / "src"))
+
+from trainyard.sim.traces import open_text, trace_file  # noqa: E402
+
 CPU_SHARES = {"cpu150": 0.150, "cpu250": 0.250, "cpu270": 0.270}
 SPEC_SHARES = {"gpuspec07": 0.07, "gpuspec08": 0.08, "gpuspec15": 0.15}
 SHARE_SHARES = {"gpushare30": 0.30, "gpushare50": 0.50, "gpushare70": 0.70}
 BOTH = {"cpu250spec10": (0.250, 0.10), "cpu270spec07": (0.270, 0.07)}
 
 
-def rows(traces: Path, variant: str) -> tuple[list[str], list[dict[str, str]]]:
-    with (traces / f"openb_pod_list_{variant}.csv").open(newline="") as f:
+def rows(variant: str) -> tuple[list[str], list[dict[str, str]]]:
+    """A shipped openb pod list (or the one in ``$TRAINYARD_TRACES``): its columns and rows."""
+    with open_text(trace_file("openb", f"openb_pod_list_{variant}.csv")) as f:
         reader = csv.DictReader(f)
         return list(reader.fieldnames or ()), list(reader)
 
@@ -71,12 +78,11 @@ def write(path: Path, fields: list[str], pods: list[dict[str, str]]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--traces", type=Path, default=TRACES)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/out/openb_heldout"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    fields, default = rows(args.traces, "default")
-    limits = {p["name"]: p["gpu_spec"] for p in rows(args.traces, "gpuspec20")[1]}
+    fields, default = rows("default")
+    limits = {p["name"]: p["gpu_spec"] for p in rows("gpuspec20")[1]}
     made = {}
     for name, share in CPU_SHARES.items():
         made[name] = with_cpu_share(default, share, random.Random(f"heldout-{name}"))
