@@ -201,3 +201,20 @@ def test_how_scarce_a_gpu_model_is_blends_the_default_towards_fgds_weights() -> 
     assert FgdCpu((two, WorkloadClass(1000, 1.0))).classes[0][1] == pytest.approx(2**0.5 / (1 + 2**0.5))
     scarce_mix = (two, WorkloadClass(1000, 1.0, gpu_models=("T4",)))
     assert FgdCpu(scarce_mix, capacity={"T4": 1, "V100": 1}).classes[0][1] == pytest.approx(0.5)
+
+
+def test_a_few_tasks_for_a_rare_gpu_model_do_not_move_the_whole_clusters_cost() -> None:
+    from trainyard.scheduler.scorers.fgd_cpu import FULL_SHARE, model_pressure, workload_scarcity
+
+    # One task in a hundred asks an A10, and the cluster has 2 A10s in 1,000 GPUs: the A10s
+    # are fully asked (pressure 5), but giving them away costs at most 2 GPUs.
+    mix = (WorkloadClass(1000, 99.0), WorkloadClass(1000, 1.0, gpu_models=("A10",)))
+    rare = {"A10": 2, "V100": 998}
+    assert model_pressure(mix, rare) == pytest.approx(5.0)
+    assert workload_scarcity(mix, rare) == pytest.approx(0.002 / FULL_SHARE)
+    # The same tasks where A10s are a fifth of the cluster and half asked: scarce in full.
+    assert workload_scarcity((WorkloadClass(1000, 90.0), WorkloadClass(1000, 10.0, gpu_models=("A10",))),
+                             {"A10": 200, "V100": 800}) == 1.0
+    # A model named twice in one limit counts once.
+    twice = (WorkloadClass(1000, 1.0, gpu_models=("A10", "A10", "V100")),)
+    assert model_pressure(twice, {"A10": 1, "V100": 1}) == pytest.approx(1.0)

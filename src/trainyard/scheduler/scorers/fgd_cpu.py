@@ -39,11 +39,11 @@ address them; everything else (the fragmentation measure, device choice, scan) i
   CPUs, as on ``cpu235``, where costing them lost 1.1 pp; ``cpu300``: +1.4 pp over FGD).
 
 Where a GPU model is scarce — the tasks limited to models ask a large share of its GPUs
-(``model_pressure``) — the first two changes give that model away to tasks that could run
+(``model_pressures``) — the first two changes give that model away to tasks that could run
 anywhere (``gpuspec10/20/25``), and FGD's own weights (count alone) with the stranded level
-alone keep it. How far the cost moves from the model-blind one to that is ``scarcity``, a
-linear blend of both, driven by the measured pressure; no share of limited tasks switches
-it at once.
+alone keep it. How far the cost moves from the model-blind one to that is
+``workload_scarcity``, a linear blend of both, driven by the measured pressure and weighed by
+how many GPUs the scarce model has; no share of limited tasks switches it at once.
 
 CPU-only tasks go first fit (fewest free GPUs, then least CPU), as in FGD; every other
 place tried for them on ``cpu300`` (least stranding, least CPU fragments) lost.
@@ -79,6 +79,9 @@ STRANDED_LEVEL_WEIGHT = 2.0
 # model-blind cost wins by 0.4 pp, at 0.35 (gpuspec10) it loses by 0.6 pp.
 SCARCE_FROM = 0.22
 SCARCE_AT = 0.33
+# A model with this share of the cluster's GPUs or more counts in full (openb's T4s hold 13.6 %);
+# a rarer one in proportion to its share.
+FULL_SHARE = 0.1
 # Where CPU runs out first, the cost per milli-GPU's worth of CPU (at the cluster's CPU per
 # GPU) that a placement adds to the node's CPU fragments is this × the share of the GPU work
 # that the cluster's CPU cannot back, 1 − 1/ρ, ρ being the CPU per GPU asked ÷ the cluster's:
@@ -104,26 +107,45 @@ def _root(x: float, power: float) -> float:
     return math.sqrt(x) if power == 0.5 else x**power
 
 
-def model_pressure(workload: Sequence[WorkloadClass], capacity: Mapping[str, int] | None = None) -> float:
-    """The largest share of one GPU model's GPUs that the tasks limited to models ask: each
-    limited kind's GPU work, as a share of all the GPU work, spread over its models by their
-    GPUs, divided by the model's share of the cluster's GPUs (``capacity``: GPUs per model;
-    unknown: the limited work's share of all)."""
+def model_pressures(workload: Sequence[WorkloadClass], capacity: Mapping[str, int] | None = None) -> dict[str, float]:
+    """Per GPU model, the share of its GPUs that the tasks limited to models ask: each limited
+    kind's GPU work, as a share of all the GPU work, spread over its models by their GPUs,
+    divided by the model's share of the cluster's GPUs (``capacity``: GPUs per model;
+    unknown: the limited work's share of all, under the model name "")."""
     kinds = [w for w in workload if w.gpu_milli > 0 and w.weight > 0]
     total = sum(w.weight * w.gpu_milli for w in kinds)
     limited = [w for w in kinds if w.gpu_models]
     if not total or not limited:
-        return 0.0
+        return {}
     if not capacity:
-        return sum(w.weight * w.gpu_milli for w in limited) / total
+        return {"": sum(w.weight * w.gpu_milli for w in limited) / total}
     cluster = sum(capacity.values())
     asked: dict[str, float] = {}
     for w in limited:
-        models = [m for m in w.gpu_models if capacity.get(m, 0) > 0]
+        models = sorted({m for m in w.gpu_models if capacity.get(m, 0) > 0})  # a model named twice counts once
         suits = sum(capacity[m] for m in models)
         for m in models:
             asked[m] = asked.get(m, 0.0) + w.weight * w.gpu_milli / total * capacity[m] / suits
-    return max((a / (capacity[m] / cluster) for m, a in asked.items()), default=0.0)
+    return {m: a / (capacity[m] / cluster) for m, a in asked.items()}
+
+
+def model_pressure(workload: Sequence[WorkloadClass], capacity: Mapping[str, int] | None = None) -> float:
+    """The largest of ``model_pressures`` (0 without tasks limited to models)."""
+    return max(model_pressures(workload, capacity).values(), default=0.0)
+
+
+def workload_scarcity(workload: Sequence[WorkloadClass], capacity: Mapping[str, int] | None = None) -> float:
+    """How far the cost moves towards FGD's weights: the largest ``scarcity`` of a model's
+    pressure, counted in full for a model with at least ``FULL_SHARE`` of the cluster's GPUs
+    and in proportion to its share below (how many GPUs giving it away can cost: a handful of
+    GPUs of a rare model does not move the whole cluster's cost)."""
+    pressures = model_pressures(workload, capacity)
+    if not capacity:
+        return max((scarcity(p) for p in pressures.values()), default=0.0)
+    cluster = sum(capacity.values())
+    return max(
+        (scarcity(p) * min(1.0, capacity[m] / cluster / FULL_SHARE) for m, p in pressures.items()), default=0.0
+    )
 
 
 def scarcity(pressure: float) -> float:
@@ -162,7 +184,7 @@ class FgdCpu(Fgd):
         (0: unknown, CPU fragments are then not costed); ``demand_cpu_per_gpu``: what the
         work asks, if known more exactly than from ``workload``; ``capacity``: the GPUs of
         each model on those nodes (for how scarce a model is)."""
-        self.scarce = scarcity(model_pressure(workload, capacity))
+        self.scarce = workload_scarcity(workload, capacity)
         super().__init__(demand_weighted(workload, self.scarce))
         gpu = sum(w.gpu_milli * p for w, p in self.classes)
         cpu = sum(w.cpu_milli * p for w, p in self.classes)
