@@ -30,6 +30,10 @@ def test_the_job_page_opens_a_terminal_in_the_running_task(server: Server, brows
     page.keyboard.type("exit 5")
     page.keyboard.press("Enter")
     page.get_by_text("The shell exited with status 5.").first.wait_for()
+    # xterm.js draws its rows on the next animation frame: the page's status line can come
+    # first (CI saw the rows still without the exit), so the terminal itself is waited for.
+    page.wait_for_function("text => document.querySelector('#terminal .xterm-rows').innerText.includes(text)",
+                           arg="exited with status 5")
     assert "exited with status 5" in screen.inner_text()
     assert running.events() == ["alice opened a shell in task main/0"]
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
