@@ -263,6 +263,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         monitor_interval_seconds=settings.monitor_interval_seconds, usage_days_keep_days=settings.usage_days_keep_days,
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
         session_policy=policy,
+        job_dir_max_bytes=None if settings.job_dir_max_mb is None else settings.job_dir_max_mb << 20,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
