@@ -58,7 +58,8 @@ class CgroupLayout:
 
     ``version`` is 1 or 2. ``memory``, ``cpu`` and ``pids`` are the directories that hold
     the task cgroups in each controller's hierarchy (the same directory on v2; ``cpu`` or
-    ``pids`` is None where that controller is missing, and it is then not enforced). ``anchors`` are the
+    ``pids`` is None where that controller is missing, and it is then not enforced; ``describe``
+    says so for pids, ``note`` for CPU). ``anchors`` are the
     directories Trainyard did not create (the server's own cgroup, the v2 root): cleanup
     never removes them or anything above. ``note`` says what is not enforced, if anything.
     """
@@ -78,8 +79,11 @@ class CgroupLayout:
     def describe(self) -> str:
         """One line for ``yard up``'s log."""
         what = "CPU and memory" if self.cpu is not None else "memory (not CPU)"
+        # A missing pids controller is said here, at start-up, not in every task's message.
+        processes = "" if self.pids is not None else "; process limits (task_pids_max) are not enforced: no usable " \
+            "pids controller"
         return f"task {what} limits are enforced with cgroup v{self.version} under {self.memory}" + (
-            f"; {self.note}" if self.note else "")
+            f"; {self.note}" if self.note else "") + processes
 
     def under(self, name: str) -> CgroupLayout:
         """The same layout with task cgroups one level lower, in ``name`` (one server's own)."""
@@ -134,10 +138,8 @@ def _v1_layout(mountpoints: dict[str, str], memberships: list[list[str]]) -> Cgr
     elif cpu is None:
         note = "CPU limits are not enforced: no cgroup v1 cpu controller is mounted"
     pids = own_dir("pids") if "pids" in mountpoints else None
-    if pids is None or not os.access(pids, os.W_OK):
+    if pids is not None and not os.access(pids, os.W_OK):
         pids = None
-        note = "; ".join(n for n in (note, "process limits are not enforced: no writable cgroup v1 pids "
-                                     "controller") if n)
     anchors = tuple(d for d in (memory, cpu, pids) if d is not None)
     return CgroupLayout(1, os.path.join(memory, TOP_NAME), None if cpu is None else os.path.join(cpu, TOP_NAME),
                         anchors, note, None if pids is None else os.path.join(pids, TOP_NAME))
@@ -151,9 +153,6 @@ def _v2_layout(root: str) -> CgroupLayout | str:
         return f"cannot create cgroups in {root} (run the server as root)"
     top = os.path.join(root, TOP_NAME)
     note = "" if "cpu" in enabled else f"CPU limits are not enforced: the cpu controller is not enabled in {root}"
-    if "pids" not in enabled:
-        note = "; ".join(n for n in (note, f"process limits are not enforced: the pids controller is not enabled "
-                                     f"in {root}") if n)
     return CgroupLayout(2, top, top if "cpu" in enabled else None, (root,), note, top if "pids" in enabled else None)
 
 
