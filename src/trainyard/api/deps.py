@@ -49,6 +49,8 @@ class AppContext:
     # When each (job, user, role, index, port, how) last became a port-opened event (api/routers/proxy.py).
     port_uses: dict[tuple[int, int, str, int, int, str], float] = field(default_factory=dict)
     sessions: SessionPolicy = field(default_factory=SessionPolicy)  # interactive sessions' rules
+    # The sizes of a submit the admin bounds: its rendered commands and env, waiting jobs per user.
+    submit_limits: job_service.SubmitLimits = job_service.DEFAULT_SUBMIT_LIMITS
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db, clock=self.clock)

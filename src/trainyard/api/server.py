@@ -46,6 +46,7 @@ from trainyard.monitor.notify import SmtpSettings
 from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import DEFAULT_SCORER, SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
+from trainyard.services.jobs import SubmitLimits
 from trainyard.services.storages import set_builtin_roots
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
@@ -201,6 +202,9 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             task_limits=settings.task_limits,
             containers=ContainerEngine.find(settings.container_engine, settings.container_runtime),
             environments_root=settings.environments_root,
+            pids_max=settings.task_pids_max,
+            log_max_bytes=None if settings.task_log_max_mb is None else settings.task_log_max_mb << 20,
+            log_cap_stop=settings.task_log_cap_stop,
         )
     except RuntimeError as exc:  # no bash, supervisors cannot start, or required limits cannot be: nothing could run
         raise StartupError(str(exc)) from exc
@@ -259,11 +263,14 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         monitor_interval_seconds=settings.monitor_interval_seconds, usage_days_keep_days=settings.usage_days_keep_days,
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
         session_policy=policy,
+        job_dir_max_bytes=None if settings.job_dir_max_mb is None else settings.job_dir_max_mb << 20,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
                      monitor_interval_seconds=settings.monitor_interval_seconds,
-                     monitor_retention=settings.retention, sessions=policy)
+                     monitor_retention=settings.retention, sessions=policy,
+                     submit_limits=SubmitLimits(rendered_max_bytes=settings.job_rendered_max_kb * 1024,
+                                                max_waiting_jobs=settings.max_waiting_jobs_per_user))
     return ctx, controller
 
 

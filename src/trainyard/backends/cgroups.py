@@ -1,5 +1,5 @@
-"""Task cgroups: the CPU and memory a task may use, enforced by the kernel, and whether the
-kernel killed the task at its memory limit.
+"""Task cgroups: the CPU and memory a task may use and how many processes (and threads) it
+may have, enforced by the kernel, and whether the kernel killed the task at its memory limit.
 
 Stdlib only, and cheap to import: the local backend's supervisor imports it (from its
 private copy, see ``backends/local/launcher``) on the submit→RUNNING path, and the
@@ -11,16 +11,21 @@ Two layouts exist in the field, and both are supported:
   container hosts): each controller has its own hierarchy, e.g. ``/sys/fs/cgroup/memory``
   and ``/sys/fs/cgroup/cpu`` (or ``cpu,cpuacct``). A task's cgroup is a directory in each:
   ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``, so that swap is no way
-  around it), ``cpu.cfs_quota_us``/``cpu.cfs_period_us``; the kernel counts OOM kills in
+  around it), ``cpu.cfs_quota_us``/``cpu.cfs_period_us``, ``pids.max`` in the pids
+  hierarchy (``/sys/fs/cgroup/pids``); the kernel counts OOM kills in
   ``memory.oom_control`` (``oom_kill N``). Task cgroups sit under the server's own cgroup
   of each hierarchy (``<own>/trainyard/...``): v1 allows that, and it keeps the tasks
   inside whatever limit the server itself runs under.
 * **v2** (unified, ``/sys/fs/cgroup``): one hierarchy, ``memory.max`` (``memory.swap.max``
-  = 0), ``cpu.max``, OOM kills in ``memory.events``. A cgroup that holds processes may not
+  = 0), ``cpu.max``, ``pids.max``, OOM kills in ``memory.events``. A cgroup that holds processes may not
   hand controllers to its children, so task cgroups cannot sit under the server's own
   cgroup; they sit under ``/trainyard`` at the root, whose ``cgroup.subtree_control`` must
   list the memory controller (systemd's does), and every level below it gets
-  ``+memory +cpu`` written to its own ``cgroup.subtree_control``.
+  ``+memory +cpu +pids`` written to its own ``cgroup.subtree_control``.
+
+``pids.max`` is what keeps one task from taking every process id of the host (a fork
+past it fails with EAGAIN, in the task alone); where the pids controller is missing the
+layout's note says so and the rest is enforced as before.
 
 A node's layout is found once (:func:`detect`, by the backend); each task's cgroup is then
 described by a plain JSON-able dict, a *plan* (:func:`task_plan`), that the supervisor acts
@@ -51,19 +56,22 @@ _KILL_WAIT_SECONDS = 5.0
 class CgroupLayout:
     """Where this node's task cgroups go.
 
-    ``version`` is 1 or 2. ``memory`` and ``cpu`` are the directories that hold the task
-    cgroups in each controller's hierarchy (the same directory on v2; ``cpu`` is None where
-    the CPU controller is missing, and CPU is then not enforced). ``anchors`` are the
+    ``version`` is 1 or 2. ``memory``, ``cpu`` and ``pids`` are the directories that hold
+    the task cgroups in each controller's hierarchy (the same directory on v2; ``cpu`` or
+    ``pids`` is None where that controller is missing, and it is then not enforced; ``describe``
+    says so for pids, ``note`` for CPU). ``anchors`` are the
     directories Trainyard did not create (the server's own cgroup, the v2 root): cleanup
     never removes them or anything above. ``note`` says what is not enforced, if anything.
     """
 
-    def __init__(self, version: int, memory: str, cpu: str | None, anchors: tuple[str, ...], note: str = "") -> None:
+    def __init__(self, version: int, memory: str, cpu: str | None, anchors: tuple[str, ...], note: str = "",
+                 pids: str | None = None) -> None:
         self.version = version
         self.memory = memory
         self.cpu = cpu
         self.anchors = anchors
         self.note = note
+        self.pids = pids
 
     def __repr__(self) -> str:
         return f"CgroupLayout(v{self.version}, memory={self.memory!r}, cpu={self.cpu!r})"
@@ -71,13 +79,17 @@ class CgroupLayout:
     def describe(self) -> str:
         """One line for ``yard up``'s log."""
         what = "CPU and memory" if self.cpu is not None else "memory (not CPU)"
+        # A missing pids controller is said here, at start-up, not in every task's message.
+        processes = "" if self.pids is not None else "; process limits (task_pids_max) are not enforced: no usable " \
+            "pids controller"
         return f"task {what} limits are enforced with cgroup v{self.version} under {self.memory}" + (
-            f"; {self.note}" if self.note else "")
+            f"; {self.note}" if self.note else "") + processes
 
     def under(self, name: str) -> CgroupLayout:
         """The same layout with task cgroups one level lower, in ``name`` (one server's own)."""
         return CgroupLayout(self.version, os.path.join(self.memory, name),
-                            None if self.cpu is None else os.path.join(self.cpu, name), self.anchors, self.note)
+                            None if self.cpu is None else os.path.join(self.cpu, name), self.anchors, self.note,
+                            None if self.pids is None else os.path.join(self.pids, name))
 
 
 def detect(mounts: str = "/proc/self/mounts", own: str = "/proc/self/cgroup") -> CgroupLayout | str:
@@ -125,9 +137,12 @@ def _v1_layout(mountpoints: dict[str, str], memberships: list[list[str]]) -> Cgr
         cpu, note = None, f"CPU limits are not enforced: cannot create cgroups in {own_dir('cpu')}"
     elif cpu is None:
         note = "CPU limits are not enforced: no cgroup v1 cpu controller is mounted"
-    anchors = (memory,) if cpu is None else (memory, cpu)
+    pids = own_dir("pids") if "pids" in mountpoints else None
+    if pids is not None and not os.access(pids, os.W_OK):
+        pids = None
+    anchors = tuple(d for d in (memory, cpu, pids) if d is not None)
     return CgroupLayout(1, os.path.join(memory, TOP_NAME), None if cpu is None else os.path.join(cpu, TOP_NAME),
-                        anchors, note)
+                        anchors, note, None if pids is None else os.path.join(pids, TOP_NAME))
 
 
 def _v2_layout(root: str) -> CgroupLayout | str:
@@ -138,21 +153,28 @@ def _v2_layout(root: str) -> CgroupLayout | str:
         return f"cannot create cgroups in {root} (run the server as root)"
     top = os.path.join(root, TOP_NAME)
     note = "" if "cpu" in enabled else f"CPU limits are not enforced: the cpu controller is not enabled in {root}"
-    return CgroupLayout(2, top, top if "cpu" in enabled else None, (root,), note)
+    return CgroupLayout(2, top, top if "cpu" in enabled else None, (root,), note, top if "pids" in enabled else None)
 
 
-def task_plan(layout: CgroupLayout, name: str, cpu_milli: int, memory_mb: int) -> dict[str, Any] | None:
-    """The plan of one task's cgroup (see the module docstring); None when it asks for no limit."""
+def task_plan(layout: CgroupLayout, name: str, cpu_milli: int, memory_mb: int,
+              pids_max: int | None = None) -> dict[str, Any] | None:
+    """The plan of one task's cgroup (see the module docstring); None when it asks for no
+    limit. ``pids_max``: the most processes and threads the task may have at once."""
     memory_bytes = max(0, memory_mb) * 1024 * 1024
     cpu = layout.cpu if cpu_milli > 0 else None
-    if not memory_bytes and cpu is None:
+    pids = layout.pids if pids_max else None
+    if not memory_bytes and cpu is None and pids is None:
         return None
     dirs = {}
     if memory_bytes:
         dirs["memory"] = os.path.join(layout.memory, name)
     if cpu is not None:
         dirs["cpu"] = os.path.join(cpu, name)
+    if pids is not None:
+        dirs["pids"] = os.path.join(pids, name)
     return {
+        "pids": dirs.get("pids"),
+        "pids_max": pids_max if pids is not None else 0,
         "version": layout.version,
         "dirs": sorted(set(dirs.values())),
         "memory": dirs.get("memory"),
@@ -178,6 +200,8 @@ def create(plan: dict[str, Any]) -> None:
             _write(memory, "memory.max", limit)
             if os.path.exists(os.path.join(memory, "memory.swap.max")):
                 _write(memory, "memory.swap.max", "0")
+    if plan.get("pids") is not None:  # plans written before pids were limited have none
+        _write(plan["pids"], "pids.max", str(plan["pids_max"]))
     if plan["cpu"] is not None:
         quota = str(plan["cpu_quota_us"])
         if plan["version"] == 1:
@@ -296,7 +320,7 @@ def _make_dirs(directory: str, anchors: list[str], version: int) -> None:
 
 def _enable_controllers(directory: str) -> None:
     enabled = _words(os.path.join(directory, "cgroup.subtree_control"))
-    wanted = [c for c in ("memory", "cpu") if c not in enabled]
+    wanted = [c for c in ("memory", "cpu", "pids") if c not in enabled]
     available = _words(os.path.join(directory, "cgroup.controllers"))
     for controller in wanted:
         if controller in available:

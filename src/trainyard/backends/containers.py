@@ -114,6 +114,7 @@ class ContainerTask:
     gpu_devices: tuple[str, ...] = ()  # CDI device names of the task's GPUs
     cpu_milli: int = 0
     memory_mb: int = 0
+    pids_max: int | None = None  # the most processes and threads at once (--pids-limit)
     user: tuple[int, int, tuple[int, ...]] | None = None  # uid, gid, supplementary groups
     name_salt: str = ""  # tells apart two servers' tasks of the same key on one machine
     # The memory cgroup the container sits in, holding its limit (``containercgroup``);
@@ -165,6 +166,8 @@ def run_options(engine: ContainerEngine, task: ContainerTask) -> list[str]:
     argv += memory_options(task)
     if task.cpu_milli > 0:
         argv += ["--cpus", f"{task.cpu_milli / 1000:g}"]
+    if task.pids_max:
+        argv += ["--pids-limit", str(task.pids_max)]
     for device in task.gpu_devices:
         argv += ["--device", f"{CDI_GPU_KIND}={device}"]
     if task.user is not None:

@@ -1,4 +1,5 @@
-"""Removing job directories once their jobs have ended and the retention has passed.
+"""Removing job directories once their jobs have ended and the retention has passed; and
+the admin's cap on a running job's directory (``job_dir_max_mb``).
 
 A job's directory (``$TRAINYARD_JOB_DIR``, see ``backends.base.JobDirectories``) outlives
 its attempts, so that a retried or preempted job resumes from what it saved there; after
@@ -14,14 +15,23 @@ from datetime import timedelta
 
 from trainyard.backends.base import JobDirectories
 from trainyard.controller.periodic import Periodic
+from trainyard.controller.reconcile import current_attempt
+from trainyard.core import transitions
 from trainyard.core.clock import Clock
+from trainyard.core.states import JobState
 from trainyard.store.db import Database
+from trainyard.store.events import record_event
 from trainyard.store.queries import jobs as job_queries
 
 log = logging.getLogger(__name__)
 
 # How often the directories are looked at: removal is housekeeping, not urgent.
 SWEEP_INTERVAL_SECONDS = 60.0
+# How often running jobs' directories are measured against the cap: a walk is capped
+# (``backends.jobdirs``), so this bounds what measuring costs, and how far past the cap a
+# job can write before it is stopped (what it writes in this long).
+CAP_INTERVAL_SECONDS = 30.0
+STOPPED_BY = "trainyard"
 
 
 class JobDirSweeper(Periodic):
@@ -73,3 +83,50 @@ class JobDirSweeper(Periodic):
         if removed:
             log.info("removed the job directories of ended job(s) %s", ", ".join(map(str, removed)))
         return removed
+
+
+class JobDirCap(Periodic):
+    """Stops a running job whose directory holds more than ``max_bytes`` (the admin's
+    ``job_dir_max_mb``): measured every ``interval``, as ``yard job`` shows it; the stop's
+    message names the size and the cap. The directory is kept, for its owner to fetch or
+    clean up what is there, and removed with the retention as any other."""
+
+    thread_name = "trainyard-job-dir-cap"
+
+    def __init__(self, db: Database, backend: JobDirectories, clock: Clock, max_bytes: int, *,
+                 interval: float = CAP_INTERVAL_SECONDS) -> None:
+        super().__init__(clock, interval)
+        self.db = db
+        self.backend = backend
+        self.max_bytes = max_bytes
+
+    def run_logged(self) -> None:
+        try:
+            self.check()
+        except Exception:  # noqa: BLE001 - a failed check is tried again at the next interval
+            log.exception("checking the job directories against job_dir_max_mb failed")
+
+    def check(self) -> list[int]:
+        """Stop the running jobs whose directories are over the cap now; their ids."""
+        with self.db.session() as session:
+            running = set(job_queries.job_ids_in(session, [JobState.RUNNING]))
+        over = {}
+        for job_id in sorted(running & set(self.backend.job_dir_ids())):  # measured outside any session
+            usage = self.backend.job_dir_usage(job_id)
+            if usage is not None and usage.bytes > self.max_bytes:
+                over[job_id] = usage.bytes
+        stopped = []
+        for job_id, used in over.items():
+            with self.db.session() as session:
+                job = job_queries.job_by_id(session, job_id, full=True)
+                if job is None or job.state != JobState.RUNNING:
+                    continue
+                because = (f"its job directory holds {used / (1 << 20):,.0f} MB, over the cluster's cap of "
+                           f"{self.max_bytes >> 20:,} MB (job_dir_max_mb)")
+                event = transitions.request_stop(job, current_attempt(job), STOPPED_BY, self.clock.now(),
+                                                 because=because)
+                record_event(session, job.id, event)
+                stopped.append(job_id)
+        if stopped:
+            log.warning("stopped job(s) %s: job directory over job_dir_max_mb", ", ".join(map(str, stopped)))
+        return stopped

@@ -12,7 +12,7 @@ from trainyard.backends.base import Backend, JobDirectories, MetricsSource
 from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
-from trainyard.controller.jobdirs import JobDirSweeper
+from trainyard.controller.jobdirs import JobDirCap, JobDirSweeper
 from trainyard.controller.limits import end_overdue_attempts
 from trainyard.controller.monitoring import Monitoring
 from trainyard.controller.reconcile import Reconciler
@@ -80,6 +80,7 @@ class Controller:
         monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS,
         usage_days_keep_days: int = DEFAULT_USAGE_DAYS_KEEP_DAYS,
         session_policy: SessionPolicy | None = None,
+        job_dir_max_bytes: int | None = None,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -104,6 +105,11 @@ class Controller:
             if isinstance(backend, JobDirectories)
             else None
         )
+        self.job_dir_cap = (
+            JobDirCap(db, backend, clock, job_dir_max_bytes)
+            if isinstance(backend, JobDirectories) and job_dir_max_bytes is not None
+            else None
+        )
         self.monitoring = (
             Monitoring(db, backend, clock, monitor_interval_seconds) if isinstance(backend, MetricsSource) else None
         )
@@ -115,8 +121,8 @@ class Controller:
         # The work beside the loop, each in a thread of its own when due (periodic.py): started
         # after every tick, and waited for at stop, since a round half written when the store
         # closes would only log noise.
-        self._periodics = [p for p in (self.job_dirs, self.monitoring, self.alerts, self.history, self.session_watch)
-                           if p is not None]
+        self._periodics = [p for p in (self.job_dirs, self.job_dir_cap, self.monitoring, self.alerts, self.history,
+                                       self.session_watch) if p is not None]
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:

@@ -16,6 +16,12 @@ from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, RetentionTier, p
 DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_MONITOR_INTERVAL_SECONDS = 10.0
 DEFAULT_USAGE_DAYS_KEEP_DAYS = 400  # a year of usage reports, and a month to spare
+# Sizes a user controls (issue 27): a job file is at most 1 MiB, and renders to at most this
+# per task role; a task's log; its processes and threads; one user's waiting jobs.
+DEFAULT_JOB_RENDERED_MAX_KB = 1024
+DEFAULT_TASK_LOG_MAX_MB = 1024
+DEFAULT_TASK_PIDS_MAX = 4096
+DEFAULT_MAX_WAITING_JOBS_PER_USER = 1000
 
 
 def default_home() -> Path:
@@ -231,6 +237,39 @@ class Settings(BaseSettings):
         default=False,
         description="Interactive sessions: admins may open other users' sessions too (with a token, as for "
         "the job-port proxy); by default only a session's owner can",
+    )
+    # Sizes a user controls (issue 27, finding 7): each bounded, so that one user cannot fill
+    # the machine's disk, memory or process table (docs/security.md, "Sizes a user controls").
+    job_rendered_max_kb: int = Field(
+        default=DEFAULT_JOB_RENDERED_MAX_KB, ge=1, le=1024 * 1024,
+        description="The most one task role of a job may render to, in KiB: its commands (deployment hooks "
+        "included) and env values with every placeholder filled in; refused at submit and dry run, at the field",
+    )
+    task_log_max_mb: int | None = Field(
+        default=DEFAULT_TASK_LOG_MAX_MB, ge=1,
+        description="The most output one task may write to its log (output.log), in MiB; further output is "
+        "dropped (the log's last line and the task's message say so); unset: no cap",
+    )
+    task_log_cap_stop: bool = Field(
+        default=False,
+        description="Stop a task (SIGKILL, failed) whose log reaches task_log_max_mb, instead of dropping "
+        "its further output while it runs on",
+    )
+    task_pids_max: int | None = Field(
+        default=DEFAULT_TASK_PIDS_MAX, ge=8,
+        description="The most processes and threads one task may have at once (its cgroup's pids.max; podman "
+        "--pids-limit); a fork past it fails with EAGAIN; unset: no limit",
+    )
+    job_dir_max_mb: int | None = Field(
+        default=None, ge=1,
+        description="The most disk a job's directory ($TRAINYARD_JOB_DIR) may use, in MiB; a running job "
+        "whose directory is found larger is stopped with a message saying so; unset: no cap (its use is "
+        "shown by `yard job` either way)",
+    )
+    max_waiting_jobs_per_user: int | None = Field(
+        default=DEFAULT_MAX_WAITING_JOBS_PER_USER, ge=1,
+        description="The most jobs one user may have waiting at once; a submit past it is refused (429); "
+        "unset: no limit",
     )
     rack_label: str = Field(default="rack", description="The node label that names a node's rack")
     node_labels: dict[str, str] = Field(

@@ -179,15 +179,16 @@ def _check(ctx: AppContext, viewer: Viewer, editor: Editor, *, submit: bool) -> 
             if editor.clone_of is not None:
                 if submit:
                     row = job_service.clone_job(session, viewer.user, editor.clone_of, changes, specs=ctx.specs,
-                                                clock=ctx.clock, nodes=nodes)
+                                                clock=ctx.clock, nodes=nodes, limits=ctx.submit_limits)
                     return row.id
                 spec = job_service.check_clone(session, viewer.user, editor.clone_of, changes, specs=ctx.specs,
-                                               nodes=nodes)
+                                               nodes=nodes, limits=ctx.submit_limits)
             else:
                 spec = validate_job(editor.document)
                 if submit:
-                    return job_service.submit_job(session, viewer.user, spec, clock=ctx.clock, nodes=nodes).id
-                job_service.check_submittable(session, viewer.user, spec, nodes=nodes)
+                    return job_service.submit_job(session, viewer.user, spec, clock=ctx.clock, nodes=nodes,
+                                                  limits=ctx.submit_limits).id
+                job_service.check_submittable(session, viewer.user, spec, nodes=nodes, limits=ctx.submit_limits)
     except SpecError as exc:
         editor.status = 422
         for error in exc.errors:

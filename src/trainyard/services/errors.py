@@ -28,3 +28,9 @@ class Invalid(ServiceError):
     """The request is well-formed but cannot be accepted (e.g. a job that can never fit)."""
 
     status = 422
+
+
+class TooMany(ServiceError):
+    """The caller holds as many of something as an admin allows (e.g. waiting jobs)."""
+
+    status = 429

@@ -14,6 +14,7 @@ from trainyard.core.clock import Clock
 from trainyard.core.labels import merged_labels
 from trainyard.core.names import DEFAULT_VC
 from trainyard.core.priorities import Priority
+from trainyard.core.settings import DEFAULT_JOB_RENDERED_MAX_KB, DEFAULT_MAX_WAITING_JOBS_PER_USER
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import GpuSlot, NodeState, TaskRequest
@@ -21,11 +22,13 @@ from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.environment_access import check_job_environments
-from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError
+from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError, TooMany
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
 from trainyard.services.storages import check_storage_uses
 from trainyard.services.views import job_detail
+from trainyard.spec.checks import rendered_size_errors
+from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import container_fields, ignored_extras, validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.spec.templating import MASK, masked_secret_paths, normalized_spec, unmasked
@@ -47,6 +50,18 @@ from trainyard.store.rows import (
 
 MAX_PAGE = 500
 STOP_RETRIES = 3  # tries of a stop that lost a race with the controller
+
+
+@dataclass(frozen=True)
+class SubmitLimits:
+    """The sizes of what one user submits that the admin bounds (issue 27; settings
+    ``job_rendered_max_kb`` and ``max_waiting_jobs_per_user``)."""
+
+    rendered_max_bytes: int = DEFAULT_JOB_RENDERED_MAX_KB * 1024
+    max_waiting_jobs: int | None = DEFAULT_MAX_WAITING_JOBS_PER_USER
+
+
+DEFAULT_SUBMIT_LIMITS = SubmitLimits()
 
 
 def gpu_slot(gpu: dict[str, Any], used_milli: int = 0) -> GpuSlot:
@@ -155,8 +170,34 @@ def check_no_masked_secrets(spec: JobSpec) -> None:
         raise Invalid(f"{paths[0]}: {message}", details=[{"path": p, "message": message} for p in paths])
 
 
-def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: list[NodeState] | None = None) -> None:
+def check_rendered_size(spec: JobSpec, limits: SubmitLimits) -> None:
+    """Refuse, at the field, a job whose commands and env render past the cluster's limit:
+    at launch they become its script and environment, on disk and in the server's memory."""
+    problems = rendered_size_errors(spec, limits.rendered_max_bytes, "job_rendered_max_kb")
+    if problems:
+        raise SpecError(problems)
+
+
+def check_waiting_jobs(session: Session, user: UserRow, limits: SubmitLimits) -> None:
+    """Refuse (429) a job past the number of waiting jobs one user may have."""
+    limit = limits.max_waiting_jobs
+    if limit is None:
+        return
+    waiting = job_queries.waiting_job_count(session, user.id)
+    if waiting >= limit:
+        raise TooMany(
+            f"user {user.name} has {waiting:,} jobs waiting, the most this cluster allows "
+            f"(max_waiting_jobs_per_user: {limit:,}): wait until some start, or stop some "
+            "(`yard stop ID`), then submit again",
+            details=[{"path": "<job>", "message": f"at most {limit:,} waiting jobs per user"}],
+        )
+
+
+def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: list[NodeState] | None = None,
+                      limits: SubmitLimits = DEFAULT_SUBMIT_LIMITS) -> None:
     """Every check a submit makes before it queues the job; a dry run makes exactly these."""
+    check_rendered_size(spec, limits)
+    check_waiting_jobs(session, user, limits)
     check_no_masked_secrets(spec)
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_storage_uses(session, user, spec)
@@ -177,13 +218,14 @@ def submit_job(
     clock: Clock,
     nodes: list[NodeState] | None = None,
     cloned_from: int | None = None,
+    limits: SubmitLimits = DEFAULT_SUBMIT_LIMITS,
 ) -> JobRow:
     """Queue a job as WAITING, or refuse it if it could never fit the cluster.
 
     ``nodes`` is the inventory to check against; by default it is read from the store.
     ``cloned_from`` names the job this one copies, for its history.
     """
-    check_submittable(session, user, spec, nodes=nodes)
+    check_submittable(session, user, spec, nodes=nodes, limits=limits)
     job = JobRow(
         name=spec.name,
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
@@ -236,12 +278,13 @@ def clone_job(
     specs: StoredSpecs,
     clock: Clock,
     nodes: list[NodeState] | None = None,
+    limits: SubmitLimits = DEFAULT_SUBMIT_LIMITS,
 ) -> JobRow:
     """Submit a copy of job ``job_id`` as ``user`` (its owner, or an admin), keeping the
     original's secrets, which never leave the server; the copy's history names the original."""
     original = _not_a_session(session, get_job(session, user, job_id))
     spec = clone_spec(specs.of(original), changes)
-    return submit_job(session, user, spec, clock=clock, nodes=nodes, cloned_from=original.id)
+    return submit_job(session, user, spec, clock=clock, nodes=nodes, cloned_from=original.id, limits=limits)
 
 
 def _not_a_session(session: Session, job: JobRow) -> JobRow:
@@ -261,11 +304,12 @@ def check_clone(
     *,
     specs: StoredSpecs,
     nodes: list[NodeState] | None = None,
+    limits: SubmitLimits = DEFAULT_SUBMIT_LIMITS,
 ) -> JobSpec:
     """The dry run of ``clone_job``: the job the clone would submit, after the checks a
     submit makes. It holds the original's secrets: never show it unmasked."""
     spec = clone_spec(specs.of(_not_a_session(session, get_job(session, user, job_id))), changes)
-    check_submittable(session, user, spec, nodes=nodes)
+    check_submittable(session, user, spec, nodes=nodes, limits=limits)
     return spec
 
 

@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from trainyard.core.selectors import SelectorError, compile_selector
 from trainyard.spec.errors import FieldError, join_path, show
-from trainyard.spec.placeholders import TemplateError, find_references, render_with, resolve
+from trainyard.spec.placeholders import (
+    RenderBudget,
+    RenderTooLarge,
+    TemplateError,
+    find_references,
+    render_with,
+    resolve,
+)
 from trainyard.spec.storages import extras_errors
 
 if TYPE_CHECKING:
@@ -290,8 +297,19 @@ def _env_size_errors(spec: JobSpec) -> Iterator[FieldError]:
     for name, role in spec.taskRoles.items():
         context = template_context(spec, name)
         total = 0
+        # Bounded: a value used thousands of times stops rendering just past the total allowed.
+        budget = RenderBudget(MAX_ENV_TOTAL_BYTES)
         for key, value in role.env.items():
-            size = len(key.encode()) + 1 + len(render_with(value, context).encode("utf-8", "surrogateescape")) + 1
+            try:
+                rendered = render_with(value, context, budget)
+            except RenderTooLarge:
+                yield FieldError(
+                    f"taskRoles.{name}.env.{key}",
+                    f"the environment passes {MAX_ENV_TOTAL_BYTES:,} bytes in all once rendered, with this value: "
+                    "put the data in a file and pass its path",
+                )
+                break
+            size = len(key.encode()) + 1 + len(rendered.encode("utf-8", "surrogateescape")) + 1
             total += size
             if size > MAX_ENV_ENTRY_BYTES:
                 yield FieldError(
@@ -318,3 +336,49 @@ def _missing_selections(spec: JobSpec, role: str | None) -> set[str]:
         if getattr(task_role, field) is not None
         and spec.prerequisite(field, getattr(task_role, field)) is None
     }
+
+
+def rendered_strings(spec: JobSpec, role: str) -> Iterator[tuple[str, str]]:
+    """What one task of ``role`` renders, as (path, text), in the order ``render_role``
+    renders it: the selected deployment's preCommands, the commands, its postCommands,
+    then the env values."""
+    deployment = selected_deployment(spec)
+    index = next((i for i, d in enumerate(spec.deployments or ()) if d is deployment), 0)
+    hooks = deployment.taskRoles.get(role) if deployment is not None else None
+    hook_path = f"deployments[{index}].taskRoles.{role}"
+    for position, command in enumerate((hooks.preCommands or ()) if hooks is not None else ()):
+        yield f"{hook_path}.preCommands[{position}]", command
+    for position, command in enumerate(spec.taskRoles[role].commands):
+        yield f"taskRoles.{role}.commands[{position}]", command
+    for position, command in enumerate((hooks.postCommands or ()) if hooks is not None else ()):
+        yield f"{hook_path}.postCommands[{position}]", command
+    for key, value in spec.taskRoles[role].env.items():
+        yield f"taskRoles.{role}.env.{key}", value
+
+
+def rendered_size_errors(spec: JobSpec, limit: int, setting: str = "") -> list[FieldError]:
+    """Task roles whose commands and environment, placeholders filled in, come to more than
+    ``limit`` bytes: each reported at the field that passed it. Rendering stops there, so
+    checking costs at most ``limit`` bytes of memory however often a parameter is used."""
+    errors: list[FieldError] = []
+    where = f" ({setting})" if setting else ""
+    for name in spec.taskRoles:
+        context = template_context(spec, name)
+        budget = RenderBudget(limit)
+        for path, text in rendered_strings(spec, name):
+            try:
+                render_with(text, context, budget)
+                budget.spend("\n")  # the line (or the NUL of an env entry) that ends it
+            except RenderTooLarge:
+                errors.append(FieldError(path, (
+                    f"task role {name} renders to more than {_size(limit)} by here (its commands and env with "
+                    f"every placeholder filled in), past the cluster's limit{where}: keep data out of the job "
+                    "file's placeholders; put it in a file (a storage, the job directory) and pass its path")))
+                break
+            except TemplateError:
+                continue  # a placeholder that does not resolve: validation reports it
+    return errors
+
+
+def _size(size: int) -> str:
+    return f"{size // 1024:,} KiB" if size % 1024 == 0 else f"{size:,} bytes"

@@ -124,12 +124,46 @@ def to_text(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, default=str)
 
 
-def render_with(text: str, context: Mapping[str, Any]) -> str:
-    """Replace every placeholder in ``text`` with its value from ``context``."""
+class RenderTooLarge(TemplateError):
+    """Rendering went past its budget (``RenderBudget``); raised as soon as it did, so that
+    a value used thousands of times never becomes more than the budget in memory."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"renders to more than {limit:,} bytes")
+        self.limit = limit
+
+
+class RenderBudget:
+    """Bytes (UTF-8) that rendering may still produce, shared by every string rendered with
+    it: one task role's commands and environment together."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def spend(self, piece: str) -> None:
+        # Characters first: a piece that is too long by its length alone is never encoded.
+        if self.used + len(piece) > self.limit:
+            raise RenderTooLarge(self.limit)
+        self.used += len(piece.encode("utf-8", "surrogatepass"))
+        if self.used > self.limit:
+            raise RenderTooLarge(self.limit)
+
+
+def render_with(text: str, context: Mapping[str, Any], budget: RenderBudget | None = None) -> str:
+    """Replace every placeholder in ``text`` with its value from ``context``; with a
+    ``budget``, raise RenderTooLarge as soon as the result would pass it."""
     find_references(text)  # reject malformed and unclosed tags before substituting
-
-    def substitute(match: re.Match[str]) -> str:
+    pieces: list[str] = []
+    end = 0
+    for match in _TAG.finditer(text):
         reference = _parse_tag(match.group(0), match.group(1))
-        return to_text(resolve(reference, context))
-
-    return _TAG.sub(substitute, text)
+        for piece in (text[end:match.start()], to_text(resolve(reference, context))):
+            if budget is not None:
+                budget.spend(piece)
+            pieces.append(piece)
+        end = match.end()
+    if budget is not None:
+        budget.spend(text[end:])
+    pieces.append(text[end:])
+    return "".join(pieces)

@@ -61,9 +61,9 @@ async def submit_job(
         nodes = ctx.node_states()
         with ctx.db.session() as session:
             if dry_run:
-                job_service.check_submittable(session, user, spec, nodes=nodes)
+                job_service.check_submittable(session, user, spec, nodes=nodes, limits=ctx.submit_limits)
                 return None
-            row = job_service.submit_job(session, user, spec, clock=ctx.clock, nodes=nodes)
+            row = job_service.submit_job(session, user, spec, clock=ctx.clock, nodes=nodes, limits=ctx.submit_limits)
             return submit_result(row, user.name, warnings)
 
     result = await run_in_threadpool(create)
@@ -99,7 +99,7 @@ async def clone_job(
         nodes = ctx.node_states()
         with ctx.db.session() as session:
             row = job_service.clone_job(session, user, job_id, changes, specs=ctx.specs, clock=ctx.clock,
-                                        nodes=nodes)
+                                        nodes=nodes, limits=ctx.submit_limits)
             return submit_result(row, user.name, job_service.backend_warnings(ctx.specs.of(row), ctx.backend.name))
 
     result = await run_in_threadpool(create)

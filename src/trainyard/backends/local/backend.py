@@ -178,6 +178,9 @@ class LocalBackend(jobdirs.JobDirTree):
         task_limits: str = "auto",
         containers: ContainerEngine | None = None,
         environments_root: Path | None = None,
+        pids_max: int | None = None,
+        log_max_bytes: int | None = None,
+        log_cap_stop: bool = False,
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
@@ -234,6 +237,11 @@ class LocalBackend(jobdirs.JobDirTree):
             labels=dict(labels or {}),
         )
         self._limits, self.limits_note = _limits_layout(task_limits, self.state_dir)
+        # Sizes a task controls (issue 27): its processes and threads (pids.max, or the
+        # container engine's --pids-limit), and what its output.log may grow to.
+        self.pids_max = pids_max
+        self.log_max_bytes = log_max_bytes
+        self.log_cap_stop = log_cap_stop
         # Tasks with an image run in containers of this engine (None: none is installed).
         self.containers = containers
         self._pulls = self.state_dir / "images"  # when Trainyard pulled each image here
@@ -504,6 +512,9 @@ class LocalBackend(jobdirs.JobDirTree):
             },
         }
         spec.update(self._limits_spec(task))
+        if self.log_max_bytes is not None:  # the supervisor's log writer holds output.log to it
+            spec["log_max_bytes"] = self.log_max_bytes
+            spec["log_cap_stop"] = self.log_cap_stop
         script_file = task_dir / taskfiles.SCRIPT  # written by the supervisor
         if account is not None:
             script_file = work.with_suffix(".sh")
@@ -540,13 +551,13 @@ class LocalBackend(jobdirs.JobDirTree):
     def _limits_spec(self, task: TaskLaunch) -> dict[str, Any]:
         """The ``cgroup`` plan of the task's limits (the supervisor creates it), or the
         ``limits_note`` saying why its limits are not enforced."""
-        # In a container the engine holds the container to them (--memory, --cpus).
-        if task.image is not None or (task.cpu_milli <= 0 and task.memory_mb <= 0):
+        # In a container the engine holds the container to them (--memory, --cpus, --pids-limit).
+        if task.image is not None or (task.cpu_milli <= 0 and task.memory_mb <= 0 and not self.pids_max):
             return {}
         if self._limits is None:
             return {"limits_note": self.limits_note} if self.limits_note else {}
         name = "-".join(self._relative_parts(task.key))
-        plan = cgroups.task_plan(self._limits, name, task.cpu_milli, task.memory_mb)
+        plan = cgroups.task_plan(self._limits, name, task.cpu_milli, task.memory_mb, self.pids_max)
         spec: dict[str, Any] = {} if plan is None else {"cgroup": plan}
         if self._limits.note and task.cpu_milli > 0:
             spec["limits_note"] = self._limits.note
@@ -577,7 +588,7 @@ class LocalBackend(jobdirs.JobDirTree):
         container = ContainerTask(
             key=task.key, image=task.image, node=self._node.name, work_dir=work, script=script, env_file=env_file,
             binds=binds, gpu_devices=devices,
-            cpu_milli=task.cpu_milli, memory_mb=task.memory_mb,
+            cpu_milli=task.cpu_milli, memory_mb=task.memory_mb, pids_max=self.pids_max,
             user=None if account is None else (account.uid, account.gid, tuple(account.groups())),
             name_salt=str(task_dir), cgroup=memory_cgroup(container_name(task.key, str(task_dir)), task.memory_mb),
         )

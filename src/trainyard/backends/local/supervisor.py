@@ -37,7 +37,12 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    unrecorded, nor a line of it outside its limits.
 4. Open the gate: the task execs the command line of ``task_argv`` (the spec's ``argv``:
    a bubblewrap sandbox around ``bash --noprofile --norc script.sh``, or bash alone) with
-   stdin from /dev/null and stdout+stderr appended to ``output.log``; a task with a
+   stdin from /dev/null and stdout+stderr appended to ``output.log`` — through a pipe when
+   the spec caps the log (``log_max_bytes``): the waiter's other child, the *log writer*
+   (root, outside the task's group and cgroup), copies the pipe into the log up to the cap,
+   then writes one line saying so and drops the rest, reading on so that the task runs on
+   (with ``log_cap_stop``, it has the waiter SIGKILL the task's group instead). The task
+   never holds the log's file descriptor, so no write of its can pass the cap; a task with a
    ``container`` execs the container engine's client instead (``containerrun``: the image
    is pulled first when the node lacks it), which stays root and drops to the task's user
    inside the container, and whose container the waiter removes if the client was killed. When the spec names
@@ -56,8 +61,10 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    zombie keeps the group id from being reused), SIGKILLs whatever is left of its group,
    waits until those are gone, then SIGKILLs what is left in the task's cgroup, reads how
    many of its processes the kernel killed at the memory limit (``reason``:
-   ``OUT_OF_MEMORY`` when the task failed after one) and removes the cgroup, writes
-   ``status.json`` durably, then reaps the task and exits with the task's status.
+   ``OUT_OF_MEMORY`` when the task failed after one) and removes the cgroup, waits (a
+   while) for the log writer to drain the pipe and reaps it (its exit status says whether
+   the cap was reached: the status message then says so), writes ``status.json`` durably,
+   then reaps the task and exits with the task's status.
 7. The supervisor reaps the waiter and writes ``exit.json`` durably from ``status.json``.
    A waiter that ended without writing it (killed) leaves the task's status unknown: the
    supervisor SIGKILLs the task's group if it still runs, and records ``"exit_code": null``.
@@ -79,7 +86,9 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_HANDLED = {*_STOP_SIGNALS, signal.SIGALRM, signal.SIGHUP}
+_LOG_CAP_SIGNAL = signal.SIGUSR1  # the log writer to the waiter: the cap is reached, stop the task
+_HANDLED = {*_STOP_SIGNALS, signal.SIGALRM, signal.SIGHUP, _LOG_CAP_SIGNAL}
+_LOG_CAPPED = 3  # the log writer's exit status when it dropped output at the cap
 _LEFTOVER_WAIT_SECONDS = 5.0
 _EXEC_FAILED = 127  # what a shell reports for a command it could not run
 _WAITER_FAILED = 125  # the waiter's own exit status when it failed (see supervisor.log)
@@ -272,6 +281,8 @@ class Waiter:
         self.task_pid: int | None = None  # also the task's process-group id
         self.reaped = False
         self.stop_requested = False
+        self.log_writer: int | None = None  # the log writer's pid, while it runs
+        self.log_cap_stopped = False
 
     def run(self, spec: dict[str, Any], script_path: str, gate_r: int, report_w: int, log_fd: int,
             null_fd: int) -> NoReturn:
@@ -291,13 +302,24 @@ class Waiter:
         for stop_signal in _STOP_SIGNALS:
             signal.signal(stop_signal, self._on_stop)
         signal.signal(signal.SIGALRM, self._on_grace_expired)
+        signal.signal(_LOG_CAP_SIGNAL, self._on_log_cap)
         task_gate_r, task_gate_w = os.pipe()
+        output_fd = log_fd
+        limit = spec.get("log_max_bytes")
+        if isinstance(limit, int) and limit > 0:
+            output_r, output_fd = os.pipe()
+            self.log_writer = os.fork()
+            if self.log_writer == 0:
+                for fd in (task_gate_r, task_gate_w, gate_r, report_w, null_fd, output_fd):
+                    os.close(fd)
+                _run_log_writer(output_r, log_fd, limit, bool(spec.get("log_cap_stop")))
+            os.close(output_r)
         pid = os.fork()
         if pid == 0:
             for fd in (task_gate_w, gate_r, report_w):
                 os.close(fd)
-            _exec_task(spec, script_path, task_gate_r, log_fd, null_fd)
-        for fd in (task_gate_r, log_fd, null_fd):
+            _exec_task(spec, script_path, task_gate_r, output_fd, null_fd)
+        for fd in {task_gate_r, log_fd, null_fd, output_fd}:
             os.close(fd)
         try:
             os.setpgid(pid, pid)  # the task does it too; whoever is first wins the race
@@ -354,12 +376,39 @@ class Waiter:
                       "stopped": self.stop_requested}
             if self.cgroup is not None:
                 status.update(_end_cgroup(self.cgroup, exit_code, notes))
+            if self._end_log_writer():
+                notes.append(log_cap_message(spec["log_max_bytes"], stopped=self.log_cap_stopped))
+                status["log_capped"] = True
             status["message"] = "; ".join(notes)
             # Before the reap: while the waiter lives, the backend waits for this file.
             taskfiles.write_json(os.path.join(self.task_dir, taskfiles.STATUS), status, durable=True)
+        self._end_log_writer()
         os.waitpid(pid, 0)
         self.reaped = True
         return exit_code
+
+    def _end_log_writer(self) -> bool:
+        """Once the task is gone: let the log writer copy what is left in the pipe (it ends
+        at EOF), kill it if a process outside the task's group and cgroup still holds the
+        pipe, reap it; whether it reached the cap."""
+        if self.log_writer is None:
+            return False
+        writer, self.log_writer = self.log_writer, None
+        deadline = time.monotonic() + _LEFTOVER_WAIT_SECONDS
+        while True:
+            done, status = os.waitpid(writer, os.WNOHANG)
+            if done:
+                return os.WIFEXITED(status) and os.WEXITSTATUS(status) == _LOG_CAPPED
+            if time.monotonic() >= deadline:
+                os.kill(writer, signal.SIGKILL)
+                os.waitpid(writer, 0)
+                return False  # its cap is in the log, if it was reached
+            time.sleep(0.01)
+
+    def _on_log_cap(self, signum: int, frame: object) -> None:
+        """The log writer reached the cap and the admin asked for such tasks to stop."""
+        self.log_cap_stopped = True
+        self._signal_group(signal.SIGKILL)
 
     def _on_stop(self, signum: int, frame: object) -> None:
         stop = taskfiles.read_json(os.path.join(self.task_dir, taskfiles.STOP)) or {}
@@ -393,6 +442,79 @@ class Waiter:
 
 
 LIMITS_OFF = "its CPU and memory limits are not enforced"
+
+
+def _size_text(size: int) -> str:
+    return f"{size >> 20} MB" if size % (1 << 20) == 0 else f"{size:,} bytes"
+
+
+def log_cap_line(limit: int) -> bytes:
+    """The line the log ends with once its cap is reached."""
+    return f"trainyard: log cap of {_size_text(limit)} reached; further output dropped\n".encode()
+
+
+def log_cap_message(limit: int, *, stopped: bool) -> str:
+    """What the task's status message says of a log that reached its cap."""
+    if stopped:
+        return f"its log reached the cap of {_size_text(limit)} and it was stopped (the admin's task_log_cap_stop)"
+    return f"its log reached the cap of {_size_text(limit)}; further output was dropped"
+
+
+def _run_log_writer(source: int, log_fd: int, limit: int, stop: bool) -> NoReturn:
+    """The log writer (a child of the waiter): copy the task's output from ``source`` into
+    the log until ``limit`` bytes, then the cap's line; read on and drop the rest until
+    EOF (every writer gone). Exits ``_LOG_CAPPED`` when it dropped output."""
+    code = 0
+    try:
+        # A stop of the supervisor is not the writer's to act on: it drains until EOF, or
+        # until the waiter kills it.
+        for sig in (*_STOP_SIGNALS, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(_LOG_CAP_SIGNAL, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        waiter = os.getppid()
+
+        def stop_task() -> None:
+            if os.getppid() == waiter:  # never a process that adopted us (init) once the waiter died
+                os.kill(waiter, _LOG_CAP_SIGNAL)
+
+        code = copy_capped(source, log_fd, limit, on_cap=stop_task if stop else None)
+    except BaseException as exc:  # noqa: BLE001 - a fork of the waiter must never return to it
+        try:
+            os.write(2, f"trainyard log writer: {exc!r}\n".encode())
+        finally:
+            os._exit(_WAITER_FAILED)
+    os._exit(code)
+
+
+def copy_capped(source: int, log_fd: int, limit: int, on_cap: Any = None) -> int:
+    """Copy ``source`` into ``log_fd`` (opened for appending) until the file holds ``limit``
+    bytes, then write the cap's line, call ``on_cap`` and drop the rest; returns
+    ``_LOG_CAPPED`` when something was dropped, else 0."""
+    written = os.fstat(log_fd).st_size
+    capped = False
+    last = b"\n"
+    while chunk := os.read(source, 1 << 16):
+        if capped:
+            continue
+        room = max(0, limit - written)
+        kept = chunk[:room]
+        _write_all(log_fd, kept)
+        written += len(kept)
+        if kept:
+            last = kept[-1:]
+        if len(chunk) > room:
+            _write_all(log_fd, (b"" if last == b"\n" else b"\n") + log_cap_line(limit))
+            capped = True
+            if on_cap is not None:
+                on_cap()
+    return _LOG_CAPPED if capped else 0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _task_cgroup(spec: dict[str, Any]) -> tuple[dict[str, Any] | None, list[str]]:

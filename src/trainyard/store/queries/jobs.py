@@ -101,6 +101,15 @@ def page_of_jobs(
 SORTABLE_COLUMNS = ("name", "user", "vc", "state")  # page_of_jobs' sort_by
 
 
+def waiting_job_count(session: Session, user_id: int) -> int:
+    """How many of the user's jobs wait now. On PostgreSQL the user's row is locked first, so
+    that two submits of theirs at once count one after the other (SQLite writes one at a time)."""
+    session.execute(select(UserRow.id).where(UserRow.id == user_id).with_for_update())
+    query = select(func.count()).select_from(JobRow).where(JobRow.user_id == user_id,
+                                                             JobRow.state == JobState.WAITING)
+    return int(session.execute(query).scalar_one())
+
+
 def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]:
     """Which of ``job_ids`` belong to the user."""
     if not job_ids:
