@@ -6,6 +6,8 @@ Only a port the task was allocated (its ``resourcePerInstance.ports``) may be re
 shared node any other port may be another user's service on the same host network. Only
 the job's owner, and admins with a token, get through; anyone else is answered 404, as for
 a job that does not exist. docs/security.md says why admins' browser sessions do not.
+Nothing is sent on a connection to the port until the backend has said the task's own
+processes took it (``services/taskports``, ``PortOwners``); otherwise 502.
 
 Who may reach what is asked of the store once per credential, job, task and port every
 ``GRANT_SECONDS`` (3 s), not on every request: a browser loads a web app's page as a
