@@ -100,8 +100,8 @@ def test_the_backend_checks_a_running_tasks_own_listener(local) -> None:
                        "print('port', s.getsockname()[1], flush=True); time.sleep(60)\"")
     local.wait_log(key, "port ")
     port = int(local.log(key).split()[1])
-    other = local.launch("sleep 60")
-    local.wait_until(lambda: local.status(other).running)
+    other = local.launch("echo up; exec sleep 60")
+    local.wait_log(other, "up")
     with socket.create_connection(("127.0.0.1", port)) as sock:
         ours = sock.getsockname()[:2]
         assert local.backend.check_connection(key, local.node, port, ours) is None
