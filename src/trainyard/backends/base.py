@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -228,8 +228,10 @@ class Backend(Protocol):
         """The nodes and devices this backend can run tasks on, as of now."""
         ...
 
-    def allocate_ports(self, node: str, count: int) -> list[int]:
-        """Ports free on ``node`` for a task to listen on (best effort, not reserved)."""
+    def allocate_ports(self, node: str, count: int, taken: Collection[int] = ()) -> list[int]:
+        """Ports free on ``node`` for a task to listen on, none of them in ``taken`` (the
+        ports of this server's live tasks on the node, which the controller passes: a port
+        stays its task's until the task has ended). Nothing is reserved in the kernel."""
         ...
 
     def launch(self, task: TaskLaunch) -> None:
@@ -392,6 +394,25 @@ class TaskExec(Protocol):
 
     def exec_plan(self, key: TaskKey, node: str, command: Sequence[str], *, tty: bool) -> ExecPlan:
         """How to run ``command`` in task ``key`` on ``node``; ExecError when it cannot be."""
+        ...
+
+
+@runtime_checkable
+class PortOwners(Protocol):
+    """Optional capability: whether a connection the server made to a task's port was taken
+    by that task (``docs/security.md``, "A task's ports").
+
+    The server connects to the task's port, sends nothing, and asks; only on None does the
+    port proxy, the session way in, the port-forward tunnel or the session idle check send
+    the user's request (and a session's JupyterLab token) on that connection. A backend that
+    knows its node's processes has it (the local backend, from /proc); without it the
+    server forwards to whatever listens on the port, as docs/security.md says.
+    """
+
+    def check_connection(self, key: TaskKey, node: str, port: int, ours: tuple[str, int]) -> str | None:
+        """None when our connection from ``ours`` (our socket's own address and port) to
+        ``port`` on ``node`` was taken by a listening socket of task ``key``'s own processes,
+        running as its account; otherwise why not, in words for the user."""
         ...
 
 

@@ -25,6 +25,7 @@ from trainyard.controller.scheduling import (
 from trainyard.controller.sessions import SessionWatch, settle_lifetimes
 from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
+    held_ports,
     node_states_in_use,
     running_jobs,
     user_groups,
@@ -117,7 +118,7 @@ class Controller:
                                      on_cordon=self.wake, monitor_interval_seconds=monitor_interval_seconds)
         self.history = HistoryKeeper(db, clock, monitor_retention, monitor_interval_seconds=monitor_interval_seconds,
                                      usage_days_keep_days=usage_days_keep_days)
-        self.session_watch = SessionWatch(db, clock, session_policy or SessionPolicy())
+        self.session_watch = SessionWatch(db, clock, session_policy or SessionPolicy(), backend)
         # The work beside the loop, each in a thread of its own when due (periodic.py): started
         # after every tick, and waited for at stop, since a round half written when the store
         # closes would only log noise.
@@ -208,6 +209,7 @@ class Controller:
             if not pending and not cannot_start:
                 return False
             nodes = node_states_in_use(session)
+            held = held_ports(session)
             running, ending = running_jobs(session)
             snapshot = Snapshot(
                 nodes=nodes,
@@ -224,7 +226,7 @@ class Controller:
         ports = {}
         for start in decisions.starts:
             try:
-                ports[start.job_id] = self._ports_for(start, self._starting_spec(start.job_id))
+                ports[start.job_id] = self._ports_for(start, self._starting_spec(start.job_id), held)
             except OSError as error:  # e.g. out of file descriptors: this job, not the cycle
                 log.warning("cannot reserve ports for job %s: %s", start.job_id, error)
                 cannot_start[start.job_id] = f"could not reserve its ports ({error})"
@@ -250,13 +252,21 @@ class Controller:
                 spec = self.spec_of(job)
         return spec
 
-    def _ports_for(self, start: StartJob, spec: JobSpec) -> PortPlan:
+    def _ports_for(self, start: StartJob, spec: JobSpec, held: dict[str, set[int]]) -> PortPlan:
+        """The job's ports, none held by a live task on its node (nor given to another job
+        of this cycle: ``held`` gains them)."""
         master = spec.role_names[0]
         master_node = next(p.node for p in start.placements if (p.role, p.index) == (master, 0))
         plan: dict[tuple[str, int], dict[str, list[int]]] = {}
         for p in start.placements:
             labels = spec.taskRoles[p.role].resourcePerInstance.ports or {}
             if labels:
-                ports = iter(self.backend.allocate_ports(p.node, sum(labels.values())))
+                taken = held.setdefault(p.node, set())
+                got = self.backend.allocate_ports(p.node, sum(labels.values()), taken)
+                taken.update(got)
+                ports = iter(got)
                 plan[(p.role, p.index)] = {label: [next(ports) for _ in range(n)] for label, n in labels.items()}
-        return PortPlan(master_port=self.backend.allocate_ports(master_node, 1)[0], ports=plan)
+        taken = held.setdefault(master_node, set())
+        master_port = self.backend.allocate_ports(master_node, 1, taken)[0]
+        taken.add(master_port)
+        return PortPlan(master_port=master_port, ports=plan)

@@ -22,12 +22,14 @@ import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from trainyard.backends.base import Backend, TaskKey
 from trainyard.controller.periodic import Periodic
 from trainyard.controller.reconcile import current_attempt
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.sessions import SESSION_PORT, SESSION_ROLE, SessionPolicy, jupyter_token, session_path
 from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState
+from trainyard.services.taskports import Owner, checked_transport, expected, owner_of
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
 from trainyard.store.queries.nodes import node_addresses
@@ -82,10 +84,11 @@ def parse_status(data: object) -> Status:
 class SessionWatch(Periodic):
     thread_name = "trainyard-session-watch"
 
-    def __init__(self, db: Database, clock: Clock, policy: SessionPolicy) -> None:
+    def __init__(self, db: Database, clock: Clock, policy: SessionPolicy, backend: Backend | None = None) -> None:
         super().__init__(clock, policy.check_interval_seconds)
         self.db = db
         self.policy = policy
+        self.backend = backend  # checks that a session's own JupyterLab took the connection (PortOwners)
 
     def run_logged(self) -> None:
         try:
@@ -93,8 +96,8 @@ class SessionWatch(Periodic):
         except Exception:  # noqa: BLE001 - retried at the next interval
             log.exception("reading the sessions' activity failed")
 
-    def _targets(self) -> list[tuple[int, str, str]]:
-        """(job id, status URL, token) of each running session."""
+    def _targets(self) -> list[tuple[int, str, str, Owner | None]]:
+        """(job id, status URL, token, the task to check the connection against) of each running session."""
         with self.db.session() as session:
             addresses = node_addresses(session)
             rows = session.execute(
@@ -110,7 +113,9 @@ class SessionWatch(Periodic):
                 host = addresses.get(task.node) or task.node
                 host = f"[{host}]" if ":" in host else host
                 url = f"http://{host}:{ports[0]}{session_path(job.id)}api/status?no_track_activity=1"
-                targets.append((job.id, url, token))
+                key = TaskKey(job.id, task.attempt.number, task.role, task.index, task.run)
+                owner = None if self.backend is None else owner_of(self.backend, key, task.node)
+                targets.append((job.id, url, token, owner))
             return targets
 
     def check(self) -> None:
@@ -118,14 +123,19 @@ class SessionWatch(Periodic):
         if not targets:
             return
         read: dict[int, Status | str] = {}
-        with httpx.Client(timeout=READ_TIMEOUT_SECONDS, trust_env=False) as client:
-            for job_id, url, token in targets:
+        # The token goes only on a connection the session's own JupyterLab took (taskports).
+        with httpx.Client(timeout=READ_TIMEOUT_SECONDS, trust_env=False,
+                          transport=checked_transport(trust_env=False)) as client:
+            for job_id, url, token, owner in targets:
+                checking = expected.set(owner)
                 try:
                     answer = client.get(url, headers={"Authorization": f"token {token}"})
                     answer.raise_for_status()
                     read[job_id] = parse_status(answer.json())
                 except (httpx.HTTPError, ValueError) as exc:
                     read[job_id] = f"{type(exc).__name__}: {exc}"[:500]
+                finally:
+                    expected.reset(checking)
         self.record(read)
 
     def record(self, read: dict[int, Status | str]) -> None:

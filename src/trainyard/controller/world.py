@@ -12,12 +12,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.labels import merged_labels
 from trainyard.core.priorities import Priority
 from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
-from trainyard.core.states import AttemptState, JobState
+from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.scheduler.snapshot import (
     GpuShare,
     NodeState,
@@ -31,6 +32,7 @@ from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
+from trainyard.store.rows import AttemptRow, TaskRow
 
 
 def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
@@ -81,6 +83,21 @@ def user_quotas(session: Session) -> dict[tuple[str, int], int]:
     """(user, priority rank) -> milli-GPU the user may hold at that priority."""
     limits = user_queries.user_quotas_by_name(session)
     return {(user, Priority(priority).rank): milli for user, priority, milli in limits}
+
+
+def held_ports(session: Session) -> dict[str, set[int]]:
+    """Each node's ports that live tasks hold (theirs and their attempt's master port): the
+    allocator hands none of them to another task until the task has ended."""
+    held: dict[str, set[int]] = defaultdict(set)
+    rows = session.execute(select(TaskRow.node, TaskRow.ports, AttemptRow.master_port)
+                           .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
+                           .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING])))
+    for node, ports, master in rows:
+        taken = held[node]
+        taken.update(p for listed in (ports or {}).values() for p in listed)
+        if master is not None:
+            taken.add(master)
+    return dict(held)
 
 
 def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[int]]:

@@ -6,6 +6,8 @@ Only a port the task was allocated (its ``resourcePerInstance.ports``) may be re
 shared node any other port may be another user's service on the same host network. Only
 the job's owner, and admins with a token, get through; anyone else is answered 404, as for
 a job that does not exist. docs/security.md says why admins' browser sessions do not.
+Nothing is sent on a connection to the port until the backend has said the task's own
+processes took it (``services/taskports``, ``PortOwners``); otherwise 502.
 
 Who may reach what is asked of the store once per credential, job, task and port every
 ``GRANT_SECONDS`` (3 s), not on every request: a browser loads a web app's page as a
@@ -54,6 +56,7 @@ from trainyard.core.transitions import Event, EventKind
 from trainyard.portal.app import error_page
 from trainyard.portal.auth import COOKIE, same_origin, sign_in_url
 from trainyard.services.auth import hash_token
+from trainyard.services.taskports import NotTheTasks, Owner, checked_async_transport, expected, open_checked, owner_of
 from trainyard.store.events import record_event
 from trainyard.store.queries.nodes import node_addresses
 
@@ -81,6 +84,9 @@ Port = Annotated[int, Path(ge=1, le=65535)]
 class Target:
     host: str
     port: int
+    # The task whose own processes must have taken a connection before anything is sent on
+    # it (``services/taskports``); None where the backend cannot check (docs/security.md).
+    owner: Owner | None = None
 
 
 def _target(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int) -> Target:
@@ -92,7 +98,7 @@ def _target(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int,
         raise Refused(404, f"port {port} is not one of task {role}/{index}'s ports: {which}")
     with ctx.db.session() as session:
         address = node_addresses(session).get(task.node) or task.node
-    return Target(address, port)
+    return Target(address, port, owner_of(ctx.backend, task.key, task.node))
 
 
 MAX_REMEMBERED = 10_000  # uses remembered for the rate limit; older ones are forgotten past it
@@ -251,9 +257,12 @@ def _client(request: Request) -> httpx.AsyncClient:
     if client is None:
         # No pool limits to speak of and no timeout on reading: a kernel's reply or a
         # download may take as long as it takes; connecting may not.
+        # Each new connection is checked to be the task's before a byte goes out on it
+        # (``services/taskports``), and a kept one carries requests for that task alone.
+        transport = checked_async_transport(
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=20), trust_env=False)
         client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False,
-                                   limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
-                                   trust_env=False)
+                                   transport=transport, trust_env=False)
         request.app.state.proxy_client = client
     return client
 
@@ -296,9 +305,12 @@ async def forward_http(request: Request, target: Target, path: str, prefix: str,
     has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
     upstream_request = client.build_request(request.method, url, headers=headers,
                                             content=request.stream() if has_body else None)
+    checking = expected.set(target.owner)
     try:
         upstream = await client.send(upstream_request, stream=True)
     except httpx.ConnectError as exc:
+        if isinstance(exc.__cause__, NotTheTasks):
+            return _refusal_to(request, Refused(502, f"{what}: {exc.__cause__}"))
         if starting is None:
             return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
                                                      f"{type(exc).__name__} {exc}".rstrip()))
@@ -307,6 +319,8 @@ async def forward_http(request: Request, target: Target, path: str, prefix: str,
     except httpx.HTTPError as exc:
         return _refusal_to(request, Refused(502, f"{what} did not answer on port {target.port}: "
                                                  f"{type(exc).__name__} {exc}".rstrip()))
+    finally:
+        expected.reset(checking)
     response = StreamingResponse(_body(upstream, what, target.port), status_code=upstream.status_code,
                                  background=BackgroundTask(upstream.aclose))
     raw = []
@@ -363,9 +377,20 @@ async def forward_websocket(websocket: WebSocket, target: Target, path: str, pre
         if k.lower() not in ("host", "origin")] + list(extra_headers)
     offered = [p.strip() for p in websocket.headers.get("sec-websocket-protocol", "").split(",") if p.strip()]
     try:
+        # Connected, and checked to be the task's, before the handshake carries anything.
+        sock = await run_in_threadpool(open_checked, target.host, target.port, target.owner, 10.0)
+    except NotTheTasks as exc:
+        await deny(websocket, Refused(502, f"{what}: {exc}"))
+        return
+    except OSError as exc:
+        await deny(websocket, Refused(502, f"{what} did not accept a WebSocket on port {target.port}: {exc}"))
+        return
+    sock.setblocking(False)
+    try:
         upstream = await ws_connect(url, additional_headers=headers, subprotocols=offered or None,  # type: ignore[arg-type]
-                                    max_size=None, open_timeout=10, compression=None)
+                                    max_size=None, open_timeout=10, compression=None, sock=sock)
     except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as exc:
+        sock.close()
         await deny(websocket, Refused(502, f"{what} did not accept a WebSocket on port {target.port}: {exc}"))
         return
     await websocket.accept(subprotocol=upstream.subprotocol)
@@ -418,7 +443,12 @@ async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port:
         await deny(websocket, exc)
         return
     try:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port), 10)
+        sock = await run_in_threadpool(open_checked, target.host, target.port, target.owner, 10.0)
+        sock.setblocking(False)
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(sock=sock), 10)
+    except NotTheTasks as exc:
+        await deny(websocket, Refused(502, f"task {role}/{index} of job {job_id}: {exc}"))
+        return
     except (OSError, TimeoutError) as exc:
         await deny(websocket, Refused(502, f"task {role}/{index} of job {job_id} did not accept a connection "
                                             f"on port {port}: {exc}"))

@@ -33,12 +33,14 @@ from trainyard.api.routers.proxy import (
     forward_websocket,
 )
 from trainyard.api.taskaccess import Caller, Refused, app_context, deny, identify_caller
+from trainyard.backends.base import TaskKey
 from trainyard.core.sessions import SESSION_PORT, SESSION_PREFIX, SESSION_ROLE, jupyter_token, session_path
 from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState
 from trainyard.portal.auth import same_origin
 from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
 from trainyard.services import dev_sessions
 from trainyard.services import jobs as job_service
+from trainyard.services.taskports import owner_of
 from trainyard.store.queries.nodes import node_addresses
 from trainyard.store.rows import DevSessionRow, TaskRow, UserRow
 
@@ -138,7 +140,9 @@ def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Targe
                           retry_after=STARTING_RETRY_SECONDS)
         now = ctx.clock.now()
         left = STARTING_SECONDS - (now - (task.started_at or now)).total_seconds()
-        return Target(node_addresses(session).get(task.node) or task.node, ports[0]), token, left
+        key = TaskKey(job_id, task.attempt.number, task.role, task.index, task.run)
+        owner = owner_of(ctx.backend, key, task.node)  # the token goes only to the task's own JupyterLab
+        return Target(node_addresses(session).get(task.node) or task.node, ports[0], owner), token, left
 
 
 async def _open(app_state: object, headers: Headers, cookies: dict[str, str], job_id: int, *, unsafe: bool,

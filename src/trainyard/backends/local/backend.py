@@ -64,7 +64,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -112,7 +112,7 @@ from trainyard.backends.environment import (
     python_environment,
     site_environment,
 )
-from trainyard.backends.local import containerrun, procfs, taskexec, taskfiles, taskuser
+from trainyard.backends.local import containerrun, portowners, procfs, taskexec, taskfiles, taskuser
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
 from trainyard.backends.local.launcher import SupervisorLauncher, last_lines, real_interpreter
@@ -152,6 +152,8 @@ SUSPEND_FILE = "request.json"
 # The folder that goes first on every task's PYTHONPATH (``taskpython``): in the state dir,
 # or in the work-dir root, where task accounts can read it. Not a job id, so never a job's.
 TASK_PYTHON_DIR = "pythonpath"
+# How many ports held by live tasks ``allocate_ports`` may pass over before it gives up.
+MAX_TAKEN_SKIPPED = 1000
 
 
 class LocalBackend(jobdirs.JobDirTree):
@@ -320,22 +322,51 @@ class LocalBackend(jobdirs.JobDirTree):
     def inventory(self) -> list[NodeInventory]:
         return [self._node]
 
-    def allocate_ports(self, node: str, count: int) -> list[int]:
+    def allocate_ports(self, node: str, count: int, taken: Collection[int] = ()) -> list[int]:
         self._check_node(node)
         if count < 0:
             raise ValueError(f"port count must be >= 0, got {count}")
-        # Holding every socket until all are bound keeps the ports distinct. Binding the
-        # wildcard address finds ports free on every interface, 127.0.0.1 included.
+        # Holding every socket until all are bound keeps the ports distinct, and a port in
+        # ``taken`` (a live task's, which may not listen yet or just now) stays bound while
+        # the kernel is asked again, so it is not handed out twice. Binding the wildcard
+        # address finds ports free on every interface, 127.0.0.1 included.
         sockets: list[socket.socket] = []
+        ports: list[int] = []
         try:
-            for _ in range(count):
+            while len(ports) < count:
+                if len(sockets) >= count + MAX_TAKEN_SKIPPED:
+                    raise OSError(f"no free port on node {node} that no live task holds after "
+                                  f"{len(sockets)} tries")
                 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
                 sockets.append(sock)
                 sock.bind(("", 0))
-            return [sock.getsockname()[1] for sock in sockets]
+                port = sock.getsockname()[1]
+                if port not in taken:
+                    ports.append(port)
+            return ports
         finally:
             for sock in sockets:
                 sock.close()
+
+    def check_connection(self, key: TaskKey, node: str, port: int, ours: tuple[str, int]) -> str | None:
+        """``PortOwners``: whether the task's own processes took our connection (``portowners``)."""
+        self._check_node(node)
+        what = f"task {key.role}/{key.index}"
+        task_dir = self.task_dir(key)
+        spec = taskfiles.read_json(str(task_dir / taskfiles.SPEC)) or {}
+        record = taskfiles.read_json(str(task_dir / taskfiles.PID))
+        claim = None if record is None else Claim.parse(record)
+        if not spec or claim is None or claim.task is None or claim.boot_id != procfs.boot_id():
+            return f"port {port}: {what} has no process to check it against yet, so it was not used"
+        cgroups_of_task = [spec["cgroup"]["memory"] or spec["cgroup"]["cpu"]] if spec.get("cgroup") else []
+        container = spec.get("container") or {}
+        if container.get("cgroup"):
+            cgroups_of_task.append(container["cgroup"]["memory"])
+        processes = portowners.TaskProcesses(tuple(c for c in cgroups_of_task if c), claim.task, _owner_uid(spec))
+        why = portowners.check(port, ours, processes, what)
+        if why is not None:
+            log.warning("task %s: a connection to its port %s was not taken by the task: %s", key, port, why)
+        return why
 
     def launch(self, task: TaskLaunch) -> None:
         self._check_node(task.node)
@@ -506,6 +537,8 @@ class LocalBackend(jobdirs.JobDirTree):
             "shell": self._shell,
             "grace_seconds": task.grace_seconds,
             "gpus": list(task.gpus),
+            # Who the task's processes run as, for ``check_connection``.
+            "owner_uid": os.geteuid() if account is None else account.uid,
             "suspend_file": {
                 "path": env[SUSPEND_FILE_VARIABLE],
                 "owner": None if account is None else [account.uid, account.gid],
@@ -756,6 +789,15 @@ def _limits_layout(
     own = "local-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
     log.info("%s", found.describe())
     return found.under(own), ""
+def _owner_uid(spec: dict[str, Any]) -> int:
+    """The account a task's processes run as, from its spec (older specs: from how it drops)."""
+    for found in (spec.get("owner_uid"), (spec.get("sandbox_identity") or {}).get("uid"),
+                  (spec.get("user") or {}).get("uid")):
+        if isinstance(found, int):
+            return found
+    return os.geteuid()
+
+
 def with_container_records(status: TaskStatus, task_dir: Path) -> TaskStatus:
     """``status`` with what ``containerrun`` recorded: how the task's image came to the node
     (``containers.with_image_pull``), and OOM kills in its container's cgroup."""

@@ -45,7 +45,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -233,10 +233,14 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._gpu_models = {node.name: tuple(gpu.model for gpu in node.gpus) for node in nodes}
         return nodes
 
-    def allocate_ports(self, node: str, count: int) -> list[int]:
+    def allocate_ports(self, node: str, count: int, taken: Collection[int] = ()) -> list[int]:
         if count < 0:
             raise ValueError(f"port count must be >= 0, got {count}")
-        return random.sample(PORT_RANGE, count)
+        # Not one a live task of this server on the node holds (a port stays its task's).
+        free = [p for p in PORT_RANGE if p not in taken] if taken else PORT_RANGE
+        if len(free) < count:
+            raise OSError(f"{count} ports asked for on node {node}, {len(free)} free of live tasks")
+        return random.sample(free, count)
 
     def launch(self, task: TaskLaunch) -> None:
         self.launch_gang([task])
