@@ -352,8 +352,10 @@ def _nesting_problems(uses: list[StorageUse], known: dict[str, Storage | None]) 
     placed = [(use, use.mount_path or _own_path(storage, use)) for use in uses
               if (storage := known.get(use.name)) is not None]
     problems = []
-    for use, target in placed:
-        outer = next(((u, t) for u, t in placed if u is not use and inside(target, t)), None)
+    for index, (use, target) in enumerate(placed):
+        # Inside another's, or at the same place as an earlier one.
+        outer = next(((u, t) for i, (u, t) in enumerate(placed)
+                      if i != index and inside(target, t) and (target != t or i < index)), None)
         if outer is not None:
             where = "at the mount point" if target == outer[1] else "inside the mount point"
             problems.append((422, _mount_path_field(use), (
