@@ -303,7 +303,8 @@ def folder_notes(path: str, read_only: bool) -> list[str]:
         return []
     return [f"{path} is writable only by its owner and group (mode {stat.S_IMODE(info.st_mode):04o}, uid "
             f"{info.st_uid}, gid {info.st_gid}), and jobs run as their owners' accounts: they cannot write to it "
-            "until you let them (for example chmod 1777, or a group per team with setgid)"]
+            "until you let them: a group of those who may write, with setgid (chgrp; chmod 2770), or, where "
+            "every node sandboxes its tasks (grants are enforced there, not by modes), chmod 1777"]
 
 
 # -- jobs -------------------------------------------------------------------------------------
