@@ -197,3 +197,21 @@ def test_mount_points_inside_one_another_or_the_task_s_own_folders_are_refused(s
     inside_work = (Mount(str(storages["rw"]), str(work / "x"), False, "rw"),)
     with pytest.raises(ValueError, match="the task's own"):
         sandboxed.backend.launch(TaskLaunch(key, sandboxed.node, "true\n", {}, user="alice", mounts=inside_work))
+
+
+def test_the_job_s_loader_variables_reach_the_task_not_what_runs_as_root_before_the_drop(sandboxed,
+                                                                                         public_dir) -> None:
+    """env, bwrap, sh and setpriv run as root before the drop: a job's LD_PRELOAD (a library
+    in a storage) would run in them as root. The loader's variables skip them and are set
+    again after the drop, for the task. LD_DEBUG_OUTPUT shows who honoured them: each
+    process the loader saw them in writes a file, owned by its uid."""
+    out = public_dir / "loader"
+    out.mkdir(mode=0o777)
+    out.chmod(0o777)
+    env = {"LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(out / "dbg"), "LD_LIBRARY_PATH": "/opt/mine"}
+    key = sandboxed.new_key()
+    sandboxed.backend.launch(TaskLaunch(key, sandboxed.node, 'echo "lib=$LD_LIBRARY_PATH"\n', env, user="alice"))
+    assert sandboxed.wait_ended(key).exit_code == 0, sandboxed.log(key)
+    assert "lib=/opt/mine" in sandboxed.log(key)
+    owners = {os.stat(p).st_uid for p in out.iterdir()}
+    assert owners == {NOBODY}, owners  # the task's bash only; nothing as root

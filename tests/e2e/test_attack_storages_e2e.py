@@ -167,3 +167,19 @@ def test_finding_8_grants_hold_whatever_the_storage_s_file_modes(cluster: Cluste
     state, log = _run(cluster.bob, _job("bob-reads", ["cat /mnt/shared/report.txt"],
                                         "[{name: shared, mountPath: /mnt/shared}]"))
     assert state == "SUCCEEDED" and f"shared-data-{MARK}" in log, log
+
+
+def test_beyond_the_issue_the_job_s_loader_variables_never_reach_what_runs_as_root(cluster: Cluster) -> None:
+    """env, bwrap, sh and setpriv run as root in the sandbox before the drop: a job's
+    LD_PRELOAD (a library in a storage it may write) would run in them. LD_DEBUG_OUTPUT
+    shows who honoured the job's loader variables: each such process writes a file as its
+    own uid. Only the task's own processes may."""
+    out = cluster.loot / "ld"
+    out.mkdir()
+    out.chmod(0o1777)
+    spec = (f"name: loader\ntaskRoles:\n  main:\n    env: {{LD_DEBUG: files, LD_DEBUG_OUTPUT: {out}/dbg}}\n"
+            "    commands: ['echo \"debug=$LD_DEBUG\"']\n")
+    state, log = _run(cluster.bob, spec)
+    assert state == "SUCCEEDED" and "debug=files" in log, log
+    owners = {p.name: p.stat().st_uid for p in out.iterdir()}
+    assert owners and 0 not in owners.values(), owners

@@ -124,7 +124,14 @@ from trainyard.backends.local.records import (
     stop_deadline,
     stop_request,
 )
-from trainyard.backends.local.sandbox import Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
+from trainyard.backends.local.sandbox import (
+    Identity,
+    Sandbox,
+    StorageMount,
+    mount_fds,
+    sandbox_argv,
+    split_loader_env,
+)
 from trainyard.backends.local.supervisor import open_inside
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
@@ -532,11 +539,14 @@ class LocalBackend(jobdirs.JobDirTree):
         attempt_dir = task_dir.parent if self.work_dir_root is None else work.parent
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
         mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
+        # The root side (env, bwrap, sh, setpriv; ``yard exec``'s joiner) runs without the
+        # loader's variables; the task gets them after the drop (``loader_env``).
+        spec["env"], spec["loader_env"] = split_loader_env(env)
         spec["argv"] = sandbox_argv(
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
             bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
             writable=(job_dir,) if own_environments is None else (job_dir, own_environments), identity=identity,
-            mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
+            mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths], loader_env=spec["loader_env"],
         )
         # The supervisor opens each storage's folder and hands it to bwrap (``open_mount_fds``).
         spec["mount_fds"] = mount_fds(mounts)

@@ -54,7 +54,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -77,6 +77,20 @@ _PASSED_SIGNALS = ",".join(["TERM", *(s.removeprefix("SIG") for s in SUSPEND_SIG
 # or under one (a storage's own path, the admin's, included). /var and /root hold no program
 # root runs here, and may hold storages or the server's files (hidden, not mounted over).
 PROTECTED = tuple(p for p in SYSTEM_PATHS if p not in ("/var", "/root"))
+# What the dynamic loader and libc read from the environment (glibc drops them for setuid
+# programs; env, bwrap, sh and setpriv run as root before the drop without that guard): a
+# job's LD_PRELOAD would run its library in them, as root. They reach the task after the drop.
+LOADER_PREFIXES = ("LD_", "MALLOC_", "GLIBC_")
+LOADER_NAMES = frozenset({"GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NIS_PATH", "NLSPATH",
+                          "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR"})
+
+
+def split_loader_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``env`` without the loader's variables (what the root side runs with), and those."""
+    loader = {k: v for k, v in env.items() if k in LOADER_NAMES or k.startswith(LOADER_PREFIXES)}
+    return {k: v for k, v in env.items() if k not in loader}, loader
+
+
 # The descriptors a task's storages are passed to bwrap on (``mount_fds``): above any the
 # supervisor's task process holds.
 MOUNT_FD_BASE = 64
@@ -190,6 +204,7 @@ def sandbox_argv(
     mounts: Sequence[StorageMount] = (),
     storage_paths: Sequence[Path] = (),
     identity: Identity | None = None,
+    loader_env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` in the sandbox, in ``work_dir``.
 
@@ -202,6 +217,8 @@ def sandbox_argv(
     be used (see the module docstring). ``stop_file`` is the file a stop request creates before the
     task's group is signalled; its folder is bound read-only too (see ``_STOP_GUARD``).
     ``identity`` is who the task becomes when bwrap runs as root (required then).
+    ``loader_env`` (``split_loader_env``; the caller runs the argv without them) is set for
+    the task only, after the drop: nothing that runs as root reads them.
     """
     if not sandbox.user_namespace and identity is None:
         raise ValueError("a sandbox entered as root needs the task's identity to drop to")
@@ -243,6 +260,8 @@ def sandbox_argv(
     argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
     if identity is not None:
         argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
+    if loader_env:
+        argv += [sandbox.env, "--", *(f"{name}={value}" for name, value in loader_env.items())]
     # bwrap itself must outlive them (see the module docstring): ignored from exec on.
     return [sandbox.env, f"--ignore-signal={_PASSED_SIGNALS}", *argv, *command]
 
