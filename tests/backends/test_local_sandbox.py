@@ -11,7 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from trainyard.backends.local.sandbox import Identity, Sandbox, find_sandbox, sandbox_argv
+from trainyard.backends.local.sandbox import (
+    MOUNT_FD_BASE,
+    Identity,
+    Sandbox,
+    StorageMount,
+    find_sandbox,
+    mount_fds,
+    sandbox_argv,
+)
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to switch accounts)")
@@ -49,6 +57,26 @@ def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp
     assert argv[drop:drop + 4] == ["/usr/bin/setpriv", "--reuid=1234", "--regid=1235", "--groups"]
     assert "--no-new-privs" in argv[drop:] and "--bounding-set=-all" in argv[drop:]
     assert argv[-2:] == ["/bin/bash", "script"]
+
+
+def test_storages_are_bound_from_descriptors_over_covered_paths_and_private_top_folders(tmp_path: Path) -> None:
+    """The root is the host's top-level entries over bwrap's tmpfs (never ``/`` whole); every
+    storage's path is covered; a target outside every tmpfs gets its top-level folder of its
+    own; each storage comes from a descriptor the supervisor opened (``mount_fds``)."""
+    storage, other, work = tmp_path / "s", tmp_path / "other", tmp_path / "w"
+    for d in (storage / "sub", other, work):
+        d.mkdir(parents=True)
+    mounts = [StorageMount(storage, "sub", Path("/data/in"), True), StorageMount(storage, "", storage, False)]
+    argv = sandbox_argv(_fake_sandbox(user_namespace=True), ["true"], hidden=(), work_dir=work, shm_dir=work,
+                        stop_file=work / "stop.json", mounts=mounts, storage_paths=(other, tmp_path / "missing"))
+    text = " ".join(argv)
+    assert "--dev-bind / /" not in text and "--dev-bind /usr /usr" in text
+    assert f"--symlink {os.readlink('/bin')} /bin" in text if os.path.islink("/bin") else "--dev-bind /bin /bin" in text
+    assert "--dev-bind /data " not in text and "--perms 0755 --dir /data " in text
+    assert f"--tmpfs {other} " in text and f"--tmpfs {storage} " in text and "missing" not in text
+    assert f"--ro-bind-fd {MOUNT_FD_BASE} /data/in " in text and f"--bind-fd {MOUNT_FD_BASE + 1} {storage} " in text
+    assert mount_fds(mounts) == [[MOUNT_FD_BASE, str(storage), "sub"], [MOUNT_FD_BASE + 1, str(storage), ""]]
+    assert text.index(f"--tmpfs {storage} ") < text.index("--ro-bind-fd")
 
 
 def test_as_root_a_sandbox_needs_an_identity_and_it_never_hides_the_root(tmp_path: Path) -> None:

@@ -79,9 +79,11 @@ def mounts(db: Database, user: UserRow, text: str, role: str = "w") -> list[Plan
 def test_a_storage_granted_to_a_group_is_mounted_by_its_members_read_write_at_the_asked_path(db, clock, world) -> None:
     text = job(role_storages="[{name: data, mountPath: /data, subPath: alice/x}]")
     submit(db, clock, world["alice"], text)
-    assert mounts(db, world["alice"], text) == [PlannedMount("data", "/srv/data/alice/x", "/data", False)]
+    assert mounts(db, world["alice"], text) == [
+        PlannedMount("data", "/srv/data/alice/x", "/data", False, root="/srv/data")]
     # Without a mountPath it is at its own path.
-    assert mounts(db, world["alice"], job("[{name: data}]")) == [PlannedMount("data", "/srv/data", "/srv/data", False)]
+    assert mounts(db, world["alice"], job("[{name: data}]")) == [
+        PlannedMount("data", "/srv/data", "/srv/data", False, root="/srv/data")]
 
 
 def test_a_storage_not_granted_is_refused_at_submit_with_403_naming_it_at_its_field_path(db, clock, world) -> None:
@@ -127,17 +129,17 @@ def test_the_best_grant_wins_and_admins_may_mount_every_storage(db, clock, world
 
 def test_openpai_declarations_are_accepted_as_they_are_and_mount_at_mnt_by_default(db, clock, world) -> None:
     plugin = ('{com.microsoft.pai.runtimeplugin: [{plugin: ssh, parameters: {}}, {plugin: teamwise_storage, '
-              'parameters: {storageConfigNames: [data]}}], storages: [{name: refs, mountPath: /refs}]}')
+              'parameters: {storageConfigNames: [data]}}], storages: [{name: refs, mountPath: /mnt/refs}]}')
     text = job(extras=plugin)
     submit(db, clock, world["alice"], text)
-    assert mounts(db, world["alice"], text) == [PlannedMount("data", "/srv/data", "/mnt/data", False),
-                                                 PlannedMount("refs", "/srv/refs", "/refs", True)]
+    assert mounts(db, world["alice"], text) == [PlannedMount("data", "/srv/data", "/mnt/data", False, root="/srv/data"),
+                                                 PlannedMount("refs", "/srv/refs", "/mnt/refs", True, root="/srv/refs")]
     error = refusal(db, clock, world["bob"], text)
     assert str(error).startswith("extras.storages[0].name: you have no grant for storage 'refs'")
     assert error.details[0]["path"] == "extras.storages[0].name"
     # A role's own declaration of the same storage replaces the job's.
-    both = job("[{name: data, mountPath: /a}]", "[{name: data, mountPath: /b}]", extras=plugin)
-    assert [m.target for m in mounts(db, world["alice"], both)] == ["/b", "/refs"]
+    both = job("[{name: data, mountPath: /mnt/a}]", "[{name: data, mountPath: /mnt/b}]", extras=plugin)
+    assert [m.target for m in mounts(db, world["alice"], both)] == ["/mnt/b", "/mnt/refs"]
 
 
 def test_storage_views_an_admin_sees_all_grants_a_user_only_what_they_may_mount(db, clock, world) -> None:
@@ -201,14 +203,14 @@ def test_deleting_a_storage_in_use_is_refused_unless_forced_and_so_is_removing_t
 
 
 def test_home_and_group_storages_follow_the_settings_and_membership(db, clock, world) -> None:
-    home_job = job("[{name: home, mountPath: /home/me}, {name: '@cv'}]")
+    home_job = job("[{name: home, mountPath: /workspace/me}, {name: '@cv'}]")
     assert refusal(db, clock, world["alice"], home_job).status == 422  # not enabled
     with db.session() as s:
         storage_service.set_builtin_roots(s, home="/homes", group="/groups")
     submit(db, clock, world["alice"], home_job)
     assert mounts(db, world["alice"], home_job) == [
-        PlannedMount("home", "/homes/alice", "/home/me", False, 0o700),
-        PlannedMount("@cv", "/groups/cv", "/groups/cv", False, 0o770),
+        PlannedMount("home", "/homes/alice", "/workspace/me", False, 0o700, "/homes/alice"),
+        PlannedMount("@cv", "/groups/cv", "/groups/cv", False, 0o770, "/groups/cv"),
     ]
     error = refusal(db, clock, world["bob"], home_job)
     assert error.status == 403 and "storages[1].name: you have no grant for storage '@cv'" in str(error)
@@ -229,3 +231,56 @@ def test_a_deleted_user_s_storage_grants_go_with_them(db, clock, world) -> None:
     with db.session() as s:
         data = storage_service.storage_views(s, s.get(UserRow, world["root"].id), "data")[0]
     assert [g.grantee for g in data.grants] == ["@cv"]
+
+
+# -- issue 27: where a job may mount a storage ------------------------------------------------
+
+
+@pytest.mark.parametrize(("storages", "path", "shown"), [
+    ("[{name: data, subPath: fsp, mountPath: /usr/bin/setpriv}]", "storages[0].mountPath", "/usr/bin/setpriv"),
+    ("[{name: data, mountPath: /etc/x/y}]", "storages[0].mountPath", "in a system path (/etc)"),
+    ("[{name: data, mountPath: /usr/local/bin/x}]", "storages[0].mountPath", "/usr/local/bin/x"),
+    ("[{name: refs}, {name: data, mountPath: /home/alice}]", "storages[1].mountPath", "/home/alice"),
+    ("[{name: data, mountPath: /mnt/a}, {name: refs, mountPath: /mnt/a/b}]", "storages[1].mountPath",
+     "inside the mount point of 'data'"),
+    ("[{name: data, mountPath: /mnt/a}, {name: refs, mountPath: /mnt/a}]", "storages[1].mountPath",
+     "at the mount point of 'data'"),
+])
+def test_a_mount_path_outside_the_mount_roots_or_inside_another_is_refused_at_its_field(
+        db, clock, world, storages, path, shown) -> None:
+    error = refusal(db, clock, world["alice"], job(storages))
+    assert isinstance(error, Invalid) and error.details[0]["path"] == path, error.details
+    assert str(error).startswith(f"{path}: ") and shown in str(error)
+
+
+def test_mount_paths_the_roots_allow_and_the_storage_s_own_path_are_accepted(db, clock, world) -> None:
+    # OpenPAI's /mnt/<name>, a root itself, the task's private /tmp; a storage's own path
+    # (the admin's) whatever it is, with or without subPath.
+    plugin = "{com.microsoft.pai.runtimeplugin: [{plugin: teamwise_storage, parameters: {storageConfigNames: [data]}}]}"
+    for text in (job(extras=plugin), job("[{name: data, mountPath: /data}]"),
+                 job("[{name: data, mountPath: /tmp/in}]"), job("[{name: data, mountPath: /srv/data}, {name: refs}]"),
+                 job("[{name: data, subPath: alice, mountPath: /srv/data/alice}]")):
+        submit(db, clock, world["alice"], text)
+
+
+def test_the_mount_roots_are_the_admin_s_setting_and_checked_again_at_launch(db, clock, world) -> None:
+    text = job("[{name: data, mountPath: /scratch/data}]")
+    assert refusal(db, clock, world["alice"], text).details[0]["path"] == "storages[0].mountPath"
+    with db.session() as s:
+        storage_service.set_mount_roots(s, ["/scratch"])
+    submit(db, clock, world["alice"], text)
+    assert [m.target for m in mounts(db, world["alice"], text)] == ["/scratch/data"]
+    # A job stored under the old setting (or before it existed) fails its launch, saying why.
+    with db.session() as s:
+        storage_service.set_mount_roots(s, ["/mnt"])
+    with pytest.raises(StorageUnavailable, match=r"storages\[0\].mountPath: a storage may be mounted only under /mnt"):
+        mounts(db, world["alice"], text)
+    with db.session() as s, pytest.raises(ValueError, match="system path /usr"):
+        storage_service.set_mount_roots(s, ["/usr/local"])
+
+
+def test_a_sandbox_hides_every_storage_s_path(db, world) -> None:
+    with db.session() as s:
+        assert storage_service.storage_paths(s) == ("/srv/data", "/srv/private", "/srv/refs")
+        storage_service.set_builtin_roots(s, home="/homes", group="/groups")
+        assert storage_service.storage_paths(s) == ("/groups", "/homes", "/srv/data", "/srv/private", "/srv/refs")

@@ -47,7 +47,7 @@ from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import DEFAULT_SCORER, SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
 from trainyard.services.jobs import SubmitLimits
-from trainyard.services.storages import set_builtin_roots
+from trainyard.services.storages import set_builtin_roots, set_mount_roots
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
 
@@ -255,6 +255,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
             set_builtin_roots(session, home=_text(settings.storage_home_root), group=_text(settings.storage_group_root))
         except ValueError as exc:
             raise StartupError(f"storage_home_root / storage_group_root: {exc}") from exc
+        set_mount_roots(session, settings.storage_mount_roots)  # checked by the settings
     backend = build_backend(settings, cluster)
     policy = session_policy(settings, backend)
     controller = Controller(

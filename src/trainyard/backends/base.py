@@ -92,6 +92,18 @@ class Mount:
     # Non-zero for a user's home or a group's storage: the backend makes ``source`` when it
     # is missing, with this mode, owned by the task's account.
     create_mode: int = 0
+    # The storage's own path (the admin's), when ``source`` is a subPath inside it ("": the
+    # same as ``source``). A sandbox opens the subPath from it without following links.
+    root: str = ""
+
+    @property
+    def sub_path(self) -> str:
+        """``source`` relative to ``root`` ("" for the whole storage)."""
+        if not self.root or self.root == self.source:
+            return ""
+        if not self.source.startswith(self.root.rstrip("/") + "/"):
+            raise ValueError(f"storage {self.name!r}: {self.source} is not inside {self.root}")
+        return self.source[len(self.root.rstrip("/")) + 1:]
 
 
 @dataclass(frozen=True)
@@ -130,6 +142,9 @@ class TaskLaunch:
     image: str | None = None
     # The storages the task sees (``Mount``), checked against its owner's grants at submit.
     mounts: tuple[Mount, ...] = ()
+    # Every storage's path on the node (all admins' storages, the home and group roots): a
+    # sandbox hides them all and binds back only ``mounts`` (grants enforced by the platform).
+    storage_paths: tuple[str, ...] = ()
     # The Python environment the task runs in (None: the node's own, as before).
     environment: PythonEnvironment | None = None
 

@@ -65,6 +65,7 @@ def build_launch(
     job: JobRow, attempt: AttemptRow, task: TaskRow, spec: JobSpec, addresses: dict[str, str],
     mounts: list[PlannedMount] | None = None,
     environments: Mapping[str, RunsIn] | None = None,
+    storage_paths: tuple[str, ...] = (),
 ) -> TaskLaunch:
     """The task's launch request; ``mounts`` are its storages as ``services.storages.task_mounts``
     resolved them at launch, and ``environments`` (``environments_of``) what the environments
@@ -95,7 +96,7 @@ def build_launch(
     env.update({k: v for k, v in wired.items() if k.startswith("TRAINYARD_")})
     env["TRAINYARD_TASK_RUN"] = str(task.run)
     env.update(suspension_env(job, attempt, spec))
-    launch_mounts = tuple(Mount(m.source, m.target, m.read_only, m.name, m.create_mode) for m in mounts or ())
+    launch_mounts = tuple(Mount(m.source, m.target, m.read_only, m.name, m.create_mode, m.root) for m in mounts or ())
     # Where each storage is on the node: a backend that mounts it elsewhere (a container, a
     # sandbox's mountPath) says so in the same variable.
     env.update({storage_variable(m.name): m.source for m in launch_mounts})
@@ -114,6 +115,7 @@ def build_launch(
         # The job file's own image for the role wins over an image environment's.
         image=spec.role_image(task.role) or runs.image,
         mounts=launch_mounts,
+        storage_paths=storage_paths,
         environment=runs.environment,
     )
 

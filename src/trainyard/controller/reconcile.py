@@ -46,7 +46,7 @@ from trainyard.core.lifecycle import (
 )
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.monitor.exposition import ControllerTimings
-from trainyard.services.storages import StorageUnavailable, task_mounts
+from trainyard.services.storages import StorageUnavailable, storage_paths, task_mounts
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.events import job_events, record_event
@@ -172,6 +172,7 @@ class Reconciler:
         now = self.clock.now()
         with self.db.session() as session:
             addresses = node_queries.node_addresses(session)
+            paths: tuple[str, ...] | None = None  # every storage's path, read once a task is to launch
             for job in job_queries.holding_jobs_with_tasks(session):
                 attempt = current_attempt(job)
                 if attempt is None:
@@ -204,7 +205,10 @@ class Reconciler:
                         # deleted (--force): fails the launch, saying so.
                         try:
                             mounts = task_mounts(session, job.user, spec, task.role)
-                            item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments)
+                            if paths is None:
+                                paths = storage_paths(session)
+                            item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments,
+                                                       paths)
                         except StorageUnavailable as exc:
                             item.error = str(exc)
                         except EnvironmentGone as gone:

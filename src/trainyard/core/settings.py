@@ -11,6 +11,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, RetentionTier, parse_retention
+from trainyard.spec.storages import DEFAULT_MOUNT_ROOTS, check_mount_root
 
 # A week: long enough to fetch a finished job's checkpoints and results from its directory.
 DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
@@ -92,6 +93,13 @@ class Settings(BaseSettings):
         default=None,
         description="Give every group a shared storage, <root>/<group>, which its members' jobs mount as "
         "storage '@group'; the root must be mounted on every node",
+    )
+    # Storages' mount points (issue 27): where a job's own mountPath may put a storage.
+    storage_mount_roots: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_MOUNT_ROOTS),
+        description="Where a job may mount a storage: a mountPath the job gives must lie under one of these "
+        "(a storage without one is mounted at its own path); never a system path (/usr, /etc, /var, ...). "
+        "The sandbox makes each one a folder of the task's own, hiding what the host has there",
     )
     task_env: dict[str, str] = Field(
         default_factory=dict,
@@ -275,6 +283,12 @@ class Settings(BaseSettings):
     node_labels: dict[str, str] = Field(
         default_factory=dict, description="Labels of this machine's node (local backend), e.g. {rack: r1}"
     )
+
+    @field_validator("storage_mount_roots")
+    @classmethod
+    def _check_mount_roots(cls, value: list[str]) -> list[str]:
+        roots = [check_mount_root(root) for root in value]
+        return list(dict.fromkeys(roots))
 
     @field_validator("monitor_retention")
     @classmethod

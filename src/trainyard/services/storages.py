@@ -19,6 +19,7 @@ uses is refused unless forced, as for VCs (``services.removal``).
 
 from __future__ import annotations
 
+import json
 import os
 import posixpath
 import stat
@@ -34,7 +35,16 @@ from trainyard.schemas.storages import StorageGrantView, StorageView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.spec.models import JobSpec
-from trainyard.spec.storages import StorageUse, all_storage_uses, check_mount_path, storage_uses
+from trainyard.spec.storages import (
+    DEFAULT_MOUNT_ROOTS,
+    StorageUse,
+    all_storage_uses,
+    check_mount_path,
+    check_mount_root,
+    inside,
+    mount_path_problem,
+    storage_uses,
+)
 from trainyard.store.queries import storages as storage_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
@@ -78,6 +88,7 @@ class PlannedMount:
     target: str
     read_only: bool
     create_mode: int = 0
+    root: str = ""  # the storage's own path, when ``source`` is a subPath of it
 
 
 class StorageUnavailable(Exception):
@@ -91,6 +102,27 @@ def set_builtin_roots(session: Session, *, home: str | None, group: str | None) 
     """Record ``storage_home_root`` and ``storage_group_root`` (None: that kind is off)."""
     for key, value in ((storage_queries.HOME_ROOT, home), (storage_queries.GROUP_ROOT, group)):
         storage_queries.set_meta(session, key, None if value is None else check_mount_path(str(value)))
+
+
+def set_mount_roots(session: Session, roots: Iterable[str]) -> None:
+    """Record ``storage_mount_roots``: where a job's own mountPath may put a storage."""
+    checked = [check_mount_root(root) for root in roots]
+    storage_queries.set_meta(session, storage_queries.MOUNT_ROOTS, json.dumps(checked))
+
+
+def mount_roots(session: Session) -> tuple[str, ...]:
+    value = storage_queries.meta(session, storage_queries.MOUNT_ROOTS)
+    return DEFAULT_MOUNT_ROOTS if value is None else tuple(json.loads(value))
+
+
+def storage_paths(session: Session) -> tuple[str, ...]:
+    """Every storage's path on the nodes: each admin's storage, and the home and group roots.
+    A sandbox covers them all and binds back only what the task mounts (``sandbox``)."""
+    paths = [row.path for row in storage_queries.all_storages(session)]
+    for key in (storage_queries.HOME_ROOT, storage_queries.GROUP_ROOT):
+        if (root := storage_queries.meta(session, key)) is not None:
+            paths.append(root)
+    return tuple(sorted(set(paths)))
 
 
 def _builtin(session: Session, user: UserRow, name: str) -> Storage | None:
@@ -271,7 +303,8 @@ def folder_notes(path: str, read_only: bool) -> list[str]:
         return []
     return [f"{path} is writable only by its owner and group (mode {stat.S_IMODE(info.st_mode):04o}, uid "
             f"{info.st_uid}, gid {info.st_gid}), and jobs run as their owners' accounts: they cannot write to it "
-            "until you let them (for example chmod 1777, or a group per team with setgid)"]
+            "until you let them: a group of those who may write, with setgid (chgrp; chmod 2770), or, where "
+            "every node sandboxes its tasks (grants are enforced there, not by modes), chmod 1777"]
 
 
 # -- jobs -------------------------------------------------------------------------------------
@@ -296,14 +329,57 @@ def _problem(storage: Storage | None, use: StorageUse, user: UserRow) -> tuple[i
     return None
 
 
+def _mount_path_field(use: StorageUse) -> str:
+    # OpenPAI's teamwise_storage names bare storages, mounted at /mnt/<name>: no mountPath field.
+    return use.path if "storageConfigNames" in use.path else f"{use.path}.mountPath"
+
+
+def _own_path(storage: Storage, use: StorageUse) -> str:
+    return posixpath.join(storage.path, use.sub_path) if use.sub_path else storage.path
+
+
+def _mount_problem(storage: Storage | None, use: StorageUse, roots: tuple[str, ...]) -> tuple[int, str, str] | None:
+    """A mountPath the job gave must lie under ``storage_mount_roots``; the storage's own
+    path (the default, the admin's) needs no check."""
+    if storage is None or use.mount_path is None or use.mount_path == _own_path(storage, use):
+        return None
+    why = mount_path_problem(use.mount_path, roots)
+    return None if why is None else (422, _mount_path_field(use), why)
+
+
+def _nesting_problems(uses: list[StorageUse], known: dict[str, Storage | None]) -> list[tuple[int, str, str]]:
+    """One role's mount points must lie side by side: a mount point inside another storage
+    would be found (and could be redirected by a link) through that storage's files."""
+    placed = [(use, use.mount_path or _own_path(storage, use)) for use in uses
+              if (storage := known.get(use.name)) is not None]
+    problems = []
+    for index, (use, target) in enumerate(placed):
+        # Inside another's, or at the same place as an earlier one.
+        outer = next(((u, t) for i, (u, t) in enumerate(placed)
+                      if i != index and inside(target, t) and (target != t or i < index)), None)
+        if outer is not None:
+            where = "at the mount point" if target == outer[1] else "inside the mount point"
+            problems.append((422, _mount_path_field(use), (
+                f"{use.name!r} would be mounted at {target}, {where} of {outer[0].name!r} ({outer[0].path}, at "
+                f"{outer[1]}); mount storages side by side, e.g. /mnt/<name>")))
+    return problems
+
+
 def check_storage_uses(session: Session, user: UserRow, spec: JobSpec) -> None:
     """Refuse a job naming a storage that does not exist (422) or that its owner may not use
-    as it asks (403), with every problem at its field path."""
+    as it asks (403), or a mountPath outside ``storage_mount_roots`` or inside another
+    storage's mount point (422), with every problem at its field path."""
     uses = list(all_storage_uses(spec))
     if not uses:
         return
     known = storages_for(session, user, (use.name for use in uses))
+    roots = mount_roots(session)
     problems = [p for use in uses if (p := _problem(known[use.name], use, user)) is not None]
+    problems += [p for use in uses if (p := _mount_problem(known[use.name], use, roots)) is not None]
+    for role in spec.role_names:
+        for problem in _nesting_problems(storage_uses(spec, role), known):
+            if all(problem[1] != p[1] for p in problems):
+                problems.append(problem)
     if not problems:
         return
     details = [{"path": path, "message": message} for _, path, message in problems]
@@ -320,16 +396,21 @@ def task_mounts(session: Session, user: UserRow, spec: JobSpec, role: str) -> li
     if not uses:
         return mounts
     known = storages_for(session, user, (use.name for use in uses))
+    roots = mount_roots(session)
     for use in uses:
         storage = known[use.name]
         problem = _problem(storage, use, user)
         if problem is not None or storage is None:
             detail = problem[2] if problem is not None else "it is gone"
             raise StorageUnavailable(f"storage {use.name!r} ({use.path}) cannot be mounted any more: {detail}")
-        source = posixpath.join(storage.path, use.sub_path) if use.sub_path else storage.path
+        if (misplaced := _mount_problem(storage, use, roots)) is not None:
+            raise StorageUnavailable(f"storage {use.name!r} cannot be mounted: {misplaced[1]}: {misplaced[2]}")
+        source = _own_path(storage, use)
         read_only = use.read_only if use.read_only is not None else storage.access == Access.READ_ONLY
         mounts.append(PlannedMount(use.name, source, use.mount_path or source, read_only,
-                                   storage.create_mode if not use.sub_path else 0))
+                                   storage.create_mode if not use.sub_path else 0, storage.path))
+    if nested := _nesting_problems(uses, known):
+        raise StorageUnavailable(f"storages cannot be mounted ({nested[0][1]}): {nested[0][2]}")
     return mounts
 
 

@@ -39,6 +39,15 @@ if TYPE_CHECKING:
 RUNTIME_PLUGINS = "com.microsoft.pai.runtimeplugin"
 TEAMWISE_STORAGE = "teamwise_storage"
 OPENPAI_MOUNT_ROOT = "/mnt"  # OpenPAI's default mount point: /mnt/<storage name>
+# Where a job may ask for a storage to be mounted (setting ``storage_mount_roots``): a
+# mountPath must be one of them or lie under one. A sandbox makes each one it mounts under a folder
+# of its own (``backends/local/sandbox``), so no mount point is ever made on the host, and
+# nothing there can cover what the platform runs. /tmp is the task's private /tmp.
+DEFAULT_MOUNT_ROOTS = ("/mnt", "/data", "/workspace", "/tmp")
+# What the platform and the system run from, or hand to every task: never a mount root, and
+# never covered by a mount (a storage's own path, the admin's, included: ``sandbox``).
+SYSTEM_PATHS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/root", "/run",
+                "/sbin", "/sys", "/usr", "/var")
 # An admin's storage (``yard storage create``), ``home`` (each user's own), or ``@group``
 # (a group's shared storage).
 STORAGE_NAME = re.compile(r"@?[a-z][a-z0-9_-]{0,63}")
@@ -68,6 +77,34 @@ def check_mount_path(value: Any) -> str:
     if normal == "/":
         raise ValueError("cannot be / itself")
     return normal
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether normalised ``path`` is ``root`` or below it."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def check_mount_root(value: Any) -> str:
+    """One of ``storage_mount_roots``: an absolute path, neither a system path, inside one,
+    nor above one; ValueError saying what is wrong."""
+    root = check_mount_path(value)
+    if clash := next((s for s in SYSTEM_PATHS if inside(root, s) or inside(s, root)), None):
+        raise ValueError(f"{root} {'is' if root == clash else 'covers' if inside(clash, root) else 'is inside'} the "
+                         f"system path {clash}: a job's storage could change what the system runs")
+    return root
+
+
+def mount_path_problem(target: str, roots: tuple[str, ...]) -> str | None:
+    """Why a user-given mountPath (normalised) may not be used, or None: it must be one of
+    ``roots`` (``storage_mount_roots``) or lie under one."""
+    if any(inside(target, root) for root in roots):
+        return None
+    where = ", ".join(roots) if roots else "nowhere (this cluster's setting storage_mount_roots is empty)"
+    system = next((s for s in SYSTEM_PATHS if inside(target, s) or inside(s, target)), None)
+    why = f"{target} is {'a' if target == system else 'over a' if system and inside(system, target) else 'in a'} " \
+          f"system path ({system})" if system else f"{target} is not under one of them"
+    return (f"a storage may be mounted only under {where} (setting storage_mount_roots); {why}; choose a "
+            "mountPath such as /mnt/<name>, or leave it out to mount the storage at its own path")
 
 
 def check_sub_path(value: Any) -> str:

@@ -27,7 +27,7 @@ def test_a_slurm_task_sees_its_storages_paths_and_writes_to_a_read_write_one(wor
         storage_service.set_builtin_roots(s, home=str(homes), group=None)
     job_id = submit(world, """
 name: storages
-storages: [{name: data}, {name: refs, mountPath: /refs}, {name: home}]
+storages: [{name: data}, {name: refs, mountPath: /mnt/refs}, {name: home}]
 taskRoles:
   main:
     commands:
@@ -45,7 +45,7 @@ taskRoles:
     assert job.state == "SUCCEEDED", log
     assert log[0].startswith("trainyard: storage 'refs' is read-only for this job, but Slurm runs this task as a "
                              "bare process")
-    assert "not at its mountPath /refs" in log[1]
+    assert "not at its mountPath /mnt/refs" in log[1]
     assert log[2:] == [f"data={data} refs={refs}", "input"]
     assert (data / "out.txt").read_text().startswith("from ")
     assert (homes / "alice" / "f").read_text() == "mine\n"

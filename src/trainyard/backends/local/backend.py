@@ -124,7 +124,15 @@ from trainyard.backends.local.records import (
     stop_deadline,
     stop_request,
 )
-from trainyard.backends.local.sandbox import Identity, Sandbox, sandbox_argv
+from trainyard.backends.local.sandbox import (
+    Identity,
+    Sandbox,
+    StorageMount,
+    mount_fds,
+    sandbox_argv,
+    split_loader_env,
+)
+from trainyard.backends.local.supervisor import open_inside
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.taskuser import TaskUser
@@ -517,6 +525,7 @@ class LocalBackend(jobdirs.JobDirTree):
         env.update(mount_env(task.mounts, inside=self._sandbox is not None or task.image is not None))
         for mount in task.mounts:
             make_missing_storage(mount, *((account.uid, account.gid) if account is not None else (None, None)))
+            _check_sub_path(mount)
         # Owned by the job's account like its work dir, but one for all of the job's tasks
         # and attempts: whatever a task saves there is there when the job runs again.
         job_parts = (str(task.key.job_id), jobdirs.JOB_DIR_NAME)
@@ -573,12 +582,18 @@ class LocalBackend(jobdirs.JobDirTree):
             spec["sandbox_identity"] = {"uid": identity.uid, "gid": identity.gid, "groups": list(identity.groups)}
         attempt_dir = task_dir.parent if self.work_dir_root is None else work.parent
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
+        mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
+        # The root side (env, bwrap, sh, setpriv; ``yard exec``'s joiner) runs without the
+        # loader's variables; the task gets them after the drop (``loader_env``).
+        spec["env"], spec["loader_env"] = split_loader_env(env)
         spec["argv"] = sandbox_argv(
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
             bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
             writable=(job_dir,) if own_environments is None else (job_dir, own_environments), identity=identity,
-            mounts=[(Path(m.source), Path(m.target), m.read_only) for m in task.mounts],
+            mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths], loader_env=spec["loader_env"],
         )
+        # The supervisor opens each storage's folder and hands it to bwrap (``open_mount_fds``).
+        spec["mount_fds"] = mount_fds(mounts)
         return spec
 
     def _limits_spec(self, task: TaskLaunch) -> dict[str, Any]:
@@ -805,6 +820,14 @@ def with_container_records(status: TaskStatus, task_dir: Path) -> TaskStatus:
     if status.running or not status.image_pull:
         return status
     return with_oom_record(status, taskfiles.read_json(str(task_dir / containerrun.CONTAINER_RECORD)))
+
+
+def _check_sub_path(mount: Mount) -> None:
+    """A subPath is a folder inside its storage, reached without a link: said at launch (the
+    sandbox's supervisor opens it so again, with no gap for a swap; a container engine
+    opens it by its path)."""
+    if mount.sub_path:
+        os.close(open_inside(mount.root, mount.sub_path, f"storage {mount.name!r}"))
 
 
 def suspend_signal(name: str) -> int:

@@ -1,8 +1,10 @@
 """The per-task sandbox of the local backend: a bubblewrap (``bwrap``) command line.
 
 A task runs in its own PID, IPC and mount namespaces (the network is shared: tasks of a
-job talk over TCP). Inside it the whole host is visible as before (``--dev-bind / /``
-keeps ``/dev``, so NVIDIA devices work), except:
+job talk over TCP). Inside it the whole host is visible as before: each of the host's
+top-level entries is bound (``--dev-bind``: ``/dev`` works, so do NVIDIA devices) over
+bwrap's own tmpfs root, so that a folder a mount point needs at the top (``/data``) is made
+in that tmpfs, never on the host. Except:
 
 - ``/proc`` is private: the task sees its own processes only, never another task's
   environment or command line;
@@ -12,8 +14,18 @@ keeps ``/dev``, so NVIDIA devices work), except:
 - the server's home, the backend's state directory and the work-dir root are covered by
   empty tmpfs, then only the task's own work dir, its job's directory, its secrets dir
   and its script are bound back;
-- the job's storages are bound at their mountPath, and a read-only one is bound read-only
-  over its own path too, so that the task cannot write to it either way.
+- every storage's path on the node (all admins' storages, the home and group roots) is
+  covered by an empty tmpfs too: grants are the platform's, not the files' modes. Only the
+  job's own storages are bound, at their mountPath, read-only where the job or the grant
+  says, each from a folder the supervisor opened without following a link
+  (``open_mount_fds``, bwrap's ``--bind-fd``): a subPath is a folder inside its storage,
+  whatever a user puts there meanwhile;
+- a mount point is made only inside a tmpfs of the sandbox's own: a storage's covered path,
+  the private /tmp, or a top-level folder (``/mnt``, ``/data``) that is the task's own, empty
+  but for its mounts, whenever the job mounts a storage in it. No mount lands at, over or
+  under what the system and the sandbox itself run from (``PROTECTED``; bwrap, env, sh and
+  setpriv, which runs as root inside), nor inside another mount or the task's own folders,
+  where a link could send it elsewhere.
 
 How the task gets to its account depends on who runs the server:
 
@@ -42,12 +54,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from trainyard.spec.models import SUSPEND_SIGNALS
+from trainyard.spec.storages import SYSTEM_PATHS, inside
 
 SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")
@@ -60,6 +73,27 @@ _STOP_GUARD = '[ -e "$1" ] && exit 143; shift; exec "$@"'
 # What reaches a sandboxed task's group from outside: a stop's SIGTERM, and the signals a
 # job may choose to be told to suspend by.
 _PASSED_SIGNALS = ",".join(["TERM", *(s.removeprefix("SIG") for s in SUSPEND_SIGNALS if s not in ("none", "SIGTERM"))])
+# What the system and the sandbox's own programs run from, as root: no mount lands at, over
+# or under one (a storage's own path, the admin's, included). /var and /root hold no program
+# root runs here, and may hold storages or the server's files (hidden, not mounted over).
+PROTECTED = tuple(p for p in SYSTEM_PATHS if p not in ("/var", "/root"))
+# What the dynamic loader and libc read from the environment (glibc drops them for setuid
+# programs; env, bwrap, sh and setpriv run as root before the drop without that guard): a
+# job's LD_PRELOAD would run its library in them, as root. They reach the task after the drop.
+LOADER_PREFIXES = ("LD_", "MALLOC_", "GLIBC_")
+LOADER_NAMES = frozenset({"GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NIS_PATH", "NLSPATH",
+                          "RESOLV_HOST_CONF", "RES_OPTIONS", "TMPDIR", "TZDIR"})
+
+
+def split_loader_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``env`` without the loader's variables (what the root side runs with), and those."""
+    loader = {k: v for k, v in env.items() if k in LOADER_NAMES or k.startswith(LOADER_PREFIXES)}
+    return {k: v for k, v in env.items() if k not in loader}, loader
+
+
+# The descriptors a task's storages are passed to bwrap on (``mount_fds``): above any the
+# supervisor's task process holds.
+MOUNT_FD_BASE = 64
 
 
 @dataclass(frozen=True)
@@ -69,6 +103,23 @@ class Identity:
     uid: int
     gid: int
     groups: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class StorageMount:
+    """A storage the task mounts: the folder ``sub`` ("" for the whole) of the storage at
+    ``root`` (its own path, the admin's), at ``target``, read-only or not."""
+
+    root: Path
+    sub: str
+    target: Path
+    read_only: bool
+
+
+def mount_fds(mounts: Sequence[StorageMount]) -> list[list[Any]]:
+    """``[fd, root, sub]`` of each mount: the supervisor opens ``sub`` inside ``root`` on
+    ``fd`` (``open_mount_fds``), which ``sandbox_argv``'s ``--bind-fd`` names."""
+    return [[MOUNT_FD_BASE + i, str(m.root), m.sub] for i, m in enumerate(mounts)]
 
 
 @dataclass(frozen=True)
@@ -129,12 +180,15 @@ def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...]) -> tuple[Sandbox | No
     return sandbox, ""
 
 
-def _namespaces(sandbox: Sandbox) -> list[str]:
+def _namespaces(sandbox: Sandbox, root: Sequence[str] | None = None) -> list[str]:
+    """bwrap, its namespaces and its root: ``root`` (``_root_entries``), or the host's ``/``
+    as a whole, with a private /proc (the probe's)."""
     argv = [sandbox.bwrap]
     if sandbox.user_namespace:
         argv += ["--unshare-user", "--disable-userns"]
     # No --die-with-parent: a task outlives its supervisor, as an unsandboxed one does.
-    return [*argv, "--unshare-pid", "--unshare-ipc", "--dev-bind", "/", "/", "--proc", "/proc"]
+    argv += ["--unshare-pid", "--unshare-ipc"]
+    return [*argv, "--dev-bind", "/", "/", "--proc", "/proc"] if root is None else [*argv, *root]
 
 
 def sandbox_argv(
@@ -147,26 +201,36 @@ def sandbox_argv(
     stop_file: Path,
     bound: Sequence[Path] = (),
     writable: Sequence[Path] = (),
-    mounts: Sequence[tuple[Path, Path, bool]] = (),
+    mounts: Sequence[StorageMount] = (),
+    storage_paths: Sequence[Path] = (),
     identity: Identity | None = None,
+    loader_env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` in the sandbox, in ``work_dir``.
 
     ``hidden`` adds to the sandbox's own hidden paths; ``work_dir``, ``shm_dir`` (mounted
     on /dev/shm) and ``bound`` (read-only: e.g. the secrets dir and the script) are bound
     back at their own paths, and ``writable`` (e.g. the job's directory) writable, over them.
-    ``mounts`` are storages, ``(source, target, read_only)``: bound at ``target``, and a
-    read-only one over ``source`` too. A target in a private ``/tmp`` leaves nothing on the
-    host; elsewhere bwrap makes a missing mount point on the host (as root; else it fails).
-    ``stop_file`` is the file a stop request creates before the
+    ``storage_paths`` (every storage's path on the node) are hidden like ``hidden``, and so
+    is each mount's root; ``mounts`` are then bound at their targets from the descriptors
+    ``mount_fds`` numbers (the supervisor opens them). ValueError for a target that may not
+    be used (see the module docstring). ``stop_file`` is the file a stop request creates before the
     task's group is signalled; its folder is bound read-only too (see ``_STOP_GUARD``).
     ``identity`` is who the task becomes when bwrap runs as root (required then).
+    ``loader_env`` (``split_loader_env``; the caller runs the argv without them) is set for
+    the task only, after the drop: nothing that runs as root reads them.
     """
     if not sandbox.user_namespace and identity is None:
         raise ValueError("a sandbox entered as root needs the task's identity to drop to")
-    argv = _namespaces(sandbox)
-    # Only what exists: under ``--dev-bind / /`` a missing mount point would be created on the host.
-    covers = _outermost([p for p in (*sandbox.hidden, *hidden) if os.path.isdir(p)])
+    # Only what exists: a missing mount point outside the sandbox's own tmpfs would be made on the host.
+    covers = _outermost([Path(p) for p in (*sandbox.hidden, *hidden, *storage_paths, *(m.root for m in mounts))
+                         if os.path.isdir(p)])
+    own = [stop_file.parent, work_dir, shm_dir, *writable, *bound]
+    tmpfs = [*covers, *map(Path, _SCRATCH)]
+    _check_targets(sandbox, mounts, own)
+    # A target outside every tmpfs: its top-level folder becomes the task's own (empty).
+    private = sorted({m.target.parts[1] for m in mounts if not any(inside(str(m.target), str(t)) for t in tmpfs)})
+    argv = [*_namespaces(sandbox, root=_root_entries(private)), "--proc", "/proc"]
     # Passable, not listable: the task reaches what is bound back, sees nothing else.
     for path in covers:
         argv += ["--perms", "0711", "--tmpfs", str(path)]
@@ -175,9 +239,11 @@ def sandbox_argv(
     argv += ["--bind", str(shm_dir), "/dev/shm"]
     # bwrap would make the folders leading to a mount point inside a tmpfs 0700 root-owned,
     # which the task's account could not pass: make them first, passable.
-    for directory in _folders_inside(_outermost([*covers, *map(Path, _SCRATCH)]),
-                                     [stop_file.parent, work_dir, *writable, *bound, *(m[1] for m in mounts)]):
+    for directory in _folders_inside(_outermost(tmpfs),
+                                     [stop_file.parent, work_dir, *writable, *bound, *(m.target for m in mounts)]):
         argv += ["--perms", "0711", "--dir", str(directory)]
+    for directory in _folders_inside([Path("/", name) for name in private], [m.target for m in mounts]):
+        argv += ["--perms", "0755", "--dir", str(directory)]
     # In order: the stop file's folder (the task dir) may hold the work dir, which must
     # then be mounted over it, writable.
     argv += ["--ro-bind", str(stop_file.parent), str(stop_file.parent)]
@@ -188,16 +254,54 @@ def sandbox_argv(
         argv += ["--ro-bind", str(path), str(path)]
     for path in writable:
         argv += ["--bind", str(path), str(path)]
-    for source, target, read_only in mounts:
-        if read_only and source != target:
-            argv += ["--ro-bind", str(source), str(source)]
-        argv += ["--ro-bind" if read_only else "--bind", str(source), str(target)]
+    for (fd, _, _), mount in zip(mount_fds(mounts), mounts, strict=True):
+        argv += ["--ro-bind-fd" if mount.read_only else "--bind-fd", str(fd), str(mount.target)]
     argv += ["--chdir", str(work_dir), "--", sandbox.env, f"--default-signal={_PASSED_SIGNALS}"]
     argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
     if identity is not None:
         argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
+    if loader_env:
+        argv += [sandbox.env, "--", *(f"{name}={value}" for name, value in loader_env.items())]
     # bwrap itself must outlive them (see the module docstring): ignored from exec on.
     return [sandbox.env, f"--ignore-signal={_PASSED_SIGNALS}", *argv, *command]
+
+
+def _check_targets(sandbox: Sandbox, mounts: Sequence[StorageMount], own: Sequence[Path]) -> None:
+    """Refuse a mount that would land at, over or under what root runs from (the system's
+    folders and the sandbox's own programs), at, over or inside the task's own folders, or
+    inside another mount: a link there could send it anywhere."""
+    programs = [sandbox.bwrap, sandbox.env, sandbox.shell, *([sandbox.setpriv] if sandbox.setpriv else [])]
+    protected = [*PROTECTED, *{os.path.dirname(os.path.realpath(p)) for p in programs}]
+    targets = [str(m.target) for m in mounts]
+    for index, (mount, target) in enumerate(zip(mounts, targets, strict=True)):
+        where = f"storage {mount.root}{'/' + mount.sub if mount.sub else ''} cannot be mounted at {target}"
+        if not os.path.isabs(target) or os.path.normpath(target) != target or target == "/":
+            raise ValueError(f"{where}: not a normalised absolute path")
+        if clash := next((p for p in protected if inside(target, p) or inside(p, target)), None):
+            raise ValueError(f"{where}: the system and the sandbox run from {clash}")
+        if clash := next((str(p) for p in own if inside(target, str(p)) or inside(str(p), target)), None):
+            raise ValueError(f"{where}: it is (inside) the task's own {clash}")
+        if outer := next((t for i, t in enumerate(targets) if i != index and inside(target, t)), None):
+            raise ValueError(f"{where}: it is inside another storage's mount point {outer}")
+
+
+def _root_entries(private: Sequence[str]) -> list[str]:
+    """The sandbox's root: the host's top-level entries, each bound over bwrap's own tmpfs
+    root (symlinks made again), but ``private`` ones, empty folders of the task's own, and
+    /proc, which ``--proc`` mounts. A mount point a job needs at the top is made in that tmpfs."""
+    argv: list[str] = []
+    with os.scandir("/") as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            path = "/" + entry.name
+            if entry.name == "proc" or entry.name in private:
+                continue
+            if entry.is_symlink():
+                argv += ["--symlink", os.readlink(path), path]
+            else:
+                argv += ["--dev-bind", path, path]
+    for name in private:
+        argv += ["--perms", "0755", "--dir", "/" + name]
+    return argv
 
 
 def enter_argv(sandbox: Sandbox, joiner: Sequence[str], target: int, work_dir: str, command: Sequence[str],

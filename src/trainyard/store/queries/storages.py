@@ -11,6 +11,7 @@ from trainyard.store.rows import MetaRow, StorageGrantRow, StorageRow
 # start-up, so that the API and the controller read the same ones. Absent: that kind is off.
 HOME_ROOT = "storage_home_root"
 GROUP_ROOT = "storage_group_root"
+MOUNT_ROOTS = "storage_mount_roots"  # JSON list; absent: the default (``spec.storages``)
 
 
 def storage_named(session: Session, name: str) -> StorageRow | None:
