@@ -15,7 +15,11 @@ from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.core.sessions import SessionPolicy
-from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
+from trainyard.core.settings import (
+    DEFAULT_IDEMPOTENCY_KEY_HOURS,
+    DEFAULT_JOB_DIR_RETENTION_SECONDS,
+    DEFAULT_MONITOR_INTERVAL_SECONDS,
+)
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import TokenCache
@@ -49,6 +53,7 @@ class AppContext:
     # When each (job, user, role, index, port, how) last became a port-opened event (api/routers/proxy.py).
     port_uses: dict[tuple[int, int, str, int, int, str], float] = field(default_factory=dict)
     sessions: SessionPolicy = field(default_factory=SessionPolicy)  # interactive sessions' rules
+    idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS  # how long a submit's Idempotency-Key is kept
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db, clock=self.clock)

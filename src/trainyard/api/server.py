@@ -263,7 +263,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
                      monitor_interval_seconds=settings.monitor_interval_seconds,
-                     monitor_retention=settings.retention, sessions=policy)
+                     monitor_retention=settings.retention, sessions=policy,
+                     idempotency_key_hours=settings.idempotency_key_hours)
     return ctx, controller
 
 

@@ -16,6 +16,7 @@ from trainyard.core.retention import DEFAULT_MONITOR_RETENTION, RetentionTier, p
 DEFAULT_JOB_DIR_RETENTION_SECONDS = 7 * 24 * 3600.0
 DEFAULT_MONITOR_INTERVAL_SECONDS = 10.0
 DEFAULT_USAGE_DAYS_KEEP_DAYS = 400  # a year of usage reports, and a month to spare
+DEFAULT_IDEMPOTENCY_KEY_HOURS = 24.0  # as Stripe keeps its keys
 
 
 def default_home() -> Path:
@@ -232,6 +233,13 @@ class Settings(BaseSettings):
         description="Interactive sessions: admins may open other users' sessions too (with a token, as for "
         "the job-port proxy); by default only a session's owner can",
     )
+    # -- Idempotent submits (issue 27, finding 9): POST /jobs' Idempotency-Key ----------------
+    idempotency_key_hours: float = Field(
+        default=DEFAULT_IDEMPOTENCY_KEY_HOURS, gt=0, le=8760,
+        description="How long a submit's Idempotency-Key is kept: a retry with the same key within this time "
+        "gets the first answer (the same job) again; after it, the key may make a new job",
+    )
+    # -- end of idempotent submits ------------------------------------------------------------
     rack_label: str = Field(default="rack", description="The node label that names a node's rack")
     node_labels: dict[str, str] = Field(
         default_factory=dict, description="Labels of this machine's node (local backend), e.g. {rack: r1}"
