@@ -377,8 +377,10 @@ def _serve(settings: Settings, url: str) -> None:
     log.info("portal: %s/ (sign in with a password, or with the token in %s); API docs: %s/docs",
              url.rstrip("/"), settings.client_file, url.rstrip("/"))
     try:
+        # log_config=None: uvicorn's lines go through the server's own handler, whose
+        # formatter redacts URLs' queries (api/serverlog.py), not through handlers of its own.
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+                                log_config=None, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
         ClosingServer(config, ctx.closing).run()
     finally:
         controller.stop()
