@@ -44,8 +44,6 @@ User = Annotated[UserRow, Depends(current_user)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]
 Ctx = Annotated[AppContext, Depends(context)]
 
-
-
 IDEMPOTENCY_HELP = (
     "Optional: one key (e.g. a UUID) per job you mean to submit; send it again with the same request to "
     "retry a submit whose answer you did not get. A retry within the kept time (`idempotency_key_hours`, 24 h "
