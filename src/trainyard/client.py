@@ -7,6 +7,7 @@ an httpx exception."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,6 +63,12 @@ _SESSIONS = TypeAdapter(list[SessionView])
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
 DEFAULT_RETRY_FOR = 120.0
+# `submit` and `clone` send a submit whose answer was lost again, with the same Idempotency-Key:
+# pauses double from the first up to MAX_RETRY_PAUSE, for this long (a server restart fits).
+DEFAULT_SUBMIT_RETRY_FOR = 30.0
+FIRST_SUBMIT_PAUSE = 0.5
+RETRIED_STATUSES = (502, 503, 504)
+IDEMPOTENCY_HEADER = "Idempotency-Key"  # the IETF draft's; services/idempotency.py on the server
 
 
 @dataclass(frozen=True)
@@ -247,26 +254,38 @@ class Client:
     # -- jobs -----------------------------------------------------------------------------
 
     @overload
-    def submit(self, job_file: JobFile, *, content_type: str | None = ...,
-               dry_run: Literal[False] = False) -> SubmitResult: ...
+    def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[False] = False,
+               idempotency_key: str | None = ..., retry_for: float = ...,
+               on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult: ...
 
     @overload
-    def submit(self, job_file: JobFile, *, content_type: str | None = ...,
-               dry_run: Literal[True]) -> DryRunResult: ...
+    def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[True],
+               idempotency_key: str | None = ..., retry_for: float = ...,
+               on_retry: Callable[[TrainyardError, float], None] | None = ...) -> DryRunResult: ...
 
     @overload
-    def submit(self, job_file: JobFile, *, content_type: str | None = ...,
-               dry_run: bool) -> SubmitResult | DryRunResult: ...
+    def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: bool,
+               idempotency_key: str | None = ..., retry_for: float = ...,
+               on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult | DryRunResult: ...
 
-    def submit(self, job_file: JobFile, *, content_type: str | None = None,
-               dry_run: bool = False) -> SubmitResult | DryRunResult:
+    def submit(self, job_file: JobFile, *, content_type: str | None = None, dry_run: bool = False,
+               idempotency_key: str | None = None, retry_for: float = DEFAULT_SUBMIT_RETRY_FOR,
+               on_retry: Callable[[TrainyardError, float], None] | None = None) -> SubmitResult | DryRunResult:
         """Submit a job: a path to its file (``"train.yaml"``, a ``Path``), the file's YAML or
         JSON text, or the job as a dict; returns the new job's id and state. With ``dry_run``
         only validate it and answer the job as Trainyard would run it (secrets masked).
-        ``content_type`` overrides the media type (default: JSON for a dict or .json, else YAML)."""
+        ``content_type`` overrides the media type (default: JSON for a dict or .json, else YAML).
+
+        The submit is made at most once: it carries an ``Idempotency-Key`` (``idempotency_key``,
+        else a new random one), and when the server cannot be reached or its answer is lost (a
+        dropped connection, a timeout, a 502, 503 or 504) it is sent again with the same key, for up to
+        ``retry_for`` seconds (0: not at all), ``on_retry(error, pause)`` called before each
+        pause; the server answers a retry with the job the first one made. Pass your own key
+        to retry across processes (a script run again after a crash)."""
         content, media_type = _job_file(job_file, content_type)
-        response = self._request(
-            "POST", "/jobs", content=content, headers={"Content-Type": media_type},
+        headers = {"Content-Type": media_type, IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
+        response = self._submitting(
+            "/jobs", retry_for, on_retry, content=content, headers=headers,
             params={"dryRun": "true"} if dry_run else None,
         )
         if dry_run:
@@ -274,19 +293,43 @@ class Client:
         return self._parse(SubmitResult, response.content)
 
     def clone(self, job_id: int, *, job_file: JobFile | None = None, name: str | None = None,
-              vc: str | None = None, priority: str | None = None) -> SubmitResult:
+              vc: str | None = None, priority: str | None = None, idempotency_key: str | None = None,
+              retry_for: float = DEFAULT_SUBMIT_RETRY_FOR,
+              on_retry: Callable[[TrainyardError, float], None] | None = None) -> SubmitResult:
         """Submit a copy of one of your jobs (an admin: anyone's) that keeps its secrets: the
         server holds them and shows them masked (``******``). ``job_file`` replaces the whole
         job (as `submit` takes it, e.g. `job()`'s ``spec`` edited): what it still shows masked
-        is filled from the original. ``name``, ``vc`` and ``priority`` change just those."""
+        is filled from the original. ``name``, ``vc`` and ``priority`` change just those.
+        Made at most once, and sent again when its answer is lost, as `submit` says."""
         params = {k: v for k, v in dict(name=name, vc=vc, priority=priority).items() if v is not None}
-        content, headers = b"", {}
+        content, headers = b"", {IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
         if job_file is not None:
             content, media_type = _job_file(job_file)
-            headers = {"Content-Type": media_type}
-        response = self._request("POST", f"/jobs/{_job_id(job_id)}/clone", content=content, headers=headers,
-                                 params=params)
+            headers["Content-Type"] = media_type
+        response = self._submitting(f"/jobs/{_job_id(job_id)}/clone", retry_for, on_retry, content=content,
+                                    headers=headers, params=params)
         return self._parse(SubmitResult, response.content)
+
+    def _submitting(self, path: str, retry_for: float, on_retry: Callable[[TrainyardError, float], None] | None,
+                    **kwargs: Any) -> httpx.Response:
+        """``POST path``, which makes a job, sent again while it gets no answer or a 502-504: its
+        ``Idempotency-Key`` (in ``kwargs``' headers, the same each time) makes the server answer
+        a retry with the job the first one made, so a lost answer never makes a second job."""
+        started = time.monotonic()
+        pause = FIRST_SUBMIT_PAUSE
+        while True:
+            try:
+                return self._request("POST", path, **kwargs)
+            except (ServerUnreachable, ServerError) as exc:
+                # A 500 is the server's own failure, said at once; a gateway's 502-504 and no
+                # answer at all are a restart or the network, which waiting may outlast.
+                passing = isinstance(exc, ServerUnreachable) or exc.status in RETRIED_STATUSES
+                if not passing or time.monotonic() - started + pause > retry_for:
+                    raise
+                if on_retry is not None:
+                    on_retry(exc, pause)
+                time.sleep(pause)
+                pause = min(pause * 2, MAX_RETRY_PAUSE)
 
     def jobs(self, *, state: str | None = None, user: str | None = None, vc: str | None = None,
              name: str | None = None, order: str | None = None, limit: int = 50, before: int | None = None,

@@ -61,6 +61,21 @@ def test_bad_keys_and_values_are_422_at_their_path(api: Api) -> None:
     assert api.admin.patch(f"/api/v1/nodes/{name}/labels", json={"labels": {}}).status_code == 422
 
 
+def test_a_lone_surrogate_in_a_label_key_or_value_is_422_at_its_path_not_500(api: Api) -> None:
+    # JSON's \\ud800 is a lone UTF-16 surrogate, which no UTF-8 answer can hold: a key holding
+    # one was quoted in the error's path, and answering the error itself failed (a 500).
+    name = node_name(api)
+    for body, path in (('{"labels": {"\\ud800": "x"}}', "labels.\\ud800"),
+                       ('{"labels": {"rack\\udfff": null}}', "labels.rack\\udfff"),
+                       ('{"labels": {"ib": "t\\ud83d"}}', "labels.ib")):
+        response = api.admin.patch(f"/api/v1/nodes/{name}/labels", content=body,
+                                   headers={"content-type": "application/json"})
+        assert response.status_code == 422, response.text
+        [error] = response.json()["errors"]
+        assert error["path"] == path and "lone UTF-16 surrogate" in error["message"], error
+    assert api.admin.get("/api/v1/nodes").json()[0]["adminLabels"] == {}
+
+
 def test_a_job_whose_selector_reads_a_label_no_node_has_yet_is_accepted_and_waits(api: Api) -> None:
     response = api.user.post("/api/v1/jobs", content=JOB, headers={"content-type": "application/yaml"})
     assert response.status_code == 201, response.text

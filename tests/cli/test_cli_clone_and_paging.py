@@ -179,3 +179,18 @@ def test_clone_file_reads_json_by_its_suffix_and_says_what_it_cannot_read(
     assert stored_secrets(api, int(out.split()[2])) == {"key": "hunter2"}
     code, _, err = yard("clone", str(original), "--file", str(tmp_path / "missing.yaml"))
     assert code == EXIT_USAGE and "cannot read job file" in err and "missing.yaml" in err
+
+
+def test_yard_submit_and_clone_with_an_idempotency_key_make_their_job_once(yard: Yard, api: Api,
+                                                                          tmp_path: Path) -> None:
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(JOB)
+    code, first, _ = yard("submit", str(job_file), "--idempotency-key", "run-1", "--json")
+    assert code == 0
+    code, again, _ = yard("submit", str(job_file), "--idempotency-key", "run-1", "--json")
+    assert code == 0 and json.loads(again)["id"] == json.loads(first)["id"]
+    original = json.loads(first)["id"]
+    clones = [yard("clone", str(original), "--idempotency-key", "clone-1", "--json") for _ in range(2)]
+    assert [c[0] for c in clones] == [0, 0] and json.loads(clones[0][1]) == json.loads(clones[1][1])
+    with api.ctx.db.session() as session:
+        assert session.query(JobRow).count() == 2

@@ -23,7 +23,7 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from trainyard.api import openapi
-from trainyard.api.bodies import BodyError
+from trainyard.api.bodies import BodyError, printable
 from trainyard.api.deps import AppContext
 from trainyard.api.routers import (
     admin,
@@ -52,7 +52,10 @@ log = logging.getLogger(__name__)
 def _error(
     status: int, detail: str, errors: list[dict[str, str]] | None = None, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    return JSONResponse({"detail": detail, "errors": errors or []}, status_code=status, headers=headers)
+    # A message may quote what the client sent; text UTF-8 cannot carry (a lone surrogate)
+    # is written as its escape, so that answering an error never fails in turn.
+    errors = [{k: printable(v) if isinstance(v, str) else v for k, v in e.items()} for e in errors or []]
+    return JSONResponse({"detail": printable(detail), "errors": errors}, status_code=status, headers=headers)
 
 
 @asynccontextmanager

@@ -9,11 +9,15 @@ integer literal of more than 4,300 digits and ``RecursionError`` for deep nestin
 then answers "There was an error parsing the body" without saying where. `BodyRoute` reads
 the body itself: bounded in size, such integers kept as a marker that validation rejects by
 field path, and every unreadable body answered 413 or 422 in Trainyard's error format.
+JSON also lets through lone UTF-16 surrogates (``"\\ud800"``), which no UTF-8 answer, log or
+PostgreSQL text can hold: a body with one, in any key or value, is refused here at its path,
+so that no route answers 500 for one (a node label's key once did).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -30,6 +34,8 @@ MAX_JSON_BODY_BYTES = 64 * 1024
 # Python refuses to convert more than 4,300 digits, and no field of ours holds a number
 # anywhere near this long.
 MAX_INTEGER_DIGITS = 100
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 MAX_ID = 2**31 - 1  # ids are 32-bit integers in PostgreSQL
 
@@ -53,7 +59,7 @@ def _parse_int(literal: str) -> int | OversizedNumber:
 def load_json_body(body: bytes) -> Any:
     """The parsed body, or a `BodyError` saying what is wrong and where."""
     try:
-        return json.loads(body, parse_int=_parse_int)
+        data = json.loads(body, parse_int=_parse_int)
     except json.JSONDecodeError as exc:
         raise BodyError(422, f"the body is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}",
                         f"<line {exc.lineno}, column {exc.colno}>") from None
@@ -61,6 +67,39 @@ def load_json_body(body: bytes) -> Any:
         raise BodyError(422, "the body is not UTF-8 text") from None
     except RecursionError:
         raise BodyError(422, "the body nests arrays or objects too deeply") from None
+    _refuse_lone_surrogates(data)
+    return data
+
+
+def printable(text: str) -> str:
+    """``text`` as UTF-8 can carry it: a lone surrogate written as its escape (``\\ud800``)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _refuse_lone_surrogates(data: Any) -> None:
+    """Raise a 422 `BodyError` at the first key or string of ``data`` holding a lone surrogate.
+
+    Walked with a stack, not recursion: ``json.loads`` already bounded the depth, and the
+    body's size (64 KiB) bounds the work."""
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            _check_text(value, path or "<body>")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                child = f"{path}.{printable(key)}" if path else printable(key)
+                _check_text(key, child)
+                stack.append((child, item))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in enumerate(value))
+
+
+def _check_text(text: str, path: str) -> None:
+    if (match := _SURROGATE.search(text)) is not None:
+        raise BodyError(422, f"{path}: contains a lone UTF-16 surrogate (\\u{ord(match.group()):04x} at character "
+                             f"{match.start()}), which is not text; write the character itself, or a surrogate "
+                             "pair for one beyond U+FFFF", path)
 
 
 def too_large(limit: int, what: str = "the request body") -> HTTPException:

@@ -15,7 +15,11 @@ from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
 from trainyard.core.retention import DEFAULT_RETENTION_TIERS, RetentionTier
 from trainyard.core.sessions import SessionPolicy
-from trainyard.core.settings import DEFAULT_JOB_DIR_RETENTION_SECONDS, DEFAULT_MONITOR_INTERVAL_SECONDS
+from trainyard.core.settings import (
+    DEFAULT_IDEMPOTENCY_KEY_HOURS,
+    DEFAULT_JOB_DIR_RETENTION_SECONDS,
+    DEFAULT_MONITOR_INTERVAL_SECONDS,
+)
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import TokenCache
@@ -51,6 +55,7 @@ class AppContext:
     sessions: SessionPolicy = field(default_factory=SessionPolicy)  # interactive sessions' rules
     # The sizes of a submit the admin bounds: its rendered commands and env, waiting jobs per user.
     submit_limits: job_service.SubmitLimits = job_service.DEFAULT_SUBMIT_LIMITS
+    idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS  # how long a submit's Idempotency-Key is kept
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db, clock=self.clock)

@@ -271,7 +271,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                      monitor_interval_seconds=settings.monitor_interval_seconds,
                      monitor_retention=settings.retention, sessions=policy,
                      submit_limits=SubmitLimits(rendered_max_bytes=settings.job_rendered_max_kb * 1024,
-                                                max_waiting_jobs=settings.max_waiting_jobs_per_user))
+                                                max_waiting_jobs=settings.max_waiting_jobs_per_user),
+                     idempotency_key_hours=settings.idempotency_key_hours)
     return ctx, controller
 
 
@@ -384,8 +385,10 @@ def _serve(settings: Settings, url: str) -> None:
     log.info("portal: %s/ (sign in with a password, or with the token in %s); API docs: %s/docs",
              url.rstrip("/"), settings.client_file, url.rstrip("/"))
     try:
+        # log_config=None: uvicorn's lines go through the server's own handler, whose
+        # formatter redacts URLs' queries (api/serverlog.py), not through handlers of its own.
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+                                log_config=None, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
         ClosingServer(config, ctx.closing).run()
     finally:
         controller.stop()

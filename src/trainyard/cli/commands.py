@@ -78,6 +78,12 @@ def _fail(message: str) -> None:
     print(f"yard: {message}", file=sys.stderr)
 
 
+def _say_retrying(error: TrainyardError, pause: float) -> None:
+    """What `yard submit` and `yard clone` say before they send a submit again."""
+    print(f"yard: no answer to the submit ({error.message}); sending it again in {pause:g} s with the same "
+          "Idempotency-Key, so that it makes one job at most", file=sys.stderr)
+
+
 def _read_job_file(name: str) -> tuple[bytes, str]:
     if name == "-":
         data = sys.stdin.buffer.read()
@@ -96,7 +102,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
         _fail(f"cannot read job file {args.file!r}: {e.strerror or e}")
         return EXIT_USAGE
-    result = client.submit(data, content_type=content_type, dry_run=args.dry_run)
+    result = client.submit(data, content_type=content_type, dry_run=args.dry_run,
+                           idempotency_key=args.idempotency_key, on_retry=_say_retrying)
     if args.json:
         render.print_json(result)
         return 0
@@ -257,7 +264,8 @@ def cmd_clone(client: Client, args: argparse.Namespace) -> int:
             edited.unlink()
             return EXIT_ERROR
     try:
-        result = client.clone(args.id, job_file=job_file, name=args.name, vc=args.vc, priority=args.priority)
+        result = client.clone(args.id, job_file=job_file, name=args.name, vc=args.vc, priority=args.priority,
+                              idempotency_key=args.idempotency_key, on_retry=_say_retrying)
     except TrainyardError:
         if edited is not None:
             again = shlex.join(["yard", "clone", str(args.id), "--file", str(edited)])

@@ -40,6 +40,13 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
 
 
+def _idempotency_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--idempotency-key", metavar="KEY",
+                   help="make the job at most once per KEY: run the same command again with the same KEY (e.g. "
+                   "a script after a crash) and it answers the job the first made (default: a new key, kept "
+                   "only while this command retries a submit whose answer was lost)")
+
+
 def add_alerts_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("alerts", help="alerts on abnormal jobs and sick nodes; their rules (admin)")
     p.add_argument("--all", action="store_true", help="resolved alerts too")
@@ -204,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="validate and show the normalised job only")
+    _idempotency_flag(p)
     _json_flag(p)
 
     p = sub.add_parser("jobs", help="list jobs, newest first")
@@ -237,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the copy's name")
     p.add_argument("--vc", help="the copy's virtual cluster")
     p.add_argument("--priority", choices=PRIORITY_NAMES, help="the copy's priority")
+    _idempotency_flag(p)
     _json_flag(p)
 
     p = sub.add_parser("logs", help="print a task's output")

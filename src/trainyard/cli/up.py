@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from pydantic import ValidationError
@@ -11,9 +10,10 @@ from pydantic import ValidationError
 
 def run_up(args: argparse.Namespace) -> int:
     from trainyard.api.server import StartupError, serve
+    from trainyard.api.serverlog import configure_server_logging
     from trainyard.core.settings import Settings
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_server_logging()  # queries of URLs redacted: they carry tokens (api/serverlog.py)
     overrides = {
         "host": args.host,
         "port": args.port,

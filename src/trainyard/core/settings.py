@@ -23,6 +23,7 @@ DEFAULT_JOB_RENDERED_MAX_KB = 1024
 DEFAULT_TASK_LOG_MAX_MB = 1024
 DEFAULT_TASK_PIDS_MAX = 4096
 DEFAULT_MAX_WAITING_JOBS_PER_USER = 1000
+DEFAULT_IDEMPOTENCY_KEY_HOURS = 24.0  # as Stripe keeps its keys
 
 
 def default_home() -> Path:
@@ -279,6 +280,13 @@ class Settings(BaseSettings):
         description="The most jobs one user may have waiting at once; a submit past it is refused (429); "
         "unset: no limit",
     )
+    # -- Idempotent submits (issue 27, finding 9): POST /jobs' Idempotency-Key ----------------
+    idempotency_key_hours: float = Field(
+        default=DEFAULT_IDEMPOTENCY_KEY_HOURS, gt=0, le=8760,
+        description="How long a submit's Idempotency-Key is kept: a retry with the same key within this time "
+        "gets the first answer (the same job) again; after it, the key may make a new job",
+    )
+    # -- end of idempotent submits ------------------------------------------------------------
     rack_label: str = Field(default="rack", description="The node label that names a node's rack")
     node_labels: dict[str, str] = Field(
         default_factory=dict, description="Labels of this machine's node (local backend), e.g. {rack: r1}"

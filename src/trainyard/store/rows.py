@@ -573,3 +573,27 @@ class DevSessionRow(Base):
     check_error: Mapped[str] = mapped_column(Text, default="")  # why the last read failed, if it did
 
     job: Mapped[JobRow] = relationship(lazy="joined")
+
+
+class IdempotencyKeyRow(Base):
+    """A submit made with an ``Idempotency-Key`` (``services.idempotency``): the job it made
+    and its first answer, kept so that a retry with the same key gets that answer again
+    instead of a second job. One per user and key: the unique constraint is what makes two
+    concurrent retries make one job. Rows older than ``idempotency_key_hours`` are forgotten."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (
+        UniqueConstraint("user_id", "key", name="uq_idempotency_keys_user_key"),
+        Index("ix_idempotency_keys_created_at", "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(255))
+    # SHA-256 of the request (method, path, its parameters, media type and body): the same key
+    # with another request is refused, not answered with this one's job.
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    status: Mapped[int] = mapped_column(Integer)  # the first answer's status code
+    response: Mapped[str] = mapped_column(Text)  # and its JSON body
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
 
 from trainyard.api.bodies import MAX_ID, BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import CLONE_BODY, JOB_FILE_BODY, errors
+from trainyard.scheduler.snapshot import NodeState
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -24,9 +28,9 @@ from trainyard.schemas.jobs import (
     SubmitResult,
 )
 from trainyard.schemas.requests import NO_NUL
+from trainyard.services import idempotency, suspension
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
-from trainyard.services import suspension
 from trainyard.services.views import job_summary, submit_result
 from trainyard.spec.loading import load_document, parse_job
 from trainyard.spec.templating import masked_spec
@@ -40,6 +44,14 @@ User = Annotated[UserRow, Depends(current_user)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]
 Ctx = Annotated[AppContext, Depends(context)]
 
+IDEMPOTENCY_HELP = (
+    "Optional: one key (e.g. a UUID) per job you mean to submit; send it again with the same request to "
+    "retry a submit whose answer you did not get. A retry within the kept time (`idempotency_key_hours`, 24 h "
+    "by default) gets the first answer again, status and body (the same job, marked `Idempotent-Replayed: "
+    "true`), and makes nothing; the key with another request is 422. A dry run ignores it."
+)
+# Checked by idempotency.parse_key, which answers at the header's name as the field path.
+IdempotencyKey = Annotated[str | None, Header(alias=idempotency.HEADER, description=IDEMPOTENCY_HELP)]
 
 
 @router.post("", status_code=201, openapi_extra=JOB_FILE_BODY, response_model=None,
@@ -50,32 +62,71 @@ async def submit_job(
     user: User,
     ctx: Ctx,
     dry_run: Annotated[bool, Query(alias="dryRun")] = False,
+    idempotency_key: IdempotencyKey = None,
 ) -> Response:
-    """Submit a job; with ``dryRun=true`` only validate it and return the normalised job."""
+    """Submit a job; with ``dryRun=true`` only validate it and return the normalised job. With an
+    ``Idempotency-Key``, a retry of the same submit answers the first job instead of making another."""
+    key = idempotency.parse_key(idempotency_key)
     body = await _read_limited(request)
-    content_type = request.headers.get("content-type", "").split(";")[0].strip()
-    spec = parse_job(body, content_type="json" if content_type.endswith("json") else "yaml")
+    media_type = _media_type(request)
+    print_ = idempotency.fingerprint("POST", "/jobs", media_type, {}, body)
+    if not dry_run and (replay := await _earlier_answer(ctx, user, key, print_)) is not None:
+        return replay
+    spec = parse_job(body, content_type="json" if media_type.endswith("json") else "yaml")
     warnings = job_service.backend_warnings(spec, ctx.backend.name)
 
-    def create() -> SubmitResult | None:
-        nodes = ctx.node_states()
-        with ctx.db.session() as session:
-            if dry_run:
+    if dry_run:
+        def check() -> None:
+            nodes = ctx.node_states()
+            with ctx.db.session() as session:
                 job_service.check_submittable(session, user, spec, nodes=nodes, limits=ctx.submit_limits)
-                return None
-            row = job_service.submit_job(session, user, spec, clock=ctx.clock, nodes=nodes, limits=ctx.submit_limits)
-            return submit_result(row, user.name, warnings)
 
-    result = await run_in_threadpool(create)
-    if result is None:
+        await run_in_threadpool(check)
         dry = DryRunResult(job=masked_spec(spec), warnings=warnings)
         return Response(dry.model_dump_json(), media_type="application/json")
-    ctx.wake_controller()
-    return Response(result.model_dump_json(), status_code=201, media_type="application/json")
+
+    def create(session: Session, nodes: list[NodeState]) -> idempotency.Answer:
+        row = job_service.submit_job(session, user, spec, clock=ctx.clock, nodes=nodes, limits=ctx.submit_limits)
+        return idempotency.Answer(201, submit_result(row, user.name, warnings).model_dump_json(), row.id)
+
+    return await _submit_once(ctx, user, key, print_, create)
 
 
-@router.post("/{job_id}/clone", status_code=201, openapi_extra=CLONE_BODY, response_model=SubmitResult,
-             responses=errors(401, 403, 404, 413, 422))
+async def _earlier_answer(ctx: AppContext, user: UserRow, key: str | None, print_: str) -> Response | None:
+    """The first answer to ``key``'s request, if this is a retry of one (else None); 422 if the
+    key came with another request. Asked before the request is parsed or checked."""
+    if key is None:
+        return None
+    answer = await run_in_threadpool(idempotency.earlier_answer, ctx.db, user, key, print_, now=ctx.clock.now(),
+                                     keep=timedelta(hours=ctx.idempotency_key_hours))
+    return None if answer is None else _answered(answer)
+
+
+async def _submit_once(ctx: AppContext, user: UserRow, key: str | None, print_: str,
+                       create: Callable[[Session, list[NodeState]], idempotency.Answer]) -> Response:
+    """``create`` made at most once per idempotency key (services/idempotency.py), answered."""
+    def submit() -> idempotency.Answer:
+        nodes = ctx.node_states()  # before the submit's own session: it may open one to refresh
+        return idempotency.submit_once(ctx.db, user, key, print_, lambda session: create(session, nodes),
+                                       now=ctx.clock.now, keep=timedelta(hours=ctx.idempotency_key_hours))
+
+    answer = await run_in_threadpool(submit)
+    if not answer.replayed:
+        ctx.wake_controller()
+    return _answered(answer)
+
+
+def _answered(answer: idempotency.Answer) -> Response:
+    headers = {idempotency.REPLAYED_HEADER: "true"} if answer.replayed else None
+    return Response(answer.body, status_code=answer.status, media_type="application/json", headers=headers)
+
+
+def _media_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+@router.post("/{job_id}/clone", status_code=201, openapi_extra=CLONE_BODY, response_model=None,
+             responses={201: {"model": SubmitResult}, **errors(401, 403, 404, 413, 422)})
 async def clone_job(
     job_id: JobId,
     request: Request,
@@ -84,27 +135,31 @@ async def clone_job(
     name: Annotated[str | None, Query(max_length=255, description="The clone's name")] = None,
     vc: Annotated[str | None, Query(max_length=255, description="The clone's virtual cluster")] = None,
     priority: Annotated[str | None, Query(max_length=16, description="The clone's priority")] = None,
-) -> SubmitResult:
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
     """Submit a copy of one of your jobs (an admin: of anyone's), its secrets kept: they never
     leave the server. The body, if any, is a whole job file to run instead, as the job is shown:
-    its values still masked (``******``) are filled from the original."""
+    its values still masked (``******``) are filled from the original. ``Idempotency-Key`` as
+    for a submit."""
+    key = idempotency.parse_key(idempotency_key)
     body = await _read_limited(request)
+    media_type = _media_type(request)
+    print_ = idempotency.fingerprint("POST", f"/jobs/{job_id}/clone", media_type,
+                                     {"name": name, "vc": vc, "priority": priority}, body)
+    if (replay := await _earlier_answer(ctx, user, key, print_)) is not None:
+        return replay
     document = None
     if body.strip():
-        content_type = request.headers.get("content-type", "").split(";")[0].strip()
-        document = load_document(body, content_type="json" if content_type.endswith("json") else "yaml")
+        document = load_document(body, content_type="json" if media_type.endswith("json") else "yaml")
     changes = job_service.CloneChanges(document=document, name=name, vc=vc, priority=priority)
 
-    def create() -> SubmitResult:
-        nodes = ctx.node_states()
-        with ctx.db.session() as session:
-            row = job_service.clone_job(session, user, job_id, changes, specs=ctx.specs, clock=ctx.clock,
-                                        nodes=nodes, limits=ctx.submit_limits)
-            return submit_result(row, user.name, job_service.backend_warnings(ctx.specs.of(row), ctx.backend.name))
+    def create(session: Session, nodes: list[NodeState]) -> idempotency.Answer:
+        row = job_service.clone_job(session, user, job_id, changes, specs=ctx.specs, clock=ctx.clock, nodes=nodes,
+                                    limits=ctx.submit_limits)
+        result = submit_result(row, user.name, job_service.backend_warnings(ctx.specs.of(row), ctx.backend.name))
+        return idempotency.Answer(201, result.model_dump_json(), row.id)
 
-    result = await run_in_threadpool(create)
-    ctx.wake_controller()
-    return result
+    return await _submit_once(ctx, user, key, print_, create)
 
 
 async def _read_limited(request: Request) -> bytes:
