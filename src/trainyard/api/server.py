@@ -263,7 +263,9 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
                      monitor_interval_seconds=settings.monitor_interval_seconds,
-                     monitor_retention=settings.retention, sessions=policy)
+                     monitor_retention=settings.retention, sessions=policy,
+                     sign_in_failures=settings.sign_in_failures,
+                     sign_in_window_seconds=settings.sign_in_window_seconds)
     return ctx, controller
 
 
@@ -376,8 +378,12 @@ def _serve(settings: Settings, url: str) -> None:
     log.info("portal: %s/ (sign in with a password, or with the token in %s); API docs: %s/docs",
              url.rstrip("/"), settings.client_file, url.rstrip("/"))
     try:
+        # X-Forwarded-For/-Proto only from the proxies the admin names: uvicorn believes them
+        # from 127.0.0.1 by default, where any job on this node can send them.
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+                                timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+                                proxy_headers=bool(settings.trusted_proxies),
+                                forwarded_allow_ips=list(settings.trusted_proxies) or [])
         ClosingServer(config, ctx.closing).run()
     finally:
         controller.stop()
