@@ -3,8 +3,8 @@ task accounts and the bubblewrap sandbox), each by the route the attack took:
 
 - a portal session signed in with a token outlived the token's revocation, and could make
   a new token;
-- an open exec WebSocket, a port-forward tunnel and a proxied WebSocket outlived the
-  revocation of what opened them (the docs promise 3 s);
+- an open exec WebSocket, a port-forward tunnel, a proxied WebSocket and a followed log
+  outlived the revocation of what opened them (the docs promise 3 s);
 - disable, then enable, brought a user's portal sessions back;
 - 30 trailing-space spellings of a name passed the sign-in limit;
 - ``X-Forwarded-For`` from 127.0.0.1 (where every job on the node connects from) gave each
@@ -148,6 +148,19 @@ def test_an_open_port_forward_tunnel_is_closed_once_its_token_is_revoked(server:
         admin.revoke_token(token_id(server, "alice", "tunnel"))
         code, _ = awaited_close(ws)
     assert code == REVOKED
+
+
+def test_a_followed_log_ends_once_its_token_is_revoked(server: Server, web: WebJob) -> None:
+    token = server.admin().create_token(user="alice", name="follower").token
+    url = f"{server.url}/api/v1/jobs/{web.job}/logs?follow=true"
+    with httpx.stream("GET", url, headers={"Authorization": f"Bearer {token}"},
+                      timeout=httpx.Timeout(10, read=CLOSED_WITHIN)) as answer:
+        assert answer.status_code == 200
+        chunks = answer.iter_raw()
+        next(chunks)  # what the log holds so far: the stream is open
+        server.admin().revoke_token(token_id(server, "alice", "follower"))
+        for _ in chunks:  # http.server logs nothing more: only the revocation ends this
+            pass
 
 
 def test_a_proxied_websocket_of_a_portal_session_is_closed_once_the_password_changes(server: Server,

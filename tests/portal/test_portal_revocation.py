@@ -65,6 +65,30 @@ def test_a_browser_session_makes_a_token_only_with_the_password_given_again(api:
     assert _make_token(by_token, api.user_token)[0] == 200
 
 
+def test_a_session_of_a_user_without_a_password_sets_one_only_with_a_token_of_theirs(api: Api) -> None:
+    assert api.admin.delete("/api/v1/users/alice/password").status_code == 200
+    session = _token_signed_in(api, api.user_token)
+    new = {"password": "chosen by a thief", "again": "chosen by a thief"}
+    stolen = session.post("/account/password", data={"csrf": csrf_of(session.get("/account").text), **new})
+    assert stolen.status_code == 422 and 'data-field="current"' in stolen.text
+    assert browser(api).post("/signin", data={"username": "alice", "password": new["password"]}).status_code == 401
+    mine = session.post("/account/password", data={"csrf": csrf_of(session.get("/account").text),
+                                                   "current": api.user_token, **new})
+    assert mine.status_code == 200 and "your password is changed" in mine.text
+
+
+def test_wrong_current_passwords_count_against_the_sign_in_limit(api: Api) -> None:
+    alice = signed_in(api, "alice")
+    for _ in range(5):
+        wrong = alice.post("/account/password", data={"csrf": csrf_of(alice.get("/account").text), "current": "guess",
+                                                      "password": "new password", "again": "new password"})
+        assert wrong.status_code == 422
+    limited = alice.post("/account/password", data={"csrf": csrf_of(alice.get("/account").text),
+                                                    "current": PASSWORDS["alice"], "password": "new password",
+                                                    "again": "new password"})
+    assert limited.status_code == 429
+
+
 def test_wrong_passwords_given_to_make_a_token_count_against_the_sign_in_limit(api: Api) -> None:
     alice = signed_in(api, "alice")
     for _ in range(5):

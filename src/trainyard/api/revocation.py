@@ -3,7 +3,8 @@
 (``routers/proxy``) and the session way in (``routers/sessions``, through the proxy's
 ``forward_*``) share.
 
-A connection is opened with a credential: a token (``token:<its SHA-256>``) or a portal
+A connection (a streamed answer too: a followed log, a proxied download) is opened with a
+credential: a token (``token:<its SHA-256>``) or a portal
 session's cookie (``cookie:<its SHA-256>``), the keys ``taskaccess.credential_key`` makes. While it is
 open it is ``watch``-ed: every ``RECHECK_SECONDS`` one loop asks the store, in one query
 per kind, which of the credentials being watched still hold (a token not revoked, of a user
@@ -62,7 +63,7 @@ class OpenConnections:
             yield ended
             return
         self._open.setdefault(credential, set()).add(ended)
-        if self._loop is None or self._loop.done():
+        if self._loop is None or self._loop.done() or self._loop.get_loop() is not asyncio.get_running_loop():
             self._loop = asyncio.ensure_future(self._recheck())
         try:
             yield ended
@@ -98,6 +99,14 @@ class OpenConnections:
             live |= {"cookie:" + digest for digest in users.live_web_session_hashes(
                 session, cookies, now=self._clock.now(), idle_seconds=IDLE_SECONDS)}
         return live
+
+
+async def watched(connections: OpenConnections, credential: str | None,
+                  chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``chunks`` for a streamed answer, until ``credential`` no longer holds."""
+    async with connections.watch(credential) as ended:
+        async for chunk in until_ended(chunks, ended):
+            yield chunk
 
 
 async def until_ended(chunks: AsyncIterator[bytes], ended: asyncio.Event) -> AsyncIterator[bytes]:

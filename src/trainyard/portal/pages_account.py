@@ -110,11 +110,21 @@ def account_page(request: Request, viewer: Page, ctx: Ctx) -> Response:
 
 @router.post("/account/password")
 async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Response:
-    """Set one's own password; the user's other browser sessions are signed out."""
+    """Set one's own password; the user's other browser sessions are signed out. The current
+    password (a token of theirs, for a user without one) is asked first, and wrong ones count
+    against the sign-in limit: a session alone neither guesses nor sets a credential."""
     form = await request.form()
     current, new, again = (str(form.get(k, "")) for k in ("current", "password", "again"))
     errors: dict[str, str] = {}
-    if new != again:
+    status = 422
+    try:
+        await run_in_threadpool(confirm_credential, request, ctx, viewer, current)
+    except ServiceError as exc:
+        errors["current"] = exc.message
+        status = exc.status if exc.status == 429 else status
+    if errors:
+        pass
+    elif new != again:
         errors["again"] = "the two new passwords differ"
     else:
         def change() -> None:
@@ -127,7 +137,7 @@ async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Respons
             for item in exc.details or [{"path": "password", "message": exc.message}]:
                 errors[item["path"]] = exc.message
     if errors:
-        return await run_in_threadpool(_account, request, viewer, ctx, status_code=422, errors=errors)
+        return await run_in_threadpool(_account, request, viewer, ctx, status_code=status, errors=errors)
     # Re-read: the page says whether the user has a password now.
     return await run_in_threadpool(_account, request, _refreshed(viewer, ctx), ctx,
                                    notice="your password is changed")

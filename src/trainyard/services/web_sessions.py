@@ -19,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
+from trainyard.core.names import USER_NAME
 from trainyard.services import passwords
 from trainyard.services.auth import hash_token
 from trainyard.services.passwords import check_sign_in, verify_password
@@ -42,8 +43,9 @@ def sign_in_with_password(db: Database, name: str, password: str, *, clock: Cloc
     """A new session for a right name and password; None otherwise (a disabled user too,
     without saying which part was wrong). The password is checked between two short
     transactions, not inside one: scrypt takes ~0.1 s, a failed try as long as a good one."""
-    with db.session() as session:
-        user = users.user_named(session, sign_in_name(name))
+    name = sign_in_name(name)
+    with db.session() as session:  # a name no user can have is not looked up (a NUL would be a 500)
+        user = users.user_named(session, name) if USER_NAME.fullmatch(name) else None
     if not check_sign_in(user, password) or user is None or user.disabled:
         return None
     with db.session() as session:

@@ -41,7 +41,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext
-from trainyard.api.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON, until_ended, wait_ended
+from trainyard.api.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON, wait_ended, watched
 from trainyard.api.taskaccess import (
     Caller,
     Refused,
@@ -334,9 +334,8 @@ async def _watched_body(ctx: AppContext, credential: str | None, upstream: httpx
                         port: int) -> AsyncIterator[bytes]:
     """``_body``, ended when the credential the request came with no longer holds: a long
     answer (a download, a stream of events) does not outlive a revocation."""
-    async with ctx.connections.watch(credential) as ended:
-        async for chunk in until_ended(_body(upstream, what, port), ended):
-            yield chunk
+    async for chunk in watched(ctx.connections, credential, _body(upstream, what, port)):
+        yield chunk
 
 
 def _host(host: str) -> str:
