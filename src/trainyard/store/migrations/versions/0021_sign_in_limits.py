@@ -6,15 +6,15 @@ its password is checked, so concurrent tries and a restart do not pass the limit
 ``web_sessions.token_id`` is the token a browser signed in with (None: a password), so that
 revoking the token ends the session.
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0020"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
