@@ -39,6 +39,7 @@ def test_an_admin_creates_a_vc_a_user_and_a_token_and_that_user_is_no_admin(serv
     account = page.locator("form#user-account")
     account.locator('select[name="user"]').select_option("bob")
     account.locator('input[name="token_name"]').fill(XSS_NAME)
+    account.locator('input[name="current"]').fill(admin_token(server))  # asked again: no password, a token
     account.get_by_role("button", name="Create token").click()
     token = page.locator("input[data-token]").input_value()
     assert token.startswith("ty_")
@@ -77,6 +78,7 @@ def test_an_admin_creates_a_vc_a_user_and_a_token_and_that_user_is_no_admin(serv
     # Bob's own tokens: the one the admin made him, and one he makes himself, shown once.
     page.goto(server.url + "/account")
     page.get_by_label("token name").fill("laptop")
+    page.get_by_label("your password").fill(token)  # bob has no password: his token, again
     page.get_by_role("button", name="Create token").click()
     assert page.locator("input[data-token]").input_value().startswith("ty_")
     assert page.locator("table.tokens tbody tr").count() == 2

@@ -11,7 +11,7 @@ from api.harness import Api
 from services.usage_world import Run, add_job
 from starlette.testclient import TestClient
 
-from portal.harness import browser, csrf_of, signed_in
+from portal.harness import PASSWORDS, browser, csrf_of, signed_in
 from trainyard.core.clock import SystemClock
 from trainyard.portal.pages_cluster import NODES_PER_PAGE
 from trainyard.services import web_sessions
@@ -252,7 +252,7 @@ def test_deleting_yourself_is_refused_and_deleting_a_user_revokes_their_tokens(a
 
 def test_an_admin_issues_a_token_shown_once_and_revokes_it(api: Api) -> None:
     admin = signed_in(api, "admin")
-    issued = post(admin, "/users/alice/tokens", {"name": "ci"}, page="/users")
+    issued = post(admin, "/users/alice/tokens", {"name": "ci", "current": PASSWORDS["admin"]}, page="/users")
     token = re.search(r'value="(ty_[^"]+)"', issued.text)
     assert token is not None
     assert api.client(token.group(1)).get("/api/v1/me").json()["name"] == "alice"
@@ -270,7 +270,8 @@ def test_the_one_account_form_resets_clears_and_issues(api: Api) -> None:
                  page="/users")
     assert "set alice&#39;s password" in reset.text
     assert browser(api).post("/signin", data={"username": "alice", "password": "via the form"}).status_code == 303
-    issued = post(admin, "/users/account", {"user": "alice", "do": "token", "token_name": "ci"}, page="/users")
+    issued = post(admin, "/users/account", {"user": "alice", "do": "token", "token_name": "ci",
+                                     "current": PASSWORDS["admin"]}, page="/users")
     assert "New token for alice" in issued.text
     cleared = post(admin, "/users/account", {"user": "alice", "do": "clear"}, page="/users")
     assert "removed alice&#39;s password" in cleared.text
@@ -301,7 +302,7 @@ def test_groups_members_and_quotas(api: Api) -> None:
 
 def test_a_user_creates_lists_and_revokes_their_own_tokens(api: Api) -> None:
     alice = signed_in(api, "alice")
-    made = post(alice, "/account/tokens", {"name": "laptop"}, page="/account")
+    made = post(alice, "/account/tokens", {"name": "laptop", "current": PASSWORDS["alice"]}, page="/account")
     token = re.search(r'value="(ty_[^"]+)"', made.text)
     assert made.status_code == 200 and token is not None and "shown only now" in made.text
     page = alice.get("/account").text
@@ -327,8 +328,8 @@ def test_changing_ones_password_keeps_this_session_and_ends_the_others(api: Api)
 @pytest.mark.parametrize("payload", XSS)
 def test_token_names_are_shown_as_text(api: Api, payload: str) -> None:
     alice, admin = signed_in(api, "alice"), signed_in(api, "admin")
-    post(alice, "/account/tokens", {"name": payload}, page="/account")
-    post(admin, "/users/alice/tokens", {"name": payload}, page="/users")
+    post(alice, "/account/tokens", {"name": payload, "current": PASSWORDS["alice"]}, page="/account")
+    post(admin, "/users/alice/tokens", {"name": payload, "current": PASSWORDS["admin"]}, page="/users")
     for page in (alice.get("/account").text, admin.get("/users").text):
         assert payload not in page
         assert payload.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&#34;") in page

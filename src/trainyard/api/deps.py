@@ -10,6 +10,7 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from trainyard.api.revocation import OpenConnections
 from trainyard.backends.base import Backend
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
@@ -24,7 +25,7 @@ from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
 from trainyard.services.auth import TokenCache
 from trainyard.services.jobdirs import JobDirUsage
-from trainyard.services.passwords import SignInLimiter
+from trainyard.services.sign_in_limits import DEFAULT_FAILURES, DEFAULT_WINDOW_SECONDS, SignInLimiter
 from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
@@ -49,7 +50,12 @@ class AppContext:
     # Set once the server begins to shut down: streaming responses (log followers) end then.
     closing: threading.Event = field(default_factory=threading.Event)
     job_dirs: JobDirUsage = field(init=False)
-    sign_ins: SignInLimiter = field(init=False)  # the portal's failed sign-ins, per name and address
+    # Open WebSockets, tunnels and streamed answers, by the credential that opened them:
+    # each ends when its credential no longer holds (api/revocation.py).
+    connections: OpenConnections = field(init=False)
+    sign_ins: SignInLimiter = field(init=False)  # the portal's sign-in tries, per name and address
+    sign_in_failures: int = DEFAULT_FAILURES
+    sign_in_window_seconds: float = DEFAULT_WINDOW_SECONDS
     # When each (job, user, role, index, port, how) last became a port-opened event (api/routers/proxy.py).
     port_uses: dict[tuple[int, int, str, int, int, str], float] = field(default_factory=dict)
     sessions: SessionPolicy = field(default_factory=SessionPolicy)  # interactive sessions' rules
@@ -59,7 +65,9 @@ class AppContext:
 
     def __post_init__(self) -> None:
         self.tokens = TokenCache(self.db, clock=self.clock)
-        self.sign_ins = SignInLimiter(self.clock)
+        self.connections = OpenConnections(self.db, self.clock)
+        self.sign_ins = SignInLimiter(self.db, self.clock, failures=self.sign_in_failures,
+                                      window=self.sign_in_window_seconds)
         self.job_dirs = JobDirUsage(self.backend, self.clock, self.job_dir_retention_seconds)
 
     def wake_controller(self) -> None:

@@ -272,7 +272,9 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                      monitor_retention=settings.retention, sessions=policy,
                      submit_limits=SubmitLimits(rendered_max_bytes=settings.job_rendered_max_kb * 1024,
                                                 max_waiting_jobs=settings.max_waiting_jobs_per_user),
-                     idempotency_key_hours=settings.idempotency_key_hours)
+                     idempotency_key_hours=settings.idempotency_key_hours,
+                     sign_in_failures=settings.sign_in_failures,
+                     sign_in_window_seconds=settings.sign_in_window_seconds)
     return ctx, controller
 
 
@@ -387,8 +389,12 @@ def _serve(settings: Settings, url: str) -> None:
     try:
         # log_config=None: uvicorn's lines go through the server's own handler, whose
         # formatter redacts URLs' queries (api/serverlog.py), not through handlers of its own.
+        # X-Forwarded-For/-Proto only from the proxies the admin names: uvicorn believes them
+        # from 127.0.0.1 by default, where any job on this node can send them.
         config = uvicorn.Config(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
-                                log_config=None, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
+                                log_config=None, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+                                proxy_headers=bool(settings.trusted_proxies),
+                                forwarded_allow_ips=list(settings.trusted_proxies) or [])
         ClosingServer(config, ctx.closing).run()
     finally:
         controller.stop()

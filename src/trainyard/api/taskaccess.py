@@ -20,6 +20,7 @@ from trainyard.backends.base import TaskKey
 from trainyard.core.states import JobState, TaskState
 from trainyard.portal.auth import COOKIE
 from trainyard.services import web_sessions
+from trainyard.services.auth import hash_token
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.rows import TaskRow, UserRow
 
@@ -40,6 +41,7 @@ class Refused(Exception):
 class Caller:
     user: UserRow
     by_cookie: bool  # a browser's session, rather than a token
+    credential: str = ""  # what it came with, as `credential_key` names it (api/revocation.py)
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,24 @@ def app_context(app_state: object) -> AppContext:
     return ctx
 
 
+def credential_key(headers: Headers, cookies: dict[str, str]) -> str | None:
+    """What ``identify_caller`` authenticates a request by (a bearer token first, else the
+    portal's cookie), as a key that names it without holding it: ``token:<SHA-256>`` or
+    ``cookie:<SHA-256>``; None when the request carries neither."""
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return "token:" + hash_token(auth[7:].strip())
+    cookie = cookies.get(COOKIE, "")
+    return "cookie:" + hash_token(cookie) if cookie else None
+
+
 def identify_caller(ctx: AppContext, headers: Headers, cookies: dict[str, str]) -> Caller | None:
     """The user behind a request's token or portal session; None when neither is valid."""
+    credential = credential_key(headers, cookies)
     auth = headers.get("authorization", "")
     if auth[:7].lower() == "bearer ":
         user = ctx.tokens.user_for_token(auth[7:].strip())
-        return Caller(user, False) if user is not None and not user.disabled else None
+        return Caller(user, False, credential or "") if user is not None and not user.disabled else None
     cookie = cookies.get(COOKIE, "")
     if not cookie:
         return None
@@ -69,7 +83,7 @@ def identify_caller(ctx: AppContext, headers: Headers, cookies: dict[str, str]) 
         row = web_sessions.session_for_cookie(session, cookie, clock=ctx.clock)
         if row is None or row.user.disabled:
             return None
-        return Caller(row.user, True)
+        return Caller(row.user, True, credential or "")
 
 
 def running_task(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, *,

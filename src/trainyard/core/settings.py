@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -287,6 +288,22 @@ class Settings(BaseSettings):
         "gets the first answer (the same job) again; after it, the key may make a new job",
     )
     # -- end of idempotent submits ------------------------------------------------------------
+    # -- Signing in and revocation (docs/security.md "Signing in, and what ends it") --
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses or networks (e.g. 10.0.0.5, 10.1.0.0/16) of the reverse proxies in front of yard "
+        "up whose X-Forwarded-For and X-Forwarded-Proto are believed; from anyone else (127.0.0.1, where every "
+        "job on the node connects from, included) they are ignored. Default: none",
+    )
+    sign_in_failures: int = Field(
+        default=5, ge=1, le=1000,
+        description="The portal's sign-in: tries allowed per user name and per client address in a window "
+        "(sign_in_window_seconds) before the next must wait",
+    )
+    sign_in_window_seconds: float = Field(
+        default=300.0, ge=1.0, le=86400.0,
+        description="The portal's sign-in: how long a window of counted tries lasts, from its first",
+    )
     rack_label: str = Field(default="rack", description="The node label that names a node's rack")
     node_labels: dict[str, str] = Field(
         default_factory=dict, description="Labels of this machine's node (local backend), e.g. {rack: r1}"
@@ -297,6 +314,16 @@ class Settings(BaseSettings):
     def _check_mount_roots(cls, value: list[str]) -> list[str]:
         roots = [check_mount_root(root) for root in value]
         return list(dict.fromkeys(roots))
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_proxies(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item.strip(), strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {item!r} is not an IP address or network "
+                                 "(e.g. 10.0.0.5 or 10.1.0.0/16)") from None
+        return [item.strip() for item in value]
 
     @field_validator("monitor_retention")
     @classmethod

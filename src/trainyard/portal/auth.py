@@ -16,7 +16,8 @@ from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
 from trainyard.api.deps import AppContext, context
-from trainyard.services import web_sessions
+from trainyard.services import sign_in_limits, web_sessions
+from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.store.rows import UserRow, WebSessionRow
 
 COOKIE = "trainyard_session"
@@ -103,6 +104,30 @@ async def checked_admin(found: Viewer = Depends(checked)) -> Viewer:
     if not found.user.is_admin:
         raise PageForbidden("only an admin may do this")
     return found
+
+
+class TooManyTries(ServiceError):
+    status = 429
+
+
+def confirm_credential(request: Request, ctx: AppContext, found: Viewer, secret: str) -> None:
+    """Before a browser session makes a new credential (a token): ``secret`` must be its
+    user's password, or a live token of theirs (a user without a password). Wrong tries
+    count against the same limit as sign-in's, so this is no way around it. Raises
+    Forbidden (wrong) or TooManyTries, each naming the field ``current``."""
+    address = request.client.host if request.client else "?"
+    keys = sign_in_limits.keys_for(address, found.user.name)
+    refused = ctx.sign_ins.try_sign_in(keys)
+    if refused is not None:
+        wait = int(refused.retry_after) + 1
+        raise TooManyTries(f"too many wrong passwords; try again in {wait} s",
+                           details=[{"path": "current", "message": f"try again in {wait} s"}])
+    with ctx.db.session() as session:
+        right = web_sessions.reauthenticated(session, found.user, secret)
+    if not right:
+        raise Forbidden("give your password again (a token of yours, if you have no password) to create a token",
+                        details=[{"path": "current", "message": "your password, to create a token"}])
+    ctx.sign_ins.succeeded(keys, found.user.name)
 
 
 def sign_in_url(next_path: str) -> str:

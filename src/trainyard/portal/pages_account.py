@@ -1,9 +1,10 @@
 """Signing in and out, and the signed-in user's own password and tokens.
 
 Sign-in takes a user name and password, or a token (for users without a password, and for
-the admin's first visit: the token in ``$TRAINYARD_HOME/client.json``). Failed tries are
-limited per name and per address; every failure says the same thing, so the page does
-not tell which names exist.
+the admin's first visit: the token in ``$TRAINYARD_HOME/client.json``). Tries are limited
+per name and per client address (``services.sign_in_limits``); every failure says the same
+thing, so the page does not tell which names exist. Making a token from a browser session
+asks for the password (or a token) again.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from fastapi.responses import RedirectResponse, Response
 
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext, context
-from trainyard.portal.auth import COOKIE, Action, Page, Viewer, optional_viewer, same_origin
+from trainyard.portal.auth import COOKIE, Action, Page, Viewer, confirm_credential, optional_viewer, same_origin
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.users import TokenResponse
-from trainyard.services import auth, passwords, web_sessions
+from trainyard.services import auth, passwords, sign_in_limits, web_sessions
 from trainyard.services.errors import ServiceError
 from trainyard.services.views import token_view
 from trainyard.services.web_sessions import LIFETIME_SECONDS, SignedIn
@@ -57,24 +58,26 @@ def sign_in(
     if not same_origin(request):
         return render(request, "signin.html", status_code=403, next=target, username=username,
                       error="this sign-in form came from another site; use this server's own page")
+    # The peer's address: X-Forwarded-For only counts from the proxies `trusted_proxies`
+    # names (uvicorn's proxy headers, set up in api/server.py), never from anyone else.
     address = request.client.host if request.client else "?"
-    keys = (f"address:{address}",) + ((f"user:{username}",) if username else ())
-    wait = ctx.sign_ins.retry_after(*keys)
-    if wait > 0:
+    by_token = bool(token.strip())
+    keys = sign_in_limits.keys_for(address, "" if by_token else username)
+    refused = ctx.sign_ins.try_sign_in(keys)  # counted before the password is checked
+    if refused is not None:
+        wait = int(refused.retry_after) + 1
         return render(request, "signin.html", status_code=429, next=target, username=username,
-                      headers={"Retry-After": str(int(wait) + 1)},
-                      error=f"too many failed sign-ins; try again in {int(wait) + 1} s")
+                      headers={"Retry-After": str(wait)}, error=f"too many failed sign-ins; try again in {wait} s")
     signed_in: SignedIn | None
-    if token.strip():
+    if by_token:
         with ctx.db.session() as session:
             signed_in = web_sessions.sign_in_with_token(session, token, clock=ctx.clock)
     else:
-        signed_in = web_sessions.sign_in_with_password(ctx.db, username.strip(), password, clock=ctx.clock)
+        signed_in = web_sessions.sign_in_with_password(ctx.db, username, password, clock=ctx.clock)
     if signed_in is None:
-        ctx.sign_ins.failed(*keys)
         return render(request, "signin.html", status_code=401, next=target, username=username,
                       error="wrong user name and password, or token (or the user is disabled)")
-    ctx.sign_ins.succeeded(*keys)
+    ctx.sign_ins.succeeded(keys, signed_in.user.name)
     response = RedirectResponse(target, status_code=303, headers=SECURITY_HEADERS)
     response.set_cookie(COOKIE, signed_in.cookie, max_age=LIFETIME_SECONDS, httponly=True, samesite="lax",
                         secure=request.url.scheme == "https", path="/")
@@ -107,11 +110,21 @@ def account_page(request: Request, viewer: Page, ctx: Ctx) -> Response:
 
 @router.post("/account/password")
 async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Response:
-    """Set one's own password; the user's other browser sessions are signed out."""
+    """Set one's own password; the user's other browser sessions are signed out. The current
+    password (a token of theirs, for a user without one) is asked first, and wrong ones count
+    against the sign-in limit: a session alone neither guesses nor sets a credential."""
     form = await request.form()
     current, new, again = (str(form.get(k, "")) for k in ("current", "password", "again"))
     errors: dict[str, str] = {}
-    if new != again:
+    status = 422
+    try:
+        await run_in_threadpool(confirm_credential, request, ctx, viewer, current)
+    except ServiceError as exc:
+        errors["current"] = exc.message
+        status = exc.status if exc.status == 429 else status
+    if errors:
+        pass
+    elif new != again:
         errors["again"] = "the two new passwords differ"
     else:
         def change() -> None:
@@ -124,7 +137,7 @@ async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Respons
             for item in exc.details or [{"path": "password", "message": exc.message}]:
                 errors[item["path"]] = exc.message
     if errors:
-        return await run_in_threadpool(_account, request, viewer, ctx, status_code=422, errors=errors)
+        return await run_in_threadpool(_account, request, viewer, ctx, status_code=status, errors=errors)
     # Re-read: the page says whether the user has a password now.
     return await run_in_threadpool(_account, request, _refreshed(viewer, ctx), ctx,
                                    notice="your password is changed")
@@ -137,8 +150,15 @@ def _refreshed(viewer: Viewer, ctx: AppContext) -> Viewer:
 
 @router.post("/account/tokens")
 def create_token(request: Request, viewer: Action, ctx: Ctx,
-                 name: Annotated[str, Form(max_length=128)] = "") -> Response:
-    """A new token of one's own, shown in this answer only."""
+                 name: Annotated[str, Form(max_length=128)] = "",
+                 current: Annotated[str, Form(max_length=passwords.MAX_LENGTH)] = "") -> Response:
+    """A new token of one's own, shown in this answer only; the password (or a token, for a
+    user without one) is asked again: a session alone does not make a credential."""
+    try:
+        confirm_credential(request, ctx, viewer, current)
+    except ServiceError as exc:
+        return _account(request, viewer, ctx, status_code=exc.status, error=exc.message,
+                        errors={"current": exc.message})
     with ctx.db.session() as session:
         token, owner = auth.issue_token(session, viewer.user, for_user=None, name=name, clock=ctx.clock)
         created = TokenResponse(token=token, user=owner.name)

@@ -17,7 +17,7 @@ from fastapi.responses import Response
 from trainyard.api.bodies import MAX_ID, PathName
 from trainyard.api.deps import AppContext, context
 from trainyard.core.priorities import PRIORITY_NAMES
-from trainyard.portal.auth import AdminAction, AdminPage, Viewer
+from trainyard.portal.auth import AdminAction, AdminPage, Viewer, confirm_credential
 from trainyard.portal.changes import refusal_values, removal_notice
 from trainyard.portal.templating import render
 from trainyard.schemas.requests import NO_NUL
@@ -62,10 +62,10 @@ def users_page(request: Request, viewer: AdminPage, ctx: Ctx,
 @router.post("/users/account")
 def user_account(request: Request, viewer: AdminAction, ctx: Ctx, user: UserName,
                  do: Annotated[str, Form(pattern="^(password|clear|token)$")], password: Password = "",
-                 token_name: Annotated[str, Form(max_length=128)] = "") -> Response:
+                 token_name: Annotated[str, Form(max_length=128)] = "", current: Password = "") -> Response:
     """The page's one form for a user's password (reset or remove) and tokens (create)."""
     if do == "token":
-        return issue_token(request, user, viewer, ctx, token_name)
+        return issue_token(request, user, viewer, ctx, token_name, current)
     if do == "clear":
         return clear_password(request, user, viewer, ctx)
     return reset_password(request, user, viewer, ctx, password)
@@ -148,8 +148,11 @@ def clear_password(request: Request, name: PathName, viewer: AdminAction, ctx: C
 
 @router.post("/users/{name}/tokens")
 def issue_token(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
-                note: Annotated[str, Form(alias="name", max_length=128)] = "") -> Response:
+                note: Annotated[str, Form(alias="name", max_length=128)] = "", current: Password = "") -> Response:
+    """A token for a user, once the admin has given their own password (or a token of
+    theirs) again: a browser session alone does not make credentials."""
     try:
+        confirm_credential(request, ctx, viewer, current)
         with ctx.db.session() as session:
             token, owner = auth.issue_token(session, viewer.user, for_user=name, name=note, clock=ctx.clock)
             created = TokenResponse(token=token, user=owner.name)

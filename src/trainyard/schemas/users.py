@@ -49,4 +49,4 @@ class TokenView(BaseModel):
     prefix: str = Field(description="The token's first characters, to recognise it by")
     createdAt: datetime
     lastUsedAt: datetime | None = Field(
-        description="Its last use, to within the token cache's 10 s; null if never used")
+        description="Its last use, to within the token cache's 3 s; null if never used")

@@ -1,5 +1,5 @@
-"""Passwords for the portal's sign-in: scrypt hashes, who may set whose, and a limit on
-failed sign-ins.
+"""Passwords for the portal's sign-in: scrypt hashes, and who may set whose (the limit on
+sign-in tries is ``sign_in_limits``).
 
 scrypt is memory-hard (RFC 7914) and in the standard library; the stored string carries
 its parameters and salt (``scrypt$N$r$p$salt$hash``), so stronger parameters later still
@@ -13,12 +13,9 @@ import functools
 import hashlib
 import hmac
 import secrets
-import threading
-from collections import deque
 
 from sqlalchemy.orm import Session
 
-from trainyard.core.clock import Clock
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Forbidden, Invalid
 from trainyard.store.rows import UserRow
@@ -100,50 +97,3 @@ def clear_password(session: Session, caller: UserRow, name: str) -> UserRow:
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
-
-
-class SignInLimiter:
-    """At most ``failures`` failed sign-ins per ``window`` seconds, per user name and per
-    client address; refusals say when to try again.
-
-    Kept in the server's memory (one ``yard up`` process serves the portal): a restart
-    forgets it, which an attacker cannot cause from outside.
-    """
-
-    def __init__(self, clock: Clock, *, failures: int = 5, window: float = 300.0, max_keys: int = 100_000) -> None:
-        self._clock = clock
-        self._failures = failures
-        self._window = window
-        self._max_keys = max_keys
-        self._lock = threading.Lock()
-        self._seen: dict[str, deque[float]] = {}
-
-    def retry_after(self, *keys: str) -> float:
-        """Seconds until another try is allowed for every key; 0 when it is now."""
-        now = self._clock.monotonic()
-        wait = 0.0
-        with self._lock:
-            for key in keys:
-                times = self._recent(key, now)
-                if len(times) >= self._failures:
-                    wait = max(wait, times[0] + self._window - now)
-        return wait
-
-    def failed(self, *keys: str) -> None:
-        now = self._clock.monotonic()
-        with self._lock:
-            if len(self._seen) > self._max_keys:
-                self._seen.clear()
-            for key in keys:
-                self._recent(key, now).append(now)
-
-    def succeeded(self, *keys: str) -> None:
-        with self._lock:
-            for key in keys:
-                self._seen.pop(key, None)
-
-    def _recent(self, key: str, now: float) -> deque[float]:
-        times = self._seen.setdefault(key, deque())
-        while times and times[0] <= now - self._window:
-            times.popleft()
-        return times

@@ -21,6 +21,7 @@ from trainyard.core.clock import Clock
 from trainyard.core.names import DEFAULT_VC
 from trainyard.core.states import JobState
 from trainyard.schemas.admin import RemovalResult
+from trainyard.services import web_sessions
 from trainyard.services.admin import get_group, get_vc, may_use_vc
 from trainyard.services.auth import get_user
 from trainyard.services.environment_access import EnvironmentKind
@@ -93,10 +94,13 @@ def _not_yourself(user: UserRow, by: UserRow, what: str) -> None:
 
 
 def disable_user(session: Session, name: str, *, stop_jobs: bool, by: UserRow, clock: Clock) -> RemovalResult:
-    """Refuse the user's tokens from now on; their jobs go on unless ``stop_jobs``."""
+    """Refuse the user's tokens from now on and end their browser sessions; their jobs go on
+    unless ``stop_jobs``."""
     user = get_user(session, name)
     _not_yourself(user, by, "disable")
     user.disabled = True
+    # Their browser sessions end for good: `enable` lets their tokens in again, not these.
+    web_sessions.sign_out_everywhere(session, user.id)
     jobs = job_queries.stoppable_jobs(session, user_id=user.id)
     if not stop_jobs:
         return RemovalResult(done=f"disabled user {name}", stoppedJobs=[], keptJobs=[j.id for j in jobs])
@@ -154,6 +158,7 @@ def delete_user(
         else:
             env.owner = by
     user_queries.revoke_tokens_of(session, user.id)
+    web_sessions.sign_out_everywhere(session, user.id)
     for row in [
         *vc_queries.memberships_of(session, user.id),
         *vc_queries.grants_to_user(session, user.id),

@@ -1,5 +1,7 @@
 """Signed-in browsers: sessions started with a password or a token, looked up per request,
-ended by signing out, by expiry, or when the user is disabled or deleted.
+ended by signing out, by expiry, when the token they signed in with is revoked, when the
+user's password changes, and when the user is disabled or deleted (for good: enabling the
+user again does not bring them back).
 
 The cookie holds a 256-bit random value and the store its SHA-256, as for tokens; each
 session has its own secret that every state-changing form or request must carry (the
@@ -17,12 +19,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
+from trainyard.core.names import USER_NAME
 from trainyard.services import passwords
-from trainyard.services.auth import authenticate, hash_token
-from trainyard.services.passwords import check_sign_in
+from trainyard.services.auth import hash_token
+from trainyard.services.passwords import check_sign_in, verify_password
+from trainyard.services.sign_in_limits import sign_in_name
 from trainyard.store.db import Database
 from trainyard.store.queries import users
-from trainyard.store.rows import UserRow, WebSessionRow
+from trainyard.store.rows import TokenRow, UserRow, WebSessionRow
 
 IDLE_SECONDS = 12 * 3600  # signed out after this long without a request
 LIFETIME_SECONDS = 7 * 86400  # and after this long whatever happens
@@ -39,8 +43,9 @@ def sign_in_with_password(db: Database, name: str, password: str, *, clock: Cloc
     """A new session for a right name and password; None otherwise (a disabled user too,
     without saying which part was wrong). The password is checked between two short
     transactions, not inside one: scrypt takes ~0.1 s, a failed try as long as a good one."""
-    with db.session() as session:
-        user = users.user_named(session, name)
+    name = sign_in_name(name)
+    with db.session() as session:  # a name no user can have is not looked up (a NUL would be a 500)
+        user = users.user_named(session, name) if USER_NAME.fullmatch(name) else None
     if not check_sign_in(user, password) or user is None or user.disabled:
         return None
     with db.session() as session:
@@ -48,30 +53,40 @@ def sign_in_with_password(db: Database, name: str, password: str, *, clock: Cloc
 
 
 def sign_in_with_token(session: Session, token: str, *, clock: Clock) -> SignedIn | None:
-    user = authenticate(session, token.strip(), clock=clock)
-    if user is None or user.disabled:
+    row = users.live_token(session, hash_token(token.strip()))
+    if row is None or row.user.deleted_at is not None or row.user.disabled:
         return None
-    return _start(session, user, "token", clock)
+    row.last_used_at = clock.now()
+    return _start(session, row.user, "token", clock, token_id=row.id)
 
 
-def _start(session: Session, user: UserRow, method: str, clock: Clock) -> SignedIn:
+def _start(session: Session, user: UserRow, method: str, clock: Clock, token_id: int | None = None) -> SignedIn:
     cookie = secrets.token_urlsafe(32)
     csrf = secrets.token_urlsafe(32)
     now = clock.now()
     session.add(WebSessionRow(user_id=user.id, token_hash=hash_token(cookie), csrf_token=csrf, created_at=now,
                               last_seen_at=now, expires_at=now + timedelta(seconds=LIFETIME_SECONDS),
-                              method=method, revoked=False))
+                              method=method, revoked=False, token_id=token_id))
     session.flush()
     return SignedIn(cookie, csrf, user)
 
 
 def session_for_cookie(session: Session, cookie: str, *, clock: Clock) -> WebSessionRow | None:
     """The live session this cookie belongs to, its last use noted; None when the cookie is
-    unknown, signed out, expired, idle too long, or its user disabled or deleted."""
+    unknown, signed out, expired, idle too long, signed in with a token since revoked, or
+    its user disabled or deleted."""
     if not cookie:
         return None
-    row = session.scalar(select(WebSessionRow).where(WebSessionRow.token_hash == hash_token(cookie),
-                                                     WebSessionRow.revoked.is_(False)))
+    return session_for_hash(session, hash_token(cookie), clock=clock)
+
+
+def session_for_hash(session: Session, cookie_hash: str, *, clock: Clock) -> WebSessionRow | None:
+    """``session_for_cookie`` by the cookie's SHA-256 (what open connections keep)."""
+    row = session.scalar(
+        select(WebSessionRow)
+        .outerjoin(TokenRow, TokenRow.id == WebSessionRow.token_id)
+        .where(WebSessionRow.token_hash == cookie_hash, WebSessionRow.revoked.is_(False),
+               WebSessionRow.token_id.is_(None) | TokenRow.revoked.is_(False)))
     now = clock.now()
     if row is None or row.expires_at <= now or now - row.last_seen_at > timedelta(seconds=IDLE_SECONDS):
         return None
@@ -93,8 +108,8 @@ def sign_out(session: Session, cookie: str) -> None:
 
 
 def sign_out_everywhere(session: Session, user_id: int, *, keep: int | None = None) -> int:
-    """End every session of a user (their password changed, or an admin asked) but ``keep``
-    (the session that changed it); how many."""
+    """End every session of a user (their password changed, they were disabled or deleted)
+    but ``keep`` (the session that changed it); how many. For good: nothing revives them."""
     rows = list(session.scalars(select(WebSessionRow).where(WebSessionRow.user_id == user_id,
                                                             WebSessionRow.revoked.is_(False))))
     ended = [row for row in rows if row.id != keep]
@@ -118,3 +133,18 @@ def clear_password(session: Session, caller: UserRow, name: str) -> UserRow:
     target = passwords.clear_password(session, caller, name)
     sign_out_everywhere(session, target.id)
     return target
+
+
+def reauthenticated(session: Session, user: UserRow, secret: str) -> bool:
+    """Whether ``secret`` is ``user``'s password, or else a live token of theirs: what a
+    browser session must give again before it makes a new credential (a token), so that a
+    stolen session cannot make itself one that outlives it."""
+    if not secret:
+        return False
+    current = session.get(UserRow, user.id)
+    if current is None or current.disabled or current.deleted_at is not None:
+        return False
+    if current.password_hash is not None and verify_password(secret, current.password_hash):
+        return True
+    token = users.live_token(session, hash_token(secret.strip()))
+    return token is not None and token.user_id == current.id

@@ -97,8 +97,22 @@ class WebSessionRow(Base):
     # How it signed in: "password" or "token" (shown on the user's sessions).
     method: Mapped[str] = mapped_column(String(16))
     revoked: Mapped[bool] = mapped_column(Boolean, default=False)
+    # The token it signed in with (method "token"): revoking that token ends this session.
+    token_id: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
 
     user: Mapped[UserRow] = relationship(lazy="joined")
+
+
+class SignInLimitRow(Base):
+    """Sign-in tries counted per key (``user:NAME``, ``address:IP``) in a window that begins
+    at the first one (``services.sign_in_limits``): in the store, so that concurrent tries
+    count one after the other and a restart forgets nothing."""
+
+    __tablename__ = "sign_in_limits"
+
+    key: Mapped[str] = mapped_column(String(160), primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    attempts: Mapped[int] = mapped_column(Integer)
 
 
 class JobRow(Base):

@@ -14,6 +14,8 @@ from sqlalchemy.orm import Session
 from trainyard.api.bodies import MAX_ID, BodyRoute
 from trainyard.api.deps import AppContext, context, current_user
 from trainyard.api.openapi import CLONE_BODY, JOB_FILE_BODY, errors
+from trainyard.api.revocation import watched
+from trainyard.api.taskaccess import credential_key
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
@@ -266,6 +268,7 @@ PAGE_LIMIT_HELP = (f"Most bytes in this page (default {LOG_PAGE_BYTES}); a page 
 
 @router.get("/{job_id}/logs", response_model=None, responses={200: LOG_RESPONSE, **errors(401, 404, 422)})
 async def job_logs(
+    request: Request,
     job_id: JobId,
     user: User,
     ctx: Ctx,
@@ -280,13 +283,18 @@ async def job_logs(
     """A page of a task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
     logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
     target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
+    # A followed log ends when the token that asked for it is revoked (api/revocation.py).
+    credential = credential_key(request.headers, {})
     if target.key is None:
         if follow:
-            return StreamingResponse(logs.follow(target, 0), media_type="text/plain")
+            return StreamingResponse(watched(ctx.connections, credential, logs.follow(target, 0)),
+                                     media_type="text/plain")
         return Response(b"", media_type="text/plain", headers={LOG_OFFSET_HEADER: "0", LOG_SIZE_HEADER: "0"})
     chunk = await run_in_threadpool(logs.read, target.key, offset=offset, tail=tail, limit=limit)
     if follow:
-        return StreamingResponse(logs.follow(target, chunk.offset, first=chunk.data), media_type="text/plain")
+        return StreamingResponse(watched(ctx.connections, credential, logs.follow(target, chunk.offset,
+                                                                                 first=chunk.data)),
+                                 media_type="text/plain")
     return Response(
         chunk.data,
         media_type="text/plain",

@@ -43,10 +43,12 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext
+from trainyard.api.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON, wait_ended, watched
 from trainyard.api.taskaccess import (
     Caller,
     Refused,
     app_context,
+    credential_key,
     deny,
     identify_caller,
     refusal,
@@ -55,7 +57,6 @@ from trainyard.api.taskaccess import (
 from trainyard.core.transitions import Event, EventKind
 from trainyard.portal.app import error_page
 from trainyard.portal.auth import COOKIE, same_origin, sign_in_url
-from trainyard.services.auth import hash_token
 from trainyard.services.taskports import NotTheTasks, Owner, checked_async_transport, expected, open_checked, owner_of
 from trainyard.store.events import record_event
 from trainyard.store.queries.nodes import node_addresses
@@ -173,11 +174,7 @@ def _grants(app_state: object, ctx: AppContext) -> Grants:
 
 def _credential(headers: Headers, cookies: dict[str, str]) -> str | None:
     """The hash of what ``identify_caller`` will authenticate the request by, if it carries one."""
-    auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer ":
-        return "token:" + hash_token(auth[7:].strip())
-    cookie = cookies.get(COOKIE, "")
-    return "cookie:" + hash_token(cookie) if cookie else None
+    return credential_key(headers, cookies)
 
 
 async def _resolve(app_state: object, headers: Headers, cookies: dict[str, str], job_id: int, role: str,
@@ -321,8 +318,10 @@ async def forward_http(request: Request, target: Target, path: str, prefix: str,
                                                  f"{type(exc).__name__} {exc}".rstrip()))
     finally:
         expected.reset(checking)
-    response = StreamingResponse(_body(upstream, what, target.port), status_code=upstream.status_code,
-                                 background=BackgroundTask(upstream.aclose))
+    credential = credential_key(request.headers, dict(request.cookies))
+    response = StreamingResponse(_watched_body(app_context(request.app.state), credential, upstream, what,
+                                               target.port),
+                                 status_code=upstream.status_code, background=BackgroundTask(upstream.aclose))
     raw = []
     for name, value in upstream.headers.multi_items():
         lower = name.lower()
@@ -343,6 +342,14 @@ async def _body(upstream: httpx.Response, what: str, port: int) -> AsyncIterator
             yield chunk
     except httpx.HTTPError as exc:
         log.warning("%s port %s broke off its answer: %s", what, port, exc)
+
+
+async def _watched_body(ctx: AppContext, credential: str | None, upstream: httpx.Response, what: str,
+                        port: int) -> AsyncIterator[bytes]:
+    """``_body``, ended when the credential the request came with no longer holds: a long
+    answer (a download, a stream of events) does not outlive a revocation."""
+    async for chunk in watched(ctx.connections, credential, _body(upstream, what, port)):
+        yield chunk
 
 
 def _host(host: str) -> str:
@@ -394,6 +401,14 @@ async def forward_websocket(websocket: WebSocket, target: Target, path: str, pre
         await deny(websocket, Refused(502, f"{what} did not accept a WebSocket on port {target.port}: {exc}"))
         return
     await websocket.accept(subprotocol=upstream.subprotocol)
+    ctx = app_context(websocket.app.state)
+    async with ctx.connections.watch(credential_key(websocket.headers, dict(websocket.cookies))) as ended:
+        await _carry_websocket(websocket, upstream, ended)
+
+
+async def _carry_websocket(websocket: WebSocket, upstream: Any, ended: asyncio.Event) -> None:
+    """Frames both ways until either side closes, or the credential that opened it no longer
+    holds (then closed with ``REVOKED_CLOSE_CODE``)."""
 
     async def downstream_to_upstream() -> None:
         while True:
@@ -412,10 +427,13 @@ async def forward_websocket(websocket: WebSocket, target: Target, path: str, pre
             else:
                 await websocket.send_text(data)
 
-    await _pump(downstream_to_upstream(), upstream_to_downstream())
+    await _pump(downstream_to_upstream(), upstream_to_downstream(), wait_ended(ended))
     await upstream.close()
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-        await websocket.close()
+        if ended.is_set():
+            await websocket.close(code=REVOKED_CLOSE_CODE, reason=REVOKED_REASON[:120])
+        else:
+            await websocket.close()
 
 
 async def _pump(*directions: Coroutine[Any, Any, None]) -> None:
@@ -454,6 +472,15 @@ async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port:
                                             f"on port {port}: {exc}"))
         return
     await websocket.accept()
+    ctx = app_context(websocket.app.state)
+    async with ctx.connections.watch(credential_key(websocket.headers, dict(websocket.cookies))) as ended:
+        await _carry_tunnel(websocket, reader, writer, ended)
+
+
+async def _carry_tunnel(websocket: WebSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        ended: asyncio.Event) -> None:
+    """The TCP connection's bytes both ways until either side closes, or the credential that
+    opened it no longer holds (then closed with ``REVOKED_CLOSE_CODE``)."""
 
     async def to_task() -> None:
         while True:
@@ -468,9 +495,12 @@ async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port:
         while data := await reader.read(CHUNK):
             await websocket.send_bytes(data)
 
-    await _pump(to_task(), from_task())
+    await _pump(to_task(), from_task(), wait_ended(ended))
     writer.close()
     with contextlib.suppress(OSError):
         await writer.wait_closed()
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):
-        await websocket.close()
+        if ended.is_set():
+            await websocket.close(code=REVOKED_CLOSE_CODE, reason=REVOKED_REASON[:120])
+        else:
+            await websocket.close()

@@ -18,7 +18,9 @@ The protocol (docs/security.md says who may use it; ``taskaccess`` checks):
    terminal always 1) then the bytes, and at the end one text frame ``{"exit": CODE}``
    (128 + N when signal N killed it), then closes (1000). When the command cannot be run,
    it sends ``{"error": MESSAGE}`` instead and closes with 4400 (bad first frame), 4409
-   (the task cannot be reached now) or 1011.
+   (the task cannot be reached now) or 1011; and when the token or portal session that
+   opened it is revoked or ends (``api/revocation.py``: within about a second), the
+   command is hung up and it closes with 4401.
 
 A client that goes away hangs the command up (SIGHUP, SIGKILL after a grace). Every
 command is an event on the job (``exec``): who ran what in which task.
@@ -42,6 +44,7 @@ from starlette.websockets import WebSocketDisconnect
 from trainyard.api.bodies import MAX_ID
 from trainyard.api.deps import AppContext
 from trainyard.api.execprocess import ExecProcess
+from trainyard.api.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON
 from trainyard.api.taskaccess import Caller, Refused, RunningTask, app_context, deny, identify_caller, running_task
 from trainyard.backends.base import SHELL_COMMAND, ExecError, ExecPlan, TaskExec
 from trainyard.core.transitions import Event, EventKind
@@ -139,14 +142,16 @@ async def task_exec(websocket: WebSocket, job_id: int, role: str, index: int) ->
         return
     await websocket.accept()
     try:
-        await _session(websocket, ctx, caller, task)
+        async with ctx.connections.watch(caller.credential) as ended:  # revoked: the command is hung up
+            await _session(websocket, ctx, caller, task, ended)
     except WebSocketDisconnect:
         pass
     with contextlib.suppress(RuntimeError, WebSocketDisconnect):
         await websocket.close()
 
 
-async def _session(websocket: WebSocket, ctx: AppContext, caller: Caller, task: RunningTask) -> None:
+async def _session(websocket: WebSocket, ctx: AppContext, caller: Caller, task: RunningTask,
+                   ended: asyncio.Event) -> None:
     backend = ctx.backend
     assert isinstance(backend, TaskExec)
     try:
@@ -169,11 +174,13 @@ async def _session(websocket: WebSocket, ctx: AppContext, caller: Caller, task: 
     except OSError as exc:
         await _fail(websocket, SERVER_ERROR, f"the command could not be started: {exc}")
         return
-    await _relay(websocket, process, plan.marker)
+    await _relay(websocket, process, plan.marker, ended)
 
 
-async def _relay(websocket: WebSocket, process: ExecProcess, marker: str | None) -> None:
-    """Carry bytes both ways until the command exits (then its status) or the client leaves."""
+async def _relay(websocket: WebSocket, process: ExecProcess, marker: str | None, ended: asyncio.Event) -> None:
+    """Carry bytes both ways until the command exits (then its status), the client leaves,
+    or the credential that opened it no longer holds (then the command is hung up, and the
+    socket closed with ``REVOKED_CLOSE_CODE``)."""
 
     async def from_client() -> None:
         while True:
@@ -190,8 +197,12 @@ async def _relay(websocket: WebSocket, process: ExecProcess, marker: str | None)
             await websocket.send_bytes(bytes([channel]) + data)
 
     reading, writing, waiting = (asyncio.ensure_future(c) for c in (from_client(), to_client(), process.wait()))
+    revoked = asyncio.ensure_future(ended.wait())
     try:
-        await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({reading, waiting, revoked}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done() and revoked.done():  # closed first, then hung up (below)
+            await _fail(websocket, REVOKED_CLOSE_CODE, REVOKED_REASON)
+            return
         if not waiting.done():  # the client went away first
             await process.hang_up(marker)
             return
@@ -199,6 +210,7 @@ async def _relay(websocket: WebSocket, process: ExecProcess, marker: str | None)
             await writing  # what the command wrote before it exited, all of it
             await websocket.send_text(json.dumps({"exit": waiting.result()}))
     finally:
+        revoked.cancel()
         for task in (reading, writing, waiting):
             task.cancel()
         for task in (reading, writing):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from trainyard.store.rows import TokenRow, UserQuotaRow, UserRow
+from trainyard.store.rows import TokenRow, UserQuotaRow, UserRow, WebSessionRow
 
 
 def user_named(session: Session, name: str) -> UserRow | None:
@@ -51,11 +53,60 @@ def admins_signing_in(session: Session) -> list[tuple[int, int]]:
 
 
 def revoke_tokens_of(session: Session, user_id: int) -> list[int]:
-    """Revoke every live token of a user; their ids."""
+    """Revoke every live token of a user, and end the browser sessions signed in with them;
+    their ids."""
     tokens = live_tokens(session, user_id)
     for token in tokens:
         token.revoked = True
+        revoke_web_sessions_of_token(session, token.id)
     return [t.id for t in tokens]
+
+
+def revoke_web_sessions_of_token(session: Session, token_id: int) -> int:
+    """End every browser session signed in with this token; how many."""
+    ended = session.execute(update(WebSessionRow)
+                            .where(WebSessionRow.token_id == token_id, WebSessionRow.revoked.is_(False))
+                            .values(revoked=True).execution_options(synchronize_session=False))
+    return int(ended.rowcount)  # type: ignore[attr-defined]
+
+
+CHUNK = 500  # hashes per IN (...)
+
+
+def live_token_hashes(session: Session, hashes: set[str]) -> set[str]:
+    """Which of these token hashes are of live tokens of users neither disabled nor deleted."""
+    found: set[str] = set()
+    wanted = sorted(hashes)
+    for start in range(0, len(wanted), CHUNK):
+        found.update(session.scalars(
+            select(TokenRow.token_hash).join(UserRow, UserRow.id == TokenRow.user_id)
+            .where(TokenRow.token_hash.in_(wanted[start:start + CHUNK]), TokenRow.revoked.is_(False),
+                   UserRow.disabled.is_(False), UserRow.deleted_at.is_(None))))
+    return found
+
+
+def live_web_session_hashes(session: Session, hashes: set[str], *, now: datetime,
+                            idle_seconds: float, seen_every_seconds: float = 60.0) -> set[str]:
+    """Which of these cookie hashes are of live browser sessions (``web_sessions.
+    session_for_hash``'s rule: not signed out, expired or idle, their token if any not
+    revoked, their user neither disabled nor deleted); their last use is noted, an open
+    connection being a use."""
+    found: set[str] = set()
+    wanted = sorted(hashes)
+    for start in range(0, len(wanted), CHUNK):
+        rows = session.scalars(
+            select(WebSessionRow).join(UserRow, UserRow.id == WebSessionRow.user_id)
+            .outerjoin(TokenRow, TokenRow.id == WebSessionRow.token_id)
+            .where(WebSessionRow.token_hash.in_(wanted[start:start + CHUNK]), WebSessionRow.revoked.is_(False),
+                   WebSessionRow.token_id.is_(None) | TokenRow.revoked.is_(False),
+                   UserRow.disabled.is_(False), UserRow.deleted_at.is_(None),
+                   WebSessionRow.expires_at > now,
+                   WebSessionRow.last_seen_at >= now - timedelta(seconds=idle_seconds)))
+        for row in rows:
+            found.add(row.token_hash)
+            if now - row.last_seen_at > timedelta(seconds=seen_every_seconds):
+                row.last_seen_at = now
+    return found
 
 
 def user_quota(session: Session, user_id: int, priority: str) -> UserQuotaRow | None:
