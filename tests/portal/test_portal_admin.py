@@ -214,11 +214,28 @@ def test_deleting_a_vc_with_jobs_is_refused_and_offers_to_stop_them(api: Api) ->
 
 def test_an_admin_creates_a_user_with_a_password_who_then_signs_in(api: Api) -> None:
     admin = signed_in(api, "admin")
-    created = post(admin, "/users", {"name": "bob", "password": "bob's password"}, page="/users")
+    created = post(admin, "/users", {"name": "bob", "password": "bob's password", "current": PASSWORDS["admin"]},
+                   page="/users")
     assert created.status_code == 200 and "created user bob; they sign in with a password" in created.text
     assert browser(api).post("/signin", data={"username": "bob", "password": "bob's password"}).status_code == 303
     taken = post(admin, "/users", {"name": "bob"}, page="/users")
     assert taken.status_code == 409 and "already exists" in taken.text
+
+
+def test_an_admin_session_alone_sets_no_password_and_makes_no_user_with_one(api: Api) -> None:
+    """A stolen admin session must not make itself a login that outlives it: setting its own
+    password, another admin's, or creating an admin with a password asks for the admin's own
+    password again (issue 27's red team: all three worked without it)."""
+    admin = signed_in(api, "admin")
+    for path, data in (("/users/admin/password", {"password": "taken over!"}),
+                       ("/users/account", {"user": "admin", "do": "password", "password": "taken over!"}),
+                       ("/users/alice/password", {"password": "taken over!", "current": "a guess"}),
+                       ("/users", {"name": "evil", "admin": "true", "password": "taken over!"})):
+        refused = post(admin, path, data, page="/users")
+        assert refused.status_code == 403 and "give your password again" in refused.text, path
+    for name in ("admin", "alice", "evil"):
+        assert browser(api).post("/signin", data={"username": name, "password": "taken over!"}).status_code != 303
+    assert "evil" not in [user["name"] for user in api.admin.get("/api/v1/users").json()]
 
 
 def test_disabling_a_user_ends_their_browser_sessions_and_enabling_lets_them_back(api: Api) -> None:
@@ -232,11 +249,12 @@ def test_disabling_a_user_ends_their_browser_sessions_and_enabling_lets_them_bac
 
 def test_an_admin_resets_a_password_and_the_user_is_signed_out(api: Api) -> None:
     admin, alice = signed_in(api, "admin"), signed_in(api, "alice")
-    assert "set alice&#39;s password" in post(admin, "/users/alice/password", {"password": "brand new one"},
+    assert "set alice&#39;s password" in post(admin, "/users/alice/password",
+                                           {"password": "brand new one", "current": PASSWORDS["admin"]},
                                            page="/users").text
     assert alice.get("/").status_code == 303  # her old session is over
     assert browser(api).post("/signin", data={"username": "alice", "password": "brand new one"}).status_code == 303
-    short = post(admin, "/users/alice/password", {"password": "short"}, page="/users")
+    short = post(admin, "/users/alice/password", {"password": "short", "current": PASSWORDS["admin"]}, page="/users")
     assert short.status_code == 422 and "8 to 1024 characters" in short.text
     cleared = post(admin, "/users/alice/password/clear", page="/users")
     assert "removed alice&#39;s password" in cleared.text
@@ -266,8 +284,8 @@ def test_an_admin_issues_a_token_shown_once_and_revokes_it(api: Api) -> None:
 
 def test_the_one_account_form_resets_clears_and_issues(api: Api) -> None:
     admin = signed_in(api, "admin")
-    reset = post(admin, "/users/account", {"user": "alice", "do": "password", "password": "via the form"},
-                 page="/users")
+    reset = post(admin, "/users/account", {"user": "alice", "do": "password", "password": "via the form",
+                                           "current": PASSWORDS["admin"]}, page="/users")
     assert "set alice&#39;s password" in reset.text
     assert browser(api).post("/signin", data={"username": "alice", "password": "via the form"}).status_code == 303
     issued = post(admin, "/users/account", {"user": "alice", "do": "token", "token_name": "ci",

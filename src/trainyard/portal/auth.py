@@ -111,7 +111,7 @@ class TooManyTries(ServiceError):
 
 
 def confirm_credential(request: Request, ctx: AppContext, found: Viewer, secret: str) -> None:
-    """Before a browser session makes a new credential (a token): ``secret`` must be its
+    """Before a browser session makes a new credential (a token, a password): ``secret`` must be its
     user's password, or a live token of theirs (a user without a password). Wrong tries
     count against the same limit as sign-in's, so this is no way around it. Raises
     Forbidden (wrong) or TooManyTries, each naming the field ``current``."""
@@ -125,8 +125,9 @@ def confirm_credential(request: Request, ctx: AppContext, found: Viewer, secret:
     with ctx.db.session() as session:
         right = web_sessions.reauthenticated(session, found.user, secret)
     if not right:
-        raise Forbidden("give your password again (a token of yours, if you have no password) to create a token",
-                        details=[{"path": "current", "message": "your password, to create a token"}])
+        raise Forbidden("give your password again (a token of yours, if you have no password) to create a token "
+                        "or set a password", details=[{"path": "current", "message": "your password, to create a "
+                                                                                      "token or set a password"}])
     ctx.sign_ins.succeeded(keys, found.user.name)
 
 

@@ -68,15 +68,18 @@ def user_account(request: Request, viewer: AdminAction, ctx: Ctx, user: UserName
         return issue_token(request, user, viewer, ctx, token_name, current)
     if do == "clear":
         return clear_password(request, user, viewer, ctx)
-    return reset_password(request, user, viewer, ctx, password)
+    return reset_password(request, user, viewer, ctx, password, current)
 
 
 @router.post("/users")
 def create_user(request: Request, viewer: AdminAction, ctx: Ctx, name: UserName, admin_flag: Annotated[
-        bool, Form(alias="admin")] = False, password: Password = "") -> Response:
-    """A new user, with a first password if one is given (else they sign in with a token)."""
+        bool, Form(alias="admin")] = False, password: Password = "", current: Password = "") -> Response:
+    """A new user, with a first password if one is given (else they sign in with a token). A
+    password is a credential: the admin gives their own again first, as for a token."""
     name = name.strip()
     try:
+        if password:
+            confirm_credential(request, ctx, viewer, current)
         with ctx.db.session() as session:
             created = auth.create_user(session, name, is_admin=admin_flag, clock=ctx.clock)
             if password:
@@ -127,8 +130,12 @@ def delete_user(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
 
 @router.post("/users/{name}/password")
 def reset_password(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
-                   password: Password) -> Response:
+                   password: Password, current: Password = "") -> Response:
+    """Set a user's password (one's own included), once the admin has given their own password
+    (or a token of theirs) again: else a stolen admin session would make itself a login that
+    outlives it, setting its own password or another admin's."""
     try:
+        confirm_credential(request, ctx, viewer, current)
         with ctx.db.session() as session:
             web_sessions.change_password(session, viewer.user, name, password, keep=viewer.web_session)
     except ServiceError as exc:
