@@ -85,7 +85,7 @@ FAKE_SANDBOX = Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", None, user_n
 
 def _plan(monkeypatch, *, as_root: bool, sandbox: Sandbox | None, **settings):
     why = "" if sandbox is not None else "bubblewrap (bwrap) is not installed"
-    monkeypatch.setattr(isolation, "find_sandbox", lambda mode, hidden, as_root: (sandbox, why))
+    monkeypatch.setattr(isolation, "find_sandbox", lambda mode, hidden, as_root, allow_userns=False: (sandbox, why))
     options = dict(accounts_mode="auto", task_user=None, sandbox_mode="auto", home=Path("/srv/ty"),
                    cluster="c1", as_root=as_root, server_user="root" if as_root else "ty-admin")
     return plan_isolation(**{**options, **settings})

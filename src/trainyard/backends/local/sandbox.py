@@ -24,6 +24,15 @@ How the task gets to its account depends on who runs the server:
   the task keeps the server's uid and has no capabilities; mounts made there are locked,
   so the task cannot lift the tmpfs that hide the server's files.
 
+User namespaces: a task makes none unless the admin allows it (``task_user_namespaces``).
+In a user namespace of its own a task is root over its own mount namespace, where it can
+cover any file; nothing of Trainyard's may run in there (``sandboxjoin`` joins bwrap's
+init, not the task), but each one is also kernel attack surface that a shared machine need
+not offer. As root, bwrap gets a seccomp filter (``sandboxjoin.user_namespace_filter``,
+written to ``userns.bpf`` in the task's directory and passed on fd 9 with ``--seccomp``):
+``unshare``/``clone`` with CLONE_NEWUSER fail with EPERM, ``clone3`` with ENOSYS (libc then
+uses ``clone``); without root, ``--disable-userns`` does it.
+
 Signals: the supervisor stops a task by signalling its process group, a suspension
 signals the group too (any of ``spec``'s suspend signals), and bwrap forwards no signals.
 So bwrap itself starts with those signals ignored (``env --ignore-signal``) and the task
@@ -42,11 +51,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from trainyard.backends.local.sandboxjoin import user_namespace_filter
 from trainyard.spec.models import SUSPEND_SIGNALS
 
 SandboxMode = Literal["auto", "bwrap", "none"]
@@ -59,6 +70,10 @@ _SCRATCH = ("/tmp", "/var/tmp")  # private to each task, world-writable inside i
 _STOP_GUARD = '[ -e "$1" ] && exit 143; shift; exec "$@"'
 # What reaches a sandboxed task's group from outside: a stop's SIGTERM, and the signals a
 # job may choose to be told to suspend by.
+# bwrap reads the seccomp filter from this fd, which this shell opens from the filter's file.
+_FILTER_FD = 9
+_WITH_FILTER = f'exec "$@" {_FILTER_FD}<"$0"'
+USERNS_FILTER_FILE = "userns.bpf"
 _PASSED_SIGNALS = ",".join(["TERM", *(s.removeprefix("SIG") for s in SUSPEND_SIGNALS if s not in ("none", "SIGTERM"))])
 
 
@@ -81,32 +96,36 @@ class Sandbox:
     setpriv: str | None  # util-linux ``setpriv``; needed when the server runs as root
     user_namespace: bool  # True when the server is not root: bwrap needs --unshare-user
     hidden: tuple[Path, ...] = ()  # e.g. $TRAINYARD_HOME
+    # Tasks may make user namespaces (task_user_namespaces); else, as root, this seccomp
+    # filter keeps them from it (None: allowed, not root, or a machine it does not know).
+    allow_userns: bool = False
+    userns_filter: bytes | None = None
 
     def with_hidden(self, *paths: Path) -> Sandbox:
-        return Sandbox(self.bwrap, self.env, self.shell, self.setpriv, self.user_namespace, (*self.hidden, *paths))
+        return replace(self, hidden=(*self.hidden, *paths))
 
 
 def find_sandbox(
-    mode: SandboxMode, hidden: Sequence[Path] = (), *, as_root: bool | None = None
+    mode: SandboxMode, hidden: Sequence[Path] = (), *, as_root: bool | None = None, allow_userns: bool = False
 ) -> tuple[Sandbox | None, str]:
     """The sandbox to use for ``mode``, and why there is none when there is none.
 
     ``auto`` uses bubblewrap when it is installed and works here (probed once, now);
     ``bwrap`` insists on it (ValueError with the reason when it cannot work); ``none``
-    never sandboxes.
+    never sandboxes. ``allow_userns``: tasks may make user namespaces.
     """
     if mode not in SANDBOX_MODES:
         raise ValueError(f"task sandbox must be one of {', '.join(SANDBOX_MODES)}; got {mode!r}")
     if mode == "none":
         return None, "the task sandbox is turned off (task_sandbox=none)"
     root = os.geteuid() == 0 if as_root is None else as_root
-    sandbox, reason = _usable_bwrap(root, tuple(Path(p).absolute() for p in hidden))
+    sandbox, reason = _usable_bwrap(root, tuple(Path(p).absolute() for p in hidden), allow_userns)
     if sandbox is None and mode == "bwrap":
         raise ValueError(f"task_sandbox=bwrap, but bubblewrap cannot be used here: {reason}")
     return sandbox, reason
 
 
-def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...]) -> tuple[Sandbox | None, str]:
+def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...], allow_userns: bool) -> tuple[Sandbox | None, str]:
     bwrap, env, setpriv = shutil.which("bwrap"), shutil.which("env"), shutil.which("setpriv")
     shell = shutil.which("sh")
     if bwrap is None:
@@ -115,16 +134,25 @@ def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...]) -> tuple[Sandbox | No
         return None, "coreutils' env or sh is not on PATH"
     if as_root and setpriv is None:
         return None, "util-linux's setpriv is not on PATH"
-    sandbox = Sandbox(bwrap, env, shell, setpriv if as_root else None, user_namespace=not as_root, hidden=hidden)
+    sandbox = Sandbox(bwrap, env, shell, setpriv if as_root else None, user_namespace=not as_root, hidden=hidden,
+                      allow_userns=allow_userns,
+                      userns_filter=None if allow_userns or not as_root else user_namespace_filter())
     probe = [*_namespaces(sandbox), "--tmpfs", "/tmp", "--", env, "true"]
     try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SECONDS, check=False)
+        with tempfile.TemporaryDirectory() as scratch:
+            if sandbox.userns_filter is not None:  # as the tasks get it: it must work too
+                probe = _with_filter(sandbox, probe, Path(scratch))
+            done = subprocess.run(probe, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_SECONDS,
+                                  check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{bwrap} could not be run: {exc}"
     if done.returncode != 0:
         why = done.stderr.strip() or f"exit status {done.returncode}"
         if not as_root:
             why += " (as a non-root user bwrap needs unprivileged user namespaces)"
+        elif sandbox.userns_filter is not None:
+            why += " (with the seccomp filter that keeps tasks from making user namespaces; task_user_namespaces" \
+                   ": true runs it without)"
         return None, f"{bwrap} does not work here: {why}"
     return sandbox, ""
 
@@ -132,7 +160,7 @@ def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...]) -> tuple[Sandbox | No
 def _namespaces(sandbox: Sandbox) -> list[str]:
     argv = [sandbox.bwrap]
     if sandbox.user_namespace:
-        argv += ["--unshare-user", "--disable-userns"]
+        argv += ["--unshare-user", *([] if sandbox.allow_userns else ["--disable-userns"])]
     # No --die-with-parent: a task outlives its supervisor, as an unsandboxed one does.
     return [*argv, "--unshare-pid", "--unshare-ipc", "--dev-bind", "/", "/", "--proc", "/proc"]
 
@@ -196,21 +224,42 @@ def sandbox_argv(
     argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
     if identity is not None:
         argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
+    if sandbox.userns_filter is not None:
+        argv = _with_filter(sandbox, argv, stop_file.parent)
     # bwrap itself must outlive them (see the module docstring): ignored from exec on.
     return [sandbox.env, f"--ignore-signal={_PASSED_SIGNALS}", *argv, *command]
 
 
-def enter_argv(sandbox: Sandbox, joiner: Sequence[str], target: int, work_dir: str, command: Sequence[str],
-               identity: Identity | None) -> list[str]:
-    """The argv that runs ``command`` inside the running sandbox of process ``target`` (one
-    of the task's processes in there): ``joiner`` (``sandboxjoin``, run by the server's
-    interpreter) enters its user, mount, PID and IPC namespaces, so the command sees the
-    task's files, /tmp, /dev/shm and processes, in ``work_dir``; then, when bwrap ran as
-    root, it drops to the task's account (``identity``) with the task's restrictions."""
-    if identity is None and not sandbox.user_namespace:
-        raise ValueError("a sandbox entered as root needs the task's identity to drop to")
-    drop = [] if identity is None else [_setpriv(sandbox), *_drop_to(identity), "--"]
-    return [*joiner, str(target), work_dir, *drop, *command]
+def _with_filter(sandbox: Sandbox, argv: list[str], folder: Path) -> list[str]:
+    """``argv`` (bwrap's) with the seccomp filter, written to ``folder`` (root's: the task's
+    directory), on the fd a shell opens for bwrap; the shell execs bwrap, in its place."""
+    assert sandbox.userns_filter is not None and argv[0] == sandbox.bwrap
+    path = folder / USERNS_FILTER_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, sandbox.userns_filter)
+    finally:
+        os.close(fd)
+    return [sandbox.shell, "-c", _WITH_FILTER, str(path), argv[0], "--seccomp", str(_FILTER_FD), *argv[1:]]
+
+
+def enter_argv(joiner: Sequence[str], spec_file: Path, work_dir: str, command: Sequence[str], *,
+               bwrap: tuple[int, int] | None, identity: Identity | None, block_userns: bool) -> list[str]:
+    """The argv that runs ``command`` in a running task (``sandboxjoin``, run by the
+    server's interpreter, is ``joiner``): in the sandbox of ``bwrap`` (its pid and start
+    time, as recorded at launch), whose init's user, mount, PID and IPC namespaces it
+    enters, so the command sees the task's files, /tmp, /dev/shm and processes, in
+    ``work_dir``; as ``identity`` (the task's account, dropped to by the joiner itself), with
+    the environment of ``spec_file`` (the task's spec.json); ``block_userns``: with the
+    seccomp filter that keeps the task from making user namespaces."""
+    argv = [*joiner, "--spec", str(spec_file), "--cwd", work_dir]
+    if bwrap is not None:
+        argv += ["--sandbox", f"{bwrap[0]}:{bwrap[1]}"]
+    if identity is not None:
+        argv += ["--drop", f"{identity.uid}:{identity.gid}:{','.join(str(g) for g in identity.groups)}"]
+    if block_userns:
+        argv.append("--no-userns")
+    return [*argv, "--", *command]
 
 
 def _setpriv(sandbox: Sandbox) -> str:
