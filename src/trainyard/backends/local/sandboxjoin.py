@@ -271,6 +271,27 @@ def drop(libc: ctypes.CDLL, uid: int, gid: int, groups: list[int], last_cap: int
         raise _error("cannot set no-new-privileges")
 
 
+def _execvpe(command: list[str], env: dict[str, str]) -> OSError:
+    """Exec ``command``, looked up in ``env``'s PATH as a shell does; the error when none ran.
+    Not ``os.execvpe``: it imports a module, and after the join that would come from the
+    sandbox's file system."""
+    if "/" in command[0]:
+        folders = [""]
+    else:
+        folders = env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":")
+    error = OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+    for folder in folders:
+        path = command[0] if not folder and "/" in command[0] else f"{folder or '.'}/{command[0]}"
+        try:
+            os.execve(path, command, env)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR) or error.errno == errno.ENOENT:
+                error = exc
+            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                break
+    return error
+
+
 USAGE = ("usage: sandboxjoin.py --spec SPEC_JSON --cwd DIR [--sandbox PID:START] [--drop UID:GID:GROUPS] "
          "[--no-userns] -- CMD [ARGS...]")
 
@@ -337,10 +358,8 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             print(f"trainyard: {exc.strerror or exc}", file=sys.stderr)
             os._exit(126)
-        try:
-            os.execvpe(command[0], command, env)
-        except OSError as exc:
-            print(f"trainyard: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        exc = _execvpe(command, env)
+        print(f"trainyard: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         os._exit(127)
     # A Ctrl-C at a terminal reaches the command's whole group, this process included: the
     # command decides what it means; this one only reports how the command ended.
