@@ -165,7 +165,7 @@ def test_exec_never_joins_a_namespace_the_task_made_nor_runs_its_file_as_root(al
         Path("/proc/sys/kernel/ns_last_pid").write_text(str(free - 1))
         os.write(fifo, b"next\n")
         os.close(fifo)
-        made = min(wait_until(lambda: own_namespace() - seen, what="the task's process in its own namespaces"))
+        made = min(wait_until(lambda: own_namespace() - seen, timeout=60, what="the task's own-namespace process"))
         seen.add(made)
         if made < init:
             break

@@ -358,8 +358,8 @@ def main(argv: list[str]) -> int:
         except OSError as exc:
             print(f"trainyard: {exc.strerror or exc}", file=sys.stderr)
             os._exit(126)
-        exc = _execvpe(command, env)
-        print(f"trainyard: cannot run {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        failed = _execvpe(command, env)
+        print(f"trainyard: cannot run {command[0]}: {failed.strerror or failed}", file=sys.stderr)
         os._exit(127)
     # A Ctrl-C at a terminal reaches the command's whole group, this process included: the
     # command decides what it means; this one only reports how the command ended.
