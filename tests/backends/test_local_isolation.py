@@ -80,7 +80,7 @@ def test_a_configured_map_is_checked_at_start_and_used() -> None:
         TaskAccounts({"alice": "nobody"}, create=False).account_for("nemo-unmapped")
 
 
-FAKE_SANDBOX = Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", None, user_namespace=True)
+FAKE_SANDBOX = Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", user_namespace=True)
 
 
 def _plan(monkeypatch, *, as_root: bool, sandbox: Sandbox | None, **settings):

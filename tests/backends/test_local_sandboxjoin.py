@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -76,9 +77,10 @@ def test_a_task_in_the_root_sandbox_makes_a_user_namespace_only_when_allowed(tmp
     sandbox, why = find_sandbox("bwrap", as_root=True, allow_userns=allowed)
     assert sandbox is not None, why
     argv = sandbox_argv(sandbox, ["/bin/sh", "-c", "unshare -Ur id -u && echo made || echo refused"], hidden=(),
-                        work_dir=work, shm_dir=shm, stop_file=state / "stop.json",
+                        work_dir=work, shm_dir=shm, stop_file=state / "stop.json", spec_file=state / "spec.json",
                         identity=Identity(NOBODY, NOBODY, ()))
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    (state / "spec.json").write_text(json.dumps({"env": {"PATH": "/usr/bin:/bin"}}))
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/", env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == ("made" if allowed else "refused"), done
     assert (state / USERNS_FILTER_FILE).exists() is not allowed

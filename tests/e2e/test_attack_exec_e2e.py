@@ -1,5 +1,7 @@
 """Issue 27, finding 2: root through ``yard exec`` into one's own task, on the default root
-install (``yard up`` as root: per-user task accounts and the bubblewrap sandbox).
+install (``yard up`` as root: per-user task accounts and the bubblewrap sandbox); and the
+same class at launch: the root chain that starts a sandboxed task ran with the job's
+environment (``LD_PRELOAD`` as root), see the last test.
 
 The route: exec joined "the lowest-PID process of the task's group whose mount namespace
 differs from bwrap's". A task that makes its own user and mount namespace (``unshare
@@ -16,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,3 +211,65 @@ def test_a_default_task_cannot_make_a_user_namespace_nor_can_its_exec(default: C
     code, out, err = default.exec(job, "sh", "-c", "grep Seccomp: /proc/self/status")
     assert code == 0 and out.split() == ["Seccomp:", "2"], (out, err)
     default.alice.stop(job)
+
+
+# The job's library: its constructor runs in every process that loads it and leaves a file
+# named after its uid, pid and program (new files only: root may not open another's file
+# in a sticky folder).
+PRELOAD_C = r"""
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) {
+    char path[4096], comm[64] = "";
+    int in = open("/proc/self/comm", O_RDONLY);
+    if (in >= 0) { ssize_t n = read(in, comm, sizeof comm - 1); comm[n > 0 ? n - 1 : 0] = 0; close(in); }
+    snprintf(path, sizeof path, "%s/%d-%d-%s", MARKS, (int)getuid(), (int)getpid(), comm);
+    close(open(path, O_WRONLY | O_CREAT | O_EXCL, 0644));
+}
+"""
+
+
+def test_the_job_env_reaches_only_the_task_never_a_root_process_that_starts_it(default: Cluster,
+                                                                                gates: Path) -> None:
+    """The launch's root chain (env, bwrap, the stop guard, the privilege drop) ran with the
+    job's environment: a job whose ``env`` names ``LD_PRELOAD`` had its library's code run
+    as uid 0, with every capability, before the drop. The library is a file the user wrote:
+    a first job of alice's copies it into its job directory (on the host, where the root
+    chain runs) and into the shared folder (which its sandbox shows too) and waits; a second
+    one names both in ``LD_PRELOAD``. Before the fix the library ran as uid 0 in ``env``,
+    ``bwrap``, ``sh`` and ``setpriv``; now only the task's own processes, as alice's
+    account, load it."""
+    if shutil.which("gcc") is None:
+        pytest.fail("gcc is needed to build the job's library (apt-get install gcc libc6-dev; .ci/run installs it)")
+    marks = gates / "marks"
+    marks.mkdir()
+    marks.chmod(0o1777)
+    source = gates / "preload.c"
+    source.write_text(PRELOAD_C)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O2", f'-DMARKS="{marks}"', "-o", str(gates / "preload.so"),
+                    str(source)], check=True, capture_output=True)
+    holder = default.alice.submit(_job(
+        "holder", f'cp {gates}/preload.so "$TRAINYARD_JOB_DIR/lib.so" && cp {gates}/preload.so {gates}/alice.so',
+        'echo "placed $TRAINYARD_JOB_DIR/lib.so uid=$(id -u)"', "exec sleep 600")).id
+    said = default.started(holder, "placed")
+    library, uid = said.split()[1], said.split("uid=")[1]
+    for path in (Path(library), gates / "alice.so"):
+        assert path.stat().st_uid == int(uid)  # the user's own files, written by their task
+    job = _job("preloaded", 'echo "preload=$LD_PRELOAD"')
+    job["taskRoles"]["main"]["env"] = {"LD_PRELOAD": f"{library} {gates}/alice.so"}  # type: ignore[index]
+    preloaded = default.alice.submit(job).id
+    wait_until(lambda: default.alice.job(preloaded).state in ("SUCCEEDED", "FAILED"), timeout=120,
+               what="the preloaded job to end")
+    log = default.alice.logs(preloaded).decode()
+    assert default.alice.job(preloaded).state == "SUCCEEDED", log
+    by_uid: dict[str, list[str]] = {}
+    for mark in marks.iterdir():
+        uid_of, _pid, program = mark.name.split("-", 2)
+        by_uid.setdefault(uid_of, []).append(program)
+    assert "0" not in by_uid, f"the job's LD_PRELOAD ran as root in: {sorted(by_uid['0'])}"
+    # The job's environment still reaches its task, and only the task's processes load it.
+    assert f"preload={library} {gates}/alice.so" in log, log
+    assert set(by_uid) == {uid} and "bash" in by_uid[uid], by_uid
+    default.alice.stop(holder)

@@ -18,11 +18,29 @@ keeps ``/dev``, so NVIDIA devices work), except:
 How the task gets to its account depends on who runs the server:
 
 - as root, ``bwrap`` runs as root (no user namespace needed, so it works where
-  unprivileged user namespaces are disabled) and ``setpriv`` inside drops to the task's
-  account: uid, gid, groups, no capabilities (bounding set included), no new privileges;
+  unprivileged user namespaces are disabled) and the task's start inside drops to the
+  task's account: uid, gid, groups, no capabilities (bounding set included), no new
+  privileges;
 - as anyone else, ``bwrap --unshare-user`` makes the namespaces in a user namespace where
   the task keeps the server's uid and has no capabilities; mounts made there are locked,
   so the task cannot lift the tmpfs that hide the server's files.
+
+The launch chain, every step of which runs as root when the server does::
+
+    env --ignore-signal=… [sh -c 'exec "$@" 9<userns.bpf' …] bwrap … --
+        env --default-signal=… PYTHON -I -S sandboxjoin.py --stop STOP --spec SPEC --drop … --
+            bash --noprofile --norc SCRIPT
+
+None of it gets the job's environment: the supervisor execs it with ``LAUNCH_ENV`` (the
+spec's ``launch_env``), since the dynamic loader honours ``LD_PRELOAD``,
+``LD_LIBRARY_PATH`` and the like for root running an ordinary program, and a job could
+name a library of its own there (issue 27: it ran as uid 0 in ``env``, bwrap, the stop
+guard's shell and ``setpriv``). The last step, the task's start (``sandboxjoin``, run by
+the server's interpreter in isolated mode from the supervisor's private copy, which is
+bound read-only into the sandbox), reads the task's environment from the task's
+``spec.json`` (root's, 0600; in the task's directory, which the sandbox binds read-only;
+never on a command line, which any account may read in /proc), drops privileges with the
+same code as ``yard exec``, and execs bash, in its own place, with that environment.
 
 User namespaces: a task makes none unless the admin allows it (``task_user_namespaces``).
 In a user namespace of its own a task is root over its own mount namespace, where it can
@@ -35,12 +53,14 @@ uses ``clone``); without root, ``--disable-userns`` does it.
 
 Signals: the supervisor stops a task by signalling its process group, a suspension
 signals the group too (any of ``spec``'s suspend signals), and bwrap forwards no signals.
-So bwrap itself starts with those signals ignored (``env --ignore-signal``) and the task
-with them restored (``env --default-signal``): a stop or a suspension reaches the task,
+So bwrap itself starts with those signals ignored (``env --ignore-signal``) and the task's
+start with them restored (``env --default-signal``): a stop or a suspension reaches the task,
 which gets its whole grace period, while bwrap waits for it and exits with its status
 (128 + N when the task died of signal N; the exit record then names no signal). Restored,
 not inherited as ignored: a shell cannot trap a signal it was started ignoring. A stop that comes while
-bwrap sets up would be ignored, so a guard checks for the stop file first (``_STOP_GUARD``).
+bwrap sets up would be ignored, so the task's start checks for the stop file first: a stop
+writes its stop file before it signals, so once SIGTERM is back to default, either the file
+is there and the task never starts (exit status 143), or the signal is still to come.
 When bwrap dies (SIGKILL after the grace), its PID namespace dies with it: a sandboxed
 task can leave no process behind. (bwrap does not die with the supervisor, though: a
 task outlives its supervisor, sandboxed or not.)
@@ -57,6 +77,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from trainyard.backends.local import sandboxjoin
+from trainyard.backends.local.launcher import real_interpreter
 from trainyard.backends.local.sandboxjoin import user_namespace_filter
 from trainyard.spec.models import SUSPEND_SIGNALS
 
@@ -64,10 +86,9 @@ SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")
 _PROBE_TIMEOUT_SECONDS = 10.0
 _SCRATCH = ("/tmp", "/var/tmp")  # private to each task, world-writable inside it as usual
-# While bwrap sets up, SIGTERM is ignored: a stop signalled then would be lost. A stop
-# writes its stop file before it signals, so once SIGTERM is back to default (this shell),
-# either the file is there and the task never starts, or the signal is still to come.
-_STOP_GUARD = '[ -e "$1" ] && exit 143; shift; exec "$@"'
+# What every process that starts a sandboxed task runs with (root's, when the server is
+# root): never the job's variables. The task's start gives the task its own.
+LAUNCH_ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
 # What reaches a sandboxed task's group from outside: a stop's SIGTERM, and the signals a
 # job may choose to be told to suspend by.
 # bwrap reads the seccomp filter from this fd, which this shell opens from the filter's file.
@@ -92,8 +113,7 @@ class Sandbox:
 
     bwrap: str
     env: str  # coreutils ``env``, for the signal dispositions
-    shell: str  # a POSIX sh, for the stop guard
-    setpriv: str | None  # util-linux ``setpriv``; needed when the server runs as root
+    shell: str  # a POSIX sh, which opens the seccomp filter's fd for bwrap
     user_namespace: bool  # True when the server is not root: bwrap needs --unshare-user
     hidden: tuple[Path, ...] = ()  # e.g. $TRAINYARD_HOME
     # Tasks may make user namespaces (task_user_namespaces); else, as root, this seccomp
@@ -126,15 +146,12 @@ def find_sandbox(
 
 
 def _usable_bwrap(as_root: bool, hidden: tuple[Path, ...], allow_userns: bool) -> tuple[Sandbox | None, str]:
-    bwrap, env, setpriv = shutil.which("bwrap"), shutil.which("env"), shutil.which("setpriv")
-    shell = shutil.which("sh")
+    bwrap, env, shell = shutil.which("bwrap"), shutil.which("env"), shutil.which("sh")
     if bwrap is None:
         return None, "bubblewrap (bwrap) is not installed; on Debian: apt-get install bubblewrap"
     if env is None or shell is None:
         return None, "coreutils' env or sh is not on PATH"
-    if as_root and setpriv is None:
-        return None, "util-linux's setpriv is not on PATH"
-    sandbox = Sandbox(bwrap, env, shell, setpriv if as_root else None, user_namespace=not as_root, hidden=hidden,
+    sandbox = Sandbox(bwrap, env, shell, user_namespace=not as_root, hidden=hidden,
                       allow_userns=allow_userns,
                       userns_filter=None if allow_userns or not as_root else user_namespace_filter())
     probe = [*_namespaces(sandbox), "--tmpfs", "/tmp", "--", env, "true"]
@@ -165,6 +182,13 @@ def _namespaces(sandbox: Sandbox) -> list[str]:
     return [*argv, "--unshare-pid", "--unshare-ipc", "--dev-bind", "/", "/", "--proc", "/proc"]
 
 
+def default_starter() -> tuple[str, ...]:
+    """The task's start as this process would run it: this interpreter, isolated, on the
+    installed ``sandboxjoin`` (the backend runs the supervisor's private copy instead)."""
+    assert sandboxjoin.__file__ is not None
+    return (real_interpreter(), "-I", "-S", sandboxjoin.__file__)
+
+
 def sandbox_argv(
     sandbox: Sandbox,
     command: Sequence[str],
@@ -173,12 +197,16 @@ def sandbox_argv(
     work_dir: Path,
     shm_dir: Path,
     stop_file: Path,
+    spec_file: Path,
     bound: Sequence[Path] = (),
     writable: Sequence[Path] = (),
     mounts: Sequence[tuple[Path, Path, bool]] = (),
     identity: Identity | None = None,
+    starter: Sequence[str] | None = None,
 ) -> list[str]:
-    """The argv that runs ``command`` in the sandbox, in ``work_dir``.
+    """The argv that runs ``command`` in the sandbox, in ``work_dir``, with the environment
+    of ``spec_file`` (a JSON object whose ``env`` is the task's, in ``stop_file``'s folder):
+    the argv itself must be run with ``LAUNCH_ENV``, never the task's environment.
 
     ``hidden`` adds to the sandbox's own hidden paths; ``work_dir``, ``shm_dir`` (mounted
     on /dev/shm) and ``bound`` (read-only: e.g. the secrets dir and the script) are bound
@@ -189,9 +217,15 @@ def sandbox_argv(
     ``stop_file`` is the file a stop request creates before the
     task's group is signalled; its folder is bound read-only too (see ``_STOP_GUARD``).
     ``identity`` is who the task becomes when bwrap runs as root (required then).
+    ``starter`` is how the task's start is run (``default_starter``'s form: an interpreter,
+    its options, the ``sandboxjoin`` file, which is bound read-only at its own path).
     """
     if not sandbox.user_namespace and identity is None:
         raise ValueError("a sandbox entered as root needs the task's identity to drop to")
+    if spec_file.parent != stop_file.parent:
+        raise ValueError("the task's spec file must lie beside its stop file (the folder the sandbox binds)")
+    starter = list(starter or default_starter())
+    bound = [*bound, Path(starter[-1])]
     argv = _namespaces(sandbox)
     # Only what exists: under ``--dev-bind / /`` a missing mount point would be created on the host.
     covers = _outermost([p for p in (*sandbox.hidden, *hidden) if os.path.isdir(p)])
@@ -221,9 +255,10 @@ def sandbox_argv(
             argv += ["--ro-bind", str(source), str(source)]
         argv += ["--ro-bind" if read_only else "--bind", str(source), str(target)]
     argv += ["--chdir", str(work_dir), "--", sandbox.env, f"--default-signal={_PASSED_SIGNALS}"]
-    argv += [sandbox.shell, "-c", _STOP_GUARD, "trainyard-stop-guard", str(stop_file)]
+    argv += [*starter, "--stop", str(stop_file), "--spec", str(spec_file), "--cwd", str(work_dir)]
     if identity is not None:
-        argv += [_setpriv(sandbox), *_drop_to(identity), "--"]
+        argv += ["--drop", _ids(identity)]
+    argv.append("--")
     if sandbox.userns_filter is not None:
         argv = _with_filter(sandbox, argv, stop_file.parent)
     # bwrap itself must outlive them (see the module docstring): ignored from exec on.
@@ -256,28 +291,15 @@ def enter_argv(joiner: Sequence[str], spec_file: Path, work_dir: str, command: S
     if bwrap is not None:
         argv += ["--sandbox", f"{bwrap[0]}:{bwrap[1]}"]
     if identity is not None:
-        argv += ["--drop", f"{identity.uid}:{identity.gid}:{','.join(str(g) for g in identity.groups)}"]
+        argv += ["--drop", _ids(identity)]
     if block_userns:
         argv.append("--no-userns")
     return [*argv, "--", *command]
 
 
-def _setpriv(sandbox: Sandbox) -> str:
-    if sandbox.setpriv is None:
-        raise ValueError("setpriv was not found; it is needed to drop privileges inside the sandbox")
-    return sandbox.setpriv
-
-
-def _drop_to(identity: Identity) -> list[str]:
-    groups = ["--groups", ",".join(str(g) for g in identity.groups)] if identity.groups else ["--clear-groups"]
-    return [
-        f"--reuid={identity.uid}",
-        f"--regid={identity.gid}",
-        *groups,
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--no-new-privs",
-    ]
+def _ids(identity: Identity) -> str:
+    """``sandboxjoin``'s ``--drop`` value: ``UID:GID:GROUP,GROUP…``."""
+    return f"{identity.uid}:{identity.gid}:{','.join(str(g) for g in identity.groups)}"
 
 
 def _outermost(paths: Sequence[Path]) -> list[Path]:

@@ -1,8 +1,17 @@
-"""Run a command in a running task as the task runs (``yard exec``, ``yard shell``):
-``python -I -S sandboxjoin.py [OPTIONS] -- CMD [ARGS...]`` enters the task's sandbox (when
-``--sandbox`` names one), drops to the task's account (``--drop``), changes to ``--cwd``
-and runs CMD with the task's environment (read from ``--spec``, the task's ``spec.json``);
-it exits as CMD did.
+"""Run a command in a running task as the task runs (``yard exec``, ``yard shell``), and
+start the task itself in its sandbox: ``python -I -S sandboxjoin.py [OPTIONS] -- CMD
+[ARGS...]`` enters the task's sandbox (when ``--sandbox`` names one), drops to the task's
+account (``--drop``), changes to ``--cwd`` and runs CMD with the task's environment (read
+from ``--spec``, the task's ``spec.json``); it exits as CMD did.
+
+``--stop FILE``: the task's start, the last step of its sandbox's command line
+(``sandbox.sandbox_argv``), run by bwrap inside the sandbox it made, in place of the
+shell's stop guard and util-linux ``setpriv`` that were there. It exits 143 (as a shell
+killed by SIGTERM) when the stop file exists, else drops (``--drop``) and execs CMD in
+this process, which bwrap waits for, with the task's environment. Everything before it
+(``env``, bwrap, this interpreter) runs with a fixed environment (``sandbox.LAUNCH_ENV``),
+as root when the server is root: the job's environment reaches CMD alone, after the drop.
+The same ``drop`` as ``yard exec``'s.
 
 Which namespaces: those of the **sandbox's init**, never of a process of the task.
 ``--sandbox PID:START`` names bwrap (the process the supervisor recorded at launch, checked
@@ -31,8 +40,9 @@ the task's account. ``--no-userns`` installs the sandbox's seccomp filter (below
 that, so the command, like the task, cannot make user namespaces.
 
 The environment of this process is not the task's: a root process given the job's env
-would load its ``LD_PRELOAD``. CMD gets the task's env (with ``PWD``, and ``TERM`` from
-here when the task has none), and only CMD.
+would load its ``LD_PRELOAD`` (or ``LD_LIBRARY_PATH``, ``LD_AUDIT``, ``GCONV_PATH``...).
+CMD gets the task's env (with ``PWD``, and ``TERM`` from here when the task has none),
+and only CMD, with the signals Python ignores (SIGPIPE, SIGXFSZ) back to their defaults.
 
 The filter (``user_namespace_filter``): classic BPF for ``seccomp(2)`` as bubblewrap's
 ``--seccomp FD`` and ``PR_SET_SECCOMP`` take it, the practice of Docker's and Flatpak's
@@ -42,8 +52,14 @@ to ``clone``; ``setns`` into a user namespace (or of any type, ``nstype`` 0) fai
 EPERM. x86_64 (with its i386 and x32 system calls) and aarch64 (with arm); another
 architecture's call is killed.
 
-Stdlib only, so that the server's interpreter runs it isolated (``-I -S``); the sandbox
-module imports the filter from here.
+Stdlib only, so that the server's interpreter runs it isolated (``-I -S``: no ``PYTHON*``
+variables, no site-packages, not the current directory on the path), for exec from the
+installed package, for a task's start from the supervisor's private copy (``launcher``),
+bound read-only into the sandbox; the sandbox module imports the filter from here. At a
+task's start this interpreter and its standard library come from the sandbox's file
+system, as bwrap made it before anything of the task ran: the task cannot change it then;
+what could is a storage mounted over a system path, which the rule on ``mountPath``
+(issue 27, finding 1) keeps out.
 """
 
 from __future__ import annotations
@@ -58,6 +74,11 @@ import select
 import signal
 import struct
 import sys
+
+# Stdlib-only and run isolated: typing costs ~10 ms to import, so only mypy sees it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NoReturn
 
 NS_GET_USERNS = 0xB701  # linux/nsfs.h: _IO(0xb7, 0x1)
 ORDER = ("ipc", "mnt", "pid")
@@ -292,8 +313,10 @@ def _execvpe(command: list[str], env: dict[str, str]) -> OSError:
     return error
 
 
-USAGE = ("usage: sandboxjoin.py --spec SPEC_JSON --cwd DIR [--sandbox PID:START] [--drop UID:GID:GROUPS] "
-         "[--no-userns] -- CMD [ARGS...]")
+USAGE = ("usage: sandboxjoin.py --spec SPEC_JSON --cwd DIR [--sandbox PID:START | --stop STOP_FILE] "
+         "[--drop UID:GID:GROUPS] [--no-userns] -- CMD [ARGS...]")
+STOPPED = 128 + signal.SIGTERM  # what the task's start exits with when a stop came first
+_OPTIONS = ("--spec", "--cwd", "--sandbox", "--stop", "--drop")
 
 
 def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
@@ -304,7 +327,7 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
         if name == "--no-userns":
             options[name] = ""
             at += 1
-        elif name in ("--spec", "--cwd", "--sandbox", "--drop") and at + 1 < len(argv):
+        elif name in _OPTIONS and at + 1 < len(argv):
             options[name] = argv[at + 1]
             at += 2
         else:
@@ -312,6 +335,8 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]]:
     command = argv[at + 1:]
     if not command or "--spec" not in options or "--cwd" not in options:
         raise ValueError("a command, --spec and --cwd are required")
+    if "--sandbox" in options and "--stop" in options:
+        raise ValueError("--sandbox joins a running task, --stop starts one: not both")
     return options, command
 
 
@@ -321,11 +346,15 @@ def main(argv: list[str]) -> int:
         sandbox = [int(n) for n in options["--sandbox"].split(":")] if "--sandbox" in options else None
         uid, gid, *rest = options["--drop"].split(":") if "--drop" in options else ("", "", "")
         groups = [int(g) for g in rest[0].split(",") if g] if rest else []
+        ids = (int(uid), int(gid), groups) if uid else None
         if sandbox is not None and len(sandbox) != 2:
             raise ValueError("--sandbox takes PID:START")
     except ValueError as exc:
         print(f"{USAGE}\n{exc}", file=sys.stderr)
         return 2
+    # A stop that came while bwrap set up (it ignores SIGTERM): the task never starts.
+    if "--stop" in options and os.path.exists(options["--stop"]):
+        return STOPPED
     libc = ctypes.CDLL(None, use_errno=True)
     # All that is read or resolved as root happens here, before the join.
     for name in ("setns", "prctl", "capset", "capget"):
@@ -347,20 +376,11 @@ def main(argv: list[str]) -> int:
     except (OSError, KeyError, ValueError) as exc:
         print(f"trainyard: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 126
-    child = os.fork()
+    if "--stop" in options:  # the task's start: it is this process, bwrap's to wait for
+        _become(libc, ids, last_cap, program, options["--cwd"], command, env)
+    child = os.fork()  # a PID namespace is entered by the children
     if child == 0:
-        try:
-            if uid:
-                drop(libc, int(uid), int(gid), groups, last_cap)
-            if program is not None:
-                install_filter(libc, program)
-            os.chdir(options["--cwd"])
-        except OSError as exc:
-            print(f"trainyard: {exc.strerror or exc}", file=sys.stderr)
-            os._exit(126)
-        failed = _execvpe(command, env)
-        print(f"trainyard: cannot run {command[0]}: {failed.strerror or failed}", file=sys.stderr)
-        os._exit(127)
+        _become(libc, ids, last_cap, program, options["--cwd"], command, env)
     # A Ctrl-C at a terminal reaches the command's whole group, this process included: the
     # command decides what it means; this one only reports how the command ended.
     for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP):
@@ -373,6 +393,29 @@ def main(argv: list[str]) -> int:
         if os.WIFSTOPPED(status):
             continue
         return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _become(libc: ctypes.CDLL, ids: tuple[int, int, list[int]] | None, last_cap: int, program: bytes | None,
+            cwd: str, command: list[str], env: dict[str, str]) -> NoReturn:
+    """Drop to ``ids`` (uid, gid, groups), install ``program`` (the filter), change to
+    ``cwd``, exec ``command`` with ``env``; never returns (126: the drop failed, 127: no
+    command ran)."""
+    try:
+        if ids is not None:
+            drop(libc, *ids, last_cap)
+        if program is not None:
+            install_filter(libc, program)
+        os.chdir(cwd)
+    except OSError as exc:
+        print(f"trainyard: {exc.strerror or exc}", file=sys.stderr)
+        os._exit(126)
+    # Python ignores these; an exec'd program expects the defaults (a shell pipeline's
+    # writer dies of SIGPIPE), and an ignored signal stays ignored across exec.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+    failed = _execvpe(command, env)
+    print(f"trainyard: cannot run {command[0]}: {failed.strerror or failed}", file=sys.stderr)
+    os._exit(127)
 
 
 if __name__ == "__main__":

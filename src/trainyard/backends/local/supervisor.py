@@ -37,7 +37,10 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    unrecorded, nor a line of it outside its limits.
 4. Open the gate: the task execs the command line of ``task_argv`` (the spec's ``argv``:
    a bubblewrap sandbox around ``bash --noprofile --norc script.sh``, or bash alone) with
-   stdin from /dev/null and stdout+stderr appended to ``output.log``; a task with a
+   stdin from /dev/null and stdout+stderr appended to ``output.log``, and the environment
+   of the spec's ``launch_env`` when it has one (a sandbox's: what runs before the task,
+   as root, never sees the job's variables, and the sandbox's last step gives the task
+   its ``env``), else its ``env``; a task with a
    ``container`` execs the container engine's client instead (``containerrun``: the image
    is pulled first when the node lacks it), which stays root and drops to the task's user
    inside the container, and whose container the waiter removes if the client was killed. When the spec names
@@ -472,7 +475,10 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
                 raise PermissionError(f"could not switch to user {user['name']!r}")
         os.chdir(spec["cwd"])
         argv = task_argv(spec, script_path)
-        os.execve(argv[0], argv, spec["env"])
+        # A sandbox's command line runs as root before the task (``launch_env``, no job
+        # variable: the loader would honour the job's LD_PRELOAD); its last step gives the
+        # task its env. Bare bash is the task itself, already dropped to its account above.
+        os.execve(argv[0], argv, spec["launch_env"] if "launch_env" in spec else spec["env"])
     except BaseException as exc:  # noqa: BLE001 - the child must never return to the waiter
         try:
             os.write(2, f"trainyard: cannot start the task: {exc!r}\n".encode())

@@ -29,7 +29,7 @@ from trainyard.backends.containers import ENGINE_ENV, ContainerEngine
 from trainyard.backends.local import procfs, sandboxjoin, taskfiles
 from trainyard.backends.local.launcher import real_interpreter
 from trainyard.backends.local.records import Claim
-from trainyard.backends.local.sandbox import Identity, Sandbox, enter_argv
+from trainyard.backends.local.sandbox import LAUNCH_ENV, Identity, Sandbox, enter_argv
 
 # Moves this shell into each cgroup directory before ``--``, then execs the rest: the
 # command, and all it starts, then counts against the task's limits. Paths are arguments,
@@ -96,7 +96,7 @@ def _clean_env() -> dict[str, str]:
     """What the root processes on the way into a task run with: none of the task's
     variables, which the job sets (a root process given its ``LD_PRELOAD`` would run the
     job's library). The joiner gives the task's environment to the command alone."""
-    return {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    return dict(LAUNCH_ENV)
 
 
 def _env(spec: dict[str, Any]) -> dict[str, str]:
