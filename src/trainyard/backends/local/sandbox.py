@@ -35,7 +35,8 @@ None of it gets the job's environment: the supervisor execs it with ``LAUNCH_ENV
 spec's ``launch_env``), since the dynamic loader honours ``LD_PRELOAD``,
 ``LD_LIBRARY_PATH`` and the like for root running an ordinary program, and a job could
 name a library of its own there (issue 27: it ran as uid 0 in ``env``, bwrap, the stop
-guard's shell and ``setpriv``). The last step, the task's start (``sandboxjoin``, run by
+guard's shell and ``setpriv``; without root it would run in bwrap before the sandbox
+exists, where the server's home is not hidden). The last step, the task's start (``sandboxjoin``, run by
 the server's interpreter in isolated mode from the supervisor's private copy, which is
 bound read-only into the sandbox), reads the task's environment from the task's
 ``spec.json`` (root's, 0600; in the task's directory, which the sandbox binds read-only;
