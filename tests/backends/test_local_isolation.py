@@ -80,12 +80,12 @@ def test_a_configured_map_is_checked_at_start_and_used() -> None:
         TaskAccounts({"alice": "nobody"}, create=False).account_for("nemo-unmapped")
 
 
-FAKE_SANDBOX = Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", None, user_namespace=True)
+FAKE_SANDBOX = Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", user_namespace=True)
 
 
 def _plan(monkeypatch, *, as_root: bool, sandbox: Sandbox | None, **settings):
     why = "" if sandbox is not None else "bubblewrap (bwrap) is not installed"
-    monkeypatch.setattr(isolation, "find_sandbox", lambda mode, hidden, as_root: (sandbox, why))
+    monkeypatch.setattr(isolation, "find_sandbox", lambda mode, hidden, as_root, allow_userns=False: (sandbox, why))
     options = dict(accounts_mode="auto", task_user=None, sandbox_mode="auto", home=Path("/srv/ty"),
                    cluster="c1", as_root=as_root, server_user="root" if as_root else "ty-admin")
     return plan_isolation(**{**options, **settings})

@@ -77,9 +77,13 @@ def test_spec_json_says_exactly_what_the_supervisor_runs(per_user) -> None:
     per_user.wait_ended(key)
     spec = json.loads((per_user.backend.task_dir(key) / taskfiles.SPEC).read_text())
     sandboxed = "/usr/bin/bwrap" in spec["argv"]
-    # Sandboxed, root enters the sandbox and setpriv drops to the account inside; else the
+    # Sandboxed, root enters the sandbox and the task's start drops to the account inside,
+    # the chain before it running with the launch env, not the task's; else the
     # supervisor's child drops to it before exec.
     assert ("user" in spec) is not sandboxed
+    if sandboxed:
+        assert spec["launch_env"] == {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+        assert "--drop" in spec["argv"] and "--stop" in spec["argv"]
     assert spec["argv"][-1].endswith("worker-0-0.sh")
     assert stat.S_IMODE(os.stat(per_user.backend.task_dir(key) / taskfiles.SPEC).st_mode) == 0o600
 

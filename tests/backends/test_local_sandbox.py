@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from trainyard.backends.local import sandboxjoin
 from trainyard.backends.local.sandbox import (
+    LAUNCH_ENV,
     MOUNT_FD_BASE,
     Identity,
     Sandbox,
@@ -27,8 +31,12 @@ NOBODY = 65534
 
 
 def _fake_sandbox(*, user_namespace: bool, hidden: tuple[Path, ...] = ()) -> Sandbox:
-    return Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", None if user_namespace else "/usr/bin/setpriv",
-                   user_namespace=user_namespace, hidden=hidden)
+    return Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", user_namespace=user_namespace, hidden=hidden)
+
+
+def _run(argv: list[str], prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run a sandbox's command line as the supervisor does: with the launch env only."""
+    return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=30, cwd="/", env=LAUNCH_ENV)
 
 
 def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp_path: Path) -> None:
@@ -36,11 +44,12 @@ def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp
     work = work_root / "1" / "0" / "w-0-0"
     for d in (state / "t", work, work_root / "1" / "0" / ".shm"):
         d.mkdir(parents=True)
+    starter = ("/usr/bin/python3.11", "-I", "-S", str(state / "supervisor" / "sandboxjoin.py"))
     argv = sandbox_argv(
         _fake_sandbox(user_namespace=False, hidden=(home,)), ["/bin/bash", "script"],
         hidden=(state, work_root, tmp_path / "missing"), work_dir=work, shm_dir=work_root / "1" / "0" / ".shm",
-        stop_file=state / "t" / "stop.json", bound=(work_root / "1" / "0" / "w-0-0.sh",),
-        identity=Identity(1234, 1235, (1235, 44)),
+        stop_file=state / "t" / "stop.json", spec_file=state / "t" / "spec.json",
+        bound=(work_root / "1" / "0" / "w-0-0.sh",), identity=Identity(1234, 1235, (1235, 44)), starter=starter,
     )
     text = " ".join(argv)
     assert argv[:2] == ["/usr/bin/env", "--ignore-signal=TERM,USR1,USR2,HUP,INT"]
@@ -53,10 +62,14 @@ def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp
     # Folders inside a tmpfs leading to what is bound back are made searchable first.
     assert text.index(f"--dir {work_root}/1") < text.index(f"--dir {work_root}/1/0") < text.index(f"--bind {work}")
     assert f"--ro-bind {work_root}/1/0/w-0-0.sh" in text and f"--ro-bind {state}/t {state}/t" in text
-    drop = argv.index("/usr/bin/setpriv")
-    assert argv[drop:drop + 4] == ["/usr/bin/setpriv", "--reuid=1234", "--regid=1235", "--groups"]
-    assert "--no-new-privs" in argv[drop:] and "--bounding-set=-all" in argv[drop:]
-    assert argv[-2:] == ["/bin/bash", "script"]
+    # The task's start: the starter, bound read-only (it lies in the hidden state dir), with
+    # where the task's env is, never the env itself; it drops to the account.
+    assert f"--ro-bind {starter[-1]} {starter[-1]}" in text
+    start = argv.index(starter[0])
+    assert argv[start - 2:start] == ["/usr/bin/env", "--default-signal=TERM,USR1,USR2,HUP,INT"]
+    assert argv[start:] == [*starter, "--stop", f"{state}/t/stop.json", "--spec", f"{state}/t/spec.json",
+                            "--cwd", str(work), "--drop", "1234:1235:1235,44", "--", "/bin/bash", "script"]
+    assert "setpriv" not in text
 
 
 def test_storages_are_bound_from_descriptors_over_covered_paths_and_private_top_folders(tmp_path: Path) -> None:
@@ -82,10 +95,13 @@ def test_storages_are_bound_from_descriptors_over_covered_paths_and_private_top_
 def test_as_root_a_sandbox_needs_an_identity_and_it_never_hides_the_root(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="identity"):
         sandbox_argv(_fake_sandbox(user_namespace=False), ["true"], hidden=(), work_dir=tmp_path,
-                     shm_dir=tmp_path, stop_file=tmp_path / "stop.json")
+                     shm_dir=tmp_path, stop_file=tmp_path / "stop.json", spec_file=tmp_path / "spec.json")
     with pytest.raises(ValueError, match="cannot hide /"):
         sandbox_argv(_fake_sandbox(user_namespace=True), ["true"], hidden=(Path("/"),), work_dir=tmp_path,
-                     shm_dir=tmp_path, stop_file=tmp_path / "stop.json")
+                     shm_dir=tmp_path, stop_file=tmp_path / "stop.json", spec_file=tmp_path / "spec.json")
+    with pytest.raises(ValueError, match="beside its stop file"):
+        sandbox_argv(_fake_sandbox(user_namespace=True), ["true"], hidden=(), work_dir=tmp_path,
+                     shm_dir=tmp_path, stop_file=tmp_path / "stop.json", spec_file=tmp_path / "x" / "spec.json")
 
 
 def test_find_sandbox_none_and_unknown_modes() -> None:
@@ -116,15 +132,38 @@ def _layout(base: Path, owner: int) -> dict[str, Path]:
         "home": base / "home", "secret": base / "home" / "client.json", "state": base / "home" / "state",
         "other": base / "work" / "2" / "0" / "w-0-0", "work": base / "work" / "1" / "0" / "w-0-0",
         "shm": base / "work" / "1" / "0" / ".shm", "stop": base / "home" / "state" / "1" / "stop.json",
+        "spec": base / "home" / "state" / "1" / "spec.json",
     }
     for key in ("state", "other", "work", "shm"):
         paths[key].mkdir(parents=True)
     paths["stop"].parent.mkdir(parents=True)
     paths["secret"].write_text("admin token")
+    _write_spec(paths["spec"], {})
     (paths["other"] / "theirs.txt").write_text("other task's file")
     for key in ("work", "shm"):
         os.chown(paths[key], owner, owner)
     return paths
+
+
+def _write_spec(path: Path, env: dict[str, str]) -> None:
+    """The task's spec.json as the backend writes it (root's, 0600), with the task's env."""
+    path.write_text(json.dumps({"env": {**LAUNCH_ENV, **env}}))
+    path.chmod(0o600)
+
+
+def _starter_for_nobody(base: Path) -> tuple[str, ...]:
+    """The task's start as a non-root server (here: nobody) runs it: a Python it can run,
+    and a copy of ``sandboxjoin`` it can read (this checkout may lie in root's home)."""
+    python = os.path.realpath(os.environ.get("TRAINYARD_TEST_NONROOT_PYTHON", "/usr/bin/python3"))
+    copy = base / "sandboxjoin.py"
+    assert sandboxjoin.__file__ is not None
+    shutil.copyfile(sandboxjoin.__file__, copy)
+    copy.chmod(0o644)
+    probe = subprocess.run(["runuser", "-u", "nobody", "--", python, "-I", "-S", "-c", "import ctypes"],
+                           capture_output=True, timeout=30, cwd="/")
+    if probe.returncode != 0:
+        pytest.skip(f"no Python that nobody can run ({python}; TRAINYARD_TEST_NONROOT_PYTHON names one)")
+    return (python, "-I", "-S", str(copy))
 
 
 SNOOP = (
@@ -142,10 +181,10 @@ def test_as_root_the_task_runs_as_its_account_and_sees_only_its_own(public_dir: 
     assert sandbox is not None, why
     argv = sandbox_argv(
         sandbox, ["/bin/sh", "-c", SNOOP, "snoop", str(public_dir)], hidden=(paths["state"], public_dir / "work"),
-        work_dir=paths["work"], shm_dir=paths["shm"], stop_file=paths["stop"],
+        work_dir=paths["work"], shm_dir=paths["shm"], stop_file=paths["stop"], spec_file=paths["spec"],
         identity=Identity(NOBODY, NOBODY, ()),
     )
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+    done = _run(argv)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
     assert lines[0] == str(NOBODY) and int(lines[1]) <= 4  # its own processes only
@@ -158,7 +197,7 @@ def test_as_root_the_task_runs_as_its_account_and_sees_only_its_own(public_dir: 
 def test_without_root_a_user_namespace_hides_the_same(public_dir: Path) -> None:
     """The non-root server's sandbox, run as nobody: what `yard up` as a plain user gets."""
     paths = _layout(public_dir, NOBODY)
-    for path in (public_dir / "home", paths["state"], paths["stop"].parent, paths["secret"]):
+    for path in (public_dir / "home", paths["state"], paths["stop"].parent, paths["secret"], paths["spec"]):
         os.chown(path, NOBODY, NOBODY)  # the server's own files, as a non-root server has them
     probe = subprocess.run(["runuser", "-u", "nobody", "--", "bwrap", "--unshare-user", "--dev-bind", "/", "/",
                             "true"], capture_output=True, timeout=30)
@@ -168,10 +207,10 @@ def test_without_root_a_user_namespace_hides_the_same(public_dir: Path) -> None:
     assert sandbox is not None and sandbox.user_namespace, why
     argv = sandbox_argv(
         sandbox, ["/bin/sh", "-c", SNOOP, "snoop", str(public_dir)], hidden=(paths["state"], public_dir / "work"),
-        work_dir=paths["work"], shm_dir=paths["shm"], stop_file=paths["stop"],
+        work_dir=paths["work"], shm_dir=paths["shm"], stop_file=paths["stop"], spec_file=paths["spec"],
+        starter=_starter_for_nobody(public_dir),
     )
-    done = subprocess.run(["runuser", "-u", "nobody", "--", *argv], capture_output=True, text=True, timeout=30,
-                          cwd="/")
+    done = _run(argv, ("runuser", "-u", "nobody", "--"))
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stderr
     assert lines[0] == str(NOBODY) and int(lines[1]) <= 4
@@ -190,23 +229,27 @@ def test_the_job_dir_is_bound_back_writable_inside_the_hidden_work_root(public_d
     job_dir = public_dir / "work" / "1" / "jobdir"
     job_dir.mkdir()
     os.chown(job_dir, NOBODY, NOBODY)
-    prefix: list[str] = []
+    prefix: tuple[str, ...] = ()
+    starter = None
     if not as_root:
         os.chown(paths["stop"].parent, NOBODY, NOBODY)
+        os.chown(paths["spec"], NOBODY, NOBODY)
         probe = subprocess.run(["runuser", "-u", "nobody", "--", "bwrap", "--unshare-user", "--dev-bind", "/", "/",
                                 "true"], capture_output=True, timeout=30)
         if probe.returncode != 0:
             pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr!r}")
-        prefix = ["runuser", "-u", "nobody", "--"]
+        prefix = ("runuser", "-u", "nobody", "--")
+        starter = _starter_for_nobody(public_dir)
     sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]], as_root=as_root)
     assert sandbox is not None, why
     script = 'echo 17 > "$1/ckpt" && cat "$1/ckpt"; ls "$2" || echo no-other'
     argv = sandbox_argv(
         sandbox, ["/bin/sh", "-c", script, "save", str(job_dir), str(paths["other"])],
         hidden=(paths["state"], public_dir / "work"), work_dir=paths["work"], shm_dir=paths["shm"],
-        stop_file=paths["stop"], writable=(job_dir,), identity=Identity(NOBODY, NOBODY, ()) if as_root else None,
+        stop_file=paths["stop"], spec_file=paths["spec"], writable=(job_dir,),
+        identity=Identity(NOBODY, NOBODY, ()) if as_root else None, starter=starter,
     )
-    done = subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=30, cwd="/")
+    done = _run(argv, prefix)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["17", "no-other"]  # the job's directory, and nothing else of the root
     assert (job_dir / "ckpt").read_text() == "17\n"
@@ -220,6 +263,56 @@ def test_a_stop_requested_before_the_task_starts_keeps_it_from_starting(public_d
     sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]])
     assert sandbox is not None, why
     argv = sandbox_argv(sandbox, ["/bin/sh", "-c", "echo started > here"], hidden=(), work_dir=paths["work"],
-                        shm_dir=paths["shm"], stop_file=paths["stop"], identity=Identity(NOBODY, NOBODY, ()))
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
+                        shm_dir=paths["shm"], stop_file=paths["stop"], spec_file=paths["spec"],
+                        identity=Identity(NOBODY, NOBODY, ()))
+    done = _run(argv)
     assert done.returncode == 143 and not (paths["work"] / "here").exists()
+
+
+@needs_bwrap
+@needs_root
+def test_as_root_only_the_task_gets_its_env_and_nothing_runs_as_root_with_it(public_dir: Path) -> None:
+    """What starts a task (env, bwrap, the task's start: root) runs with the launch env;
+    the task, dropped to its account, gets the spec's env, and only the task. Each process
+    that sees the task's ``LD_DEBUG_OUTPUT`` writes a file there, owned by whoever it runs
+    as: before the launch env, root's ``env``, ``bwrap``, ``sh`` and ``setpriv`` did too.
+    And the task runs as a shell expects: SIGPIPE is not ignored (Python ignores it)."""
+    paths = _layout(public_dir, NOBODY)
+    seen = public_dir / "seen"
+    seen.mkdir(mode=0o1777)
+    seen.chmod(0o1777)
+    env = {"MARK": "the task's own", "LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(seen / "ld")}
+    _write_spec(paths["spec"], env)
+    sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]])
+    assert sandbox is not None, why
+    script = 'echo "$MARK"; grep SigIgn /proc/self/status; yes | head -1'
+    argv = sandbox_argv(sandbox, ["/bin/sh", "-c", script], hidden=(paths["state"],), work_dir=paths["work"],
+                        shm_dir=paths["shm"], stop_file=paths["stop"], spec_file=paths["spec"],
+                        identity=Identity(NOBODY, NOBODY, ()))
+    done = _run(argv)
+    assert done.returncode == 0, done.stderr
+    mark, ignored, yes = done.stdout.splitlines()
+    assert mark == "the task's own" and yes == "y"
+    assert int(ignored.split()[1], 16) & (1 << (13 - 1)) == 0, ignored  # SIGPIPE (13) not ignored
+    owners = {f.stat().st_uid for f in seen.iterdir()}
+    assert owners == {NOBODY}, sorted((f.name, f.stat().st_uid) for f in seen.iterdir())
+
+
+def test_the_task_start_refuses_a_stop_and_bad_options(tmp_path: Path) -> None:
+    """``sandboxjoin --stop``, run here without a sandbox or a drop: it execs the command
+    with the spec's env (and PWD), or exits 143 when the stop file exists."""
+    spec, stop = tmp_path / "spec.json", tmp_path / "stop.json"
+    spec.write_text(json.dumps({"env": {"PATH": "/usr/bin:/bin", "MARK": "mine"}}))
+    starter = [sys.executable, "-I", "-S", str(sandboxjoin.__file__)]
+    argv = [*starter, "--stop", str(stop), "--spec", str(spec), "--cwd", str(tmp_path), "--",
+            "sh", "-c", 'echo "$MARK $PWD"; env | sort | cut -d= -f1 | tr "\\n" " "']
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
+                                                                                  "LEAK": "x"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"mine {tmp_path}"
+    assert set(done.stdout.splitlines()[1].split()) <= {"MARK", "PATH", "PWD", "SHLVL", "_"}, done.stdout
+    stop.write_text("{}")
+    assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 143
+    both = [*starter, "--sandbox", "1:2", "--stop", str(stop), "--spec", str(spec), "--cwd", "/", "--", "true"]
+    refused = subprocess.run(both, capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2 and "not both" in refused.stderr

@@ -189,6 +189,26 @@ def cluster(request, tmp_path_factory) -> Iterator[Cluster]:
             shutil.rmtree(home.parent, ignore_errors=True)
 
 
+def _group(pgid: int) -> list[int]:
+    """The processes of process group ``pgid``."""
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            data = Path(f"/proc/{name}/stat").read_bytes() if name.isdigit() else b""
+        except OSError:
+            continue
+        if data and int(data[data.rindex(b")") + 2:].split()[2]) == pgid:
+            found.append(int(name))
+    return sorted(found)
+
+
+def _environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
 def _mode(path: Path) -> tuple[str, int]:
     info = os.lstat(path)
     return oct(stat.S_IMODE(info.st_mode)), info.st_uid
@@ -216,8 +236,12 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     admin_token = json.loads(holders["client-file"].read_text())["token"]
     for label, path in holders.items():
         assert (admin_token if label == "client-file" else ALICE_SECRET) in path.read_text(), label
-    alice_pid = json.loads((task_dir / "pid.json").read_text())["task"]["pid"]
-    assert ALICE_SECRET.encode() in Path(f"/proc/{alice_pid}/environ").read_bytes()  # it does hold it
+    # Her task's own processes hold it (in the sandbox, as her account); what started them
+    # (bwrap, the group's leader: root's, or the server's account) does not.
+    leader = json.loads((task_dir / "pid.json").read_text())["task"]["pid"]
+    holding = [pid for pid in _group(leader) if ALICE_SECRET.encode() in _environ(pid)]
+    assert holding and leader not in holding, holding
+    alice_pid = holding[0]
 
     # The files alice's account owns are hers alone; the task state is the server's alone.
     alice_uid, server_uid = pwd.getpwnam(cluster.account("alice")).pw_uid, 0 if cluster.as_root else NOBODY

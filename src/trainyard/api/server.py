@@ -238,6 +238,7 @@ def task_isolation(settings: Settings, cluster: str) -> TaskIsolation:
             work_dir=settings.task_work_dir,
             account_map=settings.task_account_map,
             create_accounts=settings.task_account_create,
+            allow_userns=settings.task_user_namespaces,
         )
     except ValueError as exc:
         raise StartupError(str(exc)) from exc

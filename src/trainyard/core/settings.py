@@ -81,6 +81,12 @@ class Settings(BaseSettings):
         description="Per-task bubblewrap sandbox (local backend): auto (when bwrap works here), bwrap "
         "(required), none",
     )
+    # Issue 27, exec and the sandbox: user namespaces inside a task's sandbox.
+    task_user_namespaces: bool = Field(
+        default=False,
+        description="Let sandboxed tasks make user namespaces (unshare -U, rootless podman or Chromium's sandbox "
+        "inside a task); off, a seccomp filter (as root) or bwrap's --disable-userns keeps them from it",
+    )
     task_limits: Literal["auto", "cgroups", "none"] = Field(
         default="auto",
         description="Enforce each task's cpu and memoryMB with cgroups (v1 or v2; local backend): auto "

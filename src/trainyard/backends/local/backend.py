@@ -43,7 +43,9 @@ whatever still runs at the deadline.
 
 ``spec.json`` holds the final ``argv`` the task process executes. With a ``sandbox`` that is
 a bubblewrap command line (``sandbox``) that hides the server's home, the state dir and
-the work root and drops to the account inside; without one it is bash itself, and the
+the work root and drops to the account inside; the task process execs it with the spec's
+``launch_env``, not the task's (it runs as root), and the task's start, its last step,
+gives bash the task's ``env`` from ``spec.json``. Without one it is bash itself, and the
 task process drops to the account (``user`` in the spec: groups, gid, uid) after joining
 its process group and redirecting its output, before exec. The task's environment is
 the clean one of ``backends/environment`` (nothing of the server's); its HOME, USER and
@@ -124,14 +126,7 @@ from trainyard.backends.local.records import (
     stop_deadline,
     stop_request,
 )
-from trainyard.backends.local.sandbox import (
-    Identity,
-    Sandbox,
-    StorageMount,
-    mount_fds,
-    sandbox_argv,
-    split_loader_env,
-)
+from trainyard.backends.local.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
 from trainyard.backends.local.supervisor import open_inside
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
@@ -578,22 +573,22 @@ class LocalBackend(jobdirs.JobDirTree):
             if self._sandbox.user_namespace:
                 raise ValueError("task accounts need the server to run as root")
             identity = Identity(account.uid, account.gid, tuple(account.groups()))
-            # Who ``yard exec`` becomes in the sandbox (``taskexec``), as bwrap's setpriv makes the task.
+            # Who ``yard exec`` becomes in the sandbox (``taskexec``), as the task's start makes the task.
             spec["sandbox_identity"] = {"uid": identity.uid, "gid": identity.gid, "groups": list(identity.groups)}
         attempt_dir = task_dir.parent if self.work_dir_root is None else work.parent
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
         mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
-        # The root side (env, bwrap, sh, setpriv; ``yard exec``'s joiner) runs without the
-        # loader's variables; the task gets them after the drop (``loader_env``).
-        spec["env"], spec["loader_env"] = split_loader_env(env)
         spec["argv"] = sandbox_argv(
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
+            spec_file=task_dir / taskfiles.SPEC,
             bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
             writable=(job_dir,) if own_environments is None else (job_dir, own_environments), identity=identity,
-            mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths], loader_env=spec["loader_env"],
+            mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths], starter=self._launcher.starter(),
         )
         # The supervisor opens each storage's folder and hands it to bwrap (``open_mount_fds``).
         spec["mount_fds"] = mount_fds(mounts)
+        # What env, bwrap and the task's start run with (as root): never the job's variables.
+        spec["launch_env"] = dict(LAUNCH_ENV)
         return spec
 
     def _limits_spec(self, task: TaskLaunch) -> dict[str, Any]:

@@ -55,6 +55,7 @@ def plan_isolation(
     work_dir: Path | None = None,
     account_map: Mapping[str, str] | None = None,
     create_accounts: bool = True,
+    allow_userns: bool = False,
 ) -> TaskIsolation:
     """Decide accounts, sandbox and work-dir root; ValueError for settings that cannot work."""
     if accounts_mode not in ACCOUNTS_MODES:
@@ -76,7 +77,7 @@ def plan_isolation(
     if mode == "server" and as_root:
         sandbox, no_sandbox = None, "a task running as root could undo one"
     else:
-        sandbox, no_sandbox = find_sandbox(sandbox_mode, hidden=[home], as_root=as_root)
+        sandbox, no_sandbox = find_sandbox(sandbox_mode, hidden=[home], as_root=as_root, allow_userns=allow_userns)
     accounts = TaskAccounts(account_map, create=create_accounts) if mode == "per-user" else None
     # Always one folder per cluster id, the admin's work_dir included: two servers given
     # the same one must not share (or adopt) each other's work dirs for job 1, 2...
@@ -87,12 +88,20 @@ def plan_isolation(
     return TaskIsolation(accounts, task_user, sandbox, work_root, summary, weak)
 
 
+def _user_namespaces(sandbox: Sandbox | None) -> str:
+    if sandbox is None or sandbox.allow_userns:
+        return "tasks may make user namespaces (task_user_namespaces)"
+    if sandbox.user_namespace or sandbox.userns_filter is not None:
+        return "no user namespaces in tasks"
+    return "tasks may make user namespaces: no seccomp filter for this machine's architecture"
+
+
 def _summary(
     mode: str, sandbox: Sandbox | None, no_sandbox: str, task_user: str | None, server_user: str, home: Path
 ) -> tuple[str, bool]:
     hidden = (
         f"in a bubblewrap sandbox (private /proc, /tmp and /dev/shm; {home}, the task state and other"
-        " tasks' work dirs hidden)"
+        f" tasks' work dirs hidden; {_user_namespaces(sandbox)})"
     )
     without = f"without a sandbox ({no_sandbox})"
     if mode == "per-user":

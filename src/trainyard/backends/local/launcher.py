@@ -8,7 +8,8 @@ installed package would fail (``ModuleNotFoundError``) or run code of another ve
 
 So supervisors never import the installed package. When the backend starts, it takes the
 source of the supervisor's stdlib-only modules (``supervisor``, ``procfs``,
-``taskfiles``, ``containerrun``, and the shared ``backends/cgroups`` and
+``taskfiles``, ``containerrun``, ``sandboxjoin`` (a sandboxed task's start, see
+``starter``), and the shared ``backends/cgroups`` and
 ``backends/containercgroup``, as this server has them) and keeps them in memory; it writes them to
 ``<state_dir>/supervisor/<digest>/`` (a runnable directory: ``__main__.py`` plus the
 ``trainyard/backends/`` packages holding just those modules) and runs every
@@ -43,14 +44,15 @@ from types import ModuleType
 from typing import IO
 
 from trainyard.backends import cgroups, containercgroup
-from trainyard.backends.local import containerrun, procfs, supervisor, taskfiles
+from trainyard.backends.local import containerrun, procfs, sandboxjoin, supervisor, taskfiles
 
 SNAPSHOTS_DIR = "supervisor"
 CHECK_ARG = "--check"
 CHECK_TIMEOUT_SECONDS = 30.0
 # The package path the copied modules keep, so that their own imports resolve to each other.
 _PACKAGE = ("trainyard", "backends", "local")
-_MODULES: tuple[ModuleType, ...] = (supervisor, procfs, taskfiles, containerrun, cgroups, containercgroup)
+_MODULES: tuple[ModuleType, ...] = (supervisor, procfs, taskfiles, containerrun, sandboxjoin, cgroups,
+                                    containercgroup)
 _MAIN = f"import sys\nfrom {supervisor.__name__} import main\nsys.exit(main(sys.argv))\n"
 
 
@@ -78,6 +80,11 @@ class SupervisorLauncher:
     def argv(self, task_dir: Path) -> list[str]:
         """The command line of the supervisor of ``task_dir``."""
         return [self.python, "-I", "-S", str(self.snapshot), str(task_dir)]
+
+    def starter(self) -> tuple[str, ...]:
+        """How a sandboxed task's start (``sandboxjoin --stop``) is run: from this copy,
+        which outlives an upgrade as the supervisors' code does, by the same interpreter."""
+        return (self.python, "-I", "-S", str(self.snapshot / Path(*_PACKAGE) / "sandboxjoin.py"))
 
     def spawn(self, task_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
         """Start the supervisor of ``task_dir``, its output appended to ``log_path``.

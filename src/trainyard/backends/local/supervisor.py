@@ -42,7 +42,10 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    (root, outside the task's group and cgroup), copies the pipe into the log up to the cap,
    then writes one line saying so and drops the rest, reading on so that the task runs on
    (with ``log_cap_stop``, it has the waiter SIGKILL the task's group instead). The task
-   never holds the log's file descriptor, so no write of its can pass the cap; a task with a
+   never holds the log's file descriptor, so no write of its can pass the cap. It runs with
+   the environment of the spec's ``launch_env`` when it has one (a sandbox's: what runs
+   before the task, as root, never sees the job's variables, and the sandbox's last step
+   gives the task its ``env``), else its ``env``; a task with a
    ``container`` execs the container engine's client instead (``containerrun``: the image
    is pulled first when the node lacks it), which stays root and drops to the task's user
    inside the container, and whose container the waiter removes if the client was killed. When the spec names
@@ -596,7 +599,10 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
         os.chdir(spec["cwd"])
         argv = task_argv(spec, script_path)
         open_mount_fds(spec.get("mount_fds") or [])
-        os.execve(argv[0], argv, spec["env"])
+        # A sandbox's command line runs as root before the task (``launch_env``, no job
+        # variable: the loader would honour the job's LD_PRELOAD); its last step gives the
+        # task its env. Bare bash is the task itself, already dropped to its account above.
+        os.execve(argv[0], argv, spec["launch_env"] if "launch_env" in spec else spec["env"])
     except BaseException as exc:  # noqa: BLE001 - the child must never return to the waiter
         try:
             os.write(2, f"trainyard: cannot start the task: {exc!r}\n".encode())

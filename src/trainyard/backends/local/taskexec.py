@@ -6,10 +6,12 @@ What the command shares with the task:
 - a task in a container: everything, for it runs in the container (``ENGINE exec``): its
   files, processes, environment, working directory, user, GPUs and memory limit;
 - a bare task: its environment (``CUDA_VISIBLE_DEVICES`` included) and working directory,
-  its OS account (``setpriv``, as the task dropped to it), and its cgroup, so its CPU and
+  its OS account (dropped to by ``sandboxjoin`` itself), and its cgroup, so its CPU and
   memory limits count what the command uses too; in a sandbox, also the sandbox's mount,
-  PID and IPC namespaces (``sandboxjoin``): its view of the files (storages at their
-  mountPath, a private /tmp and /dev/shm) and of its processes. Not shared: the task's
+  PID and IPC namespaces, those of the sandbox's init, never a task's own (``sandboxjoin``):
+  its view of the files (storages at their mountPath, a private /tmp and /dev/shm) and of
+  its processes, and its seccomp filter (no user namespaces, unless the admin allows
+  them). What runs as root on the way has a clean environment, not the task's. Not shared: the task's
   process group (a stop signals the task, not the command; the command ends with the task
   when it shares its sandbox or cgroup, whose ends kill what is left in them).
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from trainyard.backends.containers import ENGINE_ENV, ContainerEngine
 from trainyard.backends.local import procfs, sandboxjoin, taskfiles
 from trainyard.backends.local.launcher import real_interpreter
 from trainyard.backends.local.records import Claim
-from trainyard.backends.local.sandbox import Identity, Sandbox, enter_argv
+from trainyard.backends.local.sandbox import LAUNCH_ENV, Identity, Sandbox, enter_argv
 
 # Moves this shell into each cgroup directory before ``--``, then execs the rest: the
 # command, and all it starts, then counts against the task's limits. Paths are arguments,
@@ -65,10 +66,12 @@ def exec_plan(task_dir: Path, key: TaskKey, command: Sequence[str], *, tty: bool
     plan = spec.get("cgroup")
     if plan is not None and all(os.path.isdir(d) for d in plan["dirs"]):
         argv += ["/bin/sh", "-c", JOIN_CGROUP, "trainyard-exec", *plan["dirs"], "--"]
+    joiner = (real_interpreter(), "-I", "-S", sandboxjoin.__file__)
+    spec_file = task_dir / taskfiles.SPEC
     # A bare task's command line is its shell; a sandboxed one's starts with bwrap's wrapper.
     if (spec.get("argv") or [spec["shell"]])[0] != spec["shell"]:
-        inside = _sandboxed_process(claim.task[0])
-        if inside is None:
+        bwrap = claim.task  # the process the supervisor recorded: bwrap, the task group's leader
+        if sandboxjoin.find_init(*bwrap) is None:
             raise ExecError(f"task {key.role}/{key.index}'s sandbox is not up yet; try again in a moment")
         if sandbox is None:
             raise ExecError("the task runs in a sandbox, and this server has none to enter it with")
@@ -76,37 +79,26 @@ def exec_plan(task_dir: Path, key: TaskKey, command: Sequence[str], *, tty: bool
         identity = None if who is None else Identity(int(who["uid"]), int(who["gid"]), tuple(who["groups"]))
         if identity is None and not sandbox.user_namespace:
             raise ExecError("the task was started before exec was possible; its account is unknown")
-        joiner = (real_interpreter(), "-I", "-S", sandboxjoin.__file__)
-        argv += enter_argv(sandbox, joiner, inside, spec["cwd"], command, identity)
-        return ExecPlan(tuple(argv), env=_env(spec), cwd="/", shared=SANDBOX_SHARED)
+        argv += enter_argv(joiner, spec_file, spec["cwd"], command, bwrap=bwrap, identity=identity,
+                           block_userns="--seccomp" in spec["argv"])
+        return ExecPlan(tuple(argv), env=_clean_env(), cwd="/", shared=SANDBOX_SHARED)
     user = spec.get("user")
     if user is not None:
-        setpriv = shutil.which("setpriv")
-        if setpriv is None:
-            raise ExecError("util-linux's setpriv is not installed on this node; it runs commands as the task's user")
-        groups = ",".join(str(g) for g in user["groups"])
-        argv += [setpriv, f"--reuid={user['uid']}", f"--regid={user['gid']}",
-                 f"--groups={groups}" if groups else "--clear-groups", "--"]
+        identity = Identity(int(user["uid"]), int(user["gid"]), tuple(user["groups"]))
+        argv += enter_argv(joiner, spec_file, spec["cwd"], command, bwrap=None, identity=identity,
+                           block_userns=False)
+        return ExecPlan(tuple(argv), env=_clean_env(), cwd="/", shared=PROCESS_SHARED)
     argv += command
     return ExecPlan(tuple(argv), env=_env(spec), cwd=spec["cwd"], shared=PROCESS_SHARED)
+
+
+def _clean_env() -> dict[str, str]:
+    """What the root processes on the way into a task run with: none of the task's
+    variables, which the job sets (a root process given its ``LD_PRELOAD`` would run the
+    job's library). The joiner gives the task's environment to the command alone."""
+    return dict(LAUNCH_ENV)
 
 
 def _env(spec: dict[str, Any]) -> dict[str, str]:
     """The task's environment, with $PWD its working directory (as its shell has it)."""
     return {**spec["env"], "PWD": spec["cwd"]}
-
-
-def _sandboxed_process(pgid: int) -> int | None:
-    """A process of the task's group inside its sandbox (another mount namespace than the
-    group's leader, which is bwrap outside it); None when the task has no sandbox."""
-    try:
-        outside = os.readlink(f"/proc/{pgid}/ns/mnt")
-    except OSError:
-        return None
-    for pid in sorted(procfs.group_members(pgid)):
-        try:
-            if os.readlink(f"/proc/{pid}/ns/mnt") != outside:
-                return pid
-        except OSError:
-            continue
-    return None
