@@ -4,9 +4,14 @@ python the image cannot run ends the task before it starts, saying so."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from api.wheels import node_venv, tiny_wheel
 from podman_support import needs_podman
 
@@ -16,6 +21,19 @@ from trainyard.backends.containers import ContainerEngine, ContainerTask, enviro
 
 # The host and the test image are both Debian bookworm: /usr/bin/python3 is python3.11 in both.
 NODE_PYTHON = "/usr/bin/python3"
+
+
+@pytest.fixture
+def envs(tmp_path: Path) -> Iterator[Path]:
+    """Where environments are kept: a folder root alone may change, as the environments'
+    root is (a folder under a world-writable /tmp is never bound: ``unswappable``)."""
+    if os.geteuid() != 0:
+        yield tmp_path  # the engine runs as this account then: nothing of root's to swap
+        return
+    base = Path(tempfile.mkdtemp(prefix="trainyard-envs-", dir="/var/lib"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base)
 
 
 def test_an_environment_and_its_base_are_bound_read_only_at_their_paths() -> None:
@@ -28,8 +46,8 @@ def test_an_environment_and_its_base_are_bound_read_only_at_their_paths() -> Non
     assert environment_binds(system) == (Mount("/envs/alice/x", "/envs/alice/x", read_only=True),)
 
 
-def test_the_check_runs_the_environments_python_in_the_image_with_the_environment_bound(tmp_path) -> None:
-    prefix = node_venv(tmp_path / "v", sys.executable)  # pyenv's python: not in any image
+def test_the_check_runs_the_environments_python_in_the_image_with_the_environment_bound(tmp_path, envs) -> None:
+    prefix = node_venv(envs / "v", sys.executable)  # pyenv's python: not in any image
     env = PythonEnvironment(str(prefix), (f"{prefix}/bin",))
     engine = ContainerEngine("podman", "/usr/bin/podman", "runc")
     task = ContainerTask(TaskKey(1, 0, "w", 0), "img:1", "n1", tmp_path, tmp_path / "s", tmp_path / "e",
@@ -55,9 +73,9 @@ def launch(local: LocalHarness, image: str, script: str, prefix: Path) -> TaskKe
 
 
 @needs_podman
-def test_a_task_in_an_image_runs_its_environments_python_and_packages(podman_local, image, tmp_path) -> None:
+def test_a_task_in_an_image_runs_its_environments_python_and_packages(podman_local, image, tmp_path, envs) -> None:
     tiny_wheel(tmp_path / "wheels", "tinypkg", 'GREETING = "hello from tinypkg"\n')
-    prefix = node_venv(tmp_path / "envs" / "tiny", NODE_PYTHON, tmp_path / "wheels", "tinypkg")
+    prefix = node_venv(envs / "tiny", NODE_PYTHON, tmp_path / "wheels", "tinypkg")
     script = (
         "cat /etc/trainyard-test-image\n"
         "python -c 'import sys, tinypkg; print(tinypkg.GREETING, sys.prefix)'\n"
@@ -77,8 +95,8 @@ def test_a_task_in_an_image_runs_its_environments_python_and_packages(podman_loc
 
 
 @needs_podman
-def test_an_environment_whose_python_the_image_lacks_fails_the_task_saying_so(podman_local, image, tmp_path):
-    prefix = node_venv(tmp_path / "envs" / "pyenv", sys.executable)  # links to a python only this host has
+def test_an_environment_whose_python_the_image_lacks_fails_the_task_saying_so(podman_local, image, envs):
+    prefix = node_venv(envs / "pyenv", sys.executable)  # links to a python only this host has
     key = launch(podman_local, image, "echo never\n", prefix)
 
     status = podman_local.wait_ended(key, timeout=90)

@@ -81,7 +81,8 @@ def test_storages_are_bound_from_descriptors_over_covered_paths_and_private_top_
         d.mkdir(parents=True)
     mounts = [StorageMount(storage, "sub", Path("/data/in"), True), StorageMount(storage, "", storage, False)]
     argv = sandbox_argv(_fake_sandbox(user_namespace=True), ["true"], hidden=(), work_dir=work, shm_dir=work,
-                        stop_file=work / "stop.json", mounts=mounts, storage_paths=(other, tmp_path / "missing"))
+                        stop_file=work / "stop.json", spec_file=work / "spec.json", mounts=mounts,
+                        storage_paths=(other, tmp_path / "missing"))
     text = " ".join(argv)
     assert "--dev-bind / /" not in text and "--dev-bind /usr /usr" in text
     assert f"--symlink {os.readlink('/bin')} /bin" in text if os.path.islink("/bin") else "--dev-bind /bin /bin" in text

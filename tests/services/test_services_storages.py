@@ -253,6 +253,17 @@ def test_a_mount_path_outside_the_mount_roots_or_inside_another_is_refused_at_it
     assert str(error).startswith(f"{path}: ") and shown in str(error)
 
 
+def test_a_sub_path_with_an_image_is_refused_at_its_field(db, clock, world) -> None:
+    """An engine opens a bind's source by its path, after the check: a link another job swaps
+    in meanwhile would land any host folder in the container (issue 27's red team)."""
+    text = job("[{name: data, subPath: alice/x, mountPath: /mnt/x}]")
+    text = text.replace("name: j\n", "name: j\nimage: 'python:3.12'\n")
+    error = refusal(db, clock, world["alice"], text)
+    assert isinstance(error, Invalid) and error.details[0]["path"] == "storages[0].subPath", error.details
+    assert "a job with an image cannot mount a storage's subPath" in str(error)
+    submit(db, clock, world["alice"], job("[{name: data, subPath: alice/x, mountPath: /mnt/x}]"))  # no image: fine
+
+
 def test_mount_paths_the_roots_allow_and_the_storage_s_own_path_are_accepted(db, clock, world) -> None:
     # OpenPAI's /mnt/<name>, a root itself, the task's private /tmp; a storage's own path
     # (the admin's) whatever it is, with or without subPath.

@@ -29,6 +29,11 @@ def errors_of(text: str) -> list[tuple[str, str]]:
     ("[{name: data, readOnly: 1}]", "storages[0].readOnly", None),
     ("[{name: data, size: 1}]", "storages[0].size", None),
     ("[{name: data}, {name: data}]", "storages[1].name", "storage 'data' is listed twice"),
+    # A container engine's --volume reads ':' as options: "/mnt/x:U" chowned a whole storage.
+    ("[{name: data, mountPath: '/mnt/x:U'}]", "storages[0].mountPath",
+     "must not contain ':' or ',' (a container engine reads them as options; got '/mnt/x:U')"),
+    ("[{name: data, subPath: 'a,b'}]", "storages[0].subPath",
+     "must not contain ':' or ',' (a container engine reads them as options; got 'a,b')"),
 ])
 def test_each_bad_storage_declaration_is_reported_at_its_path(storages: str, path: str, message: str | None) -> None:
     found = errors_of(f"name: j\nstorages: {storages}\n{ROLE}")

@@ -157,12 +157,12 @@ def run_options(engine: ContainerEngine, task: ContainerTask) -> list[str]:
     argv += _ulimits()
     if engine.init is not None:  # Docker: the init's -g -- lead the command (container_command)
         entrypoint = INIT_PATH if engine.kind == "docker" else json.dumps([INIT_PATH, "-g", "--"])
-        argv += ["--volume", f"{engine.init}:{INIT_PATH}:ro", "--entrypoint", entrypoint]
+        argv += ["--volume", volume(engine.init, INIT_PATH, read_only=True), "--entrypoint", entrypoint]
     else:  # the engine's own init: signals reach the script's shell only ("" is Docker's "none")
         argv += ["--init", "--entrypoint", "" if engine.kind == "docker" else "[]"]
-    argv += ["--volume", f"{task.script}:{SCRIPT_PATH}:ro"]
+    argv += ["--volume", volume(str(task.script), SCRIPT_PATH, read_only=True)]
     for bind in task.binds:
-        argv += ["--volume", f"{bind.source}:{bind.target}" + (":ro" if bind.read_only else "")]
+        argv += ["--volume", volume(bind.source, bind.target, read_only=bind.read_only)]
     argv += memory_options(task)
     if task.cpu_milli > 0:
         argv += ["--cpus", f"{task.cpu_milli / 1000:g}"]
@@ -174,6 +174,16 @@ def run_options(engine: ContainerEngine, task: ContainerTask) -> list[str]:
         uid, gid, groups = task.user
         argv += ["--user", f"{uid}:{gid}"] + [f"--group-add={g}" for g in groups if g != gid]
     return argv
+
+
+def volume(source: str, target: str, *, read_only: bool) -> str:
+    """``--volume``'s ``SOURCE:TARGET[:ro]``; ValueError for a path holding ':' or ',', which
+    the engine would read as options of the path's choosing (``:U`` chowns the source)."""
+    for path in (source, target):
+        if ":" in path or "," in path or "\n" in path:
+            raise ValueError(f"{path!r} cannot be bound into a container: it holds ':', ',' or a newline, which the "
+                             "container engine would read as options")
+    return f"{source}:{target}" + (":ro" if read_only else "")
 
 
 # Prefixes a base environment may name that are the system's own: in a container they are
@@ -188,8 +198,31 @@ def environment_binds(environment: PythonEnvironment | None) -> tuple[Mount, ...
     if environment is None:
         return ()
     folders = dict.fromkeys([environment.prefix, *(os.path.dirname(b.rstrip("/")) for b in environment.bin_dirs)])
-    return tuple(Mount(folder, folder, read_only=True) for folder in folders
-                 if folder.rstrip("/") not in _SYSTEM_PREFIXES)
+    bound = dict.fromkeys(unswappable(folder) for folder in folders if folder.rstrip("/") not in _SYSTEM_PREFIXES)
+    return tuple(Mount(folder, folder, read_only=True) for folder in bound)
+
+
+def unswappable(folder: str) -> str:
+    """``folder``, or the folder above it that no account but root can replace: the engine
+    opens a bind's source by its path, following links, as root, so a folder that its owner
+    could swap for a link (a user's own environment, in the folder of theirs where their
+    ``yard env create`` builds) would bind whatever the link names. Bound from the nearest
+    folder whose every folder above is root's and writable by root alone, links inside it
+    resolve in the container. ContainerError when that would be a top-level folder."""
+    path = Path(os.path.normpath(folder))
+    current = Path("/")
+    for part in path.parts[1:]:
+        try:
+            status = os.lstat(current)
+        except OSError:  # not on this machine (a Slurm node's path): nothing to tell here
+            return str(path)
+        if status.st_uid != 0 or status.st_mode & 0o022:
+            break  # its entries may be renamed by another account: stop above them
+        current = current / part
+    if current != path and len(current.parts) <= 2:
+        raise ContainerError(f"{folder} cannot be bound into a container: {current} above it may be changed by "
+                             "accounts other than root; keep environments in a folder root owns")
+    return str(current)
 
 
 def environment_check(engine: ContainerEngine, task: ContainerTask,
@@ -207,7 +240,7 @@ def environment_check(engine: ContainerEngine, task: ContainerTask,
     target = os.path.realpath(python)
     argv = engine.command("run", "--rm", "--network", "none", *_ulimits())
     for bind in environment_binds(environment):
-        argv += ["--volume", f"{bind.source}:{bind.target}:ro"]
+        argv += ["--volume", volume(bind.source, bind.target, read_only=True)]
     if task.user is not None:
         argv += ["--user", f"{task.user[0]}:{task.user[1]}"]
     argv += ["--entrypoint", python, task.image, "-c", "import sys"]

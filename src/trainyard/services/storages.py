@@ -36,6 +36,7 @@ from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
 from trainyard.spec.models import JobSpec
 from trainyard.spec.storages import (
+    CONTAINER_SUB_PATH,
     DEFAULT_MOUNT_ROOTS,
     StorageUse,
     all_storage_uses,
@@ -380,6 +381,11 @@ def check_storage_uses(session: Session, user: UserRow, spec: JobSpec) -> None:
         for problem in _nesting_problems(storage_uses(spec, role), known):
             if all(problem[1] != p[1] for p in problems):
                 problems.append(problem)
+        if spec.role_image(role) is not None:
+            for use in storage_uses(spec, role):
+                path = f"{use.path}.subPath"
+                if use.sub_path and all(path != p[1] for p in problems):
+                    problems.append((422, path, CONTAINER_SUB_PATH))
     if not problems:
         return
     details = [{"path": path, "message": message} for _, path, message in problems]

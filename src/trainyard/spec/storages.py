@@ -65,12 +65,34 @@ class StorageUse:
     sub_path: str = ""
 
 
+# A container engine's ``--volume SOURCE:TARGET[:OPTIONS]`` reads ':' as the start of the
+# next part, and its ``--mount`` ',' likewise: a path holding one would add options of the
+# user's choosing (``:U`` chowns the whole storage to the job's account). No path of a
+# storage, a mountPath or a subPath may hold either.
+ENGINE_SEPARATORS = (":", ",")
+
+
+def _no_separators(value: str) -> None:
+    if any(c in value for c in ENGINE_SEPARATORS):
+        raise ValueError(f"must not contain ':' or ',' (a container engine reads them as options; got {show(value)})")
+
+
+# A container engine opens a bind's source by its path, after Trainyard's check: a link that
+# another job of the user swaps in meanwhile inside the storage would land any folder of the
+# host in the container (and with podman's options, chown it). The sandbox binds a folder it
+# opened without following links; an engine cannot be given one.
+CONTAINER_SUB_PATH = ("a job with an image cannot mount a storage's subPath (the container engine would open it by "
+                      "its path, which another job could meanwhile point elsewhere): mount the storage and use "
+                      "the folder inside it, or run this role without an image")
+
+
 def check_mount_path(value: Any) -> str:
     """An absolute, normalised path; ValueError saying what is wrong."""
     if not isinstance(value, str) or not value.startswith("/"):
         raise ValueError(f"must be an absolute path (got {show(value)})")
     if len(value) > MAX_PATH or "\0" in value or "\n" in value:
         raise ValueError("must be a path of at most 4096 characters, without NUL or newlines")
+    _no_separators(value)
     if ".." in value.split("/"):
         raise ValueError(f"must not contain '..' (got {show(value)})")
     normal = posixpath.normpath(value)
@@ -113,6 +135,7 @@ def check_sub_path(value: Any) -> str:
         raise ValueError(f"must be a path relative to the storage (got {show(value)})")
     if len(value) > MAX_PATH or "\0" in value or "\n" in value:
         raise ValueError("must be a path of at most 4096 characters, without NUL or newlines")
+    _no_separators(value)
     if ".." in value.split("/"):
         raise ValueError(f"must stay inside the storage: no '..' (got {show(value)})")
     normal = posixpath.normpath(value) if value else ""

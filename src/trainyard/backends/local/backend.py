@@ -135,6 +135,7 @@ from trainyard.backends.mounts import make_missing_storage, mount_env, unenforce
 from trainyard.backends.taskpython import install_runtime, with_runtime_path
 from trainyard.core.metrics import Sampled
 from trainyard.core.names import USER_NAME
+from trainyard.spec.storages import CONTAINER_SUB_PATH
 
 log = logging.getLogger(__name__)
 
@@ -613,6 +614,8 @@ class LocalBackend(jobdirs.JobDirTree):
         if engine is None:
             raise ContainerError(f"the task's image {task.image} needs a container engine, and none (podman or "
                                  f"docker, as container_engine says) is installed on node {self._node.name}")
+        if sub := next((m for m in task.mounts if m.sub_path), None):  # refused at submit; a job stored before
+            raise ContainerError(f"storage {sub.name!r}: {CONTAINER_SUB_PATH}")
         binds = (Mount(str(work), str(work)), Mount(str(job_dir), str(job_dir)),
                  Mount(str(secrets_dir), str(secrets_dir), read_only=True),
                  # trainyard.runtime, first on the task's PYTHONPATH (``taskpython``)

@@ -326,8 +326,7 @@ def _check_targets(sandbox: Sandbox, mounts: Sequence[StorageMount], own: Sequen
     inside another mount: a link there could send it anywhere."""
     programs = [sandbox.bwrap, sandbox.env, sandbox.shell, *starter[:1], *starter[-1:]]
     protected = [*PROTECTED, *{os.path.dirname(os.path.realpath(p)) for p in programs},
-                 *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)},
-                 *(str(p) for p in hidden)]
+                 *{os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}]
     targets = [str(m.target) for m in mounts]
     for index, (mount, target) in enumerate(zip(mounts, targets, strict=True)):
         where = f"storage {mount.root}{'/' + mount.sub if mount.sub else ''} cannot be mounted at {target}"
@@ -335,8 +334,11 @@ def _check_targets(sandbox: Sandbox, mounts: Sequence[StorageMount], own: Sequen
             raise ValueError(f"{where}: not a normalised absolute path")
         if clash := next((p for p in protected if inside(target, p) or inside(p, target)), None):
             raise ValueError(f"{where}: the system and the sandbox run from {clash}")
+        # The task's own folders lie inside what is hidden (the work root): said first, as such.
         if clash := next((str(p) for p in own if inside(target, str(p)) or inside(str(p), target)), None):
             raise ValueError(f"{where}: it is (inside) the task's own {clash}")
+        if clash := next((str(p) for p in hidden if inside(target, str(p)) or inside(str(p), target)), None):
+            raise ValueError(f"{where}: the sandbox hides {clash} (the server's files, the task state)")
         if outer := next((t for i, t in enumerate(targets) if i != index and inside(target, t)), None):
             raise ValueError(f"{where}: it is inside another storage's mount point {outer}")
 

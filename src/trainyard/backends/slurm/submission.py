@@ -31,6 +31,7 @@ from trainyard.backends.containers import (
     environment_check,
     memory_options,
     run_options,
+    volume,
     write_env_file,
 )
 from trainyard.backends.environment import ENV_NAME, python_environment
@@ -158,8 +159,9 @@ def write_task_files(
     if task.image is None:
         return
     if pyxis_root is not None:
-        mounts = [f"{pyxis_root}:{pyxis_root}"] + [
-            f"{m.source}:{m.target}" + (":ro" if m.read_only else "")
+        # Checked like --volume's (``volume``): a ':' or ',' would add mounts or options.
+        mounts = [volume(str(pyxis_root), str(pyxis_root), read_only=False)] + [
+            volume(m.source, m.target, read_only=m.read_only)
             for m in (*task.mounts, *environment_binds(task.environment))]
         options = [f"--container-image={task.image}", f"--container-mounts={','.join(mounts)}",
                    f"--container-workdir={work}", "--no-container-mount-home"]
