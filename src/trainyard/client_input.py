@@ -49,7 +49,12 @@ def _path_named(job: object) -> Path | None:
     if not isinstance(job, str) or "\n" in job or "\x00" in job:
         return None  # a job file's text has more than one line
     path = Path(job).expanduser()
-    return path if job.strip().endswith(JOB_FILE_SUFFIXES) or path.is_file() else None
+    if job.strip().endswith(JOB_FILE_SUFFIXES):
+        return path
+    try:
+        return path if path.is_file() else None
+    except OSError:  # e.g. a one-line JSON job longer than a file name may be: text, not a path
+        return None
 
 
 def check_client_arguments(url: object, token: object, timeout: object) -> None:

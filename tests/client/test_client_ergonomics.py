@@ -36,6 +36,9 @@ def test_submit_takes_a_path_a_yaml_string_or_a_dict(api: Api, tmp_path: Path, m
         assert alice.submit(job).name == "guess", job
     assert alice.submit(AS_DICT, dry_run=True).job["name"] == "guess"
     assert len(alice.jobs().items) == 6
+    # One line of JSON longer than a file name may be: the job's text, never an OSError.
+    long = json.dumps({**AS_DICT, "description": "x" * 300})
+    assert alice.submit(long, dry_run=True).job["name"] == "guess"
 
 
 def test_a_job_file_that_cannot_be_read_is_a_usage_error_naming_it(api: Api, tmp_path: Path) -> None:
