@@ -53,7 +53,7 @@ def test_the_check_runs_the_environments_python_in_the_image_with_the_environmen
     task = ContainerTask(TaskKey(1, 0, "w", 0), "img:1", "n1", tmp_path, tmp_path / "s", tmp_path / "e",
                          user=(1001, 1001, ()))
 
-    check = environment_check(engine, task, env)
+    check = environment_check(engine, task, env, guarded=True)
 
     assert check is not None
     argv = check["argv"]

@@ -191,14 +191,18 @@ def volume(source: str, target: str, *, read_only: bool) -> str:
 _SYSTEM_PREFIXES = frozenset(("", "/", "/usr", "/usr/local"))
 
 
-def environment_binds(environment: PythonEnvironment | None) -> tuple[Mount, ...]:
+def environment_binds(environment: PythonEnvironment | None, *, guarded: bool = False) -> tuple[Mount, ...]:
     """The folders of a task's Python environment, its own (``prefix``) and its base's (the
     folder above each of its ``bin_dirs``), read-only at the same paths in the container;
     never a system prefix (a base environment declared at ``/usr``: the image's is used)."""
     if environment is None:
         return ()
     folders = dict.fromkeys([environment.prefix, *(os.path.dirname(b.rstrip("/")) for b in environment.bin_dirs)])
-    bound = dict.fromkeys(unswappable(folder) for folder in folders if folder.rstrip("/") not in _SYSTEM_PREFIXES)
+    kept = [folder for folder in folders if folder.rstrip("/") not in _SYSTEM_PREFIXES]
+    # ``guarded`` where the tasks of other accounts could change what the engine (this
+    # server's account) opens: the local backend's per-user tasks (``unswappable``). On
+    # Slurm every task runs as the server's account today, which may change all of it anyway.
+    bound = dict.fromkeys(unswappable(folder) if guarded else folder for folder in kept)
     return tuple(Mount(folder, folder, read_only=True) for folder in bound)
 
 
@@ -208,7 +212,8 @@ def unswappable(folder: str) -> str:
     could swap for a link (a user's own environment, in the folder of theirs where their
     ``yard env create`` builds) would bind whatever the link names. Bound from the nearest
     folder whose every folder above is root's and writable by root alone, links inside it
-    resolve in the container. ContainerError when that would be a top-level folder."""
+    resolve in the container. The server's own account counts as root here: it runs the
+    engine. ContainerError when that would be a top-level folder."""
     path = Path(os.path.normpath(folder))
     current = Path("/")
     for part in path.parts[1:]:
@@ -216,7 +221,7 @@ def unswappable(folder: str) -> str:
             status = os.lstat(current)
         except OSError:  # not on this machine (a Slurm node's path): nothing to tell here
             return str(path)
-        if status.st_uid != 0 or status.st_mode & 0o022:
+        if status.st_uid not in (0, os.geteuid()) or status.st_mode & 0o022:
             break  # its entries may be renamed by another account: stop above them
         current = current / part
     if current != path and len(current.parts) <= 2:
@@ -225,13 +230,13 @@ def unswappable(folder: str) -> str:
     return str(current)
 
 
-def environment_check(engine: ContainerEngine, task: ContainerTask,
-                      environment: PythonEnvironment | None) -> dict[str, Any] | None:
+def environment_check(engine: ContainerEngine, task: ContainerTask, environment: PythonEnvironment | None, *,
+                      guarded: bool = False) -> dict[str, Any] | None:
     """How to tell, before the task, whether its Python environment runs in its image:
     ``argv`` runs the environment's ``python`` in a throwaway container of the image with the
     environment bound (no network, the task's user), and ``error`` is the task's message when
     it fails. None: no environment, one without a ``python`` on this machine to check, or
-    one at a system prefix (the image's own)."""
+    one at a system prefix (the image's own). ``guarded`` as for ``environment_binds``."""
     if environment is None or not environment.bin_dirs:
         return None
     python = f"{environment.bin_dirs[0]}/python"
@@ -239,12 +244,13 @@ def environment_check(engine: ContainerEngine, task: ContainerTask,
         return None  # nothing to check, or the image's own python
     target = os.path.realpath(python)
     argv = engine.command("run", "--rm", "--network", "none", *_ulimits())
-    for bind in environment_binds(environment):
+    binds = environment_binds(environment, guarded=guarded)
+    for bind in binds:
         argv += ["--volume", volume(bind.source, bind.target, read_only=True)]
     if task.user is not None:
         argv += ["--user", f"{task.user[0]}:{task.user[1]}"]
     argv += ["--entrypoint", python, task.image, "-c", "import sys"]
-    inside = any(target.startswith(b.source.rstrip("/") + "/") for b in environment_binds(environment))
+    inside = any(target.startswith(b.source.rstrip("/") + "/") for b in binds)
     why = (f"its python is a link to {target} on the node, which the image does not have or cannot run"
            if not inside else f"its python ({target}) does not run in the image")
     return {

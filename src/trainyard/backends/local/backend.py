@@ -620,7 +620,7 @@ class LocalBackend(jobdirs.JobDirTree):
                  Mount(str(secrets_dir), str(secrets_dir), read_only=True),
                  # trainyard.runtime, first on the task's PYTHONPATH (``taskpython``)
                  Mount(str(self.task_python), str(self.task_python), read_only=True), *task.mounts,
-                 *environment_binds(task.environment))
+                 *environment_binds(task.environment, guarded=True))
         # The folder a suspend request appears in (``Suspender``), as the task's env names it.
         suspend_dir = os.path.dirname(env.get(SUSPEND_FILE_VARIABLE, ""))
         if suspend_dir and os.path.isdir(suspend_dir):
@@ -650,7 +650,7 @@ class LocalBackend(jobdirs.JobDirTree):
             "engine_env": dict(ENGINE_ENV),
             "pull_record": str(pull_record_path(self._pulls, task.image)),
             "cgroup": None if container.cgroup is None else dict(container.cgroup),
-            "environment_check": environment_check(engine, container, task.environment),
+            "environment_check": environment_check(engine, container, task.environment, guarded=True),
         }
 
     def _make_work_dir(self, task: TaskLaunch, account: TaskUser | None) -> Path:
