@@ -15,6 +15,7 @@ and tasks make no user namespaces unless the admin allows it.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -137,12 +138,15 @@ def test_exec_never_joins_a_namespace_the_task_made_nor_runs_its_file_as_root(al
     planted = f"#!/bin/sh\\ncat {secret} > {gates}/stolen\\n"  # printf's \n
     job = allowing.alice.submit(_job(
         "planted",
-        f"printf '{planted}' > planted && chmod 755 planted && mkfifo go",
+        f"printf '{planted}' > planted && chmod 755 planted",
         'echo "waiting uid=$(id -u) pwd=$PWD"',
-        # Each line on the fifo: fork at once (the test has just set the next PID) a
-        # process in a user and mount namespace of the task's own, with the planted file.
-        "while read next < go; do unshare -Urm sh -c 'mount --bind \"$0\" /usr/bin/setpriv && exec sleep 600'"
-        ' "$PWD/planted" & done',
+        # A line on fifo goN: fork at once (the test has just set the next PID) a process in
+        # a user and mount namespace of the task's own, with the planted file. A fifo per
+        # attempt: with one fifo the test's writer could find the last attempt's reader about
+        # to close it, and its line was lost (the test then waited for a process never made).
+        "i=0; while mkfifo go$i && read next < go$i; do"
+        " unshare -Urm sh -c 'mount --bind \"$0\" /usr/bin/setpriv && exec sleep 600' \"$PWD/planted\" &"
+        " i=$((i+1)); done",
     )).id
     said = allowing.started(job, "waiting")
     uid, work = said.split("uid=")[1].split()[0], said.split("pwd=")[1]
@@ -155,15 +159,15 @@ def test_exec_never_joins_a_namespace_the_task_made_nor_runs_its_file_as_root(al
         return {p for p in _group(bwrap) if _mnt(p) not in (None, sandbox_mnt, _mnt(bwrap))
                 and _cmdline(p).startswith(b"sleep\x00600")}
 
-    def reader() -> int | None:  # the task waits on the fifo
+    def reader(attempt: int) -> int | None:  # the task waits on this attempt's fifo
         try:
-            return os.open(Path(work) / "go", os.O_WRONLY | os.O_NONBLOCK)
+            return os.open(Path(work) / f"go{attempt}", os.O_WRONLY | os.O_NONBLOCK)
         except OSError:  # ENXIO: not yet
             return None
 
     seen: set[int] = set()
-    for _attempt in range(40):
-        fifo = wait_until(reader, what="the task to wait on its fifo")
+    for attempt in range(40):
+        fifo = wait_until(functools.partial(reader, attempt), what="the task to wait on its fifo")
         free = next(p for p in range(init - 1, 300, -1) if not os.path.exists(f"/proc/{p}"))
         Path("/proc/sys/kernel/ns_last_pid").write_text(str(free - 1))
         os.write(fifo, b"next\n")
