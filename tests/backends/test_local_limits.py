@@ -14,7 +14,8 @@ import pytest
 from trainyard.backends import cgroups
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.local import taskfiles
-from trainyard.backends.local.backend import LocalBackend, _limits_layout
+from trainyard.backends.local.backend import LocalBackend
+from trainyard.backends.local.tasklimits import limits_layout
 
 LAYOUT = cgroups.detect()
 needs_cgroups = pytest.mark.skipif(isinstance(LAYOUT, str), reason=f"no usable cgroups here: {LAYOUT}")
@@ -147,9 +148,9 @@ def test_a_restarted_server_reports_the_out_of_memory_end_its_lost_supervisor_mi
 def test_two_backends_never_share_a_tasks_cgroup(tmp_path):
     if isinstance(LAYOUT, str):
         pytest.skip(LAYOUT)
-    first, _ = _limits_layout("auto", tmp_path / "a", lambda: LAYOUT)
-    second, _ = _limits_layout("auto", tmp_path / "b", lambda: LAYOUT)
-    again, _ = _limits_layout("auto", tmp_path / "a", lambda: LAYOUT)
+    first, _ = limits_layout("auto", tmp_path / "a", lambda: LAYOUT)
+    second, _ = limits_layout("auto", tmp_path / "b", lambda: LAYOUT)
+    again, _ = limits_layout("auto", tmp_path / "a", lambda: LAYOUT)
     assert first is not None and second is not None and again is not None
     assert first.memory != second.memory and first.memory == again.memory  # found again after a restart
 
@@ -157,15 +158,15 @@ def test_two_backends_never_share_a_tasks_cgroup(tmp_path):
 def test_without_cgroups_tasks_run_unlimited_and_say_so(tmp_path, caplog):
     why = "no cgroup memory controller is mounted (neither v1 nor v2 with the memory controller)"
     with caplog.at_level(logging.WARNING):
-        layout, note = _limits_layout("auto", tmp_path, lambda: why)
+        layout, note = limits_layout("auto", tmp_path, lambda: why)
     assert layout is None and note == f"its CPU and memory limits are not enforced on this node: {why}"
     warned = [r.getMessage() for r in caplog.records]
     assert warned == [f"task CPU and memory limits are NOT enforced on this node: {why}"]
     with pytest.raises(RuntimeError, match="task_limits is cgroups, but no cgroup memory controller"):
-        _limits_layout("cgroups", tmp_path, lambda: why)
-    assert _limits_layout("none", tmp_path, lambda: pytest.fail("not even looked at")) == (None, "")
+        limits_layout("cgroups", tmp_path, lambda: why)
+    assert limits_layout("none", tmp_path, lambda: pytest.fail("not even looked at")) == (None, "")
     with pytest.raises(ValueError, match="task_limits must be one of auto, cgroups, none"):
-        _limits_layout("sometimes", tmp_path)
+        limits_layout("sometimes", tmp_path)
 
 
 def test_a_task_on_a_node_without_limits_runs_and_its_message_says_so(local, tmp_path):

@@ -12,13 +12,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.labels import merged_labels
 from trainyard.core.priorities import Priority
 from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
-from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import (
     GpuShare,
     NodeState,
@@ -32,7 +31,6 @@ from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
-from trainyard.store.rows import AttemptRow, TaskRow
 
 
 def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
@@ -89,10 +87,7 @@ def held_ports(session: Session) -> dict[str, set[int]]:
     """Each node's ports that live tasks hold (theirs and their attempt's master port): the
     allocator hands none of them to another task until the task has ended."""
     held: dict[str, set[int]] = defaultdict(set)
-    rows = session.execute(select(TaskRow.node, TaskRow.ports, AttemptRow.master_port)
-                           .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
-                           .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING])))
-    for node, ports, master in rows:
+    for node, ports, master in job_queries.live_task_ports(session):
         taken = held[node]
         taken.update(p for listed in (ports or {}).values() for p in listed)
         if master is not None:

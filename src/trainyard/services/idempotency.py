@@ -32,12 +32,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from trainyard.services.errors import Invalid
 from trainyard.store.db import Database
+from trainyard.store.queries import idempotency as key_queries
 from trainyard.store.rows import IdempotencyKeyRow, UserRow
 
 HEADER = "Idempotency-Key"
@@ -82,16 +82,11 @@ def fingerprint(method: str, path: str, media_type: str, parameters: Mapping[str
     return hashlib.sha256(head.encode() + b"\n" + body).hexdigest()
 
 
-def _stored(session: Session, user: UserRow, key: str) -> IdempotencyKeyRow | None:
-    return session.scalars(select(IdempotencyKeyRow).where(
-        IdempotencyKeyRow.user_id == user.id, IdempotencyKeyRow.key == key)).first()
-
-
 def first_answer(session: Session, user: UserRow, key: str, print_: str, *, now: datetime,
                  keep: timedelta) -> Answer | None:
     """The answer the first request with this key got, if it is still kept (steps 2 and 3);
     a key kept no longer is removed, so that it may be used anew."""
-    row = _stored(session, user, key)
+    row = key_queries.stored_key(session, user.id, key)
     if row is None:
         return None
     if row.created_at <= now - keep:
@@ -116,7 +111,7 @@ def earlier_answer(db: Database, user: UserRow, key: str, print_: str, *, now: d
 def forget_old_keys(session: Session, *, now: datetime, keep: timedelta) -> None:
     """Remove every key older than ``keep``: done as keyed submits come, so the table holds
     about one day's keyed submits."""
-    session.execute(delete(IdempotencyKeyRow).where(IdempotencyKeyRow.created_at <= now - keep))
+    key_queries.delete_keys_made_by(session, now - keep)
 
 
 def submit_once(db: Database, user: UserRow, key: str | None, print_: str,

@@ -56,7 +56,6 @@ the accounts; the constructor checks, and raises ValueError otherwise.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -66,7 +65,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -130,6 +129,7 @@ from trainyard.backends.local.sandbox import LAUNCH_ENV, Identity, Sandbox, Stor
 from trainyard.backends.local.supervisor import open_inside
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
+from trainyard.backends.local.tasklimits import limits_layout
 from trainyard.backends.local.taskuser import TaskUser
 from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.taskpython import install_runtime, with_runtime_path
@@ -156,8 +156,6 @@ SUSPEND_FILE = "request.json"
 # The folder that goes first on every task's PYTHONPATH (``taskpython``): in the state dir,
 # or in the work-dir root, where task accounts can read it. Not a job id, so never a job's.
 TASK_PYTHON_DIR = "pythonpath"
-# How many ports held by live tasks ``allocate_ports`` may pass over before it gives up.
-MAX_TAKEN_SKIPPED = 1000
 
 
 class LocalBackend(jobdirs.JobDirTree):
@@ -242,7 +240,7 @@ class LocalBackend(jobdirs.JobDirTree):
             gpus=tuple(local_gpus.with_groups(gpus, gpu_groups) if gpu_groups else gpus),
             labels=dict(labels or {}),
         )
-        self._limits, self.limits_note = _limits_layout(task_limits, self.state_dir)
+        self._limits, self.limits_note = limits_layout(task_limits, self.state_dir)
         # Sizes a task controls (issue 27): its processes and threads (pids.max, or the
         # container engine's --pids-limit), and what its output.log may grow to.
         self.pids_max = pids_max
@@ -330,27 +328,7 @@ class LocalBackend(jobdirs.JobDirTree):
         self._check_node(node)
         if count < 0:
             raise ValueError(f"port count must be >= 0, got {count}")
-        # Holding every socket until all are bound keeps the ports distinct, and a port in
-        # ``taken`` (a live task's, which may not listen yet or just now) stays bound while
-        # the kernel is asked again, so it is not handed out twice. Binding the wildcard
-        # address finds ports free on every interface, 127.0.0.1 included.
-        sockets: list[socket.socket] = []
-        ports: list[int] = []
-        try:
-            while len(ports) < count:
-                if len(sockets) >= count + MAX_TAKEN_SKIPPED:
-                    raise OSError(f"no free port on node {node} that no live task holds after "
-                                  f"{len(sockets)} tries")
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sockets.append(sock)
-                sock.bind(("", 0))
-                port = sock.getsockname()[1]
-                if port not in taken:
-                    ports.append(port)
-            return ports
-        finally:
-            for sock in sockets:
-                sock.close()
+        return portowners.free_ports(node, count, taken)
 
     def check_connection(self, key: TaskKey, node: str, port: int, ours: tuple[str, int]) -> str | None:
         """``PortOwners``: whether the task's own processes took our connection (``portowners``)."""
@@ -362,12 +340,7 @@ class LocalBackend(jobdirs.JobDirTree):
         claim = None if record is None else Claim.parse(record)
         if not spec or claim is None or claim.task is None or claim.boot_id != procfs.boot_id():
             return f"port {port}: {what} has no process to check it against yet, so it was not used"
-        cgroups_of_task = [spec["cgroup"]["memory"] or spec["cgroup"]["cpu"]] if spec.get("cgroup") else []
-        container = spec.get("container") or {}
-        if container.get("cgroup"):
-            cgroups_of_task.append(container["cgroup"]["memory"])
-        processes = portowners.TaskProcesses(tuple(c for c in cgroups_of_task if c), claim.task, _owner_uid(spec))
-        why = portowners.check(port, ours, processes, what)
+        why = portowners.check(port, ours, portowners.TaskProcesses.of(spec, claim.task), what)
         if why is not None:
             log.warning("task %s: a connection to its port %s was not taken by the task: %s", key, port, why)
         return why
@@ -773,42 +746,6 @@ class LocalBackend(jobdirs.JobDirTree):
             timer.daemon = True
             self._kill_timers[key] = timer
             timer.start()
-
-
-LIMIT_MODES = ("auto", "cgroups", "none")
-
-
-def _limits_layout(
-    mode: str, state_dir: Path, detect: Callable[[], cgroups.CgroupLayout | str] = cgroups.detect
-) -> tuple[cgroups.CgroupLayout | None, str]:
-    """Where this backend's task cgroups go, and the note for tasks when limits are off.
-
-    ``auto`` enforces limits where cgroups work here and says once (in the server's log)
-    when they do not; ``cgroups`` requires them (RuntimeError: ``yard up`` refuses to
-    start); ``none`` never enforces them. Each backend has its own level, named after its
-    state directory, so that two servers' tasks of the same key never share a cgroup and a
-    restarted server finds its tasks' cgroups again.
-    """
-    if mode not in LIMIT_MODES:
-        raise ValueError(f"task_limits must be one of {', '.join(LIMIT_MODES)}, got {mode!r}")
-    if mode == "none":
-        return None, ""
-    found = detect()
-    if isinstance(found, str):
-        if mode == "cgroups":
-            raise RuntimeError(f"task_limits is cgroups, but {found}")
-        log.warning("task CPU and memory limits are NOT enforced on this node: %s", found)
-        return None, f"its CPU and memory limits are not enforced on this node: {found}"
-    own = "local-" + hashlib.sha256(str(state_dir).encode()).hexdigest()[:12]
-    log.info("%s", found.describe())
-    return found.under(own), ""
-def _owner_uid(spec: dict[str, Any]) -> int:
-    """The account a task's processes run as, from its spec (older specs: from how it drops)."""
-    for found in (spec.get("owner_uid"), (spec.get("sandbox_identity") or {}).get("uid"),
-                  (spec.get("user") or {}).get("uid")):
-        if isinstance(found, int):
-            return found
-    return os.geteuid()
 
 
 def with_container_records(status: TaskStatus, task_dir: Path) -> TaskStatus:

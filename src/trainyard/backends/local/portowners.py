@@ -25,8 +25,9 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from trainyard.backends.local import procfs
 
@@ -35,6 +36,33 @@ LISTEN = 0x0A
 # ESTABLISHED, and the closing states a listener that accepted and closed at once leaves.
 CONNECTED = frozenset({0x01, 0x03, 0x04, 0x05, 0x08})
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# How many ports held by live tasks ``free_ports`` may pass over before it gives up.
+MAX_TAKEN_SKIPPED = 1000
+
+
+def free_ports(node: str, count: int, taken: Collection[int] = ()) -> list[int]:
+    """``count`` distinct ports free on this machine now, none of them in ``taken``.
+
+    Holding every socket until all are bound keeps the ports distinct, and a port in
+    ``taken`` (a live task's, which may not listen yet or just now) stays bound while the
+    kernel is asked again, so it is not handed out twice. Binding the wildcard address
+    finds ports free on every interface, 127.0.0.1 included."""
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            if len(sockets) >= count + MAX_TAKEN_SKIPPED:
+                raise OSError(f"no free port on node {node} that no live task holds after {len(sockets)} tries")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+            if port not in taken:
+                ports.append(port)
+        return ports
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 @dataclass(frozen=True)
@@ -229,6 +257,16 @@ class TaskProcesses:
     leader: tuple[int, int] | None
     uid: int
 
+    @classmethod
+    def of(cls, spec: dict[str, Any], leader: tuple[int, int] | None) -> TaskProcesses:
+        """The task's, from its ``spec.json`` (its cgroup, its container's) and its recorded
+        group leader."""
+        cgroups = [spec["cgroup"]["memory"] or spec["cgroup"]["cpu"]] if spec.get("cgroup") else []
+        container = spec.get("container") or {}
+        if container.get("cgroup"):
+            cgroups.append(container["cgroup"]["memory"])
+        return cls(tuple(c for c in cgroups if c), leader, _owner_uid(spec))
+
     def pids(self) -> set[int]:
         """Its cgroups' members where it has cgroups (every process of the task is in them,
         and none can leave), else the leader's descendants (a walk of all of /proc)."""
@@ -236,6 +274,15 @@ class TaskProcesses:
         if not found and self.leader is not None:
             found = descendants(*self.leader)
         return found
+
+
+def _owner_uid(spec: dict[str, Any]) -> int:
+    """The account a task's processes run as, from its spec (older specs: from how it drops)."""
+    for found in (spec.get("owner_uid"), (spec.get("sandbox_identity") or {}).get("uid"),
+                  (spec.get("user") or {}).get("uid")):
+        if isinstance(found, int):
+            return found
+    return os.geteuid()
 
 
 def check(port: int, ours: tuple[str, int], task: TaskProcesses, what: str) -> str | None:

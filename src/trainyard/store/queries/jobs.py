@@ -313,3 +313,12 @@ def holding_job_attempt_spans(session: Session) -> list[tuple[int, str, str, dat
         .order_by(JobRow.id)
     )
     return [(job, user, vc, start, end) for job, user, vc, start, end in session.execute(query)]
+
+
+def live_task_ports(session: Session) -> list[tuple[str, dict[str, list[int]] | None, int | None]]:
+    """``(node, ports, master_port)`` of every waiting or running task: the ports its task
+    and its attempt hold (``controller.world.held_ports``)."""
+    rows = session.execute(select(TaskRow.node, TaskRow.ports, AttemptRow.master_port)
+                           .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
+                           .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING])))
+    return [(node, ports, master) for node, ports, master in rows]
