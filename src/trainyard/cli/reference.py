@@ -136,7 +136,7 @@ def _metavar(action: argparse.Action) -> str:
         return str(action.metavar)
     if action.choices is not None:
         return "{" + ",".join(str(choice) for choice in action.choices) + "}"
-    return action.dest.upper() if action.option_strings else action.dest.upper()
+    return action.dest.upper()
 
 
 def _takes_value(action: argparse.Action) -> bool:
@@ -171,14 +171,14 @@ def _help(action: argparse.Action, prog: str) -> str:
 
 
 def usage(words: Sequence[str], parser: argparse.ArgumentParser) -> str:
-    """``yard WORDS POSITIONALS [OPTIONS] [ACTION]`` as this reference writes it."""
+    """``yard WORDS [OPTIONS] POSITIONALS [ACTION]``, in argparse's order."""
     parts = ["yard", *words]
     arguments = _arguments(parser)
-    parts += [_positional(a) for a in arguments if not a.option_strings]
     for action in arguments:
         if action.option_strings and action.help is not argparse.SUPPRESS:
             shown = _option(action, every_spelling=False)
             parts.append(shown if action.required else f"[{shown}]")
+    parts += [_positional(a) for a in arguments if not a.option_strings]
     subparsers, _ = _subcommands(parser)
     if subparsers is not None:
         parts.append("ACTION" if subparsers.required else "[ACTION]")
