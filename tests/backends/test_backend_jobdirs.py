@@ -77,13 +77,13 @@ def test_only_numbered_folders_with_a_real_job_directory_count(tmp_path: Path) -
         job_dir_path(tmp_path, -1)
 
 
-def test_the_readme_shows_the_very_script_that_examples_checkpoint_resume_runs() -> None:
+def test_the_docs_show_the_very_script_that_examples_checkpoint_resume_runs() -> None:
     root = Path(__file__).resolve().parents[2]
     job = yaml.safe_load((root / "examples" / "checkpoint-resume.yaml").read_text())
     command = job["taskRoles"]["main"]["commands"][0]
     assert command.startswith("exec python3 -u - <<'PY'\n") and command.endswith("\nPY\n")
     script = command.split("\n", 1)[1].removesuffix("PY\n")
-    readme = (root / "README.md").read_text()
-    shown = readme.split("## Where work survives", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    page = (root / "docs" / "user" / "jobs.md").read_text()
+    shown = page.split("## Where work survives", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert shown == script
     assert len(script.splitlines()) == 10

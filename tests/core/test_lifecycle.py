@@ -153,6 +153,6 @@ def test_lost_is_final_for_tasks_and_attempts() -> None:
         check_attempt_transition(AttemptState.LOST, AttemptState.FAILED)
 
 
-def test_the_readme_states_the_platform_retry_bound_the_code_applies() -> None:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert f"at most {MAX_PLATFORM_RETRIES} such platform retries" in readme
+def test_the_docs_state_the_platform_retry_bound_the_code_applies() -> None:
+    page = (Path(__file__).parents[2] / "docs" / "user" / "jobs.md").read_text()
+    assert f"at most {MAX_PLATFORM_RETRIES} such platform retries" in page

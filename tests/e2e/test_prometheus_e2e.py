@@ -145,7 +145,7 @@ def test_prometheus_scrapes_yard_up_and_answers_the_gpus_a_running_job_holds(
     assert series[0]["metric"]["node"] and series[0]["metric"]["model"]
     total = prometheus.api("query", query="sum(trainyard_gpus_total)")
     assert total is not None and float(total["result"][0]["value"][1]) == 4
-    # With honor_labels (README's scrape config), a job's own metrics keep its id as `job`.
+    # With honor_labels (docs/admin/monitoring.md's scrape config), a job's own metrics keep its id as `job`.
     running = prometheus.api("query", query="trainyard_job_running_seconds")
     assert running is not None and [r["metric"]["job"] for r in running["result"]] == [str(job.id)]
 

@@ -1,6 +1,6 @@
 """The SDK and `yard` as a CI script uses them, through a real ``yard up``: `yard wait`
-riding out a server restart, a clone running with the original's secret, and the README's
-SDK example working as written."""
+riding out a server restart, a clone running with the original's secret, and the SDK
+example of docs/user/sdk.md working as written."""
 
 from __future__ import annotations
 
@@ -67,19 +67,18 @@ def test_a_clone_runs_with_the_secret_the_server_never_showed(server: Server) ->
         assert sdk.logs(clone_id) == b"token=s3cr3t-value\n"
 
 
-def readme_sdk_example() -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## REST API and SDK", 1)[1]
-    found = re.search(r"```python\n(.*?)```", section, re.S)
-    assert found, "README's SDK section has a python example"
+def sdk_page_example() -> str:
+    page = (REPO / "docs" / "user" / "sdk.md").read_text()
+    found = re.search(r"```python\n(.*?)```", page, re.S)
+    assert found, "docs/user/sdk.md has a python example"
     return found.group(1)
 
 
-def test_the_readmes_sdk_example_runs_as_written(server: Server) -> None:
+def test_the_sdk_pages_example_runs_as_written(server: Server) -> None:
     """In the repository (its examples/), as the user `yard up` configured: `Client()` with
     no arguments finds the server and token in $TRAINYARD_HOME/client.json."""
     ran = subprocess.run(
-        [sys.executable, "-c", readme_sdk_example()],
+        [sys.executable, "-c", sdk_page_example()],
         cwd=REPO,
         env=server.env,
         capture_output=True,

@@ -7,7 +7,7 @@ A task inherits nothing from the server's environment: the server's virtualenv o
 ``PATH`` would make a job's ``python3`` Trainyard's own interpreter and its
 ``pip install`` change Trainyard itself, and the server's settings and secrets must not
 reach jobs. Like Slurm's ``--export=NONE`` plus what the job asks for, a task gets, each
-layer over the one before (the README's "Task environment" lists them for users):
+layer over the one before (docs/user/jobs.md, "What every task gets", lists them for users):
 
 1. ``base_environment``: a standard ``PATH``, ``HOME``/``USER``/``LOGNAME`` of the
    account the task runs as, ``SHELL`` and ``LANG``;

@@ -34,12 +34,16 @@ def default_home() -> Path:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINYARD_", extra="forbid")
 
-    home: Path = Field(default_factory=default_home, description="State directory")
+    home: Path = Field(
+        default_factory=default_home,
+        description="State directory: the database (SQLite by default), client.json (the admin's token), "
+        "config.yaml, task state and logs",
+    )
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: SQLite at $TRAINYARD_HOME/trainyard.db"
     )
-    host: str = "127.0.0.1"
-    port: int = 8642
+    host: str = Field(default="127.0.0.1", description="Address yard up listens on (--host)")
+    port: int = Field(default=8642, description="Port yard up listens on (--port): the API, the portal, /metrics")
     local_gpus: int | None = Field(
         default=None, ge=0, description="Expose N simulated GPU slots instead of real NVIDIA GPUs"
     )
@@ -159,7 +163,7 @@ class Settings(BaseSettings):
     container_engine: Literal["podman", "docker"] = Field(
         default="podman",
         description="What runs the tasks of a job that names an image (`image`, `dockerImage`): podman "
-        "(Debian's package) or docker; the same flags either way (README: Images)",
+        "(Debian's package) or docker; the same flags either way (docs/user/images.md)",
     )
     container_runtime: str | None = Field(
         default="runc", pattern=r"^[A-Za-z0-9_./-]+$",

@@ -2,7 +2,7 @@
 
 Scraping needs an admin's bearer token: the page names every user's jobs and figures. A
 Prometheus server sends it with ``authorization: {credentials: <token>}`` in its scrape
-config (README, "Prometheus").
+config (docs/admin/monitoring.md, "Prometheus").
 """
 
 from __future__ import annotations
