@@ -203,9 +203,9 @@ def test_a_stop_recorded_but_never_signalled_is_delivered_by_a_later_observe(loc
 
 def test_a_stop_repeated_after_its_deadline_kills_the_task_at_once(local):
     # A task that ignores SIGTERM, stopped with a long grace; the stop is then repeated as
-    # if its deadline had passed (what observe does for a task still running then, and what
-    # a stop lost on its way to the waiter needs): the waiter kills the group now, not
-    # when its own 60 s timer would.
+    # if its deadline had passed (what observe does for a task still running then: the
+    # safety net, should a stop go astray on its way to the waiter): the waiter kills the
+    # group now, not when its own 60 s timer would.
     key = local.launch("trap '' TERM\necho ready\nsleep 300")
     local.wait_log(key, "ready")
     local.backend.stop(key, 60)

@@ -158,8 +158,8 @@ def test_a_new_controller_launches_placed_tasks_once(world, tmp_path) -> None:
 
 def test_gpus_are_held_until_tasks_end_and_jobs_wait_with_a_reason(world) -> None:
     db, _, controller, user = world
-    # A short grace: this test is about GPUs held, not about stopping (a stop lost on its way
-    # to the task's waiter, seen in CI, is enforced once its deadline passes; see the note).
+    # A short grace: this test is about GPUs held, not about stopping (should a stop go
+    # astray, the repeat past its deadline enforces it; test_local_stop_delivery).
     first = submit(db, user, "name: a\nstopGracePeriodSeconds: 5\ntaskRoles:\n  m:\n"
                    "    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
     second = submit(db, user, "name: b\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")

@@ -716,9 +716,10 @@ class LocalBackend(jobdirs.JobDirTree):
         """Act on a stop whose deadline has passed while the task still runs; True if acted.
 
         The kill timers of ``stop`` live in memory and die with the server. A live
-        supervisor gets the stop again (it ignores repeats; one that never got it, because
-        the server died between writing stop.json and signalling, now applies it); without
-        one, the task's group is SIGKILLed here.
+        supervisor gets the stop again: one that never got it (the server died between
+        writing stop.json and signalling) now applies it, and one that did forwards the
+        repeat, on which the waiter SIGKILLs the group at once (a safety net). Without a
+        supervisor, the task's group is SIGKILLed here.
         """
         deadline = stop_deadline(taskfiles.read_json(str(task_dir / taskfiles.STOP)))
         if deadline is None or time.time() < deadline:

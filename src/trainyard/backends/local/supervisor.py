@@ -54,10 +54,12 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
    ``script_file``, since it cannot read the task directory.
 5. On SIGTERM/SIGINT (a stop), the supervisor forwards SIGTERM to the waiter, which
    SIGTERMs the task's group and arms a timer; when it fires while the task still runs,
-   the waiter SIGKILLs the group. A stop repeated once its deadline has passed (the
-   backend repeats it while the task still runs) is forwarded again, and the waiter then
-   SIGKILLs the group at once: a stop lost on the way (seen in CI: a JupyterLab still
-   running a minute after its 10 s grace) is still enforced. Only the waiter signals the group: as the task's parent
+   the waiter SIGKILLs the group. Both wait for their child with ``wait_exited``, which
+   wakes for every handled signal whenever it landed (a blocking ``waitid`` slept through
+   one that came just before it: the stops CI lost, issue 28). A stop repeated once its
+   deadline has passed (the backend repeats it while the task still runs) is forwarded
+   again, and the waiter then SIGKILLs the group at once: a safety net, should a stop
+   still go astray. Only the waiter signals the group: as the task's parent
    it alone knows that the group id is still the task's (step 6). (Without a supervisor,
    the backend signals the group itself, checking the leader's start time.)
 6. When the task's main process exits, the waiter waits for it *without reaping* (its
@@ -77,6 +79,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import select
 import signal
 import sys
 import time
@@ -125,11 +128,13 @@ class Supervisor:
         self.stop_requested = False
         self.started_at = time.time()
         self.cgroup: dict[str, Any] | None = None  # the task's cgroup plan, once created
+        self.wake_fd = -1  # read end of the pipe each handled signal writes to (``_wake_on_signals``)
 
     def path(self, name: str) -> str:
         return os.path.join(self.task_dir, name)
 
     def run(self) -> int:
+        self.wake_fd = _wake_on_signals()
         for stop_signal in _STOP_SIGNALS:
             signal.signal(stop_signal, self._on_stop)
         # No terminal: a stray SIGHUP must not kill the supervisor (or the waiter).
@@ -193,6 +198,7 @@ class Supervisor:
             if pid == 0:
                 os.close(gate_w)
                 os.close(report_r)
+                os.close(self.wake_fd)  # the waiter makes its own
                 waiter = Waiter(self.task_dir, self.grace_seconds, plan, notes)
                 waiter.run(spec, spec.get("script_file") or script_path, gate_r, report_w, log_fd, null_fd)
             self.waiter_pid = pid
@@ -220,10 +226,9 @@ class Supervisor:
         """Wait for the waiter; ``(exit_code, signal, message, finished_at, limits)`` of the
         task (``limits``: ``reason`` and ``oom_kills``, when its cgroup had any to say)."""
         assert self.waiter_pid is not None
-        # WNOWAIT, then block the stop signals, then reap: a stop forwarded now can never
+        # Unreaped, then block the stop signals, then reap: a stop forwarded now can never
         # reach a process that took over the waiter's pid.
-        info = os.waitid(os.P_PID, self.waiter_pid, os.WEXITED | os.WNOWAIT)
-        assert info is not None  # only None with WNOHANG
+        info = wait_exited(self.waiter_pid, self.wake_fd)
         signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)
         os.waitpid(self.waiter_pid, 0)
         self.waiter_reaped = True
@@ -249,7 +254,7 @@ class Supervisor:
 
     def _on_stop(self, signum: int, frame: object) -> None:
         # A repeat is forwarded too: the backend repeats a stop whose deadline passed while
-        # the task still runs, and the waiter then kills the task's group at once.
+        # the task still runs, and the waiter then kills the task's group at once (a safety net).
         self.stop_requested = True
         if self.waiter_pid is None or self.waiter_reaped:
             return  # not started yet: _start_task sees the flag
@@ -303,6 +308,7 @@ class Waiter:
     def _run(self, spec: dict[str, Any], script_path: str, gate_r: int, report_w: int, log_fd: int,
              null_fd: int) -> int:
         # Stop signals are still blocked (inherited): handlers first, then the task.
+        wake_fd = _wake_on_signals()
         for stop_signal in _STOP_SIGNALS:
             signal.signal(stop_signal, self._on_stop)
         signal.signal(signal.SIGALRM, self._on_grace_expired)
@@ -350,10 +356,9 @@ class Waiter:
                 pass  # the task was killed at the gate (a stop): its status says so
         os.close(task_gate_w)  # unreleased, the task reads EOF and exits unrun
 
-        # WNOWAIT leaves the task a zombie: its pid, hence the group id, cannot be reused
+        # Unreaped, the task is a zombie: its pid, hence the group id, cannot be reused
         # while we kill the rest of the group.
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-        assert info is not None  # only None with WNOHANG
+        info = wait_exited(pid, wake_fd)
         finished_at = _iso(time.time())
         signal.setitimer(signal.ITIMER_REAL, 0)
         try:
@@ -418,7 +423,7 @@ class Waiter:
         stop = taskfiles.read_json(os.path.join(self.task_dir, taskfiles.STOP)) or {}
         if self.stop_requested:
             # A repeat: once the stop's deadline has passed, the task's group is killed now
-            # (whatever became of the grace timer); before it, the timer stands.
+            # (whatever became of the grace timer; a safety net); before it, the timer stands.
             deadline = stop.get("deadline")
             if isinstance(deadline, (int, float)) and time.time() >= deadline:
                 self._signal_group(signal.SIGKILL)
@@ -548,6 +553,48 @@ def _end_cgroup(plan: dict[str, Any], exit_code: int, notes: list[str]) -> dict[
     if kills and exit_code != 0:
         record["reason"] = cgroups.OUT_OF_MEMORY
     return record
+
+
+def _wake_on_signals() -> int:
+    """Have every signal this process handles write a byte to a new pipe (``set_wakeup_fd``),
+    and return its read end, for ``wait_exited``. In a fork (the waiter), the pipe inherited
+    from its parent is closed: the parent is not woken by the child's signals."""
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    inherited = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    if inherited != -1:
+        os.close(inherited)
+    return read_fd
+
+
+def wait_exited(pid: int, wake_fd: int) -> os.waitid_result:
+    """Wait until the child ``pid`` has ended, leaving it unreaped (WNOWAIT), and run this
+    process's signal handlers as their signals come (``wake_fd``: from ``_wake_on_signals``).
+
+    Not a blocking ``os.waitid``, which lost stops (issue 28): CPython runs a signal's
+    handler between bytecodes, and a process asleep in a system call learns of a signal
+    only when it interrupts the call. A signal that lands after the interpreter's last look
+    and before the process sleeps interrupts nothing, and its handler waited for the child's
+    end: a stop forwarded to the waiter as it went to wait for the task was acted on when
+    the task ended on its own. Here each handled signal also leaves a byte in the wake
+    pipe, which ``poll`` sees whenever it came: the handler runs as ``poll`` returns.
+    """
+    pidfd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)  # readable once the child has ended
+        poller.register(wake_fd, select.POLLIN)
+        while (info := os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG)) is None:
+            poller.poll()
+            # Handlers tripped before this read run before the next poll; a signal that
+            # lands after it leaves a byte, and the next poll returns at once.
+            try:
+                while os.read(wake_fd, 64):
+                    pass
+            except BlockingIOError:
+                pass
+        return info
+    finally:
+        os.close(pidfd)
 
 
 def _read_pid(fd: int) -> int | None:
