@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+from deadlines import scaled
 
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT as WORK_ROOT
 from trainyard.client import Client
@@ -28,7 +29,9 @@ def free_port() -> int:
 
 
 def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds,
+    stretched by ``TRAINYARD_TEST_TIME_FACTOR`` (``tests/deadlines.py``)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
