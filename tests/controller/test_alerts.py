@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from deadlines import scaled
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -423,14 +424,14 @@ def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops
         set_rule(session, "disk-full", AlertRuleUpdate(params={"used_pct": 0.001}), clock, 10.0)
     controller.run_once()  # inventory, a first sampling round and a first evaluation, each in its thread
     assert controller.monitoring is not None
-    controller.monitoring.join(10)
-    controller.alerts.join(10)
+    controller.monitoring.join(scaled(10))
+    controller.alerts.join(scaled(10))
     clock.advance(10)
     controller.run_once()  # not due yet
     assert controller.alerts.start_if_due() is False
     clock.advance(25)
     controller.run_once()  # due: fires; the webhook fails, logged, and the cycle goes on
-    controller.alerts.join(10)
+    controller.alerts.join(scaled(10))
     with db.session() as session:
         node = session.scalars(select(NodeRow)).one().name
         firing = {a.subject: a for a in alert_queries.firing_alerts(session) if a.rule == "disk-full"}

@@ -78,7 +78,7 @@ class Server:
         def healthy() -> bool:
             assert self.process.poll() is None, "yard up exited:\n" + self.log()
             try:
-                return httpx.get(self.url + "/api/v1/healthz", timeout=1).status_code == 200
+                return httpx.get(self.url + "/api/v1/healthz", timeout=scaled(1)).status_code == 200
             except httpx.TransportError:
                 return False
         wait_until(healthy, timeout=30, what="the server to answer /healthz")
@@ -92,7 +92,7 @@ class Server:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
-                self.process.wait(10)
+                self.process.wait(scaled(10))
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -111,7 +111,7 @@ class Server:
         if token is not None:
             env["TRAINYARD_TOKEN"] = token
         return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], env=env,
-                              capture_output=True, text=True, input=input, timeout=60)
+                              capture_output=True, text=True, input=input, timeout=scaled(60))
 
     def kill_tasks(self) -> None:
         """End every task process this server's home started (they outlive the server).

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from deadlines import scaled
 from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.server import Server, free_port, wait_until
@@ -50,7 +51,8 @@ def admin_token(server: Server) -> str:
 
 
 def scrape(server: Server) -> httpx.Response:
-    return httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {admin_token(server)}"}, timeout=10)
+    return httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {admin_token(server)}"},
+                     timeout=scaled(10))
 
 
 class Prometheus:
@@ -81,7 +83,7 @@ scrape_configs:
         """An answer of Prometheus' HTTP API, or None while it is not yet serving."""
         assert self.process.poll() is None, "prometheus exited:\n" + self.log.read_text(errors="replace")
         try:
-            response = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=2)
+            response = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=scaled(2))
         except httpx.TransportError:
             return None
         if response.status_code != 200:
@@ -99,7 +101,7 @@ scrape_configs:
     def stop(self) -> None:
         self.process.terminate()
         try:
-            self.process.wait(10)
+            self.process.wait(scaled(10))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -168,10 +170,10 @@ def test_promtool_finds_nothing_to_lint_on_the_metrics_page(server: Server) -> N
     assert 'trainyard_jobs{state="RUNNING"} 1.0' in page.text
     assert "trainyard_job_start_latency_seconds_count 1.0" in page.text
     checked = subprocess.run([promtool, "check", "metrics"], input=page.text, capture_output=True, text=True,
-                             timeout=60)
+                             timeout=scaled(60))
     problems = checked.stdout + checked.stderr
     assert checked.returncode == 0 and problems == "", problems
 
 
 def test_scraping_without_a_token_is_refused_with_401(server: Server) -> None:
-    assert httpx.get(server.url + "/metrics", timeout=10).status_code == 401
+    assert httpx.get(server.url + "/metrics", timeout=scaled(10)).status_code == 401

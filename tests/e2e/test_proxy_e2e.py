@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
+from deadlines import scaled
 from podman_support import needs_podman
 
 from e2e.server import Server, wait_until
@@ -42,7 +43,7 @@ def test_the_owner_reaches_the_tasks_http_server_through_the_proxy_and_nobody_el
     undeclared = web.get(web.alice, "/22/")
     assert undeclared.status_code == 404 and "not one of task main/0's ports" in undeclared.json()["detail"]
     no_task = httpx.get(web.base.replace("/main/0", "/main/7") + f"/{web.http}/",
-                        headers={"Authorization": f"Bearer {web.alice}"}, timeout=10)
+                        headers={"Authorization": f"Bearer {web.alice}"}, timeout=scaled(10))
     assert no_task.status_code == 404 and no_task.json()["detail"] == f"job {web.job} has no running task main/7"
 
     events = Client(server.url, web.alice).job(web.job).events
@@ -59,7 +60,8 @@ def test_yard_port_forward_reaches_the_tasks_http_server(web: WebJob, server: Se
     web.check_port_forward()
     # Bob's is refused before it listens: the job is not his to see.
     bob = subprocess.run([sys.executable, "-m", "trainyard.cli.main", "port-forward", str(web.job), f"0:{web.http}"],
-                         env={**server.env, "TRAINYARD_TOKEN": web.bob}, capture_output=True, text=True, timeout=60)
+                         env={**server.env, "TRAINYARD_TOKEN": web.bob}, capture_output=True, text=True,
+                         timeout=scaled(60))
     assert bob.returncode != 0 and f"no job {web.job}" in bob.stderr
 
 
@@ -94,7 +96,7 @@ def test_a_container_tasks_ports_are_reached_through_the_proxy_and_yard_port_for
 @contextmanager
 def browser(server: Server, token: str) -> Iterator[httpx.Client]:
     """A client holding a portal session, as a browser that signed in holds it."""
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    with httpx.Client(base_url=server.url, timeout=scaled(10)) as client:
         signed_in = client.post("/signin", data={"token": token, "next": "/"})
         assert signed_in.status_code == 303, signed_in.text
         yield client

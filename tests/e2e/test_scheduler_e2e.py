@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, running_server, wait_until
 from trainyard.cli import render
@@ -135,7 +136,7 @@ def test_an_attempt_past_its_max_run_time_is_stopped_and_the_job_fails_without_r
     client = eight_gpus.admin()
     job = client.submit("name: slow\nmaxRunTimeSeconds: 1\njobRetryCount: 2\nstopGracePeriodSeconds: 1\n"
                         "taskRoles:\n  w:\n    commands: ['sleep 600']\n").id
-    done = client.wait(job, timeout=30)
+    done = client.wait(job, timeout=scaled(30))
     assert done.state == "FAILED"
     assert "maximum run time (maxRunTimeSeconds: 1)" in done.message
     assert done.attempts[-1].state == "TIMED_OUT" and done.retriesUsed == 0

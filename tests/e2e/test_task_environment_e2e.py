@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deadlines import scaled
 
 from e2e.server import Server, free_port, running_server
 from trainyard.backends.environment import STANDARD_PATH
@@ -37,7 +38,7 @@ def test_a_task_sees_the_documented_environment_and_nothing_of_the_servers(tmp_p
     monkeypatch.setenv("SECRET_SERVER_VAR", "s3cret")
     with running_server(home, gpus=1) as srv:
         client = srv.admin()
-        job = client.wait(client.submit(JOB).id, timeout=60)
+        job = client.wait(client.submit(JOB).id, timeout=scaled(60))
         assert job.state == "SUCCEEDED", job.message
         out = client.logs(job.id).decode()
     dump, _, python3 = out.rpartition("<python3: ")
@@ -59,7 +60,7 @@ def test_yard_up_refuses_a_site_variable_no_task_could_get(tmp_path) -> None:
         env=srv.env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert out.returncode == 1, out.stderr
     assert "task_env: 'NOT A NAME' is not a valid environment variable name" in out.stderr
