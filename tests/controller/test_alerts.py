@@ -320,15 +320,24 @@ def smtp() -> Iterator[tuple[int, list[Any]]]:
             self.messages.append(envelope)
             return "250 OK"
 
+    class OnHeldSocket(aiosmtpd.Controller):
+        """aiosmtpd's server on a socket bound to port 0 before it starts (its start-up probe
+        cannot follow port 0 itself): the kernel's port, held from the first moment."""
+
+        def __init__(self, handler: Any, sock: socket.socket) -> None:
+            super().__init__(handler, hostname="127.0.0.1", port=sock.getsockname()[1])
+            self.sock = sock
+
+        def _create_server(self) -> Any:
+            return self.loop.create_server(self._factory_invoker, sock=self.sock, ssl=self.ssl_context)
+
     inbox = Inbox()
     inbox.messages = []
-    # aiosmtpd's start-up probe cannot follow port 0: take a free port from the kernel first.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    controller = aiosmtpd.Controller(inbox, hostname="127.0.0.1", port=port)
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    controller = OnHeldSocket(inbox, held)
     controller.start()
-    yield port, inbox.messages
+    yield controller.port, inbox.messages
     controller.stop()
 
 

@@ -16,11 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from deadlines import scaled
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.server import Server, free_port, wait_until
+from e2e.server import Server, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -56,10 +57,11 @@ def scrape(server: Server) -> httpx.Response:
 
 
 class Prometheus:
-    """A Prometheus server scraping one ``yard up`` every second, on a free port."""
+    """A Prometheus server scraping one ``yard up`` every second, on a port the kernel gives
+    it (it listens on port 0; the test finds the port among the process's sockets)."""
 
     def __init__(self, binary: str, server: Server, folder: Path) -> None:
-        self.port = free_port()
+        self.port: int | None = None
         token_file = folder / "token"
         token_file.write_text(admin_token(server))
         config = folder / "prometheus.yml"
@@ -75,13 +77,19 @@ scrape_configs:
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                 "--web.listen-address=127.0.0.1:0"],
                 stdout=log, stderr=subprocess.STDOUT,
             )
 
     def api(self, path: str, **params: str) -> dict | None:
         """An answer of Prometheus' HTTP API, or None while it is not yet serving."""
         assert self.process.poll() is None, "prometheus exited:\n" + self.log.read_text(errors="replace")
+        if self.port is None:
+            listening = [c.laddr.port for c in psutil.Process(self.process.pid).net_connections("tcp")
+                         if c.status == psutil.CONN_LISTEN]
+            if not listening:
+                return None
+            (self.port,) = listening
         try:
             response = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=scaled(2))
         except httpx.TransportError:

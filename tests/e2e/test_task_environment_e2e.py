@@ -12,7 +12,7 @@ import pytest
 import yaml
 from deadlines import scaled
 
-from e2e.server import Server, free_port, running_server
+from e2e.server import Server, running_server
 from trainyard.backends.environment import STANDARD_PATH
 
 pytestmark = pytest.mark.e2e
@@ -54,7 +54,7 @@ def test_a_task_sees_the_documented_environment_and_nothing_of_the_servers(tmp_p
 
 def test_yard_up_refuses_a_site_variable_no_task_could_get(tmp_path) -> None:
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task_env": {"NOT A NAME": "x"}}))
-    srv = Server(home=tmp_path, port=free_port(), database_url=None, gpus=0)
+    srv = Server(home=tmp_path, port=0, database_url=None, gpus=0)
     out = subprocess.run(
         [sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(srv.port)],
         env=srv.env,

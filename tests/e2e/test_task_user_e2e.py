@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deadlines import scaled
 
-from e2e.server import Server, free_port, running_server
+from e2e.server import Server, running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -78,7 +78,7 @@ def test_two_servers_given_one_task_work_dir_keep_their_jobs_work_dirs_apart(gua
 
 
 def test_yard_up_refuses_an_unknown_task_user(tmp_path) -> None:
-    srv = Server(home=tmp_path, port=free_port(), database_url=None, gpus=0,
+    srv = Server(home=tmp_path, port=0, database_url=None, gpus=0,
                  extra_args=("--task-user", "no-such-user-xyz"))
     out = subprocess.run(
         ["python", "-m", "trainyard.cli.main", "up", "--port", str(srv.port), "--task-user", "no-such-user-xyz"],
