@@ -37,7 +37,7 @@ from e2e.webjob import WebJob, served
 pytestmark = pytest.mark.e2e
 
 # Far beyond the documented 3 s, so that only a connection nothing closes misses it.
-CLOSED_WITHIN = 15.0
+CLOSED_WITHIN = scaled(15.0)
 REVOKED = 4401
 
 
@@ -155,7 +155,7 @@ def test_a_followed_log_ends_once_its_token_is_revoked(server: Server, web: WebJ
     token = server.admin().create_token(user="alice", name="follower").token
     url = f"{server.url}/api/v1/jobs/{web.job}/logs?follow=true"
     with httpx.stream("GET", url, headers={"Authorization": f"Bearer {token}"},
-                      timeout=httpx.Timeout(10, read=CLOSED_WITHIN)) as answer:
+                      timeout=httpx.Timeout(scaled(10), read=CLOSED_WITHIN)) as answer:
         assert answer.status_code == 200
         chunks = answer.iter_raw()
         next(chunks)  # what the log holds so far: the stream is open

@@ -94,17 +94,13 @@ def test_ctrl_c_stops_the_server_at_once_while_a_log_is_followed(server: Server)
         assert read_line(follow.stdout) == b"started\n"
         assert server.process is not None
         server.process.send_signal(signal.SIGINT)
-        began = time.monotonic()
         out, err = follow.communicate(timeout=scaled(20))
-        follower_ended = time.monotonic() - began
         server.process.wait(timeout=scaled(20))
-        server_exited = time.monotonic() - began
-    # Measured here: the follower ends ~0.2 s after the signal, and the server has done all of
-    # its own stopping by then; the rest is the interpreter's exit, slower on a loaded machine.
-    assert follower_ended < 2, f"the follower took {follower_ended:.1f} s to end"
-    assert server_exited < 3, f"yard up took {server_exited:.1f} s to exit"
     assert server.process.returncode == 0
     log = server.log()
+    # At once: the follower's response ended as the server began stopping, not when uvicorn
+    # gave up waiting for it (GRACEFUL_SHUTDOWN_SECONDS later), which it would have said.
+    assert "timeout graceful shutdown exceeded" not in log, log
     assert "Traceback" not in log and " ERROR " not in log, log
     assert out == b"" and follow.returncode == EXIT_UNREACHABLE
     assert err.decode() == (

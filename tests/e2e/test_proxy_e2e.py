@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -67,16 +66,15 @@ def test_yard_port_forward_reaches_the_tasks_http_server(web: WebJob, server: Se
 
 def test_a_revoked_token_stops_reaching_the_task_within_the_proxys_few_seconds(web: WebJob, server: Server) -> None:
     # The proxy keeps a check that let a request through for GRANT_SECONDS (a page's hundred
-    # requests ask the store once), so a revocation takes up to that long; not longer.
+    # requests ask the store once), so a revocation takes up to that long; not longer, which
+    # tests/api/test_proxy_grants.py proves on a clock of its own (here, load could stretch it).
     admin = server.admin()
     token = admin.create_token(user="alice", name="short-lived").token
     assert web.get(token, f"/{web.http}/").status_code == 200
     (view,) = [t for t in admin.tokens(user="alice") if t.name == "short-lived"]
     admin.revoke_token(view.id)
-    revoked = time.monotonic()
     wait_until(lambda: web.get(token, f"/{web.http}/").status_code == 401, timeout=GRANT_SECONDS + 10,
                what="the revoked token to be refused")
-    assert time.monotonic() - revoked < GRANT_SECONDS + 4
     assert web.get(web.alice, f"/{web.http}/").status_code == 200  # her other token is hers still
 
 

@@ -80,8 +80,9 @@ taskRoles:
     wait_until(lambda: alice.job(alice_job).state == "RUNNING", timeout=GRACE + 15,
                what="alice's job to start after the preemption")
     started_after = time.monotonic() - submitted
-    # Bob's tasks had their whole grace period, and alice waited little longer than it.
-    assert GRACE - 0.5 <= started_after < GRACE + 3
+    # Bob's tasks had their whole grace period (how soon alice starts after it is the
+    # controller's tests' to say, on a fake clock: here, load could stretch it).
+    assert started_after >= GRACE - 0.5
 
     bob_view = bob.job(bob_job)
     assert "preempted" in [e.kind for e in bob_view.events]
