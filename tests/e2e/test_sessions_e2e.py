@@ -113,12 +113,21 @@ def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owne
 
 def test_an_idle_session_is_reported_then_culled_where_the_site_says_so(database_url: str, tmp_path_factory) -> None:
     url = None if database_url.startswith("sqlite") else database_url
+    # Reported after 3 s idle, culled after ``cull_after``: the report needs one check (every
+    # second) between the two, the first of which comes only once the controller has seen
+    # JupyterLab run, which a loaded machine delays; the cull is far enough behind for that.
+    cull_after = 24  # seconds, scaled below (wait_until scales its own deadlines)
+    cull_seconds = scaled(cull_after)
     settings = {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON, "TRAINYARD_SESSION_CHECK_INTERVAL_SECONDS": "1",
-                "TRAINYARD_SESSION_IDLE_REPORT_MINUTES": "0.05", "TRAINYARD_SESSION_IDLE_CULL_MINUTES": "0.2"}
+                "TRAINYARD_SESSION_IDLE_REPORT_MINUTES": "0.05",
+                "TRAINYARD_SESSION_IDLE_CULL_MINUTES": f"{cull_seconds / 60:.4f}"}
     with running_server(tmp_path_factory.mktemp("home"), gpus=1, database_url=url, extra_env=settings) as srv:
         admin = srv.admin()
         session = admin.start_session(name="idle-lab").id
-        wait_until(lambda: admin.job(session).state in ("STOPPING", "STOPPED"), timeout=90,
+        # JupyterLab's start (as long as the other lab tests give it) and the cull, waited for apart.
+        wait_until(lambda: admin.job(session).state != "WAITING" and admin.session(session).lastActivity,
+                   timeout=120, what=f"the session's JupyterLab to be read ({admin.session(session)!r})")
+        wait_until(lambda: admin.job(session).state in ("STOPPING", "STOPPED"), timeout=cull_after + 30,
                    what=f"the idle session to be culled ({admin.session(session)!r})")
         job = admin.job(session)
         kinds = [e.kind for e in job.events]
