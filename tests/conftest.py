@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from deadlines import FACTOR, scaled
 from hypothesis import settings
 from sqlalchemy import create_engine, text
 
@@ -24,15 +26,30 @@ def _sqlalchemy_url(url: str) -> str:
 
 
 # CI runs the property tests on a fixed seed, so that its verdict is reproducible; a
-# developer's run explores new examples (and keeps failing ones in .hypothesis/).
-settings.register_profile("ci", derandomize=True)
-if os.environ.get("HYPOTHESIS_PROFILE") == "ci" or os.environ.get("CI"):
-    settings.load_profile("ci")
+# developer's run explores new examples (and keeps failing ones in .hypothesis/). In neither
+# has an example a deadline: how long one takes is how busy the machine is (timings are
+# benchmarks), and pytest-timeout still ends a test that hangs.
+settings.register_profile("dev", deadline=None)
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.load_profile("ci" if os.environ.get("HYPOTHESIS_PROFILE") == "ci" or os.environ.get("CI") else "dev")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if REQUIRE_PG and not PG_URL:
         raise pytest.UsageError("TRAINYARD_REQUIRE_POSTGRES=1 but TRAINYARD_TEST_DATABASE_URL is not set")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
+    """pytest-timeout's limit of a test (pyproject's ``timeout``, or a ``timeout`` marker),
+    stretched by ``TRAINYARD_TEST_TIME_FACTOR`` like every other deadline (tests/deadlines.py)."""
+    import pytest_timeout
+
+    return pytest_timeout.pytest_timeout_set_timer(item, settings._replace(timeout=scaled(settings.timeout)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"deadlines: TRAINYARD_TEST_TIME_FACTOR={FACTOR:g} (tests/deadlines.py)"
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

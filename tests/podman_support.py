@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRED = os.environ.get("TRAINYARD_REQUIRE_PODMAN") == "1"
@@ -25,6 +26,6 @@ needs_podman = pytest.mark.skipif(
 def build_test_image() -> str:
     """The test image's name, built once per machine (``scripts/dev-image.sh`` caches it)."""
     result = subprocess.run([str(REPO / "scripts" / "dev-image.sh"), "build"], capture_output=True, text=True,
-                            check=False, timeout=1800)
+                            check=False, timeout=scaled(1800))
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().split("=", 1)[1]

@@ -11,6 +11,7 @@ from datetime import datetime
 from pathlib import Path
 
 from api.harness import Api, make_api
+from deadlines import scaled
 from e2e.server import kill_tasks_under
 
 from trainyard.controller.loop import Controller
@@ -46,7 +47,7 @@ def running_job(api: Api, controller: Controller, token: str, name: str, *, inst
             f"    resourcePerInstance: {{gpu: {gpus}, cpu: 1, memoryMB: 512}}\n    commands: ['sleep 600']\n")
     with api.sdk(token) as sdk:
         job_id = sdk.submit(text.encode(), content_type="application/yaml").id
-    deadline = time.monotonic() + LAUNCH_TIMEOUT
+    deadline = time.monotonic() + scaled(LAUNCH_TIMEOUT)
     while time.monotonic() < deadline:
         controller.wake()
         controller.run_once()

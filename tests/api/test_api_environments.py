@@ -13,6 +13,7 @@ import pytest
 from api.harness import Api
 from api.live_harness import live_api
 from api.wheels import local_requirements, tiny_wheel
+from deadlines import scaled
 
 from trainyard.client import Client, TrainyardError
 from trainyard.controller.loop import Controller
@@ -38,7 +39,7 @@ def run_until(api: Api, controller: Controller, ended: object, what: str, timeou
     """Run controller cycles until ``ended()`` (a callable) is true; the tasks are real
     processes, whose ends the controller can only observe."""
     assert callable(ended)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not ended():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not happen in {timeout:g} s")

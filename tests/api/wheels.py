@@ -7,6 +7,8 @@ import hashlib
 import zipfile
 from pathlib import Path
 
+from deadlines import scaled
+
 
 def tiny_wheel(folder: Path, name: str, source: str, version: str = "0.1") -> Path:
     """A pure-Python wheel of one module ``name`` (``source`` its code), built to the wheel
@@ -42,9 +44,9 @@ def node_venv(prefix: Path, python: str, wheels: Path | None = None, *packages: 
     import subprocess
 
     subprocess.run([python, "-m", "venv", *([] if packages else ["--without-pip"]), str(prefix)], check=True,
-                   capture_output=True, timeout=120)
+                   capture_output=True, timeout=scaled(120))
     if packages:
         subprocess.run([str(prefix / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check",
                         "--no-index", "--find-links", str(wheels), *packages], check=True, capture_output=True,
-                       timeout=120)
+                       timeout=scaled(120))
     return prefix

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deadlines import scaled
 
 from trainyard.backends.base import TaskKey, TaskLaunch, TaskStatus
 from trainyard.backends.containers import ContainerEngine
@@ -15,7 +16,9 @@ from trainyard.backends.local.backend import LocalBackend
 
 
 def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.01) -> object:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds,
+    stretched by ``TRAINYARD_TEST_TIME_FACTOR`` (``tests/deadlines.py``)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         result = condition()

@@ -28,6 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 from podman_support import build_test_image
 
 from tests.backends.conftest import LocalHarness
@@ -69,7 +70,7 @@ def docker_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                                cwd=folder)  # conmon leaves an "oom" file in its folder after an OOM kill
     host = f"unix://{socket}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while subprocess.run(["docker", "-H", host, "version"], capture_output=True, check=False).returncode != 0:
             assert service.poll() is None, (folder / "service.log").read_text()
             assert time.monotonic() < deadline, "podman's API service did not answer in 30 s"
@@ -77,7 +78,7 @@ def docker_socket(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield host
     finally:
         service.terminate()
-        service.wait(timeout=30)
+        service.wait(timeout=scaled(30))
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def rm_passes_exit_status(docker_socket: str, image: str) -> bool:
     """Whether ``docker run --rm`` exits with the container's status on this engine."""
     result = subprocess.run(["docker", "-H", docker_socket, "run", "--rm", "--ulimit", "nofile=1024:1024",
                              "--ulimit", "nproc=4096:4096", image, "sh", "-c", "exit 3"],
-                            capture_output=True, check=False, timeout=120)
+                            capture_output=True, check=False, timeout=scaled(120))
     return result.returncode == 3
 
 

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 import trainyard
 from trainyard.backends.local import taskfiles
@@ -42,7 +43,7 @@ def test_tasks_launch_after_the_installed_package_is_deleted(tmp_path):
         def run(job):
             key = TaskKey(job, 0, "main", 0)
             backend.launch(TaskLaunch(key, node, "echo ran $TRAINYARD_JOB_ID", {{"TRAINYARD_JOB_ID": str(job)}}))
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + {scaled(20)}
             while (status := backend.observe([key])[key]).running and time.monotonic() < deadline:
                 time.sleep(0.02)
             print(job, status.exit_code, status.message, backend.read_log(key).data.decode().strip())
@@ -55,7 +56,7 @@ def test_tasks_launch_after_the_installed_package_is_deleted(tmp_path):
         [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r})\n{server}"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         check=False,
     )
     assert done.returncode == 0, done.stderr

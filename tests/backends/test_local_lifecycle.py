@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+from deadlines import scaled
+
 from trainyard.backends.local import procfs, supervisor, taskfiles
 from trainyard.backends.local.backend import (
     STARTUP_TIMEOUT_SECONDS,
@@ -177,7 +179,7 @@ def test_a_stop_outlives_the_server_that_sent_it_when_the_supervisor_is_gone(loc
         f"LocalBackend({str(local.state_dir)!r}, gpus=[]).stop(TaskKey.parse({str(key)!r}), 0.3)\n"
         "os._exit(0)\n"
     )
-    subprocess.run([sys.executable, "-c", stopper], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", stopper], check=True, timeout=scaled(60))
     stop = taskfiles.read_json(str(local.backend.task_dir(key) / taskfiles.STOP))
     assert stop["grace_seconds"] == 0.3 and stop["deadline"] > time.time() - 60
     pgid, started = record["task"]["pgid"], record["task"]["start_time"]

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from trainyard.backends.local import procfs, taskfiles
 from trainyard.backends.local.backend import LocalBackend
@@ -26,7 +27,7 @@ def task_user() -> pwd.struct_passwd:
     """A throwaway system account, created on first use (tests run as root)."""
     if os.geteuid() != 0:
         pytest.skip("run_as needs the server, here the tests, to run as root")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while True:
         try:
             return pwd.getpwnam(TASK_USER)

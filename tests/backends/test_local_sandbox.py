@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from trainyard.backends.local import sandboxjoin
 from trainyard.backends.local.sandbox import (
@@ -36,7 +37,7 @@ def _fake_sandbox(*, user_namespace: bool, hidden: tuple[Path, ...] = ()) -> San
 
 def _run(argv: list[str], prefix: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """Run a sandbox's command line as the supervisor does: with the launch env only."""
-    return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=30, cwd="/", env=LAUNCH_ENV)
+    return subprocess.run([*prefix, *argv], capture_output=True, text=True, timeout=scaled(30), cwd="/", env=LAUNCH_ENV)
 
 
 def test_the_command_line_hides_then_binds_back_and_drops_privileges_as_root(tmp_path: Path) -> None:
@@ -161,7 +162,7 @@ def _starter_for_nobody(base: Path) -> tuple[str, ...]:
     shutil.copyfile(sandboxjoin.__file__, copy)
     copy.chmod(0o644)
     probe = subprocess.run(["runuser", "-u", "nobody", "--", python, "-I", "-S", "-c", "import ctypes"],
-                           capture_output=True, timeout=30, cwd="/")
+                           capture_output=True, timeout=scaled(30), cwd="/")
     if probe.returncode != 0:
         pytest.skip(f"no Python that nobody can run ({python}; TRAINYARD_TEST_NONROOT_PYTHON names one)")
     return (python, "-I", "-S", str(copy))
@@ -201,7 +202,7 @@ def test_without_root_a_user_namespace_hides_the_same(public_dir: Path) -> None:
     for path in (public_dir / "home", paths["state"], paths["stop"].parent, paths["secret"], paths["spec"]):
         os.chown(path, NOBODY, NOBODY)  # the server's own files, as a non-root server has them
     probe = subprocess.run(["runuser", "-u", "nobody", "--", "bwrap", "--unshare-user", "--dev-bind", "/", "/",
-                            "true"], capture_output=True, timeout=30)
+                            "true"], capture_output=True, timeout=scaled(30))
     if probe.returncode != 0:
         pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr!r}")
     sandbox, why = find_sandbox("bwrap", hidden=[paths["home"]], as_root=False)
@@ -218,7 +219,7 @@ def test_without_root_a_user_namespace_hides_the_same(public_dir: Path) -> None:
     assert lines[2:] == ["no-home", "no-other", "mine", "wrote-scratch"]
     # Outside the sandbox the same account reads it all: only the sandbox keeps it out.
     outside = subprocess.run(["runuser", "-u", "nobody", "--", "cat", str(paths["secret"])], capture_output=True,
-                             text=True, timeout=30)
+                             text=True, timeout=scaled(30))
     assert outside.stdout == "admin token"
 
 
@@ -236,7 +237,7 @@ def test_the_job_dir_is_bound_back_writable_inside_the_hidden_work_root(public_d
         os.chown(paths["stop"].parent, NOBODY, NOBODY)
         os.chown(paths["spec"], NOBODY, NOBODY)
         probe = subprocess.run(["runuser", "-u", "nobody", "--", "bwrap", "--unshare-user", "--dev-bind", "/", "/",
-                                "true"], capture_output=True, timeout=30)
+                                "true"], capture_output=True, timeout=scaled(30))
         if probe.returncode != 0:
             pytest.skip(f"unprivileged user namespaces do not work here: {probe.stderr!r}")
         prefix = ("runuser", "-u", "nobody", "--")
@@ -307,13 +308,13 @@ def test_the_task_start_refuses_a_stop_and_bad_options(tmp_path: Path) -> None:
     starter = [sys.executable, "-I", "-S", str(sandboxjoin.__file__)]
     argv = [*starter, "--stop", str(stop), "--spec", str(spec), "--cwd", str(tmp_path), "--",
             "sh", "-c", 'echo "$MARK $PWD"; env | sort | cut -d= -f1 | tr "\\n" " "']
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin",
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(30), env={"PATH": "/usr/bin:/bin",
                                                                                   "LEAK": "x"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"mine {tmp_path}"
     assert set(done.stdout.splitlines()[1].split()) <= {"MARK", "PATH", "PWD", "SHLVL", "_"}, done.stdout
     stop.write_text("{}")
-    assert subprocess.run(argv, capture_output=True, timeout=30).returncode == 143
+    assert subprocess.run(argv, capture_output=True, timeout=scaled(30)).returncode == 143
     both = [*starter, "--sandbox", "1:2", "--stop", str(stop), "--spec", str(spec), "--cwd", "/", "--", "true"]
-    refused = subprocess.run(both, capture_output=True, text=True, timeout=30)
+    refused = subprocess.run(both, capture_output=True, text=True, timeout=scaled(30))
     assert refused.returncode == 2 and "not both" in refused.stderr

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from trainyard.backends.local import sandboxjoin
 from trainyard.backends.local.sandbox import USERNS_FILTER_FILE, Identity, find_sandbox, sandbox_argv
@@ -80,7 +81,8 @@ def test_a_task_in_the_root_sandbox_makes_a_user_namespace_only_when_allowed(tmp
                         work_dir=work, shm_dir=shm, stop_file=state / "stop.json", spec_file=state / "spec.json",
                         identity=Identity(NOBODY, NOBODY, ()))
     (state / "spec.json").write_text(json.dumps({"env": {"PATH": "/usr/bin:/bin"}}))
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/", env={"PATH": "/usr/bin:/bin"})
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=scaled(30), cwd="/",
+                          env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == ("made" if allowed else "refused"), done
     assert (state / USERNS_FILTER_FILE).exists() is not allowed

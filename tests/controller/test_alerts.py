@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from deadlines import scaled
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
@@ -319,15 +320,24 @@ def smtp() -> Iterator[tuple[int, list[Any]]]:
             self.messages.append(envelope)
             return "250 OK"
 
+    class OnHeldSocket(aiosmtpd.Controller):
+        """aiosmtpd's server on a socket bound to port 0 before it starts (its start-up probe
+        cannot follow port 0 itself): the kernel's port, held from the first moment."""
+
+        def __init__(self, handler: Any, sock: socket.socket) -> None:
+            super().__init__(handler, hostname="127.0.0.1", port=sock.getsockname()[1])
+            self.sock = sock
+
+        def _create_server(self) -> Any:
+            return self.loop.create_server(self._factory_invoker, sock=self.sock, ssl=self.ssl_context)
+
     inbox = Inbox()
     inbox.messages = []
-    # aiosmtpd's start-up probe cannot follow port 0: take a free port from the kernel first.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    controller = aiosmtpd.Controller(inbox, hostname="127.0.0.1", port=port)
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    controller = OnHeldSocket(inbox, held)
     controller.start()
-    yield port, inbox.messages
+    yield controller.port, inbox.messages
     controller.stop()
 
 
@@ -423,14 +433,14 @@ def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops
         set_rule(session, "disk-full", AlertRuleUpdate(params={"used_pct": 0.001}), clock, 10.0)
     controller.run_once()  # inventory, a first sampling round and a first evaluation, each in its thread
     assert controller.monitoring is not None
-    controller.monitoring.join(10)
-    controller.alerts.join(10)
+    controller.monitoring.join(scaled(10))
+    controller.alerts.join(scaled(10))
     clock.advance(10)
     controller.run_once()  # not due yet
     assert controller.alerts.start_if_due() is False
     clock.advance(25)
     controller.run_once()  # due: fires; the webhook fails, logged, and the cycle goes on
-    controller.alerts.join(10)
+    controller.alerts.join(scaled(10))
     with db.session() as session:
         node = session.scalars(select(NodeRow)).one().name
         firing = {a.subject: a for a in alert_queries.firing_alerts(session) if a.rule == "disk-full"}

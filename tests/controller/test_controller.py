@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from deadlines import scaled
 from e2e.server import kill_tasks_under, wait_until
 from sqlalchemy import select
 
@@ -47,7 +48,7 @@ def submit(db, user, text: str) -> int:
 def drive(controller: Controller, db: Database, job_id: int, states=("SUCCEEDED", "FAILED", "STOPPED"), timeout=20.0,
           until=None):
     """Run controller cycles until the job reaches one of ``states`` (and ``until(job)`` holds)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         controller.wake()
         controller.run_once()
@@ -236,7 +237,7 @@ taskRoles:
       - sleep 300 & wait
 """)
     drive(controller, db, job_id, states=("RUNNING",))
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.02)  # the trap must be set before the SIGTERM comes
     with db.session() as s:
@@ -246,7 +247,7 @@ taskRoles:
         assert preempt_jobs(s, [Preempt(job_id, 0, "again", 0)], SystemClock(), StoredSpecs().of) == []  # never twice
     requeued = drive(controller, db, job_id, states=("RUNNING",), until=lambda j: j.attempt == 1)
     assert requeued.attempt == 1 and requeued.retries_used == 0
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while marker.read_text().count("attempt") < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert marker.read_text().splitlines()[:3] == ["attempt 0", "checkpointed", "attempt 1"]
@@ -277,7 +278,7 @@ def test_a_job_that_ended_on_its_own_before_its_preemption_took_effect_keeps_its
         job = s.get(JobRow, job_id)
         attempt = job.attempts[0]
         keys = [task_key(job, attempt, t) for t in attempt.tasks]
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while any(st.running for st in backend.observe(keys).values()) and time.monotonic() < deadline:
         time.sleep(0.02)  # both processes have exited; the controller has not looked yet
     with db.session() as s:
@@ -295,7 +296,7 @@ def test_a_job_that_ended_on_its_own_before_its_preemption_took_effect_keeps_its
 
 def reconcile_until(controller: Controller, db: Database, job_id: int, state: str) -> None:
     """Reconcile passes only (no scheduling) until the job is in ``state``."""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + scaled(20)
     while time.monotonic() < deadline:
         controller.reconciler.run()
         with db.session() as s:
@@ -349,7 +350,7 @@ def test_a_task_that_ended_unwatched_keeps_the_end_its_supervisor_recorded(tmp_p
         user = auth.create_user(s, "alice", is_admin=False, clock=clock)
     controller.run_once()  # inventory
     job_id = submit(db, user, "name: quick\ntaskRoles:\n  w:\n    commands: ['true']\n")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + scaled(20)
     while not tasks_of(db, job_id) or tasks_of(db, job_id)[0].started_at is None:  # launched, by the fake clock
         assert time.monotonic() < deadline, "the task was not launched"
         clock.advance(1)

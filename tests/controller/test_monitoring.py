@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import psutil
 import pytest
+from deadlines import scaled
 from e2e.server import kill_tasks_under
 from test_controller import drive, submit
 
@@ -92,7 +93,7 @@ def test_a_running_task_and_its_node_are_sampled_into_the_store(db, monitored) -
 
 
 def _wait_for_busy(backend: LocalBackend, job_id: int) -> psutil.Process:
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + scaled(10)
     while True:
         try:
             return _busy_process(backend, job_id)

@@ -10,6 +10,7 @@ import os
 import time
 
 import pytest
+from deadlines import scaled
 from e2e.server import kill_tasks_under, wait_until
 from sqlalchemy import select
 
@@ -73,7 +74,7 @@ def submit(db, user, text: str) -> int:
 
 
 def drive(controller, db, job_id: int, states=("SUCCEEDED", "FAILED", "STOPPED"), timeout=30.0) -> JobRow:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         controller.wake()
         controller.run_once()

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deadlines import scaled_ms
 
 from e2e.server import Server
 
@@ -57,8 +58,8 @@ def browser_page(chromium, request: pytest.FixtureRequest) -> Iterator[Any]:
     requests, except the statuses a test names with ``@pytest.mark.refused_statuses(403)``
     (a test that checks a refusal)."""
     context = chromium.new_context(viewport={"width": 1360, "height": 900})
+    context.set_default_timeout(scaled_ms(20))  # its pages' waits, a tab it opens included
     page = context.new_page()
-    page.set_default_timeout(20_000)
     script_errors: list[str] = []
     page.on("pageerror", lambda error: script_errors.append(str(error)))
     marker = request.node.get_closest_marker("refused_statuses")

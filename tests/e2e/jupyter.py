@@ -8,6 +8,7 @@ import json
 import uuid
 
 import httpx
+from deadlines import scaled
 from websockets.sync.client import connect
 
 from e2e.server import Server
@@ -20,7 +21,7 @@ def bearer(token: str) -> dict[str, str]:
 def run_code(server: Server, token: str, session: int, code: str) -> str:
     """Start a kernel through the proxy, run ``code`` over its WebSocket, return its value."""
     base = f"{server.url}/sessions/{session}"
-    kernel = httpx.post(f"{base}/api/kernels", headers=bearer(token), json={"name": "python3"}, timeout=30)
+    kernel = httpx.post(f"{base}/api/kernels", headers=bearer(token), json={"name": "python3"}, timeout=scaled(30))
     assert kernel.status_code == 201, kernel.text
     msg_id = uuid.uuid4().hex
     request = {
@@ -31,10 +32,10 @@ def run_code(server: Server, token: str, session: int, code: str) -> str:
                     "allow_stdin": False, "stop_on_error": True},
     }
     channels = f"ws{base[4:]}/api/kernels/{kernel.json()['id']}/channels"
-    with connect(channels, additional_headers=bearer(token), open_timeout=30) as ws:
+    with connect(channels, additional_headers=bearer(token), open_timeout=scaled(30)) as ws:
         ws.send(json.dumps(request))
         while True:
-            message = json.loads(ws.recv(timeout=60))
+            message = json.loads(ws.recv(timeout=scaled(60)))
             if message.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
             assert message["msg_type"] != "error", message["content"]

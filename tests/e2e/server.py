@@ -1,11 +1,16 @@
-"""A real ``yard up`` process for end-to-end tests: free port, temporary home."""
+"""A real ``yard up`` process for end-to-end tests: a port from the kernel, a temporary home.
+
+The server binds port 0 and says which port it got (``yard up --port 0``): no test picks a
+port by binding and releasing one, which another process could take in between. A restart
+(``Server.start`` again) asks for the port it had, which the tests' clients hold.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,19 +21,16 @@ from pathlib import Path
 
 import httpx
 import psutil
+from deadlines import scaled
 
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT as WORK_ROOT
 from trainyard.client import Client
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout``."""
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds,
+    stretched by ``TRAINYARD_TEST_TIME_FACTOR`` (``tests/deadlines.py``)."""
+    timeout = scaled(timeout)
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -39,10 +41,13 @@ def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: s
         time.sleep(interval)
 
 
+SERVING = re.compile(rb"Trainyard serving on http://[^ ]+:(\d+) ")
+
+
 @dataclass
 class Server:
     home: Path
-    port: int
+    port: int  # 0 until started: then the port the kernel gave it
     database_url: str | None
     gpus: int
     extra_args: tuple[str, ...] = ()
@@ -66,16 +71,26 @@ class Server:
 
     def start(self) -> None:
         log = open(self.home / "server.log", "ab")
+        earlier = log.tell()  # a restart appends to the log of the runs before it
         self.process = subprocess.Popen(
             [*self.prefix, self.python, "-m", "trainyard.cli.main", "up", "--port", str(self.port),
              "--local-gpus", str(self.gpus), "--local-cpus", "8", "--local-memory-mb", "16384",
              *self.extra_args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )
+        if self.port == 0:
+            def serving() -> int | None:
+                assert self.process.poll() is None, "yard up exited:\n" + self.log()
+                with open(self.home / "server.log", "rb") as written:
+                    written.seek(earlier)
+                    found = SERVING.search(written.read())
+                return int(found[1]) if found else None
+            self.port = wait_until(serving, timeout=30, what="the server to say which port it got")
+
         def healthy() -> bool:
             assert self.process.poll() is None, "yard up exited:\n" + self.log()
             try:
-                return httpx.get(self.url + "/api/v1/healthz", timeout=1).status_code == 200
+                return httpx.get(self.url + "/api/v1/healthz", timeout=scaled(1)).status_code == 200
             except httpx.TransportError:
                 return False
         wait_until(healthy, timeout=30, what="the server to answer /healthz")
@@ -89,7 +104,7 @@ class Server:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
-                self.process.wait(10)
+                self.process.wait(scaled(10))
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
@@ -108,7 +123,7 @@ class Server:
         if token is not None:
             env["TRAINYARD_TOKEN"] = token
         return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], env=env,
-                              capture_output=True, text=True, input=input, timeout=60)
+                              capture_output=True, text=True, input=input, timeout=scaled(60))
 
     def kill_tasks(self) -> None:
         """End every task process this server's home started (they outlive the server).
@@ -171,7 +186,7 @@ def running_server(home: Path, *, gpus: int, database_url: str | None = None,
                    extra_args: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
                    python: str = sys.executable, extra_env: dict[str, str] | None = None) -> Iterator[Server]:
     """A started server, stopped (and its tasks killed) on exit."""
-    srv = Server(home=home, port=free_port(), database_url=database_url, gpus=gpus, extra_args=extra_args,
+    srv = Server(home=home, port=0, database_url=database_url, gpus=gpus, extra_args=extra_args,
                  prefix=prefix, python=python, extra_env=tuple((extra_env or {}).items()))
     srv.start()
     try:

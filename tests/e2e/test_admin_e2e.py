@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, wait_until
 from trainyard.client import Client, TrainyardError
@@ -32,7 +33,7 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     assert "the rest: 2 × V100" in listed
 
     in_vision = "name: v\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  m:\n    commands: ['true']\n"
-    assert alice.wait(alice.submit(in_vision).id, timeout=30).state == "SUCCEEDED"
+    assert alice.wait(alice.submit(in_vision).id, timeout=scaled(30)).state == "SUCCEEDED"
     with pytest.raises(TrainyardError) as refused:
         bob.submit(in_vision)
     assert refused.value.status == 403 and "yard vc grant vision bob" in refused.value.message
@@ -58,7 +59,7 @@ def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Serv
     wait_until(lambda: admin.job(job.id).pending, what="a pending reason on the cordoned node")
     assert admin.job(job.id).state == "WAITING"
     assert server.yard("node", "uncordon", node).returncode == 0
-    assert admin.wait(job.id, timeout=30).state == "SUCCEEDED"
+    assert admin.wait(job.id, timeout=scaled(30)).state == "SUCCEEDED"
 
     for args in (("vc", "create", "x", "--gpus", "1"), ("group", "create", "g"), ("node", "cordon", node),
                  ("quota", "set", "bob", "--priority", "low", "--gpus", "1")):
@@ -93,5 +94,5 @@ def test_a_revoked_token_and_a_disabled_user_are_refused_by_a_running_server(ser
     deleted = server.yard("user", "delete", "carol")
     assert deleted.returncode == 1 and f"job {job} (carol, RUNNING)" in deleted.stderr
     assert server.yard("user", "delete", "carol", "--force").returncode == 0
-    assert admin.wait(job, timeout=60).state == "STOPPED"
+    assert admin.wait(job, timeout=scaled(60)).state == "STOPPED"
     assert admin.job(job).user == "carol"

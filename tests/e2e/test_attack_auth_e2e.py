@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from deadlines import scaled
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -36,7 +37,7 @@ from e2e.webjob import WebJob, served
 pytestmark = pytest.mark.e2e
 
 # Far beyond the documented 3 s, so that only a connection nothing closes misses it.
-CLOSED_WITHIN = 15.0
+CLOSED_WITHIN = scaled(15.0)
 REVOKED = 4401
 
 
@@ -56,7 +57,7 @@ def web(server: Server) -> Iterator[WebJob]:
 def browser_from(server: Server, address: str) -> httpx.Client:
     """A client as a browser is (cookies kept, its pages' Origin), connecting from ``address``."""
     return httpx.Client(base_url=server.url, transport=httpx.HTTPTransport(local_address=address),
-                        headers={"Origin": server.url}, follow_redirects=False, timeout=30)
+                        headers={"Origin": server.url}, follow_redirects=False, timeout=scaled(30))
 
 
 def sign_in(client: httpx.Client, headers: dict[str, str] | None = None, **form: str) -> httpx.Response:
@@ -122,9 +123,9 @@ def test_a_portal_session_makes_a_token_only_with_the_password_given_again(serve
 def test_an_open_exec_websocket_is_closed_once_its_token_is_revoked(server: Server, web: WebJob) -> None:
     token = server.admin().create_token(user="alice", name="exec").token
     url = f"ws://127.0.0.1:{server.port}/api/v1/jobs/{web.job}/tasks/main/0/exec"
-    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=20) as ws:
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=scaled(20)) as ws:
         ws.send(json.dumps({"argv": ["sh", "-c", "echo ready; exec sleep 600"]}))
-        assert ws.recv(timeout=30) == b"\x01ready\n"
+        assert ws.recv(timeout=scaled(30)) == b"\x01ready\n"
         server.admin().revoke_token(token_id(server, "alice", "exec"))
         code, _ = awaited_close(ws)
     assert code == REVOKED
@@ -143,7 +144,7 @@ def test_an_open_port_forward_tunnel_is_closed_once_its_token_is_revoked(server:
     admin = server.admin()
     token = admin.create_token(user="alice", name="tunnel").token
     url = f"ws://127.0.0.1:{server.port}/api/v1/jobs/{web.job}/tasks/main/0/ports/{web.http}/tunnel"
-    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=20) as ws:
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=scaled(20)) as ws:
         # http.server waits for a request on it as long as it takes: only a revocation ends it.
         admin.revoke_token(token_id(server, "alice", "tunnel"))
         code, _ = awaited_close(ws)
@@ -154,7 +155,7 @@ def test_a_followed_log_ends_once_its_token_is_revoked(server: Server, web: WebJ
     token = server.admin().create_token(user="alice", name="follower").token
     url = f"{server.url}/api/v1/jobs/{web.job}/logs?follow=true"
     with httpx.stream("GET", url, headers={"Authorization": f"Bearer {token}"},
-                      timeout=httpx.Timeout(10, read=CLOSED_WITHIN)) as answer:
+                      timeout=httpx.Timeout(scaled(10), read=CLOSED_WITHIN)) as answer:
         assert answer.status_code == 200
         chunks = answer.iter_raw()
         next(chunks)  # what the log holds so far: the stream is open
@@ -171,9 +172,9 @@ def test_a_proxied_websocket_of_a_portal_session_is_closed_once_the_password_cha
     assert sign_in(browser, username="alice", password="alice's first password").status_code == 303
     cookie = browser.cookies["trainyard_session"]
     with connect(web.ws_url, additional_headers={"Cookie": f"trainyard_session={cookie}", "Origin": server.url},
-                 open_timeout=20) as ws:
+                 open_timeout=scaled(20)) as ws:
         ws.send("still there?")
-        assert ws.recv(timeout=10) == "still there?"
+        assert ws.recv(timeout=scaled(10)) == "still there?"
         admin.set_password("alice", "alice's second password")  # whoever knew the first is out
         code, _ = awaited_close(ws)
     assert code == REVOKED

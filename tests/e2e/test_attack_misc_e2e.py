@@ -22,6 +22,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, running_server
 from e2e.webjob import WebJob, served
@@ -57,13 +58,14 @@ def test_two_submits_with_one_key_make_one_job_and_the_key_with_another_body_is_
                                                                                      web: WebJob) -> None:
     name, key = f"twice-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
     headers = {"Authorization": f"Bearer {web.alice}", "Content-Type": "application/yaml", "Idempotency-Key": key}
-    first = httpx.post(f"{server.url}/api/v1/jobs", content=JOB.format(name=name), headers=headers, timeout=30)
+    first = httpx.post(f"{server.url}/api/v1/jobs", content=JOB.format(name=name), headers=headers, timeout=scaled(30))
     assert first.status_code == 201, first.text
-    again = httpx.post(f"{server.url}/api/v1/jobs", content=JOB.format(name=name), headers=headers, timeout=30)
+    again = httpx.post(f"{server.url}/api/v1/jobs", content=JOB.format(name=name), headers=headers, timeout=scaled(30))
     assert again.status_code == 201 and again.json() == first.json(), again.text
     assert jobs_named(server, name) == [first.json()["id"]]
 
-    other = httpx.post(f"{server.url}/api/v1/jobs", content=JOB.format(name=name + "-b"), headers=headers, timeout=30)
+    other = httpx.post(f"{server.url}/api/v1/jobs", content=JOB.format(name=name + "-b"), headers=headers,
+                       timeout=scaled(30))
     assert other.status_code == 422, other.text
     assert [e["path"] for e in other.json()["errors"]] == ["Idempotency-Key"]
     assert jobs_named(server, name + "-b") == []
@@ -158,7 +160,7 @@ def test_a_lone_surrogate_in_a_node_label_key_is_422_at_its_path(server: Server)
     for body, path in (('{"labels": {"\\ud800": "x"}}', "labels.\\ud800"),
                        ('{"labels": {"ib": "\\udfff"}}', "labels.ib")):
         answer = httpx.patch(f"{server.url}/api/v1/nodes/{node}/labels", content=body,
-                             headers={"Authorization": token, "Content-Type": "application/json"}, timeout=30)
+                             headers={"Authorization": token, "Content-Type": "application/json"}, timeout=scaled(30))
         assert answer.status_code == 422, answer.text
         assert [e["path"] for e in answer.json()["errors"]] == [path]
     assert admin.nodes()[0].adminLabels == {}

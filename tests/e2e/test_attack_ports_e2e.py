@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from deadlines import scaled
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
@@ -148,23 +149,23 @@ def test_another_users_listener_on_a_tasks_port_gets_no_request_through_the_prox
     alice = {"Authorization": f"Bearer {world.alice}"}
 
     answer = httpx.get(f"{world.server.url}/proxy/jobs/{job}/main/0/{port}/private?q=1",
-                       headers={**alice, "Cookie": "lab-session=alices"}, timeout=30)
+                       headers={**alice, "Cookie": "lab-session=alices"}, timeout=scaled(30))
     assert answer.status_code == 502, (answer.status_code, answer.text)
     assert "held by another process" in answer.json()["detail"], answer.text
     assert "bob's page" not in answer.text
 
     ws = f"ws://127.0.0.1:{world.server.port}/proxy/jobs/{job}/main/0/{port}/socket"
     with pytest.raises(InvalidStatus) as refused:
-        with connect(ws, additional_headers=alice, open_timeout=30) as opened:
+        with connect(ws, additional_headers=alice, open_timeout=scaled(30)) as opened:
             opened.send("hello")
     assert refused.value.response.status_code == 502
     assert b"held by another process" in refused.value.response.body
 
     tunnel = f"ws://127.0.0.1:{world.server.port}/api/v1/jobs/{job}/tasks/main/0/ports/{port}/tunnel"
     with pytest.raises(InvalidStatus) as refused:
-        with connect(tunnel, additional_headers=alice, open_timeout=30) as opened:
+        with connect(tunnel, additional_headers=alice, open_timeout=scaled(30)) as opened:
             opened.send(b"GET /through-the-tunnel HTTP/1.1\r\nHost: x\r\n\r\n")
-            opened.recv(timeout=10)
+            opened.recv(timeout=scaled(10))
     assert refused.value.response.status_code == 502
     assert b"held by another process" in refused.value.response.body
 
@@ -174,7 +175,7 @@ def test_another_users_listener_on_a_tasks_port_gets_no_request_through_the_prox
 
 def test_another_users_listener_on_a_sessions_port_never_gets_its_jupyterlab_token(world: World) -> None:
     alice = {"Authorization": f"Bearer {world.alice}"}
-    started = httpx.post(f"{world.server.url}/api/v1/sessions", headers=alice, json={}, timeout=30)
+    started = httpx.post(f"{world.server.url}/api/v1/sessions", headers=alice, json={}, timeout=scaled(30))
     assert started.status_code == 201, started.text
     session = started.json()["id"]
     alices = Client(world.server.url, world.alice)
@@ -188,13 +189,13 @@ def test_another_users_listener_on_a_sessions_port_never_gets_its_jupyterlab_tok
     port = wait_until(session_port, timeout=60, what=f"session {session} to run")
     world.squat(port)  # before its JupyterLab (which then cannot listen there)
 
-    answer = httpx.get(f"{world.server.url}/sessions/{session}/api/contents", headers=alice, timeout=30)
+    answer = httpx.get(f"{world.server.url}/sessions/{session}/api/contents", headers=alice, timeout=scaled(30))
     assert answer.status_code == 502, (answer.status_code, answer.text)
     assert "held by another process" in answer.json()["detail"], answer.text
 
     # The controller's idle check met the same listener, and did not send the token either.
     def checked() -> bool:
-        view = httpx.get(f"{world.server.url}/api/v1/sessions/{session}", headers=alice, timeout=30).json()
+        view = httpx.get(f"{world.server.url}/api/v1/sessions/{session}", headers=alice, timeout=scaled(30)).json()
         return "held by another process" in str(view.get("checkError"))
 
     wait_until(checked, timeout=30, what="the idle check to meet Bob's listener and say so")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, running_server, wait_until
 from trainyard.backends import cgroups
@@ -66,7 +67,7 @@ taskRoles:
 
 def test_a_yes_job_s_log_stops_at_the_cap_with_a_note_and_the_task_runs_on(cluster: Cluster) -> None:
     job_id = cluster.alice.submit(FLOOD).id
-    job = cluster.alice.wait(job_id, timeout=90)
+    job = cluster.alice.wait(job_id, timeout=scaled(90))
     assert (job.state, job.exitCode) == ("SUCCEEDED", 0), job.message
 
     log = cluster.alice.logs(job_id)
@@ -117,7 +118,7 @@ taskRoles:
 @pytest.mark.skipif(isinstance(cgroups.detect(), str), reason="no usable cgroups on this machine")
 def test_a_task_that_forks_past_its_pids_limit_gets_eagain_and_the_host_does_not(cluster: Cluster) -> None:
     job_id = cluster.alice.submit(FORK_BOMB).id
-    job = cluster.alice.wait(job_id, timeout=90)
+    job = cluster.alice.wait(job_id, timeout=scaled(90))
     assert (job.state, job.exitCode) == ("SUCCEEDED", 0), job.message
     out = cluster.alice.logs(job_id).decode()
     assert out.startswith("fork failed: EAGAIN after "), out
@@ -148,7 +149,7 @@ def test_a_job_whose_parameter_expands_past_the_cap_is_refused_at_submit_and_dry
     headers = {"Authorization": f"Bearer {cluster.alice_token}", "Content-Type": "application/yaml"}
     for params in ({"dryRun": "true"}, {}):
         answer = httpx.post(cluster.server.url + "/api/v1/jobs", params=params, content=body, headers=headers,
-                            timeout=30)
+                            timeout=scaled(30))
         assert answer.status_code == 422, (params, answer.status_code, answer.text[:500])
         errors = answer.json()["errors"]
         assert [e["path"] for e in errors] == ["taskRoles.main.commands[1]"], errors
@@ -184,7 +185,7 @@ def test_a_user_s_waiting_jobs_past_the_limit_are_refused_with_429(cluster: Clus
     headers = {"Authorization": f"Bearer {cluster.alice_token}", "Content-Type": "application/yaml"}
     for params in ({"dryRun": "true"}, {}):
         answer = httpx.post(cluster.server.url + "/api/v1/jobs", params=params, content=WAITER.format(n=9),
-                            headers=headers, timeout=30)
+                            headers=headers, timeout=scaled(30))
         assert answer.status_code == 429, (params, answer.status_code, answer.text[:500])
         assert f"alice has {MAX_WAITING} jobs waiting" in answer.json()["detail"], answer.text
         assert "yard stop" in answer.json()["detail"]

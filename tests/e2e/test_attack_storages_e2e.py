@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from e2e.conftest import GATES_BASE
 from e2e.server import Server, running_server
@@ -90,7 +91,7 @@ def _refused(client: Client, spec: str) -> TrainyardError:
         job = client.submit(spec)
     except TrainyardError as exc:
         return exc
-    done = client.wait(job.id, timeout=60)
+    done = client.wait(job.id, timeout=scaled(60))
     log = client.logs(job.id).decode(errors="replace")
     pytest.fail(f"the job was accepted (job {job.id}, {done.state}); its log:\n{log}")
 
@@ -98,7 +99,7 @@ def _refused(client: Client, spec: str) -> TrainyardError:
 def _run(client: Client, spec: str) -> tuple[str, str]:
     """The job's end state, and its message then its log."""
     job = client.submit(spec)
-    done = client.wait(job.id, timeout=60)
+    done = client.wait(job.id, timeout=scaled(60))
     return done.state, done.message + "\n" + client.logs(job.id).decode(errors="replace")
 
 

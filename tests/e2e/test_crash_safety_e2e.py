@@ -7,6 +7,7 @@ import os
 import signal
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, wait_until
 from trainyard.backends.local import procfs
@@ -49,14 +50,14 @@ def test_a_killed_server_readopts_running_tasks_and_records_exits_that_happened_
 
     server.start()
     client = server.admin()
-    down = client.wait(ended_while_down, timeout=30)
+    down = client.wait(ended_while_down, timeout=scaled(30))
     assert (down.state, down.exitCode) == ("FAILED", 7)
     assert client.job(still_running).state == "RUNNING"
 
     (gates / "release-alive").touch()
-    assert client.wait(still_running, timeout=30).state == "SUCCEEDED"
+    assert client.wait(still_running, timeout=scaled(30)).state == "SUCCEEDED"
     (gates / "release-queued").touch()
-    assert client.wait(queued, timeout=30).state == "SUCCEEDED"
+    assert client.wait(queued, timeout=scaled(30)).state == "SUCCEEDED"
 
     for name in ("down", "alive", "queued"):
         assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"
@@ -80,7 +81,7 @@ def test_a_task_that_loses_its_supervisor_and_the_server_keeps_its_exit_code_and
 
     server.start()
     client = server.admin()
-    done = client.wait(job_id, timeout=30)
+    done = client.wait(job_id, timeout=scaled(30))
     assert (done.state, done.exitCode, len(done.attempts)) == ("SUCCEEDED", 0, 1)
     assert "supervisor was lost" in done.attempts[0].tasks[0].message
     assert (gates / "starts-orphan").read_text() == "start\n"
@@ -90,14 +91,14 @@ def test_a_task_that_loses_its_supervisor_and_the_server_keeps_its_exit_code_and
 def test_a_new_database_on_the_same_home_never_adopts_the_old_tasks(server: Server) -> None:
     client = server.admin()
     old = client.submit("name: old\ntaskRoles:\n  m:\n    commands: ['echo from the old database']\n")
-    assert client.wait(old.id, timeout=30).state == "SUCCEEDED"
+    assert client.wait(old.id, timeout=scaled(30)).state == "SUCCEEDED"
     server.stop()
     (server.home / "trainyard.db").unlink()
     server.start()
     client = server.admin()
     new = client.submit("name: new\ntaskRoles:\n  m:\n    commands: ['echo from the new database']\n")
     assert new.id == old.id  # same job id, different job
-    assert client.wait(new.id, timeout=30).state == "SUCCEEDED"
+    assert client.wait(new.id, timeout=scaled(30)).state == "SUCCEEDED"
     assert client.logs(new.id) == b"from the new database\n"
 
 
@@ -114,5 +115,5 @@ def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, gates) -> None
     client = server.admin()
     assert client.job(job_id).state == "RUNNING"
     (gates / "release-survivor").touch()
-    assert client.wait(job_id, timeout=30).state == "SUCCEEDED"
+    assert client.wait(job_id, timeout=scaled(30)).state == "SUCCEEDED"
     assert (gates / "starts-survivor").read_text() == "start\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from api.wheels import local_requirements, tiny_wheel
+from deadlines import scaled
 
 from e2e.server import running_server
 from trainyard.client import Client
@@ -69,7 +70,7 @@ def test_an_environment_is_built_by_its_owner_used_by_her_group_and_written_by_h
                "      - 'touch \"$VIRTUAL_ENV/written-by-$(id -un)\" && echo wrote || echo refused'\n")
         outs = {}
         for name, client in (("alice", alice), ("bob", bob)):
-            ended = client.wait(client.submit(job).id, timeout=120)
+            ended = client.wait(client.submit(job).id, timeout=scaled(120))
             outs[name] = client.logs(ended.id).decode()
             assert ended.state == "SUCCEEDED", outs[name]
         for out in outs.values():

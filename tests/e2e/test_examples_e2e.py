@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server
 
@@ -21,21 +22,21 @@ def test_the_examples_run_as_documented(server: Server) -> None:
     client = server.admin()
     # Submitted first, ended last: it runs 20 s beside the others.
     resumable = client.submit((EXAMPLES / "checkpoint-resume.yaml").read_text()).id
-    hello = client.wait(client.submit((EXAMPLES / "hello-world.yaml").read_text()).id, timeout=30)
+    hello = client.wait(client.submit((EXAMPLES / "hello-world.yaml").read_text()).id, timeout=scaled(30))
     assert hello.state == "SUCCEEDED"
     assert b"Hello from Trainyard job" in client.logs(hello.id)
 
-    wiring = client.wait(client.submit((EXAMPLES / "distributed-wiring.yaml").read_text()).id, timeout=60)
+    wiring = client.wait(client.submit((EXAMPLES / "distributed-wiring.yaml").read_text()).id, timeout=scaled(60))
     assert wiring.state == "SUCCEEDED", [client.logs(wiring.id, task=f"worker/{i}") for i in (0, 1)]
     assert b"wiring OK" in client.logs(wiring.id, task="worker/1")
 
-    retry = client.wait(client.submit((EXAMPLES / "retry.yaml").read_text()).id, timeout=30)
+    retry = client.wait(client.submit((EXAMPLES / "retry.yaml").read_text()).id, timeout=scaled(30))
     assert retry.state == "SUCCEEDED"
     assert [a.state for a in retry.attempts] == ["FAILED", "SUCCEEDED"]
 
     # Its tasks run in containers of its dockerimage prerequisite; no registry is reachable
     # from the tests, so the pull fails, and says so.
-    tf = client.wait(client.submit((EXAMPLES / "openpai-v2-tensorflow.yaml").read_text()).id, timeout=120)
+    tf = client.wait(client.submit((EXAMPLES / "openpai-v2-tensorflow.yaml").read_text()).id, timeout=scaled(120))
     assert tf.state == "FAILED"
     assert "could not pull tensorflow/tensorflow:2.15.0-gpu" in str(tf.message), tf.message
     assert any("runtimeplugin[0] (ssh): kept, but ignored" in w for w in tf.warnings)
@@ -43,12 +44,12 @@ def test_the_examples_run_as_documented(server: Server) -> None:
 
     if shutil.which("podman") is not None and os.geteuid() == 0:  # CI: .ci/run builds the test image
         subprocess.run([str(EXAMPLES.parent / "scripts" / "dev-image.sh"), "build"], check=True, capture_output=True)
-        boxed = client.wait(client.submit((EXAMPLES / "container.yaml").read_text()).id, timeout=120)
+        boxed = client.wait(client.submit((EXAMPLES / "container.yaml").read_text()).id, timeout=scaled(120))
         assert boxed.state == "SUCCEEDED", [client.logs(boxed.id, task=f"worker/{i}") for i in (0, 1)]
         assert b"hello from rank 0" in client.logs(boxed.id, task="worker/1")
         assert b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"' in client.logs(boxed.id, task="worker/0")
 
-    checkpointed = client.wait(resumable, timeout=90)
+    checkpointed = client.wait(resumable, timeout=scaled(90))
     assert checkpointed.state == "SUCCEEDED", client.logs(resumable)
     log = client.logs(resumable)
     assert log.startswith(f"attempt {checkpointed.attempt}: starting at step ".encode()) and b"done: 40 steps" in log

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 from podman_support import needs_podman
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
@@ -117,7 +118,7 @@ def test_a_ctrl_c_or_a_lost_client_ends_the_command_in_the_task(running: Running
         try:
             wait_until(lambda seconds=seconds: sleeping(seconds), timeout=30, what=f"sleep {seconds} to start")
             client.send_signal(how)  # Ctrl-C: SIGINT for the command; SIGKILL: the client is gone
-            code = client.wait(timeout=30)
+            code = client.wait(timeout=scaled(30))
         finally:
             client.kill()
         assert code == (130 if how == signal.SIGINT else -signal.SIGKILL)
@@ -126,26 +127,27 @@ def test_a_ctrl_c_or_a_lost_client_ends_the_command_in_the_task(running: Running
 
 def test_the_exec_websocket_speaks_its_protocol_and_refuses_others(running: Running) -> None:
     url = f"ws://127.0.0.1:{running.server.port}/api/v1/jobs/{running.job}/tasks/main/0/exec"
-    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:
+    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=scaled(10)) as ws:
         ws.send(json.dumps({"argv": ["sh", "-c", "read line; echo got $line; echo oops >&2; exit 5"]}))
         ws.send(b"hello\n")
         frames = []
         while not (frames and isinstance(frames[-1], str)):
-            frames.append(ws.recv(timeout=20))
+            frames.append(ws.recv(timeout=scaled(20)))
     output = b"".join(f for f in frames if isinstance(f, bytes) and f[0] == 1)
     errors = b"".join(f for f in frames if isinstance(f, bytes) and f[0] == 2)
     assert (output, errors, json.loads(frames[-1])) == (b"\x01got hello\n", b"\x02oops\n", {"exit": 5})
 
-    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:
+    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=scaled(10)) as ws:
         ws.send(json.dumps({"argv": "ls", "tty": False}))
-        assert json.loads(ws.recv(timeout=10)) == {"error": "argv must be a list of strings (empty: the task's shell)"}
+        assert json.loads(ws.recv(timeout=scaled(10))) == {
+            "error": "argv must be a list of strings (empty: the task's shell)"}
         with pytest.raises(ConnectionClosed):
-            ws.recv(timeout=10)
+            ws.recv(timeout=scaled(10))
         assert ws.close_code == 4400
 
     for token, status in ((running.bob, "404"), ("not-a-token", "401")):
         with pytest.raises(Exception) as refused:
-            connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=10)
+            connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=scaled(10))
         assert status in str(refused.value)
 
 
@@ -188,18 +190,18 @@ def test_yard_exec_runs_in_the_tasks_container(server: Server, image: str) -> No
     try:
         wait_until(sleeping, timeout=30, what="sleep 323 to start in the container")
         client.kill()
-        client.wait(timeout=30)
+        client.wait(timeout=scaled(30))
     finally:
         client.kill()
     wait_until(lambda: not sleeping(), timeout=30, what="the server to end the command its client left")
 
     # A terminal in the container (the engine's exec --tty), of the size asked.
     url = f"ws://127.0.0.1:{server.port}/api/v1/jobs/{job}/tasks/main/0/exec"
-    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=10) as ws:
+    with connect(url, additional_headers={"Authorization": f"Bearer {running.alice}"}, open_timeout=scaled(10)) as ws:
         ws.send(json.dumps({"argv": ["sh", "-c", "tty; stty size; exit 2"], "tty": True, "rows": 30, "cols": 90}))
         frames = []
         while not (frames and isinstance(frames[-1], str)):
-            frames.append(ws.recv(timeout=30))
+            frames.append(ws.recv(timeout=scaled(30)))
     screen = b"".join(f[1:] for f in frames if isinstance(f, bytes)).decode(errors="replace")
     assert "/dev/pts/" in screen and "30 90" in screen, screen
     assert json.loads(frames[-1]) == {"exit": 2}
@@ -214,7 +216,7 @@ class Tmux:
 
     def run(self, *args: str) -> str:
         return subprocess.run([*self.base, *args], env=self.env, capture_output=True, text=True, check=True,
-                              timeout=10).stdout
+                              timeout=scaled(10)).stdout
 
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", "s")
@@ -265,5 +267,5 @@ def test_yard_shell_is_a_terminal_in_the_task_as_a_person_types_into_it(running:
         wait_until(status.exists, timeout=20, what="yard shell to exit with the shell")
         assert status.read_text().strip() == "3"
     finally:
-        subprocess.run([*tmux.base, "kill-server"], env=env, capture_output=True, timeout=10)
+        subprocess.run([*tmux.base, "kill-server"], env=env, capture_output=True, timeout=scaled(10))
     assert running.events()[0] == "alice opened a shell in task main/0"

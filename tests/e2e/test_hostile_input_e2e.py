@@ -7,6 +7,7 @@ import json
 
 import httpx
 import pytest
+from deadlines import scaled
 
 from e2e.hostile_corpus import CORPUS
 from e2e.server import Server, wait_until
@@ -21,7 +22,7 @@ def test_every_hostile_job_file_gets_a_4xx_naming_the_field_and_the_server_stays
     token = json.loads((server.home / "client.json").read_text())["token"]
     answers = {}
     with httpx.Client(base_url=server.url + "/api/v1", headers={"Authorization": f"Bearer {token}"},
-                      timeout=30) as http:
+                      timeout=scaled(30)) as http:
         for case in CORPUS:
             for dry in (False, True):
                 reply = http.post("/jobs", content=case.body, params={"dryRun": str(dry).lower()},
@@ -38,7 +39,7 @@ def test_every_hostile_job_file_gets_a_4xx_naming_the_field_and_the_server_stays
         assert http.get("/jobs").json()["items"] == []
     admin = server.admin()
     job = admin.submit("name: ok\ntaskRoles: {m: {commands: ['echo fine']}}\n")
-    assert admin.wait(job.id, timeout=30).state == "SUCCEEDED"
+    assert admin.wait(job.id, timeout=scaled(30)).state == "SUCCEEDED"
     assert "Traceback" not in server.log()
 
 

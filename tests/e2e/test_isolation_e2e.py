@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, running_server, wait_until
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT
@@ -150,14 +151,15 @@ def _cannot(why: str) -> None:
 def _nonroot_prefix(tmp_path_factory) -> tuple[tuple[str, ...], Path]:
     """The prefix that starts `yard up` as nobody, and a home nobody owns; skip where it cannot work."""
     probe = subprocess.run([*AS_NOBODY, NONROOT_PYTHON, "-c", "import trainyard.api.server"], capture_output=True,
-                           timeout=60)
+                           timeout=scaled(60))
     if probe.returncode != 0:
         _cannot(f"nobody cannot run this Python ({NONROOT_PYTHON}) and trainyard: {probe.stderr[-300:]!r}; "
                 "set TRAINYARD_TEST_NONROOT_PYTHON to one it can")
     # The very check the non-root server makes: without a sandbox it isolates nothing (and says so).
     check = ("from trainyard.backends.local.sandbox import find_sandbox\n"
              "sandbox, why = find_sandbox('auto')\nif sandbox is None: raise SystemExit(why)")
-    probe = subprocess.run([*AS_NOBODY, NONROOT_PYTHON, "-c", check], capture_output=True, text=True, timeout=60)
+    probe = subprocess.run([*AS_NOBODY, NONROOT_PYTHON, "-c", check], capture_output=True, text=True,
+                           timeout=scaled(60))
     if probe.returncode != 0:
         _cannot(f"no sandbox for a non-root server here: {probe.stderr.strip()}")
     base = Path(tempfile.mkdtemp(prefix="isolation-", dir="/var/lib"))
@@ -270,7 +272,7 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     snoop = "\n".join(f"        {line}" if line else "" for line in SNOOP.strip().splitlines())
     spec = BOB_JOB % {"bob_secret": BOB_SECRET, "targets": json.dumps(targets), "globs": json.dumps(globs),
                       "snoop": snoop}
-    bob_job = cluster.bob.wait(cluster.bob.submit(spec).id, timeout=60)
+    bob_job = cluster.bob.wait(cluster.bob.submit(spec).id, timeout=scaled(60))
     out = cluster.bob.logs(bob_job.id).decode(errors="replace")
     assert bob_job.state == "SUCCEEDED", out
 
@@ -302,12 +304,12 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     assert re.search(rf"file:{ALICE_SECRET} env:{ALICE_SECRET} gpus:\d pwd:{re.escape(str(work))}$",
                      alice_log, re.MULTILINE), alice_log
     cluster.alice.stop(alice_job)
-    assert cluster.alice.wait(alice_job, timeout=60).state == "STOPPED"
+    assert cluster.alice.wait(alice_job, timeout=scaled(60)).state == "STOPPED"
 
 
 def test_alice_s_two_tasks_still_reach_each_other(cluster: Cluster) -> None:
     job = cluster.alice.submit((EXAMPLES / "distributed-wiring.yaml").read_text()).id
-    done = cluster.alice.wait(job, timeout=60)
+    done = cluster.alice.wait(job, timeout=scaled(60))
     logs = [cluster.alice.logs(job, task=f"worker/{i}").decode() for i in (0, 1)]
     assert done.state == "SUCCEEDED", logs
     assert "wiring OK" in logs[1]

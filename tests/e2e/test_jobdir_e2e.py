@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, wait_until
 from trainyard.schemas.jobs import JobDirView
@@ -41,14 +42,14 @@ taskRoles:
     resourcePerInstance: {gpu: 4, cpu: 0.1, memoryMB: 64}
     commands: ['echo prod ran']
 """).id
-    assert client.wait(prod, timeout=60).state == "SUCCEEDED"
+    assert client.wait(prod, timeout=scaled(60)).state == "SUCCEEDED"
     first = client.job(job_id).attempts[0]
     assert first.state == "PREEMPTED"
     saved = steps_saved(client.logs(job_id, attempt=0))
     assert b"saved step" in client.logs(job_id, attempt=0)  # its SIGTERM handler ran
     assert saved > 0
 
-    done = client.wait(job_id, timeout=90)
+    done = client.wait(job_id, timeout=scaled(90))
     assert done.state == "SUCCEEDED" and done.attempt >= 1
     resumed = client.logs(job_id, attempt=1)
     assert resumed.startswith(f"attempt 1: starting at step {saved}\n".encode()), resumed[:200]

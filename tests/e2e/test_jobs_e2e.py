@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, wait_until
 from trainyard.client import AuthError, TrainyardError
@@ -66,7 +67,7 @@ taskRoles:
         $PAI_PORT_LIST_worker_0_http $TRAINYARD_JOB_ID $TRAINYARD_ATTEMPT"
 """
     job = server.admin().submit(spec)
-    done = server.admin().wait(job.id, timeout=30)
+    done = server.admin().wait(job.id, timeout=scaled(30))
     assert done.state == "SUCCEEDED"
     lines = [server.admin().logs(job.id, task=f"worker/{i}").decode().split() for i in (0, 1)]
     assert [line[0] for line in lines] == ["0", "1"]
@@ -90,7 +91,7 @@ taskRoles:
       - test "$TRAINYARD_ATTEMPT" -ge 1
 """
     client = server.admin()
-    job = client.wait(client.submit(spec).id, timeout=30)
+    job = client.wait(client.submit(spec).id, timeout=scaled(30))
     assert job.state == "SUCCEEDED"
     assert [a.state for a in job.attempts] == ["FAILED", "SUCCEEDED"]
     assert job.retriesUsed == 1
@@ -101,7 +102,7 @@ taskRoles:
 def test_a_job_that_keeps_failing_ends_failed_with_its_exit_code(server: Server) -> None:
     client = server.admin()
     job = client.submit("name: bad\njobRetryCount: 1\ntaskRoles:\n  main:\n    commands: ['exit 3']\n")
-    done = client.wait(job.id, timeout=30)
+    done = client.wait(job.id, timeout=scaled(30))
     assert (done.state, done.exitCode, len(done.attempts)) == ("FAILED", 3, 2)
     assert server.yard("wait", str(job.id)).returncode == 1
 
@@ -121,7 +122,7 @@ taskRoles:
     job_id = client.submit(spec).id
     wait_until(lambda: client.logs(job_id) == b"started\n", what="the task to start")
     assert server.yard("stop", str(job_id)).returncode == 0
-    done = client.wait(job_id, timeout=30)
+    done = client.wait(job_id, timeout=scaled(30))
     assert done.state == "STOPPED"
     assert client.logs(job_id) == b"started\ngot TERM\n"
     assert "stopped by admin" in done.message
@@ -146,13 +147,13 @@ def test_a_small_job_starts_while_a_larger_one_waits(server: Server) -> None:
     small = client.submit(
         "name: small\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 0.5}\n    commands: ['true']\n"
     )
-    assert client.wait(small.id, timeout=30).state == "SUCCEEDED"
+    assert client.wait(small.id, timeout=scaled(30)).state == "SUCCEEDED"
     waiting = client.job(big.id)
     assert waiting.state == "WAITING"
     assert waiting.pending.reason == "NO_FIT"
     assert "needs 2 GPU" in waiting.pending.message
     client.stop(hog.id)
-    assert client.wait(big.id, timeout=30).state == "SUCCEEDED"
+    assert client.wait(big.id, timeout=scaled(30)).state == "SUCCEEDED"
 
 
 def test_dry_run_validates_and_creates_nothing(server: Server) -> None:
@@ -283,4 +284,4 @@ def test_hostile_requests_get_4xx_never_500(server: Server) -> None:
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         codes = list(pool.map(lambda _: http.post(f"/jobs/{job_id}/stop").status_code, range(16)))
     assert all(code in (200, 409) for code in codes), codes
-    assert server.admin().wait(job_id, timeout=30).state == "STOPPED"
+    assert server.admin().wait(job_id, timeout=scaled(30)).state == "STOPPED"

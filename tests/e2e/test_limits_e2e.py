@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server
 from trainyard.backends import cgroups
@@ -50,6 +51,6 @@ def test_a_job_using_more_memory_than_it_asked_fails_out_of_memory_and_yard_job_
 
 def test_a_job_within_its_memory_runs_untouched(server: Server) -> None:
     job_id = server.admin().submit(JOB.format(name="fits", retries=0, mb=16)).id
-    job = server.admin().wait(job_id, timeout=60)
+    job = server.admin().wait(job_id, timeout=scaled(60))
     assert (job.state, job.exitCode) == ("SUCCEEDED", 0), job.message
     assert server.admin().logs(job_id) == b"allocated 16 MiB\n"

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, wait_until
 from trainyard.cli.exits import EXIT_UNREACHABLE
@@ -46,7 +47,7 @@ def read_line(stream: object, timeout: float = 30.0) -> bytes:
     line = b""
     with selectors.DefaultSelector() as selector:
         selector.register(fd, selectors.EVENT_READ)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while not line.endswith(b"\n"):
             if not selector.select(max(0.0, deadline - time.monotonic())):
                 raise AssertionError(f"no whole line within {timeout} s (so far {line!r})")
@@ -60,7 +61,7 @@ def read_line(stream: object, timeout: float = 30.0) -> bytes:
 def test_a_log_of_several_mebibytes_comes_back_whole_through_the_cli_and_the_sdk(server: Server) -> None:
     client = server.admin()
     job = client.submit(f"name: big-log\ntaskRoles:\n  m:\n    commands: ['seq 1 {LINES}']\n")
-    assert client.wait(job.id, timeout=60).state == "SUCCEEDED"
+    assert client.wait(job.id, timeout=scaled(60)).state == "SUCCEEDED"
     expected = "".join(f"{i}\n" for i in range(1, LINES + 1))
     assert len(expected) > 3 * LOG_PAGE_BYTES
 
@@ -93,17 +94,13 @@ def test_ctrl_c_stops_the_server_at_once_while_a_log_is_followed(server: Server)
         assert read_line(follow.stdout) == b"started\n"
         assert server.process is not None
         server.process.send_signal(signal.SIGINT)
-        began = time.monotonic()
-        out, err = follow.communicate(timeout=20)
-        follower_ended = time.monotonic() - began
-        server.process.wait(timeout=20)
-        server_exited = time.monotonic() - began
-    # Measured here: the follower ends ~0.2 s after the signal, and the server has done all of
-    # its own stopping by then; the rest is the interpreter's exit, slower on a loaded machine.
-    assert follower_ended < 2, f"the follower took {follower_ended:.1f} s to end"
-    assert server_exited < 3, f"yard up took {server_exited:.1f} s to exit"
+        out, err = follow.communicate(timeout=scaled(20))
+        server.process.wait(timeout=scaled(20))
     assert server.process.returncode == 0
     log = server.log()
+    # At once: the follower's response ended as the server began stopping, not when uvicorn
+    # gave up waiting for it (GRACEFUL_SHUTDOWN_SECONDS later), which it would have said.
+    assert "timeout graceful shutdown exceeded" not in log, log
     assert "Traceback" not in log and " ERROR " not in log, log
     assert out == b"" and follow.returncode == EXIT_UNREACHABLE
     assert err.decode() == (
@@ -126,6 +123,6 @@ def test_following_a_waiting_job_says_why_it_waits_then_follows_it_once_it_runs(
         assert said.endswith("); its log follows once it starts (Ctrl-C to stop waiting)\n")
         assert follow.poll() is None  # still there, waiting
         client.stop(hog.id)
-        out, err = follow.communicate(timeout=60)
+        out, err = follow.communicate(timeout=scaled(60))
     assert (follow.returncode, out) == (0, b"hello from later\n")
     assert err.decode().endswith(f"yard: job {job.id} started; following task m/0\n")

@@ -6,6 +6,7 @@ allocated, cordons a node, and follows a change made elsewhere without a reload.
 from __future__ import annotations
 
 import pytest
+from deadlines import scaled_ms
 
 from e2e.browser import SCREENSHOTS, admin_token, sign_in_with_token
 from e2e.server import Server, wait_until
@@ -105,6 +106,6 @@ def test_the_cluster_page_shows_a_running_jobs_gpu_allocated_and_follows_cordons
     node = page.locator("[data-node]").get_attribute("data-node")
     assert node is not None and admin.nodes()[0].cordoned
     admin.cordon(node, cordoned=False)  # elsewhere: the page's polling shows it without a reload
-    page.locator(".badge.cordon").wait_for(state="detached", timeout=15_000)
+    page.locator(".badge.cordon").wait_for(state="detached", timeout=scaled_ms(15))
     assert page.get_by_role("button", name="Cordon").is_visible()
     page.locator(".gpu.gpu-fully").hover()  # the screenshot shows the allocated GPU

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from deadlines import scaled, scaled_ms
 
 from e2e.browser import SCREENSHOTS, admin_token, sign_in_with_token
 from e2e.server import wait_until
@@ -77,8 +78,8 @@ def test_submit_a_distributed_job_through_the_form_and_the_yaml_editor(server, b
     page.get_by_role("button", name="Submit", exact=True).click()
     page.wait_for_url(re.compile(r".*/jobs/\d+$"))
     # The job's page follows it to the end (it refreshes itself while the job is live).
-    page.locator('#job-state[data-state="SUCCEEDED"]').wait_for(timeout=60_000)
-    job = server.admin().wait(job_id_of(page.url), timeout=60)
+    page.locator('#job-state[data-state="SUCCEEDED"]').wait_for(timeout=scaled_ms(60))
+    job = server.admin().wait(job_id_of(page.url), timeout=scaled(60))
     assert job.state == "SUCCEEDED", job
     logs = server.admin().logs(job.id, task="worker/1").decode()
     assert "worker 1 says hello" in logs
@@ -103,6 +104,6 @@ def test_a_clone_runs_with_the_real_secret_the_page_never_holds(server, browser_
     page.get_by_role("button", name="Submit", exact=True).click()
     page.wait_for_url(re.compile(r".*/jobs/\d+$"))
     assert SECRET not in page.locator("#job-state").inner_text()  # the job file's part shows it masked
-    clone = admin.wait(job_id_of(page.url), timeout=60)
+    clone = admin.wait(job_id_of(page.url), timeout=scaled(60))
     assert clone.state == "SUCCEEDED" and clone.name == "the-clone" and clone.id != original
     assert f"the secret is {SECRET}" in admin.logs(clone.id).decode()

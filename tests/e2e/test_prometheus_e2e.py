@@ -16,10 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
+from deadlines import scaled
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.server import Server, free_port, wait_until
+from e2e.server import Server, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -50,14 +52,16 @@ def admin_token(server: Server) -> str:
 
 
 def scrape(server: Server) -> httpx.Response:
-    return httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {admin_token(server)}"}, timeout=10)
+    return httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {admin_token(server)}"},
+                     timeout=scaled(10))
 
 
 class Prometheus:
-    """A Prometheus server scraping one ``yard up`` every second, on a free port."""
+    """A Prometheus server scraping one ``yard up`` every second, on a port the kernel gives
+    it (it listens on port 0; the test finds the port among the process's sockets)."""
 
     def __init__(self, binary: str, server: Server, folder: Path) -> None:
-        self.port = free_port()
+        self.port: int | None = None
         token_file = folder / "token"
         token_file.write_text(admin_token(server))
         config = folder / "prometheus.yml"
@@ -73,15 +77,21 @@ scrape_configs:
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
                 [binary, f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                 "--web.listen-address=127.0.0.1:0"],
                 stdout=log, stderr=subprocess.STDOUT,
             )
 
     def api(self, path: str, **params: str) -> dict | None:
         """An answer of Prometheus' HTTP API, or None while it is not yet serving."""
         assert self.process.poll() is None, "prometheus exited:\n" + self.log.read_text(errors="replace")
+        if self.port is None:
+            listening = [c.laddr.port for c in psutil.Process(self.process.pid).net_connections("tcp")
+                         if c.status == psutil.CONN_LISTEN]
+            if not listening:
+                return None
+            (self.port,) = listening
         try:
-            response = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=2)
+            response = httpx.get(f"http://127.0.0.1:{self.port}/api/v1/{path}", params=params, timeout=scaled(2))
         except httpx.TransportError:
             return None
         if response.status_code != 200:
@@ -99,7 +109,7 @@ scrape_configs:
     def stop(self) -> None:
         self.process.terminate()
         try:
-            self.process.wait(10)
+            self.process.wait(scaled(10))
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -168,10 +178,10 @@ def test_promtool_finds_nothing_to_lint_on_the_metrics_page(server: Server) -> N
     assert 'trainyard_jobs{state="RUNNING"} 1.0' in page.text
     assert "trainyard_job_start_latency_seconds_count 1.0" in page.text
     checked = subprocess.run([promtool, "check", "metrics"], input=page.text, capture_output=True, text=True,
-                             timeout=60)
+                             timeout=scaled(60))
     problems = checked.stdout + checked.stderr
     assert checked.returncode == 0 and problems == "", problems
 
 
 def test_scraping_without_a_token_is_refused_with_401(server: Server) -> None:
-    assert httpx.get(server.url + "/metrics", timeout=10).status_code == 401
+    assert httpx.get(server.url + "/metrics", timeout=scaled(10)).status_code == 401

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
 import pytest
+from deadlines import scaled
 from podman_support import needs_podman
 
 from e2e.server import Server, wait_until
@@ -42,7 +42,7 @@ def test_the_owner_reaches_the_tasks_http_server_through_the_proxy_and_nobody_el
     undeclared = web.get(web.alice, "/22/")
     assert undeclared.status_code == 404 and "not one of task main/0's ports" in undeclared.json()["detail"]
     no_task = httpx.get(web.base.replace("/main/0", "/main/7") + f"/{web.http}/",
-                        headers={"Authorization": f"Bearer {web.alice}"}, timeout=10)
+                        headers={"Authorization": f"Bearer {web.alice}"}, timeout=scaled(10))
     assert no_task.status_code == 404 and no_task.json()["detail"] == f"job {web.job} has no running task main/7"
 
     events = Client(server.url, web.alice).job(web.job).events
@@ -59,22 +59,22 @@ def test_yard_port_forward_reaches_the_tasks_http_server(web: WebJob, server: Se
     web.check_port_forward()
     # Bob's is refused before it listens: the job is not his to see.
     bob = subprocess.run([sys.executable, "-m", "trainyard.cli.main", "port-forward", str(web.job), f"0:{web.http}"],
-                         env={**server.env, "TRAINYARD_TOKEN": web.bob}, capture_output=True, text=True, timeout=60)
+                         env={**server.env, "TRAINYARD_TOKEN": web.bob}, capture_output=True, text=True,
+                         timeout=scaled(60))
     assert bob.returncode != 0 and f"no job {web.job}" in bob.stderr
 
 
 def test_a_revoked_token_stops_reaching_the_task_within_the_proxys_few_seconds(web: WebJob, server: Server) -> None:
     # The proxy keeps a check that let a request through for GRANT_SECONDS (a page's hundred
-    # requests ask the store once), so a revocation takes up to that long; not longer.
+    # requests ask the store once), so a revocation takes up to that long; not longer, which
+    # tests/api/test_proxy_grants.py proves on a clock of its own (here, load could stretch it).
     admin = server.admin()
     token = admin.create_token(user="alice", name="short-lived").token
     assert web.get(token, f"/{web.http}/").status_code == 200
     (view,) = [t for t in admin.tokens(user="alice") if t.name == "short-lived"]
     admin.revoke_token(view.id)
-    revoked = time.monotonic()
     wait_until(lambda: web.get(token, f"/{web.http}/").status_code == 401, timeout=GRANT_SECONDS + 10,
                what="the revoked token to be refused")
-    assert time.monotonic() - revoked < GRANT_SECONDS + 4
     assert web.get(web.alice, f"/{web.http}/").status_code == 200  # her other token is hers still
 
 
@@ -94,7 +94,7 @@ def test_a_container_tasks_ports_are_reached_through_the_proxy_and_yard_port_for
 @contextmanager
 def browser(server: Server, token: str) -> Iterator[httpx.Client]:
     """A client holding a portal session, as a browser that signed in holds it."""
-    with httpx.Client(base_url=server.url, timeout=10) as client:
+    with httpx.Client(base_url=server.url, timeout=scaled(10)) as client:
         signed_in = client.post("/signin", data={"token": token, "next": "/"})
         assert signed_in.status_code == 303, signed_in.text
         yield client

@@ -6,6 +6,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, running_server, wait_until
 from trainyard.cli import render
@@ -79,8 +80,9 @@ taskRoles:
     wait_until(lambda: alice.job(alice_job).state == "RUNNING", timeout=GRACE + 15,
                what="alice's job to start after the preemption")
     started_after = time.monotonic() - submitted
-    # Bob's tasks had their whole grace period, and alice waited little longer than it.
-    assert GRACE - 0.5 <= started_after < GRACE + 3
+    # Bob's tasks had their whole grace period (how soon alice starts after it is the
+    # controller's tests' to say, on a fake clock: here, load could stretch it).
+    assert started_after >= GRACE - 0.5
 
     bob_view = bob.job(bob_job)
     assert "preempted" in [e.kind for e in bob_view.events]
@@ -135,7 +137,7 @@ def test_an_attempt_past_its_max_run_time_is_stopped_and_the_job_fails_without_r
     client = eight_gpus.admin()
     job = client.submit("name: slow\nmaxRunTimeSeconds: 1\njobRetryCount: 2\nstopGracePeriodSeconds: 1\n"
                         "taskRoles:\n  w:\n    commands: ['sleep 600']\n").id
-    done = client.wait(job, timeout=30)
+    done = client.wait(job, timeout=scaled(30))
     assert done.state == "FAILED"
     assert "maximum run time (maxRunTimeSeconds: 1)" in done.message
     assert done.attempts[-1].state == "TIMED_OUT" and done.retriesUsed == 0

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server
 from trainyard.cli.exits import EXIT_UNREACHABLE
@@ -44,7 +45,7 @@ def test_yard_wait_rides_out_a_server_restart_and_gives_up_after_retry_for(serve
     first = waiter.stderr.readline() if waiter.stderr else ""  # written once it has failed to connect
     assert first.startswith(f"yard: cannot reach the Trainyard server at {server.url}") and "asking again" in first
     server.start()  # the same home and port
-    out, err = waiter.communicate(timeout=90)
+    out, err = waiter.communicate(timeout=scaled(90))
     assert waiter.returncode == 0 and out.startswith(f"job {job.id}: SUCCEEDED"), err
 
     server.stop()
@@ -58,12 +59,12 @@ def test_yard_wait_rides_out_a_server_restart_and_gives_up_after_retry_for(serve
 def test_a_clone_runs_with_the_secret_the_server_never_showed(server: Server) -> None:
     with server.admin() as sdk:
         original = sdk.submit(SECRET_JOB)
-        assert sdk.wait(original.id, timeout=60).state == "SUCCEEDED"
+        assert sdk.wait(original.id, timeout=scaled(60)).state == "SUCCEEDED"
         assert "s3cr3t-value" not in str(sdk.job(original.id).spec)
         clone = server.yard("clone", str(original.id), "--name", "again")
         assert clone.returncode == 0, clone.stderr
         clone_id = int(clone.stdout.split()[2])
-        assert sdk.wait(clone_id, timeout=60).state == "SUCCEEDED"
+        assert sdk.wait(clone_id, timeout=scaled(60)).state == "SUCCEEDED"
         assert sdk.logs(clone_id) == b"token=s3cr3t-value\n"
 
 
@@ -83,7 +84,7 @@ def test_the_sdk_pages_example_runs_as_written(server: Server) -> None:
         env=server.env,
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=scaled(90),
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("SUCCEEDED ") and "Hello from Trainyard job" in ran.stdout

@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
+from deadlines import scaled, scaled_ms
 from podman_support import needs_podman
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
@@ -69,7 +70,7 @@ def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owne
     url = f"{lab_server.url}/sessions/{session}/"
     assert started.stdout.strip().endswith(url)
 
-    specs = httpx.get(url + "api/kernelspecs", headers=bearer(who["alice"]), timeout=30)
+    specs = httpx.get(url + "api/kernelspecs", headers=bearer(who["alice"]), timeout=scaled(30))
     assert specs.status_code == 200 and "python3" in specs.json()["kernelspecs"]
     # The kernel runs in the session's task: it sees the one GPU the session was given.
     task = Client(lab_server.url, who["alice"]).job(session).attempts[-1].tasks[0]
@@ -79,17 +80,18 @@ def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owne
     # Nobody else gets in: not bob, not the admin (sessions are their owners' by default),
     # not a request without credentials (a browser is sent to sign in first).
     for name in ("bob", "admin"):
-        refused = httpx.get(url + "api/kernelspecs", headers=bearer(who[name]), timeout=30)
+        refused = httpx.get(url + "api/kernelspecs", headers=bearer(who[name]), timeout=scaled(30))
         assert refused.status_code == 404 and "no session" in refused.json()["detail"]
         with pytest.raises(InvalidStatus) as denied:
-            connect(f"ws{url[4:]}api/events/subscribe", additional_headers=bearer(who[name]), open_timeout=30)
+            connect(f"ws{url[4:]}api/events/subscribe", additional_headers=bearer(who[name]), open_timeout=scaled(30))
         assert denied.value.response.status_code == 404
-    assert httpx.get(url + "api/kernelspecs", timeout=30).status_code == 401
-    browser = httpx.get(url + "lab", headers={"Accept": "text/html"}, timeout=30)
+    assert httpx.get(url + "api/kernelspecs", timeout=scaled(30)).status_code == 401
+    browser = httpx.get(url + "lab", headers={"Accept": "text/html"}, timeout=scaled(30))
     assert browser.status_code == 303 and browser.headers["location"].startswith("/signin?next=/sessions/")
     # JupyterLab itself answers no one without the token only Trainyard holds.
     port = task.ports["lab"][0]
-    assert httpx.get(f"http://127.0.0.1:{port}/sessions/{session}/api/kernelspecs", timeout=30).status_code == 403
+    direct = httpx.get(f"http://127.0.0.1:{port}/sessions/{session}/api/kernelspecs", timeout=scaled(30))
+    assert direct.status_code == 403
 
     listed = lab_server.yard("dev", "list", token=who["alice"])
     assert listed.returncode == 0 and f"{session}" in listed.stdout and "RUNNING" in listed.stdout, listed.stdout
@@ -106,17 +108,26 @@ def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owne
     assert stopped.returncode == 0, stopped.stderr
     alice = Client(lab_server.url, who["alice"])
     wait_until(lambda: alice.job(session).state == "STOPPED", timeout=30, what="the session to stop")
-    assert httpx.get(url + "api/kernelspecs", headers=bearer(who["alice"]), timeout=30).status_code == 409
+    assert httpx.get(url + "api/kernelspecs", headers=bearer(who["alice"]), timeout=scaled(30)).status_code == 409
 
 
 def test_an_idle_session_is_reported_then_culled_where_the_site_says_so(database_url: str, tmp_path_factory) -> None:
     url = None if database_url.startswith("sqlite") else database_url
+    # Reported after 3 s idle, culled after ``cull_after``: the report needs one check (every
+    # second) between the two, the first of which comes only once the controller has seen
+    # JupyterLab run, which a loaded machine delays; the cull is far enough behind for that.
+    cull_after = 24  # seconds, scaled below (wait_until scales its own deadlines)
+    cull_seconds = scaled(cull_after)
     settings = {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON, "TRAINYARD_SESSION_CHECK_INTERVAL_SECONDS": "1",
-                "TRAINYARD_SESSION_IDLE_REPORT_MINUTES": "0.05", "TRAINYARD_SESSION_IDLE_CULL_MINUTES": "0.2"}
+                "TRAINYARD_SESSION_IDLE_REPORT_MINUTES": "0.05",
+                "TRAINYARD_SESSION_IDLE_CULL_MINUTES": f"{cull_seconds / 60:.4f}"}
     with running_server(tmp_path_factory.mktemp("home"), gpus=1, database_url=url, extra_env=settings) as srv:
         admin = srv.admin()
         session = admin.start_session(name="idle-lab").id
-        wait_until(lambda: admin.job(session).state in ("STOPPING", "STOPPED"), timeout=90,
+        # JupyterLab's start (as long as the other lab tests give it) and the cull, waited for apart.
+        wait_until(lambda: admin.job(session).state != "WAITING" and admin.session(session).lastActivity,
+                   timeout=120, what=f"the session's JupyterLab to be read ({admin.session(session)!r})")
+        wait_until(lambda: admin.job(session).state in ("STOPPING", "STOPPED"), timeout=cull_after + 30,
                    what=f"the idle session to be culled ({admin.session(session)!r})")
         job = admin.job(session)
         kinds = [e.kind for e in job.events]
@@ -135,7 +146,7 @@ def test_new_jupyterlab_in_the_portal_opens_the_lab_in_the_browser(lab_server: S
     assert f"session {session} is starting" in page.locator("main").inner_text()
     # The table refreshes itself until the session runs; then it offers to open it.
     opener = page.locator(f'a[data-open="{session}"]')
-    opener.wait_for(timeout=90_000)
+    opener.wait_for(timeout=scaled_ms(90))
     assert opener.get_attribute("href") == f"/sessions/{session}/lab"
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENSHOTS / "notebooks_page.png"), full_page=True, caret="initial")
@@ -145,8 +156,8 @@ def test_new_jupyterlab_in_the_portal_opens_the_lab_in_the_browser(lab_server: S
         opener.click()
     lab = opened.value
     lab.on("response", lambda r: refused.append(f"{r.status} {r.url}") if r.status in (401, 403, 502) else None)
-    lab.locator("#jp-main-dock-panel").wait_for(timeout=90_000)  # JupyterLab's own shell, drawn by its scripts
-    lab.get_by_text("Python 3 (ipykernel)").first.wait_for(timeout=60_000)  # the launcher, from the kernelspecs
+    lab.locator("#jp-main-dock-panel").wait_for(timeout=scaled_ms(90))  # JupyterLab's own shell, drawn by its scripts
+    lab.get_by_text("Python 3 (ipykernel)").first.wait_for(timeout=scaled_ms(60))  # the launcher, from the kernelspecs
     assert lab.url.startswith(f"{lab_server.url}/sessions/{session}/lab")
     lab.screenshot(path=str(SCREENSHOTS / "jupyterlab_session.png"), caret="initial")
     assert refused == [], refused

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deadlines import scaled
 
-from e2e.server import Server, free_port, running_server
+from e2e.server import Server, running_server
 from trainyard.backends.environment import STANDARD_PATH
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +38,7 @@ def test_a_task_sees_the_documented_environment_and_nothing_of_the_servers(tmp_p
     monkeypatch.setenv("SECRET_SERVER_VAR", "s3cret")
     with running_server(home, gpus=1) as srv:
         client = srv.admin()
-        job = client.wait(client.submit(JOB).id, timeout=60)
+        job = client.wait(client.submit(JOB).id, timeout=scaled(60))
         assert job.state == "SUCCEEDED", job.message
         out = client.logs(job.id).decode()
     dump, _, python3 = out.rpartition("<python3: ")
@@ -53,13 +54,13 @@ def test_a_task_sees_the_documented_environment_and_nothing_of_the_servers(tmp_p
 
 def test_yard_up_refuses_a_site_variable_no_task_could_get(tmp_path) -> None:
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"task_env": {"NOT A NAME": "x"}}))
-    srv = Server(home=tmp_path, port=free_port(), database_url=None, gpus=0)
+    srv = Server(home=tmp_path, port=0, database_url=None, gpus=0)
     out = subprocess.run(
         [sys.executable, "-m", "trainyard.cli.main", "up", "--port", str(srv.port)],
         env=srv.env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert out.returncode == 1, out.stderr
     assert "task_env: 'NOT A NAME' is not a valid environment variable name" in out.stderr

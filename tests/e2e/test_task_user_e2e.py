@@ -8,8 +8,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
-from e2e.server import Server, free_port, running_server
+from e2e.server import Server, running_server
 
 pytestmark = pytest.mark.e2e
 
@@ -50,7 +51,7 @@ taskRoles:
       - echo ok > here.txt && cat here.txt
 """
     client = guarded_server.admin()
-    job = client.wait(client.submit(spec).id, timeout=30)
+    job = client.wait(client.submit(spec).id, timeout=scaled(30))
     assert job.state == "SUCCEEDED"
     out = client.logs(job.id).decode()
     assert out.splitlines()[0] == TASK_USER
@@ -67,7 +68,7 @@ def test_two_servers_given_one_task_work_dir_keep_their_jobs_work_dirs_apart(gua
     with running_server(tmp_path / "second-home", gpus=2, extra_args=extra) as second:
         servers = [guarded_server, second]
         jobs = [(srv.admin(), srv.admin().submit(spec).id) for srv in servers]
-        done = [client.wait(job_id, timeout=30) for client, job_id in jobs]
+        done = [client.wait(job_id, timeout=scaled(30)) for client, job_id in jobs]
         assert [job.state for job in done] == ["SUCCEEDED", "SUCCEEDED"]
         dirs = [Path(client.logs(job.id).decode().strip()) for (client, _), job in zip(jobs, done, strict=True)]
     clusters = [next((srv.home / "local").iterdir()).name for srv in servers]
@@ -77,11 +78,11 @@ def test_two_servers_given_one_task_work_dir_keep_their_jobs_work_dirs_apart(gua
 
 
 def test_yard_up_refuses_an_unknown_task_user(tmp_path) -> None:
-    srv = Server(home=tmp_path, port=free_port(), database_url=None, gpus=0,
+    srv = Server(home=tmp_path, port=0, database_url=None, gpus=0,
                  extra_args=("--task-user", "no-such-user-xyz"))
     out = subprocess.run(
         ["python", "-m", "trainyard.cli.main", "up", "--port", str(srv.port), "--task-user", "no-such-user-xyz"],
-        env=srv.env, capture_output=True, text=True, timeout=60,
+        env=srv.env, capture_output=True, text=True, timeout=scaled(60),
     )
     assert out.returncode == 1
     assert "no-such-user-xyz" in out.stderr and "Traceback" not in out.stderr

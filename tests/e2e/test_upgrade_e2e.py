@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 import trainyard
 from e2e.server import Server, running_server, wait_until
@@ -37,7 +38,7 @@ def server(installed: Path, tmp_path: Path) -> Iterator[Server]:
 
 def run_job(srv: Server) -> tuple[str, str, str]:
     client = srv.admin()
-    job = client.wait(client.submit(JOB).id, timeout=60)
+    job = client.wait(client.submit(JOB).id, timeout=scaled(60))
     return job.state, job.message or "", client.logs(job.id).decode()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server
 
@@ -25,7 +26,7 @@ taskRoles:
 def test_usage_of_a_finished_job_is_what_it_held_and_survives_a_restart(server: Server) -> None:
     client = server.admin()
     job = client.submit(JOB)
-    done = client.wait(job.id, timeout=60)
+    done = client.wait(job.id, timeout=scaled(60))
     tasks = done.attempts[-1].tasks
     held = sum((t.finishedAt - t.startedAt).total_seconds() for t in tasks if t.startedAt and t.finishedAt) / 3600
     assert held > 0

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from deadlines import scaled
 from websockets.sync.client import connect
 
 from e2e.server import Server, wait_until
@@ -76,7 +77,7 @@ class WebJob:
 
     def get(self, token: str | None, path: str) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.get(self.base + path, headers=headers, timeout=10)
+        return httpx.get(self.base + path, headers=headers, timeout=scaled(10))
 
     @property
     def ws_url(self) -> str:
@@ -86,9 +87,9 @@ class WebJob:
         """Whether the echo server answers yet (it starts beside http.server)."""
         try:
             with connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.alice}"},
-                         open_timeout=10) as ws:
+                         open_timeout=scaled(10)) as ws:
                 ws.send("up?")
-                return ws.recv(timeout=10) == "up?"
+                return ws.recv(timeout=scaled(10)) == "up?"
         except Exception:  # noqa: BLE001 - a 502 while the echo server starts
             return False
 
@@ -103,13 +104,13 @@ class WebJob:
 
     def check_websocket(self) -> None:
         with connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.alice}"},
-                     open_timeout=10) as ws:
+                     open_timeout=scaled(10)) as ws:
             ws.send("ping")
-            assert ws.recv(timeout=10) == "ping"
+            assert ws.recv(timeout=scaled(10)) == "ping"
             ws.send(b"\x00\x01" * 50_000)
-            assert ws.recv(timeout=10) == b"\x00\x01" * 50_000
+            assert ws.recv(timeout=scaled(10)) == b"\x00\x01" * 50_000
         try:
-            connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.bob}"}, open_timeout=10)
+            connect(self.ws_url, additional_headers={"Authorization": f"Bearer {self.bob}"}, open_timeout=scaled(10))
         except Exception as refused:  # noqa: BLE001 - websockets' InvalidStatus
             assert "404" in str(refused)
         else:
@@ -127,18 +128,18 @@ class WebJob:
             assert line.startswith("Forwarding 127.0.0.1:") and f"-> job {self.job} main/0:{self.http}" in line, line
             local = int(line.split()[1].split(":")[1])
             for _ in range(connections):  # a connection each
-                response = httpx.get(f"http://127.0.0.1:{local}/{self.marker}", timeout=10)
+                response = httpx.get(f"http://127.0.0.1:{local}/{self.marker}", timeout=scaled(10))
                 assert response.text == "hello\n"
         finally:
             forward.terminate()
-            forward.wait(10)
+            forward.wait(scaled(10))
         events = Client(self.server.url, self.alice).job(self.job).events
         assert f"alice opened a port-forward to task main/0 port {self.http}" in [e.message for e in events]
 
     def serving(self) -> bool:
         """Whether anything still listens on the task's http port (on the node: 127.0.0.1 here)."""
         try:
-            with socket.create_connection(("127.0.0.1", self.http), timeout=2):
+            with socket.create_connection(("127.0.0.1", self.http), timeout=scaled(2)):
                 return True
         except OSError:
             return False
@@ -148,7 +149,7 @@ class WebJob:
         engine client, which is all that the test server's teardown kills."""
         client = Client(self.server.url, self.alice)
         client.stop(self.job)
-        assert client.wait(self.job, timeout=90).state == "STOPPED"
+        assert client.wait(self.job, timeout=scaled(90)).state == "STOPPED"
         wait_until(lambda: not self.serving(), timeout=30, what="the stopped task's http.server to end")
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 from api.harness import Api
+from deadlines import scaled
 from fastapi.testclient import TestClient
 
 from portal.harness import PASSWORDS, browser, csrf_of, signed_in
@@ -157,25 +157,23 @@ def test_open_connections_end_within_seconds_of_their_credentials_revocation(api
     cookie = signed_in(api, "alice").cookies["trainyard_session"]
     connections = OpenConnections(api.ctx.db, api.ctx.clock, seconds=0.2)
 
-    async def scenario() -> tuple[float, float, bool]:
+    async def scenario() -> bool:
         async with connections.watch("token:" + hash_token(made)) as by_token, \
                 connections.watch("cookie:" + hash_token(cookie)) as by_cookie, \
                 connections.watch("token:" + hash_token(api.admin_token)) as unrelated:
             await asyncio.sleep(0.5)
             assert not (by_token.is_set() or by_cookie.is_set())
-            begun = time.monotonic()
+            # Awaited: each watch ends on its recheck after the revocation (wait_for's deadline
+            # only turns a recheck that never comes into a failure).
             await asyncio.to_thread(api.user.delete, f"/api/v1/tokens/{token_id}")
-            await asyncio.wait_for(by_token.wait(), 10)
-            token_after = time.monotonic() - begun
-            begun = time.monotonic()
+            await asyncio.wait_for(by_token.wait(), scaled(10))
             await asyncio.to_thread(api.admin.put, "/api/v1/users/alice/password", json={"password": "a new one!"})
-            await asyncio.wait_for(by_cookie.wait(), 10)
-            return token_after, time.monotonic() - begun, unrelated.is_set()
+            await asyncio.wait_for(by_cookie.wait(), scaled(10))
+            return unrelated.is_set()
 
     # In a thread of its own: the main thread may hold a running loop already (Playwright's
     # sync API keeps one there once the browser tests ran, as in the whole suite).
     with ThreadPoolExecutor(1) as pool:
-        token_after, cookie_after, unrelated_ended = pool.submit(asyncio.run, scenario()).result()
+        unrelated_ended = pool.submit(asyncio.run, scenario()).result()
     assert not unrelated_ended
-    assert token_after < 10 and cookie_after < 10  # awaited: any working recheck is far inside this
     assert len(connections) == 0

@@ -44,14 +44,16 @@ def start(api: Api) -> int:
                                           policy=SessionPolicy(python=sys.executable), clock=api.ctx.clock).job_id
 
 
-def closed_port() -> int:
-    """A port nothing listens on (bound, then let go)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port nothing listens on: bound by the test, never listening (a connection to it is
+    refused), and held until the test ends, so that no other process can take it meanwhile."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        yield int(held.getsockname()[1])
 
 
-def run_on_a_silent_port(api: Api, job_id: int) -> None:
+def run_on_a_silent_port(api: Api, job_id: int, port: int) -> None:
     """What the controller writes when the session's task starts, its port one nobody listens on."""
     with api.ctx.db.session() as s:
         node = s.query(NodeRow).first()
@@ -63,7 +65,7 @@ def run_on_a_silent_port(api: Api, job_id: int) -> None:
         s.flush()
         s.add(TaskRow(attempt_id=attempt.id, job_id=job_id, role=SESSION_ROLE, index=0, state=TaskState.RUNNING,
                       node=node.name, gpus=[], cpu_milli=1000, memory_mb=1024,
-                      ports={SESSION_PORT: [closed_port()]}, started_at=now))
+                      ports={SESSION_PORT: [port]}, started_at=now))
         job = s.get(JobRow, job_id)
         assert job is not None
         job.state, job.started_at = JobState.RUNNING, now
@@ -77,7 +79,7 @@ def set_state(api: Api, job_id: int, state: JobState, held_by: str | None = None
     api.ctx.clock.advance(GRANT_SECONDS)  # type: ignore[attr-defined]  # what was let in a moment ago is checked again
 
 
-def test_a_session_not_answering_yet_is_503_with_a_retry_and_a_page_that_reloads(api: Api) -> None:
+def test_a_session_not_answering_yet_is_503_with_a_retry_and_a_page_that_reloads(api: Api, silent_port: int) -> None:
     session = start(api)
     url = f"/sessions/{session}/lab"
     browser = signed_in(api, "alice")
@@ -86,7 +88,7 @@ def test_a_session_not_answering_yet_is_503_with_a_retry_and_a_page_that_reloads
     assert waiting.status_code == 503 and waiting.headers["Retry-After"] == "5", waiting.text
     assert f"session {session} is WAITING" in waiting.json()["detail"]
 
-    run_on_a_silent_port(api, session)
+    run_on_a_silent_port(api, session, silent_port)
     starting = api.user.get(url)
     assert starting.status_code == 503 and starting.headers["Retry-After"] == "2", starting.text
     assert "its JupyterLab is starting: it opens in a moment (ConnectError on port" in starting.json()["detail"]

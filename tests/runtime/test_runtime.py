@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 
 from trainyard import runtime
 
@@ -43,7 +44,7 @@ def run(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[
     path.write_text(script)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINYARD_", "RANK", "WORLD_SIZE"))}
     return subprocess.run([sys.executable, "-S", str(path)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env={**clean, "PYTHONPATH": SRC, **env})
+                          timeout=scaled(60), env={**clean, "PYTHONPATH": SRC, **env})
 
 
 def test_it_imports_with_the_standard_library_alone(tmp_path):
@@ -97,7 +98,7 @@ def test_under_trainyard_the_chosen_signal_asks_for_a_suspension(tmp_path):
         if line.startswith("ready"):
             break
     task.send_signal(signal.SIGUSR1)
-    rest, _ = task.communicate(timeout=30)
+    rest, _ = task.communicate(timeout=scaled(30))
     assert task.returncode == runtime.SUSPENDED_EXIT_CODE
     assert rest.splitlines()[-1].startswith("suspending at")
 

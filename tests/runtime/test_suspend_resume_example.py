@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deadlines import scaled
+
 from trainyard import runtime
 
 SRC = str(Path(runtime.__file__).resolve().parents[1])
@@ -21,7 +23,7 @@ def train(folder: Path, step_seconds: str, **env: str) -> dict:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("TRAINYARD_")}
     done = subprocess.run([sys.executable, str(TRAINER), "--steps", "200", "--step-seconds", step_seconds],
                           cwd=folder, env=clean | {"PYTHONPATH": SRC} | env, capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=scaled(120), check=False)
     assert done.returncode == 0, done.stderr
     return json.loads((folder / runtime.LOCAL_JOB_DIR / "result.json").read_text())
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 import pytest
+from deadlines import scaled
 from sqlalchemy import select
 
 from trainyard.backends.local.backend import LocalBackend
@@ -271,7 +272,7 @@ def test_a_stopping_job_of_a_deleted_vc_ends_and_the_queue_goes_on(db: Database,
         after = job_service.submit_job(s, world["bob"], parse_job(job_file(command="true")), clock=clock).id
 
     def cycle_until(done: Callable[[], bool]) -> None:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while not done():  # the task's process ends on its own time: poll it, bounded
             assert time.monotonic() < deadline, f"jobs still {states(db, running, after)}"
             controller.run_once()

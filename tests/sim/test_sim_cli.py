@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import scaled
 from sim_data import DEFAULT_PODS, NODES
 
 from trainyard.cli.main import main
@@ -153,7 +154,7 @@ def _yard_on_a_terminal(argv: list[str], tmp_path: Path) -> tuple[str, str]:
             break
         shown += chunk
     os.close(controller)
-    assert child.wait(timeout=60) == 0, shown.decode(errors="replace")
+    assert child.wait(timeout=scaled(60)) == 0, shown.decode(errors="replace")
     return shown.decode(), stdout.read_text()
 
 
@@ -196,7 +197,7 @@ def test_the_cli_stops_quietly_when_its_reader_goes_away() -> None:
     flood = ("import sys; from trainyard.cli import main as m; "
              "m._main = lambda argv: [print('x' * 1000) for _ in range(10_000)] and 0; sys.exit(m.main([]))")
     done = subprocess.run(f"{sys.executable} -c \"{flood}\" | head -c 10", shell=True, capture_output=True,
-                          text=True, timeout=60)
+                          text=True, timeout=scaled(60))
     assert done.stdout == "x" * 10 and done.stderr == ""
 
 

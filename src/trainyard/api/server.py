@@ -106,16 +106,21 @@ def write_client_file(path: Path, url: str, token: str | None) -> None:
     os.replace(tmp, path)
 
 
-def check_port_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise StartupError(
-                f"cannot listen on {host}:{port}: {exc.strerror}; is another `yard up` running? "
-                "Choose another port with --port."
-            ) from exc
+def bind_listener(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now and served as it is (no window in which another
+    process could take the port). Port 0 asks the kernel for a free one: the server then
+    serves, and writes to client.json, the port it got."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise StartupError(
+            f"cannot listen on {host}:{port}: {exc.strerror}; is another `yard up` running? "
+            "Choose another port with --port."
+        ) from exc
+    return sock
 
 
 def prepare_home(settings: Settings) -> None:
@@ -144,11 +149,16 @@ def hold_home(home: Path, url: str) -> IO[str]:
             f"another `yard up` serves {home} ({holder}); stop it first, or give this one its own "
             "TRAINYARD_HOME"
         ) from None
+    note_holder(lock, url)
+    return lock
+
+
+def note_holder(lock: IO[str], url: str) -> None:
+    """Say in the held lock file who holds it, for a second ``yard up``'s refusal."""
     lock.seek(0)
     lock.truncate()
     lock.write(f"pid {os.getpid()}, {url}\n")
     lock.flush()
-    return lock
 
 
 def scheduler_config(settings: Settings) -> SchedulerConfig:
@@ -355,16 +365,19 @@ def settle_heap() -> None:
 
 
 def serve(settings: Settings) -> None:
-    url = f"http://{settings.host}:{settings.port}"
-    lock = hold_home(settings.home, url)
+    lock = hold_home(settings.home, f"http://{settings.host}:{settings.port}")
     try:
-        _serve(settings, url)
+        with bind_listener(settings.host, settings.port) as listener:
+            if settings.port == 0:  # the port the kernel gave
+                settings = settings.model_copy(update={"port": listener.getsockname()[1]})
+                note_holder(lock, f"http://{settings.host}:{settings.port}")
+            _serve(settings, listener)
     finally:
         lock.close()
 
 
-def _serve(settings: Settings, url: str) -> None:
-    check_port_free(settings.host, settings.port)
+def _serve(settings: Settings, listener: socket.socket) -> None:
+    url = f"http://{settings.host}:{settings.port}"
     ctx, controller = build(settings)
     with ctx.db.session() as session:
         token = bootstrap_admin(session, clock=ctx.clock)
@@ -396,7 +409,7 @@ def _serve(settings: Settings, url: str) -> None:
                                 log_config=None, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
                                 proxy_headers=bool(settings.trusted_proxies),
                                 forwarded_allow_ips=list(settings.trusted_proxies) or [])
-        ClosingServer(config, ctx.closing).run()
+        ClosingServer(config, ctx.closing).run(sockets=[listener])
     finally:
         controller.stop()
         ctx.db.dispose()

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from e2e.server import Server, free_port, wait_until
+from e2e.server import Server, wait_until
 
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.jobstate import FINAL_STATES
@@ -78,7 +78,7 @@ def slurm_yard_up(slurm: SlurmCommands, home: Path, database_url: str | None = N
     it is stopped and its Slurm jobs are cancelled. ``database_url``: the test's database
     (SQLite's is the server's own default)."""
     url = None if database_url is None or database_url.startswith("sqlite") else database_url
-    srv = Server(home=home, port=free_port(), database_url=url, gpus=0, extra_args=("--backend", "slurm"),
+    srv = Server(home=home, port=0, database_url=url, gpus=0, extra_args=("--backend", "slurm"),
                  extra_env=tuple((extra_env or {}).items()))
     srv.start()
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from api.wheels import node_venv, tiny_wheel
+from deadlines import scaled
 from e2e.server import wait_until
 from podman_support import needs_podman
 from sqlalchemy import select
@@ -276,7 +277,7 @@ taskRoles:
         node = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).one().node
     plan = world.backend.exec_plan(key, node, ["sh", "-c", "cat /tmp/only-here; head -1 /etc/os-release; exit 3"],
                                    tty=False)
-    done = subprocess.run(plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True, timeout=60,
+    done = subprocess.run(plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True, timeout=scaled(60),
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 3, done.stderr
     assert done.stdout.splitlines() == ["in-the-box", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"']

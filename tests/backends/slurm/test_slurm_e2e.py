@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from deadlines import scaled
 from e2e.server import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -44,7 +45,7 @@ def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed
 
     server.start()
     client = server.admin()
-    down = client.wait(ended_while_down, timeout=30)
+    down = client.wait(ended_while_down, timeout=scaled(30))
     assert (down.state, down.exitCode) == ("FAILED", 7)
     assert client.job(still_running).state == "RUNNING"
 
@@ -53,9 +54,9 @@ def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed
                               env=server.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_until(lambda: client.logs(still_running) == b"running\n", timeout=10, what="the log")
     (gates / "release-alive").touch()
-    out, err = follow.communicate(timeout=30)
+    out, err = follow.communicate(timeout=scaled(30))
     assert out == "running\nreleased\n", err
-    assert client.wait(still_running, timeout=30).state == "SUCCEEDED"
+    assert client.wait(still_running, timeout=scaled(30)).state == "SUCCEEDED"
 
     for name in ("down", "alive"):
         assert (gates / f"starts-{name}").read_text() == "start\n", f"{name} started more than once"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from deadlines import scaled
 from e2e.server import Server, wait_until
 from websockets.sync.client import connect
 
@@ -41,7 +42,7 @@ def test_yard_exec_and_a_terminal_run_in_the_tasks_slurm_job(slurm_server: Serve
     def yard(*args: str, token: str | None = None, stdin: str | None = None) -> subprocess.CompletedProcess:
         env = server.env if token is None else {**server.env, "TRAINYARD_TOKEN": token}
         return subprocess.run([sys.executable, "-m", "trainyard.cli.main", *args], env=env, input=stdin,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=scaled(60))
 
     ran = yard("exec", str(job), "--", "sh", "-c", SAYS)
     assert ran.returncode == 0, ran.stderr
@@ -54,12 +55,12 @@ def test_yard_exec_and_a_terminal_run_in_the_tasks_slurm_job(slurm_server: Serve
     # A terminal: srun --pty, resized, and its shell's exit status.
     token = admin._http.headers["Authorization"]
     url = f"ws://127.0.0.1:{server.port}/api/v1/jobs/{job}/tasks/main/0/exec"
-    with connect(url, additional_headers={"Authorization": token}, open_timeout=10) as ws:
+    with connect(url, additional_headers={"Authorization": token}, open_timeout=scaled(10)) as ws:
         ws.send(json.dumps({"argv": ["bash", "--norc", "-i"], "tty": True, "rows": 30, "cols": 90}))
         ws.send(b"tty; stty size; exit 4\n")
         frames = []
         while not (frames and isinstance(frames[-1], str)):
-            frames.append(ws.recv(timeout=30))
+            frames.append(ws.recv(timeout=scaled(30)))
     screen = b"".join(f[1:] for f in frames if isinstance(f, bytes)).decode(errors="replace")
     assert "/dev/pts/" in screen and "30 90" in screen and "not a tty" not in screen, screen
     assert json.loads(frames[-1]) == {"exit": 4}

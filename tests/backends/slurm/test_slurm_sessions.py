@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from deadlines import scaled
 from e2e.jupyter import bearer, run_code
 from e2e.server import Server, wait_until
 
@@ -39,11 +40,12 @@ def test_a_session_on_a_slurm_node_is_opened_through_the_server(slurm_server: Se
     session = alice.start_session(cpu=1, memoryMB=1024).id
     wait_until(lambda: alice.session(session).state == "RUNNING", timeout=120, what="the session's Slurm job to run")
     url = f"{slurm_server.url}/sessions/{session}/"
-    wait_until(lambda: httpx.get(url + "api/status", headers=bearer(alice_token), timeout=10).status_code == 200,
+    wait_until(lambda: httpx.get(url + "api/status", headers=bearer(alice_token),
+                                 timeout=scaled(10)).status_code == 200,
                timeout=120, what=f"JupyterLab to answer on its node ({alice.job(session).message})")
     task = alice.job(session).attempts[-1].tasks[0]
     assert task.node in ("n1", "n2", "n3", "n4")  # a name no resolver knows: reached at its NodeAddr
     assert run_code(slurm_server, alice_token, session, 'import os; os.environ["SLURM_JOB_ID"] != ""') == "True"
-    assert httpx.get(url + "api/kernelspecs", headers=bearer(bob_token), timeout=10).status_code == 404
+    assert httpx.get(url + "api/kernelspecs", headers=bearer(bob_token), timeout=scaled(10)).status_code == 404
     alice.stop_session(session)
     wait_until(lambda: alice.job(session).state == "STOPPED", timeout=60, what="the session to stop")
