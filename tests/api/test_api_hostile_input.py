@@ -8,7 +8,7 @@ import logging
 import pytest
 from api.harness import Api
 
-from trainyard.api.bodies import MAX_JSON_BODY_BYTES
+from trainyard.web.bodies import MAX_JSON_BODY_BYTES
 
 JSON = {"content-type": "application/json"}
 

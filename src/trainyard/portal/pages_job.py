@@ -16,8 +16,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
 from trainyard.backends.base import TaskExec
 from trainyard.core.sessions import session_path
 from trainyard.core.states import JobState, TaskState
@@ -39,6 +37,8 @@ from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
 from trainyard.store.rows import DevSessionRow
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

@@ -11,8 +11,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
 from trainyard.core.states import JobState
 from trainyard.portal.auth import Action, AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
@@ -21,6 +19,8 @@ from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid
 from trainyard.services.jobs import StopOutcome
 from trainyard.services.views import job_summary
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

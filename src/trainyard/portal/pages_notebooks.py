@@ -14,8 +14,6 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
 from trainyard.core.priorities import Priority
 from trainyard.core.states import EnvironmentState, JobState
 from trainyard.portal.auth import Action, Page, Viewer
@@ -26,6 +24,8 @@ from trainyard.services import admin, dev_sessions, environments, storages
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.services.storages import Access
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 
