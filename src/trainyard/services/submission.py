@@ -4,8 +4,8 @@ Submit, and Submit on a clone) call these.
 
 Each opens its own unit of work, makes the job at most once per ``Idempotency-Key``
 (``idempotency.py``; the portal sends none), and wakes the controller once a new job is
-committed. What the server runs with comes in as a :class:`Server` (the web layer's app
-context is one).
+committed. What the server runs with comes in as a ``services.server.Server`` (the web
+layer's app context is one).
 """
 
 from __future__ import annotations
@@ -16,31 +16,13 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import Backend
-from trainyard.core.clock import Clock
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import idempotency
 from trainyard.services import jobs as job_service
-from trainyard.services.specs import StoredSpecs
+from trainyard.services.server import Server
 from trainyard.services.views import submit_result
 from trainyard.spec.models import JobSpec
-from trainyard.store.db import Database
 from trainyard.store.rows import JobRow, UserRow
-
-
-class Server(Protocol):
-    """What the use cases need of the server they run in."""
-
-    db: Database
-    backend: Backend
-    clock: Clock
-    specs: StoredSpecs
-    submit_limits: job_service.SubmitLimits
-    idempotency_key_hours: float
-
-    def node_states(self) -> list[NodeState]: ...
-
-    def wake_controller(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from trainyard.schemas.jobs import (
     SubmitResult,
 )
 from trainyard.schemas.requests import NO_NUL
-from trainyard.services import idempotency, submission, suspension
+from trainyard.services import idempotency, job_actions, submission
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.views import job_summary
@@ -177,8 +177,7 @@ StopReason = Annotated[str, Query(max_length=1000, pattern=NO_NUL,
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
 def stop_job(job_id: JobId, user: User, ctx: Ctx, reason: StopReason = "") -> JobDetail:
-    job_service.stop_job(ctx.db, user, job_id, clock=ctx.clock, because=reason.strip())
-    ctx.wake_controller()
+    job_actions.stop(ctx, user, job_id, because=reason.strip())
     return get_job(job_id, user, ctx)
 
 
@@ -187,8 +186,7 @@ def suspend_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     """Suspend a job and hold it until it is resumed. A running job must have declared
     `preemption: suspend`: its tasks are told to save their state (the suspend signal and
     request file) and stopped after its suspend grace period; a waiting job is held."""
-    suspension.suspend_job(ctx.db, user, job_id, specs=ctx.specs, clock=ctx.clock)
-    ctx.wake_controller()
+    job_actions.suspend(ctx, user, job_id)
     return get_job(job_id, user, ctx)
 
 
@@ -196,8 +194,7 @@ def suspend_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
 def resume_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     """Let a job held by `suspend` resume: it waits for room as a new attempt, with its place
     in the queue. A job an admin suspended only an admin may resume."""
-    suspension.resume_job(ctx.db, user, job_id, clock=ctx.clock)
-    ctx.wake_controller()
+    job_actions.resume(ctx, user, job_id)
     return get_job(job_id, user, ctx)
 
 

@@ -25,8 +25,7 @@ from trainyard.api.routers.proxy import _refusal_to, forward_http, forward_webso
 from trainyard.api.taskaccess import admit, deny, note_use
 from trainyard.core.sessions import SESSION_PREFIX, SESSION_ROLE, session_path
 from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
-from trainyard.services import dev_sessions, task_access
-from trainyard.services import jobs as job_service
+from trainyard.services import dev_sessions, job_actions, task_access
 from trainyard.services.task_access import STARTING_RETRY_SECONDS, Refused, Target
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID, BodyRoute
@@ -45,12 +44,7 @@ Ctx = Annotated[AppContext, Depends(context)]
 def start_session(body: SessionRequest, user: User, ctx: Ctx) -> SessionView:
     """Start a JupyterLab session: a job of yours, scheduled like any (its VC, quota,
     priority: ``oppo`` runs on idle GPUs and is reclaimed first). Open ``url`` once it runs."""
-    nodes = ctx.node_states()
-    with ctx.db.session() as session:
-        row = dev_sessions.start_session(session, user, body, policy=ctx.sessions, clock=ctx.clock, nodes=nodes)
-        view = dev_sessions.view(row, ctx.clock.now())
-    ctx.wake_controller()
-    return view
+    return job_actions.start_session(ctx, user, body)
 
 
 @router.get("", response_model=list[SessionView], responses=errors(401, 422))
@@ -83,12 +77,7 @@ def renew_session(job_id: JobId, user: User, ctx: Ctx, body: RenewRequest | None
 @router.delete("/{job_id}", response_model=SessionView, responses=errors(401, 404, 409, 422))
 def stop_session(job_id: JobId, user: User, ctx: Ctx) -> SessionView:
     """Stop the session (its files stay in its job directory as long as the site keeps them)."""
-    with ctx.db.session() as session:
-        dev_sessions.session_of(session, user, job_id)
-        job_service.request_stop(session, user, job_id, clock=ctx.clock)
-    ctx.wake_controller()
-    with ctx.db.session() as session:
-        return dev_sessions.view(dev_sessions.session_of(session, user, job_id), ctx.clock.now())
+    return job_actions.stop_session(ctx, user, job_id)
 
 
 # -- the way in ------------------------------------------------------------------------------
