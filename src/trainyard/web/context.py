@@ -57,7 +57,7 @@ class AppContext:
     closing: threading.Event = field(default_factory=threading.Event)
     job_dirs: JobDirUsage = field(init=False)
     # Open WebSockets, tunnels and streamed answers, by the credential that opened them:
-    # each ends when its credential no longer holds (api/revocation.py).
+    # each ends when its credential no longer holds (web/revocation.py).
     connections: OpenConnections = field(init=False)
     sign_ins: SignInLimiter = field(init=False)  # the portal's sign-in tries, per name and address
     sign_in_failures: int = DEFAULT_FAILURES

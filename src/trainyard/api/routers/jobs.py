@@ -233,7 +233,7 @@ async def job_logs(
     """A page of a task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
     logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
     target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
-    # A followed log ends when the token that asked for it is revoked (api/revocation.py).
+    # A followed log ends when the token that asked for it is revoked (web/revocation.py).
     credential = credential_key(request.headers, {})
     if target.key is None:
         if follow:

@@ -19,7 +19,7 @@ The protocol (docs/security.md says who may use it; ``services/task_access`` dec
    (128 + N when signal N killed it), then closes (1000). When the command cannot be run,
    it sends ``{"error": MESSAGE}`` instead and closes with 4400 (bad first frame), 4409
    (the task cannot be reached now) or 1011; and when the token or portal session that
-   opened it is revoked or ends (``api/revocation.py``: within about a second), the
+   opened it is revoked or ends (``web/revocation.py``: within about a second), the
    command is hung up and it closes with 4401.
 
 A client that goes away hangs the command up (SIGHUP, SIGKILL after a grace). Every
