@@ -188,13 +188,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from prometheus_client.registry import CollectorRegistry
 
     from trainyard.api.app import create_app
-    from trainyard.api.deps import AppContext
     from trainyard.api.server import settle_heap
     from trainyard.backends.local.backend import LocalBackend
     from trainyard.backends.local.gpus import simulated_gpus
     from trainyard.monitor.exposition import render
     from trainyard.services.auth import bootstrap_admin
     from trainyard.services.cluster_metrics import cluster_figures
+    from trainyard.web.context import AppContext
 
     with tempfile.TemporaryDirectory() as tmp, private_schema(args.database_url) as pg_url:
         url = pg_url or f"sqlite:///{Path(tmp) / 'bench.db'}"

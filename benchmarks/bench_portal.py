@@ -51,7 +51,6 @@ def build(db_url: str, home: Path, n_jobs: int):  # noqa: ANN201 - (app, ctx, ru
     from fastapi.testclient import TestClient  # noqa: F401 - fail early without it
 
     from trainyard.api.app import create_app
-    from trainyard.api.deps import AppContext
     from trainyard.backends.base import TaskKey
     from trainyard.backends.local.backend import LocalBackend
     from trainyard.backends.local.gpus import simulated_gpus
@@ -62,6 +61,7 @@ def build(db_url: str, home: Path, n_jobs: int):  # noqa: ANN201 - (app, ctx, ru
     from trainyard.services.passwords import set_password
     from trainyard.store.db import Database
     from trainyard.store.rows import JobRow, TaskSampleRow
+    from trainyard.web.context import AppContext
 
     clock = SystemClock()
     db = Database(db_url)

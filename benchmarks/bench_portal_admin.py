@@ -51,12 +51,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from fastapi.testclient import TestClient
 
     from trainyard.api.app import create_app
-    from trainyard.api.deps import AppContext
     from trainyard.backends.local.backend import LocalBackend
     from trainyard.backends.local.gpus import simulated_gpus
-    from trainyard.portal.auth import COOKIE
     from trainyard.services import web_sessions
     from trainyard.services.auth import bootstrap_admin
+    from trainyard.web.callers import COOKIE
+    from trainyard.web.context import AppContext
 
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -10,13 +10,13 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from trainyard.api.app import create_app
-from trainyard.api.deps import AppContext
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.client import Client
 from trainyard.controller.inventory import sync_inventory
 from trainyard.core.clock import Clock, SystemClock
 from trainyard.services.auth import bootstrap_admin, create_token, create_user
+from trainyard.web.context import AppContext
 
 
 @dataclass

@@ -8,7 +8,7 @@ import logging
 import pytest
 from api.harness import Api
 
-from trainyard.api.bodies import MAX_JSON_BODY_BYTES
+from trainyard.web.bodies import MAX_JSON_BODY_BYTES
 
 JSON = {"content-type": "application/json"}
 
@@ -105,7 +105,7 @@ def test_nul_in_a_body_name_is_refused(api: Api) -> None:
 ])
 def test_a_lone_surrogate_anywhere_in_a_json_body_is_422_at_its_path(api: Api, method: str, url: str, body: str,
                                                                      path: str) -> None:
-    # Every JSON body is read by one reader (api/bodies.py): a key as well as a value.
+    # Every JSON body is read by one reader (web/bodies.py): a key as well as a value.
     node = api.admin.get("/api/v1/nodes").json()[0]["name"]
     response = api.admin.request(method.upper(), url.format(node=node), content=body, headers=JSON)
     body_ = assert_error(response, 422, path)

@@ -14,7 +14,6 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from trainyard.api.app import create_app
-from trainyard.api.deps import AppContext
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.loop import Controller
@@ -26,6 +25,7 @@ from trainyard.services import auth
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
 from trainyard.store.rows import JobRow, NodeRow, UserRow
+from trainyard.web.context import AppContext
 
 MIB = 1024 * 1024
 Series = dict[tuple[str, frozenset[tuple[str, str]]], float]

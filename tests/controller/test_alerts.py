@@ -22,7 +22,6 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from trainyard.api.app import create_app
-from trainyard.api.deps import AppContext
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.alerting import AlertEvaluator, Receivers
@@ -38,6 +37,7 @@ from trainyard.spec.templating import normalized_spec
 from trainyard.store.queries import alerts as alert_queries
 from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.rows import AttemptRow, JobRow, NodeRow, NodeSampleRow, TaskRow, TaskSampleRow
+from trainyard.web.context import AppContext
 
 SPEC = normalized_spec(parse_job(
     "name: train\ntaskRoles:\n  main:\n    resourcePerInstance: {gpu: 1}\n    commands: ['python train.py']\n"

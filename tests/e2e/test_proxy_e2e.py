@@ -21,8 +21,8 @@ from podman_support import needs_podman
 
 from e2e.server import Server, wait_until
 from e2e.webjob import WebJob, served
-from trainyard.api.routers.proxy import GRANT_SECONDS
 from trainyard.client import Client
+from trainyard.services.task_access import GRANT_SECONDS
 
 pytestmark = pytest.mark.e2e
 

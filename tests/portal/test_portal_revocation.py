@@ -18,11 +18,11 @@ from fastapi.testclient import TestClient
 
 from portal.harness import PASSWORDS, browser, csrf_of, signed_in
 from trainyard.api.app import create_app
-from trainyard.api.deps import AppContext
-from trainyard.api.revocation import OpenConnections
 from trainyard.core.clock import SystemClock
 from trainyard.services.auth import hash_token
 from trainyard.services.sign_in_limits import SignInLimiter, keys_for
+from trainyard.web.context import AppContext
+from trainyard.web.revocation import OpenConnections
 
 
 def _token_signed_in(api: Api, token: str) -> TestClient:

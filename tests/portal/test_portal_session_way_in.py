@@ -19,14 +19,13 @@ import pytest
 from api.harness import Api
 
 from portal.harness import make_portal_api, signed_in
-from trainyard.api.routers.proxy import GRANT_SECONDS
-from trainyard.api.routers.sessions import STARTING_SECONDS
 from trainyard.core.clock import FakeClock
 from trainyard.core.sessions import SESSION_PORT, SESSION_ROLE, SessionPolicy
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.schemas.sessions import SessionRequest
 from trainyard.services import dev_sessions
 from trainyard.services.auth import get_user
+from trainyard.services.task_access import GRANT_SECONDS, STARTING_SECONDS
 from trainyard.store.rows import AttemptRow, JobRow, NodeRow, TaskRow
 
 HTML = {"Accept": "text/html,application/xhtml+xml"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from portal.harness import PASSWORDS, browser, csrf_of, signed_in
-from trainyard.portal.auth import COOKIE
+from trainyard.web.callers import COOKIE
 
 
 def test_signed_out_pages_send_to_sign_in_with_the_way_back(api):

@@ -4,6 +4,11 @@ Every error answers ``{"detail": "<what is wrong and what to do>", "errors": [{"
 "message"}]}`` with a 4xx status; an unexpected exception is logged and answered as a
 500 with a generic message, never a traceback. A client that hangs up mid-request is
 logged in one line and answered nothing.
+
+This module is also where the one app is assembled: the API's routers and the portal's
+pages (``portal.app.install``), on one app context (``web/context.py``). It is the only
+module of ``api/`` that imports ``portal/``, and ``portal/`` imports nothing of ``api/``:
+what both need lives below them, in ``web/``.
 """
 
 from __future__ import annotations
@@ -23,8 +28,6 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
 from trainyard.api import openapi
-from trainyard.api.bodies import BodyError, printable
-from trainyard.api.deps import AppContext
 from trainyard.api.routers import (
     admin,
     alerts,
@@ -45,6 +48,9 @@ from trainyard.portal import app as portal
 from trainyard.services.errors import ServiceError
 from trainyard.spec.errors import SpecError
 from trainyard.spec.plaindata import OversizedNumber
+from trainyard.web.bodies import BodyError, printable
+from trainyard.web.context import AppContext
+from trainyard.web.errorpage import ErrorPage, is_page
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +67,7 @@ def _error(
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
-    client = getattr(app.state, "proxy_client", None)  # the proxy's connections to tasks
+    client = app.state.ctx.proxy_client  # the proxy's connections to tasks
     if client is not None:
         await client.aclose()
 
@@ -90,6 +96,10 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.include_router(metrics.router)  # Prometheus' usual path, outside the versioned API
     openapi.install(app)
     portal.install(app)  # the web pages, at / (their errors are pages too)
+    ctx.error_page = portal.error_page  # a browser's refusal, from the API's routes too
+
+    def page_for(request: Request) -> ErrorPage | None:
+        return ctx.error_page if is_page(request) else None
 
     @app.exception_handler(SpecError)
     async def _spec_error(_: Request, exc: SpecError) -> JSONResponse:
@@ -98,8 +108,8 @@ def create_app(ctx: AppContext) -> FastAPI:
 
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> Response:
-        if portal.is_page(request):
-            return portal.error_page(request, exc.status, exc.message)
+        if (page := page_for(request)) is not None:
+            return page(request, exc.status, exc.message)
         return _error(exc.status, exc.message, exc.details)
 
     @app.exception_handler(StaleDataError)
@@ -122,14 +132,14 @@ def create_app(ctx: AppContext) -> FastAPI:
             for e in exc.errors()
         ]
         detail = "; ".join(f"{e['path']}: {e['message']}" for e in errors)
-        if portal.is_page(request):
-            return portal.error_page(request, 422, detail)
+        if (page := page_for(request)) is not None:
+            return page(request, 422, detail)
         return _error(422, detail, errors)
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> Response:
-        if portal.is_page(request) and exc.status_code in (404, 405):
-            return portal.error_page(request, exc.status_code, "there is no such page")
+        if (page := page_for(request)) is not None and exc.status_code in (404, 405):
+            return page(request, exc.status_code, "there is no such page")
         headers = dict(getattr(exc, "headers", None) or {})
         if exc.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
@@ -146,8 +156,8 @@ def create_app(ctx: AppContext) -> FastAPI:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
-        if portal.is_page(request):
-            return portal.error_page(request, 500, "internal error; the server log has the details")
+        if (page := page_for(request)) is not None:
+            return page(request, 500, "internal error; the server log has the details")
         return _error(500, "internal error; the server log has the details")
 
     return app

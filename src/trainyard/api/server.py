@@ -29,7 +29,6 @@ from typing import IO
 import uvicorn
 
 from trainyard.api.app import create_app
-from trainyard.api.deps import AppContext
 from trainyard.backends.base import Backend
 from trainyard.backends.containers import NO_CDI, ContainerEngine
 from trainyard.backends.local.backend import LocalBackend
@@ -50,6 +49,7 @@ from trainyard.services.jobs import SubmitLimits
 from trainyard.services.storages import set_builtin_roots, set_mount_roots
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
+from trainyard.web.context import AppContext
 
 log = logging.getLogger("trainyard")
 

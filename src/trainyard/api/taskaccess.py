@@ -1,113 +1,27 @@
-"""Who may reach into a running task, and which task it is: the one rule that the port
-proxy, the TCP tunnel (``routers/proxy``) and exec (``routers/taskexec``) share.
-
-A caller is identified by a token (``Authorization: Bearer``) or by the portal's session
-cookie. Only the job's owner and admins with a token get through; anyone else is told 404,
-as for a job that does not exist. An admin's browser session is refused (403): the task's
-pages, or its terminal, would run with the admin's rights (docs/security.md).
-"""
+"""The HTTP side of reaching into a task (the port proxy, the tunnel, exec, the sessions'
+way in): who the caller is (``web/callers``), with the grants ``services/task_access``
+keeps, and how its refusal reaches the caller — an HTTP answer in Trainyard's error
+format, or a WebSocket handshake's. Who may reach what is ``services/task_access``'s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from fastapi import WebSocket
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 
-from trainyard.api.deps import AppContext
-from trainyard.backends.base import TaskKey
-from trainyard.core.states import JobState, TaskState
-from trainyard.portal.auth import COOKIE
-from trainyard.services import web_sessions
-from trainyard.services.auth import hash_token
-from trainyard.store.queries import jobs as job_queries
-from trainyard.store.rows import TaskRow, UserRow
-
-
-class Refused(Exception):
-    """The request is refused with ``status``; ``message`` says why, for the caller;
-    ``retry_after`` (seconds), when what was asked for is on its way (a task starting): a
-    program gets it as ``Retry-After``, a browser a page that reloads itself after it."""
-
-    def __init__(self, status: int, message: str, retry_after: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
+from trainyard.services.task_access import Caller, GrantKey, Refused, Target, record_port_use
+from trainyard.web.callers import credential_key, identify_caller
+from trainyard.web.context import AppContext
 
 
 @dataclass(frozen=True)
-class Caller:
-    user: UserRow
-    by_cookie: bool  # a browser's session, rather than a token
-    credential: str = ""  # what it came with, as `credential_key` names it (api/revocation.py)
-
-
-@dataclass(frozen=True)
-class RunningTask:
-    """A running task of a job the caller may reach into."""
-
-    key: TaskKey
-    node: str
-    ports: dict[str, list[int]]
-
-
-def app_context(app_state: object) -> AppContext:
-    ctx: AppContext = app_state.ctx  # type: ignore[attr-defined]
-    return ctx
-
-
-def credential_key(headers: Headers, cookies: dict[str, str]) -> str | None:
-    """What ``identify_caller`` authenticates a request by (a bearer token first, else the
-    portal's cookie), as a key that names it without holding it: ``token:<SHA-256>`` or
-    ``cookie:<SHA-256>``; None when the request carries neither."""
-    auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer ":
-        return "token:" + hash_token(auth[7:].strip())
-    cookie = cookies.get(COOKIE, "")
-    return "cookie:" + hash_token(cookie) if cookie else None
-
-
-def identify_caller(ctx: AppContext, headers: Headers, cookies: dict[str, str]) -> Caller | None:
-    """The user behind a request's token or portal session; None when neither is valid."""
-    credential = credential_key(headers, cookies)
-    auth = headers.get("authorization", "")
-    if auth[:7].lower() == "bearer ":
-        user = ctx.tokens.user_for_token(auth[7:].strip())
-        return Caller(user, False, credential or "") if user is not None and not user.disabled else None
-    cookie = cookies.get(COOKIE, "")
-    if not cookie:
-        return None
-    with ctx.db.session() as session:
-        row = web_sessions.session_for_cookie(session, cookie, clock=ctx.clock)
-        if row is None or row.user.disabled:
-            return None
-        return Caller(row.user, True, credential or "")
-
-
-def running_task(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, *,
-                 what: str, instead: str) -> RunningTask:
-    """Task ``role/index`` of job ``job_id`` if it runs and ``caller`` may reach into it;
-    Refused saying why not. ``what`` names what is reached ("its ports"), ``instead`` the
-    command an admin uses rather than the browser."""
-    with ctx.db.session() as session:
-        job = job_queries.job_by_id(session, job_id)
-        if job is None or (not caller.user.is_admin and job.user_id != caller.user.id):
-            raise Refused(404, f"no job {job_id}")
-        if caller.by_cookie and job.user_id != caller.user.id:
-            # An admin's browser would run the job's pages with the admin's session.
-            raise Refused(403, f"job {job_id} is another user's: reach {what} with `{instead}`, "
-                               "not through the browser")
-        if job.state != JobState.RUNNING:
-            raise Refused(409, f"job {job_id} is {job.state}, not RUNNING: {what} are reachable only while it runs")
-        task = session.query(TaskRow).filter(
-            TaskRow.job_id == job_id, TaskRow.role == role, TaskRow.index == index,
-            TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
-        if task is None:
-            raise Refused(404, f"job {job_id} has no running task {role}/{index}")
-        key = TaskKey(job_id, task.attempt.number, task.role, task.index, task.run)
-        return RunningTask(key, task.node, {name: list(ports) for name, ports in task.ports.items()})
+class Admitted:
+    key: GrantKey  # the grant's key, to ``keep`` a new target under
+    caller: Caller
+    target: Target | None  # what a kept grant let the caller reach; None: not asked yet
 
 
 def refusal(exc: Refused) -> JSONResponse:
@@ -122,3 +36,30 @@ async def deny(websocket: WebSocket, exc: Refused) -> None:
         await websocket.send_denial_response(refusal(exc))
     else:
         await websocket.close(code=1008, reason=exc.message[:120])
+
+
+async def admit(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, role: str, index: int,
+                port: int, *, unsafe: bool, origin_ok: bool, reuse: bool = True) -> Admitted:
+    """The caller of a request into a task, and the target a grant kept a moment ago let it
+    reach (None: ask ``services/task_access`` again, then ``keep`` it); Refused 401 without a
+    valid credential, 403 for a browser's state-changing request from another site.
+    ``reuse``: whether a kept grant may stand (a session's also needs its JupyterLab token)."""
+    credential = credential_key(headers, cookies)
+    key = (credential or "", job_id, role, index, port)
+    granted = ctx.grants.get(key) if credential is not None and reuse else None
+    if granted is not None:
+        caller, target = granted
+    else:
+        found = await run_in_threadpool(identify_caller, ctx, headers, cookies) if credential is not None else None
+        if found is None:
+            raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
+        caller, target = found, None
+    if caller.by_cookie and unsafe and not origin_ok:
+        raise Refused(403, "a request that changes something must come from this server's own pages")
+    return Admitted(key, caller, target)
+
+
+async def note_use(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
+    """An event on the job when a user starts using a port, at most once per EVENT_EVERY_SECONDS."""
+    if ctx.port_uses.due(caller, job_id, role, index, port, how):  # most requests need no thread for it
+        await run_in_threadpool(record_port_use, ctx.db, ctx.clock, caller, job_id, role, index, port, how)

@@ -22,16 +22,10 @@ from trainyard.portal import (
     pages_users,
     pages_vcs,
 )
-from trainyard.portal.auth import CrossSiteRefused, PageForbidden, SignInRequired, sign_in_url
+from trainyard.portal.auth import CrossSiteRefused, PageForbidden, SignInRequired
 from trainyard.portal.templating import SECURITY_HEADERS, STATIC, render
-
-STATIC_PATH = "/static"
-# Paths that are not the portal's: their errors stay JSON.
-_NOT_PAGES = ("/api/", "/metrics", "/docs", STATIC_PATH + "/")
-
-
-def is_page(request: Request) -> bool:
-    return not request.url.path.startswith(_NOT_PAGES)
+from trainyard.web.callers import sign_in_url
+from trainyard.web.errorpage import STATIC_PATH
 
 
 def error_page(request: Request, status: int, message: str, retry_after: int | None = None) -> HTMLResponse:

@@ -10,19 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Annotated
-from urllib.parse import quote, urlsplit
 
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
-from trainyard.api.deps import AppContext, context
 from trainyard.services import sign_in_limits, web_sessions
 from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.store.rows import UserRow, WebSessionRow
-
-COOKIE = "trainyard_session"
-CSRF_FIELD = "csrf"
-CSRF_HEADER = "X-CSRF-Token"
+from trainyard.web.callers import COOKIE, CSRF_FIELD, CSRF_HEADER, same_origin
+from trainyard.web.context import AppContext, context
 
 
 class SignInRequired(Exception):
@@ -76,16 +72,6 @@ async def admin_viewer(found: Viewer = Depends(viewer)) -> Viewer:
     return found
 
 
-def same_origin(request: Request) -> bool:
-    """A browser names the page a request comes from (Origin, else Referer); it must be this
-    server. Neither header: not a browser's cross-site request (they send Origin on POST)."""
-    source = request.headers.get("origin") or request.headers.get("referer")
-    if not source or source == "null":
-        return source is None
-    parts = urlsplit(source)
-    return parts.netloc == request.headers.get("host", request.url.netloc)
-
-
 async def checked(request: Request, found: Viewer = Depends(viewer)) -> Viewer:
     """The viewer of a state-changing request that carries its session's secret (form field
     ``csrf`` or header ``X-CSRF-Token``) and comes from this server's own pages."""
@@ -129,10 +115,6 @@ def confirm_credential(request: Request, ctx: AppContext, found: Viewer, secret:
                         "or set a password", details=[{"path": "current", "message": "your password, to create a "
                                                                                       "token or set a password"}])
     ctx.sign_ins.succeeded(keys, found.user.name)
-
-
-def sign_in_url(next_path: str) -> str:
-    return "/signin?next=" + quote(next_path, safe="/")
 
 
 Page = Annotated[Viewer, Depends(viewer)]

@@ -15,15 +15,16 @@ from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
-from trainyard.portal.auth import COOKIE, Action, Page, Viewer, confirm_credential, optional_viewer, same_origin
+from trainyard.portal.auth import Action, Page, Viewer, confirm_credential, optional_viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.users import TokenResponse
 from trainyard.services import auth, passwords, sign_in_limits, web_sessions
 from trainyard.services.errors import ServiceError
 from trainyard.services.views import token_view
 from trainyard.services.web_sessions import LIFETIME_SECONDS, SignedIn
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.callers import COOKIE, same_origin
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

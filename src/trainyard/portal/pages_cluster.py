@@ -14,12 +14,12 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.bodies import PathName
-from trainyard.api.deps import AppContext, context
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.cluster import GpuView, NodeView
 from trainyard.services import admin, live
+from trainyard.web.bodies import PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

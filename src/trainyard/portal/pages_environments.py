@@ -17,8 +17,6 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from trainyard.api.bodies import PathName
-from trainyard.api.deps import AppContext, context
 from trainyard.backends.base import EnvironmentStore
 from trainyard.portal.auth import Action, Page, Viewer
 from trainyard.portal.changes import refusal_values
@@ -29,6 +27,8 @@ from trainyard.services import environments as env_service
 from trainyard.services.environment_access import EnvironmentKind
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.store.queries import vcs as vc_queries
+from trainyard.web.bodies import PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

@@ -13,7 +13,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from trainyard.api.deps import AppContext, context
 from trainyard.portal.auth import Page
 from trainyard.portal.templating import render
 from trainyard.services import admin, live
@@ -22,6 +21,7 @@ from trainyard.services import jobs as job_service
 from trainyard.services.usage import period_of, usage_report
 from trainyard.services.views import job_summary
 from trainyard.store.queries import jobs as job_queries
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

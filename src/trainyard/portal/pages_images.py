@@ -13,7 +13,6 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 
-from trainyard.api.deps import AppContext, context
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.changes import refusal_values
 from trainyard.portal.templating import render
@@ -21,6 +20,7 @@ from trainyard.schemas.images import ImagePullView, NodeImageView
 from trainyard.services import images
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.spec.checks import IMAGE_REFERENCE, IMAGE_REFERENCE_MAX
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

@@ -16,8 +16,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
 from trainyard.backends.base import TaskExec
 from trainyard.core.sessions import session_path
 from trainyard.core.states import JobState, TaskState
@@ -33,12 +31,14 @@ from trainyard.schemas.jobs import (
     JobDetail,
     TaskView,
 )
-from trainyard.services import history, suspension
+from trainyard.services import history, job_actions
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
 from trainyard.store.rows import DevSessionRow
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 
@@ -160,22 +160,19 @@ def job_state_fragment(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, 
 
 @router.post("/jobs/{job_id}/stop")
 def stop_job(job_id: JobId, viewer: Action, ctx: Ctx) -> Response:
-    job_service.stop_job(ctx.db, viewer.user, job_id, clock=ctx.clock)
-    ctx.wake_controller()
+    job_actions.stop(ctx, viewer.user, job_id)
     return RedirectResponse(f"/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 
 
 @router.post("/jobs/{job_id}/suspend")
 def suspend_job(job_id: JobId, viewer: Action, ctx: Ctx) -> Response:
-    suspension.suspend_job(ctx.db, viewer.user, job_id, specs=ctx.specs, clock=ctx.clock)
-    ctx.wake_controller()
+    job_actions.suspend(ctx, viewer.user, job_id)
     return RedirectResponse(f"/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 
 
 @router.post("/jobs/{job_id}/resume")
 def resume_job(job_id: JobId, viewer: Action, ctx: Ctx) -> Response:
-    suspension.resume_job(ctx.db, viewer.user, job_id, clock=ctx.clock)
-    ctx.wake_controller()
+    job_actions.resume(ctx, viewer.user, job_id)
     return RedirectResponse(f"/jobs/{job_id}", status_code=303, headers=SECURITY_HEADERS)
 
 

@@ -11,16 +11,16 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
 from trainyard.core.states import JobState
 from trainyard.portal.auth import Action, AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
-from trainyard.services import alerts as alert_service
+from trainyard.services import job_actions
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid
 from trainyard.services.jobs import StopOutcome
 from trainyard.services.views import job_summary
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 
@@ -118,17 +118,12 @@ async def stop_selected(request: Request, viewer: Action, ctx: Ctx, filters: Fil
                       details=[{"path": "job", "message": "too many"}])
     if not values:
         raise Invalid("job: tick the jobs to stop first", details=[{"path": "job", "message": "none selected"}])
-    outcome = await run_in_threadpool(job_service.stop_jobs, ctx.db, viewer.user, [int(v) for v in values],
-                                      clock=ctx.clock)
-    if outcome.stopped:
-        ctx.wake_controller()
+    outcome = await run_in_threadpool(job_actions.stop_many, ctx, viewer.user, [int(v) for v in values])
     return await run_in_threadpool(_list_page, request, viewer, ctx, filters, outcome=outcome)
 
 
 @router.post("/alerts/{alert_id}/stop")
 def stop_flagged_job(alert_id: Annotated[int, Path(ge=1, le=MAX_ID)], viewer: AdminAction, ctx: Ctx) -> Response:
     """The home page's Stop of a job an alert flagged (admin); its owner reads why."""
-    with ctx.db.session() as session:
-        alert_service.stop_flagged_job(session, viewer.user, alert_id, ctx.clock)
-    ctx.wake_controller()
+    job_actions.stop_flagged(ctx, viewer.user, alert_id)
     return RedirectResponse("/", status_code=303, headers=SECURITY_HEADERS)

@@ -14,18 +14,17 @@ from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import ValidationError
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
 from trainyard.core.priorities import Priority
 from trainyard.core.states import EnvironmentState, JobState
 from trainyard.portal.auth import Action, Page, Viewer
 from trainyard.portal.changes import refusal_values
 from trainyard.portal.templating import render
 from trainyard.schemas.sessions import SessionRequest
-from trainyard.services import admin, dev_sessions, environments, storages
-from trainyard.services import jobs as job_service
+from trainyard.services import admin, dev_sessions, environments, job_actions, storages
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.services.storages import Access
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 
@@ -73,13 +72,9 @@ def start(request: Request, viewer: Action, ctx: Ctx,
             "opportunistic": "on" if oppo else ""}
     try:
         wanted = _request(gpu, environment, image, hours, vc, oppo, storage or [])
-        with ctx.db.session() as session:
-            row = dev_sessions.start_session(session, viewer.user, wanted, policy=ctx.sessions, clock=ctx.clock,
-                                             nodes=ctx.node_states())
-            started = row.job_id
+        started = job_actions.start_session(ctx, viewer.user, wanted).id
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, form=form)
-    ctx.wake_controller()
     return RedirectResponse(f"/notebooks?started={started}", status_code=303)
 
 
@@ -125,10 +120,7 @@ def renew(request: Request, job_id: int, viewer: Action, ctx: Ctx) -> Response:
 @router.post("/notebooks/{job_id}/stop")
 def stop(request: Request, job_id: int, viewer: Action, ctx: Ctx) -> Response:
     try:
-        with ctx.db.session() as session:
-            dev_sessions.session_of(session, viewer.user, _session_id(job_id))
-            job_service.request_stop(session, viewer.user, job_id, clock=ctx.clock)
+        job_actions.stop_session(ctx, viewer.user, _session_id(job_id))
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=f"session {job_id} is stopping")

@@ -15,14 +15,14 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 
-from trainyard.api.bodies import PathName
-from trainyard.api.deps import AppContext, context
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.changes import refusal_values, removal_notice
 from trainyard.portal.templating import render
 from trainyard.services import admin, auth, removal
 from trainyard.services import storages as storage_service
 from trainyard.services.errors import ServiceError
+from trainyard.web.bodies import PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

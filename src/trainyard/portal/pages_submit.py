@@ -4,7 +4,8 @@ Clone (``/submit?clone=ID``), which opens the page on a copy of a job.
 
 One parser: both directions go through ``trainyard.spec`` loading (``submit_form`` only
 moves values between the form and the document), and Check and Submit call the same
-services as ``POST /api/v1/jobs`` (``?dryRun=true``) and ``POST /api/v1/jobs/{id}/clone``.
+use cases as ``POST /api/v1/jobs`` (``?dryRun=true``) and ``POST /api/v1/jobs/{id}/clone``
+(``services/submission.py``), which wake the controller.
 
 A clone's page shows the original's secrets masked, as the API shows them; the form carries
 ``clone_of``, and the clone service fills every value still masked from the original on the
@@ -26,9 +27,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 from starlette.datastructures import FormData
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context
-from trainyard.api.routers.jobs import MAX_JOB_FILE_BYTES
 from trainyard.portal.auth import Action, Page, Viewer
 from trainyard.portal.submit_form import (
     MAX_ROLES,
@@ -44,13 +42,15 @@ from trainyard.portal.submit_form import (
     form_field_of,
 )
 from trainyard.portal.templating import SECURITY_HEADERS, render
-from trainyard.services import admin
+from trainyard.services import admin, submission
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import load_document, validate_job
 from trainyard.spec.models import Priority
 from trainyard.spec.templating import masked_spec
+from trainyard.web.bodies import MAX_ID, MAX_JOB_FILE_BYTES
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 
@@ -174,21 +174,15 @@ def _check(ctx: AppContext, viewer: Viewer, editor: Editor, *, submit: bool) -> 
         return None
     changes = job_service.CloneChanges(document=editor.document)
     try:
-        nodes = ctx.node_states()
-        with ctx.db.session() as session:
-            if editor.clone_of is not None:
-                if submit:
-                    row = job_service.clone_job(session, viewer.user, editor.clone_of, changes, specs=ctx.specs,
-                                                clock=ctx.clock, nodes=nodes, limits=ctx.submit_limits)
-                    return row.id
-                spec = job_service.check_clone(session, viewer.user, editor.clone_of, changes, specs=ctx.specs,
-                                               nodes=nodes, limits=ctx.submit_limits)
-            else:
-                spec = validate_job(editor.document)
-                if submit:
-                    return job_service.submit_job(session, viewer.user, spec, clock=ctx.clock, nodes=nodes,
-                                                  limits=ctx.submit_limits).id
-                job_service.check_submittable(session, viewer.user, spec, nodes=nodes, limits=ctx.submit_limits)
+        if editor.clone_of is not None:
+            if submit:
+                return submission.clone(ctx, viewer.user, editor.clone_of, changes).job_id
+            warnings = submission.check_clone(ctx, viewer.user, editor.clone_of, changes)
+        else:
+            spec = validate_job(editor.document)
+            if submit:
+                return submission.submit(ctx, viewer.user, spec).job_id
+            warnings = submission.dry_run(ctx, viewer.user, spec)
     except SpecError as exc:
         editor.status = 422
         for error in exc.errors:
@@ -201,7 +195,7 @@ def _check(ctx: AppContext, viewer: Viewer, editor: Editor, *, submit: bool) -> 
             if form_field_of(detail["path"], editor.fields) is not None:
                 editor.refuse(detail["path"], detail["message"])
         return None
-    editor.warnings = job_service.backend_warnings(spec, ctx.backend.name)
+    editor.warnings = warnings
     editor.notice = "the job can be submitted"
     return None
 
@@ -249,7 +243,6 @@ async def submit(request: Request, viewer: Action, ctx: Ctx) -> Response:
             return await run_in_threadpool(_render, request, ctx, viewer, editor, "submit_both.html")
         return await run_in_threadpool(_render, request, ctx, viewer, editor, "submit.html", editor.status,
                                        title="Submit")
-    ctx.wake_controller()
     target = f"/jobs/{job_id}"
     if htmx:
         return Response(status_code=204, headers={"HX-Redirect": target, **SECURITY_HEADERS})

@@ -13,7 +13,6 @@ from typing import Annotated, get_args
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
 
-from trainyard.api.deps import AppContext, context
 from trainyard.portal.auth import Page
 from trainyard.portal.templating import render
 from trainyard.schemas.requests import NO_NUL
@@ -21,6 +20,7 @@ from trainyard.schemas.usage import UsageGrouping
 from trainyard.services import admin
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.services.usage import period_of, usage_report
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

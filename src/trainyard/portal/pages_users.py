@@ -14,8 +14,6 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form, Path, Query, Request
 from fastapi.responses import Response
 
-from trainyard.api.bodies import MAX_ID, PathName
-from trainyard.api.deps import AppContext, context
 from trainyard.core.priorities import PRIORITY_NAMES
 from trainyard.portal.auth import AdminAction, AdminPage, Viewer, confirm_credential
 from trainyard.portal.changes import refusal_values, removal_notice
@@ -25,6 +23,8 @@ from trainyard.schemas.users import TokenResponse
 from trainyard.services import admin, auth, removal, web_sessions
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.services.views import token_view, user_quota_view, user_view
+from trainyard.web.bodies import MAX_ID, PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

@@ -15,8 +15,6 @@ from urllib.parse import quote
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import Response
 
-from trainyard.api.bodies import PathName
-from trainyard.api.deps import AppContext, context
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC
 from trainyard.core.sharing import DEFAULT_GPU_SHARING, GPU_SHARING_NAMES
 from trainyard.portal.auth import AdminAction, Page, Viewer
@@ -25,6 +23,8 @@ from trainyard.portal.templating import render
 from trainyard.services import admin, auth, removal
 from trainyard.services.errors import ServiceError
 from trainyard.store.queries import nodes as node_queries
+from trainyard.web.bodies import PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter()
 

@@ -3,7 +3,7 @@
 Pydantic's default (lax) mode turns ``true`` into ``1`` and ``"1"`` into ``True``; a request
 body is a contract, so its models are strict: a boolean is not a number, a number is not a
 string. (Query and path parameters arrive as text and stay lax.) How the API reads the bytes
-of a body before these models see it is ``trainyard.api.bodies``.
+of a body before these models see it is ``trainyard.web.bodies``.
 """
 
 from __future__ import annotations

@@ -7,8 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from trainyard.api.bodies import BodyRoute, PathName
-from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.api.deps import admin_user, current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.admin import (
     CreateVcRequest,
@@ -29,6 +28,8 @@ from trainyard.services import admin, removal
 from trainyard.services import jobs as job_service
 from trainyard.services.views import group_view, node_view, user_quota_view
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import BodyRoute, PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["admin"], route_class=BodyRoute)
 

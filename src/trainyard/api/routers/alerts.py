@@ -8,14 +8,15 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Query
 from fastapi.responses import PlainTextResponse
 
-from trainyard.api.bodies import MAX_ID, BodyRoute
-from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.api.deps import admin_user, current_user
 from trainyard.api.openapi import errors
 from trainyard.api.routers.jobs import get_job
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services import alerts as alert_service
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import MAX_ID, BodyRoute
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(prefix="/alerts", tags=["alerts"], route_class=BodyRoute)
 

@@ -7,11 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.services import live
 from trainyard.store.rows import UserRow
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["cluster"])
 

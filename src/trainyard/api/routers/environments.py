@@ -7,14 +7,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from trainyard.api.bodies import BodyRoute, PathName
-from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.backends.base import EnvironmentStore
 from trainyard.schemas.admin import RemovalResult
 from trainyard.schemas.environments import CreateEnvironmentRequest, EnvironmentView
 from trainyard.services import environments
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import BodyRoute, PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(prefix="/environments", tags=["environments"], route_class=BodyRoute)
 

@@ -7,12 +7,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from trainyard.api.bodies import MAX_ID, PathName
-from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.history import JobMetrics, NodeMetrics
 from trainyard.services import history
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import MAX_ID, PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["monitoring"])
 

@@ -6,12 +6,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends
 
-from trainyard.api.bodies import BodyRoute
-from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.api.deps import admin_user, current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.images import ImagePullRequest, ImagePullView, NodeImageView
 from trainyard.services import images
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import BodyRoute
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["images"], route_class=BodyRoute)
 

@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from sqlalchemy.orm import Session
 
-from trainyard.api.bodies import MAX_ID, BodyRoute
-from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.deps import current_user
 from trainyard.api.openapi import CLONE_BODY, JOB_FILE_BODY, errors
-from trainyard.api.revocation import watched
-from trainyard.api.taskaccess import credential_key
-from trainyard.scheduler.snapshot import NodeState
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -30,17 +23,20 @@ from trainyard.schemas.jobs import (
     SubmitResult,
 )
 from trainyard.schemas.requests import NO_NUL
-from trainyard.services import idempotency, suspension
+from trainyard.services import idempotency, job_actions, submission
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
-from trainyard.services.views import job_summary, submit_result
+from trainyard.services.views import job_summary
 from trainyard.spec.loading import load_document, parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import MAX_ID, MAX_JOB_FILE_BYTES, BodyRoute
+from trainyard.web.callers import credential_key
+from trainyard.web.context import AppContext, context
+from trainyard.web.revocation import watched
 
 router = APIRouter(prefix="/jobs", tags=["jobs"], route_class=BodyRoute)
 
-MAX_JOB_FILE_BYTES = 1 << 20
 
 User = Annotated[UserRow, Depends(current_user)]
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id")]
@@ -71,51 +67,15 @@ async def submit_job(
     key = idempotency.parse_key(idempotency_key)
     body = await _read_limited(request)
     media_type = _media_type(request)
-    print_ = idempotency.fingerprint("POST", "/jobs", media_type, {}, body)
-    if not dry_run and (replay := await _earlier_answer(ctx, user, key, print_)) is not None:
-        return replay
+    keyed = submission.Keyed(key, idempotency.fingerprint("POST", "/jobs", media_type, {}, body))
+    if not dry_run and (replay := await run_in_threadpool(submission.earlier_answer, ctx, user, keyed)) is not None:
+        return _answered(replay)
     spec = parse_job(body, content_type="json" if media_type.endswith("json") else "yaml")
-    warnings = job_service.backend_warnings(spec, ctx.backend.name)
-
     if dry_run:
-        def check() -> None:
-            nodes = ctx.node_states()
-            with ctx.db.session() as session:
-                job_service.check_submittable(session, user, spec, nodes=nodes, limits=ctx.submit_limits)
-
-        await run_in_threadpool(check)
+        warnings = await run_in_threadpool(submission.dry_run, ctx, user, spec)
         dry = DryRunResult(job=masked_spec(spec), warnings=warnings)
         return Response(dry.model_dump_json(), media_type="application/json")
-
-    def create(session: Session, nodes: list[NodeState]) -> idempotency.Answer:
-        row = job_service.submit_job(session, user, spec, clock=ctx.clock, nodes=nodes, limits=ctx.submit_limits)
-        return idempotency.Answer(201, submit_result(row, user.name, warnings).model_dump_json(), row.id)
-
-    return await _submit_once(ctx, user, key, print_, create)
-
-
-async def _earlier_answer(ctx: AppContext, user: UserRow, key: str | None, print_: str) -> Response | None:
-    """The first answer to ``key``'s request, if this is a retry of one (else None); 422 if the
-    key came with another request. Asked before the request is parsed or checked."""
-    if key is None:
-        return None
-    answer = await run_in_threadpool(idempotency.earlier_answer, ctx.db, user, key, print_, now=ctx.clock.now(),
-                                     keep=timedelta(hours=ctx.idempotency_key_hours))
-    return None if answer is None else _answered(answer)
-
-
-async def _submit_once(ctx: AppContext, user: UserRow, key: str | None, print_: str,
-                       create: Callable[[Session, list[NodeState]], idempotency.Answer]) -> Response:
-    """``create`` made at most once per idempotency key (services/idempotency.py), answered."""
-    def submit() -> idempotency.Answer:
-        nodes = ctx.node_states()  # before the submit's own session: it may open one to refresh
-        return idempotency.submit_once(ctx.db, user, key, print_, lambda session: create(session, nodes),
-                                       now=ctx.clock.now, keep=timedelta(hours=ctx.idempotency_key_hours))
-
-    answer = await run_in_threadpool(submit)
-    if not answer.replayed:
-        ctx.wake_controller()
-    return _answered(answer)
+    return _answered(await run_in_threadpool(submission.submit, ctx, user, spec, keyed))
 
 
 def _answered(answer: idempotency.Answer) -> Response:
@@ -146,22 +106,15 @@ async def clone_job(
     key = idempotency.parse_key(idempotency_key)
     body = await _read_limited(request)
     media_type = _media_type(request)
-    print_ = idempotency.fingerprint("POST", f"/jobs/{job_id}/clone", media_type,
-                                     {"name": name, "vc": vc, "priority": priority}, body)
-    if (replay := await _earlier_answer(ctx, user, key, print_)) is not None:
-        return replay
+    keyed = submission.Keyed(key, idempotency.fingerprint("POST", f"/jobs/{job_id}/clone", media_type,
+                                                          {"name": name, "vc": vc, "priority": priority}, body))
+    if (replay := await run_in_threadpool(submission.earlier_answer, ctx, user, keyed)) is not None:
+        return _answered(replay)
     document = None
     if body.strip():
         document = load_document(body, content_type="json" if media_type.endswith("json") else "yaml")
     changes = job_service.CloneChanges(document=document, name=name, vc=vc, priority=priority)
-
-    def create(session: Session, nodes: list[NodeState]) -> idempotency.Answer:
-        row = job_service.clone_job(session, user, job_id, changes, specs=ctx.specs, clock=ctx.clock, nodes=nodes,
-                                    limits=ctx.submit_limits)
-        result = submit_result(row, user.name, job_service.backend_warnings(ctx.specs.of(row), ctx.backend.name))
-        return idempotency.Answer(201, result.model_dump_json(), row.id)
-
-    return await _submit_once(ctx, user, key, print_, create)
+    return _answered(await run_in_threadpool(submission.clone, ctx, user, job_id, changes, keyed))
 
 
 async def _read_limited(request: Request) -> bytes:
@@ -224,8 +177,7 @@ StopReason = Annotated[str, Query(max_length=1000, pattern=NO_NUL,
 
 @router.post("/{job_id}/stop", response_model=JobDetail, responses=errors(401, 404, 409, 422))
 def stop_job(job_id: JobId, user: User, ctx: Ctx, reason: StopReason = "") -> JobDetail:
-    job_service.stop_job(ctx.db, user, job_id, clock=ctx.clock, because=reason.strip())
-    ctx.wake_controller()
+    job_actions.stop(ctx, user, job_id, because=reason.strip())
     return get_job(job_id, user, ctx)
 
 
@@ -234,8 +186,7 @@ def suspend_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     """Suspend a job and hold it until it is resumed. A running job must have declared
     `preemption: suspend`: its tasks are told to save their state (the suspend signal and
     request file) and stopped after its suspend grace period; a waiting job is held."""
-    suspension.suspend_job(ctx.db, user, job_id, specs=ctx.specs, clock=ctx.clock)
-    ctx.wake_controller()
+    job_actions.suspend(ctx, user, job_id)
     return get_job(job_id, user, ctx)
 
 
@@ -243,8 +194,7 @@ def suspend_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
 def resume_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
     """Let a job held by `suspend` resume: it waits for room as a new attempt, with its place
     in the queue. A job an admin suspended only an admin may resume."""
-    suspension.resume_job(ctx.db, user, job_id, clock=ctx.clock)
-    ctx.wake_controller()
+    job_actions.resume(ctx, user, job_id)
     return get_job(job_id, user, ctx)
 
 
@@ -283,7 +233,7 @@ async def job_logs(
     """A page of a task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
     logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
     target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
-    # A followed log ends when the token that asked for it is revoked (api/revocation.py).
+    # A followed log ends when the token that asked for it is revoked (web/revocation.py).
     credential = credential_key(request.headers, {})
     if target.key is None:
         if follow:

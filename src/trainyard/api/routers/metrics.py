@@ -13,11 +13,12 @@ from fastapi import APIRouter, Depends
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from trainyard.api.deps import AppContext, admin_user, context
+from trainyard.api.deps import admin_user
 from trainyard.api.openapi import errors
 from trainyard.monitor.exposition import CONTENT_TYPE, render
 from trainyard.services.cluster_metrics import cluster_figures
 from trainyard.store.rows import UserRow
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["monitoring"])
 

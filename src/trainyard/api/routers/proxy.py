@@ -2,10 +2,10 @@
 ``/proxy/jobs/{id}/{role}/{index}/{port}/…`` (a browser opens it with the portal's session),
 and a TCP tunnel over a WebSocket for ``yard port-forward``.
 
-Only a port the task was allocated (its ``resourcePerInstance.ports``) may be reached: on a
-shared node any other port may be another user's service on the same host network. Only
-the job's owner, and admins with a token, get through; anyone else is answered 404, as for
-a job that does not exist. docs/security.md says why admins' browser sessions do not.
+Who may reach which port is ``services/task_access``'s rule: only a port the task was
+allocated (its ``resourcePerInstance.ports``), only the job's owner and admins with a token;
+anyone else is answered 404, as for a job that does not exist. docs/security.md says why
+admins' browser sessions do not.
 Nothing is sent on a connection to the port until the backend has said the task's own
 processes took it (``services/taskports``, ``PortOwners``); otherwise 502.
 
@@ -14,7 +14,7 @@ Who may reach what is asked of the store once per credential, job, task and port
 hundred requests or so, and the queries of each check (the session, the job, the task, the
 node's address) were more than half of the server's CPU per request (benchmarks/
 bench_proxy.py, docs/benchmarks.md "The port proxy": 5-8 ms a request before, 3 ms with
-the cache). Only a check that let a request through is kept, in :class:`Grants`; a refusal
+the cache). Only a check that let a request through is kept, in ``task_access.Grants``; a refusal
 is asked again. So a sign-out, a revoked token or a job that stops takes up to that long
 to close the proxy to a caller that was already getting through (a stopped task's port
 answers nothing by then anyway).
@@ -25,10 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Coroutine
 from typing import Annotated, Any
 
 import httpx
@@ -41,34 +38,19 @@ from starlette.websockets import WebSocketDisconnect
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext
-from trainyard.api.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON, wait_ended, watched
-from trainyard.api.taskaccess import (
-    Caller,
-    Refused,
-    app_context,
-    credential_key,
-    deny,
-    identify_caller,
-    refusal,
-    running_task,
-)
-from trainyard.core.transitions import Event, EventKind
-from trainyard.portal.app import error_page
-from trainyard.portal.auth import COOKIE, same_origin, sign_in_url
-from trainyard.services.taskports import NotTheTasks, Owner, checked_async_transport, expected, open_checked, owner_of
-from trainyard.store.events import record_event
-from trainyard.store.queries.nodes import node_addresses
+from trainyard.api.taskaccess import admit, deny, note_use, refusal
+from trainyard.services.task_access import Refused, Target, port_target
+from trainyard.services.taskports import NotTheTasks, checked_async_transport, expected, open_checked
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.callers import COOKIE, credential_key, same_origin, sign_in_url
+from trainyard.web.context import AppContext, context_of
+from trainyard.web.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON, wait_ended, watched
 
 log = logging.getLogger(__name__)
 
 router = APIRouter()
 
 PREFIX = "/proxy/jobs"
-# How often one user's use of one port becomes an event on the job: every forward is
-# worth a line in its history, a browser's hundred requests a page are not.
-EVENT_EVERY_SECONDS = 600.0
 CHUNK = 65536
 # Connection-level headers (RFC 9110 7.6.1) and what the proxy sets itself.
 HOP_BY_HOP = frozenset({
@@ -81,125 +63,14 @@ Index = Annotated[int, Path(ge=0, le=100_000)]
 Port = Annotated[int, Path(ge=1, le=65535)]
 
 
-@dataclass(frozen=True)
-class Target:
-    host: str
-    port: int
-    # The task whose own processes must have taken a connection before anything is sent on
-    # it (``services/taskports``); None where the backend cannot check (docs/security.md).
-    owner: Owner | None = None
-
-
-def _target(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int) -> Target:
-    """Where the task's port is, if ``caller`` may reach it; why not, otherwise."""
-    task = running_task(ctx, caller, job_id, role, index, what="its ports", instead=f"yard port-forward {job_id}")
-    allocated = sorted(p for ports in task.ports.values() for p in ports)
-    if port not in allocated:
-        which = ", ".join(map(str, allocated)) or "none (declare them in resourcePerInstance.ports)"
-        raise Refused(404, f"port {port} is not one of task {role}/{index}'s ports: {which}")
-    with ctx.db.session() as session:
-        address = node_addresses(session).get(task.node) or task.node
-    return Target(address, port, owner_of(ctx.backend, task.key, task.node))
-
-
-MAX_REMEMBERED = 10_000  # uses remembered for the rate limit; older ones are forgotten past it
-_uses_lock = threading.Lock()
-
-
-def _due(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> bool:
-    """Whether this use of a port is to be an event on the job: a user's first, then at most
-    one per EVENT_EVERY_SECONDS (noted as made when this answers yes)."""
-    key, uses = (job_id, caller.user.id, role, index, port, how), ctx.port_uses
-    now = time.monotonic()
-    with _uses_lock:  # asked from the event loop and (sessions.py, through _note) the thread pool
-        if now - uses.get(key, -1e18) < EVENT_EVERY_SECONDS:
-            return False
-        if len(uses) >= MAX_REMEMBERED:
-            for old in [k for k, at in uses.items() if now - at >= EVENT_EVERY_SECONDS] or list(uses):
-                del uses[old]
-        uses[key] = now
-    return True
-
-
-def _record(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
-    message = f"{caller.user.name} opened {how} to task {role}/{index} port {port}"
-    with ctx.db.session() as session:
-        record_event(session, job_id, Event(EventKind.PORT_OPENED, message, ctx.clock.now()))
-
-
-def _note(ctx: AppContext, caller: Caller, job_id: int, role: str, index: int, port: int, how: str) -> None:
-    """An event on the job when a user starts using a port, at most once per EVENT_EVERY_SECONDS."""
-    if _due(ctx, caller, job_id, role, index, port, how):
-        _record(ctx, caller, job_id, role, index, port, how)
-
-
-GRANT_SECONDS = 3.0
-MAX_GRANTS = 10_000
-GrantKey = tuple[str, int, str, int, int]  # (credential's hash, job, role, index, port)
-
-
-class Grants:
-    """The checks that let a request through, kept GRANT_SECONDS per credential, job, task
-    and port (the module's docstring says why). Used from the event loop only: no lock."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._granted: dict[GrantKey, tuple[float, Caller, Target]] = {}
-
-    def get(self, key: GrantKey) -> tuple[Caller, Target] | None:
-        found = self._granted.get(key)
-        if found is None:
-            return None
-        if self._clock() - found[0] >= GRANT_SECONDS:
-            del self._granted[key]
-            return None
-        return found[1], found[2]
-
-    def keep(self, key: GrantKey, caller: Caller, target: Target) -> None:
-        now = self._clock()
-        if len(self._granted) >= MAX_GRANTS:
-            stale = [k for k, (at, _, _) in self._granted.items() if now - at >= GRANT_SECONDS]
-            for old in stale or list(self._granted):
-                del self._granted[old]
-        self._granted[key] = (now, caller, target)
-
-
-def _grants(app_state: object, ctx: AppContext) -> Grants:
-    grants: Grants | None = getattr(app_state, "proxy_grants", None)
-    if grants is None:
-        grants = Grants(ctx.clock.monotonic)
-        app_state.proxy_grants = grants  # type: ignore[attr-defined]
-    return grants
-
-
-def _credential(headers: Headers, cookies: dict[str, str]) -> str | None:
-    """The hash of what ``identify_caller`` will authenticate the request by, if it carries one."""
-    return credential_key(headers, cookies)
-
-
-async def _resolve(app_state: object, headers: Headers, cookies: dict[str, str], job_id: int, role: str,
+async def _resolve(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, role: str,
                    index: int, port: int, how: str, *, unsafe: bool, origin_ok: bool) -> Target:
-    ctx = app_context(app_state)
-    grants = _grants(app_state, ctx)
-    credential = _credential(headers, cookies)
-    key = (credential or "", job_id, role, index, port)
-    granted = grants.get(key) if credential is not None else None
-    if granted is not None:
-        caller = granted[0]
-    else:
-        found = await run_in_threadpool(identify_caller, ctx, headers, cookies) if credential is not None else None
-        if found is None:
-            raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
-        caller = found
-    if caller.by_cookie and unsafe and not origin_ok:
-        raise Refused(403, "a request that changes something must come from this server's own pages")
-    if granted is not None:
-        target = granted[1]
-    else:
-        target = await run_in_threadpool(_target, ctx, caller, job_id, role, index, port)
-        grants.keep(key, caller, target)
-    if _due(ctx, caller, job_id, role, index, port, how):  # most requests need no thread for it
-        await run_in_threadpool(_record, ctx, caller, job_id, role, index, port, how)
+    admitted = await admit(ctx, headers, cookies, job_id, role, index, port, unsafe=unsafe, origin_ok=origin_ok)
+    target = admitted.target
+    if target is None:
+        target = await run_in_threadpool(port_target, ctx.db, ctx.backend, admitted.caller, job_id, role, index, port)
+        ctx.grants.keep(admitted.key, admitted.caller, target)
+    await note_use(ctx, admitted.caller, job_id, role, index, port, how)
     return target
 
 
@@ -246,11 +117,13 @@ def _refusal_to(request: Request, exc: Refused) -> Response:
     if exc.status == 401 and request.method == "GET":
         query = f"?{request.url.query}" if request.url.query else ""
         return RedirectResponse(sign_in_url(request.url.path + query), status_code=303)
-    return error_page(request, exc.status, exc.message, exc.retry_after)
+    page = context_of(request).error_page
+    return page(request, exc.status, exc.message, exc.retry_after) if page is not None else refusal(exc)
 
 
 def _client(request: Request) -> httpx.AsyncClient:
-    client: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
+    ctx = context_of(request)
+    client = ctx.proxy_client
     if client is None:
         # No pool limits to speak of and no timeout on reading: a kernel's reply or a
         # download may take as long as it takes; connecting may not.
@@ -260,7 +133,7 @@ def _client(request: Request) -> httpx.AsyncClient:
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=20), trust_env=False)
         client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0), follow_redirects=False,
                                    transport=transport, trust_env=False)
-        request.app.state.proxy_client = client
+        ctx.proxy_client = client
     return client
 
 
@@ -278,7 +151,7 @@ async def proxy_http(job_id: JobId, role: str, index: Index, port: Port, path: s
     prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
     unsafe = request.method not in ("GET", "HEAD", "OPTIONS")
     try:
-        target = await _resolve(request.app.state, request.headers, dict(request.cookies), job_id, role, index, port,
+        target = await _resolve(context_of(request), request.headers, dict(request.cookies), job_id, role, index, port,
                                 "the proxy", unsafe=unsafe, origin_ok=same_origin(request))
     except Refused as exc:
         return _refusal_to(request, exc)
@@ -319,7 +192,7 @@ async def forward_http(request: Request, target: Target, path: str, prefix: str,
     finally:
         expected.reset(checking)
     credential = credential_key(request.headers, dict(request.cookies))
-    response = StreamingResponse(_watched_body(app_context(request.app.state), credential, upstream, what,
+    response = StreamingResponse(_watched_body(context_of(request), credential, upstream, what,
                                                target.port),
                                  status_code=upstream.status_code, background=BackgroundTask(upstream.aclose))
     raw = []
@@ -360,11 +233,11 @@ def _host(host: str) -> str:
 async def proxy_websocket(websocket: WebSocket, job_id: int, role: str, index: int, port: int, path: str) -> None:
     prefix = f"{PREFIX}/{job_id}/{role}/{index}/{port}"
     # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
-    origin_ok = same_origin(websocket)  # type: ignore[arg-type]
+    origin_ok = same_origin(websocket)
     try:
         if not (1 <= job_id <= MAX_ID and 0 <= index and 1 <= port <= 65535):
             raise Refused(404, "there is no such page")
-        target = await _resolve(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id, role,
+        target = await _resolve(context_of(websocket), websocket.headers, dict(websocket.cookies), job_id, role,
                                 index, port, "the proxy", unsafe=True, origin_ok=origin_ok)
     except Refused as exc:
         await deny(websocket, exc)
@@ -401,7 +274,7 @@ async def forward_websocket(websocket: WebSocket, target: Target, path: str, pre
         await deny(websocket, Refused(502, f"{what} did not accept a WebSocket on port {target.port}: {exc}"))
         return
     await websocket.accept(subprotocol=upstream.subprotocol)
-    ctx = app_context(websocket.app.state)
+    ctx = context_of(websocket)
     async with ctx.connections.watch(credential_key(websocket.headers, dict(websocket.cookies))) as ended:
         await _carry_websocket(websocket, upstream, ended)
 
@@ -454,9 +327,9 @@ async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port:
     try:
         if not (1 <= job_id <= MAX_ID and 0 <= index and 1 <= port <= 65535):
             raise Refused(404, "there is no such tunnel")
-        target = await _resolve(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id, role,
+        target = await _resolve(context_of(websocket), websocket.headers, dict(websocket.cookies), job_id, role,
                                 index, port, "a port-forward", unsafe=True,
-                                origin_ok=same_origin(websocket))  # type: ignore[arg-type]
+                                origin_ok=same_origin(websocket))
     except Refused as exc:
         await deny(websocket, exc)
         return
@@ -472,7 +345,7 @@ async def tunnel(websocket: WebSocket, job_id: int, role: str, index: int, port:
                                             f"on port {port}: {exc}"))
         return
     await websocket.accept()
-    ctx = app_context(websocket.app.state)
+    ctx = context_of(websocket)
     async with ctx.connections.watch(credential_key(websocket.headers, dict(websocket.cookies))) as ended:
         await _carry_tunnel(websocket, reader, writer, ended)
 

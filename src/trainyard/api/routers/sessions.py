@@ -18,31 +18,19 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 from starlette.datastructures import Headers
 
-from trainyard.api.bodies import MAX_ID, BodyRoute
-from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.api.routers.jobs import JobId
-from trainyard.api.routers.proxy import (
-    Target,
-    _credential,
-    _due,
-    _grants,
-    _record,
-    _refusal_to,
-    forward_http,
-    forward_websocket,
-)
-from trainyard.api.taskaccess import Caller, Refused, app_context, deny, identify_caller
-from trainyard.backends.base import TaskKey
-from trainyard.core.sessions import SESSION_PORT, SESSION_PREFIX, SESSION_ROLE, jupyter_token, session_path
-from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState
-from trainyard.portal.auth import same_origin
+from trainyard.api.routers.proxy import _refusal_to, forward_http, forward_websocket
+from trainyard.api.taskaccess import admit, deny, note_use
+from trainyard.core.sessions import SESSION_PREFIX, SESSION_ROLE, session_path
 from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
-from trainyard.services import dev_sessions
-from trainyard.services import jobs as job_service
-from trainyard.services.taskports import owner_of
-from trainyard.store.queries.nodes import node_addresses
-from trainyard.store.rows import DevSessionRow, TaskRow, UserRow
+from trainyard.services import dev_sessions, job_actions, task_access
+from trainyard.services.task_access import STARTING_RETRY_SECONDS, Refused, Target
+from trainyard.store.rows import UserRow
+from trainyard.web.bodies import MAX_ID, BodyRoute
+from trainyard.web.callers import same_origin
+from trainyard.web.context import AppContext, context, context_of
 
 router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=BodyRoute)
 way_in = APIRouter()
@@ -50,24 +38,13 @@ way_in = APIRouter()
 User = Annotated[UserRow, Depends(current_user)]
 Ctx = Annotated[AppContext, Depends(context)]
 
-# A session's JupyterLab may take this long to answer after its task starts (a first
-# start on a loaded node builds its workspace): until then a refused connection is "not
-# yet" (503, the page reloads every STARTING_RETRY_SECONDS), after it the proxy's 502.
-STARTING_SECONDS = 300.0
-STARTING_RETRY_SECONDS = 2
-QUEUED_RETRY_SECONDS = 5  # a session waiting in the queue: the page reloads this often
 
 
 @router.post("", response_model=SessionView, status_code=201, responses=errors(401, 403, 404, 422))
 def start_session(body: SessionRequest, user: User, ctx: Ctx) -> SessionView:
     """Start a JupyterLab session: a job of yours, scheduled like any (its VC, quota,
     priority: ``oppo`` runs on idle GPUs and is reclaimed first). Open ``url`` once it runs."""
-    nodes = ctx.node_states()
-    with ctx.db.session() as session:
-        row = dev_sessions.start_session(session, user, body, policy=ctx.sessions, clock=ctx.clock, nodes=nodes)
-        view = dev_sessions.view(row, ctx.clock.now())
-    ctx.wake_controller()
-    return view
+    return job_actions.start_session(ctx, user, body)
 
 
 @router.get("", response_model=list[SessionView], responses=errors(401, 422))
@@ -100,81 +77,31 @@ def renew_session(job_id: JobId, user: User, ctx: Ctx, body: RenewRequest | None
 @router.delete("/{job_id}", response_model=SessionView, responses=errors(401, 404, 409, 422))
 def stop_session(job_id: JobId, user: User, ctx: Ctx) -> SessionView:
     """Stop the session (its files stay in its job directory as long as the site keeps them)."""
-    with ctx.db.session() as session:
-        dev_sessions.session_of(session, user, job_id)
-        job_service.request_stop(session, user, job_id, clock=ctx.clock)
-    ctx.wake_controller()
-    with ctx.db.session() as session:
-        return dev_sessions.view(dev_sessions.session_of(session, user, job_id), ctx.clock.now())
+    return job_actions.stop_session(ctx, user, job_id)
 
 
 # -- the way in ------------------------------------------------------------------------------
 
 
-def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Target, str, float]:
-    """Where session ``job_id``'s JupyterLab listens, its token and how many seconds of its
-    start are left (``STARTING_SECONDS`` from its task's start), if ``caller`` may open it."""
-    with ctx.db.session() as session:
-        row = session.get(DevSessionRow, job_id)
-        job = row.job if row is not None else None
-        mine = job is not None and job.user_id == caller.user.id
-        admitted = mine or (caller.user.is_admin and ctx.sessions.admin_access and not caller.by_cookie)
-        if job is None or not admitted:
-            raise Refused(404, f"no session {job_id}")
-        if job.state != JobState.RUNNING:
-            waiting = f" ({job.pending_short or job.state_message})" if job.state == JobState.WAITING else ""
-            if job.state in FINAL_JOB_STATES or job.state == JobState.STOPPING:
-                raise Refused(409, f"session {job_id} is {job.state}, not RUNNING: start a new one")
-            if job.held_by:
-                raise Refused(409, f"session {job_id} is {job.state}, held by {job.held_by}: "
-                                   f"`yard resume {job_id}` lets it run again")
-            raise Refused(503, f"session {job_id} is {job.state}{waiting}, not RUNNING: it opens once it runs",
-                          retry_after=QUEUED_RETRY_SECONDS)
-        task = session.query(TaskRow).filter(
-            TaskRow.job_id == job_id, TaskRow.role == SESSION_ROLE, TaskRow.index == 0,
-            TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
-        ports = task.ports.get(SESSION_PORT) if task is not None else None
-        token = jupyter_token(job.spec)
-        if task is None or not ports or token is None:
-            raise Refused(503, f"session {job_id} is starting: it opens in a moment",
-                          retry_after=STARTING_RETRY_SECONDS)
-        now = ctx.clock.now()
-        left = STARTING_SECONDS - (now - (task.started_at or now)).total_seconds()
-        key = TaskKey(job_id, task.attempt.number, task.role, task.index, task.run)
-        owner = owner_of(ctx.backend, key, task.node)  # the token goes only to the task's own JupyterLab
-        return Target(node_addresses(session).get(task.node) or task.node, ports[0], owner), token, left
-
-
-async def _open(app_state: object, headers: Headers, cookies: dict[str, str], job_id: int, *, unsafe: bool,
+async def _open(ctx: AppContext, headers: Headers, cookies: dict[str, str], job_id: int, *, unsafe: bool,
                 origin_ok: bool) -> tuple[Target, tuple[tuple[str, str], ...], bool]:
     """Where the session's JupyterLab is, the header that lets the request in and whether
     it is still starting (a refused connection then means "not yet"), if the caller may
-    open it; a grant is kept a few seconds, as the job-port proxy keeps its own (a Lab page
-    loads a hundred files at once)."""
-    ctx = app_context(app_state)
-    grants = _grants(app_state, ctx)
-    tokens: dict[int, str] = getattr(app_state, "session_tokens", None) or {}
-    app_state.session_tokens = tokens  # type: ignore[attr-defined]
-    credential = _credential(headers, cookies)
-    key = (credential or "", job_id, SESSION_ROLE, 0, 0)
-    granted = grants.get(key) if credential is not None and job_id in tokens else None
-    if granted is not None:
-        caller, target = granted
+    open it (``services/task_access``); a grant is kept a few seconds, as the job-port
+    proxy keeps its own (a Lab page loads a hundred files at once)."""
+    tokens, starting = ctx.session_tokens, ctx.session_starting_until
+    admitted = await admit(ctx, headers, cookies, job_id, SESSION_ROLE, 0, 0, unsafe=unsafe, origin_ok=origin_ok,
+                           reuse=job_id in tokens)
+    caller, kept = admitted.caller, admitted.target
+    if kept is not None:
+        target = kept
     else:
-        found = await run_in_threadpool(identify_caller, ctx, headers, cookies) if credential is not None else None
-        if found is None:
-            raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
-        caller = found
-    if caller.by_cookie and unsafe and not origin_ok:
-        raise Refused(403, "a request that changes something must come from this server's own pages")
-    starting: dict[int, float] = getattr(app_state, "session_starting_until", None) or {}
-    app_state.session_starting_until = starting  # type: ignore[attr-defined]
-    if granted is None:
-        target, tokens[job_id], left = await run_in_threadpool(_session_target, ctx, caller, job_id)
+        target, tokens[job_id], left = await run_in_threadpool(
+            task_access.session_target, ctx.db, ctx.backend, ctx.clock, caller, job_id,
+            admin_access=ctx.sessions.admin_access)
         starting[job_id] = ctx.clock.monotonic() + left
-        grants.keep(key, caller, target)
-    if _due(ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session"):
-        await run_in_threadpool(_record, ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session")
+        ctx.grants.keep(admitted.key, caller, target)
+    await note_use(ctx, caller, job_id, SESSION_ROLE, 0, target.port, "the session")
     return target, (("Authorization", f"token {tokens[job_id]}"),), ctx.clock.monotonic() < starting.get(job_id, 0.0)
 
 
@@ -192,7 +119,7 @@ async def session_root(job_id: JobId) -> Response:
                   methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"])
 async def session_http(job_id: JobId, path: str, request: Request) -> Response:
     try:
-        target, token, starting = await _open(request.app.state, request.headers, dict(request.cookies), job_id,
+        target, token, starting = await _open(context_of(request), request.headers, dict(request.cookies), job_id,
                                               unsafe=request.method not in ("GET", "HEAD", "OPTIONS"),
                                               origin_ok=same_origin(request))
     except Refused as exc:
@@ -209,8 +136,8 @@ async def session_websocket(websocket: WebSocket, job_id: int, path: str) -> Non
         if not 1 <= job_id <= MAX_ID:
             raise Refused(404, "there is no such page")
         # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
-        target, token, _ = await _open(websocket.app.state, websocket.headers, dict(websocket.cookies), job_id,
-                                       unsafe=True, origin_ok=same_origin(websocket))  # type: ignore[arg-type]
+        target, token, _ = await _open(context_of(websocket), websocket.headers, dict(websocket.cookies), job_id,
+                                       unsafe=True, origin_ok=same_origin(websocket))
     except Refused as exc:
         await deny(websocket, exc)
         return

@@ -7,14 +7,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query
 
-from trainyard.api.bodies import BodyRoute, PathName
-from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.api.deps import admin_user, current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.admin import RemovalResult
 from trainyard.schemas.storages import CreateStorageRequest, StorageGrantRequest, StorageView
 from trainyard.services import removal
 from trainyard.services import storages as storage_service
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import BodyRoute, PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["storages"], route_class=BodyRoute)
 

@@ -1,7 +1,7 @@
 """``yard exec``, ``yard shell`` and the portal's terminal: a command run inside a running
 task, its bytes carried over one WebSocket at ``/api/v1/jobs/{id}/tasks/{role}/{index}/exec``.
 
-The protocol (docs/security.md says who may use it; ``taskaccess`` checks):
+The protocol (docs/security.md says who may use it; ``services/task_access`` decides):
 
 1. The handshake carries the caller's token (``Authorization: Bearer``) or, from the
    portal's own pages only (same origin), its session cookie. A refusal is the handshake's
@@ -19,7 +19,7 @@ The protocol (docs/security.md says who may use it; ``taskaccess`` checks):
    (128 + N when signal N killed it), then closes (1000). When the command cannot be run,
    it sends ``{"error": MESSAGE}`` instead and closes with 4400 (bad first frame), 4409
    (the task cannot be reached now) or 1011; and when the token or portal session that
-   opened it is revoked or ends (``api/revocation.py``: within about a second), the
+   opened it is revoked or ends (``web/revocation.py``: within about a second), the
    command is hung up and it closes with 4401.
 
 A client that goes away hangs the command up (SIGHUP, SIGKILL after a grace). Every
@@ -41,15 +41,14 @@ from fastapi import APIRouter, WebSocket
 from fastapi.concurrency import run_in_threadpool
 from starlette.websockets import WebSocketDisconnect
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext
 from trainyard.api.execprocess import ExecProcess
-from trainyard.api.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON
-from trainyard.api.taskaccess import Caller, Refused, RunningTask, app_context, deny, identify_caller, running_task
+from trainyard.api.taskaccess import deny
 from trainyard.backends.base import SHELL_COMMAND, ExecError, ExecPlan, TaskExec
-from trainyard.core.transitions import Event, EventKind
-from trainyard.portal.auth import same_origin
-from trainyard.store.events import record_event
+from trainyard.services.task_access import Caller, Refused, RunningTask, record_exec, running_task
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.callers import identify_caller, same_origin
+from trainyard.web.context import AppContext, context_of
+from trainyard.web.revocation import REVOKED_CLOSE_CODE, REVOKED_REASON
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +122,7 @@ def _resize(body: Any) -> tuple[int, int]:
 
 @router.websocket("/api/v1/jobs/{job_id}/tasks/{role}/{index}/exec")
 async def task_exec(websocket: WebSocket, job_id: int, role: str, index: int) -> None:
-    ctx = app_context(websocket.app.state)
+    ctx = context_of(websocket)
     try:
         if not (1 <= job_id <= MAX_ID and 0 <= index <= 100_000):
             raise Refused(404, "there is no such task")
@@ -131,9 +130,9 @@ async def task_exec(websocket: WebSocket, job_id: int, role: str, index: int) ->
         if caller is None:
             raise Refused(401, "sign in to the portal, or send 'Authorization: Bearer <token>'")
         # Browsers send cookies with a WebSocket handshake from any site: it must come from ours.
-        if caller.by_cookie and not same_origin(websocket):  # type: ignore[arg-type]
+        if caller.by_cookie and not same_origin(websocket):
             raise Refused(403, "a terminal opens only from this server's own pages")
-        task = await run_in_threadpool(running_task, ctx, caller, job_id, role, index, what="its tasks",
+        task = await run_in_threadpool(running_task, ctx.db, caller, job_id, role, index, what="its tasks",
                                        instead=f"yard shell {job_id}")
         if not isinstance(ctx.backend, TaskExec):
             raise Refused(409, f"the {ctx.backend.name} backend cannot run commands in its tasks")
@@ -167,7 +166,7 @@ async def _session(websocket: WebSocket, ctx: AppContext, caller: Caller, task: 
         await _fail(websocket, UNREACHABLE, str(exc))
         return
     message = request.describe(caller.user.name, task.key.role, task.key.index)
-    await run_in_threadpool(_record, ctx, task.key.job_id, message)
+    await run_in_threadpool(record_exec, ctx.db, ctx.clock, task.key.job_id, message)
     try:
         process = await ExecProcess.start(plan.argv, plan.env, plan.cwd, tty=request.tty, rows=request.rows,
                                           cols=request.cols)
@@ -237,11 +236,6 @@ def _control(process: ExecProcess, text: str) -> None:
             raise ValueError("no resize, eof or signal in it")
     except (ValueError, KeyError, TypeError) as exc:
         log.info("ignored an exec control frame %r: %s", text[:100], exc)
-
-
-def _record(ctx: AppContext, job_id: int, message: str) -> None:
-    with ctx.db.session() as session:
-        record_event(session, job_id, Event(EventKind.EXEC, message, ctx.clock.now()))
 
 
 async def _fail(websocket: WebSocket, code: int, message: str) -> None:

@@ -7,13 +7,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from trainyard.api.bodies import MAX_ID
-from trainyard.api.deps import AppContext, context, current_user
+from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.requests import NO_NUL
 from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.services import usage as usage_service
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import MAX_ID
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["usage"])
 

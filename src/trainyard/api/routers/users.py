@@ -9,8 +9,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query
 
-from trainyard.api.bodies import MAX_ID, BodyRoute, PathName
-from trainyard.api.deps import AppContext, admin_user, context, current_user
+from trainyard.api.deps import admin_user, current_user
 from trainyard.api.openapi import errors
 from trainyard.backends.base import EnvironmentStore
 from trainyard.schemas.admin import RemovalResult
@@ -26,6 +25,8 @@ from trainyard.schemas.users import (
 from trainyard.services import auth, environments, removal, web_sessions
 from trainyard.services.views import token_view, user_view
 from trainyard.store.rows import UserRow
+from trainyard.web.bodies import MAX_ID, BodyRoute, PathName
+from trainyard.web.context import AppContext, context
 
 router = APIRouter(tags=["users"], route_class=BodyRoute)
 

@@ -1,5 +1,6 @@
-"""How the API reads the bytes of a JSON request body, in one place: a bounded, hostile-proof
-JSON reader that answers unreadable bodies with a 4xx, and the type of a name in a URL path.
+"""How the API and the portal read the bytes of a request, in one place: the limits on a
+body and on an id, a bounded, hostile-proof JSON reader that answers unreadable bodies with
+a 4xx, and the type of a name in a URL path.
 
 The request models themselves (strict: a boolean is not a number) are in
 ``trainyard.schemas``; this module is what stands between the socket and them.
@@ -30,6 +31,7 @@ from trainyard.schemas.requests import NO_NUL
 from trainyard.spec.plaindata import OversizedNumber
 
 MAX_JSON_BODY_BYTES = 64 * 1024
+MAX_JOB_FILE_BYTES = 1 << 20  # a job file, as the API takes it (YAML or JSON) and the Submit page
 # Longer integer literals are kept as `OversizedNumber` markers (the job-file loader's own):
 # Python refuses to convert more than 4,300 digits, and no field of ours holds a number
 # anywhere near this long.

@@ -5,7 +5,7 @@
 
 A connection (a streamed answer too: a followed log, a proxied download) is opened with a
 credential: a token (``token:<its SHA-256>``) or a portal
-session's cookie (``cookie:<its SHA-256>``), the keys ``taskaccess.credential_key`` makes. While it is
+session's cookie (``cookie:<its SHA-256>``), the keys ``web.callers.credential_key`` makes. While it is
 open it is ``watch``-ed: every ``RECHECK_SECONDS`` one loop asks the store, in one query
 per kind, which of the credentials being watched still hold (a token not revoked, of a user
 neither disabled nor deleted; a session not signed out, expired or idle, whose token, if it

@@ -1,0 +1,32 @@
+"""What a use case needs of the server it runs in: the store, the backend, the clock, the
+shared caches, the site's limits, and the controller to wake once it has committed
+something the controller must act on. The web layer's app context (``web/context.py``) is
+one; a use case takes it as this protocol, so that services import nothing of the web."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from trainyard.backends.base import Backend
+from trainyard.core.clock import Clock
+from trainyard.core.sessions import SessionPolicy
+from trainyard.scheduler.snapshot import NodeState
+from trainyard.services.jobs import SubmitLimits
+from trainyard.services.specs import StoredSpecs
+from trainyard.store.db import Database
+
+
+class Server(Protocol):
+    db: Database
+    backend: Backend
+    clock: Clock
+    specs: StoredSpecs
+    submit_limits: SubmitLimits
+    idempotency_key_hours: float
+    sessions: SessionPolicy
+
+    def node_states(self) -> list[NodeState]:
+        """The inventory for submit-time fit checks (cached briefly)."""
+        ...
+
+    def wake_controller(self) -> None: ...

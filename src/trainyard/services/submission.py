@@ -1,0 +1,109 @@
+"""Submit, dry run and clone, each composed once for every door: ``POST /api/v1/jobs``
+(``?dryRun=true``), ``POST /api/v1/jobs/{id}/clone`` and the portal's Submit page (Check,
+Submit, and Submit on a clone) call these.
+
+Each opens its own unit of work, makes the job at most once per ``Idempotency-Key``
+(``idempotency.py``; the portal sends none), and wakes the controller once a new job is
+committed. What the server runs with comes in as a ``services.server.Server`` (the web
+layer's app context is one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Protocol
+
+from sqlalchemy.orm import Session
+
+from trainyard.scheduler.snapshot import NodeState
+from trainyard.services import idempotency
+from trainyard.services import jobs as job_service
+from trainyard.services.server import Server
+from trainyard.services.views import submit_result
+from trainyard.spec.models import JobSpec
+from trainyard.store.rows import JobRow, UserRow
+
+
+@dataclass(frozen=True)
+class Keyed:
+    """A submit's ``Idempotency-Key`` (None: none) and its request's fingerprint."""
+
+    key: str | None = None
+    fingerprint: str = ""
+
+
+def _keep(server: Server) -> timedelta:
+    return timedelta(hours=server.idempotency_key_hours)
+
+
+def earlier_answer(server: Server, user: UserRow, keyed: Keyed) -> idempotency.Answer | None:
+    """The first answer to ``keyed``'s request, if this is a retry of one (else None);
+    Invalid if the key came with another request. Asked before the request is parsed."""
+    if keyed.key is None:
+        return None
+    return idempotency.earlier_answer(server.db, user, keyed.key, keyed.fingerprint, now=server.clock.now(),
+                                      keep=_keep(server))
+
+
+def dry_run(server: Server, user: UserRow, spec: JobSpec) -> list[str]:
+    """Every check a submit of ``spec`` would make, nothing made; the backend's warnings."""
+    nodes = server.node_states()
+    with server.db.session() as session:
+        job_service.check_submittable(session, user, spec, nodes=nodes, limits=server.submit_limits)
+    return job_service.backend_warnings(spec, server.backend.name)
+
+
+def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service.CloneChanges) -> list[str]:
+    """Every check a clone of job ``job_id`` with ``changes`` would make, nothing made; the
+    backend's warnings for the clone."""
+    nodes = server.node_states()
+    with server.db.session() as session:
+        spec = job_service.check_clone(session, user, job_id, changes, specs=server.specs, nodes=nodes,
+                                       limits=server.submit_limits)
+    return job_service.backend_warnings(spec, server.backend.name)
+
+
+def submit(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed()) -> idempotency.Answer:
+    """Queue ``spec`` as ``user``'s job (at most once per key): the answer, a ``SubmitResult``."""
+    warnings = job_service.backend_warnings(spec, server.backend.name)
+
+    def create(session: Session, nodes: list[NodeState]) -> JobRow:
+        return job_service.submit_job(session, user, spec, clock=server.clock, nodes=nodes,
+                                      limits=server.submit_limits)
+
+    return _once(server, user, keyed, create, lambda row: warnings)
+
+
+def clone(server: Server, user: UserRow, job_id: int, changes: job_service.CloneChanges,
+          keyed: Keyed = Keyed()) -> idempotency.Answer:
+    """Queue a copy of job ``job_id`` with ``changes`` (at most once per key), its secrets
+    kept on the server: the answer, a ``SubmitResult``."""
+    def create(session: Session, nodes: list[NodeState]) -> JobRow:
+        return job_service.clone_job(session, user, job_id, changes, specs=server.specs, clock=server.clock,
+                                     nodes=nodes, limits=server.submit_limits)
+
+    return _once(server, user, keyed, create,
+                 lambda row: job_service.backend_warnings(server.specs.of(row), server.backend.name))
+
+
+def _once(server: Server, user: UserRow, keyed: Keyed, create: _Create, warnings: _Warnings) -> idempotency.Answer:
+    nodes = server.node_states()  # before the submit's own session: it may open one to refresh
+
+    def made(session: Session) -> idempotency.Answer:
+        row = create(session, nodes)
+        return idempotency.Answer(201, submit_result(row, user.name, warnings(row)).model_dump_json(), row.id)
+
+    answer = idempotency.submit_once(server.db, user, keyed.key, keyed.fingerprint, made, now=server.clock.now,
+                                     keep=_keep(server))
+    if not answer.replayed:
+        server.wake_controller()
+    return answer
+
+
+class _Create(Protocol):
+    def __call__(self, session: Session, nodes: list[NodeState], /) -> JobRow: ...
+
+
+class _Warnings(Protocol):
+    def __call__(self, row: JobRow, /) -> list[str]: ...
