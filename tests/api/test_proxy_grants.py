@@ -5,7 +5,7 @@ real server; how soon is proved here, where no machine's load can move it."""
 
 from __future__ import annotations
 
-from trainyard.api.routers.proxy import GRANT_SECONDS, Grants
+from trainyard.services.task_access import GRANT_SECONDS, Grants
 
 KEY = ("credential-hash", 7, "main", 0, 8080)
 
