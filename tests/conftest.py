@@ -8,8 +8,10 @@ fails the run instead of being skipped.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -17,6 +19,7 @@ from sqlalchemy import create_engine, text
 
 PG_URL = os.environ.get("TRAINYARD_TEST_DATABASE_URL")
 REQUIRE_PG = os.environ.get("TRAINYARD_REQUIRE_POSTGRES") == "1"
+TESTS = Path(__file__).parent
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -35,10 +38,47 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("TRAINYARD_REQUIRE_POSTGRES=1 but TRAINYARD_TEST_DATABASE_URL is not set")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+# The test directories whose every test runs on both databases: the store's own queries and
+# the services and monitoring that are mostly queries. Elsewhere a test runs on SQLite, and
+# on PostgreSQL too only when marked ``@pytest.mark.postgres``: a smoke of its layer there,
+# or behaviour that differs between the two (locking, types, SQL functions).
+BOTH_DATABASES = frozenset({"store", "services", "monitor"})
+
+
+def _databases_for(metafunc: pytest.Metafunc) -> list[str]:
+    top = Path(str(metafunc.definition.path)).relative_to(TESTS).parts[0]
+    if top in BOTH_DATABASES or metafunc.definition.get_closest_marker("postgres") is not None:
+        return ["sqlite", "postgresql"]
+    return ["sqlite"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "database_url" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "database_url" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return  # the test names its databases itself
+    metafunc.parametrize("database_url", _databases_for(metafunc), indirect=True)
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to the newest revision once per run; each test gets a copy
+    (a copy costs a millisecond, the 21 migrations a quarter of a second)."""
+    from trainyard.store.db import Database
+
+    path = tmp_path_factory.mktemp("template") / "trainyard.db"
+    database = Database(f"sqlite:///{path}")
+    database.migrate()
+    database.dispose()
+    return path
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database: a SQLite file, or a private schema in PostgreSQL."""
-    if request.param == "sqlite":
+    if getattr(request, "param", "sqlite") == "sqlite":
         yield f"sqlite:///{tmp_path / 'trainyard.db'}"
         return
     if not PG_URL:
@@ -62,10 +102,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
 
 
 @pytest.fixture
-def db(database_url: str):
-    """A migrated ``Database`` on each of the databases of ``database_url``."""
+def db(database_url: str, request: pytest.FixtureRequest):
+    """A migrated ``Database`` on each of the databases of ``database_url``: on SQLite a copy
+    of the migrated template (``migrate`` then finds nothing to do)."""
     from trainyard.store.db import Database
 
+    if database_url.startswith("sqlite:///"):
+        shutil.copyfile(request.getfixturevalue("_sqlite_template"), database_url.removeprefix("sqlite:///"))
     database = Database(database_url)
     database.migrate()
     yield database
