@@ -62,6 +62,47 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("database_url", _databases_for(metafunc), indirect=True)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``): a file's tests run in one worker, so
+    that a module's server starts once, and every Slurm test runs in one worker, the one
+    cluster's (they drain its nodes and fill its GPUs)."""
+    for item in items:
+        parts = Path(str(item.path)).relative_to(TESTS).parts
+        item.add_marker(pytest.mark.xdist_group("slurm" if parts[:2] == ("backends", "slurm") else "/".join(parts)))
+
+
+class _Times:
+    """Seconds spent per test directory (setup, call and teardown summed), printed at the end
+    of every run so that the suite's budget stays visible (``.ci/run`` shows it)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.tests: dict[str, set[str]] = {}
+
+    def add(self, report: pytest.TestReport) -> None:
+        parts = report.nodeid.split("::", 1)[0].split("/")
+        folder = "/".join(parts[1:-1]) if parts[0] == "tests" and len(parts) > 2 else "(top)"
+        self.seconds[folder] = self.seconds.get(folder, 0.0) + report.duration
+        self.tests.setdefault(folder, set()).add(report.nodeid)
+
+
+_TIMES = _Times()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _TIMES.add(report)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _TIMES.seconds or getattr(config, "workerinput", None) is not None:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("time per test directory (seconds of tests, summed over workers)")
+    for folder, seconds in sorted(_TIMES.seconds.items(), key=lambda kv: -kv[1]):
+        write(f"{folder:<24} {len(_TIMES.tests[folder]):5d} tests {seconds:8.1f} s")
+    write(f"{'total':<24} {sum(map(len, _TIMES.tests.values())):5d} tests {sum(_TIMES.seconds.values()):8.1f} s")
+
+
 @pytest.fixture(scope="session")
 def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A SQLite file migrated to the newest revision once per run; each test gets a copy
