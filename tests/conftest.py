@@ -156,6 +156,25 @@ def db(database_url: str, request: pytest.FixtureRequest):
     database.dispose()
 
 
+# Test directories whose tests reach the portal's passwords in this process.
+CHEAP_PASSWORDS = frozenset({"api", "portal", "cli", "client", "controller", "services", "store"})
+
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scrypt at N=2**10 instead of 2**15 in process: a hash carries its parameters, so the
+    same code signs in and checks, at a 32nd of the cost (a portal test hashes three or
+    four times: 0.1 s each on an idle core). ``test_passwords_are_hashed_at_the_real_cost``
+    checks the real parameters; real servers (tests/e2e) always use them."""
+    if Path(str(request.node.path)).relative_to(TESTS).parts[0] not in CHEAP_PASSWORDS:
+        return
+    if request.node.get_closest_marker("real_password_cost") is not None:
+        return
+    from trainyard.services import passwords
+
+    monkeypatch.setattr(passwords, "SCRYPT_N", 1 << 10)
+
+
 @pytest.fixture
 def fake_nvml(monkeypatch: pytest.MonkeyPatch):
     """THE NVML stand-in (``tests/standins/nvml.py``): a fake machine of eight H100s behind pynvml."""
