@@ -8,8 +8,10 @@ fails the run instead of being skipped.
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +21,7 @@ from sqlalchemy import create_engine, text
 
 PG_URL = os.environ.get("TRAINYARD_TEST_DATABASE_URL")
 REQUIRE_PG = os.environ.get("TRAINYARD_REQUIRE_POSTGRES") == "1"
+TESTS = Path(__file__).parent
 
 
 def _sqlalchemy_url(url: str) -> str:
@@ -52,10 +55,88 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"deadlines: TRAINYARD_TEST_TIME_FACTOR={FACTOR:g} (tests/deadlines.py)"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
+# The test directories whose every test runs on both databases: the store's own queries and
+# the services and monitoring that are mostly queries. Elsewhere a test runs on SQLite, and
+# on PostgreSQL too only when marked ``@pytest.mark.postgres``: a smoke of its layer there,
+# or behaviour that differs between the two (locking, types, SQL functions).
+BOTH_DATABASES = frozenset({"store", "services", "monitor"})
+
+
+def _databases_for(metafunc: pytest.Metafunc) -> list[str]:
+    top = Path(str(metafunc.definition.path)).relative_to(TESTS).parts[0]
+    if top in BOTH_DATABASES or metafunc.definition.get_closest_marker("postgres") is not None:
+        return ["sqlite", "postgresql"]
+    return ["sqlite"]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "database_url" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if "database_url" in (names.replace(" ", "").split(",") if isinstance(names, str) else names):
+            return  # the test names its databases itself
+    metafunc.parametrize("database_url", _databases_for(metafunc), indirect=True)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n``, ``--dist loadgroup``): a file's tests run in one worker, so
+    that a module's server starts once, and every Slurm test runs in one worker, the one
+    cluster's (they drain its nodes and fill its GPUs)."""
+    for item in items:
+        parts = Path(str(item.path)).relative_to(TESTS).parts
+        item.add_marker(pytest.mark.xdist_group("slurm" if parts[:2] == ("backends", "slurm") else "/".join(parts)))
+
+
+class _Times:
+    """Seconds spent per test directory (setup, call and teardown summed), printed at the end
+    of every run so that the suite's budget stays visible (``.ci/run`` shows it)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.tests: dict[str, set[str]] = {}
+
+    def add(self, report: pytest.TestReport) -> None:
+        parts = report.nodeid.split("::", 1)[0].split("/")
+        folder = "/".join(parts[1:-1]) if parts[0] == "tests" and len(parts) > 2 else "(top)"
+        self.seconds[folder] = self.seconds.get(folder, 0.0) + report.duration
+        self.tests.setdefault(folder, set()).add(report.nodeid)
+
+
+_TIMES = _Times()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _TIMES.add(report)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _TIMES.seconds or getattr(config, "workerinput", None) is not None:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("time per test directory (seconds of tests, summed over workers)")
+    for folder, seconds in sorted(_TIMES.seconds.items(), key=lambda kv: -kv[1]):
+        write(f"{folder:<24} {len(_TIMES.tests[folder]):5d} tests {seconds:8.1f} s")
+    write(f"{'total':<24} {sum(map(len, _TIMES.tests.values())):5d} tests {sum(_TIMES.seconds.values()):8.1f} s")
+
+
+@pytest.fixture(scope="session")
+def _sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to the newest revision once per run; each test gets a copy
+    (a copy costs a millisecond, the 21 migrations a quarter of a second)."""
+    from trainyard.store.db import Database
+
+    path = tmp_path_factory.mktemp("template") / "trainyard.db"
+    database = Database(f"sqlite:///{path}")
+    database.migrate()
+    database.dispose()
+    return path
+
+
+@pytest.fixture
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database: a SQLite file, or a private schema in PostgreSQL."""
-    if request.param == "sqlite":
+    if getattr(request, "param", "sqlite") == "sqlite":
         yield f"sqlite:///{tmp_path / 'trainyard.db'}"
         return
     if not PG_URL:
@@ -79,14 +160,36 @@ def database_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
 
 
 @pytest.fixture
-def db(database_url: str):
-    """A migrated ``Database`` on each of the databases of ``database_url``."""
+def db(database_url: str, request: pytest.FixtureRequest):
+    """A migrated ``Database`` on each of the databases of ``database_url``: on SQLite a copy
+    of the migrated template (``migrate`` then finds nothing to do)."""
     from trainyard.store.db import Database
 
+    if database_url.startswith("sqlite:///"):
+        shutil.copyfile(request.getfixturevalue("_sqlite_template"), database_url.removeprefix("sqlite:///"))
     database = Database(database_url)
     database.migrate()
     yield database
     database.dispose()
+
+
+# Test directories whose tests reach the portal's passwords in this process.
+CHEAP_PASSWORDS = frozenset({"api", "portal", "cli", "client", "controller", "services", "store"})
+
+
+@pytest.fixture(autouse=True)
+def _cheap_password_hashes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scrypt at N=2**10 instead of 2**15 in process: a hash carries its parameters, so the
+    same code signs in and checks, at a 32nd of the cost (a portal test hashes three or
+    four times: 0.1 s each on an idle core). ``test_passwords_are_hashed_at_the_real_cost``
+    checks the real parameters; real servers (tests/e2e) always use them."""
+    if Path(str(request.node.path)).relative_to(TESTS).parts[0] not in CHEAP_PASSWORDS:
+        return
+    if request.node.get_closest_marker("real_password_cost") is not None:
+        return
+    from trainyard.services import passwords
+
+    monkeypatch.setattr(passwords, "SCRYPT_N", 1 << 10)
 
 
 @pytest.fixture

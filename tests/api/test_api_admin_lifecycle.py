@@ -105,6 +105,7 @@ def test_removals_are_for_admins_and_unknown_names_are_404s(api: Api) -> None:
     assert yourself.status_code == 409 and "cannot delete yourself" in yourself.json()["detail"]
 
 
+@pytest.mark.postgres
 def test_deleting_a_user_with_jobs_is_a_409_naming_them_and_force_stops_them(api: Api) -> None:
     admin = api.sdk(api.admin_token)
     job = submit(api, api.user_token)
@@ -122,6 +123,7 @@ def test_deleting_a_user_with_jobs_is_a_409_naming_them_and_force_stops_them(api
     assert again.status_code == 409 and "was deleted" in again.json()["detail"]
 
 
+@pytest.mark.postgres
 def test_a_vc_its_grants_and_group_members_are_removed_refusing_while_jobs_depend_on_them(api: Api) -> None:
     admin = api.sdk(api.admin_token)
     admin.create_vc("vision", gpus=2)

@@ -13,6 +13,9 @@ from trainyard.core.clock import FakeClock
 from trainyard.services.auth import create_token, create_user
 from trainyard.store.rows import NodeSampleRow, TaskSampleRow
 
+# The store answers these: they run on PostgreSQL too (tests/conftest.py).
+pytestmark = pytest.mark.postgres
+
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 JOB = {"name": "measured", "taskRoles": {"worker": {"instances": 2, "commands": ["true"]}}}
 

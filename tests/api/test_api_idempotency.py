@@ -8,11 +8,15 @@ from __future__ import annotations
 import threading
 import uuid
 
+import pytest
 from api.harness import Api, make_api
 from sqlalchemy import func, select
 
 from trainyard.core.clock import FakeClock
 from trainyard.store.rows import JobRow
+
+# The store answers these: they run on PostgreSQL too (tests/conftest.py).
+pytestmark = pytest.mark.postgres
 
 JOB = "name: j\ntaskRoles:\n  m:\n    commands: ['true']\n"
 YAML = {"content-type": "application/yaml"}

@@ -70,6 +70,7 @@ def test_a_sample_older_than_three_intervals_says_nothing_about_now(live) -> Non
     assert view["usage"]["cpuPct"] == 3.0 and view["gpus"][0]["usage"]["utilPct"] == 5.0, "the newest one wins"
 
 
+@pytest.mark.postgres
 def test_top_sums_a_job_s_tasks_and_shows_a_user_only_their_own_jobs(live) -> None:
     api, controller, clock = live
     mine = running_job(api, controller, api.user_token, "mine", instances=2, gpus=1)

@@ -3,11 +3,14 @@ clears anyone's, and a change signs the user's browsers out."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 from api.harness import Api
 
 from trainyard.core.clock import SystemClock
 from trainyard.services import web_sessions
+from trainyard.services.auth import get_user
 
 
 def sessions_of(api: Api, name: str) -> web_sessions.SignedIn:
@@ -71,3 +74,15 @@ def test_bad_passwords_and_names_are_refused_with_where(api: Api) -> None:
     missing = api.admin.put("/api/v1/users/nobody/password", json={"password": "long enough"})
     assert missing.status_code == 404
     assert api.admin.delete("/api/v1/users/nobody/password").status_code == 404
+
+
+@pytest.mark.real_password_cost
+def test_passwords_are_hashed_at_the_real_cost(api: Api) -> None:
+    # Elsewhere in process the tests hash at a cheaper N (tests/conftest.py); here, what a
+    # server stores: scrypt, N=2**15, r=8, p=1, a 16-byte salt.
+    assert api.user.put("/api/v1/users/alice/password", json={"password": "first password"}).status_code == 200
+    with api.ctx.db.session() as session:
+        stored = get_user(session, "alice").password_hash
+    scheme, n, r, p, salt, _ = stored.split("$")
+    assert (scheme, n, r, p, len(base64.b64decode(salt))) == ("scrypt", "32768", "8", "1", 16)
+    assert web_sessions.sign_in_with_password(api.ctx.db, "alice", "first password", clock=SystemClock())

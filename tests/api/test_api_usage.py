@@ -10,6 +10,9 @@ from services.usage_world import Run, add_job, add_sample, at
 from trainyard.client import AuthError, TrainyardError
 from trainyard.store.rows import UserRow
 
+# The store answers these: they run on PostgreSQL too (tests/conftest.py).
+pytestmark = pytest.mark.postgres
+
 PERIOD = {"since": at(2).isoformat(), "until": at(6).isoformat()}
 
 

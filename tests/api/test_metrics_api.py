@@ -121,6 +121,7 @@ taskRoles:
 """
 
 
+@pytest.mark.postgres
 def test_the_page_shows_gpus_vcs_queues_jobs_and_the_newest_samples(world: World) -> None:
     running = world.submit(HOLDS_TWO)
     world.clock.advance(5)

@@ -23,7 +23,7 @@ PACKAGE = Path(trainyard.__file__).parent
 
 def test_a_server_whose_interpreter_cannot_run_supervisors_refuses_to_start(tmp_path):
     with pytest.raises(LaunchError, match="cannot start task supervisors with /bin/false"):
-        LocalBackend(tmp_path, gpus=[], python="/bin/false")
+        LocalBackend(tmp_path, gpus=[], python="/bin/false").check_host()
 
 
 def test_tasks_launch_after_the_installed_package_is_deleted(tmp_path):

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from api.harness import Api
 
 from trainyard.cli.admin_commands import TOKEN_FILE_HINT, private_file_hint
@@ -25,6 +26,7 @@ def submit(api: Api, vc: str = "default") -> int:
     return int(response.json()["id"])
 
 
+@pytest.mark.postgres
 def test_token_list_shows_ids_notes_and_use_never_the_secret_and_revoke_takes_an_id(api: Api, yard: Yard) -> None:
     code, out, err = yard("token", "create", "--name", "ci runner", "--json")
     assert code == 0 and f"yard: {TOKEN_FILE_HINT}\n" == err  # stdout is no file here: the general hint

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from api.harness import Api
 
 from trainyard.cli.exits import EXIT_USAGE
@@ -32,6 +33,7 @@ def measured_job(api: Api) -> int:
     return job_id
 
 
+@pytest.mark.postgres
 def test_yard_job_metrics_shows_now_mean_and_max_per_task_with_na(api: Api, yard: Yard) -> None:
     job_id = measured_job(api)
     code, out, err = yard("job", str(job_id), "--metrics", "--since", "15m")

@@ -16,6 +16,7 @@ JOB = ("name: two\nsecrets: {key: hunter2}\n"
        "taskRoles:\n  m:\n    instances: 2\n    commands: ['echo <% $secrets.key %>']\n")
 
 
+@pytest.mark.postgres
 def test_every_answer_is_a_typed_model(api: Api) -> None:
     admin = api.sdk(api.admin_token)
     submitted = admin.submit(JOB)

@@ -112,6 +112,7 @@ def world(db: Database, tmp_path: Path) -> Iterator[World]:
     kill_tasks_under(tmp_path)
 
 
+@pytest.mark.postgres
 def test_a_session_lives_its_lifetime_from_its_start_renewals_move_its_end_then_it_is_stopped(world: World) -> None:
     session = world.start(gpu=0.5)
     assert world.row(session).expires_at is None  # waiting: its lifetime has not begun

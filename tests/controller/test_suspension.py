@@ -128,6 +128,7 @@ def test_an_owner_suspends_a_running_job_which_saves_waits_held_and_resumes_as_a
     assert "(resuming its suspended state)" in events_of(db, job_id)[-1][1]
 
 
+@pytest.mark.postgres
 def test_the_scheduler_suspends_a_job_which_resumes_on_its_own_with_its_gpu_time_counted(world, tmp_path):
     db, controller, alice, _, _ = world
     marker = tmp_path / "runs"
@@ -248,6 +249,7 @@ def test_a_more_urgent_job_suspends_a_suspendable_one_which_resumes_when_it_is_d
     assert "suspend-requested" in kinds and "preempted" not in kinds and "requeued" not in kinds
 
 
+@pytest.mark.postgres
 def test_jobs_of_one_priority_take_turns_on_a_full_cluster(db, tmp_path):
     from trainyard.scheduler.snapshot import SchedulerConfig
 

@@ -23,6 +23,9 @@ from trainyard.services.errors import Invalid
 from trainyard.spec.loading import parse_job
 from trainyard.store.rows import AttemptRow, JobRow
 
+# The store answers these: they run on PostgreSQL too (tests/conftest.py).
+pytestmark = pytest.mark.postgres
+
 
 def inventory(session, clock, **models: int) -> None:
     """One node per model with that many GPUs, two GPU groups each, in rack r1."""

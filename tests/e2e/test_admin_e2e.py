@@ -13,6 +13,7 @@ from trainyard.client import Client, TrainyardError
 pytestmark = pytest.mark.e2e
 
 
+@pytest.mark.postgres
 def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Server) -> None:
     admin = server.admin()
     admin.create_user("alice")

@@ -22,6 +22,7 @@ taskRoles:
 """
 
 
+@pytest.mark.postgres
 def test_a_job_is_submitted_runs_succeeds_and_its_logs_can_be_read(server: Server) -> None:
     out = server.yard("submit", "-", "--json", input=HELLO)
     assert out.returncode == 0, out.stderr

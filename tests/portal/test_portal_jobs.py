@@ -72,6 +72,7 @@ def job_ids_on(page: str) -> list[int]:
 # -- the list ------------------------------------------------------------------------------
 
 
+@pytest.mark.postgres
 def test_a_user_sees_only_their_own_jobs_and_an_admin_sees_everyones(api: Api) -> None:
     mine = submit(api.user, job_file("alice-job"))
     theirs = submit(api.admin, job_file("admin-job"))
@@ -113,6 +114,7 @@ def test_the_list_and_the_api_agree_on_filters_and_order(api: Api) -> None:
     assert [j.id for j in rest.items] == ids[3:] and rest.next is None
 
 
+@pytest.mark.postgres
 def test_paging_follows_the_cursor_both_ways(api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     from trainyard.portal import pages_jobs
 
@@ -133,6 +135,7 @@ def test_paging_follows_the_cursor_both_ways(api: Api, monkeypatch: pytest.Monke
 
 
 
+@pytest.mark.postgres
 def test_sorting_by_a_column_pages_through_every_job_once_in_that_order(api: Api,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from trainyard.portal import pages_jobs

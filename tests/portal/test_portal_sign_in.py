@@ -42,6 +42,7 @@ def test_a_failed_sign_in_says_the_same_whatever_was_wrong(api, username, passwo
     assert COOKIE not in answer.headers.get("set-cookie", "")
 
 
+@pytest.mark.postgres
 def test_failed_sign_ins_are_limited_per_name(api):
     client = browser(api)
     for _ in range(5):
@@ -57,6 +58,7 @@ def test_next_never_leads_to_another_site(api):
         assert answer.headers["location"] == "/"
 
 
+@pytest.mark.postgres
 def test_sign_out_ends_the_session_for_good(api):
     client = signed_in(api, "alice")
     cookie = client.cookies[COOKIE]

@@ -33,6 +33,7 @@ def rows(page: str) -> list[list[str]]:
             for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)]
 
 
+@pytest.mark.postgres
 def test_an_admin_sees_everyones_gpu_hours_with_efficiency(api: Api, jobs: dict[str, int]) -> None:
     page = signed_in(api, "admin").get("/usage", params=PERIOD).text
     assert [r[:5] for r in rows(page)] == [["alice", "1", "8", "4", "50 %"], ["admin", "1", "1", "n/a", "n/a"]]

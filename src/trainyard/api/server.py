@@ -216,6 +216,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             log_max_bytes=None if settings.task_log_max_mb is None else settings.task_log_max_mb << 20,
             log_cap_stop=settings.task_log_cap_stop,
         )
+        backend.check_host()
     except RuntimeError as exc:  # no bash, supervisors cannot start, or required limits cannot be: nothing could run
         raise StartupError(str(exc)) from exc
     log_container_support(backend)

@@ -222,10 +222,9 @@ class LocalBackend(jobdirs.JobDirTree):
         if shell is None:
             raise RuntimeError("bash was not found on PATH; the local backend runs task scripts with bash")
         self._shell = shell
-        # Supervisors run from a private copy of their code (see ``launcher``), checked
-        # here: a server that cannot launch a task must not start accepting jobs.
+        # Supervisors run from a private copy of their code (see ``launcher``), run once by
+        # ``check_host`` before a server accepts jobs.
         self._launcher = SupervisorLauncher(self.state_dir, python or real_interpreter())
-        self._launcher.check()
         if gpus is None:
             gpus = local_gpus.discover_nvidia_gpus()
             if gpus and simulated_gpus:
@@ -257,6 +256,12 @@ class LocalBackend(jobdirs.JobDirTree):
         self._kill_timers: dict[TaskKey, threading.Timer] = {}
         self._task_groups: dict[TaskKey, tuple[int, int]] = {}  # known claims, for sampling
         self._sampler = LocalSampler(self._node.name, self._node.gpus, self.state_dir, self._task_group)
+
+    def check_host(self) -> None:
+        """Start a supervisor once (a subprocess): LaunchError saying why when this host
+        cannot launch a task. ``yard up`` calls it before it accepts jobs; the constructor
+        does not, so that a backend costs no process to make (tests make hundreds)."""
+        self._launcher.check()
 
     # --- paths -------------------------------------------------------------------
 
