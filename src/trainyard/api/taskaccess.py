@@ -17,12 +17,12 @@ from starlette.datastructures import Headers
 
 from trainyard.api.deps import AppContext
 from trainyard.backends.base import TaskKey
-from trainyard.core.states import JobState, TaskState
+from trainyard.core.states import JobState
 from trainyard.portal.auth import COOKIE
 from trainyard.services import web_sessions
 from trainyard.services.auth import hash_token
 from trainyard.store.queries import jobs as job_queries
-from trainyard.store.rows import TaskRow, UserRow
+from trainyard.store.rows import UserRow
 
 
 class Refused(Exception):
@@ -101,9 +101,7 @@ def running_task(ctx: AppContext, caller: Caller, job_id: int, role: str, index:
                                "not through the browser")
         if job.state != JobState.RUNNING:
             raise Refused(409, f"job {job_id} is {job.state}, not RUNNING: {what} are reachable only while it runs")
-        task = session.query(TaskRow).filter(
-            TaskRow.job_id == job_id, TaskRow.role == role, TaskRow.index == index,
-            TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
+        task = job_queries.running_task(session, job_id, role, index)
         if task is None:
             raise Refused(404, f"job {job_id} has no running task {role}/{index}")
         key = TaskKey(job_id, task.attempt.number, task.role, task.index, task.run)

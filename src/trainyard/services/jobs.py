@@ -35,12 +35,12 @@ from trainyard.spec.templating import MASK, masked_secret_paths, normalized_spec
 from trainyard.store import events
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
+from trainyard.store.queries import dev_sessions as session_queries
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.rows import (
-    DevSessionRow,
     JobEventRow,
     JobRow,
     NodeRow,
@@ -290,7 +290,7 @@ def clone_job(
 def _not_a_session(session: Session, job: JobRow) -> JobRow:
     """A JupyterLab session is started anew, never copied: a copy would be a plain job that
     no ``/sessions/`` address opens, holding the original's JupyterLab token."""
-    if session.get(DevSessionRow, job.id) is not None:
+    if session_queries.dev_session(session, job.id) is not None:
         raise Conflict(f"job {job.id} is a JupyterLab session: start another with `yard dev` or the "
                        "portal's Notebooks page, not by cloning it")
     return job

@@ -35,14 +35,16 @@ from trainyard.api.routers.proxy import (
 from trainyard.api.taskaccess import Caller, Refused, app_context, deny, identify_caller
 from trainyard.backends.base import TaskKey
 from trainyard.core.sessions import SESSION_PORT, SESSION_PREFIX, SESSION_ROLE, jupyter_token, session_path
-from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState
+from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.portal.auth import same_origin
 from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
 from trainyard.services import dev_sessions
 from trainyard.services import jobs as job_service
 from trainyard.services.taskports import owner_of
+from trainyard.store.queries import dev_sessions as session_queries
+from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries.nodes import node_addresses
-from trainyard.store.rows import DevSessionRow, TaskRow, UserRow
+from trainyard.store.rows import UserRow
 
 router = APIRouter(prefix="/sessions", tags=["sessions"], route_class=BodyRoute)
 way_in = APIRouter()
@@ -115,7 +117,7 @@ def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Targe
     """Where session ``job_id``'s JupyterLab listens, its token and how many seconds of its
     start are left (``STARTING_SECONDS`` from its task's start), if ``caller`` may open it."""
     with ctx.db.session() as session:
-        row = session.get(DevSessionRow, job_id)
+        row = session_queries.dev_session(session, job_id)
         job = row.job if row is not None else None
         mine = job is not None and job.user_id == caller.user.id
         admitted = mine or (caller.user.is_admin and ctx.sessions.admin_access and not caller.by_cookie)
@@ -130,9 +132,7 @@ def _session_target(ctx: AppContext, caller: Caller, job_id: int) -> tuple[Targe
                                    f"`yard resume {job_id}` lets it run again")
             raise Refused(503, f"session {job_id} is {job.state}{waiting}, not RUNNING: it opens once it runs",
                           retry_after=QUEUED_RETRY_SECONDS)
-        task = session.query(TaskRow).filter(
-            TaskRow.job_id == job_id, TaskRow.role == SESSION_ROLE, TaskRow.index == 0,
-            TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).first()
+        task = job_queries.running_task(session, job_id, SESSION_ROLE, 0)
         ports = task.ports.get(SESSION_PORT) if task is not None else None
         token = jupyter_token(job.spec)
         if task is None or not ports or token is None:

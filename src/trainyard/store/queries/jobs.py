@@ -41,6 +41,13 @@ def job_by_id(session: Session, job_id: int, *, full: bool = False) -> JobRow | 
     return session.scalar(query)
 
 
+def running_task(session: Session, job_id: int, role: str, index: int) -> TaskRow | None:
+    """Task ``role/index`` of the job while it runs (its newest run if ever two did)."""
+    return session.scalar(select(TaskRow).where(
+        TaskRow.job_id == job_id, TaskRow.role == role, TaskRow.index == index,
+        TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).limit(1))
+
+
 def page_of_jobs(
     session: Session,
     *,
