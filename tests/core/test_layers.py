@@ -126,9 +126,8 @@ def within(module: str, prefix: str) -> bool:
 def row_of(where: str) -> int:
     """The table row a file (``a/b.py``) or a module (``a.b``) belongs to."""
     top = where.split("/")[0] if "/" in where else where.split(".")[0]
-    names = {f"{top}/", f"{top}.py", top.removesuffix(".py") + ".py"}
     for index, row in enumerate(ROWS):
-        if names & set(row):
+        if {f"{top}/", f"{top}.py"} & set(row):
             return index
     raise AssertionError(f"{where} belongs to no row of docs/architecture.md's table")
 
