@@ -7,7 +7,7 @@ from __future__ import annotations
 from api.harness import Api
 
 from trainyard.controller.inventory import sync_inventory
-from trainyard.controller.world import node_states_in_use
+from trainyard.services.node_view import node_states
 from trainyard.store.rows import NodeRow
 
 JOB = ("name: j\ntaskRoles:\n  w:\n    commands: [hostname]\n    resourcePerInstance:\n      gpu: 1\n"
@@ -24,7 +24,7 @@ def test_an_admin_sets_and_removes_labels_and_the_scheduler_sees_them(api: Api) 
     assert response.status_code == 200, response.text
     assert response.json()["labels"] == {"ib": "true", "rack": "r1"}
     with api.ctx.db.session() as session:
-        assert node_states_in_use(session)[0].labels == {"ib": "true", "rack": "r1"}
+        assert node_states(session, in_use=True)[0].labels == {"ib": "true", "rack": "r1"}
     response = api.admin.patch(f"/api/v1/nodes/{name}/labels", json={"labels": {"rack": None}})
     assert response.json()["labels"] == {"ib": "true"} and response.json()["adminLabels"] == {"ib": "true"}
     assert api.user.get("/api/v1/nodes").json()[0]["labels"] == {"ib": "true"}

@@ -9,7 +9,6 @@ from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.limits import end_overdue_attempts
 from trainyard.controller.scheduling import PortPlan, apply_decisions
 from trainyard.controller.world import (
-    node_states_in_use,
     running_jobs,
     user_groups,
     user_quotas,
@@ -20,6 +19,7 @@ from trainyard.scheduler.snapshot import Decisions, GpuShare, StartJob, TaskPlac
 from trainyard.services import admin, auth
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid
+from trainyard.services.node_view import node_states
 from trainyard.spec.loading import parse_job
 from trainyard.store.rows import AttemptRow, JobRow
 
@@ -47,7 +47,7 @@ def test_default_gets_what_no_vc_guarantees_and_any_model_means_the_only_model(d
         admin.create_vc(s, "vision", gpus=3, model=None, preemption=True, clock=clock)
         admin.create_vc(s, "speech", gpus=2, model="A100", preemption=False, clock=clock)
     with db.session() as s:
-        nodes = node_states_in_use(s)
+        nodes = node_states(s, in_use=True)
         vcs = {vc.name: vc for vc in virtual_clusters(s)}
     assert vcs["vision"].quota == {"A100": 3}
     assert vcs["speech"].quota == {"A100": 2} and not vcs["speech"].allow_priority_preemption
@@ -175,3 +175,24 @@ def test_an_unknown_sharing_rule_is_refused_naming_the_field(db) -> None:
             admin.create_vc(s, "vision", gpus=2, model=None, preemption=True, clock=FakeClock(), gpu_sharing="all")
     assert "use one of same-user, same-group, anyone" in str(refused.value)
     assert refused.value.details == [{"path": "gpuSharing", "message": "unknown GPU sharing rule"}]
+
+
+def test_the_controller_and_a_submit_see_the_same_nodes_but_only_the_controller_sees_what_is_held(db) -> None:
+    """One node view (``services.node_view``) for the scheduler's cycle and a submit's checks."""
+    clock = FakeClock()
+    with db.session() as s:
+        inventory(s, clock, A100=8, V100=2)
+        admin.change_labels(s, "n-A100", {"ib": "true"})
+        admin.set_cordon(s, "n-V100", True)
+    start(db, clock, "name: a\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n    commands: [sleep 600]\n",
+          gpu=3)
+    with db.session() as s:
+        held, empty = node_states(s, in_use=True), node_states(s, in_use=False)
+    assert [n.name for n in held] == [n.name for n in empty] == ["n-A100", "n-V100"]
+    assert [(n.schedulable, dict(n.labels)) for n in held] == [(n.schedulable, dict(n.labels)) for n in empty] == [
+        (True, {"rack": "r1", "ib": "true"}), (False, {"rack": "r1"})]
+    assert [g.used_milli for g in held[0].gpus] == [0, 0, 0, 1000, 0, 0, 0, 0]
+    assert (held[0].cpu_used_milli, held[0].memory_used_mb) == (1000, 1024)
+    assert all(g.used_milli == 0 for n in empty for g in n.gpus)
+    assert (empty[0].cpu_used_milli, empty[0].memory_used_mb) == (0, 0)
+    assert [g.group for g in held[0].gpus] == [g.group for g in empty[0].gpus] == ["numa0"] * 4 + ["numa1"] * 4

@@ -34,7 +34,7 @@ class EnvironmentGone(ValueError):
 def environments_of(session: Session, spec: JobSpec) -> dict[str, RunsIn]:
     """What each environment the job names stands for now, by name (a deleted one is missing)."""
     rows = env_queries.environments_named(session, spec.environment_paths())
-    return {name: runs_in(row, session.get(EnvironmentRow, row.base_id) if row.base_id else None)
+    return {name: runs_in(row, env_queries.environment_by_id(session, row.base_id) if row.base_id else None)
             for name, row in rows.items()}
 
 

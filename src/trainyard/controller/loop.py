@@ -26,7 +26,6 @@ from trainyard.controller.sessions import SessionWatch, settle_lifetimes
 from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
     held_ports,
-    node_states_in_use,
     running_jobs,
     user_groups,
     user_quotas,
@@ -43,6 +42,7 @@ from trainyard.core.settings import (
 from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
+from trainyard.services import node_view
 from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
 from trainyard.spec.models import JobSpec
@@ -208,7 +208,7 @@ class Controller:
             cannot_start = dict(self.waiting.broken)
             if not pending and not cannot_start:
                 return False
-            nodes = node_states_in_use(session)
+            nodes = tuple(node_view.node_states(session, in_use=True))
             held = held_ports(session)
             running, ending = running_jobs(session)
             snapshot = Snapshot(

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import httpx
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.backends.base import Backend, TaskKey
@@ -28,12 +27,13 @@ from trainyard.controller.reconcile import current_attempt
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.sessions import SESSION_PORT, SESSION_ROLE, SessionPolicy, jupyter_token, session_path
-from trainyard.core.states import FINAL_JOB_STATES, JobState, TaskState
+from trainyard.core.states import JobState
 from trainyard.services.taskports import Owner, checked_transport, expected, owner_of
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
+from trainyard.store.queries import dev_sessions as session_queries
 from trainyard.store.queries.nodes import node_addresses
-from trainyard.store.rows import DevSessionRow, JobRow, TaskRow
+from trainyard.store.rows import JobRow
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +50,11 @@ def settle_lifetimes(session: Session, clock: Clock) -> list[int]:
     """Start the clock of sessions that have started; stop those past their end. Returns
     the sessions stopped."""
     now = clock.now()
-    for row in session.scalars(select(DevSessionRow).join(JobRow, JobRow.id == DevSessionRow.job_id).where(
-            DevSessionRow.expires_at.is_(None), JobRow.started_at.is_not(None))):
+    for row in session_queries.started_without_end(session):
         assert row.job.started_at is not None
         row.expires_at = row.job.started_at + timedelta(hours=row.hours)
     stopped = []
-    for row in session.scalars(select(DevSessionRow).join(JobRow, JobRow.id == DevSessionRow.job_id).where(
-            DevSessionRow.expires_at <= now, JobRow.state.not_in([*FINAL_JOB_STATES, JobState.STOPPING]))):
+    for row in session_queries.past_their_end(session, now):
         renew = f" (renewed {row.renewals} time{'s' * (row.renewals != 1)})" if row.renewals else ""
         _stop(session, row.job, f"the session's lifetime ended{renew}; `yard dev renew {row.job_id}` "
                                 f"extends a session before it ends", now)
@@ -100,13 +98,8 @@ class SessionWatch(Periodic):
         """(job id, status URL, token, the task to check the connection against) of each running session."""
         with self.db.session() as session:
             addresses = node_addresses(session)
-            rows = session.execute(
-                select(JobRow, TaskRow).join(DevSessionRow, DevSessionRow.job_id == JobRow.id)
-                .join(TaskRow, TaskRow.job_id == JobRow.id)
-                .where(JobRow.state == JobState.RUNNING, TaskRow.state == TaskState.RUNNING,
-                       TaskRow.role == SESSION_ROLE, TaskRow.index == 0)).unique().all()
             targets = []
-            for job, task in rows:
+            for job, task in session_queries.running_session_tasks(session, SESSION_ROLE, 0):
                 ports, token = task.ports.get(SESSION_PORT), jupyter_token(job.spec)
                 if not ports or token is None:
                     continue
@@ -144,7 +137,7 @@ class SessionWatch(Periodic):
         cull = None if self.policy.idle_cull_minutes is None else timedelta(minutes=self.policy.idle_cull_minutes)
         with self.db.session() as session:
             for job_id, status in read.items():
-                row = session.get(DevSessionRow, job_id)
+                row = session_queries.dev_session(session, job_id)
                 if row is None or row.job.state != JobState.RUNNING:
                     continue
                 row.checked_at = now

@@ -1,7 +1,7 @@
 """The cluster as the scheduler sees it, read from the store for one cycle.
 
-Nodes with what their unfinished tasks hold (allocations are derived, not stored), the
-virtual clusters with their quotas, the per-user quotas, and the running work with its
+Nodes with what their unfinished tasks hold (``services.node_view``, which a submit's checks
+share), the virtual clusters with their quotas, the per-user quotas, and the running work with its
 expected end (from ``maxRunTimeSeconds``) and whether it is already being stopped.
 """
 
@@ -14,48 +14,19 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from trainyard.core.labels import merged_labels
 from trainyard.core.priorities import Priority
 from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
 from trainyard.core.states import AttemptState, JobState
 from trainyard.scheduler.snapshot import (
     GpuShare,
-    NodeState,
     RunningJob,
     TaskPlacement,
     VirtualCluster,
 )
 from trainyard.services import admin
-from trainyard.services.jobs import gpu_slot
 from trainyard.store.queries import jobs as job_queries
-from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
-
-
-def node_states_in_use(session: Session) -> tuple[NodeState, ...]:
-    """Every node with what its unfinished tasks hold."""
-    used_gpu: dict[tuple[str, int], int] = defaultdict(int)
-    used_cpu: dict[str, int] = defaultdict(int)
-    used_memory: dict[str, int] = defaultdict(int)
-    for node, gpus, cpu, memory in node_queries.unfinished_task_usage(session):
-        used_cpu[node] += cpu
-        used_memory[node] += memory
-        for index, milli in gpus:
-            used_gpu[(node, index)] += milli
-    return tuple(
-        NodeState(
-            name=row.name,
-            cpu_milli=row.cpu_milli,
-            memory_mb=row.memory_mb,
-            gpus=tuple(gpu_slot(g, min(1000, used_gpu[(row.name, g["index"])])) for g in row.gpus),
-            cpu_used_milli=used_cpu[row.name],
-            memory_used_mb=used_memory[row.name],
-            schedulable=row.schedulable and not row.cordoned,
-            labels=merged_labels(row.labels, row.admin_labels),
-        )
-        for row in node_queries.all_nodes(session)
-    )
 
 
 def virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:

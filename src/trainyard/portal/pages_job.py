@@ -31,12 +31,11 @@ from trainyard.schemas.jobs import (
     JobDetail,
     TaskView,
 )
-from trainyard.services import history, job_actions
+from trainyard.services import dev_sessions, history, job_actions
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
-from trainyard.store.rows import DevSessionRow
 from trainyard.web.bodies import MAX_ID
 from trainyard.web.context import AppContext, context
 
@@ -87,7 +86,7 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
     shown = _shown_attempt(detail, attempt)
     now = ctx.clock.now()
     with ctx.db.session() as session:  # a JupyterLab session's job: the page opens it (its owner's alone)
-        is_session = session.get(DevSessionRow, job_id) is not None
+        is_session = dev_sessions.is_session(session, job_id)
     lab = is_session and detail.user == viewer.user.name
     return {
         "job": detail, "shown": shown, "chosen_attempt": attempt, "roles": _tasks_by_role(shown), "now": now,

@@ -16,7 +16,6 @@ import shlex
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core import transitions
@@ -36,7 +35,8 @@ from trainyard.services.jobs import get_job, submit_job
 from trainyard.spec.errors import FieldError, SpecError
 from trainyard.spec.loading import validate_job
 from trainyard.store.events import record_event
-from trainyard.store.rows import DevSessionRow, JobRow, UserRow
+from trainyard.store.queries import dev_sessions as session_queries
+from trainyard.store.rows import DevSessionRow, UserRow
 
 DEFAULT_NAME = "jupyterlab"
 ROLE_PATH = f"taskRoles.{SESSION_ROLE}"
@@ -145,18 +145,20 @@ def start_session(session: Session, user: UserRow, request: SessionRequest, *, p
 def session_of(session: Session, viewer: UserRow, job_id: int) -> DevSessionRow:
     """The session ``job_id`` if ``viewer`` may see it (its owner, an admin); else NotFound."""
     get_job(session, viewer, job_id)  # the job's own visibility check (NotFound otherwise)
-    row = session.get(DevSessionRow, job_id)
+    row = session_queries.dev_session(session, job_id)
     if row is None:
         raise NotFound(f"job {job_id} is not a session (`yard dev list` lists yours)")
     return row
 
 
+def is_session(session: Session, job_id: int) -> bool:
+    """Whether job ``job_id`` is a session (whoever may see it)."""
+    return session_queries.dev_session(session, job_id) is not None
+
+
 def list_sessions(session: Session, viewer: UserRow, *, everyone: bool = False) -> list[DevSessionRow]:
     """The viewer's sessions, newest first (an admin's ``everyone``: all users')."""
-    query = select(DevSessionRow).join(JobRow, JobRow.id == DevSessionRow.job_id).order_by(JobRow.id.desc())
-    if not (everyone and viewer.is_admin):
-        query = query.where(JobRow.user_id == viewer.id)
-    return list(session.scalars(query).unique())
+    return session_queries.dev_sessions(session, None if everyone and viewer.is_admin else viewer.id)
 
 
 def renew_session(session: Session, viewer: UserRow, job_id: int, hours: float | None, *,

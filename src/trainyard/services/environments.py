@@ -234,7 +234,7 @@ def get_environment(session: Session, viewer: UserRow, name: str) -> Environment
 
 def describe_environment(session: Session, viewer: UserRow, name: str) -> EnvironmentView:
     env = get_environment(session, viewer, name)
-    base = session.get(EnvironmentRow, env.base_id) if env.base_id is not None else None
+    base = env_queries.environment_by_id(session, env.base_id) if env.base_id is not None else None
     return environment_view(env, base)
 
 

@@ -11,15 +11,15 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
-from trainyard.core.labels import merged_labels
 from trainyard.core.names import DEFAULT_VC
 from trainyard.core.priorities import Priority
 from trainyard.core.settings import DEFAULT_JOB_RENDERED_MAX_KB, DEFAULT_MAX_WAITING_JOBS_PER_USER
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 from trainyard.scheduler.schedule import never_fits
-from trainyard.scheduler.snapshot import GpuSlot, NodeState, TaskRequest
+from trainyard.scheduler.snapshot import NodeState, TaskRequest
 from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
+from trainyard.services import node_view
 from trainyard.services.admin import guaranteed_quotas, may_use_vc
 from trainyard.services.environment_access import check_job_environments
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError, TooMany
@@ -35,12 +35,12 @@ from trainyard.spec.templating import MASK, masked_secret_paths, normalized_spec
 from trainyard.store import events
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
+from trainyard.store.queries import dev_sessions as session_queries
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.rows import (
-    DevSessionRow,
     JobEventRow,
     JobRow,
     NodeRow,
@@ -62,26 +62,6 @@ class SubmitLimits:
 
 
 DEFAULT_SUBMIT_LIMITS = SubmitLimits()
-
-
-def gpu_slot(gpu: dict[str, Any], used_milli: int = 0) -> GpuSlot:
-    """One stored GPU (``{index, model, memory_mb[, group]}``) as the scheduler sees it."""
-    return GpuSlot(gpu["index"], gpu["model"], gpu["memory_mb"], used_milli, gpu.get("group", ""))
-
-
-def node_states(nodes: list[NodeRow]) -> list[NodeState]:
-    """The stored inventory as the scheduler sees it, with nothing allocated."""
-    return [
-        NodeState(
-            name=n.name,
-            cpu_milli=n.cpu_milli,
-            memory_mb=n.memory_mb,
-            gpus=tuple(gpu_slot(g) for g in n.gpus),
-            schedulable=n.schedulable and not n.cordoned,
-            labels=merged_labels(n.labels, n.admin_labels),
-        )
-        for n in nodes
-    ]
 
 
 def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
@@ -201,7 +181,7 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_no_masked_secrets(spec)
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_storage_uses(session, user, spec)
-    inventory = node_states(list_nodes(session)) if nodes is None else nodes
+    inventory = node_view.node_states(session, in_use=False) if nodes is None else nodes
     check_fits(inventory, spec)
     # A whole-node task counts the GPUs of the smallest node that suits it (a lower bound).
     requests = list(resolve_tasks(task_requests(spec), inventory))
@@ -290,7 +270,7 @@ def clone_job(
 def _not_a_session(session: Session, job: JobRow) -> JobRow:
     """A JupyterLab session is started anew, never copied: a copy would be a plain job that
     no ``/sessions/`` address opens, holding the original's JupyterLab token."""
-    if session.get(DevSessionRow, job.id) is not None:
+    if session_queries.dev_session(session, job.id) is not None:
         raise Conflict(f"job {job.id} is a JupyterLab session: start another with `yard dev` or the "
                        "portal's Notebooks page, not by cloning it")
     return job

@@ -29,6 +29,7 @@ from trainyard.core.transitions import Event, EventKind
 from trainyard.services.taskports import Owner, owner_of
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
+from trainyard.store.queries import dev_sessions as session_queries
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries.nodes import node_addresses
 from trainyard.store.rows import UserRow
@@ -140,7 +141,7 @@ def session_target(db: Database, backend: Backend, clock: Clock, caller: Caller,
     start are left (``STARTING_SECONDS`` from its task's start), if ``caller`` may open it:
     its owner, or an admin with a token where ``admin_access``; anyone else is told 404."""
     with db.session() as session:
-        row = job_queries.dev_session(session, job_id)
+        row = session_queries.dev_session(session, job_id)
         job = row.job if row is not None else None
         if job is None or reach(caller, job.user_id, admins=admin_access) != Reach.YES:
             raise Refused(404, f"no session {job_id}")

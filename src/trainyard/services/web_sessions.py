@@ -15,7 +15,6 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
@@ -26,7 +25,7 @@ from trainyard.services.passwords import check_sign_in, verify_password
 from trainyard.services.sign_in_limits import sign_in_name
 from trainyard.store.db import Database
 from trainyard.store.queries import users
-from trainyard.store.rows import TokenRow, UserRow, WebSessionRow
+from trainyard.store.rows import UserRow, WebSessionRow
 
 IDLE_SECONDS = 12 * 3600  # signed out after this long without a request
 LIFETIME_SECONDS = 7 * 86400  # and after this long whatever happens
@@ -82,11 +81,7 @@ def session_for_cookie(session: Session, cookie: str, *, clock: Clock) -> WebSes
 
 def session_for_hash(session: Session, cookie_hash: str, *, clock: Clock) -> WebSessionRow | None:
     """``session_for_cookie`` by the cookie's SHA-256 (what open connections keep)."""
-    row = session.scalar(
-        select(WebSessionRow)
-        .outerjoin(TokenRow, TokenRow.id == WebSessionRow.token_id)
-        .where(WebSessionRow.token_hash == cookie_hash, WebSessionRow.revoked.is_(False),
-               WebSessionRow.token_id.is_(None) | TokenRow.revoked.is_(False)))
+    row = users.unrevoked_web_session(session, cookie_hash)
     now = clock.now()
     if row is None or row.expires_at <= now or now - row.last_seen_at > timedelta(seconds=IDLE_SECONDS):
         return None
@@ -102,7 +97,7 @@ def csrf_matches(row: WebSessionRow, offered: str | None) -> bool:
 
 
 def sign_out(session: Session, cookie: str) -> None:
-    row = session.scalar(select(WebSessionRow).where(WebSessionRow.token_hash == hash_token(cookie)))
+    row = users.web_session_with_hash(session, hash_token(cookie))
     if row is not None:
         row.revoked = True
 
@@ -110,9 +105,7 @@ def sign_out(session: Session, cookie: str) -> None:
 def sign_out_everywhere(session: Session, user_id: int, *, keep: int | None = None) -> int:
     """End every session of a user (their password changed, they were disabled or deleted)
     but ``keep`` (the session that changed it); how many. For good: nothing revives them."""
-    rows = list(session.scalars(select(WebSessionRow).where(WebSessionRow.user_id == user_id,
-                                                            WebSessionRow.revoked.is_(False))))
-    ended = [row for row in rows if row.id != keep]
+    ended = [row for row in users.unrevoked_web_sessions_of(session, user_id) if row.id != keep]
     for row in ended:
         row.revoked = True
     return len(ended)
@@ -141,7 +134,7 @@ def reauthenticated(session: Session, user: UserRow, secret: str) -> bool:
     stolen session cannot make itself one that outlives it."""
     if not secret:
         return False
-    current = session.get(UserRow, user.id)
+    current = users.user_by_id(session, user.id)
     if current is None or current.disabled or current.deleted_at is not None:
         return False
     if current.password_hash is not None and verify_password(secret, current.password_hash):

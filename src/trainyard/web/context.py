@@ -27,6 +27,7 @@ from trainyard.core.settings import (
 )
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import jobs as job_service
+from trainyard.services import node_view
 from trainyard.services.auth import TokenCache
 from trainyard.services.jobdirs import JobDirUsage
 from trainyard.services.sign_in_limits import DEFAULT_FAILURES, DEFAULT_WINDOW_SECONDS, SignInLimiter
@@ -97,7 +98,7 @@ class AppContext:
         now = time.monotonic()
         if now - self._nodes[0] >= NODE_CACHE_SECONDS:
             with self.db.session() as session:
-                self._nodes = (now, job_service.node_states(job_service.list_nodes(session)))
+                self._nodes = (now, node_view.node_states(session, in_use=False))
         return self._nodes[1]
 
 

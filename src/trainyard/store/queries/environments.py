@@ -16,6 +16,10 @@ def environment_named(session: Session, name: str) -> EnvironmentRow | None:
     return session.scalar(select(EnvironmentRow).where(EnvironmentRow.name == name))
 
 
+def environment_by_id(session: Session, environment_id: int) -> EnvironmentRow | None:
+    return session.get(EnvironmentRow, environment_id)
+
+
 def environments_named(session: Session, names: Iterable[str]) -> dict[str, EnvironmentRow]:
     """The environments of these names that exist, by name."""
     wanted = set(names)

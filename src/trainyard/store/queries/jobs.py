@@ -10,7 +10,7 @@ from sqlalchemy import ColumnElement, Table, and_, bindparam, func, or_, select,
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from trainyard.core.states import FINAL_JOB_STATES, QUEUED_JOB_STATES, AttemptState, JobState, TaskState
-from trainyard.store.rows import AttemptRow, DevSessionRow, JobRow, TaskRow, UserRow
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
 
 # Ids per ``IN (...)`` list: well below SQLite's and PostgreSQL's bind-parameter limits.
 CHUNK = 500
@@ -39,6 +39,13 @@ def job_by_id(session: Session, job_id: int, *, full: bool = False) -> JobRow | 
     query = select(JobRow).where(JobRow.id == job_id)
     query = query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
     return session.scalar(query)
+
+
+def running_task(session: Session, job_id: int, role: str, index: int) -> TaskRow | None:
+    """Task ``role/index`` of the job while it runs (its newest run if ever two did)."""
+    return session.scalar(select(TaskRow).where(
+        TaskRow.job_id == job_id, TaskRow.role == role, TaskRow.index == index,
+        TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).limit(1))
 
 
 def page_of_jobs(
@@ -322,16 +329,3 @@ def live_task_ports(session: Session) -> list[tuple[str, dict[str, list[int]] | 
                            .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
                            .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING])))
     return [(node, ports, master) for node, ports, master in rows]
-
-
-def running_task(session: Session, job_id: int, role: str, index: int) -> TaskRow | None:
-    """Job ``job_id``'s running task ``role/index`` (its newest run): the one a caller reaches
-    into (``services/task_access``)."""
-    return session.scalars(
-        select(TaskRow).where(TaskRow.job_id == job_id, TaskRow.role == role, TaskRow.index == index,
-                              TaskRow.state == TaskState.RUNNING).order_by(TaskRow.id.desc()).limit(1)).first()
-
-
-def dev_session(session: Session, job_id: int) -> DevSessionRow | None:
-    """The JupyterLab session of job ``job_id``, if it is one."""
-    return session.get(DevSessionRow, job_id)

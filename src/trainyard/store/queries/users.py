@@ -1,4 +1,4 @@
-"""Queries about users, their tokens and their per-priority GPU limits."""
+"""Queries about users, their tokens, their signed-in browsers and their per-priority GPU limits."""
 
 from __future__ import annotations
 
@@ -13,6 +13,11 @@ from trainyard.store.rows import TokenRow, UserQuotaRow, UserRow, WebSessionRow
 def user_named(session: Session, name: str) -> UserRow | None:
     """The user of this name, deleted or not."""
     return session.scalar(select(UserRow).where(UserRow.name == name))
+
+
+def user_by_id(session: Session, user_id: int) -> UserRow | None:
+    """The user with this id, deleted or not."""
+    return session.get(UserRow, user_id)
 
 
 def all_users(session: Session) -> list[UserRow]:
@@ -68,6 +73,27 @@ def revoke_web_sessions_of_token(session: Session, token_id: int) -> int:
                             .where(WebSessionRow.token_id == token_id, WebSessionRow.revoked.is_(False))
                             .values(revoked=True).execution_options(synchronize_session=False))
     return int(ended.rowcount)  # type: ignore[attr-defined]
+
+
+def web_session_with_hash(session: Session, cookie_hash: str) -> WebSessionRow | None:
+    """The browser session whose cookie has this hash, signed out or not."""
+    return session.scalar(select(WebSessionRow).where(WebSessionRow.token_hash == cookie_hash))
+
+
+def unrevoked_web_session(session: Session, cookie_hash: str) -> WebSessionRow | None:
+    """The browser session whose cookie has this hash, unless it was signed out or the
+    token it signed in with was revoked (its expiry and idleness are the caller's rule)."""
+    return session.scalar(
+        select(WebSessionRow)
+        .outerjoin(TokenRow, TokenRow.id == WebSessionRow.token_id)
+        .where(WebSessionRow.token_hash == cookie_hash, WebSessionRow.revoked.is_(False),
+               WebSessionRow.token_id.is_(None) | TokenRow.revoked.is_(False)))
+
+
+def unrevoked_web_sessions_of(session: Session, user_id: int) -> list[WebSessionRow]:
+    """Every browser session of a user not signed out."""
+    return list(session.scalars(select(WebSessionRow).where(WebSessionRow.user_id == user_id,
+                                                            WebSessionRow.revoked.is_(False))))
 
 
 CHUNK = 500  # hashes per IN (...)
