@@ -181,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("up", help="run the Trainyard server on this machine (foreground)")
     p.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=None, help="port to listen on (default 8642)")
+    p.add_argument("--port", type=int, default=None,
+                   help="port to listen on (default 8642; 0: a free one the kernel picks, written to client.json)")
     p.add_argument("--local-gpus", type=int, default=None, metavar="N",
                    help="expose N simulated GPU slots instead of the machine's NVIDIA GPUs")
     p.add_argument("--local-gpu-model", default=None, metavar="MODEL",
