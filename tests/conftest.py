@@ -211,3 +211,21 @@ def image() -> str:
     from podman_support import build_test_image
 
     return build_test_image()
+
+
+@pytest.fixture
+def make_world(db, tmp_path: Path):
+    """Builds controller test worlds (``tests/worlds.py``: this test's store, the real local
+    backend under ``tmp_path``, a controller, users), e.g. ``make_world(gpus=2, clock=FakeClock())``;
+    each is closed at the end (its controller stopped, its tasks killed)."""
+    from worlds import build_world
+
+    made = []
+
+    def make(**options: Any):
+        made.append(build_world(db, tmp_path, **options))
+        return made[-1]
+
+    yield make
+    for world in reversed(made):
+        world.close()

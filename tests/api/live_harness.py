@@ -4,22 +4,19 @@ the sampler writes them (``monitor.history.record``), since the tests choose the
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
 from api.harness import Api, make_api
-from deadlines import scaled
-from e2e.server import kill_tasks_under
+from worlds import World
 
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import Clock
 from trainyard.core.metrics import GpuSample, NodeSample, Sampled, TaskSample
 from trainyard.core.states import JobState
 from trainyard.monitor.history import record
-from trainyard.store.rows import JobRow
 
 LAUNCH_TIMEOUT = 20.0
 
@@ -30,13 +27,11 @@ def live_api(db, tmp_path: Path, clock: Clock | None = None) -> Iterator[tuple[A
     periodic threads are waited for and the tasks it started are killed."""
     api = make_api(db, tmp_path / "local", clock)
     controller = Controller(db, api.ctx.backend, api.ctx.clock)
+    world = World(db, api.ctx.backend, api.ctx.clock, controller, tasks_root=tmp_path)  # type: ignore[arg-type]
     try:
         yield api, controller
     finally:
-        # Its cycles start the periodic work (monitoring, alerts, history) in threads: wait for
-        # them, so that none still queries the store when the test's database is dropped.
-        controller.stop()
-        kill_tasks_under(tmp_path)
+        world.close()
 
 
 def running_job(api: Api, controller: Controller, token: str, name: str, *, instances: int = 1,
@@ -47,15 +42,9 @@ def running_job(api: Api, controller: Controller, token: str, name: str, *, inst
             f"    resourcePerInstance: {{gpu: {gpus}, cpu: 1, memoryMB: 512}}\n    commands: ['sleep 600']\n")
     with api.sdk(token) as sdk:
         job_id = sdk.submit(text.encode(), content_type="application/yaml").id
-    deadline = time.monotonic() + scaled(LAUNCH_TIMEOUT)
-    while time.monotonic() < deadline:
-        controller.wake()
-        controller.run_once()
-        with api.ctx.db.session() as session:
-            if session.get(JobRow, job_id).state == JobState.RUNNING:  # type: ignore[union-attr]
-                return job_id
-        time.sleep(0.02)  # the task's process is starting; nothing to await but its report
-    raise AssertionError(f"job {name} did not start")
+    world = World(api.ctx.db, api.ctx.backend, api.ctx.clock, controller)  # type: ignore[arg-type]
+    world.drive(job_id, (JobState.RUNNING,), timeout=LAUNCH_TIMEOUT, what=f"job {name} to start")
+    return job_id
 
 
 def gpu(index: int, util: float | None, *, memory_used: int = 1000, simulated: bool = False,

@@ -4,27 +4,20 @@ the store holds, read back with ``prometheus_client``'s own parser."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
-
 import pytest
 from api.harness import make_api
-from e2e.server import kill_tasks_under, wait_until
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
+from worlds import World
 
 from trainyard.api.app import create_app
-from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.core.metrics import GpuSample, NodeSample, Sampled, TaskSample
 from trainyard.monitor import history
 from trainyard.services import admin as admin_service
 from trainyard.services import auth
 from trainyard.services import jobs as job_service
-from trainyard.spec.loading import parse_job
-from trainyard.store.rows import JobRow, NodeRow, UserRow
+from trainyard.store.rows import NodeRow
 from trainyard.web.context import AppContext
 
 MIB = 1024 * 1024
@@ -44,13 +37,12 @@ def at(found: Series, name: str, **labels: str | int) -> float | None:
     return found.get((name, frozenset((k, str(v)) for k, v in labels.items())))
 
 
-@dataclass
-class World:
+class MetricsWorld(World):
+    """The world with its API context, scraped as the admin; ``node`` and ``model``: its one
+    node's name and GPU model."""
+
     ctx: AppContext
-    clock: FakeClock
-    controller: Controller
     admin_token: str
-    alice: UserRow
     node: str
     model: str
 
@@ -60,47 +52,24 @@ class World:
         assert response.status_code == 200, response.text
         return series(response.text)
 
-    def submit(self, text: str) -> int:
-        with self.ctx.db.session() as session:
-            alice = session.get(UserRow, self.alice.id)
-            assert alice is not None
-            return job_service.submit_job(session, alice, parse_job(text), clock=self.clock).id
-
-    def state(self, job_id: int) -> str:
-        with self.ctx.db.session() as session:
-            job = session.get(JobRow, job_id)
-            assert job is not None
-            return job.state
-
-    def cycle_until(self, job_id: int, state: str) -> None:
-        def reached() -> bool:
-            self.controller.wake()
-            self.controller.run_once()
-            return self.state(job_id) == state
-        wait_until(reached, timeout=30, what=f"job {job_id} to be {state}")
-
 
 @pytest.fixture
-def world(db, tmp_path) -> Iterator[World]:
-    clock = FakeClock()
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384)
-    controller = Controller(db, backend, clock)
+def world(make_world) -> MetricsWorld:
     # The test records the samples the page must show; the controller's own sampling rounds
     # (tested in tests/controller) would add theirs, taken whenever their thread reads the clock.
-    controller.monitoring = None
-    controller.run_once()  # inventory
-    with db.session() as session:
-        token = auth.bootstrap_admin(session, clock=clock)
+    world = make_world(kind=MetricsWorld, clock=FakeClock(), users=(), monitoring=False)
+    with world.db.session() as session:
+        token = auth.bootstrap_admin(session, clock=world.clock)
         assert token is not None
-        alice = auth.create_user(session, "alice", is_admin=False, clock=clock)
-        admin_service.create_vc(session, "research", gpus=2, model=None, preemption=True, clock=clock)
+        world.users["alice"] = auth.create_user(session, "alice", is_admin=False, clock=world.clock)
+        admin_service.create_vc(session, "research", gpus=2, model=None, preemption=True, clock=world.clock)
         admin_service.grant_vc(session, "research", "alice")
         [node] = job_service.list_nodes(session)
-        name, model = node.name, node.gpus[0]["model"]
-    ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
-                     monitor_interval_seconds=10)
-    yield World(ctx, clock, controller, token, alice, name, model)
-    kill_tasks_under(tmp_path)
+        world.node, world.model = node.name, node.gpus[0]["model"]
+    world.admin_token = token
+    world.ctx = AppContext(db=world.db, backend=world.backend, clock=world.clock, controller=world.controller,
+                           specs=world.controller.specs, monitor_interval_seconds=10)
+    return world
 
 
 HOLDS_TWO = """
@@ -122,12 +91,12 @@ taskRoles:
 
 
 @pytest.mark.postgres
-def test_the_page_shows_gpus_vcs_queues_jobs_and_the_newest_samples(world: World) -> None:
+def test_the_page_shows_gpus_vcs_queues_jobs_and_the_newest_samples(world: MetricsWorld) -> None:
     running = world.submit(HOLDS_TWO)
     world.clock.advance(5)
-    world.cycle_until(running, "RUNNING")
+    world.drive(running, ("RUNNING",))
     waiting = world.submit(TWO_MORE)  # research's quota is in use: it waits
-    world.cycle_until(waiting, "WAITING")
+    world.drive(waiting, ("WAITING",))
     world.clock.advance(60)
     now = world.clock.now()
     with world.ctx.db.session() as session:
@@ -194,14 +163,14 @@ def test_the_page_shows_gpus_vcs_queues_jobs_and_the_newest_samples(world: World
     assert at(stale, "trainyard_gpus_allocated", **node, model=world.model) == 2
 
 
-def test_a_stopped_job_leaves_the_running_figures_and_its_gpus_are_free_again(world: World) -> None:
+def test_a_stopped_job_leaves_the_running_figures_and_its_gpus_are_free_again(world: MetricsWorld) -> None:
     job = world.submit(HOLDS_TWO)
-    world.cycle_until(job, "RUNNING")
+    world.drive(job, ("RUNNING",))
     world.clock.advance(100)
     with world.ctx.db.session() as session:
         admin = auth.get_user(session, "admin")
         job_service.request_stop(session, admin, job, clock=world.clock)
-    world.cycle_until(job, "STOPPED")
+    world.drive(job, ("STOPPED",))
     world.clock.advance(10)
     found = world.scrape()
     assert at(found, "trainyard_jobs", state="STOPPED") == 1
@@ -227,7 +196,7 @@ def test_scraping_needs_an_admin_token(db, tmp_path) -> None:
     assert not any(name.startswith("trainyard_scheduler_cycle") for name, _ in found)
 
 
-def test_a_node_whose_gpus_change_shows_the_new_ones_on_the_next_scrape(world: World) -> None:
+def test_a_node_whose_gpus_change_shows_the_new_ones_on_the_next_scrape(world: MetricsWorld) -> None:
     """The nodes' GPU lists are decoded once per stored text (``store/queries/decoded.py``):
     a changed list is a new text, so no scrape shows an old one."""
     node = {"node": world.node}

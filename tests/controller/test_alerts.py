@@ -25,7 +25,6 @@ from trainyard.api.app import create_app
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.alerting import AlertEvaluator, Receivers
-from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.monitor.alerts import rule_defaults
 from trainyard.monitor.notify import SmtpSettings
@@ -424,11 +423,11 @@ def test_the_prometheus_rules_file_passes_promtool_with_the_current_thresholds(w
     assert "SUCCESS: 6 rules found" in checked.stdout
 
 
-def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops_its_cycle(db, tmp_path) -> None:
+def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops_its_cycle(db, make_world) -> None:
     clock = FakeClock()
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
     unreachable = Receivers(["http://127.0.0.1:9/nobody-listens"])
-    controller = Controller(db, backend, clock, alert_interval_seconds=30.0, alert_receivers=unreachable)
+    controller = make_world(gpus=2, clock=clock, users=(), inventory=False, alert_interval_seconds=30.0,
+                            alert_receivers=unreachable).controller
     with db.session() as session:  # any disk in use is "full": the real sampler's figure will do
         set_rule(session, "disk-full", AlertRuleUpdate(params={"used_pct": 0.001}), clock, 10.0)
     controller.run_once()  # inventory, a first sampling round and a first evaluation, each in its thread
@@ -446,7 +445,6 @@ def test_the_controller_evaluates_on_its_timer_and_a_broken_receiver_never_stops
         firing = {a.subject: a for a in alert_queries.firing_alerts(session) if a.rule == "disk-full"}
     assert firing[f"node:{node}"].notified == {}  # not heard: asked again at the next evaluation
     assert controller.cycles == 3
-    controller.stop()
 
 
 def test_a_new_idle_window_is_read_at_the_next_evaluation_not_from_the_last_reading(world: World) -> None:

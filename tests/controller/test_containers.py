@@ -5,43 +5,21 @@ OUT_OF_MEMORY, and a missing image."""
 from __future__ import annotations
 
 import pytest
-from controller.test_controller import drive, submit, tasks_of
-from e2e.server import kill_tasks_under
 from podman_support import needs_podman
 
 from trainyard.backends.base import TaskKey
 from trainyard.backends.containers import ContainerEngine
-from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.loop import Controller
-from trainyard.core.clock import SystemClock
-from trainyard.services import auth
-from trainyard.store.events import job_events
 
 pytestmark = needs_podman
 
 
 @pytest.fixture
-def world(db, tmp_path):
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384,
-                           containers=ContainerEngine.find("podman", "runc"))
-    clock = SystemClock()
-    controller = Controller(db, backend, clock)
-    with db.session() as s:
-        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
-    controller.run_once()  # inventory
-    yield db, backend, controller, user
-    kill_tasks_under(tmp_path)
-
-
-def events(db, job_id: int) -> list[tuple[str, str]]:
-    with db.session() as s:
-        return [(e.kind, e.message) for e in job_events(s, job_id)]
+def world(make_world):
+    return make_world(backend_options={"containers": ContainerEngine.find("podman", "runc")})
 
 
 def test_a_two_task_job_in_containers_is_wired_and_its_events_show_the_image(world, image) -> None:
-    db, backend, controller, user = world
-    job_id = submit(db, user, f"""
+    job_id = world.submit(f"""
 name: pair
 image: {image}
 taskRoles:
@@ -65,19 +43,19 @@ taskRoles:
             print(c.recv(100).decode())
         '
 """)
-    job = drive(controller, db, job_id, timeout=90)
+    job = world.drive(job_id, timeout=90)
 
-    logs = [backend.read_log(TaskKey(job_id, 0, t.role, t.index, t.run)).data.decode() for t in tasks_of(db, job_id)]
+    logs = [world.backend.read_log(TaskKey(job_id, 0, t.role, t.index, t.run)).data.decode()
+            for t in world.tasks(job_id)]
     assert job.state == "SUCCEEDED", logs
     assert "hello rank 1" in logs[1]
-    node = backend.inventory()[0].name
-    pulls = [message for kind, message in events(db, job_id) if kind == "image-pulled"]
+    node = world.backend.inventory()[0].name
+    pulls = [message for kind, message in world.events(job_id) if kind == "image-pulled"]
     assert sorted(pulls) == [f"task worker/{i}: {image} already on node {node}" for i in (0, 1)]
 
 
 def test_a_container_over_its_memory_ends_the_job_out_of_memory(world, image) -> None:
-    db, _, controller, user = world
-    job_id = submit(db, user, f"""
+    job_id = world.submit(f"""
 name: hungry
 taskRoles:
   m:
@@ -85,30 +63,29 @@ taskRoles:
     resourcePerInstance: {{cpu: 1, memoryMB: 64}}
     commands: ["python3 -c 'x = bytearray(400 * 1024 * 1024)'"]
 """)
-    job = drive(controller, db, job_id, timeout=90)
+    job = world.drive(job_id, timeout=90)
 
     assert job.state == "FAILED"
-    [task] = tasks_of(db, job_id)
+    [task] = world.tasks(job_id)
     assert task.exit_code == 137
     assert "OUT_OF_MEMORY: used more than its 64 MiB memory limit (memoryMB: 64)" in task.message
 
 
 def test_a_job_whose_image_cannot_be_pulled_fails_saying_so(world) -> None:
-    db, backend, controller, user = world
-    job_id = submit(db, user, """
+    job_id = world.submit("""
 name: missing
 prerequisites: [{name: img, type: dockerimage, uri: "localhost/trainyard-no-such-image:1"}]
 taskRoles:
   m: {dockerImage: img, commands: [echo never]}
 """)
-    job = drive(controller, db, job_id, timeout=120)
+    job = world.drive(job_id, timeout=120)
 
     assert job.state == "FAILED"
-    node = backend.inventory()[0].name
-    [task] = tasks_of(db, job_id)
+    node = world.backend.inventory()[0].name
+    [task] = world.tasks(job_id)
     assert task.exit_code == 125
     assert f"could not pull localhost/trainyard-no-such-image:1 on node {node}" in task.message
-    said = dict(events(db, job_id))  # the job's own message says why too
+    said = dict(world.events(job_id))  # the job's own message says why too
     assert f"task m/0: exited with 125 (could not pull localhost/trainyard-no-such-image:1 on node {node}" in (
         said["failed"])
     assert said["image-pulled"].startswith("task m/0: could not pull")

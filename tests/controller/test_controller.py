@@ -8,86 +8,22 @@ import signal
 import sys
 import time
 
-import pytest
 from deadlines import scaled
-from e2e.server import kill_tasks_under, wait_until
+from e2e.server import wait_until
 from sqlalchemy import select
+from worlds import World
 
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
-from trainyard.services import auth
 from trainyard.services import jobs as job_service
-from trainyard.spec.loading import parse_job
-from trainyard.store.db import Database
-from trainyard.store.events import job_events
-from trainyard.store.rows import JobRow, TaskRow
-
-
-@pytest.fixture
-def world(tmp_path):
-    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    db.migrate()
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384)
-    clock = SystemClock()
-    controller = Controller(db, backend, clock)
-    with db.session() as s:
-        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
-    controller.run_once()  # inventory
-    yield db, backend, controller, user
-    kill_tasks_under(tmp_path)
-    db.dispose()
-
-
-def submit(db, user, text: str) -> int:
-    with db.session() as s:
-        return job_service.submit_job(s, user, parse_job(text), clock=SystemClock()).id
-
-
-def drive(controller: Controller, db: Database, job_id: int, states=("SUCCEEDED", "FAILED", "STOPPED"), timeout=20.0,
-          until=None):
-    """Run controller cycles until the job reaches one of ``states`` (and ``until(job)`` holds)."""
-    deadline = time.monotonic() + scaled(timeout)
-    while time.monotonic() < deadline:
-        controller.wake()
-        controller.run_once()
-        with db.session() as s:
-            job = s.get(JobRow, job_id)
-            if job.state in states and (until is None or until(job)):
-                return job
-        time.sleep(0.02)
-    raise AssertionError(f"job {job_id} did not reach {states}\n{explain(controller, db, job_id)}")
-
-
-def explain(controller: Controller, db: Database, job_id: int) -> str:
-    """What the store and the backend's task folders say of a job: for a failure's message."""
-    lines = []
-    with db.session() as s:
-        job = s.get(JobRow, job_id)
-        lines.append(f"job: {job.state} attempt {job.attempt} {job.state_message!r}")
-        for task in s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)):
-            lines.append(f"task {task.role}/{task.index} (attempt row {task.attempt_id}): {task.state} "
-                         f"stop_sent={task.stop_sent} exit={task.exit_code} {task.message!r}")
-        lines += [f"event {e.kind}: {e.message}" for e in job_events(s, job_id)]
-    backend = controller.backend
-    if isinstance(backend, LocalBackend):
-        for task_dir in sorted((backend.state_dir / "tasks" / str(job_id)).glob("*/*")):
-            for name in ("pid.json", "stop.json", "status.json", "exit.json", "supervisor.log", "output.log"):
-                if (task_dir / name).is_file():
-                    lines.append(f"{task_dir.name}/{name}: {(task_dir / name).read_text(errors='replace')[-2000:]}")
-    return "\n".join(lines)
-
-
-def tasks_of(db, job_id: int) -> list[TaskRow]:
-    with db.session() as s:
-        return list(s.scalars(select(TaskRow).where(TaskRow.job_id == job_id).order_by(TaskRow.role, TaskRow.index)))
+from trainyard.store.rows import JobRow
 
 
 def test_a_failed_task_is_rerun_in_place_up_to_task_retry_count(world, tmp_path) -> None:
-    db, _, controller, user = world
     marker = tmp_path / "runs"
-    job_id = submit(db, user, f"""
+    job_id = world.submit(f"""
 name: rerun
 taskRoles:
   m:
@@ -96,15 +32,14 @@ taskRoles:
       - echo run >> {marker}
       - test "$TRAINYARD_TASK_RUN" -ge 2
 """)
-    job = drive(controller, db, job_id)
+    job = world.drive(job_id)
     assert job.state == "SUCCEEDED" and job.attempt == 0
     assert marker.read_text() == "run\nrun\nrun\n"
-    assert tasks_of(db, job_id)[0].run == 2
+    assert world.tasks(job_id)[0].run == 2
 
 
 def test_min_succeeded_ends_the_job_and_stops_the_remaining_tasks(world) -> None:
-    db, _, controller, user = world
-    job_id = submit(db, user, """
+    job_id = world.submit("""
 name: early
 taskRoles:
   chief:
@@ -113,17 +48,16 @@ taskRoles:
   server:
     commands: ['sleep 300']
 """)
-    job = drive(controller, db, job_id)
+    job = world.drive(job_id)
     assert job.state == "SUCCEEDED"
-    states = {(t.role, t.state) for t in tasks_of(db, job_id)}
+    states = {(t.role, t.state) for t in world.tasks(job_id)}
     assert states == {("chief", "SUCCEEDED"), ("server", "STOPPED")}
-    server = next(t for t in tasks_of(db, job_id) if t.role == "server")
+    server = next(t for t in world.tasks(job_id) if t.role == "server")
     assert server.message == "killed by SIGTERM (Trainyard asked it to stop)"  # the signal named once
 
 
 def test_failures_are_tolerated_when_min_failed_is_minus_one(world) -> None:
-    db, _, controller, user = world
-    job_id = submit(db, user, """
+    job_id = world.submit("""
 name: tolerant
 taskRoles:
   w:
@@ -131,61 +65,57 @@ taskRoles:
     completion: {minFailedInstances: -1}
     commands: ['exit $RANK']
 """)
-    assert drive(controller, db, job_id).state == "SUCCEEDED"
-    assert [t.exit_code for t in tasks_of(db, job_id)] == [0, 1]
+    assert world.drive(job_id).state == "SUCCEEDED"
+    assert [t.exit_code for t in world.tasks(job_id)] == [0, 1]
 
 
 def test_command_not_found_is_not_retried(world) -> None:
-    db, _, controller, user = world
-    job_id = submit(db, user, "name: typo\njobRetryCount: 3\ntaskRoles:\n  m:\n    commands: ['no-such-command-xyz']\n")
-    job = drive(controller, db, job_id)
+    job_id = world.submit("name: typo\njobRetryCount: 3\ntaskRoles:\n  m:\n    commands: ['no-such-command-xyz']\n")
+    job = world.drive(job_id)
     assert (job.state, job.exit_code, job.retries_used) == ("FAILED", 127, 0)
     assert "command not found" in job.state_message
 
 
 def test_a_new_controller_launches_placed_tasks_once(world, tmp_path) -> None:
     """A crash between placement and launch: the next controller launches, exactly once."""
-    db, backend, controller, user = world
     marker = tmp_path / "starts"
-    job_id = submit(db, user, f"name: once\ntaskRoles:\n  m:\n    commands: ['echo x >> {marker}']\n")
-    controller._schedule()  # placed, not launched: what a crash right after the commit leaves
-    assert tasks_of(db, job_id)[0].state == "WAITING"
-    again = Controller(db, LocalBackend(tmp_path / "local", gpus=simulated_gpus(4)), SystemClock())
+    job_id = world.submit(f"name: once\ntaskRoles:\n  m:\n    commands: ['echo x >> {marker}']\n")
+    world.controller._schedule()  # placed, not launched: what a crash right after the commit leaves
+    assert world.tasks(job_id)[0].state == "WAITING"
+    world.controller.stop()  # crashed
+    world.controller = again = Controller(world.db, LocalBackend(tmp_path / "local", gpus=simulated_gpus(4)),
+                                          SystemClock())
     again.run_once()
     again.reconciler.run()
-    assert drive(again, db, job_id).state == "SUCCEEDED"
+    assert world.drive(job_id).state == "SUCCEEDED"
     assert marker.read_text() == "x\n"
 
 
 def test_gpus_are_held_until_tasks_end_and_jobs_wait_with_a_reason(world) -> None:
-    db, _, controller, user = world
     # A short grace: this test is about GPUs held, not about stopping (should a stop go
     # astray, the repeat past its deadline enforces it; test_local_stop_delivery).
-    first = submit(db, user, "name: a\nstopGracePeriodSeconds: 5\ntaskRoles:\n  m:\n"
-                   "    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
-    second = submit(db, user, "name: b\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
-    drive(controller, db, first, states=("RUNNING",))
-    controller.wake()
-    controller.run_once()
-    with db.session() as s:
+    first = world.submit("name: a\nstopGracePeriodSeconds: 5\ntaskRoles:\n  m:\n"
+                         "    resourcePerInstance: {gpu: 3}\n    commands: ['sleep 300']\n")
+    second = world.submit("name: b\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
+    world.drive(first, states=("RUNNING",))
+    world.cycle()
+    with world.db.session() as s:
         waiting = s.get(JobRow, second)
         assert (waiting.state, waiting.pending_reason, waiting.pending_position) == ("WAITING", "NO_FIT", 1)
-    with db.session() as s:
-        job_service.request_stop(s, s.merge(user), first, clock=SystemClock())
-    assert drive(controller, db, first).state == "STOPPED"
-    assert drive(controller, db, second).state == "SUCCEEDED"
+    world.stop(first)
+    assert world.drive(first).state == "STOPPED"
+    assert world.drive(second).state == "SUCCEEDED"
 
 
 def test_a_job_whose_stored_file_no_longer_validates_fails_alone(world) -> None:
-    db, _, controller, user = world
-    broken = submit(db, user, "name: old\ntaskRoles:\n  m:\n    commands: ['true']\n")
-    with db.session() as s:
+    broken = world.submit("name: old\ntaskRoles:\n  m:\n    commands: ['true']\n")
+    with world.db.session() as s:
         row = s.get(JobRow, broken)
         row.spec = {**row.spec, "taskRoles": {"m": {**row.spec["taskRoles"]["m"], "instances": 0}}}
-    healthy = submit(db, user, "name: new\ntaskRoles:\n  m:\n    commands: ['true']\n")
-    job = drive(controller, db, broken)
+    healthy = world.submit("name: new\ntaskRoles:\n  m:\n    commands: ['true']\n")
+    job = world.drive(broken)
     assert job.state == "FAILED" and "no longer valid" in job.state_message
-    assert drive(controller, db, healthy).state == "SUCCEEDED"
+    assert world.drive(healthy).state == "SUCCEEDED"
 
 
 def test_a_task_launched_just_before_a_crash_keeps_its_gpus_until_it_ends(world, tmp_path) -> None:
@@ -193,8 +123,7 @@ def test_a_task_launched_just_before_a_crash_keeps_its_gpus_until_it_ends(world,
     from trainyard.controller.launching import build_launch
     from trainyard.controller.reconcile import current_attempt
 
-    db, backend, controller, user = world
-    job_id = submit(db, user, """
+    job_id = world.submit("""
 name: racing
 stopGracePeriodSeconds: 5
 taskRoles:
@@ -203,16 +132,16 @@ taskRoles:
     commands:
       - sleep 300
 """)
-    controller._schedule()
-    with db.session() as s:
+    world.controller._schedule()
+    with world.db.session() as s:
         job = s.get(JobRow, job_id)
         attempt = current_attempt(job)
-        backend.launch(build_launch(job, attempt, attempt.tasks[0], controller.spec_of(job), {}))
-        job_service.request_stop(s, s.merge(user), job_id, clock=SystemClock())
-    controller.reconciler.run()
-    assert [t.state for t in tasks_of(db, job_id)] == ["RUNNING"]  # not "stopped before launch"
-    assert drive(controller, db, job_id).state == "STOPPED"
-    assert tasks_of(db, job_id)[0].exit_code is not None  # its real end was observed
+        world.backend.launch(build_launch(job, attempt, attempt.tasks[0], world.controller.spec_of(job), {}))
+        job_service.request_stop(s, s.merge(world.user), job_id, clock=SystemClock())
+    world.controller.reconciler.run()
+    assert [t.state for t in world.tasks(job_id)] == ["RUNNING"]  # not "stopped before launch"
+    assert world.drive(job_id).state == "STOPPED"
+    assert world.tasks(job_id)[0].exit_code is not None  # its real end was observed
 
 
 def test_a_preempted_job_gets_its_grace_then_runs_again_as_a_new_attempt_without_using_retries(
@@ -222,9 +151,8 @@ def test_a_preempted_job_gets_its_grace_then_runs_again_as_a_new_attempt_without
     from trainyard.scheduler.snapshot import Preempt
     from trainyard.services.specs import StoredSpecs
 
-    db, _, controller, user = world
     marker = tmp_path / "runs"
-    job_id = submit(db, user, f"""
+    job_id = world.submit(f"""
 name: victim
 jobRetryCount: 0
 stopGracePeriodSeconds: 5
@@ -236,22 +164,22 @@ taskRoles:
       - trap 'echo checkpointed >> {marker}; exit 0' TERM
       - sleep 300 & wait
 """)
-    drive(controller, db, job_id, states=("RUNNING",))
+    world.drive(job_id, states=("RUNNING",))
     deadline = time.monotonic() + scaled(10)
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.02)  # the trap must be set before the SIGTERM comes
-    with db.session() as s:
+    with world.db.session() as s:
         assert preempt_jobs(s, [
             Preempt(job_id, 0, "preempted for job 99", 0)], SystemClock(), StoredSpecs().of) == [job_id]
-    with db.session() as s:
+    with world.db.session() as s:
         assert preempt_jobs(s, [Preempt(job_id, 0, "again", 0)], SystemClock(), StoredSpecs().of) == []  # never twice
-    requeued = drive(controller, db, job_id, states=("RUNNING",), until=lambda j: j.attempt == 1)
+    requeued = world.drive(job_id, states=("RUNNING",), until=lambda j: j.attempt == 1)
     assert requeued.attempt == 1 and requeued.retries_used == 0
     deadline = time.monotonic() + scaled(10)
     while marker.read_text().count("attempt") < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert marker.read_text().splitlines()[:3] == ["attempt 0", "checkpointed", "attempt 1"]
-    with db.session() as s:
+    with world.db.session() as s:
         from trainyard.store.rows import AttemptRow, JobEventRow
 
         attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)).all()
@@ -270,36 +198,35 @@ def test_a_job_that_ended_on_its_own_before_its_preemption_took_effect_keeps_its
     from trainyard.services.specs import StoredSpecs
     from trainyard.store.rows import AttemptRow
 
-    db, backend, controller, user = world
-    job_id = submit(db, user, "name: quick\ntaskRoles:\n  w:\n    instances: 2\n    resourcePerInstance: {gpu: 1}\n"
-                    "    commands: ['exit 0']\n")
-    drive(controller, db, job_id, states=("RUNNING",))
-    with db.session() as s:
+    job_id = world.submit("name: quick\ntaskRoles:\n  w:\n    instances: 2\n    resourcePerInstance: {gpu: 1}\n"
+                          "    commands: ['exit 0']\n")
+    world.drive(job_id, states=("RUNNING",))
+    with world.db.session() as s:
         job = s.get(JobRow, job_id)
         attempt = job.attempts[0]
         keys = [task_key(job, attempt, t) for t in attempt.tasks]
     deadline = time.monotonic() + scaled(10)
-    while any(st.running for st in backend.observe(keys).values()) and time.monotonic() < deadline:
+    while any(st.running for st in world.backend.observe(keys).values()) and time.monotonic() < deadline:
         time.sleep(0.02)  # both processes have exited; the controller has not looked yet
-    with db.session() as s:
+    with world.db.session() as s:
         assert preempt_jobs(s, [
             Preempt(job_id, 0, "reclaimed for job 99", 0)], SystemClock(), StoredSpecs().of) == [job_id]
-    reconcile_until(controller, db, job_id, "SUCCEEDED")
-    with db.session() as s:
+    reconcile_until(world, job_id, "SUCCEEDED")
+    with world.db.session() as s:
         job = s.get(JobRow, job_id)
         attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id)).all()
         assert (job.attempt, job.exit_code) == (0, 0)
         assert [a.state for a in attempts] == ["SUCCEEDED"]
         assert "ended before its preemption took effect" in attempts[0].reason
-    assert [t.state for t in tasks_of(db, job_id)] == ["SUCCEEDED", "SUCCEEDED"]
+    assert [t.state for t in world.tasks(job_id)] == ["SUCCEEDED", "SUCCEEDED"]
 
 
-def reconcile_until(controller: Controller, db: Database, job_id: int, state: str) -> None:
+def reconcile_until(world: World, job_id: int, state: str) -> None:
     """Reconcile passes only (no scheduling) until the job is in ``state``."""
     deadline = time.monotonic() + scaled(20)
     while time.monotonic() < deadline:
-        controller.reconciler.run()
-        with db.session() as s:
+        world.controller.reconciler.run()
+        with world.db.session() as s:
             if s.get(JobRow, job_id).state == state:
                 return
         time.sleep(0.02)
@@ -307,67 +234,55 @@ def reconcile_until(controller: Controller, db: Database, job_id: int, state: st
 
 
 def test_a_retried_job_waiting_again_for_the_same_reason_still_shows_it(world) -> None:
-    db, _, controller, user = world
-    hog = submit(db, user, "name: h\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n    commands: ['sleep 1']\n")
-    controller.wake()
-    controller.run_once()
-    flaky = submit(db, user, "name: f\njobRetryCount: 2\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n"
-                   "    commands: ['exit 1']\n")
-    controller.wake()
-    controller.run_once()
-    with db.session() as s:
+    hog = world.submit("name: h\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n    commands: ['sleep 1']\n")
+    world.cycle()
+    flaky = world.submit("name: f\njobRetryCount: 2\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n"
+                         "    commands: ['exit 1']\n")
+    world.cycle()
+    with world.db.session() as s:
         first = (s.get(JobRow, flaky).pending_reason, s.get(JobRow, flaky).pending_message)
     assert first[0] == "NO_FIT"
-    reconcile_until(controller, db, hog, "SUCCEEDED")
-    controller.wake()
-    controller.run_once()  # places the flaky job
+    reconcile_until(world, hog, "SUCCEEDED")
+    world.cycle()  # places the flaky job
     # A prod job comes; the flaky job fails and is requeued without a scheduling cycle in
     # between, then waits behind the prod job for the same reason as before.
-    submit(db, user, "name: p\npriority: prod\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n"
-           "    commands: ['sleep 600']\n")
-    reconcile_until(controller, db, flaky, "WAITING")
-    controller.wake()
-    controller.run_once()
-    with db.session() as s:
+    world.submit("name: p\npriority: prod\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n"
+                 "    commands: ['sleep 600']\n")
+    reconcile_until(world, flaky, "WAITING")
+    world.cycle()
+    with world.db.session() as s:
         job = s.get(JobRow, flaky)
         assert (job.state, job.retries_used) == ("WAITING", 1)
         assert (job.pending_reason, job.pending_message) == first
 
 
-def test_a_task_that_ended_unwatched_keeps_the_end_its_supervisor_recorded(tmp_path) -> None:
+def test_a_task_that_ended_unwatched_keeps_the_end_its_supervisor_recorded(make_world) -> None:
     """A controller that sees an exit late (it was down, or busy) records when the task
     ended, not when it looked: runtimes after a restart are not inflated."""
     from datetime import UTC, datetime, timedelta
 
     from trainyard.core.clock import FakeClock
 
-    db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    db.migrate()
     clock = FakeClock(datetime.now(UTC) - timedelta(seconds=30))  # launched before it really ends
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(1), cpu_milli=2000, memory_mb=4096)
-    controller = Controller(db, backend, clock)
-    with db.session() as s:
-        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
-    controller.run_once()  # inventory
-    job_id = submit(db, user, "name: quick\ntaskRoles:\n  w:\n    commands: ['true']\n")
+    world = make_world(gpus=1, cpu_milli=2000, memory_mb=4096, clock=clock)
+    job_id = world.submit("name: quick\ntaskRoles:\n  w:\n    commands: ['true']\n")
     deadline = time.monotonic() + scaled(20)
-    while not tasks_of(db, job_id) or tasks_of(db, job_id)[0].started_at is None:  # launched, by the fake clock
+    while not world.tasks(job_id) or world.tasks(job_id)[0].started_at is None:  # launched, by the fake clock
         assert time.monotonic() < deadline, "the task was not launched"
         clock.advance(1)
-        controller.run_once()
+        world.controller.run_once()
     while time.monotonic() < deadline:
         clock.advance(3600)  # every look comes an hour later than the last
-        controller.run_once()
-        with db.session() as s:
+        world.controller.run_once()
+        with world.db.session() as s:
             if s.get(JobRow, job_id).state == "SUCCEEDED":
                 break
         time.sleep(0.02)
-    (task,) = tasks_of(db, job_id)
+    (task,) = world.tasks(job_id)
     assert task.state == "SUCCEEDED" and (task.finished_at - task.started_at).total_seconds() < 60
-    with db.session() as s:
+    with world.db.session() as s:
         job = s.get(JobRow, job_id)
         assert job.attempts[0].finished_at == task.finished_at == job.finished_at
-    db.dispose()
 
 
 def _claim_of_running_task(tmp_path, job_id: int) -> dict:
@@ -383,9 +298,8 @@ def _claim_of_running_task(tmp_path, job_id: int) -> dict:
 
 
 def test_a_task_that_finishes_after_its_supervisor_was_killed_succeeds_and_is_not_run_again(world, tmp_path) -> None:
-    db, _, controller, user = world
     starts, go = tmp_path / "starts", tmp_path / "go"
-    job_id = submit(db, user, f"""
+    job_id = world.submit(f"""
 name: orphaned
 jobRetryCount: 1
 taskRoles:
@@ -394,15 +308,15 @@ taskRoles:
       - echo start >> {starts}
       - while [ ! -e {go} ]; do sleep 0.02; done
 """)
-    drive(controller, db, job_id, states=("RUNNING",))
+    world.drive(job_id, states=("RUNNING",))
     wait_until(starts.exists, what="the task to start")
     supervisor = _claim_of_running_task(tmp_path, job_id)["supervisor"]["pid"]
     os.kill(supervisor, signal.SIGKILL)
     go.touch()  # the task finishes its work with no supervisor left to record it
-    job = drive(controller, db, job_id)
+    job = world.drive(job_id)
     assert (job.state, job.attempt, job.retries_used, job.exit_code) == ("SUCCEEDED", 0, 0, 0)
     assert starts.read_text() == "start\n"
-    (task,) = tasks_of(db, job_id)
+    (task,) = world.tasks(job_id)
     assert (task.state, task.exit_code) == ("SUCCEEDED", 0) and "supervisor was lost" in task.message
 
 
@@ -419,8 +333,7 @@ def test_a_lost_task_is_retried_as_a_platform_fault_without_spending_job_retries
     from trainyard.services.views import job_detail as job_view
     from trainyard.store.rows import JobEventRow
 
-    db, _, controller, user = world
-    job_id = submit(db, user, f"""
+    job_id = world.submit(f"""
 name: unlucky
 jobRetryCount: 0
 taskRoles:
@@ -429,9 +342,9 @@ taskRoles:
       - {json.dumps(_lose_supervision("0"))}
       - echo "finished attempt $TRAINYARD_ATTEMPT"
 """)
-    job = drive(controller, db, job_id)
+    job = world.drive(job_id)
     assert (job.state, job.attempt, job.retries_used) == ("SUCCEEDED", 1, 0)
-    with db.session() as s:
+    with world.db.session() as s:
         row = s.get(JobRow, job_id)
         assert [a.state for a in row.attempts] == ["LOST", "SUCCEEDED"]
         lost_task = row.attempts[0].tasks[0]
@@ -442,7 +355,7 @@ taskRoles:
         assert "task-lost" in kinds and "retried" not in kinds
         (retry,) = [e.message for e in events if e.kind == "platform-retried"]
         assert "without spending jobRetryCount" in retry and "platform retry 1 of" in retry
-        shown = render_job(job_view(row, events, [], spec=controller.spec_of(row), now=SystemClock().now()))
+        shown = render_job(job_view(row, events, [], spec=world.controller.spec_of(row), now=SystemClock().now()))
     assert "Attempt 0: LOST" in shown and "m/0   LOST" in shown
     assert "retries used 0 of 0; platform retries 1 of 3" in shown
 
@@ -450,8 +363,7 @@ taskRoles:
 def test_a_job_lost_every_time_gets_a_bounded_number_of_platform_retries_then_fails(world, tmp_path) -> None:
     from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
 
-    db, _, controller, user = world
-    job_id = submit(db, user, f"""
+    job_id = world.submit(f"""
 name: cursed
 jobRetryCount: 0
 taskRoles:
@@ -459,9 +371,9 @@ taskRoles:
     commands:
       - {json.dumps(_lose_supervision("*"))}
 """)
-    job = drive(controller, db, job_id, timeout=60)
+    job = world.drive(job_id, timeout=60)
     assert (job.state, job.retries_used, job.exit_code) == ("FAILED", 0, None)
     assert "platform retries are used up" in job.state_message
-    with db.session() as s:
+    with world.db.session() as s:
         states = [a.state for a in s.get(JobRow, job_id).attempts]
     assert states == ["LOST"] * MAX_PLATFORM_RETRIES + ["FAILED"]

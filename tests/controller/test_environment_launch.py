@@ -5,16 +5,12 @@ environment's image; and a deleted one fails the launch, saying so."""
 from __future__ import annotations
 
 import pytest
-from e2e.server import kill_tasks_under
 
 from trainyard.backends.base import PythonEnvironment
-from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.launching import EnvironmentGone, build_launch, environments_of
 from trainyard.controller.loop import Controller
 from trainyard.controller.reconcile import current_attempt
-from trainyard.core.clock import SystemClock
-from trainyard.services import auth, environments
+from trainyard.services import environments
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
 from trainyard.store.rows import EnvironmentRow, JobRow
@@ -29,15 +25,12 @@ taskRoles:
 
 
 @pytest.fixture
-def placed(db, tmp_path):
+def placed(make_world):
     """A placed job whose trainer runs in a custom environment on a base, its server in an image."""
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
-    clock = SystemClock()
-    controller = Controller(db, backend, clock)
-    controller.run_once()  # the inventory, for the submit's fit check
-    with db.session() as s:
-        admin = auth.create_user(s, "root", is_admin=True, clock=clock)
-        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+    world = make_world(gpus=2, users=("root", "alice"), admins=("root",))  # the inventory, for the submit's fit check
+    clock = world.clock
+    with world.db.session() as s:
+        admin, alice = s.merge(world.root), s.merge(world.alice)
         base = environments.create_base(s, admin, "py-base", path="/opt/py/", image=None, group=None, clock=clock)
         environments.create_base(s, admin, "serving-image", path=None, image="serving:1", group=None, clock=clock)
         s.add(EnvironmentRow(name="on-base", owner_id=alice.id, kind="custom", visibility="private", base_id=base.id,
@@ -45,9 +38,8 @@ def placed(db, tmp_path):
                              created_at=clock.now()))
         s.flush()
         job_id = job_service.submit_job(s, alice, parse_job(JOB), clock=clock).id
-    controller._schedule()  # placed, not launched
-    yield db, controller, job_id
-    kill_tasks_under(tmp_path)
+    world.controller._schedule()  # placed, not launched
+    return world.db, world.controller, job_id
 
 
 def launches(db, controller: Controller, job_id: int):

@@ -7,10 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
 
-from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.history import CLOSE_DAYS_PER_RUN, MAINTAIN_INTERVAL_SECONDS, HistoryKeeper
-from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.core.retention import parse_retention
 from trainyard.store.rows import TaskSampleRow
@@ -45,12 +42,12 @@ def test_the_history_is_maintained_once_per_interval(db) -> None:
     assert count(db, 60) == 3
 
 
-def test_the_controllers_cycle_downsamples_and_prunes_by_its_retention(db, tmp_path) -> None:
+def test_the_controllers_cycle_downsamples_and_prunes_by_its_retention(db, make_world) -> None:
     clock = FakeClock(T0 + timedelta(hours=3))
     add_raw(db, T0, 3 * 3600)
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(1), cpu_milli=1000, memory_mb=1024)
-    controller = Controller(db, backend, clock, monitor_retention=parse_retention("raw:1h,1m:2h,10m:1d"))
-    controller.run_once()
+    world = make_world(gpus=1, cpu_milli=1000, memory_mb=1024, clock=clock, users=(),
+                       monitor_retention=parse_retention("raw:1h,1m:2h,10m:1d"))  # its first cycle has run
+    controller = world.controller
     controller.history.join()
     assert count(db, 0) == 360  # the last hour of raw samples
     assert count(db, 60) == 119  # 01:00..02:58: the minute that ends at 3 h is not settled yet

@@ -11,8 +11,7 @@ from datetime import UTC, datetime, timedelta
 import psutil
 import pytest
 from deadlines import scaled
-from e2e.server import kill_tasks_under
-from test_controller import drive, submit
+from worlds import World
 
 from trainyard.backends.base import MetricsSource, TaskKey
 from trainyard.backends.local import taskfiles
@@ -21,7 +20,6 @@ from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import FakeClock
 from trainyard.core.metrics import Sampled
-from trainyard.services import auth
 from trainyard.store.queries import metrics as metric_queries
 
 INTERVAL = 10.0
@@ -36,17 +34,12 @@ taskRoles:
 
 
 @pytest.fixture
-def monitored(db, tmp_path):
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=4000, memory_mb=4096)
-    clock = FakeClock(datetime.now(UTC))
-    controller = Controller(db, backend, clock, monitor_interval_seconds=INTERVAL)
-    with db.session() as s:
-        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
-    controller.run_once()
-    assert controller.monitoring is not None
-    controller.monitoring.join()
-    yield backend, controller, clock, user
-    kill_tasks_under(tmp_path)
+def monitored(make_world) -> World:
+    world = make_world(gpus=2, cpu_milli=4000, memory_mb=4096, clock=FakeClock(datetime.now(UTC)),
+                       monitor_interval_seconds=INTERVAL)
+    assert world.controller.monitoring is not None
+    world.controller.monitoring.join()
+    return world
 
 
 def _busy_process(backend: LocalBackend, job_id: int) -> psutil.Process:
@@ -56,10 +49,10 @@ def _busy_process(backend: LocalBackend, job_id: int) -> psutil.Process:
     return next(p for p in [leader, *leader.children(recursive=True)] if "iter(int" in " ".join(p.cmdline()))
 
 
-def test_a_running_task_and_its_node_are_sampled_into_the_store(db, monitored) -> None:
-    backend, controller, clock, user = monitored
-    job_id = submit(db, user, BUSY_JOB)
-    drive(controller, db, job_id, states=("RUNNING",))
+def test_a_running_task_and_its_node_are_sampled_into_the_store(db, monitored: World) -> None:
+    backend, controller, clock = monitored.backend, monitored.controller, monitored.clock
+    job_id = monitored.submit(BUSY_JOB)
+    monitored.drive(job_id, states=("RUNNING",))
     monitoring = controller.monitoring
     assert monitoring is not None
     busy = _wait_for_busy(backend, job_id)
@@ -103,8 +96,8 @@ def _wait_for_busy(backend: LocalBackend, job_id: int) -> psutil.Process:
             time.sleep(0.02)
 
 
-def test_rounds_start_at_most_once_per_interval(db, monitored) -> None:
-    _, controller, clock, _ = monitored
+def test_rounds_start_at_most_once_per_interval(db, monitored: World) -> None:
+    controller, clock = monitored.controller, monitored.clock
     monitoring = controller.monitoring
     assert monitoring is not None and monitoring.rounds == 1  # the fixture's first cycle
     controller.run_once()

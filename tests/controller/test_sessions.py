@@ -6,40 +6,28 @@ report comes once per idle spell and the cull only where the site sets one."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from e2e.server import kill_tasks_under, wait_until
+from e2e.server import wait_until
+from worlds import World
 
-from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.loop import Controller
 from trainyard.controller.sessions import SessionWatch, Status
 from trainyard.core.clock import FakeClock
 from trainyard.core.sessions import SessionPolicy
 from trainyard.schemas.sessions import SessionRequest
-from trainyard.services import auth, dev_sessions
+from trainyard.services import dev_sessions
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Conflict, Invalid, NotFound
 from trainyard.spec.loading import parse_job
-from trainyard.store.db import Database
-from trainyard.store.events import job_events
-from trainyard.store.rows import DevSessionRow, JobRow, TaskRow, UserRow
+from trainyard.store.rows import DevSessionRow, JobRow
 
 POLICY = SessionPolicy(python=sys.executable, hours=2, max_hours=8, idle_report_minutes=30, idle_cull_minutes=90,
                        check_interval_seconds=3600)
 
 
-@dataclass
-class World:
-    db: Database
-    clock: FakeClock
-    controller: Controller
-    alice: UserRow
-    bob: UserRow
+class SessionWorld(World):
+    """The world with a session policy, on a fake clock: alice starts sessions."""
 
     def start(self, **request: object) -> int:
         with self.db.session() as s:
@@ -53,67 +41,34 @@ class World:
             _ = row.job.state
             return row
 
-    def job(self, job_id: int) -> JobRow:
-        with self.db.session() as s:
-            job = s.get(JobRow, job_id)
-            assert job is not None
-            return job
-
     def cycle(self) -> None:
-        self.controller.wake()
-        self.controller.run_once()
+        super().cycle()
         self.controller.session_watch.join()
 
     def running(self, job_id: int) -> None:
-        def runs() -> bool:
-            self.cycle()
-            if self.job(job_id).state == "RUNNING":
-                return True
-            # The controller's time passes while it waits, as it would: what it waits for
-            # by its clock (a grace period before a stop is enforced) comes.
-            self.clock.advance(1.0)
-            return False
+        """Cycles until the job runs; the controller's time passes while it waits, as it
+        would: what it waits for by its clock (a grace period before a stop is enforced) comes."""
         try:  # a loaded CI machine starts a task in seconds, not tens of seconds: 60 s is ample
-            wait_until(runs, timeout=60, what=f"job {job_id} to run")
-        except AssertionError as exc:  # say where it stands, for a failure that cannot be rerun
-            raise AssertionError(f"{exc}: {self.where(job_id)}; every job: "
-                                 f"{[self.where(j) for j in self.job_ids() if j != job_id]}") from None
+            self.drive(job_id, ("RUNNING",), timeout=60, advance=1.0)
+        except AssertionError as exc:  # say where every job stands, for a failure that cannot be rerun
+            others = [self.explain(j) for j in self.job_ids() if j != job_id]
+            raise AssertionError(f"{exc}\nevery other job: {others}") from None
 
     def job_ids(self) -> list[int]:
         with self.db.session() as s:
             return [j.id for j in s.query(JobRow).order_by(JobRow.id)]
 
-    def where(self, job_id: int) -> str:
-        """The job's state, its tasks' and its events, for a failure that cannot be rerun."""
-        with self.db.session() as s:
-            job = s.get(JobRow, job_id)
-            assert job is not None
-            tasks = [(t.attempt_id, t.role, t.state, t.exit_code, t.message, t.ports)
-                     for t in s.query(TaskRow).filter(TaskRow.job_id == job_id).order_by(TaskRow.id)]
-            return (f"job {job_id} is {job.state} ({job.state_message!r}), attempt {job.attempt}; "
-                    f"its tasks: {tasks}; its events: {self.events(job_id)}")
-
-    def events(self, job_id: int) -> list[tuple[str, str]]:
-        with self.db.session() as s:
-            return [(e.kind, e.message) for e in job_events(s, job_id)]
-
 
 @pytest.fixture
-def world(db: Database, tmp_path: Path) -> Iterator[World]:
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
-    clock = FakeClock(datetime.now(UTC))
-    controller = Controller(db, backend, clock, session_policy=POLICY)
-    with db.session() as s:
-        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
-        bob = auth.create_user(s, "bob", is_admin=False, clock=clock)
-    controller.run_once()  # inventory
-    yield World(db, clock, controller, alice, bob)
-    controller.stop()
-    kill_tasks_under(tmp_path)
+def world(make_world) -> SessionWorld:
+    return make_world(kind=SessionWorld, gpus=2, clock=FakeClock(datetime.now(UTC)), users=("alice", "bob"),
+                      session_policy=POLICY)
 
 
 @pytest.mark.postgres
-def test_a_session_lives_its_lifetime_from_its_start_renewals_move_its_end_then_it_is_stopped(world: World) -> None:
+def test_a_session_lives_its_lifetime_from_its_start_renewals_move_its_end_then_it_is_stopped(
+    world: SessionWorld,
+) -> None:
     session = world.start(gpu=0.5)
     assert world.row(session).expires_at is None  # waiting: its lifetime has not begun
     world.running(session)
@@ -141,7 +96,7 @@ def test_a_session_lives_its_lifetime_from_its_start_renewals_move_its_end_then_
         dev_sessions.renew_session(s, world.alice, session, None, policy=POLICY, clock=world.clock)
 
 
-def test_renewals_and_views_are_the_owners_and_bounded_by_the_site(world: World) -> None:
+def test_renewals_and_views_are_the_owners_and_bounded_by_the_site(world: SessionWorld) -> None:
     session = world.start(name="mine", hours=1)
     with world.db.session() as s:
         with pytest.raises(NotFound, match=f"no job {session}"):
@@ -155,7 +110,7 @@ def test_renewals_and_views_are_the_owners_and_bounded_by_the_site(world: World)
     assert world.row(session).hours == 4
 
 
-def test_bad_requests_are_refused_at_the_requests_own_fields(world: World) -> None:
+def test_bad_requests_are_refused_at_the_requests_own_fields(world: SessionWorld) -> None:
     cases = [
         ({"gpu": 1.5}, "gpu"),
         ({"image": "no such/image:1"}, "image"),
@@ -174,7 +129,7 @@ def test_bad_requests_are_refused_at_the_requests_own_fields(world: World) -> No
     assert "TRAINYARD_SESSION_PYTHON" in no_python.value.message
 
 
-def test_jupyterlabs_own_activity_is_read_and_an_idle_session_reported_once_then_culled(world: World) -> None:
+def test_jupyterlabs_own_activity_is_read_and_an_idle_session_reported_once_then_culled(world: SessionWorld) -> None:
     session = world.start()
     world.running(session)
     watch = SessionWatch(world.db, world.clock, POLICY)
@@ -212,7 +167,7 @@ def test_jupyterlabs_own_activity_is_read_and_an_idle_session_reported_once_then
     assert "idle for 1 h 31 min (this site stops sessions idle for 1 h 30 min)" in job.state_message
 
 
-def test_an_opportunistic_session_is_reclaimed_for_a_guaranteed_job_and_comes_back_after(world: World) -> None:
+def test_an_opportunistic_session_is_reclaimed_for_a_guaranteed_job_and_comes_back_after(world: SessionWorld) -> None:
     session = world.start(gpu=2, priority="oppo")
     world.running(session)
     with world.db.session() as s:
@@ -221,7 +176,7 @@ def test_an_opportunistic_session_is_reclaimed_for_a_guaranteed_job_and_comes_ba
             "    commands: ['sleep 600']\n"), clock=world.clock).id
     world.running(urgent)
     job = world.job(session)
-    assert job.state == "WAITING" and job.retries_used == 0, world.where(session)
+    assert job.state == "WAITING" and job.retries_used == 0, world.explain(session)
     assert "preempted" in [kind for kind, _ in world.events(session)]
     with world.db.session() as s:
         job_service.request_stop(s, world.bob, urgent, clock=world.clock)
@@ -229,7 +184,7 @@ def test_an_opportunistic_session_is_reclaimed_for_a_guaranteed_job_and_comes_ba
     assert world.job(session).attempt == 1
 
 
-def test_a_session_is_never_cloned(world: World) -> None:
+def test_a_session_is_never_cloned(world: SessionWorld) -> None:
     session = world.start()
     with world.db.session() as s, pytest.raises(Conflict, match="is a JupyterLab session: start another"):
         job_service.clone_job(s, world.alice, session, job_service.CloneChanges(), specs=world.controller.specs,

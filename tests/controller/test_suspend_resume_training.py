@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e.server import kill_tasks_under, wait_until
-from test_suspension import attempts_of, events_of, job_in, submit
+from e2e.server import wait_until
+from worlds import World
 
 from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
-from trainyard.services import admin, auth, suspension
+from trainyard.services import admin, suspension
 from trainyard.services.specs import StoredSpecs
 
 CLOCK = SystemClock()
@@ -29,17 +27,13 @@ STEPS = 300
 
 
 @pytest.fixture
-def world(db, tmp_path):
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
-    controller = Controller(db, backend, CLOCK)
-    controller.run_once()  # inventory
-    with db.session() as s:
-        alice = auth.create_user(s, "alice", is_admin=False, clock=CLOCK)
+def world(make_world) -> World:
+    world = make_world(gpus=2, clock=CLOCK)
+    with world.db.session() as s:
         # A VC of the two GPUs: within a VC a higher priority may preempt a lower one.
         admin.create_vc(s, "team", gpus=2, model=None, preemption=True, clock=CLOCK)
         admin.grant_vc(s, "team", "alice")
-    yield db, controller, backend, alice
-    kill_tasks_under(tmp_path)
+    return world
 
 
 def training_job(trainer: str, step_seconds: float) -> str:
@@ -84,34 +78,34 @@ def test_a_pytorch_training_loop_suspended_twice_ends_bit_for_bit_as_an_uninterr
 
 
 def suspend_twice_and_compare(world, trainer: str) -> None:
-    db, controller, backend, alice = world
+    backend = world.backend
 
     # The reference: the same loop, never interrupted (the sleep per step changes no number).
-    reference = submit(db, alice, training_job(trainer, step_seconds=0))
-    assert job_in(db, controller, reference, ("SUCCEEDED",), timeout=120).attempt == 0
+    reference = world.submit(training_job(trainer, step_seconds=0))
+    assert world.drive(reference, ("SUCCEEDED",), timeout=120).attempt == 0
     expected = result_of(backend, reference)
     assert expected["steps"] == STEPS and expected["segments"] == [
         {"attempt": 0, "from": 0, "to": STEPS, "ended": "finished"}]
 
-    job_id = submit(db, alice, training_job(trainer, step_seconds=0.02))
-    job_in(db, controller, job_id, ("RUNNING",))
+    job_id = world.submit(training_job(trainer, step_seconds=0.02))
+    world.drive(job_id, ("RUNNING",))
     trained_past(backend, job_id, 40)
 
     # 1. A prod job needs both GPUs: the scheduler suspends the training job, which saves
     # and waits; once the prod job has ended it resumes on its own as attempt 1.
-    prod = submit(db, alice, "name: urgent\npriority: prod\ndefaults: {virtualCluster: team}\n"
-                             "taskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
-    job_in(db, controller, job_id, ("SUSPENDED",))
+    prod = world.submit("name: urgent\npriority: prod\ndefaults: {virtualCluster: team}\n"
+                        "taskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
+    world.drive(job_id, ("SUSPENDED",))
     first_stop = progress(backend, job_id)  # the step it saved
-    assert job_in(db, controller, prod, ("SUCCEEDED",)).state == "SUCCEEDED"
-    job_in(db, controller, job_id, ("RUNNING",), until=lambda j: j.attempt == 1)
+    assert world.drive(prod, ("SUCCEEDED",)).state == "SUCCEEDED"
+    world.drive(job_id, ("RUNNING",), until=lambda j: j.attempt == 1)
     trained_past(backend, job_id, first_stop + 40)
 
     # 2. Its owner suspends it (yard suspend), and resumes it (yard resume) once it waits.
-    suspension.suspend_job(db, alice, job_id, specs=StoredSpecs(), clock=CLOCK)
-    assert job_in(db, controller, job_id, ("SUSPENDED",)).held_by == "alice"
-    suspension.resume_job(db, alice, job_id, clock=CLOCK)
-    job = job_in(db, controller, job_id, ("SUCCEEDED",), timeout=120)
+    suspension.suspend_job(world.db, world.alice, job_id, specs=StoredSpecs(), clock=CLOCK)
+    assert world.drive(job_id, ("SUSPENDED",)).held_by == "alice"
+    suspension.resume_job(world.db, world.alice, job_id, clock=CLOCK)
+    job = world.drive(job_id, ("SUCCEEDED",), timeout=120)
 
     got = result_of(backend, job_id)
     assert (got["loss"], got["sha256"], got["steps"]) == (expected["loss"], expected["sha256"], STEPS)
@@ -127,8 +121,8 @@ def suspend_twice_and_compare(world, trainer: str) -> None:
         "finished"]
 
     assert job.attempt == 2 and job.retries_used == 0
-    assert [a.state for a in attempts_of(db, job_id)] == ["SUSPENDED", "SUSPENDED", "SUCCEEDED"]
-    events = [(kind, message) for kind, message in events_of(db, job_id)
+    assert [a.state for a in world.attempts(job_id)] == ["SUSPENDED", "SUSPENDED", "SUCCEEDED"]
+    events = [(kind, message) for kind, message in world.events(job_id)
               if kind in ("suspend-requested", "suspended", "resume-requested")]
     assert [kind for kind, _ in events] == [
         "suspend-requested", "suspended", "suspend-requested", "suspended", "resume-requested"]

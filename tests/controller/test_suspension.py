@@ -6,67 +6,25 @@ resumes, with its place and its retries kept; one that cannot save its state is 
 from __future__ import annotations
 
 import pytest
-from e2e.server import kill_tasks_under, wait_until
+from e2e.server import wait_until
 from sqlalchemy import select
+from worlds import World
 
-from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.loop import Controller
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
 from trainyard.scheduler.snapshot import Preempt
-from trainyard.services import auth, suspension
 from trainyard.services import jobs as job_service
+from trainyard.services import suspension
 from trainyard.services.errors import Conflict, Forbidden, NotFound
 from trainyard.services.specs import StoredSpecs
-from trainyard.spec.loading import parse_job
-from trainyard.store.rows import AttemptRow, JobEventRow, JobRow, TaskRow
+from trainyard.store.rows import JobRow, TaskRow
 
 CLOCK = SystemClock()
 
 
 @pytest.fixture
-def world(db, tmp_path):
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
-    controller = Controller(db, backend, CLOCK)
-    with db.session() as s:
-        alice = auth.create_user(s, "alice", is_admin=False, clock=CLOCK)
-        bob = auth.create_user(s, "bob", is_admin=False, clock=CLOCK)
-        root = auth.create_user(s, "root", is_admin=True, clock=CLOCK)
-    controller.run_once()  # inventory
-    yield db, controller, alice, bob, root
-    kill_tasks_under(tmp_path)
-
-
-def submit(db, user, text: str) -> int:
-    with db.session() as s:
-        return job_service.submit_job(s, user, parse_job(text), clock=CLOCK).id
-
-
-def job_in(db, controller, job_id: int, states: tuple[str, ...], until=None, timeout: float = 30.0) -> JobRow:
-    """Run controller cycles until the job is in one of ``states`` (and ``until(job)``)."""
-    def reached():
-        controller.wake()
-        controller.run_once()
-        with db.session() as s:
-            job = s.get(JobRow, job_id)
-            s.expunge(job)
-        return job if job.state in states and (until is None or until(job)) else None
-
-    return wait_until(reached, timeout=timeout, interval=0.02, what=f"job {job_id} in {states}")
-
-
-def events_of(db, job_id: int) -> list[tuple[str, str]]:
-    with db.session() as s:
-        rows = s.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id))
-        return [(e.kind, e.message) for e in rows]
-
-
-def attempts_of(db, job_id: int) -> list[AttemptRow]:
-    with db.session() as s:
-        rows = list(s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)))
-        s.expunge_all()
-        return rows
+def world(make_world) -> World:
+    return make_world(gpus=2, users=("alice", "bob", "root"), admins=("root",))
 
 
 def saving_job(marker, *, gpu: int = 1, grace: int = 30, signal: str = "SIGUSR1", name: str = "saver") -> str:
@@ -93,65 +51,61 @@ def started(marker, attempts: int):
 
 
 def test_an_owner_suspends_a_running_job_which_saves_waits_held_and_resumes_as_a_new_attempt(world, tmp_path):
-    db, controller, alice, _, _ = world
     marker = tmp_path / "runs"
-    job_id = submit(db, alice, saving_job(marker))
-    job_in(db, controller, job_id, ("RUNNING",))
+    job_id = world.submit(saving_job(marker))
+    world.drive(job_id, ("RUNNING",))
     started(marker, 1)
 
-    suspension.suspend_job(db, alice, job_id, specs=StoredSpecs(), clock=CLOCK)
-    job = job_in(db, controller, job_id, ("SUSPENDED",))
+    suspension.suspend_job(world.db, world.alice, job_id, specs=StoredSpecs(), clock=CLOCK)
+    job = world.drive(job_id, ("SUSPENDED",))
     assert job.held_by == "alice" and job.attempt == 1 and job.retries_used == 0
     assert "suspended by alice" in job.state_message
     assert marker.read_text().splitlines()[:2] == ["attempt 0 resumed=0", "saved"]
-    [first] = attempts_of(db, job_id)
+    [first] = world.attempts(job_id)
     assert first.state == "SUSPENDED" and first.reason == "suspended by alice"
-    with db.session() as s:
+    with world.db.session() as s:
         [task] = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).all()
         assert task.state == "STOPPED" and task.exit_code == 85 and "saved its state" in task.message
-    kinds = [kind for kind, _ in events_of(db, job_id)]
+    kinds = [kind for kind, _ in world.events(job_id)]
     assert kinds[-3:] == ["suspend-requested", "task-exited", "suspended"]
-    assert "its task saved its state; held by alice until resumed" in events_of(db, job_id)[-1][1]
+    assert "its task saved its state; held by alice until resumed" in world.events(job_id)[-1][1]
 
     for _ in range(5):  # held: the scheduler leaves it alone though the GPUs are free
-        controller.wake()
-        controller.run_once()
-    assert job_in(db, controller, job_id, ("SUSPENDED",)).attempt == 1
+        world.cycle()
+    assert world.drive(job_id, ("SUSPENDED",)).attempt == 1
 
-    suspension.resume_job(db, alice, job_id, clock=CLOCK)
-    job = job_in(db, controller, job_id, ("RUNNING",))
+    suspension.resume_job(world.db, world.alice, job_id, clock=CLOCK)
+    job = world.drive(job_id, ("RUNNING",))
     started(marker, 2)
     assert marker.read_text().splitlines()[2] == "attempt 1 resumed=1"
     assert job.attempt == 1 and job.retries_used == 0 and job.held_by is None
-    kinds = [kind for kind, _ in events_of(db, job_id)]
+    kinds = [kind for kind, _ in world.events(job_id)]
     assert kinds[-2:] == ["resume-requested", "placed"]
-    assert "(resuming its suspended state)" in events_of(db, job_id)[-1][1]
+    assert "(resuming its suspended state)" in world.events(job_id)[-1][1]
 
 
 @pytest.mark.postgres
 def test_the_scheduler_suspends_a_job_which_resumes_on_its_own_with_its_gpu_time_counted(world, tmp_path):
-    db, controller, alice, _, _ = world
     marker = tmp_path / "runs"
-    job_id = submit(db, alice, saving_job(marker, gpu=2))
-    job_in(db, controller, job_id, ("RUNNING",))
+    job_id = world.submit(saving_job(marker, gpu=2))
+    world.drive(job_id, ("RUNNING",))
     started(marker, 1)
-    with db.session() as s:
+    with world.db.session() as s:
         assert preempt_jobs(s, [Preempt(job_id, 0, "taking turns with job 9", 9, suspend=True)], CLOCK,
                             StoredSpecs().of) == [job_id]
     # Not held: it resumes as soon as the GPUs are free again, which they are at once.
-    job = job_in(db, controller, job_id, ("RUNNING",), until=lambda j: j.attempt == 1)
+    job = world.drive(job_id, ("RUNNING",), until=lambda j: j.attempt == 1)
     started(marker, 2)
     assert marker.read_text().splitlines() == ["attempt 0 resumed=0", "saved", "attempt 1 resumed=1"]
     assert job.attained_gpu_seconds > 0  # two GPUs for as long as attempt 0 ran
-    assert [a.state for a in attempts_of(db, job_id)] == ["SUSPENDED", "RUNNING"]
-    messages = dict(events_of(db, job_id))
+    assert [a.state for a in world.attempts(job_id)] == ["SUSPENDED", "RUNNING"]
+    messages = dict(world.events(job_id))
     assert "waiting to resume as attempt 1, with its place in the queue" in messages["suspended"]
 
 
 def test_a_task_that_does_not_save_in_time_is_stopped_at_the_end_of_the_grace_period(world, tmp_path):
-    db, controller, alice, _, _ = world
     marker = tmp_path / "runs"
-    job_id = submit(db, alice, f"""
+    job_id = world.submit(f"""
 name: deaf
 preemption: suspend
 suspendGracePeriodSeconds: 1
@@ -162,117 +116,105 @@ taskRoles:
       - echo "attempt $TRAINYARD_ATTEMPT" >> {marker}
       - sleep 300
 """)
-    job_in(db, controller, job_id, ("RUNNING",))
+    world.drive(job_id, ("RUNNING",))
     started(marker, 1)
-    suspension.suspend_job(db, alice, job_id, specs=StoredSpecs(), clock=CLOCK)
-    job = job_in(db, controller, job_id, ("SUSPENDED",))
+    suspension.suspend_job(world.db, world.alice, job_id, specs=StoredSpecs(), clock=CLOCK)
+    job = world.drive(job_id, ("SUSPENDED",))
     assert job.held_by == "alice"
-    assert "0 of 1 task(s) saved their state; the rest were stopped" in events_of(db, job_id)[-1][1]
+    assert "0 of 1 task(s) saved their state; the rest were stopped" in world.events(job_id)[-1][1]
 
 
 def test_a_job_that_cannot_save_its_state_is_not_suspended_while_it_runs(world, tmp_path):
-    db, controller, alice, _, _ = world
-    job_id = submit(db, alice, "name: plain\ntaskRoles:\n  m:\n    commands: [sleep 300]\n")
-    job_in(db, controller, job_id, ("RUNNING",))
+    job_id = world.submit("name: plain\ntaskRoles:\n  m:\n    commands: [sleep 300]\n")
+    world.drive(job_id, ("RUNNING",))
     with pytest.raises(Conflict, match="does not say 'preemption: suspend'.*yard stop"):
-        suspension.suspend_job(db, alice, job_id, specs=StoredSpecs(), clock=CLOCK)
-    assert job_in(db, controller, job_id, ("RUNNING",)).held_by is None
+        suspension.suspend_job(world.db, world.alice, job_id, specs=StoredSpecs(), clock=CLOCK)
+    assert world.drive(job_id, ("RUNNING",)).held_by is None
 
 
 def test_a_waiting_job_is_held_until_resumed_and_a_held_job_can_be_stopped(world, tmp_path):
-    db, controller, alice, _, _ = world
-    blocker = submit(db, alice, "name: big\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n"
-                                "    commands: [sleep 300]\n")
-    job_in(db, controller, blocker, ("RUNNING",))
-    waiting = submit(db, alice, "name: next\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n"
-                                "    commands: ['true']\n")
-    suspension.suspend_job(db, alice, waiting, specs=StoredSpecs(), clock=CLOCK)
-    suspension.suspend_job(db, alice, waiting, specs=StoredSpecs(), clock=CLOCK)  # twice: no change
-    job_service.stop_job(db, alice, blocker, clock=CLOCK)
-    job_in(db, controller, blocker, ("STOPPED",))
+    blocker = world.submit("name: big\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n"
+                           "    commands: [sleep 300]\n")
+    world.drive(blocker, ("RUNNING",))
+    waiting = world.submit("name: next\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n"
+                           "    commands: ['true']\n")
+    suspension.suspend_job(world.db, world.alice, waiting, specs=StoredSpecs(), clock=CLOCK)
+    suspension.suspend_job(world.db, world.alice, waiting, specs=StoredSpecs(), clock=CLOCK)  # twice: no change
+    job_service.stop_job(world.db, world.alice, blocker, clock=CLOCK)
+    world.drive(blocker, ("STOPPED",))
     for _ in range(5):
-        controller.wake()
-        controller.run_once()
-    held = job_in(db, controller, waiting, ("SUSPENDED",))
+        world.cycle()
+    held = world.drive(waiting, ("SUSPENDED",))
     assert held.held_by == "alice" and held.pending_reason is None and held.started_at is None
-    assert [k for k, _ in events_of(db, waiting)] == ["submitted", "suspended"]
+    assert [k for k, _ in world.events(waiting)] == ["submitted", "suspended"]
 
-    suspension.resume_job(db, alice, waiting, clock=CLOCK)
-    with db.session() as s:
+    suspension.resume_job(world.db, world.alice, waiting, clock=CLOCK)
+    with world.db.session() as s:
         assert s.get(JobRow, waiting).state == "WAITING"  # it never ran: nothing saved to resume
-    assert job_in(db, controller, waiting, ("SUCCEEDED",)).attempt == 0
+    assert world.drive(waiting, ("SUCCEEDED",)).attempt == 0
 
-    again = submit(db, alice, "name: again\ntaskRoles:\n  m:\n    commands: ['true']\n")
-    suspension.suspend_job(db, alice, again, specs=StoredSpecs(), clock=CLOCK)
-    job_service.stop_job(db, alice, again, clock=CLOCK)
-    stopped = job_in(db, controller, again, ("STOPPED",))
+    again = world.submit("name: again\ntaskRoles:\n  m:\n    commands: ['true']\n")
+    suspension.suspend_job(world.db, world.alice, again, specs=StoredSpecs(), clock=CLOCK)
+    job_service.stop_job(world.db, world.alice, again, clock=CLOCK)
+    stopped = world.drive(again, ("STOPPED",))
     assert stopped.state_message == "stopped by alice while suspended" and stopped.held_by is None
 
 
 def test_who_may_suspend_and_resume(world, tmp_path):
-    db, controller, alice, bob, root = world
     marker = tmp_path / "runs"
-    job_id = submit(db, alice, saving_job(marker))
+    job_id = world.submit(saving_job(marker))
     with pytest.raises(NotFound):
-        suspension.suspend_job(db, bob, job_id, specs=StoredSpecs(), clock=CLOCK)
+        suspension.suspend_job(world.db, world.bob, job_id, specs=StoredSpecs(), clock=CLOCK)
     with pytest.raises(Conflict, match="is not suspended"):
-        suspension.resume_job(db, alice, job_id, clock=CLOCK)
-    suspension.suspend_job(db, root, job_id, specs=StoredSpecs(), clock=CLOCK)  # an admin holds it
+        suspension.resume_job(world.db, world.alice, job_id, clock=CLOCK)
+    suspension.suspend_job(world.db, world.root, job_id, specs=StoredSpecs(), clock=CLOCK)  # an admin holds it
     with pytest.raises(Forbidden, match="suspended by root, an admin: only an admin may resume it"):
-        suspension.resume_job(db, alice, job_id, clock=CLOCK)
-    suspension.resume_job(db, root, job_id, clock=CLOCK)
-    job_in(db, controller, job_id, ("RUNNING",))
+        suspension.resume_job(world.db, world.alice, job_id, clock=CLOCK)
+    suspension.resume_job(world.db, world.root, job_id, clock=CLOCK)
+    world.drive(job_id, ("RUNNING",))
     started(marker, 1)
     with pytest.raises(Conflict, match="is not suspended \\(RUNNING\\)"):
-        suspension.resume_job(db, alice, job_id, clock=CLOCK)
-    job_service.stop_job(db, alice, job_id, clock=CLOCK)
-    job_in(db, controller, job_id, ("STOPPED",))
+        suspension.resume_job(world.db, world.alice, job_id, clock=CLOCK)
+    job_service.stop_job(world.db, world.alice, job_id, clock=CLOCK)
+    world.drive(job_id, ("STOPPED",))
     with pytest.raises(Conflict, match="has already ended"):
-        suspension.suspend_job(db, alice, job_id, specs=StoredSpecs(), clock=CLOCK)
+        suspension.suspend_job(world.db, world.alice, job_id, specs=StoredSpecs(), clock=CLOCK)
 
 
 def test_a_more_urgent_job_suspends_a_suspendable_one_which_resumes_when_it_is_done(world, tmp_path):
-    db, controller, alice, _, _ = world
     marker = tmp_path / "runs"
-    low = submit(db, alice, saving_job(marker, gpu=2, name="low").replace("name: low", "name: low\npriority: oppo"))
-    job_in(db, controller, low, ("RUNNING",))
+    low = world.submit(saving_job(marker, gpu=2, name="low").replace("name: low", "name: low\npriority: oppo"))
+    world.drive(low, ("RUNNING",))
     started(marker, 1)
-    urgent = submit(db, alice, "name: urgent\npriority: prod\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n"
-                               "    commands: ['sleep 1']\n")
-    suspended = job_in(db, controller, low, ("SUSPENDED",))
+    urgent = world.submit("name: urgent\npriority: prod\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n"
+                          "    commands: ['sleep 1']\n")
+    suspended = world.drive(low, ("SUSPENDED",))
     assert suspended.held_by is None and f"job {urgent}" in suspended.state_message
-    job_in(db, controller, urgent, ("SUCCEEDED",))
-    job_in(db, controller, low, ("RUNNING",), until=lambda j: j.attempt == 1)
+    world.drive(urgent, ("SUCCEEDED",))
+    world.drive(low, ("RUNNING",), until=lambda j: j.attempt == 1)
     started(marker, 2)
     assert marker.read_text().splitlines() == ["attempt 0 resumed=0", "saved", "attempt 1 resumed=1"]
-    kinds = [kind for kind, _ in events_of(db, low)]
+    kinds = [kind for kind, _ in world.events(low)]
     assert "suspend-requested" in kinds and "preempted" not in kinds and "requeued" not in kinds
 
 
 @pytest.mark.postgres
-def test_jobs_of_one_priority_take_turns_on_a_full_cluster(db, tmp_path):
+def test_jobs_of_one_priority_take_turns_on_a_full_cluster(make_world, tmp_path):
     from trainyard.scheduler.snapshot import SchedulerConfig
 
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(2), cpu_milli=8000, memory_mb=16384)
-    controller = Controller(db, backend, CLOCK, config=SchedulerConfig(time_slice=1.0, turn_floor=0.0))
-    with db.session() as s:
-        alice = auth.create_user(s, "alice", is_admin=False, clock=CLOCK)
-    controller.run_once()
-    try:
-        first_marker, second_marker = tmp_path / "first", tmp_path / "second"
-        first = submit(db, alice, saving_job(first_marker, gpu=2, name="first"))
-        job_in(db, controller, first, ("RUNNING",))
-        started(first_marker, 1)
-        second = submit(db, alice, saving_job(second_marker, gpu=2, name="second"))
-        # Once first has run its slice, second (which has had no service) takes its turn...
-        job_in(db, controller, first, ("SUSPENDED",))
-        job_in(db, controller, second, ("RUNNING",))
-        started(second_marker, 1)
-        # ...and after second's slice, first (which has had less) takes it back, resuming.
-        job_in(db, controller, first, ("RUNNING",), until=lambda j: j.attempt == 1)
-        started(first_marker, 2)
-        assert first_marker.read_text().splitlines() == ["attempt 0 resumed=0", "saved", "attempt 1 resumed=1"]
-        assert job_in(db, controller, second, ("SUSPENDED", "RUNNING")).retries_used == 0
-        assert f"job {second}" in dict(events_of(db, first))["suspend-requested"]  # whose turn it was
-    finally:
-        kill_tasks_under(tmp_path)
+    world = make_world(gpus=2, clock=CLOCK, config=SchedulerConfig(time_slice=1.0, turn_floor=0.0))
+    first_marker, second_marker = tmp_path / "first", tmp_path / "second"
+    first = world.submit(saving_job(first_marker, gpu=2, name="first"))
+    world.drive(first, ("RUNNING",))
+    started(first_marker, 1)
+    second = world.submit(saving_job(second_marker, gpu=2, name="second"))
+    # Once first has run its slice, second (which has had no service) takes its turn...
+    world.drive(first, ("SUSPENDED",))
+    world.drive(second, ("RUNNING",))
+    started(second_marker, 1)
+    # ...and after second's slice, first (which has had less) takes it back, resuming.
+    world.drive(first, ("RUNNING",), until=lambda j: j.attempt == 1)
+    started(first_marker, 2)
+    assert first_marker.read_text().splitlines() == ["attempt 0 resumed=0", "saved", "attempt 1 resumed=1"]
+    assert world.drive(second, ("SUSPENDED", "RUNNING")).retries_used == 0
+    assert f"job {second}" in dict(world.events(first))["suspend-requested"]  # whose turn it was

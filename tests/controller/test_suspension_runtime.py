@@ -7,25 +7,15 @@ same result as an uninterrupted run. (``test_suspension.py`` covers the platform
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
-from deadlines import scaled
-from e2e.server import kill_tasks_under, wait_until
-from sqlalchemy import select
+from e2e.server import wait_until
 
 from trainyard.backends.base import TaskKey
-from trainyard.backends.local.backend import LocalBackend
-from trainyard.backends.local.gpus import simulated_gpus
-from trainyard.controller.loop import Controller
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
 from trainyard.scheduler.snapshot import Preempt
-from trainyard.services import auth
-from trainyard.services import jobs as job_service
 from trainyard.services.specs import StoredSpecs
-from trainyard.spec.loading import parse_job
-from trainyard.store.rows import AttemptRow, JobRow
 
 pytestmark = pytest.mark.skipif(not os.access("/usr/bin/python3", os.X_OK), reason="no /usr/bin/python3")
 STEPS = 400
@@ -56,60 +46,25 @@ taskRoles:
 """
 
 
-@pytest.fixture
-def world(db, tmp_path):
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384)
-    clock = SystemClock()
-    controller = Controller(db, backend, clock)
-    with db.session() as s:
-        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
-    controller.run_once()  # inventory
-    yield db, backend, controller, user
-    kill_tasks_under(tmp_path)
-
-
-def submit(db, user, text: str) -> int:
-    with db.session() as s:
-        return job_service.submit_job(s, user, parse_job(text), clock=SystemClock()).id
-
-
-def drive(controller, db, job_id: int, states=("SUCCEEDED", "FAILED", "STOPPED"), timeout=30.0) -> JobRow:
-    deadline = time.monotonic() + scaled(timeout)
-    while time.monotonic() < deadline:
-        controller.wake()
-        controller.run_once()
-        with db.session() as s:
-            job = s.get(JobRow, job_id)
-            if job.state in states:
-                return job
-        time.sleep(0.02)
-    raise AssertionError(f"job {job_id} did not reach {states}")
-
-
 def suspend(db, job_id: int) -> None:
     with db.session() as s:
         assert preempt_jobs(s, [Preempt(job_id, 0, "suspended for job 99", 0, suspend=True)], SystemClock(),
                             StoredSpecs().of) == [job_id]
 
 
-def attempt_states(db, job_id: int) -> list[str]:
-    with db.session() as s:
-        return list(s.scalars(select(AttemptRow.state).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)))
-
-
 def test_a_suspended_job_saves_exits_85_and_resumes_where_it_stopped(world) -> None:
-    db, backend, controller, user = world
-    job_id = submit(db, user, TRAINING)
+    backend = world.backend
+    job_id = world.submit(TRAINING)
     first, second = TaskKey(job_id, 0, "main", 0), TaskKey(job_id, 1, "main", 0)
-    drive(controller, db, job_id, states=("RUNNING",))
+    world.drive(job_id, states=("RUNNING",))
     wait_until(lambda: "attempt 0" in backend.read_log(first).data.decode(), timeout=20, what="the task to start")
-    suspend(db, job_id)
-    job = drive(controller, db, job_id)
+    suspend(world.db, job_id)
+    job = world.drive(job_id)
     assert job.state == "SUCCEEDED" and job.attempt == 1 and job.retries_used == 0, job.state_message
     before = backend.read_log(first).data.decode().splitlines()
     stopped_at = int(before[1].removeprefix("suspending at "))
     assert before[0] == "attempt 0 resumed False from 0" and 0 < stopped_at < STEPS, before
     assert backend.read_log(second).data.decode().splitlines() == [
         f"attempt 1 resumed True from {stopped_at}", f"total {sum(i * i for i in range(STEPS))}"]
-    assert attempt_states(db, job_id) == ["SUSPENDED", "SUCCEEDED"]
+    assert [a.state for a in world.attempts(job_id)] == ["SUSPENDED", "SUCCEEDED"]
 

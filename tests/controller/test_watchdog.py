@@ -3,13 +3,13 @@ tasks write (or do not write) real logs; the controller's time is a fake clock."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from e2e.server import kill_tasks_under, wait_until
+from e2e.server import wait_until
+from worlds import World
 
 from trainyard.backends.base import TaskKey
 from trainyard.backends.local.backend import LocalBackend
@@ -18,43 +18,17 @@ from trainyard.controller.loop import Controller
 from trainyard.controller.watchdog import NOT_STARTED, WATCHDOG_CHECK_SECONDS, Watchdog, WatchedAttempt
 from trainyard.core.clock import FakeClock
 from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
-from trainyard.services import auth
-from trainyard.services import jobs as job_service
-from trainyard.spec.loading import parse_job
 from trainyard.store.db import Database
-from trainyard.store.events import job_events
-from trainyard.store.rows import JobRow, UserRow
+from trainyard.store.rows import JobRow
 
 
-@dataclass
-class World:
-    db: Database
-    backend: LocalBackend
-    clock: FakeClock
-    controller: Controller
-    user: UserRow
-
-    def submit(self, text: str) -> int:
-        with self.db.session() as s:
-            return job_service.submit_job(s, self.user, parse_job(text), clock=self.clock).id
-
-    def job(self, job_id: int) -> JobRow:
-        with self.db.session() as s:
-            job = s.get(JobRow, job_id)
-            assert job is not None
-            for attempt in job.attempts:  # loaded while the session is open
-                _ = attempt.tasks
-            return job
+class WatchedWorld(World):
+    """The world on a fake clock, with the watchdog's view of a job's tasks and their logs."""
 
     def until(self, job_id: int, reached: Callable[[JobRow], bool], what: str) -> JobRow:
         """Run cycles (the clock standing still) until the job has ``reached`` a point its
         real tasks take it to."""
-        def cycle() -> JobRow | None:
-            self.controller.wake()
-            self.controller.run_once()
-            job = self.job(job_id)
-            return job if reached(job) else None
-        return wait_until(cycle, what=f"job {job_id}: {what}")
+        return self.drive(job_id, None, until=reached, what=what)
 
     def running(self, job_id: int, attempt: int) -> JobRow:
         """Run cycles until the job's attempt runs all its tasks, each with its log open."""
@@ -74,25 +48,13 @@ class World:
     def after(self, seconds: float) -> None:
         """Advance the controller's clock and run one cycle (the watchdog looks at most once
         per ``WATCHDOG_CHECK_SECONDS`` of it)."""
-        self.clock.advance(seconds)
+        self.clock.advance(seconds)  # type: ignore[attr-defined]
         self.controller.run_once()
-
-    def events(self, job_id: int) -> list[tuple[str, str]]:
-        with self.db.session() as s:
-            return [(e.kind, e.message) for e in job_events(s, job_id)]
 
 
 @pytest.fixture
-def world(db: Database, tmp_path: Path) -> Iterator[World]:
-    backend = LocalBackend(tmp_path / "local", gpus=simulated_gpus(4), cpu_milli=8000, memory_mb=16384)
-    clock = FakeClock(datetime.now(UTC))
-    controller = Controller(db, backend, clock)
-    with db.session() as s:
-        user = auth.create_user(s, "alice", is_admin=False, clock=clock)
-    controller.run_once()  # inventory
-    yield World(db, backend, clock, controller, user)
-    controller.stop()
-    kill_tasks_under(tmp_path)
+def world(make_world) -> WatchedWorld:
+    return make_world(kind=WatchedWorld, clock=FakeClock(datetime.now(UTC)))
 
 
 def job_file(name: str, commands: list[str], *, extra: str = "", instances: int = 1) -> str:
@@ -102,7 +64,7 @@ def job_file(name: str, commands: list[str], *, extra: str = "", instances: int 
 
 
 def test_a_task_that_prints_then_goes_silent_is_stopped_as_hung_and_runs_again_without_spending_a_retry(
-    world: World,
+    world: WatchedWorld,
 ) -> None:
     job_id = world.submit(job_file("quiet", ["echo started", "sleep 600"],
                                    extra="watchdogSeconds: 60\njobRetryCount: 2\n"))
@@ -128,7 +90,7 @@ def test_a_task_that_prints_then_goes_silent_is_stopped_as_hung_and_runs_again_w
     assert kinds[-1] == "placed"
 
 
-def test_a_task_that_keeps_printing_and_a_job_without_a_watchdog_are_never_flagged(world: World) -> None:
+def test_a_task_that_keeps_printing_and_a_job_without_a_watchdog_are_never_flagged(world: WatchedWorld) -> None:
     # Only the first of two tasks prints: "none of its tasks writes output" is what hangs.
     chatty = world.submit(job_file("chatty", [
         'if [ "$RANK" = 0 ]; then while true; do echo tick; sleep 0.05; done; fi', "sleep 600",
@@ -147,7 +109,7 @@ def test_a_task_that_keeps_printing_and_a_job_without_a_watchdog_are_never_flagg
     assert world.log_size(chatty, index=1) == 0, "its second task never wrote anything"
 
 
-def test_past_its_platform_retries_a_hung_job_fails(world: World) -> None:
+def test_past_its_platform_retries_a_hung_job_fails(world: WatchedWorld) -> None:
     job_id = world.submit(job_file("stuck", ["sleep 600"], extra="watchdogSeconds: 10\n"))
     for attempt in range(MAX_PLATFORM_RETRIES + 1):
         world.running(job_id, attempt)
@@ -160,7 +122,7 @@ def test_past_its_platform_retries_a_hung_job_fails(world: World) -> None:
     assert [kind for kind, _ in world.events(job_id)].count("hung") == 4
 
 
-def test_after_a_controller_restart_the_silence_counts_from_the_restart(world: World, db: Database) -> None:
+def test_after_a_controller_restart_the_silence_counts_from_the_restart(world: WatchedWorld, db: Database) -> None:
     job_id = world.submit(job_file("across", ["sleep 600"], extra="watchdogSeconds: 10\n"))
     world.running(job_id, 0)
     world.clock.advance(30)  # the controller is down: nobody looks at the task's log meanwhile

@@ -1,17 +1,12 @@
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e.server import Server, running_server
-
-# Outside /tmp, /var/tmp and the server's home, which tasks do not see.
-GATES_BASE = Path("/var/lib/trainyard-e2e") if os.geteuid() == 0 else Path.home() / ".cache" / "trainyard-e2e"
+from e2e.server import Server, running_server, shared_folder
 
 
 @pytest.fixture
@@ -29,9 +24,7 @@ def gates() -> Iterator[Path]:
     and runs as its user's own OS account, so the folder sits elsewhere and anyone may
     write to it (sticky, as /tmp is).
     """
-    GATES_BASE.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="gates-", dir=GATES_BASE))
-    folder.chmod(0o1777)
+    folder = shared_folder("gates-")
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
 

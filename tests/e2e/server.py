@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 from deadlines import scaled
 
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT as WORK_ROOT
@@ -39,6 +41,19 @@ def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: s
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
+
+
+# Outside /tmp, /var/tmp and the server's home, which tasks do not see.
+GATES_BASE = Path("/var/lib/trainyard-e2e") if os.geteuid() == 0 else Path.home() / ".cache" / "trainyard-e2e"
+
+
+def shared_folder(prefix: str, mode: int = 0o1777) -> Path:
+    """A new folder the test and its jobs' tasks both reach (under ``GATES_BASE``), its
+    permissions ``mode``; the caller removes it."""
+    GATES_BASE.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=GATES_BASE))
+    folder.chmod(mode)
+    return folder
 
 
 SERVING = re.compile(rb"Trainyard serving on http://[^ ]+:(\d+) ")
@@ -118,6 +133,13 @@ class Server:
         data = json.loads((self.home / "client.json").read_text())
         return Client(data["url"], data["token"])
 
+    def add_users(self, *names: str) -> dict[str, str]:
+        """Make each user, as the admin, and a token for each: the tokens by name."""
+        admin = self.admin()
+        for name in names:
+            admin.create_user(name)
+        return {name: admin.create_token(user=name).token for name in names}
+
     def yard(self, *args: str, input: str | None = None, token: str | None = None) -> subprocess.CompletedProcess:
         env = self.env
         if token is not None:
@@ -194,3 +216,22 @@ def running_server(home: Path, *, gpus: int, database_url: str | None = None,
     finally:
         srv.stop()
         srv.kill_tasks()
+
+
+def require_default_install() -> None:
+    """The default install (``yard up`` as root: per-user task accounts and the bubblewrap
+    sandbox): skipped where the tests do not run as root, failed where bubblewrap is missing."""
+    if os.geteuid() != 0:
+        pytest.skip("the default install (per-user task accounts, the sandbox as root) needs yard up as root")
+    if shutil.which("bwrap") is None:
+        pytest.fail("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
+
+
+@contextmanager
+def default_install(tmp_path_factory: pytest.TempPathFactory, *, gpus: int,
+                    extra_env: dict[str, str] | None = None) -> Iterator[Server]:
+    """A started ``yard up`` as root (``require_default_install``) in a new home, with its own
+    SQLite; stopped, and its tasks killed, at the end. One per test module: each costs 10-15 s."""
+    require_default_install()
+    with running_server(tmp_path_factory.mktemp("home"), gpus=gpus, extra_env=extra_env) as srv:
+        yield srv

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.server import Server, running_server, wait_until
+from e2e.server import Server, default_install, wait_until
 from trainyard.client import Client
 
 pytestmark = pytest.mark.e2e
@@ -36,10 +36,8 @@ SECRET = "root's own secret\n"
 class Cluster:
     def __init__(self, server: Server) -> None:
         self.server = server
-        admin = server.admin()
-        admin.create_user("alice")
-        self.alice = Client(server.url, admin.create_token(user="alice").token)
-        self.token = admin.create_token(user="alice").token
+        self.token = server.add_users("alice")["alice"]
+        self.alice = Client(server.url, self.token)
 
     def exec(self, job: int, *command: str) -> tuple[int, str, str]:
         done = self.server.yard("exec", str(job), "--", *command, token=self.token)
@@ -51,11 +49,7 @@ class Cluster:
 
 
 def _cluster(tmp_path_factory: pytest.TempPathFactory, env: dict[str, str]) -> Iterator[Cluster]:
-    if os.geteuid() != 0:
-        pytest.skip("the default install (per-user accounts, the sandbox as root) needs yard up as root")
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
-    with running_server(tmp_path_factory.mktemp("home"), gpus=1, extra_env=env) as srv:
+    with default_install(tmp_path_factory, gpus=1, extra_env=env) as srv:
         yield Cluster(srv)
 
 

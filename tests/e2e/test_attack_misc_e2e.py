@@ -13,8 +13,6 @@ One server for the module: each ``yard up`` costs 10-15 s.
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import threading
 import uuid
@@ -24,7 +22,7 @@ import httpx
 import pytest
 from deadlines import scaled
 
-from e2e.server import Server, running_server
+from e2e.server import Server, default_install
 from e2e.webjob import WebJob, served
 from trainyard.client import Client
 
@@ -35,11 +33,7 @@ JOB = "name: {name}\ntaskRoles:\n  m:\n    commands: ['true']\n"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Server]:
-    if os.geteuid() != 0:
-        pytest.skip("the default install runs tasks under per-user accounts: it needs yard up as root")
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
-    with running_server(tmp_path_factory.mktemp("home"), gpus=4) as srv:
+    with default_install(tmp_path_factory, gpus=4) as srv:
         yield srv
 
 

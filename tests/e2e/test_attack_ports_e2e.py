@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,7 @@ from deadlines import scaled
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from e2e.conftest import GATES_BASE
-from e2e.server import Server, running_server, wait_until
+from e2e.server import Server, running_server, shared_folder, wait_until
 from trainyard.client import Client
 
 pytestmark = pytest.mark.e2e
@@ -114,17 +112,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         if os.environ.get("TRAINYARD_REQUIRE_NONROOT"):
             pytest.fail(why)
         pytest.skip(why)
-    GATES_BASE.mkdir(parents=True, exist_ok=True)
-    gates = Path(tempfile.mkdtemp(prefix="ports-", dir=GATES_BASE))
-    gates.chmod(0o1777)
+    gates = shared_folder("ports-")
     # The idle check reads sessions every second, so that it too meets Bob's listener.
     env = {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON, "TRAINYARD_SESSION_CHECK_INTERVAL_SECONDS": "1"}
     try:
         with running_server(tmp_path_factory.mktemp("home"), gpus=1, extra_env=env) as server:
-            admin = server.admin()
-            for name in ("alice", "bob"):
-                admin.create_user(name)
-            alice, bob = admin.create_token(user="alice").token, admin.create_token(user="bob").token
+            tokens = server.add_users("alice", "bob")
+            alice, bob = tokens["alice"], tokens["bob"]
             (gates / "squat.py").write_text(SQUATTER)
             squatter = {"name": "squatter", "taskRoles": {"main": {
                 "resourcePerInstance": {"gpu": 0, "cpu": 0.5, "memoryMB": 256},

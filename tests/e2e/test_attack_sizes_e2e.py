@@ -45,10 +45,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         "TRAINYARD_MAX_WAITING_JOBS_PER_USER": str(MAX_WAITING),
     }
     with running_server(tmp_path_factory.mktemp("home"), gpus=4, extra_env=settings) as srv:
-        admin = srv.admin()
-        admin.create_user("alice")
-        token = admin.create_token(user="alice").token
-        yield Cluster(srv, admin, Client(srv.url, token), token)
+        token = srv.add_users("alice")["alice"]
+        yield Cluster(srv, srv.admin(), Client(srv.url, token), token)
 
 
 # The attack: `yes` into the log (7.1 GB in 20 s). 5 MB here, then the task goes on to

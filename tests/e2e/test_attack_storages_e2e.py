@@ -13,9 +13,7 @@ to (``chmod 1777``). bob has a read-only grant on it; carol has none.
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +22,7 @@ from pathlib import Path
 import pytest
 from deadlines import scaled
 
-from e2e.conftest import GATES_BASE
-from e2e.server import Server, running_server
+from e2e.server import Server, default_install, require_default_install, shared_folder
 from trainyard.client import Client, TrainyardError
 
 pytestmark = pytest.mark.e2e
@@ -46,13 +43,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
-    if os.geteuid() != 0:
-        pytest.skip("the default install runs tasks as per-user accounts in a sandbox: it needs yard up as root")
-    if shutil.which("bwrap") is None:
-        pytest.fail("bubblewrap is not installed (apt-get install bubblewrap; .ci/run installs it)")
-    GATES_BASE.mkdir(parents=True, exist_ok=True)
-    base = Path(tempfile.mkdtemp(prefix="storages-", dir=GATES_BASE))
-    base.chmod(0o755)
+    require_default_install()
+    base = shared_folder("storages-", 0o755)
     shared, loot = base / "shared", base / "loot"
     for folder in (shared, loot):
         folder.mkdir()
@@ -67,14 +59,12 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
     proof.write_text(f"root-only-{MARK}\n")
     proof.chmod(0o600)
     try:
-        with running_server(tmp_path_factory.mktemp("home"), gpus=2) as srv:
+        with default_install(tmp_path_factory, gpus=2) as srv:
+            tokens = srv.add_users("bob", "carol")
             admin = srv.admin()
-            for name in ("bob", "carol"):
-                admin.create_user(name)
             admin.create_storage("shared", str(shared))
             admin.grant_storage("shared", "bob", read_only=True)
-            bob = Client(srv.url, admin.create_token(user="bob").token)
-            carol = Client(srv.url, admin.create_token(user="carol").token)
+            bob, carol = Client(srv.url, tokens["bob"]), Client(srv.url, tokens["carol"])
             yield Cluster(srv, admin, bob, carol, shared, proof, loot)
     finally:
         shutil.rmtree(base, ignore_errors=True)

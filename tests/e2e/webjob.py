@@ -52,12 +52,9 @@ class WebJob:
 
     def __init__(self, server: Server, image: str | None = None, timeout: float = 60) -> None:
         self.server = server
-        admin = server.admin()
-        for name in ("alice", "bob"):
-            admin.create_user(name)
-        self.alice = admin.create_token(user="alice").token
-        self.bob = admin.create_token(user="bob").token
-        self.admin_token = admin._http.headers["Authorization"].split()[1]
+        tokens = server.add_users("alice", "bob")
+        self.alice, self.bob = tokens["alice"], tokens["bob"]
+        self.admin_token = server.admin()._http.headers["Authorization"].split()[1]
         self.marker = f"marker-{uuid.uuid4().hex}.txt"
         client = Client(server.url, self.alice)
         self.job = client.submit(job_text(self.marker, image), content_type="application/json").id
