@@ -27,11 +27,12 @@ def stop_many(server: Server, user: UserRow, job_ids: list[int]) -> job_service.
     return outcome
 
 
-def stop_flagged(server: Server, user: UserRow, alert_id: int) -> None:
-    """An admin stops the job an alert is about."""
+def stop_flagged(server: Server, user: UserRow, alert_id: int) -> int:
+    """An admin stops the job an alert is about; its id."""
     with server.db.session() as session:
-        alert_service.stop_flagged_job(session, user, alert_id, server.clock)
+        job_id = alert_service.stop_flagged_job(session, user, alert_id, server.clock).id
     server.wake_controller()
+    return job_id
 
 
 def suspend(server: Server, user: UserRow, job_id: int) -> None:

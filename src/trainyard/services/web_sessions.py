@@ -148,3 +148,11 @@ def reauthenticated(session: Session, user: UserRow, secret: str) -> bool:
         return True
     token = users.live_token(session, hash_token(secret.strip()))
     return token is not None and token.user_id == current.id
+
+
+def signed_in(db: Database, cookie: str, *, clock: Clock) -> WebSessionRow | None:
+    """``session_for_cookie`` in a unit of work of its own (the last use noted as it commits),
+    with its user: who a browser is, asked once per request by the portal's pages and by the
+    routes that take a cookie as well as a token."""
+    with db.session() as session:
+        return session_for_cookie(session, cookie, clock=clock)
