@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.cluster import GpuView, NodeView
-from trainyard.services import admin, live
+from trainyard.services import cluster_actions, live
 from trainyard.web.bodies import PathName
 from trainyard.web.context import AppContext, context
 
@@ -128,7 +128,5 @@ def uncordon(name: PathName, _: AdminAction, ctx: Ctx) -> Response:
 
 def _set_cordon(ctx: AppContext, name: str, cordoned: bool) -> Response:
     """The same service as ``POST /api/v1/nodes/{name}/cordon``; then back to the page."""
-    with ctx.db.session() as session:
-        admin.set_cordon(session, name, cordoned)
-    ctx.wake_controller()
+    cluster_actions.set_cordon(ctx, name, cordoned)
     return RedirectResponse("/cluster", status_code=303, headers=SECURITY_HEADERS)
