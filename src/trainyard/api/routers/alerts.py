@@ -14,6 +14,7 @@ from trainyard.api.routers.jobs import get_job
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services import alerts as alert_service
+from trainyard.services import job_actions
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID, BodyRoute
 from trainyard.web.context import AppContext, context
@@ -67,7 +68,4 @@ def stop_flagged_job(
     alert_id: Annotated[int, Path(ge=1, le=MAX_ID)], user: Admin, ctx: Ctx
 ) -> JobDetail:
     """Stop the job an alert is about (admin); its owner reads why in the job's message."""
-    with ctx.db.session() as session:
-        job_id = alert_service.stop_flagged_job(session, user, alert_id, ctx.clock).id
-    ctx.wake_controller()
-    return get_job(job_id, user, ctx)
+    return get_job(job_actions.stop_flagged(ctx, user, alert_id), user, ctx)
