@@ -12,13 +12,15 @@ member, a cordon or a label, and every removal (which may have stopped jobs)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from trainyard.backends.base import EnvironmentStore
 from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
-from trainyard.schemas.cluster import NodeView
+from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.environments import CreateEnvironmentRequest, EnvironmentView
+from trainyard.schemas.history import NodeMetrics
 from trainyard.schemas.storages import StorageView
-from trainyard.services import admin, environments, removal, storages
+from trainyard.services import admin, environments, history, live, removal, storages
 from trainyard.services import jobs as job_service
 from trainyard.services.server import Server
 from trainyard.services.views import group_view, node_view, user_quota_view
@@ -133,6 +135,49 @@ def set_user_quota(server: Server, user: str, *, priority: str, gpus: float | No
 
 
 # -- nodes --------------------------------------------------------------------------------
+
+
+class NodesPage(NamedTuple):
+    nodes: list[NodeView]
+    number: int  # from 1
+    pages: int
+    first: int  # the first node's position, from 0
+    total: int
+
+
+def nodes(server: Server, viewer: UserRow) -> list[NodeView]:
+    """Every node with its allocation and newest fresh sample (``live.live_nodes``)."""
+    with server.db.session() as session:
+        return live.live_nodes(session, viewer, server.clock.now(), server.monitor_interval_seconds)
+
+
+def node_page(server: Server, viewer: UserRow, number: int, per_page: int) -> NodesPage:
+    """Page ``number`` (from 1) of the nodes by name, ``per_page`` to a page, as ``nodes``
+    shows them; past the end (nodes went away), the last page."""
+    interval = server.monitor_interval_seconds
+    with server.db.session() as session:
+        first = (number - 1) * per_page
+        shown, total = live.node_page(session, viewer, server.clock.now(), interval, first=first, count=per_page)
+        pages = max(1, -(-total // per_page))
+        if number > pages:
+            first = (pages - 1) * per_page
+            shown, total = live.node_page(session, viewer, server.clock.now(), interval, first=first, count=per_page)
+            number = pages
+    return NodesPage(shown, number, pages, first, total)
+
+
+def node_metrics(server: Server, name: str, *, since: str | None, until: str | None) -> NodeMetrics:
+    """A node's own figures over ``since``..``until`` (``history.window``)."""
+    now = server.clock.now()
+    span = history.window(since, until, now)
+    with server.db.session() as session:
+        return history.node_metrics(session, name, span, retention=server.monitor_retention, now=now)
+
+
+def top(server: Server, viewer: UserRow) -> TopView:
+    """``yard top``'s view: the nodes, and the running jobs ``viewer`` may see (``live.top``)."""
+    with server.db.session() as session:
+        return live.top(session, viewer, server.clock.now(), server.monitor_interval_seconds)
 
 
 def set_cordon(server: Server, name: str, cordoned: bool) -> NodeView:

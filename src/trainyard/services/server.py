@@ -10,6 +10,7 @@ from typing import Protocol
 
 from trainyard.backends.base import Backend
 from trainyard.core.clock import Clock
+from trainyard.core.retention import RetentionTier
 from trainyard.core.sessions import SessionPolicy
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services.auth import TokenCache
@@ -27,6 +28,8 @@ class Server(Protocol):
     submit_limits: SubmitLimits
     idempotency_key_hours: float
     sessions: SessionPolicy
+    monitor_interval_seconds: float  # how fresh a sample must be to show as live
+    monitor_retention: tuple[RetentionTier, ...]  # what the monitoring history keeps
 
     def node_states(self) -> list[NodeState]:
         """The inventory for submit-time fit checks (cached briefly)."""
