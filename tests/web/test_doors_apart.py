@@ -1,6 +1,7 @@
 """The API and the portal do not import each other: what both need lives in ``web/``,
 below them, which imports neither; ``api/app.py``, which assembles the one app, is the
-only module of either that imports the other (docs/architecture.md)."""
+only module of either that imports the other; and neither composes a change itself: the
+use cases of ``services/`` do, waking the controller (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -49,3 +50,20 @@ def test_the_web_layer_is_below_both() -> None:
 
 def test_services_import_nothing_of_the_doors() -> None:
     assert _crossings("services", ("trainyard.api", "trainyard.portal", "trainyard.web")) == []
+
+
+def _wakes(package: str) -> list[str]:
+    """Where a module of ``package`` calls ``wake_controller`` itself."""
+    found = []
+    for path in sorted((PACKAGE / package).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "wake_controller"):
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    return found
+
+
+def test_no_router_or_page_wakes_the_controller_itself() -> None:
+    """A change is a use case of ``services/`` (``*_actions.py``, ``submission.py``), which
+    wakes the controller once its unit of work has committed; the doors only call it."""
+    assert _wakes("api") + _wakes("portal") == []
