@@ -1,8 +1,9 @@
 """What the cluster is made of and who may use which part — virtual clusters and their
 grants, groups and their members, per-user quotas, cordons and node labels, storages and
-their grants, environments — each change composed once for the API (``api/routers/admin.py``,
-``storages.py``, ``environments.py``) and the portal (the VCs, users, cluster, storages and
-environments pages), with the reads both show.
+their grants, environments, the alert rules — each change composed once for the API
+(``api/routers/admin.py``, ``storages.py``, ``environments.py``, ``alerts.py``) and the portal
+(the VCs, users, cluster, storages and environments pages), with the reads both show: these,
+the live nodes and their history, alerts and usage.
 
 Each opens its own unit of work through the services that own the rules (``admin.py``,
 ``removal.py``, ``storages.py``, ``environments.py``) and, once it has committed, wakes the
@@ -12,16 +13,21 @@ member, a cordon or a label, and every removal (which may have stopped jobs)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import NamedTuple
 
 from trainyard.backends.base import EnvironmentStore
 from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
+from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.environments import CreateEnvironmentRequest, EnvironmentView
 from trainyard.schemas.history import NodeMetrics
 from trainyard.schemas.storages import StorageView
+from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.services import admin, environments, history, live, removal, storages
+from trainyard.services import alerts as alert_service
 from trainyard.services import jobs as job_service
+from trainyard.services import usage as usage_service
 from trainyard.services.server import Server
 from trainyard.services.views import group_view, node_view, user_quota_view
 from trainyard.store.queries import nodes as node_queries
@@ -145,10 +151,12 @@ class NodesPage(NamedTuple):
     total: int
 
 
-def nodes(server: Server, viewer: UserRow) -> list[NodeView]:
-    """Every node with its allocation and newest fresh sample (``live.live_nodes``)."""
+def nodes(server: Server, viewer: UserRow, *, now: datetime | None = None) -> list[NodeView]:
+    """Every node with its allocation and newest fresh sample as of ``now`` (default: the
+    clock's), as ``live.live_nodes`` shows them to ``viewer``."""
     with server.db.session() as session:
-        return live.live_nodes(session, viewer, server.clock.now(), server.monitor_interval_seconds)
+        return live.live_nodes(session, viewer, server.clock.now() if now is None else now,
+                               server.monitor_interval_seconds)
 
 
 def node_page(server: Server, viewer: UserRow, number: int, per_page: int) -> NodesPage:
@@ -264,3 +272,42 @@ def delete_environment(server: Server, user: UserRow, name: str, *, force: bool)
     if deleted.files is not None:
         environments.remove_files(name, deleted.files)
     return deleted
+
+
+# -- alerts and usage ---------------------------------------------------------------------
+
+
+def alerts(server: Server, viewer: UserRow, *, include_resolved: bool = False) -> list[AlertView]:
+    """Alerts, newest first: an admin sees all; a user those about their own jobs."""
+    with server.db.session() as session:
+        return alert_service.list_alerts(session, viewer, include_resolved=include_resolved)
+
+
+def alert_rules(server: Server) -> list[AlertRuleView]:
+    with server.db.session() as session:
+        return alert_service.rule_views(session, server.monitor_interval_seconds)
+
+
+def prometheus_rules(server: Server) -> str:
+    """The enabled rules with their current thresholds as a Prometheus alerting-rules file."""
+    with server.db.session() as session:
+        return alert_service.prometheus_rules_file(session, server.monitor_interval_seconds)
+
+
+def set_alert_rule(server: Server, name: str, change: AlertRuleUpdate) -> AlertRuleView:
+    """Change a rule (admins); the controller's next evaluation reads it (no wake: the rules
+    are evaluated on the monitoring tick)."""
+    with server.db.session() as session:
+        return alert_service.set_rule(session, name, change, server.clock, server.monitor_interval_seconds)
+
+
+def usage(server: Server, caller: UserRow, *, by: UsageGrouping, since: datetime | None, until: datetime | None,
+          user: str | None = None, vc: str | None = None, group: str | None = None, job_id: int | None = None,
+          now: datetime | None = None) -> UsageReport:
+    """Resources allocated and used over ``[since, until)`` (``usage.period_of``'s defaults,
+    as of ``now``: default the clock's), grouped ``by``; a non-admin sees only their own jobs."""
+    period = usage_service.period_of(since, until, server.clock.now() if now is None else now)
+    with server.db.session() as session:
+        return usage_service.usage_report(session, caller, by=by, period=period,
+                                          monitor_interval_seconds=server.monitor_interval_seconds, user=user,
+                                          vc=vc, group=group, job_id=job_id)

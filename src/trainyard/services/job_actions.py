@@ -24,13 +24,20 @@ from trainyard.store.rows import UserRow
 
 def job_page(server: Server, viewer: UserRow, *, state: str | None = None, user: str | None = None,
              vc: str | None = None, text: str | None = None, order: str = "newest", limit: int = 50,
-             before: int | None = None, after: int | None = None) -> JobPage:
-    """One page of the jobs ``viewer`` may see (``jobs.list_jobs``) and the cursor to the next."""
+             before: int | None = None, after: int | None = None, now: datetime | None = None) -> JobPage:
+    """One page of the jobs ``viewer`` may see (``jobs.list_jobs``) and the cursor to the next;
+    their ages as of ``now`` (default: the clock's)."""
     with server.db.session() as session:
         rows, next_cursor = job_service.list_jobs(session, viewer, state=state, user=user, vc=vc, text=text,
                                                   order=order, limit=limit, before=before, after=after)
-        now = server.clock.now()
+        now = server.clock.now() if now is None else now
         return JobPage(items=[job_summary(r, now) for r in rows], next=next_cursor)
+
+
+def job_counts(server: Server) -> dict[str, int]:
+    """How many jobs are in each state (an admin's overview)."""
+    with server.db.session() as session:
+        return job_queries.job_counts_by_state(session)
 
 
 def job_detail(server: Server, viewer: UserRow, job_id: int) -> JobDetail:

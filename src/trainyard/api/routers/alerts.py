@@ -13,8 +13,7 @@ from trainyard.api.openapi import errors
 from trainyard.api.routers.jobs import get_job
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.jobs import JobDetail
-from trainyard.services import alerts as alert_service
-from trainyard.services import job_actions
+from trainyard.services import cluster_actions, job_actions
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID, BodyRoute
 from trainyard.web.context import AppContext, context
@@ -34,15 +33,13 @@ def list_alerts(
 ) -> list[AlertView]:
     """Alerts, newest first: firing ones (``all=true``: resolved too). An admin sees every
     alert; a user, the alerts about their own jobs."""
-    with ctx.db.session() as session:
-        return alert_service.list_alerts(session, user, include_resolved=include_resolved)
+    return cluster_actions.alerts(ctx, user, include_resolved=include_resolved)
 
 
 @router.get("/rules", response_model=list[AlertRuleView], responses=errors(401, 403))
 def list_rules(_: Admin, ctx: Ctx) -> list[AlertRuleView]:
     """The rules with their thresholds, enablement and cordoning (admin)."""
-    with ctx.db.session() as session:
-        return alert_service.rule_views(session, ctx.monitor_interval_seconds)
+    return cluster_actions.alert_rules(ctx)
 
 
 RULES_FILE = {"description": "A Prometheus alerting-rules file (YAML)",
@@ -52,15 +49,13 @@ RULES_FILE = {"description": "A Prometheus alerting-rules file (YAML)",
 @router.get("/rules.yml", response_model=None, responses={200: RULES_FILE, **errors(401, 403)})
 def prometheus_rules(_: Admin, ctx: Ctx) -> PlainTextResponse:
     """The enabled rules with their current thresholds as a Prometheus alerting-rules file."""
-    with ctx.db.session() as session:
-        return PlainTextResponse(alert_service.prometheus_rules_file(session, ctx.monitor_interval_seconds))
+    return PlainTextResponse(cluster_actions.prometheus_rules(ctx))
 
 
 @router.put("/rules/{name}", response_model=AlertRuleView, responses=errors(401, 403, 404, 422))
 def set_rule(name: RuleName, body: AlertRuleUpdate, _: Admin, ctx: Ctx) -> AlertRuleView:
     """Change a rule; the controller's next evaluation uses it (no restart)."""
-    with ctx.db.session() as session:
-        return alert_service.set_rule(session, name, body, ctx.clock, ctx.monitor_interval_seconds)
+    return cluster_actions.set_alert_rule(ctx, name, body)
 
 
 @router.post("/{alert_id}/stop", response_model=JobDetail, responses=errors(401, 403, 404, 409, 422))
