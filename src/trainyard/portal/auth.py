@@ -14,7 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
-from trainyard.services import sign_in_limits, web_sessions
+from trainyard.services import account_actions, sign_in_limits, web_sessions
 from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.store.rows import UserRow, WebSessionRow
 from trainyard.web.callers import COOKIE, CSRF_FIELD, CSRF_HEADER, same_origin
@@ -47,11 +47,8 @@ class Viewer:
 
 
 def _lookup(ctx: AppContext, cookie: str) -> Viewer | None:
-    with ctx.db.session() as session:
-        row = web_sessions.session_for_cookie(session, cookie, clock=ctx.clock)
-        if row is None:
-            return None
-        return Viewer(row.user, row)
+    row = web_sessions.signed_in(ctx.db, cookie, clock=ctx.clock)
+    return None if row is None else Viewer(row.user, row)
 
 
 async def optional_viewer(request: Request, ctx: AppContext = Depends(context)) -> Viewer | None:
@@ -108,9 +105,7 @@ def confirm_credential(request: Request, ctx: AppContext, found: Viewer, secret:
         wait = int(refused.retry_after) + 1
         raise TooManyTries(f"too many wrong passwords; try again in {wait} s",
                            details=[{"path": "current", "message": f"try again in {wait} s"}])
-    with ctx.db.session() as session:
-        right = web_sessions.reauthenticated(session, found.user, secret)
-    if not right:
+    if not account_actions.reauthenticated(ctx, found.user, secret):
         raise Forbidden("give your password again (a token of yours, if you have no password) to create a token "
                         "or set a password", details=[{"path": "current", "message": "your password, to create a "
                                                                                       "token or set a password"}])

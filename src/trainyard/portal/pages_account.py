@@ -18,10 +18,10 @@ from fastapi.responses import RedirectResponse, Response
 from trainyard.portal.auth import Action, Page, Viewer, confirm_credential, optional_viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.users import TokenResponse
-from trainyard.services import auth, passwords, sign_in_limits, web_sessions
+from trainyard.services import account_actions, passwords, sign_in_limits, web_sessions
 from trainyard.services.errors import ServiceError
-from trainyard.services.views import token_view
 from trainyard.services.web_sessions import LIFETIME_SECONDS, SignedIn
+from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID
 from trainyard.web.callers import COOKIE, same_origin
 from trainyard.web.context import AppContext, context
@@ -71,8 +71,7 @@ def sign_in(
                       headers={"Retry-After": str(wait)}, error=f"too many failed sign-ins; try again in {wait} s")
     signed_in: SignedIn | None
     if by_token:
-        with ctx.db.session() as session:
-            signed_in = web_sessions.sign_in_with_token(session, token, clock=ctx.clock)
+        signed_in = account_actions.sign_in_with_token(ctx, token)
     else:
         signed_in = web_sessions.sign_in_with_password(ctx.db, username, password, clock=ctx.clock)
     if signed_in is None:
@@ -87,8 +86,7 @@ def sign_in(
 
 @router.post("/signout")
 def sign_out(request: Request, viewer: Action, ctx: Ctx) -> Response:
-    with ctx.db.session() as session:
-        web_sessions.sign_out(session, request.cookies.get(COOKIE, ""))
+    account_actions.sign_out(ctx, request.cookies.get(COOKIE, ""))
     response = RedirectResponse("/signin", status_code=303, headers=SECURITY_HEADERS)
     response.delete_cookie(COOKIE, path="/", httponly=True, samesite="lax", secure=request.url.scheme == "https")
     return response
@@ -97,8 +95,7 @@ def sign_out(request: Request, viewer: Action, ctx: Ctx) -> Response:
 def _account(request: Request, viewer: Viewer, ctx: AppContext, *, status_code: int = 200,
              errors: dict[str, str] | None = None, notice: str | None = None,
              new_token: TokenResponse | None = None, error: str | None = None) -> Response:
-    with ctx.db.session() as session:
-        tokens = [token_view(t) for t in auth.list_tokens(session, viewer.user)]
+    tokens = account_actions.tokens(ctx, viewer.user)
     return render(request, "account.html", status_code=status_code, user=viewer.user,
                   web_session=viewer.web_session, errors=errors or {}, notice=notice, tokens=tokens,
                   new_token=new_token, error=error)
@@ -123,30 +120,23 @@ async def change_password(request: Request, viewer: Action, ctx: Ctx) -> Respons
     except ServiceError as exc:
         errors["current"] = exc.message
         status = exc.status if exc.status == 429 else status
+    changed: UserRow | None = None
     if errors:
         pass
     elif new != again:
         errors["again"] = "the two new passwords differ"
     else:
-        def change() -> None:
-            with ctx.db.session() as session:
-                web_sessions.change_password(session, viewer.user, None, new, current=current,
-                                             keep=viewer.web_session)
         try:
-            await run_in_threadpool(change)
+            changed = await run_in_threadpool(account_actions.set_password, ctx, viewer.user, None, new,
+                                              current=current, keep=viewer.web_session)
         except ServiceError as exc:
             for item in exc.details or [{"path": "password", "message": exc.message}]:
                 errors[item["path"]] = exc.message
-    if errors:
+    if errors or changed is None:
         return await run_in_threadpool(_account, request, viewer, ctx, status_code=status, errors=errors)
-    # Re-read: the page says whether the user has a password now.
-    return await run_in_threadpool(_account, request, _refreshed(viewer, ctx), ctx,
+    # The user as they now are: the page says whether they have a password.
+    return await run_in_threadpool(_account, request, Viewer(changed, viewer.web_session), ctx,
                                    notice="your password is changed")
-
-
-def _refreshed(viewer: Viewer, ctx: AppContext) -> Viewer:
-    with ctx.db.session() as session:
-        return Viewer(auth.get_user(session, viewer.user.name), viewer.web_session)
 
 
 @router.post("/account/tokens")
@@ -160,9 +150,7 @@ def create_token(request: Request, viewer: Action, ctx: Ctx,
     except ServiceError as exc:
         return _account(request, viewer, ctx, status_code=exc.status, error=exc.message,
                         errors={"current": exc.message})
-    with ctx.db.session() as session:
-        token, owner = auth.issue_token(session, viewer.user, for_user=None, name=name, clock=ctx.clock)
-        created = TokenResponse(token=token, user=owner.name)
+    created = account_actions.issue_token(ctx, viewer.user, for_user=None, name=name)
     return _account(request, viewer, ctx, new_token=created)
 
 
@@ -170,10 +158,8 @@ def create_token(request: Request, viewer: Action, ctx: Ctx,
 def revoke_token(request: Request, token_id: Annotated[int, Path(ge=1, le=MAX_ID)], viewer: Action,
                  ctx: Ctx) -> Response:
     try:
-        with ctx.db.session() as session:
-            token = auth.revoke_token(session, viewer.user, token_id)
-            what = f"revoked token {token.id} ({token.prefix}…): it is refused from now on"
+        token = account_actions.revoke_token(ctx, viewer.user, token_id)
     except ServiceError as exc:
         return _account(request, viewer, ctx, status_code=exc.status, error=exc.message)
-    ctx.tokens.forget(user_ids=[viewer.user.id])
-    return _account(request, viewer, ctx, notice=what)
+    return _account(request, viewer, ctx,
+                    notice=f"revoked token {token.id} ({token.prefix}…): it is refused from now on")

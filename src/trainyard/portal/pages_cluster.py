@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse, Response
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.cluster import GpuView, NodeView
-from trainyard.services import admin, live
+from trainyard.services import cluster_actions
 from trainyard.web.bodies import PathName
 from trainyard.web.context import AppContext, context
 
@@ -87,17 +87,8 @@ class NodePage:
 
 
 def _node_page(viewer: Viewer, ctx: AppContext, number: int) -> NodePage:
-    with ctx.db.session() as session:
-        first = (number - 1) * NODES_PER_PAGE
-        nodes, total = live.node_page(session, viewer.user, ctx.clock.now(), ctx.monitor_interval_seconds,
-                                      first=first, count=NODES_PER_PAGE)
-        pages = max(1, -(-total // NODES_PER_PAGE))
-        if number > pages:  # past the end (nodes went away): the last page
-            first = (pages - 1) * NODES_PER_PAGE
-            nodes, total = live.node_page(session, viewer.user, ctx.clock.now(), ctx.monitor_interval_seconds,
-                                          first=first, count=NODES_PER_PAGE)
-            number = pages
-    return NodePage([node_card(n) for n in nodes], number, pages, first + 1, total)
+    page = cluster_actions.node_page(ctx, viewer.user, number, NODES_PER_PAGE)
+    return NodePage([node_card(n) for n in page.nodes], page.number, page.pages, page.first + 1, page.total)
 
 
 PageNumber = Annotated[int, Query(ge=1, le=1_000_000)]
@@ -128,7 +119,5 @@ def uncordon(name: PathName, _: AdminAction, ctx: Ctx) -> Response:
 
 def _set_cordon(ctx: AppContext, name: str, cordoned: bool) -> Response:
     """The same service as ``POST /api/v1/nodes/{name}/cordon``; then back to the page."""
-    with ctx.db.session() as session:
-        admin.set_cordon(session, name, cordoned)
-    ctx.wake_controller()
+    cluster_actions.set_cordon(ctx, name, cordoned)
     return RedirectResponse("/cluster", status_code=303, headers=SECURITY_HEADERS)

@@ -3,9 +3,10 @@ those shared with a group of theirs, the base ones; an admin: all), each with it
 the build job whose log says how its build went; a form that builds a new one from a pasted
 requirements file; Delete for its owner (and admins).
 
-Every change calls the service ``api/routers/environments.py`` calls, with the same rules:
-another user's private environment is not found, deleting one in use or being built is
-refused (and offered again with ``force``), one that others are built on is never deleted.
+Every change calls the use case ``api/routers/environments.py`` calls
+(``services/cluster_actions.py``), with the same rules: another user's private environment
+is not found, deleting one in use or being built is refused (and offered again with
+``force``), one that others are built on is never deleted.
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ from trainyard.portal.auth import Action, Page, Viewer
 from trainyard.portal.changes import refusal_values
 from trainyard.portal.templating import render
 from trainyard.schemas.environments import MAX_REQUIREMENTS_BYTES, CreateEnvironmentRequest
-from trainyard.services import admin
-from trainyard.services import environments as env_service
+from trainyard.services import cluster_actions
 from trainyard.services.environment_access import EnvironmentKind
 from trainyard.services.errors import Invalid, ServiceError
-from trainyard.store.queries import vcs as vc_queries
 from trainyard.web.bodies import PathName
 from trainyard.web.context import AppContext, context
 
@@ -38,10 +37,8 @@ Ctx = Annotated[AppContext, Depends(context)]
 def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
           failed: ServiceError | None = None, form: dict[str, str] | None = None,
           retry: dict[str, str] | None = None) -> Response:
-    with ctx.db.session() as session:
-        envs = env_service.list_environments(session, viewer.user)
-        mine = vc_queries.group_ids_of(session, viewer.user.id)
-        groups = [g.name for g, _ in admin.list_groups(session) if viewer.user.is_admin or g.id in mine]
+    envs = cluster_actions.environment_views(ctx, viewer.user)
+    groups = cluster_actions.groups_of(ctx, viewer.user)
     bases = [e.name for e in envs if e.kind == EnvironmentKind.BASE and e.path is not None]
     return render(request, "environments.html", user=viewer.user, web_session=viewer.web_session,
                   status_code=failed.status if failed else 200, environments=envs, bases=bases, groups=groups,
@@ -70,7 +67,6 @@ def create(request: Request, viewer: Action, ctx: Ctx, name: Annotated[str, Form
     """A custom environment, built as a job of the viewer's (``POST /environments`` with
     ``requirements``); base environments are declared with ``yard env create --path|--image``."""
     form = {"name": name, "requirements": requirements, "base": base, "group": group}
-    root = ctx.backend.environments_root if isinstance(ctx.backend, EnvironmentStore) else None
     try:
         try:
             wanted = CreateEnvironmentRequest(name=name.strip(), requirements=requirements.replace("\r\n", "\n"),
@@ -78,12 +74,9 @@ def create(request: Request, viewer: Action, ctx: Ctx, name: Annotated[str, Form
         except ValidationError as exc:  # the field and why, as the API says it
             details = [{"path": ".".join(map(str, e["loc"])) or "name", "message": e["msg"]} for e in exc.errors()]
             raise Invalid("; ".join(f"{d['path']}: {d['message']}" for d in details), details=details) from None
-        with ctx.db.session() as session:
-            view = env_service.create_environment(session, viewer.user, wanted, root=root, clock=ctx.clock,
-                                                  nodes=ctx.node_states())
+        view = cluster_actions.create_environment(ctx, viewer.user, wanted)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, form=form)
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=f"environment {view.name} is being built by job {view.buildJobId}")
 
 
@@ -91,13 +84,9 @@ def create(request: Request, viewer: Action, ctx: Ctx, name: Annotated[str, Form
 def delete(request: Request, name: PathName, viewer: Action, ctx: Ctx,
            force: Annotated[bool, Form()] = False) -> Response:
     try:
-        with ctx.db.session() as session:
-            deleted = env_service.delete_environment(session, viewer.user, name, force=force, clock=ctx.clock)
+        deleted = cluster_actions.delete_environment(ctx, viewer.user, name, force=force)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, retry={"action": f"/environments/{quote(name)}/delete"})
-    ctx.wake_controller()
-    if deleted.files is not None:  # after the commit, as the API does
-        env_service.remove_files(name, deleted.files)
     stopped = f"; stopped its build, job {', '.join(map(str, deleted.stopped_jobs))}" if deleted.stopped_jobs else ""
     return _page(request, viewer, ctx, notice=f"deleted environment {name}{stopped}")
 

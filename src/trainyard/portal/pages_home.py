@@ -15,12 +15,7 @@ from fastapi.responses import Response
 
 from trainyard.portal.auth import Page
 from trainyard.portal.templating import render
-from trainyard.services import admin, live
-from trainyard.services import alerts as alert_service
-from trainyard.services import jobs as job_service
-from trainyard.services.usage import period_of, usage_report
-from trainyard.services.views import job_summary
-from trainyard.store.queries import jobs as job_queries
+from trainyard.services import cluster_actions, job_actions
 from trainyard.web.context import AppContext, context
 
 router = APIRouter()
@@ -33,13 +28,11 @@ RECENT_JOBS = 10
 def home(request: Request, viewer: Page, ctx: Ctx) -> Response:
     user = viewer.user
     now = ctx.clock.now()
-    with ctx.db.session() as session:
-        nodes = live.live_nodes(session, user, now, ctx.monitor_interval_seconds)
-        vcs = admin.describe_vcs(session, user)
-        counts = job_queries.job_counts_by_state(session) if user.is_admin else None
-        mine, _ = job_service.list_jobs(session, user, user=user.name, limit=RECENT_JOBS)
-        recent = [job_summary(row, now) for row in mine]
-        alerts = alert_service.list_alerts(session, user) if user.is_admin else []
+    nodes = cluster_actions.nodes(ctx, user, now=now)
+    vcs = cluster_actions.vcs(ctx, user)
+    counts = job_actions.job_counts(ctx) if user.is_admin else None
+    recent = job_actions.job_page(ctx, user, user=user.name, limit=RECENT_JOBS, now=now).items
+    alerts = cluster_actions.alerts(ctx, user) if user.is_admin else []
     gpus = [gpu for node in nodes for gpu in node.gpus]
     measured = [gpu.usage.utilPct for gpu in gpus if gpu.usage is not None and gpu.usage.utilPct is not None]
     cluster = {
@@ -58,7 +51,6 @@ def home(request: Request, viewer: Page, ctx: Ctx) -> Response:
 def my_week(request: Request, viewer: Page, ctx: Ctx) -> Response:
     """The home page's card of the viewer's usage over the last seven days."""
     user, now = viewer.user, ctx.clock.now()
-    with ctx.db.session() as session:
-        week = usage_report(session, user, by="user", period=period_of(now - timedelta(days=7), None, now),
-                            monitor_interval_seconds=ctx.monitor_interval_seconds, user=user.name)
+    week = cluster_actions.usage(ctx, user, by="user", since=now - timedelta(days=7), until=None, now=now,
+                                 user=user.name)
     return render(request, "_home_usage.html", user=user, web_session=viewer.web_session, week=week.total)

@@ -31,8 +31,7 @@ from trainyard.schemas.jobs import (
     JobDetail,
     TaskView,
 )
-from trainyard.services import dev_sessions, history, job_actions
-from trainyard.services import jobs as job_service
+from trainyard.services import job_actions
 from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
@@ -51,9 +50,7 @@ CHART_WINDOW = timedelta(days=365)  # the longest the history route takes is a l
 
 
 def _detail(ctx: AppContext, viewer: Viewer, job_id: int) -> JobDetail:
-    with ctx.db.session() as session:
-        return job_service.describe_job(session, viewer.user, job_id, specs=ctx.specs, backend=ctx.backend.name,
-                                        now=ctx.clock.now())
+    return job_actions.job_detail(ctx, viewer.user, job_id)
 
 
 def _shown_attempt(detail: JobDetail, attempt: int | None) -> AttemptView | None:
@@ -85,8 +82,7 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
     detail = _detail(ctx, viewer, job_id)
     shown = _shown_attempt(detail, attempt)
     now = ctx.clock.now()
-    with ctx.db.session() as session:  # a JupyterLab session's job: the page opens it (its owner's alone)
-        is_session = dev_sessions.is_session(session, job_id)
+    is_session = job_actions.is_session(ctx, job_id)  # a session's job: the page opens it (its owner's alone)
     lab = is_session and detail.user == viewer.user.name
     return {
         "job": detail, "shown": shown, "chosen_attempt": attempt, "roles": _tasks_by_role(shown), "now": now,
@@ -109,8 +105,7 @@ def _runs_in(ctx: AppContext, viewer: Viewer, job_id: int) -> list[RoleSetting]:
     """Each role's environment, image and storages; empty when no role names any."""
     spec = ctx.specs.known(job_id)
     if spec is None:  # parsed by _detail a moment ago, unless the cache let it go since
-        with ctx.db.session() as session:
-            spec = ctx.specs.of(job_service.get_job(session, viewer.user, job_id))
+        spec = job_actions.job_spec(ctx, viewer.user, job_id)
     settings = []
     for role in spec.role_names:
         mounts = [f"{use.name}{'/' + use.sub_path if use.sub_path else ''} → {use.mount_path or 'its own path'}"
@@ -185,11 +180,7 @@ def job_metrics(
     task: Annotated[str | None, Query(max_length=80)] = None,
 ) -> Response:
     """``GET /api/v1/jobs/{id}/metrics``'s answer, for the page's charts."""
-    now = ctx.clock.now()
-    span = history.window(since, until, now)
-    with ctx.db.session() as session:
-        metrics = history.job_metrics(session, viewer.user, job_id, span, task=task, specs=ctx.specs,
-                                      retention=ctx.monitor_retention, now=now)
+    metrics = job_actions.job_metrics(ctx, viewer.user, job_id, since=since, until=until, task=task)
     return Response(metrics.model_dump_json(), media_type="application/json", headers=SECURITY_HEADERS)
 
 

@@ -18,7 +18,6 @@ from trainyard.services import job_actions
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid
 from trainyard.services.jobs import StopOutcome
-from trainyard.services.views import job_summary
 from trainyard.web.bodies import MAX_ID
 from trainyard.web.context import AppContext, context
 
@@ -79,13 +78,10 @@ Filters = Annotated[JobFilters, Depends()]
 
 def _list_page(request: Request, viewer: Viewer, ctx: AppContext, filters: JobFilters, *,
                outcome: StopOutcome | None = None, status_code: int = 200) -> Response:
-    with ctx.db.session() as session:
-        rows, next_cursor = job_service.list_jobs(
-            session, viewer.user, state=filters.state, user=filters.user, vc=filters.vc, text=filters.name,
-            order=filters.order, limit=PAGE_SIZE, before=filters.before, after=filters.after,
-        )
-        now = ctx.clock.now()
-        jobs = [job_summary(row, now) for row in rows]
+    page = job_actions.job_page(ctx, viewer.user, state=filters.state, user=filters.user, vc=filters.vc,
+                                text=filters.name, order=filters.order, limit=PAGE_SIZE, before=filters.before,
+                                after=filters.after)
+    jobs, next_cursor = page.items, page.next
     cursor = "after" if filters.order == "oldest" else "before"
     return render(
         request, "jobs.html", user=viewer.user, web_session=viewer.web_session, status_code=status_code,

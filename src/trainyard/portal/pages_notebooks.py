@@ -20,7 +20,7 @@ from trainyard.portal.auth import Action, Page, Viewer
 from trainyard.portal.changes import refusal_values
 from trainyard.portal.templating import render
 from trainyard.schemas.sessions import SessionRequest
-from trainyard.services import admin, dev_sessions, environments, job_actions, storages
+from trainyard.services import cluster_actions, job_actions
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.services.storages import Access
 from trainyard.web.bodies import MAX_ID
@@ -35,12 +35,10 @@ REFRESH_SECONDS = 3
 def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
           failed: ServiceError | None = None, form: dict[str, str] | None = None, table_only: bool = False) -> Response:
     now = ctx.clock.now()
-    with ctx.db.session() as session:
-        sessions = [dev_sessions.view(row, now) for row in dev_sessions.list_sessions(session, viewer.user)]
-        envs = [e.name for e in environments.list_environments(session, viewer.user)
-                if e.state == EnvironmentState.READY]
-        mounts = [s.name for s in storages.storage_views(session, viewer.user) if s.access != Access.NONE.label]
-        vcs = [vc.name for vc in admin.describe_vcs(session, viewer.user)]
+    sessions = job_actions.sessions(ctx, viewer.user, now=now)
+    envs = [e.name for e in cluster_actions.environment_views(ctx, viewer.user) if e.state == EnvironmentState.READY]
+    mounts = [s.name for s in cluster_actions.storage_views(ctx, viewer.user) if s.access != Access.NONE.label]
+    vcs = [vc.name for vc in cluster_actions.vcs(ctx, viewer.user)]
     live = any(s.state not in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED) for s in sessions)
     return render(request, "notebooks_table.html" if table_only else "notebooks.html", user=viewer.user,
                   web_session=viewer.web_session, status_code=failed.status if failed else 200, sessions=sessions,
@@ -108,10 +106,7 @@ def _session_id(job_id: int) -> int:
 @router.post("/notebooks/{job_id}/renew")
 def renew(request: Request, job_id: int, viewer: Action, ctx: Ctx) -> Response:
     try:
-        with ctx.db.session() as session:
-            row = dev_sessions.renew_session(session, viewer.user, _session_id(job_id), None, policy=ctx.sessions,
-                                             clock=ctx.clock)
-            hours = row.hours
+        hours = job_actions.renew_session(ctx, viewer.user, _session_id(job_id), None).hours
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
     return _page(request, viewer, ctx, notice=f"session {job_id} renewed: it lives {hours:g} h from now")

@@ -2,9 +2,10 @@
 ``@group`` storages too, where enabled) with their access; an admin sees every storage with
 every grant, and creates, grants, revokes and deletes them.
 
-Every change calls the service ``api/routers/storages.py`` calls, so a page can do nothing
-the same user's token could not; a refusal shows on the page with its status (taking back a
-grant or deleting a storage that jobs mount offers to do it anyway, stopping them).
+Every change calls the use case ``api/routers/storages.py`` calls
+(``services/cluster_actions.py``), so a page can do nothing the same user's token could not;
+a refusal shows on the page with its status (taking back a grant or deleting a storage that
+jobs mount offers to do it anyway, stopping them).
 """
 
 from __future__ import annotations
@@ -18,8 +19,7 @@ from fastapi.responses import Response
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.changes import refusal_values, removal_notice
 from trainyard.portal.templating import render
-from trainyard.services import admin, auth, removal
-from trainyard.services import storages as storage_service
+from trainyard.services import account_actions, cluster_actions
 from trainyard.services.errors import ServiceError
 from trainyard.web.bodies import PathName
 from trainyard.web.context import AppContext, context
@@ -34,10 +34,9 @@ Grantee = Annotated[str, Form(max_length=65)]
 def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
           failed: ServiceError | None = None, form: dict[str, str] | None = None,
           retry: dict[str, str] | None = None) -> Response:
-    with ctx.db.session() as session:
-        storages = storage_service.storage_views(session, viewer.user)
-        people = [u.name for u in auth.list_users(session)] if viewer.user.is_admin else []
-        groups = [g.name for g, _ in admin.list_groups(session)] if viewer.user.is_admin else []
+    storages = cluster_actions.storage_views(ctx, viewer.user)
+    people = [u.name for u in account_actions.users(ctx)] if viewer.user.is_admin else []
+    groups = [g.name for g in cluster_actions.groups(ctx)] if viewer.user.is_admin else []
     return render(request, "storages.html", user=viewer.user, web_session=viewer.web_session,
                   status_code=failed.status if failed else 200, storages=storages, people=people, groups=groups,
                   notice=notice, form=form or {}, **refusal_values(failed, retry))
@@ -54,9 +53,8 @@ def create(request: Request, viewer: AdminAction, ctx: Ctx, name: Annotated[str,
            description: Annotated[str, Form(max_length=1000)] = "", read_only: Flag = False) -> Response:
     name = name.strip()
     try:
-        with ctx.db.session() as session:
-            storage_service.create_storage(session, name, path.strip(), read_only=read_only, kind=kind.strip(),
-                                           description=description.strip(), clock=ctx.clock)
+        cluster_actions.create_storage(ctx, name, path.strip(), read_only=read_only, kind=kind.strip(),
+                                       description=description.strip())
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc,
                      form={"name": name, "path": path, "kind": kind, "description": description})
@@ -68,8 +66,7 @@ def grant(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, grant
           read_only: Flag = False) -> Response:
     grantee = grantee.strip()
     try:
-        with ctx.db.session() as session:
-            storage_service.grant_storage(session, name, grantee, read_only=read_only)
+        cluster_actions.grant_storage(ctx, name, grantee, read_only=read_only)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
     return _page(request, viewer, ctx,
@@ -80,22 +77,17 @@ def grant(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, grant
 def revoke(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, grantee: Grantee,
            force: Flag = False) -> Response:
     try:
-        with ctx.db.session() as session:
-            result = removal.revoke_storage_grant(session, name, grantee, force=force, by=viewer.user,
-                                                  clock=ctx.clock)
+        result = cluster_actions.revoke_storage_grant(ctx, viewer.user, name, grantee, force=force)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc,
                      retry={"action": f"/storages/{quote(name)}/grants/revoke", "grantee": grantee})
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=removal_notice(result))
 
 
 @router.post("/storages/{name}/delete")
 def delete(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, force: Flag = False) -> Response:
     try:
-        with ctx.db.session() as session:
-            result = removal.delete_storage(session, name, force=force, by=viewer.user, clock=ctx.clock)
+        result = cluster_actions.delete_storage(ctx, viewer.user, name, force=force)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, retry={"action": f"/storages/{quote(name)}/delete"})
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=removal_notice(result))

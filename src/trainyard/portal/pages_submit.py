@@ -42,7 +42,7 @@ from trainyard.portal.submit_form import (
     form_field_of,
 )
 from trainyard.portal.templating import SECURITY_HEADERS, render
-from trainyard.services import admin, submission
+from trainyard.services import cluster_actions, job_actions, submission
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.spec.errors import SpecError
@@ -204,8 +204,7 @@ def _check(ctx: AppContext, viewer: Viewer, editor: Editor, *, submit: bool) -> 
 
 
 def _usable_vcs(ctx: AppContext, viewer: Viewer) -> list[str]:
-    with ctx.db.session() as session:
-        return [vc.name for vc in admin.describe_vcs(session, viewer.user)]
+    return [vc.name for vc in cluster_actions.vcs(ctx, viewer.user)]
 
 
 def _render(request: Request, ctx: AppContext, viewer: Viewer, editor: Editor, template: str,
@@ -224,8 +223,7 @@ def submit_page(
 ) -> Response:
     document: Any = STARTER
     if clone is not None:
-        with ctx.db.session() as session:
-            document = masked_spec(ctx.specs.of(job_service.get_job(session, viewer.user, clone)))
+        document = masked_spec(job_actions.job_spec(ctx, viewer.user, clone))
     editor = Editor(yaml=dump_yaml(document), fields=fields_from_document(document), clone_of=clone,
                     document=document)
     return _render(request, ctx, viewer, editor, "submit.html", title=f"Clone job {clone}" if clone else "Submit")

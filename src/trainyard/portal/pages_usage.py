@@ -17,9 +17,8 @@ from trainyard.portal.auth import Page
 from trainyard.portal.templating import render
 from trainyard.schemas.requests import NO_NUL
 from trainyard.schemas.usage import UsageGrouping
-from trainyard.services import admin
+from trainyard.services import cluster_actions
 from trainyard.services.errors import Invalid, ServiceError
-from trainyard.services.usage import period_of, usage_report
 from trainyard.web.context import AppContext, context
 
 router = APIRouter()
@@ -60,17 +59,14 @@ def usage_page(request: Request, viewer: Page, ctx: Ctx, by: Text = "user", peri
             raise Invalid(f"by {by!r}: use one of {', '.join(GROUPINGS)}",
                           details=[{"path": "by", "message": "unknown grouping"}])
         start = _moment("since", since) or preset_since(period, now)
-        with ctx.db.session() as session:
-            report = usage_report(
-                session, viewer.user, by=by,  # type: ignore[arg-type]  # checked against GROUPINGS above
-                period=period_of(start, _moment("until", until), now),
-                monitor_interval_seconds=ctx.monitor_interval_seconds,
-                user=user.strip() or None, vc=vc.strip() or None, group=group.strip() or None)
+        report = cluster_actions.usage(
+            ctx, viewer.user, by=by,  # type: ignore[arg-type]  # checked against GROUPINGS above
+            since=start, until=_moment("until", until), now=now,
+            user=user.strip() or None, vc=vc.strip() or None, group=group.strip() or None)
     except ServiceError as exc:
         failed = exc
-    with ctx.db.session() as session:
-        vcs = [v.name for v in admin.describe_vcs(session, viewer.user)]
-        groups = [g.name for g, _ in admin.list_groups(session)] if viewer.user.is_admin else []
+    vcs = [v.name for v in cluster_actions.vcs(ctx, viewer.user)]
+    groups = [g.name for g in cluster_actions.groups(ctx)] if viewer.user.is_admin else []
     return render(request, "usage.html", user=viewer.user, web_session=viewer.web_session,
                   status_code=failed.status if failed else 200, report=report, form=form, groupings=GROUPINGS,
                   presets=PRESETS, vcs=vcs, groups=groups, error=failed.message if failed else None,

@@ -2,7 +2,8 @@
 disabling, enabling and deleting users, resetting passwords, issuing and revoking anyone's
 tokens; groups and their members; per-user GPU quotas.
 
-Every change calls the service ``api/routers/users.py`` or ``admin.py`` calls. A new
+Every change calls the use case ``api/routers/users.py`` or ``admin.py`` calls
+(``services/account_actions.py``, ``cluster_actions.py``). A new
 token is shown once, in the answer to the request that made it, and never again.
 """
 
@@ -20,9 +21,8 @@ from trainyard.portal.changes import refusal_values, removal_notice
 from trainyard.portal.templating import render
 from trainyard.schemas.requests import NO_NUL
 from trainyard.schemas.users import TokenResponse
-from trainyard.services import admin, auth, removal, web_sessions
+from trainyard.services import account_actions, cluster_actions
 from trainyard.services.errors import Invalid, ServiceError
-from trainyard.services.views import token_view, user_quota_view, user_view
 from trainyard.web.bodies import MAX_ID, PathName
 from trainyard.web.context import AppContext, context
 
@@ -39,15 +39,13 @@ def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | No
           failed: ServiceError | None = None, retry: dict[str, str] | None = None,
           new_token: TokenResponse | None = None, form: dict[str, str] | None = None,
           tokens_of: str | None = None) -> Response:
-    with ctx.db.session() as session:
-        users = [user_view(u) for u in auth.list_users(session)]
-        groups = admin.list_groups(session)
-        quotas = [user_quota_view(u, p, m) for u, p, m in admin.list_user_quotas(session)]
-        every = auth.list_tokens(session, viewer.user, for_user=tokens_of, every_user=not tokens_of)
-        tokens = [token_view(t) for t in every[-TOKENS_SHOWN:]]
+    users = account_actions.users(ctx)
+    groups = cluster_actions.groups(ctx)
+    quotas = cluster_actions.user_quotas(ctx)
+    every = account_actions.tokens(ctx, viewer.user, for_user=tokens_of, every_user=not tokens_of)
     return render(request, "users.html", user=viewer.user, web_session=viewer.web_session,
                   status_code=failed.status if failed else 200, users=users,
-                  groups=[(g.name, members) for g, members in groups], quotas=quotas, tokens=tokens,
+                  groups=[(g.name, g.members) for g in groups], quotas=quotas, tokens=every[-TOKENS_SHOWN:],
                   tokens_total=len(every), tokens_of=tokens_of, priorities=PRIORITY_NAMES, new_token=new_token,
                   notice=notice, form=form or {}, **refusal_values(failed, retry))
 
@@ -80,10 +78,7 @@ def create_user(request: Request, viewer: AdminAction, ctx: Ctx, name: UserName,
     try:
         if password:
             confirm_credential(request, ctx, viewer, current)
-        with ctx.db.session() as session:
-            created = auth.create_user(session, name, is_admin=admin_flag, clock=ctx.clock)
-            if password:
-                web_sessions.change_password(session, viewer.user, created.name, password)
+        account_actions.create_user(ctx, viewer.user, name, is_admin=admin_flag, password=password)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, form={"name": name})
     how = "a password" if password else "a token (issue one below)"
@@ -94,37 +89,27 @@ def create_user(request: Request, viewer: AdminAction, ctx: Ctx, name: UserName,
 def disable_user(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
                  stop_jobs: Flag = False) -> Response:
     try:
-        with ctx.db.session() as session:
-            result = removal.disable_user(session, name, stop_jobs=stop_jobs, by=viewer.user, clock=ctx.clock)
-            user_id = auth.get_user(session, name).id
+        result = account_actions.disable_user(ctx, viewer.user, name, stop_jobs=stop_jobs)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
-    ctx.tokens.forget(user_ids=[user_id])
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=removal_notice(result) + f"; {name} cannot sign in until enabled")
 
 
 @router.post("/users/{name}/enable")
 def enable_user(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx) -> Response:
     try:
-        with ctx.db.session() as session:
-            user_id = removal.enable_user(session, name).id
+        account_actions.enable_user(ctx, name)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
-    ctx.tokens.forget(user_ids=[user_id])
     return _page(request, viewer, ctx, notice=f"enabled user {name}: they may sign in again")
 
 
 @router.post("/users/{name}/delete")
 def delete_user(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, force: Flag = False) -> Response:
     try:
-        with ctx.db.session() as session:
-            user_id = auth.get_user(session, name).id
-            result = removal.delete_user(session, name, force=force, by=viewer.user, clock=ctx.clock)
+        result = account_actions.delete_user(ctx, viewer.user, name, force=force)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, retry={"action": f"/users/{quote(name)}/delete"})
-    ctx.tokens.forget(user_ids=[user_id])
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=removal_notice(result))
 
 
@@ -136,8 +121,7 @@ def reset_password(request: Request, name: PathName, viewer: AdminAction, ctx: C
     outlives it, setting its own password or another admin's."""
     try:
         confirm_credential(request, ctx, viewer, current)
-        with ctx.db.session() as session:
-            web_sessions.change_password(session, viewer.user, name, password, keep=viewer.web_session)
+        account_actions.set_password(ctx, viewer.user, name, password, keep=viewer.web_session)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, form={"user": name})
     return _page(request, viewer, ctx, notice=f"set {name}'s password; their browser sessions ended")
@@ -146,8 +130,7 @@ def reset_password(request: Request, name: PathName, viewer: AdminAction, ctx: C
 @router.post("/users/{name}/password/clear")
 def clear_password(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx) -> Response:
     try:
-        with ctx.db.session() as session:
-            web_sessions.clear_password(session, viewer.user, name)
+        account_actions.clear_password(ctx, viewer.user, name)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
     return _page(request, viewer, ctx, notice=f"removed {name}'s password: they sign in with a token")
@@ -160,9 +143,7 @@ def issue_token(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
     theirs) again: a browser session alone does not make credentials."""
     try:
         confirm_credential(request, ctx, viewer, current)
-        with ctx.db.session() as session:
-            token, owner = auth.issue_token(session, viewer.user, for_user=name, name=note, clock=ctx.clock)
-            created = TokenResponse(token=token, user=owner.name)
+        created = account_actions.issue_token(ctx, viewer.user, for_user=name, name=note)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
     return _page(request, viewer, ctx, new_token=created)
@@ -172,13 +153,10 @@ def issue_token(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
 def revoke_token(request: Request, token_id: Annotated[int, Path(ge=1, le=MAX_ID)], viewer: AdminAction,
                  ctx: Ctx) -> Response:
     try:
-        with ctx.db.session() as session:
-            token = auth.revoke_token(session, viewer.user, token_id)
-            owner_id, what = token.user_id, f"revoked token {token.id} of {token.user.name} ({token.prefix}…)"
+        token = account_actions.revoke_token(ctx, viewer.user, token_id)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
-    ctx.tokens.forget(user_ids=[owner_id])
-    return _page(request, viewer, ctx, notice=what)
+    return _page(request, viewer, ctx, notice=f"revoked token {token.id} of {token.user} ({token.prefix}…)")
 
 
 @router.post("/users/quotas")
@@ -188,11 +166,9 @@ def set_quota(request: Request, viewer: AdminAction, ctx: Ctx, name: UserName,
     """At most ``gpus`` GPUs for the user at ``priority``; empty removes the limit."""
     try:
         limit = _gpus(gpus)
-        with ctx.db.session() as session:
-            admin.set_user_quota(session, name, priority=priority, gpus=limit)
+        cluster_actions.set_user_quota(ctx, name, priority=priority, gpus=limit)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
-    ctx.wake_controller()
     said = f"at most {limit:g} GPUs" if limit is not None else "no limit"
     return _page(request, viewer, ctx, notice=f"{name} at {priority}: {said}")
 
@@ -214,8 +190,7 @@ def _gpus(text: str) -> float | None:
 def create_group(request: Request, viewer: AdminAction, ctx: Ctx,
                  name: Annotated[str, Form(max_length=64)]) -> Response:
     try:
-        with ctx.db.session() as session:
-            admin.create_group(session, name.strip(), clock=ctx.clock)
+        cluster_actions.create_group(ctx, name.strip())
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, form={"group": name})
     return _page(request, viewer, ctx, notice=f"created group {name.strip()}")
@@ -224,11 +199,9 @@ def create_group(request: Request, viewer: AdminAction, ctx: Ctx,
 @router.post("/users/groups/{group}/members")
 def add_member(request: Request, group: PathName, viewer: AdminAction, ctx: Ctx, name: UserName) -> Response:
     try:
-        with ctx.db.session() as session:
-            admin.add_member(session, group, name)
+        cluster_actions.add_member(ctx, group, name)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=f"{name} is in group {group}")
 
 
@@ -236,10 +209,8 @@ def add_member(request: Request, group: PathName, viewer: AdminAction, ctx: Ctx,
 def remove_member(request: Request, group: PathName, viewer: AdminAction, ctx: Ctx, name: UserName,
                   force: Flag = False) -> Response:
     try:
-        with ctx.db.session() as session:
-            result = removal.remove_member(session, group, name, force=force, by=viewer.user, clock=ctx.clock)
+        result = cluster_actions.remove_member(ctx, viewer.user, group, name, force=force)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc,
                      retry={"action": f"/users/groups/{quote(group)}/members/remove", "name": name})
-    ctx.wake_controller()
     return _page(request, viewer, ctx, notice=removal_notice(result))

@@ -27,12 +27,19 @@ from trainyard.monitor.exposition import (
 )
 from trainyard.services.admin import describe_vcs
 from trainyard.services.live import fresh_seconds
+from trainyard.services.server import Server
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import metrics as metric_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.queries.nodes import NodeGpus
 from trainyard.store.queries.vcs import HeldShares
+
+
+def figures_now(server: Server) -> ClusterFigures:
+    """What ``GET /metrics`` shows now, in a unit of work of its own."""
+    with server.db.session() as session:
+        return cluster_figures(session, server.clock.now(), server.monitor_interval_seconds)
 
 
 def cluster_figures(session: Session, now: datetime, monitor_interval_seconds: float) -> ClusterFigures:

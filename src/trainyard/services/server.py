@@ -1,7 +1,8 @@
 """What a use case needs of the server it runs in: the store, the backend, the clock, the
-shared caches, the site's limits, and the controller to wake once it has committed
-something the controller must act on. The web layer's app context (``web/context.py``) is
-one; a use case takes it as this protocol, so that services import nothing of the web."""
+shared caches (parsed job files, verified tokens), the site's limits, and the controller to
+wake once it has committed something the controller must act on. The web layer's app
+context (``web/context.py``) is one; a use case takes it as this protocol, so that services
+import nothing of the web."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Protocol
 
 from trainyard.backends.base import Backend
 from trainyard.core.clock import Clock
+from trainyard.core.retention import RetentionTier
 from trainyard.core.sessions import SessionPolicy
 from trainyard.scheduler.snapshot import NodeState
+from trainyard.services.auth import TokenCache
 from trainyard.services.jobs import SubmitLimits
 from trainyard.services.specs import StoredSpecs
 from trainyard.store.db import Database
@@ -21,9 +24,12 @@ class Server(Protocol):
     backend: Backend
     clock: Clock
     specs: StoredSpecs
+    tokens: TokenCache  # forget a user's after revoking or disabling
     submit_limits: SubmitLimits
     idempotency_key_hours: float
     sessions: SessionPolicy
+    monitor_interval_seconds: float  # how fresh a sample must be to show as live
+    monitor_retention: tuple[RetentionTier, ...]  # what the monitoring history keeps
 
     def node_states(self) -> list[NodeState]:
         """The inventory for submit-time fit checks (cached briefly)."""

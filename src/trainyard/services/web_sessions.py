@@ -141,3 +141,24 @@ def reauthenticated(session: Session, user: UserRow, secret: str) -> bool:
         return True
     token = users.live_token(session, hash_token(secret.strip()))
     return token is not None and token.user_id == current.id
+
+
+def signed_in(db: Database, cookie: str, *, clock: Clock) -> WebSessionRow | None:
+    """``session_for_cookie`` in a unit of work of its own (the last use noted as it commits),
+    with its user: who a browser is, asked once per request by the portal's pages and by the
+    routes that take a cookie as well as a token."""
+    with db.session() as session:
+        return session_for_cookie(session, cookie, clock=clock)
+
+
+def live_credentials(db: Database, token_hashes: set[str], cookie_hashes: set[str], *, clock: Clock) -> set[str]:
+    """Which of these credentials (by their SHA-256) still let their holder in: tokens not
+    revoked, of enabled users; browsers signed in and not idle past ``IDLE_SECONDS``, as
+    ``"token:<hash>"`` and ``"cookie:<hash>"`` (``web/revocation.py`` ends the others'
+    connections)."""
+    with db.session() as session:
+        live = {"token:" + digest for digest in users.live_token_hashes(session, token_hashes)}
+        live |= {"cookie:" + digest for digest in users.live_web_session_hashes(
+            session, cookie_hashes, now=clock.now(), idle_seconds=IDLE_SECONDS)}
+    return live
+

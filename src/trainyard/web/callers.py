@@ -58,8 +58,7 @@ def identify_caller(ctx: AppContext, headers: Headers, cookies: dict[str, str]) 
     cookie = cookies.get(COOKIE, "")
     if not cookie:
         return None
-    with ctx.db.session() as session:
-        row = web_sessions.session_for_cookie(session, cookie, clock=ctx.clock)
-        if row is None or row.user.disabled:
-            return None
-        return Caller(row.user, True, credential or "")
+    row = web_sessions.signed_in(ctx.db, cookie, clock=ctx.clock)
+    if row is None or row.user.disabled:
+        return None
+    return Caller(row.user, True, credential or "")

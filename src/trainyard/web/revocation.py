@@ -29,9 +29,8 @@ from contextlib import asynccontextmanager
 from fastapi.concurrency import run_in_threadpool
 
 from trainyard.core.clock import Clock
-from trainyard.services.web_sessions import IDLE_SECONDS
+from trainyard.services import web_sessions
 from trainyard.store.db import Database
-from trainyard.store.queries import users
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +93,7 @@ class OpenConnections:
     def _live(self, keys: Iterable[str]) -> set[str]:
         tokens = {key.removeprefix("token:") for key in keys if key.startswith("token:")}
         cookies = {key.removeprefix("cookie:") for key in keys if key.startswith("cookie:")}
-        with self._db.session() as session:
-            live = {"token:" + digest for digest in users.live_token_hashes(session, tokens)}
-            live |= {"cookie:" + digest for digest in users.live_web_session_hashes(
-                session, cookies, now=self._clock.now(), idle_seconds=IDLE_SECONDS)}
-        return live
+        return web_sessions.live_credentials(self._db, tokens, cookies, clock=self._clock)
 
 
 async def watched(connections: OpenConnections, credential: str | None,

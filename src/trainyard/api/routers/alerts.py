@@ -13,7 +13,7 @@ from trainyard.api.openapi import errors
 from trainyard.api.routers.jobs import get_job
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.jobs import JobDetail
-from trainyard.services import alerts as alert_service
+from trainyard.services import cluster_actions, job_actions
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID, BodyRoute
 from trainyard.web.context import AppContext, context
@@ -33,15 +33,13 @@ def list_alerts(
 ) -> list[AlertView]:
     """Alerts, newest first: firing ones (``all=true``: resolved too). An admin sees every
     alert; a user, the alerts about their own jobs."""
-    with ctx.db.session() as session:
-        return alert_service.list_alerts(session, user, include_resolved=include_resolved)
+    return cluster_actions.alerts(ctx, user, include_resolved=include_resolved)
 
 
 @router.get("/rules", response_model=list[AlertRuleView], responses=errors(401, 403))
 def list_rules(_: Admin, ctx: Ctx) -> list[AlertRuleView]:
     """The rules with their thresholds, enablement and cordoning (admin)."""
-    with ctx.db.session() as session:
-        return alert_service.rule_views(session, ctx.monitor_interval_seconds)
+    return cluster_actions.alert_rules(ctx)
 
 
 RULES_FILE = {"description": "A Prometheus alerting-rules file (YAML)",
@@ -51,15 +49,13 @@ RULES_FILE = {"description": "A Prometheus alerting-rules file (YAML)",
 @router.get("/rules.yml", response_model=None, responses={200: RULES_FILE, **errors(401, 403)})
 def prometheus_rules(_: Admin, ctx: Ctx) -> PlainTextResponse:
     """The enabled rules with their current thresholds as a Prometheus alerting-rules file."""
-    with ctx.db.session() as session:
-        return PlainTextResponse(alert_service.prometheus_rules_file(session, ctx.monitor_interval_seconds))
+    return PlainTextResponse(cluster_actions.prometheus_rules(ctx))
 
 
 @router.put("/rules/{name}", response_model=AlertRuleView, responses=errors(401, 403, 404, 422))
 def set_rule(name: RuleName, body: AlertRuleUpdate, _: Admin, ctx: Ctx) -> AlertRuleView:
     """Change a rule; the controller's next evaluation uses it (no restart)."""
-    with ctx.db.session() as session:
-        return alert_service.set_rule(session, name, body, ctx.clock, ctx.monitor_interval_seconds)
+    return cluster_actions.set_alert_rule(ctx, name, body)
 
 
 @router.post("/{alert_id}/stop", response_model=JobDetail, responses=errors(401, 403, 404, 409, 422))
@@ -67,7 +63,4 @@ def stop_flagged_job(
     alert_id: Annotated[int, Path(ge=1, le=MAX_ID)], user: Admin, ctx: Ctx
 ) -> JobDetail:
     """Stop the job an alert is about (admin); its owner reads why in the job's message."""
-    with ctx.db.session() as session:
-        job_id = alert_service.stop_flagged_job(session, user, alert_id, ctx.clock).id
-    ctx.wake_controller()
-    return get_job(job_id, user, ctx)
+    return get_job(job_actions.stop_flagged(ctx, user, alert_id), user, ctx)

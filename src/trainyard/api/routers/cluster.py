@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends
 from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.cluster import NodeView, TopView
-from trainyard.services import live
+from trainyard.services import cluster_actions
 from trainyard.store.rows import UserRow
 from trainyard.web.context import AppContext, context
 
@@ -35,8 +35,7 @@ def list_nodes(user: Annotated[UserRow, Depends(current_user)], ctx: Ctx) -> lis
     """Nodes, their capacity, what is allocated and what their newest samples measured (null:
     not measured, or no sample in the last few sampling intervals); a non-admin sees only
     their own jobs' ids."""
-    with ctx.db.session() as session:
-        return live.live_nodes(session, user, ctx.clock.now(), ctx.monitor_interval_seconds)
+    return cluster_actions.nodes(ctx, user)
 
 
 @router.get("/top", response_model=TopView, responses=errors(401))
@@ -44,5 +43,4 @@ def top(user: Annotated[UserRow, Depends(current_user)], ctx: Ctx) -> TopView:
     """The live view (`yard top`): nodes as `GET /nodes` shows them, and the running jobs the
     caller may see (an admin: all) with their tasks' GPU, CPU and memory use summed, busiest
     GPUs first."""
-    with ctx.db.session() as session:
-        return live.top(session, user, ctx.clock.now(), ctx.monitor_interval_seconds)
+    return cluster_actions.top(ctx, user)

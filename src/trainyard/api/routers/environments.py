@@ -9,10 +9,9 @@ from fastapi import APIRouter, Depends, Query
 
 from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
-from trainyard.backends.base import EnvironmentStore
 from trainyard.schemas.admin import RemovalResult
 from trainyard.schemas.environments import CreateEnvironmentRequest, EnvironmentView
-from trainyard.services import environments
+from trainyard.services import cluster_actions
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import BodyRoute, PathName
 from trainyard.web.context import AppContext, context
@@ -28,26 +27,19 @@ def create_environment(body: CreateEnvironmentRequest, user: User, ctx: Ctx) -> 
     """Build a custom environment from ``requirements`` (optionally on a ``base``) as a job of
     yours (its id: ``buildJobId``; it is BUILDING until that job ends), or, as an admin,
     declare a base environment (``basePath`` or ``image``), READY at once."""
-    root = ctx.backend.environments_root if isinstance(ctx.backend, EnvironmentStore) else None
-    with ctx.db.session() as session:
-        view = environments.create_environment(session, user, body, root=root, clock=ctx.clock,
-                                               nodes=ctx.node_states())
-    ctx.wake_controller()
-    return view
+    return cluster_actions.create_environment(ctx, user, body)
 
 
 @router.get("", response_model=list[EnvironmentView], responses=errors(401))
 def list_environments(user: User, ctx: Ctx) -> list[EnvironmentView]:
     """The environments you may run jobs in: yours, those shared with a group of yours, and
     the base ones (an admin: all)."""
-    with ctx.db.session() as session:
-        return environments.list_environments(session, user)
+    return cluster_actions.environment_views(ctx, user)
 
 
 @router.get("/{name}", response_model=EnvironmentView, responses=errors(401, 404, 422))
 def show_environment(name: PathName, user: User, ctx: Ctx) -> EnvironmentView:
-    with ctx.db.session() as session:
-        return environments.describe_environment(session, user, name)
+    return cluster_actions.environment_view(ctx, user, name)
 
 
 @router.delete("/{name}", response_model=RemovalResult, responses=errors(401, 403, 404, 409, 422))
@@ -57,9 +49,5 @@ def delete_environment(
                                              "(its build is stopped)")] = False,
 ) -> RemovalResult:
     """Delete an environment you own (admins: any) and, for a custom one, its files."""
-    with ctx.db.session() as session:
-        deleted = environments.delete_environment(session, user, name, force=force, clock=ctx.clock)
-    ctx.wake_controller()
-    if deleted.files is not None:  # after the commit: never file I/O inside the transaction
-        environments.remove_files(name, deleted.files)
+    deleted = cluster_actions.delete_environment(ctx, user, name, force=force)
     return RemovalResult(done=f"deleted environment {name}", stoppedJobs=deleted.stopped_jobs, keptJobs=[])

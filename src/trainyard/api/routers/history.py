@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.history import JobMetrics, NodeMetrics
-from trainyard.services import history
+from trainyard.services import cluster_actions, job_actions
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID, PathName
 from trainyard.web.context import AppContext, context
@@ -37,11 +37,7 @@ def job_metrics(
 ) -> JobMetrics:
     """A job's CPU, memory and GPU figures per task over a window, at the finest resolution the
     history keeps for it (at most 500 points a task); your own jobs (an admin: anyone's)."""
-    now = ctx.clock.now()
-    span = history.window(since, until, now)
-    with ctx.db.session() as session:
-        return history.job_metrics(session, user, job_id, span, task=task, specs=ctx.specs,
-                                   retention=ctx.monitor_retention, now=now)
+    return job_actions.job_metrics(ctx, user, job_id, since=since, until=until, task=task)
 
 
 @router.get("/nodes/{name}/metrics", response_model=NodeMetrics, responses=errors(401, 404, 422))
@@ -49,7 +45,4 @@ def node_metrics(name: PathName, _: User, ctx: Ctx, since: Since = None, until: 
     """A node's CPU, memory, disk, network and per-GPU figures over a window. They name no job or
     user, so every signed-in user may see them (as ``GET /nodes`` shows everyone the allocation);
     what each job uses is its owner's and the admins' to see (``/jobs/{id}/metrics``)."""
-    now = ctx.clock.now()
-    span = history.window(since, until, now)
-    with ctx.db.session() as session:
-        return history.node_metrics(session, name, span, retention=ctx.monitor_retention, now=now)
+    return cluster_actions.node_metrics(ctx, name, since=since, until=until)

@@ -26,7 +26,6 @@ from trainyard.schemas.requests import NO_NUL
 from trainyard.services import idempotency, job_actions, submission
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
-from trainyard.services.views import job_summary
 from trainyard.spec.loading import load_document, parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
@@ -152,20 +151,13 @@ def list_jobs(
     after: Annotated[int | None, Query(ge=0, le=MAX_ID, description="Cursor (oldest first): the `next` of the "
                                                                     "previous page")] = None,
 ) -> JobPage:
-    with ctx.db.session() as session:
-        rows, next_cursor = job_service.list_jobs(
-            session, user, state=state, user=owner, vc=vc, text=name, order=order, limit=limit, before=before,
-            after=after,
-        )
-        now = ctx.clock.now()
-        return JobPage(items=[job_summary(r, now) for r in rows], next=next_cursor)
+    return job_actions.job_page(ctx, user, state=state, user=owner, vc=vc, text=name, order=order, limit=limit,
+                                before=before, after=after)
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=errors(401, 404, 422))
 def get_job(job_id: JobId, user: User, ctx: Ctx) -> JobDetail:
-    with ctx.db.session() as session:
-        detail = job_service.describe_job(session, user, job_id, specs=ctx.specs, backend=ctx.backend.name,
-                                          now=ctx.clock.now())
+    detail = job_actions.job_detail(ctx, user, job_id)
     # Outside the session: measuring the job's directory walks the file system.
     detail.jobDir = ctx.job_dirs.view(detail.id, detail.state, detail.finishedAt)
     return detail

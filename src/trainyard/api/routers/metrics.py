@@ -16,7 +16,7 @@ from fastapi.responses import Response
 from trainyard.api.deps import admin_user
 from trainyard.api.openapi import errors
 from trainyard.monitor.exposition import CONTENT_TYPE, render
-from trainyard.services.cluster_metrics import cluster_figures
+from trainyard.services.cluster_metrics import figures_now
 from trainyard.store.rows import UserRow
 from trainyard.web.context import AppContext, context
 
@@ -24,8 +24,7 @@ router = APIRouter(tags=["monitoring"])
 
 
 def _page(ctx: AppContext) -> str:
-    with ctx.db.session() as session:
-        figures = cluster_figures(session, ctx.clock.now(), ctx.monitor_interval_seconds)
+    figures = figures_now(ctx)
     timings = ctx.controller.timings if ctx.controller is not None else None
     return render(figures, timings)
 

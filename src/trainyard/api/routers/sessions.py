@@ -25,7 +25,7 @@ from trainyard.api.routers.proxy import _refusal_to, forward_http, forward_webso
 from trainyard.api.taskaccess import admit, deny, note_use
 from trainyard.core.sessions import SESSION_PREFIX, SESSION_ROLE, session_path
 from trainyard.schemas.sessions import RenewRequest, SessionRequest, SessionView
-from trainyard.services import dev_sessions, job_actions, task_access
+from trainyard.services import job_actions, task_access
 from trainyard.services.task_access import STARTING_RETRY_SECONDS, Refused, Target
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID, BodyRoute
@@ -53,25 +53,19 @@ def list_sessions(
     everyone: Annotated[bool, Query(alias="all", description="An admin: every user's sessions")] = False,
 ) -> list[SessionView]:
     """Your sessions, newest first, those that ended too."""
-    with ctx.db.session() as session:
-        now = ctx.clock.now()
-        return [dev_sessions.view(row, now) for row in dev_sessions.list_sessions(session, user, everyone=everyone)]
+    return job_actions.sessions(ctx, user, everyone=everyone)
 
 
 @router.get("/{job_id}", response_model=SessionView, responses=errors(401, 404, 422))
 def show_session(job_id: JobId, user: User, ctx: Ctx) -> SessionView:
-    with ctx.db.session() as session:
-        return dev_sessions.view(dev_sessions.session_of(session, user, job_id), ctx.clock.now())
+    return job_actions.session_view(ctx, user, job_id)
 
 
 @router.post("/{job_id}/renew", response_model=SessionView, responses=errors(401, 404, 409, 422))
 def renew_session(job_id: JobId, user: User, ctx: Ctx, body: RenewRequest | None = None) -> SessionView:
     """Live ``hours`` more from now (default: the session's own lifetime), at most the site's
     longest lifetime at a time."""
-    with ctx.db.session() as session:
-        row = dev_sessions.renew_session(session, user, job_id, body.hours if body else None,
-                                         policy=ctx.sessions, clock=ctx.clock)
-        return dev_sessions.view(row, ctx.clock.now())
+    return job_actions.renew_session(ctx, user, job_id, body.hours if body else None)
 
 
 @router.delete("/{job_id}", response_model=SessionView, responses=errors(401, 404, 409, 422))

@@ -11,7 +11,7 @@ from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.requests import NO_NUL
 from trainyard.schemas.usage import UsageGrouping, UsageReport
-from trainyard.services import usage as usage_service
+from trainyard.services import cluster_actions
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID
 from trainyard.web.context import AppContext, context
@@ -43,9 +43,5 @@ def usage(
     """GPU-, CPU- and memory-hours allocated in ``[since, until)``, with GPU and CPU
     efficiency (used / allocated, from monitoring; null when nothing was measured). Admins
     see everyone; others only their own jobs, and asking for another user is refused."""
-    with ctx.db.session() as session:
-        period = usage_service.period_of(since, until, ctx.clock.now())
-        return usage_service.usage_report(
-            session, caller, by=by, period=period, monitor_interval_seconds=ctx.monitor_interval_seconds,
-            user=user, vc=vc, group=group, job_id=job,
-        )
+    return cluster_actions.usage(ctx, caller, by=by, since=since, until=until, user=user, vc=vc, group=group,
+                                 job_id=job)
