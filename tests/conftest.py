@@ -79,13 +79,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("database_url", _databases_for(metafunc), indirect=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n``, ``--dist loadgroup``): a file's tests run in one worker, so
     that a module's server starts once, and every Slurm test runs in one worker, the one
     cluster's (they drain its nodes and fill its GPUs)."""
     for item in items:
         parts = Path(str(item.path)).relative_to(TESTS).parts
-        item.add_marker(pytest.mark.xdist_group("slurm" if parts[:2] == ("backends", "slurm") else "/".join(parts)))
+        # A test file's name is unique in tests/; xdist appends the group to the test's id.
+        item.add_marker(pytest.mark.xdist_group("slurm" if parts[:2] == ("backends", "slurm") else item.path.stem))
 
 
 class _Times:
