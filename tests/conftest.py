@@ -42,13 +42,19 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError("TRAINYARD_REQUIRE_POSTGRES=1 but TRAINYARD_TEST_DATABASE_URL is not set")
 
 
+SLOW_TIMEOUT = 600  # seconds a test marked slow may take (times the factor), unless it says otherwise
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> object:
     """pytest-timeout's limit of a test (pyproject's ``timeout``, or a ``timeout`` marker),
     stretched by ``TRAINYARD_TEST_TIME_FACTOR`` like every other deadline (tests/deadlines.py)."""
     import pytest_timeout
 
-    return pytest_timeout.pytest_timeout_set_timer(item, settings._replace(timeout=scaled(settings.timeout)))
+    timeout = settings.timeout
+    if item.get_closest_marker("slow") is not None and item.get_closest_marker("timeout") is None:
+        timeout = max(timeout, SLOW_TIMEOUT)  # a whole replay: minutes of one core on a loaded machine
+    return pytest_timeout.pytest_timeout_set_timer(item, settings._replace(timeout=scaled(timeout)))
 
 
 def pytest_report_header(config: pytest.Config) -> str:
