@@ -4,21 +4,65 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from e2e.server import Server, running_server
+from e2e.server import Server, clean_slate, running_server
 
 # Outside /tmp, /var/tmp and the server's home, which tasks do not see.
 GATES_BASE = Path("/var/lib/trainyard-e2e") if os.geteuid() == 0 else Path.home() / ".cache" / "trainyard-e2e"
 
 
+class SharedServers:
+    """The ``yard up``s (SQLite, 4 GPUs) that one module's tests share, one per group, each
+    started when a test first asks for it and stopped when the module ends."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._homes = tmp_path_factory
+        self._running: dict[str, Server] = {}
+        self._stack = ExitStack()
+
+    def get(self, group: str) -> Server:
+        if group not in self._running:
+            self._running[group] = self._stack.enter_context(running_server(self._homes.mktemp("home"), gpus=4))
+        return self._running[group]
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+@pytest.fixture(scope="module")
+def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServers]:
+    servers = SharedServers(tmp_path_factory)
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
 @pytest.fixture
-def server(database_url: str, tmp_path_factory) -> Iterator[Server]:
-    url = None if database_url.startswith("sqlite") else database_url
-    with running_server(tmp_path_factory.mktemp("home"), gpus=4, database_url=url) as srv:
-        yield srv
+def server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) -> Iterator[Server]:
+    """A running ``yard up`` with 4 GPUs, idle when the test starts.
+
+    By default the test's own, on each database of ``database_url``. In a module marked
+    ``shares_server`` (or a test so marked), a test on SQLite gets instead the module's one
+    server of its group (``shares_server("name")``: another than the unnamed one's),
+    handed back idle after it (tests/e2e/server.py's ``clean_slate``): a ``yard up`` costs
+    5-15 s of a loaded 2-core machine, most of it imports and migrations. A test that needs
+    a server of its own there (it restarts or stops it, counts every job or a counter since
+    the start, ...) is marked ``own_server``."""
+    share = request.node.get_closest_marker("shares_server")
+    if share is None or request.node.get_closest_marker("own_server") is not None or not database_url.startswith(
+            "sqlite"):
+        url = None if database_url.startswith("sqlite") else database_url
+        with running_server(tmp_path_factory.mktemp("home"), gpus=4, database_url=url) as srv:
+            yield srv
+        return
+    srv = request.getfixturevalue("shared_servers").get(share.args[0] if share.args else "")
+    yield srv
+    clean_slate(srv)
 
 
 @pytest.fixture

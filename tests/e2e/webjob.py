@@ -22,7 +22,7 @@ import httpx
 from deadlines import scaled
 from websockets.sync.client import connect
 
-from e2e.server import Server, wait_until
+from e2e.server import Server, ensure_user, wait_until
 from trainyard.client import Client
 
 ECHO_SOURCE = Path(__file__).with_name("ws_echo.py").read_text()
@@ -54,7 +54,7 @@ class WebJob:
         self.server = server
         admin = server.admin()
         for name in ("alice", "bob"):
-            admin.create_user(name)
+            ensure_user(admin, name)
         self.alice = admin.create_token(user="alice").token
         self.bob = admin.create_token(user="bob").token
         self.admin_token = admin._http.headers["Authorization"].split()[1]
