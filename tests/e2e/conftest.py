@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -17,20 +17,30 @@ GATES_BASE = Path("/var/lib/trainyard-e2e") if os.geteuid() == 0 else Path.home(
 
 class SharedServers:
     """The ``yard up``s (SQLite, 4 GPUs) that one module's tests share, one per group, each
-    started when a test first asks for it and stopped when the module ends."""
+    started when a test first asks for it and stopped when the module ends, or once a test
+    on it failed (``discard``): the next test gets a new one, so that a failure stays in
+    its test instead of leaving whatever it left to the tests after it."""
 
     def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
         self._homes = tmp_path_factory
-        self._running: dict[str, Server] = {}
-        self._stack = ExitStack()
+        self._running: dict[str, tuple[ExitStack, Server]] = {}
 
     def get(self, group: str) -> Server:
         if group not in self._running:
-            self._running[group] = self._stack.enter_context(running_server(self._homes.mktemp("home"), gpus=4))
-        return self._running[group]
+            stack = ExitStack()
+            self._running[group] = stack, stack.enter_context(running_server(self._homes.mktemp("home"), gpus=4))
+        srv = self._running[group][1]
+        assert srv.process is not None and srv.process.poll() is None, (
+            "the shared yard up exited during the test before:\n" + srv.log()[-3000:])
+        return srv
+
+    def discard(self, group: str) -> None:
+        if group in self._running:
+            self._running.pop(group)[0].close()
 
     def close(self) -> None:
-        self._stack.close()
+        for group in list(self._running):
+            self.discard(group)
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +50,19 @@ def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
         yield servers
     finally:
         servers.close()
+
+
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Notes a test whose setup or call failed, for ``server`` to discard its shared server."""
+    report = yield
+    if report.failed:
+        item.stash[FAILED] = True
+    return report
 
 
 @pytest.fixture
@@ -60,9 +83,18 @@ def server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) 
         with running_server(tmp_path_factory.mktemp("home"), gpus=4, database_url=url) as srv:
             yield srv
         return
-    srv = request.getfixturevalue("shared_servers").get(share.args[0] if share.args else "")
+    group = share.args[0] if share.args else ""
+    servers: SharedServers = request.getfixturevalue("shared_servers")
+    srv = servers.get(group)
     yield srv
-    clean_slate(srv)
+    if request.node.stash.get(FAILED, False):
+        servers.discard(group)
+        return
+    try:
+        clean_slate(srv)
+    except BaseException:
+        servers.discard(group)
+        raise
 
 
 @pytest.fixture
