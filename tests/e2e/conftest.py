@@ -4,43 +4,15 @@ import os
 import shutil
 import tempfile
 from collections.abc import Generator, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
-from e2e.server import Server, clean_slate, running_server
+from e2e.server import Server, running_server
+from e2e.shared import FAILED, SharedServers, shared_server
 
 # Outside /tmp, /var/tmp and the server's home, which tasks do not see.
 GATES_BASE = Path("/var/lib/trainyard-e2e") if os.geteuid() == 0 else Path.home() / ".cache" / "trainyard-e2e"
-
-
-class SharedServers:
-    """The ``yard up``s (SQLite, 4 GPUs) that one module's tests share, one per group, each
-    started when a test first asks for it and stopped when the module ends, or once a test
-    on it failed (``discard``): the next test gets a new one, so that a failure stays in
-    its test instead of leaving whatever it left to the tests after it."""
-
-    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
-        self._homes = tmp_path_factory
-        self._running: dict[str, tuple[ExitStack, Server]] = {}
-
-    def get(self, group: str) -> Server:
-        if group not in self._running:
-            stack = ExitStack()
-            self._running[group] = stack, stack.enter_context(running_server(self._homes.mktemp("home"), gpus=4))
-        srv = self._running[group][1]
-        assert srv.process is not None and srv.process.poll() is None, (
-            "the shared yard up exited during the test before:\n" + srv.log()[-3000:])
-        return srv
-
-    def discard(self, group: str) -> None:
-        if group in self._running:
-            self._running.pop(group)[0].close()
-
-    def close(self) -> None:
-        for group in list(self._running):
-            self.discard(group)
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +22,6 @@ def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
         yield servers
     finally:
         servers.close()
-
-
-FAILED = pytest.StashKey[bool]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -71,11 +40,10 @@ def server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) 
 
     By default the test's own, on each database of ``database_url``. In a module marked
     ``shares_server`` (or a test so marked), a test on SQLite gets instead the module's one
-    server of its group (``shares_server("name")``: another than the unnamed one's),
-    handed back idle after it (tests/e2e/server.py's ``clean_slate``): a ``yard up`` costs
-    5-15 s of a loaded 2-core machine, most of it imports and migrations. A test that needs
-    a server of its own there (it restarts or stops it, counts every job or a counter since
-    the start, ...) is marked ``own_server``."""
+    server of its group (``shares_server("name")``: another than the unnamed one's), handed
+    back idle after it (tests/e2e/shared.py). A test there that needs a server of its own
+    (it restarts or stops it, counts every job or a counter since the start, ...) is marked
+    ``own_server``."""
     share = request.node.get_closest_marker("shares_server")
     if share is None or request.node.get_closest_marker("own_server") is not None or not database_url.startswith(
             "sqlite"):
@@ -83,18 +51,7 @@ def server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) 
         with running_server(tmp_path_factory.mktemp("home"), gpus=4, database_url=url) as srv:
             yield srv
         return
-    group = share.args[0] if share.args else ""
-    servers: SharedServers = request.getfixturevalue("shared_servers")
-    srv = servers.get(group)
-    yield srv
-    if request.node.stash.get(FAILED, False):
-        servers.discard(group)
-        return
-    try:
-        clean_slate(srv)
-    except BaseException:
-        servers.discard(group)
-        raise
+    yield from shared_server(request, share.args[0] if share.args else "")
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ from websockets.sync.client import connect
 
 from e2e.browser import SCREENSHOTS, sign_in_with_token
 from e2e.jupyter import bearer, run_code
-from e2e.server import Server, clean_slate, ensure_user, running_server, wait_until
+from e2e.server import Server, ensure_user, running_server, wait_until
+from e2e.shared import shared_server
 from trainyard.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
@@ -44,19 +45,11 @@ def _a_python_task_accounts_can_run() -> None:
         pytest.skip(why)
 
 
-@pytest.fixture(scope="module")
-def _shared_lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with running_server(tmp_path_factory.mktemp("home"), gpus=2,
-                        extra_env={"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON}) as srv:
-        yield srv
-
-
 @pytest.fixture
-def lab_server(_shared_lab_server: Server) -> Iterator[Server]:
-    """A server whose sessions run JupyterLab from the site's Python: the module's one, idle
-    before and after each test (conftest.py's ``server``, ``clean_slate``)."""
-    yield _shared_lab_server
-    clean_slate(_shared_lab_server)
+def lab_server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A server whose sessions run JupyterLab from the site's Python, shared by the module's
+    tests that take it (tests/e2e/shared.py)."""
+    yield from shared_server(request, "lab", gpus=2, extra_env={"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON})
 
 
 def tokens(server: Server) -> dict[str, str]:
