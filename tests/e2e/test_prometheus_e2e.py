@@ -160,7 +160,7 @@ def test_prometheus_scrapes_yard_up_and_answers_the_gpus_a_running_job_holds(
     assert running is not None and [r["metric"]["job"] for r in running["result"]] == [str(job.id)]
 
 
-@pytest.mark.own_server  # it counts the job starts since the server's
+@pytest.mark.own_server  # it reads a count of the job starts since the server started
 def test_promtool_finds_nothing_to_lint_on_the_metrics_page(server: Server) -> None:
     promtool = prometheus_tool("promtool")
     with server.admin() as sdk:

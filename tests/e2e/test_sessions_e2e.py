@@ -46,10 +46,15 @@ def _a_python_task_accounts_can_run() -> None:
 
 
 @pytest.fixture
-def lab_server(request: pytest.FixtureRequest) -> Iterator[Server]:
-    """A server whose sessions run JupyterLab from the site's Python, shared by the module's
-    tests that take it (tests/e2e/shared.py)."""
-    yield from shared_server(request, "lab", gpus=2, extra_env={"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON})
+def lab_server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) -> Iterator[Server]:
+    """A server whose sessions run JupyterLab from the site's Python: on SQLite the one the
+    module's tests that take it share (tests/e2e/shared.py)."""
+    options: dict[str, Any] = {"gpus": 2, "extra_env": {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON}}
+    if database_url.startswith("sqlite"):
+        yield from shared_server(request, "lab", **options)
+        return
+    with running_server(tmp_path_factory.mktemp("home"), database_url=database_url, **options) as srv:
+        yield srv
 
 
 def tokens(server: Server) -> dict[str, str]:
