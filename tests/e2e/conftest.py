@@ -1,19 +1,52 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
 from e2e.server import Server, running_server, shared_folder
+from e2e.shared import FAILED, SharedServers, shared_server
+
+
+@pytest.fixture(scope="module")
+def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServers]:
+    servers = SharedServers(tmp_path_factory)
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Notes a test whose setup or call failed, for ``server`` to discard its shared server."""
+    report = yield
+    if report.failed:
+        item.stash[FAILED] = True
+    return report
 
 
 @pytest.fixture
-def server(database_url: str, tmp_path_factory) -> Iterator[Server]:
-    url = None if database_url.startswith("sqlite") else database_url
-    with running_server(tmp_path_factory.mktemp("home"), gpus=4, database_url=url) as srv:
-        yield srv
+def server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) -> Iterator[Server]:
+    """A running ``yard up`` with 4 GPUs, idle when the test starts.
+
+    By default the test's own, on each database of ``database_url``. In a module marked
+    ``shares_server`` (or a test so marked), a test on SQLite gets instead the module's one
+    server of its group (``shares_server("name")``: another than the unnamed one's), handed
+    back idle after it (tests/e2e/shared.py). A test there that needs a server of its own
+    (it restarts or stops it, counts every job or a counter since the start, ...) is marked
+    ``own_server``."""
+    share = request.node.get_closest_marker("shares_server")
+    if share is None or request.node.get_closest_marker("own_server") is not None or not database_url.startswith(
+            "sqlite"):
+        url = None if database_url.startswith("sqlite") else database_url
+        with running_server(tmp_path_factory.mktemp("home"), gpus=4, database_url=url) as srv:
+            yield srv
+        return
+    yield from shared_server(request, share.args[0] if share.args else "")
 
 
 @pytest.fixture

@@ -26,7 +26,8 @@ import pytest
 from deadlines import scaled
 
 from trainyard.backends.local.isolation import DEFAULT_WORK_ROOT as WORK_ROOT
-from trainyard.client import Client
+from trainyard.client import Client, TrainyardError
+from trainyard.schemas.jobs import JobSummary
 
 
 def wait_until(condition, timeout: float = 20.0, interval: float = 0.05, what: str = "condition"):
@@ -134,10 +135,11 @@ class Server:
         return Client(data["url"], data["token"])
 
     def add_users(self, *names: str) -> dict[str, str]:
-        """Make each user, as the admin, and a token for each: the tokens by name."""
+        """Make each user that is not there yet (on a shared server a test before may have
+        made it), as the admin, and a new token for each: the tokens by name."""
         admin = self.admin()
         for name in names:
-            admin.create_user(name)
+            ensure_user(admin, name)
         return {name: admin.create_token(user=name).token for name in names}
 
     def yard(self, *args: str, input: str | None = None, token: str | None = None) -> subprocess.CompletedProcess:
@@ -201,6 +203,58 @@ def kill_tasks_under(path: Path) -> None:
         except ProcessLookupError:
             pass
     subprocess.run(["pkill", "-KILL", "-f", str(path)], check=False)
+
+
+def ensure_user(admin: Client, name: str) -> None:
+    """Create user ``name`` unless it exists: on a shared server a test before may have made it."""
+    if name not in {user.name for user in admin.users()}:
+        admin.create_user(name)
+
+
+UNFINISHED = "WAITING,RUNNING,STOPPING,SUSPENDED"
+
+
+def unfinished_jobs(admin: Client) -> list[JobSummary]:
+    """Every job of every user that has not ended, as an admin sees them (all pages)."""
+    found: list[JobSummary] = []
+    before = None
+    while True:
+        page = admin.jobs(state=UNFINISHED, limit=500, before=before)
+        found += page.items
+        if page.next is None:
+            return found
+        before = page.next
+
+
+def clean_slate(server: Server) -> None:
+    """Leave ``server`` as idle as a fresh one, for the next test that shares it: stop, as
+    the admin, every job that has not ended (WAITING, RUNNING, SUSPENDED), and wait until
+    none is left running or stopping and no GPU, CPU or memory of any node is allocated.
+
+    Users, tokens, VCs and ended jobs stay: tests that share a server must not count on
+    their absence (tests/e2e/conftest.py says which may share)."""
+    admin = server.admin()
+    for job in unfinished_jobs(admin):
+        if job.state == "STOPPING":
+            continue
+        try:
+            admin.stop(job.id)
+        except TrainyardError as exc:
+            if exc.status != 409:  # 409: it ended meanwhile
+                raise
+
+    def idle() -> bool:
+        if unfinished_jobs(admin):
+            return False
+        return all(node.cpuUsed == 0 and node.memoryUsedMB == 0 and all(g.used == 0 and not g.jobs for g in node.gpus)
+                   for node in admin.nodes())
+
+    try:
+        wait_until(idle, timeout=90, interval=0.2, what="the shared server to have no unfinished job and no "
+                                                        "allocation left")
+    except AssertionError as exc:
+        left = [(j.id, j.name, j.state) for j in unfinished_jobs(admin)]
+        raise AssertionError(f"{exc}; unfinished: {left}; nodes: {admin.nodes()}") from None
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from deadlines import scaled
 from e2e.server import Server, wait_until
 from trainyard.client import Client, TrainyardError
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 
 @pytest.mark.postgres

@@ -25,10 +25,10 @@ from podman_support import needs_podman
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from e2e.server import Server, wait_until
+from e2e.server import Server, ensure_user, wait_until
 from trainyard.client import Client
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 SAYS = 'echo "user=$(id -un) pwd=$PWD gpus=$CUDA_VISIBLE_DEVICES"'
 
@@ -52,7 +52,7 @@ class Running:
         self.server = server
         admin = server.admin()
         for name in ("alice", "bob"):
-            admin.create_user(name)
+            ensure_user(admin, name)
         self.alice = admin.create_token(user="alice").token
         self.bob = admin.create_token(user="bob").token
         client = Client(server.url, self.alice)

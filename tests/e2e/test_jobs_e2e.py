@@ -10,7 +10,7 @@ from deadlines import scaled
 from e2e.server import Server, wait_until
 from trainyard.client import AuthError, TrainyardError
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 HELLO = """
 name: hello
@@ -23,6 +23,7 @@ taskRoles:
 
 
 @pytest.mark.postgres
+@pytest.mark.own_server  # it lists every job of the server
 def test_a_job_is_submitted_runs_succeeds_and_its_logs_can_be_read(server: Server) -> None:
     out = server.yard("submit", "-", "--json", input=HELLO)
     assert out.returncode == 0, out.stderr
@@ -157,6 +158,7 @@ def test_a_small_job_starts_while_a_larger_one_waits(server: Server) -> None:
     assert client.wait(big.id, timeout=scaled(30)).state == "SUCCEEDED"
 
 
+@pytest.mark.shares_server("no job")  # it lists every job of a server where no test submits one
 def test_dry_run_validates_and_creates_nothing(server: Server) -> None:
     spec = "name: dry\nsecrets: {key: hunter2}\ntaskRoles:\n  m:\n    commands: ['echo <% $secrets.key %>']\n"
     out = server.yard("submit", "--dry-run", "-", input=spec)
@@ -175,6 +177,7 @@ BAD_FILES = [
 
 
 @pytest.mark.parametrize(("text", "mentions"), BAD_FILES)
+@pytest.mark.shares_server("no job")  # as test_dry_run_validates_and_creates_nothing
 def test_bad_job_files_are_refused_with_a_clear_422_and_nothing_is_stored(
     server: Server, text: str, mentions: str
 ) -> None:

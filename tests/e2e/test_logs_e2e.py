@@ -19,7 +19,7 @@ from e2e.server import Server, wait_until
 from trainyard.cli.exits import EXIT_UNREACHABLE
 from trainyard.schemas.jobs import LOG_PAGE_BYTES
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 LINES = 500_000  # `seq` writes 3.2 MiB: three pages and more
 
@@ -86,6 +86,7 @@ def test_a_log_of_several_mebibytes_comes_back_whole_through_the_cli_and_the_sdk
     assert refused.returncode == 2 and "--limit-bytes: '-1' is not a whole number" in refused.stderr
 
 
+@pytest.mark.own_server  # it stops the server
 def test_ctrl_c_stops_the_server_at_once_while_a_log_is_followed(server: Server) -> None:
     client = server.admin()
     job = client.submit("name: long\ntaskRoles:\n  m:\n    commands: ['echo started; sleep 600']\n")

@@ -11,7 +11,7 @@ import pytest
 from e2e.server import Server, wait_until
 from trainyard.client import TrainyardError
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 JOB = """\
 name: needs-ib

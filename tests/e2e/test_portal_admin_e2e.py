@@ -12,7 +12,7 @@ from e2e.browser import SCREENSHOTS, admin_token, sign_in_with_token
 from e2e.server import Server, wait_until
 from trainyard.core.states import JobState
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 XSS_NAME = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
 SLEEPER = b"name: sleeper\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 1}\n    commands: ['sleep 600']\n"

@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.server import Server, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 REQUIRE_PROMETHEUS = os.environ.get("TRAINYARD_REQUIRE_PROMETHEUS") == "1"
 
@@ -160,6 +160,7 @@ def test_prometheus_scrapes_yard_up_and_answers_the_gpus_a_running_job_holds(
     assert running is not None and [r["metric"]["job"] for r in running["result"]] == [str(job.id)]
 
 
+@pytest.mark.own_server  # it reads a count of the job starts since the server started
 def test_promtool_finds_nothing_to_lint_on_the_metrics_page(server: Server) -> None:
     promtool = prometheus_tool("promtool")
     with server.admin() as sdk:

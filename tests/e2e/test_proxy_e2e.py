@@ -24,7 +24,7 @@ from e2e.webjob import WebJob, served
 from trainyard.client import Client
 from trainyard.services.task_access import GRANT_SECONDS
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 
 @pytest.fixture

@@ -26,10 +26,11 @@ from websockets.sync.client import connect
 
 from e2e.browser import SCREENSHOTS, sign_in_with_token
 from e2e.jupyter import bearer, run_code
-from e2e.server import Server, running_server, wait_until
+from e2e.server import Server, ensure_user, running_server, wait_until
+from e2e.shared import shared_server
 from trainyard.client import Client
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 SESSION_PYTHON = (os.environ.get("TRAINYARD_TEST_NONROOT_PYTHON") if os.geteuid() == 0 else None) or sys.executable
 
@@ -45,10 +46,14 @@ def _a_python_task_accounts_can_run() -> None:
 
 
 @pytest.fixture
-def lab_server(database_url: str, tmp_path_factory) -> Iterator[Server]:
-    url = None if database_url.startswith("sqlite") else database_url
-    with running_server(tmp_path_factory.mktemp("home"), gpus=2, database_url=url,
-                        extra_env={"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON}) as srv:
+def lab_server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) -> Iterator[Server]:
+    """A server whose sessions run JupyterLab from the site's Python: on SQLite the one the
+    module's tests that take it share (tests/e2e/shared.py)."""
+    options: dict[str, Any] = {"gpus": 2, "extra_env": {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON}}
+    if database_url.startswith("sqlite"):
+        yield from shared_server(request, "lab", **options)
+        return
+    with running_server(tmp_path_factory.mktemp("home"), database_url=database_url, **options) as srv:
         yield srv
 
 
@@ -56,7 +61,7 @@ def tokens(server: Server) -> dict[str, str]:
     admin = server.admin()
     found = {"admin": admin._http.headers["Authorization"].split()[1]}
     for name in ("alice", "bob"):
-        admin.create_user(name)
+        ensure_user(admin, name)
         found[name] = admin.create_token(user=name).token
     return found
 
@@ -189,8 +194,8 @@ def test_a_session_runs_in_a_container_of_an_image_with_an_environment(server: S
     bound into the container: the kernel runs in the container, with the environment's Python."""
     who = tokens(server)
     prefix = str(Path(SESSION_PYTHON).parent.parent)
-    server.admin().create_environment("lab", base_path=prefix)
-    started = server.yard("dev", "--image", image, "--environment", "lab", "--wait", token=who["alice"])
+    server.admin().create_environment("boxed-lab", base_path=prefix)  # another than the test above's, on this server
+    started = server.yard("dev", "--image", image, "--environment", "boxed-lab", "--wait", token=who["alice"])
     assert started.returncode == 0, started.stderr + server.log()[-2000:]
     session = int(started.stdout.split()[1])
     code = 'import os, sys; (os.path.exists("/run/.containerenv"), sys.prefix)'
