@@ -31,10 +31,12 @@ import uvicorn
 from trainyard.api.app import create_app
 from trainyard.backends.base import Backend
 from trainyard.backends.containers import NO_CDI, ContainerEngine
+from trainyard.backends.environment import process_account
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
 from trainyard.backends.slurm.backend import SlurmBackend
+from trainyard.backends.slurm.backend import isolation_summary as slurm_isolation_summary
 from trainyard.backends.slurm.commands import SlurmError
 from trainyard.controller.alerting import Receivers
 from trainyard.controller.loop import Controller
@@ -182,8 +184,11 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
         if settings.task_user is not None or settings.task_accounts == "per-user" or settings.task_sandbox == "bwrap":
             raise StartupError("task accounts and the task sandbox are for the local backend; Slurm runs jobs "
                                "as the user running `yard up` (see docs/security.md)")
+        state_dir = settings.slurm_state_dir or settings.home / "slurm" / cluster
+        # Said once, at start-up: what a job can and cannot reach on this install.
+        log.warning("%s", slurm_isolation_summary(state_dir, process_account()[1]))
         try:
-            return SlurmBackend(settings.slurm_state_dir or settings.home / "slurm" / cluster,
+            return SlurmBackend(state_dir,
                                 partition=settings.slurm_partition, site_env=settings.task_env,
                                 sample_interval_seconds=settings.monitor_interval_seconds,
                                 containers=ContainerEngine.find(settings.container_engine,

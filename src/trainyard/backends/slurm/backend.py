@@ -107,6 +107,19 @@ TASKS = "tasks"  # in a submission's directory: the names of its tasks' director
 METRICS = "metrics.json"  # the task sampler's newest figures, in the task's directory
 
 
+def isolation_summary(state_dir: Path, user: str) -> str:
+    """What a job can reach on this backend, said once at ``yard up`` (a warning, as the
+    local backend's weak modes are): Slurm runs every task as the account of ``yard up``."""
+    who = "root" if user == "root" else f"the server's own OS account {user!r}"
+    return (
+        f"task isolation on Slurm is weak: every task runs as {who} on the nodes, without a sandbox:"
+        f" any job can read every other job's files, secrets and job directory under {state_dir}, and"
+        " their command lines; storages are bound without their mountPath and read-only is not"
+        " enforced; a task's ports are not checked free on its node; fractional GPUs are refused."
+        " See docs/slurm.md (Limits) and docs/security.md."
+    )
+
+
 class SlurmBackend(jobdirs.JobDirTree):
     """Runs each job attempt as one Slurm job pinned to Trainyard's placement."""
 
