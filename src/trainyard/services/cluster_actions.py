@@ -12,7 +12,7 @@ member, a cordon or a label, and every removal (which may have stopped jobs)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import NamedTuple
 
@@ -35,6 +35,16 @@ from trainyard.store.queries import vcs as vc_queries
 from trainyard.store.rows import UserRow
 
 # -- virtual clusters and their grants ----------------------------------------------------
+
+
+def _taking_away(server: Server, remove: Callable[..., RemovalResult], *names: str, force: bool,
+                 by: UserRow) -> RemovalResult:
+    """One of ``removal.py``'s, in its own unit of work; then the controller is woken, since
+    a forced removal stops jobs."""
+    with server.db.session() as session:
+        result = remove(session, *names, force=force, by=by, clock=server.clock)
+    server.wake_controller()
+    return result
 
 
 def vcs(server: Server, viewer: UserRow | None = None) -> list[VcView]:
@@ -83,17 +93,11 @@ def grant_vc(server: Server, name: str, grantee: str) -> None:
 
 
 def revoke_grant(server: Server, by: UserRow, name: str, grantee: str, *, force: bool) -> RemovalResult:
-    with server.db.session() as session:
-        result = removal.revoke_grant(session, name, grantee, force=force, by=by, clock=server.clock)
-    server.wake_controller()
-    return result
+    return _taking_away(server, removal.revoke_grant, name, grantee, force=force, by=by)
 
 
 def delete_vc(server: Server, by: UserRow, name: str, *, force: bool) -> RemovalResult:
-    with server.db.session() as session:
-        result = removal.delete_vc(session, name, force=force, by=by, clock=server.clock)
-    server.wake_controller()
-    return result
+    return _taking_away(server, removal.delete_vc, name, force=force, by=by)
 
 
 # -- groups and per-user quotas -----------------------------------------------------------
@@ -123,10 +127,7 @@ def add_member(server: Server, group: str, user: str) -> None:
 
 
 def remove_member(server: Server, by: UserRow, group: str, user: str, *, force: bool) -> RemovalResult:
-    with server.db.session() as session:
-        result = removal.remove_member(session, group, user, force=force, by=by, clock=server.clock)
-    server.wake_controller()
-    return result
+    return _taking_away(server, removal.remove_member, group, user, force=force, by=by)
 
 
 def user_quotas(server: Server) -> list[UserQuotaView]:
@@ -226,17 +227,11 @@ def grant_storage(server: Server, name: str, grantee: str, *, read_only: bool) -
 
 
 def revoke_storage_grant(server: Server, by: UserRow, name: str, grantee: str, *, force: bool) -> RemovalResult:
-    with server.db.session() as session:
-        result = removal.revoke_storage_grant(session, name, grantee, force=force, by=by, clock=server.clock)
-    server.wake_controller()
-    return result
+    return _taking_away(server, removal.revoke_storage_grant, name, grantee, force=force, by=by)
 
 
 def delete_storage(server: Server, by: UserRow, name: str, *, force: bool) -> RemovalResult:
-    with server.db.session() as session:
-        result = removal.delete_storage(session, name, force=force, by=by, clock=server.clock)
-    server.wake_controller()
-    return result
+    return _taking_away(server, removal.delete_storage, name, force=force, by=by)
 
 
 # -- environments -------------------------------------------------------------------------
