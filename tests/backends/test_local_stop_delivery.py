@@ -23,6 +23,7 @@ import subprocess
 import sys
 
 import pytest
+from deadlines import scaled
 
 from trainyard.backends.local import procfs, taskfiles
 
@@ -102,7 +103,7 @@ def test_a_stop_landing_just_before_the_process_sleeps_still_reaches_the_task(lo
         status = local.wait_ended(key)
         assert (status.exit_code, status.signal) == (0, None)
         assert local.log(key) == "ready\ngot TERM\n"
-        assert process.wait(timeout=10) == 0
+        assert process.wait(timeout=scaled(10)) == 0
     finally:
         record = taskfiles.read_json(str(task_dir / taskfiles.PID)) or {}
         if task := record.get("task"):

@@ -11,6 +11,7 @@ document nor the code can drift alone.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from collections.abc import Iterator
@@ -76,12 +77,12 @@ ASSEMBLY = "api/app.py"
 KNOWN: dict[tuple[str, str], str] = {}
 
 
-def source_files() -> Iterator[tuple[str, ast.Module]]:
-    for path in sorted(PACKAGE.rglob("*.py")):
-        where = path.relative_to(PACKAGE).as_posix()
-        if where == "__init__.py":
-            continue  # empty, as every __init__.py
-        yield where, ast.parse(path.read_text(), filename=where)
+@functools.cache
+def source_files() -> tuple[tuple[str, ast.Module], ...]:
+    """Every module of the package with its syntax tree, parsed once for all the tests here."""
+    return tuple((path.relative_to(PACKAGE).as_posix(), ast.parse(path.read_text(), filename=str(path)))
+                 for path in sorted(PACKAGE.rglob("*.py"))
+                 if path.relative_to(PACKAGE).as_posix() != "__init__.py")  # empty, as every __init__.py
 
 
 def is_module(dotted: str) -> bool:
