@@ -161,6 +161,16 @@ class Server:
         for root in roots:
             kill_tasks_under(root)
 
+    def remove_work_dirs(self) -> None:
+        """Remove this server's trees under the shared work root (its task accounts' work
+        dirs, its environments): each server has a cluster id of its own, so a run would
+        otherwise leave two trees per server there, and a later test that globs the work
+        root would wade through every earlier server's environments."""
+        for cluster in (self.home / "local").glob("*"):
+            if not cluster.name.endswith("-environments"):
+                for tree in (WORK_ROOT / cluster.name, WORK_ROOT / f"{cluster.name}-environments"):
+                    shutil.rmtree(tree, ignore_errors=True)
+
 
 def remove_containers_under(roots: list[Path]) -> None:
     """Remove the containers of tasks under ``roots`` (a mount of theirs is there): killing a
@@ -270,6 +280,7 @@ def running_server(home: Path, *, gpus: int, database_url: str | None = None,
     finally:
         srv.stop()
         srv.kill_tasks()
+        srv.remove_work_dirs()
 
 
 def require_default_install() -> None:

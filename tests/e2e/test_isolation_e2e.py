@@ -268,7 +268,11 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     }
     if cluster.work_root is not None:
         targets["work-root"] = str(cluster.work_root)
-    globs = [f"{cluster.server.home}/**", f"{DEFAULT_WORK_ROOT}/*/*/*/**", "/tmp/**", "/dev/shm/**", "/var/tmp/**"]
+    # Under the work root, this cluster's trees (its work dirs, its environments): other
+    # servers' on this machine (other tests') hold nothing of alice's, and their environments
+    # are every task's to read by design (0755), which would flood bob's log.
+    globs = [f"{cluster.server.home}/**", f"{DEFAULT_WORK_ROOT}/{cluster.state_dir.name}*/**", "/tmp/**",
+             "/dev/shm/**", "/var/tmp/**"]
     snoop = "\n".join(f"        {line}" if line else "" for line in SNOOP.strip().splitlines())
     spec = BOB_JOB % {"bob_secret": BOB_SECRET, "targets": json.dumps(targets), "globs": json.dumps(globs),
                       "snoop": snoop}
