@@ -63,6 +63,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
              "core.sharing", "core.labels", "core.durations"),
     "cli/up.py": ("api", "core.settings"),  # `yard up` starts the server in this process
+    # `yard doctor` runs the backends' checks on the server's settings and store, as `yard up` would.
+    "cli/doctor.py": ("backends", "core.settings", "store"),
     "cli/reference.py": ("core.settings",),  # the settings reference is generated from their declarations
 }
 CORE_STDLIB_ONLY = ("core.states", "core.priorities", "core.names", "core.sharing", "core.labels", "core.durations")

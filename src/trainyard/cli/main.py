@@ -209,6 +209,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slurm-partition", default=None, metavar="NAME",
                    help="with --backend slurm: use only this partition's nodes, and submit to it")
 
+    p = sub.add_parser("doctor", help="check this install end to end and say how to fix what is wrong (run on the "
+                       "server's machine, as yard up runs: root)")
+    p.add_argument("--backend", choices=("local", "slurm"), default=None,
+                   help="the backend to check (default: the server's setting, as yard up reads it)")
+    p.add_argument("--slurm-partition", default=None, metavar="NAME", help="with --backend slurm: only this "
+                   "partition's nodes")
+    _json_flag(p)
+
     p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="validate and show the normalised job only")
@@ -483,6 +491,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_up(args)
     if args.command == "sim":
         return run_sim(args)
+    if args.command == "doctor":
+        from trainyard.cli.doctor import run_doctor
+
+        return run_doctor(args)
     from trainyard.cli.commands import run_command
 
     return run_command(args)

@@ -23,3 +23,9 @@ def cluster_id(session: Session) -> str:
         session.add(row)
         session.flush()
     return row.value
+
+
+def known_cluster_id(session: Session) -> str | None:
+    """This store's cluster id, or None while it has none (read only: ``yard doctor``)."""
+    row = session.get(MetaRow, CLUSTER_ID)
+    return None if row is None else row.value
