@@ -70,4 +70,4 @@ def read_store(settings: Settings) -> tuple[list[str] | None, str | None, Check]
         return None, None, skip("store", f"cannot read {settings.db_url.split('@')[-1]}: {str(exc).splitlines()[0]}")
     finally:
         db.dispose()
-    return users, cluster, ok("store", f"{len(users)} users; cluster id {cluster or '(none yet)'}")
+    return users, cluster, ok("store", f"{len(users)} user{'' if len(users) == 1 else 's'}; cluster id {cluster or '(none yet)'}")
