@@ -70,4 +70,5 @@ def read_store(settings: Settings) -> tuple[list[str] | None, str | None, Check]
         return None, None, skip("store", f"cannot read {settings.db_url.split('@')[-1]}: {str(exc).splitlines()[0]}")
     finally:
         db.dispose()
-    return users, cluster, ok("store", f"{len(users)} user{'' if len(users) == 1 else 's'}; cluster id {cluster or '(none yet)'}")
+    plural = "" if len(users) == 1 else "s"
+    return users, cluster, ok("store", f"{len(users)} user{plural}; cluster id {cluster or '(none yet)'}")
