@@ -87,13 +87,22 @@ def check_slurm(
     checks.append(controller)
     if controller.status == Status.FAIL:
         return [*checks, skip("cluster", "the rest needs slurmctld: fix the line above first")]
-    checks += check_config(read_config(commands), as_root=os.geteuid() == 0)
-    records = [r for r in commands.nodes() if in_partition(r, partition)]
+    try:
+        config, nodes = read_config(commands), commands.nodes()
+    except SlurmError as exc:
+        return [*checks, fail("cluster", f"slurmctld answered the ping but not the questions: {exc}",
+                              "check slurmctld's log (SlurmctldLogFile) and that this machine's Slurm is its version")]
+    checks += check_config(config, as_root=os.geteuid() == 0)
+    records = [r for r in nodes if in_partition(r, partition)]
     checks.append(check_nodes(records, partition))
     usable = [r for r in records if is_schedulable(r.get("State", ""))]
     if not usable:
         return [*checks, skip("node probes", "no usable node to run them on")]
-    probes = run_probes(commands, state_dir, usable, accounts, partition=partition)
+    try:
+        probes = run_probes(commands, state_dir, usable, accounts, partition=partition)
+    except OSError as exc:
+        return [*checks, fail("shared dir", f"cannot write the probe's nonce into {state_dir}/doctor: {exc}",
+                              "run yard doctor as the account that runs yard up (root), on the server's machine")]
     checks += node_checks(probes, {r["NodeName"]: r for r in usable}, accounts, state_dir)
     return checks
 
