@@ -147,6 +147,10 @@ class TaskLaunch:
     storage_paths: tuple[str, ...] = ()
     # The Python environment the task runs in (None: the node's own, as before).
     environment: PythonEnvironment | None = None
+    # The ports the task was given on its node (its own, and the job's MASTER_PORT for the
+    # first task of the first role): a backend that cannot probe the node when it allocates
+    # them (Slurm) checks them free where the task starts.
+    ports: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

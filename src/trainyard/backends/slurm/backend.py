@@ -10,7 +10,7 @@ one-machine cluster any directory):
                     container-cgroup.py                                  fixed text, no job data
     <state_dir>/pythonpath/trainyard/runtime.py   first on every task's PYTHONPATH (``taskpython``)
     <state_dir>/jobs/<job>/<attempt>/
-        <role>-<index>-<run>/    env script.sh work/ output.log exit metrics.json suspend.json   one task run
+        <role>-<index>-<run>/    env script.sh ports work/ output.log exit fault metrics.json suspend.json  a task run
         slurm-gang/              job_id submitting tasks stop.json suspend.json batch.log   the gang's submission
         slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0)
     <state_dir>/jobs/<job>/jobdir/     $TRAINYARD_JOB_DIR: the job's tasks share it, its
@@ -81,8 +81,8 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # Characters a state directory may not hold: Slurm expands ``%`` and ``\`` in output
 # paths, and the runner scripts' argv must stay one path per argument.
 _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
-# Ports are chosen below Linux's default ephemeral range (32768+) on nodes we cannot
-# probe; best effort, as the Backend contract says.
+# Ports are chosen below Linux's default ephemeral range (32768+) on nodes the server cannot
+# probe; the task runner checks them free where the task starts (``runners.TASK_RUNNER``).
 PORT_RANGE = range(20000, 32000)
 # How stale Slurm's job table may be when observing (see SlurmBackend._slurm_jobs).
 SLURM_POLL_SECONDS = 1.0
@@ -98,6 +98,9 @@ VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
 CANCEL_RETRY_SECONDS = 2.0
 EXIT = "exit"
+# The runner's record of a platform fault that kept the task from starting (a port of its
+# held on its node): the task ends with no exit status, and the controller retries it.
+FAULT = "fault"
 OOM = "oom"  # the runner's count of the task's processes killed at its memory limit, if any
 JOB_ID = "job_id"
 SUBMITTING = "submitting"
@@ -115,7 +118,7 @@ def isolation_summary(state_dir: Path, user: str) -> str:
         f"task isolation on Slurm is weak: every task runs as {who} on the nodes, without a sandbox:"
         f" any job can read every other job's files, secrets and job directory under {state_dir}, and"
         " their command lines; storages are bound without their mountPath and read-only is not"
-        " enforced; a task's ports are not checked free on its node; fractional GPUs are refused."
+        " enforced; fractional GPUs are refused."
         " See docs/slurm.md (Limits) and docs/security.md."
     )
 
@@ -376,7 +379,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         task_dir = self.task_dir(key)
         names = (_read_text(self.submission_dir(key) / TASKS) or "").split()  # none in jobs from before it was kept
         folders = {task_dir, *(task_dir.parent / name for name in names if _SAFE_NAME.fullmatch(name))}
-        return {folder for folder in folders if folder.is_dir() and _read_text(folder / EXIT) is None}
+        return {folder for folder in folders
+                if folder.is_dir() and _read_text(folder / EXIT) is None and not (folder / FAULT).exists()}
 
     def _relay(self, key: TaskKey, what: str, signal: str, job_id: str) -> None:
         """Have every running task runner of the Slurm job send ``signal`` to its task's
@@ -604,7 +608,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
     """The exit status the task runner (or srun, standing in) recorded, if any; reason
     OUT_OF_MEMORY when the task failed after the kernel killed a process of its step at
-    its memory limit (the runner's ``oom`` file), or of its container (``container.json``)."""
+    its memory limit (the runner's ``oom`` file), or of its container (``container.json``).
+    A platform fault the runner recorded instead (``fault``: it did not start the task)
+    comes first: no exit status, and the fault as the reason (LOST, retried as a new attempt)."""
+    if (fault := _read_text(task_dir / FAULT)) is not None:
+        return TaskStatus(key, running=False, message=" ".join(fault.split())[:500] or "a platform fault on its node")
     text = _read_text(task_dir / EXIT)
     if text is None or not text.isdigit():
         return None
