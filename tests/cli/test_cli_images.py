@@ -54,3 +54,23 @@ def test_only_an_admin_pulls_and_bad_input_is_refused_at_its_field(api, image):
     response = api.admin.post("/api/v1/images/pull", json={"image": image, "node": "nowhere"})
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == "node"
+
+
+def test_an_admin_evicts_an_image_from_the_node_and_bad_input_is_refused(yard, api, tmp_path):
+    from uuid import uuid4
+
+    from podman_support import tiny_image
+
+    image = tiny_image(tmp_path, f"trainyard-evict-{uuid4().hex[:8]}")
+    node = api.ctx.backend.inventory()[0].name
+    assert api.user.post("/api/v1/images/remove", json={"image": image}).status_code == 403
+    for body, path in (({"image": "--force"}, "image"), ({"image": image, "node": "nowhere"}, "node")):
+        response = api.admin.post("/api/v1/images/remove", json=body)
+        assert response.status_code == 422 and response.json()["errors"][0]["path"] == path
+
+    code, out, _ = yard("image", "evict", image, token=api.admin_token)
+    assert (code, out.strip()) == (0, f"removed {image} from node {node}")
+    code, out, _ = yard("image", "evict", image, "--node", node, "--json", token=api.admin_token)
+    assert code == 0
+    assert json.loads(out) == [{"node": node, "image": image, "removed": False, "inUse": False, "error": "",
+                                "message": f"{image} not on node {node}"}]
