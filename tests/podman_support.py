@@ -29,3 +29,13 @@ def build_test_image() -> str:
                             check=False, timeout=scaled(1800))
     assert result.returncode == 0, result.stderr
     return result.stdout.strip().split("=", 1)[1]
+
+
+def tiny_image(folder: Path, name: str) -> str:
+    """A throwaway image of one small file, ``localhost/<name>:1``, in this machine's Podman
+    (for tests that remove images: never the shared test image)."""
+    (folder / "hello.txt").write_text("hello\n")
+    subprocess.run(["tar", "cf", str(folder / "root.tar"), "-C", str(folder), "hello.txt"], check=True)
+    image = f"localhost/{name}:1"
+    subprocess.run(["podman", "import", "-q", str(folder / "root.tar"), image], check=True, capture_output=True)
+    return image

@@ -27,7 +27,7 @@ from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.environments import EnvironmentView
 from trainyard.schemas.history import JobMetrics, NodeMetrics
-from trainyard.schemas.images import ImagePullView, NodeImageView
+from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
@@ -48,6 +48,7 @@ Reply = TypeVar("Reply")
 _NODES = TypeAdapter(list[NodeView])
 _IMAGES = TypeAdapter(list[NodeImageView])
 _PULLS = TypeAdapter(list[ImagePullView])
+_REMOVALS = TypeAdapter(list[ImageRemovalView])
 _USERS = TypeAdapter(list[UserView])
 _VCS = TypeAdapter(list[VcView])
 _GROUPS = TypeAdapter(list[GroupView])
@@ -492,6 +493,12 @@ class Client:
         it is there; returns when done, one entry per node (admin)."""
         body = {"image": image, "node": node}
         return self._parse(_PULLS, self._request("POST", "/images/pull", json=body, timeout=3600.0).content)
+
+    def remove_image(self, image: str, *, node: str | None = None) -> list[ImageRemovalView]:
+        """Remove ``image`` from ``node`` (None: every node) where it is (admin); 409 while a
+        task of a job that has not ended runs in it there."""
+        body = {"image": image, "node": node}
+        return self._parse(_REMOVALS, self._request("POST", "/images/remove", json=body, timeout=600.0).content)
 
     def top(self) -> TopView:
         """The live view: nodes, and the running jobs you may see with their GPU, CPU and

@@ -4,6 +4,7 @@ backend whose Podman holds the test image (scripts/dev-image.sh)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -54,3 +55,49 @@ def test_only_an_admin_pulls_and_bad_input_is_refused_at_its_field(api, image):
     response = api.admin.post("/api/v1/images/pull", json={"image": image, "node": "nowhere"})
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == "node"
+
+
+def test_an_admin_evicts_an_image_from_the_node_and_bad_input_is_refused(yard, api, tmp_path):
+    from uuid import uuid4
+
+    from podman_support import tiny_image
+
+    image = tiny_image(tmp_path, f"trainyard-evict-{uuid4().hex[:8]}")
+    node = api.ctx.backend.inventory()[0].name
+    assert api.user.post("/api/v1/images/remove", json={"image": image}).status_code == 403
+    for body, path in (({"image": "--force"}, "image"), ({"image": image, "node": "nowhere"}, "node")):
+        response = api.admin.post("/api/v1/images/remove", json=body)
+        assert response.status_code == 422 and response.json()["errors"][0]["path"] == path
+
+    code, out, _ = yard("image", "evict", image, token=api.admin_token)
+    assert (code, out.strip()) == (0, f"removed {image} from node {node}")
+    code, out, _ = yard("image", "evict", image, "--node", node, "--json", token=api.admin_token)
+    assert code == 0
+    assert json.loads(out) == [{"node": node, "image": image, "removed": False, "inUse": False, "error": "",
+                                "message": f"{image} not on node {node}"}]
+
+
+def test_an_image_a_live_jobs_task_runs_in_is_not_evicted(api, tmp_path):
+    from uuid import uuid4
+
+    from podman_support import tiny_image
+
+    from trainyard.controller.loop import Controller
+    from trainyard.services import jobs as job_service
+    from trainyard.spec.loading import parse_job
+    from trainyard.store.rows import UserRow
+
+    image = tiny_image(tmp_path, f"trainyard-inuse-{uuid4().hex[:8]}")
+    try:
+        with api.ctx.db.session() as s:
+            alice = s.query(UserRow).filter_by(name="alice").one()
+            job = job_service.submit_job(s, alice, parse_job(
+                f"name: boxed\nimage: {image}\ntaskRoles:\n  main:\n    commands: [sleep 60]\n"), clock=api.ctx.clock)
+            job_id = job.id
+        Controller(api.ctx.db, api.ctx.backend, api.ctx.clock).run_once()  # placed and launched
+        response = api.admin.post("/api/v1/images/remove", json={"image": image})
+        assert response.status_code == 409
+        assert f"job {job_id} task main/0 on node " in response.text
+    finally:
+        subprocess.run(["podman", "rm", "--force", "--all", "--filter", f"ancestor={image}"], capture_output=True)
+        subprocess.run(["podman", "rmi", "--force", image], capture_output=True)

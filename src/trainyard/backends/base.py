@@ -147,6 +147,10 @@ class TaskLaunch:
     storage_paths: tuple[str, ...] = ()
     # The Python environment the task runs in (None: the node's own, as before).
     environment: PythonEnvironment | None = None
+    # The ports the task was given on its node (its own, and the job's MASTER_PORT for the
+    # first task of the first role): a backend that cannot probe the node when it allocates
+    # them (Slurm) checks them free where the task starts.
+    ports: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,26 @@ class ImagePull:
         return f"{self.image} already on node {self.node}"
 
 
+@dataclass(frozen=True)
+class ImageRemoval:
+    """What evicting an image did on one node: removed, not there, or the error (``in_use``:
+    the engine refused because a container there uses it)."""
+
+    node: str
+    image: str
+    removed: bool
+    error: str = ""
+    in_use: bool = False
+
+    @property
+    def note(self) -> str:
+        if self.error:
+            return self.error
+        if self.removed:
+            return f"removed {self.image} from node {self.node}"
+        return f"{self.image} not on node {self.node}"
+
+
 @runtime_checkable
 class ImageCache(Protocol):
     """Optional capability: the container images each node holds, and pulling one ahead of
@@ -219,6 +243,10 @@ class ImageCache(Protocol):
 
     def pull_image(self, image: str, node: str | None = None) -> list[ImagePull]:
         """Pull ``image`` to ``node`` (None: every node), unless it is there; one answer per node."""
+        ...
+
+    def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
+        """Remove ``image`` from ``node`` (None: every node) where it is; one answer per node."""
         ...
 
 

@@ -43,7 +43,16 @@ from typing import Any, Literal
 
 import yaml
 
-from trainyard.backends.base import GpuInfo, ImagePull, Mount, NodeImage, PythonEnvironment, TaskKey, TaskStatus
+from trainyard.backends.base import (
+    GpuInfo,
+    ImagePull,
+    ImageRemoval,
+    Mount,
+    NodeImage,
+    PythonEnvironment,
+    TaskKey,
+    TaskStatus,
+)
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import memory_cgroup as memory_cgroup  # the local backend's name for it
 
@@ -94,6 +103,11 @@ class ContainerEngine:
 
     def pull_command(self, image: str) -> list[str]:
         return self.command("pull", image)
+
+    def remove_image_command(self, image: str) -> list[str]:
+        """Untag (or, for its last name, delete) the image; never forced, so the engine
+        refuses an image a container uses."""
+        return self.command("rmi", image)
 
     def remove_command(self, name: str) -> list[str]:
         return self.command("rm", "--force", "--time", "0", name) if self.kind == "podman" else self.command(
@@ -448,6 +462,36 @@ def pull_image(engine: ContainerEngine, image: str, node: str, timeout: float = 
         return ImagePull(node, image, False, seconds,
                          f"could not pull {image} on node {node}: {detail[-1] if detail else result.returncode}")
     return ImagePull(node, image, pulled=True, seconds=seconds)
+
+
+def remove_image(engine: ContainerEngine, image: str, node: str, timeout: float = 300.0) -> ImageRemoval:
+    """Remove ``image`` (one name of it: an image with other names keeps them) from the
+    engine on this machine, unless it is not there; never by force (``image_removal``)."""
+    try:
+        result = subprocess.run(engine.remove_image_command(image), env=ENGINE_ENV, capture_output=True, text=True,
+                                timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return ImageRemoval(node, image, False, f"could not remove {image} from node {node}: no answer within "
+                                                f"{timeout:.0f} s")
+    return image_removal(engine.kind, node, image, result.returncode, result.stderr or result.stdout)
+
+
+def image_removal(kind: EngineKind, node: str, image: str, returncode: int, output: str) -> ImageRemoval:
+    """What ``ENGINE rmi IMAGE`` answered: removed (0); not there (Podman's 1, Docker's "No such
+    image"); in use by a container (Podman's 2, Docker's "conflict"), which is refused, never
+    forced; else the error."""
+    said = output.strip().splitlines()
+    text = output.lower()
+    if returncode == 0:
+        return ImageRemoval(node, image, removed=True)
+    if "srun:" not in text and ((kind == "podman" and returncode == 1) or "no such image" in text
+                                or "image not known" in text):
+        return ImageRemoval(node, image, removed=False)
+    if (kind == "podman" and returncode == 2) or "in use" in text or "being used" in text or "conflict" in text:
+        return ImageRemoval(node, image, False, f"{image} is in use on node {node} by a container, so it was kept: "
+                                                "stop what runs in it first", in_use=True)
+    return ImageRemoval(node, image, False,
+                        f"could not remove {image} from node {node}: {said[-1] if said else returncode}")
 
 
 def image_record_note(record: Mapping[str, Any] | None) -> ImagePull | None:

@@ -232,6 +232,14 @@ def cmd_image(client: Client, args: argparse.Namespace) -> int:
             for pull in pulls:
                 print(pull.message)
         return EXIT_ERROR if any(p.error for p in pulls) else 0
+    if args.action == "evict":
+        removals = client.remove_image(args.image, node=args.node)
+        if args.json:
+            render.print_json(removals)
+        else:
+            for removal in removals:
+                print(removal.message)
+        return EXIT_ERROR if any(r.error for r in removals) else 0
     images = client.images()
     if args.json:
         render.print_json(images)

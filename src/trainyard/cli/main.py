@@ -438,11 +438,17 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("changes", nargs="+", metavar="KEY=VALUE|KEY-")
     _json_flag(q)
 
-    p = sub.add_parser("image", help="the image cache: which node holds which container image; pre-pull one")
+    p = sub.add_parser("image", help="the image cache: which node holds which container image; pre-pull or "
+                       "evict one")
     image_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     q = image_sub.add_parser("list", help="every node's images: node, image, id, size, created, pulled at")
     _json_flag(q)
     q = image_sub.add_parser("pull", help="pull an image to a node (default: every node) ahead of its jobs (admin)")
+    q.add_argument("image")
+    q.add_argument("--node", default=None, help="only this node")
+    _json_flag(q)
+    q = image_sub.add_parser("evict", help="remove an image from a node (default: every node) where it is (admin); "
+                             "refused while a job's task runs in it")
     q.add_argument("image")
     q.add_argument("--node", default=None, help="only this node")
     _json_flag(q)

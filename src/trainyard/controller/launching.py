@@ -117,7 +117,17 @@ def build_launch(
         mounts=launch_mounts,
         storage_paths=storage_paths,
         environment=runs.environment,
+        ports=task_ports(spec, attempt, task),
     )
+
+
+def task_ports(spec: JobSpec, attempt: AttemptRow, task: TaskRow) -> tuple[int, ...]:
+    """The ports the task listens on by its wiring: its own, and ``MASTER_PORT`` for the
+    first task of the first role (where ``MASTER_ADDR`` points)."""
+    ports = [port for group in (task.ports or {}).values() for port in group]
+    if (task.role, task.index) == (spec.role_names[0], 0) and attempt.master_port:
+        ports.append(attempt.master_port)
+    return tuple(ports)
 
 
 # Signals a shell ends on by default, which the task's shell must outlive when they ask its

@@ -390,6 +390,8 @@ class Reconciler:
         if completion is None:
             return
         outcome, reason = AttemptState(completion.outcome), completion.reason + note
+        if outcome == AttemptState.LOST and (why := lost_why(attempt)):
+            reason += f" ({why})"  # what the backend knew: the job's events say why it is retried
         if outcome == AttemptState.LOST and not platform_retry_due(a.state for a in job.attempts):
             outcome = AttemptState.FAILED
             reason += f"; its {MAX_PLATFORM_RETRIES} platform retries are used up, so this counts as a failure"
@@ -427,6 +429,17 @@ def failure_why(attempt: AttemptRow) -> str:
     told = [t for t in attempt.tasks if t.state == TaskState.FAILED and t.exit_code == attempt.exit_code
             and t.message and t.message != described]
     return f"task {told[0].role}/{told[0].index}: {told[0].message}" if told else described
+
+
+def lost_why(attempt: AttemptRow) -> str:
+    """``task ROLE/INDEX: WHY`` for the attempt's first lost task whose backend said why
+    (a port held on its node, Slurm's NODE_FAIL), else ""."""
+    bare = classify_exit(None).description
+    for task in attempt.tasks:
+        message = task.message or ""
+        if task.state == TaskState.LOST and message.startswith(f"{bare} (") and message.endswith(")"):
+            return f"task {task.role}/{task.index}: {message[len(bare) + 2:-1]}"
+    return ""
 
 
 def out_of_memory_task(attempt: AttemptRow) -> str | None:

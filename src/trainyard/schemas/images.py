@@ -36,3 +36,21 @@ class ImagePullView(BaseModel):
     seconds: float
     error: str
     message: str
+
+
+class ImageRemoveRequest(BaseModel):
+    """Remove an image from a node, or every node (admin)."""
+
+    image: str = Field(min_length=1, max_length=IMAGE_REFERENCE_MAX, pattern=f"^{IMAGE_REFERENCE.pattern}$")
+    node: str | None = Field(default=None, min_length=1, max_length=255, description="null: every node")
+
+
+class ImageRemovalView(BaseModel):
+    """What an eviction did on one node."""
+
+    node: str
+    image: str
+    removed: bool  # false: it was not there, or it was kept (error)
+    inUse: bool  # kept: a container on the node uses it
+    error: str
+    message: str

@@ -1,11 +1,21 @@
-"""The image cache (OpenPAI's): which node holds which container image; admins pre-pull."""
+"""The image cache (OpenPAI's): which node holds which container image; admins pre-pull
+and evict."""
 
 from __future__ import annotations
 
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
 from trainyard.backends.base import Backend, ImageCache
 from trainyard.backends.containers import ContainerError
-from trainyard.schemas.images import ImagePullView, NodeImageView
-from trainyard.services.errors import Invalid, ServiceError
+from trainyard.core.states import TaskState
+from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
+from trainyard.services.errors import Conflict, Invalid, ServiceError
+from trainyard.services.specs import StoredSpecs
+from trainyard.spec.errors import SpecError
+from trainyard.store.db import Database
+from trainyard.store.queries import environments as env_queries
+from trainyard.store.rows import JobRow, TaskRow
 
 
 class NoImageCache(ServiceError):
@@ -32,11 +42,58 @@ def node_images(backend: Backend) -> list[NodeImageView]:
 
 def pull_image(backend: Backend, image: str, node: str | None) -> list[ImagePullView]:
     """Pull ``image`` to ``node`` (None: every node) unless it is there (admin; the caller checks)."""
-    if node is not None and node not in {n.name for n in backend.inventory()}:
-        raise Invalid(f"no node named {node!r}", details=[{"path": "node", "message": f"no node named {node!r}"}])
+    _check_node(backend, node)
     try:
         pulls = _cache(backend).pull_image(image, node)
     except ContainerError as exc:
         raise Invalid(str(exc)) from exc
     return [ImagePullView(node=p.node, image=p.image, pulled=p.pulled, seconds=round(p.seconds, 1), error=p.error,
                           message=p.note) for p in pulls]
+
+
+def remove_image(db: Database, specs: StoredSpecs, backend: Backend, image: str,
+                 node: str | None) -> list[ImageRemovalView]:
+    """Remove ``image`` from ``node`` (None: every node) where it is (admin; the caller
+    checks). Conflict while a task of a job that has not ended runs in it there (or is
+    placed to); the engine itself keeps an image any other container uses (that node's
+    answer says so)."""
+    _check_node(backend, node)
+    with db.session() as session:
+        users = tasks_using(session, specs, image, node)
+    if users:
+        raise Conflict(f"{image} is in use by {', '.join(users[:5])}{' and more' if len(users) > 5 else ''}; "
+                       "evict it once they have ended")
+    try:
+        removals = _cache(backend).remove_image(image, node)
+    except ContainerError as exc:
+        raise Invalid(str(exc)) from exc
+    return [ImageRemovalView(node=r.node, image=r.image, removed=r.removed, inUse=r.in_use, error=r.error,
+                             message=r.note) for r in removals]
+
+
+def tasks_using(session: Session, specs: StoredSpecs, image: str, node: str | None) -> list[str]:
+    """``job J task ROLE/INDEX on node N`` for each task placed or running (on ``node``) in ``image``."""
+    query = select(TaskRow).where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
+    if node is not None:
+        query = query.where(TaskRow.node == node)
+    found = []
+    for task in session.scalars(query.order_by(TaskRow.job_id, TaskRow.role, TaskRow.index)):
+        job = session.get(JobRow, task.job_id)
+        if job is None:
+            continue
+        try:
+            spec = specs.of(job)
+        except SpecError:
+            continue
+        used = spec.role_image(task.role)
+        if used is None and (named := spec.environment_of(task.role)) is not None:
+            row = env_queries.environments_named(session, [named]).get(named)
+            used = None if row is None else row.image
+        if used == image:
+            found.append(f"job {job.id} task {task.role}/{task.index} on node {task.node}")
+    return found
+
+
+def _check_node(backend: Backend, node: str | None) -> None:
+    if node is not None and node not in {n.name for n in backend.inventory()}:
+        raise Invalid(f"no node named {node!r}", details=[{"path": "node", "message": f"no node named {node!r}"}])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -42,6 +42,13 @@ def ended_slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:
 def slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:
     """The Slurm records (one per hetjob component) of a job, while Slurm remembers it."""
     return [r for r in slurm.jobs() if (r.get("HetJobId") or r.get("JobId")) == job_id]
+
+
+def on_node(node: str, argv: Sequence[str]) -> list[str]:
+    """The command line that runs ``argv`` where a task on dev-cluster ``node`` runs, in its
+    network: today every node shares this machine's, so ``argv`` itself."""
+    del node
+    return list(argv)
 
 
 def run(argv: list[str]) -> str:

@@ -1,4 +1,5 @@
-"""HTTP routes for the image cache: the images on each node, and pre-pulling one (admin)."""
+"""HTTP routes for the image cache: the images on each node, pre-pulling one and evicting
+one (admin)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from fastapi import APIRouter, Depends
 
 from trainyard.api.deps import admin_user, current_user
 from trainyard.api.openapi import errors
-from trainyard.schemas.images import ImagePullRequest, ImagePullView, NodeImageView
+from trainyard.schemas.images import (
+    ImagePullRequest,
+    ImagePullView,
+    ImageRemovalView,
+    ImageRemoveRequest,
+    NodeImageView,
+)
 from trainyard.services import images
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import BodyRoute
@@ -32,3 +39,12 @@ def pull_image(body: ImagePullRequest, _: Annotated[UserRow, Depends(admin_user)
     """Pull an image to a node (or every node) ahead of the jobs that need it, unless it is
     there; answers when done, one entry per node (admin)."""
     return images.pull_image(ctx.backend, body.image, body.node)
+
+
+@router.post("/images/remove", response_model=list[ImageRemovalView], responses=errors(401, 403, 409, 422))
+def remove_image(body: ImageRemoveRequest, _: Annotated[UserRow, Depends(admin_user)],
+                 ctx: Ctx) -> list[ImageRemovalView]:
+    """Remove an image from a node (or every node) where it is, one entry per node (admin);
+    409 while a task of a job that has not ended runs in it there. Never forced: a node
+    whose engine has a container of the image keeps it, and its entry says so."""
+    return images.remove_image(ctx.db, ctx.specs, ctx.backend, body.image, body.node)

@@ -76,6 +76,7 @@ from trainyard.backends.base import (
     ExecPlan,
     GpuInfo,
     ImagePull,
+    ImageRemoval,
     LogChunk,
     Mount,
     NodeImage,
@@ -102,6 +103,7 @@ from trainyard.backends.containers import (
     pull_image,
     pull_record_path,
     record_pull,
+    remove_image,
     run_command,
     with_image_pull,
     with_oom_record,
@@ -322,6 +324,16 @@ class LocalBackend(jobdirs.JobDirTree):
         result = pull_image(self.containers, image, self._node.name)
         if result.pulled:
             record_pull(pull_record_path(self._pulls, image), image, datetime.now(UTC))
+        return [result]
+
+    def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
+        if node is not None:
+            self._check_node(node)
+        if self.containers is None:
+            raise ContainerError(f"node {self._node.name} has no container engine (install podman)")
+        result = remove_image(self.containers, image, self._node.name)
+        if result.removed:
+            pull_record_path(self._pulls, image).unlink(missing_ok=True)
         return [result]
 
     # --- Backend -----------------------------------------------------------------

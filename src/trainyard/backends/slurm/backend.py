@@ -10,7 +10,7 @@ one-machine cluster any directory):
                     container-cgroup.py                                  fixed text, no job data
     <state_dir>/pythonpath/trainyard/runtime.py   first on every task's PYTHONPATH (``taskpython``)
     <state_dir>/jobs/<job>/<attempt>/
-        <role>-<index>-<run>/    env script.sh work/ output.log exit metrics.json suspend.json   one task run
+        <role>-<index>-<run>/    env script.sh ports work/ output.log exit fault metrics.json suspend.json  a task run
         slurm-gang/              job_id submitting tasks stop.json suspend.json batch.log   the gang's submission
         slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0)
     <state_dir>/jobs/<job>/jobdir/     $TRAINYARD_JOB_DIR: the job's tasks share it, its
@@ -43,17 +43,22 @@ import os
 import random
 import re
 import signal
+import subprocess
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from trainyard.backends import jobdirs
 from trainyard.backends.base import (
     ExecPlan,
+    ImagePull,
+    ImageRemoval,
     LogChunk,
+    NodeImage,
     NodeInventory,
     SuspendRequest,
     TaskKey,
@@ -64,7 +69,19 @@ from trainyard.backends.base import (
 )
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
-from trainyard.backends.containers import ContainerEngine, with_image_pull, with_oom_record
+from trainyard.backends.containers import (
+    ENGINE_ENV,
+    PULL_TIMEOUT_SECONDS,
+    ContainerEngine,
+    ContainerError,
+    image_removal,
+    parse_image_list,
+    pull_record_path,
+    pulled_at,
+    record_pull,
+    with_image_pull,
+    with_oom_record,
+)
 from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.slurm import runners, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
@@ -80,10 +97,17 @@ log = logging.getLogger(__name__)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # Characters a state directory may not hold: Slurm expands ``%`` and ``\`` in output
 # paths, and the runner scripts' argv must stay one path per argument.
+_SRUN_EXITED = re.compile(r"srun: error: \S+: task \d+: Exited with exit code \d+\s*$")
 _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
-# Ports are chosen below Linux's default ephemeral range (32768+) on nodes we cannot
-# probe; best effort, as the Backend contract says.
+# Ports are chosen below Linux's default ephemeral range (32768+) on nodes the server cannot
+# probe; the task runner checks them free where the task starts (``runners.TASK_RUNNER``).
 PORT_RANGE = range(20000, 32000)
+# The image cache's steps on the compute nodes: each a Slurm job of one CPU and this much
+# memory, at most this many at once, listing (or removing) for at most this long.
+IMAGE_STEP_MEMORY_MB = 512
+IMAGE_STEPS_AT_ONCE = 8
+IMAGE_LIST_SECONDS = 300.0
+_T = TypeVar("_T")
 # How stale Slurm's job table may be when observing (see SlurmBackend._slurm_jobs).
 SLURM_POLL_SECONDS = 1.0
 # How long a pending job may keep a "cannot start" reason while its nodes look usable.
@@ -98,6 +122,9 @@ VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
 CANCEL_RETRY_SECONDS = 2.0
 EXIT = "exit"
+# The runner's record of a platform fault that kept the task from starting (a port of its
+# held on its node): the task ends with no exit status, and the controller retries it.
+FAULT = "fault"
 OOM = "oom"  # the runner's count of the task's processes killed at its memory limit, if any
 JOB_ID = "job_id"
 SUBMITTING = "submitting"
@@ -115,7 +142,7 @@ def isolation_summary(state_dir: Path, user: str) -> str:
         f"task isolation on Slurm is weak: every task runs as {who} on the nodes, without a sandbox:"
         f" any job can read every other job's files, secrets and job directory under {state_dir}, and"
         " their command lines; storages are bound without their mountPath and read-only is not"
-        " enforced; a task's ports are not checked free on its node; fractional GPUs are refused."
+        " enforced; fractional GPUs are refused."
         " See docs/slurm.md (Limits) and docs/security.md."
     )
 
@@ -238,6 +265,119 @@ class SlurmBackend(jobdirs.JobDirTree):
             ))
         nodes = tuple(_with_measured_gpus(node_sample(r, now), measured.get(r["NodeName"], {})) for r in records)
         return Sampled(nodes=nodes, tasks=tuple(tasks), errors=tuple(errors))
+
+    # --- ImageCache ----------------------------------------------------------------
+
+    def node_images(self) -> list[NodeImage]:
+        """Each usable node's images, from its own engine (``_image_steps``); a node whose
+        step failed is left out (logged), unless every one failed (ContainerError)."""
+        engine = self._engine()
+        fmt = "{{json .}}" if engine.kind == "docker" else "json"
+        found: list[NodeImage] = []
+        errors = []
+        nodes = self._image_nodes(None)
+        answers = self._on_nodes(nodes, lambda name: self._image_step(
+            name, engine.command("images", "--format", fmt), IMAGE_LIST_SECONDS))
+        for node, done in zip(nodes, answers, strict=True):
+            if isinstance(done, str) or done.returncode != 0:
+                why = done if isinstance(done, str) else (done.stderr.strip()[-500:] or f"exit {done.returncode}")
+                errors.append(f"node {node}: {why}")
+                continue
+            try:
+                rows = parse_image_list(engine.kind, done.stdout)
+            except ValueError as exc:
+                errors.append(f"node {node}: {engine.kind} images printed no list ({exc})")
+                continue
+            records = self._pull_records(node)
+            found += [NodeImage(node, image, image_id, size, created,
+                                pulled_at(pull_record_path(records, image)) if records is not None else None)
+                      for image, image_id, size, created in rows]
+        if errors:
+            log.warning("could not list the images of some nodes: %s", "; ".join(errors))
+            if not found and len(errors) == len(nodes):
+                raise ContainerError(f"could not list any node's images: {'; '.join(errors)}")
+        return found
+
+    def pull_image(self, image: str, node: str | None = None) -> list[ImagePull]:
+        """On each node (or ``node``), a step that checks whether its engine holds ``image``,
+        then one that pulls it where it does not, all nodes at once."""
+        engine = self._engine()
+
+        def pull(name: str) -> ImagePull:
+            there = self._image_step(name, engine.exists_command(image), IMAGE_LIST_SECONDS)
+            if isinstance(there, str):
+                return ImagePull(name, image, False, 0.0, f"could not pull {image} on node {name}: {there}")
+            if there.returncode == 0:
+                return ImagePull(name, image, pulled=False, seconds=0.0)
+            started = time.monotonic()
+            done = self._image_step(name, engine.pull_command(image), PULL_TIMEOUT_SECONDS)
+            seconds = time.monotonic() - started
+            if isinstance(done, str) or done.returncode != 0:
+                said = done if isinstance(done, str) else ((done.stderr or done.stdout).strip().splitlines() or
+                                                           [f"exit {done.returncode}"])[-1]
+                return ImagePull(name, image, False, seconds, f"could not pull {image} on node {name}: {said}")
+            if (records := self._pull_records(name)) is not None:
+                record_pull(pull_record_path(records, image), image, datetime.now(UTC))
+            return ImagePull(name, image, pulled=True, seconds=seconds)
+
+        return self._on_nodes(self._image_nodes(node), pull)
+
+    def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
+        """On each node (or ``node``), a step that removes ``image`` (``containers.image_removal``:
+        never forced, so a container that uses it keeps it)."""
+        engine = self._engine()
+
+        def remove(name: str) -> ImageRemoval:
+            done = self._image_step(name, engine.remove_image_command(image), IMAGE_LIST_SECONDS)
+            if isinstance(done, str):
+                return ImageRemoval(name, image, False, f"could not remove {image} from node {name}: {done}")
+            result = image_removal(engine.kind, name, image, done.returncode, done.stderr or done.stdout)
+            if result.removed and (records := self._pull_records(name)) is not None:
+                pull_record_path(records, image).unlink(missing_ok=True)
+            return result
+
+        return self._on_nodes(self._image_nodes(node), remove)
+
+    def _engine(self) -> ContainerEngine:
+        if self.containers is None:
+            raise ContainerError("the compute nodes have no container engine configured (container_engine: podman, "
+                                 "installed at the same path on every node)")
+        return self.containers
+
+    def _image_nodes(self, node: str | None) -> list[str]:
+        """``node``, or every node of the partition that Slurm would start work on now."""
+        return [node] if node is not None else [n.name for n in self.inventory() if n.schedulable]
+
+    def _on_nodes(self, nodes: list[str], step: Callable[[str], _T]) -> list[_T]:
+        """``step`` for each of ``nodes``, all at once, answers in their order."""
+        if not nodes:
+            return []
+        with ThreadPoolExecutor(max_workers=min(len(nodes), IMAGE_STEPS_AT_ONCE)) as pool:
+            return list(pool.map(step, nodes))
+
+    def _image_step(self, node: str, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | str:
+        """``argv`` (the engine's command line) run on ``node`` by a Slurm job of its own (``srun``,
+        one CPU, ``IMAGE_STEP_MEMORY_MB``) as this server's account (root: the engine that runs
+        the tasks' containers) with the engine's clean environment; Slurm's or the command's
+        answer, or why there was none."""
+        srun = ["srun", f"--job-name={self.name_prefix}-images", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
+                "--cpus-per-task=1", f"--mem={IMAGE_STEP_MEMORY_MB}", "--export=NONE", "--quiet"]
+        if self.partition is not None:
+            srun.append(f"--partition={self.partition}")
+        srun += ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in ENGINE_ENV.items()), *argv]
+        try:
+            done = self.commands.run(srun, check=False, timeout=timeout)
+        except SlurmError as exc:
+            return str(exc)
+        # srun's own line about the command's exit status ("srun: error: n2: task 0: Exited
+        # with exit code 1"), even with --quiet: the command's answer is the rest.
+        done.stderr = "".join(line for line in done.stderr.splitlines(keepends=True)
+                              if not _SRUN_EXITED.match(line))
+        return done
+
+    def _pull_records(self, node: str) -> Path | None:
+        """Where the server records when it pulled an image to ``node`` (None: a name unfit for a path)."""
+        return self.state_dir / "images" / node if _SAFE_NAME.fullmatch(node) else None
 
     # --- Backend -----------------------------------------------------------------
 
@@ -376,7 +516,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         task_dir = self.task_dir(key)
         names = (_read_text(self.submission_dir(key) / TASKS) or "").split()  # none in jobs from before it was kept
         folders = {task_dir, *(task_dir.parent / name for name in names if _SAFE_NAME.fullmatch(name))}
-        return {folder for folder in folders if folder.is_dir() and _read_text(folder / EXIT) is None}
+        return {folder for folder in folders
+                if folder.is_dir() and _read_text(folder / EXIT) is None and not (folder / FAULT).exists()}
 
     def _relay(self, key: TaskKey, what: str, signal: str, job_id: str) -> None:
         """Have every running task runner of the Slurm job send ``signal`` to its task's
@@ -604,7 +745,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
     """The exit status the task runner (or srun, standing in) recorded, if any; reason
     OUT_OF_MEMORY when the task failed after the kernel killed a process of its step at
-    its memory limit (the runner's ``oom`` file), or of its container (``container.json``)."""
+    its memory limit (the runner's ``oom`` file), or of its container (``container.json``).
+    A platform fault the runner recorded instead (``fault``: it did not start the task)
+    comes first: no exit status, and the fault as the reason (LOST, retried as a new attempt)."""
+    if (fault := _read_text(task_dir / FAULT)) is not None:
+        return TaskStatus(key, running=False, message=" ".join(fault.split())[:500] or "a platform fault on its node")
     text = _read_text(task_dir / EXIT)
     if text is None or not text.isdigit():
         return None

@@ -52,11 +52,12 @@ class SlurmCommands:
                 "(Debian: slurm-client) or start a dev cluster with scripts/dev-slurm.sh start"
             )
 
-    def run(self, argv: Sequence[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, argv: Sequence[str], *, check: bool = True,
+            timeout: float = COMMAND_TIMEOUT_SECONDS) -> subprocess.CompletedProcess[str]:
         try:
             done = subprocess.run(
                 list(argv), env=dict(self.env), capture_output=True, text=True,
-                timeout=COMMAND_TIMEOUT_SECONDS, stdin=subprocess.DEVNULL, cwd="/",
+                timeout=timeout, stdin=subprocess.DEVNULL, cwd="/",
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise SlurmError(f"{argv[0]} failed: {exc}") from exc

@@ -62,6 +62,62 @@ dir="$1"
 exec >> "$dir/output.log" 2>&1
 cd "$dir/work" || exit 1
 mapfile -d '' -t assignments < "$dir/env" || exit 1
+# The task's ports (TASK_DIR/ports, one a line: its own and MASTER_PORT) must be free on
+# this node before it starts: the server that chose them cannot probe the node. A port
+# another program holds is a platform fault, not the task's: the runner records it in
+# TASK_DIR/fault, starts nothing and ends with 0 and no exit file (so the gang runner writes
+# none either); the backend reads the fault as a task that ended without an exit status,
+# which the controller retries as a new attempt, with new ports. Each port is bound on the
+# wildcard addresses with SO_REUSEADDR (a listener there, or a socket bound without it,
+# holds the port; a closed connection in TIME_WAIT does not) with the node's python3, or
+# else looked up among the listening sockets of /proc/net/tcp and tcp6. A program that
+# takes a port between this check and the task's own bind is not caught.
+held_ports() {
+    local ports=() hex=() port
+    while IFS= read -r port; do
+        case "$port" in ''|*[!0-9]*) continue ;; esac
+        ports+=("$port")
+    done < "$dir/ports"
+    [ "${#ports[@]}" -gt 0 ] || return 0
+    if command -v python3 > /dev/null 2>&1; then
+        python3 -I -S -c '
+import errno, socket, sys
+for port in map(int, sys.argv[1:]):
+    for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue  # no IPv6 here
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address, port))
+        except OSError as error:
+            if error.errno in (errno.EADDRINUSE, errno.EACCES):
+                print(port)
+                break
+        finally:
+            sock.close()
+' "${ports[@]}"
+        return 0
+    fi
+    for port in "${ports[@]}"; do hex+=("$(printf '%04X' "$port")"); done
+    cat /proc/net/tcp /proc/net/tcp6 2> /dev/null | awk -v want=" ${hex[*]} " \
+        '$4 == "0A" { n = split($2, a, ":"); if (index(want, " " a[n] " ")) print a[n] }' | sort -u |
+        while IFS= read -r port; do echo "$((16#$port))"; done
+}
+if [ -s "$dir/ports" ]; then
+    held="$(held_ports | tr '\n' ' ')"
+    held="${held% }"
+    if [ -n "$held" ]; then
+        fault="port(s) $held already held on node ${SLURMD_NODENAME-$(hostname)} by another program"
+        fault+="; the task was not started"
+        echo "trainyard: $fault"
+        printf '%s\n' "$fault" > "$dir/fault.tmp" && mv -f "$dir/fault.tmp" "$dir/fault"
+        exit 0
+    fi
+fi
 slurm=()
 for name in "${!SLURM@}" "${!PMI@}"; do slurm+=("$name=${!name}"); done
 # Slurm sets CUDA_VISIBLE_DEVICES to the GPUs of this step; pinning comes last, so that

@@ -43,6 +43,8 @@ from trainyard.backends.taskpython import with_runtime_path
 WHOLE_GPU_MILLI = 1000
 # In a task's directory: the suspend request, once Trainyard asks ($TRAINYARD_SUSPEND_FILE).
 SUSPEND_FILE = "suspend.json"
+# In a task's directory: the ports it was given, one a line, checked free where it starts.
+PORTS_FILE = "ports"
 _GPU_MODEL = re.compile(r"[A-Za-z0-9_.-]+")  # a Slurm GRES type, safe in --gres
 
 
@@ -156,6 +158,8 @@ def write_task_files(
     env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
     write_private(task_dir / "env", env)
     write_private(task_dir / "script.sh", task.script.encode())
+    # The runner checks them free on the node before it starts the task (``runners.TASK_RUNNER``).
+    write_private(task_dir / PORTS_FILE, "".join(f"{int(port)}\n" for port in task.ports).encode())
     if task.image is None:
         return
     if pyxis_root is not None:
