@@ -60,3 +60,23 @@ taskRoles:
     assert (stat.S_IMODE(job_dir.stat().st_mode), job_dir.stat().st_uid) == (0o700, uid)
     assert (stat.S_IMODE(task_dir.stat().st_mode), task_dir.stat().st_uid) == (0o700, 0)
     assert (job_dir / "kept").read_text() == "saved\n"
+
+
+def test_a_user_without_an_account_is_refused_at_submit_with_the_fix(tmp_path) -> None:
+    """Not a failed job: the submit (and a dry run, and a clone) answers 403 naming the user."""
+    if os.geteuid() != 0:
+        pytest.skip("per-user accounts need root")
+    from types import SimpleNamespace
+
+    from trainyard.backends.slurm.backend import SlurmBackend
+    from trainyard.services.errors import Forbidden
+    from trainyard.services.submission import check_task_account
+
+    sandbox, why = find_sandbox("bwrap", as_root=True)
+    assert sandbox is not None, why
+    backend = SlurmBackend(tmp_path / "slurm", accounts=TaskAccounts({}, create=False), sandbox=sandbox)
+    user = SimpleNamespace(name="nobody-mapped-here")
+    with pytest.raises(Forbidden) as refused:
+        check_task_account(SimpleNamespace(backend=backend), user)  # type: ignore[arg-type]
+    assert "nobody-mapped-here" in str(refused.value) and "task_account_map" in str(refused.value)
+    assert refused.value.status == 403

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -68,9 +69,12 @@ def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed
 
 
 def test_yard_up_says_at_start_up_what_tasks_on_slurm_can_reach(slurm_server) -> None:
-    # As the local backend does for its weak modes (backends/local/isolation.py): a warning,
-    # until per-user accounts and the sandbox reach the Slurm nodes (issue 29).
+    # As the local backend does (backends/local/isolation.py): as root, with bubblewrap, each
+    # user's tasks run as their own account in the sandbox (issue 29); else a warning.
     log = slurm_server.log()
-    assert "WARNING trainyard: task isolation on Slurm is weak: every task runs as root on the nodes" in log or (
-        "WARNING trainyard: task isolation on Slurm is weak: every task runs as the server's own" in log), log[-2000:]
-    assert "storages are bound without their mountPath" in log
+    if os.geteuid() == 0:
+        assert "INFO trainyard: task isolation on Slurm: each Trainyard user's tasks run as their own OS account" \
+            in log, log[-2000:]
+        assert "storages at their mountPath, read-only enforced" in log
+    else:
+        assert "WARNING trainyard: task isolation on Slurm is weak: every task runs as the server's own" in log
