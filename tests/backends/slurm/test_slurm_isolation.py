@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from deadlines import scaled
-
 from e2e.server import wait_until
 from e2e.test_isolation_e2e import ALICE_JOB, ALICE_SECRET, BOB_JOB, BOB_SECRET, SNOOP
+
 from trainyard.client import Client
 
 
