@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from deadlines import scaled
@@ -29,8 +33,17 @@ taskRoles:
 """
 
 
-def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed(slurm_server, slurm, tmp_path) -> None:
-    server, gates = slurm_server, tmp_path
+@pytest.fixture
+def gates() -> Iterator[Path]:
+    """A folder the tasks see (not under /tmp: the sandbox's /tmp is its own) and can search."""
+    folder = Path(tempfile.mkdtemp(prefix="slurm-gates-", dir="/var/lib"))
+    folder.chmod(0o1777)  # the tasks (their owners' accounts) write their starts there
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed(slurm_server, slurm, gates) -> None:
+    server = slurm_server
     client = server.admin()
     assert {n.name for n in client.nodes()} >= {"n1", "n2", "n3", "n4"}
     ended_while_down = client.submit(_job("down", 7, gates)).id
