@@ -35,6 +35,8 @@ from trainyard.backends.environment import process_account
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
+from trainyard.backends.local.sandbox import Sandbox, find_sandbox
+from trainyard.backends.local.taskaccounts import TaskAccounts
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.backend import isolation_summary as slurm_isolation_summary
 from trainyard.backends.slurm.commands import SlurmError
@@ -181,14 +183,14 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
 
 def build_backend(settings: Settings, cluster: str) -> Backend:
     if settings.backend == "slurm":
-        if settings.task_user is not None or settings.task_accounts == "per-user" or settings.task_sandbox == "bwrap":
-            raise StartupError("task accounts and the task sandbox are for the local backend; Slurm runs jobs "
-                               "as the user running `yard up` (see docs/security.md)")
         state_dir = settings.slurm_state_dir or settings.home / "slurm" / cluster
+        accounts, sandbox, why_not = slurm_isolation(settings)
         # Said once, at start-up: what a job can and cannot reach on this install.
-        log.warning("%s", slurm_isolation_summary(state_dir, process_account()[1]))
+        summary = slurm_isolation_summary(state_dir, process_account()[1], isolated=accounts is not None,
+                                          why_not=why_not)
+        (log.info if accounts is not None else log.warning)("%s", summary)
         try:
-            return SlurmBackend(state_dir,
+            return SlurmBackend(state_dir, accounts=accounts, sandbox=sandbox,
                                 partition=settings.slurm_partition, site_env=settings.task_env,
                                 sample_interval_seconds=settings.monitor_interval_seconds,
                                 containers=ContainerEngine.find(settings.container_engine,
@@ -226,6 +228,36 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
         raise StartupError(str(exc)) from exc
     log_container_support(backend)
     return backend
+
+
+def slurm_isolation(settings: Settings) -> tuple[TaskAccounts | None, Sandbox | None, str]:
+    """Per-user accounts and the sandbox for the Slurm backend (both or neither: the sandbox,
+    entered as root on the node, drops to the account), and why not when neither. The
+    sandbox is probed here, on the server: the nodes must have bubblewrap at the same path."""
+    if settings.task_user is not None:
+        raise StartupError("task_user (one shared account) is for the local backend; on Slurm each user's tasks"
+                           " run as their own account (task_accounts)")
+    if settings.task_accounts == "server" or (settings.task_accounts == "auto" and os.geteuid() != 0):
+        if settings.task_sandbox == "bwrap":
+            raise StartupError("task_sandbox=bwrap on Slurm needs per-user accounts (yard up as root)")
+        return None, None, "task_accounts=server" if settings.task_accounts == "server" else "yard up is not root"
+    if os.geteuid() != 0:
+        raise StartupError("task_accounts=per-user needs `yard up` to run as root: it runs each task as its"
+                           " owner's account on the nodes")
+    if settings.task_sandbox == "none":
+        if settings.task_accounts == "per-user":
+            raise StartupError("on Slurm, per-user accounts need the task sandbox (task_sandbox=auto or bwrap)")
+        return None, None, "task_sandbox=none"
+    try:
+        sandbox, why = find_sandbox(settings.task_sandbox, hidden=[settings.home.absolute()], as_root=True,
+                                    allow_userns=settings.task_user_namespaces)
+        if sandbox is None:
+            if settings.task_accounts == "per-user":
+                raise StartupError(f"task_accounts=per-user on Slurm needs bubblewrap: {why}")
+            return None, None, why
+        return TaskAccounts(settings.task_account_map, create=settings.task_account_create), sandbox, ""
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def log_container_support(backend: LocalBackend) -> None:

@@ -428,6 +428,15 @@ SHELL_COMMAND = (
 
 
 @runtime_checkable
+class TaskAccountCheck(Protocol):
+    """A backend that runs each user's tasks as their own OS account and can say, at submit,
+    that a user has none (so that the job is refused, not failed at launch)."""
+
+    def check_task_account(self, user: str) -> None:
+        """ValueError naming ``user`` and the fix when their tasks have no account to run as."""
+
+
+@runtime_checkable
 class TaskExec(Protocol):
     """Optional capability: run a command inside a running task (``yard exec``/``yard shell``).
 

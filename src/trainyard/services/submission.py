@@ -16,9 +16,11 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
+from trainyard.backends.base import TaskAccountCheck
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import idempotency
 from trainyard.services import jobs as job_service
+from trainyard.services.errors import Forbidden
 from trainyard.services.server import Server
 from trainyard.services.views import submit_result
 from trainyard.spec.models import JobSpec
@@ -46,8 +48,22 @@ def earlier_answer(server: Server, user: UserRow, keyed: Keyed) -> idempotency.A
                                       keep=_keep(server))
 
 
+def check_task_account(server: Server, user: UserRow) -> None:
+    """Forbidden (403) when the backend runs tasks as their owners' OS accounts and ``user``
+    has none: the message names the user and the admin's fix."""
+    backend = server.backend
+    if not isinstance(backend, TaskAccountCheck):
+        return
+    try:
+        backend.check_task_account(user.name)
+    except ValueError as exc:
+        raise Forbidden(f"user {user.name} cannot run jobs on this cluster yet: {exc}",
+                        details=[{"path": "user", "message": f"no OS account for {user.name}"}]) from None
+
+
 def dry_run(server: Server, user: UserRow, spec: JobSpec) -> list[str]:
     """Every check a submit of ``spec`` would make, nothing made; the backend's warnings."""
+    check_task_account(server, user)
     nodes = server.node_states()
     with server.db.session() as session:
         job_service.check_submittable(session, user, spec, nodes=nodes, limits=server.submit_limits)
@@ -57,6 +73,7 @@ def dry_run(server: Server, user: UserRow, spec: JobSpec) -> list[str]:
 def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service.CloneChanges) -> list[str]:
     """Every check a clone of job ``job_id`` with ``changes`` would make, nothing made; the
     backend's warnings for the clone."""
+    check_task_account(server, user)
     nodes = server.node_states()
     with server.db.session() as session:
         spec = job_service.check_clone(session, user, job_id, changes, specs=server.specs, nodes=nodes,
@@ -67,6 +84,7 @@ def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service
 def submit(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed()) -> idempotency.Answer:
     """Queue ``spec`` as ``user``'s job (at most once per key): the answer, a ``SubmitResult``."""
     warnings = job_service.backend_warnings(spec, server.backend.name)
+    check_task_account(server, user)
 
     def create(session: Session, nodes: list[NodeState]) -> JobRow:
         return job_service.submit_job(session, user, spec, clock=server.clock, nodes=nodes,
@@ -79,6 +97,8 @@ def clone(server: Server, user: UserRow, job_id: int, changes: job_service.Clone
           keyed: Keyed = Keyed()) -> idempotency.Answer:
     """Queue a copy of job ``job_id`` with ``changes`` (at most once per key), its secrets
     kept on the server: the answer, a ``SubmitResult``."""
+    check_task_account(server, user)
+
     def create(session: Session, nodes: list[NodeState]) -> JobRow:
         return job_service.clone_job(session, user, job_id, changes, specs=server.specs, clock=server.clock,
                                      nodes=nodes, limits=server.submit_limits)

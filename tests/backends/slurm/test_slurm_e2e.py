@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from deadlines import scaled
@@ -28,8 +33,17 @@ taskRoles:
 """
 
 
-def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed(slurm_server, slurm, tmp_path) -> None:
-    server, gates = slurm_server, tmp_path
+@pytest.fixture
+def gates() -> Iterator[Path]:
+    """A folder the tasks see (not under /tmp: the sandbox's /tmp is its own) and can search."""
+    folder = Path(tempfile.mkdtemp(prefix="slurm-gates-", dir="/var/lib"))
+    folder.chmod(0o1777)  # the tasks (their owners' accounts) write their starts there
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed(slurm_server, slurm, gates) -> None:
+    server = slurm_server
     client = server.admin()
     assert {n.name for n in client.nodes()} >= {"n1", "n2", "n3", "n4"}
     ended_while_down = client.submit(_job("down", 7, gates)).id
@@ -68,9 +82,12 @@ def test_a_restarted_server_readopts_slurm_jobs_by_id_and_records_ends_it_missed
 
 
 def test_yard_up_says_at_start_up_what_tasks_on_slurm_can_reach(slurm_server) -> None:
-    # As the local backend does for its weak modes (backends/local/isolation.py): a warning,
-    # until per-user accounts and the sandbox reach the Slurm nodes (issue 29).
+    # As the local backend does (backends/local/isolation.py): as root, with bubblewrap, each
+    # user's tasks run as their own account in the sandbox (issue 29); else a warning.
     log = slurm_server.log()
-    assert "WARNING trainyard: task isolation on Slurm is weak: every task runs as root on the nodes" in log or (
-        "WARNING trainyard: task isolation on Slurm is weak: every task runs as the server's own" in log), log[-2000:]
-    assert "storages are bound without their mountPath" in log
+    if os.geteuid() == 0:
+        assert "INFO trainyard: task isolation on Slurm: each Trainyard user's tasks run as their own OS account" \
+            in log, log[-2000:]
+        assert "storages at their mountPath, read-only enforced" in log
+    else:
+        assert "WARNING trainyard: task isolation on Slurm is weak: every task runs as the server's own" in log

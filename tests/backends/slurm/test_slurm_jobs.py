@@ -357,6 +357,7 @@ def test_a_slurm_task_starts_from_the_clean_documented_environment_not_the_serve
         "SITE_CACHE": "/scratch/cache", "GREETING": "hi", "TRAINYARD_JOB_ID": "1",
         "TRAINYARD_JOB_DIR": str(backend.job_dir(1)),
         "TRAINYARD_SUSPEND_FILE": str(backend.task_dir(key) / "suspend.json"),
+        "TRAINYARD_SECRETS_DIR": str(backend.task_dir(key) / "secrets"),  # its secrets as files, as locally
         "PYTHONPATH": str(backend.task_python),  # trainyard.runtime for the task's own Python
         "CUDA_VISIBLE_DEVICES": "", "NVIDIA_VISIBLE_DEVICES": "none", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
     }

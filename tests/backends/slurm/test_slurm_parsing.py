@@ -76,13 +76,14 @@ def test_a_gang_on_two_nodes_is_one_heterogeneous_submission_pinned_per_node() -
     tasks = [_task(0, "n1", 2), _task(1, "n2", 4), _task(2, "n1", 0, cpu_milli=10)]
     dirs = {t.key: Path(f"/s/t{t.key.index}") for t in tasks}
     argv = sbatch_argv(name="ty-5-0", submission_dir=Path("/s/sub"), partition="gpu", parts=components(tasks, {}),
-                       task_dirs=dirs, gang_runner=Path("/s/g.sh"), task_runner=Path("/s/t.sh"))
+                       task_dirs=dirs, gang_runner=Path("/s/g.sh"), task_runner=Path("/s/t.sh"), user="alice")
     script = argv.index("/s/g.sh")
     options, script_args = argv[:script], argv[script + 1:]
     first, second = " ".join(options).split(" : ")
     assert "--nodelist=n1 --nodes=1 --ntasks=1 --cpus-per-task=3 --mem=200 --gres=gpu:2 --partition=gpu" in first
     assert second == "--nodelist=n2 --nodes=1 --ntasks=1 --cpus-per-task=2 --mem=100 --gres=gpu:4 --partition=gpu"
     assert "--no-requeue" in first and "--job-name=ty-5-0" in first
+    assert "--comment=trainyard:alice" in first  # Slurm sees root's job: the comment names its user
     # Without --output Slurm writes slurm-<id>.out where sbatch ran (once: the repo root).
     assert "--output=/s/sub/batch.log" in first and "--chdir=/s/sub" in first
     assert script_args == ["/s/t.sh", "1", "0", "2", "100", "gpu:2", "/s/t0", "0", "1", "100", "none", "/s/t2",

@@ -128,7 +128,7 @@ from trainyard.backends.local.records import (
     stop_request,
 )
 from trainyard.backends.local.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
-from trainyard.backends.local.supervisor import open_inside
+from trainyard.backends.local.sandboxjoin import open_inside
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.tasklimits import limits_layout

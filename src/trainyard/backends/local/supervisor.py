@@ -77,7 +77,6 @@ Sequence, chosen so that a crash at any moment leaves a state the backend can re
 
 from __future__ import annotations
 
-import fcntl
 import os
 import select
 import signal
@@ -86,6 +85,9 @@ import time
 
 from trainyard.backends import cgroups
 from trainyard.backends.local import containerrun, procfs, taskfiles
+
+# Stdlib-only there, so that the Slurm backend's task start on the nodes opens them the same way.
+from trainyard.backends.local.sandboxjoin import open_mount_fds
 
 # Stdlib-only and on the launch path: typing costs ~10 ms to import, so only mypy sees it.
 TYPE_CHECKING = False
@@ -655,49 +657,6 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
             os.write(2, f"trainyard: cannot start the task: {exc!r}\n".encode())
         finally:
             os._exit(_EXEC_FAILED)
-
-
-def open_inside(root: str, sub: str, what: str = "storage") -> int:
-    """A descriptor (O_PATH) of the folder ``sub`` inside the folder ``root``: ``root``
-    itself (an admin's path) as it resolves, then each part of ``sub`` with no link followed
-    and nothing but a folder accepted, so that nothing a user put in the storage can lead
-    out of it, or to a file. ValueError saying which part is not a folder."""
-    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-    try:
-        fd = os.open(root, flags)
-    except OSError as exc:
-        raise ValueError(f"{what}: {root} cannot be opened on this node: {exc.strerror}") from None
-    walked = root
-    for part in sub.split("/") if sub else ():
-        walked = f"{walked}/{part}"
-        try:
-            if part in ("", ".", ".."):
-                raise OSError(0, "not a plain name")
-            inner = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
-        except OSError as exc:
-            os.close(fd)
-            raise ValueError(f"{what}: subPath {sub!r}: {walked} is not a folder inside the storage (a subPath names a "
-                             f"folder, reached without a link; {exc.strerror})") from None
-        os.close(fd)
-        fd = inner
-    return fd
-
-
-def open_mount_fds(plan: list[list[Any]]) -> None:
-    """Open each ``[fd, root, sub]`` of the spec's ``mount_fds`` (``open_inside``) on ``fd``,
-    inherited by bwrap, which binds it (``--bind-fd``): what is mounted is the folder
-    opened here, whatever its path leads to by the time bwrap runs."""
-    if not plan:
-        return
-    opened = [open_inside(str(root), str(sub)) for _, root, sub in plan]
-    top = max(int(fd) for fd, _, _ in plan) + 1
-    # Above every target first: one just opened may hold a number another is to take.
-    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top) for fd in opened]
-    for fd in opened:
-        os.close(fd)
-    for (target, _, _), fd in zip(plan, moved, strict=True):
-        os.dup2(fd, int(target), inheritable=True)
-        os.close(fd)
 
 
 def main(argv: list[str]) -> int:

@@ -83,6 +83,17 @@ from trainyard.backends.containers import (
     with_oom_record,
 )
 from trainyard.backends.environment import base_environment, process_account, site_environment
+from trainyard.backends.local import taskuser
+from trainyard.backends.local.sandbox import (
+    LAUNCH_ENV,
+    Identity,
+    Sandbox,
+    StorageMount,
+    enter_argv,
+    mount_fds,
+    sandbox_argv,
+)
+from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.slurm import runners, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
@@ -132,18 +143,28 @@ STOP = "stop.json"
 SUSPEND = "suspend.json"  # in a submission's directory: its Slurm job was signalled to suspend
 TASKS = "tasks"  # in a submission's directory: the names of its tasks' directories, one a line
 METRICS = "metrics.json"  # the task sampler's newest figures, in the task's directory
+# The nodes' interpreter that starts a sandboxed task (task-start.py, sandboxjoin.py; stdlib only).
+NODE_PYTHON = "/usr/bin/python3"
 
 
-def isolation_summary(state_dir: Path, user: str) -> str:
-    """What a job can reach on this backend, said once at ``yard up`` (a warning, as the
-    local backend's weak modes are): Slurm runs every task as the account of ``yard up``."""
+def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why_not: str = "") -> str:
+    """What a job can reach on this backend, said once at ``yard up``: with per-user
+    accounts and the sandbox (``isolated``), as on the local backend; else a warning, as the
+    local backend's weak modes are (``why_not``: why tasks are not isolated)."""
+    if isolated:
+        return (
+            "task isolation on Slurm: each Trainyard user's tasks run as their own OS account on the nodes"
+            " (the same uid on every node), in a bubblewrap sandbox (private /proc, /tmp and /dev/shm;"
+            f" {state_dir}, the server's home and other tasks' files hidden; storages at their mountPath,"
+            " read-only enforced; secrets as files only the task's account can read). See docs/slurm.md."
+        )
     who = "root" if user == "root" else f"the server's own OS account {user!r}"
     return (
-        f"task isolation on Slurm is weak: every task runs as {who} on the nodes, without a sandbox:"
-        f" any job can read every other job's files, secrets and job directory under {state_dir}, and"
-        " their command lines; storages are bound without their mountPath and read-only is not"
-        " enforced; fractional GPUs are refused."
-        " See docs/slurm.md (Limits) and docs/security.md."
+        f"task isolation on Slurm is weak: every task runs as {who} on the nodes, without a sandbox"
+        f"{f' ({why_not})' if why_not else ''}: any job can read every other job's files, secrets and job"
+        f" directory under {state_dir}, and their command lines; storages are bound without their mountPath"
+        " and read-only is not enforced. Run `yard up` as root with task_accounts=auto and bubblewrap on"
+        " the nodes. See docs/slurm.md (Limits) and docs/security.md."
     )
 
 
@@ -163,8 +184,17 @@ class SlurmBackend(jobdirs.JobDirTree):
         containers: ContainerEngine | None = None,
         pyxis: bool = False,
         environments_root: Path | None = None,
+        accounts: TaskAccounts | None = None,
+        sandbox: Sandbox | None = None,
+        node_python: str = NODE_PYTHON,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
+        # Per-user accounts (root): each task runs as its owner's account, in a bubblewrap
+        # sandbox entered as root on its node, which drops to the account (``_sandbox_plan``).
+        if (accounts is None) != (sandbox is None) or (sandbox is not None and sandbox.user_namespace):
+            raise ValueError("on Slurm, per-user task accounts and the sandbox go together, entered as root")
+        self.accounts = accounts
+        self._sandbox = None if sandbox is None else sandbox.with_hidden(self.state_dir)
         if _UNSAFE_PATH.search(str(self.state_dir)):
             raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
         self.partition = partition
@@ -173,7 +203,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         self.commands = commands or SlurmCommands()
         # Jobs run as the account running `yard up`; their environment starts clean from its
         # HOME and USER and the site's variables (backends/environment).
-        self._base_env = {**base_environment(*process_account()), **site_environment(site_env or {})}
+        self._site_env = site_environment(site_env or {})
+        self._base_env = {**base_environment(*process_account()), **self._site_env}
         self.job_dirs_root = self.state_dir / "jobs"
         self.job_dirs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
         # ``EnvironmentStore``: in the state dir, which every compute node sees at the same path.
@@ -194,6 +225,13 @@ class SlurmBackend(jobdirs.JobDirTree):
         # And a container's memory cgroup is the local backend's too (``containercgroup``).
         _install(bin_dir / runners.CGROUP_HELPER,
                  importlib.resources.files("trainyard.backends").joinpath("containercgroup.py").read_text())
+        # A sandboxed task's start on its node: stdlib scripts, run isolated by the node's python3.
+        _install(bin_dir / "sandboxjoin.py",
+                 importlib.resources.files("trainyard.backends.local").joinpath("sandboxjoin.py").read_text())
+        self.task_start = _install(bin_dir / "task-start.py",
+                                   importlib.resources.files("trainyard.backends.slurm").joinpath("taskstart.py")
+                                   .read_text())
+        self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
         self.task_python = install_runtime(self.state_dir / "pythonpath")
         # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
         self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
@@ -504,12 +542,23 @@ class SlurmBackend(jobdirs.JobDirTree):
             return
         text = json.dumps(request.as_json()).encode()
         for folder in self._live_task_dirs(key):
-            submission.write_private(folder / submission.SUSPEND_FILE, text)
+            self._publish_suspend(folder, text)
         record = _read_json(sub_dir / SUSPEND)
         if request.signal is None or (record is not None and record.get("signalled")):
             return
         self._relay(key, "suspend", request.signal, job_id)
         submission.write_private(sub_dir / SUSPEND, json.dumps({"signal": request.signal, "signalled": True}).encode())
+
+    @staticmethod
+    def _publish_suspend(task_dir: Path, text: bytes) -> None:
+        """The task's suspend request where its env says: its account's, 0400, in its
+        ``.suspend`` folder when it runs as one (its work dir's owner), else in its directory."""
+        suspend_dir = task_dir.with_name(task_dir.name + submission.SUSPEND_SUFFIX)
+        if not suspend_dir.is_dir():
+            submission.write_private(task_dir / submission.SUSPEND_FILE, text)
+            return
+        owner = os.stat(task_dir.with_name(task_dir.name + submission.WORK_SUFFIX))
+        taskuser.publish_file(suspend_dir / submission.SUSPEND_FILE, text, (owner.st_uid, owner.st_gid))
 
     def _live_task_dirs(self, key: TaskKey) -> set[Path]:
         """The directories of the tasks of ``key``'s submission that have not ended."""
@@ -554,14 +603,21 @@ class SlurmBackend(jobdirs.JobDirTree):
             job_dir = self.job_dir(key.job_id)
             job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             for task in tasks:
-                submission.write_task_files(task_dirs[task.key], task, self._base_env, job_dir, self.task_python,
-                                            self.containers, pyxis_root=self.state_dir if self.pyxis else None)
+                account = self._task_account(task, task_dirs[task.key], job_dir)
+                env = self._base_env if account is None else self._account_env(account)
+                skipped = submission.write_task_files(
+                    task_dirs[task.key], task, env, job_dir, self.task_python, self.containers,
+                    pyxis_root=self.state_dir if self.pyxis else None, account=account)
+                if skipped:
+                    log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
+                if account is not None and task.image is None:
+                    self._write_sandbox_plan(task, task_dirs[task.key], job_dir, account)
             sub_dir.mkdir(parents=True, exist_ok=True)
             submission.write_private(sub_dir / TASKS, "".join(f"{d.name}\n" for d in task_dirs.values()).encode())
             argv = submission.sbatch_argv(
                 name=name, submission_dir=sub_dir, partition=self.partition,
                 parts=submission.components(tasks, self._gpu_models), task_dirs=task_dirs,
-                gang_runner=self.gang_runner, task_runner=self.task_runner,
+                gang_runner=self.gang_runner, task_runner=self.task_runner, user=tasks[0].user,
             )
             # The marker says "sbatch may have run": after a crash, look for the job by
             # name before submitting again, so that nothing ever runs twice.
@@ -577,6 +633,66 @@ class SlurmBackend(jobdirs.JobDirTree):
             self._submitted[job_id] = time.monotonic()
             submission.write_private(sub_dir / JOB_ID, job_id.encode())
             log.info("submitted %s as Slurm job %s (%d task(s))", name, job_id, len(tasks))
+
+    def check_task_account(self, user: str) -> None:
+        """``TaskAccountCheck``: ValueError, naming ``user`` and the fix, when their tasks have
+        no OS account to run as (asked at submit, so that the job is refused, not failed)."""
+        if self.accounts is not None:
+            self.accounts.account_for(user)
+
+    def _task_account(self, task: TaskLaunch, task_dir: Path, job_dir: Path) -> submission.TaskAccount | None:
+        """With per-user accounts: the task's account and its own folders, made beside its
+        directory (root's, 0700; the attempt's 0711), and the job's directory made the
+        account's (0700). None: the task runs as the server's account."""
+        if self.accounts is None:
+            return None
+        user = self.accounts.account_for(task.user)
+        attempt = task_dir.parent
+        for folder in (attempt.parent, attempt):
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, taskuser.WORK_ROOT_MODE)
+        task_dir.mkdir(exist_ok=True)
+        os.chmod(task_dir, 0o700)
+        taskuser.make_owned_dir(job_dir, user)
+        name = task_dir.name
+        account = submission.TaskAccount(
+            user=user, work=taskuser.make_owned_dir(attempt / f"{name}{submission.WORK_SUFFIX}", user),
+            script=attempt / f"{name}{submission.SCRIPT_SUFFIX}",
+            secrets=attempt / f"{name}{submission.SECRETS_SUFFIX}",
+            suspend_dir=taskuser.make_passable_dir(attempt / f"{name}{submission.SUSPEND_SUFFIX}", user))
+        taskuser.write_user_script(account.script, task.script, user)
+        return account
+
+    def _account_env(self, account: submission.TaskAccount) -> dict[str, str]:
+        """The clean environment a task starts from, as its account: its HOME (the work
+        dir for accounts without one), USER and LOGNAME, and the site's variables."""
+        home = str(account.work) if account.user.home in ("", NO_HOME) else account.user.home
+        return {**base_environment(home, account.user.name), **self._site_env}
+
+    def _write_sandbox_plan(self, task: TaskLaunch, task_dir: Path, job_dir: Path,
+                            account: submission.TaskAccount) -> None:
+        """``sandbox.json`` (what ``task-start.py`` runs on the node: the local backend's
+        sandbox command line) and ``sandbox.join`` (how ``yard exec`` joins it)."""
+        assert self._sandbox is not None
+        identity = Identity(*account.ids)
+        attempt = task_dir.parent
+        shm = taskuser.make_owned_dir(attempt / ".shm", account.user)
+        mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
+        bound = [account.secrets, account.script, account.suspend_dir, self.task_python]
+        if self.environments_root.is_dir():
+            bound.append(self.environments_root)
+        spec_file = task_dir / "spec.json"
+        argv = sandbox_argv(
+            self._sandbox, ["/bin/bash", "--noprofile", "--norc", str(account.script)], hidden=(),
+            work_dir=account.work, shm_dir=shm, stop_file=task_dir / "relay.stop", spec_file=spec_file,
+            bound=bound, writable=(job_dir,), mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
+            identity=identity, starter=self._starter)
+        plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV)}
+        submission.write_private(task_dir / "sandbox.json", json.dumps(plan).encode())
+        join = enter_argv(self._starter, spec_file, str(account.work), ["true"], bwrap=None, identity=identity,
+                          block_userns=self._sandbox.userns_filter is not None)
+        join = join[:join.index("--")]  # exec-runner.sh adds --sandbox PID:START -- COMMAND
+        submission.write_private(task_dir / "sandbox.join", b"".join(a.encode() + b"\0" for a in join))
 
     def _slurm_jobs(self, needed: set[str]) -> tuple[float, dict[str, SlurmJob]]:
         """Slurm's job table and when it was read, read again once it is older than

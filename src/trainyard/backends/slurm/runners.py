@@ -60,7 +60,9 @@ dir="$1"
 # own messages there: through slurmstepd's pipe, its last lines could reach the file after
 # the exit file had said that the task ended, and a reader of the log would miss them.
 exec >> "$dir/output.log" 2>&1
-cd "$dir/work" || exit 1
+# A sandboxed task (TASK_DIR/sandbox.json) has its work dir beside TASK_DIR, its account's;
+# bwrap changes into it. This shell, root, stays in the task's directory.
+if [ -e "$dir/sandbox.json" ]; then cd "$dir" || exit 1; else cd "$dir/work" || exit 1; fi
 mapfile -d '' -t assignments < "$dir/env" || exit 1
 # The task's ports (TASK_DIR/ports, one a line: its own and MASTER_PORT) must be free on
 # this node before it starts: the server that chose them cannot probe the node. A port
@@ -243,12 +245,23 @@ fi
 set -m
 if [ -e "$dir/container.argv" ]; then
     run_container &
+elif [ -e "$dir/sandbox.json" ]; then
+    # In the task's bubblewrap sandbox, as its owner's account (task-start.py, as root: it
+    # execs bwrap, whose last step drops to the account); Slurm's variables and the pinning
+    # reach it here, the task's own env from its env file.
+    env -i -- "${slurm[@]}" "${pinning[@]}" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+        /usr/bin/python3 -I -S "${0%/*}/task-start.py" "$dir" &
 else
     env -i -- "${slurm[@]}" "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID \
         /bin/bash "$dir/script.sh" &
 fi
 task=$!
 set +m
+# bwrap's pid and start time, for `yard exec` to join its sandbox (exec-runner.sh).
+if [ -e "$dir/sandbox.json" ]; then
+    stat="$(< "/proc/$task/stat")" && read -r -a fields <<< "${stat##*) }" &&
+        printf '%s:%s\n' "$task" "${fields[19]}" > "$dir/sandbox.pid"
+fi
 while :; do
     interrupted=
     wait "$task"

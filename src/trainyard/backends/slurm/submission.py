@@ -36,11 +36,30 @@ from trainyard.backends.containers import (
 )
 from trainyard.backends.environment import ENV_NAME, python_environment
 from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
+from trainyard.backends.local.taskuser import TaskUser, write_secret_files
 from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
 from trainyard.backends.taskpython import with_runtime_path
 
 WHOLE_GPU_MILLI = 1000
+# Beside a task's directory, when it runs as its owner's account (``TaskAccount``).
+WORK_SUFFIX, SECRETS_SUFFIX, SCRIPT_SUFFIX, SUSPEND_SUFFIX = ".work", ".secrets", ".sh", ".suspend"
+
+
+@dataclass(frozen=True)
+class TaskAccount:
+    """A task that runs as its owner's OS account, in its sandbox: the account, and the
+    task's own folders beside its (root-only) directory, which the backend has made."""
+
+    user: TaskUser
+    work: Path  # 0700 ACCT: $PWD
+    script: Path  # 0400 ACCT: the copy of script.sh that bash reads as the account
+    secrets: Path  # 0700 ACCT, 0400 files: $TRAINYARD_SECRETS_DIR
+    suspend_dir: Path  # 0711 root: the request in it is the account's, 0400
+
+    @property
+    def ids(self) -> tuple[int, int, tuple[int, ...]]:
+        return self.user.uid, self.user.gid, tuple(self.user.groups())
 # In a task's directory: the suspend request, once Trainyard asks ($TRAINYARD_SUSPEND_FILE).
 SUSPEND_FILE = "suspend.json"
 # In a task's directory: the ports it was given, one a line, checked free where it starts.
@@ -118,8 +137,8 @@ def components(tasks: Sequence[TaskLaunch], gpu_models: Mapping[str, Sequence[st
 
 def write_task_files(
     task_dir: Path, task: TaskLaunch, base_env: Mapping[str, str], job_dir: Path, task_python: Path,
-    engine: ContainerEngine | None = None, pyxis_root: Path | None = None,
-) -> None:
+    engine: ContainerEngine | None = None, pyxis_root: Path | None = None, account: TaskAccount | None = None,
+) -> list[str]:
     """The task's whole env (NUL-separated ``NAME=value``: ``base_env``, then the task's Python
     environment (``python_environment``), then the job's env and wiring; the runner adds
     only Slurm's variables and the GPU pinning), its script,
@@ -142,18 +161,28 @@ def write_task_files(
     and the task's storages mounted at their paths.
     Its storages are paths every node has (``$TRAINYARD_STORAGE_*``; in a container, their
     mountPath): a home or group storage's folder is made here, and the log of a bare
-    process says what Slurm cannot honour for it (read-only, mountPath)."""
-    work = task_dir / "work"
-    work.mkdir(parents=True, exist_ok=True)
+    process says what Slurm cannot honour for it (read-only, mountPath).
+    Its secrets are files in ``$TRAINYARD_SECRETS_DIR``. With ``account`` the task runs as
+    that account in its sandbox (which mounts its storages at their mountPath): its work
+    dir, secrets and suspend request are the account's, in ``account``'s folders.
+    Returns the names of secrets skipped (no safe file name)."""
+    task_dir.mkdir(parents=True, exist_ok=True)
+    if account is None:
+        work, secrets_dir, suspend_file = task_dir / "work", task_dir / "secrets", task_dir / SUSPEND_FILE
+        work.mkdir(exist_ok=True)
+    else:
+        work, secrets_dir, suspend_file = account.work, account.secrets, account.suspend_dir / SUSPEND_FILE
+    skipped = write_secret_files(secrets_dir, task.secrets, None if account is None else account.user)
     for mount in task.mounts:
-        make_missing_storage(mount, None, None)
-    if task.image is None and (notes := unenforced_notes(task.mounts, "Slurm runs this task as a bare process")):
+        make_missing_storage(mount, *((None, None) if account is None else account.ids[:2]))
+    if task.image is None and account is None and (
+            notes := unenforced_notes(task.mounts, "Slurm runs this task as a bare process")):
         with open(task_dir / "output.log", "a", encoding="utf-8") as output:
             output.write("".join(note + "\n" for note in notes))
-    inside = task.image is not None
+    inside = task.image is not None or account is not None
     variables = {**python_environment(base_env, task.environment), **task.env,
                  **mount_env(task.mounts, inside=inside), JOB_DIR_VARIABLE: str(job_dir),
-                 SUSPEND_FILE_VARIABLE: str(task_dir / SUSPEND_FILE)}
+                 SUSPEND_FILE_VARIABLE: str(suspend_file), "TRAINYARD_SECRETS_DIR": str(secrets_dir)}
     variables = with_runtime_path(variables, task_python)
     env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
     write_private(task_dir / "env", env)
@@ -161,7 +190,7 @@ def write_task_files(
     # The runner checks them free on the node before it starts the task (``runners.TASK_RUNNER``).
     write_private(task_dir / PORTS_FILE, "".join(f"{int(port)}\n" for port in task.ports).encode())
     if task.image is None:
-        return
+        return skipped
     if pyxis_root is not None:
         # Checked like --volume's (``volume``): a ':' or ',' would add mounts or options.
         mounts = [volume(str(pyxis_root), str(pyxis_root), read_only=False)] + [
@@ -170,18 +199,26 @@ def write_task_files(
         options = [f"--container-image={task.image}", f"--container-mounts={','.join(mounts)}",
                    f"--container-workdir={work}", "--no-container-mount-home"]
         write_private(task_dir / "container.pyxis", b"".join(o.encode() + b"\0" for o in options))
-        return
+        return skipped
     if engine is None:
         raise ContainerError(f"the task's image {task.image} needs a container engine on the compute nodes, "
                              "and none (podman or docker, as container_engine says) was found")
     write_env_file(task_dir / "container.env", variables)
     container = ContainerTask(
-        key=task.key, image=task.image, node=task.node, work_dir=work, script=task_dir / "script.sh",
+        key=task.key, image=task.image, node=task.node, work_dir=work,
+        script=task_dir / "script.sh" if account is None else account.script,
         env_file=task_dir / "container.step.env",
         binds=(Mount(str(task_dir), str(task_dir)), Mount(str(job_dir), str(job_dir)),
                Mount(str(task_python), str(task_python), read_only=True), *task.mounts,
-               *environment_binds(task.environment)),
+               *environment_binds(task.environment),
+               *([] if account is None else [Mount(str(work), str(work)),
+                                             Mount(str(account.script), str(account.script), read_only=True),
+                                             Mount(str(secrets_dir), str(secrets_dir), read_only=True),
+                                             Mount(str(account.suspend_dir), str(account.suspend_dir),
+                                                   read_only=True)])),
         cpu_milli=task.cpu_milli, name_salt=str(task_dir),
+        # As the owner's account, as the local backend's containers run (root's engine, --user).
+        user=None if account is None else account.ids,
     )
     nul = b"\0"
     write_private(task_dir / "container.image", task.image.encode())
@@ -202,6 +239,7 @@ def write_task_files(
         write_private(task_dir / "container.check", b"".join(a.encode() + nul for a in check["argv"]))
         failed = {"image": task.image, "node": task.node, "ok": False, "seconds": 0, "error": check["error"]}
         write_private(task_dir / "container.check_failed", json.dumps(failed).encode() + b"\n")
+    return skipped
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -224,10 +262,15 @@ def sbatch_argv(
     task_dirs: Mapping[TaskKey, Path],
     gang_runner: Path,
     task_runner: Path,
+    user: str | None = None,
 ) -> list[str]:
-    """sbatch's argv (options, then the fixed batch script and its argv); no shell sees it."""
+    """sbatch's argv (options, then the fixed batch script and its argv); no shell sees it.
+
+    ``user``: the Trainyard user whose job it is, named in Slurm's job comment
+    (``trainyard:<user>``), since Slurm sees every job as the account that submits it."""
     argv: list[str] = [
         f"--job-name={name}",
+        *([f"--comment=trainyard:{user}"] if user else []),
         f"--output={submission_dir / 'batch.log'}",
         "--open-mode=append",
         f"--chdir={submission_dir}",

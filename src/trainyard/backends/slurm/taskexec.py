@@ -5,7 +5,8 @@ terminal), that runs the command through ``EXEC_RUNNER`` with the task's environ
 What the command shares with the task: its Slurm job (allocation, node, limits as Slurm
 enforces them on the job), its environment from the task's ``env`` file, its GPUs (the
 pinning the task runner recorded in ``pinning``; none when it recorded none), its working
-directory, and its account (every task runs as the server's). A task with an image: its
+directory, and its account (its owner's, in its sandbox, when the backend runs tasks so:
+``sandboxjoin`` joins it). A task with an image: its
 container (``ENGINE exec``, in the step). Not with Pyxis (the step *is* the container).
 """
 
@@ -28,6 +29,14 @@ EXEC_RUNNER = r"""#!/bin/bash
 set -u
 dir="$1"
 shift
+# A sandboxed task: join its sandbox (bwrap's pid and start time, as its runner recorded
+# them) as its account, with its environment (sandboxjoin.py; the backend wrote the rest of
+# the argv into sandbox.join). Nothing of this step's environment reaches the command.
+if [ -e "$dir/sandbox.join" ]; then
+    mapfile -d '' -t join < "$dir/sandbox.join" || exit 126
+    sandbox="$(cat "$dir/sandbox.pid")" || exit 126
+    exec env -i -- PATH=/usr/sbin:/usr/bin:/sbin:/bin TERM="${TERM:-dumb}" "${join[@]}" --sandbox "$sandbox" -- "$@"
+fi
 cd "$dir/work" || exit 126
 mapfile -d '' -t assignments < "$dir/env" || exit 126
 pinning=("CUDA_VISIBLE_DEVICES=" "NVIDIA_VISIBLE_DEVICES=none")

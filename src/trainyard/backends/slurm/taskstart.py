@@ -1,0 +1,77 @@
+"""A sandboxed Slurm task's start on its node: ``python3 -I -S task-start.py TASK_DIR``.
+
+Run by the task runner (``runners.TASK_RUNNER``), as root, in the task's Slurm step, when
+the backend runs tasks as their owners' accounts (``SlurmBackend(accounts=..., sandbox=...)``).
+The backend wrote ``TASK_DIR/sandbox.json`` (root's, 0600): the bubblewrap command line
+(``local.sandbox.sandbox_argv``, the local backend's, built once for both), the storages
+to open for its ``--bind-fd`` and the fixed environment it runs with. Here, on the node:
+
+1. the task's environment is its ``env`` file (NUL-separated ``NAME=value``, never
+   evaluated) plus what only the step knows: Slurm's variables and the GPU pinning the
+   runner passes in this process's own environment; it goes to ``TASK_DIR/spec.json``
+   (root's, 0600), which the task's start inside the sandbox (``sandboxjoin --stop``)
+   reads after it has dropped to the account, as on the local backend;
+2. each storage is opened without following a link (``sandboxjoin.open_mount_fds``);
+3. the command line is exec'd in this process (the runner's task: its process group, its
+   status), with ``launch_env``: nothing of the job's reaches what runs as root.
+
+Stdlib only, with ``sandboxjoin.py`` beside it (both fixed text the backend installs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+
+# What the step adds to the task's env file: Slurm's own variables (SLURM_*, and PMI_*/PMIX_*
+# for MPI launchers) and the runner's GPU pinning, which comes last.
+STEP_PREFIXES = ("SLURM_", "SLURMD_", "PMI_", "PMIX_")
+PINNING = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+
+
+def task_env(env_file: str, step: dict[str, str]) -> dict[str, str]:
+    with open(env_file, "rb") as f:
+        pairs = [item.decode("utf-8", "surrogateescape") for item in f.read().split(b"\0") if item]
+    env = dict(pair.split("=", 1) for pair in pairs if "=" in pair)
+    env.update({k: v for k, v in step.items() if k.startswith(STEP_PREFIXES)})
+    env.update({k: step.get(k, "") for k in PINNING})
+    env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    return env
+
+
+def write_root_only(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: task-start.py TASK_DIR", file=sys.stderr)
+        return 2
+    task_dir = argv[1]
+    try:
+        with open(os.path.join(task_dir, "sandbox.json"), encoding="utf-8") as f:
+            plan = json.load(f)
+        env = task_env(os.path.join(task_dir, "env"), dict(os.environ))
+        write_root_only(os.path.join(task_dir, "spec.json"), json.dumps({"env": env}).encode())
+        # sandboxjoin.py lies beside this file on the nodes (``-I`` puts no folder on the path).
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        importlib.import_module("sandboxjoin").open_mount_fds(plan["mount_fds"])
+        argv = [str(a) for a in plan["argv"]]
+        os.execve(argv[0], argv, {str(k): str(v) for k, v in plan["launch_env"].items()})
+    except (OSError, KeyError, ValueError) as exc:
+        print(f"trainyard: cannot start the task in its sandbox: {exc}", file=sys.stderr)
+        return 126
+    return 127  # not reached: execve returns only by raising
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
