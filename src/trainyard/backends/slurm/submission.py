@@ -3,10 +3,11 @@
 A gang (the tasks of one job attempt) is one Slurm job: a heterogeneous job with one
 component per node when it spans nodes, a plain job when it fits on one. Each component
 asks for exactly that node (``--nodelist``) and the sum of its tasks' CPUs, memory and
-GPUs (by type, when the node's GPUs are typed); the batch script then starts one step per
-task with that task's own share. So the
-gang starts all at once or not at all, where Trainyard's scheduler put it, and a task
-never sees more GPUs than it was given.
+GPUs: the very devices Trainyard chose where each has a GRES type of its own
+(``gpu:<type>:1``), as shards of them (``shard:<type>:<milli>``) where a task there holds a
+fraction, else a count per model (``Component``); the batch script then starts one step
+per task with that task's own share. So the gang starts all at once or not at all, where
+Trainyard's scheduler put it, and a task never sees more GPUs than it was given.
 """
 
 from __future__ import annotations
