@@ -13,6 +13,9 @@
 # The cluster: one slurmctld, NODES virtual nodes n1..nN (one slurmd each, all on this
 # machine, 127.0.0.1), each declaring 8 CPUs, 16000 MiB and 4 fake GPUs (char devices
 # that behave like /dev/null; Slurm sets CUDA_VISIBLE_DEVICES from them as for real ones),
+# declared as a site that shares GPUs declares them (docs/slurm.md, "GPUs"): one GRES type
+# per device (gpu:i0..i3, so that a job can ask for given devices) and 1000 shards of each
+# (shard:i0:1000..., Trainyard's thousandths of a GPU),
 # in the default partition `debug` (n1 alone is also in `first`, to test partition
 # filtering). Scheduling is tuned for tests (no batching delay). Where the cgroup v1
 # memory controller is mounted (this project's machines), jobs are held to their --mem by
@@ -153,6 +156,17 @@ ConstrainCores=yes"
         # Clones of /dev/null: slurmd 22.05 needs File= for every GPU or it drops them.
         [ -c "$ROOT/gpu/fakegpu$i" ] || { rm -f "$ROOT/gpu/fakegpu$i"; mknod -m 666 "$ROOT/gpu/fakegpu$i" c 1 3; }
     done
+    # One GRES type per device (i<N>: /dev/nvidia<N> on a real node) and 1000 shards of each.
+    local gres="" gres_conf=""
+    for i in 0 1 2 3; do
+        gres="$gres,gpu:i$i:1" gres_conf="$gres_conf
+NodeName=n[1-$NODES] Name=gpu Type=i$i File=$ROOT/gpu/fakegpu$i"
+    done
+    for i in 0 1 2 3; do
+        gres="$gres,shard:i$i:1000" gres_conf="$gres_conf
+NodeName=n[1-$NODES] Name=shard Type=i$i Count=1000 File=$ROOT/gpu/fakegpu$i"
+    done
+    gres="${gres#,}" gres_conf="${gres_conf#?}"
     CONFIG_CHANGED=0
     write_file_if_changed "$CONF" "# Written by scripts/dev-slurm.sh: a test cluster, not for production.
 ClusterName=trainyard-dev
@@ -184,11 +198,11 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 KillWait=2
 MinJobAge=300
-GresTypes=gpu
-NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$last_port] CPUs=8 RealMemory=16000 Gres=gpu:4 State=UNKNOWN
+GresTypes=gpu,shard
+NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$last_port] CPUs=8 RealMemory=16000 Gres=$gres State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=first Nodes=n1 MaxTime=INFINITE State=UP"
-    write_file_if_changed "$ROOT/gres.conf" "NodeName=n[1-$NODES] Name=gpu File=$ROOT/gpu/fakegpu[0-3]"
+    write_file_if_changed "$ROOT/gres.conf" "$gres_conf"
     write_file_if_changed "$ROOT/cgroup.conf" "$cgroup_conf"
 }
 

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.scheduler.schedule import never_fits, schedule
 from trainyard.scheduler.scorers.registry import SCORERS
 from trainyard.scheduler.snapshot import (
@@ -63,6 +66,18 @@ def test_whole_gpus_take_only_unshared_devices() -> None:
 def test_best_fit_prefers_the_fuller_node() -> None:
     decisions = schedule(Snapshot((node("a", 4), node("b", 4, used={0: 1000, 1: 1000})), (job(1, 1000),)))
     assert decisions.starts[0].placements[0].node == "b"
+
+
+def test_a_fraction_never_fits_where_no_node_with_gpus_can_share_one() -> None:
+    """The Slurm backend labels a node whose GPUs have no ``shard`` GRES (docs/slurm.md)."""
+    unshared = replace(node("a", 4), labels={GPU_SHARES_LABEL: "false"})
+    assert never_fits([unshared, node("cpu", 0)], list(job(1, 500, 1000).tasks)) == [
+        "taskRoles.w.resourcePerInstance.gpu: each instance needs a fraction of a GPU, and no node here can share "
+        "one (on Slurm: no shard GRES; see docs/slurm.md); ask for whole GPUs"]
+    assert never_fits([unshared], list(job(1, 1000).tasks)) == []
+    shared = replace(node("b", 4), labels={GPU_SHARES_LABEL: "true"})
+    assert never_fits([unshared, shared], list(job(1, 500).tasks)) == []
+    assert never_fits([node("c")], list(job(1, 500).tasks)) == []  # no label (the local backend): it can
 
 
 def test_jobs_that_can_never_fit_are_explained_with_numbers() -> None:

@@ -21,6 +21,10 @@ LABEL_KEY = re.compile(rf"(?:{_PREFIX}/)?{_NAME}")
 LABEL_VALUE = re.compile(rf"(?:{_NAME})?")
 MAX_PREFIX = 253
 MAX_LABELS = 64  # set by admins on one node
+# Whether a node's GPUs can be shared (fractional ``gpu``), where its backend may say no:
+# "false" from the Slurm backend on a node without ``shard`` GRES (docs/slurm.md, "GPUs").
+# Absent or anything else: they can. Submit refuses a fraction when no node with GPUs can.
+GPU_SHARES_LABEL = "trainyard.io/gpu-shares"
 
 
 def merged_labels(reported: Mapping[str, str] | None, by_admin: Mapping[str, str | None] | None) -> dict[str, str]:

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
+from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
 from trainyard.core.selectors import compile_selector
@@ -312,7 +313,14 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     whole_problems = _whole_nodes_never_fit(nodes, tasks)
     problems += whole_problems
     tasks = list(whole_nodes.resolve_tasks(tasks, nodes))
+    gpu_nodes = [n for n in nodes if n.gpus]
+    unshared = bool(gpu_nodes) and all(n.labels.get(GPU_SHARES_LABEL) == "false" for n in gpu_nodes)
     for task in tasks:
+        if unshared and 0 < task.gpu_milli < MILLI:
+            problems.append(f"taskRoles.{task.role}.resourcePerInstance.gpu: each instance needs a fraction of a GPU, "
+                            "and no node here can share one (on Slurm: no shard GRES; see docs/slurm.md); "
+                            "ask for whole GPUs")
+            continue
         if task.selector:
             selector = compile_selector(task.selector, gpus=task.gpu_milli > 0)
             if selector.uses_labels or selector.uses_name:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from e2e.server import wait_until
@@ -56,7 +57,7 @@ def test_env_values_and_commands_reach_the_task_literally_and_never_change_the_s
     assert list(pwned.iterdir()) == []
     [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["JobName"] == world.backend.slurm_job_name(key)
-    assert record["TresPerNode"] == "gres:gpu:1" and record["NumCPUs"] == "1"
+    assert re.fullmatch(r"gres:gpu:i\d:1", record["TresPerNode"]) and record["NumCPUs"] == "1"
     with world.db.session() as s:
         [node] = [t.node for t in s.query(TaskRow).filter_by(job_id=job_id)]
     assert record["NodeList"] == node

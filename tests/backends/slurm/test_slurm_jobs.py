@@ -65,7 +65,7 @@ taskRoles:
     [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["NodeList"] == task.node and record["JobState"] == "COMPLETED"
     assert record["NumCPUs"] == "2" and record["MinMemoryNode"] == "512M"
-    assert record["TresPerNode"] == "gres:gpu:1"
+    assert record["TresPerNode"] == "gres:gpu:i0:1"  # the very GPU Trainyard gave it (docs/slurm.md, "GPUs")
 
 
 def test_a_two_node_gang_is_one_slurm_allocation_and_its_tasks_get_their_gpus_and_wiring(world) -> None:
@@ -111,7 +111,7 @@ taskRoles:
     assert len(ids) == 1
     records = ended_slurm_job(world.slurm, ids.pop())
     assert sorted(r["NodeList"] for r in records) == sorted(t.node for t in tasks)
-    assert {r["TresPerNode"] for r in records} == {"gres:gpu:4"}
+    assert {r["TresPerNode"] for r in records} == {"gres:gpu:i0:1,gres:gpu:i1:1,gres:gpu:i2:1,gres:gpu:i3:1"}
     seen = [json.loads((report / str(rank)).read_text()) for rank in (0, 1)]
     for rank, env in enumerate(seen):
         task = next(t for t in tasks if t.index == rank)
@@ -145,9 +145,11 @@ taskRoles:
     ids = {world.backend.slurm_job_id(TaskKey(job_id, 0, role, 0)) for role in tasks}
     assert len(ids) == 1
     [record] = ended_slurm_job(world.slurm, ids.pop())
-    assert record["TresPerNode"] == "gres:gpu:3" and record["NumCPUs"] == "2"
+    # Slurm gives the chief's step exactly the GPUs Trainyard chose for it, pinned by their types.
+    given = sorted(g[0] for g in tasks["chief"].gpus)
+    assert record["TresPerNode"] == ",".join(f"gres:gpu:i{i}:1" for i in given) and record["NumCPUs"] == "2"
     chief = (report / "0").read_text().split()
-    assert chief[:2] == ["0", "chief"] and len(chief[2].strip("gpus=[]").split(",")) == 3
+    assert chief[:3] == ["0", "chief", f"gpus=[{','.join(map(str, given))}]"] and len(given) == 3
     assert (report / "1").read_text() == f"1 ps gpus=[] {tasks['ps'].node}\n"  # no GPU: none visible
 
 

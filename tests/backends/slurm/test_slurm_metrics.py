@@ -124,6 +124,9 @@ taskRoles:
     first = wait_until(lambda: (r := record()) and r["gpus"] and r, timeout=30, what="the sampler's GPU figures")
     ids = sorted(g["index"] for g in first["gpus"])  # the GPUs Slurm gave the step
     assert len(ids) == 2 and first["gpu_memory_mb"] == 0
+    with world.db.session() as s:
+        [row] = s.query(TaskRow).filter(TaskRow.job_id == job_id).all()
+        assert ids == sorted(g[0] for g in row.gpus)  # pinned: the very GPUs Trainyard gave the task
     [busy] = [pid for pid in first["pids"] if "iter(int" in " ".join(psutil.Process(pid).cmdline())]
     mib = 1024 * 1024
     one, two = (machine.gpus[i] for i in ids)

@@ -49,4 +49,4 @@ taskRoles:
     assert len(ids) == 1
     records = ended_slurm_job(world.slurm, ids.pop())
     assert sorted(r["NodeList"] for r in records) == sorted(t.node for t in tasks)
-    assert {r["TresPerNode"] for r in records} == {"gres:gpu:4"}
+    assert {r["TresPerNode"] for r in records} == {"gres:gpu:i0:1,gres:gpu:i1:1,gres:gpu:i2:1,gres:gpu:i3:1"}

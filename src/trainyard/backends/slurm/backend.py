@@ -97,7 +97,14 @@ from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.slurm import runners, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
-from trainyard.backends.slurm.nodes import in_partition, is_schedulable, node_inventory, node_sample
+from trainyard.backends.slurm.nodes import (
+    NodeGres,
+    in_partition,
+    is_schedulable,
+    node_gres,
+    node_inventory,
+    node_sample,
+)
 from trainyard.backends.taskpython import install_runtime
 from trainyard.core.metrics import NodeSample, Sampled, TaskSample
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
@@ -241,8 +248,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         # Slurm job id -> when this object submitted it (monotonic); see _slurm_jobs.
         self._submitted: dict[str, float] = {}
         self._jobs_cache: tuple[float, dict[str, SlurmJob]] | None = None
-        # Node -> its GPUs' Slurm types by index, from the last inventory (typed --gres).
-        self._gpu_models: dict[str, tuple[str, ...]] = {}
+        # Node -> how its GPUs are asked for (types by index, pinned, shards), from the last inventory.
+        self._node_gres: dict[str, NodeGres] = {}
 
     # --- paths -------------------------------------------------------------------
 
@@ -420,9 +427,9 @@ class SlurmBackend(jobdirs.JobDirTree):
     # --- Backend -----------------------------------------------------------------
 
     def inventory(self) -> list[NodeInventory]:
-        nodes = [node_inventory(r) for r in self.commands.nodes() if in_partition(r, self.partition)]
-        self._gpu_models = {node.name: tuple(gpu.model for gpu in node.gpus) for node in nodes}
-        return nodes
+        records = [r for r in self.commands.nodes() if in_partition(r, self.partition)]
+        self._node_gres = {r["NodeName"]: node_gres(r.get("Gres", ""))[1] for r in records}
+        return [node_inventory(r) for r in records]
 
     def allocate_ports(self, node: str, count: int, taken: Collection[int] = ()) -> list[int]:
         if count < 0:
@@ -443,8 +450,10 @@ class SlurmBackend(jobdirs.JobDirTree):
         attempts = {(t.key.job_id, t.key.attempt) for t in tasks}
         if len(attempts) != 1:
             raise ValueError(f"a gang is the tasks of one job attempt; got tasks of {sorted(attempts)}")
+        if any(task.node not in self._node_gres for task in tasks):
+            self.inventory()  # e.g. the first launch of a new backend object: how to ask for the GPUs
         for task in tasks:
-            submission.check_task(task)
+            submission.check_task(task, self._node_gres.get(task.node, NodeGres()))
         first_runs = [t for t in tasks if t.key.run == 0]
         if first_runs:
             self._submit(first_runs)
@@ -616,7 +625,7 @@ class SlurmBackend(jobdirs.JobDirTree):
             submission.write_private(sub_dir / TASKS, "".join(f"{d.name}\n" for d in task_dirs.values()).encode())
             argv = submission.sbatch_argv(
                 name=name, submission_dir=sub_dir, partition=self.partition,
-                parts=submission.components(tasks, self._gpu_models), task_dirs=task_dirs,
+                parts=submission.components(tasks, self._node_gres), task_dirs=task_dirs,
                 gang_runner=self.gang_runner, task_runner=self.task_runner, user=tasks[0].user,
             )
             # The marker says "sbatch may have run": after a crash, look for the job by

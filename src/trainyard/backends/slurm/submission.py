@@ -3,10 +3,11 @@
 A gang (the tasks of one job attempt) is one Slurm job: a heterogeneous job with one
 component per node when it spans nodes, a plain job when it fits on one. Each component
 asks for exactly that node (``--nodelist``) and the sum of its tasks' CPUs, memory and
-GPUs (by type, when the node's GPUs are typed); the batch script then starts one step per
-task with that task's own share. So the
-gang starts all at once or not at all, where Trainyard's scheduler put it, and a task
-never sees more GPUs than it was given.
+GPUs: the very devices Trainyard chose where each has a GRES type of its own
+(``gpu:<type>:1``), as shards of them (``shard:<type>:<milli>``) where a task there holds a
+fraction, else a count per model (``Component``); the batch script then starts one step
+per task with that task's own share. So the gang starts all at once or not at all, where
+Trainyard's scheduler put it, and a task never sees more GPUs than it was given.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -38,7 +38,7 @@ from trainyard.backends.environment import ENV_NAME, python_environment
 from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
 from trainyard.backends.local.taskuser import TaskUser, write_secret_files
 from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
-from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL
+from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL, WHOLE_GPU_SHARDS, NodeGres
 from trainyard.backends.taskpython import with_runtime_path
 
 WHOLE_GPU_MILLI = 1000
@@ -64,7 +64,6 @@ class TaskAccount:
 SUSPEND_FILE = "suspend.json"
 # In a task's directory: the ports it was given, one a line, checked free where it starts.
 PORTS_FILE = "ports"
-_GPU_MODEL = re.compile(r"[A-Za-z0-9_.-]+")  # a Slurm GRES type, safe in --gres
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class Component:
 
     node: str
     tasks: tuple[TaskLaunch, ...]
-    gpu_models: tuple[str, ...] = ()  # the node's GPUs' Slurm types, by index (empty: unknown)
+    node_gres: NodeGres = NodeGres()  # how the node's GPUs are asked for (``nodes.node_gres``)
 
     @property
     def cpus(self) -> int:
@@ -84,24 +83,50 @@ class Component:
         return sum(task_memory_mb(t) for t in self.tasks)
 
     @property
+    def shares(self) -> bool:
+        """Whether its GPUs are asked for as shards: some task here holds a fraction of one.
+        Then all of them are (a whole GPU as ``shard:<type>:1000``): Slurm 22.05 refuses
+        ``gpu`` and ``shard`` in one request, and does not keep a ``gpu`` job off a device
+        whose shards another job holds; pinning every device by its type keeps them apart."""
+        return any(share != WHOLE_GPU_MILLI for t in self.tasks for share in task_shares(t).values())
+
+    @property
     def gres(self) -> str:
-        return gres_of([model for t in self.tasks for model in self.task_models(t)])
+        """``--gres`` for the whole component: what its tasks hold, summed per device."""
+        held: Counter[int] = Counter()
+        for task in self.tasks:
+            held.update(task_shares(task))
+        return self._gres(held)
 
     def task_gres(self, task: TaskLaunch) -> str:
-        return gres_of(self.task_models(task))
+        """``--gres`` for one task's step: its own devices, and its share of each."""
+        return self._gres(task_shares(task))
 
-    def task_models(self, task: TaskLaunch) -> list[str]:
-        """The Slurm GPU type of each GPU the task was given, so that a node with GPUs
-        of several types gives the task the type it was placed on."""
-        known = self.gpu_models
-        return [known[i] if i < len(known) and _GPU_MODEL.fullmatch(known[i]) else UNTYPED_GPU_MODEL
-                for i in task.gpus]
+    def _gres(self, held: Mapping[int, int]) -> str:
+        types = self.node_gres.types
+        if not self.node_gres.pinned:
+            # Types are models: each GPU of the model it was placed on; Slurm picks which.
+            return gres_of([types[i] if i < len(types) and types[i] else UNTYPED_GPU_MODEL for i in held])
+        by_index = dict(zip(_pinned_indices(types), types, strict=True))
+        if self.shares:
+            return ",".join(f"shard:{by_index[i]}:{milli}" for i, milli in sorted(held.items()))
+        return ",".join(f"gpu:{by_index[i]}:1" for i in sorted(held))
+
+
+def _pinned_indices(types: Sequence[str]) -> list[int]:
+    """Trainyard's index of each device of a pinned node (``i<N>``/``<model>_i<N>``: N)."""
+    return [int(kind.rpartition("i")[2]) for kind in types]
 
 
 def gres_of(models: Sequence[str]) -> str:
     """``--gres`` for these GPUs: ``gpu:N``, or ``gpu:TYPE:N,...`` when Slurm knows their types."""
     counts = Counter(models)
     return ",".join(f"gpu:{n}" if model == UNTYPED_GPU_MODEL else f"gpu:{model}:{n}" for model, n in counts.items())
+
+
+def task_shares(task: TaskLaunch) -> dict[int, int]:
+    """The task's share of each of its GPUs, by index, in thousandths (none given: whole)."""
+    return dict(zip(task.gpus, task.gpu_milli or (WHOLE_GPU_MILLI,) * len(task.gpus), strict=True))
 
 
 def task_cpus(task: TaskLaunch) -> int:
@@ -113,12 +138,21 @@ def task_memory_mb(task: TaskLaunch) -> int:
     return max(1, task.memory_mb)  # --mem=0 would mean "all the node's memory"
 
 
-def check_task(task: TaskLaunch) -> None:
+def check_task(task: TaskLaunch, node_gres: NodeGres = NodeGres()) -> None:
     """Refuse what this backend cannot run as asked (ValueError with the reason)."""
-    if any(share != WHOLE_GPU_MILLI for share in task.gpu_milli):
+    if (task.gpu_milli and len(task.gpu_milli) != len(task.gpus)) or len(set(task.gpus)) != len(task.gpus) \
+            or any(not 0 < share <= WHOLE_GPU_MILLI for share in task.gpu_milli):
+        raise ValueError(f"task {task.key}: GPU shares {list(task.gpu_milli)} do not match its GPUs {list(task.gpus)}")
+    if node_gres.pinned:
+        unknown = sorted(set(task.gpus) - set(_pinned_indices(node_gres.types)))
+        if unknown:
+            raise ValueError(f"task {task.key}: node {task.node} has no GPU {unknown[0]} in Slurm's GRES "
+                             f"(it has {', '.join(node_gres.types)})")
+    if not node_gres.shards and any(share != WHOLE_GPU_MILLI for share in task_shares(task).values()):
         raise ValueError(
-            f"task {task.key}: the Slurm backend hands out whole GPUs only, and this task was given "
-            f"shares {list(task.gpu_milli)} (in thousandths); ask for whole GPUs"
+            f"task {task.key}: node {task.node}'s GPUs cannot be shared in Slurm (its gres.conf declares no "
+            f"per-device types with shard:<type>:{WHOLE_GPU_SHARDS}; docs/slurm.md, \"GPUs\"), and this task "
+            f"was given shares {list(task.gpu_milli)} (in thousandths); ask for whole GPUs"
         )
     for name, value in task.env.items():
         if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
@@ -127,12 +161,12 @@ def check_task(task: TaskLaunch) -> None:
             raise ValueError(f"task {task.key}: environment variable {name}: value must be a string without NUL bytes")
 
 
-def components(tasks: Sequence[TaskLaunch], gpu_models: Mapping[str, Sequence[str]]) -> list[Component]:
+def components(tasks: Sequence[TaskLaunch], gres: Mapping[str, NodeGres]) -> list[Component]:
     """Tasks grouped by node, nodes in the order their first task comes."""
     by_node: dict[str, list[TaskLaunch]] = {}
     for task in tasks:
         by_node.setdefault(task.node, []).append(task)
-    return [Component(node, tuple(group), tuple(gpu_models.get(node, ()))) for node, group in by_node.items()]
+    return [Component(node, tuple(group), gres.get(node, NodeGres())) for node, group in by_node.items()]
 
 
 def write_task_files(
