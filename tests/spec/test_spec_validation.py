@@ -382,3 +382,19 @@ def test_an_image_that_is_no_image_reference_is_refused_at_its_field(text: str, 
     with pytest.raises(SpecError) as caught:
         parse_job(text)
     assert path in [e.path for e in caught.value.errors]
+
+
+@pytest.mark.parametrize("image", ["docker-archive:/var/lib/trainyard/work/c/alice/1/img.tar", "OCI-ARCHIVE:/x.tar",
+                                   "containers-storage:python:3.12", "dir:/home/alice/img"])
+def test_a_jobs_image_from_a_local_file_or_store_is_refused_it_comes_from_a_registry(image: str) -> None:
+    # Root's engine would load whatever archive the path names on the node: another user's file too.
+    for text, path in ((f"name: x\nimage: '{image}'\ntaskRoles: {{m: {{commands: [run]}}}}", "image"),
+                       (f"name: x\nprerequisites: [{{name: t, type: dockerimage, uri: '{image}'}}]\n"
+                        "taskRoles: {m: {dockerImage: t, commands: [run]}}", "prerequisites[0].uri")):
+        with pytest.raises(SpecError) as caught:
+            parse_job(text)
+        (error,) = [e for e in caught.value.errors if e.path == path]
+        assert "transport" in error.message and "registry" in error.message
+    # A registry with a port, or docker:// (a registry too), is an image reference as before.
+    for fine in ("registry.example.com:5000/team/train:v2", "docker://python:3.12", "localhost/dir:1"):
+        assert parse_job(f"name: x\nimage: '{fine}'\ntaskRoles: {{m: {{commands: [run]}}}}").image == fine

@@ -44,6 +44,24 @@ ROLE_NAME_MAX = 64
 # engine's command line, so it may not start with '-' or hold spaces.
 IMAGE_REFERENCE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:@+-]*")
 IMAGE_REFERENCE_MAX = 255
+# Podman's transports other than a registry: `docker-archive:/path` would have the engine
+# (root's, on a node) load whatever archive the path names, another user's file included.
+# A job's image comes from a registry; an admin's pull (`yard image pull`) may name others.
+IMAGE_TRANSPORTS = frozenset({"containers-storage", "dir", "docker-archive", "docker-daemon", "oci",
+                              "oci-archive", "ostree", "sif", "tarball"})
+
+
+def image_reference_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a job's image, or None: a registry reference only."""
+    if not IMAGE_REFERENCE.fullmatch(value) or len(value) > IMAGE_REFERENCE_MAX:
+        return (f"must be an image reference such as 'python:3.12', 'registry.example.com/team/train:v2' "
+                f"or 'repo@sha256:…', at most {IMAGE_REFERENCE_MAX} characters (got {show(value)})")
+    transport = value.split(":", 1)[0].lower() if ":" in value else None
+    if transport in IMAGE_TRANSPORTS:
+        return (f"names the container engine's '{transport}:' transport (got {show(value)}): a job's image comes "
+                f"from a registry; write the registry's name in front (e.g. 'docker.io/library/{value}'), or ask "
+                "an admin to pull a local archive onto the nodes (yard image pull)")
+    return None
 PREREQUISITE_TYPES = ("dockerimage", "data", "script", "output")
 # The task-role field that selects each kind of prerequisite.
 _SELECTORS = {"dockerImage": "dockerimage", "data": "data", "script": "script", "output": "output"}
@@ -112,12 +130,9 @@ def _prerequisite_errors(spec: JobSpec) -> Iterator[FieldError]:
 
 def _image_uri_errors(path: str, uri: object) -> Iterator[FieldError]:
     """A ``dockerimage`` prerequisite's ``uri`` is the image a container engine is given."""
-    if not isinstance(uri, str) or not IMAGE_REFERENCE.fullmatch(uri) or len(uri) > IMAGE_REFERENCE_MAX:
-        yield FieldError(
-            path,
-            "must be an image reference such as 'python:3.12' or 'registry.example.com/team/train:v2', "
-            f"at most {IMAGE_REFERENCE_MAX} characters (got {show(uri)})",
-        )
+    problem = image_reference_problem(uri) if isinstance(uri, str) else f"must be an image reference (got {show(uri)})"
+    if problem is not None:
+        yield FieldError(path, problem)
 
 
 def _whole_node_errors(path: str, role: TaskRole) -> Iterator[FieldError]:

@@ -44,7 +44,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainyard.spec.checks import IMAGE_REFERENCE, IMAGE_REFERENCE_MAX, MAX_PORTS, semantic_errors
+from trainyard.spec.checks import MAX_PORTS, image_reference_problem, semantic_errors
 from trainyard.spec.errors import show
 from trainyard.spec.storages import check_mount_path, check_storage_name, check_sub_path
 
@@ -233,11 +233,9 @@ def _job_type(value: Any) -> str:
 
 
 def _image(value: str) -> str:
-    if not IMAGE_REFERENCE.fullmatch(value) or len(value) > IMAGE_REFERENCE_MAX:
-        raise invalid(
-            "must be an image reference such as 'python:3.12', 'registry.example.com/team/train:v2' "
-            f"or 'repo@sha256:…', at most {IMAGE_REFERENCE_MAX} characters (got {show(value)})"
-        )
+    problem = image_reference_problem(value)
+    if problem is not None:
+        raise invalid(problem)
     return value
 
 
