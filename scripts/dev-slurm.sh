@@ -36,6 +36,9 @@
 # Machines that cannot make network namespaces (an unprivileged container, no veth
 # support) opt out with TRAINYARD_SLURM_NETNS=0: every node is then 127.0.0.1, as before.
 #
+# Job ids start at PORT * 1000: Slurm's cgroups are named by node and job id
+# (slurm_n1/uid_0/job_<id>), so two dev clusters must not hand out the same ids.
+#
 # A node whose slurmd stops answering is NODE_FAIL after SlurmdTimeout (15 s here, not 300),
 # and a node set DOWN comes back by itself once its slurmd registers (ReturnToService=2).
 #
@@ -215,6 +218,7 @@ SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=1
 ReturnToService=2
 SlurmdTimeout=15
+FirstJobId=$((10#$PORT * 1000))
 SlurmdParameters=config_overrides
 KillWait=2
 MinJobAge=300
