@@ -44,6 +44,24 @@ def slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:
     return [r for r in slurm.jobs() if (r.get("HetJobId") or r.get("JobId")) == job_id]
 
 
+def node_addr(slurm: SlurmCommands, node: str) -> str:
+    """The address Slurm reaches ``node`` at (``NodeAddr``): on the dev cluster, the node's own
+    address in its network namespace (``scripts/dev-slurm.sh``), or 127.0.0.1 without them."""
+    [record] = [r for r in slurm.nodes() if r["NodeName"] == node]
+    return record["NodeAddr"]
+
+
+def on_node(slurm: SlurmCommands, node: str, argv: list[str], **options) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` on this machine in ``node``'s network (its slurmd's network namespace, found
+    through Slurm's pid file, ``SlurmdPidFile``): what a process on that node sees of the network.
+    ``options`` go to ``subprocess.run`` (``check``, ``input``, ...)."""
+    config = {name.strip(): value.strip() for name, _, value in (
+        line.partition(" = ") for line in slurm.run(["scontrol", "show", "config"]).stdout.splitlines())}
+    pid = Path(config["SlurmdPidFile"].replace("%n", node)).read_text().strip()
+    return subprocess.run(["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv],
+                          **{"capture_output": True, "text": True, "check": True, **options})
+
+
 def run(argv: list[str]) -> str:
     return subprocess.run(argv, check=True, capture_output=True, text=True).stdout
 
