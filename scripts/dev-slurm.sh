@@ -28,9 +28,10 @@
 # server, the tests); node nI is SUBNET.<I+1>. A node's 127.0.0.1 is its own: a port a
 # task opens is reached at its node's address, and anything that only worked because
 # every node was this machine's loopback fails here as on a real cluster. A node reaches
-# this machine's other addresses through its default route (the bridge). The names and
+# this machine's other addresses through its default route (the bridge), and the world
+# beyond (its name server) masqueraded as this machine (iptables NAT). The names and
 # SUBNET derive from PORT, so that several dev clusters (one per ROOT and PORT) can run at
-# once; `stop` removes the namespaces, the veths, the bridge and its FORWARD rule. The
+# once; `stop` removes the namespaces, the veths, the bridge and its iptables rules. The
 # slurmds enter their namespace with `nsenter --net=` (not `ip netns exec`, which
 # remounts /sys and hides the cgroup controllers from task/cgroup).
 # Machines that cannot make network namespaces (an unprivileged container, no veth
@@ -241,6 +242,10 @@ ctld_addr() { if [ "$NETNS" -eq 1 ]; then printf '%s.1' "$SUBNET"; else printf '
 nodes_addr() { if [ "$NETNS" -eq 1 ]; then printf '%s.[2-%s]' "$SUBNET" "$((NODES + 1))"; else printf '127.0.0.1'; fi; }
 
 forward_rule() { printf '%s\n' FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT; }
+# The nodes' traffic to the rest of the world leaves with this machine's address, so that
+# they reach its name server as real nodes reach theirs: without an answer, each lookup
+# (torch's of its peers' names, say) would wait out the resolver's timeout.
+nat_rule() { printf '%s\n' POSTROUTING -t nat -s "$SUBNET.0/24" '!' -o "$BRIDGE" -j MASQUERADE; }
 
 # The bridge (SUBNET.1 on this machine) and one namespace per node, each with a veth on
 # the bridge (SUBNET.<I+1>, as eth0), its own loopback up, and its default route through
@@ -263,6 +268,13 @@ setup_network() {
         # shellcheck disable=SC2046
         iptables -C $(forward_rule) 2>/dev/null || iptables -I $(forward_rule) 2>/dev/null \
             || log "could not add an iptables FORWARD rule for $BRIDGE; nodes may not reach each other"
+        # shellcheck disable=SC2046
+        iptables -C $(nat_rule) 2>/dev/null || iptables -A $(nat_rule) 2>/dev/null \
+            || log "could not add an iptables MASQUERADE rule for $SUBNET.0/24; nodes may not reach a name server"
+    fi
+    if [ "$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null)" = 0 ]; then
+        log "enabling IPv4 forwarding (net.ipv4.ip_forward=1) for the nodes' traffic beyond this machine"
+        echo 1 > /proc/sys/net/ipv4/ip_forward 2>/dev/null || log "could not enable IPv4 forwarding"
     fi
     local i ns veth
     for i in $(seq "$NODES"); do
@@ -315,6 +327,8 @@ teardown_network() {
     if command -v iptables >/dev/null 2>&1; then
         # shellcheck disable=SC2046
         while iptables -C $(forward_rule) 2>/dev/null; do iptables -D $(forward_rule) || break; done
+        # shellcheck disable=SC2046
+        while iptables -C $(nat_rule) 2>/dev/null; do iptables -D $(nat_rule) || break; done
     fi
     for i in $(seq 100); do
         ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -qE "^${NET_TAG}(br|n[0-9]+)(@|\$)" || return 0
