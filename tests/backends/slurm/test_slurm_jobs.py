@@ -304,7 +304,10 @@ taskRoles:
     [task] = tasks_of(world, job_id)
     try:
         slurm.run(["scontrol", "update", f"NodeName={task.node}", "State=DOWN", "Reason=trainyard-test"])
-        job = drive(world, job_id)
+        # The retry is placed from the inventory read after the task was lost; should every
+        # other node be drained by a test running alongside just then, the job waits for the
+        # next read (INVENTORY_REFRESH_SECONDS, 30 s).
+        job = drive(world, job_id, timeout=60)
     finally:
         slurm.run(["scontrol", "update", f"NodeName={task.node}", "State=RESUME"], check=False)
     # Slurm knows no exit status of a task whose node failed: the task is LOST, and the

@@ -99,6 +99,8 @@ taskRoles:
     slurm.run(["scontrol", "update", f"NodeName={down}", "State=DOWN", "Reason=trainyard-test"])
     # Kept out of service until the test ends (a DOWN node comes back by itself: ReturnToService=2).
     drain(down)
+    # Placed from the inventory read after the loss (should other tests have drained the other
+    # nodes just then, the next read comes after INVENTORY_REFRESH_SECONDS, 30 s).
     job = drive(world, job_id, timeout=60)
     # The node failed the attempt, not the job's program: both tasks are LOST (the one on
     # the healthy node too, killed with its gang), and the job is retried without spending
