@@ -2,7 +2,7 @@
 # A throwaway one-machine Slurm cluster for Trainyard's tests, without systemd.
 #
 #   scripts/dev-slurm.sh start   install (if needed), configure, start; print the SLURM_CONF line
-#   scripts/dev-slurm.sh stop    cancel every job, stop slurmd/slurmctld/munged
+#   scripts/dev-slurm.sh stop    cancel every job, stop slurmd/slurmctld/munged, remove the network
 #   scripts/dev-slurm.sh conf    print the SLURM_CONF line
 #
 # `start` and `conf` print exactly one line on stdout:
@@ -11,7 +11,7 @@
 #   line="$(scripts/dev-slurm.sh start)" && export "$line"
 #
 # The cluster: one slurmctld, NODES virtual nodes n1..nN (one slurmd each, all on this
-# machine, 127.0.0.1), each declaring 8 CPUs, 16000 MiB and 4 fake GPUs (char devices
+# machine), each declaring 8 CPUs, 16000 MiB and 4 fake GPUs (char devices
 # that behave like /dev/null; Slurm sets CUDA_VISIBLE_DEVICES from them as for real ones),
 # declared as a site that shares GPUs declares them (docs/slurm.md, "GPUs"): one GRES type
 # per device (gpu:i0..i3, so that a job can ask for given devices) and 1000 shards of each
@@ -23,10 +23,36 @@
 # production cluster, and a step the kernel OOM-kills is reported so; cores are
 # constrained too, though the fake nodes' 8 CPUs all map onto this machine's. Every
 # command is idempotent; starting a stopped cluster starts it with a clean state (no
-# jobs, no drained nodes). Needs root. Settings (environment):
-#   TRAINYARD_SLURM_ROOT   state directory (default /tmp/trainyard-slurm)
-#   TRAINYARD_SLURM_NODES  number of virtual nodes (default 4)
-#   TRAINYARD_SLURM_PORT   slurmctld port; slurmd ports follow it (default 16817, 16818..)
+# jobs, no drained nodes). Needs root.
+#
+# Each node is a machine of its own on the network: its slurmd (and so every task Slurm
+# starts there) runs in a network namespace of its own, ty<PORT>-n<I>, whose only way out
+# is a veth on a bridge, ty<PORT>br, holding SUBNET.1/24 on this machine (slurmctld, the
+# server, the tests); node nI is SUBNET.<I+1>. A node's 127.0.0.1 is its own: a port a
+# task opens is reached at its node's address, and anything that only worked because
+# every node was this machine's loopback fails here as on a real cluster. A node reaches
+# this machine's other addresses through its default route (the bridge), and the world
+# beyond (its name server) masqueraded as this machine (iptables NAT). The names and
+# SUBNET derive from PORT, so that several dev clusters (one per ROOT and PORT) can run at
+# once; `stop` removes the namespaces, the veths, the bridge and its iptables rules. The
+# slurmds enter their namespace with `nsenter --net=` (not `ip netns exec`, which
+# remounts /sys and hides the cgroup controllers from task/cgroup).
+# Machines that cannot make network namespaces (an unprivileged container, no veth
+# support) opt out with TRAINYARD_SLURM_NETNS=0: every node is then 127.0.0.1, as before.
+#
+# Job ids start at PORT * 1000: Slurm's cgroups are named by node and job id
+# (slurm_n1/uid_0/job_<id>), so two dev clusters must not hand out the same ids.
+#
+# A node whose slurmd stops answering is NODE_FAIL after SlurmdTimeout (15 s here, not 300),
+# and a node set DOWN comes back by itself once its slurmd registers (ReturnToService=2).
+#
+# Settings (environment):
+#   TRAINYARD_SLURM_ROOT    state directory (default /tmp/trainyard-slurm)
+#   TRAINYARD_SLURM_NODES   number of virtual nodes (default 4)
+#   TRAINYARD_SLURM_PORT    slurmctld port; slurmd ports follow it (default 16817, 16818..)
+#   TRAINYARD_SLURM_NETNS   1 (default): nodes in network namespaces; 0: all on 127.0.0.1
+#   TRAINYARD_SLURM_SUBNET  the nodes' /24, as its first three numbers (default 10.77.<PORT % 256>;
+#                           Podman's default network holds 10.88.0.0/16)
 set -euo pipefail
 
 ROOT="${TRAINYARD_SLURM_ROOT:-/tmp/trainyard-slurm}"
@@ -35,6 +61,7 @@ PORT="${TRAINYARD_SLURM_PORT:-16817}"
 CONF="$ROOT/slurm.conf"
 MUNGE_DIR="$ROOT/munge"
 MUNGE_SOCKET="$MUNGE_DIR/run/munge.socket"
+NETNS="${TRAINYARD_SLURM_NETNS:-1}"
 
 # All chatter to stderr; fd 3 is the real stdout, for the SLURM_CONF line only.
 exec 3>&1 1>&2
@@ -44,6 +71,16 @@ die() { log "error: $*"; exit 1; }
 
 case "$NODES" in ''|*[!0-9]*|0) die "TRAINYARD_SLURM_NODES must be a positive number, got '$NODES'" ;; esac
 case "$PORT" in ''|*[!0-9]*) die "TRAINYARD_SLURM_PORT must be a number, got '$PORT'" ;; esac
+case "$PORT" in ?????|????|???|??|?) ;; *) die "TRAINYARD_SLURM_PORT must be at most 5 digits, got '$PORT'" ;; esac
+case "$NETNS" in 0|1) ;; *) die "TRAINYARD_SLURM_NETNS must be 0 or 1, got '$NETNS'" ;; esac
+SUBNET="${TRAINYARD_SLURM_SUBNET:-10.77.$((10#$PORT % 256))}"
+# This instance's network names (interface names have at most 15 characters).
+NET_TAG="ty$((10#$PORT))"
+BRIDGE="${NET_TAG}br"
+if ! printf '%s\n' "$SUBNET" | grep -Eq '^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){2}$'; then
+    die "TRAINYARD_SLURM_SUBNET must be three numbers like 10.77.0, got '$SUBNET'"
+fi
+[ "$NETNS" -eq 0 ] || [ "$NODES" -le 250 ] || die "at most 250 nodes fit in the nodes' /24"
 case "$ROOT" in /*) ;; *) die "TRAINYARD_SLURM_ROOT must be an absolute path, got '$ROOT'" ;; esac
 case "$ROOT" in *[!A-Za-z0-9/._-]*) die "TRAINYARD_SLURM_ROOT may only hold letters, digits and /._- (it goes into slurm.conf)" ;; esac
 [ "$(id -u)" -eq 0 ] || die "run as root: slurmd and munged need it (the dev cluster is meant for CI and dev machines)"
@@ -170,7 +207,7 @@ NodeName=n[1-$NODES] Name=shard Type=i$i Count=1000 File=$ROOT/gpu/fakegpu$i"
     CONFIG_CHANGED=0
     write_file_if_changed "$CONF" "# Written by scripts/dev-slurm.sh: a test cluster, not for production.
 ClusterName=trainyard-dev
-SlurmctldHost=$host(127.0.0.1)
+SlurmctldHost=$host($(ctld_addr))
 SlurmctldPort=$PORT
 SlurmdPort=$((PORT + 1))
 SlurmUser=root
@@ -195,15 +232,123 @@ SelectTypeParameters=$select_params
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=1
 ReturnToService=2
+SlurmdTimeout=15
+FirstJobId=$((10#$PORT * 1000))
 SlurmdParameters=config_overrides
 KillWait=2
 MinJobAge=300
 GresTypes=gpu,shard
-NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=127.0.0.1 Port=[$((PORT + 1))-$last_port] CPUs=8 RealMemory=16000 Gres=$gres State=UNKNOWN
+NodeName=n[1-$NODES] NodeHostname=$host NodeAddr=$(nodes_addr) Port=[$((PORT + 1))-$last_port] CPUs=8 RealMemory=16000 Gres=$gres State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 PartitionName=first Nodes=n1 MaxTime=INFINITE State=UP"
     write_file_if_changed "$ROOT/gres.conf" "$gres_conf"
     write_file_if_changed "$ROOT/cgroup.conf" "$cgroup_conf"
+}
+
+# ---------------------------------------------------------------- network
+
+node_ns() { printf '%s-n%s' "$NET_TAG" "$1"; }      # node nI's network namespace
+node_veth() { printf '%sn%s' "$NET_TAG" "$1"; }     # its veth's end on this machine
+node_addr() { printf '%s.%s' "$SUBNET" "$(($1 + 1))"; }
+
+# slurm.conf's addresses: slurmctld's, and the nodes' (a hostlist: nI is the I-th).
+ctld_addr() { if [ "$NETNS" -eq 1 ]; then printf '%s.1' "$SUBNET"; else printf '127.0.0.1'; fi; }
+nodes_addr() { if [ "$NETNS" -eq 1 ]; then printf '%s.[2-%s]' "$SUBNET" "$((NODES + 1))"; else printf '127.0.0.1'; fi; }
+
+forward_rule() { printf '%s\n' FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT; }
+# The nodes' traffic to the rest of the world leaves with this machine's address, so that
+# they reach its name server as real nodes reach theirs: without an answer, each lookup
+# (torch's of its peers' names, say) would wait out the resolver's timeout.
+nat_rule() { printf '%s\n' POSTROUTING -t nat -s "$SUBNET.0/24" '!' -o "$BRIDGE" -j MASQUERADE; }
+
+# The bridge (SUBNET.1 on this machine) and one namespace per node, each with a veth on
+# the bridge (SUBNET.<I+1>, as eth0), its own loopback up, and its default route through
+# the bridge. Idempotent: what exists already is kept.
+setup_network() {
+    command -v ip >/dev/null 2>&1 && command -v nsenter >/dev/null 2>&1 \
+        || die "network namespaces need ip (iproute2) and nsenter (util-linux); or set TRAINYARD_SLURM_NETNS=0"
+    local held
+    held="$(ip -4 -o addr show to "$SUBNET.0/24" 2>/dev/null | awk -v br="$BRIDGE" '$2 != br {print $2}' | head -n 1)"
+    [ -z "$held" ] || die "interface $held already holds an address in $SUBNET.0/24: set TRAINYARD_SLURM_SUBNET to a free /24"
+    if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+        log "creating bridge $BRIDGE ($SUBNET.1/24)"
+        ip link add "$BRIDGE" type bridge \
+            || die "cannot create a bridge (no permission or no kernel support?); set TRAINYARD_SLURM_NETNS=0 to run every node on 127.0.0.1"
+    fi
+    ip addr replace "$SUBNET.1/24" dev "$BRIDGE"
+    ip link set "$BRIDGE" up
+    # Where bridged traffic goes through iptables (br_netfilter) and FORWARD's policy is DROP.
+    if command -v iptables >/dev/null 2>&1; then
+        # shellcheck disable=SC2046
+        iptables -C $(forward_rule) 2>/dev/null || iptables -I $(forward_rule) 2>/dev/null \
+            || log "could not add an iptables FORWARD rule for $BRIDGE; nodes may not reach each other"
+        # shellcheck disable=SC2046
+        iptables -C $(nat_rule) 2>/dev/null || iptables -A $(nat_rule) 2>/dev/null \
+            || log "could not add an iptables MASQUERADE rule for $SUBNET.0/24; nodes may not reach a name server"
+    fi
+    if [ "$(cat /proc/sys/net/ipv4/ip_forward 2>/dev/null)" = 0 ]; then
+        log "enabling IPv4 forwarding (net.ipv4.ip_forward=1) for the nodes' traffic beyond this machine"
+        echo 1 > /proc/sys/net/ipv4/ip_forward 2>/dev/null || log "could not enable IPv4 forwarding"
+    fi
+    local i ns veth
+    for i in $(seq "$NODES"); do
+        ns="$(node_ns "$i")" veth="$(node_veth "$i")"
+        [ -e "/run/netns/$ns" ] || ip netns add "$ns" || die "cannot create network namespace $ns; set TRAINYARD_SLURM_NETNS=0"
+        if ! ip link show "$veth" >/dev/null 2>&1; then
+            ip -n "$ns" link del eth0 2>/dev/null || true  # a half-made one from an interrupted start
+            ip link add "$veth" type veth peer name "${veth}p"
+            ip link set "${veth}p" netns "$ns"
+            ip -n "$ns" link set "${veth}p" name eth0
+        fi
+        ip link set "$veth" master "$BRIDGE" up
+        ip -n "$ns" link set lo up
+        ip -n "$ns" addr replace "$(node_addr "$i")/24" dev eth0
+        ip -n "$ns" link set eth0 up
+        ip -n "$ns" route replace default via "$SUBNET.1"
+    done
+}
+
+# The pids of the processes in a node's namespace (left by a killed slurmd: its steps).
+ns_pids() { ip netns pids "$1" 2>/dev/null || true; }
+
+# Remove every namespace, veth and the bridge this instance made (whatever NODES was then),
+# ending what still runs in them (the dev cluster's own job steps), and wait until the
+# kernel has really removed the links (it does so asynchronously).
+teardown_network() {
+    command -v ip >/dev/null 2>&1 || return 0
+    local ns pids veth i
+    for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${NET_TAG}-n[0-9]+\$" || true); do
+        pids="$(ns_pids "$ns")"
+        if [ -n "$pids" ]; then
+            log "ending what still runs in $ns: $(echo $pids)"
+            # shellcheck disable=SC2086
+            kill -TERM $pids 2>/dev/null || true
+            for i in $(seq 50); do [ -n "$(ns_pids "$ns")" ] || break; sleep 0.1; done
+            pids="$(ns_pids "$ns")"
+            # shellcheck disable=SC2086
+            [ -z "$pids" ] || kill -KILL $pids 2>/dev/null || true
+        fi
+        log "removing network namespace $ns"
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    for veth in $(ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//' | grep -E "^${NET_TAG}n[0-9]+\$" || true); do
+        ip link del "$veth" 2>/dev/null || true
+    done
+    if ip link show "$BRIDGE" >/dev/null 2>&1; then
+        log "removing bridge $BRIDGE"
+        ip link del "$BRIDGE" 2>/dev/null || true
+    fi
+    if command -v iptables >/dev/null 2>&1; then
+        # shellcheck disable=SC2046
+        while iptables -C $(forward_rule) 2>/dev/null; do iptables -D $(forward_rule) || break; done
+        # shellcheck disable=SC2046
+        while iptables -C $(nat_rule) 2>/dev/null; do iptables -D $(nat_rule) || break; done
+    fi
+    for i in $(seq 100); do
+        ip -o link show 2>/dev/null | awk -F': ' '{print $2}' | grep -qE "^${NET_TAG}(br|n[0-9]+)(@|\$)" || return 0
+        sleep 0.1
+    done
+    log "warning: links of $NET_TAG are still there after 10 s"
 }
 
 # ---------------------------------------------------------------- daemons
@@ -250,8 +395,14 @@ start_slurmd() {
         if live_pid "$ROOT/run/slurmd-n$i.pid" slurmd >/dev/null; then
             continue
         fi
-        log "starting slurmd for node n$i"
-        (close_extra_fds; cd / && slurmd -f "$CONF" -N "n$i") || die "slurmd n$i did not start; see $ROOT/log/slurmd-n$i.log"
+        if [ "$NETNS" -eq 1 ]; then
+            log "starting slurmd for node n$i ($(node_addr "$i"), namespace $(node_ns "$i"))"
+            (close_extra_fds; cd / && nsenter --net="/run/netns/$(node_ns "$i")" slurmd -f "$CONF" -N "n$i") \
+                || die "slurmd n$i did not start; see $ROOT/log/slurmd-n$i.log"
+        else
+            log "starting slurmd for node n$i"
+            (close_extra_fds; cd / && slurmd -f "$CONF" -N "n$i") || die "slurmd n$i did not start; see $ROOT/log/slurmd-n$i.log"
+        fi
     done
 }
 
@@ -292,6 +443,7 @@ cmd_stop() {
     for i in $(seq "$NODES"); do stop_daemon "$ROOT/run/slurmd-n$i.pid" slurmd; done
     stop_daemon "$ROOT/run/slurmctld.pid" slurmctld
     stop_daemon "$MUNGE_DIR/munged.pid" munged
+    teardown_network
 }
 
 cmd_start() {
@@ -305,6 +457,11 @@ cmd_start() {
         cmd_stop
         exec 9>&-
         lock
+    fi
+    if [ "$NETNS" -eq 1 ]; then
+        setup_network
+    else
+        teardown_network  # one left from an earlier start with namespaces
     fi
     start_munge
     wait_for "munged's socket" 10 test -S "$MUNGE_SOCKET"

@@ -328,11 +328,18 @@ def _lose_supervision(attempts: str) -> str:
     return f'case "$TRAINYARD_ATTEMPT" in {attempts}) {sys.executable} -c "{kill_both}"; kill -9 $$;; esac'
 
 
-def test_a_lost_task_is_retried_as_a_platform_fault_without_spending_job_retries(world, tmp_path) -> None:
+def test_a_lost_task_is_retried_as_a_platform_fault_without_spending_job_retries(world, tmp_path,
+                                                                                monkeypatch) -> None:
     from trainyard.cli.render import job_detail as render_job
     from trainyard.services.views import job_detail as job_view
     from trainyard.store.rows import JobEventRow
 
+    # The inventory is read again once a task is lost (its node may have failed), before
+    # the retry is placed, not only every INVENTORY_REFRESH_SECONDS.
+    world.controller.run_once()  # the first read
+    reads: list[float] = []
+    read = world.controller.backend.inventory
+    monkeypatch.setattr(world.controller.backend, "inventory", lambda: reads.append(1) or read())
     job_id = world.submit(f"""
 name: unlucky
 jobRetryCount: 0
@@ -344,6 +351,7 @@ taskRoles:
 """)
     job = world.drive(job_id)
     assert (job.state, job.attempt, job.retries_used) == ("SUCCEEDED", 1, 0)
+    assert reads
     with world.db.session() as s:
         row = s.get(JobRow, job_id)
         assert [a.state for a in row.attempts] == ["LOST", "SUCCEEDED"]

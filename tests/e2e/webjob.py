@@ -67,6 +67,9 @@ class WebJob:
         wait_until(running, timeout=timeout, what=f"job {self.job} to run")
         self.task = client.job(self.job).attempts[-1].tasks[0]
         self.http, self.ws = self.task.ports["http"][0], self.task.ports["ws"][0]
+        # Where the task's ports are, as the server reaches them: its node's address (a Slurm
+        # dev cluster's nodes have their own, in network namespaces of their own).
+        self.host = next(n.address for n in server.admin().nodes() if n.name == self.task.node)
         self.base = f"{server.url}/proxy/jobs/{self.job}/main/0"
         self.path = f"/proxy/jobs/{self.job}/main/0/{self.http}/"
         wait_until(lambda: self.get(self.alice, f"/{self.http}/").status_code == 200
@@ -134,9 +137,9 @@ class WebJob:
         assert f"alice opened a port-forward to task main/0 port {self.http}" in [e.message for e in events]
 
     def serving(self) -> bool:
-        """Whether anything still listens on the task's http port (on the node: 127.0.0.1 here)."""
+        """Whether anything still listens on the task's http port, at its node's address."""
         try:
-            with socket.create_connection(("127.0.0.1", self.http), timeout=scaled(2)):
+            with socket.create_connection((self.host, self.http), timeout=scaled(2)):
                 return True
         except OSError:
             return False

@@ -172,11 +172,7 @@ class Controller:
         self.cycles += 1
         mono = self.clock.monotonic()
         if mono - self._last_inventory >= INVENTORY_REFRESH_SECONDS:
-            nodes = self.backend.inventory()
-            with self.db.session() as session:
-                if sync_inventory(session, self.backend.name, nodes, self.clock):
-                    self._dirty = True
-            self._last_inventory = mono
+            self._refresh_inventory(mono)
         with self.db.session() as session:
             if end_overdue_attempts(session, self.clock):
                 self._dirty = True
@@ -184,8 +180,15 @@ class Controller:
                 self._dirty = True
         if self.watchdog.end_hung_attempts_if_due():
             self._dirty = True
+        lost = self.reconciler.lost
         if self.reconciler.run():
             self._dirty = True
+        if self.reconciler.lost != lost:
+            # A task whose end nobody knows (a LOST one) may have lost its node: the retry
+            # must not be placed there from an inventory up to INVENTORY_REFRESH_SECONDS old,
+            # only to be lost again (Slurm: NODE_FAIL, then ReqNodeNotAvail) until its
+            # platform retries are spent.
+            self._refresh_inventory(mono)
         if self._dirty or mono - self._last_schedule >= FULL_SCHEDULE_SECONDS:
             self._dirty = False
             self._last_schedule = mono
@@ -199,6 +202,13 @@ class Controller:
                 log.info("environment %s: its build has ended", name)
         for periodic in self._periodics:
             periodic.start_if_due()
+
+    def _refresh_inventory(self, mono: float) -> None:
+        nodes = self.backend.inventory()
+        with self.db.session() as session:
+            if sync_inventory(session, self.backend.name, nodes, self.clock):
+                self._dirty = True
+        self._last_inventory = mono
 
     def _schedule(self) -> bool:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on

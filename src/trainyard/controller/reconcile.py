@@ -99,6 +99,9 @@ class Reconciler:
         self._overdue_stopped: set[TaskKey] = set()
         # Tasks whose image pull is in the job's events (forgotten once they end).
         self._pull_recorded: set[TaskKey] = set()
+        # How many tasks were found LOST so far: the controller looks at its nodes again
+        # after one, whose node may have failed, before placing the retry.
+        self.lost = 0
 
     def run(self) -> bool:
         """One pass; returns whether any task ended or started (resources changed)."""
@@ -311,6 +314,7 @@ class Reconciler:
             # Nobody knows how it ended: not its failure. Not re-run in place either: the
             # attempt decides (core/lifecycle: a platform retry).
             new_state = TaskState.LOST
+            self.lost += 1
         else:
             spec = self.spec_of(job)
             retry_count = spec.taskRoles[task.role].taskRetryCount

@@ -44,11 +44,28 @@ def slurm_job(slurm: SlurmCommands, job_id: str) -> list[dict[str, str]]:
     return [r for r in slurm.jobs() if (r.get("HetJobId") or r.get("JobId")) == job_id]
 
 
-def on_node(node: str, argv: Sequence[str]) -> list[str]:
-    """The command line that runs ``argv`` where a task on dev-cluster ``node`` runs, in its
-    network: today every node shares this machine's, so ``argv`` itself."""
-    del node
-    return list(argv)
+def node_addr(slurm: SlurmCommands, node: str) -> str:
+    """The address Slurm reaches ``node`` at (``NodeAddr``): on the dev cluster, the node's own
+    address in its network namespace (``scripts/dev-slurm.sh``), or 127.0.0.1 without them."""
+    [record] = [r for r in slurm.nodes() if r["NodeName"] == node]
+    return record["NodeAddr"]
+
+
+def node_argv(slurm: SlurmCommands, node: str, argv: Sequence[str]) -> list[str]:
+    """The command line that runs ``argv`` on this machine in ``node``'s network (its slurmd's
+    network namespace, found through Slurm's pid file, ``SlurmdPidFile``): what a process on
+    that node sees of the network."""
+    config = {name.strip(): value.strip() for name, _, value in (
+        line.partition(" = ") for line in slurm.run(["scontrol", "show", "config"]).stdout.splitlines())}
+    pid = Path(config["SlurmdPidFile"].replace("%n", node)).read_text().strip()
+    return ["nsenter", f"--net=/proc/{pid}/ns/net", "--", *argv]
+
+
+def on_node(slurm: SlurmCommands, node: str, argv: list[str], **options) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` to its end in ``node``'s network (``node_argv``); ``options`` go to
+    ``subprocess.run`` (``check``, ``input``, ...)."""
+    return subprocess.run(node_argv(slurm, node, argv),
+                          **{"capture_output": True, "text": True, "check": True, **options})
 
 
 def run(argv: list[str]) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from e2e.server import wait_until
 from sqlalchemy import select
 
-from slurm.cluster import cancel_all, drive, ended_slurm_job, slurm_job, submit
+from slurm.cluster import cancel_all, drive, ended_slurm_job, node_addr, slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.environment import STANDARD_PATH, process_account
 from trainyard.backends.slurm.backend import SlurmBackend
@@ -118,7 +118,8 @@ taskRoles:
         assert env["RANK"] == str(rank) and env["WORLD_SIZE"] == "2" and env["LOCAL_RANK"] == "0"
         assert env["SLURMD_NODENAME"] == env["TRAINYARD_NODE"] == task.node
         assert sorted(env["CUDA_VISIBLE_DEVICES"].split(",")) == ["0", "1", "2", "3"]
-        assert env["MASTER_ADDR"] == "127.0.0.1"  # the dev cluster's NodeAddr: reachable by every node
+        # The first task's node's NodeAddr: on the dev cluster, its own address in its namespace.
+        assert env["MASTER_ADDR"] == node_addr(world.slurm, next(t.node for t in tasks if t.index == 0))
         assert env["TRAINYARD_JOB_ID"] == str(job_id)
     assert seen[0]["peer"] == "hello from rank 1"
     assert seen[0]["SLURM_JOB_ID"] == seen[1]["SLURM_JOB_ID"]  # both tasks inside the one allocation
@@ -305,7 +306,10 @@ taskRoles:
     [task] = tasks_of(world, job_id)
     try:
         slurm.run(["scontrol", "update", f"NodeName={task.node}", "State=DOWN", "Reason=trainyard-test"])
-        job = drive(world, job_id)
+        # The retry is placed from the inventory read after the task was lost; should every
+        # other node be drained by a test running alongside just then, the job waits for the
+        # next read (INVENTORY_REFRESH_SECONDS, 30 s).
+        job = drive(world, job_id, timeout=60)
     finally:
         slurm.run(["scontrol", "update", f"NodeName={task.node}", "State=RESUME"], check=False)
     # Slurm knows no exit status of a task whose node failed: the task is LOST, and the

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from slurm.cluster import drive, on_node, submit
+from slurm.cluster import drive, node_argv, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.slurm import submission
 from trainyard.backends.slurm.backend import PORT_RANGE, SlurmBackend
@@ -89,7 +89,7 @@ def test_a_port_held_on_the_tasks_node_is_a_platform_fault_retried_with_new_port
     def allocate_a_held_port_once(node: str, count: int, taken: Collection[int] = ()) -> list[int]:
         ports = allocate(node, count, taken)
         if not given and count:
-            ports[0] = holders.enter_context(listening(on_node(node, [])))
+            ports[0] = holders.enter_context(listening(node_argv(world.backend.commands, node, [])))
         given.extend(ports)
         return ports
 

@@ -131,6 +131,30 @@ else
 fi
 # The same pinning for the commands `yard exec` runs beside the task (exec-runner.sh).
 printf '%s\0' "${pinning[@]}" > "$dir/pinning"
+# Gloo (torch.distributed) binds to the address this node's hostname resolves to, which is
+# often a loopback one (Debian's 127.0.1.1; the dev cluster's namespaces share one hostname):
+# its peers on other nodes then cannot connect. Unless the job names one, GLOO_SOCKET_IFNAME
+# is the interface this node reaches MASTER_ADDR through (its own address's, on the master's
+# node); nothing where that is the loopback or `ip` is missing.
+network=()
+gloo_ifname() {
+    local entry master= addr src ifname
+    for entry in "${assignments[@]}"; do
+        case "$entry" in
+            GLOO_SOCKET_IFNAME=*) return ;;
+            MASTER_ADDR=*) master="${entry#MASTER_ADDR=}" ;;
+        esac
+    done
+    case "$master" in ''|-*|*[!A-Za-z0-9._-]*) return ;; esac
+    command -v ip > /dev/null 2>&1 || return
+    addr="$(getent ahostsv4 "$master" 2> /dev/null | awk '{ print $1; exit }')"
+    src="$(ip -o -4 route get "${addr:-$master}" 2> /dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')"
+    [ -n "$src" ] || return
+    ifname="$(ip -o -4 addr show to "$src/32" 2> /dev/null | awk '{ print $2; exit }')"
+    case "$ifname" in ''|lo|*[!A-Za-z0-9_.@-]*) return ;; esac
+    network=("GLOO_SOCKET_IFNAME=${ifname%@*}")
+}
+gloo_ifname
 # A stop or a suspension reaches the task's whole process group at once, from this shell,
 # as on the local backend (one killpg): the backend writes the signal to deliver in
 # TASK_DIR/relay.<what> (TERM, or the job's suspend signal) and then has Slurm send SIGURG
@@ -184,8 +208,8 @@ run_container() {
     fi
     local cuda
     cuda="$(IFS=,; echo "${visible[*]}")"
-    { cat "$dir/container.env"; printf '%s\n' "${slurm[@]}" "CUDA_VISIBLE_DEVICES=$cuda" NVIDIA_VISIBLE_DEVICES=void \
-        CUDA_DEVICE_ORDER=PCI_BUS_ID; } > "$dir/container.step.env" || return 125
+    { cat "$dir/container.env"; printf '%s\n' "${slurm[@]}" "${network[@]}" "CUDA_VISIBLE_DEVICES=$cuda" \
+        NVIDIA_VISIBLE_DEVICES=void CUDA_DEVICE_ORDER=PCI_BUS_ID; } > "$dir/container.step.env" || return 125
     node="${SLURMD_NODENAME-$(hostname)}"
     if env -i -- "${engine_env[@]}" "${exists[@]}" > /dev/null 2>&1; then
         printf '{"image": "%s", "node": "%s", "ok": true, "pulled": false, "seconds": 0}\n' "$image" "$node" \
@@ -252,7 +276,7 @@ elif [ -e "$dir/sandbox.json" ]; then
     env -i -- "${slurm[@]}" "${pinning[@]}" PATH=/usr/sbin:/usr/bin:/sbin:/bin \
         /usr/bin/python3 -I -S "${0%/*}/task-start.py" "$dir" &
 else
-    env -i -- "${slurm[@]}" "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID \
+    env -i -- "${slurm[@]}" "${network[@]}" "${assignments[@]}" "${pinning[@]}" CUDA_DEVICE_ORDER=PCI_BUS_ID \
         /bin/bash "$dir/script.sh" &
 fi
 task=$!
