@@ -1,0 +1,153 @@
+"""Attacks on the Slurm backend's tasks with an image, as a hostile Trainyard user (issue 29,
+"attack"): with per-user accounts a task's container runs as its owner's account, but the
+image and its reference are the user's own choice, and root (the task runner, its engine)
+acts on both. Each test is one finding: it fails today (strict xfail) until the fix."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from podman_support import needs_podman
+
+from slurm.cluster import drive, submit
+from slurm.conftest import World, make_world
+from trainyard.backends.base import TaskKey
+from trainyard.backends.containers import ContainerEngine
+from trainyard.backends.local.sandbox import find_sandbox
+from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.slurm import submission
+from trainyard.spec.errors import SpecError
+from trainyard.spec.loading import parse_job
+
+SUID_IMAGE = "localhost/ty-attack-suid:1"
+
+
+@pytest.fixture
+def suid_image(image: str, tmp_path: Path) -> Iterator[str]:
+    """What any user can publish: the test image plus a setuid-root copy of bash."""
+    (tmp_path / "Containerfile").write_text(
+        f"FROM {image}\nRUN cp /bin/bash /usr/local/bin/rootsh && chmod 4755 /usr/local/bin/rootsh\n")
+    subprocess.run(["podman", "build", "-q", "-t", SUID_IMAGE, "-f", str(tmp_path / "Containerfile"), str(tmp_path)],
+                   check=True, capture_output=True, timeout=120)
+    yield SUID_IMAGE
+    subprocess.run(["podman", "rmi", "--force", SUID_IMAGE], capture_output=True, check=False)
+
+
+@pytest.fixture
+def boxed_world(slurm, tmp_path, monkeypatch) -> Iterator[World]:
+    """Per-user accounts, the sandbox and Podman, as `yard up` as root has them; with the
+    runner's `cd "$dir/work"` made to work for a task with an image (FINDING C0: that folder
+    is not made when the task runs as an account, so every such task fails before it starts;
+    the attacks below are on what runs once that is fixed)."""
+    if os.geteuid() != 0:
+        pytest.skip("per-user accounts need root")
+    write_task_files = submission.write_task_files
+
+    def with_work_folder(task_dir: Path, *args: Any, **kwargs: Any) -> list[str]:
+        skipped = write_task_files(task_dir, *args, **kwargs)
+        (task_dir / "work").mkdir(mode=0o700, exist_ok=True)
+        return skipped
+
+    monkeypatch.setattr(submission, "write_task_files", with_work_folder)
+    sandbox, why = find_sandbox("bwrap", as_root=True)
+    assert sandbox is not None, why
+    yield from make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox,
+                          containers=ContainerEngine.find("podman", "runc"))
+
+
+@needs_podman
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING C1 (critical): a task's container runs without no-new-privileges or dropped capabilities, so a "
+    "setuid-root program in the user's image is root in the container, which has the task's root-only directory "
+    "bound writable: the user forges its exit/oom/fault files and plants exit.tmp as a link, through which the "
+    "task runner (root, on the node) writes the exit status into any file of the node"))
+def test_a_setuid_root_program_in_a_users_image_gives_no_root_over_the_task_directory(
+        suid_image: str, boxed_world: World) -> None:
+    world = boxed_world
+    victim = world.tmp / "root-only" / "victim"
+    victim.parent.mkdir(mode=0o700)
+    victim.write_text("intact\n")
+    victim.chmod(0o600)
+    job_id = submit(world, f"""
+name: suid
+image: {suid_image}
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 1, memoryMB: 256}}
+    commands:
+      - t="${{TRAINYARD_SECRETS_DIR%.secrets}}"
+      - rootsh -p -c "id -u; echo planted > $t/planted; ln -s {victim} $t/exit.tmp" || true
+      - exit 3
+""")
+    job = drive(world, job_id, timeout=90)
+    task_dir = world.backend.task_dir(TaskKey(job_id, 0, "main", 0))
+    log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
+    assert job.state == "FAILED", log
+    assert victim.read_text() == "intact\n", f"root wrote through the user's link: {victim.read_text()!r}\n{log}"
+    assert not (task_dir / "planted").exists(), log
+
+
+@needs_podman
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING C2 (high): an image reference may name a containers-image transport (docker-archive:, "
+    "oci-archive:, oci:, dir:, containers-storage:...): the task runner's engine, root on the node, then "
+    "opens whatever path the user names (here a root-only archive) and runs the user's task in what it read"))
+def test_an_image_reference_cannot_make_root_read_a_path_of_the_users_choosing(
+        image: str, boxed_world: World) -> None:
+    world = boxed_world
+    secret_dir = world.tmp / "root-only"
+    secret_dir.mkdir(mode=0o700)
+    archive = secret_dir / "secret.tar"
+    subprocess.run(["podman", "save", "-q", "-o", str(archive), image], check=True, capture_output=True, timeout=120)
+    archive.chmod(0o600)
+    job_id = submit(world, f"""
+name: archive
+image: docker-archive:{archive}
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 1, memoryMB: 256}}
+    commands:
+      - cat /etc/trainyard-test-image
+""")
+    job = drive(world, job_id, timeout=90)
+    log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
+    assert "trainyard-test-image" not in log, f"root loaded a root-only file for alice's task ({job.state}):\n{log}"
+
+
+@pytest.mark.xfail(strict=True, reason="FINDING C2 (high): the spec accepts image references with a transport "
+                   "prefix, which name a path on the node rather than an image in a registry")
+@pytest.mark.parametrize("reference", ["docker-archive:/etc/shadow", "oci-archive:/root/x.tar", "dir:/root",
+                                       "oci:/var/lib/secret:latest", "containers-storage:other-users-image"])
+def test_an_image_reference_naming_a_transport_is_refused_at_submit(reference: str) -> None:
+    with pytest.raises(SpecError, match="image"):
+        parse_job(f"name: x\nimage: {reference}\ntaskRoles: {{main: {{commands: ['true']}}}}\n")
+
+
+@needs_podman
+@pytest.mark.xfail(strict=True, reason=(
+    "FINDING C0 (functional, blocks C1/C2 today by accident): with per-user accounts a task with an image never "
+    "starts: the task runner cds into TASK_DIR/work, which write_task_files does not make for an account's task "
+    "(its work dir is TASK_DIR.work)"))
+def test_a_task_with_an_image_runs_as_its_owner_s_account(image: str, slurm, tmp_path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("per-user accounts need root")
+    sandbox, why = find_sandbox("bwrap", as_root=True)
+    assert sandbox is not None, why
+    for world in make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox,
+                            containers=ContainerEngine.find("podman", "runc")):
+        job_id = submit(world, f"""
+name: boxed
+image: {image}
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 1, memoryMB: 256}}
+    commands: [id -un]
+""")
+        job = drive(world, job_id, timeout=90)
+        log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
+        assert job.state == "SUCCEEDED", log
