@@ -92,35 +92,7 @@ taskRoles:
     assert not (task_dir / "planted").exists(), log
 
 
-@needs_podman
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING C2 (high): an image reference may name a containers-image transport (docker-archive:, "
-    "oci-archive:, oci:, dir:, containers-storage:...): the task runner's engine, root on the node, then "
-    "opens whatever path the user names (here a root-only archive) and runs the user's task in what it read"))
-def test_an_image_reference_cannot_make_root_read_a_path_of_the_users_choosing(
-        image: str, boxed_world: World) -> None:
-    world = boxed_world
-    secret_dir = world.tmp / "root-only"
-    secret_dir.mkdir(mode=0o700)
-    archive = secret_dir / "secret.tar"
-    subprocess.run(["podman", "save", "-q", "-o", str(archive), image], check=True, capture_output=True, timeout=120)
-    archive.chmod(0o600)
-    job_id = submit(world, f"""
-name: archive
-image: docker-archive:{archive}
-taskRoles:
-  main:
-    resourcePerInstance: {{cpu: 1, memoryMB: 256}}
-    commands:
-      - cat /etc/trainyard-test-image
-""")
-    job = drive(world, job_id, timeout=90)
-    log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
-    assert "trainyard-test-image" not in log, f"root loaded a root-only file for alice's task ({job.state}):\n{log}"
-
-
-@pytest.mark.xfail(strict=True, reason="FINDING C2 (high): the spec accepts image references with a transport "
-                   "prefix, which name a path on the node rather than an image in a registry")
+# FINDING C2 (high), fixed: an image reference with a transport prefix names a path on the node.
 @pytest.mark.parametrize("reference", ["docker-archive:/etc/shadow", "oci-archive:/root/x.tar", "dir:/root",
                                        "oci:/var/lib/secret:latest", "containers-storage:other-users-image"])
 def test_an_image_reference_naming_a_transport_is_refused_at_submit(reference: str) -> None:
