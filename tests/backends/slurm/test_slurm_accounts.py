@@ -16,6 +16,8 @@ from slurm.conftest import World, make_world
 from trainyard.backends.base import TaskKey
 from trainyard.backends.local.sandbox import find_sandbox
 from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.slurm.backend import SlurmBackend
+from trainyard.backends.slurm.commands import SlurmCommands
 
 
 @pytest.fixture
@@ -80,3 +82,23 @@ def test_a_user_without_an_account_is_refused_at_submit_with_the_fix(tmp_path) -
         check_task_account(SimpleNamespace(backend=backend), user)  # type: ignore[arg-type]
     assert "nobody-mapped-here" in str(refused.value) and "task_account_map" in str(refused.value)
     assert refused.value.status == 403
+
+
+def test_tasks_cannot_reach_munge_and_pyxis_is_refused_with_accounts(tmp_path) -> None:
+    # Through munged's socket a task could have Slurm run jobs as its account, outside the
+    # sandbox: its folder is hidden. Pyxis would run the user's image as root over the whole
+    # state dir: refused with accounts.
+    if os.geteuid() != 0:
+        pytest.skip("per-user accounts need root")
+    sandbox, why = find_sandbox("bwrap", as_root=True)
+    assert sandbox is not None, why
+    munge_dir = tmp_path / "run" / "munge"
+    munge_dir.mkdir(parents=True)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text(f"ClusterName=x\nAuthType=auth/munge\nAuthInfo=socket={munge_dir}/munge.socket.2\n")
+    backend = SlurmBackend(tmp_path / "state", commands=SlurmCommands(str(conf)), accounts=TaskAccounts(),
+                           sandbox=sandbox)
+    assert munge_dir in backend._sandbox.hidden and backend.state_dir in backend._sandbox.hidden
+    with pytest.raises(ValueError, match="slurm_pyxis cannot run the tasks of per-user accounts"):
+        SlurmBackend(tmp_path / "state2", commands=SlurmCommands(str(conf)), accounts=TaskAccounts(),
+                     sandbox=sandbox, pyxis=True)

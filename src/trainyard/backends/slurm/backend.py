@@ -95,7 +95,7 @@ from trainyard.backends.local.sandbox import (
 )
 from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.slurm import runners, submission, taskexec
-from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.backends.slurm.commands import SlurmCommands, SlurmError, munge_socket
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import (
     NodeGres,
@@ -201,13 +201,18 @@ class SlurmBackend(jobdirs.JobDirTree):
         if (accounts is None) != (sandbox is None) or (sandbox is not None and sandbox.user_namespace):
             raise ValueError("on Slurm, per-user task accounts and the sandbox go together, entered as root")
         self.accounts = accounts
-        self._sandbox = None if sandbox is None else sandbox.with_hidden(self.state_dir)
+        self.commands = commands or SlurmCommands()
+        # Hidden from tasks: the state dir, and munged's socket, through which a task could
+        # have Slurm run jobs as its account, outside the sandbox and Trainyard's scheduling.
+        self._sandbox = None if sandbox is None else sandbox.with_hidden(self.state_dir, *_munge_dir(self.commands))
+        if accounts is not None and pyxis:
+            raise ValueError("slurm_pyxis cannot run the tasks of per-user accounts: Pyxis would run the user's image"
+                             " as root, over the whole state directory; use Podman (slurm_containers) with accounts")
         if _UNSAFE_PATH.search(str(self.state_dir)):
             raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
         self.partition = partition
         self.containers = containers  # what runs the tasks of jobs with an image, inside their steps
         self.pyxis = pyxis  # or: Slurm runs those steps in their image itself (srun --container-image)
-        self.commands = commands or SlurmCommands()
         # Jobs run as the account running `yard up`; their environment starts clean from its
         # HOME and USER and the site's variables (backends/environment).
         self._site_env = site_environment(site_env or {})
@@ -836,6 +841,13 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._last_cancel[job.job_id] = now
         log.info("Slurm job %s: grace period over; cancelling it", job.job_id)
         self.commands.scancel(job.job_id)
+
+
+def _munge_dir(commands: SlurmCommands) -> list[Path]:
+    """The folder of munged's socket, to hide from tasks; none where it is a folder that
+    tasks need (``/run`` itself) or does not exist here."""
+    folder = Path(os.path.realpath(Path(munge_socket(commands.slurm_conf)).parent))
+    return [folder] if len(folder.parts) > 2 and folder.is_dir() else []
 
 
 def _install(path: Path, text: str) -> Path:

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 COMMAND_TIMEOUT_SECONDS = 30.0
 # What Slurm's commands inherit from the server's environment: how to find programs,
@@ -28,6 +29,8 @@ INHERITED_PREFIXES = ("LC_",)
 # scontrol's one-line records: ``Key=value`` pairs separated by single spaces. Values
 # hold no spaces except in a few free-text fields (Reason, Comment, Command); a space
 # counts as a separator only when a ``Key=`` follows it.
+MUNGE_DEFAULT_SOCKET = "/run/munge/munge.socket.2"
+_AUTH_SOCKET = re.compile(r"^\s*AuthInfo\s*=\s*(?:\S*,)?socket=([^,\s]+)", re.IGNORECASE | re.MULTILINE)
 _FIELD_START = re.compile(r" (?=[A-Za-z][A-Za-z0-9_:/]*=)")
 
 
@@ -124,3 +127,14 @@ def command_environment(environ: Mapping[str, str]) -> dict[str, str]:
     }
     env.setdefault("PATH", os.defpath)
     return env
+
+
+def munge_socket(slurm_conf: str | None) -> str:
+    """The munge socket ``slurm.conf`` names (``AuthInfo=socket=...``), else munge's default:
+    whoever can reach it can ask Slurm for jobs as their own account."""
+    try:
+        text = Path(slurm_conf or "/etc/slurm/slurm.conf").read_text()
+    except OSError:
+        return MUNGE_DEFAULT_SOCKET
+    match = _AUTH_SOCKET.search(text)
+    return match.group(1) if match else MUNGE_DEFAULT_SOCKET

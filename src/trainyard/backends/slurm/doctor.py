@@ -39,7 +39,7 @@ from typing import Any
 
 from trainyard.backends.doctor import Account, Check, Status, fail, merged, ok, skip, warn
 from trainyard.backends.slurm.backend import PORT_RANGE
-from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.backends.slurm.commands import SlurmCommands, SlurmError, munge_socket
 from trainyard.backends.slurm.nodes import gpus_of, in_partition, is_schedulable
 
 NODE_PYTHON = "/usr/bin/python3"
@@ -49,8 +49,6 @@ START_SECONDS = 30
 PROBE_SECONDS = 20
 CLOCK_SKEW_SECONDS = 30.0
 SLURMD_TIMEOUT_SECONDS = 60
-MUNGE_DEFAULT_SOCKET = "/run/munge/munge.socket.2"
-_AUTH_SOCKET = re.compile(r"^\s*AuthInfo\s*=\s*(?:\S*,)?socket=([^,\s]+)", re.IGNORECASE | re.MULTILINE)
 _RESUME = "`scontrol update nodename={node} state=resume`"
 
 
@@ -105,16 +103,6 @@ def check_slurm(
                               "run yard doctor as the account that runs yard up (root), on the server's machine")]
     checks += node_checks(probes, {r["NodeName"]: r for r in usable}, accounts, state_dir)
     return checks
-
-
-def munge_socket(slurm_conf: str | None) -> str:
-    """The munge socket ``slurm.conf`` names (``AuthInfo=socket=...``), else munge's default."""
-    try:
-        text = Path(slurm_conf or "/etc/slurm/slurm.conf").read_text()
-    except OSError:
-        return MUNGE_DEFAULT_SOCKET
-    match = _AUTH_SOCKET.search(text)
-    return match.group(1) if match else MUNGE_DEFAULT_SOCKET
 
 
 def check_munge(sock: str) -> Check:
