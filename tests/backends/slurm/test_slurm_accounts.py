@@ -102,3 +102,39 @@ def test_tasks_cannot_reach_munge_and_pyxis_is_refused_with_accounts(tmp_path) -
     with pytest.raises(ValueError, match="slurm_pyxis cannot run the tasks of per-user accounts"):
         SlurmBackend(tmp_path / "state2", commands=SlurmCommands(str(conf)), accounts=TaskAccounts(),
                      sandbox=sandbox, pyxis=True)
+
+
+def _free_id(taken) -> int:
+    return next(i for i in range(64000, 65000) if i not in taken)
+
+
+def test_a_node_makes_the_account_trainyard_made_with_the_servers_ids_and_faults_on_a_site_account_it_lacks() -> None:
+    # task-start.py on each node (root): what the server made there with useradd, a node
+    # makes with the same uid and gid; anything else missing or numbered otherwise is the
+    # node's fault (retried elsewhere), not the task's.
+    if os.geteuid() != 0:
+        pytest.skip("making accounts needs root")
+    import grp
+    import subprocess
+
+    from trainyard.backends.local.taskaccounts import ACCOUNT_MARKER, NO_HOME
+    from trainyard.backends.slurm import taskstart
+
+    name = "ty-zz-node-made"
+    uid = _free_id({e.pw_uid for e in pwd.getpwall()})
+    gid = _free_id({g.gr_gid for g in grp.getgrall()})
+    made = {"name": name, "uid": uid, "gid": gid, "made": True, "marker": ACCOUNT_MARKER, "home": NO_HOME}
+    try:
+        taskstart.ensure_account(made)
+        entry = pwd.getpwnam(name)
+        assert (entry.pw_uid, entry.pw_gid, entry.pw_gecos) == (uid, gid, ACCOUNT_MARKER)
+        taskstart.ensure_account(made)  # there already, with the same ids: nothing to do
+        with pytest.raises(taskstart.NodeFault, match=f"is uid {uid} gid {gid} on node .*, but {uid + 1} {gid}"):
+            taskstart.ensure_account({**made, "uid": uid + 1})
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+        subprocess.run(["groupdel", name], capture_output=True, check=False)
+    with pytest.raises(taskstart.NodeFault, match="no OS account 'ty-zz-site-only' on node .* useradd --uid"):
+        taskstart.ensure_account({**made, "name": "ty-zz-site-only", "made": False})
+    with pytest.raises(KeyError):
+        pwd.getpwnam("ty-zz-site-only")

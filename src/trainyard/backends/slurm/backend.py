@@ -40,6 +40,7 @@ import importlib.resources
 import json
 import logging
 import os
+import pwd
 import random
 import re
 import signal
@@ -93,7 +94,7 @@ from trainyard.backends.local.sandbox import (
     mount_fds,
     sandbox_argv,
 )
-from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
+from trainyard.backends.local.taskaccounts import ACCOUNT_MARKER, NO_HOME, TaskAccounts
 from trainyard.backends.slurm import runners, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError, munge_socket
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
@@ -701,7 +702,11 @@ class SlurmBackend(jobdirs.JobDirTree):
             work_dir=account.work, shm_dir=shm, stop_file=task_dir / "relay.stop", spec_file=spec_file,
             bound=bound, writable=(job_dir,), mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
             identity=identity, starter=self._starter)
-        plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV)}
+        plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV),
+                # task-start.py checks (or, for an account Trainyard made, makes) it on the node.
+                "account": {"name": account.user.name, "uid": account.user.uid, "gid": account.user.gid,
+                            "made": _made_by_trainyard(account.user.name), "marker": ACCOUNT_MARKER,
+                            "home": NO_HOME}}
         submission.write_private(task_dir / "sandbox.json", json.dumps(plan).encode())
         join = enter_argv(self._starter, spec_file, str(account.work), ["true"], bwrap=None, identity=identity,
                           block_userns=self._sandbox.userns_filter is not None)
@@ -841,6 +846,15 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._last_cancel[job.job_id] = now
         log.info("Slurm job %s: grace period over; cancelling it", job.job_id)
         self.commands.scancel(job.job_id)
+
+
+def _made_by_trainyard(account: str) -> bool:
+    """Whether Trainyard made the OS account (its GECOS marker), so that a node without it
+    may make it with the same ids; a site's account must be there already."""
+    try:
+        return pwd.getpwnam(account).pw_gecos == ACCOUNT_MARKER
+    except KeyError:
+        return False
 
 
 def _munge_dir(commands: SlurmCommands) -> list[Path]:

@@ -15,14 +15,24 @@ to open for its ``--bind-fd`` and the fixed environment it runs with. Here, on t
 3. the command line is exec'd in this process (the runner's task: its process group, its
    status), with ``launch_env``: nothing of the job's reaches what runs as root.
 
+Before all that, the task's account (``plan["account"]``) must be on this node with the
+uid and gid the server gave the task: an account Trainyard made (its GECOS marker) is made
+here too, with those ids (``groupadd``/``useradd``: the same uid on every node, without a
+directory service); a site's account that is missing or numbered otherwise is the node's
+fault, not the task's: ``TASK_DIR/fault`` says so, and the attempt is retried elsewhere.
+
 Stdlib only, with ``sandboxjoin.py`` beside it (both fixed text the backend installs).
 """
 
 from __future__ import annotations
 
+import grp
 import importlib
 import json
 import os
+import pwd
+import socket
+import subprocess
 import sys
 
 # What the step adds to the task's env file: Slurm's own variables (SLURM_*, and PMI_*/PMIX_*
@@ -52,6 +62,51 @@ def write_root_only(path: str, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+class NodeFault(Exception):
+    """This node cannot run the task (not the task's doing): a platform fault."""
+
+
+def ensure_account(account: dict[str, object]) -> None:
+    """The task's account is on this node with the server's ids; made here when Trainyard
+    made it (``made``); NodeFault otherwise."""
+    name, uid, gid = str(account["name"]), int(str(account["uid"])), int(str(account["gid"]))
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        entry = None
+    if entry is None and account.get("made"):
+        entry = _make_account(name, uid, gid, str(account["marker"]), str(account["home"]))
+    if entry is None:
+        raise NodeFault(f"no OS account {name!r} on node {node} (the server runs this user's tasks as uid {uid}):"
+                        f" the site's accounts must exist on every node with the same uid (LDAP/sssd, or"
+                        f" useradd --uid {uid})")
+    if (entry.pw_uid, entry.pw_gid) != (uid, gid):
+        raise NodeFault(f"the OS account {name!r} is uid {entry.pw_uid} gid {entry.pw_gid} on node {node}, but"
+                        f" {uid} {gid} on the server: an account must have the same ids on every node")
+
+
+def _make_account(name: str, uid: int, gid: int, marker: str, home: str) -> pwd.struct_passwd | None:
+    try:
+        grp.getgrgid(gid)
+    except KeyError:
+        _run(["groupadd", "--system", "--gid", str(gid), name])
+    shell = "/usr/sbin/nologin" if os.path.exists("/usr/sbin/nologin") else "/bin/false"
+    _run(["useradd", "--system", "--uid", str(uid), "--gid", str(gid), "--no-create-home", "--home-dir", home,
+          "--shell", shell, "--comment", marker, name])
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def _run(argv: list[str]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise NodeFault(f"{' '.join(argv[:1])} for the task's account failed on this node:"
+                        f" {done.stderr.strip() or done.returncode}")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print("usage: task-start.py TASK_DIR", file=sys.stderr)
@@ -60,6 +115,8 @@ def main(argv: list[str]) -> int:
     try:
         with open(os.path.join(task_dir, "sandbox.json"), encoding="utf-8") as f:
             plan = json.load(f)
+        if "account" in plan:
+            ensure_account(plan["account"])
         env = task_env(os.path.join(task_dir, "env"), dict(os.environ))
         write_root_only(os.path.join(task_dir, "spec.json"), json.dumps({"env": env}).encode())
         # sandboxjoin.py lies beside this file on the nodes (``-I`` puts no folder on the path).
@@ -67,6 +124,10 @@ def main(argv: list[str]) -> int:
         importlib.import_module("sandboxjoin").open_mount_fds(plan["mount_fds"])
         argv = [str(a) for a in plan["argv"]]
         os.execve(argv[0], argv, {str(k): str(v) for k, v in plan["launch_env"].items()})
+    except NodeFault as fault:
+        print(f"trainyard: {fault}; the task was not started", file=sys.stderr)
+        write_root_only(os.path.join(task_dir, "fault"), f"{fault}; the task was not started\n".encode())
+        return 0
     except (OSError, KeyError, ValueError) as exc:
         print(f"trainyard: cannot start the task in its sandbox: {exc}", file=sys.stderr)
         return 126
