@@ -107,6 +107,7 @@ from trainyard.backends.slurm.nodes import (
 )
 from trainyard.backends.taskpython import install_runtime
 from trainyard.core.metrics import NodeSample, Sampled, TaskSample
+from trainyard.core.names import USER_NAME
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -688,13 +689,18 @@ class SlurmBackend(jobdirs.JobDirTree):
         shm = taskuser.make_owned_dir(attempt / ".shm", account.user)
         mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
         bound = [account.secrets, account.script, account.suspend_dir, self.task_python]
+        writable = [job_dir]
         if self.environments_root.is_dir():
             bound.append(self.environments_root)
+            if USER_NAME.fullmatch(task.user):
+                # Where the owner's environments are built (``yard env create`` runs as their
+                # job): theirs to write, everyone's to read, as on the local backend.
+                writable.append(taskuser.make_readable_owned_dir(self.environments_root / task.user, account.user))
         spec_file = task_dir / "spec.json"
         argv = sandbox_argv(
             self._sandbox, ["/bin/bash", "--noprofile", "--norc", str(account.script)], hidden=(),
             work_dir=account.work, shm_dir=shm, stop_file=task_dir / "relay.stop", spec_file=spec_file,
-            bound=bound, writable=(job_dir,), mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
+            bound=bound, writable=writable, mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
             identity=identity, starter=self._starter)
         plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV)}
         submission.write_private(task_dir / "sandbox.json", json.dumps(plan).encode())
