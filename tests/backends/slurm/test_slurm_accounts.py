@@ -69,3 +69,15 @@ def test_a_user_without_an_account_is_refused_at_submit_with_the_fix(tmp_path) -
         check_task_account(SimpleNamespace(backend=backend), user)  # type: ignore[arg-type]
     assert "nobody-mapped-here" in str(refused.value) and "task_account_map" in str(refused.value)
     assert refused.value.status == 403
+
+
+def test_pyxis_is_refused_with_per_user_accounts(tmp_path) -> None:
+    """Pyxis runs a step in its image as the Slurm job's user, which is root here: never that."""
+    if os.geteuid() != 0:
+        pytest.skip("per-user accounts need root")
+    from trainyard.backends.slurm.backend import SlurmBackend
+
+    sandbox, why = find_sandbox("bwrap", as_root=True)
+    assert sandbox is not None, why
+    with pytest.raises(ValueError, match="slurm_pyxis cannot run tasks as their owners' accounts"):
+        SlurmBackend(tmp_path / "slurm", accounts=TaskAccounts(), sandbox=sandbox, pyxis=True)

@@ -176,6 +176,12 @@ def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why
     )
 
 
+def job_name_prefix(state_dir: Path) -> str:
+    """What the name of every Slurm job of the backend on ``state_dir`` starts with: Slurm job
+    names are ours alone, one prefix per state directory (i.e. per store)."""
+    return "trainyard-" + hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:8]
+
+
 class SlurmBackend(jobdirs.JobDirTree):
     """Runs each job attempt as one Slurm job pinned to Trainyard's placement."""
 
@@ -201,6 +207,12 @@ class SlurmBackend(jobdirs.JobDirTree):
         # sandbox entered as root on its node, which drops to the account (``_sandbox_plan``).
         if (accounts is None) != (sandbox is None) or (sandbox is not None and sandbox.user_namespace):
             raise ValueError("on Slurm, per-user task accounts and the sandbox go together, entered as root")
+        if pyxis and accounts is not None:
+            # Pyxis runs the step in its image as the job's Slurm user, root here: the task
+            # would run as root, with the whole state directory mounted.
+            raise ValueError("slurm_pyxis cannot run tasks as their owners' accounts (Pyxis runs the step as the "
+                             "account that submits it, root); use container_engine (podman on the nodes) instead, "
+                             "or task_accounts=server")
         self.accounts = accounts
         self._sandbox = None if sandbox is None else sandbox.with_hidden(self.state_dir)
         if _UNSAFE_PATH.search(str(self.state_dir)):
@@ -241,8 +253,7 @@ class SlurmBackend(jobdirs.JobDirTree):
                                    .read_text())
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
         self.task_python = install_runtime(self.state_dir / "pythonpath")
-        # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
-        self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+        self.name_prefix = job_name_prefix(self.state_dir)
         self._lock = threading.Lock()
         self._last_cancel: dict[str, float] = {}
         self._stuck_since: dict[str, float] = {}  # Slurm job id -> when first seen unable to start
