@@ -197,7 +197,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
                                                                 settings.container_runtime),
                                 pyxis=settings.slurm_pyxis,
                                 environments_root=settings.environments_root)
-        except (SlurmError, ValueError) as exc:
+        except (SlurmError, ValueError) as exc:  # Slurm's answer, or settings that cannot go together
             raise StartupError(str(exc)) from exc
     isolation = task_isolation(settings, cluster)
     # Said once, at start-up: what a job can and cannot reach on this install.

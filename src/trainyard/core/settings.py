@@ -173,7 +173,8 @@ class Settings(BaseSettings):
     slurm_pyxis: bool = Field(
         default=False,
         description="Slurm backend: the cluster has NVIDIA's Pyxis plugin; tasks with an image run with "
-        "`srun --container-image` instead of an engine started inside the job step",
+        "`srun --container-image` instead of an engine started inside the job step (not with per-user "
+        "task accounts: Pyxis runs the step as the submitter, root)",
     )
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"

@@ -10,6 +10,8 @@ next test finds the whole cluster free.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ import pytest
 from e2e.server import Server
 
 from slurm.cluster import cancel_all, slurm_yard_up
+from trainyard.backends.local.sandbox import find_sandbox
+from trainyard.backends.local.taskaccounts import TaskAccounts
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.controller.loop import Controller
@@ -99,6 +103,25 @@ class World:
 def world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
     """A store, the Slurm backend and a controller driven cycle by cycle (no thread)."""
     yield from make_world(slurm, tmp_path)
+
+
+@pytest.fixture
+def accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+    """``world`` with per-user accounts and the sandbox, as ``yard up`` runs as root."""
+    if os.geteuid() != 0:
+        pytest.skip("per-user accounts need root")
+    sandbox, why = find_sandbox("bwrap", as_root=True)
+    assert sandbox is not None, why
+    yield from make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox)
+
+
+@pytest.fixture
+def outside_tmp() -> Iterator[Path]:
+    """A folder (root's, 0755) that sandboxed tasks see: not under /tmp, the sandbox's own."""
+    folder = Path(tempfile.mkdtemp(prefix="slurm-test-", dir="/var/lib"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def make_world(slurm: SlurmCommands, tmp_path: Path, **backend_options: Any) -> Iterator[World]:

@@ -7,26 +7,15 @@ from __future__ import annotations
 import os
 import pwd
 import stat
-from collections.abc import Iterator
 
 import pytest
 
 from slurm.cluster import drive, submit
-from slurm.conftest import World, make_world
 from trainyard.backends.base import TaskKey
 from trainyard.backends.local.sandbox import find_sandbox
 from trainyard.backends.local.taskaccounts import TaskAccounts
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands
-
-
-@pytest.fixture
-def accounts_world(slurm, tmp_path) -> Iterator[World]:
-    if os.geteuid() != 0:
-        pytest.skip("per-user accounts need root")
-    sandbox, why = find_sandbox("bwrap", as_root=True)
-    assert sandbox is not None, why
-    yield from make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox)
 
 
 def test_a_task_runs_as_its_owner_s_account_in_the_sandbox_with_its_secret_as_a_file(accounts_world) -> None:
@@ -99,7 +88,7 @@ def test_tasks_cannot_reach_munge_and_pyxis_is_refused_with_accounts(tmp_path) -
     backend = SlurmBackend(tmp_path / "state", commands=SlurmCommands(str(conf)), accounts=TaskAccounts(),
                            sandbox=sandbox)
     assert munge_dir in backend._sandbox.hidden and backend.state_dir in backend._sandbox.hidden
-    with pytest.raises(ValueError, match="slurm_pyxis cannot run the tasks of per-user accounts"):
+    with pytest.raises(ValueError, match="slurm_pyxis cannot run tasks as their owners' accounts"):
         SlurmBackend(tmp_path / "state2", commands=SlurmCommands(str(conf)), accounts=TaskAccounts(),
                      sandbox=sandbox, pyxis=True)
 

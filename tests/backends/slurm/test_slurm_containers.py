@@ -4,6 +4,8 @@ task runner inside its job step (the dev cluster has no GPUs with CDI specs: CPU
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +22,8 @@ from slurm.cluster import drive, submit
 from slurm.conftest import World, make_world
 from trainyard.backends.base import Mount, TaskKey, TaskLaunch
 from trainyard.backends.containers import ContainerEngine
+from trainyard.backends.local.sandbox import find_sandbox
+from trainyard.backends.local.taskaccounts import TaskAccounts
 from trainyard.backends.slurm import submission
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.core.clock import SystemClock
@@ -61,6 +65,57 @@ taskRoles:
     assert f"node={task.node} rank=0 job_dir={job_dir}" in log
     assert (job_dir / "kept.txt").read_text() == "kept\n"
     assert pulls == [f"task main/0: {image} already on node {task.node}"]
+
+
+@pytest.fixture
+def podman_accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+    """``podman_world`` with per-user accounts, as ``yard up`` runs as root."""
+    if os.geteuid() != 0:
+        pytest.skip("per-user accounts need root")
+    sandbox, why = find_sandbox("bwrap", as_root=True)
+    assert sandbox is not None, why
+    yield from make_world(slurm, tmp_path, containers=ContainerEngine.find("podman", "runc"),
+                          accounts=TaskAccounts(), sandbox=sandbox)
+
+
+def test_with_accounts_a_container_runs_as_its_owner_s_account_and_sees_only_its_own_folders(
+        podman_accounts_world, image) -> None:
+    """Root's engine, ``--user`` the account's (as on the local backend): its secret is a file
+    it reads, its job directory its own; the state directory's runners and the task's
+    root-only directory are not there; ``yard exec`` in it runs as the account too."""
+    world = podman_accounts_world
+    state = world.backend.state_dir
+    job_id = submit(world, f"""
+name: boxed
+image: {image}
+secrets: {{token: s3cret}}
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 1, memoryMB: 256}}
+    commands:
+      - echo "$(id -un 2>/dev/null || id -u) pwd=$PWD"
+      - cat "$TRAINYARD_SECRETS_DIR/token"; echo
+      - echo kept > "$TRAINYARD_JOB_DIR/kept.txt"
+      - "ls {state}/bin {state}/jobs/*/0/main-0-0 2>&1 | sed 's/.*: //'"
+      - echo started
+      - exec sleep 600
+""")
+    key = TaskKey(job_id, 0, "main", 0)
+    drive(world, job_id, states=("RUNNING",))
+    wait_until(lambda: "started" in world.backend.read_log(key).data.decode(), timeout=60, what="the task to start")
+    uid = pwd.getpwnam("ty-alice").pw_uid
+    task_dir = world.backend.task_dir(key)
+    with world.db.session() as s:
+        node = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).one().node
+    plan = world.backend.exec_plan(key, node, ["id", "-u"], tty=False)
+    done = subprocess.run(plan.argv, env=plan.env, cwd=plan.cwd, capture_output=True, text=True, timeout=scaled(60),
+                          stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout) == (0, f"{uid}\n"), done.stderr
+    log = world.backend.read_log(key).data.decode().splitlines()
+    assert log[:5] == [f"{uid} pwd={task_dir.with_name('main-0-0.work')}", "s3cret",
+                       "No such file or directory", "No such file or directory", "started"], log
+    kept = world.backend.job_dir(job_id) / "kept.txt"
+    assert (kept.read_text(), kept.stat().st_uid) == ("kept\n", uid)
 
 
 MEMORY_JOB = """

@@ -1,8 +1,13 @@
 """Environments on the Slurm backend: built by a Slurm job into the shared state directory
-(``<state dir>/environments/<owner>/<name>``), then a job's step runs with its python."""
+(``<state dir>/environments/<owner>/<name>``), then a job's step runs with its python; with
+per-user accounts too, where the build runs as the owner's account in its sandbox and the
+owner's folder of environments is the one place there it may write beside its job's."""
 
 from __future__ import annotations
 
+import os
+
+import pytest
 from api.wheels import local_requirements, tiny_wheel
 
 from slurm.cluster import drive, submit
@@ -12,9 +17,14 @@ from trainyard.services import environments
 from trainyard.store.rows import EnvironmentRow
 
 
-def test_an_environment_built_by_a_slurm_job_runs_a_slurm_jobs_python(world) -> None:
-    tiny_wheel(world.tmp / "wheels", "tinypkg", 'GREETING = "hello from tinypkg"\n')
-    wanted = environments.CustomEnvironment("tiny", local_requirements(world.tmp / "wheels", "tinypkg"))
+@pytest.mark.parametrize("kind", ["world", "accounts_world"])
+def test_an_environment_built_by_a_slurm_job_runs_a_slurm_jobs_python(kind: str,
+                                                                      request: pytest.FixtureRequest) -> None:
+    world = request.getfixturevalue(kind)
+    # Where the build's pip finds the wheel: in the sandbox /tmp is the task's own.
+    wheels = world.tmp / "wheels" if kind == "world" else request.getfixturevalue("outside_tmp") / "wheels"
+    tiny_wheel(wheels, "tinypkg", 'GREETING = "hello from tinypkg"\n')
+    wanted = environments.CustomEnvironment("tiny", local_requirements(wheels, "tinypkg"))
     with world.db.session() as s:
         env = environments.create_custom(s, s.merge(world.user), wanted, root=world.backend.environments_root,
                                          clock=SystemClock())
@@ -38,3 +48,6 @@ taskRoles:
     assert drive(world, job_id, timeout=60).state == "SUCCEEDED"
     log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
     assert "hello from tinypkg" in log and f"python={prefix}/bin/python venv={prefix}" in log, log
+    if kind == "accounts_world":  # built as alice's account: hers to write, everyone's to read
+        owner = os.stat(world.backend.environments_root / "alice")
+        assert (owner.st_uid, owner.st_mode & 0o777) == (os.stat(prefix).st_uid, 0o755) != (0, 0o755)

@@ -51,6 +51,17 @@ def test_yard_exec_and_a_terminal_run_in_the_tasks_slurm_job(slurm_server: Serve
     assert (split.returncode, split.stdout, split.stderr) == (6, "piped in\n", "err\n")
     refused = yard("exec", str(job), "--", "true", token=bob)
     assert refused.returncode != 0 and f"no job {job}" in refused.stderr
+    if "each Trainyard user's tasks run as their own OS account" in server.log():  # yard up as root
+        # In the task's sandbox, as its account: its processes only, the server's files hidden.
+        (state_dir,) = (server.home / "slurm").iterdir()
+        assert any((state_dir / "jobs").iterdir())
+        probe = (f"id -un; ls /proc | grep -c '^[0-9]'; cat {server.home / 'client.json'} 2>&1 | sed 's/.*: //';"
+                 f" ls -A {state_dir / 'jobs'} 2> /dev/null | wc -l")
+        inside = yard("exec", str(job), "--", "sh", "-c", probe)
+        assert inside.returncode == 0, inside.stderr
+        name, processes, client_file, jobs = inside.stdout.split("\n", 3)
+        assert (name, client_file, jobs) == ("ty-admin", "No such file or directory", "0\n"), inside.stdout
+        assert int(processes) < 10, inside.stdout  # bwrap's init, the task's, and this command's
 
     # A terminal: srun --pty, resized, and its shell's exit status.
     token = admin._http.headers["Authorization"]
@@ -66,6 +77,7 @@ def test_yard_exec_and_a_terminal_run_in_the_tasks_slurm_job(slurm_server: Serve
     assert json.loads(frames[-1]) == {"exit": 4}
 
     events = [e.message for e in Client(server.url, token.split()[1]).job(job).events if e.kind == "exec"]
+    events = [e for e in events if "id -un" not in e]
     assert events == [f"admin ran `sh -c {SAYS!r}` in task main/0",
                       "admin ran `sh -c 'cat; echo err >&2; exit 6'` in task main/0",
                       "admin ran `bash --norc -i` in task main/0 (with a terminal)"]

@@ -1,8 +1,11 @@
 """Storages on the Slurm backend: the task, a bare process on a compute node that has the
 same paths, finds each storage at $TRAINYARD_STORAGE_<NAME>; a home storage is made on
-first use; its log says what a bare process cannot honour (read-only, mountPath)."""
+first use; its log says what a bare process cannot honour (read-only, mountPath). With
+per-user accounts the sandbox honours both."""
 
 from __future__ import annotations
+
+import pwd
 
 from e2e.server import wait_until
 
@@ -50,3 +53,39 @@ taskRoles:
     assert (data / "out.txt").read_text().startswith("from ")
     assert (homes / "alice" / "f").read_text() == "mine\n"
     assert (homes / "alice").stat().st_mode & 0o777 == 0o700
+
+
+def test_with_accounts_storages_are_at_their_mountpath_and_a_read_only_one_refuses_writes(accounts_world) -> None:
+    """In the sandbox, as the owner's account: each storage at its mountPath; one granted
+    read-only, or made read-only by the job, refuses a write (EROFS); a read-write one takes it."""
+    world = accounts_world
+    data, refs, notes = world.tmp / "data", world.tmp / "refs", world.tmp / "notes"
+    for path in (data, refs, notes):
+        path.mkdir()
+        path.chmod(0o777)  # the account's to write, were it not read-only
+    (refs / "input.txt").write_text("input\n")
+    with world.db.session() as s:
+        for name, path in (("data", data), ("refs", refs), ("notes", notes)):
+            storage_service.create_storage(s, name, str(path), read_only=False, kind="local", description="",
+                                           clock=SystemClock())
+            storage_service.grant_storage(s, name, "alice", read_only=name == "refs")
+    job_id = submit(world, """
+name: storages
+storages: [{name: data, mountPath: /mnt/data}, {name: refs, mountPath: /mnt/refs},
+           {name: notes, mountPath: /mnt/notes, readOnly: true}]
+taskRoles:
+  main:
+    commands:
+      - echo "$(id -un) data=$TRAINYARD_STORAGE_DATA refs=$TRAINYARD_STORAGE_REFS"
+      - cat /mnt/refs/input.txt
+      - echo "from $SLURMD_NODENAME" > /mnt/data/out.txt
+      - "for d in refs notes; do touch /mnt/$d/mine 2>&1 | sed 's/.*: //'; done"
+""")
+    job = drive(world, job_id)
+    log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode().splitlines()
+    assert job.state == "SUCCEEDED", log
+    assert log == ["ty-alice data=/mnt/data refs=/mnt/refs", "input", "Read-only file system",
+                   "Read-only file system"]
+    assert (data / "out.txt").read_text().startswith("from ")
+    assert (data / "out.txt").stat().st_uid == pwd.getpwnam("ty-alice").pw_uid
+    assert not (refs / "mine").exists() and not (notes / "mine").exists()

@@ -5,7 +5,10 @@ saved state), and ``trainyard.runtime`` on the task's PYTHONPATH on the compute 
 from __future__ import annotations
 
 import json
+import pwd
+import stat
 
+import pytest
 from e2e.server import wait_until
 from sqlalchemy import select
 
@@ -55,7 +58,12 @@ def log_of(world, key: TaskKey) -> str:
                    if not line.startswith("slurmstepd"))
 
 
-def test_a_suspended_job_saves_exits_85_waits_suspended_and_resumes_where_it_stopped(world) -> None:
+@pytest.mark.parametrize("kind", ["world", "accounts_world"])
+def test_a_suspended_job_saves_exits_85_waits_suspended_and_resumes_where_it_stopped(
+        kind: str, request: pytest.FixtureRequest) -> None:
+    """Also as the owner's account in its sandbox: the request is its file (0400) in the
+    folder its env names, and the state it saves is in its job directory, as it is locally."""
+    world = request.getfixturevalue(kind)
     assert isinstance(world.backend, Suspender)
     job_id = submit(world, TRAINING)
     first, second = TaskKey(job_id, 0, "main", 0), TaskKey(job_id, 1, "main", 0)
@@ -74,8 +82,16 @@ def test_a_suspended_job_saves_exits_85_waits_suspended_and_resumes_where_it_sto
     stopped_at = int(before[1].split()[2])
     assert 0 < stopped_at < STEPS and before[1].endswith("asked: suspended for job 99"), before
     assert after == [f"attempt 1 resumed True from {stopped_at} {copy}", f"total {sum(i * i for i in range(STEPS))}"]
-    request = json.loads((world.backend.task_dir(first) / "suspend.json").read_text())
-    assert (request["reason"], request["signal"]) == ("suspended for job 99", "SIGUSR1")
+    task_dir = world.backend.task_dir(first)
+    if kind == "world":
+        asked = task_dir / "suspend.json"
+    else:
+        asked = task_dir.with_name(f"{task_dir.name}.suspend") / "suspend.json"
+        owner = pwd.getpwnam("ty-alice")
+        assert (asked.stat().st_uid, stat.S_IMODE(asked.stat().st_mode)) == (owner.pw_uid, 0o400)
+        assert not (task_dir / "suspend.json").exists()
+    said = json.loads(asked.read_text())
+    assert (said["reason"], said["signal"]) == ("suspended for job 99", "SIGUSR1")
     with world.db.session() as s:
         attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)).all()
         assert [a.state for a in attempts] == ["SUSPENDED", "SUCCEEDED"]

@@ -108,6 +108,7 @@ from trainyard.backends.slurm.nodes import (
 )
 from trainyard.backends.taskpython import install_runtime
 from trainyard.core.metrics import NodeSample, Sampled, TaskSample
+from trainyard.core.names import USER_NAME
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -176,6 +177,12 @@ def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why
     )
 
 
+def job_name_prefix(state_dir: Path) -> str:
+    """What the name of every Slurm job of the backend on ``state_dir`` starts with: Slurm job
+    names are ours alone, one prefix per state directory (i.e. per store)."""
+    return "trainyard-" + hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:8]
+
+
 class SlurmBackend(jobdirs.JobDirTree):
     """Runs each job attempt as one Slurm job pinned to Trainyard's placement."""
 
@@ -201,14 +208,17 @@ class SlurmBackend(jobdirs.JobDirTree):
         # sandbox entered as root on its node, which drops to the account (``_sandbox_plan``).
         if (accounts is None) != (sandbox is None) or (sandbox is not None and sandbox.user_namespace):
             raise ValueError("on Slurm, per-user task accounts and the sandbox go together, entered as root")
+        if pyxis and accounts is not None:
+            # Pyxis runs the step in its image as the job's Slurm user, root here: the task
+            # would run as root, with the whole state directory mounted.
+            raise ValueError("slurm_pyxis cannot run tasks as their owners' accounts (Pyxis runs the step as the "
+                             "account that submits it, root); use container_engine (podman on the nodes) instead, "
+                             "or task_accounts=server")
         self.accounts = accounts
         self.commands = commands or SlurmCommands()
         # Hidden from tasks: the state dir, and munged's socket, through which a task could
         # have Slurm run jobs as its account, outside the sandbox and Trainyard's scheduling.
         self._sandbox = None if sandbox is None else sandbox.with_hidden(self.state_dir, *_munge_dir(self.commands))
-        if accounts is not None and pyxis:
-            raise ValueError("slurm_pyxis cannot run the tasks of per-user accounts: Pyxis would run the user's image"
-                             " as root, over the whole state directory; use Podman (slurm_containers) with accounts")
         if _UNSAFE_PATH.search(str(self.state_dir)):
             raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
         self.partition = partition
@@ -246,8 +256,7 @@ class SlurmBackend(jobdirs.JobDirTree):
                                    .read_text())
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
         self.task_python = install_runtime(self.state_dir / "pythonpath")
-        # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
-        self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+        self.name_prefix = job_name_prefix(self.state_dir)
         self._lock = threading.Lock()
         self._last_cancel: dict[str, float] = {}
         self._stuck_since: dict[str, float] = {}  # Slurm job id -> when first seen unable to start
@@ -694,13 +703,18 @@ class SlurmBackend(jobdirs.JobDirTree):
         shm = taskuser.make_owned_dir(attempt / ".shm", account.user)
         mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
         bound = [account.secrets, account.script, account.suspend_dir, self.task_python]
+        writable = [job_dir]
         if self.environments_root.is_dir():
             bound.append(self.environments_root)
+            if USER_NAME.fullmatch(task.user):
+                # Where the owner's environments are built (``yard env create`` runs as their
+                # job): theirs to write, everyone's to read, as on the local backend.
+                writable.append(taskuser.make_readable_owned_dir(self.environments_root / task.user, account.user))
         spec_file = task_dir / "spec.json"
         argv = sandbox_argv(
             self._sandbox, ["/bin/bash", "--noprofile", "--norc", str(account.script)], hidden=(),
             work_dir=account.work, shm_dir=shm, stop_file=task_dir / "relay.stop", spec_file=spec_file,
-            bound=bound, writable=(job_dir,), mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
+            bound=bound, writable=writable, mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
             identity=identity, starter=self._starter)
         plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV),
                 # task-start.py checks (or, for an account Trainyard made, makes) it on the node.

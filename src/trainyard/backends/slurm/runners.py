@@ -60,9 +60,11 @@ dir="$1"
 # own messages there: through slurmstepd's pipe, its last lines could reach the file after
 # the exit file had said that the task ended, and a reader of the log would miss them.
 exec >> "$dir/output.log" 2>&1
-# A sandboxed task (TASK_DIR/sandbox.json) has its work dir beside TASK_DIR, its account's;
-# bwrap changes into it. This shell, root, stays in the task's directory.
-if [ -e "$dir/sandbox.json" ]; then cd "$dir" || exit 1; else cd "$dir/work" || exit 1; fi
+# A bare task runs in TASK_DIR/work. A sandboxed one (TASK_DIR/sandbox.json) has its work dir
+# beside TASK_DIR, its account's, and bwrap changes into it; a container's is its --workdir
+# (as the account: beside TASK_DIR too). This shell, root, then stays in the task's directory.
+if [ -e "$dir/sandbox.json" ] || [ -e "$dir/container.argv" ]; then cd "$dir" || exit 1
+else cd "$dir/work" || exit 1; fi
 mapfile -d '' -t assignments < "$dir/env" || exit 1
 # The task's ports (TASK_DIR/ports, one a line: its own and MASTER_PORT) must be free on
 # this node before it starts: the server that chose them cannot probe the node. A port

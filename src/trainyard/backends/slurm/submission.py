@@ -238,18 +238,22 @@ def write_task_files(
         raise ContainerError(f"the task's image {task.image} needs a container engine on the compute nodes, "
                              "and none (podman or docker, as container_engine says) was found")
     write_env_file(task_dir / "container.env", variables)
+    if account is None:
+        # Its directory holds its work dir, secrets and suspend request.
+        own: tuple[Mount, ...] = (Mount(str(task_dir), str(task_dir)),)
+    else:
+        # As the local backend's containers: only the account's own folders, never the task's
+        # (root's) directory. A user's own environment could be swapped for a link: bound
+        # from a folder only root can change (``guarded``).
+        own = (Mount(str(work), str(work)), Mount(str(secrets_dir), str(secrets_dir), read_only=True),
+               Mount(str(account.suspend_dir), str(account.suspend_dir), read_only=True))
     container = ContainerTask(
         key=task.key, image=task.image, node=task.node, work_dir=work,
         script=task_dir / "script.sh" if account is None else account.script,
         env_file=task_dir / "container.step.env",
-        binds=(Mount(str(task_dir), str(task_dir)), Mount(str(job_dir), str(job_dir)),
+        binds=(*own, Mount(str(job_dir), str(job_dir)),
                Mount(str(task_python), str(task_python), read_only=True), *task.mounts,
-               *environment_binds(task.environment),
-               *([] if account is None else [Mount(str(work), str(work)),
-                                             Mount(str(account.script), str(account.script), read_only=True),
-                                             Mount(str(secrets_dir), str(secrets_dir), read_only=True),
-                                             Mount(str(account.suspend_dir), str(account.suspend_dir),
-                                                   read_only=True)])),
+               *environment_binds(task.environment, guarded=account is not None)),
         cpu_milli=task.cpu_milli, name_salt=str(task_dir),
         # As the owner's account, as the local backend's containers run (root's engine, --user).
         user=None if account is None else account.ids,
@@ -269,7 +273,7 @@ def write_task_files(
     for name, argv in files:
         write_private(task_dir / f"container.{name}", b"".join(a.encode() + nul for a in argv))
     # The runner runs the check before the task; when it fails, the failure is image.json.
-    if (check := environment_check(engine, container, task.environment)) is not None:
+    if (check := environment_check(engine, container, task.environment, guarded=account is not None)) is not None:
         write_private(task_dir / "container.check", b"".join(a.encode() + nul for a in check["argv"]))
         failed = {"image": task.image, "node": task.node, "ok": False, "seconds": 0, "error": check["error"]}
         write_private(task_dir / "container.check_failed", json.dumps(failed).encode() + b"\n")
