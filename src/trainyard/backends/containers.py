@@ -187,6 +187,9 @@ def run_options(engine: ContainerEngine, task: ContainerTask) -> list[str]:
     if task.user is not None:
         uid, gid, groups = task.user
         argv += ["--user", f"{uid}:{gid}"] + [f"--group-add={g}" for g in groups if g != gid]
+        # The image is the user's: a setuid program in it must not make them root in the
+        # container (on the host's network, over the folders bound in).
+        argv += ["--security-opt", "no-new-privileges", "--cap-drop", "all"]
     return argv
 
 

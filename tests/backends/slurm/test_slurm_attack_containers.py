@@ -1,15 +1,17 @@
 """Attacks on the Slurm backend's tasks with an image, as a hostile Trainyard user (issue 29,
 "attack"): with per-user accounts a task's container runs as its owner's account, but the
 image and its reference are the user's own choice, and root (the task runner, its engine)
-acts on both. Each test is one finding: it fails today (strict xfail) until the fix."""
+acts on both. Each test is one finding of the attack, now fixed: C1 (a setuid program in the
+image was root in a container that had the task's root-only directory), C2 (an image
+reference naming a path on the node)."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from podman_support import needs_podman
@@ -20,7 +22,6 @@ from trainyard.backends.base import TaskKey
 from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.local.sandbox import find_sandbox
 from trainyard.backends.local.taskaccounts import TaskAccounts
-from trainyard.backends.slurm import submission
 from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import parse_job
 
@@ -39,21 +40,10 @@ def suid_image(image: str, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def boxed_world(slurm, tmp_path, monkeypatch) -> Iterator[World]:
-    """Per-user accounts, the sandbox and Podman, as `yard up` as root has them; with the
-    runner's `cd "$dir/work"` made to work for a task with an image (FINDING C0: that folder
-    is not made when the task runs as an account, so every such task fails before it starts;
-    the attacks below are on what runs once that is fixed)."""
+def boxed_world(slurm, tmp_path) -> Iterator[World]:
+    """Per-user accounts, the sandbox and Podman, as `yard up` as root has them."""
     if os.geteuid() != 0:
         pytest.skip("per-user accounts need root")
-    write_task_files = submission.write_task_files
-
-    def with_work_folder(task_dir: Path, *args: Any, **kwargs: Any) -> list[str]:
-        skipped = write_task_files(task_dir, *args, **kwargs)
-        (task_dir / "work").mkdir(mode=0o700, exist_ok=True)
-        return skipped
-
-    monkeypatch.setattr(submission, "write_task_files", with_work_folder)
     sandbox, why = find_sandbox("bwrap", as_root=True)
     assert sandbox is not None, why
     yield from make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox,
@@ -61,11 +51,9 @@ def boxed_world(slurm, tmp_path, monkeypatch) -> Iterator[World]:
 
 
 @needs_podman
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING C1 (critical): a task's container runs without no-new-privileges or dropped capabilities, so a "
-    "setuid-root program in the user's image is root in the container, which has the task's root-only directory "
-    "bound writable: the user forges its exit/oom/fault files and plants exit.tmp as a link, through which the "
-    "task runner (root, on the node) writes the exit status into any file of the node"))
+# FINDING C1 (critical), fixed: the container runs with no-new-privileges and no capabilities,
+# and only the account's own folders are bound (never the task's root-only directory,
+# where root's runner would have written the exit status through the user's link).
 def test_a_setuid_root_program_in_a_users_image_gives_no_root_over_the_task_directory(
         suid_image: str, boxed_world: World) -> None:
     world = boxed_world
@@ -81,7 +69,8 @@ taskRoles:
     resourcePerInstance: {{cpu: 1, memoryMB: 256}}
     commands:
       - t="${{TRAINYARD_SECRETS_DIR%.secrets}}"
-      - rootsh -p -c "id -u; echo planted > $t/planted; ln -s {victim} $t/exit.tmp" || true
+      - echo "EUID=$(rootsh -p -c 'id -u')"; grep -E '^(NoNewPrivs|CapEff)' /proc/self/status
+      - rootsh -p -c "echo planted > $t/planted; ln -s {victim} $t/exit.tmp" || true
       - exit 3
 """)
     job = drive(world, job_id, timeout=90)
@@ -90,6 +79,8 @@ taskRoles:
     assert job.state == "FAILED", log
     assert victim.read_text() == "intact\n", f"root wrote through the user's link: {victim.read_text()!r}\n{log}"
     assert not (task_dir / "planted").exists(), log
+    assert "EUID=0" not in log and re.search(r"^NoNewPrivs:\s+1$", log, re.M) and \
+        re.search(r"^CapEff:\s+0+$", log, re.M), log
 
 
 # FINDING C2 (high), fixed: an image reference with a transport prefix names a path on the node.
@@ -98,28 +89,3 @@ taskRoles:
 def test_an_image_reference_naming_a_transport_is_refused_at_submit(reference: str) -> None:
     with pytest.raises(SpecError, match="image"):
         parse_job(f"name: x\nimage: {reference}\ntaskRoles: {{main: {{commands: ['true']}}}}\n")
-
-
-@needs_podman
-@pytest.mark.xfail(strict=True, reason=(
-    "FINDING C0 (functional, blocks C1/C2 today by accident): with per-user accounts a task with an image never "
-    "starts: the task runner cds into TASK_DIR/work, which write_task_files does not make for an account's task "
-    "(its work dir is TASK_DIR.work)"))
-def test_a_task_with_an_image_runs_as_its_owner_s_account(image: str, slurm, tmp_path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("per-user accounts need root")
-    sandbox, why = find_sandbox("bwrap", as_root=True)
-    assert sandbox is not None, why
-    for world in make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox,
-                            containers=ContainerEngine.find("podman", "runc")):
-        job_id = submit(world, f"""
-name: boxed
-image: {image}
-taskRoles:
-  main:
-    resourcePerInstance: {{cpu: 1, memoryMB: 256}}
-    commands: [id -un]
-""")
-        job = drive(world, job_id, timeout=90)
-        log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
-        assert job.state == "SUCCEEDED", log
