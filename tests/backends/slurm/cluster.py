@@ -9,6 +9,7 @@ from pathlib import Path
 
 from e2e.server import Server, wait_until
 
+from trainyard.backends.slurm.backend import job_name_prefix
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.jobstate import FINAL_STATES
 from trainyard.core.clock import SystemClock
@@ -82,8 +83,10 @@ def drive(world, job_id: int, states=FINAL, timeout: float = 30.0, until=None) -
 def slurm_yard_up(slurm: SlurmCommands, home: Path, database_url: str | None = None,
                   extra_env: dict[str, str] | None = None) -> Iterator[Server]:
     """A real ``yard up --backend slurm`` (``e2e.server.Server``) on the dev cluster; on exit
-    it is stopped and its Slurm jobs are cancelled. ``database_url``: the test's database
-    (SQLite's is the server's own default)."""
+    it is stopped and its Slurm jobs are cancelled: its own only (those of its state
+    directories, ``$TRAINYARD_HOME/slurm/<cluster>``), never another test's or another run's
+    on the same cluster. ``database_url``: the test's database (SQLite's is the server's
+    own default)."""
     url = None if database_url is None or database_url.startswith("sqlite") else database_url
     srv = Server(home=home, port=0, database_url=url, gpus=0, extra_args=("--backend", "slurm"),
                  extra_env=tuple((extra_env or {}).items()))
@@ -92,4 +95,5 @@ def slurm_yard_up(slurm: SlurmCommands, home: Path, database_url: str | None = N
         yield srv
     finally:
         srv.stop()
-        cancel_all(slurm, "trainyard-")
+        for state_dir in sorted((home / "slurm").glob("*")):
+            cancel_all(slurm, job_name_prefix(state_dir))

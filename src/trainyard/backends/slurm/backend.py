@@ -154,6 +154,12 @@ METRICS = "metrics.json"  # the task sampler's newest figures, in the task's dir
 NODE_PYTHON = "/usr/bin/python3"
 
 
+def job_name_prefix(state_dir: Path) -> str:
+    """The start of the names of the Slurm jobs of the backend whose state directory this is:
+    one prefix per state directory (i.e. per store), so that job names are ours alone."""
+    return "trainyard-" + hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:8]
+
+
 def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why_not: str = "") -> str:
     """What a job can reach on this backend, said once at ``yard up``: with per-user
     accounts and the sandbox (``isolated``), as on the local backend; else a warning, as the
@@ -240,8 +246,7 @@ class SlurmBackend(jobdirs.JobDirTree):
                                    .read_text())
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
         self.task_python = install_runtime(self.state_dir / "pythonpath")
-        # Slurm job names are ours alone: one prefix per state directory (i.e. per store).
-        self.name_prefix = "trainyard-" + hashlib.sha256(str(self.state_dir).encode()).hexdigest()[:8]
+        self.name_prefix = job_name_prefix(self.state_dir)
         self._lock = threading.Lock()
         self._last_cancel: dict[str, float] = {}
         self._stuck_since: dict[str, float] = {}  # Slurm job id -> when first seen unable to start
