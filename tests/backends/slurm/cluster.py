@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from e2e.server import Server, wait_until
+from sqlalchemy import select
 
 from trainyard.backends.slurm.backend import job_name_prefix
 from trainyard.backends.slurm.commands import SlurmCommands
@@ -15,7 +16,7 @@ from trainyard.backends.slurm.jobstate import FINAL_STATES
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
-from trainyard.store.rows import JobRow
+from trainyard.store.rows import AttemptRow, JobRow, TaskRow
 
 FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 
@@ -76,6 +77,19 @@ def run(argv: list[str]) -> str:
 def submit(world, text: str) -> int:
     with world.db.session() as s:
         return job_service.submit_job(s, s.merge(world.user), parse_job(text), clock=SystemClock()).id
+
+
+def only_task(world, job_id: int) -> TaskRow:
+    """The task of a one-task job that ran as one attempt. A job retried as a new attempt lost
+    the first one to a platform fault (a port another program held on its node, its node
+    drained or down, Slurm forgetting its job: on a shared dev cluster, often another run's
+    doing): this says which, where ``[task] = ...`` said "too many values to unpack"."""
+    with world.db.session() as s:
+        attempts = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id).order_by(AttemptRow.number)).all()
+        runs = [(a.number, a.state, [(t.role, t.index, t.state, t.node, t.message) for t in a.tasks])
+                for a in attempts]
+        assert len(attempts) == 1 and len(attempts[0].tasks) == 1, f"job {job_id} did not run once, as one task: {runs}"
+        return attempts[0].tasks[0]
 
 
 def drive(world, job_id: int, states=FINAL, timeout: float = 30.0, until=None) -> JobRow:

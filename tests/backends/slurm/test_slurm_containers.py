@@ -18,7 +18,7 @@ from e2e.server import wait_until
 from podman_support import needs_podman
 from sqlalchemy import select
 
-from slurm.cluster import drive, submit
+from slurm.cluster import drive, only_task, submit
 from slurm.conftest import World, make_world
 from trainyard.backends.base import Mount, TaskKey, TaskLaunch
 from trainyard.backends.containers import ContainerEngine
@@ -55,8 +55,8 @@ taskRoles:
 """)
     job = drive(world, job_id, timeout=90)
 
+    task = only_task(world, job_id)
     with world.db.session() as s:
-        [task] = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).all()
         pulls = [e.message for e in job_events(s, job_id) if e.kind == "image-pulled"]
     log = world.backend.read_log(TaskKey(job_id, 0, "main", 0)).data.decode()
     assert job.state == "SUCCEEDED", log
@@ -146,9 +146,8 @@ def test_a_container_over_its_memory_ends_out_of_memory_and_its_cgroup_goes(podm
     log = world.backend.read_log(key).data.decode()
     assert (job.state, job.exit_code) == ("FAILED", 137), log
     assert job.state_message == f"1 task(s) of role main failed (minFailedInstances=1); task main/0 {message}"
-    with world.db.session() as s:
-        task = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).one()
-        assert (task.state, task.message) == ("FAILED", message)
+    task = only_task(world, job_id)
+    assert (task.state, task.message) == ("FAILED", message)
     status = world.backend.observe([key])[key]
     assert status.reason == "OUT_OF_MEMORY"
     assert "killed by the kernel at its memory limit of 128 MB" in status.message
@@ -212,8 +211,7 @@ taskRoles:
 """)
     job = drive(world, job_id, timeout=120)
 
-    with world.db.session() as s:
-        [task] = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).all()
+    task = only_task(world, job_id)
     assert job.state == "FAILED"
     assert task.exit_code == 125
     assert f"could not pull localhost/trainyard-no-such-image:1 on node {task.node}" in task.message
@@ -303,8 +301,7 @@ taskRoles:
 """)
     job = drive(world, job_id, timeout=90)
 
-    with world.db.session() as s:
-        [task] = s.scalars(select(TaskRow).where(TaskRow.job_id == job_id)).all()
+    task = only_task(world, job_id)
     assert job.state == "FAILED"
     assert task.exit_code == 125
     assert f"the job's Python environment {prefix} cannot run in image {image}" in task.message

@@ -8,15 +8,18 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
+from deadlines import scaled
 from e2e.server import wait_until
 from sqlalchemy import select
 
 from slurm.cluster import cancel_all, drive, ended_slurm_job, node_addr, slurm_job, submit
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.environment import STANDARD_PATH, process_account
+from trainyard.backends.slurm import submission
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.controller.scheduling import preempt_jobs
 from trainyard.core.clock import SystemClock
@@ -215,10 +218,34 @@ taskRoles:
 """)
     with world.db.session() as s:
         job_service.request_stop(s, s.merge(world.user), job_id, clock=SystemClock())
+    drive(world, job_id, states=("STOPPING",), until=lambda _: tasks_of(world, job_id)[0].stop_sent)
+    # Until the controller runs again nothing cancels the job (the grace period is enforced
+    # as it observes): the SIGTERM the task ignores is the one its runner relayed.
+    wait_until(lambda: "ignoring SIGTERM" in log_of(world, key), timeout=20, what="the relayed SIGTERM")
+    assert "CANCELLED" not in log_of(world, key)
     assert drive(world, job_id).state == "STOPPED"
-    assert "ignoring SIGTERM" in log_of(world, key)
     [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["JobState"] == "CANCELLED"
+    assert "CANCELLED AT" in log_of(world, key)  # slurmstepd's word, once the grace period was over
+
+
+def test_a_stop_asked_before_the_runner_knew_its_task_reaches_the_task_as_it_starts(tmp_path) -> None:
+    """The backend writes ``relay.stop`` and then has Slurm send SIGURG to the job's steps;
+    one that comes before the task runner has set its trap, or knows its task's pid (a stop
+    just as the job starts), finds nothing to signal, and no other follows: the runner
+    delivers a stop already asked for as soon as it has started the task."""
+    backend = SlurmBackend(tmp_path / "slurm")
+    key = TaskKey(1, 0, "main", 0)
+    task_dir = backend.task_dir(key)
+    script = "trap 'echo got SIGTERM; exit 7' TERM\necho started\nsleep 60 & wait\necho not stopped\n"
+    submission.write_task_files(task_dir, TaskLaunch(key, "n1", script, {}), {}, backend.job_dir(1),
+                                backend.task_python)
+    submission.write_private(task_dir / "relay.stop", b"TERM")  # as SlurmBackend._relay writes it; no SIGURG
+    done = subprocess.run(["/bin/bash", str(backend.task_runner), str(task_dir)], timeout=scaled(30),
+                          env={"SLURMD_NODENAME": "n1", "PATH": os.environ["PATH"]}, stdin=subprocess.DEVNULL)
+    # SIGTERM in its trap (7), or before the task had set it (143): either way, at once.
+    assert done.returncode in (7, 143) and (task_dir / "exit").read_text() == f"{done.returncode}\n"
+    assert "not stopped" not in backend.read_log(key).data.decode()
 
 
 def test_a_preempted_job_gets_sigterm_and_its_grace_then_is_requeued_as_a_new_slurm_job(world) -> None:

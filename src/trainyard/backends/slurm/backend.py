@@ -156,6 +156,12 @@ METRICS = "metrics.json"  # the task sampler's newest figures, in the task's dir
 NODE_PYTHON = "/usr/bin/python3"
 
 
+def job_name_prefix(state_dir: Path) -> str:
+    """The start of the names of the Slurm jobs of the backend whose state directory this is:
+    one prefix per state directory (i.e. per store), so that job names are ours alone."""
+    return "trainyard-" + hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:8]
+
+
 def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why_not: str = "") -> str:
     """What a job can reach on this backend, said once at ``yard up``: with per-user
     accounts and the sandbox (``isolated``), as on the local backend; else a warning, as the
@@ -175,12 +181,6 @@ def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why
         " and read-only is not enforced. Run `yard up` as root with task_accounts=auto and bubblewrap on"
         " the nodes. See docs/slurm.md (Limits) and docs/security.md."
     )
-
-
-def job_name_prefix(state_dir: Path) -> str:
-    """What the name of every Slurm job of the backend on ``state_dir`` starts with: Slurm job
-    names are ours alone, one prefix per state directory (i.e. per store)."""
-    return "trainyard-" + hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:8]
 
 
 class SlurmBackend(jobdirs.JobDirTree):

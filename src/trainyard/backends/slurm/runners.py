@@ -170,10 +170,10 @@ gloo_ifname
 declare -A relayed=()
 task=
 interrupted=
-relay() {
+relay() {  # [WHAT]: only relay.WHAT
     interrupted=1
     local file what sig
-    for file in "$dir"/relay.*; do
+    for file in "$dir"/relay.${1:-*}; do
         what="${file##*/relay.}"
         case "$what" in *.*) continue ;; esac  # relay.stop.tmp: being written
         [ -f "$file" ] && [ -z "${relayed[$what]-}" ] && [ -n "$task" ] || continue
@@ -288,6 +288,10 @@ if [ -e "$dir/sandbox.json" ]; then
     stat="$(< "/proc/$task/stat")" && read -r -a fields <<< "${stat##*) }" &&
         printf '%s:%s\n' "$task" "${fields[19]}" > "$dir/sandbox.pid"
 fi
+# A stop asked for before this shell knew its task is delivered now: its SIGURG came
+# before the trap above was set, or found $task empty, and none follows. (A suspension's
+# task finds its suspend file as it starts.)
+relay stop
 while :; do
     interrupted=
     wait "$task"
