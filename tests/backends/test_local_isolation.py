@@ -12,8 +12,8 @@ import pytest
 
 from trainyard.backends.local import isolation
 from trainyard.backends.local.isolation import plan_isolation
-from trainyard.backends.local.sandbox import Sandbox
-from trainyard.backends.local.taskaccounts import ACCOUNT_MARKER, TaskAccounts, derived_account_name
+from trainyard.backends.sandbox import Sandbox
+from trainyard.backends.taskaccounts import ACCOUNT_MARKER, TaskAccounts, derived_account_name
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="task accounts need root")
 

@@ -17,8 +17,8 @@ import pytest
 
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.local import taskfiles
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
+from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.core.metrics import TaskSample
 
 pytestmark = [

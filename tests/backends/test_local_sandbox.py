@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from deadlines import scaled
 
-from trainyard.backends.local import sandboxjoin
-from trainyard.backends.local.sandbox import (
+from trainyard.backends import sandboxjoin
+from trainyard.backends.sandbox import (
     LAUNCH_ENV,
     MOUNT_FD_BASE,
     Identity,

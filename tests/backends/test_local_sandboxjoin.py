@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from deadlines import scaled
 
-from trainyard.backends.local import sandboxjoin
-from trainyard.backends.local.sandbox import USERNS_FILTER_FILE, Identity, find_sandbox, sandbox_argv
+from trainyard.backends import sandboxjoin
+from trainyard.backends.sandbox import USERNS_FILTER_FILE, Identity, find_sandbox, sandbox_argv
 
 needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (bwrap as root, as the default install)")

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import Mount, TaskLaunch
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
+from trainyard.backends.taskaccounts import TaskAccounts
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="task accounts need root"),
@@ -145,7 +145,7 @@ def test_a_sub_path_is_a_folder_inside_the_storage_reached_without_a_link(sandbo
 def test_the_supervisor_opens_the_sub_path_itself_so_a_swap_after_launch_is_refused(storages) -> None:
     """The gap between the launch's check and bwrap's mount: the supervisor opens each part
     again with O_NOFOLLOW and bwrap binds that descriptor, never the path."""
-    from trainyard.backends.local.sandboxjoin import open_inside, open_mount_fds
+    from trainyard.backends.sandboxjoin import open_inside, open_mount_fds
 
     rw = storages["rw"]
     (rw / "a" / "b").mkdir(parents=True)

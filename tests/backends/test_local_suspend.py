@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from trainyard.backends.base import SUSPEND_FILE_VARIABLE, Suspender, SuspendRequest, TaskKey, TaskLaunch
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
+from trainyard.backends.taskaccounts import TaskAccounts
 
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's: nothing of Trainyard's is installed for it
 needs_system_python = pytest.mark.skipif(not os.access(SYSTEM_PYTHON, os.X_OK), reason="no /usr/bin/python3")

@@ -156,7 +156,7 @@ def _nonroot_prefix(tmp_path_factory) -> tuple[tuple[str, ...], Path]:
         _cannot(f"nobody cannot run this Python ({NONROOT_PYTHON}) and trainyard: {probe.stderr[-300:]!r}; "
                 "set TRAINYARD_TEST_NONROOT_PYTHON to one it can")
     # The very check the non-root server makes: without a sandbox it isolates nothing (and says so).
-    check = ("from trainyard.backends.local.sandbox import find_sandbox\n"
+    check = ("from trainyard.backends.sandbox import find_sandbox\n"
              "sandbox, why = find_sandbox('auto')\nif sandbox is None: raise SystemExit(why)")
     probe = subprocess.run([*AS_NOBODY, NONROOT_PYTHON, "-c", check], capture_output=True, text=True,
                            timeout=scaled(60))

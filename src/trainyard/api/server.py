@@ -35,11 +35,11 @@ from trainyard.backends.environment import process_account
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
-from trainyard.backends.local.sandbox import Sandbox, find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import Sandbox, find_sandbox
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.backend import isolation_summary as slurm_isolation_summary
 from trainyard.backends.slurm.commands import SlurmError
+from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.controller.alerting import Receivers
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock

@@ -3,19 +3,17 @@ and evict."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from trainyard.backends.base import Backend, ImageCache
 from trainyard.backends.containers import ContainerError
-from trainyard.core.states import TaskState
 from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
 from trainyard.services.errors import Conflict, Invalid, ServiceError
 from trainyard.services.specs import StoredSpecs
 from trainyard.spec.errors import SpecError
 from trainyard.store.db import Database
 from trainyard.store.queries import environments as env_queries
-from trainyard.store.rows import JobRow, TaskRow
+from trainyard.store.queries import jobs as job_queries
 
 
 class NoImageCache(ServiceError):
@@ -73,14 +71,8 @@ def remove_image(db: Database, specs: StoredSpecs, backend: Backend, image: str,
 
 def tasks_using(session: Session, specs: StoredSpecs, image: str, node: str | None) -> list[str]:
     """``job J task ROLE/INDEX on node N`` for each task placed or running (on ``node``) in ``image``."""
-    query = select(TaskRow).where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
-    if node is not None:
-        query = query.where(TaskRow.node == node)
     found = []
-    for task in session.scalars(query.order_by(TaskRow.job_id, TaskRow.role, TaskRow.index)):
-        job = session.get(JobRow, task.job_id)
-        if job is None:
-            continue
+    for task, job in job_queries.live_tasks_with_jobs(session, node):
         try:
             spec = specs.of(job)
         except SpecError:

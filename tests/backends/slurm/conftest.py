@@ -21,10 +21,10 @@ import pytest
 from e2e.server import Server
 
 from slurm.cluster import cancel_all, slurm_yard_up
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
 from trainyard.services import auth

@@ -12,10 +12,10 @@ import pytest
 
 from slurm.cluster import drive, submit
 from trainyard.backends.base import TaskKey
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.taskaccounts import TaskAccounts
 
 
 def test_a_task_runs_as_its_owner_s_account_in_the_sandbox_with_its_secret_as_a_file(accounts_world) -> None:
@@ -106,8 +106,8 @@ def test_a_node_makes_the_account_trainyard_made_with_the_servers_ids_and_faults
     import grp
     import subprocess
 
-    from trainyard.backends.local.taskaccounts import ACCOUNT_MARKER, NO_HOME
     from trainyard.backends.slurm import taskstart
+    from trainyard.backends.taskaccounts import ACCOUNT_MARKER, NO_HOME
 
     name = "ty-zz-node-made"
     uid = _free_id({e.pw_uid for e in pwd.getpwall()})

@@ -20,8 +20,8 @@ from slurm.cluster import drive, submit
 from slurm.conftest import World, make_world
 from trainyard.backends.base import TaskKey
 from trainyard.backends.containers import ContainerEngine
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
+from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import parse_job
 

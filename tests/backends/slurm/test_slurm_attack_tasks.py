@@ -17,8 +17,8 @@ from e2e.server import wait_until
 from slurm.cluster import drive, submit
 from slurm.conftest import World, make_world
 from trainyard.backends.base import TaskKey
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
+from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.core.clock import SystemClock
 from trainyard.services import auth
 from trainyard.services import jobs as job_service

@@ -22,10 +22,10 @@ from slurm.cluster import drive, only_task, submit
 from slurm.conftest import World, make_world
 from trainyard.backends.base import Mount, TaskKey, TaskLaunch
 from trainyard.backends.containers import ContainerEngine
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.slurm import submission
 from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
 from trainyard.store.events import job_events

@@ -70,7 +70,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends import cgroups, jobdirs
+from trainyard.backends import cgroups, jobdirs, taskuser
 from trainyard.backends.base import (
     SUSPEND_FILE_VARIABLE,
     ExecPlan,
@@ -115,10 +115,10 @@ from trainyard.backends.environment import (
     python_environment,
     site_environment,
 )
-from trainyard.backends.local import containerrun, portowners, procfs, taskexec, taskfiles, taskuser
+from trainyard.backends.local import containerrun, portowners, procfs, taskexec, taskfiles
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
-from trainyard.backends.local.launcher import SupervisorLauncher, last_lines, real_interpreter
+from trainyard.backends.local.launcher import SupervisorLauncher, last_lines
 from trainyard.backends.local.metrics import LocalSampler
 from trainyard.backends.local.records import (
     Claim,
@@ -127,14 +127,22 @@ from trainyard.backends.local.records import (
     stop_deadline,
     stop_request,
 )
-from trainyard.backends.local.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
-from trainyard.backends.local.sandboxjoin import open_inside
-from trainyard.backends.local.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.tasklimits import limits_layout
-from trainyard.backends.local.taskuser import TaskUser
 from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
+from trainyard.backends.sandbox import (
+    LAUNCH_ENV,
+    Identity,
+    Sandbox,
+    StorageMount,
+    mount_fds,
+    real_interpreter,
+    sandbox_argv,
+)
+from trainyard.backends.sandboxjoin import open_inside
+from trainyard.backends.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.taskpython import install_runtime, with_runtime_path
+from trainyard.backends.taskuser import TaskUser
 from trainyard.core.metrics import Sampled
 from trainyard.core.names import USER_NAME
 from trainyard.spec.storages import CONTAINER_SUB_PATH

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.doctor import Account, Check, fail, ok, skip, warn
 from trainyard.backends.local.gpus import discover_nvidia_gpus
-from trainyard.backends.local.sandbox import find_sandbox
-from trainyard.backends.local.taskaccounts import ACCOUNT_MARKER, derived_account_name
-from trainyard.backends.local.taskuser import TaskUser
+from trainyard.backends.sandbox import find_sandbox
+from trainyard.backends.taskaccounts import ACCOUNT_MARKER, derived_account_name
+from trainyard.backends.taskuser import TaskUser
 from trainyard.core.settings import Settings
 
 

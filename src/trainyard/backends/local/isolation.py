@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from trainyard.backends.local.sandbox import Sandbox, SandboxMode, find_sandbox
-from trainyard.backends.local.taskaccounts import TaskAccounts
+from trainyard.backends.sandbox import Sandbox, SandboxMode, find_sandbox
+from trainyard.backends.taskaccounts import TaskAccounts
 
 AccountsMode = Literal["auto", "per-user", "server"]
 ACCOUNTS_MODES: tuple[AccountsMode, ...] = ("auto", "per-user", "server")

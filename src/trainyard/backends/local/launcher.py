@@ -8,8 +8,8 @@ installed package would fail (``ModuleNotFoundError``) or run code of another ve
 
 So supervisors never import the installed package. When the backend starts, it takes the
 source of the supervisor's stdlib-only modules (``supervisor``, ``procfs``,
-``taskfiles``, ``containerrun``, ``sandboxjoin`` (a sandboxed task's start, see
-``starter``), and the shared ``backends/cgroups`` and
+``taskfiles``, ``containerrun``, and the shared ``backends/sandboxjoin`` (a sandboxed
+task's start, see ``starter``), ``backends/cgroups`` and
 ``backends/containercgroup``, as this server has them) and keeps them in memory; it writes them to
 ``<state_dir>/supervisor/<digest>/`` (a runnable directory: ``__main__.py`` plus the
 ``trainyard/backends/`` packages holding just those modules) and runs every
@@ -37,14 +37,13 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import IO
 
-from trainyard.backends import cgroups, containercgroup
-from trainyard.backends.local import containerrun, procfs, sandboxjoin, supervisor, taskfiles
+from trainyard.backends import cgroups, containercgroup, sandboxjoin
+from trainyard.backends.local import containerrun, procfs, supervisor, taskfiles
 
 SNAPSHOTS_DIR = "supervisor"
 CHECK_ARG = "--check"
@@ -58,11 +57,6 @@ _MAIN = f"import sys\nfrom {supervisor.__name__} import main\nsys.exit(main(sys.
 
 class LaunchError(RuntimeError):
     """Supervisors cannot be started here: the server must not accept jobs it cannot run."""
-
-
-def real_interpreter(python: str = sys.executable) -> str:
-    """The file behind ``python``: a virtual environment's ``python`` is a link to it."""
-    return os.path.realpath(python)
 
 
 class SupervisorLauncher:
@@ -84,7 +78,7 @@ class SupervisorLauncher:
     def starter(self) -> tuple[str, ...]:
         """How a sandboxed task's start (``sandboxjoin --stop``) is run: from this copy,
         which outlives an upgrade as the supervisors' code does, by the same interpreter."""
-        return (self.python, "-I", "-S", str(self.snapshot / Path(*_PACKAGE) / "sandboxjoin.py"))
+        return (self.python, "-I", "-S", str(self.snapshot / Path(*_PACKAGE[:-1]) / "sandboxjoin.py"))
 
     def spawn(self, task_dir: Path, log_path: Path) -> subprocess.Popen[bytes]:
         """Start the supervisor of ``task_dir``, its output appended to ``log_path``.

@@ -87,7 +87,7 @@ from trainyard.backends import cgroups
 from trainyard.backends.local import containerrun, procfs, taskfiles
 
 # Stdlib-only there, so that the Slurm backend's task start on the nodes opens them the same way.
-from trainyard.backends.local.sandboxjoin import open_mount_fds
+from trainyard.backends.sandboxjoin import open_mount_fds
 
 # Stdlib-only and on the launch path: typing costs ~10 ms to import, so only mypy sees it.
 TYPE_CHECKING = False

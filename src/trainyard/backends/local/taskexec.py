@@ -24,12 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trainyard.backends import sandboxjoin
 from trainyard.backends.base import ExecError, ExecPlan, TaskKey
 from trainyard.backends.containers import ENGINE_ENV, ContainerEngine
-from trainyard.backends.local import procfs, sandboxjoin, taskfiles
-from trainyard.backends.local.launcher import real_interpreter
+from trainyard.backends.local import procfs, taskfiles
 from trainyard.backends.local.records import Claim
-from trainyard.backends.local.sandbox import LAUNCH_ENV, Identity, Sandbox, enter_argv
+from trainyard.backends.sandbox import LAUNCH_ENV, Identity, Sandbox, enter_argv, real_interpreter
 
 # Moves this shell into each cgroup directory before ``--``, then execs the rest: the
 # command, and all it starts, then counts against the task's limits. Paths are arguments,

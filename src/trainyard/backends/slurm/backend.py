@@ -53,7 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from trainyard.backends import jobdirs
+from trainyard.backends import jobdirs, taskuser
 from trainyard.backends.base import (
     ExecPlan,
     ImagePull,
@@ -84,8 +84,7 @@ from trainyard.backends.containers import (
     with_oom_record,
 )
 from trainyard.backends.environment import base_environment, process_account, site_environment
-from trainyard.backends.local import taskuser
-from trainyard.backends.local.sandbox import (
+from trainyard.backends.sandbox import (
     LAUNCH_ENV,
     Identity,
     Sandbox,
@@ -94,7 +93,6 @@ from trainyard.backends.local.sandbox import (
     mount_fds,
     sandbox_argv,
 )
-from trainyard.backends.local.taskaccounts import ACCOUNT_MARKER, NO_HOME, TaskAccounts
 from trainyard.backends.slurm import runners, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError, munge_socket
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
@@ -106,6 +104,7 @@ from trainyard.backends.slurm.nodes import (
     node_inventory,
     node_sample,
 )
+from trainyard.backends.taskaccounts import ACCOUNT_MARKER, NO_HOME, TaskAccounts
 from trainyard.backends.taskpython import install_runtime
 from trainyard.core.metrics import NodeSample, Sampled, TaskSample
 from trainyard.core.names import USER_NAME
@@ -250,7 +249,7 @@ class SlurmBackend(jobdirs.JobDirTree):
                  importlib.resources.files("trainyard.backends").joinpath("containercgroup.py").read_text())
         # A sandboxed task's start on its node: stdlib scripts, run isolated by the node's python3.
         _install(bin_dir / "sandboxjoin.py",
-                 importlib.resources.files("trainyard.backends.local").joinpath("sandboxjoin.py").read_text())
+                 importlib.resources.files("trainyard.backends").joinpath("sandboxjoin.py").read_text())
         self.task_start = _install(bin_dir / "task-start.py",
                                    importlib.resources.files("trainyard.backends.slurm").joinpath("taskstart.py")
                                    .read_text())

@@ -36,10 +36,10 @@ from trainyard.backends.containers import (
 )
 from trainyard.backends.environment import ENV_NAME, python_environment
 from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
-from trainyard.backends.local.taskuser import TaskUser, write_secret_files
 from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL, WHOLE_GPU_SHARDS, NodeGres
 from trainyard.backends.taskpython import with_runtime_path
+from trainyard.backends.taskuser import TaskUser, write_secret_files
 
 WHOLE_GPU_MILLI = 1000
 # Beside a task's directory, when it runs as its owner's account (``TaskAccount``).

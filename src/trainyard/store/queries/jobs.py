@@ -329,3 +329,12 @@ def live_task_ports(session: Session) -> list[tuple[str, dict[str, list[int]] | 
                            .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
                            .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING])))
     return [(node, ports, master) for node, ports, master in rows]
+
+
+def live_tasks_with_jobs(session: Session, node: str | None = None) -> list[tuple[TaskRow, JobRow]]:
+    """Every task placed or running (on ``node``, if given) with its job, in job, role, index order."""
+    query = (select(TaskRow, JobRow).join(JobRow, JobRow.id == TaskRow.job_id)
+             .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING])))
+    if node is not None:
+        query = query.where(TaskRow.node == node)
+    return [(task, job) for task, job in session.execute(query.order_by(TaskRow.job_id, TaskRow.role, TaskRow.index))]

@@ -92,11 +92,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from trainyard.backends.local import sandboxjoin
-from trainyard.backends.local.launcher import real_interpreter
-from trainyard.backends.local.sandboxjoin import user_namespace_filter
+from trainyard.backends import sandboxjoin
+from trainyard.backends.sandboxjoin import user_namespace_filter
 from trainyard.spec.models import SUSPEND_SIGNALS
 from trainyard.spec.storages import SYSTEM_PATHS, inside
+
+
+def real_interpreter(python: str = sys.executable) -> str:
+    """The file behind ``python``: a virtual environment's ``python`` is a link to it (the
+    real file is what an upgrade of Trainyard leaves in place, for supervisors and starters)."""
+    return os.path.realpath(python)
 
 SandboxMode = Literal["auto", "bwrap", "none"]
 SANDBOX_MODES: tuple[SandboxMode, ...] = ("auto", "bwrap", "none")

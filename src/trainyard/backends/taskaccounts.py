@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from trainyard.backends.local.taskuser import TaskUser
+from trainyard.backends.taskuser import TaskUser
 
 log = logging.getLogger(__name__)
 
