@@ -68,6 +68,18 @@ def test_best_fit_prefers_the_fuller_node() -> None:
     assert decisions.starts[0].placements[0].node == "b"
 
 
+@pytest.mark.parametrize("scorer", sorted(SCORERS))
+def test_a_retry_after_a_platform_fault_goes_elsewhere_when_it_fits_elsewhere(scorer: str) -> None:
+    # Best fit would pick the fuller node b; its last attempt was lost there (a node down,
+    # a port held there): the retry goes to a, and back to b only when nothing else fits.
+    nodes = (node("a", 4), node("b", 4, used={0: 1000, 1: 1000}))
+    config = SchedulerConfig(scorer=scorer)
+    retry = replace(job(1, 1000), avoid_nodes=frozenset({"b"}))
+    assert schedule(Snapshot(nodes, (retry,), config=config)).starts[0].placements[0].node == "a"
+    full_a = (node("a", 4, used={i: 1000 for i in range(4)}), nodes[1])
+    assert schedule(Snapshot(full_a, (retry,), config=config)).starts[0].placements[0].node == "b"
+
+
 def test_a_fraction_never_fits_where_no_node_with_gpus_can_share_one() -> None:
     """The Slurm backend labels a node whose GPUs have no ``shard`` GRES (docs/slurm.md)."""
     unshared = replace(node("a", 4), labels={GPU_SHARES_LABEL: "false"})

@@ -58,6 +58,7 @@ class WaitingJobs:
         self.broken = {k: v for k, v in self.broken.items() if k in alive}
         self.written = {k: v for k, v in self.written.items() if k in alive}
         missing = [job_id for job_id in current if job_id not in self._known]
+        lost_on = job_queries.lost_on_nodes(session, missing)
         for job_id, version, spec_data, submitted_at, vc, user, attempt, attained in job_queries.waiting_job_facts(
             session, missing
         ):
@@ -77,6 +78,7 @@ class WaitingJobs:
                 waiting_since=now if attempt > 0 else None,
                 suspendable=spec.suspendable,
                 attained_service=attained,
+                avoid_nodes=lost_on.get(job_id, frozenset()),
             )
         return tuple(self._known[j] for j in current if j in self._known)
 

@@ -47,7 +47,10 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
     waits as NO_FIT even on an idle cluster, or gets a preemption plan that only holds
     while the scorer measures the same pending mix.
     """
-    for only in scorer.attempts(job, ledger):
+    attempts: Sequence[NodeFilter | None] = scorer.attempts(job, ledger)
+    if job.avoid_nodes:  # a retry after a platform fault: elsewhere first, there if nowhere else
+        attempts = [*(_avoiding(job.avoid_nodes, only) for only in attempts), *attempts]
+    for only in attempts:
         order = task_order(job)
         first = {_kind(t) for t in order[:1]}
         while True:
@@ -64,6 +67,10 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
     if scorer is not CELL_ORDER and Access(ledger, job).in_cells:
         return place_gang(job, ledger, CELL_ORDER, tentative)
     return None
+
+
+def _avoiding(nodes: frozenset[str], only: NodeFilter | None) -> NodeFilter:
+    return lambda node: node.name not in nodes and (only is None or only(node))
 
 
 def _kind(task: TaskRequest) -> tuple[object, ...]:

@@ -85,6 +85,9 @@ class PendingJob:
     # GPU-seconds its chain has received so far, across suspensions and requeues: with
     # time-sharing, jobs of one priority wait in order of it (least attained service first).
     attained_service: float = 0.0
+    # The nodes its last attempt was lost on (a platform fault: a node down, a port held
+    # there, an account missing there): placed elsewhere when it fits elsewhere.
+    avoid_nodes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

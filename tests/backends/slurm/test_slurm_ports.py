@@ -116,6 +116,7 @@ taskRoles:
         assert lost.state == "LOST" and why in lost.message
         assert row.attempts[0].tasks[0].ports == {"http": [held]}
         assert held not in row.attempts[1].tasks[0].ports["http"]
+        assert row.attempts[1].tasks[0].node != node  # retried elsewhere (it fits elsewhere)
         events = s.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id)).all()
         (retried,) = [e.message for e in events if e.kind == "platform-retried"]
         assert why in retried and "without spending jobRetryCount" in retried

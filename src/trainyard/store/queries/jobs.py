@@ -178,6 +178,22 @@ def waiting_job_facts(session: Session, job_ids: Sequence[int]) -> Iterator[Wait
             yield cast(WaitingFacts, tuple(row))
 
 
+def lost_on_nodes(session: Session, job_ids: Sequence[int]) -> dict[int, frozenset[str]]:
+    """The nodes of each job's latest attempt, for the jobs whose latest attempt was LOST (a
+    platform fault: its retry should go elsewhere when it can)."""
+    found: dict[int, set[str]] = {}
+    for chunk in chunks(job_ids):
+        latest = (select(AttemptRow.job_id, func.max(AttemptRow.number).label("number"))
+                  .where(AttemptRow.job_id.in_(chunk)).group_by(AttemptRow.job_id).subquery())
+        query = (select(AttemptRow.job_id, TaskRow.node)
+                 .join(latest, and_(AttemptRow.job_id == latest.c.job_id, AttemptRow.number == latest.c.number))
+                 .join(TaskRow, TaskRow.attempt_id == AttemptRow.id)
+                 .where(AttemptRow.state == AttemptState.LOST))
+        for job_id, node in session.execute(query):
+            found.setdefault(job_id, set()).add(node)
+    return {job_id: frozenset(nodes) for job_id, nodes in found.items()}
+
+
 def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> None:
     """One bulk UPDATE of pending reasons (``job``, ``reason``, ``message``, ``short``,
     ``position``, ``eta_at`` per change), only for jobs that still wait: a job placed or stopped meanwhile
