@@ -80,6 +80,25 @@ def test_a_configured_map_is_checked_at_start_and_used() -> None:
         TaskAccounts({"alice": "nobody"}, create=False).account_for("nemo-unmapped")
 
 
+@needs_root
+def test_an_account_removed_after_start_is_refused_if_mapped_and_made_again_if_ours() -> None:
+    # Accounts are looked up once; one removed since must not leave jobs running as a bare uid.
+    site, user = f"t{uuid.uuid4().hex[:10]}", f"u{uuid.uuid4().hex[:8]}"
+    subprocess.run(["useradd", "--system", "--no-create-home", site], check=True, capture_output=True)
+    accounts = TaskAccounts({"alice": site})
+    try:
+        assert accounts.account_for("alice").name == site
+        made = accounts.account_for(user)
+        subprocess.run(["userdel", site], check=True, capture_output=True)
+        subprocess.run(["userdel", made.name], check=True, capture_output=True)
+        with pytest.raises(ValueError, match=f"the OS account '{site}' that task_account_map gives .* no longer exists"):
+            accounts.account_for("alice")
+        assert accounts.account_for(user).name == made.name  # ours: made again
+    finally:
+        for name in (site, f"ty-{user}"):
+            subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
 FAKE_SANDBOX = Sandbox("/usr/bin/bwrap", "/usr/bin/env", "/bin/sh", user_namespace=True)
 
 

@@ -77,7 +77,15 @@ class TaskAccounts:
             raise ValueError("per-user task accounts need the job owner's Trainyard user name")
         with self._lock:
             if (known := self._known.get(trainyard_user)) is not None:
-                return known
+                if _still_there(known):
+                    return known
+                if trainyard_user in self._mapping:  # the site's account: never made here
+                    raise ValueError(
+                        f"the OS account {known.name!r} that task_account_map gives Trainyard user"
+                        f" {trainyard_user!r} no longer exists (or was renumbered): recreate it, or map"
+                        " another and restart yard up"
+                    )
+                del self._known[trainyard_user]  # ours, removed since: made again below
             name = derived_account_name(trainyard_user)
             account = self._existing(trainyard_user, name)
             if account is None:
@@ -133,3 +141,13 @@ class TaskAccounts:
 
 def _configured(trainyard_user: str, account: str) -> TaskUser:
     return TaskUser.unprivileged(account, f"task_account_map[{trainyard_user!r}]")
+
+
+def _still_there(account: TaskUser) -> bool:
+    """Whether ``account`` still exists with the ids it had (someone may have removed it
+    since it was looked up: a job must then be refused, not run as a bare uid)."""
+    try:
+        entry = pwd.getpwnam(account.name)
+    except KeyError:
+        return False
+    return (entry.pw_uid, entry.pw_gid) == (account.uid, account.gid)
