@@ -13,7 +13,7 @@ from pathlib import Path
 
 from trainyard.backends.doctor import Account, Check, Status, exit_status, render
 from trainyard.backends.slurm.commands import SlurmCommands
-from trainyard.backends.slurm.doctor import check_config, check_nodes, check_slurm
+from trainyard.backends.slurm.doctor import _probe_fix, check_config, check_gpu_sharing, check_nodes, check_slurm
 
 
 def by_name(checks: list[Check]) -> dict[str, Check]:
@@ -29,8 +29,8 @@ def test_a_healthy_cluster_passes_every_node_check(slurm: SlurmCommands, tmp_pat
     checks = check_slurm(tmp_path / "slurm", accounts=[nobody()])
     found = by_name(checks)
     assert exit_status(checks) == 0, render(checks)
-    for name in ("munge", "slurmctld", "nodes", "node probes", "python", "shared dir", "sandbox", "task ports",
-                 "clock", "node accounts"):
+    for name in ("munge", "slurmctld", "nodes", "gpu sharing", "node probes", "python", "shared dir", "sandbox",
+                 "task ports", "clock", "node accounts"):
         assert found[name].status == Status.OK, render(checks)
     # The dev cluster's GPUs are fake: no NVML, which the line says rather than pretending.
     assert found["gres"].status == Status.SKIP and "no NVML" in found["gres"].detail
@@ -98,3 +98,21 @@ def test_no_usable_node_is_a_failure() -> None:
     assert line.status == Status.FAIL
     assert line.detail == "0 of 2 usable; no new work on n1 DOWN* (Not responding), n2 IDLE+DRAIN (disk)"
     assert "n1: start slurmd there" in line.fix and "n2: once the reason is dealt with" in line.fix
+
+
+def test_gpu_types_not_one_per_device_are_named_and_a_probe_that_never_reached_its_node_blames_slurmd() -> None:
+    # Following docs/cluster.md an admin named the types a100_0: fractions were refused,
+    # and the doctor said nothing. And a node whose slurmd was down was told to install python3.
+    pinned = "gpu:a100_i0:1,gpu:a100_i1:1,shard:a100_i0:1000,shard:a100_i1:1000"
+    line = check_gpu_sharing([{"NodeName": "g1", "Gres": pinned},
+                              {"NodeName": "g2", "Gres": "gpu:a100_0:1,gpu:a100_1:1,shard:a100_0:1000"},
+                              {"NodeName": "g3", "Gres": "gpu:a100_i0:1,gpu:a100_i1:1"}, {"NodeName": "c1"}])
+    assert line.status == Status.WARN
+    assert line.detail.startswith("g2: GRES types are not one per device")
+    assert "g3: no shard:<type>:1000" in line.detail
+    assert "<model>_i<N>" in line.fix
+    assert check_gpu_sharing([{"NodeName": "g1", "Gres": pinned}]).status == Status.OK
+    assert check_gpu_sharing([{"NodeName": "c1", "Gres": "(null)"}]).status == Status.SKIP
+    assert "start slurmd there" in _probe_fix(["gpu2: srun: error: Application launch failed: Communication "
+                                               "connection failure"])
+    assert "python3" in _probe_fix(["gpu2: no /usr/bin/python3 on the node"])

@@ -40,7 +40,7 @@ from typing import Any
 from trainyard.backends.doctor import Account, Check, Status, fail, merged, ok, skip, warn
 from trainyard.backends.slurm.backend import PORT_RANGE
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError, munge_socket
-from trainyard.backends.slurm.nodes import gpus_of, in_partition, is_schedulable
+from trainyard.backends.slurm.nodes import gpus_of, in_partition, is_schedulable, node_gres
 
 NODE_PYTHON = "/usr/bin/python3"
 MIN_NODE_PYTHON = (3, 11)
@@ -93,6 +93,7 @@ def check_slurm(
     checks += check_config(config, as_root=os.geteuid() == 0)
     records = [r for r in nodes if in_partition(r, partition)]
     checks.append(check_nodes(records, partition))
+    checks.append(check_gpu_sharing(records))
     usable = [r for r in records if is_schedulable(r.get("State", ""))]
     if not usable:
         return [*checks, skip("node probes", "no usable node to run them on")]
@@ -200,6 +201,27 @@ def check_config(config: Mapping[str, str], *, as_root: bool) -> list[Check]:
     return checks
 
 
+def check_gpu_sharing(records: Sequence[Mapping[str, str]]) -> Check:
+    """Whether each node's GPUs are pinned (one GRES type per device) and shareable (1000
+    shards each): a type named otherwise (``a100_0``, not ``a100_i0``) silently gives
+    whole GPUs only, picked by Slurm."""
+    layouts = {r["NodeName"]: node_gres(r.get("Gres", ""))[1] for r in records}
+    with_gpus = {node: layout for node, layout in layouts.items() if layout.types}
+    if not with_gpus:
+        return skip("gpu sharing", "no node declares GPUs (Gres=gpu:...)")
+    unpinned = sorted(node for node, layout in with_gpus.items() if not layout.pinned)
+    unshared = sorted(node for node, layout in with_gpus.items() if layout.pinned and not layout.shards)
+    if not unpinned and not unshared:
+        return ok("gpu sharing", f"every GPU of {len(with_gpus)} node{'s' if len(with_gpus) > 1 else ''} pinned by "
+                  "its own GRES type, with 1000 shards")
+    found = ([f"{', '.join(unpinned)}: GRES types are not one per device (<model>_i<N>), so Slurm picks the "
+              "devices and fractions are refused"] if unpinned else []) + \
+        ([f"{', '.join(unshared)}: no shard:<type>:1000 per GPU, so fractions are refused"] if unshared else [])
+    return warn("gpu sharing", "; ".join(found),
+                "in slurm.conf and gres.conf name each GPU's type <model>_i<N> (N its index) and give it "
+                "shard:<model>_i<N>:1000 (docs/cluster.md, section 5)")
+
+
 def check_nodes(records: Sequence[Mapping[str, str]], partition: str | None) -> Check:
     """Down, drained or silent nodes, with Slurm's reason; FAIL when none is usable."""
     where = f" of partition {partition}" if partition else ""
@@ -305,6 +327,22 @@ def _probe(commands: SlurmCommands, argv: list[str], probe: Probe, token: str) -
         probe.failure = why
 
 
+# srun's words when the step never reached the node's slurmd, or slurmd could not trust it.
+_UNREACHED = ("Communication connection failure", "Zero Bytes were transmitted", "Unable to contact",
+              "Connection refused", "Protocol authentication error", "Invalid authentication credential",
+              "Credential", "Node not responding")
+
+
+def _probe_fix(failures: Sequence[str]) -> str:
+    """What to do about the nodes no probe step came back from, by what srun said."""
+    if any(word.lower() in failure.lower() for failure in failures for word in _UNREACHED):
+        return ("slurmd on that node does not answer, or cannot trust this machine: start slurmd there, give it "
+                "the cluster's munge key (munge -n | ssh NODE unmunge), check its clock, and that it reaches "
+                "slurmctld's port; then run yard doctor again")
+    return (f"each node needs {NODE_PYTHON} (python3 >= 3.11) and must take a 1-CPU step within "
+            f"{START_SECONDS} s; the reasons above say which is missing")
+
+
 def _connect(address: str, port: int, token: str) -> str:
     try:
         with socket.create_connection((address, port), timeout=5) as conn:
@@ -323,9 +361,7 @@ def node_checks(
     missing = [f"{node}: {p.failure}" for node, p in probes.items() if p.result is None]
     checks = []
     if missing:
-        checks.append(fail("node probes", "no answer from " + "; ".join(missing),
-                           f"each node needs {NODE_PYTHON} (python3 >= 3.11) and must take a 1-CPU step "
-                           f"within {START_SECONDS} s; the reasons above say which is missing"))
+        checks.append(fail("node probes", "no answer from " + "; ".join(missing), _probe_fix(missing)))
     else:
         checks.append(ok("node probes", f"a step ran on each of {len(probes)} nodes"))
     per_check: list[tuple[str, str, Callable[[Probe], Check]]] = [
