@@ -39,7 +39,10 @@ class JobDirUsage:
         job has none."""
         if self._dirs is None:
             return None
-        measured_at, usage = self._measure(job_id, self._dirs)
+        # A figure measured while the job ran is stale once it has ended: what its last
+        # moments wrote counts (a client that waits for the end then reads the size).
+        ended = finished_at if state.is_final else None
+        measured_at, usage = self._measure(job_id, self._dirs, not_before=ended)
         if usage is None:
             return None
         return JobDirView(
@@ -50,11 +53,12 @@ class JobDirUsage:
             removeAfter=finished_at + self._retention if state.is_final and finished_at is not None else None,
         )
 
-    def _measure(self, job_id: int, dirs: JobDirectories) -> tuple[datetime, DirUsage | None]:
+    def _measure(self, job_id: int, dirs: JobDirectories,
+                 not_before: datetime | None = None) -> tuple[datetime, DirUsage | None]:
         now = self._clock.monotonic()
         with self._lock:
             cached = self._cache.get(job_id)
-        if cached is not None and now < cached[0]:
+        if cached is not None and now < cached[0] and (not_before is None or cached[1] >= not_before):
             return cached[1], cached[2]
         started = time.perf_counter()  # what the walk costs, not what time it is
         usage = dirs.job_dir_usage(job_id)  # outside the lock: a walk may take a moment

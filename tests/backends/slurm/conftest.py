@@ -21,6 +21,7 @@ import pytest
 from e2e.server import Server
 
 from slurm.cluster import cancel_all, slurm_yard_up
+from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
@@ -105,14 +106,26 @@ def world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
     yield from make_world(slurm, tmp_path)
 
 
-@pytest.fixture
-def accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
-    """``world`` with per-user accounts and the sandbox, as ``yard up`` runs as root."""
+def per_user() -> dict[str, Any]:
+    """``make_world``'s per-user accounts and sandbox, as ``yard up`` as root has them
+    (skipped where the tests do not run as root)."""
     if os.geteuid() != 0:
         pytest.skip("per-user accounts need root")
     sandbox, why = find_sandbox("bwrap", as_root=True)
     assert sandbox is not None, why
-    yield from make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox)
+    return {"accounts": TaskAccounts(), "sandbox": sandbox}
+
+
+@pytest.fixture
+def accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+    """``world`` with per-user accounts and the sandbox, as ``yard up`` runs as root."""
+    yield from make_world(slurm, tmp_path, **per_user())
+
+
+@pytest.fixture
+def podman_accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+    """``accounts_world`` whose tasks with an image run in Podman, as ``yard up`` as root has them."""
+    yield from make_world(slurm, tmp_path, containers=ContainerEngine.find("podman", "runc"), **per_user())
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ reference naming a path on the node)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections.abc import Iterator
@@ -17,11 +16,8 @@ import pytest
 from podman_support import needs_podman
 
 from slurm.cluster import drive, submit
-from slurm.conftest import World, make_world
+from slurm.conftest import World
 from trainyard.backends.base import TaskKey
-from trainyard.backends.containers import ContainerEngine
-from trainyard.backends.sandbox import find_sandbox
-from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import parse_job
 
@@ -39,24 +35,13 @@ def suid_image(image: str, tmp_path: Path) -> Iterator[str]:
     subprocess.run(["podman", "rmi", "--force", SUID_IMAGE], capture_output=True, check=False)
 
 
-@pytest.fixture
-def boxed_world(slurm, tmp_path) -> Iterator[World]:
-    """Per-user accounts, the sandbox and Podman, as `yard up` as root has them."""
-    if os.geteuid() != 0:
-        pytest.skip("per-user accounts need root")
-    sandbox, why = find_sandbox("bwrap", as_root=True)
-    assert sandbox is not None, why
-    yield from make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox,
-                          containers=ContainerEngine.find("podman", "runc"))
-
-
 @needs_podman
 # FINDING C1 (critical), fixed: the container runs with no-new-privileges and no capabilities,
 # and only the account's own folders are bound (never the task's root-only directory,
 # where root's runner would have written the exit status through the user's link).
 def test_a_setuid_root_program_in_a_users_image_gives_no_root_over_the_task_directory(
-        suid_image: str, boxed_world: World) -> None:
-    world = boxed_world
+        suid_image: str, podman_accounts_world: World) -> None:
+    world = podman_accounts_world
     victim = world.tmp / "root-only" / "victim"
     victim.parent.mkdir(mode=0o700)
     victim.write_text("intact\n")

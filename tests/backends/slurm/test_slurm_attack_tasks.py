@@ -6,19 +6,16 @@ test is an attack that fails today, kept as a regression test."""
 from __future__ import annotations
 
 import json
-import os
 import random
 import shlex
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 
 import pytest
 from e2e.server import wait_until
 
 from slurm.cluster import drive, submit
-from slurm.conftest import World, make_world
+from slurm.conftest import World
 from trainyard.backends.base import TaskKey
-from trainyard.backends.sandbox import find_sandbox
-from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.core.clock import SystemClock
 from trainyard.services import auth
 from trainyard.services import jobs as job_service
@@ -28,15 +25,6 @@ from trainyard.store.rows import JobRow, UserRow
 # The ports this test's tasks are given: a few above the backend's range, so that holding
 # them all (as an attacker holds the whole range) faults no one else's task on the cluster.
 PRIVATE_PORTS = range(33170, 33180)
-
-
-@pytest.fixture
-def accounts_world(slurm, tmp_path) -> Iterator[World]:
-    if os.geteuid() != 0:
-        pytest.skip("per-user accounts need root")
-    sandbox, why = find_sandbox("bwrap", as_root=True)
-    assert sandbox is not None, why
-    yield from make_world(slurm, tmp_path, accounts=TaskAccounts(), sandbox=sandbox)
 
 
 def _submit_as(world: World, user: str, text: str) -> int:

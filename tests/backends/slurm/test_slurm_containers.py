@@ -4,7 +4,6 @@ task runner inside its job step (the dev cluster has no GPUs with CDI specs: CPU
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import subprocess
 import sys
@@ -22,10 +21,8 @@ from slurm.cluster import drive, only_task, submit
 from slurm.conftest import World, make_world
 from trainyard.backends.base import Mount, TaskKey, TaskLaunch
 from trainyard.backends.containers import ContainerEngine
-from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.slurm import submission
 from trainyard.backends.slurm.commands import SlurmCommands
-from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
 from trainyard.store.events import job_events
@@ -65,17 +62,6 @@ taskRoles:
     assert f"node={task.node} rank=0 job_dir={job_dir}" in log
     assert (job_dir / "kept.txt").read_text() == "kept\n"
     assert pulls == [f"task main/0: {image} already on node {task.node}"]
-
-
-@pytest.fixture
-def podman_accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
-    """``podman_world`` with per-user accounts, as ``yard up`` runs as root."""
-    if os.geteuid() != 0:
-        pytest.skip("per-user accounts need root")
-    sandbox, why = find_sandbox("bwrap", as_root=True)
-    assert sandbox is not None, why
-    yield from make_world(slurm, tmp_path, containers=ContainerEngine.find("podman", "runc"),
-                          accounts=TaskAccounts(), sandbox=sandbox)
 
 
 def test_with_accounts_a_container_runs_as_its_owner_s_account_and_sees_only_its_own_folders(
