@@ -184,13 +184,18 @@ def run_options(engine: ContainerEngine, task: ContainerTask) -> list[str]:
         argv += ["--pids-limit", str(task.pids_max)]
     for device in task.gpu_devices:
         argv += ["--device", f"{CDI_GPU_KIND}={device}"]
-    if task.user is not None:
-        uid, gid, groups = task.user
-        argv += ["--user", f"{uid}:{gid}"] + [f"--group-add={g}" for g in groups if g != gid]
-        # The image is the user's: a setuid program in it must not make them root in the
-        # container (on the host's network, over the folders bound in).
-        argv += ["--security-opt", "no-new-privileges", "--cap-drop", "all"]
-    return argv
+    return argv + as_user(task.user)
+
+
+def as_user(user: tuple[int, int, tuple[int, ...]] | None) -> list[str]:
+    """The options that run a container as the task's account (none: the image's user).
+    The image is the user's: a setuid program in it must not make them root in the
+    container (on the host's network, over the folders bound in)."""
+    if user is None:
+        return []
+    uid, gid, groups = user
+    return ["--user", f"{uid}:{gid}", *(f"--group-add={g}" for g in groups if g != gid),
+            "--security-opt", "no-new-privileges", "--cap-drop", "all"]
 
 
 def volume(source: str, target: str, *, read_only: bool) -> str:
@@ -247,6 +252,10 @@ def unswappable(folder: str) -> str:
     return str(current)
 
 
+# The environment check's bounds (``environment_check``): it only imports sys.
+CHECK_PIDS, CHECK_MEMORY_MB, CHECK_SECONDS = 64, 512, 120
+
+
 def environment_check(engine: ContainerEngine, task: ContainerTask, environment: PythonEnvironment | None, *,
                       guarded: bool = False) -> dict[str, Any] | None:
     """How to tell, before the task, whether its Python environment runs in its image:
@@ -260,12 +269,17 @@ def environment_check(engine: ContainerEngine, task: ContainerTask, environment:
     if not os.path.exists(python) or os.path.dirname(environment.bin_dirs[0].rstrip("/")) in _SYSTEM_PREFIXES:
         return None  # nothing to check, or the image's own python
     target = os.path.realpath(python)
-    argv = engine.command("run", "--rm", "--network", "none", *_ulimits())
+    # Bounded as the task is not yet: the user's python, which they may have swapped for
+    # anything, runs here outside the task's cgroup; the engine ends it after the timeout
+    # even when whatever started it was killed.
+    argv = engine.command("run", "--rm", "--network", "none", *_ulimits(), "--pids-limit", str(CHECK_PIDS),
+                          "--memory", f"{CHECK_MEMORY_MB}m", "--cpus", "1")
+    if engine.kind == "podman":
+        argv += ["--timeout", str(CHECK_SECONDS)]
     binds = environment_binds(environment, guarded=guarded)
     for bind in binds:
         argv += ["--volume", volume(bind.source, bind.target, read_only=True)]
-    if task.user is not None:
-        argv += ["--user", f"{task.user[0]}:{task.user[1]}"]
+    argv += as_user(task.user)
     argv += ["--entrypoint", python, task.image, "-c", "import sys"]
     inside = any(target.startswith(b.source.rstrip("/") + "/") for b in binds)
     why = (f"its python is a link to {target} on the node, which the image does not have or cannot run"

@@ -46,6 +46,7 @@ from trainyard.spec.storages import (
     mount_path_problem,
     storage_uses,
 )
+from trainyard.store.queries import environments as env_queries
 from trainyard.store.queries import storages as storage_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
@@ -381,7 +382,7 @@ def check_storage_uses(session: Session, user: UserRow, spec: JobSpec) -> None:
         for problem in _nesting_problems(storage_uses(spec, role), known):
             if all(problem[1] != p[1] for p in problems):
                 problems.append(problem)
-        if spec.role_image(role) is not None:
+        if _in_a_container(session, spec, role):
             for use in storage_uses(spec, role):
                 path = f"{use.path}.subPath"
                 if use.sub_path and all(path != p[1] for p in problems):
@@ -431,3 +432,13 @@ def jobs_losing_storage(session: Session, jobs: list[tuple[UserRow, JobSpec, int
         if any(_problem(known[use.name], use, user) is not None for use in uses):
             lost.append(job_id)
     return lost
+
+
+def _in_a_container(session: Session, spec: JobSpec, role: str) -> bool:
+    """Whether the role's tasks run in a container: it names an image, or its environment
+    is an image (an admin's base environment)."""
+    if spec.role_image(role) is not None:
+        return True
+    named = spec.environment_of(role)
+    row = None if named is None else env_queries.environments_named(session, [named]).get(named)
+    return row is not None and row.image is not None

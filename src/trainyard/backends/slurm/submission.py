@@ -40,6 +40,7 @@ from trainyard.backends.mounts import make_missing_storage, mount_env, unenforce
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL, WHOLE_GPU_SHARDS, NodeGres
 from trainyard.backends.taskpython import with_runtime_path
 from trainyard.backends.taskuser import TaskUser, write_secret_files
+from trainyard.spec.storages import CONTAINER_SUB_PATH
 
 WHOLE_GPU_MILLI = 1000
 # Beside a task's directory, when it runs as its owner's account (``TaskAccount``).
@@ -237,6 +238,8 @@ def write_task_files(
     if engine is None:
         raise ContainerError(f"the task's image {task.image} needs a container engine on the compute nodes, "
                              "and none (podman or docker, as container_engine says) was found")
+    if sub := next((m for m in task.mounts if m.sub_path), None):  # refused at submit; a job stored before
+        raise ContainerError(f"storage {sub.name!r}: {CONTAINER_SUB_PATH}")
     write_env_file(task_dir / "container.env", variables)
     if account is None:
         # Its directory holds its work dir, secrets and suspend request.

@@ -34,6 +34,8 @@ import pwd
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 # What the step adds to the task's env file: Slurm's own variables (SLURM_*, and PMI_*/PMIX_*
 # for MPI launchers) and the runner's GPU pinning, which comes last.
@@ -71,11 +73,10 @@ def ensure_account(account: dict[str, object]) -> None:
     made it (``made``); NodeFault otherwise."""
     name, uid, gid = str(account["name"]), int(str(account["uid"])), int(str(account["gid"]))
     node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
-    try:
-        entry = pwd.getpwnam(name)
-    except KeyError:
-        entry = None
-    if entry is None and account.get("made"):
+    made = bool(account.get("made"))
+    entry = _account(name)
+    if entry is None and made:
+        _own_group(name, gid, node)  # before anything is made: never into another's group
         entry = _make_account(name, uid, gid, str(account["marker"]), str(account["home"]))
     if entry is None:
         raise NodeFault(f"no OS account {name!r} on node {node} (the server runs this user's tasks as uid {uid}):"
@@ -84,27 +85,62 @@ def ensure_account(account: dict[str, object]) -> None:
     if (entry.pw_uid, entry.pw_gid) != (uid, gid):
         raise NodeFault(f"the OS account {name!r} is uid {entry.pw_uid} gid {entry.pw_gid} on node {node}, but"
                         f" {uid} {gid} on the server: an account must have the same ids on every node")
+    if made:
+        _own_group(name, gid, node)
 
 
-def _make_account(name: str, uid: int, gid: int, marker: str, home: str) -> pwd.struct_passwd | None:
-    try:
-        grp.getgrgid(gid)
-    except KeyError:
-        _run(["groupadd", "--system", "--gid", str(gid), name])
-    shell = "/usr/sbin/nologin" if os.path.exists("/usr/sbin/nologin") else "/bin/false"
-    _run(["useradd", "--system", "--uid", str(uid), "--gid", str(gid), "--no-create-home", "--home-dir", home,
-          "--shell", shell, "--comment", marker, name])
+def _account(name: str) -> pwd.struct_passwd | None:
     try:
         return pwd.getpwnam(name)
     except KeyError:
         return None
 
 
-def _run(argv: list[str]) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    if done.returncode != 0:
-        raise NodeFault(f"{' '.join(argv[:1])} for the task's account failed on this node:"
-                        f" {done.stderr.strip() or done.returncode}")
+def _own_group(name: str, gid: int, node: str) -> None:
+    """An account Trainyard made has a group of its own, by its name (``useradd
+    --user-group`` on the server): the gid, where this node has it, must be that group,
+    never one the node gave another (docker, a site's group)."""
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        return
+    if group != name:
+        raise NodeFault(f"gid {gid} of the OS account {name!r} is the group {group!r} on node {node}: Trainyard's"
+                        " accounts need the same uid and gid on every node; free that gid there, or map this"
+                        " user to a site account (task_account_map)")
+
+
+def _make_account(name: str, uid: int, gid: int, marker: str, home: str) -> pwd.struct_passwd | None:
+    """Make the account (and its group) with these ids; one that another task's start made
+    meanwhile (two tasks of a new user on one node) is taken as it is."""
+    try:
+        grp.getgrgid(gid)
+    except KeyError:
+        _run(["groupadd", "--system", "--gid", str(gid), name], done=lambda: _has_group(gid, name))
+    shell = "/usr/sbin/nologin" if os.path.exists("/usr/sbin/nologin") else "/bin/false"
+    _run(["useradd", "--system", "--uid", str(uid), "--gid", str(gid), "--no-create-home", "--home-dir", home,
+          "--shell", shell, "--comment", marker, name],
+         done=lambda: (entry := _account(name)) is not None and (entry.pw_uid, entry.pw_gid) == (uid, gid))
+    return _account(name)
+
+
+def _has_group(gid: int, name: str) -> bool:
+    try:
+        return grp.getgrgid(gid).gr_name == name
+    except KeyError:
+        return False
+
+
+def _run(argv: list[str], done: Callable[[], bool], tries: int = 20) -> None:
+    """Run ``argv`` (root's groupadd/useradd) until it worked or ``done`` says what it
+    makes is there (made by a concurrent start; or /etc/passwd was locked meanwhile)."""
+    for _ in range(tries):
+        finished = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        if finished.returncode == 0 or done():
+            return
+        time.sleep(0.1)
+    raise NodeFault(f"{argv[0]} for the task's account failed on this node:"
+                    f" {finished.stderr.strip() or finished.returncode}")
 
 
 def main(argv: list[str]) -> int:
