@@ -31,6 +31,7 @@ from trainyard.services.environment_access import (
     usable_environment,
 )
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
+from trainyard.spec.checks import image_reference_problem
 from trainyard.spec.loading import validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.store.queries import environments as env_queries
@@ -178,8 +179,9 @@ def create_base(
     if path is not None and (not path.startswith("/") or ":" in path or "\n" in path):
         raise Invalid(f"basePath: {path!r} must be an absolute path without ':' (it goes on PATH)",
                       details=[{"path": "basePath", "message": "not an absolute path"}])
-    if image is not None and (not image.strip() or any(c.isspace() for c in image)):
-        raise Invalid(f"image: {image!r} is not an image name", details=[{"path": "image", "message": "invalid"}])
+    if image is not None and (problem := image_reference_problem(image)) is not None:
+        # As a job's image: it reaches the engine's command line, and the engine is root's.
+        raise Invalid(f"image: {problem}", details=[{"path": "image", "message": problem}])
     visibility, group_id = _sharing(session, admin, group, kind=EnvironmentKind.BASE)
     row = EnvironmentRow(
         name=name, owner_id=admin.id, kind=EnvironmentKind.BASE, visibility=visibility, group_id=group_id,
