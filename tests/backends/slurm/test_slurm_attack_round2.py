@@ -174,11 +174,10 @@ def test_a_setuid_program_in_the_image_gives_no_root_in_the_environment_check(su
 
 @needs_podman
 @pytest.mark.xfail(strict=True, reason=(
-    "FINDING C4 (low now: bounded to 120 s, 64 pids, 512 MB, 1 CPU): the environment check container is podman's (conmon's child, cgroup "
-    "libpod_parent), not the Slurm step's, has no name, no memory/CPU/pids limit and no time limit: "
-    "the user's code in it runs unlimited beside the node's other jobs, and when Slurm kills the step "
-    "(scancel, time limit) the podman client dies and the container goes on; nothing removes it. Fix: "
-    "run the check under the task's limits (the parent cgroup run_container makes, --pids-limit), with a "
+    "FINDING C4 (low now: bounded to 120 s, 64 pids, 512 MB, 1 CPU by the engine): the environment check "
+    "container is podman's (conmon's child, cgroup libpod_parent), not the Slurm step's: when Slurm kills the "
+    "step (scancel, time limit) the podman client dies and the container goes on until that bound. Fix: "
+    "run the check under the task's limits (the parent cgroup run_container makes), with a "
     "name the runner removes on exit (trap) and a timeout; or run it as the task's own first command"))
 def test_the_environment_check_ends_when_its_step_is_killed(suid_image: str, tmp_path: Path) -> None:
     environment = _user_environment(tmp_path, "trap '' TERM INT HUP\necho started\nexec sleep 300\n")
