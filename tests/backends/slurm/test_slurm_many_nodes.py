@@ -3,20 +3,25 @@
 ``scripts/dev-slurm.sh``), through the controller and the Slurm backend.
 
 A real two-node PyTorch job (CPU, ``gloo``) started by ``torchrun`` from the variables
-Trainyard sets, whose all-reduce must add up; and a gang whose node goes down mid-job: a
-platform fault, requeued, finished on other nodes.
+Trainyard sets, whose all-reduce must add up; a gang whose node goes down mid-job, and a
+task whose node's slurmd stops answering: each a platform fault, requeued, finished on
+other nodes.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+from pathlib import Path
 
 from e2e.server import wait_until
 from sqlalchemy import select
 
 from slurm.cluster import drive, node_addr, submit
 from trainyard.backends.base import TaskKey
+from trainyard.backends.slurm.nodes import is_schedulable
 from trainyard.store.rows import AttemptRow, TaskRow
 
 # Each rank adds rank + 1 (and a vector) across the world: 1 + 2, and [1, 2] + [2, 4].
@@ -114,3 +119,41 @@ taskRoles:
     second = tasks_of(world, job_id, 1)
     assert down not in {t.node for t in second} and len({t.node for t in second}) == 2
     assert sorted(p.name for p in started.iterdir()) == ["0-0", "0-1", "1-0", "1-1"]
+
+
+def test_a_task_whose_nodes_slurmd_stops_answering_is_requeued_and_finishes_elsewhere(world, slurm) -> None:
+    # A dead node as slurmctld sees it: its slurmd answers nothing (frozen here, so that the
+    # node can be given back as it was: SIGCONT). After SlurmdTimeout (15 s on the dev
+    # cluster) Slurm fails the job NODE_FAIL; the attempt is LOST and retried elsewhere.
+    started = world.tmp / "started"
+    started.mkdir()
+    job_id = submit(world, f"""
+name: silent-node
+jobRetryCount: 0
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 1, memoryMB: 64}}
+    commands:
+      - touch {started}/$TRAINYARD_ATTEMPT
+      - if [ "$TRAINYARD_ATTEMPT" = 0 ]; then exec sleep 300; fi
+""")
+    drive(world, job_id, states=("RUNNING",))
+    wait_until(lambda: (started / "0").exists(), timeout=30, what="the task to start")
+    [task] = tasks_of(world, job_id, 0)
+    config = {name.strip(): value.strip() for name, _, value in (
+        line.partition(" = ") for line in slurm.run(["scontrol", "show", "config"]).stdout.splitlines())}
+    slurmd = int(Path(config["SlurmdPidFile"].replace("%n", task.node)).read_text())
+    os.kill(slurmd, signal.SIGSTOP)
+    try:
+        job = drive(world, job_id, timeout=120)
+    finally:
+        os.kill(slurmd, signal.SIGCONT)
+        # Back in service before the next test (ReturnToService=2: once it answers again).
+        wait_until(lambda: any(r["NodeName"] == task.node and is_schedulable(r.get("State", ""))
+                               for r in slurm.nodes()), timeout=90, interval=0.5, what=f"{task.node} to answer again")
+    assert job.state == "SUCCEEDED" and job.attempt == 1 and job.retries_used == 0, job.state_message
+    with world.db.session() as s:
+        attempt = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.number == 0)).one()
+        assert attempt.state == "LOST" and "NODE_FAIL" in attempt.tasks[0].message, attempt.tasks[0].message
+    [retry] = tasks_of(world, job_id, 1)
+    assert retry.node != task.node
