@@ -83,6 +83,9 @@ def test_bob_finds_nothing_of_alice_on_any_route_on_slurm(slurm_server) -> None:
 
     assert ALICE_SECRET not in out and admin_token not in out
     assert out.splitlines()[0] == "ty-bob", out
+    # The hard case: one node, one kernel (best fit packs bob's task beside alice's).
+    nodes = {c.job(j).attempts[-1].tasks[0].node for c, j in ((alice, alice_job), (bob, bob_job.id))}
+    assert len(nodes) == 1, nodes
     for label in targets:
         assert re.search(rf"^ROUTE {label}: DENIED ", out, re.MULTILINE), f"{label}:\n{out}"
     # /proc shows bob's own processes only, and reading them works: his own secret is there.
