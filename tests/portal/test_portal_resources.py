@@ -13,7 +13,7 @@ from api.harness import Api
 from starlette.testclient import TestClient
 
 from portal.harness import browser, csrf_of, signed_in
-from trainyard.backends.base import ImagePull, NodeImage
+from trainyard.backends.base import ImagePull, ImageRemoval, NodeImage
 from trainyard.backends.containers import ContainerError
 from trainyard.services import admin, environments
 from trainyard.services import storages as storage_service
@@ -30,6 +30,7 @@ ADMIN_POSTS = [
     ("/storages/data/grants/revoke", {"grantee": "alice"}),
     ("/storages/data/delete", {}),
     ("/images/pull", {"image": "python:3.12"}),
+    ("/images/evict", {"image": "python:3.12"}),
 ]
 
 
@@ -287,6 +288,26 @@ def test_a_bad_pull_is_refused_with_its_field(api: Api) -> None:
     assert nowhere.status_code == 422 and 'data-field="node"' in nowhere.text
     no_engine = post(client, "/images/pull", {"image": "python:3.12"})  # the harness's node has no podman
     assert no_engine.status_code == 422 and "no container engine" in no_engine.text
+
+
+def test_an_admin_evicts_an_image_from_its_row_and_a_bad_one_is_refused(api: Api, monkeypatch) -> None:
+    node = api.ctx.backend.inventory()[0].name
+    monkeypatch.setattr(api.ctx.backend, "node_images", lambda: [NodeImage(node, "python:3.12", "0123456789ab", 1)])
+    asked: list[tuple[str, str | None]] = []
+
+    def remove_image(image: str, where: str | None = None) -> list[ImageRemoval]:
+        asked.append((image, where))
+        return [ImageRemoval(node, image, removed=True)]
+
+    monkeypatch.setattr(api.ctx.backend, "remove_image", remove_image)
+    admin = signed_in(api, "admin")
+    assert 'action="/images/evict"' in admin.get("/images").text
+    assert 'action="/images/evict"' not in signed_in(api, "alice").get("/images").text
+    answer = post(admin, "/images/evict", {"image": "python:3.12", "node": node}, page="/images")
+    assert answer.status_code == 200 and asked == [("python:3.12", node)]
+    assert f"node {node}" in answer.text and "python:3.12" in answer.text
+    bad = post(admin, "/images/evict", {"image": "--all"})
+    assert bad.status_code == 422 and "not an image reference" in bad.text
 
 
 # -- the job page --------------------------------------------------------------------------
