@@ -54,9 +54,7 @@ def pull(request: Request, viewer: AdminAction, ctx: Ctx, image: Annotated[str, 
          node: Annotated[str, Form(max_length=255)] = "") -> Response:
     image = image.strip()
     try:
-        if not IMAGE_REFERENCE.fullmatch(image):
-            raise Invalid(f"image: {image!r} is not an image reference such as python:3.12",
-                          details=[{"path": "image", "message": "not an image reference"}])
+        _check(image)
         pulls = images.pull_image(ctx.backend, image, node or None)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc, form={"image": image, "node": node})
@@ -68,10 +66,14 @@ def evict(request: Request, viewer: AdminAction, ctx: Ctx, image: Annotated[str,
           node: Annotated[str, Form(max_length=255)] = "") -> Response:
     image = image.strip()
     try:
-        if not IMAGE_REFERENCE.fullmatch(image):
-            raise Invalid(f"image: {image!r} is not an image reference such as python:3.12",
-                          details=[{"path": "image", "message": "not an image reference"}])
+        _check(image)
         removals = images.remove_image(ctx.db, ctx.specs, ctx.backend, image, node or None)
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
     return _page(request, viewer, ctx, removals=removals)
+
+
+def _check(image: str) -> None:
+    if not IMAGE_REFERENCE.fullmatch(image):
+        raise Invalid(f"image: {image!r} is not an image reference such as python:3.12",
+                      details=[{"path": "image", "message": "not an image reference"}])

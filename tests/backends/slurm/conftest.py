@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -126,6 +127,21 @@ def accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
 def podman_accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
     """``accounts_world`` whose tasks with an image run in Podman, as ``yard up`` as root has them."""
     yield from make_world(slurm, tmp_path, containers=ContainerEngine.find("podman", "runc"), **per_user())
+
+
+# What the attack tests build (``suid_image``): a user's image with a setuid-root shell.
+SUID_IMAGE = "localhost/ty-attack-suid:1"
+
+
+@pytest.fixture
+def suid_image(image: str, tmp_path: Path) -> Iterator[str]:
+    """What any user can publish: the test image plus a setuid-root copy of bash."""
+    (tmp_path / "Containerfile").write_text(
+        f"FROM {image}\nRUN cp /bin/bash /usr/local/bin/rootsh && chmod 4755 /usr/local/bin/rootsh\n")
+    subprocess.run(["podman", "build", "-q", "-t", SUID_IMAGE, "-f", str(tmp_path / "Containerfile"), str(tmp_path)],
+                   check=True, capture_output=True, timeout=120)
+    yield SUID_IMAGE
+    subprocess.run(["podman", "rmi", "--force", SUID_IMAGE], capture_output=True, check=False)
 
 
 @pytest.fixture

@@ -8,9 +8,6 @@ reference naming a path on the node)."""
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from podman_support import needs_podman
@@ -20,19 +17,6 @@ from slurm.conftest import World
 from trainyard.backends.base import TaskKey
 from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import parse_job
-
-SUID_IMAGE = "localhost/ty-attack-suid:1"
-
-
-@pytest.fixture
-def suid_image(image: str, tmp_path: Path) -> Iterator[str]:
-    """What any user can publish: the test image plus a setuid-root copy of bash."""
-    (tmp_path / "Containerfile").write_text(
-        f"FROM {image}\nRUN cp /bin/bash /usr/local/bin/rootsh && chmod 4755 /usr/local/bin/rootsh\n")
-    subprocess.run(["podman", "build", "-q", "-t", SUID_IMAGE, "-f", str(tmp_path / "Containerfile"), str(tmp_path)],
-                   check=True, capture_output=True, timeout=120)
-    yield SUID_IMAGE
-    subprocess.run(["podman", "rmi", "--force", SUID_IMAGE], capture_output=True, check=False)
 
 
 @needs_podman

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import time
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,9 +36,6 @@ from trainyard.spec.errors import SpecError
 from trainyard.spec.loading import parse_job
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
-
-SUID_IMAGE = "localhost/ty-attack2-suid:1"
-
 
 # --- task-start.py: the account made on the node -------------------------------------------
 
@@ -123,17 +119,6 @@ def test_a_site_account_missing_on_a_node_is_a_fault_and_never_made(node: FakeNo
 
 
 # --- the environment check before a container task -------------------------------------------
-
-
-@pytest.fixture
-def suid_image(image: str, tmp_path: Path) -> Iterator[str]:
-    """What any user can publish: the test image plus a setuid-root copy of bash."""
-    (tmp_path / "Containerfile").write_text(
-        f"FROM {image}\nRUN cp /bin/bash /usr/local/bin/rootsh && chmod 4755 /usr/local/bin/rootsh\n")
-    subprocess.run(["podman", "build", "-q", "-t", SUID_IMAGE, "-f", str(tmp_path / "Containerfile"), str(tmp_path)],
-                   check=True, capture_output=True, timeout=120)
-    yield SUID_IMAGE
-    subprocess.run(["podman", "rmi", "--force", SUID_IMAGE], capture_output=True, check=False)
 
 
 def _user_environment(tmp_path: Path, python: str) -> PythonEnvironment:
