@@ -80,6 +80,19 @@ def test_a_retry_after_a_platform_fault_goes_elsewhere_when_it_fits_elsewhere(sc
     assert schedule(Snapshot(full_a, (retry,), config=config)).starts[0].placements[0].node == "b"
 
 
+@pytest.mark.parametrize("scorer", sorted(SCORERS))
+def test_a_fraction_goes_only_to_a_node_whose_gpus_can_be_shared(scorer: str) -> None:
+    # On Slurm a node without shard GRES says so (docs/slurm.md): a fraction placed there
+    # would fail at launch; best fit would pick the fuller node a.
+    unshared = replace(node("a", 4, used={0: 1000}), labels={GPU_SHARES_LABEL: "false"})
+    shared = replace(node("b", 4), labels={GPU_SHARES_LABEL: "true"})
+    config = SchedulerConfig(scorer=scorer)
+    placed = schedule(Snapshot((unshared, shared), (job(1, 500),), config=config)).starts[0].placements[0]
+    assert placed.node == "b"
+    assert schedule(Snapshot((unshared,), (job(1, 500),), config=config)).starts == ()
+    assert schedule(Snapshot((unshared,), (job(2, 1000),), config=config)).starts[0].placements[0].node == "a"
+
+
 def test_a_fraction_never_fits_where_no_node_with_gpus_can_share_one() -> None:
     """The Slurm backend labels a node whose GPUs have no ``shard`` GRES (docs/slurm.md)."""
     unshared = replace(node("a", 4), labels={GPU_SHARES_LABEL: "false"})

@@ -16,6 +16,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.resources import MILLI
 from trainyard.core.selectors import GpuFacts, NodeFacts, compile_selector
 from trainyard.scheduler.snapshot import GpuShare, GpuSlot, NodeState, TaskPlacement, TaskRequest
@@ -80,6 +81,9 @@ class FreeNode:
     # The node as reported (total CPU and memory, labels) for resource expressions; None
     # when built without one (then the free figures stand for the totals, without labels).
     state: NodeState | None = field(default=None, repr=False)
+    # Whether a device may hold a fraction of a GPU: not where the backend says the node's
+    # GPUs cannot be shared (Slurm without shard GRES: ``GPU_SHARES_LABEL`` "false").
+    shares: bool = True
     _selected: dict[tuple[str, bool], Selection] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -120,11 +124,13 @@ class FreeNode:
         self.whole = free.count(MILLI)
         self.klass, self.position, self.only_model = klass, position, only_model
         self.state = node
+        self.shares = node.labels.get(GPU_SHARES_LABEL) != "false"
         return self
 
     def suits(self, pos: int, task: TaskRequest) -> bool:
         return (
-            (not task.gpu_models or self.gpu_model[pos] in task.gpu_models)
+            (self.shares or task.gpu_milli % MILLI == 0)
+            and (not task.gpu_models or self.gpu_model[pos] in task.gpu_models)
             and self.gpu_memory_mb[pos] >= task.gpu_memory_mb
             and (not task.selector or self.selected(task.selector, True)[pos])
         )
