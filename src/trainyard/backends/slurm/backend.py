@@ -40,18 +40,15 @@ import importlib.resources
 import json
 import logging
 import os
-import pwd
 import random
 import re
 import signal
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from trainyard.backends import jobdirs, taskuser
 from trainyard.backends.base import (
@@ -71,30 +68,17 @@ from trainyard.backends.base import (
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
 from trainyard.backends.containers import (
-    ENGINE_ENV,
-    PULL_TIMEOUT_SECONDS,
     ContainerEngine,
-    ContainerError,
-    image_removal,
-    parse_image_list,
-    pull_record_path,
-    pulled_at,
-    record_pull,
     with_image_pull,
     with_oom_record,
 )
 from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.sandbox import (
-    LAUNCH_ENV,
-    Identity,
     Sandbox,
-    StorageMount,
-    enter_argv,
-    mount_fds,
-    sandbox_argv,
 )
-from trainyard.backends.slurm import runners, submission, taskexec
-from trainyard.backends.slurm.commands import SlurmCommands, SlurmError, munge_socket
+from trainyard.backends.slurm import runners, sandboxing, submission, taskexec
+from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.backends.slurm.images import NodeImages
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import (
     NodeGres,
@@ -104,10 +88,9 @@ from trainyard.backends.slurm.nodes import (
     node_inventory,
     node_sample,
 )
-from trainyard.backends.taskaccounts import ACCOUNT_MARKER, NO_HOME, TaskAccounts
+from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.backends.taskpython import install_runtime
 from trainyard.core.metrics import NodeSample, Sampled, TaskSample
-from trainyard.core.names import USER_NAME
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -116,17 +99,10 @@ log = logging.getLogger(__name__)
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 # Characters a state directory may not hold: Slurm expands ``%`` and ``\`` in output
 # paths, and the runner scripts' argv must stay one path per argument.
-_SRUN_EXITED = re.compile(r"srun: error: \S+: task \d+: Exited with exit code \d+\s*$")
 _UNSAFE_PATH = re.compile(r"[%\\\n\r\t ]")
 # Ports are chosen below Linux's default ephemeral range (32768+) on nodes the server cannot
 # probe; the task runner checks them free where the task starts (``runners.TASK_RUNNER``).
 PORT_RANGE = range(20000, 32000)
-# The image cache's steps on the compute nodes: each a Slurm job of one CPU and this much
-# memory, at most this many at once, listing (or removing) for at most this long.
-IMAGE_STEP_MEMORY_MB = 512
-IMAGE_STEPS_AT_ONCE = 8
-IMAGE_LIST_SECONDS = 300.0
-_T = TypeVar("_T")
 # How stale Slurm's job table may be when observing (see SlurmBackend._slurm_jobs).
 SLURM_POLL_SECONDS = 1.0
 # How long a pending job may keep a "cannot start" reason while its nodes look usable.
@@ -204,7 +180,7 @@ class SlurmBackend(jobdirs.JobDirTree):
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         # Per-user accounts (root): each task runs as its owner's account, in a bubblewrap
-        # sandbox entered as root on its node, which drops to the account (``_sandbox_plan``).
+        # sandbox entered as root on its node, which drops to the account (``sandboxing``).
         if (accounts is None) != (sandbox is None) or (sandbox is not None and sandbox.user_namespace):
             raise ValueError("on Slurm, per-user task accounts and the sandbox go together, entered as root")
         if pyxis and accounts is not None:
@@ -217,7 +193,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         self.commands = commands or SlurmCommands()
         # Hidden from tasks: the state dir, and munged's socket, through which a task could
         # have Slurm run jobs as its account, outside the sandbox and Trainyard's scheduling.
-        self._sandbox = None if sandbox is None else sandbox.with_hidden(self.state_dir, *_munge_dir(self.commands))
+        self._sandbox = None if sandbox is None else sandbox.with_hidden(self.state_dir,
+                                                                         *sandboxing.munge_dir(self.commands))
         if _UNSAFE_PATH.search(str(self.state_dir)):
             raise ValueError(f"the Slurm state directory {self.state_dir} may not contain %, \\, spaces or newlines")
         self.partition = partition
@@ -256,6 +233,9 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
         self.task_python = install_runtime(self.state_dir / "pythonpath")
         self.name_prefix = job_name_prefix(self.state_dir)
+        self._images = NodeImages(self.commands, self.state_dir, partition, self.name_prefix,
+                                  containers=lambda: self.containers,
+                                  usable_nodes=lambda: [n.name for n in self.inventory() if n.schedulable])
         self._lock = threading.Lock()
         self._last_cancel: dict[str, float] = {}
         self._stuck_since: dict[str, float] = {}  # Slurm job id -> when first seen unable to start
@@ -325,118 +305,16 @@ class SlurmBackend(jobdirs.JobDirTree):
         nodes = tuple(_with_measured_gpus(node_sample(r, now), measured.get(r["NodeName"], {})) for r in records)
         return Sampled(nodes=nodes, tasks=tuple(tasks), errors=tuple(errors))
 
-    # --- ImageCache ----------------------------------------------------------------
+    # --- ImageCache (``images.NodeImages``: a short step per node) -------------------
 
     def node_images(self) -> list[NodeImage]:
-        """Each usable node's images, from its own engine (``_image_steps``); a node whose
-        step failed is left out (logged), unless every one failed (ContainerError)."""
-        engine = self._engine()
-        fmt = "{{json .}}" if engine.kind == "docker" else "json"
-        found: list[NodeImage] = []
-        errors = []
-        nodes = self._image_nodes(None)
-        answers = self._on_nodes(nodes, lambda name: self._image_step(
-            name, engine.command("images", "--format", fmt), IMAGE_LIST_SECONDS))
-        for node, done in zip(nodes, answers, strict=True):
-            if isinstance(done, str) or done.returncode != 0:
-                why = done if isinstance(done, str) else (done.stderr.strip()[-500:] or f"exit {done.returncode}")
-                errors.append(f"node {node}: {why}")
-                continue
-            try:
-                rows = parse_image_list(engine.kind, done.stdout)
-            except ValueError as exc:
-                errors.append(f"node {node}: {engine.kind} images printed no list ({exc})")
-                continue
-            records = self._pull_records(node)
-            found += [NodeImage(node, image, image_id, size, created,
-                                pulled_at(pull_record_path(records, image)) if records is not None else None)
-                      for image, image_id, size, created in rows]
-        if errors:
-            log.warning("could not list the images of some nodes: %s", "; ".join(errors))
-            if not found and len(errors) == len(nodes):
-                raise ContainerError(f"could not list any node's images: {'; '.join(errors)}")
-        return found
+        return self._images.node_images()
 
     def pull_image(self, image: str, node: str | None = None) -> list[ImagePull]:
-        """On each node (or ``node``), a step that checks whether its engine holds ``image``,
-        then one that pulls it where it does not, all nodes at once."""
-        engine = self._engine()
-
-        def pull(name: str) -> ImagePull:
-            there = self._image_step(name, engine.exists_command(image), IMAGE_LIST_SECONDS)
-            if isinstance(there, str):
-                return ImagePull(name, image, False, 0.0, f"could not pull {image} on node {name}: {there}")
-            if there.returncode == 0:
-                return ImagePull(name, image, pulled=False, seconds=0.0)
-            started = time.monotonic()
-            done = self._image_step(name, engine.pull_command(image), PULL_TIMEOUT_SECONDS)
-            seconds = time.monotonic() - started
-            if isinstance(done, str) or done.returncode != 0:
-                said = done if isinstance(done, str) else ((done.stderr or done.stdout).strip().splitlines() or
-                                                           [f"exit {done.returncode}"])[-1]
-                return ImagePull(name, image, False, seconds, f"could not pull {image} on node {name}: {said}")
-            if (records := self._pull_records(name)) is not None:
-                record_pull(pull_record_path(records, image), image, datetime.now(UTC))
-            return ImagePull(name, image, pulled=True, seconds=seconds)
-
-        return self._on_nodes(self._image_nodes(node), pull)
+        return self._images.pull_image(image, node)
 
     def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
-        """On each node (or ``node``), a step that removes ``image`` (``containers.image_removal``:
-        never forced, so a container that uses it keeps it)."""
-        engine = self._engine()
-
-        def remove(name: str) -> ImageRemoval:
-            done = self._image_step(name, engine.remove_image_command(image), IMAGE_LIST_SECONDS)
-            if isinstance(done, str):
-                return ImageRemoval(name, image, False, f"could not remove {image} from node {name}: {done}")
-            result = image_removal(engine.kind, name, image, done.returncode, done.stderr or done.stdout)
-            if result.removed and (records := self._pull_records(name)) is not None:
-                pull_record_path(records, image).unlink(missing_ok=True)
-            return result
-
-        return self._on_nodes(self._image_nodes(node), remove)
-
-    def _engine(self) -> ContainerEngine:
-        if self.containers is None:
-            raise ContainerError("the compute nodes have no container engine configured (container_engine: podman, "
-                                 "installed at the same path on every node)")
-        return self.containers
-
-    def _image_nodes(self, node: str | None) -> list[str]:
-        """``node``, or every node of the partition that Slurm would start work on now."""
-        return [node] if node is not None else [n.name for n in self.inventory() if n.schedulable]
-
-    def _on_nodes(self, nodes: list[str], step: Callable[[str], _T]) -> list[_T]:
-        """``step`` for each of ``nodes``, all at once, answers in their order."""
-        if not nodes:
-            return []
-        with ThreadPoolExecutor(max_workers=min(len(nodes), IMAGE_STEPS_AT_ONCE)) as pool:
-            return list(pool.map(step, nodes))
-
-    def _image_step(self, node: str, argv: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | str:
-        """``argv`` (the engine's command line) run on ``node`` by a Slurm job of its own (``srun``,
-        one CPU, ``IMAGE_STEP_MEMORY_MB``) as this server's account (root: the engine that runs
-        the tasks' containers) with the engine's clean environment; Slurm's or the command's
-        answer, or why there was none."""
-        srun = ["srun", f"--job-name={self.name_prefix}-images", f"--nodelist={node}", "--nodes=1", "--ntasks=1",
-                "--cpus-per-task=1", f"--mem={IMAGE_STEP_MEMORY_MB}", "--export=NONE", "--quiet"]
-        if self.partition is not None:
-            srun.append(f"--partition={self.partition}")
-        srun += ["/usr/bin/env", "-i", *(f"{k}={v}" for k, v in ENGINE_ENV.items()), *argv]
-        try:
-            done = self.commands.run(srun, check=False, timeout=timeout)
-        except SlurmError as exc:
-            return str(exc)
-        # srun's own line about the command's exit status ("srun: error: n2: task 0: Exited
-        # with exit code 1"), even with --quiet: the command's answer is the rest.
-        done.stderr = "".join(line for line in done.stderr.splitlines(keepends=True)
-                              if not _SRUN_EXITED.match(line))
-        return done
-
-    def _pull_records(self, node: str) -> Path | None:
-        """Where the server records when it pulled an image to ``node`` (None: a name unfit for a path)."""
-        return self.state_dir / "images" / node if _SAFE_NAME.fullmatch(node) else None
+        return self._images.remove_image(image, node)
 
     # --- Backend -----------------------------------------------------------------
 
@@ -626,15 +504,16 @@ class SlurmBackend(jobdirs.JobDirTree):
             job_dir = self.job_dir(key.job_id)
             job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             for task in tasks:
-                account = self._task_account(task, task_dirs[task.key], job_dir)
-                env = self._base_env if account is None else self._account_env(account)
+                account = sandboxing.task_account(self.accounts, task, task_dirs[task.key], job_dir)
+                env = self._base_env if account is None else sandboxing.account_env(account, self._site_env)
                 skipped = submission.write_task_files(
                     task_dirs[task.key], task, env, job_dir, self.task_python, self.containers,
                     pyxis_root=self.state_dir if self.pyxis else None, account=account)
                 if skipped:
                     log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
                 if account is not None and task.image is None:
-                    self._write_sandbox_plan(task, task_dirs[task.key], job_dir, account)
+                    sandboxing.write_sandbox_plan(self._sandbox, self._starter, task, task_dirs[task.key], job_dir,
+                                                  account, self.task_python, self.environments_root)
             sub_dir.mkdir(parents=True, exist_ok=True)
             submission.write_private(sub_dir / TASKS, "".join(f"{d.name}\n" for d in task_dirs.values()).encode())
             argv = submission.sbatch_argv(
@@ -662,69 +541,6 @@ class SlurmBackend(jobdirs.JobDirTree):
         no OS account to run as (asked at submit, so that the job is refused, not failed)."""
         if self.accounts is not None:
             self.accounts.account_for(user)
-
-    def _task_account(self, task: TaskLaunch, task_dir: Path, job_dir: Path) -> submission.TaskAccount | None:
-        """With per-user accounts: the task's account and its own folders, made beside its
-        directory (root's, 0700; the attempt's 0711), and the job's directory made the
-        account's (0700). None: the task runs as the server's account."""
-        if self.accounts is None:
-            return None
-        user = self.accounts.account_for(task.user)
-        attempt = task_dir.parent
-        for folder in (attempt.parent, attempt):
-            folder.mkdir(parents=True, exist_ok=True)
-            os.chmod(folder, taskuser.WORK_ROOT_MODE)
-        task_dir.mkdir(exist_ok=True)
-        os.chmod(task_dir, 0o700)
-        taskuser.make_owned_dir(job_dir, user)
-        name = task_dir.name
-        account = submission.TaskAccount(
-            user=user, work=taskuser.make_owned_dir(attempt / f"{name}{submission.WORK_SUFFIX}", user),
-            script=attempt / f"{name}{submission.SCRIPT_SUFFIX}",
-            secrets=attempt / f"{name}{submission.SECRETS_SUFFIX}",
-            suspend_dir=taskuser.make_passable_dir(attempt / f"{name}{submission.SUSPEND_SUFFIX}", user))
-        taskuser.write_user_script(account.script, task.script, user)
-        return account
-
-    def _account_env(self, account: submission.TaskAccount) -> dict[str, str]:
-        """The clean environment a task starts from, as its account: its HOME (the work
-        dir for accounts without one), USER and LOGNAME, and the site's variables."""
-        home = str(account.work) if account.user.home in ("", NO_HOME) else account.user.home
-        return {**base_environment(home, account.user.name), **self._site_env}
-
-    def _write_sandbox_plan(self, task: TaskLaunch, task_dir: Path, job_dir: Path,
-                            account: submission.TaskAccount) -> None:
-        """``sandbox.json`` (what ``task-start.py`` runs on the node: the local backend's
-        sandbox command line) and ``sandbox.join`` (how ``yard exec`` joins it)."""
-        assert self._sandbox is not None
-        identity = Identity(*account.ids)
-        attempt = task_dir.parent
-        shm = taskuser.make_owned_dir(attempt / ".shm", account.user)
-        mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
-        bound = [account.secrets, account.script, account.suspend_dir, self.task_python]
-        writable = [job_dir]
-        if self.environments_root.is_dir():
-            bound.append(self.environments_root)
-            if USER_NAME.fullmatch(task.user):
-                # Where the owner's environments are built (``yard env create`` runs as their
-                # job): theirs to write, everyone's to read, as on the local backend.
-                writable.append(taskuser.make_readable_owned_dir(self.environments_root / task.user, account.user))
-        spec_file = task_dir / "spec.json"
-        argv = sandbox_argv(
-            self._sandbox, ["/bin/bash", "--noprofile", "--norc", str(account.script)], hidden=(),
-            work_dir=account.work, shm_dir=shm, stop_file=task_dir / "relay.stop", spec_file=spec_file,
-            bound=bound, writable=writable, mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
-            identity=identity, starter=self._starter)
-        plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV),
-                # task-start.py checks (or, for an account Trainyard made, makes) it on the node.
-                "account": {"name": account.user.name, "uid": account.user.uid, "gid": account.user.gid,
-                            "made": _made_by_trainyard(account.user.name), "marker": ACCOUNT_MARKER,
-                            "home": NO_HOME}}
-        submission.write_private(task_dir / "sandbox.json", json.dumps(plan).encode())
-        join = enter_argv(self._starter, spec_file, str(account.work), ["true"], bwrap=None, identity=identity,
-                          block_userns=self._sandbox.userns_filter is not None)
-        join = join[:join.index("--")]  # exec-runner.sh adds --sandbox PID:START -- COMMAND
-        submission.write_private(task_dir / "sandbox.join", b"".join(a.encode() + b"\0" for a in join))
 
     def _slurm_jobs(self, needed: set[str]) -> tuple[float, dict[str, SlurmJob]]:
         """Slurm's job table and when it was read, read again once it is older than
@@ -859,22 +675,6 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._last_cancel[job.job_id] = now
         log.info("Slurm job %s: grace period over; cancelling it", job.job_id)
         self.commands.scancel(job.job_id)
-
-
-def _made_by_trainyard(account: str) -> bool:
-    """Whether Trainyard made the OS account (its GECOS marker), so that a node without it
-    may make it with the same ids; a site's account must be there already."""
-    try:
-        return pwd.getpwnam(account).pw_gecos == ACCOUNT_MARKER
-    except KeyError:
-        return False
-
-
-def _munge_dir(commands: SlurmCommands) -> list[Path]:
-    """The folder of munged's socket, to hide from tasks; none where it is a folder that
-    tasks need (``/run`` itself) or does not exist here."""
-    folder = Path(os.path.realpath(Path(munge_socket(commands.slurm_conf)).parent))
-    return [folder] if len(folder.parts) > 2 and folder.is_dir() else []
 
 
 def _install(path: Path, text: str) -> Path:
