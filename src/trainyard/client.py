@@ -19,6 +19,12 @@ import httpx
 from pydantic import TypeAdapter, ValidationError
 
 from trainyard.client_config import ClientConfig, load_config
+from trainyard.client_errors import AuthError as AuthError
+from trainyard.client_errors import ServerError as ServerError
+from trainyard.client_errors import ServerUnreachable as ServerUnreachable
+from trainyard.client_errors import TrainyardError as TrainyardError
+from trainyard.client_errors import UsageError as UsageError
+from trainyard.client_errors import WaitTimeout as WaitTimeout
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import check_client_arguments, job_file_body
 from trainyard.core.states import EnvironmentState
@@ -91,38 +97,6 @@ class LogRead:
 def _page(left: int | None) -> int | None:
     """The page to ask for when at most ``left`` bytes are still wanted (None: no cap)."""
     return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
-
-
-class TrainyardError(Exception):
-    """The server refused a request; ``message`` says why, ``errors`` lists field paths."""
-
-    def __init__(self, message: str, *, status: int | None = None,
-                 errors: list[dict[str, Any]] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.errors = errors or []
-
-
-class ServerUnreachable(TrainyardError):
-    """No answer from the server at all: refused, timed out, or the connection was lost."""
-
-
-class ServerError(TrainyardError):
-    """The server (or a proxy before it) failed with a 5xx: often passing, e.g. a restart."""
-
-
-class AuthError(TrainyardError):
-    """A missing or invalid token (401), or a request the token's user may not make (403)."""
-
-
-class WaitTimeout(TrainyardError):
-    """``wait`` gave up before the job ended."""
-
-
-class UsageError(TrainyardError, ValueError):
-    """An argument the SDK cannot send (a URL that is not http(s), a job id that is not a
-    number, a job file that cannot be read), or an answer that is not Trainyard's."""
 
 
 Moment = str | datetime | timedelta | None  # a window's bound, see ``Client.job_metrics``

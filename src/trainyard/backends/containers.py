@@ -462,8 +462,10 @@ def _docker_size(text: object) -> int:
     return 0
 
 
-def pull_image(engine: ContainerEngine, image: str, node: str, timeout: float = PULL_TIMEOUT_SECONDS) -> ImagePull:
-    """Make sure the engine on this machine holds ``image``: pull it unless it is there."""
+def pull_image(engine: ContainerEngine, image: str, node: str, timeout: float = PULL_TIMEOUT_SECONDS,
+               pulls: Path | None = None) -> ImagePull:
+    """Make sure the engine on this machine holds ``image``: pull it unless it is there; a
+    pull is recorded under ``pulls`` (``record_pull``), as ``list_images`` reads it."""
     if _succeeds(engine.exists_command(image), 60.0):
         return ImagePull(node, image, pulled=False, seconds=0.0)
     started = time.monotonic()
@@ -478,19 +480,26 @@ def pull_image(engine: ContainerEngine, image: str, node: str, timeout: float = 
         detail = (result.stderr or result.stdout).strip().splitlines()
         return ImagePull(node, image, False, seconds,
                          f"could not pull {image} on node {node}: {detail[-1] if detail else result.returncode}")
+    if pulls is not None:
+        record_pull(pull_record_path(pulls, image), image, datetime.now(UTC))
     return ImagePull(node, image, pulled=True, seconds=seconds)
 
 
-def remove_image(engine: ContainerEngine, image: str, node: str, timeout: float = 300.0) -> ImageRemoval:
+def remove_image(engine: ContainerEngine, image: str, node: str, timeout: float = 300.0,
+                 pulls: Path | None = None) -> ImageRemoval:
     """Remove ``image`` (one name of it: an image with other names keeps them) from the
-    engine on this machine, unless it is not there; never by force (``image_removal``)."""
+    engine on this machine, unless it is not there; never by force (``image_removal``);
+    its pull record under ``pulls`` goes with it."""
     try:
         result = subprocess.run(engine.remove_image_command(image), env=ENGINE_ENV, capture_output=True, text=True,
                                 timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return ImageRemoval(node, image, False, f"could not remove {image} from node {node}: no answer within "
                                                 f"{timeout:.0f} s")
-    return image_removal(engine.kind, node, image, result.returncode, result.stderr or result.stdout)
+    removal = image_removal(engine.kind, node, image, result.returncode, result.stderr or result.stdout)
+    if removal.removed and pulls is not None:
+        pull_record_path(pulls, image).unlink(missing_ok=True)
+    return removal
 
 
 def image_removal(kind: EngineKind, node: str, image: str, returncode: int, output: str) -> ImageRemoval:

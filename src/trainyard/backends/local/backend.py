@@ -66,7 +66,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,6 @@ from trainyard.backends.containers import (
     memory_cgroup,
     pull_image,
     pull_record_path,
-    record_pull,
     remove_image,
     run_command,
     with_image_pull,
@@ -130,15 +129,7 @@ from trainyard.backends.local.records import (
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.tasklimits import limits_layout
 from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
-from trainyard.backends.sandbox import (
-    LAUNCH_ENV,
-    Identity,
-    Sandbox,
-    StorageMount,
-    mount_fds,
-    real_interpreter,
-    sandbox_argv,
-)
+from trainyard.backends.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
 from trainyard.backends.sandboxjoin import open_inside
 from trainyard.backends.taskaccounts import NO_HOME, TaskAccounts
 from trainyard.backends.taskpython import install_runtime, with_runtime_path
@@ -234,7 +225,7 @@ class LocalBackend(jobdirs.JobDirTree):
         self._shell = shell
         # Supervisors run from a private copy of their code (see ``launcher``), run once by
         # ``check_host`` before a server accepts jobs.
-        self._launcher = SupervisorLauncher(self.state_dir, python or real_interpreter())
+        self._launcher = SupervisorLauncher(self.state_dir, python)
         if gpus is None:
             gpus = local_gpus.discover_nvidia_gpus()
             if gpus and simulated_gpus:
@@ -325,24 +316,18 @@ class LocalBackend(jobdirs.JobDirTree):
         return list_images(self.containers, self._node.name, self._pulls)
 
     def pull_image(self, image: str, node: str | None = None) -> list[ImagePull]:
-        if node is not None:
-            self._check_node(node)
-        if self.containers is None:
-            raise ContainerError(f"node {self._node.name} has no container engine (install podman)")
-        result = pull_image(self.containers, image, self._node.name)
-        if result.pulled:
-            record_pull(pull_record_path(self._pulls, image), image, datetime.now(UTC))
-        return [result]
+        return [pull_image(self._engine_on(node), image, self._node.name, pulls=self._pulls)]
 
     def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
+        return [remove_image(self._engine_on(node), image, self._node.name, pulls=self._pulls)]
+
+    def _engine_on(self, node: str | None) -> ContainerEngine:
+        """The engine, for an image action on ``node`` (this one, or None: every node)."""
         if node is not None:
             self._check_node(node)
         if self.containers is None:
             raise ContainerError(f"node {self._node.name} has no container engine (install podman)")
-        result = remove_image(self.containers, image, self._node.name)
-        if result.removed:
-            pull_record_path(self._pulls, image).unlink(missing_ok=True)
-        return [result]
+        return self.containers
 
     # --- Backend -----------------------------------------------------------------
 

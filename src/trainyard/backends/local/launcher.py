@@ -44,6 +44,7 @@ from typing import IO
 
 from trainyard.backends import cgroups, containercgroup, sandboxjoin
 from trainyard.backends.local import containerrun, procfs, supervisor, taskfiles
+from trainyard.backends.sandbox import real_interpreter
 
 SNAPSHOTS_DIR = "supervisor"
 CHECK_ARG = "--check"
@@ -62,8 +63,8 @@ class LaunchError(RuntimeError):
 class SupervisorLauncher:
     """Starts supervisors from a private copy of their code; see the module docstring."""
 
-    def __init__(self, state_dir: Path, python: str) -> None:
-        self.python = python
+    def __init__(self, state_dir: Path, python: str | None = None) -> None:
+        self.python = python or real_interpreter()  # the file an upgrade of Trainyard leaves in place
         self._files = _snapshot_files()
         digest = hashlib.sha256()
         for name, text in sorted(self._files.items()):
