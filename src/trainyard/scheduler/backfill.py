@@ -49,7 +49,7 @@ def end_times(cycle: Cycle, job: PendingJob) -> tuple[list[tuple[float, int, Run
     known: list[tuple[float, int, RunningJob]] = []
     unknown: list[RunningJob] = []
     for running in [*ledger.running.values(), *cycle.started]:
-        if in_cells and running.vc != job.vc and running.priority_rank < OPPORTUNISTIC_RANK:
+        if in_cells and running.vc != job.vc and running.guaranteed:
             if ledger.enforced.get(running.vc, False):
                 continue
         end = running.expected_end
@@ -97,9 +97,10 @@ def reserve(cycle: Cycle, job: PendingJob) -> Reservation | None:
         return None
     drains_at = -math.inf
     if math.isinf(found[0]):
-        if job.priority_rank >= OPPORTUNISTIC_RANK:
-            # Opportunistic work never drains: it would hold GPUs that guaranteed work runs
-            # on and never yields, and idle the rest, for work that is best effort anyway.
+        if job.priority_rank >= OPPORTUNISTIC_RANK or job.borrowing:
+            # Opportunistic and borrowed work never drains: it would hold GPUs that
+            # guaranteed work runs on and never yields, and idle the rest, for work that
+            # is reclaimed anyway.
             drains_at = math.inf
         else:
             since = job.submitted_at if job.waiting_since is None else job.waiting_since

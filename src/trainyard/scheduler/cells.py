@@ -56,7 +56,6 @@ from dataclasses import dataclass
 from functools import partial
 from math import gcd
 
-from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.snapshot import NodeState, RunningJob, TaskPlacement
 
@@ -221,7 +220,7 @@ class Cells:
         replay may leave a VC over budget although an assignment within it exists: then a
         VC's whole nodes are those it uses most (the fewest cells in all).
         """
-        jobs = [j for j in running if j.priority_rank < OPPORTUNISTIC_RANK and enforced.get(j.vc, False)]
+        jobs = [j for j in running if j.guaranteed and enforced.get(j.vc, False)]
         jobs.sort(key=lambda j: (j.started_at, j.priority_rank, j.job_id))
         for job in jobs:  # a cell two VCs use (legacy placements) stays with the first
             for p in job.placements:

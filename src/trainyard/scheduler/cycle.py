@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Ledger
+from trainyard.scheduler.placement import place_gang
 from trainyard.scheduler.quota import Owner, Refusal, job_owner
 from trainyard.scheduler.scorers.base import Scorer
 from trainyard.scheduler.snapshot import (
@@ -17,7 +19,11 @@ from trainyard.scheduler.snapshot import (
     Snapshot,
     StartJob,
     TaskPlacement,
+    TaskRequest,
 )
+
+# What decides whether a job can start (``shape``): VC, user or None, priority, borrowed, tasks.
+Shape = tuple[str, str | None, int, bool, tuple[TaskRequest, ...]]
 
 
 @dataclass
@@ -29,6 +35,10 @@ class Wait:
     eta: float | None = None
     reservation: Reservation | None = None  # for the head (NO_FIT/QUOTA) and RESERVED
     victims: tuple[int, ...] = ()  # for PREEMPTING
+    # Over its VC's quota and tried as borrowed work (``borrowing``): why that did not
+    # start it (None: what may be borrowed was enough, the free GPUs were not).
+    borrow_tried: bool = False
+    borrow_refusal: Refusal | None = None
 
 
 @dataclass
@@ -89,16 +99,43 @@ class Cycle:
     # claims they count (``claimed`` only grows): see ``preemption._over_quota``.
     stopping_gpus: dict[tuple[str, str], int] | None = None
     stopping_claims: int = -1
+    # Each VC's weighted borrowed share at the start of the cycle (``preemption.borrow_shares``).
+    borrow_shares: dict[str, float] | None = None
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
-        self.starts.append(StartJob(job.job_id, tuple(placements)))
+        self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))
         owner = job_owner(job)
         now = self.snapshot.now
         end = None if job.max_runtime is None else now + job.max_runtime
         self.started.append(RunningJob(
             job.job_id, owner.vc, owner.user, owner.rank, tuple(placements), now, end,
-            suspendable=job.suspendable, attained_service=job.attained_service,
+            suspendable=job.suspendable, attained_service=job.attained_service, borrowed=job.borrowing,
         ))
 
     def wait(self, job: PendingJob, wait: Wait) -> None:
         self.waits[job.job_id] = wait
+
+
+def shape(cycle: Cycle, job: PendingJob) -> Shape:
+    """What decides whether a job can start: its VC, priority, whether it is tried as
+    borrowed work, and tasks, and its user only when that user has a quota at that
+    priority or the job asks for a GPU fraction (which devices it may share depends on
+    whose shares are on them: ``sharing``)."""
+    fraction = not cycle.ledger.sharing.open and any(0 < t.gpu_milli < MILLI for t in job.tasks)
+    user = job.user if fraction or (job.user, job.priority_rank) in cycle.snapshot.user_quotas else None
+    return (job.vc, user, job.priority_rank, job.borrowing, job.tasks)
+
+
+def start_if_fits(cycle: Cycle, job: PendingJob) -> bool:
+    """Admit and place the whole gang now, and record its start; False, changing nothing, if not."""
+    ledger = cycle.ledger
+    if ledger.quotas.admit(job) is not None:
+        return False
+    attempt = Tentative()
+    placements = place_gang(job, ledger, cycle.scorer, attempt)
+    if placements is None:
+        return False
+    attempt.commit()
+    cycle.start(job, placements)
+    cycle.waits.pop(job.job_id, None)
+    return True

@@ -13,11 +13,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
-from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Capacity, FreeNode, Tentative
 from trainyard.scheduler.cells import FRESH, SHARED, Binding, Cells, cell_sizes
-from trainyard.scheduler.quota import Owner, Quotas, job_owner
+from trainyard.scheduler.quota import Owner, Quotas, job_owner, running_owner
 from trainyard.scheduler.sharing import Sharing
 from trainyard.scheduler.snapshot import (
     GpuShare,
@@ -75,7 +74,7 @@ class Ledger:
         self.reclaimable_memory: dict[str, int] = defaultdict(int)
         self.reclaimable_gpu: dict[tuple[str, int], int] = defaultdict(int)  # (node, index)
         for job in running:
-            if job.priority_rank >= OPPORTUNISTIC_RANK or job.job_id in self.preempting:
+            if not job.guaranteed or job.job_id in self.preempting:
                 for p in job.placements:
                     self.reclaimable_cpu[p.node] += p.cpu_milli
                     self.reclaimable_memory[p.node] += p.memory_mb
@@ -117,7 +116,7 @@ class Ledger:
 
     def release(self, job: RunningJob, tentative: Tentative) -> None:
         """As if ``job`` had ended: its resources and quota come back (its cells stay bound)."""
-        owner = Owner(job.vc, job.user, job.priority_rank)
+        owner = running_owner(job)
         for p in job.placements:
             self.capacity.give_back(p, tentative)
             self.quotas.refund(owner, p, tentative)
@@ -154,7 +153,7 @@ class Ledger:
         if use is None:
             use = self._vc_use[vc] = defaultdict(int)
             for job in self.running.values():
-                if job.vc == vc and job.priority_rank < OPPORTUNISTIC_RANK and job.job_id not in self.preempting:
+                if job.vc == vc and job.guaranteed and job.job_id not in self.preempting:
                     for p in job.placements:
                         for share in p.gpus:
                             use[(p.node, share.index)] += share.milli
@@ -162,7 +161,7 @@ class Ledger:
 
     def occupy(self, job: RunningJob, tentative: Tentative) -> None:
         """Undo ``release``: the job holds its resources and quota again."""
-        self.hold(Owner(job.vc, job.user, job.priority_rank), list(job.placements), tentative)
+        self.hold(running_owner(job), list(job.placements), tentative)
 
 
 class Released:
@@ -256,6 +255,7 @@ class Access:
         self.only = only
         policy = ledger.quotas.policy(job.vc)
         self.limited = self.owner.guaranteed and policy is not None and policy.limited
+        self.borrowing = self.owner.borrowed  # within what may be borrowed (``Quotas.borrow_free``)
         self.in_cells = self.limited and ledger.enforced.get(job.vc, False)
         self.split_fresh = True  # whether a loose cell may be the first bound on a node
 
@@ -335,6 +335,8 @@ class Access:
                 eligible = [p for p in eligible if p not in closed]
         if self.limited:
             eligible = [p for p in eligible if (quotas.free_of(self.owner.vc, node.gpu_model[p]) or 0) > 0]
+        elif self.borrowing:
+            eligible = [p for p in eligible if quotas.borrow_free(self.owner.vc, node.gpu_model[p]) > 0]
         if not eligible:
             return None
         if not self.in_cells:
@@ -395,11 +397,13 @@ class Access:
         return owner is None or owner == self.owner.vc
 
     def _within_quota(self, node: FreeNode, devices: list[GpuShare]) -> bool:
-        if not self.limited:
+        if not self.limited and not self.borrowing:
             return True
         per_model: dict[str, int] = defaultdict(int)
         for share in devices:
             per_model[node.gpu_model[node.position[share.index]]] += share.milli
         quotas = self.ledger.quotas
+        if self.borrowing:
+            return all(milli <= quotas.borrow_free(self.owner.vc, m) for m, milli in per_model.items())
         return all(milli <= (quotas.free_of(self.owner.vc, m) or 0) for m, milli in per_model.items())
 

@@ -1,14 +1,19 @@
 """The preemption planner: the fewest, cheapest running jobs to stop so a guaranteed job fits.
 
 Who may be a victim of guaranteed job J of VC V (never anyone else):
-* any opportunistic job, of any VC — reclaim: V wants its guaranteed share back;
+* any opportunistic job, of any VC, and any borrowed work (``borrowing``) — reclaim: V
+  wants its guaranteed share back; borrowed work of the VC that borrows most beyond its
+  weighted share goes first;
 * if V allows priority preemption, V's own guaranteed jobs of lower priority than J;
 * with time-sharing (``SchedulerConfig.timeshare``), V's own suspendable jobs of J's
   priority that have received enough more service than J (GPU-seconds over their whole
   chain: ``turn_ratio`` times J's, and more than ``turn_floor``) and have run a whole time
   slice since they last (re)started: jobs take turns, least attained service first, and
   none is suspended more than once per slice (the rules are ``turns``').
-Another VC's guaranteed job is never a victim. A job already being preempted is never
+Another VC's guaranteed job is never a victim. A job J tried as borrowed work (over its
+VC's quota, ``PendingJob.borrowing``) may take only opportunistic work, and — fair share
+by weight — borrowed work of another VC whose weighted borrowed share is above what V's
+would be with J, once that work has run a whole time slice. A job already being preempted is never
 preempted twice; it is the first candidate, since its resources are coming back anyway,
 and it is counted as free only by the one plan that claims it.
 
@@ -58,37 +63,72 @@ from trainyard.scheduler.snapshot import (
 )
 from trainyard.scheduler.turns import slice_over, turn_over_for, turn_threshold
 
-VictimKey = tuple[bool, int, bool, float, int]
+VictimKey = tuple[bool, int, float, int, bool, float, int]
 
 
 def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
-    """The order running jobs are given up in: already stopping first, then the lowest
-    priority, then suspendable ones, the most attained service first (LAS), then the others
-    by least work lost (shortest running), then by id."""
+    """The order running jobs are given up in: already stopping first, then opportunistic
+    work, then borrowed work (of the VC furthest over its weighted share first), then
+    guaranteed work; within each, the lowest priority, then suspendable ones, the most
+    attained service first (LAS), then the others by least work lost (shortest running),
+    then by id."""
     stopping = cycle.ledger.preempting
     now = cycle.snapshot.now
+    shares = borrow_shares(cycle)
 
     def key(r: RunningJob) -> VictimKey:
         cost = -r.attained_at(now) if r.suspendable else -r.started_at
-        return (r.job_id not in stopping, -r.priority_rank, not r.suspendable, cost, r.job_id)
+        tier = 0 if r.priority_rank >= OPPORTUNISTIC_RANK else 1 if r.borrowed else 2
+        share = -shares.get(r.vc, 0.0) if tier == 1 else 0.0
+        return (r.job_id not in stopping, tier, share, -r.priority_rank, not r.suspendable, cost, r.job_id)
 
     return key
 
 
+def borrow_shares(cycle: Cycle) -> dict[str, float]:
+    """Each VC's weighted borrowed share at the start of the cycle: the GPUs its borrowed
+    work holds, divided by its weight (``VirtualCluster.weight``)."""
+    if cycle.borrow_shares is None:
+        shares: dict[str, float] = defaultdict(float)
+        for r in cycle.ledger.running.values():
+            if r.borrowed:
+                shares[r.vc] += r.gpus
+        cycle.borrow_shares = {vc: gpus / _weight(cycle, vc) for vc, gpus in shares.items()}
+    return cycle.borrow_shares
+
+
+def _weight(cycle: Cycle, vc: str) -> float:
+    policy = cycle.ledger.quotas.vcs.get(vc)
+    return policy.weight if policy is not None and policy.weight > 0 else 1.0
+
+
+def fair_victim(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:
+    """Whether borrowed ``job`` may reclaim ``running`` for fair share: borrowed work of
+    another VC whose weighted share is above what ``job``'s VC's would be with ``job``,
+    that has run a whole time slice since it last started (no churn within a slice)."""
+    if not running.borrowed or running.vc == job.vc:
+        return False
+    if cycle.snapshot.now - running.started_at < cycle.snapshot.config.time_slice:
+        return False
+    shares = borrow_shares(cycle)
+    mine = shares.get(job.vc, 0.0) + sum(t.gpu_milli for t in job.tasks) / 1000 / _weight(cycle, job.vc)
+    return shares.get(running.vc, 0.0) > mine
+
+
 def victim_order(cycle: Cycle) -> tuple[list[RunningJob], dict[str, list[RunningJob]]]:
-    """Running jobs in ``victim_key``'s order: the opportunistic ones, and each VC's
-    guaranteed ones. Sorted once per cycle."""
+    """Running jobs in ``victim_key``'s order: the reclaimable ones (opportunistic and
+    borrowed work), and each VC's guaranteed ones. Sorted once per cycle."""
     if cycle.victims is None:
         ledger = cycle.ledger
         ordered = sorted(ledger.running.values(), key=victim_key(cycle))
         by_vc: dict[str, list[RunningJob]] = {}
-        opportunistic = []
+        reclaimable = []
         for running in ordered:
-            if running.priority_rank >= OPPORTUNISTIC_RANK:
-                opportunistic.append(running)
+            if not running.guaranteed:
+                reclaimable.append(running)
             else:
                 by_vc.setdefault(running.vc, []).append(running)
-        cycle.victims = (opportunistic, by_vc)
+        cycle.victims = (reclaimable, by_vc)
     return cycle.victims
 
 
@@ -96,15 +136,23 @@ def candidates(
     cycle: Cycle, job: PendingJob, useful: Callable[[RunningJob], bool] | None = None
 ) -> Iterator[RunningJob]:
     """Possible victims for ``job`` that ``useful`` accepts, in the order they should be
-    given up (lazily): opportunistic work; the VC's own lower priorities (when its policy
-    allows); its own jobs whose turn is over (``takes_turn_from``); and guaranteed work of
-    another VC that holds more than its quota (an admin lowered it) — ``plan_preemption``
-    then takes no more of it than the overage."""
+    given up (lazily): opportunistic and borrowed work; the VC's own lower priorities
+    (when its policy allows); its own jobs whose turn is over (``takes_turn_from``); and
+    guaranteed work of another VC that holds more than its quota (an admin lowered it) —
+    ``plan_preemption`` then takes no more of it than the overage. A job tried as borrowed
+    work: opportunistic work, and other VCs' borrowed work by fair share (``fair_victim``)."""
     policy = cycle.ledger.quotas.policy(job.vc)
     if policy is None or job.priority_rank >= OPPORTUNISTIC_RANK:
         return iter(())
-    opportunistic, by_vc = victim_order(cycle)
-    streams: list[Iterator[RunningJob]] = [iter(opportunistic)]
+    reclaimable, by_vc = victim_order(cycle)
+    claimed = cycle.claimed  # stopping for another plan already: see ``_claimed_for``
+    if job.borrowing:
+        return (
+            v for v in reclaimable
+            if v.job_id not in claimed and (v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
+            and (useful is None or useful(v))
+        )
+    streams: list[Iterator[RunningJob]] = [iter(reclaimable)]
     if policy.allow_priority_preemption:
         streams.append(r for r in by_vc.get(job.vc, ()) if r.priority_rank > job.priority_rank)
     if cycle.snapshot.config.timeshare:
@@ -120,7 +168,6 @@ def candidates(
     for vc in sorted({vc for vc, _ in over}):
         streams.append(r for r in by_vc.get(vc, ()) if _on_over_models(cycle, r, over))
     merged = heapq.merge(*streams, key=victim_key(cycle))
-    claimed = cycle.claimed  # stopping for another plan already: see ``_claimed_for``
     return (v for v in merged if v.job_id not in claimed and (useful is None or useful(v)))
 
 
@@ -163,7 +210,7 @@ def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
     policy = cycle.ledger.quotas.policy(job.vc)
     if policy is None or job.priority_rank >= OPPORTUNISTIC_RANK:
         return []
-    over = _over_quota(cycle, job.vc)
+    over = {} if job.borrowing else _over_quota(cycle, job.vc)
     running = cycle.ledger.running
     nodes = cycle.ledger.capacity.nodes
     found = []
@@ -171,13 +218,20 @@ def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
         r = running.get(job_id)
         if r is None:
             continue
-        if r.priority_rank >= OPPORTUNISTIC_RANK and not any(
+        if not r.guaranteed and not any(
             nodes[p.node].gpu_free[nodes[p.node].position[g.index]] + g.milli > 0
             for p in r.placements if p.node in nodes for g in p.gpus if g.index in nodes[p.node].position
         ):
             continue  # what it frees, the plan it stops for takes whole
-        own_lower = policy.allow_priority_preemption and r.vc == job.vc and r.priority_rank > job.priority_rank
-        if (r.priority_rank >= OPPORTUNISTIC_RANK or own_lower or takes_turn_from(cycle, job, r)
+        if job.borrowing:
+            if r.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, r):
+                found.append(r)
+            continue
+        own_lower = (
+            policy.allow_priority_preemption and r.vc == job.vc and r.guaranteed
+            and r.priority_rank > job.priority_rank
+        )
+        if (not r.guaranteed or own_lower or takes_turn_from(cycle, job, r)
                 or _on_over_models(cycle, r, over)):
             found.append(r)
     return found
@@ -190,7 +244,7 @@ def _takes_no_more_than_the_overage(cycle: Cycle, job: PendingJob, victims: list
     stopping = cycle.ledger.preempting | cycle.claimed  # counted in ``over`` already
     taken: dict[tuple[str, str], list[int]] = defaultdict(list)
     for victim in victims:
-        if (victim.vc == job.vc or victim.job_id in stopping or victim.priority_rank >= OPPORTUNISTIC_RANK
+        if (victim.vc == job.vc or victim.job_id in stopping or not victim.guaranteed
                 or takes_turn_from(cycle, job, victim)):  # without VCs, a turn's victim may name another
             continue
         per_model: dict[str, int] = defaultdict(int)
@@ -222,7 +276,7 @@ def _stopping_gpus(cycle: Cycle) -> dict[tuple[str, str], int]:
         gpus: dict[tuple[str, str], int] = defaultdict(int)
         for job_id in ledger.preempting | cycle.claimed:
             victim = ledger.running.get(job_id)
-            if victim is None or victim.priority_rank >= OPPORTUNISTIC_RANK:
+            if victim is None or not victim.guaranteed:
                 continue
             for p in victim.placements:
                 for share in p.gpus:
@@ -235,7 +289,10 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     """Find and record victims for ``job``; False (changing nothing) if none would do."""
     ledger = cycle.ledger
     refusal = ledger.quotas.admit(job)
-    if refusal is not None and refusal.kind != "vc":
+    # Over quota, its own lower priorities may give quota back; borrowed, other VCs'
+    # borrowed work may give back what may be borrowed (fair share). Nothing lifts a
+    # user's quota or a VC's own borrowing limit.
+    if refusal is not None and refusal.kind not in (("nothing_idle", "lend_limit") if job.borrowing else ("vc",)):
         return False
     victims = _search(cycle, job, refusal is not None, rederive=False)
     placed = None
@@ -262,7 +319,7 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     nodes = {p.node for p in placed}
     victims = [
         v for v in victims
-        if v.job_id not in cycle.claimed or v.priority_rank < OPPORTUNISTIC_RANK
+        if v.job_id not in cycle.claimed or v.guaranteed
         or any(p.node in nodes for p in v.placements)
     ]
     _record(cycle, job, victims)
@@ -343,7 +400,7 @@ def _victims(
         # its GPUs, so admission is asked again only once the victims taken since could
         # cover the shortfall (the same prefix as asking after each, with fewer questions).
         while (refusal := ledger.quotas.admit(job)) is not None:
-            short = refusal.need - refusal.free if refusal.kind in ("vc", "user") else 1
+            short = refusal.need - refusal.free if refusal.kind in ("vc", "user", "nothing_idle", "lend_limit") else 1
             while short > 0:
                 victim = next(for_quota, None)
                 if victim is None:
@@ -413,7 +470,7 @@ def _stopping(cycle: Cycle) -> list[RunningJob]:
     found = []
     for job_id in sorted(ledger.preempting | cycle.claimed):
         running = ledger.running.get(job_id)
-        if running is not None and running.priority_rank < OPPORTUNISTIC_RANK and ledger.enforced.get(running.vc):
+        if running is not None and running.guaranteed and ledger.enforced.get(running.vc):
             found.append(running)
     return found
 
@@ -426,15 +483,13 @@ def _rederives(cycle: Cycle, victims: list[RunningJob]) -> bool:
     ledger = cycle.ledger
     if not ledger.cells.rederivable:
         return False
-    return any(
-        v.priority_rank < OPPORTUNISTIC_RANK and ledger.enforced.get(v.vc, False) for v in victims
-    ) or bool(_stopping(cycle))
+    return any(v.guaranteed and ledger.enforced.get(v.vc, False) for v in victims) or bool(_stopping(cycle))
 
 
 def _survivors(cycle: Cycle, vc: str, victims: list[RunningJob]) -> list[RunningJob]:
     gone = {v.job_id for v in victims}
     mine = [*cycle.ledger.running.values(), *cycle.started]
-    return [r for r in mine if r.vc == vc and r.priority_rank < OPPORTUNISTIC_RANK and r.job_id not in gone]
+    return [r for r in mine if r.vc == vc and r.guaranteed and r.job_id not in gone]
 
 
 def _rebind(
@@ -449,7 +504,7 @@ def _rebind(
         survivors = [r for r in (*ledger.running.values(), *cycle.started) if r.job_id not in gone]
         ledger.derive_cells_again(survivors, tentative)
         return
-    vcs = {v.vc for v in victims if v.priority_rank < OPPORTUNISTIC_RANK and v.vc != job.vc}
+    vcs = {v.vc for v in victims if v.guaranteed and v.vc != job.vc}
     for vc in sorted(vcs):
         ledger.cells.rebind(vc, _survivors(cycle, vc, victims), tentative)
 
@@ -516,11 +571,12 @@ def _fits(cycle: Cycle, job: PendingJob) -> list[TaskPlacement] | None:
 
 
 def _gives_quota(job: PendingJob, victim: RunningJob) -> bool:
-    return (
-        victim.vc == job.vc
-        and victim.priority_rank < OPPORTUNISTIC_RANK
-        and any(s.milli for p in victim.placements for s in p.gpus)
-    )
+    """Whether stopping ``victim`` gives ``job`` back quota: its VC's own guaranteed work
+    does; for a job tried as borrowed work, other VCs' borrowed work gives back what may
+    be borrowed (``candidates`` has already kept only those that fair share allows)."""
+    if job.borrowing:
+        return victim.borrowed and victim.vc != job.vc and any(s.milli for p in victim.placements for s in p.gpus)
+    return victim.vc == job.vc and victim.guaranteed and any(s.milli for p in victim.placements for s in p.gpus)
 
 
 def _frees_room(
@@ -530,7 +586,7 @@ def _frees_room(
     """Whether stopping ``victim`` frees anything ``job`` could be placed on."""
     nodes = ledger.capacity.nodes
     # Another VC's guaranteed work (over its quota for the model) gives back its cells too.
-    other = victim.vc != job.vc and victim.priority_rank < OPPORTUNISTIC_RANK
+    other = victim.vc != job.vc and victim.guaranteed
     for p in victim.placements:
         node = nodes.get(p.node)
         if node is None or not node.schedulable:
@@ -555,8 +611,22 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
         if victim.job_id in ledger.preempting or victim.job_id in cycle.claimed:
             continue  # stopping already, or preempted for another job of this cycle
         cycle.claimed.add(victim.job_id)
-        if victim.priority_rank >= OPPORTUNISTIC_RANK:
+        if victim.priority_rank >= OPPORTUNISTIC_RANK and job.borrowing:
+            why = f"reclaimed: job {job.job_id} of VC {owner.vc} ({Priority.of_rank(owner.rank)}) borrows these GPUs"
+        elif victim.priority_rank >= OPPORTUNISTIC_RANK:
             why = f"reclaimed: VC {owner.vc} needs its guaranteed GPUs back for job {job.job_id}"
+        elif victim.borrowed and job.borrowing:
+            shares = borrow_shares(cycle)
+            why = (
+                f"reclaimed for fair share: VC {victim.vc} borrows more than its weighted share "
+                f"({shares.get(victim.vc, 0.0):g} GPU per unit of weight), and job {job.job_id} of VC {owner.vc} "
+                f"borrows in its place"
+            )
+        elif victim.borrowed:
+            why = (
+                f"reclaimed: it runs on borrowed GPUs, and VC {owner.vc} needs its guaranteed GPUs back "
+                f"for job {job.job_id}"
+            )
         elif takes_turn_from(cycle, job, victim):
             why = (
                 f"suspended to let job {job.job_id} of VC {owner.vc} take its turn: it has received "

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trainyard.core.priorities import OPPORTUNISTIC_RANK, Priority
+from trainyard.core.priorities import Priority
 from trainyard.core.resources import MILLI
 from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import FreeNode
@@ -285,7 +285,7 @@ class QuotaEtas:
         self._cumulative: dict[tuple[str, tuple[str, ...]], tuple[list[float], list[int]]] = {}
         self.ends: dict[str, list[tuple[float, int, dict[str, int]]]] = defaultdict(list)
         for job in [*cycle.ledger.running.values(), *cycle.started]:
-            if job.priority_rank >= OPPORTUNISTIC_RANK or job.expected_end is None:
+            if not job.guaranteed or job.expected_end is None:
                 continue
             per_model: dict[str, int] = defaultdict(int)
             for p in job.placements:

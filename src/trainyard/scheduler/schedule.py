@@ -35,8 +35,10 @@ from trainyard.core.resources import MILLI
 from trainyard.core.selectors import compile_selector
 from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.backfill import reserve
+from trainyard.scheduler.borrowing import borrows_now, run_borrowing
 from trainyard.scheduler.capacity import FreeNode, Tentative
-from trainyard.scheduler.cycle import Cycle, Reservation, Wait
+from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
+from trainyard.scheduler.fairshare import fair_order
 from trainyard.scheduler.ledger import Ledger
 from trainyard.scheduler.placement import place_gang
 from trainyard.scheduler.preemption import candidates, plan_preemption
@@ -60,14 +62,25 @@ from trainyard.scheduler.snapshot import (
 # in queue order (plans that only wait on work stopping already do not count).
 PLANS_PER_QUEUE = 16
 
-# What decides whether a job can start (``_shape``): VC, user or None, priority, tasks.
-Shape = tuple[str, str | None, int, tuple[TaskRequest, ...]]
 
 
 def queue_order(job: PendingJob, config: SchedulerConfig) -> tuple[int, float, float, int]:
     """Priority, then with time-sharing least attained service (jobs that never ran have
     none, so they keep submit order), then submit time, then id."""
     return (job.priority_rank, job.attained_service if config.timeshare else 0.0, job.submitted_at, job.job_id)
+
+
+def ordered(snapshot: Snapshot) -> list[PendingJob]:
+    """Every pending job in queue order (``queue_order``), and with fair share on, the jobs
+    of one queue and priority reordered by their users' recent usage (``fairshare``)."""
+    order = sorted(snapshot.pending, key=lambda job: queue_order(job, snapshot.config))
+    by_vc = bool(snapshot.vcs)
+
+    def group(job: PendingJob) -> tuple[str, int]:
+        guaranteed = job.priority_rank < OPPORTUNISTIC_RANK
+        return (job.vc if by_vc and guaranteed else "", job.priority_rank)
+
+    return fair_order(order, snapshot.usage, snapshot.config.fair_share_half_life, group)
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,7 @@ def schedule(snapshot: Snapshot) -> Decisions:
     snapshot = whole_nodes.resolve(snapshot)  # whole-node tasks' amounts, as a lower bound
     ledger = Ledger(snapshot)
     cycle = Cycle(snapshot, ledger, scorer_for(snapshot))
-    order = sorted(snapshot.pending, key=lambda job: queue_order(job, snapshot.config))
+    order = ordered(snapshot)
     *guaranteed, opportunistic = queues(order, by_vc=bool(snapshot.vcs))
     passes = []
     for queue in guaranteed:
@@ -91,9 +104,10 @@ def schedule(snapshot: Snapshot) -> Decisions:
     # Preempt only now that every guaranteed job that could start has: a plan then sees
     # the cycle's final state, and holds in the next cycle if its victims have stopped.
     holds = [preempt_for_queue(cycle, reservation, blocked) for reservation, blocked in passes]
-    for reservation in holds:  # opportunistic work must not delay them
+    for reservation in holds:  # borrowed and opportunistic work must not delay them
         if reservation is not None:
             reservation.apply(ledger)
+    run_borrowing(cycle, order, holds)
     run_queue(cycle, opportunistic)
     return Decisions(
         starts=tuple(cycle.starts),
@@ -131,21 +145,21 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
     for job in queue.jobs:
         holding = reservation is not None and reservation.holds(now)
         passes = holding and reservation is not None and reservation.lets_pass(job, now)
-        shape = _shape(cycle, job)
-        if not passes and shape in failed:
-            known = failed[shape]
+        kind = shape(cycle, job)
+        if not passes and kind in failed:
+            known = failed[kind]
             cycle.wait(job, known)
             if known.refusal is None or known.refusal.kind == "vc":
                 blocked.append(job)
             continue
         with _lifted(reservation if passes else None, ledger):
-            if _start(cycle, job):
+            if start_if_fits(cycle, job):
                 continue
             refusal = ledger.quotas.admit(job)
         if refusal is not None and refusal.kind != "vc":
             reason = PendingReason.USER_QUOTA if refusal.kind == "user" else PendingReason.QUOTA
             cycle.wait(job, Wait(reason, refusal))
-            failed[shape] = cycle.waits[job.job_id]
+            failed[kind] = cycle.waits[job.job_id]
             continue
         blocked.append(job)
         if reservation is None:
@@ -158,7 +172,7 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
         else:
             cycle.wait(job, _blocked(refusal, None))
         if not passes:
-            failed[shape] = cycle.waits[job.job_id]
+            failed[kind] = cycle.waits[job.job_id]
     return reservation, blocked
 
 
@@ -179,8 +193,8 @@ def preempt_for_queue(
     hopeless: set[Shape] = set()
     plans = 0
     for position, job in enumerate(blocked):
-        shape = _shape(cycle, job)
-        if shape in hopeless:
+        kind = shape(cycle, job)
+        if kind in hopeless:
             continue
         if plans >= PLANS_PER_QUEUE:  # the rest are planned in the next cycles, in queue order
             for later in blocked[position:]:
@@ -198,18 +212,24 @@ def preempt_for_queue(
             head.lift()  # its own hold must not stand in its way
         # Since it was tried, holds were lifted and other VCs' plans took their holes: it
         # may simply fit now.
-        if _start(cycle, job):
+        if start_if_fits(cycle, job):
             if head is not None:
                 reservation = None
             continue
         refusal = ledger.quotas.admit(job)
         stopping = len(cycle.preemptions)
+        if refusal is not None and borrows_now(cycle, job):
+            # It starts as borrowed work in this cycle's borrowing pass, stopping nothing
+            # (``borrowing``); its reservation, if it is the head, holds until then.
+            if head is not None:
+                head.apply(ledger)
+            continue
         if _may_preempt(cycle, job, refusal) and plan_preemption(cycle, job):
             plans += len(cycle.preemptions) > stopping  # waiting on work stopping already is cheap
             if head is not None:
                 reservation = None
             continue
-        hopeless.add(shape)
+        hopeless.add(kind)
         if head is not None:
             head.apply(ledger)
         elif reservation is None and position > 0 and cycle.snapshot.config.backfill:
@@ -218,29 +238,6 @@ def preempt_for_queue(
     if reservation is not None:
         reservation.lift()
     return reservation
-
-
-def _shape(cycle: Cycle, job: PendingJob) -> Shape:
-    """What decides whether a job can start: its VC, priority and tasks, and its user only
-    when that user has a quota at that priority or the job asks for a GPU fraction (which
-    devices it may share depends on whose shares are on them: ``sharing``)."""
-    fraction = not cycle.ledger.sharing.open and any(0 < t.gpu_milli < MILLI for t in job.tasks)
-    user = job.user if fraction or (job.user, job.priority_rank) in cycle.snapshot.user_quotas else None
-    return (job.vc, user, job.priority_rank, job.tasks)
-
-
-def _start(cycle: Cycle, job: PendingJob) -> bool:
-    ledger = cycle.ledger
-    if ledger.quotas.admit(job) is not None:
-        return False
-    attempt = Tentative()
-    placements = place_gang(job, ledger, cycle.scorer, attempt)
-    if placements is None:
-        return False
-    attempt.commit()
-    cycle.start(job, placements)
-    cycle.waits.pop(job.job_id, None)
-    return True
 
 
 def _blocked(refusal: Refusal | None, reservation: Reservation | None) -> Wait:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
 
+from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.sharing import DEFAULT_GPU_SHARING, GpuSharing
 
 # The placement scorer when none is configured, for the live controller (``Settings``) and
@@ -88,6 +89,9 @@ class PendingJob:
     # The nodes its last attempt was lost on (a platform fault: a node down, a port held
     # there, an account missing there): placed elsewhere when it fits elsewhere.
     avoid_nodes: frozenset[str] = frozenset()
+    # Set by the scheduler alone, on the copy it tries as borrowed work (``borrowing``):
+    # over its VC's quota, placed on other VCs' idle guaranteed GPUs. Inputs leave it False.
+    borrowing: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,14 @@ class VirtualCluster:
     # Whose fractional GPU shares the VC's jobs may share a device with (``core.sharing``);
     # a VC not in the snapshot has the default.
     gpu_sharing: GpuSharing = DEFAULT_GPU_SHARING
+    # Borrowing (``borrowing.py``): at most this many GPUs of each model its jobs may hold
+    # beyond its quota as borrowed work (None: no limit; 0: it never borrows) ...
+    borrow_limit: int | None = None
+    # ... at most this many of its quota's unused GPUs of each model may be lent to other
+    # VCs' borrowed work (None: all of them; 0: it never lends) ...
+    lend_limit: int | None = None
+    # ... and its weight: idle GPUs go to the VCs that want them in proportion to it.
+    weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,15 @@ class RunningJob:
     # GPU-seconds its chain received before ``started_at`` (its last start or resume);
     # ``attained_at`` adds what this run has received since.
     attained_service: float = 0.0
+    # It runs on GPUs its VC borrowed beyond its quota (``borrowing.py``): like opportunistic
+    # work it holds no quota and no cells, and is reclaimed when a lender needs them back.
+    borrowed: bool = False
+
+    @property
+    def guaranteed(self) -> bool:
+        """Whether it runs within its VC's guarantee (not opportunistic, not borrowed):
+        only such work holds quota and cells and is never reclaimed by another VC."""
+        return self.priority_rank < OPPORTUNISTIC_RANK and not self.borrowed
 
     def attained_at(self, now: float) -> float:
         """GPU-seconds its chain has received by ``now`` (least attained service's measure)."""
@@ -175,6 +196,13 @@ class SchedulerConfig:
     # The GPU sharing rule of a VC the snapshot does not list (``core.sharing``): the
     # implicit VC of a snapshot without ``vcs``, as the simulator runs.
     gpu_sharing: GpuSharing = DEFAULT_GPU_SHARING
+    # Borrowing (``borrowing.py``): a guaranteed job over its VC's quota may run on other
+    # VCs' idle guaranteed GPUs, as reclaimable borrowed work.
+    borrowing: bool = True
+    # Fair share (``fairshare.py``): among jobs of one VC and priority, users with less
+    # recent usage go first, usage decaying with this half-life (seconds); 0: off, submit
+    # order as before.
+    fair_share_half_life: float = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -187,6 +215,11 @@ class Snapshot:
     running: tuple[RunningJob, ...] = ()
     preempting: frozenset[int] = frozenset()  # running jobs already signalled to stop
     user_groups: Mapping[str, frozenset[str]] = field(default_factory=dict)  # user -> groups (``same-group``)
+    # Recent usage for fair share (``fairshare.py``), as of ``now``, decayed with the
+    # configured half-life, running work included: GPU-seconds per (VC, user), and the
+    # GPU-seconds each VC's borrowed work has received.
+    usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    borrowed_usage: Mapping[str, float] = field(default_factory=dict)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
 
 
@@ -197,6 +230,7 @@ class PendingReason(StrEnum):
     USER_QUOTA = "USER_QUOTA"  # over its user's quota at this priority
     RESERVED = "RESERVED"  # would fit, but would delay the reservation of a job ahead
     PREEMPTING = "PREEMPTING"  # victims were asked to stop; starts once they have
+    BORROW_LIMIT = "BORROW_LIMIT"  # over its VC's quota, and borrowing more is over a limit
 
 
 @dataclass(frozen=True)
@@ -209,6 +243,7 @@ class GpuShare:
 class StartJob:
     job_id: int
     placements: tuple[TaskPlacement, ...]
+    borrowed: bool = False  # it starts as borrowed work (``RunningJob.borrowed``)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ Pure functions of the configuration, a job and the time: the scheduler's planner
 
 from __future__ import annotations
 
-from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.scheduler.snapshot import RunningJob, SchedulerConfig
 
 
@@ -34,7 +33,7 @@ def slice_over(config: SchedulerConfig, running: RunningJob, now: float) -> bool
     return (
         config.timeshare
         and running.suspendable
-        and running.priority_rank < OPPORTUNISTIC_RANK
+        and running.guaranteed
         and now - running.started_at >= config.time_slice
     )
 

@@ -183,6 +183,8 @@ class AttemptRow(Base):
     # period runs from about then.
     stop_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # It started over its VC's quota, on other VCs' idle guaranteed GPUs: reclaimable.
+    borrowed: Mapped[bool] = mapped_column(Boolean, default=False)
 
     job: Mapped[JobRow] = relationship(back_populates="attempts")
     tasks: Mapped[list[TaskRow]] = relationship(
@@ -276,6 +278,11 @@ class VirtualClusterRow(Base):
     allow_priority_preemption: Mapped[bool] = mapped_column(Boolean, default=True)
     # Whose fractional GPU shares its jobs may share a device with: ``core.sharing.GpuSharing``.
     gpu_sharing: Mapped[str] = mapped_column(String(16), default=DEFAULT_GPU_SHARING.value)
+    # Borrowing (``scheduler/borrowing.py``): whole GPUs of each model it may borrow beyond
+    # its quota, and lend of its unused quota (None: no limit); its weight among borrowers.
+    borrow_limit: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    lend_limit: Mapped[int | None] = mapped_column(Integer, nullable=True, default=None)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
     quotas: Mapped[list[VcQuotaRow]] = relationship(

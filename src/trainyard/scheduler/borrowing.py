@@ -1,0 +1,180 @@
+"""Borrowing: a guaranteed job over its VC's quota runs on other VCs' idle guaranteed GPUs.
+
+Kueue's cohorts and KAI Scheduler's over-quota share, in the scheduler's terms:
+
+* **Who borrows.** A job of a guaranteed priority (prod, normal, low) that its VC's quota
+  refuses, once every guaranteed job that could start in its quota has, and every
+  reservation and preemption plan for one holds (so borrowing never delays a guarantee).
+  Borrowing comes before preempting the VC's own lower priorities to make quota: it
+  stops nothing.
+* **What it may take.** Idle GPUs anywhere, as borrowed work (``RunningJob.borrowed``):
+  it holds no quota and no cells, as opportunistic work, so HiveD's promise is unchanged;
+  it counts against what may be borrowed instead (``Quotas.borrow_free``): for each GPU
+  model, every VC's unused quota up to its lending limit (``VirtualCluster.lend_limit``),
+  less what is borrowed already, and at most its own VC's borrowing limit
+  (``borrow_limit``).
+* **Who goes first.** Idle GPUs go to the VCs that want them in proportion to their
+  weights, not to whoever asked first: borrowing VCs take turns by their *weighted
+  borrowed share* — the GPUs their borrowed work holds now plus, with fair share on, the
+  average they have borrowed recently (``Snapshot.borrowed_usage``, decayed with the
+  half-life), divided by their weight; each job a VC starts adds to it. Within a VC its
+  own order (priority, fair share between users, submit time) holds.
+* **Reclaim.** Borrowed work is reclaimed like opportunistic work — after it, and the VC
+  furthest over its weighted share first (``preemption.victim_key``) — by any job that
+  runs within its VC's quota, as soon as that job needs the GPUs: suspended where it can
+  be, else requeued. A borrowing job may itself reclaim opportunistic work, and, for fair
+  share, another VC's borrowed work once that has run a whole time slice and only while
+  that VC's weighted share stays above its own (``preemption.fair_victim``).
+
+A borrowed job stays borrowed until it ends or is reclaimed; when it waits again it is
+admitted afresh, in its quota if that has room by then.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from trainyard.core.resources import MILLI
+from trainyard.scheduler.capacity import Tentative
+from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
+from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.preemption import plan_preemption
+from trainyard.scheduler.quota import Refusal, gpu_need
+from trainyard.scheduler.snapshot import PendingJob, PendingReason
+
+# Preemption plans for borrowing jobs per cycle (as ``schedule.PLANS_PER_QUEUE`` per VC).
+BORROW_PLANS = 16
+# Refusals of a borrowing job that preempting other VCs' borrowed work may lift.
+LIFTED_BY_RECLAIM = ("nothing_idle", "lend_limit")
+
+
+def candidates(cycle: Cycle, order: Sequence[PendingJob]) -> list[PendingJob]:
+    """The jobs to try as borrowed work, in queue order: waiting for their VC's quota and
+    nothing else, in a VC that may borrow."""
+    if not cycle.snapshot.config.borrowing or not cycle.snapshot.vcs:
+        return []
+    quotas = cycle.ledger.quotas
+    found = []
+    for job in order:
+        wait = cycle.waits.get(job.job_id)
+        if (wait is not None and wait.reason == PendingReason.QUOTA and wait.refusal is not None
+                and wait.refusal.kind == "vc" and quotas.may_borrow(job)):
+            found.append(job)
+    return found
+
+
+def borrows_now(cycle: Cycle, job: PendingJob) -> bool:
+    """Whether ``job`` (refused by its VC's quota) would start as borrowed work as things
+    are: then it is not worth stopping its VC's own lower priorities for it."""
+    if not cycle.snapshot.config.borrowing or not cycle.ledger.quotas.may_borrow(job):
+        return False
+    borrowing = replace(job, borrowing=True)
+    if cycle.ledger.quotas.admit(borrowing) is not None:
+        return False
+    attempt = Tentative()
+    placed = place_gang(borrowing, cycle.ledger, cycle.scorer, attempt)
+    attempt.discard()
+    return placed is not None
+
+
+def borrow_order(cycle: Cycle, jobs: Sequence[PendingJob]) -> list[PendingJob]:
+    """``jobs`` (in queue order) interleaved by VC: the next is always the first job of the
+    VC with the least weighted borrowed share, counting the jobs placed before it."""
+    by_vc: dict[str, list[PendingJob]] = {}
+    for job in jobs:
+        by_vc.setdefault(job.vc, []).append(job)
+    snapshot = cycle.snapshot
+    half_life = snapshot.config.fair_share_half_life
+    quotas = cycle.ledger.quotas
+    heap: list[tuple[float, str, int]] = []
+    for vc in by_vc:
+        recent = snapshot.borrowed_usage.get(vc, 0.0) * math.log(2) / half_life if half_life > 0 else 0.0
+        share = (quotas.borrowed_by(vc) / MILLI + recent) / _weight(cycle, vc)
+        heap.append((share, vc, 0))
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        share, vc, index = heapq.heappop(heap)
+        job = by_vc[vc][index]
+        out.append(job)
+        if index + 1 < len(by_vc[vc]):
+            heapq.heappush(heap, (share + gpu_need(job) / MILLI / _weight(cycle, vc), vc, index + 1))
+    return out
+
+
+def _weight(cycle: Cycle, vc: str) -> float:
+    policy = cycle.ledger.quotas.vcs.get(vc)
+    return policy.weight if policy is not None and policy.weight > 0 else 1.0
+
+
+def run_borrowing(cycle: Cycle, order: Sequence[PendingJob], holds: list[Reservation | None]) -> None:
+    """Try the jobs waiting for their VC's quota as borrowed work, then plan preemption
+    (opportunistic work, other VCs' borrowed work by fair share) for those it could help.
+
+    ``holds`` are the guaranteed queues' reservations, applied: a job's own is lifted
+    while it is tried, and dropped if it starts. Every job tried keeps its quota wait,
+    with why borrowing did not start it, unless it now waits for victims to stop.
+    """
+    jobs = candidates(cycle, order)
+    if not jobs:
+        return
+    own = {r.job.job_id: r for r in holds if r is not None}
+    before = {job.job_id: cycle.waits[job.job_id] for job in jobs}
+    failed: dict[Shape, Wait] = {}
+    blocked: list[PendingJob] = []
+    for job in borrow_order(cycle, [replace(j, borrowing=True) for j in jobs]):
+        known = failed.get(shape(cycle, job))
+        if known is not None:
+            cycle.wait(job, known)
+            if known.borrow_refusal is None or known.borrow_refusal.kind in LIFTED_BY_RECLAIM:
+                blocked.append(job)
+            continue
+        hold = own.get(job.job_id)
+        if hold is not None:
+            hold.lift()
+        if start_if_fits(cycle, job):
+            if hold is not None:
+                holds[holds.index(hold)] = None
+            continue
+        if hold is not None:
+            hold.apply(cycle.ledger)
+        refusal = cycle.ledger.quotas.admit(job)
+        cycle.wait(job, _borrow_wait(before[job.job_id], refusal))
+        failed[shape(cycle, job)] = cycle.waits[job.job_id]
+        if refusal is None or refusal.kind in LIFTED_BY_RECLAIM:
+            blocked.append(job)
+    _preempt_for_borrowers(cycle, blocked, own)
+
+
+def _borrow_wait(quota_wait: Wait, refusal: Refusal | None) -> Wait:
+    limited = refusal is not None and refusal.kind in ("borrow_limit", "lend_limit")
+    return replace(
+        quota_wait, reason=PendingReason.BORROW_LIMIT if limited else PendingReason.QUOTA,
+        borrow_tried=True, borrow_refusal=refusal,
+    )
+
+
+def _preempt_for_borrowers(cycle: Cycle, blocked: list[PendingJob], own: dict[int, Reservation]) -> None:
+    hopeless: set[Shape] = set()
+    plans = 0
+    for job in blocked:
+        if plans >= BORROW_PLANS:
+            break  # the rest are planned in the next cycles, in borrowing order
+        key = shape(cycle, job)
+        if key in hopeless:
+            continue
+        hold = own.get(job.job_id)
+        if hold is not None:
+            hold.lift()
+        quota_wait = cycle.waits[job.job_id]
+        stopping = len(cycle.preemptions)
+        if plan_preemption(cycle, job):
+            plans += len(cycle.preemptions) > stopping
+            continue
+        cycle.waits[job.job_id] = quota_wait
+        if hold is not None:
+            hold.apply(cycle.ledger)
+        hopeless.add(key)
