@@ -93,10 +93,11 @@ def running(
     grace: float = 30.0,
     suspendable: bool = False,
     attained: float = 0.0,
+    borrowed: bool = False,
 ) -> RunningJob:
     fixed = tuple(replace(p, index=i) for i, p in enumerate(placements))
     return RunningJob(job_id, vc, user, rank, fixed, started, end, grace, suspendable=suspendable,
-                      attained_service=attained)
+                      attained_service=attained, borrowed=borrowed)
 
 
 def with_usage(nodes: Iterable[NodeState], work: Iterable[RunningJob]) -> tuple[NodeState, ...]:
@@ -183,7 +184,7 @@ class World:
             end = None if job.max_runtime is None else self.now + job.max_runtime
             self.running[job.job_id] = RunningJob(
                 job.job_id, job.vc, job.user, job.priority_rank, start.placements, self.now, end,
-                suspendable=job.suspendable, attained_service=job.attained_service,
+                suspendable=job.suspendable, attained_service=job.attained_service, borrowed=start.borrowed,
             )
             self.ends[job.job_id] = self.now + self.durations[job.job_id]
             self.started_at.setdefault(job.job_id, self.now)
@@ -218,7 +219,7 @@ def describe(world: World) -> str:
     lines = [f"t={world.now:g} vcs={[(v.name, dict(v.quota)) for v in world.vcs]}"]
     holders: dict[tuple[str, int], list[str]] = defaultdict(list)
     for r in world.running.values():
-        stop = "!" if r.job_id in world.stopping else ""
+        stop = ("!" if r.job_id in world.stopping else "") + ("b" if r.borrowed else "")
         for p in r.placements:
             for share in p.gpus:
                 holders[(p.node, share.index)].append(f"{r.job_id}{stop}:{r.vc}/{r.priority_rank}/{share.milli}")

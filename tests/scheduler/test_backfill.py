@@ -161,7 +161,8 @@ def test_a_reservation_on_its_own_vcs_busy_gpus_does_not_charge_their_quota_twic
     from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
 
     world = World((node("n0"), node("n1"), node("n2")), vcs=(VirtualCluster("a", {"A100": 16}),
-                                                            VirtualCluster("b", {"A100": 8})), now=400.0)
+                                                            VirtualCluster("b", {"A100": 8})), now=400.0,
+                  config=SchedulerConfig(borrowing=False))  # with it, job 10 borrows b's idle GPUs
     for r in (running(1, on("n0", 0, 1, 2, 3), vc="a"), running(2, on("n0", 4, 5, 6, 7), vc="a"),
               running(3, on("n1", 0, 1, 2, 3), vc="a"), running(4, on("n1", 4, 5), vc="a")):
         world.running[r.job_id] = r

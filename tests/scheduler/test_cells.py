@@ -12,7 +12,7 @@ from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.quota import Owner
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.scorers.base import select_bestfit
-from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
+from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig, VirtualCluster
 
 OPPO = 3
 
@@ -60,10 +60,14 @@ def test_a_vcs_guaranteed_job_stays_in_its_cells_even_when_other_nodes_are_idle(
 def test_a_cell_bound_to_one_vc_is_not_used_by_another_vcs_guaranteed_jobs() -> None:
     vcs = (VirtualCluster("x", {"A100": 4}), VirtualCluster("y", {"A100": 4}))
     work = [running(90, on("a", 0), vc="x")]  # binds a's first cell (GPUs 0-3) to x
-    decisions = schedule(snapshot((node("a"),), [job(1, 4000, vc="y"), job(2, 1000, vc="y")], work, vcs=vcs))
+    pending = [job(1, 4000, vc="y"), job(2, 1000, vc="y")]
+    decisions = schedule(snapshot((node("a"),), pending, work, vcs=vcs, config=SchedulerConfig(borrowing=False)))
     assert sorted(i for _, i in gpus_of(decisions, 1)) == [4, 5, 6, 7]
     wait = next(w for w in decisions.waits if w.job_id == 2)
-    assert wait.reason == PendingReason.QUOTA  # y's quota is spent; x's free GPUs are not y's
+    assert wait.reason == PendingReason.QUOTA  # y's quota is spent; x's free GPUs are not y's guarantee
+    # Borrowing, job 2 runs there as borrowed work: it binds no cell of x's, and is reclaimed.
+    decisions = schedule(snapshot((node("a"),), pending, work, vcs=vcs))
+    assert [(s.job_id, s.borrowed) for s in decisions.starts] == [(1, False), (2, True)]
 
 
 def test_loose_cells_fill_partly_used_nodes_before_splitting_a_fresh_one() -> None:
@@ -167,7 +171,7 @@ def test_once_its_loose_cells_are_spent_a_vcs_small_jobs_bind_a_whole_node() -> 
     vcs = (VirtualCluster("x", {"A100": 9}),)
     work = [running(1, on("a", 0), vc="x")]  # x's one loose cell
     decisions = schedule(snapshot((node("a"), node("b")), [job(2, 1000, vc="x"), job(3, 8000, vc="x")], work,
-                                  vcs=vcs))
+                                  vcs=vcs, config=SchedulerConfig(borrowing=False)))
     # Job 2 binds a whole node (a, where x is alone) and job 3 has no whole node left.
     assert [n for n, _ in gpus_of(decisions, 2)] == ["a"]
     assert next(w for w in decisions.waits if w.job_id == 3).reason in (PendingReason.QUOTA, PendingReason.NO_FIT)

@@ -88,6 +88,9 @@ def worlds(draw) -> Scenario:
             {m: draw(st.integers(0, 12)) for m in MODELS if draw(st.booleans())},
             draw(st.booleans()),
             draw(st.sampled_from(GpuSharing)),
+            borrow_limit=draw(st.sampled_from((None, None, 0, 2))),
+            lend_limit=draw(st.sampled_from((None, None, 0, 4))),
+            weight=draw(st.sampled_from((1.0, 3.0))),
         )
         for name in ("vision", "nlp")[: draw(st.integers(0, 2))]
     )
@@ -100,6 +103,7 @@ def worlds(draw) -> Scenario:
         scorer=draw(st.sampled_from(sorted(SCORERS))), backfill=draw(st.booleans()),
         timeshare=draw(st.booleans()), time_slice=draw(st.sampled_from(SLICES)),
         turn_ratio=turns[0], turn_floor=turns[1], gpu_sharing=draw(st.sampled_from(GpuSharing)),
+        borrowing=draw(st.booleans()), fair_share_half_life=draw(st.sampled_from((0.0, 3600.0))),
     )
     submissions = []
     for j in range(draw(st.integers(1, 14))):
@@ -243,28 +247,57 @@ def run(scenario: Scenario) -> list[tuple[Snapshot, Decisions]]:
 
 
 def check_quotas(s: Snapshot, d: Decisions) -> None:
-    """Guaranteed usage (running + starts) stays within each VC's quota, per model."""
+    """Guaranteed usage (running + starts) stays within each VC's quota, per model; borrowed
+    work is started only by a guaranteed job of a VC with a quota, with borrowing on, and
+    within its VC's borrowing limit and what the VCs lend (each per model)."""
     if not s.vcs:
+        assert not any(x.borrowed for x in d.starts)
         return
     quota = {(v.name, m): q * 1000 for v in s.vcs for m, q in v.quota.items()}
     models = {(n.name, g.index): g.model for n in s.nodes for g in n.gpus}
     pending = {j.job_id: j for j in s.pending}
     used: dict[tuple[str, str], int] = defaultdict(int)
+    borrowed: dict[tuple[str, str], int] = defaultdict(int)
     users: dict[tuple[str, int], int] = defaultdict(int)
-    work = [(r.vc, r.user, r.priority_rank, r.placements) for r in s.running]
+    work = [(r.vc, r.user, r.priority_rank, r.borrowed, r.placements) for r in s.running]
     for x in d.starts:
         job = pending[x.job_id]
-        work.append((job.vc, job.user, job.priority_rank, x.placements))
-    for vc, user, rank, placements in work:
+        work.append((job.vc, job.user, job.priority_rank, x.borrowed, x.placements))
+        if x.borrowed:
+            assert s.config.borrowing and job.priority_rank < OPPORTUNISTIC_RANK
+            assert job.vc in {v.name for v in s.vcs}
+    for vc, user, rank, lent, placements in work:
         for p in placements:
             for share in p.gpus:
                 users[(user, rank)] += share.milli
-                if rank < OPPORTUNISTIC_RANK:
+                if lent:
+                    borrowed[(vc, models[(p.node, share.index)])] += share.milli
+                elif rank < OPPORTUNISTIC_RANK:
                     used[(vc, models[(p.node, share.index)])] += share.milli
     for key, milli in used.items():
         assert milli <= quota.get(key, 0), f"{key} uses {milli} of {quota.get(key, 0)}"
     for key, limit in s.user_quotas.items():
         assert users[key] <= limit
+    borrowing = {pending[x.job_id].vc for x in d.starts if x.borrowed}
+    if not borrowing:
+        return
+    vcs = {v.name: v for v in s.vcs}
+    capacity: dict[str, int] = defaultdict(int)
+    for model in models.values():
+        capacity[model] += 1000
+    for model in {m for _, m in borrowed}:
+        promised = sum(v.quota.get(model, 0) for v in s.vcs) * 1000
+        lent = max(0, capacity[model] - promised) + sum(
+            min(max(0, v.quota.get(model, 0) * 1000 - used[(v.name, model)]),
+                v.lend_limit * 1000 if v.lend_limit is not None else 10**9)
+            for v in s.vcs
+        )
+        total = sum(milli for (_, m), milli in borrowed.items() if m == model)
+        assert total <= lent, f"{total} of {model} borrowed, {lent} lent"
+        for vc in borrowing:
+            limit = vcs[vc].borrow_limit
+            if limit is not None:
+                assert borrowed[(vc, model)] <= limit * 1000, f"{vc} borrows {borrowed[(vc, model)]} of {model}"
 
 
 def check_preemptions(s: Snapshot, d: Decisions) -> None:
@@ -276,7 +309,7 @@ def check_preemptions(s: Snapshot, d: Decisions) -> None:
         victim, job = running[p.job_id], pending[p.for_job_id]
         assert p.job_id not in s.preempting, "preempted twice"
         assert job.priority_rank < OPPORTUNISTIC_RANK
-        if victim.priority_rank < OPPORTUNISTIC_RANK:  # no VC is over its quota here: never another VC's
+        if victim.guaranteed:  # no VC is over its quota here: never another VC's
             assert victim.vc == job.vc or not s.vcs
             if victim.priority_rank == job.priority_rank:  # a turn: suspendable, enough more service, slice run
                 assert s.config.timeshare and victim.suspendable and p.suspend
@@ -299,7 +332,8 @@ def check_preemptions(s: Snapshot, d: Decisions) -> None:
         for x in d.starts:
             j = pending[x.job_id]
             work.append(RunningJob(j.job_id, j.vc, j.user, j.priority_rank, x.placements, s.now,
-                                   suspendable=j.suspendable, attained_service=j.attained_service))
+                                   suspendable=j.suspendable, attained_service=j.attained_service,
+                                   borrowed=x.borrowed))
         alone = snapshot(
             _without_usage(s.nodes), [pending[job_id]], work,
             now=s.now, vcs=s.vcs, user_quotas=s.user_quotas, config=s.config, user_groups=s.user_groups,

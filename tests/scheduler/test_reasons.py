@@ -5,7 +5,7 @@ from __future__ import annotations
 from scheduler_world import World, job, node, on, running, snapshot
 
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import PendingReason, VirtualCluster
+from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig, VirtualCluster
 
 
 def waits(decisions) -> dict[int, tuple[PendingReason, str, int]]:
@@ -58,7 +58,8 @@ def test_a_job_over_quota_is_told_when_its_vcs_running_jobs_should_have_freed_en
     first, second = decisions.waits
     assert (first.job_id, first.reason, first.eta) == (1, PendingReason.QUOTA, 200.0)
     assert first.message.startswith("VC vision: needs 4 A100, 2 of 16 free")
-    assert first.short == "vision 2/16 free, needs 4, reserved"  # what the `yard jobs` table shows
+    # What the `yard jobs` table shows: its VC's 2 unused GPUs are all there is to borrow.
+    assert first.short == "vision 2/16 free, needs 4, 2 to borrow, reserved"
     assert (second.job_id, second.reason, second.eta) == (2, PendingReason.QUOTA, 500.0)
 
 
@@ -66,14 +67,16 @@ def test_a_later_job_over_quota_gets_no_eta_that_the_jobs_ahead_of_it_will_have_
     vision = VirtualCluster("vision", {"A100": 8})
     work = [running(90, on("a", 0, 1, 2, 3), vc="vision", end=100.0), running(91, on("a", 4, 5, 6, 7), vc="vision")]
     pending = [job(1, 4000, vc="vision", at=0.0), job(2, 4000, vc="vision", at=1.0)]
-    first, second = schedule(snapshot((node("a"), node("b")), pending, work, vcs=(vision,))).waits
+    unlent = SchedulerConfig(borrowing=False)  # else they borrow the GPUs no VC guarantees
+    first, second = schedule(snapshot((node("a"), node("b")), pending, work, vcs=(vision,), config=unlent)).waits
     assert (first.job_id, first.eta) == (1, 100.0)
     assert (second.job_id, second.eta) == (2, None)  # job 91 has no known end
 
 
 def test_a_job_bigger_than_its_vcs_whole_quota_is_told_it_needs_a_bigger_quota() -> None:
     vision = VirtualCluster("vision", {"A100": 4})  # lowered after the job was submitted
-    [wait] = schedule(snapshot((node("a"),), [job(1, 6000, vc="vision")], (), vcs=(vision,))).waits
+    unlent = SchedulerConfig(borrowing=False)
+    [wait] = schedule(snapshot((node("a"),), [job(1, 6000, vc="vision")], (), vcs=(vision,), config=unlent)).waits
     assert wait.message.startswith(
         "VC vision: needs 6 A100, 4 of 4 free; more than the VC's whole quota: it starts only if an admin raises"
     )

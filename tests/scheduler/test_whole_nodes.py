@@ -111,12 +111,13 @@ def test_gpu_model_shorthands_choose_the_kind_of_node() -> None:
 def test_quotas_count_the_gpus_of_the_nodes_taken() -> None:
     vcs = (VirtualCluster("v", {"A100": 12}),)
     nodes = [node("a", 8), node("b", 8)]
-    d = schedule(snapshot(nodes, [whole(1, vc="v"), job(2, 4000, 1000, vc="v")], vcs=vcs))
+    unlent = SchedulerConfig(borrowing=False)  # else job 2 borrows the GPUs no VC guarantees
+    d = schedule(snapshot(nodes, [whole(1, vc="v"), job(2, 4000, 1000, vc="v")], vcs=vcs, config=unlent))
     assert [s.job_id for s in d.starts] == [1]  # 8 of 12 taken: 5 more do not fit the quota
     (wait,) = d.waits
     assert wait.reason == PendingReason.QUOTA and "needs 5 A100, 4 of 12 free" in wait.message
     # Two whole nodes are 16 GPUs: over a quota of 12 the job never starts at its priority.
-    d = schedule(snapshot(nodes, [whole(1, 2, vc="v")], vcs=vcs))
+    d = schedule(snapshot(nodes, [whole(1, 2, vc="v")], vcs=vcs, config=unlent))
     assert not d.starts and d.waits[0].reason == PendingReason.QUOTA
 
 

@@ -101,6 +101,9 @@ class Cycle:
     stopping_claims: int = -1
     # Each VC's weighted borrowed share at the start of the cycle (``preemption.borrow_shares``).
     borrow_shares: dict[str, float] | None = None
+    # Waiting jobs that fair share put behind jobs of other users submitted after them:
+    # how many (``fairshare.overtaken``), for why-pending.
+    overtaken: dict[int, int] = field(default_factory=dict)
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))

@@ -41,7 +41,8 @@ def run_usage(gpus: float, start: float, end: float, now: float, half_life: floa
     end = min(end, now)
     if end <= start:
         return 0.0
-    return float(gpus * half_life / math.log(2) * (2.0 ** (-(now - end) / half_life) - 2.0 ** (-(now - start) / half_life)))
+    span = 2.0 ** (-(now - end) / half_life) - 2.0 ** (-(now - start) / half_life)
+    return float(gpus * half_life / math.log(2) * span)
 
 
 def decayed(value: float, elapsed: float, half_life: float) -> float:
@@ -123,19 +124,23 @@ def record_end(tally: UsageTally, job: RunningJob, end: float) -> None:
 def fair_order(
     jobs: Sequence[PendingJob], usage: Mapping[tuple[str, str], float], half_life: float,
     group: Callable[[PendingJob], Hashable],
-) -> list[PendingJob]:
+) -> tuple[list[PendingJob], dict[int, int]]:
     """``jobs`` (sorted by their own order) with the jobs of each ``group`` (a queue and a
-    priority) reordered by fair share; the groups keep their places relative to each other."""
+    priority) reordered by fair share; the groups keep their places relative to each other.
+    Also, for each job that other users' jobs now go ahead of, how many (for why-pending)."""
     if half_life <= 0 or len(jobs) < 2:
-        return list(jobs)
+        return list(jobs), {}
     groups: dict[Hashable, list[PendingJob]] = {}
     for job in jobs:
         groups.setdefault(group(job), []).append(job)
-    reordered = {key: iter(_merged(members, usage, half_life)) for key, members in groups.items()}
-    return [next(reordered[group(job)]) for job in jobs]
+    overtaken: dict[int, int] = {}
+    reordered = {key: iter(_merged(members, usage, half_life, overtaken)) for key, members in groups.items()}
+    return [next(reordered[group(job)]) for job in jobs], overtaken
 
 
-def _merged(jobs: list[PendingJob], usage: Mapping[tuple[str, str], float], half_life: float) -> list[PendingJob]:
+def _merged(
+    jobs: list[PendingJob], usage: Mapping[tuple[str, str], float], half_life: float, overtaken: dict[int, int]
+) -> list[PendingJob]:
     by_user: dict[tuple[str, str], list[PendingJob]] = {}
     for job in jobs:
         by_user.setdefault((job.vc, job.user), []).append(job)
@@ -146,15 +151,41 @@ def _merged(jobs: list[PendingJob], usage: Mapping[tuple[str, str], float], half
     heap = [(usage.get(user, 0.0), position[queued[0].job_id], user, 0) for user, queued in by_user.items()]
     heapq.heapify(heap)
     out = []
+    placed = _Counts(len(jobs))  # the original places of the jobs placed so far
     while heap:
-        value, _, user, index = heapq.heappop(heap)
+        value, place, user, index = heapq.heappop(heap)
         queued = by_user[user]
         job = queued[index]
+        # Jobs placed before it that came after it: other users' (a user's own keep their order).
+        ahead = len(out) - placed.up_to(place)
+        if ahead:
+            overtaken[job.job_id] = ahead
+        placed.add(place)
         out.append(job)
         if index + 1 < len(queued):
             penalty = max(_LEAST_GPUS, sum(t.gpu_milli for t in job.tasks) / MILLI) * half_life
             heapq.heappush(heap, (value + penalty, position[queued[index + 1].job_id], user, index + 1))
     return out
+
+
+class _Counts:
+    """How many of the places added are at or before a place (a Fenwick tree)."""
+
+    def __init__(self, size: int) -> None:
+        self._tree = [0] * (size + 1)
+
+    def add(self, place: int) -> None:
+        i = place + 1
+        while i < len(self._tree):
+            self._tree[i] += 1
+            i += i & -i
+
+    def up_to(self, place: int) -> int:
+        i, total = place + 1, 0
+        while i > 0:
+            total += self._tree[i]
+            i -= i & -i
+        return total
 
 
 def gpu_hours(gpu_seconds: float) -> str:

@@ -20,6 +20,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
+from trainyard.scheduler.fairshare import gpu_hours
 from trainyard.scheduler.quota import Refusal, gpu_need
 from trainyard.scheduler.selection import unmet
 from trainyard.scheduler.sharing import Sharing, closing_rule, has_unshared_room
@@ -187,6 +188,15 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
         positions[job.vc] += 1
         position = positions[job.vc]
         reason, worded, eta = _worded(cycle, job, wait, position, before, after, quota_etas, shared)
+        overtaken = cycle.overtaken.get(job.job_id)
+        if overtaken:
+            usage = cycle.snapshot.usage.get((job.vc, job.user), 0.0)
+            half_life = cycle.snapshot.config.fair_share_half_life
+            worded = Worded(
+                f"{worded.message}; fair share: {overtaken} job(s) of users with less recent use go first "
+                f"({job.user or '?'}: {gpu_hours(usage)} recently, half-life {_duration(half_life)})",
+                worded.short,
+            )
         waits.append(KeepWaiting(job.job_id, reason, worded.message, position, eta, worded.short))
     return tuple(waits)
 
@@ -219,9 +229,11 @@ def _worded(
             "and its own turn comes in a following cycle",
             "jobs ahead preempting",
         ), None
-    if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA):
+    if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA, PendingReason.BORROW_LIMIT):
         assert wait.refusal is not None
         worded = _refused(job, wait.refusal)
+        if wait.borrow_tried:
+            worded = _not_borrowed(job, worded, wait.borrow_refusal)
         eta = quota_etas.eta(job, wait.refusal) if wait.refusal.kind == "vc" else None
         return _with_reservation(reason, worded, wait, now, eta)
     unmatched = before.unmet(job)
@@ -274,6 +286,34 @@ def _refused(job: PendingJob, refusal: Refusal) -> Worded:
     if refusal.need > refusal.total:
         message += "; more than the VC's whole quota: it starts only if an admin raises the quota"
     return Worded(message, f"{job.vc} {free} free, needs {_gpus(refusal.need)}")
+
+
+def _not_borrowed(job: PendingJob, worded: Worded, refusal: Refusal | None) -> Worded:
+    """The quota refusal, with why borrowing other VCs' idle GPUs did not start it either."""
+    if refusal is None:
+        why = "the idle GPUs it may borrow do not fit it together now"
+        short = "borrow: no fit"
+    elif refusal.kind == "borrow_limit":
+        why = (
+            f"VC {job.vc} may borrow at most {_gpus(refusal.total)} GPU of each model, "
+            f"{_gpus(refusal.free)} of them left"
+        )
+        short = f"borrow limit {_gpus(refusal.free)}/{_gpus(refusal.total)} left"
+    elif refusal.kind == "lend_limit":
+        why = f"the other VCs' lending limits leave {_gpus(refusal.free)} GPU to borrow"
+        short = f"lend limits: {_gpus(refusal.free)} to borrow"
+    elif refusal.kind == "nothing_idle":
+        why = (
+            "every VC uses its quota" if refusal.free == 0
+            else f"only {_gpus(refusal.free)} GPU of the VCs' quotas is unused"
+        )
+        short = f"{_gpus(refusal.free)} to borrow"
+    else:  # the user's own quota: said already
+        return worded
+    return Worded(
+        f"{worded.message}; borrowing: needs {_gpus(refusal.need if refusal else gpu_need(job))} GPU, {why}",
+        f"{worded.short}, {short}",
+    )
 
 
 class QuotaEtas:
@@ -390,6 +430,14 @@ def _when(reservation: Reservation, now: float) -> str:
         "waits for running jobs without a declared end; smaller jobs may use idle GPUs "
         f"until it has waited {wait:g} s"
     )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:g} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:g} h"
+    return f"{seconds:g} s"
 
 
 def _ordinal(n: int) -> str:

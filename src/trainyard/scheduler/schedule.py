@@ -70,9 +70,10 @@ def queue_order(job: PendingJob, config: SchedulerConfig) -> tuple[int, float, f
     return (job.priority_rank, job.attained_service if config.timeshare else 0.0, job.submitted_at, job.job_id)
 
 
-def ordered(snapshot: Snapshot) -> list[PendingJob]:
+def ordered(snapshot: Snapshot) -> tuple[list[PendingJob], dict[int, int]]:
     """Every pending job in queue order (``queue_order``), and with fair share on, the jobs
-    of one queue and priority reordered by their users' recent usage (``fairshare``)."""
+    of one queue and priority reordered by their users' recent usage (``fairshare``); and
+    how many jobs of other users fair share put ahead of each job it moved back."""
     order = sorted(snapshot.pending, key=lambda job: queue_order(job, snapshot.config))
     by_vc = bool(snapshot.vcs)
 
@@ -93,7 +94,8 @@ def schedule(snapshot: Snapshot) -> Decisions:
     snapshot = whole_nodes.resolve(snapshot)  # whole-node tasks' amounts, as a lower bound
     ledger = Ledger(snapshot)
     cycle = Cycle(snapshot, ledger, scorer_for(snapshot))
-    order = ordered(snapshot)
+    order, overtaken = ordered(snapshot)
+    cycle.overtaken = overtaken
     *guaranteed, opportunistic = queues(order, by_vc=bool(snapshot.vcs))
     passes = []
     for queue in guaranteed:
