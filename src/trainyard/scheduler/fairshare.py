@@ -150,7 +150,7 @@ def _merged(
     # (the user's usage with the penalties of their jobs ahead, the job's own place, user, index)
     heap = [(usage.get(user, 0.0), position[queued[0].job_id], user, 0) for user, queued in by_user.items()]
     heapq.heapify(heap)
-    out = []
+    out: list[PendingJob] = []
     placed = _Counts(len(jobs))  # the original places of the jobs placed so far
     while heap:
         value, place, user, index = heapq.heappop(heap)
