@@ -193,6 +193,7 @@ def preempt_for_queue(
     # Resources only shrink in this loop, so a job just like one that could not be helped
     # cannot be helped either: its outcome is reused, as in ``run_queue``.
     hopeless: set[Shape] = set()
+    borrowable: dict[Shape, bool] = {}  # whether jobs of a shape start borrowed as things are
     plans = 0
     for position, job in enumerate(blocked):
         kind = shape(cycle, job)
@@ -220,7 +221,9 @@ def preempt_for_queue(
             continue
         refusal = ledger.quotas.admit(job)
         stopping = len(cycle.preemptions)
-        if refusal is not None and borrows_now(cycle, job):
+        if refusal is not None and kind not in borrowable:
+            borrowable[kind] = borrows_now(cycle, job)
+        if refusal is not None and borrowable[kind]:
             # It starts as borrowed work in this cycle's borrowing pass, stopping nothing
             # (``borrowing``); its reservation, if it is the head, holds until then.
             if head is not None:
