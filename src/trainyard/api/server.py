@@ -175,6 +175,8 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         drain_after=settings.backfill_drain_after_seconds,
         rack_label=settings.rack_label,
         timeshare=settings.scheduler_timeshare,
+        borrowing=settings.scheduler_borrowing,
+        fair_share_half_life=settings.scheduler_fair_share_half_life_seconds,
     )
     if settings.scheduler_time_slice_seconds is not None:
         config = replace(config, time_slice=settings.scheduler_time_slice_seconds)
