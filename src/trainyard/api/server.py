@@ -321,6 +321,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
                      monitor_interval_seconds=settings.monitor_interval_seconds,
                      monitor_retention=settings.retention, sessions=policy,
+                     fair_share_half_life_seconds=config.fair_share_half_life,
                      submit_limits=SubmitLimits(rendered_max_bytes=settings.job_rendered_max_kb * 1024,
                                                 max_waiting_jobs=settings.max_waiting_jobs_per_user),
                      idempotency_key_hours=settings.idempotency_key_hours,

@@ -28,10 +28,12 @@ from sqlalchemy.orm import Session
 from trainyard.controller.world import RunningWork
 from trainyard.scheduler.fairshare import UsageTally, current_usage, record_end
 from trainyard.scheduler.snapshot import RunningJob
+from trainyard.services.usage import RECENT_HALF_LIVES
 from trainyard.store.queries import jobs as job_queries
 
-# How far back the bootstrap reads: a run that ended this many half-lives ago weighs 2^-10.
-HORIZON_HALF_LIVES = 10
+# How far back the bootstrap reads (as far as `yard usage`'s recent figures): a run that
+# ended this many half-lives ago weighs 2^-10.
+HORIZON_HALF_LIVES = RECENT_HALF_LIVES
 
 Usage = tuple[dict[tuple[str, str], float], dict[str, float]]  # the snapshot's usage, borrowed_usage
 
