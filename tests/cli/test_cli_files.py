@@ -41,6 +41,26 @@ def test_the_jobs_table_shows_run_time_summed_over_attempts_and_a_short_pending_
     assert "runtime: 1:35" in detail and "first in line: its reservation starts" in detail
 
 
+def test_a_job_on_borrowed_gpus_is_starred_in_the_list_and_said_so_in_its_detail() -> None:
+    from trainyard.cli.render import BORROWED_NOTE, job_detail, jobs_table
+
+    job = JobSummary.model_validate(
+        {"id": 7, "name": "j", "user": "alice", "vc": "vision", "priority": "normal", "state": "RUNNING",
+         "gpus": 2, "attempt": 0, "submittedAt": "2026-11-21T10:00:00Z", "startedAt": "2026-11-21T10:00:05Z",
+         "finishedAt": None, "exitCode": None, "message": "", "pending": None, "borrowed": True})
+    lines = jobs_table([job, job.model_copy(update={"id": 8, "borrowed": False})]).splitlines()
+    assert [line.split()[3] for line in lines[1:3]] == ["RUNNING*", "RUNNING"]
+    assert lines[3] == BORROWED_NOTE
+    assert "*" not in jobs_table([job.model_copy(update={"borrowed": False})])
+    detail = job_detail(JobDetail.model_validate({
+        **job.model_dump(mode="json"), "retriesUsed": 0, "gracePeriodSeconds": 30, "spec": {}, "events": [],
+        "attempts": [{"number": 0, "state": "RUNNING", "startedAt": None, "finishedAt": None, "exitCode": None,
+                      "reason": "", "tasks": [], "borrowed": True}]}))
+    assert ("  borrowed:   runs on borrowed GPUs (over VC vision's quota): reclaimed - suspended if it can be, "
+            "else requeued - when the lending VC needs them") in detail.splitlines()
+    assert "Attempt 0: RUNNING (on borrowed GPUs)" in detail
+
+
 def test_up_refuses_a_bad_setting_before_writing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))

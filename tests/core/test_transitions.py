@@ -43,6 +43,7 @@ class Attempt:
     exit_code: int | None = None
     reason: str = ""
     stop_requested_at: datetime | None = None
+    borrowed: bool = False
 
 
 @dataclass

@@ -98,6 +98,39 @@ taskRoles:
     bob.stop(bob_job)
 
 
+def test_a_job_over_its_vcs_quota_borrows_idle_gpus_and_is_reclaimed_when_the_lender_needs_them(
+        eight_gpus: Server) -> None:
+    """Issue 30: a `normal` job over vision's quota runs on speech's idle GPUs as borrowed work;
+    a speech job within its quota takes them back (the borrowed job, not suspendable, is
+    requeued); once speech's GPUs are idle again the borrowed job runs again."""
+    _, alice, bob = two_vcs(eight_gpus)
+    job = ("name: {name}\npriority: normal\nstopGracePeriodSeconds: 1\ndefaults: {{virtualCluster: {vc}}}\n"
+           "taskRoles:\n  w:\n    instances: 4\n    resourcePerInstance: {{gpu: 1, cpu: 0.1, memoryMB: 64}}\n"
+           "    commands: ['sleep 600']\n")
+    own = alice.submit(job.format(name="own", vc="vision")).id
+    wait_until(lambda: alice.job(own).state == "RUNNING", what="alice's first job to start in vision's quota")
+    over = alice.submit(job.format(name="over", vc="vision")).id
+    wait_until(lambda: alice.job(over).state == "RUNNING", what="alice's second job to start on borrowed GPUs")
+    view = alice.job(over)
+    assert view.borrowed and view.attempts[0].borrowed and not alice.job(own).borrowed
+    assert any("started on borrowed GPUs: VC vision is over its quota" in e.message for e in view.events)
+    assert [j.borrowed for j in alice.jobs().items if j.id == over] == [True]
+
+    lender = bob.submit(job.format(name="lender", vc="speech")).id
+    wait_until(lambda: bob.job(lender).state == "RUNNING", timeout=30, what="speech's job to reclaim its GPUs")
+    view = alice.job(over)
+    assert "preempted" in [e.kind for e in view.events] and view.attempts[0].state == "PREEMPTED"
+    wait_until(lambda: alice.job(over).state == "WAITING", what="the borrowed job to be requeued")
+    assert not alice.job(over).borrowed
+
+    bob.stop(lender)
+    wait_until(lambda: alice.job(over).state == "RUNNING" and alice.job(over).attempt == 1, timeout=30,
+               what="the borrowed job to run again once speech's GPUs are idle")
+    assert alice.job(over).borrowed
+    alice.stop(over)
+    alice.stop(own)
+
+
 def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None:
     admin, alice, _ = two_vcs(eight_gpus)
     admin.set_quota("alice", priority="prod", gpus=4)  # a job above the limit itself is refused at submit

@@ -59,6 +59,15 @@ def test_presets_and_vc_grouping(api: Api, jobs: dict[str, int]) -> None:
     assert rows(admin.get("/usage", params={**PERIOD, "by": "vc"}).text)[0][:3] == ["default", "2", "9"]
 
 
+
+def test_the_page_shows_fair_shares_recent_gpu_hours_with_the_half_life(api: Api, jobs: dict[str, int]) -> None:
+    page = signed_in(api, "admin").get("/usage", params={**PERIOD, "by": "vc"}).text
+    assert ">Recent GPU-hours*</th>" in page and len(rows(page)[0]) == 9
+    assert "decayed with a half-life of 7 days. Among one VC's jobs" in page
+    api.ctx.fair_share_half_life_seconds = 0  # fair share off: no column
+    assert "Recent GPU-hours" not in signed_in(api, "admin").get("/usage", params=PERIOD).text
+
+
 @pytest.mark.parametrize(("params", "field"), [({"since": "yesterday"}, "since"), ({"until": "2026-13-01"}, "until"),
                                                ({"since": "2026-11-02", "until": "2026-11-01"}, "since"),
                                                ({"by": "node"}, "by")])

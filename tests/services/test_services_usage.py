@@ -143,3 +143,40 @@ def test_the_same_store_gives_the_same_answer_after_a_restart(
         assert report(again, "root", by="job") == before
     finally:
         again.dispose()
+
+
+def test_recent_gpu_hours_decay_with_the_half_life_over_every_run_not_only_the_period(
+    db: Database, world: dict[str, int]
+) -> None:
+    """Fair share's figure: each task run's GPU-seconds decayed to now (``run_usage``), in
+    hours, by line; by VC, the part on borrowed GPUs; in a report up to now, a user with
+    recent usage and nothing in the period has a line of zero hours."""
+    from trainyard.scheduler.fairshare import run_usage
+    from trainyard.store.rows import AttemptRow
+
+    with db.session() as s:
+        s.query(AttemptRow).filter_by(job_id=world["B"], number=1).one().borrowed = True
+    h, now = 3600.0, NOW.timestamp()
+
+    def recent(gpus: float, start: float, end: float | None) -> float:
+        return run_usage(gpus, at(start).timestamp(), now if end is None else at(end).timestamp(), now, h) / 3600
+
+    alice = recent(2, 0, 10) + recent(1, 0, 1)  # A (cut at now) and D, which ended before the period
+    bob_first, bob_borrowed = recent(0.5, 1, 3), recent(0.5, 4, 5)
+    carol = recent(1, 5, None)
+    rep = report(db, "root", since=at(5.5), until=None, fair_share_half_life=h)
+    assert rep.fairShareHalfLifeSeconds == h
+    lines = {line.name: line for line in rep.lines}
+    assert {name: line.gpuHours for name, line in lines.items()} == {"alice": 3.0, "carol": 1.5, "bob": 0.0}
+    assert {name: line.recentGpuHours for name, line in lines.items()} == pytest.approx(
+        {"alice": alice, "carol": carol, "bob": bob_first + bob_borrowed})
+    assert rep.total.recentGpuHours == pytest.approx(alice + carol + bob_first + bob_borrowed)
+    by_vc = {line.name: line for line in report(db, "root", by="vc", fair_share_half_life=h).lines}
+    assert by_vc["default"].recentGpuHours == pytest.approx(recent(1, 0, 1) + bob_first + bob_borrowed + carol)
+    assert by_vc["default"].recentBorrowedGpuHours == pytest.approx(bob_borrowed)
+    assert by_vc["vision"].recentBorrowedGpuHours == 0.0
+    # A user's own report counts their own runs alone; fair share off: no figure at all.
+    assert [(line.name, line.recentGpuHours) for line in report(db, "bob", fair_share_half_life=h).lines] == [
+        ("bob", pytest.approx(bob_first + bob_borrowed))]
+    off = report(db, "root")
+    assert off.fairShareHalfLifeSeconds is None and off.lines[0].recentGpuHours is None

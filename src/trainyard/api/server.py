@@ -175,6 +175,8 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         drain_after=settings.backfill_drain_after_seconds,
         rack_label=settings.rack_label,
         timeshare=settings.scheduler_timeshare,
+        borrowing=settings.scheduler_borrowing,
+        fair_share_half_life=settings.scheduler_fair_share_half_life_seconds,
     )
     if settings.scheduler_time_slice_seconds is not None:
         config = replace(config, time_slice=settings.scheduler_time_slice_seconds)
@@ -319,6 +321,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
                      monitor_interval_seconds=settings.monitor_interval_seconds,
                      monitor_retention=settings.retention, sessions=policy,
+                     fair_share_half_life_seconds=config.fair_share_half_life,
                      submit_limits=SubmitLimits(rendered_max_bytes=settings.job_rendered_max_kb * 1024,
                                                 max_waiting_jobs=settings.max_waiting_jobs_per_user),
                      idempotency_key_hours=settings.idempotency_key_hours,

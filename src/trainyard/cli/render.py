@@ -113,13 +113,24 @@ def _platform_retries(job: JobDetail) -> str:
     return f"; platform retries {used} of {job.platformRetriesMax}" if used else ""
 
 
+BORROWED_NOTE = "* on borrowed GPUs, over its VC's quota: reclaimed when the lending VC needs them"
+
+
 def jobs_table(jobs: Sequence[JobSummary]) -> str:
+    """The jobs, one a row; a job on borrowed GPUs has its state starred, with a footnote."""
     rows = [
-        [j.id, j.name, j.user, j.state, num(j.gpus), j.attempt, when(j.submittedAt),
-         seconds_text(j.runtimeSeconds), job_status_short(j)]
+        [j.id, j.name, j.user, f"{j.state}*" if j.borrowed else j.state, num(j.gpus), j.attempt,
+         when(j.submittedAt), seconds_text(j.runtimeSeconds), job_status_short(j)]
         for j in jobs
     ]
-    return table(["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"], rows)
+    text = table(["ID", "NAME", "USER", "STATE", "GPU", "ATTEMPT", "SUBMITTED", "RUNTIME", "INFO"], rows)
+    return text + ("\n" + BORROWED_NOTE if any(j.borrowed for j in jobs) else "")
+
+
+def borrowed_text(job: JobSummary) -> str:
+    """What ``yard job`` says of a job on borrowed GPUs."""
+    return (f"runs on borrowed GPUs (over VC {job.vc}'s quota): reclaimed - suspended if it can be, else "
+            "requeued - when the lending VC needs them")
 
 
 def job_detail(job: JobDetail) -> str:
@@ -135,6 +146,8 @@ def job_detail(job: JobDetail) -> str:
         + (f"    exit code: {job.exitCode}" if job.exitCode is not None else ""),
         f"  job dir:    {job_dir_text(job.jobDir, job.state)}",
     ]
+    if job.borrowed:
+        lines.insert(3, f"  borrowed:   {borrowed_text(job)}")
     for warning in job.warnings:
         lines.append(f"  warning:    {warning}")
     if job.attempts and not job.state.is_final and all(a.number != job.attempt for a in job.attempts):
@@ -142,7 +155,8 @@ def job_detail(job: JobDetail) -> str:
         lines += ["", f"Attempt {job.attempt}: not started yet"]
     for attempt in reversed(job.attempts):
         lines.append("")
-        lines.append(f"Attempt {attempt.number}: {attempt.state}" + (f" - {attempt.reason}" if attempt.reason else ""))
+        lines.append(f"Attempt {attempt.number}: {attempt.state}" + (" (on borrowed GPUs)" if attempt.borrowed else "")
+                     + (f" - {attempt.reason}" if attempt.reason else ""))
         rows = [
             [t.label, t.state, t.node, ",".join(map(str, t.gpus)) or "-",
              t.exitCode, t.run, duration(t.startedAt, t.finishedAt), t.message]

@@ -31,18 +31,47 @@ def _figures(line: UsageLine) -> list[str]:
             hours(line.memoryGibHours)]
 
 
+def half_life_text(seconds: float) -> str:
+    """``7 days``, ``12 hours``, ``90 minutes``, ``45 s``."""
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= size and seconds % size == 0 or seconds >= 10 * size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
+def _recent(line: UsageLine, by: str) -> str:
+    """The RECENT cell: decayed GPU-hours, and by VC the part on borrowed GPUs."""
+    text = hours(line.recentGpuHours or 0.0)
+    if by == "vc" and line.recentBorrowedGpuHours:
+        text += f" ({hours(line.recentBorrowedGpuHours)} borrowed)"
+    return text
+
+
 def usage_table(report: UsageReport) -> str:
-    """The report's period, one row per line, and the total."""
+    """The report's period, one row per line, and the total; with fair share on, each
+    line's recent GPU-hours (RECENT) and a footnote with the half-life."""
     period = f"usage from {render.when(report.since)} to {render.when(report.until)} (by {report.by})"
     if not report.lines:
         return f"{period}\nnothing ran in this period"
+    recent = report.fairShareHalfLifeSeconds is not None
+    extra = ["RECENT"] if recent else []
+
+    def more(line: UsageLine) -> list[str]:
+        return [_recent(line, report.by)] if recent else []
+
     if report.by == "job":
-        rows = [[line.name, line.jobName, line.user, line.vc, *_figures(line)] for line in report.lines]
-        rows.append(["TOTAL", "", "", "", *_figures(report.total)])
-        return f"{period}\n{render.table(JOB_HEADERS, rows)}"
-    rows = [[line.name, str(line.jobs), *_figures(line)] for line in report.lines]
-    rows.append(["TOTAL", str(report.total.jobs), *_figures(report.total)])
-    return f"{period}\n{render.table(HEADERS, rows)}"
+        rows = [[line.name, line.jobName, line.user, line.vc, *_figures(line), *more(line)] for line in report.lines]
+        rows.append(["TOTAL", "", "", "", *_figures(report.total), *more(report.total)])
+        text = f"{period}\n{render.table(JOB_HEADERS + extra, rows)}"
+    else:
+        rows = [[line.name, str(line.jobs), *_figures(line), *more(line)] for line in report.lines]
+        rows.append(["TOTAL", str(report.total.jobs), *_figures(report.total), *more(report.total)])
+        text = f"{period}\n{render.table(HEADERS + extra, rows)}"
+    if report.fairShareHalfLifeSeconds is not None:
+        text += (f"\nRECENT: GPU-hours of every run, decayed with a half-life of "
+                 f"{half_life_text(report.fairShareHalfLifeSeconds)}: fair share runs the jobs of users (and, on "
+                 "borrowed GPUs, of VCs) with less of it first")
+    return text
 
 
 def cmd_usage(client: Client, args: argparse.Namespace) -> int:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
+from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories, MetricsSource
 from trainyard.controller.alerting import AlertEvaluator, Receivers
+from trainyard.controller.fairshare import FairShareUsage
 from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
 from trainyard.controller.jobdirs import JobDirCap, JobDirSweeper
@@ -26,7 +29,7 @@ from trainyard.controller.sessions import SessionWatch, settle_lifetimes
 from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
     held_ports,
-    running_jobs,
+    running_work,
     user_groups,
     user_quotas,
     virtual_clusters,
@@ -41,7 +44,7 @@ from trainyard.core.settings import (
 )
 from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import SchedulerConfig, Snapshot, StartJob
+from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig, Snapshot, StartJob
 from trainyard.services import node_view
 from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
@@ -101,6 +104,8 @@ class Controller:
         self.reconciler = Reconciler(db, backend, clock, self.spec_of, self.timings)
         self.watchdog = Watchdog(db, backend, clock)
         self.waiting = WaitingJobs(self.specs)
+        # Recent usage per (VC, user) and VC's borrowed work, for fair share (fairshare.py).
+        self.fair_share = FairShareUsage(self.config.fair_share_half_life)
         self.job_dirs = (
             JobDirSweeper(db, backend, clock, job_dir_retention_seconds)
             if isinstance(backend, JobDirectories)
@@ -220,16 +225,19 @@ class Controller:
                 return False
             nodes = tuple(node_view.node_states(session, in_use=True))
             held = held_ports(session)
-            running, ending = running_jobs(session)
+            work = running_work(session)
+            usage, borrowed_usage = self.fair_share.usage(session, work, now)
             snapshot = Snapshot(
                 nodes=nodes,
                 pending=pending,
                 now=now,
                 vcs=virtual_clusters(session),
                 user_quotas=user_quotas(session),
-                running=running,
-                preempting=ending,
+                running=work.running,
+                preempting=work.ending,
                 user_groups=user_groups(session),
+                usage=usage,
+                borrowed_usage=borrowed_usage,
                 config=self.config,
             )
         decisions = schedule(snapshot)
@@ -245,6 +253,8 @@ class Controller:
                 session, decisions, self.waiting.written, ports, self.clock, cannot_start
             )
             preempted = preempt_jobs(session, decisions.preemptions, self.clock, self.spec_of)
+            if started and self.fair_share.enabled:
+                self.fair_share.started(_started_runs(session, decisions.starts, started, pending, now))
         self.waiting.written.update(written)
         for job_id in started:  # placed: its pending reason was cleared, so forget it
             self.waiting.written.pop(job_id, None)
@@ -280,3 +290,24 @@ class Controller:
         master_port = self.backend.allocate_ports(master_node, 1, taken)[0]
         taken.add(master_port)
         return PortPlan(master_port=master_port, ports=plan)
+
+
+
+def _started_runs(
+    session: Session, starts: Sequence[StartJob], started: Sequence[int], pending: Sequence[PendingJob], now: float
+) -> list[tuple[RunningJob, int]]:
+    """The runs just started, as running work from about ``now`` (the next schedule step
+    reads their exact start), with their attempts' numbers: for fair share."""
+    waiting = {job.job_id: job for job in pending}
+    rows = job_queries.jobs_by_ids(session, sorted(started))  # the session's own, just placed
+    runs = []
+    for start in starts:
+        job, row = waiting.get(start.job_id), rows.get(start.job_id)
+        if job is None or row is None:
+            continue
+        run = RunningJob(
+            job_id=job.job_id, vc=job.vc, user=job.user, priority_rank=job.priority_rank,
+            placements=start.placements, started_at=now, borrowed=start.borrowed,
+        )
+        runs.append((run, row.attempt))
+    return runs

@@ -161,7 +161,9 @@ def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock
         for p in start.placements
     )
     attempt = AttemptRow(job_id=job.id, master_port=plan.master_port)
-    event = transitions.start_attempt(job, attempt, where, clock.now())
+    event = transitions.start_attempt(
+        job, attempt, where, clock.now(), borrowed_by=job.vc if start.borrowed else None
+    )
     session.add(attempt)
     session.flush()
     for p in start.placements:

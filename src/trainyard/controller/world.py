@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -68,16 +69,32 @@ def held_ports(session: Session) -> dict[str, set[int]]:
 
 def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[int]]:
     """Jobs holding resources, and which of them are already being stopped or preempted."""
+    work = running_work(session)
+    return work.running, work.ending
+
+
+@dataclass(frozen=True)
+class RunningWork:
+    running: tuple[RunningJob, ...]
+    ending: frozenset[int]  # already being stopped or preempted
+    attempts: dict[int, int]  # job id -> the number of the attempt that holds its resources
+
+
+def running_work(session: Session) -> RunningWork:
+    """Jobs holding resources (each marked ``borrowed`` when its current attempt runs on
+    borrowed GPUs), which of them are already being stopped or preempted, and their
+    attempts' numbers (for fair share's tally of runs that end: ``controller.fairshare``)."""
     rows = job_queries.holding_tasks(session)
     tasks_of: dict[int, list[Sequence[Any]]] = defaultdict(list)  # job id -> its rows
     for row in rows:
         tasks_of[row[0]].append(row)
-    running, ending = [], set()
+    running, ending, attempts = [], set(), {}
     for job_id, tasks in tasks_of.items():
         _, vc, user, priority, state, grace, limit, attempt_state, started, stop_requested, *rest = tasks[0]
-        suspendable, attained = rest[0], rest[1]
+        suspendable, attained, number, borrowed = rest[0], rest[1], rest[2], rest[3]
         if state == JobState.STOPPING or attempt_state != AttemptState.RUNNING:
             ending.add(job_id)
+        attempts[job_id] = number
         end = None if limit is None or started is None else (started + timedelta(seconds=limit)).timestamp()
         placements = tuple(
             TaskPlacement(role, index, node, tuple(GpuShare(i, m) for i, m in gpus), cpu, memory)
@@ -96,6 +113,7 @@ def running_jobs(session: Session) -> tuple[tuple[RunningJob, ...], frozenset[in
                 stops_by=None if stop_requested is None else (stop_requested + timedelta(seconds=grace)).timestamp(),
                 suspendable=bool(suspendable),
                 attained_service=attained,
+                borrowed=bool(borrowed),
             )
         )
-    return tuple(running), frozenset(ending)
+    return RunningWork(tuple(running), frozenset(ending), attempts)

@@ -209,6 +209,19 @@ class Settings(BaseSettings):
         description="Time-sharing's minimum time slice: a job is suspended for another's turn no sooner than "
         "this long after it (re)started; unset: the scheduler's default (1800 s)",
     )
+    scheduler_borrowing: bool = Field(
+        default=True,
+        description="Borrowing: a job of any priority over its VC's quota may run on other VCs' idle guaranteed "
+        "GPUs, as borrowed work reclaimed (suspended where it can be, else requeued) when they need them back; "
+        "per-VC limits and weights with `yard admin vc` (docs/scheduling.md)",
+    )
+    scheduler_fair_share_half_life_seconds: float = Field(
+        default=7 * 24 * 3600.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="Fair share: among jobs of one VC and priority, users with less recent GPU usage go first, "
+        "usage decaying with this half-life (default 7 days); 0 turns fair share off (submission order)",
+    )
     local_gpu_groups: list[list[int]] | None = Field(
         default=None,
         description="GPU indices per PCIe/NUMA group, e.g. [[0,1,2,3],[4,5,6,7]]; default: NUMA nodes from NVML",

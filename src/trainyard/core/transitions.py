@@ -106,6 +106,7 @@ class AttemptRecord(Protocol):
     exit_code: int | None
     reason: str
     stop_requested_at: datetime | None
+    borrowed: bool  # it runs over its VC's quota, on other VCs' idle GPUs: reclaimable
 
 
 class TaskRecord(Protocol):
@@ -152,11 +153,14 @@ def submit(job: JobRecord, by: str, now: datetime, *, cloned_from: int | None = 
     return Event(EventKind.SUBMITTED, f"submitted by {by}{origin}", now)
 
 
-def start_attempt(job: JobRecord, attempt: AttemptRecord, where: str, now: datetime) -> Event:
+def start_attempt(
+    job: JobRecord, attempt: AttemptRecord, where: str, now: datetime, *, borrowed_by: str | None = None
+) -> Event:
     """WAITING or SUSPENDED -> RUNNING: ``attempt`` (new, not yet numbered) is the job's
     current one; from SUSPENDED it resumes what the last attempt saved.
 
-    ``where`` says where its tasks were placed, for the history.
+    ``where`` says where its tasks were placed, for the history; ``borrowed_by`` names the
+    job's VC when it starts over that VC's quota, on GPUs borrowed from other VCs.
     """
     resuming = job.state == JobState.SUSPENDED
     _move_job(job, JobState.RUNNING)
@@ -166,8 +170,14 @@ def start_attempt(job: JobRecord, attempt: AttemptRecord, where: str, now: datet
     attempt.number = job.attempt
     attempt.state = AttemptState.RUNNING
     attempt.started_at = now
+    attempt.borrowed = borrowed_by is not None
     how = " (resuming its suspended state)" if resuming else ""
-    return Event(EventKind.PLACED, f"attempt {job.attempt} placed{how}: {where}", now)
+    borrowed = (
+        "" if borrowed_by is None else
+        f"; started on borrowed GPUs: VC {borrowed_by} is over its quota, and it is reclaimed (suspended if it "
+        "can be, else requeued) when the lending VC needs them"
+    )
+    return Event(EventKind.PLACED, f"attempt {job.attempt} placed{how}: {where}{borrowed}", now)
 
 
 def cannot_start(job: JobRecord, why: str, now: datetime) -> Event:

@@ -68,6 +68,7 @@ class TaskRun:
     memory_mb: int
     started_at: datetime
     finished_at: datetime | None  # None: still running
+    borrowed: bool = False  # its attempt ran on borrowed GPUs (over its VC's quota)
 
     @property
     def key(self) -> tuple[int, int, str, int]:

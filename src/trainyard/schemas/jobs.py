@@ -61,6 +61,7 @@ class AttemptView(BaseModel):
     exitCode: int | None
     reason: str
     tasks: list[TaskView]
+    borrowed: bool = False  # it ran over its VC's quota, on borrowed GPUs
 
 
 class JobSummary(BaseModel):
@@ -82,6 +83,9 @@ class JobSummary(BaseModel):
     runtimeSeconds: float | None = None
     # Who keeps it SUSPENDED until `yard resume` (None: nobody holds it).
     heldBy: str | None = None
+    # Its current attempt runs on borrowed GPUs: over its VC's quota, on other VCs' idle ones,
+    # reclaimed (suspended if it can be, else requeued) when the lending VC needs them.
+    borrowed: bool = False
 
 
 class SubmitResult(BaseModel):

@@ -23,6 +23,11 @@ class UsageLine(BaseModel):
     cpuHours: float
     cpuEfficiency: float | None = Field(description="CPU core-hours used / allocated, over the measured time")
     memoryGibHours: float  # GiB (1024 MiB) held x hours
+    # Fair share: GPU-hours decayed to the report's moment with the scheduler's half-life
+    # (``UsageReport.fairShareHalfLifeSeconds``), from every run, not only the period's;
+    # None when fair share is off. ``recentBorrowedGpuHours``: the part on borrowed GPUs.
+    recentGpuHours: float | None = None
+    recentBorrowedGpuHours: float | None = None
     jobName: str | None = None  # a report by job: the job's name, user and VC
     user: str | None = None
     vc: str | None = None
@@ -34,3 +39,5 @@ class UsageReport(BaseModel):
     until: datetime  # the period is [since, until); a running task counts up to the moment asked
     lines: list[UsageLine]
     total: UsageLine  # the jobs of every line once (a user in two groups is counted once here)
+    # The half-life of the fair-share figures (``recentGpuHours``); None: fair share is off.
+    fairShareHalfLifeSeconds: float | None = None

@@ -305,4 +305,5 @@ def usage(server: Server, caller: UserRow, *, by: UsageGrouping, since: datetime
     with server.db.session() as session:
         return usage_service.usage_report(session, caller, by=by, period=period,
                                           monitor_interval_seconds=server.monitor_interval_seconds, user=user,
-                                          vc=vc, group=group, job_id=job_id)
+                                          vc=vc, group=group, job_id=job_id,
+                                          fair_share_half_life=server.fair_share_half_life_seconds)

@@ -30,6 +30,7 @@ class Server(Protocol):
     sessions: SessionPolicy
     monitor_interval_seconds: float  # how fresh a sample must be to show as live
     monitor_retention: tuple[RetentionTier, ...]  # what the monitoring history keeps
+    fair_share_half_life_seconds: float  # the scheduler's (0: fair share off): `yard usage`'s recent figures
 
     def node_states(self) -> list[NodeState]:
         """The inventory for submit-time fit checks (cached briefly)."""

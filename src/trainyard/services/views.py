@@ -90,7 +90,15 @@ def job_summary(row: JobRow, now: datetime) -> JobSummary:
         message=row.state_message,
         runtimeSeconds=run_seconds(((a.started_at, a.finished_at) for a in row.attempts), now),
         heldBy=row.held_by,
+        borrowed=runs_borrowed(row),
     )
+
+
+def runs_borrowed(row: JobRow) -> bool:
+    """Whether the job's current attempt holds borrowed GPUs (it runs, or is stopping)."""
+    if row.state not in (JobState.RUNNING, JobState.STOPPING):
+        return False
+    return any(a.borrowed for a in row.attempts if a.number == row.attempt)
 
 
 def submit_result(row: JobRow, user: str, warnings: list[str]) -> SubmitResult:
@@ -128,6 +136,7 @@ def attempt_view(row: AttemptRow) -> AttemptView:
         exitCode=row.exit_code,
         reason=row.reason,
         tasks=[task_view(t) for t in row.tasks],
+        borrowed=row.borrowed,
     )
 
 

@@ -39,6 +39,7 @@ class SimAttempt:
     exit_code: int | None = None
     reason: str = ""
     stop_requested_at: datetime | None = None
+    borrowed: bool = False
 
 
 @dataclass

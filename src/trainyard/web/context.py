@@ -25,7 +25,7 @@ from trainyard.core.settings import (
     DEFAULT_JOB_DIR_RETENTION_SECONDS,
     DEFAULT_MONITOR_INTERVAL_SECONDS,
 )
-from trainyard.scheduler.snapshot import NodeState
+from trainyard.scheduler.snapshot import NodeState, SchedulerConfig
 from trainyard.services import jobs as job_service
 from trainyard.services import node_view
 from trainyard.services.auth import TokenCache
@@ -52,6 +52,8 @@ class AppContext:
     # long a raw sample stands for in usage accounting.
     monitor_interval_seconds: float = DEFAULT_MONITOR_INTERVAL_SECONDS
     monitor_retention: tuple[RetentionTier, ...] = DEFAULT_RETENTION_TIERS  # what the history keeps
+    # Fair share's half-life (the scheduler's; 0: off), for the usage report's recent figures.
+    fair_share_half_life_seconds: float = SchedulerConfig().fair_share_half_life
     _nodes: tuple[float, list[NodeState]] = (-1e9, [])
     tokens: TokenCache = field(init=False)
     # Set once the server begins to shut down: streaming responses (log followers) end then.

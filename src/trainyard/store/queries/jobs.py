@@ -271,12 +271,13 @@ def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
     """One row per unfinished task of a running or stopping job's current attempt, by job
     then task: (job id, VC, owner, priority, job state, grace seconds, max run time,
     attempt state, attempt start, attempt stop request, suspendable, GPU-seconds attained
-    before this attempt, role, index, node, GPU shares, CPU milli, memory MB)."""
+    before this attempt, attempt number, whether the attempt runs borrowed, role, index,
+    node, GPU shares, CPU milli, memory MB)."""
     query = (
         select(
             JobRow.id, JobRow.vc, UserRow.name, JobRow.priority, JobRow.state, JobRow.grace_seconds,
             JobRow.max_runtime_seconds, AttemptRow.state, AttemptRow.started_at, AttemptRow.stop_requested_at,
-            JobRow.suspendable, JobRow.attained_gpu_seconds,
+            JobRow.suspendable, JobRow.attained_gpu_seconds, AttemptRow.number, AttemptRow.borrowed,
             TaskRow.role, TaskRow.index, TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb,
         )
         .join(UserRow, UserRow.id == JobRow.user_id)
@@ -354,3 +355,41 @@ def live_tasks_with_jobs(session: Session, node: str | None = None) -> list[tupl
     if node is not None:
         query = query.where(TaskRow.node == node)
     return [(task, job) for task, job in session.execute(query.order_by(TaskRow.job_id, TaskRow.role, TaskRow.index))]
+
+
+# -- fair share's (controller/fairshare.py) ---------------------------------------------------
+
+EndedRun = tuple[int, int, str, str, datetime, datetime, bool, list[list[int]]]
+
+
+def ended_attempt_runs(session: Session, since: datetime) -> Iterator[EndedRun]:
+    """One row per task of every attempt that ended at or after ``since``: (job id, attempt
+    number, VC, owner, attempt start, attempt end, borrowed, the task's GPU shares), by
+    attempt. Read once, when the controller starts, to rebuild recent usage."""
+    query = (
+        select(
+            AttemptRow.job_id, AttemptRow.number, JobRow.vc, UserRow.name, AttemptRow.started_at,
+            AttemptRow.finished_at, AttemptRow.borrowed, TaskRow.gpus,
+        )
+        .join(JobRow, JobRow.id == AttemptRow.job_id)
+        .join(UserRow, UserRow.id == JobRow.user_id)
+        .join(TaskRow, TaskRow.attempt_id == AttemptRow.id)
+        .where(AttemptRow.finished_at >= since, AttemptRow.started_at.is_not(None))
+        .order_by(AttemptRow.job_id, AttemptRow.number)
+    )
+    for row in session.execute(query.execution_options(yield_per=1000)):
+        yield cast(EndedRun, tuple(row))
+
+
+def attempt_ends(session: Session, attempts: Sequence[tuple[int, int]]) -> dict[tuple[int, int], datetime]:
+    """When each of these (job id, attempt number) ended, for those that have."""
+    found: dict[tuple[int, int], datetime] = {}
+    wanted = set(attempts)
+    for chunk in chunks(sorted({job_id for job_id, _ in attempts})):
+        query = select(AttemptRow.job_id, AttemptRow.number, AttemptRow.finished_at).where(
+            AttemptRow.job_id.in_(chunk), AttemptRow.finished_at.is_not(None)
+        )
+        for job_id, number, finished in session.execute(query):
+            if (job_id, number) in wanted and finished is not None:
+                found[(job_id, number)] = finished
+    return found

@@ -40,6 +40,7 @@ class TaskRunRow:
     job_name: str
     user: str
     vc: str
+    borrowed: bool = False  # its attempt ran over its VC's quota, on borrowed GPUs
 
 
 def task_runs(
@@ -54,7 +55,7 @@ def task_runs(
     """Every task that started before ``until`` and had not finished by ``since`` (running
     ones included), optionally of one user, VC or job; by job, attempt, role and index."""
     query = (
-        select(TaskRow, AttemptRow.number, JobRow.name, UserRow.name, JobRow.vc)
+        select(TaskRow, AttemptRow.number, JobRow.name, UserRow.name, JobRow.vc, AttemptRow.borrowed)
         .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
         .join(JobRow, JobRow.id == AttemptRow.job_id)
         .join(UserRow, UserRow.id == JobRow.user_id)
@@ -68,8 +69,8 @@ def task_runs(
         query = query.where(JobRow.vc == vc)
     if job_id is not None:
         query = query.where(JobRow.id == job_id)
-    return [TaskRunRow(task, number, name, owner, job_vc)
-            for task, number, name, owner, job_vc in session.execute(query)]
+    return [TaskRunRow(task, number, name, owner, job_vc, bool(borrowed))
+            for task, number, name, owner, job_vc, borrowed in session.execute(query)]
 
 
 FAR_FUTURE = 1e12  # seconds since the epoch beyond any real moment: "no end"
