@@ -159,9 +159,9 @@ def _borrowed_text(vc: VcView) -> str:
 
 
 def _borrowing_text(vc: VcView) -> str:
-    borrow = "no limit" if vc.borrowLimit is None else f"at most {vc.borrowLimit}"
-    lend = "all its unused quota" if vc.lendLimit is None else f"at most {vc.lendLimit}"
-    return f"borrows {borrow}, lends {lend} GPUs of each model; weight {render.num(vc.weight)}"
+    borrow = "borrows with no limit" if vc.borrowLimit is None else f"borrows at most {vc.borrowLimit}"
+    lend = "lends all its unused quota" if vc.lendLimit is None else f"lends at most {vc.lendLimit}"
+    return f"{borrow}, {lend} (GPUs of each model); weight {render.num(vc.weight)}"
 
 
 def vcs_table(vcs: Sequence[VcView]) -> str:

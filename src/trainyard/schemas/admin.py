@@ -7,6 +7,7 @@ from enum import Enum
 from typing import Final
 
 from pydantic import BaseModel, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from trainyard.core.labels import MAX_LABELS
 from trainyard.core.names import GROUP_OR_VC_NAME
@@ -61,7 +62,7 @@ class BorrowingRequest(RequestBody):
     @classmethod
     def _weight_given_is_a_number(cls, value: float | None) -> float | None:
         if value is None:  # only a given value is validated: left out, it stays as it is
-            raise ValueError("weight must be a number > 0 and at most 1000; leave it out to keep it")
+            raise PydanticCustomError("null", "a number > 0 and at most 1000; leave weight out to keep it")
         return value
 
 
