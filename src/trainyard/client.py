@@ -28,7 +28,8 @@ from trainyard.client_errors import WaitTimeout as WaitTimeout
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import check_client_arguments, job_file_body
 from trainyard.core.states import EnvironmentState
-from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
+from trainyard.schemas.admin import KEEP as KEEP
+from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.environments import EnvironmentView
@@ -614,15 +615,28 @@ class Client:
         return self._parse(_VCS, self._request("GET", "/vcs").content)
 
     def create_vc(self, name: str, *, gpus: int, model: str | None = None,
-                  priority_preemption: bool = True, gpu_sharing: str | None = None) -> VcView:
+                  priority_preemption: bool = True, gpu_sharing: str | None = None,
+                  borrow_limit: int | None = None, lend_limit: int | None = None, weight: float = 1.0) -> VcView:
         """Create a virtual cluster guaranteed ``gpus`` GPUs (of ``model``; default any) (admin);
-        ``gpu_sharing``: same-user (default), same-group or anyone."""
+        ``gpu_sharing``: same-user (default), same-group or anyone; borrowing as ``set_vc_borrowing``."""
         body: dict[str, object] = {
             "name": name, "gpus": gpus, "model": model, "priorityPreemption": priority_preemption,
+            "borrowLimit": borrow_limit, "lendLimit": lend_limit, "weight": weight,
         }
         if gpu_sharing is not None:
             body["gpuSharing"] = gpu_sharing
         return self._parse(VcView, self._request("POST", "/vcs", json=body).content)
+
+    def set_vc_borrowing(self, name: str, *, borrow_limit: int | None | Keep = KEEP,
+                         lend_limit: int | None | Keep = KEEP, weight: float | Keep = KEEP) -> VcView:
+        """Set how many whole GPUs of each model a VC (``default`` too) may borrow beyond its
+        quota and lend of its unused quota (None: no limit), and its weight among borrowers
+        (admin); one left as ``KEEP`` stays as it is."""
+        body = {key: value for key, value in
+                (("borrowLimit", borrow_limit), ("lendLimit", lend_limit), ("weight", weight))
+                if not isinstance(value, Keep)}
+        response = self._request("PUT", f"/vcs/{_seg(name)}/borrowing", json=body)
+        return self._parse(VcView, response.content)
 
     def set_vc_sharing(self, name: str, gpu_sharing: str) -> VcView:
         """Set whose fractional GPU shares a VC's jobs may share a device with: same-user,

@@ -62,7 +62,9 @@ def world(make_world) -> MetricsWorld:
         token = auth.bootstrap_admin(session, clock=world.clock)
         assert token is not None
         world.users["alice"] = auth.create_user(session, "alice", is_admin=False, clock=world.clock)
-        admin_service.create_vc(session, "research", gpus=2, model=None, preemption=True, clock=world.clock)
+        # research never borrows: a job over its quota waits in its queue (the page shows queues).
+        admin_service.create_vc(session, "research", gpus=2, model=None, preemption=True, clock=world.clock,
+                                borrow_limit=0)
         admin_service.grant_vc(session, "research", "alice")
         [node] = job_service.list_nodes(session)
         world.node, world.model = node.name, node.gpus[0]["model"]
@@ -95,7 +97,7 @@ def test_the_page_shows_gpus_vcs_queues_jobs_and_the_newest_samples(world: Metri
     running = world.submit(HOLDS_TWO)
     world.clock.advance(5)
     world.drive(running, ("RUNNING",))
-    waiting = world.submit(TWO_MORE)  # research's quota is in use: it waits
+    waiting = world.submit(TWO_MORE)  # research's quota is in use and it may not borrow: it waits
     world.drive(waiting, ("WAITING",))
     world.clock.advance(60)
     now = world.clock.now()

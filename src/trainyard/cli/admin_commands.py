@@ -153,13 +153,26 @@ def _quota_text(vc: VcView, alone: bool) -> str:
     return text or "none"
 
 
+def _borrowed_text(vc: VcView) -> str:
+    """GPUs held beyond the quota, of the limit when there is one: ``2/4``."""
+    return render.num(vc.borrowed) + ("" if vc.borrowLimit is None else f"/{vc.borrowLimit}")
+
+
+def _borrowing_text(vc: VcView) -> str:
+    borrow = "borrows with no limit" if vc.borrowLimit is None else f"borrows at most {vc.borrowLimit}"
+    lend = "lends all its unused quota" if vc.lendLimit is None else f"lends at most {vc.lendLimit}"
+    return f"{borrow}, {lend} (GPUs of each model); weight {render.num(vc.weight)}"
+
+
 def vcs_table(vcs: Sequence[VcView]) -> str:
     rows = [
-        [v.name, _quota_text(v, len(vcs) == 1), render.num(v.used), render.num(v.borrowed), v.waiting,
-         "yes" if v.priorityPreemption else "no", v.gpuSharing, ", ".join(v.users + ["@" + g for g in v.groups]) or "-"]
+        [v.name, _quota_text(v, len(vcs) == 1), render.num(v.used), _borrowed_text(v), render.num(v.weight),
+         v.waiting, "yes" if v.priorityPreemption else "no", v.gpuSharing,
+         ", ".join(v.users + ["@" + g for g in v.groups]) or "-"]
         for v in vcs
     ]
-    return render.table(["VC", "QUOTA (GPUs)", "USED", "BORROWED", "WAITING", "PREEMPTION", "GPU SHARING", "WHO"], rows)
+    return render.table(["VC", "QUOTA (GPUs)", "USED", "BORROWED", "WEIGHT", "WAITING", "PREEMPTION", "GPU SHARING",
+                         "WHO"], rows)
 
 
 def cmd_vc(client: Client, args: argparse.Namespace) -> int:
@@ -169,8 +182,16 @@ def cmd_vc(client: Client, args: argparse.Namespace) -> int:
         result, text = vcs, vcs_table(vcs)
     elif args.action == "create":
         vc = client.create_vc(args.name, gpus=args.gpus, model=args.model,
-                              priority_preemption=not args.no_priority_preemption, gpu_sharing=args.gpu_sharing)
+                              priority_preemption=not args.no_priority_preemption, gpu_sharing=args.gpu_sharing,
+                              borrow_limit=args.borrow_limit, lend_limit=args.lend_limit, weight=args.weight)
         result, text = vc, f"created virtual cluster {args.name}: {_quota_text(vc, False)}"
+    elif args.action == "borrowing":
+        changes = {key: getattr(args, key) for key in ("borrow_limit", "lend_limit", "weight") if key in args}
+        if not changes:
+            raise UsageError("give at least one of --borrow-limit, --lend-limit and --weight; "
+                             "`yard vc list` shows what is set")
+        vc = client.set_vc_borrowing(args.name, **changes)
+        result, text = vc, f"virtual cluster {args.name}: {_borrowing_text(vc)}"
     elif args.action == "sharing":
         result = client.set_vc_sharing(args.name, args.rule)
         text = f"virtual cluster {args.name}: GPUs shared with {args.rule}"

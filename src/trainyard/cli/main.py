@@ -36,6 +36,40 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _gpu_limit(text: str) -> int | None:
+    """An argparse type: a whole number of GPUs, 0 or more, or ``none`` (no limit)."""
+    if text.lower() == "none":
+        return None
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a whole number of GPUs (0 or more) nor 'none'")
+    return int(text)
+
+
+def _weight(text: str) -> float:
+    """An argparse type: a VC's weight, a number above 0 (the server checks the most)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0")
+    return value
+
+
+def _borrowing_flags(q: argparse.ArgumentParser, *, keep: bool) -> None:
+    """``--borrow-limit``, ``--lend-limit``, ``--weight``; with ``keep``, one not given is not
+    in the namespace at all (the change leaves it as it is)."""
+    default = argparse.SUPPRESS if keep else None
+    q.add_argument("--borrow-limit", type=_gpu_limit, metavar="N|none", default=default,
+                   help="whole GPUs of each model its jobs may hold beyond its quota on other VCs' idle GPUs "
+                        "(none: no limit; 0: it never borrows)")
+    q.add_argument("--lend-limit", type=_gpu_limit, metavar="N|none", default=default,
+                   help="whole GPUs of each model of its unused quota other VCs may borrow "
+                        "(none: all of them; 0: it never lends)")
+    q.add_argument("--weight", type=_weight, metavar="W", default=argparse.SUPPRESS if keep else 1.0,
+                   help="its share of idle GPUs against the other VCs that want them (default 1; at most 1000)")
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
 
@@ -371,8 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="higher priorities in this VC wait instead of preempting lower ones")
     q.add_argument("--gpu-sharing", choices=GPU_SHARING_NAMES,
                    help="whose fractional GPU shares its jobs may share a device with (default: same-user)")
+    _borrowing_flags(q, keep=False)
     _json_flag(q)
-    q = vc_sub.add_parser("list", help="quota, used, borrowed and waiting per virtual cluster")
+    q = vc_sub.add_parser("list", help="quota, used, borrowed (of its limit), weight and waiting per virtual cluster")
     _json_flag(q)
     q = vc_sub.add_parser("grant", help="let a user or @group submit to a virtual cluster")
     q.add_argument("name")
@@ -396,6 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("name")
     q.add_argument("--gpus", type=int, required=True, help="guaranteed whole GPUs (0 removes the model)")
     q.add_argument("--model", help="GPU model (default: any model)")
+    _json_flag(q)
+    q = vc_sub.add_parser("borrowing", help="set how much a VC (default too) may borrow and lend, and its weight")
+    q.add_argument("name")
+    _borrowing_flags(q, keep=True)
     _json_flag(q)
 
     p = sub.add_parser("group", help="groups of users (admin)")

@@ -31,12 +31,21 @@ from trainyard.store.queries import vcs as vc_queries
 
 
 def virtual_clusters(session: Session) -> tuple[VirtualCluster, ...]:
-    """The VCs with their quotas (see ``services.admin.guaranteed_quotas``) and GPU sharing
-    rules; none if none is defined (then every job is in ``default``, with the default rule)."""
+    """The VCs with their quotas (see ``services.admin.guaranteed_quotas``), GPU sharing rules
+    and borrowing settings (``services.admin.vc_borrowing``: ``default``'s too, which the admin
+    sets like any VC's); none if none is defined (then every job is in ``default``, with the
+    default rule, and nothing is borrowed: there is no one to borrow from)."""
     rows = vc_queries.all_vcs(session)
+    if not rows:
+        return ()
     sharing = {row.name: GpuSharing(row.gpu_sharing) for row in rows}
+    borrowing = admin.vc_borrowing(session, rows)
     return tuple(
-        VirtualCluster(name, quota, preemption, sharing.get(name, DEFAULT_GPU_SHARING))
+        VirtualCluster(
+            name, quota, preemption, sharing.get(name, DEFAULT_GPU_SHARING),
+            borrow_limit=borrowing[name].borrow_limit, lend_limit=borrowing[name].lend_limit,
+            weight=borrowing[name].weight,
+        )
         for name, (quota, preemption) in admin.guaranteed_quotas(session, rows=rows).items()
     )
 

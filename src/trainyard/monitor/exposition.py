@@ -94,6 +94,8 @@ class VcFigures:
     borrowed: float
     waiting: int
     oldest_wait_seconds: float  # 0 when nothing waits
+    borrow_limit: int | None = None  # GPUs of each model it may borrow (None: no limit)
+    weight: float = 1.0
 
 
 class RunningJobFigures(NamedTuple):
@@ -238,9 +240,12 @@ def node_families(nodes: Sequence[NodeFigures]) -> list[Family]:
 
 def vc_families(vcs: Sequence[VcFigures]) -> list[Family]:
     quota = Family("trainyard_vc_quota_gpus", "gauge", "GPUs the VC is guaranteed, per model ('*': any model)")
-    used = Family("trainyard_vc_used_gpus", "gauge", "GPUs held by the VC's guaranteed jobs")
+    used = Family("trainyard_vc_used_gpus", "gauge", "GPUs held by the VC's guaranteed work within its quota")
     borrowed = Family("trainyard_vc_borrowed_gpus", "gauge",
-                      "GPUs held by the VC's opportunistic jobs beyond its quota")
+                      "GPUs the VC's jobs hold beyond its quota: attempts running borrowed and opportunistic jobs")
+    borrow_limit = Family("trainyard_vc_borrow_limit_gpus", "gauge",
+                          "GPUs of each model the VC may borrow beyond its quota (only VCs with a limit)")
+    weight = Family("trainyard_vc_weight", "gauge", "The VC's weight: its share of idle GPUs against other borrowers")
     queue = Family("trainyard_queue_length", "gauge", "Jobs waiting in the VC's queue")
     oldest = Family("trainyard_queue_oldest_wait_seconds", "gauge",
                     "How long the VC's longest-waiting job has waited (0 when none waits)")
@@ -250,9 +255,12 @@ def vc_families(vcs: Sequence[VcFigures]) -> list[Family]:
             quota.add(labels(model=model, vc=vc.name), gpus)
         used.add(vc_label, vc.used)
         borrowed.add(vc_label, vc.borrowed)
+        if vc.borrow_limit is not None:
+            borrow_limit.add(vc_label, vc.borrow_limit)
+        weight.add(vc_label, vc.weight)
         queue.add(vc_label, vc.waiting)
         oldest.add(vc_label, vc.oldest_wait_seconds)
-    return [quota, used, borrowed, queue, oldest]
+    return [quota, used, borrowed, borrow_limit, weight, queue, oldest]
 
 
 def job_families(jobs_by_state: dict[str, int], running: Sequence[RunningJobFigures]) -> list[Family]:

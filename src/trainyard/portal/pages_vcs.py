@@ -1,6 +1,6 @@
 """The virtual clusters page: each VC's quota, use, borrowing and queue (a non-admin sees
-only the VCs they may use); admins create VCs, set quotas and GPU sharing rules, grant and
-revoke, and delete.
+only the VCs they may use); admins create VCs, set quotas, GPU sharing rules and borrowing
+(limits and weight, ``default``'s too), grant and revoke, and delete.
 
 Every change calls the use case ``api/routers/admin.py`` calls (``services/cluster_actions.py``),
 so a page can do nothing the same user's token could not. A refusal (a name taken, a quota over capacity, jobs that a
@@ -20,8 +20,9 @@ from trainyard.core.sharing import DEFAULT_GPU_SHARING, GPU_SHARING_NAMES
 from trainyard.portal.auth import AdminAction, Page, Viewer
 from trainyard.portal.changes import refusal_values, removal_notice
 from trainyard.portal.templating import render
+from trainyard.schemas.admin import KEEP, Keep
 from trainyard.services import account_actions, cluster_actions
-from trainyard.services.errors import ServiceError
+from trainyard.services.errors import Invalid, ServiceError
 from trainyard.web.bodies import PathName
 from trainyard.web.context import AppContext, context
 
@@ -32,6 +33,7 @@ Gpus = Annotated[int, Form(ge=0, le=1_000_000)]
 Model = Annotated[str, Form(max_length=64)]
 Force = Annotated[bool, Form()]
 Sharing = Annotated[str, Form(alias="gpuSharing", max_length=32)]  # the API's name, and its errors' path
+Limit = Annotated[str, Form(alias="borrowLimit", max_length=16)]
 
 
 def _page(request: Request, viewer: Viewer, ctx: AppContext, *, notice: str | None = None,
@@ -85,6 +87,43 @@ def set_sharing(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx,
     except ServiceError as exc:
         return _page(request, viewer, ctx, failed=exc)
     return _page(request, viewer, ctx, notice=f"{name}: fractional GPUs shared with {sharing}")
+
+
+def _form_limit(path: str, text: str) -> int | None:
+    """A limit typed in the form: a whole number of GPUs; blank (or ``none``): no limit."""
+    text = text.strip()
+    if not text or text.lower() == "none":
+        return None
+    try:
+        return int(text)  # below 0: the service refuses it, with the same path
+    except ValueError:
+        raise Invalid(f"{path} must be a whole number of GPUs ≥ 0, or blank for no limit; got {text!r}",
+                      details=[{"path": path, "message": "a whole number of GPUs ≥ 0, or blank"}]) from None
+
+
+def _form_weight(text: str) -> float | Keep:
+    """The weight typed in the form; blank: left as it is."""
+    text = text.strip()
+    if not text:
+        return KEEP
+    try:
+        return float(text)  # out of range: the service refuses it
+    except ValueError:
+        raise Invalid(f"weight must be a number > 0; got {text!r}",
+                      details=[{"path": "weight", "message": "a number > 0"}]) from None
+
+
+@router.post("/vcs/{name}/borrowing")
+def set_borrowing(request: Request, name: PathName, viewer: AdminAction, ctx: Ctx, borrow_limit: Limit = "",
+                  lend_limit: Annotated[str, Form(alias="lendLimit", max_length=16)] = "",
+                  weight: Annotated[str, Form(max_length=32)] = "") -> Response:
+    """Set both limits (blank: no limit) and the weight (blank: as it is)."""
+    try:
+        cluster_actions.set_vc_borrowing(ctx, name, borrow_limit=_form_limit("borrowLimit", borrow_limit),
+                                         lend_limit=_form_limit("lendLimit", lend_limit), weight=_form_weight(weight))
+    except ServiceError as exc:
+        return _page(request, viewer, ctx, failed=exc)
+    return _page(request, viewer, ctx, notice=f"{name}: borrowing limits and weight set")
 
 
 @router.post("/vcs/{name}/grants")

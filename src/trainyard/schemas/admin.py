@@ -3,7 +3,11 @@ the requests that change them and what they answer, and what a removal did to jo
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from enum import Enum
+from typing import Final
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_core import PydanticCustomError
 
 from trainyard.core.labels import MAX_LABELS
 from trainyard.core.names import GROUP_OR_VC_NAME
@@ -17,6 +21,24 @@ GPU_SHARING_HELP = (
 )
 
 
+BORROW_LIMIT_HELP = ("Whole GPUs of each model its jobs may hold beyond its quota, as borrowed work on other VCs' "
+                     "idle GPUs; null: no limit, 0: it never borrows")
+LEND_LIMIT_HELP = ("Whole GPUs of each model of its unused quota other VCs may borrow; null: all of them, "
+                   "0: it never lends")
+WEIGHT_HELP = "Its share of idle GPUs against the other VCs that want them (default 1)"
+MAX_WEIGHT = 1000.0
+MAX_GPU_LIMIT = 1_000_000
+
+
+class Keep(Enum):
+    """What a change leaves as it is (a limit's ``None`` means "no limit", not "unchanged")."""
+
+    KEEP = "keep"
+
+
+KEEP: Final = Keep.KEEP
+
+
 class CreateVcRequest(RequestBody):
     name: str = text_field(64, rule=GROUP_OR_VC_NAME)
     gpus: WholeNumber = Field(ge=0, le=1_000_000, description="Guaranteed whole GPUs")
@@ -24,6 +46,24 @@ class CreateVcRequest(RequestBody):
     priorityPreemption: bool = Field(default=True, description="May higher priorities preempt lower ones")
     gpuSharing: str = text_field(16, default=DEFAULT_GPU_SHARING.value, description=GPU_SHARING_HELP,
                                  json_schema_extra={"enum": list(GPU_SHARING_NAMES)})
+    borrowLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=BORROW_LIMIT_HELP)
+    lendLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=LEND_LIMIT_HELP)
+    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False, description=WEIGHT_HELP)
+
+
+class BorrowingRequest(RequestBody):
+    """A VC's borrowing settings: a field left out stays as it is; a limit set to null is no limit."""
+
+    borrowLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=BORROW_LIMIT_HELP)
+    lendLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=LEND_LIMIT_HELP)
+    weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT, allow_inf_nan=False, description=WEIGHT_HELP)
+
+    @field_validator("weight")
+    @classmethod
+    def _weight_given_is_a_number(cls, value: float | None) -> float | None:
+        if value is None:  # only a given value is validated: left out, it stays as it is
+            raise PydanticCustomError("null", "a number > 0 and at most 1000; leave weight out to keep it")
+        return value
 
 
 class SharingRequest(RequestBody):
@@ -62,11 +102,14 @@ class NodeLabelsRequest(RequestBody):
 class VcView(BaseModel):
     name: str
     quota: dict[str, int]  # GPU model (ANY_MODEL: any model) -> guaranteed GPUs; for DEFAULT_VC, what no VC guarantees
-    used: float  # GPUs held by the VC's guaranteed jobs
-    borrowed: float  # GPUs held by the VC's opportunistic jobs
+    used: float  # GPUs held by the VC's guaranteed work within its quota
+    borrowed: float  # GPUs its jobs hold beyond its quota: borrowed attempts and opportunistic jobs
     waiting: int
     priorityPreemption: bool
     gpuSharing: str  # core.sharing.GpuSharing
+    borrowLimit: int | None = None  # whole GPUs of each model it may borrow (None: no limit)
+    lendLimit: int | None = None  # whole GPUs of each model of its unused quota it lends (None: all)
+    weight: float = 1.0  # its share of idle GPUs against other borrowers
     users: list[str]
     groups: list[str]
 

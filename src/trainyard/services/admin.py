@@ -6,7 +6,9 @@ no running work is touched (reclaiming a VC's share is the scheduler's decision)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple, TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -15,9 +17,10 @@ from trainyard.core.clock import Clock
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES, Priority
 from trainyard.core.sharing import DEFAULT_GPU_SHARING, GPU_SHARING_NAMES, GpuSharing
-from trainyard.schemas.admin import VcView
+from trainyard.schemas.admin import KEEP, MAX_GPU_LIMIT, MAX_WEIGHT, Keep, VcView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Invalid, NotFound
+from trainyard.store import meta
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
@@ -81,15 +84,19 @@ def list_groups(session: Session) -> list[tuple[GroupRow, list[str]]]:
 def create_vc(
     session: Session, name: str, *, gpus: int, model: str | None, preemption: bool, clock: Clock,
     gpu_sharing: str = DEFAULT_GPU_SHARING.value,
+    borrow_limit: int | None = None, lend_limit: int | None = None, weight: float = 1.0,
 ) -> VirtualClusterRow:
     _check_name("virtual cluster", name)
     sharing = _gpu_sharing(gpu_sharing)
+    borrowing = Borrowing(_gpu_limit("borrowLimit", borrow_limit), _gpu_limit("lendLimit", lend_limit),
+                          _weight(weight))
     if name == DEFAULT_VC:
         raise Conflict("'default' is built in: it holds whatever no other VC guarantees")
     if vc_queries.vc_named(session, name) is not None:
         raise Conflict(f"virtual cluster {name!r} already exists")
     vc = VirtualClusterRow(
-        name=name, allow_priority_preemption=preemption, gpu_sharing=sharing.value, created_at=clock.now()
+        name=name, allow_priority_preemption=preemption, gpu_sharing=sharing.value, created_at=clock.now(),
+        borrow_limit=borrowing.borrow_limit, lend_limit=borrowing.lend_limit, weight=borrowing.weight,
     )
     session.add(vc)
     session.flush()
@@ -123,6 +130,86 @@ def set_vc_sharing(session: Session, name: str, gpu_sharing: str) -> None:
             "put users who may share into a VC of their own"
         )
     get_vc(session, name).gpu_sharing = sharing.value
+
+
+class Borrowing(NamedTuple):
+    """A VC's borrowing settings, as ``scheduler.snapshot.VirtualCluster`` takes them."""
+
+    borrow_limit: int | None = None  # whole GPUs of each model beyond its quota (None: no limit)
+    lend_limit: int | None = None  # whole GPUs of each model of its unused quota (None: all)
+    weight: float = 1.0  # its share of idle GPUs against other borrowers
+
+
+_Number = TypeVar("_Number", int, float)
+
+# ``default`` has no row: its settings are kept in the ``meta`` table under these keys.
+_DEFAULT_VC_KEY = "vc." + DEFAULT_VC + ".{}"
+
+
+def _gpu_limit(path: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPU_LIMIT:
+        raise Invalid(f"{path} must be a whole number of GPUs ≥ 0, or none for no limit; got {value!r}",
+                      details=[{"path": path, "message": "a whole number of GPUs ≥ 0, or null for no limit"}])
+    return value
+
+
+def _weight(value: object) -> float:
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or not 0 < value <= MAX_WEIGHT):
+        raise Invalid(f"weight must be a number > 0 and at most {MAX_WEIGHT:g}; got {value!r}",
+                      details=[{"path": "weight", "message": f"a number > 0 and at most {MAX_WEIGHT:g}"}])
+    return float(value)
+
+
+def set_vc_borrowing(
+    session: Session, name: str, *, borrow_limit: int | None | Keep = KEEP, lend_limit: int | None | Keep = KEEP,
+    weight: float | Keep = KEEP,
+) -> None:
+    """Set how much the VC may borrow beyond its quota and lend of its unused quota (whole
+    GPUs of each model; None: no limit) and its weight among borrowers; ``KEEP`` leaves one as
+    it is. ``default`` (no row) keeps its own in the ``meta`` table. Borrowed work already
+    running is not stopped for a lower limit: the scheduler reclaims what the rules say."""
+    changes: dict[str, int | float | None] = {}
+    if not isinstance(borrow_limit, Keep):
+        changes["borrow_limit"] = _gpu_limit("borrowLimit", borrow_limit)
+    if not isinstance(lend_limit, Keep):
+        changes["lend_limit"] = _gpu_limit("lendLimit", lend_limit)
+    if not isinstance(weight, Keep):
+        changes["weight"] = _weight(weight)
+    if name == DEFAULT_VC:
+        for field, value in changes.items():
+            meta.set_value(session, _DEFAULT_VC_KEY.format(field), None if value is None else repr(value))
+        return
+    vc = get_vc(session, name)
+    for field, value in changes.items():
+        setattr(vc, field, value)
+
+
+def _stored_number(session: Session, field: str, parse: Callable[[str], _Number]) -> _Number | None:
+    """One of ``default``'s settings from ``meta``; None while unset (or not a number)."""
+    text = meta.value(session, _DEFAULT_VC_KEY.format(field))
+    try:
+        return None if text is None else parse(text)
+    except ValueError:  # not written by set_vc_borrowing: as if unset
+        return None
+
+
+def _default_borrowing(session: Session) -> Borrowing:
+    weight = _stored_number(session, "weight", float)
+    return Borrowing(_stored_number(session, "borrow_limit", int), _stored_number(session, "lend_limit", int),
+                     1.0 if weight is None else weight)
+
+
+def vc_borrowing(session: Session, rows: Sequence[VirtualClusterRow] | None = None) -> dict[str, Borrowing]:
+    """VC name -> its borrowing settings, ``default``'s (from ``meta``) first; ``rows`` (every
+    VC) are read from the store unless the caller has them already."""
+    rows = vc_queries.all_vcs(session) if rows is None else rows
+    settings = {DEFAULT_VC: _default_borrowing(session)}
+    for row in rows:
+        settings[row.name] = Borrowing(row.borrow_limit, row.lend_limit, row.weight)
+    return settings
 
 
 def set_vc_quota(session: Session, name: str, *, gpus: int, model: str | None) -> None:
@@ -233,13 +320,14 @@ def list_vcs(session: Session) -> list[VirtualClusterRow]:
 
 
 def vc_usage(session: Session, held: Sequence[HeldShares] | None = None) -> dict[str, dict[str, float]]:
-    """Per VC: GPUs used by guaranteed jobs, GPUs borrowed by its opportunistic jobs, jobs
-    waiting. ``held`` (``vc_queries.held_gpu_shares``) is read unless the caller has it already."""
+    """Per VC: GPUs used by guaranteed work within its quota, GPUs its jobs hold beyond it
+    (attempts running borrowed, and its opportunistic jobs), jobs waiting. ``held``
+    (``vc_queries.held_gpu_shares``) is read unless the caller has it already."""
     usage: dict[str, dict[str, float]] = {}
-    for _, vc, priority, gpus in vc_queries.held_gpu_shares(session) if held is None else held:
+    for _, vc, priority, gpus, borrowed in vc_queries.held_gpu_shares(session) if held is None else held:
         entry = usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})
         milli = sum(share[1] for share in gpus)
-        entry["borrowed" if Priority(priority).is_opportunistic else "used"] += milli / 1000
+        entry["borrowed" if borrowed or Priority(priority).is_opportunistic else "used"] += milli / 1000
     for vc, count in vc_queries.waiting_jobs_by_vc(session).items():
         usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})["waiting"] = count
     return usage
@@ -259,7 +347,9 @@ def describe_vcs(
     usage = vc_usage(session, held)
     users = {u.id: u.name for u in user_queries.all_users(session)}
     groups = {g.id: g.name for g in vc_queries.all_groups(session)}
-    rest = guaranteed_quotas(session, capacity).get(DEFAULT_VC, ({}, True))[0]
+    every_vc = list_vcs(session)
+    rest = guaranteed_quotas(session, capacity, every_vc).get(DEFAULT_VC, ({}, True))[0]
+    borrowing = vc_borrowing(session, every_vc)
     rows: list[tuple[str, dict[str, int], bool, GpuSharing, list[str], list[str]]] = [
         (DEFAULT_VC, rest, True, DEFAULT_GPU_SHARING, ["everyone"], [])
     ]
@@ -269,7 +359,7 @@ def describe_vcs(
         mine = vc_queries.group_ids_of(session, viewer.id)
         users = {viewer.id: viewer.name}
         groups = {gid: name for gid, name in groups.items() if gid in mine}
-    for vc in list_vcs(session):
+    for vc in every_vc:
         if restricted and not any(g.user_id in users or g.group_id in groups for g in vc.grants):
             continue
         rows.append((
@@ -280,11 +370,12 @@ def describe_vcs(
         ))
     views = []
     for name, quota, preemption, sharing, granted_users, granted_groups in rows:
-        use = usage.get(name, {})
+        use, settings = usage.get(name, {}), borrowing.get(name, Borrowing())
         views.append(VcView(
             name=name, quota=quota, used=use.get("used", 0), borrowed=use.get("borrowed", 0),
             waiting=int(use.get("waiting", 0)), priorityPreemption=preemption, gpuSharing=sharing,
-            users=granted_users, groups=granted_groups,
+            users=granted_users, groups=granted_groups, borrowLimit=settings.borrow_limit,
+            lendLimit=settings.lend_limit, weight=settings.weight,
         ))
     return views
 

@@ -7,8 +7,8 @@ the live nodes and their history, alerts and usage.
 
 Each opens its own unit of work through the services that own the rules (``admin.py``,
 ``removal.py``, ``storages.py``, ``environments.py``) and, once it has committed, wakes the
-controller when the change is one its next cycle acts on: a quota, a VC's sharing rule, a
-member, a cordon or a label, and every removal (which may have stopped jobs)."""
+controller when the change is one its next cycle acts on: a quota, a VC's sharing rule or
+borrowing settings, a member, a cordon or a label, and every removal (which may have stopped jobs)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from trainyard.backends.base import EnvironmentStore
-from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
+from trainyard.schemas.admin import KEEP, GroupView, Keep, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.environments import CreateEnvironmentRequest, EnvironmentView
@@ -66,10 +66,11 @@ def vc(server: Server, name: str) -> VcView:
 
 
 def create_vc(server: Server, name: str, *, gpus: int, model: str | None, preemption: bool,
-              gpu_sharing: str) -> None:
+              gpu_sharing: str, borrow_limit: int | None = None, lend_limit: int | None = None,
+              weight: float = 1.0) -> None:
     with server.db.session() as session:
         admin.create_vc(session, name, gpus=gpus, model=model, preemption=preemption, clock=server.clock,
-                        gpu_sharing=gpu_sharing)
+                        gpu_sharing=gpu_sharing, borrow_limit=borrow_limit, lend_limit=lend_limit, weight=weight)
     server.wake_controller()
 
 
@@ -82,6 +83,14 @@ def set_vc_quota(server: Server, name: str, *, gpus: int, model: str | None) -> 
 def set_vc_sharing(server: Server, name: str, gpu_sharing: str) -> None:
     with server.db.session() as session:
         admin.set_vc_sharing(session, name, gpu_sharing)
+    server.wake_controller()
+
+
+def set_vc_borrowing(server: Server, name: str, *, borrow_limit: int | None | Keep = KEEP,
+                     lend_limit: int | None | Keep = KEEP, weight: float | Keep = KEEP) -> None:
+    """A VC's (``default``'s too) borrowing and lending limits and weight; ``KEEP`` leaves one as it is."""
+    with server.db.session() as session:
+        admin.set_vc_borrowing(session, name, borrow_limit=borrow_limit, lend_limit=lend_limit, weight=weight)
     server.wake_controller()
 
 

@@ -71,7 +71,7 @@ def _nodes(
     session: Session, since: datetime, inventory: Sequence[NodeGpus], held: Sequence[HeldShares]
 ) -> list[NodeFigures]:
     allocated: dict[tuple[str, int], float] = {}
-    for node, _, _, shares in held:
+    for node, _, _, shares, _ in held:
         for index, milli in shares:
             allocated[(node, index)] = allocated.get((node, index), 0.0) + milli / 1000
     # The GPUs as decoded: a list each, laid out as ``GpuFigures`` (``LATEST_GPU_FIELDS``).
@@ -104,6 +104,7 @@ def _vcs(session: Session, now: datetime, held: Sequence[HeldShares], capacity: 
         VcFigures(
             name=vc.name, quota=vc.quota, used=vc.used, borrowed=vc.borrowed, waiting=vc.waiting,
             oldest_wait_seconds=max(0.0, (now - oldest[vc.name]).total_seconds()) if vc.name in oldest else 0.0,
+            borrow_limit=vc.borrowLimit, weight=vc.weight,
         )
         for vc in describe_vcs(session, held=held, capacity=capacity)
     ]

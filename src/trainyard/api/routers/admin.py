@@ -10,6 +10,8 @@ from fastapi import APIRouter, Depends, Query
 from trainyard.api.deps import admin_user, current_user
 from trainyard.api.openapi import errors
 from trainyard.schemas.admin import (
+    KEEP,
+    BorrowingRequest,
     CreateVcRequest,
     GrantRequest,
     GroupView,
@@ -48,7 +50,8 @@ def list_vcs(user: User, ctx: Ctx) -> list[VcView]:
 @router.post("/vcs", response_model=VcView, status_code=201, responses=errors(401, 403, 409, 413, 422))
 def create_vc(body: CreateVcRequest, _: Admin, ctx: Ctx) -> VcView:
     cluster_actions.create_vc(ctx, body.name, gpus=body.gpus, model=body.model, preemption=body.priorityPreemption,
-                              gpu_sharing=body.gpuSharing)
+                              gpu_sharing=body.gpuSharing,
+                              borrow_limit=body.borrowLimit, lend_limit=body.lendLimit, weight=body.weight)
     return cluster_actions.vc(ctx, body.name)
 
 
@@ -62,6 +65,21 @@ def set_vc_quota(name: PathName, body: QuotaRequest, _: Admin, ctx: Ctx) -> VcVi
 def set_vc_sharing(name: PathName, body: SharingRequest, _: Admin, ctx: Ctx) -> VcView:
     """Set whose fractional GPU shares the VC's jobs may share a device with (``gpuSharing``)."""
     cluster_actions.set_vc_sharing(ctx, name, body.gpuSharing)
+    return cluster_actions.vc(ctx, name)
+
+
+@router.put("/vcs/{name}/borrowing", response_model=VcView, responses=errors(401, 403, 404, 413, 422))
+def set_vc_borrowing(name: PathName, body: BorrowingRequest, _: Admin, ctx: Ctx) -> VcView:
+    """Set how many GPUs the VC (``default`` too) may borrow beyond its quota and lend of its
+    unused quota (whole GPUs of each model; null: no limit), and its weight among borrowers.
+    A field left out stays as it is. The controller's next cycle uses them."""
+    given = body.model_fields_set
+    cluster_actions.set_vc_borrowing(
+        ctx, name,
+        borrow_limit=body.borrowLimit if "borrowLimit" in given else KEEP,
+        lend_limit=body.lendLimit if "lendLimit" in given else KEEP,
+        weight=KEEP if body.weight is None else body.weight,  # given, it is a number (the body's check)
+    )
     return cluster_actions.vc(ctx, name)
 
 

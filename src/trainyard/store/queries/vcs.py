@@ -11,6 +11,7 @@ from trainyard.core.states import TaskState
 from trainyard.store.queries.decoded import as_text, gpu_shares
 from trainyard.store.queries.jobs import queued
 from trainyard.store.rows import (
+    AttemptRow,
     GroupRow,
     JobRow,
     MembershipRow,
@@ -46,18 +47,23 @@ class HeldShares(NamedTuple):
     vc: str
     priority: str
     gpus: tuple[tuple[int, int], ...]  # (device index, milli) of each share, as ``TaskRow.gpus``
+    borrowed: bool = False  # its attempt runs on borrowed GPUs (``AttemptRow.borrowed``)
 
 
 def held_gpu_shares(session: Session) -> list[HeldShares]:
-    """(node, VC, priority, GPU shares) of every unfinished task: one read serves both what
-    nodes have allocated and what VCs use (``GET /metrics`` needs both). Shares come as
-    tuples decoded once per distinct stored list (``decoded``), not as fresh lists."""
+    """(node, VC, priority, GPU shares, borrowed) of every unfinished task: one read serves
+    both what nodes have allocated and what VCs use (``GET /metrics`` needs both). Shares come
+    as tuples decoded once per distinct stored list (``decoded``), not as fresh lists."""
     query = (
-        select(TaskRow.node, JobRow.vc, JobRow.priority, as_text(TaskRow.gpus))
+        select(TaskRow.node, JobRow.vc, JobRow.priority, as_text(TaskRow.gpus), AttemptRow.borrowed)
         .join(TaskRow, TaskRow.job_id == JobRow.id)
+        .join(AttemptRow, AttemptRow.id == TaskRow.attempt_id)
         .where(TaskRow.state.in_([TaskState.WAITING, TaskState.RUNNING]))
     )
-    return [HeldShares(node, vc, priority, gpu_shares(gpus)) for node, vc, priority, gpus in session.execute(query)]
+    return [
+        HeldShares(node, vc, priority, gpu_shares(gpus), bool(borrowed))
+        for node, vc, priority, gpus, borrowed in session.execute(query)
+    ]
 
 
 def waiting_jobs_by_vc(session: Session) -> dict[str, int]:
