@@ -162,22 +162,32 @@ def test_a_job_that_can_never_fit_is_refused_and_nothing_is_stored(db: Database,
         assert s.scalars(select(JobRow)).all() == []
 
 
-def test_a_guaranteed_job_bigger_than_its_vcs_quota_is_refused_but_may_run_as_oppo(db: Database, clock) -> None:
+def test_a_guaranteed_job_bigger_than_its_vcs_quota_and_borrowing_limit_is_refused(db: Database, clock) -> None:
     add_node(db, clock, gpus=4)
     with db.session() as s:
         alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
         admin.create_vc(s, "vision", gpus=1, model=None, preemption=True, clock=clock)
         admin.grant_vc(s, "vision", "alice")
     big = SPEC.replace("gpu: 1", "gpu: 2") + "defaults: {virtualCluster: vision}\n"
-    with pytest.raises(Invalid) as caught, db.session() as s:
+    with db.session() as s:  # with no borrowing limit, it may borrow idle GPUs beyond its quota
         job_service.submit_job(s, alice, parse_job(big), clock=clock)
+    unlent = job_service.SubmitLimits(borrowing=False)
+    with pytest.raises(Invalid) as caught, db.session() as s:
+        job_service.submit_job(s, alice, parse_job(big), clock=clock, limits=unlent)
     assert caught.value.message.startswith("the job needs 2 GPU but VC vision guarantees 1: it could never start")
     assert "priority: oppo" in caught.value.message
+    with db.session() as s:
+        admin.set_vc_borrowing(s, "vision", borrow_limit=1)
+        job_service.submit_job(s, alice, parse_job(big), clock=clock)  # 1 guaranteed + 1 borrowed
+    with pytest.raises(Invalid) as caught, db.session() as s:
+        job_service.submit_job(s, alice, parse_job(big.replace("gpu: 2", "gpu: 3")), clock=clock)
+    assert caught.value.message.startswith(
+        "the job needs 3 GPU but VC vision guarantees 1 and may borrow 1 of each model: it could never start")
     with db.session() as s:  # within default's 3 guaranteed GPUs, and as oppo in vision: fine
-        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 3")), clock=clock)
-        job_service.submit_job(s, alice, parse_job(big + "priority: oppo\n"), clock=clock)
+        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 3")), clock=clock, limits=unlent)
+        job_service.submit_job(s, alice, parse_job(big + "priority: oppo\n"), clock=clock, limits=unlent)
     with pytest.raises(Invalid) as caught, db.session() as s:  # default: the GPUs no VC is guaranteed
-        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 4")), clock=clock)
+        job_service.submit_job(s, alice, parse_job(SPEC.replace("gpu: 1", "gpu: 4")), clock=clock, limits=unlent)
     assert "lower other VCs' quotas" in caught.value.message and "yard vc quota default" not in caught.value.message
 
 

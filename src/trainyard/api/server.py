@@ -323,7 +323,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                      monitor_retention=settings.retention, sessions=policy,
                      fair_share_half_life_seconds=config.fair_share_half_life,
                      submit_limits=SubmitLimits(rendered_max_bytes=settings.job_rendered_max_kb * 1024,
-                                                max_waiting_jobs=settings.max_waiting_jobs_per_user),
+                                                max_waiting_jobs=settings.max_waiting_jobs_per_user,
+                                                borrowing=config.borrowing),
                      idempotency_key_hours=settings.idempotency_key_hours,
                      sign_in_failures=settings.sign_in_failures,
                      sign_in_window_seconds=settings.sign_in_window_seconds)

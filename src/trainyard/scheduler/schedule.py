@@ -6,7 +6,8 @@ Phases, in the manner of Kueue's cycle, over one ``Ledger`` built from the snaps
    then submit time, then id, in queues — one per VC for guaranteed jobs (VCs in name
    order; quotas and cells keep them from competing; one queue for all when the snapshot
    has no VCs), then one queue of opportunistic jobs from every VC, so that guaranteed
-   work goes first;
+   work goes first; with fair share, the jobs of one queue and priority are then
+   interleaved by their users' recent usage (``fairshare``);
 2. each guaranteed queue in order: **admit** (VC quota, user quota) → **place** the whole
    gang with the configured scorer, or nothing → **backfill**: the first job that cannot
    start gets a reservation (EASY), and later jobs may use what it holds only if they
@@ -16,8 +17,13 @@ Phases, in the manner of Kueue's cycle, over one ``Ledger`` built from the snaps
    own lower priorities, or — time-sharing — its own suspendable jobs of the same priority
    that have received enough more service and run a whole time slice: ``turns``) until
    one cannot be helped, which keeps the reservation;
-4. the opportunistic queue, like 2, behind every guaranteed reservation and plan;
-5. **explain**: every waiting job gets a reason, its position in its VC and an ETA.
+4. **borrow** (``borrowing``): the guaranteed jobs still waiting for their VC's quota
+   alone, VCs taking turns by weighted borrowed share, start on idle GPUs as borrowed
+   work (within the borrowing and lending limits), behind every guaranteed reservation
+   and plan; those with no room may reclaim opportunistic work, or other VCs' borrowed
+   work by fair share;
+5. the opportunistic queue, like 2, behind all of those;
+6. **explain**: every waiting job gets a reason, its position in its VC and an ETA.
 
 A job that does not fit does not block smaller ones behind it (backfill), and the first
 one that does not fit is not starved either (its reservation).

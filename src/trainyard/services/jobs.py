@@ -20,7 +20,7 @@ from trainyard.scheduler.snapshot import NodeState, TaskRequest
 from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services import node_view
-from trainyard.services.admin import guaranteed_quotas, may_use_vc
+from trainyard.services.admin import Borrowing, guaranteed_quotas, may_use_vc, vc_borrowing
 from trainyard.services.environment_access import check_job_environments
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError, TooMany
 from trainyard.services.requests import task_requests
@@ -59,6 +59,9 @@ class SubmitLimits:
 
     rendered_max_bytes: int = DEFAULT_JOB_RENDERED_MAX_KB * 1024
     max_waiting_jobs: int | None = DEFAULT_MAX_WAITING_JOBS_PER_USER
+    # Whether a job over its VC's quota may run borrowed (``scheduler_borrowing``): then
+    # only a job bigger than its quota and its VC's borrowing limit together can never start.
+    borrowing: bool = True
 
 
 DEFAULT_SUBMIT_LIMITS = SubmitLimits()
@@ -83,8 +86,11 @@ def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
         )
 
 
-def check_within_vc_quota(session: Session, spec: JobSpec, requests: list[TaskRequest]) -> None:
-    """Refuse a guaranteed job bigger than its VC's whole quota: it could never start."""
+def check_within_vc_quota(
+    session: Session, spec: JobSpec, requests: list[TaskRequest], *, borrowing: bool = True
+) -> None:
+    """Refuse a guaranteed job bigger than its VC's whole quota and what it may borrow: it
+    could never start (with no borrowing limit, it may always borrow, when GPUs are idle)."""
     if Priority(spec.priority).is_opportunistic:
         return
     quotas = guaranteed_quotas(session)
@@ -98,18 +104,24 @@ def check_within_vc_quota(session: Session, spec: JobSpec, requests: list[TaskRe
     quota = quotas[vc][0]
     accepted = set() if any(not t.gpu_models for t in requests) else {m for t in requests for m in t.gpu_models}
     total = sum(gpus for model, gpus in quota.items() if not accepted or model in accepted)
-    if need > total * 1000:
-        models = f" of {'/'.join(sorted(accepted))}" if accepted else ""
+    limit = vc_borrowing(session).get(vc, Borrowing()).borrow_limit if borrowing else 0
+    if borrowing and limit is None:
+        return
+    models = accepted or set(node_queries.gpus_by_model(session))
+    most = total + (limit or 0) * len(models)
+    if need > most * 1000:
+        of = f" of {'/'.join(sorted(accepted))}" if accepted else ""
         raise_it = (
             f"to lower other VCs' quotas (VC {vc} is guaranteed the GPUs no other VC is; see `yard vc list`)"
             if vc == DEFAULT_VC
             else f"to raise the quota (`yard vc quota {vc} --gpus N`)"
         )
+        may_borrow = f" and may borrow {limit} of each model" if limit else ""
         raise Invalid(
-            f"the job needs {need / 1000:g} GPU{models} but VC {vc} guarantees {total}: it could never start "
-            f"at priority {spec.priority}; submit it with `priority: oppo` to use idle GPUs, or ask an admin "
+            f"the job needs {need / 1000:g} GPU{of} but VC {vc} guarantees {total}{may_borrow}: it could never "
+            f"start at priority {spec.priority}; submit it with `priority: oppo` to use idle GPUs, or ask an admin "
             f"{raise_it}",
-            details=[{"path": "defaults.virtualCluster", "message": f"VC {vc} guarantees {total} GPU{models}"}],
+            details=[{"path": "defaults.virtualCluster", "message": f"VC {vc} guarantees {total} GPU{of}{may_borrow}"}],
         )
 
 
@@ -185,7 +197,7 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_fits(inventory, spec)
     # A whole-node task counts the GPUs of the smallest node that suits it (a lower bound).
     requests = list(resolve_tasks(task_requests(spec), inventory))
-    check_within_vc_quota(session, spec, requests)
+    check_within_vc_quota(session, spec, requests, borrowing=limits.borrowing)
     check_within_user_quota(session, user, spec, requests)
     check_job_environments(session, user, spec)
 
