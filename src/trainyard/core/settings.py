@@ -213,7 +213,7 @@ class Settings(BaseSettings):
         default=True,
         description="Borrowing: a job of any priority over its VC's quota may run on other VCs' idle guaranteed "
         "GPUs, as borrowed work reclaimed (suspended where it can be, else requeued) when they need them back; "
-        "per-VC limits and weights with `yard admin vc` (docs/scheduling.md)",
+        "per-VC limits and weights with `yard vc borrowing` (docs/scheduling.md)",
     )
     scheduler_fair_share_half_life_seconds: float = Field(
         default=7 * 24 * 3600.0,
