@@ -44,7 +44,7 @@ def test_more_whole_nodes_than_the_cluster_has_are_refused_with_the_numbers(api:
 
 def test_a_whole_node_counts_its_gpus_against_the_vc_quota_at_submit(api: Api) -> None:
     admin = api.sdk(api.admin_token)
-    admin.create_vc("small", gpus=2)
+    admin.create_vc("small", gpus=2, borrow_limit=0)  # else it may borrow the rest
     admin.grant_vc("small", "alice")
     status, body = submit(api, "    nodes: 1\ndefaults: {virtualCluster: small}\n")
     assert status == 422, body

@@ -133,6 +133,7 @@ def test_a_job_over_its_vcs_quota_borrows_idle_gpus_and_is_reclaimed_when_the_le
 
 def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None:
     admin, alice, _ = two_vcs(eight_gpus)
+    admin.set_vc_borrowing("vision", borrow_limit=0)  # over its quota, a job waits instead of borrowing
     admin.set_quota("alice", priority="prod", gpus=4)  # a job above the limit itself is refused at submit
     hog = alice.submit("name: hog\npriority: prod\ndefaults: {virtualCluster: vision}\ntaskRoles:\n  w:\n"
                        "    instances: 3\n    resourcePerInstance: {gpu: 1}\n    commands: ['sleep 600']\n").id

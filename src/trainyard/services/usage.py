@@ -2,7 +2,8 @@
 and the report (``monitor/accounting.py`` does the sums; ``services/usage_days.py`` reads
 the measured use from the daily totals and the monitoring rows).
 
-Fair share: each line also says its *recent* GPU-hours, decayed to the report's moment with
+Fair share: each line also says its *recent* GPU-hours, decayed to the report's end (now,
+for a report up to now) with
 the scheduler's half-life (``scheduler.fairshare.run_usage``, the measure the scheduler orders
 users by), over every task run of the last ``RECENT_HALF_LIVES`` half-lives, whatever the
 report's period; and, by VC, the part of it on borrowed GPUs. In a report up to now, a line
@@ -139,10 +140,13 @@ def usage_report(
     recent: dict[str, tuple[float, float]] = {}
     recent_total = (0.0, 0.0)
     if fair_share_half_life > 0:
-        since = earlier(period.now, timedelta(seconds=fair_share_half_life * RECENT_HALF_LIVES))
-        covered = period.since <= since and period.until >= period.now
-        recent_runs = runs if covered else load(since, period.now)
-        recent, recent_total = recent_usage(recent_runs, grouping, groups, period.now, fair_share_half_life)
+        # As of the report's end: now for a report up to now, and a past period's figures do
+        # not change as time goes by.
+        moment = min(period.until, period.now)
+        since = earlier(moment, timedelta(seconds=fair_share_half_life * RECENT_HALF_LIVES))
+        covered = period.since <= since and period.until >= moment
+        recent_runs = runs if covered else load(since, moment)
+        recent, recent_total = recent_usage(recent_runs, grouping, groups, moment, fair_share_half_life)
         if grouping is not UsageBy.JOB and period.until >= period.now:  # recent users idle in the period
             lines.update((name, Usage()) for name in recent if name not in lines)
         if grouping is UsageBy.GROUP and group is not None:
