@@ -1,0 +1,173 @@
+"""Review of issue 30 (borrowing and fair share): reproductions of what the review found.
+
+Each test marked ``xfail(strict=True)`` shows a bug that is still there (its reason says
+what is wrong); the others pin down behaviour the review checked and found to hold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from scheduler_world import World, job, node, on, running, snapshot
+
+from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig, Snapshot, VirtualCluster
+
+H = 7 * 24 * 3600.0  # the default half-life
+VISION = VirtualCluster("vision", {"A100": 8})
+NLP = VirtualCluster("nlp", {"A100": 8})
+NODES = (node("a"), node("b"))
+
+
+def wait_of(decisions, job_id: int):
+    return next(w for w in decisions.waits if w.job_id == job_id)
+
+
+def _full() -> list:
+    # vision uses its quota on a, nlp its own on b: nothing idle to borrow.
+    return [running(90, on("a", *range(8)), vc="vision", user="alice"),
+            running(91, on("b", *range(8)), vc="nlp", user="bob")]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "borrowing.run_borrowing reuses the first job's Wait for every later job of the same shape "
+    "(failed[shape]); _borrow_wait keeps that first job's reservation, so every job behind it says "
+    "'first in line: its reservation ...', 'reserved' in yard jobs, and gets the head's ETA"))
+def test_only_the_head_of_a_queue_says_it_is_first_in_line_after_borrowing_was_tried() -> None:
+    pending = [job(1, 1000, vc="vision", user="alice"), job(2, 1000, vc="vision", user="alice"),
+               job(3, 1000, vc="vision", user="alice")]
+    decisions = schedule(snapshot(NODES, pending, _full(), vcs=(VISION, NLP)))
+    assert "first in line" in wait_of(decisions, 1).message
+    for later in (2, 3):
+        wait = wait_of(decisions, later)
+        assert wait.reason == PendingReason.QUOTA
+        assert "first in line" not in wait.message, wait.message
+        assert "reserved" not in wait.short, wait.short
+
+
+def test_without_borrowing_only_the_head_says_it_is_first_in_line() -> None:
+    # The same queue with borrowing off: the message was right before issue 30.
+    pending = [job(1, 1000, vc="vision", user="alice"), job(2, 1000, vc="vision", user="alice")]
+    decisions = schedule(snapshot(NODES, pending, _full(), vcs=(VISION, NLP),
+                                  config=SchedulerConfig(borrowing=False)))
+    assert "first in line" in wait_of(decisions, 1).message
+    assert "first in line" not in wait_of(decisions, 2).message
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "reasons.explain says 'N job(s) of users with less recent use go first' for every job fair share "
+    "moved back, but fair_order also charges a half-life per queued job: a user with MORE recent use "
+    "and fewer queued jobs overtakes, and the message is then false"))
+def test_the_fair_share_message_is_true_when_a_heavier_user_goes_first() -> None:
+    # alice: no recent use, two jobs queued first; bob: half a half-life of GPU-seconds, one job.
+    # Order: alice's 1 (0), bob's 3 (0.5 H), alice's 2 (0 + H): bob, the heavier user, goes ahead.
+    pending = [job(1, 1000, vc="vision", user="alice"), job(2, 1000, vc="vision", user="alice"),
+               job(3, 1000, vc="vision", user="bob")]
+    decisions = schedule(snapshot(NODES, pending, _full(), vcs=(VISION, NLP),
+                                  usage={("vision", "bob"): 0.5 * H}, config=SchedulerConfig(borrowing=False)))
+    positions = {w.job_id: w.position for w in decisions.waits}
+    assert positions == {1: 1, 3: 2, 2: 3}
+    message = wait_of(decisions, 2).message
+    assert "fair share" in message
+    assert "less recent use" not in message, message
+
+
+class _RecentWorld(World):
+    """``World`` with a fixed ``borrowed_usage`` in its snapshots (the live controller's tally)."""
+
+    recent: dict[str, float] = {}
+
+    def snapshot(self) -> Snapshot:
+        return replace(super().snapshot(), borrowed_usage=self.recent)
+
+
+def _fair_share_churn(big: str, small: str, config: SchedulerConfig, recent: dict[str, float]) -> tuple[int, float]:
+    """A lender ("lender") with 8 idle GPUs, VC ``big`` queuing 8-GPU jobs and VC ``small``
+    1-GPU jobs, both over their quotas, run for 60 time slices: how many borrowed jobs were
+    reclaimed, and how many GPUs ``small`` borrows at the end."""
+    vcs = (VirtualCluster("lender", {"A100": 8}), VirtualCluster(big, {"A100": 8}), VirtualCluster(small, {"A100": 8}))
+    world = _RecentWorld((node("a"), node("b"), node("c")), vcs=vcs, config=config)
+    world.recent = recent
+    for job_id in range(1, 4):
+        world.submit(job(job_id, *([1000] * 8), vc=big, user="b", at=0.0))
+    for job_id in range(10, 34):
+        world.submit(job(job_id, 1000, vc=small, user="s", at=0.0))
+    reclaimed = 0
+    for _ in range(60 * 6):
+        reclaimed += len(world.cycle().preemptions)
+        world.advance(config.time_slice / 6)
+    held = sum(r.gpus for r in world.running.values() if r.borrowed and r.vc == small)
+    return reclaimed, held
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "thrashing: preemption.fair_victim reclaims VC B's 8-GPU borrowed job for C's 1-GPU borrower once a "
+    "time slice, but the GPUs it frees go back to B in the next cycle (borrowing.borrow_order: both shares "
+    "are 0 then and ties go by VC name), so an 8-GPU job is stopped every slice and C never borrows"))
+def test_a_fair_share_reclaim_is_not_undone_by_the_next_cycle_with_fair_share_off() -> None:
+    reclaimed, held = _fair_share_churn("B", "C", SchedulerConfig(fair_share_half_life=0), {})
+    assert reclaimed <= 1 and held > 0, (reclaimed, held)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "thrashing: fair_victim weighs only the GPUs borrowed now, borrow_order adds recent borrowed usage; "
+    "when the VC reclaimed from has borrowed less recently, the freed GPUs go back to it and the reclaim "
+    "repeats every time slice"))
+def test_a_fair_share_reclaim_is_not_undone_by_recent_usage() -> None:
+    # Z (8-GPU jobs) holds the idle GPUs; C (1-GPU jobs) borrowed 5 GPUs on average lately.
+    reclaimed, held = _fair_share_churn("Z", "C", SchedulerConfig(), {"C": 5 * H / math.log(2)})
+    assert reclaimed <= 1 and held > 0, (reclaimed, held)
+
+
+def test_a_fair_share_reclaim_holds_when_the_orders_agree() -> None:
+    # The same world where the small VC comes first by name and nobody borrowed before: no churn.
+    assert _fair_share_churn("Z", "C", SchedulerConfig(fair_share_half_life=0), {}) == (0, 8.0)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "reasons._refused still says a job bigger than its VC's quota 'starts only if an admin raises the "
+    "quota', though with borrowing on it starts as borrowed work once enough GPUs are idle (and the same "
+    "message goes on to say why borrowing did not start it yet)"))
+def test_a_job_bigger_than_its_quota_is_not_told_only_an_admin_can_start_it() -> None:
+    vcs = (VirtualCluster("vision", {"A100": 4}), VirtualCluster("nlp", {"A100": 4}))
+    work = [running(91, on("b", 0, 1, 2, 3), vc="nlp", user="bob", end=600.0)]
+    decisions = schedule(snapshot(NODES, [job(1, 8000, 8000, vc="vision", user="alice")], work, vcs=vcs))
+    message = wait_of(decisions, 1).message
+    assert "borrowing" in message
+    assert "only if an admin raises the quota" not in message, message
+    # Once nlp's job has ended it does start, borrowed.
+    decisions = schedule(snapshot(NODES, [job(1, 8000, 8000, vc="vision", user="alice")], [], vcs=vcs))
+    assert [(s.job_id, s.borrowed) for s in decisions.starts] == [(1, True)]
+
+
+def _borrowed_per_model(scorer: str) -> dict[str, int]:
+    """What vision's 2-GPU job borrows, by model, when its limit is 1 GPU of each model."""
+    nodes = (node("a", 8, model="A100"), node("b", 8, model="V100"))
+    vcs = (VirtualCluster("vision", {"A100": 4}, borrow_limit=1), VirtualCluster("nlp", {"A100": 4, "V100": 8}))
+    work = [running(90, on("a", 0, 1, 2, 3), vc="vision")]
+    decisions = schedule(snapshot(nodes, [job(1, 2000, vc="vision")], work, vcs=vcs,
+                                  config=SchedulerConfig(scorer=scorer)))
+    models = {"a": "A100", "b": "V100"}
+    held: dict[str, int] = {}
+    for start in decisions.starts:
+        assert start.borrowed
+        for p in start.placements:
+            held[models[p.node]] = held.get(models[p.node], 0) + sum(g.milli for g in p.gpus) // 1000
+    return held
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "scorers/fgd.py choose(): by_state = not access.limited and not access.in_cells ... leaves out "
+    "access.borrowing, so FGD (and fgd-cpu, the default) places borrowed work by free capacity alone and "
+    "never calls Access.fit/_within_quota: a borrowing limit of 1 GPU of each model lets a 2-GPU task take "
+    "2 A100 (admission summed the room over both models); lending limits per model are skipped the same way"))
+def test_the_default_scorer_keeps_borrowed_work_within_its_limit_of_each_model() -> None:
+    assert all(gpus <= 1 for gpus in _borrowed_per_model("fgd-cpu").values()), _borrowed_per_model("fgd-cpu")
+
+
+def test_bestfit_keeps_borrowed_work_within_its_limit_of_each_model() -> None:
+    # The same job under a scorer that asks Access.fit: it cannot take 2 of one model in one
+    # task, so it waits.
+    assert _borrowed_per_model("bestfit") == {}
