@@ -99,7 +99,7 @@ def test_a_borrowing_limit_holds_and_why_pending_says_it_is_all_the_job_waits_fo
     assert wait.reason == PendingReason.BORROW_LIMIT
     assert wait.message.startswith(
         "VC vision: needs 1 A100, 0 of 8 free; borrowing: needs 1 GPU, VC vision may borrow at most 2 GPU of "
-        "each model, 0 of them left"
+        "each model, 0 left over the models it accepts"
     )
     assert wait.short == "vision 0/8 free, needs 1, borrow limit 0/2 left"
 

@@ -89,7 +89,8 @@ def test_who_starts_first_among_equals_depends_on_recent_usage_and_why_pending_s
     assert [s.job_id for s in decisions.starts] == [2]
     [wait] = decisions.waits
     assert wait.message.endswith(
-        "; fair share: 1 job(s) of users with less recent use go first (alice: 36.0 GPU-h recently, half-life 7 d)"
+        "; fair share: 1 later job(s) of other users go first, by their users' recent use and jobs queued "
+        "(alice: 36.0 GPU-h recently, half-life 7 d)"
     )
     # Off, submit order decides, as before.
     off = schedule(snapshot((node("a"),), pending, vcs=vcs, usage=usage,

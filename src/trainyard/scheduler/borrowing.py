@@ -33,7 +33,6 @@ admitted afresh, in its quota if that has room by then.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -41,7 +40,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
 from trainyard.scheduler.placement import place_gang
-from trainyard.scheduler.preemption import plan_preemption
+from trainyard.scheduler.preemption import borrow_shares, plan_preemption, vc_weight
 from trainyard.scheduler.quota import Refusal, gpu_need
 from trainyard.scheduler.snapshot import PendingJob, PendingReason
 
@@ -86,14 +85,8 @@ def borrow_order(cycle: Cycle, jobs: Sequence[PendingJob]) -> list[PendingJob]:
     by_vc: dict[str, list[PendingJob]] = {}
     for job in jobs:
         by_vc.setdefault(job.vc, []).append(job)
-    snapshot = cycle.snapshot
-    half_life = snapshot.config.fair_share_half_life
-    quotas = cycle.ledger.quotas
-    heap: list[tuple[float, str, int]] = []
-    for vc in by_vc:
-        recent = snapshot.borrowed_usage.get(vc, 0.0) * math.log(2) / half_life if half_life > 0 else 0.0
-        share = (quotas.borrowed_by(vc) / MILLI + recent) / _weight(cycle, vc)
-        heap.append((share, vc, 0))
+    shares = borrow_shares(cycle)
+    heap: list[tuple[float, str, int]] = [(shares.get(vc, 0.0), vc, 0) for vc in by_vc]
     heapq.heapify(heap)
     out = []
     while heap:
@@ -101,13 +94,8 @@ def borrow_order(cycle: Cycle, jobs: Sequence[PendingJob]) -> list[PendingJob]:
         job = by_vc[vc][index]
         out.append(job)
         if index + 1 < len(by_vc[vc]):
-            heapq.heappush(heap, (share + gpu_need(job) / MILLI / _weight(cycle, vc), vc, index + 1))
+            heapq.heappush(heap, (share + gpu_need(job) / MILLI / vc_weight(cycle, vc), vc, index + 1))
     return out
-
-
-def _weight(cycle: Cycle, vc: str) -> float:
-    policy = cycle.ledger.quotas.vcs.get(vc)
-    return policy.weight if policy is not None and policy.weight > 0 else 1.0
 
 
 def run_borrowing(cycle: Cycle, order: Sequence[PendingJob], holds: list[Reservation | None]) -> None:
@@ -127,8 +115,8 @@ def run_borrowing(cycle: Cycle, order: Sequence[PendingJob], holds: list[Reserva
     blocked: list[PendingJob] = []
     for job in borrow_order(cycle, [replace(j, borrowing=True) for j in jobs]):
         known = failed.get(shape(cycle, job))
-        if known is not None:
-            cycle.wait(job, known)
+        if known is not None:  # its own quota wait (its reservation, if any), the same outcome
+            cycle.wait(job, _borrow_wait(before[job.job_id], known.borrow_refusal))
             if known.borrow_refusal is None or known.borrow_refusal.kind in LIFTED_BY_RECLAIM:
                 blocked.append(job)
             continue

@@ -44,6 +44,7 @@ way J then waits for the work stopping already as well.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
@@ -87,32 +88,51 @@ def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
 
 def borrow_shares(cycle: Cycle) -> dict[str, float]:
     """Each VC's weighted borrowed share at the start of the cycle: the GPUs its borrowed
-    work holds, divided by its weight (``VirtualCluster.weight``)."""
+    work holds, plus (fair share on) the GPUs it has borrowed on average recently
+    (``Snapshot.borrowed_usage`` over ``H / ln 2``), divided by its weight
+    (``VirtualCluster.weight``). The one measure of who borrows first (``borrowing``) and
+    whose borrowed work goes first (``victim_key``, ``fair_victim``)."""
     if cycle.borrow_shares is None:
         shares: dict[str, float] = defaultdict(float)
         for r in cycle.ledger.running.values():
             if r.borrowed:
                 shares[r.vc] += r.gpus
-        cycle.borrow_shares = {vc: gpus / _weight(cycle, vc) for vc, gpus in shares.items()}
+        half_life = cycle.snapshot.config.fair_share_half_life
+        if half_life > 0:
+            for vc, used in cycle.snapshot.borrowed_usage.items():
+                shares[vc] += used * math.log(2) / half_life
+        cycle.borrow_shares = {vc: gpus / vc_weight(cycle, vc) for vc, gpus in shares.items()}
     return cycle.borrow_shares
 
 
-def _weight(cycle: Cycle, vc: str) -> float:
+def vc_weight(cycle: Cycle, vc: str) -> float:
     policy = cycle.ledger.quotas.vcs.get(vc)
     return policy.weight if policy is not None and policy.weight > 0 else 1.0
 
 
 def fair_victim(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:
     """Whether borrowed ``job`` may reclaim ``running`` for fair share: borrowed work of
-    another VC whose weighted share is above what ``job``'s VC's would be with ``job``,
-    that has run a whole time slice since it last started (no churn within a slice)."""
+    another VC that has run a whole time slice since it last started (no churn within a
+    slice), and whose VC's weighted share without it stays at least what ``job``'s VC's
+    would be with ``job`` (Kueue's rule: the freed GPUs then go to ``job``'s VC in the next
+    cycles' borrowing order, not back; ``fair_after`` checks the whole plan)."""
     if not running.borrowed or running.vc == job.vc:
         return False
     if cycle.snapshot.now - running.started_at < cycle.snapshot.config.time_slice:
         return False
+    return fair_after(cycle, job, [running])
+
+
+def fair_after(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> bool:
+    """Whether every VC that ``victims`` (borrowed work of other VCs) take from keeps a
+    weighted borrowed share at least that of ``job``'s VC once ``job`` borrows."""
     shares = borrow_shares(cycle)
-    mine = shares.get(job.vc, 0.0) + sum(t.gpu_milli for t in job.tasks) / 1000 / _weight(cycle, job.vc)
-    return shares.get(running.vc, 0.0) > mine
+    mine = shares.get(job.vc, 0.0) + sum(t.gpu_milli for t in job.tasks) / 1000 / vc_weight(cycle, job.vc)
+    taken: dict[str, float] = defaultdict(float)
+    for victim in victims:
+        if victim.borrowed and victim.vc != job.vc:
+            taken[victim.vc] += victim.gpus
+    return all(shares.get(vc, 0.0) - gpus / vc_weight(cycle, vc) >= mine for vc, gpus in taken.items())
 
 
 def victim_order(cycle: Cycle) -> tuple[list[RunningJob], dict[str, list[RunningJob]]]:
@@ -295,6 +315,8 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
     if refusal is not None and refusal.kind not in (("nothing_idle", "lend_limit") if job.borrowing else ("vc",)):
         return False
     victims = _search(cycle, job, refusal is not None, rederive=False)
+    if job.borrowing and not fair_after(cycle, job, victims):
+        return False  # it would take so much from another VC that the GPUs would go back to it
     placed = None
     if victims and _rederives(cycle, victims):
         # Guaranteed work stopping (these victims, or work stopping already) may change the
@@ -309,9 +331,12 @@ def plan_preemption(cycle: Cycle, job: PendingJob) -> bool:
             placed = _hold(cycle, job, victims, rederive=True)
         if placed is None:
             victims = _search(cycle, job, refusal is not None, rederive=True)
+            if job.borrowing and not fair_after(cycle, job, victims):
+                return False
     if placed is None:
         if not victims or not _takes_no_more_than_the_overage(cycle, job, victims):
             return False
+
         placed = _hold(cycle, job, victims, rederive=_rederives(cycle, victims))
         assert placed is not None, "a plan that fitted a moment ago must fit again"
     # Of the jobs another plan stops already, the ones this plan waits for: those on its

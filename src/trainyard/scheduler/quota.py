@@ -194,7 +194,8 @@ class Quotas:
         )
         if need <= unlimited:
             return Refusal("lend_limit", need, max(0, lent), 0, models)
-        return Refusal("nothing_idle", need, max(0, lent), 0, models)
+        pool = sum(self.lendable(m) for m in models)  # lent in all, borrowed or not
+        return Refusal("nothing_idle", need, max(0, lent), pool, models)
 
     def admit(self, job: PendingJob) -> Refusal | None:
         """Whether the job's VC and user have quota left for all of it; not the placement.

@@ -193,8 +193,9 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
             usage = cycle.snapshot.usage.get((job.vc, job.user), 0.0)
             half_life = cycle.snapshot.config.fair_share_half_life
             worded = Worded(
-                f"{worded.message}; fair share: {overtaken} job(s) of users with less recent use go first "
-                f"({job.user or '?'}: {gpu_hours(usage)} recently, half-life {_duration(half_life)})",
+                f"{worded.message}; fair share: {overtaken} later job(s) of other users go first, by their "
+                f"users' recent use and jobs queued ({job.user or '?'}: {gpu_hours(usage)} recently, "
+                f"half-life {_duration(half_life)})",
                 worded.short,
             )
         waits.append(KeepWaiting(job.job_id, reason, worded.message, position, eta, worded.short))
@@ -231,7 +232,7 @@ def _worded(
         ), None
     if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA, PendingReason.BORROW_LIMIT):
         assert wait.refusal is not None
-        worded = _refused(job, wait.refusal)
+        worded = _refused(job, wait.refusal, may_borrow=wait.borrow_tried)
         if wait.borrow_tried:
             worded = _not_borrowed(job, worded, wait.borrow_refusal)
         eta = quota_etas.eta(job, wait.refusal) if wait.refusal.kind == "vc" else None
@@ -266,7 +267,7 @@ def _with_reservation(
     return reason, Worded(message, worded.short + ", reserved"), None if math.isinf(start) else start
 
 
-def _refused(job: PendingJob, refusal: Refusal) -> Worded:
+def _refused(job: PendingJob, refusal: Refusal, *, may_borrow: bool = False) -> Worded:
     if refusal.kind == "unknown_vc":
         return Worded(f"unknown virtual cluster {job.vc!r}", f"unknown VC {job.vc}")
     if refusal.kind == "no_model":
@@ -283,7 +284,9 @@ def _refused(job: PendingJob, refusal: Refusal) -> Worded:
         f"VC {job.vc}: needs {_gpus(refusal.need)} {_models(refusal.models)}, "
         f"{_gpus(refusal.free)} of {_gpus(refusal.total)} free"
     )
-    if refusal.need > refusal.total:
+    if refusal.need > refusal.total and may_borrow:
+        message += "; more than the VC's whole quota: it starts as borrowed work once enough GPUs are idle"
+    elif refusal.need > refusal.total:
         message += "; more than the VC's whole quota: it starts only if an admin raises the quota"
     return Worded(message, f"{job.vc} {free} free, needs {_gpus(refusal.need)}")
 
@@ -296,17 +299,19 @@ def _not_borrowed(job: PendingJob, worded: Worded, refusal: Refusal | None) -> W
     elif refusal.kind == "borrow_limit":
         why = (
             f"VC {job.vc} may borrow at most {_gpus(refusal.total)} GPU of each model, "
-            f"{_gpus(refusal.free)} of them left"
+            f"{_gpus(refusal.free)} left over the models it accepts"
         )
         short = f"borrow limit {_gpus(refusal.free)}/{_gpus(refusal.total)} left"
     elif refusal.kind == "lend_limit":
         why = f"the other VCs' lending limits leave {_gpus(refusal.free)} GPU to borrow"
         short = f"lend limits: {_gpus(refusal.free)} to borrow"
     elif refusal.kind == "nothing_idle":
-        why = (
-            "every VC uses its quota" if refusal.free == 0
-            else f"only {_gpus(refusal.free)} GPU of the VCs' quotas is unused"
-        )
+        if refusal.total == 0:
+            why = "every VC uses its quota"
+        elif refusal.free == 0:
+            why = f"the {_gpus(refusal.total)} GPU the VCs' unused quota lends are borrowed already"
+        else:
+            why = f"{_gpus(refusal.free)} GPU of the VCs' unused quota are left to borrow"
         short = f"{_gpus(refusal.free)} to borrow"
     else:  # the user's own quota: said already
         return worded

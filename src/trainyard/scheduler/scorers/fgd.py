@@ -123,7 +123,7 @@ class Fgd:
             return first_fit(task, access)
         # Without quota or cell rules a node's answer depends on its free capacity alone, so
         # it is remembered by node state: most nodes keep their state across many tasks.
-        by_state = not access.limited and not access.in_cells and access.only is None
+        by_state = not access.limited and not access.borrowing and not access.in_cells and access.only is None
         limit = self.scan if by_state else min(self.scan, RESTRICTED_SCAN)
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
         answers = self._answers.setdefault(kind, {})  # node state -> ``_evaluate_free``'s answer
