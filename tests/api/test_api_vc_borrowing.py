@@ -63,5 +63,6 @@ def test_metrics_show_the_borrowed_share_the_weight_and_only_set_limits(api: Api
         'trainyard_vc_weight{vc="default"} 1.0',
     } <= lines
     assert not any(line.startswith('trainyard_vc_borrow_limit_gpus{vc="default"}') for line in lines)
-    assert any(line.startswith("# HELP trainyard_vc_borrowed_gpus GPUs the VC's jobs hold beyond its quota")
+    assert any(line.startswith("# HELP trainyard_vc_borrowed_gpus GPUs the VC's guaranteed jobs hold beyond its quota")
                for line in lines)
+    assert 'trainyard_vc_opportunistic_gpus{vc="vision"} 0.0' in lines

@@ -36,10 +36,10 @@ def test_vc_borrowing_sets_what_is_given_and_vc_list_shows_borrowed_of_its_limit
 
     code, out, _ = yard("vc", "list", token=admin)
     header, default, vision = out.splitlines()
-    assert header.split()[:6] == ["VC", "QUOTA", "(GPUs)", "USED", "BORROWED", "WEIGHT"]
-    columns = header.index("USED"), header.index("BORROWED"), header.index("WEIGHT"), header.index("WAITING")
-    cells = [line[columns[0]:columns[3]].split() for line in (default, vision)]
-    assert cells == [["0", "0", "0.5"], ["0", "2/4", "2"]]
+    assert header.split()[:9] == ["VC", "QUOTA", "(GPUs)", "USED", "BORROWED", "OPPO", "WEIGHT", "LENDS", "WAITING"]
+    columns = header.index("USED"), header.index("WAITING")
+    cells = [line[columns[0]:columns[1]].split() for line in (default, vision)]
+    assert cells == [["0", "0", "0", "0.5", "all"], ["0", "2/4", "0", "2", "all"]]
 
     code, _, err = yard("vc", "borrowing", "vision", token=admin)
     assert code == EXIT_USAGE and "give at least one of --borrow-limit" in err

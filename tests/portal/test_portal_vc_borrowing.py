@@ -38,7 +38,9 @@ def test_an_admin_sets_borrowing_on_the_page_and_a_user_sees_it_but_may_not_chan
 
     for data, message in (({"borrowLimit": "-2"}, "borrowLimit must be a whole number of GPUs ≥ 0"),
                           ({"lendLimit": "lots"}, "lendLimit must be a whole number of GPUs ≥ 0"),
-                          ({"weight": "2000"}, "weight must be a number &gt; 0 and at most 1000")):
+                          ({"weight": "2000"}, "weight must be a number from 0.001 to 1000"),
+                          ({"weight": "1_0"}, "weight must be a number such as 2 or 0.5"),
+                          ({"borrowLimit": "３"}, "borrowLimit must be a whole number of GPUs ≥ 0")):
         refused = admin.post("/vcs/vision/borrowing", data={"csrf": csrf, **data})
         assert refused.status_code == 422 and message in refused.text, refused.text
 

@@ -1,6 +1,6 @@
 """A VC's borrowing settings (limits and weight) on a real store, ``default``'s kept in the
 ``meta`` table, as the scheduler gets them; and the borrowed share in the VC views: attempts
-running borrowed and opportunistic jobs, never in ``used``."""
+running borrowed, and apart from it opportunistic jobs, never in ``used``."""
 
 from __future__ import annotations
 
@@ -103,13 +103,14 @@ def holding(db, vc: str, gpus: list[int], *, borrowed: bool = False, priority: s
     return job
 
 
-def test_borrowed_attempts_and_opportunistic_jobs_are_borrowed_not_used(cluster) -> None:
+def test_borrowed_attempts_and_opportunistic_jobs_are_apart_from_used(cluster) -> None:
     holding(cluster, "speech", [0, 1])  # within its quota
     holding(cluster, "speech", [2], borrowed=True)  # beyond it, on vision's idle GPUs
     holding(cluster, "speech", [3], priority="oppo")
     holding(cluster, "vision", [4, 5], borrowed=True, priority="prod")
     with cluster.session() as s:
         views = {v.name: v for v in admin.describe_vcs(s)}
-    assert (views["speech"].used, views["speech"].borrowed) == (2, 2)
-    assert (views["vision"].used, views["vision"].borrowed) == (0, 2)
-    assert (views["default"].used, views["default"].borrowed) == (0, 0)
+    # Borrowed work is what a borrowing limit counts; opportunistic work is apart from it.
+    assert (views["speech"].used, views["speech"].borrowed, views["speech"].opportunistic) == (2, 1, 1)
+    assert (views["vision"].used, views["vision"].borrowed, views["vision"].opportunistic) == (0, 2, 0)
+    assert (views["default"].used, views["default"].borrowed, views["default"].opportunistic) == (0, 0, 0)

@@ -154,7 +154,7 @@ def _quota_text(vc: VcView, alone: bool) -> str:
 
 
 def _borrowed_text(vc: VcView) -> str:
-    """GPUs held beyond the quota, of the limit when there is one: ``2/4``."""
+    """GPUs its guaranteed jobs borrow beyond the quota, of the limit when there is one: ``2/4``."""
     return render.num(vc.borrowed) + ("" if vc.borrowLimit is None else f"/{vc.borrowLimit}")
 
 
@@ -166,13 +166,14 @@ def _borrowing_text(vc: VcView) -> str:
 
 def vcs_table(vcs: Sequence[VcView]) -> str:
     rows = [
-        [v.name, _quota_text(v, len(vcs) == 1), render.num(v.used), _borrowed_text(v), render.num(v.weight),
+        [v.name, _quota_text(v, len(vcs) == 1), render.num(v.used), _borrowed_text(v), render.num(v.opportunistic),
+         render.num(v.weight), "all" if v.lendLimit is None else v.lendLimit,
          v.waiting, "yes" if v.priorityPreemption else "no", v.gpuSharing,
          ", ".join(v.users + ["@" + g for g in v.groups]) or "-"]
         for v in vcs
     ]
-    return render.table(["VC", "QUOTA (GPUs)", "USED", "BORROWED", "WEIGHT", "WAITING", "PREEMPTION", "GPU SHARING",
-                         "WHO"], rows)
+    return render.table(["VC", "QUOTA (GPUs)", "USED", "BORROWED", "OPPO", "WEIGHT", "LENDS", "WAITING",
+                         "PREEMPTION", "GPU SHARING", "WHO"], rows)
 
 
 def cmd_vc(client: Client, args: argparse.Namespace) -> int:

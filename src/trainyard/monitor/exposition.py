@@ -96,6 +96,7 @@ class VcFigures:
     oldest_wait_seconds: float  # 0 when nothing waits
     borrow_limit: int | None = None  # GPUs of each model it may borrow (None: no limit)
     weight: float = 1.0
+    opportunistic: float = 0.0  # GPUs its oppo jobs hold
 
 
 class RunningJobFigures(NamedTuple):
@@ -242,7 +243,8 @@ def vc_families(vcs: Sequence[VcFigures]) -> list[Family]:
     quota = Family("trainyard_vc_quota_gpus", "gauge", "GPUs the VC is guaranteed, per model ('*': any model)")
     used = Family("trainyard_vc_used_gpus", "gauge", "GPUs held by the VC's guaranteed work within its quota")
     borrowed = Family("trainyard_vc_borrowed_gpus", "gauge",
-                      "GPUs the VC's jobs hold beyond its quota: attempts running borrowed and opportunistic jobs")
+                      "GPUs the VC's guaranteed jobs hold beyond its quota, on other VCs' idle GPUs (borrowed work)")
+    opportunistic = Family("trainyard_vc_opportunistic_gpus", "gauge", "GPUs the VC's opportunistic (oppo) jobs hold")
     borrow_limit = Family("trainyard_vc_borrow_limit_gpus", "gauge",
                           "GPUs of each model the VC may borrow beyond its quota (only VCs with a limit)")
     weight = Family("trainyard_vc_weight", "gauge", "The VC's weight: its share of idle GPUs against other borrowers")
@@ -255,12 +257,13 @@ def vc_families(vcs: Sequence[VcFigures]) -> list[Family]:
             quota.add(labels(model=model, vc=vc.name), gpus)
         used.add(vc_label, vc.used)
         borrowed.add(vc_label, vc.borrowed)
+        opportunistic.add(vc_label, vc.opportunistic)
         if vc.borrow_limit is not None:
             borrow_limit.add(vc_label, vc.borrow_limit)
         weight.add(vc_label, vc.weight)
         queue.add(vc_label, vc.waiting)
         oldest.add(vc_label, vc.oldest_wait_seconds)
-    return [quota, used, borrowed, borrow_limit, weight, queue, oldest]
+    return [quota, used, borrowed, opportunistic, borrow_limit, weight, queue, oldest]
 
 
 def job_families(jobs_by_state: dict[str, int], running: Sequence[RunningJobFigures]) -> list[Family]:

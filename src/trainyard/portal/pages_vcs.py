@@ -9,6 +9,7 @@ removal would orphan) shows on the page with its status, the forms still filled 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 from urllib.parse import quote
 
@@ -94,11 +95,13 @@ def _form_limit(path: str, text: str) -> int | None:
     text = text.strip()
     if not text or text.lower() == "none":
         return None
-    try:
+    if re.fullmatch(r"-?[0-9]+", text):  # int() alone would take "1_0" and other digits than 0-9
         return int(text)  # below 0: the service refuses it, with the same path
-    except ValueError:
-        raise Invalid(f"{path} must be a whole number of GPUs ≥ 0, or blank for no limit; got {text!r}",
-                      details=[{"path": path, "message": "a whole number of GPUs ≥ 0, or blank"}]) from None
+    raise Invalid(f"{path} must be a whole number of GPUs ≥ 0, or blank for no limit; got {text!r}",
+                  details=[{"path": path, "message": "a whole number of GPUs ≥ 0, or blank"}])
+
+
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]*)?|\.[0-9]+")
 
 
 def _form_weight(text: str) -> float | Keep:
@@ -106,11 +109,10 @@ def _form_weight(text: str) -> float | Keep:
     text = text.strip()
     if not text:
         return KEEP
-    try:
-        return float(text)  # out of range: the service refuses it
-    except ValueError:
-        raise Invalid(f"weight must be a number > 0; got {text!r}",
-                      details=[{"path": "weight", "message": "a number > 0"}]) from None
+    if not _DECIMAL.fullmatch(text):  # float() would take "1_0", "inf" and other digits than 0-9
+        raise Invalid(f"weight must be a number such as 2 or 0.5; got {text!r}",
+                      details=[{"path": "weight", "message": "a number such as 2 or 0.5"}])
+    return float(text)  # out of range: the service refuses it
 
 
 @router.post("/vcs/{name}/borrowing")

@@ -27,6 +27,7 @@ LEND_LIMIT_HELP = ("Whole GPUs of each model of its unused quota other VCs may b
                    "0: it never lends")
 WEIGHT_HELP = "Its share of idle GPUs against the other VCs that want them (default 1)"
 MAX_WEIGHT = 1000.0
+MIN_WEIGHT = 0.001  # below it a weight means nothing more than "last", and prints badly
 MAX_GPU_LIMIT = 1_000_000
 
 
@@ -48,7 +49,7 @@ class CreateVcRequest(RequestBody):
                                  json_schema_extra={"enum": list(GPU_SHARING_NAMES)})
     borrowLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=BORROW_LIMIT_HELP)
     lendLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=LEND_LIMIT_HELP)
-    weight: float = Field(default=1.0, gt=0, le=MAX_WEIGHT, allow_inf_nan=False, description=WEIGHT_HELP)
+    weight: float = Field(default=1.0, ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False, description=WEIGHT_HELP)
 
 
 class BorrowingRequest(RequestBody):
@@ -56,7 +57,8 @@ class BorrowingRequest(RequestBody):
 
     borrowLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=BORROW_LIMIT_HELP)
     lendLimit: WholeNumber | None = Field(default=None, ge=0, le=MAX_GPU_LIMIT, description=LEND_LIMIT_HELP)
-    weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT, allow_inf_nan=False, description=WEIGHT_HELP)
+    weight: float | None = Field(default=None, ge=MIN_WEIGHT, le=MAX_WEIGHT, allow_inf_nan=False,
+                                 description=WEIGHT_HELP)
 
     @field_validator("weight")
     @classmethod
@@ -103,7 +105,8 @@ class VcView(BaseModel):
     name: str
     quota: dict[str, int]  # GPU model (ANY_MODEL: any model) -> guaranteed GPUs; for DEFAULT_VC, what no VC guarantees
     used: float  # GPUs held by the VC's guaranteed work within its quota
-    borrowed: float  # GPUs its jobs hold beyond its quota: borrowed attempts and opportunistic jobs
+    borrowed: float  # GPUs its guaranteed jobs hold beyond its quota: attempts running borrowed
+    opportunistic: float = 0.0  # GPUs its opportunistic (oppo) jobs hold, on any idle GPU
     waiting: int
     priorityPreemption: bool
     gpuSharing: str  # core.sharing.GpuSharing

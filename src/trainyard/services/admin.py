@@ -17,7 +17,7 @@ from trainyard.core.clock import Clock
 from trainyard.core.names import ANY_MODEL, DEFAULT_VC, GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES, Priority
 from trainyard.core.sharing import DEFAULT_GPU_SHARING, GPU_SHARING_NAMES, GpuSharing
-from trainyard.schemas.admin import KEEP, MAX_GPU_LIMIT, MAX_WEIGHT, Keep, VcView
+from trainyard.schemas.admin import KEEP, MAX_GPU_LIMIT, MAX_WEIGHT, MIN_WEIGHT, Keep, VcView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Invalid, NotFound
 from trainyard.store import meta
@@ -157,9 +157,9 @@ def _gpu_limit(path: str, value: object) -> int | None:
 
 def _weight(value: object) -> float:
     if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-            or not 0 < value <= MAX_WEIGHT):
-        raise Invalid(f"weight must be a number > 0 and at most {MAX_WEIGHT:g}; got {value!r}",
-                      details=[{"path": "weight", "message": f"a number > 0 and at most {MAX_WEIGHT:g}"}])
+            or not MIN_WEIGHT <= value <= MAX_WEIGHT):
+        raise Invalid(f"weight must be a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}; got {value!r}",
+                      details=[{"path": "weight", "message": f"a number from {MIN_WEIGHT:g} to {MAX_WEIGHT:g}"}])
     return float(value)
 
 
@@ -320,16 +320,21 @@ def list_vcs(session: Session) -> list[VirtualClusterRow]:
 
 
 def vc_usage(session: Session, held: Sequence[HeldShares] | None = None) -> dict[str, dict[str, float]]:
-    """Per VC: GPUs used by guaranteed work within its quota, GPUs its jobs hold beyond it
-    (attempts running borrowed, and its opportunistic jobs), jobs waiting. ``held``
-    (``vc_queries.held_gpu_shares``) is read unless the caller has it already."""
+    """Per VC: GPUs used by guaranteed work within its quota, GPUs its guaranteed jobs hold
+    beyond it (attempts running borrowed: what its borrowing limit counts), GPUs its
+    opportunistic jobs hold, jobs waiting. ``held`` (``vc_queries.held_gpu_shares``) is read
+    unless the caller has it already."""
     usage: dict[str, dict[str, float]] = {}
+
+    def entry(vc: str) -> dict[str, float]:
+        return usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "opportunistic": 0.0, "waiting": 0})
+
     for _, vc, priority, gpus, borrowed in vc_queries.held_gpu_shares(session) if held is None else held:
-        entry = usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})
         milli = sum(share[1] for share in gpus)
-        entry["borrowed" if borrowed or Priority(priority).is_opportunistic else "used"] += milli / 1000
+        kind = "opportunistic" if Priority(priority).is_opportunistic else "borrowed" if borrowed else "used"
+        entry(vc)[kind] += milli / 1000
     for vc, count in vc_queries.waiting_jobs_by_vc(session).items():
-        usage.setdefault(vc, {"used": 0.0, "borrowed": 0.0, "waiting": 0})["waiting"] = count
+        entry(vc)["waiting"] = count
     return usage
 
 
@@ -373,7 +378,8 @@ def describe_vcs(
         use, settings = usage.get(name, {}), borrowing.get(name, Borrowing())
         views.append(VcView(
             name=name, quota=quota, used=use.get("used", 0), borrowed=use.get("borrowed", 0),
-            waiting=int(use.get("waiting", 0)), priorityPreemption=preemption, gpuSharing=sharing,
+            opportunistic=use.get("opportunistic", 0), waiting=int(use.get("waiting", 0)),
+            priorityPreemption=preemption, gpuSharing=sharing,
             users=granted_users, groups=granted_groups, borrowLimit=settings.borrow_limit,
             lendLimit=settings.lend_limit, weight=settings.weight,
         ))

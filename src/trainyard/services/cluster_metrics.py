@@ -103,6 +103,7 @@ def _vcs(session: Session, now: datetime, held: Sequence[HeldShares], capacity: 
     return [
         VcFigures(
             name=vc.name, quota=vc.quota, used=vc.used, borrowed=vc.borrowed, waiting=vc.waiting,
+            opportunistic=vc.opportunistic,
             oldest_wait_seconds=max(0.0, (now - oldest[vc.name]).total_seconds()) if vc.name in oldest else 0.0,
             borrow_limit=vc.borrowLimit, weight=vc.weight,
         )
