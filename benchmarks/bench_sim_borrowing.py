@@ -156,6 +156,17 @@ def render(name: str, runs: dict[str, dict[str, Any]]) -> None:
                 flags.append(f"{config}: vs alone ({shared['shared_avg_queueing_h']:.2f} h)")
         cells.append("; ".join(flags) or "no")
         print("| " + " | ".join(cells) + " |")
+    print("\nSharing anomaly: each VC's mean queueing delay (h) shared, per configuration, and alone on its quota.\n")
+    print("| VC | " + " | ".join(f"{c}: shared" for c in configs) + " | alone | worse for sharing |")
+    print("|" + "---|" * (len(configs) + 3))
+    for vc, alone_row in sharing.items():
+        shared = [runs[c].get("sharing", {}).get(vc, {}) for c in configs]
+        cells = [vc] + ["–" if row.get("shared_avg_queueing_h") is None else f"{row['shared_avg_queueing_h']:.2f}"
+                        for row in shared]
+        cells.append(f"{alone_row['alone_avg_queueing_h']:.2f}")
+        worse_in = [c for c, row in zip(configs, shared, strict=True) if row.get("worse_for_sharing")]
+        cells.append(", ".join(worse_in) or "no")
+        print("| " + " | ".join(cells) + " |")
 
 
 def main_(argv: list[str] | None = None) -> int:

@@ -7,7 +7,8 @@ jobs that end after their remaining duration; a preempted job stops after its gr
 and is requeued with the service it attained. Each job's state moves through
 ``core.transitions``, as a live job's does (``sim/lifecycle.py``). A cycle runs after every batch of events at
 one instant (arrivals, ends, stops, Tiresias demotions), and is skipped only when it cannot
-change anything: no GPU is free and the policy never preempts.
+change anything: no GPU is free and nothing could be preempted (Tiresias's levels,
+time-sharing's turns, reclaiming borrowed work).
 
 Queue policies are scheduler configurations plus the queue key the scheduler sorts by
 (``PendingJob.submitted_at`` within a priority):
