@@ -161,6 +161,14 @@ def run_queue_command(args: argparse.Namespace,
         report_to = on_fraction
         return lambda fraction: report_to(name, fraction)
 
+    # The options first, before minutes of loading and replaying a trace.
+    per_vc = {option: parse_per_vc(option, getattr(args, attr), kind) for option, attr, kind in (
+        ("--vc-weights", "vc_weights", float), ("--borrow-limit", "borrow_limit", int),
+        ("--lend-limit", "lend_limit", int))}
+    if any(per_vc.values()) and not args.vc_quotas:
+        raise ValueError("--vc-weights, --borrow-limit and --lend-limit need --vc-quotas (VCs to set them on)")
+    borrowing = None if args.borrowing is None else args.borrowing == "on"
+    policy = policy_named(args.policy, args.time_slice, borrowing, args.fair_share_half_life)
     if args.trace == "philly":
         path = args.jobs or trace_file(*PHILLY_JOBS)
         jobs = load_philly(path)
@@ -182,14 +190,7 @@ def run_queue_command(args: argparse.Namespace,
         vcs = vc_quotas(chosen, gpus)
     elif args.vc_quotas:
         vcs = vc_quotas(chosen, gpus, load_vc_nodes(resolve("--vc-quotas", args.vc_quotas)))
-    per_vc = {option: parse_per_vc(option, getattr(args, attr), kind) for option, attr, kind in (
-        ("--vc-weights", "vc_weights", float), ("--borrow-limit", "borrow_limit", int),
-        ("--lend-limit", "lend_limit", int))}
-    if any(per_vc.values()) and not vcs:
-        raise ValueError("--vc-weights, --borrow-limit and --lend-limit need --vc-quotas (VCs to set them on)")
     vcs = vc_settings(vcs, per_vc["--vc-weights"], per_vc["--borrow-limit"], per_vc["--lend-limit"])
-    borrowing = None if args.borrowing is None else args.borrowing == "on"
-    policy = policy_named(args.policy, args.time_slice, borrowing, args.fair_share_half_life)
     cost = args.suspend_cost
     options = {"suspendable": args.suspendable, "suspend_cost": cost}
     started = time.perf_counter()
