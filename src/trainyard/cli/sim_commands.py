@@ -60,6 +60,19 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--vc-quotas", nargs="?", const="philly", metavar="philly|demand|FILE",
                    help="give each VC a quota: Philly's nodes per VC (default), its share of the demand, "
                    "or a vc,node num CSV; then compare each VC's delay with its delay alone on its quota")
+    q.add_argument("--borrowing", choices=("on", "off"),
+                   help="whether a job over its VC's quota may run on other VCs' idle GPUs as reclaimable "
+                   "borrowed work (default: the scheduler's, on)")
+    q.add_argument("--fair-share-half-life", type=float, metavar="SECONDS",
+                   help="fair share's half-life: users (and borrowing VCs) with less recent usage go first; "
+                   "0: off, submit order (default: the scheduler's, 604800)")
+    q.add_argument("--vc-weights", metavar="VC=W,...",
+                   help="weights idle GPUs are shared by among borrowing VCs (default 1 each); needs --vc-quotas")
+    q.add_argument("--borrow-limit", metavar="VC=GPUS,...",
+                   help="at most this many GPUs a VC may borrow (default: no limit; 0: never); needs --vc-quotas")
+    q.add_argument("--lend-limit", metavar="VC=GPUS,...",
+                   help="at most this many of a VC's idle quota GPUs may be lent (default: all; 0: none); "
+                   "needs --vc-quotas")
     q.add_argument("--tick", type=float, default=60.0,
                    help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")

@@ -7,7 +7,8 @@ jobs that end after their remaining duration; a preempted job stops after its gr
 and is requeued with the service it attained. Each job's state moves through
 ``core.transitions``, as a live job's does (``sim/lifecycle.py``). A cycle runs after every batch of events at
 one instant (arrivals, ends, stops, Tiresias demotions), and is skipped only when it cannot
-change anything: no GPU is free and the policy never preempts.
+change anything: no GPU is free and nothing could be preempted (Tiresias's levels,
+time-sharing's turns, reclaiming borrowed work).
 
 Queue policies are scheduler configurations plus the queue key the scheduler sorts by
 (``PendingJob.submitted_at`` within a priority):
@@ -28,16 +29,28 @@ Suspension (a preemption of a suspendable job, ``Preempt.suspend``) costs the jo
 its run grows by that much, counted as lost GPU time. Which jobs are suspendable is
 ``suspendable``: all, half (even job ids) or none. A job stopped and requeued keeps its
 progress at no cost, as before (Tiresias's own assumption).
+
+Borrowing and fair share (``scheduler.borrowing``, ``scheduler.fairshare``) are the
+policy's ``SchedulerConfig.borrowing`` and ``fair_share_half_life``, on by default as in
+the controller (``policy_named`` turns them off: ``--borrowing off --fair-share-half-life 0``
+replays the scheduler as it was before them). A start the scheduler marks borrowed
+(``StartJob.borrowed``) runs as borrowed work; each run is added to a
+``fairshare.UsageTally`` when it stops (end, preemption, suspension), and every snapshot
+carries ``usage`` and ``borrowed_usage`` from ``fairshare.current_usage``, as the
+controller's do. VC weights and borrowing and lending limits are the ``VirtualCluster``'s
+(``vc_settings``).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from trainyard.core.priorities import DEFAULT_PRIORITY, OPPORTUNISTIC_RANK
+from trainyard.scheduler import fairshare
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import (
     GpuSlot,
@@ -78,8 +91,11 @@ POLICIES = {
 }
 
 
-def policy_named(name: str, time_slice: float | None = None) -> QueuePolicy:
-    """The policy; ``time_slice`` (seconds) replaces the scheduler's default slice."""
+def policy_named(name: str, time_slice: float | None = None, borrowing: bool | None = None,
+                 fair_share_half_life: float | None = None) -> QueuePolicy:
+    """The policy; ``time_slice`` (seconds) replaces the scheduler's default slice, and
+    ``borrowing`` and ``fair_share_half_life`` (seconds, 0: off) its defaults (both on).
+    ``borrowing=False, fair_share_half_life=0`` is the scheduler as it was before them."""
     if name not in POLICIES:
         raise ValueError(f"unknown queue policy {name!r}; choose one of: {', '.join(POLICIES)}")
     policy = POLICIES[name]
@@ -87,7 +103,36 @@ def policy_named(name: str, time_slice: float | None = None) -> QueuePolicy:
         if not time_slice >= 0:  # also NaN
             raise ValueError(f"--time-slice must be >= 0 seconds; got {time_slice}")
         policy = replace(policy, config=replace(policy.config, time_slice=time_slice))
+    if borrowing is not None:
+        policy = replace(policy, config=replace(policy.config, borrowing=borrowing))
+    if fair_share_half_life is not None:
+        if not 0 <= fair_share_half_life < math.inf:  # also NaN
+            raise ValueError(f"--fair-share-half-life must be >= 0 seconds (0: off); got {fair_share_half_life}")
+        policy = replace(policy, config=replace(policy.config, fair_share_half_life=fair_share_half_life))
     return policy
+
+
+def vc_settings(vcs: Sequence[VirtualCluster], weights: Mapping[str, float] | None = None,
+                borrow_limits: Mapping[str, int] | None = None, lend_limits: Mapping[str, int] | None = None,
+                ) -> tuple[VirtualCluster, ...]:
+    """``vcs`` with the weights and the borrowing and lending limits (whole GPUs) named per
+    VC; ValueError for a VC not among ``vcs`` or a value out of range."""
+    known = {v.name for v in vcs}
+    for option, values in (("--vc-weights", weights), ("--borrow-limit", borrow_limits),
+                           ("--lend-limit", lend_limits)):
+        for vc, value in (values or {}).items():
+            if vc not in known:
+                raise ValueError(f"{option}: no VC {vc!r} has a quota; the VCs are: {', '.join(sorted(known))}")
+            if option == "--vc-weights" and not 0 < value < math.inf:
+                raise ValueError(f"{option}: {vc}'s weight must be a number > 0; got {value}")
+            if option != "--vc-weights" and value < 0:
+                raise ValueError(f"{option}: {vc}'s limit must be a whole number of GPUs >= 0; got {value}")
+    return tuple(
+        replace(v, weight=(weights or {}).get(v.name, v.weight),
+                borrow_limit=(borrow_limits or {}).get(v.name, v.borrow_limit),
+                lend_limit=(lend_limits or {}).get(v.name, v.lend_limit))
+        for v in vcs
+    )
 
 
 @dataclass
@@ -97,6 +142,8 @@ class Outcome:
     end: float | None = None
     preemptions: int = 0
     suspensions: int = 0  # of its preemptions, those that suspended it
+    borrowed_starts: int = 0  # its starts as borrowed work (``StartJob.borrowed``)
+    reclaims: int = 0  # of its preemptions, those of it running as borrowed work
 
     @property
     def jct(self) -> float:
@@ -126,6 +173,12 @@ class QueueResult:
     busy_gpu_seconds: float = 0.0  # integral of GPUs allocated over time
     peak_gpus_busy: int = 0  # never above ``gpus``
     peak_device_milli: int = 0  # never above 1000
+    borrowed_starts: int = 0  # starts as borrowed work
+    reclaims: int = 0  # preemptions of borrowed work (by a lender, or for fair share)
+    reclaim_suspensions: int = 0  # of those, suspensions (the rest are requeues)
+    # GPU-seconds per VC of the trace: all its work's, and its borrowed work's
+    vc_gpu_seconds: dict[str, float] = field(default_factory=dict)
+    vc_borrowed_gpu_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def level(attained: float) -> int:
@@ -157,6 +210,12 @@ class QueueSim:
         if policy.las and not self.vcs:  # priority preemption needs a quota to preempt within
             self.vcs = (VirtualCluster("all", {"gpu": self.gpus}),)
         self.vc_names = {v.name for v in self.vcs}
+        self.quota = {v.name: sum(v.quota.values()) for v in self.vcs}
+        self.vc_weight = {v.name: v.weight if v.weight > 0 else 1.0 for v in self.vcs}
+        self.may_borrow = {v.name for v in self.vcs if v.borrow_limit != 0}
+        self.in_quota: dict[str, int] = defaultdict(int)  # GPUs each VC's guaranteed work holds
+        self.borrowed: dict[int, RunningJob] = {}  # running borrowed work
+        self.tally = fairshare.UsageTally(policy.config.fair_share_half_life)
         self.jobs = sorted(jobs, key=lambda j: (j.submit, j.job_id))
         self.result = QueueResult(policy.name, self.gpus)
         self.pending: dict[int, PendingJob] = {}
@@ -268,6 +327,8 @@ class QueueSim:
             # cycle would decide what the last one did; and the cluster is often full).
             return (running is not None and least is not None and job_id not in self.stopping
                     and turn_over_for(self.policy.config, least, running, self.now + 1e-6))
+        if kind == 4:  # borrowed work has run a slice: another VC's borrowing job may reclaim it
+            return job_id in self.borrowed and job_id not in self.stopping and self._fair_reclaim_possible()
         # kind 2: a running job's attained service crossed a Tiresias level
         running = self.running.get(job_id)
         if running is None or job_id in self.stopping:
@@ -285,19 +346,24 @@ class QueueSim:
             if not self.pending:
                 return
             # Nothing can start on fewer free GPUs than the smallest waiting job needs, and
-            # only Tiresias's levels and turns over preempt: then a cycle would decide nothing.
-            if (not self.policy.las and not self._turn_possible()
-                    and self.gpus - self.busy < min(self.by_id[j].gpus for j in self.pending)):
+            # only Tiresias's levels, turns over and reclaiming borrowed work preempt: then a
+            # cycle would decide nothing.
+            if (not self.policy.las and self.gpus - self.busy < min(self.by_id[j].gpus for j in self.pending)
+                    and not self._turn_possible() and not self._reclaim_possible()):
                 return
             decisions = schedule(self._snapshot())
             self.result.cycles += 1
             for start in decisions.starts:
-                self._start(start.job_id, start.placements)
+                self._start(start.job_id, start.placements, start.borrowed)
             stopped_now = False
             for preempt in decisions.preemptions:
                 job_id = preempt.job_id
                 self.result.preemptions += 1
                 self.result.outcomes[job_id].preemptions += 1
+                if job_id in self.borrowed:
+                    self.result.reclaims += 1
+                    self.result.outcomes[job_id].reclaims += 1
+                    self.result.reclaim_suspensions += preempt.suspend
                 if preempt.suspend:
                     self.result.suspensions += 1
                     self.result.outcomes[job_id].suspensions += 1
@@ -305,6 +371,8 @@ class QueueSim:
                 lifecycle.preempted(self.records[job_id], preempt.reason, self.now)
                 self.stopping[job_id] = self.now + preempt.grace_seconds
                 self.running[job_id] = replace(self.running[job_id], stops_by=self.stopping[job_id])
+                if job_id in self.borrowed:
+                    self.borrowed[job_id] = self.running[job_id]
                 heapq.heappush(self.events, (self.stopping[job_id], 1, job_id))
                 stopped_now |= preempt.grace_seconds <= 0
             if not stopped_now:
@@ -330,7 +398,7 @@ class QueueSim:
     def _vc_of(self, job: TraceJob) -> str:
         return job.vc if job.vc in self.vc_names else ("all" if "all" in self.vc_names else job.vc)
 
-    def _start(self, job_id: int, placements: Sequence[TaskPlacement]) -> None:
+    def _start(self, job_id: int, placements: Sequence[TaskPlacement], borrowed: bool = False) -> None:
         job = self.pending.pop(job_id)
         trace = self.by_id[job_id]
         lifecycle.started(self.records[job_id], ", ".join(f"{p.role}/{p.index} on {p.node}" for p in placements),
@@ -345,9 +413,17 @@ class QueueSim:
         self.result.peak_gpus_busy = max(self.result.peak_gpus_busy, self.busy)
         self.running[job_id] = RunningJob(job_id, job.vc, job.user, job.priority_rank, tuple(placements), self.now,
                                           None, self.grace, suspendable=job.suspendable,
-                                          attained_service=self.attained[job_id])
+                                          attained_service=self.attained[job_id], borrowed=borrowed)
         self.segment_start[job_id] = self.now
         outcome = self.result.outcomes[job_id]
+        if borrowed:
+            self.borrowed[job_id] = self.running[job_id]
+            outcome.borrowed_starts += 1
+            self.result.borrowed_starts += 1
+            # Another VC's borrowing job may reclaim it for fair share once it has run a slice.
+            heapq.heappush(self.events, (self.now + self.policy.config.time_slice, 4, job_id))
+        elif job.priority_rank < OPPORTUNISTIC_RANK:
+            self.in_quota[job.vc] += trace.gpus
         if outcome.first_start is None:
             outcome.first_start = self.now
         end = self.now + self.debt[job_id] + trace.duration - self.done[job_id]
@@ -380,6 +456,14 @@ class QueueSim:
         running = self.running.pop(job_id)
         trace = self.by_id[job_id]
         ran = self.now - self.segment_start.pop(job_id)
+        fairshare.record_end(self.tally, running, self.now)
+        vc_seconds = self.result.vc_gpu_seconds
+        vc_seconds[trace.vc] = vc_seconds.get(trace.vc, 0.0) + trace.gpus * ran
+        if self.borrowed.pop(job_id, None) is not None:
+            lent = self.result.vc_borrowed_gpu_seconds
+            lent[trace.vc] = lent.get(trace.vc, 0.0) + trace.gpus * ran
+        elif running.priority_rank < OPPORTUNISTIC_RANK:
+            self.in_quota[running.vc] -= trace.gpus
         restoring = min(ran, self.debt[job_id])  # the checkpoint's restore, before any progress
         self.debt[job_id] -= restoring
         self.result.lost_gpu_seconds += trace.gpus * restoring
@@ -405,6 +489,38 @@ class QueueSim:
             for job_id, r in self.running.items()
         )
 
+    def _reclaim_possible(self) -> bool:
+        """Whether a waiting job might preempt borrowed work (a cheap test, as ``_turn_possible``):
+        one that fits its VC's free quota reclaims it (``borrowing``), and one over its quota
+        may take another VC's for fair share (``_fair_reclaim_possible``)."""
+        if not any(job_id not in self.stopping for job_id in self.borrowed):
+            return False
+        for p in self.pending.values():
+            if p.priority_rank < OPPORTUNISTIC_RANK and (
+                    self.by_id[p.job_id].gpus <= self.quota.get(p.vc, 0) - self.in_quota[p.vc]):
+                return True
+        return self._fair_reclaim_possible()
+
+    def _fair_reclaim_possible(self) -> bool:
+        """Whether a job waiting over its VC's quota might reclaim another VC's borrowed work
+        for fair share (``preemption.fair_victim``): work that has run a whole slice, of a VC
+        whose weighted borrowed share is above what the waiting job's VC's would be with it."""
+        config = self.policy.config
+        share: dict[str, float] = defaultdict(float)
+        ripe: set[str] = set()
+        for job_id, r in self.borrowed.items():
+            share[r.vc] += r.gpus / self.vc_weight.get(r.vc, 1.0)
+            if job_id not in self.stopping and self.now - r.started_at >= config.time_slice:
+                ripe.add(r.vc)
+        if not ripe:
+            return False
+        wants = {(p.vc, self.by_id[p.job_id].gpus) for p in self.pending.values()
+                 if p.vc in self.may_borrow and p.priority_rank < OPPORTUNISTIC_RANK}
+        return any(
+            share[other] > share[vc] + gpus / self.vc_weight.get(vc, 1.0)
+            for vc, gpus in wants for other in ripe if other != vc
+        )
+
     def _least_waiting_service(self) -> float | None:
         """The least service a waiting guaranteed job has received (it may take turns from
         the most running jobs); None when none waits."""
@@ -418,6 +534,10 @@ class QueueSim:
             GpuSlot(g.index, g.model, g.memory_mb, used[g.index], g.group) for g in node.gpus))
 
     def _snapshot(self) -> Snapshot:
+        usage: Mapping[tuple[str, str], float] = {}
+        borrowed_usage: Mapping[str, float] = {}
+        if self.tally.half_life > 0:
+            usage, borrowed_usage = fairshare.current_usage(self.tally, self.running.values(), self.now)
         return Snapshot(
             nodes=tuple(self.nodes.values()),
             pending=tuple(self.pending.values()),
@@ -425,6 +545,8 @@ class QueueSim:
             vcs=self.vcs,
             running=tuple(self.running.values()),
             preempting=frozenset(self.stopping),
+            usage=usage,
+            borrowed_usage=borrowed_usage,
             config=self.policy.config,
         )
 

@@ -30,7 +30,7 @@ from trainyard.sim.jobs import (
     uniform_cluster,
     window,
 )
-from trainyard.sim.queue import QueuePolicy, QueueResult, QueueSim, policy_named, vc_quotas
+from trainyard.sim.queue import Outcome, QueuePolicy, QueueResult, QueueSim, policy_named, vc_quotas, vc_settings
 from trainyard.sim.traces import PHILLY_JOBS, resolve, trace_file
 
 HOUR = 3600.0
@@ -75,7 +75,37 @@ def report(result: QueueResult) -> dict[str, Any]:
         "lost_share_of_busy": result.lost_gpu_seconds / result.busy_gpu_seconds if result.busy_gpu_seconds else 0.0,
         "cycles": result.cycles,
         "vc_avg_queueing_h": {vc: statistics.fmean(q) / HOUR for vc, q in sorted(per_vc.items())},
+        # borrowing: jobs that ran borrowed at least once, and those of them reclaimed
+        "borrowed_jobs": sum(1 for o in done if o.borrowed_starts),
+        "borrowed_starts": result.borrowed_starts,
+        "reclaimed_jobs": sum(1 for o in done if o.reclaims),
+        "reclaims": result.reclaims,
+        "reclaim_suspensions": result.reclaim_suspensions,
+        "borrowed_gpu_hours": sum(result.vc_borrowed_gpu_seconds.values()) / HOUR,
+        "vcs": vc_report(result, done, makespan),
     }
+
+
+def vc_report(result: QueueResult, done: Sequence[Outcome], makespan: float) -> dict[str, dict[str, Any]]:
+    """Per VC of the trace: mean JCT and queueing, p99 queueing, the GPUs its work held and
+    borrowed on average over the makespan, its jobs that ran borrowed and were reclaimed."""
+    by_vc: dict[str, list[Outcome]] = {}
+    for o in done:
+        by_vc.setdefault(o.job.vc, []).append(o)
+    out = {}
+    for vc, outcomes in sorted(by_vc.items()):
+        queueing = [o.queueing for o in outcomes]
+        out[vc] = {
+            "jobs": len(outcomes),
+            "avg_jct_h": statistics.fmean(o.jct for o in outcomes) / HOUR,
+            "avg_queueing_h": statistics.fmean(queueing) / HOUR,
+            "p99_queueing_h": percentile(queueing, 99) / HOUR,
+            "mean_gpus": result.vc_gpu_seconds.get(vc, 0.0) / makespan if makespan > 0 else 0.0,
+            "mean_borrowed_gpus": result.vc_borrowed_gpu_seconds.get(vc, 0.0) / makespan if makespan > 0 else 0.0,
+            "borrowed_jobs": sum(1 for o in outcomes if o.borrowed_starts),
+            "reclaimed_jobs": sum(1 for o in outcomes if o.reclaims),
+        }
+    return out
 
 
 def private_cluster(gpus: int, node_gpus: int = 8) -> tuple[NodeState, ...]:
@@ -112,6 +142,8 @@ def sharing_anomaly(jobs: Sequence[TraceJob], vcs: Sequence[VirtualCluster], sha
             "jobs": len(own),
             "shared_avg_queueing_h": together,
             "alone_avg_queueing_h": alone["avg_queueing_h"],
+            "alone_avg_jct_h": alone["avg_jct_h"],
+            "alone_p99_queueing_h": alone["p99_queueing_h"],
             # Worse by more than 1 % and 36 s: below that it is rounding and tick noise.
             "worse_for_sharing": together is not None and together > alone["avg_queueing_h"] * 1.01 + 0.01,
         }
@@ -129,6 +161,14 @@ def run_queue_command(args: argparse.Namespace,
         report_to = on_fraction
         return lambda fraction: report_to(name, fraction)
 
+    # The options first, before minutes of loading and replaying a trace.
+    per_vc = {option: parse_per_vc(option, getattr(args, attr), kind) for option, attr, kind in (
+        ("--vc-weights", "vc_weights", float), ("--borrow-limit", "borrow_limit", int),
+        ("--lend-limit", "lend_limit", int))}
+    if any(per_vc.values()) and not args.vc_quotas:
+        raise ValueError("--vc-weights, --borrow-limit and --lend-limit need --vc-quotas (VCs to set them on)")
+    borrowing = None if args.borrowing is None else args.borrowing == "on"
+    policy = policy_named(args.policy, args.time_slice, borrowing, args.fair_share_half_life)
     if args.trace == "philly":
         path = args.jobs or trace_file(*PHILLY_JOBS)
         jobs = load_philly(path)
@@ -150,7 +190,7 @@ def run_queue_command(args: argparse.Namespace,
         vcs = vc_quotas(chosen, gpus)
     elif args.vc_quotas:
         vcs = vc_quotas(chosen, gpus, load_vc_nodes(resolve("--vc-quotas", args.vc_quotas)))
-    policy = policy_named(args.policy, args.time_slice)
+    vcs = vc_settings(vcs, per_vc["--vc-weights"], per_vc["--borrow-limit"], per_vc["--lend-limit"])
     cost = args.suspend_cost
     options = {"suspendable": args.suspendable, "suspend_cost": cost}
     started = time.perf_counter()
@@ -164,6 +204,10 @@ def run_queue_command(args: argparse.Namespace,
     summary["suspendable"] = args.suspendable
     summary["suspend_cost_s"] = cost
     summary["time_slice_s"] = policy.config.time_slice if policy.config.timeshare else None
+    summary["borrowing"] = policy.config.borrowing
+    summary["fair_share_half_life_s"] = policy.config.fair_share_half_life
+    summary["vc_settings"] = {v.name: {"quota_gpus": sum(v.quota.values()), "weight": v.weight,
+                                       "borrow_limit": v.borrow_limit, "lend_limit": v.lend_limit} for v in vcs}
     if vcs:
         summary["sharing"] = sharing_anomaly(chosen, vcs, summary, policy, args.tick,
                                              phase(f"each of {len(vcs)} VCs alone"), **options)
@@ -172,15 +216,33 @@ def run_queue_command(args: argparse.Namespace,
     return summary
 
 
+def parse_per_vc(option: str, text: str | None, kind: type[float] | type[int]) -> dict[str, Any]:
+    """``VC=VALUE,...`` → {VC: VALUE}; ValueError naming the option and what is wrong."""
+    out: dict[str, Any] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        vc, sep, value = item.partition("=")
+        try:
+            if not sep or not vc.strip():
+                raise ValueError
+            out[vc.strip()] = kind(value.strip())
+        except ValueError:
+            what = "a number" if kind is float else "a whole number of GPUs"
+            raise ValueError(f"{option}: {item.strip()!r} is not VC=VALUE with VALUE {what} "
+                             f"(e.g. {option} a=2,b=1)") from None
+    return out
+
+
 def _write_jobs(result: QueueResult, path: Path) -> None:
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
         out.writerow(["job_id", "vc", "gpus", "submit", "duration_s", "first_start", "end", "jct_s", "queueing_s",
-                      "preemptions", "suspensions"])
+                      "preemptions", "suspensions", "borrowed_starts", "reclaims"])
         for o in sorted(result.outcomes.values(), key=lambda o: o.job.job_id):
             out.writerow([o.job.job_id, o.job.vc, o.job.gpus, o.job.submit, o.job.duration, o.first_start, o.end,
                           o.jct if o.end is not None else "", o.queueing if o.end is not None else "", o.preemptions,
-                          o.suspensions])
+                          o.suspensions, o.borrowed_starts, o.reclaims])
 
 
 def print_report(s: dict[str, Any]) -> None:
@@ -196,7 +258,16 @@ def print_report(s: dict[str, Any]) -> None:
               f"{s['suspend_cost_s']:g} s per suspension: {s['suspensions']} suspensions "
               f"({s['suspensions_per_job_hour']:.3f} per job-hour), {s['lost_gpu_hours']:.0f} GPU-h lost "
               f"({100 * s['lost_share_of_busy']:.2f} % of busy GPU time)")
-    print("  queueing by VC (h): " + ", ".join(f"{vc} {q:.2f}" for vc, q in s["vc_avg_queueing_h"].items()))
+    half_life = s["fair_share_half_life_s"]
+    print(f"  borrowing     {'on' if s['borrowing'] else 'off'}: {s['borrowed_jobs']} jobs ran borrowed "
+          f"({s['borrowed_starts']} starts, {s['borrowed_gpu_hours']:.0f} GPU-h), {s['reclaimed_jobs']} reclaimed "
+          f"({s['reclaims']} times, {s['reclaim_suspensions']} suspended, the rest requeued); fair share "
+          + (f"half-life {half_life / HOUR:g} h" if half_life > 0 else "off"))
+    print("  by VC         jobs  mean JCT  mean queue  p99 queue  GPUs used  borrowed  jobs borrowed  reclaimed")
+    for vc, row in s["vcs"].items():
+        print(f"    {vc:>10} {row['jobs']:>6} {row['avg_jct_h']:>7.2f}h {row['avg_queueing_h']:>9.2f}h "
+              f"{row['p99_queueing_h']:>9.2f}h {row['mean_gpus']:>10.1f} {row['mean_borrowed_gpus']:>9.1f} "
+              f"{row['borrowed_jobs']:>14} {row['reclaimed_jobs']:>10}")
     if "sharing" in s:
         print("  sharing anomaly (mean queueing, h): VC quota shared alone")
         for vc, row in s["sharing"].items():
