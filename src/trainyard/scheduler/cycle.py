@@ -107,6 +107,10 @@ class Cycle:
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))
+        if job.borrowing and self.borrow_shares is not None:  # its VC's weighted borrowed share grows
+            policy = self.ledger.quotas.vcs.get(job.vc)
+            weight = policy.weight if policy is not None and policy.weight > 0 else 1.0
+            self.borrow_shares[job.vc] += sum(t.gpu_milli for t in job.tasks) / MILLI / weight
         owner = job_owner(job)
         now = self.snapshot.now
         end = None if job.max_runtime is None else now + job.max_runtime

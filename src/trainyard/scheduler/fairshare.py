@@ -123,27 +123,38 @@ def record_end(tally: UsageTally, job: RunningJob, end: float) -> None:
 
 def fair_order(
     jobs: Sequence[PendingJob], usage: Mapping[tuple[str, str], float], half_life: float,
-    group: Callable[[PendingJob], Hashable],
+    group: Callable[[PendingJob], Hashable], *, by_vc: bool = True,
 ) -> tuple[list[PendingJob], dict[int, int]]:
     """``jobs`` (sorted by their own order) with the jobs of each ``group`` (a queue and a
     priority) reordered by fair share; the groups keep their places relative to each other.
-    Also, for each job that other users' jobs now go ahead of, how many (for why-pending)."""
+    Also, for each job that other users' jobs now go ahead of, how many (for why-pending).
+
+    Users are the principals, each within a VC; without VCs (``by_vc`` False: one pool,
+    whatever VC a job names) a user is one principal, their usage summed over VCs."""
     if half_life <= 0 or len(jobs) < 2:
         return list(jobs), {}
+    if not by_vc:
+        summed: dict[tuple[str, str], float] = {}
+        for (_, user), value in usage.items():
+            summed[("", user)] = summed.get(("", user), 0.0) + value
+        usage = summed
     groups: dict[Hashable, list[PendingJob]] = {}
     for job in jobs:
         groups.setdefault(group(job), []).append(job)
     overtaken: dict[int, int] = {}
-    reordered = {key: iter(_merged(members, usage, half_life, overtaken)) for key, members in groups.items()}
+    reordered = {
+        key: iter(_merged(members, usage, half_life, overtaken, by_vc)) for key, members in groups.items()
+    }
     return [next(reordered[group(job)]) for job in jobs], overtaken
 
 
 def _merged(
-    jobs: list[PendingJob], usage: Mapping[tuple[str, str], float], half_life: float, overtaken: dict[int, int]
+    jobs: list[PendingJob], usage: Mapping[tuple[str, str], float], half_life: float, overtaken: dict[int, int],
+    by_vc: bool,
 ) -> list[PendingJob]:
     by_user: dict[tuple[str, str], list[PendingJob]] = {}
     for job in jobs:
-        by_user.setdefault((job.vc, job.user), []).append(job)
+        by_user.setdefault((job.vc if by_vc else "", job.user), []).append(job)
     if len(by_user) < 2:
         return jobs
     position = {job.job_id: i for i, job in enumerate(jobs)}

@@ -94,15 +94,29 @@ def borrow_shares(cycle: Cycle) -> dict[str, float]:
     whose borrowed work goes first (``victim_key``, ``fair_victim``)."""
     if cycle.borrow_shares is None:
         shares: dict[str, float] = defaultdict(float)
-        for r in cycle.ledger.running.values():
-            if r.borrowed:
+        leaving = cycle.ledger.preempting | cycle.claimed
+        for r in (*cycle.ledger.running.values(), *cycle.started):
+            if r.borrowed and r.job_id not in leaving:
                 shares[r.vc] += r.gpus
         half_life = cycle.snapshot.config.fair_share_half_life
         if half_life > 0:
             for vc, used in cycle.snapshot.borrowed_usage.items():
                 shares[vc] += used * math.log(2) / half_life
-        cycle.borrow_shares = {vc: gpus / vc_weight(cycle, vc) for vc, gpus in shares.items()}
+        cycle.borrow_shares = defaultdict(float, {vc: gpus / vc_weight(cycle, vc) for vc, gpus in shares.items()})
     return cycle.borrow_shares
+
+
+def _shift_shares(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
+    """A plan's effect on the weighted borrowed shares, for the plans after it in this cycle:
+    its borrowed victims' VCs lose them, and the job's VC gains it if it borrows."""
+    if cycle.borrow_shares is None:
+        return  # not asked yet: worked out from scratch (with the plans' claims) when it is
+    shares = cycle.borrow_shares
+    for victim in victims:
+        if victim.borrowed:
+            shares[victim.vc] -= victim.gpus / vc_weight(cycle, victim.vc)
+    if job.borrowing:
+        shares[job.vc] += sum(t.gpu_milli for t in job.tasks) / 1000 / vc_weight(cycle, job.vc)
 
 
 def vc_weight(cycle: Cycle, vc: str) -> float:
@@ -632,6 +646,8 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
     ledger = cycle.ledger
     owner = job_owner(job)
     now = cycle.snapshot.now
+    claiming = [v for v in victims if v.job_id not in ledger.preempting and v.job_id not in cycle.claimed]
+    _shift_shares(cycle, job, claiming)
     for victim in sorted(victims, key=lambda v: v.job_id):
         if victim.job_id in ledger.preempting or victim.job_id in cycle.claimed:
             continue  # stopping already, or preempted for another job of this cycle

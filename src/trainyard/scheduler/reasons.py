@@ -190,7 +190,10 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
         reason, worded, eta = _worded(cycle, job, wait, position, before, after, quota_etas, shared)
         overtaken = cycle.overtaken.get(job.job_id)
         if overtaken:
-            usage = cycle.snapshot.usage.get((job.vc, job.user), 0.0)
+            usage = (
+                cycle.snapshot.usage.get((job.vc, job.user), 0.0) if cycle.snapshot.vcs
+                else sum(v for (_, user), v in cycle.snapshot.usage.items() if user == job.user)
+            )
             half_life = cycle.snapshot.config.fair_share_half_life
             worded = Worded(
                 f"{worded.message}; fair share: {overtaken} later job(s) of other users go first, by their "

@@ -87,7 +87,7 @@ def ordered(snapshot: Snapshot) -> tuple[list[PendingJob], dict[int, int]]:
         guaranteed = job.priority_rank < OPPORTUNISTIC_RANK
         return (job.vc if by_vc and guaranteed else "", job.priority_rank)
 
-    return fair_order(order, snapshot.usage, snapshot.config.fair_share_half_life, group)
+    return fair_order(order, snapshot.usage, snapshot.config.fair_share_half_life, group, by_vc=by_vc)
 
 
 @dataclass(frozen=True)
