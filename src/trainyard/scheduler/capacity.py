@@ -190,6 +190,13 @@ class FreeNode:
         """Positions of the devices whose model and memory suit the task."""
         return [i for i in range(len(self.gpu_free)) if self.suits(i, task)]
 
+    def model_of(self, index: int) -> str | None:
+        """The model of the device with this index; None if the node has no such device."""
+        if self.only_model is not None:
+            return self.only_model
+        pos = self.position.get(index)
+        return None if pos is None else self.gpu_model[pos]
+
     def whole_free_gpus(self, task: TaskRequest) -> int:
         return sum(1 for i in self.eligible_devices(task) if self.gpu_free[i] == MILLI)
 

@@ -105,7 +105,8 @@ class Ledger:
         )
 
     def model_of(self, node: str, index: int) -> str | None:
-        return _model_of(self.capacity.nodes, node, index)
+        free = self.capacity.nodes.get(node)
+        return None if free is None else free.model_of(index)
 
     def allocate(self, owner: Owner, placement: TaskPlacement, binding: Binding | None, tentative: Tentative) -> None:
         self.capacity.take(placement, tentative)
@@ -233,16 +234,6 @@ def _holds_all(p: TaskPlacement, node: FreeNode | None) -> bool:
         and p.cpu_milli >= node.cpu_total
         and p.memory_mb >= node.memory_total
     )
-
-
-def _model_of(nodes: dict[str, FreeNode], node: str, index: int) -> str | None:
-    free = nodes.get(node)
-    if free is None:
-        return None
-    if free.only_model is not None:
-        return free.only_model
-    pos = free.position.get(index)
-    return None if pos is None else free.gpu_model[pos]
 
 
 class Access:

@@ -276,12 +276,7 @@ class Quotas:
 
     def _model(self, node_name: str, index: int) -> str | None:
         node = self.nodes.get(node_name)
-        if node is None:
-            return None
-        if node.only_model is not None:
-            return node.only_model
-        pos = node.position.get(index)
-        return None if pos is None else node.gpu_model[pos]
+        return None if node is None else node.model_of(index)
 
 
 def _models_of(job: PendingJob) -> tuple[str, ...]:
