@@ -148,9 +148,10 @@ def test_the_same_store_gives_the_same_answer_after_a_restart(
 def test_recent_gpu_hours_decay_with_the_half_life_over_every_run_not_only_the_period(
     db: Database, world: dict[str, int]
 ) -> None:
-    """Fair share's figure: each task run's GPU-seconds decayed to now (``run_usage``), in
-    hours, by line; by VC, the part on borrowed GPUs; in a report up to now, a user with
-    recent usage and nothing in the period has a line of zero hours."""
+    """Fair share's figure: each task run's GPU-seconds decayed to the report's end, now for a
+    report up to now (``run_usage``), in hours, by line; by VC, the part on borrowed GPUs; in
+    a report up to now, a user with recent usage and nothing in the period has a line of zero
+    hours."""
     from trainyard.scheduler.fairshare import run_usage
     from trainyard.store.rows import AttemptRow
 
@@ -171,12 +172,17 @@ def test_recent_gpu_hours_decay_with_the_half_life_over_every_run_not_only_the_p
     assert {name: line.recentGpuHours for name, line in lines.items()} == pytest.approx(
         {"alice": alice, "carol": carol, "bob": bob_first + bob_borrowed})
     assert rep.total.recentGpuHours == pytest.approx(alice + carol + bob_first + bob_borrowed)
-    by_vc = {line.name: line for line in report(db, "root", by="vc", fair_share_half_life=h).lines}
+    by_vc = {line.name: line for line in report(db, "root", by="vc", until=None, fair_share_half_life=h).lines}
     assert by_vc["default"].recentGpuHours == pytest.approx(recent(1, 0, 1) + bob_first + bob_borrowed + carol)
     assert by_vc["default"].recentBorrowedGpuHours == pytest.approx(bob_borrowed)
     assert by_vc["vision"].recentBorrowedGpuHours == 0.0
     # A user's own report counts their own runs alone; fair share off: no figure at all.
-    assert [(line.name, line.recentGpuHours) for line in report(db, "bob", fair_share_half_life=h).lines] == [
-        ("bob", pytest.approx(bob_first + bob_borrowed))]
+    mine = report(db, "bob", until=None, fair_share_half_life=h).lines
+    assert [(line.name, line.recentGpuHours) for line in mine] == [("bob", pytest.approx(bob_first + bob_borrowed))]
+    # A past period's figure is as of its end, so it does not change as time goes by.
+    past = report(db, "bob", until=at(6), fair_share_half_life=h).lines[0].recentGpuHours
+    as_of_6 = (run_usage(0.5, at(1).timestamp(), at(3).timestamp(), at(6).timestamp(), h)
+               + run_usage(0.5, at(4).timestamp(), at(5).timestamp(), at(6).timestamp(), h)) / 3600
+    assert past == pytest.approx(as_of_6)
     off = report(db, "root")
     assert off.fairShareHalfLifeSeconds is None and off.lines[0].recentGpuHours is None
