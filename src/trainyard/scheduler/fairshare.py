@@ -133,6 +133,8 @@ def fair_order(
     whatever VC a job names) a user is one principal, their usage summed over VCs."""
     if half_life <= 0 or len(jobs) < 2:
         return list(jobs), {}
+    if len({(job.vc if by_vc else "", job.user) for job in jobs}) < 2:
+        return list(jobs), {}  # one principal (a simulated trace without users): nothing to reorder
     if not by_vc:
         summed: dict[tuple[str, str], float] = {}
         for (_, user), value in usage.items():

@@ -144,7 +144,7 @@ class RunningJob:
     # work it holds no quota and no cells, and is reclaimed when a lender needs them back.
     borrowed: bool = False
 
-    @property
+    @cached_property
     def guaranteed(self) -> bool:
         """Whether it runs within its VC's guarantee (not opportunistic, not borrowed):
         only such work holds quota and cells and is never reclaimed by another VC."""

@@ -217,6 +217,9 @@ class QueueSim:
         self.borrowed: dict[int, RunningJob] = {}  # running borrowed work
         self.tally = fairshare.UsageTally(policy.config.fair_share_half_life)
         self.jobs = sorted(jobs, key=lambda j: (j.submit, j.job_id))
+        # Usage orders users (one principal per user without VCs) and borrowing VCs: with one
+        # user and no VCs (Philly without quotas) the scheduler has nothing to use it for.
+        self.usage_matters = bool(self.vcs) or len({j.user for j in self.jobs}) > 1
         self.result = QueueResult(policy.name, self.gpus)
         self.pending: dict[int, PendingJob] = {}
         self.running: dict[int, RunningJob] = {}
@@ -536,7 +539,7 @@ class QueueSim:
     def _snapshot(self) -> Snapshot:
         usage: Mapping[tuple[str, str], float] = {}
         borrowed_usage: Mapping[str, float] = {}
-        if self.tally.half_life > 0:
+        if self.tally.half_life > 0 and self.usage_matters:
             usage, borrowed_usage = fairshare.current_usage(self.tally, self.running.values(), self.now)
         return Snapshot(
             nodes=tuple(self.nodes.values()),
