@@ -19,6 +19,7 @@ import yaml
 from trainyard.cli import (
     admin_commands,
     alert_commands,
+    bulk,
     dev_commands,
     env_commands,
     execshell,
@@ -43,7 +44,7 @@ from trainyard.client import (
 )
 from trainyard.client_config import load_config
 from trainyard.core.states import FINAL_JOB_STATES, JobState
-from trainyard.schemas.jobs import DryRunResult
+from trainyard.schemas.jobs import DryRunResult, JobDetail
 
 FOLLOW_WAIT_POLL_SECONDS = 1.0  # how often `logs -f` asks whether a waiting job has started
 
@@ -226,27 +227,42 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
-    job = client.stop(args.id, reason=args.reason)
-    render.print_json(job) if args.json else print(f"job {job.id}: {job.state}")
+    if len(args.ids) != 1 or bulk.has_filters(args):
+        return bulk.bulk(client, args, "stop", lambda job_id: client.stop(job_id, reason=args.reason), _stopped)
+    job = client.stop(args.ids[0], reason=args.reason)
+    render.print_json(job) if args.json else print(_stopped(job))
     return 0
+
+
+def _stopped(job: JobDetail) -> str:
+    return f"job {job.id}: {job.state}"
 
 
 def cmd_suspend(client: Client, args: argparse.Namespace) -> int:
-    job = client.suspend(args.id)
-    if args.json:
-        render.print_json(job)
-    elif job.state == JobState.RUNNING:
-        print(f"job {job.id}: suspending (its tasks save their state; `yard job {job.id}` follows it; "
-              f"`yard resume {job.id}` lets it run again)")
-    else:
-        print(f"job {job.id}: {job.state}, held until `yard resume {job.id}`")
+    if len(args.ids) != 1 or bulk.has_filters(args):
+        return bulk.bulk(client, args, "suspend", client.suspend, _suspended)
+    job = client.suspend(args.ids[0])
+    render.print_json(job) if args.json else print(_suspended(job))
     return 0
+
+
+def _suspended(job: JobDetail) -> str:
+    if job.state == JobState.RUNNING:
+        return (f"job {job.id}: suspending (its tasks save their state; `yard job {job.id}` follows it; "
+                f"`yard resume {job.id}` lets it run again)")
+    return f"job {job.id}: {job.state}, held until `yard resume {job.id}`"
 
 
 def cmd_resume(client: Client, args: argparse.Namespace) -> int:
-    job = client.resume(args.id)
-    render.print_json(job) if args.json else print(f"job {job.id}: {job.state}; {job.message}")
+    if len(args.ids) != 1 or bulk.has_filters(args):
+        return bulk.bulk(client, args, "resume", client.resume, _resumed)
+    job = client.resume(args.ids[0])
+    render.print_json(job) if args.json else print(_resumed(job))
     return 0
+
+
+def _resumed(job: JobDetail) -> str:
+    return f"job {job.id}: {job.state}; {job.message}"
 
 
 def cmd_clone(client: Client, args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from trainyard.cli.periods import moment
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
 from trainyard.core.sharing import GPU_SHARING_NAMES
+from trainyard.core.states import FINAL_JOB_STATES, JobState
 
 JOBS_PER_PAGE = 20  # `yard jobs` without --limit
 TOP_INTERVAL_SECONDS = 2.0  # `yard top` without --interval
@@ -68,6 +69,29 @@ def _borrowing_flags(q: argparse.ArgumentParser, *, keep: bool) -> None:
                         "(none: all of them; 0: it never lends)")
     q.add_argument("--weight", type=_weight, metavar="W", default=argparse.SUPPRESS if keep else 1.0,
                    help="its share of idle GPUs against the other VCs that want them (default 1; at most 1000)")
+
+
+# More jobs than this and `yard stop|suspend|resume` asks first (on a terminal; else --yes).
+BULK_CONFIRM_OVER = 5
+# What `yard stop|suspend|resume` filters select without --state: the jobs the action applies to.
+BULK_DEFAULT_STATES: dict[str, tuple[JobState, ...]] = {
+    "stop": tuple(s for s in JobState if s not in FINAL_JOB_STATES and s != JobState.STOPPING),
+    "suspend": (JobState.WAITING, JobState.RUNNING),
+    "resume": (JobState.SUSPENDED,),
+}
+
+
+def _bulk_selection(p: argparse.ArgumentParser, action: str) -> None:
+    """The ids and filters `yard stop|suspend|resume` take (cli/bulk.py)."""
+    default = ",".join(BULK_DEFAULT_STATES[action])
+    p.add_argument("ids", type=int, nargs="*", metavar="ID",
+                   help="the jobs (with filters: only those of them the filters select)")
+    p.add_argument("--user", help="the jobs of this user (admins; anyone else selects only their own jobs)")
+    p.add_argument("--state", action="append", metavar="STATE",
+                   help=f"jobs in this state (repeatable, or a comma list; default with filters: {default})")
+    p.add_argument("--vc", help="the jobs in this virtual cluster")
+    p.add_argument("-y", "--yes", action="store_true",
+                   help=f"act on more than {BULK_CONFIRM_OVER} jobs without asking (needed when not on a terminal)")
 
 
 def _json_flag(p: argparse.ArgumentParser) -> None:
@@ -319,18 +343,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int)
     p.add_argument("--task", help="ROLE/INDEX (default: the first running task)")
 
-    p = sub.add_parser("stop", help="stop a job (SIGTERM, then SIGKILL after its grace period)")
-    p.add_argument("id", type=int)
+    p = sub.add_parser("stop", help="stop jobs, by ids and/or filters (SIGTERM, then SIGKILL after its grace period)")
+    _bulk_selection(p, "stop")
     p.add_argument("--reason", default="", help="why, told to the job's owner in its message and history")
     _json_flag(p)
 
-    p = sub.add_parser("suspend", help="suspend a job until `yard resume` (it saves its state; needs "
-                                       "'preemption: suspend' if running)")
-    p.add_argument("id", type=int)
+    p = sub.add_parser("suspend", help="suspend jobs, by ids and/or filters, until `yard resume` (each saves "
+                                       "its state; needs 'preemption: suspend' if running)")
+    _bulk_selection(p, "suspend")
     _json_flag(p)
 
-    p = sub.add_parser("resume", help="let a suspended job run again, as a new attempt with its place in the queue")
-    p.add_argument("id", type=int)
+    p = sub.add_parser("resume", help="let suspended jobs, by ids and/or filters, run again, each as a new "
+                                      "attempt with its place in the queue")
+    _bulk_selection(p, "resume")
     _json_flag(p)
 
     p = sub.add_parser("wait", help="wait for a job to end; exit 0 only if it SUCCEEDED")
