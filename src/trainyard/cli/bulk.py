@@ -37,7 +37,10 @@ def bulk(client: Client, args: argparse.Namespace, action: str, act: Callable[[i
         if not sys.stdin.isatty():
             _fail(f"that is {len(ids)} jobs ({_ids(ids)}): add --yes to {action} them without a terminal to ask on")
             return EXIT_USAGE
-        answer = input(f"{action} {len(ids)} jobs ({_ids(ids)})? [y/N] ")
+        try:
+            answer = input(f"{action} {len(ids)} jobs ({_ids(ids)})? [y/N] ")
+        except EOFError:
+            answer = ""
         if answer.strip().lower() not in ("y", "yes"):
             _fail("nothing done")
             return EXIT_ERROR
