@@ -81,6 +81,16 @@ def test_a_job_whose_selector_reads_a_label_no_node_has_yet_is_accepted_and_wait
     assert response.status_code == 201, response.text
 
 
+def test_a_selector_no_gpu_can_ever_meet_is_refused_at_submit_with_the_clause_and_the_best_value(api: Api) -> None:
+    # the harness's GPUs have 16 GiB; a label may come later, a bigger GPU may not
+    never = JOB.replace('node.labels["ib"] == "true"', 'node.labels["ib"] == "true" && gpu.memoryMB >= 40000')
+    response = api.user.post("/api/v1/jobs", content=never, headers={"content-type": "application/yaml"})
+    assert response.status_code == 422, response.text
+    [error] = response.json()["errors"]
+    assert error["path"] == "taskRoles.w.resourcePerInstance.selector"
+    assert "no node meets gpu.memoryMB >= 40000: the largest GPU has 16384 MiB" in error["message"]
+
+
 def test_an_invalid_selector_is_refused_at_submit_and_in_a_dry_run_with_its_path(api: Api) -> None:
     bad = JOB.replace('node.labels["ib"] == "true"', "gpu.memroyMB >= 40000")
     assert bad != JOB

@@ -61,6 +61,31 @@ def test_a_job_on_borrowed_gpus_is_starred_in_the_list_and_said_so_in_its_detail
     assert "Attempt 0: RUNNING (on borrowed GPUs)" in detail
 
 
+def test_yard_job_shows_each_tasks_gpu_devices_and_ports_and_its_events_oldest_first() -> None:
+    from trainyard.cli.render import job_detail
+
+    task = {"role": "main", "index": 0, "state": "RUNNING", "node": "n1", "gpus": [0, 3], "gpu": 2, "cpu": 1,
+            "memoryMB": 1024, "exitCode": None, "startedAt": None, "finishedAt": None, "message": "", "run": 0,
+            "ports": {"http": [8080], "ssh": [2222]}}
+    shared = {**task, "index": 1, "gpus": [1], "gpu": 0.5, "ports": {}}
+    detail = job_detail(JobDetail.model_validate({
+        "id": 7, "name": "j", "user": "alice", "vc": "vision", "priority": "normal", "state": "RUNNING",
+        "gpus": 2.5, "attempt": 0, "submittedAt": "2026-11-21T10:00:00Z", "startedAt": "2026-11-21T10:00:05Z",
+        "finishedAt": None, "exitCode": None, "message": "", "pending": None, "retriesUsed": 0,
+        "gracePeriodSeconds": 30, "spec": {},
+        "attempts": [{"number": 0, "state": "RUNNING", "startedAt": None, "finishedAt": None, "exitCode": None,
+                      "reason": "", "tasks": [task, shared]}],
+        "events": [{"at": "2026-11-21T10:00:00Z", "kind": "SUBMITTED", "message": "first"},
+                   {"at": "2026-11-21T10:00:05Z", "kind": "STARTED", "message": "second"}]}))
+    lines = detail.splitlines()
+    header = next(line for line in lines if "TASK" in line)
+    assert "GPU DEVICES" in header and "PORTS" in header and " GPUS " not in header
+    row = next(line for line in lines if line.strip().startswith("main/0"))
+    assert "0,3" in row and "http:8080 ssh:2222" in row
+    assert "1 (0.5)" in next(line for line in lines if line.strip().startswith("main/1"))
+    assert detail.index("first") < detail.index("second")
+
+
 def test_up_refuses_a_bad_setting_before_writing_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TRAINYARD_HOME", str(tmp_path / "home"))

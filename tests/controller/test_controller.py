@@ -385,3 +385,28 @@ taskRoles:
     with world.db.session() as s:
         states = [a.state for a in s.get(JobRow, job_id).attempts]
     assert states == ["LOST"] * MAX_PLATFORM_RETRIES + ["FAILED"]
+
+
+def test_a_job_whose_ports_cannot_be_reserved_waits_with_the_reason_and_starts_when_they_can(
+        world, monkeypatch) -> None:
+    """Ports held by another program are the node's trouble, not the job's: it is not failed
+    (nor does it spend a retry: no attempt was made); it waits, saying why, and is placed again."""
+    real = world.backend.allocate_ports
+    refusals = []
+
+    def busy(node, count, taken=()):
+        if not refusals:
+            refusals.append(node)
+            raise OSError(f"{count} ports asked for on node {node}, 0 free")
+        return real(node, count, taken)
+
+    monkeypatch.setattr(world.backend, "allocate_ports", busy)
+    job_id = world.submit("name: web\ntaskRoles:\n  m:\n    resourcePerInstance: {ports: {http: 1}}\n"
+                          "    commands: ['true']\n")
+    world.cycle()
+    with world.db.session() as s:
+        job = s.get(JobRow, job_id)
+        assert (job.state, job.pending_reason, job.attempt) == ("WAITING", "PORTS", 0)
+        assert "its ports could not be reserved" in job.pending_message and "0 free" in job.pending_message
+    job = world.drive(job_id)  # the next cycle places it again
+    assert (job.state, job.retries_used) == ("SUCCEEDED", 0) and refusals

@@ -15,7 +15,7 @@ from api.harness import Api
 from portal.harness import browser, csrf_of, signed_in
 from trainyard.backends.base import TaskKey
 from trainyard.core.states import AttemptState, JobState, TaskState
-from trainyard.store.rows import AlertRow, AttemptRow, JobRow, TaskRow, TaskSampleRow
+from trainyard.store.rows import AlertRow, AttemptRow, JobEventRow, JobRow, TaskRow, TaskSampleRow
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'
@@ -251,6 +251,22 @@ def test_the_live_fragment_stops_polling_once_the_job_has_ended(api: Api) -> Non
     fragment = client.get(f"/jobs/{job_id}/state")
     assert fragment.status_code == 200 and "SUCCEEDED" in fragment.text
     assert "hx-trigger" not in fragment.text and "<html" not in fragment.text
+
+
+def test_the_job_page_reads_as_a_timeline_names_gpu_devices_and_says_why_an_ended_job_has_no_charts(
+        api: Api) -> None:
+    job_id = submit(api.user, job_file("short"))
+    client = signed_in(api, "alice")
+    assert 'data-empty="no figures sampled yet"' in client.get(f"/jobs/{job_id}").text
+    place(api, job_id, state=TaskState.SUCCEEDED)
+    with api.ctx.db.session() as session:
+        session.add(JobEventRow(job_id=job_id, at=api.ctx.clock.now(), kind="SUCCEEDED", message="the last event"))
+    page = client.get(f"/jobs/{job_id}").text
+    # oldest first, as `yard job` prints them (and kubectl describe): submitted before the end
+    events = page[page.index('<table class="events">'):]
+    assert events.index("submitted") < events.index("the last event")
+    assert ">GPU devices</th>" in page and "<th>GPUs</th>" not in page  # indices under a header that says so
+    assert "no figures for its run: it ended before its tasks were sampled" in page
 
 
 def test_another_users_job_is_not_found_on_every_route(api: Api) -> None:

@@ -97,6 +97,13 @@ def test_submit_refuses_an_expression_no_node_could_ever_meet_unless_it_reads_la
                         "the largest GPU has 32768 MiB"]
     # labels are set live (`yard node label`): the job waits instead of being refused
     assert never_fits(nodes, [TaskRequest("w", 0, 1000, selector='node.labels["ib"] == "true"')]) == []
+    # …but a part no label can change is still checked: labelling a node makes no GPU bigger
+    mixed = 'node.labels["ib"] == "true" && gpu.memoryMB >= 40000 && node.name != "b"'
+    assert never_fits(nodes, [TaskRequest("w", 0, 1000, selector=mixed)]) == problems
+    fits = 'node.labels["ib"] == "true" && gpu.memoryMB >= 16000'
+    assert never_fits(nodes, [TaskRequest("w", 0, 1000, selector=fits)]) == []
+    either = 'node.labels["ib"] == "true" || gpu.memoryMB >= 40000'  # a label may yet satisfy it
+    assert never_fits(nodes, [TaskRequest("w", 0, 1000, selector=either)]) == []
 
 
 def test_a_labelled_node_is_seen_in_the_next_cycle() -> None:

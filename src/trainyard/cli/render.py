@@ -158,11 +158,11 @@ def job_detail(job: JobDetail) -> str:
         lines.append(f"Attempt {attempt.number}: {attempt.state}" + (" (on borrowed GPUs)" if attempt.borrowed else "")
                      + (f" - {attempt.reason}" if attempt.reason else ""))
         rows = [
-            [t.label, t.state, t.node, ",".join(map(str, t.gpus)) or "-",
-             t.exitCode, t.run, duration(t.startedAt, t.finishedAt), t.message]
+            [t.label, t.state, t.node, gpu_devices(t), t.exitCode, t.run, duration(t.startedAt, t.finishedAt),
+             ports_text(t.ports), t.message]
             for t in attempt.tasks
         ]
-        tasks = table(["TASK", "STATE", "NODE", "GPUS", "EXIT", "RUN", "RUNTIME", "MESSAGE"], rows)
+        tasks = table(["TASK", "STATE", "NODE", "GPU DEVICES", "EXIT", "RUN", "RUNTIME", "PORTS", "MESSAGE"], rows)
         lines.extend("  " + line for line in tasks.splitlines())
         lines.extend(_whole_nodes(job, attempt.tasks))
     lines.append("")
@@ -170,6 +170,17 @@ def job_detail(job: JobDetail) -> str:
     for event in job.events:
         lines.append(f"  {when(event.at)}  {event.kind:<18} {event.message}")
     return "\n".join(lines)
+
+
+def gpu_devices(task: TaskView) -> str:
+    """Which of its node's GPUs a task holds, by index: ``0,1``; a share of one: ``0 (0.5)``."""
+    devices = ",".join(map(str, task.gpus)) or "-"
+    return f"{devices} ({num(task.gpu)})" if task.gpus and 0 < task.gpu < 1 else devices
+
+
+def ports_text(ports: dict[str, list[int]]) -> str:
+    """A task's ports by label, as ``yard port-forward`` takes them: ``http:8080 ssh:2222``."""
+    return " ".join(f"{label}:{port}" for label, numbers in ports.items() for port in numbers) or "-"
 
 
 def _whole_nodes(job: JobDetail, tasks: Sequence[TaskView]) -> list[str]:

@@ -242,15 +242,19 @@ class Controller:
             )
         decisions = schedule(snapshot)
         ports = {}
+        no_ports: dict[int, str] = {}
         for start in decisions.starts:
             try:
                 ports[start.job_id] = self._ports_for(start, self._starting_spec(start.job_id), held)
-            except OSError as error:  # e.g. out of file descriptors: this job, not the cycle
+            except OSError as error:  # other programs hold the ports, out of file descriptors…
+                # The node's fault, not the job's, and likely passing: it keeps waiting, with
+                # the reason, and is placed again (maybe elsewhere) by the next full cycle (10 s), not
+                # at every tick while the ports stay taken.
                 log.warning("cannot reserve ports for job %s: %s", start.job_id, error)
-                cannot_start[start.job_id] = f"could not reserve its ports ({error})"
+                no_ports[start.job_id] = str(error)
         with self.db.session() as session:
             started, written = apply_decisions(
-                session, decisions, self.waiting.written, ports, self.clock, cannot_start
+                session, decisions, self.waiting.written, ports, self.clock, cannot_start, no_ports
             )
             preempted = preempt_jobs(session, decisions.preemptions, self.clock, self.spec_of)
             if started and self.fair_share.enabled:

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.states import QUEUED_JOB_STATES, AttemptState, JobState
-from trainyard.scheduler.snapshot import Decisions, PendingJob, Preempt, StartJob
+from trainyard.scheduler.snapshot import Decisions, KeepWaiting, PendingJob, PendingReason, Preempt, StartJob
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
 from trainyard.spec.errors import SpecError
@@ -90,8 +90,13 @@ def apply_decisions(
     ports: dict[int, PortPlan],
     clock: Clock,
     cannot_start: dict[int, str] | None = None,
+    no_ports: dict[int, str] | None = None,
 ) -> tuple[list[int], dict[int, PendingFields]]:
     """Write placements, failures to start, and changed pending reasons.
+
+    A job placed whose ports could not be reserved (``no_ports``: job id -> why) is not
+    started and not failed: it waits, with ``PORTS`` as its reason, and is placed again
+    in the next cycle.
 
     Returns the ids of the jobs that start and the pending reasons written.
 
@@ -102,6 +107,7 @@ def apply_decisions(
     """
     started = []
     cannot_start = cannot_start or {}
+    no_ports = no_ports or {}
     rows = job_queries.jobs_by_ids(session, [s.job_id for s in decisions.starts] + list(cannot_start))
     for job_id, why in cannot_start.items():
         job = rows.get(job_id)
@@ -111,13 +117,20 @@ def apply_decisions(
         job = rows.get(start.job_id)
         if job is None or job.state not in QUEUED_JOB_STATES or job.held_by or start.job_id in cannot_start:
             continue  # stopped or held since the snapshot was taken
+        if start.job_id in no_ports:
+            continue
         _place(session, job, start, ports[start.job_id], clock)
         started.append(job.id)
+    waits = list(decisions.waits) + [
+        KeepWaiting(job_id, PendingReason.PORTS, f"placed, but its ports could not be reserved ({why}); "
+                    "it is placed again in the next cycle", 1, short="ports busy, retrying")
+        for job_id, why in (no_ports or {}).items()
+    ]
     # One row of bind parameters per waiting job whose reason changed.
     changed: list[dict[str, Any]] = [
         {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position, "eta": w.eta,
          "short": w.short}
-        for w in decisions.waits
+        for w in waits
         if before.get(w.job_id) != (str(w.reason), w.message, w.position, w.eta)
     ]
     job_queries.write_pending_reasons(

@@ -122,6 +122,16 @@ def _chart_window(detail: JobDetail, now: datetime) -> tuple[str, str]:
     return since.isoformat(), until.isoformat()
 
 
+def _charts_empty(detail: JobDetail) -> str:
+    """What the charts say when they have no figure: true of a live job, and of an ended one."""
+    if not detail.state.is_final:
+        return "no figures sampled yet"
+    if detail.startedAt is None:
+        return "no figures: it ended before any task ran"
+    return ("no figures for its run: it ended before its tasks were sampled, "
+            "or its samples are older than the monitor keeps them (monitor_retention)")
+
+
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, attempt: Attempt = None) -> Response:
     values = _state_values(ctx, viewer, job_id, attempt)
@@ -130,7 +140,7 @@ def job_page(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, attempt: A
     terminal_tasks = _terminal_tasks(ctx, viewer, detail, values["roles"])
     return render(request, "job.html", user=viewer.user, web_session=viewer.web_session, **values,
                   tasks=_task_labels(detail.spec), runs_in=_runs_in(ctx, viewer, job_id),
-                  chart_window=_chart_window(detail, values["now"]),
+                  chart_window=_chart_window(detail, values["now"]), charts_empty=_charts_empty(detail),
                   log_attempt=None if attempt is None or shown is None else shown.number,
                   terminal_tasks=terminal_tasks, headers=TERMINAL_PAGE_HEADERS if terminal_tasks else None)
 

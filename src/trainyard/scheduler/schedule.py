@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
-from trainyard.core.selectors import compile_selector
+from trainyard.core.selectors import SelectorError, compile_selector
 from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.backfill import reserve
 from trainyard.scheduler.borrowing import borrows_now, run_borrowing
@@ -312,9 +312,10 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     """Why a job could never run on these nodes even if they were empty; [] if it could.
 
     Used at submit time, so a user hears "no node has 8 GPUs" at once instead of waiting
-    forever. Nodes that are not schedulable still count: they may come back. A resource
-    expression that reads node labels or names is left to why-pending: an admin may label
-    a node for it at any time (``yard node label``).
+    forever. Nodes that are not schedulable still count: they may come back. The parts of
+    a resource expression that read node labels or names are left to why-pending: an admin
+    may label a node for them at any time (``yard node label``); its other ``&&`` parts
+    (``gpu.memoryMB >= 40000``) are checked, since no label makes a GPU bigger.
     """
     problems: list[str] = []
     empty = {n.name: FreeNode.from_state(n, empty=True) for n in nodes}
@@ -330,9 +331,7 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
                             "ask for whole GPUs")
             continue
         if task.selector:
-            selector = compile_selector(task.selector, gpus=task.gpu_milli > 0)
-            if selector.uses_labels or selector.uses_name:
-                task = replace(task, selector="")
+            task = replace(task, selector=_fixed_part(task.selector, gpus=task.gpu_milli > 0))
         if task.whole_node or any(node.pick_devices(task) is not None for node in empty.values()):
             continue
         label = f"taskRoles.{task.role}"
@@ -374,6 +373,24 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     if memory > memories:
         problems.append(f"the job needs {memory} MiB of memory in total; the cluster has {memories} MiB")
     return sorted(set(problems), key=problems.index)
+
+
+def _fixed_part(source: str, *, gpus: bool) -> str:
+    """The top-level ``&&`` parts of an expression that read neither node labels nor names
+    (what no admin's change can make true later), joined again; "" if none. Dropping parts of
+    a conjunction only widens it: what the rest refuses, the whole refuses."""
+    selector = compile_selector(source, gpus=gpus)
+    if not (selector.uses_labels or selector.uses_name):
+        return source
+    return " && ".join(c.text for c in selector.clauses if not _reads_live(c.text, gpus))
+
+
+def _reads_live(clause: str, gpus: bool) -> bool:
+    try:
+        part = compile_selector(clause, gpus=gpus)
+    except SelectorError:  # a part that does not stand alone: keep out of the check
+        return True
+    return part.uses_labels or part.uses_name
 
 
 def _whole_nodes_never_fit(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:

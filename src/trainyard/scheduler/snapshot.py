@@ -231,6 +231,9 @@ class PendingReason(StrEnum):
     RESERVED = "RESERVED"  # would fit, but would delay the reservation of a job ahead
     PREEMPTING = "PREEMPTING"  # victims were asked to stop; starts once they have
     BORROW_LIMIT = "BORROW_LIMIT"  # over its VC's quota, and borrowing more is over a limit
+    # Placed, but its ports could not be reserved on a node (the controller's, not the
+    # scheduler's: e.g. other programs hold the range); it is placed again next cycle.
+    PORTS = "PORTS"
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,7 @@
       drawn[field] = { key: key, plot: new window.uPlot(opts, data, box) };
     });
     var measured = metrics.tasks.some(function (t) { return t.points.length > 0; });
-    chartStatus.textContent = measured ? "" : "no figures sampled yet";
+    chartStatus.textContent = measured ? "" : charts.getAttribute("data-empty");
   }
 
   function loadCharts() {
