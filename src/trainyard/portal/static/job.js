@@ -132,7 +132,8 @@
     status.textContent = "";
     var params = new URLSearchParams(task === "*" ? {} : { task: task });
     if (pre.getAttribute("data-attempt") !== null) { params.set("attempt", pre.getAttribute("data-attempt")); }
-    whole.setAttribute("href", jobPath() + (task === "*" ? "/log/all/whole?" : "/log/whole?") + params.toString());
+    var query = params.toString() ? "?" + params.toString() : "";
+    whole.setAttribute("href", jobPath() + (task === "*" ? "/log/all/whole" : "/log/whole") + query);
     follower = new Follower(task);
     follower.poll();
   }
