@@ -6,12 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import anyio
 import pytest
 from api.harness import Api
 from portal.test_portal_jobs import job_file, place, place_done, submit, write_log
 
+from trainyard.backends.base import TaskKey
 from trainyard.cli.exits import EXIT_USAGE
+from trainyard.services import all_logs
 from trainyard.services.auth import create_token, create_user
+from trainyard.services.logs import TaskLogs
+from trainyard.store.rows import UserRow
 
 Yard = Callable[..., tuple[int, str, str]]  # the `yard` fixture (conftest.py)
 
@@ -75,3 +80,26 @@ def test_yard_logs_all_of_a_job_not_yet_run_says_so(api: Api, yard: Yard) -> Non
     job_id = submit(api.user, job_file("later", roles={"worker": 2}))
     code, out, err = yard("logs", str(job_id), "--all")
     assert (code, out) == (0, "") and "no task has run yet" in err
+
+
+def test_a_follower_gets_lines_as_any_task_writes_them_and_ends_with_the_last_task(api: Api) -> None:
+    """The followed stream itself: a running task's unfinished line waits, each new whole line
+    comes prefixed, and the stream ends once every task has ended and its log is read."""
+    job_id = two_workers(api)
+    logs = TaskLogs(api.ctx.db, api.ctx.specs, api.ctx.backend)
+    with api.ctx.db.session() as session:
+        alice = session.query(UserRow).filter(UserRow.name == "alice").one()
+        session.expunge(alice)
+    keys = [TaskKey(job_id, 0, "ps", 0), TaskKey(job_id, 0, "worker", 0), TaskKey(job_id, 0, "worker", 1)]
+
+    async def follow() -> None:
+        stream = all_logs.follow_all(logs, alice, job_id, None, tail=1)
+        assert await anext(stream) == b"[ps/0] ps up\n[worker/0] w0 b\n"  # "w1 half" waits for its newline
+        write_log(api, keys[2], b"w1 a\nw1 half done\n")
+        assert await anext(stream) == b"[worker/1] w1 half done\n"
+        write_log(api, keys[0], b"ps up\nps last")
+        place_done(api, job_id)
+        assert await anext(stream) == b"[ps/0] ps last\n"  # the task ended: its last line, completed
+        assert [chunk async for chunk in stream] == []
+
+    anyio.run(follow)

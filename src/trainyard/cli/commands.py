@@ -247,7 +247,7 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
         tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
         if len(tasks) > 1:
             others = ", ".join(t for t in tasks if t != log.task)
-            _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others}")
+            _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
