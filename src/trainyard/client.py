@@ -392,8 +392,7 @@ class Client:
                     tail: int | None = None) -> Iterator[bytes]:
         """A task's log as it is written, until the task ends. Raises `ServerUnreachable` if
         the server goes away (or shuts down) first, which does not stop the job."""
-        params: dict[str, Any] = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items()
-                                  if v is not None}
+        params = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items() if v is not None}
         return self._stream_logs(job_id, {**params, "follow": "true"})
 
     def all_logs(self, job_id: int, *, attempt: int | None = None, tail: int | None = None,
@@ -402,11 +401,8 @@ class Client:
         task as the logs are now (only the last ``tail`` lines of each if given), or with
         ``follow`` as lines are written until every task has ended. Streamed, a log of any size;
         raises `ServerUnreachable` as `follow_logs` does."""
-        params: dict[str, Any] = {k: v for k, v in dict(attempt=attempt, tail=tail).items() if v is not None}
-        params["all"] = "true"
-        if follow:
-            params["follow"] = "true"
-        return self._stream_logs(job_id, params)
+        params = {k: v for k, v in dict(attempt=attempt, tail=tail, follow=follow or None).items() if v is not None}
+        return self._stream_logs(job_id, {**params, "all": "true"})
 
     def _stream_logs(self, job_id: int, params: dict[str, Any]) -> Iterator[bytes]:
         doing = "following" if params.get("follow") else "reading"
