@@ -392,12 +392,23 @@ class Client:
                     tail: int | None = None) -> Iterator[bytes]:
         """A task's log as it is written, until the task ends. Raises `ServerUnreachable` if
         the server goes away (or shuts down) first, which does not stop the job."""
-        params: dict[str, Any] = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items()
-                                  if v is not None}
-        params["follow"] = "true"
-        lost = f"lost the Trainyard server at {self.url} while following the log of job {job_id}"
+        params = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items() if v is not None}
+        return self._stream_logs(job_id, {**params, "follow": "true"})
+
+    def all_logs(self, job_id: int, *, attempt: int | None = None, tail: int | None = None,
+                 follow: bool = False) -> Iterator[bytes]:
+        """Every task's log, each line prefixed ``[ROLE/INDEX] `` (whole lines only): task after
+        task as the logs are now (only the last ``tail`` lines of each if given), or with
+        ``follow`` as lines are written until every task has ended. Streamed, a log of any size;
+        raises `ServerUnreachable` as `follow_logs` does."""
+        params = {k: v for k, v in dict(attempt=attempt, tail=tail, follow=follow or None).items() if v is not None}
+        return self._stream_logs(job_id, {**params, "all": "true"})
+
+    def _stream_logs(self, job_id: int, params: dict[str, Any]) -> Iterator[bytes]:
+        doing = "following" if params.get("follow") else "reading"
+        lost = f"lost the Trainyard server at {self.url} while {doing} the log of job {job_id}"
         try:
-            with self._http.stream("GET", f"/jobs/{job_id}/logs", params=params, timeout=None) as response:
+            with self._http.stream("GET", f"/jobs/{_job_id(job_id)}/logs", params=params, timeout=None) as response:
                 if not response.is_success:
                     response.read()
                     self._raise_for(response)

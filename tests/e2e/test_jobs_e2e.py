@@ -52,7 +52,7 @@ def test_a_job_is_submitted_runs_succeeds_and_its_logs_can_be_read(server: Serve
     assert server.yard("wait", str(pair), "--timeout", "30").returncode == 0
     logs = server.yard("logs", str(pair))
     assert logs.stdout.startswith("hello from rank 0 of 2")
-    assert logs.stderr == "yard: showed task main/0 of 2; the others: --task main/1\n"
+    assert logs.stderr == "yard: showed task main/0 of 2; the others: --task main/1 (every task: --all)\n"
 
 
 def test_two_instances_get_distributed_wiring(server: Server) -> None:

@@ -72,6 +72,12 @@ def test_watch_a_distributed_job_run_and_succeed_and_read_its_log(server: Server
     assert page.locator("#log-whole").get_attribute("href") == f"/jobs/{job_id}/log/whole?task=helper%2F1"
     page.select_option("#log-task", "main/0")
     page.locator("#log", has_text="the last line").wait_for()
+    # Every task's log at once, each line marked with its task.
+    page.select_option("#log-task", "*")
+    page.locator("#log", has_text="[main/0] the last line").wait_for()
+    page.locator("#log-status", has_text="every task has ended").wait_for()
+    assert "[main/0] line 1 from main\n" in log.inner_text() and page.locator("#log img, #log script").count() == 0
+    assert page.locator("#log-whole").get_attribute("href") == f"/jobs/{job_id}/log/all/whole"
     whole = page.request.get(f"{server.url}/jobs/{job_id}/log/whole?task=main/0")
     assert whole.ok and whole.text().startswith("line 1 from main\n") and whole.text().endswith("the last line\n")
     assert page.locator(".description").inner_text() == IMG

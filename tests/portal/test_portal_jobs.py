@@ -273,7 +273,7 @@ def test_another_users_job_is_not_found_on_every_route(api: Api) -> None:
     job_id = submit(api.admin, job_file("admins"))
     place(api, job_id)
     client = signed_in(api, "alice")
-    for path in ("", "/state", "/metrics.json", "/log", "/log/whole"):
+    for path in ("", "/state", "/metrics.json", "/log", "/log/whole", "/log/all", "/log/all/whole"):
         assert client.get(f"/jobs/{job_id}{path}").status_code == 404, path
     csrf = csrf_of(client.get("/jobs").text)
     assert client.post(f"/jobs/{job_id}/stop", data={"csrf": csrf}).status_code == 404
@@ -381,6 +381,36 @@ def test_the_whole_log_streams_every_byte_in_pages(api: Api, monkeypatch: pytest
     assert answer.headers["content-type"].startswith("text/plain")
     assert answer.headers["x-content-type-options"] == "nosniff"
     assert 'filename="job-' in answer.headers["content-disposition"]
+
+
+def test_all_tasks_log_reads_on_by_cursor_sends_whole_lines_only_and_says_when_all_ended(api: Api) -> None:
+    job_id = submit(api.user, job_file("pair", roles={"worker": 2}))
+    client = signed_in(api, "alice")
+    page = client.get(f"/jobs/{job_id}").text
+    assert '<option value="*">All tasks</option>' in page
+    before = client.get(f"/jobs/{job_id}/log/all")
+    assert before.content == b"" and before.headers["x-log-ended"] == "false"
+    keys = place(api, job_id)
+    write_log(api, keys[0], b"a1\na2\n")
+    write_log(api, keys[1], b"b1\nb2 half")
+    first = client.get(f"/jobs/{job_id}/log/all", params={"tail": 1})
+    assert first.text == "[worker/0] a2\n"  # worker/1's last line waits for its newline
+    first = client.get(f"/jobs/{job_id}/log/all", params={"tail": 2})
+    assert first.text == "[worker/0] a1\n[worker/0] a2\n[worker/1] b1\n"
+    assert first.headers["x-log-attempt"] == "0" and first.headers["x-log-ended"] == "false"
+    cursor = first.headers["x-log-cursor"]
+    assert cursor == "worker/0:6,worker/1:3"
+    write_log(api, keys[1], b"b1\nb2 half done\n")
+    more = client.get(f"/jobs/{job_id}/log/all", params={"cursor": cursor})
+    assert more.text == "[worker/1] b2 half done\n" and more.headers["x-log-ended"] == "false"
+    place_done(api, job_id)
+    last = client.get(f"/jobs/{job_id}/log/all", params={"cursor": more.headers["x-log-cursor"]})
+    assert last.content == b"" and last.headers["x-log-ended"] == "true"
+    whole = client.get(f"/jobs/{job_id}/log/all/whole")
+    assert whole.text == "[worker/0] a1\n[worker/0] a2\n[worker/1] b1\n[worker/1] b2 half done\n"
+    assert whole.headers["x-content-type-options"] == "nosniff"
+    assert client.get(f"/jobs/{job_id}/log/all", params={"cursor": "worker/0"}).status_code == 422
+    assert signed_in(api, "admin").get(f"/jobs/{job_id}/log/all").status_code == 200
 
 
 # -- the home page's Stop of an abnormal job --------------------------------------------------------

@@ -79,3 +79,22 @@ def test_a_line_longer_than_a_page_is_cut_rather_than_never_read(tmp_path: Path)
     log.write_bytes(b"y" * 10000 + b"\nend\n")
     page = read_page(OneLogBackend(log), KEY, 0, 4096)  # type: ignore[arg-type]
     assert page == LogChunk(b"y" * 4096, 0, 10005)
+
+
+def test_every_task_s_lines_are_prefixed_whole_and_a_line_longer_than_a_page_is_cut_not_stuck(tmp_path: Path) -> None:
+    from trainyard.services.all_logs import merged_page, prefix_lines
+    from trainyard.services.logs import LogTarget, TaskLogs
+
+    assert prefix_lines("w/0", b"a\nb") == b"[w/0] a\n[w/0] b\n" and prefix_lines("w/0", b"") == b""
+    log = tmp_path / "output.log"
+    log.write_bytes(b"y" * 10000 + b"\nrest")
+    logs = TaskLogs(None, None, OneLogBackend(log))  # type: ignore[arg-type]
+    running = LogTarget(1, None, "m", 0, None, KEY, False)  # type: ignore[arg-type]
+    page = merged_page(logs, [running], None, limit=4096)
+    assert page.data == b"[m/0] " + b"y" * 4096 + b"\n" and page.offsets == {"m/0": 4096} and not page.ended
+    offsets = page.offsets
+    while (page := merged_page(logs, [running], offsets, limit=4096)).data:
+        offsets = page.offsets
+    assert offsets == {"m/0": 10001}  # "rest" waits for its newline while the task runs
+    done = merged_page(logs, [LogTarget(1, None, "m", 0, None, KEY, True)], offsets)  # type: ignore[arg-type]
+    assert done.data == b"[m/0] rest\n" and done.ended

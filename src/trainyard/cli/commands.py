@@ -13,6 +13,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import yaml
 
@@ -164,6 +165,8 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     if args.follow and args.limit_bytes is not None:
         _fail("--limit-bytes caps a printed log; it does not go with --follow (use --tail N to start near the end)")
         return EXIT_USAGE
+    if args.all_tasks:
+        return _all_logs(client, args, out)
     if args.follow:
         placed = _wait_to_follow(client, args)
         if placed.task is None:  # the job ended before this attempt ran: nothing to follow
@@ -185,6 +188,28 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
         _fail(f"output cut at --limit-bytes {args.limit_bytes}: the log has {last.size - last.end} more bytes "
               f"(to byte {last.size}); leave out --limit-bytes for all of it")
     _note_on_logs(client, args, first)
+    return 0
+
+
+def _all_logs(client: Client, args: argparse.Namespace, out: BinaryIO) -> int:
+    """``yard logs ID --all [-f]``: every task's log, prefixed, as the server merges them."""
+    if args.limit_bytes is not None:
+        _fail("--limit-bytes caps one task's log; with --all use --tail N (the last N lines of each task)")
+        return EXIT_USAGE
+    if args.follow:
+        job = client.job(args.id)
+        if job.state == JobState.WAITING:
+            why = render.job_status_text(job) or "not placed yet"
+            _fail(f"job {args.id} is waiting ({why}); its tasks' logs follow once they start (Ctrl-C to stop waiting)")
+    wrote = False
+    for chunk in client.all_logs(args.id, attempt=args.attempt, tail=args.tail, follow=args.follow):
+        out.write(chunk)
+        out.flush()
+        wrote = wrote or bool(chunk)
+    if not wrote and not args.follow:
+        job = client.job(args.id)
+        if not any(a.startedAt for a in job.attempts):
+            _fail(f"job {args.id} is {job.state}: no task has run yet")
     return 0
 
 
@@ -223,7 +248,7 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
         tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
         if len(tasks) > 1:
             others = ", ".join(t for t in tasks if t != log.task)
-            _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others}")
+            _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:

@@ -315,11 +315,15 @@ def build_parser() -> argparse.ArgumentParser:
     _idempotency_flag(p)
     _json_flag(p)
 
-    p = sub.add_parser("logs", help="print a task's output")
+    p = sub.add_parser("logs", help="print a task's output (or every task's, with --all)")
     p.add_argument("id", type=int)
-    p.add_argument("--task", help="ROLE/INDEX (default: the first task)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--task", help="ROLE/INDEX (default: the first task)")
+    which.add_argument("--all", action="store_true", dest="all_tasks",
+                       help="every task's log, each line prefixed [ROLE/INDEX]: task after task, or with -f "
+                            "as lines are written until every task ends")
     p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
-    p.add_argument("--tail", type=int, metavar="N", help="only the last N lines")
+    p.add_argument("--tail", type=int, metavar="N", help="only the last N lines (with --all: of each task)")
     p.add_argument("--limit-bytes", type=_non_negative, metavar="N",
                    help="print at most N bytes (and say on stderr what was left out); default: the whole log")
     p.add_argument("-f", "--follow", action="store_true",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -31,7 +32,7 @@ from trainyard.schemas.jobs import (
     JobDetail,
     TaskView,
 )
-from trainyard.services import job_actions
+from trainyard.services import all_logs, job_actions
 from trainyard.services import logs as log_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
@@ -45,6 +46,9 @@ JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
 Attempt = Annotated[int | None, Query(ge=0, le=MAX_ID)]
 # Whether a log read reached the end of a task that has ended: nothing more will come.
 LOG_ENDED_HEADER = "X-Log-Ended"
+# Where each task's log goes on from in an all-tasks read: ROLE/INDEX:OFFSET,… to pass back.
+LOG_CURSOR_HEADER = "X-Log-Cursor"
+LOG_CURSOR_CHARS = 64_000
 LIVE_REFRESH_SECONDS = 2  # how often the page's state is fetched again while the job is live
 CHART_WINDOW = timedelta(days=365)  # the longest the history route takes is a little more
 
@@ -238,6 +242,40 @@ async def whole_log(job_id: JobId, viewer: Page, ctx: Ctx, task: LogTask = None,
         return Response(b"", media_type="text/plain; charset=utf-8", headers=headers)
     headers[LOG_ATTEMPT_HEADER] = str(target.key.attempt)
     return StreamingResponse(logs.whole(target.key), media_type="text/plain; charset=utf-8", headers=headers)
+
+
+@router.get("/jobs/{job_id}/log/all")
+async def all_tasks_log(
+    job_id: JobId,
+    viewer: Page,
+    ctx: Ctx,
+    attempt: Attempt = None,
+    cursor: Annotated[str | None, Query(max_length=LOG_CURSOR_CHARS)] = None,
+    tail: Annotated[int | None, Query(ge=0, le=100000)] = None,
+    limit: Annotated[int, Query(ge=0, le=LOG_MAX_PAGE_BYTES)] = 256 << 10,
+) -> Response:
+    """New whole lines of every task's log, each prefixed ``[ROLE/INDEX] ``, from ``cursor``
+    (each task's offset, ``X-Log-Cursor`` of the last answer; without it, from each task's last
+    ``tail`` lines), and whether every task has ended with its log read (``X-Log-Ended``)."""
+    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
+    offsets = all_logs.parse_cursor(cursor) if cursor is not None else None
+    targets = await run_in_threadpool(all_logs.find_all, logs, viewer.user, job_id, attempt)
+    page = await run_in_threadpool(partial(all_logs.merged_page, logs, targets, offsets, tail=tail, limit=limit))
+    headers = {**SECURITY_HEADERS, LOG_CURSOR_HEADER: all_logs.format_cursor(page.offsets),
+               LOG_ENDED_HEADER: _flag(page.ended)}
+    if page.attempt is not None:
+        headers[LOG_ATTEMPT_HEADER] = str(page.attempt)
+    return Response(page.data, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+@router.get("/jobs/{job_id}/log/all/whole")
+async def all_tasks_whole_log(job_id: JobId, viewer: Page, ctx: Ctx, attempt: Attempt = None) -> Response:
+    """Every task's whole log as it is now, task after task, each line prefixed."""
+    logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
+    targets = await run_in_threadpool(all_logs.find_all, logs, viewer.user, job_id, attempt)
+    headers = {**SECURITY_HEADERS, "Content-Disposition": f'inline; filename="job-{job_id}-all-tasks.log"'}
+    return StreamingResponse(all_logs.whole_all(logs, targets), media_type="text/plain; charset=utf-8",
+                             headers=headers)
 
 
 def _flag(value: bool) -> str:

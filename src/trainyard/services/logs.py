@@ -91,10 +91,22 @@ def find_log_target(
 ) -> LogTarget:
     """The task ``task`` (``ROLE/INDEX``; default: the first role's first instance) of the
     job's attempt ``attempt`` (default: the latest), as ``user`` may see it."""
+    return find_log_targets(db, specs, user, job_id, [task], attempt)[0]
+
+
+def find_log_targets(
+    db: Database, specs: StoredSpecs, user: UserRow, job_id: int, tasks: list[str | None] | None,
+    attempt: int | None
+) -> list[LogTarget]:
+    """`find_log_target` for each of ``tasks`` (None: every task of the job file, role by
+    role, index by index), read in one look at the store."""
     with db.session() as session:
         job = job_service.get_job(session, user, job_id, full=True)
         spec = specs.of(job)
-        role, index = (spec.role_names[0], 0) if task is None else task_named(spec, job_id, task)
+        if tasks is None:
+            wanted = [(role, i) for role in spec.role_names for i in range(spec.taskRoles[role].instances)]
+        else:
+            wanted = [(spec.role_names[0], 0) if task is None else task_named(spec, job_id, task) for task in tasks]
         number = job.attempt if attempt is None else attempt
         rows = [a for a in job.attempts if a.number == number]
         earlier = not rows and attempt is None and bool(job.attempts)
@@ -107,16 +119,22 @@ def find_log_target(
         if not rows:
             if attempt is not None:
                 raise NotFound(f"job {job_id} has no attempt {attempt}")
-            return LogTarget(job_id, user, role, index, attempt, None, JobState(job.state).is_final)
-        found = [t for t in rows[0].tasks if (t.role, t.index) == (role, index)]
-        if not found:
-            return LogTarget(job_id, user, role, index, attempt, None, True)
-        t = found[0]
-        key = TaskKey(job.id, number, role, index, t.run)
-        ended = TaskState(t.state).is_final or (t.state == TaskState.WAITING and rows[0].state != AttemptState.RUNNING)
-        if earlier:
-            ended = JobState(job.state).is_final
-        return LogTarget(job_id, user, role, index, attempt, key, ended)
+            final = JobState(job.state).is_final
+            return [LogTarget(job_id, user, role, index, attempt, None, final) for role, index in wanted]
+        placed = {(t.role, t.index): t for t in rows[0].tasks}
+        targets = []
+        for role, index in wanted:
+            t = placed.get((role, index))
+            if t is None:
+                targets.append(LogTarget(job_id, user, role, index, attempt, None, True))
+                continue
+            key = TaskKey(job.id, number, role, index, t.run)
+            ended = TaskState(t.state).is_final or (
+                t.state == TaskState.WAITING and rows[0].state != AttemptState.RUNNING)
+            if earlier:
+                ended = JobState(job.state).is_final
+            targets.append(LogTarget(job_id, user, role, index, attempt, key, ended))
+        return targets
 
 
 def read_log(backend: Backend, key: TaskKey, *, offset: int | None, tail: int | None,

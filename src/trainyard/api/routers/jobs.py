@@ -23,9 +23,10 @@ from trainyard.schemas.jobs import (
     SubmitResult,
 )
 from trainyard.schemas.requests import NO_NUL
-from trainyard.services import idempotency, job_actions, submission
+from trainyard.services import all_logs, idempotency, job_actions, submission
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
+from trainyard.services.errors import Invalid
 from trainyard.spec.loading import load_document, parse_job
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
@@ -204,6 +205,9 @@ LOG_RESPONSE = {
                                             "`attempt` for the next pages", "schema": {"type": "integer"}},
     },
 }
+ALL_HELP = ("Every task's log in one stream, each line prefixed `[ROLE/INDEX] ` (whole lines only): task "
+            "after task as the logs are now, or with follow=true as lines are written until every task ends; "
+            "`tail` then counts per task, and `task`, `offset` and `limit` do not apply")
 PAGE_LIMIT_HELP = (f"Most bytes in this page (default {LOG_PAGE_BYTES}); a page ends at a line's end "
                    "unless it reaches the end of the log")
 
@@ -221,9 +225,14 @@ async def job_logs(
     limit: Annotated[int, Query(ge=0, le=LOG_MAX_PAGE_BYTES, description=PAGE_LIMIT_HELP)] = (
         LOG_PAGE_BYTES),
     follow: bool = False,
+    all_tasks: Annotated[bool, Query(alias="all", description=ALL_HELP)] = False,
 ) -> Response:
-    """A page of a task's combined stdout and stderr; ``follow=true`` streams until the task ends."""
+    """A page of a task's combined stdout and stderr; ``follow=true`` streams until the task ends.
+    With ``all=true``, every task's log, each line prefixed ``[ROLE/INDEX] ``."""
     logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
+    if all_tasks:
+        return await _all_logs(request, job_id, user, ctx, logs, attempt=attempt, tail=tail, follow=follow,
+                               task=task, offset=offset)
     target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
     # A followed log ends when the token that asked for it is revoked (web/revocation.py).
     credential = credential_key(request.headers, {})
@@ -243,3 +252,22 @@ async def job_logs(
         headers={LOG_OFFSET_HEADER: str(chunk.offset), LOG_SIZE_HEADER: str(chunk.size), LOG_TASK_HEADER: target.label,
                  LOG_ATTEMPT_HEADER: str(target.key.attempt)},
     )
+
+
+async def _all_logs(request: Request, job_id: int, user: UserRow, ctx: AppContext, logs: log_service.TaskLogs, *,
+                    attempt: int | None, tail: int | None, follow: bool, task: str | None,
+                    offset: int | None) -> Response:
+    """``GET /jobs/{id}/logs?all=true``: every task's log, prefixed (services/all_logs.py)."""
+    if task is not None or offset is not None:
+        field = "task" if task is not None else "offset"
+        raise Invalid(f"`{field}` reads one task's log; with all=true every task's log is sent (leave out `{field}`)",
+                      details=[{"path": field, "message": "not with all=true"}])
+    targets = await run_in_threadpool(all_logs.find_all, logs, user, job_id, attempt)
+    if follow:
+        credential = credential_key(request.headers, {})
+        return StreamingResponse(watched(ctx.connections, credential, all_logs.follow_all(logs, user, job_id, attempt,
+                                                                                         tail)),
+                                 media_type="text/plain")
+    headers = {} if not targets or targets[0].key is None else {LOG_ATTEMPT_HEADER: str(targets[0].key.attempt)}
+    return StreamingResponse(all_logs.whole_all(logs, targets, tail), media_type="text/plain",
+                             headers=headers)

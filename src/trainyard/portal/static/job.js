@@ -1,5 +1,6 @@
 // A job's page: its usage charts (uPlot, from /jobs/ID/metrics.json) and its log, followed by
-// byte offset (/jobs/ID/log) while the task may still write. Log lines are added as text
+// byte offset (/jobs/ID/log) while the task may still write; "All tasks" (task "*") follows
+// every task's log at once by the cursor /jobs/ID/log/all answers with (each line prefixed). Log lines are added as text
 // nodes, never as HTML.
 (function () {
   "use strict";
@@ -29,9 +30,18 @@
     this.stopped = false;
     this.decoder = new TextDecoder("utf-8");
     this.held = 0;
+    this.cursor = null;  // all tasks: X-Log-Cursor of the last answer
   }
 
+  function jobPath() { return "/jobs/" + pre.getAttribute("data-job"); }
+
   Follower.prototype.url = function () {
+    if (this.task === "*") {
+      var all = new URLSearchParams({ limit: String(LOG_PAGE_BYTES) });
+      if (this.attempt !== null) { all.set("attempt", this.attempt); }
+      if (this.cursor === null) { all.set("tail", String(LOG_FIRST_LINES)); } else { all.set("cursor", this.cursor); }
+      return jobPath() + "/log/all?" + all.toString();
+    }
     var params = new URLSearchParams({ task: this.task, limit: String(LOG_PAGE_BYTES) });
     if (this.attempt !== null) { params.set("attempt", this.attempt); }
     if (this.offset === null) { params.set("tail", String(LOG_FIRST_LINES)); } else { params.set("offset", String(this.offset)); }
@@ -70,8 +80,23 @@
           pre.textContent = "";
           self.held = 0;
           self.offset = null;
+          self.cursor = null;
           self.shownAttempt = attempt;
           return self.later(0);
+        }
+        if (self.task === "*") {  // all tasks: whole prefixed lines, read on from the cursor
+          self.shownAttempt = attempt;
+          self.justStarted = self.cursor === null;
+          self.append(self.decoder.decode(body, { stream: true }));
+          self.cursor = headers.get("X-Log-Cursor") || "";
+          if (headers.get("X-Log-Ended") === "true") {
+            status.textContent = "every task has ended; this is the end of their logs";
+            self.stopped = true;
+            return;
+          }
+          status.textContent = attempt === null ? "waiting for the tasks to start…" : "following all tasks…";
+          self.later(body.byteLength > 0 ? 0 : LOG_POLL_MS);
+          return;
         }
         if (self.offset !== null && size < self.offset) {  // re-run in place: a new log
           pre.textContent = "";
@@ -105,9 +130,10 @@
     if (follower) { follower.stopped = true; }
     pre.textContent = "";
     status.textContent = "";
-    var params = new URLSearchParams({ task: task });
+    var params = new URLSearchParams(task === "*" ? {} : { task: task });
     if (pre.getAttribute("data-attempt") !== null) { params.set("attempt", pre.getAttribute("data-attempt")); }
-    whole.setAttribute("href", "/jobs/" + pre.getAttribute("data-job") + "/log/whole?" + params.toString());
+    var query = params.toString() ? "?" + params.toString() : "";
+    whole.setAttribute("href", jobPath() + (task === "*" ? "/log/all/whole" : "/log/whole") + query);
     follower = new Follower(task);
     follower.poll();
   }
