@@ -16,7 +16,6 @@ from podman_support import needs_podman
 from tests.backends.conftest import LocalHarness
 from tests.backends.test_local_run_as import TASK_USER, public_dir, task_user  # noqa: F401 - fixtures
 from trainyard.api.server import log_container_support
-from trainyard.core.exitcodes import IMAGE_UNAVAILABLE
 from trainyard.backends import containercgroup
 from trainyard.backends.base import GpuInfo, Mount, SuspendRequest, TaskKey, TaskLaunch
 from trainyard.backends.containers import (
@@ -29,6 +28,7 @@ from trainyard.backends.containers import (
 )
 from trainyard.backends.local import taskfiles
 from trainyard.backends.local.backend import LocalBackend
+from trainyard.core.exitcodes import IMAGE_UNAVAILABLE
 
 MARKER = "trainyard-test-image bookworm"
 

@@ -201,6 +201,24 @@ taskRoles:
     assert job.state == "FAILED"
     assert task.exit_code == 125
     assert f"could not pull localhost/trainyard-no-such-image:1 on node {task.node}" in task.message
+    assert not task.message.startswith("IMAGE_UNAVAILABLE")  # connection refused: a later try may pass
+
+
+def test_an_invalid_image_name_fails_the_slurm_job_without_a_retry(podman_world) -> None:
+    world = podman_world
+    job_id = submit(world, """
+name: invalid
+jobRetryCount: 1
+image: localhost/Trainyard-Invalid:1
+taskRoles:
+  main: {commands: [echo never]}
+""")
+    job = drive(world, job_id, timeout=120)
+
+    task = only_task(world, job_id)
+    assert (job.state, task.exit_code, job.retries_used) == ("FAILED", 125, 0)
+    assert task.message == (f"IMAGE_UNAVAILABLE: could not pull localhost/Trainyard-Invalid:1 on node {task.node}: "
+                            "repository name must be lowercase (not retried: pulling again would fail the same way)")
 
 
 def test_with_pyxis_the_step_runs_in_the_image_through_srun_options(tmp_path) -> None:
