@@ -232,12 +232,15 @@ def test_with_pyxis_the_step_runs_in_the_image_through_srun_options(tmp_path) ->
 
     options = (task_dir / "container.pyxis").read_bytes().split(b"\0")[:-1]
     assert [o.decode() for o in options] == [
-        "--container-image=registry.example.com/torch:2",
+        "--container-image=registry.example.com#torch:2",  # enroot's [REGISTRY#]IMAGE[:TAG]
         f"--container-mounts={tmp_path / 'state'}:{tmp_path / 'state'},/datasets/imagenet:/data:ro",
         f"--container-workdir={task_dir / 'work'}",
         "--no-container-mount-home",
     ]
     assert not (task_dir / "container.argv").exists()  # no engine inside the step
+    # A Docker Hub image, qualified as Docker reads it, is enroot's default registry's.
+    assert submission.pyxis_image("docker.io/library/ubuntu:22.04") == "library/ubuntu:22.04"
+    assert submission.pyxis_image("nvcr.io/nvidia/pytorch:24.01-py3") == "nvcr.io#nvidia/pytorch:24.01-py3"
 
 
 def test_a_container_task_with_memory_gets_its_cgroup_and_the_engines_limit_to_fall_back_on(tmp_path) -> None:
