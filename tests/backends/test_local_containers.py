@@ -28,6 +28,7 @@ from trainyard.backends.containers import (
 )
 from trainyard.backends.local import taskfiles
 from trainyard.backends.local.backend import LocalBackend
+from trainyard.core.exitcodes import IMAGE_UNAVAILABLE
 
 MARKER = "trainyard-test-image bookworm"
 
@@ -168,6 +169,20 @@ def test_a_missing_image_fails_the_task_with_the_pull_error(podman_local):
     assert f"could not pull localhost/trainyard-no-such-image:1 on node {podman_local.node}" in status.message
     assert status.image_pull.startswith("could not pull")
     assert "never" not in podman_local.log(key)
+    # No registry answered (connection refused): a later try may pass, so no reason says otherwise.
+    assert status.reason == ""
+    assert "connection refused" in podman_local.log(key)  # the pull's output is in the task log
+
+
+def test_an_invalid_image_name_ends_the_task_for_good_with_podmans_reason(podman_local):
+    key = launch(podman_local, "localhost/Trainyard-Invalid:1", "echo never\n")
+
+    status = podman_local.wait_ended(key, timeout=120)
+
+    assert (status.exit_code, status.reason) == (125, IMAGE_UNAVAILABLE)
+    assert status.message == (f"could not pull localhost/Trainyard-Invalid:1 on node {podman_local.node}: "
+                              "repository name must be lowercase")
+    assert "repository name must be lowercase" in podman_local.log(key)
 
 
 def test_without_a_container_engine_the_launch_says_what_to_install(tmp_path):

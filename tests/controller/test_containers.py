@@ -91,3 +91,24 @@ taskRoles:
     assert said["image-pulled"].startswith("task m/0: could not pull")
     assert "could not pull" in said["task-exited"]
 
+
+
+def test_a_pull_that_cannot_succeed_fails_the_job_at_once_with_the_engines_reason(world) -> None:
+    # Podman's real answer to an invalid name ("repository name must be lowercase"): pulling
+    # again cannot help, so neither taskRetryCount nor jobRetryCount is spent on it.
+    job_id = world.submit("""
+name: invalid
+jobRetryCount: 2
+image: localhost/Trainyard-Invalid:1
+taskRoles:
+  m: {taskRetryCount: 1, commands: [echo never]}
+""")
+    job = world.drive(job_id, timeout=120)
+
+    assert job.state == "FAILED"
+    assert [a.state for a in world.attempts(job_id)] == ["FAILED"]
+    [task] = world.tasks(job_id)
+    assert (task.exit_code, task.run) == (125, 0)
+    assert task.message.startswith("IMAGE_UNAVAILABLE: could not pull localhost/Trainyard-Invalid:1 on node ")
+    assert "repository name must be lowercase" in task.message
+    assert "repository name must be lowercase" in dict(world.events(job_id))["failed"]

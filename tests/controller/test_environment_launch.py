@@ -57,7 +57,8 @@ def test_each_role_runs_in_its_environment_its_own_bin_first_then_its_bases(plac
     assert by_role["trainer"].environment == PythonEnvironment("/envs/alice/on-base",
                                                                ("/envs/alice/on-base/bin", "/opt/py/bin"))
     assert by_role["trainer"].image is None
-    assert by_role["server"].environment is None and by_role["server"].image == "serving:1"
+    # The image environment's short name, qualified as Docker reads it.
+    assert by_role["server"].environment is None and by_role["server"].image == "docker.io/library/serving:1"
 
 
 def test_a_task_whose_environment_was_deleted_fails_to_launch_saying_so(placed) -> None:

@@ -38,7 +38,8 @@ def test_the_examples_run_as_documented(server: Server) -> None:
     # from the tests, so the pull fails, and says so.
     tf = client.wait(client.submit((EXAMPLES / "openpai-v2-tensorflow.yaml").read_text()).id, timeout=scaled(120))
     assert tf.state == "FAILED"
-    assert "could not pull tensorflow/tensorflow:2.15.0-gpu" in str(tf.message), tf.message
+    # The short name is qualified as Docker does.
+    assert "could not pull docker.io/tensorflow/tensorflow:2.15.0-gpu" in str(tf.message), tf.message
     assert any("runtimeplugin[0] (ssh): kept, but ignored" in w for w in tf.warnings)
     assert "not-a-real-key" not in str(tf.spec)
 

@@ -276,8 +276,9 @@ def test_an_admin_pulls_an_image_through_the_form(api: Api, monkeypatch) -> None
 
     monkeypatch.setattr(api.ctx.backend, "pull_image", pull_image)
     answer = post(signed_in(api, "admin"), "/images/pull", {"image": "python:3.12", "node": node})
-    assert answer.status_code == 200 and f"pulled python:3.12 on node {node} in 3.2 s" in answer.text
-    assert asked == [("python:3.12", node)]
+    # The short name is pulled, and shown, as Docker reads it.
+    assert answer.status_code == 200 and f"pulled docker.io/library/python:3.12 on node {node} in 3.2 s" in answer.text
+    assert asked == [("docker.io/library/python:3.12", node)]
 
 
 def test_a_bad_pull_is_refused_with_its_field(api: Api) -> None:
@@ -304,7 +305,7 @@ def test_an_admin_evicts_an_image_from_its_row_and_a_bad_one_is_refused(api: Api
     assert 'action="/images/evict"' in admin.get("/images").text
     assert 'action="/images/evict"' not in signed_in(api, "alice").get("/images").text
     answer = post(admin, "/images/evict", {"image": "python:3.12", "node": node}, page="/images")
-    assert answer.status_code == 200 and asked == [("python:3.12", node)]
+    assert answer.status_code == 200 and asked == [("docker.io/library/python:3.12", node)]
     assert f"node {node}" in answer.text and "python:3.12" in answer.text
     bad = post(admin, "/images/evict", {"image": "--all"})
     assert bad.status_code == 422 and "not an image reference" in bad.text

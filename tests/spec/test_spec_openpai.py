@@ -120,8 +120,9 @@ def test_extra_container_options_are_listed_as_kept_but_unused(openpai_text: str
 def test_a_roles_docker_image_is_its_prerequisites_uri(openpai_text: str) -> None:
     spec = parse_job(openpai_text)
 
-    assert spec.role_image("worker") == "openpai/pai.example.tensorflow"
-    assert spec.role_image("ps_server") == "openpai/pai.example.tensorflow"
+    # A Docker Hub short name, written in full as Docker reads it (Podman refuses it otherwise).
+    assert spec.role_image("worker") == "docker.io/openpai/pai.example.tensorflow:latest"
+    assert spec.role_image("ps_server") == "docker.io/openpai/pai.example.tensorflow:latest"
 
 
 def test_openpai_runtime_plugins_are_named_as_ignored_except_teamwise_storage(openpai_text: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from spec_mutations import Mutation, R, W, errors_of, removing, renaming_role, setting
 
+from trainyard.spec.checks import qualified_image
 from trainyard.spec.errors import FieldError, SpecError
 from trainyard.spec.loading import parse_job
 
@@ -363,8 +364,29 @@ def test_the_most_specific_image_wins_role_image_then_docker_image_then_the_jobs
 
     assert spec.role_image("own") == "localhost/trainyard-test:bookworm"
     assert spec.role_image("pai") == "registry.example.com/torch:2"
-    assert spec.role_image("plain") == "python:3.12"
+    assert spec.role_image("plain") == "docker.io/library/python:3.12"
     assert parse_job("name: x\ntaskRoles: {m: {commands: [run]}}").role_image("m") is None
+
+
+@pytest.mark.parametrize(("short", "full"), [
+    ("ubuntu", "docker.io/library/ubuntu:latest"),
+    ("ubuntu:22.04", "docker.io/library/ubuntu:22.04"),
+    ("tensorflow/tensorflow:2.15.0", "docker.io/tensorflow/tensorflow:2.15.0"),
+    ("docker.io/ubuntu", "docker.io/library/ubuntu:latest"),
+    ("index.docker.io/library/ubuntu:22.04", "docker.io/library/ubuntu:22.04"),
+    ("python@sha256:0123", "docker.io/library/python@sha256:0123"),
+    ("team/train@sha256:0123", "docker.io/team/train@sha256:0123"),
+    # A first component with a '.' or a ':', or localhost, is a registry.
+    ("nvcr.io/nvidia/pytorch:24.01-py3", "nvcr.io/nvidia/pytorch:24.01-py3"),
+    ("registry.example.com:5000/team/train", "registry.example.com:5000/team/train:latest"),
+    ("localhost:5000/train:v2", "localhost:5000/train:v2"),
+    ("localhost/trainyard-test:1", "localhost/trainyard-test:1"),
+    ("docker://python:3.12", "docker://docker.io/library/python:3.12"),
+    ("docker-archive:/srv/img.tar", "docker-archive:/srv/img.tar"),  # an admin's pull of an archive
+])
+def test_a_short_image_name_is_qualified_the_way_docker_does(short: str, full: str) -> None:
+    assert qualified_image(short) == full
+    assert qualified_image(full) == full
 
 
 @pytest.mark.parametrize(

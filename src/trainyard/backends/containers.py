@@ -55,6 +55,7 @@ from trainyard.backends.base import (
 )
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import memory_cgroup as memory_cgroup  # the local backend's name for it
+from trainyard.core.exitcodes import IMAGE_UNAVAILABLE
 
 EngineKind = Literal["podman", "docker"]
 ENGINE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
@@ -520,6 +521,24 @@ def image_removal(kind: EngineKind, node: str, image: str, returncode: int, outp
                         f"could not remove {image} from node {node}: {said[-1] if said else returncode}")
 
 
+# What an engine says when a pull can never succeed as asked (Podman's, Docker's and the
+# registries' words): the registry does not know the image or its tag, refuses the access,
+# or the reference itself is invalid. Anything else (a refused connection, an unknown host,
+# a timeout, a registry's 5xx or rate limit) may pass on a later try.
+_PERMANENT_PULL_ERRORS = (
+    "manifest unknown", "name unknown", "not found: manifest", "unauthorized", "denied",
+    "authentication required", "invalid reference format", "repository name must be lowercase",
+    "name invalid", "did not resolve to an alias", "no image found in manifest list",
+    "does not match the specified platform",
+)
+
+
+def pull_failure_is_permanent(said: str) -> bool:
+    """Whether an engine's pull output says that pulling again cannot help (see above)."""
+    text = said.lower()
+    return any(words in text for words in _PERMANENT_PULL_ERRORS)
+
+
 def image_record_note(record: Mapping[str, Any] | None) -> ImagePull | None:
     """The pull a task's ``image.json`` records (written where the task ran), if any."""
     if not isinstance(record, Mapping) or not isinstance(record.get("image"), str):
@@ -530,10 +549,17 @@ def image_record_note(record: Mapping[str, Any] | None) -> ImagePull | None:
 
 def with_image_pull(status: TaskStatus, record: Mapping[str, Any] | None) -> TaskStatus:
     """``status`` with how the task's image came to its node (the task's ``image.json``);
-    a failed pull is also why a task that ended ended."""
+    a failed pull is also why a task that ended ended, and one that cannot succeed
+    (``said``: the engine's last line, :func:`pull_failure_is_permanent`) ends it with the
+    reason ``IMAGE_UNAVAILABLE``, which no retry count spends a pull on."""
     pull = image_record_note(record)
     if pull is None:
         return status
+    said = str(record.get("said") or "") if record is not None else ""
+    if pull.error and not status.running and said and pull_failure_is_permanent(said):
+        # Not worth a retry: the task ends for good with the engine's reason.
+        why = f"{pull.error.split(' (')[0]}: {said.removeprefix('Error: ')}"
+        return replace(status, image_pull=pull.note, reason=IMAGE_UNAVAILABLE, message=why)
     if pull.error and not status.running:
         return replace(status, image_pull=pull.note, message="; ".join(m for m in (pull.error, status.message) if m))
     return replace(status, image_pull=pull.note)

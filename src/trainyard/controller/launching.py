@@ -12,6 +12,7 @@ from trainyard.backends.base import Mount, PythonEnvironment, TaskKey, TaskLaunc
 from trainyard.core.states import AttemptState
 from trainyard.core.wiring import JobWiring, PlacedTask, task_env
 from trainyard.services.storages import PlannedMount
+from trainyard.spec.checks import qualified_image
 from trainyard.spec.models import JobSpec
 from trainyard.spec.storages import storage_variable
 from trainyard.spec.templating import render_role
@@ -40,7 +41,7 @@ def environments_of(session: Session, spec: JobSpec) -> dict[str, RunsIn]:
 
 def runs_in(env: EnvironmentRow, base: EnvironmentRow | None) -> RunsIn:
     if env.path is None:
-        return RunsIn(image=env.image)
+        return RunsIn(image=None if env.image is None else qualified_image(env.image))
     bins = [f"{env.path}/bin"] + ([f"{base.path}/bin"] if base is not None and base.path else [])
     return RunsIn(environment=PythonEnvironment(prefix=env.path, bin_dirs=tuple(bins)))
 

@@ -29,9 +29,12 @@ from trainyard.controller.launching import EnvironmentGone, RunsIn, build_launch
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.exitcodes import (
+    IMAGE_UNAVAILABLE,
     OUT_OF_MEMORY,
     SUSPENDED_EXIT_CODE,
     classify_exit,
+    image_unavailable_message,
+    is_image_unavailable,
     is_out_of_memory,
     out_of_memory_message,
 )
@@ -304,6 +307,9 @@ class Reconciler:
         detail = exit_info.description + (f" ({'; '.join(notes)})" if notes else "")
         if status.reason == OUT_OF_MEMORY and not task.stop_sent:
             detail = out_of_memory_message(task.memory_mb, status.exit_code)
+        unavailable = status.reason == IMAGE_UNAVAILABLE and not task.stop_sent and status.exit_code != 0
+        if unavailable:
+            detail = image_unavailable_message(status.message)
         if task.stop_sent:
             new_state = TaskState.STOPPED
             if status.exit_code == SUSPENDED_EXIT_CODE:
@@ -318,7 +324,7 @@ class Reconciler:
         else:
             spec = self.spec_of(job)
             retry_count = spec.taskRoles[task.role].taskRetryCount
-            if task_should_rerun(status.exit_code, task.run + 1, retry_count):
+            if not unavailable and task_should_rerun(status.exit_code, task.run + 1, retry_count):
                 event = transitions.task_rerun(task, status.exit_code, detail, retry_count, self.clock.now())
                 record_event(session, job.id, event)
                 return
@@ -374,7 +380,9 @@ class Reconciler:
             return True
         if attempt.state == AttemptState.FAILED:
             spec = self.spec_of(job)
-            if job_should_retry(attempt.exit_code, job.retries_used, spec.jobRetryCount):
+            # A pull that cannot succeed would fail the same way again: no retry is spent on it.
+            unavailable = any(t.state == TaskState.FAILED and is_image_unavailable(t.message) for t in attempt.tasks)
+            if not unavailable and job_should_retry(attempt.exit_code, job.retries_used, spec.jobRetryCount):
                 record_event(session, job.id, transitions.retry_failed(job, attempt, spec.jobRetryCount, now))
                 return True
             why = failure_why(attempt)

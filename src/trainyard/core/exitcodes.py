@@ -47,6 +47,24 @@ def is_out_of_memory(message: str | None) -> bool:
     return message is not None and message.startswith(OUT_OF_MEMORY + ":")
 
 
+# The reason a backend gives when a task's image cannot be pulled and no retry could change
+# that (the registry said the manifest or the name is unknown, the access is denied, the
+# reference is invalid): the attempt fails with the pull's own words, and neither
+# taskRetryCount nor jobRetryCount is spent pulling again. A pull that failed on the network
+# or ran out of time stays an ordinary failure, which the retry counts may try again.
+IMAGE_UNAVAILABLE = "IMAGE_UNAVAILABLE"
+
+
+def image_unavailable_message(why: str) -> str:
+    """A task's message when its image cannot be pulled for good, as ``yard job`` shows it."""
+    return f"{IMAGE_UNAVAILABLE}: {why} (not retried: pulling again would fail the same way)"
+
+
+def is_image_unavailable(message: str | None) -> bool:
+    """Whether a task's message is that of :func:`image_unavailable_message`."""
+    return message is not None and message.startswith(IMAGE_UNAVAILABLE + ":")
+
+
 # A task that saved its state when asked to suspend says so by exiting with this
 # (``trainyard.runtime.SUSPENDED_EXIT_CODE``, which must stay equal: the runtime imports
 # nothing of ours).

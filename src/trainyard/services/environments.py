@@ -31,7 +31,7 @@ from trainyard.services.environment_access import (
     usable_environment,
 )
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
-from trainyard.spec.checks import image_reference_problem
+from trainyard.spec.checks import image_reference_problem, qualified_image
 from trainyard.spec.loading import validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.store.queries import environments as env_queries
@@ -185,7 +185,8 @@ def create_base(
     visibility, group_id = _sharing(session, admin, group, kind=EnvironmentKind.BASE)
     row = EnvironmentRow(
         name=name, owner_id=admin.id, kind=EnvironmentKind.BASE, visibility=visibility, group_id=group_id,
-        path=path.rstrip("/") if path is not None else None, image=image, requirements="",
+        path=path.rstrip("/") if path is not None else None,
+        image=None if image is None else qualified_image(image), requirements="",
         state=EnvironmentState.READY, message="", created_at=clock.now(), finished_at=clock.now(),
     )
     session.add(row)

@@ -10,6 +10,7 @@ from trainyard.backends.containers import ContainerError
 from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
 from trainyard.services.errors import Conflict, Invalid, ServiceError
 from trainyard.services.specs import StoredSpecs
+from trainyard.spec.checks import qualified_image
 from trainyard.spec.errors import SpecError
 from trainyard.store.db import Database
 from trainyard.store.queries import environments as env_queries
@@ -41,6 +42,7 @@ def node_images(backend: Backend) -> list[NodeImageView]:
 def pull_image(backend: Backend, image: str, node: str | None) -> list[ImagePullView]:
     """Pull ``image`` to ``node`` (None: every node) unless it is there (admin; the caller checks)."""
     _check_node(backend, node)
+    image = qualified_image(image)  # as a job's task pulls it: Docker's reading of a short name
     try:
         pulls = _cache(backend).pull_image(image, node)
     except ContainerError as exc:
@@ -56,6 +58,7 @@ def remove_image(db: Database, specs: StoredSpecs, backend: Backend, image: str,
     placed to); the engine itself keeps an image any other container uses (that node's
     answer says so)."""
     _check_node(backend, node)
+    image = qualified_image(image)
     with db.session() as session:
         users = tasks_using(session, specs, image, node)
     if users:
@@ -80,8 +83,8 @@ def tasks_using(session: Session, specs: StoredSpecs, image: str, node: str | No
         used = spec.role_image(task.role)
         if used is None and (named := spec.environment_of(task.role)) is not None:
             row = env_queries.environments_named(session, [named]).get(named)
-            used = None if row is None else row.image
-        if used == image:
+            used = None if row is None or row.image is None else qualified_image(row.image)
+        if used == qualified_image(image):
             found.append(f"job {job.id} task {task.role}/{task.index} on node {task.node}")
     return found
 

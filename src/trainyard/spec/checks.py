@@ -62,6 +62,41 @@ def image_reference_problem(value: str) -> str | None:
                 f"from a registry; write the registry's name in front (e.g. 'docker.io/library/{value}'), or ask "
                 "an admin to pull a local archive onto the nodes (yard image pull)")
     return None
+DOCKER_HUB = "docker.io"
+
+
+def qualified_image(reference: str) -> str:
+    """``reference`` as Docker reads it, written in full: Podman without unqualified-search
+    registries (Debian's stock one) refuses a short name that Docker pulls, so every path
+    that pulls or runs an image (and shows it) uses this form. The first component is a
+    registry when it holds a ``.`` or a ``:`` or is ``localhost``; else the image is on
+    Docker Hub (``docker.io``), under ``library/`` when it has no ``/``; without a tag or a
+    digest the tag is ``latest``. ``ubuntu`` -> ``docker.io/library/ubuntu:latest``,
+    ``tensorflow/tensorflow:2.15.0`` -> ``docker.io/tensorflow/tensorflow:2.15.0``. A
+    ``docker://`` reference is qualified after the prefix; another transport's (an
+    admin's ``docker-archive:/path``) is left as it is."""
+    prefix = ""
+    if reference.startswith("docker://"):
+        prefix, reference = "docker://", reference[len("docker://"):]
+    elif ":" in reference and reference.split(":", 1)[0].lower() in IMAGE_TRANSPORTS:
+        return reference
+    name, at, digest = reference.partition("@")
+    first, slash, rest = name.partition("/")
+    if not slash:
+        registry, path = DOCKER_HUB, f"library/{name}"
+    elif "." in first or ":" in first or first == "localhost":
+        registry, path = first, rest
+        if registry == "index.docker.io":
+            registry = DOCKER_HUB
+        if registry == DOCKER_HUB and "/" not in path:
+            path = f"library/{path}"
+    else:
+        registry, path = DOCKER_HUB, name
+    if not at and ":" not in path.rsplit("/", 1)[-1]:
+        path += ":latest"
+    return f"{prefix}{registry}/{path}{at}{digest}"
+
+
 PREREQUISITE_TYPES = ("dockerimage", "data", "script", "output")
 # The task-role field that selects each kind of prerequisite.
 _SELECTORS = {"dockerImage": "dockerimage", "data": "data", "script": "script", "output": "output"}

@@ -44,7 +44,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from trainyard.spec.checks import MAX_PORTS, image_reference_problem, semantic_errors
+from trainyard.spec.checks import MAX_PORTS, image_reference_problem, qualified_image, semantic_errors
 from trainyard.spec.errors import show
 from trainyard.spec.storages import check_mount_path, check_storage_name, check_sub_path
 
@@ -474,15 +474,18 @@ class JobSpec(_Model):
     def role_image(self, role: str) -> str | None:
         """The image the role's tasks run in, None for bare processes. The most specific
         wins: the role's ``image``, then its ``dockerImage`` (the named prerequisite's
-        ``uri``), then the job's ``image``; a role may not set both of its own."""
+        ``uri``), then the job's ``image``; a role may not set both of its own. Written in
+        full as Docker reads it (``checks.qualified_image``: ``ubuntu:22.04`` is
+        ``docker.io/library/ubuntu:22.04``), as the engine pulls and runs it."""
         task_role = self.taskRoles[role]
+        image = self.image
         if task_role.image is not None:
-            return task_role.image
-        if task_role.dockerImage is not None:
+            image = task_role.image
+        elif task_role.dockerImage is not None:
             prerequisite = self.prerequisite("dockerimage", task_role.dockerImage)
             uri = None if prerequisite is None else prerequisite.get("uri")
-            return uri if isinstance(uri, str) else None
-        return self.image
+            image = uri if isinstance(uri, str) else None
+        return None if image is None else qualified_image(image)
 
     def prerequisite(self, kind: str, name: str) -> dict[str, Any] | None:
         """The prerequisite of type ``kind`` (``dockerimage``, ``data``…) called ``name``."""

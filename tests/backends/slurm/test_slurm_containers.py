@@ -201,6 +201,24 @@ taskRoles:
     assert job.state == "FAILED"
     assert task.exit_code == 125
     assert f"could not pull localhost/trainyard-no-such-image:1 on node {task.node}" in task.message
+    assert not task.message.startswith("IMAGE_UNAVAILABLE")  # connection refused: a later try may pass
+
+
+def test_an_invalid_image_name_fails_the_slurm_job_without_a_retry(podman_world) -> None:
+    world = podman_world
+    job_id = submit(world, """
+name: invalid
+jobRetryCount: 1
+image: localhost/Trainyard-Invalid:1
+taskRoles:
+  main: {commands: [echo never]}
+""")
+    job = drive(world, job_id, timeout=120)
+
+    task = only_task(world, job_id)
+    assert (job.state, task.exit_code, job.retries_used) == ("FAILED", 125, 0)
+    assert task.message == (f"IMAGE_UNAVAILABLE: could not pull localhost/Trainyard-Invalid:1 on node {task.node}: "
+                            "repository name must be lowercase (not retried: pulling again would fail the same way)")
 
 
 def test_with_pyxis_the_step_runs_in_the_image_through_srun_options(tmp_path) -> None:
@@ -214,12 +232,15 @@ def test_with_pyxis_the_step_runs_in_the_image_through_srun_options(tmp_path) ->
 
     options = (task_dir / "container.pyxis").read_bytes().split(b"\0")[:-1]
     assert [o.decode() for o in options] == [
-        "--container-image=registry.example.com/torch:2",
+        "--container-image=registry.example.com#torch:2",  # enroot's [REGISTRY#]IMAGE[:TAG]
         f"--container-mounts={tmp_path / 'state'}:{tmp_path / 'state'},/datasets/imagenet:/data:ro",
         f"--container-workdir={task_dir / 'work'}",
         "--no-container-mount-home",
     ]
     assert not (task_dir / "container.argv").exists()  # no engine inside the step
+    # A Docker Hub image, qualified as Docker reads it, is enroot's default registry's.
+    assert submission.pyxis_image("docker.io/library/ubuntu:22.04") == "library/ubuntu:22.04"
+    assert submission.pyxis_image("nvcr.io/nvidia/pytorch:24.01-py3") == "nvcr.io#nvidia/pytorch:24.01-py3"
 
 
 def test_a_container_task_with_memory_gets_its_cgroup_and_the_engines_limit_to_fall_back_on(tmp_path) -> None:

@@ -58,12 +58,14 @@ def exec_container(container: dict[str, Any]) -> NoReturn:
     present = _run(container["exists"], env, quiet=True) == 0
     if not present:
         print(f"trainyard: pulling {image} on node {node}", flush=True)
-        status = _run(container["pull"], env)
+        status, said = _run_teed(container["pull"], env)
         seconds = round(time.monotonic() - started, 1)
         if status != 0:
             error = f"could not pull {image} on node {node} (exit status {status}; the task log has its output)"
+            # The engine's last words say whether pulling again could help (``containers.pull_failure``).
+            lines = [line.strip() for line in said.splitlines() if line.strip()]
             taskfiles.write_json(record_path, {"image": image, "node": node, "ok": False, "seconds": seconds,
-                                               "error": error})
+                                               "error": error, "said": lines[-1][-500:] if lines else ""})
             print(f"trainyard: {error}", flush=True)
             os._exit(PULL_FAILED)
         record = {"image": image, "node": node, "ok": True, "pulled": True, "seconds": seconds}
@@ -91,6 +93,26 @@ def remove_container(container: dict[str, Any]) -> None:
     _run(container["remove"], container["engine_env"], quiet=True)
     if container.get("cgroup") is not None:
         containercgroup.remove(container["cgroup"])
+
+
+def _run_teed(argv: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """Run ``argv`` with its stdout and stderr copied to this process's stdout as they come;
+    its exit status (as :func:`_run`) and the last few KiB it wrote."""
+    read_end, write_end = os.pipe()
+    actions = [(os.POSIX_SPAWN_DUP2, write_end, 1), (os.POSIX_SPAWN_DUP2, write_end, 2),
+               (os.POSIX_SPAWN_CLOSE, read_end)]
+    pid = os.posix_spawn(argv[0], argv, env, file_actions=actions)
+    os.close(write_end)
+    tail = b""
+    while chunk := os.read(read_end, 65536):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(1, view):]
+        tail = (tail + chunk)[-4096:]
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return code, tail.decode("utf-8", "replace")
 
 
 def _run(argv: list[str], env: dict[str, str], *, quiet: bool = False) -> int:

@@ -394,7 +394,7 @@ class SlurmBackend(jobdirs.JobDirTree):
 
     def _with_image_pulls(self, statuses: dict[TaskKey, TaskStatus]) -> dict[TaskKey, TaskStatus]:
         """Each status with how its task's image came to its node (the runner's ``image.json``)."""
-        return {key: with_image_pull(status, _read_json(self.task_dir(key) / "image.json")) if not status.lost
+        return {key: with_image_pull(status, pull_record(self.task_dir(key))) if not status.lost
                 else status for key, status in statuses.items()}
 
     def stop(self, key: TaskKey, grace_seconds: float) -> None:
@@ -693,6 +693,16 @@ def _read_text(path: Path, *, strip: bool = True) -> str | None:
     except FileNotFoundError:
         return None
     return text.strip() if strip else text
+
+
+def pull_record(task_dir: Path) -> dict[str, Any] | None:
+    """The task runner's ``image.json``, with a failed pull's last line of output (its
+    ``pull.out``) as ``said``, as the local backend records it (``containers.with_image_pull``)."""
+    record = _read_json(task_dir / "image.json")
+    if record is not None and not record.get("ok") and "said" not in record:
+        lines = [line.strip() for line in (_read_text(task_dir / "pull.out") or "").splitlines() if line.strip()]
+        record["said"] = lines[-1][-500:] if lines else ""
+    return record
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

@@ -219,7 +219,10 @@ run_container() {
     else
         echo "trainyard: pulling $image on node $node"
         started=$(date +%s.%N)
-        if ! env -i -- "${engine_env[@]}" "${pull[@]}"; then
+        # Its output goes to the task log and to pull.out, whose last line the backend reads
+        # to tell a pull that cannot succeed (manifest unknown, denied) from a network fault.
+        env -i -- "${engine_env[@]}" "${pull[@]}" 2>&1 | tee "$dir/pull.out"
+        if [ "${PIPESTATUS[0]}" != 0 ]; then
             seconds=$(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $started}")
             printf '{"image": "%s", "node": "%s", "ok": false, "seconds": %s, "error": "%s"}\n' "$image" "$node" \
                 "$seconds" "could not pull $image on node $node (see the task log)" > "$dir/image.json"

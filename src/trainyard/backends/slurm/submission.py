@@ -231,7 +231,7 @@ def write_task_files(
         mounts = [volume(str(pyxis_root), str(pyxis_root), read_only=False)] + [
             volume(m.source, m.target, read_only=m.read_only)
             for m in (*task.mounts, *environment_binds(task.environment))]
-        options = [f"--container-image={task.image}", f"--container-mounts={','.join(mounts)}",
+        options = [f"--container-image={pyxis_image(task.image)}", f"--container-mounts={','.join(mounts)}",
                    f"--container-workdir={work}", "--no-container-mount-home"]
         write_private(task_dir / "container.pyxis", b"".join(o.encode() + b"\0" for o in options))
         return skipped
@@ -333,3 +333,14 @@ def sbatch_argv(
             script_args += [str(group), str(task_cpus(task)), str(task_memory_mb(task)), part.task_gres(task) or "none",
                             str(task_dirs[task.key])]
     return [*argv, str(gang_runner), *script_args]
+
+
+def pyxis_image(image: str) -> str:
+    """``image`` (qualified, ``spec.checks.qualified_image``) as Pyxis and enroot read one:
+    ``[REGISTRY#]IMAGE[:TAG]``, where a name without ``#`` is on Docker Hub
+    (``docker.io/library/ubuntu:22.04`` -> ``library/ubuntu:22.04``,
+    ``nvcr.io/nvidia/pytorch:24.01-py3`` -> ``nvcr.io#nvidia/pytorch:24.01-py3``)."""
+    registry, slash, path = image.partition("/")
+    if not slash or "#" in image:
+        return image
+    return path if registry == "docker.io" else f"{registry}#{path}"
