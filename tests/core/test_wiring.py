@@ -49,3 +49,36 @@ def test_openpai_variables_describe_every_role_and_port() -> None:
     assert env["PAI_PORT_LIST_worker_1_ssh"] == "2201"
     assert env["PAI_RESOURCE_worker"] == "1,4,8192,0"
     assert (env["TRAINYARD_JOB_ID"], env["TRAINYARD_ATTEMPT"]) == ("7", "1")
+
+
+def test_tf_config_names_every_task_by_role_with_its_tf_port_else_its_first_else_master_port_plus_rank() -> None:
+    import json
+
+    from trainyard.core.wiring import tf_config
+
+    config = json.loads(tf_config(wiring(), "worker", 1))
+    # ps (rank 0) declares no port: MASTER_PORT; the workers their first (ssh) port.
+    assert config == {"cluster": {"ps": ["10.0.0.1:29500"], "worker": ["10.0.0.1:2200", "10.0.0.2:2201"]},
+                      "task": {"type": "worker", "index": 1}}
+    bare = JobWiring(**{**wiring().__dict__, "tasks": [PlacedTask(t.role, t.index, t.node, t.address)
+                                                       for t in wiring().tasks]})
+    assert json.loads(tf_config(bare, "ps", 0))["cluster"]["worker"] == ["10.0.0.1:29501", "10.0.0.2:29502"]
+    tf_port = PlacedTask("worker", 1, "n2", "10.0.0.2", (0,), {"ssh": [2201], "tf": [2300]})
+    labelled = JobWiring(**{**wiring().__dict__, "tasks": [*wiring().tasks[1:], tf_port]})
+    assert json.loads(tf_config(labelled, "ps", 0))["cluster"]["worker"][1] == "10.0.0.2:2300"
+
+
+def test_tf_roles_take_tensorflows_names_where_they_map_and_unique_else_their_own() -> None:
+    from trainyard.core.wiring import tf_roles
+
+    assert tf_roles(["Master", "workers", "parameter_server", "eval"]) == {
+        "Master": "chief", "workers": "worker", "parameter_server": "ps", "eval": "evaluator"}
+    assert tf_roles(["trainer", "gen"]) == {"trainer": "worker", "gen": "gen"}
+    assert tf_roles(["worker", "workers"]) == {"worker": "worker", "workers": "workers"}  # no two as one
+
+
+def test_mpi_hosts_count_the_jobs_tasks_per_node_and_one_task_jobs_get_no_tf_nor_mpi() -> None:
+    env = task_env(wiring(), "ps", 0)
+    assert env["TRAINYARD_MPI_HOSTS"] == "10.0.0.1:2,10.0.0.2:1"
+    alone = JobWiring(**{**wiring().__dict__, "roles": ["ps"], "tasks": [wiring().tasks[2]]})
+    assert "TF_CONFIG" not in task_env(alone, "ps", 0) and "TRAINYARD_MPI_HOSTS" not in task_env(alone, "ps", 0)

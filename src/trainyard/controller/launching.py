@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.backends.base import Mount, PythonEnvironment, TaskKey, TaskLaunch
 from trainyard.core.states import AttemptState
-from trainyard.core.wiring import JobWiring, PlacedTask, task_env
+from trainyard.core.wiring import JobWiring, PlacedTask, mpi_hosts, task_env
 from trainyard.services.storages import PlannedMount
 from trainyard.spec.checks import qualified_image
 from trainyard.spec.models import JobSpec
@@ -104,7 +105,7 @@ def build_launch(
     return TaskLaunch(
         key=task_key(job, attempt, task),
         node=task.node,
-        script=suspension_prelude(spec) + "\n".join(commands) + "\n",
+        script=suspension_prelude(spec) + hostfile_prelude(wiring) + "\n".join(commands) + "\n",
         env=env,
         gpus=tuple(g[0] for g in task.gpus),
         grace_seconds=job.grace_seconds,
@@ -147,6 +148,26 @@ def suspension_env(job: JobRow, attempt: AttemptRow, spec: JobSpec) -> dict[str,
     previous = next((a for a in job.attempts if a.number == attempt.number - 1), None)
     env["TRAINYARD_RESUMED"] = "1" if previous is not None and previous.state == AttemptState.SUSPENDED else "0"
     return env
+
+
+def hostfile_prelude(wiring: JobWiring) -> str:
+    """The lines before a multi-task job's commands that write MPI's hostfile (a line
+    ``ADDRESS slots=N`` per node, N its tasks of the job) and export its path as
+    ``TRAINYARD_HOSTFILE``, ``OMPI_MCA_orte_default_hostfile`` (Open MPI's ``mpirun``) and
+    ``HYDRA_HOST_FILE`` (MPICH's ``mpiexec``). It is in the job's directory, one per attempt
+    (else the task's temporary directory), named by job and attempt; each task writes it whole and renames it in place,
+    so that tasks sharing the directory never read half a file."""
+    if len(wiring.tasks) < 2:
+        return ""
+    lines = " ".join(shlex.quote(f"{host} slots={slots}") for host, slots in mpi_hosts(wiring))
+    return (
+        'TRAINYARD_HOSTFILE="${TRAINYARD_JOB_DIR:-${TMPDIR:-/tmp}}/'
+        f'.trainyard-hostfile.{wiring.job_id}.{wiring.attempt}"\n'
+        f"printf '%s\\n' {lines} > \"$TRAINYARD_HOSTFILE.$$\" && "
+        'mv -f "$TRAINYARD_HOSTFILE.$$" "$TRAINYARD_HOSTFILE"\n'
+        'OMPI_MCA_orte_default_hostfile="$TRAINYARD_HOSTFILE"; HYDRA_HOST_FILE="$TRAINYARD_HOSTFILE"\n'
+        "export TRAINYARD_HOSTFILE OMPI_MCA_orte_default_hostfile HYDRA_HOST_FILE\n"
+    )
 
 
 def suspension_prelude(spec: JobSpec) -> str:

@@ -7,7 +7,10 @@ runs as a local process or in a Slurm allocation. Three families are set:
 * torchrun's ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK``/``LOCAL_RANK``
   (``RANK`` counts tasks across roles in declaration order, then by index; ``LOCAL_RANK``
   counts this job's tasks on the same node);
-* ``TRAINYARD_*`` for Trainyard's own tooling.
+* ``TRAINYARD_*`` for Trainyard's own tooling;
+* for a job of more than one task, TensorFlow's ``TF_CONFIG`` (``tf_config``) and MPI's
+  hosts (``mpi_hosts``: ``TRAINYARD_MPI_HOSTS``, and the hostfile the task's script writes,
+  ``controller.launching.hostfile_prelude``).
 
 Paths only a backend knows are added by the backend, after the job's own env so that a
 job file cannot redirect them: ``TRAINYARD_SECRETS_DIR`` (local) and ``TRAINYARD_JOB_DIR``
@@ -16,6 +19,7 @@ job file cannot redirect them: ``TRAINYARD_SECRETS_DIR`` (local) and ``TRAINYARD
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -96,4 +100,59 @@ def task_env(wiring: JobWiring, role: str, index: int) -> dict[str, str]:
     own_ports = [p for ports in me.ports.values() for p in ports]
     if own_ports:
         env["PAI_CURRENT_CONTAINER_PORT"] = str(own_ports[0])
+    if len(tasks) > 1:
+        env["TF_CONFIG"] = tf_config(wiring, role, index)
+        env["TRAINYARD_MPI_HOSTS"] = ",".join(f"{host}:{slots}" for host, slots in mpi_hosts(wiring))
     return env
+
+
+# Role names TensorFlow's cluster resolver knows, for the role names a job file naturally
+# uses for them; any other role keeps its own name.
+TF_ROLE_NAMES = {
+    "ps": "ps", "parameter_server": "ps", "parameterserver": "ps", "server": "ps", "servers": "ps",
+    "worker": "worker", "workers": "worker", "trainer": "worker", "trainers": "worker",
+    "chief": "chief", "master": "chief",
+    "evaluator": "evaluator", "eval": "evaluator",
+}
+# The port label a role declares for TensorFlow's gRPC server.
+TF_PORT_LABEL = "tf"
+
+
+def tf_roles(roles: Sequence[str]) -> dict[str, str]:
+    """Each role's name in ``TF_CONFIG``: TensorFlow's own where it maps naturally and no
+    two roles would share it, else the role's name as it is."""
+    mapped = {role: TF_ROLE_NAMES.get(role.lower(), role) for role in roles}
+    if len(set(mapped.values())) < len(mapped):
+        return {role: role for role in roles}
+    return mapped
+
+
+def tf_port(wiring: JobWiring, task: PlacedTask, rank: int) -> int:
+    """The port of a task's TensorFlow server: its role's port labelled ``tf``, else its
+    first declared port, else ``MASTER_PORT + rank`` (reserved only for rank 0: declare a
+    ``tf`` port for one reserved on every node)."""
+    if ports := task.ports.get(TF_PORT_LABEL):
+        return ports[0]
+    for ports in task.ports.values():
+        if ports:
+            return ports[0]
+    return wiring.master_port + rank
+
+
+def tf_config(wiring: JobWiring, role: str, index: int) -> str:
+    """TensorFlow's ``TF_CONFIG`` for one task: every task as ``host:port`` by role, and
+    which one this is."""
+    names = tf_roles(wiring.roles)
+    cluster: dict[str, list[str]] = {}
+    for rank, t in enumerate(ordered_tasks(wiring)):
+        cluster.setdefault(names[t.role], []).append(f"{t.address}:{tf_port(wiring, t, rank)}")
+    return json.dumps({"cluster": cluster, "task": {"type": names[role], "index": index}}, sort_keys=True)
+
+
+def mpi_hosts(wiring: JobWiring) -> list[tuple[str, int]]:
+    """MPI's hosts: each node's address (in rank order of its first task) with its number
+    of the job's tasks as its slots."""
+    slots: dict[str, int] = {}
+    for t in ordered_tasks(wiring):
+        slots[t.address] = slots.get(t.address, 0) + 1
+    return list(slots.items())
