@@ -1,6 +1,6 @@
 """TensorFlow's and MPI's wiring as a local job's tasks see it: ``TF_CONFIG`` naming every
-task, and the MPI hostfile written in the job's directory, its path in the variables
-``mpirun`` reads."""
+task, and the MPI hostfile each task writes in its working directory, its path in the
+variables ``mpirun`` reads."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ taskRoles:
 # Each task writes what it sees under its rank.
 REPORT = ("'printf %s \"$TF_CONFIG\" > {out}/tf.$RANK && cp \"$OMPI_MCA_orte_default_hostfile\" {out}/hosts.$RANK"
           " && printf \"%s %s\" \"$TRAINYARD_HOSTFILE\" \"$HYDRA_HOST_FILE\" > {out}/path.$RANK"
-          " && printf %s \"$TRAINYARD_JOB_DIR\" > {out}/jobdir.$RANK'")
+          " && pwd > {out}/cwd.$RANK'")
 
 
 def test_every_task_sees_tf_config_and_the_mpi_hostfile(make_world, tmp_path: Path) -> None:
@@ -46,4 +46,4 @@ def test_every_task_sees_tf_config_and_the_mpi_hostfile(make_world, tmp_path: Pa
         lines = (out / f"hosts.{rank}").read_text().splitlines()
         assert len(lines) == 1 and lines[0].endswith(" slots=3")
         hostfile, hydra = (out / f"path.{rank}").read_text().split(" ")
-        assert hostfile == hydra and Path(hostfile).parent == Path((out / f"jobdir.{rank}").read_text())
+        assert hostfile == hydra and Path(hostfile).parent == Path((out / f"cwd.{rank}").read_text().strip())

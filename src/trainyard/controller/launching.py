@@ -154,17 +154,16 @@ def hostfile_prelude(wiring: JobWiring) -> str:
     """The lines before a multi-task job's commands that write MPI's hostfile (a line
     ``ADDRESS slots=N`` per node, N its tasks of the job) and export its path as
     ``TRAINYARD_HOSTFILE``, ``OMPI_MCA_orte_default_hostfile`` (Open MPI's ``mpirun``) and
-    ``HYDRA_HOST_FILE`` (MPICH's ``mpiexec``). It is in the job's directory, one per attempt
-    (else the task's temporary directory), named by job and attempt; each task writes it whole and renames it in place,
-    so that tasks sharing the directory never read half a file."""
+    ``HYDRA_HOST_FILE`` (MPICH's ``mpiexec``). Each task writes its own, in its working
+    directory (``.trainyard-hostfile``; a temporary file where that is read-only): the job's
+    directory stays the job's own, and no two tasks write one file."""
     if len(wiring.tasks) < 2:
         return ""
     lines = " ".join(shlex.quote(f"{host} slots={slots}") for host, slots in mpi_hosts(wiring))
     return (
-        'TRAINYARD_HOSTFILE="${TRAINYARD_JOB_DIR:-${TMPDIR:-/tmp}}/'
-        f'.trainyard-hostfile.{wiring.job_id}.{wiring.attempt}"\n'
-        f"printf '%s\\n' {lines} > \"$TRAINYARD_HOSTFILE.$$\" && "
-        'mv -f "$TRAINYARD_HOSTFILE.$$" "$TRAINYARD_HOSTFILE"\n'
+        'TRAINYARD_HOSTFILE="$PWD/.trainyard-hostfile"\n'
+        f"{{ printf '%s\\n' {lines} > \"$TRAINYARD_HOSTFILE\"; }} 2>/dev/null || "
+        f"{{ TRAINYARD_HOSTFILE=\"$(mktemp)\" && printf '%s\\n' {lines} > \"$TRAINYARD_HOSTFILE\"; }}\n"
         'OMPI_MCA_orte_default_hostfile="$TRAINYARD_HOSTFILE"; HYDRA_HOST_FILE="$TRAINYARD_HOSTFILE"\n'
         "export TRAINYARD_HOSTFILE OMPI_MCA_orte_default_hostfile HYDRA_HOST_FILE\n"
     )
