@@ -62,6 +62,7 @@ taskRoles:
     instances: 2
     resourcePerInstance: {{gpu: 4, cpu: 1, memoryMB: 2048}}
     commands:
+      - cp "$TRAINYARD_HOSTFILE" {report}/hosts.$RANK && printf %s "$TF_CONFIG" > {report}/tf.$RANK
       - >-
         {sys.executable} -m torch.distributed.run --nnodes="$WORLD_SIZE" --nproc-per-node=1
         --node-rank="$NODE_RANK" --master-addr="$MASTER_ADDR" --master-port="$MASTER_PORT"
@@ -81,6 +82,14 @@ taskRoles:
         assert result["master"] == master
         if master != "127.0.0.1":  # nodes in namespaces: gloo binds the interface that reaches the master
             assert result["gloo_ifname"] == "eth0"
+    # MPI's hostfile (a host a line, its tasks as slots) and TF_CONFIG name the same two nodes in rank order.
+    addresses = [node_addr(world.slurm, t.node) for t in sorted(tasks, key=lambda t: t.index)]
+    for rank in (0, 1):
+        slots = {a: addresses.count(a) for a in addresses}  # nodes sharing an address (127.0.0.1) are one host
+        assert (report / f"hosts.{rank}").read_text().splitlines() == [f"{a} slots={n}" for a, n in slots.items()]
+        tf_config = json.loads((report / f"tf.{rank}").read_text())
+        assert [w.rsplit(":", 1)[0] for w in tf_config["cluster"]["worker"]] == addresses
+        assert tf_config["task"] == {"type": "worker", "index": rank}
 
 
 def test_a_gang_whose_node_goes_down_mid_job_is_requeued_and_finishes_on_other_nodes(world, slurm, drain) -> None:
