@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
@@ -26,7 +26,8 @@ from trainyard.client_errors import TrainyardError as TrainyardError
 from trainyard.client_errors import UsageError as UsageError
 from trainyard.client_errors import WaitTimeout as WaitTimeout
 from trainyard.client_input import JobFile as JobFile
-from trainyard.client_input import check_client_arguments, job_file_body
+from trainyard.client_input import Moment as Moment
+from trainyard.client_input import check_client_arguments, given, job_file_body, window
 from trainyard.core.states import EnvironmentState
 from trainyard.schemas.admin import KEEP as KEEP
 from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaView, VcView
@@ -98,22 +99,6 @@ class LogRead:
 def _page(left: int | None) -> int | None:
     """The page to ask for when at most ``left`` bytes are still wanted (None: no cap)."""
     return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
-
-
-Moment = str | datetime | timedelta | None  # a window's bound, see ``Client.job_metrics``
-
-
-def _window(since: Moment, until: Moment) -> dict[str, str]:
-    """The query parameters of a window's bounds."""
-    params = {}
-    for name, bound in (("since", since), ("until", until)):
-        if isinstance(bound, timedelta):
-            params[name] = f"{bound.total_seconds():g}s"
-        elif isinstance(bound, datetime):
-            params[name] = bound.isoformat()
-        elif bound is not None:
-            params[name] = str(bound)
-    return params
 
 
 def _job_id(job_id: object, what: str = "job") -> int:
@@ -277,7 +262,7 @@ class Client:
         job (as `submit` takes it, e.g. `job()`'s ``spec`` edited): what it still shows masked
         is filled from the original. ``name``, ``vc`` and ``priority`` change just those.
         Made at most once, and sent again when its answer is lost, as `submit` says."""
-        params = {k: v for k, v in dict(name=name, vc=vc, priority=priority).items() if v is not None}
+        params = given(name=name, vc=vc, priority=priority)
         content, headers = b"", {IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
         if job_file is not None:
             content, media_type = _job_file(job_file)
@@ -313,8 +298,7 @@ class Client:
         """A page of jobs, newest first (``order="oldest"``: oldest first); pass the page's
         ``next`` as ``before`` (oldest first: ``after``), with the same filters, for the next
         one. ``state`` is comma-separated: ``"WAITING,RUNNING"``; ``name``: text in the name."""
-        params = {k: v for k, v in dict(state=state, user=user, vc=vc, name=name, order=order, limit=limit,
-                                        before=before, after=after).items() if v is not None}
+        params = given(state=state, user=user, vc=vc, name=name, order=order, limit=limit, before=before, after=after)
         return self._parse(JobPage, self._request("GET", "/jobs", params=params).content)
 
     def job(self, job_id: int) -> JobDetail:
@@ -341,7 +325,7 @@ class Client:
         """A job's figures per task (CPU, memory, GPU utilisation and memory; None where not
         measured) over a window: ``since``/``until`` a datetime, a timedelta before now, or
         the API's text ("1h", ISO 8601); by default the last hour. ``task``: "ROLE/INDEX"."""
-        params = _window(since, until) | ({"task": task} if task is not None else {})
+        params = window(since, until) | ({"task": task} if task is not None else {})
         return self._parse(JobMetrics, self._request("GET", f"/jobs/{_job_id(job_id)}/metrics",
                                                      params=params).content)
 
@@ -350,8 +334,7 @@ class Client:
         """One page of a task's log (default: the first task of the latest attempt; at most
         ``limit`` bytes, the server's page size if not given), with which task it is; a log
         of any size: `iter_logs` or `logs`."""
-        params = {k: v for k, v in dict(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit).items()
-                  if v is not None}
+        params = given(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit)
         response = self._request("GET", f"/jobs/{_job_id(job_id)}/logs", params=params)
         shown = response.headers.get(LOG_ATTEMPT_HEADER)
         return LogRead(
@@ -392,7 +375,7 @@ class Client:
                     tail: int | None = None) -> Iterator[bytes]:
         """A task's log as it is written, until the task ends. Raises `ServerUnreachable` if
         the server goes away (or shuts down) first, which does not stop the job."""
-        params = {k: v for k, v in dict(task=task, attempt=attempt, tail=tail).items() if v is not None}
+        params = given(task=task, attempt=attempt, tail=tail)
         return self._stream_logs(job_id, {**params, "follow": "true"})
 
     def all_logs(self, job_id: int, *, attempt: int | None = None, tail: int | None = None,
@@ -401,7 +384,7 @@ class Client:
         task as the logs are now (only the last ``tail`` lines of each if given), or with
         ``follow`` as lines are written until every task has ended. Streamed, a log of any size;
         raises `ServerUnreachable` as `follow_logs` does."""
-        params = {k: v for k, v in dict(attempt=attempt, tail=tail, follow=follow or None).items() if v is not None}
+        params = given(attempt=attempt, tail=tail, follow=follow or None)
         return self._stream_logs(job_id, {**params, "all": "true"})
 
     def _stream_logs(self, job_id: int, params: dict[str, Any]) -> Iterator[bytes]:
@@ -497,16 +480,15 @@ class Client:
         """GPU-, CPU- and memory-hours allocated in ``[since, until)`` (default: the last 7
         days) per user, VC, group or job, with GPU and CPU efficiency (None: not measured).
         A non-admin sees their own jobs only."""
-        params = {k: v.isoformat() if isinstance(v, datetime) else v
-                  for k, v in dict(by=by, since=since, until=until, user=user, vc=vc, group=group,
-                                   job=None if job is None else _job_id(job)).items()
-                  if v is not None}
+        asked = given(by=by, since=since, until=until, user=user, vc=vc, group=group,
+                      job=None if job is None else _job_id(job))
+        params = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asked.items()}
         return self._parse(UsageReport, self._request("GET", "/usage", params=params).content)
 
     def node_metrics(self, name: str, *, since: Moment = None, until: Moment = None) -> NodeMetrics:
         """A node's figures (CPU, memory, disk, network, each GPU) over a window, as ``job_metrics``."""
         return self._parse(NodeMetrics, self._request("GET", f"/nodes/{_seg(name)}/metrics",
-                                                      params=_window(since, until)).content)
+                                                      params=window(since, until)).content)
 
     def healthz(self) -> dict[str, str]:
         """The server's health (needs no token)."""
@@ -562,7 +544,7 @@ class Client:
         base environment with ``base_path`` (a Python environment every node has) or ``image``."""
         body = {"name": name, "requirements": requirements, "base": base, "group": group, "virtualCluster": vc,
                 "basePath": base_path, "image": image}
-        response = self._request("POST", "/environments", json={k: v for k, v in body.items() if v is not None})
+        response = self._request("POST", "/environments", json=given(**body))
         return self._parse(EnvironmentView, response.content)
 
     def environments(self) -> list[EnvironmentView]:
@@ -599,7 +581,7 @@ class Client:
         """Start a JupyterLab session (``gpu``, ``image`` or ``environment``, ``storages``,
         ``hours``, ``virtualCluster``, ``priority``, ``cpu``, ``memoryMB``, ``name``): a job of
         yours; open ``url`` on the server once it runs."""
-        body = {k: v for k, v in request.items() if v is not None}
+        body = given(**request)
         return self._parse(SessionView, self._request("POST", "/sessions", json=body).content)
 
     def sessions(self, *, everyone: bool = False) -> list[SessionView]:

@@ -1,12 +1,14 @@
 """What the SDK is given, checked before anything is sent: a job file (a path, the file's
-text, or the job as a mapping) turned into a request's bytes and media type, and a
-client's URL, token and timeout; a ValueError says what is wrong and what to give."""
+text, or the job as a mapping) turned into a request's bytes and media type, a client's
+URL, token and timeout (a ValueError says what is wrong and what to give), and a call's
+arguments turned into query parameters."""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +73,24 @@ def check_client_arguments(url: object, token: object, timeout: object) -> None:
         raise ValueError(f"{url!r} is not a URL ({exc}); give the server's, like http://127.0.0.1:8642") from exc
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ValueError(f"{url!r} is not an http(s) address; give the server's, like http://127.0.0.1:8642")
+
+
+Moment = str | datetime | timedelta | None  # a window's bound, see ``Client.job_metrics``
+
+
+def given(**values: Any) -> dict[str, Any]:
+    """The values that are not None: the parameters a call was given."""
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def window(since: Moment, until: Moment) -> dict[str, str]:
+    """The query parameters of a window's bounds."""
+    params = {}
+    for name, bound in (("since", since), ("until", until)):
+        if isinstance(bound, timedelta):
+            params[name] = f"{bound.total_seconds():g}s"
+        elif isinstance(bound, datetime):
+            params[name] = bound.isoformat()
+        elif bound is not None:
+            params[name] = str(bound)
+    return params
