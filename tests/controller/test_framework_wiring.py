@@ -11,7 +11,7 @@ JOB = """
 name: tf-and-mpi
 taskRoles:
   ps:
-    commands: [{report}]
+    commands: [{report}]  # no ports declared: it is given a peer port
   worker:
     instances: 2
     resourcePerInstance: {{ports: {{tf: 1}}}}
@@ -36,9 +36,10 @@ def test_every_task_sees_tf_config_and_the_mpi_hostfile(make_world, tmp_path: Pa
                                                                                       sort_keys=True)}
     cluster = configs[0]["cluster"]
     assert len(cluster["ps"]) == 1 and len(cluster["worker"]) == 2
-    # The workers' servers listen on their reserved tf ports.
+    # The workers' servers listen on their reserved tf ports, the ps on the peer port it was given.
     assert [int(hp.rsplit(":", 1)[1]) for hp in cluster["worker"]] == [tasks["worker", i].ports["tf"][0]
                                                                        for i in range(2)]
+    assert [int(hp.rsplit(":", 1)[1]) for hp in cluster["ps"]] == [tasks["ps", 0].ports["peer"][0]]
     assert [c["task"] for c in configs] == [{"type": "ps", "index": 0}, {"type": "worker", "index": 0},
                                            {"type": "worker", "index": 1}]
     assert len(set(workers)) == 1  # one node: one line, three slots

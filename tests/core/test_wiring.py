@@ -82,3 +82,15 @@ def test_mpi_hosts_count_the_jobs_tasks_per_node_and_one_task_jobs_get_no_tf_nor
     assert env["TRAINYARD_MPI_HOSTS"] == "10.0.0.1:2,10.0.0.2:1"
     alone = JobWiring(**{**wiring().__dict__, "roles": ["ps"], "tasks": [wiring().tasks[2]]})
     assert "TF_CONFIG" not in task_env(alone, "ps", 0) and "TRAINYARD_MPI_HOSTS" not in task_env(alone, "ps", 0)
+
+
+def test_horovod_ranks_match_torchruns_and_cross_ranks_count_nodes_per_local_rank() -> None:
+    # ps/0 and worker/0 on n1 (local ranks 0 and 1), worker/1 on n2 (local rank 0).
+    envs = {(r, i): task_env(wiring(), r, i) for r, i in [("ps", 0), ("worker", 0), ("worker", 1)]}
+    seen = {key: tuple(env[f"HOROVOD_{v}"] for v in ("RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK",
+                                                      "CROSS_SIZE"))
+            for key, env in envs.items()}
+    assert seen == {("ps", 0): ("0", "3", "0", "2", "0", "2"), ("worker", 0): ("1", "3", "1", "2", "0", "1"),
+                    ("worker", 1): ("2", "3", "0", "1", "1", "2")}
+    assert all(env["HOROVOD_RANK"] == env["RANK"] and env["HOROVOD_HOSTNAME"] == env["PAI_CONTAINER_HOST_IP"]
+               for env in envs.values())

@@ -42,6 +42,7 @@ from trainyard.core.settings import (
     DEFAULT_MONITOR_INTERVAL_SECONDS,
     DEFAULT_USAGE_DAYS_KEEP_DAYS,
 )
+from trainyard.core.wiring import PEER_PORT_LABEL
 from trainyard.monitor.exposition import ControllerTimings
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig, Snapshot, StartJob
@@ -282,8 +283,11 @@ class Controller:
         master = spec.role_names[0]
         master_node = next(p.node for p in start.placements if (p.role, p.index) == (master, 0))
         plan: dict[tuple[str, int], dict[str, list[int]]] = {}
+        several = len(start.placements) > 1
         for p in start.placements:
             labels = spec.taskRoles[p.role].resourcePerInstance.ports or {}
+            if not labels and several:  # a server port of its own for TF_CONFIG and the like
+                labels = {PEER_PORT_LABEL: 1}
             if labels:
                 taken = held.setdefault(p.node, set())
                 got = self.backend.allocate_ports(p.node, sum(labels.values()), taken)

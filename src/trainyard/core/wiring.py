@@ -10,7 +10,7 @@ runs as a local process or in a Slurm allocation. Three families are set:
 * ``TRAINYARD_*`` for Trainyard's own tooling;
 * for a job of more than one task, TensorFlow's ``TF_CONFIG`` (``tf_config``) and MPI's
   hosts (``mpi_hosts``: ``TRAINYARD_MPI_HOSTS``, and the hostfile the task's script writes,
-  ``controller.launching.hostfile_prelude``).
+  ``controller.launching.hostfile_prelude``) and Horovod's ranks (``horovod_env``).
 
 Paths only a backend knows are added by the backend, after the job's own env so that a
 job file cannot redirect them: ``TRAINYARD_SECRETS_DIR`` (local) and ``TRAINYARD_JOB_DIR``
@@ -103,7 +103,27 @@ def task_env(wiring: JobWiring, role: str, index: int) -> dict[str, str]:
     if len(tasks) > 1:
         env["TF_CONFIG"] = tf_config(wiring, role, index)
         env["TRAINYARD_MPI_HOSTS"] = ",".join(f"{host}:{slots}" for host, slots in mpi_hosts(wiring))
+        env.update(horovod_env(tasks, me))
     return env
+
+
+def horovod_env(tasks: Sequence[PlacedTask], me: PlacedTask) -> dict[str, str]:
+    """The ranks a Horovod process reads when no launcher set them (``horovodrun`` sets the
+    same for the processes it starts): its rank and the job's size, its rank and their number
+    on its node, and the rank of its node among the nodes holding a process of its local rank."""
+    nodes = list(dict.fromkeys(t.node for t in tasks))
+    local = {node: [t for t in tasks if t.node == node] for node in nodes}
+    local_rank = local[me.node].index(me)
+    cross = [node for node in nodes if len(local[node]) > local_rank]
+    return {
+        "HOROVOD_HOSTNAME": me.address,
+        "HOROVOD_RANK": str(tasks.index(me)),
+        "HOROVOD_SIZE": str(len(tasks)),
+        "HOROVOD_LOCAL_RANK": str(local_rank),
+        "HOROVOD_LOCAL_SIZE": str(len(local[me.node])),
+        "HOROVOD_CROSS_RANK": str(cross.index(me.node)),
+        "HOROVOD_CROSS_SIZE": str(len(cross)),
+    }
 
 
 # Role names TensorFlow's cluster resolver knows, for the role names a job file naturally
@@ -116,6 +136,9 @@ TF_ROLE_NAMES = {
 }
 # The port label a role declares for TensorFlow's gRPC server.
 TF_PORT_LABEL = "tf"
+# The port each task of a job of several tasks is given when its role declares none (for
+# TensorFlow's server, or any server of its own the task's peers reach).
+PEER_PORT_LABEL = "peer"
 
 
 def tf_roles(roles: Sequence[str]) -> dict[str, str]:
@@ -129,8 +152,9 @@ def tf_roles(roles: Sequence[str]) -> dict[str, str]:
 
 def tf_port(wiring: JobWiring, task: PlacedTask, rank: int) -> int:
     """The port of a task's TensorFlow server: its role's port labelled ``tf``, else its
-    first declared port, else ``MASTER_PORT + rank`` (reserved only for rank 0: declare a
-    ``tf`` port for one reserved on every node)."""
+    first port (its ``peer`` port when its role declares none: the controller reserves one
+    for every task of a job of several tasks), else ``MASTER_PORT + rank`` (a placement
+    without ports, as in the tests of this function)."""
     if ports := task.ports.get(TF_PORT_LABEL):
         return ports[0]
     for ports in task.ports.values():
