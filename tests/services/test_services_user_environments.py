@@ -100,3 +100,16 @@ def test_a_deleted_admins_base_environments_stay_and_become_the_deleting_admins(
         env = s.scalars(select(EnvironmentRow)).one()
         assert (env.name, env.owner.name, env.path) == ("conda", "root", "/opt/conda")
         assert s.get(JobRow, job).state == "WAITING"  # bob's job goes on in it
+
+
+def test_torch_from_pypi_alone_is_named_in_the_environments_message_and_an_index_line_silences_it(db, clock,
+                                                                                                  users, tmp_path):
+    with db.session() as s:
+        user = auth.get_user(s, "alice")
+        plain = environments.create_custom(s, user, environments.CustomEnvironment("t1", "numpy\ntorch==2.13.0\n"),
+                                           root=tmp_path, clock=clock)
+        assert "--index-url https://download.pytorch.org/whl/cpu" in plain.message
+    for text in ("torchmetrics\n", "--index-url https://download.pytorch.org/whl/cpu\ntorch\n",
+                 "-f /shared/wheels\ntorchvision>=0.29\n"):
+        assert environments.torch_index_hint(text) == ""
+    assert environments.torch_index_hint("TorchVision[extra]>=0.29\n") != ""

@@ -12,6 +12,7 @@ node's). The controller marks the environment READY or FAILED once that job has 
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,6 +110,21 @@ class CustomEnvironment:
     vc: str | None = None
 
 
+# PyTorch's own index of its CPU builds: PyPI's Linux torch is the CUDA build, which pulls
+# several GB of nvidia-* wheels that a node without NVIDIA GPUs never uses.
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+_TORCH_PACKAGES = re.compile(r"^\s*(torch|torchvision|torchaudio)\s*($|[=<>!~\[;@ ])", re.IGNORECASE | re.MULTILINE)
+_INDEX_OPTIONS = re.compile(r"^\s*(-i|--index-url|--extra-index-url|--no-index|-f|--find-links)\b", re.MULTILINE)
+
+
+def torch_index_hint(requirements: str) -> str:
+    """What the environment's message adds when it asks for PyTorch from PyPI alone."""
+    if not _TORCH_PACKAGES.search(requirements) or _INDEX_OPTIONS.search(requirements):
+        return ""
+    return (f"; torch comes from PyPI as its CUDA build (several GB of nvidia-* wheels): for the CPU build, "
+            f"make `--index-url {TORCH_CPU_INDEX}` the requirements file's first line")
+
+
 def build_job_spec(env: CustomEnvironment, prefix: Path) -> JobSpec:
     """The job that builds ``env`` into ``prefix``: an ordinary job file, shown as such."""
     document = {
@@ -157,7 +173,8 @@ def create_custom(
     row = EnvironmentRow(
         name=env.name, owner_id=owner.id, kind=EnvironmentKind.CUSTOM, visibility=visibility, group_id=group_id,
         base_id=base.id if base is not None else None, path=str(prefix), requirements=env.requirements,
-        state=EnvironmentState.BUILDING, build_job_id=job.id, message=f"being built by job {job.id}",
+        state=EnvironmentState.BUILDING, build_job_id=job.id,
+        message=f"being built by job {job.id}{torch_index_hint(env.requirements)}",
         created_at=clock.now(),
     )
     session.add(row)
