@@ -20,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 CONDITIONS = ("afterok", "afterany", "afternotok")
@@ -103,6 +111,12 @@ class Dependencies(BaseModel):
         if sum(len(getattr(self, c)) for c in CONDITIONS) > MAX_DEPENDENCIES:
             raise _problem(f"at most {MAX_DEPENDENCIES} dependencies")
         return self
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Only the conditions that name jobs, as a user writes them."""
+        data = handler(self)
+        return {k: v for k, v in data.items() if v} if isinstance(data, dict) else data
 
     def listed(self) -> Iterator[tuple[str, int, str]]:
         """(condition, job id, field path) for each dependency, in the file's order."""
