@@ -25,9 +25,10 @@ from trainyard.client_errors import ServerUnreachable as ServerUnreachable
 from trainyard.client_errors import TrainyardError as TrainyardError
 from trainyard.client_errors import UsageError as UsageError
 from trainyard.client_errors import WaitTimeout as WaitTimeout
+from trainyard.client_input import Dependencies as Dependencies
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import Moment as Moment
-from trainyard.client_input import check_client_arguments, given, job_file_body, window
+from trainyard.client_input import check_client_arguments, given, job_file_body, window, with_dependencies
 from trainyard.core.states import EnvironmentState
 from trainyard.schemas.admin import KEEP as KEEP
 from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaView, VcView
@@ -107,8 +108,11 @@ def _job_id(job_id: object, what: str = "job") -> int:
     return job_id
 
 
-def _job_file(job: object, content_type: str | None = None) -> tuple[bytes, str]:
+def _job_file(job: object, content_type: str | None = None,
+              dependencies: Dependencies | None = None) -> tuple[bytes, str]:
     try:
+        if dependencies is not None:  # sent as JSON, the file's own dependencies kept
+            return job_file_body(with_dependencies(job, dependencies, content_type))
         return job_file_body(job, content_type)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
@@ -216,21 +220,22 @@ class Client:
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[False] = False,
-               idempotency_key: str | None = ..., retry_for: float = ...,
+               idempotency_key: str | None = ..., dependencies: Dependencies | None = ..., retry_for: float = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult: ...
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[True],
-               idempotency_key: str | None = ..., retry_for: float = ...,
+               idempotency_key: str | None = ..., dependencies: Dependencies | None = ..., retry_for: float = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> DryRunResult: ...
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: bool,
-               idempotency_key: str | None = ..., retry_for: float = ...,
+               idempotency_key: str | None = ..., dependencies: Dependencies | None = ..., retry_for: float = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult | DryRunResult: ...
 
     def submit(self, job_file: JobFile, *, content_type: str | None = None, dry_run: bool = False,
-               idempotency_key: str | None = None, retry_for: float = DEFAULT_SUBMIT_RETRY_FOR,
+               idempotency_key: str | None = None, dependencies: Dependencies | None = None,
+               retry_for: float = DEFAULT_SUBMIT_RETRY_FOR,
                on_retry: Callable[[TrainyardError, float], None] | None = None) -> SubmitResult | DryRunResult:
         """Submit a job: a path to its file (``"train.yaml"``, a ``Path``), the file's YAML or
         JSON text, or the job as a dict; returns the new job's id and state. With ``dry_run``
@@ -242,8 +247,9 @@ class Client:
         dropped connection, a timeout, a 502, 503 or 504) it is sent again with the same key, for up to
         ``retry_for`` seconds (0: not at all), ``on_retry(error, pause)`` called before each
         pause; the server answers a retry with the job the first one made. Pass your own key
-        to retry across processes (a script run again after a crash)."""
-        content, media_type = _job_file(job_file, content_type)
+        to retry across processes (a script run again after a crash). ``dependencies`` (Slurm's
+        ``"afterok:12,afterany:14"`` or ``{"afterok": [12]}``) adds to the file's: the job waits for those."""
+        content, media_type = _job_file(job_file, content_type, dependencies)
         headers = {"Content-Type": media_type, IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
         response = self._submitting(
             "/jobs", retry_for, on_retry, content=content, headers=headers,

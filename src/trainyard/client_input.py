@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 # A job file as `Client.submit` takes it: a path (a ``Path``, or a one-line string naming an
 # existing file or ending in .yaml/.yml/.json), the file's YAML or JSON text (or bytes), or
@@ -57,6 +58,44 @@ def _path_named(job: object) -> Path | None:
         return path if path.is_file() else None
     except OSError:  # e.g. a one-line JSON job longer than a file name may be: text, not a path
         return None
+
+
+# What a job waits for, as `Client.submit` takes it: Slurm's text ("afterok:12:13,afterany:14")
+# or a mapping of condition to job ids ({"afterok": [12, 13]}); the job file's ``dependencies``.
+Dependencies = str | Mapping[str, Sequence[int]]
+
+
+def with_dependencies(job: object, dependencies: Dependencies, content_type: str | None = None) -> dict[str, Any]:
+    """The job (a `JobFile`) as a mapping, ``dependencies`` added to those its file names;
+    the server checks them (unknown conditions and ids are its 422, at the field path)."""
+    body, _ = job_file_body(job, content_type)
+    try:
+        document = yaml.safe_load(body)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"the job file cannot be read to add dependencies to it: {exc}") from exc
+    if not isinstance(document, dict):
+        raise ValueError("the job file is not a mapping of fields (name, taskRoles, ...)")
+    merged = _dependency_map(document.get("dependencies"))
+    for condition, ids in _dependency_map(dependencies).items():
+        listed = merged.setdefault(condition, [])
+        listed += [i for i in ids if i not in listed]
+    return {**document, "dependencies": merged}
+
+
+def _dependency_map(value: object) -> dict[str, list[Any]]:
+    if value is None:
+        return {}
+    if isinstance(value, str):
+        parsed: dict[str, list[Any]] = {}
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            condition, _, ids = part.partition(":")
+            parsed.setdefault(condition.strip(), []).extend(i.strip() for i in ids.split(":") if i.strip())
+        return {k: [int(i) if i.isdigit() else i for i in v] for k, v in parsed.items()}
+    if isinstance(value, Mapping):
+        return {str(k): list(v) if isinstance(v, Sequence) and not isinstance(v, str) else [v]
+                for k, v in value.items()}
+    raise ValueError(f"dependencies are Slurm's text (afterok:12:13,afterany:14) or a mapping of condition to "
+                     f"job ids (got {type(value).__name__})")
 
 
 def check_client_arguments(url: object, token: object, timeout: object) -> None:

@@ -63,7 +63,7 @@ class FormValues(HTMLParser):
 def distributed_form(csrf: str, **changes: str) -> dict[str, str]:
     form = {
         "csrf": csrf, "edited": "form", "yaml": "", "name": "dist", "vc": "default", "priority": "normal",
-        "retries": "1", "max_run_time": "3600",
+        "retries": "1", "max_run_time": "3600", "dependencies": "",
         "roles-0-name": "ps", "roles-0-instances": "1", "roles-0-gpu": "0.5", "roles-0-cpu": "1",
         "roles-0-memory_mb": "512", "roles-0-commands": "echo ps up\necho ps done",
         "roles-0-env-0-key": "MODE", "roles-0-env-0-value": "server",
@@ -225,6 +225,23 @@ def test_a_submit_refused_shows_the_page_again_with_the_errors(api: Api) -> None
     assert inline.status_code == 200 and "<html" not in inline.text
     assert FormValues(inline.text).errors["roles-1-instances"] == ["must be ≥ 1 (got 0)"]
     assert api.sdk(api.admin_token).jobs().items == []
+
+
+def test_dependencies_are_a_field_refused_at_it_and_shown_on_the_jobs_page(api: Api) -> None:
+    client = signed_in(api, "alice")
+    _, csrf = page_of(client)
+    refused = client.post("/submit", data=distributed_form(csrf, dependencies="afterok:999999"))
+    assert refused.status_code == 422
+    assert "no job 999999" in FormValues(refused.text).errors["dependencies"][0]
+    first = int(client.post("/submit", data=distributed_form(csrf)).headers["location"].removeprefix("/jobs/"))
+    answer = client.post("/submit", data=distributed_form(csrf, dependencies=f"afterany:{first}"))
+    assert answer.status_code == 303, answer.text
+    second = int(answer.headers["location"].removeprefix("/jobs/"))
+    assert api.sdk(api.user_token).job(second).spec["dependencies"] == {"afterany": [first]}
+    page = client.get(f"/jobs/{second}").text
+    assert f'afterany <a href="/jobs/{first}">job {first}</a> (WAITING, waiting)' in page
+    clone = FormValues(client.get(f"/submit?clone={second}").text).values
+    assert clone["dependencies"] == f"afterany:{first}"  # a clone keeps them
 
 
 @pytest.fixture

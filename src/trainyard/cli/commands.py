@@ -104,7 +104,10 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
         _fail(f"cannot read job file {args.file!r}: {e.strerror or e}")
         return EXIT_USAGE
-    result = client.submit(data, content_type=content_type, dry_run=args.dry_run,
+    dependencies = _dependencies(args)
+    if isinstance(dependencies, int):
+        return dependencies
+    result = client.submit(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
                            idempotency_key=args.idempotency_key, on_retry=_say_retrying)
     if args.json:
         render.print_json(result)
@@ -117,6 +120,21 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     else:
         print(f"submitted job {result.id} ({result.name}): {result.state}")
     return 0
+
+
+def _dependencies(args: argparse.Namespace) -> str | int | None:
+    """``yard submit``'s --after-ok/--after-any/--after-notok and --dependency as Slurm's text
+    (None: none given; EXIT_USAGE, said on stderr, for an id that is not one)."""
+    parts = [args.dependency] if args.dependency else []
+    for condition in ("afterok", "afterany", "afternotok"):
+        ids = [i.strip() for value in getattr(args, condition) for i in value.split(",") if i.strip()]
+        bad = [i for i in ids if not i.isdigit()]
+        if bad:
+            _fail(f"--{condition.replace('after', 'after-')} takes job ids, like 12 or 12,13 (got {bad[0]!r})")
+            return EXIT_USAGE
+        if ids:
+            parts.append(":".join([condition, *ids]))
+    return ",".join(parts) or None
 
 
 def cmd_jobs(client: Client, args: argparse.Namespace) -> int:

@@ -105,6 +105,17 @@ def _idempotency_flag(p: argparse.ArgumentParser) -> None:
                    "only while this command retries a submit whose answer was lost)")
 
 
+def _dependency_flags(p: argparse.ArgumentParser) -> None:
+    """The job waits for other jobs (added to its file's ``dependencies``), as Slurm's --dependency."""
+    for flag, condition, words in (("--after-ok", "afterok", "has succeeded"),
+                                   ("--after-any", "afterany", "has ended, however it ended"),
+                                   ("--after-notok", "afternotok", "has failed or was stopped")):
+        p.add_argument(flag, action="append", default=[], metavar="ID[,ID]", dest=condition,
+                       help=f"start only once job ID {words} (repeat, or separate ids with commas)")
+    p.add_argument("--dependency", metavar="SPEC",
+                   help="Slurm's form of the same: afterok:12:13,afterany:14,afternotok:15")
+
+
 def add_alerts_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("alerts", help="alerts on abnormal jobs and sick nodes; their rules (admin)")
     p.add_argument("--all", action="store_true", help="resolved alerts too")
@@ -278,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="validate and show the normalised job only")
+    _dependency_flags(p)
     _idempotency_flag(p)
     _json_flag(p)
 

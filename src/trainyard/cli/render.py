@@ -148,6 +148,8 @@ def job_detail(job: JobDetail) -> str:
     ]
     if job.borrowed:
         lines.insert(3, f"  borrowed:   {borrowed_text(job)}")
+    if job.dependencies:
+        lines.append(f"  waits for:  {dependencies_text(job)}")
     for warning in job.warnings:
         lines.append(f"  warning:    {warning}")
     if job.attempts and not job.state.is_final and all(a.number != job.attempt for a in job.attempts):
@@ -170,6 +172,11 @@ def job_detail(job: JobDetail) -> str:
     for event in job.events:
         lines.append(f"  {when(event.at)}  {event.kind:<18} {event.message}")
     return "\n".join(lines)
+
+
+def dependencies_text(job: JobDetail) -> str:
+    """The jobs it waits for (or waited for): ``afterok 12 (RUNNING, waiting), afterany 14 (FAILED, met)``."""
+    return ", ".join(f"{d.condition} {d.job} ({d.state or 'no such job'}, {d.status})" for d in job.dependencies)
 
 
 def gpu_devices(task: TaskView) -> str:

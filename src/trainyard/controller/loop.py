@@ -6,12 +6,14 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories, MetricsSource
 from trainyard.controller.alerting import AlertEvaluator, Receivers
+from trainyard.controller.dependencies import hold_back
 from trainyard.controller.fairshare import FairShareUsage
 from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
@@ -220,9 +222,10 @@ class Controller:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on
         with self.db.session() as session:
             now = self.clock.now().timestamp()
-            pending = self.waiting.load(session, now)
-            cannot_start = dict(self.waiting.broken)
-            if not pending and not cannot_start:
+            gate = hold_back(session, self.waiting.load(session, now), self.waiting.dependencies)
+            pending = gate.ready
+            cannot_start = {**self.waiting.broken, **gate.never}
+            if not pending and not cannot_start and not gate.waits:
                 return False
             nodes = tuple(node_view.node_states(session, in_use=True))
             held = held_ports(session)
@@ -242,6 +245,7 @@ class Controller:
                 config=self.config,
             )
         decisions = schedule(snapshot)
+        decisions = replace(decisions, waits=(*decisions.waits, *gate.waits))
         ports = {}
         no_ports: dict[int, str] = {}
         for start in decisions.starts:

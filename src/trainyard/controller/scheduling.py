@@ -15,6 +15,7 @@ from trainyard.core.states import QUEUED_JOB_STATES, AttemptState, JobState
 from trainyard.scheduler.snapshot import Decisions, KeepWaiting, PendingJob, PendingReason, Preempt, StartJob
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
+from trainyard.spec.dependencies import Dependencies
 from trainyard.spec.errors import SpecError
 from trainyard.spec.models import JobSpec
 from trainyard.store.events import record_event
@@ -48,6 +49,8 @@ class WaitingJobs:
         # The pending reasons last written, so that only changes are written again. The
         # controller is their only writer; after a restart everything is written once.
         self.written: dict[int, PendingFields] = {}
+        # The job files' ``dependencies`` of the waiting jobs that have any (controller/dependencies.py).
+        self.dependencies: dict[int, Dependencies] = {}
 
     def load(self, session: Session, now: float) -> tuple[PendingJob, ...]:
         """The waiting jobs; one first seen now after an earlier attempt waits since ``now``."""
@@ -57,6 +60,7 @@ class WaitingJobs:
             self._known = {k: v for k, v in self._known.items() if k in alive}
         self.broken = {k: v for k, v in self.broken.items() if k in alive}
         self.written = {k: v for k, v in self.written.items() if k in alive}
+        self.dependencies = {k: v for k, v in self.dependencies.items() if k in alive}
         missing = [job_id for job_id in current if job_id not in self._known]
         lost_on = job_queries.lost_on_nodes(session, missing)
         for job_id, version, spec_data, submitted_at, vc, user, attempt, attained in job_queries.waiting_job_facts(
@@ -67,6 +71,8 @@ class WaitingJobs:
             except SpecError as error:
                 self.broken[job_id] = f"its stored job file is no longer valid: {error}"
                 continue
+            if spec.dependencies:
+                self.dependencies[job_id] = spec.dependencies
             self._known[job_id] = PendingJob(
                 job_id=job_id,
                 priority_rank=spec.priority.rank,

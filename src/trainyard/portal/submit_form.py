@@ -1,7 +1,7 @@
 """The submit page's form as data, and its two-way conversion with the job file.
 
 The YAML editor holds the whole job; the form shows the fields most jobs set (name, VC,
-priority, retries, run-time limit; per task role: name, instances, GPU, CPU, memory,
+priority, retries, run-time limit, dependencies; per task role: name, instances, GPU, CPU, memory,
 commands, environment). Parsing and validation stay in ``trainyard.spec``: this module only
 moves values between form fields and the job document.
 
@@ -67,6 +67,7 @@ class JobFields:
     priority: str = str(Priority.NORMAL)
     retries: str = ""
     max_run_time: str = ""
+    dependencies: str = ""  # as Slurm writes them: afterok:12:13,afterany:14
     roles: list[RoleFields] = field(default_factory=list)
 
 
@@ -96,7 +97,8 @@ def fields_from_form(form: Mapping[str, Any]) -> JobFields:
             memory_mb=text(prefix + "memory_mb").strip(), commands=text(prefix + "commands"), env=env,
         ))
     return JobFields(name=text("name").strip(), vc=text("vc").strip(), priority=text("priority").strip(),
-                     retries=text("retries").strip(), max_run_time=text("max_run_time").strip(), roles=roles)
+                     retries=text("retries").strip(), max_run_time=text("max_run_time").strip(),
+                     dependencies=text("dependencies").strip(), roles=roles)
 
 
 # --- the document's values as form fields ------------------------------------------------------
@@ -139,8 +141,16 @@ def fields_from_document(document: Any) -> JobFields:
     return JobFields(
         name=_shown(job.get("name")), vc=_shown(vc) or DEFAULT_VC,
         priority=_shown(job.get("priority")) or str(DEFAULT_PRIORITY),
-        retries=_shown(job.get("jobRetryCount")), max_run_time=_shown(job.get("maxRunTimeSeconds")), roles=roles,
+        retries=_shown(job.get("jobRetryCount")), max_run_time=_shown(job.get("maxRunTimeSeconds")),
+        dependencies=_dependencies_text(job.get("dependencies")), roles=roles,
     )
+
+
+def _dependencies_text(value: Any) -> str:
+    """The job file's ``dependencies`` as Slurm writes them (``afterok:12:13,afterany:14``)."""
+    if isinstance(value, dict) and all(isinstance(ids, list) for ids in value.values()):
+        return ",".join(":".join([str(condition), *map(_shown, ids)]) for condition, ids in value.items() if ids)
+    return _shown(value)
 
 
 # --- the form's values written onto the document ---------------------------------------------
@@ -196,6 +206,8 @@ def apply_fields(document: Any, fields: JobFields) -> tuple[dict[str, Any], dict
     _set(job, "priority", fields.priority or None, str(Priority.NORMAL))
     _set_number(job, "jobRetryCount", fields.retries)
     _set_number(job, "maxRunTimeSeconds", fields.max_run_time)
+    if fields.dependencies != _dependencies_text(job.get("dependencies")):  # unchanged: the document's own kept
+        _set(job, "dependencies", fields.dependencies or None)
     before = list(_mapping(job.get("taskRoles")).values())
     roles: dict[str, Any] = {}
     for index, form_role in enumerate(fields.roles):
@@ -254,7 +266,7 @@ def dump_yaml(document: Any) -> str:
 # --- error paths to form fields ------------------------------------------------------------------
 
 _JOB_FIELDS = {"name": "name", "defaults.virtualCluster": "vc", "defaults": "vc", "priority": "priority",
-               "jobRetryCount": "retries", "maxRunTimeSeconds": "max_run_time"}
+               "jobRetryCount": "retries", "maxRunTimeSeconds": "max_run_time", "dependencies": "dependencies"}
 _ROLE_FIELDS = {"": "name", "instances": "instances", "resourcePerInstance.gpu": "gpu",
                 "resourcePerInstance.cpu": "cpu", "resourcePerInstance.memoryMB": "memory_mb",
                 "commands": "commands", "env": "env"}
@@ -266,6 +278,8 @@ def form_field_of(path: str, fields: JobFields) -> str | None:
     none (the error is shown above the YAML editor)."""
     if path in _JOB_FIELDS:
         return _JOB_FIELDS[path]
+    if path.startswith("dependencies"):  # dependencies.afterok[1]: the one field shows them all
+        return "dependencies"
     if not path.startswith("taskRoles."):
         return None
     rest = path.removeprefix("taskRoles.")

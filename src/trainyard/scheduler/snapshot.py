@@ -234,6 +234,9 @@ class PendingReason(StrEnum):
     # Placed, but its ports could not be reserved on a node (the controller's, not the
     # scheduler's: e.g. other programs hold the range); it is placed again next cycle.
     PORTS = "PORTS"
+    # Waits for other jobs (the job file's ``dependencies``): the controller's, not the
+    # scheduler's, which never sees such a job until they are met (controller/dependencies.py).
+    DEPENDENCY = "DEPENDENCY"
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ LOG_MAX_PAGE_BYTES = 8 << 20  # the server holds a page in memory
 class PendingView(BaseModel):
     """Why a waiting job waits; only a WAITING job has one."""
 
-    reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING, BORROW_LIMIT, PORTS
+    reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING, BORROW_LIMIT, PORTS, DEPENDENCY
     message: str
     short: str = ""  # the message in a few words, as the ``yard jobs`` table shows it
     position: int | None = None  # 1-based place among the waiting jobs of its VC
@@ -124,6 +124,15 @@ class JobDirView(BaseModel):
     removeAfter: datetime | None  # once the job has ended: when the server removes the directory
 
 
+class DependencyView(BaseModel):
+    """One job this job waits for (the job file's ``dependencies``)."""
+
+    condition: str  # afterok, afterany, afternotok
+    job: int
+    state: JobState | None  # None: no such job any more
+    status: str  # waiting (it has not ended), met, never (it ended in a way the condition excludes)
+
+
 class JobDetail(JobSummary):
     retriesUsed: int
     # Lost attempts retried as platform faults, which spend no jobRetryCount, and the most a job gets.
@@ -135,6 +144,7 @@ class JobDetail(JobSummary):
     events: list[EventView]
     warnings: list[str] = []
     jobDir: JobDirView | None = None  # None: the job has no directory (not started yet, or removed)
+    dependencies: list[DependencyView] = []  # the jobs it waits for (or waited for), with their states
 
 
 class JobPage(BaseModel):

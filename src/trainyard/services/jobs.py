@@ -21,6 +21,7 @@ from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services import node_view
 from trainyard.services.admin import Borrowing, guaranteed_quotas, may_use_vc, vc_borrowing
+from trainyard.services.dependencies import check_dependencies, dependency_views
 from trainyard.services.environment_access import check_job_environments
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError, TooMany
 from trainyard.services.requests import task_requests
@@ -200,6 +201,7 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_within_vc_quota(session, spec, requests, borrowing=limits.borrowing)
     check_within_user_quota(session, user, spec, requests)
     check_job_environments(session, user, spec)
+    check_dependencies(session, user, spec)
 
 
 def submit_job(
@@ -371,7 +373,8 @@ def describe_job(session: Session, viewer: UserRow, job_id: int, *, specs: Store
     answers and the job's page shows, less its directory's disk use."""
     row = get_job(session, viewer, job_id, full=True)
     spec = specs.of(row)
-    return job_detail(row, job_events(session, row), backend_warnings(spec, backend), spec=spec, now=now)
+    detail = job_detail(row, job_events(session, row), backend_warnings(spec, backend), spec=spec, now=now)
+    return detail.model_copy(update={"dependencies": dependency_views(session, spec)})
 
 
 def request_stop(

@@ -48,7 +48,7 @@ def _pending(row: JobRow) -> PendingView | None:
         reason=row.pending_reason,
         message=row.pending_message or "",
         short=row.pending_short or "",
-        position=row.pending_position,
+        position=row.pending_position or None,  # 0: no place in a queue (DEPENDENCY)
         estimatedStart=row.pending_eta,
     )
 

@@ -14,6 +14,7 @@ protocol document back. Differences from OpenPAI v2 (rest-server `config/v2/prot
   with ``suspendGracePeriodSeconds`` and ``suspendSignal``, and ``watchdogSeconds``;
   fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints,
   and ``selector``, a CEL expression over node and GPU attributes (``core/selectors.py``);
+  ``dependencies`` on other jobs (``spec/dependencies.py``);
 * stricter: a placeholder naming an unknown parameter or secret is an error, and
   ``completion`` counts must fit the role's ``instances``.
 
@@ -45,6 +46,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from trainyard.spec.checks import MAX_PORTS, image_reference_problem, qualified_image, semantic_errors
+from trainyard.spec.dependencies import DependencyField
 from trainyard.spec.errors import show
 from trainyard.spec.storages import check_mount_path, check_storage_name, check_sub_path
 
@@ -434,6 +436,8 @@ class JobSpec(_Model):
     watchdogSeconds: Annotated[WholeNumber, _between(MIN_WATCHDOG_SECONDS, MAX_RUN_TIME_SECONDS)] | None = None
     # The environment (``yard env``) every role's tasks run in, unless a role names its own.
     environment: EnvironmentName | None = None
+    # Jobs this one waits for, as Slurm's --dependency (``spec/dependencies.py``).
+    dependencies: DependencyField = None
 
     @model_validator(mode="after")
     def _check_semantics(self) -> JobSpec:
