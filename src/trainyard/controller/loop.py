@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
@@ -26,6 +27,7 @@ from trainyard.controller.scheduling import (
     preempt_jobs,
 )
 from trainyard.controller.sessions import SessionWatch, settle_lifetimes
+from trainyard.controller.sweep_limits import hold_back as hold_back_sweeps
 from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
     held_ports,
@@ -223,6 +225,7 @@ class Controller:
             cannot_start = dict(self.waiting.broken)
             if not pending and not cannot_start:
                 return False
+            pending, capped = hold_back_sweeps(session, pending)
             nodes = tuple(node_view.node_states(session, in_use=True))
             held = held_ports(session)
             work = running_work(session)
@@ -241,6 +244,8 @@ class Controller:
                 config=self.config,
             )
         decisions = schedule(snapshot)
+        if capped:
+            decisions = replace(decisions, waits=(*decisions.waits, *capped))
         ports = {}
         no_ports: dict[int, str] = {}
         for start in decisions.starts:

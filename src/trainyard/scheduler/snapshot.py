@@ -234,6 +234,9 @@ class PendingReason(StrEnum):
     # Placed, but its ports could not be reserved on a node (the controller's, not the
     # scheduler's: e.g. other programs hold the range); it is placed again next cycle.
     PORTS = "PORTS"
+    # A member of a sweep already running as many jobs as its ``parallel`` allows (the
+    # controller's, not the scheduler's: such jobs are left out of its input).
+    SWEEP_LIMIT = "SWEEP_LIMIT"
 
 
 @dataclass(frozen=True)
