@@ -18,4 +18,4 @@ def capped_members(session: Session) -> list[tuple[int, int, int, int, str]]:
         .join(JobRow, JobRow.id == SweepMemberRow.job_id)
         .where(SweepRow.parallel.is_not(None), JobRow.state.not_in([str(s) for s in FINAL_JOB_STATES]))
     )
-    return [(s, int(p), i, j, st) for s, p, i, j, st in session.execute(query)]
+    return [(s, int(p or 0), i, j, st) for s, p, i, j, st in session.execute(query)]
