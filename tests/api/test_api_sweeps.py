@@ -115,3 +115,11 @@ def test_others_sweeps_are_not_found_stop_and_clone_act_on_the_whole_sweep(api: 
     assert again["stopped"] == [] and len(again["refused"]) == 4
     clone = api.user.post(f"/api/v1/sweeps/{mine['id']}/clone")
     assert clone.status_code == 201 and clone.json()["id"] != mine["id"] and clone.json()["states"] == {"WAITING": 4}
+
+
+def test_a_sweep_sent_as_one_job_is_refused_at_its_field_saying_where_it_goes(api: Api) -> None:
+    refused = post(api.user, url="/api/v1/jobs")
+    assert refused.status_code == 422
+    [error] = refused.json()["errors"]
+    assert error["path"] == "sweep" and "/api/v1/sweeps" in error["message"]
+    assert count(api, JobRow) == 0

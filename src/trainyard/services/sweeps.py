@@ -189,12 +189,15 @@ def clone_sweep(server: Server, viewer: UserRow, sweep_id: int, keyed: Keyed = K
     return submit(server, viewer, document, keyed)
 
 
-def sweep_of_job(server: Server, job_id: int) -> tuple[int, int] | None:
-    """The sweep job ``job_id`` belongs to and its index there (None: none). Ask only after
-    the viewer may see the job: a sweep is its owner's, as its jobs are."""
+def sweeps_of_jobs(server: Server, job_ids: list[int]) -> dict[int, tuple[int, int]]:
+    """The sweep each of ``job_ids`` belongs to, and its index there (a job of no sweep is
+    left out). Ask only of jobs the viewer may see: a sweep is its owner's, as its jobs are."""
+    if not job_ids:
+        return {}
     with server.db.session() as session:
-        member = session.scalar(select(SweepMemberRow).where(SweepMemberRow.job_id == job_id))
-        return None if member is None else (member.sweep_id, member.index)
+        query = select(SweepMemberRow.job_id, SweepMemberRow.sweep_id, SweepMemberRow.index).where(
+            SweepMemberRow.job_id.in_(job_ids))
+        return {job: (sweep, index) for job, sweep, index in session.execute(query)}
 
 
 def params_text(params: dict[str, Any]) -> str:
