@@ -19,7 +19,6 @@ import stat
 from typing import Any
 
 from trainyard.backends.base import TaskKey
-from trainyard.backends.jobdirs import JobDirTree
 from trainyard.services.server import Server
 from trainyard.store.rows import JobRow
 
@@ -67,10 +66,12 @@ class MetricReader:
         return None
 
     def _from_report(self, job: JobRow) -> str | None:
-        backend = self._server.backend
-        if not isinstance(backend, JobDirTree):
+        # Both backends keep job directories as ``backends.jobdirs.JobDirTree`` (``job_dir``);
+        # one without that method has no directory to read.
+        job_dir = getattr(self._server.backend, "job_dir", None)
+        if not callable(job_dir):
             return None
-        values = json.loads(_read_no_links(str(backend.job_dir(job.id)), (REPORT_DIR, REPORT_FILE)))
+        values = json.loads(_read_no_links(str(job_dir(job.id)), (REPORT_DIR, REPORT_FILE)))
         if not isinstance(values, dict) or self._name not in values:
             return None
         value = values[self._name]

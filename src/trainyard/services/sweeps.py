@@ -13,7 +13,6 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -30,6 +29,7 @@ from trainyard.spec.errors import FieldError, SpecError, show
 from trainyard.spec.loading import validate_job
 from trainyard.spec.models import JobSpec
 from trainyard.spec.plaindata import plain_data
+from trainyard.store.queries import sweeps as sweep_queries
 from trainyard.store.rows import SweepMemberRow, SweepRow, UserRow
 
 MAX_PAGE = 200
@@ -106,7 +106,7 @@ def _make(session: Session, server: Server, user: UserRow, document: dict[str, A
 
 
 def _get(session: Session, viewer: UserRow, sweep_id: int) -> SweepRow:
-    row = session.get(SweepRow, sweep_id)
+    row = sweep_queries.sweep_by_id(session, sweep_id)
     if row is None or (not viewer.is_admin and row.user_id != viewer.id):
         raise NotFound(f"no sweep {sweep_id}")
     return row
@@ -139,14 +139,9 @@ def list_sweeps(server: Server, viewer: UserRow, *, user: str | None = None, lim
     if not 1 <= limit <= MAX_PAGE:
         raise Invalid(f"limit must be 1 to {MAX_PAGE}", details=[{"path": "limit", "message": "out of range"}])
     with server.db.session() as session:
-        query = select(SweepRow).order_by(SweepRow.id.desc()).limit(limit + 1)
-        if not viewer.is_admin:
-            query = query.where(SweepRow.user_id == viewer.id)
-        elif user is not None:
-            query = query.where(SweepRow.user.has(name=user))
-        if before is not None:
-            query = query.where(SweepRow.id < before)
-        rows = list(session.scalars(query).unique())
+        rows = sweep_queries.sweeps_page(session, owner_id=None if viewer.is_admin else viewer.id,
+                                         owner_name=user if viewer.is_admin else None, before=before,
+                                         limit=limit + 1)
         page = [SweepSummary(**_summary(r)) for r in rows[:limit]]
     return SweepPage(items=page, next=page[-1].id if len(rows) > limit else None)
 
@@ -195,9 +190,7 @@ def sweeps_of_jobs(server: Server, job_ids: list[int]) -> dict[int, tuple[int, i
     if not job_ids:
         return {}
     with server.db.session() as session:
-        query = select(SweepMemberRow.job_id, SweepMemberRow.sweep_id, SweepMemberRow.index).where(
-            SweepMemberRow.job_id.in_(job_ids))
-        return {job: (sweep, index) for job, sweep, index in session.execute(query)}
+        return sweep_queries.sweeps_of_jobs(session, job_ids)
 
 
 def params_text(params: dict[str, Any]) -> str:

@@ -19,3 +19,28 @@ def capped_members(session: Session) -> list[tuple[int, int, int, int, str]]:
         .where(SweepRow.parallel.is_not(None), JobRow.state.not_in([str(s) for s in FINAL_JOB_STATES]))
     )
     return [(s, int(p or 0), i, j, st) for s, p, i, j, st in session.execute(query)]
+
+
+def sweep_by_id(session: Session, sweep_id: int) -> SweepRow | None:
+    return session.get(SweepRow, sweep_id)
+
+
+def sweeps_page(session: Session, *, owner_id: int | None, owner_name: str | None, before: int | None,
+                limit: int) -> list[SweepRow]:
+    """Up to ``limit`` sweeps, newest first, older than ``before``; only ``owner_id``'s (a
+    user id) or ``owner_name``'s (a user name) when given."""
+    query = select(SweepRow).order_by(SweepRow.id.desc()).limit(limit)
+    if owner_id is not None:
+        query = query.where(SweepRow.user_id == owner_id)
+    if owner_name is not None:
+        query = query.where(SweepRow.user.has(name=owner_name))
+    if before is not None:
+        query = query.where(SweepRow.id < before)
+    return list(session.scalars(query).unique())
+
+
+def sweeps_of_jobs(session: Session, job_ids: list[int]) -> dict[int, tuple[int, int]]:
+    """job id -> (its sweep's id, its index there), for those of ``job_ids`` in a sweep."""
+    query = select(SweepMemberRow.job_id, SweepMemberRow.sweep_id, SweepMemberRow.index).where(
+        SweepMemberRow.job_id.in_(job_ids))
+    return {job: (sweep, index) for job, sweep, index in session.execute(query)}
