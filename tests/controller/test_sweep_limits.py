@@ -46,7 +46,7 @@ def test_members_beyond_parallel_wait_with_the_reason_and_run_one_after_another(
     for earlier, later in zip(ended, ended[1:], strict=False):
         assert earlier.finished_at is not None and later.started_at is not None
         assert later.started_at >= earlier.finished_at  # never two at once
-    server = SimpleNamespace(backend=world.backend)
+    server = SimpleNamespace(backend=world.backend, db=world.db)
     by_log = MetricReader(server, {"pattern": r"loss=([0-9.]+)"})  # type: ignore[arg-type]
     assert [by_log.value(j) for j in ended] == ["0.05", "0.15", "0.25"]  # the last matching line
     reported = MetricReader(server, {"name": "acc"})  # type: ignore[arg-type]

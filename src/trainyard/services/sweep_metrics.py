@@ -5,6 +5,10 @@ Two kinds, as the sweep's ``metric`` names:
 - ``{pattern: REGEX}``: the last line of the member's first task's log (its latest attempt
   that ran) that the pattern matches; the value is the first group (the whole match
   without groups). Only the log's last ``TAIL_BYTES`` are searched.
+
+An ended job's metric cannot change: it is kept (``ENDED_KEPT`` of them, the oldest
+forgotten first), so that a sweep's page polled every few seconds reads the logs and files
+of its live jobs alone.
 - ``{name: NAME}``: the value the job last reported with ``runtime.report(NAME=…)``,
   which writes ``<job dir>/.trainyard/metrics.json``. The server reads that file without
   following links (the directory is the job's to write), at most ``MAX_REPORT_BYTES``.
@@ -16,17 +20,27 @@ import json
 import os
 import re
 import stat
+import threading
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 from trainyard.backends.base import TaskKey
+from trainyard.core.states import FINAL_JOB_STATES
 from trainyard.services.server import Server
 from trainyard.store.rows import JobRow
 
-TAIL_BYTES = 256 * 1024
+TAIL_BYTES = 64 * 1024
+ENDED_KEPT = 20_000
 MAX_REPORT_BYTES = 64 * 1024
 MAX_VALUE_CHARS = 64
 REPORT_DIR = ".trainyard"
 REPORT_FILE = "metrics.json"  # runtime.report's file, in REPORT_DIR
+
+
+# Per store (a test process has many): (job id, metric) -> its value once the job has ended.
+_ended: weakref.WeakKeyDictionary[object, OrderedDict[tuple[int, str], str | None]] = weakref.WeakKeyDictionary()
+_ended_lock = threading.Lock()
 
 
 class MetricReader:
@@ -38,9 +52,26 @@ class MetricReader:
         self._pattern = re.compile(pattern) if isinstance(pattern, str) else None
         name = metric.get("name")
         self._name = name if isinstance(name, str) else None
+        self._kind = json.dumps(metric, sort_keys=True)
 
     def value(self, job: JobRow) -> str | None:
         """The member's metric now; None while it has shown none."""
+        if job.state not in FINAL_JOB_STATES:
+            return self._read(job)
+        key = (job.id, self._kind)
+        with _ended_lock:
+            kept = _ended.setdefault(self._server.db, OrderedDict())
+            if key in kept:
+                kept.move_to_end(key)
+                return kept[key]
+        found = self._read(job)
+        with _ended_lock:
+            kept[key] = found
+            while len(kept) > ENDED_KEPT:
+                kept.popitem(last=False)
+        return found
+
+    def _read(self, job: JobRow) -> str | None:
         try:
             if self._pattern is not None:
                 return self._from_log(job)
