@@ -21,7 +21,7 @@ router = APIRouter()
 
 Ctx = Annotated[AppContext, Depends(context)]
 SweepId = Annotated[int, Path(ge=1, le=MAX_ID)]
-REFRESH_SECONDS = 5  # how often a live sweep's page reloads its table
+REFRESH_SECONDS = 3  # how often a live sweep's page reloads its table
 
 
 @router.get("/sweeps")
