@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, selectinload
 
 from trainyard.core.states import FINAL_JOB_STATES
 from trainyard.store.rows import JobRow, SweepMemberRow, SweepRow
@@ -29,7 +29,7 @@ def sweeps_page(session: Session, *, owner_id: int | None, owner_name: str | Non
                 limit: int) -> list[SweepRow]:
     """Up to ``limit`` sweeps, newest first, older than ``before``; only ``owner_id``'s (a
     user id) or ``owner_name``'s (a user name) when given."""
-    query = select(SweepRow).order_by(SweepRow.id.desc()).limit(limit)
+    query = select(SweepRow).options(selectinload(SweepRow.members)).order_by(SweepRow.id.desc()).limit(limit)
     if owner_id is not None:
         query = query.where(SweepRow.user_id == owner_id)
     if owner_name is not None:
