@@ -29,6 +29,7 @@ from trainyard.client_input import Dependencies as Dependencies
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import Moment as Moment
 from trainyard.client_input import check_client_arguments, given, job_file_body, window, with_dependencies
+from trainyard.client_sweeps import SweepCalls
 from trainyard.core.states import EnvironmentState
 from trainyard.schemas.admin import KEEP as KEEP
 from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaView, VcView
@@ -118,7 +119,7 @@ def _job_file(job: object, content_type: str | None = None,
         raise UsageError(str(exc)) from exc
 
 
-class Client:
+class Client(SweepCalls):
     """A connection to one Trainyard server as one user; each method is one API call.
 
     ``Client()`` finds the server and token as the ``yard`` CLI does: ``TRAINYARD_URL`` and

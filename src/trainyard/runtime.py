@@ -54,6 +54,9 @@ SIMULATE_TIMES = "TRAINYARD_SIMULATE_SUSPENSIONS"
 LOCAL_JOB_DIR = ".trainyard-local"  # the job directory of a simulation outside Trainyard
 
 _STATE_FILE = "state.json"  # in <job dir>/.trainyard/
+_METRICS_FILE = "metrics.json"  # runtime.report's, in <job dir>/.trainyard/
+SWEEP_INDEX = "TRAINYARD_SWEEP_INDEX"
+SWEEP_PARAMS = "TRAINYARD_SWEEP_PARAMS"
 _started = time.monotonic()
 _signalled = threading.Event()
 _handler_installed = False
@@ -130,18 +133,57 @@ def get_state(default: Any = None) -> Any:
 def set_state(value: Any) -> None:
     """Keep a JSON-able value for the rest of the job's life, written atomically (a crash
     mid-write leaves the previous value)."""
+    _write_atomically(_STATE_FILE, json.dumps(value))
+
+
+def _write_atomically(name: str, text: str) -> None:
     folder = _control_dir()
-    text = json.dumps(value)
     fd, temporary = tempfile.mkstemp(dir=folder, prefix=".state-", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(temporary, folder / _STATE_FILE)
+        os.replace(temporary, folder / name)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+# -- sweeps ----------------------------------------------------------------------------
+
+
+def sweep_index() -> int | None:
+    """This job's index in its sweep (``yard submit`` of a file with ``sweep:``); None
+    for a job of no sweep."""
+    value = os.environ.get(SWEEP_INDEX)
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def sweep_params() -> dict[str, Any]:
+    """This job's point of its sweep: the parameters it overrides (``{}`` outside a sweep).
+    They are also the job's ``parameters`` for ``<% $parameters.x %>`` placeholders."""
+    try:
+        found = json.loads(os.environ.get(SWEEP_PARAMS) or "{}")
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def report(**values: Any) -> None:
+    """Report figures (``report(loss=0.12, step=900)``): kept in
+    ``<job dir>/.trainyard/metrics.json``, the latest value of each name, and shown by the
+    job's sweep (``metric: {name: loss}``). Values must be JSON-able; call it as often as you
+    like (each call writes the file atomically)."""
+    path = _control_dir() / _METRICS_FILE
+    try:
+        current = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        current = {}
+    if not isinstance(current, dict):
+        current = {}
+    current.update(values)
+    _write_atomically(_METRICS_FILE, json.dumps(current))
 
 
 # -- suspension ------------------------------------------------------------------------

@@ -149,3 +149,14 @@ def test_a_signal_before_the_first_check_is_remembered_not_fatal(tmp_path):
     done = run(script, tmp_path, TRAINYARD_JOB_ID="3", TRAINYARD_SUSPEND_FILE=str(tmp_path / "none"),
                TRAINYARD_SUSPEND_SIGNAL="SIGUSR1", TRAINYARD_JOB_DIR=str(tmp_path / "job"))
     assert (done.returncode, done.stdout) == (0, "asked\n"), done.stderr
+
+
+def test_a_sweep_member_knows_its_index_and_point_and_reports_figures(tmp_path, monkeypatch) -> None:
+    assert (runtime.sweep_index(), runtime.sweep_params()) == (None, {})  # not in a sweep
+    monkeypatch.setenv("TRAINYARD_JOB_DIR", str(tmp_path))
+    monkeypatch.setenv("TRAINYARD_SWEEP_INDEX", "3")
+    monkeypatch.setenv("TRAINYARD_SWEEP_PARAMS", '{"lr": 0.01, "batch": 64}')
+    assert (runtime.sweep_index(), runtime.sweep_params()) == (3, {"lr": 0.01, "batch": 64})
+    runtime.report(loss=0.5, step=1)
+    runtime.report(loss=0.25)  # the latest value of each name is kept
+    assert json.loads((tmp_path / ".trainyard" / "metrics.json").read_text()) == {"loss": 0.25, "step": 1}

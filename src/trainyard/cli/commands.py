@@ -28,6 +28,7 @@ from trainyard.cli import (
     history_render,
     render,
     storage_commands,
+    sweep_commands,
     usage_commands,
 )
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
@@ -107,6 +108,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     dependencies = _dependencies(args)
     if isinstance(dependencies, int):
         return dependencies
+    if (made := sweep_commands.submit(client, args, data)) is not None:
+        return made  # the file (or --sweep) makes a sweep
     result = client.submit(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
                            idempotency_key=args.idempotency_key, on_retry=_say_retrying)
     if args.json:
@@ -414,6 +417,7 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "node": admin_commands.cmd_node,
     "image": admin_commands.cmd_image,
     "storage": storage_commands.cmd_storage,
+    "sweep": sweep_commands.cmd_sweep,
     "alerts": alert_commands.cmd_alerts,
     "usage": usage_commands.cmd_usage,
     "env": env_commands.cmd_env,

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from trainyard.cli.periods import moment
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
+from trainyard.cli.sweep_parser import add_submit_sweep_flags, add_sweep_parser
 from trainyard.core.priorities import PRIORITY_NAMES
 from trainyard.core.sharing import GPU_SHARING_NAMES
 from trainyard.core.states import FINAL_JOB_STATES, JobState
@@ -290,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="validate and show the normalised job only")
     _dependency_flags(p)
+    add_submit_sweep_flags(p)
     _idempotency_flag(p)
     _json_flag(p)
 
@@ -552,6 +554,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_dev_parser(sub)
     add_alerts_parser(sub)
     add_storage_parser(sub)
+    add_sweep_parser(sub)
     add_sim_parser(sub)
     return parser
 

@@ -28,6 +28,7 @@ from trainyard.controller.scheduling import (
     preempt_jobs,
 )
 from trainyard.controller.sessions import SessionWatch, settle_lifetimes
+from trainyard.controller.sweep_limits import hold_back as hold_back_sweeps
 from trainyard.controller.watchdog import Watchdog
 from trainyard.controller.world import (
     held_ports,
@@ -227,6 +228,7 @@ class Controller:
             cannot_start = {**self.waiting.broken, **gate.never}
             if not pending and not cannot_start and not gate.waits:
                 return False
+            pending, capped = hold_back_sweeps(session, pending)
             nodes = tuple(node_view.node_states(session, in_use=True))
             held = held_ports(session)
             work = running_work(session)
@@ -245,7 +247,8 @@ class Controller:
                 config=self.config,
             )
         decisions = schedule(snapshot)
-        decisions = replace(decisions, waits=(*decisions.waits, *gate.waits))
+        if gate.waits or capped:
+            decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
         ports = {}
         no_ports: dict[int, str] = {}
         for start in decisions.starts:

@@ -34,6 +34,7 @@ from trainyard.schemas.jobs import (
 )
 from trainyard.services import all_logs, job_actions
 from trainyard.services import logs as log_service
+from trainyard.services import sweeps as sweep_service
 from trainyard.services.errors import NotFound
 from trainyard.spec.storages import storage_uses
 from trainyard.web.bodies import MAX_ID
@@ -92,6 +93,7 @@ def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | N
         "job": detail, "shown": shown, "chosen_attempt": attempt, "roles": _tasks_by_role(shown), "now": now,
         "live": not detail.state.is_final, "refresh_seconds": LIVE_REFRESH_SECONDS,
         "lab_url": session_path(job_id) + "lab" if lab else None, "is_session": is_session,
+        "sweep_of": sweep_service.sweeps_of_jobs(ctx, [job_id]).get(job_id),  # after the access check
     }
 
 

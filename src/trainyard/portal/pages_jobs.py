@@ -16,6 +16,7 @@ from trainyard.portal.auth import Action, AdminAction, Page, Viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.services import job_actions
 from trainyard.services import jobs as job_service
+from trainyard.services import sweeps as sweep_service
 from trainyard.services.errors import Invalid
 from trainyard.services.jobs import StopOutcome
 from trainyard.web.bodies import MAX_ID
@@ -92,6 +93,7 @@ def _list_page(request: Request, viewer: Viewer, ctx: AppContext, filters: JobFi
         sort_links={column: filters.query(order=f"-{column}" if filters.order == column else column)
                     for column in SORTED_BY},
         this_view=request.url.query,
+        sweep_of=sweep_service.sweeps_of_jobs(ctx, [j.id for j in jobs]),  # jobs the viewer sees
     )
 
 

@@ -237,6 +237,9 @@ class PendingReason(StrEnum):
     # Waits for other jobs (the job file's ``dependencies``): the controller's, not the
     # scheduler's, which never sees such a job until they are met (controller/dependencies.py).
     DEPENDENCY = "DEPENDENCY"
+    # A member of a sweep already running as many jobs as its ``parallel`` allows (the
+    # controller's, not the scheduler's: such jobs are left out of its input).
+    SWEEP_LIMIT = "SWEEP_LIMIT"
 
 
 @dataclass(frozen=True)

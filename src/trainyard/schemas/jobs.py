@@ -24,7 +24,7 @@ LOG_MAX_PAGE_BYTES = 8 << 20  # the server holds a page in memory
 class PendingView(BaseModel):
     """Why a waiting job waits; only a WAITING job has one."""
 
-    reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING, BORROW_LIMIT, PORTS, DEPENDENCY
+    reason: str  # NO_FIT, BEHIND, QUOTA, USER_QUOTA, RESERVED, PREEMPTING, BORROW_LIMIT, PORTS, DEPENDENCY, SWEEP_LIMIT
     message: str
     short: str = ""  # the message in a few words, as the ``yard jobs`` table shows it
     position: int | None = None  # 1-based place among the waiting jobs of its VC

@@ -618,3 +618,41 @@ class IdempotencyKeyRow(Base):
     status: Mapped[int] = mapped_column(Integer)  # the first answer's status code
     response: Mapped[str] = mapped_column(Text)  # and its JSON body
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SweepRow(Base):
+    """A sweep (``spec/sweeps.py``): the jobs one submit made from a grid or list of
+    parameters, followed, stopped and cloned as one. ``spec`` is the job file as submitted,
+    its ``sweep`` section included (secrets too: it is never shown unmasked)."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (Index("ix_sweeps_user_id_id", "user_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    name: Mapped[str] = mapped_column(String(255))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    parallel: Mapped[int | None] = mapped_column(Integer, nullable=True)  # members running at once
+    metric: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)  # {pattern: …} or {name: …}
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    user: Mapped[UserRow] = relationship(lazy="joined")
+    members: Mapped[list[SweepMemberRow]] = relationship(
+        back_populates="sweep", order_by="SweepMemberRow.index", cascade="all, delete-orphan"
+    )
+
+
+class SweepMemberRow(Base):
+    """One job of a sweep: its index and its point (the parameters it overrides)."""
+
+    __tablename__ = "sweep_members"
+    __table_args__ = (UniqueConstraint("sweep_id", "index"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sweep_id: Mapped[int] = mapped_column(ForeignKey("sweeps.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    sweep: Mapped[SweepRow] = relationship(back_populates="members")
+    job: Mapped[JobRow] = relationship(lazy="joined")

@@ -27,7 +27,8 @@ from trainyard.services import all_logs, idempotency, job_actions, submission
 from trainyard.services import jobs as job_service
 from trainyard.services import logs as log_service
 from trainyard.services.errors import Invalid
-from trainyard.spec.loading import load_document, parse_job
+from trainyard.spec.loading import load_document, validate_job
+from trainyard.spec.sweeps import not_a_job_file
 from trainyard.spec.templating import masked_spec
 from trainyard.store.rows import UserRow
 from trainyard.web.bodies import MAX_ID, MAX_JOB_FILE_BYTES, BodyRoute
@@ -70,7 +71,9 @@ async def submit_job(
     keyed = submission.Keyed(key, idempotency.fingerprint("POST", "/jobs", media_type, {}, body))
     if not dry_run and (replay := await run_in_threadpool(submission.earlier_answer, ctx, user, keyed)) is not None:
         return _answered(replay)
-    spec = parse_job(body, content_type="json" if media_type.endswith("json") else "yaml")
+    document = load_document(body, content_type="json" if media_type.endswith("json") else "yaml")
+    not_a_job_file(document)  # a sweep is several jobs: POST /sweeps
+    spec = validate_job(document)
     if dry_run:
         warnings = await run_in_threadpool(submission.dry_run, ctx, user, spec)
         dry = DryRunResult(job=masked_spec(spec), warnings=warnings)
