@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import iterate_in_threadpool
 
 from trainyard.services.job_files import OpenFile, Unsatisfiable, byte_range
@@ -28,7 +28,9 @@ def file_response(opened: OpenFile, range_header: str | None, name: str) -> Resp
         wanted = byte_range(range_header, opened.size)
     except Unsatisfiable:
         opened.close()
-        return Response(status_code=416, headers={**headers, "Content-Range": f"bytes */{opened.size}"})
+        why = f"the range starts past the file's end: it has {opened.size} bytes"
+        return JSONResponse({"detail": why, "errors": [{"path": "Range", "message": why}]}, status_code=416,
+                            headers={**headers, "Content-Range": f"bytes */{opened.size}"})
     start, end = wanted if wanted is not None else (0, opened.size)
     headers["Content-Length"] = str(end - start)
     status = 200

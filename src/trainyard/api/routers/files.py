@@ -46,8 +46,7 @@ def list_job_files(job_id: JobId, user: User, ctx: Ctx, path: FilePath = "", tas
 
 
 @router.get("/{job_id}/files/download", response_model=None,
-            responses={200: DOWNLOAD_RESPONSE, 206: DOWNLOAD_RESPONSE, 416: {"description": "Range past the end"},
-                       **errors(401, 404, 409, 422)})
+            responses={200: DOWNLOAD_RESPONSE, 206: DOWNLOAD_RESPONSE, **errors(401, 404, 409, 416, 422)})
 async def download_job_file(job_id: JobId, user: User, ctx: Ctx, path: FilePath, task: Task = None,
                             attempt: Attempt = None,
                             range_header: Annotated[str | None, Header(alias="Range")] = None) -> Response:
