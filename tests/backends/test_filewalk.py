@@ -179,3 +179,11 @@ def test_a_huge_sparse_file_is_read_in_bounded_blocks_from_any_offset(tree: Path
     blocks = opened.chunks(opened.size - 10, opened.size, block=4)
     assert [len(b) for b in blocks] == [4, 4, 2]  # never more than a block at a time
     assert opened.fd == -1  # closed once read
+
+
+def test_a_name_too_long_for_the_file_system_is_refused_not_an_error(tree: Path) -> None:
+    for path in ("x" * 300, f"{'x' * 300}/y", f"out/{'x' * 300}"):
+        with pytest.raises(Refused, match="cannot be read"):
+            read(tree, path)
+        with pytest.raises(Refused, match="cannot be read"):
+            list_dir(tree, split_path(path))

@@ -139,7 +139,7 @@ def open_root(root: Path) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused("is a symbolic link, which is not followed") from exc
-        raise
+        raise Refused(f"cannot be read: {exc.strerror}") from exc
 
 
 def open_dir(root: Path, names: list[str]) -> int:
@@ -159,23 +159,29 @@ def list_dir(root: Path, names: list[str], max_entries: int = MAX_ENTRIES) -> Li
     """The folder ``names`` below ``root``: up to ``max_entries`` entries, sorted by name."""
     fd = open_dir(root, names)
     try:
-        entries: list[Entry] = []
-        omitted, truncated = 0, False
-        with os.scandir(fd) as found:
-            for item in found:
-                if len(entries) + omitted >= max_entries:
-                    truncated = True
-                    break
-                if not _utf8(item.name):
-                    omitted += 1
-                    continue
-                try:
-                    info = item.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue  # removed while we looked
-                entries.append(_entry(fd, item.name, info))
+        return _listing(fd, max_entries)
+    except PermissionError as exc:  # a server that is not root, at a folder a task made unreadable
+        raise Refused(f"{'/'.join(names) or 'the directory'} cannot be read: {exc.strerror}") from exc
     finally:
         os.close(fd)
+
+
+def _listing(fd: int, max_entries: int) -> Listing:
+    entries: list[Entry] = []
+    omitted, truncated = 0, False
+    with os.scandir(fd) as found:
+        for item in found:
+            if len(entries) + omitted >= max_entries:
+                truncated = True
+                break
+            if not _utf8(item.name):
+                omitted += 1
+                continue
+            try:
+                info = item.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # removed while we looked
+            entries.append(_entry(fd, item.name, info))
     return Listing(sorted(entries, key=lambda e: e.name), truncated, omitted)
 
 
@@ -191,6 +197,8 @@ def open_file(root: Path, names: list[str]) -> OpenFile:
             seen = _lstat_at(parent, name)
         except (FileNotFoundError, NotADirectoryError) as exc:
             raise NotThere(shown) from exc
+        except OSError as exc:  # a name too long for the file system
+            raise Refused(f"{shown} cannot be read: {exc.strerror}") from exc
         _check_kind(seen, shown)
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
@@ -199,7 +207,7 @@ def open_file(root: Path, names: list[str]) -> OpenFile:
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise Refused(f"{shown} is a symbolic link, which is not followed") from exc
-            raise
+            raise Refused(f"{shown} cannot be read: {exc.strerror}") from exc
     finally:
         os.close(parent)
     info = os.fstat(fd)
@@ -227,7 +235,7 @@ def _step(fd: int, name: str, shown: str) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise Refused(f"{shown} is a symbolic link, which is not followed") from exc
-        raise
+        raise Refused(f"{shown} cannot be read: {exc.strerror}") from exc  # unreadable, a name too long
     return child
 
 
