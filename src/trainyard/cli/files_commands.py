@@ -90,9 +90,13 @@ def cmd_cp(client: Client, args: argparse.Namespace) -> int:
         dest = dest / path.rstrip("/").rsplit("/", 1)[-1]
     partial = dest.with_name(dest.name + ".part")
     # Written beside, then renamed: a download that breaks off leaves no half file under the name.
-    with open(partial, "wb") as out_file:
-        for chunk in chunks:
-            out_file.write(chunk)
+    try:
+        with open(partial, "wb") as out_file:
+            for chunk in chunks:
+                out_file.write(chunk)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, dest)
     if not args.quiet:
         print(f"{shown(str(dest))} ({render.size(dest.stat().st_size)})", file=sys.stderr)
