@@ -126,6 +126,12 @@ def test_yard_ls_and_cp_list_copy_and_print_names_escaped(api: Api, yard: Yard, 
     code, _, err = yard("cp", f"{job_id}:shadow", str(tmp_path / "s"))
     assert code == EXIT_ERROR and "symbolic link" in err and not list(tmp_path.glob("s*"))  # nor s.part
     assert yard("cp", f"{job_id}", str(tmp_path))[0] == EXIT_USAGE
+    code, _, err = yard("cp", "-r", f"{job_id}:", str(tmp_path / "all"), "-q")  # the whole directory, made
+    assert code == 0 and (tmp_path / "all" / "out" / "result.json").read_bytes() == b'{"acc": 0.93}\n'
+    assert "skipped shadow (link, not copied)" in err and not (tmp_path / "all" / "shadow").exists()
+    assert yard("cp", "-r", f"{job_id}:out", str(tmp_path / "new"), "-q")[0] == 0  # made, as cp -r does
+    assert yard("cp", "-r", f"{job_id}:out", str(tmp_path / "new"), "-q")[0] == 0  # then into it, by its name
+    assert (tmp_path / "new" / "result.json").exists() and (tmp_path / "new" / "out" / "result.json").exists()
     assert yard("ls", "x:out")[0] == EXIT_USAGE
 
 

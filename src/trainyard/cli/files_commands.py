@@ -74,20 +74,31 @@ def cmd_cp(client: Client, args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"yard: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if not path.strip("/"):
-        print(f"yard: name the file to copy: {job_id}:PATH (`yard ls {job_id}` lists the job's directory)",
-              file=sys.stderr)
+    path = path.rstrip("/")
+    if args.recursive:
+        if args.dest == "-":
+            print("yard: -r copies a folder into a local folder, not to stdout", file=sys.stderr)
+            return EXIT_USAGE
+        return _copy_tree(client, args, job_id, path)
+    if not path:
+        print(f"yard: name the file to copy: {job_id}:PATH (`yard ls {job_id}` lists the job's directory; -r copies "
+              "a folder)", file=sys.stderr)
         return EXIT_USAGE
-    chunks = client.download(job_id, path, task=args.task, attempt=args.attempt)
     if args.dest == "-":
         out = sys.stdout.buffer
-        for chunk in chunks:
+        for chunk in client.download(job_id, path, task=args.task, attempt=args.attempt):
             out.write(chunk)
         out.flush()
         return 0
     dest = Path(args.dest)
     if dest.is_dir():
-        dest = dest / path.rstrip("/").rsplit("/", 1)[-1]
+        dest = dest / path.rsplit("/", 1)[-1]
+    _copy_file(client, args, job_id, path, dest)
+    return 0
+
+
+def _copy_file(client: Client, args: argparse.Namespace, job_id: int, path: str, dest: Path) -> None:
+    chunks = client.download(job_id, path, task=args.task, attempt=args.attempt)
     partial = dest.with_name(dest.name + ".part")
     # Written beside, then renamed: a download that breaks off leaves no half file under the name.
     try:
@@ -100,4 +111,31 @@ def cmd_cp(client: Client, args: argparse.Namespace) -> int:
     os.replace(partial, dest)
     if not args.quiet:
         print(f"{shown(str(dest))} ({render.size(dest.stat().st_size)})", file=sys.stderr)
+
+
+def _copy_tree(client: Client, args: argparse.Namespace, job_id: int, path: str) -> int:
+    """``-r``: the folder ``path`` into ``args.dest`` (made), or into a folder of its name
+    in ``args.dest`` when that exists, as ``cp -r`` does. Only files and folders are copied:
+    links and the rest are named on stderr. A listing's names are never ``.``, ``..`` or
+    hold a slash, so every local path stays inside the destination."""
+    dest = Path(args.dest)
+    if dest.exists():
+        dest = dest / (path.rsplit("/", 1)[-1] if path else f"job-{job_id}")
+    pending, skipped = [(path, dest)], []
+    while pending:
+        folder, local = pending.pop()
+        listing = client.files(job_id, folder, task=args.task, attempt=args.attempt)
+        local.mkdir(exist_ok=True)
+        if listing.truncated:
+            skipped.append(f"{shown(folder) or '.'}/: only its first {len(listing.entries)} names")
+        for entry in listing.entries:
+            sub = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.type == "dir":
+                pending.append((sub, local / entry.name))
+            elif entry.type == "file":
+                _copy_file(client, args, job_id, sub, local / entry.name)
+            else:
+                skipped.append(f"{shown(sub)} ({entry.type}, not copied)")
+    for note in skipped:
+        print(f"yard: skipped {note}", file=sys.stderr)
     return 0

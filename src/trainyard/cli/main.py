@@ -343,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "directory) to this machine")
     p.add_argument("source", metavar="JOB:PATH", help="e.g. 42:out/result.json")
     p.add_argument("dest", metavar="LOCAL", help="a file, a folder to copy into, or - for stdout")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="copy a folder (JOB: the whole directory) and what is in it; links are not copied")
     _task_files_flags(p)
     p.add_argument("-q", "--quiet", action="store_true", help="say nothing once copied")
 
