@@ -388,28 +388,21 @@ class Client:
         params = given(attempt=attempt, tail=tail, follow=follow or None)
         return self._stream_logs(job_id, {**params, "all": "true"})
 
-    def files(self, job_id: int, path: str = "", *, task: str | None = None,
-              attempt: int | None = None) -> FileListing:
-        """A folder of the job's directory (default), or of task ``task``'s (``ROLE/INDEX``)
-        working directory in ``attempt`` (default: the latest): its entries by name."""
+    def files(self, job_id: int, path: str = "", *, task: str | None = None, attempt: int | None = None) -> FileListing:
+        """A folder of the job's directory, or of task ``task``'s working directory (``attempt``: the latest)."""
         params = given(path=path, task=task, attempt=attempt)
         return self._parse(FileListing, self._request("GET", f"/jobs/{_job_id(job_id)}/files", params=params).content)
 
     def download(self, job_id: int, path: str, *, task: str | None = None, attempt: int | None = None,
                  offset: int = 0) -> Iterator[bytes]:
-        """A file of the job's directory or of a task's working directory, streamed from byte
-        ``offset`` (a ``Range``: go on with a download that broke off)."""
-        headers = {"Range": f"bytes={offset}-"} if offset else {}
-        params = given(path=path, task=task, attempt=attempt)
+        """A file of the job's directory or a task's working directory, streamed from byte ``offset`` (a Range)."""
+        params, headers = given(path=path, task=task, attempt=attempt), {"Range": f"bytes={offset}-"} if offset else {}
         with self._sending("GET", "download"), self._http.stream(
-                "GET", f"/jobs/{_job_id(job_id)}/files/download", params=params, headers=headers,
-                timeout=None) as response:
-            if response.status_code == 416:
-                return  # nothing past ``offset``: the file is whole already
-            if not response.is_success:
-                response.read()
-                self._raise_for(response)
-            yield from response.iter_bytes()
+                "GET", f"/jobs/{_job_id(job_id)}/files/download", params=params, headers=headers, timeout=None) as got:
+            if not got.is_success and got.status_code != 416:  # 416: nothing past ``offset``, it is whole already
+                got.read()
+                self._raise_for(got)
+            yield from got.iter_bytes() if got.is_success else ()
 
     def _stream_logs(self, job_id: int, params: dict[str, Any]) -> Iterator[bytes]:
         doing = "following" if params.get("follow") else "reading"

@@ -126,6 +126,8 @@ def test_yard_ls_and_cp_list_copy_and_print_names_escaped(api: Api, yard: Yard, 
     code, _, err = yard("cp", f"{job_id}:shadow", str(tmp_path / "s"))
     assert code == EXIT_ERROR and "symbolic link" in err and not list(tmp_path.glob("s*"))  # nor s.part
     assert yard("cp", f"{job_id}", str(tmp_path))[0] == EXIT_USAGE
+    code, _, err = yard("cp", f"{job_id}:out/result.json", str(tmp_path / "missing" / "r.json"))
+    assert code == EXIT_ERROR and "cannot write" in err and "No such file or directory" in err
     code, _, err = yard("cp", "-r", f"{job_id}:", str(tmp_path / "all"), "-q")  # the whole directory, made
     assert code == 0 and (tmp_path / "all" / "out" / "result.json").read_bytes() == b'{"acc": 0.93}\n'
     assert "skipped shadow (link, not copied)" in err and not (tmp_path / "all" / "shadow").exists()

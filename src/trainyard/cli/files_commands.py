@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from trainyard.cli import render
-from trainyard.cli.exits import EXIT_USAGE
+from trainyard.cli.exits import EXIT_ERROR, EXIT_USAGE
 from trainyard.client import Client
 from trainyard.schemas.files import FileEntry, FileListing
 
@@ -69,6 +69,14 @@ def cmd_ls(client: Client, args: argparse.Namespace) -> int:
 
 
 def cmd_cp(client: Client, args: argparse.Namespace) -> int:
+    try:
+        return _cp(client, args)
+    except OSError as exc:  # this machine's side: a folder missing, no right to write, a name too long
+        print(f"yard: cannot write {shown(str(exc.filename or args.dest))}: {exc.strerror}", file=sys.stderr)
+        return EXIT_ERROR
+
+
+def _cp(client: Client, args: argparse.Namespace) -> int:
     try:
         job_id, path = job_path(args.source)
     except ValueError as exc:
