@@ -36,6 +36,7 @@ from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaVie
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.environments import EnvironmentView
+from trainyard.schemas.files import FileListing
 from trainyard.schemas.history import JobMetrics, NodeMetrics
 from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
 from trainyard.schemas.jobs import (
@@ -393,6 +394,22 @@ class Client(SweepCalls):
         raises `ServerUnreachable` as `follow_logs` does."""
         params = given(attempt=attempt, tail=tail, follow=follow or None)
         return self._stream_logs(job_id, {**params, "all": "true"})
+
+    def files(self, job_id: int, path: str = "", *, task: str | None = None, attempt: int | None = None) -> FileListing:
+        """A folder of the job's directory, or of task ``task``'s working directory (``attempt``: the latest)."""
+        params = given(path=path, task=task, attempt=attempt)
+        return self._parse(FileListing, self._request("GET", f"/jobs/{_job_id(job_id)}/files", params=params).content)
+
+    def download(self, job_id: int, path: str, *, task: str | None = None, attempt: int | None = None,
+                 offset: int = 0) -> Iterator[bytes]:
+        """A file of the job's directory or a task's working directory, streamed from byte ``offset`` (a Range)."""
+        params, headers = given(path=path, task=task, attempt=attempt), {"Range": f"bytes={offset}-"} if offset else {}
+        with self._sending("GET", "download"), self._http.stream(
+                "GET", f"/jobs/{_job_id(job_id)}/files/download", params=params, headers=headers, timeout=None) as got:
+            if not got.is_success and got.status_code != 416:  # 416: nothing past ``offset``, it is whole already
+                got.read()
+                self._raise_for(got)
+            yield from got.iter_bytes() if got.is_success else ()
 
     def _stream_logs(self, job_id: int, params: dict[str, Any]) -> Iterator[bytes]:
         doing = "following" if params.get("follow") else "reading"

@@ -45,6 +45,8 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "monitor/": ("store", "core"),
     # A backend only through its protocol (base), never a concrete one; containers' errors.
     "services/": ("spec", "core", "schemas", "scheduler", "store", "backends.base", "backends.containers", "monitor"),
+    # A job's files for its owner: read by the one walk that holds a task's paths hostile (issue 31).
+    "services/job_files.py": ("backends.filewalk",),
     "controller/": ABOVE_CONTROLLER,
     # What the API and the portal share: the context holds the store, the backend (its
     # protocol) and the controller; who calls, body limits, revocation, the error page.

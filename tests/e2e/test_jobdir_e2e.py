@@ -60,3 +60,15 @@ taskRoles:
     shown = server.yard("job", str(job_id))
     assert shown.returncode == 0, shown.stderr
     assert re.search(r"job dir:\s+\d+(\.\d)? (B|KiB) in 1 file\s+\(removed after ", shown.stdout), shown.stdout
+
+    # Its results out (issue 31): listed and copied by the CLI from the job's directory,
+    # which on the default install belongs to the task's account; another user is told "no job".
+    listed = server.yard("ls", str(job_id))
+    assert listed.returncode == 0 and re.search(r"file\s+\d+ B\s+.*\bckpt\n", listed.stdout), listed
+    copied = server.yard("cp", f"{job_id}:ckpt", "-")
+    assert copied.returncode == 0 and copied.stdout == "40", copied
+    work = server.yard("ls", str(job_id), "--task", "main/0", "--attempt", "0")  # the account's own 0700 folder
+    assert work.returncode == 0 and "main/0's working directory (attempt 0)" in work.stdout, work
+    bob = server.add_users("bob")["bob"]
+    refused = server.yard("cp", f"{job_id}:ckpt", "-", token=bob)
+    assert refused.returncode != 0 and f"no job {job_id}" in refused.stderr

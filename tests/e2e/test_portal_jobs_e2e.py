@@ -6,6 +6,8 @@ rule and stopped by the admin from the home page."""
 from __future__ import annotations
 
 import json
+import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,6 +44,9 @@ def distributed_job(gates: Any) -> str:
                 f"echo '{IMG}'",
                 f"while [ ! -e {gates}/go ]; do sleep 0.05; done",
                 "echo 'the last line'",
+                # A result, its name and text the job's:
+                f"echo '{SCRIPT}' > \"$TRAINYARD_JOB_DIR\"/{shlex.quote(IMG + '.txt')}",
+                'ln -s /etc/shadow "$TRAINYARD_JOB_DIR/shadow"',
             ], "env": {"PAYLOAD": SCRIPT}},
             "helper": {"instances": 2, "commands": [f"while [ ! -e {gates}/go ]; do sleep 0.05; done"]},
         },
@@ -96,6 +101,22 @@ def test_watch_a_distributed_job_run_and_succeed_and_read_its_log(server: Server
         assert started - 60 <= x_min <= started and started < x_max <= finished + 60, (field, scales)
         assert y_min == 0 and (y_max == 100 if field == "gpuUtilPct" else 0 < y_max < 1e6), (field, scales)
     assert scales["cpuCores"][3] <= 8 * 1.1  # the node's 8 CPUs at most, not 0-100
+    # Its files (issue 31): the job's directory listed, the link shown not followed, the
+    # result's name and text shown as text, its download an attachment.
+    page.locator("#job-files").click()
+    page.locator("#files").wait_for()
+    assert page.locator("#files tr[data-type=link] td.name").inner_text() == "shadow → /etc/shadow"
+    assert page.locator("#files tr[data-type=link] a").count() == 0
+    page.locator("#files td.name a", has_text=f"{IMG}.txt").click()
+    page.locator("#file-preview").wait_for()
+    assert page.locator("#file-preview").inner_text() == SCRIPT + "\n"
+    assert page.locator("#file-preview img, #file-preview script").count() == 0
+    with page.expect_download() as download:
+        page.locator("#file-download").click()
+    assert Path(download.value.path()).read_text() == SCRIPT + "\n"
+    page.goto(f"{server.url}/jobs/{job_id}")  # the screenshot is the job's page
+    page.locator("#charts figure").first.wait_for()
+    assert not dialogs, dialogs
 
 
 def test_stop_running_jobs_from_the_job_page_and_from_the_list(server: Server, browser_page: Any) -> None:

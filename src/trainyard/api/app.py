@@ -33,6 +33,7 @@ from trainyard.api.routers import (
     alerts,
     cluster,
     environments,
+    files,
     history,
     images,
     jobs,
@@ -90,7 +91,7 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router,
                    history.router, images.router, storages.router, environments.router, sessions.router,
-                   sweeps.router):
+                   sweeps.router, files.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(proxy.router)  # /proxy/jobs/… and the tunnels' WebSockets: full paths
     app.include_router(taskexec.router)  # the exec WebSocket (yard exec, yard shell, the portal's terminal)

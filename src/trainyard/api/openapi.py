@@ -48,6 +48,7 @@ _MEANINGS = {
     404: "No such resource (another user's job counts as none)",
     409: "The resource already exists, or is in a state that forbids this",
     413: "The request body is too large",
+    416: "The `Range` starts past the file's end (`Content-Range: bytes */SIZE` says its size)",
     422: "The request is invalid; `errors` names each field",
 }
 

@@ -367,6 +367,20 @@ class JobDirectories(Protocol):
 
 
 @runtime_checkable
+class TaskFiles(Protocol):
+    """Optional capability: where a job's files are, on a path this server reads, for its
+    owner to list and download (``backends/filewalk``, ``services/job_files``)."""
+
+    def job_dir(self, job_id: int) -> Path:
+        """The job's directory ($TRAINYARD_JOB_DIR), whether or not it exists yet."""
+        ...
+
+    def work_dir(self, key: TaskKey) -> Path:
+        """The task run's working directory, whether or not it exists (yet, or any more)."""
+        ...
+
+
+@runtime_checkable
 class EnvironmentStore(Protocol):
     """Optional capability: a folder every node sees at the same path, where Trainyard
     builds custom environments (``yard env create``) as ``<root>/<owner>/<name>``.

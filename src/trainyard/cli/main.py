@@ -99,6 +99,11 @@ def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON with stable keys")
 
 
+def _task_files_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", metavar="ROLE/INDEX", help="that task's working directory, not the job's directory")
+    p.add_argument("--attempt", type=_non_negative, help="with --task: the attempt (default: the latest)")
+
+
 def _idempotency_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idempotency-key", metavar="KEY",
                    help="make the job at most once per KEY: run the same command again with the same KEY (e.g. "
@@ -342,6 +347,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print at most N bytes (and say on stderr what was left out); default: the whole log")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing until the task ends (waiting first, if the job has not started)")
+
+    p = sub.add_parser("ls", help="list a folder of a job's directory (or, with --task, of a task's working "
+                       "directory); links are shown, never followed")
+    p.add_argument("target", metavar="JOB[:PATH]", help="e.g. 42 or 42:out")
+    _task_files_flags(p)
+    _json_flag(p)
+    p = sub.add_parser("cp", help="copy a file from a job's directory (or, with --task, a task's working "
+                       "directory) to this machine")
+    p.add_argument("source", metavar="JOB:PATH", help="e.g. 42:out/result.json")
+    p.add_argument("dest", metavar="LOCAL", help="a file, a folder to copy into, or - for stdout")
+    p.add_argument("-r", "--recursive", action="store_true",
+                   help="copy a folder (JOB: the whole directory) and what is in it; links are not copied")
+    _task_files_flags(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="say nothing once copied")
 
     p = sub.add_parser("port-forward", help="reach a port of a running task from a local port, "
                                             "through the server (Ctrl-C stops)")

@@ -11,6 +11,7 @@ from trainyard.portal import (
     pages_account,
     pages_cluster,
     pages_environments,
+    pages_files,
     pages_home,
     pages_images,
     pages_job,
@@ -43,9 +44,9 @@ def error_page(request: Request, status: int, message: str, retry_after: int | N
 
 def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="static")
-    for module in (pages_account, pages_home, pages_jobs, pages_job, pages_submit, pages_cluster, pages_vcs,
-                   pages_environments, pages_storages, pages_images, pages_notebooks, pages_users, pages_usage,
-                   pages_sweeps):
+    for module in (pages_account, pages_home, pages_jobs, pages_job, pages_files, pages_submit, pages_cluster,
+                   pages_vcs, pages_environments, pages_storages, pages_images, pages_notebooks, pages_users,
+                   pages_usage, pages_sweeps):
         app.include_router(module.router, include_in_schema=False)
 
     @app.exception_handler(SignInRequired)

@@ -11,6 +11,7 @@ import stat
 import pytest
 
 from slurm.cluster import drive, submit
+from trainyard.backends import filewalk
 from trainyard.backends.base import TaskKey
 from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.slurm.backend import SlurmBackend
@@ -30,6 +31,7 @@ taskRoles:
       - id -un
       - cat "$TRAINYARD_SECRETS_DIR/token"; echo
       - echo saved > "$TRAINYARD_JOB_DIR/kept"
+      - echo result > result.txt; ln -s /etc/shadow shadow
       - echo "pwd $PWD"
       - ls {state} 2>&1 | head -3; echo "state listed $(ls -A {state} 2>/dev/null | wc -l)"
       - echo "procs $(ls /proc | grep -c '^[0-9]')"
@@ -51,6 +53,15 @@ taskRoles:
     assert (stat.S_IMODE(job_dir.stat().st_mode), job_dir.stat().st_uid) == (0o700, uid)
     assert (stat.S_IMODE(task_dir.stat().st_mode), task_dir.stat().st_uid) == (0o700, 0)
     assert (job_dir / "kept").read_text() == "saved\n"
+    # Its owner's results, read by the server (root) on the shared directory: the account's
+    # folders, never through the link it made (yard ls/cp, services/job_files).
+    assert world.backend.work_dir(key) == work
+    kept = filewalk.open_file(job_dir, ["kept"])
+    assert b"".join(kept.chunks(0, kept.size)) == b"saved\n"
+    listed = {e.name: e for e in filewalk.list_dir(work, []).entries}
+    assert listed["result.txt"].size == 7 and listed["shadow"].kind == "link"
+    with pytest.raises(filewalk.Refused):
+        filewalk.open_file(work, ["shadow"])
 
 
 def test_a_user_without_an_account_is_refused_at_submit_with_the_fix(tmp_path) -> None:

@@ -251,6 +251,13 @@ class SlurmBackend(jobdirs.JobDirTree):
         check_task_key(key)
         return self._attempt_dir(key) / f"{key.role}-{key.index}-{key.run}"
 
+    def work_dir(self, key: TaskKey) -> Path:
+        """The task's working directory on the shared directory: its account's folder beside
+        the task's (``<role>-<index>-<run>.work``) when it ran as one, else ``work`` in it."""
+        task_dir = self.task_dir(key)
+        beside = task_dir.with_name(task_dir.name + submission.WORK_SUFFIX)
+        return beside if os.path.lexists(beside) else task_dir / "work"
+
     def submission_dir(self, key: TaskKey) -> Path:
         """Where the Slurm job running this task run is recorded."""
         self.task_dir(key)  # validates the key
