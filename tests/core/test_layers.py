@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS: tuple[tuple[str, ...], ...] = (
     ("spec/",), ("core/",), ("schemas/",), ("scheduler/",), ("sim/",), ("store/",), ("backends/",),
     ("monitor/",), ("services/",), ("controller/",), ("web/",), ("api/",), ("portal/",), ("runtime.py",),
-    ("client.py", "client_config.py", "client_errors.py", "client_input.py"), ("cli/",),
+    ("client.py", "client_config.py", "client_errors.py", "client_input.py", "client_workdir.py"), ("cli/",),
 )
 ABOVE_CONTROLLER = ("spec", "core", "schemas", "scheduler", "sim", "store", "backends", "monitor", "services")
 # Where files (a row, or one file of it: a path prefix under src/trainyard/) may import from
@@ -60,6 +60,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_config.py": (),
     "client_errors.py": (),
     "client_input.py": (),
+    "client_workdir.py": ("core.workdirs",),  # the server's own check of an archive, stdlib-only
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
              "core.sharing", "core.labels", "core.durations"),
