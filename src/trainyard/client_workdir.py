@@ -42,7 +42,7 @@ def pack(folder: Path, *, max_bytes: int, max_files: int | None = None) -> Canon
     return canonical(entries, max_bytes=max_bytes, **options)
 
 
-def _spec(folder: Path, name: str) -> pathspec.PathSpec | None:
+def _spec(folder: Path, name: str) -> pathspec.GitIgnoreSpec | None:
     try:
         text = (folder / name).read_text(encoding="utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
@@ -50,7 +50,7 @@ def _spec(folder: Path, name: str) -> pathspec.PathSpec | None:
     return pathspec.GitIgnoreSpec.from_lines(text.splitlines())
 
 
-def _ignored(rules: list[tuple[str, pathspec.PathSpec]], relative: str, is_dir: bool) -> bool:
+def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], relative: str, is_dir: bool) -> bool:
     """Whether the last rule that speaks of ``relative`` ignores it (git's order: deeper files
     and later lines win; ``.yardignore`` after ``.gitignore`` in each folder)."""
     verdict = False
@@ -66,7 +66,7 @@ def _ignored(rules: list[tuple[str, pathspec.PathSpec]], relative: str, is_dir: 
 
 def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
     """Every entry left in, with its path and, for a file, its size (its data read later)."""
-    stack: list[tuple[Path, str, list[tuple[str, pathspec.PathSpec]]]] = [(root, "", [])]
+    stack: list[tuple[Path, str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(root, "", [])]
     while stack:
         folder, relative, inherited = stack.pop()
         rules = list(inherited)
