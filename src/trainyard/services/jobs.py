@@ -19,7 +19,7 @@ from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import NodeState, TaskRequest
 from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
-from trainyard.services import node_view
+from trainyard.services import node_view, workdirs
 from trainyard.services.admin import Borrowing, guaranteed_quotas, may_use_vc, vc_borrowing
 from trainyard.services.environment_access import check_job_environments
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError, TooMany
@@ -200,6 +200,8 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_within_vc_quota(session, spec, requests, borrowing=limits.borrowing)
     check_within_user_quota(session, user, spec, requests)
     check_job_environments(session, user, spec)
+    if spec.workdir is not None:
+        workdirs.usable(session, user, spec.workdir)
 
 
 def submit_job(
@@ -218,6 +220,8 @@ def submit_job(
     ``cloned_from`` names the job this one copies, for its history.
     """
     check_submittable(session, user, spec, nodes=nodes, limits=limits)
+    if spec.workdir is not None:
+        workdirs.usable(session, user, spec.workdir, clock=clock)  # an admin's clone keeps it while it runs
     job = JobRow(
         name=spec.name,
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
@@ -228,6 +232,7 @@ def submit_job(
         max_runtime_seconds=spec.maxRunTimeSeconds,
         suspendable=spec.suspendable,
         watchdog_seconds=spec.watchdogSeconds,
+        workdir=spec.workdir,
     )
     event = transitions.submit(job, user.name, clock.now(), cloned_from=cloned_from)
     session.add(job)

@@ -434,6 +434,9 @@ class JobSpec(_Model):
     watchdogSeconds: Annotated[WholeNumber, _between(MIN_WATCHDOG_SECONDS, MAX_RUN_TIME_SECONDS)] | None = None
     # The environment (``yard env``) every role's tasks run in, unless a role names its own.
     environment: EnvironmentName | None = None
+    # The folder every task starts in a copy of: in a job file, a path (relative to the file)
+    # that `yard submit` sends; as the server stores it, the upload's digest (``core.workdirs``).
+    workdir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
 
     @model_validator(mode="after")
     def _check_semantics(self) -> JobSpec:
