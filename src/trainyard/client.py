@@ -6,12 +6,14 @@ an httpx exception."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
@@ -28,6 +30,8 @@ from trainyard.client_errors import WaitTimeout as WaitTimeout
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import Moment as Moment
 from trainyard.client_input import check_client_arguments, given, job_file_body, window
+from trainyard.client_workdir import send as send_workdir
+from trainyard.client_workdir import workdir_digest
 from trainyard.core.states import EnvironmentState
 from trainyard.schemas.admin import KEEP as KEEP
 from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaView, VcView
@@ -51,8 +55,10 @@ from trainyard.schemas.sessions import SessionView
 from trainyard.schemas.storages import StorageView
 from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.schemas.users import TokenResponse, TokenView, UserView
+from trainyard.schemas.workdirs import WorkdirView
 
 Reply = TypeVar("Reply")
+Folder = str | os.PathLike[str]  # a folder on this machine: a working directory to send
 _NODES = TypeAdapter(list[NodeView])
 _IMAGES = TypeAdapter(list[NodeImageView])
 _PULLS = TypeAdapter(list[ImagePullView])
@@ -216,21 +222,22 @@ class Client:
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[False] = False,
-               idempotency_key: str | None = ..., retry_for: float = ...,
+               idempotency_key: str | None = ..., retry_for: float = ..., workdir: Folder | None = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult: ...
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[True],
-               idempotency_key: str | None = ..., retry_for: float = ...,
+               idempotency_key: str | None = ..., retry_for: float = ..., workdir: Folder | None = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> DryRunResult: ...
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: bool,
-               idempotency_key: str | None = ..., retry_for: float = ...,
+               idempotency_key: str | None = ..., retry_for: float = ..., workdir: Folder | None = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult | DryRunResult: ...
 
     def submit(self, job_file: JobFile, *, content_type: str | None = None, dry_run: bool = False,
                idempotency_key: str | None = None, retry_for: float = DEFAULT_SUBMIT_RETRY_FOR,
+               workdir: Folder | None = None,
                on_retry: Callable[[TrainyardError, float], None] | None = None) -> SubmitResult | DryRunResult:
         """Submit a job: a path to its file (``"train.yaml"``, a ``Path``), the file's YAML or
         JSON text, or the job as a dict; returns the new job's id and state. With ``dry_run``
@@ -242,16 +249,25 @@ class Client:
         dropped connection, a timeout, a 502, 503 or 504) it is sent again with the same key, for up to
         ``retry_for`` seconds (0: not at all), ``on_retry(error, pause)`` called before each
         pause; the server answers a retry with the job the first one made. Pass your own key
-        to retry across processes (a script run again after a crash)."""
+        to retry across processes (a script run again after a crash).
+
+        ``workdir`` (else the job file's own ``workdir``, relative to it) is a folder to send
+        with the job (`upload_workdir`), or an upload's digest: every task starts in a copy of it."""
         content, media_type = _job_file(job_file, content_type)
         headers = {"Content-Type": media_type, IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
-        response = self._submitting(
-            "/jobs", retry_for, on_retry, content=content, headers=headers,
-            params={"dryRun": "true"} if dry_run else None,
-        )
+        sent = workdir_digest(self, job_file, workdir)
+        response = self._submitting("/jobs", retry_for, on_retry, content=content, headers=headers,
+                                    params=given(dryRun="true" if dry_run else None, workdir=sent))
         if dry_run:
             return self._parse(DryRunResult, response.content)
         return self._parse(SubmitResult, response.content)
+
+    def upload_workdir(self, folder: Folder) -> WorkdirView:
+        """Send a project folder (what its ``.gitignore`` and ``.yardignore`` files leave in),
+        unless the server holds the same content already; its digest names it in a job file's
+        ``workdir``. A folder past the server's limit is refused before sending, naming its
+        biggest files."""
+        return send_workdir(self, Path(folder).expanduser())
 
     def clone(self, job_id: int, *, job_file: JobFile | None = None, name: str | None = None,
               vc: str | None = None, priority: str | None = None, idempotency_key: str | None = None,

@@ -29,7 +29,7 @@ def job_file_body(job: object, content_type: str | None = None) -> tuple[bytes, 
             return json.dumps(dict(job), allow_nan=False).encode(), content_type or "application/json"
         except (TypeError, ValueError) as exc:
             raise ValueError(f"the job mapping cannot be sent as JSON: {exc}") from exc
-    path = _path_named(job)
+    path = path_named(job)
     if path is not None:
         try:
             data = path.read_bytes()
@@ -44,7 +44,7 @@ def job_file_body(job: object, content_type: str | None = None) -> tuple[bytes, 
                      f"(got {type(job).__name__})")
 
 
-def _path_named(job: object) -> Path | None:
+def path_named(job: object) -> Path | None:
     """The file ``job`` names, if it is a path rather than a job file's text."""
     if isinstance(job, os.PathLike):
         return Path(job)

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pathspec
+import yaml
 
-from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical
+from trainyard.client_errors import TrainyardError, UsageError
+from trainyard.client_input import path_named
+from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, is_digest
+from trainyard.schemas.workdirs import WorkdirLimits, WorkdirView
+
+if TYPE_CHECKING:
+    from trainyard.client import Client
 
 IGNORE_FILES = (".gitignore", ".yardignore")
 ALWAYS_LEFT_OUT = (".git",)
@@ -93,3 +101,51 @@ def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
                        info.st_size)
             else:
                 raise WorkdirError(f"{name!r}: a device, FIFO or socket; leave it out with a .yardignore", name)
+
+
+def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path | None:
+    """The folder a submit sends: ``workdir`` when given; else the job file's own ``workdir``
+    (unless it already names an upload), relative to the job file's folder when the job file
+    is a path, else to the current folder; None when neither names one."""
+    if workdir is not None:
+        return Path(workdir).expanduser()
+    path = path_named(job_file)
+    document: object = job_file
+    try:
+        if path is not None:
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        elif isinstance(job_file, (str, bytes)):
+            document = yaml.safe_load(job_file)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # the server says what is wrong with the file
+    named = document.get("workdir") if isinstance(document, Mapping) else None
+    if not isinstance(named, str) or is_digest(named):
+        return None
+    base = path.parent if path is not None else Path.cwd()
+    return base / Path(named).expanduser()
+
+
+def workdir_digest(client: Client, job_file: object, workdir: str | os.PathLike[str] | None) -> str | None:
+    """The upload a submit names: ``workdir`` if it is a digest already, else the folder
+    ``folder_for`` finds, sent; None when there is none."""
+    if isinstance(workdir, str) and is_digest(workdir):
+        return workdir
+    folder = folder_for(job_file, workdir)
+    return None if folder is None else send(client, folder).digest
+
+
+def send(client: Client, folder: Path) -> WorkdirView:
+    """Pack ``folder`` within the server's limit and send it, unless the server holds it already."""
+    limits = client._parse(WorkdirLimits, client._request("GET", "/workdirs/limits").content)
+    try:
+        archive = pack(folder, max_bytes=limits.maxBytes)
+    except WorkdirError as exc:
+        raise UsageError(f"cannot send {folder} as the job's working directory: {exc}") from exc
+    try:
+        return client._parse(WorkdirView, client._request("GET", f"/workdirs/{archive.digest}").content)
+    except TrainyardError as exc:
+        if exc.status != 404:
+            raise
+    response = client._request("PUT", "/workdirs", content=archive.gzipped(),
+                               headers={"Content-Type": "application/gzip"})
+    return client._parse(WorkdirView, response.content)

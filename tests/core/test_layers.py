@@ -60,10 +60,11 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_config.py": (),
     "client_errors.py": (),
     "client_input.py": (),
-    "client_workdir.py": ("core.workdirs",),  # the server's own check of an archive, stdlib-only
+    "client_workdir.py": ("core.workdirs", "schemas"),  # the server's own check of an archive, stdlib-only
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
              "core.sharing", "core.labels", "core.durations"),
+    "cli/commands.py": ("client_workdir",),  # `yard submit` finds the folder to send (lazily: not for --help)
     "cli/up.py": ("api", "core.settings"),  # `yard up` starts the server in this process
     # `yard doctor` runs the backends' checks on the server's settings and store, as `yard up` would.
     "cli/doctor.py": ("backends", "core.settings", "store"),

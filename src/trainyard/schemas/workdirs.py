@@ -12,3 +12,7 @@ class WorkdirView(BaseModel):
     sizeBytes: int = Field(description="its files' bytes, unpacked")
     files: int = Field(description="how many regular files it holds")
     createdAt: datetime | None = Field(default=None, description="when its owner first sent it")
+
+
+class WorkdirLimits(BaseModel):
+    maxBytes: int = Field(description="the most bytes of files a working directory may hold (workdir_max_mb)")

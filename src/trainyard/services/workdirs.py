@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,9 @@ from trainyard.schemas.workdirs import WorkdirView
 from trainyard.services.errors import Invalid, NotFound
 from trainyard.store.queries import workdirs as workdir_queries
 from trainyard.store.rows import UserRow, WorkdirRow
+
+if TYPE_CHECKING:
+    from trainyard.services.server import Server
 
 DEFAULT_MAX_BYTES = 64 << 20
 UNUSED_KEEP = timedelta(days=1)  # an upload waits this long for the job that will run in it
@@ -137,3 +140,15 @@ def sweep(session: Session, store: WorkdirStore, clock: Clock) -> int:
     """Forget uploads no job runs in after a day, and remove archives no upload holds."""
     workdir_queries.forget_unused(session, clock.now() - UNUSED_KEEP)
     return store.remove_except(workdir_queries.digests_in_use(session))
+
+
+def upload(server: Server, user: UserRow, stream: IO[bytes]) -> WorkdirView:
+    """``PUT /workdirs``: `receive` in a unit of work of its own."""
+    with server.db.session() as session:
+        return receive(session, user, stream, server.workdirs, server.clock)
+
+
+def shown(server: Server, user: UserRow, digest: str) -> WorkdirView:
+    """``GET /workdirs/{digest}``: `describe`."""
+    with server.db.session() as session:
+        return describe(session, user, digest)
