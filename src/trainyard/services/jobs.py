@@ -40,6 +40,7 @@ from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
+from trainyard.store.queries import workdirs as workdir_queries
 from trainyard.store.rows import (
     JobEventRow,
     JobRow,
@@ -376,7 +377,10 @@ def describe_job(session: Session, viewer: UserRow, job_id: int, *, specs: Store
     answers and the job's page shows, less its directory's disk use."""
     row = get_job(session, viewer, job_id, full=True)
     spec = specs.of(row)
-    return job_detail(row, job_events(session, row), backend_warnings(spec, backend), spec=spec, now=now)
+    detail = job_detail(row, job_events(session, row), backend_warnings(spec, backend), spec=spec, now=now)
+    if row.workdir is not None and (sent := workdir_queries.owned(session, row.user_id, row.workdir)) is not None:
+        detail.workdir = workdirs.view(sent)
+    return detail
 
 
 def request_stop(
