@@ -25,18 +25,20 @@ from trainyard.client_errors import ServerUnreachable as ServerUnreachable
 from trainyard.client_errors import TrainyardError as TrainyardError
 from trainyard.client_errors import UsageError as UsageError
 from trainyard.client_errors import WaitTimeout as WaitTimeout
+from trainyard.client_files import FileCalls
+from trainyard.client_files import Folder as Folder
 from trainyard.client_input import Dependencies as Dependencies
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import Moment as Moment
-from trainyard.client_input import check_client_arguments, given, job_file_body, window, with_dependencies
+from trainyard.client_input import check_client_arguments, checked_id, given, job_file_body, window, with_dependencies
 from trainyard.client_sweeps import SweepCalls
+from trainyard.client_workdir import workdir_digest
 from trainyard.core.states import EnvironmentState
 from trainyard.schemas.admin import KEEP as KEEP
 from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaView, VcView
 from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
 from trainyard.schemas.cluster import NodeView, TopView
 from trainyard.schemas.environments import EnvironmentView
-from trainyard.schemas.files import FileListing
 from trainyard.schemas.history import JobMetrics, NodeMetrics
 from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
 from trainyard.schemas.jobs import (
@@ -104,10 +106,7 @@ def _page(left: int | None) -> int | None:
     return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
 
 
-def _job_id(job_id: object, what: str = "job") -> int:
-    if isinstance(job_id, bool) or not isinstance(job_id, int):
-        raise UsageError(f"a {what} id is a whole number, like 12 (got {job_id!r})")
-    return job_id
+_job_id = checked_id
 
 
 def _job_file(job: object, content_type: str | None = None,
@@ -120,7 +119,7 @@ def _job_file(job: object, content_type: str | None = None,
         raise UsageError(str(exc)) from exc
 
 
-class Client(SweepCalls):
+class Client(SweepCalls, FileCalls):
     """A connection to one Trainyard server as one user; each method is one API call.
 
     ``Client()`` finds the server and token as the ``yard`` CLI does: ``TRAINYARD_URL`` and
@@ -223,21 +222,24 @@ class Client(SweepCalls):
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[False] = False,
                idempotency_key: str | None = ..., dependencies: Dependencies | None = ..., retry_for: float = ...,
+               workdir: Folder | None = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult: ...
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: Literal[True],
                idempotency_key: str | None = ..., dependencies: Dependencies | None = ..., retry_for: float = ...,
+               workdir: Folder | None = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> DryRunResult: ...
 
     @overload
     def submit(self, job_file: JobFile, *, content_type: str | None = ..., dry_run: bool,
                idempotency_key: str | None = ..., dependencies: Dependencies | None = ..., retry_for: float = ...,
+               workdir: Folder | None = ...,
                on_retry: Callable[[TrainyardError, float], None] | None = ...) -> SubmitResult | DryRunResult: ...
 
     def submit(self, job_file: JobFile, *, content_type: str | None = None, dry_run: bool = False,
                idempotency_key: str | None = None, dependencies: Dependencies | None = None,
-               retry_for: float = DEFAULT_SUBMIT_RETRY_FOR,
+               retry_for: float = DEFAULT_SUBMIT_RETRY_FOR, workdir: Folder | None = None,
                on_retry: Callable[[TrainyardError, float], None] | None = None) -> SubmitResult | DryRunResult:
         """Submit a job: a path to its file (``"train.yaml"``, a ``Path``), the file's YAML or
         JSON text, or the job as a dict; returns the new job's id and state. With ``dry_run``
@@ -250,13 +252,14 @@ class Client(SweepCalls):
         ``retry_for`` seconds (0: not at all), ``on_retry(error, pause)`` called before each
         pause; the server answers a retry with the job the first one made. Pass your own key
         to retry across processes (a script run again after a crash). ``dependencies`` (Slurm's
-        ``"afterok:12,afterany:14"`` or ``{"afterok": [12]}``) adds to the file's: the job waits for those."""
+        ``"afterok:12,afterany:14"`` or ``{"afterok": [12]}``) adds to the file's: the job waits for those.
+        ``workdir`` (else the job file's own ``workdir``, relative to it) is a folder to send
+        with the job (`upload_workdir`), or an upload's digest: every task starts in a copy of it."""
         content, media_type = _job_file(job_file, content_type, dependencies)
         headers = {"Content-Type": media_type, IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
-        response = self._submitting(
-            "/jobs", retry_for, on_retry, content=content, headers=headers,
-            params={"dryRun": "true"} if dry_run else None,
-        )
+        sent = workdir_digest(self, job_file, workdir)
+        response = self._submitting("/jobs", retry_for, on_retry, content=content, headers=headers,
+                                    params=given(dryRun="true" if dry_run else None, workdir=sent))
         if dry_run:
             return self._parse(DryRunResult, response.content)
         return self._parse(SubmitResult, response.content)
@@ -394,22 +397,6 @@ class Client(SweepCalls):
         raises `ServerUnreachable` as `follow_logs` does."""
         params = given(attempt=attempt, tail=tail, follow=follow or None)
         return self._stream_logs(job_id, {**params, "all": "true"})
-
-    def files(self, job_id: int, path: str = "", *, task: str | None = None, attempt: int | None = None) -> FileListing:
-        """A folder of the job's directory, or of task ``task``'s working directory (``attempt``: the latest)."""
-        params = given(path=path, task=task, attempt=attempt)
-        return self._parse(FileListing, self._request("GET", f"/jobs/{_job_id(job_id)}/files", params=params).content)
-
-    def download(self, job_id: int, path: str, *, task: str | None = None, attempt: int | None = None,
-                 offset: int = 0) -> Iterator[bytes]:
-        """A file of the job's directory or a task's working directory, streamed from byte ``offset`` (a Range)."""
-        params, headers = given(path=path, task=task, attempt=attempt), {"Range": f"bytes={offset}-"} if offset else {}
-        with self._sending("GET", "download"), self._http.stream(
-                "GET", f"/jobs/{_job_id(job_id)}/files/download", params=params, headers=headers, timeout=None) as got:
-            if not got.is_success and got.status_code != 416:  # 416: nothing past ``offset``, it is whole already
-                got.read()
-                self._raise_for(got)
-            yield from got.iter_bytes() if got.is_success else ()
 
     def _stream_logs(self, job_id: int, params: dict[str, Any]) -> Iterator[bytes]:
         doing = "following" if params.get("follow") else "reading"

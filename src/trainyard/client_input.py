@@ -15,6 +15,8 @@ from typing import Any
 import httpx
 import yaml
 
+from trainyard.client_errors import UsageError
+
 # A job file as `Client.submit` takes it: a path (a ``Path``, or a one-line string naming an
 # existing file or ending in .yaml/.yml/.json), the file's YAML or JSON text (or bytes), or
 # the job as a mapping.
@@ -30,7 +32,7 @@ def job_file_body(job: object, content_type: str | None = None) -> tuple[bytes, 
             return json.dumps(dict(job), allow_nan=False).encode(), content_type or "application/json"
         except (TypeError, ValueError) as exc:
             raise ValueError(f"the job mapping cannot be sent as JSON: {exc}") from exc
-    path = _path_named(job)
+    path = path_named(job)
     if path is not None:
         try:
             data = path.read_bytes()
@@ -45,7 +47,7 @@ def job_file_body(job: object, content_type: str | None = None) -> tuple[bytes, 
                      f"(got {type(job).__name__})")
 
 
-def _path_named(job: object) -> Path | None:
+def path_named(job: object) -> Path | None:
     """The file ``job`` names, if it is a path rather than a job file's text."""
     if isinstance(job, os.PathLike):
         return Path(job)
@@ -96,6 +98,13 @@ def _dependency_map(value: object) -> dict[str, list[Any]]:
                 for k, v in value.items()}
     raise ValueError(f"dependencies are Slurm's text (afterok:12:13,afterany:14) or a mapping of condition to "
                      f"job ids (got {type(value).__name__})")
+
+
+def checked_id(value: object, what: str = "job") -> int:
+    """A job's (or another thing's) id as the SDK sends it: a whole number, not a bool."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"a {what} id is a whole number, like 12 (got {value!r})")
+    return value
 
 
 def check_client_arguments(url: object, token: object, timeout: object) -> None:

@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 ROWS: tuple[tuple[str, ...], ...] = (
     ("spec/",), ("core/",), ("schemas/",), ("scheduler/",), ("sim/",), ("store/",), ("backends/",),
     ("monitor/",), ("services/",), ("controller/",), ("web/",), ("api/",), ("portal/",), ("runtime.py",),
-    ("client.py", "client_config.py", "client_errors.py", "client_input.py", "client_sweeps.py"), ("cli/",),
+    ("client.py", "client_config.py", "client_errors.py", "client_input.py", "client_sweeps.py",
+     "client_workdir.py", "client_files.py"), ("cli/",),
 )
 ABOVE_CONTROLLER = ("spec", "core", "schemas", "scheduler", "sim", "store", "backends", "monitor", "services")
 # Where files (a row, or one file of it: a path prefix under src/trainyard/) may import from
@@ -63,9 +64,12 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_errors.py": (),
     "client_input.py": (),
     "client_sweeps.py": ("schemas",),
+    "client_workdir.py": ("core.workdirs", "schemas"),  # the server's own check of an archive, stdlib-only
+    "client_files.py": ("schemas",),
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
              "core.sharing", "core.labels", "core.durations"),
+    "cli/commands.py": ("client_workdir",),  # `yard submit` finds the folder to send (lazily: not for --help)
     "cli/up.py": ("api", "core.settings"),  # `yard up` starts the server in this process
     # `yard doctor` runs the backends' checks on the server's settings and store, as `yard up` would.
     "cli/doctor.py": ("backends", "core.settings", "store"),

@@ -50,6 +50,7 @@ taskRoles:
       - 'echo "file:$(cat "$TRAINYARD_SECRETS_DIR/token") env:$MY_TOKEN gpus:$CUDA_VISIBLE_DEVICES pwd:$PWD"'
       - cp secret-copy.txt /tmp/alice-tmp && cp secret-copy.txt /dev/shm/alice-shm
       - chmod 644 /tmp/alice-tmp /dev/shm/alice-shm secret-copy.txt
+      - python3 check.py
       - echo ready
       - exec python3 -c 'import time; time.sleep(600)' <% $secrets.token %>
 """
@@ -216,8 +217,23 @@ def _mode(path: Path) -> tuple[str, int]:
     return oct(stat.S_IMODE(info.st_mode)), info.st_uid
 
 
-def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
-    alice_job = cluster.alice.submit(ALICE_JOB).id
+def alice_project(root: Path) -> Path:
+    """The folder alice's job is sent with: her script, a nested package holding her secret, a
+    data file, and what .gitignore keeps behind."""
+    files = {
+        "check.py": "import os\nimport mypkg.deep.mod as m\nprint('workdir:', m.TOKEN.startswith('alice-secret'), "
+                    "open('data/table.csv').read().strip(), os.path.exists('scratch.log'))\n",
+        "mypkg/__init__.py": "", "mypkg/deep/__init__.py": "", "mypkg/deep/mod.py": f"TOKEN = {ALICE_SECRET!r}\n",
+        "data/table.csv": "a,b\n", "scratch.log": "left behind\n", ".gitignore": "*.log\n",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster, tmp_path: Path) -> None:
+    alice_job = cluster.alice.submit(ALICE_JOB, workdir=alice_project(tmp_path / "alice-project")).id
     wait_until(lambda: b"ready" in cluster.alice.logs(alice_job), timeout=30, what="alice's job to be ready")
     alice_log = cluster.alice.logs(alice_job).decode()
     assert alice_log.splitlines()[0] == cluster.account("alice")
@@ -232,7 +248,11 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
         "work-file": work / "secret-copy.txt",
         "secret-file": work.with_name(work.name + ".secrets") / "token",
         "shm-file": (work.parent if cluster.as_root else task_dir.parent) / ".shm" / "alice-shm",
+        "workdir-file": work / "mypkg" / "deep" / "mod.py",  # her working directory, unpacked
     }
+    # Its archive, as handed to her task (0400, hers, in a folder of the server's) and as kept.
+    archive = work.with_name(work.name + ".suspend") / "workdir.tar.gz"
+    (kept,) = (cluster.server.home / "workdirs").glob("*.tar.gz")
     if cluster.as_root:
         holders["script-copy"] = work.with_suffix(".sh")
     admin_token = json.loads(holders["client-file"].read_text())["token"]
@@ -254,6 +274,8 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     assert _mode(cluster.server.home) == ("0o700", server_uid)
     if cluster.as_root:
         assert _mode(holders["script-copy"]) == ("0o400", alice_uid)
+    assert _mode(archive) == ("0o400", alice_uid)
+    assert "workdir: True a,b False" in alice_log, alice_log  # package, data file, ignored file left behind
 
     targets = {
         **{label: str(path) for label, path in holders.items()},
@@ -265,6 +287,8 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
         "tmp-file": "/tmp/alice-tmp",
         "alice-environ": f"/proc/{alice_pid}/environ",
         "alice-cmdline": f"/proc/{alice_pid}/cmdline",
+        "workdir-archive": str(archive),
+        "workdir-kept": str(kept),
     }
     if cluster.work_root is not None:
         targets["work-root"] = str(cluster.work_root)
@@ -285,7 +309,7 @@ def test_bob_finds_nothing_of_alice_on_any_route(cluster: Cluster) -> None:
     routes = dict(re.findall(r"^ROUTE (\S+): (\S+) ", out, re.MULTILINE))  # the last outcome per label
     for label in targets:
         assert label in routes, f"route {label} was not tried:\n{out}"
-    for label in (*holders, "database", "pid-file", "work-dir", "tmp-file"):
+    for label in (*holders, "database", "pid-file", "work-dir", "tmp-file", "workdir-archive", "workdir-kept"):
         assert re.search(rf"^ROUTE {label}: DENIED ", out, re.MULTILINE), f"{label}:\n{out}"
     # The folders over the server's files can be passed, not listed. Only as the server's
     # own account (non-root) can bob list them, and find the way to his own task only.

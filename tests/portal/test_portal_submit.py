@@ -365,3 +365,35 @@ def test_export_downloads_the_job_file_named_after_the_job(api: Api) -> None:
     odd = client.post("/submit/export", data=distributed_form(csrf, name='a"b'))
     assert odd.headers["content-disposition"] == 'attachment; filename="job.yaml"'
 
+
+
+def test_a_working_directory_archive_is_sent_with_the_job_and_a_hostile_one_is_refused(api: Api, tmp_path) -> None:
+    import io
+    import tarfile
+
+    from trainyard.client_workdir import pack
+
+    client = signed_in(api, "alice")
+    _, csrf = page_of(client)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "train.py").write_text("print(1)\n")
+    archive = pack(tmp_path / "p", max_bytes=1 << 20)
+    form = distributed_form(csrf)
+    sent = client.post("/submit/workdir", data=form,
+                       files={"workdir_archive": ("project.tar.gz", archive.gzipped(), "application/gzip")})
+    assert sent.status_code == 200 and "working directory project.tar.gz sent: 1 files" in sent.text
+    text = FormValues(sent.text).values["yaml"]
+    assert yaml.safe_load(text)["workdir"] == archive.digest
+    done = client.post("/submit", data=distributed_form(csrf, yaml=text, edited="yaml"))
+    assert done.status_code == 303
+    with api.ctx.db.session() as s:
+        job = job_queries.job_by_id(s, int(done.headers["location"].rsplit("/", 1)[1]))
+        assert job is not None and job.workdir == archive.digest
+    hostile = io.BytesIO()
+    with tarfile.open(fileobj=hostile, mode="w:gz") as tar:
+        info = tarfile.TarInfo("escape")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/shadow"
+        tar.addfile(info)
+    refused = client.post("/submit/workdir", data=form,
+                          files={"workdir_archive": ("evil.tar.gz", hostile.getvalue(), "application/gzip")})
+    assert "outside the working directory" in refused.text and "workdir:" not in FormValues(refused.text).values["yaml"]

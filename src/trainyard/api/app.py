@@ -45,6 +45,7 @@ from trainyard.api.routers import (
     taskexec,
     usage,
     users,
+    workdirs,
 )
 from trainyard.portal import app as portal
 from trainyard.services.errors import ServiceError
@@ -91,7 +92,7 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router,
                    history.router, images.router, storages.router, environments.router, sessions.router,
-                   sweeps.router, files.router):
+                   sweeps.router, files.router, workdirs.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(proxy.router)  # /proxy/jobs/… and the tunnels' WebSockets: full paths
     app.include_router(taskexec.router)  # the exec WebSocket (yard exec, yard shell, the portal's terminal)

@@ -51,6 +51,7 @@ from trainyard.scheduler.snapshot import DEFAULT_SCORER, SchedulerConfig
 from trainyard.services.auth import bootstrap_admin
 from trainyard.services.jobs import SubmitLimits
 from trainyard.services.storages import set_builtin_roots, set_mount_roots
+from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.db import Database
 from trainyard.store.meta import cluster_id
 from trainyard.web.context import AppContext
@@ -309,6 +310,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         set_mount_roots(session, settings.storage_mount_roots)  # checked by the settings
     backend = build_backend(settings, cluster)
     policy = session_policy(settings, backend)
+    workdirs = WorkdirStore(settings.home.absolute() / "workdirs", max_bytes=settings.workdir_max_mb << 20)
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
         job_dir_retention_seconds=settings.job_dir_retention_seconds, monitor_retention=settings.retention,
@@ -316,8 +318,10 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
         session_policy=policy,
         job_dir_max_bytes=None if settings.job_dir_max_mb is None else settings.job_dir_max_mb << 20,
+        workdirs=workdirs,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
+                     workdirs=workdirs,
                      job_dir_retention_seconds=settings.job_dir_retention_seconds,
                      monitor_interval_seconds=settings.monitor_interval_seconds,
                      monitor_retention=settings.retention, sessions=policy,

@@ -117,6 +117,12 @@ class PythonEnvironment:
     bin_dirs: tuple[str, ...]
 
 
+# Where a task finds its job's working directory's archive (``TaskLaunch.workdir_archive``),
+# in the folder of its suspend request: the account's to read, nobody's to replace.
+WORKDIR_VARIABLE = "TRAINYARD_WORKDIR_ARCHIVE"
+WORKDIR_ARCHIVE_NAME = "workdir.tar.gz"
+
+
 @dataclass(frozen=True)
 class TaskLaunch:
     """Everything needed to start one task on one node."""
@@ -151,6 +157,10 @@ class TaskLaunch:
     # first task of the first role): a backend that cannot probe the node when it allocates
     # them (Slurm) checks them free where the task starts.
     ports: tuple[int, ...] = ()
+    # The job's working directory (``core.workdirs``' canonical archive, gzip'd, a file the
+    # server holds): the backend hands it to the task ($TRAINYARD_WORKDIR_ARCHIVE, the
+    # account's, read-only) and the task's script unpacks it in its working directory.
+    workdir_archive: str | None = None
 
 
 @dataclass(frozen=True)

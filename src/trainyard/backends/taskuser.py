@@ -16,6 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainyard.backends.base import WORKDIR_ARCHIVE_NAME, WORKDIR_VARIABLE
+
 WORK_ROOT_MODE = 0o711  # root-owned: the task user may pass through but not list or create
 TASK_WORK_MODE = 0o700  # owned by the task user: its working directory
 ENVIRONMENTS_MODE = 0o755  # environments: their owner's to build, every task's to run in
@@ -194,6 +196,17 @@ def publish_file(path: Path, data: bytes, owner: tuple[int, int] | None) -> None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def publish_workdir(inbox: Path, archive: str | None, owner: tuple[int, int] | None) -> dict[str, str]:
+    """Hand the job's working directory's archive to the task: a 0400 copy, ``owner``'s, in
+    ``inbox`` (its suspend request's folder, ours: the task cannot swap the file); the
+    variable that names it, or nothing when the job has none."""
+    if archive is None:
+        return {}
+    target = inbox / WORKDIR_ARCHIVE_NAME
+    publish_file(target, Path(archive).read_bytes(), owner)
+    return {WORKDIR_VARIABLE: str(target)}
 
 
 def write_secret_files(directory: Path, secrets: Mapping[str, str], user: TaskUser | None) -> list[str]:

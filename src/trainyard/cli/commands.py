@@ -100,6 +100,23 @@ def _read_job_file(name: str) -> tuple[bytes, str]:
     return data, content_type
 
 
+def _workdir_to_send(args: argparse.Namespace, data: bytes) -> Path | None:
+    """The folder `yard submit` sends with the job: --workdir; else the job file's own
+    ``workdir`` (relative to the file); else the current folder when the job file is in it
+    (a project folder); --no-workdir: none."""
+    from trainyard.client_workdir import folder_for  # packing needs pathspec and YAML: not for --help
+
+    if args.no_workdir:
+        return None
+    if args.workdir is not None:
+        return Path(args.workdir)
+    if (named := folder_for(data if args.file == "-" else args.file, None)) is not None:
+        return named
+    if args.file != "-" and Path(args.file).resolve().parent == Path.cwd().resolve():
+        return Path.cwd()
+    return None
+
+
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     try:
         data, content_type = _read_job_file(args.file)
@@ -109,10 +126,17 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     dependencies = _dependencies(args)
     if isinstance(dependencies, int):
         return dependencies
-    if (made := sweep_commands.submit(client, args, data)) is not None:
+    digest = None
+    if (folder := _workdir_to_send(args, data)) is not None:
+        sent = client.upload_workdir(folder)
+        digest = sent.digest
+        shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
+        print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
+              f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
+    if (made := sweep_commands.submit(client, args, data, workdir=digest)) is not None:
         return made  # the file (or --sweep) makes a sweep
     result = client.submit(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
-                           idempotency_key=args.idempotency_key, on_retry=_say_retrying)
+                           idempotency_key=args.idempotency_key, on_retry=_say_retrying, workdir=digest)
     if args.json:
         render.print_json(result)
         return 0

@@ -292,11 +292,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "partition's nodes")
     _json_flag(p)
 
-    p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
+    p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin), with its project folder")
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="validate and show the normalised job only")
     _dependency_flags(p)
     add_submit_sweep_flags(p)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workdir", metavar="DIR",
+                       help="send this folder with the job: every task starts in a copy of it (default: the job "
+                            "file's `workdir`, else the current folder when the job file is in it; "
+                            ".gitignore and .yardignore say what stays behind)")
+    where.add_argument("--no-workdir", action="store_true", help="send no folder with the job")
     _idempotency_flag(p)
     _json_flag(p)
 

@@ -146,6 +146,9 @@ def job_detail(job: JobDetail) -> str:
         + (f"    exit code: {job.exitCode}" if job.exitCode is not None else ""),
         f"  job dir:    {job_dir_text(job.jobDir, job.state)}",
     ]
+    if job.workdir is not None:
+        lines.append(f"  workdir:    {job.workdir.digest[:19]}  {job.workdir.files} files, "
+                     f"{size(job.workdir.sizeBytes)} (sent with the job; each task starts in a copy)")
     if job.borrowed:
         lines.insert(3, f"  borrowed:   {borrowed_text(job)}")
     if job.dependencies:

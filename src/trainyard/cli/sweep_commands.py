@@ -53,8 +53,9 @@ def sweep_document(data: bytes, flags: list[str], parallel: int | None) -> dict[
     return {**document, "sweep": section}
 
 
-def submit(client: Client, args: argparse.Namespace, data: bytes) -> int | None:
-    """``yard submit`` of a sweep; None when the file and flags make no sweep."""
+def submit(client: Client, args: argparse.Namespace, data: bytes, *, workdir: str | None = None) -> int | None:
+    """``yard submit`` of a sweep (every job of it in ``workdir``, an upload's digest, when
+    given); None when the file and flags make no sweep."""
     try:
         document = sweep_document(data, args.sweep, args.parallel)
     except ValueError as error:
@@ -66,6 +67,8 @@ def submit(client: Client, args: argparse.Namespace, data: bytes) -> int | None:
         print("yard: --dry-run checks one job; a sweep is checked whole when it is submitted (nothing is made "
               "if any of its jobs is refused)", file=sys.stderr)
         return EXIT_USAGE
+    if workdir is not None:
+        document = {**document, "workdir": workdir}
     sweep = client.submit_sweep(document, idempotency_key=args.idempotency_key)
     if args.json:
         render.print_json(sweep)

@@ -19,6 +19,8 @@ from trainyard.controller.reconcile import current_attempt
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.states import JobState
+from trainyard.services import workdirs
+from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.db import Database
 from trainyard.store.events import record_event
 from trainyard.store.queries import jobs as job_queries
@@ -130,3 +132,25 @@ class JobDirCap(Periodic):
         if stopped:
             log.warning("stopped job(s) %s: job directory over job_dir_max_mb", ", ".join(map(str, stopped)))
         return stopped
+
+
+class WorkdirSweeper(Periodic):
+    """Forgets uploaded working directories no job runs in after a day, and removes the
+    archives no upload holds any more (``services.workdirs.sweep``)."""
+
+    thread_name = "trainyard-workdir-sweep"
+
+    def __init__(self, db: Database, store: WorkdirStore, clock: Clock, *,
+                 interval: float = SWEEP_INTERVAL_SECONDS) -> None:
+        super().__init__(clock, interval)
+        self.db = db
+        self.store = store
+
+    def run_logged(self) -> None:
+        try:
+            with self.db.session() as session:
+                removed = workdirs.sweep(session, self.store, self.clock)
+            if removed:
+                log.info("removed %d working-directory archive(s) no job runs in", removed)
+        except Exception:  # noqa: BLE001 - retried at the next interval
+            log.exception("sweeping the working directories failed")

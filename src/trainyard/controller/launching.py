@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import Mount, PythonEnvironment, TaskKey, TaskLaunch
+from trainyard.backends.base import WORKDIR_VARIABLE, Mount, PythonEnvironment, TaskKey, TaskLaunch
 from trainyard.core.states import AttemptState
 from trainyard.core.wiring import JobWiring, PlacedTask, mpi_hosts, task_env
 from trainyard.services.storages import PlannedMount
@@ -68,6 +68,7 @@ def build_launch(
     mounts: list[PlannedMount] | None = None,
     environments: Mapping[str, RunsIn] | None = None,
     storage_paths: tuple[str, ...] = (),
+    workdir_archive: str | None = None,
 ) -> TaskLaunch:
     """The task's launch request; ``mounts`` are its storages as ``services.storages.task_mounts``
     resolved them at launch, and ``environments`` (``environments_of``) what the environments
@@ -105,7 +106,8 @@ def build_launch(
     return TaskLaunch(
         key=task_key(job, attempt, task),
         node=task.node,
-        script=suspension_prelude(spec) + hostfile_prelude(wiring) + "\n".join(commands) + "\n",
+        script=suspension_prelude(spec) + workdir_prelude(workdir_archive) + hostfile_prelude(wiring)
+        + "\n".join(commands) + "\n",
         env=env,
         gpus=tuple(g[0] for g in task.gpus),
         grace_seconds=job.grace_seconds,
@@ -120,6 +122,7 @@ def build_launch(
         storage_paths=storage_paths,
         environment=runs.environment,
         ports=task_ports(spec, attempt, task),
+        workdir_archive=workdir_archive,
     )
 
 
@@ -148,6 +151,15 @@ def suspension_env(job: JobRow, attempt: AttemptRow, spec: JobSpec) -> dict[str,
     previous = next((a for a in job.attempts if a.number == attempt.number - 1), None)
     env["TRAINYARD_RESUMED"] = "1" if previous is not None and previous.state == AttemptState.SUSPENDED else "0"
     return env
+
+
+def workdir_prelude(archive: str | None) -> str:
+    """The line before the commands of a job with a working directory: unpack it here, as the
+    task's own account (the archive is canonical: nothing in it leaves this folder)."""
+    if archive is None:
+        return ""
+    return (f'tar -xzf "${WORKDIR_VARIABLE}" || {{ echo "trainyard: could not unpack the job\'s working directory '
+            f'(workdir) into $PWD: the task needs tar (and gzip) on its PATH" >&2; exit 126; }}\n')
 
 
 def hostfile_prelude(wiring: JobWiring) -> str:

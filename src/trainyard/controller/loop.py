@@ -17,7 +17,7 @@ from trainyard.controller.dependencies import hold_back
 from trainyard.controller.fairshare import FairShareUsage
 from trainyard.controller.history import HistoryKeeper
 from trainyard.controller.inventory import sync_inventory
-from trainyard.controller.jobdirs import JobDirCap, JobDirSweeper
+from trainyard.controller.jobdirs import JobDirCap, JobDirSweeper, WorkdirSweeper
 from trainyard.controller.limits import end_overdue_attempts
 from trainyard.controller.monitoring import Monitoring
 from trainyard.controller.reconcile import Reconciler
@@ -52,6 +52,7 @@ from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig
 from trainyard.services import node_view
 from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
+from trainyard.services.workdirs import WorkdirStore
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.queries import jobs as job_queries
@@ -89,6 +90,7 @@ class Controller:
         usage_days_keep_days: int = DEFAULT_USAGE_DAYS_KEEP_DAYS,
         session_policy: SessionPolicy | None = None,
         job_dir_max_bytes: int | None = None,
+        workdirs: WorkdirStore | None = None,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -105,7 +107,8 @@ class Controller:
         self._last_schedule = -1e9
         # Histograms for /metrics: cycle durations here, first-start latencies in reconcile.
         self.timings = ControllerTimings()
-        self.reconciler = Reconciler(db, backend, clock, self.spec_of, self.timings)
+        self.reconciler = Reconciler(db, backend, clock, self.spec_of, self.timings, workdirs)
+        self.workdirs = workdirs
         self.watchdog = Watchdog(db, backend, clock)
         self.waiting = WaitingJobs(self.specs)
         # Recent usage per (VC, user) and VC's borrowed work, for fair share (fairshare.py).
@@ -131,8 +134,9 @@ class Controller:
         # The work beside the loop, each in a thread of its own when due (periodic.py): started
         # after every tick, and waited for at stop, since a round half written when the store
         # closes would only log noise.
+        self.workdir_sweeper = WorkdirSweeper(db, workdirs, clock) if workdirs is not None else None
         self._periodics = [p for p in (self.job_dirs, self.job_dir_cap, self.monitoring, self.alerts, self.history,
-                                       self.session_watch) if p is not None]
+                                       self.session_watch, self.workdir_sweeper) if p is not None]
         self.cycles = 0
 
     def spec_of(self, job: JobRow) -> JobSpec:

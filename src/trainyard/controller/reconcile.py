@@ -50,6 +50,7 @@ from trainyard.core.lifecycle import (
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.monitor.exposition import ControllerTimings
 from trainyard.services.storages import StorageUnavailable, storage_paths, task_mounts
+from trainyard.services.workdirs import WorkdirStore
 from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.events import job_events, record_event
@@ -91,9 +92,10 @@ def current_attempt(job: JobRow) -> AttemptRow | None:
 class Reconciler:
     def __init__(
         self, db: Database, backend: Backend, clock: Clock, spec_of: Callable[[JobRow], JobSpec],
-        timings: ControllerTimings | None = None,
+        timings: ControllerTimings | None = None, workdirs: WorkdirStore | None = None,
     ):
         self.db = db
+        self.workdirs = workdirs  # where jobs' working directories are (None: this server keeps none)
         self.backend = backend
         self.clock = clock
         self.spec_of = spec_of
@@ -214,7 +216,7 @@ class Reconciler:
                             if paths is None:
                                 paths = storage_paths(session)
                             item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments,
-                                                       paths)
+                                                       paths, self._workdir_archive(job))
                         except StorageUnavailable as exc:
                             item.error = str(exc)
                         except EnvironmentGone as gone:
@@ -223,6 +225,16 @@ class Reconciler:
                     if task.state == TaskState.RUNNING:
                         plan.running.append(item)
         return plan
+
+    def _workdir_archive(self, job: JobRow) -> str | None:
+        """The archive of the job's working directory, or EnvironmentGone when it is not kept."""
+        if job.workdir is None:
+            return None
+        path = self.workdirs.path(job.workdir) if self.workdirs is not None else None
+        if path is None or not path.is_file():
+            raise EnvironmentGone(f"the job's working directory {job.workdir} is not on this server any more; "
+                                  "submit the job again from its folder")
+        return str(path)
 
     def _suspend_request(self, job: JobRow, attempt: AttemptRow, now: datetime) -> SuspendRequest | None:
         """What the tasks of a suspending attempt are told (None for any other attempt)."""

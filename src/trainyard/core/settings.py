@@ -300,6 +300,12 @@ class Settings(BaseSettings):
         "whose directory is found larger is stopped with a message saying so; unset: no cap (its use is "
         "shown by `yard job` either way)",
     )
+    workdir_max_mb: int = Field(
+        default=64, ge=1, le=4096,
+        description="The most a job's working directory (the project folder `yard submit` sends) may hold, "
+        "in MiB of files unpacked; a bigger one is refused at submit, naming its biggest files. Uploads are "
+        "kept under <home>/workdirs, once per content",
+    )
     max_waiting_jobs_per_user: int | None = Field(
         default=DEFAULT_MAX_WAITING_JOBS_PER_USER, ge=1,
         description="The most jobs one user may have waiting at once; a submit past it is refused (429); "

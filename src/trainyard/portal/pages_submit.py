@@ -42,7 +42,7 @@ from trainyard.portal.submit_form import (
     form_field_of,
 )
 from trainyard.portal.templating import SECURITY_HEADERS, render
-from trainyard.services import cluster_actions, job_actions, submission
+from trainyard.services import cluster_actions, job_actions, submission, workdirs
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Invalid, ServiceError
 from trainyard.spec.errors import SpecError
@@ -85,9 +85,14 @@ class Editor:
 # --- reading the posted form --------------------------------------------------------------
 
 
-async def _posted(request: Request) -> FormData:
+async def _posted(request: Request, upload_limit: int = 0) -> FormData:
+    """The posted form; up to ``upload_limit`` bytes more when it carries a file (the
+    working directory's archive), else no more than a job file."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > 2 * MAX_JOB_FILE_BYTES:
+    if declared.isdigit() and int(declared) > 2 * MAX_JOB_FILE_BYTES + upload_limit:
+        if upload_limit:
+            raise Invalid(f"the working directory's archive is larger than {upload_limit >> 20} MiB, more than "
+                          "this cluster takes; leave big files out, or put data in a storage")
         raise Invalid(f"the job is larger than {MAX_JOB_FILE_BYTES // 1024} KiB; keep data out of it")
     return await request.form()
 
@@ -275,6 +280,30 @@ async def check(request: Request, viewer: Action, ctx: Ctx) -> Response:
     200 either way (htmx swaps only successful answers); its content says which."""
     editor = _current(await _posted(request))
     await run_in_threadpool(_check, ctx, viewer, editor, submit=False)
+    return await run_in_threadpool(_render, request, ctx, viewer, editor, "submit_both.html")
+
+
+@router.post("/submit/workdir")
+async def attach_workdir(request: Request, viewer: Action, ctx: Ctx) -> Response:
+    """Send the archive (.tar.gz or .tar) of a working directory with the job: stored as the
+    API's ``PUT /workdirs`` stores it, its digest written into the job as ``workdir``."""
+    form = await _posted(request, upload_limit=ctx.workdirs.max_bytes + (ctx.workdirs.max_bytes >> 3) + (4 << 20))
+    editor = _current(form)
+    upload = form.get("workdir_archive")
+    if isinstance(upload, str) or upload is None or not upload.filename:
+        editor.problems.append("choose the archive of your project folder first (tar czf project.tar.gz -C "
+                               "project .)")
+    elif editor.document is not None:
+        try:
+            sent = await run_in_threadpool(workdirs.upload, ctx, viewer.user, upload.file)
+        except ServiceError as exc:
+            editor.status = exc.status
+            editor.problems.append(exc.message)
+        else:
+            editor.document = {**editor.document, "workdir": sent.digest}
+            editor.yaml = dump_yaml(editor.document)
+            editor.notice = (f"working directory {upload.filename} sent: {sent.files} files, {sent.sizeBytes} bytes "
+                             f"({sent.digest[:19]}); every task starts in a copy of it")
     return await run_in_threadpool(_render, request, ctx, viewer, editor, "submit_both.html")
 
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
 from trainyard.core.states import AttemptState, JobState, TaskState
+from trainyard.schemas.workdirs import WorkdirView
 
 # A log read answers bytes; where they sit in the log, and which task they are, come in these headers.
 LOG_OFFSET_HEADER = "X-Log-Offset"  # byte offset of the first byte sent
@@ -145,6 +146,8 @@ class JobDetail(JobSummary):
     warnings: list[str] = []
     jobDir: JobDirView | None = None  # None: the job has no directory (not started yet, or removed)
     dependencies: list[DependencyView] = []  # the jobs it waits for (or waited for), with their states
+    # The working directory it was sent with (`yard submit` from a project folder), if any.
+    workdir: WorkdirView | None = None
 
 
 class JobPage(BaseModel):

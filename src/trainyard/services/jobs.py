@@ -19,7 +19,7 @@ from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import NodeState, TaskRequest
 from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
-from trainyard.services import node_view
+from trainyard.services import node_view, workdirs
 from trainyard.services.admin import Borrowing, guaranteed_quotas, may_use_vc, vc_borrowing
 from trainyard.services.dependencies import check_dependencies, dependency_views
 from trainyard.services.environment_access import check_job_environments
@@ -41,6 +41,7 @@ from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import nodes as node_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
+from trainyard.store.queries import workdirs as workdir_queries
 from trainyard.store.rows import (
     JobEventRow,
     JobRow,
@@ -202,6 +203,8 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_within_user_quota(session, user, spec, requests)
     check_job_environments(session, user, spec)
     check_dependencies(session, user, spec)
+    if spec.workdir is not None:
+        workdirs.usable(session, user, spec.workdir)
 
 
 def submit_job(
@@ -220,6 +223,8 @@ def submit_job(
     ``cloned_from`` names the job this one copies, for its history.
     """
     check_submittable(session, user, spec, nodes=nodes, limits=limits)
+    if spec.workdir is not None:
+        workdirs.usable(session, user, spec.workdir, clock=clock)  # an admin's clone keeps it while it runs
     job = JobRow(
         name=spec.name,
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions
@@ -230,6 +235,7 @@ def submit_job(
         max_runtime_seconds=spec.maxRunTimeSeconds,
         suspendable=spec.suspendable,
         watchdog_seconds=spec.watchdogSeconds,
+        workdir=spec.workdir,
     )
     event = transitions.submit(job, user.name, clock.now(), cloned_from=cloned_from)
     session.add(job)
@@ -374,6 +380,8 @@ def describe_job(session: Session, viewer: UserRow, job_id: int, *, specs: Store
     row = get_job(session, viewer, job_id, full=True)
     spec = specs.of(row)
     detail = job_detail(row, job_events(session, row), backend_warnings(spec, backend), spec=spec, now=now)
+    if row.workdir is not None and (sent := workdir_queries.owned(session, row.user_id, row.workdir)) is not None:
+        detail.workdir = workdirs.view(sent)
     return detail.model_copy(update={"dependencies": dependency_views(session, spec)})
 
 

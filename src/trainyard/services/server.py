@@ -16,6 +16,7 @@ from trainyard.scheduler.snapshot import NodeState
 from trainyard.services.auth import TokenCache
 from trainyard.services.jobs import SubmitLimits
 from trainyard.services.specs import StoredSpecs
+from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.db import Database
 
 
@@ -31,6 +32,7 @@ class Server(Protocol):
     monitor_interval_seconds: float  # how fresh a sample must be to show as live
     monitor_retention: tuple[RetentionTier, ...]  # what the monitoring history keeps
     fair_share_half_life_seconds: float  # the scheduler's (0: fair share off): `yard usage`'s recent figures
+    workdirs: WorkdirStore  # where uploaded working directories are kept, and how big one may be
 
     def node_states(self) -> list[NodeState]:
         """The inventory for submit-time fit checks (cached briefly)."""

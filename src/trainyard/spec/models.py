@@ -438,6 +438,9 @@ class JobSpec(_Model):
     environment: EnvironmentName | None = None
     # Jobs this one waits for, as Slurm's --dependency (``spec/dependencies.py``).
     dependencies: DependencyField = None
+    # The folder every task starts in a copy of: in a job file, a path (relative to the file)
+    # that `yard submit` sends; as the server stores it, the upload's digest (``core.workdirs``).
+    workdir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
 
     @model_validator(mode="after")
     def _check_semantics(self) -> JobSpec:

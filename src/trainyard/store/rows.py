@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Date,
     DateTime,
@@ -155,6 +156,8 @@ class JobRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     stopped_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # why, when the stopper said
+    # The working directory its tasks start in: an upload's digest (``WorkdirRow``), or None.
+    workdir: Mapped[str | None] = mapped_column(String(71), nullable=True, index=True)
     # Optimistic concurrency: the API and the controller both move jobs; an UPDATE that
     # lost a race fails with StaleDataError instead of silently overwriting.
     version: Mapped[int] = mapped_column(Integer, default=1)
@@ -656,3 +659,18 @@ class SweepMemberRow(Base):
 
     sweep: Mapped[SweepRow] = relationship(back_populates="members")
     job: Mapped[JobRow] = relationship(lazy="joined")
+
+
+class WorkdirRow(Base):
+    """A working directory its owner uploaded (``core.workdirs``): the archive is one file per
+    ``digest``, whoever sent it; this row is what makes it this owner's to run jobs in."""
+
+    __tablename__ = "workdirs"
+    __table_args__ = (UniqueConstraint("owner_id", "digest"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    digest: Mapped[str] = mapped_column(String(71), index=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

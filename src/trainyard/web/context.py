@@ -7,9 +7,11 @@ app, and a route gets it with ``Depends(context)`` (a WebSocket route, ``context
 
 from __future__ import annotations
 
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 from fastapi import Request
@@ -33,6 +35,7 @@ from trainyard.services.jobdirs import JobDirUsage
 from trainyard.services.sign_in_limits import DEFAULT_FAILURES, DEFAULT_WINDOW_SECONDS, SignInLimiter
 from trainyard.services.specs import StoredSpecs
 from trainyard.services.task_access import Grants, PortUses
+from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.db import Database
 from trainyard.web.errorpage import ErrorPage
 from trainyard.web.revocation import OpenConnections
@@ -71,6 +74,9 @@ class AppContext:
     # The sizes of a submit the admin bounds: its rendered commands and env, waiting jobs per user.
     submit_limits: job_service.SubmitLimits = job_service.DEFAULT_SUBMIT_LIMITS
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS  # how long a submit's Idempotency-Key is kept
+    # Where uploaded working directories are kept, and how big one may be (services/workdirs.py);
+    # `yard up` gives <home>/workdirs; a context built by hand (tests), a temporary folder.
+    workdirs: WorkdirStore = field(default_factory=lambda: WorkdirStore(Path(tempfile.mkdtemp(prefix="yard-wd-"))))
     # Who got through to which task's port, kept a few seconds (services/task_access.py).
     grants: Grants = field(init=False)
     # A session's JupyterLab token, and until when (monotonic) it is still starting, by job id

@@ -30,6 +30,7 @@ from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.controller.loop import Controller
 from trainyard.core.clock import SystemClock
 from trainyard.services import auth
+from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.db import Database
 from trainyard.store.rows import UserRow
 
@@ -159,7 +160,7 @@ def make_world(slurm: SlurmCommands, tmp_path: Path, **backend_options: Any) -> 
     db.migrate()
     backend = SlurmBackend(tmp_path / "slurm", **backend_options)
     clock = SystemClock()
-    controller = Controller(db, backend, clock)
+    controller = Controller(db, backend, clock, workdirs=WorkdirStore(tmp_path / "workdirs"))
     with db.session() as s:
         user = auth.create_user(s, "alice", is_admin=False, clock=clock)
     controller.run_once()  # inventory

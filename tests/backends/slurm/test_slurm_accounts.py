@@ -4,6 +4,7 @@ reads; job directories are the owner's; a user without an account is refused at 
 
 from __future__ import annotations
 
+import io
 import os
 import pwd
 import stat
@@ -17,6 +18,9 @@ from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.taskaccounts import TaskAccounts
+from trainyard.client_workdir import pack
+from trainyard.core.clock import SystemClock
+from trainyard.services import workdirs
 
 
 def test_a_task_runs_as_its_owner_s_account_in_the_sandbox_with_its_secret_as_a_file(accounts_world) -> None:
@@ -62,6 +66,31 @@ taskRoles:
     assert listed["result.txt"].size == 7 and listed["shadow"].kind == "link"
     with pytest.raises(filewalk.Refused):
         filewalk.open_file(work, ["shadow"])
+
+
+def test_a_job_sent_with_its_folder_starts_in_a_copy_of_it_on_the_node_as_its_owner(accounts_world,
+                                                                                      tmp_path) -> None:
+    world = accounts_world
+    project = tmp_path / "project"
+    for name, text in {"train.py": "import pkg.deep.mod as m\nprint('ran', m.N, open('data/x.csv').read().strip())\n",
+                       "pkg/__init__.py": "", "pkg/deep/__init__.py": "", "pkg/deep/mod.py": "N = 7\n",
+                       "data/x.csv": "a,b\n", "big.ckpt": "left behind\n", ".yardignore": "*.ckpt\n"}.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(text)
+    with world.db.session() as s:
+        sent = workdirs.receive(s, s.merge(world.user), io.BytesIO(pack(project, max_bytes=1 << 20).gzipped()),
+                                world.controller.workdirs, SystemClock())
+    job_id = submit(world, f"name: own\nworkdir: {sent.digest}\ntaskRoles:\n  main:\n    commands:\n"
+                           "      - python3 train.py\n      - test ! -e big.ckpt && stat -c '%U %a' pkg/deep/mod.py\n")
+    job = drive(world, job_id)
+    key = TaskKey(job_id, 0, "main", 0)
+    out = world.backend.read_log(key).data.decode()
+    assert job.state == "SUCCEEDED", out
+    assert out.splitlines()[-2:] == ["ran 7 a,b", "ty-alice 644"], out
+    task_dir = world.backend.task_dir(key)
+    archive = task_dir.with_name(task_dir.name + ".suspend") / "workdir.tar.gz"
+    info = archive.stat()
+    assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o400, pwd.getpwnam("ty-alice").pw_uid)
 
 
 def test_a_user_without_an_account_is_refused_at_submit_with_the_fix(tmp_path) -> None:

@@ -62,18 +62,25 @@ async def submit_job(
     ctx: Ctx,
     dry_run: Annotated[bool, Query(alias="dryRun")] = False,
     idempotency_key: IdempotencyKey = None,
+    workdir: Annotated[str | None, Query(
+        pattern=r"^sha256:[0-9a-f]{64}$",
+        description="The working directory its tasks start in: an upload of yours (PUT /workdirs), in place "
+                    "of the job file's `workdir` (which names the folder on the sender's machine)")] = None,
 ) -> Response:
     """Submit a job; with ``dryRun=true`` only validate it and return the normalised job. With an
     ``Idempotency-Key``, a retry of the same submit answers the first job instead of making another."""
     key = idempotency.parse_key(idempotency_key)
     body = await _read_limited(request)
     media_type = _media_type(request)
-    keyed = submission.Keyed(key, idempotency.fingerprint("POST", "/jobs", media_type, {}, body))
+    keyed = submission.Keyed(key, idempotency.fingerprint("POST", "/jobs", media_type,
+                                                          {} if workdir is None else {"workdir": workdir}, body))
     if not dry_run and (replay := await run_in_threadpool(submission.earlier_answer, ctx, user, keyed)) is not None:
         return _answered(replay)
     document = load_document(body, content_type="json" if media_type.endswith("json") else "yaml")
     not_a_job_file(document)  # a sweep is several jobs: POST /sweeps
     spec = validate_job(document)
+    if workdir is not None:
+        spec = spec.model_copy(update={"workdir": workdir})
     if dry_run:
         warnings = await run_in_threadpool(submission.dry_run, ctx, user, spec)
         dry = DryRunResult(job=masked_spec(spec), warnings=warnings)

@@ -516,6 +516,8 @@ class LocalBackend(jobdirs.JobDirTree):
         # Ours, passable by the task's account; the request in it will be the account's, 0400.
         suspend_dir = taskuser.make_passable_dir(work.with_name(work.name + SUSPEND_DIR_SUFFIX), account)
         env[SUSPEND_FILE_VARIABLE] = str(suspend_dir / SUSPEND_FILE)
+        env.update(taskuser.publish_workdir(suspend_dir, task.workdir_archive,
+                                            None if account is None else (account.uid, account.gid)))
         spec: dict[str, Any] = {
             "key": str(task.key),
             "script": task.script,

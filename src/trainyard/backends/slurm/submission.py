@@ -39,7 +39,7 @@ from trainyard.backends.jobdirs import JOB_DIR_VARIABLE
 from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.slurm.nodes import UNTYPED_GPU_MODEL, WHOLE_GPU_SHARDS, NodeGres
 from trainyard.backends.taskpython import with_runtime_path
-from trainyard.backends.taskuser import TaskUser, write_secret_files
+from trainyard.backends.taskuser import TaskUser, publish_workdir, write_secret_files
 from trainyard.spec.storages import CONTAINER_SUB_PATH
 
 WHOLE_GPU_MILLI = 1000
@@ -215,9 +215,11 @@ def write_task_files(
         with open(task_dir / "output.log", "a", encoding="utf-8") as output:
             output.write("".join(note + "\n" for note in notes))
     inside = task.image is not None or account is not None
+    owner = None if account is None else (account.ids[0], account.ids[1])
+    workdir = publish_workdir(suspend_file.parent, task.workdir_archive, owner)
     variables = {**python_environment(base_env, task.environment), **task.env,
                  **mount_env(task.mounts, inside=inside), JOB_DIR_VARIABLE: str(job_dir),
-                 SUSPEND_FILE_VARIABLE: str(suspend_file), "TRAINYARD_SECRETS_DIR": str(secrets_dir)}
+                 SUSPEND_FILE_VARIABLE: str(suspend_file), "TRAINYARD_SECRETS_DIR": str(secrets_dir), **workdir}
     variables = with_runtime_path(variables, task_python)
     env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
     write_private(task_dir / "env", env)

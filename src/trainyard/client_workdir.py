@@ -1,0 +1,151 @@
+"""Packing a project folder to send with a job: what ``.gitignore`` and ``.yardignore`` leave in.
+
+The folder is walked without following symlinks; every ``.gitignore`` applies below its own
+folder, as git reads them, and ``.yardignore`` files (same syntax) after them, so that a
+``.yardignore`` can leave out what git keeps (data, checkpoints) or bring back what git
+ignores (``!build/model.cfg``). ``.git`` is never sent. What is left becomes the canonical
+archive of ``core.workdirs`` — the same bytes the server will compute, so the client knows
+the content's hash before sending and skips an upload the server already holds.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pathspec
+import yaml
+
+from trainyard.client_errors import TrainyardError, UsageError
+from trainyard.client_input import path_named
+from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, is_digest
+from trainyard.schemas.workdirs import WorkdirLimits, WorkdirView
+
+if TYPE_CHECKING:
+    from trainyard.client import Client
+
+IGNORE_FILES = (".gitignore", ".yardignore")
+ALWAYS_LEFT_OUT = (".git",)
+
+
+def pack(folder: Path, *, max_bytes: int, max_files: int | None = None) -> Canonical:
+    """The canonical archive of ``folder``, or `WorkdirError` (a name, a symlink out of it, a
+    special file, or the limits, naming the biggest files)."""
+    if not folder.is_dir():
+        raise WorkdirError(f"{folder}: not a folder; give the project folder to send with the job")
+    options = {} if max_files is None else {"max_files": max_files}
+    found = list(_walk(folder))
+    sizes = [(entry.name, size) for entry, _, size in found if size is not None]
+    total = sum(size for _, size in sizes)
+    if total > max_bytes:  # said before reading a byte of them
+        biggest = tuple(sorted(sizes, key=lambda s: (-s[1], s[0]))[:5])
+        raise WorkdirError(f"{folder}: {total} bytes of files to send, more than this cluster's limit of "
+                           f"{max_bytes}; the biggest: " + ", ".join(f"{n} ({s} bytes)" for n, s in biggest)
+                           + "; leave them out with a .yardignore, or put data in a storage", biggest=biggest)
+    entries = (Entry(entry.name, data=path.read_bytes(), executable=entry.executable) if size is not None else entry
+               for entry, path, size in found)
+    return canonical(entries, max_bytes=max_bytes, **options)
+
+
+def _spec(folder: Path, name: str) -> pathspec.GitIgnoreSpec | None:
+    try:
+        text = (folder / name).read_text(encoding="utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(text.splitlines())
+
+
+def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], relative: str, is_dir: bool) -> bool:
+    """Whether the last rule that speaks of ``relative`` ignores it (git's order: deeper files
+    and later lines win; ``.yardignore`` after ``.gitignore`` in each folder)."""
+    verdict = False
+    for base, spec in rules:
+        if base and not relative.startswith(base + "/"):
+            continue
+        inner = relative[len(base) + 1:] if base else relative
+        result = spec.check_file(inner + "/" if is_dir else inner)
+        if result.include is not None:
+            verdict = bool(result.include)
+    return verdict
+
+
+def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
+    """Every entry left in, with its path and, for a file, its size (its data read later)."""
+    stack: list[tuple[Path, str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(root, "", [])]
+    while stack:
+        folder, relative, inherited = stack.pop()
+        rules = list(inherited)
+        for name in IGNORE_FILES:
+            if (spec := _spec(folder, name)) is not None:
+                rules.append((relative, spec))
+        with os.scandir(folder) as entries:
+            children = sorted(entries, key=lambda e: e.name)
+        for child in children:
+            name = f"{relative}/{child.name}" if relative else child.name
+            if child.name in ALWAYS_LEFT_OUT and not relative:
+                continue
+            info = child.stat(follow_symlinks=False)
+            is_dir = stat.S_ISDIR(info.st_mode)
+            if _ignored(rules, name, is_dir):
+                continue
+            if is_dir:
+                yield Entry(name), Path(child.path), None
+                stack.append((Path(child.path), name, rules))
+            elif stat.S_ISLNK(info.st_mode):
+                yield Entry(name, target=os.readlink(child.path)), Path(child.path), None
+            elif stat.S_ISREG(info.st_mode):
+                yield (Entry(name, executable=bool(info.st_mode & stat.S_IXUSR)), Path(child.path),
+                       info.st_size)
+            else:
+                raise WorkdirError(f"{name!r}: a device, FIFO or socket; leave it out with a .yardignore", name)
+
+
+def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path | None:
+    """The folder a submit sends: ``workdir`` when given; else the job file's own ``workdir``
+    (unless it already names an upload), relative to the job file's folder when the job file
+    is a path, else to the current folder; None when neither names one."""
+    if workdir is not None:
+        return Path(workdir).expanduser()
+    path = path_named(job_file)
+    document: object = job_file
+    try:
+        if path is not None:
+            document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        elif isinstance(job_file, (str, bytes)):
+            document = yaml.safe_load(job_file)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # the server says what is wrong with the file
+    named = document.get("workdir") if isinstance(document, Mapping) else None
+    if not isinstance(named, str) or is_digest(named):
+        return None
+    base = path.parent if path is not None else Path.cwd()
+    return base / Path(named).expanduser()
+
+
+def workdir_digest(client: Client, job_file: object, workdir: str | os.PathLike[str] | None) -> str | None:
+    """The upload a submit names: ``workdir`` if it is a digest already, else the folder
+    ``folder_for`` finds, sent; None when there is none."""
+    if isinstance(workdir, str) and is_digest(workdir):
+        return workdir
+    folder = folder_for(job_file, workdir)
+    return None if folder is None else send(client, folder).digest
+
+
+def send(client: Client, folder: Path) -> WorkdirView:
+    """Pack ``folder`` within the server's limit and send it, unless the server holds it already."""
+    limits = client._parse(WorkdirLimits, client._request("GET", "/workdirs/limits").content)
+    try:
+        archive = pack(folder, max_bytes=limits.maxBytes)
+    except WorkdirError as exc:
+        raise UsageError(f"cannot send {folder} as the job's working directory: {exc}") from exc
+    try:
+        return client._parse(WorkdirView, client._request("GET", f"/workdirs/{archive.digest}").content)
+    except TrainyardError as exc:
+        if exc.status != 404:
+            raise
+    response = client._request("PUT", "/workdirs", content=archive.gzipped(),
+                               headers={"Content-Type": "application/gzip"})
+    return client._parse(WorkdirView, response.content)

@@ -1,0 +1,154 @@
+"""Working directories sent with jobs: received, checked, stored once per content, and used.
+
+An upload is read as ``core.workdirs`` reads it — member by member, never extracted — and
+stored as the gzip of its canonical tar under ``<root>/<hex>.tar.gz`` (0600, a folder only
+the server reads), once per content: a second owner sending the same folder, or the same
+owner again, adds a row and no file. A job may run in an upload of its owner's only (an
+admin may name anyone's: a clone of their job); another user's digest is "no such upload",
+whether or not it exists. Uploads no job runs in are forgotten after a day, and an archive
+no row holds any more is removed (``sweep``); a job's upload stays as long as the job does.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from sqlalchemy.orm import Session
+
+from trainyard.core.clock import Clock
+from trainyard.core.workdirs import HASH_PREFIX, Canonical, WorkdirError, is_digest, read_archive
+from trainyard.schemas.workdirs import WorkdirView
+from trainyard.services.errors import Invalid, NotFound
+from trainyard.store.queries import workdirs as workdir_queries
+from trainyard.store.rows import UserRow, WorkdirRow
+
+if TYPE_CHECKING:
+    from trainyard.services.server import Server
+
+DEFAULT_MAX_BYTES = 64 << 20
+UNUSED_KEEP = timedelta(days=1)  # an upload waits this long for the job that will run in it
+
+
+@dataclass(frozen=True)
+class WorkdirStore:
+    """Where the archives are, and how big a working directory may be (unpacked)."""
+
+    root: Path
+    max_bytes: int = DEFAULT_MAX_BYTES
+
+    def path(self, digest: str) -> Path:
+        if not is_digest(digest):
+            raise ValueError(f"not a working directory's digest: {digest!r}")
+        return self.root / f"{digest.removeprefix(HASH_PREFIX)}.tar.gz"
+
+    def keep(self, archive: Canonical) -> Path:
+        """Write the archive unless it is there already (atomically: whole or absent)."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        target = self.path(archive.digest)
+        if target.exists():
+            os.utime(target)  # sent again: young again, so that `sweep` leaves it while its row is written
+        else:
+            fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".upload-")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(archive.gzipped())
+                os.replace(tmp, target)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        return target
+
+    def remove_except(self, digests: set[str], *, settled_seconds: float = 3600.0) -> int:
+        """Remove every archive whose digest is not in ``digests`` and that nobody sent in
+        the last ``settled_seconds`` (one being received has no row yet); how many went."""
+        removed = 0
+        settled = time.time() - settled_seconds
+        keep = {d.removeprefix(HASH_PREFIX) for d in digests}
+        try:
+            names = os.listdir(self.root)
+        except FileNotFoundError:
+            return 0
+        for name in names:
+            path = self.root / name
+            try:
+                young = path.stat().st_mtime > settled
+            except FileNotFoundError:
+                continue
+            if not young and (name.startswith(".upload-") or name.removesuffix(".tar.gz") not in keep):
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+
+def view(row: WorkdirRow) -> WorkdirView:
+    return WorkdirView(digest=row.digest, sizeBytes=row.size_bytes, files=row.files, createdAt=row.created_at)
+
+
+def receive(session: Session, owner: UserRow, stream: IO[bytes], store: WorkdirStore, clock: Clock) -> WorkdirView:
+    """Check an uploaded archive, keep it, and make it ``owner``'s; 422 naming the member
+    (and the biggest files, when too big) for one that cannot be a working directory."""
+    try:
+        archive = read_archive(stream, max_bytes=store.max_bytes)
+    except WorkdirError as exc:
+        details = [{"path": f"<archive>/{exc.member}" if exc.member else "<archive>", "message": str(exc)}]
+        details += [{"path": f"<archive>/{name}", "message": f"{size} bytes"} for name, size in exc.biggest]
+        raise Invalid(f"the working directory cannot be used: {exc}", details=details) from None
+    store.keep(archive)
+    row = workdir_queries.owned(session, owner.id, archive.digest)
+    if row is None:
+        row = WorkdirRow(owner_id=owner.id, digest=archive.digest, size_bytes=archive.size, files=archive.files,
+                         created_at=clock.now())
+        session.add(row)
+        session.flush()
+    return view(row)
+
+
+def describe(session: Session, viewer: UserRow, digest: str) -> WorkdirView:
+    """``viewer``'s upload of this content (404 if they have none)."""
+    return view(usable(session, viewer, digest, path="digest"))
+
+
+def usable(session: Session, user: UserRow, digest: str, *, path: str = "workdir", clock: Clock | None = None,
+           store: WorkdirStore | None = None) -> WorkdirRow:
+    """The upload ``user`` may run a job in: their own; an admin, anyone's (recorded as the
+    admin's too, with ``clock``, so that it stays while their job does)."""
+    if not is_digest(digest):
+        raise Invalid(f"{path}: {digest!r} is not an upload's digest (sha256:<64 hex digits>); `yard submit` "
+                      "sends the folder a job file's workdir names, or PUT its archive to /api/v1/workdirs",
+                      details=[{"path": path, "message": "not sha256:<hex>"}])
+    row = workdir_queries.owned(session, user.id, digest)
+    if row is None and user.is_admin and (other := workdir_queries.by_digest(session, digest)) is not None:
+        row = other
+        if clock is not None:
+            row = WorkdirRow(owner_id=user.id, digest=digest, size_bytes=other.size_bytes, files=other.files,
+                             created_at=clock.now())
+            session.add(row)
+            session.flush()
+    if row is None or (store is not None and not store.path(digest).exists()):
+        raise NotFound(f"{path}: no working directory {digest} of yours; send it again (`yard submit` does)",
+                       details=[{"path": path, "message": "no such upload"}])
+    return row
+
+
+def sweep(session: Session, store: WorkdirStore, clock: Clock) -> int:
+    """Forget uploads no job runs in after a day, and remove archives no upload holds."""
+    workdir_queries.forget_unused(session, clock.now() - UNUSED_KEEP)
+    return store.remove_except(workdir_queries.digests_in_use(session))
+
+
+def upload(server: Server, user: UserRow, stream: IO[bytes]) -> WorkdirView:
+    """``PUT /workdirs``: `receive` in a unit of work of its own."""
+    with server.db.session() as session:
+        return receive(session, user, stream, server.workdirs, server.clock)
+
+
+def shown(server: Server, user: UserRow, digest: str) -> WorkdirView:
+    """``GET /workdirs/{digest}``: `describe`."""
+    with server.db.session() as session:
+        return describe(session, user, digest)

@@ -1,0 +1,53 @@
+"""What ``yard submit`` sends of a project folder: ``.gitignore`` and ``.yardignore`` as git
+reads them, never ``.git``, symlinks kept as links, and a folder too big refused before a
+byte of it is read, naming its biggest files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from trainyard.client_workdir import pack
+from trainyard.core.workdirs import WorkdirError
+
+
+def names(folder: Path) -> list[str]:
+    import io
+    import tarfile
+
+    return tarfile.open(fileobj=io.BytesIO(pack(folder, max_bytes=1 << 20).tar)).getnames()
+
+
+def test_ignore_files_apply_below_their_folder_yardignore_after_gitignore_and_git_stays_home(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref\n")
+    (tmp_path / ".gitignore").write_text("*.pyc\ncheckpoints/\nbuild/\n")
+    (tmp_path / ".yardignore").write_text("data/*\n!data/small.csv\n!build/\n")
+    for name in ("train.py", "pkg/__init__.py", "pkg/m.pyc", "pkg/sub/deep.py", "checkpoints/c.pt",
+                 "data/small.csv", "data/big.bin", "build/model.cfg", "pkg/sub/local.tmp"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    (tmp_path / "pkg" / "sub" / ".gitignore").write_text("*.tmp\n")
+    os.symlink("../train.py", tmp_path / "pkg" / "train_link.py")
+    assert names(tmp_path) == [".gitignore", ".yardignore", "build", "build/model.cfg", "data", "data/small.csv",
+                               "pkg", "pkg/__init__.py", "pkg/sub", "pkg/sub/.gitignore", "pkg/sub/deep.py",
+                               "pkg/train_link.py", "train.py"]
+
+
+def test_a_link_out_of_the_folder_and_a_fifo_are_refused_and_too_big_names_the_biggest(tmp_path: Path) -> None:
+    os.symlink("/etc/passwd", tmp_path / "passwd")
+    with pytest.raises(WorkdirError, match="outside the working directory"):
+        pack(tmp_path, max_bytes=1 << 20)
+    (tmp_path / "passwd").unlink()
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(WorkdirError, match="FIFO"):
+        pack(tmp_path, max_bytes=1 << 20)
+    (tmp_path / "pipe").unlink()
+    with open(tmp_path / "huge.bin", "wb") as f:  # sparse: its size is said, its bytes never read
+        f.truncate(8 << 30)
+    (tmp_path / "train.py").write_text("x")
+    with pytest.raises(WorkdirError) as caught:
+        pack(tmp_path, max_bytes=1 << 20)
+    assert caught.value.biggest[0] == ("huge.bin", 8 << 30) and "huge.bin" in str(caught.value)

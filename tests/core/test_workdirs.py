@@ -1,0 +1,86 @@
+"""A working directory's archive: hostile uploads are refused by name, never extracted, and
+the canonical form (and so the content hash) depends on the content alone."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+
+import pytest
+
+from trainyard.core.workdirs import Entry, WorkdirError, canonical, read_archive
+
+
+def archive(*members: tuple[tarfile.TarInfo, bytes | None], compress: bool = True) -> io.BytesIO:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz" if compress else "w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    out.seek(0)
+    return out
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", link: str = "",
+           mode: int = 0o644) -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.mode = kind, link, mode
+    if kind == tarfile.REGTYPE:
+        info.size = len(data)
+        return info, data
+    return info, None
+
+
+def test_a_folder_of_files_dirs_and_inner_links_becomes_canonical_and_its_hash_ignores_times_and_order() -> None:
+    first = archive(member("train.py", data=b"print(1)\n", mode=0o775), member("pkg/", tarfile.DIRTYPE),
+                    member("pkg/m.py", data=b"x"), member("pkg/alias.py", tarfile.SYMTYPE, link="m.py"))
+    got = read_archive(first, max_bytes=1 << 20)
+    assert (got.files, got.size) == (2, 10)
+    names = tarfile.open(fileobj=io.BytesIO(got.tar))
+    assert [(m.name, m.mode, m.uid, m.uname) for m in names] == [
+        ("pkg", 0o755, 0, ""), ("pkg/alias.py", 0o777, 0, ""), ("pkg/m.py", 0o644, 0, ""), ("train.py", 0o755, 0, "")]
+    again = canonical([Entry("pkg/m.py", b"x"), Entry("train.py", b"print(1)\n", executable=True),
+                       Entry("pkg/alias.py", target="m.py")], max_bytes=1 << 20)
+    assert again.digest == got.digest and again.digest.startswith("sha256:")
+    assert read_archive(io.BytesIO(got.gzipped()), max_bytes=1 << 20).digest == got.digest  # idempotent
+
+
+@pytest.mark.parametrize(("members", "says"), [
+    ([member("/etc/cron.d/x", data=b"x")], "absolute"),
+    ([member("../../root/.ssh/authorized_keys", data=b"x")], "'..'"),
+    ([member("a/./b", data=b"x")], "'.'"),
+    ([member("a\nb", data=b"x")], "control character"),
+    ([member("shadow", tarfile.SYMTYPE, link="/etc/shadow")], "outside the working directory"),
+    ([member("up", tarfile.SYMTYPE, link="../../etc")], "leaves the working directory"),
+    ([member("deep/up", tarfile.SYMTYPE, link="../../x")], "leaves the working directory"),
+    ([member("here", tarfile.SYMTYPE, link="."), member("here/evil", data=b"x")], "not a folder"),
+    ([member("f", data=b"x"), member("hard", tarfile.LNKTYPE, link="f")], "hard link"),
+    ([member("null", tarfile.CHRTYPE)], "device, FIFO"),
+    ([member("fifo", tarfile.FIFOTYPE)], "device, FIFO"),
+    ([member("twice", data=b"a"), member("twice", data=b"b")], "the same name twice"),
+    ([member("f", data=b"x"), member("f/inner", data=b"y")], "not a folder"),
+])
+def test_hostile_members_are_refused_by_name(members: list[tuple[tarfile.TarInfo, bytes | None]],
+                                             says: str) -> None:
+    with pytest.raises(WorkdirError, match=says):
+        read_archive(archive(*members), max_bytes=1 << 20)
+
+
+def test_a_gzip_bomb_stops_at_the_limit_and_too_many_members_at_theirs() -> None:
+    bomb = io.BytesIO(gzip.compress(archive(member("zeros", data=bytes(8 << 20)), compress=False).getvalue()))
+    assert len(bomb.getvalue()) < 64 << 10
+    with pytest.raises(WorkdirError, match="limit of 1048576 bytes"):
+        read_archive(bomb, max_bytes=1 << 20)
+    many = archive(*(member(f"f{i}", data=b"") for i in range(11)))
+    with pytest.raises(WorkdirError, match="more than 10 files"):
+        read_archive(many, max_bytes=1 << 20, max_files=10)
+
+
+def test_too_big_names_the_biggest_files_and_garbage_is_not_an_archive() -> None:
+    with pytest.raises(WorkdirError) as caught:
+        canonical([Entry("small", b"x"), Entry("model.pt", bytes(300)), Entry("data.bin", bytes(200))],
+                  max_bytes=256)
+    assert caught.value.biggest[:2] == (("model.pt", 300), ("data.bin", 200))
+    assert "model.pt (300 bytes)" in str(caught.value)
+    with pytest.raises(WorkdirError, match="not a readable tar archive"):
+        read_archive(io.BytesIO(b"PK\x03\x04 a zip, not a tar"), max_bytes=1 << 20)
