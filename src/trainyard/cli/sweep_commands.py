@@ -101,7 +101,7 @@ def sweep_text(sweep: SweepDetail) -> str:
     rows = [[str(m.index), str(m.jobId), _params(m.params), str(m.state),
              m.metric if m.metric is not None else "-", m.pending.short or m.pending.reason if m.pending else ""]
             for m in sweep.members]
-    return "\n".join([*head, render.table(["INDEX", "JOB", "PARAMETERS", "STATE", "METRIC", "WAITING"], rows)])
+    return "\n".join([*head, render.table(["INDEX", "JOB", "PARAMETERS", "STATE", "METRIC", "PENDING"], rows)])
 
 
 def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
