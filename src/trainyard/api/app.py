@@ -37,6 +37,7 @@ from trainyard.api.routers import (
     images,
     jobs,
     metrics,
+    notices,
     proxy,
     sessions,
     storages,
@@ -88,7 +89,8 @@ def create_app(ctx: AppContext) -> FastAPI:
     )
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router,
-                   history.router, images.router, storages.router, environments.router, sessions.router):
+                   history.router, images.router, storages.router, environments.router, sessions.router,
+                   notices.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(proxy.router)  # /proxy/jobs/… and the tunnels' WebSockets: full paths
     app.include_router(taskexec.router)  # the exec WebSocket (yard exec, yard shell, the portal's terminal)

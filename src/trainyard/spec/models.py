@@ -46,6 +46,7 @@ from pydantic_core import PydanticCustomError
 
 from trainyard.spec.checks import MAX_PORTS, image_reference_problem, qualified_image, semantic_errors
 from trainyard.spec.errors import show
+from trainyard.spec.notify import Notify
 from trainyard.spec.storages import check_mount_path, check_storage_name, check_sub_path
 
 JOB_NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"  # OpenPAI rest-server's job name pattern
@@ -434,6 +435,8 @@ class JobSpec(_Model):
     watchdogSeconds: Annotated[WholeNumber, _between(MIN_WATCHDOG_SECONDS, MAX_RUN_TIME_SECONDS)] | None = None
     # The environment (``yard env``) every role's tasks run in, unless a role names its own.
     environment: EnvironmentName | None = None
+    # Tell the owner when it ends, fails or is preempted (``spec/notify.py``); None: their account's default.
+    notify: Notify | None = None
 
     @model_validator(mode="after")
     def _check_semantics(self) -> JobSpec:

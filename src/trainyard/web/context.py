@@ -71,6 +71,7 @@ class AppContext:
     # The sizes of a submit the admin bounds: its rendered commands and env, waiting jobs per user.
     submit_limits: job_service.SubmitLimits = job_service.DEFAULT_SUBMIT_LIMITS
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS  # how long a submit's Idempotency-Key is kept
+    email_notices: bool = False  # whether job notices can be e-mailed (an SMTP server is set)
     # Who got through to which task's port, kept a few seconds (services/task_access.py).
     grants: Grants = field(init=False)
     # A session's JupyterLab token, and until when (monotonic) it is still starting, by job id
