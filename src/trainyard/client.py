@@ -47,6 +47,7 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
+from trainyard.schemas.notices import AccountNotifyView, JobNoticeView
 from trainyard.schemas.sessions import SessionView
 from trainyard.schemas.storages import StorageView
 from trainyard.schemas.usage import UsageGrouping, UsageReport
@@ -532,6 +533,29 @@ class Client:
     def clear_password(self, name: str) -> UserView:
         """Remove a user's portal password (admin): they sign in with a token until one is set."""
         return self._parse(UserView, self._request("DELETE", f"/users/{_seg(name)}/password").content)
+
+    # -- job notices (``yard account``): ``name`` None is the caller ------------------------
+
+    def _me(self, name: str | None) -> str:
+        return name if name is not None else self._parse(UserView, self._request("GET", "/me").content).name
+
+    def account_notify(self, name: str | None = None) -> AccountNotifyView:
+        return self._parse(AccountNotifyView, self._request("GET", f"/users/{_seg(self._me(name))}/notify").content)
+
+    def set_account_notify(self, on: list[str], *, email: bool = True, webhook: str | None = None,
+                           name: str | None = None) -> AccountNotifyView:
+        """The default for jobs whose file has no ``notify`` (``on=[]`` clears it)."""
+        body = {"on": on, "email": email, "webhook": webhook}
+        return self._parse(AccountNotifyView, self._request("PUT", f"/users/{_seg(self._me(name))}/notify",
+                                                            json=body).content)
+
+    def set_email(self, address: str | None, *, name: str | None = None) -> AccountNotifyView:
+        """Where job notices are e-mailed (None: nowhere): your own, or (admin) anyone's."""
+        return self._parse(AccountNotifyView, self._request("PUT", f"/users/{_seg(self._me(name))}/email",
+                                                            json={"email": address}).content)
+
+    def job_notices(self, job_id: int) -> list[JobNoticeView]:
+        return self._parse(TypeAdapter(list[JobNoticeView]), self._request("GET", f"/jobs/{job_id}/notices").content)
 
     # -- environments -------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import BinaryIO
 import yaml
 
 from trainyard.cli import (
+    account_commands,
     admin_commands,
     alert_commands,
     bulk,
@@ -104,6 +105,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
         _fail(f"cannot read job file {args.file!r}: {e.strerror or e}")
         return EXIT_USAGE
+    if args.notify is not None:
+        data, content_type = account_commands.with_notify(data, content_type, args.notify)
     result = client.submit(data, content_type=content_type, dry_run=args.dry_run,
                            idempotency_key=args.idempotency_key, on_retry=_say_retrying)
     if args.json:
@@ -155,6 +158,8 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
         render.print_json(job)
         return 0
     print(render.job_detail(job))
+    if notices := client.job_notices(args.id):
+        print(account_commands.notices_text(notices))
     if job.state in FINAL_JOB_STATES and (efficiency := usage_commands.job_efficiency(client, job)):
         print(efficiency)
     return 0
@@ -397,6 +402,7 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "image": admin_commands.cmd_image,
     "storage": storage_commands.cmd_storage,
     "alerts": alert_commands.cmd_alerts,
+    "account": account_commands.cmd_account,
     "usage": usage_commands.cmd_usage,
     "env": env_commands.cmd_env,
     "dev": dev_commands.cmd_dev,

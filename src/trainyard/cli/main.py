@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from trainyard.cli.account_args import NOTIFY_HELP, add_account_parser, notify_on
 from trainyard.cli.periods import moment
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.core.priorities import PRIORITY_NAMES
@@ -278,6 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("submit", help="submit a job file (YAML or JSON; '-' reads stdin)")
     p.add_argument("file")
     p.add_argument("--dry-run", action="store_true", help="validate and show the normalised job only")
+    p.add_argument("--notify", type=notify_on, metavar="EVENTS",
+                   help="tell me of these events of the job (its file's notify.on; default: your account's): "
+                   + NOTIFY_HELP.removeprefix("which events: "))
     _idempotency_flag(p)
     _json_flag(p)
 
@@ -539,6 +543,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_env_parser(sub)
     add_dev_parser(sub)
     add_alerts_parser(sub)
+    add_account_parser(sub)
     add_storage_parser(sub)
     add_sim_parser(sub)
     return parser

@@ -109,11 +109,11 @@ def resolve(host: str, port: int, allow: Sequence[str]) -> Address:
         return literal
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        raise Refused(f"{host} does not resolve: {exc}") from None
+    except OSError as exc:  # perhaps for a while: tried again, unlike a refusal
+        raise OSError(f"{host} does not resolve: {exc}") from None
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in infos]
     if not addresses:
-        raise Refused(f"{host} does not resolve")
+        raise OSError(f"{host} does not resolve")
     for address in addresses:
         check_address(host, address, allow)
     return addresses[0]
