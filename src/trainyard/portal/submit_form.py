@@ -68,6 +68,7 @@ class JobFields:
     retries: str = ""
     max_run_time: str = ""
     roles: list[RoleFields] = field(default_factory=list)
+    notify: str = ""  # notify.on, comma-separated; empty: the account's default
 
 
 # --- form fields (the posted form) -------------------------------------------------------
@@ -96,7 +97,8 @@ def fields_from_form(form: Mapping[str, Any]) -> JobFields:
             memory_mb=text(prefix + "memory_mb").strip(), commands=text(prefix + "commands"), env=env,
         ))
     return JobFields(name=text("name").strip(), vc=text("vc").strip(), priority=text("priority").strip(),
-                     retries=text("retries").strip(), max_run_time=text("max_run_time").strip(), roles=roles)
+                     retries=text("retries").strip(), max_run_time=text("max_run_time").strip(), roles=roles,
+                     notify=text("notify").strip())
 
 
 # --- the document's values as form fields ------------------------------------------------------
@@ -140,7 +142,13 @@ def fields_from_document(document: Any) -> JobFields:
         name=_shown(job.get("name")), vc=_shown(vc) or DEFAULT_VC,
         priority=_shown(job.get("priority")) or str(DEFAULT_PRIORITY),
         retries=_shown(job.get("jobRetryCount")), max_run_time=_shown(job.get("maxRunTimeSeconds")), roles=roles,
+        notify=_notify_text(job.get("notify")),
     )
+
+
+def _notify_text(notify: Any) -> str:
+    on = _mapping(notify).get("on")
+    return ",".join(_shown(n) for n in on) if isinstance(on, list) else _shown(on)
 
 
 # --- the form's values written onto the document ---------------------------------------------
@@ -196,6 +204,10 @@ def apply_fields(document: Any, fields: JobFields) -> tuple[dict[str, Any], dict
     _set(job, "priority", fields.priority or None, str(Priority.NORMAL))
     _set_number(job, "jobRetryCount", fields.retries)
     _set_number(job, "maxRunTimeSeconds", fields.max_run_time)
+    if fields.notify != _notify_text(job.get("notify")):  # unchanged: the document's own, exactly
+        notify = dict(_mapping(job.get("notify")))
+        _set(notify, "on", [n.strip() for n in fields.notify.split(",") if n.strip()] or None)
+        _set(job, "notify", notify or None)
     before = list(_mapping(job.get("taskRoles")).values())
     roles: dict[str, Any] = {}
     for index, form_role in enumerate(fields.roles):
@@ -254,7 +266,8 @@ def dump_yaml(document: Any) -> str:
 # --- error paths to form fields ------------------------------------------------------------------
 
 _JOB_FIELDS = {"name": "name", "defaults.virtualCluster": "vc", "defaults": "vc", "priority": "priority",
-               "jobRetryCount": "retries", "maxRunTimeSeconds": "max_run_time"}
+               "jobRetryCount": "retries", "maxRunTimeSeconds": "max_run_time", "notify": "notify",
+               "notify.on": "notify", "notify.webhook": "notify", "notify.email": "notify"}
 _ROLE_FIELDS = {"": "name", "instances": "instances", "resourcePerInstance.gpu": "gpu",
                 "resourcePerInstance.cpu": "cpu", "resourcePerInstance.memoryMB": "memory_mb",
                 "commands": "commands", "env": "env"}
