@@ -18,16 +18,19 @@ import pytest
 from fastapi.testclient import TestClient
 
 from trainyard.api.app import create_app
+from trainyard.api.server import alert_receivers
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
+from trainyard.controller.alerting import Receivers
 from trainyard.controller.job_notices import MAX_TRIES, JobNotices
 from trainyard.core import transitions
 from trainyard.core.clock import FakeClock
+from trainyard.core.settings import Settings
 from trainyard.monitor import webhooks
 from trainyard.monitor.notify import SmtpSettings
 from trainyard.monitor.webhooks import Refused, check_url, resolve
 from trainyard.services.auth import bootstrap_admin, create_token, create_user
-from trainyard.services.jobs import SubmitLimits
+from trainyard.services.jobs import SubmitLimits, submit_job
 from trainyard.spec.loading import parse_job
 from trainyard.spec.templating import normalized_spec
 from trainyard.store.events import record_event
@@ -281,3 +284,26 @@ def test_notify_is_checked_at_submit_and_at_setting_time_with_the_field_path(wor
     assert world.alice.put("/api/v1/users/alice/email", json={"email": None}).json()["email"] is None
     answer = world.alice.put("/api/v1/users/alice/notify", json={"on": ["failed"], "email": True})
     assert answer.status_code == 422 and "no e-mail address" in answer.json()["detail"]
+
+
+def test_a_job_that_really_fails_is_told_by_the_controllers_alert_tick(make_world, hook) -> None:
+    port, handler = hook
+    world = make_world(gpus=1, alert_interval_seconds=0.05, alert_receivers=Receivers(webhook_allow=["127.0.0.1"]))
+    text = ("name: crash\ntaskRoles:\n  main:\n    commands: ['exit 3']\n"
+            f"notify: {{on: [failed], email: false, webhook: 'http://127.0.0.1:{port}/h'}}\n")
+    with world.db.session() as session:  # as a server allowing 127.0.0.1 takes it
+        job = submit_job(session, session.merge(world.user), parse_job(text), clock=world.clock,
+                         limits=SubmitLimits(webhook_allow=("127.0.0.1",))).id
+    world.drive(job, ("FAILED",))
+    world.drive(job, None, until=lambda _: bool(handler.received), what="the webhook to hear of it")
+    (told,) = handler.received
+    assert (told["jobId"], told["kind"], told["state"], told["exitCode"]) == (job, "failed", "FAILED", 3)
+    assert world.events(job)[-1][0] == "failed"
+
+
+def test_the_server_sends_job_notices_through_the_smtp_server_without_alert_recipients(tmp_path) -> None:
+    receivers = alert_receivers(Settings(home=tmp_path, smtp_host="mail.example.org",
+                                         notify_webhook_allow=["10.0.0.0/8"], external_url="https://yard.example.org/"))
+    assert receivers.smtp is None  # alerts need smtp_to; job notices go to each owner
+    assert receivers.job_smtp is not None and receivers.job_smtp.host == "mail.example.org"
+    assert (receivers.external_url, tuple(receivers.webhook_allow)) == ("https://yard.example.org", ("10.0.0.0/8",))
