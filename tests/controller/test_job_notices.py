@@ -166,6 +166,7 @@ def world(db, tmp_path) -> World:
     return World(db, clock, alice_id, client(alice_token), client(admin_token), client(bob_token))
 
 
+@pytest.mark.postgres  # the notices' table and the users' new columns on both stores
 def test_a_failed_job_is_mailed_to_its_owner_and_posted_to_their_webhook_once(world, hook, mailbox) -> None:
     port, handler = hook
     smtp_port, mails = mailbox
@@ -179,6 +180,7 @@ def test_a_failed_job_is_mailed_to_its_owner_and_posted_to_their_webhook_once(wo
     world.end(job, "failed")  # attempt 1 (as if placed again) fails for good
     assert sender.run() == 2
     assert sender.run() == 0  # nothing twice
+    assert JobNotices(world.db, world.clock, sender.smtp, ["127.0.0.1"]).run() == 0  # nor after a restart
     assert world.notices(job) == [("preempted", "email", "sent"), ("preempted", "webhook", "sent"),
                                   ("failed", "email", "sent"), ("failed", "webhook", "sent")]
     assert [m.rcpt_tos for m in mails] == [["alice@example.org"]] * 2  # only the owner's own address
