@@ -11,7 +11,8 @@ protocol document back. Differences from OpenPAI v2 (rest-server `config/v2/prot
   ``yard env``, per job or per role; the role's wins); top-level ``priority``,
   ``stopGracePeriodSeconds``, ``tags``,
   ``preemption`` (``suspend``: the job saves its state when told, see ``docs/runtime.md``)
-  with ``suspendGracePeriodSeconds`` and ``suspendSignal``, and ``watchdogSeconds``;
+  with ``suspendGracePeriodSeconds`` and ``suspendSignal``, ``watchdogSeconds``, and ``notify``
+  (who is told when the job ends, ``spec/notify.py``);
   fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints,
   and ``selector``, a CEL expression over node and GPU attributes (``core/selectors.py``);
 * stricter: a placeholder naming an unknown parameter or secret is an error, and
