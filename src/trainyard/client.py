@@ -30,7 +30,16 @@ from trainyard.client_files import Folder as Folder
 from trainyard.client_input import Dependencies as Dependencies
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import Moment as Moment
-from trainyard.client_input import check_client_arguments, checked_id, given, job_file_body, window, with_dependencies
+from trainyard.client_input import (
+    check_client_arguments,
+    checked_id,
+    given,
+    job_file_body,
+    path_segment,
+    window,
+    with_dependencies,
+)
+from trainyard.client_notices import NoticeCalls
 from trainyard.client_sweeps import SweepCalls
 from trainyard.client_workdir import workdir_digest
 from trainyard.core.states import EnvironmentState
@@ -119,7 +128,7 @@ def _job_file(job: object, content_type: str | None = None,
         raise UsageError(str(exc)) from exc
 
 
-class Client(SweepCalls, FileCalls):
+class Client(SweepCalls, FileCalls, NoticeCalls):
     """A connection to one Trainyard server as one user; each method is one API call.
 
     ``Client()`` finds the server and token as the ``yard`` CLI does: ``TRAINYARD_URL`` and
@@ -788,7 +797,5 @@ def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def _seg(name: str) -> str:
-    """A name as one URL path segment: a '/' or '?' in it cannot reach another route."""
-    return quote(name, safe="@")
+_seg = path_segment
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import yaml
@@ -98,6 +99,11 @@ def _dependency_map(value: object) -> dict[str, list[Any]]:
                 for k, v in value.items()}
     raise ValueError(f"dependencies are Slurm's text (afterok:12:13,afterany:14) or a mapping of condition to "
                      f"job ids (got {type(value).__name__})")
+
+
+def path_segment(name: str) -> str:
+    """A name as one URL path segment: a '/' or '?' in it cannot reach another route."""
+    return quote(name, safe="@")
 
 
 def checked_id(value: object, what: str = "job") -> int:

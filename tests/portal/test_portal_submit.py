@@ -63,7 +63,7 @@ class FormValues(HTMLParser):
 def distributed_form(csrf: str, **changes: str) -> dict[str, str]:
     form = {
         "csrf": csrf, "edited": "form", "yaml": "", "name": "dist", "vc": "default", "priority": "normal",
-        "retries": "1", "max_run_time": "3600", "dependencies": "",
+        "retries": "1", "max_run_time": "3600", "dependencies": "", "notify": "",
         "roles-0-name": "ps", "roles-0-instances": "1", "roles-0-gpu": "0.5", "roles-0-cpu": "1",
         "roles-0-memory_mb": "512", "roles-0-commands": "echo ps up\necho ps done",
         "roles-0-env-0-key": "MODE", "roles-0-env-0-value": "server",

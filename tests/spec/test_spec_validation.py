@@ -89,7 +89,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "unknown field (allowed here: protocolVersion, name, type, version, contributor, "
         "description, prerequisites, image, parameters, secrets, jobRetryCount, taskRoles, deployments, "
         "defaults, extras, priority, stopGracePeriodSeconds, maxRunTimeSeconds, tags, storages, preemption, "
-        "suspendGracePeriodSeconds, suspendSignal, watchdogSeconds, environment, dependencies, workdir)",
+        "suspendGracePeriodSeconds, suspendSignal, watchdogSeconds, environment, dependencies, workdir, notify)",
     ),
     (
         "an environment is named as `yard env` names it",

@@ -328,8 +328,10 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                      fair_share_half_life_seconds=config.fair_share_half_life,
                      submit_limits=SubmitLimits(rendered_max_bytes=settings.job_rendered_max_kb * 1024,
                                                 max_waiting_jobs=settings.max_waiting_jobs_per_user,
-                                                borrowing=config.borrowing),
+                                                borrowing=config.borrowing,
+                                                webhook_allow=tuple(settings.notify_webhook_allow)),
                      idempotency_key_hours=settings.idempotency_key_hours,
+                     email_notices=settings.smtp_host is not None,
                      sign_in_failures=settings.sign_in_failures,
                      sign_in_window_seconds=settings.sign_in_window_seconds)
     return ctx, controller
@@ -378,11 +380,16 @@ def _text(path: Path | None) -> str | None:
 
 def alert_receivers(settings: Settings) -> Receivers:
     """Who hears of alerts: the webhooks, and e-mail when an SMTP server is set."""
-    smtp = None
-    if settings.smtp_host and settings.smtp_to:
-        smtp = SmtpSettings(settings.smtp_host, settings.smtp_port, settings.smtp_from, settings.smtp_to,
-                            settings.smtp_starttls, settings.smtp_username, settings.smtp_password)
-    return Receivers(settings.alert_webhook_urls, smtp, f"http://{settings.host}:{settings.port}")
+    smtp = job_smtp = None
+    if settings.smtp_host:
+        # Job notices go to each owner's own address; alerts to smtp_to, when set.
+        job_smtp = SmtpSettings(settings.smtp_host, settings.smtp_port, settings.smtp_from, (),
+                                settings.smtp_starttls, settings.smtp_username, settings.smtp_password)
+        if settings.smtp_to:
+            smtp = replace(job_smtp, recipients=settings.smtp_to)
+    external = (settings.external_url or f"http://{settings.host}:{settings.port}").rstrip("/")
+    return Receivers(settings.alert_webhook_urls, smtp, external, job_smtp=job_smtp,
+                     webhook_allow=tuple(settings.notify_webhook_allow))
 
 
 # Container objects allocated (less those freed) before a young-generation collection.

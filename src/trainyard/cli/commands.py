@@ -18,6 +18,7 @@ from typing import BinaryIO
 import yaml
 
 from trainyard.cli import (
+    account_commands,
     admin_commands,
     alert_commands,
     bulk,
@@ -126,6 +127,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     dependencies = _dependencies(args)
     if isinstance(dependencies, int):
         return dependencies
+    if args.notify is not None:
+        data, content_type = account_commands.with_notify(data, content_type, args.notify)
     digest = None
     if (folder := _workdir_to_send(args, data)) is not None:
         sent = client.upload_workdir(folder)
@@ -201,6 +204,8 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
         render.print_json(job)
         return 0
     print(render.job_detail(job))
+    if notices := client.job_notices(args.id):
+        print(account_commands.notices_text(notices))
     if job.state in FINAL_JOB_STATES and (efficiency := usage_commands.job_efficiency(client, job)):
         print(efficiency)
     return 0
@@ -446,6 +451,7 @@ HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
     "storage": storage_commands.cmd_storage,
     "sweep": sweep_commands.cmd_sweep,
     "alerts": alert_commands.cmd_alerts,
+    "account": account_commands.cmd_account,
     "usage": usage_commands.cmd_usage,
     "env": env_commands.cmd_env,
     "dev": dev_commands.cmd_dev,

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from trainyard.cli.account_args import NOTIFY_HELP, add_account_parser, notify_on
 from trainyard.cli.periods import moment
 from trainyard.cli.sim_commands import add_sim_parser, run_sim
 from trainyard.cli.sweep_parser import add_submit_sweep_flags, add_sweep_parser
@@ -303,6 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "file's `workdir`, else the current folder when the job file is in it; "
                             ".gitignore and .yardignore say what stays behind)")
     where.add_argument("--no-workdir", action="store_true", help="send no folder with the job")
+    p.add_argument("--notify", type=notify_on, metavar="EVENTS",
+                   help="tell me of these events of the job (its file's notify.on; default: your account's): "
+                   + NOTIFY_HELP.removeprefix("which events: "))
     _idempotency_flag(p)
     _json_flag(p)
 
@@ -578,6 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_env_parser(sub)
     add_dev_parser(sub)
     add_alerts_parser(sub)
+    add_account_parser(sub)
     add_storage_parser(sub)
     add_sweep_parser(sub)
     add_sim_parser(sub)

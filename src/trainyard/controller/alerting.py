@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from trainyard.controller.job_notices import JobNotices
 from trainyard.controller.periodic import Periodic
 from trainyard.core.clock import Clock
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
@@ -34,6 +35,10 @@ class Receivers:
     webhook_urls: Sequence[str] = ()
     smtp: SmtpSettings | None = None
     external_url: str = ""  # the server's own address, for the payload's links
+    # Job notices (``job_notices.py``), sent by the same tick: the SMTP server (recipients
+    # unused: each goes to its job's owner) and the non-public hosts webhooks may reach.
+    job_smtp: SmtpSettings | None = None
+    webhook_allow: Sequence[str] = ()
 
     def names(self) -> list[str]:
         return [f"webhook:{u}" for u in self.webhook_urls] + ([EMAIL] if self.smtp is not None else [])
@@ -56,12 +61,18 @@ class AlertEvaluator(Periodic):
         self.receivers = receivers or Receivers()
         self.on_cordon = on_cordon
         self._utilisation = alert_service.WindowedUtilisation()
+        self.job_notices = JobNotices(db, clock, self.receivers.job_smtp, self.receivers.webhook_allow,
+                                      self.receivers.external_url)
 
     def run_logged(self) -> None:
         try:
             self.run()
         except Exception:  # noqa: BLE001 - retried at the next interval; the controller goes on
             log.exception("evaluating the alert rules failed; trying again at the next interval")
+        try:
+            self.job_notices.run()
+        except Exception:  # noqa: BLE001 - the same: the pending notices wait for the next interval
+            log.exception("sending job notices failed; trying again at the next interval")
 
     def run(self) -> None:
         """Evaluate now and deliver what each receiver has not heard."""

@@ -138,6 +138,16 @@ class Settings(BaseSettings):
     smtp_starttls: bool = Field(default=False, description="E-mail alerts: STARTTLS before sending")
     smtp_username: str | None = Field(default=None, description="E-mail alerts: log in as (with smtp_password)")
     smtp_password: str | None = Field(default=None, description="E-mail alerts: the password for smtp_username")
+    notify_webhook_allow: list[str] = Field(
+        default_factory=list,
+        description="Job notices' webhooks may reach only public addresses; these host names, addresses or CIDR "
+        "networks (e.g. hooks.internal, 10.1.2.0/24) are allowed too (docs/admin/notifications.md)",
+    )
+    external_url: str | None = Field(
+        default=None,
+        description="The address users reach the server at, for the links in job notices and alerts (unset: "
+        "http://HOST:PORT)",
+    )
     monitor_retention: str = Field(
         default=DEFAULT_MONITOR_RETENTION,
         description="How long the monitoring history is kept, finest first: RESOLUTION:KEEP tiers; the default "

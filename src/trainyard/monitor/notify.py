@@ -96,6 +96,21 @@ def send_email(smtp: SmtpSettings, notices: Sequence[Notice]) -> None:
     mail["To"] = ", ".join(smtp.recipients)
     mail["Subject"] = f"[Trainyard] {firing} firing, {len(notices) - firing} resolved alert(s)"
     mail.set_content("\n".join(f"[{n.state.upper()}] #{n.id} {n.rule}: {n.message}" for n in notices) + "\n")
+    _send(smtp, mail)
+
+
+def send_message(smtp: SmtpSettings, recipient: str, subject: str, body: str) -> None:
+    """One plain-text e-mail to one recipient (a job's notice to its owner), through the
+    alerts' SMTP server and sender; ``smtp.recipients`` is not used."""
+    mail = EmailMessage()
+    mail["From"] = smtp.sender
+    mail["To"] = recipient
+    mail["Subject"] = subject
+    mail.set_content(body)
+    _send(smtp, mail)
+
+
+def _send(smtp: SmtpSettings, mail: EmailMessage) -> None:
     with smtplib.SMTP(smtp.host, smtp.port, timeout=TIMEOUT_SECONDS) as client:
         if smtp.starttls:
             client.starttls()

@@ -17,6 +17,7 @@ from trainyard.portal import (
     pages_job,
     pages_jobs,
     pages_notebooks,
+    pages_notices,
     pages_storages,
     pages_submit,
     pages_sweeps,
@@ -46,7 +47,7 @@ def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="static")
     for module in (pages_account, pages_home, pages_jobs, pages_job, pages_files, pages_submit, pages_cluster,
                    pages_vcs, pages_environments, pages_storages, pages_images, pages_notebooks, pages_users,
-                   pages_usage, pages_sweeps):
+                   pages_usage, pages_sweeps, pages_notices):
         app.include_router(module.router, include_in_schema=False)
 
     @app.exception_handler(SignInRequired)

@@ -15,10 +15,11 @@ from fastapi import APIRouter, Depends, Form, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response
 
+from trainyard.core.notices import NOTICE_CLASSES
 from trainyard.portal.auth import Action, Page, Viewer, confirm_credential, optional_viewer
 from trainyard.portal.templating import SECURITY_HEADERS, render
 from trainyard.schemas.users import TokenResponse
-from trainyard.services import account_actions, passwords, sign_in_limits, web_sessions
+from trainyard.services import account_actions, notices, passwords, sign_in_limits, web_sessions
 from trainyard.services.errors import ServiceError
 from trainyard.services.web_sessions import LIFETIME_SECONDS, SignedIn
 from trainyard.store.rows import UserRow
@@ -96,9 +97,13 @@ def _account(request: Request, viewer: Viewer, ctx: AppContext, *, status_code: 
              errors: dict[str, str] | None = None, notice: str | None = None,
              new_token: TokenResponse | None = None, error: str | None = None) -> Response:
     tokens = account_actions.tokens(ctx, viewer.user)
+    notify = notices.read_account(ctx.db, viewer.user, None, email_enabled=ctx.email_notices)
     return render(request, "account.html", status_code=status_code, user=viewer.user,
                   web_session=viewer.web_session, errors=errors or {}, notice=notice, tokens=tokens,
-                  new_token=new_token, error=error)
+                  new_token=new_token, error=error, notify=notify, notice_kinds=NOTICE_CLASSES)
+
+
+account_page_for = _account  # the account page with an outcome (pages_notices.py)
 
 
 @router.get("/account")

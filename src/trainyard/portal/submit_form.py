@@ -69,6 +69,7 @@ class JobFields:
     max_run_time: str = ""
     dependencies: str = ""  # as Slurm writes them: afterok:12:13,afterany:14
     roles: list[RoleFields] = field(default_factory=list)
+    notify: str = ""  # notify.on, comma-separated; empty: the account's default
 
 
 # --- form fields (the posted form) -------------------------------------------------------
@@ -98,7 +99,8 @@ def fields_from_form(form: Mapping[str, Any]) -> JobFields:
         ))
     return JobFields(name=text("name").strip(), vc=text("vc").strip(), priority=text("priority").strip(),
                      retries=text("retries").strip(), max_run_time=text("max_run_time").strip(),
-                     dependencies=text("dependencies").strip(), roles=roles)
+                     dependencies=text("dependencies").strip(), roles=roles,
+                     notify=text("notify").strip())
 
 
 # --- the document's values as form fields ------------------------------------------------------
@@ -143,6 +145,7 @@ def fields_from_document(document: Any) -> JobFields:
         priority=_shown(job.get("priority")) or str(DEFAULT_PRIORITY),
         retries=_shown(job.get("jobRetryCount")), max_run_time=_shown(job.get("maxRunTimeSeconds")),
         dependencies=_dependencies_text(job.get("dependencies")), roles=roles,
+        notify=_notify_text(job.get("notify")),
     )
 
 
@@ -151,6 +154,11 @@ def _dependencies_text(value: Any) -> str:
     if isinstance(value, dict) and all(isinstance(ids, list) for ids in value.values()):
         return ",".join(":".join([str(condition), *map(_shown, ids)]) for condition, ids in value.items() if ids)
     return _shown(value)
+
+
+def _notify_text(notify: Any) -> str:
+    on = _mapping(notify).get("on")
+    return ",".join(_shown(n) for n in on) if isinstance(on, list) else _shown(on)
 
 
 # --- the form's values written onto the document ---------------------------------------------
@@ -208,6 +216,10 @@ def apply_fields(document: Any, fields: JobFields) -> tuple[dict[str, Any], dict
     _set_number(job, "maxRunTimeSeconds", fields.max_run_time)
     if fields.dependencies != _dependencies_text(job.get("dependencies")):  # unchanged: the document's own kept
         _set(job, "dependencies", fields.dependencies or None)
+    if fields.notify != _notify_text(job.get("notify")):  # unchanged: the document's own, exactly
+        notify = dict(_mapping(job.get("notify")))
+        _set(notify, "on", [n.strip() for n in fields.notify.split(",") if n.strip()] or None)
+        _set(job, "notify", notify or None)
     before = list(_mapping(job.get("taskRoles")).values())
     roles: dict[str, Any] = {}
     for index, form_role in enumerate(fields.roles):
@@ -266,7 +278,8 @@ def dump_yaml(document: Any) -> str:
 # --- error paths to form fields ------------------------------------------------------------------
 
 _JOB_FIELDS = {"name": "name", "defaults.virtualCluster": "vc", "defaults": "vc", "priority": "priority",
-               "jobRetryCount": "retries", "maxRunTimeSeconds": "max_run_time", "dependencies": "dependencies"}
+               "jobRetryCount": "retries", "maxRunTimeSeconds": "max_run_time", "dependencies": "dependencies",
+               "notify": "notify", "notify.on": "notify", "notify.webhook": "notify", "notify.email": "notify"}
 _ROLE_FIELDS = {"": "name", "instances": "instances", "resourcePerInstance.gpu": "gpu",
                 "resourcePerInstance.cpu": "cpu", "resourcePerInstance.memoryMB": "memory_mb",
                 "commands": "commands", "env": "env"}

@@ -19,7 +19,7 @@ from trainyard.scheduler.schedule import never_fits
 from trainyard.scheduler.snapshot import NodeState, TaskRequest
 from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
-from trainyard.services import node_view, workdirs
+from trainyard.services import node_view, notices, workdirs
 from trainyard.services.admin import Borrowing, guaranteed_quotas, may_use_vc, vc_borrowing
 from trainyard.services.dependencies import check_dependencies, dependency_views
 from trainyard.services.environment_access import check_job_environments
@@ -64,6 +64,9 @@ class SubmitLimits:
     # Whether a job over its VC's quota may run borrowed (``scheduler_borrowing``): then
     # only a job bigger than its quota and its VC's borrowing limit together can never start.
     borrowing: bool = True
+    # Hosts and networks a job's notice webhook may reach though they are not public
+    # (setting ``notify_webhook_allow``; ``monitor.webhooks``).
+    webhook_allow: tuple[str, ...] = ()
 
 
 DEFAULT_SUBMIT_LIMITS = SubmitLimits()
@@ -193,6 +196,7 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_rendered_size(spec, limits)
     check_waiting_jobs(session, user, limits)
     check_no_masked_secrets(spec)
+    notices.check_job_notify(spec, limits.webhook_allow)
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_storage_uses(session, user, spec)
     inventory = node_view.node_states(session, in_use=False) if nodes is None else nodes

@@ -20,6 +20,8 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 
 # libyaml's parser when PyYAML was built with it (about 10x faster); same constructors.
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BOOL_TAG, _STR_TAG = "tag:yaml.org,2002:bool", "tag:yaml.org,2002:str"
+_WORD_KEYS = ("on", "off", "yes", "no")
 
 
 class _JobFileLoader(_SafeLoader):  # type: ignore[misc, valid-type]
@@ -32,6 +34,11 @@ class _JobFileLoader(_SafeLoader):  # type: ignore[misc, valid-type]
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         first_line: dict[Any, int] = {}
         for key_node, _ in node.value:
+            # YAML 1.1 reads a plain `on:` (off, yes, no) as a boolean: as a key it is the word
+            # (``notify: {on: [failed]}``), as GitHub Actions reads its own `on:`.
+            if (isinstance(key_node, yaml.ScalarNode) and key_node.tag == _BOOL_TAG and not key_node.style
+                    and key_node.value.lower() in _WORD_KEYS):
+                key_node.tag = _STR_TAG
             if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
                 continue  # keys merged in with `<<:` may legitimately be overridden
             key = self.construct_object(key_node, deep=True)

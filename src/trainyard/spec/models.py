@@ -11,7 +11,8 @@ protocol document back. Differences from OpenPAI v2 (rest-server `config/v2/prot
   ``yard env``, per job or per role; the role's wins); top-level ``priority``,
   ``stopGracePeriodSeconds``, ``tags``,
   ``preemption`` (``suspend``: the job saves its state when told, see ``docs/runtime.md``)
-  with ``suspendGracePeriodSeconds`` and ``suspendSignal``, and ``watchdogSeconds``;
+  with ``suspendGracePeriodSeconds`` and ``suspendSignal``, ``watchdogSeconds``, and ``notify``
+  (who is told when the job ends, ``spec/notify.py``);
   fractional ``gpu`` (< 1 shares one device); ``gpuModel`` and ``gpuMemoryMB`` constraints,
   and ``selector``, a CEL expression over node and GPU attributes (``core/selectors.py``);
   ``dependencies`` on other jobs (``spec/dependencies.py``);
@@ -48,6 +49,7 @@ from pydantic_core import PydanticCustomError
 from trainyard.spec.checks import MAX_PORTS, image_reference_problem, qualified_image, semantic_errors
 from trainyard.spec.dependencies import DependencyField
 from trainyard.spec.errors import show
+from trainyard.spec.notify import Notify
 from trainyard.spec.storages import check_mount_path, check_storage_name, check_sub_path
 
 JOB_NAME_PATTERN = r"^[a-zA-Z0-9_-]+$"  # OpenPAI rest-server's job name pattern
@@ -441,6 +443,8 @@ class JobSpec(_Model):
     # The folder every task starts in a copy of: in a job file, a path (relative to the file)
     # that `yard submit` sends; as the server stores it, the upload's digest (``core.workdirs``).
     workdir: Annotated[str, Field(min_length=1, max_length=4096)] | None = None
+    # Tell the owner when it ends, fails or is preempted (``spec/notify.py``); None: their account's default.
+    notify: Notify | None = None
 
     @model_validator(mode="after")
     def _check_semantics(self) -> JobSpec:

@@ -62,6 +62,11 @@ class UserRow(Base):
     # For the portal's sign-in: scrypt, with its parameters and salt (``services.passwords``);
     # None until the user (or an admin) sets one. Tokens work either way.
     password_hash: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # Where their job notices are e-mailed (set by them or an admin), and their default
+    # ``{"on": [...], "email": bool, "webhook": url}`` for jobs whose file says nothing
+    # (``services.notices``); None: no notices unless a job asks.
+    email: Mapped[str | None] = mapped_column(String(254), nullable=True)
+    notify: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class TokenRow(Base):
@@ -229,6 +234,34 @@ class JobEventRow(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     kind: Mapped[str] = mapped_column(String(32))
     message: Mapped[str] = mapped_column(Text)
+
+
+class JobNoticeRow(Base):
+    """A notice its owner asked for (``core.notices``), queued with the event it tells of
+    (in the same transaction, so one per event and channel, kept across restarts) and sent
+    by the alert tick (``controller/job_notices.py``): ``pending`` until it is sent, or
+    ``failed`` after its last try (``error`` says why)."""
+
+    __tablename__ = "job_notices"
+    __table_args__ = (
+        UniqueConstraint("event_id", "channel", name="uq_job_notices_event_id_channel"),
+        Index("ix_job_notices_state_id", "state", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    event_id: Mapped[int] = mapped_column(ForeignKey("job_events.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))  # succeeded, failed, stopped, preempted
+    channel: Mapped[str] = mapped_column(String(16))  # email | webhook
+    target: Mapped[str] = mapped_column(Text)  # the URL (a webhook's); "" for e-mail: the owner's address when sent
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending | sent | failed
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+    event: Mapped[JobEventRow] = relationship()
+    job: Mapped[JobRow] = relationship()
 
 
 class NodeRow(Base):

@@ -77,6 +77,7 @@ class AppContext:
     # Where uploaded working directories are kept, and how big one may be (services/workdirs.py);
     # `yard up` gives <home>/workdirs; a context built by hand (tests), a temporary folder.
     workdirs: WorkdirStore = field(default_factory=lambda: WorkdirStore(Path(tempfile.mkdtemp(prefix="yard-wd-"))))
+    email_notices: bool = False  # whether job notices can be e-mailed (an SMTP server is set)
     # Who got through to which task's port, kept a few seconds (services/task_access.py).
     grants: Grants = field(init=False)
     # A session's JupyterLab token, and until when (monotonic) it is still starting, by job id

@@ -6,14 +6,14 @@ digest, stored once however many owners send it. ``jobs.workdir``: the digest a 
 start in (NULL: none), indexed so that an upload no job uses any more can be found.
 
 Revision ID: 0026
-Revises: 0024
+Revises: 0025
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0026"
-down_revision = "0024"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,48 @@
+"""The SDK's job-notice calls (``Client`` has them): an account's default notices and
+e-mail address, and what was sent for a job (``yard account``, ``yard job``)."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import TypeAdapter
+
+from trainyard.client_input import path_segment as _seg
+from trainyard.schemas.notices import AccountNotifyView, JobNoticeView
+from trainyard.schemas.users import UserView
+
+Reply = TypeVar("Reply")
+
+
+class NoticeCalls:
+    """Mixed into ``Client``: these use its ``_request`` and ``_parse``."""
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        raise NotImplementedError
+
+    def _parse(self, shape: type[Reply] | TypeAdapter[Reply], content: bytes) -> Reply:
+        raise NotImplementedError
+
+    # ``name`` None is the caller.
+
+    def _me(self, name: str | None) -> str:
+        return name if name is not None else self._parse(UserView, self._request("GET", "/me").content).name
+
+    def account_notify(self, name: str | None = None) -> AccountNotifyView:
+        return self._parse(AccountNotifyView, self._request("GET", f"/users/{_seg(self._me(name))}/notify").content)
+
+    def set_account_notify(self, on: list[str], *, email: bool = True, webhook: str | None = None,
+                           name: str | None = None) -> AccountNotifyView:
+        """The default for jobs whose file has no ``notify`` (``on=[]`` clears it)."""
+        body = {"on": on, "email": email, "webhook": webhook}
+        return self._parse(AccountNotifyView, self._request("PUT", f"/users/{_seg(self._me(name))}/notify",
+                                                            json=body).content)
+
+    def set_email(self, address: str | None, *, name: str | None = None) -> AccountNotifyView:
+        """Where job notices are e-mailed (None: nowhere): your own, or (admin) anyone's."""
+        return self._parse(AccountNotifyView, self._request("PUT", f"/users/{_seg(self._me(name))}/email",
+                                                            json={"email": address}).content)
+
+    def job_notices(self, job_id: int) -> list[JobNoticeView]:
+        return self._parse(TypeAdapter(list[JobNoticeView]), self._request("GET", f"/jobs/{job_id}/notices").content)
