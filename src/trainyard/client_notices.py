@@ -30,6 +30,7 @@ class NoticeCalls:
         return name if name is not None else self._parse(UserView, self._request("GET", "/me").content).name
 
     def account_notify(self, name: str | None = None) -> AccountNotifyView:
+        """An account's default job notices and e-mail address (yours; an admin: anyone's)."""
         return self._parse(AccountNotifyView, self._request("GET", f"/users/{_seg(self._me(name))}/notify").content)
 
     def set_account_notify(self, on: list[str], *, email: bool = True, webhook: str | None = None,
@@ -45,4 +46,5 @@ class NoticeCalls:
                                                             json={"email": address}).content)
 
     def job_notices(self, job_id: int) -> list[JobNoticeView]:
+        """The notices a job's events made: each one's event, channel, state and last error."""
         return self._parse(TypeAdapter(list[JobNoticeView]), self._request("GET", f"/jobs/{job_id}/notices").content)

@@ -121,8 +121,13 @@ def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path
     named = document.get("workdir") if isinstance(document, Mapping) else None
     if not isinstance(named, str) or is_digest(named):
         return None
-    base = path.parent if path is not None else Path.cwd()
-    return base / Path(named).expanduser()
+    base = (path.parent if path is not None else Path.cwd()).resolve()
+    folder = (base / named).resolve()
+    if named.startswith(("/", "~")) or not folder.is_relative_to(base):
+        # A job file from someone else must not make `yard submit` send ~/.ssh or /etc.
+        raise UsageError(f"the job file's workdir {named!r} is not a folder beside it (a relative path below the "
+                         f"job file's folder, {base}); to send another folder say so: --workdir DIR")
+    return folder
 
 
 def workdir_digest(client: Client, job_file: object, workdir: str | os.PathLike[str] | None) -> str | None:

@@ -51,3 +51,19 @@ def test_a_link_out_of_the_folder_and_a_fifo_are_refused_and_too_big_names_the_b
     with pytest.raises(WorkdirError) as caught:
         pack(tmp_path, max_bytes=1 << 20)
     assert caught.value.biggest[0] == ("huge.bin", 8 << 30) and "huge.bin" in str(caught.value)
+
+
+@pytest.mark.parametrize("named", ["/etc", "~/.ssh", "../../..", "proj/../..", "link-out"])
+def test_a_job_files_workdir_never_names_a_folder_outside_the_job_files_own(tmp_path: Path, named: str) -> None:
+    from trainyard.client_errors import UsageError
+    from trainyard.client_workdir import folder_for
+
+    (tmp_path / "repo" / "proj").mkdir(parents=True)
+    os.symlink("/root", tmp_path / "repo" / "link-out")
+    job = tmp_path / "repo" / "job.yaml"
+    job.write_text(f"workdir: {named}\nname: j\n")
+    with pytest.raises(UsageError, match="not a folder beside it"):
+        folder_for(str(job), None)
+    job.write_text("workdir: proj\nname: j\n")
+    assert folder_for(str(job), None) == (tmp_path / "repo" / "proj").resolve()
+    assert folder_for(str(job), "/anywhere/I/say") == Path("/anywhere/I/say")  # said on the command line

@@ -13,7 +13,7 @@ import pytest
 from trainyard.client_workdir import pack
 from trainyard.core.clock import FakeClock
 from trainyard.services import workdirs
-from trainyard.services.errors import Invalid, NotFound
+from trainyard.services.errors import Invalid, NotFound, TooMany
 from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.rows import WorkdirRow
 
@@ -70,7 +70,7 @@ def test_unused_uploads_are_swept_after_a_day_and_a_jobs_stays(make_world, tmp_p
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "x.py").write_text("print(2)\n")
     unused = upload(world, tmp_path / "b", store)
-    world.submit(JOB.format(digest=used, out=tmp_path))
+    job_id = world.submit(JOB.format(digest=used, out=tmp_path))
     clock.advance(timedelta(days=2).total_seconds())
     with world.db.session() as s:
         workdirs.sweep(s, store, clock)
@@ -80,3 +80,26 @@ def test_unused_uploads_are_swept_after_a_day_and_a_jobs_stays(make_world, tmp_p
     with world.db.session() as s:
         store.remove_except(workdirs.workdir_queries.digests_in_use(s), settled_seconds=0)
     assert store.path(used).exists() and not store.path(unused).exists()
+    # Its job ended: kept a week for a clone, then forgotten.
+    world.stop(job_id)
+    world.drive(job_id, advance=1.0)
+    clock.advance(timedelta(days=6).total_seconds())
+    with world.db.session() as s:
+        workdirs.sweep(s, store, clock)
+        assert {row.digest for row in s.query(WorkdirRow)} == {used}
+    clock.advance(timedelta(days=2).total_seconds())
+    with world.db.session() as s:
+        workdirs.sweep(s, store, clock)
+        assert s.query(WorkdirRow).count() == 0
+
+
+def test_one_users_uploads_are_bounded_together(make_world, tmp_path: Path) -> None:
+    store = WorkdirStore(tmp_path / "workdirs", user_max_bytes=1500)
+    world = make_world(gpus=1, workdirs=store, users=("alice",))
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.bin").write_bytes(name.encode() * 1000)
+    first = upload(world, tmp_path / "a", store)
+    assert upload(world, tmp_path / "a", store) == first  # the same again: nothing more held
+    with pytest.raises(TooMany, match="keeps 0 MiB of working directories"):
+        upload(world, tmp_path / "b", store)

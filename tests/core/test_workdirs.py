@@ -84,3 +84,45 @@ def test_too_big_names_the_biggest_files_and_garbage_is_not_an_archive() -> None
     assert "model.pt (300 bytes)" in str(caught.value)
     with pytest.raises(WorkdirError, match="not a readable tar archive"):
         read_archive(io.BytesIO(b"PK\x03\x04 a zip, not a tar"), max_bytes=1 << 20)
+
+
+def _declared_header(kind: bytes, size: int) -> bytes:
+    """A tar header of type ``kind`` declaring ``size`` bytes to follow (that never do)."""
+    info = tarfile.TarInfo("././@PaxHeader" if kind == tarfile.XHDTYPE else "././@LongLink")
+    info.type, info.size = kind, size
+    return info.tobuf(format=tarfile.GNU_FORMAT)
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.GNUTYPE_LONGNAME])
+def test_an_extended_header_declaring_a_gigabyte_is_refused_before_it_is_read(kind: bytes) -> None:
+    # A few kilobytes of gzip that tar would have read into memory whole, at the size declared.
+    bomb = gzip.compress(_declared_header(kind, 1 << 30) + bytes(1 << 20))
+    with pytest.raises(WorkdirError, match="extended tar header of 1073741824 bytes"):
+        read_archive(io.BytesIO(bomb), max_bytes=1 << 20)
+
+
+def test_sparse_files_bzip2_and_long_link_targets_are_refused() -> None:
+    sparse = tarfile.TarInfo("holes")
+    sparse.type = tarfile.GNUTYPE_SPARSE
+    with pytest.raises(WorkdirError, match="sparse"):
+        read_archive(io.BytesIO(gzip.compress(sparse.tobuf(format=tarfile.GNU_FORMAT) + bytes(1024))),
+                     max_bytes=1 << 20)
+    plain = archive(member("f", data=b"x"), compress=False).getvalue()
+    import bz2
+
+    with pytest.raises(WorkdirError, match="not a readable tar archive"):
+        read_archive(io.BytesIO(bz2.compress(plain)), max_bytes=1 << 20)
+    assert read_archive(io.BytesIO(plain), max_bytes=1 << 20).files == 1  # a plain tar is taken
+    with pytest.raises(WorkdirError, match="longer than 4095 bytes"):
+        canonical([Entry("l", target="a/" * 3000)], max_bytes=1 << 20)
+
+
+@pytest.mark.parametrize(("links", "says"), [
+    ({"lnk": ".", "esc": "lnk/.."}, "leaves the working directory through"),
+    ({"d/lnk": "..", "d/esc": "lnk/.."}, "leaves the working directory through"),
+    ({"a": "b", "b": "a"}, "a loop of symlinks"),
+])
+def test_links_that_leave_through_other_links_or_loop_are_refused(links: dict[str, str], says: str) -> None:
+    with pytest.raises(WorkdirError, match=says):
+        canonical([Entry(name, target=target) for name, target in links.items()], max_bytes=1 << 20)
+    assert canonical([Entry("lnk", target="."), Entry("ok", target="lnk/x")], max_bytes=1 << 20).files == 0

@@ -6,6 +6,7 @@ rule and stopped by the admin from the home page."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -59,7 +60,13 @@ def test_watch_a_distributed_job_run_and_succeed_and_read_its_log(server: Server
     dialogs = dialogs_of(page)
     admin = server.admin()
     job_id = admin.submit(distributed_job(gates), content_type="application/json").id
-    sign_in_with_token(page, server, admin_token(server), f"/jobs/{job_id}")
+    # A job that waits for it (issue 31): its page names the job it waits for, and how that stands.
+    after = admin.submit({"name": "after", "dependencies": {"afterok": [job_id]},
+                          "taskRoles": {"main": {"commands": ["true"]}}}).id
+    sign_in_with_token(page, server, admin_token(server), f"/jobs/{after}")
+    waiting = re.compile(rf"afterok job {job_id} \((WAITING|RUNNING), waiting\)")
+    page.locator("#job-dependencies", has_text=waiting).wait_for()
+    page.goto(f"{server.url}/jobs/{job_id}")
     state = page.locator("#job-state-name")
     state.filter(has_text="RUNNING").wait_for()
     assert page.locator("table.tasks tbody tr").count() == 3  # main/0, helper/0, helper/1
@@ -114,6 +121,10 @@ def test_watch_a_distributed_job_run_and_succeed_and_read_its_log(server: Server
     with page.expect_download() as download:
         page.locator("#file-download").click()
     assert Path(download.value.path()).read_text() == SCRIPT + "\n"
+    page.goto(f"{server.url}/jobs/{after}")
+    page.locator("#job-dependencies", has_text=f"afterok job {job_id} (SUCCEEDED, met)").wait_for()
+    page.locator("#job-dependencies a").click()
+    page.wait_for_url(f"{server.url}/jobs/{job_id}")
     page.goto(f"{server.url}/jobs/{job_id}")  # the screenshot is the job's page
     page.locator("#charts figure").first.wait_for()
     assert not dialogs, dialogs

@@ -88,4 +88,4 @@ def test_the_sdk_pages_example_runs_as_written(server: Server) -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("SUCCEEDED ") and "Hello from Trainyard job" in ran.stdout
-    assert [j.name for j in server.admin().jobs().items] == ["hello-again", "hello-world"]
+    assert [j.name for j in server.admin().jobs().items] == ["hello-again", "hello-world", "hello-world"]

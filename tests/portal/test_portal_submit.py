@@ -397,3 +397,23 @@ def test_a_working_directory_archive_is_sent_with_the_job_and_a_hostile_one_is_r
     refused = client.post("/submit/workdir", data=form,
                           files={"workdir_archive": ("evil.tar.gz", hostile.getvalue(), "application/gzip")})
     assert "outside the working directory" in refused.text and "workdir:" not in FormValues(refused.text).values["yaml"]
+
+
+def test_a_form_is_bounded_before_it_is_parsed_and_a_chunked_one_is_refused(api: Api) -> None:
+    client = signed_in(api, "alice")
+    _, csrf = page_of(client)
+
+    def chunks():
+        yield f"csrf={csrf}&yaml=".encode()
+        yield b"x" * 1024
+
+    chunked = client.post("/submit/check", content=chunks(),
+                          headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert chunked.status_code == 411
+    big = b"csrf=" + csrf.encode() + b"&yaml=" + b"x" * (3 << 20)
+    assert client.post("/submit/check", content=big,
+                       headers={"Content-Type": "application/x-www-form-urlencoded"}).status_code == 413
+    upload = b"--b\r\nContent-Disposition: form-data; name=\"workdir_archive\"; filename=\"a.tgz\"\r\n\r\n" + \
+        bytes(api.ctx.workdirs.max_bytes + (api.ctx.workdirs.max_bytes >> 3) + (8 << 20)) + b"\r\n--b--\r\n"
+    assert client.post("/submit/workdir", content=upload,
+                       headers={"Content-Type": "multipart/form-data; boundary=b"}).status_code == 413

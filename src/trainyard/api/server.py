@@ -310,7 +310,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         set_mount_roots(session, settings.storage_mount_roots)  # checked by the settings
     backend = build_backend(settings, cluster)
     policy = session_policy(settings, backend)
-    workdirs = WorkdirStore(settings.home.absolute() / "workdirs", max_bytes=settings.workdir_max_mb << 20)
+    workdirs = WorkdirStore(settings.home.absolute() / "workdirs", max_bytes=settings.workdir_max_mb << 20,
+                            user_max_bytes=settings.workdir_user_max_mb << 20)
     controller = Controller(
         db, backend, clock, interval=settings.schedule_interval_seconds, config=config,
         job_dir_retention_seconds=settings.job_dir_retention_seconds, monitor_retention=settings.retention,

@@ -189,7 +189,9 @@ def publish_file(path: Path, data: bytes, owner: tuple[int, int] | None) -> None
             if owner is not None:
                 os.fchown(fd, *owner)
             os.fchmod(fd, PUBLISHED_MODE)
-            os.write(fd, data)
+            view = memoryview(data)
+            while view:  # one write(2) stops short of 2 GiB
+                view = view[os.write(fd, view):]
         finally:
             os.close(fd)
         os.replace(tmp, path)

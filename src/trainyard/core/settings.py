@@ -316,6 +316,12 @@ class Settings(BaseSettings):
         "in MiB of files unpacked; a bigger one is refused at submit, naming its biggest files. Uploads are "
         "kept under <home>/workdirs, once per content",
     )
+    workdir_user_max_mb: int = Field(
+        default=1024, ge=1,
+        description="What one user's uploaded working directories may hold together, in MiB; an upload past it "
+        "is refused (429). One goes a day after it was sent if no job runs in it, and a week after the last job "
+        "in it ended",
+    )
     max_waiting_jobs_per_user: int | None = Field(
         default=DEFAULT_MAX_WAITING_JOBS_PER_USER, ge=1,
         description="The most jobs one user may have waiting at once; a submit past it is refused (429); "

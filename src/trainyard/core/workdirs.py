@@ -33,12 +33,15 @@ import tarfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, Any, cast
 
 # The time every member carries (1980-01-01, the oldest a zip can hold): a folder's hash must
 # not change because a checkout touched its files.
 FIXED_MTIME = 315532800
 MAX_NAME_BYTES = 1024
+MAX_LINK_BYTES = 4095  # PATH_MAX less its NUL
+MAX_HEADER_BYTES = 64 << 10  # a PAX or GNU long-name header: a long name, never megabytes
+PER_MEMBER_BYTES = 4096  # a member's header, an extended header of a long name, padding
 MAX_DEPTH = 64
 DEFAULT_MAX_FILES = 20_000
 HASH_PREFIX = "sha256:"
@@ -111,6 +114,8 @@ def check_name(name: str) -> str:
 
 def check_link(name: str, target: str) -> str:
     """A symlink's target, if it stays inside the folder (relative to the link's folder)."""
+    if len(target.encode("utf-8", "surrogateescape")) > MAX_LINK_BYTES:
+        raise WorkdirError(f"{name!r}: a symlink whose target is longer than {MAX_LINK_BYTES} bytes", name)
     if not target or target.startswith("/") or _CONTROL.search(target):
         raise WorkdirError(f"{name!r}: a symlink to {target!r}, outside the working directory (absolute or "
                            "empty); copy the file in, or mount what it points to as a storage", name)
@@ -119,6 +124,33 @@ def check_link(name: str, target: str) -> str:
         raise WorkdirError(f"{name!r}: a symlink to {target!r}, which leaves the working directory; copy the "
                            "file in, or mount what it points to as a storage", name)
     return target
+
+
+def _stays_inside(name: str, links: dict[str, str]) -> None:
+    """Refuse a symlink that leaves the folder through the archive's other symlinks (``a ->
+    .`` and ``b -> a/..``), or that never resolves (a loop): each link checked alone cannot
+    tell."""
+    parts = [*name.split("/")[:-1], *links[name].split("/")]
+    resolved: list[str] = []
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not resolved:
+                raise WorkdirError(f"{name!r}: a symlink that leaves the working directory through the archive's "
+                                   "other symlinks", name)
+            resolved.pop()
+            continue
+        resolved.append(part)
+        here = "/".join(resolved)
+        if here in links:
+            hops += 1
+            if hops > 40:  # the kernel's own limit on links followed
+                raise WorkdirError(f"{name!r}: a loop of symlinks", name)
+            resolved.pop()
+            parts = [*links[here].split("/"), *parts]
 
 
 def canonical(entries: Iterable[Entry], *, max_bytes: int, max_files: int = DEFAULT_MAX_FILES) -> Canonical:
@@ -156,6 +188,9 @@ def canonical(entries: Iterable[Entry], *, max_bytes: int, max_files: int = DEFA
                 members[parent] = Entry(parent)
             elif above.data is not None or above.target is not None:
                 raise WorkdirError(f"{name!r}: below {parent!r}, which is not a folder", name)
+    links = {name: entry.target for name, entry in members.items() if entry.target is not None}
+    for name in links:
+        _stays_inside(name, links)
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in sorted(members):
@@ -177,17 +212,84 @@ def _add(tar: tarfile.TarFile, entry: Entry) -> None:
         tar.addfile(info, io.BytesIO(entry.data))
 
 
+class _Bounded(io.RawIOBase):
+    """A stream that ends the read (`WorkdirError`) past ``limit`` bytes, before reading
+    them: tar's headers declare sizes, and a header read whole at its declared size must not
+    hold gigabytes that a few kilobytes of gzip (or bzip2) stand for."""
+
+    def __init__(self, inner: IO[bytes], limit: int) -> None:
+        super().__init__()
+        self.inner, self.limit, self.total = inner, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        left = self.limit - self.total
+        if size is None or size < 0 or size > left:
+            size = left + 1  # one past the limit says that there is more
+        data = self.inner.read(size)
+        self.total += len(data)
+        if self.total > self.limit:
+            raise WorkdirError(f"the archive unpacks to more than {self.limit} bytes (files, headers and "
+                               "padding), more than this cluster takes; leave big files out with a .yardignore")
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+class _CheckedInfo(tarfile.TarInfo):
+    """A member's header, refused before tar reads what it declares: an extended header
+    (PAX, GNU long name or link) over ``MAX_HEADER_BYTES``, and every form of sparse file."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:
+        extended = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                    tarfile.SOLARIS_XHDTYPE)
+        if self.type in extended and self.size > MAX_HEADER_BYTES:
+            raise WorkdirError(f"an extended tar header of {self.size} bytes, more than {MAX_HEADER_BYTES}; "
+                               "pack the folder with `yard submit` or a plain `tar czf`")
+        if self.type == tarfile.GNUTYPE_SPARSE:
+            raise _sparse()
+        return super()._proc_member(tarfile_)  # type: ignore[misc, no-any-return]
+
+    def _proc_gnusparse_00(self, *args: Any) -> None:
+        raise _sparse()
+
+    def _proc_gnusparse_01(self, *args: Any) -> None:
+        raise _sparse()
+
+    def _proc_gnusparse_10(self, *args: Any) -> None:
+        raise _sparse()
+
+
+def _sparse() -> WorkdirError:
+    return WorkdirError("a sparse file in the archive; a working directory's files are sent whole")
+
+
 def read_archive(stream: IO[bytes], *, max_bytes: int, max_files: int = DEFAULT_MAX_FILES) -> Canonical:
-    """An uploaded archive (tar, gzip'd or not) made canonical, without extracting it."""
+    """An uploaded archive (a tar, gzip'd or not: nothing else) made canonical, without
+    extracting it, reading at most what ``max_bytes`` of files in ``max_files`` members take."""
     return canonical(_members(stream, max_bytes=max_bytes, max_files=max_files),
                      max_bytes=max_bytes, max_files=max_files)
+
+
+def _opened(stream: IO[bytes], limit: int) -> IO[bytes]:
+    """The archive's tar bytes, bounded: gunzipped when it is gzip's, as it is otherwise."""
+    head = stream.read(2)
+    stream.seek(0)
+    inner = cast(IO[bytes], gzip.GzipFile(fileobj=stream, mode="rb")) if head == b"\x1f\x8b" else stream
+    return io.BufferedReader(_Bounded(inner, limit), buffer_size=64 << 10)
 
 
 def _members(stream: IO[bytes], *, max_bytes: int, max_files: int) -> Iterator[Entry]:
     read = 0
     count = 0
+    limit = max_bytes + max_files * PER_MEMBER_BYTES + (1 << 20)
     try:
-        with tarfile.open(fileobj=stream, mode="r|*") as tar:
+        with tarfile.open(fileobj=_opened(stream, limit), mode="r|", tarinfo=_CheckedInfo) as tar:
             for info in tar:
                 count += 1
                 if count > max_files:

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from trainyard.services import account_actions, sign_in_limits, web_sessions
 from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.store.rows import UserRow, WebSessionRow
+from trainyard.web.bodies import MAX_JOB_FILE_BYTES
 from trainyard.web.callers import COOKIE, CSRF_FIELD, CSRF_HEADER, same_origin
 from trainyard.web.context import AppContext, context
 
@@ -69,12 +70,33 @@ async def admin_viewer(found: Viewer = Depends(viewer)) -> Viewer:
     return found
 
 
+# The most a page's form may post: a job file twice over (the Submit page's YAML and its
+# form), except where it carries a working directory's archive (``/submit/workdir``).
+FORM_MAX_BYTES = 2 * MAX_JOB_FILE_BYTES + (256 << 10)
+UPLOAD_PATHS = frozenset({"/submit/workdir"})
+
+
+def bounded_form(request: Request) -> None:
+    """Refuse a form whose declared length is past what its page takes (413), or that
+    declares none (411: a chunked body would be read without a bound)."""
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit():
+        raise HTTPException(411, "a form must declare its Content-Length")
+    limit = FORM_MAX_BYTES
+    if request.url.path in UPLOAD_PATHS:
+        store = context(request).workdirs
+        limit += store.max_bytes + (store.max_bytes >> 3) + (4 << 20)
+    if int(declared) > limit:
+        raise HTTPException(413, f"the form is larger than {limit >> 20} MiB, more than this page takes")
+
+
 async def checked(request: Request, found: Viewer = Depends(viewer)) -> Viewer:
     """The viewer of a state-changing request that carries its session's secret (form field
     ``csrf`` or header ``X-CSRF-Token``) and comes from this server's own pages."""
     offered = request.headers.get(CSRF_HEADER)
     if offered is None and request.headers.get("content-type", "").startswith(
             ("application/x-www-form-urlencoded", "multipart/form-data")):
+        bounded_form(request)  # before a byte of it is parsed (and its files spooled to disk)
         form = await request.form()
         value = form.get(CSRF_FIELD)
         offered = value if isinstance(value, str) else None

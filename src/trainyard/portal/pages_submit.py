@@ -86,8 +86,9 @@ class Editor:
 
 
 async def _posted(request: Request, upload_limit: int = 0) -> FormData:
-    """The posted form; up to ``upload_limit`` bytes more when it carries a file (the
-    working directory's archive), else no more than a job file."""
+    """The posted form (its length already bounded by the CSRF check, ``auth.bounded_form``);
+    up to ``upload_limit`` bytes more when it carries a file (the working directory's
+    archive), else no more than a job file."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > 2 * MAX_JOB_FILE_BYTES + upload_limit:
         if upload_limit:

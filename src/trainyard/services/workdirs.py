@@ -6,12 +6,16 @@ the server reads), once per content: a second owner sending the same folder, or 
 owner again, adds a row and no file. A job may run in an upload of its owner's only (an
 admin may name anyone's: a clone of their job); another user's digest is "no such upload",
 whether or not it exists. Uploads no job runs in are forgotten after a day, and an archive
-no row holds any more is removed (``sweep``); a job's upload stays as long as the job does.
+no row holds any more is removed (``sweep``); a job's upload stays while the job waits or
+runs, and a week after it ended (so that it can be cloned). One user's uploads together hold
+at most ``user_max_bytes``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -24,15 +28,19 @@ from sqlalchemy.orm import Session
 from trainyard.core.clock import Clock
 from trainyard.core.workdirs import HASH_PREFIX, Canonical, WorkdirError, is_digest, read_archive
 from trainyard.schemas.workdirs import WorkdirView
-from trainyard.services.errors import Invalid, NotFound
+from trainyard.services.errors import Invalid, NotFound, TooMany
 from trainyard.store.queries import workdirs as workdir_queries
 from trainyard.store.rows import UserRow, WorkdirRow
 
 if TYPE_CHECKING:
     from trainyard.services.server import Server
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_BYTES = 64 << 20
+DEFAULT_USER_MAX_BYTES = 1 << 30
 UNUSED_KEEP = timedelta(days=1)  # an upload waits this long for the job that will run in it
+ENDED_KEEP = timedelta(days=7)  # and is kept this long after the last job in it ended (for a clone)
 
 
 @dataclass(frozen=True)
@@ -41,6 +49,7 @@ class WorkdirStore:
 
     root: Path
     max_bytes: int = DEFAULT_MAX_BYTES
+    user_max_bytes: int = DEFAULT_USER_MAX_BYTES  # what one user's uploads may hold together
 
     def path(self, digest: str) -> Path:
         if not is_digest(digest):
@@ -77,12 +86,14 @@ class WorkdirStore:
         for name in names:
             path = self.root / name
             try:
-                young = path.stat().st_mtime > settled
-            except FileNotFoundError:
-                continue
-            if not young and (name.startswith(".upload-") or name.removesuffix(".tar.gz") not in keep):
-                path.unlink(missing_ok=True)
-                removed += 1
+                info = path.lstat()
+                if not stat.S_ISREG(info.st_mode) or info.st_mtime > settled:
+                    continue  # not ours to remove, or sent again a moment ago
+                if name.startswith(".upload-") or name.removesuffix(".tar.gz") not in keep:
+                    path.unlink()
+                    removed += 1
+            except OSError as exc:  # one bad entry must not stop the sweep
+                log.warning("working directories: cannot remove %s: %s", path, exc)
         return removed
 
 
@@ -99,9 +110,16 @@ def receive(session: Session, owner: UserRow, stream: IO[bytes], store: WorkdirS
         details = [{"path": f"<archive>/{exc.member}" if exc.member else "<archive>", "message": str(exc)}]
         details += [{"path": f"<archive>/{name}", "message": f"{size} bytes"} for name, size in exc.biggest]
         raise Invalid(f"the working directory cannot be used: {exc}", details=details) from None
-    store.keep(archive)
     row = workdir_queries.owned(session, owner.id, archive.digest)
-    if row is None:
+    if row is None and (held := workdir_queries.bytes_held(session, owner.id)) + archive.size > store.user_max_bytes:
+        raise TooMany(f"{owner.name} keeps {held >> 20} MiB of working directories and this one is "
+                      f"{archive.size >> 20} MiB more, past this cluster's {store.user_max_bytes >> 20} MiB per user "
+                      "(workdir_user_max_mb); one goes a day after it was sent if no job runs in it, and a week "
+                      "after the last job in it ended", details=[{"path": "<archive>", "message": "past the limit"}])
+    store.keep(archive)
+    if row is not None:
+        row.created_at = clock.now()  # sent again: kept again from now
+    else:
         row = WorkdirRow(owner_id=owner.id, digest=archive.digest, size_bytes=archive.size, files=archive.files,
                          created_at=clock.now())
         session.add(row)
@@ -109,9 +127,14 @@ def receive(session: Session, owner: UserRow, stream: IO[bytes], store: WorkdirS
     return view(row)
 
 
-def describe(session: Session, viewer: UserRow, digest: str) -> WorkdirView:
-    """``viewer``'s upload of this content (404 if they have none)."""
-    return view(usable(session, viewer, digest, path="digest"))
+def describe(session: Session, viewer: UserRow, digest: str, store: WorkdirStore, clock: Clock) -> WorkdirView:
+    """``viewer``'s upload of this content (404 if they have none, or its archive is gone).
+    A client asks this before it submits instead of sending the folder again: the upload is
+    kept again from now, so that the sweep leaves it until the job comes."""
+    row = usable(session, viewer, digest, path="digest", store=store)
+    row.created_at = clock.now()
+    os.utime(store.path(digest))
+    return view(row)
 
 
 def usable(session: Session, user: UserRow, digest: str, *, path: str = "workdir", clock: Clock | None = None,
@@ -137,8 +160,10 @@ def usable(session: Session, user: UserRow, digest: str, *, path: str = "workdir
 
 
 def sweep(session: Session, store: WorkdirStore, clock: Clock) -> int:
-    """Forget uploads no job runs in after a day, and remove archives no upload holds."""
-    workdir_queries.forget_unused(session, clock.now() - UNUSED_KEEP)
+    """Forget uploads no job runs in after a day (a week after the last job in one ended),
+    and remove archives no upload holds."""
+    now = clock.now()
+    workdir_queries.forget_unused(session, now - UNUSED_KEEP, ended_before=now - ENDED_KEEP)
     return store.remove_except(workdir_queries.digests_in_use(session))
 
 
@@ -151,4 +176,4 @@ def upload(server: Server, user: UserRow, stream: IO[bytes]) -> WorkdirView:
 def shown(server: Server, user: UserRow, digest: str) -> WorkdirView:
     """``GET /workdirs/{digest}``: `describe`."""
     with server.db.session() as session:
-        return describe(session, user, digest)
+        return describe(session, user, digest, server.workdirs, server.clock)

@@ -55,7 +55,7 @@ IdempotencyKey = Annotated[str | None, Header(alias=idempotency.HEADER, descript
 
 @router.post("", status_code=201, openapi_extra=JOB_FILE_BODY, response_model=None,
              responses={201: {"model": SubmitResult}, 200: {"model": DryRunResult, "description": "Dry run"},
-                        **errors(401, 403, 413, 422)})
+                        **errors(401, 403, 404, 413, 422)})
 async def submit_job(
     request: Request,
     user: User,
