@@ -41,6 +41,10 @@ def test_submit_from_the_project_folder_sends_it_once_per_content(yard, api, tmp
     digest = json.loads(shown)["spec"]["workdir"]
     assert digest.startswith("sha256:")
     stored = list(api.ctx.workdirs.root.iterdir())
+    code, out, err = yard("clone", str(job_id))  # a clone runs in the same folder, sent once
+    assert code == 0, err
+    clone_id = int(out.split()[2])
+    assert json.loads(yard("job", str(clone_id), "--json")[1])["workdir"]["digest"] == digest
     code, out, err = yard("submit", "job.yaml")  # the same content: no second file
     assert code == 0 and list(api.ctx.workdirs.root.iterdir()) == stored
     monkeypatch.chdir(tmp_path)
@@ -85,3 +89,15 @@ def test_a_hostile_archive_is_422_naming_the_member_and_a_big_folder_is_refused_
         f.truncate(api.ctx.workdirs.max_bytes + 1)
     code, out_text, err = yard("submit", str(project / "job.yaml"), "--workdir", str(project))
     assert code != 0 and "model.pt" in err and "limit" in err
+
+
+def test_every_job_of_a_sweep_runs_in_the_folder_sent_once(yard, api, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    project = folder(tmp_path / "proj")
+    (project / "job.yaml").write_text("sweep: {grid: {lr: [0.1, 0.2]}}\n" + JOB)
+    monkeypatch.chdir(project)
+    code, out, err = yard("submit", "job.yaml")
+    assert code == 0 and "working directory ./" in err, err
+    digests = {json.loads(yard("job", str(job.id), "--json")[1])["workdir"]["digest"]
+               for job in api.sdk(api.user_token).jobs().items}
+    assert len(digests) == 1 and len(list(api.ctx.workdirs.root.iterdir())) == 1
