@@ -16,7 +16,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pathspec
 import yaml
 
 from trainyard.client_errors import TrainyardError, UsageError
@@ -25,6 +24,8 @@ from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, i
 from trainyard.schemas.workdirs import WorkdirLimits, WorkdirView
 
 if TYPE_CHECKING:
+    import pathspec
+
     from trainyard.client import Client
 
 IGNORE_FILES = (".gitignore", ".yardignore")
@@ -51,6 +52,8 @@ def pack(folder: Path, *, max_bytes: int, max_files: int | None = None) -> Canon
 
 
 def _spec(folder: Path, name: str) -> pathspec.GitIgnoreSpec | None:
+    import pathspec  # only a submit that sends a folder pays for it, not every `yard` command
+
     try:
         text = (folder / name).read_text(encoding="utf-8", errors="replace")
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):

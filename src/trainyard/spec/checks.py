@@ -11,7 +11,6 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainyard.core.selectors import SelectorError, compile_selector
 from trainyard.spec.errors import FieldError, join_path, show
 from trainyard.spec.placeholders import (
     RenderBudget,
@@ -121,6 +120,10 @@ def semantic_errors(spec: JobSpec) -> list[FieldError]:
 def _selector_errors(spec: JobSpec) -> Iterator[FieldError]:
     """Each role's resource expression, checked as the scheduler will run it: syntax (with
     line, column and a caret), names, attributes and types (``core/selectors.py``)."""
+    # CEL's parser (lark) costs ~50 ms to import: only a job file with an expression pays it,
+    # not every module (the CLI's) that reads an image reference's pattern from here.
+    from trainyard.core.selectors import SelectorError, compile_selector
+
     for name, role in spec.taskRoles.items():
         source = role.resourcePerInstance.selector
         if source is None:
