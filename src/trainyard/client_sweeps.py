@@ -3,6 +3,7 @@ list, show, follow, stop and clone a sweep. ``/api/v1/sweeps`` on the server."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ import httpx
 
 from trainyard.client_errors import TrainyardError, UsageError, WaitTimeout
 from trainyard.client_input import JobFile, given, job_file_body
+from trainyard.client_workdir import workdir_digest
 from trainyard.schemas.sweeps import SweepDetail, SweepPage, SweepStopResult, SweepSummary
 
 Reply = TypeVar("Reply")
@@ -39,16 +41,20 @@ class SweepCalls:
 
     def submit_sweep(self, job_file: JobFile, *, content_type: str | None = None,
                      idempotency_key: str | None = None, retry_for: float = SUBMIT_RETRY_FOR,
+                     workdir: str | os.PathLike[str] | None = None,
                      on_retry: Callable[[TrainyardError, float], None] | None = None) -> SweepDetail:
         """Submit a job file with a ``sweep`` section (``{grid: {...}}`` or ``{list: [...]}``,
         optionally ``parallel`` and ``metric``): one job per point, all made or none. Taken
-        as `Client.submit` takes a job file, and made at most once as it is."""
+        as `Client.submit` takes a job file (``workdir`` too: every job runs in that folder),
+        and made at most once as it is."""
         try:
             content, media_type = job_file_body(job_file, content_type)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         headers = {"Content-Type": media_type, "Idempotency-Key": idempotency_key or str(uuid.uuid4())}
-        response = self._submitting("/sweeps", retry_for, on_retry, content=content, headers=headers)
+        sent = workdir_digest(self, job_file, workdir)  # type: ignore[arg-type]
+        response = self._submitting("/sweeps", retry_for, on_retry, content=content, headers=headers,
+                                    params=given(workdir=sent))
         return self._parse(SweepDetail, response.content)
 
     def sweeps(self, *, user: str | None = None, limit: int | None = None) -> Iterator[SweepSummary]:

@@ -20,7 +20,7 @@ import yaml
 
 from trainyard.client_errors import TrainyardError, UsageError
 from trainyard.client_input import path_named
-from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, is_digest
+from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, is_digest, size_text
 from trainyard.schemas.workdirs import WorkdirLimits, WorkdirView
 
 if TYPE_CHECKING:
@@ -43,8 +43,9 @@ def pack(folder: Path, *, max_bytes: int, max_files: int | None = None) -> Canon
     total = sum(size for _, size in sizes)
     if total > max_bytes:  # said before reading a byte of them
         biggest = tuple(sorted(sizes, key=lambda s: (-s[1], s[0]))[:5])
-        raise WorkdirError(f"{folder}: {total} bytes of files to send, more than this cluster's limit of "
-                           f"{max_bytes}; the biggest: " + ", ".join(f"{n} ({s} bytes)" for n, s in biggest)
+        raise WorkdirError(f"{folder}: {size_text(total)} of files to send, more than this cluster's limit of "
+                           f"{size_text(max_bytes)}; the biggest: "
+                           + ", ".join(f"{n} ({size_text(s)})" for n, s in biggest)
                            + "; leave them out with a .yardignore, or put data in a storage", biggest=biggest)
     entries = (Entry(entry.name, data=path.read_bytes(), executable=entry.executable) if size is not None else entry
                for entry, path, size in found)
@@ -106,6 +107,26 @@ def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
                 raise WorkdirError(f"{name!r}: a device, FIFO or socket; leave it out with a .yardignore", name)
 
 
+def names_upload(job_file: object) -> bool:
+    """Whether the job file's own ``workdir`` names an upload (``sha256:…``) already."""
+    document = _document(job_file)
+    named = document.get("workdir") if isinstance(document, Mapping) else None
+    return isinstance(named, str) and is_digest(named)
+
+
+def _document(job_file: object) -> object:
+    """The job file as data (a path read, text parsed); None when it cannot be read."""
+    path = path_named(job_file)
+    try:
+        if path is not None:
+            return yaml.safe_load(path.read_text(encoding="utf-8"))
+        if isinstance(job_file, (str, bytes)):
+            return yaml.safe_load(job_file)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None  # the server says what is wrong with the file
+    return job_file
+
+
 def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path | None:
     """The folder a submit sends: ``workdir`` when given; else the job file's own ``workdir``
     (unless it already names an upload), relative to the job file's folder when the job file
@@ -113,14 +134,7 @@ def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path
     if workdir is not None:
         return Path(workdir).expanduser()
     path = path_named(job_file)
-    document: object = job_file
-    try:
-        if path is not None:
-            document = yaml.safe_load(path.read_text(encoding="utf-8"))
-        elif isinstance(job_file, (str, bytes)):
-            document = yaml.safe_load(job_file)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None  # the server says what is wrong with the file
+    document = _document(job_file)
     named = document.get("workdir") if isinstance(document, Mapping) else None
     if not isinstance(named, str) or is_digest(named):
         return None

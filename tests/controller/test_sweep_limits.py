@@ -33,6 +33,11 @@ def make_sweep(world: World, size: int, parallel: int) -> list[int]:
     return jobs
 
 
+def sweep_of(world: World, job_id: int) -> int:
+    with world.db.session() as s:
+        return s.query(SweepMemberRow).filter_by(job_id=job_id).one().sweep_id
+
+
 def test_members_beyond_parallel_wait_with_the_reason_and_run_one_after_another(world: World) -> None:
     first, second, third = make_sweep(world, 3, parallel=1)
     world.cycle()
@@ -41,6 +46,8 @@ def test_members_beyond_parallel_wait_with_the_reason_and_run_one_after_another(
         job = world.job(waiting)
         assert (job.state, job.pending_reason) == ("WAITING", "SWEEP_LIMIT"), world.explain(waiting)
         assert "parallel: 1" in (job.pending_message or "")
+    world.controller.run_once()  # the next cycle, unwoken: the others say the first runs
+    assert [world.job(j).pending_short for j in (second, third)] == [f"sweep {sweep_of(world, first)}: 1/1 running"] * 2
     ended = [world.drive(j) for j in (first, second, third)]
     assert [j.state for j in ended] == ["SUCCEEDED"] * 3
     for earlier, later in zip(ended, ended[1:], strict=False):

@@ -81,7 +81,7 @@ def test_too_big_names_the_biggest_files_and_garbage_is_not_an_archive() -> None
         canonical([Entry("small", b"x"), Entry("model.pt", bytes(300)), Entry("data.bin", bytes(200))],
                   max_bytes=256)
     assert caught.value.biggest[:2] == (("model.pt", 300), ("data.bin", 200))
-    assert "model.pt (300 bytes)" in str(caught.value)
+    assert "model.pt (300 B)" in str(caught.value)
     with pytest.raises(WorkdirError, match="not a readable tar archive"):
         read_archive(io.BytesIO(b"PK\x03\x04 a zip, not a tar"), max_bytes=1 << 20)
 
@@ -126,3 +126,13 @@ def test_links_that_leave_through_other_links_or_loop_are_refused(links: dict[st
     with pytest.raises(WorkdirError, match=says):
         canonical([Entry(name, target=target) for name, target in links.items()], max_bytes=1 << 20)
     assert canonical([Entry("lnk", target="."), Entry("ok", target="lnk/x")], max_bytes=1 << 20).files == 0
+
+
+def test_tars_own_dot_slash_names_are_the_folders_own() -> None:
+    # `tar czf project.tar.gz -C project .`, as the portal's hint says to make one.
+    dotted = archive(member("./", tarfile.DIRTYPE), member("./train.py", data=b"x"), member("./pkg/", tarfile.DIRTYPE),
+                     member("./pkg/m.py", data=b"y"))
+    plain = canonical([Entry("train.py", b"x"), Entry("pkg/m.py", b"y")], max_bytes=1 << 20)
+    assert read_archive(dotted, max_bytes=1 << 20).digest == plain.digest
+    with pytest.raises(WorkdirError, match="'..'"):
+        read_archive(archive(member("./../x", data=b"x")), max_bytes=1 << 20)

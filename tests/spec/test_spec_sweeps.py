@@ -54,3 +54,18 @@ def test_every_problem_is_at_its_field() -> None:
     too_many = {"grid": {"a": list(range(sweeps.MAX_SWEEP_JOBS)), "b": [1, 2]}}
     assert paths(too_many) == ["sweep.grid"]
     assert paths({"list": [{}] * (sweeps.MAX_SWEEP_JOBS + 1)}) == ["sweep.list"]
+
+
+def test_a_sweep_name_close_to_a_parameter_the_file_declares_or_uses_is_refused_as_misspelt() -> None:
+    from trainyard.spec.errors import SpecError
+    from trainyard.spec.sweeps import split
+
+    with pytest.raises(SpecError) as refused:
+        split({"parameters": {"lr": 0.1, "epochs": 3}, "sweep": {"grid": {"lrr": [0.1, 0.2], "batch": [8]}}})
+    assert [(e.path, e.message) for e in refused.value.errors] == [
+        ("sweep.grid.lrr", "not a parameter of the job file; did you mean 'lr'? (its parameters: epochs, lr)")]
+    used = {"taskRoles": {"m": {"commands": ["train --seed <% $parameters.seed %>"]}}}
+    with pytest.raises(SpecError, match="did you mean 'seed'"):
+        split({**used, "sweep": {"list": [{"sed": 1}]}})
+    sweep, _ = split({**used, "sweep": {"list": [{"batch": 1}]}})  # a new name: read from TRAINYARD_SWEEP_PARAMS
+    assert sweep is not None and sweep.points == ({"batch": 1},)

@@ -105,7 +105,7 @@ def _workdir_to_send(args: argparse.Namespace, data: bytes) -> Path | None:
     """The folder `yard submit` sends with the job: --workdir; else the job file's own
     ``workdir`` (relative to the file); else the current folder when the job file is in it
     (a project folder); --no-workdir: none."""
-    from trainyard.client_workdir import folder_for  # packing needs pathspec and YAML: not for --help
+    from trainyard.client_workdir import folder_for, names_upload  # packing: not for --help
 
     if args.no_workdir:
         return None
@@ -113,6 +113,8 @@ def _workdir_to_send(args: argparse.Namespace, data: bytes) -> Path | None:
         return Path(args.workdir)
     if (named := folder_for(data if args.file == "-" else args.file, None)) is not None:
         return named
+    if names_upload(data):
+        return None  # the job file's own `workdir: sha256:…` (an exported job): it runs there
     if args.file != "-" and Path(args.file).resolve().parent == Path.cwd().resolve():
         return Path.cwd()
     return None

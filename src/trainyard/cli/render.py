@@ -60,6 +60,11 @@ def num(value: float) -> str:
     return f"{value:g}"
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 file``, ``3 files``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def size(count: int) -> str:
     """A byte count in binary units: ``512 B``, ``4.0 KiB``, ``1.3 GiB``."""
     if count < 1024:
@@ -147,7 +152,7 @@ def job_detail(job: JobDetail) -> str:
         f"  job dir:    {job_dir_text(job.jobDir, job.state)}",
     ]
     if job.workdir is not None:
-        lines.append(f"  workdir:    {job.workdir.digest[:19]}  {job.workdir.files} files, "
+        lines.append(f"  workdir:    {job.workdir.digest[:19]}  {plural(job.workdir.files, 'file')}, "
                      f"{size(job.workdir.sizeBytes)} (sent with the job; each task starts in a copy)")
     if job.borrowed:
         lines.insert(3, f"  borrowed:   {borrowed_text(job)}")

@@ -48,7 +48,7 @@ def sweep_document(data: bytes, flags: list[str], parallel: int | None) -> dict[
         section["grid"] = {**(section.get("grid") or {}), **grid_from_flags(flags)}
     if parallel is not None:
         section["parallel"] = parallel
-    if "grid" not in section and "list" not in section:
+    if "grid" not in section and "list" not in section and not has_section:
         raise ValueError("--parallel caps a sweep: give its values with --sweep NAME=V1,V2 or a sweep: section")
     return {**document, "sweep": section}
 
@@ -74,7 +74,7 @@ def submit(client: Client, args: argparse.Namespace, data: bytes, *, workdir: st
         render.print_json(sweep)
         return 0
     first, last = sweep.members[0].jobId, sweep.members[-1].jobId
-    print(f"submitted sweep {sweep.id} ({sweep.name}): {sweep.size} jobs, {first}..{last}"
+    print(f"submitted sweep {sweep.id} ({sweep.name}): {render.plural(sweep.size, 'job')}, {first}..{last}"
           + (f", at most {sweep.parallel} at once" if sweep.parallel else "")
           + f"; follow it with `yard sweep show {sweep.id} --watch`")
     return 0
@@ -96,7 +96,7 @@ def sweeps_table(items: list[SweepSummary]) -> str:
 
 def sweep_text(sweep: SweepDetail) -> str:
     metric = "-" if sweep.metric is None else ", ".join(f"{k}: {v}" for k, v in sweep.metric.items())
-    head = [f"sweep {sweep.id} ({sweep.name}) of {sweep.user}: {sweep.size} jobs, {_states(sweep)}",
+    head = [f"sweep {sweep.id} ({sweep.name}) of {sweep.user}: {render.plural(sweep.size, 'job')}, {_states(sweep)}",
             f"  parallel: {sweep.parallel or 'as many as fit'}    metric: {metric}"]
     rows = [[str(m.index), str(m.jobId), _params(m.params), str(m.state),
              m.metric if m.metric is not None else "-", m.pending.short or m.pending.reason if m.pending else ""]
@@ -132,5 +132,6 @@ def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         render.print_json(sweep)
     else:
-        print(f"submitted sweep {sweep.id} ({sweep.name}), a clone of sweep {args.id}: {sweep.size} jobs")
+        print(f"submitted sweep {sweep.id} ({sweep.name}), a clone of sweep {args.id}: "
+              f"{render.plural(sweep.size, 'job')}")
     return 0

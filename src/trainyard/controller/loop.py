@@ -253,6 +253,10 @@ class Controller:
         decisions = schedule(snapshot)
         if gate.waits or capped:
             decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
+        if capped and decisions.starts:
+            # A sweep's held jobs said how many of it ran before these started: say it again
+            # next cycle, not at the next full schedule.
+            self._dirty = True
         ports = {}
         no_ports: dict[int, str] = {}
         for start in decisions.starts:

@@ -88,6 +88,16 @@ class Canonical:
         return gzip.compress(self.tar, compresslevel=6, mtime=0)
 
 
+def size_text(count: int) -> str:
+    """A byte count as people read it: ``812 B``, ``4.0 KiB``, ``72.1 MiB``."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{count} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{count} B"
+
+
 def is_digest(text: str) -> bool:
     return _HASH.fullmatch(text) is not None
 
@@ -176,8 +186,8 @@ def canonical(entries: Iterable[Entry], *, max_bytes: int, max_files: int = DEFA
                                ".yardignore (or .gitignore)")
     biggest = tuple(sorted(sizes, key=lambda s: (-s[1], s[0]))[:5])
     if total > max_bytes:
-        raise WorkdirError(f"{total} bytes of files, more than this cluster's limit of {max_bytes}; the "
-                           "biggest: " + ", ".join(f"{n} ({s} bytes)" for n, s in biggest)
+        raise WorkdirError(f"{size_text(total)} of files, more than this cluster's limit of {size_text(max_bytes)}; "
+                           "the biggest: " + ", ".join(f"{n} ({size_text(s)})" for n, s in biggest)
                            + "; leave them out with a .yardignore, or put data in a storage", biggest=biggest)
     for name in list(members):
         parts = name.split("/")
@@ -295,7 +305,12 @@ def _members(stream: IO[bytes], *, max_bytes: int, max_files: int) -> Iterator[E
                 if count > max_files:
                     raise WorkdirError(f"more than {max_files} files and folders; leave generated files out with "
                                        "a .yardignore (or .gitignore)")
-                name = check_name(info.name)
+                relative = info.name
+                while relative.startswith("./"):  # `tar czf p.tgz -C project .` names them so
+                    relative = relative[2:]
+                if relative in ("", "."):
+                    continue  # the folder itself
+                name = check_name(relative)
                 if info.isdir():
                     yield Entry(name)
                 elif info.issym():

@@ -19,6 +19,7 @@ the last key varying fastest, as nested loops would.
 from __future__ import annotations
 
 import copy
+import difflib
 import itertools
 import json
 import re
@@ -34,6 +35,7 @@ MAX_PATTERN = 200
 ENV_ID = "TRAINYARD_SWEEP_ID"
 ENV_INDEX = "TRAINYARD_SWEEP_INDEX"
 ENV_PARAMS = "TRAINYARD_SWEEP_PARAMS"
+_PLACEHOLDER = re.compile(r"\$parameters\.([A-Za-z_][A-Za-z0-9_]*)")
 _KNOWN = ("grid", "list", "parallel", "metric")
 _PARAMETER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -65,7 +67,27 @@ def split(document: Any) -> tuple[Sweep | None, Any]:
     if not isinstance(document, dict) or SWEEP not in document:
         return None, document
     rest = {k: v for k, v in document.items() if k != SWEEP}
-    return parse(document[SWEEP]), rest
+    sweep = parse(document[SWEEP])
+    _refuse_misspelt(sweep, rest)
+    return sweep, rest
+
+
+def _refuse_misspelt(sweep: Sweep, rest: dict[str, Any]) -> None:
+    """A name the file neither declares in ``parameters`` nor uses in a placeholder, but that
+    is close to one it does (``lrr`` beside ``lr``), would run every job with the file's own
+    value: refused with the likely name. Other new names stay (a task may read them from
+    ``TRAINYARD_SWEEP_PARAMS``)."""
+    declared = rest.get("parameters")
+    known = {str(k) for k in declared} if isinstance(declared, dict) else set()
+    known |= set(_PLACEHOLDER.findall(json.dumps(rest, default=str)))
+    where = "grid" if "grid" in (sweep.section or {}) else "list"
+    problems = []
+    for name in sorted({name for point in sweep.points for name in point} - known):
+        if close := difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75):
+            problems.append(FieldError(f"{SWEEP}.{where}.{name}", f"not a parameter of the job file; did you mean "
+                                       f"{close[0]!r}? (its parameters: {', '.join(sorted(known))})"))
+    if problems:
+        raise SpecError(problems)
 
 
 def parse(section: Any) -> Sweep:

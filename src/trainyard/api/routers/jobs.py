@@ -49,6 +49,11 @@ IDEMPOTENCY_HELP = (
     "by default) gets the first answer again, status and body (the same job, marked `Idempotent-Replayed: "
     "true`), and makes nothing; the key with another request is 422. A dry run ignores it."
 )
+# The upload a job runs in (PUT /workdirs), in place of the job file's own `workdir`.
+WorkdirDigest = Annotated[str | None, Query(
+    pattern=r"^sha256:[0-9a-f]{64}$",
+    description="The working directory its tasks start in: an upload of yours (PUT /workdirs), in place of the "
+                "job file's `workdir` (which names the folder on the sender's machine)")]
 # Checked by idempotency.parse_key, which answers at the header's name as the field path.
 IdempotencyKey = Annotated[str | None, Header(alias=idempotency.HEADER, description=IDEMPOTENCY_HELP)]
 
@@ -62,10 +67,7 @@ async def submit_job(
     ctx: Ctx,
     dry_run: Annotated[bool, Query(alias="dryRun")] = False,
     idempotency_key: IdempotencyKey = None,
-    workdir: Annotated[str | None, Query(
-        pattern=r"^sha256:[0-9a-f]{64}$",
-        description="The working directory its tasks start in: an upload of yours (PUT /workdirs), in place "
-                    "of the job file's `workdir` (which names the folder on the sender's machine)")] = None,
+    workdir: WorkdirDigest = None,
 ) -> Response:
     """Submit a job; with ``dryRun=true`` only validate it and return the normalised job. With an
     ``Idempotency-Key``, a retry of the same submit answers the first job instead of making another."""

@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from trainyard.api.deps import current_user
 from trainyard.api.openapi import JOB_FILE_BODY, errors
-from trainyard.api.routers.jobs import IdempotencyKey, _answered, _media_type, _read_limited
+from trainyard.api.routers.jobs import IdempotencyKey, WorkdirDigest, _answered, _media_type, _read_limited
 from trainyard.schemas.sweeps import SweepDetail, SweepPage, SweepStopResult
 from trainyard.services import idempotency
 from trainyard.services import sweeps as sweep_service
@@ -28,15 +28,20 @@ Ctx = Annotated[AppContext, Depends(context)]
 
 
 @router.post("", status_code=201, openapi_extra=JOB_FILE_BODY, response_model=None,
-             responses={201: {"model": SweepDetail}, **errors(401, 403, 413, 422)})
-async def submit_sweep(request: Request, user: User, ctx: Ctx, idempotency_key: IdempotencyKey = None) -> Response:
+             responses={201: {"model": SweepDetail}, **errors(401, 403, 404, 413, 422)})
+async def submit_sweep(request: Request, user: User, ctx: Ctx, idempotency_key: IdempotencyKey = None,
+                       workdir: WorkdirDigest = None) -> Response:
     """Submit a job file with a ``sweep`` section: one job per point of its grid or list, all
-    made or none. With an ``Idempotency-Key``, a retry answers the first sweep again."""
+    made or none, each in the working directory ``workdir`` names (as for a job). With an
+    ``Idempotency-Key``, a retry answers the first sweep again."""
     key = idempotency.parse_key(idempotency_key)
     body = await _read_limited(request)
     media_type = _media_type(request)
-    keyed = Keyed(key, idempotency.fingerprint("POST", "/sweeps", media_type, {}, body))
+    keyed = Keyed(key, idempotency.fingerprint("POST", "/sweeps", media_type,
+                                               {} if workdir is None else {"workdir": workdir}, body))
     document = load_document(body, content_type="json" if media_type.endswith("json") else "yaml")
+    if workdir is not None and isinstance(document, dict):
+        document = {**document, "workdir": workdir}
     return _answered(await run_in_threadpool(sweep_service.submit, ctx, user, document, keyed))
 
 
