@@ -45,10 +45,6 @@ def test_submit_from_the_project_folder_sends_it_once_per_content(yard, api, tmp
     assert code == 0, err
     clone_id = int(out.split()[2])
     assert json.loads(yard("job", str(clone_id), "--json")[1])["workdir"]["digest"] == digest
-    (project / "exported.yaml").write_text(f"workdir: {digest}\n" + JOB)  # a job as the server shows it
-    code, out, err = yard("submit", "exported.yaml")  # from the folder: runs in the upload it names
-    assert code == 0 and "working directory" not in err, err
-    assert json.loads(yard("job", out.split()[2], "--json")[1])["workdir"]["digest"] == digest
     code, out, err = yard("submit", "job.yaml")  # the same content: no second file
     assert code == 0 and list(api.ctx.workdirs.root.iterdir()) == stored
     monkeypatch.chdir(tmp_path)
@@ -56,6 +52,11 @@ def test_submit_from_the_project_folder_sends_it_once_per_content(yard, api, tmp
     assert code == 0 and "working directory" not in err
     code, out, err = yard("submit", "proj/job.yaml", "--workdir", "proj")
     assert code == 0 and "working directory proj: 4 files" in err
+    monkeypatch.chdir(project)
+    (project / "exported.yaml").write_text(f"workdir: {digest}\n" + JOB)  # a job as the server shows it
+    code, out, err = yard("submit", "exported.yaml")  # from the folder: runs in the upload it names
+    assert code == 0 and "working directory" not in err, err
+    assert json.loads(yard("job", out.split()[2], "--json")[1])["workdir"]["digest"] == digest
 
 
 def test_the_job_files_workdir_is_relative_to_it_and_another_users_digest_is_refused(yard, api,
