@@ -187,3 +187,16 @@ def test_a_name_too_long_for_the_file_system_is_refused_not_an_error(tree: Path)
             read(tree, path)
         with pytest.raises(Refused, match="cannot be read"):
             list_dir(tree, split_path(path))
+
+
+def test_a_walk_lets_go_of_every_folder_it_passed_and_a_path_is_bounded_in_depth(tmp_path: Path) -> None:
+    deep = tmp_path.joinpath(*["a"] * 40)
+    deep.mkdir(parents=True)
+    (deep / "f").write_text("x")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        list_dir(tmp_path, ["a"] * 40)
+        assert read(tmp_path, "/".join(["a"] * 40 + ["f"])) == b"x"
+    assert len(os.listdir("/proc/self/fd")) == before
+    with pytest.raises(BadPath, match="more than 128 folders deep"):
+        split_path("/".join(["a"] * 129))

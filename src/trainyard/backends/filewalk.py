@@ -44,6 +44,7 @@ from pathlib import Path
 
 MAX_ENTRIES = 1000  # names read from one folder for a listing
 MAX_PATH_CHARS = 4096
+MAX_DEPTH = 128  # folders below the directory a path may name
 READ_BYTES = 256 << 10  # one read of a download
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -124,7 +125,10 @@ def split_path(path: str) -> list[str]:
         if part in ("", ".", ".."):
             raise BadPath(f"the path has a {part or 'empty'!r} part: give plain names separated by single "
                           "slashes, from the directory down (no `..`, no `.`)")
-    return [p for p in parts if p]
+    names = [p for p in parts if p]
+    if len(names) > MAX_DEPTH:
+        raise BadPath(f"the path is more than {MAX_DEPTH} folders deep")
+    return names
 
 
 def open_root(root: Path) -> int:
@@ -148,7 +152,9 @@ def open_dir(root: Path, names: list[str]) -> int:
     fd = open_root(root)
     try:
         for i, name in enumerate(names):
-            fd = _step(fd, name, "/".join(names[: i + 1]))
+            child = _step(fd, name, "/".join(names[: i + 1]))
+            os.close(fd)  # each folder's descriptor is let go once its child is open
+            fd = child
     except BaseException:
         os.close(fd)
         raise
