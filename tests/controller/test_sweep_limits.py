@@ -67,3 +67,15 @@ def test_a_sweep_without_a_cap_is_left_alone(world: World) -> None:
     assert [world.job(j).state for j in jobs] == ["RUNNING", "RUNNING"]
     for j in jobs:
         world.drive(j)
+
+
+
+def test_a_pattern_that_backtracks_for_ever_is_timed_out_and_shows_nothing(world: World) -> None:
+    # "(a+)+$" on 38 a's and a '!' backtracks for hours in Python's `re`, the interpreter lock
+    # held; the reader's engine times each search out (and the test's timeout says if not).
+    job_id = world.submit("name: m\ntaskRoles:\n  main:\n    commands: [\"printf 'a%.0s' $(seq 38); echo '!'\"]\n")
+    job = world.drive(job_id)
+    assert job.state == "SUCCEEDED"
+    server = SimpleNamespace(backend=world.backend, db=world.db)
+    assert MetricReader(server, {"pattern": "(a+)+$"}).value(job) is None  # type: ignore[arg-type]
+    assert MetricReader(server, {"pattern": "(a+)!"}).value(job) == "a" * 38  # type: ignore[arg-type]

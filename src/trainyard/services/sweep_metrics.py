@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from typing import Any
+
+import regex
 
 from trainyard.backends.base import TaskKey
 from trainyard.core.states import FINAL_JOB_STATES
@@ -31,6 +33,8 @@ from trainyard.services.server import Server
 from trainyard.store.rows import JobRow
 
 TAIL_BYTES = 64 * 1024
+MAX_LINE_CHARS = 4096  # of a log line, searched
+PATTERN_BUDGET_SECONDS = 0.5  # of a pattern's searches, per reader (one view of a sweep)
 ENDED_KEPT = 20_000
 MAX_REPORT_BYTES = 64 * 1024
 MAX_VALUE_CHARS = 64
@@ -49,7 +53,11 @@ class MetricReader:
     def __init__(self, server: Server, metric: dict[str, Any]) -> None:
         self._server = server
         pattern = metric.get("pattern")
-        self._pattern = re.compile(pattern) if isinstance(pattern, str) else None
+        self._pattern = regex.compile(pattern) if isinstance(pattern, str) else None
+        # What the pattern may cost this reader, all members together: a user's pattern may
+        # backtrack for ever ("(a+)+$"), so each search is timed out and released from the
+        # interpreter lock, and once the budget is spent the rest show no value.
+        self._deadline = time.monotonic() + PATTERN_BUDGET_SECONDS
         name = metric.get("name")
         self._name = name if isinstance(name, str) else None
         self._kind = json.dumps(metric, sort_keys=True)
@@ -77,8 +85,8 @@ class MetricReader:
                 return self._from_log(job)
             if self._name is not None:
                 return self._from_report(job)
-        except (OSError, ValueError):
-            return None  # not there (yet, or any more): nothing to show
+        except (OSError, ValueError, RecursionError):
+            return None  # not there (yet, or any more), or not JSON we can read: nothing to show
         return None
 
     def _from_log(self, job: JobRow) -> str | None:
@@ -91,7 +99,13 @@ class MetricReader:
         start = max(0, size - TAIL_BYTES)
         text = backend.read_log(key, start, size - start).data.decode("utf-8", "replace")
         for line in reversed(text.splitlines()):
-            found = self._pattern.search(line)
+            left = self._deadline - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                found = self._pattern.search(line[:MAX_LINE_CHARS], timeout=left, concurrent=True)
+            except TimeoutError:
+                return None
             if found:
                 return _short(found.group(1) if found.re.groups else found.group(0))
         return None

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import regex
+
 from trainyard.spec.errors import FieldError, SpecError, show
 from trainyard.spec.models import JOB_NAME_MAX
 
@@ -199,8 +201,8 @@ def _metric(value: Any, problems: list[FieldError]) -> Metric | None:
                                                        f"characters (got {show(pattern)})"))
         return None
     try:
-        re.compile(pattern)
-    except re.error as error:
+        regex.compile(pattern)  # the engine that reads it (``services/sweep_metrics.py``)
+    except regex.error as error:
         problems.append(FieldError(f"{where}.pattern", f"is not a regular expression: {error}"))
         return None
     return Metric(pattern=pattern)
