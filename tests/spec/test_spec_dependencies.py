@@ -58,3 +58,12 @@ def test_a_job_not_ended_may_still_meet_any_condition_and_an_ended_one_decides()
     assert status("afternotok", "SUCCEEDED") == Status.NEVER
     assert status("afternotok", "FAILED") == status("afternotok", "STOPPED") == Status.MET
     assert {status("afterany", s) for s in ("SUCCEEDED", "FAILED", "STOPPED")} == {Status.MET}
+
+
+def test_a_long_dependency_list_is_refused_before_it_is_counted() -> None:
+    from trainyard.spec.dependencies import parse_slurm
+
+    with pytest.raises(ValueError, match="at most 100 dependencies"):
+        parse_slurm("afterok:" + ":".join(str(i) for i in range(1, 50_000)))
+    with pytest.raises(ValueError, match="is not a job id"):
+        parse_slurm("afterok:" + "9" * 5000)

@@ -17,6 +17,7 @@ for each state of the job waited for is ``core/dependencies.py``'s.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -54,9 +55,11 @@ def parse_slurm(text: str) -> dict[str, list[int]]:
         if not ids:
             raise ValueError(f"{condition} names no job: write {condition}:ID[:ID...]")
         for raw in ids.split(":"):
-            if not raw.strip().isdigit():
-                raise ValueError(f"{raw!r} in {part!r} is not a job id")
+            if not raw.strip().isdigit() or len(raw.strip()) > 10:
+                raise ValueError(f"{raw[:20]!r} in {part[:40]!r} is not a job id")
             parsed.setdefault(condition, []).append(int(raw))
+            if sum(map(len, parsed.values())) > MAX_DEPENDENCIES:
+                raise ValueError(f"at most {MAX_DEPENDENCIES} dependencies")
     return parsed
 
 
@@ -85,7 +88,7 @@ def _none_to_list(value: Any) -> Any:
     return [] if value is None else value
 
 
-IdList = Annotated[list[JobId], BeforeValidator(_none_to_list)]
+IdList = Annotated[list[JobId], BeforeValidator(_none_to_list), Field(max_length=MAX_DEPENDENCIES)]
 
 
 class Dependencies(BaseModel):
@@ -99,17 +102,16 @@ class Dependencies(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Dependencies:
+        if sum(len(getattr(self, c)) for c in CONDITIONS) > MAX_DEPENDENCIES:
+            raise _problem(f"at most {MAX_DEPENDENCIES} dependencies")
         for condition in CONDITIONS:
-            ids = getattr(self, condition)
-            twice = sorted({i for i in ids if ids.count(i) > 1})
+            twice = sorted(i for i, n in Counter(getattr(self, condition)).items() if n > 1)
             if twice:
                 raise _problem(f"{condition} names job {twice[0]} twice")
         both = sorted(set(self.afterok) & set(self.afternotok))
         if both:
             raise _problem(f"job {both[0]} is in both afterok and afternotok: it cannot both succeed and fail, "
                            "so this job could never start")
-        if sum(len(getattr(self, c)) for c in CONDITIONS) > MAX_DEPENDENCIES:
-            raise _problem(f"at most {MAX_DEPENDENCIES} dependencies")
         return self
 
     @model_serializer(mode="wrap")
