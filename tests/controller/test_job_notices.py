@@ -309,3 +309,34 @@ def test_the_server_sends_job_notices_through_the_smtp_server_without_alert_reci
     assert receivers.smtp is None  # alerts need smtp_to; job notices go to each owner
     assert receivers.job_smtp is not None and receivers.job_smtp.host == "mail.example.org"
     assert (receivers.external_url, tuple(receivers.webhook_allow)) == ("https://yard.example.org", ("10.0.0.0/8",))
+
+
+def test_a_webhook_that_answers_without_end_is_read_a_few_kib_and_let_go() -> None:
+    from trainyard.monitor import webhooks
+
+    sent: list[int] = []
+
+    class Endless(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Length", str(1 << 30))  # a gigabyte promised
+            self.end_headers()
+            try:
+                for _ in range(1 << 14):
+                    self.wfile.write(b"x" * 65536)
+                    sent.append(65536)
+            except OSError:
+                pass  # the sender stopped reading and closed: as it should
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        webhooks.post_json(f"http://127.0.0.1:{server.server_address[1]}/hook", {"job": 1}, allow=["127.0.0.1"])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sum(sent) < 64 << 20  # the rest of the gigabyte was never read

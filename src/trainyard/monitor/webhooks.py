@@ -17,13 +17,16 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import time
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-TIMEOUT_SECONDS = 5.0
+TIMEOUT_SECONDS = 5.0  # each connect, write and read
+TOTAL_SECONDS = 15.0  # reading the answer stops after this long
+ANSWER_BYTES = 4096  # of the answer read, at most
 LOCAL_NAMES = ("localhost", "localhost.localdomain", "metadata.google.internal", "metadata")
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -131,8 +134,16 @@ def post_json(url: str, payload: dict[str, Any], allow: Sequence[str] = (),
     default_port = port == (443 if scheme == "https" else 80)
     headers = {"Host": host if default_port else f"{host}:{port}", "User-Agent": "trainyard-notify"}
     extensions = {"sni_hostname": host} if scheme == "https" else {}
-    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client:
-        response = client.post(pinned, json=payload, headers=headers, extensions=extensions)
+    # The receiver is the user's: its answer is read a few KiB at most, and the whole post
+    # given a deadline (a server that dribbles a byte at a time would hold it for ever).
+    deadline = time.monotonic() + TOTAL_SECONDS
+    with httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client, \
+            client.stream("POST", pinned, json=payload, headers=headers, extensions=extensions) as response:
+        read = 0
+        for chunk in response.iter_raw():
+            read += len(chunk)
+            if read >= ANSWER_BYTES or time.monotonic() > deadline:
+                break
     if response.is_redirect:
         raise httpx.HTTPStatusError(f"{response.status_code} redirect not followed", request=response.request,
                                     response=response)
