@@ -69,3 +69,13 @@ def test_a_sweep_name_close_to_a_parameter_the_file_declares_or_uses_is_refused_
         split({**used, "sweep": {"list": [{"sed": 1}]}})
     sweep, _ = split({**used, "sweep": {"list": [{"batch": 1}]}})  # a new name: read from TRAINYARD_SWEEP_PARAMS
     assert sweep is not None and sweep.points == ({"batch": 1},)
+
+
+def test_a_sweep_whose_jobs_files_would_add_up_past_the_bound_is_refused() -> None:
+    from trainyard.spec.errors import SpecError
+    from trainyard.spec.sweeps import split
+
+    big = {"name": "s", "parameters": {"blob": "x" * 200_000, "i": 0},
+           "sweep": {"list": [{"i": i} for i in range(1000)]}}
+    with pytest.raises(SpecError, match="more than 32 MiB of job files in all"):
+        split(big)

@@ -32,6 +32,7 @@ from trainyard.spec.errors import FieldError, SpecError, show
 from trainyard.spec.models import JOB_NAME_MAX
 
 SWEEP = "sweep"
+MAX_SWEEP_BYTES = 32 << 20  # its jobs' files together: each job stores its own
 MAX_SWEEP_JOBS = 1000  # the most members one sweep may have (Slurm's MaxArraySize is 1001)
 MAX_PATTERN = 200
 ENV_ID = "TRAINYARD_SWEEP_ID"
@@ -70,6 +71,11 @@ def split(document: Any) -> tuple[Sweep | None, Any]:
         return None, document
     rest = {k: v for k, v in document.items() if k != SWEEP}
     sweep = parse(document[SWEEP])
+    size = len(json.dumps(rest, default=str)) + max((len(json.dumps(p, default=str)) for p in sweep.points), default=0)
+    if size * len(sweep.points) > MAX_SWEEP_BYTES:
+        raise SpecError.single(SWEEP, f"makes {len(sweep.points):,} jobs of {size >> 10:,} KiB each, more than "
+                                      f"{MAX_SWEEP_BYTES >> 20} MiB of job files in all: make the file smaller (data "
+                                      "belongs in a storage or the working directory) or the sweep")
     _refuse_misspelt(sweep, rest)
     return sweep, rest
 
