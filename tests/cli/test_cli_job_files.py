@@ -143,3 +143,29 @@ def test_the_sdk_downloads_from_an_offset(api: Api) -> None:
     assert b"".join(sdk.download(job_id, "ckpt.bin", task="worker/1", offset=1000)) == (bytes(range(256)) * 4)[1000:]
     assert b"".join(sdk.download(job_id, "ckpt.bin", task="worker/1", offset=1024)) == b""  # whole already
     assert [e.name for e in sdk.files(job_id, "out").entries] == ["result.json"]
+
+
+def test_cp_r_writes_nothing_outside_its_destination_whatever_names_a_server_lists(tmp_path: Path,
+                                                                                 capsys: pytest.CaptureFixture[str]
+                                                                                 ) -> None:
+    import argparse
+    from datetime import UTC, datetime
+
+    from trainyard.cli import files_commands
+    from trainyard.schemas.files import FileEntry, FileListing
+
+    now = datetime.now(UTC)
+    hostile = [FileEntry(name=n, type="file", size=1, modifiedAt=now) for n in ("../escaped", "/tmp/abs", "..", "ok")]
+
+    class Lying:  # a server (or a man in the middle) that lists names no honest one would
+        def files(self, job_id: int, path: str, **_: object) -> FileListing:
+            return FileListing(job=job_id, task=None, attempt=None, path=path, entries=hostile, truncated=False)
+
+        def download(self, job_id: int, path: str, **_: object):
+            yield b"x"
+
+    args = argparse.Namespace(dest=str(tmp_path / "new"), task=None, attempt=None, quiet=True, q=True)
+    files_commands._copy_tree(Lying(), args, 1, "")  # type: ignore[arg-type]
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["ok"]
+    assert not (tmp_path / "escaped").exists() and not os.path.exists("/tmp/abs")
+    assert "../escaped" in capsys.readouterr().err

@@ -121,11 +121,17 @@ def _copy_file(client: Client, args: argparse.Namespace, job_id: int, path: str,
         print(f"{shown(str(dest))} ({render.size(dest.stat().st_size)})", file=sys.stderr)
 
 
+# What no file name holds here: a separator (Windows has two, and drive letters) or NUL.
+_NOT_IN_A_NAME = "/\0" + ("\\:" if os.name == "nt" else "")
+
+
 def _copy_tree(client: Client, args: argparse.Namespace, job_id: int, path: str) -> int:
     """``-r``: the folder ``path`` into ``args.dest`` (made), or into a folder of its name
     in ``args.dest`` when that exists, as ``cp -r`` does. Only files and folders are copied:
-    links and the rest are named on stderr. A listing's names are never ``.``, ``..`` or
-    hold a slash, so every local path stays inside the destination."""
+    links and the rest are named on stderr. An honest server's names are never ``.``, ``..``
+    or hold a slash; a name that is (another server's, or one made on a system whose
+    separator is ``\\``) is skipped, and nothing is written through a link already there, so
+    every local path stays inside the destination."""
     dest = Path(args.dest)
     if dest.exists():
         dest = dest / (path.rsplit("/", 1)[-1] if path else f"job-{job_id}")
@@ -138,6 +144,10 @@ def _copy_tree(client: Client, args: argparse.Namespace, job_id: int, path: str)
             skipped.append(f"{shown(folder) or '.'}/: only its first {len(listing.entries)} names")
         for entry in listing.entries:
             sub = f"{folder}/{entry.name}" if folder else entry.name
+            if entry.name in ("", ".", "..") or any(c in entry.name for c in _NOT_IN_A_NAME) or \
+                    (local / entry.name).is_symlink():
+                skipped.append(f"{shown(sub)} (a name that is not a plain file name here, not copied)")
+                continue
             if entry.type == "dir":
                 pending.append((sub, local / entry.name))
             elif entry.type == "file":
