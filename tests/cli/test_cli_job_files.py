@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from api.harness import Api
 from portal.test_portal_jobs import job_file, place, submit
@@ -58,7 +59,7 @@ def test_ranges_answer_206_with_content_range_and_416_past_the_end(api: Api) -> 
         assert got.headers["content-range"] == f"bytes {start}-{end - 1}/1024" and got.content == whole[start:end]
     past = api.user.get(url, params=params, headers={"Range": "bytes=1024-"})
     assert past.status_code == 416 and past.headers["content-range"] == "bytes */1024"
-    for ignored in ("bytes=0-1,5-6", "lines=1-2", "bytes=9-3", "bytes=x-"):  # RFC 9110: sent whole
+    for ignored in ("bytes=0-1,5-6", "lines=1-2", "bytes=9-3", "bytes=x-", "bytes=1-" + "9" * 5000):
         got = api.user.get(url, params=params, headers={"Range": ignored})
         assert got.status_code == 200 and got.content == whole, ignored
 
@@ -146,8 +147,7 @@ def test_the_sdk_downloads_from_an_offset(api: Api) -> None:
 
 
 def test_cp_r_writes_nothing_outside_its_destination_whatever_names_a_server_lists(tmp_path: Path,
-                                                                                 capsys: pytest.CaptureFixture[str]
-                                                                                 ) -> None:
+                                                                                 capsys: Any) -> None:
     import argparse
     from datetime import UTC, datetime
 

@@ -104,6 +104,12 @@ def preview(place: Place, path: str, limit: int = PREVIEW_BYTES) -> tuple[bytes,
         opened.close()
 
 
+def _position(text: str) -> bool:
+    """Whether ``text`` is a byte position as a range writes one: ASCII digits, at most 19
+    (a file's size fits in them; ``int`` of 5,000 digits raises)."""
+    return text.isascii() and text.isdigit() and len(text) <= 19
+
+
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     """The one byte range (start, end exclusive) a ``Range`` header asks of a file of ``size``
     bytes; None to send it whole (no header, another unit, several ranges, or one that does
@@ -114,7 +120,7 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     if unit.strip().lower() != "bytes" or "," in spec:
         return None
     first, dash, last = spec.strip().partition("-")
-    if not dash or not (first.isdigit() or first == "") or not (last.isdigit() or last == "") or first == last == "":
+    if not dash or first == last == "" or not all(_position(n) for n in (first, last) if n):
         return None
     if first == "":  # the last N bytes
         suffix = int(last)

@@ -26,8 +26,10 @@ def file_response(opened: OpenFile, range_header: str | None, name: str) -> Resp
     headers = {**DOWNLOAD_HEADERS, "Content-Disposition": attachment(name)}
     try:
         wanted = byte_range(range_header, opened.size)
-    except Unsatisfiable:
+    except BaseException as exc:
         opened.close()
+        if not isinstance(exc, Unsatisfiable):
+            raise
         why = f"the range starts past the file's end: it has {opened.size} bytes"
         return JSONResponse({"detail": why, "errors": [{"path": "Range", "message": why}]}, status_code=416,
                             headers={**headers, "Content-Range": f"bytes */{opened.size}"})
