@@ -250,6 +250,7 @@ def test_a_name_that_resolves_to_this_machine_is_refused_when_sending(world, hoo
     "http://127.0.0.1/x", "http://[::1]/x", "http://169.254.169.254/latest/meta-data", "http://10.0.0.7/",
     "http://192.168.1.1/", "http://0.0.0.0/", "http://224.0.0.1/", "http://localhost:8080/", "http://[::ffff:127.0.0.1]/",
     "http://100.64.0.1/", "file:///etc/passwd", "gopher://example.org/", "http://user:pw@example.org/",
+    "http://[2002:7f00:1::]/",  # 6to4: 127.0.0.1 inside
 ])
 def test_webhooks_to_non_public_addresses_are_refused(url: str) -> None:
     with pytest.raises(Refused):

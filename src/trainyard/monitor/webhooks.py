@@ -53,8 +53,11 @@ def _allowed(host: str, address: Address | None, allow: Sequence[str]) -> bool:
 
 
 def _forbidden(address: Address) -> str | None:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    if isinstance(address, ipaddress.IPv6Address):
+        # An IPv4 address inside an IPv6 one (mapped, or 6to4's 2002::/16) is that address.
+        inner = address.ipv4_mapped or address.sixtofour
+        if inner is not None:
+            address = inner
     for name, test in (("unspecified", address.is_unspecified), ("loopback", address.is_loopback),
                        ("link-local", address.is_link_local), ("multicast", address.is_multicast),
                        ("private", address.is_private), ("reserved", address.is_reserved)):
@@ -75,8 +78,11 @@ def _literal(host: str) -> Address | None:
 def check_address(host: str, address: Address, allow: Sequence[str]) -> None:
     why = _forbidden(address)
     if why is not None and not _allowed(host, address, allow):
-        raise Refused(f"{host} is a {why} address ({address}); webhooks may only reach public addresses "
-                      "unless the admin allows the host or network (setting notify_webhook_allow)")
+        # A name's address stays unsaid: the refusal must not make the server a resolver of
+        # internal names for whoever sets a webhook.
+        shown = f"{host} is a {why} address" if _literal(host) is not None else f"{host} resolves to a {why} address"
+        raise Refused(f"{shown}; webhooks may only reach public addresses unless the admin allows the host or "
+                      "network (setting notify_webhook_allow)")
 
 
 def check_url(url: str, allow: Sequence[str] = ()) -> tuple[str, str, int]:

@@ -147,8 +147,9 @@ def _read_no_links(root: str, names: tuple[str, ...]) -> bytes:
     finally:
         os.close(fd)
     try:
-        if not stat.S_ISREG(os.fstat(leaf).st_mode):
-            raise ValueError("not a plain file")
+        info = os.fstat(leaf)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:  # a hard link may be to a file not the job's
+            raise ValueError("not a plain file of its own")
         data = os.read(leaf, MAX_REPORT_BYTES + 1)
     finally:
         os.close(leaf)
