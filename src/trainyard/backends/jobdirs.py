@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 from trainyard.backends.base import DirUsage
@@ -107,12 +108,23 @@ def remove(path: Path) -> None:
     if not _is_real_dir(path):
         return
     try:
-        shutil.rmtree(path)
+        _rmtree(path)
     except PermissionError:
         if os.geteuid() == 0:
             raise
         _grant_owner_access(path)
+        _rmtree(path)
+
+
+def _rmtree(path: Path) -> None:
+    """``shutil.rmtree``; for a tree nested deeper than Python recurses (a task's
+    ``mkdir a && cd a`` a thousand times), coreutils' ``rm``, which walks it without
+    recursion and, like rmtree, never follows a symlink nor leaves the file system."""
+    try:
         shutil.rmtree(path)
+    except RecursionError:
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=True, capture_output=True,
+                       timeout=3600)
 
 
 def _grant_owner_access(path: Path) -> None:
