@@ -12,6 +12,7 @@ stop the controller.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -63,16 +64,29 @@ class AlertEvaluator(Periodic):
         self._utilisation = alert_service.WindowedUtilisation()
         self.job_notices = JobNotices(db, clock, self.receivers.job_smtp, self.receivers.webhook_allow,
                                       self.receivers.external_url)
+        self._notices: threading.Thread | None = None
 
     def run_logged(self) -> None:
         try:
             self.run()
         except Exception:  # noqa: BLE001 - retried at the next interval; the controller goes on
             log.exception("evaluating the alert rules failed; trying again at the next interval")
+        # Users' notices go in a thread of their own: a slow receiver of a user's (each post
+        # is bounded, but there may be many) must not hold back the admins' alerts next tick.
+        if self._notices is None or not self._notices.is_alive():
+            self._notices = threading.Thread(target=self._send_notices, name="trainyard-job-notices", daemon=True)
+            self._notices.start()
+
+    def _send_notices(self) -> None:
         try:
             self.job_notices.run()
         except Exception:  # noqa: BLE001 - the same: the pending notices wait for the next interval
             log.exception("sending job notices failed; trying again at the next interval")
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self._notices is not None:
+            self._notices.join(timeout)
 
     def run(self) -> None:
         """Evaluate now and deliver what each receiver has not heard."""
