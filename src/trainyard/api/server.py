@@ -36,6 +36,7 @@ from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
 from trainyard.backends.sandbox import Sandbox, find_sandbox
+from trainyard.backends.simulated import SimulatedBackend
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.backend import isolation_summary as slurm_isolation_summary
 from trainyard.backends.slurm.commands import SlurmError
@@ -185,6 +186,12 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
 
 
 def build_backend(settings: Settings, cluster: str) -> Backend:
+    if settings.backend == "simulated":
+        log.warning("backend simulated: %d nodes of %d %s GPUs that exist only in this server, for scale tests; "
+                    "no task runs anywhere", settings.simulated_nodes, settings.simulated_gpus_per_node,
+                    settings.simulated_gpu_model)
+        return SimulatedBackend(settings.simulated_nodes, settings.simulated_gpus_per_node,
+                                gpu_model=settings.simulated_gpu_model)
     if settings.backend == "slurm":
         state_dir = settings.slurm_state_dir or settings.home / "slurm" / cluster
         accounts, sandbox, why_not = slurm_isolation(settings)

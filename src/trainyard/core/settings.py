@@ -159,9 +159,19 @@ class Settings(BaseSettings):
         description="How many days each task's daily usage totals are kept (they outlive the monitoring history, "
         "so that `yard usage` over a year still has its measured figures; one row per task per day)",
     )
-    backend: Literal["local", "slurm"] = Field(
-        default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF)"
+    backend: Literal["local", "slurm", "simulated"] = Field(
+        default="local", description="What runs tasks: local processes, or a Slurm cluster (SLURM_CONF); "
+        "`simulated`: a stand-in for scale tests, nodes that exist only in the server and run nothing "
+        "(simulated_nodes)",
     )
+    simulated_nodes: int = Field(
+        default=100, ge=1, le=100_000,
+        description="Simulated backend: how many nodes (sim-0001, ...); each task runs for its job's "
+        "TRAINYARD_SIMULATED_SECONDS, else its first `sleep N`, without a process",
+    )
+    simulated_gpus_per_node: int = Field(default=8, ge=0, le=64, description="Simulated backend: GPUs per node")
+    simulated_gpu_model: str = Field(default="A100", min_length=1, max_length=64,
+                                     description="Simulated backend: the nodes' GPU model")
     slurm_partition: str | None = Field(
         default=None, description="Slurm backend: the partition whose nodes Trainyard uses and submits to"
     )
