@@ -32,14 +32,19 @@ from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import Moment as Moment
 from trainyard.client_input import (
     check_client_arguments,
-    checked_id,
     given,
     job_file_body,
-    path_segment,
     window,
     with_dependencies,
 )
+from trainyard.client_input import (
+    checked_id as _job_id,
+)
+from trainyard.client_input import (
+    path_segment as _seg,
+)
 from trainyard.client_notices import NoticeCalls
+from trainyard.client_sessions import SessionCalls
 from trainyard.client_sweeps import SweepCalls
 from trainyard.client_workdir import workdir_digest
 from trainyard.core.states import EnvironmentState
@@ -61,7 +66,6 @@ from trainyard.schemas.jobs import (
     JobPage,
     SubmitResult,
 )
-from trainyard.schemas.sessions import SessionView
 from trainyard.schemas.storages import StorageView
 from trainyard.schemas.usage import UsageGrouping, UsageReport
 from trainyard.schemas.users import TokenResponse, TokenView, UserView
@@ -81,7 +85,6 @@ _TOKENS = TypeAdapter(list[TokenView])
 _ALERTS = TypeAdapter(list[AlertView])
 _ALERT_RULES = TypeAdapter(list[AlertRuleView])
 _ENVIRONMENTS = TypeAdapter(list[EnvironmentView])
-_SESSIONS = TypeAdapter(list[SessionView])
 
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
@@ -115,8 +118,6 @@ def _page(left: int | None) -> int | None:
     return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
 
 
-_job_id = checked_id
-
 
 def _job_file(job: object, content_type: str | None = None,
               dependencies: Dependencies | None = None) -> tuple[bytes, str]:
@@ -128,7 +129,7 @@ def _job_file(job: object, content_type: str | None = None,
         raise UsageError(str(exc)) from exc
 
 
-class Client(SweepCalls, FileCalls, NoticeCalls):
+class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
     """A connection to one Trainyard server as one user; each method is one API call.
 
     ``Client()`` finds the server and token as the ``yard`` CLI does: ``TRAINYARD_URL`` and
@@ -595,32 +596,6 @@ class Client(SweepCalls, FileCalls, NoticeCalls):
         response = self._request("DELETE", f"/environments/{_seg(name)}", params={"force": _flag(force)})
         return self._parse(RemovalResult, response.content)
 
-    # -- interactive sessions ------------------------------------------------------------
-
-    def start_session(self, **request: Any) -> SessionView:
-        """Start a JupyterLab session (``gpu``, ``image`` or ``environment``, ``storages``,
-        ``hours``, ``virtualCluster``, ``priority``, ``cpu``, ``memoryMB``, ``name``): a job of
-        yours; open ``url`` on the server once it runs."""
-        body = given(**request)
-        return self._parse(SessionView, self._request("POST", "/sessions", json=body).content)
-
-    def sessions(self, *, everyone: bool = False) -> list[SessionView]:
-        """Your sessions, newest first (an admin's ``everyone``: all users')."""
-        return self._parse(_SESSIONS, self._request("GET", "/sessions", params={"all": _flag(everyone)}).content)
-
-    def session(self, job_id: int) -> SessionView:
-        """One of your sessions: its state, time left, idle time and kernels."""
-        return self._parse(SessionView, self._request("GET", f"/sessions/{_job_id(job_id)}").content)
-
-    def renew_session(self, job_id: int, *, hours: float | None = None) -> SessionView:
-        """Let the session live ``hours`` more from now (default: its own lifetime)."""
-        body = {} if hours is None else {"hours": hours}
-        return self._parse(SessionView, self._request("POST", f"/sessions/{_job_id(job_id)}/renew", json=body).content)
-
-    def stop_session(self, job_id: int) -> SessionView:
-        """Stop a session; returns it as it is now (STOPPING, then STOPPED)."""
-        return self._parse(SessionView, self._request("DELETE", f"/sessions/{_job_id(job_id)}").content)
-
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:
@@ -796,6 +771,4 @@ class Client(SweepCalls, FileCalls, NoticeCalls):
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
-
-_seg = path_segment
 

@@ -227,8 +227,8 @@ def submit_job(
     ``cloned_from`` names the job this one copies, for its history.
     """
     check_submittable(session, user, spec, nodes=nodes, limits=limits)
-    if spec.workdir is not None:
-        workdirs.usable(session, user, spec.workdir, clock=clock)  # an admin's clone keeps it while it runs
+    if spec.workdir is not None and user.is_admin:  # checked above; an admin's clone of another's job
+        workdirs.usable(session, user, spec.workdir, clock=clock)  # records it as theirs while it runs
     job = JobRow(
         name=spec.name,
         user_id=user.id,  # not the relationship: ``user`` may be shared across sessions

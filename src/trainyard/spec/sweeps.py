@@ -71,23 +71,24 @@ def split(document: Any) -> tuple[Sweep | None, Any]:
         return None, document
     rest = {k: v for k, v in document.items() if k != SWEEP}
     sweep = parse(document[SWEEP])
-    size = len(json.dumps(rest, default=str)) + max((len(json.dumps(p, default=str)) for p in sweep.points), default=0)
+    text = json.dumps(rest, default=str)
+    size = len(text) + max((len(json.dumps(p, default=str)) for p in sweep.points), default=0)
     if size * len(sweep.points) > MAX_SWEEP_BYTES:
         raise SpecError.single(SWEEP, f"makes {len(sweep.points):,} jobs of {size >> 10:,} KiB each, more than "
                                       f"{MAX_SWEEP_BYTES >> 20} MiB of job files in all: make the file smaller (data "
                                       "belongs in a storage or the working directory) or the sweep")
-    _refuse_misspelt(sweep, rest)
+    _refuse_misspelt(sweep, rest, text)
     return sweep, rest
 
 
-def _refuse_misspelt(sweep: Sweep, rest: dict[str, Any]) -> None:
+def _refuse_misspelt(sweep: Sweep, rest: dict[str, Any], text: str) -> None:
     """A name the file neither declares in ``parameters`` nor uses in a placeholder, but that
     is close to one it does (``lrr`` beside ``lr``), would run every job with the file's own
     value: refused with the likely name. Other new names stay (a task may read them from
     ``TRAINYARD_SWEEP_PARAMS``)."""
     declared = rest.get("parameters")
     known = {str(k) for k in declared} if isinstance(declared, dict) else set()
-    known |= set(_PLACEHOLDER.findall(json.dumps(rest, default=str)))
+    known |= set(_PLACEHOLDER.findall(text))  # ``rest`` as JSON
     where = "grid" if "grid" in (sweep.section or {}) else "list"
     problems = []
     for name in sorted({name for point in sweep.points for name in point} - known):

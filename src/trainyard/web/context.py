@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,8 @@ class AppContext:
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS  # how long a submit's Idempotency-Key is kept
     # Where uploaded working directories are kept, and how big one may be (services/workdirs.py);
     # `yard up` gives <home>/workdirs; a context built by hand (tests), a temporary folder.
-    workdirs: WorkdirStore = field(default_factory=lambda: WorkdirStore(Path(tempfile.mkdtemp(prefix="yard-wd-"))))
+    workdirs: WorkdirStore = field(default_factory=lambda: WorkdirStore(
+        Path(tempfile.gettempdir()) / f"yard-wd-{uuid.uuid4().hex}"))  # made at its first upload, not here
     email_notices: bool = False  # whether job notices can be e-mailed (an SMTP server is set)
     # Who got through to which task's port, kept a few seconds (services/task_access.py).
     grants: Grants = field(init=False)
