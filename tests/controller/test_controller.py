@@ -234,7 +234,9 @@ def reconcile_until(world: World, job_id: int, state: str) -> None:
 
 
 def test_a_retried_job_waiting_again_for_the_same_reason_still_shows_it(world) -> None:
-    hog = world.submit("name: h\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n    commands: ['sleep 1']\n")
+    # The hog holds the GPUs until the test stops it (a `sleep 1` could end between the two
+    # cycles on a loaded machine, and the flaky job would be placed, not NO_FIT).
+    hog = world.submit("name: h\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 4}\n    commands: ['sleep 600']\n")
     world.cycle()
     flaky = world.submit("name: f\njobRetryCount: 2\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n"
                          "    commands: ['exit 1']\n")
@@ -242,7 +244,8 @@ def test_a_retried_job_waiting_again_for_the_same_reason_still_shows_it(world) -
     with world.db.session() as s:
         first = (s.get(JobRow, flaky).pending_reason, s.get(JobRow, flaky).pending_message)
     assert first[0] == "NO_FIT"
-    reconcile_until(world, hog, "SUCCEEDED")
+    world.stop(hog)
+    reconcile_until(world, hog, "STOPPED")
     world.cycle()  # places the flaky job
     # A prod job comes; the flaky job fails and is requeued without a scheduling cycle in
     # between, then waits behind the prod job for the same reason as before.

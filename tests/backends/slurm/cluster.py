@@ -16,6 +16,7 @@ from trainyard.backends.slurm.jobstate import FINAL_STATES
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
+from trainyard.store.events import job_events
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow
 
 FINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -106,8 +107,30 @@ def drive(world, job_id: int, states=FINAL, timeout: float = 30.0, until=None) -
                 return True
         return False
 
-    wait_until(reached, timeout=timeout, interval=0.05, what=f"job {job_id} to reach {states}")
+    try:
+        wait_until(reached, timeout=timeout, interval=0.05, what=f"job {job_id} to reach {states}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{explain(world, job_id)}") from None
     return found[0]
+
+
+def explain(world, job_id: int) -> str:
+    """Where a job stands, for a miss's message: the store's job, tasks and events, Slurm's
+    queue, and the files of the job's task and submission folders."""
+    lines = []
+    with world.db.session() as s:
+        job = s.get(JobRow, job_id)
+        lines.append(f"job: {job.state} attempt {job.attempt} {job.state_message!r}")
+        for task in s.scalars(select(TaskRow).where(TaskRow.job_id == job_id).order_by(TaskRow.id)):
+            lines.append(f"task {task.role}/{task.index} (attempt row {task.attempt_id}): {task.state} "
+                         f"node={task.node} stop_sent={task.stop_sent} exit={task.exit_code} {task.message!r}")
+        lines += [f"event {e.kind}: {e.message}" for e in job_events(s, job_id)]
+    lines.append("squeue: " + world.slurm.run(["squeue", "--noheader", "--format=%F %j %T %R"]).stdout)
+    job_dir = world.backend.state_dir / "jobs" / str(job_id)
+    for path in sorted(job_dir.rglob("*")) if job_dir.is_dir() else ():
+        if path.is_file() and path.stat().st_size < 100_000:
+            lines.append(f"{path.relative_to(job_dir)}: {path.read_text(errors='replace')[-1500:]}")
+    return "\n".join(lines)
 
 
 @contextmanager
