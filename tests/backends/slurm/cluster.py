@@ -126,6 +126,10 @@ def explain(world, job_id: int) -> str:
                          f"node={task.node} stop_sent={task.stop_sent} exit={task.exit_code} {task.message!r}")
         lines += [f"event {e.kind}: {e.message}" for e in job_events(s, job_id)]
     lines.append("squeue: " + world.slurm.run(["squeue", "--noheader", "--format=%F %j %T %R"]).stdout)
+    # The processes of its Slurm steps (the dev cluster's nodes are namespaces of this machine).
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,wchan:24,etimes,args"], capture_output=True, text=True)
+    lines += [f"ps: {line}" for line in ps.stdout.splitlines()[1:]
+              if any(mark in line for mark in ("slurmstepd", "task-runner", "script.sh", "python3 -", "bwrap"))]
     job_dir = world.backend.state_dir / "jobs" / str(job_id)
     for path in sorted(job_dir.rglob("*")) if job_dir.is_dir() else ():
         if path.is_file() and path.stat().st_size < 100_000:
