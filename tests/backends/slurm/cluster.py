@@ -127,7 +127,7 @@ def explain(world, job_id: int) -> str:
         lines += [f"event {e.kind}: {e.message}" for e in job_events(s, job_id)]
     lines.append("squeue: " + world.slurm.run(["squeue", "--noheader", "--format=%F %j %T %R"]).stdout)
     # The processes of its Slurm steps (the dev cluster's nodes are namespaces of this machine).
-    ps = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,wchan:24,etimes,args"], capture_output=True, text=True)
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,ppid,pgid,stat,wchan:24,etimes,args"], capture_output=True, text=True)
     lines += [f"ps: {line}" for line in ps.stdout.splitlines()[1:]
               if any(mark in line for mark in ("slurmstepd", "task-runner", "script.sh", "python3 -", "bwrap"))]
     job_dir = world.backend.state_dir / "jobs" / str(job_id)
