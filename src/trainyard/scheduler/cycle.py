@@ -39,6 +39,9 @@ class Wait:
     # start it (None: what may be borrowed was enough, the free GPUs were not).
     borrow_tried: bool = False
     borrow_refusal: Refusal | None = None
+    # Guaranteed, but its tasks can never fit its VC's cells (``outside_cells``): it runs
+    # only as borrowed work, and waits with this reason until it can.
+    outside_cells: bool = False
 
 
 @dataclass
@@ -104,6 +107,9 @@ class Cycle:
     # Waiting jobs that fair share put behind jobs of other users submitted after them:
     # how many (``fairshare.overtaken``), for why-pending.
     overtaken: dict[int, int] = field(default_factory=dict)
+    # Whether a job of a VC and tasks outside HiveD's promise would start alone on the
+    # emptied cluster (``schedule.never_in_cells``), tried once per cycle.
+    alone: dict[tuple[str, tuple[TaskRequest, ...]], bool] = field(default_factory=dict)
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))

@@ -21,6 +21,7 @@ from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.fairshare import gpu_hours
+from trainyard.scheduler.outside_cells import describe
 from trainyard.scheduler.quota import Refusal, gpu_need
 from trainyard.scheduler.selection import unmet
 from trainyard.scheduler.sharing import Sharing, closing_rule, has_unshared_room
@@ -232,6 +233,17 @@ def _worded(
             f"{_ordinal(position)} in VC {job.vc}; work is being preempted for the jobs ahead of it first, "
             "and its own turn comes in a following cycle",
             "jobs ahead preempting",
+        ), None
+    if wait.outside_cells:
+        policy = cycle.ledger.quotas.vcs.get(job.vc)
+        told = describe(cycle.ledger.cells, policy.quota if policy is not None else None, job)
+        if wait.borrow_tried:
+            return reason, _not_borrowed(
+                job, Worded(f"{told}; it can run only as borrowed work", "outside its VC's cells"), wait.borrow_refusal
+            ), None
+        return reason, Worded(
+            f"{told}; it could run only as borrowed work, and VC {job.vc} does not borrow: ask for tasks that "
+            "fit in a cell or take whole nodes, or an admin for borrowing", "never fits its VC's cells"
         ), None
     if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA, PendingReason.BORROW_LIMIT):
         assert wait.refusal is not None

@@ -46,6 +46,7 @@ from trainyard.scheduler.capacity import FreeNode, Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
 from trainyard.scheduler.fairshare import fair_order
 from trainyard.scheduler.ledger import Ledger
+from trainyard.scheduler.outside_cells import within_promise
 from trainyard.scheduler.placement import place_gang
 from trainyard.scheduler.preemption import candidates, plan_preemption
 from trainyard.scheduler.quota import Refusal
@@ -67,6 +68,8 @@ from trainyard.scheduler.snapshot import (
 # victims; a long queue of jobs that all need work stopped is planned over a few cycles,
 # in queue order (plans that only wait on work stopping already do not count).
 PLANS_PER_QUEUE = 16
+# The job id of ``never_in_cells``' trial cycle, whose own outcome is final (no trial of a trial).
+_TRIAL = -1
 
 
 
@@ -169,6 +172,12 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
             cycle.wait(job, Wait(reason, refusal))
             failed[kind] = cycle.waits[job.job_id]
             continue
+        if refusal is None and never_in_cells(cycle, job):
+            # No room or victim in its quota will ever hold it: it reserves nothing and is
+            # tried as borrowed work (``outside_cells``).
+            cycle.wait(job, Wait(PendingReason.NO_FIT, outside_cells=True))
+            failed[kind] = cycle.waits[job.job_id]
+            continue
         blocked.append(job)
         if reservation is None:
             if cycle.snapshot.config.backfill:
@@ -249,6 +258,31 @@ def preempt_for_queue(
     if reservation is not None:
         reservation.lift()
     return reservation
+
+
+def never_in_cells(cycle: Cycle, job: PendingJob) -> bool:
+    """Whether ``job``, guaranteed in a VC whose cells are enforced, can never fit them: its
+    tasks are outside HiveD's promise (``outside_cells.within_promise``) and it would not
+    start even alone, every node emptied and every other job gone (one trial ``schedule``
+    per VC and tasks in a cycle; the VCs stay as they are, so cells are the same size)."""
+    ledger = cycle.ledger
+    if (job.job_id == _TRIAL or job.borrowing or job.priority_rank >= OPPORTUNISTIC_RANK
+            or not ledger.enforced.get(job.vc, False)):
+        return False
+    policy = ledger.quotas.vcs.get(job.vc)
+    if within_promise(ledger.cells, policy.quota if policy is not None else None, job):
+        return False
+    key = (job.vc, job.tasks)
+    if key not in cycle.alone:
+        snapshot = cycle.snapshot
+        empty = tuple(
+            replace(n, gpus=tuple(replace(g, used_milli=0) for g in n.gpus), cpu_used_milli=0, memory_used_mb=0)
+            for n in snapshot.nodes if n.schedulable
+        )
+        trial = replace(snapshot, nodes=empty, pending=(replace(job, job_id=_TRIAL),), running=(),
+                        preempting=frozenset(), user_quotas={}, config=replace(snapshot.config, borrowing=False))
+        cycle.alone[key] = bool(schedule(trial).starts)
+    return not cycle.alone[key]
 
 
 def _blocked(refusal: Refusal | None, reservation: Reservation | None) -> Wait:
