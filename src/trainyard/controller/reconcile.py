@@ -278,6 +278,8 @@ class Reconciler:
         now = self.clock.now()
         first_starts: list[float] = []  # submit-to-start seconds of jobs whose first task runs now
         with self.db.session() as session:
+            ended = [item for item in plan.running if (s := statuses.get(item.key)) is not None and not s.running]
+            job_queries.load_jobs_whole(session, [i.key.job_id for i in (*plan.launches, *plan.stops, *ended)])
             touched: set[int] = set()
             for item in plan.launches:
                 task = job_queries.task_by_id(session, item.task_id)

@@ -150,6 +150,16 @@ def jobs_by_ids(session: Session, job_ids: Sequence[int]) -> dict[int, JobRow]:
     return rows
 
 
+def load_jobs_whole(session: Session, job_ids: Sequence[int]) -> None:
+    """Load these jobs with their attempts and tasks into the session, in three queries a
+    chunk: a caller that then reads them one by one (``session.get``) finds them there,
+    instead of a query (and an autoflush) for each."""
+    ids = sorted(set(job_ids))
+    for chunk in chunks(ids):
+        query = select(JobRow).where(JobRow.id.in_(chunk))
+        session.scalars(query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))).all()
+
+
 def job_ids_in(session: Session, states: Sequence[str]) -> list[int]:
     """Ids of the jobs in these states (in the database's order)."""
     return list(session.scalars(select(JobRow.id).where(JobRow.state.in_(states))))
