@@ -31,6 +31,7 @@ one that does not fit is not starved either (its reservation).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -96,30 +97,56 @@ class Queue:
     guaranteed: bool
 
 
-def schedule(snapshot: Snapshot) -> Decisions:
+class _Laps:
+    """Seconds spent in each phase, added to ``phases`` when a caller passes one (a
+    benchmark's cost model); a clock read per phase, nothing per job."""
+
+    def __init__(self, phases: dict[str, float] | None) -> None:
+        self.phases = phases
+        self.last = time.perf_counter() if phases is not None else 0.0
+
+    def lap(self, phase: str) -> None:
+        if self.phases is not None:
+            now = time.perf_counter()
+            self.phases[phase] = self.phases.get(phase, 0.0) + now - self.last
+            self.last = now
+
+
+def schedule(snapshot: Snapshot, phases: dict[str, float] | None = None) -> Decisions:
+    """One cycle's decisions. ``phases``, if given, gets the seconds spent in each phase
+    added to it: ``prepare`` (ledger, scorer, order), ``guaranteed`` (steps 2),
+    ``preempt`` (3), ``borrow`` (4), ``opportunistic`` (5), ``explain`` (6)."""
+    laps = _Laps(phases)
     snapshot = whole_nodes.resolve(snapshot)  # whole-node tasks' amounts, as a lower bound
     ledger = Ledger(snapshot)
     cycle = Cycle(snapshot, ledger, scorer_for(snapshot))
     order, overtaken = ordered(snapshot)
     cycle.overtaken = overtaken
     *guaranteed, opportunistic = queues(order, by_vc=bool(snapshot.vcs))
+    laps.lap("prepare")
     passes = []
     for queue in guaranteed:
         reservation, blocked = run_queue(cycle, queue)
         if reservation is not None:
             reservation.lift()  # other VCs' guaranteed jobs are not held back by it
         passes.append((reservation, blocked))
+    laps.lap("guaranteed")
     # Preempt only now that every guaranteed job that could start has: a plan then sees
     # the cycle's final state, and holds in the next cycle if its victims have stopped.
     holds = [preempt_for_queue(cycle, reservation, blocked) for reservation, blocked in passes]
     for reservation in holds:  # borrowed and opportunistic work must not delay them
         if reservation is not None:
             reservation.apply(ledger)
+    laps.lap("preempt")
     run_borrowing(cycle, order, holds)
+    laps.lap("borrow")
     run_queue(cycle, opportunistic)
+    laps.lap("opportunistic")
+    waits = explain(cycle, order)
+    laps.lap("explain")
     return Decisions(
         starts=tuple(cycle.starts),
-        waits=explain(cycle, order),
+        waits=waits,
         preemptions=tuple(sorted(cycle.preemptions, key=lambda p: p.job_id)),
     )
 
