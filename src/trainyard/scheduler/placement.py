@@ -8,7 +8,7 @@ from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.quota import job_owner
-from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, Scorer, first_fit
+from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, Scorer, first_fit, select_bestfit
 from trainyard.scheduler.snapshot import PendingJob, TaskPlacement, TaskRequest
 
 
@@ -67,6 +67,35 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
     if scorer is not CELL_ORDER and Access(ledger, job).in_cells:
         return place_gang(job, ledger, CELL_ORDER, tentative)
     return None
+
+
+def fits_somewhere(job: PendingJob, ledger: Ledger) -> bool | None:
+    """Whether ``place_gang`` would place ``job`` with any scorer, found by first fit
+    (cheap: it stops at the first node that takes it); None where that cannot tell.
+
+    For one task every scorer is complete — it places the task wherever some node in
+    ``Access.tiers`` takes it — and whether a node takes it does not depend on which
+    devices the scorer would pick, except where cells are bound (which cell a task binds
+    depends on its devices) or a node's GPUs are of several models (the quota is counted
+    per model). Gangs, whole-node tasks and retries that avoid nodes are left to
+    ``place_gang``. For questions that need only a yes or no (``borrows_now``,
+    ``schedule._held_back``): a scorer's search costs a hundred times more.
+    """
+    if len(job.tasks) != 1 or job.avoid_nodes or job.tasks[0].whole_node:
+        return None
+    task = job.tasks[0]
+    access = Access(ledger, job)
+    if access.in_cells:
+        return None
+    per_model = task.gpu_milli > 0 and (access.limited or access.borrowing)
+    # Outside cells ``Access.tiers`` is one tier, these nodes best fit first; any order
+    # answers, and the emptiest nodes are the likeliest to take it at once.
+    for node in ledger.capacity.candidates(task, emptiest_first=True):
+        if per_model and node.only_model is None:
+            return None
+        if access.fit(node, task, select_bestfit) is not None:
+            return True
+    return False
 
 
 def _avoiding(nodes: frozenset[str], only: NodeFilter | None) -> NodeFilter:

@@ -47,7 +47,7 @@ from trainyard.scheduler.capacity import FreeNode, Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
 from trainyard.scheduler.fairshare import fair_order
 from trainyard.scheduler.ledger import Ledger
-from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.preemption import candidates, plan_preemption
 from trainyard.scheduler.quota import Refusal
 from trainyard.scheduler.reasons import explain
@@ -316,6 +316,9 @@ def _held_back(cycle: Cycle, job: PendingJob, reservation: Reservation) -> bool:
     with _lifted(reservation, ledger):
         if ledger.quotas.admit(job) is not None:
             return False
+        somewhere = fits_somewhere(job, ledger)
+        if somewhere is not None:
+            return somewhere
         attempt = Tentative()
         placed = place_gang(job, ledger, cycle.scorer, attempt)
         attempt.discard()
