@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainyard.core.resources import MILLI
 from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Access, Ledger
@@ -70,30 +71,65 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
 
 
 def fits_somewhere(job: PendingJob, ledger: Ledger) -> bool | None:
-    """Whether ``place_gang`` would place ``job`` with any scorer, found by first fit
-    (cheap: it stops at the first node that takes it); None where that cannot tell.
+    """Whether ``place_gang`` would place ``job`` with any scorer, worked out without one
+    (cheap); None where this cannot tell. For questions that need only a yes or no
+    (``borrows_now``, ``schedule._held_back``, a preemption plan's probes): a scorer's
+    search costs up to a hundred times more.
 
-    For one task every scorer is complete — it places the task wherever some node in
-    ``Access.tiers`` takes it — and whether a node takes it does not depend on which
-    devices the scorer would pick, except where cells are bound (which cell a task binds
-    depends on its devices) or a node's GPUs are of several models (the quota is counted
-    per model). Gangs, whole-node tasks and retries that avoid nodes are left to
-    ``place_gang``. For questions that need only a yes or no (``borrows_now``,
-    ``schedule._held_back``): a scorer's search costs a hundred times more.
+    Every scorer is complete for one task: it places it wherever some node in
+    ``Access.tiers`` takes it. Outside cells, on nodes of one GPU model, whether a node
+    takes a task does not depend on which devices the scorer would pick (in cells it
+    does: which cell a task binds; on a node of several models: the quota per model).
+    So one task fits if some node takes it (first fit over the emptiest nodes first: the
+    likeliest to take it at once). A gang of like tasks of whole GPUs each takes one
+    *slot* of one node — a node has as many as its free suitable GPUs, CPU and memory hold
+    tasks — whatever the order they are placed in or the nodes a scorer prefers, so it
+    fits if the nodes have as many slots as it has tasks. Other gangs (unlike tasks,
+    fractions), whole-node tasks and retries that avoid nodes are left to ``place_gang``.
     """
-    if len(job.tasks) != 1 or job.avoid_nodes or job.tasks[0].whole_node:
+    tasks = job.tasks
+    if not tasks or job.avoid_nodes or tasks[0].whole_node:
         return None
-    task = job.tasks[0]
+    task = tasks[0]
+    if len(tasks) > 1 and (task.gpu_milli < MILLI or task.gpu_milli % MILLI
+                           or any(_kind(t) != _kind(task) for t in tasks[1:])):
+        return None
     access = Access(ledger, job)
     if access.in_cells:
         return None
     per_model = task.gpu_milli > 0 and (access.limited or access.borrowing)
-    # Outside cells ``Access.tiers`` is one tier, these nodes best fit first; any order
-    # answers, and the emptiest nodes are the likeliest to take it at once.
-    for node in ledger.capacity.candidates(task, emptiest_first=True):
+    # Outside cells ``Access.tiers`` is one tier, these nodes best fit first; any order answers.
+    nodes = ledger.capacity.candidates(task, emptiest_first=True)
+    if len(tasks) == 1:
+        for node in nodes:
+            if per_model and node.only_model is None:
+                return None
+            if access.fit(node, task, select_bestfit) is not None:
+                return True
+        return False
+    wanted = task.gpu_milli // MILLI
+    # Borrowed work also counts against what may be borrowed, per model: no more tasks on a
+    # model's nodes than that allows (each placement takes a slot and its quota).
+    slots: dict[str | None, int] = {}
+    for node in nodes:
         if per_model and node.only_model is None:
             return None
-        if access.fit(node, task, select_bestfit) is not None:
+        if access.fit(node, task, select_bestfit) is None:
+            continue
+        whole = sum(1 for p, free in enumerate(node.gpu_free) if free == MILLI and node.suits(p, task))
+        model = node.only_model
+        slots[model] = slots.get(model, 0) + min(
+            whole // wanted,
+            node.cpu_milli // task.cpu_milli if task.cpu_milli > 0 else len(tasks),
+            node.memory_mb // task.memory_mb if task.memory_mb > 0 else len(tasks),
+        )
+        if access.borrowing:
+            quotas = ledger.quotas
+            vc = access.owner.vc
+            total = sum(min(n, quotas.borrow_free(vc, m or "") // task.gpu_milli) for m, n in slots.items())
+        else:
+            total = sum(slots.values())
+        if total >= len(tasks):
             return True
     return False
 
