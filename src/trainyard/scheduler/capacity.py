@@ -311,8 +311,10 @@ class Capacity:
         self._wholes: dict[tuple[str, Klass], list[int]] = {}
         self._filed: dict[str, tuple[tuple[str, Klass, int], Entry]] = {}
         self.rack_free: dict[str, int] = {}  # rack label -> free milli-GPU on its schedulable nodes
+        self.mixed = False  # whether a node has GPUs of more than one model
         for node in nodes:
             self.nodes[node.name] = node
+            self.mixed = self.mixed or (node.only_model is None and bool(node.gpu_index))
             if node.rack and node.schedulable:
                 self.rack_free[node.rack] = self.rack_free.get(node.rack, 0) + node.gpu_sum
         for name in sorted(self.nodes):

@@ -65,9 +65,22 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
                 break
             first.add(_kind(stuck))
             order = [stuck, *(t for t in order if t is not stuck)]
-    if scorer is not CELL_ORDER and Access(ledger, job).in_cells:
+    if scorer is not CELL_ORDER and not _one_device(job, ledger) and Access(ledger, job).in_cells:
         return place_gang(job, ledger, CELL_ORDER, tentative)
     return None
+
+
+def _one_device(job: PendingJob, ledger: Ledger) -> bool:
+    """A job of one task on one device (a fraction, or one GPU), on nodes of one GPU model
+    each: whether a node takes it, in cells too, does not depend on which device a scorer
+    picks (it binds one cell, of the node's one model, whichever: ``Cells.binding_for``
+    looks at the node and the number of cells), so a scorer that finds no node leaves none
+    to the cell order or to first fit."""
+    tasks = job.tasks
+    return (
+        len(tasks) == 1 and tasks[0].gpu_milli <= MILLI and not tasks[0].whole_node and not job.avoid_nodes
+        and not ledger.capacity.mixed
+    )
 
 
 def fits_somewhere(job: PendingJob, ledger: Ledger) -> bool | None:
