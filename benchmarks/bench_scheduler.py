@@ -18,10 +18,11 @@ Targets (issue 33): under 0.25 s at 1,000 x 10,000 and under 3 s at 10,000 x 100
 explain), for the cost model in docs/benchmarks.md. Prints; never asserts.
 
 ``--against DIR`` runs the same sizes on another checkout's scheduler (``DIR/src``, e.g. a
-worktree of main) in a subprocess first, prints its times beside these, and checks that
-both made the same decisions on the same snapshot: every start with its nodes and devices,
-every preemption, every waiting job's reason, message, position and ETA. ``--src DIR``
-runs another checkout's scheduler in this process (what ``--against`` uses).
+worktree of main) in a subprocess, the two taking their cycles in turns (old, new, old,
+...) so that both see the same load on a shared machine; prints its times beside these
+(wall and CPU), and checks that both made the same decisions on the same snapshot: every
+start with its nodes and devices, every preemption, every waiting job's reason, message,
+position and ETA. ``--src DIR`` runs another checkout's scheduler in this process.
 
     python benchmarks/bench_scheduler.py [--sizes 1000:10000 10000:100000] [--scorer fgd] [--runs 3] [--selectors 0.2]
         [--against ../main]
@@ -38,7 +39,6 @@ import json
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -191,35 +191,58 @@ def decision_lines(decisions) -> list[str]:
     )
 
 
-def measure(nodes_count: int, pending_count: int, scorer: str, runs: int, selectors: float = 0.0) -> dict:
-    """One size: the cycle's times, its phases (best run), and its decisions."""
-    snapshot, utilisation = snapshot_for(nodes_count, pending_count, scorer, selectors)
-    timed = "phases" in inspect.signature(schedule).parameters  # an older checkout may not time phases
-    times = []
-    cpu = []
-    decisions = None
-    best_phases: dict[str, float] = {}
-    for _ in range(runs):
+class Measured:
+    """One size's snapshot, cycles run on it one at a time (``cycle``), and what they gave."""
+
+    def __init__(self, nodes_count: int, pending_count: int, scorer: str, selectors: float = 0.0) -> None:
+        self.snapshot, self.utilisation = snapshot_for(nodes_count, pending_count, scorer, selectors)
+        self.timed = "phases" in inspect.signature(schedule).parameters  # an older checkout may not time phases
+        self.times: list[float] = []
+        self.cpu: list[float] = []
+        self.phases: dict[str, float] = {}
+        self.decisions = None
+
+    def cycle(self) -> float:
         phases: dict[str, float] = {}
         started, cpu_started = time.perf_counter(), time.process_time()
-        decisions = schedule(snapshot, phases) if timed else schedule(snapshot)
-        times.append(time.perf_counter() - started)
-        cpu.append(time.process_time() - cpu_started)
-        if times[-1] == min(times):
-            best_phases = phases
-    assert decisions is not None
-    tasks = sum(len(s.placements) for s in decisions.starts)
-    reasons: dict[str, int] = defaultdict(int)
-    for wait in decisions.waits:
-        reasons[str(wait.reason)] += 1
-    lines = decision_lines(decisions)
-    return {
-        "times": times, "cpu": cpu, "phases": best_phases, "utilisation": utilisation, "running": len(snapshot.running),
-        "starts": len(decisions.starts), "tasks": tasks, "preemptions": len(decisions.preemptions),
-        "reasons": dict(sorted(reasons.items())), "lines": lines,
-        "snapshot": hashlib.sha256(repr((snapshot.nodes, snapshot.running)).encode()).hexdigest(),
-        "digest": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
-    }
+        self.decisions = schedule(self.snapshot, phases) if self.timed else schedule(self.snapshot)
+        self.times.append(time.perf_counter() - started)
+        self.cpu.append(time.process_time() - cpu_started)
+        if self.times[-1] == min(self.times):
+            self.phases = phases
+        return self.times[-1]
+
+    def result(self) -> dict:
+        """The cycles' times, the best one's phases, and the decisions."""
+        decisions = self.decisions
+        assert decisions is not None
+        tasks = sum(len(s.placements) for s in decisions.starts)
+        reasons: dict[str, int] = defaultdict(int)
+        for wait in decisions.waits:
+            reasons[str(wait.reason)] += 1
+        lines = decision_lines(decisions)
+        snapshot = self.snapshot
+        return {
+            "times": self.times, "cpu": self.cpu, "phases": self.phases, "utilisation": self.utilisation,
+            "running": len(snapshot.running), "starts": len(decisions.starts), "tasks": tasks,
+            "preemptions": len(decisions.preemptions), "reasons": dict(sorted(reasons.items())), "lines": lines,
+            "snapshot": hashlib.sha256(repr((snapshot.nodes, snapshot.running)).encode()).hexdigest(),
+            "digest": hashlib.sha256("\n".join(lines).encode()).hexdigest(),
+        }
+
+
+def serve(args: argparse.Namespace) -> None:
+    """For ``--against``: build the one size's snapshot, then run a cycle per line "cycle"
+    read, printing its time, until "end": then print the result (one JSON line each)."""
+    nodes_count, pending_count = (int(x) for x in args.sizes[0].split(":"))
+    measured = Measured(nodes_count, pending_count, args.scorer, args.selectors)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "cycle":
+            print(json.dumps(measured.cycle()), flush=True)
+        else:
+            print(json.dumps(measured.result()), flush=True)
+            return
 
 
 def report(size: str, result: dict, runs: int, scorer: str, selectors: float, label: str = "") -> float:
@@ -245,14 +268,26 @@ def report(size: str, result: dict, runs: int, scorer: str, selectors: float, la
     return best
 
 
-def against(other: Path, args: argparse.Namespace) -> dict[str, dict]:
-    """The same sizes on another checkout's scheduler, in a subprocess."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "other.json"
-        command = [sys.executable, __file__, "--src", str(other), "--dump", str(out), "--runs", str(args.runs),
-                   "--scorer", args.scorer, "--selectors", str(args.selectors), "--sizes", *args.sizes]
-        subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
-        return json.loads(out.read_text())
+def side_by_side(other: Path, size: str, args: argparse.Namespace) -> tuple[dict, dict]:
+    """One size on another checkout's scheduler (in a subprocess) and on this one, their
+    cycles taken in turns (old, new, old, ...) so that both see the same load."""
+    nodes_count, pending_count = (int(x) for x in size.split(":"))
+    command = [sys.executable, __file__, "--src", str(other), "--serve", "--scorer", args.scorer,
+               "--selectors", str(args.selectors), "--sizes", size]
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as worker:
+        assert worker.stdin is not None and worker.stdout is not None
+        measured = Measured(nodes_count, pending_count, args.scorer, args.selectors)
+        while worker.stdout.readline().strip() != "ready":
+            pass
+        for _ in range(args.runs):
+            worker.stdin.write("cycle\n")
+            worker.stdin.flush()
+            json.loads(worker.stdout.readline())
+            measured.cycle()
+        worker.stdin.write("end\n")
+        worker.stdin.flush()
+        old = json.loads(worker.stdout.readline())
+    return old, measured.result()
 
 
 def compare(size: str, old: dict, new: dict) -> bool:
@@ -278,30 +313,29 @@ def main() -> None:
     parser.add_argument("--selectors", type=float, default=0.0, help="fraction of pending jobs with a selector")
     parser.add_argument("--against", type=Path, help="another checkout to time and compare decisions with")
     parser.add_argument("--src", type=Path, help="run this checkout's scheduler (DIR/src)")
-    parser.add_argument("--dump", type=Path, help=argparse.SUPPRESS)  # results as JSON, for --against
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the other side of --against
     args = parser.parse_args()
+    if args.serve:
+        serve(args)
+        return
     if args.src is not None:
         print(f"scheduler from {SOURCE / 'src'}")
-    old = against(args.against.resolve(), args) if args.against else {}
-    results = {}
     same = True
     for size in args.sizes:
         nodes_count, pending_count = (int(x) for x in size.split(":"))
-        results[size] = measure(nodes_count, pending_count, args.scorer, args.runs, args.selectors)
-        if args.dump:
-            continue
-        if size in old:
-            report(size, old[size], args.runs, args.scorer, args.selectors, label="old: ")
-            best = report(size, results[size], args.runs, args.scorer, args.selectors, label="new: ")
-            cpu = min(results[size]["cpu"]) / min(old[size]["cpu"])
-            print(f"  {size}: new/old x{best / min(old[size]['times']):.2f} (CPU time x{cpu:.2f})")
-            same = compare(size, old[size], results[size]) and same
+        if args.against:
+            old, new = side_by_side(args.against.resolve(), size, args)
+            report(size, old, args.runs, args.scorer, args.selectors, label="old: ")
+            best = report(size, new, args.runs, args.scorer, args.selectors, label="new: ")
+            cpu = min(new["cpu"]) / min(old["cpu"])
+            print(f"  {size}: new/old x{best / min(old['times']):.2f} (CPU time x{cpu:.2f}), cycles taken in turns")
+            same = compare(size, old, new) and same
         else:
-            report(size, results[size], args.runs, args.scorer, args.selectors)
-    if args.dump:
-        args.dump.write_text(json.dumps(results))
-        return
-    if old:
+            measured = Measured(nodes_count, pending_count, args.scorer, args.selectors)
+            for _ in range(args.runs):
+                measured.cycle()
+            report(size, measured.result(), args.runs, args.scorer, args.selectors)
+    if args.against:
         print("decisions: " + ("the same as the other checkout's at every size" if same else "DIFFERENT (above)"))
 
 

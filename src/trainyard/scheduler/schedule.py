@@ -227,10 +227,15 @@ def preempt_for_queue(
     # cannot be helped either: its outcome is reused, as in ``run_queue``.
     hopeless: set[Shape] = set()
     borrowable: dict[Shape, bool] = {}  # whether jobs of a shape start borrowed as things are
+    # Shapes over their VC's quota that start borrowed: quota only shrinks here too, so a
+    # later job of the shape is refused again and left to borrowing, as it was.
+    borrowing: set[Shape] = set()
     plans = 0
     for position, job in enumerate(blocked):
         kind = shape(cycle, job)
         if kind in hopeless:
+            continue
+        if kind in borrowing and (reservation is None or reservation.job is not job) and plans < PLANS_PER_QUEUE:
             continue
         if plans >= PLANS_PER_QUEUE:  # the rest are planned in the next cycles, in queue order
             for later in blocked[position:]:
@@ -259,6 +264,7 @@ def preempt_for_queue(
         if refusal is not None and borrowable[kind]:
             # It starts as borrowed work in this cycle's borrowing pass, stopping nothing
             # (``borrowing``); its reservation, if it is the head, holds until then.
+            borrowing.add(kind)
             if head is not None:
                 head.apply(ledger)
             continue
