@@ -135,6 +135,15 @@ class FreeNode:
             and (not task.selector or self.selected(task.selector, True)[pos])
         )
 
+    def suits_all(self, task: TaskRequest) -> bool:
+        """Whether every device suits the task (``suits``), known without asking each: a
+        task that names no model, memory or expression, on a node whose devices it may share
+        or that takes whole GPUs (most tasks)."""
+        return (
+            not task.gpu_models and not task.gpu_memory_mb and not task.selector
+            and (self.shares or task.gpu_milli % MILLI == 0)
+        )
+
     def admits(self, task: TaskRequest) -> bool:
         """Whether the node itself suits a task without GPUs (its resource expression)."""
         return not task.selector or task.gpu_milli > 0 or self.selected(task.selector, False)[0]

@@ -319,7 +319,10 @@ class Access:
         if task.gpu_milli <= 0:
             return Fit([], None)
         quotas = self.ledger.quotas
-        eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
+        if node.suits_all(task):
+            eligible = [p for p, free in enumerate(node.gpu_free) if free > 0]
+        else:
+            eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
         if task.gpu_milli < MILLI:
             closed = self.closed(node)
             if closed:

@@ -114,9 +114,12 @@ def fits_somewhere(job: PendingJob, ledger: Ledger) -> bool | None:
     # Outside cells ``Access.tiers`` is one tier, these nodes best fit first; any order answers.
     nodes = ledger.capacity.candidates(task, emptiest_first=True)
     if len(tasks) == 1:
+        fraction = 0 < task.gpu_milli < MILLI
         for node in nodes:
             if per_model and node.only_model is None:
                 return None
+            if fraction and max(node.gpu_free) < task.gpu_milli:
+                continue  # no device with room: ``Access.fit`` says no, at more cost
             if access.fit(node, task, select_bestfit) is not None:
                 return True
         return False

@@ -45,6 +45,7 @@ class Sharing:
         # node -> device index -> sharer -> fractional shares it has there
         self.devices: dict[str, dict[int, dict[Sharer, int]]] = {}
         self._allows: dict[tuple[Sharer, Sharer], bool] = {}
+        self._stricter: dict[tuple[str, str], GpuSharing] = {}  # (VC, VC) -> the rule between them
         # ``closed``'s answers, asked for every candidate node of every fractional task:
         # kept with the node's change count, so that only nodes changed since are worked out.
         self._changes: dict[str, int] = {}
@@ -60,7 +61,10 @@ class Sharing:
         key = (a, b)
         allowed = self._allows.get(key)
         if allowed is None:
-            rule = self.rule(a[1]).stricter(self.rule(b[1]))
+            vcs = (a[1], b[1])
+            rule = self._stricter.get(vcs)  # VCs are few, pairs of sharers many
+            if rule is None:
+                rule = self._stricter[vcs] = self.rule(a[1]).stricter(self.rule(b[1]))
             if rule is GpuSharing.ANYONE:
                 allowed = True
             elif rule is GpuSharing.SAME_GROUP:

@@ -218,9 +218,12 @@ class Fgd:
         devices the task may not share."""
         if not node.hosts_cpu_and_memory(task):
             return False
-        eligible = [
-            p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0 and p not in closed
-        ]
+        if node.suits_all(task):
+            eligible = [p for p, free in enumerate(node.gpu_free) if free > 0 and p not in closed]
+        else:
+            eligible = [
+                p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0 and p not in closed
+            ]
         if not eligible:
             return False
         before = self.fragmentation(node, node.gpu_free, 0, 0)
