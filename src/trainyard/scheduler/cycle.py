@@ -138,7 +138,7 @@ def start_if_fits(cycle: Cycle, job: PendingJob) -> bool:
     ledger = cycle.ledger
     if ledger.quotas.admit(job) is not None:
         return False
-    if fits_somewhere(job, ledger) is False:  # cheaper than the scorer's search to say no
+    if fits_somewhere(job, ledger, cells=False) is False:  # cheaper than the scorer's search to say no
         return False
     attempt = Tentative()
     placements = place_gang(job, ledger, cycle.scorer, attempt)

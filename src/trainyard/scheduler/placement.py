@@ -83,7 +83,7 @@ def _one_device(job: PendingJob, ledger: Ledger) -> bool:
     )
 
 
-def fits_somewhere(job: PendingJob, ledger: Ledger) -> bool | None:
+def fits_somewhere(job: PendingJob, ledger: Ledger, *, cells: bool = True) -> bool | None:
     """Whether ``place_gang`` would place ``job`` with any scorer, worked out without one
     (cheap); None where this cannot tell. For questions that need only a yes or no
     (``borrows_now``, ``schedule._held_back``, a preemption plan's probes): a scorer's
@@ -92,13 +92,16 @@ def fits_somewhere(job: PendingJob, ledger: Ledger) -> bool | None:
     Every scorer is complete for one task: it places it wherever some node in
     ``Access.tiers`` takes it. Outside cells, on nodes of one GPU model, whether a node
     takes a task does not depend on which devices the scorer would pick (in cells it
-    does: which cell a task binds; on a node of several models: the quota per model).
-    So one task fits if some node takes it (first fit over the emptiest nodes first: the
-    likeliest to take it at once). A gang of like tasks of whole GPUs each takes one
-    *slot* of one node — a node has as many as its free suitable GPUs, CPU and memory hold
-    tasks — whatever the order they are placed in or the nodes a scorer prefers, so it
-    fits if the nodes have as many slots as it has tasks. Other gangs (unlike tasks,
-    fractions), whole-node tasks and retries that avoid nodes are left to ``place_gang``.
+    does, for a task on several devices: which cells it binds; on a node of several
+    models: the quota per model). So one task fits if some node takes it (first fit over
+    the emptiest nodes first: the likeliest to take it at once); in cells, a task on one
+    device (``_one_device``) fits if some node of the tiers takes it (``cells``: whether to
+    answer for those; where a yes is followed by the placement itself, the scorer's search
+    alone costs less). A gang of like tasks of whole GPUs each takes one *slot* of one node
+    (a node has as many as its free suitable GPUs, CPU and memory hold tasks), whatever the
+    order they are placed in or the nodes a scorer prefers, so it fits if the nodes have
+    as many slots as it has tasks. Other gangs (unlike tasks, fractions), whole-node tasks
+    and retries that avoid nodes are left to ``place_gang``.
     """
     tasks = job.tasks
     if not tasks or job.avoid_nodes or tasks[0].whole_node:
@@ -109,7 +112,9 @@ def fits_somewhere(job: PendingJob, ledger: Ledger) -> bool | None:
         return None
     access = Access(ledger, job)
     if access.in_cells:
-        return None
+        if not cells or not _one_device(job, ledger):
+            return None
+        return any(access.fit(node, task, select_bestfit) is not None for tier in access.tiers(task) for node in tier)
     per_model = task.gpu_milli > 0 and (access.limited or access.borrowing)
     # Outside cells ``Access.tiers`` is one tier, these nodes best fit first; any order answers.
     nodes = ledger.capacity.candidates(task, emptiest_first=True)
