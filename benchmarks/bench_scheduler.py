@@ -321,6 +321,7 @@ def main() -> None:
     if args.src is not None:
         print(f"scheduler from {SOURCE / 'src'}")
     same = True
+    bests: list[tuple[float, float | None]] = []  # (this checkout's, the other's) best per size
     for size in args.sizes:
         nodes_count, pending_count = (int(x) for x in size.split(":"))
         if args.against:
@@ -330,11 +331,18 @@ def main() -> None:
             cpu = min(new["cpu"]) / min(old["cpu"])
             print(f"  {size}: new/old x{best / min(old['times']):.2f} (CPU time x{cpu:.2f}), cycles taken in turns")
             same = compare(size, old, new) and same
+            bests.append((best, min(old["times"])))
         else:
             measured = Measured(nodes_count, pending_count, args.scorer, args.selectors)
             for _ in range(args.runs):
                 measured.cycle()
-            report(size, measured.result(), args.runs, args.scorer, args.selectors)
+            bests.append((report(size, measured.result(), args.runs, args.scorer, args.selectors), None))
+    for size, (best, old_best) in zip(args.sizes[1:], bests[1:], strict=True):
+        growth = f"growth {args.sizes[0]} -> {size}: x{best / bests[0][0]:.1f}"
+        first_old = bests[0][1]
+        if old_best is not None and first_old is not None:
+            growth += f" (the other checkout: x{old_best / first_old:.1f})"
+        print(growth)
     if args.against:
         print("decisions: " + ("the same as the other checkout's at every size" if same else "DIFFERENT (above)"))
 
