@@ -15,6 +15,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.resources import MILLI
@@ -456,12 +457,12 @@ class Capacity:
     def take(self, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._change(placement, -1)
         if tentative is not None:
-            tentative.record(lambda: self._change(placement, +1))
+            tentative.record(partial(self._change, placement, +1))
 
     def give_back(self, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._change(placement, +1)
         if tentative is not None:
-            tentative.record(lambda: self._change(placement, -1))
+            tentative.record(partial(self._change, placement, -1))
 
     def _change(self, placement: TaskPlacement, sign: int) -> None:
         node = self.nodes.get(placement.node)

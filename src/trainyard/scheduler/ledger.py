@@ -69,6 +69,7 @@ class Ledger:
             self.sharing.add((job.user, job.vc), job.placements, +1, None)
         self.preempting = frozenset(j for j in snapshot.preempting if j in self.running)
         self._vc_use: dict[str, dict[tuple[str, int], int]] = {}  # see ``_guaranteed_use``
+        self._owners: dict[int, tuple[RunningJob, Owner]] = {}  # see ``_owner``
         # What preemption could take back on each node: opportunistic and stopping work.
         self.reclaimable_cpu: dict[str, int] = defaultdict(int)
         self.reclaimable_memory: dict[str, int] = defaultdict(int)
@@ -117,7 +118,7 @@ class Ledger:
 
     def release(self, job: RunningJob, tentative: Tentative) -> None:
         """As if ``job`` had ended: its resources and quota come back (its cells stay bound)."""
-        owner = running_owner(job)
+        owner = self._owner(job)
         for p in job.placements:
             self.capacity.give_back(p, tentative)
             self.quotas.refund(owner, p, tentative)
@@ -162,7 +163,17 @@ class Ledger:
 
     def occupy(self, job: RunningJob, tentative: Tentative) -> None:
         """Undo ``release``: the job holds its resources and quota again."""
-        self.hold(running_owner(job), list(job.placements), tentative)
+        self.hold(self._owner(job), list(job.placements), tentative)
+
+    def _owner(self, job: RunningJob) -> Owner:
+        """``running_owner``, made once per job: preemption plans release and occupy the
+        same victims thousands of times a cycle."""
+        known = self._owners.get(id(job))
+        if known is not None and known[0] is job:
+            return known[1]
+        owner = running_owner(job)
+        self._owners[id(job)] = (job, owner)  # the job kept with it: its id is not reused
+        return owner
 
 
 class Released:
