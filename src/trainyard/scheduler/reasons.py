@@ -404,10 +404,10 @@ class SharedDevices:
                 if unshared is None:
                     unshared = self._unshared_room[kind] = has_unshared_room(self.sharing, task, self.nodes)
                 roomy = None
-                if not unshared:
-                    roomy = self._roomy.get(kind)
+                if not unshared:  # which devices have room: the task's expression counts too
+                    roomy = self._roomy.get((*kind, task.selector))
                     if roomy is None:
-                        roomy = self._roomy[kind] = roomy_shared(self.sharing, task, self.by_name)
+                        roomy = self._roomy[(*kind, task.selector)] = roomy_shared(self.sharing, task, self.by_name)
                 why = closing_rule(self.sharing, (job.user, job.vc), task, self.by_name, unshared, roomy)
                 self._found[key] = None if why is None else Worded(
                     f"GPU {why.index} of node {why.node} is shared with another user's job; "
