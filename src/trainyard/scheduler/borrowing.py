@@ -39,7 +39,7 @@ from dataclasses import replace
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
-from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.preemption import borrow_shares, plan_preemption, vc_weight
 from trainyard.scheduler.quota import Refusal, gpu_need
 from trainyard.scheduler.snapshot import PendingJob, PendingReason
@@ -75,6 +75,9 @@ def borrows_now(cycle: Cycle, job: PendingJob) -> bool:
     borrowing = replace(job, borrowing=True)
     if cycle.ledger.quotas.admit(borrowing) is not None:
         return False
+    somewhere = fits_somewhere(borrowing, cycle.ledger)
+    if somewhere is not None:
+        return somewhere
     attempt = Tentative()
     placed = place_gang(borrowing, cycle.ledger, cycle.scorer, attempt)
     attempt.discard()

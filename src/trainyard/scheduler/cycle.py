@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Ledger
-from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.quota import Owner, Refusal, job_owner
 from trainyard.scheduler.scorers.base import Scorer
 from trainyard.scheduler.snapshot import (
@@ -143,6 +143,8 @@ def start_if_fits(cycle: Cycle, job: PendingJob) -> bool:
     """Admit and place the whole gang now, and record its start; False, changing nothing, if not."""
     ledger = cycle.ledger
     if ledger.quotas.admit(job) is not None:
+        return False
+    if fits_somewhere(job, ledger, cells=False) is False:  # cheaper than the scorer's search to say no
         return False
     attempt = Tentative()
     placements = place_gang(job, ledger, cycle.scorer, attempt)

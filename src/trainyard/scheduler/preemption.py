@@ -52,7 +52,7 @@ from trainyard.core.priorities import OPPORTUNISTIC_RANK, Priority
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Wait
 from trainyard.scheduler.ledger import Access, Ledger, Released
-from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.quota import job_owner
 from trainyard.scheduler.snapshot import (
     PendingJob,
@@ -553,7 +553,18 @@ def _fits_after(
 ) -> bool:
     """Whether ``job`` fits once ``victims`` have stopped (``released``: they are released in
     the ledger already); ``rederive``: with its VC's cells derived as the next cycle will."""
-    return _placed_after(cycle, job, victims, rederive=rederive, released=released) is not None
+    ledger = cycle.ledger
+    undo = Tentative()
+    if not released:
+        for victim in victims:
+            ledger.release(victim, undo)
+    _rebind(cycle, job, victims, undo, rederive=rederive and _rederives(cycle, victims))
+    fits = ledger.quotas.admit(job) is None
+    if fits:
+        somewhere = fits_somewhere(job, ledger)  # a yes or no: no scorer's search where it can tell
+        fits = _fits(cycle, job) is not None if somewhere is None else somewhere
+    undo.discard()
+    return fits
 
 
 def _placed_after(
