@@ -279,7 +279,8 @@ class Reconciler:
         first_starts: list[float] = []  # submit-to-start seconds of jobs whose first task runs now
         with self.db.session() as session:
             ended = [item for item in plan.running if (s := statuses.get(item.key)) is not None and not s.running]
-            job_queries.load_jobs_whole(session, [i.key.job_id for i in (*plan.launches, *plan.stops, *ended)])
+            # Held while the loops below read them one by one.
+            loaded = job_queries.load_jobs_whole(session, [i.key.job_id for i in (*plan.launches, *plan.stops, *ended)])
             touched: set[int] = set()
             for item in plan.launches:
                 task = job_queries.task_by_id(session, item.task_id)
@@ -324,6 +325,7 @@ class Reconciler:
                 job = job_queries.job_by_id(session, job_id)
                 if job is not None and job.state in (JobState.RUNNING, JobState.STOPPING):
                     changed |= self._advance_job(session, job)
+            del loaded
         if self.timings is not None:  # once the write has committed: a rolled-back start did not happen
             for seconds in first_starts:
                 self.timings.start_latency.observe(max(0.0, seconds))

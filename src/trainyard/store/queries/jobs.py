@@ -150,14 +150,17 @@ def jobs_by_ids(session: Session, job_ids: Sequence[int]) -> dict[int, JobRow]:
     return rows
 
 
-def load_jobs_whole(session: Session, job_ids: Sequence[int]) -> None:
-    """Load these jobs with their attempts and tasks into the session, in three queries a
-    chunk: a caller that then reads them one by one (``session.get``) finds them there,
-    instead of a query (and an autoflush) for each."""
+def load_jobs_whole(session: Session, job_ids: Sequence[int]) -> list[JobRow]:
+    """These jobs with their attempts and tasks, in three queries a chunk. A caller that
+    keeps the list while it reads them one by one (``session.get``) finds them in the
+    session, instead of a query (and an autoflush) for each; the session holds rows only
+    while someone else does."""
     ids = sorted(set(job_ids))
+    rows: list[JobRow] = []
     for chunk in chunks(ids):
         query = select(JobRow).where(JobRow.id.in_(chunk))
-        session.scalars(query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))).all()
+        rows += session.scalars(query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))).all()
+    return rows
 
 
 def job_ids_in(session: Session, states: Sequence[str]) -> list[int]:
