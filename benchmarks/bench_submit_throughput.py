@@ -253,6 +253,17 @@ def run_clients(server: Server, m: int, clients: int, tokens: list[str]) -> dict
     }
 
 
+def _cycles(server: Server) -> tuple[int, float]:
+    """The controller's scheduling cycles so far: how many, and their seconds (/metrics)."""
+    text = httpx.get(server.url + "/metrics", headers=server.headers, timeout=60).text
+    found = {}
+    for line in text.splitlines():
+        for key in ("count", "sum"):
+            if line.startswith(f"trainyard_scheduler_cycle_duration_seconds_{key} "):
+                found[key] = float(line.split()[1])
+    return int(found.get("count", 0)), found.get("sum", 0.0)
+
+
 def one_case(db: str, src: str | None, args: argparse.Namespace) -> dict:
     """One fresh server on ``db`` (running the code under ``src``, else this checkout's)."""
     with private_schema(os.environ["TRAINYARD_TEST_DATABASE_URL"] if db == "postgresql" else None) as pg_url:
@@ -270,13 +281,18 @@ def one_case(db: str, src: str | None, args: argparse.Namespace) -> dict:
                 httpx.post(server.url + "/api/v1/jobs", content=tiny_job_json("warm", gpu=1),
                            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
                            timeout=60).raise_for_status()
+            cycles0 = _cycles(server)
             result = run_clients(server, args.jobs, args.clients, tokens)
+            cycles1 = _cycles(server)
+    count, seconds = cycles1[0] - cycles0[0], cycles1[1] - cycles0[1]
+    result["cycles"], result["cycle_mean_s"] = count, seconds / count if count else float("nan")
     print(f"  {db:<10} {src or 'this checkout':<34} {result['accepted']:>6} accepted in "
           f"{result['elapsed_s']:6.1f} s = {result['rate']:6.1f}/s (first tenth {result['first_tenth_rate']:.0f}/s, "
           f"last tenth {result['last_tenth_rate']:.0f}/s); p50 {result['p50_s'] * 1000:.0f} ms, "
           f"p99 {result['p99_s'] * 1000:.0f} ms, "
           f"max {result['max_s'] * 1000:.0f} ms; server CPU {result['server_cpu_ms']:.2f} ms/submit "
           f"({result['server_cores'] * 100:.0f}% of a core), load generator {result['client_cpu_ms']:.2f} ms/submit"
+          + f"; {count} scheduling cycles, mean {result['cycle_mean_s'] * 1000:.0f} ms"
           + (f"; {result['refused']} refused ({result['statuses']})" if result["refused"] else ""), flush=True)
     return result
 
