@@ -265,7 +265,8 @@ def _cycles(server: Server) -> tuple[int, float]:
 
 
 def one_case(db: str, src: str | None, args: argparse.Namespace) -> dict:
-    """One fresh server on ``db`` (running the code under ``src``, else this checkout's)."""
+    """One fresh server on ``db``, running the code under ``src``, else the installed ``yard``
+    (with PYTHONPATH as given)."""
     with private_schema(os.environ["TRAINYARD_TEST_DATABASE_URL"] if db == "postgresql" else None) as pg_url:
         env = {}
         if pg_url:
@@ -286,7 +287,7 @@ def one_case(db: str, src: str | None, args: argparse.Namespace) -> dict:
             cycles1 = _cycles(server)
     count, seconds = cycles1[0] - cycles0[0], cycles1[1] - cycles0[1]
     result["cycles"], result["cycle_mean_s"] = count, seconds / count if count else float("nan")
-    print(f"  {db:<10} {src or 'this checkout':<34} {result['accepted']:>6} accepted in "
+    print(f"  {db:<10} {src or 'installed yard':<34} {result['accepted']:>6} accepted in "
           f"{result['elapsed_s']:6.1f} s = {result['rate']:6.1f}/s (first tenth {result['first_tenth_rate']:.0f}/s, "
           f"last tenth {result['last_tenth_rate']:.0f}/s); p50 {result['p50_s'] * 1000:.0f} ms, "
           f"p99 {result['p99_s'] * 1000:.0f} ms, "
@@ -310,7 +311,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--db", nargs="+", choices=("sqlite", "postgresql"), default=["sqlite", "postgresql"],
                         help="databases (default both; postgresql needs $TRAINYARD_TEST_DATABASE_URL)")
     parser.add_argument("--src", nargs="+", default=[None],
-                        help="source trees to run the server from, in turn (default: this checkout's)")
+                        help="source trees to run the server from, in turn (default: the installed `yard`, "
+                             "PYTHONPATH as given)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each (database, source) pair")
     args = parser.parse_args(argv)
     args.users = args.clients if args.users is None else args.users
@@ -327,7 +329,7 @@ def main(argv: list[str] | None = None) -> dict:
     best: dict[str, dict] = {}
     for (db, src), results in runs.items():
         top = max(results, key=lambda r: r["rate"])
-        label = f"{db}, {src or 'this checkout'}"
+        label = f"{db}, {src or 'installed yard'}"
         print(f"  best of {len(results)}: {label}")
         print("    " + ratio_line("accepted submits/s", top["rate"], TARGET_JOBS_PER_S, lower_is_better=False,
                                   unit="/s"))
