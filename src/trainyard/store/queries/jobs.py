@@ -110,8 +110,10 @@ SORTABLE_COLUMNS = ("name", "user", "vc", "state")  # page_of_jobs' sort_by
 
 def waiting_job_count(session: Session, user_id: int) -> int:
     """How many of the user's jobs wait now. On PostgreSQL the user's row is locked first, so
-    that two submits of theirs at once count one after the other (SQLite writes one at a time)."""
-    session.execute(select(UserRow.id).where(UserRow.id == user_id).with_for_update())
+    that two submits of theirs at once count one after the other (SQLite writes one at a time,
+    and has no such lock: the statement would only cost the submit a round trip)."""
+    if session.get_bind().dialect.name != "sqlite":
+        session.execute(select(UserRow.id).where(UserRow.id == user_id).with_for_update())
     query = select(func.count()).select_from(JobRow).where(JobRow.user_id == user_id,
                                                              JobRow.state == JobState.WAITING)
     return int(session.execute(query).scalar_one())
