@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import shlex
 import subprocess
@@ -13,29 +14,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import yaml
 
-from trainyard.cli import (
-    account_commands,
-    admin_commands,
-    alert_commands,
-    bulk,
-    dev_commands,
-    env_commands,
-    execshell,
-    files_commands,
-    forward,
-    history_render,
-    render,
-    storage_commands,
-    sweep_commands,
-    usage_commands,
-)
+from trainyard.cli import render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
-from trainyard.cli.top import cmd_top
 from trainyard.client import (
     DEFAULT_RETRY_FOR,
     AuthError,
@@ -48,7 +33,13 @@ from trainyard.client import (
 )
 from trainyard.client_config import load_config
 from trainyard.core.states import FINAL_JOB_STATES, JobState
-from trainyard.schemas.jobs import DryRunResult, JobDetail
+from trainyard.schemas.jobs import DryRunResult
+
+if TYPE_CHECKING:
+    from trainyard.schemas.jobs import JobDetail
+
+# The other commands' modules (and the API models they read) are imported only when one of
+# their commands runs: `yard jobs|job|logs|submit` load what they need and no more (issue 33).
 
 FOLLOW_WAIT_POLL_SECONDS = 1.0  # how often `logs -f` asks whether a waiting job has started
 
@@ -57,8 +48,7 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_config()
     try:
         with Client.from_config(config) as client:
-            handler = HANDLERS[args.command]
-            return handler(client, args)
+            return handler(args.command)(client, args)
     except ServerUnreachable as exc:
         _fail(exc.message)
         return EXIT_UNREACHABLE
@@ -130,7 +120,9 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     if isinstance(dependencies, int):
         return dependencies
     if args.notify is not None:
-        data, content_type = account_commands.with_notify(data, content_type, args.notify)
+        from trainyard.cli.account_commands import with_notify
+
+        data, content_type = with_notify(data, content_type, args.notify)
     digest = None
     if (folder := _workdir_to_send(args, data)) is not None:
         sent = client.upload_workdir(folder)
@@ -138,6 +130,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
         print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
               f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
+    from trainyard.cli import sweep_commands  # reads the file for a sweep section (yaml, loaded anyway)
+
     if (made := sweep_commands.submit(client, args, data, workdir=digest)) is not None:
         return made  # the file (or --sweep) makes a sweep
     result = client.submit(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
@@ -195,8 +189,10 @@ def _next_page_command(args: argparse.Namespace, cursor: int) -> str:
 
 def cmd_job(client: Client, args: argparse.Namespace) -> int:
     if args.metrics:
+        from trainyard.cli.history_render import job_metrics_text
+
         metrics = client.job_metrics(args.id, since=args.since, until=args.until, task=args.task)
-        render.print_json(metrics) if args.json else print(history_render.job_metrics_text(metrics))
+        render.print_json(metrics) if args.json else print(job_metrics_text(metrics))
         return 0
     if args.since or args.until or args.task:
         _fail("--since, --until and --task go with --metrics")
@@ -207,8 +203,12 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
         return 0
     print(render.job_detail(job))
     if notices := client.job_notices(args.id):
-        print(account_commands.notices_text(notices))
-    if job.state in FINAL_JOB_STATES and (efficiency := usage_commands.job_efficiency(client, job)):
+        from trainyard.cli.account_commands import notices_text
+
+        print(notices_text(notices))
+    from trainyard.cli.usage_commands import job_efficiency
+
+    if job.state in FINAL_JOB_STATES and (efficiency := job_efficiency(client, job)):
         print(efficiency)
     return 0
 
@@ -305,6 +305,8 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
+    from trainyard.cli import bulk
+
     if len(args.ids) != 1 or bulk.has_filters(args):
         return bulk.bulk(client, args, "stop", lambda job_id: client.stop(job_id, reason=args.reason), _stopped)
     job = client.stop(args.ids[0], reason=args.reason)
@@ -317,6 +319,8 @@ def _stopped(job: JobDetail) -> str:
 
 
 def cmd_suspend(client: Client, args: argparse.Namespace) -> int:
+    from trainyard.cli import bulk
+
     if len(args.ids) != 1 or bulk.has_filters(args):
         return bulk.bulk(client, args, "suspend", client.suspend, _suspended)
     job = client.suspend(args.ids[0])
@@ -332,6 +336,8 @@ def _suspended(job: JobDetail) -> str:
 
 
 def cmd_resume(client: Client, args: argparse.Namespace) -> int:
+    from trainyard.cli import bulk
+
     if len(args.ids) != 1 or bulk.has_filters(args):
         return bulk.bulk(client, args, "resume", client.resume, _resumed)
     job = client.resume(args.ids[0])
@@ -425,36 +431,46 @@ def cmd_whoami(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
-    "submit": cmd_submit,
-    "jobs": cmd_jobs,
-    "clone": cmd_clone,
-    "job": cmd_job,
-    "logs": cmd_logs,
-    "ls": files_commands.cmd_ls,
-    "cp": files_commands.cmd_cp,
-    "port-forward": forward.cmd_port_forward,
-    "exec": execshell.cmd_exec,
-    "shell": execshell.cmd_shell,
-    "stop": cmd_stop,
-    "suspend": cmd_suspend,
-    "resume": cmd_resume,
-    "wait": cmd_wait,
-    "nodes": cmd_nodes,
-    "top": cmd_top,
-    "user": admin_commands.cmd_user,
-    "token": admin_commands.cmd_token,
-    "whoami": cmd_whoami,
-    "vc": admin_commands.cmd_vc,
-    "group": admin_commands.cmd_group,
-    "quota": admin_commands.cmd_quota,
-    "node": admin_commands.cmd_node,
-    "image": admin_commands.cmd_image,
-    "storage": storage_commands.cmd_storage,
-    "sweep": sweep_commands.cmd_sweep,
-    "alerts": alert_commands.cmd_alerts,
-    "account": account_commands.cmd_account,
-    "usage": usage_commands.cmd_usage,
-    "env": env_commands.cmd_env,
-    "dev": dev_commands.cmd_dev,
+# Each command's handler, as "module:function" (a module of trainyard.cli; "" this one),
+# imported when the command runs.
+HANDLERS: dict[str, str] = {
+    "submit": ":cmd_submit",
+    "jobs": ":cmd_jobs",
+    "clone": ":cmd_clone",
+    "job": ":cmd_job",
+    "logs": ":cmd_logs",
+    "ls": "files_commands:cmd_ls",
+    "cp": "files_commands:cmd_cp",
+    "port-forward": "forward:cmd_port_forward",
+    "exec": "execshell:cmd_exec",
+    "shell": "execshell:cmd_shell",
+    "stop": ":cmd_stop",
+    "suspend": ":cmd_suspend",
+    "resume": ":cmd_resume",
+    "wait": ":cmd_wait",
+    "nodes": ":cmd_nodes",
+    "top": "top:cmd_top",
+    "user": "admin_commands:cmd_user",
+    "token": "admin_commands:cmd_token",
+    "whoami": ":cmd_whoami",
+    "vc": "admin_commands:cmd_vc",
+    "group": "admin_commands:cmd_group",
+    "quota": "admin_commands:cmd_quota",
+    "node": "admin_commands:cmd_node",
+    "image": "admin_commands:cmd_image",
+    "storage": "storage_commands:cmd_storage",
+    "sweep": "sweep_commands:cmd_sweep",
+    "alerts": "alert_commands:cmd_alerts",
+    "account": "account_commands:cmd_account",
+    "usage": "usage_commands:cmd_usage",
+    "env": "env_commands:cmd_env",
+    "dev": "dev_commands:cmd_dev",
 }
+
+
+def handler(command: str) -> Callable[[Client, argparse.Namespace], int]:
+    """The function that runs ``command``, its module imported now."""
+    module, _, name = HANDLERS[command].partition(":")
+    found: Callable[[Client, argparse.Namespace], int] = getattr(
+        importlib.import_module(f"trainyard.cli.{module}") if module else sys.modules[__name__], name)
+    return found
