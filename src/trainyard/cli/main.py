@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 from collections.abc import Sequence
@@ -247,6 +248,20 @@ def add_storage_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """``yard``'s parser. argparse asks gettext for the same few words (``usage:``, the help
+    flag's help, …) for each of its ~90 parsers, and gettext looks for translation files on
+    disk at each ask: about half of the time to build it (issue 33). Here each word is looked
+    up once; argparse is left as it was after."""
+    words = vars(argparse)
+    plain = words["_"]
+    words["_"] = functools.cache(plain)
+    try:
+        return _build_parser()
+    finally:
+        words["_"] = plain
+
+
+def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="yard",
         description="Trainyard: share GPU machines for deep-learning training.",
