@@ -49,9 +49,9 @@ from trainyard.client_notices import NoticeCalls
 from trainyard.client_sessions import SessionCalls
 from trainyard.client_sweeps import SweepCalls
 from trainyard.client_workdir import workdir_digest
+from trainyard.core.keep import KEEP as KEEP
+from trainyard.core.keep import Keep
 from trainyard.core.states import EnvironmentState
-from trainyard.schemas.admin import KEEP as KEEP
-from trainyard.schemas.admin import Keep
 from trainyard.schemas.jobs import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
