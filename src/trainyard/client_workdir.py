@@ -16,8 +16,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from trainyard.client_errors import TrainyardError, UsageError
 from trainyard.client_input import path_named
 from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, is_digest, size_text
@@ -116,6 +114,8 @@ def names_upload(job_file: object) -> bool:
 
 def _document(job_file: object) -> object:
     """The job file as data (a path read, text parsed); None when it cannot be read."""
+    import yaml  # a job file's reader: not for the calls that send none (issue 33)
+
     path = path_named(job_file)
     try:
         if path is not None:

@@ -1,6 +1,7 @@
 """A client command imports what it needs and no more (issue 33: `yard jobs|job|logs|submit`
 under 150 ms, most of which was imports): the other commands' modules, the API models it does
-not read, httpx's own command line and httpcore's async backends stay unloaded. Checked in a
+not read, PyYAML where no job file is read, httpx's own command line and httpcore's async
+backends stay unloaded. Checked in a
 fresh interpreter, by what is in ``sys.modules``; benchmarks/bench_cli.py times it."""
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def test_yard_jobs_loads_its_own_models_and_no_other_commands_module() -> None:
     assert {"trainyard.cli.commands", "trainyard.client", "trainyard.schemas.jobs"} <= loaded
     assert not loaded & {f"trainyard.cli.{m}" for m in OTHER_COMMANDS}
     assert not loaded & {f"trainyard.schemas.{m}" for m in OTHER_MODELS}
+    assert "yaml" not in loaded  # only job files are YAML: `yard submit` reads one
 
 
 def test_a_command_of_another_module_loads_it_when_it_runs() -> None:

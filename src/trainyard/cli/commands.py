@@ -16,8 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-import yaml
-
 from trainyard.cli import render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
@@ -142,6 +140,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if isinstance(result, DryRunResult):
+        import yaml
+
         print("# valid; the job as Trainyard will run it (secrets masked):")
         print(yaml.safe_dump(result.job, sort_keys=False), end="")
     else:
@@ -386,6 +386,8 @@ def _edit_shown_job(client: Client, job_id: int) -> Path | None:
     """Open the user's editor on the job as the server shows it; the file it left, or None
     if the editor failed (said on stderr)."""
     shown = client.job(job_id).spec
+    import yaml
+
     fd, name = tempfile.mkstemp(prefix=f"yard-clone-{job_id}-", suffix=".yaml")  # mode 0600
     path = Path(name)
     with os.fdopen(fd, "w") as file:
