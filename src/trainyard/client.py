@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
-from pydantic import TypeAdapter, ValidationError
 
 from trainyard.client_config import ClientConfig, load_config
 from trainyard.client_errors import AuthError as AuthError
@@ -52,30 +51,25 @@ from trainyard.client_workdir import workdir_digest
 from trainyard.core.keep import KEEP as KEEP
 from trainyard.core.keep import Keep
 from trainyard.core.states import EnvironmentState
-from trainyard.schemas.jobs import (
-    LOG_ATTEMPT_HEADER,
-    LOG_MAX_PAGE_BYTES,
-    LOG_OFFSET_HEADER,
-    LOG_SIZE_HEADER,
-    LOG_TASK_HEADER,
-    DryRunResult,
-    JobDetail,
-    JobPage,
-    SubmitResult,
-)
 
-if TYPE_CHECKING:  # the other models are imported by the calls that answer them (client_models.py)
+if TYPE_CHECKING:  # the models are imported by the calls that answer them (client_models.py)
+
     from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
     from trainyard.schemas.alerts import AlertRuleView, AlertView
     from trainyard.schemas.cluster import NodeView, TopView
     from trainyard.schemas.environments import EnvironmentView
     from trainyard.schemas.history import JobMetrics, NodeMetrics
     from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
+    from trainyard.schemas.jobs import DryRunResult, JobDetail, JobPage, SubmitResult
     from trainyard.schemas.storages import StorageView
     from trainyard.schemas.usage import UsageGrouping, UsageReport
     from trainyard.schemas.users import TokenResponse, TokenView, UserView
 
 Reply = TypeVar("Reply")
+_JOB: Model[JobDetail] = Model("jobs.JobDetail")
+_JOB_PAGE: Model[JobPage] = Model("jobs.JobPage")
+_SUBMITTED: Model[SubmitResult] = Model("jobs.SubmitResult")
+_DRY_RUN: Model[DryRunResult] = Model("jobs.DryRunResult")
 _NODE: Model[NodeView] = Model("cluster.NodeView")
 _NODES: Model[list[NodeView]] = Model("cluster.NodeView", many=True)
 _TOP: Model[TopView] = Model("cluster.TopView")
@@ -103,7 +97,6 @@ _ENVIRONMENTS: Model[list[EnvironmentView]] = Model("environments.EnvironmentVie
 _JOB_METRICS: Model[JobMetrics] = Model("history.JobMetrics")
 _NODE_METRICS: Model[NodeMetrics] = Model("history.NodeMetrics")
 _USAGE: Model[UsageReport] = Model("usage.UsageReport")
-_HEALTH = TypeAdapter(dict[str, str])
 
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
@@ -134,6 +127,8 @@ class LogRead:
 
 def _page(left: int | None) -> int | None:
     """The page to ask for when at most ``left`` bytes are still wanted (None: no cap)."""
+    from trainyard.schemas.jobs import LOG_MAX_PAGE_BYTES
+
     return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
 
 
@@ -227,6 +222,8 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         """The answer as ``shape`` (a model, or an adapter for lists of them); an answer of
         another shape (another server's JSON, a Trainyard of an incompatible version) is a
         `UsageError`, not pydantic's."""
+        from pydantic import ValidationError
+
         adapter = adapter_for(shape)  # the model's module imported now, if this is its first answer
         try:
             return adapter.validate_json(content)
@@ -291,8 +288,8 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         response = self._submitting("/jobs", retry_for, on_retry, content=content, headers=headers,
                                     params=given(dryRun="true" if dry_run else None, workdir=sent))
         if dry_run:
-            return self._parse(DryRunResult, response.content)
-        return self._parse(SubmitResult, response.content)
+            return self._parse(_DRY_RUN, response.content)
+        return self._parse(_SUBMITTED, response.content)
 
     def clone(self, job_id: int, *, job_file: JobFile | None = None, name: str | None = None,
               vc: str | None = None, priority: str | None = None, idempotency_key: str | None = None,
@@ -310,7 +307,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
             headers["Content-Type"] = media_type
         response = self._submitting(f"/jobs/{_job_id(job_id)}/clone", retry_for, on_retry, content=content,
                                     headers=headers, params=params)
-        return self._parse(SubmitResult, response.content)
+        return self._parse(_SUBMITTED, response.content)
 
     def _submitting(self, path: str, retry_for: float, on_retry: Callable[[TrainyardError, float], None] | None,
                     **kwargs: Any) -> httpx.Response:
@@ -339,27 +336,33 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         """A page of jobs, newest first (``order="oldest"``: oldest first); pass the page's
         ``next`` as ``before`` (oldest first: ``after``), with the same filters, for the next
         one. ``state`` is comma-separated: ``"WAITING,RUNNING"``; ``name``: text in the name."""
-        params = given(state=state, user=user, vc=vc, name=name, order=order, limit=limit, before=before, after=after)
-        return self._parse(JobPage, self._request("GET", "/jobs", params=params).content)
+        answer = self._jobs_answer(state=state, user=user, vc=vc, name=name, order=order, limit=limit,
+                                   before=before, after=after)
+        return self._parse(_JOB_PAGE, answer)
+
+    def _jobs_answer(self, **filters: Any) -> bytes:
+        """`jobs`' answer as the server sent it (JSON): `yard jobs` reads its table from it
+        without the models (cli/plain.py)."""
+        return self._request("GET", "/jobs", params=given(**filters)).content
 
     def job(self, job_id: int) -> JobDetail:
         """One job: state, attempts and their tasks, placement, events, its spec (secrets masked)."""
-        return self._parse(JobDetail, self._request("GET", f"/jobs/{_job_id(job_id)}").content)
+        return self._parse(_JOB, self._request("GET", f"/jobs/{_job_id(job_id)}").content)
 
     def stop(self, job_id: int, *, reason: str = "") -> JobDetail:
         """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now.
         ``reason`` is told to the job's owner in its message and history."""
         params = {"reason": reason} if reason else None
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
+        return self._parse(_JOB, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
 
     def suspend(self, job_id: int) -> JobDetail:
         """Suspend a job and hold it until ``resume``: a running one (``preemption: suspend``)
         is told to save its state first; a waiting one is simply held."""
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/suspend").content)
+        return self._parse(_JOB, self._request("POST", f"/jobs/{_job_id(job_id)}/suspend").content)
 
     def resume(self, job_id: int) -> JobDetail:
         """Let a suspended job resume: it waits for room as a new attempt, keeping its place."""
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/resume").content)
+        return self._parse(_JOB, self._request("POST", f"/jobs/{_job_id(job_id)}/resume").content)
 
     def job_metrics(self, job_id: int, *, since: Moment = None, until: Moment = None,
                     task: str | None = None) -> JobMetrics:
@@ -376,6 +379,8 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         ``limit`` bytes, the server's page size if not given), with which task it is; a log
         of any size: `iter_logs` or `logs`."""
         params = given(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit)
+        from trainyard.schemas.jobs import LOG_ATTEMPT_HEADER, LOG_OFFSET_HEADER, LOG_SIZE_HEADER, LOG_TASK_HEADER
+
         response = self._request("GET", f"/jobs/{_job_id(job_id)}/logs", params=params)
         shown = response.headers.get(LOG_ATTEMPT_HEADER)
         return LogRead(
@@ -533,7 +538,9 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
 
     def healthz(self) -> dict[str, str]:
         """The server's health (needs no token)."""
-        return self._parse(_HEALTH, self._request("GET", "/healthz").content)
+        from pydantic import TypeAdapter
+
+        return self._parse(TypeAdapter(dict[str, str]), self._request("GET", "/healthz").content)
 
     def me(self) -> UserView:
         """The user the token belongs to."""
@@ -771,7 +778,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
 
     def stop_flagged_job(self, alert_id: int) -> JobDetail:
         """Stop the job an alert is about (admin); its owner is told the rule and why."""
-        return self._parse(JobDetail, self._request("POST", f"/alerts/{_job_id(alert_id, 'alert')}/stop").content)
+        return self._parse(_JOB, self._request("POST", f"/alerts/{_job_id(alert_id, 'alert')}/stop").content)
 
     def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
         """A new API token for yourself, or (admin) for ``user``; its text is shown only now."""

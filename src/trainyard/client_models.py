@@ -7,9 +7,10 @@ of them."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Union
 
-from pydantic import TypeAdapter
+if TYPE_CHECKING:  # pydantic itself is imported with the first model: `yard jobs` reads none
+    from pydantic import TypeAdapter
 
 Reply = TypeVar("Reply")
 
@@ -23,6 +24,8 @@ class Model(Generic[Reply]):
 
     def adapter(self) -> TypeAdapter[Reply]:
         if self._adapter is None:
+            from pydantic import TypeAdapter
+
             module, _, name = self.where.rpartition(".")
             model: Any = getattr(importlib.import_module(f"trainyard.schemas.{module}"), name)
             self._adapter = TypeAdapter(list[model] if self.many else model)
@@ -32,10 +35,13 @@ class Model(Generic[Reply]):
         return f"Model({self.where!r}{', many=True' if self.many else ''})"
 
 
-Shape = type[Reply] | TypeAdapter[Reply] | Model[Reply]  # what `Client._parse` reads an answer as
+# What `Client._parse` reads an answer as (a string: TypeAdapter is not imported at run time).
+Shape = Union[type[Reply], "TypeAdapter[Reply]", Model[Reply]]  # noqa: UP007
 
 
 def adapter_for(shape: Shape[Reply]) -> TypeAdapter[Reply]:
     if isinstance(shape, Model):
         return shape.adapter()
+    from pydantic import TypeAdapter
+
     return shape if isinstance(shape, TypeAdapter) else TypeAdapter(shape)

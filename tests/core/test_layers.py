@@ -73,7 +73,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
              "core.sharing", "core.labels", "core.durations"),
-    "cli/commands.py": ("client_workdir",),  # `yard submit` finds the folder to send (lazily: not for --help)
+    # `yard submit` finds the folder to send (lazily: not for --help); `yard jobs` reads an
+    # answer its plain table does not expect with the models (cli/plain.py).
+    "cli/commands.py": ("client_workdir", "client_models"),
     "cli/up.py": ("api", "core.settings"),  # `yard up` starts the server in this process
     # `yard doctor` runs the backends' checks on the server's settings and store, as `yard up` would.
     "cli/doctor.py": ("backends", "core.settings", "store"),

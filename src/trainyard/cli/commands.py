@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
-from trainyard.cli import render
+from trainyard.cli import plain, render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
 from trainyard.client import (
@@ -31,10 +31,9 @@ from trainyard.client import (
 )
 from trainyard.client_config import load_config
 from trainyard.core.states import FINAL_JOB_STATES, JobState
-from trainyard.schemas.jobs import DryRunResult
 
 if TYPE_CHECKING:
-    from trainyard.schemas.jobs import JobDetail
+    from trainyard.schemas.jobs import JobDetail, JobPage
 
 # The other commands' modules (and the API models they read) are imported only when one of
 # their commands runs: `yard jobs|job|logs|submit` load what they need and no more (issue 33).
@@ -139,6 +138,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         return 0
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    from trainyard.schemas.jobs import DryRunResult  # loaded with the answer
+
     if isinstance(result, DryRunResult):
         import yaml
 
@@ -165,14 +166,24 @@ def _dependencies(args: argparse.Namespace) -> str | int | None:
 
 
 def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
-    page = client.jobs(state=args.state, user=args.user, vc=args.vc, name=args.name, limit=args.limit,
-                       before=args.before)
+    filters = {"state": args.state, "user": args.user, "vc": args.vc, "name": args.name, "limit": args.limit,
+               "before": args.before}
     if args.json:
-        render.print_json(page)
+        render.print_json(client.jobs(**filters))
         return 0
-    print(render.jobs_table(page.items) if page.items else "no jobs")
-    if page.next is not None:
-        print(f"(more: {_next_page_command(args, page.next)})")
+    # The table is read from the JSON as it came (cli/plain.py: no pydantic to import); an
+    # answer it does not expect is read with the models, which say what is wrong with it.
+    answer = client._jobs_answer(**filters)
+    try:
+        items, following = plain.job_page(answer)
+    except ValueError:
+        from trainyard.client_models import Model
+
+        page: JobPage = client._parse(Model("jobs.JobPage"), answer)
+        items, following = list(page.items), page.next
+    print(render.jobs_table(items) if items else "no jobs")
+    if following is not None:
+        print(f"(more: {_next_page_command(args, following)})")
     return 0
 
 

@@ -1,0 +1,65 @@
+"""``yard jobs``'s table read from the server's JSON as it came, without the API's pydantic
+models: the job list is the command run most, and importing pydantic and building the models
+was the larger half of its cost (issue 33). Only the fields the table shows are read, each
+checked for its type and given the default ``schemas/jobs.py`` gives it; the state is read as
+the model reads it (``JobState``). ``tests/cli/test_cli_plain.py`` holds the table equal to the
+one rendered from the models. Anything else (a field missing or of another type: another
+server, another version) raises ValueError, and the caller reads the answer with the models,
+which say what is wrong."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from types import SimpleNamespace
+from typing import Any
+
+from trainyard.core.states import JobState
+
+
+def job_page(answer: bytes) -> tuple[list[Any], int | None]:
+    """The page's jobs, as rows ``render.jobs_table`` reads, and its ``next``; ValueError for
+    an answer that is not what it expects."""
+    try:
+        page = json.loads(answer)
+        items, following = page["items"], page["next"]
+        if not isinstance(items, list) or not (following is None or _is(following, int)):
+            raise ValueError("not a page of jobs")
+        return [_summary(item) for item in items], following
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a page of jobs: {exc!r}") from exc
+
+
+def _summary(item: dict[str, Any]) -> SimpleNamespace:
+    pending = item.get("pending")
+    return SimpleNamespace(
+        id=_typed(item["id"], int), name=_typed(item["name"], str), user=_typed(item["user"], str),
+        state=JobState(item["state"]), gpus=_typed(item["gpus"], float), attempt=_typed(item["attempt"], int),
+        submittedAt=_moment(item["submittedAt"]), runtimeSeconds=_optional(item.get("runtimeSeconds"), float),
+        message=_typed(item["message"], str), borrowed=_typed(item.get("borrowed", False), bool),
+        pending=None if pending is None else SimpleNamespace(
+            reason=_typed(pending["reason"], str), message=_typed(pending["message"], str),
+            short=_typed(pending.get("short", ""), str), position=_optional(pending.get("position"), int)),
+    )
+
+
+def _is(value: object, kind: type) -> bool:
+    if kind is float:  # JSON's numbers: an int is a float's value too, as pydantic reads it
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def _typed(value: Any, kind: type) -> Any:
+    if not _is(value, kind):
+        raise ValueError(f"{value!r} is not a {kind.__name__}")
+    return float(value) if kind is float else value
+
+
+def _optional(value: Any, kind: type) -> Any:
+    return None if value is None else _typed(value, kind)
+
+
+def _moment(value: Any) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a time")
+    return datetime.fromisoformat(value)
