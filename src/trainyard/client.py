@@ -50,6 +50,13 @@ from trainyard.client_sweeps import SweepCalls
 from trainyard.client_workdir import workdir_digest
 from trainyard.core.keep import KEEP as KEEP
 from trainyard.core.keep import Keep
+from trainyard.core.logreads import (
+    LOG_ATTEMPT_HEADER,
+    LOG_MAX_PAGE_BYTES,
+    LOG_OFFSET_HEADER,
+    LOG_SIZE_HEADER,
+    LOG_TASK_HEADER,
+)
 from trainyard.core.states import EnvironmentState
 
 if TYPE_CHECKING:  # the models are imported by the calls that answer them (client_models.py)
@@ -127,8 +134,6 @@ class LogRead:
 
 def _page(left: int | None) -> int | None:
     """The page to ask for when at most ``left`` bytes are still wanted (None: no cap)."""
-    from trainyard.schemas.jobs import LOG_MAX_PAGE_BYTES
-
     return None if left is None else min(left, LOG_MAX_PAGE_BYTES)
 
 
@@ -347,7 +352,12 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
 
     def job(self, job_id: int) -> JobDetail:
         """One job: state, attempts and their tasks, placement, events, its spec (secrets masked)."""
-        return self._parse(_JOB, self._request("GET", f"/jobs/{_job_id(job_id)}").content)
+        return self._parse(_JOB, self._job_answer(job_id))
+
+    def _job_answer(self, job_id: int) -> bytes:
+        """`job`'s answer as the server sent it (JSON): `yard logs` reads the job's tasks from it
+        without the models (cli/plain.py)."""
+        return self._request("GET", f"/jobs/{_job_id(job_id)}").content
 
     def stop(self, job_id: int, *, reason: str = "") -> JobDetail:
         """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now.
@@ -379,8 +389,6 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         ``limit`` bytes, the server's page size if not given), with which task it is; a log
         of any size: `iter_logs` or `logs`."""
         params = given(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit)
-        from trainyard.schemas.jobs import LOG_ATTEMPT_HEADER, LOG_OFFSET_HEADER, LOG_SIZE_HEADER, LOG_TASK_HEADER
-
         response = self._request("GET", f"/jobs/{_job_id(job_id)}/logs", params=params)
         shown = response.headers.get(LOG_ATTEMPT_HEADER)
         return LogRead(

@@ -1,6 +1,6 @@
-"""`yard jobs` reads its table from the server's JSON without the API's models (cli/plain.py,
-issue 33): the table is the one the models give, and an answer it does not expect is left to
-the models to refuse."""
+"""`yard jobs` reads its table, and `yard logs` the job's task roles, from the server's JSON
+without the API's models (cli/plain.py, issue 33): the table is the one the models give, and
+an answer it does not expect is left to the models to refuse."""
 
 from __future__ import annotations
 
@@ -51,3 +51,13 @@ def test_a_field_of_another_type_is_a_value_error(change: dict) -> None:
     answer["items"][0].update(change)
     with pytest.raises(ValueError):
         plain.job_page(json.dumps(answer).encode())
+
+
+def test_the_task_roles_are_the_jobs_spec_as_it_came() -> None:
+    roles = {"ps": {"instances": 1, "commands": ["x"]}, "worker": {"instances": 3, "commands": ["y"]}}
+    answer = json.dumps({"spec": {"name": "j", "taskRoles": roles}}).encode()
+    assert plain.task_roles(answer) == roles
+    assert plain.task_roles(b'{"spec": {"name": "j"}}') == {}
+    for wrong in (b"[]", b'{"spec": []}', b'{"spec": {"taskRoles": {"w": 3}}}', b'{"job": {}}'):
+        with pytest.raises(ValueError):
+            plain.task_roles(wrong)

@@ -60,7 +60,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "api/server.py": ("controller", "backends", "store"),  # `yard up` assembles the concrete pieces
     "portal/": ("core", "spec", "schemas", "store.rows", "backends.base", "services", "web"),
     "runtime.py": (),  # the standard library only: a task's own Python imports it
-    "client.py": ("schemas", "core.states", "core.keep"),
+    "client.py": ("schemas", "core.states", "core.keep", "core.logreads"),
     "client_config.py": (),
     "client_errors.py": (),
     "client_input.py": (),

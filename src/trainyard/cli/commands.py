@@ -300,19 +300,26 @@ def _wait_to_follow(client: Client, args: argparse.Namespace) -> LogRead:
 
 def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> None:
     """On stderr, what the log shown leaves out: that nothing ran yet, or the other tasks."""
-    job = client.job(args.id)
-    if log.task is None:  # the server names the task it showed once the task was placed
-        ran = [a.number for a in job.attempts if a.startedAt]
-        earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
-        why = f" ({render.job_status_text(job)})" if job.state == JobState.WAITING and job.pending else ""
-        _fail(f"job {args.id} is {job.state}{why}: this attempt has not run yet{earlier}")
+    from trainyard.client_models import Model
+
+    answer = client._job_answer(args.id)
+    if log.task is not None:  # the server names the task it showed once the task was placed
+        if args.task is None:  # it chose the task (log.task), and the others are these
+            try:  # read from the JSON as it came (cli/plain.py: no pydantic to import)
+                roles = plain.task_roles(answer)
+            except ValueError:
+                shown: JobDetail = client._parse(Model("jobs.JobDetail"), answer)
+                roles = shown.spec.get("taskRoles") or {}
+            tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
+            if len(tasks) > 1:
+                others = ", ".join(t for t in tasks if t != log.task)
+                _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")
         return
-    if args.task is None:  # the server chose the task (log.task), and the others are these
-        roles = job.spec.get("taskRoles") or {}
-        tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
-        if len(tasks) > 1:
-            others = ", ".join(t for t in tasks if t != log.task)
-            _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")
+    job: JobDetail = client._parse(Model("jobs.JobDetail"), answer)  # nothing ran yet: why, from the models
+    ran = [a.number for a in job.attempts if a.startedAt]
+    earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
+    why = f" ({render.job_status_text(job)})" if job.state == JobState.WAITING and job.pending else ""
+    _fail(f"job {args.id} is {job.state}{why}: this attempt has not run yet{earlier}")
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
-"""``yard jobs``'s table read from the server's JSON as it came, without the API's pydantic
-models: the job list is the command run most, and importing pydantic and building the models
-was the larger half of its cost (issue 33). Only the fields the table shows are read, each
+"""``yard jobs``'s table, and the tasks ``yard logs`` names beside the one it showed, read
+from the server's JSON as it came, without the API's pydantic models: these are the commands
+run most, and importing pydantic and building the models was the larger half of their cost
+(issue 33). Only the fields the table shows are read, each
 checked for its type and given the default ``schemas/jobs.py`` gives it; the state is read as
 the model reads it (``JobState``). ``tests/cli/test_cli_plain.py`` holds the table equal to the
 one rendered from the models. Anything else (a field missing or of another type: another
@@ -28,6 +29,19 @@ def job_page(answer: bytes) -> tuple[list[Any], int | None]:
         return [_summary(item) for item in items], following
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a page of jobs: {exc!r}") from exc
+
+
+def task_roles(answer: bytes) -> dict[str, dict[str, Any]]:
+    """A job's task roles as its ``spec`` (the job file as the server shows it) has them;
+    ValueError for an answer that is not a job."""
+    try:
+        spec = json.loads(answer)["spec"]
+        roles = spec.get("taskRoles") or {}
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a job: {exc!r}") from exc
+    if not isinstance(roles, dict) or not all(isinstance(role, dict) for role in roles.values()):
+        raise ValueError("not a job's task roles")
+    return roles
 
 
 def _summary(item: dict[str, Any]) -> SimpleNamespace:
