@@ -61,3 +61,18 @@ def test_the_task_roles_are_the_jobs_spec_as_it_came() -> None:
     for wrong in (b"[]", b'{"spec": []}', b'{"spec": {"taskRoles": {"w": 3}}}', b'{"job": {}}'):
         with pytest.raises(ValueError):
             plain.task_roles(wrong)
+
+
+def test_a_submits_answer_from_the_json_is_the_models() -> None:
+    from trainyard.schemas.jobs import SubmitResult
+
+    made = SubmitResult(id=12, name="train", user="alice", vc="default", priority="normal", state="WAITING",
+                        submittedAt="2026-11-29T10:00:00Z", warnings=["no GPU asked for", "an unknown field: x"])
+    answer = made.model_dump_json().encode()
+    read = plain.submitted(answer)
+    assert (read.id, read.name, read.state, read.warnings) == (made.id, made.name, made.state, made.warnings)
+    assert f"{read.state}" == f"{made.state}"
+    for wrong in (b"{}", b'{"id": "12", "name": "t", "state": "WAITING", "warnings": []}',
+                  b'{"id": 12, "name": "t", "state": "WAITING", "warnings": "none"}', b"null"):
+        with pytest.raises(ValueError):
+            plain.submitted(wrong)

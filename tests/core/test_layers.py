@@ -69,7 +69,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_files.py": ("schemas",),
     "client_notices.py": ("schemas",),
     "client_sessions.py": ("schemas",),
-    "client_models.py": (),  # imports schemas' modules by name, when an answer first needs one
+    "client_models.py": ("schemas",),  # imported by name, when an answer first needs one (typing: statically)
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
              "core.sharing", "core.labels", "core.durations"),

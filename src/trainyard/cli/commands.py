@@ -14,7 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from trainyard.cli import plain, render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
@@ -131,16 +131,25 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
 
     if (made := sweep_commands.submit(client, args, data, workdir=digest)) is not None:
         return made  # the file (or --sweep) makes a sweep
-    result = client.submit(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
-                           idempotency_key=args.idempotency_key, on_retry=_say_retrying, workdir=digest)
-    if args.json:
-        render.print_json(result)
-        return 0
+    answer = client._submit_answer(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
+                                   idempotency_key=args.idempotency_key, on_retry=_say_retrying, workdir=digest)
+    if args.json or args.dry_run:  # the answer through the models, as `Client.submit` gives it
+        from trainyard.client_models import Model
+
+        result: Any = client._parse(Model("jobs.DryRunResult" if args.dry_run else "jobs.SubmitResult"), answer)
+        if args.json:
+            render.print_json(result)
+            return 0
+    else:  # read from the JSON as it came (cli/plain.py: no pydantic to import)
+        try:
+            result = plain.submitted(answer)
+        except ValueError:
+            from trainyard.client_models import Model
+
+            result = client._parse(Model("jobs.SubmitResult"), answer)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    from trainyard.schemas.jobs import DryRunResult  # loaded with the answer
-
-    if isinstance(result, DryRunResult):
+    if args.dry_run:
         import yaml
 
         print("# valid; the job as Trainyard will run it (secrets masked):")

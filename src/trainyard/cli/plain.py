@@ -1,12 +1,12 @@
-"""``yard jobs``'s table, and the tasks ``yard logs`` names beside the one it showed, read
-from the server's JSON as it came, without the API's pydantic models: these are the commands
-run most, and importing pydantic and building the models was the larger half of their cost
-(issue 33). Only the fields the table shows are read, each
-checked for its type and given the default ``schemas/jobs.py`` gives it; the state is read as
-the model reads it (``JobState``). ``tests/cli/test_cli_plain.py`` holds the table equal to the
-one rendered from the models. Anything else (a field missing or of another type: another
-server, another version) raises ValueError, and the caller reads the answer with the models,
-which say what is wrong."""
+"""What the most run commands show, read from the server's JSON as it came, without the API's
+pydantic models: ``yard jobs``'s table, what ``yard submit`` says of the job it made, and the
+tasks ``yard logs`` names beside the one it showed. Importing pydantic and building the models
+was the larger half of these commands' cost (issue 33). Only the fields shown are read, each
+checked for its type and given the default ``schemas/jobs.py`` gives it; a state is read as
+the model reads it (``JobState``). ``tests/cli/test_cli_plain.py`` holds what they show equal
+to what the models give. Anything else (a field missing or of another type: another server,
+another version) raises ValueError, and the caller reads the answer with the models, which
+say what is wrong."""
 
 from __future__ import annotations
 
@@ -29,6 +29,20 @@ def job_page(answer: bytes) -> tuple[list[Any], int | None]:
         return [_summary(item) for item in items], following
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"not a page of jobs: {exc!r}") from exc
+
+
+def submitted(answer: bytes) -> SimpleNamespace:
+    """A submit's answer as ``yard submit`` says it: the job's id, name and state, and the
+    server's warnings; ValueError for an answer that is not one."""
+    try:
+        made = json.loads(answer)
+        warnings = made["warnings"]
+        if not isinstance(warnings, list):
+            raise ValueError("not a submit's warnings")
+        return SimpleNamespace(id=_typed(made["id"], int), name=_typed(made["name"], str),
+                               state=JobState(made["state"]), warnings=[_typed(w, str) for w in warnings])
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"not a submit's answer: {exc!r}") from exc
 
 
 def task_roles(answer: bytes) -> dict[str, dict[str, Any]]:
