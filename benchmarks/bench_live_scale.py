@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the jobs to end")
     parser.add_argument("--nodes", type=int, default=VCS * QUOTA // 8, help="8-GPU nodes (default: the quotas' 600)")
     parser.add_argument("--profile", metavar="FILE", help="run the server under py-spy, its samples (raw) to FILE")
+    parser.add_argument("--keep", action="store_true", help="keep the server's home (its log) and say where")
     args = parser.parse_args()
     counts = {kind: max(1, round(spec[0] * args.scale)) for kind, spec in CLASSES.items()}
     total = sum(counts.values()) * VCS
@@ -73,8 +74,10 @@ def main() -> None:
            "TRAINYARD_SIMULATED_GPUS_PER_NODE": "8", "TRAINYARD_SCHEDULER_BORROWING": "true",
            "TRAINYARD_MAX_WAITING_JOBS_PER_USER": str(total + 1000), "TRAINYARD_MONITOR_INTERVAL_SECONDS": "60"}
     spy = ["py-spy", "record", "--threads", "--rate", "50", "--format", "raw", "--output", args.profile, "--"]
-    with yard_server(local_gpus=None, env=env, startup_deadline_s=120,
+    with yard_server(local_gpus=None, env=env, startup_deadline_s=120, keep_home=args.keep,
                      command=[*spy, *yard_command()] if args.profile else None) as server:
+        if args.keep:
+            print(f"the server's home: {server.home}", flush=True)
         for i in range(VCS):
             server.client.create_vc(f"cq{i:02d}", gpus=QUOTA, borrow_limit=BORROW_LIMIT)
         cpu_before = process_cpu_seconds(server.process.pid)
