@@ -21,12 +21,21 @@ SQLITE_BUSY_TIMEOUT_S = 30
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = 10_000
 WAL_CHECKPOINT_SECONDS = 1.0
 
+# Connections a server's engine keeps (and may open beyond them): see ``make_engine``.
+POOL_SIZE, POOL_OVERFLOW = 10, 50
+
 log = logging.getLogger(__name__)
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine tuned for Trainyard: SQLite in WAL mode with a busy timeout, its writers
     in this process queued in a lock (``_queue_writers``)."""
+    if not url.startswith("sqlite") or ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
+        # Connections for every thread that may hold one at once: the API's worker threads
+        # (AnyIO's 40), the controller and its periodic work. SQLAlchemy's default of 15
+        # made a burst of submits wait 30 s for one, then fail (bench_live_scale.py).
+        kwargs.setdefault("pool_size", POOL_SIZE)
+        kwargs.setdefault("max_overflow", POOL_OVERFLOW)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
                                **kwargs)
