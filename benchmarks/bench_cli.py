@@ -14,6 +14,8 @@ from the time it spends getting ready. Prints; never asserts.
 from __future__ import annotations
 
 import argparse
+import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -26,14 +28,26 @@ TARGET_S = 0.150
 
 
 def wall(args: list[str], env: dict[str, str], runs: int) -> float:
-    times = []
+    return median(walls([args], env, runs)[0][0])
+
+
+def walls(commands: list[list[str]], env: dict[str, str],
+          runs: int) -> list[tuple[list[float], list[float]]]:
+    """Each command's wall times and CPU times (user + system, s), the commands run in turn,
+    ``runs`` rounds. The CPU time is the command's own work: on a loaded machine its wall time
+    also counts the time it waited for a core, and the server's answer."""
+    times: list[tuple[list[float], list[float]]] = [([], []) for _ in commands]
     for _ in range(runs):
-        started = time.perf_counter()
-        done = subprocess.run(args, env=env, capture_output=True, text=True)
-        times.append(time.perf_counter() - started)
-        if done.returncode != 0:
-            raise SystemExit(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
-    return median(times)
+        for args, (took, cpu) in zip(commands, times):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.perf_counter()
+            done = subprocess.run(args, env=env, capture_output=True, text=True)
+            took.append(time.perf_counter() - started)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            if done.returncode != 0:
+                raise SystemExit(f"{' '.join(args)} failed ({done.returncode}): {done.stderr.strip()[-400:]}")
+    return times
 
 
 def heavy_imports(command: str, env: dict[str, str]) -> list[tuple[float, str]]:
@@ -52,8 +66,11 @@ def heavy_imports(command: str, env: dict[str, str]) -> list[tuple[float, str]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--against", metavar="CMD", help="another yard to time in turn with this one (older code)")
     args = parser.parse_args()
     yard = yard_command()
+    against = shlex.split(args.against) if args.against else None
+    print(f"yard: {' '.join(yard)}" + (f"; against: {args.against}" if against else ""))
     started = wall([sys.executable, "-c", "pass"], {}, args.runs)
     print(f"python itself: {started * 1000:.0f} ms to start and stop (median of {args.runs})")
     with yard_server(local_gpus=1) as server:
@@ -63,9 +80,17 @@ def main() -> None:
         job_file.write_text(tiny_job_yaml("bench-cli-submit", command="true"))
         env = server.env
         for command in ("jobs", f"job {job}", f"logs {job}", f"submit {job_file} --no-workdir"):
-            took = wall([*yard, *command.split()], env, args.runs)
-            print(ratio_line(f"yard {command.split()[0]}", took * 1000, TARGET_S * 1000, lower_is_better=True,
-                             unit="ms"))
+            runs = walls([[*yard, *command.split()]] + ([[*against, *command.split()]] if against else []), env,
+                         args.runs)
+            (took, cpu), others = runs[0], runs[1:]
+            print(ratio_line(f"yard {command.split()[0]}", median(took) * 1000, TARGET_S * 1000,
+                             lower_is_better=True, unit="ms") + f"; best {min(took) * 1000:.0f} ms; "
+                  f"its CPU: median {median(cpu) * 1000:.0f} ms, best {min(cpu) * 1000:.0f} ms")
+            for old_took, old_cpu in others:
+                print(f"    against: median {median(old_took) * 1000:.0f} ms, best {min(old_took) * 1000:.0f} ms; "
+                      f"its CPU: median {median(old_cpu) * 1000:.0f} ms, best {min(old_cpu) * 1000:.0f} ms "
+                      f"(this one takes {median(took) / median(old_took):.2f}x of its wall time, "
+                      f"{median(cpu) / median(old_cpu):.2f}x of its CPU)")
             imports = heavy_imports(command, env)
             print("    imports over 5 ms (cumulative): " + ", ".join(f"{m} {t:.0f}" for t, m in imports))
 

@@ -3,7 +3,7 @@
 Measures (see each file's docstring):
 
 * bench_submit_latency    submit→RUNNING p50 on the local backend     target < 0.2 s
-* bench_submit_throughput API submit throughput on SQLite             target ≥ 300 jobs/s
+* bench_submit_throughput API submits/s, 20 clients, SQLite and PG    target ≥ 300 jobs/s, p99 < 250 ms
 * bench_list_jobs         one page via the CLI, 100k jobs in store    target < 0.5 s
                           ``yard --help``                              target < 0.3 s
 * bench_sim               one openb placement run: best-fit / FGD       target < 10 s / < 30 s
@@ -37,14 +37,14 @@ import bench_submit_throughput  # noqa: E402
 
 FULL = {
     "latency": ["-n", "50"],
-    "throughput": ["-m", "1000", "--threads", "4", "--concurrency", "8", "16"],
+    "throughput": ["-m", "10000"],
     "list": ["--jobs", "100000", "--runs", "10"],
     "sim": ["--placement-policies", "bestfit,fgd", "--queue-policies", "fifo"],
     "metrics": ["--runs", "10"],
 }
 QUICK = {
     "latency": ["-n", "10"],
-    "throughput": ["-m", "300", "--threads", "4", "--concurrency", "16", "--no-json"],
+    "throughput": ["-m", "1000", "--db", "sqlite"],
     "list": ["--jobs", "10000", "--runs", "3"],
     "sim": ["--only", "placement", "--placement-policies", "bestfit"],
     "metrics": ["--runs", "3", "--rounds", "1"],
@@ -83,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                      r["p50_s"] / 0.2, r["p50_s"] < 0.2))
     if "throughput" in results:
         r = results["throughput"]
-        rows.append(("submit throughput (best)", f"{r['best']:.0f} jobs/s", "≥ 300 jobs/s",
-                     r["best"] / 300, r["best"] >= 300))
+        rows.append(("submit throughput (worst db)", f"{r['worst']:.0f} jobs/s", "≥ 300 jobs/s",
+                     r["worst"] / 300, r["worst"] >= 300))
+        rows.append(("submit p99 (worst db)", f"{r['worst_p99_s'] * 1000:.0f} ms", "< 250 ms",
+                     r["worst_p99_s"] / 0.25, r["worst_p99_s"] < 0.25))
     if "list" in results:
         r = results["list"]
         rows.append(("one page via CLI (slowest)", f"{r['worst_list_p50_s'] * 1000:.0f} ms", "< 500 ms",

@@ -6,18 +6,19 @@ an httpx exception."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 from urllib.parse import quote
 
 import httpx
-from pydantic import TypeAdapter, ValidationError
 
+from trainyard import client_models as models
 from trainyard.client_config import ClientConfig, load_config
 from trainyard.client_errors import AuthError as AuthError
 from trainyard.client_errors import ServerError as ServerError
@@ -43,48 +44,36 @@ from trainyard.client_input import (
 from trainyard.client_input import (
     path_segment as _seg,
 )
+from trainyard.client_models import Shape, adapter_for
 from trainyard.client_notices import NoticeCalls
 from trainyard.client_sessions import SessionCalls
 from trainyard.client_sweeps import SweepCalls
 from trainyard.client_workdir import workdir_digest
-from trainyard.core.states import EnvironmentState
-from trainyard.schemas.admin import KEEP as KEEP
-from trainyard.schemas.admin import GroupView, Keep, RemovalResult, UserQuotaView, VcView
-from trainyard.schemas.alerts import AlertRuleUpdate, AlertRuleView, AlertView
-from trainyard.schemas.cluster import NodeView, TopView
-from trainyard.schemas.environments import EnvironmentView
-from trainyard.schemas.history import JobMetrics, NodeMetrics
-from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
-from trainyard.schemas.jobs import (
+from trainyard.core.keep import KEEP as KEEP
+from trainyard.core.keep import Keep
+from trainyard.core.logreads import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
     LOG_OFFSET_HEADER,
     LOG_SIZE_HEADER,
     LOG_TASK_HEADER,
-    DryRunResult,
-    JobDetail,
-    JobPage,
-    SubmitResult,
 )
-from trainyard.schemas.storages import StorageView
-from trainyard.schemas.usage import UsageGrouping, UsageReport
-from trainyard.schemas.users import TokenResponse, TokenView, UserView
+from trainyard.core.states import EnvironmentState
+
+if TYPE_CHECKING:  # the models are imported by the calls that answer them (client_models.py)
+
+    from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
+    from trainyard.schemas.alerts import AlertRuleView, AlertView
+    from trainyard.schemas.cluster import NodeView, TopView
+    from trainyard.schemas.environments import EnvironmentView
+    from trainyard.schemas.history import JobMetrics, NodeMetrics
+    from trainyard.schemas.images import ImagePullView, ImageRemovalView, NodeImageView
+    from trainyard.schemas.jobs import DryRunResult, JobDetail, JobPage, SubmitResult
+    from trainyard.schemas.storages import StorageView
+    from trainyard.schemas.usage import UsageGrouping, UsageReport
+    from trainyard.schemas.users import TokenResponse, TokenView, UserView
 
 Reply = TypeVar("Reply")
-_NODES = TypeAdapter(list[NodeView])
-_IMAGES = TypeAdapter(list[NodeImageView])
-_PULLS = TypeAdapter(list[ImagePullView])
-_REMOVALS = TypeAdapter(list[ImageRemovalView])
-_USERS = TypeAdapter(list[UserView])
-_VCS = TypeAdapter(list[VcView])
-_GROUPS = TypeAdapter(list[GroupView])
-_STORAGES = TypeAdapter(list[StorageView])
-_QUOTAS = TypeAdapter(list[UserQuotaView])
-_HEALTH = TypeAdapter(dict[str, str])
-_TOKENS = TypeAdapter(list[TokenView])
-_ALERTS = TypeAdapter(list[AlertView])
-_ALERT_RULES = TypeAdapter(list[AlertRuleView])
-_ENVIRONMENTS = TypeAdapter(list[EnvironmentView])
 
 # `wait` through a server restart: pauses double from `poll` up to this, for `retry_for` seconds.
 MAX_RETRY_PAUSE = 8.0
@@ -151,6 +140,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
             base_url=self.url + "/api/v1",
             headers={"Authorization": f"Bearer {token}"} if token else {},
             timeout=timeout,
+            verify=_needs_tls(self.url),
         )
 
     @classmethod
@@ -203,11 +193,13 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         except (httpx.HTTPError, httpx.InvalidURL, TypeError, ValueError) as exc:
             raise UsageError(f"cannot send {method} {path}: {exc}") from exc
 
-    def _parse(self, shape: type[Reply] | TypeAdapter[Reply], content: bytes) -> Reply:
+    def _parse(self, shape: Shape[Reply], content: bytes) -> Reply:
         """The answer as ``shape`` (a model, or an adapter for lists of them); an answer of
         another shape (another server's JSON, a Trainyard of an incompatible version) is a
         `UsageError`, not pydantic's."""
-        adapter = shape if isinstance(shape, TypeAdapter) else TypeAdapter(shape)
+        from pydantic import ValidationError
+
+        adapter = adapter_for(shape)  # the model's module imported now, if this is its first answer
         try:
             return adapter.validate_json(content)
         except ValidationError as exc:
@@ -265,14 +257,23 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         ``"afterok:12,afterany:14"`` or ``{"afterok": [12]}``) adds to the file's: the job waits for those.
         ``workdir`` (else the job file's own ``workdir``, relative to it) is a folder to send
         with the job (`upload_workdir`), or an upload's digest: every task starts in a copy of it."""
+        answer = self._submit_answer(job_file, content_type=content_type, dry_run=dry_run,
+                                     idempotency_key=idempotency_key, dependencies=dependencies,
+                                     retry_for=retry_for, workdir=workdir, on_retry=on_retry)
+        return self._parse(models.DRY_RUN, answer) if dry_run else self._parse(models.SUBMITTED, answer)
+
+    def _submit_answer(self, job_file: JobFile, *, content_type: str | None = None, dry_run: bool = False,
+                       idempotency_key: str | None = None, dependencies: Dependencies | None = None,
+                       retry_for: float = DEFAULT_SUBMIT_RETRY_FOR, workdir: Folder | None = None,
+                       on_retry: Callable[[TrainyardError, float], None] | None = None) -> bytes:
+        """`submit`'s answer as the server sent it (JSON): `yard submit` reads it without the
+        models (cli/plain.py)."""
         content, media_type = _job_file(job_file, content_type, dependencies)
         headers = {"Content-Type": media_type, IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
         sent = workdir_digest(self, job_file, workdir)
         response = self._submitting("/jobs", retry_for, on_retry, content=content, headers=headers,
                                     params=given(dryRun="true" if dry_run else None, workdir=sent))
-        if dry_run:
-            return self._parse(DryRunResult, response.content)
-        return self._parse(SubmitResult, response.content)
+        return response.content
 
     def clone(self, job_id: int, *, job_file: JobFile | None = None, name: str | None = None,
               vc: str | None = None, priority: str | None = None, idempotency_key: str | None = None,
@@ -290,7 +291,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
             headers["Content-Type"] = media_type
         response = self._submitting(f"/jobs/{_job_id(job_id)}/clone", retry_for, on_retry, content=content,
                                     headers=headers, params=params)
-        return self._parse(SubmitResult, response.content)
+        return self._parse(models.SUBMITTED, response.content)
 
     def _submitting(self, path: str, retry_for: float, on_retry: Callable[[TrainyardError, float], None] | None,
                     **kwargs: Any) -> httpx.Response:
@@ -319,27 +320,38 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         """A page of jobs, newest first (``order="oldest"``: oldest first); pass the page's
         ``next`` as ``before`` (oldest first: ``after``), with the same filters, for the next
         one. ``state`` is comma-separated: ``"WAITING,RUNNING"``; ``name``: text in the name."""
-        params = given(state=state, user=user, vc=vc, name=name, order=order, limit=limit, before=before, after=after)
-        return self._parse(JobPage, self._request("GET", "/jobs", params=params).content)
+        answer = self._jobs_answer(state=state, user=user, vc=vc, name=name, order=order, limit=limit,
+                                   before=before, after=after)
+        return self._parse(models.JOB_PAGE, answer)
+
+    def _jobs_answer(self, **filters: Any) -> bytes:
+        """`jobs`' answer as the server sent it (JSON): `yard jobs` reads its table from it
+        without the models (cli/plain.py)."""
+        return self._request("GET", "/jobs", params=given(**filters)).content
 
     def job(self, job_id: int) -> JobDetail:
         """One job: state, attempts and their tasks, placement, events, its spec (secrets masked)."""
-        return self._parse(JobDetail, self._request("GET", f"/jobs/{_job_id(job_id)}").content)
+        return self._parse(models.JOB, self._job_answer(job_id))
+
+    def _job_answer(self, job_id: int) -> bytes:
+        """`job`'s answer as the server sent it (JSON): `yard logs` reads the job's tasks from it
+        without the models (cli/plain.py)."""
+        return self._request("GET", f"/jobs/{_job_id(job_id)}").content
 
     def stop(self, job_id: int, *, reason: str = "") -> JobDetail:
         """Stop a job (SIGTERM, then SIGKILL after its grace period); returns it as it is now.
         ``reason`` is told to the job's owner in its message and history."""
         params = {"reason": reason} if reason else None
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
+        return self._parse(models.JOB, self._request("POST", f"/jobs/{_job_id(job_id)}/stop", params=params).content)
 
     def suspend(self, job_id: int) -> JobDetail:
         """Suspend a job and hold it until ``resume``: a running one (``preemption: suspend``)
         is told to save its state first; a waiting one is simply held."""
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/suspend").content)
+        return self._parse(models.JOB, self._request("POST", f"/jobs/{_job_id(job_id)}/suspend").content)
 
     def resume(self, job_id: int) -> JobDetail:
         """Let a suspended job resume: it waits for room as a new attempt, keeping its place."""
-        return self._parse(JobDetail, self._request("POST", f"/jobs/{_job_id(job_id)}/resume").content)
+        return self._parse(models.JOB, self._request("POST", f"/jobs/{_job_id(job_id)}/resume").content)
 
     def job_metrics(self, job_id: int, *, since: Moment = None, until: Moment = None,
                     task: str | None = None) -> JobMetrics:
@@ -347,7 +359,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         measured) over a window: ``since``/``until`` a datetime, a timedelta before now, or
         the API's text ("1h", ISO 8601); by default the last hour. ``task``: "ROLE/INDEX"."""
         params = window(since, until) | ({"task": task} if task is not None else {})
-        return self._parse(JobMetrics, self._request("GET", f"/jobs/{_job_id(job_id)}/metrics",
+        return self._parse(models.JOB_METRICS, self._request("GET", f"/jobs/{_job_id(job_id)}/metrics",
                                                      params=params).content)
 
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
@@ -472,28 +484,28 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
     def nodes(self) -> list[NodeView]:
         """The cluster's nodes: their GPUs, CPUs and memory, what is allocated, and what their
         newest samples measured (``usage``; None: not measured lately)."""
-        return self._parse(_NODES, self._request("GET", "/nodes").content)
+        return self._parse(models.NODES, self._request("GET", "/nodes").content)
 
     def images(self) -> list[NodeImageView]:
         """Which node holds which container image (OpenPAI's image cache)."""
-        return self._parse(_IMAGES, self._request("GET", "/images").content)
+        return self._parse(models.IMAGES, self._request("GET", "/images").content)
 
     def pull_image(self, image: str, *, node: str | None = None) -> list[ImagePullView]:
         """Pull ``image`` to ``node`` (None: every node) ahead of the jobs that need it, unless
         it is there; returns when done, one entry per node (admin)."""
         body = {"image": image, "node": node}
-        return self._parse(_PULLS, self._request("POST", "/images/pull", json=body, timeout=3600.0).content)
+        return self._parse(models.PULLS, self._request("POST", "/images/pull", json=body, timeout=3600.0).content)
 
     def remove_image(self, image: str, *, node: str | None = None) -> list[ImageRemovalView]:
         """Remove ``image`` from ``node`` (None: every node) where it is (admin); 409 while a
         task of a job that has not ended runs in it there."""
         body = {"image": image, "node": node}
-        return self._parse(_REMOVALS, self._request("POST", "/images/remove", json=body, timeout=600.0).content)
+        return self._parse(models.REMOVALS, self._request("POST", "/images/remove", json=body, timeout=600.0).content)
 
     def top(self) -> TopView:
         """The live view: nodes, and the running jobs you may see with their GPU, CPU and
         memory use, busiest GPUs first."""
-        return self._parse(TopView, self._request("GET", "/top").content)
+        return self._parse(models.TOP, self._request("GET", "/top").content)
 
     def usage(self, *, by: UsageGrouping = "user", since: datetime | None = None, until: datetime | None = None,
               user: str | None = None, vc: str | None = None, group: str | None = None,
@@ -504,55 +516,57 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         asked = given(by=by, since=since, until=until, user=user, vc=vc, group=group,
                       job=None if job is None else _job_id(job))
         params = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asked.items()}
-        return self._parse(UsageReport, self._request("GET", "/usage", params=params).content)
+        return self._parse(models.USAGE, self._request("GET", "/usage", params=params).content)
 
     def node_metrics(self, name: str, *, since: Moment = None, until: Moment = None) -> NodeMetrics:
         """A node's figures (CPU, memory, disk, network, each GPU) over a window, as ``job_metrics``."""
-        return self._parse(NodeMetrics, self._request("GET", f"/nodes/{_seg(name)}/metrics",
+        return self._parse(models.NODE_METRICS, self._request("GET", f"/nodes/{_seg(name)}/metrics",
                                                       params=window(since, until)).content)
 
     def healthz(self) -> dict[str, str]:
         """The server's health (needs no token)."""
-        return self._parse(_HEALTH, self._request("GET", "/healthz").content)
+        from pydantic import TypeAdapter
+
+        return self._parse(TypeAdapter(dict[str, str]), self._request("GET", "/healthz").content)
 
     def me(self) -> UserView:
         """The user the token belongs to."""
-        return self._parse(UserView, self._request("GET", "/me").content)
+        return self._parse(models.USER, self._request("GET", "/me").content)
 
     def create_user(self, name: str, *, admin: bool = False) -> UserView:
         """Create a user (admin); give them a token with `create_token`."""
         response = self._request("POST", "/users", json={"name": name, "admin": admin})
-        return self._parse(UserView, response.content)
+        return self._parse(models.USER, response.content)
 
     def users(self) -> list[UserView]:
         """Every user (admin)."""
-        return self._parse(_USERS, self._request("GET", "/users").content)
+        return self._parse(models.USERS, self._request("GET", "/users").content)
 
     def disable_user(self, name: str, *, stop_jobs: bool = False) -> RemovalResult:
         """Refuse the user's tokens; their jobs go on (``keptJobs``) unless ``stop_jobs``."""
         response = self._request("POST", f"/users/{_seg(name)}/disable", params={"stopJobs": _flag(stop_jobs)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     def enable_user(self, name: str) -> UserView:
         """Accept a disabled user's tokens again (admin)."""
-        return self._parse(UserView, self._request("POST", f"/users/{_seg(name)}/enable").content)
+        return self._parse(models.USER, self._request("POST", f"/users/{_seg(name)}/enable").content)
 
     def delete_user(self, name: str, *, force: bool = False) -> RemovalResult:
         """Delete a user; refused (409) while they have waiting or running jobs, unless
         ``force``, which stops them (``stoppedJobs``)."""
         response = self._request("DELETE", f"/users/{_seg(name)}", params={"force": _flag(force)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     def set_password(self, name: str, password: str, *, current: str | None = None) -> UserView:
         """Set a portal password: your own (``current``: the one you have, if any), or (admin)
         anyone's. The user's browser sessions are signed out."""
         body = {"password": password} | ({"current": current} if current is not None else {})
         response = self._request("PUT", f"/users/{_seg(name)}/password", json=body)
-        return self._parse(UserView, response.content)
+        return self._parse(models.USER, response.content)
 
     def clear_password(self, name: str) -> UserView:
         """Remove a user's portal password (admin): they sign in with a token until one is set."""
-        return self._parse(UserView, self._request("DELETE", f"/users/{_seg(name)}/password").content)
+        return self._parse(models.USER, self._request("DELETE", f"/users/{_seg(name)}/password").content)
 
     # -- environments -------------------------------------------------------------------
 
@@ -566,15 +580,15 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         body = {"name": name, "requirements": requirements, "base": base, "group": group, "virtualCluster": vc,
                 "basePath": base_path, "image": image}
         response = self._request("POST", "/environments", json=given(**body))
-        return self._parse(EnvironmentView, response.content)
+        return self._parse(models.ENVIRONMENT, response.content)
 
     def environments(self) -> list[EnvironmentView]:
         """The environments you may run jobs in (an admin: all)."""
-        return self._parse(_ENVIRONMENTS, self._request("GET", "/environments").content)
+        return self._parse(models.ENVIRONMENTS, self._request("GET", "/environments").content)
 
     def environment(self, name: str) -> EnvironmentView:
         """One environment: its state, kind, base, visibility and build job."""
-        return self._parse(EnvironmentView, self._request("GET", f"/environments/{_seg(name)}").content)
+        return self._parse(models.ENVIRONMENT, self._request("GET", f"/environments/{_seg(name)}").content)
 
     def wait_environment(self, name: str, *, timeout: float | None = None, poll: float = 0.5) -> EnvironmentView:
         """Block until the environment is built: READY, or FAILED (its build log is
@@ -594,13 +608,13 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         """Delete an environment of yours (admins: any); refused (409) while a job that has not
         ended uses it or it is being built, unless ``force`` (which stops its build)."""
         response = self._request("DELETE", f"/environments/{_seg(name)}", params={"force": _flag(force)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     # -- administration -------------------------------------------------------------------
 
     def vcs(self) -> list[VcView]:
         """Virtual clusters: quota, used, borrowed, waiting (a user sees those they may use)."""
-        return self._parse(_VCS, self._request("GET", "/vcs").content)
+        return self._parse(models.VCS, self._request("GET", "/vcs").content)
 
     def create_vc(self, name: str, *, gpus: int, model: str | None = None,
                   priority_preemption: bool = True, gpu_sharing: str | None = None,
@@ -613,7 +627,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         }
         if gpu_sharing is not None:
             body["gpuSharing"] = gpu_sharing
-        return self._parse(VcView, self._request("POST", "/vcs", json=body).content)
+        return self._parse(models.VC, self._request("POST", "/vcs", json=body).content)
 
     def set_vc_borrowing(self, name: str, *, borrow_limit: int | None | Keep = KEEP,
                          lend_limit: int | None | Keep = KEEP, weight: float | Keep = KEEP) -> VcView:
@@ -624,124 +638,126 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
                 (("borrowLimit", borrow_limit), ("lendLimit", lend_limit), ("weight", weight))
                 if not isinstance(value, Keep)}
         response = self._request("PUT", f"/vcs/{_seg(name)}/borrowing", json=body)
-        return self._parse(VcView, response.content)
+        return self._parse(models.VC, response.content)
 
     def set_vc_sharing(self, name: str, gpu_sharing: str) -> VcView:
         """Set whose fractional GPU shares a VC's jobs may share a device with: same-user,
         same-group or anyone (admin)."""
         response = self._request("PUT", f"/vcs/{name}/sharing", json={"gpuSharing": gpu_sharing})
-        return self._parse(VcView, response.content)
+        return self._parse(models.VC, response.content)
 
     def set_vc_quota(self, name: str, *, gpus: int, model: str | None = None) -> VcView:
         """Set a virtual cluster's guaranteed GPUs of one model; 0 removes the model (admin)."""
         response = self._request("PUT", f"/vcs/{name}/quota", json={"gpus": gpus, "model": model})
-        return self._parse(VcView, response.content)
+        return self._parse(models.VC, response.content)
 
     def grant_vc(self, name: str, grantee: str) -> VcView:
         """Let a user, or ``@group``, submit to a virtual cluster (admin)."""
         response = self._request("POST", f"/vcs/{name}/grants", json={"grantee": grantee})
-        return self._parse(VcView, response.content)
+        return self._parse(models.VC, response.content)
 
     def revoke_grant(self, name: str, grantee: str, *, force: bool = False) -> RemovalResult:
         """Take back a user's or ``@group``'s grant; refused (409) while it is what lets a
         waiting or running job use the VC, unless ``force``, which stops those jobs."""
         response = self._request("DELETE", f"/vcs/{_seg(name)}/grants/{_seg(grantee)}", params={"force": _flag(force)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     def delete_vc(self, name: str, *, force: bool = False) -> RemovalResult:
         """Delete a VC; refused (409) while jobs wait or run in it, unless ``force``, which stops them."""
         response = self._request("DELETE", f"/vcs/{_seg(name)}", params={"force": _flag(force)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     def groups(self) -> list[GroupView]:
         """Groups and their members (admin)."""
-        return self._parse(_GROUPS, self._request("GET", "/groups").content)
+        return self._parse(models.GROUPS, self._request("GET", "/groups").content)
 
     def create_group(self, name: str) -> GroupView:
         """Create a group of users (admin)."""
-        return self._parse(GroupView, self._request("POST", "/groups", json={"name": name}).content)
+        return self._parse(models.GROUP, self._request("POST", "/groups", json={"name": name}).content)
 
     def add_member(self, group: str, user: str) -> GroupView:
         """Add a user to a group (admin)."""
         response = self._request("POST", f"/groups/{group}/members", json={"user": user})
-        return self._parse(GroupView, response.content)
+        return self._parse(models.GROUP, response.content)
 
     def remove_member(self, group: str, user: str, *, force: bool = False) -> RemovalResult:
         """Take a user out of a group; refused (409) while the group is what lets one of their
         waiting or running jobs use its VC, unless ``force``, which stops those jobs."""
         path = f"/groups/{_seg(group)}/members/{_seg(user)}"
         response = self._request("DELETE", path, params={"force": _flag(force)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     def storages(self) -> list[StorageView]:
         """Storages: an admin sees all with their grants; a user those they may mount."""
-        return self._parse(_STORAGES, self._request("GET", "/storages").content)
+        return self._parse(models.STORAGES, self._request("GET", "/storages").content)
 
     def storage(self, name: str) -> StorageView:
         """One storage (``home``, ``@group`` too), with the caller's access."""
-        return self._parse(StorageView, self._request("GET", f"/storages/{_seg(name)}").content)
+        return self._parse(models.STORAGE, self._request("GET", f"/storages/{_seg(name)}").content)
 
     def create_storage(self, name: str, path: str, *, read_only: bool = False, kind: str = "",
                        description: str = "") -> StorageView:
         """Define a storage: a path every node has mounted (admin)."""
         body = {"name": name, "path": path, "readOnly": read_only, "kind": kind, "description": description}
-        return self._parse(StorageView, self._request("POST", "/storages", json=body).content)
+        return self._parse(models.STORAGE, self._request("POST", "/storages", json=body).content)
 
     def grant_storage(self, name: str, grantee: str, *, read_only: bool = False) -> StorageView:
         """Let a user, or ``@group``, mount a storage, read-only if asked (admin)."""
         response = self._request("POST", f"/storages/{_seg(name)}/grants",
                                  json={"grantee": grantee, "readOnly": read_only})
-        return self._parse(StorageView, response.content)
+        return self._parse(models.STORAGE, response.content)
 
     def revoke_storage(self, name: str, grantee: str, *, force: bool = False) -> RemovalResult:
         """Take back a storage grant; refused (409) while it lets a waiting or running job mount
         the storage, unless ``force``, which stops those jobs (admin)."""
         response = self._request("DELETE", f"/storages/{_seg(name)}/grants/{_seg(grantee)}",
                                  params={"force": _flag(force)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     def delete_storage(self, name: str, *, force: bool = False) -> RemovalResult:
         """Delete a storage (never its files); refused (409) while jobs mount it, unless
         ``force``, which stops them (admin)."""
         response = self._request("DELETE", f"/storages/{_seg(name)}", params={"force": _flag(force)})
-        return self._parse(RemovalResult, response.content)
+        return self._parse(models.REMOVAL, response.content)
 
     def quotas(self) -> list[UserQuotaView]:
         """Every per-user GPU quota (admin)."""
-        return self._parse(_QUOTAS, self._request("GET", "/quotas").content)
+        return self._parse(models.QUOTAS, self._request("GET", "/quotas").content)
 
     def set_quota(self, user: str, *, priority: str, gpus: float | None) -> list[UserQuotaView]:
         """At most ``gpus`` GPUs for ``user`` at ``priority``; None removes the limit (admin)."""
         response = self._request("PUT", f"/quotas/{user}", json={"priority": priority, "gpus": gpus})
-        return self._parse(_QUOTAS, response.content)
+        return self._parse(models.QUOTAS, response.content)
 
     def cordon(self, node: str, *, cordoned: bool = True) -> NodeView:
         """Place nothing new on a node (``cordoned=False``: allow it again) (admin)."""
         response = self._request("POST", f"/nodes/{node}/{'cordon' if cordoned else 'uncordon'}")
-        return self._parse(NodeView, response.content)
+        return self._parse(models.NODE, response.content)
 
     def label_node(self, node: str, changes: dict[str, str | None]) -> NodeView:
         """Set labels on a node (a value) or remove them (None), as ``kubectl label`` (admin);
         the scheduler sees them from its next cycle."""
         response = self._request("PATCH", f"/nodes/{quote(node, safe='')}/labels", json={"labels": changes})
-        return self._parse(NodeView, response.content)
+        return self._parse(models.NODE, response.content)
 
     def alerts(self, *, include_resolved: bool = False) -> list[AlertView]:
         """Alerts, newest first (firing ones; ``include_resolved``: resolved too); a user sees
         those about their own jobs, an admin all."""
         response = self._request("GET", "/alerts", params={"all": "true"} if include_resolved else None)
-        return self._parse(_ALERTS, response.content)
+        return self._parse(models.ALERTS, response.content)
 
     def alert_rules(self) -> list[AlertRuleView]:
         """The alert rules with their thresholds (admin)."""
-        return self._parse(_ALERT_RULES, self._request("GET", "/alerts/rules").content)
+        return self._parse(models.ALERT_RULES, self._request("GET", "/alerts/rules").content)
 
     def set_alert_rule(self, name: str, *, enabled: bool | None = None, params: dict[str, float] | None = None,
                        cordon: bool | None = None) -> AlertRuleView:
         """Change an alert rule (admin); the controller's next evaluation uses it."""
+        from trainyard.schemas.alerts import AlertRuleUpdate
+
         body = AlertRuleUpdate(enabled=enabled, params=params, cordon=cordon).model_dump(exclude_none=True)
         response = self._request("PUT", f"/alerts/rules/{quote(name, safe='')}", json=body)
-        return self._parse(AlertRuleView, response.content)
+        return self._parse(models.ALERT_RULE, response.content)
 
     def prometheus_alert_rules(self) -> str:
         """The enabled rules, with their thresholds, as a Prometheus alerting-rules file (admin)."""
@@ -749,23 +765,32 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
 
     def stop_flagged_job(self, alert_id: int) -> JobDetail:
         """Stop the job an alert is about (admin); its owner is told the rule and why."""
-        return self._parse(JobDetail, self._request("POST", f"/alerts/{_job_id(alert_id, 'alert')}/stop").content)
+        return self._parse(models.JOB, self._request("POST", f"/alerts/{_job_id(alert_id, 'alert')}/stop").content)
 
     def create_token(self, *, user: str | None = None, name: str = "") -> TokenResponse:
         """A new API token for yourself, or (admin) for ``user``; its text is shown only now."""
         response = self._request("POST", "/tokens", json={"user": user, "name": name})
-        return self._parse(TokenResponse, response.content)
+        return self._parse(models.TOKEN_RESPONSE, response.content)
 
     def tokens(self, *, user: str | None = None, every_user: bool = False) -> list[TokenView]:
         """Live tokens (never the secrets): the caller's, ``user``'s or every user's (admins)."""
         params: dict[str, str] = {"all": _flag(every_user)}
         if user is not None:
             params["user"] = user
-        return self._parse(_TOKENS, self._request("GET", "/tokens", params=params).content)
+        return self._parse(models.TOKENS, self._request("GET", "/tokens", params=params).content)
 
     def revoke_token(self, token_id: int) -> TokenView:
         """Revoke a token by its id (from `tokens`); the server refuses it from then on."""
-        return self._parse(TokenView, self._request("DELETE", f"/tokens/{token_id}").content)
+        return self._parse(models.TOKEN, self._request("DELETE", f"/tokens/{token_id}").content)
+
+
+def _needs_tls(url: str) -> bool:
+    """Whether the client may make a TLS connection, so that httpx must load its CA bundle (a
+    `yard` command's costliest step after its imports, issue 33): not to a plain-http server
+    reached without a proxy (an https proxy is verified as before)."""
+    if not url.lower().startswith("http://"):
+        return True
+    return any(os.environ.get(name) for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"))
 
 
 def _flag(value: bool) -> str:

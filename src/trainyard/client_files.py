@@ -7,17 +7,21 @@ import os
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from trainyard.client_input import checked_id as _job_id
 from trainyard.client_input import given
+from trainyard.client_models import Model, Shape
 from trainyard.client_workdir import send as send_workdir
-from trainyard.schemas.files import FileListing
-from trainyard.schemas.workdirs import WorkdirView
+
+if TYPE_CHECKING:
+    from trainyard.schemas.files import FileListing
+    from trainyard.schemas.workdirs import WorkdirView
 
 Reply = TypeVar("Reply")
+_LISTING: Model[FileListing] = Model("files.FileListing")
 Folder = str | os.PathLike[str]  # a folder on this machine: a working directory to send
 
 
@@ -30,7 +34,7 @@ class FileCalls:
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         raise NotImplementedError
 
-    def _parse(self, shape: type[Reply], content: bytes) -> Reply:
+    def _parse(self, shape: Shape[Reply], content: bytes) -> Reply:
         raise NotImplementedError
 
     def _sending(self, method: str, path: str) -> AbstractContextManager[None]:
@@ -42,7 +46,7 @@ class FileCalls:
     def files(self, job_id: int, path: str = "", *, task: str | None = None, attempt: int | None = None) -> FileListing:
         """A folder of the job's directory, or of task ``task``'s working directory (``attempt``: the latest)."""
         params = given(path=path, task=task, attempt=attempt)
-        return self._parse(FileListing, self._request("GET", f"/jobs/{_job_id(job_id)}/files", params=params).content)
+        return self._parse(_LISTING, self._request("GET", f"/jobs/{_job_id(job_id)}/files", params=params).content)
 
     def download(self, job_id: int, path: str, *, task: str | None = None, attempt: int | None = None,
                  offset: int = 0) -> Iterator[bytes]:

@@ -3,17 +3,20 @@ stop JupyterLab sessions (``yard dev``)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
-from pydantic import TypeAdapter
 
 from trainyard.client_input import checked_id as _job_id
 from trainyard.client_input import given
-from trainyard.schemas.sessions import SessionView
+from trainyard.client_models import Model, Shape
+
+if TYPE_CHECKING:
+    from trainyard.schemas.sessions import SessionView
 
 Reply = TypeVar("Reply")
-_SESSIONS = TypeAdapter(list[SessionView])
+_SESSION: Model[SessionView] = Model("sessions.SessionView")
+_SESSIONS: Model[list[SessionView]] = Model("sessions.SessionView", many=True)
 
 
 class SessionCalls:
@@ -22,7 +25,7 @@ class SessionCalls:
     def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         raise NotImplementedError
 
-    def _parse(self, shape: type[Reply] | TypeAdapter[Reply], content: bytes) -> Reply:
+    def _parse(self, shape: Shape[Reply], content: bytes) -> Reply:
         raise NotImplementedError
 
     def start_session(self, **request: Any) -> SessionView:
@@ -30,7 +33,7 @@ class SessionCalls:
         ``hours``, ``virtualCluster``, ``priority``, ``cpu``, ``memoryMB``, ``name``): a job of
         yours; open ``url`` on the server once it runs."""
         body = given(**request)
-        return self._parse(SessionView, self._request("POST", "/sessions", json=body).content)
+        return self._parse(_SESSION, self._request("POST", "/sessions", json=body).content)
 
     def sessions(self, *, everyone: bool = False) -> list[SessionView]:
         """Your sessions, newest first (an admin's ``everyone``: all users')."""
@@ -39,13 +42,13 @@ class SessionCalls:
 
     def session(self, job_id: int) -> SessionView:
         """One of your sessions: its state, time left, idle time and kernels."""
-        return self._parse(SessionView, self._request("GET", f"/sessions/{_job_id(job_id)}").content)
+        return self._parse(_SESSION, self._request("GET", f"/sessions/{_job_id(job_id)}").content)
 
     def renew_session(self, job_id: int, *, hours: float | None = None) -> SessionView:
         """Let the session live ``hours`` more from now (default: its own lifetime)."""
         body = {} if hours is None else {"hours": hours}
-        return self._parse(SessionView, self._request("POST", f"/sessions/{_job_id(job_id)}/renew", json=body).content)
+        return self._parse(_SESSION, self._request("POST", f"/sessions/{_job_id(job_id)}/renew", json=body).content)
 
     def stop_session(self, job_id: int) -> SessionView:
         """Stop a session; returns it as it is now (STOPPING, then STOPPED)."""
-        return self._parse(SessionView, self._request("DELETE", f"/sessions/{_job_id(job_id)}").content)
+        return self._parse(_SESSION, self._request("DELETE", f"/sessions/{_job_id(job_id)}").content)

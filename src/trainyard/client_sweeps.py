@@ -7,16 +7,22 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from trainyard.client_errors import TrainyardError, UsageError, WaitTimeout
 from trainyard.client_input import JobFile, given, job_file_body
+from trainyard.client_models import Model, Shape
 from trainyard.client_workdir import workdir_digest
-from trainyard.schemas.sweeps import SweepDetail, SweepPage, SweepStopResult, SweepSummary
+
+if TYPE_CHECKING:
+    from trainyard.schemas.sweeps import SweepDetail, SweepPage, SweepStopResult, SweepSummary
 
 Reply = TypeVar("Reply")
+_SWEEP: Model[SweepDetail] = Model("sweeps.SweepDetail")
+_SWEEPS: Model[SweepPage] = Model("sweeps.SweepPage")
+_SWEEP_STOP: Model[SweepStopResult] = Model("sweeps.SweepStopResult")
 SUBMIT_RETRY_FOR = 30.0  # as ``Client.submit``'s
 
 
@@ -36,7 +42,7 @@ class SweepCalls:
                     **kwargs: Any) -> httpx.Response:
         raise NotImplementedError
 
-    def _parse(self, shape: type[Reply], content: bytes) -> Reply:
+    def _parse(self, shape: Shape[Reply], content: bytes) -> Reply:
         raise NotImplementedError
 
     def submit_sweep(self, job_file: JobFile, *, content_type: str | None = None,
@@ -55,7 +61,7 @@ class SweepCalls:
         sent = workdir_digest(self, job_file, workdir)  # type: ignore[arg-type]
         response = self._submitting("/sweeps", retry_for, on_retry, content=content, headers=headers,
                                     params=given(workdir=sent))
-        return self._parse(SweepDetail, response.content)
+        return self._parse(_SWEEP, response.content)
 
     def sweeps(self, *, user: str | None = None, limit: int | None = None) -> Iterator[SweepSummary]:
         """Your sweeps, newest first (an admin: everyone's, or ``user``'s), page after page."""
@@ -63,7 +69,7 @@ class SweepCalls:
         left = limit
         while left is None or left > 0:
             params = given(user=user, before=before, limit=None if left is None else min(left, 200))
-            page = self._parse(SweepPage, self._request("GET", "/sweeps", params=params).content)
+            page = self._parse(_SWEEPS, self._request("GET", "/sweeps", params=params).content)
             yield from page.items
             if left is not None:
                 left -= len(page.items)
@@ -73,18 +79,18 @@ class SweepCalls:
 
     def sweep(self, sweep_id: int) -> SweepDetail:
         """The sweep and each job of it: index, parameters, state, metric."""
-        return self._parse(SweepDetail, self._request("GET", f"/sweeps/{_sweep_id(sweep_id)}").content)
+        return self._parse(_SWEEP, self._request("GET", f"/sweeps/{_sweep_id(sweep_id)}").content)
 
     def stop_sweep(self, sweep_id: int) -> SweepStopResult:
         """Stop every job of the sweep that has not ended."""
-        return self._parse(SweepStopResult, self._request("POST", f"/sweeps/{_sweep_id(sweep_id)}/stop").content)
+        return self._parse(_SWEEP_STOP, self._request("POST", f"/sweeps/{_sweep_id(sweep_id)}/stop").content)
 
     def clone_sweep(self, sweep_id: int, *, idempotency_key: str | None = None,
                     retry_for: float = SUBMIT_RETRY_FOR) -> SweepDetail:
         """Submit the sweep again, as you, its secrets kept on the server."""
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         response = self._submitting(f"/sweeps/{_sweep_id(sweep_id)}/clone", retry_for, None, headers=headers)
-        return self._parse(SweepDetail, response.content)
+        return self._parse(_SWEEP, response.content)
 
     def wait_sweep(self, sweep_id: int, *, timeout: float | None = None, poll: float = 2.0,
                    on_change: Callable[[SweepDetail], None] | None = None) -> SweepDetail:

@@ -16,17 +16,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import yaml
-
 from trainyard.client_errors import TrainyardError, UsageError
 from trainyard.client_input import path_named
+from trainyard.client_models import Model
 from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, is_digest, size_text
-from trainyard.schemas.workdirs import WorkdirLimits, WorkdirView
 
 if TYPE_CHECKING:
     import pathspec
 
     from trainyard.client import Client
+    from trainyard.schemas.workdirs import WorkdirLimits, WorkdirView
+
+_LIMITS: Model[WorkdirLimits] = Model("workdirs.WorkdirLimits")
+_UPLOAD: Model[WorkdirView] = Model("workdirs.WorkdirView")
 
 IGNORE_FILES = (".gitignore", ".yardignore")
 ALWAYS_LEFT_OUT = (".git",)
@@ -116,6 +118,8 @@ def names_upload(job_file: object) -> bool:
 
 def _document(job_file: object) -> object:
     """The job file as data (a path read, text parsed); None when it cannot be read."""
+    import yaml  # a job file's reader: not for the calls that send none (issue 33)
+
     path = path_named(job_file)
     try:
         if path is not None:
@@ -158,16 +162,16 @@ def workdir_digest(client: Client, job_file: object, workdir: str | os.PathLike[
 
 def send(client: Client, folder: Path) -> WorkdirView:
     """Pack ``folder`` within the server's limit and send it, unless the server holds it already."""
-    limits = client._parse(WorkdirLimits, client._request("GET", "/workdirs/limits").content)
+    limits = client._parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
     try:
         archive = pack(folder, max_bytes=limits.maxBytes)
     except WorkdirError as exc:
         raise UsageError(f"cannot send {folder} as the job's working directory: {exc}") from exc
     try:
-        return client._parse(WorkdirView, client._request("GET", f"/workdirs/{archive.digest}").content)
+        return client._parse(_UPLOAD, client._request("GET", f"/workdirs/{archive.digest}").content)
     except TrainyardError as exc:
         if exc.status != 404:
             raise
     response = client._request("PUT", "/workdirs", content=archive.gzipped(),
                                headers={"Content-Type": "application/gzip"})
-    return client._parse(WorkdirView, response.content)
+    return client._parse(_UPLOAD, response.content)

@@ -165,3 +165,19 @@ def test_two_creates_of_the_same_name_at_once_answer_409_not_500(api: Api, monke
 
     monkeypatch.setattr(auth, "create_user", create_after_a_stale_check)
     assert_error(api.admin.post("/api/v1/users", json={"name": "bob"}), 409)
+
+
+def test_a_request_that_finds_no_database_connection_free_answers_503_to_retry_not_500(api: Api, monkeypatch) -> None:
+    # Every connection held for the pool's timeout (a burst of submits, bench_live_scale.py):
+    # the request did nothing, and its client is told to send it again.
+    from sqlalchemy.exc import TimeoutError as PoolTimeout
+
+    from trainyard.services import auth
+
+    def no_connection(*_args, **_kwargs):
+        raise PoolTimeout("QueuePool limit of size 10 overflow 50 reached, connection timed out, timeout 30.00")
+
+    monkeypatch.setattr(auth, "create_user", no_connection)
+    answer = api.admin.post("/api/v1/users", json={"name": "carol"})
+    assert_error(answer, 503)
+    assert answer.headers["Retry-After"] == "1" and "try again" in answer.json()["detail"]

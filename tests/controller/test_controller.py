@@ -413,3 +413,23 @@ def test_a_job_whose_ports_cannot_be_reserved_waits_with_the_reason_and_starts_w
         assert "its ports could not be reserved" in job.pending_message and "0 free" in job.pending_message
     job = world.drive(job_id)  # the next cycle places it again
     assert (job.state, job.retries_used) == ("SUCCEEDED", 0) and refusals
+
+
+def test_gangs_are_launched_side_by_side_so_one_slow_launch_holds_up_no_other(world) -> None:
+    """Each launch waits until the other has begun: launched one after the other, the first
+    would give up (BrokenBarrierError: its job fails) and the test fails."""
+    import threading
+
+    both = threading.Barrier(2, timeout=scaled(30))
+    backend = world.controller.reconciler.backend
+    real = backend.launch
+
+    def slow_launch(task) -> None:
+        both.wait()
+        real(task)
+
+    backend.launch = slow_launch  # this instance only
+    jobs = [world.submit(f"name: j{i}\ntaskRoles:\n  w:\n    resourcePerInstance: {{gpu: 1}}\n"
+                         "    commands: ['sleep 600']\n") for i in range(2)]
+    world.cycle()
+    assert [world.job(j).state for j in jobs] == ["RUNNING", "RUNNING"], [world.explain(j) for j in jobs]

@@ -4,6 +4,7 @@ its log (a pattern) or from what it reported (``runtime.report``'s file)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 from worlds import World
@@ -16,14 +17,16 @@ name: s-{i}
 taskRoles:
   m:
     commands:
+      - while [ ! -e '{go}' ]; do sleep 0.02; done
       - echo step 1 loss=9
       - echo step 2 loss=0.{i}5
       - mkdir -p "$TRAINYARD_JOB_DIR/.trainyard" && echo '{{"acc":{i}}}' > "$TRAINYARD_JOB_DIR/.trainyard/metrics.json"
 """
 
 
-def make_sweep(world: World, size: int, parallel: int) -> list[int]:
-    jobs = [world.submit(MEMBER.format(i=i)) for i in range(size)]
+def make_sweep(world: World, size: int, parallel: int, go: Path) -> list[int]:
+    """``size`` members, each waiting for the file ``go`` before it does its work."""
+    jobs = [world.submit(MEMBER.format(i=i, go=go)) for i in range(size)]
     with world.db.session() as s:
         sweep = SweepRow(user_id=world.user.id, name="s", spec={}, parallel=parallel, metric=None,
                          created_at=world.clock.now())
@@ -38,8 +41,9 @@ def sweep_of(world: World, job_id: int) -> int:
         return s.query(SweepMemberRow).filter_by(job_id=job_id).one().sweep_id
 
 
-def test_members_beyond_parallel_wait_with_the_reason_and_run_one_after_another(world: World) -> None:
-    first, second, third = make_sweep(world, 3, parallel=1)
+def test_members_beyond_parallel_wait_with_the_reason_and_run_one_after_another(world: World, tmp_path: Path) -> None:
+    go = tmp_path / "go"  # the first member runs until the test has looked at the others
+    first, second, third = make_sweep(world, 3, parallel=1, go=go)
     world.cycle()
     assert world.job(first).state == "RUNNING"
     for waiting in (second, third):
@@ -48,6 +52,7 @@ def test_members_beyond_parallel_wait_with_the_reason_and_run_one_after_another(
         assert "parallel: 1" in (job.pending_message or "")
     world.controller.run_once()  # the next cycle, unwoken: the others say the first runs
     assert [world.job(j).pending_short for j in (second, third)] == [f"sweep {sweep_of(world, first)}: 1/1 running"] * 2
+    go.touch()
     ended = [world.drive(j) for j in (first, second, third)]
     assert [j.state for j in ended] == ["SUCCEEDED"] * 3
     for earlier, later in zip(ended, ended[1:], strict=False):
@@ -61,10 +66,11 @@ def test_members_beyond_parallel_wait_with_the_reason_and_run_one_after_another(
     assert MetricReader(server, {"name": "nope"}).value(ended[0]) is None  # type: ignore[arg-type]
 
 
-def test_a_sweep_without_a_cap_is_left_alone(world: World) -> None:
-    jobs = make_sweep(world, 2, parallel=2)
+def test_a_sweep_without_a_cap_is_left_alone(world: World, tmp_path: Path) -> None:
+    jobs = make_sweep(world, 2, parallel=2, go=tmp_path / "go")
     world.cycle()
     assert [world.job(j).state for j in jobs] == ["RUNNING", "RUNNING"]
+    (tmp_path / "go").touch()
     for j in jobs:
         world.drive(j)
 

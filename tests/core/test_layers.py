@@ -28,7 +28,7 @@ ROWS: tuple[tuple[str, ...], ...] = (
     ("monitor/",), ("services/",), ("controller/",), ("web/",), ("api/",), ("portal/",), ("runtime.py",),
     ("client.py", "client_config.py", "client_errors.py", "client_input.py", "client_sweeps.py",
      "client_workdir.py", "client_files.py", "client_notices.py",
-     "client_sessions.py"), ("cli/",),
+     "client_sessions.py", "client_models.py"), ("cli/",),
 )
 ABOVE_CONTROLLER = ("spec", "core", "schemas", "scheduler", "sim", "store", "backends", "monitor", "services")
 # Where files (a row, or one file of it: a path prefix under src/trainyard/) may import from
@@ -60,7 +60,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "api/server.py": ("controller", "backends", "store"),  # `yard up` assembles the concrete pieces
     "portal/": ("core", "spec", "schemas", "store.rows", "backends.base", "services", "web"),
     "runtime.py": (),  # the standard library only: a task's own Python imports it
-    "client.py": ("schemas", "core.states"),
+    "client.py": ("schemas", "core.states", "core.keep", "core.logreads"),
     "client_config.py": (),
     "client_errors.py": (),
     "client_input.py": (),
@@ -69,10 +69,13 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_files.py": ("schemas",),
     "client_notices.py": ("schemas",),
     "client_sessions.py": ("schemas",),
+    "client_models.py": ("schemas",),  # imported by name, when an answer first needs one (typing: statically)
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
              "core.sharing", "core.labels", "core.durations"),
-    "cli/commands.py": ("client_workdir",),  # `yard submit` finds the folder to send (lazily: not for --help)
+    # `yard submit` finds the folder to send (lazily: not for --help); `yard jobs` reads an
+    # answer its plain table does not expect with the models (cli/plain.py).
+    "cli/commands.py": ("client_workdir", "client_models"),
     "cli/up.py": ("api", "core.settings"),  # `yard up` starts the server in this process
     # `yard doctor` runs the backends' checks on the server's settings and store, as `yard up` would.
     "cli/doctor.py": ("backends", "core.settings", "store"),

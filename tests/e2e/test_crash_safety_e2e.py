@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
+import threading
 
+import httpx
 import pytest
 from deadlines import scaled
 
@@ -117,3 +120,45 @@ def test_ctrl_c_stops_the_server_but_not_the_jobs(server: Server, gates) -> None
     (gates / "release-survivor").touch()
     assert client.wait(job_id, timeout=scaled(30)).state == "SUCCEEDED"
     assert (gates / "starts-survivor").read_text() == "start\n"
+
+
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
+def test_every_submit_answered_201_before_a_kill_9_is_in_the_store_after_it(server: Server) -> None:
+    """Many clients submit at once (issue 33's load, small); the server is killed in the
+    middle of them. A submit is answered only once its job is committed: every job whose
+    201 came back is there after the restart, as it was submitted. (What is lost is only
+    what was never answered.)"""
+    headers = {"Authorization": f"Bearer {server.admin().create_token().token}",
+               "Content-Type": "application/json"}
+    answered: list[tuple[int, str]] = []
+    enough = threading.Event()
+
+    def client(k: int) -> None:
+        with httpx.Client(base_url=server.url + "/api/v1", headers=headers, timeout=scaled(30)) as http:
+            for i in itertools.count():
+                name = f"acked-{k}-{i}"
+                body = json.dumps({"name": name, "taskRoles": {"w": {"resourcePerInstance": {"gpu": 4},
+                                                                      "commands": ["true"]}}})
+                try:
+                    response = http.post("/jobs", content=body)
+                except httpx.TransportError:
+                    return  # the server is gone: this one was never answered
+                if response.status_code != 201:
+                    return
+                answered.append((response.json()["id"], name))
+                if len(answered) >= 150:
+                    enough.set()
+
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+    for thread in clients:
+        thread.start()
+    try:
+        assert enough.wait(scaled(120)), "150 submits were not answered"
+        server.kill9()
+    finally:
+        for thread in clients:
+            thread.join()
+
+    server.start()
+    admin = server.admin()
+    assert [(job_id, admin.job(job_id).name) for job_id, _ in answered] == answered

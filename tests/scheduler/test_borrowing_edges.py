@@ -148,3 +148,34 @@ def test_bestfit_keeps_borrowed_work_within_its_limit_of_each_model() -> None:
     # The same job under a scorer that asks Access.fit: it cannot take 2 of one model in one
     # task, so it waits.
     assert _borrowed_per_model("bestfit") == {}
+
+
+# A VC guaranteed 20 GPUs on 8-GPU nodes holds HiveD cells of 4 GPUs: two whole nodes and
+# one cell. Its gang of 4 tasks of 5 GPUs fits the quota and never the cells.
+CELLS_NODES = tuple(node(f"n{i}") for i in range(6))
+CELLS_VCS = (VirtualCluster("a", {"A100": 20}), VirtualCluster("b", {"A100": 20}))
+OUTSIDE = (5000, 5000, 5000, 5000)
+
+
+def test_a_gang_that_can_never_fit_its_vcs_cells_runs_as_borrowed_work_on_an_empty_cluster() -> None:
+    decisions = schedule(snapshot(CELLS_NODES, [job(1, *OUTSIDE, vc="a", rank=0)], vcs=CELLS_VCS))
+    assert [(s.job_id, s.borrowed) for s in decisions.starts] == [(1, True)]
+    # Tasks that fit a cell or take whole nodes stay in the quota, as before.
+    decisions = schedule(snapshot(CELLS_NODES, [job(1, 8000, 8000, 4000, vc="a", rank=0)], vcs=CELLS_VCS))
+    assert [(s.job_id, s.borrowed) for s in decisions.starts] == [(1, False)]
+
+
+def test_one_that_cannot_borrow_says_why_and_holds_nothing_back() -> None:
+    pending = [job(1, *OUTSIDE, vc="a", rank=0), job(2, 8000, vc="a", rank=1)]
+    decisions = schedule(snapshot(CELLS_NODES, pending, vcs=CELLS_VCS, config=SchedulerConfig(borrowing=False)))
+    assert [s.job_id for s in decisions.starts] == [2]  # no reservation for a job that never fits
+    wait = next(w for w in decisions.waits if w.job_id == 1)
+    assert wait.reason == PendingReason.NO_FIT
+    assert wait.message.startswith("its task(s) of 5 GPUs can never fit VC a's cells (20 A100: 2 whole node(s) "
+                                   "of 8 GPUs and 1 cell(s) of 4)"), wait.message
+    assert "ask for tasks that fit in a cell or take whole nodes, or an admin for borrowing" in wait.message
+    # Within a borrowing limit too small for it: BORROW_LIMIT, with both reasons.
+    vcs = (VirtualCluster("a", {"A100": 20}, borrow_limit=8), CELLS_VCS[1])
+    wait = schedule(snapshot(CELLS_NODES, pending[:1], vcs=vcs)).waits[0]
+    assert wait.reason == PendingReason.BORROW_LIMIT
+    assert "can never fit VC a's cells" in wait.message and "may borrow at most 8 GPU" in wait.message, wait.message

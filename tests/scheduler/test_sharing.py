@@ -3,6 +3,8 @@ VCs' ``gpuSharing`` rules allow it (the stricter applies), and a job kept out sa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from scheduler_world import job, node, on, running, snapshot
 
@@ -10,7 +12,7 @@ from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.sharing import GpuSharing
 from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.scorers.registry import SCORERS
-from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig, VirtualCluster
+from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig, TaskRequest, VirtualCluster
 from trainyard.sim.openb import Pod
 from trainyard.sim.placement import run_placement
 
@@ -62,6 +64,21 @@ def test_a_job_kept_out_only_by_the_rule_says_which_gpu_and_which_rule() -> None
     assert wait.reason == PendingReason.NO_FIT
     assert wait.message == "GPU 0 of node n1 is shared with another user's job; VC nlp allows sharing with: same-user"
     assert wait.short == "GPU 0 of n1 shared with another user"
+
+
+def test_each_job_is_told_of_a_gpu_its_own_expression_lets_it_use() -> None:
+    # The first job may use rack r2 only; the second, of another user, any node: the GPU
+    # named to each is one it could use (not the first job's, remembered for its kind).
+    only_r2 = replace(job(2, 500, user="bob", vc="nlp", rank=OPPORTUNISTIC_RANK),
+                      tasks=(TaskRequest("w", 0, 500, 1000, 1024, selector='node.labels["rack"] == "r2"'),))
+    anywhere = job(3, 500, user="dave", vc="nlp", rank=OPPORTUNISTIC_RANK)
+    carol_on_n2 = running(4, on("n2", 0, milli=500), user="carol", vc="vision")
+    s = snapshot([node("n1", 1, rack="r1"), node("n2", 1, rack="r2")], [only_r2, anywhere],
+                 [ALICE_ON_GPU_0, carol_on_n2], vcs=vcs(GpuSharing.ANYONE, GpuSharing.SAME_USER),
+                 config=SchedulerConfig(backfill=False))
+    waits = {w.job_id: w for w in schedule(s).waits}
+    assert waits[2].short == "GPU 0 of n2 shared with another user"
+    assert waits[3].short == "GPU 0 of n1 shared with another user"
 
 
 def test_whole_gpus_and_room_elsewhere_are_not_blamed_on_the_rule() -> None:

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm.exc import StaleDataError
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect
@@ -128,6 +129,14 @@ def create_app(ctx: AppContext) -> FastAPI:
         log.warning("conflicting write on %s %s: %s", request.method, request.url.path, exc.orig)
         return _error(409, "another request created or changed the same thing at the same time; "
                            "look at what is there now, then try again")
+
+    @app.exception_handler(PoolTimeout)
+    async def _busy(request: Request, _: PoolTimeout) -> Response:
+        # Every database connection stayed in use for the pool's timeout (a burst far beyond
+        # what the store writes): the request did nothing, and may simply be sent again.
+        log.warning("no database connection free for %s %s: answered 503", request.method, request.url.path)
+        return _error(503, "the server is busy (every database connection is in use); try again in a moment",
+                      headers={"Retry-After": "1"})
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> Response:

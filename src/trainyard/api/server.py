@@ -308,6 +308,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     clock = SystemClock()
     db = Database(settings.db_url)
     db.migrate()
+    db.checkpoint_in_background()
     with db.session() as session:
         cluster = cluster_id(session)
         try:

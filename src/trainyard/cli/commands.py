@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import os
 import shlex
 import subprocess
@@ -13,29 +14,11 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import yaml
-
-from trainyard.cli import (
-    account_commands,
-    admin_commands,
-    alert_commands,
-    bulk,
-    dev_commands,
-    env_commands,
-    execshell,
-    files_commands,
-    forward,
-    history_render,
-    render,
-    storage_commands,
-    sweep_commands,
-    usage_commands,
-)
+from trainyard.cli import plain, render
 from trainyard.cli.exits import EXIT_AUTH, EXIT_ERROR, EXIT_TIMEOUT, EXIT_UNREACHABLE, EXIT_USAGE
 from trainyard.cli.main import JOBS_PER_PAGE
-from trainyard.cli.top import cmd_top
 from trainyard.client import (
     DEFAULT_RETRY_FOR,
     AuthError,
@@ -48,7 +31,12 @@ from trainyard.client import (
 )
 from trainyard.client_config import load_config
 from trainyard.core.states import FINAL_JOB_STATES, JobState
-from trainyard.schemas.jobs import DryRunResult, JobDetail
+
+if TYPE_CHECKING:
+    from trainyard.schemas.jobs import JobDetail, JobPage
+
+# The other commands' modules (and the API models they read) are imported only when one of
+# their commands runs: `yard jobs|job|logs|submit` load what they need and no more (issue 33).
 
 FOLLOW_WAIT_POLL_SECONDS = 1.0  # how often `logs -f` asks whether a waiting job has started
 
@@ -57,8 +45,7 @@ def run_command(args: argparse.Namespace) -> int:
     config = load_config()
     try:
         with Client.from_config(config) as client:
-            handler = HANDLERS[args.command]
-            return handler(client, args)
+            return handler(args.command)(client, args)
     except ServerUnreachable as exc:
         _fail(exc.message)
         return EXIT_UNREACHABLE
@@ -130,7 +117,9 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     if isinstance(dependencies, int):
         return dependencies
     if args.notify is not None:
-        data, content_type = account_commands.with_notify(data, content_type, args.notify)
+        from trainyard.cli.account_commands import with_notify
+
+        data, content_type = with_notify(data, content_type, args.notify)
     digest = None
     if (folder := _workdir_to_send(args, data)) is not None:
         sent = client.upload_workdir(folder)
@@ -138,16 +127,31 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
         print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
               f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
+    from trainyard.cli import sweep_commands  # reads the file for a sweep section (yaml, loaded anyway)
+
     if (made := sweep_commands.submit(client, args, data, workdir=digest)) is not None:
         return made  # the file (or --sweep) makes a sweep
-    result = client.submit(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
-                           idempotency_key=args.idempotency_key, on_retry=_say_retrying, workdir=digest)
-    if args.json:
-        render.print_json(result)
-        return 0
+    answer = client._submit_answer(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
+                                   idempotency_key=args.idempotency_key, on_retry=_say_retrying, workdir=digest)
+    if args.json or args.dry_run:  # the answer through the models, as `Client.submit` gives it
+        from trainyard.client_models import Model
+
+        result: Any = client._parse(Model("jobs.DryRunResult" if args.dry_run else "jobs.SubmitResult"), answer)
+        if args.json:
+            render.print_json(result)
+            return 0
+    else:  # read from the JSON as it came (cli/plain.py: no pydantic to import)
+        try:
+            result = plain.submitted(answer)
+        except ValueError:
+            from trainyard.client_models import Model
+
+            result = client._parse(Model("jobs.SubmitResult"), answer)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if isinstance(result, DryRunResult):
+    if args.dry_run:
+        import yaml
+
         print("# valid; the job as Trainyard will run it (secrets masked):")
         print(yaml.safe_dump(result.job, sort_keys=False), end="")
     else:
@@ -171,14 +175,24 @@ def _dependencies(args: argparse.Namespace) -> str | int | None:
 
 
 def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
-    page = client.jobs(state=args.state, user=args.user, vc=args.vc, name=args.name, limit=args.limit,
-                       before=args.before)
+    filters = {"state": args.state, "user": args.user, "vc": args.vc, "name": args.name, "limit": args.limit,
+               "before": args.before}
     if args.json:
-        render.print_json(page)
+        render.print_json(client.jobs(**filters))
         return 0
-    print(render.jobs_table(page.items) if page.items else "no jobs")
-    if page.next is not None:
-        print(f"(more: {_next_page_command(args, page.next)})")
+    # The table is read from the JSON as it came (cli/plain.py: no pydantic to import); an
+    # answer it does not expect is read with the models, which say what is wrong with it.
+    answer = client._jobs_answer(**filters)
+    try:
+        items, following = plain.job_page(answer)
+    except ValueError:
+        from trainyard.client_models import Model
+
+        page: JobPage = client._parse(Model("jobs.JobPage"), answer)
+        items, following = list(page.items), page.next
+    print(render.jobs_table(items) if items else "no jobs")
+    if following is not None:
+        print(f"(more: {_next_page_command(args, following)})")
     return 0
 
 
@@ -195,8 +209,10 @@ def _next_page_command(args: argparse.Namespace, cursor: int) -> str:
 
 def cmd_job(client: Client, args: argparse.Namespace) -> int:
     if args.metrics:
+        from trainyard.cli.history_render import job_metrics_text
+
         metrics = client.job_metrics(args.id, since=args.since, until=args.until, task=args.task)
-        render.print_json(metrics) if args.json else print(history_render.job_metrics_text(metrics))
+        render.print_json(metrics) if args.json else print(job_metrics_text(metrics))
         return 0
     if args.since or args.until or args.task:
         _fail("--since, --until and --task go with --metrics")
@@ -207,8 +223,12 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
         return 0
     print(render.job_detail(job))
     if notices := client.job_notices(args.id):
-        print(account_commands.notices_text(notices))
-    if job.state in FINAL_JOB_STATES and (efficiency := usage_commands.job_efficiency(client, job)):
+        from trainyard.cli.account_commands import notices_text
+
+        print(notices_text(notices))
+    from trainyard.cli.usage_commands import job_efficiency
+
+    if job.state in FINAL_JOB_STATES and (efficiency := job_efficiency(client, job)):
         print(efficiency)
     return 0
 
@@ -289,22 +309,31 @@ def _wait_to_follow(client: Client, args: argparse.Namespace) -> LogRead:
 
 def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> None:
     """On stderr, what the log shown leaves out: that nothing ran yet, or the other tasks."""
-    job = client.job(args.id)
-    if log.task is None:  # the server names the task it showed once the task was placed
-        ran = [a.number for a in job.attempts if a.startedAt]
-        earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
-        why = f" ({render.job_status_text(job)})" if job.state == JobState.WAITING and job.pending else ""
-        _fail(f"job {args.id} is {job.state}{why}: this attempt has not run yet{earlier}")
+    from trainyard.client_models import Model
+
+    answer = client._job_answer(args.id)
+    if log.task is not None:  # the server names the task it showed once the task was placed
+        if args.task is None:  # it chose the task (log.task), and the others are these
+            try:  # read from the JSON as it came (cli/plain.py: no pydantic to import)
+                roles = plain.task_roles(answer)
+            except ValueError:
+                shown: JobDetail = client._parse(Model("jobs.JobDetail"), answer)
+                roles = shown.spec.get("taskRoles") or {}
+            tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
+            if len(tasks) > 1:
+                others = ", ".join(t for t in tasks if t != log.task)
+                _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")
         return
-    if args.task is None:  # the server chose the task (log.task), and the others are these
-        roles = job.spec.get("taskRoles") or {}
-        tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
-        if len(tasks) > 1:
-            others = ", ".join(t for t in tasks if t != log.task)
-            _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")
+    job: JobDetail = client._parse(Model("jobs.JobDetail"), answer)  # nothing ran yet: why, from the models
+    ran = [a.number for a in job.attempts if a.startedAt]
+    earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
+    why = f" ({render.job_status_text(job)})" if job.state == JobState.WAITING and job.pending else ""
+    _fail(f"job {args.id} is {job.state}{why}: this attempt has not run yet{earlier}")
 
 
 def cmd_stop(client: Client, args: argparse.Namespace) -> int:
+    from trainyard.cli import bulk
+
     if len(args.ids) != 1 or bulk.has_filters(args):
         return bulk.bulk(client, args, "stop", lambda job_id: client.stop(job_id, reason=args.reason), _stopped)
     job = client.stop(args.ids[0], reason=args.reason)
@@ -317,6 +346,8 @@ def _stopped(job: JobDetail) -> str:
 
 
 def cmd_suspend(client: Client, args: argparse.Namespace) -> int:
+    from trainyard.cli import bulk
+
     if len(args.ids) != 1 or bulk.has_filters(args):
         return bulk.bulk(client, args, "suspend", client.suspend, _suspended)
     job = client.suspend(args.ids[0])
@@ -332,6 +363,8 @@ def _suspended(job: JobDetail) -> str:
 
 
 def cmd_resume(client: Client, args: argparse.Namespace) -> int:
+    from trainyard.cli import bulk
+
     if len(args.ids) != 1 or bulk.has_filters(args):
         return bulk.bulk(client, args, "resume", client.resume, _resumed)
     job = client.resume(args.ids[0])
@@ -380,6 +413,8 @@ def _edit_shown_job(client: Client, job_id: int) -> Path | None:
     """Open the user's editor on the job as the server shows it; the file it left, or None
     if the editor failed (said on stderr)."""
     shown = client.job(job_id).spec
+    import yaml
+
     fd, name = tempfile.mkstemp(prefix=f"yard-clone-{job_id}-", suffix=".yaml")  # mode 0600
     path = Path(name)
     with os.fdopen(fd, "w") as file:
@@ -425,36 +460,46 @@ def cmd_whoami(client: Client, args: argparse.Namespace) -> int:
     return 0
 
 
-HANDLERS: dict[str, Callable[[Client, argparse.Namespace], int]] = {
-    "submit": cmd_submit,
-    "jobs": cmd_jobs,
-    "clone": cmd_clone,
-    "job": cmd_job,
-    "logs": cmd_logs,
-    "ls": files_commands.cmd_ls,
-    "cp": files_commands.cmd_cp,
-    "port-forward": forward.cmd_port_forward,
-    "exec": execshell.cmd_exec,
-    "shell": execshell.cmd_shell,
-    "stop": cmd_stop,
-    "suspend": cmd_suspend,
-    "resume": cmd_resume,
-    "wait": cmd_wait,
-    "nodes": cmd_nodes,
-    "top": cmd_top,
-    "user": admin_commands.cmd_user,
-    "token": admin_commands.cmd_token,
-    "whoami": cmd_whoami,
-    "vc": admin_commands.cmd_vc,
-    "group": admin_commands.cmd_group,
-    "quota": admin_commands.cmd_quota,
-    "node": admin_commands.cmd_node,
-    "image": admin_commands.cmd_image,
-    "storage": storage_commands.cmd_storage,
-    "sweep": sweep_commands.cmd_sweep,
-    "alerts": alert_commands.cmd_alerts,
-    "account": account_commands.cmd_account,
-    "usage": usage_commands.cmd_usage,
-    "env": env_commands.cmd_env,
-    "dev": dev_commands.cmd_dev,
+# Each command's handler, as "module:function" (a module of trainyard.cli; "" this one),
+# imported when the command runs.
+HANDLERS: dict[str, str] = {
+    "submit": ":cmd_submit",
+    "jobs": ":cmd_jobs",
+    "clone": ":cmd_clone",
+    "job": ":cmd_job",
+    "logs": ":cmd_logs",
+    "ls": "files_commands:cmd_ls",
+    "cp": "files_commands:cmd_cp",
+    "port-forward": "forward:cmd_port_forward",
+    "exec": "execshell:cmd_exec",
+    "shell": "execshell:cmd_shell",
+    "stop": ":cmd_stop",
+    "suspend": ":cmd_suspend",
+    "resume": ":cmd_resume",
+    "wait": ":cmd_wait",
+    "nodes": ":cmd_nodes",
+    "top": "top:cmd_top",
+    "user": "admin_commands:cmd_user",
+    "token": "admin_commands:cmd_token",
+    "whoami": ":cmd_whoami",
+    "vc": "admin_commands:cmd_vc",
+    "group": "admin_commands:cmd_group",
+    "quota": "admin_commands:cmd_quota",
+    "node": "admin_commands:cmd_node",
+    "image": "admin_commands:cmd_image",
+    "storage": "storage_commands:cmd_storage",
+    "sweep": "sweep_commands:cmd_sweep",
+    "alerts": "alert_commands:cmd_alerts",
+    "account": "account_commands:cmd_account",
+    "usage": "usage_commands:cmd_usage",
+    "env": "env_commands:cmd_env",
+    "dev": "dev_commands:cmd_dev",
 }
+
+
+def handler(command: str) -> Callable[[Client, argparse.Namespace], int]:
+    """The function that runs ``command``, its module imported now."""
+    module, _, name = HANDLERS[command].partition(":")
+    found: Callable[[Client, argparse.Namespace], int] = getattr(
+        importlib.import_module(f"trainyard.cli.{module}") if module else sys.modules[__name__], name)
+    return found

@@ -10,18 +10,20 @@ import json
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any
 
 from trainyard.core.states import JobState
-from trainyard.schemas.cluster import GpuView, NodeView
-from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary, TaskView
+
+if TYPE_CHECKING:  # for annotations only: each command imports the models it reads (issue 33)
+    from pydantic import BaseModel
+
+    from trainyard.schemas.cluster import GpuView, NodeView
+    from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary, TaskView
 
 
 def print_json(data: BaseModel | Sequence[BaseModel]) -> None:
     """The model(s) as the API sent them, keys sorted, for scripts."""
-    plain = data.model_dump(mode="json") if isinstance(data, BaseModel) else [d.model_dump(mode="json") for d in data]
+    plain = [d.model_dump(mode="json") for d in data] if isinstance(data, Sequence) else data.model_dump(mode="json")
     json.dump(plain, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
 

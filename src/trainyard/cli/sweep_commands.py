@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -14,7 +14,9 @@ from trainyard.cli import render
 from trainyard.cli.exits import EXIT_ERROR, EXIT_USAGE
 from trainyard.client import Client
 from trainyard.core.states import JobState
-from trainyard.schemas.sweeps import SweepDetail, SweepSummary
+
+if TYPE_CHECKING:
+    from trainyard.schemas.sweeps import SweepDetail, SweepSummary
 
 
 def grid_from_flags(flags: list[str]) -> dict[str, list[Any]]:

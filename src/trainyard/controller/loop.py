@@ -63,6 +63,11 @@ log = logging.getLogger(__name__)
 INVENTORY_REFRESH_SECONDS = 30.0
 FULL_SCHEDULE_SECONDS = 10.0
 MIN_CYCLE_GAP = 0.05
+# Under a burst of wakes, the next cycle waits, after the last one ended, this many times
+# the CPU time that cycle took: the controller takes at most about a third of a core from
+# the submits that wake it (a cycle's cost grows with the queue they make). CPU time, not
+# wall time: a cycle waiting on a slow backend or the store costs the submits nothing.
+CYCLE_GAP_PER_CYCLE_CPU = 2.0
 
 
 class Controller:
@@ -160,7 +165,7 @@ class Controller:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            started = time.monotonic()
+            started, cpu = time.monotonic(), time.thread_time()
             try:
                 self.run_once()
             except StaleDataError:
@@ -169,11 +174,14 @@ class Controller:
                 continue
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad cycle
                 log.exception("controller cycle failed")
+            ended, cpu = time.monotonic(), time.thread_time() - cpu
             self._wake.wait(self.interval)
             # Under a burst of submissions, wakes arrive faster than cycles: let them
-            # coalesce into one cycle per MIN_CYCLE_GAP rather than one per request. An
-            # idle controller still reacts at once.
-            rest = MIN_CYCLE_GAP - (time.monotonic() - started)
+            # coalesce into one cycle per MIN_CYCLE_GAP (and no sooner than
+            # CYCLE_GAP_PER_CYCLE_CPU times its CPU time after the last one) rather than one
+            # per request. An idle controller still reacts at once.
+            now = time.monotonic()
+            rest = max(MIN_CYCLE_GAP - (now - started), CYCLE_GAP_PER_CYCLE_CPU * cpu - (now - ended))
             if rest > 0:
                 self._stop.wait(rest)
             self._wake.clear()

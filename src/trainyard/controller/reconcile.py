@@ -10,9 +10,11 @@ writes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -59,6 +61,22 @@ from trainyard.store.queries import nodes as node_queries
 from trainyard.store.rows import AttemptRow, JobRow, TaskRow
 
 log = logging.getLogger(__name__)
+
+# Backend calls (launches, stops) a pass makes at once, each on its own thread.
+BACKEND_CALLS = 8
+T = TypeVar("T")
+
+
+def side_by_side(call: Callable[[T], None], items: Sequence[T]) -> None:
+    """``call`` on each item, up to ``BACKEND_CALLS`` at a time; returns once all have
+    returned (``call`` handles its own errors). One item: on this thread."""
+    if len(items) <= 1:
+        for item in items:
+            call(item)
+        return
+    with ThreadPoolExecutor(max_workers=min(BACKEND_CALLS, len(items)), thread_name_prefix="trainyard-backend") as pool:
+        for future in [pool.submit(call, item) for item in items]:
+            future.result()
 
 @dataclass
 class ActiveTask:
@@ -109,25 +127,13 @@ class Reconciler:
         self.lost = 0
 
     def run(self) -> bool:
-        """One pass; returns whether any task ended or started (resources changed)."""
+        """One pass; returns whether any task ended or started (resources changed).
+
+        The gangs' launches, then the stops, are sent side by side (``BACKEND_CALLS`` at a
+        time): one slow launch or stop (a node or a Slurm controller slow to answer)
+        delays the others by nothing but the pass's end, never by its own time each."""
         plan = self._plan()
-        for group in self._launch_groups(plan.launches):
-            unbuilt = next((item.error for item in group if item.launch is None), None)
-            if unbuilt is not None:  # one could not be built (its error says why): none of its gang starts
-                for item in group:
-                    item.launch, item.error = None, item.error or unbuilt
-                continue
-            launches = [item.launch for item in group if item.launch is not None]
-            try:
-                if isinstance(self.backend, GangLauncher):
-                    self.backend.launch_gang(launches)
-                else:
-                    self.backend.launch(launches[0])
-            except Exception as exc:  # noqa: BLE001 - any launch failure fails the task(s), visibly
-                log.exception("launch of %s failed", ", ".join(str(item.key) for item in group))
-                for item in group:
-                    item.launch = None
-                    item.error = f"launch failed: {exc}"
+        side_by_side(self._launch_group, self._launch_groups(plan.launches))
         # A task that ended on its own before its stop was sent keeps its own exit: look
         # first, so that a job finishing just as it is preempted is not run again.
         stopping = [t.key for t in plan.stops if t.state == TaskState.RUNNING]
@@ -136,15 +142,7 @@ class Reconciler:
             if not s.running and not s.lost and s.exit_code is not None
         }
         plan.stops = [t for t in plan.stops if t.key not in ended]
-        for item in plan.stops:
-            try:
-                if item.suspend is not None and isinstance(self.backend, Suspender):
-                    self.backend.suspend(item.key, item.suspend)
-                else:
-                    self.backend.stop(item.key, item.grace)
-            except Exception:  # noqa: BLE001 - one task's failed stop must not stall the rest
-                log.exception("stop of %s failed; will retry", item.key)
-                item.error = "stop failed"
+        side_by_side(self._send_stop, plan.stops)
         self._stop_overdue(plan)
         # A task still WAITING in the store may have been launched just before a crash:
         # ask the backend, so that its GPUs are not handed out while it still runs.
@@ -152,6 +150,36 @@ class Reconciler:
         observed = [t.key for t in plan.running] + unlaunched
         statuses = self.backend.observe(observed) if observed else {}
         return self._write(plan, statuses)
+
+    def _launch_group(self, group: list[ActiveTask]) -> None:
+        """Launch one gang (one task on a backend that launches tasks one by one); a failure
+        fails the gang's tasks, with why."""
+        unbuilt = next((item.error for item in group if item.launch is None), None)
+        if unbuilt is not None:  # one could not be built (its error says why): none of its gang starts
+            for item in group:
+                item.launch, item.error = None, item.error or unbuilt
+            return
+        launches = [item.launch for item in group if item.launch is not None]
+        try:
+            if isinstance(self.backend, GangLauncher):
+                self.backend.launch_gang(launches)
+            else:
+                self.backend.launch(launches[0])
+        except Exception as exc:  # noqa: BLE001 - any launch failure fails the task(s), visibly
+            log.exception("launch of %s failed", ", ".join(str(item.key) for item in group))
+            for item in group:
+                item.launch = None
+                item.error = f"launch failed: {exc}"
+
+    def _send_stop(self, item: ActiveTask) -> None:
+        try:
+            if item.suspend is not None and isinstance(self.backend, Suspender):
+                self.backend.suspend(item.key, item.suspend)
+            else:
+                self.backend.stop(item.key, item.grace)
+        except Exception:  # noqa: BLE001 - one task's failed stop must not stall the rest
+            log.exception("stop of %s failed; will retry", item.key)
+            item.error = "stop failed"
 
     def _stop_overdue(self, plan: Plan) -> None:
         """Stop what a suspension's grace period left running (once per task; the grace is
@@ -250,6 +278,9 @@ class Reconciler:
         now = self.clock.now()
         first_starts: list[float] = []  # submit-to-start seconds of jobs whose first task runs now
         with self.db.session() as session:
+            ended = [item for item in plan.running if (s := statuses.get(item.key)) is not None and not s.running]
+            # Held while the loops below read them one by one.
+            loaded = job_queries.load_jobs_whole(session, [i.key.job_id for i in (*plan.launches, *plan.stops, *ended)])
             touched: set[int] = set()
             for item in plan.launches:
                 task = job_queries.task_by_id(session, item.task_id)
@@ -294,6 +325,7 @@ class Reconciler:
                 job = job_queries.job_by_id(session, job_id)
                 if job is not None and job.state in (JobState.RUNNING, JobState.STOPPING):
                     changed |= self._advance_job(session, job)
+            del loaded
         if self.timings is not None:  # once the write has committed: a rolled-back start did not happen
             for seconds in first_starts:
                 self.timings.start_latency.observe(max(0.0, seconds))

@@ -183,11 +183,10 @@ def _place(session: Session, job: JobRow, start: StartJob, plan: PortPlan, clock
     event = transitions.start_attempt(
         job, attempt, where, clock.now(), borrowed_by=job.vc if start.borrowed else None
     )
-    session.add(attempt)
-    session.flush()
+    session.add(attempt)  # with its tasks, in the cycle's one flush (no id needed before it)
     for p in start.placements:
         task = TaskRow(
-            attempt_id=attempt.id,
+            attempt=attempt,
             job_id=job.id,
             role=p.role,
             index=p.index,

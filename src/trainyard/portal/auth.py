@@ -19,7 +19,7 @@ from trainyard.services.errors import Forbidden, ServiceError
 from trainyard.store.rows import UserRow, WebSessionRow
 from trainyard.web.bodies import MAX_JOB_FILE_BYTES
 from trainyard.web.callers import COOKIE, CSRF_FIELD, CSRF_HEADER, same_origin
-from trainyard.web.context import AppContext, context
+from trainyard.web.context import AppContext, context, context_of
 
 
 class SignInRequired(Exception):
@@ -84,7 +84,7 @@ def bounded_form(request: Request) -> None:
         raise HTTPException(411, "a form must declare its Content-Length")
     limit = FORM_MAX_BYTES
     if request.url.path in UPLOAD_PATHS:
-        store = context(request).workdirs
+        store = context_of(request).workdirs
         limit += store.max_bytes + (store.max_bytes >> 3) + (4 << 20)
     if int(declared) > limit:
         raise HTTPException(413, f"the form is larger than {limit >> 20} MiB, more than this page takes")

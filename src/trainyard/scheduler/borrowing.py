@@ -39,7 +39,7 @@ from dataclasses import replace
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
-from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.preemption import borrow_shares, plan_preemption, vc_weight
 from trainyard.scheduler.quota import Refusal, gpu_need
 from trainyard.scheduler.snapshot import PendingJob, PendingReason
@@ -52,15 +52,17 @@ LIFTED_BY_RECLAIM = ("nothing_idle", "lend_limit")
 
 def candidates(cycle: Cycle, order: Sequence[PendingJob]) -> list[PendingJob]:
     """The jobs to try as borrowed work, in queue order: waiting for their VC's quota and
-    nothing else, in a VC that may borrow."""
+    nothing else, or never fitting its cells (``outside_cells``), in a VC that may borrow."""
     if not cycle.snapshot.config.borrowing or not cycle.snapshot.vcs:
         return []
     quotas = cycle.ledger.quotas
     found = []
     for job in order:
         wait = cycle.waits.get(job.job_id)
-        if (wait is not None and wait.reason == PendingReason.QUOTA and wait.refusal is not None
-                and wait.refusal.kind == "vc" and quotas.may_borrow(job)):
+        refused = wait is not None and (
+            (wait.reason == PendingReason.QUOTA and wait.refusal is not None and wait.refusal.kind == "vc")
+            or wait.outside_cells)
+        if refused and quotas.may_borrow(job):
             found.append(job)
     return found
 
@@ -73,6 +75,9 @@ def borrows_now(cycle: Cycle, job: PendingJob) -> bool:
     borrowing = replace(job, borrowing=True)
     if cycle.ledger.quotas.admit(borrowing) is not None:
         return False
+    somewhere = fits_somewhere(borrowing, cycle.ledger)
+    if somewhere is not None:
+        return somewhere
     attempt = Tentative()
     placed = place_gang(borrowing, cycle.ledger, cycle.scorer, attempt)
     attempt.discard()
@@ -139,8 +144,9 @@ def run_borrowing(cycle: Cycle, order: Sequence[PendingJob], holds: list[Reserva
 
 def _borrow_wait(quota_wait: Wait, refusal: Refusal | None) -> Wait:
     limited = refusal is not None and refusal.kind in ("borrow_limit", "lend_limit")
+    waits_for = PendingReason.NO_FIT if quota_wait.outside_cells else PendingReason.QUOTA
     return replace(
-        quota_wait, reason=PendingReason.BORROW_LIMIT if limited else PendingReason.QUOTA,
+        quota_wait, reason=PendingReason.BORROW_LIMIT if limited else waits_for,
         borrow_tried=True, borrow_refusal=refusal,
     )
 

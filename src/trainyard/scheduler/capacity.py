@@ -15,6 +15,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.resources import MILLI
@@ -133,6 +134,15 @@ class FreeNode:
             and (not task.gpu_models or self.gpu_model[pos] in task.gpu_models)
             and self.gpu_memory_mb[pos] >= task.gpu_memory_mb
             and (not task.selector or self.selected(task.selector, True)[pos])
+        )
+
+    def suits_all(self, task: TaskRequest) -> bool:
+        """Whether every device suits the task (``suits``), known without asking each: a
+        task that names no model, memory or expression, on a node whose devices it may share
+        or that takes whole GPUs (most tasks)."""
+        return (
+            not task.gpu_models and not task.gpu_memory_mb and not task.selector
+            and (self.shares or task.gpu_milli % MILLI == 0)
         )
 
     def admits(self, task: TaskRequest) -> bool:
@@ -311,8 +321,13 @@ class Capacity:
         self._wholes: dict[tuple[str, Klass], list[int]] = {}
         self._filed: dict[str, tuple[tuple[str, Klass, int], Entry]] = {}
         self.rack_free: dict[str, int] = {}  # rack label -> free milli-GPU on its schedulable nodes
+        self.mixed = False  # whether a node has GPUs of more than one model
+        self._racks: dict[str, list[FreeNode]] = {}  # rack label -> its nodes (for ``candidates``)
         for node in nodes:
             self.nodes[node.name] = node
+            if node.rack:
+                self._racks.setdefault(node.rack, []).append(node)
+            self.mixed = self.mixed or (node.only_model is None and bool(node.gpu_index))
             if node.rack and node.schedulable:
                 self.rack_free[node.rack] = self.rack_free.get(node.rack, 0) + node.gpu_sum
         for name in sorted(self.nodes):
@@ -363,17 +378,23 @@ class Capacity:
         families: Iterable[str] | None = None,
         extra: Iterable[FreeNode] = (),
         emptiest_first: bool = False,
+        rack: str | None = None,
     ) -> Iterator[FreeNode]:
         """Schedulable nodes that may fit ``task``'s GPUs, best fit first (lazily).
 
         ``families``: only nodes of these families (None: all); ``extra``: more nodes to
-        merge in; ``emptiest_first``: the reverse order. Only GPU kinds that suit the task
-        and nodes with enough whole free GPUs are visited; callers still check CPU, memory
-        and which devices they may use.
+        merge in; ``emptiest_first``: the reverse order; ``rack``: only that rack's nodes
+        (the same nodes in the same order as filtering all of them, found from the rack's
+        own nodes: a gang tried rack by rack does not walk the whole cluster for each).
+        Only GPU kinds that suit the task and nodes with enough whole free GPUs are
+        visited; callers still check CPU, memory and which devices they may use.
         """
         min_whole = task.gpu_milli // MILLI if task.gpu_milli >= MILLI else 0
         least_sum = task.gpu_milli if 0 < task.gpu_milli < MILLI else -(1 << 62)
         wanted = None if families is None else set(families)
+        if rack is not None:
+            yield from self._in_rack(task, rack, wanted, extra, emptiest_first, min_whole, least_sum)
+            return
         streams: list[Iterator[Entry]] = []
         for (family, klass), wholes in self._wholes.items():
             if wanted is not None and family not in wanted:
@@ -403,17 +424,45 @@ class Capacity:
         for _, _, name in merged:
             yield nodes[name]
 
+    def _in_rack(
+        self, task: TaskRequest, rack: str, wanted: set[str] | None, extra: Iterable[FreeNode], backwards: bool,
+        min_whole: int, least_sum: int,
+    ) -> Iterator[FreeNode]:
+        """``candidates`` of one rack: the index's tests on each of its nodes as filed, then
+        in the order the merged lists give (entries are unique: sorting them is that order)."""
+        found: list[Entry] = []
+        for node in self._racks.get(rack, ()):
+            filed = self._filed.get(node.name)
+            if filed is None:
+                continue  # not schedulable: not in the index
+            (family, klass, whole), entry = filed
+            if wanted is not None and family not in wanted:
+                continue
+            if task.gpu_milli > 0 and not _klass_suits(klass, task):
+                continue
+            if whole >= min_whole and entry[0] >= least_sum:
+                found.append(entry)
+        found.extend(
+            (n.gpu_sum, n.cpu_milli, n.name)
+            for n in extra
+            if n.rack == rack and n.schedulable and n.whole >= min_whole and n.gpu_sum >= least_sum
+        )
+        found.sort(reverse=backwards)
+        nodes = self.nodes
+        for _, _, name in found:
+            yield nodes[name]
+
     # --- changes -----------------------------------------------------------------------
 
     def take(self, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._change(placement, -1)
         if tentative is not None:
-            tentative.record(lambda: self._change(placement, +1))
+            tentative.record(partial(self._change, placement, +1))
 
     def give_back(self, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._change(placement, +1)
         if tentative is not None:
-            tentative.record(lambda: self._change(placement, -1))
+            tentative.record(partial(self._change, placement, -1))
 
     def _change(self, placement: TaskPlacement, sign: int) -> None:
         node = self.nodes.get(placement.node)

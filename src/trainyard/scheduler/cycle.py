@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Ledger
-from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.quota import Owner, Refusal, job_owner
 from trainyard.scheduler.scorers.base import Scorer
 from trainyard.scheduler.snapshot import (
@@ -39,6 +39,9 @@ class Wait:
     # start it (None: what may be borrowed was enough, the free GPUs were not).
     borrow_tried: bool = False
     borrow_refusal: Refusal | None = None
+    # Guaranteed, but its tasks can never fit its VC's cells (``outside_cells``): it runs
+    # only as borrowed work, and waits with this reason until it can.
+    outside_cells: bool = False
 
 
 @dataclass
@@ -104,6 +107,9 @@ class Cycle:
     # Waiting jobs that fair share put behind jobs of other users submitted after them:
     # how many (``fairshare.overtaken``), for why-pending.
     overtaken: dict[int, int] = field(default_factory=dict)
+    # Whether a job of a VC and tasks outside HiveD's promise would start alone on the
+    # emptied cluster (``schedule.never_in_cells``), tried once per cycle.
+    alone: dict[tuple[str, tuple[TaskRequest, ...]], bool] = field(default_factory=dict)
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))
@@ -137,6 +143,8 @@ def start_if_fits(cycle: Cycle, job: PendingJob) -> bool:
     """Admit and place the whole gang now, and record its start; False, changing nothing, if not."""
     ledger = cycle.ledger
     if ledger.quotas.admit(job) is not None:
+        return False
+    if fits_somewhere(job, ledger, cells=False) is False:  # cheaper than the scorer's search to say no
         return False
     attempt = Tentative()
     placements = place_gang(job, ledger, cycle.scorer, attempt)

@@ -165,14 +165,19 @@ def _merged(
     heapq.heapify(heap)
     out: list[PendingJob] = []
     placed = _Counts(len(jobs))  # the original places of the jobs placed so far
+    latest = -1  # the latest original place placed so far
     while heap:
         value, place, user, index = heapq.heappop(heap)
         queued = by_user[user]
         job = queued[index]
-        # Jobs placed before it that came after it: other users' (a user's own keep their order).
-        ahead = len(out) - placed.up_to(place)
-        if ahead:
-            overtaken[job.job_id] = ahead
+        # Jobs placed before it that came after it: other users' (a user's own keep their
+        # order). None if it comes after every job placed so far (most jobs: no count needed).
+        if place < latest:
+            ahead = len(out) - placed.up_to(place)
+            if ahead:
+                overtaken[job.job_id] = ahead
+        else:
+            latest = place
         placed.add(place)
         out.append(job)
         if index + 1 < len(queued):

@@ -69,6 +69,7 @@ class Ledger:
             self.sharing.add((job.user, job.vc), job.placements, +1, None)
         self.preempting = frozenset(j for j in snapshot.preempting if j in self.running)
         self._vc_use: dict[str, dict[tuple[str, int], int]] = {}  # see ``_guaranteed_use``
+        self._owners: dict[int, tuple[RunningJob, Owner]] = {}  # see ``_owner``
         # What preemption could take back on each node: opportunistic and stopping work.
         self.reclaimable_cpu: dict[str, int] = defaultdict(int)
         self.reclaimable_memory: dict[str, int] = defaultdict(int)
@@ -117,7 +118,7 @@ class Ledger:
 
     def release(self, job: RunningJob, tentative: Tentative) -> None:
         """As if ``job`` had ended: its resources and quota come back (its cells stay bound)."""
-        owner = running_owner(job)
+        owner = self._owner(job)
         for p in job.placements:
             self.capacity.give_back(p, tentative)
             self.quotas.refund(owner, p, tentative)
@@ -162,7 +163,17 @@ class Ledger:
 
     def occupy(self, job: RunningJob, tentative: Tentative) -> None:
         """Undo ``release``: the job holds its resources and quota again."""
-        self.hold(running_owner(job), list(job.placements), tentative)
+        self.hold(self._owner(job), list(job.placements), tentative)
+
+    def _owner(self, job: RunningJob) -> Owner:
+        """``running_owner``, made once per job: preemption plans release and occupy the
+        same victims thousands of times a cycle."""
+        known = self._owners.get(id(job))
+        if known is not None and known[0] is job:
+            return known[1]
+        owner = running_owner(job)
+        self._owners[id(job)] = (job, owner)  # the job kept with it: its id is not reused
+        return owner
 
 
 class Released:
@@ -254,27 +265,28 @@ class Access:
         """Candidate nodes in groups to try in order, each best fit first (cells' rule order)."""
         capacity = self.ledger.capacity
         self.split_fresh = True  # set for the fresh tier below, for the fits made in it
+        rack = getattr(self.only, "rack", None)  # a filter for one rack (``topology.InRack``)
         if task.gpu_milli <= 0 or not self.in_cells:
-            yield self._filtered(capacity.candidates(task))
+            yield self._filtered(capacity.candidates(task, rack=rack))
             return
         cells = self.ledger.cells
         vc = self.owner.vc
         sealed_by_me = "=" + vc
         # Nodes the VC holds whole come from the index; the few it shares are merged in.
         shared = [capacity.nodes[n] for n in cells.partly_held(vc) if n in capacity.nodes]
-        yield self._filtered(capacity.candidates(task, (sealed_by_me,), extra=shared))
+        yield self._filtered(capacity.candidates(task, (sealed_by_me,), extra=shared, rack=rack))
         # New cells: partly held nodes before fresh ones (the cell model's packing rule),
         # and within each, the emptiest first, so that the cells bound hold as little
         # opportunistic work to reclaim as possible and the rest of a gang fits beside.
         models = self.ledger.quotas.quota_models(vc, task.gpu_models) or ()
         if any(cells.loose_left(vc, m) > 0 for m in models):
-            yield self._filtered(capacity.candidates(task, (SHARED,), emptiest_first=True))
+            yield self._filtered(capacity.candidates(task, (SHARED,), emptiest_first=True, rack=rack))
         if any(cells.loose_left(vc, m) > 0 or cells.whole_left(vc, m) > 0 for m in models):
             # A loose cell goes to a fresh node only if no hole could take the task, even
             # by preempting what runs there: else loose cells would spread over nodes and
             # eat the whole nodes other VCs are promised.
             self.split_fresh = not self._reclaimable_hole(task, models)
-            yield self._filtered(capacity.candidates(task, (FRESH,), emptiest_first=True))
+            yield self._filtered(capacity.candidates(task, (FRESH,), emptiest_first=True, rack=rack))
 
     def _reclaimable_hole(self, task: TaskRequest, models: tuple[str, ...]) -> bool:
         """Whether a free cell on a partly held node could host ``task`` once opportunistic
@@ -319,7 +331,10 @@ class Access:
         if task.gpu_milli <= 0:
             return Fit([], None)
         quotas = self.ledger.quotas
-        eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
+        if node.suits_all(task):
+            eligible = [p for p, free in enumerate(node.gpu_free) if free > 0]
+        else:
+            eligible = [p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0]
         if task.gpu_milli < MILLI:
             closed = self.closed(node)
             if closed:

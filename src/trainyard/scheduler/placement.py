@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from trainyard.core.resources import MILLI
 from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.quota import job_owner
-from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, Scorer, first_fit
+from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, Scorer, first_fit, select_bestfit
 from trainyard.scheduler.snapshot import PendingJob, TaskPlacement, TaskRequest
 
 
@@ -64,9 +65,94 @@ def place_gang(job: PendingJob, ledger: Ledger, scorer: Scorer, tentative: Tenta
                 break
             first.add(_kind(stuck))
             order = [stuck, *(t for t in order if t is not stuck)]
-    if scorer is not CELL_ORDER and Access(ledger, job).in_cells:
+    if scorer is not CELL_ORDER and not _one_device(job, ledger) and Access(ledger, job).in_cells:
         return place_gang(job, ledger, CELL_ORDER, tentative)
     return None
+
+
+def _one_device(job: PendingJob, ledger: Ledger) -> bool:
+    """A job of one task on one device (a fraction, or one GPU), on nodes of one GPU model
+    each: whether a node takes it, in cells too, does not depend on which device a scorer
+    picks (it binds one cell, of the node's one model, whichever: ``Cells.binding_for``
+    looks at the node and the number of cells), so a scorer that finds no node leaves none
+    to the cell order or to first fit."""
+    tasks = job.tasks
+    return (
+        len(tasks) == 1 and tasks[0].gpu_milli <= MILLI and not tasks[0].whole_node and not job.avoid_nodes
+        and not ledger.capacity.mixed
+    )
+
+
+def fits_somewhere(job: PendingJob, ledger: Ledger, *, cells: bool = True) -> bool | None:
+    """Whether ``place_gang`` would place ``job`` with any scorer, worked out without one
+    (cheap); None where this cannot tell. For questions that need only a yes or no
+    (``borrows_now``, ``schedule._held_back``, a preemption plan's probes): a scorer's
+    search costs up to a hundred times more.
+
+    Every scorer is complete for one task: it places it wherever some node in
+    ``Access.tiers`` takes it. Outside cells, on nodes of one GPU model, whether a node
+    takes a task does not depend on which devices the scorer would pick (in cells it
+    does, for a task on several devices: which cells it binds; on a node of several
+    models: the quota per model). So one task fits if some node takes it (first fit over
+    the emptiest nodes first: the likeliest to take it at once); in cells, a task on one
+    device (``_one_device``) fits if some node of the tiers takes it (``cells``: whether to
+    answer for those; where a yes is followed by the placement itself, the scorer's search
+    alone costs less). A gang of like tasks of whole GPUs each takes one *slot* of one node
+    (a node has as many as its free suitable GPUs, CPU and memory hold tasks), whatever the
+    order they are placed in or the nodes a scorer prefers, so it fits if the nodes have
+    as many slots as it has tasks. Other gangs (unlike tasks, fractions), whole-node tasks
+    and retries that avoid nodes are left to ``place_gang``.
+    """
+    tasks = job.tasks
+    if not tasks or job.avoid_nodes or tasks[0].whole_node:
+        return None
+    task = tasks[0]
+    if len(tasks) > 1 and (task.gpu_milli < MILLI or task.gpu_milli % MILLI
+                           or any(_kind(t) != _kind(task) for t in tasks[1:])):
+        return None
+    access = Access(ledger, job)
+    if access.in_cells:
+        if not cells or not _one_device(job, ledger):
+            return None
+        return any(access.fit(node, task, select_bestfit) is not None for tier in access.tiers(task) for node in tier)
+    per_model = task.gpu_milli > 0 and (access.limited or access.borrowing)
+    # Outside cells ``Access.tiers`` is one tier, these nodes best fit first; any order answers.
+    nodes = ledger.capacity.candidates(task, emptiest_first=True)
+    if len(tasks) == 1:
+        fraction = 0 < task.gpu_milli < MILLI
+        for node in nodes:
+            if per_model and node.only_model is None:
+                return None
+            if fraction and max(node.gpu_free) < task.gpu_milli:
+                continue  # no device with room: ``Access.fit`` says no, at more cost
+            if access.fit(node, task, select_bestfit) is not None:
+                return True
+        return False
+    wanted = task.gpu_milli // MILLI
+    # Borrowed work also counts against what may be borrowed, per model: no more tasks on a
+    # model's nodes than that allows (each placement takes a slot and its quota).
+    slots: dict[str | None, int] = {}
+    for node in nodes:
+        if per_model and node.only_model is None:
+            return None
+        if access.fit(node, task, select_bestfit) is None:
+            continue
+        whole = sum(1 for p, free in enumerate(node.gpu_free) if free == MILLI and node.suits(p, task))
+        model = node.only_model
+        slots[model] = slots.get(model, 0) + min(
+            whole // wanted,
+            node.cpu_milli // task.cpu_milli if task.cpu_milli > 0 else len(tasks),
+            node.memory_mb // task.memory_mb if task.memory_mb > 0 else len(tasks),
+        )
+        if access.borrowing:
+            quotas = ledger.quotas
+            vc = access.owner.vc
+            total = sum(min(n, quotas.borrow_free(vc, m or "") // task.gpu_milli) for m, n in slots.items())
+        else:
+            total = sum(slots.values())
+        if total >= len(tasks):
+            return True
+    return False
 
 
 def _avoiding(nodes: frozenset[str], only: NodeFilter | None) -> NodeFilter:

@@ -47,12 +47,13 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK, Priority
 from trainyard.scheduler.capacity import Tentative
 from trainyard.scheduler.cycle import Cycle, Wait
 from trainyard.scheduler.ledger import Access, Ledger, Released
-from trainyard.scheduler.placement import place_gang
+from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.quota import job_owner
 from trainyard.scheduler.snapshot import (
     PendingJob,
@@ -548,27 +549,42 @@ def _rebind(
         ledger.cells.rebind(vc, _survivors(cycle, vc, victims), tentative)
 
 
-def _fits_after(
-    cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool = False
-) -> bool:
-    """Whether ``job`` fits once ``victims`` have stopped (``released``: they are released in
-    the ledger already); ``rederive``: with its VC's cells derived as the next cycle will."""
-    return _placed_after(cycle, job, victims, rederive=rederive, released=released) is not None
-
-
-def _placed_after(
-    cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool = False
-) -> list[TaskPlacement] | None:
-    """Where ``job`` would go once ``victims`` have stopped (``_fits_after``'s terms), if anywhere."""
+@contextmanager
+def _victims_gone(
+    cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool
+) -> Iterator[None]:
+    """The ledger as it will be once ``victims`` have stopped (``released``: they are released
+    in it already; ``rederive``: with the job's VC's cells derived as the next cycle will),
+    put back as it was on leaving."""
     ledger = cycle.ledger
     undo = Tentative()
     if not released:
         for victim in victims:
             ledger.release(victim, undo)
     _rebind(cycle, job, victims, undo, rederive=rederive and _rederives(cycle, victims))
-    placed = _fits(cycle, job)
-    undo.discard()
-    return placed
+    try:
+        yield
+    finally:
+        undo.discard()
+
+
+def _fits_after(
+    cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool = False
+) -> bool:
+    """Whether ``job`` fits once ``victims`` have stopped (``_victims_gone``'s terms)."""
+    with _victims_gone(cycle, job, victims, rederive=rederive, released=released):
+        if cycle.ledger.quotas.admit(job) is not None:
+            return False
+        somewhere = fits_somewhere(job, cycle.ledger)  # a yes or no: no scorer's search where it can tell
+        return _fits(cycle, job) is not None if somewhere is None else somewhere
+
+
+def _placed_after(
+    cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool = False
+) -> list[TaskPlacement] | None:
+    """Where ``job`` would go once ``victims`` have stopped (``_victims_gone``'s terms), if anywhere."""
+    with _victims_gone(cycle, job, victims, rederive=rederive, released=released):
+        return _fits(cycle, job)
 
 
 def _spare(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
@@ -229,12 +230,12 @@ class Quotas:
     def charge(self, owner: Owner, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._apply(owner, placement, -1)
         if tentative is not None and self._counting:
-            tentative.record(lambda: self._apply(owner, placement, +1))
+            tentative.record(partial(self._apply, owner, placement, +1))
 
     def refund(self, owner: Owner, placement: TaskPlacement, tentative: Tentative | None = None) -> None:
         self._apply(owner, placement, +1)
         if tentative is not None and self._counting:
-            tentative.record(lambda: self._apply(owner, placement, -1))
+            tentative.record(partial(self._apply, owner, placement, -1))
 
     def _apply(self, owner: Owner, placement: TaskPlacement, sign: int) -> None:
         # Called for every charge and refund a cycle tries (preemption plans try thousands):

@@ -21,9 +21,10 @@ from trainyard.scheduler import whole_nodes
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.cycle import Cycle, Reservation, Wait
 from trainyard.scheduler.fairshare import gpu_hours
+from trainyard.scheduler.outside_cells import describe
 from trainyard.scheduler.quota import Refusal, gpu_need
 from trainyard.scheduler.selection import unmet
-from trainyard.scheduler.sharing import Sharing, closing_rule, has_unshared_room
+from trainyard.scheduler.sharing import Sharing, closing_rule, has_unshared_room, roomy_shared
 from trainyard.scheduler.snapshot import (
     KeepWaiting,
     PendingJob,
@@ -64,6 +65,7 @@ class Rooms:
         self._rooms: dict[tuple[tuple[str, ...], int, str], Room] = {}
         self._unmet: dict[tuple[str, bool], str | None] = {}
         self._empty: dict[whole_nodes.Kind, tuple[int, int, tuple[int, int]]] = {}
+        self._shortfalls: dict[tuple[TaskRequest, ...], Worded | None] = {}
         held = sum(1 for n in self.nodes if n.sealed)
         if held:
             self.aside += f"; {held} node{'s are' if held > 1 else ' is'} held whole by whole-node jobs"
@@ -95,9 +97,12 @@ class Rooms:
 
     def shortfall(self, job: PendingJob) -> Worded | None:
         """Why the gang cannot fit by these numbers, naming the nodes that take no new work;
-        None if the numbers alone allow it."""
+        None if the numbers alone allow it. Worked out once per set of tasks."""
+        if job.tasks in self._shortfalls:
+            return self._shortfalls[job.tasks]
         why = self._shortfall(job)
-        return None if why is None else Worded(why.message + self.aside, why.short)
+        found = self._shortfalls[job.tasks] = None if why is None else Worded(why.message + self.aside, why.short)
+        return found
 
     def empty_for(self, task: TaskRequest) -> tuple[int, int, tuple[int, int]]:
         """``whole_nodes.empty_suitable`` for a whole-node task of this kind."""
@@ -232,6 +237,17 @@ def _worded(
             f"{_ordinal(position)} in VC {job.vc}; work is being preempted for the jobs ahead of it first, "
             "and its own turn comes in a following cycle",
             "jobs ahead preempting",
+        ), None
+    if wait.outside_cells:
+        policy = cycle.ledger.quotas.vcs.get(job.vc)
+        told = describe(cycle.ledger.cells, policy.quota if policy is not None else None, job)
+        if wait.borrow_tried:
+            return reason, _not_borrowed(
+                job, Worded(f"{told}; it can run only as borrowed work", "outside its VC's cells"), wait.borrow_refusal
+            ), None
+        return reason, Worded(
+            f"{told}; it could run only as borrowed work, and VC {job.vc} does not borrow: ask for tasks that "
+            "fit in a cell or take whole nodes, or an admin for borrowing", "never fits its VC's cells"
         ), None
     if reason in (PendingReason.QUOTA, PendingReason.USER_QUOTA, PendingReason.BORROW_LIMIT):
         assert wait.refusal is not None
@@ -385,6 +401,7 @@ class SharedDevices:
             self.sharing.add((started.user, started.vc), start.placements, +1, None)
         self._found: dict[tuple[object, ...], Worded | None] = {}
         self._unshared_room: dict[tuple[object, ...], bool] = {}
+        self._roomy: dict[tuple[object, ...], list[tuple[str, int]]] = {}
 
     def closed_to(self, job: PendingJob) -> Worded | None:
         if not self.sharing.devices:
@@ -398,7 +415,12 @@ class SharedDevices:
                 unshared = self._unshared_room.get(kind)
                 if unshared is None:
                     unshared = self._unshared_room[kind] = has_unshared_room(self.sharing, task, self.nodes)
-                why = closing_rule(self.sharing, (job.user, job.vc), task, self.by_name, unshared)
+                roomy = None
+                if not unshared:  # which devices have room: the task's expression counts too
+                    roomy = self._roomy.get((*kind, task.selector))
+                    if roomy is None:
+                        roomy = self._roomy[(*kind, task.selector)] = roomy_shared(self.sharing, task, self.by_name)
+                why = closing_rule(self.sharing, (job.user, job.vc), task, self.by_name, unshared, roomy)
                 self._found[key] = None if why is None else Worded(
                     f"GPU {why.index} of node {why.node} is shared with another user's job; "
                     f"VC {why.vc} allows sharing with: {why.rule}",

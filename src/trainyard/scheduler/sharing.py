@@ -45,6 +45,7 @@ class Sharing:
         # node -> device index -> sharer -> fractional shares it has there
         self.devices: dict[str, dict[int, dict[Sharer, int]]] = {}
         self._allows: dict[tuple[Sharer, Sharer], bool] = {}
+        self._stricter: dict[tuple[str, str], GpuSharing] = {}  # (VC, VC) -> the rule between them
         # ``closed``'s answers, asked for every candidate node of every fractional task:
         # kept with the node's change count, so that only nodes changed since are worked out.
         self._changes: dict[str, int] = {}
@@ -60,7 +61,10 @@ class Sharing:
         key = (a, b)
         allowed = self._allows.get(key)
         if allowed is None:
-            rule = self.rule(a[1]).stricter(self.rule(b[1]))
+            vcs = (a[1], b[1])
+            rule = self._stricter.get(vcs)  # VCs are few, pairs of sharers many
+            if rule is None:
+                rule = self._stricter[vcs] = self.rule(a[1]).stricter(self.rule(b[1]))
             if rule is GpuSharing.ANYONE:
                 allowed = True
             elif rule is GpuSharing.SAME_GROUP:
@@ -136,16 +140,31 @@ class Sharing:
 
 
 def closing_rule(
-    sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Mapping[str, FreeNode], unshared_room: bool
+    sharing: Sharing, sharer: Sharer, task: TaskRequest, nodes: Mapping[str, FreeNode], unshared_room: bool,
+    roomy: Sequence[tuple[str, int]] | None = None,
 ) -> Refusal | None:
     """Why a fractional ``task`` of ``sharer`` has nowhere to go when the only devices with
     room for it hold shares a VC's rule keeps it from; None if that is not what stops it.
     ``unshared_room``: whether a device without fractional shares has room for it
-    (``has_unshared_room``, the same for every sharer); ``nodes`` by name. Devices with
-    shares are few: only they are looked at here."""
+    (``has_unshared_room``, the same for every sharer); ``nodes`` by name; ``roomy``: the
+    shared devices with room for it (``roomy_shared``, the same for every sharer), if known.
+    Devices with shares are few: only they are looked at here."""
     if unshared_room:
         return None
-    first: Refusal | None = None
+    first: tuple[str, int] | None = None
+    for name, index in roomy_shared(sharing, task, nodes) if roomy is None else roomy:
+        counts = sharing.devices[name][index]
+        if all(n <= 0 or sharing.allows(sharer, other) for other, n in counts.items()):
+            return None  # a shared device it may join has room
+        if first is None:
+            first = (name, index)
+    return None if first is None else sharing.refusal(sharer, *first)
+
+
+def roomy_shared(sharing: Sharing, task: TaskRequest, nodes: Mapping[str, FreeNode]) -> list[tuple[str, int]]:
+    """(node, device index) of the devices with fractional shares and room for ``task``, in
+    that order: where ``closing_rule`` looks for one a sharer may join."""
+    found = []
     for name in sorted(sharing.devices):
         node = nodes.get(name)
         if node is None or not node.schedulable or not node.hosts_cpu_and_memory(task):
@@ -154,11 +173,8 @@ def closing_rule(
             pos = node.position.get(index)
             if pos is None or not node.suits(pos, task) or node.gpu_free[pos] < task.gpu_milli:
                 continue
-            refusal = sharing.refusal(sharer, name, index)
-            if refusal is None:
-                return None  # a shared device it may join has room
-            first = first or refusal
-    return first
+            found.append((name, index))
+    return found
 
 
 def has_unshared_room(sharing: Sharing, task: TaskRequest, nodes: Sequence[FreeNode]) -> bool:

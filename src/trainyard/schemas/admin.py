@@ -3,12 +3,11 @@ the requests that change them and what they answer, and what a removal did to jo
 
 from __future__ import annotations
 
-from enum import Enum
-from typing import Final
-
 from pydantic import BaseModel, Field, field_validator
 from pydantic_core import PydanticCustomError
 
+from trainyard.core.keep import KEEP as KEEP
+from trainyard.core.keep import Keep as Keep
 from trainyard.core.labels import MAX_LABELS
 from trainyard.core.names import GROUP_OR_VC_NAME
 from trainyard.core.priorities import PRIORITY_NAMES
@@ -29,15 +28,6 @@ WEIGHT_HELP = "Its share of idle GPUs against the other VCs that want them (defa
 MAX_WEIGHT = 1000.0
 MIN_WEIGHT = 0.001  # below it a weight means nothing more than "last", and prints badly
 MAX_GPU_LIMIT = 1_000_000
-
-
-class Keep(Enum):
-    """What a change leaves as it is (a limit's ``None`` means "no limit", not "unchanged")."""
-
-    KEEP = "keep"
-
-
-KEEP: Final = Keep.KEEP
 
 
 class CreateVcRequest(RequestBody):

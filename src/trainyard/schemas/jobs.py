@@ -9,17 +9,14 @@ from typing import Any
 from pydantic import BaseModel
 
 from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
+from trainyard.core.logreads import LOG_ATTEMPT_HEADER as LOG_ATTEMPT_HEADER
+from trainyard.core.logreads import LOG_MAX_PAGE_BYTES as LOG_MAX_PAGE_BYTES
+from trainyard.core.logreads import LOG_OFFSET_HEADER as LOG_OFFSET_HEADER
+from trainyard.core.logreads import LOG_PAGE_BYTES as LOG_PAGE_BYTES
+from trainyard.core.logreads import LOG_SIZE_HEADER as LOG_SIZE_HEADER
+from trainyard.core.logreads import LOG_TASK_HEADER as LOG_TASK_HEADER
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.schemas.workdirs import WorkdirView
-
-# A log read answers bytes; where they sit in the log, and which task they are, come in these headers.
-LOG_OFFSET_HEADER = "X-Log-Offset"  # byte offset of the first byte sent
-LOG_SIZE_HEADER = "X-Log-Size"  # the log's size when read
-LOG_TASK_HEADER = "X-Log-Task"  # ROLE/INDEX of the task shown; absent before the task ran
-LOG_ATTEMPT_HEADER = "X-Log-Attempt"  # the attempt shown; absent before the task ran
-# A log is read a page at a time: this many bytes unless the request asks for fewer, or more up to the most.
-LOG_PAGE_BYTES = 1 << 20
-LOG_MAX_PAGE_BYTES = 8 << 20  # the server holds a page in memory
 
 
 class PendingView(BaseModel):

@@ -172,6 +172,16 @@ class TokenCache:
         # read the token as the revocation committed) is not kept past it.
         self._generation = 0
 
+    def known(self, token: str) -> UserRow | None:
+        """Whose ``token`` is, if this cache knows it and it has not expired; else None (ask
+        ``user_for_token``). It never waits for the store: the API asks it first, on the
+        event loop, and hands only a miss to a thread."""
+        with self._lock:
+            cached = self._users.get(hash_token(token))
+        if cached is not None and self._clock.monotonic() - cached[0] < self._seconds:
+            return cached[1]
+        return None
+
     def user_for_token(self, token: str) -> UserRow | None:
         digest = hash_token(token)
         now = self._clock.monotonic()

@@ -16,6 +16,7 @@ from trainyard.scheduler.snapshot import NodeState
 from trainyard.services.auth import TokenCache
 from trainyard.services.jobs import SubmitLimits
 from trainyard.services.specs import StoredSpecs
+from trainyard.services.submit_batches import SubmitBatches
 from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.db import Database
 
@@ -27,6 +28,7 @@ class Server(Protocol):
     specs: StoredSpecs
     tokens: TokenCache  # forget a user's after revoking or disabling
     submit_limits: SubmitLimits
+    submit_batches: SubmitBatches | None  # group commit of submits (None: each in a transaction of its own)
     idempotency_key_hours: float
     sessions: SessionPolicy
     monitor_interval_seconds: float  # how fresh a sample must be to show as live

@@ -22,6 +22,7 @@ from trainyard.services import idempotency
 from trainyard.services import jobs as job_service
 from trainyard.services.errors import Forbidden
 from trainyard.services.server import Server
+from trainyard.services.submit_batches import SubmitBatches
 from trainyard.services.views import submit_result
 from trainyard.spec.models import JobSpec
 from trainyard.store.rows import JobRow, UserRow
@@ -82,15 +83,36 @@ def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service
 
 
 def submit(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed()) -> idempotency.Answer:
-    """Queue ``spec`` as ``user``'s job (at most once per key): the answer, a ``SubmitResult``."""
+    """Queue ``spec`` as ``user``'s job (at most once per key): the answer, a ``SubmitResult``.
+    Without a key or a working directory, it is made with the other submits of the moment,
+    in one transaction (``submit_batches.py``), where the server has batches."""
     warnings = job_service.backend_warnings(spec, server.backend.name)
     check_task_account(server, user)
+    if server.submit_batches is not None and keyed.key is None and spec.workdir is None:
+        return server.submit_batches.submit(user, spec, warnings)
+    return _submit_alone(server, user, spec, warnings, keyed)
 
+
+def _submit_alone(server: Server, user: UserRow, spec: JobSpec, warnings: list[str],
+                  keyed: Keyed = Keyed()) -> idempotency.Answer:
     def create(session: Session, nodes: list[NodeState]) -> JobRow:
         return job_service.submit_job(session, user, spec, clock=server.clock, nodes=nodes,
                                       limits=server.submit_limits)
 
     return _once(server, user, keyed, create, lambda row: warnings)
+
+
+def _submit_in(session: Session, server: Server, user: UserRow, spec: JobSpec,
+               warnings: list[str]) -> idempotency.Answer:
+    """One submit of a batch, in the batch's session (``submit_batches.py``)."""
+    row = job_service.submit_job(session, user, spec, clock=server.clock, nodes=server.node_states(),
+                                 limits=server.submit_limits)
+    return idempotency.Answer(201, submit_result(row, user.name, warnings).model_dump_json(), row.id)
+
+
+def submit_batches(server: Server) -> SubmitBatches:
+    """Group commit for ``server``'s submits (its ``submit_batches``)."""
+    return SubmitBatches(server, _submit_in, _submit_alone)
 
 
 def clone(server: Server, user: UserRow, job_id: int, changes: job_service.CloneChanges,

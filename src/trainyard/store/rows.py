@@ -126,6 +126,7 @@ class JobRow(Base):
     __table_args__ = (
         Index("ix_jobs_state_id", "state", "id"),
         Index("ix_jobs_user_id_id", "user_id", "id"),
+        Index("ix_jobs_user_id_state", "user_id", "state"),  # the count of a user's waiting jobs
         Index("ix_jobs_vc_id", "vc", "id"),
     )
 

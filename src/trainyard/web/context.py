@@ -30,11 +30,12 @@ from trainyard.core.settings import (
 )
 from trainyard.scheduler.snapshot import NodeState, SchedulerConfig
 from trainyard.services import jobs as job_service
-from trainyard.services import node_view
+from trainyard.services import node_view, submission
 from trainyard.services.auth import TokenCache
 from trainyard.services.jobdirs import JobDirUsage
 from trainyard.services.sign_in_limits import DEFAULT_FAILURES, DEFAULT_WINDOW_SECONDS, SignInLimiter
 from trainyard.services.specs import StoredSpecs
+from trainyard.services.submit_batches import SubmitBatches
 from trainyard.services.task_access import Grants, PortUses
 from trainyard.services.workdirs import WorkdirStore
 from trainyard.store.db import Database
@@ -75,6 +76,8 @@ class AppContext:
     # The sizes of a submit the admin bounds: its rendered commands and env, waiting jobs per user.
     submit_limits: job_service.SubmitLimits = job_service.DEFAULT_SUBMIT_LIMITS
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS  # how long a submit's Idempotency-Key is kept
+    # Submits that arrive together made in one transaction (services/submit_batches.py).
+    submit_batches: SubmitBatches | None = field(init=False)
     # Where uploaded working directories are kept, and how big one may be (services/workdirs.py);
     # `yard up` gives <home>/workdirs; a context built by hand (tests), a temporary folder.
     workdirs: WorkdirStore = field(default_factory=lambda: WorkdirStore(
@@ -99,6 +102,7 @@ class AppContext:
                                       window=self.sign_in_window_seconds)
         self.job_dirs = JobDirUsage(self.backend, self.clock, self.job_dir_retention_seconds)
         self.grants = Grants(self.clock.monotonic)
+        self.submit_batches = submission.submit_batches(self)
 
     def wake_controller(self) -> None:
         if self.controller is not None:
@@ -113,7 +117,11 @@ class AppContext:
         return self._nodes[1]
 
 
-def context(request: Request) -> AppContext:
+async def context(request: Request) -> AppContext:
+    """The app's context, as a dependency. A coroutine, though it waits for nothing: FastAPI
+    runs a plain function dependency on its thread pool, a hop there and back per request
+    (issue 33: submits spent a tenth of their time handing work to threads). Code outside a
+    dependency calls ``context_of``."""
     ctx: AppContext = request.app.state.ctx
     return ctx
 

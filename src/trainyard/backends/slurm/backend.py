@@ -45,6 +45,7 @@ import re
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -107,6 +108,8 @@ PORT_RANGE = range(20000, 32000)
 SLURM_POLL_SECONDS = 1.0
 # How long a pending job may keep a "cannot start" reason while its nodes look usable.
 STUCK_SECONDS = 60.0
+# Locks that submissions are striped over (``_submit``).
+SUBMIT_LOCKS = 64
 # How long a task killed by a signal nobody in Trainyard sent is kept "running" while
 # Slurm's verdicts that blame the machine, not the job: its tasks' statuses are unknown
 # (LOST, retried without spending the job's jobRetryCount), whatever signal they got.
@@ -236,7 +239,9 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._images = NodeImages(self.commands, self.state_dir, partition, self.name_prefix,
                                   containers=lambda: self.containers,
                                   usable_nodes=lambda: [n.name for n in self.inventory() if n.schedulable])
-        self._lock = threading.Lock()
+        # One lock per submission (striped): the controller submits gangs side by side, and
+        # one gang is never submitted twice at once (the marker and the lookup below).
+        self._locks = tuple(threading.Lock() for _ in range(SUBMIT_LOCKS))
         self._last_cancel: dict[str, float] = {}
         self._stuck_since: dict[str, float] = {}  # Slurm job id -> when first seen unable to start
         # Slurm job id -> when this object submitted it (monotonic); see _slurm_jobs.
@@ -504,7 +509,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         key = tasks[0].key
         sub_dir = self.submission_dir(key)
         name = self.slurm_job_name(key)
-        with self._lock:
+        with self._locks[zlib.crc32(name.encode()) % SUBMIT_LOCKS]:
             if self._known_job_id(key) is not None:
                 return  # submitted before (e.g. by this server before it restarted)
             task_dirs = {t.key: self.task_dir(t.key) for t in tasks}

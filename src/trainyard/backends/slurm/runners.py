@@ -157,8 +157,8 @@ gloo_ifname() {
     network=("GLOO_SOCKET_IFNAME=${ifname%@*}")
 }
 gloo_ifname
-# A stop or a suspension reaches the task's whole process group at once, from this shell,
-# as on the local backend (one killpg): the backend writes the signal to deliver in
+# A stop or a suspension reaches the task's whole process group at once, from the relay
+# shell below, as on the local backend (one killpg): the backend writes the signal to deliver in
 # TASK_DIR/relay.<what> (TERM, or the job's suspend signal) and then has Slurm send SIGURG
 # to the step (scancel --signal=URG), which every other process ignores by default. Slurm
 # itself signals a step's processes one by one, deepest first (proctrack/linuxproc), so a
@@ -171,7 +171,6 @@ declare -A relayed=()
 task=
 interrupted=
 relay() {  # [WHAT]: only relay.WHAT
-    interrupted=1
     local file what sig
     for file in "$dir"/relay.${1:-*}; do
         what="${file##*/relay.}"
@@ -183,7 +182,6 @@ relay() {  # [WHAT]: only relay.WHAT
         kill -s "$sig" -- "-$task" 2> /dev/null
     done
 }
-trap relay URG
 trap 'interrupted=1' TERM INT HUP USR1 USR2
 # A task with an image (TASK_DIR/container.*, written by the backend): the container engine's
 # client runs in this step, in the foreground, so the signals reach it and it proxies them
@@ -291,16 +289,31 @@ if [ -e "$dir/sandbox.json" ]; then
     stat="$(< "/proc/$task/stat")" && read -r -a fields <<< "${stat##*) }" &&
         printf '%s:%s\n' "$task" "${fields[19]}" > "$dir/sandbox.pid"
 fi
-# A stop asked for before this shell knew its task is delivered now: its SIGURG came
-# before the trap above was set, or found $task empty, and none follows. (A suspension's
-# task finds its suspend file as it starts.)
-relay stop
+# The relays come to a shell of their own, not to this one: bash's `wait` below, cut short
+# by a trapped SIGURG just as the task ended, could lose the task's status and wait for
+# ever on the sampler (seen under load: the task gone, this shell in wait, no exit file).
+# A stop asked for before the relay shell knew its task is delivered as it starts: its
+# SIGURG came before the trap was set, and none follows. (A suspension's task finds its
+# suspend file as it starts.)
+(
+    pause=
+    trap relay URG
+    trap 'kill $pause 2> /dev/null; exit 0' TERM
+    relay stop
+    while :; do
+        sleep 60 & pause=$!
+        wait "$pause"
+        kill "$pause" 2> /dev/null
+    done
+) < /dev/null &
+relayer=$!
 while :; do
     interrupted=
     wait "$task"
     rc=$?
     if [ -z "$interrupted" ] && ! kill -0 "$task" 2> /dev/null; then break; fi
 done
+kill "$relayer" 2> /dev/null
 if [ -n "$sampler" ]; then kill "$sampler" 2> /dev/null; fi
 # Slurm's task/cgroup holds the step to its --mem in a memory cgroup this shell shares
 # with the task; the kernel counts there the processes it killed at that limit (v1:

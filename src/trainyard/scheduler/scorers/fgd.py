@@ -99,7 +99,7 @@ class Fgd:
         self.classes = [(w, w.weight / total) for w in kinds] if total else []
         self._cache: dict[FragmentKey, float] = {}
         # task kind -> node state -> answer
-        self._answers: dict[tuple[object, ...], dict[NodeKey, Answer | Literal[False]]] = {}
+        self._answers: dict[tuple[object, ...], dict[NodeKey, tuple[Answer, Rank] | Literal[False]]] = {}
         self._statics: dict[object, dict[str, Fixed]] = {}
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
         # by (share, models), it is worked out once per group instead of once per kind.
@@ -126,13 +126,16 @@ class Fgd:
         by_state = not access.limited and not access.borrowing and not access.in_cells and access.only is None
         limit = self.scan if by_state else min(self.scan, RESTRICTED_SCAN)
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
-        answers = self._answers.setdefault(kind, {})  # node state -> ``_evaluate_free``'s answer
+        # node state -> ``_evaluate_free``'s answer and its ``rank`` (a function of the state)
+        answers = self._answers.setdefault(kind, {})
         # node name -> ``_fixed``, and which devices the task's resource expression allows
         statics = self._statics.setdefault((self._fixed_for(task), task.selector), {})
         # A fraction may not join other users' shares a VC's rule keeps it from: which
         # devices those are is part of the node's state for it (usually none).
         sharing, sharer = access.ledger.sharing, access.sharer
-        closed_to = sharing.closed if 0 < task.gpu_milli < MILLI and sharing.devices else None
+        shared = sharing.devices  # only the nodes in it have devices closed to anyone
+        closed_to = sharing.closed if 0 < task.gpu_milli < MILLI and shared else None
+        unbounded: Rank = (-math.inf,)
         for tier in access.tiers(task):
             nodes = iter(tier)
             seen = 0  # fitting nodes compared: nodes that cannot take the task do not count
@@ -142,26 +145,29 @@ class Fgd:
                 window: list[tuple[Rank, FreeNode, Answer]] = []
                 compared: set[NodeKey] = set()
                 for node in nodes:
-                    fixed = statics.get(node.name)
+                    name = node.name
+                    fixed = statics.get(name)
                     if fixed is None:
                         fixed = self._fixed(node, task)
                         if task.selector:
                             fixed = (fixed, node.selected(task.selector, True))
-                        statics[node.name] = fixed
-                    closed = () if closed_to is None else closed_to(sharer, node)
+                        statics[name] = fixed
+                    closed = () if closed_to is None or name not in shared else closed_to(sharer, node)
                     state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
                     if by_state:
                         if state in compared:
                             continue  # the same as a node before it in best-fit order, which wins ties
                         compared.add(state)
-                    answer = answers.get(state)
-                    if answer is None:
-                        answer = answers[state] = self._evaluate_free(node, task, closed)
-                    if answer is False:
+                    ranked = answers.get(state)
+                    if ranked is None:
+                        answer = self._evaluate_free(node, task, closed)
+                        ranked = answers[state] = False if answer is False else (answer, self.rank(node, task, answer))
+                    if ranked is False:
                         continue
+                    answer, rank = ranked
                     # On a node with GPUs of more than one kind the device choice changes the
                     # cost in ways the answer without rules does not bound: evaluated first.
-                    bound: Rank = self.rank(node, task, answer) if by_state or len(node.klass) == 1 else (-math.inf,)
+                    bound: Rank = rank if by_state or len(node.klass) == 1 else unbounded
                     window.append(((*bound, seen), node, answer))
                     seen += 1
                     if len(window) >= limit:
@@ -192,7 +198,8 @@ class Fgd:
 
     def rank(self, node: FreeNode, task: TaskRequest, answer: Answer) -> Rank:
         """How good an answer ``(cost, [(position, milli)], ...)`` is, lowest best; ties go
-        to best-fit order."""
+        to best-fit order. A function of the node's state as ``choose`` keys it (``_fixed``
+        and the free capacity): it is remembered with the answer."""
         return (answer[0],)
 
     def _fixed(self, node: FreeNode, task: TaskRequest) -> Fixed:
@@ -211,9 +218,12 @@ class Fgd:
         devices the task may not share."""
         if not node.hosts_cpu_and_memory(task):
             return False
-        eligible = [
-            p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0 and p not in closed
-        ]
+        if node.suits_all(task):
+            eligible = [p for p, free in enumerate(node.gpu_free) if free > 0 and p not in closed]
+        else:
+            eligible = [
+                p for p in range(len(node.gpu_free)) if node.suits(p, task) and node.gpu_free[p] > 0 and p not in closed
+            ]
         if not eligible:
             return False
         before = self.fragmentation(node, node.gpu_free, 0, 0)

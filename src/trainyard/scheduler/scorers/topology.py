@@ -105,8 +105,19 @@ def _fewest_groups(node: FreeNode, task: TaskRequest) -> int:
     return groups
 
 
+class InRack:
+    """A node filter for one rack, which ``Access.tiers`` reads to look at that rack's
+    nodes alone (``Capacity.candidates``)."""
+
+    def __init__(self, rack: str) -> None:
+        self.rack = rack
+
+    def __call__(self, node: FreeNode) -> bool:
+        return node.rack == self.rack
+
+
 def _in_rack(rack: str) -> NodeFilter:
-    return lambda node: node.rack == rack
+    return InRack(rack)
 
 
 def _groups(node: FreeNode, devices: list[GpuShare]) -> int:

@@ -110,8 +110,10 @@ SORTABLE_COLUMNS = ("name", "user", "vc", "state")  # page_of_jobs' sort_by
 
 def waiting_job_count(session: Session, user_id: int) -> int:
     """How many of the user's jobs wait now. On PostgreSQL the user's row is locked first, so
-    that two submits of theirs at once count one after the other (SQLite writes one at a time)."""
-    session.execute(select(UserRow.id).where(UserRow.id == user_id).with_for_update())
+    that two submits of theirs at once count one after the other (SQLite writes one at a time,
+    and has no such lock: the statement would only cost the submit a round trip)."""
+    if session.get_bind().dialect.name != "sqlite":
+        session.execute(select(UserRow.id).where(UserRow.id == user_id).with_for_update())
     query = select(func.count()).select_from(JobRow).where(JobRow.user_id == user_id,
                                                              JobRow.state == JobState.WAITING)
     return int(session.execute(query).scalar_one())
@@ -147,6 +149,19 @@ def jobs_by_ids(session: Session, job_ids: Sequence[int]) -> dict[int, JobRow]:
     rows: dict[int, JobRow] = {}
     for chunk in chunks(job_ids):
         rows.update((r.id, r) for r in session.scalars(select(JobRow).where(JobRow.id.in_(chunk))))
+    return rows
+
+
+def load_jobs_whole(session: Session, job_ids: Sequence[int]) -> list[JobRow]:
+    """These jobs with their attempts and tasks, in three queries a chunk. A caller that
+    keeps the list while it reads them one by one (``session.get``) finds them in the
+    session, instead of a query (and an autoflush) for each; the session holds rows only
+    while someone else does."""
+    ids = sorted(set(job_ids))
+    rows: list[JobRow] = []
+    for chunk in chunks(ids):
+        query = select(JobRow).where(JobRow.id.in_(chunk))
+        rows += session.scalars(query.options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))).all()
     return rows
 
 

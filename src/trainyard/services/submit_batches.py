@@ -1,0 +1,127 @@
+"""Group commit for submits: the jobs of submits that arrive together are made by one
+thread, in one transaction, and each is answered once that transaction has committed.
+
+Issue 33 (300 submits a second from 20 clients): each submit in a transaction of its own,
+on a thread of the server's pool, paid for its own session, flushes and commit, and 20
+threads took turns at the one interpreter lock and at SQLite's one write lock. Here a
+submit hands its job file to ``SubmitBatches`` and waits; a batch thread (one on SQLite,
+a few on PostgreSQL) takes every submit queued by then (up to ``MAX_BATCH``), makes their
+jobs one after the other in one session, as ``submission.submit`` would, commits once, and
+then answers them all. Nothing is answered before the commit: a 201 still means the job is
+stored.
+
+Each submit is checked as if it were alone: the checks read the jobs made before it in the
+same batch (its owner's waiting jobs count them). A submit its checks refuse (a
+``ServiceError`` or ``SpecError``, raised before anything of it is written) is refused
+alone, and the others go on. Anything else (the store failing, a bug) rolls the batch back,
+and each of its submits is then made in a transaction of its own, as before, so that it
+fails alone. The thread ends after ``IDLE_SECONDS`` without submits and starts again with
+the next one. Submits that share a batch are made in the order of their owners' ids
+(each owner's in the order they came): they came at the same time.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from trainyard.services import idempotency
+from trainyard.services.errors import ServiceError
+from trainyard.spec.errors import SpecError
+from trainyard.spec.models import JobSpec
+from trainyard.store.rows import UserRow
+
+if TYPE_CHECKING:  # the server's protocol names this module's class
+    from trainyard.services.server import Server
+
+MAX_BATCH = 64  # submits in one transaction at most: the first of them waits for all the others' work
+IDLE_SECONDS = 1.0
+# Threads making batches: SQLite writes one transaction at a time, so one; PostgreSQL takes
+# several at once, and a thread waiting for its answers leaves the others the interpreter.
+SQLITE_THREADS = 1
+POSTGRESQL_THREADS = 4
+
+Make = Callable[["Server", UserRow, JobSpec, list[str]], idempotency.Answer]
+
+
+@dataclass
+class _Submit:
+    user: UserRow
+    spec: JobSpec
+    warnings: list[str]
+    answer: Future[idempotency.Answer] = field(default_factory=Future)
+
+
+class SubmitBatches:
+    """The threads that make queued submits' jobs, several to a transaction."""
+
+    def __init__(self, server: Server, make_in: Callable[..., idempotency.Answer], make_alone: Make) -> None:
+        # make_in(session, server, user, spec, warnings): one submit's job in the given
+        # session; make_alone(server, user, spec, warnings): one in a transaction of its own.
+        self._server = server
+        self._make_in = make_in
+        self._make_alone = make_alone
+        self._queue: queue.SimpleQueue[_Submit] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running = 0
+        self._threads = SQLITE_THREADS if server.db.engine.dialect.name == "sqlite" else POSTGRESQL_THREADS
+
+    def submit(self, user: UserRow, spec: JobSpec, warnings: list[str]) -> idempotency.Answer:
+        """Queue ``spec`` as ``user``'s job; its answer once the job is committed (or the
+        refusal, raised)."""
+        item = _Submit(user, spec, warnings)
+        self._queue.put(item)
+        with self._lock:
+            if self._running < self._threads:
+                self._running += 1
+                threading.Thread(target=self._run, name="trainyard-submits", daemon=True).start()
+        return item.answer.result()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                first = self._queue.get(timeout=IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():  # a submit queued after this check starts a new thread
+                        self._running -= 1
+                        return
+                continue
+            batch = [first]
+            while len(batch) < MAX_BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            # In order of their owners: on PostgreSQL each submit locks its owner's row
+            # (the count of their waiting jobs), and batches that lock in one order never
+            # wait for each other in a circle.
+            self._make(sorted(batch, key=lambda item: item.user.id))
+
+    def _make(self, batch: list[_Submit]) -> None:
+        outcomes: list[idempotency.Answer | Exception] = []
+        try:
+            with self._server.db.session() as session:
+                for item in batch:
+                    try:
+                        outcomes.append(self._make_in(session, self._server, item.user, item.spec, item.warnings))
+                    except (ServiceError, SpecError) as refused:  # its checks: nothing of it written
+                        outcomes.append(refused)
+        except Exception:  # noqa: BLE001 - rolled back: each submit again, alone, so that it fails alone
+            for item in batch:
+                try:
+                    item.answer.set_result(self._make_alone(self._server, item.user, item.spec, item.warnings))
+                except Exception as error:  # noqa: BLE001 - the caller raises it
+                    item.answer.set_exception(error)
+            return
+        if any(isinstance(outcome, idempotency.Answer) for outcome in outcomes):
+            self._server.wake_controller()
+        for item, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                item.answer.set_exception(outcome)
+            else:
+                item.answer.set_result(outcome)

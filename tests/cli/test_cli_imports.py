@@ -1,0 +1,60 @@
+"""A client command imports what it needs and no more (issue 33: `yard jobs|job|logs|submit`
+under 150 ms, most of which was imports): the other commands' modules, the API models it does
+not read, PyYAML where no job file is read, httpx's own command line and httpcore's async
+backends stay unloaded. Checked in a
+fresh interpreter, by what is in ``sys.modules``; benchmarks/bench_cli.py times it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+from trainyard.cli.commands import HANDLERS, handler
+from trainyard.cli.main import build_parser
+
+# Modules the common commands never need: other commands' and the models they alone read.
+OTHER_COMMANDS = ("account_commands", "admin_commands", "alert_commands", "bulk", "dev_commands", "env_commands",
+                  "execshell", "files_commands", "forward", "history_render", "storage_commands", "sweep_commands",
+                  "top", "usage_commands")
+
+
+def _loaded_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint('\\n'.join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env=os.environ.copy())
+    return set(out.stdout.split())
+
+
+def test_yard_jobs_loads_neither_the_models_nor_another_commands_module() -> None:
+    loaded = _loaded_after("from trainyard.cli.commands import handler\nhandler('jobs')\n"
+                           "from trainyard.client import Client\nClient('http://127.0.0.1:9', 't')")
+    assert {"trainyard.cli.commands", "trainyard.client", "trainyard.cli.plain"} <= loaded
+    assert not loaded & {f"trainyard.cli.{m}" for m in OTHER_COMMANDS}
+    assert not {m for m in loaded if m.startswith(("trainyard.schemas", "pydantic"))}  # its table: cli/plain.py
+    assert "yaml" not in loaded  # only job files are YAML: `yard submit` reads one
+
+
+def test_a_command_of_another_module_loads_it_when_it_runs() -> None:
+    loaded = _loaded_after("from trainyard.cli.commands import handler\nhandler('vc')")
+    assert "trainyard.cli.admin_commands" in loaded
+
+
+def test_every_client_command_has_a_handler_that_imports() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    commands = set(sub.choices)
+    assert commands - {"up", "sim", "doctor"} == set(HANDLERS)
+    for command in HANDLERS:
+        assert callable(handler(command)), command
+
+
+def test_yard_loads_httpx_without_its_command_line_or_httpcores_async_backends() -> None:
+    loaded = _loaded_after("from trainyard.cli.main import _load_http_client\n_load_http_client()\n"
+                           "import httpx\nhttpx.Client(base_url='http://127.0.0.1:9').close()")
+    assert {"httpx", "httpcore"} <= loaded
+    assert not loaded & {"httpx._main", "trio", "anyio", "rich", "click"}
+    # Hidden only while httpx loads: anything else may import them after.
+    after = _loaded_after("from trainyard.cli.main import _load_http_client\n_load_http_client()\nimport anyio")
+    assert "anyio" in after
