@@ -6,7 +6,6 @@ an httpx exception."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -790,7 +789,11 @@ def _needs_tls(url: str) -> bool:
     reached without a proxy (an https proxy is verified as before)."""
     if not url.lower().startswith("http://"):
         return True
-    return any(os.environ.get(name) for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"))
+    # The proxies httpx itself would find (any spelling of the variables; the system's
+    # settings on macOS and Windows): urllib.request is loaded by httpx already.
+    from urllib.request import getproxies
+
+    return any(scheme in ("http", "all") for scheme in getproxies())
 
 
 def _flag(value: bool) -> str:

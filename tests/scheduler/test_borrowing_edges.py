@@ -12,7 +12,7 @@ from dataclasses import replace
 from scheduler_world import World, job, node, on, running, snapshot
 
 from trainyard.scheduler.schedule import schedule
-from trainyard.scheduler.snapshot import PendingReason, SchedulerConfig, Snapshot, VirtualCluster
+from trainyard.scheduler.snapshot import PendingJob, PendingReason, SchedulerConfig, Snapshot, VirtualCluster
 
 H = 7 * 24 * 3600.0  # the default half-life
 VISION = VirtualCluster("vision", {"A100": 8})
@@ -179,3 +179,23 @@ def test_one_that_cannot_borrow_says_why_and_holds_nothing_back() -> None:
     wait = schedule(snapshot(CELLS_NODES, pending[:1], vcs=vcs)).waits[0]
     assert wait.reason == PendingReason.BORROW_LIMIT
     assert "can never fit VC a's cells" in wait.message and "may borrow at most 8 GPU" in wait.message, wait.message
+
+
+def test_gangs_outside_their_cells_cost_a_bounded_number_of_trials_a_cycle_and_renaming_buys_none() -> None:
+    from trainyard.scheduler.schedule import TRIALS_PER_CYCLE
+    from trainyard.scheduler.snapshot import TaskRequest
+
+    def gang(job_id: int, memory: int, role: str) -> PendingJob:
+        tasks = tuple(TaskRequest(role, i, 5000, 1000, memory) for i in range(4))
+        return PendingJob(job_id, 0, float(job_id), tasks, "", "a")
+
+    nodes = tuple(node(f"n{i}") for i in range(40))
+    # Renamed roles are one shape: both start borrowed. Then one job per other shape: the
+    # first TRIALS_PER_CYCLE shapes are tried, the rest wait as before this cycle.
+    pending = [gang(1, 1024, "w"), gang(2, 1024, "x")]
+    pending += [gang(3 + i, 2048 + i, "w") for i in range(TRIALS_PER_CYCLE + 2)]
+    vcs = (VirtualCluster("a", {"A100": 20}, borrow_limit=1000), CELLS_VCS[1])
+    decisions = schedule(snapshot(nodes, pending, vcs=vcs))
+    started = sorted(s.job_id for s in decisions.starts)
+    assert started == list(range(1, 3 + TRIALS_PER_CYCLE - 1)), started
+    assert {w.reason for w in decisions.waits} == {PendingReason.NO_FIT}

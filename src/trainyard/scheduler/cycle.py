@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Tentative
@@ -109,7 +110,7 @@ class Cycle:
     overtaken: dict[int, int] = field(default_factory=dict)
     # Whether a job of a VC and tasks outside HiveD's promise would start alone on the
     # emptied cluster (``schedule.never_in_cells``), tried once per cycle.
-    alone: dict[tuple[str, tuple[TaskRequest, ...]], bool] = field(default_factory=dict)
+    alone: dict[tuple[str, tuple[tuple[Any, ...], ...]], bool] = field(default_factory=dict)
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))

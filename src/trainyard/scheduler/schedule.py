@@ -70,6 +70,8 @@ from trainyard.scheduler.snapshot import (
 # victims; a long queue of jobs that all need work stopped is planned over a few cycles,
 # in queue order (plans that only wait on work stopping already do not count).
 PLANS_PER_QUEUE = 16
+# Trial cycles ``never_in_cells`` makes per cycle, each for another VC and set of tasks.
+TRIALS_PER_CYCLE = 8
 # The job id of ``never_in_cells``' trial cycle, whose own outcome is final (no trial of a trial).
 _TRIAL = -1
 
@@ -328,8 +330,14 @@ def never_in_cells(cycle: Cycle, job: PendingJob) -> bool:
     policy = ledger.quotas.vcs.get(job.vc)
     if within_promise(ledger.cells, policy.quota if policy is not None else None, job):
         return False
-    key = (job.vc, job.tasks)
+    # What the trial's outcome depends on: the VC and the tasks' resources, not their
+    # names (a user must not buy a trial a job by renaming roles), and at most
+    # ``TRIALS_PER_CYCLE`` of them a cycle (the jobs after those wait as before: NO_FIT).
+    key = (job.vc, tuple(sorted((t.gpu_milli, t.cpu_milli, t.memory_mb, t.gpu_models, t.gpu_memory_mb, t.whole_node,
+                                 t.selector) for t in job.tasks)))
     if key not in cycle.alone:
+        if len(cycle.alone) >= TRIALS_PER_CYCLE:
+            return False
         snapshot = cycle.snapshot
         empty = tuple(
             replace(n, gpus=tuple(replace(g, used_milli=0) for g in n.gpus), cpu_used_milli=0, memory_used_mb=0)

@@ -183,3 +183,28 @@ def test_tasks_the_backend_cannot_run_as_asked_are_refused_with_the_reason() -> 
         check_task(_task(0, "n1", 0, env={"1X": "a"}))
     with pytest.raises(ValueError, match="NUL"):
         check_task(_task(0, "n1", 0, env={"X": "a\0b"}))
+
+
+def test_private_files_written_by_two_threads_at_once_never_trip_each_other(tmp_path: Path) -> None:
+    # The stops of a gang's tasks go side by side and share their submission's record: each
+    # writer has a temporary file of its own (a shared ``NAME.tmp`` lost one rename in two).
+    import threading
+
+    from trainyard.backends.slurm.submission import write_private
+
+    target, errors = tmp_path / "stop.json", []
+
+    def write(text: bytes) -> None:
+        try:
+            for _ in range(200):
+                write_private(target, text)
+        except OSError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(b'{"w": %d}' % i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and target.read_bytes() in (b'{"w": 0}', b'{"w": 1}')
+    assert [p.name for p in tmp_path.iterdir()] == ["stop.json"] and target.stat().st_mode & 0o777 == 0o600

@@ -302,8 +302,9 @@ fi
     relay stop
     while :; do
         sleep 60 & pause=$!
-        wait "$pause"
-        kill "$pause" 2> /dev/null
+        # Cut short by a relay (above 128): the pause still runs. Else it ended, and its pid
+        # may be another process's by now: no kill.
+        wait "$pause" || [ "$?" -le 128 ] || kill "$pause" 2> /dev/null
     done
 ) < /dev/null &
 relayer=$!

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -286,14 +287,20 @@ def write_task_files(
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write atomically, readable by the owner only (env files may hold secrets)."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write atomically, readable by the owner only (env files may hold secrets). Each
+    writer has a temporary file of its own (``NAME.<random>.tmp``: the task runner skips
+    names with a dot), so that two threads writing one file (the stops of a gang's tasks,
+    sent side by side) never rename each other's."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def sbatch_argv(
