@@ -9,7 +9,8 @@ used to wait ``NO_FIT`` for ever, on an empty cluster too, holding its queue's r
 
 Now a guaranteed job outside the promise (``within_promise`` is the cheap test every job
 passes that the promise covers) that would not start even alone on the emptied cluster
-(``schedule.never_in_cells``, one trial ``schedule`` per VC and shape, made only for such jobs)
+(``schedule.never_in_cells``, one trial ``schedule`` per VC and set of task resources, made
+only for such jobs, at most ``TRIALS_PER_CYCLE`` a cycle)
 is not placed in its quota: it reserves nothing, preempts nothing as guaranteed work, and
 is tried in the borrowing pass as borrowed work — reclaimable, holding no cells, so other
 VCs' guarantees are unchanged. Where its VC may not borrow it waits ``NO_FIT`` with the
