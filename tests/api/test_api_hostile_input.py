@@ -181,3 +181,12 @@ def test_a_request_that_finds_no_database_connection_free_answers_503_to_retry_n
     answer = api.admin.post("/api/v1/users", json={"name": "carol"})
     assert_error(answer, 503)
     assert answer.headers["Retry-After"] == "1" and "try again" in answer.json()["detail"]
+
+
+def test_the_database_pool_is_the_settings_and_an_in_memory_database_has_none(tmp_path) -> None:
+    from trainyard.store.db import Database
+
+    db = Database(f"sqlite:///{tmp_path / 'pool.db'}", pool_size=3, pool_overflow=4)
+    assert (db.engine.pool.size(), db.engine.pool._max_overflow) == (3, 4)  # type: ignore[attr-defined]
+    db.engine.dispose()
+    Database("sqlite://").engine.dispose()  # one connection, no pool to size: no error

@@ -306,7 +306,8 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
     config = scheduler_config(settings)  # a bad setting fails before anything is written
     prepare_home(settings)
     clock = SystemClock()
-    db = Database(settings.db_url)
+    db = Database(settings.db_url, pool_size=settings.database_pool_size,
+                  pool_overflow=settings.database_pool_overflow)
     db.migrate()
     db.checkpoint_in_background()
     with db.session() as session:

@@ -42,6 +42,16 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default: SQLite at $TRAINYARD_HOME/trainyard.db"
     )
+    database_pool_size: int = Field(
+        default=10, ge=1, le=1000,
+        description="Database connections the server keeps open; with database_pool_overflow, the most it opens "
+        "at once (PostgreSQL allows 100 by default, for every client together)",
+    )
+    database_pool_overflow: int = Field(
+        default=50, ge=0, le=1000,
+        description="Database connections the server may open beyond database_pool_size under a burst; a request "
+        "that finds none free for 30 s is answered 503 with Retry-After",
+    )
     host: str = Field(default="127.0.0.1", description="Address yard up listens on (--host)")
     port: int = Field(default=8642, description="Port yard up listens on (--port): the API, the portal, /metrics")
     local_gpus: int | None = Field(

@@ -36,6 +36,9 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         # made a burst of submits wait 30 s for one, then fail (bench_live_scale.py).
         kwargs.setdefault("pool_size", POOL_SIZE)
         kwargs.setdefault("max_overflow", POOL_OVERFLOW)
+    else:  # one in-memory database, one connection: no pool to size
+        kwargs.pop("pool_size", None)
+        kwargs.pop("max_overflow", None)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
                                **kwargs)
@@ -75,9 +78,9 @@ def migrate(engine: Engine) -> None:
 class Database:
     """Owns the engine and hands out sessions; one per server process."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, pool_size: int = POOL_SIZE, pool_overflow: int = POOL_OVERFLOW) -> None:
         self.url = url
-        self.engine = make_engine(url)
+        self.engine = make_engine(url, pool_size=pool_size, max_overflow=pool_overflow)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._checkpointer: threading.Thread | None = None
         self._disposed = threading.Event()
