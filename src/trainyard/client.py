@@ -784,14 +784,11 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
 
 
 def _needs_tls(url: str) -> bool:
-    """Whether the client may make a TLS connection, so that httpx must load its CA bundle (a
-    `yard` command's costliest step after its imports, issue 33): not to a plain-http server
-    reached without a proxy (an https proxy is verified as before)."""
+    """Whether httpx must load its CA bundle (after imports, a `yard` command's costliest step):
+    not for a plain-http server reached without a proxy (found as httpx finds them)."""
     if not url.lower().startswith("http://"):
         return True
-    # The proxies httpx itself would find (any spelling of the variables; the system's
-    # settings on macOS and Windows): urllib.request is loaded by httpx already.
-    from urllib.request import getproxies
+    from urllib.request import getproxies  # loaded by httpx already
 
     return any(scheme in ("http", "all") for scheme in getproxies())
 

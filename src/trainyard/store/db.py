@@ -30,15 +30,15 @@ log = logging.getLogger(__name__)
 def make_engine(url: str, **kwargs: Any) -> Engine:
     """An engine tuned for Trainyard: SQLite in WAL mode with a busy timeout, its writers
     in this process queued in a lock (``_queue_writers``)."""
-    if not url.startswith("sqlite") or ":memory:" not in url and url not in ("sqlite://", "sqlite:///"):
+    if url.startswith("sqlite") and (":memory:" in url or url in ("sqlite://", "sqlite:///")):
+        kwargs.pop("pool_size", None)  # one in-memory database, one connection: no pool to size
+        kwargs.pop("max_overflow", None)
+    else:
         # Connections for every thread that may hold one at once: the API's worker threads
         # (AnyIO's 40), the controller and its periodic work. SQLAlchemy's default of 15
         # made a burst of submits wait 30 s for one, then fail (bench_live_scale.py).
         kwargs.setdefault("pool_size", POOL_SIZE)
         kwargs.setdefault("max_overflow", POOL_OVERFLOW)
-    else:  # one in-memory database, one connection: no pool to size
-        kwargs.pop("pool_size", None)
-        kwargs.pop("max_overflow", None)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_S},
                                **kwargs)
