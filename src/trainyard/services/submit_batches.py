@@ -6,9 +6,10 @@ on a thread of the server's pool, paid for its own session, flushes and commit, 
 threads took turns at the one interpreter lock and at SQLite's one write lock. Here a
 submit hands its job file to ``SubmitBatches`` and waits; a batch thread (one on SQLite,
 a few on PostgreSQL) takes every submit queued by then (up to ``MAX_BATCH``), makes their
-jobs one after the other in one session, as ``submission.submit`` would, commits once, and
-then answers them all. Nothing is answered before the commit: a 201 still means the job is
-stored.
+jobs one after the other in one session, as ``submission.submit`` would (but reading what
+their checks need once for the batch, ``submit_facts.py``, and writing the jobs in one
+statement), commits once, and then answers them all. Nothing is answered before the
+commit: a 201 still means the job is stored.
 
 Each submit is checked as if it were alone: the checks read the jobs made before it in the
 same batch (its owner's waiting jobs count them). A submit its checks refuse (a
@@ -29,9 +30,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from sqlalchemy.orm import Session
+
 from trainyard.services import idempotency
-from trainyard.services.errors import ServiceError
-from trainyard.spec.errors import SpecError
 from trainyard.spec.models import JobSpec
 from trainyard.store.rows import UserRow
 
@@ -46,6 +47,11 @@ SQLITE_THREADS = 1
 POSTGRESQL_THREADS = 4
 
 Make = Callable[["Server", UserRow, JobSpec, list[str]], idempotency.Answer]
+# make_many(session, server, [(user, spec, warnings)]): the batch's submits in that session,
+# an answer each, or the refusal of its checks (a ServiceError or SpecError, nothing of it
+# written), in their order; anything raised rolls the whole batch back.
+MakeMany = Callable[[Session, "Server", list[tuple[UserRow, JobSpec, list[str]]]],
+                    list[idempotency.Answer | Exception]]
 
 
 @dataclass
@@ -59,11 +65,10 @@ class _Submit:
 class SubmitBatches:
     """The threads that make queued submits' jobs, several to a transaction."""
 
-    def __init__(self, server: Server, make_in: Callable[..., idempotency.Answer], make_alone: Make) -> None:
-        # make_in(session, server, user, spec, warnings): one submit's job in the given
-        # session; make_alone(server, user, spec, warnings): one in a transaction of its own.
+    def __init__(self, server: Server, make_many: MakeMany, make_alone: Make) -> None:
+        # make_alone(server, user, spec, warnings): one submit in a transaction of its own.
         self._server = server
-        self._make_in = make_in
+        self._make_many = make_many
         self._make_alone = make_alone
         self._queue: queue.SimpleQueue[_Submit] = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -103,14 +108,10 @@ class SubmitBatches:
             self._make(sorted(batch, key=lambda item: item.user.id))
 
     def _make(self, batch: list[_Submit]) -> None:
-        outcomes: list[idempotency.Answer | Exception] = []
         try:
             with self._server.db.session() as session:
-                for item in batch:
-                    try:
-                        outcomes.append(self._make_in(session, self._server, item.user, item.spec, item.warnings))
-                    except (ServiceError, SpecError) as refused:  # its checks: nothing of it written
-                        outcomes.append(refused)
+                outcomes = self._make_many(session, self._server,
+                                           [(item.user, item.spec, item.warnings) for item in batch])
         except Exception:  # noqa: BLE001 - rolled back: each submit again, alone, so that it fails alone
             for item in batch:
                 try:
