@@ -5,7 +5,7 @@ Issue 33 (300 submits a second from 20 clients): each submit in a transaction of
 on a thread of the server's pool, paid for its own session, flushes and commit, and 20
 threads took turns at the one interpreter lock and at SQLite's one write lock. Here a
 submit hands its job file to ``SubmitBatches`` and waits; a batch thread (one on SQLite,
-a few on PostgreSQL) takes every submit queued by then (up to ``MAX_BATCH``), makes their
+two on PostgreSQL) takes every submit queued by then (up to ``MAX_BATCH``), makes their
 jobs one after the other in one session, as ``submission.submit`` would (but reading what
 their checks need once for the batch, ``submit_facts.py``, and writing the jobs in one
 statement), commits once, and then answers them all. Nothing is answered before the
@@ -42,9 +42,13 @@ if TYPE_CHECKING:  # the server's protocol names this module's class
 MAX_BATCH = 64  # submits in one transaction at most: the first of them waits for all the others' work
 IDLE_SECONDS = 1.0
 # Threads making batches: SQLite writes one transaction at a time, so one; PostgreSQL takes
-# several at once, and a thread waiting for its answers leaves the others the interpreter.
+# several at once, and a thread waiting for its answers leaves the other the interpreter.
+# Two, not four: a batch makes a few statements whatever its size (``submit_facts.py``), so
+# fewer, larger batches cost less; 20 clients on 2 cores: 4 threads 283-297/s, 2 threads
+# 336-367/s, 1 thread 354-368/s (docs/benchmarks.md). A second thread keeps submits going
+# while one waits on a lock (an owner's row, held by a submit made alone).
 SQLITE_THREADS = 1
-POSTGRESQL_THREADS = 4
+POSTGRESQL_THREADS = 2
 
 Make = Callable[["Server", UserRow, JobSpec, list[str]], idempotency.Answer]
 # make_many(session, server, [(user, spec, warnings)]): the batch's submits in that session,
