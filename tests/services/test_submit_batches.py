@@ -176,3 +176,15 @@ def test_a_batch_reads_its_checks_once_writes_its_jobs_together_and_counts_its_o
     assert len(reads) <= 5  # owners locked (PostgreSQL), their waiting jobs, their limits, the VCs: per batch
     if db.engine.dialect.name == "postgresql":  # SQLite's RETURNING cannot order a many-row insert: a row each
         assert len(inserts) == 2
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_queued_submit_cannot_be_cancelled_by_a_caller_that_stops_waiting(db: Database) -> None:
+    """The API awaits ``queue``'s future on its event loop; a request given up (its task
+    cancelled) must not cancel the future, which the batch thread then could not answer."""
+    world = World(db)
+    world.go.set()
+    batches = SubmitBatches(world, world.make_many, world.make_alone)  # type: ignore[arg-type]
+    answer = batches.queue(UserRow(id=1, name="a"), "a", [])  # type: ignore[arg-type]
+    assert not answer.cancel()
+    assert answer.result(timeout=scaled(30)).body == '"a"'

@@ -82,13 +82,19 @@ class SubmitBatches:
     def submit(self, user: UserRow, spec: JobSpec, warnings: list[str]) -> idempotency.Answer:
         """Queue ``spec`` as ``user``'s job; its answer once the job is committed (or the
         refusal, raised)."""
+        return self.queue(user, spec, warnings).result()
+
+    def queue(self, user: UserRow, spec: JobSpec, warnings: list[str]) -> Future[idempotency.Answer]:
+        """``submit`` without waiting: its answer to come. The future cannot be cancelled
+        (it runs from here): a submit queued is made, whether or not its caller waits."""
         item = _Submit(user, spec, warnings)
+        item.answer.set_running_or_notify_cancel()
         self._queue.put(item)
         with self._lock:
             if self._running < self._threads:
                 self._running += 1
                 threading.Thread(target=self._run, name="trainyard-submits", daemon=True).start()
-        return item.answer.result()
+        return item.answer
 
     def _run(self) -> None:
         while True:
