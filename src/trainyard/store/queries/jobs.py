@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -117,6 +117,22 @@ def waiting_job_count(session: Session, user_id: int) -> int:
     query = select(func.count()).select_from(JobRow).where(JobRow.user_id == user_id,
                                                              JobRow.state == JobState.WAITING)
     return int(session.execute(query).scalar_one())
+
+
+def waiting_job_counts(session: Session, user_ids: Collection[int]) -> dict[int, int]:
+    """``waiting_job_count`` of several users in two statements, not two per user: their rows
+    locked (on PostgreSQL) in order of id, so that transactions locking several never wait
+    for each other in a circle, then their waiting jobs counted."""
+    ids = sorted(set(user_ids))
+    if not ids:
+        return {}
+    if session.get_bind().dialect.name != "sqlite":
+        session.execute(select(UserRow.id).where(UserRow.id.in_(ids)).order_by(UserRow.id).with_for_update())
+    query = (select(JobRow.user_id, func.count()).where(JobRow.user_id.in_(ids), JobRow.state == JobState.WAITING)
+             .group_by(JobRow.user_id))
+    counts = dict.fromkeys(ids, 0)
+    counts.update((user_id, int(count)) for user_id, count in session.execute(query).tuples())
+    return counts
 
 
 def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]:
