@@ -323,6 +323,8 @@ class Capacity:
         self.rack_free: dict[str, int] = {}  # rack label -> free milli-GPU on its schedulable nodes
         self.mixed = False  # whether a node has GPUs of more than one model
         self._racks: dict[str, list[FreeNode]] = {}  # rack label -> its nodes (for ``candidates``)
+        # Nodes changed since the index was last read, filed again only then (``_flush``).
+        self._dirty: dict[str, FreeNode] = {}
         for node in nodes:
             self.nodes[node.name] = node
             if node.rack:
@@ -359,6 +361,26 @@ class Capacity:
             wholes = self._wholes[key[:2]]
             del wholes[bisect_left(wholes, key[2])]
 
+    def _flush(self) -> None:
+        """File again the nodes changed since the index was last read (``_change``). Most
+        changes are undone before then (a gang's tried tasks, a plan's probes, victims
+        released and occupied again): those cost no re-sorting. The index is read only
+        at the start of a query, never while a change is made, so it answers as if it
+        had been kept sorted at every change."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        filed_of = self._filed
+        for node in dirty.values():
+            filed = filed_of.get(node.name)
+            if filed is None:
+                continue  # not schedulable: not in the index
+            key, entry = filed
+            if entry[0] != node.gpu_sum or entry[1] != node.cpu_milli or key[2] != node.whole:
+                self._unfile(node)
+                self._file(node)
+        dirty.clear()
+
     def refile(self, name: str) -> None:
         """Re-sort a node after something the index depends on (its family) changed."""
         node = self.nodes[name]
@@ -366,6 +388,7 @@ class Capacity:
         self._file(node)
 
     def families(self) -> list[str]:
+        self._flush()
         return sorted({family for family, _ in self._wholes})
 
     def free_gpu(self) -> int:
@@ -389,6 +412,7 @@ class Capacity:
         Only GPU kinds that suit the task and nodes with enough whole free GPUs are
         visited; callers still check CPU, memory and which devices they may use.
         """
+        self._flush()
         min_whole = task.gpu_milli // MILLI if task.gpu_milli >= MILLI else 0
         least_sum = task.gpu_milli if 0 < task.gpu_milli < MILLI else -(1 << 62)
         wanted = None if families is None else set(families)
@@ -468,12 +492,11 @@ class Capacity:
         node = self.nodes.get(placement.node)
         if node is None:  # a running task on a node that has left the inventory
             return
-        self._unfile(node)
         before = node.gpu_sum
         node._apply(placement, sign)
         if node.rack and node.schedulable:
             self.rack_free[node.rack] += node.gpu_sum - before
-        self._file(node)
+        self._dirty[node.name] = node  # filed again when the index is next read
 
 
 def _klass_suits(klass: Klass, task: TaskRequest) -> bool:

@@ -131,21 +131,33 @@ class Ledger:
             self.quotas.charge(owner, p, tentative)
         self.sharing.add((owner.user, owner.vc), placements, +1, tentative)
 
-    def hold_reserved(self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative) -> None:
+    def hold_reserved(
+        self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative,
+        charges: list[TaskPlacement] | None = None,
+    ) -> list[TaskPlacement]:
         """A reservation's hold: all its resources, but quota only for the part of its GPUs
         that its own VC's guaranteed work does not occupy now. That work gives its quota
         back when it ends, which is when the reservation can start; charging it again
-        would count the VC's quota twice and keep every job behind the reservation out."""
-        own = self._guaranteed_use(owner.vc) if owner.guaranteed else {}
-        for p in placements:
+        would count the VC's quota twice and keep every job behind the reservation out.
+
+        Returns what is charged to quota, one per placement: ``charges``, given back on a
+        later call, is charged as it is (running work is fixed for the cycle, so is it;
+        a reservation is lifted and held again for every job that may pass it)."""
+        if charges is None:
+            own = self._guaranteed_use(owner.vc) if owner.guaranteed else {}
+            charges = [
+                replace(p, gpus=tuple(
+                    GpuShare(s.index, s.milli - own.get((p.node, s.index), 0))
+                    for s in p.gpus
+                    if s.milli > own.get((p.node, s.index), 0)
+                ))
+                for p in placements
+            ]
+        for p, charge in zip(placements, charges, strict=True):
             self.capacity.take(p, tentative)
-            rest = tuple(
-                GpuShare(s.index, s.milli - own.get((p.node, s.index), 0))
-                for s in p.gpus
-                if s.milli > own.get((p.node, s.index), 0)
-            )
-            self.quotas.charge(owner, replace(p, gpus=rest), tentative)
+            self.quotas.charge(owner, charge, tentative)
         self.sharing.add((owner.user, owner.vc), placements, +1, tentative)
+        return charges
 
     def _guaranteed_use(self, vc: str) -> dict[tuple[str, int], int]:
         """Milli-GPU per (node, device) that ``vc``'s guaranteed running work, not being
