@@ -86,6 +86,9 @@ class FreeNode:
     # GPUs cannot be shared (Slurm without shard GRES: ``GPU_SHARES_LABEL`` "false").
     shares: bool = True
     _selected: dict[tuple[str, bool], Selection] | None = field(default=None, init=False, repr=False)
+    # Counts the changes to its free capacity (``_apply``): what a scorer remembers of the
+    # node holds while this is the same.
+    version: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cpu_total < 0:
@@ -126,6 +129,7 @@ class FreeNode:
         self.klass, self.position, self.only_model = klass, position, only_model
         self.state = node
         self.shares = node.labels.get(GPU_SHARES_LABEL) != "false"
+        self.version = 0
         return self
 
     def suits(self, pos: int, task: TaskRequest) -> bool:
@@ -258,6 +262,7 @@ class FreeNode:
         self._apply(placement, +1)
 
     def _apply(self, placement: TaskPlacement, sign: int) -> None:
+        self.version += 1
         if placement.whole_node:
             self.sealed -= sign
         self.cpu_milli += sign * placement.cpu_milli
@@ -420,10 +425,12 @@ class Capacity:
             yield from self._in_rack(task, rack, wanted, extra, emptiest_first, min_whole, least_sum)
             return
         streams: list[Iterator[Entry]] = []
+        gpus = task.gpu_milli > 0
+        any_gpu = gpus and not task.gpu_models and not task.gpu_memory_mb  # any node with GPUs suits
         for (family, klass), wholes in self._wholes.items():
             if wanted is not None and family not in wanted:
                 continue
-            if task.gpu_milli > 0 and not _klass_suits(klass, task):
+            if gpus and (not klass if any_gpu else not _klass_suits(klass, task)):
                 continue
             for whole in wholes[bisect_left(wholes, min_whole) :]:
                 entries = self._lists[(family, klass, whole)]

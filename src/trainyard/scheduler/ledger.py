@@ -351,10 +351,17 @@ class Access:
             closed = self.closed(node)
             if closed:
                 eligible = [p for p in eligible if p not in closed]
+        only = node.only_model  # one model: one question for every device
         if self.limited:
-            eligible = [p for p in eligible if (quotas.free_of(self.owner.vc, node.gpu_model[p]) or 0) > 0]
+            if only is not None:
+                eligible = eligible if (quotas.free_of(self.owner.vc, only) or 0) > 0 else []
+            else:
+                eligible = [p for p in eligible if (quotas.free_of(self.owner.vc, node.gpu_model[p]) or 0) > 0]
         elif self.borrowing:
-            eligible = [p for p in eligible if quotas.borrow_free(self.owner.vc, node.gpu_model[p]) > 0]
+            if only is not None:
+                eligible = eligible if quotas.borrow_free(self.owner.vc, only) > 0 else []
+            else:
+                eligible = [p for p in eligible if quotas.borrow_free(self.owner.vc, node.gpu_model[p]) > 0]
         if not eligible:
             return None
         if not self.in_cells:
