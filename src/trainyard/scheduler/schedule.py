@@ -171,6 +171,7 @@ def _schedule(snapshot: Snapshot, laps: _Laps) -> Decisions:
     run_queue(cycle, opportunistic)
     laps.lap("opportunistic")
     waits = explain(cycle, order)
+    ledger.close()  # its state is freed as soon as the cycle returns
     laps.lap("explain")
     return Decisions(
         starts=tuple(cycle.starts),
