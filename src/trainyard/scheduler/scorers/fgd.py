@@ -60,6 +60,7 @@ SCAN = 1 << 16  # fitting node states compared per task: in practice all
 # compared, the fullest first, to bound a cycle's cost.
 RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
+VISITED_KINDS = 16  # task kinds whose visits to nodes ``Fgd.choose`` remembers (the latest)
 
 
 def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
@@ -103,7 +104,8 @@ class Fgd:
         self._answers: dict[tuple[object, ...], dict[NodeKey, tuple[Answer, Rank] | Literal[False]]] = {}
         # task kind -> id(node) -> (node, its ``version``, closed devices, its state, the
         # answer for that state): a node is visited by many tasks in a row, mostly unchanged,
-        # and building and hashing its state cost more than the rest of a visit.
+        # and building and hashing its state cost more than the rest of a visit. Least
+        # recently asked kind first.
         self._visits: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, tuple[int, ...], NodeKey, Ranked]]] = {}
         self._statics: dict[object, dict[str, Fixed]] = {}
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
@@ -133,7 +135,14 @@ class Fgd:
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
         # node state -> ``_evaluate_free``'s answer and its ``rank`` (a function of the state)
         answers = self._answers.setdefault(kind, {})
-        visits = self._visits.setdefault(kind, {})
+        # The kinds asked for most recently keep theirs (``VISITED_KINDS``: a simulator's
+        # run may ask for thousands of kinds, each over every node).
+        visits = self._visits.pop(kind, None)
+        if visits is None:
+            visits = {}
+            if len(self._visits) >= VISITED_KINDS:
+                del self._visits[next(iter(self._visits))]
+        self._visits[kind] = visits
         # node name -> ``_fixed``, and which devices the task's resource expression allows
         statics = self._statics.setdefault((self._fixed_for(task), task.selector), {})
         # A fraction may not join other users' shares a VC's rule keeps it from: which
