@@ -66,8 +66,19 @@ class Refusal:
     models: tuple[str, ...] = ()
 
 
+# Owners by (VC, user, rank, borrowed), shared: a cycle asks for a job's owner at every
+# placement it tries, and a frozen dataclass costs more to build than a lookup.
+_OWNERS: dict[tuple[str, str, int, bool], Owner] = {}
+
+
 def job_owner(job: PendingJob) -> Owner:
-    return Owner(job.vc, job.user, job.priority_rank, job.borrowing)
+    key = (job.vc, job.user, job.priority_rank, job.borrowing)
+    owner = _OWNERS.get(key)
+    if owner is None:
+        if len(_OWNERS) > 65536:  # users and VCs are few; bound it all the same
+            _OWNERS.clear()
+        owner = _OWNERS[key] = Owner(*key)
+    return owner
 
 
 def running_owner(job: RunningJob) -> Owner:

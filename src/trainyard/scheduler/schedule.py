@@ -171,6 +171,7 @@ def _schedule(snapshot: Snapshot, laps: _Laps) -> Decisions:
     run_queue(cycle, opportunistic)
     laps.lap("opportunistic")
     waits = explain(cycle, order)
+    ledger.close()  # its state is freed as soon as the cycle returns
     laps.lap("explain")
     return Decisions(
         starts=tuple(cycle.starts),
@@ -384,7 +385,8 @@ def _may_preempt(cycle: Cycle, job: PendingJob, refusal: Refusal | None) -> bool
 def _held_back(cycle: Cycle, job: PendingJob, reservation: Reservation) -> bool:
     """Whether the job would start if the reservation did not hold anything."""
     ledger = cycle.ledger
-    with _lifted(reservation, ledger):
+    reservation.lift()  # as ``_lifted`` does (asked for most jobs behind a reservation: without a generator)
+    try:
         if ledger.quotas.admit(job) is not None:
             return False
         somewhere = fits_somewhere(job, ledger)
@@ -393,6 +395,8 @@ def _held_back(cycle: Cycle, job: PendingJob, reservation: Reservation) -> bool:
         attempt = Tentative()
         placed = place_gang(job, ledger, cycle.scorer, attempt)
         attempt.discard()
+    finally:
+        reservation.apply(ledger)
     return placed is not None
 
 
