@@ -27,6 +27,15 @@ from trainyard.scheduler.snapshot import (
 Shape = tuple[str, str | None, int, bool, tuple[TaskRequest, ...]]
 
 
+@dataclass(frozen=True)
+class Worker:
+    """An elastic job's worker beyond its minimum, as the planner sees it (``elastic``)."""
+
+    job_id: int
+    role: str
+    index: int
+
+
 @dataclass
 class Wait:
     """Why a job keeps waiting, with what the message is made of (worded in ``reasons``)."""
@@ -111,6 +120,8 @@ class Cycle:
     # Whether a job of a VC and tasks outside HiveD's promise would start alone on the
     # emptied cluster (``schedule.never_in_cells``), tried once per cycle.
     alone: dict[tuple[str, tuple[tuple[Any, ...], ...]], bool] = field(default_factory=dict)
+    # Elastic jobs' removable workers, by the id each has as running work (``elastic.split``).
+    workers: dict[int, Worker] = field(default_factory=dict)
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))

@@ -46,11 +46,12 @@ class Owner:
     user: str
     rank: int
     borrowed: bool = False  # a guaranteed rank run over its VC's quota (``borrowing``)
+    extra: bool = False  # an elastic job's worker beyond its minimum (``elastic``): counts against nothing
 
     @property
     def guaranteed(self) -> bool:
         """Within its VC's guarantee: holds quota and cells."""
-        return self.rank < OPPORTUNISTIC_RANK and not self.borrowed
+        return self.rank < OPPORTUNISTIC_RANK and not self.borrowed and not self.extra
 
 
 @dataclass(frozen=True)
@@ -67,11 +68,11 @@ class Refusal:
 
 
 def job_owner(job: PendingJob) -> Owner:
-    return Owner(job.vc, job.user, job.priority_rank, job.borrowing)
+    return Owner(job.vc, job.user, job.priority_rank, job.borrowing, job.extra)
 
 
 def running_owner(job: RunningJob) -> Owner:
-    return Owner(job.vc, job.user, job.priority_rank, job.borrowed)
+    return Owner(job.vc, job.user, job.priority_rank, job.borrowed, job.extra)
 
 
 def gpu_need(job: PendingJob) -> int:
@@ -240,7 +241,7 @@ class Quotas:
     def _apply(self, owner: Owner, placement: TaskPlacement, sign: int) -> None:
         # Called for every charge and refund a cycle tries (preemption plans try thousands):
         # written for speed, the arithmetic is the plain one.
-        if not self._counting or not placement.gpus:
+        if not self._counting or not placement.gpus or owner.extra:
             return
         milli = 0
         for share in placement.gpus:
