@@ -120,15 +120,15 @@ def grow(cycle: Cycle) -> list[Grow]:
     added: dict[int, list[TaskPlacement]] = {}
     while growing:
         growing.sort(key=_Growing.turn)
-        job = growing[0]
-        task = job.tasks.pop(0)
-        placement = _place_one(cycle, job, task)
+        turn = growing[0]
+        task = turn.tasks.pop(0)
+        placement = _place_one(cycle, turn, task)
         if placement is None:
             growing.pop(0)  # its next workers are the same task: none fits either
             continue
-        job.size += 1
-        added.setdefault(job.job_id, []).append(placement)
-        if not job.tasks:
+        turn.size += 1
+        added.setdefault(turn.job_id, []).append(placement)
+        if not turn.tasks:
             growing.pop(0)
     starts = {start.job_id: i for i, start in enumerate(cycle.starts)}
     grows = []

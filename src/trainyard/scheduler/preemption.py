@@ -187,7 +187,8 @@ def candidates(
     if job.borrowing:
         return (
             v for v in reclaimable
-            if v.job_id not in claimed and (v.extra or v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
+            if v.job_id not in claimed
+            and (v.extra or v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
             and (useful is None or useful(v))
         )
     streams: list[Iterator[RunningJob]] = [iter(reclaimable)]
