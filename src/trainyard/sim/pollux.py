@@ -233,11 +233,13 @@ def _application_files(name: str) -> tuple[str, Path, Path]:
 
 
 @functools.lru_cache(maxsize=64)
-def _job_model(name: str, step_path: Path, validation_path: Path, batch_size: int) -> tuple[float, ThroughputCurve]:
-    """(work in samples, throughput curve) of a job of ``name`` at ``batch_size``: many
-    jobs of a workload, and every workload, share a few."""
+def _job_model(name: str, step_path: Path, validation_path: Path,
+               batch_size: int) -> tuple[int, float, ThroughputCurve]:
+    """(most GPUs, work in samples, throughput curve) of a job of ``name`` at ``batch_size``:
+    many jobs of a workload, and every workload, share a few."""
     app = _read_application(name, step_path, validation_path)
-    return app.steps_to_target(batch_size) * batch_size, app.curve(batch_size, app.max_gpus(batch_size))
+    top = app.max_gpus(batch_size)
+    return top, app.steps_to_target(batch_size) * batch_size, app.curve(batch_size, top)
 
 
 @functools.lru_cache(maxsize=len(APPLICATIONS))
@@ -277,23 +279,20 @@ def load_workload(workload: int | Path | str = 1, load: float = 1.0) -> list[Ela
     (``name,time,application,num_replicas,batch_size``), as elastic jobs in submit order."""
     path = workload_path(workload, load) if isinstance(workload, int) else Path(workload)
     jobs: list[ElasticJob] = []
+    files: dict[str, tuple[str, Path, Path]] = {}
     for line, row in _rows(path, {"name", "time", "application", "num_replicas", "batch_size"}):
         name = row["application"]
-        try:
-            files = _application_files(name)
-        except ValueError as e:
-            raise ValueError(f"{path}:{line}: {e}") from None
-        app = _read_application(*files)
         gpus = _int(row, "num_replicas", path, line)
         batch = _int(row, "batch_size", path, line)
         submit = _float(row, "time", path, line)
-        top = app.max_gpus(batch)
-        if not 1 <= gpus <= top or submit < 0:
-            raise ValueError(f"{path}:{line}: {gpus} GPUs at time {submit}; {name} at batch {batch} runs on 1 to {top}")
         try:
-            work, curve = _job_model(*files, batch)
+            if name not in files:
+                files[name] = _application_files(name)
+            top, work, curve = _job_model(*files[name], batch)
         except ValueError as e:
             raise ValueError(f"{path}:{line}: {e}") from None
+        if not 1 <= gpus <= top or submit < 0:
+            raise ValueError(f"{path}:{line}: {gpus} GPUs at time {submit}; {name} at batch {batch} runs on 1 to {top}")
         if curve.points[-1][0] < gpus:
             raise ValueError(f"{path}:{line}: {name} has no step time measured at batch {batch} on {gpus} GPUs")
         jobs.append(ElasticJob(len(jobs) + 1, row["name"], submit, name, gpus, 1, top, work, curve, batch))
