@@ -17,7 +17,9 @@ every time:
   ``progress,grad_sqr,grad_var`` with ``batch_size`` and ``epoch`` (the row's index) before
   them;
 * ``pollux_paper_results_avg_jct_s.csv.gz`` — the ``avgs`` and ``mean`` of every
-  ``results-*/*/summary.json`` (given here as the CSV made of them, ``--results``).
+  ``results-*/*/summary.json`` (given here as the CSV made of them, ``--results``);
+* ``pollux_paper_results_jct_per_job.csv.gz`` — the ``jcts`` of every
+  ``results-jobload/*/summary.json`` (each job's JCT in s, per policy, load and workload).
 
     git -C ADAPTDL archive osdi21-artifact simulator | tar -x -C /tmp/pollux
     python benchmarks/make_pollux_traces.py /tmp/pollux/simulator \\
@@ -30,6 +32,7 @@ import argparse
 import csv
 import gzip
 import io
+import json
 import re
 from pathlib import Path
 
@@ -103,6 +106,14 @@ def main() -> None:
                  validation(app_dir, epochs))
     results = list(csv.reader(open(args.results, newline="")))
     write_gz(args.out / "pollux_paper_results_avg_jct_s.csv.gz", results[0], results[1:])
+    per_job = []
+    for summary in sorted((args.simulator / "results-jobload").glob("*/summary.json")):
+        jcts = json.loads(summary.read_text())["jcts"]
+        per_job += [[summary.parent.name, workload, name, str(jct)]
+                    for workload in sorted(jcts, key=lambda w: int(w.rpartition("-")[2]))
+                    for name, jct in jcts[workload].items()]
+    write_gz(args.out / "pollux_paper_results_jct_per_job.csv.gz", ["policy_or_setting", "workload", "name", "jct_s"],
+             per_job)
 
 
 if __name__ == "__main__":

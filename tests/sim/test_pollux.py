@@ -3,6 +3,7 @@ shape, one job's time by hand, and the errors a wrong name gets."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,22 @@ def test_a_fixed_size_job_runs_for_the_time_worked_out_by_hand() -> None:
     assert job.duration(16) == pytest.approx(1324, abs=1)  # the artifact's simulator: 1324 s
     assert job.work == pytest.approx(steps * 384)
     assert job.fixed() == TraceJob(job.job_id, job.submit, job.duration(16), 16)
+
+
+def test_a_job_that_never_waits_ends_when_pollux_s_own_tiresias_run_ended_it() -> None:
+    # The first job of each workload finds the cluster empty: in the artifact's simulator it
+    # starts at the next 60 s scheduling tick, stalls 30 s, then runs its duration (which the
+    # artifact rounds to whole seconds each epoch: 100 epochs of cifar10 add up to 2 %).
+    for load in (1.0, 2.0):
+        for number in pollux.WORKLOADS:
+            first = load_workload(number, load)[0]
+            tick = math.ceil(first.submit / pollux.SCHEDULING_INTERVAL_S) * pollux.SCHEDULING_INTERVAL_S
+            modelled = tick - first.submit + pollux.RESCALE_DELAY_S + first.duration(first.gpus)
+            published = pollux.published_job_jcts("tiresias", load, number)[first.name]
+            assert modelled == pytest.approx(published, rel=0.025), (load, number, first.name)
+    assert len(pollux.published_job_jcts("pollux", 2.0, 8)) == 320
+    with pytest.raises(ValueError, match="no published JCTs for 'pollux' on workload 9"):
+        pollux.published_job_jcts("pollux", 1.0, 9)
 
 
 def test_unknown_or_hostile_application_names_are_refused_with_the_choices(tmp_path: Path) -> None:

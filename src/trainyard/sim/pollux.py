@@ -37,9 +37,12 @@ How a job is modelled, following the artifact's ``simulator.py`` and ``applicati
   policy's): B divided by the smallest per-GPU batch measured, at most 64 (what its Pollux
   policy allows); ``ncf`` never more than 1 (both policies pin it).
 
-What a simulator replaying these should also charge, as the artifact does: every
-allocation, the first included, stalls the job ``RESCALE_DELAY_S``; it schedules every 60 s;
-the cluster is 16 nodes of 4 GPUs.
+So a fixed-size job's ``duration`` is the artifact's own time for it but for the artifact's
+rounding of each epoch to whole seconds (at most 2 %: 100 short epochs of cifar10). What a
+simulator replaying these should also charge, as the artifact does: every allocation, the
+first included, stalls the job ``RESCALE_DELAY_S``; it schedules every 60 s; the cluster is
+16 nodes of 4 GPUs. ``published_mean_jct`` and ``published_job_jcts`` are the artifact's
+results (the paper's Figure 8a) to compare with.
 
 Philly jobs have no measured curve: ``linear_job`` gives one a throughput proportional to
 its GPUs, so that at the trace's GPU count it runs the trace's duration.
@@ -335,6 +338,25 @@ def published_mean_jct(policy: str, load: float = 1.0) -> float:
             return r.avg_jct_s
     raise ValueError(f"no published mean JCT for {policy!r} at load {load}; "
                      f"there are pollux, tiresias and optimus at loads {', '.join(map(str, LOADS))}")
+
+
+def published_job_jcts(policy: str, load: float = 1.0, workload: int = 1) -> dict[str, float]:
+    """Each job's JCT (s) in Pollux's published run of ``policy`` (``pollux``, ``tiresias``,
+    ``optimus``) on ``workload`` at ``load``, by job name: for percentiles and makespans."""
+    path = trace_file(FOLDER, "pollux_paper_results_jct_per_job.csv")
+    jcts = _per_job_jcts(path).get((f"{policy}-{load:.1f}", f"workload-{workload}"))
+    if jcts is None:
+        raise ValueError(f"no published JCTs for {policy!r} on workload {workload} at load {load}; there are "
+                         f"pollux, tiresias and optimus on workloads 1-8 at loads {', '.join(map(str, LOADS))}")
+    return dict(jcts)
+
+
+@functools.lru_cache(maxsize=2)
+def _per_job_jcts(path: Path) -> dict[tuple[str, str], tuple[tuple[str, float], ...]]:
+    runs: dict[tuple[str, str], list[tuple[str, float]]] = defaultdict(list)
+    for line, row in _rows(path, {"policy_or_setting", "workload", "name", "jct_s"}):
+        runs[row["policy_or_setting"], row["workload"]].append((row["name"], _float(row, "jct_s", path, line)))
+    return {key: tuple(jobs) for key, jobs in runs.items()}
 
 
 def _rows(path: Path, required: set[str]) -> list[tuple[int, dict[str, str]]]:
