@@ -177,13 +177,11 @@ class Application:
         if not rows:
             return None
         atomic, accumulate = self.micro_batches(gpus, batch_size)
-        for (b0, step0, sync0), (b1, step1, sync1) in zip(rows, rows[1:], strict=False):
+        for (b0, step0, sync0), (b1, step1, sync1) in zip(rows, rows[1:] + rows[-1:], strict=True):
             if b0 <= atomic <= b1:
-                w = (atomic - b0) / (b1 - b0)
+                w = (atomic - b0) / (b1 - b0) if b1 > b0 else 0.0
                 step, sync = step0 + (step1 - step0) * w, sync0 + (sync1 - sync0) * w
                 return step + accumulate * (step - sync)
-        if len(rows) == 1 and rows[0][0] == atomic:
-            return rows[0][1]
         return None
 
     def steps_to_target(self, batch_size: int) -> float:
