@@ -58,6 +58,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainyard.sim.elastic import Elastic
 from trainyard.sim.jobs import TraceJob
 from trainyard.sim.traces import open_text, trace_file
 
@@ -381,3 +382,15 @@ def _int(row: dict[str, str], column: str, path: Path, line: int) -> int:
     if value != int(value):
         raise ValueError(f"{path}:{line}: {column} {row[column]!r} is not a whole number")
     return int(value)
+
+
+def as_trace_job(job: ElasticJob, elastic: bool = True, low: str = "asked") -> TraceJob:
+    """The job for the queue simulator: its fixed size's duration, and (``elastic``) its
+    range and throughput curve (``sim.elastic``), so it may grow and shrink; its minimum is
+    the size it asked for (``low="asked"``: it only grows beyond it, into idle GPUs) or its
+    application's least (``"least"``: it may start smaller, and be shrunk below it)."""
+    if low not in ("asked", "least"):
+        raise ValueError(f"an elastic job's minimum is 'asked' or 'least'; got {low!r}")
+    least = job.gpus if low == "asked" else job.min_gpus
+    model = Elastic(least, max(least, job.max_gpus), job.curve.points) if elastic else None
+    return TraceJob(job.job_id, job.submit, job.duration(job.gpus), job.gpus, job.vc, elastic=model)

@@ -64,8 +64,8 @@ from trainyard.scheduler.snapshot import (
     VirtualCluster,
 )
 from trainyard.scheduler.turns import turn_over_for
-from trainyard.sim import lifecycle
 from trainyard.sim import elastic as elastic_jobs
+from trainyard.sim import lifecycle
 from trainyard.sim.defaults import SUSPEND_COST, SUSPENDABLE
 from trainyard.sim.jobs import TraceJob, gang_tasks
 from trainyard.sim.lifecycle import SimJob
@@ -431,7 +431,6 @@ class QueueSim:
 
     def _start(self, job_id: int, placements: Sequence[TaskPlacement], borrowed: bool = False) -> None:
         job = self.pending.pop(job_id)
-        trace = self.by_id[job_id]
         lifecycle.started(self.records[job_id], ", ".join(f"{p.role}/{p.index} on {p.node}" for p in placements),
                           self.now)
         for p in placements:
@@ -534,7 +533,8 @@ class QueueSim:
                 used[share.index] -= share.milli
             self._refresh(p.node)
 
-    def _resize(self, job_id: int, added: Sequence[TaskPlacement] = (), removed: Sequence[tuple[str, int]] = ()) -> None:
+    def _resize(self, job_id: int, added: Sequence[TaskPlacement] = (),
+                removed: Sequence[tuple[str, int]] = ()) -> None:
         """An elastic job grows (``added``) or shrinks (``removed``, at once: the simulator's
         workers stop without a grace period); either way it restarts from its checkpoint,
         ``resize_cost`` seconds without progress."""
