@@ -384,13 +384,16 @@ def _int(row: dict[str, str], column: str, path: Path, line: int) -> int:
     return int(value)
 
 
+MINIMUMS = ("asked", "half", "least")  # an elastic job's minimum, by what it asked (``as_trace_job``)
+
+
 def as_trace_job(job: ElasticJob, elastic: bool = True, low: str = "asked") -> TraceJob:
     """The job for the queue simulator: its fixed size's duration, and (``elastic``) its
     range and throughput curve (``sim.elastic``), so it may grow and shrink; its minimum is
-    the size it asked for (``low="asked"``: it only grows beyond it, into idle GPUs) or its
-    application's least (``"least"``: it may start smaller, and be shrunk below it)."""
-    if low not in ("asked", "least"):
-        raise ValueError(f"an elastic job's minimum is 'asked' or 'least'; got {low!r}")
-    least = job.gpus if low == "asked" else job.min_gpus
+    the size it asked for (``low="asked"``: it only grows beyond it, into idle GPUs), half of
+    it (``"half"``), or its application's least (``"least"``: as small as it runs)."""
+    if low not in MINIMUMS:
+        raise ValueError(f"an elastic job's minimum is one of {', '.join(MINIMUMS)}; got {low!r}")
+    least = {"asked": job.gpus, "half": max(job.min_gpus, job.gpus // 2), "least": job.min_gpus}[low]
     model = Elastic(least, max(least, job.max_gpus), job.curve.points) if elastic else None
     return TraceJob(job.job_id, job.submit, job.duration(job.gpus), job.gpus, job.vc, elastic=model)
