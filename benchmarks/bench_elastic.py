@@ -8,7 +8,9 @@ Pollux's cluster, 16 nodes of 4 GPUs, replayed three ways: today's default (fixe
 Tiresias (fixed sizes, two-dimensional least attained service), and the default with every
 job elastic up to its application's cap, growing into idle GPUs and shrinking for waiting
 jobs: from the size it asked (it only grows beyond it), from half of it, or from 1 GPU (it may
-start smaller and be shrunk below what it asked). Printed per workload and as means: mean JCT, p99 queueing delay, makespan;
+start smaller and be shrunk below what it asked); the scheduler is told each job's throughput
+curve (``PendingJob.speedup``). Printed per workload and as means: mean JCT, p99 queueing
+delay, makespan;
 and the published mean JCT of Pollux and Tiresias (Qiao et al., OSDI'21) with each run's
 ratio to it. Pollux's simulator schedules every 60 s and stalls a job 30 s at every
 (re)allocation: ``--tick`` and ``--resize-cost`` (the first start is not charged here).

@@ -76,7 +76,7 @@ def test_growth_comes_after_every_waiting_job_even_opportunistic_work() -> None:
     assert [len(g.placements) for g in decisions.grows] == [1]  # the last 2 GPUs
 
 
-def test_jobs_grow_in_turns_the_furthest_below_its_maximum_first() -> None:
+def test_jobs_grow_in_turns_with_linear_speedups_the_one_with_fewest_workers_first() -> None:
     job_1 = elastic_running(1, [on("a", 0, 1), on("a", 2, 3)], 1, 4)  # 2 of 4
     job_2 = elastic_running(2, [on("b", 0, 1)], 1, 4)  # 1 of 4
     nodes = [node("a", 4), node("b", 4)]  # 2 GPUs free on b, none on a: only job 2 fits there
@@ -150,3 +150,26 @@ def test_a_job_started_as_borrowed_work_grows_too() -> None:
     decisions = schedule(snapshot([node("a"), node("b")], [elastic(1, 1, 3, vc="vision")], work,
                                   vcs=(vision, nlp)))
     assert [(s.job_id, s.borrowed, len(s.placements)) for s in decisions.starts] == [(1, True, 3)]
+
+
+def test_a_known_curve_grows_the_job_a_worker_speeds_up_most_and_never_past_its_best() -> None:
+    flat = ((1, 1.0), (2, 1.9), (3, 1.95))  # a third worker adds 3 %, a fourth nothing
+    steep = ((1, 1.0), (4, 4.0))
+    job_1 = replace(elastic_running(1, [on("a", 0, 1), on("a", 2, 3)], 1, 4), speedup=flat)
+    job_2 = replace(elastic_running(2, [on("b", 0, 1), on("b", 2, 3)], 1, 4), speedup=steep)
+    nodes = [node("a", 8), node("b", 4)]  # 4 GPUs free on a: room for two more workers
+    decisions = schedule(snapshot(nodes, [], [job_1, job_2]))
+    # Job 2 gains 50 % from a third worker, job 1 3 %: job 2 first, and its fourth worker
+    # (+33 %) before job 1's third.
+    assert [(g.job_id, len(g.placements)) for g in decisions.grows] == [(2, 2)]
+    alone = replace(elastic_running(1, [on("a", 0, 1), on("a", 2, 3), on("a", 4, 5)], 1, 4), speedup=flat)
+    assert schedule(snapshot([node("a")], [], [alone])).grows == ()  # a fourth worker would add nothing
+
+
+def test_the_workers_whose_jobs_lose_least_without_them_go_first() -> None:
+    flat = ((1, 1.0), (2, 1.9), (3, 1.95))
+    job_1 = replace(elastic_running(1, [on("a", 0, 1), on("a", 2, 3), on("a", 4, 5)], 1, 3), speedup=flat)
+    job_2 = elastic_running(2, [on("b", 0, 1), on("b", 2, 3), on("b", 4, 5)], 1, 3)  # linear: a third is worth 1/3
+    nodes = [node("a", 6), node("b", 6)]
+    decisions = schedule(snapshot(nodes, [job(3, 2000, rank=0)], [job_1, job_2]))
+    assert [(s.job_id, s.tasks) for s in decisions.shrinks] == [(1, (("w", 2),))]

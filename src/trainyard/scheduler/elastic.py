@@ -9,14 +9,17 @@ What the scheduler does with them (Pollux's and Arena's model, within Trainyard'
   preemption plans, borrowing, the opportunistic queue — what is still free is idle: no
   waiting job could use it this cycle, and every reservation and plan holds what it needs.
   Elastic jobs (running ones, and those that started in this cycle) then get one worker at
-  a time, in turns (the highest priority first, then the job furthest below its maximum
-  in proportion, then the oldest), until none can grow. A worker beyond the minimum is
+  a time, in turns (the highest priority first, then the job one more worker speeds up
+  most in proportion — by its throughput curve, ``PendingJob.speedup``, where the caller
+  knows one, else as if linear: the one with fewest workers — then the oldest), until none
+  can grow or would be sped up by growing. A worker beyond the minimum is
   placed like opportunistic work: it counts against no quota (VC, user, or borrowing) and
   holds no HiveD cell, wherever it lands.
 * **Shrink before suspending, suspending before stopping** (``split``): each running
   elastic job's workers beyond its minimum enter the cycle as running work of their own
   (``RunningJob.extra``), and the preemption planner gives them up first, before any
-  opportunistic, borrowed or guaranteed job (``preemption.victim_key``), for any job whose
+  opportunistic, borrowed or guaranteed job (``preemption.victim_key``) — those whose job
+  loses the least share of its speed without them first — for any job whose
   guarantee, priority or turn it serves — the same rules as reclaiming opportunistic work,
   so no guarantee (quota, gang, HiveD's cells) is ever weaker for an extra worker being
   somewhere. A job never shrinks below its minimum: those workers stay in the job itself,
@@ -29,9 +32,9 @@ The planner names a removed worker by an id of its own (negative: no job has one
 ``decisions`` turns back into ``Shrink`` decisions (and the waiting jobs' "waits for job N
 to stop" into the elastic job's id).
 
-What it gives up: growth is greedy, one worker at a time in turns, with no model of how
-much a worker speeds its job up (Pollux's goodput); every worker beyond the minimum is
-equally the first to go.
+What it gives up: growth is greedy, one worker at a time, by the speedup of the next worker
+alone (Pollux optimises every job's allocation together, and adapts batch sizes); without
+a throughput curve every worker is assumed to help alike.
 """
 
 from __future__ import annotations
@@ -80,13 +83,18 @@ def split(snapshot: Snapshot) -> tuple[Snapshot, dict[int, Worker]]:
         # other part of the planner's order) the first to go has the lowest id.
         ids = range(next_id - len(apart) + 1, next_id + 1)
         next_id -= len(apart)
+        size = len(job.placements) - len(job.leaving)  # workers it runs on, once the leaving have left
         for worker_id, task in zip(ids, apart, strict=True):
             placement = by_task.get(task)
             if placement is None:
                 continue  # not running (the controller's view moved on): nothing to take
+            worth = 0.0
+            if task not in job.leaving:  # what the job loses of its speed if this one goes too
+                worth = 1.0 - throughput(job.speedup, size - 1) / throughput(job.speedup, size)
+                size -= 1
             running.append(RunningJob(
                 worker_id, job.vc, job.user, job.priority_rank, (placement,), job.started_at, job.expected_end,
-                grace_seconds=job.grace_seconds, stops_by=job.stops_by, extra=True,
+                grace_seconds=job.grace_seconds, stops_by=job.stops_by, extra=True, worth=worth,
             ))
             workers[worker_id] = Worker(job.job_id, *task)
             if task in job.leaving or job.job_id in snapshot.preempting:
@@ -111,13 +119,14 @@ def grow(cycle: Cycle) -> list[Grow]:
     for job in snapshot.running:
         if job.grow and not job.extra and job.job_id not in stopping and job.job_id not in resizing:
             growing.append(_Growing(job.job_id, job.vc, job.user, job.priority_rank, job.started_at,
-                                    len(job.placements) + extras.get(job.job_id, 0), list(job.grow)))
+                                    len(job.placements) + extras.get(job.job_id, 0), list(job.grow), job.speedup))
     for start in cycle.starts:
         waiting = pending.get(start.job_id)
         if waiting is not None:
             growing.append(_Growing(waiting.job_id, waiting.vc, waiting.user, waiting.priority_rank,
-                                    snapshot.now, len(start.placements), list(waiting.grow)))
+                                    snapshot.now, len(start.placements), list(waiting.grow), waiting.speedup))
     added: dict[int, list[TaskPlacement]] = {}
+    growing = [g for g in growing if g.gain() > 0]
     while growing:
         growing.sort(key=_Growing.turn)
         turn = growing[0]
@@ -128,7 +137,7 @@ def grow(cycle: Cycle) -> list[Grow]:
             continue
         turn.size += 1
         added.setdefault(turn.job_id, []).append(placement)
-        if not turn.tasks:
+        if not turn.tasks or turn.gain() <= 0:  # at its maximum, or more workers would not speed it up
             growing.pop(0)
     starts = {start.job_id: i for i, start in enumerate(cycle.starts)}
     grows = []
@@ -151,11 +160,32 @@ class _Growing:
     since: float
     size: int  # workers it has (or will have once this cycle's are added)
     tasks: list[TaskRequest]  # the workers it may still add, in order
+    speedup: tuple[tuple[int, float], ...]
+
+    def gain(self) -> float:
+        """How much faster one more worker makes it, as a share of its speed now."""
+        return throughput(self.speedup, self.size + 1) / throughput(self.speedup, self.size) - 1.0
 
     def turn(self) -> tuple[int, float, float, int]:
-        """Whose turn it is to grow: the highest priority, then the job furthest below its
-        maximum in proportion, then the one running longest, then the lowest id."""
-        return (self.priority_rank, self.size / (self.size + len(self.tasks)), self.since, self.job_id)
+        """Whose turn it is to grow: the highest priority, then the job one more worker
+        speeds up most (in proportion: with linear speedups, the one with fewest workers),
+        then the one running longest, then the lowest id."""
+        return (self.priority_rank, -self.gain(), self.since, self.job_id)
+
+
+def throughput(points: tuple[tuple[int, float], ...], workers: int) -> float:
+    """A job's throughput on ``workers`` by its measured ``points`` (ascending workers):
+    linear between them, in proportion below the first, flat beyond the last (more workers
+    than were measured buy nothing); with no points, ``workers`` (linear)."""
+    if not points:
+        return float(max(workers, 0))
+    if workers <= points[0][0]:
+        n, rate = points[0]
+        return rate * max(workers, 0) / n
+    for (n0, r0), (n1, r1) in zip(points, points[1:], strict=False):
+        if workers <= n1:
+            return r0 + (r1 - r0) * (workers - n0) / (n1 - n0)
+    return points[-1][1]
 
 
 def _place_one(cycle: Cycle, job: _Growing, task: TaskRequest) -> TaskPlacement | None:

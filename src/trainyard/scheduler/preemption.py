@@ -72,7 +72,8 @@ VictimKey = tuple[bool, int, float, int, bool, float, int]
 
 def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
     """The order running jobs are given up in: already stopping first, then elastic jobs'
-    workers beyond their minimum (shrinking before suspending or stopping), then opportunistic
+    workers beyond their minimum (shrinking before suspending or stopping; those whose job
+    loses least of its speed without them first), then opportunistic
     work, then borrowed work (of the VC furthest over its weighted share first), then
     guaranteed work; within each, the lowest priority, then suspendable ones, the most
     attained service first (LAS), then the others by least work lost (shortest running),
@@ -84,7 +85,7 @@ def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
     def key(r: RunningJob) -> VictimKey:
         cost = -r.attained_at(now) if r.suspendable else -r.started_at
         tier = -1 if r.extra else 0 if r.priority_rank >= OPPORTUNISTIC_RANK else 1 if r.borrowed else 2
-        share = -shares.get(r.vc, 0.0) if tier == 1 else 0.0
+        share = -shares.get(r.vc, 0.0) if tier == 1 else r.worth if tier == -1 else 0.0
         return (r.job_id not in stopping, tier, share, -r.priority_rank, not r.suspendable, cost, r.job_id)
 
     return key

@@ -95,6 +95,9 @@ class PendingJob:
     # Elastic (``elastic``): the tasks it may add beyond ``tasks`` (its minimum, the gang
     # that starts it), in the order they are added; () for a job of fixed size.
     grow: tuple[TaskRequest, ...] = ()
+    # An elastic job's throughput by number of workers, as measured points ascending
+    # (``elastic.throughput``); (): unknown, taken as linear (every worker helps alike).
+    speedup: tuple[tuple[int, float], ...] = ()
     # Set by the scheduler alone, on an elastic job's worker beyond its minimum that it
     # places (``elastic.grow``): it holds no quota and no cells. Inputs leave it False.
     extra: bool = False
@@ -155,10 +158,13 @@ class RunningJob:
     grow: tuple[TaskRequest, ...] = ()
     shrink: tuple[tuple[str, int], ...] = ()
     leaving: tuple[tuple[str, int], ...] = ()
+    speedup: tuple[tuple[int, float], ...] = ()  # as ``PendingJob.speedup``
     # Set by the scheduler alone (``elastic.split``): one worker of an elastic job beyond its
     # minimum, as work of its own: it holds no quota and no cells, and any plan takes it
-    # before it stops or suspends a job. Inputs leave it False.
+    # before it stops or suspends a job — those whose job loses least without them first
+    # (``worth``: the share of its speed the job would lose). Inputs leave them unset.
     extra: bool = False
+    worth: float = 0.0
 
     @cached_property
     def guaranteed(self) -> bool:

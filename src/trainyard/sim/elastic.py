@@ -14,9 +14,9 @@ contract), as a suspension costs ``suspend_cost``.
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 
+from trainyard.scheduler.elastic import throughput
 from trainyard.scheduler.snapshot import TaskRequest
 
 # Seconds a resize costs an elastic job's progress: a restart from its checkpoint. Pollux's
@@ -36,17 +36,7 @@ class Elastic:
             raise ValueError(f"an elastic job runs on 1 <= min <= max workers; got {self.low}..{self.high}")
 
     def throughput(self, workers: int) -> float:
-        if not self.curve:
-            return float(workers)
-        points = [n for n, _ in self.curve]
-        i = bisect_right(points, workers)
-        if i == 0:
-            n, rate = self.curve[0]
-            return rate * workers / n
-        if i == len(points):
-            return self.curve[-1][1]
-        (n0, r0), (n1, r1) = self.curve[i - 1], self.curve[i]
-        return r0 + (r1 - r0) * (workers - n0) / (n1 - n0)
+        return throughput(self.curve, workers)
 
     def speed(self, workers: int, size: int) -> float:
         """Seconds of the traced duration (at ``size`` workers) done per second on ``workers``."""

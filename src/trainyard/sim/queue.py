@@ -419,6 +419,7 @@ class QueueSim:
         self.pending[job.job_id] = PendingJob(
             job.job_id, rank, key, tasks, job.user, vc, suspendable=job.job_id in self.suspendable,
             attained_service=self.attained[job.job_id], grow=grow,
+            speedup=job.elastic.curve if job.elastic is not None else (),
         )
 
     def _least_gpus(self, job_id: int) -> int:
@@ -578,6 +579,7 @@ class QueueSim:
         missing = [i for i in range(model.high) if i not in have]
         return replace(
             running,
+            speedup=model.curve,
             grow=tuple(t for i in missing for t in elastic_jobs.workers(i, 1)),
             shrink=tuple(("worker", i) for i in sorted(have, reverse=True) if i >= model.low),
         )
