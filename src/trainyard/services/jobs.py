@@ -240,6 +240,7 @@ def submit_job(
         suspendable=spec.suspendable,
         watchdog_seconds=spec.watchdogSeconds,
         workdir=spec.workdir,
+        elastic_max=spec.taskRoles[spec.elastic_role].maxInstances if spec.elastic_role else None,
     )
     event = transitions.submit(job, user.name, clock.now(), cloned_from=cloned_from)
     session.add(job)
