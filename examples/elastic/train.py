@@ -69,7 +69,7 @@ def main() -> None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, sizes, loss = state["step"], state["sizes"], state["loss"]
-    sizes.append({"workers": world, "from": step})
+    sizes.append({"workers": world, "from": step, "resizes": int(os.environ.get("TRAINYARD_ELASTIC_RESIZES", "0"))})
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     while step < args.steps:
         x, y = batch(step)

@@ -125,6 +125,7 @@ def elastic_env(wiring: JobWiring, role: str, index: int, low: int, high: int, g
         "TRAINYARD_RDZV_ENDPOINT": f"{host.address}:{port}",
         "TRAINYARD_RDZV_ID": f"trainyard-{wiring.job_id}-{wiring.attempt}-{generation}",
         "TRAINYARD_RDZV_CONF": f"is_host={1 if index == host.index else 0}",
+        "TRAINYARD_ELASTIC_RESIZES": str(generation),
     }
     env["TRAINYARD_TORCHRUN"] = (
         f"--nnodes={env['TRAINYARD_NNODES']} --rdzv-backend=c10d --rdzv-endpoint={env['TRAINYARD_RDZV_ENDPOINT']} "

@@ -64,6 +64,7 @@ def check_task_account(server: Server, user: UserRow) -> None:
 
 def dry_run(server: Server, user: UserRow, spec: JobSpec) -> list[str]:
     """Every check a submit of ``spec`` would make, nothing made; the backend's warnings."""
+    job_service.check_backend(spec, server.backend.name)
     check_task_account(server, user)
     nodes = server.node_states()
     with server.db.session() as session:
@@ -79,6 +80,7 @@ def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service
     with server.db.session() as session:
         spec = job_service.check_clone(session, user, job_id, changes, specs=server.specs, nodes=nodes,
                                        limits=server.submit_limits)
+    job_service.check_backend(spec, server.backend.name)
     return job_service.backend_warnings(spec, server.backend.name)
 
 
@@ -86,6 +88,7 @@ def submit(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed())
     """Queue ``spec`` as ``user``'s job (at most once per key): the answer, a ``SubmitResult``.
     Without a key or a working directory, it is made with the other submits of the moment,
     in one transaction (``submit_batches.py``), where the server has batches."""
+    job_service.check_backend(spec, server.backend.name)
     warnings = job_service.backend_warnings(spec, server.backend.name)
     check_task_account(server, user)
     if server.submit_batches is not None and keyed.key is None and spec.workdir is None:
@@ -122,8 +125,10 @@ def clone(server: Server, user: UserRow, job_id: int, changes: job_service.Clone
     check_task_account(server, user)
 
     def create(session: Session, nodes: list[NodeState]) -> JobRow:
-        return job_service.clone_job(session, user, job_id, changes, specs=server.specs, clock=server.clock,
-                                     nodes=nodes, limits=server.submit_limits)
+        row = job_service.clone_job(session, user, job_id, changes, specs=server.specs, clock=server.clock,
+                                    nodes=nodes, limits=server.submit_limits)
+        job_service.check_backend(server.specs.of(row), server.backend.name)  # refused: rolled back
+        return row
 
     return _once(server, user, keyed, create,
                  lambda row: job_service.backend_warnings(server.specs.of(row), server.backend.name))
