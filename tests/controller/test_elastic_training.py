@@ -85,7 +85,7 @@ def test_a_ddp_job_grows_into_freed_gpus_and_shrinks_for_a_prod_job_with_the_sam
     trainer = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(trainer)
     assert got["loss"] == pytest.approx(trainer.alone(STEPS), rel=1e-4, abs=1e-6)
-    assert [s["workers"] for s in got["sizes"]] == [1, 3, 2]
+    assert [s["workers"] for s in got["sizes"]] == [1, 3, 2], f"{got['sizes']}\n{world.explain(job_id)}"
     assert job.attempt == 0 and job.retries_used == 0  # resized in place: one attempt throughout
     kinds = [kind for kind, _ in world.events(job_id)]
     assert kinds.count("resized") >= 2

@@ -40,7 +40,7 @@ def describe(session: Session, work: RunningWork, spec_of: Callable[[JobRow], Jo
     rows = job_queries.jobs_by_ids(session, sorted(work.elastic))
     specs = {job_id: spec_of(row) for job_id, row in rows.items()}
     roles = {job_id: spec.elastic_role for job_id, spec in specs.items() if spec.elastic_role is not None}
-    highest = job_queries.highest_task_index(session, sorted(roles), roles)
+    workers_of = job_queries.elastic_workers(session, sorted(roles), roles)
     described = []
     for running in work.running:
         spec = specs.get(running.job_id)
@@ -53,10 +53,13 @@ def describe(session: Session, work: RunningWork, spec_of: Callable[[JobRow], Jo
         workers = sorted((p.index for p in running.placements if p.role == role and (p.role, p.index) not in leaving),
                          reverse=True)
         room = work.elastic[running.job_id] - len(workers)
-        after = highest.get(running.job_id, minimum - 1) + 1
+        highest, ended = workers_of.get(running.job_id, (minimum - 1, False))
+        # It grows unless it is resizing (workers leaving) or a worker ended on its own: the
+        # job is finishing (its workers end together), or failing.
+        growing = not leaving and not ended
         described.append(replace(
             running,
-            grow=grow_requests(spec, range(after, after + max(0, room))) if not leaving else (),
+            grow=grow_requests(spec, range(highest + 1, highest + 1 + max(0, room))) if growing else (),
             # Beyond the minimum: every worker but the first ``minimum`` it started with.
             shrink=tuple((role, index) for index in workers if index >= minimum),
             leaving=leaving,

@@ -473,11 +473,19 @@ class Reconciler:
 
 
 def attained_gpu_seconds(attempt: AttemptRow) -> float:
-    """The GPU-seconds an ended attempt received: the GPUs its tasks held, for as long as it ran."""
+    """The GPU-seconds an ended attempt received: the GPUs each task held, for as long as it
+    held them (an elastic job's workers join and leave during the attempt)."""
     if attempt.started_at is None or attempt.finished_at is None:
         return 0.0
-    gpus = sum(milli for task in attempt.tasks for _, milli in task.gpus) / 1000
-    return gpus * max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
+    if attempt.job.elastic_max is None:  # every task held its GPUs the whole attempt
+        gpus = sum(milli for task in attempt.tasks for _, milli in task.gpus) / 1000
+        return gpus * max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
+    total = 0.0
+    for task in attempt.tasks:
+        start = max(task.started_at or attempt.started_at, attempt.started_at)
+        end = min(task.finished_at or attempt.finished_at, attempt.finished_at)
+        total += sum(milli for _, milli in task.gpus) / 1000 * max(0.0, (end - start).total_seconds())
+    return total
 
 
 def failure_why(attempt: AttemptRow) -> str:

@@ -19,10 +19,6 @@ from dataclasses import dataclass
 from trainyard.scheduler.elastic import throughput
 from trainyard.scheduler.snapshot import TaskRequest
 
-# Seconds a resize costs an elastic job's progress: a restart from its checkpoint. Pollux's
-# simulator charges a re-allocation 25-250 s by application; 30 s is a small model's.
-RESIZE_COST = 30.0
-
 
 @dataclass(frozen=True)
 class Elastic:
@@ -46,3 +42,14 @@ class Elastic:
 def workers(first: int, count: int) -> tuple[TaskRequest, ...]:
     """Worker tasks ``first`` .. ``first + count - 1``, one GPU each."""
     return tuple(TaskRequest("worker", i, 1000, 0, 0) for i in range(first, first + count))
+
+
+def linear(gpus: int, low: str) -> Elastic:
+    """A job of ``gpus`` GPUs (a trace's, with no measurements) made elastic with a linear
+    speedup, up to twice its size (at most 64), from the size it asked (``"asked"``), half of
+    it (``"half"``) or 1 GPU (``"least"``)."""
+    high = max(gpus, min(2 * gpus, 64))
+    least = {"asked": gpus, "half": max(1, gpus // 2), "least": 1}
+    if low not in least:
+        raise ValueError(f"--elastic: one of off, {', '.join(least)}; got {low!r}")
+    return Elastic(least[low], high)

@@ -66,7 +66,7 @@ from trainyard.scheduler.snapshot import (
 from trainyard.scheduler.turns import turn_over_for
 from trainyard.sim import elastic as elastic_jobs
 from trainyard.sim import lifecycle
-from trainyard.sim.defaults import SUSPEND_COST, SUSPENDABLE
+from trainyard.sim.defaults import RESIZE_COST, SUSPEND_COST, SUSPENDABLE
 from trainyard.sim.jobs import TraceJob, gang_tasks
 from trainyard.sim.lifecycle import SimJob
 
@@ -202,7 +202,7 @@ class QueueSim:
     def __init__(self, nodes: Sequence[NodeState], jobs: Sequence[TraceJob], policy: QueuePolicy,
                  vcs: Sequence[VirtualCluster] = (), grace: float = 0.0, tick: float = 0.0,
                  suspendable: str = "all", suspend_cost: float = SUSPEND_COST,
-                 resize_cost: float = elastic_jobs.RESIZE_COST) -> None:
+                 resize_cost: float = RESIZE_COST) -> None:
         if not suspend_cost >= 0:  # also NaN
             raise ValueError(f"--suspend-cost must be >= 0 seconds; got {suspend_cost}")
         if not resize_cost >= 0:

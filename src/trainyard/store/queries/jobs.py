@@ -6,7 +6,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import ColumnElement, Table, and_, bindparam, case, func, or_, select, update
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from trainyard.core.states import FINAL_JOB_STATES, QUEUED_JOB_STATES, AttemptState, JobState, TaskState
@@ -17,6 +17,7 @@ CHUNK = 500
 ACTIVE = (JobState.WAITING, JobState.SUSPENDED, JobState.RUNNING, JobState.STOPPING)
 HOLDING = (JobState.RUNNING, JobState.STOPPING)  # jobs whose current attempt may hold resources
 UNFINISHED_TASKS = (TaskState.WAITING, TaskState.RUNNING)
+FINISHED_TASKS = tuple(state.value for state in TaskState if state.is_final)
 
 
 def queued() -> ColumnElement[bool]:
@@ -312,22 +313,25 @@ def elastic_running(session: Session) -> bool:
     return session.scalar(query) is not None
 
 
-def highest_task_index(session: Session, job_ids: Sequence[int], role: Mapping[int, str]) -> dict[int, int]:
-    """The highest instance index of each job's ``role[job]`` in its current attempt, any
-    state (an elastic job's next worker takes the one after: an attempt's (role, index) is
-    unique, and a worker that left keeps its row)."""
-    found: dict[int, int] = {}
+def elastic_workers(session: Session, job_ids: Sequence[int],
+                    role: Mapping[int, str]) -> dict[int, tuple[int, bool]]:
+    """For each job, of its ``role[job]``'s workers in its current attempt, any state: the
+    highest instance index (an elastic job's next worker takes the one after: an attempt's
+    (role, index) is unique, and a worker that left keeps its row), and whether one has
+    ended on its own (not removed: the job is finishing, or losing workers)."""
+    ended_alone = func.max(case((TaskRow.state.in_(FINISHED_TASKS) & TaskRow.removed.is_(False), 1), else_=0))
+    found: dict[int, tuple[int, bool]] = {}
     for chunk in chunks(job_ids):
         query = (
-            select(JobRow.id, TaskRow.role, func.max(TaskRow.index))
+            select(JobRow.id, TaskRow.role, func.max(TaskRow.index), ended_alone)
             .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
             .join(TaskRow, TaskRow.attempt_id == AttemptRow.id)
             .where(JobRow.id.in_(chunk))
             .group_by(JobRow.id, TaskRow.role)
         )
-        for job_id, task_role, highest in session.execute(query):
+        for job_id, task_role, highest, ended in session.execute(query):
             if role.get(job_id) == task_role:
-                found[job_id] = highest
+                found[job_id] = (highest, bool(ended))
     return found
 
 
