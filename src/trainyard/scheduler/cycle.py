@@ -28,6 +28,15 @@ from trainyard.scheduler.snapshot import (
 Shape = tuple[str, str | None, int, bool, int]
 
 
+@dataclass(frozen=True)
+class Worker:
+    """An elastic job's worker beyond its minimum, as the planner sees it (``elastic``)."""
+
+    job_id: int
+    role: str
+    index: int
+
+
 @dataclass
 class Wait:
     """Why a job keeps waiting, with what the message is made of (worded in ``reasons``)."""
@@ -119,6 +128,8 @@ class Cycle:
     # times, and a tuple of tasks is hashed field by field at every dictionary lookup.
     shapes: dict[int, tuple[PendingJob, Shape]] = field(default_factory=dict)
     task_kinds: dict[tuple[TaskRequest, ...], int] = field(default_factory=dict)
+    # Elastic jobs' removable workers, by the id each has as running work (``elastic.split``).
+    workers: dict[int, Worker] = field(default_factory=dict)
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))

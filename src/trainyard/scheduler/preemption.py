@@ -1,6 +1,8 @@
 """The preemption planner: the fewest, cheapest running jobs to stop so a guaranteed job fits.
 
 Who may be a victim of guaranteed job J of VC V (never anyone else):
+* any elastic job's workers beyond its minimum (``elastic``), first: they use GPUs no one
+  waiting could, and lose only a restart from the job's last checkpoint;
 * any opportunistic job, of any VC, and any borrowed work (``borrowing``) — reclaim: V
   wants its guaranteed share back; borrowed work of the VC that borrows most beyond its
   weighted share goes first;
@@ -11,7 +13,7 @@ Who may be a victim of guaranteed job J of VC V (never anyone else):
   slice since they last (re)started: jobs take turns, least attained service first, and
   none is suspended more than once per slice (the rules are ``turns``').
 Another VC's guaranteed job is never a victim. A job J tried as borrowed work (over its
-VC's quota, ``PendingJob.borrowing``) may take only opportunistic work, and — fair share
+VC's quota, ``PendingJob.borrowing``) may take only extra workers and opportunistic work, and — fair share
 by weight — borrowed work of another VC whose weighted borrowed share is above what V's
 would be with J, once that work has run a whole time slice. A job already being preempted is never
 preempted twice; it is the first candidate, since its resources are coming back anyway,
@@ -68,7 +70,9 @@ VictimKey = tuple[bool, int, float, int, bool, float, int]
 
 
 def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
-    """The order running jobs are given up in: already stopping first, then opportunistic
+    """The order running jobs are given up in: already stopping first, then elastic jobs'
+    workers beyond their minimum (shrinking before suspending or stopping; those whose job
+    loses least of its speed without them first), then opportunistic
     work, then borrowed work (of the VC furthest over its weighted share first), then
     guaranteed work; within each, the lowest priority, then suspendable ones, the most
     attained service first (LAS), then the others by least work lost (shortest running),
@@ -79,8 +83,8 @@ def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
 
     def key(r: RunningJob) -> VictimKey:
         cost = -r.attained_at(now) if r.suspendable else -r.started_at
-        tier = 0 if r.priority_rank >= OPPORTUNISTIC_RANK else 1 if r.borrowed else 2
-        share = -shares.get(r.vc, 0.0) if tier == 1 else 0.0
+        tier = -1 if r.extra else 0 if r.priority_rank >= OPPORTUNISTIC_RANK else 1 if r.borrowed else 2
+        share = -shares.get(r.vc, 0.0) if tier == 1 else r.worth if tier == -1 else 0.0
         return (r.job_id not in stopping, tier, share, -r.priority_rank, not r.suspendable, cost, r.job_id)
 
     return key
@@ -183,7 +187,8 @@ def candidates(
     if job.borrowing:
         return (
             v for v in reclaimable
-            if v.job_id not in claimed and (v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
+            if v.job_id not in claimed
+            and (v.extra or v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
             and (useful is None or useful(v))
         )
     streams: list[Iterator[RunningJob]] = [iter(reclaimable)]
@@ -258,7 +263,7 @@ def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
         ):
             continue  # what it frees, the plan it stops for takes whole
         if job.borrowing:
-            if r.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, r):
+            if r.extra or r.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, r):
                 found.append(r)
             continue
         own_lower = (

@@ -81,6 +81,23 @@ def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
     return warnings
 
 
+# Backends that resize an elastic job's attempt in place (``controller/elastic.py``): tested
+# on the local backend; Slurm's gang allocations are not yet grown or shrunk.
+ELASTIC_BACKENDS = ("local",)
+
+
+def check_backend(spec: JobSpec, backend: str) -> None:
+    """Refuse what this backend cannot run: an elastic role, on a backend that cannot resize."""
+    role = spec.elastic_role
+    if role is not None and backend not in ELASTIC_BACKENDS:
+        raise Invalid(
+            f"taskRoles.{role}.instances: elastic jobs run on the {', '.join(ELASTIC_BACKENDS)} backend for now, "
+            f"not on {backend}: give the role a fixed number of instances",
+            details=[{"path": f"taskRoles.{role}.instances",
+                      "message": f"elastic jobs are not supported on the {backend} backend yet"}],
+        )
+
+
 def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
     """Refuse, with the numbers, a job that could never run on these nodes."""
     problems = never_fits(nodes, list(task_requests(spec)))
@@ -272,6 +289,7 @@ def new_job(
         suspendable=spec.suspendable,
         watchdog_seconds=spec.watchdogSeconds,
         workdir=spec.workdir,
+        elastic_max=spec.taskRoles[spec.elastic_role].maxInstances if spec.elastic_role else None,
     )
     event = transitions.submit(job, user.name, clock.now(), cloned_from=cloned_from)
     session.add(job)

@@ -70,6 +70,7 @@ def check_task_account(server: Server, user: UserRow) -> None:
 
 def dry_run(server: Server, user: UserRow, spec: JobSpec) -> list[str]:
     """Every check a submit of ``spec`` would make, nothing made; the backend's warnings."""
+    job_service.check_backend(spec, server.backend.name)
     check_task_account(server, user)
     nodes = server.node_states()
     with server.db.session() as session:
@@ -85,6 +86,7 @@ def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service
     with server.db.session() as session:
         spec = job_service.check_clone(session, user, job_id, changes, specs=server.specs, nodes=nodes,
                                        limits=server.submit_limits)
+    job_service.check_backend(spec, server.backend.name)
     return job_service.backend_warnings(spec, server.backend.name)
 
 
@@ -92,6 +94,7 @@ def submit(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed())
     """Queue ``spec`` as ``user``'s job (at most once per key): the answer, a ``SubmitResult``.
     Without a key or a working directory, it is made with the other submits of the moment,
     in one transaction (``submit_batches.py``), where the server has batches."""
+    job_service.check_backend(spec, server.backend.name)
     warnings = job_service.backend_warnings(spec, server.backend.name)
     check_task_account(server, user)
     if server.submit_batches is not None and keyed.key is None and spec.workdir is None:
@@ -106,6 +109,7 @@ def queued(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed())
     None where ``submit`` must be called instead: a key or a working directory (a
     transaction of their own), or a backend that checks its users' OS accounts (a look-up
     that may block)."""
+    job_service.check_backend(spec, server.backend.name)
     if (server.submit_batches is None or keyed.key is not None or spec.workdir is not None
             or isinstance(server.backend, TaskAccountCheck)):
         return None
@@ -160,8 +164,10 @@ def clone(server: Server, user: UserRow, job_id: int, changes: job_service.Clone
     check_task_account(server, user)
 
     def create(session: Session, nodes: list[NodeState]) -> JobRow:
-        return job_service.clone_job(session, user, job_id, changes, specs=server.specs, clock=server.clock,
-                                     nodes=nodes, limits=server.submit_limits)
+        row = job_service.clone_job(session, user, job_id, changes, specs=server.specs, clock=server.clock,
+                                    nodes=nodes, limits=server.submit_limits)
+        job_service.check_backend(server.specs.of(row), server.backend.name)  # refused: rolled back
+        return row
 
     return _once(server, user, keyed, create,
                  lambda row: job_service.backend_warnings(server.specs.of(row), server.backend.name))
