@@ -91,7 +91,7 @@ def test_a_ddp_job_grows_into_freed_gpus_and_shrinks_for_a_prod_job_with_the_sam
     assert kinds.count("resized") >= 2
     messages = [message for kind, message in world.events(job_id) if kind == "resized"]
     assert messages[0].startswith("grows from 1 to 3 worker(s)")
-    assert messages[1].startswith("shrinks from 3 to 2 worker(s)") and f"job {prod}" in messages[1]
+    assert messages[1].startswith(f"shrinks from 3 to 2 worker(s): job {prod} of VC default (prod) needs")
     # The worker that left ended STOPPED, as told; the GPU it held went to the prod job.
     left = [t for t in world.tasks(job_id) if t.removed]
     assert len(left) == 1 and left[0].state == "STOPPED"

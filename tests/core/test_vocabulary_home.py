@@ -17,6 +17,7 @@ ELSEWHERE = {
     "spec/models.py": "the job file's accepted priorities: spec/ imports nothing of ours (see test_priorities)",
     "backends/slurm/": "Slurm's own job states (squeue/scancel), not Trainyard's",
     "cli/admin_commands.py": "a column header (jobs waiting per VC)",
+    "cli/shapes.py": "generated from the API's models (python -m trainyard.cli.plain): their enums, core's own values",
 }
 
 

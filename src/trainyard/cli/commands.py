@@ -30,6 +30,7 @@ from trainyard.client import (
     WaitTimeout,
 )
 from trainyard.client_config import load_config
+from trainyard.core.jobfile import task_labels
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 
 if TYPE_CHECKING:
@@ -328,7 +329,7 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
             except ValueError:
                 shown: JobDetail = client._parse(Model("jobs.JobDetail"), answer)
                 roles = shown.spec.get("taskRoles") or {}
-            tasks = [f"{role}/{i}" for role, spec in roles.items() for i in range(int(spec.get("instances", 1)))]
+            tasks = task_labels({"taskRoles": roles})
             if len(tasks) > 1:
                 others = ", ".join(t for t in tasks if t != log.task)
                 _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")

@@ -76,7 +76,8 @@ def grow(session: Session, decisions: Sequence[Grow], ports: Mapping[int, TaskPo
         job, attempt = _running_attempt(session, decision.job_id)
         if job is None or attempt is None:
             continue
-        before = _workers(attempt)
+        role = decision.placements[0].role
+        before = _workers(attempt, role)
         given = ports.get(job.id, {})
         for p in decision.placements:
             task = TaskRow(attempt=attempt, job_id=job.id, role=p.role, index=p.index, node=p.node,
@@ -84,7 +85,7 @@ def grow(session: Session, decisions: Sequence[Grow], ports: Mapping[int, TaskPo
                            ports=given.get((p.role, p.index), {}))
             transitions.place_task(task)
             session.add(task)
-        _restart_others(attempt, {(p.role, p.index) for p in decision.placements})
+        _restart_others(attempt, role, {(p.role, p.index) for p in decision.placements})
         where = ", ".join(f"{p.role}/{p.index} on {p.node}" for p in decision.placements)
         record_event(session, job.id, transitions.resized(before, before + len(decision.placements),
                                                           f"grew into idle GPUs ({where})", clock.now()))
@@ -99,7 +100,8 @@ def shrink(session: Session, decisions: Sequence[Shrink], clock: Clock) -> list[
         job, attempt = _running_attempt(session, decision.job_id)
         if job is None or attempt is None:
             continue
-        before = _workers(attempt)
+        role = decision.tasks[0][0]
+        before = _workers(attempt, role)
         leaving = set(decision.tasks)
         gone = 0
         for task in attempt.tasks:
@@ -108,10 +110,26 @@ def shrink(session: Session, decisions: Sequence[Shrink], clock: Clock) -> list[
                 gone += 1
         if not gone:
             continue
-        _restart_others(attempt, leaving)
+        _restart_others(attempt, role, leaving)
         record_event(session, job.id, transitions.resized(before, before - gone, decision.reason, clock.now()))
         shrunk.append(job.id)
     return shrunk
+
+
+def lost_worker(session: Session, job: JobRow, attempt: AttemptRow, task: TaskRow, spec: JobSpec,
+                clock: Clock) -> None:
+    """``task`` of a running elastic job ended on its own, failed or lost: if it was a worker
+    beyond the minimum (the minimum's workers decide the attempt's outcome, as any task), the
+    others restart at the smaller size, as after a shrink."""
+    role = spec.elastic_role
+    if role is None or task.role != role or task.index < spec.taskRoles[role].instances or task.removed:
+        return
+    # Not marked removed: a worker lost on its own keeps the job from growing again in this
+    # attempt (``describe``), so that one that fails at every start does not churn the others.
+    before = _workers(attempt, role) + 1
+    _restart_others(attempt, role, {(task.role, task.index)})
+    record_event(session, job.id, transitions.resized(before, before - 1, f"worker {task.role}/{task.index} "
+                                                      f"ended on its own ({task.message})", clock.now()))
 
 
 def _running_attempt(session: Session, job_id: int) -> tuple[JobRow, AttemptRow] | tuple[None, None]:
@@ -125,16 +143,17 @@ def _running_attempt(session: Session, job_id: int) -> tuple[JobRow, AttemptRow]
     return job, attempt
 
 
-def _workers(attempt: AttemptRow) -> int:
-    """The workers it runs on (not those leaving or gone)."""
-    return sum(1 for t in attempt.tasks if not TaskState(t.state).is_final and not t.removed)
+def _workers(attempt: AttemptRow, role: str) -> int:
+    """The workers of ``role`` it runs on (not those leaving or gone)."""
+    return sum(1 for t in attempt.tasks if t.role == role and not TaskState(t.state).is_final and not t.removed)
 
 
-def _restart_others(attempt: AttemptRow, changed: set[tuple[str, int]]) -> None:
-    """Every running worker not ``changed`` stops and starts again in place: the job's size
-    changed, and its workers rendezvous again at the new one."""
+def _restart_others(attempt: AttemptRow, role: str, changed: set[tuple[str, int]]) -> None:
+    """Every running worker of ``role`` not ``changed`` stops and starts again in place: the
+    job's size changed, and its workers rendezvous again at the new one (other roles go on)."""
     for task in attempt.tasks:
-        if (task.role, task.index) in changed or task.removed or TaskState(task.state).is_final:
+        if (task.role != role or (task.role, task.index) in changed or task.removed
+                or TaskState(task.state).is_final):
             continue
         if task.state == TaskState.RUNNING:
             task.restart = True

@@ -27,6 +27,7 @@ from trainyard.backends.base import (
     TaskLaunch,
     TaskStatus,
 )
+from trainyard.controller.elastic import lost_worker
 from trainyard.controller.launching import EnvironmentGone, RunsIn, build_launch, environments_of, task_key
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
@@ -350,12 +351,20 @@ class Reconciler:
     def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now: datetime) -> None:
         job = job_queries.job_by_id(session, task.job_id)
         assert job is not None
+        attempt = current_attempt(job)
+        running = (job.state == JobState.RUNNING and attempt is not None and attempt.id == task.attempt_id
+                   and attempt.state == AttemptState.RUNNING)
+        finished = False  # a worker told to restart for a resize that had finished its work
         if task.restart:
-            task.restart, task.stop_sent = False, False
-            attempt = current_attempt(job)
-            if (job.state == JobState.RUNNING and attempt is not None and attempt.id == task.attempt_id
-                    and attempt.state == AttemptState.RUNNING):
-                transitions.task_restarted(task)  # at the elastic job's new size, with the others
+            task.restart = False
+            finished = status.exit_code == 0
+            # Stopped for its elastic job's resize: it starts again at the new size, with the
+            # others. One that ended before the stop was sent, or finished its work (exit 0)
+            # as it came, keeps its own outcome, and one whose job is no longer running
+            # (stopped, preempted meanwhile) ends STOPPED.
+            if task.stop_sent and running and status.exit_code != 0:
+                task.stop_sent = False
+                transitions.task_restarted(task)
                 return
         exit_info = classify_exit(status.exit_code)
         # The backend's note may repeat the signal the description already names.
@@ -366,7 +375,7 @@ class Reconciler:
         unavailable = status.reason == IMAGE_UNAVAILABLE and not task.stop_sent and status.exit_code != 0
         if unavailable:
             detail = image_unavailable_message(status.message)
-        if task.stop_sent:
+        if task.stop_sent and not finished:
             new_state = TaskState.STOPPED
             if task.removed:
                 detail = f"left as its elastic job shrank ({detail})"
@@ -391,6 +400,10 @@ class Reconciler:
             task, new_state, status.exit_code, detail, ended_at(task, status, now), self.clock.now()
         )
         record_event(session, job.id, event)
+        if running and new_state in (TaskState.FAILED, TaskState.LOST) and attempt is not None:
+            # An elastic job's worker beyond its minimum lost on its own: the others go on
+            # at the smaller size (a shrink), rather than wait on it for ever.
+            lost_worker(session, job, attempt, task, self.spec_of(job), self.clock)
 
     def _advance_job(self, session: Session, job: JobRow) -> bool:
         attempt = current_attempt(job)
@@ -482,7 +495,9 @@ def attained_gpu_seconds(attempt: AttemptRow) -> float:
         return gpus * max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
     total = 0.0
     for task in attempt.tasks:
-        start = max(task.started_at or attempt.started_at, attempt.started_at)
+        if task.started_at is None:
+            continue  # never ran (a worker grown, then stopped before it was launched)
+        start = max(task.started_at, attempt.started_at)
         end = min(task.finished_at or attempt.finished_at, attempt.finished_at)
         total += sum(milli for _, milli in task.gpus) / 1000 * max(0.0, (end - start).total_seconds())
     return total

@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from trainyard.backends.base import TaskExec
+from trainyard.core.jobfile import task_labels
 from trainyard.core.sessions import session_path
 from trainyard.core.states import JobState, TaskState
 from trainyard.portal.auth import Action, Page, Viewer
@@ -79,8 +80,7 @@ def _tasks_by_role(attempt: AttemptView | None) -> dict[str, list[TaskView]]:
 
 def _task_labels(spec: dict[str, Any]) -> list[str]:
     """Every task of the job file, ROLE/INDEX, as the log route names them."""
-    return [f"{role}/{i}" for role, body in spec.get("taskRoles", {}).items()
-            for i in range(int(body.get("instances", 1)))]
+    return task_labels(spec)
 
 
 def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | None) -> dict[str, Any]:

@@ -679,7 +679,10 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
         if victim.job_id in ledger.preempting or victim.job_id in cycle.claimed:
             continue  # stopping already, or preempted for another job of this cycle
         cycle.claimed.add(victim.job_id)
-        if victim.priority_rank >= OPPORTUNISTIC_RANK and job.borrowing:
+        if victim.extra:
+            why = (f"job {job.job_id} of VC {owner.vc} ({Priority.of_rank(owner.rank)}) needs the GPUs that "
+                   "workers beyond its minimum use (they use what no one waiting needed, and go first)")
+        elif victim.priority_rank >= OPPORTUNISTIC_RANK and job.borrowing:
             why = f"reclaimed: job {job.job_id} of VC {owner.vc} ({Priority.of_rank(owner.rank)}) borrows these GPUs"
         elif victim.priority_rank >= OPPORTUNISTIC_RANK:
             why = f"reclaimed: VC {owner.vc} needs its guaranteed GPUs back for job {job.job_id}"

@@ -79,7 +79,9 @@ def task_named(spec: JobSpec, job_id: int, task: str) -> tuple[str, int]:
     the job's tasks when it has no such task."""
     role, _, idx = task.partition("/")
     valid = idx.isascii() and idx.isdigit() and len(idx) < 7
-    if role not in spec.taskRoles or not valid or int(idx) >= spec.taskRoles[role].instances:
+    # An elastic role's workers may have any index: those grown after others left take new ones.
+    if (role not in spec.taskRoles or not valid
+            or (int(idx) >= spec.taskRoles[role].instances and not spec.taskRoles[role].elastic)):
         choices = ", ".join(f"{r}/0..{spec.taskRoles[r].instances - 1}" for r in spec.role_names)
         raise Invalid(f"job {job_id} has no task {task!r}; tasks are {choices}",
                       details=[{"path": "task", "message": "unknown task"}])

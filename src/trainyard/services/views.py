@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from trainyard.core.jobfile import instance_span
 from trainyard.core.labels import merged_labels
 from trainyard.core.lifecycle import platform_retries_used, run_seconds
 from trainyard.core.resources import from_milli
@@ -64,7 +65,7 @@ def total_gpus(spec: dict[str, Any], attempts: Sequence[AttemptRow] = ()) -> flo
             whole.add(name)
             continue
         gpu = (role.get("resourcePerInstance") or {}).get("gpu") or 0
-        milli += round(float(gpu) * 1000) * int(role.get("instances", 1))
+        milli += round(float(gpu) * 1000) * instance_span(role)[0]  # an elastic role: its minimum
     if whole and attempts:
         latest = max(attempts, key=lambda a: a.number)
         milli += sum(share[1] for task in latest.tasks if task.role in whole for share in task.gpus)

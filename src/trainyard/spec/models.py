@@ -365,7 +365,7 @@ class TaskRole(_Model):
         if isinstance(data, dict) and isinstance(data.get("instances"), dict):
             span = data["instances"]
             unknown = sorted(str(k) for k in span if k not in ("min", "max"))
-            if unknown or "min" not in span or "max" not in span:
+            if unknown or span.get("min") is None or span.get("max") is None:
                 raise invalid("an elastic role's instances are {min: N, max: M}, both whole numbers"
                               + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
             if "maxInstances" in data:

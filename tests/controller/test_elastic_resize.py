@@ -1,0 +1,86 @@
+"""Elastic jobs resized in place by the live controller (``controller/elastic.py``), with
+``sleep`` workers: what a stop, a lost worker or a worker finishing does in the middle of a
+resize (the attack review of issue 34), and the job's views."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from e2e.server import wait_until
+from worlds import World
+
+from trainyard.backends.base import TaskKey
+
+pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+
+HOG = "name: hog\ntaskRoles:\n  h:\n    resourcePerInstance: {gpu: %d}\n    commands: ['sleep 600']\n"
+
+
+def elastic(low: int, high: int, command: str = "sleep 600", roles: str = "") -> str:
+    return (f"name: el\ntaskRoles:\n{roles}  worker:\n    instances: {{min: {low}, max: {high}}}\n"
+            f"    resourcePerInstance: {{gpu: 1}}\n    commands: [{command!r}]\n")
+
+
+def started_beside_a_hog(world: World, text: str, hog_gpus: int) -> tuple[int, int]:
+    hog = world.submit(HOG % hog_gpus)
+    world.drive(hog, ("RUNNING",))
+    job = world.submit(text)
+    world.drive(job, ("RUNNING",))
+    return job, hog
+
+
+def resized(world: World, job: int, count: int = 1) -> None:
+    world.drive(job, None, until=lambda _: sum(k == "resized" for k, _ in world.events(job)) >= count,
+                what=f"{count} resize(s)")
+
+
+def test_a_grow_restarts_only_the_elastic_roles_workers_and_a_stop_meanwhile_fails_none(make_world) -> None:
+    world = make_world(gpus=3)
+    job, hog = started_beside_a_hog(world, elastic(1, 3, roles="  side:\n    commands: ['sleep 600']\n"), 2)
+    world.stop(hog)
+    world.drive(hog, ("STOPPED",))
+    resized(world, job)
+    tasks = {(t.role, t.index): t for t in world.tasks(job)}
+    assert tasks[("side", 0)].resizes == 0 and not tasks[("side", 0)].restart
+    assert {("worker", 1), ("worker", 2)} <= set(tasks)
+    assert world.events(job)[-1][1].startswith("grows from 1 to 3 worker(s): grew into idle GPUs")
+    world.stop(job)  # while worker/0 restarts
+    assert world.drive(job, ("STOPPED", "FAILED", "SUCCEEDED")).state == "STOPPED"
+    assert [t.state for t in world.tasks(job) if t.state == "FAILED"] == [], world.explain(job)
+
+
+def test_a_worker_beyond_the_minimum_lost_on_its_own_shrinks_the_job_the_others_restart(make_world) -> None:
+    world = make_world(gpus=2)
+    job = world.submit(elastic(1, 2, "if [ $TRAINYARD_TASK_INDEX = 1 ]; then sleep 1; exit 3; fi; sleep 600"))
+    world.drive(job, ("RUNNING",))
+    resized(world, job)  # it shrank when worker/1 failed
+    assert world.events(job)[-1][1].startswith("shrinks from 2 to 1 worker(s): worker worker/1 ended on its own")
+    world.drive(job, None, until=lambda _: any(t.index == 0 and t.resizes == 1 and t.state == "RUNNING"
+                                               for t in world.tasks(job)), what="worker/0 restarted")
+    for _ in range(5):  # nor is it grown again in this attempt, though a GPU is idle
+        world.cycle()
+    assert world.job(job).state == "RUNNING" and world.job(job).attempt == 0
+    assert sum(kind == "resized" for kind, _ in world.events(job)) == 1
+
+
+def test_a_worker_that_ended_before_its_restart_stop_was_sent_keeps_its_outcome(make_world, tmp_path: Path) -> None:
+    world = make_world(gpus=2)
+    done, starts = tmp_path / "done", tmp_path / "starts"
+    command = f"echo $TRAINYARD_TASK_INDEX >> {starts}; while [ ! -f {done} ]; do sleep 0.05; done"
+    job, hog = started_beside_a_hog(world, elastic(1, 2, command), 1)
+    world.stop(hog)
+    # Reconcile only (no scheduling cycle yet, so nothing has grown it) until the hog is gone.
+    wait_until(lambda: world.controller.reconciler.run() or world.job(hog).state == "STOPPED", what="the hog")
+    wait_until(lambda: world.controller.reconciler.run() or world.job(hog).state == "STOPPED"
+               and not world.controller.reconciler.run(), what="the hog stopped")
+    # The grow is decided (worker/0 told to restart), but before the stop is sent the training
+    # ends on its own: its exit stands, and it is not run again.
+    world.controller.wake()
+    assert world.controller._schedule()
+    first = next(t for t in world.job(job).attempts[0].tasks if t.index == 0)
+    key = TaskKey(job, 0, "worker", 0, first.run)
+    done.write_text("")
+    wait_until(lambda: not world.backend.observe([key])[key].running, what="worker/0 to end on its own")
+    world.drive(job, ("SUCCEEDED", "FAILED", "STOPPED"))
+    assert starts.read_text().split().count("0") == 1, world.explain(job)
