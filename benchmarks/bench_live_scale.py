@@ -118,6 +118,9 @@ def main() -> None:
         wall = time.monotonic() - started
         cpu = process_cpu_seconds(server.process.pid) - cpu_before
         admission: dict[str, list[float]] = defaultdict(list)
+        held: dict[str, list[float]] = defaultdict(list)  # started -> finished: GPUs held per job
+        requeued: dict[str, int] = defaultdict(int)
+        borrowed: dict[str, int] = defaultdict(int)
         states: dict[str, int] = defaultdict(int)
         before = None
         while True:
@@ -126,6 +129,10 @@ def main() -> None:
                 states[job.state] += 1
                 if job.startedAt is not None:
                     admission[job.name].append((job.startedAt - job.submittedAt).total_seconds())
+                    if job.finishedAt is not None:
+                        held[job.name].append((job.finishedAt - job.startedAt).total_seconds())
+                requeued[job.name] += job.attempt > 0
+                borrowed[job.name] += job.borrowed
             if page.next is None:
                 break
             before = page.next
@@ -144,11 +151,17 @@ def main() -> None:
         mean = sum(got) / len(got) if got else float("nan")
         print(f"time to admission, {kind}: mean {mean:.1f} s, p99 {percentile(got, 99):.1f} s over {len(got):,} "
               f"(Kueue: mean {KUEUE_ADMISSION[kind]:.1f} s; ratio {mean / KUEUE_ADMISSION[kind]:.2f}x)")
+        # What a job's wait is made of: GPUs held past the runtime (its end seen at the next
+        # cycle), jobs preempted and requeued, jobs that ran on borrowed GPUs.
+        runs = held.get(kind, [])
+        print(f"  {kind}: GPUs held started -> finished mean {sum(runs) / max(1, len(runs)):.2f} s for a runtime of "
+              f"{CLASSES[kind][2]:.1f} s; requeued (attempt > 0) {requeued[kind]}; last attempt on borrowed GPUs "
+              f"{borrowed[kind]}")
     if cycles.get("count"):
         count = cycles["count"]
         p99 = next((le for le, seen in sorted(buckets) if seen >= 0.99 * count), float("inf"))
         print(f"scheduler cycles: {count:.0f}, mean {cycles['sum'] / count * 1000:.0f} ms, p99 <= {p99 * 1000:.0f} ms "
-              f"(the histogram's bucket)")
+              f"(the histogram's bucket); one every {wall / count:.2f} s over the wall")
     else:
         print("scheduler cycles: none in /metrics")
     print(f"server CPU {cpu:.0f} s ({cpu / wall:.0%} of one core over the wall)")

@@ -21,6 +21,7 @@ from trainyard.controller.jobdirs import JobDirCap, JobDirSweeper, WorkdirSweepe
 from trainyard.controller.limits import end_overdue_attempts
 from trainyard.controller.monitoring import Monitoring
 from trainyard.controller.reconcile import Reconciler
+from trainyard.controller.schedule_worker import ScheduleRunner
 from trainyard.controller.scheduling import (
     PortPlan,
     WaitingJobs,
@@ -47,7 +48,6 @@ from trainyard.core.settings import (
 )
 from trainyard.core.wiring import PEER_PORT_LABEL
 from trainyard.monitor.exposition import ControllerTimings
-from trainyard.scheduler.schedule import schedule
 from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig, Snapshot, StartJob
 from trainyard.services import node_view
 from trainyard.services.environments import settle_builds
@@ -68,6 +68,11 @@ MIN_CYCLE_GAP = 0.05
 # the submits that wake it (a cycle's cost grows with the queue they make). CPU time, not
 # wall time: a cycle waiting on a slow backend or the store costs the submits nothing.
 CYCLE_GAP_PER_CYCLE_CPU = 2.0
+# With the scheduler in a worker process (``schedule_worker.py``), its computation costs this
+# interpreter nothing, so it is not in the thread's CPU time above; the next cycle also waits
+# this many times the worker's seconds, so that the worker takes at most two thirds of a
+# second core from the store and whatever else runs on the machine.
+CYCLE_GAP_PER_WORKER_SECOND = 0.5
 
 
 class Controller:
@@ -96,6 +101,7 @@ class Controller:
         session_policy: SessionPolicy | None = None,
         job_dir_max_bytes: int | None = None,
         workdirs: WorkdirStore | None = None,
+        scheduler_worker: bool = False,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -143,6 +149,10 @@ class Controller:
         self._periodics = [p for p in (self.job_dirs, self.job_dir_cap, self.monitoring, self.alerts, self.history,
                                        self.session_watch, self.workdir_sweeper) if p is not None]
         self.cycles = 0
+        # Where ``schedule(snapshot)`` runs: a worker process of its own (``yard up``'s
+        # default, setting ``scheduler_worker``) or this thread (the tests' default).
+        self.scheduler = ScheduleRunner(worker=scheduler_worker)
+        self._worker_seconds = 0.0  # the last cycle's wait for the worker
 
     def spec_of(self, job: JobRow) -> JobSpec:
         return self.specs.of(job)
@@ -152,6 +162,7 @@ class Controller:
         self._wake.set()
 
     def start(self) -> None:
+        self.scheduler.start()
         self._thread = threading.Thread(target=self._run, name="trainyard-controller", daemon=True)
         self._thread.start()
 
@@ -162,10 +173,12 @@ class Controller:
             self._thread.join(timeout=10)
         for periodic in self._periodics:
             periodic.join(timeout=10)
+        self.scheduler.stop()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             started, cpu = time.monotonic(), time.thread_time()
+            self._worker_seconds = 0.0
             try:
                 self.run_once()
             except StaleDataError:
@@ -181,7 +194,9 @@ class Controller:
             # CYCLE_GAP_PER_CYCLE_CPU times its CPU time after the last one) rather than one
             # per request. An idle controller still reacts at once.
             now = time.monotonic()
-            rest = max(MIN_CYCLE_GAP - (now - started), CYCLE_GAP_PER_CYCLE_CPU * cpu - (now - ended))
+            rest = max(MIN_CYCLE_GAP - (now - started),
+                       CYCLE_GAP_PER_CYCLE_CPU * cpu + CYCLE_GAP_PER_WORKER_SECOND * self._worker_seconds
+                       - (now - ended))
             if rest > 0:
                 self._stop.wait(rest)
             self._wake.clear()
@@ -258,7 +273,10 @@ class Controller:
                 borrowed_usage=borrowed_usage,
                 config=self.config,
             )
-        decisions = schedule(snapshot)
+        asked = time.perf_counter()
+        decisions = self.scheduler.decide(snapshot)
+        if self.scheduler.worker:
+            self._worker_seconds = time.perf_counter() - asked - self.scheduler.transfer_seconds
         if gate.waits or capped:
             decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
         if capped and decisions.starts:
