@@ -120,7 +120,6 @@ def main() -> None:
         admission: dict[str, list[float]] = defaultdict(list)
         held: dict[str, list[float]] = defaultdict(list)  # started -> finished: GPUs held per job
         requeued: dict[str, int] = defaultdict(int)
-        borrowed: dict[str, int] = defaultdict(int)
         states: dict[str, int] = defaultdict(int)
         before = None
         while True:
@@ -132,7 +131,6 @@ def main() -> None:
                     if job.finishedAt is not None:
                         held[job.name].append((job.finishedAt - job.startedAt).total_seconds())
                 requeued[job.name] += job.attempt > 0
-                borrowed[job.name] += job.borrowed
             if page.next is None:
                 break
             before = page.next
@@ -152,11 +150,10 @@ def main() -> None:
         print(f"time to admission, {kind}: mean {mean:.1f} s, p99 {percentile(got, 99):.1f} s over {len(got):,} "
               f"(Kueue: mean {KUEUE_ADMISSION[kind]:.1f} s; ratio {mean / KUEUE_ADMISSION[kind]:.2f}x)")
         # What a job's wait is made of: GPUs held past the runtime (its end seen at the next
-        # cycle), jobs preempted and requeued, jobs that ran on borrowed GPUs.
+        # cycle), jobs preempted and requeued.
         runs = held.get(kind, [])
         print(f"  {kind}: GPUs held started -> finished mean {sum(runs) / max(1, len(runs)):.2f} s for a runtime of "
-              f"{CLASSES[kind][2]:.1f} s; requeued (attempt > 0) {requeued[kind]}; last attempt on borrowed GPUs "
-              f"{borrowed[kind]}")
+              f"{CLASSES[kind][2]:.1f} s; requeued (attempt > 0) {requeued[kind]}")
     if cycles.get("count"):
         count = cycles["count"]
         p99 = next((le for le, seen in sorted(buckets) if seen >= 0.99 * count), float("inf"))

@@ -7,8 +7,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
+import sys
 
 import pytest
+from deadlines import scaled
+from e2e.server import wait_until
 
 from trainyard.controller.schedule_worker import ScheduleRunner
 from trainyard.scheduler.schedule import schedule
@@ -83,3 +87,31 @@ def test_a_controller_with_a_worker_runs_jobs_and_survives_its_worker_killed(mak
     assert world.drive(world.submit("name: three\ntaskRoles:\n  m:\n    commands: ['true']\n")).state \
         == "SUCCEEDED"
     assert world.controller.scheduler.worker_pid() not in (first, os.getpid())
+
+
+def _gone(pid: int) -> bool:
+    """Whether the process has ended (a zombie waiting for init to reap it counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def test_a_worker_whose_server_is_killed_outright_ends_itself(tmp_path) -> None:
+    """``kill -9`` of the server cannot shut its worker down; the worker notices its parent gone."""
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import os, signal\n"
+        "from trainyard.controller.schedule_worker import ScheduleRunner\n"
+        "if __name__ == '__main__':  # spawn imports the main module in the worker\n"
+        "    runner = ScheduleRunner(worker=True)\n"
+        "    runner.start()\n"
+        "    print(runner.worker_pid(), flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=scaled(60),
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    worker = int(done.stdout.split()[0])
+    wait_until(lambda: _gone(worker), timeout=10, what=f"the orphaned worker {worker} to end")
