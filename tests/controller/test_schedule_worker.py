@@ -9,6 +9,8 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import replace
+from types import MappingProxyType
 
 import pytest
 from deadlines import scaled
@@ -70,6 +72,15 @@ def test_an_error_inside_schedule_is_raised_here_as_in_process_and_keeps_the_wor
     with pytest.raises(TypeError):
         runner.decide(broken)
     assert runner.decide(snapshot()) == schedule(snapshot())
+    assert runner.restarts == 0
+
+
+def test_a_snapshot_that_cannot_be_pickled_is_scheduled_in_process(runner, caplog) -> None:
+    labelled = tuple(replace(n, labels=MappingProxyType({"rack": "r1"})) for n in snapshot().nodes)
+    odd = replace(snapshot(), nodes=labelled)  # a mappingproxy: pickle refuses it
+    with caplog.at_level(logging.ERROR, logger="trainyard.controller.schedule_worker"):
+        assert runner.decide(odd) == schedule(odd)
+    assert any("cannot be sent" in r.getMessage() for r in caplog.records)
     assert runner.restarts == 0
 
 

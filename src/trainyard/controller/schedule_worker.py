@@ -98,7 +98,13 @@ class ScheduleRunner:
         if pool is None:
             return schedule(snapshot)
         began = time.perf_counter()
-        data = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            data = pickle.dumps(snapshot, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            # A snapshot that cannot travel (a field of a type pickle refuses) is a bug to
+            # fix, but not a reason to stop scheduling: this cycle runs here.
+            log.exception("the snapshot cannot be sent to the scheduler's worker; scheduling in process")
+            return schedule(snapshot)
         pickled = time.perf_counter() - began
         try:
             answer = pool.submit(_decide, data).result()
