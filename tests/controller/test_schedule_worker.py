@@ -47,7 +47,7 @@ def test_the_worker_decides_what_the_scheduler_decides_in_process(runner) -> Non
     assert decisions == schedule(snapshot())
     assert decisions.starts and decisions.waits  # a snapshot that says something both ways
     assert runner.worker_pid() != os.getpid()
-    assert runner.transfer_bytes > 0
+    assert runner.transfer_bytes > 0 and runner.worker_seconds > 0
 
 
 def test_a_killed_worker_is_logged_the_cycle_runs_in_process_and_a_new_worker_serves_the_next(
@@ -57,7 +57,7 @@ def test_a_killed_worker_is_logged_the_cycle_runs_in_process_and_a_new_worker_se
     os.kill(first, signal.SIGKILL)
     with caplog.at_level(logging.ERROR, logger="trainyard.controller.schedule_worker"):
         assert runner.decide(snapshot()) == schedule(snapshot())
-    assert runner.restarts == 1
+    assert runner.restarts == 1 and runner.worker_seconds == 0  # this cycle ran here
     assert any("worker process has died" in r.getMessage() for r in caplog.records)
     second = runner.worker_pid()
     assert second not in (first, os.getpid())

@@ -280,10 +280,8 @@ class Controller:
                 borrowed_usage=borrowed_usage,
                 config=self.config,
             )
-        asked = time.perf_counter()
         decisions = self.scheduler.decide(snapshot)
-        if self.scheduler.worker:
-            self._worker_seconds = time.perf_counter() - asked - self.scheduler.transfer_seconds
+        self._worker_seconds = self.scheduler.worker_seconds
         if gate.waits or capped:
             decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
         if capped and decisions.starts:

@@ -73,6 +73,9 @@ class ScheduleRunner:
         # its bytes both ways: what the worker costs the server's interpreter.
         self.transfer_seconds = 0.0
         self.transfer_bytes = 0
+        # The last cycle's wait for the worker's answer (0 when it ran in process): the
+        # controller spaces its cycles out by it (``loop.py``).
+        self.worker_seconds = 0.0
 
     def start(self) -> None:
         """Start the worker now, so that its imports are paid before the first cycle."""
@@ -94,6 +97,7 @@ class ScheduleRunner:
         return None if booted is None else booted.result(timeout=timeout)
 
     def decide(self, snapshot: Snapshot) -> Decisions:
+        self.worker_seconds = 0.0
         pool = self._pool
         if pool is None:
             return schedule(snapshot)
@@ -107,7 +111,9 @@ class ScheduleRunner:
             return schedule(snapshot)
         pickled = time.perf_counter() - began
         try:
+            asked = time.perf_counter()
             answer = pool.submit(_decide, data).result()
+            self.worker_seconds = time.perf_counter() - asked
         except BrokenProcessPool:
             log.error("the scheduler's worker process has died; this cycle is scheduled in the server's "
                       "process, and a new worker is started for the next")
