@@ -20,8 +20,11 @@ each workload a job whose task "runs" its runtime on the simulated nodes. Every 
 Kueue's intervals from their own threads (``--scale`` shrinks the counts for a quick run).
 
 Prints the wall time from the first submit to the last job's end, the mean and p99 time to
-admission (submitted → started) per class beside Kueue's, the scheduler cycle's mean and
-max from the server's ``/metrics``, the server's CPU, and errors. Never asserts.
+admission (submitted → started) per class beside Kueue's, and what a class's wait is made
+of (how long its jobs held their GPUs against their runtime: the end is seen at the next
+cycle; how many were requeued), the scheduler cycle's mean and max from the server's
+``/metrics`` and how often cycles came, the server's CPU (its own process: not the
+scheduler's worker), and errors. Never asserts.
 
     python benchmarks/bench_live_scale.py [--scale 0.1] [--nodes 75]
 """
