@@ -2,7 +2,8 @@
 on an idle machine, issue 33).
 
 A ``yard up --local-gpus 1`` with a few jobs; then each command (``jobs``, ``job ID``,
-``logs ID``, ``submit FILE --no-workdir``) runs R times as a subprocess of the installed
+``logs ID``, ``submit FILE --no-workdir``, and ``submit job.yaml`` in a project folder, which
+sends the folder) runs R times as a subprocess of the installed
 console script, and the median wall time is printed with its ratio to the target, beside
 what the same Python costs to start and to import the command's modules (``-X importtime``:
 the modules above 5 ms), so that the time a command spends talking to the server can be told
@@ -31,8 +32,8 @@ def wall(args: list[str], env: dict[str, str], runs: int) -> float:
     return median(walls([args], env, runs)[0][0])
 
 
-def walls(commands: list[list[str]], env: dict[str, str],
-          runs: int) -> list[tuple[list[float], list[float]]]:
+def walls(commands: list[list[str]], env: dict[str, str], runs: int,
+          cwd: Path | None = None) -> list[tuple[list[float], list[float]]]:
     """Each command's wall times and CPU times (user + system, s), the commands run in turn,
     ``runs`` rounds. The CPU time is the command's own work: on a loaded machine its wall time
     also counts the time it waited for a core, and the server's answer."""
@@ -41,7 +42,7 @@ def walls(commands: list[list[str]], env: dict[str, str],
         for args, (took, cpu) in zip(commands, times):
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             started = time.perf_counter()
-            done = subprocess.run(args, env=env, capture_output=True, text=True)
+            done = subprocess.run(args, env=env, capture_output=True, text=True, cwd=cwd)
             took.append(time.perf_counter() - started)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -50,15 +51,17 @@ def walls(commands: list[list[str]], env: dict[str, str],
     return times
 
 
-def heavy_imports(command: str, env: dict[str, str]) -> list[tuple[float, str]]:
+def heavy_imports(command: str, env: dict[str, str], cwd: Path | None = None) -> list[tuple[float, str]]:
     """The modules that cost a command more than 5 ms to import (cumulative, ms)."""
     code = f"import sys; from trainyard.cli.main import main; sys.argv = ['yard', *{command.split()!r}]; main()"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], env=env, capture_output=True, text=True,
+                          cwd=cwd)
     found = []
     for line in done.stderr.splitlines():
         parts = line.split("|")
         if len(parts) == 3 and parts[1].strip().isdigit() and int(parts[1]) > 5000 and \
-                parts[2].strip().startswith(("trainyard.cli.", "trainyard.client", "httpx", "pydantic", "yaml")):
+                parts[2].strip().startswith(("trainyard.cli.", "trainyard.client", "httpx", "pydantic", "yaml",
+                                             "pathspec")):
             found.append((int(parts[1]) / 1000, parts[2].strip()))
     return sorted(found, reverse=True)[:8]
 
@@ -78,12 +81,19 @@ def main() -> None:
         server.client.wait(job, timeout=60)
         job_file = Path(tempfile.mkdtemp(prefix="bench-cli-")) / "job.yaml"
         job_file.write_text(tiny_job_yaml("bench-cli-submit", command="true"))
+        # A project folder, the job file in it: `yard submit job.yaml` there sends the folder
+        # (what .gitignore leaves in; the same content each time, so sent once and then named).
+        project = job_file.parent
+        (project / "train.py").write_text("print('training')\n")
+        (project / ".gitignore").write_text("__pycache__/\n*.ckpt\n")
         env = server.env
-        for command in ("jobs", f"job {job}", f"logs {job}", f"submit {job_file} --no-workdir"):
+        for label, command, cwd in (("jobs", "jobs", None), ("job", f"job {job}", None), ("logs", f"logs {job}", None),
+                                    ("submit", f"submit {job_file} --no-workdir", None),
+                                    ("submit (its folder)", "submit job.yaml", project)):
             runs = walls([[*yard, *command.split()]] + ([[*against, *command.split()]] if against else []), env,
-                         args.runs)
+                         args.runs, cwd)
             (took, cpu), others = runs[0], runs[1:]
-            print(ratio_line(f"yard {command.split()[0]}", median(took) * 1000, TARGET_S * 1000,
+            print(ratio_line(f"yard {label}", median(took) * 1000, TARGET_S * 1000,
                              lower_is_better=True, unit="ms") + f"; best {min(took) * 1000:.0f} ms; "
                   f"its CPU: median {median(cpu) * 1000:.0f} ms, best {min(cpu) * 1000:.0f} ms")
             for old_took, old_cpu in others:
@@ -91,7 +101,7 @@ def main() -> None:
                       f"its CPU: median {median(old_cpu) * 1000:.0f} ms, best {min(old_cpu) * 1000:.0f} ms "
                       f"(this one takes {median(took) / median(old_took):.2f}x of its wall time, "
                       f"{median(cpu) / median(old_cpu):.2f}x of its CPU)")
-            imports = heavy_imports(command, env)
+            imports = heavy_imports(command, env, cwd)
             print("    imports over 5 ms (cumulative): " + ", ".join(f"{m} {t:.0f}" for t, m in imports))
 
 

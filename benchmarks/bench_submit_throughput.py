@@ -28,7 +28,7 @@ a kept-alive connection, bodies built before the clock starts); its CPU is print
 YAML and JSON bodies, threads and asyncio clients): ``-m 2000 --threads 4 --concurrency 8 16``.
 
 Run:  python benchmarks/bench_submit_throughput.py [-m 10000] [--clients 20] [--users 20] [--running 4]
-      [--db sqlite postgresql] [--src /path/a/src /path/b/src] [--repeat 1]
+      [--db sqlite postgresql] [--src /path/a/src /path/b/src] [--repeat 1] [--profile PREFIX]
       python benchmarks/bench_submit_throughput.py --variants [-m 2000] [--threads 4] [--concurrency 8 16]
       [--no-json]
 """
@@ -56,6 +56,7 @@ from common import (  # noqa: E402
     ratio_line,
     tiny_job_json,
     tiny_job_yaml,
+    yard_command,
     yard_server,
 )
 
@@ -264,6 +265,9 @@ def _cycles(server: Server) -> tuple[int, float]:
     return int(found.get("count", 0)), found.get("sum", 0.0)
 
 
+runs_so_far: list[str] = []  # names each run's profile
+
+
 def one_case(db: str, src: str | None, args: argparse.Namespace) -> dict:
     """One fresh server on ``db``, running the code under ``src``, else the installed ``yard``
     (with PYTHONPATH as given)."""
@@ -275,7 +279,11 @@ def one_case(db: str, src: str | None, args: argparse.Namespace) -> dict:
             env["PYTHONPATH"] = src
         if args.users == 1:
             env["TRAINYARD_MAX_WAITING_JOBS_PER_USER"] = str(args.jobs + 1000)
-        with yard_server(local_gpus=args.running, stop_jobs=False, env=env) as server:
+        spy = ["py-spy", "record", "--threads", "--gil", "--nonblocking", "--rate", "100", "--format", "raw",
+               "--output", f"{args.profile}.{db}.{len(runs_so_far)}", "--"] if args.profile else None
+        runs_so_far.append(db)
+        with yard_server(local_gpus=args.running, stop_jobs=False, env=env,
+                         command=[*spy, *yard_command()] if spy else None) as server:
             _hold_gpus(server, args.running)
             tokens = _tokens(server, args.users)
             for token in tokens:  # warm-up, one submit per user: first-request costs are not counted
@@ -314,6 +322,9 @@ def main(argv: list[str] | None = None) -> dict:
                         help="source trees to run the server from, in turn (default: the installed `yard`, "
                              "PYTHONPATH as given)")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each (database, source) pair")
+    parser.add_argument("--profile", metavar="PREFIX",
+                        help="run each server under py-spy (the thread holding the interpreter lock), its raw "
+                             "samples to PREFIX.DB.N (the server CPU printed is then py-spy's)")
     args = parser.parse_args(argv)
     args.users = args.clients if args.users is None else args.users
     dbs = [db for db in args.db if db == "sqlite" or os.environ.get("TRAINYARD_TEST_DATABASE_URL")]

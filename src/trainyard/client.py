@@ -512,10 +512,12 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
         """GPU-, CPU- and memory-hours allocated in ``[since, until)`` (default: the last 7
         days) per user, VC, group or job, with GPU and CPU efficiency (None: not measured).
         A non-admin sees their own jobs only."""
-        asked = given(by=by, since=since, until=until, user=user, vc=vc, group=group,
-                      job=None if job is None else _job_id(job))
-        params = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in asked.items()}
-        return self._parse(models.USAGE, self._request("GET", "/usage", params=params).content)
+        return self._parse(models.USAGE, self._usage_answer(**given(
+            by=by, since=since, until=until, user=user, vc=vc, group=group, job=None if job is None else _job_id(job))))
+
+    def _usage_answer(self, **asked: object) -> bytes:  # `usage`'s JSON: `yard job` reads it in cli/plain.py
+        return self._request("GET", "/usage", params={k: v.isoformat() if isinstance(v, datetime) else v
+                                                      for k, v in asked.items()}).content
 
     def node_metrics(self, name: str, *, since: Moment = None, until: Moment = None) -> NodeMetrics:
         """A node's figures (CPU, memory, disk, network, each GPU) over a window, as ``job_metrics``."""

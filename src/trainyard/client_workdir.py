@@ -14,7 +14,7 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from trainyard.client_errors import TrainyardError, UsageError
 from trainyard.client_input import path_named
@@ -29,6 +29,15 @@ if TYPE_CHECKING:
 
 _LIMITS: Model[WorkdirLimits] = Model("workdirs.WorkdirLimits")
 _UPLOAD: Model[WorkdirView] = Model("workdirs.WorkdirView")
+
+Reply = TypeVar("Reply")
+
+
+class Reader(Protocol):
+    """An answer read as the model says (``Client._parse``)."""
+
+    def __call__(self, shape: Model[Reply], content: bytes, /) -> Reply: ...
+
 
 IGNORE_FILES = (".gitignore", ".yardignore")
 ALWAYS_LEFT_OUT = (".git",)
@@ -117,18 +126,34 @@ def names_upload(job_file: object) -> bool:
 
 
 def _document(job_file: object) -> object:
-    """The job file as data (a path read, text parsed); None when it cannot be read."""
-    import yaml  # a job file's reader: not for the calls that send none (issue 33)
-
+    """The job file as data (a path read, text parsed); None when it cannot be read, or when
+    its text cannot name a ``workdir`` (what its callers read), which PyYAML is not imported for."""
     path = path_named(job_file)
     try:
-        if path is not None:
-            return yaml.safe_load(path.read_text(encoding="utf-8"))
-        if isinstance(job_file, (str, bytes)):
-            return yaml.safe_load(job_file)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        text = path.read_text(encoding="utf-8") if path is not None else job_file
+    except (OSError, UnicodeDecodeError):
         return None  # the server says what is wrong with the file
-    return job_file
+    if not isinstance(text, (str, bytes)):
+        return job_file
+    if not may_name(text, "workdir"):
+        return None
+    import yaml  # a job file's reader: not for the calls that send none (issue 33)
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+
+
+def may_name(text: str | bytes, key: str) -> bool:
+    """Whether a job file (YAML or JSON) may have the mapping key ``key``: False only where its
+    text cannot spell it, so that PyYAML is imported and run only for a file that may (issue
+    33). A key is its own characters in the file unless written with escapes (``"\\x73weep"``)
+    or in UTF-16 (PyYAML reads bytes so after a byte-order mark), where its letters hold zero
+    bytes."""
+    if isinstance(text, bytes):
+        return key.encode() in text or b"\\" in text or b"\0" in text
+    return key in text or "\\" in text
 
 
 def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path | None:
@@ -160,18 +185,20 @@ def workdir_digest(client: Client, job_file: object, workdir: str | os.PathLike[
     return None if folder is None else send(client, folder).digest
 
 
-def send(client: Client, folder: Path) -> WorkdirView:
-    """Pack ``folder`` within the server's limit and send it, unless the server holds it already."""
-    limits = client._parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
+def send(client: Client, folder: Path, *, read: Reader | None = None) -> WorkdirView:
+    """Pack ``folder`` within the server's limit and send it, unless the server holds it already.
+    ``read`` reads the answers in place of ``client._parse`` (`yard submit`: without the models)."""
+    parse: Reader = read or client._parse
+    limits = parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
     try:
         archive = pack(folder, max_bytes=limits.maxBytes)
     except WorkdirError as exc:
         raise UsageError(f"cannot send {folder} as the job's working directory: {exc}") from exc
     try:
-        return client._parse(_UPLOAD, client._request("GET", f"/workdirs/{archive.digest}").content)
+        return parse(_UPLOAD, client._request("GET", f"/workdirs/{archive.digest}").content)
     except TrainyardError as exc:
         if exc.status != 404:
             raise
     response = client._request("PUT", "/workdirs", content=archive.gzipped(),
                                headers={"Content-Type": "application/gzip"})
-    return client._parse(_UPLOAD, response.content)
+    return parse(_UPLOAD, response.content)

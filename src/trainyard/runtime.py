@@ -95,6 +95,22 @@ def resumed() -> bool:
     return os.environ.get(RESUMED) == "1"
 
 
+def elastic() -> tuple[int, int, int] | None:
+    """An elastic job's size (``instances: {min, max}``): (workers now, min, max); None for a
+    job of fixed size. It runs on that many workers until Trainyard resizes it: every worker
+    is then stopped and started again at the new size, from the job's last checkpoint
+    (``resizes()`` counts how many times that happened in this attempt)."""
+    if "TRAINYARD_ELASTIC_MAX" not in os.environ:
+        return None
+    low = _int_env("TRAINYARD_ELASTIC_MIN", 1)
+    return _int_env("TRAINYARD_NNODES", low), low, _int_env("TRAINYARD_ELASTIC_MAX", low)
+
+
+def resizes() -> int:
+    """How many times this attempt of an elastic job has been resized so far (0: never)."""
+    return _int_env("TRAINYARD_ELASTIC_RESIZES", 0)
+
+
 # -- where -----------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import argparse
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from trainyard.cli.commands import HANDLERS, handler
 from trainyard.cli.main import build_parser
@@ -34,6 +35,31 @@ def test_yard_jobs_loads_neither_the_models_nor_another_commands_module() -> Non
     assert not loaded & {f"trainyard.cli.{m}" for m in OTHER_COMMANDS}
     assert not {m for m in loaded if m.startswith(("trainyard.schemas", "pydantic"))}  # its table: cli/plain.py
     assert "yaml" not in loaded  # only job files are YAML: `yard submit` reads one
+
+
+def test_yard_job_reads_the_job_its_notices_and_its_usage_without_the_models() -> None:
+    # What `yard job ID` runs for an ended job: its handler, the job's detail, notices and
+    # efficiency line read from JSON (cli/plain.py), as tests/cli/test_cli_plain_whole.py's answers.
+    loaded = _loaded_after(
+        f"import json\nsys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from trainyard.cli.commands import handler\nhandler('job')\n"
+        "from trainyard.cli import plain, render\nfrom trainyard.cli.account_commands import notices_text\n"
+        "from trainyard.cli.usage_commands import efficiency_line\n"
+        "from plain_answers import ENDED, NOTICES, USAGE\n"
+        "render.job_detail(plain.read('jobs.JobDetail', json.dumps(ENDED).encode()))\n"
+        "notices_text(plain.read('notices.JobNoticeView[]', json.dumps(NOTICES).encode()))\n"
+        "efficiency_line(plain.read('usage.UsageReport', json.dumps(USAGE).encode()).lines[0])")
+    assert {"trainyard.cli.account_commands", "trainyard.cli.usage_commands", "trainyard.cli.shapes"} <= loaded
+    assert not {m for m in loaded if m.startswith(("trainyard.schemas", "pydantic", "yaml"))}
+
+
+def test_yard_submit_reads_a_job_file_with_pyyaml_only_where_it_may_name_a_sweep_or_a_workdir() -> None:
+    probe = ("from trainyard.cli.commands import handler\nhandler('submit')\n"
+             "from trainyard.client_workdir import folder_for, may_name, names_upload\n"
+             "data = {!r}\nfolder_for(data, None), names_upload(data), may_name(data, 'sweep')")
+    plain_file = b"name: a\ntaskRoles: {w: {commands: [train]}}\n"
+    assert not {m for m in _loaded_after(probe.format(plain_file)) if m.startswith(("yaml", "pydantic"))}
+    assert "yaml" in _loaded_after(probe.format(plain_file + b"workdir: src\n"))
 
 
 def test_a_command_of_another_module_loads_it_when_it_runs() -> None:

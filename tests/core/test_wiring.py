@@ -94,3 +94,20 @@ def test_horovod_ranks_match_torchruns_and_cross_ranks_count_nodes_per_local_ran
                     ("worker", 1): ("2", "3", "0", "1", "1", "2")}
     assert all(env["HOROVOD_RANK"] == env["RANK"] and env["HOROVOD_HOSTNAME"] == env["PAI_CONTAINER_HOST_IP"]
                for env in envs.values())
+
+
+def test_an_elastic_roles_workers_rendezvous_at_the_first_workers_peer_port_at_the_size_they_run_at() -> None:
+    from trainyard.core.wiring import elastic_env
+
+    job = JobWiring(job_id=9, job_name="el", user="alice", attempt=0, roles=["worker"],
+                    tasks=[PlacedTask("worker", 3, "n2", "10.0.0.2", (0,), {"peer": [4003]}),
+                           PlacedTask("worker", 0, "n1", "10.0.0.1", (0,), {"peer": [4000]})],
+                    master_port=29500)
+    first, other = elastic_env(job, "worker", 0, 1, 4, 2), elastic_env(job, "worker", 3, 1, 4, 2)
+    assert first["TRAINYARD_RDZV_ENDPOINT"] == other["TRAINYARD_RDZV_ENDPOINT"] == "10.0.0.1:4000"
+    assert (first["TRAINYARD_RDZV_CONF"], other["TRAINYARD_RDZV_CONF"]) == ("is_host=1", "is_host=0")
+    assert first["TRAINYARD_NNODES"] == "2" and first["TRAINYARD_RDZV_ID"] == "trainyard-9-0-2"
+    assert (first["TRAINYARD_ELASTIC_MIN"], first["TRAINYARD_ELASTIC_MAX"]) == ("1", "4")
+    assert first["TRAINYARD_TORCHRUN"].split() == [
+        "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:4000", "--rdzv-id=trainyard-9-0-2",
+        "--rdzv-conf=is_host=1"]

@@ -142,6 +142,8 @@ class World:
     ends: dict[int, float] = field(default_factory=dict)  # true end of each running job
     durations: dict[int, float] = field(default_factory=dict)
     stopping: dict[int, float] = field(default_factory=dict)  # preempted job -> when it stops
+    # Elastic jobs' workers told to leave (``Shrink``): job -> (role, index) -> when they have exited.
+    leaving: dict[int, dict[tuple[str, int], float]] = field(default_factory=dict)
     started_at: dict[int, float] = field(default_factory=dict)  # first start of each job
     history: list[Decisions] = field(default_factory=list)
     submitted: dict[int, PendingJob] = field(default_factory=dict)
@@ -182,14 +184,25 @@ class World:
         for start in decisions.starts:
             job = self.pending.pop(start.job_id)
             end = None if job.max_runtime is None else self.now + job.max_runtime
-            self.running[job.job_id] = RunningJob(
+            self.running[job.job_id] = self.elastic(RunningJob(
                 job.job_id, job.vc, job.user, job.priority_rank, start.placements, self.now, end,
                 suspendable=job.suspendable, attained_service=job.attained_service, borrowed=start.borrowed,
-            )
+            ))
             self.ends[job.job_id] = self.now + self.durations[job.job_id]
             self.started_at.setdefault(job.job_id, self.now)
             waiting = self.records.setdefault(job.job_id, lifecycle.submitted(job.job_id, self.now))
             lifecycle.started(waiting, f"{len(start.placements)} task(s)", self.now)
+        for grow in decisions.grows:
+            running = self.running[grow.job_id]
+            assert grow.job_id not in self.stopping and not self.leaving.get(grow.job_id)
+            self.running[grow.job_id] = self.elastic(replace(running, placements=(*running.placements,
+                                                                                   *grow.placements)))
+        for shrink in decisions.shrinks:
+            assert shrink.job_id in self.running and shrink.job_id not in self.stopping
+            assert set(shrink.tasks) <= set(self.running[shrink.job_id].shrink)  # never below its minimum
+            for task in shrink.tasks:
+                self.leaving.setdefault(shrink.job_id, {})[task] = self.now + shrink.grace_seconds
+            self.running[shrink.job_id] = self.elastic(self.running[shrink.job_id])
         for preempt in decisions.preemptions:
             assert preempt.job_id in self.running and preempt.job_id not in self.stopping
             lifecycle.preempted(self.record(preempt.job_id), preempt.reason, self.now)
@@ -197,20 +210,50 @@ class World:
             self.running[preempt.job_id] = replace(self.running[preempt.job_id], stops_by=self.stopping[preempt.job_id])
         return decisions
 
+    def elastic(self, running: RunningJob) -> RunningJob:
+        """An elastic job as the controller describes it: the workers it may still add, those
+        beyond its minimum it may lose (the last first), and those leaving."""
+        job = self.submitted.get(running.job_id)
+        if job is None or not job.grow:
+            return running
+        leaving = self.leaving.get(running.job_id, {})
+        have = {(p.role, p.index) for p in running.placements}
+        minimum = {(t.role, t.index) for t in job.tasks}
+        return replace(
+            running,
+            grow=tuple(t for t in job.grow if (t.role, t.index) not in have) if not leaving else (),
+            shrink=tuple(sorted((k for k in have - minimum if k not in leaving), key=lambda k: -k[1])),
+            leaving=tuple(sorted(leaving)),
+        )
+
     def advance(self, seconds: float) -> None:
         self.now += seconds
+        for job_id, workers in list(self.leaving.items()):
+            gone = {k for k, when in workers.items() if when <= self.now}
+            if gone and job_id in self.running:
+                running = self.running[job_id]
+                kept = tuple(p for p in running.placements if (p.role, p.index) not in gone)
+                self.running[job_id] = replace(running, placements=kept)
+            for k in gone:
+                del workers[k]
+            if not workers:
+                del self.leaving[job_id]
+            if job_id in self.running:
+                self.running[job_id] = self.elastic(self.running[job_id])
         for job_id in sorted(self.running):
             stop = self.stopping.get(job_id)
             record = self.record(job_id)
             if stop is not None and stop <= self.now:
                 done = self.running.pop(job_id)
                 del self.stopping[job_id]
+                self.leaving.pop(job_id, None)
                 # requeued (or suspended), keeping its place and the service it received
                 self.pending[job_id] = replace(self.submitted[done.job_id], attained_service=done.attained_at(stop))
                 lifecycle.requeued(record, self.now)
             elif self.ends[job_id] <= self.now:
                 del self.running[job_id]
                 self.stopping.pop(job_id, None)
+                self.leaving.pop(job_id, None)
                 lifecycle.ended(record, self.now)
 
 

@@ -15,7 +15,8 @@ whole cells adding up to no more than the cluster, and gang tasks that each fit 
 or take whole nodes. Other VCs run random small jobs for several cycles first, ending at
 random times, so that the cluster is as fragmented as their jobs can make it; some of them
 are suspendable and take turns (time-sharing, with slices from every cycle to never), so
-that work suspended and resumed, and plans to suspend, are part of it.
+that work suspended and resumed, and plans to suspend, are part of it; and some are elastic
+(``scheduler/elastic.py``), grown into idle GPUs wherever they are and shrunk for the gang.
 """
 
 from __future__ import annotations
@@ -73,10 +74,12 @@ def fragmented(draw, *, opportunistic: bool):
                 whole = [size * 1000] if vc.quota["A100"] >= size else []
                 gpus = draw(st.lists(st.sampled_from(shares + whole), min_size=1, max_size=2))
             tasks = tuple(TaskRequest("w", i, g) for i, g in enumerate(gpus))
+            # Some are elastic: up to two more workers like their last, grown into idle GPUs.
+            grow = tuple(TaskRequest("w", len(gpus) + i, gpus[-1]) for i in range(draw(st.integers(0, 2))))
             duration = draw(st.sampled_from((15.0, 45.0, 1e9)))
             suspendable = draw(st.booleans())
             world.submit(PendingJob(job_id, rank, world.now + job_id * 1e-3, tasks, "", vc.name,
-                                    suspendable=suspendable), duration)
+                                    suspendable=suspendable, grow=grow), duration)
         world.cycle()
         world.advance(draw(st.sampled_from((5.0, 20.0, 40.0))))
     quota = vcs[0].quota["A100"]
@@ -100,11 +103,10 @@ def test_small_jobs_of_other_vcs_never_keep_a_vcs_full_quota_gang_out(scenario) 
         wait = next(w for w in decisions.waits if w.job_id == gang.job_id)
         assert wait.reason == PendingReason.PREEMPTING, describe(world)
         victims = [int(v) for v in re.findall(r"\d+", wait.message.split(" to stop")[0])]
-        assert set(victims) <= set(world.stopping), describe(world)  # its own, or stopping already
+        # its own, or stopping already (elastic jobs' workers leaving count)
+        assert set(victims) <= set(world.stopping) | set(world.leaving), describe(world)
         assert all(world.running[p.job_id].borrowed for p in decisions.preemptions if p.for_job_id == gang.job_id)
-        for victim in list(world.stopping):
-            world.stopping[victim] = world.now
-        world.advance(0.0)
+        _all_stopped(world)
         world.cycle()
     assert gang.job_id in world.running, describe(world)
 
@@ -119,13 +121,21 @@ def test_a_guaranteed_job_within_its_quota_waits_for_nothing_but_preemption(scen
         wait = next(w for w in decisions.waits if w.job_id == gang.job_id)
         assert wait.reason == PendingReason.PREEMPTING, describe(world)
         victims = [int(v) for v in re.findall(r"\d+", wait.message.split(" to stop")[0])]
-        assert set(victims) <= set(world.stopping)
+        assert set(victims) <= set(world.stopping) | set(world.leaving)
         # Every preemption in flight completes within its grace period; nothing else
         # happens meanwhile. (Its own victims alone are not enough: the scheduler keeps
         # no plan between cycles, so another VC's job whose victims are still stopping
         # may take the room first — and the job then waits for those, within the grace.)
-        for victim in list(world.stopping):
-            world.stopping[victim] = world.now
-        world.advance(0.0)
+        _all_stopped(world)
         world.cycle()
     assert gang.job_id in world.running, describe(world)
+
+
+def _all_stopped(world: World) -> None:
+    """Every preemption and every elastic job's leaving worker completes now."""
+    for victim in list(world.stopping):
+        world.stopping[victim] = world.now
+    for workers in world.leaving.values():
+        for task in workers:
+            workers[task] = world.now
+    world.advance(0.0)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from trainyard.cli import render
 from trainyard.client import Client, UsageError
-from trainyard.schemas.notices import AccountNotifyView, JobNoticeView
+
+if TYPE_CHECKING:  # `yard job`'s notices are read without the models (cli/plain.py)
+    from trainyard.schemas.notices import AccountNotifyView, JobNoticeView
 
 
 def cmd_account(client: Client, args: argparse.Namespace) -> int:
@@ -44,6 +44,8 @@ def account_text(view: AccountNotifyView) -> str:
 
 def with_notify(data: bytes, content_type: str, on: list[str]) -> tuple[bytes, str]:
     """The job file with ``notify.on`` set to ``on`` (its ``email`` and ``webhook`` kept), as JSON."""
+    import yaml  # a job file's reader: not for `yard job`, which shows notices (issue 33)
+
     try:
         document: Any = json.loads(data) if content_type == "application/json" else yaml.safe_load(data)
     except (ValueError, yaml.YAMLError) as exc:

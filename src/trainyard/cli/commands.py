@@ -122,15 +122,21 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         data, content_type = with_notify(data, content_type, args.notify)
     digest = None
     if (folder := _workdir_to_send(args, data)) is not None:
-        sent = client.upload_workdir(folder)
+        from trainyard.client_workdir import send  # `client.upload_workdir`, its answers read by cli/plain.py
+
+        sent = send(client, folder.expanduser(),
+                    read=lambda model, answer: plain.read_or_parse(client, model.where, answer, many=model.many))
         digest = sent.digest
         shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
         print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
               f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
-    from trainyard.cli import sweep_commands  # reads the file for a sweep section (yaml, loaded anyway)
+    from trainyard.client_workdir import may_name
 
-    if (made := sweep_commands.submit(client, args, data, workdir=digest)) is not None:
-        return made  # the file (or --sweep) makes a sweep
+    if args.sweep or args.parallel is not None or may_name(data, "sweep"):  # else no PyYAML to import
+        from trainyard.cli import sweep_commands  # reads the file for a sweep section
+
+        if (made := sweep_commands.submit(client, args, data, workdir=digest)) is not None:
+            return made  # the file (or --sweep) makes a sweep
     answer = client._submit_answer(data, content_type=content_type, dry_run=args.dry_run, dependencies=dependencies,
                                    idempotency_key=args.idempotency_key, on_retry=_say_retrying, workdir=digest)
     if args.json or args.dry_run:  # the answer through the models, as `Client.submit` gives it
@@ -217,12 +223,15 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
     if args.since or args.until or args.task:
         _fail("--since, --until and --task go with --metrics")
         return EXIT_USAGE
-    job = client.job(args.id)
     if args.json:
-        render.print_json(job)
+        render.print_json(client.job(args.id))
         return 0
+    # The job, its notices and its usage are read from the JSON as it came (cli/plain.py: no
+    # pydantic to import); an answer it does not expect is read with the models.
+    job: JobDetail = plain.read_or_parse(client, "jobs.JobDetail", client._job_answer(args.id))
     print(render.job_detail(job))
-    if notices := client.job_notices(args.id):
+    if notices := plain.read_or_parse(client, "notices.JobNoticeView", client._job_notices_answer(args.id),
+                                      many=True):
         from trainyard.cli.account_commands import notices_text
 
         print(notices_text(notices))

@@ -1,21 +1,52 @@
 """What the most run commands show, read from the server's JSON as it came, without the API's
-pydantic models: ``yard jobs``'s table, what ``yard submit`` says of the job it made, and the
-tasks ``yard logs`` names beside the one it showed. Importing pydantic and building the models
+pydantic models: ``yard jobs``'s table, what ``yard submit`` says of the job it made, the
+tasks ``yard logs`` names beside the one it showed, and (``read``) the answers ``yard job``
+and a working directory's upload read whole. Importing pydantic and building the models
 was the larger half of these commands' cost (issue 33). Only the fields shown are read, each
 checked for its type and given the default ``schemas/jobs.py`` gives it; a state is read as
 the model reads it (``JobState``). ``tests/cli/test_cli_plain.py`` holds what they show equal
 to what the models give. Anything else (a field missing or of another type: another server,
 another version) raises ValueError, and the caller reads the answer with the models, which
-say what is wrong."""
+say what is wrong.
+
+``read`` reads a whole answer by its model's JSON schema, generated from the model into
+``cli/shapes.py`` (``python -m trainyard.cli.plain`` writes it again;
+``tests/cli/test_cli_plain.py`` fails while it differs from the models'): each field checked
+for its JSON type, a missing one given the model's default, a time read as a datetime, a
+state as its enum. It accepts less than the models do (an id sent as "7", a number for a
+time): what it does not accept raises ValueError, for the models to read."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
+import sys
 from datetime import datetime
+from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trainyard.core.states import JobState
+from trainyard.core.states import AttemptState, JobState, TaskState
+
+if TYPE_CHECKING:
+    from trainyard.client import Client
+
+ENUMS: dict[str, type] = {kind.__name__: kind for kind in (JobState, AttemptState, TaskState)}
+
+
+class TaskView(SimpleNamespace):
+    """A task as ``read`` gives it: ``schemas.jobs.TaskView``'s property too."""
+
+    @property
+    def label(self) -> str:
+        """``ROLE/INDEX``, as ``--task`` and the log's task header name it."""
+        return f"{self.role}/{self.index}"
+
+
+# The models whose classes add to their fields (a property), by name; the others read as a
+# SimpleNamespace. tests/cli/test_cli_plain.py holds these to the models' own.
+CLASSES: dict[str, type[SimpleNamespace]] = {"TaskView": TaskView}
 
 
 def job_page(answer: bytes) -> tuple[list[Any], int | None]:
@@ -58,6 +89,88 @@ def task_roles(answer: bytes) -> dict[str, dict[str, Any]]:
     return roles
 
 
+def read_or_parse(client: Client, model: str, answer: bytes, *, many: bool = False) -> Any:
+    """The answer of ``model`` (``"jobs.JobDetail"``; ``many``: a list of them) read by
+    ``read``, or, where it says ValueError, by the model itself (which says what is wrong)."""
+    try:
+        return read(model + ("[]" if many else ""), answer)
+    except ValueError:
+        module, _, name = model.rpartition(".")
+        found: Any = getattr(importlib.import_module(f"trainyard.schemas.{module}"), name)
+        return client._parse(list[found] if many else found, answer)
+
+
+def read(model: str, answer: bytes) -> Any:
+    """The answer of ``model`` (a name in ``cli/shapes.py``: ``"jobs.JobDetail"``, or
+    ``"notices.JobNoticeView[]"`` for a list) as attributes, as the model would give them;
+    ValueError for an answer that is not one."""
+    from trainyard.cli.shapes import SHAPES
+
+    schema = SHAPES[model]
+    try:
+        return _read(schema, json.loads(answer), schema.get("$defs", {}))
+    except (KeyError, TypeError, AttributeError, RecursionError) as exc:
+        raise ValueError(f"not a {model}: {exc!r}") from exc
+
+
+def _read(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> Any:
+    """``value`` read by its JSON schema (the subset pydantic writes for the API's models)."""
+    if "$ref" in schema:
+        return _read(defs[schema["$ref"].rpartition("/")[2]], value, defs)
+    if "anyOf" in schema:  # `X | None`: the first that fits, as pydantic reads JSON
+        for option in schema["anyOf"]:
+            try:
+                return _read(option, value, defs)
+            except ValueError:
+                continue
+        raise ValueError(f"{value!r} is none of {schema['anyOf']}")
+    if "enum" in schema:
+        if not isinstance(value, str) or value not in schema["enum"]:
+            raise ValueError(f"{value!r} is not one of {schema['enum']}")
+        return ENUMS[schema["title"]](value) if "title" in schema else value  # an enum's class; a Literal's text
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict):
+            raise ValueError(f"{value!r} is not an object")
+        if "properties" in schema:
+            return _fields(schema, value, defs)
+        inner = schema.get("additionalProperties", True)
+        return dict(value) if inner is True else {_typed(k, str): _read(inner, v, defs) for k, v in value.items()}
+    if kind == "array":
+        if not isinstance(value, list):
+            raise ValueError(f"{value!r} is not a list")
+        return [_read(schema["items"], item, defs) for item in value]
+    if kind == "string" and schema.get("format") == "date-time":
+        return _moment(value)
+    if kind in SCALARS and "format" not in schema:
+        found = _typed(value, SCALARS[kind])
+        if kind == "number" and not math.isfinite(found):
+            raise ValueError(f"{value!r} is not a finite number")
+        return found
+    if kind == "null" and value is None:
+        return None
+    if not schema:  # Any
+        return value
+    raise ValueError(f"{value!r} is not a {schema}")
+
+
+SCALARS: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool}
+
+
+def _fields(schema: dict[str, Any], value: dict[str, Any], defs: dict[str, Any]) -> SimpleNamespace:
+    if schema.get("additionalProperties") is False and set(value) - set(schema["properties"]):
+        raise ValueError(f"fields it does not know: {sorted(set(value) - set(schema['properties']))}")
+    fields = {}
+    for name, inner in schema["properties"].items():
+        if name in value:
+            fields[name] = _read(inner, value[name], defs)
+        elif name in schema.get("required", ()) or "default" not in inner:
+            raise ValueError(f"no {name!r}")
+        else:  # the model's default, read as the model reads it (a copy of a list)
+            fields[name] = _read(inner, inner["default"], defs)
+    return CLASSES.get(schema.get("title", ""), SimpleNamespace)(**fields)
+
+
 def _summary(item: dict[str, Any]) -> SimpleNamespace:
     pending = item.get("pending")
     return SimpleNamespace(
@@ -91,3 +204,59 @@ def _moment(value: Any) -> datetime:
     if not isinstance(value, str):
         raise ValueError(f"{value!r} is not a time")
     return datetime.fromisoformat(value)
+
+
+# The answers `read` knows, as ("MODULE.NAME", a list of them) of `trainyard.schemas`.
+READ_WHOLE = (("jobs.JobDetail", False), ("notices.JobNoticeView", True), ("usage.UsageReport", False),
+              ("workdirs.WorkdirLimits", False), ("workdirs.WorkdirView", False))
+
+
+def shapes_from_models() -> dict[str, Any]:
+    """``cli/shapes.py``'s SHAPES as the models give them now: each one's JSON schema, its
+    titles and descriptions left out but an enum's title (it names the enum's class)."""
+    from pydantic import TypeAdapter
+
+    def trimmed(schema: Any, *, in_defs: bool = False) -> Any:
+        if isinstance(schema, list):
+            return [trimmed(item) for item in schema]
+        if not isinstance(schema, dict):
+            return schema
+        if "enum" in schema and in_defs and schema.get("title") not in ENUMS:
+            raise ValueError(f"an enum cli/plain.py does not know: {schema.get('title')}")
+        named = "properties" in schema or (in_defs and "enum" in schema)  # a model's or enum's title: its class
+        return {key: (value if key in ("default", "enum") else
+                      {name: trimmed(inner, in_defs=key == "$defs") for name, inner in value.items()}
+                      if key in ("$defs", "properties") else trimmed(value))
+                for key, value in schema.items() if key != "description" and (key != "title" or named)}
+
+    shapes = {}
+    for where, many in READ_WHOLE:
+        module, _, name = where.rpartition(".")
+        model: Any = getattr(importlib.import_module(f"trainyard.schemas.{module}"), name)
+        shapes[where + ("[]" if many else "")] = trimmed(TypeAdapter(list[model] if many else model).json_schema())
+    return shapes
+
+
+def shapes_source() -> str:
+    """``cli/shapes.py`` as ``python -m trainyard.cli.plain`` writes it."""
+    return ('"""The JSON schemas of the answers ``cli/plain.py`` reads whole, generated from the API\'s models\n'
+            'by ``python -m trainyard.cli.plain``: do not edit."""\n\nfrom typing import Any\n\n'
+            f"SHAPES: dict[str, Any] = {_source(shapes_from_models(), 0)}\n")
+
+
+def _source(value: Any, indent: int, lead: int = 0) -> str:
+    """``value``'s repr, on one line where it fits (after ``lead`` characters), else one entry a line."""
+    inline = repr(value)
+    if indent + lead + len(inline) < 118 or not isinstance(value, dict | list):
+        return inline
+    pad = " " * (indent + 4)
+    if isinstance(value, list):
+        return "[\n" + "".join(f"{pad}{_source(item, indent + 4)},\n" for item in value) + " " * indent + "]"
+    entries = (f"{pad}{key!r}: {_source(item, indent + 4, len(repr(key)) + 2)},\n" for key, item in value.items())
+    return "{\n" + "".join(entries) + " " * indent + "}"
+
+
+if __name__ == "__main__":
+    target = Path(__file__).with_name("shapes.py")
+    target.write_text(shapes_source())
+    print(f"wrote {target}", file=sys.stderr)

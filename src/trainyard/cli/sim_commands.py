@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainyard.cli.progress import ProgressBar
-from trainyard.sim.defaults import SUSPEND_COST, SUSPENDABLE
+from trainyard.sim.defaults import ELASTIC, RESIZE_COST, SUSPEND_COST, SUSPENDABLE
 
 if TYPE_CHECKING:  # for annotations only: the simulator loads when a command runs
     from trainyard.sim.placement_track import SeedResult
@@ -51,6 +51,11 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    help="which jobs can be suspended to take turns: all (default), half (even ids) or none")
     q.add_argument("--suspend-cost", type=float, default=SUSPEND_COST, metavar="SECONDS",
                    help="GPU time a suspension costs the job: checkpoint save and restore (default %(default)g)")
+    q.add_argument("--elastic", default="off", choices=ELASTIC,
+                   help="make every job elastic (linear speedup, up to twice its GPUs), from the GPUs it asked, "
+                   "half of them, or 1: it grows into idle GPUs and shrinks for waiting jobs (default off)")
+    q.add_argument("--resize-cost", type=float, default=RESIZE_COST, metavar="SECONDS",
+                   help="seconds without progress an elastic job's resize costs: a restart (default %(default)g)")
     q.add_argument("--time-slice", type=float, metavar="SECONDS",
                    help="time-sharing's minimum time slice (default: the scheduler's, 1800)")
     q.add_argument("--start", help="first submit time to include (YYYY-MM-DD[THH:MM])")

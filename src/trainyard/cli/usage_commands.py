@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from trainyard.cli import render
+from trainyard.cli import plain, render
 from trainyard.cli.exits import EXIT_USAGE
 from trainyard.client import Client
-from trainyard.schemas.jobs import JobDetail
-from trainyard.schemas.usage import UsageGrouping, UsageLine, UsageReport
+
+if TYPE_CHECKING:  # `yard job`'s efficiency line reads the report without the models (cli/plain.py)
+    from trainyard.schemas.jobs import JobDetail
+    from trainyard.schemas.usage import UsageGrouping, UsageLine, UsageReport
 
 HEADERS = ["NAME", "JOBS", "GPU-HOURS", "GPU EFF", "CPU-HOURS", "CPU EFF", "MEM GIB-HOURS"]
 JOB_HEADERS = ["JOB", "NAME", "USER", "VC", "GPU-HOURS", "GPU EFF", "CPU-HOURS", "CPU EFF", "MEM GIB-HOURS"]
@@ -99,6 +102,7 @@ def job_efficiency(client: Client, job: JobDetail) -> str | None:
     """The efficiency line of an ended job that ran; None for one that never started."""
     if job.startedAt is None or job.finishedAt is None:
         return None
-    report = client.usage(by="job", job=job.id, since=job.submittedAt,
-                          until=job.finishedAt + timedelta(seconds=1))
+    answer = client._usage_answer(by="job", since=job.submittedAt, until=job.finishedAt + timedelta(seconds=1),
+                                  job=job.id)  # as `client.usage(by="job", job=..., since=..., until=...)` asks
+    report: UsageReport = plain.read_or_parse(client, "usage.UsageReport", answer)
     return efficiency_line(report.lines[0]) if report.lines else None

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from trainyard.backends.base import WORKDIR_VARIABLE, Mount, PythonEnvironment, TaskKey, TaskLaunch
-from trainyard.core.states import AttemptState
-from trainyard.core.wiring import JobWiring, PlacedTask, mpi_hosts, task_env
+from trainyard.core.states import AttemptState, TaskState
+from trainyard.core.wiring import JobWiring, PlacedTask, elastic_env, mpi_hosts, task_env
 from trainyard.services.storages import PlannedMount
 from trainyard.spec.checks import qualified_image
 from trainyard.spec.models import JobSpec
@@ -79,6 +79,9 @@ def build_launch(
             raise EnvironmentGone(f"environment {named!r} no longer exists (it was deleted after the job was "
                                   "submitted); submit the job again in another environment")
         runs = environments[named]
+    elastic = spec.elastic_role
+    # An elastic job's workers are those it runs on now: not those that left, or are leaving.
+    members = [t for t in attempt.tasks if elastic is None or not (t.removed or TaskState(t.state).is_final)]
     wiring = JobWiring(
         job_id=job.id,
         job_name=job.name,
@@ -87,7 +90,7 @@ def build_launch(
         roles=spec.role_names,
         tasks=[
             PlacedTask(t.role, t.index, t.node, addresses.get(t.node, t.node), tuple(g[0] for g in t.gpus), t.ports)
-            for t in attempt.tasks
+            for t in members
         ],
         master_port=attempt.master_port or 0,
         resources={role: _resource_string(spec, role, attempt.tasks, task) for role in spec.role_names},
@@ -98,6 +101,11 @@ def build_launch(
     # Trainyard's own identifiers always describe the truth, whatever the job file says.
     env.update({k: v for k, v in wired.items() if k.startswith("TRAINYARD_")})
     env["TRAINYARD_TASK_RUN"] = str(task.run)
+    if elastic is not None and task.role == elastic:
+        role = spec.taskRoles[elastic]
+        first = next((t for t in members if t.role == elastic and t.index == 0), task)
+        env.update(elastic_env(wiring, elastic, task.index, role.instances, role.maxInstances or role.instances,
+                               first.resizes or 0))
     env.update(suspension_env(job, attempt, spec))
     launch_mounts = tuple(Mount(m.source, m.target, m.read_only, m.name, m.create_mode, m.root) for m in mounts or ())
     # Where each storage is on the node: a backend that mounts it elsewhere (a container, a

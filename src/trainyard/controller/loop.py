@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
 from trainyard.backends.base import Backend, JobDirectories, MetricsSource
+from trainyard.controller import elastic
 from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.dependencies import hold_back
 from trainyard.controller.fairshare import FairShareUsage
@@ -48,7 +49,7 @@ from trainyard.core.settings import (
 )
 from trainyard.core.wiring import PEER_PORT_LABEL
 from trainyard.monitor.exposition import ControllerTimings
-from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig, Snapshot, StartJob
+from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig, Snapshot, StartJob, TaskPlacement
 from trainyard.services import node_view
 from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
@@ -260,12 +261,13 @@ class Controller:
             gate = hold_back(session, self.waiting.load(session, now), self.waiting.dependencies)
             pending = gate.ready
             cannot_start = {**self.waiting.broken, **gate.never}
-            if not pending and not cannot_start and not gate.waits:
-                return False
+            if not pending and not cannot_start and not gate.waits and not job_queries.elastic_running(session):
+                return False  # nothing to start, fail, explain or grow
             pending, capped = hold_back_sweeps(session, pending)
             nodes = tuple(node_view.node_states(session, in_use=True))
             held = held_ports(session)
             work = running_work(session)
+            running = elastic.describe(session, work, self.spec_of)
             usage, borrowed_usage = self.fair_share.usage(session, work, now)
             snapshot = Snapshot(
                 nodes=nodes,
@@ -273,7 +275,7 @@ class Controller:
                 now=now,
                 vcs=virtual_clusters(session),
                 user_quotas=user_quotas(session),
-                running=work.running,
+                running=running,
                 preempting=work.ending,
                 user_groups=user_groups(session),
                 usage=usage,
@@ -299,18 +301,31 @@ class Controller:
                 # at every tick while the ports stay taken.
                 log.warning("cannot reserve ports for job %s: %s", start.job_id, error)
                 no_ports[start.job_id] = str(error)
+        grow_ports = {}
+        if decisions.grows:
+            with self.db.session() as session:
+                rows = job_queries.jobs_by_ids(session, [g.job_id for g in decisions.grows])
+                for g in decisions.grows:
+                    if g.job_id in rows:
+                        try:
+                            grow_ports[g.job_id] = self._task_ports(g.placements, self.spec_of(rows[g.job_id]), held)
+                        except OSError as error:  # the ports are taken: it grows in a later cycle
+                            log.warning("cannot reserve ports to grow job %s: %s", g.job_id, error)
         with self.db.session() as session:
             started, written = apply_decisions(
                 session, decisions, self.waiting.written, ports, self.clock, cannot_start, no_ports
             )
             preempted = preempt_jobs(session, decisions.preemptions, self.clock, self.spec_of)
+            resized = elastic.grow(session, [g for g in decisions.grows if g.job_id in grow_ports], grow_ports,
+                                   self.clock)
+            resized += elastic.shrink(session, decisions.shrinks, self.clock)
             if started and self.fair_share.enabled:
                 self.fair_share.started(_started_runs(session, decisions.starts, started, pending, now))
         self.waiting.written.update(written)
         for job_id in started:  # placed: its pending reason was cleared, so forget it
             self.waiting.written.pop(job_id, None)
         self.timings.cycle.observe(time.perf_counter() - began)
-        return bool(started or preempted)
+        return bool(started or preempted or resized)
 
     def _starting_spec(self, job_id: int) -> JobSpec:
         """The spec of a job about to start: parsed when it was loaded as waiting, and read
@@ -328,11 +343,21 @@ class Controller:
         of this cycle: ``held`` gains them)."""
         master = spec.role_names[0]
         master_node = next(p.node for p in start.placements if (p.role, p.index) == (master, 0))
+        plan = self._task_ports(start.placements, spec, held)
+        taken = held.setdefault(master_node, set())
+        master_port = self.backend.allocate_ports(master_node, 1, taken)[0]
+        taken.add(master_port)
+        return PortPlan(master_port=master_port, ports=plan)
+
+    def _task_ports(self, placements: Sequence[TaskPlacement], spec: JobSpec,
+                    held: dict[str, set[int]]) -> dict[tuple[str, int], dict[str, list[int]]]:
+        """Each task's own ports: its role's labels, or a peer port where the job has several
+        tasks (TF_CONFIG and the like; an elastic role's first worker hosts its rendezvous there)."""
         plan: dict[tuple[str, int], dict[str, list[int]]] = {}
-        several = len(start.placements) > 1
-        for p in start.placements:
+        several = len(placements) > 1 or spec.elastic_role is not None
+        for p in placements:
             labels = spec.taskRoles[p.role].resourcePerInstance.ports or {}
-            if not labels and several:  # a server port of its own for TF_CONFIG and the like
+            if not labels and several:
                 labels = {PEER_PORT_LABEL: 1}
             if labels:
                 taken = held.setdefault(p.node, set())
@@ -340,10 +365,7 @@ class Controller:
                 taken.update(got)
                 ports = iter(got)
                 plan[(p.role, p.index)] = {label: [next(ports) for _ in range(n)] for label, n in labels.items()}
-        taken = held.setdefault(master_node, set())
-        master_port = self.backend.allocate_ports(master_node, 1, taken)[0]
-        taken.add(master_port)
-        return PortPlan(master_port=master_port, ports=plan)
+        return plan
 
 
 

@@ -216,24 +216,29 @@ class Reconciler:
                 stop_needed = job.state == JobState.STOPPING or attempt.state != AttemptState.RUNNING
                 suspend = self._suspend_request(job, attempt, now)
                 environments: dict[str, RunsIn] | None = None  # read once the job has a task to launch
+                # An elastic job resizing: its workers start again only once every one told to
+                # restart has stopped, so that they all rendezvous at the new size together.
+                resizing = any(t.restart for t in attempt.tasks)
                 for task in attempt.tasks:
                     if TaskState(task.state).is_final:
                         continue
+                    # A worker an elastic job's resize told to leave, or to restart, stops alone.
+                    told = stop_needed or task.removed or task.restart
                     item = ActiveTask(
                         key=task_key(job, attempt, task),
                         task_id=task.id,
                         state=TaskState(task.state),
-                        stop_needed=stop_needed,
+                        stop_needed=told,
                         stop_sent=task.stop_sent,
                         grace=job.grace_seconds,
                     )
-                    if stop_needed and not task.stop_sent:
+                    if told and not task.stop_sent:
                         if suspend is not None and task.state == TaskState.RUNNING:
                             item.suspend, item.grace = suspend, (suspend.deadline - now).total_seconds()
                         plan.stops.append(item)
                     elif suspend is not None and task.state == TaskState.RUNNING and now >= suspend.deadline:
                         plan.overdue.append(item)
-                    elif task.state == TaskState.WAITING:
+                    elif task.state == TaskState.WAITING and not (resizing and job.elastic_max is not None):
                         spec = self.spec_of(job)
                         if environments is None:
                             environments = environments_of(session, spec)
@@ -345,6 +350,13 @@ class Reconciler:
     def _task_ended(self, session: Session, task: TaskRow, status: TaskStatus, now: datetime) -> None:
         job = job_queries.job_by_id(session, task.job_id)
         assert job is not None
+        if task.restart:
+            task.restart, task.stop_sent = False, False
+            attempt = current_attempt(job)
+            if (job.state == JobState.RUNNING and attempt is not None and attempt.id == task.attempt_id
+                    and attempt.state == AttemptState.RUNNING):
+                transitions.task_restarted(task)  # at the elastic job's new size, with the others
+                return
         exit_info = classify_exit(status.exit_code)
         # The backend's note may repeat the signal the description already names.
         notes = [n for n in (status.message or "").split("; ") if n and n not in exit_info.description]
@@ -356,7 +368,9 @@ class Reconciler:
             detail = image_unavailable_message(status.message)
         if task.stop_sent:
             new_state = TaskState.STOPPED
-            if status.exit_code == SUSPENDED_EXIT_CODE:
+            if task.removed:
+                detail = f"left as its elastic job shrank ({detail})"
+            elif status.exit_code == SUSPENDED_EXIT_CODE:
                 detail = f"saved its state and stopped as asked (exit {SUSPENDED_EXIT_CODE}: suspended)"
         elif status.exit_code == 0:
             new_state = TaskState.SUCCEEDED
@@ -368,7 +382,7 @@ class Reconciler:
         else:
             spec = self.spec_of(job)
             retry_count = spec.taskRoles[task.role].taskRetryCount
-            if not unavailable and task_should_rerun(status.exit_code, task.run + 1, retry_count):
+            if not unavailable and task_should_rerun(status.exit_code, task.run - task.resizes + 1, retry_count):
                 event = transitions.task_rerun(task, status.exit_code, detail, retry_count, self.clock.now())
                 record_event(session, job.id, event)
                 return
@@ -459,11 +473,19 @@ class Reconciler:
 
 
 def attained_gpu_seconds(attempt: AttemptRow) -> float:
-    """The GPU-seconds an ended attempt received: the GPUs its tasks held, for as long as it ran."""
+    """The GPU-seconds an ended attempt received: the GPUs each task held, for as long as it
+    held them (an elastic job's workers join and leave during the attempt)."""
     if attempt.started_at is None or attempt.finished_at is None:
         return 0.0
-    gpus = sum(milli for task in attempt.tasks for _, milli in task.gpus) / 1000
-    return gpus * max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
+    if attempt.job.elastic_max is None:  # every task held its GPUs the whole attempt
+        gpus = sum(milli for task in attempt.tasks for _, milli in task.gpus) / 1000
+        return gpus * max(0.0, (attempt.finished_at - attempt.started_at).total_seconds())
+    total = 0.0
+    for task in attempt.tasks:
+        start = max(task.started_at or attempt.started_at, attempt.started_at)
+        end = min(task.finished_at or attempt.finished_at, attempt.finished_at)
+        total += sum(milli for _, milli in task.gpus) / 1000 * max(0.0, (end - start).total_seconds())
+    return total
 
 
 def failure_why(attempt: AttemptRow) -> str:

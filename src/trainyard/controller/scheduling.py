@@ -13,7 +13,7 @@ from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.states import QUEUED_JOB_STATES, AttemptState, JobState
 from trainyard.scheduler.snapshot import Decisions, KeepWaiting, PendingJob, PendingReason, Preempt, StartJob
-from trainyard.services.requests import task_requests
+from trainyard.services.requests import elastic_growth, task_requests
 from trainyard.services.specs import StoredSpecs
 from trainyard.spec.dependencies import Dependencies
 from trainyard.spec.errors import SpecError
@@ -85,6 +85,7 @@ class WaitingJobs:
                 suspendable=spec.suspendable,
                 attained_service=attained,
                 avoid_nodes=lost_on.get(job_id, frozenset()),
+                grow=elastic_growth(spec),
             )
         return tuple(self._known[j] for j in current if j in self._known)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -87,6 +87,10 @@ class RunningWork:
     running: tuple[RunningJob, ...]
     ending: frozenset[int]  # already being stopped or preempted
     attempts: dict[int, int]  # job id -> the number of the attempt that holds its resources
+    # Elastic jobs (``scheduler/elastic.py``), by id: the most workers of their elastic role,
+    # and their workers leaving (told to by a shrink, still running).
+    elastic: dict[int, int] = field(default_factory=dict)
+    leaving: dict[int, tuple[tuple[str, int], ...]] = field(default_factory=dict)
 
 
 def running_work(session: Session) -> RunningWork:
@@ -98,9 +102,16 @@ def running_work(session: Session) -> RunningWork:
     for row in rows:
         tasks_of[row[0]].append(row)
     running, ending, attempts = [], set(), {}
+    elastic: dict[int, int] = {}
+    leaving: dict[int, tuple[tuple[str, int], ...]] = {}
     for job_id, tasks in tasks_of.items():
         _, vc, user, priority, state, grace, limit, attempt_state, started, stop_requested, *rest = tasks[0]
-        suspendable, attained, number, borrowed = rest[0], rest[1], rest[2], rest[3]
+        suspendable, attained, number, borrowed, elastic_max = rest[0], rest[1], rest[2], rest[3], rest[4]
+        if elastic_max is not None:
+            elastic[job_id] = elastic_max
+            gone = tuple((role, index) for *_, removed, role, index, _node, _gpus, _cpu, _memory in tasks if removed)
+            if gone:
+                leaving[job_id] = gone
         if state == JobState.STOPPING or attempt_state != AttemptState.RUNNING:
             ending.add(job_id)
         attempts[job_id] = number
@@ -125,4 +136,4 @@ def running_work(session: Session) -> RunningWork:
                 borrowed=bool(borrowed),
             )
         )
-    return RunningWork(tuple(running), frozenset(ending), attempts)
+    return RunningWork(tuple(running), frozenset(ending), attempts, elastic, leaving)

@@ -50,6 +50,7 @@ class EventKind(StrEnum):
     EXEC = "exec"  # a user ran a command or opened a shell in a task (yard exec, yard shell, the portal)
     SESSION_RENEWED = "session-renewed"  # an interactive session's lifetime was extended
     SESSION_IDLE = "session-idle"  # an interactive session has had no activity for a while
+    RESIZED = "resized"  # an elastic job grew or shrank: its workers restart at the new size
     TASK_RETRIED = "task-retried"
     TASK_EXITED = "task-exited"
     TASK_LOST = "task-lost"
@@ -119,6 +120,7 @@ class TaskRecord(Protocol):
     started_at: datetime | None
     finished_at: datetime | None
     stop_sent: bool
+    resizes: int  # of its runs, those an elastic job's resize began (not retries)
 
 
 def _move_job(job: JobRecord, new: JobState) -> None:
@@ -485,6 +487,23 @@ def task_rerun(task: TaskRecord, exit_code: int | None, detail: str, retry_count
         f"task {task.role}/{task.index} {detail}; re-running in place ({task.run} of {retry_count} task retries)",
         now,
     )
+
+
+def resized(before: int, after: int, why: str, now: datetime) -> Event:
+    """An elastic job's size changes (``controller/elastic.py``): workers join or leave, and
+    the others restart at the new size."""
+    verb = "grows" if after > before else "shrinks"
+    return Event(EventKind.RESIZED, f"{verb} from {before} to {after} worker(s): {why}", now)
+
+
+def task_restarted(task: TaskRecord) -> None:
+    """RUNNING -> WAITING: a worker of an elastic job stopped for a resize starts again in
+    place, as a new run; not a retry (``resizes`` counts such runs)."""
+    _move_task(task, TaskState.WAITING)
+    task.run += 1
+    task.resizes += 1
+    task.exit_code = None
+    task.message = f"restarted for a resize (run {task.run})"
 
 
 def task_ended(

@@ -107,6 +107,33 @@ def task_env(wiring: JobWiring, role: str, index: int) -> dict[str, str]:
     return env
 
 
+def elastic_env(wiring: JobWiring, role: str, index: int, low: int, high: int, generation: int) -> dict[str, str]:
+    """An elastic role's wiring (``instances: {min, max}``) for torchrun's elastic launch:
+    ``torchrun --nnodes=$TRAINYARD_NNODES --rdzv-backend=c10d
+    --rdzv-endpoint=$TRAINYARD_RDZV_ENDPOINT --rdzv-id=$TRAINYARD_RDZV_ID
+    --rdzv-conf=$TRAINYARD_RDZV_CONF`` (``TRAINYARD_TORCHRUN`` holds those flags). The
+    rendezvous is hosted by the role's first worker (never removed: it is within the
+    minimum) on its peer port; every resize starts a new one (the id counts them), at the
+    size the job has now, so ``--nnodes`` is that size."""
+    members = [t for t in wiring.tasks if t.role == role]
+    host = next((t for t in members if t.index == 0), members[0])
+    port = next(iter(host.ports.get(PEER_PORT_LABEL, ())), wiring.master_port)
+    env = {
+        "TRAINYARD_ELASTIC_MIN": str(low),
+        "TRAINYARD_ELASTIC_MAX": str(high),
+        "TRAINYARD_NNODES": str(len(members)),
+        "TRAINYARD_RDZV_ENDPOINT": f"{host.address}:{port}",
+        "TRAINYARD_RDZV_ID": f"trainyard-{wiring.job_id}-{wiring.attempt}-{generation}",
+        "TRAINYARD_RDZV_CONF": f"is_host={1 if index == host.index else 0}",
+        "TRAINYARD_ELASTIC_RESIZES": str(generation),
+    }
+    env["TRAINYARD_TORCHRUN"] = (
+        f"--nnodes={env['TRAINYARD_NNODES']} --rdzv-backend=c10d --rdzv-endpoint={env['TRAINYARD_RDZV_ENDPOINT']} "
+        f"--rdzv-id={env['TRAINYARD_RDZV_ID']} --rdzv-conf={env['TRAINYARD_RDZV_CONF']}"
+    )
+    return env
+
+
 def horovod_env(tasks: Sequence[PlacedTask], me: PlacedTask) -> dict[str, str]:
     """The ranks a Horovod process reads when no launcher set them (``horovodrun`` sets the
     same for the processes it starts): its rank and the job's size, its rank and their number

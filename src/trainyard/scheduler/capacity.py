@@ -86,6 +86,9 @@ class FreeNode:
     # GPUs cannot be shared (Slurm without shard GRES: ``GPU_SHARES_LABEL`` "false").
     shares: bool = True
     _selected: dict[tuple[str, bool], Selection] | None = field(default=None, init=False, repr=False)
+    # Counts the changes to its free capacity (``_apply``): what a scorer remembers of the
+    # node holds while this is the same.
+    version: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.cpu_total < 0:
@@ -126,6 +129,7 @@ class FreeNode:
         self.klass, self.position, self.only_model = klass, position, only_model
         self.state = node
         self.shares = node.labels.get(GPU_SHARES_LABEL) != "false"
+        self.version = 0
         return self
 
     def suits(self, pos: int, task: TaskRequest) -> bool:
@@ -258,6 +262,7 @@ class FreeNode:
         self._apply(placement, +1)
 
     def _apply(self, placement: TaskPlacement, sign: int) -> None:
+        self.version += 1
         if placement.whole_node:
             self.sealed -= sign
         self.cpu_milli += sign * placement.cpu_milli
@@ -323,6 +328,8 @@ class Capacity:
         self.rack_free: dict[str, int] = {}  # rack label -> free milli-GPU on its schedulable nodes
         self.mixed = False  # whether a node has GPUs of more than one model
         self._racks: dict[str, list[FreeNode]] = {}  # rack label -> its nodes (for ``candidates``)
+        # Nodes changed since the index was last read, filed again only then (``_flush``).
+        self._dirty: dict[str, FreeNode] = {}
         for node in nodes:
             self.nodes[node.name] = node
             if node.rack:
@@ -359,6 +366,26 @@ class Capacity:
             wholes = self._wholes[key[:2]]
             del wholes[bisect_left(wholes, key[2])]
 
+    def _flush(self) -> None:
+        """File again the nodes changed since the index was last read (``_change``). Most
+        changes are undone before then (a gang's tried tasks, a plan's probes, victims
+        released and occupied again): those cost no re-sorting. The index is read only
+        at the start of a query, never while a change is made, so it answers as if it
+        had been kept sorted at every change."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        filed_of = self._filed
+        for node in dirty.values():
+            filed = filed_of.get(node.name)
+            if filed is None:
+                continue  # not schedulable: not in the index
+            key, entry = filed
+            if entry[0] != node.gpu_sum or entry[1] != node.cpu_milli or key[2] != node.whole:
+                self._unfile(node)
+                self._file(node)
+        dirty.clear()
+
     def refile(self, name: str) -> None:
         """Re-sort a node after something the index depends on (its family) changed."""
         node = self.nodes[name]
@@ -366,6 +393,7 @@ class Capacity:
         self._file(node)
 
     def families(self) -> list[str]:
+        self._flush()
         return sorted({family for family, _ in self._wholes})
 
     def free_gpu(self) -> int:
@@ -389,6 +417,7 @@ class Capacity:
         Only GPU kinds that suit the task and nodes with enough whole free GPUs are
         visited; callers still check CPU, memory and which devices they may use.
         """
+        self._flush()
         min_whole = task.gpu_milli // MILLI if task.gpu_milli >= MILLI else 0
         least_sum = task.gpu_milli if 0 < task.gpu_milli < MILLI else -(1 << 62)
         wanted = None if families is None else set(families)
@@ -396,10 +425,12 @@ class Capacity:
             yield from self._in_rack(task, rack, wanted, extra, emptiest_first, min_whole, least_sum)
             return
         streams: list[Iterator[Entry]] = []
+        gpus = task.gpu_milli > 0
+        any_gpu = gpus and not task.gpu_models and not task.gpu_memory_mb  # any node with GPUs suits
         for (family, klass), wholes in self._wholes.items():
             if wanted is not None and family not in wanted:
                 continue
-            if task.gpu_milli > 0 and not _klass_suits(klass, task):
+            if gpus and (not klass if any_gpu else not _klass_suits(klass, task)):
                 continue
             for whole in wholes[bisect_left(wholes, min_whole) :]:
                 entries = self._lists[(family, klass, whole)]
@@ -468,12 +499,11 @@ class Capacity:
         node = self.nodes.get(placement.node)
         if node is None:  # a running task on a node that has left the inventory
             return
-        self._unfile(node)
         before = node.gpu_sum
         node._apply(placement, sign)
         if node.rack and node.schedulable:
             self.rack_free[node.rack] += node.gpu_sum - before
-        self._file(node)
+        self._dirty[node.name] = node  # filed again when the index is next read
 
 
 def _klass_suits(klass: Klass, task: TaskRequest) -> bool:

@@ -23,8 +23,18 @@ from trainyard.scheduler.snapshot import (
     TaskRequest,
 )
 
-# What decides whether a job can start (``shape``): VC, user or None, priority, borrowed, tasks.
-Shape = tuple[str, str | None, int, bool, tuple[TaskRequest, ...]]
+# What decides whether a job can start (``shape``): VC, user or None, priority, borrowed, and
+# its tasks, as a number (equal tuples of tasks, the same number within a cycle).
+Shape = tuple[str, str | None, int, bool, int]
+
+
+@dataclass(frozen=True)
+class Worker:
+    """An elastic job's worker beyond its minimum, as the planner sees it (``elastic``)."""
+
+    job_id: int
+    role: str
+    index: int
 
 
 @dataclass
@@ -64,6 +74,8 @@ class Reservation:
     owner: Owner
     hold: Tentative | None = None
     drains_at: float = -math.inf
+    # What its hold charges to quota (``Ledger.hold_reserved``), worked out at the first hold.
+    charges: list[TaskPlacement] | None = field(default=None, repr=False, compare=False)
 
     def holds(self, now: float) -> bool:
         return self.drains_at <= now
@@ -71,7 +83,7 @@ class Reservation:
     def apply(self, ledger: Ledger) -> None:
         if self.hold is None and self.holds(ledger.now):
             self.hold = Tentative()
-            ledger.hold_reserved(self.owner, self.placements, self.hold)
+            self.charges = ledger.hold_reserved(self.owner, self.placements, self.hold, self.charges)
 
     def lift(self) -> None:
         if self.hold is not None:
@@ -111,6 +123,13 @@ class Cycle:
     # Whether a job of a VC and tasks outside HiveD's promise would start alone on the
     # emptied cluster (``schedule.never_in_cells``), tried once per cycle.
     alone: dict[tuple[str, tuple[tuple[Any, ...], ...]], bool] = field(default_factory=dict)
+    # ``shape``'s answers by job (the job kept with it: its id is not reused while it lives),
+    # and a number per distinct tuple of tasks: the phases ask for a job's shape several
+    # times, and a tuple of tasks is hashed field by field at every dictionary lookup.
+    shapes: dict[int, tuple[PendingJob, Shape]] = field(default_factory=dict)
+    task_kinds: dict[tuple[TaskRequest, ...], int] = field(default_factory=dict)
+    # Elastic jobs' removable workers, by the id each has as running work (``elastic.split``).
+    workers: dict[int, Worker] = field(default_factory=dict)
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))
@@ -134,10 +153,20 @@ def shape(cycle: Cycle, job: PendingJob) -> Shape:
     """What decides whether a job can start: its VC, priority, whether it is tried as
     borrowed work, and tasks, and its user only when that user has a quota at that
     priority or the job asks for a GPU fraction (which devices it may share depends on
-    whose shares are on them: ``sharing``)."""
-    fraction = not cycle.ledger.sharing.open and any(0 < t.gpu_milli < MILLI for t in job.tasks)
+    whose shares are on them: ``sharing``). Worked out once per job and cycle (what it reads
+    does not change within one)."""
+    known = cycle.shapes.get(id(job))
+    if known is not None and known[0] is job:
+        return known[1]
+    tasks = job.tasks
+    number = cycle.task_kinds.get(tasks)
+    if number is None:
+        number = cycle.task_kinds[tasks] = len(cycle.task_kinds)
+    fraction = not cycle.ledger.sharing.open and any(0 < t.gpu_milli < MILLI for t in tasks)
     user = job.user if fraction or (job.user, job.priority_rank) in cycle.snapshot.user_quotas else None
-    return (job.vc, user, job.priority_rank, job.borrowing, job.tasks)
+    kind: Shape = (job.vc, user, job.priority_rank, job.borrowing, number)
+    cycle.shapes[id(job)] = (job, kind)
+    return kind
 
 
 def start_if_fits(cycle: Cycle, job: PendingJob) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 from trainyard.core.resources import MILLI
@@ -164,7 +165,11 @@ def _merged(
     heap = [(usage.get(user, 0.0), position[queued[0].job_id], user, 0) for user, queued in by_user.items()]
     heapq.heapify(heap)
     out: list[PendingJob] = []
-    placed = _Counts(len(jobs))  # the original places of the jobs placed so far
+    # The original places of the jobs placed so far: those placed after every place before
+    # them (most jobs), in a list that stays sorted as they are appended, and the others
+    # in a tree that counts them.
+    in_order: list[int] = []
+    placed = _Counts(len(jobs))
     latest = -1  # the latest original place placed so far
     while heap:
         value, place, user, index = heapq.heappop(heap)
@@ -173,12 +178,13 @@ def _merged(
         # Jobs placed before it that came after it: other users' (a user's own keep their
         # order). None if it comes after every job placed so far (most jobs: no count needed).
         if place < latest:
-            ahead = len(out) - placed.up_to(place)
+            ahead = len(out) - bisect_right(in_order, place) - placed.up_to(place)
             if ahead:
                 overtaken[job.job_id] = ahead
+            placed.add(place)
         else:
             latest = place
-        placed.add(place)
+            in_order.append(place)
         out.append(job)
         if index + 1 < len(queued):
             penalty = max(_LEAST_GPUS, sum(t.gpu_milli for t in job.tasks) / MILLI) * half_life

@@ -82,6 +82,15 @@ class Ledger:
                     for share in p.gpus:
                         self.reclaimable_gpu[(p.node, share.index)] += share.milli
 
+    def close(self) -> None:
+        """Stop the capacity index listening to the cells once the cycle is over. The two
+        refer to each other (the index files nodes by cell family, the cells tell it of a
+        change), so without this the cycle's whole state — every node, index entry and
+        cell — is freed only by the next cyclic garbage collection, which after a cycle
+        run without collection (``schedule._without_cyclic_gc``) walks all of it: at 1,000
+        nodes some 5 % of a cycle. Reference counting frees it at once."""
+        self.cells.on_change = _unheard
+
     def held_in(self, node: FreeNode, number: int) -> bool:
         """Whether part of a cell no VC holds is taken by something preemption cannot
         reclaim: no guaranteed job runs in an unbound cell, so that is another job's plan
@@ -131,21 +140,33 @@ class Ledger:
             self.quotas.charge(owner, p, tentative)
         self.sharing.add((owner.user, owner.vc), placements, +1, tentative)
 
-    def hold_reserved(self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative) -> None:
+    def hold_reserved(
+        self, owner: Owner, placements: list[TaskPlacement], tentative: Tentative,
+        charges: list[TaskPlacement] | None = None,
+    ) -> list[TaskPlacement]:
         """A reservation's hold: all its resources, but quota only for the part of its GPUs
         that its own VC's guaranteed work does not occupy now. That work gives its quota
         back when it ends, which is when the reservation can start; charging it again
-        would count the VC's quota twice and keep every job behind the reservation out."""
-        own = self._guaranteed_use(owner.vc) if owner.guaranteed else {}
-        for p in placements:
+        would count the VC's quota twice and keep every job behind the reservation out.
+
+        Returns what is charged to quota, one per placement: ``charges``, given back on a
+        later call, is charged as it is (running work is fixed for the cycle, so is it;
+        a reservation is lifted and held again for every job that may pass it)."""
+        if charges is None:
+            own = self._guaranteed_use(owner.vc) if owner.guaranteed else {}
+            charges = [
+                replace(p, gpus=tuple(
+                    GpuShare(s.index, s.milli - own.get((p.node, s.index), 0))
+                    for s in p.gpus
+                    if s.milli > own.get((p.node, s.index), 0)
+                ))
+                for p in placements
+            ]
+        for p, charge in zip(placements, charges, strict=True):
             self.capacity.take(p, tentative)
-            rest = tuple(
-                GpuShare(s.index, s.milli - own.get((p.node, s.index), 0))
-                for s in p.gpus
-                if s.milli > own.get((p.node, s.index), 0)
-            )
-            self.quotas.charge(owner, replace(p, gpus=rest), tentative)
+            self.quotas.charge(owner, charge, tentative)
         self.sharing.add((owner.user, owner.vc), placements, +1, tentative)
+        return charges
 
     def _guaranteed_use(self, vc: str) -> dict[tuple[str, int], int]:
         """Milli-GPU per (node, device) that ``vc``'s guaranteed running work, not being
@@ -174,6 +195,10 @@ class Ledger:
         owner = running_owner(job)
         self._owners[id(job)] = (job, owner)  # the job kept with it: its id is not reused
         return owner
+
+
+def _unheard(node: str) -> None:
+    """``Cells.on_change`` once the ledger is closed."""
 
 
 class Released:
@@ -339,10 +364,17 @@ class Access:
             closed = self.closed(node)
             if closed:
                 eligible = [p for p in eligible if p not in closed]
+        only = node.only_model  # one model: one question for every device
         if self.limited:
-            eligible = [p for p in eligible if (quotas.free_of(self.owner.vc, node.gpu_model[p]) or 0) > 0]
+            if only is not None:
+                eligible = eligible if (quotas.free_of(self.owner.vc, only) or 0) > 0 else []
+            else:
+                eligible = [p for p in eligible if (quotas.free_of(self.owner.vc, node.gpu_model[p]) or 0) > 0]
         elif self.borrowing:
-            eligible = [p for p in eligible if quotas.borrow_free(self.owner.vc, node.gpu_model[p]) > 0]
+            if only is not None:
+                eligible = eligible if quotas.borrow_free(self.owner.vc, only) > 0 else []
+            else:
+                eligible = [p for p in eligible if quotas.borrow_free(self.owner.vc, node.gpu_model[p]) > 0]
         if not eligible:
             return None
         if not self.in_cells:

@@ -1,6 +1,8 @@
 """The preemption planner: the fewest, cheapest running jobs to stop so a guaranteed job fits.
 
 Who may be a victim of guaranteed job J of VC V (never anyone else):
+* any elastic job's workers beyond its minimum (``elastic``), first: they use GPUs no one
+  waiting could, and lose only a restart from the job's last checkpoint;
 * any opportunistic job, of any VC, and any borrowed work (``borrowing``) — reclaim: V
   wants its guaranteed share back; borrowed work of the VC that borrows most beyond its
   weighted share goes first;
@@ -11,7 +13,7 @@ Who may be a victim of guaranteed job J of VC V (never anyone else):
   slice since they last (re)started: jobs take turns, least attained service first, and
   none is suspended more than once per slice (the rules are ``turns``').
 Another VC's guaranteed job is never a victim. A job J tried as borrowed work (over its
-VC's quota, ``PendingJob.borrowing``) may take only opportunistic work, and — fair share
+VC's quota, ``PendingJob.borrowing``) may take only extra workers and opportunistic work, and — fair share
 by weight — borrowed work of another VC whose weighted borrowed share is above what V's
 would be with J, once that work has run a whole time slice. A job already being preempted is never
 preempted twice; it is the first candidate, since its resources are coming back anyway,
@@ -47,7 +49,6 @@ import heapq
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 
 from trainyard.core.priorities import OPPORTUNISTIC_RANK, Priority
 from trainyard.scheduler.capacity import Tentative
@@ -69,7 +70,9 @@ VictimKey = tuple[bool, int, float, int, bool, float, int]
 
 
 def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
-    """The order running jobs are given up in: already stopping first, then opportunistic
+    """The order running jobs are given up in: already stopping first, then elastic jobs'
+    workers beyond their minimum (shrinking before suspending or stopping; those whose job
+    loses least of its speed without them first), then opportunistic
     work, then borrowed work (of the VC furthest over its weighted share first), then
     guaranteed work; within each, the lowest priority, then suspendable ones, the most
     attained service first (LAS), then the others by least work lost (shortest running),
@@ -80,8 +83,8 @@ def victim_key(cycle: Cycle) -> Callable[[RunningJob], VictimKey]:
 
     def key(r: RunningJob) -> VictimKey:
         cost = -r.attained_at(now) if r.suspendable else -r.started_at
-        tier = 0 if r.priority_rank >= OPPORTUNISTIC_RANK else 1 if r.borrowed else 2
-        share = -shares.get(r.vc, 0.0) if tier == 1 else 0.0
+        tier = -1 if r.extra else 0 if r.priority_rank >= OPPORTUNISTIC_RANK else 1 if r.borrowed else 2
+        share = -shares.get(r.vc, 0.0) if tier == 1 else r.worth if tier == -1 else 0.0
         return (r.job_id not in stopping, tier, share, -r.priority_rank, not r.suspendable, cost, r.job_id)
 
     return key
@@ -184,7 +187,8 @@ def candidates(
     if job.borrowing:
         return (
             v for v in reclaimable
-            if v.job_id not in claimed and (v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
+            if v.job_id not in claimed
+            and (v.extra or v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
             and (useful is None or useful(v))
         )
     streams: list[Iterator[RunningJob]] = [iter(reclaimable)]
@@ -259,7 +263,7 @@ def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
         ):
             continue  # what it frees, the plan it stops for takes whole
         if job.borrowing:
-            if r.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, r):
+            if r.extra or r.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, r):
                 found.append(r)
             continue
         own_lower = (
@@ -549,42 +553,49 @@ def _rebind(
         ledger.cells.rebind(vc, _survivors(cycle, vc, victims), tentative)
 
 
-@contextmanager
 def _victims_gone(
     cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool
-) -> Iterator[None]:
-    """The ledger as it will be once ``victims`` have stopped (``released``: they are released
-    in it already; ``rederive``: with the job's VC's cells derived as the next cycle will),
-    put back as it was on leaving."""
+) -> Tentative:
+    """Make the ledger as it will be once ``victims`` have stopped (``released``: they are
+    released in it already; ``rederive``: with the job's VC's cells derived as the next cycle
+    will); discarding the returned changes puts it back as it was. (Not a context manager:
+    asked thousands of times a cycle, a generator's ``with`` cost more than the rest.)"""
     ledger = cycle.ledger
     undo = Tentative()
     if not released:
         for victim in victims:
             ledger.release(victim, undo)
-    _rebind(cycle, job, victims, undo, rederive=rederive and _rederives(cycle, victims))
     try:
-        yield
-    finally:
+        _rebind(cycle, job, victims, undo, rederive=rederive and _rederives(cycle, victims))
+    except BaseException:
         undo.discard()
+        raise
+    return undo
 
 
 def _fits_after(
     cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool = False
 ) -> bool:
     """Whether ``job`` fits once ``victims`` have stopped (``_victims_gone``'s terms)."""
-    with _victims_gone(cycle, job, victims, rederive=rederive, released=released):
+    undo = _victims_gone(cycle, job, victims, rederive=rederive, released=released)
+    try:
         if cycle.ledger.quotas.admit(job) is not None:
             return False
         somewhere = fits_somewhere(job, cycle.ledger)  # a yes or no: no scorer's search where it can tell
         return _fits(cycle, job) is not None if somewhere is None else somewhere
+    finally:
+        undo.discard()
 
 
 def _placed_after(
     cycle: Cycle, job: PendingJob, victims: list[RunningJob], *, rederive: bool, released: bool = False
 ) -> list[TaskPlacement] | None:
     """Where ``job`` would go once ``victims`` have stopped (``_victims_gone``'s terms), if anywhere."""
-    with _victims_gone(cycle, job, victims, rederive=rederive, released=released):
+    undo = _victims_gone(cycle, job, victims, rederive=rederive, released=released)
+    try:
         return _fits(cycle, job)
+    finally:
+        undo.discard()
 
 
 def _spare(

@@ -46,11 +46,12 @@ class Owner:
     user: str
     rank: int
     borrowed: bool = False  # a guaranteed rank run over its VC's quota (``borrowing``)
+    extra: bool = False  # an elastic job's worker beyond its minimum (``elastic``): counts against nothing
 
     @property
     def guaranteed(self) -> bool:
         """Within its VC's guarantee: holds quota and cells."""
-        return self.rank < OPPORTUNISTIC_RANK and not self.borrowed
+        return self.rank < OPPORTUNISTIC_RANK and not self.borrowed and not self.extra
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,23 @@ class Refusal:
     models: tuple[str, ...] = ()
 
 
+# Owners by (VC, user, rank, borrowed), shared: a cycle asks for a job's owner at every
+# placement it tries, and a frozen dataclass costs more to build than a lookup.
+_OWNERS: dict[tuple[str, str, int, bool, bool], Owner] = {}
+
+
 def job_owner(job: PendingJob) -> Owner:
-    return Owner(job.vc, job.user, job.priority_rank, job.borrowing)
+    key = (job.vc, job.user, job.priority_rank, job.borrowing, job.extra)
+    owner = _OWNERS.get(key)
+    if owner is None:
+        if len(_OWNERS) > 65536:  # users and VCs are few; bound it all the same
+            _OWNERS.clear()
+        owner = _OWNERS[key] = Owner(*key)
+    return owner
 
 
 def running_owner(job: RunningJob) -> Owner:
-    return Owner(job.vc, job.user, job.priority_rank, job.borrowed)
+    return Owner(job.vc, job.user, job.priority_rank, job.borrowed, job.extra)
 
 
 def gpu_need(job: PendingJob) -> int:
@@ -240,7 +252,7 @@ class Quotas:
     def _apply(self, owner: Owner, placement: TaskPlacement, sign: int) -> None:
         # Called for every charge and refund a cycle tries (preemption plans try thousands):
         # written for speed, the arithmetic is the plain one.
-        if not self._counting or not placement.gpus:
+        if not self._counting or not placement.gpus or owner.extra:
             return
         milli = 0
         for share in placement.gpus:

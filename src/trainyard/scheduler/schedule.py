@@ -23,7 +23,9 @@ Phases, in the manner of Kueue's cycle, over one ``Ledger`` built from the snaps
    and plan; those with no room may reclaim opportunistic work, or other VCs' borrowed
    work by fair share;
 5. the opportunistic queue, like 2, behind all of those;
-6. **explain**: every waiting job gets a reason, its position in its VC and an ETA.
+6. **grow** (``elastic``): elastic jobs take what is still idle, a worker at a time in turns;
+   the plans' victims that are elastic jobs' extra workers become ``Shrink`` decisions;
+7. **explain**: every waiting job gets a reason, its position in its VC and an ETA.
 
 A job that does not fit does not block smaller ones behind it (backfill), and the first
 one that does not fit is not starved either (its reservation).
@@ -41,7 +43,7 @@ from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.priorities import OPPORTUNISTIC_RANK
 from trainyard.core.resources import MILLI
 from trainyard.core.selectors import SelectorError, compile_selector
-from trainyard.scheduler import whole_nodes
+from trainyard.scheduler import elastic, whole_nodes
 from trainyard.scheduler.backfill import reserve
 from trainyard.scheduler.borrowing import borrows_now, run_borrowing
 from trainyard.scheduler.capacity import FreeNode, Tentative
@@ -121,7 +123,7 @@ class _Laps:
 def schedule(snapshot: Snapshot, phases: dict[str, float] | None = None) -> Decisions:
     """One cycle's decisions. ``phases``, if given, gets the seconds spent in each phase
     added to it: ``prepare`` (ledger, scorer, order), ``guaranteed`` (steps 2),
-    ``preempt`` (3), ``borrow`` (4), ``opportunistic`` (5), ``explain`` (6)."""
+    ``preempt`` (3), ``borrow`` (4), ``opportunistic`` (5), ``elastic`` (6), ``explain`` (7)."""
     with _without_cyclic_gc():
         return _schedule(snapshot, _Laps(phases))
 
@@ -146,8 +148,9 @@ def _without_cyclic_gc() -> Iterator[None]:
 
 def _schedule(snapshot: Snapshot, laps: _Laps) -> Decisions:
     snapshot = whole_nodes.resolve(snapshot)  # whole-node tasks' amounts, as a lower bound
+    snapshot, workers = elastic.split(snapshot)  # elastic jobs' extra workers, as work of their own
     ledger = Ledger(snapshot)
-    cycle = Cycle(snapshot, ledger, scorer_for(snapshot))
+    cycle = Cycle(snapshot, ledger, scorer_for(snapshot), workers=workers)
     order, overtaken = ordered(snapshot)
     cycle.overtaken = overtaken
     *guaranteed, opportunistic = queues(order, by_vc=bool(snapshot.vcs))
@@ -170,12 +173,18 @@ def _schedule(snapshot: Snapshot, laps: _Laps) -> Decisions:
     laps.lap("borrow")
     run_queue(cycle, opportunistic)
     laps.lap("opportunistic")
+    grows = elastic.grow(cycle)
+    preemptions, shrinks = elastic.decisions(cycle, cycle.preemptions)
+    laps.lap("elastic")
     waits = explain(cycle, order)
+    ledger.close()  # its state is freed as soon as the cycle returns
     laps.lap("explain")
     return Decisions(
         starts=tuple(cycle.starts),
         waits=waits,
-        preemptions=tuple(sorted(cycle.preemptions, key=lambda p: p.job_id)),
+        preemptions=tuple(sorted(preemptions, key=lambda p: p.job_id)),
+        grows=tuple(grows),
+        shrinks=tuple(shrinks),
     )
 
 
@@ -384,7 +393,8 @@ def _may_preempt(cycle: Cycle, job: PendingJob, refusal: Refusal | None) -> bool
 def _held_back(cycle: Cycle, job: PendingJob, reservation: Reservation) -> bool:
     """Whether the job would start if the reservation did not hold anything."""
     ledger = cycle.ledger
-    with _lifted(reservation, ledger):
+    reservation.lift()  # as ``_lifted`` does (asked for most jobs behind a reservation: without a generator)
+    try:
         if ledger.quotas.admit(job) is not None:
             return False
         somewhere = fits_somewhere(job, ledger)
@@ -393,6 +403,8 @@ def _held_back(cycle: Cycle, job: PendingJob, reservation: Reservation) -> bool:
         attempt = Tentative()
         placed = place_gang(job, ledger, cycle.scorer, attempt)
         attempt.discard()
+    finally:
+        reservation.apply(ledger)
     return placed is not None
 
 

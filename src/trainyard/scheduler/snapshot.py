@@ -92,6 +92,15 @@ class PendingJob:
     # Set by the scheduler alone, on the copy it tries as borrowed work (``borrowing``):
     # over its VC's quota, placed on other VCs' idle guaranteed GPUs. Inputs leave it False.
     borrowing: bool = False
+    # Elastic (``elastic``): the tasks it may add beyond ``tasks`` (its minimum, the gang
+    # that starts it), in the order they are added; () for a job of fixed size.
+    grow: tuple[TaskRequest, ...] = ()
+    # An elastic job's throughput by number of workers, as measured points ascending
+    # (``elastic.throughput``); (): unknown, taken as linear (every worker helps alike).
+    speedup: tuple[tuple[int, float], ...] = ()
+    # Set by the scheduler alone, on an elastic job's worker beyond its minimum that it
+    # places (``elastic.grow``): it holds no quota and no cells. Inputs leave it False.
+    extra: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,12 +152,26 @@ class RunningJob:
     # It runs on GPUs its VC borrowed beyond its quota (``borrowing.py``): like opportunistic
     # work it holds no quota and no cells, and is reclaimed when a lender needs them back.
     borrowed: bool = False
+    # Elastic (``elastic``): the tasks it may still add, in the order they are added; its
+    # running workers beyond its minimum that may be removed, the first to go first; and
+    # those being removed (they hold their resources until they have exited).
+    grow: tuple[TaskRequest, ...] = ()
+    shrink: tuple[tuple[str, int], ...] = ()
+    leaving: tuple[tuple[str, int], ...] = ()
+    speedup: tuple[tuple[int, float], ...] = ()  # as ``PendingJob.speedup``
+    # Set by the scheduler alone (``elastic.split``): one worker of an elastic job beyond its
+    # minimum, as work of its own: it holds no quota and no cells, and any plan takes it
+    # before it stops or suspends a job — those whose job loses least without them first
+    # (``worth``: the share of its speed the job would lose). Inputs leave them unset.
+    extra: bool = False
+    worth: float = 0.0
 
     @cached_property
     def guaranteed(self) -> bool:
-        """Whether it runs within its VC's guarantee (not opportunistic, not borrowed):
-        only such work holds quota and cells and is never reclaimed by another VC."""
-        return self.priority_rank < OPPORTUNISTIC_RANK and not self.borrowed
+        """Whether it runs within its VC's guarantee (not opportunistic, not borrowed, not
+        an elastic job's extra worker): only such work holds quota and cells and is never
+        reclaimed by another VC."""
+        return self.priority_rank < OPPORTUNISTIC_RANK and not self.borrowed and not self.extra
 
     def attained_at(self, now: float) -> float:
         """GPU-seconds its chain has received by ``now`` (least attained service's measure)."""
@@ -278,7 +301,30 @@ class Preempt:
 
 
 @dataclass(frozen=True)
+class Grow:
+    """Add workers to a running elastic job (``elastic``): each task a worker beyond its
+    minimum, placed on idle resources."""
+
+    job_id: int
+    placements: tuple[TaskPlacement, ...]
+
+
+@dataclass(frozen=True)
+class Shrink:
+    """Remove workers beyond its minimum from a running elastic job, so that ``for_job_id``
+    fits: told to stop, they hold their resources until they have exited."""
+
+    job_id: int
+    tasks: tuple[tuple[str, int], ...]  # (role, index)
+    grace_seconds: float
+    reason: str
+    for_job_id: int
+
+
+@dataclass(frozen=True)
 class Decisions:
     starts: tuple[StartJob, ...] = ()
     waits: tuple[KeepWaiting, ...] = field(default_factory=tuple)
     preemptions: tuple[Preempt, ...] = ()
+    grows: tuple[Grow, ...] = ()
+    shrinks: tuple[Shrink, ...] = ()

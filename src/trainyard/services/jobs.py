@@ -27,6 +27,7 @@ from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, Se
 from trainyard.services.requests import task_requests
 from trainyard.services.specs import StoredSpecs
 from trainyard.services.storages import check_storage_uses
+from trainyard.services.submit_facts import SubmitFacts
 from trainyard.services.views import job_detail
 from trainyard.spec.checks import rendered_size_errors
 from trainyard.spec.errors import SpecError
@@ -80,6 +81,23 @@ def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
     return warnings
 
 
+# Backends that resize an elastic job's attempt in place (``controller/elastic.py``): tested
+# on the local backend; Slurm's gang allocations are not yet grown or shrunk.
+ELASTIC_BACKENDS = ("local",)
+
+
+def check_backend(spec: JobSpec, backend: str) -> None:
+    """Refuse what this backend cannot run: an elastic role, on a backend that cannot resize."""
+    role = spec.elastic_role
+    if role is not None and backend not in ELASTIC_BACKENDS:
+        raise Invalid(
+            f"taskRoles.{role}.instances: elastic jobs run on the {', '.join(ELASTIC_BACKENDS)} backend for now, "
+            f"not on {backend}: give the role a fixed number of instances",
+            details=[{"path": f"taskRoles.{role}.instances",
+                      "message": f"elastic jobs are not supported on the {backend} backend yet"}],
+        )
+
+
 def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
     """Refuse, with the numbers, a job that could never run on these nodes."""
     problems = never_fits(nodes, list(task_requests(spec)))
@@ -92,13 +110,15 @@ def check_fits(nodes: list[NodeState], spec: JobSpec) -> None:
 
 
 def check_within_vc_quota(
-    session: Session, spec: JobSpec, requests: list[TaskRequest], *, borrowing: bool = True
+    session: Session, spec: JobSpec, requests: list[TaskRequest], *, borrowing: bool = True,
+    facts: SubmitFacts | None = None,
 ) -> None:
     """Refuse a guaranteed job bigger than its VC's whole quota and what it may borrow: it
-    could never start (with no borrowing limit, it may always borrow, when GPUs are idle)."""
+    could never start (with no borrowing limit, it may always borrow, when GPUs are idle).
+    ``facts``: the VCs as a batch of submits read them once (else read here)."""
     if Priority(spec.priority).is_opportunistic:
         return
-    quotas = guaranteed_quotas(session)
+    quotas = guaranteed_quotas(session) if facts is None else facts.vc_quotas
     vc = spec.defaults.virtualCluster
     if vc not in quotas:
         return  # no VCs defined: no quotas
@@ -109,10 +129,11 @@ def check_within_vc_quota(
     quota = quotas[vc][0]
     accepted = set() if any(not t.gpu_models for t in requests) else {m for t in requests for m in t.gpu_models}
     total = sum(gpus for model, gpus in quota.items() if not accepted or model in accepted)
-    limit = vc_borrowing(session).get(vc, Borrowing()).borrow_limit if borrowing else 0
+    limit = ((vc_borrowing(session) if facts is None else facts.vc_borrowing).get(vc, Borrowing()).borrow_limit
+             if borrowing else 0)
     if borrowing and limit is None:
         return
-    models = accepted or set(node_queries.gpus_by_model(session))
+    models = accepted or set(node_queries.gpus_by_model(session) if facts is None else facts.gpus_by_model)
     most = total + (limit or 0) * len(models)
     if need > most * 1000:
         of = f" of {'/'.join(sorted(accepted))}" if accepted else ""
@@ -130,19 +151,24 @@ def check_within_vc_quota(
         )
 
 
-def check_within_user_quota(session: Session, user: UserRow, spec: JobSpec, requests: list[TaskRequest]) -> None:
+def check_within_user_quota(session: Session, user: UserRow, spec: JobSpec, requests: list[TaskRequest],
+                            facts: SubmitFacts | None = None) -> None:
     """Refuse a job bigger than its owner may hold at its priority: it could never start."""
-    limit = user_queries.user_quota(session, user.id, str(spec.priority))
+    if facts is None:
+        row = user_queries.user_quota(session, user.id, str(spec.priority))
+        limit = None if row is None else row.gpu_milli
+    else:
+        limit = facts.user_quota_milli(user.id, str(spec.priority))
     if limit is None:
         return
     need = sum(t.gpu_milli for t in requests)
-    if need > limit.gpu_milli:
+    if need > limit:
         raise Invalid(
-            f"the job needs {need / 1000:g} GPU but user {user.name} may hold at most {limit.gpu_milli / 1000:g} "
+            f"the job needs {need / 1000:g} GPU but user {user.name} may hold at most {limit / 1000:g} "
             f"at priority {spec.priority}: it could never start; submit it at another priority, or ask an admin "
             f"to raise the limit (`yard quota set {user.name} --priority {spec.priority} --gpus N`)",
             details=[{"path": "priority", "message": f"user {user.name} may hold at most "
-                                                     f"{limit.gpu_milli / 1000:g} GPU at {spec.priority}"}],
+                                                     f"{limit / 1000:g} GPU at {spec.priority}"}],
         )
 
 
@@ -175,12 +201,13 @@ def check_rendered_size(spec: JobSpec, limits: SubmitLimits) -> None:
         raise SpecError(problems)
 
 
-def check_waiting_jobs(session: Session, user: UserRow, limits: SubmitLimits) -> None:
+def check_waiting_jobs(session: Session, user: UserRow, limits: SubmitLimits,
+                       facts: SubmitFacts | None = None) -> None:
     """Refuse (429) a job past the number of waiting jobs one user may have."""
     limit = limits.max_waiting_jobs
     if limit is None:
         return
-    waiting = job_queries.waiting_job_count(session, user.id)
+    waiting = job_queries.waiting_job_count(session, user.id) if facts is None else facts.waiting(user.id)
     if waiting >= limit:
         raise TooMany(
             f"user {user.name} has {waiting:,} jobs waiting, the most this cluster allows "
@@ -191,10 +218,11 @@ def check_waiting_jobs(session: Session, user: UserRow, limits: SubmitLimits) ->
 
 
 def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: list[NodeState] | None = None,
-                      limits: SubmitLimits = DEFAULT_SUBMIT_LIMITS) -> None:
-    """Every check a submit makes before it queues the job; a dry run makes exactly these."""
+                      limits: SubmitLimits = DEFAULT_SUBMIT_LIMITS, facts: SubmitFacts | None = None) -> None:
+    """Every check a submit makes before it queues the job; a dry run makes exactly these.
+    ``facts``: what a batch of submits read once for all of them (``submit_facts.py``)."""
     check_rendered_size(spec, limits)
-    check_waiting_jobs(session, user, limits)
+    check_waiting_jobs(session, user, limits, facts)
     check_no_masked_secrets(spec)
     notices.check_job_notify(spec, limits.webhook_allow)
     check_vc_access(session, user, spec.defaults.virtualCluster)
@@ -203,8 +231,8 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     check_fits(inventory, spec)
     # A whole-node task counts the GPUs of the smallest node that suits it (a lower bound).
     requests = list(resolve_tasks(task_requests(spec), inventory))
-    check_within_vc_quota(session, spec, requests, borrowing=limits.borrowing)
-    check_within_user_quota(session, user, spec, requests)
+    check_within_vc_quota(session, spec, requests, borrowing=limits.borrowing, facts=facts)
+    check_within_user_quota(session, user, spec, requests, facts)
     check_job_environments(session, user, spec)
     check_dependencies(session, user, spec)
     if spec.workdir is not None:
@@ -226,7 +254,28 @@ def submit_job(
     ``nodes`` is the inventory to check against; by default it is read from the store.
     ``cloned_from`` names the job this one copies, for its history.
     """
-    check_submittable(session, user, spec, nodes=nodes, limits=limits)
+    job, event = new_job(session, user, spec, clock=clock, nodes=nodes, cloned_from=cloned_from, limits=limits)
+    session.flush()
+    record_event(session, job.id, event)
+    return job
+
+
+def new_job(
+    session: Session,
+    user: UserRow,
+    spec: JobSpec,
+    *,
+    clock: Clock,
+    nodes: list[NodeState] | None = None,
+    cloned_from: int | None = None,
+    limits: SubmitLimits = DEFAULT_SUBMIT_LIMITS,
+    facts: SubmitFacts | None = None,
+) -> tuple[JobRow, transitions.Event]:
+    """``submit_job``'s checks and its job, added to ``session`` but not yet written, with
+    the event of its submit: the caller flushes (the row gets its id) and records the event
+    (``record_event``), so that a batch of submits writes its jobs in one statement and
+    their events in another (``submission.py``). ``facts``: what the batch read once."""
+    check_submittable(session, user, spec, nodes=nodes, limits=limits, facts=facts)
     if spec.workdir is not None and user.is_admin:  # checked above; an admin's clone of another's job
         workdirs.usable(session, user, spec.workdir, clock=clock)  # records it as theirs while it runs
     job = JobRow(
@@ -240,12 +289,13 @@ def submit_job(
         suspendable=spec.suspendable,
         watchdog_seconds=spec.watchdogSeconds,
         workdir=spec.workdir,
+        elastic_max=spec.taskRoles[spec.elastic_role].maxInstances if spec.elastic_role else None,
     )
     event = transitions.submit(job, user.name, clock.now(), cloned_from=cloned_from)
     session.add(job)
-    session.flush()
-    record_event(session, job.id, event)
-    return job
+    if facts is not None:
+        facts.made(user.id)
+    return job, event
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ def _make(session: Session, server: Server, user: UserRow, document: dict[str, A
     for index, point in enumerate(sweep.points):
         spec = validate_job(sweep_spec.member_document(rest, point, index, row.id))
         try:
+            job_service.check_backend(spec, server.backend.name)
             job = job_service.submit_job(session, user, spec, clock=server.clock, nodes=nodes,
                                          limits=server.submit_limits)
         except ServiceError as error:

@@ -22,6 +22,7 @@ from typing import Any
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.snapshot import GpuSlot, NodeState
+from trainyard.sim.elastic import Elastic
 from trainyard.sim.traces import open_text, resolve
 
 NODE_CPU_MILLI = 1_000_000  # the queueing track schedules GPUs only: CPU and memory never bind
@@ -36,6 +37,7 @@ class TraceJob:
     gpus: int
     vc: str = "default"
     user: str = ""
+    elastic: Elastic | None = None  # it may run on fewer or more workers (``sim.elastic``)
 
 
 def parse_time(text: str) -> float:

@@ -64,8 +64,9 @@ from trainyard.scheduler.snapshot import (
     VirtualCluster,
 )
 from trainyard.scheduler.turns import turn_over_for
+from trainyard.sim import elastic as elastic_jobs
 from trainyard.sim import lifecycle
-from trainyard.sim.defaults import SUSPEND_COST, SUSPENDABLE
+from trainyard.sim.defaults import RESIZE_COST, SUSPEND_COST, SUSPENDABLE
 from trainyard.sim.jobs import TraceJob, gang_tasks
 from trainyard.sim.lifecycle import SimJob
 
@@ -144,6 +145,8 @@ class Outcome:
     suspensions: int = 0  # of its preemptions, those that suspended it
     borrowed_starts: int = 0  # its starts as borrowed work (``StartJob.borrowed``)
     reclaims: int = 0  # of its preemptions, those of it running as borrowed work
+    ran: float = 0.0  # seconds it held workers (an elastic job's run is not its traced duration)
+    resizes: int = 0  # an elastic job's grows and shrinks
 
     @property
     def jct(self) -> float:
@@ -152,8 +155,9 @@ class Outcome:
 
     @property
     def queueing(self) -> float:
-        """Time in the system not spent running."""
-        return self.jct - self.job.duration
+        """Time in the system not spent running (a fixed job runs its traced duration, and
+        its checkpoints' restores count as waiting, as before elastic jobs)."""
+        return self.jct - (self.ran if self.job.elastic is not None else self.job.duration)
 
 
 @dataclass
@@ -176,6 +180,8 @@ class QueueResult:
     borrowed_starts: int = 0  # starts as borrowed work
     reclaims: int = 0  # preemptions of borrowed work (by a lender, or for fair share)
     reclaim_suspensions: int = 0  # of those, suspensions (the rest are requeues)
+    grows: int = 0  # elastic jobs grown (each a restart costing ``resize_cost``)
+    shrinks: int = 0
     # GPU-seconds per VC of the trace: all its work's, and its borrowed work's
     vc_gpu_seconds: dict[str, float] = field(default_factory=dict)
     vc_borrowed_gpu_seconds: dict[str, float] = field(default_factory=dict)
@@ -195,9 +201,14 @@ def is_suspendable(which: str, job_id: int) -> bool:
 class QueueSim:
     def __init__(self, nodes: Sequence[NodeState], jobs: Sequence[TraceJob], policy: QueuePolicy,
                  vcs: Sequence[VirtualCluster] = (), grace: float = 0.0, tick: float = 0.0,
-                 suspendable: str = "all", suspend_cost: float = SUSPEND_COST) -> None:
+                 suspendable: str = "all", suspend_cost: float = SUSPEND_COST,
+                 resize_cost: float = RESIZE_COST) -> None:
         if not suspend_cost >= 0:  # also NaN
             raise ValueError(f"--suspend-cost must be >= 0 seconds; got {suspend_cost}")
+        if not resize_cost >= 0:
+            raise ValueError(f"--resize-cost must be >= 0 seconds; got {resize_cost}")
+        self.resize_cost = resize_cost
+        self.held: dict[int, int] = {}  # GPUs each running job holds (an elastic job's change)
         self.policy = policy
         self.suspend_cost = suspend_cost
         self.grace = grace
@@ -287,7 +298,8 @@ class QueueSim:
         result.never_started = [self.by_id[j] for j in sorted(self.pending)]
         for job in result.never_started:
             del result.outcomes[job.job_id]
-        result.last_end = self.now
+        # The last job's end (later events were a resized job's earlier, superseded ends).
+        result.last_end = max((o.end for o in result.outcomes.values() if o.end is not None), default=self.now)
         if on_fraction is not None:
             on_fraction(1.0)
         return result
@@ -346,18 +358,24 @@ class QueueSim:
 
     def _cycles(self) -> None:
         for _ in range(CYCLES_PER_INSTANT):
-            if not self.pending:
+            if not self.pending and not self._growable():
                 return
             # Nothing can start on fewer free GPUs than the smallest waiting job needs, and
-            # only Tiresias's levels, turns over and reclaiming borrowed work preempt: then a
-            # cycle would decide nothing.
-            if (not self.policy.las and self.gpus - self.busy < min(self.by_id[j].gpus for j in self.pending)
-                    and not self._turn_possible() and not self._reclaim_possible()):
+            # only Tiresias's levels, turns over, reclaiming borrowed work and shrinking
+            # elastic jobs preempt: then a cycle would decide nothing (but growing).
+            if (self.pending and not self.policy.las
+                    and self.gpus - self.busy < min(self._least_gpus(j) for j in self.pending)
+                    and not self._turn_possible() and not self._reclaim_possible() and not self._shrinkable()
+                    and not self._growable()):
                 return
             decisions = schedule(self._snapshot())
             self.result.cycles += 1
             for start in decisions.starts:
                 self._start(start.job_id, start.placements, start.borrowed)
+            for grow in decisions.grows:
+                self._resize(grow.job_id, added=grow.placements)
+            for shrink in decisions.shrinks:  # at once: its workers free their GPUs now
+                self._resize(shrink.job_id, removed=shrink.tasks)
             stopped_now = False
             for preempt in decisions.preemptions:
                 job_id = preempt.job_id
@@ -378,7 +396,7 @@ class QueueSim:
                     self.borrowed[job_id] = self.running[job_id]
                 heapq.heappush(self.events, (self.stopping[job_id], 1, job_id))
                 stopped_now |= preempt.grace_seconds <= 0
-            if not stopped_now:
+            if not stopped_now and not decisions.shrinks:
                 return
             while self.events and self.events[0][0] <= self.now:  # the stops due now
                 _, kind, job_id = heapq.heappop(self.events)
@@ -390,20 +408,30 @@ class QueueSim:
         key = job.duration if self.policy.key == "duration" else job.submit
         rank = level(self.attained[job.job_id]) if self.policy.las else DEFAULT_PRIORITY.rank
         vc = self._vc_of(job)
-        tasks = tuple(
-            TaskRequest("worker", i, milli, 0, 0) for i, milli in enumerate(gang_tasks(job.gpus, self.largest))
-        )
+        grow: tuple[TaskRequest, ...] = ()
+        if job.elastic is not None:
+            tasks = elastic_jobs.workers(0, job.elastic.low)
+            grow = elastic_jobs.workers(job.elastic.low, job.elastic.high - job.elastic.low)
+        else:
+            tasks = tuple(
+                TaskRequest("worker", i, milli, 0, 0) for i, milli in enumerate(gang_tasks(job.gpus, self.largest))
+            )
         self.pending[job.job_id] = PendingJob(
             job.job_id, rank, key, tasks, job.user, vc, suspendable=job.job_id in self.suspendable,
-            attained_service=self.attained[job.job_id],
+            attained_service=self.attained[job.job_id], grow=grow,
+            speedup=job.elastic.curve if job.elastic is not None else (),
         )
+
+    def _least_gpus(self, job_id: int) -> int:
+        """The fewest GPUs the waiting job starts on."""
+        job = self.by_id[job_id]
+        return job.elastic.low if job.elastic is not None else job.gpus
 
     def _vc_of(self, job: TraceJob) -> str:
         return job.vc if job.vc in self.vc_names else ("all" if "all" in self.vc_names else job.vc)
 
     def _start(self, job_id: int, placements: Sequence[TaskPlacement], borrowed: bool = False) -> None:
         job = self.pending.pop(job_id)
-        trace = self.by_id[job_id]
         lifecycle.started(self.records[job_id], ", ".join(f"{p.role}/{p.index} on {p.node}" for p in placements),
                           self.now)
         for p in placements:
@@ -412,11 +440,14 @@ class QueueSim:
                 used[share.index] += share.milli
                 self.result.peak_device_milli = max(self.result.peak_device_milli, used[share.index])
             self._refresh(p.node)
-        self.busy += trace.gpus
+        held = sum(share.milli for p in placements for share in p.gpus) // 1000
+        self.held[job_id] = held
+        self.busy += held
         self.result.peak_gpus_busy = max(self.result.peak_gpus_busy, self.busy)
-        self.running[job_id] = RunningJob(job_id, job.vc, job.user, job.priority_rank, tuple(placements), self.now,
-                                          None, self.grace, suspendable=job.suspendable,
-                                          attained_service=self.attained[job_id], borrowed=borrowed)
+        self.running[job_id] = self._elastic_view(RunningJob(
+            job_id, job.vc, job.user, job.priority_rank, tuple(placements), self.now, None, self.grace,
+            suspendable=job.suspendable, attained_service=self.attained[job_id], borrowed=borrowed,
+        ))
         self.segment_start[job_id] = self.now
         outcome = self.result.outcomes[job_id]
         if borrowed:
@@ -426,12 +457,10 @@ class QueueSim:
             # Another VC's borrowing job may reclaim it for fair share once it has run a slice.
             heapq.heappush(self.events, (self.now + self.policy.config.time_slice, 4, job_id))
         elif job.priority_rank < OPPORTUNISTIC_RANK:
-            self.in_quota[job.vc] += trace.gpus
+            self.in_quota[job.vc] += held
         if outcome.first_start is None:
             outcome.first_start = self.now
-        end = self.now + self.debt[job_id] + trace.duration - self.done[job_id]
-        self.end_at[job_id] = end
-        heapq.heappush(self.events, (end, 0, job_id))
+        self._schedule_end(job_id)
         if self.policy.config.timeshare and job.suspendable:
             self._schedule_turns(job_id)
         if self.policy.las:
@@ -456,29 +485,112 @@ class QueueSim:
             heapq.heappush(self.events, (self.now + (nxt - attained) / gpus, 2, job_id))
 
     def _release(self, job_id: int) -> None:
+        self._account(job_id)
         running = self.running.pop(job_id)
-        trace = self.by_id[job_id]
-        ran = self.now - self.segment_start.pop(job_id)
+        del self.segment_start[job_id]
+        held = self.held.pop(job_id)
         fairshare.record_end(self.tally, running, self.now)
+        if self.borrowed.pop(job_id, None) is None and running.priority_rank < OPPORTUNISTIC_RANK:
+            self.in_quota[running.vc] -= held
+        self.end_at.pop(job_id, None)
+        self._free(running.placements)
+        self.busy -= held
+
+    def _account(self, job_id: int) -> None:
+        """What the job did since its run's last change (start, resize): its GPU time, its
+        progress (after any checkpoint to restore), its service."""
+        trace = self.by_id[job_id]
+        held = self.held[job_id]
+        ran = self.now - self.segment_start[job_id]
+        self.segment_start[job_id] = self.now
         vc_seconds = self.result.vc_gpu_seconds
-        vc_seconds[trace.vc] = vc_seconds.get(trace.vc, 0.0) + trace.gpus * ran
-        if self.borrowed.pop(job_id, None) is not None:
+        vc_seconds[trace.vc] = vc_seconds.get(trace.vc, 0.0) + held * ran
+        if job_id in self.borrowed:
             lent = self.result.vc_borrowed_gpu_seconds
-            lent[trace.vc] = lent.get(trace.vc, 0.0) + trace.gpus * ran
-        elif running.priority_rank < OPPORTUNISTIC_RANK:
-            self.in_quota[running.vc] -= trace.gpus
+            lent[trace.vc] = lent.get(trace.vc, 0.0) + held * ran
         restoring = min(ran, self.debt[job_id])  # the checkpoint's restore, before any progress
         self.debt[job_id] -= restoring
-        self.result.lost_gpu_seconds += trace.gpus * restoring
-        self.done[job_id] += ran - restoring
-        self.attained[job_id] += trace.gpus * ran
-        self.end_at.pop(job_id, None)
-        for p in running.placements:
+        self.result.lost_gpu_seconds += held * restoring
+        self.done[job_id] += (ran - restoring) * self._speed(job_id)
+        self.attained[job_id] += held * ran
+        self.result.outcomes[job_id].ran += ran
+
+    def _speed(self, job_id: int) -> float:
+        trace = self.by_id[job_id]
+        if trace.elastic is None:
+            return 1.0
+        return trace.elastic.speed(len(self.running[job_id].placements), trace.gpus)
+
+    def _schedule_end(self, job_id: int) -> None:
+        remaining = max(0.0, self.by_id[job_id].duration - self.done[job_id])
+        end = self.now + self.debt[job_id] + remaining / self._speed(job_id)
+        self.end_at[job_id] = end
+        heapq.heappush(self.events, (end, 0, job_id))
+
+    def _free(self, placements: Sequence[TaskPlacement]) -> None:
+        for p in placements:
             used = self.used[p.node]
             for share in p.gpus:
                 used[share.index] -= share.milli
             self._refresh(p.node)
-        self.busy -= trace.gpus
+
+    def _resize(self, job_id: int, added: Sequence[TaskPlacement] = (),
+                removed: Sequence[tuple[str, int]] = ()) -> None:
+        """An elastic job grows (``added``) or shrinks (``removed``, at once: the simulator's
+        workers stop without a grace period); either way it restarts from its checkpoint,
+        ``resize_cost`` seconds without progress."""
+        running = self.running.get(job_id)
+        if running is None or job_id in self.stopping:
+            return
+        self._account(job_id)
+        gone = set(removed)
+        kept = tuple(p for p in running.placements if (p.role, p.index) not in gone)
+        self._free([p for p in running.placements if (p.role, p.index) in gone])
+        for p in added:
+            used = self.used[p.node]
+            for share in p.gpus:
+                used[share.index] += share.milli
+                self.result.peak_device_milli = max(self.result.peak_device_milli, used[share.index])
+            self._refresh(p.node)
+        placements = (*kept, *added)
+        held = sum(share.milli for p in placements for share in p.gpus) // 1000
+        self.busy += held - self.held[job_id]
+        self.result.peak_gpus_busy = max(self.result.peak_gpus_busy, self.busy)
+        self.held[job_id] = held
+        self.running[job_id] = self._elastic_view(replace(running, placements=placements))
+        if job_id in self.borrowed:
+            self.borrowed[job_id] = self.running[job_id]
+        self.debt[job_id] += self.resize_cost
+        outcome = self.result.outcomes[job_id]
+        outcome.resizes += 1
+        if added:
+            self.result.grows += 1
+        if removed:
+            self.result.shrinks += 1
+        self._schedule_end(job_id)
+
+    def _elastic_view(self, running: RunningJob) -> RunningJob:
+        """An elastic job as the scheduler sees it: the workers it may add, and those beyond
+        its minimum it may lose (the last added first)."""
+        model = self.by_id[running.job_id].elastic
+        if model is None:
+            return running
+        have = {p.index for p in running.placements}
+        missing = [i for i in range(model.high) if i not in have]
+        return replace(
+            running,
+            speedup=model.curve,
+            grow=tuple(t for i in missing for t in elastic_jobs.workers(i, 1)),
+            shrink=tuple(("worker", i) for i in sorted(have, reverse=True) if i >= model.low),
+        )
+
+    def _growable(self) -> bool:
+        """Whether a running elastic job could grow: one below its maximum, and a GPU free."""
+        return self.busy < self.gpus and any(r.grow and j not in self.stopping for j, r in self.running.items())
+
+    def _shrinkable(self) -> bool:
+        """Whether a waiting job might shrink an elastic job (one runs beyond its minimum)."""
+        return any(r.shrink and j not in self.stopping for j, r in self.running.items())
 
     def _turn_possible(self) -> bool:
         """Whether a waiting job might take its turn from a running one (a cheap test, so

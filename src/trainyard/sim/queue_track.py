@@ -16,10 +16,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trainyard.scheduler.snapshot import NodeState, VirtualCluster
+from trainyard.sim.defaults import RESIZE_COST
+from trainyard.sim.elastic import linear
 from trainyard.sim.jobs import (
     TraceJob,
     load_history,
@@ -183,6 +186,9 @@ def run_queue_command(args: argparse.Namespace,
     chosen = window(jobs, start, end, args.load, args.max_jobs)
     if not chosen:
         raise ValueError("no jobs in that window")
+    elastic = getattr(args, "elastic", "off")
+    if elastic != "off":  # linear speedups, up to twice their size (``sim.elastic.linear``)
+        chosen = [replace(j, elastic=linear(j.gpus, elastic)) for j in chosen]
     nodes = parse_cluster(args.cluster)
     gpus = sum(len(n.gpus) for n in nodes)
     vcs: tuple[VirtualCluster, ...] = ()
@@ -192,7 +198,8 @@ def run_queue_command(args: argparse.Namespace,
         vcs = vc_quotas(chosen, gpus, load_vc_nodes(resolve("--vc-quotas", args.vc_quotas)))
     vcs = vc_settings(vcs, per_vc["--vc-weights"], per_vc["--borrow-limit"], per_vc["--lend-limit"])
     cost = args.suspend_cost
-    options = {"suspendable": args.suspendable, "suspend_cost": cost}
+    options = {"suspendable": args.suspendable, "suspend_cost": cost,
+               "resize_cost": getattr(args, "resize_cost", RESIZE_COST)}
     started = time.perf_counter()
     sim = QueueSim(nodes, chosen, policy, vcs=vcs, tick=args.tick, **options)
     result = sim.run(phase(f"replaying {len(chosen)} jobs"))
@@ -203,6 +210,8 @@ def run_queue_command(args: argparse.Namespace,
     summary["cluster"] = args.cluster
     summary["suspendable"] = args.suspendable
     summary["suspend_cost_s"] = cost
+    summary["elastic"] = elastic
+    summary["grows"], summary["shrinks"] = result.grows, result.shrinks
     summary["time_slice_s"] = policy.config.time_slice if policy.config.timeshare else None
     summary["borrowing"] = policy.config.borrowing
     summary["fair_share_half_life_s"] = policy.config.fair_share_half_life
@@ -258,6 +267,9 @@ def print_report(s: dict[str, Any]) -> None:
               f"{s['suspend_cost_s']:g} s per suspension: {s['suspensions']} suspensions "
               f"({s['suspensions_per_job_hour']:.3f} per job-hour), {s['lost_gpu_hours']:.0f} GPU-h lost "
               f"({100 * s['lost_share_of_busy']:.2f} % of busy GPU time)")
+    if s.get("elastic", "off") != "off":
+        print(f"  elastic       every job, from {s['elastic']} (linear speedup, up to twice its GPUs): "
+              f"{s['grows']} grows, {s['shrinks']} shrinks")
     half_life = s["fair_share_half_life_s"]
     print(f"  borrowing     {'on' if s['borrowing'] else 'off'}: {s['borrowed_jobs']} jobs ran borrowed "
           f"({s['borrowed_starts']} starts, {s['borrowed_gpu_hours']:.0f} GPU-h), {s['reclaimed_jobs']} reclaimed "

@@ -199,6 +199,24 @@ def _whole_node_errors(path: str, role: TaskRole) -> Iterator[FieldError]:
         )
 
 
+def _elastic_errors(spec: JobSpec, path: str, name: str, role: TaskRole) -> Iterator[FieldError]:
+    """An elastic role (``instances: {min, max}``): a range, one role of the job, not whole nodes."""
+    if role.maxInstances is None:
+        return
+    if role.maxInstances < role.instances:
+        yield FieldError(f"{path}.instances.max",
+                         f"is {role.maxInstances}, below min ({role.instances}): an elastic role runs on "
+                         "min to max instances")
+    if role.nodes is not None:
+        yield FieldError(f"{path}.instances",
+                         "a whole-node role (nodes) cannot be elastic yet: give it a fixed number of nodes, "
+                         "or ask for amounts per instance")
+    first = spec.elastic_role
+    if first is not None and first != name:
+        yield FieldError(f"{path}.instances",
+                         f"only one role of a job may be elastic, and {first} is: give this one a fixed number")
+
+
 def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldError]:
     path = f"taskRoles.{name}"
     if role.image is not None and role.dockerImage is not None:
@@ -222,6 +240,7 @@ def _role_errors(spec: JobSpec, name: str, role: TaskRole) -> Iterator[FieldErro
                 f"must be -1, null, or between 1 and instances ({role.instances}) (got {count})",
             )
     yield from _whole_node_errors(path, role)
+    yield from _elastic_errors(spec, path, name, role)
     for label in role.resourcePerInstance.ports:
         if not IDENTIFIER.fullmatch(label):
             yield FieldError(

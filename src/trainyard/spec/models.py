@@ -323,6 +323,10 @@ class TaskRole(_Model):
     """One kind of task in a job, run as ``instances`` identical tasks."""
 
     instances: Annotated[WholeNumber, _between(1, MAX_INSTANCES)] = 1
+    # Elastic (``instances: {min: N, max: M}``, stored so): ``instances`` is the minimum the
+    # job starts with and never shrinks below, this the most workers it grows to
+    # (``scheduler/elastic.py``); None: a fixed number of instances.
+    maxInstances: Annotated[WholeNumber, _between(1, MAX_INSTANCES)] | None = None
     # Whole nodes (Trainyard's): ``nodes: N`` runs N instances, one per node, each with
     # every GPU, all the CPU and all the memory of a node that nothing else shares while it
     # runs (``scheduler/whole_nodes.py``). ``instances`` follows it; the role may not also
@@ -352,11 +356,21 @@ class TaskRole(_Model):
     @model_validator(mode="before")
     @classmethod
     def _instances_follow_nodes(cls, data: Any) -> Any:
-        """``nodes: N`` without ``instances`` means N instances (one per node)."""
+        """``nodes: N`` without ``instances`` means N instances (one per node);
+        ``instances: {min: N, max: M}`` is an elastic role of N to M instances."""
         if isinstance(data, dict) and "instances" not in data:
             nodes = data.get("nodes")
             if isinstance(nodes, int) and not isinstance(nodes, bool):
                 return {**data, "instances": nodes}
+        if isinstance(data, dict) and isinstance(data.get("instances"), dict):
+            span = data["instances"]
+            unknown = sorted(str(k) for k in span if k not in ("min", "max"))
+            if unknown or "min" not in span or "max" not in span:
+                raise invalid("an elastic role's instances are {min: N, max: M}, both whole numbers"
+                              + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
+            if "maxInstances" in data:
+                raise invalid("give the maximum once: instances: {min: N, max: M}, or instances and maxInstances")
+            return {**data, "instances": span["min"], "maxInstances": span["max"]}
         return data
 
     @model_serializer(mode="wrap")
@@ -364,6 +378,10 @@ class TaskRole(_Model):
         """A whole-node role is dumped without amounts, as it was written (they are not
         its: it gets all of each node), so that its stored form validates again."""
         data = handler(self)
+        if isinstance(data, dict) and "maxInstances" in data:
+            top = data.pop("maxInstances")
+            if top is not None:  # an elastic role, as it was written
+                data["instances"] = {"min": self.instances, "max": top}
         if self.nodes is not None and isinstance(data, dict):
             resources = data.get("resourcePerInstance")
             if isinstance(resources, dict):
@@ -376,6 +394,11 @@ class TaskRole(_Model):
     def whole_nodes(self) -> bool:
         """Whether each instance takes a whole node (``nodes``)."""
         return self.nodes is not None
+
+    @property
+    def elastic(self) -> bool:
+        """Whether it runs on between ``instances`` and ``maxInstances`` instances."""
+        return self.maxInstances is not None
 
 
 class DeploymentRole(_Model):
@@ -464,6 +487,12 @@ class JobSpec(_Model):
     def task_count(self) -> int:
         """How many tasks one attempt of the job runs (instances over all roles)."""
         return sum(role.instances for role in self.taskRoles.values())
+
+    @property
+    def elastic_role(self) -> str | None:
+        """The role that runs on between ``instances`` and ``maxInstances`` (at most one
+        has a range); None for a job of fixed size."""
+        return next((name for name, role in self.taskRoles.items() if role.elastic), None)
 
     @property
     def role_names(self) -> list[str]:

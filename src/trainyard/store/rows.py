@@ -164,6 +164,8 @@ class JobRow(Base):
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)  # why, when the stopper said
     # The working directory its tasks start in: an upload's digest (``WorkdirRow``), or None.
     workdir: Mapped[str | None] = mapped_column(String(71), nullable=True, index=True)
+    # The most instances of its elastic role (``instances: {min, max}``); None: a fixed size.
+    elastic_max: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Optimistic concurrency: the API and the controller both move jobs; an UPDATE that
     # lost a race fails with StaleDataError instead of silently overwriting.
     version: Mapped[int] = mapped_column(Integer, default=1)
@@ -223,6 +225,11 @@ class TaskRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     stop_sent: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Elastic jobs: a worker told to leave (a shrink: it ends STOPPED), or to stop and start
+    # again in place at the job's new size; and how many of its runs such restarts began.
+    removed: Mapped[bool] = mapped_column(Boolean, default=False)
+    restart: Mapped[bool] = mapped_column(Boolean, default=False)
+    resizes: Mapped[int] = mapped_column(Integer, default=0)
 
     attempt: Mapped[AttemptRow] = relationship(back_populates="tasks")
 

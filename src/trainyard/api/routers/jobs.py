@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, HTTPException, Path, Query, Request, Response
@@ -87,6 +88,8 @@ async def submit_job(
         warnings = await run_in_threadpool(submission.dry_run, ctx, user, spec)
         dry = DryRunResult(job=masked_spec(spec), warnings=warnings)
         return Response(dry.model_dump_json(), media_type="application/json")
+    if (answer := submission.queued(ctx, user, spec, keyed)) is not None:  # made with others: awaited
+        return _answered(await asyncio.wrap_future(answer))
     return _answered(await run_in_threadpool(submission.submit, ctx, user, spec, keyed))
 
 

@@ -53,12 +53,14 @@ NodeKey = tuple[Fixed, tuple[int, ...], int, int, tuple[int, ...]]
 # ``F_n``'s cache key: (the node's kind, free milli-GPU per device, CPU, memory).
 FragmentKey = tuple[tuple[object, ...], tuple[int, ...], int, int]
 Rank = tuple[float, ...]  # lowest best
+Ranked = tuple[Answer, Rank] | Literal[False]  # an answer with its rank, or False where it does not fit
 
 SCAN = 1 << 16  # fitting node states compared per task: in practice all
 # Under quota or cell rules answers depend on the node, not only its state: fewer nodes are
 # compared, the fullest first, to bound a cycle's cost.
 RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
+VISITED_KINDS = 16  # task kinds whose visits to nodes ``Fgd.choose`` remembers (the latest)
 
 
 def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
@@ -100,6 +102,11 @@ class Fgd:
         self._cache: dict[FragmentKey, float] = {}
         # task kind -> node state -> answer
         self._answers: dict[tuple[object, ...], dict[NodeKey, tuple[Answer, Rank] | Literal[False]]] = {}
+        # task kind -> id(node) -> (node, its ``version``, closed devices, its state, the
+        # answer for that state): a node is visited by many tasks in a row, mostly unchanged,
+        # and building and hashing its state cost more than the rest of a visit. Least
+        # recently asked kind first.
+        self._visits: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, tuple[int, ...], NodeKey, Ranked]]] = {}
         self._statics: dict[object, dict[str, Fixed]] = {}
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
         # by (share, models), it is worked out once per group instead of once per kind.
@@ -128,6 +135,14 @@ class Fgd:
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
         # node state -> ``_evaluate_free``'s answer and its ``rank`` (a function of the state)
         answers = self._answers.setdefault(kind, {})
+        # The kinds asked for most recently keep theirs (``VISITED_KINDS``: a simulator's
+        # run may ask for thousands of kinds, each over every node).
+        visits = self._visits.pop(kind, None)
+        if visits is None:
+            visits = {}
+            if len(self._visits) >= VISITED_KINDS:
+                del self._visits[next(iter(self._visits))]
+        self._visits[kind] = visits
         # node name -> ``_fixed``, and which devices the task's resource expression allows
         statics = self._statics.setdefault((self._fixed_for(task), task.selector), {})
         # A fraction may not join other users' shares a VC's rule keeps it from: which
@@ -146,22 +161,30 @@ class Fgd:
                 compared: set[NodeKey] = set()
                 for node in nodes:
                     name = node.name
-                    fixed = statics.get(name)
-                    if fixed is None:
-                        fixed = self._fixed(node, task)
-                        if task.selector:
-                            fixed = (fixed, node.selected(task.selector, True))
-                        statics[name] = fixed
                     closed = () if closed_to is None or name not in shared else closed_to(sharer, node)
-                    state: NodeKey = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
+                    visit = visits.get(id(node))
+                    if visit is not None and visit[0] is node and visit[1] == node.version and visit[2] == closed:
+                        state, ranked = visit[3], visit[4]  # as below, found again
+                    else:
+                        fixed = statics.get(name)
+                        if fixed is None:
+                            fixed = self._fixed(node, task)
+                            if task.selector:
+                                fixed = (fixed, node.selected(task.selector, True))
+                            statics[name] = fixed
+                        state = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
+                        found = answers.get(state)
+                        if found is None:
+                            answer = self._evaluate_free(node, task, closed)
+                            found = answers[state] = (
+                                False if answer is False else (answer, self.rank(node, task, answer))
+                            )
+                        ranked = found
+                        visits[id(node)] = (node, node.version, closed, state, ranked)
                     if by_state:
                         if state in compared:
                             continue  # the same as a node before it in best-fit order, which wins ties
                         compared.add(state)
-                    ranked = answers.get(state)
-                    if ranked is None:
-                        answer = self._evaluate_free(node, task, closed)
-                        ranked = answers[state] = False if answer is False else (answer, self.rank(node, task, answer))
                     if ranked is False:
                         continue
                     answer, rank = ranked

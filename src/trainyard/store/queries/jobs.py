@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import ColumnElement, Table, and_, bindparam, func, or_, select, update
+from sqlalchemy import ColumnElement, Table, and_, bindparam, case, func, or_, select, update
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from trainyard.core.states import FINAL_JOB_STATES, QUEUED_JOB_STATES, AttemptState, JobState, TaskState
@@ -17,6 +17,7 @@ CHUNK = 500
 ACTIVE = (JobState.WAITING, JobState.SUSPENDED, JobState.RUNNING, JobState.STOPPING)
 HOLDING = (JobState.RUNNING, JobState.STOPPING)  # jobs whose current attempt may hold resources
 UNFINISHED_TASKS = (TaskState.WAITING, TaskState.RUNNING)
+FINISHED_TASKS = tuple(state.value for state in TaskState if state.is_final)
 
 
 def queued() -> ColumnElement[bool]:
@@ -117,6 +118,22 @@ def waiting_job_count(session: Session, user_id: int) -> int:
     query = select(func.count()).select_from(JobRow).where(JobRow.user_id == user_id,
                                                              JobRow.state == JobState.WAITING)
     return int(session.execute(query).scalar_one())
+
+
+def waiting_job_counts(session: Session, user_ids: Collection[int]) -> dict[int, int]:
+    """``waiting_job_count`` of several users in two statements, not two per user: their rows
+    locked (on PostgreSQL) in order of id, so that transactions locking several never wait
+    for each other in a circle, then their waiting jobs counted."""
+    ids = sorted(set(user_ids))
+    if not ids:
+        return {}
+    if session.get_bind().dialect.name != "sqlite":
+        session.execute(select(UserRow.id).where(UserRow.id.in_(ids)).order_by(UserRow.id).with_for_update())
+    query = (select(JobRow.user_id, func.count()).where(JobRow.user_id.in_(ids), JobRow.state == JobState.WAITING)
+             .group_by(JobRow.user_id))
+    counts = dict.fromkeys(ids, 0)
+    counts.update((user_id, int(count)) for user_id, count in session.execute(query).tuples())
+    return counts
 
 
 def owned_job_ids(session: Session, user_id: int, job_ids: set[int]) -> set[int]:
@@ -286,13 +303,15 @@ def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
     """One row per unfinished task of a running or stopping job's current attempt, by job
     then task: (job id, VC, owner, priority, job state, grace seconds, max run time,
     attempt state, attempt start, attempt stop request, suspendable, GPU-seconds attained
-    before this attempt, attempt number, whether the attempt runs borrowed, role, index,
-    node, GPU shares, CPU milli, memory MB)."""
+    before this attempt, attempt number, whether the attempt runs borrowed, the most
+    instances of its elastic role (None: fixed size), whether the task is leaving (an
+    elastic job's shrink), role, index, node, GPU shares, CPU milli, memory MB)."""
     query = (
         select(
             JobRow.id, JobRow.vc, UserRow.name, JobRow.priority, JobRow.state, JobRow.grace_seconds,
             JobRow.max_runtime_seconds, AttemptRow.state, AttemptRow.started_at, AttemptRow.stop_requested_at,
             JobRow.suspendable, JobRow.attained_gpu_seconds, AttemptRow.number, AttemptRow.borrowed,
+            JobRow.elastic_max, TaskRow.removed,
             TaskRow.role, TaskRow.index, TaskRow.node, TaskRow.gpus, TaskRow.cpu_milli, TaskRow.memory_mb,
         )
         .join(UserRow, UserRow.id == JobRow.user_id)
@@ -302,6 +321,34 @@ def holding_tasks(session: Session) -> list[tuple[Any, ...]]:
         .order_by(JobRow.id, TaskRow.role, TaskRow.index)
     )
     return [tuple(row) for row in session.execute(query)]
+
+
+def elastic_running(session: Session) -> bool:
+    """Whether any elastic job runs (one the scheduler might grow)."""
+    query = select(JobRow.id).where(JobRow.state == JobState.RUNNING, JobRow.elastic_max.is_not(None)).limit(1)
+    return session.scalar(query) is not None
+
+
+def elastic_workers(session: Session, job_ids: Sequence[int],
+                    role: Mapping[int, str]) -> dict[int, tuple[int, bool]]:
+    """For each job, of its ``role[job]``'s workers in its current attempt, any state: the
+    highest instance index (an elastic job's next worker takes the one after: an attempt's
+    (role, index) is unique, and a worker that left keeps its row), and whether one has
+    ended on its own (not removed: the job is finishing, or losing workers)."""
+    ended_alone = func.max(case((TaskRow.state.in_(FINISHED_TASKS) & TaskRow.removed.is_(False), 1), else_=0))
+    found: dict[int, tuple[int, bool]] = {}
+    for chunk in chunks(job_ids):
+        query = (
+            select(JobRow.id, TaskRow.role, func.max(TaskRow.index), ended_alone)
+            .join(AttemptRow, (AttemptRow.job_id == JobRow.id) & (AttemptRow.number == JobRow.attempt))
+            .join(TaskRow, TaskRow.attempt_id == AttemptRow.id)
+            .where(JobRow.id.in_(chunk))
+            .group_by(JobRow.id, TaskRow.role)
+        )
+        for job_id, task_role, highest, ended in session.execute(query):
+            if role.get(job_id) == task_role:
+                found[job_id] = (highest, bool(ended))
+    return found
 
 
 def jobs_ended_by(session: Session, job_ids: Sequence[int], cutoff: datetime) -> list[int]:

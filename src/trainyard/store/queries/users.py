@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select, update
@@ -137,6 +138,16 @@ def live_web_session_hashes(session: Session, hashes: set[str], *, now: datetime
 
 def user_quota(session: Session, user_id: int, priority: str) -> UserQuotaRow | None:
     return session.get(UserQuotaRow, (user_id, priority))
+
+
+def quota_millis(session: Session, user_ids: Collection[int]) -> dict[tuple[int, str], int]:
+    """(user id, priority) -> the most milli-GPU that user may hold at that priority, for
+    every limit set on any of ``user_ids``, in one statement."""
+    if not user_ids:
+        return {}
+    query = select(UserQuotaRow.user_id, UserQuotaRow.priority, UserQuotaRow.gpu_milli).where(
+        UserQuotaRow.user_id.in_(sorted(set(user_ids))))
+    return {(user_id, priority): milli for user_id, priority, milli in session.execute(query).tuples()}
 
 
 def quotas_of(session: Session, user_id: int) -> list[UserQuotaRow]:
