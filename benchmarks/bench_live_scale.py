@@ -20,8 +20,11 @@ each workload a job whose task "runs" its runtime on the simulated nodes. Every 
 Kueue's intervals from their own threads (``--scale`` shrinks the counts for a quick run).
 
 Prints the wall time from the first submit to the last job's end, the mean and p99 time to
-admission (submitted → started) per class beside Kueue's, the scheduler cycle's mean and
-max from the server's ``/metrics``, the server's CPU, and errors. Never asserts.
+admission (submitted → started) per class beside Kueue's, and what a class's wait is made
+of (how long its jobs held their GPUs against their runtime: the end is seen at the next
+cycle; how many were requeued), the scheduler cycle's mean and max from the server's
+``/metrics`` and how often cycles came, the server's CPU (its own process: not the
+scheduler's worker), and errors. Never asserts.
 
     python benchmarks/bench_live_scale.py [--scale 0.1] [--nodes 75]
 """
@@ -118,6 +121,8 @@ def main() -> None:
         wall = time.monotonic() - started
         cpu = process_cpu_seconds(server.process.pid) - cpu_before
         admission: dict[str, list[float]] = defaultdict(list)
+        held: dict[str, list[float]] = defaultdict(list)  # started -> finished: GPUs held per job
+        requeued: dict[str, int] = defaultdict(int)
         states: dict[str, int] = defaultdict(int)
         before = None
         while True:
@@ -126,6 +131,9 @@ def main() -> None:
                 states[job.state] += 1
                 if job.startedAt is not None:
                     admission[job.name].append((job.startedAt - job.submittedAt).total_seconds())
+                    if job.finishedAt is not None:
+                        held[job.name].append((job.finishedAt - job.startedAt).total_seconds())
+                requeued[job.name] += job.attempt > 0
             if page.next is None:
                 break
             before = page.next
@@ -144,11 +152,16 @@ def main() -> None:
         mean = sum(got) / len(got) if got else float("nan")
         print(f"time to admission, {kind}: mean {mean:.1f} s, p99 {percentile(got, 99):.1f} s over {len(got):,} "
               f"(Kueue: mean {KUEUE_ADMISSION[kind]:.1f} s; ratio {mean / KUEUE_ADMISSION[kind]:.2f}x)")
+        # What a job's wait is made of: GPUs held past the runtime (its end seen at the next
+        # cycle), jobs preempted and requeued.
+        runs = held.get(kind, [])
+        print(f"  {kind}: GPUs held started -> finished mean {sum(runs) / max(1, len(runs)):.2f} s for a runtime of "
+              f"{CLASSES[kind][2]:.1f} s; requeued (attempt > 0) {requeued[kind]}")
     if cycles.get("count"):
         count = cycles["count"]
         p99 = next((le for le, seen in sorted(buckets) if seen >= 0.99 * count), float("inf"))
         print(f"scheduler cycles: {count:.0f}, mean {cycles['sum'] / count * 1000:.0f} ms, p99 <= {p99 * 1000:.0f} ms "
-              f"(the histogram's bucket)")
+              f"(the histogram's bucket); one every {wall / count:.2f} s over the wall")
     else:
         print("scheduler cycles: none in /metrics")
     print(f"server CPU {cpu:.0f} s ({cpu / wall:.0%} of one core over the wall)")

@@ -328,7 +328,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
         session_policy=policy,
         job_dir_max_bytes=None if settings.job_dir_max_mb is None else settings.job_dir_max_mb << 20,
-        workdirs=workdirs,
+        workdirs=workdirs, scheduler_worker=settings.scheduler_worker,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      workdirs=workdirs,

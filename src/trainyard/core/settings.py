@@ -209,6 +209,12 @@ class Settings(BaseSettings):
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
+    scheduler_worker: bool = Field(
+        default=True,
+        description="Compute each scheduling cycle in a worker process of its own, off the interpreter the "
+        "API's requests need (a second core busy while the queue is long); false: in the server's process, "
+        "the controller then spacing its cycles out further under a burst of submits",
+    )
     # None: the scheduler's own default (``scheduler.snapshot.DEFAULT_SCORER``), so that the
     # controller and the simulator never differ and core needs no name from the scheduler.
     scheduler_scorer: str | None = Field(
