@@ -96,8 +96,7 @@ class LogRead:
     attempt: int | None = None  # the attempt shown; None before the task ran
 
     @property
-    def end(self) -> int:
-        """Where the next page starts."""
+    def end(self) -> int:  # where the next page starts
         return self.offset + len(self.data)
 
 
