@@ -434,12 +434,7 @@ class QueueSim:
         job = self.pending.pop(job_id)
         lifecycle.started(self.records[job_id], ", ".join(f"{p.role}/{p.index} on {p.node}" for p in placements),
                           self.now)
-        for p in placements:
-            used = self.used[p.node]
-            for share in p.gpus:
-                used[share.index] += share.milli
-                self.result.peak_device_milli = max(self.result.peak_device_milli, used[share.index])
-            self._refresh(p.node)
+        self._take(placements)
         held = sum(share.milli for p in placements for share in p.gpus) // 1000
         self.held[job_id] = held
         self.busy += held
@@ -527,6 +522,14 @@ class QueueSim:
         self.end_at[job_id] = end
         heapq.heappush(self.events, (end, 0, job_id))
 
+    def _take(self, placements: Sequence[TaskPlacement]) -> None:
+        for p in placements:
+            used = self.used[p.node]
+            for share in p.gpus:
+                used[share.index] += share.milli
+                self.result.peak_device_milli = max(self.result.peak_device_milli, used[share.index])
+            self._refresh(p.node)
+
     def _free(self, placements: Sequence[TaskPlacement]) -> None:
         for p in placements:
             used = self.used[p.node]
@@ -546,12 +549,7 @@ class QueueSim:
         gone = set(removed)
         kept = tuple(p for p in running.placements if (p.role, p.index) not in gone)
         self._free([p for p in running.placements if (p.role, p.index) in gone])
-        for p in added:
-            used = self.used[p.node]
-            for share in p.gpus:
-                used[share.index] += share.milli
-                self.result.peak_device_milli = max(self.result.peak_device_milli, used[share.index])
-            self._refresh(p.node)
+        self._take(added)
         placements = (*kept, *added)
         held = sum(share.milli for p in placements for share in p.gpus) // 1000
         self.busy += held - self.held[job_id]
