@@ -152,8 +152,6 @@ def _restart_others(attempt: AttemptRow, role: str, changed: set[tuple[str, int]
     """Every running worker of ``role`` not ``changed`` stops and starts again in place: the
     job's size changed, and its workers rendezvous again at the new one (other roles go on)."""
     for task in attempt.tasks:
-        if (task.role != role or (task.role, task.index) in changed or task.removed
-                or TaskState(task.state).is_final):
-            continue
-        if task.state == TaskState.RUNNING:
+        if task.role == role and task.state == TaskState.RUNNING and not task.removed \
+                and (task.role, task.index) not in changed:
             task.restart = True

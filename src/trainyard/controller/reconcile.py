@@ -400,7 +400,8 @@ class Reconciler:
             task, new_state, status.exit_code, detail, ended_at(task, status, now), self.clock.now()
         )
         record_event(session, job.id, event)
-        if running and new_state in (TaskState.FAILED, TaskState.LOST) and attempt is not None:
+        if running and job.elastic_max is not None and new_state in (TaskState.FAILED, TaskState.LOST) \
+                and attempt is not None:
             # An elastic job's worker beyond its minimum lost on its own: the others go on
             # at the smaller size (a shrink), rather than wait on it for ever.
             lost_worker(session, job, attempt, task, self.spec_of(job), self.clock)

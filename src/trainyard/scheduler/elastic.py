@@ -51,7 +51,6 @@ from trainyard.scheduler.snapshot import (
     RunningJob,
     Shrink,
     Snapshot,
-    StartJob,
     TaskPlacement,
     TaskRequest,
 )
@@ -83,7 +82,8 @@ def split(snapshot: Snapshot) -> tuple[Snapshot, dict[int, Worker]]:
         # other part of the planner's order) the first to go has the lowest id.
         ids = range(next_id - len(apart) + 1, next_id + 1)
         next_id -= len(apart)
-        size = len(job.placements) - len(job.leaving)  # workers it runs on, once the leaving have left
+        # Workers of its elastic role it runs on, once the leaving have left.
+        size = _of_role(job.placements, apart[0][0]) - len(job.leaving)
         for worker_id, task in zip(ids, apart, strict=True):
             placement = by_task.get(task)
             if placement is None:
@@ -118,13 +118,15 @@ def grow(cycle: Cycle) -> list[Grow]:
     growing: list[_Growing] = []
     for job in snapshot.running:
         if job.grow and not job.extra and job.job_id not in stopping and job.job_id not in resizing:
-            growing.append(_Growing(job.job_id, job.vc, job.user, job.priority_rank, job.started_at,
-                                    len(job.placements) + extras.get(job.job_id, 0), list(job.grow), job.speedup))
+            size = _of_role(job.placements, job.grow[0].role) + extras.get(job.job_id, 0)
+            growing.append(_Growing(job.job_id, job.vc, job.user, job.priority_rank, job.started_at, size,
+                                    list(job.grow), job.speedup))
     for start in cycle.starts:
         waiting = pending.get(start.job_id)
         if waiting is not None:
-            growing.append(_Growing(waiting.job_id, waiting.vc, waiting.user, waiting.priority_rank,
-                                    snapshot.now, len(start.placements), list(waiting.grow), waiting.speedup))
+            growing.append(_Growing(waiting.job_id, waiting.vc, waiting.user, waiting.priority_rank, snapshot.now,
+                                    _of_role(start.placements, waiting.grow[0].role), list(waiting.grow),
+                                    waiting.speedup))
     added: dict[int, list[TaskPlacement]] = {}
     growing = [g for g in growing if g.gain() > 0]
     while growing:
@@ -144,11 +146,15 @@ def grow(cycle: Cycle) -> list[Grow]:
     for job_id, placements in added.items():
         if job_id in starts:
             i = starts[job_id]
-            start = cycle.starts[i]
-            cycle.starts[i] = StartJob(start.job_id, (*start.placements, *placements), start.borrowed)
+            cycle.starts[i] = replace(cycle.starts[i], placements=(*cycle.starts[i].placements, *placements))
         else:
             grows.append(Grow(job_id, tuple(placements)))
     return grows
+
+
+def _of_role(placements: tuple[TaskPlacement, ...], role: str) -> int:
+    """How many of ``placements`` are workers of ``role`` (an elastic job's other roles do not count)."""
+    return sum(1 for p in placements if p.role == role)
 
 
 @dataclass
