@@ -371,6 +371,34 @@ taskRoles:
     assert "retries used 0 of 0; platform retries 1 of 3" in shown
 
 
+def test_a_job_lost_before_the_next_cycle_reads_the_queue_is_retried_away_from_its_node(world, monkeypatch) -> None:
+    """A task lost so soon that no cycle saw its job running: the retry is a new waiting job
+    (it avoids the node, its attempt is counted), not the job as it waited before."""
+    from trainyard.backends.base import TaskKey
+
+    seen = []
+    decide = world.controller.scheduler.decide
+    monkeypatch.setattr(world.controller.scheduler, "decide", lambda snap: seen.append(snap) or decide(snap))
+    job_id = world.submit(f"""
+name: quickly-lost
+jobRetryCount: 0
+taskRoles:
+  m:
+    commands:
+      - {json.dumps(_lose_supervision("0"))}
+      - echo "finished attempt $TRAINYARD_ATTEMPT"
+""")
+    world.cycle()  # placed and started
+    [task] = world.tasks(job_id)
+    key = TaskKey(job_id, 0, "m", 0)
+    wait_until(lambda: not world.controller.backend.observe([key])[key].running, what="the task to die")
+    world.cycle()  # sees the loss, requeues the job and places its retry
+    [first, second] = [s for s in seen if any(p.job_id == job_id for p in s.pending)]
+    [retry] = [p for p in second.pending if p.job_id == job_id]
+    assert retry.avoid_nodes == {task.node} and retry.waiting_since is not None
+    assert world.drive(job_id).state == "SUCCEEDED"
+
+
 def test_a_job_lost_every_time_gets_a_bounded_number_of_platform_retries_then_fails(world, tmp_path) -> None:
     from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
 

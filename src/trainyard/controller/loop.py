@@ -322,8 +322,7 @@ class Controller:
             if started and self.fair_share.enabled:
                 self.fair_share.started(_started_runs(session, decisions.starts, started, pending, now))
         self.waiting.written.update(written)
-        for job_id in started:  # placed: its pending reason was cleared, so forget it
-            self.waiting.written.pop(job_id, None)
+        self.waiting.started(started)
         self.timings.cycle.observe(time.perf_counter() - began)
         return bool(started or preempted or resized)
 

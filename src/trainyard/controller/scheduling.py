@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -88,6 +88,14 @@ class WaitingJobs:
                 grow=elastic_growth(spec),
             )
         return tuple(self._known[j] for j in current if j in self._known)
+
+    def started(self, job_ids: Iterable[int]) -> None:
+        """Forget the jobs placed this cycle. One that comes back to the queue (a lost attempt
+        retried, a preempted job) is a new waiting job: its attempt, attained service and the
+        nodes to avoid are read again, even when it returns before the next cycle reads the queue."""
+        for job_id in job_ids:
+            self._known.pop(job_id, None)
+            self.written.pop(job_id, None)  # placed: its pending reason was cleared
 
 
 def apply_decisions(
