@@ -106,6 +106,16 @@ def elastic() -> tuple[int, int, int] | None:
     return _int_env("TRAINYARD_NNODES", low), low, _int_env("TRAINYARD_ELASTIC_MAX", low)
 
 
+def resizing() -> int | None:
+    """While Trainyard stops this worker for its elastic job's resize: the number of workers
+    the job starts again at (the stop, SIGTERM, comes with it; a handler for it can tell a
+    resize from a stop of the job this way and save quickly). None otherwise. A worker the
+    resize keeps starts again with ``resizes()`` one higher."""
+    found = suspend_request()
+    size = None if found is None else found.get("resize_to")
+    return size if isinstance(size, int) else None
+
+
 def resizes() -> int:
     """How many times this attempt of an elastic job has been resized so far (0: never)."""
     return _int_env("TRAINYARD_ELASTIC_RESIZES", 0)

@@ -4,13 +4,17 @@ resize (the attack review of issue 34), and the job's views."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from e2e.server import wait_until
+from sqlalchemy import select
 from worlds import World
 
 from trainyard.backends.base import TaskKey
+from trainyard.core.clock import SystemClock
+from trainyard.store.rows import JobEventRow, JobRow
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 
@@ -48,6 +52,43 @@ def test_a_grow_restarts_only_the_elastic_roles_workers_and_a_stop_meanwhile_fai
     world.stop(job)  # while worker/0 restarts
     assert world.drive(job, ("STOPPED", "FAILED", "SUCCEEDED")).state == "STOPPED"
     assert [t.state for t in world.tasks(job) if t.state == "FAILED"] == [], world.explain(job)
+
+
+def test_a_worker_stopped_for_a_resize_is_told_so_and_the_size_it_restarts_at(make_world, tmp_path: Path) -> None:
+    """As SIGTERM comes for a resize, the worker's request file says it (``runtime.resizing``):
+    a handler can tell a resize from a stop of the job."""
+    world = make_world(gpus=3)
+    tell = ("import signal, sys, time\nfrom trainyard import runtime\n"
+            "def told(*_):\n    print('resizing to', runtime.resizing(), flush=True)\n    sys.exit(143)\n"
+            "signal.signal(signal.SIGTERM, told)\n"
+            "print('resizes', runtime.resizes(), 'now', runtime.resizing(), flush=True)\ntime.sleep(600)\n")
+    (tmp_path / "tell.py").write_text(tell)
+    job, hog = started_beside_a_hog(world, elastic(1, 3, f"exec {sys.executable} {tmp_path / 'tell.py'}"), 2)
+    first = TaskKey(job, 0, "worker", 0, 0)
+    wait_until(lambda: b"resizes 0 now None" in world.controller.backend.read_log(first).data,
+               what="worker/0 to start")
+    world.stop(hog)
+    world.drive(hog, ("STOPPED",))
+    resized(world, job)
+    # (exec: a shell in front would die of the SIGTERM at once, and its end stop the group.)
+    world.drive(job, None, until=lambda _: b"resizing to 3" in world.controller.backend.read_log(first).data,
+                what="worker/0's first run to be told")
+    again = TaskKey(job, 0, "worker", 0, 1)
+    world.drive(job, None, until=lambda _: b"resizes 1 now None" in world.controller.backend.read_log(again).data,
+                what="worker/0's second run, at the new size")
+    # Its size over the attempt, in the API's view, `yard job` and the portal's job page.
+    from trainyard.cli.render import job_detail as render_job
+    from trainyard.services.views import job_detail as job_view
+
+    with world.db.session() as s:
+        row = s.get(JobRow, job)
+        events = list(s.scalars(select(JobEventRow).where(JobEventRow.job_id == job).order_by(JobEventRow.id)))
+        view = job_view(row, events, [], spec=world.controller.spec_of(row), now=SystemClock().now())
+    assert [s.workers for s in view.attempts[0].sizes] == [1, 3]
+    assert view.attempts[0].sizes[0].at == view.attempts[0].startedAt
+    assert "  workers:    1 from 20" in render_job(view) and ", 3 from " in render_job(view)
+    world.stop(job)
+    world.drive(job, ("STOPPED",))
 
 
 def test_a_worker_beyond_the_minimum_lost_on_its_own_shrinks_the_job_the_others_restart(make_world) -> None:

@@ -128,3 +128,44 @@ def test_fair_share_off_keeps_no_usage(db) -> None:
     clock.advance(100)
     keeper = FairShareUsage(0)
     assert usage(db, keeper, clock) == ({}, {}) and keeper.tally is None
+
+
+def test_an_elastic_job_counts_each_size_for_the_time_it_held_live_and_after_a_restart(db) -> None:
+    from trainyard.controller import elastic
+    from trainyard.core import transitions
+    from trainyard.scheduler.snapshot import Grow
+
+    clock = FakeClock()
+    with db.session() as s:
+        inventory(s, clock, A100=8)
+        auth.create_user(s, "alice", is_admin=False, clock=clock)
+        spec = SPEC.replace("  w:\n", "  w:\n    instances: {min: 1, max: 3}\n") % 1
+        job_id = job_service.submit_job(s, auth.get_user(s, "alice"), parse_job(spec), clock=clock).id
+    t0 = clock.now().timestamp()
+    first = TaskPlacement("w", 0, "n-A100", (GpuShare(0, 1000),), 1000, 1024)
+    with db.session() as s:
+        apply_decisions(s, Decisions(starts=(StartJob(job_id, (first,)),)), {}, {job_id: PortPlan(0, {})}, clock)
+    with db.session() as s:
+        [task] = s.query(TaskRow).filter_by(job_id=job_id)
+        transitions.task_launched(task, s.get(JobRow, job_id), clock.now())
+    keeper = FairShareUsage(H)
+    usage(db, keeper, clock)
+    clock.advance(100)
+    added = tuple(TaskPlacement("w", i, "n-A100", (GpuShare(i, 1000),), 1000, 1024) for i in (1, 2))
+    with db.session() as s:
+        assert elastic.grow(s, [Grow(job_id, added)], {job_id: {}}, clock) == [job_id]
+        for task in s.query(TaskRow).filter_by(job_id=job_id, state="WAITING").filter(TaskRow.index > 0):
+            transitions.task_launched(task, s.get(JobRow, job_id), clock.now())  # the new workers start now
+    t1 = clock.now().timestamp()
+    usage(db, keeper, clock)  # the first cycle after the resize sees it
+    clock.advance(200)
+    now = t1 + 200
+    expected = run_usage(1, t0, t1, now, H) + run_usage(3, t1, now, now, H)
+    assert same(usage(db, keeper, clock), ({("default", "alice"): expected}, {}))
+    finish(db, clock, job_id)
+    clock.advance(50)
+    after = now + 50
+    ended = run_usage(1, t0, now, after, H) + run_usage(2, t1, now, after, H)
+    assert same(usage(db, keeper, clock), ({("default", "alice"): ended}, {}))
+    # A restarted controller reads the same from the store: each worker for its own time.
+    assert same(usage(db, FairShareUsage(H), clock), ({("default", "alice"): ended}, {}))

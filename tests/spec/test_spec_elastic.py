@@ -32,8 +32,10 @@ def test_an_elastic_role_starts_at_its_minimum_and_is_stored_as_written() -> Non
     ("{min: 3, max: 1}", "taskRoles.worker.instances.max: is 1, below min (3)"),
     ("{min: 1}", "an elastic role's instances are {min: N, max: M}"),
     ("{min: 1, max: 2, step: 1}", "(unknown: step)"),
-    ("{min: 0, max: 2}", "taskRoles.worker.instances: must be ≥ 1"),
-    ("{min: 1, max: 2000}", "must be ≤ 1000"),
+    ("{min: 0, max: 2}", "taskRoles.worker.instances.min: must be ≥ 1"),
+    ("{min: 1, max: 2000}", "taskRoles.worker.instances.max: must be ≤ 1000"),
+    ("{min: 1, max: many}", "taskRoles.worker.instances.max: must be a whole number (got 'many')"),
+    ("1\n    maxInstances: 3", "maxInstances is not a field: an elastic role says instances: {min: N, max: M}"),
 ])
 def test_a_bad_range_is_refused_at_its_field(instances: str, message: str) -> None:
     with pytest.raises(SpecError) as refused:

@@ -318,10 +318,16 @@ class SuspendRequest:
     reason: str
     deadline: datetime  # UTC: whatever of the task still runs then is stopped
     signal: str | None = None  # sent to the task's processes, e.g. "SIGUSR1"; None: the file only
+    # An elastic job's resize (``runtime.resizing``): the number of workers it restarts at.
+    # Such a request comes with the stop itself (SIGTERM, then the grace period).
+    resize_to: int | None = None
 
     def as_json(self) -> dict[str, object]:
         """The request file's content, as ``trainyard.runtime.suspend_request`` reads it."""
-        return {"reason": self.reason, "deadline": self.deadline.timestamp(), "signal": self.signal}
+        found: dict[str, object] = {"reason": self.reason, "deadline": self.deadline.timestamp(), "signal": self.signal}
+        if self.resize_to is not None:
+            found["resize_to"] = self.resize_to
+        return found
 
 
 @runtime_checkable

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # for annotations only: each command imports the models it re
     from pydantic import BaseModel
 
     from trainyard.schemas.cluster import GpuView, NodeView
-    from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary, TaskView
+    from trainyard.schemas.jobs import JobDetail, JobDirView, JobSummary, SizeView, TaskView
 
 
 def print_json(data: BaseModel | Sequence[BaseModel]) -> None:
@@ -169,6 +169,8 @@ def job_detail(job: JobDetail) -> str:
         lines.append("")
         lines.append(f"Attempt {attempt.number}: {attempt.state}" + (" (on borrowed GPUs)" if attempt.borrowed else "")
                      + (f" - {attempt.reason}" if attempt.reason else ""))
+        if attempt.sizes:
+            lines.append(f"  workers:    {sizes_text(attempt.sizes)}")
         rows = [
             [t.label, t.state, t.node, gpu_devices(t), t.exitCode, t.run, duration(t.startedAt, t.finishedAt),
              ports_text(t.ports), t.message]
@@ -182,6 +184,17 @@ def job_detail(job: JobDetail) -> str:
     for event in job.events:
         lines.append(f"  {when(event.at)}  {event.kind:<18} {event.message}")
     return "\n".join(lines)
+
+
+def sizes_text(sizes: Sequence[SizeView]) -> str:
+    """An elastic job's size over an attempt: ``1 from 2026-11-29 12:00:01, 3 from 12:00:30``
+    (the date once, while it stays the same)."""
+    shown, day = [], ""
+    for size in sizes:
+        moment = when(size.at)
+        shown.append(f"{size.workers} from {moment if moment[:10] != day else moment[11:]}")
+        day = moment[:10]
+    return ", ".join(shown)
 
 
 def dependencies_text(job: JobDetail) -> str:

@@ -21,6 +21,7 @@ SHAPES: dict[str, Any] = {
                     'reason': {'type': 'string'},
                     'tasks': {'items': {'$ref': '#/$defs/TaskView'}, 'type': 'array'},
                     'borrowed': {'default': False, 'type': 'boolean'},
+                    'sizes': {'default': [], 'items': {'$ref': '#/$defs/SizeView'}, 'type': 'array'},
                 },
                 'required': ['number', 'state', 'startedAt', 'finishedAt', 'exitCode', 'reason', 'tasks'],
                 'title': 'AttemptView',
@@ -77,6 +78,12 @@ SHAPES: dict[str, Any] = {
                 },
                 'required': ['reason', 'message'],
                 'title': 'PendingView',
+                'type': 'object',
+            },
+            'SizeView': {
+                'properties': {'at': {'format': 'date-time', 'type': 'string'}, 'workers': {'type': 'integer'}},
+                'required': ['at', 'workers'],
+                'title': 'SizeView',
                 'type': 'object',
             },
             'TaskState': {

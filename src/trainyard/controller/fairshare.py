@@ -21,6 +21,7 @@ far, so a run is counted once, whether it ends before or after a restart.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
@@ -46,6 +47,8 @@ class FairShareUsage:
         self.tally: UsageTally | None = None  # None until bootstrapped
         # Job id -> (its run as last seen, the number of the attempt that runs it).
         self._known: dict[int, tuple[RunningJob, int]] = {}
+        # (job id, attempt) -> since when an elastic job, resized in that attempt, has its size.
+        self._sizes: dict[tuple[int, int], float] = {}
 
     @property
     def enabled(self) -> bool:
@@ -64,8 +67,30 @@ class FairShareUsage:
         ]
         ends = job_queries.attempt_ends(session, [(run.job_id, number) for run, number in gone]) if gone else {}
         self.add_ended(gone, ends, now)
-        self._known = {job.job_id: (job, work.attempts[job.job_id]) for job in work.running}
-        return current_usage(self.tally, work.running, now)
+        running = self._sized(work, now)
+        self._known = {job.job_id: (job, work.attempts[job.job_id]) for job in running}
+        return current_usage(self.tally, running, now)
+
+    def _sized(self, work: RunningWork, now: float) -> list[RunningJob]:
+        """The running work, each elastic job resized within its attempt counted from its
+        resize on: the run at its earlier size goes into the tally as ended now (seen at the
+        first cycle after the resize), so that each size counts for the time it held."""
+        sizes: dict[tuple[int, int], float] = {}
+        running = []
+        for job in work.running:
+            number = work.attempts[job.job_id]
+            since = self._sizes.get((job.job_id, number))
+            known = self._known.get(job.job_id)
+            if known is not None and known[1] == number and known[0].gpus != job.gpus:
+                assert self.tally is not None
+                record_end(self.tally, known[0], now)
+                since = now
+            if since is not None:
+                sizes[(job.job_id, number)] = since
+                job = replace(job, started_at=max(job.started_at, since))
+            running.append(job)
+        self._sizes = sizes
+        return running
 
     def add_ended(
         self, gone: Iterable[tuple[RunningJob, int]], ends: Mapping[tuple[int, int], datetime], now: float
@@ -87,11 +112,17 @@ class FairShareUsage:
         tally = UsageTally(self.half_life)
         since = datetime.fromtimestamp(max(0.0, now - self.half_life * HORIZON_HALF_LIVES), UTC)
         attempts: dict[tuple[int, int], tuple[str, str, float, float, bool, float]] = {}
-        for job_id, number, vc, user, started, finished, borrowed, gpus in job_queries.ended_attempt_runs(
-            session, since
+        for job_id, number, vc, user, started, finished, borrowed, gpus, task_start, task_end, elastic in (
+            job_queries.ended_attempt_runs(session, since)
         ):
-            key = (job_id, number)
             milli = sum(m for _, m in gpus or ())
+            if elastic:  # its workers came and went: each counts for its own time
+                start, end = (task_start or started).timestamp(), (task_end or finished).timestamp()
+                tally.add((vc, user), milli / 1000, start, min(end, now))
+                if borrowed:
+                    tally.add(vc, milli / 1000, start, min(end, now))
+                continue
+            key = (job_id, number)
             known = attempts.get(key)
             total = milli / 1000 + (known[5] if known else 0.0)
             attempts[key] = (vc, user, started.timestamp(), finished.timestamp(), bool(borrowed), total)

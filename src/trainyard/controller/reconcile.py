@@ -90,6 +90,8 @@ class ActiveTask:
     launch: TaskLaunch | None = None
     error: str = ""
     suspend: SuspendRequest | None = None  # a stop that asks the task to save its state first
+    # A stop for an elastic job's resize: the task's request file says so as it is stopped.
+    resize: SuspendRequest | None = None
 
 
 @dataclass
@@ -177,6 +179,8 @@ class Reconciler:
             if item.suspend is not None and isinstance(self.backend, Suspender):
                 self.backend.suspend(item.key, item.suspend)
             else:
+                if item.resize is not None and isinstance(self.backend, Suspender):
+                    self.backend.suspend(item.key, item.resize)  # the file only: the stop follows
                 self.backend.stop(item.key, item.grace)
         except Exception:  # noqa: BLE001 - one task's failed stop must not stall the rest
             log.exception("stop of %s failed; will retry", item.key)
@@ -220,6 +224,9 @@ class Reconciler:
                 # An elastic job resizing: its workers start again only once every one told to
                 # restart has stopped, so that they all rendezvous at the new size together.
                 resizing = any(t.restart for t in attempt.tasks)
+                resize = None
+                if resizing or any(t.removed and not TaskState(t.state).is_final for t in attempt.tasks):
+                    resize = self._resize_notice(attempt, now, job.grace_seconds)
                 for task in attempt.tasks:
                     if TaskState(task.state).is_final:
                         continue
@@ -236,6 +243,8 @@ class Reconciler:
                     if told and not task.stop_sent:
                         if suspend is not None and task.state == TaskState.RUNNING:
                             item.suspend, item.grace = suspend, (suspend.deadline - now).total_seconds()
+                        elif not stop_needed and task.state == TaskState.RUNNING:
+                            item.resize = resize
                         plan.stops.append(item)
                     elif suspend is not None and task.state == TaskState.RUNNING and now >= suspend.deadline:
                         plan.overdue.append(item)
@@ -269,6 +278,18 @@ class Reconciler:
             raise EnvironmentGone(f"the job's working directory {job.workdir} is not on this server any more; "
                                   "submit the job again from its folder")
         return str(path)
+
+    @staticmethod
+    def _resize_notice(attempt: AttemptRow, now: datetime, grace: float) -> SuspendRequest | None:
+        """What the workers an elastic job's resize stops find in their request file
+        (``runtime.resizing``): the size it restarts at. No signal: SIGTERM follows at once."""
+        roles = {t.role for t in attempt.tasks if t.removed or t.restart}
+        if len(roles) != 1:
+            return None
+        [role] = roles
+        size = sum(1 for t in attempt.tasks if t.role == role and not t.removed and not TaskState(t.state).is_final)
+        return SuspendRequest(f"the job is resized to {size} worker{'s' if size != 1 else ''}",
+                              now + timedelta(seconds=grace), None, resize_to=size)
 
     def _suspend_request(self, job: JobRow, attempt: AttemptRow, now: datetime) -> SuspendRequest | None:
         """What the tasks of a suspending attempt are told (None for any other attempt)."""

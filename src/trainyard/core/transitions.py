@@ -17,6 +17,7 @@ records) and return the ``Event`` to record; writing it is the store's part
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -489,11 +490,20 @@ def task_rerun(task: TaskRecord, exit_code: int | None, detail: str, retry_count
     )
 
 
+_RESIZE = re.compile(r"(?:grows|shrinks) from (\d+) to (\d+) worker\(s\)")
+
+
 def resized(before: int, after: int, why: str, now: datetime) -> Event:
     """An elastic job's size changes (``controller/elastic.py``): workers join or leave, and
-    the others restart at the new size."""
+    the others restart at the new size (``resize_of`` reads the sizes back)."""
     verb = "grows" if after > before else "shrinks"
     return Event(EventKind.RESIZED, f"{verb} from {before} to {after} worker(s): {why}", now)
+
+
+def resize_of(message: str) -> tuple[int, int] | None:
+    """The (before, after) sizes a ``resized`` event's message tells; None for another message."""
+    found = _RESIZE.match(message)
+    return None if found is None else (int(found[1]), int(found[2]))
 
 
 def task_restarted(task: TaskRecord) -> None:

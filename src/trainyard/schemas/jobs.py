@@ -51,6 +51,13 @@ class TaskView(BaseModel):
         return f"{self.role}/{self.index}"
 
 
+class SizeView(BaseModel):
+    """An elastic job's number of workers from ``at`` on (until the next one, or the attempt's end)."""
+
+    at: datetime
+    workers: int
+
+
 class AttemptView(BaseModel):
     number: int
     state: AttemptState
@@ -60,6 +67,9 @@ class AttemptView(BaseModel):
     reason: str
     tasks: list[TaskView]
     borrowed: bool = False  # it ran over its VC's quota, on borrowed GPUs
+    # An elastic job's size over the attempt: as it started, then after each resize ([] for a
+    # job of fixed size, or an attempt not started).
+    sizes: list[SizeView] = []
 
 
 class JobSummary(BaseModel):

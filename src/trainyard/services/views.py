@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from trainyard.core import transitions
 from trainyard.core.jobfile import instance_span
 from trainyard.core.labels import merged_labels
 from trainyard.core.lifecycle import platform_retries_used, run_seconds
@@ -22,6 +23,7 @@ from trainyard.schemas.jobs import (
     JobDetail,
     JobSummary,
     PendingView,
+    SizeView,
     SubmitResult,
     TaskView,
 )
@@ -128,8 +130,23 @@ def task_view(row: TaskRow) -> TaskView:
     )
 
 
-def attempt_view(row: AttemptRow) -> AttemptView:
+def _sizes(attempt: AttemptRow, role: str | None, events: list[JobEventRow]) -> list[SizeView]:
+    """An elastic job's size over one attempt, from its ``resized`` events (their messages
+    say the size before and after): the size it started at, then one entry per resize."""
+    if role is None or attempt.started_at is None:
+        return []
+    end = attempt.finished_at
+    changes = [(e.at, sizes) for e in events
+               if e.kind == transitions.EventKind.RESIZED and attempt.started_at <= e.at
+               and (end is None or e.at <= end) and (sizes := transitions.resize_of(e.message)) is not None]
+    first = changes[0][1][0] if changes else sum(1 for t in attempt.tasks if t.role == role and not t.removed)
+    return [SizeView(at=attempt.started_at, workers=first),
+            *(SizeView(at=at, workers=after) for at, (_, after) in changes)]
+
+
+def attempt_view(row: AttemptRow, sizes: list[SizeView] | None = None) -> AttemptView:
     return AttemptView(
+        sizes=sizes or [],
         number=row.number,
         state=AttemptState(row.state),
         startedAt=row.started_at,
@@ -152,7 +169,7 @@ def job_detail(
         platformRetriesUsed=platform_retries_used(a.state for a in row.attempts),
         gracePeriodSeconds=row.grace_seconds,
         spec=masked_spec(spec),
-        attempts=[attempt_view(a) for a in row.attempts],
+        attempts=[attempt_view(a, _sizes(a, spec.elastic_role, events)) for a in row.attempts],
         events=[EventView(at=e.at, kind=e.kind, message=e.message) for e in events],
         warnings=warnings,
     )

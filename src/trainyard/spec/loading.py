@@ -109,7 +109,7 @@ def validate_job(data: dict[str, Any]) -> JobSpec:
     try:
         return JobSpec.model_validate(data)
     except ValidationError as error:
-        raise spec_error_from(error) from None
+        raise spec_error_from(error, data) from None
 
 
 def container_fields(spec: JobSpec) -> list[str]:

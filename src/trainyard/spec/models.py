@@ -369,8 +369,10 @@ class TaskRole(_Model):
                 raise invalid("an elastic role's instances are {min: N, max: M}, both whole numbers"
                               + (f" (unknown: {', '.join(unknown)})" if unknown else ""))
             if "maxInstances" in data:
-                raise invalid("give the maximum once: instances: {min: N, max: M}, or instances and maxInstances")
+                raise invalid("maxInstances is not a field: an elastic role says instances: {min: N, max: M}")
             return {**data, "instances": span["min"], "maxInstances": span["max"]}
+        if isinstance(data, dict) and "maxInstances" in data:
+            raise invalid("maxInstances is not a field: an elastic role says instances: {min: N, max: M}")
         return data
 
     @model_serializer(mode="wrap")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -30,15 +31,34 @@ _TYPE_MESSAGES = {
 }
 
 
-def spec_error_from(error: ValidationError) -> SpecError:
-    """One FieldError per pydantic error, plus the cross-field errors it carries."""
+def spec_error_from(error: ValidationError, data: Any = None) -> SpecError:
+    """One FieldError per pydantic error, plus the cross-field errors it carries. ``data``,
+    the document as written, names fields the model stores under other names as written
+    (an elastic role's ``instances: {min, max}``)."""
     found: list[FieldError] = []
+    written = _as_written(data)
     for item in error.errors(include_url=False):
         if item["type"] == "spec_semantic":
             found.extend(item["ctx"]["errors"])
         else:
-            found.append(translate(item))
+            problem = translate(item)
+            found.append(replace(problem, path=written.get(problem.path, problem.path)))
     return SpecError(_unique(found))
+
+
+def _as_written(data: Any) -> dict[str, str]:
+    """The model's path -> the document's, for each elastic role's ``instances: {min, max}``
+    (kept as ``instances`` and ``maxInstances``)."""
+    roles = data.get("taskRoles") if isinstance(data, dict) else None
+    if not isinstance(roles, dict):
+        return {}
+    found = {}
+    for name, role in roles.items():
+        if isinstance(role, dict) and isinstance(role.get("instances"), dict):
+            base = ("taskRoles", str(name))
+            found[format_path((*base, "instances"))] = format_path((*base, "instances", "min"))
+            found[format_path((*base, "maxInstances"))] = format_path((*base, "instances", "max"))
+    return found
 
 
 def translate(item: Any) -> FieldError:

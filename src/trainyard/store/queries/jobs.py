@@ -421,17 +421,20 @@ def live_tasks_with_jobs(session: Session, node: str | None = None) -> list[tupl
 
 # -- fair share's (controller/fairshare.py) ---------------------------------------------------
 
-EndedRun = tuple[int, int, str, str, datetime, datetime, bool, list[list[int]]]
+EndedRun = tuple[int, int, str, str, datetime, datetime, bool, list[list[int]], datetime | None, datetime | None,
+                 bool]
 
 
 def ended_attempt_runs(session: Session, since: datetime) -> Iterator[EndedRun]:
     """One row per task of every attempt that ended at or after ``since``: (job id, attempt
-    number, VC, owner, attempt start, attempt end, borrowed, the task's GPU shares), by
-    attempt. Read once, when the controller starts, to rebuild recent usage."""
+    number, VC, owner, attempt start, attempt end, borrowed, the task's GPU shares, the
+    task's first start and its end, whether the job is elastic), by attempt. Read once,
+    when the controller starts, to rebuild recent usage."""
     query = (
         select(
             AttemptRow.job_id, AttemptRow.number, JobRow.vc, UserRow.name, AttemptRow.started_at,
-            AttemptRow.finished_at, AttemptRow.borrowed, TaskRow.gpus,
+            AttemptRow.finished_at, AttemptRow.borrowed, TaskRow.gpus, TaskRow.started_at, TaskRow.finished_at,
+            JobRow.elastic_max.is_not(None),
         )
         .join(JobRow, JobRow.id == AttemptRow.job_id)
         .join(UserRow, UserRow.id == JobRow.user_id)
