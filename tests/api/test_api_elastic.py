@@ -18,3 +18,28 @@ def test_an_elastic_jobs_views_count_its_minimum_and_name_every_worker(api) -> N
     for url in (f"/api/v1/jobs/{job_id}", "/api/v1/jobs", f"/jobs/{job_id}", "/jobs", f"/jobs/{job_id}/files"):
         assert api.user.get(url).status_code == 200, url
     assert api.admin.get("/api/v1/jobs").status_code == 200
+
+
+def test_an_elastic_jobs_size_over_time_is_in_the_api_and_on_its_portal_page(db, tmp_path) -> None:
+    from api.live_harness import live_api, running_job
+    from portal.harness import PASSWORDS, signed_in
+    from worlds import World
+
+    from trainyard.services.auth import get_user
+    from trainyard.services.passwords import set_password
+
+    with live_api(db, tmp_path) as (api, controller):
+        hog = running_job(api, controller, api.user_token, "hog", gpus=3)
+        made = api.user.post("/api/v1/jobs", content=ELASTIC, headers={"content-type": "application/yaml"})
+        job_id = made.json()["id"]
+        world = World(db, api.ctx.backend, api.ctx.clock, controller)  # type: ignore[arg-type]
+        world.drive(job_id, ("RUNNING",))
+        assert api.user.post(f"/api/v1/jobs/{hog}/stop").status_code in (200, 202)
+        world.drive(job_id, None, until=lambda _: any(k == "resized" for k, _ in world.events(job_id)),
+                    what="the job to grow")
+        [attempt] = api.user.get(f"/api/v1/jobs/{job_id}").json()["attempts"]
+        assert [s["workers"] for s in attempt["sizes"]] == [1, 3]
+        with db.session() as session:
+            set_password(session, get_user(session, "admin"), "alice", PASSWORDS["alice"])
+        page = signed_in(api, "alice").get(f"/jobs/{job_id}").text
+        assert 'id="sizes">Workers: 1 <span class="hint">from ' in page and "→ 3 <span" in page
