@@ -110,4 +110,5 @@ def test_an_elastic_roles_workers_rendezvous_at_the_first_workers_peer_port_at_t
     assert (first["TRAINYARD_ELASTIC_MIN"], first["TRAINYARD_ELASTIC_MAX"]) == ("1", "4")
     assert first["TRAINYARD_TORCHRUN"].split() == [
         "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:4000", "--rdzv-id=trainyard-9-0-2",
-        "--rdzv-conf=is_host=1"]
+        "--rdzv-conf=is_host=1", "--local-addr=10.0.0.1"]
+    assert other["TRAINYARD_TORCHRUN"].split()[-1] == "--local-addr=10.0.0.2"  # where the other nodes reach it

@@ -55,8 +55,9 @@ def test_a_backend_that_cannot_resize_refuses_an_elastic_job_at_its_field() -> N
     from trainyard.services.jobs import check_backend
 
     check_backend(parse_job(JOB), "local")
-    check_backend(parse_job(JOB.replace("{min: 1, max: 3}", "2")), "slurm")
+    check_backend(parse_job(JOB), "slurm")
+    check_backend(parse_job(JOB.replace("{min: 1, max: 3}", "2")), "simulated")
     with pytest.raises(Invalid) as refused:
-        check_backend(parse_job(JOB), "slurm")
+        check_backend(parse_job(JOB), "simulated")
     assert refused.value.details[0]["path"] == "taskRoles.worker.instances"
-    assert "not on slurm" in refused.value.message
+    assert "not on simulated" in refused.value.message

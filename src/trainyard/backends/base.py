@@ -161,6 +161,10 @@ class TaskLaunch:
     # server holds): the backend hands it to the task ($TRAINYARD_WORKDIR_ARCHIVE, the
     # account's, read-only) and the task's script unpacks it in its working directory.
     workdir_archive: str | None = None
+    # A worker of an elastic job's elastic role: a resize adds, stops or restarts it alone,
+    # while the job's other tasks go on (a backend that runs a gang as one unit, Slurm,
+    # runs such a task as a unit of its own).
+    elastic: bool = False
 
 
 @dataclass(frozen=True)

@@ -131,6 +131,7 @@ def build_launch(
         environment=runs.environment,
         ports=task_ports(spec, attempt, task),
         workdir_archive=workdir_archive,
+        elastic=elastic is not None and task.role == elastic,
     )
 
 

@@ -111,12 +111,16 @@ def elastic_env(wiring: JobWiring, role: str, index: int, low: int, high: int, g
     """An elastic role's wiring (``instances: {min, max}``) for torchrun's elastic launch:
     ``torchrun --nnodes=$TRAINYARD_NNODES --rdzv-backend=c10d
     --rdzv-endpoint=$TRAINYARD_RDZV_ENDPOINT --rdzv-id=$TRAINYARD_RDZV_ID
-    --rdzv-conf=$TRAINYARD_RDZV_CONF`` (``TRAINYARD_TORCHRUN`` holds those flags). The
-    rendezvous is hosted by the role's first worker (never removed: it is within the
-    minimum) on its peer port; every resize starts a new one (the id counts them), at the
-    size the job has now, so ``--nnodes`` is that size."""
+    --rdzv-conf=$TRAINYARD_RDZV_CONF --local-addr=<its node's address>``
+    (``TRAINYARD_TORCHRUN`` holds those flags). The rendezvous is hosted by the role's
+    first worker (never removed: it is within the minimum) on its peer port, at its node's
+    address; every resize starts a new one (the id counts them), at the size the job has
+    now, so ``--nnodes`` is that size. ``--local-addr`` is the address the other nodes reach
+    this worker at: without it torchrun tells its peers this node's host name, which need not
+    resolve there (nodes that share one, a name that resolves to a loopback address)."""
     members = [t for t in wiring.tasks if t.role == role]
     host = next((t for t in members if t.index == 0), members[0])
+    me = next((t for t in members if t.index == index), host)
     port = next(iter(host.ports.get(PEER_PORT_LABEL, ())), wiring.master_port)
     env = {
         "TRAINYARD_ELASTIC_MIN": str(low),
@@ -129,7 +133,7 @@ def elastic_env(wiring: JobWiring, role: str, index: int, low: int, high: int, g
     }
     env["TRAINYARD_TORCHRUN"] = (
         f"--nnodes={env['TRAINYARD_NNODES']} --rdzv-backend=c10d --rdzv-endpoint={env['TRAINYARD_RDZV_ENDPOINT']} "
-        f"--rdzv-id={env['TRAINYARD_RDZV_ID']} --rdzv-conf={env['TRAINYARD_RDZV_CONF']}"
+        f"--rdzv-id={env['TRAINYARD_RDZV_ID']} --rdzv-conf={env['TRAINYARD_RDZV_CONF']} --local-addr={me.address}"
     )
     return env
 

@@ -81,9 +81,10 @@ def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
     return warnings
 
 
-# Backends that resize an elastic job's attempt in place (``controller/elastic.py``): tested
-# on the local backend; Slurm's gang allocations are not yet grown or shrunk.
-ELASTIC_BACKENDS = ("local",)
+# Backends that resize an elastic job's attempt in place (``controller/elastic.py``), each
+# proven on a real DDP job: the local backend, and Slurm (each elastic worker a Slurm job of
+# its own, ``backends/slurm/backend.py``). The simulated one (``yard sim``) runs no tasks.
+ELASTIC_BACKENDS = ("local", "slurm")
 
 
 def check_backend(spec: JobSpec, backend: str) -> None:

@@ -12,7 +12,8 @@ one-machine cluster any directory):
     <state_dir>/jobs/<job>/<attempt>/
         <role>-<index>-<run>/    env script.sh ports work/ output.log exit fault metrics.json suspend.json  a task run
         slurm-gang/              job_id submitting tasks stop.json suspend.json batch.log   the gang's submission
-        slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0)
+        slurm-<role>-<index>-<run>/   (the same, for an in-place re-run, run > 0, and for each run
+                                      of an elastic job's worker, with ``elastic``: ``launch_gang``)
     <state_dir>/jobs/<job>/jobdir/     $TRAINYARD_JOB_DIR: the job's tasks share it, its
                                        attempts keep it (``jobdirs``), until the controller
                                        removes it after the job has ended
@@ -83,15 +84,18 @@ from trainyard.backends.slurm.images import NodeImages
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import (
     NodeGres,
+    figure,
     in_partition,
     is_schedulable,
     node_gres,
     node_inventory,
     node_sample,
+    whole,
+    with_measured_gpus,
 )
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.backends.taskpython import install_runtime
-from trainyard.core.metrics import NodeSample, Sampled, TaskSample
+from trainyard.core.metrics import Sampled, TaskSample
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
 log = logging.getLogger(__name__)
@@ -110,7 +114,6 @@ SLURM_POLL_SECONDS = 1.0
 STUCK_SECONDS = 60.0
 # Locks that submissions are striped over (``_submit``).
 SUBMIT_LOCKS = 64
-# How long a task killed by a signal nobody in Trainyard sent is kept "running" while
 # Slurm's verdicts that blame the machine, not the job: its tasks' statuses are unknown
 # (LOST, retried without spending the job's jobRetryCount), whatever signal they got.
 PLATFORM_FAILURES = frozenset({"NODE_FAIL", "BOOT_FAIL"})
@@ -129,6 +132,9 @@ SUBMITTING = "submitting"
 STOP = "stop.json"
 SUSPEND = "suspend.json"  # in a submission's directory: its Slurm job was signalled to suspend
 TASKS = "tasks"  # in a submission's directory: the names of its tasks' directories, one a line
+# In a submission's directory: it runs one worker of an elastic job, whose end counts only
+# once Slurm has ended its job (its GPUs and quota are free then, not when the task exits).
+ELASTIC = "elastic"
 METRICS = "metrics.json"  # the task sampler's newest figures, in the task's directory
 # The nodes' interpreter that starts a sandboxed task (task-start.py, sandboxjoin.py; stdlib only).
 NODE_PYTHON = "/usr/bin/python3"
@@ -264,10 +270,14 @@ class SlurmBackend(jobdirs.JobDirTree):
         return beside if os.path.lexists(beside) else task_dir / "work"
 
     def submission_dir(self, key: TaskKey) -> Path:
-        """Where the Slurm job running this task run is recorded."""
+        """Where the Slurm job running this task run is recorded: the gang's for a first run,
+        a Slurm job of its own for an in-place re-run or an elastic worker (``launch_gang``)."""
+        own = self._own_submission_dir(key)
+        return own if key.run > 0 or own.is_dir() else own.with_name("slurm-gang")
+
+    def _own_submission_dir(self, key: TaskKey) -> Path:
         self.task_dir(key)  # validates the key
-        tag = "gang" if key.run == 0 else f"{key.role}-{key.index}-{key.run}"
-        return self._attempt_dir(key) / f"slurm-{tag}"
+        return self._attempt_dir(key) / f"slurm-{key.role}-{key.index}-{key.run}"
 
     def slurm_job_name(self, key: TaskKey) -> str:
         return f"{self.name_prefix}-{key.job_id}-{key.attempt}-{self.submission_dir(key).name}"
@@ -308,13 +318,13 @@ class SlurmBackend(jobdirs.JobDirTree):
                     measured.setdefault(node, {})[device["index"]] = device
             tasks.append(TaskSample(
                 job_id=key.job_id, attempt=key.attempt, role=key.role, index=key.index,
-                node=node, at=now, cpu_cores=_figure(record, "cpu_cores"),
-                memory_mb=_whole(record, "memory_mb"), gpus_held=float(len(gpus)),
-                gpu_util_pct=_figure(record, "gpu_util_pct"), gpu_memory_mb=_whole(record, "gpu_memory_mb"),
-                disk_read_bytes_per_s=_figure(record, "disk_read_bytes_per_s"),
-                disk_write_bytes_per_s=_figure(record, "disk_write_bytes_per_s"),
+                node=node, at=now, cpu_cores=figure(record, "cpu_cores"),
+                memory_mb=whole(record, "memory_mb"), gpus_held=float(len(gpus)),
+                gpu_util_pct=figure(record, "gpu_util_pct"), gpu_memory_mb=whole(record, "gpu_memory_mb"),
+                disk_read_bytes_per_s=figure(record, "disk_read_bytes_per_s"),
+                disk_write_bytes_per_s=figure(record, "disk_write_bytes_per_s"),
             ))
-        nodes = tuple(_with_measured_gpus(node_sample(r, now), measured.get(r["NodeName"], {})) for r in records)
+        nodes = tuple(with_measured_gpus(node_sample(r, now), measured.get(r["NodeName"], {})) for r in records)
         return Sampled(nodes=nodes, tasks=tuple(tasks), errors=tuple(errors))
 
     # --- ImageCache (``images.NodeImages``: a short step per node) -------------------
@@ -348,7 +358,10 @@ class SlurmBackend(jobdirs.JobDirTree):
         self.launch_gang([task])
 
     def launch_gang(self, tasks: Sequence[TaskLaunch]) -> None:
-        """One Slurm job for the first runs of the attempt; one per in-place re-run."""
+        """One Slurm job for the first runs of the attempt; one per in-place re-run, and one
+        per worker of an elastic role (``TaskLaunch.elastic``): a resize adds, stops or
+        restarts such a worker alone, and the GPUs of one that leaves are free once Slurm
+        has ended its own job, whatever the other tasks do (``observe``)."""
         if not tasks:
             return
         attempts = {(t.key.job_id, t.key.attempt) for t in tasks}
@@ -358,16 +371,19 @@ class SlurmBackend(jobdirs.JobDirTree):
             self.inventory()  # e.g. the first launch of a new backend object: how to ask for the GPUs
         for task in tasks:
             submission.check_task(task, self._node_gres.get(task.node, NodeGres()))
-        first_runs = [t for t in tasks if t.key.run == 0]
+        first_runs = [t for t in tasks if t.key.run == 0 and not t.elastic]
         if first_runs:
             self._submit(first_runs)
-        for rerun in (t for t in tasks if t.key.run > 0):
-            self._submit([rerun])
+        for alone in (t for t in tasks if t.key.run > 0 or t.elastic):
+            if alone.key.run == 0:  # where ``submission_dir`` finds it from now on
+                self._own_submission_dir(alone.key).mkdir(parents=True, exist_ok=True)
+            self._submit([alone])
 
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
         statuses: dict[TaskKey, TaskStatus] = {}
         waiting: dict[TaskKey, str] = {}  # keys whose answer is Slurm's -> Slurm job id
         killed: dict[TaskKey, TaskStatus] = {}  # ended by a signal nobody in Trainyard sent
+        releasing: dict[TaskKey, str] = {}  # elastic workers that ended, until Slurm ends their job
         for key in keys:
             try:
                 task_dir = self.task_dir(key)
@@ -378,25 +394,33 @@ class SlurmBackend(jobdirs.JobDirTree):
                 statuses[key] = ended
                 if self._killed_by_others(key, ended) and ended.reason != OUT_OF_MEMORY:
                     killed[key] = ended  # say why, if Slurm knows
+                if (self.submission_dir(key) / ELASTIC).exists() and (job_id := self._known_job_id(key)):
+                    releasing[key] = job_id
                 continue
             job_id = self._known_job_id(key)
             if job_id is None:
                 statuses[key] = TaskStatus(key, running=False, lost=True, message="never submitted to Slurm")
             else:
                 waiting[key] = job_id
-        if not waiting and not killed:
+        if not waiting and not killed and not releasing:
             return self._with_image_pulls(statuses)
         try:
             if killed:  # rare, and Slurm's verdict (NODE_FAIL, CANCELLED...) is seconds old at most
                 self._jobs_cache = None
-            taken_at, jobs = self._slurm_jobs(set(waiting.values()))
+            taken_at, jobs = self._slurm_jobs(set(waiting.values()) | set(releasing.values()))
         except SlurmError as exc:
             # Not knowing is not ending: keep every task as it was until Slurm answers.
             log.warning("cannot read job states from Slurm: %s", exc)
             return self._with_image_pulls(
-                statuses | {k: TaskStatus(k, running=True, message=f"Slurm unreachable: {exc}") for k in waiting})
+                statuses | {k: TaskStatus(k, running=True, message=f"Slurm unreachable: {exc}")
+                            for k in (*waiting, *releasing)})
         for key, ended in killed.items():
             statuses[key] = self._explain_kill(key, ended, jobs.get(self.slurm_job_id(key) or ""))
+        for key, job_id in releasing.items():
+            # Its GPUs are free, for Trainyard's scheduler and quotas, once Slurm's are.
+            if (job := jobs.get(job_id)) is not None and not job.final:
+                statuses[key] = TaskStatus(key, running=True, message=(
+                    f"ended; waiting for Slurm to end job {job_id} and free its resources"))
         for key, job_id in waiting.items():
             if job_id not in jobs and self._submitted.get(job_id, -1e9) >= taken_at:
                 statuses[key] = TaskStatus(key, running=True, message="submitted to Slurm")
@@ -527,6 +551,8 @@ class SlurmBackend(jobdirs.JobDirTree):
                     sandboxing.write_sandbox_plan(self._sandbox, self._starter, task, task_dirs[task.key], job_dir,
                                                   account, self.task_python, self.environments_root)
             sub_dir.mkdir(parents=True, exist_ok=True)
+            if tasks[0].elastic:
+                submission.write_private(sub_dir / ELASTIC, b"")
             submission.write_private(sub_dir / TASKS, "".join(f"{d.name}\n" for d in task_dirs.values()).encode())
             argv = submission.sbatch_argv(
                 name=name, submission_dir=sub_dir, partition=self.partition,
@@ -749,35 +775,6 @@ def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
     return with_oom_record(status, _read_json(task_dir / CONTAINER_RECORD))
 
 
-def _figure(record: Mapping[str, Any], name: str) -> float | None:
-    value = record.get(name)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _whole(record: Mapping[str, Any], name: str) -> int | None:
-    value = _figure(record, name)
-    return None if value is None else int(value)
-
-
-def _with_measured_gpus(sample: NodeSample, measured: Mapping[int, Mapping[str, Any]]) -> NodeSample:
-    """The node's sample with the GPUs its tasks' samplers measured in place of Slurm's n/a."""
-    if not measured:
-        return sample
-    gpus = []
-    for gpu in sample.gpus:
-        device = measured.get(gpu.index)
-        if device is None:
-            gpus.append(gpu)
-            continue
-        gpus.append(dataclasses.replace(
-            gpu, healthy=device.get("healthy") is not False, util_pct=_figure(device, "util_pct"),
-            memory_used_mb=_whole(device, "memory_used_mb"), temperature_c=_figure(device, "temperature_c"),
-            memory_total_mb=_whole(device, "memory_total_mb") or gpu.memory_total_mb,
-            power_w=_figure(device, "power_w"), ecc_errors=_whole(device, "ecc_errors"),
-        ))
-    return dataclasses.replace(sample, gpus=tuple(gpus))
-
-
 def _fresh(record: Mapping[str, Any], after: float) -> bool:
-    at = _figure(record, "at")
+    at = figure(record, "at")
     return at is not None and at >= after

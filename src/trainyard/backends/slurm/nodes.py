@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from trainyard.backends.base import GpuInfo, NodeInventory
 from trainyard.core.labels import GPU_SHARES_LABEL
@@ -138,3 +140,33 @@ def node_sample(record: Mapping[str, str], now: datetime) -> NodeSample:
         memory_used_mb=used, memory_total_mb=None if total is None else int(total),
         gpus=tuple(GpuSample(g.index, g.model, g.memory_mb) for g in gpus_of(record.get("Gres", ""))),
     )
+
+
+def figure(record: Mapping[str, Any], name: str) -> float | None:
+    """A number a task sampler's record holds (None where it holds none)."""
+    value = record.get(name)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def whole(record: Mapping[str, Any], name: str) -> int | None:
+    value = figure(record, name)
+    return None if value is None else int(value)
+
+
+def with_measured_gpus(sample: NodeSample, measured: Mapping[int, Mapping[str, Any]]) -> NodeSample:
+    """The node's sample with the GPUs its tasks' samplers measured in place of Slurm's n/a."""
+    if not measured:
+        return sample
+    gpus = []
+    for gpu in sample.gpus:
+        device = measured.get(gpu.index)
+        if device is None:
+            gpus.append(gpu)
+            continue
+        gpus.append(dataclasses.replace(
+            gpu, healthy=device.get("healthy") is not False, util_pct=figure(device, "util_pct"),
+            memory_used_mb=whole(device, "memory_used_mb"), temperature_c=figure(device, "temperature_c"),
+            memory_total_mb=whole(device, "memory_total_mb") or gpu.memory_total_mb,
+            power_w=figure(device, "power_w"), ecc_errors=whole(device, "ecc_errors"),
+        ))
+    return dataclasses.replace(sample, gpus=tuple(gpus))

@@ -1,0 +1,93 @@
+"""The real elastic-training scenario of issue 34, on any backend (``tests/controller/
+test_elastic_training.py`` runs it on the local backend, ``tests/backends/slurm/
+test_slurm_elastic.py`` on Slurm): ``examples/elastic``'s CPU PyTorch DDP job (gloo, a fixed
+global batch) starts on one worker while the other GPUs are busy, grows to three when a
+job's stop frees two or more, shrinks to two when a prod job needs a GPU, and ends with the
+same steps and — within float rounding — the loss of the same steps on one process."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from e2e.server import wait_until
+from worlds import World
+
+from trainyard.store.rows import JobRow
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "elastic"
+STEPS = 300
+
+
+def training_job(low: int, high: int) -> str:
+    job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    job["parameters"] |= {"exampleDir": str(EXAMPLE), "python": sys.executable, "steps": STEPS, "stepSeconds": 0.05}
+    job["taskRoles"]["worker"]["instances"] = {"min": low, "max": high}
+    return yaml.safe_dump(job)
+
+
+def progress(world: World, job_id: int) -> tuple[int, int]:
+    """The step the job's rank 0 last finished and on how many workers (train.py's ``progress``)."""
+    try:
+        step, workers = (world.backend.job_dir(job_id) / "progress").read_text().split()
+        return int(step), int(workers)
+    except (FileNotFoundError, ValueError):
+        return 0, 0
+
+
+def training_on(world: World, job_id: int, workers: int, past: int) -> int:
+    """Drive the controller until the job trains on ``workers`` past step ``past``; the step."""
+    def there() -> int | bool:
+        world.cycle()
+        step, size = progress(world, job_id)
+        return step > past and size == workers and step
+    try:
+        return wait_until(there, timeout=120, what=f"job {job_id} to train on {workers} worker(s) past step {past}")
+    except AssertionError as miss:
+        raise AssertionError(f"{miss}\n{world.explain(job_id)}") from None
+
+
+def grows_and_shrinks(world: World, hog: int, prod_gpus: int) -> tuple[JobRow, list[dict]]:
+    """The scenario, once ``hog`` runs and the cluster has one GPU left: the elastic job
+    starts on it, grows to three workers when ``hog`` stops, and shrinks to two for a prod
+    job of ``prod_gpus`` GPUs that only fits once one worker has left. The job as it ended,
+    and its ``result.json``'s sizes, checked against a run on one process."""
+    assert importlib.util.find_spec("torch"), "PyTorch comes with the test extra: pip install -e '.[test]'"
+    job_id = world.submit(training_job(1, 3))
+    world.drive(job_id, ("RUNNING",), timeout=60)
+    step = training_on(world, job_id, 1, 20)
+
+    world.stop(hog)  # GPUs free: it grows to three
+    world.drive(hog, ("STOPPED",), timeout=60)
+    step = training_on(world, job_id, 3, step)
+
+    prod = world.submit("name: urgent\npriority: prod\ntaskRoles:\n  m:\n"
+                        f"    resourcePerInstance: {{gpu: {prod_gpus}}}\n    commands: ['sleep 600']\n")
+    world.drive(prod, ("RUNNING",), timeout=120)  # it waited for one worker to leave
+    step = training_on(world, job_id, 2, step)
+    assert step < STEPS - 20, "the run was too short to see every size"
+    job = world.drive(job_id, ("SUCCEEDED",), timeout=300)
+    world.stop(prod)
+
+    got = json.loads((world.backend.job_dir(job_id) / "result.json").read_text())
+    assert got["steps"] == STEPS
+    # The reference: the same steps on one process, without torch.distributed.
+    spec = importlib.util.spec_from_file_location("elastic_train", EXAMPLE / "train.py")
+    assert spec is not None and spec.loader is not None
+    trainer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trainer)
+    assert got["loss"] == pytest.approx(trainer.alone(STEPS), rel=1e-4, abs=1e-6)
+    assert [s["workers"] for s in got["sizes"]] == [1, 3, 2], f"{got['sizes']}\n{world.explain(job_id)}"
+    assert job.attempt == 0 and job.retries_used == 0  # resized in place: one attempt throughout
+    messages = [message for kind, message in world.events(job_id) if kind == "resized"]
+    assert len(messages) >= 2
+    assert messages[0].startswith("grows from 1 to 3 worker(s)")
+    assert messages[1].startswith(f"shrinks from 3 to 2 worker(s): job {prod} of VC default (prod) needs")
+    # The worker that left ended STOPPED, as told; the GPU it held went to the prod job.
+    left = [t for t in world.tasks(job_id) if t.removed]
+    assert len(left) == 1 and left[0].state == "STOPPED"
+    return job, got["sizes"]
