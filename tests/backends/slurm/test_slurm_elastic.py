@@ -35,11 +35,13 @@ def test_a_ddp_job_grows_across_nodes_and_shrinks_for_a_prod_job_on_slurm_with_t
     ours.slurm_world = world
     # 16 GPUs on four nodes: two whole nodes, three GPUs of a third and the whole fourth held,
     # so that the job starts on the third's last GPU and grows onto the fourth.
-    for name, role in (("fill", "instances: 2\n    resourcePerInstance: {gpu: 4}"),
-                       ("rest", "resourcePerInstance: {gpu: 3}"), ("hog", "resourcePerInstance: {gpu: 4}")):
-        held = ours.submit(f"name: {name}\ntaskRoles:\n  h:\n    {role}\n    commands: ['sleep 600']\n")
-        ours.drive(held, ("RUNNING",), timeout=60)
-    hog = held
+    # Placed in one cycle, in this order (each the best fit: the nodes left empty first).
+    held = [ours.submit(f"name: {name}\ntaskRoles:\n  h:\n    {role}\n    commands: ['sleep 600']\n")
+            for name, role in (("fill", "instances: 2\n    resourcePerInstance: {gpu: 4}"),
+                               ("rest", "resourcePerInstance: {gpu: 3}"), ("hog", "resourcePerInstance: {gpu: 4}"))]
+    for job_id in held:
+        ours.drive(job_id, ("RUNNING",), timeout=60)
+    hog = held[-1]
     job, _ = grows_and_shrinks(ours, hog, prod_gpus=3)
 
     workers = [t for t in ours.tasks(job.id) if t.role == "worker"]
