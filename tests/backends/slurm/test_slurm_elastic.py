@@ -6,6 +6,9 @@ nodes) and shrinks to two for a prod job that fits only once a worker's Slurm jo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import pytest
 from e2e.server import wait_until
 from elastic_training import grows_and_shrinks
@@ -18,21 +21,22 @@ from trainyard.backends.slurm.jobstate import FINAL_STATES
 from trainyard.core.clock import SystemClock
 
 
+@dataclass
 class SlurmWorld(World):
-    """``tests/worlds.py``'s world on the Slurm backend's store and controller."""
+    """``tests/worlds.py``'s world on the Slurm test world's store, backend and controller,
+    whose misses say what Slurm and the task folders say (``cluster.explain``)."""
 
-    slurm_world: object = None
+    cluster: Any = None  # conftest's World
 
     def explain(self, job_id: int) -> str:
-        return explain(self.slurm_world, job_id)
+        return explain(self.cluster, job_id)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_ddp_job_grows_across_nodes_and_shrinks_for_a_prod_job_on_slurm_with_the_same_steps_and_loss(world):
     ours = SlurmWorld(world.db, world.backend, SystemClock(), world.controller,  # type: ignore[arg-type]
-                      {world.user.name: world.user})
-    ours.slurm_world = world
+                      {world.user.name: world.user}, cluster=world)
     # 16 GPUs on four nodes: two whole nodes, three GPUs of a third and the whole fourth held,
     # so that the job starts on the third's last GPU and grows onto the fourth.
     # Placed in one cycle, in this order (each the best fit: the nodes left empty first).
