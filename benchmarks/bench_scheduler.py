@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -321,8 +322,7 @@ def first_starts(measured: Measured) -> bool:
     assert measured.decisions is not None
     bounded = [repr(s) for s in measured.decisions.starts]
     snapshot = measured.snapshot
-    unbounded = schedule(Snapshot(snapshot.nodes, snapshot.pending, now=snapshot.now, vcs=snapshot.vcs,
-                                  running=snapshot.running, config=SchedulerConfig(scorer=snapshot.config.scorer)))
+    unbounded = schedule(replace(snapshot, config=replace(snapshot.config, max_starts=0)))
     same = bounded == [repr(s) for s in unbounded.starts[: len(bounded)]]
     left = "; it stopped at the bound (more=True)" if measured.decisions.more else ""
     print(f"  bounded to {snapshot.config.max_starts} starts: {len(bounded)} of the unbounded cycle's "
