@@ -183,10 +183,10 @@ def _schedule(snapshot: Snapshot, laps: _Laps) -> Decisions:
     if cycle.capped:  # the rest are tried in the next cycle, which the caller runs at once
         started = {s.job_id for s in cycle.starts}
         untried = Wait(PendingReason.BEHIND, untried=True)  # one for all: nothing changes it after
-        waits = cycle.waits
+        known = cycle.waits
         for job in order:
-            if job.job_id not in waits and job.job_id not in started:
-                waits[job.job_id] = untried
+            if job.job_id not in known and job.job_id not in started:
+                known[job.job_id] = untried
     preemptions, shrinks = elastic.decisions(cycle, cycle.preemptions)
     laps.lap("elastic")
     waits = explain(cycle, order)
