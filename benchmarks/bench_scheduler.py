@@ -17,6 +17,11 @@ Targets (issue 33): under 0.25 s at 1,000 x 10,000 and under 3 s at 10,000 x 100
 (``schedule(snapshot, phases)``: prepare, guaranteed, preempt, borrow, opportunistic,
 explain), for the cost model in docs/benchmarks.md. Prints; never asserts.
 
+``--max-starts N`` bounds the measured cycle to N jobs started (``SchedulerConfig.max_starts``,
+``yard up``'s ``scheduler_max_starts_per_cycle``): it stops there and leaves the rest to the
+next cycle. Without ``--against`` the run then checks that its starts are the first starts
+of an unbounded cycle on the same snapshot (one more cycle, not timed).
+
 ``--against DIR`` runs the same sizes on another checkout's scheduler (``DIR/src``, e.g. a
 worktree of main) in a subprocess, the two taking their cycles in turns (old, new, old,
 ...) so that both see the same load on a shared machine; prints its times beside these
@@ -25,7 +30,7 @@ start with its nodes and devices, every preemption, every waiting job's reason, 
 position and ETA. ``--src DIR`` runs another checkout's scheduler in this process.
 
     python benchmarks/bench_scheduler.py [--sizes 1000:10000 10000:100000] [--scorer fgd] [--runs 3] [--selectors 0.2]
-        [--against ../main]
+        [--against ../main] [--max-starts 500]
 
 The scorer defaults to the scheduler's default (``SchedulerConfig().scorer``).
 """
@@ -41,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,13 +178,15 @@ def half_busy(nodes: tuple[NodeState, ...], quotas, rng: random.Random, config: 
     return busy, tuple(running), sum(used_gpu.values()) / (capacity * 1000)
 
 
-def snapshot_for(nodes_count: int, pending_count: int, scorer: str, selectors: float = 0.0):
+def snapshot_for(nodes_count: int, pending_count: int, scorer: str, selectors: float = 0.0, max_starts: int = 0):
     rng = random.Random(nodes_count * 7 + pending_count)
     config = SchedulerConfig(scorer=scorer)
     nodes = cluster(nodes_count)
     quotas = vcs(nodes_count)
-    busy, running, utilisation = half_busy(nodes, quotas, rng, config)
+    busy, running, utilisation = half_busy(nodes, quotas, rng, config)  # unbounded: the same cluster either way
     pending = jobs(pending_count, 10_000_000, rng, 100.0, selectors)
+    if max_starts:  # only a checkout that has the bound is asked for it
+        config = SchedulerConfig(scorer=scorer, max_starts=max_starts)
     return Snapshot(busy, pending, now=100.0, vcs=quotas, running=running, config=config), utilisation
 
 
@@ -194,8 +202,9 @@ def decision_lines(decisions) -> list[str]:
 class Measured:
     """One size's snapshot, cycles run on it one at a time (``cycle``), and what they gave."""
 
-    def __init__(self, nodes_count: int, pending_count: int, scorer: str, selectors: float = 0.0) -> None:
-        self.snapshot, self.utilisation = snapshot_for(nodes_count, pending_count, scorer, selectors)
+    def __init__(self, nodes_count: int, pending_count: int, scorer: str, selectors: float = 0.0,
+                 max_starts: int = 0) -> None:
+        self.snapshot, self.utilisation = snapshot_for(nodes_count, pending_count, scorer, selectors, max_starts)
         self.timed = "phases" in inspect.signature(schedule).parameters  # an older checkout may not time phases
         self.times: list[float] = []
         self.cpu: list[float] = []
@@ -235,7 +244,7 @@ def serve(args: argparse.Namespace) -> None:
     """For ``--against``: build the one size's snapshot, then run a cycle per line "cycle"
     read, printing its time, until "end": then print the result (one JSON line each)."""
     nodes_count, pending_count = (int(x) for x in args.sizes[0].split(":"))
-    measured = Measured(nodes_count, pending_count, args.scorer, args.selectors)
+    measured = Measured(nodes_count, pending_count, args.scorer, args.selectors, args.max_starts)
     print("ready", flush=True)
     for line in sys.stdin:
         if line.strip() == "cycle":
@@ -274,9 +283,11 @@ def side_by_side(other: Path, size: str, args: argparse.Namespace) -> tuple[dict
     nodes_count, pending_count = (int(x) for x in size.split(":"))
     command = [sys.executable, __file__, "--src", str(other), "--serve", "--scorer", args.scorer,
                "--selectors", str(args.selectors), "--sizes", size]
+    if args.max_starts:
+        command += ["--max-starts", str(args.max_starts)]
     with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as worker:
         assert worker.stdin is not None and worker.stdout is not None
-        measured = Measured(nodes_count, pending_count, args.scorer, args.selectors)
+        measured = Measured(nodes_count, pending_count, args.scorer, args.selectors, args.max_starts)
         while worker.stdout.readline().strip() != "ready":
             pass
         for _ in range(args.runs):
@@ -305,6 +316,20 @@ def compare(size: str, old: dict, new: dict) -> bool:
     return False
 
 
+def first_starts(measured: Measured) -> bool:
+    """Whether the bounded cycle's starts are the first starts of an unbounded cycle on the
+    same snapshot (the bound's promise: it changes when jobs start, not which start first)."""
+    assert measured.decisions is not None
+    bounded = [repr(s) for s in measured.decisions.starts]
+    snapshot = measured.snapshot
+    unbounded = schedule(replace(snapshot, config=replace(snapshot.config, max_starts=0)))
+    same = bounded == [repr(s) for s in unbounded.starts[: len(bounded)]]
+    left = "; it stopped at the bound (more=True)" if measured.decisions.more else ""
+    print(f"  bounded to {snapshot.config.max_starts} starts: {len(bounded)} of the unbounded cycle's "
+          f"{len(unbounded.starts)}, " + ("its first ones, the same" if same else "NOT its first ones") + left)
+    return same
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["1000:10000", "10000:100000"], help="NODES:PENDING ...")
@@ -312,6 +337,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--selectors", type=float, default=0.0, help="fraction of pending jobs with a selector")
     parser.add_argument("--against", type=Path, help="another checkout to time and compare decisions with")
+    parser.add_argument("--max-starts", type=int, default=0, help="bound the cycle to N jobs started (0: none)")
     parser.add_argument("--src", type=Path, help="run this checkout's scheduler (DIR/src)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the other side of --against
     args = parser.parse_args()
@@ -333,16 +359,20 @@ def main() -> None:
             same = compare(size, old, new) and same
             bests.append((best, min(old["times"])))
         else:
-            measured = Measured(nodes_count, pending_count, args.scorer, args.selectors)
+            measured = Measured(nodes_count, pending_count, args.scorer, args.selectors, args.max_starts)
             for _ in range(args.runs):
                 measured.cycle()
             bests.append((report(size, measured.result(), args.runs, args.scorer, args.selectors), None))
+            if args.max_starts:
+                same = first_starts(measured) and same
     for size, (best, old_best) in zip(args.sizes[1:], bests[1:], strict=True):
         growth = f"growth {args.sizes[0]} -> {size}: x{best / bests[0][0]:.1f}"
         first_old = bests[0][1]
         if old_best is not None and first_old is not None:
             growth += f" (the other checkout: x{old_best / first_old:.1f})"
         print(growth)
+    if args.max_starts and not args.against and not same:
+        print("decisions: the bounded cycle's starts are NOT the unbounded one's first (above)")
     if args.against:
         print("decisions: " + ("the same as the other checkout's at every size" if same else "DIFFERENT (above)"))
 

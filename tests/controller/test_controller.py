@@ -107,6 +107,24 @@ def test_gpus_are_held_until_tasks_end_and_jobs_wait_with_a_reason(world) -> Non
     assert world.drive(second).state == "SUCCEEDED"
 
 
+def test_a_cycle_stopped_at_its_bound_of_starts_asks_for_the_next_at_once(make_world) -> None:
+    from trainyard.scheduler.snapshot import SchedulerConfig
+
+    world = make_world(gpus=2, config=SchedulerConfig(max_starts=1))
+    job = "name: {}\ntaskRoles:\n  m:\n    resourcePerInstance: {{gpu: 1}}\n    commands: ['sleep 300']\n"
+    first, second = world.submit(job.format("a")), world.submit(job.format("b"))
+    world.controller._dirty = True  # as a submit's wake does, without setting the loop's event
+    assert not world.controller._wake.is_set()
+    world.controller.run_once()
+    assert world.job(first).state != "WAITING"
+    waiting = world.job(second)
+    assert (waiting.state, waiting.pending_reason) == ("WAITING", "BEHIND")
+    assert "this cycle started its most jobs (1) before its turn" in waiting.pending_message
+    assert world.controller._wake.is_set()  # the loop runs the next cycle without waiting for its tick
+    world.controller.run_once()  # as the woken loop does
+    assert world.job(second).state != "WAITING"
+
+
 def test_a_job_whose_stored_file_no_longer_validates_fails_alone(world) -> None:
     broken = world.submit("name: old\ntaskRoles:\n  m:\n    commands: ['true']\n")
     with world.db.session() as s:

@@ -117,6 +117,16 @@ def test_sjf_runs_the_short_job_first_and_fifo_the_first_submitted() -> None:
     assert sjf[3].first_start == 1000.0 and sjf[2].first_start == 1010.0
 
 
+def test_a_bound_on_starts_per_cycle_runs_the_next_cycle_at_the_same_instant() -> None:
+    jobs = [TraceJob(i, 0.0, 100.0, 1) for i in range(1, 9)]
+    bounded = QueueSim(uniform_cluster(1, 8), jobs, policy_named("fifo", max_starts=3)).run()
+    check_conservation(bounded, jobs)
+    assert all(o.first_start == 0.0 for o in bounded.outcomes.values())  # 3 + 3 + 2 starts at t=0
+    assert bounded.cycles == 3 and QueueSim(uniform_cluster(1, 8), jobs, policy_named("fifo")).run().cycles == 1
+    with pytest.raises(ValueError, match="--max-starts"):
+        policy_named("fifo", max_starts=-1)
+
+
 def test_tiresias_preempts_a_job_that_attained_much_for_a_new_one_and_resumes_it() -> None:
     jobs = [TraceJob(1, 0.0, 20_000.0, 8), TraceJob(2, 10_000.0, 100.0, 8)]
     sim = QueueSim(uniform_cluster(1, 8), jobs, policy_named("tiresias"))

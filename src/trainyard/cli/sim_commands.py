@@ -78,6 +78,9 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--lend-limit", metavar="VC=GPUS,...",
                    help="at most this many of a VC's idle quota GPUs may be lent (default: all; 0: none); "
                    "needs --vc-quotas")
+    q.add_argument("--max-starts", type=int, metavar="JOBS",
+                   help="at most this many jobs started per cycle, the next cycle following at once "
+                   "(`yard up`'s scheduler_max_starts_per_cycle; default: no bound)")
     q.add_argument("--tick", type=float, default=60.0,
                    help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")

@@ -286,6 +286,8 @@ class Controller:
         self._worker_seconds = self.scheduler.worker_seconds
         if gate.waits or capped:
             decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
+        if decisions.more:  # the cycle stopped at its bound of starts: the rest are tried at once
+            self.wake()
         if capped and decisions.starts:
             # A sweep's held jobs said how many of it ran before these started: say it again
             # next cycle, not at the next full schedule.

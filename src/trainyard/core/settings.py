@@ -245,6 +245,13 @@ class Settings(BaseSettings):
         description="Time-sharing's minimum time slice: a job is suspended for another's turn no sooner than "
         "this long after it (re)started; unset: the scheduler's default (1800 s)",
     )
+    scheduler_max_starts_per_cycle: int = Field(
+        default=500,
+        ge=0,
+        description="At most this many jobs started per scheduling cycle (as Slurm's sched_max_job_start): "
+        "a cycle that reaches it stops there, tells the jobs it did not try so, and the next cycle runs at "
+        "once; it bounds a cycle's time when a burst of jobs can start. 0: no bound (docs/scheduling.md)",
+    )
     scheduler_borrowing: bool = Field(
         default=True,
         description="Borrowing: a job of any priority over its VC's quota may run on other VCs' idle guaranteed "

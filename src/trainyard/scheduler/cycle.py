@@ -53,6 +53,8 @@ class Wait:
     # Guaranteed, but its tasks can never fit its VC's cells (``outside_cells``): it runs
     # only as borrowed work, and waits with this reason until it can.
     outside_cells: bool = False
+    # Not tried: the cycle stopped at its bound of starts first (``SchedulerConfig.max_starts``).
+    untried: bool = False
 
 
 @dataclass
@@ -130,6 +132,8 @@ class Cycle:
     task_kinds: dict[tuple[TaskRequest, ...], int] = field(default_factory=dict)
     # Elastic jobs' removable workers, by the id each has as running work (``elastic.split``).
     workers: dict[int, Worker] = field(default_factory=dict)
+    # A queue pass started ``SchedulerConfig.max_starts`` jobs: the cycle tries no more.
+    capped: bool = False
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))

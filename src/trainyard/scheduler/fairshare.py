@@ -169,7 +169,10 @@ def _merged(
     # them (most jobs), in a list that stays sorted as they are appended, and the others
     # in a tree that counts them.
     in_order: list[int] = []
-    placed = _Counts(len(jobs))
+    # The others, counted in a Fenwick tree (kept inline: at 100,000 waiting jobs most are
+    # placed out of order, and a method call for each of its two walks cost ~6 % of the ordering).
+    tree = [0] * (len(jobs) + 1)
+    size = len(tree)
     latest = -1  # the latest original place placed so far
     while heap:
         value, place, user, index = heapq.heappop(heap)
@@ -178,10 +181,17 @@ def _merged(
         # Jobs placed before it that came after it: other users' (a user's own keep their
         # order). None if it comes after every job placed so far (most jobs: no count needed).
         if place < latest:
-            ahead = len(out) - bisect_right(in_order, place) - placed.up_to(place)
+            i, before = place + 1, 0
+            while i > 0:  # the others placed at or before ``place``
+                before += tree[i]
+                i -= i & -i
+            ahead = len(out) - bisect_right(in_order, place) - before
             if ahead:
                 overtaken[job.job_id] = ahead
-            placed.add(place)
+            i = place + 1
+            while i < size:  # and now this one
+                tree[i] += 1
+                i += i & -i
         else:
             latest = place
             in_order.append(place)
@@ -190,26 +200,6 @@ def _merged(
             penalty = max(_LEAST_GPUS, sum(t.gpu_milli for t in job.tasks) / MILLI) * half_life
             heapq.heappush(heap, (value + penalty, position[queued[index + 1].job_id], user, index + 1))
     return out
-
-
-class _Counts:
-    """How many of the places added are at or before a place (a Fenwick tree)."""
-
-    def __init__(self, size: int) -> None:
-        self._tree = [0] * (size + 1)
-
-    def add(self, place: int) -> None:
-        i = place + 1
-        while i < len(self._tree):
-            self._tree[i] += 1
-            i += i & -i
-
-    def up_to(self, place: int) -> int:
-        i, total = place + 1, 0
-        while i > 0:
-            total += self._tree[i]
-            i -= i & -i
-        return total
 
 
 def gpu_hours(gpu_seconds: float) -> str:

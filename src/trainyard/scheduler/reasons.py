@@ -180,10 +180,9 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
     """Each waiting job's ``KeepWaiting``, in queue order; positions count per VC."""
     if not cycle.waits:  # every pending job started: nothing to explain (and no rooms to build)
         return ()
-    before = Rooms(_after_starts(cycle, ()))
-    after = Rooms(_after_starts(cycle, cycle.starts))
-    quota_etas = QuotaEtas(cycle)
-    shared = SharedDevices(cycle.snapshot, cycle.starts, after)
+    # The rooms and ETAs are built at the first job that needs them: a cycle stopped at its
+    # bound of starts leaves most jobs untried, and an untried job's message needs none.
+    built: tuple[Rooms, Rooms, QuotaEtas, SharedDevices] | None = None
     positions: dict[str, int] = defaultdict(int)
     waits = []
     for job in order:
@@ -192,7 +191,14 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
             continue
         positions[job.vc] += 1
         position = positions[job.vc]
-        reason, worded, eta = _worded(cycle, job, wait, position, before, after, quota_etas, shared)
+        if wait.untried:
+            reason, worded, eta = _untried(cycle, job, position)
+        else:
+            if built is None:
+                after = Rooms(_after_starts(cycle, cycle.starts))
+                built = (Rooms(_after_starts(cycle, ())), after, QuotaEtas(cycle),
+                         SharedDevices(cycle.snapshot, cycle.starts, after))
+            reason, worded, eta = _worded(cycle, job, wait, position, *built)
         overtaken = cycle.overtaken.get(job.job_id)
         if overtaken:
             usage = (
@@ -208,6 +214,16 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
             )
         waits.append(KeepWaiting(job.job_id, reason, worded.message, position, eta, worded.short))
     return tuple(waits)
+
+
+def _untried(cycle: Cycle, job: PendingJob, position: int) -> tuple[PendingReason, Worded, None]:
+    """A job the cycle did not try: it stopped at its bound of starts first."""
+    bound = cycle.snapshot.config.max_starts
+    return PendingReason.BEHIND, Worded(
+        f"{_ordinal(position)} in VC {job.vc}; this cycle started its most jobs ({bound}) before its turn, "
+        "and the next cycle, at once, tries it",
+        f"after the {bound} started",
+    ), None
 
 
 def _worded(

@@ -59,6 +59,7 @@ from trainyard.scheduler.scorers.registry import scorer_for
 from trainyard.scheduler.selection import unmet
 from trainyard.scheduler.snapshot import (
     Decisions,
+    Grow,
     NodeState,
     PendingJob,
     PendingReason,
@@ -157,23 +158,35 @@ def _schedule(snapshot: Snapshot, laps: _Laps) -> Decisions:
     laps.lap("prepare")
     passes = []
     for queue in guaranteed:
+        if cycle.capped:
+            break
         reservation, blocked = run_queue(cycle, queue)
         if reservation is not None:
             reservation.lift()  # other VCs' guaranteed jobs are not held back by it
         passes.append((reservation, blocked))
     laps.lap("guaranteed")
-    # Preempt only now that every guaranteed job that could start has: a plan then sees
-    # the cycle's final state, and holds in the next cycle if its victims have stopped.
-    holds = [preempt_for_queue(cycle, reservation, blocked) for reservation, blocked in passes]
-    for reservation in holds:  # borrowed and opportunistic work must not delay them
-        if reservation is not None:
-            reservation.apply(ledger)
-    laps.lap("preempt")
-    run_borrowing(cycle, order, holds)
-    laps.lap("borrow")
-    run_queue(cycle, opportunistic)
-    laps.lap("opportunistic")
-    grows = elastic.grow(cycle)
+    grows: list[Grow] = []
+    if not cycle.capped:
+        # Preempt only now that every guaranteed job that could start has: a plan then sees
+        # the cycle's final state, and holds in the next cycle if its victims have stopped.
+        holds = [preempt_for_queue(cycle, reservation, blocked) for reservation, blocked in passes]
+        for reservation in holds:  # borrowed and opportunistic work must not delay them
+            if reservation is not None:
+                reservation.apply(ledger)
+        laps.lap("preempt")
+        run_borrowing(cycle, order, holds)
+        laps.lap("borrow")
+        run_queue(cycle, opportunistic)
+        laps.lap("opportunistic")
+        if not cycle.capped:
+            grows = elastic.grow(cycle)
+    if cycle.capped:  # the rest are tried in the next cycle, which the caller runs at once
+        started = {s.job_id for s in cycle.starts}
+        untried = Wait(PendingReason.BEHIND, untried=True)  # one for all: nothing changes it after
+        known = cycle.waits
+        for job in order:
+            if job.job_id not in known and job.job_id not in started:
+                known[job.job_id] = untried
     preemptions, shrinks = elastic.decisions(cycle, cycle.preemptions)
     laps.lap("elastic")
     waits = explain(cycle, order)
@@ -185,6 +198,7 @@ def _schedule(snapshot: Snapshot, laps: _Laps) -> Decisions:
         preemptions=tuple(sorted(preemptions, key=lambda p: p.job_id)),
         grows=tuple(grows),
         shrinks=tuple(shrinks),
+        more=cycle.capped,
     )
 
 
@@ -214,6 +228,7 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
     # not start will not start either: its outcome is reused (most queues are made of few
     # shapes of job). Jobs let through a reservation see more, so they are always tried.
     failed: dict[Shape, Wait] = {}
+    bound = cycle.snapshot.config.max_starts
     for job in queue.jobs:
         holding = reservation is not None and reservation.holds(now)
         passes = holding and reservation is not None and reservation.lets_pass(job, now)
@@ -226,6 +241,9 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
             continue
         with _lifted(reservation if passes else None, ledger):
             if start_if_fits(cycle, job):
+                if bound and len(cycle.starts) >= bound:
+                    cycle.capped = True  # the jobs after it are not tried (``_schedule``)
+                    break
                 continue
             refusal = ledger.quotas.admit(job)
         if refusal is not None and refusal.kind != "vc":

@@ -226,6 +226,12 @@ class SchedulerConfig:
     # recent usage go first, usage decaying with this half-life (seconds); 0: off, submit
     # order as before.
     fair_share_half_life: float = 7 * 24 * 3600.0
+    # Bounded work per cycle, as Slurm's ``sched_max_job_start``: once a queue pass has
+    # started this many jobs the cycle stops trying more (no preemption, borrowing or growth
+    # in it either); the jobs not yet tried wait ``BEHIND`` and ``Decisions.more`` asks for
+    # the next cycle at once. The starts made are the first ones an unbounded cycle makes.
+    # 0: no bound (the simulator's and the tests' default; ``yard up`` sets one).
+    max_starts: int = 0
 
 
 @dataclass(frozen=True)
@@ -328,3 +334,6 @@ class Decisions:
     preemptions: tuple[Preempt, ...] = ()
     grows: tuple[Grow, ...] = ()
     shrinks: tuple[Shrink, ...] = ()
+    # The cycle stopped at ``SchedulerConfig.max_starts``: jobs were left untried, so the
+    # caller runs the next cycle at once rather than at its next tick.
+    more: bool = False

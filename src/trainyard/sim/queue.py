@@ -93,9 +93,10 @@ POLICIES = {
 
 
 def policy_named(name: str, time_slice: float | None = None, borrowing: bool | None = None,
-                 fair_share_half_life: float | None = None) -> QueuePolicy:
+                 fair_share_half_life: float | None = None, max_starts: int | None = None) -> QueuePolicy:
     """The policy; ``time_slice`` (seconds) replaces the scheduler's default slice, and
-    ``borrowing`` and ``fair_share_half_life`` (seconds, 0: off) its defaults (both on).
+    ``borrowing`` and ``fair_share_half_life`` (seconds, 0: off) its defaults (both on);
+    ``max_starts`` bounds the jobs a cycle starts (``SchedulerConfig.max_starts``; none by default).
     ``borrowing=False, fair_share_half_life=0`` is the scheduler as it was before them."""
     if name not in POLICIES:
         raise ValueError(f"unknown queue policy {name!r}; choose one of: {', '.join(POLICIES)}")
@@ -110,6 +111,10 @@ def policy_named(name: str, time_slice: float | None = None, borrowing: bool | N
         if not 0 <= fair_share_half_life < math.inf:  # also NaN
             raise ValueError(f"--fair-share-half-life must be >= 0 seconds (0: off); got {fair_share_half_life}")
         policy = replace(policy, config=replace(policy.config, fair_share_half_life=fair_share_half_life))
+    if max_starts is not None:  # a cycle stopped at the bound is followed by the next at the same instant
+        if max_starts < 0:
+            raise ValueError(f"--max-starts must be >= 0 (0: no bound); got {max_starts}")
+        policy = replace(policy, config=replace(policy.config, max_starts=max_starts))
     return policy
 
 
@@ -357,7 +362,8 @@ class QueueSim:
         return False
 
     def _cycles(self) -> None:
-        for _ in range(CYCLES_PER_INSTANT):
+        rounds = 0
+        while rounds < CYCLES_PER_INSTANT:
             if not self.pending and not self._growable():
                 return
             # Nothing can start on fewer free GPUs than the smallest waiting job needs, and
@@ -370,6 +376,7 @@ class QueueSim:
                 return
             decisions = schedule(self._snapshot())
             self.result.cycles += 1
+            rounds += not decisions.more  # a cycle stopped at its bound of starts started some: it goes on
             for start in decisions.starts:
                 self._start(start.job_id, start.placements, start.borrowed)
             for grow in decisions.grows:
@@ -396,7 +403,7 @@ class QueueSim:
                     self.borrowed[job_id] = self.running[job_id]
                 heapq.heappush(self.events, (self.stopping[job_id], 1, job_id))
                 stopped_now |= preempt.grace_seconds <= 0
-            if not stopped_now and not decisions.shrinks:
+            if not stopped_now and not decisions.shrinks and not decisions.more:
                 return
             while self.events and self.events[0][0] <= self.now:  # the stops due now
                 _, kind, job_id = heapq.heappop(self.events)

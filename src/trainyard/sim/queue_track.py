@@ -171,7 +171,8 @@ def run_queue_command(args: argparse.Namespace,
     if any(per_vc.values()) and not args.vc_quotas:
         raise ValueError("--vc-weights, --borrow-limit and --lend-limit need --vc-quotas (VCs to set them on)")
     borrowing = None if args.borrowing is None else args.borrowing == "on"
-    policy = policy_named(args.policy, args.time_slice, borrowing, args.fair_share_half_life)
+    policy = policy_named(args.policy, args.time_slice, borrowing, args.fair_share_half_life,
+                          getattr(args, "max_starts", None))
     if args.trace == "philly":
         path = args.jobs or trace_file(*PHILLY_JOBS)
         jobs = load_philly(path)
@@ -215,6 +216,7 @@ def run_queue_command(args: argparse.Namespace,
     summary["time_slice_s"] = policy.config.time_slice if policy.config.timeshare else None
     summary["borrowing"] = policy.config.borrowing
     summary["fair_share_half_life_s"] = policy.config.fair_share_half_life
+    summary["max_starts"] = policy.config.max_starts
     summary["vc_settings"] = {v.name: {"quota_gpus": sum(v.quota.values()), "weight": v.weight,
                                        "borrow_limit": v.borrow_limit, "lend_limit": v.lend_limit} for v in vcs}
     if vcs:
