@@ -1,0 +1,101 @@
+"""Datasets over HTTP and through the SDK (issue 35): any user registers one and owns it;
+its owner grants it to users and groups; others neither see nor change it; a job naming a
+dataset its user may not read is refused with the field path; bad input is a 4xx naming
+the field."""
+
+from __future__ import annotations
+
+import pytest
+from api.harness import Api
+
+from trainyard.client import Client, TrainyardError
+
+URL = "https://data.example.org/imagenet-mini.tar.gz"
+
+
+def job(datasets: str, role: str = "") -> str:
+    return f"name: j\ndatasets: {datasets}\ntaskRoles:\n  w:\n    commands: ['sleep 600']\n{role}"
+
+
+def submit(api: Api, token: str, text: str) -> tuple[int, dict]:
+    response = api.client(token).post("/api/v1/jobs", content=text, headers={"content-type": "application/yaml"})
+    return response.status_code, response.json()
+
+
+def bob(api: Api) -> tuple[Client, str]:
+    admin = api.sdk(api.admin_token)
+    admin.create_user("bob")
+    token = admin.create_token(user="bob").token
+    return api.sdk(token), token
+
+
+def test_a_user_registers_a_dataset_and_grants_it_and_others_see_only_what_they_may_read(api: Api) -> None:
+    alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
+    (bobs, _) = bob(api)
+    made = alice.register_dataset("imagenet-mini", URL, version="v1", description="10 classes")
+    assert (made.name, made.owner, made.version, made.access, made.grants) == ("imagenet-mini", "alice", "v1",
+                                                                               "owner", [])
+    assert bobs.datasets() == []
+    with pytest.raises(TrainyardError) as hidden:
+        bobs.dataset("imagenet-mini")
+    assert hidden.value.status == 404
+    assert [(d.name, d.access) for d in admin.datasets()] == [("imagenet-mini", "admin")]
+    assert alice.grant_dataset("imagenet-mini", "bob").grants == ["bob"]
+    assert [(d.name, d.access, d.grants) for d in bobs.datasets()] == [("imagenet-mini", "granted", ["bob"])]
+    # Bob may read it, not change it; nor take its name.
+    with pytest.raises(TrainyardError) as refused:
+        bobs.grant_dataset("imagenet-mini", "@nobody")
+    assert refused.value.status == 403
+    with pytest.raises(TrainyardError) as taken:
+        bobs.register_dataset("imagenet-mini", URL, version="v9")
+    assert taken.value.status == 409
+    # Its owner moves it to a new version; then revokes and removes it.
+    assert alice.register_dataset("imagenet-mini", URL, version="v2").version == "v2"
+    assert alice.revoke_dataset("imagenet-mini", "bob").grants == []
+    assert bobs.datasets() == []
+    alice.remove_dataset("imagenet-mini")
+    assert admin.datasets() == []
+
+
+def test_bad_registrations_get_4xx_with_the_field(api: Api) -> None:
+    cases = (("x", {"source": "ftp://host/x.tar", "version": "1"}, "source"),
+             ("x", {"source": "https://u:p@host/x.tar", "version": "1"}, "source"),
+             ("x", {"source": URL}, "version"),
+             ("x", {"source": URL, "sha256": "abc"}, "sha256"),
+             ("x", {"source": "storage:nosuch/a", "version": "1"}, "source"),
+             ("x", {"source": "storage:data/../etc", "version": "1"}, "source"),
+             ("Bad", {"source": URL, "version": "1"}, "name"),
+             ("cache", {"source": URL, "version": "1"}, "name"),
+             ("x", {"source": URL, "version": 3}, "version"))
+    api.sdk(api.admin_token).create_storage("data", "/srv/data")
+    for name, body, field in cases:
+        response = api.user.put(f"/api/v1/datasets/{name}", json=body)
+        assert response.status_code == 422, (body, response.text)
+        assert response.json()["errors"][0]["path"].endswith(field), (body, response.text)
+    # A storage the user may not read is refused as such.
+    response = api.user.put("/api/v1/datasets/x", json={"source": "storage:data/a", "version": "1"})
+    assert response.status_code == 403 and "storage 'data'" in response.json()["detail"]
+    # A sha256 alone is the version.
+    digest = "ab" * 32
+    assert api.sdk(api.user_token).register_dataset("x", URL, sha256=digest.upper()).version == digest
+
+
+def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api) -> None:
+    (bobs, bob_token) = bob(api)
+    bobs.register_dataset("corpus", URL, version="1")
+    status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: /data/corpus}]"))
+    assert status == 403 and body["errors"][0]["path"] == "datasets[0].name" and "'corpus'" in body["detail"]
+    status, body = submit(api, api.user_token, job("[]", "    datasets: [{name: nosuch}]\n"))
+    assert status == 422 and body["errors"][0]["path"] == "taskRoles.w.datasets[0].name"
+    bobs.grant_dataset("corpus", "alice")
+    status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: /etc/corpus}]"))
+    assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath"
+    status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: relative}]"))
+    assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath"
+    status, body = submit(api, api.user_token,
+                          job("[{name: corpus}]", "    storages: []\n    datasets: [{name: corpus}, {name: corpus}]\n"))
+    assert status == 422 and body["errors"][0]["path"] == "taskRoles.w.datasets[1].name"
+    status, body = submit(api, api.user_token, job("[{name: corpus}]"))
+    assert status == 201, body
+    status, body = submit(api, bob_token, job("[{name: corpus, mountPath: /data}]"))
+    assert status == 201, body
