@@ -43,7 +43,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "sim/": ("scheduler", "core"),
     "store/": ("core",),
     # The job file's contract where a task runs: storages' paths and variables, suspend signals.
-    "backends/": ("core", "spec.storages", "spec.models"),
+    "backends/": ("core", "spec.storages", "spec.models", "spec.datasets"),
     "monitor/": ("store", "core"),
     # A backend only through its protocol (base), never a concrete one; containers' errors.
     "services/": ("spec", "core", "schemas", "scheduler", "store", "backends.base", "backends.containers", "monitor"),

@@ -1,0 +1,434 @@
+"""A node's dataset cache (issue 35): datasets fetched once per node and version, shared by
+every task that reads them, evicted least recently used when no running task mounts them.
+
+Standard library only (and ``core.workdirs``' name check, itself stdlib-only): the local
+backend's supervisor runs it, from its private copy, in the task's process before the task
+starts (``supervisor._exec_task``), as root where the server is root; the server reads the
+same files for ``/metrics`` and ``yard dataset cache``.
+
+Layout under the cache's root (root's, 0700: a task sees only the entries it mounts, bound
+read-only into its sandbox or container)::
+
+    entries/KEY/         a complete dataset: folders 0755, files 0644, nothing else
+    meta/KEY.json        what it is (name, version, size, files, when fetched); its mtime:
+                         when a task last mounted it (LRU)
+    locks/KEY.lock       flock: held while the entry is fetched, a use recorded, or it is evicted
+    uses/KEY/PID-START   a task that mounts it (its process, checked by start time): an entry
+                         with a live use is never evicted
+    partial/KEY.PID      a fetch under way; found while holding the entry's lock, it is what an
+                         interrupted fetch left, and is removed before the fetch is tried again
+    stats.json           hits, misses, bytes fetched, evictions (under cache.lock)
+
+The crash-safety protocol, step by step:
+
+1. Take the entry's lock (``ensure``). Only one process per node fetches a key; a second
+   task that needs it waits here, then finds it complete (one fetch, two tasks).
+2. Remove what an interrupted fetch of this key left in ``partial/`` (its process is gone:
+   it held the lock we now hold).
+3. If ``entries/KEY`` exists it is complete (a hit): only step 5 renames it into place.
+4. Otherwise fetch into ``partial/KEY.PID``, then write its meta and rename it to
+   ``entries/KEY``: a partly fetched dataset is never at the path a task mounts.
+5. Record the use (``uses/KEY/PID-START``), touch the meta (last use), release the lock.
+6. Evict (``evict``, under ``cache.lock``): while the entries' bytes exceed the capacity,
+   the least recently used entry that no live task uses and whose lock is free is renamed
+   into ``partial/`` and removed.
+
+The source is hostile as far as root is concerned: an archive holds only folders and
+regular files under names ``core.workdirs.check_name`` accepts (no absolute name, no ``..``,
+no control character), never a link, a device or a FIFO; a storage's folder is walked from
+its root without following a link at any step, and only its folders and regular files are
+copied. A key is ``DatasetFetch.key`` (name and a hash of source and version), checked
+against ``KEY`` here: no name a user shaped becomes a path outside the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from trainyard.core.workdirs import WorkdirError, check_name
+
+KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{24}")
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+CHUNK = 1 << 20
+DEFAULT_CAPACITY_BYTES = 100 << 30  # setting dataset_cache_gb
+HTTP_TIMEOUT_SECONDS = 60.0
+MAX_FILES = 10_000_000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_COUNTERS = ("hits", "misses", "bytes_fetched", "evictions")
+
+
+class FetchError(RuntimeError):
+    """A dataset could not be fetched: the source's fault or the cache's, said for the task's log."""
+
+
+class _Limit:
+    """Bytes and files a fetch may still write: a dataset bigger than the cache is refused."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.bytes, self.files = max_bytes, 0, 0
+
+    def add(self, size: int, *, file: bool = False) -> None:
+        self.bytes += size
+        self.files += file
+        if self.bytes > self.max_bytes:
+            raise FetchError(f"the dataset is bigger than this node's cache ({self.max_bytes} bytes, setting "
+                             "dataset_cache_gb)")
+        if self.files > MAX_FILES:
+            raise FetchError(f"the dataset holds more than {MAX_FILES} files")
+
+
+class NodeCache:
+    """One node's cache at ``root``, of ``capacity`` bytes."""
+
+    def __init__(self, root: str | os.PathLike[str], capacity: int) -> None:
+        self.root = Path(root)
+        self.capacity = capacity
+
+    # -- the task's side: steps 1-6 -------------------------------------------------------
+
+    def ensure(self, item: dict[str, Any], say: Callable[[str], None] = lambda _: None,
+               pid: int | None = None) -> Path:
+        """The complete entry of ``item`` (a ``DatasetFetch`` as a dict), fetched unless the
+        cache holds it, with process ``pid`` (default: this one, the task's) recorded as a
+        task that uses it."""
+        key = _checked_key(item["key"])
+        self._make_dirs()
+        entry = self.root / "entries" / key
+        with self._locked(self.root / "locks" / f"{key}.lock"):  # 1
+            for leftover in (self.root / "partial").glob(f"{key}.*"):  # 2
+                shutil.rmtree(leftover, ignore_errors=True)
+            if entry.is_dir():  # 3
+                self._count(hits=1)
+                say(f"trainyard: dataset {item['name']} (version {item['version']}) is in this node's cache")
+            else:  # 4
+                started = time.monotonic()
+                partial = self.root / "partial" / f"{key}.{os.getpid()}"
+                os.mkdir(partial, 0o755)
+                try:
+                    size, files = fetch(item, partial, _Limit(self.capacity))
+                except BaseException:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
+                meta = {"dataset": item["name"], "version": item["version"], "key": key, "size": size,
+                        "files": files, "fetched_at": time.time()}
+                _write_json(self.root / "meta" / f"{key}.json", meta)
+                os.rename(partial, entry)
+                self._count(misses=1, bytes_fetched=size)
+                say(f"trainyard: dataset {item['name']} (version {item['version']}): fetched {size} bytes in "
+                    f"{time.monotonic() - started:.1f} s into this node's cache")
+            self._record_use(key, os.getpid() if pid is None else pid)  # 5
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(self.root / "meta" / f"{key}.json")
+        self.evict(keep=key)  # 6
+        return entry
+
+    def _record_use(self, key: str, pid: int) -> None:
+        uses = self.root / "uses" / key
+        uses.mkdir(mode=0o700, exist_ok=True)
+        (uses / f"{pid}-{_start_time(pid)}").touch()
+
+    def evict(self, keep: str = "") -> list[str]:
+        """Step 6: remove least recently used entries no task uses until the rest fit."""
+        evicted: list[str] = []
+        self._make_dirs()
+        with self._locked(self.root / "cache.lock"):
+            entries = sorted(self._metas(), key=lambda m: m["last_used_at"] or 0.0)
+            used = sum(m["size"] for m in entries)
+            for meta in entries:
+                if used <= self.capacity:
+                    break
+                key = meta["key"]
+                if key == keep or self._in_use(key):
+                    continue
+                lock = self._try_lock(self.root / "locks" / f"{key}.lock")
+                if lock is None:  # being fetched or mounted right now
+                    continue
+                try:
+                    if self._in_use(key):
+                        continue
+                    gone = self.root / "partial" / f"{key}.evicted-{os.getpid()}"
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rename(self.root / "entries" / key, gone)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.root / "meta" / f"{key}.json")
+                    shutil.rmtree(self.root / "uses" / key, ignore_errors=True)
+                    shutil.rmtree(gone, ignore_errors=True)
+                finally:
+                    os.close(lock)
+                used -= meta["size"]
+                evicted.append(key)
+            if evicted:
+                self._count_locked(evictions=len(evicted))
+        return evicted
+
+    # -- what the server shows --------------------------------------------------------------
+
+    def read(self) -> dict[str, Any]:
+        """Capacity, counters and entries (each with its live uses), as of now."""
+        metas = list(self._metas())
+        for meta in metas:
+            meta["in_use"] = self._live_uses(meta["key"])
+        return {"capacity": self.capacity, "used": sum(m["size"] for m in metas), **self._stats(),
+                "entries": sorted(metas, key=lambda m: (m["dataset"], m["version"]))}
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _make_dirs(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for name in ("entries", "meta", "locks", "uses", "partial"):
+            (self.root / name).mkdir(exist_ok=True, mode=0o700)
+        # The entries' folder must let the sandbox's bind reach an entry (as root) and a task
+        # run as the server's own account read one; the root stays 0700.
+        os.chmod(self.root / "entries", 0o711)
+
+    def _metas(self) -> Iterator[dict[str, Any]]:
+        for path in sorted((self.root / "meta").glob("*.json")) if (self.root / "meta").is_dir() else ():
+            try:
+                meta = json.loads(path.read_text())
+                meta["last_used_at"] = path.stat().st_mtime
+            except (OSError, ValueError):
+                continue  # removed meanwhile, or half written by a fetch that died
+            if isinstance(meta, dict) and KEY.fullmatch(str(meta.get("key"))):
+                yield meta
+
+    def _live_uses(self, key: str) -> int:
+        uses = self.root / "uses" / key
+        live = 0
+        for use in uses.iterdir() if uses.is_dir() else ():
+            pid, _, start = use.name.partition("-")
+            if pid.isdigit() and start.isdigit() and int(start) != 0 and _start_time(int(pid)) == int(start):
+                live += 1
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    use.unlink()  # its task has ended
+        return live
+
+    def _in_use(self, key: str) -> bool:
+        return self._live_uses(key) > 0
+
+    def _stats(self) -> dict[str, int]:
+        try:
+            stats = json.loads((self.root / "stats.json").read_text())
+        except (OSError, ValueError):
+            stats = {}
+        return {name: int(stats.get(name, 0)) for name in _COUNTERS}
+
+    def _count(self, **changes: int) -> None:
+        with self._locked(self.root / "cache.lock"):
+            self._count_locked(**changes)
+
+    def _count_locked(self, **changes: int) -> None:
+        stats = self._stats()
+        for name, change in changes.items():
+            stats[name] += change
+        _write_json(self.root / "stats.json", stats)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _locked(path: Path) -> Iterator[None]:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _try_lock(path: Path) -> int | None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+
+def _checked_key(key: Any) -> str:
+    if not isinstance(key, str) or not KEY.fullmatch(key):
+        raise FetchError(f"not a cache key: {key!r}")
+    return key
+
+
+def _start_time(pid: int) -> int:
+    """A process's start time in clock ticks since boot (0: no such process): with its pid,
+    what names one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return 0
+    return int(text[text.rindex(b")") + 2:].split()[19])
+
+
+def _write_json(path: Path, value: Any) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)
+
+
+# -- fetching ----------------------------------------------------------------------------------
+
+
+def fetch(item: dict[str, Any], into: Path, limit: _Limit) -> tuple[int, int]:
+    """Fetch ``item``'s files into the empty folder ``into``: (bytes, files)."""
+    source = str(item["source"])
+    if source.startswith(("http://", "https://")):
+        return _fetch_url(source, str(item.get("sha256") or ""), into, limit)
+    if not source.startswith("/") or not item.get("storage_root"):
+        raise FetchError(f"dataset {item['name']}: a source must be an http(s) URL or a storage's folder")
+    return _copy_folder(str(item["storage_root"]), source, into, limit)
+
+
+class _NoOtherSchemes(urllib.request.HTTPRedirectHandler):
+    """Redirects to http(s) only (never file: or ftp:, which root would read)."""
+
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        if not newurl.startswith(("http://", "https://")):
+            raise FetchError(f"the source redirects to {newurl[:200]!r}: only http(s) is followed")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+class _Hashing:
+    """A stream that hashes what is read from it."""
+
+    def __init__(self, inner: IO[bytes]) -> None:
+        self.inner, self.digest = inner, hashlib.sha256()
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.inner.read(size)
+        self.digest.update(data)
+        return data
+
+
+def _fetch_url(url: str, sha256: str, into: Path, limit: _Limit) -> tuple[int, int]:
+    opener = urllib.request.build_opener(_NoOtherSchemes)
+    path = url.split("?", 1)[0].split("#", 1)[0]
+    try:
+        with opener.open(urllib.request.Request(url, headers={"User-Agent": "trainyard-datacache"}),
+                         timeout=HTTP_TIMEOUT_SECONDS) as response:
+            stream = _Hashing(response)
+            if path.endswith(ARCHIVE_SUFFIXES):
+                _unpack(stream, into, limit)
+            else:
+                name = path.rstrip("/").rsplit("/", 1)[-1] or "data"
+                _write_file(into, _name(name), stream, limit)
+            while stream.read(CHUNK):  # the rest (a tar's trailing blocks) counts in the hash
+                pass
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise FetchError(f"could not fetch {url}: {exc}") from exc
+    if sha256 and stream.digest.hexdigest() != sha256:
+        raise FetchError(f"{url} has sha256 {stream.digest.hexdigest()}, not the registered {sha256}: its content "
+                         "changed; register the dataset again with its new version")
+    return limit.bytes, limit.files
+
+
+def _name(name: str) -> str:
+    try:
+        return check_name(name)
+    except WorkdirError as exc:
+        raise FetchError(f"a name in the dataset cannot be kept: {exc}") from None
+
+
+def _unpack(stream: Any, into: Path, limit: _Limit) -> None:
+    """A tar stream (plain, gzip, bzip2 or xz) as folders and files under ``into``: nothing else."""
+    with tarfile.open(fileobj=stream, mode="r|*") as tar:
+        for info in tar:
+            relative = info.name
+            while relative.startswith("./"):
+                relative = relative[2:]
+            if relative in ("", "."):
+                continue
+            name = _name(relative)
+            if info.isdir():
+                _make_folders(into, name)
+            elif info.isreg() and not info.issparse():
+                member = tar.extractfile(info)
+                assert member is not None
+                _write_file(into, name, member, limit, executable=bool(info.mode & stat.S_IXUSR))
+            else:
+                kind = "a link" if info.issym() or info.islnk() else "a device, FIFO or sparse file"
+                raise FetchError(f"{name!r} in the archive is {kind}; a dataset holds folders and files only")
+
+
+def _make_folders(into: Path, name: str) -> None:
+    """Folders inside ``into`` (which holds only what this fetch made: folders and files)."""
+    here = into
+    for part in name.split("/"):
+        here = here / part
+        if here.is_symlink() or (here.exists() and not here.is_dir()):
+            raise FetchError(f"{name!r}: below a file of the same name")
+        if not here.exists():
+            os.mkdir(here, 0o755)
+
+
+def _write_file(into: Path, name: str, stream: Any, limit: _Limit, *, executable: bool = False) -> None:
+    parent, _, base = name.rpartition("/")
+    if parent:
+        _make_folders(into, parent)
+    limit.add(0, file=True)
+    try:
+        fd = os.open(into / name, _NEW_FILE, 0o755 if executable else 0o644)
+    except FileExistsError:
+        raise FetchError(f"{name!r} twice in the dataset") from None
+    with os.fdopen(fd, "wb") as out:
+        while chunk := stream.read(CHUNK):
+            limit.add(len(chunk))
+            out.write(chunk)
+    os.chmod(into / name, 0o755 if executable else 0o644)  # past the umask
+
+
+def _copy_folder(root: str, source: str, into: Path, limit: _Limit) -> tuple[int, int]:
+    """A storage's folder, copied from ``root`` (the storage's own path, the admin's) down,
+    never through a link: what a user put in the storage cannot lead root elsewhere."""
+    if source != root and not source.startswith(root.rstrip("/") + "/"):
+        raise FetchError(f"{source} is not inside its storage {root}")
+    try:
+        fd = os.open(root, _DIR_FLAGS)
+        for part in [p for p in source[len(root):].split("/") if p]:
+            step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = step
+    except OSError as exc:
+        raise FetchError(f"cannot open the dataset's folder {source} (without following links): {exc}") from exc
+    try:
+        _copy_tree(fd, into, "", limit)
+    finally:
+        os.close(fd)
+    return limit.bytes, limit.files
+
+
+def _copy_tree(fd: int, into: Path, prefix: str, limit: _Limit) -> None:
+    for name in sorted(os.listdir(fd)):
+        shown = f"{prefix}{name}"
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            _make_folders(into, _name(shown))
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            try:
+                _copy_tree(child, into, shown + "/", limit)
+            finally:
+                os.close(child)
+        elif stat.S_ISREG(info.st_mode):
+            file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
+            with os.fdopen(file_fd, "rb") as source:
+                if not stat.S_ISREG(os.fstat(file_fd).st_mode):  # swapped since the stat
+                    continue
+                os.set_blocking(file_fd, True)
+                _write_file(into, _name(shown), source, limit, executable=bool(info.st_mode & stat.S_IXUSR))
+        # Links, devices, FIFOs and sockets are left out: a dataset is folders and files.

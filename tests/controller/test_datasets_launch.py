@@ -1,0 +1,59 @@
+"""Datasets under the real controller and local backend (issue 35): a job reads its
+registered dataset at its mountPath, the second job reads it from the node's cache without
+a fetch, a new version is fetched again, and a dataset whose grant was taken back since the
+submit fails the launch with the reason."""
+
+from __future__ import annotations
+
+from backends.datasource import serving, tar_gz
+
+from trainyard.backends.base import TaskKey
+from trainyard.controller.launching import task_key
+from trainyard.core.clock import SystemClock
+from trainyard.services import datasets as dataset_service
+
+JOB = ("name: r\ndatasets: [{name: corpus, mountPath: /data/corpus}]\ntaskRoles:\n  m:\n"
+       "    commands: ['cat $TRAINYARD_DATASET_CORPUS/words.txt']\n")
+
+
+def register(world, url: str, version: str) -> None:
+    with world.db.session() as s:
+        dataset_service.register_dataset(s, world.user, "corpus", source=url, version=version, sha256="",
+                                         description="", clock=SystemClock())
+
+
+def test_jobs_read_a_dataset_fetched_once_per_version(world) -> None:
+    with serving() as source:
+        url = source.add("/corpus.tar.gz", tar_gz({"words.txt": b"one\n"}))
+        register(world, url, "1")
+        for _ in range(2):
+            job_id = world.submit(JOB)
+            assert world.drive(job_id).state == "SUCCEEDED"
+        assert source.requests == ["/corpus.tar.gz"]
+        source.bodies["/corpus.tar.gz"] = tar_gz({"words.txt": b"two\n"})
+        register(world, url, "2")
+        job_id = world.submit(JOB)
+        assert world.drive(job_id).state == "SUCCEEDED"
+        assert len(source.requests) == 2
+    log = world.backend.read_log(_key(world, job_id))
+    assert log.data.decode().splitlines()[-1] == "two"
+    (cache,) = world.backend.dataset_caches()
+    assert (cache.hits, cache.misses) == (1, 2)
+    assert sorted(e.version for e in cache.entries) == ["1", "2"]
+
+
+def _key(world, job_id: int) -> TaskKey:
+    job = world.job(job_id)
+    attempt = world.attempts(job_id)[-1]
+    return task_key(job, attempt, world.tasks(job_id)[0])
+
+
+def test_a_dataset_no_longer_readable_at_launch_fails_the_job_with_the_reason(world) -> None:
+    register(world, "http://127.0.0.1:9/corpus.tar.gz", "1")
+    job_id = world.submit(JOB)
+    with world.db.session() as s:
+        dataset_service.remove_dataset(s, world.user, "corpus")
+    job = world.drive(job_id)
+    assert job.state == "FAILED"
+    assert world.tasks(job_id)[0].message == ("dataset 'corpus' (datasets[0]) cannot be read any more: it was "
+                                              "removed")
