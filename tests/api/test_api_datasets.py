@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 from api.harness import Api
+from backends.datasource import serving, tar_gz
 
+from trainyard.backends.base import DatasetFetch
 from trainyard.client import Client, TrainyardError
 
 URL = "https://data.example.org/imagenet-mini.tar.gz"
@@ -99,3 +101,26 @@ def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api
     assert status == 201, body
     status, body = submit(api, bob_token, job("[{name: corpus, mountPath: /data}]"))
     assert status == 201, body
+
+
+def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) -> None:
+    alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
+    (bobs, _) = bob(api)
+    with serving() as source:
+        url = source.add("/c.tar.gz", tar_gz({"a": b"a" * 100}))
+        alice.register_dataset("corpus", url, version="1")
+        bobs.register_dataset("private", url, version="1")
+        cache = api.ctx.backend.datasets.cache
+        for name in ("corpus", "private", "corpus"):
+            fetch = DatasetFetch(name, url, "1", f"/data/{name}")
+            cache.ensure({"key": fetch.key, "name": name, "version": "1", "source": url, "sha256": "",
+                          "storage_root": ""})
+    (mine,) = alice.dataset_caches()
+    assert (mine.hits, mine.misses, mine.bytesFetched, mine.usedBytes, mine.evictions) == (1, 2, 200, 200, 0)
+    assert [(e.dataset, e.version, e.bytes, e.files) for e in mine.entries] == [("corpus", "1", 100, 1)]
+    assert [e.dataset for e in admin.dataset_caches()[0].entries] == ["corpus", "private"]
+    page = api.admin.get("/metrics").text
+    node = mine.node
+    assert f'trainyard_dataset_cache_hits_total{{node="{node}"}} 1.0' in page
+    assert f'trainyard_dataset_cache_fetched_bytes_total{{node="{node}"}} 200.0' in page
+    assert f'trainyard_dataset_cache_entry_bytes{{dataset="private",node="{node}",version="1"}} 100.0' in page
