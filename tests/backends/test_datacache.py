@@ -17,7 +17,8 @@ import pytest
 from backends.datasource import Source, serving, tar_gz
 
 from trainyard.backends.base import DatasetFetch
-from trainyard.backends.datacache import FetchError, NodeCache
+from trainyard.backends.datacache import NodeCache
+from trainyard.backends.datafetch import FetchError
 
 
 def item(name: str, source: str, version: str = "1", sha256: str = "", storage_root: str = "") -> dict:
