@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.backends.base import (
     Backend,
+    DatasetCaches,
     GangLauncher,
     Suspender,
     SuspendRequest,
@@ -52,7 +53,7 @@ from trainyard.core.lifecycle import (
 )
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.monitor.exposition import ControllerTimings
-from trainyard.services.datasets import task_datasets
+from trainyard.services.datasets import DatasetUnavailable, task_datasets
 from trainyard.services.storages import StorageUnavailable, storage_paths, task_mounts
 from trainyard.services.workdirs import WorkdirStore
 from trainyard.spec.models import JobSpec
@@ -250,9 +251,12 @@ class Reconciler:
                             mounts = task_mounts(session, job.user, spec, task.role)
                             if paths is None:
                                 paths = storage_paths(session)
+                            datasets = task_datasets(session, job.user, spec, task.role)
+                            if datasets and not isinstance(self.backend, DatasetCaches):
+                                raise DatasetUnavailable("this cluster's backend keeps no dataset cache (the local "
+                                                         "backend does); run the job without datasets")
                             item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments,
-                                                       paths, self._workdir_archive(job),
-                                                       task_datasets(session, job.user, spec, task.role))
+                                                       paths, self._workdir_archive(job), datasets)
                         except StorageUnavailable as exc:
                             item.error = str(exc)
                         except EnvironmentGone as gone:
