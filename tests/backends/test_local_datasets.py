@@ -83,3 +83,30 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     status = harness.wait_ended(key)
     assert status.exit_code != 0
     assert "could not fetch" in harness.log(key) and "ran" not in harness.log(key).splitlines()
+
+
+def test_a_task_stopped_while_its_dataset_is_fetched_leaves_nothing_mounted_and_the_next_fetches_it(
+        public_dir: Path, source: Source, make_local) -> None:
+    sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
+    assert sandbox is not None, why
+    harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
+                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20))
+    url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
+    dataset = DatasetFetch("mini", url, "v1", "/data/mini")
+    source.hold.clear()  # the source answers nothing until released: the fetch is under way
+    stopped = harness.new_key()
+    harness.backend.launch(TaskLaunch(stopped, harness.node, "echo ran\n", {}, user="alice", datasets=(dataset,)))
+    harness.wait_until(lambda: source.requests)
+    partial = public_dir / "cache" / "partial"
+    assert [p.name.split(".")[0] for p in partial.iterdir()] == [dataset.key]
+    harness.backend.stop(stopped, 5.0)
+    status = harness.wait_ended(stopped)
+    assert status.exit_code != 0 and "ran" not in harness.log(stopped).splitlines()
+    assert not (public_dir / "cache" / "entries" / dataset.key).exists()
+    source.hold.set()
+    key = harness.new_key()
+    harness.backend.launch(TaskLaunch(key, harness.node, SCRIPT.format(cache=public_dir / "cache"), {},
+                                      user="alice", datasets=(dataset,)))
+    assert harness.wait_ended(key).exit_code == 0, harness.log(key)
+    assert "alpha" in harness.log(key).splitlines()
+    assert list(partial.iterdir()) == []

@@ -8,9 +8,15 @@ from __future__ import annotations
 from backends.datasource import serving, tar_gz
 
 from trainyard.backends.base import TaskKey
+from trainyard.backends.simulated import SimulatedBackend
 from trainyard.controller.launching import task_key
-from trainyard.core.clock import SystemClock
+from trainyard.controller.loop import Controller
+from trainyard.core.clock import FakeClock, SystemClock
+from trainyard.services import auth
 from trainyard.services import datasets as dataset_service
+from trainyard.services import jobs as job_service
+from trainyard.spec.loading import parse_job
+from trainyard.store.rows import JobRow
 
 JOB = ("name: r\ndatasets: [{name: corpus, mountPath: /data/corpus}]\ntaskRoles:\n  m:\n"
        "    commands: ['cat $TRAINYARD_DATASET_CORPUS/words.txt']\n")
@@ -57,3 +63,22 @@ def test_a_dataset_no_longer_readable_at_launch_fails_the_job_with_the_reason(wo
     assert job.state == "FAILED"
     assert world.tasks(job_id)[0].message == ("dataset 'corpus' (datasets[0]) cannot be read any more: it was "
                                               "removed")
+
+
+def test_a_job_with_datasets_on_a_backend_without_a_cache_fails_at_launch_saying_so(db) -> None:
+    clock = FakeClock()
+    controller = Controller(db, SimulatedBackend(1, 8, clock=clock), clock)
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        dataset_service.register_dataset(s, alice, "corpus", source="https://example.org/c.tar", version="1",
+                                         sha256="", description="", clock=clock)
+    controller.run_once()
+    with db.session() as s:
+        job_id = job_service.submit_job(s, s.merge(alice), parse_job(JOB), clock=clock).id
+    for _ in range(3):
+        controller.wake()
+        controller.run_once()
+    with db.session() as s:
+        job = s.get(JobRow, job_id)
+        assert job.state == "FAILED"
+        assert "keeps no dataset cache" in job.state_message
