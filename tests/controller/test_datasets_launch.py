@@ -82,3 +82,24 @@ def test_a_job_with_datasets_on_a_backend_without_a_cache_fails_at_launch_saying
         job = s.get(JobRow, job_id)
         assert job.state == "FAILED"
         assert "keeps no dataset cache" in job.state_message
+
+
+def test_a_waiting_jobs_dataset_is_fetched_before_it_starts(world) -> None:
+    with serving() as source:
+        url = source.add("/corpus.tar.gz", tar_gz({"words.txt": b"ahead\n"}))
+        register(world, url, "1")
+        blocker = world.submit("name: b\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 4}\n"
+                               "    commands: ['sleep 600']\n")
+        world.drive(blocker, ("RUNNING",))
+        job_id = world.submit(JOB.replace("  m:\n", "  m:\n    resourcePerInstance: {gpu: 1}\n"))
+        world.cycle()
+        assert world.job(job_id).state == "WAITING" and world.job(job_id).pending_position == 1
+        assert [d.name for d in world.controller.prefetcher.prefetch()] == ["corpus"]
+        assert source.requests == ["/corpus.tar.gz"]
+        (cache,) = world.backend.dataset_caches()
+        assert [(e.dataset, e.in_use) for e in cache.entries] == [("corpus", 0)]  # fetched, mounted by no task yet
+        world.stop(blocker)
+        assert world.drive(job_id).state == "SUCCEEDED"
+        log = world.backend.read_log(_key(world, job_id)).data.decode()
+        assert "is in this node's cache" in log and log.splitlines()[-1] == "ahead"
+        assert source.requests == ["/corpus.tar.gz"]

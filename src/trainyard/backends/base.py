@@ -318,6 +318,12 @@ class DatasetCaches(Protocol):
         """Every node's cache, as of now."""
         ...
 
+    def prefetch(self, datasets: Sequence[DatasetFetch], node: str | None = None) -> None:
+        """Fetch ``datasets`` into ``node``'s cache (None: every node's) ahead of the tasks
+        that will read them; slow (call it outside any transaction), raising nothing: a
+        failed prefetch is logged, and the task's own fetch tries again."""
+        ...
+
 
 @dataclass(frozen=True)
 class LogChunk:

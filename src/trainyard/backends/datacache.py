@@ -70,10 +70,10 @@ class NodeCache:
     # -- the task's side: steps 1-6 -------------------------------------------------------
 
     def ensure(self, item: dict[str, Any], say: Callable[[str], None] = lambda _: None,
-               pid: int | None = None) -> Path:
+               pid: int | None = None, *, use: bool = True) -> Path:
         """The complete entry of ``item`` (a ``DatasetFetch`` as a dict), fetched unless the
         cache holds it, with process ``pid`` (default: this one, the task's) recorded as a
-        task that uses it."""
+        task that uses it (``use=False``: a prefetch, which no task mounts yet)."""
         key = _checked_key(item["key"])
         self._make_dirs()
         entry = self.root / "entries" / key
@@ -102,7 +102,8 @@ class NodeCache:
                 self._count(misses=1, bytes_fetched=size)
                 say(f"trainyard: dataset {item['name']} (version {item['version']}): fetched {size} bytes in "
                     f"{time.monotonic() - started:.1f} s into this node's cache")
-            self._record_use(key, os.getpid() if pid is None else pid)  # 5
+            if use:
+                self._record_use(key, os.getpid() if pid is None else pid)  # 5
             with contextlib.suppress(FileNotFoundError):
                 os.utime(self.root / "meta" / f"{key}.json")
         self.evict(keep=key)  # 6

@@ -89,6 +89,17 @@ class NodeDatasets:
         """``$TRAINYARD_DATASET_<NAME>``: the mountPath in a sandbox or container, else the entry."""
         return {dataset_variable(d.name): d.target if inside else self.entry(d) for d in datasets}
 
+    def prefetch(self, datasets: Sequence[DatasetFetch]) -> list[str]:
+        """Each dataset into the cache unless it is there, mounted by no task yet; the
+        problems, one line each (a prefetch never fails a job: its task fetches again)."""
+        problems = []
+        for item in self.plan(datasets)["items"]:
+            try:
+                self.cache.ensure(item, use=False)
+            except Exception as exc:  # noqa: BLE001 - hostile or broken sources: said, then the task's turn
+                problems.append(f"dataset {item['name']} (version {item['version']}): {exc}")
+        return problems
+
     def plan(self, datasets: Sequence[DatasetFetch]) -> dict[str, Any]:
         """The task spec's ``datasets``: what is fetched before the task starts."""
         return {"root": str(self.cache.root), "capacity": self.cache.capacity,

@@ -11,9 +11,10 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.backends.base import Backend, JobDirectories, MetricsSource
+from trainyard.backends.base import Backend, DatasetCaches, JobDirectories, MetricsSource
 from trainyard.controller import elastic
 from trainyard.controller.alerting import AlertEvaluator, Receivers
+from trainyard.controller.datasets import DatasetPrefetcher
 from trainyard.controller.dependencies import hold_back
 from trainyard.controller.fairshare import FairShareUsage
 from trainyard.controller.history import HistoryKeeper
@@ -152,8 +153,10 @@ class Controller:
         # after every tick, and waited for at stop, since a round half written when the store
         # closes would only log noise.
         self.workdir_sweeper = WorkdirSweeper(db, workdirs, clock) if workdirs is not None else None
+        self.prefetcher = DatasetPrefetcher(db, backend, clock, self.specs) if isinstance(backend, DatasetCaches) \
+            else None
         self._periodics = [p for p in (self.job_dirs, self.job_dir_cap, self.monitoring, self.alerts, self.history,
-                                       self.session_watch, self.workdir_sweeper) if p is not None]
+                                       self.session_watch, self.workdir_sweeper, self.prefetcher) if p is not None]
         self.cycles = 0
         # Where ``schedule(snapshot)`` runs: a worker process of its own (``yard up``'s
         # default, setting ``scheduler_worker``) or this thread (the tests' default).

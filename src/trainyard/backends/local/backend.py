@@ -73,6 +73,7 @@ from typing import Any
 from trainyard.backends import cgroups, jobdirs, taskuser
 from trainyard.backends.base import (
     SUSPEND_FILE_VARIABLE,
+    DatasetFetch,
     ExecPlan,
     GpuInfo,
     ImagePull,
@@ -454,6 +455,10 @@ class LocalBackend(jobdirs.JobDirTree):
     def dataset_caches(self) -> list[NodeDatasetCache]:
         """``DatasetCaches``: this node's, read from its files."""
         return [self.datasets.report(self._node.name)]
+
+    def prefetch(self, datasets: Sequence[DatasetFetch], node: str | None = None) -> None:
+        for problem in self.datasets.prefetch(datasets):
+            log.warning("prefetch: %s", problem)
 
     def exec_plan(self, key: TaskKey, node: str, command: Sequence[str], *, tty: bool) -> ExecPlan:
         """``TaskExec``: into the task's container, or its sandbox, account and cgroup (``taskexec``)."""
