@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from backends.datasource import Source, serving, tar_gz
+from podman_support import needs_podman
 
 from trainyard.backends.base import DatasetCaches, DatasetFetch, TaskLaunch
 from trainyard.backends.sandbox import find_sandbox
@@ -110,3 +111,16 @@ def test_a_task_stopped_while_its_dataset_is_fetched_leaves_nothing_mounted_and_
     assert harness.wait_ended(key).exit_code == 0, harness.log(key)
     assert "alpha" in harness.log(key).splitlines()
     assert list(partial.iterdir()) == []
+
+
+@needs_podman
+def test_a_task_in_a_container_reads_its_dataset_read_only_at_its_mount_path(podman_local, image, source) -> None:
+    url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
+    key = podman_local.new_key()
+    podman_local.backend.launch(TaskLaunch(
+        key, podman_local.node, "cat $TRAINYARD_DATASET_MINI/train/a.txt\n"
+        "(echo x > /data/mini/new) 2>/dev/null && echo wrote || echo refused\n", {}, image=image,
+        datasets=(DatasetFetch("mini", url, "v1", "/data/mini"),), memory_mb=512, cpu_milli=1000))
+    status = podman_local.wait_ended(key, timeout=120)
+    assert status.exit_code == 0, podman_local.log(key)
+    assert podman_local.log(key).splitlines()[-2:] == ["alpha", "refused"]
