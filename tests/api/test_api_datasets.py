@@ -124,3 +124,11 @@ def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) 
     assert f'trainyard_dataset_cache_hits_total{{node="{node}"}} 1.0' in page
     assert f'trainyard_dataset_cache_fetched_bytes_total{{node="{node}"}} 200.0' in page
     assert f'trainyard_dataset_cache_entry_bytes{{dataset="private",node="{node}",version="1"}} 100.0' in page
+
+
+def test_a_dataset_mounted_over_another_mount_point_is_refused_at_its_field(api: Api) -> None:
+    alice = api.sdk(api.user_token)
+    alice.register_dataset("a", URL, version="1")
+    alice.register_dataset("b", URL, version="1")
+    status, body = submit(api, api.user_token, job("[{name: a, mountPath: /data/x}, {name: b, mountPath: /data/x/y}]"))
+    assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath" and "'b'" in body["detail"]

@@ -224,12 +224,13 @@ def _problem(row: DatasetRow | None, use: DatasetUse, user: UserRow, session: Se
 
 
 def _nesting(spec: JobSpec, role: str) -> tuple[int, str, str] | None:
-    """A dataset's mount point at, inside or over another dataset's or a storage's with a mountPath."""
-    points = [(use.path, use.name, use.mount_path) for use in dataset_uses(spec, role)]
-    points += [(use.path, use.name, use.mount_path) for use in storage_uses(spec, role) if use.mount_path]
-    for index, (path, name, target) in enumerate(points):
-        for other_index, (other_path, other_name, other) in enumerate(points):
-            if other_index != index and (inside(target, other) or inside(other, target)) and path.count("datasets"):
+    """A dataset's mount point at, inside or over another dataset's or a storage's with a
+    mountPath (the sandbox would refuse it at launch; said here, at its field)."""
+    datasets = [(use.path, use.name, use.mount_path) for use in dataset_uses(spec, role)]
+    storages = [(use.path, use.name, use.mount_path) for use in storage_uses(spec, role) if use.mount_path]
+    for index, (path, name, target) in enumerate(datasets):
+        for other_path, other_name, other in [*datasets[:index], *datasets[index + 1:], *storages]:
+            if inside(target, other) or inside(other, target):
                 return 422, f"{path}.mountPath", (f"{name!r} would be mounted at {target}, which meets the mount point "
                                                   f"of {other_name!r} ({other_path}, at {other}); mount side by side, "
                                                   "e.g. /data/<name>")
