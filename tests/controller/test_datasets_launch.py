@@ -98,6 +98,11 @@ def test_a_waiting_jobs_dataset_is_fetched_before_it_starts(world) -> None:
         assert source.requests == ["/corpus.tar.gz"]
         (cache,) = world.backend.dataset_caches()
         assert [(e.dataset, e.in_use) for e in cache.entries] == [("corpus", 0)]  # fetched, mounted by no task yet
+        # The node holding it is the job's to prefer (one node here: the scheduler's tie-break is tested alone).
+        assert world.controller.prefetcher.data_nodes == {job_id: frozenset({world.backend.inventory()[0].name})}
+        with world.db.session() as s:
+            pending = world.controller.waiting.load(s, 0.0, world.controller.prefetcher.data_nodes)
+        assert {j.job_id: j.data_nodes for j in pending}[job_id] == {world.backend.inventory()[0].name}
         world.stop(blocker)
         assert world.drive(job_id).state == "SUCCEEDED"
         log = world.backend.read_log(_key(world, job_id)).data.decode()

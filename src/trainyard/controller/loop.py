@@ -261,7 +261,8 @@ class Controller:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on
         with self.db.session() as session:
             now = self.clock.now().timestamp()
-            gate = hold_back(session, self.waiting.load(session, now), self.waiting.dependencies)
+            data_nodes = self.prefetcher.data_nodes if self.prefetcher is not None else None
+            gate = hold_back(session, self.waiting.load(session, now, data_nodes), self.waiting.dependencies)
             pending = gate.ready
             cannot_start = {**self.waiting.broken, **gate.never}
             if not pending and not cannot_start and not gate.waits and not job_queries.elastic_running(session):
