@@ -19,6 +19,7 @@ import httpx
 
 from trainyard import client_models as models
 from trainyard.client_config import ClientConfig, load_config
+from trainyard.client_datasets import DatasetCalls
 from trainyard.client_errors import AuthError as AuthError
 from trainyard.client_errors import ServerError as ServerError
 from trainyard.client_errors import ServerUnreachable as ServerUnreachable
@@ -116,7 +117,7 @@ def _job_file(job: object, content_type: str | None = None,
         raise UsageError(str(exc)) from exc
 
 
-class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls):
+class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
     """A connection to one Trainyard server as one user; each method is one API call.
 
     ``Client()`` finds the server and token as the ``yard`` CLI does: ``TRAINYARD_URL`` and

@@ -28,7 +28,7 @@ ROWS: tuple[tuple[str, ...], ...] = (
     ("monitor/",), ("services/",), ("controller/",), ("web/",), ("api/",), ("portal/",), ("runtime.py",),
     ("client.py", "client_config.py", "client_errors.py", "client_input.py", "client_sweeps.py",
      "client_workdir.py", "client_files.py", "client_notices.py",
-     "client_sessions.py", "client_models.py"), ("cli/",),
+     "client_sessions.py", "client_models.py", "client_datasets.py"), ("cli/",),
 )
 ABOVE_CONTROLLER = ("spec", "core", "schemas", "scheduler", "sim", "store", "backends", "monitor", "services")
 # Where files (a row, or one file of it: a path prefix under src/trainyard/) may import from
@@ -43,7 +43,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "sim/": ("scheduler", "core"),
     "store/": ("core",),
     # The job file's contract where a task runs: storages' paths and variables, suspend signals.
-    "backends/": ("core", "spec.storages", "spec.models"),
+    "backends/": ("core", "spec.storages", "spec.models", "spec.datasets"),
     "monitor/": ("store", "core"),
     # A backend only through its protocol (base), never a concrete one; containers' errors.
     "services/": ("spec", "core", "schemas", "scheduler", "store", "backends.base", "backends.containers", "monitor"),
@@ -69,6 +69,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_files.py": ("schemas",),
     "client_notices.py": ("schemas",),
     "client_sessions.py": ("schemas",),
+    "client_datasets.py": ("schemas",),
     "client_models.py": ("schemas",),  # imported by name, when an answer first needs one (typing: statically)
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",

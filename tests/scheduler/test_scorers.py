@@ -223,3 +223,14 @@ def test_a_few_tasks_for_a_rare_gpu_model_do_not_move_the_whole_clusters_cost() 
     # A model named twice in one limit counts once.
     twice = (WorkloadClass(1000, 1.0, gpu_models=("A10", "A10", "V100")),)
     assert model_pressure(twice, {"A10": 1, "V100": 1}) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("scorer", ["bestfit", "topology", DEFAULT_SCORER])
+def test_among_nodes_that_fit_alike_the_ones_holding_the_jobs_data_come_first(scorer: str) -> None:
+    cluster = [node("a"), node("b"), node("c", used={0: 1000})]
+    wants = replace(job(1, 1000), data_nodes=frozenset({"b"}))
+    # c is the better fit (fuller): the data on b never outweighs it.
+    assert [n for n, _ in placed(cluster, [wants], scorer)[1]] == ["c"]
+    # Between a and b, alike, the data decides.
+    assert [n for n, _ in placed(cluster[:2], [wants], scorer)[1]] == ["b"]
+    assert [n for n, _ in placed(cluster[:2], [job(1, 1000)], scorer)[1]] == ["a"]

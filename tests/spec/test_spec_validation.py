@@ -88,7 +88,7 @@ CASES: list[tuple[str, Mutation, str, str]] = [
         "completion",
         "unknown field (allowed here: protocolVersion, name, type, version, contributor, "
         "description, prerequisites, image, parameters, secrets, jobRetryCount, taskRoles, deployments, "
-        "defaults, extras, priority, stopGracePeriodSeconds, maxRunTimeSeconds, tags, storages, preemption, "
+        "defaults, extras, priority, stopGracePeriodSeconds, maxRunTimeSeconds, tags, storages, datasets, preemption, "
         "suspendGracePeriodSeconds, suspendSignal, watchdogSeconds, environment, dependencies, workdir, notify)",
     ),
     (

@@ -33,6 +33,7 @@ from trainyard.api.routers import (
     admin,
     alerts,
     cluster,
+    datasets,
     environments,
     files,
     history,
@@ -94,7 +95,7 @@ def create_app(ctx: AppContext) -> FastAPI:
     app.state.ctx = ctx
     for router in (jobs.router, users.router, cluster.router, admin.router, alerts.router, usage.router,
                    history.router, images.router, storages.router, environments.router, sessions.router,
-                   sweeps.router, files.router, workdirs.router, notices.router):
+                   sweeps.router, files.router, workdirs.router, notices.router, datasets.router):
         app.include_router(router, prefix="/api/v1")
     app.include_router(proxy.router)  # /proxy/jobs/… and the tunnels' WebSockets: full paths
     app.include_router(taskexec.router)  # the exec WebSocket (yard exec, yard shell, the portal's terminal)

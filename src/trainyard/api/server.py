@@ -233,6 +233,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             pids_max=settings.task_pids_max,
             log_max_bytes=None if settings.task_log_max_mb is None else settings.task_log_max_mb << 20,
             log_cap_stop=settings.task_log_cap_stop,
+            dataset_cache=(settings.dataset_cache_dir, int(settings.dataset_cache_gb * (1 << 30))),
         )
         backend.check_host()
     except RuntimeError as exc:  # no bash, supervisors cannot start, or required limits cannot be: nothing could run

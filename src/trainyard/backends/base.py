@@ -7,6 +7,7 @@ controller owns every decision; a backend never changes job state by itself.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -107,6 +108,25 @@ class Mount:
 
 
 @dataclass(frozen=True)
+class DatasetFetch:
+    """A dataset a task reads (issue 35): the node's cache fetches it (``backends/datacache``)
+    before the task starts, once per ``key``, and the task sees it read-only at ``target``."""
+
+    name: str
+    source: str  # an http(s) URL, or a folder on the node (a storage's, resolved by the server)
+    version: str
+    target: str  # where the task finds it (its mountPath)
+    sha256: str = ""  # the archive's, checked when given
+    storage_root: str = ""  # for a folder: the storage's own path, which it is opened from
+
+    @property
+    def key(self) -> str:
+        """The cache entry's name: a new source or version is a new entry, never a stale one."""
+        text = "\0".join((self.name, self.source, self.version, self.sha256))
+        return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+
+
+@dataclass(frozen=True)
 class PythonEnvironment:
     """The Python environment (``yard env``) a task runs in: ``prefix`` becomes
     ``$VIRTUAL_ENV`` and ``bin_dirs`` (its own bin, then its base's) go first on ``PATH``,
@@ -165,6 +185,8 @@ class TaskLaunch:
     # while the job's other tasks go on (a backend that runs a gang as one unit, Slurm,
     # runs such a task as a unit of its own).
     elastic: bool = False
+    # The datasets the task reads from its node's cache (``DatasetFetch``), read-only.
+    datasets: tuple[DatasetFetch, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -261,6 +283,49 @@ class ImageCache(Protocol):
 
     def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
         """Remove ``image`` from ``node`` (None: every node) where it is; one answer per node."""
+        ...
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A dataset a node's cache holds (``backends/datacache``); times are Unix seconds."""
+
+    dataset: str
+    version: str
+    key: str
+    size: int
+    files: int
+    fetched_at: float | None
+    last_used_at: float | None
+    in_use: int  # running tasks that mount it
+
+
+@dataclass(frozen=True)
+class NodeDatasetCache:
+    """One node's dataset cache: its capacity, contents and counters since it was made."""
+
+    node: str
+    capacity_bytes: int
+    used_bytes: int
+    hits: int
+    misses: int
+    bytes_fetched: int
+    evictions: int
+    entries: tuple[CacheEntry, ...]
+
+
+@runtime_checkable
+class DatasetCaches(Protocol):
+    """Optional capability: each node keeps the datasets its tasks read (issue 35)."""
+
+    def dataset_caches(self) -> list[NodeDatasetCache]:
+        """Every node's cache, as of now."""
+        ...
+
+    def prefetch(self, datasets: Sequence[DatasetFetch], node: str | None = None) -> None:
+        """Fetch ``datasets`` into ``node``'s cache (None: every node's) ahead of the tasks
+        that will read them; slow (call it outside any transaction), raising nothing: a
+        failed prefetch is logged, and the task's own fetch tries again."""
         ...
 
 

@@ -1,6 +1,7 @@
 """What every backend does alike with a task's storages (``TaskLaunch.mounts``): the
 ``$TRAINYARD_STORAGE_<NAME>`` variables, making a home or group storage on first use, and
-the notes a task's log gets where a backend cannot honour a mount as asked.
+the notes a task's log gets where a backend cannot honour a mount as asked; and with its
+datasets (``TaskLaunch.datasets``): read-only mounts of the node cache's entries.
 
 Shared by the local and Slurm backends (and containers), so that none imports another.
 """
@@ -10,8 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from trainyard.backends.base import Mount
+from trainyard.backends.base import CacheEntry, DatasetFetch, Mount, NodeDatasetCache
+from trainyard.backends.datacache import DEFAULT_CAPACITY_BYTES, NodeCache
+from trainyard.spec.datasets import dataset_variable
 from trainyard.spec.storages import storage_variable
 
 
@@ -56,3 +60,59 @@ def unenforced_notes(mounts: Sequence[Mount], why: str) -> list[str]:
             notes.append(f"trainyard: storage {m.name!r} is at {m.source}, not at its mountPath {m.target}, "
                          f"because {why}; ${storage_variable(m.name)} says where it is")
     return notes
+
+
+# -- datasets (issue 35): read-only mounts of the node's cache's entries ----------------------
+
+
+class NodeDatasets:
+    """What a backend does with its tasks' datasets on one node: each a read-only mount of
+    its entry in the node's cache (``datacache``), complete before the task starts (the
+    supervisor or task runner fetches it first, ``NodeCache.ensure``)."""
+
+    def __init__(self, root: Path, capacity: int | None = None) -> None:
+        self.cache = NodeCache(root.absolute(), DEFAULT_CAPACITY_BYTES if capacity is None else capacity)
+        # Made now, root's alone: a sandbox covers it, and binds back only a task's own entries.
+        self.cache.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    @property
+    def root(self) -> Path:
+        return self.cache.root
+
+    def entry(self, dataset: DatasetFetch) -> str:
+        return str(self.cache.root / "entries" / dataset.key)
+
+    def mounts(self, datasets: Sequence[DatasetFetch]) -> tuple[Mount, ...]:
+        return tuple(Mount(self.entry(d), d.target, True, d.name, 0, self.entry(d)) for d in datasets)
+
+    def env(self, datasets: Sequence[DatasetFetch], *, inside: bool) -> dict[str, str]:
+        """``$TRAINYARD_DATASET_<NAME>``: the mountPath in a sandbox or container, else the entry."""
+        return {dataset_variable(d.name): d.target if inside else self.entry(d) for d in datasets}
+
+    def prefetch(self, datasets: Sequence[DatasetFetch]) -> list[str]:
+        """Each dataset into the cache unless it is there, mounted by no task yet; the
+        problems, one line each (a prefetch never fails a job: its task fetches again)."""
+        problems = []
+        for item in self.plan(datasets)["items"]:
+            try:
+                self.cache.ensure(item, use=False)
+            except Exception as exc:  # noqa: BLE001 - hostile or broken sources: said, then the task's turn
+                problems.append(f"dataset {item['name']} (version {item['version']}): {exc}")
+        return problems
+
+    def plan(self, datasets: Sequence[DatasetFetch]) -> dict[str, Any]:
+        """The task spec's ``datasets``: what is fetched before the task starts."""
+        return {"root": str(self.cache.root), "capacity": self.cache.capacity,
+                "items": [{"key": d.key, "name": d.name, "version": d.version, "source": d.source,
+                           "sha256": d.sha256, "storage_root": d.storage_root} for d in datasets]}
+
+    def report(self, node: str) -> NodeDatasetCache:
+        """What ``DatasetCaches`` says of this node's cache, read from its files."""
+        seen = self.cache.read()
+        return NodeDatasetCache(
+            node=node, capacity_bytes=seen["capacity"], used_bytes=seen["used"], hits=seen["hits"],
+            misses=seen["misses"], bytes_fetched=seen["bytes_fetched"], evictions=seen["evictions"],
+            entries=tuple(CacheEntry(dataset=e["dataset"], version=e["version"], key=e["key"], size=e["size"],
+                                     files=e["files"], fetched_at=e.get("fetched_at"),
+                                     last_used_at=e.get("last_used_at"), in_use=e["in_use"])
+                          for e in seen["entries"]))

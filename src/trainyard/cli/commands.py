@@ -498,6 +498,7 @@ HANDLERS: dict[str, str] = {
     "node": "admin_commands:cmd_node",
     "image": "admin_commands:cmd_image",
     "storage": "storage_commands:cmd_storage",
+    "dataset": "dataset_commands:cmd_dataset",
     "sweep": "sweep_commands:cmd_sweep",
     "alerts": "alert_commands:cmd_alerts",
     "account": "account_commands:cmd_account",

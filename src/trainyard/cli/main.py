@@ -247,6 +247,32 @@ def add_storage_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     _json_flag(q)
 
 
+def add_dataset_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("dataset", help="datasets jobs read from each node's cache (docs/user/datasets.md)")
+    dataset_sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    q = dataset_sub.add_parser("register", help="register a dataset, or give yours a new source or version")
+    q.add_argument("name")
+    q.add_argument("source", help="an http(s) URL (a .tar/.tar.gz/.tgz is unpacked), or storage:NAME/PATH")
+    q.add_argument("--version", default="", help="names this version of the data; a new one is fetched again")
+    q.add_argument("--sha256", default="", help="the archive's SHA-256, checked on every fetch")
+    q.add_argument("--description", default="")
+    _json_flag(q)
+    for action, text in (("list", "datasets you may read"), ("cache", "each node's dataset cache")):
+        _json_flag(dataset_sub.add_parser(action, help=text))
+    for action, text in (("show", "one dataset: source, version, owner, grants"),
+                         ("remove", "forget a dataset of yours (never its source's files)")):
+        q = dataset_sub.add_parser(action, help=text)
+        q.add_argument("name")
+        _json_flag(q)
+    for action, text in (("grant", "let a user or a group read your dataset"), ("revoke", "take back a grant")):
+        q = dataset_sub.add_parser(action, help=text)
+        q.add_argument("name")
+        who = q.add_mutually_exclusive_group(required=True)
+        who.add_argument("--user", help="a user")
+        who.add_argument("--group", help="every member of a group")
+        _json_flag(q)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """``yard``'s parser. argparse asks gettext for the same few words (``usage:``, the help
     flag's help, …) for each of its ~90 parsers, and gettext looks for translation files on
@@ -599,6 +625,7 @@ def _build_parser() -> argparse.ArgumentParser:
     add_alerts_parser(sub)
     add_account_parser(sub)
     add_storage_parser(sub)
+    add_dataset_parser(sub)
     add_sweep_parser(sub)
     add_sim_parser(sub)
     return parser

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import WORKDIR_VARIABLE, Mount, PythonEnvironment, TaskKey, TaskLaunch
+from trainyard.backends.base import WORKDIR_VARIABLE, DatasetFetch, Mount, PythonEnvironment, TaskKey, TaskLaunch
 from trainyard.core.states import AttemptState, TaskState
 from trainyard.core.wiring import JobWiring, PlacedTask, elastic_env, mpi_hosts, task_env
 from trainyard.services.storages import PlannedMount
@@ -69,10 +69,12 @@ def build_launch(
     environments: Mapping[str, RunsIn] | None = None,
     storage_paths: tuple[str, ...] = (),
     workdir_archive: str | None = None,
+    datasets: Sequence[DatasetFetch] = (),
 ) -> TaskLaunch:
     """The task's launch request; ``mounts`` are its storages as ``services.storages.task_mounts``
     resolved them at launch, and ``environments`` (``environments_of``) what the environments
-    the job names stand for now. EnvironmentGone when one no longer exists."""
+    the job names stand for now, ``datasets`` what it reads from its node's cache
+    (``services.datasets.task_datasets``). EnvironmentGone when one no longer exists."""
     runs = RunsIn()
     if (named := spec.environment_of(task.role)) is not None:
         if environments is None or named not in environments:
@@ -132,6 +134,7 @@ def build_launch(
         ports=task_ports(spec, attempt, task),
         workdir_archive=workdir_archive,
         elastic=elastic is not None and task.role == elastic,
+        datasets=tuple(datasets),
     )
 
 

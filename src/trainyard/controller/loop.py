@@ -11,9 +11,10 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.backends.base import Backend, JobDirectories, MetricsSource
+from trainyard.backends.base import Backend, DatasetCaches, JobDirectories, MetricsSource
 from trainyard.controller import elastic
 from trainyard.controller.alerting import AlertEvaluator, Receivers
+from trainyard.controller.datasets import DatasetPrefetcher
 from trainyard.controller.dependencies import hold_back
 from trainyard.controller.fairshare import FairShareUsage
 from trainyard.controller.history import HistoryKeeper
@@ -152,8 +153,10 @@ class Controller:
         # after every tick, and waited for at stop, since a round half written when the store
         # closes would only log noise.
         self.workdir_sweeper = WorkdirSweeper(db, workdirs, clock) if workdirs is not None else None
+        self.prefetcher = DatasetPrefetcher(db, backend, clock, self.specs) if isinstance(backend, DatasetCaches) \
+            else None
         self._periodics = [p for p in (self.job_dirs, self.job_dir_cap, self.monitoring, self.alerts, self.history,
-                                       self.session_watch, self.workdir_sweeper) if p is not None]
+                                       self.session_watch, self.workdir_sweeper, self.prefetcher) if p is not None]
         self.cycles = 0
         # Where ``schedule(snapshot)`` runs: a worker process of its own (``yard up``'s
         # default, setting ``scheduler_worker``) or this thread (the tests' default).
@@ -258,7 +261,8 @@ class Controller:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on
         with self.db.session() as session:
             now = self.clock.now().timestamp()
-            gate = hold_back(session, self.waiting.load(session, now), self.waiting.dependencies)
+            data_nodes = self.prefetcher.data_nodes if self.prefetcher is not None else None
+            gate = hold_back(session, self.waiting.load(session, now, data_nodes), self.waiting.dependencies)
             pending = gate.ready
             cannot_start = {**self.waiting.broken, **gate.never}
             if not pending and not cannot_start and not gate.waits and not job_queries.elastic_running(session):

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.backends.base import (
     Backend,
+    DatasetCaches,
     GangLauncher,
     Suspender,
     SuspendRequest,
@@ -52,6 +53,7 @@ from trainyard.core.lifecycle import (
 )
 from trainyard.core.states import AttemptState, JobState, TaskState
 from trainyard.monitor.exposition import ControllerTimings
+from trainyard.services.datasets import DatasetUnavailable, task_datasets
 from trainyard.services.storages import StorageUnavailable, storage_paths, task_mounts
 from trainyard.services.workdirs import WorkdirStore
 from trainyard.spec.models import JobSpec
@@ -252,14 +254,18 @@ class Reconciler:
                         spec = self.spec_of(job)
                         if environments is None:
                             environments = environments_of(session, spec)
-                        # A storage deleted or a grant taken back since submit, or an environment
+                        # A storage or dataset removed or a grant taken back since submit, or an environment
                         # deleted (--force): fails the launch, saying so.
                         try:
                             mounts = task_mounts(session, job.user, spec, task.role)
                             if paths is None:
                                 paths = storage_paths(session)
+                            datasets = task_datasets(session, job.user, spec, task.role)
+                            if datasets and not isinstance(self.backend, DatasetCaches):
+                                raise DatasetUnavailable("this cluster's backend keeps no dataset cache (the local "
+                                                         "backend does); run the job without datasets")
                             item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments,
-                                                       paths, self._workdir_archive(job))
+                                                       paths, self._workdir_archive(job), datasets)
                         except StorageUnavailable as exc:
                             item.error = str(exc)
                         except EnvironmentGone as gone:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,8 +52,10 @@ class WaitingJobs:
         # The job files' ``dependencies`` of the waiting jobs that have any (controller/dependencies.py).
         self.dependencies: dict[int, Dependencies] = {}
 
-    def load(self, session: Session, now: float) -> tuple[PendingJob, ...]:
-        """The waiting jobs; one first seen now after an earlier attempt waits since ``now``."""
+    def load(self, session: Session, now: float,
+             data_nodes: Mapping[int, frozenset[str]] | None = None) -> tuple[PendingJob, ...]:
+        """The waiting jobs; one first seen now after an earlier attempt waits since ``now``;
+        ``data_nodes``: the nodes holding some jobs' datasets (``controller.datasets``)."""
         current = job_queries.queued_job_ids(session)
         alive = set(current)
         if len(self._known) > len(alive):
@@ -87,6 +89,10 @@ class WaitingJobs:
                 avoid_nodes=lost_on.get(job_id, frozenset()),
                 grow=elastic_growth(spec),
             )
+        for job_id, nodes in (data_nodes or {}).items():
+            known = self._known.get(job_id)
+            if known is not None and known.data_nodes != nodes:
+                self._known[job_id] = replace(known, data_nodes=nodes)
         return tuple(self._known[j] for j in current if j in self._known)
 
     def started(self, job_ids: Iterable[int]) -> None:

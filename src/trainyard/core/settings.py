@@ -275,6 +275,17 @@ class Settings(BaseSettings):
         description="How long a job's directory ($TRAINYARD_JOB_DIR) is kept after the job has ended "
         "(default 7 days); then the controller removes it",
     )
+    dataset_cache_dir: Path | None = Field(
+        default=None,
+        description="Where each node keeps its dataset cache (issue 35): a folder on the node's own fast disk, "
+        "root's alone (tasks see only the entries they mount, read-only); default on the local backend: datasets/ "
+        "in its state folder under $TRAINYARD_HOME/local",
+    )
+    dataset_cache_gb: float = Field(
+        default=100, gt=0,
+        description="The most a node's dataset cache holds, in GiB: past it, the least recently used datasets no "
+        "running task mounts are removed; a dataset bigger than this is refused when it is fetched",
+    )
     environments_root: Path | None = Field(
         default=None,
         description="Where `yard env create` builds custom environments, as <root>/<owner>/<name>: a folder every "

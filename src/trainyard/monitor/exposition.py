@@ -118,6 +118,19 @@ class TaskFigures(NamedTuple):
     memory_mb: int | None
 
 
+class DatasetCacheFigures(NamedTuple):
+    """One node's dataset cache (issue 35): its size, counters since it was made, contents."""
+
+    node: str
+    capacity_bytes: int
+    used_bytes: int
+    hits: int
+    misses: int
+    bytes_fetched: int
+    evictions: int
+    entries: Sequence[tuple[str, str, int]]  # (dataset, version, bytes)
+
+
 @dataclass(frozen=True)
 class ClusterFigures:
     nodes: Sequence[NodeFigures] = ()
@@ -125,6 +138,7 @@ class ClusterFigures:
     jobs_by_state: dict[str, int] = field(default_factory=dict)
     running_jobs: Sequence[RunningJobFigures] = ()
     tasks: Sequence[TaskFigures] = ()
+    dataset_caches: Sequence[DatasetCacheFigures] = ()
 
 
 # -- the text format ---------------------------------------------------------------------------
@@ -297,12 +311,35 @@ def task_families(tasks: Sequence[TaskFigures]) -> list[Family]:
     return [util, memory, cpu, task_memory]
 
 
+def dataset_cache_families(caches: Sequence[DatasetCacheFigures]) -> list[Family]:
+    """Each node's dataset cache; none where the backend keeps no cache."""
+    if not caches:
+        return []
+    capacity = Family("trainyard_dataset_cache_capacity_bytes", "gauge", "The most the node's dataset cache holds")
+    used = Family("trainyard_dataset_cache_used_bytes", "gauge", "Bytes of datasets in the node's cache")
+    hits = Family("trainyard_dataset_cache_hits_total", "counter", "Tasks that found their dataset in the cache")
+    misses = Family("trainyard_dataset_cache_misses_total", "counter", "Tasks whose dataset was fetched first")
+    fetched = Family("trainyard_dataset_cache_fetched_bytes_total", "counter", "Bytes fetched into the cache")
+    evictions = Family("trainyard_dataset_cache_evictions_total", "counter",
+                       "Datasets removed to make room (least recently used, mounted by no running task)")
+    entries = Family("trainyard_dataset_cache_entry_bytes", "gauge", "Bytes of one dataset version in the cache")
+    for cache in caches:
+        node = labels(node=cache.node)
+        for family, value in ((capacity, cache.capacity_bytes), (used, cache.used_bytes), (hits, cache.hits),
+                              (misses, cache.misses), (fetched, cache.bytes_fetched), (evictions, cache.evictions)):
+            family.add(node, value)
+        for dataset, version, size in cache.entries:
+            entries.add(labels(dataset=dataset, node=cache.node, version=version), size)
+    return [capacity, used, hits, misses, fetched, evictions, entries]
+
+
 def cluster_families(figures: ClusterFigures) -> list[Family]:
     return [
         *node_families(figures.nodes),
         *vc_families(figures.vcs),
         *job_families(figures.jobs_by_state, figures.running_jobs),
         *task_families(figures.tasks),
+        *dataset_cache_families(figures.dataset_caches),
     ]
 
 

@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 from trainyard.portal import (
     pages_account,
     pages_cluster,
+    pages_datasets,
     pages_environments,
     pages_files,
     pages_home,
@@ -46,8 +47,8 @@ def error_page(request: Request, status: int, message: str, retry_after: int | N
 def install(app: FastAPI) -> None:
     app.mount(STATIC_PATH, StaticFiles(directory=STATIC), name="static")
     for module in (pages_account, pages_home, pages_jobs, pages_job, pages_files, pages_submit, pages_cluster,
-                   pages_vcs, pages_environments, pages_storages, pages_images, pages_notebooks, pages_users,
-                   pages_usage, pages_sweeps, pages_notices):
+                   pages_vcs, pages_environments, pages_storages, pages_datasets, pages_images, pages_notebooks,
+                   pages_users, pages_usage, pages_sweeps, pages_notices):
         app.include_router(module.router, include_in_schema=False)
 
     @app.exception_handler(SignInRequired)

@@ -49,6 +49,7 @@ NAVIGATION = (
     ("/vcs", "VCs", False),
     ("/environments", "Environments", False),
     ("/storages", "Storages", False),
+    ("/datasets", "Datasets", False),
     ("/images", "Images", False),
     ("/notebooks", "Notebooks", False),
     ("/usage", "Usage", False),

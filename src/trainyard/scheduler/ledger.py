@@ -285,6 +285,7 @@ class Access:
         self.borrowing = self.owner.borrowed  # within what may be borrowed (``Quotas.borrow_free``)
         self.in_cells = self.limited and ledger.enforced.get(job.vc, False)
         self.split_fresh = True  # whether a loose cell may be the first bound on a node
+        self.data_nodes = job.data_nodes
 
     def tiers(self, task: TaskRequest) -> Iterator[Iterator[FreeNode]]:
         """Candidate nodes in groups to try in order, each best fit first (cells' rule order)."""
@@ -345,9 +346,9 @@ class Access:
         return False
 
     def _filtered(self, nodes: Iterator[FreeNode]) -> Iterator[FreeNode]:
-        if self.only is None:
-            return nodes
-        return (n for n in nodes if self.only(n))
+        if self.only is not None:
+            nodes = (n for n in nodes if self.only(n))
+        return data_first(nodes, self.data_nodes) if self.data_nodes else nodes
 
     def fit(self, node: FreeNode, task: TaskRequest, select: Select) -> Fit | None:
         """Devices for ``task`` on ``node`` chosen by ``select`` within what the job may use."""
@@ -445,3 +446,16 @@ class Access:
             return all(milli <= quotas.borrow_free(self.owner.vc, m) for m, milli in per_model.items())
         return all(milli <= (quotas.free_of(self.owner.vc, m) or 0) for m, milli in per_model.items())
 
+
+def data_first(nodes: Iterator[FreeNode], holding: frozenset[str]) -> Iterator[FreeNode]:
+    """``nodes`` in their order, but within each run of nodes that fit alike (the same free
+    GPU and CPU: best fit's own key) those in ``holding`` first (issue 35: a job's data is
+    already there). A tie-break only: no node moves ahead of a better fit, and which nodes
+    are offered at all (quotas, cells, health, gangs) is decided before."""
+    run: list[FreeNode] = []
+    for node in nodes:
+        if run and (node.gpu_sum, node.cpu_milli) != (run[0].gpu_sum, run[0].cpu_milli):
+            yield from sorted(run, key=lambda n: n.name not in holding)  # stable: the run's order otherwise
+            run = []
+        run.append(node)
+    yield from sorted(run, key=lambda n: n.name not in holding)

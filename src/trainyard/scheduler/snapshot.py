@@ -89,6 +89,9 @@ class PendingJob:
     # The nodes its last attempt was lost on (a platform fault: a node down, a port held
     # there, an account missing there): placed elsewhere when it fits elsewhere.
     avoid_nodes: frozenset[str] = frozenset()
+    # Nodes whose dataset cache holds every dataset the job reads (issue 35): among nodes
+    # that fit its tasks alike, placement takes these first (``ledger.data_first``).
+    data_nodes: frozenset[str] = frozenset()
     # Set by the scheduler alone, on the copy it tries as borrowed work (``borrowing``):
     # over its VC's quota, placed on other VCs' idle guaranteed GPUs. Inputs leave it False.
     borrowing: bool = False

@@ -12,6 +12,7 @@ they are read from the one row per node and task that each monitoring round upda
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
@@ -20,12 +21,14 @@ from trainyard.core.lifecycle import run_seconds
 from trainyard.core.states import JobState
 from trainyard.monitor.exposition import (
     ClusterFigures,
+    DatasetCacheFigures,
     NodeFigures,
     RunningJobFigures,
     TaskFigures,
     VcFigures,
 )
 from trainyard.services.admin import describe_vcs
+from trainyard.services.datasets import node_caches
 from trainyard.services.live import fresh_seconds
 from trainyard.services.server import Server
 from trainyard.store.queries import jobs as job_queries
@@ -37,9 +40,14 @@ from trainyard.store.queries.vcs import HeldShares
 
 
 def figures_now(server: Server) -> ClusterFigures:
-    """What ``GET /metrics`` shows now, in a unit of work of its own."""
+    """What ``GET /metrics`` shows now, in a unit of work of its own; the nodes' dataset
+    caches (read from their files by the backend) outside it."""
+    caches = [DatasetCacheFigures(c.node, c.capacity_bytes, c.used_bytes, c.hits, c.misses, c.bytes_fetched,
+                                  c.evictions, [(e.dataset, e.version, e.size) for e in c.entries])
+              for c in node_caches(server.backend)]
     with server.db.session() as session:
-        return cluster_figures(session, server.clock.now(), server.monitor_interval_seconds)
+        figures = cluster_figures(session, server.clock.now(), server.monitor_interval_seconds)
+    return replace(figures, dataset_caches=caches) if caches else figures
 
 
 def cluster_figures(session: Session, now: datetime, monitor_interval_seconds: float) -> ClusterFigures:

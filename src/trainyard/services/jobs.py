@@ -21,6 +21,7 @@ from trainyard.scheduler.whole_nodes import resolve_tasks
 from trainyard.schemas.jobs import JobDetail
 from trainyard.services import node_view, notices, workdirs
 from trainyard.services.admin import Borrowing, guaranteed_quotas, may_use_vc, vc_borrowing
+from trainyard.services.datasets import check_dataset_uses
 from trainyard.services.dependencies import check_dependencies, dependency_views
 from trainyard.services.environment_access import check_job_environments
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound, ServiceError, TooMany
@@ -228,6 +229,7 @@ def check_submittable(session: Session, user: UserRow, spec: JobSpec, *, nodes: 
     notices.check_job_notify(spec, limits.webhook_allow)
     check_vc_access(session, user, spec.defaults.virtualCluster)
     check_storage_uses(session, user, spec)
+    check_dataset_uses(session, user, spec)
     inventory = node_view.node_states(session, in_use=False) if nodes is None else nodes
     check_fits(inventory, spec)
     # A whole-node task counts the GPUs of the smallest node that suits it (a lower bound).

@@ -146,6 +146,14 @@ def _storage_errors(spec: JobSpec) -> Iterator[FieldError]:
             if use.name in seen:
                 yield FieldError(f"{path}[{index}].name", f"storage {use.name!r} is listed twice")
             seen.add(use.name)
+    dataset_lists = [("datasets", spec.datasets)] + [(f"taskRoles.{name}.datasets", role.datasets)
+                                                     for name, role in spec.taskRoles.items()]
+    for path, datasets in dataset_lists:
+        seen = set()
+        for index, dataset in enumerate(datasets):
+            if dataset.name in seen:
+                yield FieldError(f"{path}[{index}].name", f"dataset {dataset.name!r} is listed twice")
+            seen.add(dataset.name)
 
 
 def _prerequisite_errors(spec: JobSpec) -> Iterator[FieldError]:

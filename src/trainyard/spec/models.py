@@ -47,6 +47,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from trainyard.spec.checks import MAX_PORTS, image_reference_problem, qualified_image, semantic_errors
+from trainyard.spec.datasets import MAX_DATASETS, check_dataset_name
 from trainyard.spec.dependencies import DependencyField
 from trainyard.spec.errors import show
 from trainyard.spec.notify import Notify
@@ -319,6 +320,13 @@ class StorageMount(_Model):
 MAX_STORAGES = 32
 
 
+class DatasetMount(_Model):
+    """A dataset the tasks read (``spec/datasets.py``): its name and where, always read-only."""
+
+    name: Annotated[str, BeforeValidator(_as_spec_error(check_dataset_name))]
+    mountPath: Annotated[str, BeforeValidator(_as_spec_error(check_mount_path))] | None = None
+
+
 class TaskRole(_Model):
     """One kind of task in a job, run as ``instances`` identical tasks."""
 
@@ -350,6 +358,7 @@ class TaskRole(_Model):
         default_factory=dict
     )
     storages: Annotated[list[StorageMount], _none_to(list)] = Field(default_factory=list, max_length=MAX_STORAGES)
+    datasets: Annotated[list[DatasetMount], _none_to(list)] = Field(default_factory=list, max_length=MAX_DATASETS)
     # The environment this role's tasks run in, over the job's ``environment``.
     environment: EnvironmentName | None = None
 
@@ -454,6 +463,8 @@ class JobSpec(_Model):
     tags: Annotated[list[Text], _none_to(list)] = Field(default_factory=list)
     # Storages every task role mounts (``spec/storages.py``); a role's own ``storages`` add to them.
     storages: Annotated[list[StorageMount], _none_to(list)] = Field(default_factory=list, max_length=MAX_STORAGES)
+    # Datasets every task role reads from its node's cache (``spec/datasets.py``); a role's own add to them.
+    datasets: Annotated[list[DatasetMount], _none_to(list)] = Field(default_factory=list, max_length=MAX_DATASETS)
     preemption: Preemption = Preemption.REQUEUE
     # How long a suspending job has to save its state before what is left is stopped.
     suspendGracePeriodSeconds: Annotated[WholeNumber, _between(0, MAX_STOP_GRACE_SECONDS)] = 300

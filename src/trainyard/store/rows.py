@@ -395,6 +395,38 @@ class StorageGrantRow(Base):
     read_only: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
+class DatasetRow(Base):
+    """A named, versioned dataset (issue 35): where its files come from (``source``: a
+    storage's folder, ``storage:NAME/PATH``, or an http(s) URL), which version of them
+    (``version``, or the archive's ``sha256``), and who registered it. Nodes keep it in
+    their cache keyed by name, source and version (``backends/datacache.py``)."""
+
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    source: Mapped[str] = mapped_column(Text)
+    version: Mapped[str] = mapped_column(String(128))
+    sha256: Mapped[str] = mapped_column(String(64), default="")  # "": not checked
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    grants: Mapped[list[DatasetGrantRow]] = relationship(cascade="all, delete-orphan", lazy="selectin")
+
+
+class DatasetGrantRow(Base):
+    """Who else may read a dataset: one user, or every member of one group."""
+
+    __tablename__ = "dataset_grants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), index=True)
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), nullable=True)
+    group_id: Mapped[int | None] = mapped_column(ForeignKey("groups.id", ondelete="CASCADE"), nullable=True)
+
+
 class NodeSampleRow(Base):
     """A node's figures (``core.metrics.NodeSample``) at ``at``. ``step`` is the seconds one
     row covers: 0 for a raw sample, else the bucket a downsampled row averages (``monitor/``)."""

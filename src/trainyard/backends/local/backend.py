@@ -73,12 +73,14 @@ from typing import Any
 from trainyard.backends import cgroups, jobdirs, taskuser
 from trainyard.backends.base import (
     SUSPEND_FILE_VARIABLE,
+    DatasetFetch,
     ExecPlan,
     GpuInfo,
     ImagePull,
     ImageRemoval,
     LogChunk,
     Mount,
+    NodeDatasetCache,
     NodeImage,
     NodeInventory,
     SuspendRequest,
@@ -128,7 +130,7 @@ from trainyard.backends.local.records import (
 )
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.tasklimits import limits_layout
-from trainyard.backends.mounts import make_missing_storage, mount_env, unenforced_notes
+from trainyard.backends.mounts import NodeDatasets, make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
 from trainyard.backends.sandboxjoin import open_inside
 from trainyard.backends.taskaccounts import NO_HOME, TaskAccounts
@@ -186,6 +188,7 @@ class LocalBackend(jobdirs.JobDirTree):
         pids_max: int | None = None,
         log_max_bytes: int | None = None,
         log_cap_stop: bool = False,
+        dataset_cache: tuple[Path | None, int | None] = (None, None),
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
@@ -213,6 +216,8 @@ class LocalBackend(jobdirs.JobDirTree):
         self.environments_root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.environments_root, taskuser.ENVIRONMENTS_MODE)
         self.task_python = install_runtime((self.work_dir_root or self.state_dir) / TASK_PYTHON_DIR)
+        # The node's dataset cache (``DatasetCaches``): in the state dir unless the admin says where.
+        self.datasets = NodeDatasets(Path(dataset_cache[0] or self.state_dir / "datasets"), dataset_cache[1])
         # The sandbox hides the state dir and the work-dir root from every task, beside
         # what the caller hides (the server's home).
         hidden = (self.state_dir,) if self.work_dir_root is None else (self.state_dir, self.work_dir_root)
@@ -447,6 +452,14 @@ class LocalBackend(jobdirs.JobDirTree):
         # supervisor and the waiter are outside it and never see this signal.
         procfs.signal_group(*claim.task, signum, claim.boot_id)
 
+    def dataset_caches(self) -> list[NodeDatasetCache]:
+        """``DatasetCaches``: this node's, read from its files."""
+        return [self.datasets.report(self._node.name)]
+
+    def prefetch(self, datasets: Sequence[DatasetFetch], node: str | None = None) -> None:
+        for problem in self.datasets.prefetch(datasets):
+            log.warning("prefetch: %s", problem)
+
     def exec_plan(self, key: TaskKey, node: str, command: Sequence[str], *, tty: bool) -> ExecPlan:
         """``TaskExec``: into the task's container, or its sandbox, account and cgroup (``taskexec``)."""
         self._check_node(node)
@@ -501,7 +514,9 @@ class LocalBackend(jobdirs.JobDirTree):
             log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
         env["TRAINYARD_SECRETS_DIR"] = str(secrets_dir)
         # A container, like the sandbox, mounts each storage at its mountPath.
-        env.update(mount_env(task.mounts, inside=self._sandbox is not None or task.image is not None))
+        inside = self._sandbox is not None or task.image is not None
+        env.update(mount_env(task.mounts, inside=inside))
+        env.update(self.datasets.env(task.datasets, inside=inside))
         for mount in task.mounts:
             make_missing_storage(mount, *((account.uid, account.gid) if account is not None else (None, None)))
             _check_sub_path(mount)
@@ -535,6 +550,8 @@ class LocalBackend(jobdirs.JobDirTree):
             },
         }
         spec.update(self._limits_spec(task))
+        if task.datasets:  # fetched (or found) in the node's cache before the task starts
+            spec["datasets"] = self.datasets.plan(task.datasets)
         if self.log_max_bytes is not None:  # the supervisor's log writer holds output.log to it
             spec["log_max_bytes"] = self.log_max_bytes
             spec["log_cap_stop"] = self.log_cap_stop
@@ -563,13 +580,15 @@ class LocalBackend(jobdirs.JobDirTree):
             spec["sandbox_identity"] = {"uid": identity.uid, "gid": identity.gid, "groups": list(identity.groups)}
         attempt_dir = task_dir.parent if self.work_dir_root is None else work.parent
         shm = taskuser.make_owned_dir(attempt_dir / SHM_DIR, account)
-        mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
+        mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only)
+                  for m in (*task.mounts, *self.datasets.mounts(task.datasets))]
         spec["argv"] = sandbox_argv(
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
             spec_file=task_dir / taskfiles.SPEC,
             bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
             writable=(job_dir,) if own_environments is None else (job_dir, own_environments), identity=identity,
-            mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths], starter=self._launcher.starter(),
+            mounts=mounts, storage_paths=[*map(Path, task.storage_paths), self.datasets.root],
+            starter=self._launcher.starter(),
         )
         # The supervisor opens each storage's folder and hands it to bwrap (``open_mount_fds``).
         spec["mount_fds"] = mount_fds(mounts)
@@ -605,6 +624,7 @@ class LocalBackend(jobdirs.JobDirTree):
                  Mount(str(secrets_dir), str(secrets_dir), read_only=True),
                  # trainyard.runtime, first on the task's PYTHONPATH (``taskpython``)
                  Mount(str(self.task_python), str(self.task_python), read_only=True), *task.mounts,
+                 *self.datasets.mounts(task.datasets),
                  *environment_binds(task.environment, guarded=True))
         # The folder a suspend request appears in (``Suspender``), as the task's env names it.
         suspend_dir = os.path.dirname(env.get(SUSPEND_FILE_VARIABLE, ""))

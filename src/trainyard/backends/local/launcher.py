@@ -9,8 +9,10 @@ installed package would fail (``ModuleNotFoundError``) or run code of another ve
 So supervisors never import the installed package. When the backend starts, it takes the
 source of the supervisor's stdlib-only modules (``supervisor``, ``procfs``,
 ``taskfiles``, ``containerrun``, and the shared ``backends/sandboxjoin`` (a sandboxed
-task's start, see ``starter``), ``backends/cgroups`` and
-``backends/containercgroup``, as this server has them) and keeps them in memory; it writes them to
+task's start, see ``starter``), ``backends/cgroups``,
+``backends/containercgroup``, ``backends/datacache`` and ``datafetch`` (a node's dataset
+cache) with the name check they use, ``core/workdirs``, as this server has them) and keeps
+them in memory; it writes them to
 ``<state_dir>/supervisor/<digest>/`` (a runnable directory: ``__main__.py`` plus the
 ``trainyard/backends/`` packages holding just those modules) and runs every
 supervisor as::
@@ -42,9 +44,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO
 
-from trainyard.backends import cgroups, containercgroup, sandboxjoin
+from trainyard.backends import cgroups, containercgroup, datacache, datafetch, sandboxjoin
 from trainyard.backends.local import containerrun, procfs, supervisor, taskfiles
 from trainyard.backends.sandbox import real_interpreter
+from trainyard.core import workdirs
 
 SNAPSHOTS_DIR = "supervisor"
 CHECK_ARG = "--check"
@@ -52,7 +55,7 @@ CHECK_TIMEOUT_SECONDS = 30.0
 # The package path the copied modules keep, so that their own imports resolve to each other.
 _PACKAGE = ("trainyard", "backends", "local")
 _MODULES: tuple[ModuleType, ...] = (supervisor, procfs, taskfiles, containerrun, sandboxjoin, cgroups,
-                                    containercgroup)
+                                    containercgroup, datacache, datafetch, workdirs)
 _MAIN = f"import sys\nfrom {supervisor.__name__} import main\nsys.exit(main(sys.argv))\n"
 
 
@@ -145,8 +148,10 @@ def _snapshot_files() -> dict[str, bytes]:
         files[str(Path(*_PACKAGE[:depth]) / "__init__.py")] = b""
     for module in _MODULES:
         assert module.__file__ is not None
-        # Each module where its name puts it (``cgroups`` is shared, one package up).
+        # Each module where its name puts it (``cgroups`` is shared, one package up;
+        # ``core.workdirs``, the names a dataset may hold, in a package of its own).
         package = Path(*module.__name__.split(".")[:-1])
+        files[str(package / "__init__.py")] = b""
         files[str(package / Path(module.__file__).name)] = Path(module.__file__).read_bytes()
     return files
 

@@ -635,6 +635,8 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
         os.dup2(null_fd, 0)
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
+        if spec.get("datasets"):  # complete in the node's cache before anything runs, and marked in use
+            _fetch_datasets(spec["datasets"])
         if spec.get("container") is not None:  # the engine's client, as root (it drops the user)
             os.chdir(spec["cwd"])
             containerrun.exec_container(spec["container"])
@@ -657,6 +659,18 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
             os.write(2, f"trainyard: cannot start the task: {exc!r}\n".encode())
         finally:
             os._exit(_EXEC_FAILED)
+
+
+def _fetch_datasets(plan: dict[str, Any]) -> None:
+    """Each of the task's datasets into the node's cache (``datacache``), or found there; its
+    lines go to the task's log. An error ends the task unrun, saying why."""
+    # Imported here: tarfile and urllib would add to every task's start, and only a task that
+    # reads a dataset needs them.
+    from trainyard.backends import datacache
+
+    cache = datacache.NodeCache(plan["root"], int(plan["capacity"]))
+    for item in plan["items"]:
+        cache.ensure(item, say=lambda line: _write_all(2, (line + "\n").encode()))
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,254 @@
+"""A node's dataset cache (issue 35): datasets fetched once per node and version, shared by
+every task that reads them, evicted least recently used when no running task mounts them.
+
+Standard library only (a miss imports ``datafetch``, which adds ``core.workdirs``' name
+check, itself stdlib-only): the local
+backend's supervisor runs it, from its private copy, in the task's process before the task
+starts (``supervisor._exec_task``), as root where the server is root; the server reads the
+same files for ``/metrics`` and ``yard dataset cache``.
+
+Layout under the cache's root (root's, 0700: a task sees only the entries it mounts, bound
+read-only into its sandbox or container)::
+
+    entries/KEY/         a complete dataset: folders 0755, files 0644, nothing else
+    meta/KEY.json        what it is (name, version, size, files, when fetched); its mtime:
+                         when a task last mounted it (LRU)
+    locks/KEY.lock       flock: held while the entry is fetched, a use recorded, or it is evicted
+    uses/KEY/PID-START   a task that mounts it (its process, checked by start time): an entry
+                         with a live use is never evicted
+    partial/KEY.PID      a fetch under way; found while holding the entry's lock, it is what an
+                         interrupted fetch left, and is removed before the fetch is tried again
+    stats.json           hits, misses, bytes fetched, evictions (under cache.lock)
+
+The crash-safety protocol, step by step:
+
+1. Take the entry's lock (``ensure``). Only one process per node fetches a key; a second
+   task that needs it waits here, then finds it complete (one fetch, two tasks).
+2. Remove what an interrupted fetch of this key left in ``partial/`` (its process is gone:
+   it held the lock we now hold).
+3. If ``entries/KEY`` exists it is complete (a hit): only step 5 renames it into place.
+4. Otherwise fetch into ``partial/KEY.PID``, then write its meta and rename it to
+   ``entries/KEY``: a partly fetched dataset is never at the path a task mounts.
+5. Record the use (``uses/KEY/PID-START``), touch the meta (last use), release the lock.
+6. Evict (``evict``, under ``cache.lock``): while the entries' bytes exceed the capacity,
+   the least recently used entry that no live task uses and whose lock is free is renamed
+   into ``partial/`` and removed.
+
+The source is hostile as far as root is concerned (``datafetch``): an archive holds only
+folders and regular files under names ``core.workdirs.check_name`` accepts (no absolute
+name, no ``..``, no control character), never a link, a device or a FIFO; a storage's folder
+is walked from its root without following a link at any step, and only its folders and
+regular files are copied. A key is ``DatasetFetch.key`` (name and a hash of source and version), checked
+against ``KEY`` here: no name a user shaped becomes a path outside the cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{24}")
+DEFAULT_CAPACITY_BYTES = 100 << 30  # setting dataset_cache_gb
+_COUNTERS = ("hits", "misses", "bytes_fetched", "evictions")
+
+
+class NodeCache:
+    """One node's cache at ``root``, of ``capacity`` bytes."""
+
+    def __init__(self, root: str | os.PathLike[str], capacity: int) -> None:
+        self.root = Path(root)
+        self.capacity = capacity
+
+    # -- the task's side: steps 1-6 -------------------------------------------------------
+
+    def ensure(self, item: dict[str, Any], say: Callable[[str], None] = lambda _: None,
+               pid: int | None = None, *, use: bool = True) -> Path:
+        """The complete entry of ``item`` (a ``DatasetFetch`` as a dict), fetched unless the
+        cache holds it, with process ``pid`` (default: this one, the task's) recorded as a
+        task that uses it (``use=False``: a prefetch, which no task mounts yet)."""
+        key = _checked_key(item["key"])
+        self._make_dirs()
+        entry = self.root / "entries" / key
+        with self._locked(self.root / "locks" / f"{key}.lock"):  # 1
+            for leftover in (self.root / "partial").glob(f"{key}.*"):  # 2
+                shutil.rmtree(leftover, ignore_errors=True)
+            if entry.is_dir():  # 3
+                self._count(hits=1)
+                say(f"trainyard: dataset {item['name']} (version {item['version']}) is in this node's cache")
+            else:  # 4
+                started = time.monotonic()
+                partial = self.root / "partial" / f"{key}.{os.getpid()}"
+                os.mkdir(partial, 0o755)
+                # Only a miss needs tarfile and urllib (tens of ms a task start would pay).
+                from trainyard.backends import datafetch
+
+                try:
+                    size, files = datafetch.fetch(item, partial, datafetch.Limit(self.capacity))
+                except BaseException:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    raise
+                meta = {"dataset": item["name"], "version": item["version"], "key": key, "size": size,
+                        "files": files, "fetched_at": time.time()}
+                _write_json(self.root / "meta" / f"{key}.json", meta)
+                os.rename(partial, entry)
+                self._count(misses=1, bytes_fetched=size)
+                say(f"trainyard: dataset {item['name']} (version {item['version']}): fetched {size} bytes in "
+                    f"{time.monotonic() - started:.1f} s into this node's cache")
+            if use:
+                self._record_use(key, os.getpid() if pid is None else pid)  # 5
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(self.root / "meta" / f"{key}.json")
+        self.evict(keep=key)  # 6
+        return entry
+
+    def _record_use(self, key: str, pid: int) -> None:
+        uses = self.root / "uses" / key
+        uses.mkdir(mode=0o700, exist_ok=True)
+        (uses / f"{pid}-{_start_time(pid)}").touch()
+
+    def evict(self, keep: str = "") -> list[str]:
+        """Step 6: remove least recently used entries no task uses until the rest fit."""
+        evicted: list[str] = []
+        self._make_dirs()
+        with self._locked(self.root / "cache.lock"):
+            entries = sorted(self._metas(), key=lambda m: m["last_used_at"] or 0.0)
+            used = sum(m["size"] for m in entries)
+            for meta in entries:
+                if used <= self.capacity:
+                    break
+                key = meta["key"]
+                if key == keep or self._in_use(key):
+                    continue
+                lock = self._try_lock(self.root / "locks" / f"{key}.lock")
+                if lock is None:  # being fetched or mounted right now
+                    continue
+                try:
+                    if self._in_use(key):
+                        continue
+                    gone = self.root / "partial" / f"{key}.evicted-{os.getpid()}"
+                    with contextlib.suppress(FileNotFoundError):
+                        os.rename(self.root / "entries" / key, gone)
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.root / "meta" / f"{key}.json")
+                    shutil.rmtree(self.root / "uses" / key, ignore_errors=True)
+                    shutil.rmtree(gone, ignore_errors=True)
+                finally:
+                    os.close(lock)
+                used -= meta["size"]
+                evicted.append(key)
+            if evicted:
+                self._count_locked(evictions=len(evicted))
+        return evicted
+
+    # -- what the server shows --------------------------------------------------------------
+
+    def read(self) -> dict[str, Any]:
+        """Capacity, counters and entries (each with its live uses), as of now."""
+        metas = list(self._metas())
+        for meta in metas:
+            meta["in_use"] = self._live_uses(meta["key"])
+        return {"capacity": self.capacity, "used": sum(m["size"] for m in metas), **self._stats(),
+                "entries": sorted(metas, key=lambda m: (m["dataset"], m["version"]))}
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _make_dirs(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for name in ("entries", "meta", "locks", "uses", "partial"):
+            (self.root / name).mkdir(exist_ok=True, mode=0o700)
+        # The entries' folder must let the sandbox's bind reach an entry (as root) and a task
+        # run as the server's own account read one; the root stays 0700.
+        os.chmod(self.root / "entries", 0o711)
+
+    def _metas(self) -> Iterator[dict[str, Any]]:
+        for path in sorted((self.root / "meta").glob("*.json")) if (self.root / "meta").is_dir() else ():
+            try:
+                meta = json.loads(path.read_text())
+                meta["last_used_at"] = path.stat().st_mtime
+            except (OSError, ValueError):
+                continue  # removed meanwhile, or half written by a fetch that died
+            if isinstance(meta, dict) and KEY.fullmatch(str(meta.get("key"))):
+                yield meta
+
+    def _live_uses(self, key: str) -> int:
+        uses = self.root / "uses" / key
+        live = 0
+        for use in uses.iterdir() if uses.is_dir() else ():
+            pid, _, start = use.name.partition("-")
+            if pid.isdigit() and start.isdigit() and int(start) != 0 and _start_time(int(pid)) == int(start):
+                live += 1
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    use.unlink()  # its task has ended
+        return live
+
+    def _in_use(self, key: str) -> bool:
+        return self._live_uses(key) > 0
+
+    def _stats(self) -> dict[str, int]:
+        try:
+            stats = json.loads((self.root / "stats.json").read_text())
+        except (OSError, ValueError):
+            stats = {}
+        return {name: int(stats.get(name, 0)) for name in _COUNTERS}
+
+    def _count(self, **changes: int) -> None:
+        with self._locked(self.root / "cache.lock"):
+            self._count_locked(**changes)
+
+    def _count_locked(self, **changes: int) -> None:
+        stats = self._stats()
+        for name, change in changes.items():
+            stats[name] += change
+        _write_json(self.root / "stats.json", stats)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _locked(path: Path) -> Iterator[None]:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _try_lock(path: Path) -> int | None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
+
+def _checked_key(key: Any) -> str:
+    if not isinstance(key, str) or not KEY.fullmatch(key):
+        raise ValueError(f"not a cache key: {key!r}")
+    return key
+
+
+def _start_time(pid: int) -> int:
+    """A process's start time in clock ticks since boot (0: no such process): with its pid,
+    what names one process for good."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read()
+    except OSError:
+        return 0
+    return int(text[text.rindex(b")") + 2:].split()[19])
+
+
+def _write_json(path: Path, value: Any) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    temporary.write_text(json.dumps(value))
+    os.replace(temporary, path)

@@ -1,0 +1,134 @@
+"""Datasets over HTTP and through the SDK (issue 35): any user registers one and owns it;
+its owner grants it to users and groups; others neither see nor change it; a job naming a
+dataset its user may not read is refused with the field path; bad input is a 4xx naming
+the field."""
+
+from __future__ import annotations
+
+import pytest
+from api.harness import Api
+from backends.datasource import serving, tar_gz
+
+from trainyard.backends.base import DatasetFetch
+from trainyard.client import Client, TrainyardError
+
+URL = "https://data.example.org/imagenet-mini.tar.gz"
+
+
+def job(datasets: str, role: str = "") -> str:
+    return f"name: j\ndatasets: {datasets}\ntaskRoles:\n  w:\n    commands: ['sleep 600']\n{role}"
+
+
+def submit(api: Api, token: str, text: str) -> tuple[int, dict]:
+    response = api.client(token).post("/api/v1/jobs", content=text, headers={"content-type": "application/yaml"})
+    return response.status_code, response.json()
+
+
+def bob(api: Api) -> tuple[Client, str]:
+    admin = api.sdk(api.admin_token)
+    admin.create_user("bob")
+    token = admin.create_token(user="bob").token
+    return api.sdk(token), token
+
+
+def test_a_user_registers_a_dataset_and_grants_it_and_others_see_only_what_they_may_read(api: Api) -> None:
+    alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
+    (bobs, _) = bob(api)
+    made = alice.register_dataset("imagenet-mini", URL, version="v1", description="10 classes")
+    assert (made.name, made.owner, made.version, made.access, made.grants) == ("imagenet-mini", "alice", "v1",
+                                                                               "owner", [])
+    assert bobs.datasets() == []
+    with pytest.raises(TrainyardError) as hidden:
+        bobs.dataset("imagenet-mini")
+    assert hidden.value.status == 404
+    assert [(d.name, d.access) for d in admin.datasets()] == [("imagenet-mini", "admin")]
+    assert alice.grant_dataset("imagenet-mini", "bob").grants == ["bob"]
+    assert [(d.name, d.access, d.grants) for d in bobs.datasets()] == [("imagenet-mini", "granted", ["bob"])]
+    # Bob may read it, not change it; nor take its name.
+    with pytest.raises(TrainyardError) as refused:
+        bobs.grant_dataset("imagenet-mini", "@nobody")
+    assert refused.value.status == 403
+    with pytest.raises(TrainyardError) as taken:
+        bobs.register_dataset("imagenet-mini", URL, version="v9")
+    assert taken.value.status == 409
+    # Its owner moves it to a new version; then revokes and removes it.
+    assert alice.register_dataset("imagenet-mini", URL, version="v2").version == "v2"
+    assert alice.revoke_dataset("imagenet-mini", "bob").grants == []
+    assert bobs.datasets() == []
+    alice.remove_dataset("imagenet-mini")
+    assert admin.datasets() == []
+
+
+def test_bad_registrations_get_4xx_with_the_field(api: Api) -> None:
+    cases = (("x", {"source": "ftp://host/x.tar", "version": "1"}, "source"),
+             ("x", {"source": "https://u:p@host/x.tar", "version": "1"}, "source"),
+             ("x", {"source": URL}, "version"),
+             ("x", {"source": URL, "sha256": "abc"}, "sha256"),
+             ("x", {"source": "storage:nosuch/a", "version": "1"}, "source"),
+             ("x", {"source": "storage:data/../etc", "version": "1"}, "source"),
+             ("Bad", {"source": URL, "version": "1"}, "name"),
+             ("cache", {"source": URL, "version": "1"}, "name"),
+             ("x", {"source": URL, "version": 3}, "version"))
+    api.sdk(api.admin_token).create_storage("data", "/srv/data")
+    for name, body, field in cases:
+        response = api.user.put(f"/api/v1/datasets/{name}", json=body)
+        assert response.status_code == 422, (body, response.text)
+        assert response.json()["errors"][0]["path"].endswith(field), (body, response.text)
+    # A storage the user may not read is refused as such.
+    response = api.user.put("/api/v1/datasets/x", json={"source": "storage:data/a", "version": "1"})
+    assert response.status_code == 403 and "storage 'data'" in response.json()["detail"]
+    # A sha256 alone is the version.
+    digest = "ab" * 32
+    assert api.sdk(api.user_token).register_dataset("x", URL, sha256=digest.upper()).version == digest
+
+
+def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api) -> None:
+    (bobs, bob_token) = bob(api)
+    bobs.register_dataset("corpus", URL, version="1")
+    status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: /data/corpus}]"))
+    assert status == 403 and body["errors"][0]["path"] == "datasets[0].name" and "'corpus'" in body["detail"]
+    status, body = submit(api, api.user_token, job("[]", "    datasets: [{name: nosuch}]\n"))
+    assert status == 422 and body["errors"][0]["path"] == "taskRoles.w.datasets[0].name"
+    bobs.grant_dataset("corpus", "alice")
+    status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: /etc/corpus}]"))
+    assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath"
+    status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: relative}]"))
+    assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath"
+    status, body = submit(api, api.user_token,
+                          job("[{name: corpus}]", "    storages: []\n    datasets: [{name: corpus}, {name: corpus}]\n"))
+    assert status == 422 and body["errors"][0]["path"] == "taskRoles.w.datasets[1].name"
+    status, body = submit(api, api.user_token, job("[{name: corpus}]"))
+    assert status == 201, body
+    status, body = submit(api, bob_token, job("[{name: corpus, mountPath: /data}]"))
+    assert status == 201, body
+
+
+def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) -> None:
+    alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
+    (bobs, _) = bob(api)
+    with serving() as source:
+        url = source.add("/c.tar.gz", tar_gz({"a": b"a" * 100}))
+        alice.register_dataset("corpus", url, version="1")
+        bobs.register_dataset("private", url, version="1")
+        cache = api.ctx.backend.datasets.cache
+        for name in ("corpus", "private", "corpus"):
+            fetch = DatasetFetch(name, url, "1", f"/data/{name}")
+            cache.ensure({"key": fetch.key, "name": name, "version": "1", "source": url, "sha256": "",
+                          "storage_root": ""})
+    (mine,) = alice.dataset_caches()
+    assert (mine.hits, mine.misses, mine.bytesFetched, mine.usedBytes, mine.evictions) == (1, 2, 200, 200, 0)
+    assert [(e.dataset, e.version, e.bytes, e.files) for e in mine.entries] == [("corpus", "1", 100, 1)]
+    assert [e.dataset for e in admin.dataset_caches()[0].entries] == ["corpus", "private"]
+    page = api.admin.get("/metrics").text
+    node = mine.node
+    assert f'trainyard_dataset_cache_hits_total{{node="{node}"}} 1.0' in page
+    assert f'trainyard_dataset_cache_fetched_bytes_total{{node="{node}"}} 200.0' in page
+    assert f'trainyard_dataset_cache_entry_bytes{{dataset="private",node="{node}",version="1"}} 100.0' in page
+
+
+def test_a_dataset_mounted_over_another_mount_point_is_refused_at_its_field(api: Api) -> None:
+    alice = api.sdk(api.user_token)
+    alice.register_dataset("a", URL, version="1")
+    alice.register_dataset("b", URL, version="1")
+    status, body = submit(api, api.user_token, job("[{name: a, mountPath: /data/x}, {name: b, mountPath: /data/x/y}]"))
+    assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath" and "'b'" in body["detail"]

@@ -1,0 +1,80 @@
+"""A real HTTP source of datasets on 127.0.0.1 for the cache's tests and benchmark: serves
+named bodies, counts requests, can hold a request until released, cut a body short, or
+throttle its bytes per second."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def tar_gz(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+class Source:
+    def __init__(self) -> None:
+        self.bodies: dict[str, bytes] = {}
+        self.requests: list[str] = []
+        self.hold = threading.Event()
+        self.hold.set()
+        self.cut_short: set[str] = set()
+        self.bytes_per_second = 0.0
+        self.url = ""
+
+    def add(self, path: str, body: bytes) -> str:
+        self.bodies[path] = body
+        return self.url + path
+
+
+@contextmanager
+def serving() -> Iterator[Source]:
+    source = Source()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            source.requests.append(self.path)
+            source.hold.wait()
+            body = source.bodies.get(self.path)
+            if body is None:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.path in source.cut_short:
+                self.wfile.write(body[:len(body) // 2])
+                self.wfile.flush()
+                self.connection.close()
+                return
+            step = 64 << 10
+            for at in range(0, len(body), step):
+                self.wfile.write(body[at:at + step])
+                if source.bytes_per_second:
+                    time.sleep(step / source.bytes_per_second)  # the throttle the benchmark measures against
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    source.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield source
+    finally:
+        source.hold.set()
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,184 @@
+"""A node's dataset cache (issue 35), against a real HTTP source on 127.0.0.1 and real
+folders: a fetch, a hit, two tasks sharing one fetch, LRU eviction of what no live task
+mounts, a new version fetched again, an interrupted fetch cleaned up and retried, and
+hostile sources (links, '..', devices, a wrong sha256) refused."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+from backends.datasource import Source, serving, tar_gz
+
+from trainyard.backends.base import DatasetFetch
+from trainyard.backends.datacache import NodeCache
+from trainyard.backends.datafetch import FetchError
+
+
+def item(name: str, source: str, version: str = "1", sha256: str = "", storage_root: str = "") -> dict:
+    fetch = DatasetFetch(name, source, version, f"/data/{name}", sha256, storage_root)
+    return {"key": fetch.key, "name": name, "version": version, "source": source, "sha256": sha256,
+            "storage_root": storage_root}
+
+
+@pytest.fixture
+def source() -> Source:
+    with serving() as running:
+        yield running
+
+
+def ended_task() -> int:
+    """The pid of a task that has ended: its use no longer keeps an entry."""
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_a_dataset_is_fetched_once_then_found_in_the_cache(tmp_path: Path, source: Source) -> None:
+    url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha", "train/b.txt": b"beta" * 100}))
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    said: list[str] = []
+    entry = cache.ensure(item("mini", url), said.append)
+    assert (entry / "train" / "a.txt").read_bytes() == b"alpha"
+    assert oct((entry / "train" / "a.txt").stat().st_mode & 0o777) == "0o644"
+    assert "fetched 405 bytes" in said[0]
+    assert cache.ensure(item("mini", url), said.append) == entry
+    assert "is in this node's cache" in said[1]
+    assert source.requests == ["/mini.tar.gz"]
+    seen = cache.read()
+    assert (seen["hits"], seen["misses"], seen["bytes_fetched"], seen["evictions"]) == (1, 1, 405, 0)
+    assert [(e["dataset"], e["size"], e["files"], e["in_use"]) for e in seen["entries"]] == [("mini", 405, 2, 1)]
+    assert list((tmp_path / "cache" / "partial").iterdir()) == []
+
+
+def test_two_tasks_that_need_one_dataset_cause_one_fetch(tmp_path: Path, source: Source) -> None:
+    url = source.add("/shared.tar", tar_gz({"x": b"x" * 1000}))
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    source.hold.clear()  # the first fetch waits on the source while the second task asks
+    entries: list[Path] = []
+    tasks = [threading.Thread(target=lambda: entries.append(cache.ensure(item("shared", url)))) for _ in range(2)]
+    for task in tasks:
+        task.start()
+    source.hold.set()
+    for task in tasks:
+        task.join()
+    assert entries[0] == entries[1] and (entries[0] / "x").stat().st_size == 1000
+    assert source.requests == ["/shared.tar"]
+    seen = cache.read()
+    assert (seen["hits"], seen["misses"]) == (1, 1)
+
+
+def test_the_least_recently_used_entry_no_task_mounts_is_evicted(tmp_path: Path, source: Source) -> None:
+    body = os.urandom(4000)  # incompressible: each entry holds 4000 bytes
+    urls = {name: source.add(f"/{name}.bin", body) for name in ("old", "busy", "new")}
+    cache = NodeCache(tmp_path / "cache", 9000)  # two entries fit, not three
+    old = cache.ensure(item("old", urls["old"]), pid=ended_task())
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        cache.ensure(item("busy", urls["busy"]), pid=sleeper.pid)
+        os.utime(tmp_path / "cache" / "meta" / f"{item('busy', urls['busy'])['key']}.json", (1, 1))  # least recent
+        cache.ensure(item("new", urls["new"]), pid=ended_task())
+        seen = cache.read()
+        # "busy" is the least recently used but a live task mounts it: "old" goes instead.
+        assert sorted(e["dataset"] for e in seen["entries"]) == ["busy", "new"]
+        assert seen["evictions"] == 1 and not old.exists()
+        assert seen["used"] == 8000
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    # Once its task has ended, "busy" may go too.
+    cache.capacity = 4000
+    assert cache.evict() == [item("busy", urls["busy"])["key"]]
+
+
+def test_a_new_version_is_fetched_again_never_served_stale(tmp_path: Path, source: Source) -> None:
+    url = source.add("/d.tar.gz", tar_gz({"v": b"one"}))
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    first = cache.ensure(item("d", url, "1"))
+    source.bodies["/d.tar.gz"] = tar_gz({"v": b"two"})
+    second = cache.ensure(item("d", url, "2"))
+    assert first != second
+    assert ((first / "v").read_bytes(), (second / "v").read_bytes()) == (b"one", b"two")
+    assert len(source.requests) == 2
+
+
+def test_an_interrupted_fetch_is_never_mounted_and_is_cleaned_up_and_retried(tmp_path: Path, source: Source) -> None:
+    body = tar_gz({"big": os.urandom(200_000)})
+    url = source.add("/cut.tar.gz", body)
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    wanted = item("cut", url)
+    source.cut_short.add("/cut.tar.gz")
+    with pytest.raises(FetchError):
+        cache.ensure(wanted)
+    assert not (tmp_path / "cache" / "entries" / wanted["key"]).exists()
+    assert list((tmp_path / "cache" / "partial").iterdir()) == []
+    # A fetch whose process was killed leaves its folder: the next one removes it first.
+    leftover = tmp_path / "cache" / "partial" / f"{wanted['key']}.99999"
+    leftover.mkdir()
+    (leftover / "big").write_bytes(b"half")
+    source.cut_short.clear()
+    entry = cache.ensure(wanted)
+    assert (entry / "big").stat().st_size == 200_000 and not leftover.exists()
+
+
+def _tar(add: object) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        add(tar)  # type: ignore[operator]
+    return out.getvalue()
+
+
+def _member(tar: tarfile.TarFile, name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> None:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    tar.addfile(info, io.BytesIO(b"") if kind == tarfile.REGTYPE else None)
+
+
+@pytest.mark.parametrize(("add", "said"), [
+    (lambda t: _member(t, "../escape"), "'..'"),
+    (lambda t: _member(t, "/etc/cron.d/x"), "absolute"),
+    (lambda t: _member(t, "link", tarfile.SYMTYPE, "/etc/shadow"), "a link"),
+    (lambda t: _member(t, "hard", tarfile.LNKTYPE, "/etc/shadow"), "a link"),
+    (lambda t: _member(t, "dev", tarfile.CHRTYPE), "a device"),
+    (lambda t: _member(t, "fifo", tarfile.FIFOTYPE), "a device, FIFO"),
+], ids=["dotdot", "absolute", "symlink", "hardlink", "device", "fifo"])
+def test_a_hostile_archive_is_refused_and_leaves_nothing(tmp_path: Path, source: Source, add: object,
+                                                          said: str) -> None:
+    url = source.add("/bad.tar", _tar(add))
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    with pytest.raises(FetchError, match=said):
+        cache.ensure(item("bad", url))
+    assert list((tmp_path / "cache" / "entries").iterdir()) == []
+    assert list((tmp_path / "cache" / "partial").iterdir()) == []
+
+
+def test_a_changed_archive_fails_its_sha256_and_a_too_big_one_the_capacity(tmp_path: Path, source: Source) -> None:
+    body = tar_gz({"a": b"a"})
+    url = source.add("/a.tar.gz", body)
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    with pytest.raises(FetchError, match="not the registered"):
+        cache.ensure(item("a", url, sha256="0" * 64))
+    assert cache.ensure(item("a", url, sha256=hashlib.sha256(body).hexdigest())).is_dir()
+    big = source.add("/big.bin", b"b" * 2000)
+    with pytest.raises(FetchError, match="bigger than this node's cache"):
+        NodeCache(tmp_path / "small", 1000).ensure(item("big", big))
+
+
+def test_a_storage_folder_is_copied_without_following_links(tmp_path: Path) -> None:
+    storage = tmp_path / "storage"
+    (storage / "sets" / "d" / "sub").mkdir(parents=True)
+    (storage / "sets" / "d" / "sub" / "f.txt").write_text("data")
+    (storage / "sets" / "d" / "secret").symlink_to("/etc/hostname")
+    os.mkfifo(storage / "sets" / "d" / "pipe")
+    (storage / "sets" / "link").symlink_to(storage / "sets" / "d")
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    entry = cache.ensure(item("d", str(storage / "sets" / "d"), storage_root=str(storage)))
+    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*")) == ["sub", "sub/f.txt"]
+    with pytest.raises(FetchError, match="without following links"):
+        cache.ensure(item("l", str(storage / "sets" / "link"), storage_root=str(storage)))
