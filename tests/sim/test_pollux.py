@@ -125,3 +125,27 @@ def test_pollux_published_mean_jcts_are_at_hand() -> None:
     assert pollux.published_mean_jct("pollux", 2.0) > pollux.published_mean_jct("pollux", 0.5)
     with pytest.raises(ValueError, match="no published mean JCT for 'fifo'"):
         pollux.published_mean_jct("fifo")
+
+
+def test_the_published_table_default_against_elastic_from_half_over_the_eight_workloads() -> None:
+    """docs/benchmarks.md "Elastic jobs on Pollux's workloads": its two headline rows, replayed
+    through the live scheduler's code (``benchmarks/bench_elastic.py``'s runs, about 5 s)."""
+    from statistics import fmean
+
+    from trainyard.sim.jobs import uniform_cluster
+    from trainyard.sim.queue import QueueSim, policy_named
+    from trainyard.sim.queue_track import HOUR, report
+
+    rows: dict[bool, list[dict]] = {False: [], True: []}
+    for number in range(1, 9):
+        jobs = load_workload(number, 1.0)
+        for elastic in rows:
+            replayed = [pollux.as_trace_job(j, elastic, "half" if elastic else "asked") for j in jobs]
+            nodes = uniform_cluster(pollux.CLUSTER_NODES, pollux.GPUS_PER_NODE)
+            rows[elastic].append(report(QueueSim(nodes, replayed, policy_named("default"), tick=60.0,
+                                                 resize_cost=30.0).run()))
+    table = {elastic: [round(fmean(r[k] for r in runs) * HOUR) for k in ("avg_jct_h", "p99_queueing_h", "makespan_h")]
+             for elastic, runs in rows.items()}
+    assert all(r["jobs"] == 160 for runs in rows.values() for r in runs)
+    assert table[False] == [4256, 41448, 90845]  # default, fixed sizes
+    assert table[True] == [3567, 13220, 69373]  # elastic from half the size asked
