@@ -55,7 +55,7 @@ from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
 from trainyard.services.workdirs import WorkdirStore
 from trainyard.spec.models import JobSpec
-from trainyard.store.db import Database
+from trainyard.store.db import Database, write_first, writer_wait_seconds
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.rows import JobRow
 
@@ -159,6 +159,7 @@ class Controller:
         # default, setting ``scheduler_worker``) or this thread (the tests' default).
         self.scheduler = ScheduleRunner(worker=scheduler_worker)
         self._worker_seconds = 0.0  # the last cycle's wait for the worker
+        self._steps: dict[str, float | int] = {}  # the last cycle's seconds per step and counts, for the debug line
 
     def spec_of(self, job: JobRow) -> JobSpec:
         return self.specs.of(job)
@@ -182,8 +183,9 @@ class Controller:
         self.scheduler.stop()
 
     def _run(self) -> None:
+        write_first()  # its transactions before the submits' (store/db.py: _WriterLock)
         while not self._stop.is_set():
-            started, cpu = time.monotonic(), time.thread_time()
+            started, cpu, waited = time.monotonic(), time.thread_time(), writer_wait_seconds()
             self._worker_seconds = 0.0
             try:
                 self.run_once()
@@ -193,7 +195,7 @@ class Controller:
                 continue
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad cycle
                 log.exception("controller cycle failed")
-            ended, cpu = time.monotonic(), time.thread_time() - cpu
+            ended, cpu, waited = time.monotonic(), time.thread_time() - cpu, writer_wait_seconds() - waited
             self._wake.wait(self.interval)
             # Under a burst of submissions, wakes arrive faster than cycles: let them
             # coalesce into one cycle per MIN_CYCLE_GAP (and no sooner than
@@ -203,8 +205,11 @@ class Controller:
             per_cpu = CYCLE_GAP_PER_CYCLE_CPU_WITH_WORKER if self.scheduler.worker else CYCLE_GAP_PER_CYCLE_CPU
             rest = max(MIN_CYCLE_GAP - (now - started),
                        per_cpu * cpu + CYCLE_GAP_PER_WORKER_SECOND * self._worker_seconds - (now - ended))
-            log.debug("cycle: %.3f s, %.3f s of this thread's CPU, %.3f s in the scheduler's worker; next in %.3f s",
-                      ended - started, cpu, self._worker_seconds, max(0.0, rest) + now - ended)
+            if log.isEnabledFor(logging.DEBUG):
+                steps = " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in self._steps.items())
+                log.debug("cycle: %.3f s, %.3f s of this thread's CPU, %.3f s in the scheduler's worker, %.3f s "
+                          "waiting for the store's writer; steps (s) and counts: %s; next in %.3f s",
+                          ended - started, cpu, self._worker_seconds, waited, steps, max(0.0, rest) + now - ended)
             if rest > 0:
                 self._stop.wait(rest)
             self._wake.clear()
@@ -214,6 +219,15 @@ class Controller:
         hang watchdog (when due), reconcile, schedule, launch, settle ended environment builds; job-directory
         sweeps and monitoring rounds start in their own threads when due."""
         self.cycles += 1
+        self._steps = {}
+        mark = time.perf_counter()
+
+        def step(name: str) -> None:  # the seconds since the last step ended, for the debug line
+            nonlocal mark
+            now = time.perf_counter()
+            self._steps[name] = self._steps.get(name, 0.0) + now - mark
+            mark = now
+
         mono = self.clock.monotonic()
         if mono - self._last_inventory >= INVENTORY_REFRESH_SECONDS:
             self._refresh_inventory(mono)
@@ -224,9 +238,11 @@ class Controller:
                 self._dirty = True
         if self.watchdog.end_hung_attempts_if_due():
             self._dirty = True
+        step("limits")
         lost = self.reconciler.lost
         if self.reconciler.run():
             self._dirty = True
+        step("reconcile")
         if self.reconciler.lost != lost:
             # A task whose end nobody knows (a LOST one) may have lost its node: the retry
             # must not be placed there from an inventory up to INVENTORY_REFRESH_SECONDS old,
@@ -236,9 +252,12 @@ class Controller:
         if self._dirty or mono - self._last_schedule >= FULL_SCHEDULE_SECONDS:
             self._dirty = False
             self._last_schedule = mono
-            if self._schedule():
+            placed = self._schedule()
+            step("schedule")
+            if placed:
                 # Launch what was just placed without waiting for the next tick.
                 self.reconciler.run()
+                step("launch")
         with self.db.session() as session:
             # Level-triggered like the rest: an environment whose build job has ended, however
             # it ended (its tasks, a stop while it waited, its owner's removal), is settled here.
@@ -246,6 +265,7 @@ class Controller:
                 log.info("environment %s: its build has ended", name)
         for periodic in self._periodics:
             periodic.start_if_due()
+        step("rest")
 
     def _refresh_inventory(self, mono: float) -> None:
         nodes = self.backend.inventory()
@@ -282,7 +302,11 @@ class Controller:
                 borrowed_usage=borrowed_usage,
                 config=self.config,
             )
+        read = time.perf_counter()
         decisions = self.scheduler.decide(snapshot)
+        decided = time.perf_counter()
+        self._steps["s.read"] = read - began
+        self._steps["s.decide"] = decided - read
         self._worker_seconds = self.scheduler.worker_seconds
         if gate.waits or capped:
             decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
@@ -323,6 +347,9 @@ class Controller:
                 self.fair_share.started(_started_runs(session, decisions.starts, started, pending, now))
         self.waiting.written.update(written)
         self.waiting.started(started)
+        self._steps["s.write"] = time.perf_counter() - decided
+        self._steps["reasons"] = len(written)
+        self._steps["waiting"] = len(snapshot.pending)
         self.timings.cycle.observe(time.perf_counter() - began)
         return bool(started or preempted or resized)
 
