@@ -49,7 +49,16 @@ from trainyard.core.settings import (
 )
 from trainyard.core.wiring import PEER_PORT_LABEL
 from trainyard.monitor.exposition import ControllerTimings
-from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig, Snapshot, StartJob, TaskPlacement
+from trainyard.scheduler.snapshot import (
+    Decisions,
+    KeepWaiting,
+    PendingJob,
+    RunningJob,
+    SchedulerConfig,
+    Snapshot,
+    StartJob,
+    TaskPlacement,
+)
 from trainyard.services import node_view
 from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
@@ -170,6 +179,7 @@ class Controller:
         # stays are written again no more often than this (its reason at once): ``yard up``'s
         # REASON_REFRESH_SECONDS; 0 (the tests' default) writes every change at once.
         self.reason_refresh_seconds = reason_refresh_seconds
+        self._waits: tuple[KeepWaiting, ...] = ()  # the last schedule's, to write (``_write_reasons``)
         self._steps: dict[str, float | int] = {}  # the last cycle's seconds per step and counts, for the debug line
 
     def spec_of(self, job: JobRow) -> JobSpec:
@@ -269,6 +279,8 @@ class Controller:
                 # Launch what was just placed without waiting for the next tick.
                 self.reconciler.run()
                 step("launch")
+            self._write_reasons()
+            step("w.reasons")
         with self.db.session() as session:
             # Level-triggered like the rest: an environment whose build job has ended, however
             # it ended (its tasks, a stop while it waited, its owner's removal), is settled here.
@@ -287,6 +299,7 @@ class Controller:
 
     def _schedule(self) -> bool:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on
+        self._waits = ()
         with self.db.session() as session:
             now = self.clock.now().timestamp()
             gate = hold_back(session, self.waiting.load(session, now), self.waiting.dependencies)
@@ -346,13 +359,14 @@ class Controller:
                             grow_ports[g.job_id] = self._task_ports(g.placements, self.spec_of(rows[g.job_id]), held)
                         except OSError as error:  # the ports are taken: it grows in a later cycle
                             log.warning("cannot reserve ports to grow job %s: %s", g.job_id, error)
-        mono = self.clock.monotonic()
-        refreshed = self.waiting.refreshed
-        recent = ({job for job, at in refreshed.items() if mono - at < self.reason_refresh_seconds}
-                  if self.reason_refresh_seconds > 0 else set())
+        # The placements first, launched next (``run_once``), and the pending reasons of the
+        # jobs that still wait last, in a transaction of their own (``_write_reasons``): at
+        # thousands of waiting jobs their rows took up to a second to write under a burst
+        # (issue 33), and a placed job's launch waited for them.
+        self._waits = decisions.waits
         with self.db.session() as session:
             started, written = apply_decisions(
-                session, decisions, self.waiting.written, ports, self.clock, cannot_start, no_ports, recent
+                session, replace(decisions, waits=()), self.waiting.written, ports, self.clock, cannot_start, no_ports
             )
             preempted = preempt_jobs(session, decisions.preemptions, self.clock, self.spec_of)
             resized = elastic.grow(session, [g for g in decisions.grows if g.job_id in grow_ports], grow_ports,
@@ -360,14 +374,31 @@ class Controller:
             resized += elastic.shrink(session, decisions.shrinks, self.clock)
             if started and self.fair_share.enabled:
                 self.fair_share.started(_started_runs(session, decisions.starts, started, pending, now))
-        self.waiting.written.update(written)
-        refreshed.update(dict.fromkeys(written, mono))
+        self.waiting.written.update(written)  # PORTS reasons
         self.waiting.started(started)
         self._steps["s.write"] = time.perf_counter() - decided
-        self._steps["reasons"] = len(written)
         self._steps["waiting"] = len(snapshot.pending)
         self.timings.cycle.observe(time.perf_counter() - began)
         return bool(started or preempted or resized)
+
+    def _write_reasons(self) -> None:
+        """The last schedule's reasons of the jobs that still wait, where they changed; a
+        message, position or estimate that changed alone is rewritten once its last write
+        is ``reason_refresh_seconds`` old (a half to the whole of it, by job id, so that
+        the jobs written in one cycle do not all come due in one later cycle)."""
+        waits, self._waits = self._waits, ()
+        if not waits:
+            return
+        mono = self.clock.monotonic()
+        refreshed, every = self.waiting.refreshed, self.reason_refresh_seconds
+        recent = ({job for job, at in refreshed.items() if mono - at < every * (0.5 + job % 8 / 16)}
+                  if every > 0 else set())
+        with self.db.session() as session:
+            _, written = apply_decisions(session, Decisions(waits=waits), self.waiting.written, {}, self.clock,
+                                         recent=recent)
+        self.waiting.written.update(written)
+        refreshed.update(dict.fromkeys(written, mono))
+        self._steps["reasons"] = len(written)
 
     def _starting_spec(self, job_id: int) -> JobSpec:
         """The spec of a job about to start: parsed when it was loaded as waiting, and read
