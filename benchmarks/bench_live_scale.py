@@ -26,7 +26,13 @@ cycle; how many were requeued), the scheduler cycle's mean and max from the serv
 ``/metrics`` and how often cycles came, the server's CPU (its own process: not the
 scheduler's worker), and errors. Never asserts.
 
-    python benchmarks/bench_live_scale.py [--scale 0.1] [--nodes 75]
+``--cycle-log`` puts the controller's line per cycle (its wall, its thread's CPU, the worker's
+seconds, its wait for the store's writer, each step's seconds) and the transactions that held
+the writer over 0.1 s in the server's log; ``--reasons`` samples the waiting mediums' and
+larges' reasons during the run; ``live_scale_waits.py HOME`` reads a ``--keep``t home's store
+for what each class's wait was made of.
+
+    python benchmarks/bench_live_scale.py [--scale 0.1] [--nodes 75] [--keep] [--cycle-log] [--reasons]
 """
 
 from __future__ import annotations
