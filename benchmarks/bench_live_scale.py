@@ -26,14 +26,22 @@ cycle; how many were requeued), the scheduler cycle's mean and max from the serv
 ``/metrics`` and how often cycles came, the server's CPU (its own process: not the
 scheduler's worker), and errors. Never asserts.
 
-    python benchmarks/bench_live_scale.py [--scale 0.1] [--nodes 75]
+``--cycle-log`` puts the controller's line per cycle (its wall, its thread's CPU, the worker's
+seconds, its wait for the store's writer, each step's seconds) and the transactions that held
+the writer over 0.1 s in the server's log; ``--reasons`` samples the waiting mediums' and
+larges' reasons during the run; ``live_scale_waits.py HOME`` reads a ``--keep``t home's store
+for what each class's wait was made of.
+
+    python benchmarks/bench_live_scale.py [--scale 0.1] [--nodes 75] [--keep] [--cycle-log] [--reasons]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -50,6 +58,10 @@ CLASSES = {
 }
 KUEUE_ADMISSION = {"large": 6.7, "medium": 76.8, "small": 215.0}
 KUEUE_WALL = 351.0
+# ``yard up`` with the controller's per-cycle debug line on, and the store's long writes (--cycle-log).
+CYCLE_LOG = ("import logging, sys; [logging.getLogger(name).setLevel(logging.DEBUG) for name in "
+             "('trainyard.controller.loop', 'trainyard.store.db')]; "
+             "from trainyard.cli.main import main; sys.exit(main())")
 
 
 def job_file(kind: str, vc: str) -> str:
@@ -70,6 +82,10 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=VCS * QUOTA // 8, help="8-GPU nodes (default: the quotas' 600)")
     parser.add_argument("--profile", metavar="FILE", help="run the server under py-spy, its samples (raw) to FILE")
     parser.add_argument("--keep", action="store_true", help="keep the server's home (its log) and say where")
+    parser.add_argument("--cycle-log", action="store_true",
+                        help="per cycle: wall, CPU, writer wait, steps; and long writes: in the server's log")
+    parser.add_argument("--reasons", action="store_true",
+                        help="sample the waiting mediums' and larges' reasons every 2 s; print their counts")
     args = parser.parse_args()
     counts = {kind: max(1, round(spec[0] * args.scale)) for kind, spec in CLASSES.items()}
     total = sum(counts.values()) * VCS
@@ -77,8 +93,11 @@ def main() -> None:
            "TRAINYARD_SIMULATED_GPUS_PER_NODE": "8", "TRAINYARD_SCHEDULER_BORROWING": "true",
            "TRAINYARD_MAX_WAITING_JOBS_PER_USER": str(total + 1000), "TRAINYARD_MONITOR_INTERVAL_SECONDS": "60"}
     spy = ["py-spy", "record", "--threads", "--rate", "50", "--format", "raw", "--output", args.profile, "--"]
+    command = [*spy, *yard_command()] if args.profile else None
+    if args.cycle_log:
+        command = [*(spy if args.profile else []), sys.executable, "-c", CYCLE_LOG]
     with yard_server(local_gpus=None, env=env, startup_deadline_s=120, keep_home=args.keep,
-                     command=[*spy, *yard_command()] if args.profile else None) as server:
+                     command=command) as server:
         if args.keep:
             print(f"the server's home: {server.home}", flush=True)
         for i in range(VCS):
@@ -101,7 +120,19 @@ def main() -> None:
                         errors.append(f"{kind} in {vc}: {exc}")
                     time.sleep(max(0.0, due - time.monotonic()))
 
+        reasons: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        done = threading.Event()
+
+        def sample() -> None:  # what the waiting mediums and larges wait for, every 2 s
+            while not done.wait(2.0):
+                for kind in ("medium", "large"):
+                    with contextlib.suppress(httpx.HTTPError):
+                        for job in server.client.jobs(state="WAITING", name=kind, limit=200).items:
+                            reasons[kind][job.pending.reason if job.pending else "-"] += 1
+
         threads = [threading.Thread(target=stream, args=(f"cq{i:02d}", kind)) for i in range(VCS) for kind in CLASSES]
+        if args.reasons:
+            threading.Thread(target=sample, daemon=True).start()
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -119,6 +150,7 @@ def main() -> None:
             print(f"gave up after {args.timeout:.0f} s: job {left[0].id} is {left[0].state} "
                   f"({left[0].pending.message if left[0].pending else ''})", flush=True)
         wall = time.monotonic() - started
+        done.set()
         cpu = process_cpu_seconds(server.process.pid) - cpu_before
         admission: dict[str, list[float]] = defaultdict(list)
         held: dict[str, list[float]] = defaultdict(list)  # started -> finished: GPUs held per job
@@ -164,6 +196,8 @@ def main() -> None:
               f"(the histogram's bucket); one every {wall / count:.2f} s over the wall")
     else:
         print("scheduler cycles: none in /metrics")
+    for kind, seen in reasons.items():
+        print(f"waiting {kind}s' reasons, sampled every 2 s (up to 200 a sample): {dict(seen)}")
     print(f"server CPU {cpu:.0f} s ({cpu / wall:.0%} of one core over the wall)")
 
 

@@ -16,7 +16,9 @@ from worlds import World
 from trainyard.backends.local.backend import LocalBackend
 from trainyard.backends.local.gpus import simulated_gpus
 from trainyard.controller.loop import Controller
+from trainyard.controller.scheduling import apply_decisions
 from trainyard.core.clock import SystemClock
+from trainyard.scheduler.snapshot import Decisions, KeepWaiting, PendingReason
 from trainyard.services import jobs as job_service
 from trainyard.store.rows import JobRow
 
@@ -123,6 +125,28 @@ def test_a_cycle_stopped_at_its_bound_of_starts_asks_for_the_next_at_once(make_w
     assert world.controller._wake.is_set()  # the loop runs the next cycle without waiting for its tick
     world.controller.run_once()  # as the woken loop does
     assert world.job(second).state != "WAITING"
+
+
+def test_a_position_that_changed_alone_waits_for_its_refresh_but_a_new_reason_is_written_at_once(world) -> None:
+    """``recent``: jobs whose pending fields were written a moment ago (``yard up`` refreshes
+    a position or message that changed alone every REASON_REFRESH_SECONDS)."""
+    job = world.submit("name: a\ntaskRoles:\n  m:\n    commands: ['true']\n")
+
+    def write(reason: PendingReason, message: str, position: int, before, recent=()):
+        decisions = Decisions(waits=(KeepWaiting(job, reason, message, position),))
+        with world.db.session() as s:
+            _, written = apply_decisions(s, decisions, before, {}, world.clock, recent=recent)
+        row = world.job(job)
+        return written, (row.pending_reason, row.pending_message, row.pending_position)
+
+    written, stored = write(PendingReason.NO_FIT, "2nd in VC default", 2, {}, recent={job})  # never written: now
+    assert stored == ("NO_FIT", "2nd in VC default", 2)
+    again, stored = write(PendingReason.NO_FIT, "1st in VC default", 1, written, recent={job})
+    assert again == {} and stored == ("NO_FIT", "2nd in VC default", 2)  # its refresh is not due
+    again, stored = write(PendingReason.QUOTA, "over its quota", 1, written, recent={job})
+    assert job in again and stored == ("QUOTA", "over its quota", 1)  # a new reason: at once
+    again, stored = write(PendingReason.QUOTA, "over its quota, 1st", 1, again)
+    assert job in again and stored == ("QUOTA", "over its quota, 1st", 1)  # due: written
 
 
 def test_a_job_whose_stored_file_no_longer_validates_fails_alone(world) -> None:

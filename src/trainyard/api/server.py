@@ -42,7 +42,7 @@ from trainyard.backends.slurm.backend import isolation_summary as slurm_isolatio
 from trainyard.backends.slurm.commands import SlurmError
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.controller.alerting import Receivers
-from trainyard.controller.loop import Controller
+from trainyard.controller.loop import REASON_REFRESH_SECONDS, Controller
 from trainyard.core.clock import SystemClock
 from trainyard.core.sessions import SessionPolicy
 from trainyard.core.settings import Settings
@@ -330,7 +330,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         alert_interval_seconds=settings.alert_interval_seconds, alert_receivers=alert_receivers(settings),
         session_policy=policy,
         job_dir_max_bytes=None if settings.job_dir_max_mb is None else settings.job_dir_max_mb << 20,
-        workdirs=workdirs, scheduler_worker=settings.scheduler_worker,
+        workdirs=workdirs, scheduler_worker=settings.scheduler_worker, reason_refresh_seconds=REASON_REFRESH_SECONDS,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      workdirs=workdirs,

@@ -50,13 +50,22 @@ from trainyard.core.settings import (
 )
 from trainyard.core.wiring import PEER_PORT_LABEL
 from trainyard.monitor.exposition import ControllerTimings
-from trainyard.scheduler.snapshot import PendingJob, RunningJob, SchedulerConfig, Snapshot, StartJob, TaskPlacement
+from trainyard.scheduler.snapshot import (
+    Decisions,
+    KeepWaiting,
+    PendingJob,
+    RunningJob,
+    SchedulerConfig,
+    Snapshot,
+    StartJob,
+    TaskPlacement,
+)
 from trainyard.services import node_view
 from trainyard.services.environments import settle_builds
 from trainyard.services.specs import StoredSpecs
 from trainyard.services.workdirs import WorkdirStore
 from trainyard.spec.models import JobSpec
-from trainyard.store.db import Database
+from trainyard.store.db import Database, write_first, writer_wait_seconds
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.rows import JobRow
 
@@ -80,6 +89,12 @@ CYCLE_GAP_PER_CYCLE_CPU = 2.0
 # core to the store and to whatever else runs on the machine.
 CYCLE_GAP_PER_CYCLE_CPU_WITH_WORKER = 1.0
 CYCLE_GAP_PER_WORKER_SECOND = 0.25
+# ``yard up``'s ``reason_refresh_seconds``: under a burst, the positions and messages of most
+# waiting jobs change every cycle ("12th in VC a"): at 3,000 waiting, 1,500-2,200 rows
+# rewritten a cycle, 0.1-0.4 s of the cycle's writing, holding SQLite's one writer (issue 33).
+# A changed reason is still written at once; a position or message that changed alone is at
+# most this old.
+REASON_REFRESH_SECONDS = 5.0
 
 
 class Controller:
@@ -109,6 +124,7 @@ class Controller:
         job_dir_max_bytes: int | None = None,
         workdirs: WorkdirStore | None = None,
         scheduler_worker: bool = False,
+        reason_refresh_seconds: float = 0.0,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -162,6 +178,12 @@ class Controller:
         # default, setting ``scheduler_worker``) or this thread (the tests' default).
         self.scheduler = ScheduleRunner(worker=scheduler_worker)
         self._worker_seconds = 0.0  # the last cycle's wait for the worker
+        # A waiting job's pending message, position and estimate that change while its reason
+        # stays are written again no more often than this (its reason at once): ``yard up``'s
+        # REASON_REFRESH_SECONDS; 0 (the tests' default) writes every change at once.
+        self.reason_refresh_seconds = reason_refresh_seconds
+        self._waits: tuple[KeepWaiting, ...] = ()  # the last schedule's, to write (``_write_reasons``)
+        self._steps: dict[str, float | int] = {}  # the last cycle's seconds per step and counts, for the debug line
 
     def spec_of(self, job: JobRow) -> JobSpec:
         return self.specs.of(job)
@@ -185,8 +207,9 @@ class Controller:
         self.scheduler.stop()
 
     def _run(self) -> None:
+        write_first()  # its transactions before the submits' (store/db.py: _WriterLock)
         while not self._stop.is_set():
-            started, cpu = time.monotonic(), time.thread_time()
+            started, cpu, waited = time.monotonic(), time.thread_time(), writer_wait_seconds()
             self._worker_seconds = 0.0
             try:
                 self.run_once()
@@ -196,7 +219,7 @@ class Controller:
                 continue
             except Exception:  # noqa: BLE001 - the loop must outlive any one bad cycle
                 log.exception("controller cycle failed")
-            ended, cpu = time.monotonic(), time.thread_time() - cpu
+            ended, cpu, waited = time.monotonic(), time.thread_time() - cpu, writer_wait_seconds() - waited
             self._wake.wait(self.interval)
             # Under a burst of submissions, wakes arrive faster than cycles: let them
             # coalesce into one cycle per MIN_CYCLE_GAP (and no sooner than
@@ -206,8 +229,11 @@ class Controller:
             per_cpu = CYCLE_GAP_PER_CYCLE_CPU_WITH_WORKER if self.scheduler.worker else CYCLE_GAP_PER_CYCLE_CPU
             rest = max(MIN_CYCLE_GAP - (now - started),
                        per_cpu * cpu + CYCLE_GAP_PER_WORKER_SECOND * self._worker_seconds - (now - ended))
-            log.debug("cycle: %.3f s, %.3f s of this thread's CPU, %.3f s in the scheduler's worker; next in %.3f s",
-                      ended - started, cpu, self._worker_seconds, max(0.0, rest) + now - ended)
+            if log.isEnabledFor(logging.DEBUG):
+                steps = " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in self._steps.items())
+                log.debug("cycle: %.3f s, %.3f s of this thread's CPU, %.3f s in the scheduler's worker, %.3f s "
+                          "waiting for the store's writer; steps (s) and counts: %s; next in %.3f s",
+                          ended - started, cpu, self._worker_seconds, waited, steps, max(0.0, rest) + now - ended)
             if rest > 0:
                 self._stop.wait(rest)
             self._wake.clear()
@@ -217,6 +243,15 @@ class Controller:
         hang watchdog (when due), reconcile, schedule, launch, settle ended environment builds; job-directory
         sweeps and monitoring rounds start in their own threads when due."""
         self.cycles += 1
+        self._steps = {}
+        mark = time.perf_counter()
+
+        def step(name: str) -> None:  # the seconds since the last step ended, for the debug line
+            nonlocal mark
+            now = time.perf_counter()
+            self._steps[name] = self._steps.get(name, 0.0) + now - mark
+            mark = now
+
         mono = self.clock.monotonic()
         if mono - self._last_inventory >= INVENTORY_REFRESH_SECONDS:
             self._refresh_inventory(mono)
@@ -227,9 +262,11 @@ class Controller:
                 self._dirty = True
         if self.watchdog.end_hung_attempts_if_due():
             self._dirty = True
+        step("limits")
         lost = self.reconciler.lost
         if self.reconciler.run():
             self._dirty = True
+        step("reconcile")
         if self.reconciler.lost != lost:
             # A task whose end nobody knows (a LOST one) may have lost its node: the retry
             # must not be placed there from an inventory up to INVENTORY_REFRESH_SECONDS old,
@@ -239,9 +276,14 @@ class Controller:
         if self._dirty or mono - self._last_schedule >= FULL_SCHEDULE_SECONDS:
             self._dirty = False
             self._last_schedule = mono
-            if self._schedule():
+            placed = self._schedule()
+            step("schedule")
+            if placed:
                 # Launch what was just placed without waiting for the next tick.
                 self.reconciler.run()
+                step("launch")
+            self._write_reasons()
+            step("w.reasons")
         with self.db.session() as session:
             # Level-triggered like the rest: an environment whose build job has ended, however
             # it ended (its tasks, a stop while it waited, its owner's removal), is settled here.
@@ -249,6 +291,7 @@ class Controller:
                 log.info("environment %s: its build has ended", name)
         for periodic in self._periodics:
             periodic.start_if_due()
+        step("rest")
 
     def _refresh_inventory(self, mono: float) -> None:
         nodes = self.backend.inventory()
@@ -259,6 +302,7 @@ class Controller:
 
     def _schedule(self) -> bool:
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on
+        self._waits = ()
         with self.db.session() as session:
             now = self.clock.now().timestamp()
             data_nodes = self.prefetcher.data_nodes if self.prefetcher is not None else None
@@ -286,7 +330,11 @@ class Controller:
                 borrowed_usage=borrowed_usage,
                 config=self.config,
             )
+        read = time.perf_counter()
         decisions = self.scheduler.decide(snapshot)
+        decided = time.perf_counter()
+        self._steps["s.read"] = read - began
+        self._steps["s.decide"] = decided - read
         self._worker_seconds = self.scheduler.worker_seconds
         if gate.waits or capped:
             decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
@@ -317,9 +365,14 @@ class Controller:
                             grow_ports[g.job_id] = self._task_ports(g.placements, self.spec_of(rows[g.job_id]), held)
                         except OSError as error:  # the ports are taken: it grows in a later cycle
                             log.warning("cannot reserve ports to grow job %s: %s", g.job_id, error)
+        # The placements first, launched next (``run_once``), and the pending reasons of the
+        # jobs that still wait last, in a transaction of their own (``_write_reasons``): at
+        # thousands of waiting jobs their rows took up to a second to write under a burst
+        # (issue 33), and a placed job's launch waited for them.
+        self._waits = decisions.waits
         with self.db.session() as session:
             started, written = apply_decisions(
-                session, decisions, self.waiting.written, ports, self.clock, cannot_start, no_ports
+                session, replace(decisions, waits=()), self.waiting.written, ports, self.clock, cannot_start, no_ports
             )
             preempted = preempt_jobs(session, decisions.preemptions, self.clock, self.spec_of)
             resized = elastic.grow(session, [g for g in decisions.grows if g.job_id in grow_ports], grow_ports,
@@ -327,10 +380,31 @@ class Controller:
             resized += elastic.shrink(session, decisions.shrinks, self.clock)
             if started and self.fair_share.enabled:
                 self.fair_share.started(_started_runs(session, decisions.starts, started, pending, now))
-        self.waiting.written.update(written)
+        self.waiting.written.update(written)  # PORTS reasons
         self.waiting.started(started)
+        self._steps["s.write"] = time.perf_counter() - decided
+        self._steps["waiting"] = len(snapshot.pending)
         self.timings.cycle.observe(time.perf_counter() - began)
         return bool(started or preempted or resized)
+
+    def _write_reasons(self) -> None:
+        """The last schedule's reasons of the jobs that still wait, where they changed; a
+        message, position or estimate that changed alone is rewritten once its last write
+        is ``reason_refresh_seconds`` old (a half to the whole of it, by job id, so that
+        the jobs written in one cycle do not all come due in one later cycle)."""
+        waits, self._waits = self._waits, ()
+        if not waits:
+            return
+        mono = self.clock.monotonic()
+        refreshed, every = self.waiting.refreshed, self.reason_refresh_seconds
+        recent = ({job for job, at in refreshed.items() if mono - at < every * (0.5 + job % 8 / 16)}
+                  if every > 0 else set())
+        with self.db.session() as session:
+            _, written = apply_decisions(session, Decisions(waits=waits), self.waiting.written, {}, self.clock,
+                                         recent=recent)
+        self.waiting.written.update(written)
+        refreshed.update(dict.fromkeys(written, mono))
+        self._steps["reasons"] = len(written)
 
     def _starting_spec(self, job_id: int) -> JobSpec:
         """The spec of a job about to start: parsed when it was loaded as waiting, and read

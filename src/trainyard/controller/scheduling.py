@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -49,6 +49,9 @@ class WaitingJobs:
         # The pending reasons last written, so that only changes are written again. The
         # controller is their only writer; after a restart everything is written once.
         self.written: dict[int, PendingFields] = {}
+        # When each job's were last written (the controller clock's monotonic seconds): see
+        # ``Controller``'s ``reason_refresh_seconds``.
+        self.refreshed: dict[int, float] = {}
         # The job files' ``dependencies`` of the waiting jobs that have any (controller/dependencies.py).
         self.dependencies: dict[int, Dependencies] = {}
 
@@ -62,6 +65,7 @@ class WaitingJobs:
             self._known = {k: v for k, v in self._known.items() if k in alive}
         self.broken = {k: v for k, v in self.broken.items() if k in alive}
         self.written = {k: v for k, v in self.written.items() if k in alive}
+        self.refreshed = {k: v for k, v in self.refreshed.items() if k in alive}
         self.dependencies = {k: v for k, v in self.dependencies.items() if k in alive}
         missing = [job_id for job_id in current if job_id not in self._known]
         lost_on = job_queries.lost_on_nodes(session, missing)
@@ -102,6 +106,7 @@ class WaitingJobs:
         for job_id in job_ids:
             self._known.pop(job_id, None)
             self.written.pop(job_id, None)  # placed: its pending reason was cleared
+            self.refreshed.pop(job_id, None)
 
 
 def apply_decisions(
@@ -112,8 +117,11 @@ def apply_decisions(
     clock: Clock,
     cannot_start: dict[int, str] | None = None,
     no_ports: dict[int, str] | None = None,
+    recent: Collection[int] = (),
 ) -> tuple[list[int], dict[int, PendingFields]]:
-    """Write placements, failures to start, and changed pending reasons.
+    """Write placements, failures to start, and changed pending reasons (of the jobs in
+    ``recent``, whose were written a moment ago, only a changed reason: not a message,
+    position or estimate that changed alone).
 
     A job placed whose ports could not be reserved (``no_ports``: job id -> why) is not
     started and not failed: it waits, with ``PORTS`` as its reason, and is placed again
@@ -152,7 +160,8 @@ def apply_decisions(
         {"job": w.job_id, "reason": str(w.reason), "message": w.message, "position": w.position, "eta": w.eta,
          "short": w.short}
         for w in waits
-        if before.get(w.job_id) != (str(w.reason), w.message, w.position, w.eta)
+        if (old := before.get(w.job_id)) != (str(w.reason), w.message, w.position, w.eta)
+        and (old is None or old[0] != str(w.reason) or w.job_id not in recent)
     ]
     job_queries.write_pending_reasons(
         session,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +21,8 @@ SQLITE_BUSY_TIMEOUT_S = 30
 # commits do not reach this; other processes (tests, tools) still bound the log with it.
 SQLITE_WAL_AUTOCHECKPOINT_PAGES = 10_000
 WAL_CHECKPOINT_SECONDS = 1.0
+# A transaction that holds the one writer longer than this is named in the debug log.
+LONG_WRITE_SECONDS = 0.1
 
 # Connections a server's engine keeps (and may open beyond them): see ``make_engine``.
 POOL_SIZE, POOL_OVERFLOW = 10, 50
@@ -124,6 +127,77 @@ class Database:
         self.engine.dispose()
 
 
+# Per thread: seconds waited for this process's SQLite writer lock, and whether it goes first.
+_writer = threading.local()
+
+
+def writer_wait_seconds() -> float:
+    """Seconds the calling thread has waited, in all, for this process's SQLite writer lock
+    (``_queue_writers``): the controller logs each cycle's share."""
+    return getattr(_writer, "waited", 0.0)
+
+
+def write_first() -> None:
+    """Let the calling thread's transactions take this process's SQLite writer lock before
+    any other thread waiting for it (the controller's: ``_WriterLock``)."""
+    _writer.first = True
+
+
+class _WriterLock:
+    """The one writer's lock of ``_queue_writers``, where threads marked by ``write_first``
+    go before the others waiting: a writer that holds it is never interrupted, but once it
+    is done the next is a first one if any waits.
+
+    Why (issue 33, the live server under a burst of submits): the controller writes a few
+    short transactions a cycle (tasks seen ending, the cycle's placements, their launches),
+    and each could wait behind the submit batches' transactions, one after another; every
+    job waiting for the GPUs a cycle frees waits that much longer. A submit waits at most
+    for the controller's transactions in progress or queued, each a few milliseconds to a
+    few tens."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.Lock())
+        self._held = False
+        self._since = 0.0
+        self._first_waiting = 0
+        self.waiting = 0  # threads waiting now, first ones or not
+
+    def acquire(self, timeout: float) -> bool:
+        first = getattr(_writer, "first", False)
+        with self._changed:
+            if not self._held and (first or not self._first_waiting):
+                self._held, self._since = True, time.perf_counter()
+                return True
+            began = time.perf_counter()
+            self._first_waiting += first
+            self.waiting += 1
+            self._changed.notify_all()  # for whoever watches ``waiting``
+            try:
+                got = self._changed.wait_for(lambda: not self._held and (first or not self._first_waiting), timeout)
+            finally:
+                self._first_waiting -= first
+                self.waiting -= 1
+                _writer.waited = writer_wait_seconds() + time.perf_counter() - began
+            if got:
+                self._held, self._since = True, time.perf_counter()
+            else:
+                self._changed.notify_all()  # a first one giving up lets the others go
+            return got
+
+    def release(self) -> None:
+        held = time.perf_counter() - self._since
+        if held > LONG_WRITE_SECONDS:
+            log.debug("the store's writer lock was held %.3f s by %s", held, threading.current_thread().name)
+        with self._changed:
+            self._held = False
+            self._changed.notify_all()
+
+    def wait_for_waiting(self, count: int, timeout: float) -> bool:
+        """Whether ``count`` threads came to wait within ``timeout`` seconds (for tests)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.waiting >= count, timeout)
+
+
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLAC")  # what the sqlite3 module begins a transaction for
 
 
@@ -140,7 +214,7 @@ def _queue_writers(engine: Engine) -> None:
     the same one-writer rule, but the next writer goes on as soon as the last one is done.
     Readers never wait; other processes still meet the busy handler, and a writer that
     waits here longer than the busy timeout goes on to meet it too (as before)."""
-    writer = threading.Lock()
+    writer = _WriterLock()
     holder: list[Any] = [None]  # the DB-API connection holding ``writer``: one at a time
     dialect = engine.dialect
     plain_commit, plain_rollback = dialect.do_commit, dialect.do_rollback
