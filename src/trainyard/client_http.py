@@ -1,0 +1,351 @@
+"""How the SDK talks HTTP: httpx, and for the ``yard`` program a plain HTTP/1.1 client on the
+standard library's socket (issue 33: importing httpx and httpcore was ~48 ms of the ~120 ms of
+CPU a `yard jobs` or `yard submit` took; a request here imports nothing but ``socket``).
+
+``yard`` (the program: ``cli/main.py`` calls `for_the_program`) talks plain HTTP to a plain
+``http://`` server on Linux with no proxy variable set; every request it can send as simply
+as that (a method, a path, query parameters, a body of bytes, headers of printable ASCII)
+goes over its own connection, kept alive between the calls of one command. Anything else
+(streams, ``json=``, a timeout of its own, TLS, a proxy, a header httpx would encode, an
+address that is not a plain ``http://host:port``) goes to an httpx client made at its first
+use, as every SDK caller's requests do. What the plain client gives up: HTTP/1.1 only, no
+compression (it asks for none), no redirects (the SDK follows none either).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+if TYPE_CHECKING:
+    import httpx
+
+# What httpx and httpcore import for uses the CLI never has: httpx's own command line (click,
+# rich and pygments where installed: ~30 ms) and httpcore's async backends (trio, anyio: up to
+# ~45 ms). The `yard` program loads them as missing (issue 33).
+NOT_FOR_THE_CLI = ("httpx._main", "trio", "anyio")
+# A plain address: http://, a host name or IPv4 address, a port; nothing httpx would read otherwise.
+_PLAIN_ADDRESS = re.compile(r"http://([A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::([0-9]{1,5}))?(/[A-Za-z0-9._~/-]*)?",
+                            re.ASCII)
+_PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"  # what may stand in a URL's path as it is (RFC 3986)
+MAX_HEADER_LINES = 200
+MAX_LINE = 65536
+
+_program = False
+
+
+def for_the_program() -> None:
+    """``yard`` is the program: its clients send what they can over `PlainHTTP`, and httpx is
+    loaded without ``NOT_FOR_THE_CLI``."""
+    global _program
+    _program = True
+
+
+def http_client(url: str, token: str | None, timeout: float) -> Any:
+    """The client of ``Client._http``: an httpx client, or for the program a `PlainHTTP` where
+    the address allows (httpx made only if a request needs it)."""
+    base, headers = url + "/api/v1", {"Authorization": f"Bearer {token}"} if token else {}
+    if _program and plain_address(url) and sys.platform.startswith("linux") and \
+            not any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return PlainHTTP(base, headers, timeout)
+    return _httpx_client(base, headers, timeout, needs_tls(url))
+
+
+def plain_address(url: str) -> bool:
+    """Whether ``url`` is ``http://HOST[:PORT][/PATH]`` in the plainest spelling, one that
+    httpx reads the same (so httpx's own check of it can be skipped)."""
+    found = _PLAIN_ADDRESS.fullmatch(url)
+    return found is not None and (found.group(2) is None or 0 < int(found.group(2)) < 65536)
+
+
+def needs_tls(url: str) -> bool:
+    """Whether httpx must load its CA bundle (after imports, a `yard` command's costliest step):
+    not for a plain-http server reached without a proxy (found as httpx finds them)."""
+    if not url.lower().startswith("http://"):
+        return True
+    from urllib.request import getproxies  # loaded by httpx already
+
+    return any(scheme in ("http", "all") for scheme in getproxies())
+
+
+def _httpx_client(base: str, headers: dict[str, str], timeout: float, verify: bool) -> httpx.Client:
+    import_httpx()
+    import httpx
+
+    return httpx.Client(base_url=base, headers=headers, timeout=timeout, verify=verify)
+
+
+def import_httpx() -> None:
+    """Import httpx and httpcore; in the program, without ``NOT_FOR_THE_CLI``: each is an
+    ImportError while they load (both take that as not installed), and importable again after.
+    Their sync client is unchanged; httpcore's async one is then unavailable in this process,
+    which has no use for it. Nothing is done where either is loaded already."""
+    if not _program or "httpx" in sys.modules or "httpcore" in sys.modules:
+        return
+    hidden = [name for name in NOT_FOR_THE_CLI if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # Python's marker: import fails
+    try:
+        import httpcore  # noqa: F401
+        import httpx  # noqa: F401
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+
+
+class PlainTimeout(TimeoutError):
+    """The server did not answer in time."""
+
+
+class PlainUnreachable(ConnectionError):
+    """No connection, a lost one, or an answer that is not HTTP/1.1."""
+
+
+def failure(exc: BaseException) -> str | None:
+    """What ``Client._sending`` makes of an exception from sending: ``"timeout"``,
+    ``"unreachable"``, ``"usage"`` (a request that cannot be sent), or None (not a sending
+    failure). httpx's are looked at only where httpx is loaded: else none can be one."""
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(exc, httpx.TimeoutException) or isinstance(exc, PlainTimeout):
+        return "timeout"
+    if httpx is not None and isinstance(exc, httpx.TransportError) or isinstance(exc, PlainUnreachable):
+        return "unreachable"
+    if httpx is not None and isinstance(exc, (httpx.HTTPError, httpx.InvalidURL)) or \
+            isinstance(exc, (TypeError, ValueError)):
+        return "usage"
+    return None
+
+
+class Headers(dict[str, str]):
+    """An answer's headers, by lower-case name; ``get`` takes a name in any case."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+
+class Response:
+    """An answer, with the part of ``httpx.Response`` the SDK reads."""
+
+    def __init__(self, status_code: int, reason_phrase: str, headers: Headers, content: bytes) -> None:
+        self.status_code = status_code
+        self.reason_phrase = reason_phrase
+        self.headers = headers
+        self.content = content
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        found = re.search(r"charset=([\w-]+)", self.headers.get("content-type", ""))
+        try:
+            return self.content.decode(found.group(1) if found else "utf-8", errors="replace")
+        except LookupError:
+            return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        import json
+
+        return json.loads(self.content)
+
+
+class PlainHTTP:
+    """HTTP/1.1 to a plain ``http://`` server over one kept-alive socket; what it does not send
+    itself goes to an httpx client made at its first use (``fallback``)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], timeout: float) -> None:
+        found = _PLAIN_ADDRESS.fullmatch(base_url)
+        assert found is not None, base_url
+        self._host, self._port = found.group(1), int(found.group(2) or 80)
+        self._prefix = (found.group(3) or "").rstrip("/")
+        self._base, self._timeout = base_url, timeout
+        self.headers = headers
+        self._socket: socket.socket | None = None
+        self._reader: Any = None  # the socket's buffered reader, kept with it
+        self._fallback: httpx.Client | None = None
+
+    def fallback(self) -> httpx.Client:
+        if self._fallback is None:
+            self._fallback = _httpx_client(self._base, self.headers, self._timeout, False)
+        return self._fallback
+
+    def __getattr__(self, name: str) -> Any:  # stream, get, …: httpx's
+        return getattr(self.fallback(), name)
+
+    def close(self) -> None:
+        self._drop()
+        if self._fallback is not None:
+            self._fallback.close()
+
+    def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
+                content: bytes | str | None = None, headers: Mapping[str, str] | None = None,
+                **other: Any) -> Any:
+        head = self._head(method, path, params, content, headers or {}) if not other else None
+        if head is None:  # not as simple as this client sends: httpx sends it
+            return self.fallback().request(method, path, params=params, content=content, headers=headers, **other)
+        body = content.encode() if isinstance(content, str) else content or b""
+        if self._socket is None or _readable(self._socket):  # none yet, or the server closed it
+            self._connect()
+        return self._exchange(method, head + body)
+
+    def _head(self, method: str, path: str, params: Mapping[str, Any] | None, content: object,
+              headers: Mapping[str, str]) -> bytes | None:
+        """The request's line and headers, or None where httpx would send something this does not."""
+        if not (isinstance(content, (bytes, str)) or content is None) or not method.isalpha():
+            return None
+        target = quote(self._prefix + path, safe=_PATH_SAFE)
+        if params:
+            pairs = []
+            for name, value in params.items():
+                values = value if isinstance(value, (list, tuple)) else [value]
+                if not all(isinstance(v, (str, int, float)) for v in values):
+                    return None  # httpx's own reading of None and the like
+                pairs += [(name, ("true" if v else "false") if isinstance(v, bool) else str(v)) for v in values]
+            target += ("&" if "?" in target else "?") + urlencode(pairs)
+        length = len(content.encode() if isinstance(content, str) else content or b"")
+        lines = {"Host": self._host if self._port == 80 else f"{self._host}:{self._port}", "Accept": "*/*",
+                 "Accept-Encoding": "identity", "Connection": "keep-alive", "User-Agent": "trainyard-yard",
+                 **self.headers, **headers}
+        if length or method.upper() in ("POST", "PUT", "PATCH"):
+            lines["Content-Length"] = str(length)
+        text = f"{method.upper()} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in lines.items())
+        if not all(_token(k) and _value(v) for k, v in lines.items()):
+            return None  # httpx's encoding of it, or its refusal
+        return (text + "\r\n").encode("ascii")
+
+    def _connect(self) -> None:
+        self._drop()
+        try:
+            # The host as bytes: as text, getaddrinfo would import the IDNA codec (~1.5 ms) for an ASCII name.
+            self._socket = socket.create_connection((self._host.encode("ascii"), self._port), timeout=self._timeout)
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._reader = self._socket.makefile("rb")
+        except TimeoutError as exc:
+            raise PlainTimeout(f"connecting: {exc}") from exc
+        except OSError as exc:
+            raise PlainUnreachable(str(exc)) from exc
+
+    def _drop(self) -> None:
+        if self._socket is not None:
+            self._reader.close()
+            self._socket.close()
+            self._socket, self._reader = None, None
+
+    def _exchange(self, method: str, request: bytes) -> Response:
+        assert self._socket is not None
+        try:
+            self._socket.sendall(request)
+            answer, keep = _read_answer(self._reader, method.upper() == "HEAD")
+        except TimeoutError as exc:
+            self._drop()
+            raise PlainTimeout(f"reading the answer: {exc}") from exc
+        except OSError as exc:
+            self._drop()
+            raise PlainUnreachable(str(exc)) from exc
+        if not keep:
+            self._drop()
+        return answer
+
+
+def _token(name: str) -> bool:
+    return name.isascii() and name.isprintable() and name != "" and not any(c in name for c in ' :"(),/;<=>?@[\\]{}')
+
+
+def _value(value: object) -> bool:
+    return isinstance(value, str) and value.isascii() and value.isprintable()
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether a kept-alive connection has something to read before a request: the server
+    closed it (or said something out of turn); it is not used again."""
+    import select
+
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+def _line(reader: Any) -> bytes:
+    line = reader.readline(MAX_LINE + 1)
+    if len(line) > MAX_LINE:
+        raise PlainUnreachable("an answer's line is too long")
+    return bytes(line)
+
+
+def _read_answer(reader: Any, head_only: bool) -> tuple[Response, bool]:
+    """An HTTP/1.1 answer from ``reader``; and whether the connection may carry another."""
+    while True:
+        status = _line(reader)
+        if not status:
+            raise PlainUnreachable("the server closed the connection without answering")
+        parts = status.decode("latin-1").rstrip("\r\n").split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isascii() and parts[1].isdigit()):
+            raise PlainUnreachable(f"not an HTTP/1.1 answer: {status[:80]!r}")
+        headers = Headers()
+        for _ in range(MAX_HEADER_LINES):
+            line = _line(reader).decode("latin-1").rstrip("\r\n")
+            if not line:
+                break
+            name, sep, value = line.partition(":")
+            if not sep:
+                raise PlainUnreachable(f"not an HTTP header: {line[:80]!r}")
+            key = name.strip().lower()
+            headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+        else:
+            raise PlainUnreachable("an answer with too many headers")
+        code = int(parts[1])
+        if code >= 200 or code == 101:
+            break  # 1xx (100 Continue): the answer follows
+    keep = parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+    if head_only or code in (204, 304) or code < 200:
+        content = b""
+    elif "chunked" in headers.get("transfer-encoding", "").lower():
+        content = _chunks(reader)
+    elif (length := headers.get("content-length")) is not None:
+        if not length.strip().isdigit():
+            raise PlainUnreachable(f"a Content-Length that is not a number: {length[:40]!r}")
+        content = reader.read(int(length))
+        if len(content) < int(length):
+            raise PlainUnreachable("the server closed the connection in the middle of its answer")
+    else:
+        content, keep = reader.read(), False
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("gzip", "deflate"):
+        import zlib
+
+        content = zlib.decompress(content, 47)  # gzip or zlib, by its header
+    elif encoding != "identity":
+        raise PlainUnreachable(f"an answer in an encoding not asked for: {encoding[:40]!r}")
+    return Response(code, parts[2] if len(parts) > 2 else "", headers, content), keep
+
+
+def _chunks(reader: Any) -> bytes:
+    body = bytearray()
+    while True:
+        size_line = _line(reader).split(b";", 1)[0].strip()
+        try:
+            size = int(size_line, 16)
+        except ValueError:
+            raise PlainUnreachable(f"not a chunk's size: {size_line[:40]!r}") from None
+        if size == 0:
+            while _line(reader).strip():  # trailers
+                pass
+            return bytes(body)
+        chunk = reader.read(size)
+        if len(chunk) < size:
+            raise PlainUnreachable("the server closed the connection in the middle of its answer")
+        body += chunk
+        _line(reader)
+
