@@ -39,6 +39,14 @@ def test_yard_jobs_loads_neither_the_models_nor_another_commands_module() -> Non
     assert "yaml" not in loaded  # only job files are YAML: `yard submit` reads one
 
 
+def test_the_program_makes_its_client_without_httpx_and_what_only_a_folder_sent_needs() -> None:
+    # `yard` (the program) sends a plain http:// server its requests over client_http.py's socket.
+    loaded = _loaded_after(AS_THE_PROGRAM + "from trainyard.cli.commands import handler\nhandler('submit')\n"
+                           "from trainyard.client import Client\nClient('http://127.0.0.1:9', 't')")
+    assert not loaded & {"httpx", "httpcore", "h11", "ssl", "http.client", "email", "logging"}
+    assert not loaded & {"dataclasses", "inspect", "uuid", "tarfile", "gzip", "hashlib", "subprocess", "pathspec"}
+
+
 def test_yard_job_reads_the_job_its_notices_and_its_usage_without_the_models() -> None:
     # What `yard job ID` runs for an ended job: its handler, the job's detail, notices and
     # efficiency line read from JSON (cli/plain.py), as tests/cli/test_cli_plain_whole.py's answers.
