@@ -251,14 +251,21 @@ def build_parser() -> argparse.ArgumentParser:
     """``yard``'s parser. argparse asks gettext for the same few words (``usage:``, the help
     flag's help, …) for each of its ~90 parsers, and gettext looks for translation files on
     disk at each ask: about half of the time to build it (issue 33). Here each word is looked
-    up once; argparse is left as it was after."""
-    words = vars(argparse)
+    up once; argparse is left as it was after. Likewise the terminal's size, which each
+    ``add_argument`` asks for (through a help formatter it makes to check the argument, its
+    width unused) with two reads of the environment and a system call: a third of what was
+    left. Help printed later asks again."""
+    import shutil
+
+    words, terminal_size = vars(argparse), shutil.get_terminal_size
     plain = words["_"]
     words["_"] = functools.cache(plain)
+    shutil.get_terminal_size = functools.cache(terminal_size)
     try:
         return _build_parser()
     finally:
         words["_"] = plain
+        shutil.get_terminal_size = terminal_size
 
 
 def _build_parser() -> argparse.ArgumentParser:
