@@ -184,6 +184,8 @@ class PlainHTTP:
         return self._fallback
 
     def __getattr__(self, name: str) -> Any:  # stream, get, …: httpx's
+        if name.startswith("_"):  # not one of httpx's calls (and not set yet, before __init__ ends)
+            raise AttributeError(name)
         return getattr(self.fallback(), name)
 
     def close(self) -> None:
@@ -205,7 +207,8 @@ class PlainHTTP:
     def _head(self, method: str, path: str, params: Mapping[str, Any] | None, content: object,
               headers: Mapping[str, str]) -> bytes | None:
         """The request's line and headers, or None where httpx would send something this does not."""
-        if not (isinstance(content, (bytes, str)) or content is None) or not method.isalpha():
+        if not (isinstance(content, (bytes, str)) or content is None) or not method.isalpha() or \
+                any(c in path for c in "?#"):
             return None
         target = quote(self._prefix + path, safe=_PATH_SAFE)
         if params:
@@ -215,7 +218,7 @@ class PlainHTTP:
                 if not all(isinstance(v, (str, int, float)) for v in values):
                     return None  # httpx's own reading of None and the like
                 pairs += [(name, ("true" if v else "false") if isinstance(v, bool) else str(v)) for v in values]
-            target += ("&" if "?" in target else "?") + urlencode(pairs)
+            target += "?" + urlencode(pairs)
         length = len(content.encode() if isinstance(content, str) else content or b"")
         lines = {"Host": self._host if self._port == 80 else f"{self._host}:{self._port}", "Accept": "*/*",
                  "Accept-Encoding": "identity", "Connection": "keep-alive", "User-Agent": "trainyard-yard",
@@ -231,7 +234,8 @@ class PlainHTTP:
         self._drop()
         try:
             # The host as bytes: as text, getaddrinfo would import the IDNA codec (~1.5 ms) for an ASCII name.
-            self._socket = socket.create_connection((self._host.encode("ascii"), self._port), timeout=self._timeout)
+            address = (self._host.encode("ascii"), self._port)  # getaddrinfo takes bytes too (typeshed says str)
+            self._socket = socket.create_connection(address, timeout=self._timeout)  # type: ignore[arg-type]
             self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._reader = self._socket.makefile("rb")
         except TimeoutError as exc:
@@ -274,7 +278,9 @@ def _readable(sock: socket.socket) -> bool:
     closed it (or said something out of turn); it is not used again."""
     import select
 
-    return bool(select.select([sock], [], [], 0)[0])
+    poll = select.poll()  # not select(): any descriptor number
+    poll.register(sock, select.POLLIN)
+    return bool(poll.poll(0))
 
 
 def _line(reader: Any) -> bytes:

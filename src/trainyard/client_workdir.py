@@ -14,7 +14,7 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeGuard, TypeVar
 
 from trainyard.client_errors import TrainyardError, UsageError
 from trainyard.client_input import path_named
@@ -129,7 +129,7 @@ def names_upload(job_file: object) -> bool:
     return _is_digest(named)
 
 
-def _is_digest(value: object) -> bool:
+def _is_digest(value: object) -> TypeGuard[str]:
     """Whether ``value`` names an upload (``sha256:…``); core/workdirs.py (tarfile, gzip) is
     imported only for a value that may."""
     if not isinstance(value, str) or not value.startswith("sha256:"):
