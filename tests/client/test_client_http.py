@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import uvicorn
@@ -53,7 +54,7 @@ def _program(monkeypatch: pytest.MonkeyPatch, url: str, token: str | None, **opt
 
 
 def test_the_program_reads_what_the_sdk_reads_from_the_real_server(
-        served: str, api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+        served: str, api: Api, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     sdk, other = Client(served, api.user_token), Client(served, api.admin_token)
     plain = _program(monkeypatch, served, api.user_token)
     with sdk, other, plain:
@@ -63,6 +64,8 @@ def test_the_program_reads_what_the_sdk_reads_from_the_real_server(
         assert plain.jobs(state="WAITING,RUNNING", limit=5) == sdk.jobs(state="WAITING,RUNNING", limit=5)
         assert plain.jobs(name="pla in", order="oldest") == sdk.jobs(name="pla in", order="oldest")  # a space quoted
         assert plain.job(made.id) == sdk.job(made.id)
+        (tmp_path / "train.py").write_bytes(bytes(range(256)) * 64)  # a folder sent (PUT), then found held
+        assert plain.upload_workdir(tmp_path) == sdk.upload_workdir(tmp_path)
         assert plain._http._fallback is None  # all of it over its own socket
         for call in (lambda c: c.job(made.id + 100), lambda c: c.submit("name: [")):
             with pytest.raises(TrainyardError) as by_plain:
