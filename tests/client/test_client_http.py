@@ -64,8 +64,10 @@ def test_the_program_reads_what_the_sdk_reads_from_the_real_server(
         assert plain.jobs(state="WAITING,RUNNING", limit=5) == sdk.jobs(state="WAITING,RUNNING", limit=5)
         assert plain.jobs(name="pla in", order="oldest") == sdk.jobs(name="pla in", order="oldest")  # a space quoted
         assert plain.job(made.id) == sdk.job(made.id)
-        (tmp_path / "train.py").write_bytes(bytes(range(256)) * 64)  # a folder sent (PUT), then found held
-        assert plain.upload_workdir(tmp_path) == sdk.upload_workdir(tmp_path)
+        project = tmp_path / "project"
+        project.mkdir()
+        (project / "train.py").write_bytes(bytes(range(256)) * 64)  # a folder sent (PUT), then found held
+        assert plain.upload_workdir(project) == sdk.upload_workdir(project)
         assert plain._http._fallback is None  # all of it over its own socket
         for call in (lambda c: c.job(made.id + 100), lambda c: c.submit("name: [")):
             with pytest.raises(TrainyardError) as by_plain:
