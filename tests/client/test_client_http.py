@@ -67,7 +67,8 @@ def test_the_program_reads_what_the_sdk_reads_from_the_real_server(
         project = tmp_path / "project"
         project.mkdir()
         (project / "train.py").write_bytes(bytes(range(256)) * 64)  # a folder sent (PUT), then found held
-        assert plain.upload_workdir(project) == sdk.upload_workdir(project)
+        sent, held = plain.upload_workdir(project), sdk.upload_workdir(project)
+        assert (sent.digest, sent.sizeBytes, sent.files) == (held.digest, held.sizeBytes, held.files)
         assert plain._http._fallback is None  # all of it over its own socket
         for call in (lambda c: c.job(made.id + 100), lambda c: c.submit("name: [")):
             with pytest.raises(TrainyardError) as by_plain:
