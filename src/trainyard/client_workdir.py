@@ -40,6 +40,10 @@ class Reader(Protocol):
 
 
 IGNORE_FILES = (".gitignore", ".yardignore")
+# The least limit a server may set (core/settings.py: workdir_max_mb >= 1): a folder within it is
+# sent without asking the server's (GET /workdirs/limits); a bigger one asks, and is refused
+# before sending if past it, naming its biggest files, as before.
+LEAST_LIMIT_BYTES = 1 << 20
 ALWAYS_LEFT_OUT = (".git",)
 
 
@@ -205,9 +209,14 @@ def send(client: Client, folder: Path, *, read: Reader | None = None) -> Workdir
     parse: Reader = read or client._parse
     from trainyard.core.workdirs import WorkdirError
 
-    limits = parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
     try:
-        archive = pack(folder, max_bytes=limits.maxBytes)
+        try:  # within every server's limit: not asked (a round trip less, issue 33)
+            archive = pack(folder, max_bytes=LEAST_LIMIT_BYTES)
+        except WorkdirError as exc:
+            if not exc.biggest:  # not its size: the same whatever the limit
+                raise
+            limits = parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
+            archive = pack(folder, max_bytes=limits.maxBytes)  # refused before a byte is read, as the first
     except WorkdirError as exc:
         raise UsageError(f"cannot send {folder} as the job's working directory: {exc}") from exc
     try:
