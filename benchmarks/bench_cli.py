@@ -7,7 +7,8 @@ sends the folder) runs R times as a subprocess of the installed
 console script, and the median wall time is printed with its ratio to the target, beside
 what the same Python costs to start and to import the command's modules (``-X importtime``:
 the modules above 5 ms), so that the time a command spends talking to the server can be told
-from the time it spends getting ready. Prints; never asserts.
+from the time it spends getting ready; then what the server's side of those requests takes
+(each over one kept-alive connection). Prints; never asserts.
 
     python benchmarks/bench_cli.py [--runs 7]
 """
