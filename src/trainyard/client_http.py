@@ -1,22 +1,22 @@
-"""How the SDK talks HTTP: httpx, and for the ``yard`` program a plain HTTP/1.1 client on the
-standard library's socket (issue 33: importing httpx and httpcore was ~48 ms of the ~120 ms of
-CPU a `yard jobs` or `yard submit` took; a request here imports nothing but ``socket``).
+"""How the SDK talks HTTP: httpx, and for the ``yard`` program the standard library's
+``http.client`` (issue 33: importing httpx and httpcore was ~48 ms of the ~120 ms of CPU a
+`yard jobs` or `yard submit` took; ``http.client`` is ~13 ms of it).
 
 ``yard`` (the program: ``cli/main.py`` calls `for_the_program`) talks plain HTTP to a plain
 ``http://`` server on Linux with no proxy variable set; every request it can send as simply
 as that (a method, a path, query parameters, a body of bytes, headers of printable ASCII)
-goes over its own connection, kept alive between the calls of one command. Anything else
-(streams, ``json=``, a timeout of its own, TLS, a proxy, a header httpx would encode, an
-address that is not a plain ``http://host:port``) goes to an httpx client made at its first
-use, as every SDK caller's requests do. What the plain client gives up: HTTP/1.1 only, no
+goes over one ``http.client.HTTPConnection``, kept alive between the calls of one command.
+Anything else (streams, ``json=``, a timeout of its own, TLS, a proxy, a header httpx would
+encode, an address that is not a plain ``http://host:port``) goes to an httpx client made at
+its first use, as every SDK caller's requests do. What it gives up: HTTP/1.1 only, no
 compression (it asks for none), no redirects (the SDK follows none either).
 """
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
-import socket
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -34,8 +34,6 @@ _PLAIN_ADDRESS = re.compile(r"http://([A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::([
                             re.ASCII)
 _PROXY_VARIABLES = ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
 _PATH_SAFE = "/%:@!$&'()*+,;=-._~"  # what may stand in a URL's path as it is (RFC 3986)
-MAX_HEADER_LINES = 200
-MAX_LINE = 65536
 
 _program = False
 
@@ -174,8 +172,7 @@ class PlainHTTP:
         self._prefix = (found.group(3) or "").rstrip("/")
         self._base, self._timeout = base_url, timeout
         self.headers = headers
-        self._socket: socket.socket | None = None
-        self._reader: Any = None  # the socket's buffered reader, kept with it
+        self._conn: http.client.HTTPConnection | None = None
         self._fallback: httpx.Client | None = None
 
     def fallback(self) -> httpx.Client:
@@ -196,17 +193,16 @@ class PlainHTTP:
     def request(self, method: str, path: str, *, params: Mapping[str, Any] | None = None,
                 content: bytes | str | None = None, headers: Mapping[str, str] | None = None,
                 **other: Any) -> Any:
-        head = self._head(method, path, params, content, headers or {}) if not other else None
-        if head is None:  # not as simple as this client sends: httpx sends it
+        plain = self._plain(method, path, params, content, headers or {}) if not other else None
+        if plain is None:  # not as simple as this client sends: httpx sends it
             return self.fallback().request(method, path, params=params, content=content, headers=headers, **other)
+        target, sent = plain
         body = content.encode() if isinstance(content, str) else content or b""
-        if self._socket is None or _readable(self._socket):  # none yet, or the server closed it
-            self._connect()
-        return self._exchange(method, head + body)
+        return self._exchange(method.upper(), target, body, sent)
 
-    def _head(self, method: str, path: str, params: Mapping[str, Any] | None, content: object,
-              headers: Mapping[str, str]) -> bytes | None:
-        """The request's line and headers, or None where httpx would send something this does not."""
+    def _plain(self, method: str, path: str, params: Mapping[str, Any] | None, content: object,
+               headers: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:
+        """The request's target and headers, or None where httpx would send something this does not."""
         if not (isinstance(content, (bytes, str)) or content is None) or not method.isalpha() or \
                 any(c in path for c in "?#"):
             return None
@@ -219,50 +215,60 @@ class PlainHTTP:
                     return None  # httpx's own reading of None and the like
                 pairs += [(name, ("true" if v else "false") if isinstance(v, bool) else str(v)) for v in values]
             target += "?" + urlencode(pairs)
-        length = len(content.encode() if isinstance(content, str) else content or b"")
-        lines = {"Host": self._host if self._port == 80 else f"{self._host}:{self._port}", "Accept": "*/*",
-                 "Accept-Encoding": "identity", "Connection": "keep-alive", "User-Agent": "trainyard-yard",
-                 **self.headers, **headers}
-        if length or method.upper() in ("POST", "PUT", "PATCH"):
-            lines["Content-Length"] = str(length)
-        text = f"{method.upper()} {target} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in lines.items())
-        if not all(_token(k) and _value(v) for k, v in lines.items()):
+        sent = {"Accept": "*/*", "Accept-Encoding": "identity", "User-Agent": "trainyard-yard", **self.headers,
+                **headers}
+        if not all(_token(k) and _value(v) for k, v in sent.items()):
             return None  # httpx's encoding of it, or its refusal
-        return (text + "\r\n").encode("ascii")
+        return target, sent
 
-    def _connect(self) -> None:
-        self._drop()
-        try:
-            # The host as bytes: as text, getaddrinfo would import the IDNA codec (~1.5 ms) for an ASCII name.
-            address = (self._host.encode("ascii"), self._port)  # getaddrinfo takes bytes too (typeshed says str)
-            self._socket = socket.create_connection(address, timeout=self._timeout)  # type: ignore[arg-type]
-            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._reader = self._socket.makefile("rb")
-        except TimeoutError as exc:
-            raise PlainTimeout(f"connecting: {exc}") from exc
-        except OSError as exc:
-            raise PlainUnreachable(str(exc)) from exc
+    def _connection(self) -> http.client.HTTPConnection:
+        """The kept-alive connection, new where there is none or the server closed it."""
+        if self._conn is not None and self._conn.sock is not None and _readable(self._conn.sock):
+            self._drop()  # closed by the server (or it spoke out of turn): not used again
+        if self._conn is None:
+            self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+        return self._conn
 
     def _drop(self) -> None:
-        if self._socket is not None:
-            self._reader.close()
-            self._socket.close()
-            self._socket, self._reader = None, None
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
-    def _exchange(self, method: str, request: bytes) -> Response:
-        assert self._socket is not None
+    def _exchange(self, method: str, target: str, body: bytes, headers: dict[str, str]) -> Response:
+        connection = self._connection()
         try:
-            self._socket.sendall(request)
-            answer, keep = _read_answer(self._reader, method.upper() == "HEAD")
+            connection.request(method, target, body=body, headers=headers)
+            answer = connection.getresponse()
+            content = answer.read()
         except TimeoutError as exc:
             self._drop()
-            raise PlainTimeout(f"reading the answer: {exc}") from exc
-        except OSError as exc:
+            raise PlainTimeout(f"no answer in time: {exc}") from exc
+        except (OSError, http.client.HTTPException) as exc:
             self._drop()
-            raise PlainUnreachable(str(exc)) from exc
-        if not keep:
-            self._drop()
-        return answer
+            raise PlainUnreachable(_said(exc)) from exc
+        found = Headers()
+        for name, value in answer.getheaders():
+            key = name.lower()
+            found[key] = f"{found[key]}, {value}" if key in found else value
+        encoding = found.get("content-encoding", "identity").strip().lower()
+        if encoding in ("gzip", "deflate"):
+            import zlib
+
+            content = zlib.decompress(content, 47)  # gzip or zlib, by its header
+        elif encoding != "identity":
+            raise PlainUnreachable(f"an answer in an encoding not asked for: {encoding[:40]!r}")
+        return Response(answer.status, answer.reason, found, content)
+
+
+def _said(exc: BaseException) -> str:
+    """What went wrong in words, for ``ServerUnreachable``'s message."""
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "the server closed the connection without answering"
+    if isinstance(exc, http.client.IncompleteRead):
+        return "the server closed the connection in the middle of its answer"
+    if isinstance(exc, http.client.BadStatusLine):
+        return f"not an HTTP/1.1 answer: {str(exc)[:80]!r}"
+    return str(exc) or type(exc).__name__
 
 
 def _token(name: str) -> bool:
@@ -273,7 +279,7 @@ def _value(value: object) -> bool:
     return isinstance(value, str) and value.isascii() and value.isprintable()
 
 
-def _readable(sock: socket.socket) -> bool:
+def _readable(sock: Any) -> bool:
     """Whether a kept-alive connection has something to read before a request: the server
     closed it (or said something out of turn); it is not used again."""
     import select
@@ -281,77 +287,3 @@ def _readable(sock: socket.socket) -> bool:
     poll = select.poll()  # not select(): any descriptor number
     poll.register(sock, select.POLLIN)
     return bool(poll.poll(0))
-
-
-def _line(reader: Any) -> bytes:
-    line = reader.readline(MAX_LINE + 1)
-    if len(line) > MAX_LINE:
-        raise PlainUnreachable("an answer's line is too long")
-    return bytes(line)
-
-
-def _read_answer(reader: Any, head_only: bool) -> tuple[Response, bool]:
-    """An HTTP/1.1 answer from ``reader``; and whether the connection may carry another."""
-    while True:
-        status = _line(reader)
-        if not status:
-            raise PlainUnreachable("the server closed the connection without answering")
-        parts = status.decode("latin-1").rstrip("\r\n").split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not (parts[1].isascii() and parts[1].isdigit()):
-            raise PlainUnreachable(f"not an HTTP/1.1 answer: {status[:80]!r}")
-        headers = Headers()
-        for _ in range(MAX_HEADER_LINES):
-            line = _line(reader).decode("latin-1").rstrip("\r\n")
-            if not line:
-                break
-            name, sep, value = line.partition(":")
-            if not sep:
-                raise PlainUnreachable(f"not an HTTP header: {line[:80]!r}")
-            key = name.strip().lower()
-            headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
-        else:
-            raise PlainUnreachable("an answer with too many headers")
-        code = int(parts[1])
-        if code >= 200 or code == 101:
-            break  # 1xx (100 Continue): the answer follows
-    keep = parts[0] == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
-    if head_only or code in (204, 304) or code < 200:
-        content = b""
-    elif "chunked" in headers.get("transfer-encoding", "").lower():
-        content = _chunks(reader)
-    elif (length := headers.get("content-length")) is not None:
-        if not length.strip().isdigit():
-            raise PlainUnreachable(f"a Content-Length that is not a number: {length[:40]!r}")
-        content = reader.read(int(length))
-        if len(content) < int(length):
-            raise PlainUnreachable("the server closed the connection in the middle of its answer")
-    else:
-        content, keep = reader.read(), False
-    encoding = headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("gzip", "deflate"):
-        import zlib
-
-        content = zlib.decompress(content, 47)  # gzip or zlib, by its header
-    elif encoding != "identity":
-        raise PlainUnreachable(f"an answer in an encoding not asked for: {encoding[:40]!r}")
-    return Response(code, parts[2] if len(parts) > 2 else "", headers, content), keep
-
-
-def _chunks(reader: Any) -> bytes:
-    body = bytearray()
-    while True:
-        size_line = _line(reader).split(b";", 1)[0].strip()
-        try:
-            size = int(size_line, 16)
-        except ValueError:
-            raise PlainUnreachable(f"not a chunk's size: {size_line[:40]!r}") from None
-        if size == 0:
-            while _line(reader).strip():  # trailers
-                pass
-            return bytes(body)
-        chunk = reader.read(size)
-        if len(chunk) < size:
-            raise PlainUnreachable("the server closed the connection in the middle of its answer")
-        body += chunk
-        _line(reader)
-

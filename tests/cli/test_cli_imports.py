@@ -40,10 +40,10 @@ def test_yard_jobs_loads_neither_the_models_nor_another_commands_module() -> Non
 
 
 def test_the_program_makes_its_client_without_httpx_and_what_only_a_folder_sent_needs() -> None:
-    # `yard` (the program) sends a plain http:// server its requests over client_http.py's socket.
+    # `yard` (the program) sends a plain http:// server its requests over client_http.py (http.client).
     loaded = _loaded_after(AS_THE_PROGRAM + "from trainyard.cli.commands import handler\nhandler('submit')\n"
                            "from trainyard.client import Client\nClient('http://127.0.0.1:9', 't')")
-    assert not loaded & {"httpx", "httpcore", "h11", "ssl", "http.client", "email", "logging"}
+    assert not loaded & {"httpx", "httpcore", "h11", "logging"}
     assert not loaded & {"dataclasses", "inspect", "uuid", "tarfile", "gzip", "hashlib", "subprocess", "pathspec"}
 
 

@@ -1,5 +1,5 @@
-"""The `yard` program's own HTTP (client_http.py: plain HTTP/1.1 on a socket, no httpx to
-import, issue 33): against the real app behind uvicorn it answers what httpx answers, errors
+"""The `yard` program's own HTTP (client_http.py: the standard library's http.client, no
+httpx to import, issue 33): against the real app behind uvicorn it answers what httpx answers, errors
 included; against a server that speaks HTTP oddly (chunks, closed connections, a cut answer,
 no answer) it reads what is there or fails as the SDK fails, and a header a caller gives
 never splits into two. Everything the program does not send itself goes to httpx."""
@@ -152,14 +152,14 @@ def test_a_connection_the_server_closed_between_requests_is_not_used_again(monke
     server = Canned(_answer(b"[1]"), _answer(b"[2]"))
     with _program(monkeypatch, server.url, None) as client:
         assert client._request("GET", "/a").content == b"[1]"
-        first = client._http._socket
-        assert first is not None
-        first.shutdown(socket.SHUT_RD)  # as when the server's FIN has arrived: readable, at its end
+        first = client._http._conn
+        assert first is not None and first.sock is not None
+        first.sock.shutdown(socket.SHUT_RD)  # as when the server's FIN has arrived: readable, at its end
         assert client._request("POST", "/b", content=b"{}").content == b"[2]"
-        assert client._http._socket is not first
+        assert client._http._conn is not first
     server.close()
     assert server.connections == 2
-    assert server.requests[1].endswith(b"Content-Length: 2\r\n\r\n{}")
+    assert b"\r\nContent-Length: 2\r\n" in server.requests[1] and server.requests[1].endswith(b"\r\n\r\n{}")
 
 
 @pytest.mark.parametrize(("answer", "said"), [
