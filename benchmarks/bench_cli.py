@@ -7,7 +7,8 @@ sends the folder) runs R times as a subprocess of the installed
 console script, and the median wall time is printed with its ratio to the target, beside
 what the same Python costs to start and to import the command's modules (``-X importtime``:
 the modules above 5 ms), so that the time a command spends talking to the server can be told
-from the time it spends getting ready. Prints; never asserts.
+from the time it spends getting ready; then what the server's side of those requests takes
+(each over one kept-alive connection). Prints; never asserts.
 
     python benchmarks/bench_cli.py [--runs 7]
 """
@@ -15,6 +16,7 @@ from the time it spends getting ready. Prints; never asserts.
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import shlex
 import subprocess
@@ -103,6 +105,33 @@ def main() -> None:
                       f"{median(cpu) / median(old_cpu):.2f}x of its CPU)")
             imports = heavy_imports(command, env, cwd)
             print("    imports over 5 ms (cumulative): " + ", ".join(f"{m} {t:.0f}" for t, m in imports))
+        server_side(server.url, server.token, job_file.read_bytes(), args.runs)
+
+
+def server_side(url: str, token: str, job: bytes, runs: int) -> None:
+    """What the requests of `yard submit` take on the server's side: each sent ``runs`` times
+    over one kept-alive connection (`yard`'s own HTTP, client_http.py), so that the time is the
+    server's handling and the loopback, not a client's start."""
+    from trainyard.client_http import PlainHTTP
+    from trainyard.client_input import new_key
+
+    http = PlainHTTP(url + "/api/v1", {"Authorization": f"Bearer {token}"}, 30.0)
+    json.loads(http.request("GET", "/workdirs/limits").content)  # connected, and the answer is JSON
+    calls = {"POST /jobs (a submit)": lambda: http.request("POST", "/jobs", content=job, headers={
+                 "Content-Type": "application/yaml", "Idempotency-Key": new_key()}),
+             "GET /workdirs/limits": lambda: http.request("GET", "/workdirs/limits"),
+             "GET /jobs?limit=20": lambda: http.request("GET", "/jobs", params={"limit": 20})}
+    for label, call in calls.items():
+        took = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            answer = call()
+            took.append(time.perf_counter() - started)
+            if not answer.is_success:
+                raise SystemExit(f"{label}: {answer.status_code} {answer.content[:200]!r}")
+        print(f"server side, {label}: median {median(took) * 1000:.1f} ms, best {min(took) * 1000:.1f} ms "
+              f"(wall, one kept-alive connection, {runs} runs)")
+    http.close()
 
 
 if __name__ == "__main__":

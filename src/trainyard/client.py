@@ -7,15 +7,11 @@ an httpx exception."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 from urllib.parse import quote
-
-import httpx
 
 from trainyard import client_models as models
 from trainyard.client_config import ClientConfig, load_config
@@ -28,6 +24,7 @@ from trainyard.client_errors import UsageError as UsageError
 from trainyard.client_errors import WaitTimeout as WaitTimeout
 from trainyard.client_files import FileCalls
 from trainyard.client_files import Folder as Folder
+from trainyard.client_http import failure, http_client, import_httpx
 from trainyard.client_input import Dependencies as Dependencies
 from trainyard.client_input import JobFile as JobFile
 from trainyard.client_input import Moment as Moment
@@ -35,6 +32,7 @@ from trainyard.client_input import (
     check_client_arguments,
     given,
     job_file_body,
+    new_key,
     window,
     with_dependencies,
 )
@@ -61,6 +59,7 @@ from trainyard.core.logreads import (
 from trainyard.core.states import EnvironmentState
 
 if TYPE_CHECKING:  # the models are imported by the calls that answer them (client_models.py)
+    import httpx  # client_http.py: `yard` sends its requests without it
 
     from trainyard.schemas.admin import GroupView, RemovalResult, UserQuotaView, VcView
     from trainyard.schemas.alerts import AlertRuleView, AlertView
@@ -86,8 +85,7 @@ RETRIED_STATUSES = (502, 503, 504)
 IDEMPOTENCY_HEADER = "Idempotency-Key"  # the IETF draft's; services/idempotency.py on the server
 
 
-@dataclass(frozen=True)
-class LogRead:
+class LogRead(NamedTuple):  # not a dataclass: `yard` does not import dataclasses (~8 ms, issue 33)
     """A piece of a task's log, and where it sits."""
 
     data: bytes
@@ -135,12 +133,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
         self.url = url.rstrip("/")
-        self._http = httpx.Client(
-            base_url=self.url + "/api/v1",
-            headers={"Authorization": f"Bearer {token}"} if token else {},
-            timeout=timeout,
-            verify=_needs_tls(self.url),
-        )
+        self._http = http_client(self.url, token, timeout)  # httpx's, or `yard`'s own (client_http.py)
 
     @classmethod
     def from_config(cls, config: ClientConfig | None = None) -> Client:
@@ -180,17 +173,19 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
 
     @contextmanager
     def _sending(self, method: str, path: str) -> Iterator[None]:
-        """Each way httpx fails to send a request or read its answer, as a `TrainyardError`."""
+        """Each way httpx (or client_http.py) fails to send a request or read its answer, as a `TrainyardError`."""
         try:
             yield
-        except httpx.TimeoutException as exc:
-            raise ServerUnreachable(f"the Trainyard server at {self.url} did not answer in time ({exc!r}); "
-                                    "it may be overloaded, or a firewall drops the connection") from exc
-        except httpx.TransportError as exc:
-            raise ServerUnreachable(f"cannot reach the Trainyard server at {self.url} ({exc}); "
-                                    "is `yard up` running, and is TRAINYARD_URL right?") from exc
-        except (httpx.HTTPError, httpx.InvalidURL, TypeError, ValueError) as exc:
-            raise UsageError(f"cannot send {method} {path}: {exc}") from exc
+        except Exception as exc:
+            if (kind := failure(exc)) == "timeout":
+                raise ServerUnreachable(f"the Trainyard server at {self.url} did not answer in time ({exc!r}); "
+                                        "it may be overloaded, or a firewall drops the connection") from exc
+            if kind == "unreachable":
+                raise ServerUnreachable(f"cannot reach the Trainyard server at {self.url} ({exc}); "
+                                        "is `yard up` running, and is TRAINYARD_URL right?") from exc
+            if kind == "usage":
+                raise UsageError(f"cannot send {method} {path}: {exc}") from exc
+            raise
 
     def _parse(self, shape: Shape[Reply], content: bytes) -> Reply:
         """The answer as ``shape`` (a model, or an adapter for lists of them); an answer of
@@ -268,7 +263,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
         """`submit`'s answer as the server sent it (JSON): `yard submit` reads it without the
         models (cli/plain.py)."""
         content, media_type = _job_file(job_file, content_type, dependencies)
-        headers = {"Content-Type": media_type, IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
+        headers = {"Content-Type": media_type, IDEMPOTENCY_HEADER: idempotency_key or new_key()}
         sent = workdir_digest(self, job_file, workdir)
         response = self._submitting("/jobs", retry_for, on_retry, content=content, headers=headers,
                                     params=given(dryRun="true" if dry_run else None, workdir=sent))
@@ -284,7 +279,7 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
         is filled from the original. ``name``, ``vc`` and ``priority`` change just those.
         Made at most once, and sent again when its answer is lost, as `submit` says."""
         params = given(name=name, vc=vc, priority=priority)
-        content, headers = b"", {IDEMPOTENCY_HEADER: idempotency_key or str(uuid.uuid4())}
+        content, headers = b"", {IDEMPOTENCY_HEADER: idempotency_key or new_key()}
         if job_file is not None:
             content, media_type = _job_file(job_file)
             headers["Content-Type"] = media_type
@@ -422,6 +417,9 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
     def _stream_logs(self, job_id: int, params: dict[str, Any]) -> Iterator[bytes]:
         doing = "following" if params.get("follow") else "reading"
         lost = f"lost the Trainyard server at {self.url} while {doing} the log of job {job_id}"
+        import_httpx()
+        import httpx
+
         try:
             with self._http.stream("GET", f"/jobs/{_job_id(job_id)}/logs", params=params, timeout=None) as response:
                 if not response.is_success:
@@ -783,16 +781,6 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
     def revoke_token(self, token_id: int) -> TokenView:
         """Revoke a token by its id (from `tokens`); the server refuses it from then on."""
         return self._parse(models.TOKEN, self._request("DELETE", f"/tokens/{token_id}").content)
-
-
-def _needs_tls(url: str) -> bool:
-    """Whether httpx must load its CA bundle (after imports, a `yard` command's costliest step):
-    not for a plain-http server reached without a proxy (found as httpx finds them)."""
-    if not url.lower().startswith("http://"):
-        return True
-    from urllib.request import getproxies  # loaded by httpx already
-
-    return any(scheme in ("http", "all") for scheme in getproxies())
 
 
 def _flag(value: bool) -> str:

@@ -9,14 +9,14 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
-
 from trainyard.client_input import checked_id as _job_id
 from trainyard.client_input import given
 from trainyard.client_models import Model, Shape
 from trainyard.client_workdir import send as send_workdir
 
 if TYPE_CHECKING:
+    import httpx
+
     from trainyard.schemas.files import FileListing
     from trainyard.schemas.workdirs import WorkdirView
 

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-import httpx
-
 from trainyard.client_errors import UsageError
+from trainyard.client_http import import_httpx, plain_address
 
 # A job file as `Client.submit` takes it: a path (a ``Path``, or a one-line string naming an
 # existing file or ending in .yaml/.yml/.json), the file's YAML or JSON text (or bytes), or
@@ -122,6 +121,11 @@ def check_client_arguments(url: object, token: object, timeout: object) -> None:
         raise ValueError("token is the API token's text (ty_…), as `yard token create` prints it")
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ValueError(f"timeout is a number of seconds above 0 (got {timeout!r})")
+    if plain_address(url):  # http://HOST:PORT, read by httpx as it reads it here: not imported for it
+        return
+    import_httpx()
+    import httpx
+
     try:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
@@ -131,6 +135,15 @@ def check_client_arguments(url: object, token: object, timeout: object) -> None:
 
 
 Moment = str | datetime | timedelta | None  # a window's bound, see ``Client.job_metrics``
+
+
+def new_key() -> str:
+    """A new random Idempotency-Key: a UUID 4's text, as ``str(uuid.uuid4())`` (without the
+    ``uuid`` module, which imports ``platform``: a few ms of every `yard submit`, issue 33)."""
+    value = bytearray(os.urandom(16))
+    value[6], value[8] = value[6] & 0x0F | 0x40, value[8] & 0x3F | 0x80  # version 4, RFC 4122's variant
+    text = value.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def given(**values: Any) -> dict[str, Any]:

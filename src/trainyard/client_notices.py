@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
-
 from trainyard.client_input import path_segment as _seg
 from trainyard.client_models import Model, Shape
 
 if TYPE_CHECKING:
+    import httpx
+
     from trainyard.schemas.notices import AccountNotifyView, JobNoticeView
     from trainyard.schemas.users import UserView
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
-
 from trainyard.client_input import checked_id as _job_id
 from trainyard.client_input import given
 from trainyard.client_models import Model, Shape
 
 if TYPE_CHECKING:
+    import httpx
+
     from trainyard.schemas.sessions import SessionView
 
 Reply = TypeVar("Reply")

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
-
 from trainyard.client_errors import TrainyardError, UsageError, WaitTimeout
-from trainyard.client_input import JobFile, given, job_file_body
+from trainyard.client_input import JobFile, given, job_file_body, new_key
 from trainyard.client_models import Model, Shape
 from trainyard.client_workdir import workdir_digest
 
 if TYPE_CHECKING:
+    import httpx
+
     from trainyard.schemas.sweeps import SweepDetail, SweepPage, SweepStopResult, SweepSummary
 
 Reply = TypeVar("Reply")
@@ -57,7 +56,7 @@ class SweepCalls:
             content, media_type = job_file_body(job_file, content_type)
         except ValueError as exc:
             raise UsageError(str(exc)) from exc
-        headers = {"Content-Type": media_type, "Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        headers = {"Content-Type": media_type, "Idempotency-Key": idempotency_key or new_key()}
         sent = workdir_digest(self, job_file, workdir)  # type: ignore[arg-type]
         response = self._submitting("/sweeps", retry_for, on_retry, content=content, headers=headers,
                                     params=given(workdir=sent))
@@ -88,7 +87,7 @@ class SweepCalls:
     def clone_sweep(self, sweep_id: int, *, idempotency_key: str | None = None,
                     retry_for: float = SUBMIT_RETRY_FOR) -> SweepDetail:
         """Submit the sweep again, as you, its secrets kept on the server."""
-        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        headers = {"Idempotency-Key": idempotency_key or new_key()}
         response = self._submitting(f"/sweeps/{_sweep_id(sweep_id)}/clone", retry_for, None, headers=headers)
         return self._parse(_SWEEP, response.content)
 

@@ -14,17 +14,17 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeGuard, TypeVar
 
 from trainyard.client_errors import TrainyardError, UsageError
 from trainyard.client_input import path_named
 from trainyard.client_models import Model
-from trainyard.core.workdirs import Canonical, Entry, WorkdirError, canonical, is_digest, size_text
 
 if TYPE_CHECKING:
     import pathspec
 
     from trainyard.client import Client
+    from trainyard.core.workdirs import Canonical, Entry
     from trainyard.schemas.workdirs import WorkdirLimits, WorkdirView
 
 _LIMITS: Model[WorkdirLimits] = Model("workdirs.WorkdirLimits")
@@ -40,12 +40,18 @@ class Reader(Protocol):
 
 
 IGNORE_FILES = (".gitignore", ".yardignore")
+# The least limit a server may set (core/settings.py: workdir_max_mb >= 1): a folder within it is
+# sent without asking the server's (GET /workdirs/limits); a bigger one asks, and is refused
+# before sending if past it, naming its biggest files, as before.
+LEAST_LIMIT_BYTES = 1 << 20
 ALWAYS_LEFT_OUT = (".git",)
 
 
 def pack(folder: Path, *, max_bytes: int, max_files: int | None = None) -> Canonical:
     """The canonical archive of ``folder``, or `WorkdirError` (a name, a symlink out of it, a
     special file, or the limits, naming the biggest files)."""
+    from trainyard.core.workdirs import Entry, WorkdirError, canonical, size_text  # tarfile, gzip: for a folder sent
+
     if not folder.is_dir():
         raise WorkdirError(f"{folder}: not a folder; give the project folder to send with the job")
     options = {} if max_files is None else {"max_files": max_files}
@@ -89,6 +95,8 @@ def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], relative: str, is_
 
 def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
     """Every entry left in, with its path and, for a file, its size (its data read later)."""
+    from trainyard.core.workdirs import Entry, WorkdirError
+
     stack: list[tuple[Path, str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(root, "", [])]
     while stack:
         folder, relative, inherited = stack.pop()
@@ -122,7 +130,17 @@ def names_upload(job_file: object) -> bool:
     """Whether the job file's own ``workdir`` names an upload (``sha256:…``) already."""
     document = _document(job_file)
     named = document.get("workdir") if isinstance(document, Mapping) else None
-    return isinstance(named, str) and is_digest(named)
+    return _is_digest(named)
+
+
+def _is_digest(value: object) -> TypeGuard[str]:
+    """Whether ``value`` names an upload (``sha256:…``); core/workdirs.py (tarfile, gzip) is
+    imported only for a value that may."""
+    if not isinstance(value, str) or not value.startswith("sha256:"):
+        return False
+    from trainyard.core.workdirs import is_digest
+
+    return is_digest(value)
 
 
 def _document(job_file: object) -> object:
@@ -165,7 +183,7 @@ def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path
     path = path_named(job_file)
     document = _document(job_file)
     named = document.get("workdir") if isinstance(document, Mapping) else None
-    if not isinstance(named, str) or is_digest(named):
+    if not isinstance(named, str) or _is_digest(named):
         return None
     base = (path.parent if path is not None else Path.cwd()).resolve()
     folder = (base / named).resolve()
@@ -179,7 +197,7 @@ def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path
 def workdir_digest(client: Client, job_file: object, workdir: str | os.PathLike[str] | None) -> str | None:
     """The upload a submit names: ``workdir`` if it is a digest already, else the folder
     ``folder_for`` finds, sent; None when there is none."""
-    if isinstance(workdir, str) and is_digest(workdir):
+    if _is_digest(workdir):
         return workdir
     folder = folder_for(job_file, workdir)
     return None if folder is None else send(client, folder).digest
@@ -189,9 +207,16 @@ def send(client: Client, folder: Path, *, read: Reader | None = None) -> Workdir
     """Pack ``folder`` within the server's limit and send it, unless the server holds it already.
     ``read`` reads the answers in place of ``client._parse`` (`yard submit`: without the models)."""
     parse: Reader = read or client._parse
-    limits = parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
+    from trainyard.core.workdirs import WorkdirError
+
     try:
-        archive = pack(folder, max_bytes=limits.maxBytes)
+        try:  # within every server's limit: not asked (a round trip less, issue 33)
+            archive = pack(folder, max_bytes=LEAST_LIMIT_BYTES)
+        except WorkdirError as exc:
+            if not exc.biggest:  # not its size: the same whatever the limit
+                raise
+            limits = parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
+            archive = pack(folder, max_bytes=limits.maxBytes)  # refused before a byte is read, as the first
     except WorkdirError as exc:
         raise UsageError(f"cannot send {folder} as the job's working directory: {exc}") from exc
     try:

@@ -19,6 +19,8 @@ from trainyard.cli.main import build_parser
 OTHER_COMMANDS = ("account_commands", "admin_commands", "alert_commands", "bulk", "dev_commands", "env_commands",
                   "execshell", "files_commands", "forward", "history_render", "storage_commands", "sweep_commands",
                   "top", "usage_commands")
+# What `yard`'s main() does as the program (not called with argv): client_http.py's mode.
+AS_THE_PROGRAM = "from trainyard.client_http import for_the_program, import_httpx\nfor_the_program()\n"
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -35,6 +37,14 @@ def test_yard_jobs_loads_neither_the_models_nor_another_commands_module() -> Non
     assert not loaded & {f"trainyard.cli.{m}" for m in OTHER_COMMANDS}
     assert not {m for m in loaded if m.startswith(("trainyard.schemas", "pydantic"))}  # its table: cli/plain.py
     assert "yaml" not in loaded  # only job files are YAML: `yard submit` reads one
+
+
+def test_the_program_makes_its_client_without_httpx_and_what_only_a_folder_sent_needs() -> None:
+    # `yard` (the program) sends a plain http:// server its requests over client_http.py (http.client).
+    loaded = _loaded_after(AS_THE_PROGRAM + "from trainyard.cli.commands import handler\nhandler('submit')\n"
+                           "from trainyard.client import Client\nClient('http://127.0.0.1:9', 't')")
+    assert not loaded & {"httpx", "httpcore", "h11", "logging"}
+    assert not loaded & {"dataclasses", "inspect", "uuid", "tarfile", "gzip", "hashlib", "subprocess", "pathspec"}
 
 
 def test_yard_job_reads_the_job_its_notices_and_its_usage_without_the_models() -> None:
@@ -77,10 +87,10 @@ def test_every_client_command_has_a_handler_that_imports() -> None:
 
 
 def test_yard_loads_httpx_without_its_command_line_or_httpcores_async_backends() -> None:
-    loaded = _loaded_after("from trainyard.cli.main import _load_http_client\n_load_http_client()\n"
+    loaded = _loaded_after(AS_THE_PROGRAM + "import_httpx()\n"
                            "import httpx\nhttpx.Client(base_url='http://127.0.0.1:9').close()")
     assert {"httpx", "httpcore"} <= loaded
     assert not loaded & {"httpx._main", "trio", "anyio", "rich", "click"}
     # Hidden only while httpx loads: anything else may import them after.
-    after = _loaded_after("from trainyard.cli.main import _load_http_client\n_load_http_client()\nimport anyio")
+    after = _loaded_after(AS_THE_PROGRAM + "import_httpx()\nimport anyio")
     assert "anyio" in after

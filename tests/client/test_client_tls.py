@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainyard.client import _needs_tls
+from trainyard.client_http import needs_tls as _needs_tls
 
 
 @pytest.fixture

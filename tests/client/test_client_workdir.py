@@ -67,3 +67,22 @@ def test_a_job_files_workdir_never_names_a_folder_outside_the_job_files_own(tmp_
     job.write_text("workdir: proj\nname: j\n")
     assert folder_for(str(job), None) == (tmp_path / "repo" / "proj").resolve()
     assert folder_for(str(job), "/anywhere/I/say") == Path("/anywhere/I/say")  # said on the command line
+
+
+def test_the_limit_is_asked_only_of_a_folder_bigger_than_any_server_refuses(api, tmp_path: Path) -> None:
+    from trainyard.client_workdir import LEAST_LIMIT_BYTES
+    from trainyard.core.settings import Settings
+
+    assert {getattr(m, "ge", None) for m in Settings.model_fields["workdir_max_mb"].metadata} >= \
+           {LEAST_LIMIT_BYTES >> 20}  # no server's limit is below it
+    sdk, asked = api.sdk(api.user_token), []
+    request = sdk._request
+    sdk._request = lambda method, path, **kw: asked.append(path) or request(method, path, **kw)  # type: ignore
+    (tmp_path / "small").mkdir()
+    (tmp_path / "small" / "a.py").write_bytes(b"x" * LEAST_LIMIT_BYTES)
+    sdk.upload_workdir(tmp_path / "small")
+    assert "/workdirs/limits" not in asked
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "a.bin").write_bytes(b"y" * (LEAST_LIMIT_BYTES + 1))
+    assert sdk.upload_workdir(tmp_path / "big").sizeBytes == LEAST_LIMIT_BYTES + 1
+    assert asked.count("/workdirs/limits") == 1

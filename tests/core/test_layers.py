@@ -28,7 +28,7 @@ ROWS: tuple[tuple[str, ...], ...] = (
     ("monitor/",), ("services/",), ("controller/",), ("web/",), ("api/",), ("portal/",), ("runtime.py",),
     ("client.py", "client_config.py", "client_errors.py", "client_input.py", "client_sweeps.py",
      "client_workdir.py", "client_files.py", "client_notices.py",
-     "client_sessions.py", "client_models.py", "client_datasets.py"), ("cli/",),
+     "client_sessions.py", "client_models.py", "client_datasets.py", "client_http.py"), ("cli/",),
 )
 ABOVE_CONTROLLER = ("spec", "core", "schemas", "scheduler", "sim", "store", "backends", "monitor", "services")
 # Where files (a row, or one file of it: a path prefix under src/trainyard/) may import from
@@ -64,6 +64,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_config.py": (),
     "client_errors.py": (),
     "client_input.py": (),
+    "client_http.py": (),  # the standard library only (and httpx, made when a request needs it)
     "client_sweeps.py": ("schemas",),
     "client_workdir.py": ("core.workdirs", "schemas"),  # the server's own check of an archive, stdlib-only
     "client_files.py": ("schemas",),
@@ -77,6 +78,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # `yard submit` finds the folder to send (lazily: not for --help); `yard jobs` reads an
     # answer its plain table does not expect with the models (cli/plain.py).
     "cli/commands.py": ("client_workdir", "client_models"),
+    "cli/main.py": ("client_http",),  # `yard` as the program: its requests skip httpx where they can
     "cli/up.py": ("api", "core.settings"),  # `yard up` starts the server in this process
     # `yard doctor` runs the backends' checks on the server's settings and store, as `yard up` would.
     "cli/doctor.py": ("backends", "core.settings", "store"),

@@ -8,9 +8,7 @@ import errno
 import importlib
 import os
 import shlex
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -423,6 +421,9 @@ def _edit_shown_job(client: Client, job_id: int) -> Path | None:
     """Open the user's editor on the job as the server shows it; the file it left, or None
     if the editor failed (said on stderr)."""
     shown = client.job(job_id).spec
+    import subprocess
+    import tempfile
+
     import yaml
 
     fd, name = tempfile.mkstemp(prefix=f"yard-clone-{job_id}-", suffix=".yaml")  # mode 0600

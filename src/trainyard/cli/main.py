@@ -277,14 +277,21 @@ def build_parser() -> argparse.ArgumentParser:
     """``yard``'s parser. argparse asks gettext for the same few words (``usage:``, the help
     flag's help, …) for each of its ~90 parsers, and gettext looks for translation files on
     disk at each ask: about half of the time to build it (issue 33). Here each word is looked
-    up once; argparse is left as it was after."""
-    words = vars(argparse)
+    up once; argparse is left as it was after. Likewise the terminal's size, which each
+    ``add_argument`` asks for (through a help formatter it makes to check the argument, its
+    width unused) with two reads of the environment and a system call: a third of what was
+    left. Help printed later asks again."""
+    import shutil
+
+    words, terminal_size = vars(argparse), shutil.get_terminal_size
     plain = words["_"]
     words["_"] = functools.cache(plain)
+    shutil.get_terminal_size = functools.cache(terminal_size)
     try:
         return _build_parser()
     finally:
         words["_"] = plain
+        shutil.get_terminal_size = terminal_size
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -656,36 +663,13 @@ def _main(argv: Sequence[str] | None) -> int:
         from trainyard.cli.doctor import run_doctor
 
         return run_doctor(args)
-    if argv is None:  # `yard` is the program, not a caller's library
-        _load_http_client()
+    if argv is None:  # `yard` is the program, not a caller's library: its requests skip httpx where
+        from trainyard.client_http import for_the_program  # they can, and its import where it is needed
+
+        for_the_program()
     from trainyard.cli.commands import run_command
 
     return run_command(args)
-
-
-# What httpx and httpcore import for uses the CLI never has: httpx's own command line (click,
-# rich and pygments where installed: ~30 ms) and httpcore's async backends (trio, anyio: up to
-# ~45 ms). A client command's process loads them as missing (issue 33).
-NOT_FOR_THE_CLI = ("httpx._main", "trio", "anyio")
-
-
-def _load_http_client() -> None:
-    """Import httpx and httpcore without ``NOT_FOR_THE_CLI``: each is an ImportError while they
-    load (both take that as not installed), and importable again after. Their sync client is
-    unchanged; httpcore's async one is then unavailable in this process, which has no use for
-    it. Nothing is done where either is loaded already."""
-    if "httpx" in sys.modules or "httpcore" in sys.modules:
-        return
-    hidden = [name for name in NOT_FOR_THE_CLI if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # Python's marker: import fails
-    try:
-        import httpcore  # noqa: F401
-        import httpx  # noqa: F401
-    finally:
-        for name in hidden:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
