@@ -15,6 +15,12 @@ from trainyard.client import Client, TrainyardError
 URL = "https://data.example.org/imagenet-mini.tar.gz"
 
 
+def allow_local(api: Api) -> None:
+    """Let datasets come from the tests' source on 127.0.0.1, as an admin would (dataset_allowed_hosts)."""
+    api.ctx.dataset_allowed_hosts = ("127.0.0.1",)
+    api.ctx.backend.datasets.cache.allowed_hosts = ("127.0.0.1",)
+
+
 def job(datasets: str, role: str = "") -> str:
     return f"name: j\ndatasets: {datasets}\ntaskRoles:\n  w:\n    commands: ['sleep 600']\n{role}"
 
@@ -106,6 +112,7 @@ def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api
 def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) -> None:
     alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
     (bobs, _) = bob(api)
+    allow_local(api)
     with serving() as source:
         url = source.add("/c.tar.gz", tar_gz({"a": b"a" * 100}))
         alice.register_dataset("corpus", url, version="1")

@@ -52,7 +52,8 @@ def test_a_sandboxed_task_reads_its_dataset_read_only_and_a_second_task_finds_it
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
     assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
-                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20))
+                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20),
+                         dataset_sources=(60.0, ("127.0.0.1",)))
     url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
     dataset = DatasetFetch("mini", url, "v1", "/data/mini")
     logs = []
@@ -91,7 +92,8 @@ def test_a_task_stopped_while_its_dataset_is_fetched_leaves_nothing_mounted_and_
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
     assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
-                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20))
+                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20),
+                         dataset_sources=(60.0, ("127.0.0.1",)))
     url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
     dataset = DatasetFetch("mini", url, "v1", "/data/mini")
     source.hold.clear()  # the source answers nothing until released: the fetch is under way

@@ -50,6 +50,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,15 +58,20 @@ from typing import Any
 
 KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{24}")
 DEFAULT_CAPACITY_BYTES = 100 << 30  # setting dataset_cache_gb
+DEFAULT_FETCH_TIMEOUT_SECONDS = 6 * 3600.0  # setting dataset_fetch_timeout_s
 _COUNTERS = ("hits", "misses", "bytes_fetched", "evictions")
 
 
 class NodeCache:
-    """One node's cache at ``root``, of ``capacity`` bytes."""
+    """One node's cache at ``root``, of ``capacity`` bytes; a fetch may take ``timeout``
+    seconds in all, and connect to the hosts ``allowed_hosts`` even where they resolve to
+    loopback, link-local or this node's own addresses (``datafetch.refusal``)."""
 
-    def __init__(self, root: str | os.PathLike[str], capacity: int) -> None:
+    def __init__(self, root: str | os.PathLike[str], capacity: int, *,
+                 timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.root = Path(root)
         self.capacity = capacity
+        self.timeout, self.allowed_hosts = timeout, tuple(allowed_hosts)
 
     # -- the task's side: steps 1-6 -------------------------------------------------------
 
@@ -91,7 +97,8 @@ class NodeCache:
                 from trainyard.backends import datafetch
 
                 try:
-                    size, files = datafetch.fetch(item, partial, datafetch.Limit(self.capacity))
+                    size, files = datafetch.fetch(item, partial, datafetch.Limit(self.capacity, self.timeout,
+                                                                                self.allowed_hosts))
                 except BaseException:
                     shutil.rmtree(partial, ignore_errors=True)
                     raise
@@ -162,6 +169,12 @@ class NodeCache:
 
     def _make_dirs(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        found = os.lstat(self.root)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
+            # Made by someone else (a user who made the folder first, or a link in its place):
+            # whoever may write it could swap an entry, a lock or a partial fetch under root.
+            raise PermissionError(f"the dataset cache {self.root} is not a folder of this account's that only it "
+                                  "may write: remove it, or set dataset_cache_dir to a folder of its own")
         for name in ("entries", "meta", "locks", "uses", "partial"):
             (self.root / name).mkdir(exist_ok=True, mode=0o700)
         # The entries' folder must let the sandbox's bind reach an entry (as root) and a task

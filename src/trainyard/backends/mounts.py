@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.backends.base import CacheEntry, DatasetFetch, Mount, NodeDatasetCache
-from trainyard.backends.datacache import DEFAULT_CAPACITY_BYTES, NodeCache
+from trainyard.backends.datacache import DEFAULT_CAPACITY_BYTES, DEFAULT_FETCH_TIMEOUT_SECONDS, NodeCache
 from trainyard.spec.datasets import dataset_variable
 from trainyard.spec.storages import storage_variable
 
@@ -70,8 +70,10 @@ class NodeDatasets:
     its entry in the node's cache (``datacache``), complete before the task starts (the
     supervisor or task runner fetches it first, ``NodeCache.ensure``)."""
 
-    def __init__(self, root: Path, capacity: int | None = None) -> None:
-        self.cache = NodeCache(root.absolute(), DEFAULT_CAPACITY_BYTES if capacity is None else capacity)
+    def __init__(self, root: Path, capacity: int | None = None, *, timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
+                 allowed_hosts: Sequence[str] = ()) -> None:
+        self.cache = NodeCache(root.absolute(), DEFAULT_CAPACITY_BYTES if capacity is None else capacity,
+                               timeout=timeout, allowed_hosts=tuple(allowed_hosts))
         # Made now, root's alone: a sandbox covers it, and binds back only a task's own entries.
         self.cache.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -102,7 +104,8 @@ class NodeDatasets:
 
     def plan(self, datasets: Sequence[DatasetFetch]) -> dict[str, Any]:
         """The task spec's ``datasets``: what is fetched before the task starts."""
-        return {"root": str(self.cache.root), "capacity": self.cache.capacity,
+        return {"root": str(self.cache.root), "capacity": self.cache.capacity, "timeout": self.cache.timeout,
+                "allowed_hosts": list(self.cache.allowed_hosts),
                 "items": [{"key": d.key, "name": d.name, "version": d.version, "source": d.source,
                            "sha256": d.sha256, "storage_root": d.storage_root} for d in datasets]}
 

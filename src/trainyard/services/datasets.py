@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+import urllib.parse
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
+from trainyard.backends import datafetch
 from trainyard.backends.base import DatasetCaches, DatasetFetch, NodeDatasetCache
 from trainyard.core.clock import Clock
 from trainyard.schemas.datasets import CacheEntryView, DatasetView, NodeCacheView
@@ -61,7 +63,7 @@ def _storage_source(source: str) -> tuple[str, str]:
         raise _invalid("source", f"the path inside storage {name!r} {exc}") from None
 
 
-def _check_source(session: Session, owner: UserRow, source: str) -> str:
+def _check_source(session: Session, owner: UserRow, source: str, allowed_hosts: Sequence[str]) -> str:
     """An http(s) URL, or a folder of a storage ``owner`` may read; Invalid/Forbidden at ``source``."""
     if source.startswith(STORAGE_SOURCE):
         name, _ = _storage_source(source)
@@ -78,11 +80,21 @@ def _check_source(session: Session, owner: UserRow, source: str) -> str:
     if "@" in source.split("/", 3)[2]:
         raise _invalid("source", "must not carry credentials (user:password@): every reader of the dataset would see "
                                  "them; serve the data where the nodes may read it without them")
+    parts = urllib.parse.urlsplit(source)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise _invalid("source", f"has no valid port (got {source[:200]!r})") from None
+    if (why := datafetch.host_refusal(parts.hostname or "", port, allowed_hosts)) is not None:
+        # Nodes fetch as root: the server's API, its database or cloud metadata are not a
+        # user's to read (checked again at every fetch, redirects included).
+        raise _invalid("source", f"{why}: a dataset is never fetched from there; an admin may allow the host with "
+                                 "the setting dataset_allowed_hosts")
     return source
 
 
 def register_dataset(session: Session, user: UserRow, name: str, *, source: str, version: str, sha256: str,
-                     description: str, clock: Clock) -> DatasetRow:
+                     description: str, clock: Clock, allowed_hosts: Sequence[str] = ()) -> DatasetRow:
     """Register ``name``, or change it (its owner or an admin): a new source or version is
     fetched again by the next task that reads it."""
     if not DATASET_NAME.fullmatch(name):
@@ -104,7 +116,7 @@ def register_dataset(session: Session, user: UserRow, name: str, *, source: str,
     if row is not None and not (user.is_admin or row.owner_id == user.id):
         raise Conflict(f"dataset {name!r} is registered by another user; choose another name",
                        details=[{"path": "name", "message": "taken"}])
-    source = _check_source(session, owner, source)
+    source = _check_source(session, owner, source, allowed_hosts)
     now = clock.now()
     if row is None:
         row = DatasetRow(name=name, owner_id=user.id, created_at=now)
