@@ -88,6 +88,23 @@ def test_bad_registrations_get_4xx_with_the_field(api: Api) -> None:
     assert api.sdk(api.user_token).register_dataset("x", URL, sha256=digest.upper()).version == digest
 
 
+def test_a_url_at_the_servers_own_or_metadata_addresses_is_refused_unless_an_admin_allows_its_host(
+        api: Api) -> None:
+    """Nodes fetch datasets as root: a URL at loopback (the server's API, its database),
+    link-local (cloud metadata) or an unspecified address, however spelled, is a 422 at
+    ``source``; the admin's dataset_allowed_hosts lets a named host through."""
+    for url in ("http://127.0.0.1:8000/api/v1/users", "http://localhost/x.tar", "http://2130706433/x.tar",
+                "http://[::1]/x.tar", "http://[::ffff:127.0.0.1]/x.tar", "http://169.254.169.254/latest/meta-data",
+                "http://0.0.0.0:5432/x.tar", "http://host:99999/x.tar"):
+        response = api.user.put("/api/v1/datasets/x", json={"source": url, "version": "1"})
+        assert response.status_code == 422, (url, response.text)
+        assert response.json()["errors"][0]["path"] == "source", (url, response.text)
+    assert "dataset_allowed_hosts" in api.user.put(
+        "/api/v1/datasets/x", json={"source": "http://localhost/x.tar", "version": "1"}).json()["detail"]
+    api.ctx.dataset_allowed_hosts = ("localhost",)
+    assert api.sdk(api.user_token).register_dataset("x", "http://localhost/x.tar", version="1").version == "1"
+
+
 def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api) -> None:
     (bobs, bob_token) = bob(api)
     bobs.register_dataset("corpus", URL, version="1")

@@ -20,7 +20,6 @@ from trainyard.backends.base import DatasetFetch
 from trainyard.backends.datacache import NodeCache
 from trainyard.backends.datafetch import FetchError
 
-
 LOCAL = ("127.0.0.1",)  # the test's source, allowed as an admin would (dataset_allowed_hosts)
 
 

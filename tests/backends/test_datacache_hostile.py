@@ -19,7 +19,8 @@ from backends.datasource import Source, serving, tar_gz
 from trainyard.backends import datafetch
 from trainyard.backends.base import DatasetFetch
 from trainyard.backends.datacache import NodeCache
-from trainyard.backends.datafetch import FetchError, refusal
+from trainyard.backends.datafetch import FetchError
+from trainyard.core.addresses import refusal
 
 
 def item(name: str, source: str, version: str = "1") -> dict:
@@ -145,3 +146,40 @@ def test_a_cache_folder_someone_else_may_write_is_refused(tmp_path: Path, made: 
     with pytest.raises(PermissionError, match="set dataset_cache_dir"):
         NodeCache(root, 1 << 20).ensure(item("x", "http://192.0.2.77/x.bin"))
     assert not (tmp_path / "theirs" / "entries").exists()
+
+
+def test_a_storage_folder_is_copied_with_its_owners_permissions_not_roots(tmp_path: Path) -> None:
+    """A shared storage (read by both) holds Bob's private folder; Alice, whose tasks run as
+    ``nobody``, registers a dataset of the storage's folder: root copies only what her
+    account could read itself, and a dataset of Bob's folder is refused."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give files to other accounts")
+    nobody = (65534, frozenset({65534}))
+    storage = tmp_path / "storage"
+    team = storage / "team"
+    (team / "bob").mkdir(parents=True)
+    os.chmod(tmp_path, 0o755)
+    (team / "shared.txt").write_text("everyone")
+    (team / "bob" / "secret.txt").write_text("bob's")
+    os.chown(team / "bob", 1234, 1234)
+    os.chmod(team / "bob", 0o700)
+    (team / "hers.txt").write_text("alice's")
+    os.chown(team / "hers.txt", 65534, 65534)
+    os.chmod(team / "hers.txt", 0o600)
+    (team / "root-only.txt").write_text("root's")
+    os.chmod(team / "root-only.txt", 0o600)
+
+    def as_alice(source: Path) -> dict:
+        fetch = DatasetFetch("team", str(source), "1", "/data/team", storage_root=str(storage), reader="alice")
+        return {"key": fetch.key, "name": "team", "version": "1", "source": str(source), "sha256": "",
+                "storage_root": str(storage), "reader": [nobody[0], sorted(nobody[1])]}
+
+    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    entry = cache.ensure(as_alice(team))
+    assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*")) == ["hers.txt", "shared.txt"]
+    with pytest.raises(FetchError, match="may not read the folder"):
+        cache.ensure(as_alice(team / "bob"))
+    # An entry is the copy one reader saw: another reader's dataset of the same folder is another.
+    mine = DatasetFetch("team", str(team), "1", "/data/team", storage_root=str(storage), reader="alice")
+    theirs = DatasetFetch("team", str(team), "1", "/data/team", storage_root=str(storage), reader="bob")
+    assert mine.key != theirs.key

@@ -78,7 +78,7 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
     assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
-                         work_dir_root=public_dir / "work")
+                         work_dir_root=public_dir / "work", dataset_sources=(60.0, ("127.0.0.1",)))
     dataset = DatasetFetch("gone", source.url + "/gone.tar", "v1", "/data/gone")
     key = harness.new_key()
     harness.backend.launch(TaskLaunch(key, harness.node, "echo ran\n", {}, user="alice", datasets=(dataset,)))
@@ -118,6 +118,7 @@ def test_a_task_stopped_while_its_dataset_is_fetched_leaves_nothing_mounted_and_
 @needs_podman
 def test_a_task_in_a_container_reads_its_dataset_read_only_at_its_mount_path(podman_local, image, source) -> None:
     url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
+    podman_local.backend.datasets.cache.allowed_hosts = ("127.0.0.1",)  # the test's source, as an admin allows
     key = podman_local.new_key()
     podman_local.backend.launch(TaskLaunch(
         key, podman_local.node, "cat $TRAINYARD_DATASET_MINI/train/a.txt\n"

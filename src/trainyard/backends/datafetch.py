@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.client
-import ipaddress
 import os
 import socket
 import stat
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
+from trainyard.core.addresses import refusal
 from trainyard.core.workdirs import WorkdirError, check_name
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -104,49 +104,12 @@ def fetch(item: dict[str, Any], into: Path, limit: Limit) -> tuple[int, int]:
         return _fetch_url(source, str(item.get("sha256") or ""), into, limit)
     if not source.startswith("/") or not item.get("storage_root"):
         raise FetchError(f"dataset {item['name']}: a source must be an http(s) URL or a storage's folder")
-    return _copy_folder(str(item["storage_root"]), source, into, limit)
+    reader = item.get("reader")
+    return _copy_folder(str(item["storage_root"]), source, into, limit,
+                        None if reader is None else (int(reader[0]), frozenset(map(int, reader[1]))))
 
 
 # -- where root may connect ------------------------------------------------------------------
-
-
-def refusal(address: str) -> str | None:
-    """Why root must not fetch a dataset from IP ``address`` (None: it may): loopback,
-    link-local (cloud metadata at 169.254.169.254), unspecified, multicast, or an address of
-    this machine's own (bound to one of its interfaces: the server's API, its database)."""
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return f"{address!r} is not an IP address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    for kind, found in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
-                        ("unspecified", ip.is_unspecified), ("multicast", ip.is_multicast)):
-        if found:
-            return f"{ip} is a {kind} address"
-    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.bind((str(ip), 0))  # succeeds only for an address of this machine's
-        except OSError:
-            return None
-    return f"{ip} is an address of this machine"
-
-
-def host_refusal(host: str, port: int, allowed_hosts: Iterable[str]) -> str | None:
-    """Why a URL's ``host`` may not be fetched from (None: it may, or it does not resolve
-    here): any of the addresses it resolves to refused, unless the admin allowed the host."""
-    host = host.strip("[]").lower()
-    if host in {h.lower() for h in allowed_hosts}:
-        return None
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError:
-        return None
-    for *_, sockaddr in infos:
-        if (why := refusal(str(sockaddr[0]))) is not None:
-            return f"{host} resolves to {sockaddr[0]}: {why}"
-    return None
 
 
 def _connect(address: tuple[str, int], timeout: Any = None, source_address: Any = None, *,
@@ -316,41 +279,68 @@ def _write_file(into: Path, name: str, stream: Any, limit: Limit, *, executable:
     os.chmod(into / name, 0o755 if executable else 0o644)  # past the umask
 
 
-def _copy_folder(root: str, source: str, into: Path, limit: Limit) -> tuple[int, int]:
+Reader = tuple[int, frozenset[int]]  # the (uid, groups) whose permissions a copy honours
+
+
+def _may(info: os.stat_result, reader: Reader | None, bits: int) -> bool:
+    """Whether ``reader`` may do ``bits`` (4 read, 1 search, 5 both) to a file of ``info``,
+    by its mode as the kernel checks it (the owner's, else the group's, else the others'
+    bits; an ACL that grants more is not honoured: what it shares is left out)."""
+    if reader is None or reader[0] == 0:
+        return True
+    uid, groups = reader
+    shift = 6 if info.st_uid == uid else 3 if info.st_gid in groups else 0
+    return (info.st_mode >> shift) & bits == bits
+
+
+def _copy_folder(root: str, source: str, into: Path, limit: Limit, reader: Reader | None = None) -> tuple[int, int]:
     """A storage's folder, copied from ``root`` (the storage's own path, the admin's) down,
-    never through a link: what a user put in the storage cannot lead root elsewhere."""
+    never through a link, and only what ``reader`` (the account of the dataset's owner's
+    tasks) could read itself: what a user put in the storage cannot lead root elsewhere,
+    and another user's private folder in a shared storage stays theirs."""
     if source != root and not source.startswith(root.rstrip("/") + "/"):
         raise FetchError(f"{source} is not inside its storage {root}")
+    if reader is not None and reader[0] < 0:
+        raise FetchError(f"{source}: the dataset's owner has no task account here whose permissions a copy could "
+                         "honour")
     try:
         fd = os.open(root, _DIR_FLAGS)
         for part in [p for p in source[len(root):].split("/") if p]:
-            step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            step = os.open(part, _DIR_FLAGS, dir_fd=fd) if _may(os.fstat(fd), reader, 1) else -1
             os.close(fd)
             fd = step
+            if fd < 0:
+                raise FetchError(f"the dataset's owner may not reach {source} (its folders' permissions)")
+        if not _may(os.fstat(fd), reader, 5):
+            os.close(fd)
+            raise FetchError(f"the dataset's owner may not read the folder {source} (its permissions)")
     except OSError as exc:
         raise FetchError(f"cannot open the dataset's folder {source} (without following links): {exc}") from exc
     try:
-        _copy_tree(fd, into, "", limit)
+        _copy_tree(fd, into, "", limit, reader)
     finally:
         os.close(fd)
     return limit.bytes, limit.files
 
 
-def _copy_tree(fd: int, into: Path, prefix: str, limit: Limit) -> None:
+def _copy_tree(fd: int, into: Path, prefix: str, limit: Limit, reader: Reader | None = None) -> None:
     for name in sorted(os.listdir(fd)):
         shown = f"{prefix}{name}"
         info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if not _may(info, reader, 5 if stat.S_ISDIR(info.st_mode) else 4):
+            continue  # the owner's account could not read it: left out, like a link
         if stat.S_ISDIR(info.st_mode):
             _make_folders(into, _name(shown), limit)
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             try:
-                _copy_tree(child, into, shown + "/", limit)
+                _copy_tree(child, into, shown + "/", limit, reader)
             finally:
                 os.close(child)
         elif stat.S_ISREG(info.st_mode):
             file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
             with os.fdopen(file_fd, "rb") as source:
-                if not stat.S_ISREG(os.fstat(file_fd).st_mode):  # swapped since the stat
+                opened = os.fstat(file_fd)
+                if not stat.S_ISREG(opened.st_mode) or not _may(opened, reader, 4):  # swapped since the stat
                     continue
                 os.set_blocking(file_fd, True)
                 _write_file(into, _name(shown), source, limit, executable=bool(info.st_mode & stat.S_IXUSR))

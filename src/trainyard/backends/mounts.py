@@ -9,7 +9,7 @@ Shared by the local and Slurm backends (and containers), so that none imports an
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,10 @@ class NodeDatasets:
                  allowed_hosts: Sequence[str] = ()) -> None:
         self.cache = NodeCache(root.absolute(), DEFAULT_CAPACITY_BYTES if capacity is None else capacity,
                                timeout=timeout, allowed_hosts=tuple(allowed_hosts))
+        # A storage folder's reader (a Trainyard user) as the (uid, groups) whose permissions
+        # its copy honours; None: no account to honour (tasks run as the server's own account,
+        # which copies it itself). Set by the backend, which knows the task accounts.
+        self.reader_of: Callable[[str], tuple[int, list[int]] | None] = lambda _: None
         # Made now, root's alone: a sandbox covers it, and binds back only a task's own entries.
         self.cache.root.mkdir(parents=True, exist_ok=True, mode=0o700)
 
@@ -107,7 +111,17 @@ class NodeDatasets:
         return {"root": str(self.cache.root), "capacity": self.cache.capacity, "timeout": self.cache.timeout,
                 "allowed_hosts": list(self.cache.allowed_hosts),
                 "items": [{"key": d.key, "name": d.name, "version": d.version, "source": d.source,
-                           "sha256": d.sha256, "storage_root": d.storage_root} for d in datasets]}
+                           "sha256": d.sha256, "storage_root": d.storage_root,
+                           "reader": self._reader(d)} for d in datasets]}
+
+    def _reader(self, dataset: DatasetFetch) -> list[Any] | None:
+        if not dataset.storage_root:
+            return None
+        try:
+            reader = self.reader_of(dataset.reader)
+        except ValueError:  # no account for the owner: nothing is copied with root's eyes
+            return [-1, []]
+        return None if reader is None else [reader[0], list(reader[1])]
 
     def report(self, node: str) -> NodeDatasetCache:
         """What ``DatasetCaches`` says of this node's cache, read from its files."""

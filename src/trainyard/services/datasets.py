@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends import datafetch
 from trainyard.backends.base import DatasetCaches, DatasetFetch, NodeDatasetCache
+from trainyard.core.addresses import host_refusal
 from trainyard.core.clock import Clock
 from trainyard.schemas.datasets import CacheEntryView, DatasetView, NodeCacheView
 from trainyard.services.auth import get_user
@@ -85,7 +85,7 @@ def _check_source(session: Session, owner: UserRow, source: str, allowed_hosts: 
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         raise _invalid("source", f"has no valid port (got {source[:200]!r})") from None
-    if (why := datafetch.host_refusal(parts.hostname or "", port, allowed_hosts)) is not None:
+    if (why := host_refusal(parts.hostname or "", port, allowed_hosts)) is not None:
         # Nodes fetch as root: the server's API, its database or cloud metadata are not a
         # user's to read (checked again at every fetch, redirects included).
         raise _invalid("source", f"{why}: a dataset is never fetched from there; an admin may allow the host with "
@@ -281,16 +281,16 @@ def task_datasets(session: Session, user: UserRow, spec: JobSpec, role: str) -> 
         if row is None or not may_read(session, user, row):
             why = "it was removed" if row is None else "its owner took back your grant"
             raise DatasetUnavailable(f"dataset {use.name!r} ({use.path}) cannot be read any more: {why}")
-        source, root = row.source, ""
+        source, root, reader = row.source, "", ""
         if source.startswith(STORAGE_SOURCE):
             name, sub = _storage_source(source)
             storage = storages_for(session, row_owner(session, row), [name])[name]
             if storage is None or storage.access == Access.NONE:
                 raise DatasetUnavailable(f"dataset {use.name!r} cannot be read: its storage {name!r} is gone or no "
                                          "longer readable by the dataset's owner")
-            root = storage.path
+            root, reader = storage.path, row_owner(session, row).name
             source = posixpath.join(storage.path, sub) if sub else storage.path
-        fetches.append(DatasetFetch(use.name, source, row.version, use.mount_path, row.sha256, root))
+        fetches.append(DatasetFetch(use.name, source, row.version, use.mount_path, row.sha256, root, reader))
     return fetches
 
 

@@ -223,6 +223,7 @@ class LocalBackend(jobdirs.JobDirTree):
         # resolve to loopback, link-local or this node's addresses (``datafetch.refusal``).
         self.datasets = NodeDatasets(Path(dataset_cache[0] or self.state_dir / "datasets"), dataset_cache[1],
                                      timeout=dataset_sources[0], allowed_hosts=dataset_sources[1])
+        self.datasets.reader_of = self._dataset_reader
         # The sandbox hides the state dir and the work-dir root from every task, beside
         # what the caller hides (the server's home).
         hidden = (self.state_dir,) if self.work_dir_root is None else (self.state_dir, self.work_dir_root)
@@ -498,6 +499,14 @@ class LocalBackend(jobdirs.JobDirTree):
         if not same_task(spec, task.script, task.env):
             log.warning("task %s: %s holds a different task (other script or env); not adopting it", task.key, task_dir)
             raise RuntimeError(f"task dir {task_dir} already holds a different task; not adopting it as {task.key}")
+
+    def _dataset_reader(self, user: str) -> tuple[int, list[int]] | None:
+        """The account whose permissions root honours copying ``user``'s storage folder into
+        the dataset cache: the one their tasks run as (None: the server's own, which copies it)."""
+        account = self._accounts.account_for(user) if self._accounts is not None else self._user
+        if account is None:
+            return None
+        return account.uid, os.getgrouplist(account.name, account.gid)
 
     def _account_for(self, task: TaskLaunch) -> TaskUser | None:
         """The OS account the task runs as; None: the server's own."""
