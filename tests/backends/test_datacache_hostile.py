@@ -183,3 +183,17 @@ def test_a_storage_folder_is_copied_with_its_owners_permissions_not_roots(tmp_pa
     mine = DatasetFetch("team", str(team), "1", "/data/team", storage_root=str(storage), reader="alice")
     theirs = DatasetFetch("team", str(team), "1", "/data/team", storage_root=str(storage), reader="bob")
     assert mine.key != theirs.key
+
+
+def test_room_is_made_while_a_dataset_is_fetched_not_only_after(tmp_path: Path, source: Source) -> None:
+    """Capacity for one entry: the old one is evicted as soon as the new fetch's bytes would
+    not fit beside it, even though this fetch then fails (its sha256): the disk never holds
+    both for the length of a fetch."""
+    cache = NodeCache(tmp_path / "cache", 6000, allowed_hosts=("127.0.0.1",))
+    cache.ensure(item("old", source.add("/old.bin", os.urandom(4000))), use=False)
+    new = item("new", source.add("/new.bin", os.urandom(4000)))
+    new["sha256"] = "0" * 64
+    with pytest.raises(FetchError, match="not the registered"):
+        cache.ensure(new)
+    seen = cache.read()
+    assert (seen["entries"], seen["evictions"]) == ([], 1)

@@ -30,7 +30,9 @@ The crash-safety protocol, step by step:
 4. Otherwise fetch into ``partial/KEY.PID``, then write its meta and rename it to
    ``entries/KEY``: a partly fetched dataset is never at the path a task mounts.
 5. Record the use (``uses/KEY/PID-START``), touch the meta (last use), release the lock.
-6. Evict (``evict``, under ``cache.lock``): while the entries' bytes exceed the capacity,
+6. Evict (``evict``, under ``cache.lock``; also during step 4, every 1/16 of the capacity
+   or 64 MiB fetched, counting the bytes fetched so far, so that the cache holds its
+   capacity while it fetches, not only after): while the entries' bytes exceed the capacity,
    the least recently used entry that no live task uses and whose lock is free is renamed
    into ``partial/`` and removed.
 
@@ -96,9 +98,10 @@ class NodeCache:
                 # Only a miss needs tarfile and urllib (tens of ms a task start would pay).
                 from trainyard.backends import datafetch
 
+                limit = datafetch.Limit(self.capacity, self.timeout, self.allowed_hosts)
+                limit.make_room = lambda fetched: self.evict(keep=key, extra=fetched)
                 try:
-                    size, files = datafetch.fetch(item, partial, datafetch.Limit(self.capacity, self.timeout,
-                                                                                self.allowed_hosts))
+                    size, files = datafetch.fetch(item, partial, limit)
                 except BaseException:
                     shutil.rmtree(partial, ignore_errors=True)
                     raise
@@ -121,13 +124,14 @@ class NodeCache:
         uses.mkdir(mode=0o700, exist_ok=True)
         (uses / f"{pid}-{_start_time(pid)}").touch()
 
-    def evict(self, keep: str = "") -> list[str]:
-        """Step 6: remove least recently used entries no task uses until the rest fit."""
+    def evict(self, keep: str = "", extra: int = 0) -> list[str]:
+        """Step 6: remove least recently used entries no task uses until the rest fit (with
+        ``extra`` bytes of a fetch under way: room made while it fetches)."""
         evicted: list[str] = []
         self._make_dirs()
         with self._locked(self.root / "cache.lock"):
             entries = sorted(self._metas(), key=lambda m: m["last_used_at"] or 0.0)
-            used = sum(m["size"] for m in entries)
+            used = sum(m["size"] for m in entries) + extra
             for meta in entries:
                 if used <= self.capacity:
                     break

@@ -27,7 +27,7 @@ import stat
 import tarfile
 import time
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,10 @@ class Limit:
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
         self.disk: Path | None = None  # the folder fetched into, whose disk must keep room
-        self._checked_at = 0
+        # Called with the bytes fetched so far, every ``_every`` bytes: the cache evicts what
+        # it must to hold them within its capacity while the fetch goes on, not only after.
+        self.make_room: Callable[[int], object] | None = None
+        self._checked_at, self._every = 0, max(1, min(DISK_CHECK_BYTES, max_bytes // 16))
 
     def add(self, size: int, *, file: bool = False, folder: bool = False) -> None:
         self.bytes += size
@@ -71,9 +74,12 @@ class Limit:
                              "dataset_cache_gb)")
         if self.files + self.folders > MAX_FILES:
             raise FetchError(f"the dataset holds more than {MAX_FILES} files and folders")
-        if self.disk is not None and self.bytes - self._checked_at >= DISK_CHECK_BYTES:
+        if self.bytes - self._checked_at >= self._every:
             self._checked_at = self.bytes
-            self.check_disk(self.disk)
+            if self.make_room is not None:
+                self.make_room(self.bytes)
+            if self.disk is not None:
+                self.check_disk(self.disk)
         self.check_time()
 
     @staticmethod
@@ -330,9 +336,11 @@ def _copy_tree(fd: int, into: Path, prefix: str, limit: Limit, reader: Reader | 
         if not _may(info, reader, 5 if stat.S_ISDIR(info.st_mode) else 4):
             continue  # the owner's account could not read it: left out, like a link
         if stat.S_ISDIR(info.st_mode):
-            _make_folders(into, _name(shown), limit)
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             try:
+                if not _may(os.fstat(child), reader, 5):  # another folder swapped in since the stat
+                    continue
+                _make_folders(into, _name(shown), limit)
                 _copy_tree(child, into, shown + "/", limit, reader)
             finally:
                 os.close(child)
