@@ -156,3 +156,20 @@ def test_a_dataset_mounted_over_another_mount_point_is_refused_at_its_field(api:
     alice.register_dataset("b", URL, version="1")
     status, body = submit(api, api.user_token, job("[{name: a, mountPath: /data/x}, {name: b, mountPath: /data/x/y}]"))
     assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath" and "'b'" in body["detail"]
+
+
+def test_a_cached_entry_of_an_earlier_dataset_of_a_name_is_not_shown_to_its_new_owner(api: Api) -> None:
+    alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
+    (bobs, _) = bob(api)
+    allow_local(api)
+    with serving() as source:
+        url = source.add("/s.tar.gz", tar_gz({"a": b"a"}))
+        alice.register_dataset("secret", url, version="q3-layoffs")
+        fetch = DatasetFetch("secret", url, "q3-layoffs", "/data/secret")
+        api.ctx.backend.datasets.cache.ensure({"key": fetch.key, "name": "secret", "version": "q3-layoffs",
+                                               "source": url, "sha256": "", "storage_root": ""}, use=False)
+    assert [e.version for e in alice.dataset_caches()[0].entries] == ["q3-layoffs"]
+    alice.remove_dataset("secret")
+    bobs.register_dataset("secret", URL, version="1")
+    assert bobs.dataset_caches()[0].entries == []
+    assert [e.version for e in admin.dataset_caches()[0].entries] == ["q3-layoffs"]

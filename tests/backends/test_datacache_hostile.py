@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from backends.datasource import Source, serving, tar_gz
 
-from trainyard.backends import datafetch
+from trainyard.backends import datacache, datafetch
 from trainyard.backends.base import DatasetFetch
 from trainyard.backends.datacache import NodeCache
 from trainyard.backends.datafetch import FetchError
@@ -197,3 +197,15 @@ def test_room_is_made_while_a_dataset_is_fetched_not_only_after(tmp_path: Path, 
         cache.ensure(new)
     seen = cache.read()
     assert (seen["entries"], seen["evictions"]) == ([], 1)
+
+
+def test_a_cache_keeps_at_most_max_entries_however_small(tmp_path: Path, source: Source,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Empty datasets take no room, yet each is an entry (files, a metrics series): past
+    ``MAX_ENTRIES`` the least recently used unmounted one goes, as past the capacity."""
+    monkeypatch.setattr(datacache, "MAX_ENTRIES", 2)  # stands for a thousand
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=("127.0.0.1",))
+    for name in ("a", "b", "c"):
+        cache.ensure(item(name, source.add(f"/{name}.tar", tar_gz({}))), use=False)
+    seen = cache.read()
+    assert ([e["dataset"] for e in seen["entries"]], seen["evictions"]) == (["b", "c"], 1)

@@ -61,6 +61,9 @@ from typing import Any
 KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{24}")
 DEFAULT_CAPACITY_BYTES = 100 << 30  # setting dataset_cache_gb
 DEFAULT_FETCH_TIMEOUT_SECONDS = 6 * 3600.0  # setting dataset_fetch_timeout_s
+# The most entries a cache keeps (past it the least recently used unmounted go, as past the
+# capacity): empty datasets take no room, yet each is files, folders and a metrics series.
+MAX_ENTRIES = 1000
 _COUNTERS = ("hits", "misses", "bytes_fetched", "evictions")
 
 
@@ -132,8 +135,9 @@ class NodeCache:
         with self._locked(self.root / "cache.lock"):
             entries = sorted(self._metas(), key=lambda m: m["last_used_at"] or 0.0)
             used = sum(m["size"] for m in entries) + extra
+            count = len(entries)
             for meta in entries:
-                if used <= self.capacity:
+                if used <= self.capacity and count <= MAX_ENTRIES:
                     break
                 key = meta["key"]
                 if key == keep or self._in_use(key):
@@ -154,6 +158,7 @@ class NodeCache:
                 finally:
                     os.close(lock)
                 used -= meta["size"]
+                count -= 1
                 evicted.append(key)
             if evicted:
                 self._count_locked(evictions=len(evicted))

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
-from trainyard.core.addresses import refusal
+from trainyard.core.addresses import host_name, refusal
 from trainyard.core.workdirs import WorkdirError, check_name
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
@@ -58,7 +58,7 @@ class Limit:
                  allowed_hosts: Iterable[str] = ()) -> None:
         self.max_bytes, self.bytes, self.files, self.folders = max_bytes, 0, 0, 0
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
-        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
+        self.allowed_hosts = frozenset(map(host_name, allowed_hosts))
         self.disk: Path | None = None  # the folder fetched into, whose disk must keep room
         # Called with the bytes fetched so far, every ``_every`` bytes: the cache evicts what
         # it must to hold them within its capacity while the fetch goes on, not only after.
@@ -127,7 +127,7 @@ def _connect(address: tuple[str, int], timeout: Any = None, source_address: Any 
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise FetchError(f"cannot resolve {host}: {exc}") from exc
-    allowed = host.lower() in limit.allowed_hosts
+    allowed = host_name(host) in limit.allowed_hosts
     problem: OSError | None = None
     for family, kind, proto, _, sockaddr in infos:
         if not allowed and (why := refusal(str(sockaddr[0]))) is not None:

@@ -36,11 +36,16 @@ def refusal(address: str) -> str | None:
     return f"{ip} is an address of this machine"
 
 
+def host_name(host: str) -> str:
+    """A host as compared with ``dataset_allowed_hosts``: lowercase, an IPv6 literal unbracketed."""
+    return host.strip().strip("[]").lower()
+
+
 def host_refusal(host: str, port: int, allowed_hosts: Iterable[str]) -> str | None:
     """Why a URL's ``host`` may not be fetched from (None: it may, or it does not resolve
     here): any of the addresses it resolves to refused, unless the admin allowed the host."""
-    host = host.strip("[]").lower()
-    if host in {h.lower() for h in allowed_hosts}:
+    host = host_name(host)
+    if host in {host_name(h) for h in allowed_hosts}:
         return None
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)

@@ -297,6 +297,10 @@ def task_datasets(session: Session, user: UserRow, spec: JobSpec, role: str) -> 
 # -- the nodes' caches ----------------------------------------------------------------------
 
 
+def _timestamp(when: datetime) -> float:
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
 def _when(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(value, UTC)
 
@@ -308,14 +312,17 @@ def node_caches(backend: object) -> list[NodeDatasetCache]:
 
 def cache_views(session: Session, caches: Iterable[NodeDatasetCache], viewer: UserRow) -> list[NodeCacheView]:
     """Each node's cache: an admin sees every entry; a user the entries of datasets they may
-    read (the totals are the node's either way)."""
-    readable: set[str] | None = None
+    read, fetched since the dataset was registered under its name (an entry of an earlier
+    dataset of that name, another user's perhaps, is not theirs to see), the totals the
+    node's either way."""
+    readable: dict[str, float] | None = None
     if not viewer.is_admin:
-        readable = {view.name for view in dataset_views(session, viewer)}
+        readable = {view.name: _timestamp(view.createdAt) for view in dataset_views(session, viewer)}
     return [NodeCacheView(
         node=cache.node, capacityBytes=cache.capacity_bytes, usedBytes=cache.used_bytes, hits=cache.hits,
         misses=cache.misses, bytesFetched=cache.bytes_fetched, evictions=cache.evictions,
         entries=[CacheEntryView(dataset=e.dataset, version=e.version, key=e.key, bytes=e.size, files=e.files,
                                 fetchedAt=_when(e.fetched_at), lastUsedAt=_when(e.last_used_at), inUse=e.in_use)
-                 for e in cache.entries if readable is None or e.dataset in readable])
+                 for e in cache.entries
+                 if readable is None or (e.dataset in readable and (e.fetched_at or 0.0) >= readable[e.dataset])])
         for cache in caches]
