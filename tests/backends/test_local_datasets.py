@@ -87,6 +87,29 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     assert "could not fetch" in harness.log(key) and "ran" not in harness.log(key).splitlines()
 
 
+def test_a_storage_folder_dataset_holds_only_what_its_owners_account_may_read(public_dir: Path,
+                                                                             make_local) -> None:
+    """Root copies a shared storage's folder for Alice (whose tasks run as ``nobody``): her
+    task finds the team's file, not the one only root may read."""
+    sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
+    assert sandbox is not None, why
+    harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
+                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20))
+    team = public_dir / "storage" / "team"
+    team.mkdir(parents=True)
+    (team / "shared.txt").write_text("team\n")
+    (team / "private.txt").write_text("root's\n")
+    os.chmod(team / "private.txt", 0o600)
+    dataset = DatasetFetch("team", str(team), "v1", "/data/team", storage_root=str(public_dir / "storage"),
+                           reader="alice")
+    key = harness.new_key()
+    harness.backend.launch(TaskLaunch(key, harness.node, "echo $(ls /data/team)\n", {}, user="alice",
+                                      datasets=(dataset,)))
+    status = harness.wait_ended(key)
+    assert status.exit_code == 0, harness.log(key)
+    assert harness.log(key).splitlines()[-1] == "shared.txt", harness.log(key)
+
+
 def test_a_task_stopped_while_its_dataset_is_fetched_leaves_nothing_mounted_and_the_next_fetches_it(
         public_dir: Path, source: Source, make_local) -> None:
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])

@@ -15,6 +15,8 @@ from typing import Any
 
 from trainyard.backends.base import CacheEntry, DatasetFetch, Mount, NodeDatasetCache
 from trainyard.backends.datacache import DEFAULT_CAPACITY_BYTES, DEFAULT_FETCH_TIMEOUT_SECONDS, NodeCache
+from trainyard.backends.taskaccounts import TaskAccounts
+from trainyard.backends.taskuser import TaskUser
 from trainyard.spec.datasets import dataset_variable
 from trainyard.spec.storages import storage_variable
 
@@ -63,6 +65,16 @@ def unenforced_notes(mounts: Sequence[Mount], why: str) -> list[str]:
 
 
 # -- datasets (issue 35): read-only mounts of the node's cache's entries ----------------------
+
+
+def account_reader(accounts: TaskAccounts | None, run_as: TaskUser | None, user: str) -> tuple[int, list[int]] | None:
+    """The account whose permissions root honours copying ``user``'s storage folder into the
+    dataset cache: the one their tasks run as (None: the server's own, which copies it);
+    ValueError where ``user`` has none."""
+    account = accounts.account_for(user) if accounts is not None else run_as
+    if account is None:
+        return None
+    return account.uid, os.getgrouplist(account.name, account.gid)
 
 
 class NodeDatasets:

@@ -131,7 +131,7 @@ from trainyard.backends.local.records import (
 )
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.tasklimits import limits_layout
-from trainyard.backends.mounts import NodeDatasets, make_missing_storage, mount_env, unenforced_notes
+from trainyard.backends.mounts import NodeDatasets, account_reader, make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
 from trainyard.backends.sandboxjoin import open_inside
 from trainyard.backends.taskaccounts import NO_HOME, TaskAccounts
@@ -219,11 +219,10 @@ class LocalBackend(jobdirs.JobDirTree):
         os.chmod(self.environments_root, taskuser.ENVIRONMENTS_MODE)
         self.task_python = install_runtime((self.work_dir_root or self.state_dir) / TASK_PYTHON_DIR)
         # The node's dataset cache (``DatasetCaches``): in the state dir unless the admin says where.
-        # ``dataset_sources``: a fetch's time in all, and the hosts a URL may name where they
-        # resolve to loopback, link-local or this node's addresses (``datafetch.refusal``).
+        # ``dataset_sources``: a fetch's time in all, and the hosts allowed (``core.addresses``).
         self.datasets = NodeDatasets(Path(dataset_cache[0] or self.state_dir / "datasets"), dataset_cache[1],
                                      timeout=dataset_sources[0], allowed_hosts=dataset_sources[1])
-        self.datasets.reader_of = self._dataset_reader
+        self.datasets.reader_of = lambda user: account_reader(accounts, self._user, user)
         # The sandbox hides the state dir and the work-dir root from every task, beside
         # what the caller hides (the server's home).
         hidden = (self.state_dir,) if self.work_dir_root is None else (self.state_dir, self.work_dir_root)
@@ -499,14 +498,6 @@ class LocalBackend(jobdirs.JobDirTree):
         if not same_task(spec, task.script, task.env):
             log.warning("task %s: %s holds a different task (other script or env); not adopting it", task.key, task_dir)
             raise RuntimeError(f"task dir {task_dir} already holds a different task; not adopting it as {task.key}")
-
-    def _dataset_reader(self, user: str) -> tuple[int, list[int]] | None:
-        """The account whose permissions root honours copying ``user``'s storage folder into
-        the dataset cache: the one their tasks run as (None: the server's own, which copies it)."""
-        account = self._accounts.account_for(user) if self._accounts is not None else self._user
-        if account is None:
-            return None
-        return account.uid, os.getgrouplist(account.name, account.gid)
 
     def _account_for(self, task: TaskLaunch) -> TaskUser | None:
         """The OS account the task runs as; None: the server's own."""
