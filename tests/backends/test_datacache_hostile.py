@@ -20,6 +20,7 @@ from trainyard.backends import datacache, datafetch
 from trainyard.backends.base import DatasetFetch
 from trainyard.backends.datacache import NodeCache
 from trainyard.backends.datafetch import FetchError
+from trainyard.backends.mounts import NodeDatasets
 from trainyard.core.addresses import refusal
 
 
@@ -145,6 +146,10 @@ def test_a_cache_folder_someone_else_may_write_is_refused(tmp_path: Path, made: 
         os.chmod(root, 0o777)
     with pytest.raises(PermissionError, match="set dataset_cache_dir"):
         NodeCache(root, 1 << 20).ensure(item("x", "http://192.0.2.77/x.bin"))
+    with pytest.raises(PermissionError, match="set dataset_cache_dir"):
+        NodeCache(root, 1 << 20).read()  # the server's view removes ended uses: not there either
+    with pytest.raises(RuntimeError, match="set dataset_cache_dir"):
+        NodeDatasets(root)  # the backend, and the server with it, does not start
     assert not (tmp_path / "theirs" / "entries").exists()
 
 

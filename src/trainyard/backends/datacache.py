@@ -168,6 +168,8 @@ class NodeCache:
 
     def read(self) -> dict[str, Any]:
         """Capacity, counters and entries (each with its live uses), as of now."""
+        if self.root.exists() or self.root.is_symlink():
+            self.check_root()  # it removes the uses of ended tasks: never in a folder a user shaped
         metas = list(self._metas())
         for meta in metas:
             meta["in_use"] = self._live_uses(meta["key"])
@@ -176,14 +178,20 @@ class NodeCache:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _make_dirs(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    def check_root(self) -> None:
+        """PermissionError unless the root is a folder of this account's that only it may
+        write: one a user made first (or a link in its place) would let them swap an entry,
+        a lock, a use or a partial fetch under root, which reads, writes and removes there."""
         found = os.lstat(self.root)
         if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
             # Made by someone else (a user who made the folder first, or a link in its place):
             # whoever may write it could swap an entry, a lock or a partial fetch under root.
             raise PermissionError(f"the dataset cache {self.root} is not a folder of this account's that only it "
                                   "may write: remove it, or set dataset_cache_dir to a folder of its own")
+
+    def _make_dirs(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.check_root()
         for name in ("entries", "meta", "locks", "uses", "partial"):
             (self.root / name).mkdir(exist_ok=True, mode=0o700)
         # The entries' folder must let the sandbox's bind reach an entry (as root) and a task
