@@ -5,6 +5,7 @@ throttle its bytes per second, or redirect a path elsewhere."""
 from __future__ import annotations
 
 import io
+import sys
 import tarfile
 import threading
 import time
@@ -75,6 +76,12 @@ def serving() -> Iterator[Source]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def handle_error(request: object, address: object) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # a fetch that gave up
+            ThreadingHTTPServer.handle_error(server, request, address)
+
+    server.handle_error = handle_error  # type: ignore[method-assign]
     server.daemon_threads = True
     source.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
