@@ -114,7 +114,8 @@ def main() -> None:
         source.bytes_per_second = args.mbps * (1 << 20)
         url = source.add("/set.tar", body)
         backend = LocalBackend(Path(tmp) / "state", gpus=simulated_gpus(1),
-                               dataset_cache=(Path(tmp) / "cache", len(body) * 5 // 2))
+                               dataset_cache=(Path(tmp) / "cache", len(body) * 5 // 2),
+                               dataset_sources=(3600.0, ("127.0.0.1",)))  # the throttled source's host
         job = 0
         for run in range(args.runs):
             dataset = DatasetFetch("bench", url, f"run-{run}", "/data/bench")

@@ -15,6 +15,12 @@ from trainyard.client import Client, TrainyardError
 URL = "https://data.example.org/imagenet-mini.tar.gz"
 
 
+def allow_local(api: Api) -> None:
+    """Let datasets come from the tests' source on 127.0.0.1, as an admin would (dataset_allowed_hosts)."""
+    api.ctx.dataset_allowed_hosts = ("127.0.0.1",)
+    api.ctx.backend.datasets.cache.allowed_hosts = ("127.0.0.1",)
+
+
 def job(datasets: str, role: str = "") -> str:
     return f"name: j\ndatasets: {datasets}\ntaskRoles:\n  w:\n    commands: ['sleep 600']\n{role}"
 
@@ -82,6 +88,23 @@ def test_bad_registrations_get_4xx_with_the_field(api: Api) -> None:
     assert api.sdk(api.user_token).register_dataset("x", URL, sha256=digest.upper()).version == digest
 
 
+def test_a_url_at_the_servers_own_or_metadata_addresses_is_refused_unless_an_admin_allows_its_host(
+        api: Api) -> None:
+    """Nodes fetch datasets as root: a URL at loopback (the server's API, its database),
+    link-local (cloud metadata) or an unspecified address, however spelled, is a 422 at
+    ``source``; the admin's dataset_allowed_hosts lets a named host through."""
+    for url in ("http://127.0.0.1:8000/api/v1/users", "http://localhost/x.tar", "http://2130706433/x.tar",
+                "http://[::1]/x.tar", "http://[::ffff:127.0.0.1]/x.tar", "http://169.254.169.254/latest/meta-data",
+                "http://0.0.0.0:5432/x.tar", "http://host:99999/x.tar"):
+        response = api.user.put("/api/v1/datasets/x", json={"source": url, "version": "1"})
+        assert response.status_code == 422, (url, response.text)
+        assert response.json()["errors"][0]["path"] == "source", (url, response.text)
+    assert "dataset_allowed_hosts" in api.user.put(
+        "/api/v1/datasets/x", json={"source": "http://localhost/x.tar", "version": "1"}).json()["detail"]
+    api.ctx.dataset_allowed_hosts = ("localhost",)
+    assert api.sdk(api.user_token).register_dataset("x", "http://localhost/x.tar", version="1").version == "1"
+
+
 def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api) -> None:
     (bobs, bob_token) = bob(api)
     bobs.register_dataset("corpus", URL, version="1")
@@ -106,6 +129,7 @@ def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api
 def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) -> None:
     alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
     (bobs, _) = bob(api)
+    allow_local(api)
     with serving() as source:
         url = source.add("/c.tar.gz", tar_gz({"a": b"a" * 100}))
         alice.register_dataset("corpus", url, version="1")
@@ -132,3 +156,20 @@ def test_a_dataset_mounted_over_another_mount_point_is_refused_at_its_field(api:
     alice.register_dataset("b", URL, version="1")
     status, body = submit(api, api.user_token, job("[{name: a, mountPath: /data/x}, {name: b, mountPath: /data/x/y}]"))
     assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath" and "'b'" in body["detail"]
+
+
+def test_a_cached_entry_of_an_earlier_dataset_of_a_name_is_not_shown_to_its_new_owner(api: Api) -> None:
+    alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
+    (bobs, _) = bob(api)
+    allow_local(api)
+    with serving() as source:
+        url = source.add("/s.tar.gz", tar_gz({"a": b"a"}))
+        alice.register_dataset("secret", url, version="q3-layoffs")
+        fetch = DatasetFetch("secret", url, "q3-layoffs", "/data/secret")
+        api.ctx.backend.datasets.cache.ensure({"key": fetch.key, "name": "secret", "version": "q3-layoffs",
+                                               "source": url, "sha256": "", "storage_root": ""}, use=False)
+    assert [e.version for e in alice.dataset_caches()[0].entries] == ["q3-layoffs"]
+    alice.remove_dataset("secret")
+    bobs.register_dataset("secret", URL, version="1")
+    assert bobs.dataset_caches()[0].entries == []
+    assert [e.version for e in admin.dataset_caches()[0].entries] == ["q3-layoffs"]

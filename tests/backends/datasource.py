@@ -1,10 +1,11 @@
 """A real HTTP source of datasets on 127.0.0.1 for the cache's tests and benchmark: serves
-named bodies, counts requests, can hold a request until released, cut a body short, or
-throttle its bytes per second."""
+named bodies, counts requests, can hold a request until released, cut a body short,
+throttle its bytes per second, or redirect a path elsewhere."""
 
 from __future__ import annotations
 
 import io
+import sys
 import tarfile
 import threading
 import time
@@ -31,6 +32,7 @@ class Source:
         self.hold.set()
         self.cut_short: set[str] = set()
         self.bytes_per_second = 0.0
+        self.redirects: dict[str, str] = {}  # path -> the URL a 302 names
         self.url = ""
 
     def add(self, path: str, body: bytes) -> str:
@@ -46,6 +48,12 @@ def serving() -> Iterator[Source]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
             source.requests.append(self.path)
             source.hold.wait()
+            if self.path in source.redirects:
+                self.send_response(302)
+                self.send_header("Location", source.redirects[self.path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             body = source.bodies.get(self.path)
             if body is None:
                 self.send_error(404)
@@ -68,6 +76,12 @@ def serving() -> Iterator[Source]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+
+    def handle_error(request: object, address: object) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # a fetch that gave up
+            ThreadingHTTPServer.handle_error(server, request, address)
+
+    server.handle_error = handle_error  # type: ignore[method-assign]
     server.daemon_threads = True
     source.url = f"http://127.0.0.1:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)

@@ -20,6 +20,8 @@ from trainyard.backends.base import DatasetFetch
 from trainyard.backends.datacache import NodeCache
 from trainyard.backends.datafetch import FetchError
 
+LOCAL = ("127.0.0.1",)  # the test's source, allowed as an admin would (dataset_allowed_hosts)
+
 
 def item(name: str, source: str, version: str = "1", sha256: str = "", storage_root: str = "") -> dict:
     fetch = DatasetFetch(name, source, version, f"/data/{name}", sha256, storage_root)
@@ -42,7 +44,7 @@ def ended_task() -> int:
 
 def test_a_dataset_is_fetched_once_then_found_in_the_cache(tmp_path: Path, source: Source) -> None:
     url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha", "train/b.txt": b"beta" * 100}))
-    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     said: list[str] = []
     entry = cache.ensure(item("mini", url), said.append)
     assert (entry / "train" / "a.txt").read_bytes() == b"alpha"
@@ -59,7 +61,7 @@ def test_a_dataset_is_fetched_once_then_found_in_the_cache(tmp_path: Path, sourc
 
 def test_two_tasks_that_need_one_dataset_cause_one_fetch(tmp_path: Path, source: Source) -> None:
     url = source.add("/shared.tar", tar_gz({"x": b"x" * 1000}))
-    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     source.hold.clear()  # the first fetch waits on the source while the second task asks
     entries: list[Path] = []
     tasks = [threading.Thread(target=lambda: entries.append(cache.ensure(item("shared", url)))) for _ in range(2)]
@@ -77,7 +79,7 @@ def test_two_tasks_that_need_one_dataset_cause_one_fetch(tmp_path: Path, source:
 def test_the_least_recently_used_entry_no_task_mounts_is_evicted(tmp_path: Path, source: Source) -> None:
     body = os.urandom(4000)  # incompressible: each entry holds 4000 bytes
     urls = {name: source.add(f"/{name}.bin", body) for name in ("old", "busy", "new")}
-    cache = NodeCache(tmp_path / "cache", 9000)  # two entries fit, not three
+    cache = NodeCache(tmp_path / "cache", 9000, allowed_hosts=LOCAL)  # two entries fit, not three
     old = cache.ensure(item("old", urls["old"]), pid=ended_task())
     sleeper = subprocess.Popen(["sleep", "600"])
     try:
@@ -99,7 +101,7 @@ def test_the_least_recently_used_entry_no_task_mounts_is_evicted(tmp_path: Path,
 
 def test_a_new_version_is_fetched_again_never_served_stale(tmp_path: Path, source: Source) -> None:
     url = source.add("/d.tar.gz", tar_gz({"v": b"one"}))
-    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     first = cache.ensure(item("d", url, "1"))
     source.bodies["/d.tar.gz"] = tar_gz({"v": b"two"})
     second = cache.ensure(item("d", url, "2"))
@@ -111,7 +113,7 @@ def test_a_new_version_is_fetched_again_never_served_stale(tmp_path: Path, sourc
 def test_an_interrupted_fetch_is_never_mounted_and_is_cleaned_up_and_retried(tmp_path: Path, source: Source) -> None:
     body = tar_gz({"big": os.urandom(200_000)})
     url = source.add("/cut.tar.gz", body)
-    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     wanted = item("cut", url)
     source.cut_short.add("/cut.tar.gz")
     with pytest.raises(FetchError):
@@ -151,7 +153,7 @@ def _member(tar: tarfile.TarFile, name: str, kind: bytes = tarfile.REGTYPE, link
 def test_a_hostile_archive_is_refused_and_leaves_nothing(tmp_path: Path, source: Source, add: object,
                                                           said: str) -> None:
     url = source.add("/bad.tar", _tar(add))
-    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     with pytest.raises(FetchError, match=said):
         cache.ensure(item("bad", url))
     assert list((tmp_path / "cache" / "entries").iterdir()) == []
@@ -161,13 +163,13 @@ def test_a_hostile_archive_is_refused_and_leaves_nothing(tmp_path: Path, source:
 def test_a_changed_archive_fails_its_sha256_and_a_too_big_one_the_capacity(tmp_path: Path, source: Source) -> None:
     body = tar_gz({"a": b"a"})
     url = source.add("/a.tar.gz", body)
-    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     with pytest.raises(FetchError, match="not the registered"):
         cache.ensure(item("a", url, sha256="0" * 64))
     assert cache.ensure(item("a", url, sha256=hashlib.sha256(body).hexdigest())).is_dir()
     big = source.add("/big.bin", b"b" * 2000)
     with pytest.raises(FetchError, match="bigger than this node's cache"):
-        NodeCache(tmp_path / "small", 1000).ensure(item("big", big))
+        NodeCache(tmp_path / "small", 1000, allowed_hosts=LOCAL).ensure(item("big", big))
 
 
 def test_a_storage_folder_is_copied_without_following_links(tmp_path: Path) -> None:
@@ -177,7 +179,7 @@ def test_a_storage_folder_is_copied_without_following_links(tmp_path: Path) -> N
     (storage / "sets" / "d" / "secret").symlink_to("/etc/hostname")
     os.mkfifo(storage / "sets" / "d" / "pipe")
     (storage / "sets" / "link").symlink_to(storage / "sets" / "d")
-    cache = NodeCache(tmp_path / "cache", 1 << 20)
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     entry = cache.ensure(item("d", str(storage / "sets" / "d"), storage_root=str(storage)))
     assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*")) == ["sub", "sub/f.txt"]
     with pytest.raises(FetchError, match="without following links"):

@@ -52,7 +52,8 @@ def test_a_sandboxed_task_reads_its_dataset_read_only_and_a_second_task_finds_it
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
     assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
-                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20))
+                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20),
+                         dataset_sources=(60.0, ("127.0.0.1",)))
     url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
     dataset = DatasetFetch("mini", url, "v1", "/data/mini")
     logs = []
@@ -77,7 +78,7 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
     assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
-                         work_dir_root=public_dir / "work")
+                         work_dir_root=public_dir / "work", dataset_sources=(60.0, ("127.0.0.1",)))
     dataset = DatasetFetch("gone", source.url + "/gone.tar", "v1", "/data/gone")
     key = harness.new_key()
     harness.backend.launch(TaskLaunch(key, harness.node, "echo ran\n", {}, user="alice", datasets=(dataset,)))
@@ -86,12 +87,36 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     assert "could not fetch" in harness.log(key) and "ran" not in harness.log(key).splitlines()
 
 
+def test_a_storage_folder_dataset_holds_only_what_its_owners_account_may_read(public_dir: Path,
+                                                                             make_local) -> None:
+    """Root copies a shared storage's folder for Alice (whose tasks run as ``nobody``): her
+    task finds the team's file, not the one only root may read."""
+    sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
+    assert sandbox is not None, why
+    harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
+                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20))
+    team = public_dir / "storage" / "team"
+    team.mkdir(parents=True)
+    (team / "shared.txt").write_text("team\n")
+    (team / "private.txt").write_text("root's\n")
+    os.chmod(team / "private.txt", 0o600)
+    dataset = DatasetFetch("team", str(team), "v1", "/data/team", storage_root=str(public_dir / "storage"),
+                           reader="alice")
+    key = harness.new_key()
+    harness.backend.launch(TaskLaunch(key, harness.node, "echo $(ls /data/team)\n", {}, user="alice",
+                                      datasets=(dataset,)))
+    status = harness.wait_ended(key)
+    assert status.exit_code == 0, harness.log(key)
+    assert harness.log(key).splitlines()[-1] == "shared.txt", harness.log(key)
+
+
 def test_a_task_stopped_while_its_dataset_is_fetched_leaves_nothing_mounted_and_the_next_fetches_it(
         public_dir: Path, source: Source, make_local) -> None:
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
     assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
-                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20))
+                         work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20),
+                         dataset_sources=(60.0, ("127.0.0.1",)))
     url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
     dataset = DatasetFetch("mini", url, "v1", "/data/mini")
     source.hold.clear()  # the source answers nothing until released: the fetch is under way
@@ -116,6 +141,7 @@ def test_a_task_stopped_while_its_dataset_is_fetched_leaves_nothing_mounted_and_
 @needs_podman
 def test_a_task_in_a_container_reads_its_dataset_read_only_at_its_mount_path(podman_local, image, source) -> None:
     url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
+    podman_local.backend.datasets.cache.allowed_hosts = ("127.0.0.1",)  # the test's source, as an admin allows
     key = podman_local.new_key()
     podman_local.backend.launch(TaskLaunch(
         key, podman_local.node, "cat $TRAINYARD_DATASET_MINI/train/a.txt\n"

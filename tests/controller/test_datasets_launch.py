@@ -5,6 +5,7 @@ submit fails the launch with the reason."""
 
 from __future__ import annotations
 
+import pytest
 from backends.datasource import serving, tar_gz
 
 from trainyard.backends.base import TaskKey
@@ -22,10 +23,18 @@ JOB = ("name: r\ndatasets: [{name: corpus, mountPath: /data/corpus}]\ntaskRoles:
        "    commands: ['cat $TRAINYARD_DATASET_CORPUS/words.txt']\n")
 
 
+LOCAL = ("127.0.0.1",)  # the test's source's host, allowed as an admin would (dataset_allowed_hosts)
+
+
+@pytest.fixture
+def world(make_world):
+    return make_world(backend_options={"dataset_sources": (60.0, LOCAL)})
+
+
 def register(world, url: str, version: str) -> None:
     with world.db.session() as s:
         dataset_service.register_dataset(s, world.user, "corpus", source=url, version=version, sha256="",
-                                         description="", clock=SystemClock())
+                                         description="", clock=SystemClock(), allowed_hosts=LOCAL)
 
 
 def test_jobs_read_a_dataset_fetched_once_per_version(world) -> None:

@@ -234,6 +234,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             log_max_bytes=None if settings.task_log_max_mb is None else settings.task_log_max_mb << 20,
             log_cap_stop=settings.task_log_cap_stop,
             dataset_cache=(settings.dataset_cache_dir, int(settings.dataset_cache_gb * (1 << 30))),
+            dataset_sources=(settings.dataset_fetch_timeout_s, tuple(settings.dataset_allowed_hosts)),
         )
         backend.check_host()
     except RuntimeError as exc:  # no bash, supervisors cannot start, or required limits cannot be: nothing could run
@@ -343,6 +344,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
                                                 borrowing=config.borrowing,
                                                 webhook_allow=tuple(settings.notify_webhook_allow)),
                      idempotency_key_hours=settings.idempotency_key_hours,
+                     dataset_allowed_hosts=tuple(settings.dataset_allowed_hosts),
                      email_notices=settings.smtp_host is not None,
                      sign_in_failures=settings.sign_in_failures,
                      sign_in_window_seconds=settings.sign_in_window_seconds)

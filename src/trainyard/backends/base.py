@@ -118,11 +118,16 @@ class DatasetFetch:
     target: str  # where the task finds it (its mountPath)
     sha256: str = ""  # the archive's, checked when given
     storage_root: str = ""  # for a folder: the storage's own path, which it is opened from
+    # For a folder: the Trainyard user (the dataset's owner) whose task account's permissions
+    # the copy honours: root copies only what that account could read itself.
+    reader: str = ""
 
     @property
     def key(self) -> str:
-        """The cache entry's name: a new source or version is a new entry, never a stale one."""
-        text = "\0".join((self.name, self.source, self.version, self.sha256))
+        """The cache entry's name: a new source or version is a new entry, never a stale one
+        (nor, for a folder, one copied with another reader's permissions)."""
+        parts = (self.name, self.source, self.version, self.sha256, *((self.reader,) if self.storage_root else ()))
+        text = "\0".join(parts)
         return f"{self.name}-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
 
 

@@ -30,7 +30,9 @@ The crash-safety protocol, step by step:
 4. Otherwise fetch into ``partial/KEY.PID``, then write its meta and rename it to
    ``entries/KEY``: a partly fetched dataset is never at the path a task mounts.
 5. Record the use (``uses/KEY/PID-START``), touch the meta (last use), release the lock.
-6. Evict (``evict``, under ``cache.lock``): while the entries' bytes exceed the capacity,
+6. Evict (``evict``, under ``cache.lock``; also during step 4, every 1/16 of the capacity
+   or 64 MiB fetched, counting the bytes fetched so far, so that the cache holds its
+   capacity while it fetches, not only after): while the entries' bytes exceed the capacity,
    the least recently used entry that no live task uses and whose lock is free is renamed
    into ``partial/`` and removed.
 
@@ -50,6 +52,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,15 +60,23 @@ from typing import Any
 
 KEY = re.compile(r"[a-z][a-z0-9_-]{0,63}-[0-9a-f]{24}")
 DEFAULT_CAPACITY_BYTES = 100 << 30  # setting dataset_cache_gb
+DEFAULT_FETCH_TIMEOUT_SECONDS = 6 * 3600.0  # setting dataset_fetch_timeout_s
+# The most entries a cache keeps (past it the least recently used unmounted go, as past the
+# capacity): empty datasets take no room, yet each is files, folders and a metrics series.
+MAX_ENTRIES = 1000
 _COUNTERS = ("hits", "misses", "bytes_fetched", "evictions")
 
 
 class NodeCache:
-    """One node's cache at ``root``, of ``capacity`` bytes."""
+    """One node's cache at ``root``, of ``capacity`` bytes; a fetch may take ``timeout``
+    seconds in all, and connect to the hosts ``allowed_hosts`` even where they resolve to
+    loopback, link-local or this node's own addresses (``datafetch.refusal``)."""
 
-    def __init__(self, root: str | os.PathLike[str], capacity: int) -> None:
+    def __init__(self, root: str | os.PathLike[str], capacity: int, *,
+                 timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.root = Path(root)
         self.capacity = capacity
+        self.timeout, self.allowed_hosts = timeout, tuple(allowed_hosts)
 
     # -- the task's side: steps 1-6 -------------------------------------------------------
 
@@ -90,8 +101,10 @@ class NodeCache:
                 # Only a miss needs tarfile and urllib (tens of ms a task start would pay).
                 from trainyard.backends import datafetch
 
+                limit = datafetch.Limit(self.capacity, self.timeout, self.allowed_hosts)
+                limit.make_room = lambda fetched: self.evict(keep=key, extra=fetched)
                 try:
-                    size, files = datafetch.fetch(item, partial, datafetch.Limit(self.capacity))
+                    size, files = datafetch.fetch(item, partial, limit)
                 except BaseException:
                     shutil.rmtree(partial, ignore_errors=True)
                     raise
@@ -114,15 +127,17 @@ class NodeCache:
         uses.mkdir(mode=0o700, exist_ok=True)
         (uses / f"{pid}-{_start_time(pid)}").touch()
 
-    def evict(self, keep: str = "") -> list[str]:
-        """Step 6: remove least recently used entries no task uses until the rest fit."""
+    def evict(self, keep: str = "", extra: int = 0) -> list[str]:
+        """Step 6: remove least recently used entries no task uses until the rest fit (with
+        ``extra`` bytes of a fetch under way: room made while it fetches)."""
         evicted: list[str] = []
         self._make_dirs()
         with self._locked(self.root / "cache.lock"):
             entries = sorted(self._metas(), key=lambda m: m["last_used_at"] or 0.0)
-            used = sum(m["size"] for m in entries)
+            used = sum(m["size"] for m in entries) + extra
+            count = len(entries)
             for meta in entries:
-                if used <= self.capacity:
+                if used <= self.capacity and count <= MAX_ENTRIES:
                     break
                 key = meta["key"]
                 if key == keep or self._in_use(key):
@@ -143,6 +158,7 @@ class NodeCache:
                 finally:
                     os.close(lock)
                 used -= meta["size"]
+                count -= 1
                 evicted.append(key)
             if evicted:
                 self._count_locked(evictions=len(evicted))
@@ -152,6 +168,8 @@ class NodeCache:
 
     def read(self) -> dict[str, Any]:
         """Capacity, counters and entries (each with its live uses), as of now."""
+        if self.root.exists() or self.root.is_symlink():
+            self.check_root()  # it removes the uses of ended tasks: never in a folder a user shaped
         metas = list(self._metas())
         for meta in metas:
             meta["in_use"] = self._live_uses(meta["key"])
@@ -160,8 +178,20 @@ class NodeCache:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def check_root(self) -> None:
+        """PermissionError unless the root is a folder of this account's that only it may
+        write: one a user made first (or a link in its place) would let them swap an entry,
+        a lock, a use or a partial fetch under root, which reads, writes and removes there."""
+        found = os.lstat(self.root)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o022:
+            # Made by someone else (a user who made the folder first, or a link in its place):
+            # whoever may write it could swap an entry, a lock or a partial fetch under root.
+            raise PermissionError(f"the dataset cache {self.root} is not a folder of this account's that only it "
+                                  "may write: remove it, or set dataset_cache_dir to a folder of its own")
+
     def _make_dirs(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.check_root()
         for name in ("entries", "meta", "locks", "uses", "partial"):
             (self.root / name).mkdir(exist_ok=True, mode=0o700)
         # The entries' folder must let the sandbox's bind reach an entry (as root) and a task

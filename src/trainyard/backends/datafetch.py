@@ -1,8 +1,16 @@
-"""Fetching a dataset into a folder of a node's cache (``datacache``), the source held
-hostile: an http(s) URL (a tar archive, plain, gzip, bzip2 or xz, unpacked as folders and
+"""Fetching a dataset into a folder of a node's cache (``datacache``), as root, the source
+held hostile: an http(s) URL (a tar archive, plain, gzip, bzip2 or xz, unpacked as folders and
 regular files under names ``core.workdirs.check_name`` accepts, never a link, device or
 FIFO; any other file kept as it is; its SHA-256 checked when registered), or a storage's
 folder walked from the storage's root without following a link at any step.
+
+A URL is fetched only from addresses no user should reach through root's hands (``refusal``):
+never loopback, link-local (cloud metadata), unspecified or multicast, nor one of this node's
+own addresses (the server's API, its database), checked at every connection, redirect
+included, on the address actually connected to (a name that resolves elsewhere at fetch than
+at registration gains nothing), unless the admin allowed its host by name
+(``dataset_allowed_hosts``); no proxy from the environment is used. A fetch ends after
+``timeout`` seconds in all (``dataset_fetch_timeout_s``), however slowly its source trickles.
 
 Standard library only (and ``core.workdirs``), like ``datacache``, which imports it only on
 a miss: a task that finds its datasets cached does not pay for tarfile and urllib.
@@ -10,20 +18,29 @@ a miss: a task that finds its datasets cached does not pay for tarfile and urlli
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import http.client
 import os
+import socket
 import stat
 import tarfile
+import time
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
+from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
+from trainyard.core.addresses import host_name, refusal
 from trainyard.core.workdirs import WorkdirError, check_name
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 CHUNK = 1 << 20
 HTTP_TIMEOUT_SECONDS = 60.0
-MAX_FILES = 10_000_000
+MAX_FILES = 10_000_000  # files and folders (each an inode)
+DISK_CHECK_BYTES = 64 << 20  # how often a fetch looks at the disk's free space
+DISK_RESERVE_BYTES = 1 << 30  # or 5% of the disk, whichever is less: never filled by a fetch
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -34,33 +51,131 @@ class FetchError(RuntimeError):
 
 
 class Limit:
-    """Bytes and files a fetch may still write: a dataset bigger than the cache is refused."""
+    """Bytes and files a fetch may still write, and until when: a dataset bigger than the
+    cache, or one whose source takes longer than ``timeout`` seconds, is refused."""
 
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes, self.bytes, self.files = max_bytes, 0, 0
+    def __init__(self, max_bytes: int, timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
+                 allowed_hosts: Iterable[str] = ()) -> None:
+        self.max_bytes, self.bytes, self.files, self.folders = max_bytes, 0, 0, 0
+        self.timeout, self.deadline = timeout, time.monotonic() + timeout
+        self.allowed_hosts = frozenset(map(host_name, allowed_hosts))
+        self.disk: Path | None = None  # the folder fetched into, whose disk must keep room
+        # Called with the bytes fetched so far, every ``_every`` bytes: the cache evicts what
+        # it must to hold them within its capacity while the fetch goes on, not only after.
+        self.make_room: Callable[[int], object] | None = None
+        self._checked_at, self._every = 0, max(1, min(DISK_CHECK_BYTES, max_bytes // 16))
 
-    def add(self, size: int, *, file: bool = False) -> None:
+    def add(self, size: int, *, file: bool = False, folder: bool = False) -> None:
         self.bytes += size
         self.files += file
+        self.folders += folder
         if self.bytes > self.max_bytes:
             raise FetchError(f"the dataset is bigger than this node's cache ({self.max_bytes} bytes, setting "
                              "dataset_cache_gb)")
-        if self.files > MAX_FILES:
-            raise FetchError(f"the dataset holds more than {MAX_FILES} files")
+        if self.files + self.folders > MAX_FILES:
+            raise FetchError(f"the dataset holds more than {MAX_FILES} files and folders")
+        if self.bytes - self._checked_at >= self._every:
+            self._checked_at = self.bytes
+            if self.make_room is not None:
+                self.make_room(self.bytes)
+            if self.disk is not None:
+                self.check_disk(self.disk)
+        self.check_time()
+
+    @staticmethod
+    def check_disk(path: Path) -> None:
+        """Refuse to go on when the disk under ``path`` is nearly full (other fetches, other
+        files): the cache's capacity is the admin's guess, the disk's free space a fact."""
+        disk = os.statvfs(path)
+        reserve = min(DISK_RESERVE_BYTES, disk.f_blocks * disk.f_frsize // 20)
+        if disk.f_bavail * disk.f_frsize < reserve:
+            raise FetchError(f"this node's disk under {path} is nearly full ({disk.f_bavail * disk.f_frsize} bytes "
+                             "free): the dataset is not fetched; lower dataset_cache_gb or free the disk")
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise FetchError(f"the fetch took longer than {self.timeout:g} s (setting dataset_fetch_timeout_s)")
+
+    def left(self) -> float:
+        """Seconds a socket may wait for one step: the rest of the fetch's time, at most a minute."""
+        return max(0.001, min(HTTP_TIMEOUT_SECONDS, self.deadline - time.monotonic()))
 
 
 def fetch(item: dict[str, Any], into: Path, limit: Limit) -> tuple[int, int]:
     """Fetch ``item``'s files into the empty folder ``into``: (bytes, files)."""
+    limit.disk = into
+    limit.check_disk(into)
     source = str(item["source"])
     if source.startswith(("http://", "https://")):
         return _fetch_url(source, str(item.get("sha256") or ""), into, limit)
     if not source.startswith("/") or not item.get("storage_root"):
         raise FetchError(f"dataset {item['name']}: a source must be an http(s) URL or a storage's folder")
-    return _copy_folder(str(item["storage_root"]), source, into, limit)
+    reader = item.get("reader")
+    return _copy_folder(str(item["storage_root"]), source, into, limit,
+                        None if reader is None else (int(reader[0]), frozenset(map(int, reader[1]))))
+
+
+# -- where root may connect ------------------------------------------------------------------
+
+
+def _connect(address: tuple[str, int], timeout: Any = None, source_address: Any = None, *,
+             limit: Limit) -> socket.socket:
+    """``socket.create_connection`` to an address ``refusal`` lets through: resolved once,
+    each address checked, and the connection made to the address checked."""
+    host, port = address
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise FetchError(f"cannot resolve {host}: {exc}") from exc
+    allowed = host_name(host) in limit.allowed_hosts
+    problem: OSError | None = None
+    for family, kind, proto, _, sockaddr in infos:
+        if not allowed and (why := refusal(str(sockaddr[0]))) is not None:
+            raise FetchError(f"the dataset's source {host} is at {sockaddr[0]}: {why}; a dataset is never fetched "
+                             "from there unless an admin lists the host in the setting dataset_allowed_hosts")
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(limit.left())
+            if source_address:
+                sock.bind(source_address)
+            sock.connect(sockaddr)
+            return sock
+        except OSError as exc:
+            sock.close()
+            problem = exc
+    raise problem or OSError(f"cannot connect to {host}")
+
+
+class _GuardedHTTP(urllib.request.HTTPHandler):
+    def __init__(self, limit: Limit) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def http_open(self, req: Any) -> Any:
+        return self.do_open(functools.partial(_guarded, http.client.HTTPConnection, self.limit), req)
+
+
+class _GuardedHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, limit: Limit) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def https_open(self, req: Any) -> Any:
+        return self.do_open(functools.partial(_guarded, http.client.HTTPSConnection, self.limit), req,
+                            context=self._context)  # type: ignore[attr-defined]
+
+
+def _guarded(kind: type[http.client.HTTPConnection], limit: Limit, *args: Any,
+             **kwargs: Any) -> http.client.HTTPConnection:
+    """A connection whose socket ``_connect`` makes (http.client's hook for it)."""
+    connection = kind(*args, **kwargs)
+    connection._create_connection = functools.partial(_connect, limit=limit)  # type: ignore[attr-defined]
+    return connection
 
 
 class _NoOtherSchemes(urllib.request.HTTPRedirectHandler):
-    """Redirects to http(s) only (never file: or ftp:, which root would read)."""
+    """Redirects to http(s) only (never file: or ftp:, which root would read); the host a
+    redirect names is checked when it is connected to, as the first."""
 
     def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
         if not newurl.startswith(("http://", "https://")):
@@ -69,24 +184,35 @@ class _NoOtherSchemes(urllib.request.HTTPRedirectHandler):
 
 
 class _Hashing:
-    """A stream that hashes what is read from it."""
+    """A stream that hashes what is read from it, one socket read at a time, each within
+    the fetch's time (``Limit``): a source that trickles cannot hold the fetch for ever."""
 
-    def __init__(self, inner: IO[bytes]) -> None:
-        self.inner, self.digest = inner, hashlib.sha256()
+    def __init__(self, inner: Any, limit: Limit) -> None:
+        self.inner, self.digest, self.limit = inner, hashlib.sha256(), limit
 
     def read(self, size: int = -1) -> bytes:
-        data = self.inner.read(size)
+        size = CHUNK if size is None or size < 0 else size
+        pieces, got = [], 0
+        while got < size:
+            self.limit.check_time()
+            piece = self.inner.read1(size - got)
+            if not piece:
+                break
+            pieces.append(piece)
+            got += len(piece)
+        data = b"".join(pieces)
         self.digest.update(data)
         return data
 
 
 def _fetch_url(url: str, sha256: str, into: Path, limit: Limit) -> tuple[int, int]:
-    opener = urllib.request.build_opener(_NoOtherSchemes)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _GuardedHTTP(limit), _GuardedHTTPS(limit),
+                                         _NoOtherSchemes)
     path = url.split("?", 1)[0].split("#", 1)[0]
     try:
         with opener.open(urllib.request.Request(url, headers={"User-Agent": "trainyard-datacache"}),
-                         timeout=HTTP_TIMEOUT_SECONDS) as response:
-            stream = _Hashing(response)
+                         timeout=limit.left()) as response:
+            stream = _Hashing(response, limit)
             if path.endswith(ARCHIVE_SUFFIXES):
                 _unpack(stream, into, limit)
             else:
@@ -120,7 +246,7 @@ def _unpack(stream: Any, into: Path, limit: Limit) -> None:
                 continue
             name = _name(relative)
             if info.isdir():
-                _make_folders(into, name)
+                _make_folders(into, name, limit)
             elif info.isreg() and not info.issparse():
                 member = tar.extractfile(info)
                 assert member is not None
@@ -130,7 +256,7 @@ def _unpack(stream: Any, into: Path, limit: Limit) -> None:
                 raise FetchError(f"{name!r} in the archive is {kind}; a dataset holds folders and files only")
 
 
-def _make_folders(into: Path, name: str) -> None:
+def _make_folders(into: Path, name: str, limit: Limit | None = None) -> None:
     """Folders inside ``into`` (which holds only what this fetch made: folders and files)."""
     here = into
     for part in name.split("/"):
@@ -138,13 +264,15 @@ def _make_folders(into: Path, name: str) -> None:
         if here.is_symlink() or (here.exists() and not here.is_dir()):
             raise FetchError(f"{name!r}: below a file of the same name")
         if not here.exists():
+            if limit is not None:
+                limit.add(0, folder=True)  # an inode too: an archive of empty folders is bounded
             os.mkdir(here, 0o755)
 
 
 def _write_file(into: Path, name: str, stream: Any, limit: Limit, *, executable: bool = False) -> None:
     parent, _, base = name.rpartition("/")
     if parent:
-        _make_folders(into, parent)
+        _make_folders(into, parent, limit)
     limit.add(0, file=True)
     try:
         fd = os.open(into / name, _NEW_FILE, 0o755 if executable else 0o644)
@@ -157,41 +285,70 @@ def _write_file(into: Path, name: str, stream: Any, limit: Limit, *, executable:
     os.chmod(into / name, 0o755 if executable else 0o644)  # past the umask
 
 
-def _copy_folder(root: str, source: str, into: Path, limit: Limit) -> tuple[int, int]:
+Reader = tuple[int, frozenset[int]]  # the (uid, groups) whose permissions a copy honours
+
+
+def _may(info: os.stat_result, reader: Reader | None, bits: int) -> bool:
+    """Whether ``reader`` may do ``bits`` (4 read, 1 search, 5 both) to a file of ``info``,
+    by its mode as the kernel checks it (the owner's, else the group's, else the others'
+    bits; an ACL that grants more is not honoured: what it shares is left out)."""
+    if reader is None or reader[0] == 0:
+        return True
+    uid, groups = reader
+    shift = 6 if info.st_uid == uid else 3 if info.st_gid in groups else 0
+    return (info.st_mode >> shift) & bits == bits
+
+
+def _copy_folder(root: str, source: str, into: Path, limit: Limit, reader: Reader | None = None) -> tuple[int, int]:
     """A storage's folder, copied from ``root`` (the storage's own path, the admin's) down,
-    never through a link: what a user put in the storage cannot lead root elsewhere."""
+    never through a link, and only what ``reader`` (the account of the dataset's owner's
+    tasks) could read itself: what a user put in the storage cannot lead root elsewhere,
+    and another user's private folder in a shared storage stays theirs."""
     if source != root and not source.startswith(root.rstrip("/") + "/"):
         raise FetchError(f"{source} is not inside its storage {root}")
+    if reader is not None and reader[0] < 0:
+        raise FetchError(f"{source}: the dataset's owner has no task account here whose permissions a copy could "
+                         "honour")
     try:
         fd = os.open(root, _DIR_FLAGS)
         for part in [p for p in source[len(root):].split("/") if p]:
-            step = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            step = os.open(part, _DIR_FLAGS, dir_fd=fd) if _may(os.fstat(fd), reader, 1) else -1
             os.close(fd)
             fd = step
+            if fd < 0:
+                raise FetchError(f"the dataset's owner may not reach {source} (its folders' permissions)")
+        if not _may(os.fstat(fd), reader, 5):
+            os.close(fd)
+            raise FetchError(f"the dataset's owner may not read the folder {source} (its permissions)")
     except OSError as exc:
         raise FetchError(f"cannot open the dataset's folder {source} (without following links): {exc}") from exc
     try:
-        _copy_tree(fd, into, "", limit)
+        _copy_tree(fd, into, "", limit, reader)
     finally:
         os.close(fd)
     return limit.bytes, limit.files
 
 
-def _copy_tree(fd: int, into: Path, prefix: str, limit: Limit) -> None:
+def _copy_tree(fd: int, into: Path, prefix: str, limit: Limit, reader: Reader | None = None) -> None:
     for name in sorted(os.listdir(fd)):
         shown = f"{prefix}{name}"
         info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if not _may(info, reader, 5 if stat.S_ISDIR(info.st_mode) else 4):
+            continue  # the owner's account could not read it: left out, like a link
         if stat.S_ISDIR(info.st_mode):
-            _make_folders(into, _name(shown))
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             try:
-                _copy_tree(child, into, shown + "/", limit)
+                if not _may(os.fstat(child), reader, 5):  # another folder swapped in since the stat
+                    continue
+                _make_folders(into, _name(shown), limit)
+                _copy_tree(child, into, shown + "/", limit, reader)
             finally:
                 os.close(child)
         elif stat.S_ISREG(info.st_mode):
             file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
             with os.fdopen(file_fd, "rb") as source:
-                if not stat.S_ISREG(os.fstat(file_fd).st_mode):  # swapped since the stat
+                opened = os.fstat(file_fd)
+                if not stat.S_ISREG(opened.st_mode) or not _may(opened, reader, 4):  # swapped since the stat
                     continue
                 os.set_blocking(file_fd, True)
                 _write_file(into, _name(shown), source, limit, executable=bool(info.st_mode & stat.S_IXUSR))

@@ -9,12 +9,14 @@ Shared by the local and Slurm backends (and containers), so that none imports an
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from trainyard.backends.base import CacheEntry, DatasetFetch, Mount, NodeDatasetCache
-from trainyard.backends.datacache import DEFAULT_CAPACITY_BYTES, NodeCache
+from trainyard.backends.datacache import DEFAULT_CAPACITY_BYTES, DEFAULT_FETCH_TIMEOUT_SECONDS, NodeCache
+from trainyard.backends.taskaccounts import TaskAccounts
+from trainyard.backends.taskuser import TaskUser
 from trainyard.spec.datasets import dataset_variable
 from trainyard.spec.storages import storage_variable
 
@@ -65,15 +67,35 @@ def unenforced_notes(mounts: Sequence[Mount], why: str) -> list[str]:
 # -- datasets (issue 35): read-only mounts of the node's cache's entries ----------------------
 
 
+def account_reader(accounts: TaskAccounts | None, run_as: TaskUser | None, user: str) -> tuple[int, list[int]] | None:
+    """The account whose permissions root honours copying ``user``'s storage folder into the
+    dataset cache: the one their tasks run as (None: the server's own, which copies it);
+    ValueError where ``user`` has none."""
+    account = accounts.account_for(user) if accounts is not None else run_as
+    if account is None:
+        return None
+    return account.uid, os.getgrouplist(account.name, account.gid)
+
+
 class NodeDatasets:
     """What a backend does with its tasks' datasets on one node: each a read-only mount of
     its entry in the node's cache (``datacache``), complete before the task starts (the
     supervisor or task runner fetches it first, ``NodeCache.ensure``)."""
 
-    def __init__(self, root: Path, capacity: int | None = None) -> None:
-        self.cache = NodeCache(root.absolute(), DEFAULT_CAPACITY_BYTES if capacity is None else capacity)
+    def __init__(self, root: Path, capacity: int | None = None, *, timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
+                 allowed_hosts: Sequence[str] = ()) -> None:
+        self.cache = NodeCache(root.absolute(), DEFAULT_CAPACITY_BYTES if capacity is None else capacity,
+                               timeout=timeout, allowed_hosts=tuple(allowed_hosts))
+        # A storage folder's reader (a Trainyard user) as the (uid, groups) whose permissions
+        # its copy honours; None: no account to honour (tasks run as the server's own account,
+        # which copies it itself). Set by the backend, which knows the task accounts.
+        self.reader_of: Callable[[str], tuple[int, list[int]] | None] = lambda _: None
         # Made now, root's alone: a sandbox covers it, and binds back only a task's own entries.
         self.cache.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            self.cache.check_root()
+        except PermissionError as exc:  # a folder someone else made stops the server here, saying so
+            raise RuntimeError(str(exc)) from None
 
     @property
     def root(self) -> Path:
@@ -102,9 +124,20 @@ class NodeDatasets:
 
     def plan(self, datasets: Sequence[DatasetFetch]) -> dict[str, Any]:
         """The task spec's ``datasets``: what is fetched before the task starts."""
-        return {"root": str(self.cache.root), "capacity": self.cache.capacity,
+        return {"root": str(self.cache.root), "capacity": self.cache.capacity, "timeout": self.cache.timeout,
+                "allowed_hosts": list(self.cache.allowed_hosts),
                 "items": [{"key": d.key, "name": d.name, "version": d.version, "source": d.source,
-                           "sha256": d.sha256, "storage_root": d.storage_root} for d in datasets]}
+                           "sha256": d.sha256, "storage_root": d.storage_root,
+                           "reader": self._reader(d)} for d in datasets]}
+
+    def _reader(self, dataset: DatasetFetch) -> list[Any] | None:
+        if not dataset.storage_root:
+            return None
+        try:
+            reader = self.reader_of(dataset.reader)
+        except ValueError:  # no account for the owner: nothing is copied with root's eyes
+            return [-1, []]
+        return None if reader is None else [reader[0], list(reader[1])]
 
     def report(self, node: str) -> NodeDatasetCache:
         """What ``DatasetCaches`` says of this node's cache, read from its files."""

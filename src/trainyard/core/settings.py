@@ -286,6 +286,18 @@ class Settings(BaseSettings):
         description="The most a node's dataset cache holds, in GiB: past it, the least recently used datasets no "
         "running task mounts are removed; a dataset bigger than this is refused when it is fetched",
     )
+    dataset_fetch_timeout_s: float = Field(
+        default=6 * 3600.0, gt=0,
+        description="How long a node may take to fetch one dataset, in seconds, however slowly its source answers: "
+        "past it the fetch fails and the task with it, saying so (a source that trickles holds no task for ever)",
+    )
+    dataset_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Hosts (names or IP addresses, as a dataset URL names them) that a dataset's URL may name even "
+        "though they resolve to a loopback, link-local or the server's or node's own address, e.g. a mirror on the "
+        "server's host; every other such URL is refused at registration and at every fetch and redirect (root "
+        "fetches datasets on the nodes: a URL must not reach the server's API, its database or cloud metadata)",
+    )
     environments_root: Path | None = Field(
         default=None,
         description="Where `yard env create` builds custom environments, as <root>/<owner>/<name>: a folder every "

@@ -18,7 +18,8 @@ def dataset_views(server: Server, viewer: UserRow, name: str | None = None) -> l
 def register_dataset(server: Server, user: UserRow, name: str, body: RegisterDatasetRequest) -> DatasetView:
     with server.db.session() as session:
         datasets.register_dataset(session, user, name, source=body.source, version=body.version, sha256=body.sha256,
-                                  description=body.description, clock=server.clock)
+                                  description=body.description, clock=server.clock,
+                                  allowed_hosts=server.dataset_allowed_hosts)
     return dataset_views(server, user, name)[0]
 
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+import urllib.parse
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy.orm import Session
 
 from trainyard.backends.base import DatasetCaches, DatasetFetch, NodeDatasetCache
+from trainyard.core.addresses import host_refusal
 from trainyard.core.clock import Clock
 from trainyard.schemas.datasets import CacheEntryView, DatasetView, NodeCacheView
 from trainyard.services.auth import get_user
@@ -61,7 +63,7 @@ def _storage_source(source: str) -> tuple[str, str]:
         raise _invalid("source", f"the path inside storage {name!r} {exc}") from None
 
 
-def _check_source(session: Session, owner: UserRow, source: str) -> str:
+def _check_source(session: Session, owner: UserRow, source: str, allowed_hosts: Sequence[str]) -> str:
     """An http(s) URL, or a folder of a storage ``owner`` may read; Invalid/Forbidden at ``source``."""
     if source.startswith(STORAGE_SOURCE):
         name, _ = _storage_source(source)
@@ -78,11 +80,21 @@ def _check_source(session: Session, owner: UserRow, source: str) -> str:
     if "@" in source.split("/", 3)[2]:
         raise _invalid("source", "must not carry credentials (user:password@): every reader of the dataset would see "
                                  "them; serve the data where the nodes may read it without them")
+    parts = urllib.parse.urlsplit(source)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise _invalid("source", f"has no valid port (got {source[:200]!r})") from None
+    if (why := host_refusal(parts.hostname or "", port, allowed_hosts)) is not None:
+        # Nodes fetch as root: the server's API, its database or cloud metadata are not a
+        # user's to read (checked again at every fetch, redirects included).
+        raise _invalid("source", f"{why}: a dataset is never fetched from there; an admin may allow the host with "
+                                 "the setting dataset_allowed_hosts")
     return source
 
 
 def register_dataset(session: Session, user: UserRow, name: str, *, source: str, version: str, sha256: str,
-                     description: str, clock: Clock) -> DatasetRow:
+                     description: str, clock: Clock, allowed_hosts: Sequence[str] = ()) -> DatasetRow:
     """Register ``name``, or change it (its owner or an admin): a new source or version is
     fetched again by the next task that reads it."""
     if not DATASET_NAME.fullmatch(name):
@@ -104,7 +116,7 @@ def register_dataset(session: Session, user: UserRow, name: str, *, source: str,
     if row is not None and not (user.is_admin or row.owner_id == user.id):
         raise Conflict(f"dataset {name!r} is registered by another user; choose another name",
                        details=[{"path": "name", "message": "taken"}])
-    source = _check_source(session, owner, source)
+    source = _check_source(session, owner, source, allowed_hosts)
     now = clock.now()
     if row is None:
         row = DatasetRow(name=name, owner_id=user.id, created_at=now)
@@ -269,20 +281,24 @@ def task_datasets(session: Session, user: UserRow, spec: JobSpec, role: str) -> 
         if row is None or not may_read(session, user, row):
             why = "it was removed" if row is None else "its owner took back your grant"
             raise DatasetUnavailable(f"dataset {use.name!r} ({use.path}) cannot be read any more: {why}")
-        source, root = row.source, ""
+        source, root, reader = row.source, "", ""
         if source.startswith(STORAGE_SOURCE):
             name, sub = _storage_source(source)
             storage = storages_for(session, row_owner(session, row), [name])[name]
             if storage is None or storage.access == Access.NONE:
                 raise DatasetUnavailable(f"dataset {use.name!r} cannot be read: its storage {name!r} is gone or no "
                                          "longer readable by the dataset's owner")
-            root = storage.path
+            root, reader = storage.path, row_owner(session, row).name
             source = posixpath.join(storage.path, sub) if sub else storage.path
-        fetches.append(DatasetFetch(use.name, source, row.version, use.mount_path, row.sha256, root))
+        fetches.append(DatasetFetch(use.name, source, row.version, use.mount_path, row.sha256, root, reader))
     return fetches
 
 
 # -- the nodes' caches ----------------------------------------------------------------------
+
+
+def _timestamp(when: datetime) -> float:
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
 
 
 def _when(value: float | None) -> datetime | None:
@@ -296,14 +312,17 @@ def node_caches(backend: object) -> list[NodeDatasetCache]:
 
 def cache_views(session: Session, caches: Iterable[NodeDatasetCache], viewer: UserRow) -> list[NodeCacheView]:
     """Each node's cache: an admin sees every entry; a user the entries of datasets they may
-    read (the totals are the node's either way)."""
-    readable: set[str] | None = None
+    read, fetched since the dataset was registered under its name (an entry of an earlier
+    dataset of that name, another user's perhaps, is not theirs to see), the totals the
+    node's either way."""
+    readable: dict[str, float] | None = None
     if not viewer.is_admin:
-        readable = {view.name for view in dataset_views(session, viewer)}
+        readable = {view.name: _timestamp(view.createdAt) for view in dataset_views(session, viewer)}
     return [NodeCacheView(
         node=cache.node, capacityBytes=cache.capacity_bytes, usedBytes=cache.used_bytes, hits=cache.hits,
         misses=cache.misses, bytesFetched=cache.bytes_fetched, evictions=cache.evictions,
         entries=[CacheEntryView(dataset=e.dataset, version=e.version, key=e.key, bytes=e.size, files=e.files,
                                 fetchedAt=_when(e.fetched_at), lastUsedAt=_when(e.last_used_at), inUse=e.in_use)
-                 for e in cache.entries if readable is None or e.dataset in readable])
+                 for e in cache.entries
+                 if readable is None or (e.dataset in readable and (e.fetched_at or 0.0) >= readable[e.dataset])])
         for cache in caches]

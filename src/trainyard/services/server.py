@@ -30,6 +30,7 @@ class Server(Protocol):
     submit_limits: SubmitLimits
     submit_batches: SubmitBatches | None  # group commit of submits (None: each in a transaction of its own)
     idempotency_key_hours: float
+    dataset_allowed_hosts: tuple[str, ...]  # a dataset URL's hosts allowed where they resolve to our own addresses
     sessions: SessionPolicy
     monitor_interval_seconds: float  # how fresh a sample must be to show as live
     monitor_retention: tuple[RetentionTier, ...]  # what the monitoring history keeps

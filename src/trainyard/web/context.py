@@ -76,6 +76,8 @@ class AppContext:
     # The sizes of a submit the admin bounds: its rendered commands and env, waiting jobs per user.
     submit_limits: job_service.SubmitLimits = job_service.DEFAULT_SUBMIT_LIMITS
     idempotency_key_hours: float = DEFAULT_IDEMPOTENCY_KEY_HOURS  # how long a submit's Idempotency-Key is kept
+    # Hosts a dataset's URL may name though they resolve to loopback, link-local or our own addresses.
+    dataset_allowed_hosts: tuple[str, ...] = ()
     # Submits that arrive together made in one transaction (services/submit_batches.py).
     submit_batches: SubmitBatches | None = field(init=False)
     # Where uploaded working directories are kept, and how big one may be (services/workdirs.py);

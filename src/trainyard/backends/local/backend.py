@@ -110,6 +110,7 @@ from trainyard.backends.containers import (
     with_oom_record,
     write_env_file,
 )
+from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
 from trainyard.backends.environment import (
     base_environment,
     process_account,
@@ -130,7 +131,7 @@ from trainyard.backends.local.records import (
 )
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.tasklimits import limits_layout
-from trainyard.backends.mounts import NodeDatasets, make_missing_storage, mount_env, unenforced_notes
+from trainyard.backends.mounts import NodeDatasets, account_reader, make_missing_storage, mount_env, unenforced_notes
 from trainyard.backends.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, mount_fds, sandbox_argv
 from trainyard.backends.sandboxjoin import open_inside
 from trainyard.backends.taskaccounts import NO_HOME, TaskAccounts
@@ -189,6 +190,7 @@ class LocalBackend(jobdirs.JobDirTree):
         log_max_bytes: int | None = None,
         log_cap_stop: bool = False,
         dataset_cache: tuple[Path | None, int | None] = (None, None),
+        dataset_sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
@@ -217,7 +219,10 @@ class LocalBackend(jobdirs.JobDirTree):
         os.chmod(self.environments_root, taskuser.ENVIRONMENTS_MODE)
         self.task_python = install_runtime((self.work_dir_root or self.state_dir) / TASK_PYTHON_DIR)
         # The node's dataset cache (``DatasetCaches``): in the state dir unless the admin says where.
-        self.datasets = NodeDatasets(Path(dataset_cache[0] or self.state_dir / "datasets"), dataset_cache[1])
+        # ``dataset_sources``: a fetch's time in all, and the hosts allowed (``core.addresses``).
+        self.datasets = NodeDatasets(Path(dataset_cache[0] or self.state_dir / "datasets"), dataset_cache[1],
+                                     timeout=dataset_sources[0], allowed_hosts=dataset_sources[1])
+        self.datasets.reader_of = lambda user: account_reader(accounts, self._user, user)
         # The sandbox hides the state dir and the work-dir root from every task, beside
         # what the caller hides (the server's home).
         hidden = (self.state_dir,) if self.work_dir_root is None else (self.state_dir, self.work_dir_root)

@@ -11,7 +11,8 @@ source of the supervisor's stdlib-only modules (``supervisor``, ``procfs``,
 ``taskfiles``, ``containerrun``, and the shared ``backends/sandboxjoin`` (a sandboxed
 task's start, see ``starter``), ``backends/cgroups``,
 ``backends/containercgroup``, ``backends/datacache`` and ``datafetch`` (a node's dataset
-cache) with the name check they use, ``core/workdirs``, as this server has them) and keeps
+cache) with the name check they use, ``core/workdirs``, and the addresses a fetch refuses,
+``core/addresses``, as this server has them) and keeps
 them in memory; it writes them to
 ``<state_dir>/supervisor/<digest>/`` (a runnable directory: ``__main__.py`` plus the
 ``trainyard/backends/`` packages holding just those modules) and runs every
@@ -47,7 +48,7 @@ from typing import IO
 from trainyard.backends import cgroups, containercgroup, datacache, datafetch, sandboxjoin
 from trainyard.backends.local import containerrun, procfs, supervisor, taskfiles
 from trainyard.backends.sandbox import real_interpreter
-from trainyard.core import workdirs
+from trainyard.core import addresses, workdirs
 
 SNAPSHOTS_DIR = "supervisor"
 CHECK_ARG = "--check"
@@ -55,7 +56,7 @@ CHECK_TIMEOUT_SECONDS = 30.0
 # The package path the copied modules keep, so that their own imports resolve to each other.
 _PACKAGE = ("trainyard", "backends", "local")
 _MODULES: tuple[ModuleType, ...] = (supervisor, procfs, taskfiles, containerrun, sandboxjoin, cgroups,
-                                    containercgroup, datacache, datafetch, workdirs)
+                                    containercgroup, datacache, datafetch, workdirs, addresses)
 _MAIN = f"import sys\nfrom {supervisor.__name__} import main\nsys.exit(main(sys.argv))\n"
 
 

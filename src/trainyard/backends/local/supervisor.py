@@ -668,7 +668,8 @@ def _fetch_datasets(plan: dict[str, Any]) -> None:
     # reads a dataset needs them.
     from trainyard.backends import datacache
 
-    cache = datacache.NodeCache(plan["root"], int(plan["capacity"]))
+    cache = datacache.NodeCache(plan["root"], int(plan["capacity"]), timeout=float(plan["timeout"]),
+                                allowed_hosts=tuple(plan["allowed_hosts"]))
     for item in plan["items"]:
         cache.ensure(item, say=lambda line: _write_all(2, (line + "\n").encode()))
 
