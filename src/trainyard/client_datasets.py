@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import httpx
-
 from trainyard.client_input import path_segment as _seg
 from trainyard.client_models import Model, Shape
 
 if TYPE_CHECKING:
+    import httpx
+
     from trainyard.schemas.datasets import DatasetView, NodeCacheView
 
 Reply = TypeVar("Reply")
@@ -33,6 +33,7 @@ class DatasetCalls:
         return self._parse(_DATASETS, self._request("GET", "/datasets").content)
 
     def dataset(self, name: str) -> DatasetView:
+        """One dataset you may read, by name."""
         return self._parse(_DATASET, self._request("GET", f"/datasets/{_seg(name)}").content)
 
     def register_dataset(self, name: str, source: str, *, version: str = "", sha256: str = "",
@@ -52,6 +53,7 @@ class DatasetCalls:
         return self._parse(_DATASET, response.content)
 
     def revoke_dataset(self, name: str, grantee: str) -> DatasetView:
+        """Take back a grant (``grantee``: a user's name, or ``@group``)."""
         response = self._request("DELETE", f"/datasets/{_seg(name)}/grants/{_seg(grantee)}")
         return self._parse(_DATASET, response.content)
 
