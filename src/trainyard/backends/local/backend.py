@@ -106,8 +106,6 @@ from trainyard.backends.containers import (
     pull_record_path,
     remove_image,
     run_command,
-    with_image_pull,
-    with_oom_record,
     write_env_file,
 )
 from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
@@ -120,14 +118,16 @@ from trainyard.backends.environment import (
 from trainyard.backends.local import containerrun, portowners, procfs, taskexec, taskfiles
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
-from trainyard.backends.local.launcher import SupervisorLauncher, last_lines
+from trainyard.backends.local.launcher import SupervisorLauncher
 from trainyard.backends.local.metrics import LocalSampler
+from trainyard.backends.local.outcomes import supervisor_log_note, with_container_records
 from trainyard.backends.local.records import (
     Claim,
     exit_status,
     same_task,
     stop_deadline,
     stop_request,
+    suspend_signal,
 )
 from trainyard.backends.local.taskenv import check_job_env, task_environment
 from trainyard.backends.local.tasklimits import limits_layout
@@ -732,7 +732,7 @@ class LocalBackend(jobdirs.JobDirTree):
             if time.time() - launched < STARTUP_TIMEOUT_SECONDS:
                 return TaskStatus(key, running=True, message="supervisor starting")
             reason = f"no supervisor started the task within {STARTUP_TIMEOUT_SECONDS:.0f} s of its launch"
-        reason += _supervisor_log_note(task_dir)
+        reason += supervisor_log_note(task_dir)
         # Claim the task ourselves so that a supervisor arriving late can never run it.
         tombstone = {"boot_id": procfs.boot_id(), "supervisor": None, "task": None, "abandoned": reason}
         if not taskfiles.write_json(str(task_dir / taskfiles.PID), tombstone, exclusive=True):
@@ -786,37 +786,9 @@ class LocalBackend(jobdirs.JobDirTree):
             timer.start()
 
 
-def with_container_records(status: TaskStatus, task_dir: Path) -> TaskStatus:
-    """``status`` with what ``containerrun`` recorded: how the task's image came to the node
-    (``containers.with_image_pull``), and OOM kills in its container's cgroup."""
-    status = with_image_pull(status, taskfiles.read_json(str(task_dir / containerrun.IMAGE_RECORD)))
-    if status.running or not status.image_pull:
-        return status
-    return with_oom_record(status, taskfiles.read_json(str(task_dir / containerrun.CONTAINER_RECORD)))
-
-
 def _check_sub_path(mount: Mount) -> None:
     """A subPath is a folder inside its storage, reached without a link: said at launch (the
     sandbox's supervisor opens it so again, with no gap for a swap; a container engine
     opens it by its path)."""
     if mount.sub_path:
         os.close(open_inside(mount.root, mount.sub_path, f"storage {mount.name!r}"))
-
-
-def suspend_signal(name: str) -> int:
-    """The number of the signal named ``name`` ("SIGUSR1" or "USR1"); ValueError if none."""
-    try:
-        return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
-    except KeyError:
-        raise ValueError(f"no signal is named {name!r}") from None
-
-
-def _supervisor_log_note(task_dir: Path) -> str:
-    """``": <the last line of supervisor.log>"`` (a traceback's last line names the error), or ""."""
-    try:
-        with open(task_dir / taskfiles.SUPERVISOR_LOG, "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-            text = f.read().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return ""
-    return f": {last_lines(text)}" if text.strip() else ""

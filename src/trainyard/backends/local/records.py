@@ -116,3 +116,11 @@ def _signal_name(sig: int) -> str:
         return signal.Signals(sig).name
     except ValueError:
         return f"signal {sig}"
+
+
+def suspend_signal(name: str) -> int:
+    """The number of the signal named ``name`` ("SIGUSR1" or "USR1"); ValueError if none."""
+    try:
+        return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+    except KeyError:
+        raise ValueError(f"no signal is named {name!r}") from None
