@@ -27,7 +27,14 @@ from trainyard.core.clock import Clock
 from trainyard.schemas.datasets import CacheEntryView, DatasetView, NodeCacheView
 from trainyard.services.auth import get_user
 from trainyard.services.errors import Conflict, Forbidden, Invalid, NotFound
-from trainyard.services.storages import Access, StorageUnavailable, mount_roots, storages_for
+from trainyard.services.storages import (
+    Access,
+    StorageUnavailable,
+    grant_in,
+    group_id_of,
+    mount_roots,
+    storages_for,
+)
 from trainyard.spec.datasets import DATASET_NAME, DatasetUse, all_dataset_uses, dataset_uses
 from trainyard.spec.models import JobSpec
 from trainyard.spec.storages import check_sub_path, inside, mount_path_problem, storage_uses
@@ -149,25 +156,10 @@ def remove_dataset(session: Session, user: UserRow, name: str) -> None:
     session.flush()
 
 
-def _group_id(session: Session, grantee: str) -> int:
-    group = vc_queries.group_named(session, grantee[1:])
-    if group is None:
-        raise NotFound(f"no group named {grantee[1:]!r}; see `yard group list`")
-    return group.id
-
-
-def _grant_of(session: Session, row: DatasetRow, grantee: str) -> DatasetGrantRow | None:
-    if grantee.startswith("@"):
-        group_id = _group_id(session, grantee)
-        return next((g for g in row.grants if g.group_id == group_id), None)
-    user_id = get_user(session, grantee).id
-    return next((g for g in row.grants if g.user_id == user_id), None)
-
-
 def grant_dataset(session: Session, user: UserRow, name: str, grantee: str) -> DatasetRow:
     row = _owned(session, user, name)
-    if _grant_of(session, row, grantee) is None:
-        row.grants.append(DatasetGrantRow(group_id=_group_id(session, grantee)) if grantee.startswith("@")
+    if grant_in(session, row.grants, grantee) is None:
+        row.grants.append(DatasetGrantRow(group_id=group_id_of(session, grantee)) if grantee.startswith("@")
                           else DatasetGrantRow(user_id=get_user(session, grantee).id))
     session.flush()
     return row
@@ -175,7 +167,7 @@ def grant_dataset(session: Session, user: UserRow, name: str, grantee: str) -> D
 
 def revoke_dataset_grant(session: Session, user: UserRow, name: str, grantee: str) -> DatasetRow:
     row = _owned(session, user, name)
-    grant = _grant_of(session, row, grantee)
+    grant = grant_in(session, row.grants, grantee)
     if grant is None:
         raise NotFound(f"{grantee} has no grant on dataset {name}; see `yard dataset show {name}`")
     row.grants.remove(grant)

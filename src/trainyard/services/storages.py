@@ -26,6 +26,7 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 from sqlalchemy.orm import Session
 
@@ -50,7 +51,7 @@ from trainyard.store.queries import environments as env_queries
 from trainyard.store.queries import storages as storage_queries
 from trainyard.store.queries import users as user_queries
 from trainyard.store.queries import vcs as vc_queries
-from trainyard.store.rows import StorageGrantRow, StorageRow, UserRow
+from trainyard.store.rows import DatasetGrantRow, StorageGrantRow, StorageRow, UserRow
 
 HOME = "home"
 HOME_MODE = 0o700  # a user's home storage: theirs alone
@@ -181,10 +182,10 @@ def grant_storage(session: Session, name: str, grantee: str, *, read_only: bool)
     """Let a user, or every member of ``@group``, mount the storage (read-only if asked);
     granting again changes the grant's read-only flag."""
     row = get_storage(session, name)
-    grant = _grant_of(session, row, grantee)
+    grant = grant_in(session, row.grants, grantee)
     if grant is None:
         if grantee.startswith("@"):
-            grant = StorageGrantRow(group_id=_group_id(session, grantee))
+            grant = StorageGrantRow(group_id=group_id_of(session, grantee))
         else:
             grant = StorageGrantRow(user_id=get_user(session, grantee).id)
         row.grants.append(grant)
@@ -193,25 +194,30 @@ def grant_storage(session: Session, name: str, grantee: str, *, read_only: bool)
     return row
 
 
-def _group_id(session: Session, grantee: str) -> int:
+def group_id_of(session: Session, grantee: str) -> int:
+    """The id of the group a grantee ``@name`` names; NotFound if none (storages' and datasets' grants)."""
     group = vc_queries.group_named(session, grantee[1:])
     if group is None:
         raise NotFound(f"no group named {grantee[1:]!r}; see `yard group list`")
     return group.id
 
 
-def _grant_of(session: Session, row: StorageRow, grantee: str) -> StorageGrantRow | None:
+Grant = TypeVar("Grant", StorageGrantRow, DatasetGrantRow)
+
+
+def grant_in(session: Session, grants: Iterable[Grant], grantee: str) -> Grant | None:
+    """The grant to ``grantee`` (a user's name, or ``@group``) among ``grants``, if any."""
     if grantee.startswith("@"):
-        group_id = _group_id(session, grantee)
-        return next((g for g in row.grants if g.group_id == group_id), None)
+        group_id = group_id_of(session, grantee)
+        return next((g for g in grants if g.group_id == group_id), None)
     user_id = get_user(session, grantee).id
-    return next((g for g in row.grants if g.user_id == user_id), None)
+    return next((g for g in grants if g.user_id == user_id), None)
 
 
 def take_grant(session: Session, name: str, grantee: str) -> StorageRow:
     """Remove ``grantee``'s grant (the removal rules are ``services.removal``'s)."""
     row = get_storage(session, name)
-    grant = _grant_of(session, row, grantee)
+    grant = grant_in(session, row.grants, grantee)
     if grant is None:
         raise NotFound(f"{grantee} has no grant on storage {name}; see `yard storage show {name}`")
     row.grants.remove(grant)
