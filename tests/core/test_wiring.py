@@ -112,3 +112,11 @@ def test_an_elastic_roles_workers_rendezvous_at_the_first_workers_peer_port_at_t
         "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.1:4000", "--rdzv-id=trainyard-9-0-2",
         "--rdzv-conf=is_host=1", "--local-addr=10.0.0.1"]
     assert other["TRAINYARD_TORCHRUN"].split()[-1] == "--local-addr=10.0.0.2"  # where the other nodes reach it
+    # On one node's loopback address (the local backend) each worker names itself apart: in the
+    # sandbox every agent is pid 2, and torchrun tells agents apart by (address, pid).
+    local = JobWiring(job_id=9, job_name="el", user="alice", attempt=0, roles=["worker"],
+                      tasks=[PlacedTask("worker", i, "vm", "127.0.0.1", (i,), {"peer": [4000 + i]}) for i in range(3)],
+                      master_port=29500)
+    addresses = [elastic_env(local, "worker", i, 1, 3, 0)["TRAINYARD_TORCHRUN"].split()[-1] for i in range(3)]
+    assert addresses == ["--local-addr=127.0.0.1", "--local-addr=127.0.0.2", "--local-addr=127.0.0.3"]
+    assert {elastic_env(local, "worker", i, 1, 3, 0)["TRAINYARD_RDZV_ENDPOINT"] for i in range(3)} == {"127.0.0.1:4000"}

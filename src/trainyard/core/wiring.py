@@ -133,9 +133,22 @@ def elastic_env(wiring: JobWiring, role: str, index: int, low: int, high: int, g
     }
     env["TRAINYARD_TORCHRUN"] = (
         f"--nnodes={env['TRAINYARD_NNODES']} --rdzv-backend=c10d --rdzv-endpoint={env['TRAINYARD_RDZV_ENDPOINT']} "
-        f"--rdzv-id={env['TRAINYARD_RDZV_ID']} --rdzv-conf={env['TRAINYARD_RDZV_CONF']} --local-addr={me.address}"
+        f"--rdzv-id={env['TRAINYARD_RDZV_ID']} --rdzv-conf={env['TRAINYARD_RDZV_CONF']} "
+        f"--local-addr={_agent_address(me)}"
     )
     return env
+
+
+def _agent_address(me: PlacedTask) -> str:
+    """The address a worker's torchrun names itself by. torchrun tells its agents apart by
+    (this address, its process id): in the sandbox every task has its own process numbering
+    (each agent is pid 2), so workers of one node that gave its one address looked like one
+    agent and the rendezvous never filled. On a loopback address (the local backend's one
+    node) each worker takes its own: all of 127.0.0.0/8 reaches this machine."""
+    if me.address.startswith("127."):
+        n = me.index + 1  # 1 to MAX_INSTANCES: never 127.0.0.0
+        return f"127.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
+    return me.address
 
 
 def horovod_env(tasks: Sequence[PlacedTask], me: PlacedTask) -> dict[str, str]:
