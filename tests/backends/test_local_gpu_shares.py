@@ -18,6 +18,7 @@ from standins.mps import CLIENT, CONTROL, records
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.gpushares import find_enforcement
 from trainyard.backends.local import gpus as local_gpus
+from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.services.jobs import backend_warnings
 from trainyard.spec.models import JobSpec
@@ -65,11 +66,15 @@ def public_dir() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="task accounts need root")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 def test_each_user_gets_one_daemon_as_their_account_and_each_task_its_share(fake_nvml, make_local,
                                                                             public_dir) -> None:
     (public_dir / "home").mkdir(mode=0o700)
+    sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
+    assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody", "bob": "daemon"}),
-                         work_dir_root=public_dir / "work", mps_control=str(CONTROL), gpu_shares=("auto", True))
+                         sandbox=sandbox, work_dir_root=public_dir / "work", mps_control=str(CONTROL),
+                         gpu_shares=("auto", True))
     root = Path(harness.backend.gpu_shares.root)
     gate = public_dir / "gate"
     other_pipe = root / str(pwd.getpwnam("daemon").pw_uid) / "pipe"
@@ -102,7 +107,8 @@ def test_each_user_gets_one_daemon_as_their_account_and_each_task_its_share(fake
         got = report(key)
         # The task's own limits, its device named by UUID; a client of its owner's daemon alone.
         assert (got["memory"], got["threads"]) == (f"GPU-fake-0000={mib}M", threads)
-        assert got["pipe"] == str(root / str(uid[user]) / "pipe") and got["daemon"]["uid"] == uid[user]
+        assert got["pipe"] == str(root / str(uid[user]) / "pipe")
+        assert got["daemon"] == {"owner": uid[user], "control": True}  # bound into its sandbox
     assert "CUDA error: out of memory" in harness.log(quarter) and "rc=2" in harness.log(quarter)
     assert "allocated" in harness.log(half) and "rc=0" in harness.log(half)
     assert "other-pipe-closed" in harness.log(quarter)  # alice's task cannot reach bob's daemon

@@ -235,11 +235,15 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             log_cap_stop=settings.task_log_cap_stop,
             dataset_cache=(settings.dataset_cache_dir, int(settings.dataset_cache_gb * (1 << 30))),
             dataset_sources=(settings.dataset_fetch_timeout_s, tuple(settings.dataset_allowed_hosts)),
+            gpu_shares=(settings.gpu_share_enforcement, settings.gpu_share_threads),
         )
         backend.check_host()
     except RuntimeError as exc:  # no bash, supervisors cannot start, or required limits cannot be: nothing could run
         raise StartupError(str(exc)) from exc
     log_container_support(backend)
+    # Beside the isolation line: whether a task given part of a GPU is held to it (issue 36).
+    real_gpus = any(not g.simulated for g in backend.inventory()[0].gpus)
+    (log.warning if real_gpus and not backend.gpu_shares.control else log.info)("%s", backend.gpu_shares.summary)
     return backend
 
 

@@ -9,13 +9,15 @@ asks for a fraction of a GPU; such tasks run as before (bookkeeping only).
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from trainyard.backends import mps
 from trainyard.backends.base import GpuInfo, TaskLaunch
+from trainyard.backends.taskuser import TaskUser
 
 ENFORCEMENT_MODES = ("auto", "off")
 UNENFORCED = ("fractional GPU shares are not enforced{why}: a task given part of a GPU can use all of its "
@@ -58,15 +60,19 @@ def find_enforcement(mode: str, gpus: Sequence[GpuInfo], root: str, *, threads: 
     return ShareEnforcement(found, root, threads=threads)
 
 
-def task_plan(enforcement: ShareEnforcement, task: TaskLaunch, devices: Mapping[int, GpuInfo],
-              account: tuple[int, int, Sequence[int]], holder: str) -> dict[str, Any] | None:
-    """The task's ``mps`` plan for its spec (``backends/mps``), None for a task that holds no
-    part of a GPU (whole GPUs are untouched) or where shares are not enforced."""
+def task_plan(enforcement: ShareEnforcement, task: TaskLaunch, gpus: Sequence[GpuInfo], account: TaskUser | None,
+              holder: str) -> dict[str, Any] | None:
+    """The task's ``mps`` plan for its spec (``backends/mps``), its owner's directories made
+    (``account``: None, the server's own); None for a task that holds no part of a GPU (whole
+    GPUs are untouched), one with an image (a container does not reach the node's daemon),
+    or where shares are not enforced."""
     shares = [(index, milli) for index, milli in zip(task.gpus, task.gpu_milli, strict=False)
               if 0 < milli < mps.WHOLE_MILLI]
-    if enforcement.control is None or not shares:
+    if enforcement.control is None or not shares or task.image is not None:
         return None
-    uid, gid, groups = account
+    uid, gid, groups = ((os.geteuid(), os.getegid(), []) if account is None
+                        else (account.uid, account.gid, account.groups()))
+    devices = {gpu.index: gpu for gpu in gpus}
     clients: list[list[Any]] = []
     daemon: list[list[Any]] = []
     for index, milli in shares:
@@ -76,6 +82,7 @@ def task_plan(enforcement: ShareEnforcement, task: TaskLaunch, devices: Mapping[
         # the daemon, which sees every device in PCI order, by NVML's index.
         clients.append([gpu.uuid or str(task.gpus.index(index)), mb])
         daemon.append([index, mb])
+    mps.prepare(enforcement.root, uid, gid)
     return {
         "control": enforcement.control,
         "root": enforcement.root,
@@ -88,7 +95,3 @@ def task_plan(enforcement: ShareEnforcement, task: TaskLaunch, devices: Mapping[
         "threads": min(mps.thread_percentage(milli) for _, milli in shares) if enforcement.threads else None,
     }
 
-
-def has_fraction(gpu_requests: Sequence[float]) -> bool:
-    """Whether a job asks for part of a GPU anywhere (a role's ``gpu`` that is not whole)."""
-    return any(gpu > 0 and gpu != int(gpu) for gpu in gpu_requests)

@@ -187,7 +187,7 @@ def _control(plan: dict[str, Any], args: list[str], commands: str) -> str:
         said = (done.stderr or done.stdout).decode(errors="replace").strip()[-300:]
         raise OSError(f"{os.path.basename(plan['control'])} {' '.join(args) or commands.split()[0]} "
                       f"exited with {done.returncode}: {said}")
-    return done.stdout.decode(errors="replace")
+    return str(done.stdout.decode(errors="replace"))
 
 
 def _default_signals() -> None:

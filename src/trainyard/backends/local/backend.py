@@ -109,13 +109,13 @@ from trainyard.backends.containers import (
     write_env_file,
 )
 from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
-from trainyard.backends.gpushares import find_enforcement, task_plan
 from trainyard.backends.environment import (
     base_environment,
     process_account,
     python_environment,
     site_environment,
 )
+from trainyard.backends.gpushares import find_enforcement, task_plan
 from trainyard.backends.local import containerrun, portowners, procfs, taskexec, taskfiles
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
@@ -192,8 +192,8 @@ class LocalBackend(jobdirs.JobDirTree):
         log_cap_stop: bool = False,
         dataset_cache: tuple[Path | None, int | None] = (None, None),
         dataset_sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
-        gpu_shares: tuple[str, bool] = ("auto", False),
-        mps_control: str | None = None,
+        gpu_shares: tuple[str, bool] = ("auto", False),  # gpu_share_enforcement, gpu_share_threads
+        mps_control: str | None = None,  # None: nvidia-cuda-mps-control on PATH
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
@@ -253,8 +253,7 @@ class LocalBackend(jobdirs.JobDirTree):
             gpus=tuple(local_gpus.with_groups(gpus, gpu_groups) if gpu_groups else gpus),
             labels=dict(labels or {}),
         )
-        # Fractional GPU shares: enforced by one MPS daemon per user (``gpushares``, ``mps``),
-        # whose pipes sit beside the work dirs, where the task accounts can reach them.
+        # GPU shares: one MPS daemon per user (``gpushares``), its pipes where accounts reach them.
         self.gpu_shares = find_enforcement(gpu_shares[0], self._node.gpus, str(beside.with_name(f"{beside.name}-mps")),
                                            threads=gpu_shares[1], control=mps_control)
         self.gpu_share_note = self.gpu_shares.note
@@ -522,7 +521,7 @@ class LocalBackend(jobdirs.JobDirTree):
         below = python_environment({**base_environment(home, user), **self._site_env}, task.environment)
         env = task_environment(below, task.env, task.gpus)
         env = with_runtime_path(env, self.task_python)
-        share = self._share_plan(task, account)
+        share = task_plan(self.gpu_shares, task, self._node.gpus, account, "-".join(self._relative_parts(task.key)))
         if share is not None:  # like the pinning, after the job's env: a job cannot widen its share
             env.update(mps.client_env(share))
         secrets_dir = work.with_name(work.name + ".secrets")
@@ -565,8 +564,7 @@ class LocalBackend(jobdirs.JobDirTree):
                 "owner": None if account is None else [account.uid, account.gid],
             },
         }
-        if share is not None:
-            spec["mps"] = share  # the waiter holds the owner's MPS daemon while the task runs
+        spec.update({"mps": share} if share else {})  # the waiter holds the owner's MPS daemon meanwhile
         spec.update(self._limits_spec(task))
         if task.datasets:  # fetched (or found) in the node's cache before the task starts
             spec["datasets"] = self.datasets.plan(task.datasets)
@@ -615,18 +613,6 @@ class LocalBackend(jobdirs.JobDirTree):
         # What env, bwrap and the task's start run with (as root): never the job's variables.
         spec["launch_env"] = dict(LAUNCH_ENV)
         return spec
-
-    def _share_plan(self, task: TaskLaunch, account: TaskUser | None) -> dict[str, Any] | None:
-        """The task's MPS plan (``gpushares``), its owner's directories made; None: whole GPUs,
-        an image (a container does not reach the node's daemon), or shares not enforced here."""
-        if task.image is not None:
-            return None
-        ids = (os.geteuid(), os.getegid(), ()) if account is None else (account.uid, account.gid, account.groups())
-        plan = task_plan(self.gpu_shares, task, {g.index: g for g in self._node.gpus}, ids,
-                         "-".join(self._relative_parts(task.key)))
-        if plan is not None:
-            mps.prepare(plan["root"], plan["uid"], plan["gid"])
-        return plan
 
     def _limits_spec(self, task: TaskLaunch) -> dict[str, Any]:
         """The ``cgroup`` plan of the task's limits (the supervisor creates it), or the

@@ -69,13 +69,13 @@ from trainyard.backends.base import (
 )
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
-from trainyard.backends.gpushares import UNENFORCED
 from trainyard.backends.containers import (
     ContainerEngine,
     with_image_pull,
     with_oom_record,
 )
 from trainyard.backends.environment import base_environment, process_account, site_environment
+from trainyard.backends.gpushares import UNENFORCED
 from trainyard.backends.sandbox import (
     Sandbox,
 )
