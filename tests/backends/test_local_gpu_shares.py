@@ -18,8 +18,10 @@ from standins.mps import CLIENT, CONTROL, records
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.gpushares import find_enforcement
 from trainyard.backends.local import gpus as local_gpus
+from trainyard.backends.local.doctor import check_gpu_shares
 from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.taskaccounts import TaskAccounts
+from trainyard.core.settings import Settings
 from trainyard.services.jobs import backend_warnings
 from trainyard.spec.models import JobSpec
 
@@ -46,6 +48,9 @@ def test_where_mps_is_missing_the_backend_says_so_and_every_fractional_job_is_wa
     assert backend_warnings(_job(0.5), "local", missing.note) == [missing.note]
     assert backend_warnings(_job(1), "local", missing.note) == []
     assert backend_warnings(_job(0.5), "local", on.note) == []
+    # And `yard doctor`: a warning with the fix (no nvidia-cuda-mps-control on this machine's PATH).
+    check = check_gpu_shares(Settings(home=tmp_path), gpus)
+    assert (check.status.name, check.detail) == ("WARN", missing.note) and "nvidia-cuda-mps-control" in check.fix
 
 
 def test_a_share_without_mps_runs_as_before(fake_nvml, make_local, tmp_path) -> None:
