@@ -12,8 +12,8 @@ import os
 import pwd
 from collections.abc import Sequence
 
-from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.base import GpuInfo
+from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.doctor import Account, Check, fail, ok, skip, warn
 from trainyard.backends.gpushares import find_enforcement
 from trainyard.backends.local.gpus import discover_nvidia_gpus
