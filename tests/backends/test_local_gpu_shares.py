@@ -29,9 +29,9 @@ H100_MIB = 81559  # NVML's stand-in
 QUARTER_MIB = H100_MIB * 250 // 1000
 
 
-def _job(gpu: float) -> JobSpec:
+def _job(gpu: float, **role: object) -> JobSpec:
     return JobSpec.model_validate({"name": "j", "taskRoles": {"main": {
-        "resourcePerInstance": {"gpu": gpu, "cpu": 1, "memoryMB": 1024}, "commands": ["true"]}}})
+        "resourcePerInstance": {"gpu": gpu, "cpu": 1, "memoryMB": 1024}, "commands": ["true"], **role}}})
 
 
 def test_where_mps_is_missing_the_backend_says_so_and_every_fractional_job_is_warned(fake_nvml, tmp_path) -> None:
@@ -48,6 +48,10 @@ def test_where_mps_is_missing_the_backend_says_so_and_every_fractional_job_is_wa
     assert backend_warnings(_job(0.5), "local", missing.note) == [missing.note]
     assert backend_warnings(_job(1), "local", missing.note) == []
     assert backend_warnings(_job(0.5), "local", on.note) == []
+    assert backend_warnings(_job(0.5), "simulated", None) == []  # a backend that runs no task
+    assert backend_warnings(_job(0.5, image="ubuntu:22.04"), "local", on.note) == [
+        "taskRoles.main: its GPU share is not enforced in a container (MPS holds bare tasks to their share); "
+        "it can use the whole device"]
     # And `yard doctor`: a warning with the fix (no nvidia-cuda-mps-control on this machine's PATH).
     check = check_gpu_shares(Settings(home=tmp_path), gpus)
     assert (check.status.name, check.detail) == ("WARN", missing.note) and "nvidia-cuda-mps-control" in check.fix

@@ -548,9 +548,10 @@ class GpuShareReport(Protocol):
     gpu_share_note: str
 
 
-def gpu_share_note(backend: object) -> str:
-    """Why ``backend`` does not enforce GPU shares; "" where it does, or runs no task."""
-    return backend.gpu_share_note if isinstance(backend, GpuShareReport) else ""
+def gpu_share_note(backend: object) -> str | None:
+    """Why ``backend`` does not enforce GPU shares; "" where it does; None where it does not
+    say (it runs no task: the simulated backend, tests' fakes)."""
+    return backend.gpu_share_note if isinstance(backend, GpuShareReport) else None
 
 
 @runtime_checkable

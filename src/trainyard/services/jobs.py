@@ -74,15 +74,20 @@ class SubmitLimits:
 DEFAULT_SUBMIT_LIMITS = SubmitLimits()
 
 
-def backend_warnings(spec: JobSpec, backend: str, gpu_share_note: str = "") -> list[str]:
-    """What the job file asks for that this backend keeps but does not act on; with the
-    backend's ``gpu_share_note`` (``GpuShareReport``) where a role asks for part of a GPU."""
+def backend_warnings(spec: JobSpec, backend: str, gpu_share_note: str | None = None) -> list[str]:
+    """What the job file asks for that this backend keeps but does not act on; where a role
+    asks for part of a GPU, whether the backend holds it to that (``gpu_share_note``, from
+    ``backends.base.gpu_share_note``: None, the backend runs no task; "", it does, but for
+    tasks in containers; else why not)."""
     warnings = ignored_extras(spec)
     warnings += [f"{path}: kept, but not used: Trainyard sets its containers' options itself"
                  for path in container_fields(spec)]
-    if gpu_share_note and any(0 < r.resourcePerInstance.gpu != int(r.resourcePerInstance.gpu)
-                              for r in spec.taskRoles.values()):
-        warnings.append(gpu_share_note)
+    shared = [name for name, r in spec.taskRoles.items() if r.resourcePerInstance.gpu % 1]
+    if gpu_share_note:
+        warnings += [gpu_share_note] if shared else []
+    elif gpu_share_note is not None:
+        warnings += [f"taskRoles.{name}: its GPU share is not enforced in a container (MPS holds bare tasks "
+                     f"to their share); it can use the whole device" for name in shared if spec.role_image(name)]
     return warnings
 
 
@@ -435,7 +440,7 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
 
 
 def describe_job(session: Session, viewer: UserRow, job_id: int, *, specs: StoredSpecs, backend: str,
-                 now: datetime, gpu_share_note: str = "") -> JobDetail:
+                 now: datetime, gpu_share_note: str | None = None) -> JobDetail:
     """The job in full as ``viewer`` may see it (its secrets masked): what ``GET /jobs/{id}``
     answers and the job's page shows, less its directory's disk use."""
     row = get_job(session, viewer, job_id, full=True)
