@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from standins.mps import CLIENT, CONTROL, records
 
+from trainyard.backends import mps
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.gpushares import find_enforcement
 from trainyard.backends.local import gpus as local_gpus
@@ -140,3 +141,22 @@ def test_each_user_gets_one_daemon_as_their_account_and_each_task_its_share(fake
     assert commands.count("quit") == 1 and alice[-1]["commands"] == ["quit"]
     for user in ("alice", "bob"):
         assert not (root / str(uid[user]) / "pipe" / "nvidia-cuda-mps-control.pid").exists()
+
+
+def test_a_lost_task_does_not_hold_the_daemon_and_a_planted_link_is_refused(tmp_path) -> None:
+    root = tmp_path / "mps"
+    plan = {"control": str(CONTROL), "root": str(root), "uid": os.geteuid(), "gid": os.getegid(), "groups": [],
+            "holder": "1-0-worker-0-0", "clients": [["0", 100]], "devices": [[0, 100]], "threads": None}
+    assert mps.acquire(plan, os.getpid()) == []
+    # A task whose waiter was killed before it could release: its holder names a dead process.
+    lost = {**plan, "holder": "2-0-worker-0-0"}
+    (root / str(os.geteuid()) / "holders" / lost["holder"]).write_text(json.dumps(
+        {"pid": 2 ** 22 + 1, "start": 1, "devices": [[0, 100]], "threads": None}))
+    assert mps.release(plan) == []  # the last live holder: quit, the lost one notwithstanding
+    assert [r["commands"] for r in records(root) if r["event"] == "commands"][-1] == ["quit"]
+    assert not (root / str(os.geteuid()) / "pipe" / mps.PID_FILE).exists()
+    # Whoever planted a link where the user's pipe directory goes gets no daemon through it.
+    shutil.rmtree(root / str(os.geteuid()) / "pipe")
+    (root / str(os.geteuid()) / "pipe").symlink_to(tmp_path)
+    notes = mps.acquire(plan, os.getpid())
+    assert len(notes) == 1 and notes[0].startswith(mps.NOT_ENFORCED) and "not a folder owned by uid" in notes[0]
