@@ -4,6 +4,7 @@ against the MPS stand-in (``tests/standins/mps.py``) and NVML's (eight fake H100
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pwd
 import shutil
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from standins.mps import CLIENT, CONTROL, records
 
+from trainyard.api.server import log_gpu_shares
 from trainyard.backends import mps
 from trainyard.backends.base import TaskLaunch
 from trainyard.backends.gpushares import find_enforcement
@@ -58,8 +60,12 @@ def test_where_mps_is_missing_the_backend_says_so_and_every_fractional_job_is_wa
     assert (check.status.name, check.detail) == ("WARN", missing.note) and "nvidia-cuda-mps-control" in check.fix
 
 
-def test_a_share_without_mps_runs_as_before(fake_nvml, make_local, tmp_path) -> None:
+def test_a_share_without_mps_runs_as_before(fake_nvml, make_local, tmp_path, caplog) -> None:
     harness = make_local(tmp_path / "state", mps_control=None, gpu_shares=("off", False))
+    with caplog.at_level(logging.INFO):
+        log_gpu_shares(harness.backend)  # yard up's line, beside the isolation's
+    assert ("WARNING", harness.backend.gpu_share_note) in [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert harness.backend.gpu_share_note.startswith("fractional GPU shares are not enforced (gpu_share_enforcement")
     key = harness.new_key()
     harness.backend.launch(TaskLaunch(key, harness.node, "env | grep ^CUDA_ | sort\n", {}, gpus=(0,),
                                       gpu_milli=(500,)))
