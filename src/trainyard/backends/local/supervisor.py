@@ -83,7 +83,7 @@ import signal
 import sys
 import time
 
-from trainyard.backends import cgroups, mps
+from trainyard.backends import cgroups
 from trainyard.backends.local import containerrun, procfs, taskfiles
 
 # Stdlib-only there, so that the Slurm backend's task start on the nodes opens them the same way.
@@ -318,6 +318,9 @@ class Waiter:
         # A task with a share of a GPU: its owner's MPS daemon runs before it starts (``mps``).
         mps_plan = spec.get("mps")
         if mps_plan:
+            # Imported here: subprocess would add to every task's start, and only a share needs it.
+            from trainyard.backends import mps
+
             self.notes += mps.acquire(mps_plan, os.getpid())
         task_gate_r, task_gate_w = os.pipe()
         output_fd = log_fd
@@ -378,6 +381,8 @@ class Waiter:
             leftovers = procfs.group_members(pid)
         signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)  # no killpg once the id is free
         if mps_plan:  # after the user's last shared task on the node, its daemon quits
+            from trainyard.backends import mps
+
             self.notes += mps.release(mps_plan)
         if info.si_code == os.CLD_EXITED:
             exit_code, sig = info.si_status, None
