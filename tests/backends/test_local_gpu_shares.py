@@ -93,7 +93,7 @@ def test_each_user_gets_one_daemon_as_their_account_and_each_task_its_share(fake
                          gpu_shares=("auto", True))
     root = Path(harness.backend.gpu_shares.root)
     gate = public_dir / "gate"
-    other_pipe = root / str(pwd.getpwnam("daemon").pw_uid) / "pipe"
+    other_pipe = root / f"{pwd.getpwnam('daemon').pw_uid}-bob" / "pipe"
     # Each task reports what it got, then waits (all four run at once) until the test opens the gate.
     script = (f"{CLIENT} {H100_MIB} $ALLOC; echo rc=$?; ls {other_pipe} > /dev/null 2>&1 || echo other-pipe-closed\n"
               f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
@@ -123,14 +123,14 @@ def test_each_user_gets_one_daemon_as_their_account_and_each_task_its_share(fake
         got = report(key)
         # The task's own limits, its device named by UUID; a client of its owner's daemon alone.
         assert (got["memory"], got["threads"]) == (f"GPU-fake-0000={mib}M", threads)
-        assert got["pipe"] == str(root / str(uid[user]) / "pipe")
+        assert got["pipe"] == str(root / f"{uid[user]}-{user}" / "pipe")
         assert got["daemon"] == {"owner": uid[user], "control": True}  # bound into its sandbox
     assert "CUDA error: out of memory" in harness.log(quarter) and "rc=2" in harness.log(quarter)
     assert "allocated" in harness.log(half) and "rc=0" in harness.log(half)
     assert "other-pipe-closed" in harness.log(quarter)  # alice's task cannot reach bob's daemon
     assert report(whole)["pipe"] is None and report(whole)["memory"] is None  # whole GPUs: untouched
     for user in ("alice", "bob"):
-        pipe = os.stat(root / str(uid[user]) / "pipe")
+        pipe = os.stat(root / f"{uid[user]}-{user}" / "pipe")
         assert (stat.S_IMODE(pipe.st_mode), pipe.st_uid) == (0o700, uid[user])
 
     told = records(root)
@@ -146,23 +146,27 @@ def test_each_user_gets_one_daemon_as_their_account_and_each_task_its_share(fake
     # Quit once, after her last shared task; the daemon is gone.
     assert commands.count("quit") == 1 and alice[-1]["commands"] == ["quit"]
     for user in ("alice", "bob"):
-        assert not (root / str(uid[user]) / "pipe" / "nvidia-cuda-mps-control.pid").exists()
+        assert not (root / f"{uid[user]}-{user}" / "pipe" / "nvidia-cuda-mps-control.pid").exists()
 
 
 def test_a_lost_task_does_not_hold_the_daemon_and_a_planted_link_is_refused(tmp_path) -> None:
     root = tmp_path / "mps"
-    plan = {"control": str(CONTROL), "root": str(root), "uid": os.geteuid(), "gid": os.getegid(), "groups": [],
-            "holder": "1-0-worker-0-0", "clients": [["0", 100]], "devices": [[0, 100]], "threads": None}
+    me = f"{os.geteuid()}-alice"
+    plan = {"control": str(CONTROL), "root": str(root), "key": me, "uid": os.geteuid(), "gid": os.getegid(),
+            "groups": [], "holder": "1-0-worker-0-0", "clients": [["0", 100]], "devices": [[0, 100]], "threads": None}
     assert mps.acquire(plan, os.getpid()) == []
     # A task whose waiter was killed before it could release: its holder names a dead process.
     lost = {**plan, "holder": "2-0-worker-0-0"}
-    (root / str(os.geteuid()) / "holders" / lost["holder"]).write_text(json.dumps(
+    (root / me / "holders" / lost["holder"]).write_text(json.dumps(
         {"pid": 2 ** 22 + 1, "start": 1, "devices": [[0, 100]], "threads": None}))
     assert mps.release(plan) == []  # the last live holder: quit, the lost one notwithstanding
     assert [r["commands"] for r in records(root) if r["event"] == "commands"][-1] == ["quit"]
-    assert not (root / str(os.geteuid()) / "pipe" / mps.PID_FILE).exists()
+    assert not (root / me / "pipe" / mps.PID_FILE).exists()
     # Whoever planted a link where the user's pipe directory goes gets no daemon through it.
-    shutil.rmtree(root / str(os.geteuid()) / "pipe")
-    (root / str(os.geteuid()) / "pipe").symlink_to(tmp_path)
+    shutil.rmtree(root / me / "pipe")
+    (root / me / "pipe").symlink_to(tmp_path)
     notes = mps.acquire(plan, os.getpid())
     assert len(notes) == 1 and notes[0].startswith(mps.NOT_ENFORCED) and "not a folder owned by uid" in notes[0]
+    # Nor does a key that is not a uid and a user name become a path.
+    for key in (f"{os.geteuid()}-../../etc", f"{os.geteuid() + 1}-alice", "x"):
+        assert "not a key of a user's MPS folder" in mps.acquire({**plan, "key": key}, os.getpid())[0]

@@ -18,6 +18,7 @@ from typing import Any
 from trainyard.backends import mps
 from trainyard.backends.base import GpuInfo, TaskLaunch
 from trainyard.backends.taskuser import TaskUser
+from trainyard.core.names import USER_NAME
 
 ENFORCEMENT_MODES = ("auto", "off")
 UNENFORCED = ("fractional GPU shares are not enforced{why}: a task given part of a GPU can use all of its "
@@ -82,10 +83,11 @@ def task_plan(enforcement: ShareEnforcement, task: TaskLaunch, gpus: Sequence[Gp
         # the daemon, which sees every device in PCI order, by NVML's index.
         clients.append([gpu.uuid or str(task.gpus.index(index)), mb])
         daemon.append([index, mb])
-    mps.prepare(enforcement.root, uid, gid)
-    return {
+    plan = {
         "control": enforcement.control,
         "root": enforcement.root,
+        # A daemon per Trainyard user, even where users share one account (``run_as``).
+        "key": f"{uid}-{task.user}" if USER_NAME.fullmatch(task.user) else str(uid),
         "uid": uid,
         "gid": gid,
         "groups": list(groups),
@@ -94,4 +96,6 @@ def task_plan(enforcement: ShareEnforcement, task: TaskLaunch, gpus: Sequence[Gp
         "devices": daemon,
         "threads": min(mps.thread_percentage(milli) for _, milli in shares) if enforcement.threads else None,
     }
+    mps.prepare(plan)
+    return plan
 

@@ -17,14 +17,18 @@ only lower what the daemon sets (``set_default_device_pinned_mem_limit``,
 and ``set_active_thread_percentage`` for a running one). An allocation past the limit fails
 in the client with ``cudaErrorMemoryAllocation`` (PyTorch: ``torch.OutOfMemoryError``).
 
-So, per node and per user (by uid, a number: no name reaches a path)::
+So, per node and per Trainyard user (by the task account's uid and the user's name, both
+checked: two users who share one account still get a daemon each, so they are never in one
+GPU context either)::
 
-    <root>/                  0711 root   (``mps_root``)
-      <uid>/                 0711 root   the user cannot create, rename or replace anything here
+    <root>/                  0711 root   beside the work dirs
+      <uid>-<user>/          0711 root   the user cannot create, rename or replace anything here
         lock                 0600 root   flock: one acquire/release at a time
         holders/             0700 root   one file per task that holds the daemon (its waiter's pid)
         pipe/                0700 uid    CUDA_MPS_PIPE_DIRECTORY: the daemon's pipes and sockets
         log/                 0700 uid    CUDA_MPS_LOG_DIRECTORY: its control.log and server.log
+
+(A unix socket's path holds at most 107 bytes: keep the root short.)
 
 Before the first shared task of a user starts on the node, ``acquire`` starts
 ``nvidia-cuda-mps-control -d`` *as that user's account* with those two directories (so
@@ -50,6 +54,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -71,6 +76,7 @@ COMMAND_TIMEOUT_SECONDS = 30.0
 NOT_ENFORCED = "its GPU share is not enforced"
 # What the control daemon and its commands run with: nothing of the server's or the job's.
 _DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")  # core.names.USER_NAME (this module is stdlib only)
 
 
 def share_mb(milli: int, memory_mb: int) -> int:
@@ -83,16 +89,22 @@ def thread_percentage(milli: int) -> int:
     return min(100, max(1, -(-milli // 10)))
 
 
-def user_dir(root: str, uid: int) -> str:
-    return os.path.join(root, str(int(uid)))
+def user_dir(plan: dict[str, Any]) -> str:
+    """The user's folder under the root: ``<uid>-<user>`` (``plan["key"]``), checked again here
+    (a uid and a Trainyard user name, nothing a path could be bent by)."""
+    key = str(plan["key"])
+    uid, dash, user = key.partition("-")
+    if not (uid.isdigit() and int(uid) == plan["uid"] and (not dash or _USER.fullmatch(user))):
+        raise ValueError(f"not a key of a user's MPS folder: {key!r}")
+    return os.path.join(plan["root"], key)
 
 
-def pipe_dir(root: str, uid: int) -> str:
-    return os.path.join(user_dir(root, uid), "pipe")
+def pipe_dir(plan: dict[str, Any]) -> str:
+    return os.path.join(user_dir(plan), "pipe")
 
 
-def log_dir(root: str, uid: int) -> str:
-    return os.path.join(user_dir(root, uid), "log")
+def log_dir(plan: dict[str, Any]) -> str:
+    return os.path.join(user_dir(plan), "log")
 
 
 def client_env(plan: dict[str, Any]) -> dict[str, str]:
@@ -100,30 +112,30 @@ def client_env(plan: dict[str, Any]) -> dict[str, str]:
 
     ``plan["clients"]``: ``[device, MiB]`` per shared device, the device as the task names it
     (its UUID where NVML gives one: no doubt about numbering)."""
-    env = {PIPE_VARIABLE: pipe_dir(plan["root"], plan["uid"]),
+    env = {PIPE_VARIABLE: pipe_dir(plan),
            MEMORY_VARIABLE: ",".join(f"{device}={mb}M" for device, mb in plan["clients"])}
     if plan.get("threads") is not None:
         env[THREADS_VARIABLE] = str(plan["threads"])
     return env
 
 
-def prepare(root: str, uid: int, gid: int) -> None:
-    """Make the user's directories (see the module docstring); as root when ``uid`` is not ours.
-    Refuses (OSError) a path that is not what it must be: a link, another owner's folder."""
+def prepare(plan: dict[str, Any]) -> None:
+    """Make the user's directories (see the module docstring); as root when the user's uid is
+    not ours. Refuses (OSError) a path that is not what it must be: a link, another owner's folder."""
     me = os.geteuid()
-    _make_dir(root, ROOT_MODE, me, None)
-    top = user_dir(root, uid)
+    _make_dir(plan["root"], ROOT_MODE, me, None)
+    top = user_dir(plan)
     _make_dir(top, ROOT_MODE, me, None)
     _make_dir(os.path.join(top, "holders"), PRIVATE_MODE, me, None)
     for name in ("pipe", "log"):
-        _make_dir(os.path.join(top, name), PRIVATE_MODE, uid, gid)
+        _make_dir(os.path.join(top, name), PRIVATE_MODE, plan["uid"], plan["gid"])
 
 
 def acquire(plan: dict[str, Any], holder_pid: int) -> list[str]:
     """Hold the user's daemon for a task (its waiter is ``holder_pid``): start it if it is not
     running, set its limits to the user's holding; notes for the task's status (empty: fine)."""
     try:
-        prepare(plan["root"], plan["uid"], plan["gid"])
+        prepare(plan)
         with _Locked(plan):
             holders = _holders(plan)
             record = {"pid": holder_pid, "start": _start_time(holder_pid), "devices": plan["devices"],
@@ -134,7 +146,7 @@ def acquire(plan: dict[str, Any], holder_pid: int) -> list[str]:
                 _control(plan, ["-d"], "")
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
-        return [f"{NOT_ENFORCED}: the MPS daemon of uid {plan['uid']} could not start ({exc})"]
+        return [f"{NOT_ENFORCED}: the MPS daemon of {plan['key']} could not start ({exc})"]
 
 
 def release(plan: dict[str, Any]) -> list[str]:
@@ -150,7 +162,7 @@ def release(plan: dict[str, Any]) -> list[str]:
                 return []
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
-        return [f"the MPS daemon of uid {plan['uid']} could not be told of the task's end ({exc})"]
+        return [f"the MPS daemon of {plan['key']} could not be told of the task's end ({exc})"]
 
 
 def _apply_limits(plan: dict[str, Any], holders: dict[str, dict[str, Any]]) -> list[str]:
@@ -175,8 +187,8 @@ def _apply_limits(plan: dict[str, Any], holders: dict[str, dict[str, Any]]) -> l
 def _control(plan: dict[str, Any], args: list[str], commands: str) -> str:
     """Run the control program as the user, with the user's pipe and log directories and
     nothing else of ours in its environment; its output. Raises OSError when it fails."""
-    env = {"PATH": _DAEMON_PATH, PIPE_VARIABLE: pipe_dir(plan["root"], plan["uid"]),
-           LOG_VARIABLE: log_dir(plan["root"], plan["uid"]), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    env = {"PATH": _DAEMON_PATH, PIPE_VARIABLE: pipe_dir(plan),
+           LOG_VARIABLE: log_dir(plan), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     as_user: dict[str, Any] = {}
     if plan["uid"] != os.geteuid():
         as_user = {"user": plan["uid"], "group": plan["gid"], "extra_groups": list(plan.get("groups") or [])}
@@ -200,7 +212,7 @@ def _daemon_alive(plan: dict[str, Any]) -> bool:
     """Whether the user's daemon runs: the pid in its pid file is a live process of the user's.
     (The file is the user's to write: it decides only whether to start one, never what to kill.)"""
     try:
-        with open(os.path.join(pipe_dir(plan["root"], plan["uid"]), PID_FILE), "rb") as f:
+        with open(os.path.join(pipe_dir(plan), PID_FILE), "rb") as f:
             pid = int(f.read(32).strip() or b"0")
         return pid > 0 and os.stat(f"/proc/{pid}").st_uid == plan["uid"] and _running(pid)
     except (OSError, ValueError):
@@ -225,7 +237,7 @@ def _start_time(pid: int) -> int:
 
 class _Locked:
     def __init__(self, plan: dict[str, Any]) -> None:
-        self.path = os.path.join(user_dir(plan["root"], plan["uid"]), "lock")
+        self.path = os.path.join(user_dir(plan), "lock")
         self.fd = -1
 
     def __enter__(self) -> _Locked:
@@ -240,7 +252,7 @@ class _Locked:
 def _holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The tasks that hold the daemon; a holder whose waiter is gone (killed before it could
     release) is dropped here, so that a lost task does not keep the daemon for ever."""
-    folder = os.path.join(user_dir(plan["root"], plan["uid"]), "holders")
+    folder = os.path.join(user_dir(plan), "holders")
     found = {}
     for name in os.listdir(folder):
         try:
@@ -256,7 +268,7 @@ def _holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _write_holder(plan: dict[str, Any], record: dict[str, Any]) -> None:
-    path = os.path.join(user_dir(plan["root"], plan["uid"]), "holders", plan["holder"])
+    path = os.path.join(user_dir(plan), "holders", plan["holder"])
     tmp = f"{path}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -268,7 +280,7 @@ def _write_holder(plan: dict[str, Any], record: dict[str, Any]) -> None:
 
 def _remove_holder(plan: dict[str, Any], name: str) -> None:
     try:
-        os.unlink(os.path.join(user_dir(plan["root"], plan["uid"]), "holders", name))
+        os.unlink(os.path.join(user_dir(plan), "holders", name))
     except FileNotFoundError:
         pass
 

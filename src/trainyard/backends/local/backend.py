@@ -603,7 +603,7 @@ class LocalBackend(jobdirs.JobDirTree):
             spec_file=task_dir / taskfiles.SPEC,
             bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
             writable=(job_dir, *([] if own_environments is None else [own_environments]),
-                      *([] if share is None else [Path(mps.pipe_dir(share["root"], share["uid"]))])),
+                      *([] if share is None else [Path(mps.pipe_dir(share))])),
             identity=identity,
             mounts=mounts, storage_paths=[*map(Path, task.storage_paths), self.datasets.root],
             starter=self._launcher.starter(),
