@@ -70,7 +70,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends import cgroups, jobdirs, taskuser
+from trainyard.backends import cgroups, jobdirs, mps, taskuser
 from trainyard.backends.base import (
     SUSPEND_FILE_VARIABLE,
     DatasetFetch,
@@ -115,6 +115,7 @@ from trainyard.backends.environment import (
     python_environment,
     site_environment,
 )
+from trainyard.backends.gpushares import find_enforcement, task_plan
 from trainyard.backends.local import containerrun, portowners, procfs, taskexec, taskfiles
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
@@ -191,6 +192,8 @@ class LocalBackend(jobdirs.JobDirTree):
         log_cap_stop: bool = False,
         dataset_cache: tuple[Path | None, int | None] = (None, None),
         dataset_sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
+        gpu_shares: tuple[str, bool] = ("auto", False),  # gpu_share_enforcement, gpu_share_threads
+        mps_control: str | None = None,  # None: nvidia-cuda-mps-control on PATH
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
@@ -250,6 +253,10 @@ class LocalBackend(jobdirs.JobDirTree):
             gpus=tuple(local_gpus.with_groups(gpus, gpu_groups) if gpu_groups else gpus),
             labels=dict(labels or {}),
         )
+        # GPU shares: one MPS daemon per user (``gpushares``), its pipes where accounts reach them.
+        self.gpu_shares = find_enforcement(gpu_shares[0], self._node.gpus, str(beside.with_name(f"{beside.name}-mps")),
+                                           threads=gpu_shares[1], control=mps_control)
+        self.gpu_share_note = self.gpu_shares.note
         self._limits, self.limits_note = limits_layout(task_limits, self.state_dir)
         # Sizes a task controls (issue 27): its processes and threads (pids.max, or the
         # container engine's --pids-limit), and what its output.log may grow to.
@@ -514,6 +521,9 @@ class LocalBackend(jobdirs.JobDirTree):
         below = python_environment({**base_environment(home, user), **self._site_env}, task.environment)
         env = task_environment(below, task.env, task.gpus)
         env = with_runtime_path(env, self.task_python)
+        share = task_plan(self.gpu_shares, task, self._node.gpus, account, "-".join(self._relative_parts(task.key)))
+        if share is not None:  # like the pinning, after the job's env: a job cannot widen its share
+            env.update(mps.client_env(share))
         secrets_dir = work.with_name(work.name + ".secrets")
         if skipped := taskuser.write_secret_files(secrets_dir, task.secrets, account):
             log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
@@ -554,6 +564,7 @@ class LocalBackend(jobdirs.JobDirTree):
                 "owner": None if account is None else [account.uid, account.gid],
             },
         }
+        spec.update({"mps": share} if share else {})  # the waiter holds the owner's MPS daemon meanwhile
         spec.update(self._limits_spec(task))
         if task.datasets:  # fetched (or found) in the node's cache before the task starts
             spec["datasets"] = self.datasets.plan(task.datasets)
@@ -591,7 +602,9 @@ class LocalBackend(jobdirs.JobDirTree):
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
             spec_file=task_dir / taskfiles.SPEC,
             bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
-            writable=(job_dir,) if own_environments is None else (job_dir, own_environments), identity=identity,
+            writable=(job_dir, *([] if own_environments is None else [own_environments]),
+                      *([] if share is None else [Path(mps.pipe_dir(share))])),
+            identity=identity,
             mounts=mounts, storage_paths=[*map(Path, task.storage_paths), self.datasets.root],
             starter=self._launcher.starter(),
         )
