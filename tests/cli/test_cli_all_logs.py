@@ -103,3 +103,34 @@ def test_a_follower_gets_lines_as_any_task_writes_them_and_ends_with_the_last_ta
         assert [chunk async for chunk in stream] == []
 
     anyio.run(follow)
+
+
+def test_an_elastic_worker_that_has_not_run_is_said_so_and_the_hint_names_the_workers_that_ran(
+        api: Api, yard: Yard) -> None:
+    """A new user's trial: the hint named workers up to the maximum, and asking for one that had
+    not run said "this attempt has not run yet" of the attempt that ran."""
+    from datetime import timedelta
+
+    from trainyard.core.states import AttemptState, JobState, TaskState
+    from trainyard.store.rows import AttemptRow, JobRow, TaskRow
+
+    job_id = submit(api.user, {"name": "el", "taskRoles": {"worker": {
+        "instances": {"min": 1, "max": 3}, "resourcePerInstance": {"gpu": 1}, "commands": ["train"]}}})
+    with api.ctx.db.session() as session:  # running at two workers: 0 and 2 (1 left earlier)
+        job = session.get(JobRow, job_id)
+        assert job is not None
+        now = api.ctx.clock.now()
+        attempt = AttemptRow(job_id=job_id, number=0, state=AttemptState.RUNNING, started_at=now - timedelta(minutes=1))
+        session.add(attempt)
+        session.flush()
+        for index in (0, 2):
+            session.add(TaskRow(attempt_id=attempt.id, job_id=job_id, role="worker", index=index,
+                                state=TaskState.RUNNING, node="local", gpus=[[index, 1000]], cpu_milli=1000,
+                                memory_mb=1024, ports={}, started_at=attempt.started_at))
+        job.state, job.started_at = JobState.RUNNING, attempt.started_at
+    write_log(api, TaskKey(job_id, 0, "worker", 0), b"w0\n")
+    code, out, err = yard("logs", str(job_id))
+    assert (code, out) == (0, "w0\n") and "the others: --task worker/2 (every task: --all)" in err, err
+    code, out, err = yard("logs", str(job_id), "--task", "worker/1")
+    assert code == 0 and out == "", (out, err)
+    assert f"task worker/1 has not run in attempt 0 of job {job_id}; its tasks: --task worker/0, worker/2" in err

@@ -105,21 +105,26 @@ def test_a_worker_that_fails_as_the_last_one_running_is_no_resize(make_world) ->
     from trainyard.controller.elastic import lost_worker
     from trainyard.store.rows import AttemptRow
 
-    world = make_world(gpus=2)
-    job = world.submit(elastic(1, 2))
-    world.drive(job, None, until=lambda _: sum(t.state == "RUNNING" for t in world.tasks(job)) == 2,
-                what="both workers to run")
-    with world.db.session() as s:
-        row = s.get(JobRow, job)
-        attempt = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job)).one()
-        for task in attempt.tasks:  # both ended, as reconcile records them, worker/0 first
-            task.state = "FAILED"
-        last = next(t for t in attempt.tasks if t.index == 1)
-        lost_worker(s, row, attempt, last, world.controller.spec_of(row), world.controller.clock)
-        s.flush()
-        recorded = [e.message for e in s.scalars(select(JobEventRow).where(JobEventRow.job_id == job))]
-        assert not [m for m in recorded if m.startswith(("grows", "shrinks"))], recorded
-        s.rollback()  # the test's made-up ends: the job then stops as usual
+    world = make_world(gpus=3)
+    job = world.submit(elastic(1, 3))
+    world.drive(job, None, until=lambda _: sum(t.state == "RUNNING" for t in world.tasks(job)) == 3,
+                what="three workers to run")
+    # Both of two, worker/0 first; and worker/0 and worker/1 of three, as every worker failed at
+    # its start (the second trial: "shrinks from 2 to 1" of a job whose attempt was failing).
+    for ended in ({0, 1, 2}, {0, 1}):
+        with world.db.session() as s:
+            row = s.get(JobRow, job)
+            attempt = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job)).one()
+            for task in attempt.tasks:  # ended, as reconcile records them in one pass
+                if task.index in ended:
+                    task.state = "FAILED"
+            last = next(t for t in attempt.tasks if t.index == 1)
+            lost_worker(s, row, attempt, last, world.controller.spec_of(row), world.controller.clock)
+            s.flush()
+            recorded = [e.message for e in s.scalars(select(JobEventRow).where(JobEventRow.job_id == job))]
+            assert not [m for m in recorded if m.startswith(("grows", "shrinks"))], (ended, recorded)
+            assert not any(t.restart for t in attempt.tasks)
+            s.rollback()  # the test's made-up ends: the job then stops as usual
     world.stop(job)
     world.drive(job, ("STOPPED",))
 

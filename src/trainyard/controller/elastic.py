@@ -128,6 +128,9 @@ def lost_worker(session: Session, job: JobRow, attempt: AttemptRow, task: TaskRo
     role = spec.elastic_role
     if role is None or task.role != role or task.index < spec.taskRoles[role].instances or task.removed:
         return
+    if any(t.role == role and t.index < spec.taskRoles[role].instances and TaskState(t.state).is_final
+           for t in attempt.tasks):
+        return  # a worker of its minimum has ended: the attempt's outcome is theirs, nothing to resize
     # Not marked removed: a worker lost on its own keeps the job from growing again in this
     # attempt (``describe``), so that one that fails at every start does not churn the others.
     others = _workers(attempt, role)  # ``task`` is final already

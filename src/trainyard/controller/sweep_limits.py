@@ -32,12 +32,14 @@ def hold_back(session: Session, pending: tuple[PendingJob, ...]) -> tuple[tuple[
     held: list[KeepWaiting] = []
     for sweep_id, queue in waiting.items():
         room = max(0, caps[sweep_id] - running[sweep_id])
+        # Those let through take their places now: the reason stays true once they start.
+        taken = running[sweep_id] + min(room, len(queue))
         for position, (_, job_id) in enumerate(sorted(queue)[room:], start=1):
             held.append(KeepWaiting(
                 job_id, PendingReason.SWEEP_LIMIT,
-                f"{running[sweep_id]} of its sweep {sweep_id}'s jobs run, the most it allows at once "
+                f"{taken} of its sweep {sweep_id}'s jobs run or start, the most it allows at once "
                 f"(parallel: {caps[sweep_id]}); it starts when one of them ends", position,
-                short=f"sweep {sweep_id}: {running[sweep_id]}/{caps[sweep_id]} running"))
+                short=f"sweep {sweep_id}: {taken}/{caps[sweep_id]} running"))
     if not held:
         return pending, []
     out = {w.job_id for w in held}

@@ -17,10 +17,10 @@ def instance_span(role: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def task_labels(spec: Mapping[str, Any], ran: Iterable[tuple[str, int]] = ()) -> list[str]:
-    """Every task the job file declares, ``ROLE/INDEX`` (an elastic role's up to its maximum),
-    and any task in ``ran`` (role, index) beyond them (an elastic role's workers grown after
-    others left take higher indices), role by role, index by index."""
+    """Every task the job file declares, ``ROLE/INDEX`` (an elastic role's minimum), and every
+    task in ``ran`` (role, index) beyond them (an elastic role's workers it grew: after others
+    left they take higher indices), role by role, index by index."""
     roles = spec.get("taskRoles") or {}
-    tasks = {(role, i) for role, body in roles.items() for i in range(instance_span(body)[1])} | set(ran)
+    tasks = {(role, i) for role, body in roles.items() for i in range(instance_span(body)[0])} | set(ran)
     order = {role: n for n, role in enumerate(roles)}
     return [f"{role}/{i}" for role, i in sorted(tasks, key=lambda task: (order.get(task[0], len(order)), task))]

@@ -264,7 +264,7 @@ class Settings(BaseSettings):
         "once; it bounds a cycle's time when a burst of jobs can start. 0: no bound (docs/scheduling.md)",
     )
     scheduler_elastic_grow_interval_seconds: float = Field(
-        default=30.0,
+        default=60.0,
         ge=0,
         allow_inf_nan=False,
         description="An elastic job grows into idle GPUs no sooner than this long after its workers last "
