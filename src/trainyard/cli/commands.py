@@ -332,10 +332,10 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
         return
     job: JobDetail = client._parse(Model("jobs.JobDetail"), answer)  # nothing ran yet: why, from the models
     ran = [a.number for a in job.attempts if a.startedAt]
-    shown = job.attempt if args.attempt is None else args.attempt
-    if args.task is not None and shown in ran:  # the attempt ran, without this task (an elastic worker)
-        tasks = ", ".join(job.task_labels())
-        _fail(f"task {args.task} has not run in attempt {shown} of job {args.id}; its tasks: --task {tasks}")
+    number = job.attempt if args.attempt is None else args.attempt
+    if args.task is not None and number in ran:  # the attempt ran, without this task (an elastic worker)
+        labels = ", ".join(job.task_labels())
+        _fail(f"task {args.task} has not run in attempt {number} of job {args.id}; its tasks: --task {labels}")
         return
     earlier = f"; earlier attempts: --attempt {', '.join(map(str, ran))}" if ran and args.attempt is None else ""
     why = f" ({render.job_status_text(job)})" if job.state == JobState.WAITING and job.pending else ""
