@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import logging
 import re
+import secrets
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -313,11 +315,31 @@ def delete_environment(session: Session, viewer: UserRow, name: str, *, force: b
     return Deleted(view, stopped, files)
 
 
+DELETING = ".deleting-"  # a deleted environment's folder, moved aside in the root while it is removed
+
+
 def remove_files(name: str, files: Path) -> None:
-    """Remove a deleted custom environment's folder (call it once the deletion has committed)."""
-    shutil.rmtree(files, ignore_errors=True)
-    if files.exists():
-        log.warning("environment %s: could not remove all of %s", name, files)
+    """Remove a deleted custom environment's folder (call it once the deletion has committed):
+    moved aside at once, so that its name is free and its owner's folder empty, then removed
+    in a thread of its own — a PyTorch environment is gigabytes, longer to remove than a
+    request may take (a new user's trial: ``yard env delete`` timed out). Folders a stopped
+    server left moved aside go with the next removal."""
+    root = files.parent.parent
+    aside = root / f"{DELETING}{files.parent.name}-{files.name}-{secrets.token_hex(4)}"
+    try:
+        files.rename(aside)
+    except OSError:
+        aside = files  # not movable (gone, or another file system): removed where it is
+    leftovers = [p for p in root.glob(f"{DELETING}*") if p != aside and p.is_dir() and not p.is_symlink()]
+    threading.Thread(target=_remove, args=(name, [aside, *leftovers]), name=f"remove environment {name}",
+                     daemon=True).start()
+
+
+def _remove(name: str, folders: list[Path]) -> None:
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+        if folder.exists():
+            log.warning("environment %s: could not remove all of %s", name, folder)
 
 
 def settle_builds(session: Session, clock: Clock) -> list[str]:
