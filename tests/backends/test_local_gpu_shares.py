@@ -170,3 +170,42 @@ def test_a_lost_task_does_not_hold_the_daemon_and_a_planted_link_is_refused(tmp_
     # Nor does a key that is not a uid and a user name become a path.
     for key in (f"{os.geteuid()}-../../etc", f"{os.geteuid() + 1}-alice", "x"):
         assert "not a key of a user's MPS folder" in mps.acquire({**plan, "key": key}, os.getpid())[0]
+
+
+def _plan(root: Path, holder: str = "1-0-worker-0-0") -> dict:
+    return {"control": str(CONTROL), "root": str(root), "key": f"{os.geteuid()}-alice", "uid": os.geteuid(),
+            "gid": os.getegid(), "groups": [], "holder": holder, "clients": [["0", 100]], "devices": [[0, 100]],
+            "threads": None}
+
+
+def test_root_never_follows_or_blocks_on_what_the_user_put_as_the_daemon_pid_file(tmp_path) -> None:
+    """The pipe directory is the user's (and bound writable into their tasks): the pid file
+    root reads there may be a FIFO (root's open would wait for ever, the waiter's stop
+    signals blocked, the user's lock held) or a link to a device or another's file, which
+    root must never open."""
+    import threading
+
+    plan = _plan(tmp_path / "mps")
+    mps.prepare(plan)
+    pid_file = Path(mps.pipe_dir(plan)) / mps.PID_FILE
+    os.mkfifo(pid_file)
+    done: list[bool] = []
+    reader = threading.Thread(target=lambda: done.append(mps._daemon_alive(plan)), daemon=True)
+    reader.start()
+    reader.join(5)
+    blocked = not done
+    if blocked:  # unblock the thread that root's open left waiting
+        os.close(os.open(pid_file, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+    assert not blocked, "root's waiter blocked on a FIFO the user put where the daemon's pid file goes"
+    assert done == [False]
+    # A link to a file that holds a live pid of the user's: root does not read through it.
+    pid_file.unlink()
+    target = tmp_path / "elsewhere"
+    target.write_text(f"{os.getpid()}\n")
+    pid_file.symlink_to(target)
+    assert mps._daemon_alive(plan) is False
+    # A real file of the user's with a live pid of theirs: as before.
+    pid_file.unlink()
+    pid_file.write_text(f"{os.getpid()}\n")
+    assert mps._daemon_alive(plan) is True

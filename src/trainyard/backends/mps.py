@@ -56,6 +56,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 
 TYPE_CHECKING = False
@@ -210,13 +211,27 @@ def _default_signals() -> None:
 
 def _daemon_alive(plan: dict[str, Any]) -> bool:
     """Whether the user's daemon runs: the pid in its pid file is a live process of the user's.
-    (The file is the user's to write: it decides only whether to start one, never what to kill.)"""
+    (The file is the user's to write: it decides only whether to start one, never what to kill.
+    Root opens it without following a link and without waiting, and reads it only if it is
+    a plain file of the user's: never a FIFO that would hold the waiter, nor a device.)"""
+    try:  # O_PATH opens nothing (no device's open, no FIFO's wait): what it is, then its content
+        where = os.open(os.path.join(pipe_dir(plan), PID_FILE), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
     try:
-        with open(os.path.join(pipe_dir(plan), PID_FILE), "rb") as f:
-            pid = int(f.read(32).strip() or b"0")
+        st = os.fstat(where)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != plan["uid"]:
+            return False
+        fd = os.open(f"/proc/self/fd/{where}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            pid = int(os.read(fd, 32).strip() or b"0")
+        finally:
+            os.close(fd)
         return pid > 0 and os.stat(f"/proc/{pid}").st_uid == plan["uid"] and _running(pid)
     except (OSError, ValueError):
         return False
+    finally:
+        os.close(where)
 
 
 def _running(pid: int) -> bool:
