@@ -209,3 +209,35 @@ def test_root_never_follows_or_blocks_on_what_the_user_put_as_the_daemon_pid_fil
     pid_file.unlink()
     pid_file.write_text(f"{os.getpid()}\n")
     assert mps._daemon_alive(plan) is True
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a shared task account needs root")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_users_who_share_one_account_never_reach_each_others_daemon(fake_nvml, make_local, public_dir) -> None:
+    """With one account for every task (run_as), the pipe directories' 0700 keeps no Trainyard
+    user from another's: the sandbox must not show the MPS root, only the task's own pipe
+    directory (else bob's task becomes a client of alice's daemon, in her GPU context, and can
+    quit it or raise her limits)."""
+    (public_dir / "home").mkdir(mode=0o700)
+    sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
+    assert sandbox is not None, why
+    harness = make_local(public_dir / "home" / "state", run_as="nobody", sandbox=sandbox,
+                         work_dir_root=public_dir / "work", mps_control=str(CONTROL), gpu_shares=("auto", False))
+    root = Path(harness.backend.gpu_shares.root)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    gate = public_dir / "gate"
+    alice_pipe = root / f"{nobody}-alice" / "pipe"
+    alice = harness.new_key()
+    harness.backend.launch(TaskLaunch(alice, harness.node, f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done\n",
+                                      {}, gpus=(0,), gpu_milli=(250,), user="alice"))
+    harness.wait_log(alice, "up")
+    bob = harness.new_key()
+    harness.backend.launch(TaskLaunch(bob, harness.node, f"ls -a {alice_pipe} && echo reached-alice; ls {root}; "
+                                      f"echo $CUDA_MPS_PIPE_DIRECTORY\n", {}, gpus=(0,), gpu_milli=(250,), user="bob"))
+    try:
+        assert harness.wait_ended(bob).exit_code == 0, harness.log(bob)
+    finally:
+        gate.touch()
+    assert harness.wait_ended(alice).exit_code == 0, harness.log(alice)
+    assert str(root / f"{nobody}-bob" / "pipe") in harness.log(bob)
+    assert "reached-alice" not in harness.log(bob) and mps.PID_FILE not in harness.log(bob), harness.log(bob)

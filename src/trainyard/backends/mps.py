@@ -120,6 +120,12 @@ def client_env(plan: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def make_root(root: str) -> None:
+    """The folder of every user's folder (``ROOT_MODE``, ours): made before any task starts, so
+    that each task's sandbox can hide it all but the task's own pipe directory."""
+    _make_dir(root, ROOT_MODE, os.geteuid(), None)
+
+
 def prepare(plan: dict[str, Any]) -> None:
     """Make the user's directories (see the module docstring); as root when the user's uid is
     not ours. Refuses (OSError) a path that is not what it must be: a link, another owner's folder."""
