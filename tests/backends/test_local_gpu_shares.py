@@ -241,3 +241,24 @@ def test_users_who_share_one_account_never_reach_each_others_daemon(fake_nvml, m
     assert harness.wait_ended(alice).exit_code == 0, harness.log(alice)
     assert str(root / f"{nobody}-bob" / "pipe") in harness.log(bob)
     assert "reached-alice" not in harness.log(bob) and mps.PID_FILE not in harness.log(bob), harness.log(bob)
+
+
+def test_a_forged_pid_file_does_not_keep_the_daemon_after_the_users_last_task(tmp_path) -> None:
+    """The pid file is the user's to write (their tasks have the pipe directory): one that
+    names no live process of theirs must not make root skip the ``quit`` after the last task,
+    which left the daemon running as the user, outside every sandbox, for ever."""
+    root = tmp_path / "mps"
+    plan = _plan(root)
+    assert mps.acquire(plan, os.getpid()) == []
+    pid_file = Path(mps.pipe_dir(plan)) / mps.PID_FILE
+    daemon = int(pid_file.read_text())
+    try:
+        pid_file.write_text(f"{2 ** 22 + 1}\n")  # what a task of the user wrote there
+        mps.release(plan)
+        told = [r["commands"] for r in records(root) if r["event"] == "commands"]
+        assert told[-1] == ["quit"], told  # the daemon's socket was told, whatever the file says
+    finally:
+        try:
+            os.kill(daemon, 15)  # the stand-in, which finds its daemon by that file, was not reached
+        except ProcessLookupError:
+            pass

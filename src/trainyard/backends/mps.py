@@ -164,8 +164,14 @@ def release(plan: dict[str, Any]) -> list[str]:
             _remove_holder(plan, plan["holder"])
             holders = _holders(plan)
             if not holders:
-                if _daemon_alive(plan):
+                # Told whatever the pid file (the user's) says: one that names no live process
+                # must not keep the daemon for ever. Where none answers, there was none to quit.
+                alive = _daemon_alive(plan)
+                try:
                     _control(plan, [], "quit\n")
+                except (OSError, subprocess.SubprocessError):
+                    if alive:
+                        raise
                 return []
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
