@@ -34,8 +34,12 @@ Before the first shared task of a user starts on the node, ``acquire`` starts
 ``nvidia-cuda-mps-control -d`` *as that user's account* with those two directories (so
 two users never share a daemon, a server or a GPU context: another user's task cannot
 open ``pipe/``), then sets the daemon's limits to the user's whole holding on each device
-(the sum of their tasks' shares there): a task that drops the variables from its own
-environment still cannot take more than its owner holds. Each task's own client limits
+(the sum of their tasks' shares there): a task that lowers or drops the limit variables
+but stays a client still cannot take more than its owner holds. (One that drops
+``CUDA_MPS_PIPE_DIRECTORY``, or points it at a folder with no daemon, is no client at all:
+as NVIDIA documents, CUDA then runs as it would without MPS, and in the Default compute
+mode beside the servers, with no limit. MPS holds honest and buggy programs to their share,
+not a hostile one.) Each task's own client limits
 (its share) are in its environment. After the user's last shared task on the node ends,
 ``release`` sends ``quit``. Whole-GPU tasks never see any of this.
 
