@@ -10,6 +10,7 @@ import pwd
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -260,5 +261,30 @@ def test_a_forged_pid_file_does_not_keep_the_daemon_after_the_users_last_task(tm
     finally:
         try:
             os.kill(daemon, 15)  # the stand-in, which finds its daemon by that file, was not reached
+        except ProcessLookupError:
+            pass
+
+
+def test_a_daemon_whose_pid_file_and_socket_the_user_moved_still_ends_after_their_last_task(tmp_path) -> None:
+    """A task of the user can rewrite the pid file and move the daemon's socket (the pipe
+    directory is theirs): root's ``quit`` then reaches nothing, and the daemon, found by
+    what root started it with (the user's uid, its two directories), still ends."""
+    root = tmp_path / "mps"
+    plan = _plan(root)
+    assert mps.acquire(plan, os.getpid()) == []
+    pipe = Path(mps.pipe_dir(plan))
+    daemon = int((pipe / mps.PID_FILE).read_text())
+    try:
+        (pipe / mps.PID_FILE).write_text(f"{2 ** 22 + 1}\n")
+        (pipe / "control").rename(pipe / "moved")
+        mps.release(plan)
+        for _ in range(100):
+            if not mps._running(daemon):
+                break
+            time.sleep(0.05)
+        assert not mps._running(daemon), "the user's daemon outlived their last task"
+    finally:
+        try:
+            os.kill(daemon, 9)
         except ProcessLookupError:
             pass

@@ -41,7 +41,9 @@ as NVIDIA documents, CUDA then runs as it would without MPS, and in the Default 
 mode beside the servers, with no limit. MPS holds honest and buggy programs to their share,
 not a hostile one.) Each task's own client limits
 (its share) are in its environment. After the user's last shared task on the node ends,
-``release`` sends ``quit``. Whole-GPU tasks never see any of this.
+``release`` sends ``quit``, and then ends what is left of the daemon, found by its uid and
+its two directories in its environment (never by its pid file or socket, which the user's
+tasks can rewrite or move). Whole-GPU tasks never see any of this.
 
 Limits, said in the README's security model: the daemon runs as the user, so the user's
 own tasks can talk to it (raise their limits up to the device, or quit it); the limits are
@@ -62,6 +64,7 @@ import re
 import signal
 import stat
 import subprocess
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -174,8 +177,10 @@ def release(plan: dict[str, Any]) -> list[str]:
                 try:
                     _control(plan, [], "quit\n")
                 except (OSError, subprocess.SubprocessError):
-                    if alive:
+                    if not _end_strays(plan) and alive:
                         raise
+                    return []
+                _end_strays(plan)
                 return []
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -248,6 +253,52 @@ def _daemon_alive(plan: dict[str, Any]) -> bool:
         return False
     finally:
         os.close(where)
+
+
+def _daemon_processes(plan: dict[str, Any]) -> list[int]:
+    """The processes of the user's uid that run with both of the daemon's directories in their
+    environment, as ``_control`` starts it (its servers inherit it): the daemon, whatever its pid
+    file (the user's) says and wherever its socket went. A process of the user's that sets both
+    itself is the user's own to lose."""
+    want = {f"{PIPE_VARIABLE}={pipe_dir(plan)}".encode(), f"{LOG_VARIABLE}={log_dir(plan)}".encode()}
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _is_daemon(int(name), plan["uid"], want):
+            found.append(int(name))
+    return found
+
+
+def _is_daemon(pid: int, uid: int, want: set[bytes]) -> bool:
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != uid:
+            return False
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return want <= set(f.read().split(b"\0")) and _running(pid)
+    except OSError:
+        return False
+
+
+def _end_strays(plan: dict[str, Any], wait_seconds: float = 5.0) -> bool:
+    """After ``quit`` (answered or not): what is left of the user's daemon ends, SIGKILLed
+    through a pidfd (never a reused pid) once it has had ``wait_seconds`` to go; whether
+    there was any."""
+    deadline = time.monotonic() + wait_seconds
+    while (left := _daemon_processes(plan)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    want = {f"{PIPE_VARIABLE}={pipe_dir(plan)}".encode(), f"{LOG_VARIABLE}={log_dir(plan)}".encode()}
+    for pid in left:
+        try:
+            handle = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            if _is_daemon(pid, plan["uid"], want):  # still that process: the pidfd holds it
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)
+    return bool(left)
 
 
 def _running(pid: int) -> bool:
