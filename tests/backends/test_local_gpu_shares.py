@@ -10,6 +10,7 @@ import pwd
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +171,120 @@ def test_a_lost_task_does_not_hold_the_daemon_and_a_planted_link_is_refused(tmp_
     # Nor does a key that is not a uid and a user name become a path.
     for key in (f"{os.geteuid()}-../../etc", f"{os.geteuid() + 1}-alice", "x"):
         assert "not a key of a user's MPS folder" in mps.acquire({**plan, "key": key}, os.getpid())[0]
+
+
+def _plan(root: Path, holder: str = "1-0-worker-0-0") -> dict:
+    return {"control": str(CONTROL), "root": str(root), "key": f"{os.geteuid()}-alice", "uid": os.geteuid(),
+            "gid": os.getegid(), "groups": [], "holder": holder, "clients": [["0", 100]], "devices": [[0, 100]],
+            "threads": None}
+
+
+def test_root_never_follows_or_blocks_on_what_the_user_put_as_the_daemon_pid_file(tmp_path) -> None:
+    """The pipe directory is the user's (and bound writable into their tasks): the pid file
+    root reads there may be a FIFO (root's open would wait for ever, the waiter's stop
+    signals blocked, the user's lock held) or a link to a device or another's file, which
+    root must never open."""
+    import threading
+
+    plan = _plan(tmp_path / "mps")
+    mps.prepare(plan)
+    pid_file = Path(mps.pipe_dir(plan)) / mps.PID_FILE
+    os.mkfifo(pid_file)
+    done: list[bool] = []
+    reader = threading.Thread(target=lambda: done.append(mps._daemon_alive(plan)), daemon=True)
+    reader.start()
+    reader.join(5)
+    blocked = not done
+    if blocked:  # unblock the thread that root's open left waiting
+        os.close(os.open(pid_file, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(5)
+    assert not blocked, "root's waiter blocked on a FIFO the user put where the daemon's pid file goes"
+    assert done == [False]
+    # A link to a file that holds a live pid of the user's: root does not read through it.
+    pid_file.unlink()
+    target = tmp_path / "elsewhere"
+    target.write_text(f"{os.getpid()}\n")
+    pid_file.symlink_to(target)
+    assert mps._daemon_alive(plan) is False
+    # A real file of the user's with a live pid of theirs: as before.
+    pid_file.unlink()
+    pid_file.write_text(f"{os.getpid()}\n")
+    assert mps._daemon_alive(plan) is True
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a shared task account needs root")
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+def test_users_who_share_one_account_never_reach_each_others_daemon(fake_nvml, make_local, public_dir) -> None:
+    """With one account for every task (run_as), the pipe directories' 0700 keeps no Trainyard
+    user from another's: the sandbox must not show the MPS root, only the task's own pipe
+    directory (else bob's task becomes a client of alice's daemon, in her GPU context, and can
+    quit it or raise her limits)."""
+    (public_dir / "home").mkdir(mode=0o700)
+    sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
+    assert sandbox is not None, why
+    harness = make_local(public_dir / "home" / "state", run_as="nobody", sandbox=sandbox,
+                         work_dir_root=public_dir / "work", mps_control=str(CONTROL), gpu_shares=("auto", False))
+    root = Path(harness.backend.gpu_shares.root)
+    nobody = pwd.getpwnam("nobody").pw_uid
+    gate = public_dir / "gate"
+    alice_pipe = root / f"{nobody}-alice" / "pipe"
+    alice = harness.new_key()
+    harness.backend.launch(TaskLaunch(alice, harness.node, f"echo up; while [ ! -e {gate} ]; do sleep 0.05; done\n",
+                                      {}, gpus=(0,), gpu_milli=(250,), user="alice"))
+    harness.wait_log(alice, "up")
+    bob = harness.new_key()
+    harness.backend.launch(TaskLaunch(bob, harness.node, f"ls -a {alice_pipe} && echo reached-alice; ls {root}; "
+                                      f"echo $CUDA_MPS_PIPE_DIRECTORY\n", {}, gpus=(0,), gpu_milli=(250,), user="bob"))
+    try:
+        assert harness.wait_ended(bob).exit_code == 0, harness.log(bob)
+    finally:
+        gate.touch()
+    assert harness.wait_ended(alice).exit_code == 0, harness.log(alice)
+    assert str(root / f"{nobody}-bob" / "pipe") in harness.log(bob)
+    assert "reached-alice" not in harness.log(bob) and mps.PID_FILE not in harness.log(bob), harness.log(bob)
+
+
+def test_a_forged_pid_file_does_not_keep_the_daemon_after_the_users_last_task(tmp_path) -> None:
+    """The pid file is the user's to write (their tasks have the pipe directory): one that
+    names no live process of theirs must not make root skip the ``quit`` after the last task,
+    which left the daemon running as the user, outside every sandbox, for ever."""
+    root = tmp_path / "mps"
+    plan = _plan(root)
+    assert mps.acquire(plan, os.getpid()) == []
+    pid_file = Path(mps.pipe_dir(plan)) / mps.PID_FILE
+    daemon = int(pid_file.read_text())
+    try:
+        pid_file.write_text(f"{2 ** 22 + 1}\n")  # what a task of the user wrote there
+        mps.release(plan)
+        told = [r["commands"] for r in records(root) if r["event"] == "commands"]
+        assert told[-1] == ["quit"], told  # the daemon's socket was told, whatever the file says
+    finally:
+        try:
+            os.kill(daemon, 15)  # the stand-in, which finds its daemon by that file, was not reached
+        except ProcessLookupError:
+            pass
+
+
+def test_a_daemon_whose_pid_file_and_socket_the_user_moved_still_ends_after_their_last_task(tmp_path) -> None:
+    """A task of the user can rewrite the pid file and move the daemon's socket (the pipe
+    directory is theirs): root's ``quit`` then reaches nothing, and the daemon, found by
+    what root started it with (the user's uid, its two directories), still ends."""
+    root = tmp_path / "mps"
+    plan = _plan(root)
+    assert mps.acquire(plan, os.getpid()) == []
+    pipe = Path(mps.pipe_dir(plan))
+    daemon = int((pipe / mps.PID_FILE).read_text())
+    try:
+        (pipe / mps.PID_FILE).write_text(f"{2 ** 22 + 1}\n")
+        (pipe / "control").rename(pipe / "moved")
+        mps.release(plan)
+        for _ in range(100):
+            if not mps._running(daemon):
+                break
+            time.sleep(0.05)
+        assert not mps._running(daemon), "the user's daemon outlived their last task"
+    finally:
+        try:
+            os.kill(daemon, 9)
+        except ProcessLookupError:
+            pass

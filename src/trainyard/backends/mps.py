@@ -34,10 +34,16 @@ Before the first shared task of a user starts on the node, ``acquire`` starts
 ``nvidia-cuda-mps-control -d`` *as that user's account* with those two directories (so
 two users never share a daemon, a server or a GPU context: another user's task cannot
 open ``pipe/``), then sets the daemon's limits to the user's whole holding on each device
-(the sum of their tasks' shares there): a task that drops the variables from its own
-environment still cannot take more than its owner holds. Each task's own client limits
+(the sum of their tasks' shares there): a task that lowers or drops the limit variables
+but stays a client still cannot take more than its owner holds. (One that drops
+``CUDA_MPS_PIPE_DIRECTORY``, or points it at a folder with no daemon, is no client at all:
+as NVIDIA documents, CUDA then runs as it would without MPS, and in the Default compute
+mode beside the servers, with no limit. MPS holds honest and buggy programs to their share,
+not a hostile one.) Each task's own client limits
 (its share) are in its environment. After the user's last shared task on the node ends,
-``release`` sends ``quit``. Whole-GPU tasks never see any of this.
+``release`` sends ``quit``, and then ends what is left of the daemon, found by its uid and
+its two directories in its environment (never by its pid file or socket, which the user's
+tasks can rewrite or move). Whole-GPU tasks never see any of this.
 
 Limits, said in the README's security model: the daemon runs as the user, so the user's
 own tasks can talk to it (raise their limits up to the device, or quit it); the limits are
@@ -56,7 +62,9 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
+import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -119,6 +127,12 @@ def client_env(plan: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+def make_root(root: str) -> None:
+    """The folder of every user's folder (``ROOT_MODE``, ours): made before any task starts, so
+    that each task's sandbox can hide it all but the task's own pipe directory."""
+    _make_dir(root, ROOT_MODE, os.geteuid(), None)
+
+
 def prepare(plan: dict[str, Any]) -> None:
     """Make the user's directories (see the module docstring); as root when the user's uid is
     not ours. Refuses (OSError) a path that is not what it must be: a link, another owner's folder."""
@@ -157,8 +171,16 @@ def release(plan: dict[str, Any]) -> list[str]:
             _remove_holder(plan, plan["holder"])
             holders = _holders(plan)
             if not holders:
-                if _daemon_alive(plan):
+                # Told whatever the pid file (the user's) says: one that names no live process
+                # must not keep the daemon for ever. Where none answers, there was none to quit.
+                alive = _daemon_alive(plan)
+                try:
                     _control(plan, [], "quit\n")
+                except (OSError, subprocess.SubprocessError):
+                    if not _end_strays(plan) and alive:
+                        raise
+                    return []
+                _end_strays(plan)
                 return []
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -210,13 +232,73 @@ def _default_signals() -> None:
 
 def _daemon_alive(plan: dict[str, Any]) -> bool:
     """Whether the user's daemon runs: the pid in its pid file is a live process of the user's.
-    (The file is the user's to write: it decides only whether to start one, never what to kill.)"""
+    (The file is the user's to write: it decides only whether to start one, never what to kill.
+    Root opens it without following a link and without waiting, and reads it only if it is
+    a plain file of the user's: never a FIFO that would hold the waiter, nor a device.)"""
+    try:  # O_PATH opens nothing (no device's open, no FIFO's wait): what it is, then its content
+        where = os.open(os.path.join(pipe_dir(plan), PID_FILE), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
     try:
-        with open(os.path.join(pipe_dir(plan), PID_FILE), "rb") as f:
-            pid = int(f.read(32).strip() or b"0")
+        st = os.fstat(where)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != plan["uid"]:
+            return False
+        fd = os.open(f"/proc/self/fd/{where}", os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        try:
+            pid = int(os.read(fd, 32).strip() or b"0")
+        finally:
+            os.close(fd)
         return pid > 0 and os.stat(f"/proc/{pid}").st_uid == plan["uid"] and _running(pid)
     except (OSError, ValueError):
         return False
+    finally:
+        os.close(where)
+
+
+def _daemon_processes(plan: dict[str, Any]) -> list[int]:
+    """The processes of the user's uid that run with both of the daemon's directories in their
+    environment, as ``_control`` starts it (its servers inherit it): the daemon, whatever its pid
+    file (the user's) says and wherever its socket went. A process of the user's that sets both
+    itself is the user's own to lose."""
+    want = {f"{PIPE_VARIABLE}={pipe_dir(plan)}".encode(), f"{LOG_VARIABLE}={log_dir(plan)}".encode()}
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and _is_daemon(int(name), plan["uid"], want):
+            found.append(int(name))
+    return found
+
+
+def _is_daemon(pid: int, uid: int, want: set[bytes]) -> bool:
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != uid:
+            return False
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return want <= set(f.read().split(b"\0")) and _running(pid)
+    except OSError:
+        return False
+
+
+def _end_strays(plan: dict[str, Any], wait_seconds: float = 5.0) -> bool:
+    """After ``quit`` (answered or not): what is left of the user's daemon ends, SIGKILLed
+    through a pidfd (never a reused pid) once it has had ``wait_seconds`` to go; whether
+    there was any."""
+    deadline = time.monotonic() + wait_seconds
+    while (left := _daemon_processes(plan)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    want = {f"{PIPE_VARIABLE}={pipe_dir(plan)}".encode(), f"{LOG_VARIABLE}={log_dir(plan)}".encode()}
+    for pid in left:
+        try:
+            handle = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            if _is_daemon(pid, plan["uid"], want):  # still that process: the pidfd holds it
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(handle)
+    return bool(left)
 
 
 def _running(pid: int) -> bool:

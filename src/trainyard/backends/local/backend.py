@@ -246,6 +246,15 @@ class LocalBackend(jobdirs.JobDirTree):
         self.gpu_shares = find_enforcement(gpu_shares[0], self._node.gpus, str(beside.with_name(f"{beside.name}-mps")),
                                            threads=gpu_shares[1], control=mps_control)
         self.gpu_share_note = self.gpu_shares.note
+        if self.gpu_shares.control is not None:
+            # Made now and hidden from every sandbox (only a task's own pipe directory is bound
+            # back): where users share one account (run_as), 0700 keeps none from another's daemon.
+            try:
+                mps.make_root(self.gpu_shares.root)
+            except OSError as exc:
+                log.warning("GPU shares: %s", exc)
+            if self._sandbox is not None:
+                self._sandbox = self._sandbox.with_hidden(Path(self.gpu_shares.root))
         self._limits, self.limits_note = limits_layout(task_limits, self.state_dir)
         # Sizes a task controls (issue 27): its processes and threads (pids.max, or the
         # container engine's --pids-limit), and what its output.log may grow to.
