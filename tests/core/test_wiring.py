@@ -144,6 +144,8 @@ def test_workers_sharing_a_node_address_get_host_names_of_their_own_that_every_w
     assert agent_names(env("my_worker", 2)) == ("trainyard-worker-2", table)
     assert agent_names(env("my_worker", 1)) == (None, table)  # alone on n2: its address, the others' names
     assert agent_names(env("ps", 0)) == (None, {})  # not elastic
+    assert named_agent({"PAI_CONTAINER_HOST_IP": "10.0.0.1"}, "trainyard-worker-2") == {  # a job's own env
+        "PAI_CONTAINER_HOST_IP": "10.0.0.1"}
     named = named_agent(env("my_worker", 2), "trainyard-worker-2")
     assert named["TRAINYARD_TORCHRUN"].split()[-1] == "--local-addr=trainyard-worker-2"
     local = JobWiring(job_id=9, job_name="el", user="alice", attempt=0, roles=["w"],

@@ -183,6 +183,8 @@ def agent_names(env: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
 def named_agent(env: Mapping[str, str], name: str) -> dict[str, str]:
     """``env`` with torchrun's flags naming the worker ``name`` (``agent_names``) instead of
     its node's address."""
+    if "TRAINYARD_TORCHRUN" not in env or "PAI_CONTAINER_HOST_IP" not in env:
+        return dict(env)  # not torchrun's wiring (a job's own env that looked elastic): nothing to name
     flags = env["TRAINYARD_TORCHRUN"].replace(f"--local-addr={env['PAI_CONTAINER_HOST_IP']}", f"--local-addr={name}")
     return {**env, "TRAINYARD_TORCHRUN": flags}
 
