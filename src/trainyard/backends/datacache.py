@@ -127,6 +127,14 @@ class NodeCache:
         uses.mkdir(mode=0o700, exist_ok=True)
         (uses / f"{pid}-{_start_time(pid)}").touch()
 
+    def release(self, keys: list[str], pid: int) -> None:
+        """Process ``pid`` no longer uses these entries (its task has ended; a use whose
+        process is gone is dropped anyway, at the next read)."""
+        for key in map(_checked_key, keys):
+            for use in (self.root / "uses" / key).glob(f"{int(pid)}-*"):
+                with contextlib.suppress(FileNotFoundError):
+                    use.unlink()
+
     def evict(self, keep: str = "", extra: int = 0) -> list[str]:
         """Step 6: remove least recently used entries no task uses until the rest fit (with
         ``extra`` bytes of a fetch under way: room made while it fetches)."""

@@ -7,7 +7,9 @@ record each task's exit status and log into the task's directory. Everything liv
 one-machine cluster any directory):
 
     <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py, nvml_devices.py,
-                    container-cgroup.py                                  fixed text, no job data
+                    container-cgroup.py, dataset-step.py, datasets/      fixed text, no job data
+    <state_dir>/datasets/nodes/<node>.json   each node's dataset cache, as its steps report it
+    <state_dir>/datasets/cache/<node>/       the node's dataset cache (unless dataset_cache_dir)
     <state_dir>/pythonpath/trainyard/runtime.py   first on every task's PYTHONPATH (``taskpython``)
     <state_dir>/jobs/<job>/<attempt>/
         <role>-<index>-<run>/    env script.sh ports work/ output.log exit fault metrics.json suspend.json  a task run
@@ -54,10 +56,12 @@ from typing import Any
 
 from trainyard.backends import jobdirs, taskuser
 from trainyard.backends.base import (
+    DatasetFetch,
     ExecPlan,
     ImagePull,
     ImageRemoval,
     LogChunk,
+    NodeDatasetCache,
     NodeImage,
     NodeInventory,
     SuspendRequest,
@@ -69,16 +73,12 @@ from trainyard.backends.base import (
 )
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
-from trainyard.backends.containers import (
-    ContainerEngine,
-    with_image_pull,
-    with_oom_record,
-)
+from trainyard.backends.containers import ContainerEngine, with_image_pull, with_oom_record
+from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
 from trainyard.backends.environment import base_environment, process_account, site_environment
-from trainyard.backends.sandbox import (
-    Sandbox,
-)
-from trainyard.backends.slurm import runners, sandboxing, submission, taskexec
+from trainyard.backends.mounts import account_reader
+from trainyard.backends.sandbox import Sandbox
+from trainyard.backends.slurm import datasets, runners, sandboxing, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.images import NodeImages
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
@@ -186,6 +186,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         accounts: TaskAccounts | None = None,
         sandbox: Sandbox | None = None,
         node_python: str = NODE_PYTHON,
+        dataset_cache: tuple[Path | None, int | None] = (None, None),
+        dataset_sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         # Per-user accounts (root): each task runs as its owner's account, in a bubblewrap
@@ -240,11 +242,19 @@ class SlurmBackend(jobdirs.JobDirTree):
                                    importlib.resources.files("trainyard.backends.slurm").joinpath("taskstart.py")
                                    .read_text())
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
+        for path, text in datasets.node_files(bin_dir).items():  # the datasets' step on the nodes (issue 35)
+            _install(path, text)
         self.task_python = install_runtime(self.state_dir / "pythonpath")
         self.name_prefix = job_name_prefix(self.state_dir)
+        usable = lambda: [n.name for n in self.inventory() if n.schedulable]  # noqa: E731
         self._images = NodeImages(self.commands, self.state_dir, partition, self.name_prefix,
-                                  containers=lambda: self.containers,
-                                  usable_nodes=lambda: [n.name for n in self.inventory() if n.schedulable])
+                                  containers=lambda: self.containers, usable_nodes=usable)
+        self.datasets = datasets.SlurmDatasets(
+            self.state_dir, self.commands, partition=partition, name_prefix=self.name_prefix,
+            usable_nodes=usable, cache_dir=dataset_cache[0],
+            capacity=dataset_cache[1], timeout=dataset_sources[0], allowed_hosts=dataset_sources[1],
+            node_python=node_python)
+        self.datasets.reader_of = lambda user: account_reader(accounts, None, user)
         # One lock per submission (striped): the controller submits gangs side by side, and
         # one gang is never submitted twice at once (the marker and the lookup below).
         self._locks = tuple(threading.Lock() for _ in range(SUBMIT_LOCKS))
@@ -337,6 +347,14 @@ class SlurmBackend(jobdirs.JobDirTree):
 
     def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
         return self._images.remove_image(image, node)
+
+    # --- DatasetCaches (``datasets.SlurmDatasets``: each node's, fetched by its own steps) ---
+
+    def dataset_caches(self) -> list[NodeDatasetCache]:
+        return self.datasets.dataset_caches()
+
+    def prefetch(self, datasets: Sequence[DatasetFetch], node: str | None = None) -> None:
+        self.datasets.prefetch(datasets, node)
 
     # --- Backend -----------------------------------------------------------------
 
@@ -542,14 +560,19 @@ class SlurmBackend(jobdirs.JobDirTree):
             for task in tasks:
                 account = sandboxing.task_account(self.accounts, task, task_dirs[task.key], job_dir)
                 env = self._base_env if account is None else sandboxing.account_env(account, self._site_env)
+                data = self.datasets.mounts(task, pyxis=self.pyxis)
                 skipped = submission.write_task_files(
                     task_dirs[task.key], task, env, job_dir, self.task_python, self.containers,
-                    pyxis_root=self.state_dir if self.pyxis else None, account=account)
+                    pyxis_root=self.state_dir if self.pyxis else None, account=account,
+                    datasets=(data, self.datasets.env(task, inside=account is not None or task.image is not None)))
+                if task.datasets:  # what the task runner makes ready on the node first
+                    self.datasets.write_plan(task_dirs[task.key], task)
                 if skipped:
                     log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
                 if account is not None and task.image is None:
                     sandboxing.write_sandbox_plan(self._sandbox, self._starter, task, task_dirs[task.key], job_dir,
-                                                  account, self.task_python, self.environments_root)
+                                                  account, self.task_python, self.environments_root,
+                                                  datasets=(data, self.datasets.root(task.node) if data else None))
             sub_dir.mkdir(parents=True, exist_ok=True)
             if tasks[0].elastic:
                 submission.write_private(sub_dir / ELASTIC, b"")
