@@ -263,7 +263,7 @@ class Reconciler:
                             datasets = task_datasets(session, job.user, spec, task.role)
                             if datasets and not isinstance(self.backend, DatasetCaches):
                                 raise DatasetUnavailable("this cluster's backend keeps no dataset cache (the local "
-                                                         "backend does); run the job without datasets")
+                                                         "and Slurm backends do); run the job without datasets")
                             item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments,
                                                        paths, self._workdir_archive(job), datasets)
                         except StorageUnavailable as exc:
