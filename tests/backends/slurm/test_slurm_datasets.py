@@ -21,8 +21,11 @@ from trainyard.backends.base import TaskKey
 from trainyard.core.clock import SystemClock
 from trainyard.services import datasets as dataset_service
 from trainyard.services import storages as storage_service
+from trainyard.spec.loading import parse_job
 from trainyard.store.rows import TaskRow
 
+JOB_AGAIN = ("name: again\ndatasets: [{name: corpus}]\ntaskRoles:\n  main:\n    commands:\n"
+             "      - cat \"$TRAINYARD_DATASET_CORPUS/words.txt\"\n")
 CAPACITY = 1 << 20  # the nodes' caches here: 1 MiB, so that a 2 MiB dataset fails midway
 
 
@@ -98,8 +101,7 @@ taskRoles:
         assert [(e.dataset, e.version, e.in_use) for e in cache.entries] == [("corpus", "1", 0)]
         assert cache.bytes_fetched == len("hello\n")
     # A later job, placed where its data is (the prefetcher's finding, ``PendingJob.data_nodes``), hits.
-    later = submit(world, "name: again\ndatasets: [{name: corpus}]\ntaskRoles:\n  main:\n    commands:\n"
-                          "      - cat \"$TRAINYARD_DATASET_CORPUS/words.txt\"\n")
+    later = submit(world, JOB_AGAIN)
     world.controller.prefetcher.data_nodes = {later: frozenset(nodes)}
     assert drive(world, later, timeout=60).state == "SUCCEEDED"
     [task] = _tasks(world, later)
@@ -107,6 +109,13 @@ taskRoles:
     assert _log(world, task, 2) == ["trainyard: dataset corpus (version 1) is in this node's cache", "hello"]
     cache = _caches(world)[task.node]
     assert (cache.misses, cache.hits) == (1, 2)
+    # A prefetch to a node that has not got it: a short Slurm job there fetches it, mounted by no task.
+    other = sorted({n.name for n in world.backend.inventory() if n.schedulable} - nodes)[0]
+    with world.db.session() as s:
+        fetches = dataset_service.task_datasets(s, s.merge(world.user), parse_job(JOB_AGAIN), "main")
+    world.backend.prefetch(fetches, other)
+    cache = _caches(world)[other]
+    assert (cache.misses, cache.hits, [(e.dataset, e.in_use) for e in cache.entries]) == (1, 0, [("corpus", 0)])
 
 
 def test_a_folder_its_owner_may_not_read_is_refused_and_a_failed_fetch_leaves_nothing_to_mount(data_world) -> None:
