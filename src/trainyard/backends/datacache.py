@@ -18,7 +18,8 @@ read-only into its sandbox or container)::
                          with a live use is never evicted
     partial/KEY.PID      a fetch under way; found while holding the entry's lock, it is what an
                          interrupted fetch left, and is removed before the fetch is tried again
-    stats.json           hits, misses, bytes fetched, evictions (under cache.lock)
+    stats.json           hits, misses, bytes fetched (as read from the source: an archive's
+                         compressed bytes), evictions (under cache.lock)
 
 The crash-safety protocol, step by step:
 
@@ -112,9 +113,10 @@ class NodeCache:
                         "files": files, "fetched_at": time.time()}
                 _write_json(self.root / "meta" / f"{key}.json", meta)
                 os.rename(partial, entry)
-                self._count(misses=1, bytes_fetched=size)
-                say(f"trainyard: dataset {item['name']} (version {item['version']}): fetched {size} bytes in "
-                    f"{time.monotonic() - started:.1f} s into this node's cache")
+                self._count(misses=1, bytes_fetched=limit.read)  # as read from the source
+                say(f"trainyard: dataset {item['name']} (version {item['version']}): fetched {limit.read} bytes in "
+                    f"{time.monotonic() - started:.1f} s into this node's cache ({size} bytes, {files} files "
+                    "unpacked)")
             if use:
                 self._record_use(key, os.getpid() if pid is None else pid)  # 5
             with contextlib.suppress(FileNotFoundError):
