@@ -50,6 +50,9 @@ def test_jobs_read_a_dataset_fetched_once_per_version(world) -> None:
         job_id = world.submit(JOB)
         assert world.drive(job_id).state == "SUCCEEDED"
         assert len(source.requests) == 2
+    # `yard job` says which datasets, at which versions, its tasks were launched to read.
+    read = [message for kind, message in world.events(job_id) if kind == "datasets"]
+    assert read == ["attempt 0, role m: corpus (version 2) at /data/corpus"]
     log = world.backend.read_log(_key(world, job_id))
     assert log.data.decode().splitlines()[-1] == "two"
     (cache,) = world.backend.dataset_caches()
