@@ -8,7 +8,9 @@ fails midway leaves no entry to mount. What each node's cache holds reaches the 
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -17,7 +19,11 @@ from sqlalchemy import select
 
 from slurm.cluster import drive, submit
 from slurm.conftest import make_world, per_user
-from trainyard.backends.base import TaskKey
+from trainyard.backends.base import DatasetFetch, TaskKey
+from trainyard.backends.slurm import datasetstep
+from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.slurm.datasets import SlurmDatasets
+from trainyard.backends.slurm.datasetstep import PLAN
 from trainyard.core.clock import SystemClock
 from trainyard.services import datasets as dataset_service
 from trainyard.services import storages as storage_service
@@ -133,3 +139,42 @@ def test_a_folder_its_owner_may_not_read_is_refused_and_a_failed_fetch_leaves_no
         assert not any((root / "entries").iterdir())  # nothing a task could mount
         assert not any((root / "partial").iterdir())  # the midway fetch's files are gone
         assert _caches(world)[task.node].entries == ()
+
+
+# -- the node's side alone, in process (no cluster): what the task runner runs as root ------
+
+
+def test_the_nodes_step_refuses_another_nodes_plan_and_a_cache_folder_others_may_write(
+        tmp_path, monkeypatch, capsys) -> None:
+    """A plan is run only on its node; a cache folder that someone else could write (made
+    first by a user, or opened up) is refused before root writes there; otherwise the
+    entry is fetched, in use while the runner lives, released after, and reported."""
+    storage = tmp_path / "storage"
+    (storage / "corpus").mkdir(parents=True)
+    (storage / "corpus" / "words.txt").write_text("hello\n")
+    datasets = SlurmDatasets(tmp_path / "state", SlurmCommands(), partition=None, name_prefix="t",
+                             usable_nodes=list)
+    fetch = DatasetFetch("corpus", str(storage / "corpus"), "1", "/data/corpus", storage_root=str(storage),
+                         reader="alice")
+    task = tmp_path / "task"
+    task.mkdir()
+    (task / PLAN).write_text(json.dumps(datasets.plan("n1", [fetch])))
+    argv = ["dataset-step.py", "fetch", str(task), str(os.getpid())]
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    assert datasetstep.main(argv) == 1
+    assert "the datasets' plan is for node n1, and this is node n2" in capsys.readouterr().err
+    assert not datasets.root("n1").exists()
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    datasets.root("n1").mkdir(parents=True, mode=0o777)
+    datasets.root("n1").chmod(0o777)
+    assert datasetstep.main(argv) == 1
+    assert "is not a folder of this account's that only it may write" in capsys.readouterr().err
+    assert list(datasets.root("n1").iterdir()) == []
+    datasets.root("n1").chmod(0o700)
+    assert datasetstep.main(argv) == 0
+    assert (datasets.root("n1") / "entries" / fetch.key / "words.txt").read_text() == "hello\n"
+    [cache] = datasets.dataset_caches()
+    assert (cache.node, cache.misses, [e.in_use for e in cache.entries]) == ("n1", 1, [1])  # this process: alive
+    assert datasetstep.main(["dataset-step.py", "release", str(task), str(os.getpid())]) == 0
+    [cache] = datasets.dataset_caches()
+    assert [e.in_use for e in cache.entries] == [0]
