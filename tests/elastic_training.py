@@ -25,8 +25,11 @@ STEPS = 300
 
 def training_job(low: int, high: int) -> str:
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    job["parameters"] |= {"exampleDir": str(EXAMPLE), "python": sys.executable, "steps": STEPS, "stepSeconds": 0.05}
-    job["taskRoles"]["worker"]["instances"] = {"min": low, "max": high}
+    job["parameters"] |= {"python": sys.executable, "steps": STEPS, "stepSeconds": 0.05}
+    role = job["taskRoles"]["worker"]
+    role["instances"] = {"min": low, "max": high}
+    # Submitted in process, with no working directory sent: the trainer from the checkout.
+    role["commands"] = [command.replace(" train.py ", f" {EXAMPLE / 'train.py'} ") for command in role["commands"]]
     return yaml.safe_dump(job)
 
 

@@ -43,3 +43,7 @@ def test_an_elastic_jobs_size_over_time_is_in_the_api_and_on_its_portal_page(db,
             set_password(session, get_user(session, "admin"), "alice", PASSWORDS["alice"])
         page = signed_in(api, "alice").get(f"/jobs/{job_id}").text
         assert 'id="sizes">Workers: 1 <span class="hint">from ' in page and "→ 3 <span" in page
+        assert '<h3 class="role">worker × 1 to 3 (elastic)</h3>' in page  # the job file, as written
+        assert '<option value="worker/2">' in page  # the log selector: a worker the grow added
+        listed = {j["id"]: j for j in api.user.get("/api/v1/jobs").json()["items"]}
+        assert listed[job_id]["gpus"] == 3  # what it holds now (`yard jobs`' GPU column), not its minimum

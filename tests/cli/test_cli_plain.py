@@ -53,14 +53,17 @@ def test_a_field_of_another_type_is_a_value_error(change: dict) -> None:
         plain.job_page(json.dumps(answer).encode())
 
 
-def test_the_task_roles_are_the_jobs_spec_as_it_came() -> None:
-    roles = {"ps": {"instances": 1, "commands": ["x"]}, "worker": {"instances": 3, "commands": ["y"]}}
-    answer = json.dumps({"spec": {"name": "j", "taskRoles": roles}}).encode()
-    assert plain.task_roles(answer) == roles
-    assert plain.task_roles(b'{"spec": {"name": "j"}}') == {}
-    for wrong in (b"[]", b'{"spec": []}', b'{"spec": {"taskRoles": {"w": 3}}}', b'{"job": {}}'):
+def test_the_tasks_are_the_job_files_and_those_its_attempts_ran() -> None:
+    roles = {"ps": {"instances": 1, "commands": ["x"]},
+             "worker": {"instances": {"min": 1, "max": 2}, "commands": ["y"]}}
+    ran = [{"tasks": [{"role": "worker", "index": 3}, {"role": "ps", "index": 0}]}]  # worker/3: grown after others left
+    answer = json.dumps({"spec": {"name": "j", "taskRoles": roles}, "attempts": ran}).encode()
+    assert plain.task_labels(answer) == ["ps/0", "worker/0", "worker/1", "worker/3"]
+    assert plain.task_labels(b'{"spec": {"name": "j"}}') == []
+    for wrong in (b"[]", b'{"spec": []}', b'{"spec": {"taskRoles": {"w": 3}}}', b'{"job": {}}',
+                  b'{"spec": {}, "attempts": [{"tasks": [{"role": "w"}]}]}'):
         with pytest.raises(ValueError):
-            plain.task_roles(wrong)
+            plain.task_labels(wrong)
 
 
 def test_a_submits_answer_from_the_json_is_the_models() -> None:

@@ -14,6 +14,7 @@ from worlds import World
 
 from trainyard.backends.base import TaskKey
 from trainyard.core.clock import SystemClock
+from trainyard.services.logs import find_log_targets
 from trainyard.store.rows import JobEventRow, JobRow
 
 pytestmark = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -49,6 +50,10 @@ def test_a_grow_restarts_only_the_elastic_roles_workers_and_a_stop_meanwhile_fai
     assert tasks[("side", 0)].resizes == 0 and not tasks[("side", 0)].restart
     assert {("worker", 1), ("worker", 2)} <= set(tasks)
     assert world.events(job)[-1][1].startswith("grows from 1 to 3 worker(s): grew into idle GPUs")
+    with world.db.session() as s:  # `yard logs --all` reads the workers it grew (the job file says 1)
+        owner = s.get(JobRow, job).user
+    targets = find_log_targets(world.db, world.controller.specs, owner, job, None, None)
+    assert [t.label for t in targets] == ["side/0", "worker/0", "worker/1", "worker/2"]
     world.stop(job)  # while worker/0 restarts
     assert world.drive(job, ("STOPPED", "FAILED", "SUCCEEDED")).state == "STOPPED"
     assert [t.state for t in world.tasks(job) if t.state == "FAILED"] == [], world.explain(job)
@@ -87,6 +92,34 @@ def test_a_worker_stopped_for_a_resize_is_told_so_and_the_size_it_restarts_at(ma
     assert [s.workers for s in view.attempts[0].sizes] == [1, 3]
     assert view.attempts[0].sizes[0].at == view.attempts[0].startedAt
     assert "  workers:    1 from 20" in render_job(view) and ", 3 from " in render_job(view)
+    assert view.gpus == 3  # what it holds now (`yard jobs`' GPU column), not its minimum
+    assert view.task_labels() == ["worker/0", "worker/1", "worker/2"]  # `yard logs`' hint, the portal's selector
+    world.stop(job)
+    world.drive(job, ("STOPPED",))
+
+
+def test_a_worker_that_fails_as_the_last_one_running_is_no_resize(make_world) -> None:
+    """A new user's trial saw "shrinks from 1 to 0 worker(s)" for a job of two workers: both
+    ended in one pass of reconcile (torchrun's agents end together), worker/0 first. Nothing
+    was left to resize; the attempt's outcome is the minimum's workers' (as any task's)."""
+    from trainyard.controller.elastic import lost_worker
+    from trainyard.store.rows import AttemptRow
+
+    world = make_world(gpus=2)
+    job = world.submit(elastic(1, 2))
+    world.drive(job, None, until=lambda _: sum(t.state == "RUNNING" for t in world.tasks(job)) == 2,
+                what="both workers to run")
+    with world.db.session() as s:
+        row = s.get(JobRow, job)
+        attempt = s.scalars(select(AttemptRow).where(AttemptRow.job_id == job)).one()
+        for task in attempt.tasks:  # both ended, as reconcile records them, worker/0 first
+            task.state = "FAILED"
+        last = next(t for t in attempt.tasks if t.index == 1)
+        lost_worker(s, row, attempt, last, world.controller.spec_of(row), world.controller.clock)
+        s.flush()
+        recorded = [e.message for e in s.scalars(select(JobEventRow).where(JobEventRow.job_id == job))]
+        assert not [m for m in recorded if m.startswith(("grows", "shrinks"))], recorded
+        s.rollback()  # the test's made-up ends: the job then stops as usual
     world.stop(job)
     world.drive(job, ("STOPPED",))
 

@@ -120,3 +120,33 @@ def test_an_elastic_roles_workers_rendezvous_at_the_first_workers_peer_port_at_t
     addresses = [elastic_env(local, "worker", i, 1, 3, 0)["TRAINYARD_TORCHRUN"].split()[-1] for i in range(3)]
     assert addresses == ["--local-addr=127.0.0.1", "--local-addr=127.0.0.2", "--local-addr=127.0.0.3"]
     assert {elastic_env(local, "worker", i, 1, 3, 0)["TRAINYARD_RDZV_ENDPOINT"] for i in range(3)} == {"127.0.0.1:4000"}
+
+
+def test_workers_sharing_a_node_address_get_host_names_of_their_own_that_every_worker_resolves() -> None:
+    """For a sandbox with its own process numbering (Slurm with per-user accounts): workers at
+    one (non-loopback) address get names; a worker alone at its address keeps it and looks
+    the others' names up; other roles and loopback addresses get none."""
+    from trainyard.core.wiring import agent_names, elastic_env, named_agent
+
+    job = JobWiring(job_id=9, job_name="el", user="alice", attempt=0, roles=["ps", "my_worker"],
+                    tasks=[PlacedTask("ps", 0, "n1", "10.0.0.1"),
+                           *(PlacedTask("my_worker", i, node, address, (i,), {"peer": [4000 + i]})
+                             for i, node, address in [(0, "n1", "10.0.0.1"), (1, "n2", "10.0.0.2"),
+                                                      (2, "n1", "10.0.0.1")])],
+                    master_port=29500)
+
+    def env(role: str, index: int) -> dict[str, str]:
+        extra = elastic_env(job, role, index, 1, 3, 0) if role == "my_worker" else {}
+        return {**task_env(job, role, index), **extra}
+
+    table = {"trainyard-worker-0": "10.0.0.1", "trainyard-worker-2": "10.0.0.1"}
+    assert agent_names(env("my_worker", 0)) == ("trainyard-worker-0", table)
+    assert agent_names(env("my_worker", 2)) == ("trainyard-worker-2", table)
+    assert agent_names(env("my_worker", 1)) == (None, table)  # alone on n2: its address, the others' names
+    assert agent_names(env("ps", 0)) == (None, {})  # not elastic
+    named = named_agent(env("my_worker", 2), "trainyard-worker-2")
+    assert named["TRAINYARD_TORCHRUN"].split()[-1] == "--local-addr=trainyard-worker-2"
+    local = JobWiring(job_id=9, job_name="el", user="alice", attempt=0, roles=["w"],
+                      tasks=[PlacedTask("w", i, "vm", "127.0.0.1", (i,), {"peer": [4000 + i]}) for i in range(2)],
+                      master_port=29500)
+    assert agent_names({**task_env(local, "w", 1), **elastic_env(local, "w", 1, 1, 2, 0)}) == (None, {})

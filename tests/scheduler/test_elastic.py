@@ -69,6 +69,20 @@ def test_a_running_elastic_job_grows_up_to_its_maximum_and_no_further() -> None:
     assert schedule(snapshot([node("a")], [], [full])).grows == ()
 
 
+def test_a_job_grows_no_sooner_than_the_grow_interval_after_its_last_start_or_resize() -> None:
+    """Hysteresis (``SchedulerConfig.grow_interval``): each resize restarts every worker, so GPUs
+    that free for a moment do not grow a job that has just (re)started."""
+    config = SchedulerConfig(grow_interval=30.0)
+    started = elastic_running(1, [on("a", 0, 1)], 1, 3, started=100.0)
+    assert schedule(snapshot([node("a")], [], [started], now=120.0, config=config)).grows == ()
+    assert schedule(snapshot([node("a")], [], [started], now=130.0, config=config)).grows != ()
+    resized = replace(started, resized_at=125.0)  # shrunk at 125: its workers restarted then
+    assert schedule(snapshot([node("a")], [], [resized], now=140.0, config=config)).grows == ()
+    assert schedule(snapshot([node("a")], [], [resized], now=155.0, config=config)).grows != ()
+    # A job that starts grows at its start (GPUs idle then), and nothing holds a shrink back.
+    assert len(schedule(snapshot([node("a")], [elastic(2, 1, 3)], now=140.0, config=config)).starts[0].placements) == 3
+
+
 def test_growth_comes_after_every_waiting_job_even_opportunistic_work() -> None:
     job_1 = elastic_running(1, [on("a", 0, 1)], 1, 4, rank=0)
     decisions = schedule(snapshot([node("a")], [job(2, 4000, rank=OPPO)], [job_1]))

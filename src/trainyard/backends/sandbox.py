@@ -254,6 +254,7 @@ def sandbox_argv(
     storage_paths: Sequence[Path] = (),
     identity: Identity | None = None,
     starter: Sequence[str] | None = None,
+    hosts_file: Path | None = None,
 ) -> list[str]:
     """The argv that runs ``command`` in the sandbox, in ``work_dir``, with the environment
     of ``spec_file`` (a JSON object whose ``env`` is the task's, in ``stop_file``'s folder):
@@ -270,6 +271,9 @@ def sandbox_argv(
     ``identity`` is who the task becomes when bwrap runs as root (required then).
     ``starter`` is how the task's start is run (``default_starter``'s form: an interpreter,
     its options, the ``sandboxjoin`` file, which is bound read-only at its own path).
+    ``hosts_file`` (root's, made before the sandbox starts) is bound read-only on
+    ``/etc/hosts``: the host names an elastic job's workers know each other by
+    (``wiring.agent_names``).
     """
     if not sandbox.user_namespace and identity is None:
         raise ValueError("a sandbox entered as root needs the task's identity to drop to")
@@ -311,6 +315,8 @@ def sandbox_argv(
         argv += ["--bind", str(path), str(path)]
     for (fd, _, _), mount in zip(mount_fds(mounts), mounts, strict=True):
         argv += ["--ro-bind-fd" if mount.read_only else "--bind-fd", str(fd), str(mount.target)]
+    if hosts_file is not None:
+        argv += ["--ro-bind", str(hosts_file), "/etc/hosts"]
     argv += ["--chdir", str(work_dir), "--", sandbox.env, f"--default-signal={_PASSED_SIGNALS}"]
     argv += [*starter, "--stop", str(stop_file), "--spec", str(spec_file), "--cwd", str(work_dir)]
     if identity is not None:

@@ -28,7 +28,6 @@ from trainyard.client import (
     WaitTimeout,
 )
 from trainyard.client_config import load_config
-from trainyard.core.jobfile import task_labels
 from trainyard.core.states import FINAL_JOB_STATES, JobState
 
 if TYPE_CHECKING:
@@ -323,11 +322,10 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
     if log.task is not None:  # the server names the task it showed once the task was placed
         if args.task is None:  # it chose the task (log.task), and the others are these
             try:  # read from the JSON as it came (cli/plain.py: no pydantic to import)
-                roles = plain.task_roles(answer)
+                tasks = plain.task_labels(answer)
             except ValueError:
                 shown: JobDetail = client._parse(Model("jobs.JobDetail"), answer)
-                roles = shown.spec.get("taskRoles") or {}
-            tasks = task_labels({"taskRoles": roles})
+                tasks = shown.task_labels()
             if len(tasks) > 1:
                 others = ", ".join(t for t in tasks if t != log.task)
                 _fail(f"showed task {log.task} of {len(tasks)}; the others: --task {others} (every task: --all)")

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from trainyard.core import jobfile
 from trainyard.core.states import AttemptState, JobState, TaskState
 
 if TYPE_CHECKING:
@@ -76,17 +77,19 @@ def submitted(answer: bytes) -> SimpleNamespace:
         raise ValueError(f"not a submit's answer: {exc!r}") from exc
 
 
-def task_roles(answer: bytes) -> dict[str, dict[str, Any]]:
-    """A job's task roles as its ``spec`` (the job file as the server shows it) has them;
-    ValueError for an answer that is not a job."""
+def task_labels(answer: bytes) -> list[str]:
+    """A job's tasks, ROLE/INDEX: its job file's (its ``spec``, as the server shows it) and any
+    other an attempt ran (an elastic role's grown workers); ValueError for an answer that is
+    not a job."""
     try:
-        spec = json.loads(answer)["spec"]
-        roles = spec.get("taskRoles") or {}
-    except (KeyError, TypeError, AttributeError) as exc:
+        job = json.loads(answer)
+        roles = job["spec"].get("taskRoles") or {}
+        ran = [(task["role"], int(task["index"])) for attempt in job.get("attempts") or [] for task in attempt["tasks"]]
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
         raise ValueError(f"not a job: {exc!r}") from exc
     if not isinstance(roles, dict) or not all(isinstance(role, dict) for role in roles.values()):
         raise ValueError("not a job's task roles")
-    return roles
+    return jobfile.task_labels({"taskRoles": roles}, ran)
 
 
 def read_or_parse(client: Client, model: str, answer: bytes, *, many: bool = False) -> Any:

@@ -41,6 +41,7 @@ def describe(session: Session, work: RunningWork, spec_of: Callable[[JobRow], Jo
     specs = {job_id: spec_of(row) for job_id, row in rows.items()}
     roles = {job_id: spec.elastic_role for job_id, spec in specs.items() if spec.elastic_role is not None}
     workers_of = job_queries.elastic_workers(session, sorted(roles), roles)
+    resized = job_queries.last_resized(session, sorted(roles))
     described = []
     for running in work.running:
         spec = specs.get(running.job_id)
@@ -63,6 +64,9 @@ def describe(session: Session, work: RunningWork, spec_of: Callable[[JobRow], Jo
             # Beyond the minimum: every worker but the first ``minimum`` it started with.
             shrink=tuple((role, index) for index in workers if index >= minimum),
             leaving=leaving,
+            # After a resize its workers restarted (``grow_interval`` counts from then on).
+            resized_at=max(resized[running.job_id].timestamp(), running.started_at)
+            if running.job_id in resized else None,
         ))
     return tuple(described)
 
@@ -126,7 +130,10 @@ def lost_worker(session: Session, job: JobRow, attempt: AttemptRow, task: TaskRo
         return
     # Not marked removed: a worker lost on its own keeps the job from growing again in this
     # attempt (``describe``), so that one that fails at every start does not churn the others.
-    before = _workers(attempt, role) + 1
+    others = _workers(attempt, role)  # ``task`` is final already
+    if not others:
+        return  # every worker has ended: the job is ending, with nothing left to resize
+    before = others + 1
     _restart_others(attempt, role, {(task.role, task.index)})
     record_event(session, job.id, transitions.resized(before, before - 1, f"worker {task.role}/{task.index} "
                                                       f"ended on its own ({task.message})", clock.now()))

@@ -3,7 +3,7 @@ not loaded: the CLI's plain tables, the portal's pages, the services' views. Sta
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -16,8 +16,11 @@ def instance_span(role: Mapping[str, Any]) -> tuple[int, int]:
     return int(value), int(value)
 
 
-def task_labels(spec: Mapping[str, Any]) -> list[str]:
-    """Every task the job file declares, ``ROLE/INDEX`` (an elastic role's up to its maximum;
-    workers grown after others left may have higher indices: see the job's tasks)."""
-    return [f"{role}/{i}" for role, body in (spec.get("taskRoles") or {}).items()
-            for i in range(instance_span(body)[1])]
+def task_labels(spec: Mapping[str, Any], ran: Iterable[tuple[str, int]] = ()) -> list[str]:
+    """Every task the job file declares, ``ROLE/INDEX`` (an elastic role's up to its maximum),
+    and any task in ``ran`` (role, index) beyond them (an elastic role's workers grown after
+    others left take higher indices), role by role, index by index."""
+    roles = spec.get("taskRoles") or {}
+    tasks = {(role, i) for role, body in roles.items() for i in range(instance_span(body)[1])} | set(ran)
+    order = {role: n for n, role in enumerate(roles)}
+    return [f"{role}/{i}" for role, i in sorted(tasks, key=lambda task: (order.get(task[0], len(order)), task))]

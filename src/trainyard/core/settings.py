@@ -252,6 +252,14 @@ class Settings(BaseSettings):
         "a cycle that reaches it stops there, tells the jobs it did not try so, and the next cycle runs at "
         "once; it bounds a cycle's time when a burst of jobs can start. 0: no bound (docs/scheduling.md)",
     )
+    scheduler_elastic_grow_interval_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="An elastic job grows into idle GPUs no sooner than this long after its workers last "
+        "(re)started (its start or a resize, each of which restarts every worker), so that GPUs free for a "
+        "moment do not restart it twice; shrinking is never held back. 0: grow at once (docs/scheduling.md)",
+    )
     scheduler_borrowing: bool = Field(
         default=True,
         description="Borrowing: a job of any priority over its VC's quota may run on other VCs' idle guaranteed "

@@ -151,6 +151,42 @@ def _agent_address(me: PlacedTask) -> str:
     return me.address
 
 
+AGENT_NAME = "trainyard-worker-{index}"  # an elastic worker's own host name, where it needs one
+
+
+def agent_names(env: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
+    """For an elastic worker (``elastic_env``'s variables and ``task_env``'s) that runs in a
+    sandbox with its own process numbering: the host name it names itself to torchrun by,
+    and every such name of its role's workers with its address, for the sandbox's
+    ``/etc/hosts``. Only workers that share a node address with another of the role need
+    one (a loopback address is ``_agent_address``'s: each worker takes its own): torchrun
+    tells its agents apart by (address, process id), and each of them is pid 2 in its
+    sandbox. A name per worker, resolving to its node's address wherever another worker
+    looks it up, tells them apart and is still reached as the node (the first worker to
+    rank 0 hosts the workers' store at it). A worker alone at its address takes none, but
+    looks the others' up. (None, {}) when no worker needs one."""
+    role, index = env.get("TRAINYARD_TASK_ROLE"), env.get("TRAINYARD_TASK_INDEX")
+    if "TRAINYARD_ELASTIC_MIN" not in env or role is None or index is None:
+        return None, {}
+    prefix = f"PAI_HOST_IP_{role}_"
+    addresses = {int(key[len(prefix):]): address for key, address in env.items()
+                 if key.startswith(prefix) and key[len(prefix):].isdigit()}
+    counts: dict[str, int] = {}
+    for address in addresses.values():
+        counts[address] = counts.get(address, 0) + 1
+    names = {AGENT_NAME.format(index=i): address for i, address in sorted(addresses.items())
+             if counts[address] > 1 and not address.startswith("127.")}
+    mine = AGENT_NAME.format(index=index)
+    return (mine if mine in names else None), names
+
+
+def named_agent(env: Mapping[str, str], name: str) -> dict[str, str]:
+    """``env`` with torchrun's flags naming the worker ``name`` (``agent_names``) instead of
+    its node's address."""
+    flags = env["TRAINYARD_TORCHRUN"].replace(f"--local-addr={env['PAI_CONTAINER_HOST_IP']}", f"--local-addr={name}")
+    return {**env, "TRAINYARD_TORCHRUN": flags}
+
+
 def horovod_env(tasks: Sequence[PlacedTask], me: PlacedTask) -> dict[str, str]:
     """The ranks a Horovod process reads when no launcher set them (``horovodrun`` sets the
     same for the processes it starts): its rank and the job's size, its rank and their number

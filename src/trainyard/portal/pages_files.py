@@ -14,7 +14,6 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from trainyard.core.jobfile import task_labels
 from trainyard.portal.auth import Page
 from trainyard.portal.templating import render
 from trainyard.services import job_actions, job_files
@@ -32,10 +31,10 @@ Attempt = Annotated[int | None, Query(ge=0, le=MAX_ID)]
 
 
 def _labels(ctx: AppContext, viewer: Page, job_id: int) -> tuple[str, list[str]]:
-    """The job's name and every task of its job file, ROLE/INDEX (the permission check too)."""
+    """The job's name and every task of its job file or its attempts, ROLE/INDEX (the
+    permission check too)."""
     detail = job_actions.job_detail(ctx, viewer.user, job_id)
-    roles = detail.spec.get("taskRoles", {})
-    return detail.name, task_labels({"taskRoles": roles})
+    return detail.name, detail.task_labels()
 
 
 @router.get("/jobs/{job_id}/files")

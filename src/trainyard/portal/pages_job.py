@@ -18,7 +18,6 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse, Response, StreamingResponse
 
 from trainyard.backends.base import TaskExec
-from trainyard.core.jobfile import task_labels
 from trainyard.core.sessions import session_path
 from trainyard.core.states import JobState, TaskState
 from trainyard.portal.auth import Action, Page, Viewer
@@ -76,11 +75,6 @@ def _tasks_by_role(attempt: AttemptView | None) -> dict[str, list[TaskView]]:
     for task in sorted(attempt.tasks if attempt else [], key=lambda t: (t.role, t.index)):
         roles.setdefault(task.role, []).append(task)
     return roles
-
-
-def _task_labels(spec: dict[str, Any]) -> list[str]:
-    """Every task of the job file, ROLE/INDEX, as the log route names them."""
-    return task_labels(spec)
 
 
 def _state_values(ctx: AppContext, viewer: Viewer, job_id: int, attempt: int | None) -> dict[str, Any]:
@@ -145,7 +139,7 @@ def job_page(request: Request, job_id: JobId, viewer: Page, ctx: Ctx, attempt: A
     shown: AttemptView | None = values["shown"]
     terminal_tasks = _terminal_tasks(ctx, viewer, detail, values["roles"])
     return render(request, "job.html", user=viewer.user, web_session=viewer.web_session, **values,
-                  tasks=_task_labels(detail.spec), runs_in=_runs_in(ctx, viewer, job_id),
+                  tasks=detail.task_labels(), runs_in=_runs_in(ctx, viewer, job_id),
                   chart_window=_chart_window(detail, values["now"]), charts_empty=_charts_empty(detail),
                   log_attempt=None if attempt is None or shown is None else shown.number,
                   terminal_tasks=terminal_tasks, headers=TERMINAL_PAGE_HEADERS if terminal_tasks else None)

@@ -27,6 +27,10 @@ What the scheduler does with them (Pollux's and Arena's model, within Trainyard'
 * **Resources come back only once removed workers have exited**: a worker being removed
   (``RunningJob.leaving``) still holds what it holds, as work already stopping; a job that
   is resizing (workers leaving) does not grow in the same cycle.
+* **Hysteresis**: a running job grows no sooner than ``SchedulerConfig.grow_interval``
+  after its workers last (re)started (its start, or a resize: ``RunningJob.resized_at``),
+  so that GPUs freed for a moment do not restart its workers twice; shrinks are never
+  held back.
 
 The planner names a removed worker by an id of its own (negative: no job has one), which
 ``decisions`` turns back into ``Shrink`` decisions (and the waiting jobs' "waits for job N
@@ -116,8 +120,10 @@ def grow(cycle: Cycle) -> list[Grow]:
             resizing.add(worker.job_id)
     pending = {job.job_id: job for job in snapshot.pending if job.grow}
     growing: list[_Growing] = []
+    settled = snapshot.now - snapshot.config.grow_interval  # grown no sooner than this after a (re)start
     for job in snapshot.running:
-        if job.grow and not job.extra and job.job_id not in stopping and job.job_id not in resizing:
+        if job.grow and not job.extra and job.job_id not in stopping and job.job_id not in resizing \
+                and (job.started_at if job.resized_at is None else job.resized_at) <= settled:
             size = _of_role(job.placements, job.grow[0].role) + extras.get(job.job_id, 0)
             growing.append(_Growing(job.job_id, job.vc, job.user, job.priority_rank, job.started_at, size,
                                     list(job.grow), job.speedup))

@@ -162,6 +162,9 @@ class RunningJob:
     shrink: tuple[tuple[str, int], ...] = ()
     leaving: tuple[tuple[str, int], ...] = ()
     speedup: tuple[tuple[int, float], ...] = ()  # as ``PendingJob.speedup``
+    # When its workers last (re)started together at a new size (None: at ``started_at``):
+    # it grows no sooner than ``SchedulerConfig.grow_interval`` after it.
+    resized_at: float | None = None
     # Set by the scheduler alone (``elastic.split``): one worker of an elastic job beyond its
     # minimum, as work of its own: it holds no quota and no cells, and any plan takes it
     # before it stops or suspends a job — those whose job loses least without them first
@@ -235,6 +238,13 @@ class SchedulerConfig:
     # the next cycle at once. The starts made are the first ones an unbounded cycle makes.
     # 0: no bound (the simulator's and the tests' default; ``yard up`` sets one).
     max_starts: int = 0
+    # Elastic jobs (``elastic.grow``) grow no sooner than this long (seconds) after their
+    # workers last (re)started — a start or a resize, each of which restarts every worker:
+    # without it a job grows into every GPU that frees for a moment and gives it back at the
+    # next short job, restarting its workers each time. Shrinks are never held back (a
+    # guarantee, a priority or a turn needs the GPUs). 0: at once (the simulator's and the
+    # tests' default; ``yard up`` sets one).
+    grow_interval: float = 0.0
 
 
 @dataclass(frozen=True)

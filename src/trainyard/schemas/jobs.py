@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from trainyard.core import jobfile
 from trainyard.core.lifecycle import MAX_PLATFORM_RETRIES
 from trainyard.core.logreads import LOG_ATTEMPT_HEADER as LOG_ATTEMPT_HEADER
 from trainyard.core.logreads import LOG_MAX_PAGE_BYTES as LOG_MAX_PAGE_BYTES
@@ -155,6 +156,11 @@ class JobDetail(JobSummary):
     dependencies: list[DependencyView] = []  # the jobs it waits for (or waited for), with their states
     # The working directory it was sent with (`yard submit` from a project folder), if any.
     workdir: WorkdirView | None = None
+
+    def task_labels(self) -> list[str]:
+        """Every task of its job file and every task an attempt ran (an elastic role's grown
+        workers), ROLE/INDEX, as the log routes name them."""
+        return jobfile.task_labels(self.spec, ((t.role, t.index) for a in self.attempts for t in a.tasks))
 
 
 class JobPage(BaseModel):

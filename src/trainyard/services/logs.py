@@ -100,8 +100,8 @@ def find_log_targets(
     db: Database, specs: StoredSpecs, user: UserRow, job_id: int, tasks: list[str | None] | None,
     attempt: int | None
 ) -> list[LogTarget]:
-    """`find_log_target` for each of ``tasks`` (None: every task of the job file, role by
-    role, index by index), read in one look at the store."""
+    """`find_log_target` for each of ``tasks`` (None: every task of the job file and every
+    task its attempt ran, role by role, index by index), read in one look at the store."""
     with db.session() as session:
         job = job_service.get_job(session, user, job_id, full=True)
         spec = specs.of(job)
@@ -124,6 +124,9 @@ def find_log_targets(
             final = JobState(job.state).is_final
             return [LogTarget(job_id, user, role, index, attempt, None, final) for role, index in wanted]
         placed = {(t.role, t.index): t for t in rows[0].tasks}
+        if tasks is None:  # and the workers an elastic role grew (beyond its minimum)
+            order = {role: n for n, role in enumerate(spec.role_names)}
+            wanted = sorted(set(wanted) | placed.keys(), key=lambda task: (order.get(task[0], len(order)), task[1]))
         targets = []
         for role, index in wanted:
             t = placed.get((role, index))

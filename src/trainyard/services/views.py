@@ -59,18 +59,25 @@ def _pending(row: JobRow) -> PendingView | None:
 def total_gpus(spec: dict[str, Any], attempts: Sequence[AttemptRow] = ()) -> float:
     """The GPUs the job asks for. A whole-node role (``nodes``) names no amount: it counts the
     GPUs its tasks were given in ``attempts``' latest (the caller passes none while the job
-    waits to be placed again: its next node may differ)."""
+    waits to be placed again: its next node may differ). An elastic role counts its minimum,
+    or, while that attempt runs workers of it, the GPUs they hold (a grown job's)."""
     milli = 0
-    whole = set()
+    given = set()  # roles counted by what their tasks hold
+    latest = max(attempts, key=lambda a: a.number) if attempts else None
     for name, role in spec.get("taskRoles", {}).items():
         if role.get("nodes") is not None:
-            whole.add(name)
+            given.add(name)
+            continue
+        low, high = instance_span(role)
+        live = [t for t in latest.tasks if t.role == name and not TaskState(t.state).is_final and not t.removed] \
+            if latest is not None and high > low else []
+        if live:
+            milli += sum(share[1] for t in live for share in t.gpus)
             continue
         gpu = (role.get("resourcePerInstance") or {}).get("gpu") or 0
-        milli += round(float(gpu) * 1000) * instance_span(role)[0]  # an elastic role: its minimum
-    if whole and attempts:
-        latest = max(attempts, key=lambda a: a.number)
-        milli += sum(share[1] for task in latest.tasks if task.role in whole for share in task.gpus)
+        milli += round(float(gpu) * 1000) * low
+    if given and latest is not None:
+        milli += sum(share[1] for task in latest.tasks if task.role in given for share in task.gpus)
     return from_milli(milli)
 
 

@@ -21,6 +21,7 @@ from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.client_workdir import pack
 from trainyard.core.clock import SystemClock
 from trainyard.services import workdirs
+from trainyard.store.rows import JobRow
 
 
 def test_a_task_runs_as_its_owner_s_account_in_the_sandbox_with_its_secret_as_a_file(accounts_world) -> None:
@@ -167,3 +168,38 @@ def test_a_node_makes_the_account_trainyard_made_with_the_servers_ids_and_faults
         taskstart.ensure_account({**made, "name": "ty-zz-site-only", "made": False})
     with pytest.raises(KeyError):
         pwd.getpwnam("ty-zz-site-only")
+
+
+def test_elastic_workers_sharing_a_node_in_the_sandbox_name_themselves_apart_and_resolve_each_other(
+        accounts_world) -> None:
+    """torchrun tells its agents apart by (address, process id), and each is pid 2 in its
+    sandbox: two workers at one node's address would be one agent to it, and the rendezvous
+    would never fill (a new user's trial, on the local backend). Each gets a host name of its
+    own (``wiring.agent_names``), in every worker's /etc/hosts, resolving to its node."""
+    world = accounts_world
+    hog = submit(world, "name: hog\ntaskRoles:\n  h:\n    instances: 3\n    resourcePerInstance: {gpu: 4}\n"
+                        "    commands: ['sleep 600']\n")
+    drive(world, hog, ("RUNNING",))
+    job_id = submit(world, """
+name: el
+taskRoles:
+  worker:
+    instances: {min: 2, max: 2}
+    resourcePerInstance: {gpu: 1}
+    commands:
+      - echo "pid $$"
+      - getent hosts trainyard-worker-0 trainyard-worker-1
+      - echo "flags $TRAINYARD_TORCHRUN"
+""")
+    job = drive(world, job_id)
+    outs = [world.backend.read_log(TaskKey(job_id, 0, "worker", i)).data.decode() for i in (0, 1)]
+    assert job.state == "SUCCEEDED", outs
+    with world.db.session() as s:
+        nodes = {t.node for t in s.get(JobRow, job_id).attempts[0].tasks}
+    assert len(nodes) == 1, nodes  # both on the node the hog left free
+    for index, out in enumerate(outs):
+        resolved = {line.split()[1]: line.split()[0] for line in out.splitlines() if "trainyard-worker-" in line
+                    and not line.startswith("flags")}
+        assert set(resolved) == {"trainyard-worker-0", "trainyard-worker-1"}, out
+        assert len(set(resolved.values())) == 1, out  # both the node's address
+        assert f"--local-addr=trainyard-worker-{index}" in out, out

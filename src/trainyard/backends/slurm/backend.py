@@ -95,6 +95,7 @@ from trainyard.backends.slurm.nodes import (
 )
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.backends.taskpython import install_runtime
+from trainyard.core import wiring
 from trainyard.core.metrics import Sampled, TaskSample
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
 
@@ -560,6 +561,10 @@ class SlurmBackend(jobdirs.JobDirTree):
             for task in tasks:
                 account = sandboxing.task_account(self.accounts, task, task_dirs[task.key], job_dir)
                 env = self._base_env if account is None else sandboxing.account_env(account, self._site_env)
+                sandboxed = account is not None and task.image is None
+                agent, hosts = wiring.agent_names(task.env) if sandboxed else (None, {})
+                if agent is not None:  # its own process numbering: torchrun needs it named apart
+                    task = dataclasses.replace(task, env=wiring.named_agent(task.env, agent))
                 data = self.datasets.mounts(task, pyxis=self.pyxis)
                 skipped = submission.write_task_files(
                     task_dirs[task.key], task, env, job_dir, self.task_python, self.containers,
@@ -569,9 +574,10 @@ class SlurmBackend(jobdirs.JobDirTree):
                     self.datasets.write_plan(task_dirs[task.key], task)
                 if skipped:
                     log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
-                if account is not None and task.image is None:
+                if sandboxed:
+                    assert account is not None
                     sandboxing.write_sandbox_plan(self._sandbox, self._starter, task, task_dirs[task.key], job_dir,
-                                                  account, self.task_python, self.environments_root,
+                                                  account, self.task_python, self.environments_root, hosts,
                                                   datasets=(data, self.datasets.root(task.node) if data else None))
             sub_dir.mkdir(parents=True, exist_ok=True)
             if tasks[0].elastic:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trainyard.backends import taskuser
@@ -21,6 +21,8 @@ from trainyard.backends.slurm import submission
 from trainyard.backends.slurm.commands import SlurmCommands, munge_socket
 from trainyard.backends.taskaccounts import ACCOUNT_MARKER, NO_HOME, TaskAccounts
 from trainyard.core.names import USER_NAME
+
+HOSTS_FILE = "hosts"  # in the task's directory, made by task-start.py on the node (``write_sandbox_plan``)
 
 
 def task_account(accounts: TaskAccounts | None, task: TaskLaunch, task_dir: Path,
@@ -57,10 +59,12 @@ def account_env(account: submission.TaskAccount, site_env: dict[str, str]) -> di
 
 def write_sandbox_plan(sandbox: Sandbox | None, starter: tuple[str, ...], task: TaskLaunch, task_dir: Path,
                        job_dir: Path, account: submission.TaskAccount, task_python: Path,
-                       environments_root: Path,
+                       environments_root: Path, hosts: Mapping[str, str] | None = None,
                        datasets: tuple[Sequence[Mount], Path | None] = ((), None)) -> None:
     """``sandbox.json`` (what ``task-start.py`` runs on the node: the local backend's
-    sandbox command line) and ``sandbox.join`` (how ``yard exec`` joins it). ``datasets``:
+    sandbox command line) and ``sandbox.join`` (how ``yard exec`` joins it). ``hosts``:
+    names the task must resolve to addresses (``wiring.agent_names``), which
+    ``task-start.py`` adds to a copy of the node's ``/etc/hosts`` bound over it. ``datasets``:
     the read-only mounts of the task's datasets' entries, and its node's cache, which the
     sandbox hides but for them (``slurm.datasets``)."""
     assert sandbox is not None
@@ -83,8 +87,8 @@ def write_sandbox_plan(sandbox: Sandbox | None, starter: tuple[str, ...], task: 
         work_dir=account.work, shm_dir=shm, stop_file=task_dir / "relay.stop", spec_file=spec_file,
         bound=bound, writable=writable, mounts=mounts,
         storage_paths=[*(Path(p) for p in task.storage_paths), *([datasets[1]] if datasets[1] else [])],
-        identity=identity, starter=starter)
-    plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV),
+        identity=identity, starter=starter, hosts_file=task_dir / HOSTS_FILE if hosts else None)
+    plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV), "hosts": dict(hosts or {}),
             # task-start.py checks (or, for an account Trainyard made, makes) it on the node.
             "account": {"name": account.user.name, "uid": account.user.uid, "gid": account.user.gid,
                         "made": made_by_trainyard(account.user.name), "marker": ACCOUNT_MARKER,

@@ -31,6 +31,7 @@ import importlib
 import json
 import os
 import pwd
+import re
 import socket
 import subprocess
 import sys
@@ -58,6 +59,35 @@ def write_root_only(path: str, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         os.fchmod(fd, 0o600)
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+_HOST_NAME = re.compile(r"trainyard-worker-[0-9]{1,9}")
+_ADDRESS = re.compile(r"[0-9A-Za-z.:-]{1,253}")
+
+
+def write_hosts(path: str, names: dict[str, str]) -> None:
+    """The node's ``/etc/hosts`` and a line per name (an elastic job's workers': names and
+    addresses the server wrote, checked again here), for the sandbox to bind over it:
+    readable by the task's account, written by root alone."""
+    try:
+        with open("/etc/hosts", "rb") as f:
+            base = f.read()
+    except FileNotFoundError:
+        base = b""
+    lines = []
+    for name, address in names.items():
+        if not (_HOST_NAME.fullmatch(name) and _ADDRESS.fullmatch(address)):
+            raise ValueError(f"not a worker's host name and address: {name!r} {address!r}")
+        lines.append(f"{address}\t{name}\n")
+    data = base + (b"" if not base or base.endswith(b"\n") else b"\n") + "".join(lines).encode()
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.fchmod(fd, 0o644)
         os.write(fd, data)
     finally:
         os.close(fd)
@@ -155,6 +185,8 @@ def main(argv: list[str]) -> int:
             ensure_account(plan["account"])
         env = task_env(os.path.join(task_dir, "env"), dict(os.environ))
         write_root_only(os.path.join(task_dir, "spec.json"), json.dumps({"env": env}).encode())
+        if plan.get("hosts"):
+            write_hosts(os.path.join(task_dir, "hosts"), plan["hosts"])
         # sandboxjoin.py lies beside this file on the nodes (``-I`` puts no folder on the path).
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         importlib.import_module("sandboxjoin").open_mount_fds(plan["mount_fds"])

@@ -10,7 +10,8 @@ from sqlalchemy import ColumnElement, Table, and_, bindparam, case, func, or_, s
 from sqlalchemy.orm import Session, aliased, selectinload
 
 from trainyard.core.states import FINAL_JOB_STATES, QUEUED_JOB_STATES, AttemptState, JobState, TaskState
-from trainyard.store.rows import AttemptRow, JobRow, TaskRow, UserRow
+from trainyard.core.transitions import EventKind
+from trainyard.store.rows import AttemptRow, JobEventRow, JobRow, TaskRow, UserRow
 
 # Ids per ``IN (...)`` list: well below SQLite's and PostgreSQL's bind-parameter limits.
 CHUNK = 500
@@ -348,6 +349,17 @@ def elastic_workers(session: Session, job_ids: Sequence[int],
         for job_id, task_role, highest, ended in session.execute(query):
             if role.get(job_id) == task_role:
                 found[job_id] = (highest, bool(ended))
+    return found
+
+
+def last_resized(session: Session, job_ids: Sequence[int]) -> dict[int, datetime]:
+    """For each of ``job_ids`` ever resized (an elastic job), when it last was."""
+    found: dict[int, datetime] = {}
+    for chunk in chunks(job_ids):
+        query = (select(JobEventRow.job_id, func.max(JobEventRow.at))
+                 .where(JobEventRow.job_id.in_(chunk), JobEventRow.kind == EventKind.RESIZED)
+                 .group_by(JobEventRow.job_id))
+        found.update({job_id: at for job_id, at in session.execute(query)})
     return found
 
 
