@@ -8,8 +8,7 @@ one-machine cluster any directory):
 
     <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py, nvml_devices.py,
                     container-cgroup.py, dataset-step.py, datasets/      fixed text, no job data
-    <state_dir>/datasets/nodes/<node>.json   each node's dataset cache, as its steps report it
-    <state_dir>/datasets/cache/<node>/       the node's dataset cache (unless dataset_cache_dir)
+    <state_dir>/datasets/nodes/<node>.json, cache/<node>/   a node's dataset cache's report, and the cache
     <state_dir>/pythonpath/trainyard/runtime.py   first on every task's PYTHONPATH (``taskpython``)
     <state_dir>/jobs/<job>/<attempt>/
         <role>-<index>-<run>/    env script.sh ports work/ output.log exit fault metrics.json suspend.json  a task run
@@ -251,11 +250,9 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._images = NodeImages(self.commands, self.state_dir, partition, self.name_prefix,
                                   containers=lambda: self.containers, usable_nodes=usable)
         self.datasets = datasets.SlurmDatasets(
-            self.state_dir, self.commands, partition=partition, name_prefix=self.name_prefix,
-            usable_nodes=usable, cache_dir=dataset_cache[0],
-            capacity=dataset_cache[1], timeout=dataset_sources[0], allowed_hosts=dataset_sources[1],
+            self.state_dir, self.commands, partition=partition, name_prefix=self.name_prefix, usable_nodes=usable,
+            cache=dataset_cache, sources=dataset_sources, reader_of=lambda user: account_reader(accounts, None, user),
             node_python=node_python)
-        self.datasets.reader_of = lambda user: account_reader(accounts, None, user)
         # One lock per submission (striped): the controller submits gangs side by side, and
         # one gang is never submitted twice at once (the marker and the lookup below).
         self._locks = tuple(threading.Lock() for _ in range(SUBMIT_LOCKS))
@@ -350,7 +347,6 @@ class SlurmBackend(jobdirs.JobDirTree):
         return self._images.remove_image(image, node)
 
     # --- DatasetCaches (``datasets.SlurmDatasets``: each node's, fetched by its own steps) ---
-
     def dataset_caches(self) -> list[NodeDatasetCache]:
         return self.datasets.dataset_caches()
 
@@ -565,20 +561,19 @@ class SlurmBackend(jobdirs.JobDirTree):
                 agent, hosts = wiring.agent_names(task.env) if sandboxed else (None, {})
                 if agent is not None:  # its own process numbering: torchrun needs it named apart
                     task = dataclasses.replace(task, env=wiring.named_agent(task.env, agent))
-                data = self.datasets.mounts(task, pyxis=self.pyxis)
+                data = self.datasets.prepare(task, task_dirs[task.key], pyxis=self.pyxis,
+                                             inside=account is not None or task.image is not None)
                 skipped = submission.write_task_files(
                     task_dirs[task.key], task, env, job_dir, self.task_python, self.containers,
-                    pyxis_root=self.state_dir if self.pyxis else None, account=account,
-                    datasets=(data, self.datasets.env(task, inside=account is not None or task.image is not None)))
-                if task.datasets:  # what the task runner makes ready on the node first
-                    self.datasets.write_plan(task_dirs[task.key], task)
+                    pyxis_root=self.state_dir if self.pyxis else None, account=account, datasets=data)
                 if skipped:
                     log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
                 if sandboxed:
                     assert account is not None
+                    cache = self.datasets.root(task.node) if data[0] else None  # hidden but for its entries
                     sandboxing.write_sandbox_plan(self._sandbox, self._starter, task, task_dirs[task.key], job_dir,
                                                   account, self.task_python, self.environments_root, hosts,
-                                                  datasets=(data, self.datasets.root(task.node) if data else None))
+                                                  datasets=(data[0], cache))
             sub_dir.mkdir(parents=True, exist_ok=True)
             if tasks[0].elastic:
                 submission.write_private(sub_dir / ELASTIC, b"")

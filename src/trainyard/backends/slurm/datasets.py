@@ -46,21 +46,24 @@ class SlurmDatasets:
     """The nodes' dataset caches of a Slurm backend whose state is ``state_dir``."""
 
     def __init__(self, state_dir: Path, commands: SlurmCommands, *, partition: str | None, name_prefix: str,
-                 usable_nodes: Callable[[], list[str]], cache_dir: Path | None = None,
-                 capacity: int | None = None, timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
-                 allowed_hosts: Sequence[str] = (), node_python: str = "/usr/bin/python3") -> None:
+                 usable_nodes: Callable[[], list[str]], cache: tuple[Path | None, int | None] = (None, None),
+                 sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
+                 reader_of: Callable[[str], tuple[int, list[int]] | None] = lambda _: None,
+                 node_python: str = "/usr/bin/python3") -> None:
+        """``cache``: where (``dataset_cache_dir``) and how big (bytes) each node's is;
+        ``sources``: a fetch's time in all, and the hosts allowed (``dataset_allowed_hosts``)."""
         self.state_dir = state_dir
-        self.base = Path(cache_dir).absolute() if cache_dir is not None else state_dir / "datasets" / "cache"
-        self.capacity = DEFAULT_CAPACITY_BYTES if capacity is None else capacity
-        self.timeout, self.allowed_hosts = timeout, tuple(allowed_hosts)
+        self.base = Path(cache[0]).absolute() if cache[0] is not None else state_dir / "datasets" / "cache"
+        self.capacity = DEFAULT_CAPACITY_BYTES if cache[1] is None else cache[1]
+        self.timeout, self.allowed_hosts = sources[0], tuple(sources[1])
         self.reports = state_dir / "datasets" / "nodes"
         self.reports.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.commands, self.partition, self.name_prefix = commands, partition, name_prefix
         self._usable_nodes = usable_nodes
         self.node_python = node_python
         self.step = state_dir / "bin" / NODE_STEP
-        # A storage folder's reader (a Trainyard user) as (uid, groups): set by the backend.
-        self.reader_of: Callable[[str], tuple[int, list[int]] | None] = lambda _: None
+        # A storage folder's reader (a Trainyard user) as the (uid, groups) its copy honours.
+        self.reader_of = reader_of
 
     def root(self, node: str) -> Path:
         """Node ``node``'s cache (ValueError for a name unfit for a path)."""
@@ -91,10 +94,17 @@ class SlurmDatasets:
         return {**fetch_plan(cache, datasets, self.reader_of), "node": node,
                 "report": str(self.reports / f"{node}.json")}
 
-    def write_plan(self, task_dir: Path, task: TaskLaunch) -> None:
-        from trainyard.backends.slurm.submission import write_private
+    def prepare(self, task: TaskLaunch, task_dir: Path, *, pyxis: bool,
+                inside: bool) -> tuple[tuple[Mount, ...], dict[str, str]]:
+        """The task's dataset mounts and variables (``inside``: a sandbox or a container), its
+        ``datasets.json`` written for the task runner where it reads any."""
+        mounts = self.mounts(task, pyxis=pyxis)
+        if task.datasets:
+            from trainyard.backends.slurm.submission import write_private
 
-        write_private(task_dir / PLAN, json.dumps(self.plan(task.node, task.datasets)).encode())
+            task_dir.mkdir(parents=True, exist_ok=True)
+            write_private(task_dir / PLAN, json.dumps(self.plan(task.node, task.datasets)).encode())
+        return mounts, self.env(task, inside=inside)
 
     # -- DatasetCaches ----------------------------------------------------------------------
 
