@@ -186,6 +186,17 @@ class NodeCache:
         return {"capacity": self.capacity, "used": sum(m["size"] for m in metas), **self._stats(),
                 "entries": sorted(metas, key=lambda m: (m["dataset"], m["version"]))}
 
+    def write_report(self, path: str | os.PathLike[str], **extra: Any) -> None:
+        """``read``'s answer (with ``extra``) to ``path`` (a Slurm node's report to the
+        server), whole, under the cache's lock: of two tasks that end at once, the later
+        view is the one left, never an earlier one written over it."""
+        if not (self.root.exists() or self.root.is_symlink()):  # no cache yet: nothing to lock
+            _write_json(Path(path), {**self.read(), **extra})
+            return
+        self.check_root()  # the lock is made in it: never in a folder someone else may write
+        with self._locked(self.root / "cache.lock"):
+            _write_json(Path(path), {**self.read(), **extra})
+
     # -- internals ------------------------------------------------------------------------------
 
     def check_root(self) -> None:

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 from e2e.server import wait_until
+from podman_support import needs_podman
 from sqlalchemy import select
 
 from slurm.cluster import drive, submit
 from slurm.conftest import make_world, per_user
 from trainyard.backends.base import DatasetFetch, TaskKey
+from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.slurm import datasetstep
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.datasets import SlurmDatasets
@@ -37,10 +39,11 @@ CAPACITY = 1 << 20  # the nodes' caches here: 1 MiB, so that a 2 MiB dataset fai
 
 @pytest.fixture
 def data_world(slurm, tmp_path, outside_tmp) -> Iterator:
-    """Per-user accounts and the sandbox (as ``yard up`` as root), 1 MiB caches, and a
+    """Per-user accounts and the sandbox (as ``yard up`` as root), Podman for images, 1 MiB caches, and a
     storage ``data`` (root's, 0755) that alice may read: corpus/ (hers to read), private/
     (root's alone) and big/ (2 MiB)."""
-    for world in make_world(slurm, tmp_path, dataset_cache=(None, CAPACITY), **per_user()):
+    for world in make_world(slurm, tmp_path, dataset_cache=(None, CAPACITY),
+                            containers=ContainerEngine.find("podman", "runc"), **per_user()):
         world.controller.prefetcher.interval = math.inf  # its waiting jobs' fetches would blur the counts
         data = outside_tmp / "data"
         (data / "corpus").mkdir(parents=True)
@@ -139,6 +142,25 @@ def test_a_folder_its_owner_may_not_read_is_refused_and_a_failed_fetch_leaves_no
         assert not any((root / "entries").iterdir())  # nothing a task could mount
         assert not any((root / "partial").iterdir())  # the midway fetch's files are gone
         assert _caches(world)[task.node].entries == ()
+
+
+@needs_podman
+def test_a_container_finds_its_dataset_read_only_at_its_mountpath(data_world, image: str) -> None:
+    world = data_world
+    job_id = submit(world, f"""
+name: contained
+image: {image}
+datasets: [{{name: corpus, mountPath: /data/corpus}}]
+taskRoles:
+  main:
+    resourcePerInstance: {{cpu: 1, memoryMB: 256}}
+    commands:
+      - cat /data/corpus/words.txt; echo "at $TRAINYARD_DATASET_CORPUS"
+      - touch /data/corpus/mine 2>/dev/null || echo refused
+""")
+    assert drive(world, job_id, timeout=90).state == "SUCCEEDED"
+    [task] = _tasks(world, job_id)
+    assert _log(world, task, 3) == ["hello", "at /data/corpus", "refused"]
 
 
 # -- the node's side alone, in process (no cluster): what the task runner runs as root ------

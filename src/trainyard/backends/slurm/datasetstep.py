@@ -52,17 +52,6 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def write_report(cache: Any, plan: dict[str, Any]) -> None:
-    """What the node's cache holds now, for the server (written whole, then renamed)."""
-    report = {**cache.read(), "node": plan["node"]}
-    path = str(plan["report"])
-    temporary = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(report, f)
-    os.replace(temporary, path)
-
-
 def fetch(task_dir: str, runner: int) -> int:
     """Each of the task's datasets complete in this node's cache, used by ``runner``."""
     plan = _read_plan(os.path.join(task_dir, PLAN))
@@ -100,7 +89,7 @@ def prefetch(path: str) -> int:
 
 def _report_quietly(cache: Any, plan: dict[str, Any]) -> None:
     try:
-        write_report(cache, plan)
+        cache.write_report(plan["report"], node=plan["node"])
     except (OSError, ValueError) as exc:  # the task's data is there; only the server's view lags
         _say(f"trainyard: could not write this node's dataset cache report: {exc}")
 
