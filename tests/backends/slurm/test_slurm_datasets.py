@@ -125,6 +125,8 @@ taskRoles:
     world.backend.prefetch(fetches, other)
     cache = _caches(world)[other]
     assert (cache.misses, cache.hits, [(e.dataset, e.in_use) for e in cache.entries]) == (1, 0, [("corpus", 0)])
+    world.backend.prefetch(fetches, other)  # held there now, as its report says: no Slurm job, no hit
+    assert _caches(world)[other].hits == 0
 
 
 def test_a_folder_its_owner_may_not_read_is_refused_and_a_failed_fetch_leaves_nothing_to_mount(data_world) -> None:

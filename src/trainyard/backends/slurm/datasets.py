@@ -124,12 +124,18 @@ class SlurmDatasets:
 
     def prefetch(self, datasets: Sequence[DatasetFetch], node: str | None = None) -> None:
         """On ``node`` (None: every node Slurm would start work on), a short Slurm job that
-        fetches ``datasets`` into its cache; problems are logged."""
-        nodes = [node] if node is not None else self._usable_nodes()
-        if not datasets or not nodes:
+        fetches into its cache those of ``datasets`` its last report does not list; problems
+        are logged."""
+        held = {c.node: {e.key for e in c.entries} for c in self.dataset_caches()}
+        # Only what a node's last report does not hold: the controller asks every 10 s, and
+        # each ask would otherwise be a Slurm job on every node.
+        wanted = {n: missing for n in ([node] if node is not None else self._usable_nodes())
+                  if (missing := [d for d in datasets if d.key not in held.get(n, set())])}
+        if not wanted:
             return
-        with ThreadPoolExecutor(max_workers=min(len(nodes), STEPS_AT_ONCE)) as pool:
-            for name, problems in zip(nodes, pool.map(lambda n: self._prefetch_on(n, datasets), nodes), strict=True):
+        with ThreadPoolExecutor(max_workers=min(len(wanted), STEPS_AT_ONCE)) as pool:
+            answers = pool.map(lambda n: self._prefetch_on(n, wanted[n]), wanted)
+            for name, problems in zip(wanted, answers, strict=True):
                 for problem in problems:
                     log.warning("prefetching datasets on node %s: %s", name, problem)
 
