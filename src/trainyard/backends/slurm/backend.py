@@ -79,6 +79,7 @@ from trainyard.backends.mounts import account_reader
 from trainyard.backends.sandbox import Sandbox
 from trainyard.backends.slurm import datasets, runners, sandboxing, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.backends.slurm.datasetstep import FAILED as DATASETS_FAILED
 from trainyard.backends.slurm.images import NodeImages
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import (
@@ -793,7 +794,7 @@ def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
     kills = _read_text(task_dir / OOM) or "0"
     reason = OUT_OF_MEMORY if code != 0 and kills.isdigit() and int(kills) > 0 else ""
     status = TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None,
-                        reason=reason)
+                        reason=reason, message=(_read_text(task_dir / DATASETS_FAILED) or "") if code == 127 else "")
     # A container's kills are counted in its own cgroup, outside the step's (the runner's
     # container-cgroup.py records them).
     return with_oom_record(status, _read_json(task_dir / CONTAINER_RECORD))
