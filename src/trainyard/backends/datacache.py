@@ -87,7 +87,7 @@ class NodeCache:
         cache holds it, with process ``pid`` (default: this one, the task's) recorded as a
         task that uses it (``use=False``: a prefetch, which no task mounts yet)."""
         key = _checked_key(item["key"])
-        self._make_dirs()
+        self.make_dirs()
         entry = self.root / "entries" / key
         with self._locked(self.root / "locks" / f"{key}.lock"):  # 1
             for leftover in (self.root / "partial").glob(f"{key}.*"):  # 2
@@ -141,7 +141,7 @@ class NodeCache:
         """Step 6: remove least recently used entries no task uses until the rest fit (with
         ``extra`` bytes of a fetch under way: room made while it fetches)."""
         evicted: list[str] = []
-        self._make_dirs()
+        self.make_dirs()
         with self._locked(self.root / "cache.lock"):
             entries = sorted(self._metas(), key=lambda m: m["last_used_at"] or 0.0)
             used = sum(m["size"] for m in entries) + extra
@@ -209,8 +209,28 @@ class NodeCache:
             # whoever may write it could swap an entry, a lock or a partial fetch under root.
             raise PermissionError(f"the dataset cache {self.root} is not a folder of this account's that only it "
                                   "may write: remove it, or set dataset_cache_dir to a folder of its own")
+        self._check_above()
 
-    def _make_dirs(self) -> None:
+    def _check_above(self) -> None:
+        """Nor may a folder above the root be someone else's to change (a user who made a
+        shared disk's folder first, where a Slurm node makes the cache at its first fetch):
+        they could put another folder, or a link, in the cache's place between two steps.
+        Checked before the root is made, and whenever it is checked."""
+        for above in (*self.root.parents, *Path(os.path.realpath(self.root)).parents):
+            try:
+                info = os.lstat(above)
+            except FileNotFoundError:
+                continue  # made below, by this account
+            if info.st_uid not in (0, os.geteuid()) or (
+                    not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX):
+                raise PermissionError(f"the dataset cache {self.root} lies in {above}, which another account may "
+                                      "change: set dataset_cache_dir to a folder whose every parent is root's (or "
+                                      "this account's) alone")
+
+    def make_dirs(self) -> None:
+        """The cache's folders, the root checked (``check_root``; PermissionError), and the
+        folders above it checked before it is made."""
+        self._check_above()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.check_root()
         for name in ("entries", "meta", "locks", "uses", "partial"):

@@ -91,9 +91,8 @@ class NodeDatasets:
         # which copies it itself). Set by the backend, which knows the task accounts.
         self.reader_of: Callable[[str], tuple[int, list[int]] | None] = lambda _: None
         # Made now, root's alone: a sandbox covers it, and binds back only a task's own entries.
-        self.cache.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            self.cache.check_root()
+            self.cache.make_dirs()
         except PermissionError as exc:  # a folder someone else made stops the server here, saying so
             raise RuntimeError(str(exc)) from None
 

@@ -171,8 +171,9 @@ taskRoles:
 def test_the_nodes_step_refuses_another_nodes_plan_and_a_cache_folder_others_may_write(
         tmp_path, monkeypatch, capsys) -> None:
     """A plan is run only on its node; a cache folder that someone else could write (made
-    first by a user, or opened up) is refused before root writes there; otherwise the
-    entry is fetched, in use while the runner lives, released after, and reported."""
+    first by a user, or opened up), or one inside another account's folder, is refused
+    before root writes there; otherwise the entry is fetched, in use while the runner
+    lives, released after, and reported."""
     storage = tmp_path / "storage"
     (storage / "corpus").mkdir(parents=True)
     (storage / "corpus" / "words.txt").write_text("hello\n")
@@ -202,3 +203,13 @@ def test_the_nodes_step_refuses_another_nodes_plan_and_a_cache_folder_others_may
     assert datasetstep.main(["dataset-step.py", "release", str(task), str(os.getpid())]) == 0
     [cache] = datasets.dataset_caches()
     assert [e.in_use for e in cache.entries] == [0]
+    # A dataset_cache_dir in a folder another account made first (on a shared disk) is refused too.
+    shared = tmp_path / "scratch"
+    shared.mkdir(mode=0o755)
+    os.chown(shared, 65534, 65534)
+    elsewhere = SlurmDatasets(tmp_path / "state2", SlurmCommands(), partition=None, name_prefix="t",
+                              usable_nodes=list, cache=(shared / "trainyard", None))
+    (task / PLAN).write_text(json.dumps(elsewhere.plan("n1", [fetch])))
+    assert datasetstep.main(argv) == 1
+    assert f"lies in {shared}, which another account may change" in capsys.readouterr().err
+    assert list(shared.iterdir()) == []  # refused before anything was made there
