@@ -8,6 +8,13 @@
 #   1. the node and GPUs Trainyard found (model, memory) and NVML's view of them;
 #   2. a PyTorch job on one GPU: it sees exactly that device and computes on it;
 #   3. two half-GPU jobs sharing one device, each told the same device;
+#   3b. enforced shares (NVIDIA MPS, issue 36), where nvidia-cuda-mps-control is installed:
+#      two quarter-GPU jobs on one device, each an MPS client with its memory limit; the one
+#      that allocates past its share fails alone with CUDA's out-of-memory error while the
+#      other's result equals the same computation run alone; a quarter-GPU job's matmul
+#      throughput is about a quarter of a whole GPU's (gpu_share_threads on; 0.12 to 0.50);
+#      no MPS daemon is left after the jobs. Without MPS: yard up must say shares are not
+#      enforced. (The MPS checks were written without a GPU: never run on one yet.)
 #   4. examples/suspend-resume's PyTorch loop on the GPU (--device cuda), suspended with
 #      `yard suspend`, resumed with `yard resume`, ending bit for bit as an uninterrupted run;
 #   5. NVML monitoring: /metrics has the GPUs' utilization and memory, and the job's own;
@@ -33,7 +40,8 @@ step "GPUs as the driver sees them"
 nvidia-smi -L || fail "nvidia-smi: no NVIDIA driver here"
 
 step "yard up (NVML, no --local-gpus), home $TRAINYARD_HOME"
-yard up --port "$port" --task-accounts server --task-sandbox none > "$report/yard-up.log" 2>&1 &
+TRAINYARD_GPU_SHARE_THREADS=true \
+    yard up --port "$port" --task-accounts server --task-sandbox none > "$report/yard-up.log" 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
 for _ in $(seq 120); do
@@ -87,6 +95,127 @@ yard logs "$a"
 yard logs "$b"
 [[ $(yard logs "$a" | grep CUDA_VISIBLE) == $(yard logs "$b" | grep CUDA_VISIBLE) ]] \
     || fail "two halves were given different devices on a one-GPU placement"
+
+step "enforced GPU shares (NVIDIA MPS)"
+nvidia-smi --query-gpu=index,compute_mode --format=csv,noheader
+if ! command -v nvidia-cuda-mps-control > /dev/null; then
+    grep -q "fractional GPU shares are not enforced" "$report/yard-up.log" \
+        || fail "no nvidia-cuda-mps-control here, and yard up did not say that shares are not enforced"
+    echo "skipped: nvidia-cuda-mps-control is not installed here (yard up says shares are not enforced)"
+else
+    grep "fractional GPU shares are enforced by NVIDIA MPS" "$report/yard-up.log" \
+        || fail "yard up did not say that MPS enforces GPU shares"
+    if nvidia-smi --query-gpu=compute_mode --format=csv,noheader | grep -qv Default; then
+        echo "note: a device is not in the Default compute mode: two users' MPS daemons cannot share it"
+    fi
+    marks=$(mktemp -d /tmp/yard-gpu-check-mps.XXXXXX)
+    chmod 777 "$marks"
+    # The device's memory as NVML says (under MPS, what CUDA reports may be the client's limit).
+    device_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | sort -n | head -1)
+    # B: a fixed computation within its share (15% of the device), run while A fails; its
+    # result must equal the same computation run alone, here, outside Trainyard and MPS.
+    cat > "$marks/compute.py" <<'PY'
+import sys
+import torch
+torch.manual_seed(0)
+block = torch.empty(int(sys.argv[1]) * 15 // 100 << 20, dtype=torch.uint8, device="cuda")
+a = torch.randn(2048, 2048, device="cuda", dtype=torch.float64)
+b = a
+for _ in range(20):
+    b = (b @ a).tanh()
+print("result", repr(float(b.sum())))
+PY
+    # A: allocates 30% of the device, past its 25% share: CUDA's out-of-memory error, in A alone.
+    cat > "$marks/overrun.py" <<'PY'
+import sys
+import torch
+free, total = torch.cuda.mem_get_info()
+print("CUDA says", free >> 20, "MiB free of", total >> 20, "MiB; the device has", sys.argv[2], "MiB")
+try:
+    x = torch.empty(int(sys.argv[2]) * 30 // 100 << 20, dtype=torch.uint8, device="cuda")
+except torch.OutOfMemoryError as e:
+    print("OOM as expected:", str(e).splitlines()[0])
+    sys.exit(0)
+finally:
+    open(sys.argv[1], "w").close()
+sys.exit("allocated 30% of the device past a 25% share: not enforced")
+PY
+    # Compute share: the same matmul loop in a whole GPU and in a quarter (25% of the threads).
+    cat > "$marks/rate.py" <<'PY'
+import time
+import torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+for _ in range(3):
+    a @ a
+torch.cuda.synchronize()
+n, t = 0, time.time()
+while time.time() - t < 10:
+    a @ a
+    n += 1
+    if n % 8 == 0:
+        torch.cuda.synchronize()
+torch.cuda.synchronize()
+print("rate", n / (time.time() - t))
+PY
+    chmod 644 "$marks"/*.py
+    alone=$("$python" "$marks/compute.py" "$device_mib" | sed -n 's/^result //p')
+    [[ -n $alone ]] || fail "the reference computation did not run"
+    quarter_b=$(submit <<EOF
+name: gpu-mps-b
+taskRoles:
+  main:
+    resourcePerInstance: {gpu: 0.25, cpu: 1, memoryMB: 4096}
+    commands:
+      - env | grep -E '^(CUDA_VISIBLE_DEVICES|CUDA_MPS_)' | sort
+      - touch $marks/b-started
+      - for _ in \$(seq 600); do [ -e $marks/a-done ] && break; sleep 0.1; done
+      - $python $marks/compute.py $device_mib
+EOF
+)
+    quarter_a=$(submit <<EOF
+name: gpu-mps-a
+taskRoles:
+  main:
+    resourcePerInstance: {gpu: 0.25, cpu: 1, memoryMB: 4096}
+    commands:
+      - env | grep -E '^(CUDA_VISIBLE_DEVICES|CUDA_MPS_)' | sort
+      - for _ in \$(seq 600); do [ -e $marks/b-started ] && break; sleep 0.1; done
+      - $python $marks/overrun.py $marks/a-done $device_mib
+EOF
+)
+    yard wait "$quarter_a" || { yard logs "$quarter_a"; fail "the quarter job past its share did not fail alone with OOM"; }
+    yard wait "$quarter_b" || { yard logs "$quarter_b"; fail "the quarter job within its share failed"; }
+    yard logs "$quarter_a"
+    yard logs "$quarter_b"
+    yard logs "$quarter_a" | grep -q "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=" || fail "job A got no MPS memory limit"
+    [[ $(yard logs "$quarter_a" | grep CUDA_VISIBLE) == $(yard logs "$quarter_b" | grep CUDA_VISIBLE) ]] \
+        || fail "the two quarters were not on one device"
+    shared=$(yard logs "$quarter_b" | sed -n 's/^result //p')
+    echo "B alone: $alone; B beside A's OOM: $shared"
+    # Within rounding: cuBLAS may pick another kernel for a client with fewer threads.
+    [[ -n $shared ]] && "$python" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-9 * abs(a))" \
+        "$alone" "$shared" || fail "the other share's result changed"
+    rates=()
+    for gpu in 1 0.25; do
+        job=$(submit <<EOF
+name: gpu-mps-rate
+taskRoles:
+  main:
+    resourcePerInstance: {gpu: $gpu, cpu: 1, memoryMB: 4096}
+    commands:
+      - $python $marks/rate.py
+EOF
+)
+        yard wait "$job" || { yard logs "$job"; fail "the throughput job with gpu $gpu"; }
+        rates+=("$(yard logs "$job" | sed -n 's/^rate //p')")
+    done
+    echo "matmuls/s: whole GPU ${rates[0]}, quarter ${rates[1]}"
+    "$python" -c "import sys; r = float(sys.argv[2]) / float(sys.argv[1]); print('ratio', round(r, 3));
+sys.exit(0 if 0.12 <= r <= 0.50 else 'the quarter share ran at %.2f of a whole GPU' % r)" "${rates[@]}" \
+        || fail "compute share not respected"
+    if pgrep -u "$(id -u)" -f nvidia-cuda-mps-control; then fail "an MPS daemon outlived the shared jobs"; fi
+    echo "enforced shares: OOM alone, the neighbour unaffected, compute within the share; daemons gone"
+fi
 
 step "suspend and resume a PyTorch loop on the GPU (bit for bit)"
 steps=1500

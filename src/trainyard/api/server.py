@@ -201,6 +201,7 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
         summary = slurm_isolation_summary(state_dir, process_account()[1], isolated=accounts is not None,
                                           why_not=why_not)
         (log.info if accounts is not None else log.warning)("%s", summary)
+        log.info("%s", SlurmBackend.gpu_share_note)  # fractions place by shards, unenforced (issue 36)
         try:
             return SlurmBackend(state_dir, accounts=accounts, sandbox=sandbox,
                                 partition=settings.slurm_partition, site_env=settings.task_env,
@@ -239,11 +240,13 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
             log_cap_stop=settings.task_log_cap_stop,
             dataset_cache=(settings.dataset_cache_dir, int(settings.dataset_cache_gb * (1 << 30))),
             dataset_sources=(settings.dataset_fetch_timeout_s, tuple(settings.dataset_allowed_hosts)),
+            gpu_shares=(settings.gpu_share_enforcement, settings.gpu_share_threads),
         )
         backend.check_host()
     except RuntimeError as exc:  # no bash, supervisors cannot start, or required limits cannot be: nothing could run
         raise StartupError(str(exc)) from exc
     log_container_support(backend)
+    log_gpu_shares(backend)
     return backend
 
 
@@ -275,6 +278,13 @@ def slurm_isolation(settings: Settings) -> tuple[TaskAccounts | None, Sandbox | 
         return TaskAccounts(settings.task_account_map, create=settings.task_account_create), sandbox, ""
     except ValueError as exc:
         raise StartupError(str(exc)) from exc
+
+
+def log_gpu_shares(backend: LocalBackend) -> None:
+    """Say at start-up, beside the isolation line, whether a task given part of a GPU is held
+    to its share (issue 36): a warning where real GPUs could be shared unenforced."""
+    real_gpus = any(not g.simulated for g in backend.inventory()[0].gpus)
+    (log.warning if real_gpus and not backend.gpu_shares.control else log.info)("%s", backend.gpu_shares.summary)
 
 
 def log_container_support(backend: LocalBackend) -> None:

@@ -541,6 +541,20 @@ class TaskAccountCheck(Protocol):
 
 
 @runtime_checkable
+class GpuShareReport(Protocol):
+    """A backend that says whether it enforces fractional GPU shares (``backends/gpushares``):
+    ``gpu_share_note`` is "" where it does, else why not (a warning on a job with a share)."""
+
+    gpu_share_note: str
+
+
+def gpu_share_note(backend: object) -> str | None:
+    """Why ``backend`` does not enforce GPU shares; "" where it does; None where it does not
+    say (it runs no task: the simulated backend, tests' fakes)."""
+    return backend.gpu_share_note if isinstance(backend, GpuShareReport) else None
+
+
+@runtime_checkable
 class TaskExec(Protocol):
     """Optional capability: run a command inside a running task (``yard exec``/``yard shell``).
 

@@ -106,6 +106,17 @@ class Settings(BaseSettings):
         description="Enforce each task's cpu and memoryMB with cgroups (v1 or v2; local backend): auto "
         "(where cgroups work here; `yard up` says so when they do not), cgroups (required), none",
     )
+    gpu_share_enforcement: Literal["auto", "off"] = Field(
+        default="auto",
+        description="Hold each task given part of a GPU (gpu: 0.25) to its share of the device's memory with "
+        "NVIDIA MPS, one daemon per user per node (local backend): auto (where nvidia-cuda-mps-control and an "
+        "NVIDIA GPU are here; `yard up` and every such job say so when not), off (shares are bookkeeping only)",
+    )
+    gpu_share_threads: bool = Field(
+        default=False,
+        description="With gpu_share_enforcement, also hold each shared task to its share of the device's "
+        "compute (MPS active thread percentage: gpu 0.25 gets 25 percent), even when the device is otherwise idle",
+    )
     storage_home_root: Path | None = Field(
         default=None,
         description="Give every user a private home storage, <root>/<user> (made 0700 for the task's account on "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from trainyard.backends.base import gpu_share_note
 from trainyard.schemas.history import JobMetrics
 from trainyard.schemas.jobs import JobDetail, JobPage
 from trainyard.schemas.sessions import SessionRequest, SessionView
@@ -45,7 +46,7 @@ def job_detail(server: Server, viewer: UserRow, job_id: int) -> JobDetail:
     outside any transaction by who answers)."""
     with server.db.session() as session:
         return job_service.describe_job(session, viewer, job_id, specs=server.specs, backend=server.backend.name,
-                                        now=server.clock.now())
+                                        now=server.clock.now(), gpu_share_note=gpu_share_note(server.backend))
 
 
 def job_spec(server: Server, viewer: UserRow, job_id: int) -> JobSpec:

@@ -74,11 +74,20 @@ class SubmitLimits:
 DEFAULT_SUBMIT_LIMITS = SubmitLimits()
 
 
-def backend_warnings(spec: JobSpec, backend: str) -> list[str]:
-    """What the job file asks for that this backend keeps but does not act on."""
+def backend_warnings(spec: JobSpec, backend: str, gpu_share_note: str | None = None) -> list[str]:
+    """What the job file asks for that this backend keeps but does not act on; where a role
+    asks for part of a GPU, whether the backend holds it to that (``gpu_share_note``, from
+    ``backends.base.gpu_share_note``: None, the backend runs no task; "", it does, but for
+    tasks in containers; else why not)."""
     warnings = ignored_extras(spec)
     warnings += [f"{path}: kept, but not used: Trainyard sets its containers' options itself"
                  for path in container_fields(spec)]
+    shared = [name for name, r in spec.taskRoles.items() if r.resourcePerInstance.gpu % 1]
+    if gpu_share_note:
+        warnings += [gpu_share_note] if shared else []
+    elif gpu_share_note is not None:
+        warnings += [f"taskRoles.{name}: its GPU share is not enforced in a container (MPS holds bare tasks "
+                     f"to their share); it can use the whole device" for name in shared if spec.role_image(name)]
     return warnings
 
 
@@ -431,12 +440,13 @@ def job_events(session: Session, job: JobRow) -> list[JobEventRow]:
 
 
 def describe_job(session: Session, viewer: UserRow, job_id: int, *, specs: StoredSpecs, backend: str,
-                 now: datetime) -> JobDetail:
+                 now: datetime, gpu_share_note: str | None = None) -> JobDetail:
     """The job in full as ``viewer`` may see it (its secrets masked): what ``GET /jobs/{id}``
     answers and the job's page shows, less its directory's disk use."""
     row = get_job(session, viewer, job_id, full=True)
     spec = specs.of(row)
-    detail = job_detail(row, job_events(session, row), backend_warnings(spec, backend), spec=spec, now=now)
+    detail = job_detail(row, job_events(session, row), backend_warnings(spec, backend, gpu_share_note), spec=spec,
+                        now=now)
     if row.workdir is not None and (sent := workdir_queries.owned(session, row.user_id, row.workdir)) is not None:
         detail.workdir = workdirs.view(sent)
     return detail.model_copy(update={"dependencies": dependency_views(session, spec)})

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
-from trainyard.backends.base import TaskAccountCheck
+from trainyard.backends.base import TaskAccountCheck, gpu_share_note
 from trainyard.core.transitions import Event
 from trainyard.scheduler.snapshot import NodeState
 from trainyard.services import idempotency
@@ -68,6 +68,10 @@ def check_task_account(server: Server, user: UserRow) -> None:
                         details=[{"path": "user", "message": f"no OS account for {user.name}"}]) from None
 
 
+def _warnings(server: Server, spec: JobSpec) -> list[str]:
+    return job_service.backend_warnings(spec, server.backend.name, gpu_share_note(server.backend))
+
+
 def dry_run(server: Server, user: UserRow, spec: JobSpec) -> list[str]:
     """Every check a submit of ``spec`` would make, nothing made; the backend's warnings."""
     job_service.check_backend(spec, server.backend.name)
@@ -75,7 +79,7 @@ def dry_run(server: Server, user: UserRow, spec: JobSpec) -> list[str]:
     nodes = server.node_states()
     with server.db.session() as session:
         job_service.check_submittable(session, user, spec, nodes=nodes, limits=server.submit_limits)
-    return job_service.backend_warnings(spec, server.backend.name)
+    return _warnings(server, spec)
 
 
 def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service.CloneChanges) -> list[str]:
@@ -87,7 +91,7 @@ def check_clone(server: Server, user: UserRow, job_id: int, changes: job_service
         spec = job_service.check_clone(session, user, job_id, changes, specs=server.specs, nodes=nodes,
                                        limits=server.submit_limits)
     job_service.check_backend(spec, server.backend.name)
-    return job_service.backend_warnings(spec, server.backend.name)
+    return _warnings(server, spec)
 
 
 def submit(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed()) -> idempotency.Answer:
@@ -95,7 +99,7 @@ def submit(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed())
     Without a key or a working directory, it is made with the other submits of the moment,
     in one transaction (``submit_batches.py``), where the server has batches."""
     job_service.check_backend(spec, server.backend.name)
-    warnings = job_service.backend_warnings(spec, server.backend.name)
+    warnings = _warnings(server, spec)
     check_task_account(server, user)
     if server.submit_batches is not None and keyed.key is None and spec.workdir is None:
         return server.submit_batches.submit(user, spec, warnings)
@@ -113,7 +117,7 @@ def queued(server: Server, user: UserRow, spec: JobSpec, keyed: Keyed = Keyed())
     if (server.submit_batches is None or keyed.key is not None or spec.workdir is not None
             or isinstance(server.backend, TaskAccountCheck)):
         return None
-    return server.submit_batches.queue(user, spec, job_service.backend_warnings(spec, server.backend.name))
+    return server.submit_batches.queue(user, spec, _warnings(server, spec))
 
 
 def _submit_alone(server: Server, user: UserRow, spec: JobSpec, warnings: list[str],
@@ -176,7 +180,7 @@ def clone(server: Server, user: UserRow, job_id: int, changes: job_service.Clone
         return row
 
     return _once(server, user, keyed, create,
-                 lambda row: job_service.backend_warnings(server.specs.of(row), server.backend.name))
+                 lambda row: _warnings(server, server.specs.of(row)))
 
 
 def _once(server: Server, user: UserRow, keyed: Keyed, create: _Create, warnings: _Warnings) -> idempotency.Answer:

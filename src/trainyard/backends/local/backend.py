@@ -70,7 +70,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trainyard.backends import cgroups, jobdirs, taskuser
+from trainyard.backends import cgroups, jobdirs, mps, taskuser
 from trainyard.backends.base import (
     SUSPEND_FILE_VARIABLE,
     DatasetFetch,
@@ -91,22 +91,12 @@ from trainyard.backends.base import (
     read_log_file,
 )
 from trainyard.backends.containers import (
-    ENGINE_ENV,
     ContainerEngine,
     ContainerError,
-    ContainerTask,
     cdi_gpu_names,
-    container_name,
-    environment_binds,
-    environment_check,
-    gpu_devices,
     list_images,
-    memory_cgroup,
     pull_image,
-    pull_record_path,
     remove_image,
-    run_command,
-    write_env_file,
 )
 from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
 from trainyard.backends.environment import (
@@ -115,7 +105,8 @@ from trainyard.backends.environment import (
     python_environment,
     site_environment,
 )
-from trainyard.backends.local import containerrun, portowners, procfs, taskexec, taskfiles
+from trainyard.backends.gpushares import find_enforcement, task_plan
+from trainyard.backends.local import containerspec, portowners, procfs, taskexec, taskfiles
 from trainyard.backends.local import gpus as local_gpus
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
 from trainyard.backends.local.launcher import SupervisorLauncher
@@ -139,7 +130,6 @@ from trainyard.backends.taskpython import install_runtime, with_runtime_path
 from trainyard.backends.taskuser import TaskUser
 from trainyard.core.metrics import Sampled
 from trainyard.core.names import USER_NAME
-from trainyard.spec.storages import CONTAINER_SUB_PATH
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +181,8 @@ class LocalBackend(jobdirs.JobDirTree):
         log_cap_stop: bool = False,
         dataset_cache: tuple[Path | None, int | None] = (None, None),
         dataset_sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
+        gpu_shares: tuple[str, bool] = ("auto", False),  # gpu_share_enforcement, gpu_share_threads
+        mps_control: str | None = None,  # None: nvidia-cuda-mps-control on PATH
     ) -> None:
         if run_as is not None and accounts is not None:
             raise ValueError("run_as (one account for every task) and per-user accounts exclude each other")
@@ -250,6 +242,10 @@ class LocalBackend(jobdirs.JobDirTree):
             gpus=tuple(local_gpus.with_groups(gpus, gpu_groups) if gpu_groups else gpus),
             labels=dict(labels or {}),
         )
+        # GPU shares: one MPS daemon per user (``gpushares``), its pipes where accounts reach them.
+        self.gpu_shares = find_enforcement(gpu_shares[0], self._node.gpus, str(beside.with_name(f"{beside.name}-mps")),
+                                           threads=gpu_shares[1], control=mps_control)
+        self.gpu_share_note = self.gpu_shares.note
         self._limits, self.limits_note = limits_layout(task_limits, self.state_dir)
         # Sizes a task controls (issue 27): its processes and threads (pids.max, or the
         # container engine's --pids-limit), and what its output.log may grow to.
@@ -514,6 +510,9 @@ class LocalBackend(jobdirs.JobDirTree):
         below = python_environment({**base_environment(home, user), **self._site_env}, task.environment)
         env = task_environment(below, task.env, task.gpus)
         env = with_runtime_path(env, self.task_python)
+        share = task_plan(self.gpu_shares, task, self._node.gpus, account, "-".join(self._relative_parts(task.key)))
+        if share is not None:  # like the pinning, after the job's env: a job cannot widen its share
+            env.update(mps.client_env(share))
         secrets_dir = work.with_name(work.name + ".secrets")
         if skipped := taskuser.write_secret_files(secrets_dir, task.secrets, account):
             log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
@@ -554,6 +553,7 @@ class LocalBackend(jobdirs.JobDirTree):
                 "owner": None if account is None else [account.uid, account.gid],
             },
         }
+        spec.update({"mps": share} if share else {})  # the waiter holds the owner's MPS daemon meanwhile
         spec.update(self._limits_spec(task))
         if task.datasets:  # fetched (or found) in the node's cache before the task starts
             spec["datasets"] = self.datasets.plan(task.datasets)
@@ -566,8 +566,8 @@ class LocalBackend(jobdirs.JobDirTree):
             taskuser.write_user_script(script_file, task.script, account)
             spec["script_file"] = str(script_file)
         if task.image is not None:  # the container replaces the sandbox and the drop to the account
-            spec["container"] = self._container_spec(task, task_dir, work, env, script_file, secrets_dir, job_dir,
-                                                     account)
+            spec["container"] = containerspec.container_spec(self, task, task_dir, work, env, script_file,
+                                                             secrets_dir, job_dir, account)
             spec["argv"] = spec["container"]["run"]
             return spec
         command = [self._shell, "--noprofile", "--norc", str(script_file)]
@@ -591,7 +591,9 @@ class LocalBackend(jobdirs.JobDirTree):
             self._sandbox, command, hidden=(), work_dir=work, shm_dir=shm, stop_file=task_dir / taskfiles.STOP,
             spec_file=task_dir / taskfiles.SPEC,
             bound=(secrets_dir, script_file, suspend_dir, self.task_python, self.environments_root),
-            writable=(job_dir,) if own_environments is None else (job_dir, own_environments), identity=identity,
+            writable=(job_dir, *([] if own_environments is None else [own_environments]),
+                      *([] if share is None else [Path(mps.pipe_dir(share))])),
+            identity=identity,
             mounts=mounts, storage_paths=[*map(Path, task.storage_paths), self.datasets.root],
             starter=self._launcher.starter(),
         )
@@ -615,54 +617,6 @@ class LocalBackend(jobdirs.JobDirTree):
         if self._limits.note and task.cpu_milli > 0:
             spec["limits_note"] = self._limits.note
         return spec
-    def _container_spec(self, task: TaskLaunch, task_dir: Path, work: Path, env: dict[str, str], script: Path,
-                        secrets_dir: Path, job_dir: Path, account: TaskUser | None) -> dict[str, Any]:
-        """The spec's ``container``: what ``containerrun`` does in the task's process."""
-        assert task.image is not None
-        engine = self.containers
-        if engine is None:
-            raise ContainerError(f"the task's image {task.image} needs a container engine, and none (podman or "
-                                 f"docker, as container_engine says) is installed on node {self._node.name}")
-        if sub := next((m for m in task.mounts if m.sub_path), None):  # refused at submit; a job stored before
-            raise ContainerError(f"storage {sub.name!r}: {CONTAINER_SUB_PATH}")
-        binds = (Mount(str(work), str(work)), Mount(str(job_dir), str(job_dir)),
-                 Mount(str(secrets_dir), str(secrets_dir), read_only=True),
-                 # trainyard.runtime, first on the task's PYTHONPATH (``taskpython``)
-                 Mount(str(self.task_python), str(self.task_python), read_only=True), *task.mounts,
-                 *self.datasets.mounts(task.datasets),
-                 *environment_binds(task.environment, guarded=True))
-        # The folder a suspend request appears in (``Suspender``), as the task's env names it.
-        suspend_dir = os.path.dirname(env.get(SUSPEND_FILE_VARIABLE, ""))
-        if suspend_dir and os.path.isdir(suspend_dir):
-            binds += (Mount(suspend_dir, suspend_dir, read_only=True),)
-        devices = gpu_devices(task.gpus, self._node.gpus, self.cdi_gpus)
-        if devices:  # the container sees only these, numbered from 0; CDI, not the runtime hook, brings them
-            env = {**env, "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(devices))),
-                   "NVIDIA_VISIBLE_DEVICES": "void"}
-        env_file = task_dir / "container.env"
-        write_env_file(env_file, env)
-        container = ContainerTask(
-            key=task.key, image=task.image, node=self._node.name, work_dir=work, script=script, env_file=env_file,
-            binds=binds, gpu_devices=devices,
-            cpu_milli=task.cpu_milli, memory_mb=task.memory_mb, pids_max=self.pids_max,
-            user=None if account is None else (account.uid, account.gid, tuple(account.groups())),
-            name_salt=str(task_dir), cgroup=memory_cgroup(container_name(task.key, str(task_dir)), task.memory_mb),
-        )
-        return {
-            "image": task.image,
-            "node": self._node.name,
-            "name": container.name,
-            "record": str(task_dir / containerrun.IMAGE_RECORD),
-            "exists": engine.exists_command(task.image),
-            "pull": engine.pull_command(task.image),
-            "run": run_command(engine, container),
-            "remove": engine.remove_command(container.name),
-            "engine_env": dict(ENGINE_ENV),
-            "pull_record": str(pull_record_path(self._pulls, task.image)),
-            "cgroup": None if container.cgroup is None else dict(container.cgroup),
-            "environment_check": environment_check(engine, container, task.environment, guarded=True),
-        }
-
     def _make_work_dir(self, task: TaskLaunch, account: TaskUser | None) -> Path:
         if self.work_dir_root is None:
             work = self.work_dir(task.key)

@@ -12,8 +12,10 @@ import os
 import pwd
 from collections.abc import Sequence
 
+from trainyard.backends.base import GpuInfo
 from trainyard.backends.containers import ContainerEngine
 from trainyard.backends.doctor import Account, Check, fail, ok, skip, warn
+from trainyard.backends.gpushares import find_enforcement
 from trainyard.backends.local.gpus import discover_nvidia_gpus
 from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.taskaccounts import ACCOUNT_MARKER, derived_account_name
@@ -84,7 +86,9 @@ def check_accounts(settings: Settings, users: Sequence[str] | None, *, as_root: 
 
 def check_local_host(settings: Settings, *, as_root: bool) -> list[Check]:
     """The local backend's own needs: the sandbox, the container engine, the GPUs."""
-    return [_sandbox(settings, as_root=as_root), _containers(settings), _gpus(settings)]
+    gpus = None if settings.local_gpus is not None else discover_nvidia_gpus()
+    return [_sandbox(settings, as_root=as_root), _containers(settings), _gpus(settings, gpus),
+            check_gpu_shares(settings, gpus)]
 
 
 def _sandbox(settings: Settings, *, as_root: bool) -> Check:
@@ -110,14 +114,25 @@ def _containers(settings: Settings) -> Check:
     return ok("containers", f"{engine.kind} at {engine.path}")
 
 
-def _gpus(settings: Settings) -> Check:
-    if settings.local_gpus is not None:
+def _gpus(settings: Settings, found: list[GpuInfo] | None) -> Check:
+    if found is None:
         return ok("gpus", f"{settings.local_gpus} simulated slots (local_gpus): NVML not asked")
-    found = discover_nvidia_gpus()
     if found:
         return ok("gpus", f"{len(found)} through NVML: " + ", ".join(sorted({g.model for g in found})))
     return warn("gpus", "no NVIDIA GPU through NVML: jobs that ask for GPUs wait for ever",
                 "install the NVIDIA driver (nvidia-smi must list the GPUs), or --local-gpus N for simulated slots")
+
+
+def check_gpu_shares(settings: Settings, found: list[GpuInfo] | None) -> Check:
+    """Whether a task given part of a GPU is held to it (MPS, ``gpushares``), as ``yard up`` decides."""
+    if not found:
+        return skip("gpu shares", "no NVIDIA GPU here: nothing to share")
+    shares = find_enforcement(settings.gpu_share_enforcement, found, "", threads=settings.gpu_share_threads)
+    if shares.control is None:
+        return warn("gpu shares", shares.note, "install NVIDIA's nvidia-cuda-mps-control (with the driver's utilities)"
+                    if settings.gpu_share_enforcement == "auto" else "gpu_share_enforcement: auto")
+    return ok("gpu shares", f"enforced by NVIDIA MPS ({shares.control}), one daemon per user; the devices must be "
+              "in the Default compute mode (nvidia-smi -c DEFAULT) for two users' daemons to share one")
 
 
 def running_as_root() -> bool:

@@ -12,7 +12,7 @@ source of the supervisor's stdlib-only modules (``supervisor``, ``procfs``,
 task's start, see ``starter``), ``backends/cgroups``,
 ``backends/containercgroup``, ``backends/datacache`` and ``datafetch`` (a node's dataset
 cache) with the name check they use, ``core/workdirs``, and the addresses a fetch refuses,
-``core/addresses``, as this server has them) and keeps
+``core/addresses``, and a GPU share's MPS daemon, ``backends/mps``, as this server has them) and keeps
 them in memory; it writes them to
 ``<state_dir>/supervisor/<digest>/`` (a runnable directory: ``__main__.py`` plus the
 ``trainyard/backends/`` packages holding just those modules) and runs every
@@ -45,7 +45,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import IO
 
-from trainyard.backends import cgroups, containercgroup, datacache, datafetch, sandboxjoin
+from trainyard.backends import cgroups, containercgroup, datacache, datafetch, mps, sandboxjoin
 from trainyard.backends.local import containerrun, procfs, supervisor, taskfiles
 from trainyard.backends.sandbox import real_interpreter
 from trainyard.core import addresses, workdirs
@@ -56,7 +56,7 @@ CHECK_TIMEOUT_SECONDS = 30.0
 # The package path the copied modules keep, so that their own imports resolve to each other.
 _PACKAGE = ("trainyard", "backends", "local")
 _MODULES: tuple[ModuleType, ...] = (supervisor, procfs, taskfiles, containerrun, sandboxjoin, cgroups,
-                                    containercgroup, datacache, datafetch, workdirs, addresses)
+                                    containercgroup, datacache, datafetch, workdirs, addresses, mps)
 _MAIN = f"import sys\nfrom {supervisor.__name__} import main\nsys.exit(main(sys.argv))\n"
 
 

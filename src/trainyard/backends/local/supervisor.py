@@ -315,6 +315,13 @@ class Waiter:
             signal.signal(stop_signal, self._on_stop)
         signal.signal(signal.SIGALRM, self._on_grace_expired)
         signal.signal(_LOG_CAP_SIGNAL, self._on_log_cap)
+        # A task with a share of a GPU: its owner's MPS daemon runs before it starts (``mps``).
+        mps_plan = spec.get("mps")
+        if mps_plan:
+            # Imported here: subprocess would add to every task's start, and only a share needs it.
+            from trainyard.backends import mps
+
+            self.notes += mps.acquire(mps_plan, os.getpid())
         task_gate_r, task_gate_w = os.pipe()
         output_fd = log_fd
         limit = spec.get("log_max_bytes")
@@ -373,6 +380,10 @@ class Waiter:
             time.sleep(0.01)
             leftovers = procfs.group_members(pid)
         signal.pthread_sigmask(signal.SIG_BLOCK, _HANDLED)  # no killpg once the id is free
+        if mps_plan:  # after the user's last shared task on the node, its daemon quits
+            from trainyard.backends import mps
+
+            self.notes += mps.release(mps_plan)
         if info.si_code == os.CLD_EXITED:
             exit_code, sig = info.si_status, None
         else:  # killed (or dumped core)

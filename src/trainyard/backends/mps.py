@@ -1,0 +1,301 @@
+"""Enforced GPU shares: one NVIDIA MPS control daemon per user per node (issue 36).
+
+A task given part of a GPU (``gpu: 0.25``) gets at most that part of the device's memory,
+and, where the admin enables it (``gpu_share_threads``), of its compute, through NVIDIA's
+Multi-Process Service: its CUDA processes are MPS clients of a server of their owner's,
+whose per-client limits Trainyard sets.
+
+What MPS does, as NVIDIA documents it (``nvidia-cuda-mps-control(1)``, "Multi-Process
+Service" guide): a CUDA program whose ``CUDA_MPS_PIPE_DIRECTORY`` holds a live control
+daemon's pipes becomes a client; the daemon starts an MPS server with the client's uid
+(one server at a time per daemon: a client of another uid waits until the running server
+has no clients left), and the server runs the clients' work in one shared GPU context.
+``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (``<device>=<size>,...``) and
+``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` in a client's environment limit that client; they can
+only lower what the daemon sets (``set_default_device_pinned_mem_limit``,
+``set_default_active_thread_percentage`` for the next server; ``set_device_pinned_mem_limit``
+and ``set_active_thread_percentage`` for a running one). An allocation past the limit fails
+in the client with ``cudaErrorMemoryAllocation`` (PyTorch: ``torch.OutOfMemoryError``).
+
+So, per node and per Trainyard user (by the task account's uid and the user's name, both
+checked: two users who share one account still get a daemon each, so they are never in one
+GPU context either)::
+
+    <root>/                  0711 root   beside the work dirs
+      <uid>-<user>/          0711 root   the user cannot create, rename or replace anything here
+        lock                 0600 root   flock: one acquire/release at a time
+        holders/             0700 root   one file per task that holds the daemon (its waiter's pid)
+        pipe/                0700 uid    CUDA_MPS_PIPE_DIRECTORY: the daemon's pipes and sockets
+        log/                 0700 uid    CUDA_MPS_LOG_DIRECTORY: its control.log and server.log
+
+(A unix socket's path holds at most 107 bytes: keep the root short.)
+
+Before the first shared task of a user starts on the node, ``acquire`` starts
+``nvidia-cuda-mps-control -d`` *as that user's account* with those two directories (so
+two users never share a daemon, a server or a GPU context: another user's task cannot
+open ``pipe/``), then sets the daemon's limits to the user's whole holding on each device
+(the sum of their tasks' shares there): a task that drops the variables from its own
+environment still cannot take more than its owner holds. Each task's own client limits
+(its share) are in its environment. After the user's last shared task on the node ends,
+``release`` sends ``quit``. Whole-GPU tasks never see any of this.
+
+Limits, said in the README's security model: the daemon runs as the user, so the user's
+own tasks can talk to it (raise their limits up to the device, or quit it); the limits are
+per client process; a fault in one client can affect the other clients of the same server
+(the user's other tasks on that device). Different users' servers are separate processes
+on the device, time-sliced by the driver (the device must be in the Default compute mode
+for two users' servers to share it; in Exclusive-process mode the second waits).
+
+Stdlib only (the local backend's supervisor runs it from its private copy, ``launcher``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import signal
+import subprocess
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+CONTROL = "nvidia-cuda-mps-control"
+PIPE_VARIABLE = "CUDA_MPS_PIPE_DIRECTORY"
+LOG_VARIABLE = "CUDA_MPS_LOG_DIRECTORY"
+MEMORY_VARIABLE = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+THREADS_VARIABLE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+# The daemon writes its pid here (in the pipe directory), as NVIDIA documents.
+PID_FILE = "nvidia-cuda-mps-control.pid"
+WHOLE_MILLI = 1000
+ROOT_MODE = 0o711
+PRIVATE_MODE = 0o700
+COMMAND_TIMEOUT_SECONDS = 30.0
+NOT_ENFORCED = "its GPU share is not enforced"
+# What the control daemon and its commands run with: nothing of the server's or the job's.
+_DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")  # core.names.USER_NAME (this module is stdlib only)
+
+
+def share_mb(milli: int, memory_mb: int) -> int:
+    """The MiB of a device of ``memory_mb`` that a share of ``milli`` thousandths may hold."""
+    return max(1, milli * memory_mb // WHOLE_MILLI)
+
+
+def thread_percentage(milli: int) -> int:
+    """The active thread percentage of a share (rounded up, 1 to 100)."""
+    return min(100, max(1, -(-milli // 10)))
+
+
+def user_dir(plan: dict[str, Any]) -> str:
+    """The user's folder under the root: ``<uid>-<user>`` (``plan["key"]``), checked again here
+    (a uid and a Trainyard user name, nothing a path could be bent by)."""
+    key = str(plan["key"])
+    uid, dash, user = key.partition("-")
+    if not (uid.isdigit() and int(uid) == plan["uid"] and (not dash or _USER.fullmatch(user))):
+        raise ValueError(f"not a key of a user's MPS folder: {key!r}")
+    return os.path.join(plan["root"], key)
+
+
+def pipe_dir(plan: dict[str, Any]) -> str:
+    return os.path.join(user_dir(plan), "pipe")
+
+
+def log_dir(plan: dict[str, Any]) -> str:
+    return os.path.join(user_dir(plan), "log")
+
+
+def client_env(plan: dict[str, Any]) -> dict[str, str]:
+    """The variables that make a task an MPS client of its owner's daemon, with its limits.
+
+    ``plan["clients"]``: ``[device, MiB]`` per shared device, the device as the task names it
+    (its UUID where NVML gives one: no doubt about numbering)."""
+    env = {PIPE_VARIABLE: pipe_dir(plan),
+           MEMORY_VARIABLE: ",".join(f"{device}={mb}M" for device, mb in plan["clients"])}
+    if plan.get("threads") is not None:
+        env[THREADS_VARIABLE] = str(plan["threads"])
+    return env
+
+
+def prepare(plan: dict[str, Any]) -> None:
+    """Make the user's directories (see the module docstring); as root when the user's uid is
+    not ours. Refuses (OSError) a path that is not what it must be: a link, another owner's folder."""
+    me = os.geteuid()
+    _make_dir(plan["root"], ROOT_MODE, me, None)
+    top = user_dir(plan)
+    _make_dir(top, ROOT_MODE, me, None)
+    _make_dir(os.path.join(top, "holders"), PRIVATE_MODE, me, None)
+    for name in ("pipe", "log"):
+        _make_dir(os.path.join(top, name), PRIVATE_MODE, plan["uid"], plan["gid"])
+
+
+def acquire(plan: dict[str, Any], holder_pid: int) -> list[str]:
+    """Hold the user's daemon for a task (its waiter is ``holder_pid``): start it if it is not
+    running, set its limits to the user's holding; notes for the task's status (empty: fine)."""
+    try:
+        prepare(plan)
+        with _Locked(plan):
+            holders = _holders(plan)
+            record = {"pid": holder_pid, "start": _start_time(holder_pid), "devices": plan["devices"],
+                      "threads": plan.get("threads")}
+            _write_holder(plan, record)
+            holders[plan["holder"]] = record
+            if not _daemon_alive(plan):
+                _control(plan, ["-d"], "")
+            return _apply_limits(plan, holders)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return [f"{NOT_ENFORCED}: the MPS daemon of {plan['key']} could not start ({exc})"]
+
+
+def release(plan: dict[str, Any]) -> list[str]:
+    """The task no longer holds the daemon: ``quit`` it after the user's last task, else
+    lower its limits to what the user still holds."""
+    try:
+        with _Locked(plan):
+            _remove_holder(plan, plan["holder"])
+            holders = _holders(plan)
+            if not holders:
+                if _daemon_alive(plan):
+                    _control(plan, [], "quit\n")
+                return []
+            return _apply_limits(plan, holders)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        return [f"the MPS daemon of {plan['key']} could not be told of the task's end ({exc})"]
+
+
+def _apply_limits(plan: dict[str, Any], holders: dict[str, dict[str, Any]]) -> list[str]:
+    """The daemon's limits: on each device, what the user's tasks hold there in all."""
+    memory: dict[str, int] = {}
+    threads = 0
+    for record in holders.values():
+        for device, mb in record["devices"]:
+            memory[str(device)] = memory.get(str(device), 0) + int(mb)
+        threads += int(record.get("threads") or 0)
+    servers = [int(word) for word in _control(plan, [], "get_server_list\n").split() if word.isdigit()]
+    commands = [f"set_default_device_pinned_mem_limit {device} {mb}M" for device, mb in sorted(memory.items())]
+    commands += [f"set_device_pinned_mem_limit {pid} {device} {mb}M"
+                 for pid in servers for device, mb in sorted(memory.items())]
+    if plan.get("threads") is not None:
+        commands.append(f"set_default_active_thread_percentage {min(100, threads)}")
+        commands += [f"set_active_thread_percentage {pid} {min(100, threads)}" for pid in servers]
+    _control(plan, [], "".join(command + "\n" for command in commands))
+    return []
+
+
+def _control(plan: dict[str, Any], args: list[str], commands: str) -> str:
+    """Run the control program as the user, with the user's pipe and log directories and
+    nothing else of ours in its environment; its output. Raises OSError when it fails."""
+    env = {"PATH": _DAEMON_PATH, PIPE_VARIABLE: pipe_dir(plan),
+           LOG_VARIABLE: log_dir(plan), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    as_user: dict[str, Any] = {}
+    if plan["uid"] != os.geteuid():
+        as_user = {"user": plan["uid"], "group": plan["gid"], "extra_groups": list(plan.get("groups") or [])}
+    done = subprocess.run([plan["control"], *args], input=commands.encode(), capture_output=True, env=env,
+                          cwd="/", timeout=COMMAND_TIMEOUT_SECONDS, check=False, start_new_session=True,
+                          preexec_fn=_default_signals, **as_user)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).decode(errors="replace").strip()[-300:]
+        raise OSError(f"{os.path.basename(plan['control'])} {' '.join(args) or commands.split()[0]} "
+                      f"exited with {done.returncode}: {said}")
+    return str(done.stdout.decode(errors="replace"))
+
+
+def _default_signals() -> None:
+    # The waiter calls with its stop signals blocked; a daemon must not inherit that mask.
+    # (The waiter is a fork with one thread: a preexec function is safe there.)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+
+
+def _daemon_alive(plan: dict[str, Any]) -> bool:
+    """Whether the user's daemon runs: the pid in its pid file is a live process of the user's.
+    (The file is the user's to write: it decides only whether to start one, never what to kill.)"""
+    try:
+        with open(os.path.join(pipe_dir(plan), PID_FILE), "rb") as f:
+            pid = int(f.read(32).strip() or b"0")
+        return pid > 0 and os.stat(f"/proc/{pid}").st_uid == plan["uid"] and _running(pid)
+    except (OSError, ValueError):
+        return False
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def _start_time(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class _Locked:
+    def __init__(self, plan: dict[str, Any]) -> None:
+        self.path = os.path.join(user_dir(plan), "lock")
+        self.fd = -1
+
+    def __enter__(self) -> _Locked:
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # and the lock with it
+
+
+def _holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The tasks that hold the daemon; a holder whose waiter is gone (killed before it could
+    release) is dropped here, so that a lost task does not keep the daemon for ever."""
+    folder = os.path.join(user_dir(plan), "holders")
+    found = {}
+    for name in os.listdir(folder):
+        try:
+            with open(os.path.join(folder, name), "rb") as f:
+                record = json.loads(f.read())
+        except (OSError, ValueError):
+            continue
+        if _start_time(int(record.get("pid", 0))) == record.get("start") and record.get("start"):
+            found[name] = record
+        else:
+            _remove_holder(plan, name)
+    return found
+
+
+def _write_holder(plan: dict[str, Any], record: dict[str, Any]) -> None:
+    path = os.path.join(user_dir(plan), "holders", plan["holder"])
+    tmp = f"{path}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps(record).encode())
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _remove_holder(plan: dict[str, Any], name: str) -> None:
+    try:
+        os.unlink(os.path.join(user_dir(plan), "holders", name))
+    except FileNotFoundError:
+        pass
+
+
+def _make_dir(path: str, mode: int, uid: int, gid: int | None) -> None:
+    """``path`` a real folder (no link) with ``mode``, owned by ``uid`` (and ``gid``)."""
+    try:
+        os.mkdir(path, mode)
+        if uid != os.geteuid() or gid is not None:
+            os.chown(path, uid, -1 if gid is None else gid, follow_symlinks=False)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not (st.st_mode & 0o170000 == 0o040000) or st.st_uid != uid:
+        raise OSError(f"{path} is not a folder owned by uid {uid}; remove it")
+    if st.st_mode & 0o7777 != mode:
+        os.chmod(path, mode)  # its parent is ours: nobody can swap it for a link meanwhile
+
