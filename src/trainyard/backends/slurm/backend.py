@@ -73,7 +73,6 @@ from trainyard.backends.base import (
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
 from trainyard.backends.containers import ContainerEngine, with_image_pull, with_oom_record
-from trainyard.backends.datacache import DEFAULT_FETCH_TIMEOUT_SECONDS
 from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.gpushares import UNENFORCED
 from trainyard.backends.mounts import account_reader
@@ -192,7 +191,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         sandbox: Sandbox | None = None,
         node_python: str = NODE_PYTHON,
         dataset_cache: tuple[Path | None, int | None] = (None, None),
-        dataset_sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
+        dataset_sources: tuple[float, Sequence[str]] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         # Per-user accounts (root): each task runs as its owner's account, in a bubblewrap
@@ -247,8 +246,6 @@ class SlurmBackend(jobdirs.JobDirTree):
                                    importlib.resources.files("trainyard.backends.slurm").joinpath("taskstart.py")
                                    .read_text())
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
-        for path, text in datasets.node_files(bin_dir).items():  # the datasets' step on the nodes (issue 35)
-            _install(path, text)
         self.task_python = install_runtime(self.state_dir / "pythonpath")
         self.name_prefix = job_name_prefix(self.state_dir)
         usable = lambda: [n.name for n in self.inventory() if n.schedulable]  # noqa: E731
@@ -257,7 +254,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         self.datasets = datasets.SlurmDatasets(
             self.state_dir, self.commands, partition=partition, name_prefix=self.name_prefix, usable_nodes=usable,
             cache=dataset_cache, sources=dataset_sources, reader_of=lambda user: account_reader(accounts, None, user),
-            node_python=node_python)
+            node_python=node_python, install=_install)  # the step the nodes run, installed in bin/
         # One lock per submission (striped): the controller submits gangs side by side, and
         # one gang is never submitted twice at once (the marker and the lookup below).
         self._locks = tuple(threading.Lock() for _ in range(SUBMIT_LOCKS))

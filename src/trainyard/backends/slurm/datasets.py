@@ -47,11 +47,14 @@ class SlurmDatasets:
 
     def __init__(self, state_dir: Path, commands: SlurmCommands, *, partition: str | None, name_prefix: str,
                  usable_nodes: Callable[[], list[str]], cache: tuple[Path | None, int | None] = (None, None),
-                 sources: tuple[float, Sequence[str]] = (DEFAULT_FETCH_TIMEOUT_SECONDS, ()),
+                 sources: tuple[float, Sequence[str]] | None = None,
                  reader_of: Callable[[str], tuple[int, list[int]] | None] = lambda _: None,
-                 node_python: str = "/usr/bin/python3") -> None:
+                 node_python: str = "/usr/bin/python3", install: Callable[[Path, str], object] | None = None) -> None:
         """``cache``: where (``dataset_cache_dir``) and how big (bytes) each node's is;
-        ``sources``: a fetch's time in all, and the hosts allowed (``dataset_allowed_hosts``)."""
+        ``sources``: a fetch's time in all, and the hosts allowed (``dataset_allowed_hosts``;
+        None: the defaults); ``install`` writes the nodes' files (``node_files``) into the
+        state directory's ``bin``."""
+        sources = sources or (DEFAULT_FETCH_TIMEOUT_SECONDS, ())
         self.state_dir = state_dir
         self.base = Path(cache[0]).absolute() if cache[0] is not None else state_dir / "datasets" / "cache"
         self.capacity = DEFAULT_CAPACITY_BYTES if cache[1] is None else cache[1]
@@ -62,6 +65,9 @@ class SlurmDatasets:
         self._usable_nodes = usable_nodes
         self.node_python = node_python
         self.step = state_dir / "bin" / NODE_STEP
+        if install is not None:
+            for path, text in node_files(state_dir / "bin").items():
+                install(path, text)
         # A storage folder's reader (a Trainyard user) as the (uid, groups) its copy honours.
         self.reader_of = reader_of
 
