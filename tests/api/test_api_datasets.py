@@ -110,11 +110,13 @@ def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api
     bobs.register_dataset("corpus", URL, version="1")
     status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: /data/corpus}]"))
     assert status == 403 and body["errors"][0]["path"] == "datasets[0].name" and "'corpus'" in body["detail"]
+    assert "`yard dataset grant corpus --user alice`" in body["detail"]  # the command as it runs
     status, body = submit(api, api.user_token, job("[]", "    datasets: [{name: nosuch}]\n"))
     assert status == 422 and body["errors"][0]["path"] == "taskRoles.w.datasets[0].name"
     bobs.grant_dataset("corpus", "alice")
     status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: /etc/corpus}]"))
     assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath"
+    assert "a dataset may be mounted only under" in body["detail"] and "storage" not in body["detail"].split(";")[-1]
     status, body = submit(api, api.user_token, job("[{name: corpus, mountPath: relative}]"))
     assert status == 422 and body["errors"][0]["path"] == "datasets[0].mountPath"
     status, body = submit(api, api.user_token,
@@ -131,7 +133,8 @@ def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) 
     (bobs, _) = bob(api)
     allow_local(api)
     with serving() as source:
-        url = source.add("/c.tar.gz", tar_gz({"a": b"a" * 100}))
+        archive = tar_gz({"a": b"a" * 100})
+        url = source.add("/c.tar.gz", archive)
         alice.register_dataset("corpus", url, version="1")
         bobs.register_dataset("private", url, version="1")
         cache = api.ctx.backend.datasets.cache
@@ -140,13 +143,15 @@ def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) 
             cache.ensure({"key": fetch.key, "name": name, "version": "1", "source": url, "sha256": "",
                           "storage_root": ""})
     (mine,) = alice.dataset_caches()
-    assert (mine.hits, mine.misses, mine.bytesFetched, mine.usedBytes, mine.evictions) == (1, 2, 200, 200, 0)
+    # Fetched: as read from the source (the archive, twice); used: as unpacked.
+    assert (mine.hits, mine.misses, mine.bytesFetched, mine.usedBytes, mine.evictions) == (1, 2, 2 * len(archive), 200,
+                                                                                            0)
     assert [(e.dataset, e.version, e.bytes, e.files) for e in mine.entries] == [("corpus", "1", 100, 1)]
     assert [e.dataset for e in admin.dataset_caches()[0].entries] == ["corpus", "private"]
     page = api.admin.get("/metrics").text
     node = mine.node
     assert f'trainyard_dataset_cache_hits_total{{node="{node}"}} 1.0' in page
-    assert f'trainyard_dataset_cache_fetched_bytes_total{{node="{node}"}} 200.0' in page
+    assert f'trainyard_dataset_cache_fetched_bytes_total{{node="{node}"}} {2 * len(archive)}.0' in page
     assert f'trainyard_dataset_cache_entry_bytes{{dataset="private",node="{node}",version="1"}} 100.0' in page
 
 

@@ -43,18 +43,20 @@ def ended_task() -> int:
 
 
 def test_a_dataset_is_fetched_once_then_found_in_the_cache(tmp_path: Path, source: Source) -> None:
-    url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha", "train/b.txt": b"beta" * 100}))
+    archive = tar_gz({"train/a.txt": b"alpha", "train/b.txt": b"beta" * 100})
+    url = source.add("/mini.tar.gz", archive)
     cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
     said: list[str] = []
     entry = cache.ensure(item("mini", url), said.append)
     assert (entry / "train" / "a.txt").read_bytes() == b"alpha"
     assert oct((entry / "train" / "a.txt").stat().st_mode & 0o777) == "0o644"
-    assert "fetched 405 bytes" in said[0]
+    # What was read from the source (the archive, compressed), and what it unpacked to.
+    assert f"fetched {len(archive)} bytes" in said[0] and "(405 bytes, 2 files unpacked)" in said[0]
     assert cache.ensure(item("mini", url), said.append) == entry
     assert "is in this node's cache" in said[1]
     assert source.requests == ["/mini.tar.gz"]
     seen = cache.read()
-    assert (seen["hits"], seen["misses"], seen["bytes_fetched"], seen["evictions"]) == (1, 1, 405, 0)
+    assert (seen["hits"], seen["misses"], seen["bytes_fetched"], seen["evictions"]) == (1, 1, len(archive), 0)
     assert [(e["dataset"], e["size"], e["files"], e["in_use"]) for e in seen["entries"]] == [("mini", 405, 2, 1)]
     assert list((tmp_path / "cache" / "partial").iterdir()) == []
 

@@ -54,7 +54,8 @@ def test_a_sandboxed_task_reads_its_dataset_read_only_and_a_second_task_finds_it
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
                          work_dir_root=public_dir / "work", dataset_cache=(public_dir / "cache", 1 << 20),
                          dataset_sources=(60.0, ("127.0.0.1",)))
-    url = source.add("/mini.tar.gz", tar_gz({"train/a.txt": b"alpha\n"}))
+    archive = tar_gz({"train/a.txt": b"alpha\n"})
+    url = source.add("/mini.tar.gz", archive)
     dataset = DatasetFetch("mini", url, "v1", "/data/mini")
     logs = []
     for _ in range(2):
@@ -65,11 +66,12 @@ def test_a_sandboxed_task_reads_its_dataset_read_only_and_a_second_task_finds_it
         logs.append(harness.log(key))
         assert status.exit_code == 0, logs[-1]
         assert logs[-1].splitlines()[-4:] == ["at=/data/mini", "alpha", "refused", "0"], logs[-1]
-    assert "fetched 6 bytes" in logs[0] and "is in this node's cache" in logs[1]
+    assert f"fetched {len(archive)} bytes" in logs[0] and "(6 bytes, 1 files unpacked)" in logs[0]
+    assert "is in this node's cache" in logs[1]
     assert source.requests == ["/mini.tar.gz"]
     assert isinstance(harness.backend, DatasetCaches)
     (cache,) = harness.backend.dataset_caches()
-    assert (cache.hits, cache.misses, cache.bytes_fetched, cache.capacity_bytes) == (1, 1, 6, 1 << 20)
+    assert (cache.hits, cache.misses, cache.bytes_fetched, cache.capacity_bytes) == (1, 1, len(archive), 1 << 20)
     assert [(e.dataset, e.version, e.in_use) for e in cache.entries] == [("mini", "v1", 0)]
 
 

@@ -50,6 +50,9 @@ def test_jobs_read_a_dataset_fetched_once_per_version(world) -> None:
         job_id = world.submit(JOB)
         assert world.drive(job_id).state == "SUCCEEDED"
         assert len(source.requests) == 2
+    # `yard job` says which datasets, at which versions, its tasks were launched to read.
+    read = [message for kind, message in world.events(job_id) if kind == "datasets"]
+    assert read == ["attempt 0, role m: corpus (version 2) at /data/corpus"]
     log = world.backend.read_log(_key(world, job_id))
     assert log.data.decode().splitlines()[-1] == "two"
     (cache,) = world.backend.dataset_caches()
@@ -101,18 +104,23 @@ def test_a_waiting_jobs_dataset_is_fetched_before_it_starts(world) -> None:
                                "    commands: ['sleep 600']\n")
         world.drive(blocker, ("RUNNING",))
         job_id = world.submit(JOB.replace("  m:\n", "  m:\n    resourcePerInstance: {gpu: 1}\n"))
+        second = world.submit(JOB.replace("  m:\n", "  m:\n    resourcePerInstance: {gpu: 1}\n"))
         world.cycle()
         assert world.job(job_id).state == "WAITING" and world.job(job_id).pending_position == 1
-        assert [d.name for d in world.controller.prefetcher.prefetch()] == ["corpus"]
+        # Backfill reserves the node for it: its dataset goes there (every node, None, for a job without).
+        node = world.backend.inventory()[0].name
+        assert world.controller.prefetcher.reserved == {job_id: (node,)}
+        assert world.controller.prefetcher.prefetch() == {node: ["corpus"], None: ["corpus"]}
         assert source.requests == ["/corpus.tar.gz"]
         (cache,) = world.backend.dataset_caches()
         assert [(e.dataset, e.in_use) for e in cache.entries] == [("corpus", 0)]  # fetched, mounted by no task yet
         # The node holding it is the job's to prefer (one node here: the scheduler's tie-break is tested alone).
-        assert world.controller.prefetcher.data_nodes == {job_id: frozenset({world.backend.inventory()[0].name})}
+        assert world.controller.prefetcher.data_nodes[job_id] == frozenset({node})
         with world.db.session() as s:
             pending = world.controller.waiting.load(s, 0.0, world.controller.prefetcher.data_nodes)
         assert {j.job_id: j.data_nodes for j in pending}[job_id] == {world.backend.inventory()[0].name}
         world.stop(blocker)
+        world.stop(second)
         assert world.drive(job_id).state == "SUCCEEDED"
         log = world.backend.read_log(_key(world, job_id)).data.decode()
         assert "is in this node's cache" in log and log.splitlines()[-1] == "ahead"

@@ -65,6 +65,13 @@ def test_a_job_held_back_is_told_by_whom() -> None:
     assert wait.position == 2
 
 
+def test_the_reserved_job_is_told_where_it_will_run_and_only_it() -> None:
+    """The nodes of its reservation, where the controller fetches its datasets meanwhile (issue 35)."""
+    waits = {w.job_id: w for w in decide(job(2, 4000)).waits}
+    assert waits[1].reserved_nodes == ("a",)
+    assert waits[2].reserved_nodes == ()
+
+
 UNKNOWN_ENDS = (running(90, on("a", 0, 1, 2, 3)), running(91, on("b", *range(8))))
 
 

@@ -209,7 +209,10 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
                                 containers=ContainerEngine.find(settings.container_engine,
                                                                 settings.container_runtime),
                                 pyxis=settings.slurm_pyxis,
-                                environments_root=settings.environments_root)
+                                environments_root=settings.environments_root,
+                                dataset_cache=(settings.dataset_cache_dir, int(settings.dataset_cache_gb * (1 << 30))),
+                                dataset_sources=(settings.dataset_fetch_timeout_s,
+                                                 tuple(settings.dataset_allowed_hosts)))
         except (SlurmError, ValueError) as exc:  # Slurm's answer, or settings that cannot go together
             raise StartupError(str(exc)) from exc
     isolation = task_isolation(settings, cluster)

@@ -18,7 +18,8 @@ read-only into its sandbox or container)::
                          with a live use is never evicted
     partial/KEY.PID      a fetch under way; found while holding the entry's lock, it is what an
                          interrupted fetch left, and is removed before the fetch is tried again
-    stats.json           hits, misses, bytes fetched, evictions (under cache.lock)
+    stats.json           hits, misses, bytes fetched (as read from the source: an archive's
+                         compressed bytes), evictions (under cache.lock)
 
 The crash-safety protocol, step by step:
 
@@ -86,7 +87,7 @@ class NodeCache:
         cache holds it, with process ``pid`` (default: this one, the task's) recorded as a
         task that uses it (``use=False``: a prefetch, which no task mounts yet)."""
         key = _checked_key(item["key"])
-        self._make_dirs()
+        self.make_dirs()
         entry = self.root / "entries" / key
         with self._locked(self.root / "locks" / f"{key}.lock"):  # 1
             for leftover in (self.root / "partial").glob(f"{key}.*"):  # 2
@@ -112,9 +113,10 @@ class NodeCache:
                         "files": files, "fetched_at": time.time()}
                 _write_json(self.root / "meta" / f"{key}.json", meta)
                 os.rename(partial, entry)
-                self._count(misses=1, bytes_fetched=size)
-                say(f"trainyard: dataset {item['name']} (version {item['version']}): fetched {size} bytes in "
-                    f"{time.monotonic() - started:.1f} s into this node's cache")
+                self._count(misses=1, bytes_fetched=limit.read)  # as read from the source
+                say(f"trainyard: dataset {item['name']} (version {item['version']}): fetched {limit.read} bytes in "
+                    f"{time.monotonic() - started:.1f} s into this node's cache ({size} bytes, {files} files "
+                    "unpacked)")
             if use:
                 self._record_use(key, os.getpid() if pid is None else pid)  # 5
             with contextlib.suppress(FileNotFoundError):
@@ -127,11 +129,19 @@ class NodeCache:
         uses.mkdir(mode=0o700, exist_ok=True)
         (uses / f"{pid}-{_start_time(pid)}").touch()
 
+    def release(self, keys: list[str], pid: int) -> None:
+        """Process ``pid`` no longer uses these entries (its task has ended; a use whose
+        process is gone is dropped anyway, at the next read)."""
+        for key in map(_checked_key, keys):
+            for use in (self.root / "uses" / key).glob(f"{int(pid)}-*"):
+                with contextlib.suppress(FileNotFoundError):
+                    use.unlink()
+
     def evict(self, keep: str = "", extra: int = 0) -> list[str]:
         """Step 6: remove least recently used entries no task uses until the rest fit (with
         ``extra`` bytes of a fetch under way: room made while it fetches)."""
         evicted: list[str] = []
-        self._make_dirs()
+        self.make_dirs()
         with self._locked(self.root / "cache.lock"):
             entries = sorted(self._metas(), key=lambda m: m["last_used_at"] or 0.0)
             used = sum(m["size"] for m in entries) + extra
@@ -176,6 +186,17 @@ class NodeCache:
         return {"capacity": self.capacity, "used": sum(m["size"] for m in metas), **self._stats(),
                 "entries": sorted(metas, key=lambda m: (m["dataset"], m["version"]))}
 
+    def write_report(self, path: str | os.PathLike[str], **extra: Any) -> None:
+        """``read``'s answer (with ``extra``) to ``path`` (a Slurm node's report to the
+        server), whole, under the cache's lock: of two tasks that end at once, the later
+        view is the one left, never an earlier one written over it."""
+        if not (self.root.exists() or self.root.is_symlink()):  # no cache yet: nothing to lock
+            _write_json(Path(path), {**self.read(), **extra})
+            return
+        self.check_root()  # the lock is made in it: never in a folder someone else may write
+        with self._locked(self.root / "cache.lock"):
+            _write_json(Path(path), {**self.read(), **extra})
+
     # -- internals ------------------------------------------------------------------------------
 
     def check_root(self) -> None:
@@ -188,8 +209,28 @@ class NodeCache:
             # whoever may write it could swap an entry, a lock or a partial fetch under root.
             raise PermissionError(f"the dataset cache {self.root} is not a folder of this account's that only it "
                                   "may write: remove it, or set dataset_cache_dir to a folder of its own")
+        self._check_above()
 
-    def _make_dirs(self) -> None:
+    def _check_above(self) -> None:
+        """Nor may a folder above the root be someone else's to change (a user who made a
+        shared disk's folder first, where a Slurm node makes the cache at its first fetch):
+        they could put another folder, or a link, in the cache's place between two steps.
+        Checked before the root is made, and whenever it is checked."""
+        for above in (*self.root.parents, *Path(os.path.realpath(self.root)).parents):
+            try:
+                info = os.lstat(above)
+            except FileNotFoundError:
+                continue  # made below, by this account
+            if info.st_uid not in (0, os.geteuid()) or (
+                    not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX):
+                raise PermissionError(f"the dataset cache {self.root} lies in {above}, which another account may "
+                                      "change: set dataset_cache_dir to a folder whose every parent is root's (or "
+                                      "this account's) alone")
+
+    def make_dirs(self) -> None:
+        """The cache's folders, the root checked (``check_root``; PermissionError), and the
+        folders above it checked before it is made."""
+        self._check_above()
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.check_root()
         for name in ("entries", "meta", "locks", "uses", "partial"):

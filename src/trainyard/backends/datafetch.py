@@ -57,6 +57,7 @@ class Limit:
     def __init__(self, max_bytes: int, timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
                  allowed_hosts: Iterable[str] = ()) -> None:
         self.max_bytes, self.bytes, self.files, self.folders = max_bytes, 0, 0, 0
+        self.read = 0  # bytes read from the source (an archive's, compressed; ``bytes``: as unpacked)
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self.allowed_hosts = frozenset(map(host_name, allowed_hosts))
         self.disk: Path | None = None  # the folder fetched into, whose disk must keep room
@@ -202,6 +203,7 @@ class _Hashing:
             got += len(piece)
         data = b"".join(pieces)
         self.digest.update(data)
+        self.limit.read += len(data)
         return data
 
 
@@ -326,6 +328,7 @@ def _copy_folder(root: str, source: str, into: Path, limit: Limit, reader: Reade
         _copy_tree(fd, into, "", limit, reader)
     finally:
         os.close(fd)
+    limit.read = limit.bytes  # a folder's files are read as they are copied
     return limit.bytes, limit.files
 
 

@@ -91,9 +91,8 @@ class NodeDatasets:
         # which copies it itself). Set by the backend, which knows the task accounts.
         self.reader_of: Callable[[str], tuple[int, list[int]] | None] = lambda _: None
         # Made now, root's alone: a sandbox covers it, and binds back only a task's own entries.
-        self.cache.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
-            self.cache.check_root()
+            self.cache.make_dirs()
         except PermissionError as exc:  # a folder someone else made stops the server here, saying so
             raise RuntimeError(str(exc)) from None
 
@@ -124,28 +123,45 @@ class NodeDatasets:
 
     def plan(self, datasets: Sequence[DatasetFetch]) -> dict[str, Any]:
         """The task spec's ``datasets``: what is fetched before the task starts."""
-        return {"root": str(self.cache.root), "capacity": self.cache.capacity, "timeout": self.cache.timeout,
-                "allowed_hosts": list(self.cache.allowed_hosts),
-                "items": [{"key": d.key, "name": d.name, "version": d.version, "source": d.source,
-                           "sha256": d.sha256, "storage_root": d.storage_root,
-                           "reader": self._reader(d)} for d in datasets]}
-
-    def _reader(self, dataset: DatasetFetch) -> list[Any] | None:
-        if not dataset.storage_root:
-            return None
-        try:
-            reader = self.reader_of(dataset.reader)
-        except ValueError:  # no account for the owner: nothing is copied with root's eyes
-            return [-1, []]
-        return None if reader is None else [reader[0], list(reader[1])]
+        return fetch_plan(self.cache, datasets, self.reader_of)
 
     def report(self, node: str) -> NodeDatasetCache:
         """What ``DatasetCaches`` says of this node's cache, read from its files."""
-        seen = self.cache.read()
-        return NodeDatasetCache(
-            node=node, capacity_bytes=seen["capacity"], used_bytes=seen["used"], hits=seen["hits"],
-            misses=seen["misses"], bytes_fetched=seen["bytes_fetched"], evictions=seen["evictions"],
-            entries=tuple(CacheEntry(dataset=e["dataset"], version=e["version"], key=e["key"], size=e["size"],
-                                     files=e["files"], fetched_at=e.get("fetched_at"),
-                                     last_used_at=e.get("last_used_at"), in_use=e["in_use"])
-                          for e in seen["entries"]))
+        return cache_report(node, self.cache.read())
+
+
+def fetch_plan(cache: NodeCache, datasets: Sequence[DatasetFetch],
+               reader_of: Callable[[str], tuple[int, list[int]] | None]) -> dict[str, Any]:
+    """What ``NodeCache.ensure`` is given on the node (the local supervisor, or the Slurm
+    node's ``dataset-step.py``): the cache and each dataset, a folder's with its reader."""
+    return {"root": str(cache.root), "capacity": cache.capacity, "timeout": cache.timeout,
+            "allowed_hosts": list(cache.allowed_hosts),
+            "items": [{"key": d.key, "name": d.name, "version": d.version, "source": d.source,
+                       "sha256": d.sha256, "storage_root": d.storage_root,
+                       "reader": _reader(d, reader_of)} for d in datasets]}
+
+
+def _reader(dataset: DatasetFetch, reader_of: Callable[[str], tuple[int, list[int]] | None]) -> list[Any] | None:
+    if not dataset.storage_root:
+        return None
+    try:
+        reader = reader_of(dataset.reader)
+    except ValueError:  # no account for the owner: nothing is copied with root's eyes
+        return [-1, []]
+    return None if reader is None else [reader[0], list(reader[1])]
+
+
+def cache_report(node: str, seen: dict[str, Any]) -> NodeDatasetCache:
+    """``NodeCache.read``'s answer as ``DatasetCaches`` says it (KeyError, TypeError or
+    ValueError where it is not one: a Slurm node's report, read from a file)."""
+    return NodeDatasetCache(
+        node=node, capacity_bytes=int(seen["capacity"]), used_bytes=int(seen["used"]), hits=int(seen["hits"]),
+        misses=int(seen["misses"]), bytes_fetched=int(seen["bytes_fetched"]), evictions=int(seen["evictions"]),
+        entries=tuple(CacheEntry(dataset=str(e["dataset"]), version=str(e["version"]), key=str(e["key"]),
+                                 size=int(e["size"]), files=int(e["files"]), fetched_at=_seconds(e.get("fetched_at")),
+                                 last_used_at=_seconds(e.get("last_used_at")), in_use=int(e["in_use"]))
+                      for e in seen["entries"]))
+
+
+def _seconds(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -2,10 +2,12 @@
 in their VC's queue (``pending_position`` at most ``ahead``, as the last cycle wrote it) have
 their datasets fetched into the nodes' caches while they wait, so that they start without
 waiting for their data; the nodes that then hold all of a job's datasets are its
-``PendingJob.data_nodes``, which placement prefers among nodes that fit alike. On a
-one-node backend that node is where they will run; a multi-node backend with caches (none
-yet) would be asked for every node, or for the node the scheduler reserves once it says
-which.
+``PendingJob.data_nodes``, which placement prefers among nodes that fit alike. Where the
+scheduler holds a reservation for a job (backfill's, for the first waiting job of a queue:
+``KeepWaiting.reserved_nodes``, as the last cycle decided), its datasets are fetched to
+those nodes, where it will likely run; a job next in line without one has them fetched to
+every node (``DatasetCaches.prefetch(node=None)``: the local backend's one node, each
+usable Slurm node).
 
 A ``Periodic``: the slow part, the fetch, runs in its own thread, outside any transaction,
 never holding up scheduling. A prefetched entry is mounted by no task: the cache may evict
@@ -37,6 +39,9 @@ class DatasetPrefetcher(Periodic):
         self.db, self.backend, self.specs, self.ahead = db, backend, specs, ahead
         # job id -> the nodes whose cache holds all its datasets, as the last run found them
         self.data_nodes: dict[int, frozenset[str]] = {}
+        # job id -> the nodes the scheduler reserves for it, as the last cycle decided
+        # (replaced whole by the controller's thread; read here)
+        self.reserved: dict[int, tuple[str, ...]] = {}
 
     def run_logged(self) -> None:
         try:
@@ -59,14 +64,19 @@ class DatasetPrefetcher(Periodic):
                     continue  # its launch will say so
         return wanted
 
-    def prefetch(self) -> list[DatasetFetch]:
-        """Fetch what ``wanted`` names, each version once (outside the transaction), then
-        note which nodes hold all of each job's (``data_nodes``, which the next cycle's
-        placement prefers among nodes that fit alike); what was asked for."""
+    def prefetch(self) -> dict[str | None, list[str]]:
+        """Fetch what ``wanted`` names, each version once per node (outside the transaction):
+        a job's to the nodes reserved for it, else to every node (None); then note which
+        nodes hold all of each job's (``data_nodes``, which the next cycle's placement
+        prefers among nodes that fit alike). The names asked for, by node."""
         wanted = self.wanted()
-        datasets = list({d.key: d for fetches in wanted.values() for d in fetches}.values())
-        if datasets:
-            self.backend.prefetch(datasets)
+        reserved = self.reserved
+        by_node: dict[str | None, dict[str, DatasetFetch]] = {}
+        for job_id, fetches in wanted.items():
+            for node in reserved.get(job_id) or (None,):
+                by_node.setdefault(node, {}).update((d.key, d) for d in fetches)
+        for node, datasets in by_node.items():
+            self.backend.prefetch(list(datasets.values()), node)
         holding: dict[str, set[str]] = {}
         if wanted:
             for cache in self.backend.dataset_caches():
@@ -78,4 +88,4 @@ class DatasetPrefetcher(Periodic):
             if nodes:
                 found[job_id] = frozenset(nodes)
         self.data_nodes = found  # replaced whole: the controller's thread reads it
-        return datasets
+        return {node: sorted(d.name for d in datasets.values()) for node, datasets in by_node.items()}

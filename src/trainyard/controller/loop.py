@@ -370,6 +370,8 @@ class Controller:
         # thousands of waiting jobs their rows took up to a second to write under a burst
         # (issue 33), and a placed job's launch waited for them.
         self._waits = decisions.waits
+        if self.prefetcher is not None:  # where reserved jobs will run: their datasets go there first
+            self.prefetcher.reserved = {w.job_id: w.reserved_nodes for w in decisions.waits if w.reserved_nodes}
         with self.db.session() as session:
             started, written = apply_decisions(
                 session, replace(decisions, waits=()), self.waiting.written, ports, self.clock, cannot_start, no_ports

@@ -263,7 +263,7 @@ class Reconciler:
                             datasets = task_datasets(session, job.user, spec, task.role)
                             if datasets and not isinstance(self.backend, DatasetCaches):
                                 raise DatasetUnavailable("this cluster's backend keeps no dataset cache (the local "
-                                                         "backend does); run the job without datasets")
+                                                         "and Slurm backends do); run the job without datasets")
                             item.launch = build_launch(job, attempt, task, spec, addresses, mounts, environments,
                                                        paths, self._workdir_archive(job), datasets)
                         except StorageUnavailable as exc:
@@ -327,6 +327,8 @@ class Reconciler:
                     if job.started_at is None:
                         first_starts.append((now - job.submitted_at).total_seconds())
                     transitions.task_launched(task, job, now)
+                    if item.launch.datasets:  # once per attempt and role: `yard job` says what it read
+                        self._record_datasets(session, task, item.launch, now)
                 touched.add(task.job_id)
                 changed = True
             for item in plan.stops:
@@ -363,6 +365,12 @@ class Reconciler:
             for seconds in first_starts:
                 self.timings.start_latency.observe(max(0.0, seconds))
         return changed
+
+    def _record_datasets(self, session: Session, task: TaskRow, launch: TaskLaunch, now: datetime) -> None:
+        event = transitions.datasets_read(launch.key.attempt, task.role,
+                                          [(d.name, d.version, d.target) for d in launch.datasets], now)
+        if not any(e.kind == event.kind and e.message == event.message for e in job_events(session, task.job_id)):
+            record_event(session, task.job_id, event)
 
     def _record_image_pull(self, session: Session, item: ActiveTask, status: TaskStatus, now: datetime) -> None:
         """Once per task run: in the job's events, how its image came to its node. A restarted

@@ -298,7 +298,8 @@ class Settings(BaseSettings):
         default=None,
         description="Where each node keeps its dataset cache (issue 35): a folder on the node's own fast disk, "
         "root's alone (tasks see only the entries they mount, read-only); default on the local backend: datasets/ "
-        "in its state folder under $TRAINYARD_HOME/local",
+        "in its state folder under $TRAINYARD_HOME/local; on Slurm each node's cache is <this>/<node> (default "
+        "<slurm_state_dir>/datasets/cache/<node>): a path every node has on its own disk is faster",
     )
     dataset_cache_gb: float = Field(
         default=100, gt=0,

@@ -47,6 +47,7 @@ class EventKind(StrEnum):
     HUNG = "hung"  # the watchdog found no output for watchdogSeconds
     TIMED_OUT = "timed-out"
     IMAGE_PULLED = "image-pulled"  # a task's image reached its node (or was there), or could not
+    DATASETS = "datasets"  # the datasets (and versions) a role's tasks of an attempt were launched to read
     PORT_OPENED = "port-opened"  # a user reached a task's port (the proxy, yard port-forward)
     EXEC = "exec"  # a user ran a command or opened a shell in a task (yard exec, yard shell, the portal)
     SESSION_RENEWED = "session-renewed"  # an interactive session's lifetime was extended
@@ -442,6 +443,13 @@ def image_pulled(task: TaskRecord, note: str, now: datetime) -> Event:
     """How the task's image came to its node (the backend's words, e.g. "pulled IMAGE on node X
     in 12.3 s"); no state changes."""
     return Event(EventKind.IMAGE_PULLED, f"task {task.role}/{task.index}: {note}", now)
+
+
+def datasets_read(attempt: int, role: str, datasets: list[tuple[str, str, str]], now: datetime) -> Event:
+    """Which datasets an attempt's tasks of ``role`` were launched to read: (name, version,
+    mountPath) each, as resolved at launch; no state changes."""
+    read = ", ".join(f"{name} (version {version}) at {target}" for name, version, target in datasets)
+    return Event(EventKind.DATASETS, f"attempt {attempt}, role {role}: {read}", now)
 
 
 def task_launched(task: TaskRecord, job: JobRecord, now: datetime) -> None:

@@ -319,7 +319,8 @@ def dataset_cache_families(caches: Sequence[DatasetCacheFigures]) -> list[Family
     used = Family("trainyard_dataset_cache_used_bytes", "gauge", "Bytes of datasets in the node's cache")
     hits = Family("trainyard_dataset_cache_hits_total", "counter", "Tasks that found their dataset in the cache")
     misses = Family("trainyard_dataset_cache_misses_total", "counter", "Tasks whose dataset was fetched first")
-    fetched = Family("trainyard_dataset_cache_fetched_bytes_total", "counter", "Bytes fetched into the cache")
+    fetched = Family("trainyard_dataset_cache_fetched_bytes_total", "counter",
+                     "Bytes read from the datasets' sources (an archive's as sent, compressed)")
     evictions = Family("trainyard_dataset_cache_evictions_total", "counter",
                        "Datasets removed to make room (least recently used, mounted by no running task)")
     entries = Family("trainyard_dataset_cache_entry_bytes", "gauge", "Bytes of one dataset version in the cache")

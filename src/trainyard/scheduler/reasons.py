@@ -212,7 +212,11 @@ def explain(cycle: Cycle, order: Sequence[PendingJob]) -> tuple[KeepWaiting, ...
                 f"half-life {_duration(half_life)})",
                 worded.short,
             )
-        waits.append(KeepWaiting(job.job_id, reason, worded.message, position, eta, worded.short))
+        # Its own reservation's nodes (a job RESERVED behind another's holds none).
+        reserved = wait.reservation
+        nodes = tuple(sorted({p.node for p in reserved.placements})) \
+            if reserved is not None and reserved.job.job_id == job.job_id else ()
+        waits.append(KeepWaiting(job.job_id, reason, worded.message, position, eta, worded.short, nodes))
     return tuple(waits)
 
 

@@ -305,6 +305,9 @@ class KeepWaiting:
     position: int  # 1-based place among the jobs of its VC still waiting after this cycle
     eta: float | None = None  # estimated start (seconds since the epoch), when derivable
     short: str = ""  # the reason in a few words, for tables: "vision 0/2 free, needs 2"
+    # The nodes backfill reserves for it (the first waiting job of a queue that holds a
+    # reservation), where it will likely run: its datasets are fetched there meanwhile.
+    reserved_nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

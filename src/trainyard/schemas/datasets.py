@@ -54,6 +54,7 @@ class NodeCacheView(BaseModel):
     usedBytes: int
     hits: int
     misses: int
-    bytesFetched: int
+    bytesFetched: int = Field(description="Bytes read from the datasets' sources (an archive's as sent, "
+                              "compressed; usedBytes counts what they unpacked to)")
     evictions: int
     entries: list[CacheEntryView]

@@ -221,9 +221,9 @@ def _problem(row: DatasetRow | None, use: DatasetUse, user: UserRow, session: Se
         return 422, f"{use.path}.name", f"there is no dataset {use.name!r}; see `yard dataset list`"
     if not may_read(session, user, row):
         return 403, f"{use.path}.name", (f"you may not read dataset {use.name!r}; ask its owner for a grant "
-                                         f"(`yard dataset grant {use.name} {user.name}`)")
-    if (misplaced := mount_path_problem(use.mount_path, roots)) is not None:
-        return 422, use.mount_path_field, misplaced.replace("a storage may", "a dataset may")
+                                         f"(`yard dataset grant {use.name} --user {user.name}`)")
+    if (misplaced := mount_path_problem(use.mount_path, roots, "dataset")) is not None:
+        return 422, use.mount_path_field, misplaced
     return None
 
 

@@ -116,15 +116,18 @@ def check_mount_root(value: Any) -> str:
     return root
 
 
-def mount_path_problem(target: str, roots: tuple[str, ...]) -> str | None:
-    """Why a user-given mountPath (normalised) may not be used, or None: it must be one of
-    ``roots`` (``storage_mount_roots``) or lie under one."""
+def mount_path_problem(target: str, roots: tuple[str, ...], kind: str = "storage") -> str | None:
+    """Why a user-given mountPath (normalised) of a ``kind`` (a storage, a dataset) may not be
+    used, or None: it must be one of ``roots`` (``storage_mount_roots``) or lie under one."""
     if any(inside(target, root) for root in roots):
         return None
     where = ", ".join(roots) if roots else "nowhere (this cluster's setting storage_mount_roots is empty)"
     system = next((s for s in SYSTEM_PATHS if inside(target, s) or inside(s, target)), None)
     why = f"{target} is {'a' if target == system else 'over a' if system and inside(system, target) else 'in a'} " \
           f"system path ({system})" if system else f"{target} is not under one of them"
+    if kind != "storage":
+        return (f"a {kind} may be mounted only under {where} (setting storage_mount_roots); {why}; choose a "
+                "mountPath under one of them")
     return (f"a storage may be mounted only under {where} (setting storage_mount_roots); {why}; choose a "
             "mountPath such as /mnt/<name>, or leave it out to mount the storage at its own path")
 

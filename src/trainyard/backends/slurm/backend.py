@@ -7,7 +7,8 @@ record each task's exit status and log into the task's directory. Everything liv
 one-machine cluster any directory):
 
     <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py, nvml_devices.py,
-                    container-cgroup.py                                  fixed text, no job data
+                    container-cgroup.py, dataset-step.py, datasets/      fixed text, no job data
+    <state_dir>/datasets/nodes/<node>.json, cache/<node>/   a node's dataset cache's report, and the cache
     <state_dir>/pythonpath/trainyard/runtime.py   first on every task's PYTHONPATH (``taskpython``)
     <state_dir>/jobs/<job>/<attempt>/
         <role>-<index>-<run>/    env script.sh ports work/ output.log exit fault metrics.json suspend.json  a task run
@@ -54,10 +55,12 @@ from typing import Any
 
 from trainyard.backends import jobdirs, taskuser
 from trainyard.backends.base import (
+    DatasetFetch,
     ExecPlan,
     ImagePull,
     ImageRemoval,
     LogChunk,
+    NodeDatasetCache,
     NodeImage,
     NodeInventory,
     SuspendRequest,
@@ -69,18 +72,14 @@ from trainyard.backends.base import (
 )
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
-from trainyard.backends.containers import (
-    ContainerEngine,
-    with_image_pull,
-    with_oom_record,
-)
+from trainyard.backends.containers import ContainerEngine, with_image_pull, with_oom_record
 from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.gpushares import UNENFORCED
-from trainyard.backends.sandbox import (
-    Sandbox,
-)
-from trainyard.backends.slurm import runners, sandboxing, submission, taskexec
+from trainyard.backends.mounts import account_reader
+from trainyard.backends.sandbox import Sandbox
+from trainyard.backends.slurm import datasets, runners, sandboxing, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
+from trainyard.backends.slurm.datasetstep import FAILED as DATASETS_FAILED
 from trainyard.backends.slurm.images import NodeImages
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import (
@@ -191,6 +190,8 @@ class SlurmBackend(jobdirs.JobDirTree):
         accounts: TaskAccounts | None = None,
         sandbox: Sandbox | None = None,
         node_python: str = NODE_PYTHON,
+        dataset_cache: tuple[Path | None, int | None] = (None, None),
+        dataset_sources: tuple[float, Sequence[str]] | None = None,
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         # Per-user accounts (root): each task runs as its owner's account, in a bubblewrap
@@ -247,9 +248,13 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
         self.task_python = install_runtime(self.state_dir / "pythonpath")
         self.name_prefix = job_name_prefix(self.state_dir)
+        usable = lambda: [n.name for n in self.inventory() if n.schedulable]  # noqa: E731
         self._images = NodeImages(self.commands, self.state_dir, partition, self.name_prefix,
-                                  containers=lambda: self.containers,
-                                  usable_nodes=lambda: [n.name for n in self.inventory() if n.schedulable])
+                                  containers=lambda: self.containers, usable_nodes=usable)
+        self.datasets = datasets.SlurmDatasets(
+            self.state_dir, self.commands, partition=partition, name_prefix=self.name_prefix, usable_nodes=usable,
+            cache=dataset_cache, sources=dataset_sources, reader_of=lambda user: account_reader(accounts, None, user),
+            node_python=node_python, install=_install)  # the step the nodes run, installed in bin/
         # One lock per submission (striped): the controller submits gangs side by side, and
         # one gang is never submitted twice at once (the marker and the lookup below).
         self._locks = tuple(threading.Lock() for _ in range(SUBMIT_LOCKS))
@@ -342,6 +347,13 @@ class SlurmBackend(jobdirs.JobDirTree):
 
     def remove_image(self, image: str, node: str | None = None) -> list[ImageRemoval]:
         return self._images.remove_image(image, node)
+
+    # --- DatasetCaches (``datasets.SlurmDatasets``: each node's, fetched by its own steps) ---
+    def dataset_caches(self) -> list[NodeDatasetCache]:
+        return self.datasets.dataset_caches()
+
+    def prefetch(self, datasets: Sequence[DatasetFetch], node: str | None = None) -> None:
+        self.datasets.prefetch(datasets, node)
 
     # --- Backend -----------------------------------------------------------------
 
@@ -551,15 +563,19 @@ class SlurmBackend(jobdirs.JobDirTree):
                 agent, hosts = wiring.agent_names(task.env) if sandboxed else (None, {})
                 if agent is not None:  # its own process numbering: torchrun needs it named apart
                     task = dataclasses.replace(task, env=wiring.named_agent(task.env, agent))
+                data = self.datasets.prepare(task, task_dirs[task.key], pyxis=self.pyxis,
+                                             inside=account is not None or task.image is not None)
                 skipped = submission.write_task_files(
                     task_dirs[task.key], task, env, job_dir, self.task_python, self.containers,
-                    pyxis_root=self.state_dir if self.pyxis else None, account=account)
+                    pyxis_root=self.state_dir if self.pyxis else None, account=account, datasets=data)
                 if skipped:
                     log.warning("task %s: no file for secret(s) %s: not a safe file name", task.key, ", ".join(skipped))
                 if sandboxed:
                     assert account is not None
+                    cache = self.datasets.root(task.node) if data[0] else None  # hidden but for its entries
                     sandboxing.write_sandbox_plan(self._sandbox, self._starter, task, task_dirs[task.key], job_dir,
-                                                  account, self.task_python, self.environments_root, hosts)
+                                                  account, self.task_python, self.environments_root, hosts,
+                                                  datasets=(data[0], cache))
             sub_dir.mkdir(parents=True, exist_ok=True)
             if tasks[0].elastic:
                 submission.write_private(sub_dir / ELASTIC, b"")
@@ -779,7 +795,7 @@ def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
     kills = _read_text(task_dir / OOM) or "0"
     reason = OUT_OF_MEMORY if code != 0 and kills.isdigit() and int(kills) > 0 else ""
     status = TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None,
-                        reason=reason)
+                        reason=reason, message=(_read_text(task_dir / DATASETS_FAILED) or "") if code == 127 else "")
     # A container's kills are counted in its own cgroup, outside the step's (the runner's
     # container-cgroup.py records them).
     return with_oom_record(status, _read_json(task_dir / CONTAINER_RECORD))

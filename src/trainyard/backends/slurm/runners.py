@@ -122,6 +122,19 @@ if [ -s "$dir/ports" ]; then
         exit 0
     fi
 fi
+# The task's datasets (TASK_DIR/datasets.json, the server's): each complete in this node's
+# cache before the task starts, fetched or found there, and marked as used by this shell,
+# which lives as long as the task (dataset-step.py, as root, with the cache's code beside it:
+# backends/datacache.py; a second task on this node waits for the first one's fetch, then
+# finds it). A fetch that fails ends the task unrun, saying why in its log.
+datasets=
+if [ -e "$dir/datasets.json" ]; then
+    datasets=1
+    if ! /usr/bin/python3 -I -S "${0%/*}/dataset-step.py" fetch "$dir" "$$" < /dev/null; then
+        printf '%s\n' 127 > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
+        exit 127
+    fi
+fi
 slurm=()
 for name in "${!SLURM@}" "${!PMI@}"; do slurm+=("$name=${!name}"); done
 # Slurm sets CUDA_VISIBLE_DEVICES to the GPUs of this step; pinning comes last, so that
@@ -316,6 +329,10 @@ while :; do
 done
 kill "$relayer" 2> /dev/null
 if [ -n "$sampler" ]; then kill "$sampler" 2> /dev/null; fi
+# Its datasets are no longer in use here (the node's report says so before the exit file).
+if [ -n "$datasets" ]; then
+    /usr/bin/python3 -I -S "${0%/*}/dataset-step.py" release "$dir" "$$" < /dev/null > /dev/null
+fi
 # Slurm's task/cgroup holds the step to its --mem in a memory cgroup this shell shares
 # with the task; the kernel counts there the processes it killed at that limit (v1:
 # memory.oom_control, v2: memory.events; read as backends/cgroups.py reads them). Written

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import pwd
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from trainyard.backends import taskuser
-from trainyard.backends.base import TaskLaunch
+from trainyard.backends.base import Mount, TaskLaunch
 from trainyard.backends.environment import base_environment
 from trainyard.backends.sandbox import LAUNCH_ENV, Identity, Sandbox, StorageMount, enter_argv, mount_fds, sandbox_argv
 from trainyard.backends.slurm import submission
@@ -59,16 +59,20 @@ def account_env(account: submission.TaskAccount, site_env: dict[str, str]) -> di
 
 def write_sandbox_plan(sandbox: Sandbox | None, starter: tuple[str, ...], task: TaskLaunch, task_dir: Path,
                        job_dir: Path, account: submission.TaskAccount, task_python: Path,
-                       environments_root: Path, hosts: Mapping[str, str] | None = None) -> None:
+                       environments_root: Path, hosts: Mapping[str, str] | None = None,
+                       datasets: tuple[Sequence[Mount], Path | None] = ((), None)) -> None:
     """``sandbox.json`` (what ``task-start.py`` runs on the node: the local backend's
     sandbox command line) and ``sandbox.join`` (how ``yard exec`` joins it). ``hosts``:
     names the task must resolve to addresses (``wiring.agent_names``), which
-    ``task-start.py`` adds to a copy of the node's ``/etc/hosts`` bound over it."""
+    ``task-start.py`` adds to a copy of the node's ``/etc/hosts`` bound over it. ``datasets``:
+    the read-only mounts of the task's datasets' entries, and its node's cache, which the
+    sandbox hides but for them (``slurm.datasets``)."""
     assert sandbox is not None
     identity = Identity(*account.ids)
     attempt = task_dir.parent
     shm = taskuser.make_owned_dir(attempt / ".shm", account.user)
-    mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only) for m in task.mounts]
+    mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only)
+              for m in (*task.mounts, *datasets[0])]
     bound = [account.secrets, account.script, account.suspend_dir, task_python]
     writable = [job_dir]
     if environments_root.is_dir():
@@ -81,7 +85,8 @@ def write_sandbox_plan(sandbox: Sandbox | None, starter: tuple[str, ...], task: 
     argv = sandbox_argv(
         sandbox, ["/bin/bash", "--noprofile", "--norc", str(account.script)], hidden=(),
         work_dir=account.work, shm_dir=shm, stop_file=task_dir / "relay.stop", spec_file=spec_file,
-        bound=bound, writable=writable, mounts=mounts, storage_paths=[Path(p) for p in task.storage_paths],
+        bound=bound, writable=writable, mounts=mounts,
+        storage_paths=[*(Path(p) for p in task.storage_paths), *([datasets[1]] if datasets[1] else [])],
         identity=identity, starter=starter, hosts_file=task_dir / HOSTS_FILE if hosts else None)
     plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV), "hosts": dict(hosts or {}),
             # task-start.py checks (or, for an account Trainyard made, makes) it on the node.

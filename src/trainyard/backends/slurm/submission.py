@@ -174,6 +174,7 @@ def components(tasks: Sequence[TaskLaunch], gres: Mapping[str, NodeGres]) -> lis
 def write_task_files(
     task_dir: Path, task: TaskLaunch, base_env: Mapping[str, str], job_dir: Path, task_python: Path,
     engine: ContainerEngine | None = None, pyxis_root: Path | None = None, account: TaskAccount | None = None,
+    datasets: tuple[Sequence[Mount], Mapping[str, str]] = ((), {}),
 ) -> list[str]:
     """The task's whole env (NUL-separated ``NAME=value``: ``base_env``, then the task's Python
     environment (``python_environment``), then the job's env and wiring; the runner adds
@@ -201,6 +202,8 @@ def write_task_files(
     Its secrets are files in ``$TRAINYARD_SECRETS_DIR``. With ``account`` the task runs as
     that account in its sandbox (which mounts its storages at their mountPath): its work
     dir, secrets and suspend request are the account's, in ``account``'s folders.
+    ``datasets``: the read-only mounts of its datasets' entries in its node's cache, and
+    their ``$TRAINYARD_DATASET_*`` (``slurm.datasets``; a container mounts them).
     Returns the names of secrets skipped (no safe file name)."""
     task_dir.mkdir(parents=True, exist_ok=True)
     if account is None:
@@ -219,7 +222,7 @@ def write_task_files(
     owner = None if account is None else (account.ids[0], account.ids[1])
     workdir = publish_workdir(suspend_file.parent, task.workdir_archive, owner)
     variables = {**python_environment(base_env, task.environment), **task.env,
-                 **mount_env(task.mounts, inside=inside), JOB_DIR_VARIABLE: str(job_dir),
+                 **mount_env(task.mounts, inside=inside), **datasets[1], JOB_DIR_VARIABLE: str(job_dir),
                  SUSPEND_FILE_VARIABLE: str(suspend_file), "TRAINYARD_SECRETS_DIR": str(secrets_dir), **workdir}
     variables = with_runtime_path(variables, task_python)
     env = b"".join(f"{name}={value}".encode() + b"\0" for name, value in variables.items())
@@ -258,7 +261,7 @@ def write_task_files(
         script=task_dir / "script.sh" if account is None else account.script,
         env_file=task_dir / "container.step.env",
         binds=(*own, Mount(str(job_dir), str(job_dir)),
-               Mount(str(task_python), str(task_python), read_only=True), *task.mounts,
+               Mount(str(task_python), str(task_python), read_only=True), *task.mounts, *datasets[0],
                *environment_binds(task.environment, guarded=account is not None)),
         cpu_milli=task.cpu_milli, name_salt=str(task_dir),
         # As the owner's account, as the local backend's containers run (root's engine, --user).
