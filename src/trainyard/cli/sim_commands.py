@@ -81,6 +81,9 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--max-starts", type=int, metavar="JOBS",
                    help="at most this many jobs started per cycle, the next cycle following at once "
                    "(`yard up`'s scheduler_max_starts_per_cycle; default: no bound)")
+    q.add_argument("--moves-per-hour", type=int, metavar="MOVES",
+                   help="consolidation: at most this many suspendable jobs moved an hour to free a node for a "
+                   "waiting gang (`yard up`'s scheduler_moves_per_hour; default: the scheduler's, 0: off)")
     q.add_argument("--tick", type=float, default=60.0,
                    help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")
