@@ -288,8 +288,8 @@ def print_report(s: dict[str, Any]) -> None:
               f"{s['suspend_cost_s']:g} s per suspension: {s['suspensions']} suspensions "
               f"({s['suspensions_per_job_hour']:.3f} per job-hour), {s['lost_gpu_hours']:.0f} GPU-h lost "
               f"({100 * s['lost_share_of_busy']:.2f} % of busy GPU time)")
-    print(f"  large jobs    {s['large_jobs']} of {LARGE_JOB_GPUS}+ GPUs: queueing avg {s['large_avg_queueing_h']:.2f} h   "
-          f"p99 {s['large_p99_queueing_h']:.2f} h")
+    print(f"  large jobs    {s['large_jobs']} of {LARGE_JOB_GPUS}+ GPUs: queueing avg "
+          f"{s['large_avg_queueing_h']:.2f} h   p99 {s['large_p99_queueing_h']:.2f} h")
     if s.get("moves_per_hour"):
         print(f"  consolidation at most {s['moves_per_hour']} moves an hour: {s['moves']} moves, "
               f"{s['move_lost_gpu_hours']:.1f} GPU-h lost to them")
