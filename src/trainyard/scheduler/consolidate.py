@@ -64,15 +64,29 @@ def moves_left(cycle: Cycle) -> int:
                       config.moves_per_hour - cycle.snapshot.recent_moves - cycle.moves))
 
 
+def movable_work(cycle: Cycle) -> list[RunningJob]:
+    """Running jobs that might be moved for some job: suspendable, not an elastic job's
+    extra worker, not borrowed, not whole-node, holding GPUs, not stopping, and run for at
+    least ``move_after`` since they last (re)started. Found once per cycle (most clusters
+    have none: then consolidation costs nothing more)."""
+    if cycle.movable is None:
+        ledger = cycle.ledger
+        now, after = cycle.snapshot.now, cycle.snapshot.config.move_after
+        cycle.movable = [
+            r for r in ledger.running.values()
+            if r.suspendable and not r.extra and not r.borrowed and r.placements
+            and r.job_id not in ledger.preempting and now - r.started_at >= after
+            and not any(p.whole_node or not p.gpus for p in r.placements)
+        ]
+    return cycle.movable
+
+
 def movable(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:
-    """Whether ``running`` may be moved to make room for guaranteed ``job`` (module doc)."""
+    """Whether ``running``, one of ``movable_work``, may be moved to make room for
+    guaranteed ``job`` (module doc)."""
     ledger = cycle.ledger
     snapshot = cycle.snapshot
-    if (not running.suspendable or running.extra or running.borrowed or not running.placements
-            or running.job_id in ledger.preempting or running.job_id in cycle.claimed
-            or running.priority_rank < job.priority_rank
-            or snapshot.now - running.started_at < snapshot.config.move_after
-            or any(p.whole_node or not p.gpus for p in running.placements)):
+    if running.job_id in cycle.claimed or running.priority_rank < job.priority_rank:
         return False
     if running.priority_rank >= OPPORTUNISTIC_RANK:
         return True
@@ -95,7 +109,7 @@ def consolidate(cycle: Cycle, job: PendingJob) -> bool:
     left = moves_left(cycle)
     stopping = [ledger.running[j] for j in sorted(ledger.preempting)
                 if j in ledger.running and j not in cycle.claimed]
-    movers = [r for r in ledger.running.values() if movable(cycle, job, r)] if left > 0 else []
+    movers = [r for r in movable_work(cycle) if movable(cycle, job, r)] if left > 0 else []
     if not movers and not stopping:
         return False
     # Enough GPUs in all, free and movable? (A cheap no for most jobs.)

@@ -136,8 +136,10 @@ class Cycle:
     workers: dict[int, Worker] = field(default_factory=dict)
     # A queue pass started ``SchedulerConfig.max_starts`` jobs: the cycle tries no more.
     capped: bool = False
-    # Jobs consolidation moved in this cycle (``consolidate``), against its budget.
+    # Jobs consolidation moved in this cycle (``consolidate``), against its budget; and the
+    # running jobs it might move for some job (``consolidate.movable_work``), found once.
     moves: int = 0
+    movable: list[RunningJob] | None = None
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))
