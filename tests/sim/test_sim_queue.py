@@ -261,3 +261,18 @@ def test_a_busy_philly_day_replays_through_the_scheduler_within_the_laws(policy:
     summary = report(result)
     assert summary["avg_queueing_h"] > 0 and summary["jobs"] == len(day) - len(result.rejected)
     assert 0 < summary["gpu_utilisation"] <= 1
+
+
+def test_consolidation_shortens_the_wait_of_large_jobs_within_its_budget(philly: list[TraceJob]) -> None:
+    """docs/benchmarks.md's consolidation table, its small row: half a busy Philly day on
+    8 nodes of 8 GPUs, today's default against the same with at most 6 moves an hour."""
+    jobs = window(philly, parse_time("2017-10-09T06:00"), parse_time("2017-10-09T18:00"))
+    nodes = uniform_cluster(8, 8)
+    before = report(QueueSim(nodes, jobs, policy_named("default"), tick=60.0).run())
+    moved = QueueSim(nodes, jobs, policy_named("default", moves_per_hour=6), tick=60.0).run()
+    check_conservation(moved, jobs)
+    after = report(moved)
+    assert (before["large_jobs"], before["moves"], after["large_jobs"], after["moves"]) == (18, 0, 18, 29)
+    assert (round(before["large_avg_queueing_h"], 2), round(after["large_avg_queueing_h"], 2)) == (4.63, 2.81)
+    assert all(sum(1 for u in moved.move_times if t - 3600 < u <= t) <= 6 for t in moved.move_times)
+    assert 0 < after["move_lost_gpu_hours"] <= after["lost_gpu_hours"]

@@ -184,6 +184,7 @@ class QueueResult:
     lost_gpu_seconds: float = 0.0  # GPU time spent saving and restoring checkpoints
     moves: int = 0  # consolidation's moves (``Preempt.move``): suspensions to resume elsewhere
     move_lost_gpu_seconds: float = 0.0  # of ``lost_gpu_seconds``, what moves cost
+    move_times: list[float] = field(default_factory=list)  # when each move was made
     cycles: int = 0
     first_submit: float = 0.0
     last_end: float = 0.0
@@ -413,6 +414,7 @@ class QueueSim:
                     self.result.outcomes[job_id].moves += 1
                     self.move_debt[job_id] = self.move_debt.get(job_id, 0.0) + self.suspend_cost
                     self.moved_at.append(self.now)
+                    self.result.move_times.append(self.now)
                 lifecycle.preempted(self.records[job_id], preempt.reason, self.now)
                 self.stopping[job_id] = self.now + preempt.grace_seconds
                 self.running[job_id] = replace(self.running[job_id], stops_by=self.stopping[job_id])
