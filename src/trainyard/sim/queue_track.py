@@ -26,6 +26,7 @@ from trainyard.sim.elastic import linear
 from trainyard.sim.jobs import (
     TraceJob,
     load_history,
+    load_openb_jobs,
     load_philly,
     load_vc_nodes,
     parse_cluster,
@@ -194,12 +195,14 @@ def run_queue_command(args: argparse.Namespace,
     if args.trace == "philly":
         path = args.jobs or trace_file(*PHILLY_JOBS)
         jobs = load_philly(path)
+    elif args.trace == "openb":  # a pod list with its departures (``load_openb_jobs``)
+        jobs = load_openb_jobs(resolve("--pods", str(args.jobs) if args.jobs else "openb"))
     elif args.trace == "history":
         if args.jobs is None:
             raise ValueError("--trace history needs --jobs FILE (the output of `yard jobs --json`)")
         jobs = load_history(args.jobs)
     else:
-        raise ValueError(f"unknown trace {args.trace!r}; use philly or history")
+        raise ValueError(f"unknown trace {args.trace!r}; use philly, openb or history")
     start = parse_time(args.start) if args.start else None
     end = parse_time(args.end) if args.end else None
     chosen = window(jobs, start, end, args.load, args.max_jobs)
