@@ -14,8 +14,8 @@ help is tried here (``schedule.preempt_for_queue``). A plan is made only when
   again, as the job it is (its tasks' GPUs, CPU and memory, on its own GPU model), on what
   is free elsewhere now, and that room is held for the rest of the cycle — every moved job
   fits at once, or nothing moves;
-* **no guarantee is touched**: a moved job is suspendable, not an elastic job's extra
-  worker, not borrowed, not a whole-node job, of the waiting job's priority or lower
+* **no guarantee is touched**: a moved job is suspendable, not elastic (the planner
+  shrinks those), not borrowed, not a whole-node job, of the waiting job's priority or lower
   (never a higher priority for a lower), and either opportunistic or guaranteed work of
   the waiting job's own VC (never another VC's guaranteed work, never guaranteed work for
   opportunistic: only guaranteed jobs are helped), and never guaranteed work of a VC whose
@@ -65,8 +65,8 @@ def moves_left(cycle: Cycle) -> int:
 
 
 def movable_work(cycle: Cycle) -> list[RunningJob]:
-    """Running jobs that might be moved for some job: suspendable, not an elastic job's
-    extra worker, not borrowed, not whole-node, holding GPUs, not stopping, and run for at
+    """Running jobs that might be moved for some job: suspendable, not elastic (its workers
+    beyond its minimum are the planner's to shrink), not borrowed, not whole-node, holding GPUs, not stopping, and run for at
     least ``move_after`` since they last (re)started. Found once per cycle (most clusters
     have none: then consolidation costs nothing more)."""
     if cycle.movable is None:
@@ -74,7 +74,7 @@ def movable_work(cycle: Cycle) -> list[RunningJob]:
         now, after = cycle.snapshot.now, cycle.snapshot.config.move_after
         cycle.movable = [
             r for r in ledger.running.values()
-            if r.suspendable and not r.extra and not r.borrowed and r.placements
+            if r.suspendable and not r.extra and not r.borrowed and r.placements and not (r.grow or r.shrink)
             and r.job_id not in ledger.preempting and now - r.started_at >= after
             and not any(p.whole_node or not p.gpus for p in r.placements)
         ]
