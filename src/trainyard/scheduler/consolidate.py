@@ -66,9 +66,9 @@ def moves_left(cycle: Cycle) -> int:
 
 def movable_work(cycle: Cycle) -> list[RunningJob]:
     """Running jobs that might be moved for some job: suspendable, not elastic (its workers
-    beyond its minimum are the planner's to shrink), not borrowed, not whole-node, holding GPUs, not stopping, and run for at
-    least ``move_after`` since they last (re)started. Found once per cycle (most clusters
-    have none: then consolidation costs nothing more)."""
+    beyond its minimum are the planner's to shrink), not borrowed, not whole-node, holding
+    GPUs, not stopping, and run for at least ``move_after`` since they last (re)started.
+    Found once per cycle (most clusters have none: then consolidation costs nothing more)."""
     if cycle.movable is None:
         ledger = cycle.ledger
         now, after = cycle.snapshot.now, cycle.snapshot.config.move_after
