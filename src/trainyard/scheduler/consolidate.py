@@ -107,8 +107,10 @@ def consolidate(cycle: Cycle, job: PendingJob) -> bool:
     if not gpu_tasks:
         return False
     left = moves_left(cycle)
-    stopping = [ledger.running[j] for j in sorted(ledger.preempting)
-                if j in ledger.running and j not in cycle.claimed]
+    # Work stopping already, counted as free — but not guaranteed work in HiveD's cells: its
+    # leaving may change the cells the next cycle derives (the planner's ``_rederives``).
+    stopping = [r for j in sorted(ledger.preempting) if j in ledger.running and j not in cycle.claimed
+                and not ((r := ledger.running[j]).guaranteed and ledger.enforced.get(r.vc, False))]
     movers = [r for r in movable_work(cycle) if movable(cycle, job, r)] if left > 0 else []
     if not movers and not stopping:
         return False
