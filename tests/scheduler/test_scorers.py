@@ -78,6 +78,8 @@ def test_the_controller_and_the_simulator_have_one_default_scorer() -> None:
     assert scheduler_config(Settings()).max_starts == 500 and SchedulerConfig().max_starts == 0
     changed = scheduler_config(Settings(scheduler_timeshare=False, scheduler_time_slice_seconds=600))
     assert (changed.timeshare, changed.time_slice) == (False, 600.0)
+    moving = scheduler_config(Settings(scheduler_moves_per_hour=6, scheduler_moves_per_cycle=2))
+    assert (moving.moves_per_hour, moving.moves_per_cycle) == (6, 2)  # consolidation: off unless set
     assert scorer_name("default") == DEFAULT_SCORER
     assert DEFAULT_SCORER in SCORERS
 

@@ -20,6 +20,7 @@ from trainyard.sim.jobs import (
     TraceJob,
     gang_tasks,
     load_history,
+    load_openb_jobs,
     load_philly,
     load_vc_nodes,
     parse_cluster,
@@ -261,3 +262,31 @@ def test_a_busy_philly_day_replays_through_the_scheduler_within_the_laws(policy:
     summary = report(result)
     assert summary["avg_queueing_h"] > 0 and summary["jobs"] == len(day) - len(result.rejected)
     assert 0 < summary["gpu_utilisation"] <= 1
+
+
+def test_consolidation_shortens_the_wait_of_large_jobs_within_its_budget(philly: list[TraceJob]) -> None:
+    """docs/benchmarks.md's consolidation table, its small row: half a busy Philly day on
+    8 nodes of 8 GPUs, today's default against the same with at most 6 moves an hour."""
+    jobs = window(philly, parse_time("2017-10-09T06:00"), parse_time("2017-10-09T18:00"))
+    nodes = uniform_cluster(8, 8)
+    before = report(QueueSim(nodes, jobs, policy_named("default"), tick=60.0).run())
+    moved = QueueSim(nodes, jobs, policy_named("default", moves_per_hour=6), tick=60.0).run()
+    check_conservation(moved, jobs)
+    after = report(moved)
+    assert (before["large_jobs"], before["moves"], after["large_jobs"], after["moves"]) == (18, 0, 18, 29)
+    assert (round(before["large_avg_queueing_h"], 2), round(after["large_avg_queueing_h"], 2)) == (4.63, 2.81)
+    assert all(sum(1 for u in moved.move_times if t - 3600 < u <= t) <= 6 for t in moved.move_times)
+    assert 0 < after["move_lost_gpu_hours"] <= after["lost_gpu_hours"]
+
+
+def test_an_openb_pod_list_becomes_jobs_with_their_departures(tmp_path: Path) -> None:
+    pods = tmp_path / "pods.csv"
+    pods.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        "p0,1000,1024,8,1000,,LS,Succeeded,100,4000,400\n"  # 8 GPUs, ran 400 -> 4000
+        "p1,1000,1024,1,250,,LS,Running,50,90,\n"  # a fraction: one whole GPU; never scheduled: from creation
+        "p2,1000,1024,0,0,,LS,Running,10,20,10\n"  # CPU only: left out
+        "p3,1000,1024,2,1000,,LS,Running,30,,30\n"  # never deleted: left out
+    )
+    jobs = load_openb_jobs(pods)
+    assert [(j.submit, j.duration, j.gpus) for j in jobs] == [(50.0, 40.0, 1), (100.0, 3600.0, 8)]

@@ -181,6 +181,8 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         fair_share_half_life=settings.scheduler_fair_share_half_life_seconds,
         max_starts=settings.scheduler_max_starts_per_cycle,
         grow_interval=settings.scheduler_elastic_grow_interval_seconds,
+        moves_per_hour=settings.scheduler_moves_per_hour,
+        moves_per_cycle=settings.scheduler_moves_per_cycle,
     )
     if settings.scheduler_time_slice_seconds is not None:
         config = replace(config, time_slice=settings.scheduler_time_slice_seconds)

@@ -41,8 +41,11 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--json", action="store_true", help="print the summary as JSON (and no progress bar)")
 
     q = sim_sub.add_parser("queue", help="the queueing track: jobs arrive and finish; JCT, queueing delay, utilisation")
-    q.add_argument("--trace", default="philly", help="philly (a Philly job table) or history (yard's own export)")
-    q.add_argument("--jobs", type=Path, help="the job table (default: the Philly trace shipped with Trainyard)")
+    q.add_argument("--trace", default="philly",
+                   help="philly (a Philly job table), openb (an openb pod list, its pods arriving and leaving) "
+                   "or history (yard's own export)")
+    q.add_argument("--jobs", type=Path, help="the job table (default: the Philly trace shipped with Trainyard; "
+                   "for --trace openb, its default pod list, or openb:VARIANT)")
     q.add_argument("--cluster", default="92x8",
                    help="NxG (N nodes of G GPUs), philly (Philly's 552 machines), or a machine list CSV")
     q.add_argument("--policy", default="default",
@@ -81,6 +84,9 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--max-starts", type=int, metavar="JOBS",
                    help="at most this many jobs started per cycle, the next cycle following at once "
                    "(`yard up`'s scheduler_max_starts_per_cycle; default: no bound)")
+    q.add_argument("--moves-per-hour", type=int, metavar="MOVES",
+                   help="consolidation: at most this many suspendable jobs moved an hour to free a node for a "
+                   "waiting gang (`yard up`'s scheduler_moves_per_hour; default: the scheduler's, 0: off)")
     q.add_argument("--tick", type=float, default=60.0,
                    help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")

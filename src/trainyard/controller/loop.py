@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
 import time
@@ -147,6 +148,9 @@ class Controller:
         self.waiting = WaitingJobs(self.specs)
         # Recent usage per (VC, user) and VC's borrowed work, for fair share (fairshare.py).
         self.fair_share = FairShareUsage(self.config.fair_share_half_life)
+        # When consolidation's moves were made (``Preempt.move``), for its budget per hour
+        # (``Snapshot.recent_moves``); kept in memory: a restart gives a whole hour's budget again.
+        self._moves: collections.deque[float] = collections.deque()
         self.job_dirs = (
             JobDirSweeper(db, backend, clock, job_dir_retention_seconds)
             if isinstance(backend, JobDirectories)
@@ -329,6 +333,7 @@ class Controller:
                 usage=usage,
                 borrowed_usage=borrowed_usage,
                 config=self.config,
+                recent_moves=self._recent_moves(now),
             )
         read = time.perf_counter()
         decisions = self.scheduler.decide(snapshot)
@@ -377,6 +382,7 @@ class Controller:
                 session, replace(decisions, waits=()), self.waiting.written, ports, self.clock, cannot_start, no_ports
             )
             preempted = preempt_jobs(session, decisions.preemptions, self.clock, self.spec_of)
+            self._moves.extend(now for p in decisions.preemptions if p.move)
             resized = elastic.grow(session, [g for g in decisions.grows if g.job_id in grow_ports], grow_ports,
                                    self.clock)
             resized += elastic.shrink(session, decisions.shrinks, self.clock)
@@ -388,6 +394,12 @@ class Controller:
         self._steps["waiting"] = len(snapshot.pending)
         self.timings.cycle.observe(time.perf_counter() - began)
         return bool(started or preempted or resized)
+
+    def _recent_moves(self, now: float) -> int:
+        """Consolidation's moves in the hour before ``now``."""
+        while self._moves and self._moves[0] <= now - 3600.0:
+            self._moves.popleft()
+        return len(self._moves)
 
     def _write_reasons(self) -> None:
         """The last schedule's reasons of the jobs that still wait, where they changed; a

@@ -271,6 +271,17 @@ class Settings(BaseSettings):
         "(re)started (its start or a resize, each of which restarts every worker), so that GPUs free for a "
         "moment do not restart it twice; shrinking is never held back. 0: grow at once (docs/scheduling.md)",
     )
+    scheduler_moves_per_hour: int = Field(
+        default=0,
+        ge=0,
+        description="Consolidation: at most this many suspendable jobs moved an hour (suspended to resume at "
+        "once on GPUs free elsewhere) so that a gang no node has room for finds a node; never another VC's "
+        "guaranteed work, a higher priority, or a job that ran less than half an hour since it last (re)started. "
+        "0: off (docs/scheduling.md)",
+    )
+    scheduler_moves_per_cycle: int = Field(
+        default=4, ge=0, description="Consolidation: at most this many jobs moved in one scheduling cycle"
+    )
     scheduler_borrowing: bool = Field(
         default=True,
         description="Borrowing: a job of any priority over its VC's quota may run on other VCs' idle guaranteed "

@@ -55,6 +55,8 @@ class Wait:
     outside_cells: bool = False
     # Not tried: the cycle stopped at its bound of starts first (``SchedulerConfig.max_starts``).
     untried: bool = False
+    # PREEMPTING for consolidation (``consolidate``): its victims are moved elsewhere.
+    moving: bool = False
 
 
 @dataclass
@@ -134,6 +136,10 @@ class Cycle:
     workers: dict[int, Worker] = field(default_factory=dict)
     # A queue pass started ``SchedulerConfig.max_starts`` jobs: the cycle tries no more.
     capped: bool = False
+    # Jobs consolidation moved in this cycle (``consolidate``), against its budget; and the
+    # running jobs it might move for some job (``consolidate.movable_work``), found once.
+    moves: int = 0
+    movable: list[RunningJob] | None = None
 
     def start(self, job: PendingJob, placements: list[TaskPlacement]) -> None:
         self.starts.append(StartJob(job.job_id, tuple(placements), borrowed=job.borrowing))

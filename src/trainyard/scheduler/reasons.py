@@ -238,6 +238,11 @@ def _worded(
     reason = wait.reason
     if reason == PendingReason.PREEMPTING:
         victims = ", ".join(str(v) for v in wait.victims)
+        if wait.moving:
+            return reason, Worded(
+                f"waiting for job(s) {victims} to stop; they are being moved to GPUs free elsewhere to make "
+                "room for it (no node had room for it together)", f"job(s) {victims} moving"
+            ), wait.eta
         return reason, Worded(
             f"waiting for job(s) {victims} to stop; they are being preempted for it", f"job(s) {victims} stopping"
         ), wait.eta

@@ -16,7 +16,9 @@ Phases, in the manner of Kueue's cycle, over one ``Ledger`` built from the snaps
    jobs that could not start, in order, get victims (reclaimed opportunistic work, its
    own lower priorities, or — time-sharing — its own suspendable jobs of the same priority
    that have received enough more service and run a whole time slice: ``turns``) until
-   one cannot be helped, which keeps the reservation;
+   one cannot be helped, which keeps the reservation; a job no victim helps because no
+   node has room together may have suspendable work moved elsewhere (``consolidate``,
+   within the admin's budget of moves);
 4. **borrow** (``borrowing``): the guaranteed jobs still waiting for their VC's quota
    alone, VCs taking turns by weighted borrowed share, start on idle GPUs as borrowed
    work (within the borrowing and lending limits), behind every guaranteed reservation
@@ -47,6 +49,7 @@ from trainyard.scheduler import elastic, whole_nodes
 from trainyard.scheduler.backfill import reserve
 from trainyard.scheduler.borrowing import borrows_now, run_borrowing
 from trainyard.scheduler.capacity import FreeNode, Tentative
+from trainyard.scheduler.consolidate import consolidate
 from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, start_if_fits
 from trainyard.scheduler.fairshare import fair_order
 from trainyard.scheduler.ledger import Ledger
@@ -329,7 +332,8 @@ def preempt_for_queue(
             if head is not None:
                 head.apply(ledger)
             continue
-        if _may_preempt(cycle, job, refusal) and plan_preemption(cycle, job):
+        if (_may_preempt(cycle, job, refusal) and plan_preemption(cycle, job)) or (
+                refusal is None and consolidate(cycle, job)):  # moves, when preemption cannot help
             plans += len(cycle.preemptions) > stopping  # waiting on work stopping already is cheap
             if head is not None:
                 reservation = None

@@ -245,6 +245,16 @@ class SchedulerConfig:
     # guarantee, a priority or a turn needs the GPUs). 0: at once (the simulator's and the
     # tests' default; ``yard up`` sets one).
     grow_interval: float = 0.0
+    # Consolidation (``consolidate``): a guaranteed job that waits only because no node has
+    # room together, though GPUs free and held by suspendable work would do, may have that
+    # work moved: suspended to resume at once on GPUs free elsewhere. At most
+    # ``moves_per_hour`` moves in any hour (``Snapshot.recent_moves`` says how many the
+    # caller made in the last one; 0: never, the default) and ``moves_per_cycle`` a cycle,
+    # and never a job that has run less than ``move_after`` seconds since it last
+    # (re)started (no churn).
+    moves_per_hour: int = 0
+    moves_per_cycle: int = 4
+    move_after: float = 1800.0
 
 
 @dataclass(frozen=True)
@@ -263,6 +273,9 @@ class Snapshot:
     usage: Mapping[tuple[str, str], float] = field(default_factory=dict)
     borrowed_usage: Mapping[str, float] = field(default_factory=dict)
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    # Consolidation's moves (``Preempt.move``) the caller carried out in the hour before
+    # ``now``: what is left of ``SchedulerConfig.moves_per_hour`` is the rest.
+    recent_moves: int = 0
 
 
 class PendingReason(StrEnum):
@@ -320,6 +333,9 @@ class Preempt:
     # keeping its place (else it is stopped and requeued); the simulator charges a
     # suspension its cost.
     suspend: bool = False
+    # Consolidation moved it (``consolidate``): suspended so that it resumes on GPUs free
+    # elsewhere, to free a node for ``for_job_id``; it counts against the moves' budget.
+    move: bool = False
 
 
 @dataclass(frozen=True)

@@ -104,6 +104,34 @@ def _items(documents: Iterable[object]) -> Iterable[dict[str, Any]]:
             yield doc
 
 
+def load_openb_jobs(path: Path | str) -> list[TraceJob]:
+    """An openb pod list (Weng et al., ATC'23) as a queue of jobs with departures: each pod
+    with GPUs that was deleted, submitted at ``creation_time``, running from
+    ``scheduled_time`` (or its creation) to ``deletion_time`` (seconds). The queueing track
+    counts whole GPUs: a pod asking for a fraction of one device takes a whole one here (the
+    placement track is where fractions are measured); its GPU model (``gpu_spec``) and its
+    CPU and memory are not kept. CPU-only pods, and pods never deleted, are left out."""
+    jobs = []
+    with open_text(path) as f:
+        reader = csv.DictReader(f)
+        missing = {"num_gpu", "gpu_milli", "creation_time", "deletion_time"} - set(reader.fieldnames or ())
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))}; is this an openb pod list?")
+        for line, row in enumerate(reader, start=2):
+            try:
+                num_gpu = int(row["num_gpu"] or 0)
+                if num_gpu <= 0 or not row["deletion_time"]:
+                    continue
+                created = float(row["creation_time"])
+                began = float(row.get("scheduled_time") or created)
+                duration = max(1.0, float(row["deletion_time"]) - max(began, created))
+            except ValueError as e:
+                raise ValueError(f"{path}:{line}: {e}") from None
+            jobs.append(TraceJob(line - 1, created, duration, num_gpu))
+    jobs.sort(key=lambda j: (j.submit, j.job_id))
+    return jobs
+
+
 def window(jobs: Sequence[TraceJob], start: float | None, end: float | None, load: float = 1.0,
            max_jobs: int | None = None) -> list[TraceJob]:
     """Jobs submitted in [start, end), with inter-arrival times divided by ``load``."""
@@ -126,11 +154,20 @@ def uniform_cluster(nodes: int, gpus: int, model: str = "gpu") -> tuple[NodeStat
 
 
 def parse_cluster(spec: str) -> tuple[NodeState, ...]:
-    """``NxG`` (N nodes of G GPUs), ``philly`` (Philly's machines), or a machine list CSV
+    """``NxG`` (N nodes of G GPUs), ``philly`` (Philly's machines), ``openb`` (the openb GPU
+    nodes' GPU counts), or a machine list CSV
     (``machineId, number of GPUs, …``)."""
     nodes, sep, gpus = spec.lower().partition("x")
     if sep and nodes.isdigit() and gpus.isdigit():
         return uniform_cluster(int(nodes), int(gpus))
+    if spec == "openb":  # the openb GPU nodes, by their GPU counts (models: see ``load_openb_jobs``)
+        from trainyard.sim.openb import load_nodes
+        from trainyard.sim.traces import OPENB_NODES, trace_file
+
+        return tuple(
+            NodeState(n.name, NODE_CPU_MILLI, NODE_MEMORY_MB, tuple(GpuSlot(g.index, "gpu", 0) for g in n.gpus))
+            for n in load_nodes(trace_file(*OPENB_NODES))
+        )
     path = resolve("--cluster", spec)
     out = []
     with open_text(path) as f:

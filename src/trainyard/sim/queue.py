@@ -93,10 +93,12 @@ POLICIES = {
 
 
 def policy_named(name: str, time_slice: float | None = None, borrowing: bool | None = None,
-                 fair_share_half_life: float | None = None, max_starts: int | None = None) -> QueuePolicy:
+                 fair_share_half_life: float | None = None, max_starts: int | None = None,
+                 moves_per_hour: int | None = None) -> QueuePolicy:
     """The policy; ``time_slice`` (seconds) replaces the scheduler's default slice, and
     ``borrowing`` and ``fair_share_half_life`` (seconds, 0: off) its defaults (both on);
-    ``max_starts`` bounds the jobs a cycle starts (``SchedulerConfig.max_starts``; none by default).
+    ``max_starts`` bounds the jobs a cycle starts (``SchedulerConfig.max_starts``; none by default);
+    ``moves_per_hour`` turns consolidation on with that budget (``SchedulerConfig.moves_per_hour``).
     ``borrowing=False, fair_share_half_life=0`` is the scheduler as it was before them."""
     if name not in POLICIES:
         raise ValueError(f"unknown queue policy {name!r}; choose one of: {', '.join(POLICIES)}")
@@ -111,6 +113,10 @@ def policy_named(name: str, time_slice: float | None = None, borrowing: bool | N
         if not 0 <= fair_share_half_life < math.inf:  # also NaN
             raise ValueError(f"--fair-share-half-life must be >= 0 seconds (0: off); got {fair_share_half_life}")
         policy = replace(policy, config=replace(policy.config, fair_share_half_life=fair_share_half_life))
+    if moves_per_hour is not None:
+        if moves_per_hour < 0:
+            raise ValueError(f"--moves-per-hour must be >= 0 (0: no consolidation); got {moves_per_hour}")
+        policy = replace(policy, config=replace(policy.config, moves_per_hour=moves_per_hour))
     if max_starts is not None:  # a cycle stopped at the bound is followed by the next at the same instant
         if max_starts < 0:
             raise ValueError(f"--max-starts must be >= 0 (0: no bound); got {max_starts}")
@@ -152,6 +158,7 @@ class Outcome:
     reclaims: int = 0  # of its preemptions, those of it running as borrowed work
     ran: float = 0.0  # seconds it held workers (an elastic job's run is not its traced duration)
     resizes: int = 0  # an elastic job's grows and shrinks
+    moves: int = 0  # of its suspensions, those consolidation made to resume it elsewhere
 
     @property
     def jct(self) -> float:
@@ -175,6 +182,9 @@ class QueueResult:
     preemptions: int = 0
     suspensions: int = 0  # preemptions of suspendable jobs (each costs ``suspend_cost``)
     lost_gpu_seconds: float = 0.0  # GPU time spent saving and restoring checkpoints
+    moves: int = 0  # consolidation's moves (``Preempt.move``): suspensions to resume elsewhere
+    move_lost_gpu_seconds: float = 0.0  # of ``lost_gpu_seconds``, what moves cost
+    move_times: list[float] = field(default_factory=list)  # when each move was made
     cycles: int = 0
     first_submit: float = 0.0
     last_end: float = 0.0
@@ -245,6 +255,8 @@ class QueueSim:
         self.attained: dict[int, float] = {}  # GPU-seconds run so far
         self.done: dict[int, float] = {}  # seconds of the job's duration already run
         self.debt: dict[int, float] = {}  # seconds of checkpoint restore still to run before progress
+        self.move_debt: dict[int, float] = {}  # of ``debt``, what a move (consolidation) added
+        self.moved_at: list[float] = []  # when consolidation's moves were made (the budget's hour)
         self.suspendable = {j.job_id for j in self.jobs if is_suspendable(suspendable, j.job_id)}
         self.events: list[tuple[float, int, int]] = []  # (time, kind, job id)
         self.by_id = {j.job_id: j for j in self.jobs}
@@ -372,6 +384,7 @@ class QueueSim:
             if (self.pending and not self.policy.las
                     and self.gpus - self.busy < min(self._least_gpus(j) for j in self.pending)
                     and not self._turn_possible() and not self._reclaim_possible() and not self._shrinkable()
+                    and not self._move_possible()
                     and not self._growable()):
                 return
             decisions = schedule(self._snapshot())
@@ -396,6 +409,12 @@ class QueueSim:
                     self.result.suspensions += 1
                     self.result.outcomes[job_id].suspensions += 1
                     self.debt[job_id] += self.suspend_cost
+                if preempt.move:
+                    self.result.moves += 1
+                    self.result.outcomes[job_id].moves += 1
+                    self.move_debt[job_id] = self.move_debt.get(job_id, 0.0) + self.suspend_cost
+                    self.moved_at.append(self.now)
+                    self.result.move_times.append(self.now)
                 lifecycle.preempted(self.records[job_id], preempt.reason, self.now)
                 self.stopping[job_id] = self.now + preempt.grace_seconds
                 self.running[job_id] = replace(self.running[job_id], stops_by=self.stopping[job_id])
@@ -513,6 +532,10 @@ class QueueSim:
         restoring = min(ran, self.debt[job_id])  # the checkpoint's restore, before any progress
         self.debt[job_id] -= restoring
         self.result.lost_gpu_seconds += held * restoring
+        moving = min(restoring, self.move_debt.get(job_id, 0.0))
+        if moving > 0:
+            self.move_debt[job_id] -= moving
+            self.result.move_lost_gpu_seconds += held * moving
         self.done[job_id] += (ran - restoring) * self._speed(job_id)
         self.attained[job_id] += held * ran
         self.result.outcomes[job_id].ran += ran
@@ -588,6 +611,16 @@ class QueueSim:
             grow=tuple(t for i in missing for t in elastic_jobs.workers(i, 1)),
             shrink=tuple(("worker", i) for i in sorted(have, reverse=True) if i >= model.low),
         )
+
+    def _move_possible(self) -> bool:
+        """Whether consolidation might move a job (a cheap test, as ``_turn_possible``): it is
+        on with budget left, a GPU is free for a moved job to go to, and a suspendable job
+        has run long enough to be moved."""
+        config = self.policy.config
+        if config.moves_per_hour <= 0 or self.busy >= self.gpus or self._recent_moves() >= config.moves_per_hour:
+            return False
+        return any(job_id not in self.stopping and r.suspendable and self.now - r.started_at >= config.move_after
+                   for job_id, r in self.running.items())
 
     def _growable(self) -> bool:
         """Whether a running elastic job could grow: one below its maximum, and a GPU free."""
@@ -668,7 +701,15 @@ class QueueSim:
             usage=usage,
             borrowed_usage=borrowed_usage,
             config=self.policy.config,
+            recent_moves=self._recent_moves(),
         )
+
+    def _recent_moves(self) -> int:
+        """Moves made in the hour before now (``Snapshot.recent_moves``)."""
+        hour_ago = self.now - 3600.0
+        while self.moved_at and self.moved_at[0] <= hour_ago:
+            self.moved_at.pop(0)
+        return len(self.moved_at)
 
 
 def vc_quotas(jobs: Sequence[TraceJob], gpus: int, shares: Mapping[str, float] | None = None

@@ -26,6 +26,7 @@ from trainyard.sim.elastic import linear
 from trainyard.sim.jobs import (
     TraceJob,
     load_history,
+    load_openb_jobs,
     load_philly,
     load_vc_nodes,
     parse_cluster,
@@ -77,6 +78,11 @@ def report(result: QueueResult) -> dict[str, Any]:
         "lost_gpu_hours": result.lost_gpu_seconds / HOUR,
         "lost_share_of_busy": result.lost_gpu_seconds / result.busy_gpu_seconds if result.busy_gpu_seconds else 0.0,
         "cycles": result.cycles,
+        # consolidation: moves, and the GPU time their checkpoints cost (part of lost_gpu_hours)
+        "moves": result.moves,
+        "move_lost_gpu_hours": result.move_lost_gpu_seconds / HOUR,
+        # jobs of LARGE_JOB_GPUS or more (a whole node of 8 or more): what consolidation is for
+        **large_jobs(done),
         "vc_avg_queueing_h": {vc: statistics.fmean(q) / HOUR for vc, q in sorted(per_vc.items())},
         # borrowing: jobs that ran borrowed at least once, and those of them reclaimed
         "borrowed_jobs": sum(1 for o in done if o.borrowed_starts),
@@ -86,6 +92,19 @@ def report(result: QueueResult) -> dict[str, Any]:
         "reclaim_suspensions": result.reclaim_suspensions,
         "borrowed_gpu_hours": sum(result.vc_borrowed_gpu_seconds.values()) / HOUR,
         "vcs": vc_report(result, done, makespan),
+    }
+
+
+LARGE_JOB_GPUS = 8
+
+
+def large_jobs(done: Sequence[Outcome]) -> dict[str, Any]:
+    """Queueing of the jobs of ``LARGE_JOB_GPUS`` or more: their count, mean and p99."""
+    queueing = [o.queueing for o in done if o.job.gpus >= LARGE_JOB_GPUS]
+    return {
+        "large_jobs": len(queueing),
+        "large_avg_queueing_h": statistics.fmean(queueing) / HOUR if queueing else 0.0,
+        "large_p99_queueing_h": percentile(queueing, 99) / HOUR,
     }
 
 
@@ -172,16 +191,18 @@ def run_queue_command(args: argparse.Namespace,
         raise ValueError("--vc-weights, --borrow-limit and --lend-limit need --vc-quotas (VCs to set them on)")
     borrowing = None if args.borrowing is None else args.borrowing == "on"
     policy = policy_named(args.policy, args.time_slice, borrowing, args.fair_share_half_life,
-                          getattr(args, "max_starts", None))
+                          getattr(args, "max_starts", None), getattr(args, "moves_per_hour", None))
     if args.trace == "philly":
         path = args.jobs or trace_file(*PHILLY_JOBS)
         jobs = load_philly(path)
+    elif args.trace == "openb":  # a pod list with its departures (``load_openb_jobs``)
+        jobs = load_openb_jobs(resolve("--pods", str(args.jobs) if args.jobs else "openb"))
     elif args.trace == "history":
         if args.jobs is None:
             raise ValueError("--trace history needs --jobs FILE (the output of `yard jobs --json`)")
         jobs = load_history(args.jobs)
     else:
-        raise ValueError(f"unknown trace {args.trace!r}; use philly or history")
+        raise ValueError(f"unknown trace {args.trace!r}; use philly, openb or history")
     start = parse_time(args.start) if args.start else None
     end = parse_time(args.end) if args.end else None
     chosen = window(jobs, start, end, args.load, args.max_jobs)
@@ -217,6 +238,7 @@ def run_queue_command(args: argparse.Namespace,
     summary["borrowing"] = policy.config.borrowing
     summary["fair_share_half_life_s"] = policy.config.fair_share_half_life
     summary["max_starts"] = policy.config.max_starts
+    summary["moves_per_hour"] = policy.config.moves_per_hour
     summary["vc_settings"] = {v.name: {"quota_gpus": sum(v.quota.values()), "weight": v.weight,
                                        "borrow_limit": v.borrow_limit, "lend_limit": v.lend_limit} for v in vcs}
     if vcs:
@@ -269,6 +291,11 @@ def print_report(s: dict[str, Any]) -> None:
               f"{s['suspend_cost_s']:g} s per suspension: {s['suspensions']} suspensions "
               f"({s['suspensions_per_job_hour']:.3f} per job-hour), {s['lost_gpu_hours']:.0f} GPU-h lost "
               f"({100 * s['lost_share_of_busy']:.2f} % of busy GPU time)")
+    print(f"  large jobs    {s['large_jobs']} of {LARGE_JOB_GPUS}+ GPUs: queueing avg "
+          f"{s['large_avg_queueing_h']:.2f} h   p99 {s['large_p99_queueing_h']:.2f} h")
+    if s.get("moves_per_hour"):
+        print(f"  consolidation at most {s['moves_per_hour']} moves an hour: {s['moves']} moves, "
+              f"{s['move_lost_gpu_hours']:.1f} GPU-h lost to them")
     if s.get("elastic", "off") != "off":
         print(f"  elastic       every job, from {s['elastic']} (linear speedup, up to twice its GPUs): "
               f"{s['grows']} grows, {s['shrinks']} shrinks")
