@@ -45,9 +45,17 @@ class TaskView(SimpleNamespace):
         return f"{self.role}/{self.index}"
 
 
+class JobDetail(SimpleNamespace):
+    """A job as ``read`` gives it: ``schemas.jobs.JobDetail``'s method too."""
+
+    def task_labels(self) -> list[str]:
+        """Every task of its job file and every task an attempt ran, ROLE/INDEX."""
+        return jobfile.task_labels(self.spec, ((t.role, t.index) for a in self.attempts for t in a.tasks))
+
+
 # The models whose classes add to their fields (a property), by name; the others read as a
 # SimpleNamespace. tests/cli/test_cli_plain.py holds these to the models' own.
-CLASSES: dict[str, type[SimpleNamespace]] = {"TaskView": TaskView}
+CLASSES: dict[str, type[SimpleNamespace]] = {"TaskView": TaskView, "JobDetail": JobDetail}
 
 
 def job_page(answer: bytes) -> tuple[list[Any], int | None]:
