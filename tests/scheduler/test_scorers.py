@@ -71,11 +71,13 @@ def test_the_controller_and_the_simulator_have_one_default_scorer() -> None:
     from trainyard.api.server import scheduler_config
 
     assert scheduler_config(Settings()).scorer == SchedulerConfig().scorer == DEFAULT_SCORER
-    # and one time-sharing default, which settings may change; the one difference: `yard up`
+    # and one time-sharing default, which settings may change; the two differences: `yard up`
     # bounds the jobs a cycle starts, the simulator does not (a bounded cycle's starts are the
-    # unbounded one's first: docs/scheduling.md)
-    assert replace(scheduler_config(Settings()), max_starts=0) == SchedulerConfig()
+    # unbounded one's first: docs/scheduling.md), and holds an elastic job's growth back a
+    # minute after a resize, where the simulator grows at once (its tables are without it)
+    assert replace(scheduler_config(Settings()), max_starts=0, grow_interval=0.0) == SchedulerConfig()
     assert scheduler_config(Settings()).max_starts == 500 and SchedulerConfig().max_starts == 0
+    assert scheduler_config(Settings()).grow_interval == 60.0 and SchedulerConfig().grow_interval == 0.0
     changed = scheduler_config(Settings(scheduler_timeshare=False, scheduler_time_slice_seconds=600))
     assert (changed.timeshare, changed.time_slice) == (False, 600.0)
     moving = scheduler_config(Settings(scheduler_moves_per_hour=6, scheduler_moves_per_cycle=2))
