@@ -10,6 +10,13 @@ there: the admin's run fuzzes it, and more refusals prove nothing new. Failures 
 gathered, not stopped at, so that one run lists them all. The counts are printed for the
 record. On SQLite only: what is fuzzed here is the HTTP layer; the store's behaviour on
 PostgreSQL is proved in tests/store and tests/services.
+
+Drawing a case costs more than sending it (schemathesis's strategies: two thirds of a run's
+time), and the two callers' runs draw the same cases: the same strategies (the path
+parameters name the same things, made in the same order on a fresh database), derandomized.
+So the cases one run drew for an operation and mode are kept (``DRAWN``), and the other
+caller's run sends those same cases to its own app instead of drawing them again; a run
+alone, or one whose path parameters differ, draws its own.
 """
 
 from __future__ import annotations
@@ -75,6 +82,10 @@ def strategies(operation, mode: GenerationMode, known: dict[str, dict[str, Any]]
     return st.one_of(options)
 
 
+# (operation, mode, number of cases, the path parameters known) -> the cases drawn for them
+DRAWN: dict[tuple[str, str, int, str], list[Any]] = {}
+
+
 class Tally:
     def __init__(self) -> None:
         self.cases: Counter = Counter()  # per operation
@@ -84,15 +95,15 @@ class Tally:
         self.refused: list[str] = []  # operations that refuse the caller
 
 
-def fuzz_operation(operation, mode: GenerationMode, strategy, auth: dict[str, str], tally: Tally,
-                   cases: int = CASES_PER_MODE) -> None:
-    @settings(max_examples=cases, derandomize=True, database=None, deadline=None,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
-    @given(case=strategy)
-    def run(case) -> None:
+def fuzz_operation(operation, mode: GenerationMode, strategy, auth: dict[str, str], tally: Tally, app: Any,
+                   known: dict[str, dict[str, Any]], cases: int = CASES_PER_MODE) -> None:
+    key = (operation.label, mode.value, cases, repr(sorted(known.items())))
+    drawn = DRAWN.get(key)
+
+    def send(case) -> None:
         tally.cases[operation.label] += 1
         try:
-            response = case.call(headers=auth)
+            response = case.call(headers=auth, app=app)
         except Exception as exc:  # noqa: BLE001 - in process, the app's exception surfaces here
             tally.statuses[500] += 1
             tally.failures.append(f"{operation.label} ({mode.value}): a 500: {exc!r}\n{case.as_curl_command()}")
@@ -104,10 +115,24 @@ def fuzz_operation(operation, mode: GenerationMode, strategy, auth: dict[str, st
         except (Exception, BaseExceptionGroup) as exc:  # noqa: BLE001 - gathered, reported by the test
             tally.failures.append(f"{operation.label} ({mode.value}): {exc}")
 
+    if drawn is not None:  # the other caller's run drew them: the same cases, sent to this app
+        for case in drawn:
+            send(case)
+        return
+    drawn = []
+
+    @settings(max_examples=cases, derandomize=True, database=None, deadline=None,
+              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def run(case) -> None:
+        drawn.append(case)
+        send(case)
+
     try:
         run()
     except Unsatisfiable:
         pass  # nothing to negate (no parameters, or a free-form string): no negative cases
+    DRAWN[key] = drawn
 
 
 def fuzz(api: Api, token: str) -> Tally:
@@ -117,13 +142,14 @@ def fuzz(api: Api, token: str) -> Tally:
     tally = Tally()
     for operation in sorted((r.ok() for r in schema.get_all_operations()), key=destructive_last):
         positive = strategies(operation, GenerationMode.POSITIVE, known)
-        fuzz_operation(operation, GenerationMode.POSITIVE, positive, auth, tally, cases=PROBE_CASES)
+        fuzz_operation(operation, GenerationMode.POSITIVE, positive, auth, tally, api.app, known, cases=PROBE_CASES)
         if tally.answers[operation.label] <= {401, 403}:
             tally.refused.append(operation.label)
             continue
-        fuzz_operation(operation, GenerationMode.POSITIVE, positive, auth, tally, cases=CASES_PER_MODE - PROBE_CASES)
+        fuzz_operation(operation, GenerationMode.POSITIVE, positive, auth, tally, api.app, known,
+                       cases=CASES_PER_MODE - PROBE_CASES)
         negative = strategies(operation, GenerationMode.NEGATIVE, known)
-        fuzz_operation(operation, GenerationMode.NEGATIVE, negative, auth, tally)
+        fuzz_operation(operation, GenerationMode.NEGATIVE, negative, auth, tally, api.app, known)
     return tally
 
 

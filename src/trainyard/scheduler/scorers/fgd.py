@@ -100,6 +100,10 @@ class Fgd:
         total = sum(w.weight for w in kinds)
         self.classes = [(w, w.weight / total) for w in kinds] if total else []
         self._cache: dict[FragmentKey, float] = {}
+        # ``_expected``'s halves: per (device models, free shares) what each group leaves
+        # stranded, and per (CPU, memory) how much of each group's weight the node hosts
+        self._stranded: dict[tuple[tuple[str, ...], tuple[int, ...]], tuple[int | None, ...]] = {}
+        self._hosted: dict[tuple[int, int], tuple[float, ...]] = {}
         # task kind -> node state -> answer
         self._answers: dict[tuple[object, ...], dict[NodeKey, tuple[Answer, Rank] | Literal[False]]] = {}
         # task kind -> id(node) -> (node, its ``version``, closed devices, its state, the
@@ -309,17 +313,42 @@ class Fgd:
         return cached
 
     def _expected(self, node: FreeNode, free: list[int], cpu: int, memory: int) -> float:
-        """``sum_m p_m F_n(m)``, the same as summing ``_measured_by`` over the classes."""
-        idle = [f if f > 0 else 0 for f in free]
+        """``sum_m p_m F_n(m)``, the same as summing ``_measured_by`` over the classes.
+
+        Per group, what its GPUs leave stranded depends on the devices alone, and how much
+        of its weight the node's CPU and memory host on those two alone: each is worked out
+        once per devices (``_stranded``) and once per CPU and memory (``_hosted``), and
+        summed here in the same order, with the same operations, as worked out afresh."""
+        idle = tuple(f if f > 0 else 0 for f in free)
         total = sum(idle)
         if total == 0:
             return 0.0
+        devices = (tuple(node.gpu_model), idle)
+        stranded = self._stranded.get(devices)
+        if stranded is None:
+            stranded = self._stranded[devices] = self._stranded_by_group(node.gpu_model, idle, total)
+        hosted = self._hosted.get((cpu, memory))
+        if hosted is None:
+            hosted = self._hosted[(cpu, memory)] = tuple(
+                sum(p for c, m, p in members if c <= cpu and m <= memory) for _, _, members, _ in self._groups)
         expected = 0.0
-        every = range(len(idle))
-        for gpu_milli, models, members, weight in self._groups:
-            usable = [i for i in every if node.gpu_model[i] in models] if models else every
-            if not usable:
+        for (_, _, _, weight), left, host in zip(self._groups, stranded, hosted, strict=True):
+            if left is None:  # no device of the group's models
                 expected += weight * total
+            else:
+                expected += (weight - host) * total + host * left
+        return expected
+
+    def _stranded_by_group(self, models_of: Sequence[str], idle: tuple[int, ...], total: int
+                           ) -> tuple[int | None, ...]:
+        """Per group: the free milli-GPU its tasks could not use on these devices (all of it
+        where none fits), or None where no device is of its models."""
+        every = range(len(idle))
+        found: list[int | None] = []
+        for gpu_milli, models, _, _ in self._groups:
+            usable = [i for i in every if models_of[i] in models] if models else every
+            if not usable:
+                found.append(None)
                 continue
             if gpu_milli >= MILLI:
                 fits = sum(1 for i in usable if idle[i] == MILLI) >= gpu_milli // MILLI
@@ -329,14 +358,12 @@ class Fgd:
                 need = min(gpu_milli, MILLI)
                 if models:
                     usable_set = set(usable)
-                    stranded = sum(f for i, f in enumerate(idle) if i not in usable_set or f < need)
+                    found.append(sum(f for i, f in enumerate(idle) if i not in usable_set or f < need))
                 else:
-                    stranded = sum(f for f in idle if f < need)
+                    found.append(sum(f for f in idle if f < need))
             else:
-                stranded = total
-            hosted = sum(p for c, m, p in members if c <= cpu and m <= memory)  # kinds CPU/memory allow
-            expected += (weight - hosted) * total + hosted * stranded
-        return expected
+                found.append(total)
+        return tuple(found)
 
     @staticmethod
     def _measured_by(node: FreeNode, free: list[int], cpu: int, memory: int, kind: WorkloadClass) -> int:

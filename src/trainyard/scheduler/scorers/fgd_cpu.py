@@ -270,7 +270,12 @@ class CpuFragments:
         for w in kinds:
             grouped.setdefault((w.gpu_milli, w.gpu_models), []).append((w.cpu_milli, w.memory_mb, w.weight / total))
         self._groups = [(gpu, models, tuple(members)) for (gpu, models), members in grouped.items()]
+        self._everything = tuple(sum(p for _, _, p in members) for _, _, members in self._groups)
         self._cache: dict[FragmentKey, float] = {}
+        # ``_expected``'s halves: per (device models, free shares) whether each group's GPUs
+        # fit, and per (CPU, memory) the weight of each group's kinds turned away
+        self._fits: dict[tuple[tuple[str, ...], tuple[int, ...]], tuple[bool, ...]] = {}
+        self._refused: dict[tuple[int, int], tuple[float, ...]] = {}
 
     def of(self, node: FreeNode, free: Sequence[int], cpu: int, memory: int) -> float:
         """Expected milli-CPU of ``node`` left unusable, with these free shares, CPU and memory."""
@@ -281,19 +286,36 @@ class CpuFragments:
         return cached
 
     def _expected(self, node: FreeNode, free: Sequence[int], cpu: int, memory: int) -> float:
+        """Whether each group's GPUs fit depends on the devices alone, and which of its kinds
+        the node's CPU and memory turn away on those two alone: each is worked out once
+        (``_fits``, ``_refused``) and summed here in the same order, with the same
+        operations, as worked out afresh."""
         if cpu <= 0:
             return 0.0
-        idle = [f if f > 0 else 0 for f in free]
+        idle = tuple(f if f > 0 else 0 for f in free)
+        devices = (tuple(node.gpu_model), idle)
+        fits = self._fits.get(devices)
+        if fits is None:
+            fits = self._fits[devices] = self._fits_by_group(node.gpu_model, idle)
+        refused = self._refused.get((cpu, memory))
+        if refused is None:
+            refused = self._refused[(cpu, memory)] = tuple(
+                sum(p for c, m, p in members if c > cpu or m > memory) for _, _, members in self._groups)
         unusable = 0.0
-        for gpu_milli, models, members in self._groups:
-            if gpu_milli > 0:
-                usable = [f for i, f in enumerate(idle) if not models or node.gpu_model[i] in models]
-                if gpu_milli >= MILLI:
-                    gpu_fits = usable.count(MILLI) >= gpu_milli // MILLI
-                else:
-                    gpu_fits = any(f >= gpu_milli for f in usable)
-                if not gpu_fits:
-                    unusable += sum(p for _, _, p in members) * cpu
-                    continue
-            unusable += sum(p for c, m, p in members if c > cpu or m > memory) * cpu
+        for everything, fit, turned_away in zip(self._everything, fits, refused, strict=True):
+            unusable += (turned_away if fit else everything) * cpu
         return unusable
+
+    def _fits_by_group(self, models_of: Sequence[str], idle: tuple[int, ...]) -> tuple[bool, ...]:
+        """Per group: whether a task of it finds its GPUs on these devices (CPU-only: always)."""
+        found: list[bool] = []
+        for gpu_milli, models, _ in self._groups:
+            if gpu_milli <= 0:
+                found.append(True)
+                continue
+            usable = [f for i, f in enumerate(idle) if not models or models_of[i] in models]
+            if gpu_milli >= MILLI:
+                found.append(usable.count(MILLI) >= gpu_milli // MILLI)
+            else:
+                found.append(any(f >= gpu_milli for f in usable))
+        return tuple(found)
