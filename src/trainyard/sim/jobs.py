@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,22 +48,28 @@ def parse_time(text: str) -> float:
     return value.timestamp()
 
 
-def load_philly(path: Path | str) -> list[TraceJob]:
-    jobs = []
+def _csv_rows(path: Path | str, columns: set[str], what: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """Each row of the CSV file at ``path`` with its line number; ValueError naming the
+    columns missing for ``what`` the file should be."""
     with open_text(path) as f:
         reader = csv.DictReader(f)
-        missing = {"timestamp", "duration", "num_gpus", "cluster"} - set(reader.fieldnames or ())
+        missing = columns - set(reader.fieldnames or ())
         if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))}; is this a Philly job table?")
-        for line, row in enumerate(reader, start=2):
-            try:
-                gpus = int(float(row["num_gpus"]))
-                duration = float(row["duration"])
-                submit = parse_time(row["timestamp"])
-            except ValueError as e:
-                raise ValueError(f"{path}:{line}: {e}") from None
-            if gpus > 0 and duration > 0:
-                jobs.append(TraceJob(0, submit, duration, gpus, row["cluster"] or "default"))
+            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))}; is this {what}?")
+        yield from enumerate(reader, start=2)
+
+
+def load_philly(path: Path | str) -> list[TraceJob]:
+    jobs = []
+    for line, row in _csv_rows(path, {"timestamp", "duration", "num_gpus", "cluster"}, "a Philly job table"):
+        try:
+            gpus = int(float(row["num_gpus"]))
+            duration = float(row["duration"])
+            submit = parse_time(row["timestamp"])
+        except ValueError as e:
+            raise ValueError(f"{path}:{line}: {e}") from None
+        if gpus > 0 and duration > 0:
+            jobs.append(TraceJob(0, submit, duration, gpus, row["cluster"] or "default"))
     jobs.sort(key=lambda j: (j.submit, j.duration, j.gpus, j.vc))
     return [replace(j, job_id=i + 1) for i, j in enumerate(jobs)]
 
@@ -112,22 +118,18 @@ def load_openb_jobs(path: Path | str) -> list[TraceJob]:
     placement track is where fractions are measured); its GPU model (``gpu_spec``) and its
     CPU and memory are not kept. CPU-only pods, and pods never deleted, are left out."""
     jobs = []
-    with open_text(path) as f:
-        reader = csv.DictReader(f)
-        missing = {"num_gpu", "gpu_milli", "creation_time", "deletion_time"} - set(reader.fieldnames or ())
-        if missing:
-            raise ValueError(f"{path}: missing column(s) {', '.join(sorted(missing))}; is this an openb pod list?")
-        for line, row in enumerate(reader, start=2):
-            try:
-                num_gpu = int(row["num_gpu"] or 0)
-                if num_gpu <= 0 or not row["deletion_time"]:
-                    continue
-                created = float(row["creation_time"])
-                began = float(row.get("scheduled_time") or created)
-                duration = max(1.0, float(row["deletion_time"]) - max(began, created))
-            except ValueError as e:
-                raise ValueError(f"{path}:{line}: {e}") from None
-            jobs.append(TraceJob(line - 1, created, duration, num_gpu))
+    columns = {"num_gpu", "gpu_milli", "creation_time", "deletion_time"}
+    for line, row in _csv_rows(path, columns, "an openb pod list"):
+        try:
+            num_gpu = int(row["num_gpu"] or 0)
+            if num_gpu <= 0 or not row["deletion_time"]:
+                continue
+            created = float(row["creation_time"])
+            began = float(row.get("scheduled_time") or created)
+            duration = max(1.0, float(row["deletion_time"]) - max(began, created))
+        except ValueError as e:
+            raise ValueError(f"{path}:{line}: {e}") from None
+        jobs.append(TraceJob(line - 1, created, duration, num_gpu))
     jobs.sort(key=lambda j: (j.submit, j.job_id))
     return jobs
 

@@ -54,11 +54,12 @@ def task_env(env_file: str, step: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def write_root_only(path: str, data: bytes) -> None:
+def write_root_only(path: str, data: bytes, mode: int = 0o600) -> None:
+    """``data`` in a new file at ``path`` (replacing it at once), root's, of ``mode``."""
     tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
     try:
-        os.fchmod(fd, 0o600)
+        os.fchmod(fd, mode)
         os.write(fd, data)
     finally:
         os.close(fd)
@@ -84,14 +85,7 @@ def write_hosts(path: str, names: dict[str, str]) -> None:
             raise ValueError(f"not a worker's host name and address: {name!r} {address!r}")
         lines.append(f"{address}\t{name}\n")
     data = base + (b"" if not base or base.endswith(b"\n") else b"\n") + "".join(lines).encode()
-    tmp = f"{path}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
-        os.fchmod(fd, 0o644)
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_root_only(path, data, 0o644)
 
 
 class NodeFault(Exception):
