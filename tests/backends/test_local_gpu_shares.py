@@ -95,8 +95,12 @@ def test_each_user_gets_one_daemon_as_their_account_and_each_task_its_share(fake
     root = Path(harness.backend.gpu_shares.root)
     gate = public_dir / "gate"
     other_pipe = root / f"{pwd.getpwnam('daemon').pw_uid}-bob" / "pipe"
+    # The client from where every account's sandbox sees it (a checkout under /tmp or /root is hidden).
+    client = public_dir / CLIENT.name
+    shutil.copy(CLIENT, client)
+    client.chmod(0o755)
     # Each task reports what it got, then waits (all four run at once) until the test opens the gate.
-    script = (f"{CLIENT} {H100_MIB} $ALLOC; echo rc=$?; ls {other_pipe} > /dev/null 2>&1 || echo other-pipe-closed\n"
+    script = (f"{client} {H100_MIB} $ALLOC; echo rc=$?; ls {other_pipe} > /dev/null 2>&1 || echo other-pipe-closed\n"
               f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
 
     def launch(user: str, gpus: tuple[int, ...], milli: tuple[int, ...], alloc: int) -> object:
