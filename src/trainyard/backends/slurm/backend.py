@@ -71,15 +71,13 @@ from trainyard.backends.base import (
     read_log_file,
 )
 from trainyard.backends.cgroups import OUT_OF_MEMORY
-from trainyard.backends.containercgroup import CONTAINER_RECORD
-from trainyard.backends.containers import ContainerEngine, with_image_pull, with_oom_record
+from trainyard.backends.containers import ContainerEngine, with_image_pull
 from trainyard.backends.environment import base_environment, process_account, site_environment
 from trainyard.backends.gpushares import UNENFORCED
 from trainyard.backends.mounts import account_reader
 from trainyard.backends.sandbox import Sandbox
 from trainyard.backends.slurm import datasets, runners, sandboxing, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
-from trainyard.backends.slurm.datasetstep import FAILED as DATASETS_FAILED
 from trainyard.backends.slurm.images import NodeImages
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
 from trainyard.backends.slurm.nodes import (
@@ -92,6 +90,15 @@ from trainyard.backends.slurm.nodes import (
     node_sample,
     whole,
     with_measured_gpus,
+)
+from trainyard.backends.slurm.taskrecords import (
+    EXIT,
+    FAULT,
+    exit_status,
+    fresh,
+    pull_record,
+    read_json,
+    read_text,
 )
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.backends.taskpython import install_runtime
@@ -123,11 +130,6 @@ CANCELLED = "CANCELLED"
 VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
 CANCEL_RETRY_SECONDS = 2.0
-EXIT = "exit"
-# The runner's record of a platform fault that kept the task from starting (a port of its
-# held on its node): the task ends with no exit status, and the controller retries it.
-FAULT = "fault"
-OOM = "oom"  # the runner's count of the task's processes killed at its memory limit, if any
 JOB_ID = "job_id"
 SUBMITTING = "submitting"
 STOP = "stop.json"
@@ -294,7 +296,7 @@ class SlurmBackend(jobdirs.JobDirTree):
 
     def slurm_job_id(self, key: TaskKey) -> str | None:
         """The Slurm job running this task, if it was submitted."""
-        return _read_text(self.submission_dir(key) / JOB_ID)
+        return read_text(self.submission_dir(key) / JOB_ID)
 
     def _attempt_dir(self, key: TaskKey) -> Path:
         return self.state_dir / "jobs" / str(key.job_id) / str(key.attempt)
@@ -317,10 +319,10 @@ class SlurmBackend(jobdirs.JobDirTree):
         fresh_after = now.timestamp() - max(3 * self.sample_interval, 30.0)
         for key, gpus in running.items():
             try:
-                record = _read_json(self.task_dir(key) / METRICS)
+                record = read_json(self.task_dir(key) / METRICS)
             except (ValueError, OSError):
                 continue
-            if record is None or not _fresh(record, fresh_after):
+            if record is None or not fresh(record, fresh_after):
                 continue
             node = str(record.get("node", ""))
             for device in record.get("gpus") or ():
@@ -407,7 +409,7 @@ class SlurmBackend(jobdirs.JobDirTree):
             except ValueError as exc:
                 statuses[key] = TaskStatus(key, running=False, lost=True, message=f"invalid task key: {exc}")
                 continue
-            if (ended := _exit_status(key, task_dir)) is not None:
+            if (ended := exit_status(key, task_dir)) is not None:
                 statuses[key] = ended
                 if self._killed_by_others(key, ended) and ended.reason != OUT_OF_MEMORY:
                     killed[key] = ended  # say why, if Slurm knows
@@ -460,7 +462,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         if job_id is None:
             return
         stop_path = sub_dir / STOP
-        record = _read_json(stop_path)
+        record = read_json(stop_path)
         if record is not None and record.get("signalled"):
             return  # the whole Slurm job got its stop already (one per gang, not per task)
         if record is None:
@@ -489,7 +491,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         except ValueError as exc:
             log.warning("ignoring a suspend request for an invalid task key %r: %s", key, exc)
             return
-        if _exit_status(key, task_dir) is not None:
+        if exit_status(key, task_dir) is not None:
             return
         job_id = self._known_job_id(key)
         if job_id is None:
@@ -497,7 +499,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         text = json.dumps(request.as_json()).encode()
         for folder in self._live_task_dirs(key):
             self._publish_suspend(folder, text)
-        record = _read_json(sub_dir / SUSPEND)
+        record = read_json(sub_dir / SUSPEND)
         if request.signal is None or (record is not None and record.get("signalled")):
             return
         self._relay(key, "suspend", request.signal, job_id)
@@ -517,10 +519,10 @@ class SlurmBackend(jobdirs.JobDirTree):
     def _live_task_dirs(self, key: TaskKey) -> set[Path]:
         """The directories of the tasks of ``key``'s submission that have not ended."""
         task_dir = self.task_dir(key)
-        names = (_read_text(self.submission_dir(key) / TASKS) or "").split()  # none in jobs from before it was kept
+        names = (read_text(self.submission_dir(key) / TASKS) or "").split()  # none in jobs from before it was kept
         folders = {task_dir, *(task_dir.parent / name for name in names if _SAFE_NAME.fullmatch(name))}
         return {folder for folder in folders
-                if folder.is_dir() and _read_text(folder / EXIT) is None and not (folder / FAULT).exists()}
+                if folder.is_dir() and read_text(folder / EXIT) is None and not (folder / FAULT).exists()}
 
     def _relay(self, key: TaskKey, what: str, signal: str, job_id: str) -> None:
         """Have every running task runner of the Slurm job send ``signal`` to its task's
@@ -632,7 +634,7 @@ class SlurmBackend(jobdirs.JobDirTree):
     def _known_job_id(self, key: TaskKey) -> str | None:
         """The Slurm job id of this task's submission; recovers it by name after a crash."""
         sub_dir = self.submission_dir(key)
-        job_id = _read_text(sub_dir / JOB_ID)
+        job_id = read_text(sub_dir / JOB_ID)
         if job_id is not None or not (sub_dir / SUBMITTING).exists():
             return job_id
         found = self.commands.job_ids_named(self.slurm_job_name(key))
@@ -647,7 +649,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         task_dir = self.task_dir(key)
         if job is None:
             # Finished so long ago that slurmctld forgot it (MinJobAge), or its state was lost.
-            if (ended := _exit_status(key, task_dir)) is not None:
+            if (ended := exit_status(key, task_dir)) is not None:
                 return ended
             return TaskStatus(key, running=False, message=(
                 f"Slurm no longer knows job {job_id} and the task recorded no exit status "
@@ -663,7 +665,7 @@ class SlurmBackend(jobdirs.JobDirTree):
                 return TaskStatus(key, running=True, message=f"pending in Slurm ({job.reasons[0]})")
             return TaskStatus(key, running=True)
         # The runner writes the task's exit file just before the step ends: look again.
-        if (ended := _exit_status(key, task_dir)) is not None:
+        if (ended := exit_status(key, task_dir)) is not None:
             # Killed at its memory limit: that is the verdict, no need to wait for Slurm's.
             killed = self._killed_by_others(key, ended) and ended.reason != OUT_OF_MEMORY
             return self._explain_kill(key, ended, job) if killed else ended
@@ -730,7 +732,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         """Cancel a stopped job whose grace period is over (the timer that survives restarts)."""
         if job.final:
             return
-        record = _read_json(self.submission_dir(key) / STOP)
+        record = read_json(self.submission_dir(key) / STOP)
         if record is None or time.time() < float(record.get("deadline", 0)):
             return
         now = time.monotonic()
@@ -743,64 +745,9 @@ class SlurmBackend(jobdirs.JobDirTree):
 
 def _install(path: Path, text: str) -> Path:
     """Write a runner script unless it already holds exactly this text."""
-    if _read_text(path, strip=False) != text:
+    if read_text(path, strip=False) != text:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
         tmp.chmod(0o755)
         os.replace(tmp, path)
     return path
-
-
-def _read_text(path: Path, *, strip: bool = True) -> str | None:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return None
-    return text.strip() if strip else text
-
-
-def pull_record(task_dir: Path) -> dict[str, Any] | None:
-    """The task runner's ``image.json``, with a failed pull's last line of output (its
-    ``pull.out``) as ``said``, as the local backend records it (``containers.with_image_pull``)."""
-    record = _read_json(task_dir / "image.json")
-    if record is not None and not record.get("ok") and "said" not in record:
-        lines = [line.strip() for line in (_read_text(task_dir / "pull.out") or "").splitlines() if line.strip()]
-        record["said"] = lines[-1][-500:] if lines else ""
-    return record
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    text = _read_text(path)
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
-    """The exit status the task runner (or srun, standing in) recorded, if any; reason
-    OUT_OF_MEMORY when the task failed after the kernel killed a process of its step at
-    its memory limit (the runner's ``oom`` file), or of its container (``container.json``).
-    A platform fault the runner recorded instead (``fault``: it did not start the task)
-    comes first: no exit status, and the fault as the reason (LOST, retried as a new attempt)."""
-    if (fault := _read_text(task_dir / FAULT)) is not None:
-        return TaskStatus(key, running=False, message=" ".join(fault.split())[:500] or "a platform fault on its node")
-    text = _read_text(task_dir / EXIT)
-    if text is None or not text.isdigit():
-        return None
-    code = int(text)
-    kills = _read_text(task_dir / OOM) or "0"
-    reason = OUT_OF_MEMORY if code != 0 and kills.isdigit() and int(kills) > 0 else ""
-    status = TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None,
-                        reason=reason, message=(_read_text(task_dir / DATASETS_FAILED) or "") if code == 127 else "")
-    # A container's kills are counted in its own cgroup, outside the step's (the runner's
-    # container-cgroup.py records them).
-    return with_oom_record(status, _read_json(task_dir / CONTAINER_RECORD))
-
-
-def _fresh(record: Mapping[str, Any], after: float) -> bool:
-    at = figure(record, "at")
-    return at is not None and at >= after
