@@ -63,6 +63,7 @@ def test_the_environments_storages_and_images_pages(server: Server, browser_page
     page.locator("#job-state[data-state='SUCCEEDED']").wait_for()
 
     page.get_by_role("navigation").get_by_role("link", name="Images").click()
+    page.wait_for_url(server.url + "/images")  # the click waits for the navigation to start, not to load
     assert page.get_by_role("heading", name="Pull an image").count() == 1
     shot(page, "images")
 
