@@ -15,13 +15,14 @@ import sys
 import termios
 
 import pytest
+from deadlines import scaled
 
 from e2e.server import Server, wait_until
 from trainyard.cli.top import CLEAR_BELOW, ENTER_SCREEN, HOME, LEAVE_SCREEN
 
 pytestmark = pytest.mark.e2e
 
-READ_TIMEOUT = 30.0
+READ_TIMEOUT = scaled(30)
 SLEEPER = b"name: sleeper\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['sleep 600']\n"
 
 
@@ -48,8 +49,10 @@ def _live_top(server: Server, end: str) -> bytes:
             os.write(controller, b"q")
         else:
             child.send_signal(signal.SIGINT)
-        assert child.wait(timeout=READ_TIMEOUT) == 0, child.stderr.read()
+        # Read to the end before waiting for the exit: a terminal nobody reads fills, and the
+        # program's last frames and LEAVE_SCREEN would block it (CI saw the wait time out).
         read_until(lambda b: b.endswith(LEAVE_SCREEN.encode()))
+        assert child.wait(timeout=READ_TIMEOUT) == 0, child.stderr.read()
         assert termios.tcgetattr(terminal) == mode
     finally:
         if child.poll() is None:
