@@ -150,9 +150,9 @@ def acquire(plan: dict[str, Any], holder_pid: int) -> list[str]:
     running, set its limits to the user's holding; notes for the task's status (empty: fine)."""
     try:
         prepare(plan)
-        with _Locked(plan):
-            holders = _holders(plan)
-            record = {"pid": holder_pid, "start": _start_time(holder_pid), "devices": plan["devices"],
+        with Locked(plan):
+            holders = live_holders(plan)
+            record = {"pid": holder_pid, "start": start_time(holder_pid), "devices": plan["devices"],
                       "threads": plan.get("threads")}
             _write_holder(plan, record)
             holders[plan["holder"]] = record
@@ -167,24 +167,29 @@ def release(plan: dict[str, Any]) -> list[str]:
     """The task no longer holds the daemon: ``quit`` it after the user's last task, else
     lower its limits to what the user still holds."""
     try:
-        with _Locked(plan):
+        with Locked(plan):
             _remove_holder(plan, plan["holder"])
-            holders = _holders(plan)
+            holders = live_holders(plan)
             if not holders:
-                # Told whatever the pid file (the user's) says: one that names no live process
-                # must not keep the daemon for ever. Where none answers, there was none to quit.
-                alive = _daemon_alive(plan)
-                try:
-                    _control(plan, [], "quit\n")
-                except (OSError, subprocess.SubprocessError):
-                    if not _end_strays(plan) and alive:
-                        raise
-                    return []
-                _end_strays(plan)
+                end(plan)
                 return []
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return [f"the MPS daemon of {plan['key']} could not be told of the task's end ({exc})"]
+
+
+def end(plan: dict[str, Any]) -> None:
+    """``quit`` the user's daemon and end what is left of it (the caller holds the lock and
+    found no holder). Told whatever the pid file (the user's) says: one that names no live
+    process must not keep the daemon for ever. Where none answers, there was none to quit."""
+    alive = _daemon_alive(plan)
+    try:
+        _control(plan, [], "quit\n")
+    except (OSError, subprocess.SubprocessError):
+        if not _end_strays(plan) and alive:
+            raise
+        return
+    _end_strays(plan)
 
 
 def _apply_limits(plan: dict[str, Any], holders: dict[str, dict[str, Any]]) -> list[str]:
@@ -211,6 +216,8 @@ def _control(plan: dict[str, Any], args: list[str], commands: str) -> str:
     nothing else of ours in its environment; its output. Raises OSError when it fails."""
     env = {"PATH": _DAEMON_PATH, PIPE_VARIABLE: pipe_dir(plan),
            LOG_VARIABLE: log_dir(plan), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if plan.get("visible"):  # a daemon of one device (Slurm's: ``slurm/mpsstep``), by its UUID
+        env["CUDA_VISIBLE_DEVICES"] = str(plan["visible"])
     as_user: dict[str, Any] = {}
     if plan["uid"] != os.geteuid():
         as_user = {"user": plan["uid"], "group": plan["gid"], "extra_groups": list(plan.get("groups") or [])}
@@ -309,7 +316,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _start_time(pid: int) -> int:
+def start_time(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return int(f.read().rsplit(b")", 1)[1].split()[19])
@@ -317,12 +324,12 @@ def _start_time(pid: int) -> int:
         return 0
 
 
-class _Locked:
+class Locked:
     def __init__(self, plan: dict[str, Any]) -> None:
         self.path = os.path.join(user_dir(plan), "lock")
         self.fd = -1
 
-    def __enter__(self) -> _Locked:
+    def __enter__(self) -> Locked:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
@@ -331,7 +338,7 @@ class _Locked:
         os.close(self.fd)  # and the lock with it
 
 
-def _holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def live_holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The tasks that hold the daemon; a holder whose waiter is gone (killed before it could
     release) is dropped here, so that a lost task does not keep the daemon for ever."""
     folder = os.path.join(user_dir(plan), "holders")
@@ -342,7 +349,7 @@ def _holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 record = json.loads(f.read())
         except (OSError, ValueError):
             continue
-        if _start_time(int(record.get("pid", 0))) == record.get("start") and record.get("start"):
+        if start_time(int(record.get("pid", 0))) == record.get("start") and record.get("start"):
             found[name] = record
         else:
             _remove_holder(plan, name)

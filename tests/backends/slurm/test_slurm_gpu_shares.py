@@ -1,0 +1,146 @@
+"""Enforced GPU shares on Slurm (issue 36): one MPS daemon per user per device on each node,
+started and quit by the task runner as root (``slurm/mpsstep``), on the dev cluster against
+the MPS stand-in (``tests/standins/mps.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from e2e.server import wait_until
+from standins.mps import CLIENT, CONTROL, SMI, records
+
+from slurm.conftest import World, make_world, per_user
+from trainyard.backends import mps
+from trainyard.backends.base import TaskKey, TaskLaunch
+from trainyard.backends.slurm import mpsstep, shares
+from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.services.jobs import backend_warnings
+from trainyard.spec.models import JobSpec
+
+H100_MIB = 81559  # the stand-in nvidia-smi's
+QUARTER_MIB = H100_MIB * 250 // 1000
+
+
+@pytest.fixture
+def shares_world(slurm: SlurmCommands, tmp_path: Path, outside_tmp: Path) -> Iterator[World]:
+    """``accounts_world`` whose nodes have the MPS stand-in (in a folder every account reaches),
+    its daemons' folders under ``outside_tmp/mps``, compute shares on."""
+    stand_in = outside_tmp / "mps-bin"
+    stand_in.mkdir(mode=0o755)
+    for program in (CONTROL, SMI, CLIENT):
+        shutil.copy(program, stand_in / program.name)
+        (stand_in / program.name).chmod(0o755)
+    yield from make_world(slurm, tmp_path, gpu_shares=("auto", True), mps_control=str(stand_in / CONTROL.name),
+                          mps_root=outside_tmp / "mps", **per_user())
+
+
+def _launch(world: World, job_id: int, user: str, milli: int, script: str, alloc: int = 0) -> TaskKey:
+    key = TaskKey(job_id, 0, "main", 0)
+    other = "bob" if user == "alice" else "alice"
+    other_pipe = Path(world.backend.mps_root) / "n1" / "gpu0" / f"{pwd.getpwnam(f'ty-{other}').pw_uid}-{other}" / "pipe"
+    world.backend.launch(TaskLaunch(key, "n1", script, {"ALLOC": str(alloc), "OTHER": str(other_pipe)}, cpu_milli=1000,
+                                    memory_mb=64, gpus=(0,), gpu_milli=(milli,), user=user))
+    return key
+
+
+def _log(world: World, key: TaskKey) -> str:
+    return world.backend.read_log(key).data.decode(errors="replace")
+
+
+def _ended(world: World, key: TaskKey):
+    return wait_until(lambda: (s := world.backend.observe([key])[key]).running is False and s, timeout=40,
+                      what=f"task {key} to end")
+
+
+def test_where_slurm_cannot_hold_a_share_the_start_and_every_fractional_job_say_so() -> None:
+    off, bare, on = shares.share_note("off", True), shares.share_note("auto", False), shares.share_note("auto", True)
+    assert "gpu_share_enforcement: off" in off and "without per-user task accounts" in bare and on == ""
+    job = JobSpec.model_validate({"name": "j", "taskRoles": {"main": {
+        "resourcePerInstance": {"gpu": 0.5}, "commands": ["true"]}}})
+    assert backend_warnings(job, "slurm", bare) == [bare] and backend_warnings(job, "slurm", on) == []
+    in_image = JobSpec.model_validate({"name": "j", "taskRoles": {"main": {
+        "resourcePerInstance": {"gpu": 0.5}, "commands": ["true"], "image": "ubuntu:22.04"}}})
+    assert "not enforced in a container" in backend_warnings(in_image, "slurm", on)[0]
+    assert "enforced by NVIDIA MPS" in shares.summary(on, "/run/trainyard-mps/x", True)
+    assert shares.summary(bare, "/run/trainyard-mps/x", True) == bare
+
+
+def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its_share(shares_world) -> None:
+    world = shares_world
+    public = Path(world.backend.mps_root).parent
+    device = Path(world.backend.mps_root) / "n1" / "gpu0"
+    gate = public / "gate"
+    client = public / "mps-bin" / CLIENT.name
+    # Each task reports what it got, then waits (all three run at once) until the test opens the gate.
+    script = (f"{client} {H100_MIB} $ALLOC; echo rc=$?\n"
+              "[ -e $OTHER ] && echo reached-other-pipe\n"
+              f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
+    for user in ("alice", "bob"):
+        world.backend.accounts.account_for(user)  # their accounts now: each task names the other's pipe
+    quarter = _launch(world, 1, "alice", 250, script, QUARTER_MIB + 1)  # one MiB past its share: CUDA's OOM
+    half = _launch(world, 2, "alice", 500, script, QUARTER_MIB + 1)  # within its share, on the same device
+    bob = _launch(world, 3, "bob", 250, script, 100)
+    try:
+        for key in (quarter, half, bob):
+            wait_until(lambda key=key: "rc=" in _log(world, key), timeout=40, what=f"task {key} to report")
+    finally:
+        gate.touch()
+    for key in (quarter, half, bob):
+        assert _ended(world, key).exit_code == 0, _log(world, key)
+
+    uid = {user: pwd.getpwnam(f"ty-{user}").pw_uid for user in ("alice", "bob")}
+    for key, user, mib, threads in ((quarter, "alice", QUARTER_MIB, "25"), (half, "alice", H100_MIB // 2, "50"),
+                                    (bob, "bob", QUARTER_MIB, "25")):
+        got = json.loads(next(line for line in _log(world, key).splitlines() if line.startswith("{")))
+        # Its own limit, its device by UUID; a client of its owner's daemon of that device alone.
+        assert (got["memory"], got["threads"], got["visible"]) == (f"GPU-fake-0000={mib}M", threads, "GPU-fake-0000")
+        assert got["pipe"] == str(device / f"{uid[user]}-{user}" / "pipe") and got["uid"] == uid[user]
+        assert got["daemon"] == {"owner": uid[user], "control": True}  # bound into its sandbox
+    assert "CUDA error: out of memory" in _log(world, quarter) and "rc=2" in _log(world, quarter)
+    assert "allocated" in _log(world, half) and "rc=0" in _log(world, half)
+    assert "rc=0" in _log(world, bob)
+    for key in (quarter, half, bob):  # its sandbox shows its own pipe directory, no other
+        assert "reached-other-pipe" not in _log(world, key)
+
+    told = records(device)
+    starts = [r for r in told if r["event"] == "start"]
+    assert sorted(r["uid"] for r in starts) == sorted(uid.values())  # once per user, as that user
+    for daemon in (r for r in told if r["event"] == "daemon"):
+        assert daemon["environ"]["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0000"  # its one device
+        assert "job_" not in daemon["cgroups"], daemon["cgroups"]  # outside the step that started it
+    alice = [c for r in told if r["uid"] == uid["alice"] and r["event"] == "commands" for c in r["commands"]]
+    # The daemon holds alice to what she holds on the device in all, while both her shares run.
+    assert f"set_default_device_pinned_mem_limit 0 {QUARTER_MIB + H100_MIB // 2}M" in alice
+    assert "set_default_active_thread_percentage 75" in alice
+    # Quit after each user's last task there: once, reaching a live daemon; then no daemon, no keeper.
+    for user in ("alice", "bob"):
+        quits = [r for r in told if r["uid"] == uid[user] and r["event"] == "commands" and "quit" in r["commands"]]
+        assert [r["daemon"] is not None for r in quits] == [True], quits
+        folder = device / f"{uid[user]}-{user}"
+        assert not (folder / "pipe" / mps.PID_FILE).exists()
+        wait_until(lambda folder=folder: not (folder / mpsstep.KEEPER).exists(), timeout=20,
+                   what=f"{user}'s keeper to end")
+
+
+def test_a_killed_step_does_not_leave_its_owners_daemon_running(shares_world) -> None:
+    """The task runner SIGKILLed (the step's cleanup, the OOM killer): nobody releases the
+    daemon; its keeper, outside the step, quits it once no live task holds it."""
+    world = shares_world
+    device = Path(world.backend.mps_root) / "n1" / "gpu0"
+    key = _launch(world, 4, "alice", 250, "echo up; sleep 600\n")
+    wait_until(lambda: "up" in _log(world, key), timeout=40, what="the task to start")
+    folder = device / f"{pwd.getpwnam('ty-alice').pw_uid}-alice"
+    daemon = int((folder / "pipe" / mps.PID_FILE).read_text())
+    [holder] = [json.loads(path.read_text()) for path in (folder / "holders").iterdir()]
+    os.kill(holder["pid"], signal.SIGKILL)  # the runner: it never gets to release the daemon
+    wait_until(lambda: not mps._running(daemon), timeout=30, what="the daemon of the killed step to end")
+    quits = [r for r in records(device) if r["event"] == "commands" and "quit" in r["commands"]]
+    assert [r["daemon"] for r in quits] == [daemon], quits
+    wait_until(lambda: not (folder / mpsstep.KEEPER).exists(), timeout=20, what="the keeper to end")
