@@ -52,7 +52,12 @@ per client process; a fault in one client can affect the other clients of the sa
 on the device, time-sliced by the driver (the device must be in the Default compute mode
 for two users' servers to share it; in Exclusive-process mode the second waits).
 
-Stdlib only (the local backend's supervisor runs it from its private copy, ``launcher``).
+On Slurm (``slurm/mpsstep``) the same daemon is one per user *per device*: the plan's
+``visible`` (the device's UUID) becomes the daemon's ``CUDA_VISIBLE_DEVICES``, its root is
+``<root>/<node>/gpu<N>``, and the task runner acquires and releases it as root on the node.
+
+Stdlib only (the local backend's supervisor runs it from its private copy, ``launcher``;
+Slurm's node step from the copy beside it in ``<state_dir>/bin``).
 """
 
 from __future__ import annotations

@@ -73,6 +73,10 @@ def test_where_slurm_cannot_hold_a_share_the_start_and_every_fractional_job_say_
 
 
 def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its_share(shares_world) -> None:
+    """Two users' shared tasks on one device of a node: a daemon each, as their account, of
+    that device alone, outside the steps; the task past its share fails alone. Alice's ends
+    are released (her daemon quit after her last); Bob's task runner is SIGKILLed (a step's
+    cleanup, the OOM killer), so nobody releases his daemon: its keeper quits it."""
     world = shares_world
     public = Path(world.backend.mps_root).parent
     device = Path(world.backend.mps_root) / "n1" / "gpu0"
@@ -82,20 +86,20 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
     script = (f"{client} {H100_MIB} $ALLOC; echo rc=$?\n"
               "[ -e $OTHER ] && echo reached-other-pipe\n"
               f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
-    for user in ("alice", "bob"):
-        world.backend.accounts.account_for(user)  # their accounts now: each task names the other's pipe
+    # Their accounts now: each task names the other user's pipe.
+    uid = {user: world.backend.accounts.account_for(user).uid for user in ("alice", "bob")}
     quarter = _launch(world, 1, "alice", 250, script, QUARTER_MIB + 1)  # one MiB past its share: CUDA's OOM
     half = _launch(world, 2, "alice", 500, script, QUARTER_MIB + 1)  # within its share, on the same device
-    bob = _launch(world, 3, "bob", 250, script, 100)
+    bob = _launch(world, 3, "bob", 250, script + "echo holding; sleep 600\n", 100)
     try:
         for key in (quarter, half, bob):
             wait_until(lambda key=key: "rc=" in _log(world, key), timeout=40, what=f"task {key} to report")
     finally:
         gate.touch()
-    for key in (quarter, half, bob):
+    for key in (quarter, half):
         assert _ended(world, key).exit_code == 0, _log(world, key)
+    wait_until(lambda: "holding" in _log(world, bob), timeout=20, what="bob's task to hold on")
 
-    uid = {user: pwd.getpwnam(f"ty-{user}").pw_uid for user in ("alice", "bob")}
     for key, user, mib, threads in ((quarter, "alice", QUARTER_MIB, "25"), (half, "alice", H100_MIB // 2, "50"),
                                     (bob, "bob", QUARTER_MIB, "25")):
         got = json.loads(next(line for line in _log(world, key).splitlines() if line.startswith("{")))
@@ -103,11 +107,16 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
         assert (got["memory"], got["threads"], got["visible"]) == (f"GPU-fake-0000={mib}M", threads, "GPU-fake-0000")
         assert got["pipe"] == str(device / f"{uid[user]}-{user}" / "pipe") and got["uid"] == uid[user]
         assert got["daemon"] == {"owner": uid[user], "control": True}  # bound into its sandbox
+        assert "reached-other-pipe" not in _log(world, key)  # its sandbox shows its own pipe directory, no other
     assert "CUDA error: out of memory" in _log(world, quarter) and "rc=2" in _log(world, quarter)
     assert "allocated" in _log(world, half) and "rc=0" in _log(world, half)
     assert "rc=0" in _log(world, bob)
-    for key in (quarter, half, bob):  # its sandbox shows its own pipe directory, no other
-        assert "reached-other-pipe" not in _log(world, key)
+
+    folders = {user: device / f"{uid[user]}-{user}" for user in uid}
+    bobs = int((folders["bob"] / "pipe" / mps.PID_FILE).read_text())
+    [holder] = [json.loads(path.read_text()) for path in (folders["bob"] / "holders").iterdir()]
+    os.kill(holder["pid"], signal.SIGKILL)  # bob's task runner: it never gets to release his daemon
+    wait_until(lambda: not mps._running(bobs), timeout=30, what="the daemon of the killed step to end")
 
     told = records(device)
     starts = [r for r in told if r["event"] == "start"]
@@ -119,28 +128,11 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
     # The daemon holds alice to what she holds on the device in all, while both her shares run.
     assert f"set_default_device_pinned_mem_limit 0 {QUARTER_MIB + H100_MIB // 2}M" in alice
     assert "set_default_active_thread_percentage 75" in alice
-    # Quit after each user's last task there: once, reaching a live daemon; then no daemon, no keeper.
-    for user in ("alice", "bob"):
+    # Quit after each user's last task there (bob's by his keeper): once, reaching a live
+    # daemon; then no daemon, no keeper.
+    for user, folder in folders.items():
         quits = [r for r in told if r["uid"] == uid[user] and r["event"] == "commands" and "quit" in r["commands"]]
         assert [r["daemon"] is not None for r in quits] == [True], quits
-        folder = device / f"{uid[user]}-{user}"
         assert not (folder / "pipe" / mps.PID_FILE).exists()
         wait_until(lambda folder=folder: not (folder / mpsstep.KEEPER).exists(), timeout=20,
                    what=f"{user}'s keeper to end")
-
-
-def test_a_killed_step_does_not_leave_its_owners_daemon_running(shares_world) -> None:
-    """The task runner SIGKILLed (the step's cleanup, the OOM killer): nobody releases the
-    daemon; its keeper, outside the step, quits it once no live task holds it."""
-    world = shares_world
-    device = Path(world.backend.mps_root) / "n1" / "gpu0"
-    key = _launch(world, 4, "alice", 250, "echo up; sleep 600\n")
-    wait_until(lambda: "up" in _log(world, key), timeout=40, what="the task to start")
-    folder = device / f"{pwd.getpwnam('ty-alice').pw_uid}-alice"
-    daemon = int((folder / "pipe" / mps.PID_FILE).read_text())
-    [holder] = [json.loads(path.read_text()) for path in (folder / "holders").iterdir()]
-    os.kill(holder["pid"], signal.SIGKILL)  # the runner: it never gets to release the daemon
-    wait_until(lambda: not mps._running(daemon), timeout=30, what="the daemon of the killed step to end")
-    quits = [r for r in records(device) if r["event"] == "commands" and "quit" in r["commands"]]
-    assert [r["daemon"] for r in quits] == [daemon], quits
-    wait_until(lambda: not (folder / mpsstep.KEEPER).exists(), timeout=20, what="the keeper to end")
