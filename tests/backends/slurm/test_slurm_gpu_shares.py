@@ -21,6 +21,7 @@ from trainyard.backends import mps
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.slurm import mpsstep, shares
 from trainyard.backends.slurm.commands import SlurmCommands
+from trainyard.backends.slurm.taskrecords import exit_status
 from trainyard.services.jobs import backend_warnings
 from trainyard.spec.models import JobSpec
 
@@ -136,3 +137,32 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
         assert not (folder / "pipe" / mps.PID_FILE).exists()
         wait_until(lambda folder=folder: not (folder / mpsstep.KEEPER).exists(), timeout=20,
                    what=f"{user}'s keeper to end")
+
+
+def test_a_node_that_cannot_hold_a_share_says_why_and_the_task_runs_unenforced(tmp_path, monkeypatch) -> None:
+    """The node step's own refusals (no MPS there, a step given another device than the
+    plan's), in this process: its pipe directory is still made for the sandbox to bind, no
+    client variables are handed on, and the task's status says why."""
+    task_dir = tmp_path / "main-0-0"
+    task_dir.mkdir()
+    base = tmp_path / "mps"
+    plan = {"node": "n1", "gpu": 0, "milli": 250, "base": str(base), "root": str(base / "n1" / "gpu0"),
+            "control": str(tmp_path / "absent" / CONTROL.name), "key": f"{os.geteuid()}-alice", "uid": os.geteuid(),
+            "gid": os.getegid(), "groups": [], "holder": "1-0-main-0-0", "threads": None}
+    (task_dir / mpsstep.PLAN).write_text(json.dumps(plan))
+    monkeypatch.syspath_prepend(str(Path(mps.__file__).parent))  # the node's copy of mps.py, beside the step
+    monkeypatch.setenv("SLURMD_NODENAME", "n1")
+    for step_gpus, why in (("0", "nvidia-cuda-mps-control is not installed on this node"),
+                           ("1", "its step holds GPU 1, not GPU 0 that its share is of")):
+        monkeypatch.setenv("SLURM_STEP_GPUS", step_gpus)
+        assert mpsstep.acquire(str(task_dir), os.getpid()) == 0
+        assert (task_dir / mpsstep.NOTE).read_text().strip().endswith(why)
+        assert not (task_dir / mpsstep.ENV).exists() and (base / "n1" / "gpu0" / plan["key"] / "pipe").is_dir()
+    assert mpsstep.release(str(task_dir), os.getpid()) == 0  # nothing was held
+    (task_dir / "exit").write_text("0\n")
+    status = exit_status(TaskKey(1, 0, "main", 0), task_dir)
+    assert status is not None and status.exit_code == 0 and mps.NOT_ENFORCED in status.message
+    # A plan for another node is refused outright (the runner says so; the task runs unenforced).
+    monkeypatch.setenv("SLURMD_NODENAME", "n2")
+    with pytest.raises(ValueError, match="is for node n1, and this is node n2"):
+        mpsstep.acquire(str(task_dir), os.getpid())
