@@ -27,6 +27,7 @@ from trainyard.spec.models import JobSpec
 
 H100_MIB = 81559  # the stand-in nvidia-smi's
 QUARTER_MIB = H100_MIB * 250 // 1000
+GPU, UUID = 3, "GPU-fake-0003"  # n1's last device: the scheduler's own tests fill the first ones
 
 
 @pytest.fixture
@@ -45,9 +46,10 @@ def shares_world(slurm: SlurmCommands, tmp_path: Path, outside_tmp: Path) -> Ite
 def _launch(world: World, job_id: int, user: str, milli: int, script: str, alloc: int = 0) -> TaskKey:
     key = TaskKey(job_id, 0, "main", 0)
     other = "bob" if user == "alice" else "alice"
-    other_pipe = Path(world.backend.mps_root) / "n1" / "gpu0" / f"{pwd.getpwnam(f'ty-{other}').pw_uid}-{other}" / "pipe"
+    device = Path(world.backend.mps_root) / "n1" / f"gpu{GPU}"
+    other_pipe = device / f"{pwd.getpwnam(f'ty-{other}').pw_uid}-{other}" / "pipe"
     world.backend.launch(TaskLaunch(key, "n1", script, {"ALLOC": str(alloc), "OTHER": str(other_pipe)}, cpu_milli=1000,
-                                    memory_mb=64, gpus=(0,), gpu_milli=(milli,), user=user))
+                                    memory_mb=64, gpus=(GPU,), gpu_milli=(milli,), user=user))
     return key
 
 
@@ -80,7 +82,7 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
     cleanup, the OOM killer), so nobody releases his daemon: its keeper quits it."""
     world = shares_world
     public = Path(world.backend.mps_root).parent
-    device = Path(world.backend.mps_root) / "n1" / "gpu0"
+    device = Path(world.backend.mps_root) / "n1" / f"gpu{GPU}"
     gate = public / "gate"
     client = public / "mps-bin" / CLIENT.name
     # Each task reports what it got, then waits (all three run at once) until the test opens the gate.
@@ -105,7 +107,7 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
                                     (bob, "bob", QUARTER_MIB, "25")):
         got = json.loads(next(line for line in _log(world, key).splitlines() if line.startswith("{")))
         # Its own limit, its device by UUID; a client of its owner's daemon of that device alone.
-        assert (got["memory"], got["threads"], got["visible"]) == (f"GPU-fake-0000={mib}M", threads, "GPU-fake-0000")
+        assert (got["memory"], got["threads"], got["visible"]) == (f"{UUID}={mib}M", threads, UUID)
         assert got["pipe"] == str(device / f"{uid[user]}-{user}" / "pipe") and got["uid"] == uid[user]
         assert got["daemon"] == {"owner": uid[user], "control": True}  # bound into its sandbox
         assert "reached-other-pipe" not in _log(world, key)  # its sandbox shows its own pipe directory, no other
@@ -123,7 +125,7 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
     starts = [r for r in told if r["event"] == "start"]
     assert sorted(r["uid"] for r in starts) == sorted(uid.values())  # once per user, as that user
     for daemon in (r for r in told if r["event"] == "daemon"):
-        assert daemon["environ"]["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0000"  # its one device
+        assert daemon["environ"]["CUDA_VISIBLE_DEVICES"] == UUID  # its one device
         assert "job_" not in daemon["cgroups"], daemon["cgroups"]  # outside the step that started it
     alice = [c for r in told if r["uid"] == uid["alice"] and r["event"] == "commands" for c in r["commands"]]
     # The daemon holds alice to what she holds on the device in all, while both her shares run.
