@@ -138,12 +138,14 @@ def acquire(task_dir: str, runner: int) -> int:
         return _note(task_dir, plan, [f"{mps.NOT_ENFORCED} on this node: {exc}"])
     moved = escape_cgroups()  # before the daemon and its keeper start: they must outlive the step
     notes = mps.acquire(share, runner)
+    # Whatever acquire held (a daemon that started, then failed its limits, too): released after
+    # the task, and watched by the keeper should the task's runner not live to release it.
+    _write(os.path.join(task_dir, NODE_PLAN), json.dumps(share).encode())
+    keep_started(share)
     if notes:
         return _note(task_dir, plan, notes)
-    _write(os.path.join(task_dir, NODE_PLAN), json.dumps(share).encode())
     env = {**mps.client_env(share), "CUDA_VISIBLE_DEVICES": share["visible"]}
     _write(os.path.join(task_dir, ENV), b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items()))
-    keep_started(share)
     if moved:
         _say(f"trainyard: the MPS daemon runs inside the task's step ({moved}): it ends with the step")
     return 0
