@@ -26,6 +26,7 @@ GPU context either)::
         lock                 0600 root   flock: one acquire/release at a time
         holders/             0700 root   one file per task that holds the daemon (its waiter's pid)
         pipe/                0700 uid    CUDA_MPS_PIPE_DIRECTORY: the daemon's pipes and sockets
+                                         (emptied by root before a daemon starts, after it ends)
         log/                 0700 uid    CUDA_MPS_LOG_DIRECTORY: its control.log and server.log
 
 (A unix socket's path holds at most 107 bytes: keep the root short.)
@@ -62,6 +63,7 @@ Slurm's node step from the copy beside it in ``<state_dir>/bin``).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -162,6 +164,7 @@ def acquire(plan: dict[str, Any], holder_pid: int) -> list[str]:
             _write_holder(plan, record)
             holders[plan["holder"]] = record
             if not _daemon_alive(plan):
+                clear_pipe_dir(plan)  # a new daemon meets nothing a task left there
                 _control(plan, ["-d"], "")
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -186,15 +189,80 @@ def release(plan: dict[str, Any]) -> list[str]:
 def end(plan: dict[str, Any]) -> None:
     """``quit`` the user's daemon and end what is left of it (the caller holds the lock and
     found no holder). Told whatever the pid file (the user's) says: one that names no live
-    process must not keep the daemon for ever. Where none answers, there was none to quit."""
-    alive = _daemon_alive(plan)
+    process must not keep the daemon for ever. Where none answers, there was none to quit.
+    Then nothing the user's tasks left in the pipe directory outlives it (``clear_pipe_dir``)."""
     try:
-        _control(plan, [], "quit\n")
-    except (OSError, subprocess.SubprocessError):
-        if not _end_strays(plan) and alive:
-            raise
+        alive = _daemon_alive(plan)
+        try:
+            _control(plan, [], "quit\n")
+        except (OSError, subprocess.SubprocessError):
+            if not _end_strays(plan) and alive:
+                raise
+            return
+        _end_strays(plan)
+    finally:
+        clear_pipe_dir(plan)
+
+
+def clear_pipe_dir(plan: dict[str, Any]) -> None:
+    """Empty the user's pipe directory, before a daemon starts and after it ends.
+
+    Their tasks write there (it is bound writable into their sandboxes) and it stays on the
+    node between them: what they leave would hold the node's tmpfs (``/run``, every user's
+    daemons' and the system's) after the step whose memory it was counted in, and the daemon,
+    the user's account *outside* the sandbox, would write through a link planted there (its
+    pid file, its sockets) to a file the sandbox hides. Root removes each entry through its
+    folder's descriptor, never following a link; a folder's entries move up to the top one
+    under a fresh name (depth costs no descriptors, a loop of links no recursion). A task of
+    the user's that writes there meanwhile (another holder) only makes it take longer: it
+    stops after ``COMMAND_TIMEOUT_SECONDS`` (OSError)."""
+    try:
+        top = os.open(pipe_dir(plan), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
         return
-    _end_strays(plan)
+    deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
+    moved = 0
+    try:
+        while names := os.listdir(top):
+            for name in names:
+                if time.monotonic() > deadline:
+                    raise OSError(f"{pipe_dir(plan)} is still not empty after {COMMAND_TIMEOUT_SECONDS:g} s")
+                if _remove_entry(top, name):
+                    continue
+                try:
+                    folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+                except OSError:
+                    continue  # gone, or no longer a folder: the next pass removes it
+                try:
+                    for inner in os.listdir(folder):
+                        moved += 1
+                        try:
+                            os.rename(inner, f".gone-{moved}", src_dir_fd=folder, dst_dir_fd=top)
+                        except OSError:
+                            pass  # its name is taken up there (the next pass tries another) or it went
+                finally:
+                    os.close(folder)
+    finally:
+        os.close(top)
+
+
+def _remove_entry(folder: int, name: str) -> bool:
+    """Unlink ``name`` (a link itself, never what it names) or remove it as an empty folder;
+    False for a folder with entries."""
+    try:
+        os.unlink(name, dir_fd=folder)
+    except IsADirectoryError:
+        try:
+            os.rmdir(name, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY:
+                raise
+            return False
+    except FileNotFoundError:
+        pass
+    return True
 
 
 def _apply_limits(plan: dict[str, Any], holders: dict[str, dict[str, Any]]) -> list[str]:

@@ -86,7 +86,7 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
     gate = public / "gate"
     client = public / "mps-bin" / CLIENT.name
     # Each task reports what it got, then waits (all three run at once) until the test opens the gate.
-    script = (f"{client} {H100_MIB} $ALLOC; echo rc=$?\n"
+    script = (f"{client} {H100_MIB} $ALLOC; echo rc=$?; echo left > $CUDA_MPS_PIPE_DIRECTORY/left\n"
               "[ -e $OTHER ] && echo reached-other-pipe\n"
               f"while [ ! -e {gate} ]; do sleep 0.05; done\n")
     # Their accounts now: each task names the other user's pipe.
@@ -136,9 +136,9 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
     for user, folder in folders.items():
         quits = [r for r in told if r["uid"] == uid[user] and r["event"] == "commands" and "quit" in r["commands"]]
         assert [r["daemon"] is not None for r in quits] == [True], quits
-        assert not (folder / "pipe" / mps.PID_FILE).exists()
         wait_until(lambda folder=folder: not (folder / mpsstep.KEEPER).exists(), timeout=20,
                    what=f"{user}'s keeper to end")
+        assert list((folder / "pipe").iterdir()) == []  # nothing their tasks left there stays on the node
 
 
 def test_a_node_that_cannot_hold_a_share_says_why_and_the_task_runs_unenforced(tmp_path, monkeypatch) -> None:
@@ -168,3 +168,45 @@ def test_a_node_that_cannot_hold_a_share_says_why_and_the_task_runs_unenforced(t
     monkeypatch.setenv("SLURMD_NODENAME", "n2")
     with pytest.raises(ValueError, match="is for node n1, and this is node n2"):
         mpsstep.acquire(str(task_dir), os.getpid())
+
+
+def test_what_a_task_leaves_in_its_pipe_directory_never_meets_the_next_daemon_nor_outlives_the_last(tmp_path) -> None:
+    """The pipe directory is the user's, bound writable into their shared tasks, and kept on
+    the node's ``/run`` between them; the daemon, their account *outside* the sandbox, works
+    in it. A link a task planted there (after quitting its own daemon, which it may) must not
+    send the next daemon's writes to a file the sandbox hides from the user; and what a task
+    left there (as much as its step's memory, in a tmpfs every user's daemons and the node's
+    services share) is gone once the user's last task there has ended. In this process: the
+    node step's ``backends/mps`` with a plan as ``mps-step.py`` makes it, the stand-in daemon."""
+    hidden = tmp_path / "hidden"  # what the sandbox hides and the account may write
+    hidden.write_text("precious\n")
+    root = tmp_path / "mps" / "n1" / "gpu0"
+    plan = {"root": str(root), "control": str(CONTROL), "key": f"{os.geteuid()}-alice", "uid": os.geteuid(),
+            "gid": os.getegid(), "groups": [], "holder": "1-0-main-0-0", "threads": None,
+            "clients": [["GPU-fake-0000", 100]], "devices": [[0, 100]], "visible": "GPU-fake-0000"}
+    for folder in (root.parent.parent, root.parent):
+        mps.make_root(str(folder))
+    mps.prepare(plan)
+    pipe = Path(mps.pipe_dir(plan))
+    for name in ("control", mps.PID_FILE + ".tmp", "control_lock", "log"):  # what a daemon may write there
+        (pipe / name).symlink_to(hidden)
+    (pipe / "out").symlink_to(tmp_path)  # removed, never followed
+    os.mkfifo(pipe / "fifo")
+    deep = pipe.joinpath(*["d"] * 200)  # deeper than a recursive removal goes
+    deep.mkdir(parents=True)
+    (deep / "blob").write_bytes(b"x" * 4096)
+    (pipe / "shut").mkdir()
+    (pipe / "shut" / "blob").write_bytes(b"x")
+    (pipe / "shut").chmod(0)
+    assert mps.acquire(plan, os.getpid()) == []
+    daemon = int((pipe / mps.PID_FILE).read_text())
+    try:
+        assert hidden.read_text() == "precious\n"  # the daemon met nothing the task had left
+        assert sorted(p.name for p in pipe.iterdir()) == ["control", mps.PID_FILE]
+        (pipe / "left").write_bytes(b"x" * 4096)  # what the task leaves behind
+        assert mps.release(plan) == []
+        assert list(pipe.iterdir()) == [] and not mps._running(daemon)
+        assert hidden.read_text() == "precious\n" and (tmp_path / "mps").is_dir()
+    finally:
+        if mps._running(daemon):
+            os.kill(daemon, signal.SIGKILL)

@@ -205,6 +205,7 @@ def keep_started(share: dict[str, Any]) -> None:
         child = os.fork()
         if child == 0:
             try:
+                os.chdir("/")  # not the task's directory, on the shared filesystem, for as long as it keeps
                 os.close(lock.fd)  # the lock is the open file's: the keeper must not keep it
                 os.close(ready_r)
                 os.setsid()
@@ -238,6 +239,8 @@ def _keeper(share: dict[str, Any], record: str, ready: int) -> None:
                 # Its last task ended without releasing it (a killed step), or released it.
                 if mps._daemon_alive(share) or mps._daemon_processes(share):
                     mps.end(share)
+                else:
+                    mps.clear_pipe_dir(share)  # what its tasks left there (end does it too)
                 os.unlink(record)
                 break
     except BaseException:  # noqa: BLE001 - the keeper's end, whatever happened
