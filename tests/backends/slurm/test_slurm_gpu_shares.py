@@ -143,11 +143,13 @@ def test_each_users_shares_on_a_node_hold_one_daemon_of_theirs_and_each_task_its
 
 def test_a_node_that_cannot_hold_a_share_says_why_and_the_task_runs_unenforced(tmp_path, monkeypatch) -> None:
     """The node step's own refusals (no MPS there, a step given another device than the
-    plan's), in this process: its pipe directory is still made for the sandbox to bind, no
+    plan's), in this process: its pipe directory is still made for the sandbox to bind (on a
+    node where nothing of the MPS root exists yet too: the sandbox could not start without it), no
     client variables are handed on, and the task's status says why."""
     task_dir = tmp_path / "main-0-0"
     task_dir.mkdir()
-    base = tmp_path / "mps"
+    (tmp_path / "run").mkdir()
+    base = tmp_path / "run" / "trainyard-mps" / "0123abcd"  # as on a node just booted: not even its parent yet
     plan = {"node": "n1", "gpu": 0, "milli": 250, "base": str(base), "root": str(base / "n1" / "gpu0"),
             "control": str(tmp_path / "absent" / CONTROL.name), "key": f"{os.geteuid()}-alice", "uid": os.geteuid(),
             "gid": os.getegid(), "groups": [], "holder": "1-0-main-0-0", "threads": None}
