@@ -89,6 +89,9 @@ ROOT_MODE = 0o711
 PRIVATE_MODE = 0o700
 COMMAND_TIMEOUT_SECONDS = 30.0
 NOT_ENFORCED = "its GPU share is not enforced"
+# A log file of the daemon's past this is emptied (``cap_logs``): its control.log grows with
+# every command a task of the user's sends it.
+LOG_CAP_BYTES = 16 << 20
 # What the control daemon and its commands run with: nothing of the server's or the job's.
 _DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")  # core.names.USER_NAME (this module is stdlib only)
@@ -202,6 +205,55 @@ def end(plan: dict[str, Any]) -> None:
         _end_strays(plan)
     finally:
         clear_pipe_dir(plan)
+        cap_logs(plan)
+
+
+def cap_logs(plan: dict[str, Any]) -> None:
+    """Empty each log file of the user's daemon past ``LOG_CAP_BYTES``: its ``control.log``
+    and its servers' ``server.log`` (in a folder each, on recent drivers). The daemon writes
+    them as the user, outside every task's memory limit, and logs each command it is sent
+    (``nvidia-cuda-mps-control(1)``): a task looping commands to it would fill the folder's
+    tmpfs (on Slurm, the node's ``/run``: every user's daemons', the system's) and the space
+    would stay after the task. Root opens no link and empties only the user's plain files;
+    it never raises (Slurm's keeper calls it each round, the end of a daemon calls it)."""
+    try:
+        top = os.open(log_dir(plan), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return
+    try:
+        for name in os.listdir(top):
+            if _cap_file(top, name, plan["uid"]):
+                continue
+            try:
+                folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            except OSError:
+                continue
+            try:
+                for inner in os.listdir(folder):
+                    _cap_file(folder, inner, plan["uid"])
+            finally:
+                os.close(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(top)
+
+
+def _cap_file(folder: int, name: str, uid: int) -> bool:
+    """Empty ``name`` if it is a plain file of ``uid``'s past the cap; whether it is a plain file."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        return False  # a folder, a link, a FIFO without a reader: nothing to empty here
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid and st.st_size > LOG_CAP_BYTES:
+            os.ftruncate(fd, 0)
+        return stat.S_ISREG(st.st_mode)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def clear_pipe_dir(plan: dict[str, Any]) -> None:

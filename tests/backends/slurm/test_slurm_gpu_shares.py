@@ -212,3 +212,28 @@ def test_what_a_task_leaves_in_its_pipe_directory_never_meets_the_next_daemon_no
     finally:
         if mps._running(daemon):
             os.kill(daemon, signal.SIGKILL)
+
+
+def test_the_daemons_logs_stay_within_their_cap(tmp_path, monkeypatch) -> None:
+    """The daemon, the user's account outside the step's memory limit, logs each command a
+    task of the user's sends it (``control.log``; its servers a ``server.log`` each) on the
+    node's ``/run``: a task looping commands would fill that tmpfs for every user. Root (the
+    keeper, each round; the daemon's end) empties a log past the cap, through no link."""
+    monkeypatch.setattr(mps, "LOG_CAP_BYTES", 4096)
+    hidden = tmp_path / "hidden"
+    hidden.write_bytes(b"x" * 8192)
+    root = tmp_path / "mps" / "n1" / "gpu0"
+    plan = {"root": str(root), "key": f"{os.geteuid()}-alice", "uid": os.geteuid(), "gid": os.getegid()}
+    for folder in (root.parent.parent, root.parent):
+        mps.make_root(str(folder))
+    mps.prepare(plan)
+    logs = Path(mps.log_dir(plan))
+    (logs / "server-1").mkdir()
+    for path in (logs / "control.log", logs / "server-1" / "server.log"):
+        path.write_bytes(b"x" * 8192)  # what the daemon logged
+    (logs / "small.log").write_bytes(b"x" * 100)
+    (logs / "link.log").symlink_to(hidden)
+    os.mkfifo(logs / "fifo")
+    mps.cap_logs(plan)
+    assert (logs / "control.log").stat().st_size == 0 and (logs / "server-1" / "server.log").stat().st_size == 0
+    assert (logs / "small.log").stat().st_size == 100 and hidden.stat().st_size == 8192

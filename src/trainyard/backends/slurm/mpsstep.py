@@ -238,6 +238,7 @@ def _keeper(share: dict[str, Any], record: str, ready: int) -> None:
         while True:
             time.sleep(KEEP_SECONDS)
             with mps.Locked(share):
+                mps.cap_logs(share)  # the daemon logs each command a task sends it, outside any limit
                 if mps.live_holders(share):
                     continue
                 # Its last task ended without releasing it (a killed step), or released it.
