@@ -273,29 +273,42 @@ def clear_pipe_dir(plan: dict[str, Any]) -> None:
     except FileNotFoundError:
         return
     deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
-    moved = 0
     try:
-        while names := os.listdir(top):
-            for name in names:
-                if time.monotonic() > deadline:
-                    raise OSError(f"{pipe_dir(plan)} is still not empty after {COMMAND_TIMEOUT_SECONDS:g} s")
-                if _remove_entry(top, name):
-                    continue
-                try:
-                    folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
-                except OSError:
-                    continue  # gone, or no longer a folder: the next pass removes it
-                try:
-                    for inner in os.listdir(folder):
-                        moved += 1
-                        try:
-                            os.rename(inner, f".gone-{moved}", src_dir_fd=folder, dst_dir_fd=top)
-                        except OSError:
-                            pass  # its name is taken up there (the next pass tries another) or it went
-                finally:
-                    os.close(folder)
+        while _flatten_pass(top, deadline, plan):
+            pass
     finally:
         os.close(top)
+
+
+def _flatten_pass(top: int, deadline: float, plan: dict[str, Any]) -> bool:
+    """One pass of ``clear_pipe_dir`` over the folder ``top`` (read as it goes: a folder of
+    millions of names is never held in a list); whether it found any entry."""
+    found = False
+    moved = 0
+    with os.scandir(top) as entries:
+        for entry in entries:
+            found = True
+            name = entry.name
+            if time.monotonic() > deadline:
+                raise OSError(f"{pipe_dir(plan)} is still not empty after {COMMAND_TIMEOUT_SECONDS:g} s")
+            if _remove_entry(top, name):
+                continue
+            try:
+                folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            except OSError:
+                continue  # gone, or no longer a folder: the next pass removes it
+            try:
+                with os.scandir(folder) as inside:
+                    for inner in inside:
+                        moved += 1
+                        try:
+                            os.rename(inner.name, f".gone-{time.monotonic_ns()}-{moved}", src_dir_fd=folder,
+                                      dst_dir_fd=top)
+                        except OSError:
+                            pass  # its name is taken up there (the next pass tries another) or it went
+            finally:
+                os.close(folder)
+    return found
 
 
 def _remove_entry(folder: int, name: str) -> bool:
