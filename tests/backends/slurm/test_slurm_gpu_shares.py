@@ -9,6 +9,7 @@ import os
 import pwd
 import shutil
 import signal
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from standins.mps import CLIENT, CONTROL, SMI, records
 from slurm.conftest import World, make_world, per_user
 from trainyard.backends import mps
 from trainyard.backends.base import TaskKey, TaskLaunch
-from trainyard.backends.slurm import mpsstep, shares
+from trainyard.backends.slurm import mpsstep, shares, taskstart
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.taskrecords import exit_status
 from trainyard.services.jobs import backend_warnings
@@ -159,10 +160,24 @@ def test_a_node_that_cannot_hold_a_share_says_why_and_the_task_runs_unenforced(t
     for step_gpus, why in (("0", "nvidia-cuda-mps-control is not installed on this node"),
                            ("1", "its step holds GPU 1, not GPU 0 that its share is of")):
         monkeypatch.setenv("SLURM_STEP_GPUS", step_gpus)
-        assert mpsstep.acquire(str(task_dir), os.getpid()) == 0
+        umask = os.umask(0o077)  # Slurm's step has the submitter's
+        try:
+            assert mpsstep.acquire(str(task_dir), os.getpid()) == 0
+        finally:
+            os.umask(umask)
+        for folder in (base.parent, base, base / "n1"):  # every user's daemon passes through them
+            assert stat.S_IMODE(folder.stat().st_mode) == mps.ROOT_MODE, folder
         assert (task_dir / mpsstep.NOTE).read_text().strip().endswith(why)
         assert not (task_dir / mpsstep.ENV).exists() and (base / "n1" / "gpu0" / plan["key"] / "pipe").is_dir()
     assert mpsstep.release(str(task_dir), os.getpid()) == 0  # nothing was held
+    # task-start.py makes the root on a node where no shared task ran yet (the sandbox hides it): as passable.
+    fresh = tmp_path / "run2" / "trainyard-mps" / "0123abcd"
+    umask = os.umask(0o077)
+    try:
+        taskstart.make_node_dir(str(fresh))
+    finally:
+        os.umask(umask)
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (fresh.parent.parent, fresh.parent, fresh)] == [0o711] * 3
     (task_dir / "exit").write_text("0\n")
     status = exit_status(TaskKey(1, 0, "main", 0), task_dir)
     assert status is not None and status.exit_code == 0 and mps.NOT_ENFORCED in status.message

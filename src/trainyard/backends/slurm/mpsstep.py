@@ -129,11 +129,15 @@ def acquire(task_dir: str, runner: int) -> int:
     # exists for the sandbox to bind, enforced or not.
     if plan["root"] != os.path.join(plan["base"], plan["node"], f"gpu{int(plan['gpu'])}"):
         raise ValueError(f"not a folder of the node's MPS daemons: {plan['root']!r}")
-    # The base's parents too (``DEFAULT_ROOT`` under /run: gone at each boot; the server made
-    # its own copy only): else a node's first shared task ran unenforced, and its sandbox,
-    # which binds the pipe directory, could not start at all.
-    os.makedirs(os.path.dirname(plan["base"]), mode=mps.ROOT_MODE, exist_ok=True)
-    for folder in (plan["base"], os.path.dirname(plan["root"])):
+    # The base's missing parents too (``DEFAULT_ROOT`` under /run: gone at each boot; the
+    # server made its own copy only): else a node's first shared task ran unenforced, and its
+    # sandbox, which binds the pipe directory, could not start at all. Each ROOT_MODE whatever
+    # the step's umask (Slurm gives a task the submitter's): the daemon, as the user, must pass.
+    missing, folder = [], os.path.dirname(plan["base"])
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in (*reversed(missing), plan["base"], os.path.dirname(plan["root"])):
         mps.make_root(folder)
     mps.prepare(plan)
     try:

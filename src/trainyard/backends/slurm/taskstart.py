@@ -88,8 +88,19 @@ def write_root_only(path: str, data: bytes, mode: int = 0o600) -> None:
 
 
 def make_node_dir(path: str) -> None:
-    """A node-local folder the sandbox hides (root's, 0711), made with its parents where missing."""
-    os.makedirs(path, mode=0o711, exist_ok=True)
+    """A node-local folder the sandbox hides (root's, 0711), made with its parents where missing,
+    each 0711 whatever the step's umask (Slurm gives a task the submitter's): the users' MPS
+    daemons must pass through it to their own folders."""
+    missing, folder = [], path
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o711)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o711)
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
         raise ValueError(f"{path} is not a folder of root's")
