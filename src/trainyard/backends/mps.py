@@ -167,7 +167,8 @@ def acquire(plan: dict[str, Any], holder_pid: int) -> list[str]:
             _write_holder(plan, record)
             holders[plan["holder"]] = record
             if not _daemon_alive(plan):
-                clear_pipe_dir(plan)  # a new daemon meets nothing a task left there
+                if not _daemon_processes(plan):  # (never a live daemon's sockets, whatever its pid file says)
+                    clear_pipe_dir(plan)  # a new daemon meets nothing a task left there
                 _control(plan, ["-d"], "")
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
