@@ -34,9 +34,10 @@ GPU context either)::
 Before the first shared task of a user starts on the node, ``acquire`` starts
 ``nvidia-cuda-mps-control -d`` *as that user's account* with those two directories (so
 two users never share a daemon, a server or a GPU context: another user's task cannot
-open ``pipe/``), then sets the daemon's limits to the user's whole holding on each device
-(the sum of their tasks' shares there): a task that lowers or drops the limit variables
-but stays a client still cannot take more than its owner holds. (One that drops
+open ``pipe/``; and, when root starts it, in a mount namespace where the root holds the
+user's own folder alone: ``_as_user``), then sets the daemon's limits to the user's whole
+holding on each device (the sum of their tasks' shares there): a task that lowers or drops
+the limit variables but stays a client still cannot take more than its owner holds. (One that drops
 ``CUDA_MPS_PIPE_DIRECTORY``, or points it at a folder with no daemon, is no client at all:
 as NVIDIA documents, CUDA then runs as it would without MPS, and in the Default compute
 mode beside the servers, with no limit. MPS holds honest and buggy programs to their share,
@@ -357,17 +358,60 @@ def _control(plan: dict[str, Any], args: list[str], commands: str) -> str:
            LOG_VARIABLE: log_dir(plan), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if plan.get("visible"):  # a daemon of one device (Slurm's: ``slurm/mpsstep``), by its UUID
         env["CUDA_VISIBLE_DEVICES"] = str(plan["visible"])
-    as_user: dict[str, Any] = {}
-    if plan["uid"] != os.geteuid():
-        as_user = {"user": plan["uid"], "group": plan["gid"], "extra_groups": list(plan.get("groups") or [])}
+    # Root, for the user's account: in a view of the user's own folder alone.
+    start = _as_user(plan) if plan["uid"] != os.geteuid() else _default_signals
     done = subprocess.run([plan["control"], *args], input=commands.encode(), capture_output=True, env=env,
                           cwd="/", timeout=COMMAND_TIMEOUT_SECONDS, check=False, start_new_session=True,
-                          preexec_fn=_default_signals, **as_user)
+                          preexec_fn=start)
     if done.returncode != 0:
         said = (done.stderr or done.stdout).decode(errors="replace").strip()[-300:]
         raise OSError(f"{os.path.basename(plan['control'])} {' '.join(args) or commands.split()[0]} "
                       f"exited with {done.returncode}: {said}")
     return str(done.stdout.decode(errors="replace"))
+
+
+# What ``_as_user`` asks of the kernel (sched.h, linux/mount.h): the stdlib has no mount(2).
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
+
+
+def _as_user(plan: dict[str, Any]) -> Any:
+    """How root starts the control program for the user (its ``preexec_fn``): in a mount
+    namespace of its own where the folder of every user's daemons (the plan's ``base``, else
+    its ``root``) is an empty tmpfs but for this user's own folder, bound back; then as the
+    user's account. Users who share one account (one uid) each have a
+    daemon; without this, a link one's task put in their pipe directory (where the control
+    program finds its daemon) sent root's commands, ``quit`` or limits, to the other's, and
+    the daemon (which keeps the namespace) could reach the other's folders too."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    hide, own = str(plan.get("base") or plan["root"]), user_dir(plan)
+    if os.path.commonpath([hide, own]) != hide:
+        raise ValueError(f"{own} is not inside {hide}")
+    uid, gid, groups = int(plan["uid"]), int(plan["gid"]), [int(g) for g in plan.get("groups") or []]
+
+    def call(result: int) -> None:
+        if result != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
+
+    def start() -> None:  # in the child, before exec (one thread: the callers are single-threaded forks)
+        _default_signals()
+        call(libc.unshare(_CLONE_NEWNS))
+        call(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None))
+        held = os.open(own, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # (this namespace's)
+        call(libc.mount(b"tmpfs", hide.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, b"mode=0711"))
+        umask = os.umask(0)
+        os.makedirs(own, 0o711)  # in that tmpfs: passable, whatever the umask
+        os.umask(umask)
+        call(libc.mount(f"/proc/self/fd/{held}".encode(), own.encode(), None, _MS_BIND, None))
+        os.close(held)
+        os.setgroups(groups)
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+
+    return start
 
 
 def _default_signals() -> None:

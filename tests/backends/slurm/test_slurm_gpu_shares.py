@@ -4,6 +4,7 @@ the MPS stand-in (``tests/standins/mps.py``)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pwd
@@ -252,3 +253,43 @@ def test_the_daemons_logs_stay_within_their_cap(tmp_path, monkeypatch) -> None:
     mps.cap_logs(plan)
     assert (logs / "control.log").stat().st_size == 0 and (logs / "server-1" / "server.log").stat().st_size == 0
     assert (logs / "small.log").stat().st_size == 100 and hidden.stat().st_size == 8192
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="one account for two users' daemons needs root")
+def test_users_who_share_one_account_never_have_root_tell_each_others_daemon(outside_tmp, monkeypatch) -> None:
+    """Two Trainyard users mapped to one account (task_account_map) get a daemon each, but both
+    run as that one uid, outside every sandbox, and so do root's commands to them: a link
+    alice's task puts in her pipe directory (where the control program finds its daemon) must
+    not send root's ``quit`` after her last task, or her limits, to bob's daemon, which his
+    running tasks need. (Her sandbox hides his folder; the control program's view must too.)"""
+    # Her daemon, which root's quit no longer reaches through her link, ends by its uid and folders: soon.
+    monkeypatch.setattr(mps, "_end_strays", functools.partial(mps._end_strays, wait_seconds=0.2))
+    nobody = pwd.getpwnam("nobody")
+    base = outside_tmp / "mps"
+    root = base / "n1" / "gpu0"
+    for folder in (base, root.parent):
+        mps.make_root(str(folder))
+
+    def plan(user: str, holder: str) -> dict:
+        return {"root": str(root), "base": str(base), "control": str(CONTROL), "key": f"{nobody.pw_uid}-{user}",
+                "uid": nobody.pw_uid, "gid": nobody.pw_gid, "groups": [], "holder": holder, "threads": None,
+                "clients": [["GPU-fake-0000", 100]], "devices": [[0, 100]], "visible": "GPU-fake-0000"}
+
+    alice, bob = plan("alice", "1-0-main-0-0"), plan("bob", "2-0-main-0-0")
+    assert mps.acquire(bob, os.getpid()) == [] and mps.acquire(alice, os.getpid()) == []
+    alices, bobs = Path(mps.pipe_dir(alice)), Path(mps.pipe_dir(bob))
+    daemons = {user: int((pipe / mps.PID_FILE).read_text()) for user, pipe in (("alice", alices), ("bob", bobs))}
+    try:
+        for name in (mps.PID_FILE, "control"):  # what alice's task does in her pipe directory
+            (alices / name).unlink()
+            (alices / name).symlink_to(bobs / name)
+        mps.release(alice)  # her last task there has ended
+        assert mps._running(daemons["bob"]), "root quit bob's daemon on alice's word"
+        # Hers ends all the same (its uid and its folders), and his after his own last task.
+        wait_until(lambda: not mps._running(daemons["alice"]), timeout=10, what="alice's daemon to end")
+        assert mps.release(bob) == []
+        wait_until(lambda: not mps._running(daemons["bob"]), timeout=10, what="bob's daemon to end")
+    finally:
+        for pid in daemons.values():
+            if mps._running(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -116,7 +116,7 @@ def node_plan(plan: dict[str, Any]) -> dict[str, Any]:
     uuid, total = device(smi, int(plan["gpu"]))
     mb = _mps().share_mb(int(plan["milli"]), total)
     # The daemon sees its one device as 0; the client names it by UUID.
-    return {**{k: plan[k] for k in ("root", "key", "uid", "gid", "groups", "holder", "threads")},
+    return {**{k: plan[k] for k in ("base", "root", "key", "uid", "gid", "groups", "holder", "threads")},
             "control": control, "clients": [[uuid, mb]], "devices": [[0, mb]], "visible": uuid}
 
 
