@@ -372,7 +372,7 @@ def _control(plan: dict[str, Any], args: list[str], commands: str) -> str:
 
 # What ``_as_user`` asks of the kernel (sched.h, linux/mount.h): the stdlib has no mount(2).
 _CLONE_NEWNS = 0x00020000
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x40000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_SLAVE = 0x2, 0x4, 0x8, 0x1000, 0x4000, 0x80000
 
 
 def _as_user(plan: dict[str, Any]) -> Any:
@@ -399,7 +399,8 @@ def _as_user(plan: dict[str, Any]) -> Any:
     def start() -> None:  # in the child, before exec (one thread: the callers are single-threaded forks)
         _default_signals()
         call(libc.unshare(_CLONE_NEWNS))
-        call(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None))
+        # A slave: the host's unmounts still reach it (a daemon pins no filesystem), ours stay here.
+        call(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None))
         held = os.open(own, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # (this namespace's)
         call(libc.mount(b"tmpfs", hide.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, b"mode=0711"))
         umask = os.umask(0)
