@@ -11,6 +11,7 @@ import pwd
 import shutil
 import signal
 import stat
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -293,3 +294,38 @@ def test_users_who_share_one_account_never_have_root_tell_each_others_daemon(out
         for pid in daemons.values():
             if mps._running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a daemon as another account needs root")
+def test_a_link_left_in_the_pipe_directory_is_never_followed_by_the_users_daemon(outside_tmp, monkeypatch) -> None:
+    """The emptying before a daemon starts can be kept from happening (a process of the
+    user's own that carries the daemon's two folders in its environment looks like the daemon
+    to root) or raced (another of the user's tasks writing there meanwhile): the daemon, the
+    user's account outside every sandbox, must still not write through a link there to a file
+    the sandbox hides from the user (here one of the account's own)."""
+    monkeypatch.setattr(mps, "_end_strays", functools.partial(mps._end_strays, wait_seconds=0.2))
+    nobody = pwd.getpwnam("nobody")
+    base = outside_tmp / "mps"
+    root = base / "n1" / "gpu0"
+    for folder in (base, root.parent):
+        mps.make_root(str(folder))
+    plan = {"root": str(root), "base": str(base), "control": str(CONTROL), "key": f"{nobody.pw_uid}-alice",
+            "uid": nobody.pw_uid, "gid": nobody.pw_gid, "groups": [], "holder": "1-0-main-0-0", "threads": None,
+            "clients": [["GPU-fake-0000", 100]], "devices": [[0, 100]], "visible": "GPU-fake-0000"}
+    hidden = outside_tmp / "hidden"
+    hidden.write_text("precious\n")
+    os.chown(hidden, nobody.pw_uid, nobody.pw_gid)
+    mps.prepare(plan)
+    pipe = Path(mps.pipe_dir(plan))
+    env = {mps.PIPE_VARIABLE: str(pipe), mps.LOG_VARIABLE: mps.log_dir(plan)}
+    decoy = subprocess.Popen(["sleep", "60"], user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[], env=env)
+    try:
+        wait_until(lambda: mps._daemon_processes(plan), timeout=10, what="the decoy to look like a daemon")
+        for name in ("control", mps.PID_FILE + ".tmp"):  # where the (stand-in) daemon writes as it starts
+            (pipe / name).symlink_to(hidden)
+        mps.acquire(plan, os.getpid())
+        assert hidden.read_text() == "precious\n"
+    finally:
+        decoy.kill()
+        decoy.wait()
+        mps.release(plan)
