@@ -412,7 +412,7 @@ def _as_user(plan: dict[str, Any]) -> Any:
         # No link in the user's folder is followed there (Linux 5.10+; before, the emptying
         # at each start stands alone): one a task planted in its pipe directory while
         # another kept it from being emptied never sends the daemon's writes elsewhere.
-        flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+        flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV
         if libc.mount(None, own.encode(), None, flags | _MS_NOSYMFOLLOW, None) != 0:
             call(libc.mount(None, own.encode(), None, flags, None))
         os.setgroups(groups)
