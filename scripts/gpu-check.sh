@@ -19,6 +19,12 @@
 #      `yard suspend`, resumed with `yard resume`, ending bit for bit as an uninterrupted run;
 #   5. NVML monitoring: /metrics has the GPUs' utilization and memory, and the job's own;
 #   6. containers on the GPU (CDI), where Podman and the NVIDIA Container Toolkit are here.
+# Not covered: Slurm's MPS path (slurm/mpsstep.py), which needs a Slurm node with a GPU and
+# per-user accounts. Its check would run 3b's two quarter jobs there and add: one daemon per
+# user per device, as the account, in the trainyard-mps cgroup, its CUDA_VISIBLE_DEVICES the
+# UUID that nvidia-smi gives for the step's SLURM_STEP_GPUS; the task's CUDA sees one device
+# (its UUID) and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT applies to it; a client that sets another
+# device in CUDA_VISIBLE_DEVICES reaches none; after scancel -s KILL the keeper quits the daemon.
 # Exits non-zero at the first check that fails; REPORT_DIR gets the server's log.
 # Written for the first session lent a GPU; not yet run on one (none was lent when it was
 # written), so expect to fix a detail or two the first time.

@@ -40,6 +40,7 @@ from trainyard.backends.simulated import SimulatedBackend
 from trainyard.backends.slurm.backend import SlurmBackend
 from trainyard.backends.slurm.backend import isolation_summary as slurm_isolation_summary
 from trainyard.backends.slurm.commands import SlurmError
+from trainyard.backends.slurm.shares import summary as slurm_share_summary
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.controller.alerting import Receivers
 from trainyard.controller.loop import REASON_REFRESH_SECONDS, Controller
@@ -203,9 +204,8 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
         summary = slurm_isolation_summary(state_dir, process_account()[1], isolated=accounts is not None,
                                           why_not=why_not)
         (log.info if accounts is not None else log.warning)("%s", summary)
-        log.info("%s", SlurmBackend.gpu_share_note)  # fractions place by shards, unenforced (issue 36)
         try:
-            return SlurmBackend(state_dir, accounts=accounts, sandbox=sandbox,
+            slurm = SlurmBackend(state_dir, accounts=accounts, sandbox=sandbox,
                                 partition=settings.slurm_partition, site_env=settings.task_env,
                                 sample_interval_seconds=settings.monitor_interval_seconds,
                                 containers=ContainerEngine.find(settings.container_engine,
@@ -214,9 +214,14 @@ def build_backend(settings: Settings, cluster: str) -> Backend:
                                 environments_root=settings.environments_root,
                                 dataset_cache=(settings.dataset_cache_dir, int(settings.dataset_cache_gb * (1 << 30))),
                                 dataset_sources=(settings.dataset_fetch_timeout_s,
-                                                 tuple(settings.dataset_allowed_hosts)))
+                                                 tuple(settings.dataset_allowed_hosts)),
+                                gpu_shares=(settings.gpu_share_enforcement, settings.gpu_share_threads))
         except (SlurmError, ValueError) as exc:  # Slurm's answer, or settings that cannot go together
             raise StartupError(str(exc)) from exc
+        # Whether fractions of a GPU are held to their share on the nodes (issue 36).
+        (log.warning if slurm.gpu_share_note else log.info)("%s", slurm_share_summary(
+            slurm.gpu_share_note, slurm.mps_root, slurm.gpu_share_threads))
+        return slurm
     isolation = task_isolation(settings, cluster)
     # Said once, at start-up: what a job can and cannot reach on this install.
     (log.warning if isolation.weak else log.info)("%s", isolation.summary)

@@ -26,6 +26,7 @@ GPU context either)::
         lock                 0600 root   flock: one acquire/release at a time
         holders/             0700 root   one file per task that holds the daemon (its waiter's pid)
         pipe/                0700 uid    CUDA_MPS_PIPE_DIRECTORY: the daemon's pipes and sockets
+                                         (emptied by root before a daemon starts, after it ends)
         log/                 0700 uid    CUDA_MPS_LOG_DIRECTORY: its control.log and server.log
 
 (A unix socket's path holds at most 107 bytes: keep the root short.)
@@ -33,9 +34,10 @@ GPU context either)::
 Before the first shared task of a user starts on the node, ``acquire`` starts
 ``nvidia-cuda-mps-control -d`` *as that user's account* with those two directories (so
 two users never share a daemon, a server or a GPU context: another user's task cannot
-open ``pipe/``), then sets the daemon's limits to the user's whole holding on each device
-(the sum of their tasks' shares there): a task that lowers or drops the limit variables
-but stays a client still cannot take more than its owner holds. (One that drops
+open ``pipe/``; and, when root starts it, in a mount namespace where the root holds the
+user's own folder alone: ``_as_user``), then sets the daemon's limits to the user's whole
+holding on each device (the sum of their tasks' shares there): a task that lowers or drops
+the limit variables but stays a client still cannot take more than its owner holds. (One that drops
 ``CUDA_MPS_PIPE_DIRECTORY``, or points it at a folder with no daemon, is no client at all:
 as NVIDIA documents, CUDA then runs as it would without MPS, and in the Default compute
 mode beside the servers, with no limit. MPS holds honest and buggy programs to their share,
@@ -52,11 +54,17 @@ per client process; a fault in one client can affect the other clients of the sa
 on the device, time-sliced by the driver (the device must be in the Default compute mode
 for two users' servers to share it; in Exclusive-process mode the second waits).
 
-Stdlib only (the local backend's supervisor runs it from its private copy, ``launcher``).
+On Slurm (``slurm/mpsstep``) the same daemon is one per user *per device*: the plan's
+``visible`` (the device's UUID) becomes the daemon's ``CUDA_VISIBLE_DEVICES``, its root is
+``<root>/<node>/gpu<N>``, and the task runner acquires and releases it as root on the node.
+
+Stdlib only (the local backend's supervisor runs it from its private copy, ``launcher``;
+Slurm's node step from the copy beside it in ``<state_dir>/bin``).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -82,6 +90,9 @@ ROOT_MODE = 0o711
 PRIVATE_MODE = 0o700
 COMMAND_TIMEOUT_SECONDS = 30.0
 NOT_ENFORCED = "its GPU share is not enforced"
+# A log file of the daemon's past this is emptied (``cap_logs``): its control.log grows with
+# every command a task of the user's sends it.
+LOG_CAP_BYTES = 16 << 20
 # What the control daemon and its commands run with: nothing of the server's or the job's.
 _DAEMON_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,63}")  # core.names.USER_NAME (this module is stdlib only)
@@ -150,13 +161,15 @@ def acquire(plan: dict[str, Any], holder_pid: int) -> list[str]:
     running, set its limits to the user's holding; notes for the task's status (empty: fine)."""
     try:
         prepare(plan)
-        with _Locked(plan):
-            holders = _holders(plan)
-            record = {"pid": holder_pid, "start": _start_time(holder_pid), "devices": plan["devices"],
+        with Locked(plan):
+            holders = live_holders(plan)
+            record = {"pid": holder_pid, "start": start_time(holder_pid), "devices": plan["devices"],
                       "threads": plan.get("threads")}
             _write_holder(plan, record)
             holders[plan["holder"]] = record
             if not _daemon_alive(plan):
+                if not _daemon_processes(plan):  # (never a live daemon's sockets, whatever its pid file says)
+                    clear_pipe_dir(plan)  # a new daemon meets nothing a task left there
                 _control(plan, ["-d"], "")
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -167,24 +180,156 @@ def release(plan: dict[str, Any]) -> list[str]:
     """The task no longer holds the daemon: ``quit`` it after the user's last task, else
     lower its limits to what the user still holds."""
     try:
-        with _Locked(plan):
+        with Locked(plan):
             _remove_holder(plan, plan["holder"])
-            holders = _holders(plan)
+            holders = live_holders(plan)
             if not holders:
-                # Told whatever the pid file (the user's) says: one that names no live process
-                # must not keep the daemon for ever. Where none answers, there was none to quit.
-                alive = _daemon_alive(plan)
-                try:
-                    _control(plan, [], "quit\n")
-                except (OSError, subprocess.SubprocessError):
-                    if not _end_strays(plan) and alive:
-                        raise
-                    return []
-                _end_strays(plan)
+                end(plan)
                 return []
             return _apply_limits(plan, holders)
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         return [f"the MPS daemon of {plan['key']} could not be told of the task's end ({exc})"]
+
+
+def end(plan: dict[str, Any]) -> None:
+    """``quit`` the user's daemon and end what is left of it (the caller holds the lock and
+    found no holder). Told whatever the pid file (the user's) says: one that names no live
+    process must not keep the daemon for ever. Where none answers, there was none to quit.
+    Then nothing the user's tasks left in the pipe directory outlives it (``clear_pipe_dir``)."""
+    try:
+        alive = _daemon_alive(plan)
+        try:
+            _control(plan, [], "quit\n")
+        except (OSError, subprocess.SubprocessError):
+            if not _end_strays(plan) and alive:
+                raise
+            return
+        _end_strays(plan)
+    finally:
+        clear_pipe_dir(plan)
+        cap_logs(plan)
+
+
+def cap_logs(plan: dict[str, Any]) -> None:
+    """Empty each log file of the user's daemon past ``LOG_CAP_BYTES``: its ``control.log``
+    and its servers' ``server.log`` (in a folder each, on recent drivers). The daemon writes
+    them as the user, outside every task's memory limit, and logs each command it is sent
+    (``nvidia-cuda-mps-control(1)``): a task looping commands to it would fill the folder's
+    tmpfs (on Slurm, the node's ``/run``: every user's daemons', the system's) and the space
+    would stay after the task. Root opens no link and empties only the user's plain files;
+    it never raises (Slurm's keeper calls it each round, the end of a daemon calls it)."""
+    try:
+        top = os.open(log_dir(plan), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return
+    try:
+        for name in os.listdir(top):
+            if _cap_file(top, name, plan["uid"]):
+                continue
+            try:
+                folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            except OSError:
+                continue
+            try:
+                for inner in os.listdir(folder):
+                    _cap_file(folder, inner, plan["uid"])
+            finally:
+                os.close(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(top)
+
+
+def _cap_file(folder: int, name: str, uid: int) -> bool:
+    """Empty ``name`` if it is a plain file of ``uid``'s past the cap; whether it is a plain file."""
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        return False  # a folder, a link, a FIFO without a reader: nothing to empty here
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_uid == uid and st.st_size > LOG_CAP_BYTES:
+            os.ftruncate(fd, 0)
+        return stat.S_ISREG(st.st_mode)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def clear_pipe_dir(plan: dict[str, Any]) -> None:
+    """Empty the user's pipe directory, before a daemon starts and after it ends.
+
+    Their tasks write there (it is bound writable into their sandboxes) and it stays on the
+    node between them: what they leave would hold the node's tmpfs (``/run``, every user's
+    daemons' and the system's) after the step whose memory it was counted in, and the daemon,
+    the user's account *outside* the sandbox, would write through a link planted there (its
+    pid file, its sockets) to a file the sandbox hides. Root removes each entry through its
+    folder's descriptor, never following a link; a folder's entries move up to the top one
+    under a fresh name (depth costs no descriptors, a loop of links no recursion). A task of
+    the user's that writes there meanwhile (another holder) only makes it take longer: it
+    stops after ``COMMAND_TIMEOUT_SECONDS`` (OSError)."""
+    try:
+        top = os.open(pipe_dir(plan), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    deadline = time.monotonic() + COMMAND_TIMEOUT_SECONDS
+    try:
+        while _flatten_pass(top, deadline, plan):
+            pass
+    finally:
+        os.close(top)
+
+
+def _flatten_pass(top: int, deadline: float, plan: dict[str, Any]) -> bool:
+    """One pass of ``clear_pipe_dir`` over the folder ``top`` (read as it goes: a folder of
+    millions of names is never held in a list); whether it found any entry."""
+    found = False
+    moved = 0
+    with os.scandir(top) as entries:
+        for entry in entries:
+            found = True
+            name = entry.name
+            if time.monotonic() > deadline:
+                raise OSError(f"{pipe_dir(plan)} is still not empty after {COMMAND_TIMEOUT_SECONDS:g} s")
+            if _remove_entry(top, name):
+                continue
+            try:
+                folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+            except OSError:
+                continue  # gone, or no longer a folder: the next pass removes it
+            try:
+                with os.scandir(folder) as inside:
+                    for inner in inside:
+                        moved += 1
+                        try:
+                            os.rename(inner.name, f".gone-{time.monotonic_ns()}-{moved}", src_dir_fd=folder,
+                                      dst_dir_fd=top)
+                        except OSError:
+                            pass  # its name is taken up there (the next pass tries another) or it went
+            finally:
+                os.close(folder)
+    return found
+
+
+def _remove_entry(folder: int, name: str) -> bool:
+    """Unlink ``name`` (a link itself, never what it names) or remove it as an empty folder;
+    False for a folder with entries."""
+    try:
+        os.unlink(name, dir_fd=folder)
+    except IsADirectoryError:
+        try:
+            os.rmdir(name, dir_fd=folder)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY:
+                raise
+            return False
+    except FileNotFoundError:
+        pass
+    return True
 
 
 def _apply_limits(plan: dict[str, Any], holders: dict[str, dict[str, Any]]) -> list[str]:
@@ -211,17 +356,70 @@ def _control(plan: dict[str, Any], args: list[str], commands: str) -> str:
     nothing else of ours in its environment; its output. Raises OSError when it fails."""
     env = {"PATH": _DAEMON_PATH, PIPE_VARIABLE: pipe_dir(plan),
            LOG_VARIABLE: log_dir(plan), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-    as_user: dict[str, Any] = {}
-    if plan["uid"] != os.geteuid():
-        as_user = {"user": plan["uid"], "group": plan["gid"], "extra_groups": list(plan.get("groups") or [])}
+    if plan.get("visible"):  # a daemon of one device (Slurm's: ``slurm/mpsstep``), by its UUID
+        env["CUDA_VISIBLE_DEVICES"] = str(plan["visible"])
+    # Root, for the user's account: in a view of the user's own folder alone.
+    start = _as_user(plan) if plan["uid"] != os.geteuid() else _default_signals
     done = subprocess.run([plan["control"], *args], input=commands.encode(), capture_output=True, env=env,
                           cwd="/", timeout=COMMAND_TIMEOUT_SECONDS, check=False, start_new_session=True,
-                          preexec_fn=_default_signals, **as_user)
+                          preexec_fn=start)
     if done.returncode != 0:
         said = (done.stderr or done.stdout).decode(errors="replace").strip()[-300:]
         raise OSError(f"{os.path.basename(plan['control'])} {' '.join(args) or commands.split()[0]} "
                       f"exited with {done.returncode}: {said}")
     return str(done.stdout.decode(errors="replace"))
+
+
+# What ``_as_user`` asks of the kernel (sched.h, linux/mount.h): the stdlib has no mount(2).
+_CLONE_NEWNS = 0x00020000
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC = 0x2, 0x4, 0x8, 0x20, 0x1000, 0x4000
+_MS_SLAVE, _MS_NOSYMFOLLOW = 0x80000, 0x100
+
+
+def _as_user(plan: dict[str, Any]) -> Any:
+    """How root starts the control program for the user (its ``preexec_fn``): in a mount
+    namespace of its own where the folder of every user's daemons (the plan's ``base``, else
+    its ``root``) is an empty tmpfs but for this user's own folder, bound back; then as the
+    user's account. Users who share one account (one uid) each have a
+    daemon; without this, a link one's task put in their pipe directory (where the control
+    program finds its daemon) sent root's commands, ``quit`` or limits, to the other's, and
+    the daemon (which keeps the namespace) could reach the other's folders too."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    hide, own = str(plan.get("base") or plan["root"]), user_dir(plan)
+    if os.path.commonpath([hide, own]) != hide:
+        raise ValueError(f"{own} is not inside {hide}")
+    uid, gid, groups = int(plan["uid"]), int(plan["gid"]), [int(g) for g in plan.get("groups") or []]
+
+    def call(result: int) -> None:
+        if result != 0:
+            number = ctypes.get_errno()
+            raise OSError(number, os.strerror(number))
+
+    def start() -> None:  # in the child, before exec (one thread: the callers are single-threaded forks)
+        _default_signals()
+        call(libc.unshare(_CLONE_NEWNS))
+        # A slave: the host's unmounts still reach it (a daemon pins no filesystem), ours stay here.
+        call(libc.mount(b"none", b"/", None, _MS_REC | _MS_SLAVE, None))
+        held = os.open(own, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)  # (this namespace's)
+        call(libc.mount(b"tmpfs", hide.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, b"mode=0711"))
+        umask = os.umask(0)
+        os.makedirs(own, 0o711)  # in that tmpfs: passable, whatever the umask
+        os.umask(umask)
+        call(libc.mount(f"/proc/self/fd/{held}".encode(), own.encode(), None, _MS_BIND, None))
+        os.close(held)
+        # No link in the user's folder is followed there (Linux 5.10+; before, the emptying
+        # at each start stands alone): one a task planted in its pipe directory while
+        # another kept it from being emptied never sends the daemon's writes elsewhere.
+        flags = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV
+        if libc.mount(None, own.encode(), None, flags | _MS_NOSYMFOLLOW, None) != 0:
+            call(libc.mount(None, own.encode(), None, flags, None))
+        os.setgroups(groups)
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+
+    return start
 
 
 def _default_signals() -> None:
@@ -309,7 +507,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _start_time(pid: int) -> int:
+def start_time(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return int(f.read().rsplit(b")", 1)[1].split()[19])
@@ -317,12 +515,12 @@ def _start_time(pid: int) -> int:
         return 0
 
 
-class _Locked:
+class Locked:
     def __init__(self, plan: dict[str, Any]) -> None:
         self.path = os.path.join(user_dir(plan), "lock")
         self.fd = -1
 
-    def __enter__(self) -> _Locked:
+    def __enter__(self) -> Locked:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
@@ -331,7 +529,7 @@ class _Locked:
         os.close(self.fd)  # and the lock with it
 
 
-def _holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def live_holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The tasks that hold the daemon; a holder whose waiter is gone (killed before it could
     release) is dropped here, so that a lost task does not keep the daemon for ever."""
     folder = os.path.join(user_dir(plan), "holders")
@@ -342,7 +540,7 @@ def _holders(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 record = json.loads(f.read())
         except (OSError, ValueError):
             continue
-        if _start_time(int(record.get("pid", 0))) == record.get("start") and record.get("start"):
+        if start_time(int(record.get("pid", 0))) == record.get("start") and record.get("start"):
             found[name] = record
         else:
             _remove_holder(plan, name)

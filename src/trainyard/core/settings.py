@@ -109,8 +109,9 @@ class Settings(BaseSettings):
     gpu_share_enforcement: Literal["auto", "off"] = Field(
         default="auto",
         description="Hold each task given part of a GPU (gpu: 0.25) to its share of the device's memory with "
-        "NVIDIA MPS, one daemon per user per node (local backend): auto (where nvidia-cuda-mps-control and an "
-        "NVIDIA GPU are here; `yard up` and every such job say so when not), off (shares are bookkeeping only)",
+        "NVIDIA MPS, one daemon per user per node (local backend; on Slurm, with per-user accounts, one per user per "
+        "device on each node): auto (where nvidia-cuda-mps-control and an NVIDIA GPU are there; `yard up` and every "
+        "such job say so when not), off (shares are bookkeeping only)",
     )
     gpu_share_threads: bool = Field(
         default=False,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from sqlalchemy import select
 from trainyard.backends.slurm.backend import job_name_prefix
 from trainyard.backends.slurm.commands import SlurmCommands
 from trainyard.backends.slurm.jobstate import FINAL_STATES
+from trainyard.backends.slurm.shares import DEFAULT_ROOT
 from trainyard.core.clock import SystemClock
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
@@ -155,3 +157,6 @@ def slurm_yard_up(slurm: SlurmCommands, home: Path, database_url: str | None = N
         states = (home / "slurm").iterdir() if (home / "slurm").is_dir() else ()
         for state_dir in states:
             cancel_all(slurm, job_name_prefix(state_dir))
+            # The MPS daemons' folder the server made (as root with per-user accounts; issue 36).
+            shutil.rmtree(Path(DEFAULT_ROOT) / job_name_prefix(state_dir).removeprefix("trainyard-"),
+                          ignore_errors=True)

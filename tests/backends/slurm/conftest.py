@@ -169,6 +169,8 @@ def make_world(slurm: SlurmCommands, tmp_path: Path, **backend_options: Any) -> 
     finally:
         cancel_all(slurm, backend.name_prefix)
         db.dispose()
+        # The MPS daemons' folder the backend made on this machine (a node-local /run path; issue 36).
+        shutil.rmtree(backend.mps_root, ignore_errors=True)
 
 
 @pytest.fixture

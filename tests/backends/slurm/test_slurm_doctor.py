@@ -34,6 +34,8 @@ def test_a_healthy_cluster_passes_every_node_check(slurm: SlurmCommands, tmp_pat
         assert found[name].status == Status.OK, render(checks)
     # The dev cluster's GPUs are fake: no NVML, which the line says rather than pretending.
     assert found["gres"].status == Status.SKIP and "no NVML" in found["gres"].detail
+    # Nor MPS: a task given part of a GPU would run unenforced there (issue 36), which the line says.
+    assert found["gpu shares"].status == Status.WARN and "nvidia-cuda-mps-control" in found["gpu shares"].detail
     assert not list((tmp_path / "slurm" / "doctor").iterdir()), "the nonce files are removed"
 
 

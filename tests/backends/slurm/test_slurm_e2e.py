@@ -85,11 +85,12 @@ def test_yard_up_says_at_start_up_what_tasks_on_slurm_can_reach(slurm_server) ->
     # As the local backend does (backends/local/isolation.py): as root, with bubblewrap, each
     # user's tasks run as their own account in the sandbox (issue 29); else a warning.
     log = slurm_server.log()
-    # And that a task given part of a GPU is not held to it there (issue 36): MPS is local-only so far.
-    assert "fractional GPU shares are not enforced on Slurm" in log, log[-2000:]
     if os.geteuid() == 0:
+        # And that a task given part of a GPU is held to it, by its owner's MPS daemon on its node (issue 36).
+        assert "INFO trainyard: fractional GPU shares on Slurm are enforced by NVIDIA MPS" in log, log[-2000:]
         assert "INFO trainyard: task isolation on Slurm: each Trainyard user's tasks run as their own OS account" \
             in log, log[-2000:]
         assert "storages at their mountPath, read-only enforced" in log
     else:
         assert "WARNING trainyard: task isolation on Slurm is weak: every task runs as the server's own" in log
+        assert "fractional GPU shares are not enforced on Slurm without per-user task accounts" in log

@@ -73,10 +73,9 @@ from trainyard.backends.base import (
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containers import ContainerEngine, with_image_pull
 from trainyard.backends.environment import base_environment, process_account, site_environment
-from trainyard.backends.gpushares import UNENFORCED
 from trainyard.backends.mounts import account_reader
 from trainyard.backends.sandbox import Sandbox
-from trainyard.backends.slurm import datasets, runners, sandboxing, submission, taskexec
+from trainyard.backends.slurm import datasets, mpsstep, runners, sandboxing, shares, submission, taskexec
 from trainyard.backends.slurm.commands import SlurmCommands, SlurmError
 from trainyard.backends.slurm.images import NodeImages
 from trainyard.backends.slurm.jobstate import SlurmJob, slurm_jobs
@@ -102,6 +101,7 @@ from trainyard.backends.slurm.taskrecords import (
 )
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.backends.taskpython import install_runtime
+from trainyard.backends.taskuser import TaskUser
 from trainyard.core import wiring
 from trainyard.core.metrics import Sampled, TaskSample
 from trainyard.core.settings import DEFAULT_MONITOR_INTERVAL_SECONDS
@@ -174,10 +174,6 @@ class SlurmBackend(jobdirs.JobDirTree):
     """Runs each job attempt as one Slurm job pinned to Trainyard's placement."""
 
     name = "slurm"
-    # Shards place fractions of a GPU (``submission``), but nothing holds a task to its
-    # share yet: MPS daemons per user are wired on the local backend only (issue 36).
-    gpu_share_note = UNENFORCED.format(why=" on Slurm (Trainyard starts MPS on the local backend only, so far)")
-
     def __init__(
         self,
         state_dir: Path,
@@ -194,6 +190,9 @@ class SlurmBackend(jobdirs.JobDirTree):
         node_python: str = NODE_PYTHON,
         dataset_cache: tuple[Path | None, int | None] = (None, None),
         dataset_sources: tuple[float, Sequence[str]] | None = None,
+        gpu_shares: tuple[str, bool] = ("auto", False),  # gpu_share_enforcement, gpu_share_threads
+        mps_control: str | None = None,  # the nodes' (None: nvidia-cuda-mps-control on their PATH)
+        mps_root: Path | None = None,  # the nodes' folder of MPS daemons (None: shares.DEFAULT_ROOT/<hash>)
     ) -> None:
         self.state_dir = Path(state_dir).absolute()
         # Per-user accounts (root): each task runs as its owner's account, in a bubblewrap
@@ -250,6 +249,22 @@ class SlurmBackend(jobdirs.JobDirTree):
         self._starter = (node_python, "-I", "-S", str(bin_dir / "sandboxjoin.py"))
         self.task_python = install_runtime(self.state_dir / "pythonpath")
         self.name_prefix = job_name_prefix(self.state_dir)
+        # GPU shares (issue 36): shards place fractions of a GPU (``submission``); MPS holds a
+        # task to its share on its node (``shares``: each node's mps-step.py, run by the task
+        # runner as root) where tasks run as their owners' accounts; else the note says why not.
+        self.gpu_share_note = shares.share_note(gpu_shares[0], accounts is not None)
+        self.gpu_share_threads, self.mps_control = gpu_shares[1], mps_control
+        self.mps_root = str(mps_root or Path(shares.DEFAULT_ROOT) / self.name_prefix.removeprefix("trainyard-"))
+        if not self.gpu_share_note:
+            _install(bin_dir / shares.NODE_STEP, importlib.resources.files("trainyard.backends.slurm")
+                     .joinpath("mpsstep.py").read_text())
+            _install(bin_dir / shares.NODE_COPY, importlib.resources.files("trainyard.backends").joinpath("mps.py")
+                     .read_text())
+            # Hidden from every sandbox but for the task's own pipe directory (as on the local
+            # backend): made here too, so that the sandbox's command line, built here, hides it.
+            os.makedirs(self.mps_root, mode=0o711, exist_ok=True)
+            assert self._sandbox is not None
+            self._sandbox = self._sandbox.with_hidden(Path(self.mps_root))
         usable = lambda: [n.name for n in self.inventory() if n.schedulable]  # noqa: E731
         self._images = NodeImages(self.commands, self.state_dir, partition, self.name_prefix,
                                   containers=lambda: self.containers, usable_nodes=usable)
@@ -575,9 +590,11 @@ class SlurmBackend(jobdirs.JobDirTree):
                 if sandboxed:
                     assert account is not None
                     cache = self.datasets.root(task.node) if data[0] else None  # hidden but for its entries
+                    pipe = self._share(task, task_dirs[task.key], account.user)
                     sandboxing.write_sandbox_plan(self._sandbox, self._starter, task, task_dirs[task.key], job_dir,
                                                   account, self.task_python, self.environments_root, hosts,
-                                                  datasets=(data[0], cache))
+                                                  datasets=(data[0], cache), shared=pipe,
+                                                  node_dirs=() if self.gpu_share_note else (Path(self.mps_root),))
             sub_dir.mkdir(parents=True, exist_ok=True)
             if tasks[0].elastic:
                 submission.write_private(sub_dir / ELASTIC, b"")
@@ -601,6 +618,18 @@ class SlurmBackend(jobdirs.JobDirTree):
             self._submitted[job_id] = time.monotonic()
             submission.write_private(sub_dir / JOB_ID, job_id.encode())
             log.info("submitted %s as Slurm job %s (%d task(s))", name, job_id, len(tasks))
+
+    def _share(self, task: TaskLaunch, task_dir: Path, user: TaskUser) -> Path | None:
+        """A task with part of a GPU: its ``mps.json`` (``shares``), and its pipe directory."""
+        if self.gpu_share_note:
+            return None
+        holder = f"{task.key.job_id}-{task.key.attempt}-{task_dir.name}"
+        plan = shares.share_plan(task, user, holder, root=self.mps_root, control=self.mps_control,
+                                 threads=self.gpu_share_threads)
+        if plan is None:
+            return None
+        submission.write_private(task_dir / mpsstep.PLAN, json.dumps(plan).encode())
+        return shares.pipe_dir(plan)
 
     def check_task_account(self, user: str) -> None:
         """``TaskAccountCheck``: ValueError, naming ``user`` and the fix, when their tasks have

@@ -14,8 +14,9 @@ In order, each step needing the one before (a check that cannot run says why, as
    the server connects to the node's ``NodeAddr`` there; it reads back a nonce the server
    wrote into ``<state_dir>/doctor/`` and writes a file beside it (owned by root when root
    wrote it: else the export squashes root); it tries bubblewrap and Podman, looks up the
-   task accounts, counts the GPUs NVML sees (against the node's GRES) and gives its Python
-   version and clock.
+   task accounts, counts the GPUs NVML sees (against the node's GRES), finds NVIDIA's MPS
+   control program and nvidia-smi (a node with GPUs but without them runs a task given part
+   of a GPU unenforced) and gives its Python version and clock.
 
 Each check is one line (``backends/doctor.Check``), merged over the nodes, with the fix.
 """
@@ -375,6 +376,7 @@ def node_checks(
     for name, all_ok, judge in per_check:
         checks.append(merged(name, [judge(p) for p in ran.values()], all_ok=all_ok))
     checks.append(_gres(ran, records))
+    checks.append(_shares(ran, records))
     checks.append(_accounts(ran, accounts))
     return checks
 
@@ -474,6 +476,23 @@ def _gres(ran: Mapping[str, Probe], records: Mapping[str, Mapping[str, str]]) ->
     if unchecked and result.status == Status.OK:
         return ok("gres", result.detail + f" (no NVML on {', '.join(sorted(unchecked))}: not checked)")
     return result
+
+
+def _shares(ran: Mapping[str, Probe], records: Mapping[str, Mapping[str, str]]) -> Check:
+    """Whether each node with GPUs can hold a task given part of one to its share (NVIDIA MPS,
+    ``slurm/mpsstep``); one without runs such a task unenforced, its status says so."""
+    lacking = []
+    for node, p in ran.items():
+        assert p.result is not None
+        found = p.result.get("mps") or {}
+        if gpus_of(records[node].get("Gres", "")) and not (found.get("control") and found.get("smi")):
+            lacking.append(node)
+    if lacking:
+        return warn("gpu shares", f"no nvidia-cuda-mps-control and nvidia-smi on {', '.join(sorted(lacking))}: a task "
+                    "given part of a GPU there can use all of its memory and compute",
+                    "install the NVIDIA driver's utilities (nvidia-cuda-mps-control, nvidia-smi) on those nodes, "
+                    "with their devices in the Default compute mode")
+    return ok("gpu shares", "NVIDIA MPS on every node with GPUs: one daemon per user per device holds each share")
 
 
 def _accounts(ran: Mapping[str, Probe], accounts: Sequence[Account]) -> Check:

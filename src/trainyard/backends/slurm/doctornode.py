@@ -10,7 +10,7 @@ which version it has. Its one argument is a JSON request; it prints one JSON obj
 2. ``{"result": {...}}`` once it has looked at everything: who it runs as, the Python
    version, the shared directory (the server's nonce read back; a file written beside it,
    whose owner shows a root_squash), bubblewrap, Podman, the accounts asked about, the
-   GPUs NVML sees, and whether the server's connection arrived.
+   GPUs NVML sees, NVIDIA's MPS control program, and whether the server's connection arrived.
 
 Nothing it reads comes from a user: the request is the server's, the paths are its state
 directory's, and every program it starts gets an argv list, never a shell.
@@ -139,6 +139,12 @@ def gpus() -> dict[str, Any]:
     return {"count": sum(1 for line in done.stdout.splitlines() if line.startswith("GPU ")), "source": "nvidia-smi"}
 
 
+def mps() -> dict[str, Any]:
+    """Where NVIDIA's MPS control program and nvidia-smi are (None: not here): a task given
+    part of a GPU is held to its share through them (``slurm/mpsstep``)."""
+    return {"control": shutil.which("nvidia-cuda-mps-control", path=PATH), "smi": shutil.which("nvidia-smi", path=PATH)}
+
+
 def reached(sock: socket.socket | None, token: str, deadline: float) -> dict[str, Any]:
     """Whether the server's connection came, with its token, before the deadline."""
     if sock is None:
@@ -173,7 +179,7 @@ def main(argv: list[str]) -> int:
     result = {
         "uid": os.getuid(), "gid": os.getgid(), "python": list(sys.version_info[:3]),
         "executable": sys.executable, "shared": shared(request), "bwrap": bwrap(), "podman": podman(),
-        "accounts": accounts(request["accounts"]), "gpus": gpus(),
+        "accounts": accounts(request["accounts"]), "gpus": gpus(), "mps": mps(),
         "ephemeral_ports": ephemeral_ports(),
     }
     result["port"] = reached(sock, request["token"], deadline)

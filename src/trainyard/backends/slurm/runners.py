@@ -135,6 +135,17 @@ if [ -e "$dir/datasets.json" ]; then
         exit 127
     fi
 fi
+# A task with part of a GPU (TASK_DIR/mps.json, the server's: shares.py): its owner's MPS
+# daemon of that device runs on this node before it starts, started or reused by
+# mps-step.py (as root; the daemon as the owner's account, outside this step's cgroups),
+# which writes the client's variables for task-start.py (TASK_DIR/mps.env); it is released
+# after the task, and quit after the owner's last such task here (or by its keeper, when a
+# killed step could not release it). What fails is said in the log, and the task runs unenforced.
+mps=
+if [ -e "$dir/mps.json" ]; then
+    mps=1
+    /usr/bin/python3 -I -S "${0%/*}/mps-step.py" acquire "$dir" "$$" < /dev/null
+fi
 slurm=()
 for name in "${!SLURM@}" "${!PMI@}"; do slurm+=("$name=${!name}"); done
 # Slurm sets CUDA_VISIBLE_DEVICES to the GPUs of this step; pinning comes last, so that
@@ -332,6 +343,9 @@ if [ -n "$sampler" ]; then kill "$sampler" 2> /dev/null; fi
 # Its datasets are no longer in use here (the node's report says so before the exit file).
 if [ -n "$datasets" ]; then
     /usr/bin/python3 -I -S "${0%/*}/dataset-step.py" release "$dir" "$$" < /dev/null > /dev/null
+fi
+if [ -n "$mps" ]; then
+    /usr/bin/python3 -I -S "${0%/*}/mps-step.py" release "$dir" "$$" < /dev/null
 fi
 # Slurm's task/cgroup holds the step to its --mem in a memory cgroup this shell shares
 # with the task; the kernel counts there the processes it killed at that limit (v1:

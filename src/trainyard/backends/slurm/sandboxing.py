@@ -60,13 +60,18 @@ def account_env(account: submission.TaskAccount, site_env: dict[str, str]) -> di
 def write_sandbox_plan(sandbox: Sandbox | None, starter: tuple[str, ...], task: TaskLaunch, task_dir: Path,
                        job_dir: Path, account: submission.TaskAccount, task_python: Path,
                        environments_root: Path, hosts: Mapping[str, str] | None = None,
-                       datasets: tuple[Sequence[Mount], Path | None] = ((), None)) -> None:
+                       datasets: tuple[Sequence[Mount], Path | None] = ((), None),
+                       shared: Path | None = None, node_dirs: Sequence[Path] = ()) -> None:
     """``sandbox.json`` (what ``task-start.py`` runs on the node: the local backend's
     sandbox command line) and ``sandbox.join`` (how ``yard exec`` joins it). ``hosts``:
     names the task must resolve to addresses (``wiring.agent_names``), which
     ``task-start.py`` adds to a copy of the node's ``/etc/hosts`` bound over it. ``datasets``:
     the read-only mounts of the task's datasets' entries, and its node's cache, which the
-    sandbox hides but for them (``slurm.datasets``)."""
+    sandbox hides but for them (``slurm.datasets``). ``shared``: the pipe directory of the
+    owner's MPS daemon for a task with part of a GPU (``slurm.shares``), made on the node
+    before the task starts, bound writable as on the local backend. ``node_dirs``: node-local
+    folders the sandbox hides (the MPS daemons' root), which ``task-start.py`` makes (root's,
+    0711) where they are missing: bubblewrap cannot mount over a path that does not exist."""
     assert sandbox is not None
     identity = Identity(*account.ids)
     attempt = task_dir.parent
@@ -74,7 +79,7 @@ def write_sandbox_plan(sandbox: Sandbox | None, starter: tuple[str, ...], task: 
     mounts = [StorageMount(Path(m.root or m.source), m.sub_path, Path(m.target), m.read_only)
               for m in (*task.mounts, *datasets[0])]
     bound = [account.secrets, account.script, account.suspend_dir, task_python]
-    writable = [job_dir]
+    writable = [job_dir, *([shared] if shared is not None else [])]
     if environments_root.is_dir():
         bound.append(environments_root)
         if USER_NAME.fullmatch(task.user):
@@ -89,6 +94,7 @@ def write_sandbox_plan(sandbox: Sandbox | None, starter: tuple[str, ...], task: 
         storage_paths=[*(Path(p) for p in task.storage_paths), *([datasets[1]] if datasets[1] else [])],
         identity=identity, starter=starter, hosts_file=task_dir / HOSTS_FILE if hosts else None)
     plan = {"argv": argv, "mount_fds": mount_fds(mounts), "launch_env": dict(LAUNCH_ENV), "hosts": dict(hosts or {}),
+            "node_dirs": [str(path) for path in node_dirs],
             # task-start.py checks (or, for an account Trainyard made, makes) it on the node.
             "account": {"name": account.user.name, "uid": account.user.uid, "gid": account.user.gid,
                         "made": made_by_trainyard(account.user.name), "marker": ACCOUNT_MARKER,

@@ -8,11 +8,14 @@ to open for its ``--bind-fd`` and the fixed environment it runs with. Here, on t
 
 1. the task's environment is its ``env`` file (NUL-separated ``NAME=value``, never
    evaluated) plus what only the step knows: Slurm's variables and the GPU pinning the
-   runner passes in this process's own environment; it goes to ``TASK_DIR/spec.json``
+   runner passes in this process's own environment, and a GPU share's MPS client variables
+   (``mps.env``, root's, from ``mps-step.py``); it goes to ``TASK_DIR/spec.json``
    (root's, 0600), which the task's start inside the sandbox (``sandboxjoin --stop``)
    reads after it has dropped to the account, as on the local backend;
 2. each storage is opened without following a link (``sandboxjoin.open_mount_fds``);
-3. the command line is exec'd in this process (the runner's task: its process group, its
+3. node-local folders the sandbox hides are made where missing (``node_dirs``: the MPS
+   daemons' root, ``slurm/shares``);
+4. the command line is exec'd in this process (the runner's task: its process group, its
    status), with ``launch_env``: nothing of the job's reaches what runs as root.
 
 Before all that, the task's account (``plan["account"]``) must be on this node with the
@@ -33,6 +36,7 @@ import os
 import pwd
 import re
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -54,6 +58,23 @@ def task_env(env_file: str, step: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# What ``mps-step.py`` (root's, before this) hands a task with part of a GPU: its MPS client's
+# variables and its device by UUID, which come after the pinning (``slurm/mpsstep``).
+SHARE_VARIABLES = ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                   "CUDA_VISIBLE_DEVICES")
+
+
+def share_env(path: str) -> dict[str, str]:
+    """The client's variables of a task's GPU share ({} where it has none, or it is not enforced)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return {}
+    with os.fdopen(fd, "rb") as f:
+        pairs = [item.decode() for item in f.read().split(b"\0") if item]
+    return {k: v for k, _, v in (pair.partition("=") for pair in pairs) if k in SHARE_VARIABLES}
+
+
 def write_root_only(path: str, data: bytes, mode: int = 0o600) -> None:
     """``data`` in a new file at ``path`` (replacing it at once), root's, of ``mode``."""
     tmp = f"{path}.tmp"
@@ -64,6 +85,25 @@ def write_root_only(path: str, data: bytes, mode: int = 0o600) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+
+
+def make_node_dir(path: str) -> None:
+    """A node-local folder the sandbox hides (root's, 0711), made with its parents where missing,
+    each 0711 whatever the step's umask (Slurm gives a task the submitter's): the users' MPS
+    daemons must pass through it to their own folders."""
+    missing, folder = [], path
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o711)
+        except FileExistsError:
+            continue
+        os.chmod(folder, 0o711)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0:
+        raise ValueError(f"{path} is not a folder of root's")
 
 
 _HOST_NAME = re.compile(r"trainyard-worker-[0-9]{1,9}")
@@ -178,7 +218,10 @@ def main(argv: list[str]) -> int:
         if "account" in plan:
             ensure_account(plan["account"])
         env = task_env(os.path.join(task_dir, "env"), dict(os.environ))
+        env.update(share_env(os.path.join(task_dir, "mps.env")))
         write_root_only(os.path.join(task_dir, "spec.json"), json.dumps({"env": env}).encode())
+        for folder in plan.get("node_dirs", ()):
+            make_node_dir(folder)
         if plan.get("hosts"):
             write_hosts(os.path.join(task_dir, "hosts"), plan["hosts"])
         # sandboxjoin.py lies beside this file on the nodes (``-I`` puts no folder on the path).
