@@ -114,6 +114,8 @@ def test_a_waiting_jobs_dataset_is_fetched_before_it_starts(world) -> None:
         assert source.requests == ["/corpus.tar.gz"]
         (cache,) = world.backend.dataset_caches()
         assert [(e.dataset, e.in_use) for e in cache.entries] == [("corpus", 0)]  # fetched, mounted by no task yet
+        # A fetch, and no hit: the second ask (None) found it there, as every later prefetch of it will.
+        assert (cache.misses, cache.hits) == (1, 0)
         # The node holding it is the job's to prefer (one node here: the scheduler's tie-break is tested alone).
         assert world.controller.prefetcher.data_nodes[job_id] == frozenset({node})
         with world.db.session() as s:
@@ -124,4 +126,6 @@ def test_a_waiting_jobs_dataset_is_fetched_before_it_starts(world) -> None:
         assert world.drive(job_id).state == "SUCCEEDED"
         log = world.backend.read_log(_key(world, job_id)).data.decode()
         assert "is in this node's cache" in log and log.splitlines()[-1] == "ahead"
+        (cache,) = world.backend.dataset_caches()
+        assert (cache.misses, cache.hits) == (1, 1)  # the hit is the task's, however often it was prefetched
         assert source.requests == ["/corpus.tar.gz"]
