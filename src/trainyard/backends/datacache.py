@@ -234,7 +234,11 @@ class NodeCache:
         """The cache's folders, the root checked (``check_root``; PermissionError), and the
         folders above it checked before it is made."""
         self._check_above()
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for above in reversed(self.root.parents):  # 0755 whatever the umask (a Slurm step's is the user's)
+            if not above.exists():
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(above, 0o755)
+        self.root.mkdir(exist_ok=True, mode=0o700)
         self.check_root()
         for name in ("entries", "meta", "locks", "uses", "partial"):
             (self.root / name).mkdir(exist_ok=True, mode=0o700)

@@ -15,6 +15,7 @@ import json
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from backends.datasource import serving, tar_gz
@@ -26,10 +27,12 @@ from slurm.cluster import drive, submit
 from slurm.conftest import make_world, per_user
 from trainyard.backends.base import DatasetFetch, TaskKey
 from trainyard.backends.containers import ContainerEngine
+from trainyard.backends.doctor import Status
 from trainyard.backends.slurm import datasetstep
 from trainyard.backends.slurm.commands import SlurmCommands
-from trainyard.backends.slurm.datasets import SlurmDatasets
+from trainyard.backends.slurm.datasets import SlurmDatasets, cache_base
 from trainyard.backends.slurm.datasetstep import PLAN
+from trainyard.cli.doctor import check_dataset_caches
 from trainyard.core.clock import SystemClock
 from trainyard.services import datasets as dataset_service
 from trainyard.services import jobs as job_service
@@ -54,7 +57,7 @@ def data_world(slurm, tmp_path, outside_tmp) -> Iterator:
     """Per-user accounts and the sandbox (as ``yard up`` as root), Podman for images, 1 MiB caches,
     URLs on this machine allowed (``this_machine``, as an admin would), and a storage ``data``
     (root's, 0755) that alice may read: corpus/ (hers to read), private/ (root's alone) and big/ (2 MiB)."""
-    for world in make_world(slurm, tmp_path, dataset_cache=(None, CAPACITY),
+    for world in make_world(slurm, tmp_path, dataset_cache=(tmp_path / "caches", CAPACITY),
                             dataset_sources=(60.0, (this_machine(slurm),)),
                             containers=ContainerEngine.find("podman", "runc"), **per_user()):
         world.controller.prefetcher.interval = math.inf  # its waiting jobs' fetches would blur the counts
@@ -290,7 +293,7 @@ def test_the_nodes_step_refuses_another_nodes_plan_and_a_cache_folder_others_may
     (storage / "corpus").mkdir(parents=True)
     (storage / "corpus" / "words.txt").write_text("hello\n")
     datasets = SlurmDatasets(tmp_path / "state", SlurmCommands(), partition=None, name_prefix="t",
-                             usable_nodes=list)
+                             usable_nodes=list, cache=(tmp_path / "state" / "datasets" / "cache", None))
     fetch = DatasetFetch("corpus", str(storage / "corpus"), "1", "/data/corpus", storage_root=str(storage),
                          reader="alice")
     task = tmp_path / "task"
@@ -325,3 +328,16 @@ def test_the_nodes_step_refuses_another_nodes_plan_and_a_cache_folder_others_may
     assert datasetstep.main(argv) == 1
     assert f"lies in {shared}, which another account may change" in capsys.readouterr().err
     assert list(shared.iterdir()) == []  # refused before anything was made there
+
+
+def test_each_nodes_cache_is_on_its_own_disk_by_default_where_root_runs_its_steps_and_doctor_warns_of_shared_ones(
+        tmp_path) -> None:
+    state = tmp_path / "state"
+    assert cache_base(state, None, as_root=True) == Path("/var/cache/trainyard/datasets")
+    assert cache_base(state, None, as_root=False) == state / "datasets" / "cache"  # no other folder is the server's
+    assert cache_base(state, tmp_path / "nvme", as_root=True) == tmp_path / "nvme"
+    found = check_dataset_caches(state, None, as_root=False)
+    assert found.status == Status.WARN and f"in the state directory {state}, which every node shares" in found.detail
+    assert "set dataset_cache_dir to a folder on each node's own disk" in found.fix
+    assert check_dataset_caches(state, None, as_root=True).status == Status.OK
+    assert check_dataset_caches(state, state / "datasets" / "fast", as_root=True).status == Status.WARN
