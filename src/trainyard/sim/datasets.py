@@ -97,6 +97,8 @@ class DataCaches:
         self.holding: dict[int, set[str]] = {}  # dataset -> the nodes that hold it
         self.placed: dict[int, tuple[str, ...]] = {}  # running job -> its nodes
         self.tally = DataTally()
+        # Whether the waiting jobs' places in their queues decide which get data_nodes.
+        self.by_position = model.prefer and model.ahead > 0
 
     def data_nodes(self, job_id: int) -> frozenset[str]:
         """The nodes whose cache holds the job's dataset (``PendingJob.data_nodes``)."""

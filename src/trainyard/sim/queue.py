@@ -394,13 +394,14 @@ class QueueSim:
                     and not self._turn_possible() and not self._reclaim_possible() and not self._shrinkable()
                     and not self._move_possible()
                     and not self._growable()):
-                if self.data is not None and any(j not in self.positions for j in self.pending):
+                if self.data is not None and self.data.by_position and any(j not in self.positions
+                                                                           for j in self.pending):
                     # The controller's cycle would run and place a job that arrived in its queue.
                     self.positions = queue_positions(ordered(self._snapshot())[0])
                 return
             decisions = schedule(self._snapshot())
             self.result.cycles += 1
-            if self.data is not None:
+            if self.data is not None and self.data.by_position:
                 self.positions = {w.job_id: w.position for w in decisions.waits}
             rounds += not decisions.more  # a cycle stopped at its bound of starts started some: it goes on
             for start in decisions.starts:
