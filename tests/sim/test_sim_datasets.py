@@ -84,14 +84,18 @@ def test_placement_prefers_the_node_holding_a_waiting_jobs_data_among_nodes_that
     assert result.lost_gpu_seconds == 0.0  # no checkpoint: a fetch is not a restore
 
 
-def test_only_the_jobs_next_in_line_get_nodes_to_prefer_as_the_controller_gives_them() -> None:
+def test_waiting_jobs_have_nodes_to_prefer_as_the_controller_gives_them() -> None:
     assert DatasetModel(1).ahead == controller_datasets.PREFETCH_AHEAD
     data = caches({1: 0, 2: 0, 3: 0, 4: 0}, [10], cache_gb=10)
+    assert data.preferred([2, 3], {}) == {}  # first seen (``arriving``): no cache holds dataset 0 yet
     data.start(1, ["n1"])
-    assert data.preferred([2, 3, 4], {2: 1, 3: 3}) == {2: frozenset({"n1"})}  # 3 too far back, 4 new
+    # 2 is next in line (the prefetcher's: the caches now); 3, further back, keeps what it had when
+    # first seen; 4 is first seen now.
+    assert data.preferred([2, 3, 4], {2: 1, 3: 3}) == {2: frozenset({"n1"}), 4: frozenset({"n1"})}
     everyone = caches({1: 0, 2: 0, 3: 0}, [10], cache_gb=10, ahead=0)
+    assert everyone.preferred([2, 3], {}) == {}
     everyone.start(1, ["n1"])
-    assert set(everyone.preferred([2, 3], {})) == {2, 3}
+    assert set(everyone.preferred([2, 3], {2: 1, 3: 5})) == {2, 3}  # 0: every waiting job, as the caches are now
     off = caches({1: 0, 2: 0}, [10], cache_gb=10, prefer=False)
     off.start(1, ["n1"])
     assert off.preferred([2], {2: 1}) == {}

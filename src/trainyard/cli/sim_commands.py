@@ -105,8 +105,8 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    help="whether placement prefers the nodes that hold a waiting job's dataset, among nodes that "
                    "fit alike (the live scheduler's data_nodes; default on)")
     q.add_argument("--data-ahead", type=int, default=2, metavar="JOBS",
-                   help="which waiting jobs have data_nodes: the first JOBS of each VC, as the controller's "
-                   "prefetcher gives them (default 2; 0: every waiting job)")
+                   help="as the controller: a job has the nodes holding its data to prefer as they were when it "
+                   "arrived, the first JOBS of each VC as they are now (default 2; 0: every waiting job as now)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")
     q.add_argument("--json", action="store_true", help="print the report as JSON (and no progress bar)")
 

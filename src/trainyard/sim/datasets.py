@@ -13,12 +13,15 @@ between nodes): its GPUs are held meanwhile without progress, so that the fetch'
 is in its queueing and JCT, and its GPU time in the allocation.
 
 The preference is the live scheduler's own: the simulator gives a waiting job the nodes
-whose cache holds its dataset as ``PendingJob.data_nodes``, as the controller's
-``DatasetPrefetcher`` does, to the first ``ahead`` waiting jobs of each VC (their position
-as the last cycle decided it, ``KeepWaiting.position``, or where the simulator skips a
-cycle that could start nothing, their place in the scheduler's own queue order,
-``schedule.ordered``; 0: every waiting job), and
-``scheduler.ledger.data_first`` puts those nodes first among nodes that fit alike.
+whose cache holds its dataset as ``PendingJob.data_nodes`` when the controller does — in
+the cycle that first sees it waiting, as the caches then are (``DatasetPrefetcher.arriving``:
+a job keeps that set while it waits), and to the first ``ahead`` waiting jobs of each VC as
+the caches are now (the prefetcher's run; their position as the last cycle decided it,
+``KeepWaiting.position``, or where the simulator skips a cycle that could start nothing,
+their place in the scheduler's own queue order, ``schedule.ordered``; 0: every waiting job
+as the caches are now) — and ``scheduler.ledger.data_first`` puts those nodes first among
+nodes that fit alike. The live prefetcher looks at the caches every 10 s; the simulator at
+every cycle.
 ``prefer=False`` gives none (the preference off; the caches as before).
 
 Not modelled: the prefetcher's fetches while a job waits (here a job fetches when it
@@ -96,6 +99,7 @@ class DataCaches:
         self.in_use: dict[str, dict[int, int]] = {n: {} for n in self.caches}  # node -> dataset -> jobs
         self.holding: dict[int, set[str]] = {}  # dataset -> the nodes that hold it
         self.placed: dict[int, tuple[str, ...]] = {}  # running job -> its nodes
+        self.first_seen: dict[int, frozenset[str]] = {}  # waiting job -> its data_nodes when it arrived
         self.tally = DataTally()
         # Whether the waiting jobs' places in their queues decide which get data_nodes.
         self.by_position = model.prefer and model.ahead > 0
@@ -105,20 +109,30 @@ class DataCaches:
         return frozenset(self.holding.get(self.reads[job_id], ()))
 
     def preferred(self, pending: Sequence[int], positions: Mapping[int, int]) -> dict[int, frozenset[str]]:
-        """The waiting jobs that get data_nodes, as the controller gives them: none with the
-        preference off; else those of ``positions`` (the last cycle's) at most ``ahead``."""
+        """The waiting jobs' data_nodes, as the controller gives them: none with the preference
+        off; else a job's first seen now as the caches are now, those of ``positions`` (the
+        last cycle's) at most ``ahead`` as they are now, the rest's as they were when first seen."""
         model = self.model
         if not model.prefer:
             return {}
-        return {j: nodes for j in pending
-                if (model.ahead == 0 or positions.get(j, model.ahead + 1) <= model.ahead)
-                and (nodes := self.data_nodes(j))}
+        found = {}
+        for j in pending:
+            if j not in self.first_seen:
+                nodes = self.first_seen[j] = self.data_nodes(j)
+            elif model.ahead == 0 or positions.get(j, model.ahead + 1) <= model.ahead:
+                nodes = self.data_nodes(j)
+            else:
+                nodes = self.first_seen[j]
+            if nodes:
+                found[j] = nodes
+        return found
 
     def start(self, job_id: int, nodes: Iterable[str], had_preference: bool = False) -> float:
         """The job starts on ``nodes``: each fetches its dataset unless its cache holds it;
         the seconds until the last has it (the job's wait for its data)."""
         dataset = self.reads[job_id]
         size = self.size[dataset]
+        self.first_seen.pop(job_id, None)  # back in the queue (preempted), it is seen anew
         placed = tuple(dict.fromkeys(nodes))
         self.placed[job_id] = placed
         wait = 0.0
