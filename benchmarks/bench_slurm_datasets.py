@@ -60,7 +60,7 @@ def main() -> None:
         for index in range(args.mb):
             (storage / "corpus" / f"shard-{index:04d}").write_bytes(os.urandom(1 << 20))
         datasets = SlurmDatasets(state, SlurmCommands(), partition=None, name_prefix="bench",
-                                 usable_nodes=list, cache=(None, 4 * args.mb << 20))
+                                 usable_nodes=list, cache=(state / "datasets" / "cache", 4 * args.mb << 20))
         step = str(state / "bin" / NODE_STEP)
         bare, misses, hits, releases = [], [], [], []
         for run in range(args.runs):

@@ -41,7 +41,8 @@ class Source:
 
 
 @contextmanager
-def serving() -> Iterator[Source]:
+def serving(host: str = "127.0.0.1") -> Iterator[Source]:
+    """A source listening on ``host`` (a Slurm node reaches this machine at its bridge's address)."""
     source = Source()
 
     class Handler(BaseHTTPRequestHandler):
@@ -75,7 +76,7 @@ def serving() -> Iterator[Source]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = ThreadingHTTPServer((host, 0), Handler)
 
     def handle_error(request: object, address: object) -> None:
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):  # a fetch that gave up
@@ -83,7 +84,7 @@ def serving() -> Iterator[Source]:
 
     server.handle_error = handle_error  # type: ignore[method-assign]
     server.daemon_threads = True
-    source.url = f"http://127.0.0.1:{server.server_address[1]}"
+    source.url = f"http://{host}:{server.server_address[1]}"
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:

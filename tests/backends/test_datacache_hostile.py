@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import os
 import socket
+import stat
 import tarfile
 from pathlib import Path
 
@@ -151,6 +152,20 @@ def test_a_cache_folder_someone_else_may_write_is_refused(tmp_path: Path, made: 
     with pytest.raises(RuntimeError, match="set dataset_cache_dir"):
         NodeDatasets(root)  # the backend, and the server with it, does not start
     assert not (tmp_path / "theirs" / "entries").exists()
+
+
+def test_the_folders_made_above_a_new_cache_are_no_one_elses_to_change_whatever_the_umask(tmp_path: Path) -> None:
+    """A Slurm node's first fetch makes the cache's folders (``/var/cache/trainyard/...``) under
+    the step's umask, the user's: a group-writable parent would refuse every later fetch."""
+    old = os.umask(0o002)
+    try:
+        NodeCache(tmp_path / "var" / "cache" / "trainyard" / "n1", 1 << 20).make_dirs()
+    finally:
+        os.umask(old)
+    modes = [stat.S_IMODE(os.stat(tmp_path / path).st_mode) for path in ("var", "var/cache", "var/cache/trainyard",
+                                                                          "var/cache/trainyard/n1")]
+    assert modes == [0o755, 0o755, 0o755, 0o700]
+    NodeCache(tmp_path / "var" / "cache" / "trainyard" / "n1", 1 << 20).check_root()
 
 
 def test_a_storage_folder_is_copied_with_its_owners_permissions_not_roots(tmp_path: Path) -> None:

@@ -114,14 +114,24 @@ def test_a_waiting_jobs_dataset_is_fetched_before_it_starts(world) -> None:
         assert source.requests == ["/corpus.tar.gz"]
         (cache,) = world.backend.dataset_caches()
         assert [(e.dataset, e.in_use) for e in cache.entries] == [("corpus", 0)]  # fetched, mounted by no task yet
+        # A fetch, and no hit: the second ask (None) found it there, as every later prefetch of it will.
+        assert (cache.misses, cache.hits) == (1, 0)
         # The node holding it is the job's to prefer (one node here: the scheduler's tie-break is tested alone).
         assert world.controller.prefetcher.data_nodes[job_id] == frozenset({node})
+        # A job just submitted has them from the cycle that first sees it (most jobs start in that
+        # cycle, before the prefetcher looks again); one without datasets has none.
+        third = world.submit(JOB.replace("  m:\n", "  m:\n    resourcePerInstance: {gpu: 1}\n"))
+        plain = world.submit("name: p\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 1}\n    commands: ['true']\n")
+        prefetcher = world.controller.prefetcher
         with world.db.session() as s:
-            pending = world.controller.waiting.load(s, 0.0, world.controller.prefetcher.data_nodes)
-        assert {j.job_id: j.data_nodes for j in pending}[job_id] == {world.backend.inventory()[0].name}
-        world.stop(blocker)
-        world.stop(second)
+            pending = world.controller.waiting.load(s, 0.0, prefetcher.data_nodes, prefetcher.arriving)
+        found = {j.job_id: j.data_nodes for j in pending}
+        assert found == {job_id: {node}, second: {node}, third: {node}, plain: frozenset()}
+        for other in (blocker, second, third, plain):
+            world.stop(other)
         assert world.drive(job_id).state == "SUCCEEDED"
         log = world.backend.read_log(_key(world, job_id)).data.decode()
         assert "is in this node's cache" in log and log.splitlines()[-1] == "ahead"
+        (cache,) = world.backend.dataset_caches()
+        assert (cache.misses, cache.hits) == (1, 1)  # the hit is the task's, however often it was prefetched
         assert source.requests == ["/corpus.tar.gz"]

@@ -18,8 +18,9 @@ read-only into its sandbox or container)::
                          with a live use is never evicted
     partial/KEY.PID      a fetch under way; found while holding the entry's lock, it is what an
                          interrupted fetch left, and is removed before the fetch is tried again
-    stats.json           hits, misses, bytes fetched (as read from the source: an archive's
-                         compressed bytes), evictions (under cache.lock)
+    stats.json           hits (tasks that found their data here), misses (fetches: a task's,
+                         or a prefetch's for a waiting job), bytes fetched (as read from the
+                         source: an archive's compressed bytes), evictions (under cache.lock)
 
 The crash-safety protocol, step by step:
 
@@ -27,7 +28,8 @@ The crash-safety protocol, step by step:
    task that needs it waits here, then finds it complete (one fetch, two tasks).
 2. Remove what an interrupted fetch of this key left in ``partial/`` (its process is gone:
    it held the lock we now hold).
-3. If ``entries/KEY`` exists it is complete (a hit): only step 5 renames it into place.
+3. If ``entries/KEY`` exists it is complete (a hit, if a task asks: a prefetch that finds
+   it there counts nothing, so that hits are tasks that found their data).
 4. Otherwise fetch into ``partial/KEY.PID``, then write its meta and rename it to
    ``entries/KEY``: a partly fetched dataset is never at the path a task mounts.
 5. Record the use (``uses/KEY/PID-START``), touch the meta (last use), release the lock.
@@ -93,7 +95,8 @@ class NodeCache:
             for leftover in (self.root / "partial").glob(f"{key}.*"):  # 2
                 shutil.rmtree(leftover, ignore_errors=True)
             if entry.is_dir():  # 3
-                self._count(hits=1)
+                if use:  # a hit is a task that found its data (a prefetch finding it there is none)
+                    self._count(hits=1)
                 say(f"trainyard: dataset {item['name']} (version {item['version']}) is in this node's cache")
             else:  # 4
                 started = time.monotonic()
@@ -231,7 +234,11 @@ class NodeCache:
         """The cache's folders, the root checked (``check_root``; PermissionError), and the
         folders above it checked before it is made."""
         self._check_above()
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for above in reversed(self.root.parents):  # 0755 whatever the umask (a Slurm step's is the user's)
+            if not above.exists():
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(above, 0o755)
+        self.root.mkdir(exist_ok=True, mode=0o700)
         self.check_root()
         for name in ("entries", "meta", "locks", "uses", "partial"):
             (self.root / name).mkdir(exist_ok=True, mode=0o700)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from trainyard.backends.doctor import Check, exit_status, ok, render, skip
+from trainyard.backends.doctor import Check, exit_status, ok, render, skip, warn
 from trainyard.backends.local import doctor as local_doctor
+from trainyard.backends.slurm.datasets import cache_base, shared_cache
 from trainyard.backends.slurm.doctor import check_slurm
 from trainyard.core.settings import Settings
 from trainyard.store.db import Database
@@ -53,8 +54,23 @@ def doctor_checks(settings: Settings) -> list[Check]:
     if not cluster_wide:
         return checks + local_doctor.check_local_host(settings, as_root=as_root)
     # The state directory ``yard up`` uses; before its store has a cluster id, the folder it will be made in.
-    state_dir = settings.slurm_state_dir or settings.home / "slurm" / (cluster or "")
-    return checks + check_slurm(Path(state_dir).absolute(), partition=settings.slurm_partition, accounts=accounts)
+    state_dir = Path(settings.slurm_state_dir or settings.home / "slurm" / (cluster or "")).absolute()
+    return [*checks, *check_slurm(state_dir, partition=settings.slurm_partition, accounts=accounts),
+            check_dataset_caches(state_dir, settings.dataset_cache_dir, as_root=as_root)]
+
+
+def check_dataset_caches(state_dir: Path, configured: Path | None, *, as_root: bool) -> Check:
+    """Where the Slurm nodes' dataset caches are: a WARN where they lie on shared storage,
+    where a cached dataset is read at that storage's speed, not the node's disk's."""
+    base = cache_base(state_dir, configured, as_root=as_root)
+    why = shared_cache(state_dir, base)
+    if why is None:
+        return ok("dataset caches", f"each node's at {base}/<node>, on its own disk as far as this machine can tell")
+    return warn("dataset caches", f"each node's dataset cache is {base}/<node>: {why}; its datasets are read at "
+                "that storage's speed, not the node's disk's",
+                "set dataset_cache_dir to a folder on each node's own disk, the same path on every node, whose "
+                "parents only root (or the server's account) may change; as root the default, "
+                "/var/cache/trainyard/datasets, is one")
 
 
 def read_store(settings: Settings) -> tuple[list[str] | None, str | None, Check]:

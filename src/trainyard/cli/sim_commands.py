@@ -89,6 +89,24 @@ def add_sim_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    "waiting gang (`yard up`'s scheduler_moves_per_hour; default: the scheduler's, 0: off)")
     q.add_argument("--tick", type=float, default=60.0,
                    help="seconds between scheduling cycles, as the controller's tick (0: a cycle per event)")
+    q.add_argument("--datasets", type=int, metavar="K",
+                   help="model datasets near the GPUs: every job reads one of K (Zipf popularity), fetched at its "
+                   "start into each of its nodes' caches unless there (default: no datasets)")
+    q.add_argument("--dataset-skew", type=float, default=1.0, metavar="S",
+                   help="the datasets' Zipf exponent: the i-th is read in proportion to 1/i^S (default 1; 0: alike)")
+    q.add_argument("--dataset-gb", default="1:100", metavar="MIN:MAX",
+                   help="the datasets' sizes, log-uniform between MIN and MAX GB (default 1:100)")
+    q.add_argument("--cache-gb", type=float, default=100.0, metavar="GB",
+                   help="each node's dataset cache, least recently used out (`yard up`'s dataset_cache_gb; "
+                   "default 100)")
+    q.add_argument("--fetch-gbps", type=float, default=0.5, metavar="GB/S",
+                   help="how fast a node fetches a dataset from its source (default 0.5 GB/s)")
+    q.add_argument("--data-placement", choices=("on", "off"), default="on",
+                   help="whether placement prefers the nodes that hold a waiting job's dataset, among nodes that "
+                   "fit alike (the live scheduler's data_nodes; default on)")
+    q.add_argument("--data-ahead", type=int, default=2, metavar="JOBS",
+                   help="as the controller: a job has the nodes holding its data to prefer as they were when it "
+                   "arrived, the first JOBS of each VC as they are now (default 2; 0: every waiting job as now)")
     q.add_argument("--out", type=Path, help="write per-job results as CSV here")
     q.add_argument("--json", action="store_true", help="print the report as JSON (and no progress bar)")
 

@@ -2,7 +2,10 @@
 in their VC's queue (``pending_position`` at most ``ahead``, as the last cycle wrote it) have
 their datasets fetched into the nodes' caches while they wait, so that they start without
 waiting for their data; the nodes that then hold all of a job's datasets are its
-``PendingJob.data_nodes``, which placement prefers among nodes that fit alike. Where the
+``PendingJob.data_nodes``, which placement prefers among nodes that fit alike. A job just
+submitted gets them too, from the caches as the last run found them (``arriving``, at the
+cycle that first sees it: most jobs start in that cycle, before any run could look; the
+simulator measured the difference, docs/benchmarks.md). Where the
 scheduler holds a reservation for a job (backfill's, for the first waiting job of a queue:
 ``KeepWaiting.reserved_nodes``, as the last cycle decided), its datasets are fetched to
 those nodes, where it will likely run; a job next in line without one has them fetched to
@@ -17,13 +20,17 @@ from __future__ import annotations
 
 import logging
 
+from sqlalchemy.orm import Session
+
 from trainyard.backends.base import DatasetCaches, DatasetFetch
 from trainyard.controller.periodic import Periodic
 from trainyard.core.clock import Clock
 from trainyard.services.datasets import DatasetUnavailable, task_datasets
 from trainyard.services.specs import StoredSpecs
+from trainyard.spec.models import JobSpec
 from trainyard.store.db import Database
 from trainyard.store.queries import datasets as dataset_queries
+from trainyard.store.queries import users as user_queries
 
 log = logging.getLogger(__name__)
 PREFETCH_INTERVAL_SECONDS = 10.0
@@ -39,6 +46,8 @@ class DatasetPrefetcher(Periodic):
         self.db, self.backend, self.specs, self.ahead = db, backend, specs, ahead
         # job id -> the nodes whose cache holds all its datasets, as the last run found them
         self.data_nodes: dict[int, frozenset[str]] = {}
+        # cache key -> the nodes whose cache holds it, as the last run found them (replaced whole)
+        self.holding: dict[str, frozenset[str]] = {}
         # job id -> the nodes the scheduler reserves for it, as the last cycle decided
         # (replaced whole by the controller's thread; read here)
         self.reserved: dict[int, tuple[str, ...]] = {}
@@ -64,6 +73,22 @@ class DatasetPrefetcher(Periodic):
                     continue  # its launch will say so
         return wanted
 
+    def arriving(self, session: Session, user: str, spec: JobSpec) -> frozenset[str]:
+        """The nodes whose cache holds every dataset of a job the controller sees waiting for
+        the first time (``WaitingJobs.load``), as the last run found them: none for a job
+        without datasets, or one whose datasets its launch would refuse."""
+        holding = self.holding
+        if not holding or not (spec.datasets or any(role.datasets for role in spec.taskRoles.values())):
+            return frozenset()
+        owner = user_queries.user_named(session, user)
+        if owner is None:
+            return frozenset()
+        try:
+            keys = {d.key for role in spec.role_names for d in task_datasets(session, owner, spec, role)}
+        except DatasetUnavailable:
+            return frozenset()
+        return frozenset.intersection(*(holding.get(key, frozenset()) for key in keys)) if keys else frozenset()
+
     def prefetch(self) -> dict[str | None, list[str]]:
         """Fetch what ``wanted`` names, each version once per node (outside the transaction):
         a job's to the nodes reserved for it, else to every node (None); then note which
@@ -78,10 +103,10 @@ class DatasetPrefetcher(Periodic):
         for node, datasets in by_node.items():
             self.backend.prefetch(list(datasets.values()), node)
         holding: dict[str, set[str]] = {}
-        if wanted:
-            for cache in self.backend.dataset_caches():
-                for entry in cache.entries:
-                    holding.setdefault(entry.key, set()).add(cache.node)
+        for cache in self.backend.dataset_caches():  # also for the jobs to come (``arriving``)
+            for entry in cache.entries:
+                holding.setdefault(entry.key, set()).add(cache.node)
+        self.holding = {key: frozenset(nodes) for key, nodes in holding.items()}  # replaced whole
         found = {}
         for job_id, fetches in wanted.items():
             nodes = set.intersection(*(holding.get(d.key, set()) for d in fetches)) if fetches else set()

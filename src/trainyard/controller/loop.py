@@ -309,8 +309,10 @@ class Controller:
         self._waits = ()
         with self.db.session() as session:
             now = self.clock.now().timestamp()
-            data_nodes = self.prefetcher.data_nodes if self.prefetcher is not None else None
-            gate = hold_back(session, self.waiting.load(session, now, data_nodes), self.waiting.dependencies)
+            prefetcher = self.prefetcher
+            pending = self.waiting.load(session, now, prefetcher.data_nodes if prefetcher is not None else None,
+                                        prefetcher.arriving if prefetcher is not None else None)
+            gate = hold_back(session, pending, self.waiting.dependencies)
             pending = gate.ready
             cannot_start = {**self.waiting.broken, **gate.never}
             if not pending and not cannot_start and not gate.waits and not job_queries.elastic_running(session):

@@ -55,10 +55,12 @@ class WaitingJobs:
         # The job files' ``dependencies`` of the waiting jobs that have any (controller/dependencies.py).
         self.dependencies: dict[int, Dependencies] = {}
 
-    def load(self, session: Session, now: float,
-             data_nodes: Mapping[int, frozenset[str]] | None = None) -> tuple[PendingJob, ...]:
+    def load(self, session: Session, now: float, data_nodes: Mapping[int, frozenset[str]] | None = None,
+             arriving: Callable[[Session, str, JobSpec], frozenset[str]] | None = None) -> tuple[PendingJob, ...]:
         """The waiting jobs; one first seen now after an earlier attempt waits since ``now``;
-        ``data_nodes``: the nodes holding some jobs' datasets (``controller.datasets``)."""
+        ``data_nodes``: the nodes holding some jobs' datasets (``controller.datasets``), and
+        ``arriving(session, user, spec)``: those holding a job's first seen now (most jobs
+        start in the cycle after they arrive: placement prefers them from that cycle on)."""
         current = job_queries.queued_job_ids(session)
         alive = set(current)
         if len(self._known) > len(alive):
@@ -93,6 +95,8 @@ class WaitingJobs:
                 avoid_nodes=lost_on.get(job_id, frozenset()),
                 grow=elastic_growth(spec),
             )
+            if arriving is not None and (nodes := arriving(session, user, spec)):
+                self._known[job_id] = replace(self._known[job_id], data_nodes=nodes)
         for job_id, nodes in (data_nodes or {}).items():
             known = self._known.get(job_id)
             if known is not None and known.data_nodes != nodes:

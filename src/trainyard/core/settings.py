@@ -310,8 +310,9 @@ class Settings(BaseSettings):
         default=None,
         description="Where each node keeps its dataset cache (issue 35): a folder on the node's own fast disk, "
         "root's alone (tasks see only the entries they mount, read-only); default on the local backend: datasets/ "
-        "in its state folder under $TRAINYARD_HOME/local; on Slurm each node's cache is <this>/<node> (default "
-        "<slurm_state_dir>/datasets/cache/<node>): a path every node has on its own disk is faster",
+        "in its state folder under $TRAINYARD_HOME/local; on Slurm each node's cache is <this>/<node> (default, "
+        "with the server run as root: /var/cache/trainyard/datasets/<node>, on the node's own disk; else "
+        "<slurm_state_dir>/datasets/cache/<node>, on the shared state directory, which yard doctor warns of)",
     )
     dataset_cache_gb: float = Field(
         default=100, gt=0,

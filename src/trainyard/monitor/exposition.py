@@ -318,7 +318,8 @@ def dataset_cache_families(caches: Sequence[DatasetCacheFigures]) -> list[Family
     capacity = Family("trainyard_dataset_cache_capacity_bytes", "gauge", "The most the node's dataset cache holds")
     used = Family("trainyard_dataset_cache_used_bytes", "gauge", "Bytes of datasets in the node's cache")
     hits = Family("trainyard_dataset_cache_hits_total", "counter", "Tasks that found their dataset in the cache")
-    misses = Family("trainyard_dataset_cache_misses_total", "counter", "Tasks whose dataset was fetched first")
+    misses = Family("trainyard_dataset_cache_misses_total", "counter",
+                    "Datasets fetched into the cache (for a task, or ahead of a waiting job)")
     fetched = Family("trainyard_dataset_cache_fetched_bytes_total", "counter",
                      "Bytes read from the datasets' sources (an archive's as sent, compressed)")
     evictions = Family("trainyard_dataset_cache_evictions_total", "counter",

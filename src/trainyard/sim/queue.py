@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 
 from trainyard.core.priorities import DEFAULT_PRIORITY, OPPORTUNISTIC_RANK
 from trainyard.scheduler import fairshare
-from trainyard.scheduler.schedule import schedule
+from trainyard.scheduler.schedule import ordered, schedule
 from trainyard.scheduler.snapshot import (
     GpuSlot,
     NodeState,
@@ -66,6 +66,7 @@ from trainyard.scheduler.snapshot import (
 from trainyard.scheduler.turns import turn_over_for
 from trainyard.sim import elastic as elastic_jobs
 from trainyard.sim import lifecycle
+from trainyard.sim.datasets import DataCaches, DataTally, queue_positions
 from trainyard.sim.defaults import RESIZE_COST, SUSPEND_COST, SUSPENDABLE
 from trainyard.sim.jobs import TraceJob, gang_tasks
 from trainyard.sim.lifecycle import SimJob
@@ -200,6 +201,7 @@ class QueueResult:
     # GPU-seconds per VC of the trace: all its work's, and its borrowed work's
     vc_gpu_seconds: dict[str, float] = field(default_factory=dict)
     vc_borrowed_gpu_seconds: dict[str, float] = field(default_factory=dict)
+    data: DataTally | None = None  # the nodes' dataset caches (``sim.datasets``), where modelled
 
 
 def level(attained: float) -> int:
@@ -217,7 +219,7 @@ class QueueSim:
     def __init__(self, nodes: Sequence[NodeState], jobs: Sequence[TraceJob], policy: QueuePolicy,
                  vcs: Sequence[VirtualCluster] = (), grace: float = 0.0, tick: float = 0.0,
                  suspendable: str = "all", suspend_cost: float = SUSPEND_COST,
-                 resize_cost: float = RESIZE_COST) -> None:
+                 resize_cost: float = RESIZE_COST, data: DataCaches | None = None) -> None:
         if not suspend_cost >= 0:  # also NaN
             raise ValueError(f"--suspend-cost must be >= 0 seconds; got {suspend_cost}")
         if not resize_cost >= 0:
@@ -246,7 +248,13 @@ class QueueSim:
         # Usage orders users (one principal per user without VCs) and borrowing VCs: with one
         # user and no VCs (Philly without quotas) the scheduler has nothing to use it for.
         self.usage_matters = bool(self.vcs) or len({j.user for j in self.jobs}) > 1
-        self.result = QueueResult(policy.name, self.gpus)
+        self.result = QueueResult(policy.name, self.gpus, data=None if data is None else data.tally)
+        # The nodes' dataset caches (``sim.datasets``): a start waits for its data where they
+        # lack it; the waiting jobs next in line prefer the nodes that hold it (``data_nodes``).
+        self.data = data
+        self.positions: dict[int, int] = {}  # each waiting job's place in its VC, as the last cycle decided
+        self.data_nodes: dict[int, frozenset[str]] = {}  # what the last snapshot's jobs had to prefer
+        self.fetch_debt: dict[int, float] = {}  # of ``debt``, the wait for data
         self.pending: dict[int, PendingJob] = {}
         self.running: dict[int, RunningJob] = {}
         self.segment_start: dict[int, float] = {}
@@ -386,9 +394,15 @@ class QueueSim:
                     and not self._turn_possible() and not self._reclaim_possible() and not self._shrinkable()
                     and not self._move_possible()
                     and not self._growable()):
+                if self.data is not None and self.data.by_position and any(j not in self.positions
+                                                                           for j in self.pending):
+                    # The controller's cycle would run and place a job that arrived in its queue.
+                    self.positions = queue_positions(ordered(self._snapshot())[0])
                 return
             decisions = schedule(self._snapshot())
             self.result.cycles += 1
+            if self.data is not None and self.data.by_position:
+                self.positions = {w.job_id: w.position for w in decisions.waits}
             rounds += not decisions.more  # a cycle stopped at its bound of starts started some: it goes on
             for start in decisions.starts:
                 self._start(start.job_id, start.placements, start.borrowed)
@@ -461,6 +475,10 @@ class QueueSim:
         lifecycle.started(self.records[job_id], ", ".join(f"{p.role}/{p.index} on {p.node}" for p in placements),
                           self.now)
         self._take(placements)
+        if self.data is not None:  # its nodes fetch its data first: its GPUs are held meanwhile
+            wait = self.data.start(job_id, (p.node for p in placements), job_id in self.data_nodes)
+            self.debt[job_id] += wait
+            self.fetch_debt[job_id] = wait
         held = sum(share.milli for p in placements for share in p.gpus) // 1000
         self.held[job_id] = held
         self.busy += held
@@ -516,6 +534,9 @@ class QueueSim:
         self.end_at.pop(job_id, None)
         self._free(running.placements)
         self.busy -= held
+        if self.data is not None:  # a wait for data cut short is not carried to its next start
+            self.debt[job_id] -= self.fetch_debt.pop(job_id, 0.0)
+            self.data.end(job_id)
 
     def _account(self, job_id: int) -> None:
         """What the job did since its run's last change (start, resize): its GPU time, its
@@ -529,8 +550,14 @@ class QueueSim:
         if job_id in self.borrowed:
             lent = self.result.vc_borrowed_gpu_seconds
             lent[trace.vc] = lent.get(trace.vc, 0.0) + held * ran
-        restoring = min(ran, self.debt[job_id])  # the checkpoint's restore, before any progress
+        restoring = min(ran, self.debt[job_id])  # the data's fetch and checkpoint's restore, before any progress
         self.debt[job_id] -= restoring
+        fetching = min(restoring, self.fetch_debt.get(job_id, 0.0))
+        if fetching > 0:
+            self.fetch_debt[job_id] -= fetching
+            assert self.result.data is not None
+            self.result.data.fetch_gpu_seconds += held * fetching
+            restoring -= fetching
         self.result.lost_gpu_seconds += held * restoring
         moving = min(restoring, self.move_debt.get(job_id, 0.0))
         if moving > 0:
@@ -691,9 +718,14 @@ class QueueSim:
         borrowed_usage: Mapping[str, float] = {}
         if self.tally.half_life > 0 and self.usage_matters:
             usage, borrowed_usage = fairshare.current_usage(self.tally, self.running.values(), self.now)
+        pending = tuple(self.pending.values())
+        if self.data is not None:
+            self.data_nodes = self.data.preferred(list(self.pending), self.positions)
+            pending = tuple(replace(p, data_nodes=self.data_nodes[p.job_id]) if p.job_id in self.data_nodes else p
+                            for p in pending)
         return Snapshot(
             nodes=tuple(self.nodes.values()),
-            pending=tuple(self.pending.values()),
+            pending=pending,
             now=self.now,
             vcs=self.vcs,
             running=tuple(self.running.values()),

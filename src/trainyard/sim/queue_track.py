@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainyard.scheduler.snapshot import NodeState, VirtualCluster
+from trainyard.sim.datasets import GB, DataCaches, DatasetModel, DataTally
 from trainyard.sim.defaults import RESIZE_COST
 from trainyard.sim.elastic import linear
 from trainyard.sim.jobs import (
@@ -92,7 +93,35 @@ def report(result: QueueResult) -> dict[str, Any]:
         "reclaim_suspensions": result.reclaim_suspensions,
         "borrowed_gpu_hours": sum(result.vc_borrowed_gpu_seconds.values()) / HOUR,
         "vcs": vc_report(result, done, makespan),
+        **({} if result.data is None else {"data": data_report(result.data)}),
     }
+
+
+def data_report(tally: DataTally) -> dict[str, Any]:
+    """What the nodes' dataset caches did (``sim.datasets``): per start on a node, a hit or
+    a miss; the bytes fetched; each start's wait for its data."""
+    starts = tally.hits + tally.misses
+    return {
+        "hits": tally.hits, "misses": tally.misses, "hit_rate": tally.hits / starts if starts else 0.0,
+        "fetched_tb": tally.bytes_fetched / (1000 * GB), "evictions": tally.evictions,
+        "avg_fetch_wait_s": statistics.fmean(tally.fetches) if tally.fetches else 0.0,
+        "p99_fetch_wait_s": percentile(tally.fetches, 99),
+        "fetch_gpu_hours": tally.fetch_gpu_seconds / HOUR,
+        "preferred_starts": tally.preferred,
+    }
+
+
+def dataset_model(args: argparse.Namespace) -> DatasetModel | None:
+    """``--datasets`` and its options as a model (None without it); ValueError naming an option."""
+    if getattr(args, "datasets", None) is None:
+        return None
+    low, sep, high = args.dataset_gb.partition(":")
+    try:
+        sizes = (float(low), float(high if sep else low))
+    except ValueError:
+        raise ValueError(f"--dataset-gb: {args.dataset_gb!r} is not MIN:MAX in GB (e.g. 1:100)") from None
+    return DatasetModel(args.datasets, args.dataset_skew, *sizes, cache_gb=args.cache_gb, fetch_gbps=args.fetch_gbps,
+                        prefer=args.data_placement == "on", ahead=args.data_ahead)
 
 
 LARGE_JOB_GPUS = 8
@@ -190,6 +219,7 @@ def run_queue_command(args: argparse.Namespace,
     if any(per_vc.values()) and not args.vc_quotas:
         raise ValueError("--vc-weights, --borrow-limit and --lend-limit need --vc-quotas (VCs to set them on)")
     borrowing = None if args.borrowing is None else args.borrowing == "on"
+    data_model = dataset_model(args)
     policy = policy_named(args.policy, args.time_slice, borrowing, args.fair_share_half_life,
                           getattr(args, "max_starts", None), getattr(args, "moves_per_hour", None))
     if args.trace == "philly":
@@ -223,7 +253,8 @@ def run_queue_command(args: argparse.Namespace,
     options = {"suspendable": args.suspendable, "suspend_cost": cost,
                "resize_cost": getattr(args, "resize_cost", RESIZE_COST)}
     started = time.perf_counter()
-    sim = QueueSim(nodes, chosen, policy, vcs=vcs, tick=args.tick, **options)
+    data = None if data_model is None else DataCaches(data_model, (n.name for n in nodes), (j.job_id for j in chosen))
+    sim = QueueSim(nodes, chosen, policy, vcs=vcs, tick=args.tick, data=data, **options)
     result = sim.run(phase(f"replaying {len(chosen)} jobs"))
     summary = report(result)
     summary["seconds"] = time.perf_counter() - started
@@ -296,6 +327,12 @@ def print_report(s: dict[str, Any]) -> None:
     if s.get("moves_per_hour"):
         print(f"  consolidation at most {s['moves_per_hour']} moves an hour: {s['moves']} moves, "
               f"{s['move_lost_gpu_hours']:.1f} GPU-h lost to them")
+    if "data" in s:
+        d = s["data"]
+        print(f"  datasets      hit rate {100 * d['hit_rate']:.1f} % ({d['hits']} hits, {d['misses']} misses), "
+              f"{d['fetched_tb']:.1f} TB fetched, {d['evictions']} evictions; a start's wait for its data avg "
+              f"{d['avg_fetch_wait_s']:.0f} s, p99 {d['p99_fetch_wait_s']:.0f} s ({d['fetch_gpu_hours']:.0f} GPU-h); "
+              f"{d['preferred_starts']} starts with nodes to prefer")
     if s.get("elastic", "off") != "off":
         print(f"  elastic       every job, from {s['elastic']} (linear speedup, up to twice its GPUs): "
               f"{s['grows']} grows, {s['shrinks']} shrinks")

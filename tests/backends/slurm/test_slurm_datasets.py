@@ -3,8 +3,11 @@ task runner fills as root before the task starts (the local backend's cache code
 the node); the task, as its owner's account in its sandbox, finds each dataset read-only at
 its mountPath. Two tasks on one node share one fetch, two nodes fetch once each, a later job
 on the node hits; a folder the owner's account may not read is refused, and a fetch that
-fails midway leaves no entry to mount. What each node's cache holds reaches the server
-(``DatasetCaches``) through the nodes' reports in the state directory."""
+fails midway leaves no entry to mount. A full cache evicts the least recently used entry
+that no running task mounts, a new version is fetched again where the old one is, and a
+fetch stopped midway (its job stopped) is never mounted and is fetched whole by the next.
+What each node's cache holds reaches the server (``DatasetCaches``) through the nodes'
+reports in the state directory."""
 
 from __future__ import annotations
 
@@ -12,8 +15,10 @@ import json
 import math
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from backends.datasource import serving, tar_gz
 from e2e.server import wait_until
 from podman_support import needs_podman
 from sqlalchemy import select
@@ -22,12 +27,15 @@ from slurm.cluster import drive, submit
 from slurm.conftest import make_world, per_user
 from trainyard.backends.base import DatasetFetch, TaskKey
 from trainyard.backends.containers import ContainerEngine
+from trainyard.backends.doctor import Status
 from trainyard.backends.slurm import datasetstep
 from trainyard.backends.slurm.commands import SlurmCommands
-from trainyard.backends.slurm.datasets import SlurmDatasets
+from trainyard.backends.slurm.datasets import SlurmDatasets, cache_base
 from trainyard.backends.slurm.datasetstep import PLAN
+from trainyard.cli.doctor import check_dataset_caches
 from trainyard.core.clock import SystemClock
 from trainyard.services import datasets as dataset_service
+from trainyard.services import jobs as job_service
 from trainyard.services import storages as storage_service
 from trainyard.spec.loading import parse_job
 from trainyard.store.rows import TaskRow
@@ -37,12 +45,20 @@ JOB_AGAIN = ("name: again\ndatasets: [{name: corpus}]\ntaskRoles:\n  main:\n    
 CAPACITY = 1 << 20  # the nodes' caches here: 1 MiB, so that a 2 MiB dataset fails midway
 
 
+def this_machine(slurm) -> str:
+    """The address the nodes reach this machine at: their bridge's (``scripts/dev-slurm.sh``:
+    SUBNET.1), or 127.0.0.1 where every node is this machine's loopback."""
+    address = slurm.nodes()[0]["NodeAddr"]
+    return address if address == "127.0.0.1" else address.rsplit(".", 1)[0] + ".1"
+
+
 @pytest.fixture
 def data_world(slurm, tmp_path, outside_tmp) -> Iterator:
-    """Per-user accounts and the sandbox (as ``yard up`` as root), Podman for images, 1 MiB caches, and a
-    storage ``data`` (root's, 0755) that alice may read: corpus/ (hers to read), private/
-    (root's alone) and big/ (2 MiB)."""
-    for world in make_world(slurm, tmp_path, dataset_cache=(None, CAPACITY),
+    """Per-user accounts and the sandbox (as ``yard up`` as root), Podman for images, 1 MiB caches,
+    URLs on this machine allowed (``this_machine``, as an admin would), and a storage ``data``
+    (root's, 0755) that alice may read: corpus/ (hers to read), private/ (root's alone) and big/ (2 MiB)."""
+    for world in make_world(slurm, tmp_path, dataset_cache=(tmp_path / "caches", CAPACITY),
+                            dataset_sources=(60.0, (this_machine(slurm),)),
                             containers=ContainerEngine.find("podman", "runc"), **per_user()):
         world.controller.prefetcher.interval = math.inf  # its waiting jobs' fetches would blur the counts
         data = outside_tmp / "data"
@@ -60,6 +76,38 @@ def data_world(slurm, tmp_path, outside_tmp) -> Iterator:
                 dataset_service.register_dataset(s, s.merge(world.user), name, source=f"storage:data/{name}",
                                                  version="1", sha256="", description="", clock=SystemClock())
         yield world
+
+
+def _register(world, name: str, source: str, version: str) -> None:
+    with world.db.session() as s:
+        dataset_service.register_dataset(s, s.merge(world.user), name, source=source, version=version, sha256="",
+                                         description="", clock=SystemClock(),
+                                         allowed_hosts=(this_machine(world.slurm),))
+
+
+def _reader(name: str, command: str, resources: str = "{cpu: 1, memoryMB: 256}") -> str:
+    return (f"name: {name}\ndatasets: [{{name: {name}, mountPath: /data/{name}}}]\ntaskRoles:\n  main:\n"
+            f"    resourcePerInstance: {resources}\n    commands: ['{command}']\n")
+
+
+# A whole node's GPUs: only an idle node fits it, and every idle node fits alike, so that the
+# job's data_nodes (the prefetcher's finding, set by the test) decide which (a tie-break).
+WHOLE_NODE = "{gpu: 4, cpu: 1, memoryMB: 256}"
+
+
+def _run_on(world, node: str, text: str) -> TaskRow:
+    """Run a one-task job on ``node`` (an idle node), to its success; its task."""
+    job_id = submit(world, text)
+    world.controller.prefetcher.data_nodes = {job_id: frozenset({node})}
+    assert drive(world, job_id, timeout=60).state == "SUCCEEDED"
+    [task] = _tasks(world, job_id)
+    assert task.node == node
+    return task
+
+
+def _stop(world, job_id: int) -> None:
+    job_service.stop_job(world.db, world.user, job_id, clock=SystemClock())
+    assert drive(world, job_id, timeout=60).state == "STOPPED"
 
 
 def _tasks(world, job_id: int) -> list[TaskRow]:
@@ -147,6 +195,72 @@ def test_a_folder_its_owner_may_not_read_is_refused_and_a_failed_fetch_leaves_no
         assert _caches(world)[task.node].entries == ()
 
 
+def test_a_full_cache_evicts_the_least_recently_used_entry_no_task_mounts_and_a_new_version_is_fetched_again(
+        data_world, outside_tmp) -> None:
+    world = data_world
+    data = outside_tmp / "data"
+    for name in "abcd":  # 300 KiB each: three fit the 1 MiB cache, a fourth needs room
+        (data / name).mkdir()
+        (data / name / "x").write_text(name * (300 << 10))
+        _register(world, name, f"storage:data/{name}", "1")
+    # A task mounts a, and goes on running: a is the least recently used entry from here on.
+    holder = submit(world, _reader("a", "head -c 3 /data/a/x; echo; sleep 600"))
+    drive(world, holder, ("RUNNING",))
+    [task] = _tasks(world, holder)
+    wait_until(lambda: "aaa" in world.backend.read_log(TaskKey(holder, 0, "main", 0)).data.decode().splitlines(),
+               what="the holder's task to read a")
+    node = task.node
+    with world.db.session() as s:
+        fetches = {n: dataset_service.task_datasets(s, s.merge(world.user), parse_job(_reader(n, "true")), "main")
+                   for n in "bcd"}
+    for name in "bcd":  # each a short Slurm job on the node, in turn: d finds the cache full
+        world.backend.prefetch(fetches[name], node)
+    cache = _caches(world)[node]
+    # b went: the least recently used of those no task mounts; a, older, is mounted.
+    assert ({e.dataset: e.in_use for e in cache.entries}, cache.evictions) == ({"a": 1, "c": 0, "d": 0}, 1)
+    # A new version of a (its files changed) while its old one is in the node's cache.
+    _stop(world, holder)
+    (data / "a" / "x").write_text("A" * (300 << 10))
+    _register(world, "a", "storage:data/a", "2")
+    task = _run_on(world, node, _reader("a", "head -c 3 /data/a/x; echo", WHOLE_NODE))
+    first, last = _log(world, task, 2)
+    assert first.startswith("trainyard: dataset a (version 2): fetched ") and last == "AAA"  # never the old one
+    cache = _caches(world)[node]
+    assert sorted((e.dataset, e.version) for e in cache.entries) == [("a", "2"), ("c", "1"), ("d", "1")]
+    assert (cache.misses, cache.hits, cache.evictions) == (5, 0, 2)  # a's version 1 was then the oldest unmounted
+
+
+def test_a_fetch_stopped_midway_is_never_mounted_and_the_next_task_on_its_node_fetches_it_whole(data_world) -> None:
+    world = data_world
+    with serving(this_machine(world.slurm)) as source:
+        url = source.add("/mini.tar.gz", tar_gz({"words.txt": b"whole\n"}))
+        _register(world, "mini", url, "1")
+        source.hold.clear()  # the source answers nothing until released: the node's fetch is under way
+        # (Its task runner waits on the fetch, which a stop's relayed signal does not reach: Slurm
+        # cancels the step once the grace period is over, 1 s here, not the default 30 s.)
+        stopped = submit(world, "stopGracePeriodSeconds: 1\n" + _reader("mini", "echo ran", WHOLE_NODE))
+
+        def fetching() -> bool:
+            world.controller.wake()
+            world.controller.run_once()
+            return bool(source.requests)
+
+        wait_until(fetching, timeout=60, what="the node's fetch to ask the source")
+        [task] = _tasks(world, stopped)
+        root = world.backend.datasets.root(task.node)
+        [left] = (root / "partial").iterdir()
+        _stop(world, stopped)
+        key = left.name.split(".")[0]
+        assert not (root / "entries" / key).exists()  # nothing a task could mount
+        assert "ran" not in world.backend.read_log(TaskKey(stopped, 0, "main", 0)).data.decode().splitlines()
+        source.hold.set()
+        again = _run_on(world, task.node, _reader("mini", "cat /data/mini/words.txt", WHOLE_NODE))
+        first, last = _log(world, again, 2)
+        assert first.startswith("trainyard: dataset mini (version 1): fetched ") and last == "whole"
+        assert list((root / "partial").iterdir()) == []  # what the stopped fetch left went before the fetch
+        assert source.requests == ["/mini.tar.gz"] * 2
+
+
 @needs_podman
 def test_a_container_finds_its_dataset_read_only_at_its_mountpath(data_world, image: str) -> None:
     world = data_world
@@ -179,7 +293,7 @@ def test_the_nodes_step_refuses_another_nodes_plan_and_a_cache_folder_others_may
     (storage / "corpus").mkdir(parents=True)
     (storage / "corpus" / "words.txt").write_text("hello\n")
     datasets = SlurmDatasets(tmp_path / "state", SlurmCommands(), partition=None, name_prefix="t",
-                             usable_nodes=list)
+                             usable_nodes=list, cache=(tmp_path / "state" / "datasets" / "cache", None))
     fetch = DatasetFetch("corpus", str(storage / "corpus"), "1", "/data/corpus", storage_root=str(storage),
                          reader="alice")
     task = tmp_path / "task"
@@ -214,3 +328,16 @@ def test_the_nodes_step_refuses_another_nodes_plan_and_a_cache_folder_others_may
     assert datasetstep.main(argv) == 1
     assert f"lies in {shared}, which another account may change" in capsys.readouterr().err
     assert list(shared.iterdir()) == []  # refused before anything was made there
+
+
+def test_each_nodes_cache_is_on_its_own_disk_by_default_where_root_runs_its_steps_and_doctor_warns_of_shared_ones(
+        tmp_path) -> None:
+    state = tmp_path / "state"
+    assert cache_base(state, None, as_root=True) == Path("/var/cache/trainyard/datasets")
+    assert cache_base(state, None, as_root=False) == state / "datasets" / "cache"  # no other folder is the server's
+    assert cache_base(state, tmp_path / "nvme", as_root=True) == tmp_path / "nvme"
+    found = check_dataset_caches(state, None, as_root=False)
+    assert found.status == Status.WARN and f"in the state directory {state}, which every node shares" in found.detail
+    assert "set dataset_cache_dir to a folder on each node's own disk" in found.fix
+    assert check_dataset_caches(state, None, as_root=True).status == Status.OK
+    assert check_dataset_caches(state, state / "datasets" / "fast", as_root=True).status == Status.WARN

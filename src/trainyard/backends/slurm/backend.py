@@ -9,6 +9,7 @@ one-machine cluster any directory):
     <state_dir>/bin/gang-runner.sh, task-runner.sh, task-sampler.py, nvml_devices.py,
                     container-cgroup.py, dataset-step.py, datasets/      fixed text, no job data
     <state_dir>/datasets/nodes/<node>.json, cache/<node>/   a node's dataset cache's report, and the cache
+                    (the cache there only as a non-root server without dataset_cache_dir: ``datasets.cache_base``)
     <state_dir>/pythonpath/trainyard/runtime.py   first on every task's PYTHONPATH (``taskpython``)
     <state_dir>/jobs/<job>/<attempt>/
         <role>-<index>-<run>/    env script.sh ports work/ output.log exit fault metrics.json suspend.json  a task run

@@ -1,6 +1,8 @@
 """The Slurm backend's dataset caches (``base.DatasetCaches``, issue 35): each compute node
-keeps its own, at ``<dataset_cache_dir>/<node>`` (default ``<state_dir>/datasets/cache/<node>``;
-a node-local disk is faster: set ``dataset_cache_dir`` to a path every node has on its own).
+keeps its own, at ``<dataset_cache_dir>/<node>`` (``cache_base``: by default on the node's
+own disk, ``/var/cache/trainyard/datasets/<node>``, where the nodes' steps run as root; else
+``<state_dir>/datasets/cache/<node>``, on the shared state directory, which ``yard doctor``
+warns of).
 
 - A task's datasets: the server writes ``TASK_DIR/datasets.json`` (root's, 0600: the task's
   node, its cache, each dataset with its reader, ``mounts.fetch_plan``); the task runner has
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +40,13 @@ from trainyard.spec.datasets import dataset_variable
 log = logging.getLogger(__name__)
 
 NODE_STEP = "dataset-step.py"  # in <state_dir>/bin, beside the task runner
+# Each node's cache without dataset_cache_dir where the nodes' steps run as root: the node's
+# own disk, in the place the FHS keeps for what an application can fetch again (JuiceFS's
+# /var/jfsCache, FS-Cache's /var/cache/fscache alike); made by root on the node at its first
+# fetch, 0755 folders root's alone (``NodeCache.make_dirs``).
+NODE_LOCAL_CACHE = Path("/var/cache/trainyard/datasets")
+SHARED_FILE_SYSTEMS = ("nfs", "nfs4", "lustre", "gpfs", "ceph", "cifs", "smb3", "beegfs", "glusterfs",
+                       "fuse.glusterfs", "fuse.juicefs", "fuse.sshfs", "fuse.s3fs", "fuse.gcsfuse")
 PRIVATE_COPY = "datasets"  # <state_dir>/bin/datasets/: the cache's code the node's python3 imports
 STEP_MEMORY_MB = 512
 STEPS_AT_ONCE = 8
@@ -56,7 +66,10 @@ class SlurmDatasets:
         state directory's ``bin``."""
         sources = sources or (DEFAULT_FETCH_TIMEOUT_SECONDS, ())
         self.state_dir = state_dir
-        self.base = Path(cache[0]).absolute() if cache[0] is not None else state_dir / "datasets" / "cache"
+        self.base = cache_base(state_dir, cache[0], as_root=os.geteuid() == 0)
+        if (why := shared_cache(state_dir, self.base)) is not None:
+            log.warning("each Slurm node's dataset cache is %s/<node>: %s; set dataset_cache_dir to a folder on "
+                        "each node's own disk (`yard doctor` checks it)", self.base, why)
         self.capacity = DEFAULT_CAPACITY_BYTES if cache[1] is None else cache[1]
         self.timeout, self.allowed_hosts = sources[0], tuple(sources[1])
         self.reports = state_dir / "datasets" / "nodes"
@@ -177,6 +190,36 @@ class SlurmDatasets:
         if done.returncode != 0:
             problems.append(done.stderr.strip()[-500:] or f"exit {done.returncode}")
         return problems
+
+
+def cache_base(state_dir: Path, configured: Path | None, *, as_root: bool) -> Path:
+    """Where the nodes' caches are, each at ``<this>/<node>`` (the node's name keeps them apart
+    where nodes share a file system): ``dataset_cache_dir`` where set; else the node's own
+    disk (``NODE_LOCAL_CACHE``) when the server, and so the nodes' steps, run as root; else
+    the state directory, which every node shares (a non-root account may make no folder in
+    /var/cache: ``yard doctor`` warns, ``shared_cache``)."""
+    if configured is not None:
+        return Path(configured).absolute()
+    return NODE_LOCAL_CACHE if as_root else state_dir / "datasets" / "cache"
+
+
+def shared_cache(state_dir: Path, base: Path) -> str | None:
+    """Why the nodes' caches at ``base`` are not on their own disks, as far as this machine
+    can tell (None: they may be): inside the state directory, which every node reads, or
+    on a network file system here (the nearest existing folder's mount)."""
+    state, where = Path(os.path.realpath(state_dir)), Path(os.path.realpath(base))
+    if where == state or state in where.parents:
+        return f"{base} is in the state directory {state_dir}, which every node shares"
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as f:
+            mounts = [line.split()[1:3] for line in f if len(line.split()) >= 3]
+    except OSError:
+        return None
+    point, kind = max(((m, k) for m, k in mounts if where == Path(m) or Path(m) in where.parents),
+                      key=lambda mount: len(mount[0]), default=("/", ""))
+    if kind in SHARED_FILE_SYSTEMS:
+        return f"{base} is on {point}, a {kind} file system (shared storage, as far as this machine can tell)"
+    return None
 
 
 def node_files(bin_dir: Path) -> dict[Path, str]:
