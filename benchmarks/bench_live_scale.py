@@ -62,6 +62,12 @@ CLASSES = {
 }
 KUEUE_ADMISSION = {"large": 6.7, "medium": 76.8, "small": 215.0}
 KUEUE_WALL = 351.0
+# Kueue's baseline ClusterQueues preempt ``withinClusterQueue: LowerPriority`` (a VC's priority
+# preemption, Trainyard's default), ``reclaimWithinCohort: Any`` (reclaim, the default too) and
+# ``borrowWithinCohort: LowerPriority``; Trainyard's nearest settings (docs/scheduling.md). A
+# tree without them ignores them; ``--env NAME=never`` / ``=after-drain`` turns them off.
+KUEUE_POLICIES = {"TRAINYARD_SCHEDULER_BORROW_WITHIN_VCS": "lower-priority",
+                  "TRAINYARD_SCHEDULER_RESERVATION_HOLDS": "lower-priority"}
 # ``yard up`` with the controller's per-cycle debug line on, and the store's long writes (--cycle-log).
 CYCLE_LOG = ("import logging, sys; [logging.getLogger(name).setLevel(logging.DEBUG) for name in "
              "('trainyard.controller.loop', 'trainyard.store.db')]; "
@@ -109,7 +115,7 @@ def one_run(args: argparse.Namespace, src: str | None) -> None:
     env = {"TRAINYARD_BACKEND": "simulated", "TRAINYARD_SIMULATED_NODES": str(args.nodes),
            "TRAINYARD_SIMULATED_GPUS_PER_NODE": "8", "TRAINYARD_SCHEDULER_BORROWING": "true",
            "TRAINYARD_MAX_WAITING_JOBS_PER_USER": str(total + 1000), "TRAINYARD_MONITOR_INTERVAL_SECONDS": "60",
-           **dict(item.split("=", 1) for item in args.env)}
+           **KUEUE_POLICIES, **dict(item.split("=", 1) for item in args.env)}
     if src:
         env["PYTHONPATH"] = src
     print(f"== {src or 'installed yard'} ==", flush=True)
