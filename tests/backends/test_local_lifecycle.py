@@ -240,3 +240,5 @@ def test_a_tasks_end_is_announced_once_it_is_recorded(local):
     assert ended.wait(scaled(30))
     status = local.backend.observe([key])[key]
     assert (status.running, status.exit_code) == (False, 3)
+    # With nothing left to watch, the watching thread ends (one per backend would outlive it).
+    local.wait_until(lambda: local.backend._exits._epoll is None)  # its thread returns with it

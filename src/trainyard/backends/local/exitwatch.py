@@ -26,6 +26,7 @@ class ExitWatch:
         self._callbacks: list[Callable[[], None]] = []
         self._lock = threading.Lock()
         self._epoll: select.epoll | None = None
+        self._watched = 0  # pidfds registered and not yet seen readable
 
     def on_exit(self, callback: Callable[[], None]) -> None:
         with self._lock:
@@ -40,11 +41,12 @@ class ExitWatch:
                 fd = os.pidfd_open(pid)
             except OSError:  # gone already (the tick sees its end), or no pidfd here
                 return
-            if self._epoll is None:
+            if self._epoll is None:  # the thread runs while something is watched, and ends after
                 self._epoll = select.epoll()
                 threading.Thread(target=self._run, args=(self._epoll,), name="trainyard-task-exits",
                                  daemon=True).start()
             self._epoll.register(fd, select.EPOLLIN)
+            self._watched += 1
 
     def _run(self, epoll: select.epoll) -> None:
         while True:
@@ -54,9 +56,16 @@ class ExitWatch:
                 os.close(fd)
             with self._lock:
                 callbacks = tuple(self._callbacks)
+                self._watched -= len(ready)
+                done = self._watched == 0
+                if done:  # nothing left to wait for: no thread and no descriptor kept idle
+                    self._epoll = None
+                    epoll.close()
             if ready:
                 for callback in callbacks:
                     try:
                         callback()
                     except Exception:  # noqa: BLE001 - one bad callback must not end the watch
                         log.exception("a task-exit callback failed")
+            if done:
+                return
