@@ -33,6 +33,10 @@ larges' reasons during the run; ``live_scale_waits.py HOME`` reads a ``--keep``t
 for what each class's wait was made of.
 
     python benchmarks/bench_live_scale.py [--scale 0.1] [--nodes 75] [--keep] [--cycle-log] [--reasons]
+        [--src /path/a/src /path/b/src] [--repeat 1] [--env TRAINYARD_NAME=VALUE ...]
+
+``--src`` runs the server from each source tree in turn, ``--repeat`` times, alternating:
+on a shared machine only such side-by-side pairs compare.
 """
 
 from __future__ import annotations
@@ -58,6 +62,12 @@ CLASSES = {
 }
 KUEUE_ADMISSION = {"large": 6.7, "medium": 76.8, "small": 215.0}
 KUEUE_WALL = 351.0
+# Kueue's baseline ClusterQueues preempt ``withinClusterQueue: LowerPriority`` (a VC's priority
+# preemption, Trainyard's default), ``reclaimWithinCohort: Any`` (reclaim, the default too) and
+# ``borrowWithinCohort: LowerPriority``; Trainyard's nearest settings (docs/scheduling.md). A
+# tree without them ignores them; ``--env NAME=never`` / ``=after-drain`` turns them off.
+KUEUE_POLICIES = {"TRAINYARD_SCHEDULER_BORROW_WITHIN_VCS": "lower-priority",
+                  "TRAINYARD_SCHEDULER_RESERVATION_HOLDS": "lower-priority"}
 # ``yard up`` with the controller's per-cycle debug line on, and the store's long writes (--cycle-log).
 CYCLE_LOG = ("import logging, sys; [logging.getLogger(name).setLevel(logging.DEBUG) for name in "
              "('trainyard.controller.loop', 'trainyard.store.db')]; "
@@ -86,12 +96,29 @@ def main() -> None:
                         help="per cycle: wall, CPU, writer wait, steps; and long writes: in the server's log")
     parser.add_argument("--reasons", action="store_true",
                         help="sample the waiting mediums' and larges' reasons every 2 s; print their counts")
+    parser.add_argument("--src", nargs="+", default=[None],
+                        help="source trees to run the server from, in turn (PYTHONPATH; default: the installed `yard`)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each source tree, alternating")
+    parser.add_argument("--env", nargs="*", default=[], metavar="NAME=VALUE",
+                        help="more settings for the server (e.g. TRAINYARD_SCHEDULER_...)")
     args = parser.parse_args()
+    for _ in range(args.repeat):
+        for src in args.src:
+            one_run(args, src)
+
+
+def one_run(args: argparse.Namespace, src: str | None) -> None:
+    """One fresh server running the code under ``src`` (else the installed ``yard``), the
+    workload through it, and the figures printed."""
     counts = {kind: max(1, round(spec[0] * args.scale)) for kind, spec in CLASSES.items()}
     total = sum(counts.values()) * VCS
     env = {"TRAINYARD_BACKEND": "simulated", "TRAINYARD_SIMULATED_NODES": str(args.nodes),
            "TRAINYARD_SIMULATED_GPUS_PER_NODE": "8", "TRAINYARD_SCHEDULER_BORROWING": "true",
-           "TRAINYARD_MAX_WAITING_JOBS_PER_USER": str(total + 1000), "TRAINYARD_MONITOR_INTERVAL_SECONDS": "60"}
+           "TRAINYARD_MAX_WAITING_JOBS_PER_USER": str(total + 1000), "TRAINYARD_MONITOR_INTERVAL_SECONDS": "60",
+           **KUEUE_POLICIES, **dict(item.split("=", 1) for item in args.env)}
+    if src:
+        env["PYTHONPATH"] = src
+    print(f"== {src or 'installed yard'} ==", flush=True)
     spy = ["py-spy", "record", "--threads", "--rate", "50", "--format", "raw", "--output", args.profile, "--"]
     command = [*spy, *yard_command()] if args.profile else None
     if args.cycle_log:

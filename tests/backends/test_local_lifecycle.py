@@ -227,3 +227,18 @@ def test_a_second_stop_never_postpones_the_first_deadline(local):
     local.backend.stop(key, 600)
     assert taskfiles.read_json(stop_path)["deadline"] == first
     assert local.wait_ended(key).signal == signal.SIGTERM
+
+
+def test_a_tasks_end_is_announced_once_it_is_recorded(local):
+    # TaskEndNotices: the controller's next cycle comes when a supervisor exits, not at its
+    # tick; by then observe must already report the end (the supervisor wrote it first).
+    import threading
+
+    ended = threading.Event()
+    local.backend.on_task_end(ended.set)
+    key = local.launch("echo done\nexit 3")
+    assert ended.wait(scaled(30))
+    status = local.backend.observe([key])[key]
+    assert (status.running, status.exit_code) == (False, 3)
+    # With nothing left to watch, the watching thread ends (one per backend would outlive it).
+    local.wait_until(lambda: local.backend._exits._epoll is None)  # its thread returns with it

@@ -4,10 +4,14 @@ clock; and the live controller and scheduler driving jobs through them."""
 
 from __future__ import annotations
 
+import queue
+
+from deadlines import scaled
+
 from trainyard.backends.base import TaskKey, TaskLaunch
 from trainyard.backends.simulated import SimulatedBackend
 from trainyard.controller.loop import Controller
-from trainyard.core.clock import FakeClock
+from trainyard.core.clock import FakeClock, SystemClock
 from trainyard.services import auth
 from trainyard.services import jobs as job_service
 from trainyard.spec.loading import parse_job
@@ -75,3 +79,48 @@ def test_the_controller_schedules_gangs_across_simulated_nodes_and_they_end_on_i
         controller.wake()
         controller.run_once()
     assert states() == ["SUCCEEDED", "SUCCEEDED", "SUCCEEDED"]
+
+
+def test_ends_and_stops_are_announced_when_they_come() -> None:
+    backend = SimulatedBackend(1, 8, clock=SystemClock())
+    ends: queue.SimpleQueue[float] = queue.SimpleQueue()
+    backend.on_task_end(lambda: ends.put(backend.clock.monotonic()))
+    short, long = TaskKey(1, 0, "m", 0), TaskKey(2, 0, "m", 0)
+    launch(backend, long, "sleep 3600\n")
+    launch(backend, short, "train\n", TRAINYARD_SIMULATED_SECONDS="0.05")
+    ends.get(timeout=scaled(30))  # the short one's end, not the hour-long one's
+    assert backend.observe([short])[short].exit_code == 0 and backend.observe([long])[long].running
+    backend.stop(long, 30)
+    ends.get(timeout=scaled(30))
+    assert backend.observe([long])[long].signal == 15
+
+
+def test_the_live_controller_sees_a_task_end_when_it_comes_not_at_its_tick(db) -> None:
+    # A tick of an hour: only the backend's announcement can bring the cycle that sees the end.
+    cycles: queue.SimpleQueue[None] = queue.SimpleQueue()
+
+    class Watched(Controller):
+        def run_once(self) -> None:
+            super().run_once()
+            cycles.put(None)
+
+    clock = SystemClock()
+    controller = Watched(db, SimulatedBackend(2, 8, clock=clock), clock, interval=3600)
+    controller.run_once()  # the nodes
+    with db.session() as s:
+        alice = auth.create_user(s, "alice", is_admin=False, clock=clock)
+        text = ("name: quick\ntaskRoles:\n  w:\n    resourcePerInstance: {gpu: 1}\n"
+                "    env: {TRAINYARD_SIMULATED_SECONDS: '0.5'}\n    commands: [train]\n")
+        job_id = job_service.submit_job(s, s.merge(alice), parse_job(text), clock=clock).id
+    controller.wake()
+    controller.start()  # its first cycle places and launches the job; the next comes at once (the wake)
+    try:
+
+        def state() -> str:
+            with db.session() as s:
+                return s.get(JobRow, job_id).state
+
+        while state() != "SUCCEEDED":
+            cycles.get(timeout=scaled(30))
+    finally:
+        controller.stop()

@@ -58,7 +58,9 @@ def fragmented(draw, *, opportunistic: bool):
     # A floor of service these short worlds reach, so that work takes turns.
     config = SchedulerConfig(time_slice=draw(st.sampled_from((0.0, 10.0, 1800.0))),
                              turn_floor=draw(st.sampled_from((0.0, 100.0))),
-                             fair_share_half_life=draw(st.sampled_from((0.0, 60.0))))
+                             fair_share_half_life=draw(st.sampled_from((0.0, 60.0))),
+                             # Kueue-like policies (test_kueue_policies.py): the promises hold under them too
+                             borrow_within_vcs=draw(st.booleans()), reserve_at_once=draw(st.booleans()))
     world = World(tuple(node(f"n{i}", size, groups=draw(st.sampled_from((0, 2)))) for i in range(count)), vcs=vcs,
                   config=config)
     job_id = 0

@@ -184,6 +184,8 @@ def scheduler_config(settings: Settings) -> SchedulerConfig:
         grow_interval=settings.scheduler_elastic_grow_interval_seconds,
         moves_per_hour=settings.scheduler_moves_per_hour,
         moves_per_cycle=settings.scheduler_moves_per_cycle,
+        borrow_within_vcs=settings.scheduler_borrow_within_vcs == "lower-priority",
+        reserve_at_once=settings.scheduler_reservation_holds == "lower-priority",
     )
     if settings.scheduler_time_slice_seconds is not None:
         config = replace(config, time_slice=settings.scheduler_time_slice_seconds)

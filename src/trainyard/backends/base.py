@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -380,6 +380,20 @@ class Backend(Protocol):
         """Up to ``limit`` bytes of the task's log from ``offset``; a negative offset
         counts from the end (``-4096`` = the last 4 KiB)."""
         ...
+
+
+@runtime_checkable
+class TaskEndNotices(Protocol):
+    """Optional capability: say when a launched task may have ended, so that the controller
+    looks at once rather than at its next tick (push, not only poll; issue 33).
+
+    ``on_task_end(callback)``: from then on the backend calls ``callback()`` — from a thread
+    of its own, so it must be quick and must not call back into the backend — soon after a
+    task it launched ends (or was stopped). A hint only: ``observe`` stays the truth, and
+    the controller's tick still finds every end a backend does not announce.
+    """
+
+    def on_task_end(self, callback: Callable[[], None]) -> None: ...
 
 
 SUSPEND_FILE_VARIABLE = "TRAINYARD_SUSPEND_FILE"

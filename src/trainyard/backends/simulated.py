@@ -12,14 +12,20 @@ the first ``sleep N`` of its commands, else ``default_seconds`` — and then end
 ``TRAINYARD_SIMULATED_EXIT`` (default 0); a stop ends it at once as SIGTERM would. Its log is
 one line saying so. Time is the controller's ``Clock``, so a test can move it. Nothing is kept
 across a restart of the server: tasks it had "started" are lost, as on nodes that vanished.
+
+It announces ends (``TaskEndNotices``): once a callback is registered, a thread of its own
+calls it when a task's stated end comes (in real seconds by the clock's ``monotonic``) or
+a stop ends one, so that the controller's next cycle comes then, not at its next tick.
 """
 
 from __future__ import annotations
 
+import heapq
+import logging
 import re
 import signal
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from trainyard.backends.base import GpuInfo, LogChunk, NodeInventory, TaskKey, TaskLaunch, TaskStatus
@@ -28,6 +34,7 @@ from trainyard.core.clock import Clock, SystemClock
 SECONDS_VARIABLE = "TRAINYARD_SIMULATED_SECONDS"
 EXIT_VARIABLE = "TRAINYARD_SIMULATED_EXIT"
 FIRST_PORT = 20000
+log = logging.getLogger(__name__)
 _SLEEP = re.compile(r"(?:^|[\s;&|(])sleep\s+(\d+(?:\.\d+)?)\b")
 
 
@@ -68,6 +75,12 @@ class SimulatedBackend:
         self._runs: dict[TaskKey, _Run] = {}
         self._next_port: dict[str, int] = {}
         self._lock = threading.Lock()  # the controller's thread and the API's (logs) both call in
+        # Ends to announce (``on_task_end``): the stated ends to come, earliest first, on the
+        # clock's monotonic seconds, and the one thread that waits for them while any are due.
+        self._callbacks: list[Callable[[], None]] = []
+        self._ends: list[float] = []
+        self._alarm = threading.Condition(self._lock)
+        self._watching = False
 
     def inventory(self) -> list[NodeInventory]:
         return list(self._nodes)
@@ -89,6 +102,7 @@ class SimulatedBackend:
                 return
             seconds, exit_code = stated(task, self.default_seconds)
             self._runs[task.key] = _Run(task.node, self.clock.monotonic(), seconds, exit_code)
+            self._announce(self.clock.monotonic() + seconds)
 
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
         now = self.clock.monotonic()
@@ -100,6 +114,46 @@ class SimulatedBackend:
             run = self._runs.get(key)
             if run is not None and run.stopped is None and self.clock.monotonic() < run.started + run.seconds:
                 run.stopped = self.clock.monotonic()
+                self._announce(run.stopped)
+
+    def on_task_end(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            self._callbacks.append(callback)
+            for run in self._runs.values():  # those running now, too
+                if run.stopped is None:
+                    self._announce(run.started + run.seconds)
+
+    def _announce(self, due: float) -> None:
+        """Call the callbacks at ``due`` (the lock held)."""
+        if not self._callbacks:
+            return
+        heapq.heappush(self._ends, due)
+        if not self._watching:
+            self._watching = True
+            threading.Thread(target=self._watch, name="trainyard-simulated-ends", daemon=True).start()
+        elif self._ends[0] == due:
+            self._alarm.notify()  # earlier than the one it waits for
+
+    def _watch(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if not self._ends:
+                        self._watching = False
+                        return
+                    wait = self._ends[0] - self.clock.monotonic()
+                    if wait <= 0:
+                        break
+                    self._alarm.wait(wait)
+                now = self.clock.monotonic()
+                while self._ends and self._ends[0] <= now:
+                    heapq.heappop(self._ends)
+                callbacks = tuple(self._callbacks)
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:  # noqa: BLE001 - one bad callback must not end the announcements
+                    log.exception("a task-end callback failed")
 
     def read_log(self, key: TaskKey, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         with self._lock:

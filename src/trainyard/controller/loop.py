@@ -12,7 +12,7 @@ from dataclasses import replace
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from trainyard.backends.base import Backend, DatasetCaches, JobDirectories, MetricsSource
+from trainyard.backends.base import Backend, DatasetCaches, JobDirectories, MetricsSource, TaskEndNotices
 from trainyard.controller import elastic
 from trainyard.controller.alerting import AlertEvaluator, Receivers
 from trainyard.controller.datasets import DatasetPrefetcher
@@ -90,6 +90,11 @@ CYCLE_GAP_PER_CYCLE_CPU = 2.0
 # core to the store and to whatever else runs on the machine.
 CYCLE_GAP_PER_CYCLE_CPU_WITH_WORKER = 1.0
 CYCLE_GAP_PER_WORKER_SECOND = 0.25
+# Those gaps are for the submits: they apply only while the API's work arrives — a wake from
+# the API (``wake``) since the cycle began. Once the submits stop, the next cycle comes as
+# soon as something asks for one (a task's end a backend announces, ``TaskEndNotices``, or
+# the cycle's own ``more``): after a burst the controller no longer idles through a gap
+# that keeps the interpreter for requests nobody is making (issue 33).
 # ``yard up``'s ``reason_refresh_seconds``: under a burst, the positions and messages of most
 # waiting jobs change every cycle ("12th in VC a"): at 3,000 waiting, 1,500-2,200 rows
 # rewritten a cycle, 0.1-0.4 s of the cycle's writing, holding SQLite's one writer (issue 33).
@@ -187,17 +192,32 @@ class Controller:
         # REASON_REFRESH_SECONDS; 0 (the tests' default) writes every change at once.
         self.reason_refresh_seconds = reason_refresh_seconds
         self._waits: tuple[KeepWaiting, ...] = ()  # the last schedule's, to write (``_write_reasons``)
+        self._api_woke = -1e9  # when the API last woke it (``wake``), time.monotonic(): for the gap
         self._steps: dict[str, float | int] = {}  # the last cycle's seconds per step and counts, for the debug line
 
     def spec_of(self, job: JobRow) -> JobSpec:
         return self.specs.of(job)
 
     def wake(self) -> None:
+        """A cycle soon: the API (or an alert) changed something the controller acts on."""
+        self._api_woke = time.monotonic()
         self._dirty = True
+        self._wake.set()
+
+    def _again(self) -> None:
+        """A full cycle soon, asked by the controller itself (no gap for submits: ``_run``)."""
+        self._dirty = True
+        self._wake.set()
+
+    def _task_ended(self) -> None:
+        """A backend says a task may have ended (``TaskEndNotices``): a cycle now, whose
+        reconcile sees the end and asks for the schedule if it was one."""
         self._wake.set()
 
     def start(self) -> None:
         self.scheduler.start()
+        if isinstance(self.backend, TaskEndNotices):
+            self.backend.on_task_end(self._task_ended)
         self._thread = threading.Thread(target=self._run, name="trainyard-controller", daemon=True)
         self._thread.start()
 
@@ -231,8 +251,10 @@ class Controller:
             # per request. An idle controller still reacts at once.
             now = time.monotonic()
             per_cpu = CYCLE_GAP_PER_CYCLE_CPU_WITH_WORKER if self.scheduler.worker else CYCLE_GAP_PER_CYCLE_CPU
-            rest = max(MIN_CYCLE_GAP - (now - started),
-                       per_cpu * cpu + CYCLE_GAP_PER_WORKER_SECOND * self._worker_seconds - (now - ended))
+            gap = per_cpu * cpu + CYCLE_GAP_PER_WORKER_SECOND * self._worker_seconds
+            if self._api_woke < started:  # no request since the cycle began: no one to leave the interpreter to
+                gap = 0.0
+            rest = max(MIN_CYCLE_GAP - (now - started), gap - (now - ended))
             if log.isEnabledFor(logging.DEBUG):
                 steps = " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in self._steps.items())
                 log.debug("cycle: %.3f s, %.3f s of this thread's CPU, %.3f s in the scheduler's worker, %.3f s "
@@ -346,7 +368,7 @@ class Controller:
         if gate.waits or capped:
             decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
         if decisions.more:  # the cycle stopped at its bound of starts: the rest are tried at once
-            self.wake()
+            self._again()
         if capped and decisions.starts:
             # A sweep's held jobs said how many of it ran before these started: say it again
             # next cycle, not at the next full schedule.

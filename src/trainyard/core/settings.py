@@ -289,6 +289,18 @@ class Settings(BaseSettings):
         "GPUs, as borrowed work reclaimed (suspended where it can be, else requeued) when they need them back; "
         "per-VC limits and weights with `yard vc borrowing` (docs/scheduling.md)",
     )
+    scheduler_borrow_within_vcs: Literal["never", "lower-priority"] = Field(
+        default="never",
+        description="As Kueue's borrowWithinCohort: lower-priority: a job over its VC's quota may also reclaim "
+        "other VCs' borrowed work of lower priority at once (never: only by fair share, after a time slice); "
+        "another VC's guaranteed work is never taken (docs/scheduling.md)",
+    )
+    scheduler_reservation_holds: Literal["after-drain", "lower-priority"] = Field(
+        default="after-drain",
+        description="lower-priority: the first waiting job's reservation holds GPUs against jobs of lower "
+        "priority at once, and against the rest after backfill_drain_after_seconds (after-drain: against all, "
+        "only then) (docs/scheduling.md)",
+    )
     scheduler_fair_share_half_life_seconds: float = Field(
         default=7 * 24 * 3600.0,
         ge=0,

@@ -9,7 +9,9 @@ reservation has no start time (``inf``). Such a reservation first holds nothing:
 ``SchedulerConfig.drain_after`` seconds from the job's submission, smaller jobs start on
 idle GPUs as if there were none (a cluster where nobody declares run times stays busy).
 After that it drains the resources it needs: they are held so that nothing long starts
-on them, and the job starts when they are free, so a big job is never starved. (An
+on them, and the job starts when they are free, so a big job is never starved. With
+``SchedulerConfig.reserve_at_once`` it drains at once what jobs of lower priority would
+take (``Reservation.at_once``): a higher priority is never overtaken by lower ones. (An
 opportunistic job's reservation never drains: it would hold GPUs that guaranteed work
 runs on and never yields.) While a
 reservation holds, later jobs in the queue may use the held resources only if they
@@ -96,6 +98,7 @@ def reserve(cycle: Cycle, job: PendingJob) -> Reservation | None:
     if found is None:
         return None
     drains_at = -math.inf
+    at_once = False
     if math.isinf(found[0]):
         if job.priority_rank >= OPPORTUNISTIC_RANK or job.borrowing:
             # Opportunistic and borrowed work never drains: it would hold GPUs that
@@ -105,7 +108,8 @@ def reserve(cycle: Cycle, job: PendingJob) -> Reservation | None:
         else:
             since = job.submitted_at if job.waiting_since is None else job.waiting_since
             drains_at = since + cycle.snapshot.config.drain_after
-    reservation = Reservation(job, found[0], found[1], job_owner(job), drains_at=drains_at)
+            at_once = cycle.snapshot.config.reserve_at_once and drains_at > cycle.snapshot.now
+    reservation = Reservation(job, found[0], found[1], job_owner(job), drains_at=drains_at, at_once=at_once)
     reservation.apply(ledger)
     cycle.reservations.append(reservation)
     return reservation

@@ -69,7 +69,8 @@ class Reservation:
 
     A reservation without a start time holds nothing until its job has waited
     ``SchedulerConfig.drain_after`` seconds (``drains_at``): until then smaller jobs start
-    on idle GPUs as if there were no reservation, and only then does it drain them.
+    on idle GPUs as if there were no reservation, and only then does it drain them — or,
+    with ``SchedulerConfig.reserve_at_once``, it holds at once against lower priorities.
     """
 
     job: PendingJob
@@ -80,9 +81,17 @@ class Reservation:
     drains_at: float = -math.inf
     # What its hold charges to quota (``Ledger.hold_reserved``), worked out at the first hold.
     charges: list[TaskPlacement] | None = field(default=None, repr=False, compare=False)
+    # ``SchedulerConfig.reserve_at_once``: before ``drains_at`` it already holds against jobs
+    # of lower priority than its own (``spares`` the others).
+    at_once: bool = False
 
     def holds(self, now: float) -> bool:
-        return self.drains_at <= now
+        return self.drains_at <= now or self.at_once
+
+    def spares(self, job: PendingJob, now: float) -> bool:
+        """Whether, holding at once (``at_once``) but not drained yet, it lets ``job`` try
+        as if it held nothing: a job of its own priority or higher."""
+        return self.at_once and now < self.drains_at and job.priority_rank <= self.job.priority_rank
 
     def apply(self, ledger: Ledger) -> None:
         if self.hold is None and self.holds(ledger.now):

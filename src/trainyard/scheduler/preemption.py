@@ -15,7 +15,9 @@ Who may be a victim of guaranteed job J of VC V (never anyone else):
 Another VC's guaranteed job is never a victim. A job J tried as borrowed work (over its
 VC's quota, ``PendingJob.borrowing``) may take only extra workers and opportunistic work, and — fair share
 by weight — borrowed work of another VC whose weighted borrowed share is above what V's
-would be with J, once that work has run a whole time slice. A job already being preempted is never
+would be with J, once that work has run a whole time slice (with
+``SchedulerConfig.borrow_within_vcs``, also another VC's borrowed work of lower priority
+than J's, at once: ``lower_borrowed``). A job already being preempted is never
 preempted twice; it is the first candidate, since its resources are coming back anyway,
 and it is counted as free only by the one plan that claims it.
 
@@ -141,14 +143,23 @@ def fair_victim(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:
     return fair_after(cycle, job, [running])
 
 
+def lower_borrowed(cycle: Cycle, job: PendingJob, running: RunningJob) -> bool:
+    """Whether borrowed ``job`` may reclaim ``running`` for its priority alone
+    (``SchedulerConfig.borrow_within_vcs``, Kueue's ``borrowWithinCohort: LowerPriority``):
+    another VC's borrowed work of lower priority, at once."""
+    return (cycle.snapshot.config.borrow_within_vcs and running.borrowed and running.vc != job.vc
+            and running.priority_rank > job.priority_rank)
+
+
 def fair_after(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> bool:
     """Whether every VC that ``victims`` (borrowed work of other VCs) take from keeps a
-    weighted borrowed share at least that of ``job``'s VC once ``job`` borrows."""
+    weighted borrowed share at least that of ``job``'s VC once ``job`` borrows (victims
+    taken for their lower priority, ``lower_borrowed``, are not counted)."""
     shares = borrow_shares(cycle)
     mine = shares.get(job.vc, 0.0) + sum(t.gpu_milli for t in job.tasks) / 1000 / vc_weight(cycle, job.vc)
     taken: dict[str, float] = defaultdict(float)
     for victim in victims:
-        if victim.borrowed and victim.vc != job.vc:
+        if victim.borrowed and victim.vc != job.vc and not lower_borrowed(cycle, job, victim):
             taken[victim.vc] += victim.gpus
     return all(shares.get(vc, 0.0) - gpus / vc_weight(cycle, vc) >= mine for vc, gpus in taken.items())
 
@@ -188,7 +199,8 @@ def candidates(
         return (
             v for v in reclaimable
             if v.job_id not in claimed
-            and (v.extra or v.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, v))
+            and (v.extra or v.priority_rank >= OPPORTUNISTIC_RANK or lower_borrowed(cycle, job, v)
+                 or fair_victim(cycle, job, v))
             and (useful is None or useful(v))
         )
     streams: list[Iterator[RunningJob]] = [iter(reclaimable)]
@@ -263,7 +275,8 @@ def _claimed_for(cycle: Cycle, job: PendingJob) -> list[RunningJob]:
         ):
             continue  # what it frees, the plan it stops for takes whole
         if job.borrowing:
-            if r.extra or r.priority_rank >= OPPORTUNISTIC_RANK or fair_victim(cycle, job, r):
+            if r.extra or r.priority_rank >= OPPORTUNISTIC_RANK or lower_borrowed(cycle, job, r) \
+                    or fair_victim(cycle, job, r):
                 found.append(r)
             continue
         own_lower = (

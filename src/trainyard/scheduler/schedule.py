@@ -230,19 +230,24 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
     # Within a pass free resources and quota only shrink, so a job just like one that did
     # not start will not start either: its outcome is reused (most queues are made of few
     # shapes of job). Jobs let through a reservation see more, so they are always tried.
-    failed: dict[Shape, Wait] = {}
+    failed: dict[Shape | tuple[Shape, str], Wait] = {}
     bound = cycle.snapshot.config.max_starts
     for job in queue.jobs:
         holding = reservation is not None and reservation.holds(now)
         passes = holding and reservation is not None and reservation.lets_pass(job, now)
+        # A reservation that holds at once against lower priorities spares the others: they
+        # are tried as if it held nothing (``Reservation.spares``), and their outcomes are
+        # reused among themselves (the same lifted state, which only shrinks too).
+        spared = holding and not passes and reservation is not None and reservation.spares(job, now)
         kind = shape(cycle, job)
-        if not passes and kind in failed:
-            known = failed[kind]
+        key: Shape | tuple[Shape, str] = (kind, "spared") if spared else kind
+        if not passes and key in failed:
+            known = failed[key]
             cycle.wait(job, known)
             if known.refusal is None or known.refusal.kind == "vc":
                 blocked.append(job)
             continue
-        with _lifted(reservation if passes else None, ledger):
+        with _lifted(reservation if passes or spared else None, ledger):
             if start_if_fits(cycle, job):
                 if bound and len(cycle.starts) >= bound:
                     cycle.capped = True  # the jobs after it are not tried (``_schedule``)
@@ -252,13 +257,13 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
         if refusal is not None and refusal.kind != "vc":
             reason = PendingReason.USER_QUOTA if refusal.kind == "user" else PendingReason.QUOTA
             cycle.wait(job, Wait(reason, refusal))
-            failed[kind] = cycle.waits[job.job_id]
+            failed[key] = cycle.waits[job.job_id]
             continue
         if refusal is None and never_in_cells(cycle, job):
             # No room or victim in its quota will ever hold it: it reserves nothing and is
             # tried as borrowed work (``outside_cells``).
             cycle.wait(job, Wait(PendingReason.NO_FIT, outside_cells=True))
-            failed[kind] = cycle.waits[job.job_id]
+            failed[key] = cycle.waits[job.job_id]
             continue
         blocked.append(job)
         if reservation is None:
@@ -266,12 +271,12 @@ def run_queue(cycle: Cycle, queue: Queue) -> tuple[Reservation | None, list[Pend
                 reservation = reserve(cycle, job)
             cycle.wait(job, _blocked(refusal, reservation))
             continue  # the first in line: its outcome (a reservation) is its own
-        if holding and not passes and _held_back(cycle, job, reservation):
+        if holding and not passes and not spared and _held_back(cycle, job, reservation):
             cycle.wait(job, Wait(PendingReason.RESERVED, reservation=reservation))
         else:
             cycle.wait(job, _blocked(refusal, None))
         if not passes:
-            failed[kind] = cycle.waits[job.job_id]
+            failed[key] = cycle.waits[job.job_id]
     return reservation, blocked
 
 

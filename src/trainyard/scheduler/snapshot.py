@@ -255,6 +255,16 @@ class SchedulerConfig:
     moves_per_hour: int = 0
     moves_per_cycle: int = 4
     move_after: float = 1800.0
+    # Kueue-like policies (``docs/scheduling.md``, "Kueue's preemption policies"); both off
+    # by default, so that the default decisions (and the simulator's tables) stay as they were.
+    # ``borrow_within_vcs`` (Kueue's ``borrowWithinCohort: LowerPriority``): a job tried as
+    # borrowed work may also reclaim other VCs' borrowed work of lower priority, at once (no
+    # time slice, no fair-share test). Another VC's guaranteed work stays out of its reach.
+    borrow_within_vcs: bool = False
+    # ``reserve_at_once``: a guaranteed job's reservation that waits for jobs without an
+    # expected end holds at once against jobs of lower priority (they start only on what it
+    # does not need), and against the rest after ``drain_after`` as before.
+    reserve_at_once: bool = False
 
 
 @dataclass(frozen=True)

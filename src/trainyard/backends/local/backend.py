@@ -65,7 +65,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -108,6 +108,7 @@ from trainyard.backends.environment import (
 from trainyard.backends.gpushares import find_enforcement, task_plan
 from trainyard.backends.local import containerspec, portowners, procfs, taskexec, taskfiles
 from trainyard.backends.local import gpus as local_gpus
+from trainyard.backends.local.exitwatch import ExitWatch
 from trainyard.backends.local.host import host_cpu_milli, host_memory_mb
 from trainyard.backends.local.launcher import SupervisorLauncher
 from trainyard.backends.local.metrics import LocalSampler
@@ -271,6 +272,7 @@ class LocalBackend(jobdirs.JobDirTree):
         self._spawned: dict[TaskKey, subprocess.Popen[bytes]] = {}
         self._kill_timers: dict[TaskKey, threading.Timer] = {}
         self._task_groups: dict[TaskKey, tuple[int, int]] = {}  # known claims, for sampling
+        self._exits = ExitWatch()  # the supervisors' exits, announced (``on_task_end``)
         self._sampler = LocalSampler(self._node.name, self._node.gpus, self.state_dir, self._task_group)
 
     def check_host(self) -> None:
@@ -399,6 +401,12 @@ class LocalBackend(jobdirs.JobDirTree):
                 with open(task_dir / taskfiles.OUTPUT_LOG, "a", encoding="utf-8") as output:
                     output.write("".join(note + "\n" for note in notes))
             self._spawned[task.key] = self._launcher.spawn(task_dir, task_dir / taskfiles.SUPERVISOR_LOG)
+            self._exits.watch(self._spawned[task.key].pid)
+
+    def on_task_end(self, callback: Callable[[], None]) -> None:
+        """``callback()`` when a supervisor this object spawned exits: its task's end is
+        recorded (``exitwatch``)."""
+        self._exits.on_exit(callback)
 
     def observe(self, keys: Iterable[TaskKey]) -> dict[TaskKey, TaskStatus]:
         with self._lock:
