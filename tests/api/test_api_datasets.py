@@ -76,10 +76,14 @@ def test_bad_registrations_get_4xx_with_the_field(api: Api) -> None:
              ("cache", {"source": URL, "version": "1"}, "name"),
              ("x", {"source": URL, "version": 3}, "version"))
     api.sdk(api.admin_token).create_storage("data", "/srv/data")
+    said = {"https://u:p@host/x.tar": "credentials in URLs (user:password@) are refused",
+            "s3://bucket/x.tar": "the nodes hold no cloud credentials", "gs://bucket/x.tar": "pre-signed"}
+    cases += tuple(("x", {"source": url, "version": "1"}, "source") for url in said if "@" not in url)
     for name, body, field in cases:
         response = api.user.put(f"/api/v1/datasets/{name}", json=body)
         assert response.status_code == 422, (body, response.text)
         assert response.json()["errors"][0]["path"].endswith(field), (body, response.text)
+        assert said.get(str(body["source"]), "") in response.json()["errors"][0]["message"], response.text
     # A storage the user may not read is refused as such.
     response = api.user.put("/api/v1/datasets/x", json={"source": "storage:data/a", "version": "1"})
     assert response.status_code == 403 and "storage 'data'" in response.json()["detail"]
@@ -126,6 +130,28 @@ def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api
     assert status == 201, body
     status, body = submit(api, bob_token, job("[{name: corpus, mountPath: /data}]"))
     assert status == 201, body
+
+
+def test_removing_or_revoking_a_dataset_a_waiting_job_reads_is_a_409_naming_it_unless_forced(api: Api) -> None:
+    """As a storage's: the job would fail at its start; ``force`` stops it instead."""
+    (bobs, _) = bob(api)
+    bobs.register_dataset("corpus", URL, version="1")
+    bobs.grant_dataset("corpus", "alice")
+    status, body = submit(api, api.user_token, job("[{name: corpus}]"))
+    assert status == 201, body
+    job_id = body["id"]
+    for call in (lambda force: bobs.revoke_dataset("corpus", "alice", force=force),
+                 lambda force: bobs.remove_dataset("corpus", force=force)):
+        with pytest.raises(TrainyardError) as refused:
+            call(False)
+        assert refused.value.status == 409 and f"job {job_id} (alice, WAITING)" in refused.value.message
+        assert [g for v in bobs.datasets() for g in v.grants] == ["alice"]  # nothing changed
+        with pytest.raises(TrainyardError) as refused:  # force stops only your own jobs, unless an admin
+            call(True)
+        assert refused.value.status == 409 and "only an admin" in refused.value.message
+    removed = api.sdk(api.admin_token).remove_dataset("corpus", force=True)
+    assert removed.stoppedJobs == [job_id]
+    assert api.sdk(api.user_token).job(job_id).state in ("STOPPING", "STOPPED")
 
 
 def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) -> None:

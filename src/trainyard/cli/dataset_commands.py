@@ -59,13 +59,15 @@ def cmd_dataset(client: Client, args: argparse.Namespace) -> int:
     elif args.action == "grant":
         result, text = client.grant_dataset(args.name, grantee), f"{grantee} may now read dataset {args.name}"
     elif args.action == "revoke":
-        result, text = client.revoke_dataset(args.name, grantee), f"{grantee} may no longer read dataset {args.name}"
+        result = client.revoke_dataset(args.name, grantee, force=args.force)
+        text = f"{grantee} may no longer read dataset {args.name}"
     elif args.action == "remove":
-        client.remove_dataset(args.name)
+        removed = client.remove_dataset(args.name, force=args.force)
         if args.json:
-            print(json.dumps({"removed": args.name}))
+            print(json.dumps({"removed": args.name, "stoppedJobs": removed.stoppedJobs}))
             return 0
-        print(f"removed dataset {args.name} (nodes' cached copies go as their caches need room)")
+        stopped = f"; stopped jobs {', '.join(map(str, removed.stoppedJobs))}" if removed.stoppedJobs else ""
+        print(f"removed dataset {args.name} (nodes' cached copies go as their caches need room){stopped}")
         return 0
     elif args.action == "cache":
         caches = client.dataset_caches()

@@ -81,12 +81,17 @@ def _check_source(session: Session, owner: UserRow, source: str, allowed_hosts: 
             raise Forbidden(f"source: you may not read storage {name!r}; ask an admin for a grant",
                             details=[{"path": "source", "message": "storage not granted"}])
         return source
+    if source.lower().startswith(("s3://", "gs://")):
+        raise _invalid("source", f"{source.split(':', 1)[0]}:// URLs are not taken: the nodes hold no cloud "
+                                 "credentials to read them with; give the object's https URL (a public object's, or "
+                                 "a pre-signed one valid for as long as nodes may fetch it)")
+    if source.lower().startswith(("http://", "https://")) and "@" in source.split("/", 3)[2]:
+        raise _invalid("source", "credentials in URLs (user:password@) are refused: every reader of the dataset "
+                                 "would see them; serve the data where the nodes may read it without them, or give "
+                                 "a pre-signed https URL")
     if not _URL.fullmatch(source):
         raise _invalid("source", "must be an http:// or https:// URL (printable, no spaces) or storage:NAME/PATH "
                                  f"(got {source[:200]!r})")
-    if "@" in source.split("/", 3)[2]:
-        raise _invalid("source", "must not carry credentials (user:password@): every reader of the dataset would see "
-                                 "them; serve the data where the nodes may read it without them")
     parts = urllib.parse.urlsplit(source)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -151,7 +156,7 @@ def _owned(session: Session, user: UserRow, name: str) -> DatasetRow:
 
 def remove_dataset(session: Session, user: UserRow, name: str) -> None:
     """Forget a dataset (never a source's files). Nodes' cached copies go as the cache needs
-    room; a waiting job that reads it fails at launch, saying so."""
+    room. ``removal.remove_dataset`` refuses it while waiting or running jobs read it."""
     session.delete(_owned(session, user, name))
     session.flush()
 
