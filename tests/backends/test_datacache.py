@@ -231,3 +231,15 @@ def test_a_source_that_answers_404_is_said_as_such_naming_the_dataset(tmp_path: 
     with pytest.raises(FetchError) as caught:
         cache.ensure(item("gone", source.url + "/gone.tar?X-Amz-Signature=secret"))
     assert str(caught.value) == f"dataset gone (version 1): could not fetch {source.url}/gone.tar: HTTP 404 Not Found"
+
+
+def test_a_fetch_under_way_says_how_far_it_is(tmp_path: Path, source: Source,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainyard.backends import datafetch
+
+    monkeypatch.setattr(datafetch, "PROGRESS_SECONDS", 0.0)  # at every check, not every 10 s
+    cache = NodeCache(tmp_path / "cache", 16 << 20, allowed_hosts=LOCAL)
+    said: list[str] = []
+    cache.ensure(item("big", source.add("/big.bin", b"b" * (3 << 20))), said.append)
+    assert said[0] == "trainyard: fetching dataset big (version 1) into this node's cache"
+    assert "trainyard: fetching dataset big: 1.0 MiB of 3.0 fetched" in said

@@ -107,6 +107,7 @@ class NodeCache:
 
                 limit = datafetch.Limit(self.capacity, self.timeout, self.allowed_hosts)
                 limit.make_room = lambda fetched: self.evict(keep=key, extra=fetched)
+                limit.progress = lambda done: say(f"trainyard: fetching dataset {item['name']}: {done}")
                 say(f"trainyard: fetching dataset {item['name']} (version {item['version']}) into this node's cache")
                 try:
                     size, files = datafetch.fetch(item, partial, limit)

@@ -43,6 +43,7 @@ HTTP_TIMEOUT_SECONDS = 60.0
 MAX_FILES = 10_000_000  # files and folders (each an inode)
 DISK_CHECK_BYTES = 64 << 20  # how often a fetch looks at the disk's free space
 DISK_RESERVE_BYTES = 1 << 30  # or 5% of the disk, whichever is less: never filled by a fetch
+PROGRESS_SECONDS = 10.0  # how often a fetch under way says how far it is, in the task's log
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -67,6 +68,10 @@ class Limit:
         # Called with the bytes fetched so far, every ``_every`` bytes: the cache evicts what
         # it must to hold them within its capacity while the fetch goes on, not only after.
         self.make_room: Callable[[int], object] | None = None
+        # Told "N MiB of M" (of the size ``expect`` learnt, if any) every PROGRESS_SECONDS, for the task's log.
+        self.progress: Callable[[str], object] = lambda _: None
+        self.expected: int | None = None
+        self._said_at = time.monotonic()
         self._checked_at, self._every = 0, max(1, min(DISK_CHECK_BYTES, max_bytes // 16))
 
     def expect(self, size: int, what: str) -> None:
@@ -76,6 +81,7 @@ class Limit:
         if size > self.max_bytes:
             raise FetchError(f"the dataset is bigger than this node's cache: {what} is {size} bytes, the cache "
                              f"{self.max_bytes} (setting dataset_cache_gb); nothing was evicted for it")
+        self.expected = size
         if self.make_room is not None:
             self.make_room(size)
 
@@ -94,6 +100,12 @@ class Limit:
                 self.make_room(self.bytes)
             if self.disk is not None:
                 self.check_disk(self.disk)
+            if time.monotonic() - self._said_at >= PROGRESS_SECONDS:
+                self._said_at = time.monotonic()
+                # A URL's bytes as read (its Content-Length's), a folder's as copied (its files' sizes).
+                done = self.read or self.bytes
+                of = "" if self.expected is None else f" of {self.expected / (1 << 20):.1f}"
+                self.progress(f"{done / (1 << 20):.1f} MiB{of} fetched")
         self.check_time()
 
     @staticmethod
