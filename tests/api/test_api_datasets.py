@@ -92,6 +92,17 @@ def test_bad_registrations_get_4xx_with_the_field(api: Api) -> None:
     assert api.sdk(api.user_token).register_dataset("x", URL, sha256=digest.upper()).version == digest
 
 
+def test_a_storage_folder_the_server_sees_missing_is_a_422_at_registration(api: Api, tmp_path) -> None:
+    (tmp_path / "sets" / "en").mkdir(parents=True)
+    (tmp_path / "sets" / "link").symlink_to(tmp_path / "sets" / "en")
+    admin = api.sdk(api.admin_token)
+    admin.create_storage("real", str(tmp_path))
+    for sub, said in (("sets/nosuch", "there is no folder 'sets/nosuch'"), ("sets/link", "a link")):
+        response = api.admin.put("/api/v1/datasets/x", json={"source": f"storage:real/{sub}", "version": "1"})
+        assert response.status_code == 422 and said in response.json()["errors"][0]["message"], response.text
+    assert admin.register_dataset("x", "storage:real/sets/en", version="1").version == "1"
+
+
 def test_a_url_at_the_servers_own_or_metadata_addresses_is_refused_unless_an_admin_allows_its_host(
         api: Api) -> None:
     """Nodes fetch datasets as root: a URL at loopback (the server's API, its database),
