@@ -5,11 +5,14 @@ the field."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from api.harness import Api
 from backends.datasource import serving, tar_gz
 
 from trainyard.backends.base import DatasetFetch
+from trainyard.backends.datafetch import FetchError
 from trainyard.client import Client, TrainyardError
 
 URL = "https://data.example.org/imagenet-mini.tar.gz"
@@ -175,10 +178,11 @@ def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) 
         alice.register_dataset("corpus", url, version="1")
         bobs.register_dataset("private", url, version="1")
         cache = api.ctx.backend.datasets.cache
-        for name in ("corpus", "private", "corpus"):
-            fetch = DatasetFetch(name, url, "1", f"/data/{name}")
-            cache.ensure({"key": fetch.key, "name": name, "version": "1", "source": url, "sha256": "",
-                          "storage_root": ""})
+        for name, at in (("corpus", url), ("private", url), ("corpus", url), ("gone", source.url + "/gone")):
+            fetch = DatasetFetch(name, at, "1", f"/data/{name}")
+            with contextlib.suppress(FetchError):  # the last: a 404, a failed fetch
+                cache.ensure({"key": fetch.key, "name": name, "version": "1", "source": at, "sha256": "",
+                              "storage_root": ""})
     (mine,) = alice.dataset_caches()
     # Fetched: as read from the source (the archive, twice); used: as unpacked.
     assert (mine.hits, mine.misses, mine.bytesFetched, mine.usedBytes, mine.evictions) == (1, 2, 2 * len(archive), 200,
@@ -190,6 +194,8 @@ def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) 
     assert f'trainyard_dataset_cache_hits_total{{node="{node}"}} 1.0' in page
     assert f'trainyard_dataset_cache_fetched_bytes_total{{node="{node}"}} {2 * len(archive)}.0' in page
     assert f'trainyard_dataset_cache_entry_bytes{{dataset="private",node="{node}",version="1"}} 100.0' in page
+    assert f'trainyard_dataset_cache_fetch_failures_total{{node="{node}"}} 1.0' in page
+    assert mine.fetchFailures == 1
 
 
 def test_a_dataset_mounted_over_another_mount_point_is_refused_at_its_field(api: Api) -> None:

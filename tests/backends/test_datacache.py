@@ -231,6 +231,12 @@ def test_a_source_that_answers_404_is_said_as_such_naming_the_dataset(tmp_path: 
     with pytest.raises(FetchError) as caught:
         cache.ensure(item("gone", source.url + "/gone.tar?X-Amz-Signature=secret"))
     assert str(caught.value) == f"dataset gone (version 1): could not fetch {source.url}/gone.tar: HTTP 404 Not Found"
+    url = source.add("/short.bin", b"s" * 1000)
+    source.cut_short.add("/short.bin")  # half its bytes, then the connection closes
+    with pytest.raises(FetchError, match="could not fetch"):
+        cache.ensure(item("short", url))
+    seen = cache.read()  # failures counted, and the bytes a failed fetch read
+    assert (seen["fetch_failures"], seen["misses"], seen["bytes_fetched"]) == (2, 0, 500)
 
 
 def test_a_fetch_under_way_says_how_far_it_is(tmp_path: Path, source: Source,

@@ -20,7 +20,8 @@ read-only into its sandbox or container)::
                          interrupted fetch left, and is removed before the fetch is tried again
     stats.json           hits (tasks that found their data here), misses (fetches: a task's,
                          or a prefetch's for a waiting job), bytes fetched (as read from the
-                         source: an archive's compressed bytes), evictions (under cache.lock)
+                         source: an archive's compressed bytes; a failed fetch's too),
+                         evictions, fetch failures (under cache.lock)
 
 The crash-safety protocol, step by step:
 
@@ -67,7 +68,7 @@ DEFAULT_FETCH_TIMEOUT_SECONDS = 6 * 3600.0  # setting dataset_fetch_timeout_s
 # The most entries a cache keeps (past it the least recently used unmounted go, as past the
 # capacity): empty datasets take no room, yet each is files, folders and a metrics series.
 MAX_ENTRIES = 1000
-_COUNTERS = ("hits", "misses", "bytes_fetched", "evictions")
+_COUNTERS = ("hits", "misses", "bytes_fetched", "evictions", "fetch_failures")
 
 
 class NodeCache:
@@ -113,6 +114,7 @@ class NodeCache:
                     size, files = datafetch.fetch(item, partial, limit)
                 except datafetch.FetchError as exc:
                     shutil.rmtree(partial, ignore_errors=True)
+                    self._count(fetch_failures=1, bytes_fetched=limit.read)  # its bytes were read all the same
                     raise datafetch.FetchError(f"dataset {item['name']} (version {item['version']}): {exc}") from None
                 except BaseException:
                     shutil.rmtree(partial, ignore_errors=True)

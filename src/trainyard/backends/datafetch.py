@@ -250,6 +250,9 @@ def _fetch_url(url: str, sha256: str, into: Path, limit: Limit) -> tuple[int, in
                 _write_file(into, _name(name), stream, limit)
             while stream.read(CHUNK):  # the rest (a tar's trailing blocks) counts in the hash
                 pass
+            if length.isdigit() and limit.read != int(length):  # a plain file's end is no proof it is whole
+                raise FetchError(f"could not fetch {path}: the connection ended after {limit.read} of its "
+                                 f"{length} bytes")
     except urllib.error.HTTPError as exc:
         raise FetchError(f"could not fetch {path}: HTTP {exc.code} {_phrase(exc.code)}") from None
     except (OSError, tarfile.TarError, EOFError) as exc:

@@ -38,7 +38,8 @@ def cache_text(caches: Sequence[NodeCacheView]) -> str:
     for cache in caches:
         parts.append(f"node {cache.node}: {render.size(cache.usedBytes)} of {render.size(cache.capacityBytes)}; "
                      f"{cache.hits} hits, {cache.misses} misses, {render.size(cache.bytesFetched)} fetched, "
-                     f"{cache.evictions} evictions")
+                     f"{cache.evictions} evictions"
+                     + (f", {cache.fetchFailures} failed fetches" if cache.fetchFailures else ""))
         rows = [[e.dataset, e.version, render.size(e.bytes), e.files, e.inUse,
                  f"{e.lastUsedAt:%Y-%m-%d %H:%M}" if e.lastUsedAt else "-"] for e in cache.entries]
         if rows:

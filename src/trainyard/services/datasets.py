@@ -345,6 +345,7 @@ def cache_views(session: Session, caches: Iterable[NodeDatasetCache], viewer: Us
     return [NodeCacheView(
         node=cache.node, capacityBytes=cache.capacity_bytes, usedBytes=cache.used_bytes, hits=cache.hits,
         misses=cache.misses, bytesFetched=cache.bytes_fetched, evictions=cache.evictions,
+        fetchFailures=cache.fetch_failures,
         entries=[CacheEntryView(dataset=e.dataset, version=e.version, key=e.key, bytes=e.size, files=e.files,
                                 fetchedAt=_when(e.fetched_at), lastUsedAt=_when(e.last_used_at), inUse=e.in_use)
                  for e in cache.entries
