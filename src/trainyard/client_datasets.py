@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from trainyard.client_input import path_segment as _seg
-from trainyard.client_models import Model, Shape
+from trainyard.client_models import REMOVAL, Model, Shape
 
 if TYPE_CHECKING:
     import httpx
 
+    from trainyard.schemas.admin import RemovalResult
     from trainyard.schemas.datasets import DatasetView, NodeCacheView
 
 Reply = TypeVar("Reply")
@@ -43,18 +44,22 @@ class DatasetCalls:
         body = {"source": source, "version": version, "sha256": sha256, "description": description}
         return self._parse(_DATASET, self._request("PUT", f"/datasets/{_seg(name)}", json=body).content)
 
-    def remove_dataset(self, name: str) -> None:
-        """Forget a dataset of yours (an admin: any); never its source's files."""
-        self._request("DELETE", f"/datasets/{_seg(name)}")
+    def remove_dataset(self, name: str, *, force: bool = False) -> RemovalResult:
+        """Forget a dataset of yours (an admin: any); never its source's files. Refused (409,
+        naming them) while waiting or running jobs read it, unless ``force``, which stops them."""
+        response = self._request("DELETE", f"/datasets/{_seg(name)}", params={"force": str(force).lower()})
+        return self._parse(REMOVAL, response.content)
 
     def grant_dataset(self, name: str, grantee: str) -> DatasetView:
         """Let a user, or ``@group``, read your dataset."""
         response = self._request("POST", f"/datasets/{_seg(name)}/grants", json={"grantee": grantee})
         return self._parse(_DATASET, response.content)
 
-    def revoke_dataset(self, name: str, grantee: str) -> DatasetView:
-        """Take back a grant (``grantee``: a user's name, or ``@group``)."""
-        response = self._request("DELETE", f"/datasets/{_seg(name)}/grants/{_seg(grantee)}")
+    def revoke_dataset(self, name: str, grantee: str, *, force: bool = False) -> DatasetView:
+        """Take back a grant (``grantee``: a user's name, or ``@group``); refused (409) while it
+        is what lets waiting or running jobs read the dataset, unless ``force``, which stops them."""
+        response = self._request("DELETE", f"/datasets/{_seg(name)}/grants/{_seg(grantee)}",
+                                 params={"force": str(force).lower()})
         return self._parse(_DATASET, response.content)
 
     def dataset_caches(self) -> list[NodeCacheView]:

@@ -5,11 +5,14 @@ the field."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from api.harness import Api
 from backends.datasource import serving, tar_gz
 
 from trainyard.backends.base import DatasetFetch
+from trainyard.backends.datafetch import FetchError
 from trainyard.client import Client, TrainyardError
 
 URL = "https://data.example.org/imagenet-mini.tar.gz"
@@ -76,16 +79,31 @@ def test_bad_registrations_get_4xx_with_the_field(api: Api) -> None:
              ("cache", {"source": URL, "version": "1"}, "name"),
              ("x", {"source": URL, "version": 3}, "version"))
     api.sdk(api.admin_token).create_storage("data", "/srv/data")
+    said = {"https://u:p@host/x.tar": "credentials in URLs (user:password@) are refused",
+            "s3://bucket/x.tar": "the nodes hold no cloud credentials", "gs://bucket/x.tar": "pre-signed"}
+    cases += tuple(("x", {"source": url, "version": "1"}, "source") for url in said if "@" not in url)
     for name, body, field in cases:
         response = api.user.put(f"/api/v1/datasets/{name}", json=body)
         assert response.status_code == 422, (body, response.text)
         assert response.json()["errors"][0]["path"].endswith(field), (body, response.text)
+        assert said.get(str(body["source"]), "") in response.json()["errors"][0]["message"], response.text
     # A storage the user may not read is refused as such.
     response = api.user.put("/api/v1/datasets/x", json={"source": "storage:data/a", "version": "1"})
     assert response.status_code == 403 and "storage 'data'" in response.json()["detail"]
     # A sha256 alone is the version.
     digest = "ab" * 32
     assert api.sdk(api.user_token).register_dataset("x", URL, sha256=digest.upper()).version == digest
+
+
+def test_a_storage_folder_the_server_sees_missing_is_a_422_at_registration(api: Api, tmp_path) -> None:
+    (tmp_path / "sets" / "en").mkdir(parents=True)
+    (tmp_path / "sets" / "link").symlink_to(tmp_path / "sets" / "en")
+    admin = api.sdk(api.admin_token)
+    admin.create_storage("real", str(tmp_path))
+    for sub, said in (("sets/nosuch", "there is no folder 'sets/nosuch'"), ("sets/link", "a link")):
+        response = api.admin.put("/api/v1/datasets/x", json={"source": f"storage:real/{sub}", "version": "1"})
+        assert response.status_code == 422 and said in response.json()["errors"][0]["message"], response.text
+    assert admin.register_dataset("x", "storage:real/sets/en", version="1").version == "1"
 
 
 def test_a_url_at_the_servers_own_or_metadata_addresses_is_refused_unless_an_admin_allows_its_host(
@@ -128,6 +146,28 @@ def test_a_job_is_refused_at_submit_for_a_dataset_its_user_may_not_read(api: Api
     assert status == 201, body
 
 
+def test_removing_or_revoking_a_dataset_a_waiting_job_reads_is_a_409_naming_it_unless_forced(api: Api) -> None:
+    """As a storage's: the job would fail at its start; ``force`` stops it instead."""
+    (bobs, _) = bob(api)
+    bobs.register_dataset("corpus", URL, version="1")
+    bobs.grant_dataset("corpus", "alice")
+    status, body = submit(api, api.user_token, job("[{name: corpus}]"))
+    assert status == 201, body
+    job_id = body["id"]
+    for call in (lambda force: bobs.revoke_dataset("corpus", "alice", force=force),
+                 lambda force: bobs.remove_dataset("corpus", force=force)):
+        with pytest.raises(TrainyardError) as refused:
+            call(False)
+        assert refused.value.status == 409 and f"job {job_id} (alice, WAITING)" in refused.value.message
+        assert [g for v in bobs.datasets() for g in v.grants] == ["alice"]  # nothing changed
+        with pytest.raises(TrainyardError) as refused:  # force stops only your own jobs, unless an admin
+            call(True)
+        assert refused.value.status == 409 and "only an admin" in refused.value.message
+    removed = api.sdk(api.admin_token).remove_dataset("corpus", force=True)
+    assert removed.stoppedJobs == [job_id]
+    assert api.sdk(api.user_token).job(job_id).state in ("STOPPING", "STOPPED")
+
+
 def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) -> None:
     alice, admin = api.sdk(api.user_token), api.sdk(api.admin_token)
     (bobs, _) = bob(api)
@@ -138,10 +178,11 @@ def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) 
         alice.register_dataset("corpus", url, version="1")
         bobs.register_dataset("private", url, version="1")
         cache = api.ctx.backend.datasets.cache
-        for name in ("corpus", "private", "corpus"):
-            fetch = DatasetFetch(name, url, "1", f"/data/{name}")
-            cache.ensure({"key": fetch.key, "name": name, "version": "1", "source": url, "sha256": "",
-                          "storage_root": ""})
+        for name, at in (("corpus", url), ("private", url), ("corpus", url), ("gone", source.url + "/gone")):
+            fetch = DatasetFetch(name, at, "1", f"/data/{name}")
+            with contextlib.suppress(FetchError):  # the last: a 404, a failed fetch
+                cache.ensure({"key": fetch.key, "name": name, "version": "1", "source": at, "sha256": "",
+                              "storage_root": ""})
     (mine,) = alice.dataset_caches()
     # Fetched: as read from the source (the archive, twice); used: as unpacked.
     assert (mine.hits, mine.misses, mine.bytesFetched, mine.usedBytes, mine.evictions) == (1, 2, 2 * len(archive), 200,
@@ -153,6 +194,8 @@ def test_the_nodes_caches_are_shown_in_yard_dataset_cache_and_metrics(api: Api) 
     assert f'trainyard_dataset_cache_hits_total{{node="{node}"}} 1.0' in page
     assert f'trainyard_dataset_cache_fetched_bytes_total{{node="{node}"}} {2 * len(archive)}.0' in page
     assert f'trainyard_dataset_cache_entry_bytes{{dataset="private",node="{node}",version="1"}} 100.0' in page
+    assert f'trainyard_dataset_cache_fetch_failures_total{{node="{node}"}} 1.0' in page
+    assert mine.fetchFailures == 1
 
 
 def test_a_dataset_mounted_over_another_mount_point_is_refused_at_its_field(api: Api) -> None:

@@ -31,6 +31,7 @@ class Source:
         self.hold = threading.Event()
         self.hold.set()
         self.cut_short: set[str] = set()
+        self.unsized: set[str] = set()  # paths answered without a Content-Length (to the connection's close)
         self.bytes_per_second = 0.0
         self.redirects: dict[str, str] = {}  # path -> the URL a 302 names
         self.url = ""
@@ -60,7 +61,8 @@ def serving(host: str = "127.0.0.1") -> Iterator[Source]:
                 self.send_error(404)
                 return
             self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
+            if self.path not in source.unsized:
+                self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             if self.path in source.cut_short:
                 self.wfile.write(body[:len(body) // 2])

@@ -51,9 +51,10 @@ def test_a_dataset_is_fetched_once_then_found_in_the_cache(tmp_path: Path, sourc
     assert (entry / "train" / "a.txt").read_bytes() == b"alpha"
     assert oct((entry / "train" / "a.txt").stat().st_mode & 0o777) == "0o644"
     # What was read from the source (the archive, compressed), and what it unpacked to.
-    assert f"fetched {len(archive)} bytes" in said[0] and "(405 bytes, 2 files unpacked)" in said[0]
+    assert said[0] == "trainyard: fetching dataset mini (version 1) into this node's cache"  # while it runs
+    assert f"fetched {len(archive)} bytes" in said[1] and "(405 bytes, 2 files unpacked)" in said[1]
     assert cache.ensure(item("mini", url), said.append) == entry
-    assert "is in this node's cache" in said[1]
+    assert "is in this node's cache" in said[2]
     assert source.requests == ["/mini.tar.gz"]
     seen = cache.read()
     assert (seen["hits"], seen["misses"], seen["bytes_fetched"], seen["evictions"]) == (1, 1, len(archive), 0)
@@ -186,3 +187,65 @@ def test_a_storage_folder_is_copied_without_following_links(tmp_path: Path) -> N
     assert sorted(p.relative_to(entry).as_posix() for p in entry.rglob("*")) == ["sub", "sub/f.txt"]
     with pytest.raises(FetchError, match="without following links"):
         cache.ensure(item("l", str(storage / "sets" / "link"), storage_root=str(storage)))
+
+
+def _two_entries(cache: NodeCache, source: Source) -> list[str]:
+    """Two entries of 400 bytes each that no live task uses (either may be evicted)."""
+    for name in ("a", "b"):
+        cache.ensure(item(name, source.add(f"/{name}.bin", b"x" * 400)), pid=ended_task())
+    return sorted(e["dataset"] for e in cache.read()["entries"])
+
+
+def test_a_dataset_known_to_be_bigger_than_the_cache_is_refused_before_anything_is_evicted(
+        tmp_path: Path, source: Source) -> None:
+    """Content-Length, or a storage folder's size walked first: the others' entries stay."""
+    cache = NodeCache(tmp_path / "cache", 1000, allowed_hosts=LOCAL)
+    assert _two_entries(cache, source) == ["a", "b"]
+    storage = tmp_path / "storage"
+    (storage / "big").mkdir(parents=True)
+    for index in range(3):
+        (storage / "big" / f"{index}.bin").write_bytes(b"y" * 400)
+    for big in (item("big", source.add("/big.bin", b"z" * 2000)),
+                item("folder", str(storage / "big"), storage_root=str(storage))):
+        with pytest.raises(FetchError, match=rf"dataset {big['name']} \(version 1\): the dataset is bigger than "
+                                             "this node's cache: .* nothing was evicted"):
+            cache.ensure(big)
+    seen = cache.read()
+    assert (sorted(e["dataset"] for e in seen["entries"]), seen["evictions"]) == (["a", "b"], 0)
+    assert source.requests.count("/big.bin") == 1
+
+
+def test_a_dataset_of_unknown_size_evicts_only_as_its_bytes_come(tmp_path: Path, source: Source) -> None:
+    """No Content-Length: the fetch makes room for the bytes it has, never the whole cache at once."""
+    cache = NodeCache(tmp_path / "cache", 1000, allowed_hosts=LOCAL)
+    _two_entries(cache, source)
+    url = source.add("/fits.bin", b"f" * 500)
+    source.unsized.add("/fits.bin")
+    cache.ensure(item("fits", url))
+    seen = cache.read()
+    assert (sorted(e["dataset"] for e in seen["entries"]), seen["evictions"]) == (["b", "fits"], 1)
+
+
+def test_a_source_that_answers_404_is_said_as_such_naming_the_dataset(tmp_path: Path, source: Source) -> None:
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
+    with pytest.raises(FetchError) as caught:
+        cache.ensure(item("gone", source.url + "/gone.tar?X-Amz-Signature=secret"))
+    assert str(caught.value) == f"dataset gone (version 1): could not fetch {source.url}/gone.tar: HTTP 404 Not Found"
+    url = source.add("/short.bin", b"s" * 1000)
+    source.cut_short.add("/short.bin")  # half its bytes, then the connection closes
+    with pytest.raises(FetchError, match="could not fetch"):
+        cache.ensure(item("short", url))
+    seen = cache.read()  # failures counted, and the bytes a failed fetch read
+    assert (seen["fetch_failures"], seen["misses"], seen["bytes_fetched"]) == (2, 0, 500)
+
+
+def test_a_fetch_under_way_says_how_far_it_is(tmp_path: Path, source: Source,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainyard.backends import datafetch
+
+    monkeypatch.setattr(datafetch, "PROGRESS_SECONDS", 0.0)  # at every check, not every 10 s
+    cache = NodeCache(tmp_path / "cache", 16 << 20, allowed_hosts=LOCAL)
+    said: list[str] = []
+    cache.ensure(item("big", source.add("/big.bin", b"b" * (3 << 20))), said.append)
+    assert said[0] == "trainyard: fetching dataset big (version 1) into this node's cache"
+    assert "trainyard: fetching dataset big: 1.0 MiB of 3.0 fetched" in said

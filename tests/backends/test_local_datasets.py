@@ -16,6 +16,7 @@ from backends.datasource import Source, serving, tar_gz
 from podman_support import needs_podman
 
 from trainyard.backends.base import DatasetCaches, DatasetFetch, TaskLaunch
+from trainyard.backends.datacache import DATASET_UNAVAILABLE
 from trainyard.backends.sandbox import find_sandbox
 from trainyard.backends.taskaccounts import TaskAccounts
 
@@ -85,8 +86,11 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     key = harness.new_key()
     harness.backend.launch(TaskLaunch(key, harness.node, "echo ran\n", {}, user="alice", datasets=(dataset,)))
     status = harness.wait_ended(key)
-    assert status.exit_code != 0
-    assert "could not fetch" in harness.log(key) and "ran" not in harness.log(key).splitlines()
+    why = f"dataset gone (version v1): could not fetch {source.url}/gone.tar: HTTP 404 Not Found"
+    # Its status says what failed (not "command not found"), and so does its log (not a repr).
+    assert (status.exit_code, status.reason, status.message) == (127, DATASET_UNAVAILABLE, why)
+    assert harness.log(key).splitlines()[-1] == f"trainyard: {why}"
+    assert "ran" not in harness.log(key).splitlines()
 
 
 def test_a_storage_folder_dataset_holds_only_what_its_owners_account_may_read(public_dir: Path,

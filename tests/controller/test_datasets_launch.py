@@ -77,6 +77,18 @@ def test_a_dataset_no_longer_readable_at_launch_fails_the_job_with_the_reason(wo
                                               "removed")
 
 
+def test_a_dataset_that_cannot_be_fetched_fails_the_job_saying_so_not_command_not_found(world) -> None:
+    with serving() as source:
+        register(world, source.url + "/gone.tar.gz", "1")
+        job = world.drive(world.submit(JOB))
+    assert job.state == "FAILED"
+    why = f"dataset corpus (version 1): could not fetch {source.url}/gone.tar.gz: HTTP 404 Not Found"
+    [task] = world.tasks(job.id)
+    assert (task.exit_code, task.message) == (127, why)
+    assert dict(world.events(job.id))["failed"].endswith(f"task m/0: {why}")  # `yard job`'s and `yard jobs`' words
+    assert "command not found" not in job.state_message
+
+
 def test_a_job_with_datasets_on_a_backend_without_a_cache_fails_at_launch_saying_so(db) -> None:
     clock = FakeClock()
     controller = Controller(db, SimulatedBackend(1, 8, clock=clock), clock)

@@ -317,6 +317,7 @@ class NodeDatasetCache:
     bytes_fetched: int
     evictions: int
     entries: tuple[CacheEntry, ...]
+    fetch_failures: int = 0  # fetches that failed (their bytes count in bytes_fetched)
 
 
 @runtime_checkable

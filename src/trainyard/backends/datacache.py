@@ -20,7 +20,8 @@ read-only into its sandbox or container)::
                          interrupted fetch left, and is removed before the fetch is tried again
     stats.json           hits (tasks that found their data here), misses (fetches: a task's,
                          or a prefetch's for a waiting job), bytes fetched (as read from the
-                         source: an archive's compressed bytes), evictions (under cache.lock)
+                         source: an archive's compressed bytes; a failed fetch's too),
+                         evictions, fetch failures (under cache.lock)
 
 The crash-safety protocol, step by step:
 
@@ -67,7 +68,7 @@ DEFAULT_FETCH_TIMEOUT_SECONDS = 6 * 3600.0  # setting dataset_fetch_timeout_s
 # The most entries a cache keeps (past it the least recently used unmounted go, as past the
 # capacity): empty datasets take no room, yet each is files, folders and a metrics series.
 MAX_ENTRIES = 1000
-_COUNTERS = ("hits", "misses", "bytes_fetched", "evictions")
+_COUNTERS = ("hits", "misses", "bytes_fetched", "evictions", "fetch_failures")
 
 
 class NodeCache:
@@ -107,11 +108,20 @@ class NodeCache:
 
                 limit = datafetch.Limit(self.capacity, self.timeout, self.allowed_hosts)
                 limit.make_room = lambda fetched: self.evict(keep=key, extra=fetched)
+                limit.progress = lambda done: say(f"trainyard: fetching dataset {item['name']}: {done}")
+                say(f"trainyard: fetching dataset {item['name']} (version {item['version']}) into this node's cache")
                 try:
                     size, files = datafetch.fetch(item, partial, limit)
+                except datafetch.FetchError as exc:
+                    shutil.rmtree(partial, ignore_errors=True)
+                    self._count(fetch_failures=1, bytes_fetched=limit.read)  # its bytes were read all the same
+                    raise datafetch.FetchError(f"dataset {item['name']} (version {item['version']}): {exc}") from None
                 except BaseException:
                     shutil.rmtree(partial, ignore_errors=True)
                     raise
+                if limit.left_out:
+                    say(f"trainyard: dataset {item['name']}: {limit.left_out} entries of its folder were left out "
+                        "(the dataset's owner may not read them)")
                 meta = {"dataset": item["name"], "version": item["version"], "key": key, "size": size,
                         "files": files, "fetched_at": time.time()}
                 _write_json(self.root / "meta" / f"{key}.json", meta)
@@ -307,6 +317,27 @@ class NodeCache:
             os.close(fd)
             return None
         return fd
+
+
+# A task's status's reason (``TaskStatus.reason``) when its datasets could not be made ready:
+# its message says why (``exitcodes.DATASET_UNAVAILABLE``, the same).
+DATASET_UNAVAILABLE = "DATASET_UNAVAILABLE"
+FAILED = "datasets.failed"  # in a task's folder: why its datasets could not be made ready (one line)
+
+
+def record_failure(task_dir: str, exc: BaseException, node: str = "") -> str:
+    """Say in ``FAILED`` why a task's datasets could not be made ready (its status's message,
+    read by the backend instead of the bare exit status), and return it: a ``FetchError``'s
+    own words (which name the dataset), any other error's type and words."""
+    from trainyard.backends import datafetch
+
+    why = str(exc) if isinstance(exc, datafetch.FetchError) else f"its datasets: {type(exc).__name__}: {exc}"
+    why = " ".join(f"{why}{f' (on node {node})' if node else ''}".split())[:1000]
+    fd = os.open(os.path.join(task_dir, FAILED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(why + "\n")
+    return why
 
 
 def _checked_key(key: Any) -> str:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import http
 import http.client
 import os
 import socket
 import stat
 import tarfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -41,6 +43,7 @@ HTTP_TIMEOUT_SECONDS = 60.0
 MAX_FILES = 10_000_000  # files and folders (each an inode)
 DISK_CHECK_BYTES = 64 << 20  # how often a fetch looks at the disk's free space
 DISK_RESERVE_BYTES = 1 << 30  # or 5% of the disk, whichever is less: never filled by a fetch
+PROGRESS_SECONDS = 10.0  # how often a fetch under way says how far it is, in the task's log
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -57,6 +60,7 @@ class Limit:
     def __init__(self, max_bytes: int, timeout: float = DEFAULT_FETCH_TIMEOUT_SECONDS,
                  allowed_hosts: Iterable[str] = ()) -> None:
         self.max_bytes, self.bytes, self.files, self.folders = max_bytes, 0, 0, 0
+        self.left_out = 0  # a storage folder's entries its reader may not read (not copied)
         self.read = 0  # bytes read from the source (an archive's, compressed; ``bytes``: as unpacked)
         self.timeout, self.deadline = timeout, time.monotonic() + timeout
         self.allowed_hosts = frozenset(map(host_name, allowed_hosts))
@@ -64,7 +68,22 @@ class Limit:
         # Called with the bytes fetched so far, every ``_every`` bytes: the cache evicts what
         # it must to hold them within its capacity while the fetch goes on, not only after.
         self.make_room: Callable[[int], object] | None = None
+        # Told "N MiB of M" (of the size ``expect`` learnt, if any) every PROGRESS_SECONDS, for the task's log.
+        self.progress: Callable[[str], object] = lambda _: None
+        self.expected: int | None = None
+        self._said_at = time.monotonic()
         self._checked_at, self._every = 0, max(1, min(DISK_CHECK_BYTES, max_bytes // 16))
+
+    def expect(self, size: int, what: str) -> None:
+        """The dataset's size, known before its first byte is written (``what``: how it is
+        known): one bigger than the whole cache is refused before anything is evicted for it;
+        else room for it is made once, now."""
+        if size > self.max_bytes:
+            raise FetchError(f"the dataset is bigger than this node's cache: {what} is {size} bytes, the cache "
+                             f"{self.max_bytes} (setting dataset_cache_gb); nothing was evicted for it")
+        self.expected = size
+        if self.make_room is not None:
+            self.make_room(size)
 
     def add(self, size: int, *, file: bool = False, folder: bool = False) -> None:
         self.bytes += size
@@ -81,6 +100,12 @@ class Limit:
                 self.make_room(self.bytes)
             if self.disk is not None:
                 self.check_disk(self.disk)
+            if time.monotonic() - self._said_at >= PROGRESS_SECONDS:
+                self._said_at = time.monotonic()
+                # A URL's bytes as read (its Content-Length's), a folder's as copied (its files' sizes).
+                done = self.read or self.bytes
+                of = "" if self.expected is None else f" of {self.expected / (1 << 20):.1f}"
+                self.progress(f"{done / (1 << 20):.1f} MiB{of} fetched")
         self.check_time()
 
     @staticmethod
@@ -210,10 +235,13 @@ class _Hashing:
 def _fetch_url(url: str, sha256: str, into: Path, limit: Limit) -> tuple[int, int]:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), _GuardedHTTP(limit), _GuardedHTTPS(limit),
                                          _NoOtherSchemes)
-    path = url.split("?", 1)[0].split("#", 1)[0]
+    path = url.split("?", 1)[0].split("#", 1)[0]  # also what is said of it: a pre-signed query is a credential
     try:
         with opener.open(urllib.request.Request(url, headers={"User-Agent": "trainyard-datacache"}),
                          timeout=limit.left()) as response:
+            length = str(response.headers.get("Content-Length") or "")
+            if length.isdigit():  # an archive's compressed size: its files are rarely smaller
+                limit.expect(int(length), f"{path} (its Content-Length)")
             stream = _Hashing(response, limit)
             if path.endswith(ARCHIVE_SUFFIXES):
                 _unpack(stream, into, limit)
@@ -222,12 +250,24 @@ def _fetch_url(url: str, sha256: str, into: Path, limit: Limit) -> tuple[int, in
                 _write_file(into, _name(name), stream, limit)
             while stream.read(CHUNK):  # the rest (a tar's trailing blocks) counts in the hash
                 pass
+            if length.isdigit() and limit.read != int(length):  # a plain file's end is no proof it is whole
+                raise FetchError(f"could not fetch {path}: the connection ended after {limit.read} of its "
+                                 f"{length} bytes")
+    except urllib.error.HTTPError as exc:
+        raise FetchError(f"could not fetch {path}: HTTP {exc.code} {_phrase(exc.code)}") from None
     except (OSError, tarfile.TarError, EOFError) as exc:
-        raise FetchError(f"could not fetch {url}: {exc}") from exc
+        raise FetchError(f"could not fetch {path}: {exc}") from exc
     if sha256 and stream.digest.hexdigest() != sha256:
-        raise FetchError(f"{url} has sha256 {stream.digest.hexdigest()}, not the registered {sha256}: its content "
+        raise FetchError(f"{path} has sha256 {stream.digest.hexdigest()}, not the registered {sha256}: its content "
                          "changed; register the dataset again with its new version")
     return limit.bytes, limit.files
+
+
+def _phrase(code: int) -> str:
+    try:
+        return http.HTTPStatus(code).phrase
+    except ValueError:
+        return "(a status HTTP does not define)"
 
 
 def _name(name: str) -> str:
@@ -325,6 +365,9 @@ def _copy_folder(root: str, source: str, into: Path, limit: Limit, reader: Reade
     except OSError as exc:
         raise FetchError(f"cannot open the dataset's folder {source} (without following links): {exc}") from exc
     try:
+        measured = [0]  # walked first: a folder bigger than the cache evicts nothing
+        _copy_tree(fd, None, "", limit, reader, measured)
+        limit.expect(measured[0], f"{source} (its files' sizes)")
         _copy_tree(fd, into, "", limit, reader)
     finally:
         os.close(fd)
@@ -332,26 +375,36 @@ def _copy_folder(root: str, source: str, into: Path, limit: Limit, reader: Reade
     return limit.bytes, limit.files
 
 
-def _copy_tree(fd: int, into: Path, prefix: str, limit: Limit, reader: Reader | None = None) -> None:
+def _copy_tree(fd: int, into: Path | None, prefix: str, limit: Limit, reader: Reader | None = None,
+               measured: list[int] | None = None) -> None:
+    """Copy the folder ``fd`` into ``into`` (None: only measure it, adding its files' bytes
+    to ``measured[0]``); what ``reader`` may not read is left out and counted (``limit.left_out``)."""
     for name in sorted(os.listdir(fd)):
         shown = f"{prefix}{name}"
         info = os.stat(name, dir_fd=fd, follow_symlinks=False)
         if not _may(info, reader, 5 if stat.S_ISDIR(info.st_mode) else 4):
-            continue  # the owner's account could not read it: left out, like a link
+            limit.left_out += into is not None  # the owner's account could not read it: left out, like a link
+            continue
         if stat.S_ISDIR(info.st_mode):
             child = os.open(name, _DIR_FLAGS, dir_fd=fd)
             try:
                 if not _may(os.fstat(child), reader, 5):  # another folder swapped in since the stat
+                    limit.left_out += into is not None
                     continue
-                _make_folders(into, _name(shown), limit)
-                _copy_tree(child, into, shown + "/", limit, reader)
+                if into is not None:
+                    _make_folders(into, _name(shown), limit)
+                _copy_tree(child, into, shown + "/", limit, reader, measured)
             finally:
                 os.close(child)
-        elif stat.S_ISREG(info.st_mode):
+        elif stat.S_ISREG(info.st_mode) and into is None:
+            assert measured is not None
+            measured[0] += info.st_size
+        elif stat.S_ISREG(info.st_mode) and into is not None:
             file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
             with os.fdopen(file_fd, "rb") as source:
                 opened = os.fstat(file_fd)
                 if not stat.S_ISREG(opened.st_mode) or not _may(opened, reader, 4):  # swapped since the stat
+                    limit.left_out += 1
                     continue
                 os.set_blocking(file_fd, True)
                 _write_file(into, _name(shown), source, limit, executable=bool(info.st_mode & stat.S_IXUSR))

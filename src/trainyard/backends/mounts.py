@@ -157,6 +157,7 @@ def cache_report(node: str, seen: dict[str, Any]) -> NodeDatasetCache:
     return NodeDatasetCache(
         node=node, capacity_bytes=int(seen["capacity"]), used_bytes=int(seen["used"]), hits=int(seen["hits"]),
         misses=int(seen["misses"]), bytes_fetched=int(seen["bytes_fetched"]), evictions=int(seen["evictions"]),
+        fetch_failures=int(seen.get("fetch_failures", 0)),
         entries=tuple(CacheEntry(dataset=str(e["dataset"]), version=str(e["version"]), key=str(e["key"]),
                                  size=int(e["size"]), files=int(e["files"]), fetched_at=_seconds(e.get("fetched_at")),
                                  last_used_at=_seconds(e.get("last_used_at")), in_use=int(e["in_use"]))

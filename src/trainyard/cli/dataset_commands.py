@@ -38,7 +38,8 @@ def cache_text(caches: Sequence[NodeCacheView]) -> str:
     for cache in caches:
         parts.append(f"node {cache.node}: {render.size(cache.usedBytes)} of {render.size(cache.capacityBytes)}; "
                      f"{cache.hits} hits, {cache.misses} misses, {render.size(cache.bytesFetched)} fetched, "
-                     f"{cache.evictions} evictions")
+                     f"{cache.evictions} evictions"
+                     + (f", {cache.fetchFailures} failed fetches" if cache.fetchFailures else ""))
         rows = [[e.dataset, e.version, render.size(e.bytes), e.files, e.inUse,
                  f"{e.lastUsedAt:%Y-%m-%d %H:%M}" if e.lastUsedAt else "-"] for e in cache.entries]
         if rows:
@@ -59,13 +60,15 @@ def cmd_dataset(client: Client, args: argparse.Namespace) -> int:
     elif args.action == "grant":
         result, text = client.grant_dataset(args.name, grantee), f"{grantee} may now read dataset {args.name}"
     elif args.action == "revoke":
-        result, text = client.revoke_dataset(args.name, grantee), f"{grantee} may no longer read dataset {args.name}"
+        result = client.revoke_dataset(args.name, grantee, force=args.force)
+        text = f"{grantee} may no longer read dataset {args.name}"
     elif args.action == "remove":
-        client.remove_dataset(args.name)
+        removed = client.remove_dataset(args.name, force=args.force)
         if args.json:
-            print(json.dumps({"removed": args.name}))
+            print(json.dumps({"removed": args.name, "stoppedJobs": removed.stoppedJobs}))
             return 0
-        print(f"removed dataset {args.name} (nodes' cached copies go as their caches need room)")
+        stopped = f"; stopped jobs {', '.join(map(str, removed.stoppedJobs))}" if removed.stoppedJobs else ""
+        print(f"removed dataset {args.name} (nodes' cached copies go as their caches need room){stopped}")
         return 0
     elif args.action == "cache":
         caches = client.dataset_caches()

@@ -264,6 +264,8 @@ def add_dataset_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         q = dataset_sub.add_parser(action, help=text)
         q.add_argument("name")
         _json_flag(q)
+        if action == "remove":
+            _dataset_force(q)
     for action, text in (("grant", "let a user or a group read your dataset"), ("revoke", "take back a grant")):
         q = dataset_sub.add_parser(action, help=text)
         q.add_argument("name")
@@ -271,6 +273,13 @@ def add_dataset_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         who.add_argument("--user", help="a user")
         who.add_argument("--group", help="every member of a group")
         _json_flag(q)
+        if action == "revoke":
+            _dataset_force(q)
+
+
+def _dataset_force(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--force", action="store_true",
+                        help="stop the waiting and running jobs that read it (refused otherwise)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,7 @@ from trainyard.controller.launching import EnvironmentGone, RunsIn, build_launch
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
 from trainyard.core.exitcodes import (
+    DATASET_UNAVAILABLE,
     IMAGE_UNAVAILABLE,
     OUT_OF_MEMORY,
     SUSPENDED_EXIT_CODE,
@@ -407,6 +408,8 @@ class Reconciler:
         detail = exit_info.description + (f" ({'; '.join(notes)})" if notes else "")
         if status.reason == OUT_OF_MEMORY and not task.stop_sent:
             detail = out_of_memory_message(task.memory_mb, status.exit_code)
+        if status.reason == DATASET_UNAVAILABLE and status.message:
+            detail = status.message  # it names the dataset and says why; its exit status would mislead
         unavailable = status.reason == IMAGE_UNAVAILABLE and not task.stop_sent and status.exit_code != 0
         if unavailable:
             detail = image_unavailable_message(status.message)

@@ -65,6 +65,14 @@ def is_image_unavailable(message: str | None) -> bool:
     return message is not None and message.startswith(IMAGE_UNAVAILABLE + ":")
 
 
+# The reason a backend gives when a task's datasets could not be made ready on its node (a
+# source that answered 404, a dataset bigger than the node's cache): the task never ran, and
+# its message, which names the dataset and says why, is what ``yard job`` shows (not the
+# exit status 127 the backend records for it). Not retried, as a command not found.
+# ``backends.datacache.DATASET_UNAVAILABLE``, which the nodes' stdlib-only copy holds, is the same.
+DATASET_UNAVAILABLE = "DATASET_UNAVAILABLE"
+
+
 # A task that saved its state when asked to suspend says so by exiting with this
 # (``trainyard.runtime.SUSPENDED_EXIT_CODE``, which must stay equal: the runtime imports
 # nothing of ours).

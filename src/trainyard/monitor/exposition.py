@@ -129,6 +129,7 @@ class DatasetCacheFigures(NamedTuple):
     bytes_fetched: int
     evictions: int
     entries: Sequence[tuple[str, str, int]]  # (dataset, version, bytes)
+    fetch_failures: int = 0
 
 
 @dataclass(frozen=True)
@@ -324,15 +325,18 @@ def dataset_cache_families(caches: Sequence[DatasetCacheFigures]) -> list[Family
                      "Bytes read from the datasets' sources (an archive's as sent, compressed)")
     evictions = Family("trainyard_dataset_cache_evictions_total", "counter",
                        "Datasets removed to make room (least recently used, mounted by no running task)")
+    failures = Family("trainyard_dataset_cache_fetch_failures_total", "counter",
+                      "Fetches that failed (a source's error, a dataset too big; their bytes count as fetched)")
     entries = Family("trainyard_dataset_cache_entry_bytes", "gauge", "Bytes of one dataset version in the cache")
     for cache in caches:
         node = labels(node=cache.node)
         for family, value in ((capacity, cache.capacity_bytes), (used, cache.used_bytes), (hits, cache.hits),
-                              (misses, cache.misses), (fetched, cache.bytes_fetched), (evictions, cache.evictions)):
+                              (misses, cache.misses), (fetched, cache.bytes_fetched), (evictions, cache.evictions),
+                              (failures, cache.fetch_failures)):
             family.add(node, value)
         for dataset, version, size in cache.entries:
             entries.add(labels(dataset=dataset, node=cache.node, version=version), size)
-    return [capacity, used, hits, misses, fetched, evictions, entries]
+    return [capacity, used, hits, misses, fetched, evictions, failures, entries]
 
 
 def cluster_families(figures: ClusterFigures) -> list[Family]:

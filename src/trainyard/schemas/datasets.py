@@ -57,4 +57,5 @@ class NodeCacheView(BaseModel):
     bytesFetched: int = Field(description="Bytes read from the datasets' sources (an archive's as sent, "
                               "compressed; usedBytes counts what they unpacked to)")
     evictions: int
+    fetchFailures: int = Field(0, description="Fetches that failed (their bytes count in bytesFetched)")
     entries: list[CacheEntryView]

@@ -43,7 +43,8 @@ def figures_now(server: Server) -> ClusterFigures:
     """What ``GET /metrics`` shows now, in a unit of work of its own; the nodes' dataset
     caches (read from their files by the backend) outside it."""
     caches = [DatasetCacheFigures(c.node, c.capacity_bytes, c.used_bytes, c.hits, c.misses, c.bytes_fetched,
-                                  c.evictions, [(e.dataset, e.version, e.size) for e in c.entries])
+                                  c.evictions, [(e.dataset, e.version, e.size) for e in c.entries],
+                                  c.fetch_failures)
               for c in node_caches(server.backend)]
     with server.db.session() as session:
         figures = cluster_figures(session, server.clock.now(), server.monitor_interval_seconds)

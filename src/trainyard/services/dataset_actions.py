@@ -1,11 +1,13 @@
 """The dataset use cases the API and the portal call (``services.datasets`` owns the rules),
-each in its own unit of work. None wakes the controller: a dataset changes what the next
-launch fetches, never what the scheduler decides."""
+each in its own unit of work. Only a forced removal or revoke wakes the controller (it
+stopped jobs): otherwise a dataset changes what the next launch fetches, never what the
+scheduler decides."""
 
 from __future__ import annotations
 
+from trainyard.schemas.admin import RemovalResult
 from trainyard.schemas.datasets import DatasetView, NodeCacheView, RegisterDatasetRequest
-from trainyard.services import datasets
+from trainyard.services import datasets, removal
 from trainyard.services.server import Server
 from trainyard.store.rows import UserRow
 
@@ -23,9 +25,13 @@ def register_dataset(server: Server, user: UserRow, name: str, body: RegisterDat
     return dataset_views(server, user, name)[0]
 
 
-def remove_dataset(server: Server, user: UserRow, name: str) -> None:
+def remove_dataset(server: Server, user: UserRow, name: str, *, force: bool = False) -> RemovalResult:
+    """Refused (409, naming them) while waiting or running jobs read it, unless ``force``."""
     with server.db.session() as session:
-        datasets.remove_dataset(session, user, name)
+        result = removal.remove_dataset(session, name, force=force, by=user, clock=server.clock)
+    if result.stoppedJobs:
+        server.wake_controller()
+    return result
 
 
 def grant_dataset(server: Server, user: UserRow, name: str, grantee: str) -> DatasetView:
@@ -34,9 +40,13 @@ def grant_dataset(server: Server, user: UserRow, name: str, grantee: str) -> Dat
     return dataset_views(server, user, name)[0]
 
 
-def revoke_dataset_grant(server: Server, user: UserRow, name: str, grantee: str) -> DatasetView:
+def revoke_dataset_grant(server: Server, user: UserRow, name: str, grantee: str, *,
+                         force: bool = False) -> DatasetView:
+    """Refused (409, naming them) while it is what lets waiting or running jobs read it, unless ``force``."""
     with server.db.session() as session:
-        datasets.revoke_dataset_grant(session, user, name, grantee)
+        result = removal.revoke_dataset_grant(session, name, grantee, force=force, by=user, clock=server.clock)
+    if result.stoppedJobs:
+        server.wake_controller()
     return dataset_views(server, user, name)[0]
 
 

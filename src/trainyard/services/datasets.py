@@ -13,6 +13,7 @@ next task that reads it fetches the new version; running tasks keep the one they
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 import urllib.parse
@@ -70,6 +71,30 @@ def _storage_source(source: str) -> tuple[str, str]:
         raise _invalid("source", f"the path inside storage {name!r} {exc}") from None
 
 
+def _missing_folder(root: str, sub: str) -> str | None:
+    """Why ``sub`` is no folder inside the storage at ``root``, where this server sees the
+    storage (None: it is one, or the storage's path is not on this machine, as on a Slurm
+    cluster whose nodes alone mount it). Walked from ``root`` without following a link."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(root, flags)
+    except OSError:
+        return None
+    try:
+        for part in [p for p in sub.split("/") if p]:
+            try:
+                step = os.open(part, flags, dir_fd=fd)
+            except FileNotFoundError:
+                return f"there is no folder {sub!r} in the storage (its path {root} has no {part!r} there)"
+            except OSError:
+                return f"{sub!r} is not a folder in the storage (a file, or a link, which a dataset never follows)"
+            os.close(fd)
+            fd = step
+    finally:
+        os.close(fd)
+    return None
+
+
 def _check_source(session: Session, owner: UserRow, source: str, allowed_hosts: Sequence[str]) -> str:
     """An http(s) URL, or a folder of a storage ``owner`` may read; Invalid/Forbidden at ``source``."""
     if source.startswith(STORAGE_SOURCE):
@@ -80,13 +105,20 @@ def _check_source(session: Session, owner: UserRow, source: str, allowed_hosts: 
         if storage.access == Access.NONE:
             raise Forbidden(f"source: you may not read storage {name!r}; ask an admin for a grant",
                             details=[{"path": "source", "message": "storage not granted"}])
+        if (missing := _missing_folder(storage.path, _storage_source(source)[1])) is not None:
+            raise _invalid("source", missing)
         return source
+    if source.lower().startswith(("s3://", "gs://")):
+        raise _invalid("source", f"{source.split(':', 1)[0]}:// URLs are not taken: the nodes hold no cloud "
+                                 "credentials to read them with; give the object's https URL (a public object's, or "
+                                 "a pre-signed one valid for as long as nodes may fetch it)")
+    if source.lower().startswith(("http://", "https://")) and "@" in source.split("/", 3)[2]:
+        raise _invalid("source", "credentials in URLs (user:password@) are refused: every reader of the dataset "
+                                 "would see them; serve the data where the nodes may read it without them, or give "
+                                 "a pre-signed https URL")
     if not _URL.fullmatch(source):
         raise _invalid("source", "must be an http:// or https:// URL (printable, no spaces) or storage:NAME/PATH "
                                  f"(got {source[:200]!r})")
-    if "@" in source.split("/", 3)[2]:
-        raise _invalid("source", "must not carry credentials (user:password@): every reader of the dataset would see "
-                                 "them; serve the data where the nodes may read it without them")
     parts = urllib.parse.urlsplit(source)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -151,7 +183,7 @@ def _owned(session: Session, user: UserRow, name: str) -> DatasetRow:
 
 def remove_dataset(session: Session, user: UserRow, name: str) -> None:
     """Forget a dataset (never a source's files). Nodes' cached copies go as the cache needs
-    room; a waiting job that reads it fails at launch, saying so."""
+    room. ``removal.remove_dataset`` refuses it while waiting or running jobs read it."""
     session.delete(_owned(session, user, name))
     session.flush()
 
@@ -313,6 +345,7 @@ def cache_views(session: Session, caches: Iterable[NodeDatasetCache], viewer: Us
     return [NodeCacheView(
         node=cache.node, capacityBytes=cache.capacity_bytes, usedBytes=cache.used_bytes, hits=cache.hits,
         misses=cache.misses, bytesFetched=cache.bytes_fetched, evictions=cache.evictions,
+        fetchFailures=cache.fetch_failures,
         entries=[CacheEntryView(dataset=e.dataset, version=e.version, key=e.key, bytes=e.size, files=e.files,
                                 fetchedAt=_when(e.fetched_at), lastUsedAt=_when(e.last_used_at), inUse=e.in_use)
                  for e in cache.entries

@@ -21,15 +21,19 @@ from trainyard.core.clock import Clock
 from trainyard.core.names import DEFAULT_VC
 from trainyard.core.states import JobState
 from trainyard.schemas.admin import RemovalResult
+from trainyard.services import datasets as dataset_service
 from trainyard.services import web_sessions
 from trainyard.services.admin import get_group, get_vc, may_use_vc
 from trainyard.services.auth import get_user
+from trainyard.services.datasets import may_read
 from trainyard.services.environment_access import EnvironmentKind
 from trainyard.services.environments import jobs_using
 from trainyard.services.errors import Conflict, NotFound
 from trainyard.services.jobs import request_stop
 from trainyard.services.storages import get_storage, jobs_losing_storage, take_grant
+from trainyard.spec.datasets import all_dataset_uses
 from trainyard.spec.loading import validate_job
+from trainyard.store.queries import datasets as dataset_queries
 from trainyard.store.queries import environments as env_queries
 from trainyard.store.queries import jobs as job_queries
 from trainyard.store.queries import storages as storage_queries
@@ -285,3 +289,58 @@ def revoke_storage_grant(
         by=by, clock=clock,
     )
     return RemovalResult(done=f"{grantee} may no longer mount storage {name}", stoppedJobs=stopped, keptJobs=[])
+
+
+# -- datasets -------------------------------------------------------------------------------
+
+
+def _losing_datasets(session: Session, jobs: list[JobRow]) -> list[JobRow]:
+    """Of these jobs, those whose owner may no longer read a dataset the job reads (after a
+    change in this session)."""
+    session.flush()
+    lost = []
+    for job in jobs:
+        document = job.spec
+        roles = document.get("taskRoles")
+        if not (document.get("datasets") or any(isinstance(r, dict) and r.get("datasets")
+                                                 for r in (roles or {}).values())):
+            continue  # most jobs read none: no need to parse them
+        uses = list(all_dataset_uses(validate_job(document)))
+        rows = dataset_queries.datasets_named(session, sorted({use.name for use in uses}))
+        if any((row := rows.get(use.name)) is None or not may_read(session, job.user, row) for use in uses):
+            lost.append(job)
+    return lost
+
+
+def _dataset_change(session: Session, jobs: list[JobRow], *, what: str, why: str, force: bool, command: str,
+                    by: UserRow, clock: Clock) -> list[int]:
+    """As a storage's (``_stop_or_refuse``): refused while waiting or running jobs need the
+    dataset, unless ``force``, which stops them: its owner's own, or any job for an admin."""
+    others = [j for j in jobs if j.user_id != by.id]
+    if force and others and not by.is_admin:
+        raise Conflict(f"cannot {what}: jobs of other users read it: {_job_list(others)}; only an admin may stop "
+                       "them (or ask their owners to)", details=[{"path": "force", "message": "not your jobs"}])
+    return _stop_or_refuse(session, jobs, what=what, why=why, force=force, command=command, by=by, clock=clock)
+
+
+def remove_dataset(session: Session, name: str, *, force: bool, by: UserRow, clock: Clock) -> RemovalResult:
+    """Forget a dataset (never its source's files): refused while a waiting or running job
+    reads it, unless ``force``, which stops those jobs."""
+    dataset_service.remove_dataset(session, by, name)
+    jobs = _losing_datasets(session, job_queries.stoppable_jobs(session))
+    stopped = _dataset_change(session, jobs, what=f"remove dataset {name}", why="jobs read it", force=force,
+                              command=f"yard dataset remove {name}", by=by, clock=clock)
+    return RemovalResult(done=f"removed dataset {name}", stoppedJobs=stopped, keptJobs=[])
+
+
+def revoke_dataset_grant(session: Session, name: str, grantee: str, *, force: bool, by: UserRow,
+                         clock: Clock) -> RemovalResult:
+    """Take back a grant on a dataset: refused while it is what lets a waiting or running
+    job read it, unless ``force``, which stops those jobs."""
+    dataset_service.revoke_dataset_grant(session, by, name, grantee)
+    who = f"--group {grantee[1:]}" if grantee.startswith("@") else f"--user {grantee}"
+    jobs = _losing_datasets(session, job_queries.stoppable_jobs(session))
+    stopped = _dataset_change(session, jobs, what=f"remove the grant of {grantee} on dataset {name}",
+                              why="it is what lets these jobs read it", force=force,
+                              command=f"yard dataset revoke {name} {who}", by=by, clock=clock)
+    return RemovalResult(done=f"{grantee} may no longer read dataset {name}", stoppedJobs=stopped, keptJobs=[])

@@ -189,6 +189,7 @@ def test_a_folder_its_owner_may_not_read_is_refused_and_a_failed_fetch_leaves_no
         [task] = _tasks(world, job_id)
         assert said[name] in _log(world, task, 1)[0]
         assert task.exit_code == 127 and said[name] in task.message  # its status says why, not only its log
+        assert task.message.startswith(f"dataset {name} (version ") and "command not found" not in task.message
         root = world.backend.datasets.root(task.node)
         assert not any((root / "entries").iterdir())  # nothing a task could mount
         assert not any((root / "partial").iterdir())  # the midway fetch's files are gone

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends
 
 from trainyard.api.deps import current_user
 from trainyard.api.openapi import errors
+from trainyard.api.routers.admin import Force
+from trainyard.schemas.admin import RemovalResult
 from trainyard.schemas.datasets import DatasetGrantRequest, DatasetView, NodeCacheView, RegisterDatasetRequest
 from trainyard.services import dataset_actions
 from trainyard.store.rows import UserRow
@@ -46,11 +48,11 @@ def register_dataset(name: PathName, body: RegisterDatasetRequest, user: User, c
     return dataset_actions.register_dataset(ctx, user, name, body)
 
 
-@router.delete("/datasets/{name}", status_code=204, responses=errors(401, 403, 404, 422))
-def remove_dataset(name: PathName, user: User, ctx: Ctx) -> Response:
-    """Forget a dataset (its owner or an admin); never a source's files."""
-    dataset_actions.remove_dataset(ctx, user, name)
-    return Response(status_code=204)
+@router.delete("/datasets/{name}", response_model=RemovalResult, responses=errors(401, 403, 404, 409, 422))
+def remove_dataset(name: PathName, user: User, ctx: Ctx, force: Force = False) -> RemovalResult:
+    """Forget a dataset (its owner or an admin); never a source's files. Refused (409, naming
+    them) while waiting or running jobs read it, unless ``force``, which stops them."""
+    return dataset_actions.remove_dataset(ctx, user, name, force=force)
 
 
 @router.post("/datasets/{name}/grants", response_model=DatasetView, responses=errors(401, 403, 404, 413, 422))
@@ -59,6 +61,9 @@ def grant_dataset(name: PathName, body: DatasetGrantRequest, user: User, ctx: Ct
     return dataset_actions.grant_dataset(ctx, user, name, body.grantee)
 
 
-@router.delete("/datasets/{name}/grants/{grantee}", response_model=DatasetView, responses=errors(401, 403, 404, 422))
-def revoke_dataset_grant(name: PathName, grantee: PathName, user: User, ctx: Ctx) -> DatasetView:
-    return dataset_actions.revoke_dataset_grant(ctx, user, name, grantee)
+@router.delete("/datasets/{name}/grants/{grantee}", response_model=DatasetView,
+               responses=errors(401, 403, 404, 409, 422))
+def revoke_dataset_grant(name: PathName, grantee: PathName, user: User, ctx: Ctx, force: Force = False) -> DatasetView:
+    """Take back a grant; refused (409, naming them) while it is what lets waiting or running
+    jobs read the dataset, unless ``force``, which stops them."""
+    return dataset_actions.revoke_dataset_grant(ctx, user, name, grantee, force=force)

@@ -337,7 +337,7 @@ class Waiter:
         if pid == 0:
             for fd in (task_gate_w, gate_r, report_w):
                 os.close(fd)
-            _exec_task(spec, script_path, task_gate_r, output_fd, null_fd)
+            _exec_task(spec, script_path, task_gate_r, output_fd, null_fd, self.task_dir)
         for fd in {task_gate_r, log_fd, null_fd, output_fd}:
             os.close(fd)
         try:
@@ -398,6 +398,8 @@ class Waiter:
                       "stopped": self.stop_requested}
             if self.cgroup is not None:
                 status.update(_end_cgroup(self.cgroup, exit_code, notes))
+            if exit_code == _EXEC_FAILED and spec.get("datasets"):
+                status.update(_dataset_failure(self.task_dir, notes))
             if self._end_log_writer():
                 notes.append(log_cap_message(spec["log_max_bytes"], stopped=self.log_cap_stopped))
                 status["log_capped"] = True
@@ -464,6 +466,20 @@ class Waiter:
 
 
 LIMITS_OFF = "its CPU and memory limits are not enforced"
+
+
+def _dataset_failure(task_dir: str, notes: list[str]) -> dict[str, Any]:
+    """A task whose datasets could not be made ready (``_fetch_datasets``): its reason, and
+    why first among the notes (not a command that was not found)."""
+    from trainyard.backends import datacache
+
+    try:
+        with open(os.path.join(task_dir, datacache.FAILED), encoding="utf-8") as f:
+            why = f.read().strip()
+    except OSError:
+        return {}
+    notes.insert(0, why)
+    return {"reason": datacache.DATASET_UNAVAILABLE} if why else {}
 
 
 def _size_text(size: int) -> str:
@@ -631,7 +647,8 @@ def _kill_group(pgid: int, leader_started: int) -> bool:
     return True
 
 
-def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int, null_fd: int) -> None:
+def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int, null_fd: int,
+               task_dir: str = "") -> None:
     """In the task process (the waiter's child): wait for the gate, then exec the task."""
     try:
         os.setpgid(0, 0)
@@ -647,7 +664,7 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
         os.dup2(log_fd, 1)
         os.dup2(log_fd, 2)
         if spec.get("datasets"):  # complete in the node's cache before anything runs, and marked in use
-            _fetch_datasets(spec["datasets"])
+            _fetch_datasets(spec["datasets"], task_dir)
         if spec.get("container") is not None:  # the engine's client, as root (it drops the user)
             os.chdir(spec["cwd"])
             containerrun.exec_container(spec["container"])
@@ -672,17 +689,22 @@ def _exec_task(spec: dict[str, Any], script_path: str, gate_r: int, log_fd: int,
             os._exit(_EXEC_FAILED)
 
 
-def _fetch_datasets(plan: dict[str, Any]) -> None:
+def _fetch_datasets(plan: dict[str, Any], task_dir: str) -> None:
     """Each of the task's datasets into the node's cache (``datacache``), or found there; its
-    lines go to the task's log. An error ends the task unrun, saying why."""
+    lines go to the task's log. An error ends the task unrun (exit 127), saying why in its
+    log and in ``datacache.FAILED``, which the waiter makes its status's reason and message."""
     # Imported here: tarfile and urllib would add to every task's start, and only a task that
     # reads a dataset needs them.
     from trainyard.backends import datacache
 
     cache = datacache.NodeCache(plan["root"], int(plan["capacity"]), timeout=float(plan["timeout"]),
                                 allowed_hosts=tuple(plan["allowed_hosts"]))
-    for item in plan["items"]:
-        cache.ensure(item, say=lambda line: _write_all(2, (line + "\n").encode()))
+    try:
+        for item in plan["items"]:
+            cache.ensure(item, say=lambda line: _write_all(2, (line + "\n").encode()))
+    except Exception as exc:  # noqa: BLE001 - a source's or the cache's fault: said, the task not run
+        _write_all(2, f"trainyard: {datacache.record_failure(task_dir, exc)}\n".encode())
+        os._exit(_EXEC_FAILED)
 
 
 def main(argv: list[str]) -> int:

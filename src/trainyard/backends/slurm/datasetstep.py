@@ -30,7 +30,7 @@ from typing import Any
 
 USAGE = "usage: dataset-step.py fetch|release TASK_DIR RUNNER_PID | prefetch PLAN"
 PLAN = "datasets.json"  # in a task's directory
-FAILED = "datasets.failed"  # in a task's directory: why its datasets could not be made ready (one line)
+FAILED = "datasets.failed"  # in a task's directory: why its datasets could not be made ready (datacache.FAILED)
 
 
 def _cache(plan: dict[str, Any]) -> Any:
@@ -56,22 +56,19 @@ def _say(line: str) -> None:
 def fetch(task_dir: str, runner: int) -> int:
     """Each of the task's datasets complete in this node's cache, used by ``runner``; 1 when
     one cannot be, saying why in the task's log and in ``FAILED`` (its status's message)."""
-    what, node = "its datasets", os.environ.get("SLURMD_NODENAME") or "this node"
+    node = os.environ.get("SLURMD_NODENAME") or ""
     try:
         plan = _read_plan(os.path.join(task_dir, PLAN))
         cache = _cache(plan)
         try:
             for item in plan["items"]:
-                what = f"dataset {item['name']} (version {item['version']})"
                 cache.ensure(item, say=_say, pid=runner)
         finally:
             _report_quietly(cache, plan)
     except Exception as exc:  # noqa: BLE001 - hostile or broken sources: said; the task is not started
-        why = " ".join(f"{what} could not be made ready on node {node}: {exc}".split())[:1000]
-        _say(f"trainyard: {why}")
-        fd = os.open(os.path.join(task_dir, FAILED), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(why + "\n")
+        from trainyard.backends import datacache
+
+        _say(f"trainyard: {datacache.record_failure(task_dir, exc, node)}")
         return 1
     return 0
 

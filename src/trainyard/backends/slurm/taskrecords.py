@@ -13,6 +13,7 @@ from trainyard.backends.base import TaskKey, TaskStatus
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
 from trainyard.backends.containers import with_oom_record
+from trainyard.backends.datacache import DATASET_UNAVAILABLE
 from trainyard.backends.slurm.datasetstep import FAILED as DATASETS_FAILED
 from trainyard.backends.slurm.mpsstep import NOTE as SHARE_NOTE
 from trainyard.backends.slurm.nodes import figure
@@ -68,6 +69,7 @@ def exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
     kills = read_text(task_dir / OOM) or "0"
     reason = OUT_OF_MEMORY if code != 0 and kills.isdigit() and int(kills) > 0 else ""
     message = (read_text(task_dir / DATASETS_FAILED) or "") if code == 127 else ""
+    reason = DATASET_UNAVAILABLE if message else reason  # not a command that was not found
     status = TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None,
                         reason=reason, message=message or read_text(task_dir / SHARE_NOTE) or "")
     # A container's kills are counted in its own cgroup, outside the step's (the runner's
