@@ -23,6 +23,8 @@ from trainyard.cli.top import CLEAR_BELOW, ENTER_SCREEN, HOME, LEAVE_SCREEN
 pytestmark = pytest.mark.e2e
 
 READ_TIMEOUT = scaled(30)
+AS_FROM_A_SHELL = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                   "sys.argv[0] = 'yard'; runpy.run_module('trainyard.cli.main', run_name='__main__')")
 SLEEPER = b"name: sleeper\ntaskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['sleep 600']\n"
 
 
@@ -33,7 +35,9 @@ def _live_top(server: Server, end: str) -> bytes:
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
     mode = termios.tcgetattr(terminal)
-    child = subprocess.Popen([sys.executable, "-m", "trainyard.cli.main", "top", "--interval", "0.2"],
+    # As a terminal's shell starts it: Ctrl-C's handler in place even where this worker's own
+    # SIGINT is ignored (an ignored signal stays ignored across exec, and Python then sets none).
+    child = subprocess.Popen([sys.executable, "-c", AS_FROM_A_SHELL, "top", "--interval", "0.2"],
                              stdin=terminal, stdout=terminal, stderr=subprocess.PIPE, env=server.env)
     shown = b""
     try:
@@ -41,7 +45,8 @@ def _live_top(server: Server, end: str) -> bytes:
             nonlocal shown
             while not done(shown):
                 ready, _, _ = select.select([controller], [], [], READ_TIMEOUT)
-                assert ready, f"the terminal stopped short: {shown!r} {child.stderr.read() if child.poll() else ''}"
+                assert ready, (f"the terminal stopped short after {end!r}: {shown!r} "
+                               f"{child.stderr.read() if child.poll() is not None else ''}")
                 shown += os.read(controller, 65536)
 
         read_until(lambda b: b.count(HOME.encode()) >= 2 and b.endswith(CLEAR_BELOW.encode()))

@@ -324,7 +324,9 @@ fi
     trap relay URG
     trap 'kill $pause 2> /dev/null; exit 0' TERM
     relay stop
-    while :; do
+    # Not past this runner ($$ in a subshell): one killed outright (SIGKILL, an OOM kill)
+    # would leave this loop behind, outside the step where Slurm tracks by process tree.
+    while kill -0 $$ 2> /dev/null; do
         sleep 60 & pause=$!
         # Cut short by a relay (above 128): the pause still runs. Else it ended, and its pid
         # may be another process's by now: no kill.
