@@ -365,9 +365,8 @@ def _copy_folder(root: str, source: str, into: Path, limit: Limit, reader: Reade
     except OSError as exc:
         raise FetchError(f"cannot open the dataset's folder {source} (without following links): {exc}") from exc
     try:
-        measured = [0]  # walked first: a folder bigger than the cache evicts nothing
-        _copy_tree(fd, None, "", limit, reader, measured)
-        limit.expect(measured[0], f"{source} (its files' sizes)")
+        # Walked first, copying nothing: a folder bigger than the cache evicts nothing.
+        limit.expect(_copy_tree(fd, None, "", limit, reader), f"{source} (its files' sizes)")
         _copy_tree(fd, into, "", limit, reader)
     finally:
         os.close(fd)
@@ -375,10 +374,11 @@ def _copy_folder(root: str, source: str, into: Path, limit: Limit, reader: Reade
     return limit.bytes, limit.files
 
 
-def _copy_tree(fd: int, into: Path | None, prefix: str, limit: Limit, reader: Reader | None = None,
-               measured: list[int] | None = None) -> None:
-    """Copy the folder ``fd`` into ``into`` (None: only measure it, adding its files' bytes
-    to ``measured[0]``); what ``reader`` may not read is left out and counted (``limit.left_out``)."""
+def _copy_tree(fd: int, into: Path | None, prefix: str, limit: Limit, reader: Reader | None = None) -> int:
+    """Copy the folder ``fd`` into ``into`` (None: only measure it); what ``reader`` may not
+    read is left out and counted (``limit.left_out``). The readable files' bytes, as stat
+    says them, when measuring; 0 when copying (``limit`` counts those)."""
+    measured = 0
     for name in sorted(os.listdir(fd)):
         shown = f"{prefix}{name}"
         info = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -393,12 +393,11 @@ def _copy_tree(fd: int, into: Path | None, prefix: str, limit: Limit, reader: Re
                     continue
                 if into is not None:
                     _make_folders(into, _name(shown), limit)
-                _copy_tree(child, into, shown + "/", limit, reader, measured)
+                measured += _copy_tree(child, into, shown + "/", limit, reader)
             finally:
                 os.close(child)
         elif stat.S_ISREG(info.st_mode) and into is None:
-            assert measured is not None
-            measured[0] += info.st_size
+            measured += info.st_size
         elif stat.S_ISREG(info.st_mode) and into is not None:
             file_fd = os.open(name, _FILE_FLAGS, dir_fd=fd)
             with os.fdopen(file_fd, "rb") as source:
@@ -409,3 +408,4 @@ def _copy_tree(fd: int, into: Path | None, prefix: str, limit: Limit, reader: Re
                 os.set_blocking(file_fd, True)
                 _write_file(into, _name(shown), source, limit, executable=bool(info.st_mode & stat.S_IXUSR))
         # Links, devices, FIFOs and sockets are left out: a dataset is folders and files.
+    return measured
