@@ -3,7 +3,9 @@
 The folder is walked without following symlinks; every ``.gitignore`` applies below its own
 folder, as git reads them, and ``.yardignore`` files (same syntax) after them, so that a
 ``.yardignore`` can leave out what git keeps (data, checkpoints) or bring back what git
-ignores (``!build/model.cfg``). ``.git`` is never sent. What is left becomes the canonical
+ignores (``!build/model.cfg``). ``.git`` is never sent, nor Trainyard's own home folder
+(``$TRAINYARD_HOME``: a server's database, ``client.json``'s token) when it lies inside the
+project folder. What is left becomes the canonical
 archive of ``core.workdirs`` — the same bytes the server will compute, so the client knows
 the content's hash before sending and skips an upload the server already holds.
 """
@@ -16,6 +18,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeGuard, TypeVar
 
+from trainyard.client_config import home_dir
 from trainyard.client_errors import TrainyardError, UsageError
 from trainyard.client_input import path_named
 from trainyard.client_models import Model
@@ -98,6 +101,7 @@ def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
     from trainyard.core.workdirs import Entry, WorkdirError
 
     stack: list[tuple[Path, str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(root, "", [])]
+    home = _identity(home_dir())  # a server's database and the admin's token are not the project's
     while stack:
         folder, relative, inherited = stack.pop()
         rules = list(inherited)
@@ -115,6 +119,8 @@ def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
             if _ignored(rules, name, is_dir):
                 continue
             if is_dir:
+                if (info.st_dev, info.st_ino) == home:
+                    continue
                 yield Entry(name), Path(child.path), None
                 stack.append((Path(child.path), name, rules))
             elif stat.S_ISLNK(info.st_mode):
@@ -124,6 +130,14 @@ def _walk(root: Path) -> Iterator[tuple[Entry, Path, int | None]]:
                        info.st_size)
             else:
                 raise WorkdirError(f"{name!r}: a device, FIFO or socket; leave it out with a .yardignore", name)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
 
 
 def names_upload(job_file: object) -> bool:

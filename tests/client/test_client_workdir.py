@@ -36,6 +36,18 @@ def test_ignore_files_apply_below_their_folder_yardignore_after_gitignore_and_gi
                                "pkg/train_link.py", "train.py"]
 
 
+def test_trainyards_own_home_inside_the_project_is_never_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server started with its home under the project (its database, the admin's token in
+    client.json) must not travel with every job submitted from there, whatever the home is called."""
+    home = tmp_path / "runs" / "server-home"
+    home.mkdir(parents=True)
+    (home / "client.json").write_text('{"token": "secret"}')
+    (home / "trainyard.db").write_text("db")
+    (tmp_path / "train.py").write_text("print(1)\n")
+    monkeypatch.setenv("TRAINYARD_HOME", str(home))
+    assert names(tmp_path) == ["runs", "train.py"]
+
+
 def test_a_link_out_of_the_folder_and_a_fifo_are_refused_and_too_big_names_the_biggest(tmp_path: Path) -> None:
     os.symlink("/etc/passwd", tmp_path / "passwd")
     with pytest.raises(WorkdirError, match="outside the working directory"):
