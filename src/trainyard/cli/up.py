@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from pydantic import ValidationError
@@ -11,9 +12,11 @@ from pydantic import ValidationError
 def run_up(args: argparse.Namespace) -> int:
     from trainyard.api.server import StartupError, serve
     from trainyard.api.serverlog import configure_server_logging
-    from trainyard.core.settings import Settings
+    from trainyard.core.settings import Settings, misspelled_environment
 
     configure_server_logging()  # queries of URLs redacted: they carry tokens (api/serverlog.py)
+    for name, meant in misspelled_environment(os.environ):
+        print(f"yard up: {name} is not a setting and is ignored; did you mean {meant}?", file=sys.stderr)
     overrides = {
         "host": args.host,
         "port": args.port,

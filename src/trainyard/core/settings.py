@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -517,3 +519,36 @@ class _ConfigFile(PydanticBaseSettingsSource):
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
+
+
+# What else is spelled TRAINYARD_*: the CLI's and the tests' variables and the ones a task is
+# given (tests/core/test_settings_environment.py checks that every such name in the code is here
+# or a setting, so that a task's own variables never read as a misspelled setting).
+NOT_SETTINGS = (
+    "TRAINYARD_URL", "TRAINYARD_TOKEN", "TRAINYARD_TEST", "TRAINYARD_REQUIRE_", "TRAINYARD_CHROMIUM",
+    "TRAINYARD_TRACES", "TRAINYARD_JOB_ID", "TRAINYARD_JOB_NAME", "TRAINYARD_JOB_DIR", "TRAINYARD_TASK_ROLE",
+    "TRAINYARD_TASK_INDEX", "TRAINYARD_TASK_RUN", "TRAINYARD_ATTEMPT", "TRAINYARD_NODE", "TRAINYARD_HOSTFILE",
+    "TRAINYARD_DATASET_", "TRAINYARD_STORAGE_", "TRAINYARD_ELASTIC_MIN", "TRAINYARD_ELASTIC_MAX",
+    "TRAINYARD_ELASTIC_RESIZES", "TRAINYARD_ENV_NAME", "TRAINYARD_ENV_PREFIX", "TRAINYARD_ENV_REQUIREMENTS",
+    "TRAINYARD_EXEC", "TRAINYARD_MPI_HOSTS", "TRAINYARD_NNODES", "TRAINYARD_RDZV_", "TRAINYARD_RESUMED",
+    "TRAINYARD_SECRETS_DIR", "TRAINYARD_SIMULATED_EXIT", "TRAINYARD_SIMULATED_SECONDS",
+    "TRAINYARD_SIMULATE_SUSPEND_AFTER", "TRAINYARD_SIMULATE_SUSPENSIONS", "TRAINYARD_SUSPEND_FILE",
+    "TRAINYARD_SUSPEND_SIGNAL", "TRAINYARD_SWEEP_ID", "TRAINYARD_SWEEP_INDEX", "TRAINYARD_SWEEP_PARAMS",
+    "TRAINYARD_TORCHRUN", "TRAINYARD_WORKDIR_ARCHIVE",
+)
+
+
+def misspelled_environment(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``TRAINYARD_*`` variables that name no setting but nearly spell one, with that one:
+    pydantic-settings ignores an unknown variable, so a misspelled setting would do nothing,
+    silently. Only near misses are said: the same prefix also carries the CLI's variables
+    (``TRAINYARD_URL``, ``TRAINYARD_TOKEN``) and the ones Trainyard gives its tasks."""
+    known = {f"TRAINYARD_{name.upper()}" for name in Settings.model_fields}
+    found = []
+    for name in sorted(environ):
+        if name.startswith("TRAINYARD_") and name not in known and not name.startswith(NOT_SETTINGS):
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+            if close:
+                found.append((name, close[0]))
+    return found
+
