@@ -678,7 +678,12 @@ def _main(argv: Sequence[str] | None) -> int:
         for_the_program()
     from trainyard.cli.commands import run_command
 
-    return run_command(args)
+    if args.command == "top":  # its own screen sequences; it escapes the text it shows (cli/terminal.py)
+        return run_command(args)
+    from trainyard.cli.terminal import escaping
+
+    with escaping():
+        return run_command(args)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:

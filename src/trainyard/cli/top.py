@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from trainyard.cli import render
+from trainyard.cli.terminal import shown
 from trainyard.client import Client
 from trainyard.schemas.cluster import TopView
 
@@ -51,7 +52,8 @@ def refresh_in_place(fetch: Callable[[], TopView], interval: float, *, keyboard:
             while True:
                 size = _terminal_size(screen)
                 footer = f"every {interval:g}s; q or Ctrl-C quits"
-                frame = top_screen(fetch(), width=size.columns, height=size.lines, footer=footer)
+                # Other users' job names and messages: escaped (cli/terminal.py), newlines kept.
+                frame = shown(top_screen(fetch(), width=size.columns, height=size.lines, footer=footer))
                 # Over the previous frame, line by line, rather than clear-then-draw: no flicker.
                 lines = [line + CLEAR_TO_LINE_END for line in frame.split("\n")]
                 screen.write(HOME + "\n".join(lines) + CLEAR_BELOW)
