@@ -71,11 +71,24 @@ def migrations_config() -> Config:
 
 
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision of the one Alembic chain."""
+    """Bring the schema to the newest revision of the one Alembic chain, saying so in one
+    line when it changed (Alembic's own line per migration, 29 on a new install, is quiet)."""
+    from alembic.runtime.migration import MigrationContext
+
     config = migrations_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    chatty = logging.getLogger("alembic.runtime.migration")
+    level = chatty.level
+    chatty.setLevel(max(level, logging.WARNING))
+    try:
+        with engine.begin() as connection:
+            before = MigrationContext.configure(connection).get_current_revision()
+            config.attributes["connection"] = connection
+            command.upgrade(config, "head")
+            after = MigrationContext.configure(connection).get_current_revision()
+    finally:
+        chatty.setLevel(level)
+    if after != before:
+        log.info("database schema %s: %s", "created" if before is None else f"upgraded from {before}", after)
 
 
 class Database:
