@@ -34,6 +34,7 @@ class Source:
         self.unsized: set[str] = set()  # paths answered without a Content-Length (to the connection's close)
         self.bytes_per_second = 0.0
         self.redirects: dict[str, str] = {}  # path -> the URL a 302 names
+        self.errors: dict[str, int] = {}  # path -> the HTTP error it is answered with
         self.url = ""
 
     def add(self, path: str, body: bytes) -> str:
@@ -57,6 +58,9 @@ def serving(host: str = "127.0.0.1") -> Iterator[Source]:
                 self.end_headers()
                 return
             body = source.bodies.get(self.path)
+            if self.path in source.errors:
+                self.send_error(source.errors[self.path])
+                return
             if body is None:
                 self.send_error(404)
                 return

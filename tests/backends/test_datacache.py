@@ -35,6 +35,15 @@ def source() -> Source:
         yield running
 
 
+def ended_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (bound, then let go)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def ended_task() -> int:
     """The pid of a task that has ended: its use no longer keeps an entry."""
     process = subprocess.Popen(["true"])
@@ -239,6 +248,30 @@ def test_a_source_that_answers_404_is_said_as_such_naming_the_dataset(tmp_path: 
     assert (seen["fetch_failures"], seen["misses"], seen["bytes_fetched"]) == (2, 0, 500)
 
 
+def test_a_failure_that_may_pass_is_told_from_one_that_fails_the_same_way_again(tmp_path: Path,
+                                                                              source: Source) -> None:
+    """A source that is down, busy or cut the connection short may be back (the task is retried
+    as a platform fault); one that answers 404 or 403, or a changed archive, fails again."""
+    cache = NodeCache(tmp_path / "cache", 1 << 20, allowed_hosts=LOCAL)
+    url = source.add("/short.bin", b"s" * 1000)
+    source.cut_short.add("/short.bin")
+    body = tar_gz({"a.txt": b"a"})
+    source.add("/data.tar.gz", body)
+    for path, code in (("/down.tar", 503), ("/busy.tar", 429), ("/gone.tar", 404), ("/mine.tar", 403)):
+        source.errors[path] = code
+    closed = f"http://127.0.0.1:{ended_port()}/x.tar"
+    cases = {"down": (source.url + "/down.tar", True), "busy": (source.url + "/busy.tar", True),
+             "short": (url, True), "closed": (closed, True), "gone": (source.url + "/gone.tar", False),
+             "mine": (source.url + "/mine.tar", False)}
+    for name, (where, transient) in cases.items():
+        with pytest.raises(FetchError) as caught:
+            cache.ensure(item(name, where))
+        assert caught.value.transient is transient, (name, str(caught.value))
+    with pytest.raises(FetchError) as caught:
+        cache.ensure(item("changed", source.url + "/data.tar.gz", sha256="0" * 64))
+    assert not caught.value.transient
+
+
 def test_a_fetch_under_way_says_how_far_it_is(tmp_path: Path, source: Source,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     from trainyard.backends import datafetch
@@ -249,3 +282,24 @@ def test_a_fetch_under_way_says_how_far_it_is(tmp_path: Path, source: Source,
     cache.ensure(item("big", source.add("/big.bin", b"b" * (3 << 20))), said.append)
     assert said[0] == "trainyard: fetching dataset big (version 1) into this node's cache"
     assert "trainyard: fetching dataset big: 1.0 MiB of 3.0 fetched" in said
+
+
+def test_a_slurm_task_whose_dataset_may_come_back_is_a_platform_fault_and_one_that_cannot_a_failure(
+        tmp_path: Path) -> None:
+    """What the Slurm backend reads of a task whose datasets failed (its runner wrote exit 127,
+    dataset-step.py the failure through ``record_failure``): no exit status when it may pass."""
+    from trainyard.backends.base import TaskKey
+    from trainyard.backends.datacache import DATASET_UNAVAILABLE, record_failure
+    from trainyard.backends.slurm.taskrecords import exit_status
+
+    key = TaskKey(1, 0, "w", 0)
+    for transient, code in ((True, None), (False, 127)):
+        task_dir = tmp_path / str(transient)
+        task_dir.mkdir()
+        (task_dir / "exit").write_text("127\n")
+        why = record_failure(str(task_dir), FetchError("dataset d (version 1): HTTP 503", transient=transient))
+        status = exit_status(key, task_dir)
+        assert status is not None
+        assert (status.running, status.exit_code, status.reason, status.message) == (False, code, DATASET_UNAVAILABLE,
+                                                                                      why)
+

@@ -91,6 +91,15 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     assert (status.exit_code, status.reason, status.message) == (127, DATASET_UNAVAILABLE, why)
     assert harness.log(key).splitlines()[-1] == f"trainyard: {why}"
     assert "ran" not in harness.log(key).splitlines()
+    # A source that is down may be back: no exit status, so the task is LOST and its job
+    # retried as a platform fault, saying why, instead of failing for good.
+    source.errors["/down.tar"] = 503
+    down = harness.new_key()
+    harness.backend.launch(TaskLaunch(down, harness.node, "echo ran\n", {}, user="alice",
+                                      datasets=(DatasetFetch("down", source.url + "/down.tar", "v1", "/data/down"),)))
+    status = harness.wait_ended(down)
+    why = f"dataset down (version v1): could not fetch {source.url}/down.tar: HTTP 503 Service Unavailable"
+    assert (status.exit_code, status.reason, status.message) == (None, DATASET_UNAVAILABLE, why)
 
 
 def test_a_storage_folder_dataset_holds_only_what_its_owners_account_may_read(public_dir: Path,

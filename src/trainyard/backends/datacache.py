@@ -115,7 +115,8 @@ class NodeCache:
                 except datafetch.FetchError as exc:
                     shutil.rmtree(partial, ignore_errors=True)
                     self._count(fetch_failures=1, bytes_fetched=limit.read)  # its bytes were read all the same
-                    raise datafetch.FetchError(f"dataset {item['name']} (version {item['version']}): {exc}") from None
+                    raise datafetch.FetchError(f"dataset {item['name']} (version {item['version']}): {exc}",
+                                               transient=exc.transient) from None
                 except BaseException:
                     shutil.rmtree(partial, ignore_errors=True)
                     raise
@@ -323,6 +324,9 @@ class NodeCache:
 # its message says why (``exitcodes.DATASET_UNAVAILABLE``, the same).
 DATASET_UNAVAILABLE = "DATASET_UNAVAILABLE"
 FAILED = "datasets.failed"  # in a task's folder: why its datasets could not be made ready (one line)
+# Beside it when the failure may pass (``datafetch.FetchError.transient``): the task is then
+# retried as a platform fault (LOST, a new attempt) instead of failing.
+TRANSIENT = "datasets.transient"
 
 
 def record_failure(task_dir: str, exc: BaseException, node: str = "") -> str:
@@ -337,7 +341,21 @@ def record_failure(task_dir: str, exc: BaseException, node: str = "") -> str:
                  0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(why + "\n")
+    if getattr(exc, "transient", False):
+        os.close(os.open(os.path.join(task_dir, TRANSIENT), os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600))
     return why
+
+
+def failure(task_dir: str) -> tuple[str, bool] | None:
+    """Why a task's datasets could not be made ready (``record_failure``), and whether it may
+    pass; None if they could."""
+    try:
+        with open(os.path.join(task_dir, FAILED), encoding="utf-8") as f:
+            why = f.read().strip()
+    except OSError:
+        return None
+    return (why, os.path.lexists(os.path.join(task_dir, TRANSIENT))) if why else None
 
 
 def _checked_key(key: Any) -> str:

@@ -50,7 +50,14 @@ _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class FetchError(RuntimeError):
-    """A dataset could not be fetched: the source's fault or the cache's, said for the task's log."""
+    """A dataset could not be fetched: the source's fault or the cache's, said for the task's log.
+    ``transient``: it may pass (a source that is down or slow, a connection cut, a full disk
+    on this node), so the task is retried as a platform fault rather than failed: a source
+    that answers 404, a dataset too big or changed, a refused address fail the same way again."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class Limit:
@@ -116,11 +123,13 @@ class Limit:
         reserve = min(DISK_RESERVE_BYTES, disk.f_blocks * disk.f_frsize // 20)
         if disk.f_bavail * disk.f_frsize < reserve:
             raise FetchError(f"this node's disk under {path} is nearly full ({disk.f_bavail * disk.f_frsize} bytes "
-                             "free): the dataset is not fetched; lower dataset_cache_gb or free the disk")
+                             "free): the dataset is not fetched; lower dataset_cache_gb or free the disk",
+                             transient=True)
 
     def check_time(self) -> None:
         if time.monotonic() > self.deadline:
-            raise FetchError(f"the fetch took longer than {self.timeout:g} s (setting dataset_fetch_timeout_s)")
+            raise FetchError(f"the fetch took longer than {self.timeout:g} s (setting dataset_fetch_timeout_s)",
+                             transient=True)
 
     def left(self) -> float:
         """Seconds a socket may wait for one step: the rest of the fetch's time, at most a minute."""
@@ -152,7 +161,7 @@ def _connect(address: tuple[str, int], timeout: Any = None, source_address: Any 
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
-        raise FetchError(f"cannot resolve {host}: {exc}") from exc
+        raise FetchError(f"cannot resolve {host}: {exc}", transient=exc.errno == socket.EAI_AGAIN) from exc
     allowed = host_name(host) in limit.allowed_hosts
     problem: OSError | None = None
     for family, kind, proto, _, sockaddr in infos:
@@ -252,10 +261,13 @@ def _fetch_url(url: str, sha256: str, into: Path, limit: Limit) -> tuple[int, in
                 pass
             if length.isdigit() and limit.read != int(length):  # a plain file's end is no proof it is whole
                 raise FetchError(f"could not fetch {path}: the connection ended after {limit.read} of its "
-                                 f"{length} bytes")
+                                 f"{length} bytes", transient=True)
     except urllib.error.HTTPError as exc:
-        raise FetchError(f"could not fetch {path}: HTTP {exc.code} {_phrase(exc.code)}") from None
-    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise FetchError(f"could not fetch {path}: HTTP {exc.code} {_phrase(exc.code)}",
+                         transient=exc.code >= 500 or exc.code in (408, 429)) from None
+    except (OSError, EOFError) as exc:  # refused, reset, timed out, cut short: the source may be back
+        raise FetchError(f"could not fetch {path}: {exc}", transient=True) from exc
+    except tarfile.TarError as exc:
         raise FetchError(f"could not fetch {path}: {exc}") from exc
     if sha256 and stream.digest.hexdigest() != sha256:
         raise FetchError(f"{path} has sha256 {stream.digest.hexdigest()}, not the registered {sha256}: its content "

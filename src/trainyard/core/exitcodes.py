@@ -68,7 +68,9 @@ def is_image_unavailable(message: str | None) -> bool:
 # The reason a backend gives when a task's datasets could not be made ready on its node (a
 # source that answered 404, a dataset bigger than the node's cache): the task never ran, and
 # its message, which names the dataset and says why, is what ``yard job`` shows (not the
-# exit status 127 the backend records for it). Not retried, as a command not found.
+# exit status 127 the backend records for it). Not retried, as a command not found; a
+# failure that may pass (``datafetch.FetchError.transient``) comes with no exit status
+# instead, so that the task is LOST and retried as a platform fault.
 # ``backends.datacache.DATASET_UNAVAILABLE``, which the nodes' stdlib-only copy holds, is the same.
 DATASET_UNAVAILABLE = "DATASET_UNAVAILABLE"
 

@@ -470,16 +470,16 @@ LIMITS_OFF = "its CPU and memory limits are not enforced"
 
 def _dataset_failure(task_dir: str, notes: list[str]) -> dict[str, Any]:
     """A task whose datasets could not be made ready (``_fetch_datasets``): its reason, and
-    why first among the notes (not a command that was not found)."""
+    why first among the notes (not a command that was not found); no exit status when the
+    failure may pass, so that the task is retried as a platform fault (LOST)."""
     from trainyard.backends import datacache
 
-    try:
-        with open(os.path.join(task_dir, datacache.FAILED), encoding="utf-8") as f:
-            why = f.read().strip()
-    except OSError:
+    failed = datacache.failure(task_dir)
+    if failed is None:
         return {}
+    why, transient = failed
     notes.insert(0, why)
-    return {"reason": datacache.DATASET_UNAVAILABLE} if why else {}
+    return {"reason": datacache.DATASET_UNAVAILABLE, **({"exit_code": None} if transient else {})}
 
 
 def _size_text(size: int) -> str:

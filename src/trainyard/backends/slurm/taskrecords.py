@@ -13,8 +13,7 @@ from trainyard.backends.base import TaskKey, TaskStatus
 from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
 from trainyard.backends.containers import with_oom_record
-from trainyard.backends.datacache import DATASET_UNAVAILABLE
-from trainyard.backends.slurm.datasetstep import FAILED as DATASETS_FAILED
+from trainyard.backends.datacache import DATASET_UNAVAILABLE, failure
 from trainyard.backends.slurm.mpsstep import NOTE as SHARE_NOTE
 from trainyard.backends.slurm.nodes import figure
 
@@ -68,7 +67,10 @@ def exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
     code = int(text)
     kills = read_text(task_dir / OOM) or "0"
     reason = OUT_OF_MEMORY if code != 0 and kills.isdigit() and int(kills) > 0 else ""
-    message = (read_text(task_dir / DATASETS_FAILED) or "") if code == 127 else ""
+    failed = failure(str(task_dir)) if code == 127 else None
+    if failed is not None and failed[1]:  # it may pass (a source down): a platform fault, retried as a new attempt
+        return TaskStatus(key, running=False, reason=DATASET_UNAVAILABLE, message=failed[0][:1000])
+    message = failed[0] if failed is not None else ""
     reason = DATASET_UNAVAILABLE if message else reason  # not a command that was not found
     status = TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None,
                         reason=reason, message=message or read_text(task_dir / SHARE_NOTE) or "")
