@@ -237,9 +237,9 @@ def test_a_fetch_stopped_midway_is_never_mounted_and_the_next_task_on_its_node_f
         url = source.add("/mini.tar.gz", tar_gz({"words.txt": b"whole\n"}))
         _register(world, "mini", url, "1")
         source.hold.clear()  # the source answers nothing until released: the node's fetch is under way
-        # (Its task runner waits on the fetch, which a stop's relayed signal does not reach: Slurm
-        # cancels the step once the grace period is over, 1 s here, not the default 30 s.)
-        stopped = submit(world, "stopGracePeriodSeconds: 1\n" + _reader("mini", "echo ran", WHOLE_NODE))
+        # A stop ends the fetch at once (its relayed SIGURG), not when Slurm cancels the step after
+        # the grace period: 600 s here, ten times what ``_stop`` waits for STOPPED.
+        stopped = submit(world, "stopGracePeriodSeconds: 600\n" + _reader("mini", "echo ran", WHOLE_NODE))
 
         def fetching() -> bool:
             world.controller.wake()

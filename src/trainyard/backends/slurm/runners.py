@@ -126,11 +126,30 @@ fi
 # cache before the task starts, fetched or found there, and marked as used by this shell,
 # which lives as long as the task (dataset-step.py, as root, with the cache's code beside it:
 # backends/datacache.py; a second task on this node waits for the first one's fetch, then
-# finds it). A fetch that fails ends the task unrun, saying why in its log.
+# finds it). A fetch that fails ends the task unrun, saying why in its log. A stop that comes
+# meanwhile (its SIGURG, with TASK_DIR/relay.stop: the relay below is not there yet) ends the
+# fetch and the task unrun at once, instead of after the stop's whole grace period.
 datasets=
 if [ -e "$dir/datasets.json" ]; then
     datasets=1
-    if ! /usr/bin/python3 -I -S "${0%/*}/dataset-step.py" fetch "$dir" "$$" < /dev/null; then
+    /usr/bin/python3 -I -S "${0%/*}/dataset-step.py" fetch "$dir" "$$" < /dev/null &
+    fetching=$!
+    # The SIGURG goes to a watcher of its own, as the task's relays do (below): this shell's
+    # wait, cut short by a trap, could lose the fetch's status.
+    (
+        trap '[ -f "$dir/relay.stop" ] && kill "$fetching" 2> /dev/null' URG
+        [ -f "$dir/relay.stop" ] && kill "$fetching" 2> /dev/null  # asked before the trap was set
+        while kill -0 "$fetching" 2> /dev/null; do sleep 1 & wait "$!"; done
+    ) < /dev/null &
+    watcher=$!
+    wait "$fetching"
+    fetched=$?
+    kill "$watcher" 2> /dev/null
+    if [ -f "$dir/relay.stop" ]; then
+        printf '%s\n' 143 > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
+        exit 143
+    fi
+    if [ "$fetched" -ne 0 ]; then
         printf '%s\n' 127 > "$dir/exit.tmp" && mv -f "$dir/exit.tmp" "$dir/exit"
         exit 127
     fi
