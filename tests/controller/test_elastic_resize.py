@@ -163,3 +163,23 @@ def test_a_worker_that_ended_before_its_restart_stop_was_sent_keeps_its_outcome(
     wait_until(lambda: not world.backend.observe([key])[key].running, what="worker/0 to end on its own")
     world.drive(job, ("SUCCEEDED", "FAILED", "STOPPED"))
     assert starts.read_text().split().count("0") == 1, world.explain(job)
+
+
+def test_a_job_whose_minimums_worker_finished_runs_until_its_grown_worker_finishes_too(make_world,
+                                                                                      tmp_path: Path) -> None:
+    """A new user's trial: the job ended SUCCEEDED as worker/0 (its minimum) finished, and the
+    grown worker/1, still at work, was stopped (SIGTERM) without finishing."""
+    world = make_world(gpus=2)
+    command = f"while [ ! -f {tmp_path}/go$TRAINYARD_TASK_INDEX ]; do sleep 0.05; done; echo finished"
+    job = world.submit(elastic(1, 2, command))
+    world.drive(job, None, until=lambda _: sum(t.state == "RUNNING" for t in world.tasks(job)) == 2,
+                what="two workers to run")
+    (tmp_path / "go0").write_text("")
+    world.drive(job, None, until=lambda _: any(t.index == 0 and t.state == "SUCCEEDED" for t in world.tasks(job)),
+                what="worker/0 to finish")
+    for _ in range(3):
+        world.cycle()
+    assert world.job(job).state == "RUNNING", world.explain(job)
+    (tmp_path / "go1").write_text("")
+    assert world.drive(job, ("SUCCEEDED", "FAILED", "STOPPED")).state == "SUCCEEDED"
+    assert {t.index: t.state for t in world.tasks(job)} == {0: "SUCCEEDED", 1: "SUCCEEDED"}, world.explain(job)

@@ -46,6 +46,14 @@ def test_all_tasks_succeeding_succeeds_the_attempt() -> None:
     assert result is not None and result.outcome == AttemptOutcome.SUCCEEDED
 
 
+def test_an_elastic_roles_grown_workers_keep_the_attempt_running_until_they_end() -> None:
+    """An elastic role's ``instances`` is its minimum: a new user's trial saw a job end SUCCEEDED
+    as its minimum's worker finished, and the grown worker still at work stopped (SIGTERM)."""
+    elastic = [RolePolicy("w", 1)]
+    assert evaluate_completion(elastic, states("w", S, R)) is None
+    assert evaluate_completion(elastic, states("w", S, S, X)).outcome == AttemptOutcome.SUCCEEDED  # w/2 shrunk away
+
+
 def test_min_failed_minus_one_never_fails_and_the_attempt_succeeds_when_all_end() -> None:
     roles = [RolePolicy("w", 2, min_failed=-1)]
     assert evaluate_completion(roles, states("w", F, R)) is None

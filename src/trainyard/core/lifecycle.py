@@ -91,9 +91,7 @@ def evaluate_completion(
                 + (f", {failed} failed" if failed else "") + f" (minFailedInstances={min_failed})",
             )
     for role in roles:
-        succeeded = sum(
-            1 for i in range(role.instances) if states.get((role.name, i)) == TaskState.SUCCEEDED
-        )
+        succeeded = count(role, TaskState.SUCCEEDED)
         min_succeeded = _norm(role.min_succeeded)
         if min_succeeded is not None and succeeded >= min_succeeded:
             return Completion(
@@ -101,7 +99,11 @@ def evaluate_completion(
                 f"{succeeded} task(s) of role {role.name} succeeded "
                 f"(minSucceededInstances={min_succeeded})",
             )
+    # Every task, an elastic role's grown workers too (its ``instances`` is its minimum): one
+    # still at work keeps the attempt running. (A grown worker that fails is not counted
+    # above: its job shrinks instead, ``controller/elastic.py``.)
     every = [(r.name, i) for r in roles for i in range(r.instances)]
+    every += [key for key in states if key not in every and any(key[0] == r.name for r in roles)]
     if all(key in states and states[key].is_final for key in every):
         return Completion(AttemptOutcome.SUCCEEDED, "all tasks ended")
     return None
