@@ -18,6 +18,7 @@ from podman_support import needs_podman
 from trainyard.backends.base import DatasetCaches, DatasetFetch, TaskLaunch
 from trainyard.backends.datacache import DATASET_UNAVAILABLE
 from trainyard.backends.sandbox import find_sandbox
+from trainyard.backends.sandboxjoin import SANDBOX_NOT_FOUND_HINT
 from trainyard.backends.taskaccounts import TaskAccounts
 
 pytestmark = [
@@ -76,8 +77,8 @@ def test_a_sandboxed_task_reads_its_dataset_read_only_and_a_second_task_finds_it
     assert [(e.dataset, e.version, e.in_use) for e in cache.entries] == [("mini", "v1", 0)]
 
 
-def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public_dir: Path, source: Source,
-                                                                           make_local) -> None:
+def test_a_dataset_that_cannot_be_fetched_or_a_program_the_sandbox_hides_says_why(public_dir: Path,
+                                                                                  source: Source, make_local) -> None:
     sandbox, why = find_sandbox("bwrap", hidden=[public_dir / "home"])
     assert sandbox is not None, why
     harness = make_local(public_dir / "home" / "state", accounts=TaskAccounts({"alice": "nobody"}), sandbox=sandbox,
@@ -100,6 +101,13 @@ def test_a_dataset_that_cannot_be_fetched_fails_the_task_unrun_saying_why(public
     status = harness.wait_ended(down)
     why = f"dataset down (version v1): could not fetch {source.url}/down.tar: HTTP 503 Service Unavailable"
     assert (status.exit_code, status.reason, status.message) == (None, DATASET_UNAVAILABLE, why)
+    # (Beside them, in the same sandbox:) a program the sandbox hides — a new user's venv whose
+    # Python links into pyenv's under /root — is not found, and its status says where to look.
+    hidden = harness.new_key()
+    harness.backend.launch(TaskLaunch(hidden, harness.node, "/root/.pyenv/versions/venv/bin/python3 train.py\n",
+                                      {}, user="alice"))
+    status = harness.wait_ended(hidden)
+    assert (status.exit_code, status.message) == (126, SANDBOX_NOT_FOUND_HINT)  # /root: "Permission denied"
 
 
 def test_a_storage_folder_dataset_holds_only_what_its_owners_account_may_read(public_dir: Path,

@@ -362,6 +362,13 @@ def open_mount_fds(plan: list[list[Any]]) -> None:
 USAGE = ("usage: sandboxjoin.py --spec SPEC_JSON --cwd DIR [--sandbox PID:START | --stop STOP_FILE] "
          "[--drop UID:GID:GROUPS] [--no-userns] -- CMD [ARGS...]")
 STOPPED = 128 + signal.SIGTERM  # what the task's start exits with when a stop came first
+
+# Said beside exit 126 or 127 of a task that ran in the sandbox: the usual cause there is a
+# program, or a virtual environment's Python (which links to the Python it was made from, e.g.
+# pyenv's under /root), that the sandbox hides.
+SANDBOX_NOT_FOUND_HINT = ("in its sandbox a task sees neither /root nor this machine's /tmp: a program or a "
+                          "virtual environment's Python kept there (or made from a Python there, as pyenv's) is "
+                          "hidden; use one every account can run, or an environment (yard env)")
 _OPTIONS = ("--spec", "--cwd", "--sandbox", "--stop", "--drop")
 
 

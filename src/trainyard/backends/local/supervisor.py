@@ -87,7 +87,7 @@ from trainyard.backends import cgroups
 from trainyard.backends.local import containerrun, procfs, taskfiles
 
 # Stdlib-only there, so that the Slurm backend's task start on the nodes opens them the same way.
-from trainyard.backends.sandboxjoin import open_mount_fds
+from trainyard.backends.sandboxjoin import SANDBOX_NOT_FOUND_HINT, open_mount_fds
 
 # Stdlib-only and on the launch path: typing costs ~10 ms to import, so only mypy sees it.
 TYPE_CHECKING = False
@@ -400,6 +400,8 @@ class Waiter:
                 status.update(_end_cgroup(self.cgroup, exit_code, notes))
             if exit_code == _EXEC_FAILED and spec.get("datasets"):
                 status.update(_dataset_failure(self.task_dir, notes))
+            if exit_code in (126, 127) and "launch_env" in spec and "reason" not in status:
+                notes.append(SANDBOX_NOT_FOUND_HINT)
             if self._end_log_writer():
                 notes.append(log_cap_message(spec["log_max_bytes"], stopped=self.log_cap_stopped))
                 status["log_capped"] = True

@@ -14,6 +14,7 @@ from trainyard.backends.cgroups import OUT_OF_MEMORY
 from trainyard.backends.containercgroup import CONTAINER_RECORD
 from trainyard.backends.containers import with_oom_record
 from trainyard.backends.datacache import DATASET_UNAVAILABLE, failure
+from trainyard.backends.sandboxjoin import SANDBOX_NOT_FOUND_HINT
 from trainyard.backends.slurm.mpsstep import NOTE as SHARE_NOTE
 from trainyard.backends.slurm.nodes import figure
 
@@ -72,6 +73,8 @@ def exit_status(key: TaskKey, task_dir: Path) -> TaskStatus | None:
         return TaskStatus(key, running=False, reason=DATASET_UNAVAILABLE, message=failed[0][:1000])
     message = failed[0] if failed is not None else ""
     reason = DATASET_UNAVAILABLE if message else reason  # not a command that was not found
+    if code in (126, 127) and not message and (task_dir / "sandbox.json").exists():
+        message = SANDBOX_NOT_FOUND_HINT
     status = TaskStatus(key, running=False, exit_code=code, signal=code - 128 if 128 < code < 128 + 65 else None,
                         reason=reason, message=message or read_text(task_dir / SHARE_NOTE) or "")
     # A container's kills are counted in its own cgroup, outside the step's (the runner's
