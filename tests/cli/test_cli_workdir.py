@@ -48,8 +48,10 @@ def test_submit_from_the_project_folder_sends_it_once_per_content(yard, api, tmp
     code, out, err = yard("submit", "job.yaml")  # the same content: no second file
     assert code == 0 and list(api.ctx.workdirs.root.iterdir()) == stored
     monkeypatch.chdir(tmp_path)
-    code, out, err = yard("submit", "proj/job.yaml")  # not in the current folder: nothing sent
-    assert code == 0 and "working directory" not in err
+    code, out, err = yard("submit", "proj/job.yaml")  # not in the current folder: nothing sent, and said
+    assert code == 0 and "sha256:" not in err
+    assert "no working directory sent: the job file is in proj/, not in this folder; to send this folder " \
+           "with the job: --workdir ." in err
     code, out, err = yard("submit", "proj/job.yaml", "--workdir", "proj")
     assert code == 0 and "working directory proj: 4 files" in err
     monkeypatch.chdir(project)

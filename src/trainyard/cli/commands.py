@@ -105,6 +105,16 @@ def _workdir_to_send(args: argparse.Namespace, data: bytes) -> Path | None:
     return None
 
 
+def _hint_workdir(args: argparse.Namespace, data: bytes) -> bool:
+    """Whether a submit that sends nothing is of a job file in a folder below this one."""
+    from trainyard.client_workdir import names_upload
+
+    if args.no_workdir or args.file == "-" or names_upload(data):
+        return False
+    folder, here = Path(args.file).resolve().parent, Path.cwd().resolve()
+    return folder != here and folder.is_relative_to(here)
+
+
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
     try:
         data, content_type = _read_job_file(args.file)
@@ -128,6 +138,11 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
         print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
               f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
+    elif _hint_workdir(args, data):
+        # A project's job file in a folder of its own (configs/job.yaml): nothing is sent, which
+        # a first job's "can't open file 'train.py'" says too late.
+        print(f"no working directory sent: the job file is in {Path(args.file).parent}/, not in this folder; "
+              "to send this folder with the job: --workdir .", file=sys.stderr)
     from trainyard.client_workdir import may_name
 
     if args.sweep or args.parallel is not None or may_name(data, "sweep"):  # else no PyYAML to import
