@@ -204,7 +204,8 @@ def folder_for(job_file: object, workdir: str | os.PathLike[str] | None) -> Path
     if named.startswith(("/", "~")) or not folder.is_relative_to(base):
         # A job file from someone else must not make `yard submit` send ~/.ssh or /etc.
         raise UsageError(f"the job file's workdir {named!r} is not a folder beside it (a relative path below the "
-                         f"job file's folder, {base}); to send another folder say so: --workdir DIR")
+                         f"job file's folder, {base}); to send another folder say so: --workdir DIR (the SDK's "
+                         "workdir=)")
     return folder
 
 
@@ -217,22 +218,29 @@ def workdir_digest(client: Client, job_file: object, workdir: str | os.PathLike[
     return None if folder is None else send(client, folder).digest
 
 
-def send(client: Client, folder: Path, *, read: Reader | None = None) -> WorkdirView:
-    """Pack ``folder`` within the server's limit and send it, unless the server holds it already.
-    ``read`` reads the answers in place of ``client._parse`` (`yard submit`: without the models)."""
+def packed(client: Client, folder: Path, *, read: Reader | None = None) -> Canonical:
+    """``folder`` packed within the server's limit (`UsageError` saying why it cannot be), not
+    sent: what `yard submit --dry-run` checks. ``read`` as ``send``'s."""
     parse: Reader = read or client._parse
     from trainyard.core.workdirs import WorkdirError
 
     try:
         try:  # within every server's limit: not asked (a round trip less, issue 33)
-            archive = pack(folder, max_bytes=LEAST_LIMIT_BYTES)
+            return pack(folder, max_bytes=LEAST_LIMIT_BYTES)
         except WorkdirError as exc:
             if not exc.biggest:  # not its size: the same whatever the limit
                 raise
             limits = parse(_LIMITS, client._request("GET", "/workdirs/limits").content)
-            archive = pack(folder, max_bytes=limits.maxBytes)  # refused before a byte is read, as the first
+            return pack(folder, max_bytes=limits.maxBytes)  # refused before a byte is read, as the first
     except WorkdirError as exc:
         raise UsageError(f"cannot send {folder} as the job's working directory: {exc}") from exc
+
+
+def send(client: Client, folder: Path, *, read: Reader | None = None) -> WorkdirView:
+    """Pack ``folder`` within the server's limit and send it, unless the server holds it already.
+    ``read`` reads the answers in place of ``client._parse`` (`yard submit`: without the models)."""
+    parse: Reader = read or client._parse
+    archive = packed(client, folder, read=read)
     try:
         return parse(_UPLOAD, client._request("GET", f"/workdirs/{archive.digest}").content)
     except TrainyardError as exc:

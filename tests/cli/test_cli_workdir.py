@@ -33,6 +33,9 @@ def test_submit_from_the_project_folder_sends_it_once_per_content(yard, api, tmp
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     project = folder(tmp_path / "proj")
     monkeypatch.chdir(project)
+    code, out, err = yard("submit", "job.yaml", "--dry-run")  # checked, not sent: a dry run makes nothing
+    assert code == 0 and "working directory ./: 4 files" in err and "not sent: a dry run" in err, err
+    assert not api.ctx.workdirs.root.exists() or list(api.ctx.workdirs.root.iterdir()) == []
     code, out, err = yard("submit", "job.yaml")
     assert code == 0, err
     assert "working directory ./: 4 files" in err and "sha256:" in err  # .gitignore, job.yaml, train.py, pkg/

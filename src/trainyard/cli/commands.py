@@ -130,14 +130,21 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         data, content_type = with_notify(data, content_type, args.notify)
     digest = None
     if (folder := _workdir_to_send(args, data)) is not None:
-        from trainyard.client_workdir import send  # `client.upload_workdir`, its answers read by cli/plain.py
+        from trainyard.client_workdir import packed, send  # `client.upload_workdir`, answers read by cli/plain.py
 
-        sent = send(client, folder.expanduser(),
-                    read=lambda model, answer: plain.read_or_parse(client, model.where, answer, many=model.many))
-        digest = sent.digest
+        def read(model: Any, answer: bytes) -> Any:
+            return plain.read_or_parse(client, model.where, answer, many=model.many)
+
         shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
-        print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
-              f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
+        if args.dry_run:  # checked here, not sent: a dry run makes nothing, an upload neither
+            archive = packed(client, folder.expanduser(), read=read)
+            print(f"working directory {shown}: {archive.files} file{'' if archive.files == 1 else 's'}, "
+                  f"{render.size(archive.size)} ({archive.digest[:19]}; not sent: a dry run)", file=sys.stderr)
+        else:
+            sent = send(client, folder.expanduser(), read=read)
+            digest = sent.digest
+            print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
+                  f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
     elif _hint_workdir(args, data):
         # A project's job file in a folder of its own (configs/job.yaml): nothing is sent, which
         # a first job's "can't open file 'train.py'" says too late.

@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING
 from sqlalchemy.orm import Session
 
 from trainyard.core.clock import Clock
-from trainyard.core.workdirs import HASH_PREFIX, Canonical, WorkdirError, is_digest, read_archive
+from trainyard.core.workdirs import HASH_PREFIX, Canonical, WorkdirError, is_digest, read_archive, size_text
 from trainyard.schemas.workdirs import WorkdirView
 from trainyard.services.errors import Invalid, NotFound, TooMany
 from trainyard.store.queries import workdirs as workdir_queries
@@ -112,8 +112,8 @@ def receive(session: Session, owner: UserRow, stream: IO[bytes], store: WorkdirS
         raise Invalid(f"the working directory cannot be used: {exc}", details=details) from None
     row = workdir_queries.owned(session, owner.id, archive.digest)
     if row is None and (held := workdir_queries.bytes_held(session, owner.id)) + archive.size > store.user_max_bytes:
-        raise TooMany(f"{owner.name} keeps {held >> 20} MiB of working directories and this one is "
-                      f"{archive.size >> 20} MiB more, past this cluster's {store.user_max_bytes >> 20} MiB per user "
+        raise TooMany(f"{owner.name} keeps {size_text(held)} of working directories and this one is "
+                      f"{size_text(archive.size)} more, past this cluster's {size_text(store.user_max_bytes)} per user "
                       "(workdir_user_max_mb); one goes a day after it was sent if no job runs in it, and a week "
                       "after the last job in it ended", details=[{"path": "<archive>", "message": "past the limit"}])
     store.keep(archive)
