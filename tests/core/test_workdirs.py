@@ -136,3 +136,15 @@ def test_tars_own_dot_slash_names_are_the_folders_own() -> None:
     assert read_archive(dotted, max_bytes=1 << 20).digest == plain.digest
     with pytest.raises(WorkdirError, match="'..'"):
         read_archive(archive(member("./../x", data=b"x")), max_bytes=1 << 20)
+
+
+def test_git_archives_global_header_is_read_as_a_header_not_a_member() -> None:
+    # `git archive --format=tar.gz -o project.tar.gz HEAD`, as the portal's hint says for a git
+    # project, begins with a `pax_global_header` (the commit's id): it names no file.
+    comment = b"52 comment=" + b"0" * 40 + b"\n"
+    header = tarfile.TarInfo("pax_global_header")
+    header.type, header.size = tarfile.XGLTYPE, len(comment)
+    from_git = archive((header, comment), member("train.py", data=b"x"), member("pkg/", tarfile.DIRTYPE),
+                       member("pkg/m.py", data=b"y"))
+    plain = canonical([Entry("train.py", b"x"), Entry("pkg/m.py", b"y")], max_bytes=1 << 20)
+    assert read_archive(from_git, max_bytes=1 << 20).digest == plain.digest

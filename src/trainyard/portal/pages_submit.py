@@ -292,8 +292,8 @@ async def attach_workdir(request: Request, viewer: Action, ctx: Ctx) -> Response
     editor = _current(form)
     upload = form.get("workdir_archive")
     if isinstance(upload, str) or upload is None or not upload.filename:
-        editor.problems.append("choose the archive of your project folder first (tar czf project.tar.gz -C "
-                               "project .)")
+        editor.problems.append("choose the archive of your project folder first (git archive --format=tar.gz "
+                               "-o project.tar.gz HEAD, or tar czf project.tar.gz -C project .)")
     elif editor.document is not None:
         try:
             sent = await run_in_threadpool(workdirs.upload, ctx, viewer.user, upload.file)
