@@ -13,7 +13,7 @@ from trainyard.backends.jobdirs import job_dir_path, job_ids_with_dirs, measure,
 
 
 def test_every_attempt_of_a_job_gets_the_same_directory_and_finds_what_the_last_one_saved(local) -> None:
-    save = 'cd "$TRAINYARD_JOB_DIR" && echo "$MARK" >> attempts && cat attempts\n'
+    save = 'echo result > out.txt && cd "$TRAINYARD_JOB_DIR" && echo "$MARK" >> attempts && cat attempts\n'
     first = TaskKey(job_id=7, attempt=0, role="worker", index=0)
     assert local.wait_ended(local.launch(save, key=first, env={"MARK": "0"})).exit_code == 0
     # The job's env cannot point the job directory elsewhere.
@@ -30,9 +30,14 @@ def test_every_attempt_of_a_job_gets_the_same_directory_and_finds_what_the_last_
     assert backend.job_dir_ids() == [7, 8]
     usage = backend.job_dir_usage(7)
     assert usage is not None and usage.files == 1 and usage.bytes > 0 and usage.complete
+    works = [backend.work_dir(key) for key in (first, second)]
+    assert all((work / "out.txt").is_file() for work in works)
     backend.remove_job_dir(7)
     assert backend.job_dir_ids() == [8] and backend.job_dir_usage(7) is None
-    assert local.log(second).split() == ["0", "1"]  # the tasks' own files stay
+    # Their working directories go with it (results, an unpacked upload), their logs stay.
+    assert not any(os.path.lexists(work) for work in works)
+    assert local.log(second).split() == ["0", "1"]
+    assert (backend.work_dir(TaskKey(job_id=8, attempt=0, role="worker", index=0)) / "out.txt").is_file()
     backend.remove_job_dir(7)  # nothing left to remove: no error
 
 

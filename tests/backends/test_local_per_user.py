@@ -114,6 +114,13 @@ def test_a_job_s_directory_is_its_owner_s_alone_and_outlives_the_attempt(per_use
     bob = _launch(per_user, f"cat {job_dir}/ckpt || echo refused\n", "bob")
     per_user.wait_ended(bob)
     assert "step-12" not in per_user.log(bob) and "refused" in per_user.log(bob)
+    # Removed after the job (its retention): with it, its attempts' working directories,
+    # scripts and secrets in the work root; its tasks' logs stay.
+    attempts = [per_user.backend.work_dir(key).parent for key in (first, again)]
+    assert all(attempt.is_dir() for attempt in attempts)
+    per_user.backend.remove_job_dir(first.job_id)
+    assert not job_dir.exists() and not any(attempt.exists() for attempt in attempts)
+    assert per_user.log(again).strip() == "step-12"
 
 
 def test_a_task_of_another_account_is_sampled_through_its_host_pids(per_user) -> None:

@@ -42,7 +42,17 @@ class JobDirTree:
         return job_ids_with_dirs(self.job_dirs_root)
 
     def remove_job_dir(self, job_id: int) -> None:
+        """The job's directory, and with it what its tasks kept for it: their working
+        directories (their results, the working directory they unpacked), scripts, secrets'
+        files and suspend folders (``task_work_paths``). Their logs and records stay."""
         remove(self.job_dir(job_id))
+        for path in self.task_work_paths(job_id):
+            remove_entry(path)
+
+    def task_work_paths(self, job_id: int) -> list[Path]:
+        """What the job's tasks kept beside their records, removed with the job's directory
+        (``remove_job_dir``): each backend knows its own layout; none by default."""
+        return []
 
 
 def job_dir_path(root: Path, job_id: int) -> Path:
@@ -114,6 +124,28 @@ def remove(path: Path) -> None:
             raise
         _grant_owner_access(path)
         _rmtree(path)
+
+
+def remove_entry(path: Path) -> None:
+    """A folder's tree (``remove``) or a file; never follows a symlink (a link itself goes)."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(info.st_mode):
+        remove(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def numbered(folder: Path) -> list[Path]:
+    """The real folders named by a number in ``folder`` (a job's attempts, the jobs of a root)."""
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(Path(e.path) for e in entries if e.name.isascii() and e.name.isdigit()
+                  and e.is_dir(follow_symlinks=False))
 
 
 def _rmtree(path: Path) -> None:

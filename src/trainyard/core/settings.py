@@ -318,7 +318,7 @@ class Settings(BaseSettings):
         default=DEFAULT_JOB_DIR_RETENTION_SECONDS,
         ge=0,
         description="How long a job's directory ($TRAINYARD_JOB_DIR) is kept after the job has ended "
-        "(default 7 days); then the controller removes it",
+        "(default 7 days); then the controller removes it, with its tasks' working directories (their logs stay)",
     )
     dataset_cache_dir: Path | None = Field(
         default=None,

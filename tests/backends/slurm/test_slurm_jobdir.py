@@ -37,5 +37,10 @@ taskRoles:
     usage = backend.job_dir_usage(job_id)
     assert usage is not None and usage.files == 2
     assert backend.job_dir_ids() == [job_id]
+    works = [backend.work_dir(TaskKey(job_id, attempt, "main", index)) for attempt in (0, 1) for index in (0, 1)]
+    assert all(work.is_dir() for work in works)
     backend.remove_job_dir(job_id)
+    # The tasks' records (their logs) stay; their working directories go with the job's.
     assert not job_dir.exists() and Path(backend.task_dir(TaskKey(job_id, 1, "main", 0))).exists()
+    assert not any(work.exists() for work in works)
+    assert backend.read_log(TaskKey(job_id, 1, "main", 0)).data.decode().splitlines()[-1] == "attempt 1"

@@ -295,6 +295,22 @@ class LocalBackend(jobdirs.JobDirTree):
         self.task_dir(key)  # validates the key
         return self.work_dir_root.joinpath(*self._relative_parts(key))
 
+    def task_work_paths(self, job_id: int) -> list[Path]:
+        """Under task accounts each of the job's attempt folders in the work root (its tasks'
+        working directories, scripts, secrets, suspend folders and ``.shm``: the module
+        docstring); else each task's ``work``, ``work.secrets`` and ``work.suspend`` in its
+        task directory, and the attempt's ``.shm``, beside the records that stay."""
+        if self.work_dir_root is not None:
+            return jobdirs.numbered(self.work_dir_root / str(job_id))
+        found = []
+        for attempt in jobdirs.numbered(self._tasks_root / str(job_id)):
+            found.append(attempt / SHM_DIR)
+            for task in sorted(attempt.iterdir()):
+                if task.is_dir() and not task.is_symlink():
+                    found += [task / taskfiles.WORK_DIR, task / f"{taskfiles.WORK_DIR}.secrets",
+                              task / f"{taskfiles.WORK_DIR}{SUSPEND_DIR_SUFFIX}"]
+        return found
+
     @staticmethod
     def _relative_parts(key: TaskKey) -> tuple[str, str, str]:
         return str(key.job_id), str(key.attempt), f"{key.role}-{key.index}-{key.run}"

@@ -297,6 +297,20 @@ class SlurmBackend(jobdirs.JobDirTree):
         beside = task_dir.with_name(task_dir.name + submission.WORK_SUFFIX)
         return beside if os.path.lexists(beside) else task_dir / "work"
 
+    def task_work_paths(self, job_id: int) -> list[Path]:
+        """Each task's working directory (its account's ``.work`` beside the task's folder, or
+        ``work`` in it), script, secrets and suspend folder (the archive of its working
+        directory is there), beside the task's records, which stay."""
+        found = []
+        for attempt in jobdirs.numbered(self.job_dirs_root / str(job_id)):
+            for entry in sorted(attempt.iterdir()):
+                if entry.name.endswith((submission.WORK_SUFFIX, submission.SECRETS_SUFFIX, submission.SCRIPT_SUFFIX,
+                                        submission.SUSPEND_SUFFIX)):
+                    found.append(entry)
+                elif entry.is_dir() and not entry.is_symlink():
+                    found.append(entry / "work")
+        return found
+
     def submission_dir(self, key: TaskKey) -> Path:
         """Where the Slurm job running this task run is recorded: the gang's for a first run,
         a Slurm job of its own for an in-place re-run or an elastic worker (``launch_gang``)."""
