@@ -64,12 +64,22 @@ def test_submit_from_the_project_folder_sends_it_once_per_content(yard, api, tmp
     assert json.loads(yard("job", out.split()[2], "--json")[1])["workdir"]["digest"] == digest
 
 
-def test_the_job_files_workdir_is_relative_to_it_and_another_users_digest_is_refused(yard, api,
-                                                                                     tmp_path: Path) -> None:
+def test_the_job_files_workdir_is_relative_to_it_and_another_users_digest_is_refused(
+        yard, api, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     project = folder(tmp_path / "proj")
     (project / "src").mkdir()
     (project / "src" / "a.py").write_text("A = 1\n")
     (tmp_path / "job.yaml").write_text("workdir: proj/src\n" + JOB)
+    # --no-workdir and --dry-run settle the file's own workdir too (the SDK read it again, from
+    # the current folder: it sent the folder anyway, or failed "not a folder"), from anywhere.
+    for where in (tmp_path, project):
+        monkeypatch.chdir(where)
+        code, out, err = yard("submit", str(tmp_path / "job.yaml"), "--no-workdir")
+        assert code == 0 and "sha256:" not in err, err
+        assert json.loads(yard("job", out.split()[2], "--json")[1])["workdir"] is None
+        code, out, err = yard("submit", str(tmp_path / "job.yaml"), "--dry-run")
+        assert code == 0 and "1 file," in err and "not sent: a dry run" in err, err
+    assert not api.ctx.workdirs.root.exists() or list(api.ctx.workdirs.root.iterdir()) == []
     code, out, err = yard("submit", str(tmp_path / "job.yaml"))
     assert code == 0 and "1 file," in err, err
     digest = json.loads(yard("job", out.split()[2], "--json")[1])["spec"]["workdir"]

@@ -105,6 +105,22 @@ def _workdir_to_send(args: argparse.Namespace, data: bytes) -> Path | None:
     return None
 
 
+def _without_workdir(data: bytes, content_type: str) -> tuple[bytes, str]:
+    """The job file without its own ``workdir`` path (an upload's digest stays: it sends nothing)."""
+    from trainyard.client_workdir import may_name, names_upload
+
+    if not may_name(data, "workdir") or names_upload(data):
+        return data, content_type
+    import json
+
+    import yaml
+
+    document = yaml.safe_load(data)
+    if not isinstance(document, dict) or "workdir" not in document:
+        return data, content_type
+    return json.dumps({k: v for k, v in document.items() if k != "workdir"}).encode(), "application/json"
+
+
 def _hint_workdir(args: argparse.Namespace, data: bytes) -> bool:
     """Whether a submit that sends nothing is of a job file in a folder below this one."""
     from trainyard.client_workdir import names_upload
@@ -129,7 +145,12 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
 
         data, content_type = with_notify(data, content_type, args.notify)
     digest = None
-    if (folder := _workdir_to_send(args, data)) is not None:
+    folder = _workdir_to_send(args, data)
+    if args.no_workdir or (args.dry_run and folder is not None):
+        # The job file's own `workdir: src` is settled here (not sent, or checked without
+        # sending): the server, and the SDK below, must not see the path.
+        data, content_type = _without_workdir(data, content_type)
+    if folder is not None:
         from trainyard.client_workdir import packed, send  # `client.upload_workdir`, answers read by cli/plain.py
 
         def read(model: Any, answer: bytes) -> Any:
