@@ -211,6 +211,13 @@ def test_the_account_default_applies_unless_the_job_file_says_otherwise(world) -
     silent = world.running_job({"on": []})
     world.end(silent, "failed")
     assert world.notices(silent) == []
+    # A job stopped while it waits (for a dependency, its turn, a resume) is told as any stop:
+    # a trial found that it ended STOPPED without its final event, so without its notice.
+    waiting = world.alice.post("/api/v1/jobs", content=JOB, headers={"Content-Type": "application/yaml"})
+    assert waiting.status_code == 201, waiting.text
+    waiting_id = waiting.json()["id"]
+    assert world.alice.post(f"/api/v1/jobs/{waiting_id}/stop").status_code == 200
+    assert world.notices(waiting_id) == [("stopped", "email", "pending")]
     # No SMTP server: the e-mail fails at once, with why, and is not retried.
     JobNotices(world.db, world.clock, None).run()
     (view,) = world.alice.get(f"/api/v1/jobs/{by_default}/notices").json()

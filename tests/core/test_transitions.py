@@ -90,12 +90,15 @@ def test_placing_a_job_clears_its_pending_fields_and_numbers_its_attempt() -> No
 
 def test_stopping_a_waiting_job_ends_it_at_once_and_a_running_one_starts_its_grace() -> None:
     job = waiting()
-    event = transitions.request_stop(job, None, "bob", T0)
+    events = transitions.request_stop(job, None, "bob", T0)
     assert (job.state, job.finished_at, job.pending_reason, job.stopped_by) == ("STOPPED", T0, None, "bob")
-    assert event.kind == EventKind.STOP_REQUESTED
+    # Its final event too (a trial: a job stopped while it waited sent no "stopped" notice).
+    assert [(e.kind, e.message) for e in events] == [(EventKind.STOP_REQUESTED, "stop requested by bob"),
+                                                     (EventKind.STOPPED, "stopped by bob before it started")]
     job, attempt = placed()
-    transitions.request_stop(job, attempt, "bob", T0 + timedelta(seconds=5))
+    events = transitions.request_stop(job, attempt, "bob", T0 + timedelta(seconds=5))
     assert (job.state, attempt.stop_requested_at) == ("STOPPING", T0 + timedelta(seconds=5))
+    assert [e.kind for e in events] == [EventKind.STOP_REQUESTED]  # its stopped event comes as its tasks end
 
 
 def test_a_preempted_attempt_is_requeued_as_a_new_attempt_without_spending_a_retry() -> None:

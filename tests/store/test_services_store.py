@@ -148,7 +148,7 @@ def test_another_users_job_is_not_found_and_cannot_be_stopped(db: Database, cloc
         job_service.request_stop(s, alice, job_id, clock=clock)
     with db.session() as s:
         kinds = [e.kind for e in s.scalars(select(JobEventRow).order_by(JobEventRow.id))]
-        assert kinds == ["submitted", "stop-requested"]
+        assert kinds == ["submitted", "stop-requested", "stopped"]  # a waiting job stops at once
 
 
 def test_a_job_that_can_never_fit_is_refused_and_nothing_is_stored(db: Database, clock) -> None:

@@ -125,9 +125,9 @@ class JobDirCap(Periodic):
                     continue
                 because = (f"its job directory holds {used / (1 << 20):,.0f} MB, over the cluster's cap of "
                            f"{self.max_bytes >> 20:,} MB (job_dir_max_mb)")
-                event = transitions.request_stop(job, current_attempt(job), STOPPED_BY, self.clock.now(),
-                                                 because=because)
-                record_event(session, job.id, event)
+                for event in transitions.request_stop(job, current_attempt(job), STOPPED_BY, self.clock.now(),
+                                                      because=because):
+                    record_event(session, job.id, event)
                 stopped.append(job_id)
         if stopped:
             log.warning("stopped job(s) %s: job directory over job_dir_max_mb", ", ".join(map(str, stopped)))

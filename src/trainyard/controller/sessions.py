@@ -42,8 +42,8 @@ READ_TIMEOUT_SECONDS = 5.0
 
 
 def _stop(session: Session, job: JobRow, because: str, now: datetime) -> None:
-    event = transitions.request_stop(job, current_attempt(job), STOPPED_BY, now, because=because)
-    record_event(session, job.id, event)
+    for event in transitions.request_stop(job, current_attempt(job), STOPPED_BY, now, because=because):
+        record_event(session, job.id, event)
 
 
 def settle_lifetimes(session: Session, clock: Clock) -> list[int]:

@@ -195,11 +195,12 @@ def cannot_start(job: JobRecord, why: str, now: datetime) -> Event:
 
 def request_stop(
     job: JobRecord, current: AttemptRecord | None, by: str, now: datetime, *, because: str = ""
-) -> Event:
+) -> list[Event]:
     """A user's stop: a waiting job is STOPPED at once; a running one is STOPPING until its
     tasks end (reconcile signals them; its attempt's grace period runs from now). ``because``
     (e.g. the alert that made an admin stop it) is kept, and every message about the stop
-    says it, so that the job's owner is told why."""
+    says it, so that the job's owner is told why. The events: the request, and for a job
+    stopped at once its final ``stopped`` (what a job's notices and `yard job` go by)."""
     job.stop_reason = because or None
     why_stop = f": {because}" if because else ""
     if job.state in (JobState.WAITING, JobState.SUSPENDED):
@@ -221,7 +222,10 @@ def request_stop(
         if current is not None and current.stop_requested_at is None:
             current.stop_requested_at = now
     job.stopped_by = by
-    return Event(EventKind.STOP_REQUESTED, f"stop requested by {by}{why_stop}", now)
+    requested = Event(EventKind.STOP_REQUESTED, f"stop requested by {by}{why_stop}", now)
+    if job.state == JobState.STOPPED:
+        return [requested, Event(FINAL_EVENTS[JobState.STOPPED], job.state_message, now)]
+    return [requested]
 
 
 def finish(job: JobRecord, state: JobState, message: str, ended_at: datetime | None, now: datetime) -> Event:

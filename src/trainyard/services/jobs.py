@@ -467,8 +467,11 @@ def request_stop(
     current = None
     if job.state != JobState.WAITING:  # a waiting job's attempts (if any) have all ended
         current = next((a for a in job.attempts if a.number == job.attempt), None)
-    event = transitions.request_stop(job, current, viewer.name, clock.now(), because=because)
-    record_event(session, job.id, replace(event, message=f"{event.message} to {reason}") if reason else event)
+    requested, *final = transitions.request_stop(job, current, viewer.name, clock.now(), because=because)
+    record_event(session, job.id, replace(requested, message=f"{requested.message} to {reason}") if reason
+                 else requested)
+    for event in final:
+        record_event(session, job.id, event)
     return job
 
 
