@@ -171,11 +171,13 @@
   // uPlot widens a range whose ends meet by their magnitude: one sample (epoch seconds, or a
   // value of 0) would span years, or 0-100 cores. The time axis is the job's window (from its
   // start until it ended, or now), and a value axis starts at 0 and reaches past its largest.
-  function timeRange(u, min, max) {
+  // The window alone, never uPlot's min and max: for a single sample uPlot widens those itself
+  // (its max a thousand days on); the samples are fetched for this window (since, until).
+  function timeRange() {
     var since = Date.parse(charts.getAttribute("data-since")) / 1000;
     var until = charts.getAttribute("data-until") ? Date.parse(charts.getAttribute("data-until")) / 1000
                                                   : Date.now() / 1000;
-    return [min == null ? since : Math.min(min, since), max == null ? until : Math.max(max, until)];
+    return [since, until];
   }
 
   function valueRange(u, min, max) {
