@@ -35,3 +35,4 @@ def test_shown_keeps_lines_tabs_and_progress_and_escapes_the_rest() -> None:
     assert shown("a\tb\r\nc") == "a\tb\r\nc"
     assert shown("\x00\x1b[31m\x7f\u2066x\u2069") == "\\x00\\x1b[31m\\x7f\\u2066x\\u2069"
     assert shown("héllo, 世界") == "héllo, 世界"
+

@@ -201,6 +201,8 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
 
         print("# valid; the job as Trainyard will run it (secrets masked):")
         print(yaml.safe_dump(result.job, sort_keys=False), end="")
+        for role, image in result.images.items():  # a short name in full, as it is pulled
+            print(f"# role {role} runs in image {image}")
     else:
         print(f"submitted job {result.id} ({result.name}): {result.state}")
     return 0

@@ -115,6 +115,9 @@ class DryRunResult(BaseModel):
     valid: bool = True
     job: dict[str, Any]
     warnings: list[str]
+    # Each role's image as it is pulled and run: a short name in full, as Docker reads it
+    # (``python:3.11-slim`` is ``docker.io/library/python:3.11-slim``); roles without one left out.
+    images: dict[str, str] = {}
 
 
 class EventView(BaseModel):

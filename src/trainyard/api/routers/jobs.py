@@ -86,7 +86,8 @@ async def submit_job(
         spec = spec.model_copy(update={"workdir": workdir})
     if dry_run:
         warnings = await run_in_threadpool(submission.dry_run, ctx, user, spec)
-        dry = DryRunResult(job=masked_spec(spec), warnings=warnings)
+        images = {role: image for role in spec.role_names if (image := spec.role_image(role)) is not None}
+        dry = DryRunResult(job=masked_spec(spec), warnings=warnings, images=images)
         return Response(dry.model_dump_json(), media_type="application/json")
     if (answer := submission.queued(ctx, user, spec, keyed)) is not None:  # made with others: awaited
         return _answered(await asyncio.wrap_future(answer))
