@@ -194,7 +194,7 @@ def _listing(fd: int, max_entries: int) -> Listing:
 def open_file(root: Path, names: list[str]) -> OpenFile:
     """The regular file ``names`` below ``root``, opened for reading (see the module's rules)."""
     if not names:
-        raise Refused("is a folder: list it rather than download it")
+        raise Refused("is a folder: list it, or download it whole with yard cp -r")
     shown = "/".join(names)
     parent = open_dir(root, names[:-1])
     try:
@@ -255,7 +255,7 @@ def _check_kind(info: os.stat_result, shown: str) -> None:
         raise Refused(f"{shown} is a symbolic link, which is not followed: download what it points to by its own "
                       "path in the job's directories")
     if stat.S_ISDIR(mode):
-        raise Refused(f"{shown} is a folder: list it rather than download it")
+        raise Refused(f"{shown} is a folder: list it, or download it whole with yard cp -r")
     if not stat.S_ISREG(mode):
         raise Refused(f"{shown} is not a regular file (a FIFO, socket or device), which is not read")
     if info.st_nlink > 1:

@@ -118,7 +118,9 @@ def _dependency_flags(p: argparse.ArgumentParser) -> None:
     for flag, condition, words in (("--after-ok", "afterok", "has succeeded"),
                                    ("--after-any", "afterany", "has ended, however it ended"),
                                    ("--after-notok", "afternotok", "has failed or was stopped")):
-        p.add_argument(flag, action="append", default=[], metavar="ID[,ID]", dest=condition,
+        # --after-not-ok too: spelled as its siblings are (a trial typed it and was refused).
+        aliases = ("--after-not-ok",) if flag == "--after-notok" else ()
+        p.add_argument(flag, *aliases, action="append", default=[], metavar="ID[,ID]", dest=condition,
                        help=f"start only once job ID {words} (repeat, or separate ids with commas)")
     p.add_argument("--dependency", metavar="SPEC",
                    help="Slurm's form of the same: afterok:12:13,afterany:14,afternotok:15")

@@ -109,7 +109,10 @@ def sweep_text(sweep: SweepDetail) -> str:
 def cmd_sweep(client: Client, args: argparse.Namespace) -> int:
     if args.action == "list":
         items = list(client.sweeps(user=args.user, limit=args.limit))
-        render.print_json(items) if args.json else print(sweeps_table(items))
+        if args.json:
+            render.print_json(items)
+        else:
+            print(sweeps_table(items) if items else "no sweeps")
         return 0
     if args.action == "show":
         if not args.watch:

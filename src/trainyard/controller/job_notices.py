@@ -57,7 +57,7 @@ def outgoing(row: JobNoticeRow, external_url: str) -> Outgoing:
     job, event = row.job, row.event
     link = f"{external_url}/jobs/{job.id}"
     seconds = _duration(job.started_at, job.finished_at or event.at)
-    took = "never started" if seconds is None else f"ran {format_duration(seconds)}"
+    took = "never started" if seconds is None else f"ran {format_duration(round(seconds))}"  # not "ran 0.19875s"
     state = job.state if row.kind != "preempted" else f"{job.state} (preempted)"
     subject = f"[Trainyard] job {job.id} ({job.name}) {row.kind}"
     body = (f"Job {job.id} ({job.name}) {row.kind}: {event.message}\n\n"
