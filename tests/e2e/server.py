@@ -82,6 +82,9 @@ class Server:
         env["TRAINYARD_HOME"] = str(self.home)
         if self.database_url:
             env["TRAINYARD_DATABASE_URL"] = self.database_url
+        # Retries at once: the back-off's waits (10 s, doubling) are the controller's tests'
+        # (tests/controller/test_retry_backoff.py); here they would only add to the suite's time.
+        env["TRAINYARD_JOB_RETRY_BACKOFF_SECONDS"] = "0"
         env.update(self.extra_env)
         return env
 

@@ -355,6 +355,7 @@ def build(settings: Settings) -> tuple[AppContext, Controller]:
         session_policy=policy,
         job_dir_max_bytes=None if settings.job_dir_max_mb is None else settings.job_dir_max_mb << 20,
         workdirs=workdirs, scheduler_worker=settings.scheduler_worker, reason_refresh_seconds=REASON_REFRESH_SECONDS,
+        retry_backoff_seconds=settings.job_retry_backoff_seconds,
     )
     ctx = AppContext(db=db, backend=backend, clock=clock, controller=controller, specs=controller.specs,
                      workdirs=workdirs,

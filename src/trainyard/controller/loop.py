@@ -24,6 +24,7 @@ from trainyard.controller.jobdirs import JobDirCap, JobDirSweeper, WorkdirSweepe
 from trainyard.controller.limits import end_overdue_attempts
 from trainyard.controller.monitoring import Monitoring
 from trainyard.controller.reconcile import Reconciler
+from trainyard.controller.retries import hold_back as hold_back_retries
 from trainyard.controller.schedule_worker import ScheduleRunner
 from trainyard.controller.scheduling import (
     PortPlan,
@@ -131,6 +132,7 @@ class Controller:
         workdirs: WorkdirStore | None = None,
         scheduler_worker: bool = False,
         reason_refresh_seconds: float = 0.0,
+        retry_backoff_seconds: float = 0.0,
     ) -> None:
         self.db = db
         self.config = config or SchedulerConfig()
@@ -151,6 +153,10 @@ class Controller:
         self.workdirs = workdirs
         self.watchdog = Watchdog(db, backend, clock)
         self.waiting = WaitingJobs(self.specs)
+        # A failed or lost attempt's job waits this long before its next (doubling each time,
+        # controller/retries.py): ``yard up``'s ``job_retry_backoff_seconds``; 0 (the tests'
+        # default) retries at once.
+        self.waiting.retry_backoff = retry_backoff_seconds
         # Recent usage per (VC, user) and VC's borrowed work, for fair share (fairshare.py).
         self.fair_share = FairShareUsage(self.config.fair_share_half_life)
         # When consolidation's moves were made (``Preempt.move``), for its budget per hour
@@ -335,9 +341,10 @@ class Controller:
             pending = self.waiting.load(session, now, prefetcher.data_nodes if prefetcher is not None else None,
                                         prefetcher.arriving if prefetcher is not None else None)
             gate = hold_back(session, pending, self.waiting.dependencies)
-            pending = gate.ready
+            pending, backing_off = hold_back_retries(gate.ready, self.waiting.retry_at, now)
             cannot_start = {**self.waiting.broken, **gate.never}
-            if not pending and not cannot_start and not gate.waits and not job_queries.elastic_running(session):
+            if not pending and not cannot_start and not gate.waits and not backing_off \
+                    and not job_queries.elastic_running(session):
                 return False  # nothing to start, fail, explain or grow
             pending, capped = hold_back_sweeps(session, pending)
             nodes = tuple(node_view.node_states(session, in_use=True))
@@ -365,8 +372,8 @@ class Controller:
         self._steps["s.read"] = read - began
         self._steps["s.decide"] = decided - read
         self._worker_seconds = self.scheduler.worker_seconds
-        if gate.waits or capped:
-            decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *capped))
+        if gate.waits or capped or backing_off:
+            decisions = replace(decisions, waits=(*decisions.waits, *gate.waits, *backing_off, *capped))
         if decisions.more:  # the cycle stopped at its bound of starts: the rest are tried at once
             self._again()
         if capped and decisions.starts:

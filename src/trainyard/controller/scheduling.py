@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from trainyard.core import transitions
 from trainyard.core.clock import Clock
+from trainyard.core.lifecycle import retry_backoff
 from trainyard.core.states import QUEUED_JOB_STATES, AttemptState, JobState
 from trainyard.scheduler.snapshot import Decisions, KeepWaiting, PendingJob, PendingReason, Preempt, StartJob
 from trainyard.services.requests import elastic_growth, task_requests
@@ -54,6 +55,10 @@ class WaitingJobs:
         self.refreshed: dict[int, float] = {}
         # The job files' ``dependencies`` of the waiting jobs that have any (controller/dependencies.py).
         self.dependencies: dict[int, Dependencies] = {}
+        # When each job whose last attempt failed or was lost may start its next (controller/retries.py),
+        # as the clock's timestamp; ``retry_backoff``: the first back-off (seconds; 0: none).
+        self.retry_at: dict[int, float] = {}
+        self.retry_backoff = 0.0
 
     def load(self, session: Session, now: float, data_nodes: Mapping[int, frozenset[str]] | None = None,
              arriving: Callable[[Session, str, JobSpec], frozenset[str]] | None = None) -> tuple[PendingJob, ...]:
@@ -69,8 +74,12 @@ class WaitingJobs:
         self.written = {k: v for k, v in self.written.items() if k in alive}
         self.refreshed = {k: v for k, v in self.refreshed.items() if k in alive}
         self.dependencies = {k: v for k, v in self.dependencies.items() if k in alive}
+        self.retry_at = {k: v for k, v in self.retry_at.items() if k in alive and v > now}
         missing = [job_id for job_id in current if job_id not in self._known]
         lost_on = job_queries.lost_on_nodes(session, missing)
+        if self.retry_backoff > 0:
+            for job_id, (ended, failures) in job_queries.last_failures(session, missing).items():
+                self.retry_at[job_id] = ended.timestamp() + retry_backoff(self.retry_backoff, failures)
         for job_id, version, spec_data, submitted_at, vc, user, attempt, attained in job_queries.waiting_job_facts(
             session, missing
         ):

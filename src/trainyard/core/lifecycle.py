@@ -34,6 +34,16 @@ from trainyard.core.states import AttemptState, TaskState
 
 # Retries for platform faults (lost attempts) a job gets on top of its jobRetryCount.
 MAX_PLATFORM_RETRIES = 3
+# A retry waits (Kubernetes' crash-loop and image-pull back-off): the first the admin's
+# ``job_retry_backoff_seconds``, each next one twice the last, at most this long.
+MAX_RETRY_BACKOFF_SECONDS = 300.0
+
+
+def retry_backoff(first: float, failures: int) -> float:
+    """How long a job waits before its next attempt, after ``failures`` failed or lost ones."""
+    if first <= 0 or failures <= 0:
+        return 0.0
+    return min(first * 2.0 ** min(failures - 1, 30), MAX_RETRY_BACKOFF_SECONDS)
 
 
 @dataclass(frozen=True)

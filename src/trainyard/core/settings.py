@@ -223,6 +223,13 @@ class Settings(BaseSettings):
     schedule_interval_seconds: float = Field(
         default=0.5, gt=0, description="Longest pause between two controller cycles"
     )
+    job_retry_backoff_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        le=3600,
+        description="A job whose attempt failed or was lost waits this long before its next (its reason RETRY), "
+        "twice as long after each further one, at most 5 minutes (Kubernetes' crash-loop back-off); 0: at once",
+    )
     scheduler_worker: bool = Field(
         default=True,
         description="Compute each scheduling cycle in a worker process of its own, off the interpreter the "

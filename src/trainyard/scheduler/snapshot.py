@@ -302,6 +302,9 @@ class PendingReason(StrEnum):
     # Waits for other jobs (the job file's ``dependencies``): the controller's, not the
     # scheduler's, which never sees such a job until they are met (controller/dependencies.py).
     DEPENDENCY = "DEPENDENCY"
+    # The controller's: its last attempt failed or was lost, and it retries after a back-off
+    # (``controller/retries.py``), doubling with each such attempt.
+    RETRY = "RETRY"
     # A member of a sweep already running as many jobs as its ``parallel`` allows (the
     # controller's, not the scheduler's: such jobs are left out of its input).
     SWEEP_LIMIT = "SWEEP_LIMIT"

@@ -227,6 +227,26 @@ def lost_on_nodes(session: Session, job_ids: Sequence[int]) -> dict[int, frozens
     return {job_id: frozenset(nodes) for job_id, nodes in found.items()}
 
 
+def last_failures(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[datetime, int]]:
+    """For the jobs whose latest attempt FAILED or was LOST: when it ended, and how many of the
+    job's attempts did (a retry's back-off grows with them)."""
+    found: dict[int, tuple[datetime, int]] = {}
+    ended = (AttemptState.FAILED, AttemptState.LOST)
+    for chunk in chunks(job_ids):
+        latest = (select(AttemptRow.job_id, func.max(AttemptRow.number).label("number"))
+                  .where(AttemptRow.job_id.in_(chunk)).group_by(AttemptRow.job_id).subquery())
+        failures = (select(AttemptRow.job_id, func.count().label("failures"))
+                    .where(AttemptRow.job_id.in_(chunk), AttemptRow.state.in_(ended))
+                    .group_by(AttemptRow.job_id).subquery())
+        query = (select(AttemptRow.job_id, AttemptRow.finished_at, failures.c.failures)
+                 .join(latest, and_(AttemptRow.job_id == latest.c.job_id, AttemptRow.number == latest.c.number))
+                 .join(failures, AttemptRow.job_id == failures.c.job_id)
+                 .where(AttemptRow.state.in_(ended), AttemptRow.finished_at.is_not(None)))
+        for job_id, finished_at, count in session.execute(query):
+            found[job_id] = (finished_at, int(count))
+    return found
+
+
 def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> None:
     """One bulk UPDATE of pending reasons (``job``, ``reason``, ``message``, ``short``,
     ``position``, ``eta_at`` per change), only for jobs that still wait: a job placed or stopped meanwhile
