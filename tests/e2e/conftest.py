@@ -12,6 +12,18 @@ from e2e.shared import FAILED, SharedServers, shared_server
 
 @pytest.fixture(scope="module")
 def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServers]:
+    """The module's shared servers (tests/e2e/shared.py), stopped when the module ends."""
+    servers = SharedServers(tmp_path_factory)
+    try:
+        yield servers
+    finally:
+        servers.close()
+
+
+@pytest.fixture(scope="session")
+def worker_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServers]:
+    """The servers the modules marked ``idle_cluster`` share (tests/e2e/shared.py), stopped
+    when the worker's session ends."""
     servers = SharedServers(tmp_path_factory)
     try:
         yield servers
@@ -36,10 +48,11 @@ def server(request: pytest.FixtureRequest, database_url: str, tmp_path_factory) 
     By default the test's own, on each database of ``database_url``. In a module marked
     ``shares_server`` (or a test so marked), a test on SQLite gets instead the module's one
     server of its group (``shares_server("name")``: another than the unnamed one's), handed
-    back idle after it (tests/e2e/shared.py). A test there that needs a server of its own
-    (it restarts or stops it, counts every job or a counter since the start, ...) is marked
-    ``own_server``."""
-    share = request.node.get_closest_marker("shares_server")
+    back idle after it (tests/e2e/shared.py); in a module marked ``idle_cluster``, the
+    worker's one, which every such module shares. A test there that needs a server of its
+    own (it restarts or stops it, counts every job or a counter since the start, ...) is
+    marked ``own_server``."""
+    share = request.node.get_closest_marker("shares_server") or request.node.get_closest_marker("idle_cluster")
     if share is None or request.node.get_closest_marker("own_server") is not None or not database_url.startswith(
             "sqlite"):
         url = None if database_url.startswith("sqlite") else database_url
