@@ -20,15 +20,34 @@ def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedS
         servers.close()
 
 
+# The worker's shared servers, once a test asked for them (``worker_servers``).
+WORKER_SERVERS = pytest.StashKey[SharedServers]()
+
+
 @pytest.fixture(scope="session")
-def worker_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServers]:
+def worker_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+                   ) -> Iterator[SharedServers]:
     """The servers the modules marked ``idle_cluster`` share (tests/e2e/shared.py), stopped
-    when the worker's session ends."""
-    servers = SharedServers(tmp_path_factory)
+    when the worker's session ends, or under xdist once its last such test is done."""
+    servers = request.config.stash[WORKER_SERVERS] = SharedServers(tmp_path_factory)
     try:
         yield servers
     finally:
         servers.close()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
+    """Under xdist, one worker runs the ``idle_cluster`` modules one after another (their
+    xdist group, tests/conftest.py): after the last of them, it stops their shared servers
+    rather than leave them idling through the rest of its run (~0.8 s of CPU a minute each).
+    In one process (-n 0) those modules come between others, and the servers last the run."""
+    result = yield
+    servers = item.config.stash.get(WORKER_SERVERS, None)
+    if servers is not None and hasattr(item.config, "workerinput") and (
+            nextitem is None or nextitem.get_closest_marker("idle_cluster") is None):
+        servers.close()
+    return result
 
 
 @pytest.hookimpl(wrapper=True)
