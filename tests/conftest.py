@@ -88,12 +88,25 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the marks into the test ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``-n``, ``--dist loadgroup``): a file's tests run in one worker, so
-    that a module's server starts once, and every Slurm test runs in one worker, the one
-    cluster's (they drain its nodes and fill its GPUs)."""
+    that a module's server starts once; every end-to-end module marked ``idle_cluster`` runs
+    in one worker, so that they share one server; and every Slurm test runs in one worker,
+    the one cluster's (they drain its nodes and fill its GPUs)."""
     for item in items:
         parts = Path(str(item.path)).relative_to(TESTS).parts
         # A test file's name is unique in tests/; xdist appends the group to the test's id.
-        item.add_marker(pytest.mark.xdist_group("slurm" if parts[:2] == ("backends", "slurm") else item.path.stem))
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item, parts)))
+
+
+def _xdist_group(item: pytest.Item, parts: tuple[str, ...]) -> str:
+    """The test's xdist group: "slurm" for the Slurm tests, "e2e-idle" for the end-to-end
+    modules marked ``idle_cluster`` (one worker runs them all, on the one server they share:
+    tests/e2e/shared.py), else its file's."""
+    if parts[:2] == ("backends", "slurm"):
+        return "slurm"
+    module = item.getparent(pytest.Module)
+    if parts[0] == "e2e" and module is not None and module.get_closest_marker("idle_cluster") is not None:
+        return "e2e-idle"
+    return item.path.stem
 
 
 class _Times:

@@ -12,7 +12,7 @@ from deadlines import scaled
 
 from e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -28,7 +28,7 @@ from websockets.sync.client import connect
 from e2e.server import Server, ensure_user, wait_until
 from trainyard.client import Client
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 SAYS = 'echo "user=$(id -un) pwd=$PWD gpus=$CUDA_VISIBLE_DEVICES"'
 

@@ -12,7 +12,7 @@ from deadlines import scaled
 from e2e.server import Server, wait_until
 from trainyard.schemas.jobs import JobDirView
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "checkpoint-resume.yaml"
 _EMPTY = JobDirView(bytes=0, files=0, complete=True, measuredAt=datetime.now(UTC), removeAfter=None)

@@ -10,7 +10,7 @@ from deadlines import scaled
 from e2e.server import Server, wait_until
 from trainyard.client import AuthError, TrainyardError
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 HELLO = """
 name: hello
@@ -158,13 +158,13 @@ def test_a_small_job_starts_while_a_larger_one_waits(server: Server) -> None:
     assert client.wait(big.id, timeout=scaled(30)).state == "SUCCEEDED"
 
 
-@pytest.mark.shares_server("no job")  # it lists every job of a server where no test submits one
 def test_dry_run_validates_and_creates_nothing(server: Server) -> None:
+    before = server.admin().jobs().items  # a shared server's earlier jobs, all ended
     spec = "name: dry\nsecrets: {key: hunter2}\ntaskRoles:\n  m:\n    commands: ['echo <% $secrets.key %>']\n"
     out = server.yard("submit", "--dry-run", "-", input=spec)
     assert out.returncode == 0, out.stderr
     assert "hunter2" not in out.stdout and "valid" in out.stdout
-    assert server.admin().jobs().items == []
+    assert server.admin().jobs().items == before
 
 
 BAD_FILES = [
@@ -177,11 +177,11 @@ BAD_FILES = [
 
 
 @pytest.mark.parametrize(("text", "mentions"), BAD_FILES)
-@pytest.mark.shares_server("no job")  # as test_dry_run_validates_and_creates_nothing
 def test_bad_job_files_are_refused_with_a_clear_422_and_nothing_is_stored(
     server: Server, text: str, mentions: str
 ) -> None:
     client = server.admin()
+    before = client.jobs().items  # a shared server's earlier jobs, all ended
     with pytest.raises(TrainyardError) as caught:
         client.submit(text)
     assert caught.value.status == 422
@@ -189,32 +189,33 @@ def test_bad_job_files_are_refused_with_a_clear_422_and_nothing_is_stored(
     out = server.yard("submit", "-", input=text)
     assert out.returncode == 1
     assert out.stderr.startswith("yard: ") and "Traceback" not in out.stderr
-    assert client.jobs().items == []
+    assert client.jobs().items == before
 
 
 def test_tokens_are_required_and_users_see_only_their_own_jobs(server: Server) -> None:
     admin = server.admin()
-    admin.create_user("alice")
-    admin.create_user("bob")
-    alice_token = json.loads(server.yard("token", "create", "--user", "alice", "--json").stdout)["token"]
-    bob_token = admin.create_token(user="bob").token
+    # Users no other test makes: on the shared server, alice and bob have jobs of tests before.
+    admin.create_user("dora")
+    admin.create_user("eve")
+    dora_token = json.loads(server.yard("token", "create", "--user", "dora", "--json").stdout)["token"]
+    eve_token = admin.create_token(user="eve").token
 
     from trainyard.client import Client
 
-    alice, bob = Client(server.url, alice_token), Client(server.url, bob_token)
-    job_id = alice.submit("name: mine\ntaskRoles:\n  m:\n    commands: ['sleep 300']\n").id
-    assert alice.job(job_id).user == "alice"
-    for call in (lambda: bob.job(job_id), lambda: bob.stop(job_id), lambda: bob.logs(job_id)):
+    dora, eve = Client(server.url, dora_token), Client(server.url, eve_token)
+    job_id = dora.submit("name: mine\ntaskRoles:\n  m:\n    commands: ['sleep 300']\n").id
+    assert dora.job(job_id).user == "dora"
+    for call in (lambda: eve.job(job_id), lambda: eve.stop(job_id), lambda: eve.logs(job_id)):
         with pytest.raises(TrainyardError) as caught:
             call()
         assert caught.value.status == 404
-    assert bob.jobs().items == []
-    assert [j.id for j in admin.jobs(user="alice").items] == [job_id]
+    assert eve.jobs().items == []
+    assert [j.id for j in admin.jobs(user="dora").items] == [job_id]
     with pytest.raises(AuthError) as caught:
-        bob.create_user("mallory")
+        eve.create_user("mallory")
     assert caught.value.status == 403
     with pytest.raises(AuthError):
-        bob.create_token(user="alice")
+        eve.create_token(user="dora")
     assert admin.stop(job_id).state in ("STOPPING", "STOPPED")
 
     assert server.yard("jobs", token="ty_not-a-token").returncode == 4

@@ -14,7 +14,7 @@ from trainyard.backends import cgroups
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.shares_server,  # one `yard up` for the file (conftest.py)
+    pytest.mark.idle_cluster,  # the worker's shared `yard up` (conftest.py)
     pytest.mark.skipif(isinstance(cgroups.detect(), str), reason="no usable cgroups on this machine"),
 ]
 

@@ -19,7 +19,7 @@ from e2e.server import Server, wait_until
 from trainyard.cli.exits import EXIT_UNREACHABLE
 from trainyard.schemas.jobs import LOG_PAGE_BYTES
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 LINES = 500_000  # `seq` writes 3.2 MiB: three pages and more
 

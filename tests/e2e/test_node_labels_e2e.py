@@ -11,7 +11,7 @@ import pytest
 from e2e.server import Server, wait_until
 from trainyard.client import TrainyardError
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 JOB = """\
 name: needs-ib

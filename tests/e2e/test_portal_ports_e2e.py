@@ -15,7 +15,7 @@ from e2e.browser import SCREENSHOTS, sign_in_with_token
 from e2e.server import Server
 from e2e.webjob import WebJob, served
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from e2e.browser import SCREENSHOTS, admin_token, sign_in_with_token
 from e2e.server import Server
 from trainyard.client import Client
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 XSS = '<script>alert(1)</script>"><img src=x onerror=alert(2)>'
 BUILD_SECONDS = 240  # a venv on a busy two-core machine; nothing to download
@@ -29,8 +29,7 @@ def test_the_environments_storages_and_images_pages(server: Server, browser_page
     page.on("dialog", lambda dialog: (alerts.append(dialog.message) if dialog.type == "alert" else None,
                                       dialog.accept()))
     admin = server.admin()
-    admin.create_user("bob")
-    bob_token = admin.create_token(user="bob").token
+    bob_token = server.add_users("bob")["bob"]  # on the shared server a test before may have made bob
 
     sign_in_with_token(page, server, admin_token(server), "/storages")
     form = page.locator('form[action="/storages"]')

@@ -13,7 +13,7 @@ from deadlines import scaled, scaled_ms
 from e2e.browser import SCREENSHOTS, admin_token, sign_in_with_token
 from e2e.server import wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 SECRET = "s3cr3t-4711"
 PAYLOADS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>')

@@ -13,7 +13,7 @@ import pytest
 from e2e.browser import admin_token, sign_in_with_token
 from e2e.server import Server
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 SCRIPT = "<script>alert(1)</script>"
 

@@ -11,7 +11,7 @@ from e2e.browser import SCREENSHOTS, admin_token, sign_in_with_token
 from e2e.server import Server
 from e2e.test_exec_e2e import PROCESS_JOB, Running
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 SCREEN = "document.querySelector('#terminal .xterm-rows').innerText"
 

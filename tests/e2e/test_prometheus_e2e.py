@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.server import Server, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 REQUIRE_PROMETHEUS = os.environ.get("TRAINYARD_REQUIRE_PROMETHEUS") == "1"
 

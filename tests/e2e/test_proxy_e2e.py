@@ -24,7 +24,7 @@ from e2e.webjob import WebJob, served
 from trainyard.client import Client
 from trainyard.services.task_access import GRANT_SECONDS
 
-pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 
 @pytest.fixture

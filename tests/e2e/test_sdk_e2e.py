@@ -15,7 +15,7 @@ from deadlines import scaled
 from e2e.server import Server
 from trainyard.cli.exits import EXIT_UNREACHABLE
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET_JOB = """
@@ -38,6 +38,7 @@ def yard_process(server: Server, *args: str) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.own_server  # it stops the server
 def test_yard_wait_rides_out_a_server_restart_and_gives_up_after_retry_for(server: Server) -> None:
     job = server.admin().submit(SECRET_JOB)
     server.stop()
@@ -78,6 +79,7 @@ def sdk_page_example() -> str:
 def test_the_sdk_pages_example_runs_as_written(server: Server) -> None:
     """In the repository (its examples/), as the user `yard up` configured: `Client()` with
     no arguments finds the server and token in $TRAINYARD_HOME/client.json."""
+    before = {j.id for j in server.admin().jobs().items}  # a shared server's earlier jobs
     ran = subprocess.run(
         [sys.executable, "-c", sdk_page_example()],
         cwd=REPO,
@@ -88,4 +90,5 @@ def test_the_sdk_pages_example_runs_as_written(server: Server) -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("SUCCEEDED ") and "Hello from Trainyard job" in ran.stdout
-    assert [j.name for j in server.admin().jobs().items] == ["hello-again", "hello-world", "hello-world"]
+    made = [j.name for j in server.admin().jobs().items if j.id not in before]
+    assert made == ["hello-again", "hello-world", "hello-world"]

@@ -20,7 +20,7 @@ from deadlines import scaled
 from e2e.server import Server, wait_until
 from trainyard.cli.top import CLEAR_BELOW, ENTER_SCREEN, HOME, LEAVE_SCREEN
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 READ_TIMEOUT = scaled(30)
 AS_FROM_A_SHELL = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
