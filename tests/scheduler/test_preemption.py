@@ -22,6 +22,18 @@ OPPO, LOW, NORMAL, PROD = 3, 2, 1, 0
 ALICE, BOB = VirtualCluster("alice", {"A100": 4}), VirtualCluster("bob", {"A100": 4})
 
 
+def test_a_cpu_only_job_that_reclaims_says_it_needs_cpu_and_memory_not_gpus() -> None:
+    """A trial read "needs its guaranteed GPUs back" of a job that asks for no GPU: it
+    reclaims the node's CPU and memory that opportunistic work holds."""
+    world = World((node("gpu-box", cpu=4000),), vcs=(ALICE, BOB))
+    world.submit(job(2, 8000, rank=OPPO, vc="bob", at=0.0, cpu=4000), duration=10_000)
+    world.cycle()
+    world.advance(5)
+    world.submit(job(1, 0, rank=NORMAL, vc="alice", at=5.0, cpu=2000), duration=100)
+    [preempt] = world.cycle().preemptions
+    assert preempt.reason == "reclaimed: VC alice needs the CPU and memory it holds for job 1"
+
+
 def test_a_guaranteed_job_reclaims_its_vcs_share_from_opportunistic_work_end_to_end() -> None:
     """The issue's live scenario: bob's opportunistic 8-GPU job yields to alice's 4 GPUs."""
     world = World((node("gpu-box"),), vcs=(ALICE, BOB))

@@ -682,6 +682,15 @@ def _frees_room(
     return False
 
 
+def _wanted(job: PendingJob) -> str:
+    """What a reclaim's message says the job needs back: its VC's GPUs, or, for a job that asks
+    for none, the CPU and memory the victim holds on its node (a trial read "needs its
+    guaranteed GPUs back" of a CPU-only job)."""
+    if any(t.gpu_milli > 0 for t in job.tasks):
+        return "its guaranteed GPUs back"
+    return "the CPU and memory it holds"
+
+
 def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
     ledger = cycle.ledger
     owner = job_owner(job)
@@ -698,7 +707,7 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
         elif victim.priority_rank >= OPPORTUNISTIC_RANK and job.borrowing:
             why = f"reclaimed: job {job.job_id} of VC {owner.vc} ({Priority.of_rank(owner.rank)}) borrows these GPUs"
         elif victim.priority_rank >= OPPORTUNISTIC_RANK:
-            why = f"reclaimed: VC {owner.vc} needs its guaranteed GPUs back for job {job.job_id}"
+            why = f"reclaimed: VC {owner.vc} needs {_wanted(job)} for job {job.job_id}"
         elif victim.borrowed and job.borrowing:
             shares = borrow_shares(cycle)
             why = (
@@ -708,7 +717,7 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
             )
         elif victim.borrowed:
             why = (
-                f"reclaimed: it runs on borrowed GPUs, and VC {owner.vc} needs its guaranteed GPUs back "
+                f"reclaimed: it runs on borrowed GPUs, and VC {owner.vc} needs {_wanted(job)} "
                 f"for job {job.job_id}"
             )
         elif takes_turn_from(cycle, job, victim):
@@ -719,8 +728,8 @@ def _record(cycle: Cycle, job: PendingJob, victims: list[RunningJob]) -> None:
             )
         elif victim.vc != owner.vc:
             why = (
-                f"reclaimed: VC {victim.vc} holds more than its quota, and VC {owner.vc} needs its "
-                f"guaranteed GPUs back for job {job.job_id}"
+                f"reclaimed: VC {victim.vc} holds more than its quota, and VC {owner.vc} needs "
+                f"{_wanted(job)} for job {job.job_id}"
             )
         else:
             why = (
