@@ -53,6 +53,7 @@ from trainyard.core.logreads import (
     LOG_ATTEMPT_HEADER,
     LOG_MAX_PAGE_BYTES,
     LOG_OFFSET_HEADER,
+    LOG_RUN_HEADER,
     LOG_SIZE_HEADER,
     LOG_TASK_HEADER,
 )
@@ -93,6 +94,7 @@ class LogRead(NamedTuple):  # not a dataclass: `yard` does not import dataclasse
     size: int  # the log's size when read
     task: str | None  # ROLE/INDEX of the task shown; None before the task ran
     attempt: int | None = None  # the attempt shown; None before the task ran
+    run: int | None = None  # the task's run shown in that attempt (0 first); None before the task ran
 
     @property
     def end(self) -> int:  # where the next page starts
@@ -357,45 +359,54 @@ class Client(SweepCalls, FileCalls, NoticeCalls, SessionCalls, DatasetCalls):
                                                      params=params).content)
 
     def read_log(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
-                 offset: int | None = None, tail: int | None = None, limit: int | None = None) -> LogRead:
-        """One page of a task's log (default: the first task of the latest attempt; at most
-        ``limit`` bytes, the server's page size if not given), with which task it is; a log
-        of any size: `iter_logs` or `logs`."""
-        params = given(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit)
+                 offset: int | None = None, tail: int | None = None, limit: int | None = None,
+                 run: int | None = None, previous: bool = False) -> LogRead:
+        """One page of a task's log (default: the first task of the latest attempt, its latest
+        run; ``run`` N or ``previous``: an earlier run of it in the attempt, as ``kubectl logs
+        --previous``; at most ``limit`` bytes, the server's page size if not given), with which
+        task, attempt and run it is; a log of any size: `iter_logs` or `logs`."""
+        params = given(task=task, attempt=attempt, offset=offset, tail=tail, limit=limit, run=run,
+                       previous="true" if previous else None)
         response = self._request("GET", f"/jobs/{_job_id(job_id)}/logs", params=params)
-        shown = response.headers.get(LOG_ATTEMPT_HEADER)
+        shown, ran = response.headers.get(LOG_ATTEMPT_HEADER), response.headers.get(LOG_RUN_HEADER)
         return LogRead(
             data=response.content,
             offset=int(response.headers.get(LOG_OFFSET_HEADER, 0)),
             size=int(response.headers.get(LOG_SIZE_HEADER, len(response.content))),
             task=response.headers.get(LOG_TASK_HEADER),
             attempt=None if shown is None else int(shown),
+            run=None if ran is None else int(ran),
         )
 
     def iter_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
                   offset: int | None = None, tail: int | None = None,
-                  limit_bytes: int | None = None) -> Iterator[LogRead]:
+                  limit_bytes: int | None = None, run: int | None = None, previous: bool = False) -> Iterator[LogRead]:
         """A task's whole log as it is now, page after page (each whole lines but for a line
         longer than a page), without holding it all: from ``offset``, or from where the last
         ``tail`` lines begin; at most ``limit_bytes`` bytes in all if given (the last page
-        read then ends before ``size`` when the log was cut). The pages' bytes, joined, are the log."""
-        page = self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit=_page(limit_bytes))
+        read then ends before ``size`` when the log was cut): joined, the log. ``run``, ``previous``: `read_log`'s."""
+        page = self.read_log(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit=_page(limit_bytes),
+                             run=run, previous=previous)
         yield page
         end = page.size  # what is there now; a running task's log grows on, `follow_logs` follows it
         left = None if limit_bytes is None else limit_bytes - len(page.data)
-        # The first page says which attempt it showed: the next pages keep to it, even if a new one begins.
+        # The first page says which attempt (and run) it showed: the next pages keep to it, even if a new one begins.
         pinned = page.attempt if page.attempt is not None else attempt
+        pinned_run = page.run if (run is not None or previous) else None
         while page.data and page.end < end and (left is None or left > 0):
-            page = self.read_log(job_id, task=page.task or task, attempt=pinned, offset=page.end, limit=_page(left))
+            page = self.read_log(job_id, task=page.task or task, attempt=pinned, offset=page.end, limit=_page(left),
+                                 run=pinned_run)
             yield page
             if left is not None:
                 left -= len(page.data)
 
     def logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,
-             offset: int | None = None, tail: int | None = None, limit_bytes: int | None = None) -> bytes:
-        """A task's whole log (or its last ``tail`` lines, or at most ``limit_bytes``), all
-        pages joined; for a huge log, `iter_logs` holds one page at a time."""
-        pages = self.iter_logs(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit_bytes=limit_bytes)
+             offset: int | None = None, tail: int | None = None, limit_bytes: int | None = None,
+             run: int | None = None, previous: bool = False) -> bytes:
+        """A task's whole log (or its last ``tail`` lines, or at most ``limit_bytes``), all pages
+        joined (`iter_logs` holds one at a time); ``run`` and ``previous`` as `read_log`'s."""
+        pages = self.iter_logs(job_id, task=task, attempt=attempt, offset=offset, tail=tail, limit_bytes=limit_bytes,
+                               run=run, previous=previous)
         return b"".join(page.data for page in pages)
 
     def follow_logs(self, job_id: int, *, task: str | None = None, attempt: int | None = None,

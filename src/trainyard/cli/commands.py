@@ -290,6 +290,11 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
     if args.follow and args.limit_bytes is not None:
         _fail("--limit-bytes caps a printed log; it does not go with --follow (use --tail N to start near the end)")
         return EXIT_USAGE
+    earlier = args.run is not None or args.previous
+    if earlier and (args.follow or args.all_tasks):
+        _fail(f"{'--run' if args.run is not None else '--previous'} reads an earlier run of one task, which has "
+              "ended: not with " + ("--follow" if args.follow else "--all"))
+        return EXIT_USAGE
     if args.all_tasks:
         return _all_logs(client, args, out)
     if args.follow:
@@ -303,7 +308,7 @@ def cmd_logs(client: Client, args: argparse.Namespace) -> int:
         return 0
     # Page by page, each written as it comes: a log of any size, never all of it in memory.
     pages = client.iter_logs(args.id, task=args.task, attempt=args.attempt, tail=args.tail,
-                             limit_bytes=args.limit_bytes)
+                             limit_bytes=args.limit_bytes, run=args.run, previous=args.previous)
     first = last = next(pages)
     out.write(first.data)
     for last in pages:
@@ -364,6 +369,9 @@ def _note_on_logs(client: Client, args: argparse.Namespace, log: LogRead) -> Non
     from trainyard.client_models import Model
 
     answer = client._job_answer(args.id)
+    if log.run and args.run is None and not args.previous:  # re-run in place, restarted by a resize
+        _fail(f"showed run {log.run} of task {log.task} in attempt {log.attempt}; its earlier runs: --previous, "
+              f"--run {'0' if log.run == 1 else f'0..{log.run - 1}'}")
     if log.task is not None:  # the server names the task it showed once the task was placed
         if args.task is None:  # it chose the task (log.task), and the others are these
             try:  # read from the JSON as it came (cli/plain.py: no pydantic to import)

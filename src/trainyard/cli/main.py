@@ -411,6 +411,12 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="every task's log, each line prefixed [ROLE/INDEX]: task after task, or with -f "
                             "as lines are written until every task ends")
     p.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    runs = p.add_mutually_exclusive_group()
+    runs.add_argument("--run", type=_non_negative, metavar="N",
+                      help="the task's run N in the attempt (0 first): a task re-run in place after a failure "
+                           "(taskRetryCount) or restarted by an elastic resize has a log per run; default: the latest")
+    runs.add_argument("-p", "--previous", action="store_true",
+                      help="the task's run before its latest (as kubectl logs --previous)")
     p.add_argument("--tail", type=int, metavar="N", help="only the last N lines (with --all: of each task)")
     p.add_argument("--limit-bytes", type=_non_negative, metavar="N",
                    help="print at most N bytes (and say on stderr what was left out); default: the whole log")

@@ -14,6 +14,7 @@ from trainyard.core.logreads import LOG_ATTEMPT_HEADER as LOG_ATTEMPT_HEADER
 from trainyard.core.logreads import LOG_MAX_PAGE_BYTES as LOG_MAX_PAGE_BYTES
 from trainyard.core.logreads import LOG_OFFSET_HEADER as LOG_OFFSET_HEADER
 from trainyard.core.logreads import LOG_PAGE_BYTES as LOG_PAGE_BYTES
+from trainyard.core.logreads import LOG_RUN_HEADER as LOG_RUN_HEADER
 from trainyard.core.logreads import LOG_SIZE_HEADER as LOG_SIZE_HEADER
 from trainyard.core.logreads import LOG_TASK_HEADER as LOG_TASK_HEADER
 from trainyard.core.states import AttemptState, JobState, TaskState

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 from anyio.to_thread import run_sync
@@ -57,8 +57,9 @@ class TaskLogs:
     backend: Backend
     closing: threading.Event = field(default_factory=threading.Event)
 
-    def find(self, user: UserRow, job_id: int, task: str | None, attempt: int | None) -> LogTarget:
-        return find_log_target(self.db, self.specs, user, job_id, task, attempt)
+    def find(self, user: UserRow, job_id: int, task: str | None, attempt: int | None,
+             run: int | None = None) -> LogTarget:
+        return find_log_target(self.db, self.specs, user, job_id, task, attempt, run)
 
     def refresh(self, target: LogTarget) -> LogTarget:
         """The same task looked up again: placed since, re-run in place, or ended."""
@@ -89,11 +90,31 @@ def task_named(spec: JobSpec, job_id: int, task: str) -> tuple[str, int]:
 
 
 def find_log_target(
-    db: Database, specs: StoredSpecs, user: UserRow, job_id: int, task: str | None, attempt: int | None
+    db: Database, specs: StoredSpecs, user: UserRow, job_id: int, task: str | None, attempt: int | None,
+    run: int | None = None,
 ) -> LogTarget:
     """The task ``task`` (``ROLE/INDEX``; default: the first role's first instance) of the
-    job's attempt ``attempt`` (default: the latest), as ``user`` may see it."""
-    return find_log_targets(db, specs, user, job_id, [task], attempt)[0]
+    job's attempt ``attempt`` (default: the latest), as ``user`` may see it; ``run``: which of
+    its runs in that attempt (``taskRetryCount`` re-runs a failed task in place, an elastic
+    resize restarts it; default: the latest, ``PREVIOUS`` the one before it)."""
+    target = find_log_targets(db, specs, user, job_id, [task], attempt)[0]
+    if run is None or target.key is None:
+        if run is not None:
+            raise NotFound(f"task {target.label} of job {job_id} has not run in this attempt yet")
+        return target
+    latest = target.key.run
+    wanted = latest - 1 if run == PREVIOUS else run
+    if not 0 <= wanted <= latest:
+        runs = "once" if latest == 0 else f"{latest + 1} times (runs 0 to {latest})"
+        raise NotFound(f"task {target.label} of job {job_id} has run {runs} in attempt {target.key.attempt}"
+                       + ("; there is no run before it" if run == PREVIOUS else ""))
+    if wanted == latest:
+        return target
+    return replace(target, key=replace(target.key, run=wanted), ended=True)  # an earlier run has ended
+
+
+# ``find_log_target``'s ``run`` for the run before the latest (``kubectl logs --previous``).
+PREVIOUS = -1
 
 
 def find_log_targets(

@@ -16,6 +16,7 @@ from trainyard.schemas.jobs import (
     LOG_MAX_PAGE_BYTES,
     LOG_OFFSET_HEADER,
     LOG_PAGE_BYTES,
+    LOG_RUN_HEADER,
     LOG_SIZE_HEADER,
     LOG_TASK_HEADER,
     DryRunResult,
@@ -219,11 +220,15 @@ LOG_RESPONSE = {
                           "schema": {"type": "string"}},
         LOG_ATTEMPT_HEADER: {"description": "The attempt shown (absent before the task ran): pass it as "
                                             "`attempt` for the next pages", "schema": {"type": "integer"}},
+        LOG_RUN_HEADER: {"description": "The task's run shown in that attempt (0 first): pass it as `run` for "
+                                        "the next pages of an earlier run", "schema": {"type": "integer"}},
     },
 }
 ALL_HELP = ("Every task's log in one stream, each line prefixed `[ROLE/INDEX] ` (whole lines only): task "
             "after task as the logs are now, or with follow=true as lines are written until every task ends; "
             "`tail` then counts per task, and `task`, `offset` and `limit` do not apply")
+RUN_HELP = ("Which run of the task in the attempt (0 first): a task re-run in place after a failure "
+            "(taskRetryCount) or restarted by an elastic resize has one log per run; default: the latest")
 PAGE_LIMIT_HELP = (f"Most bytes in this page (default {LOG_PAGE_BYTES}); a page ends at a line's end "
                    "unless it reaches the end of the log")
 
@@ -242,14 +247,24 @@ async def job_logs(
         LOG_PAGE_BYTES),
     follow: bool = False,
     all_tasks: Annotated[bool, Query(alias="all", description=ALL_HELP)] = False,
+    run: Annotated[int | None, Query(ge=0, le=MAX_ID, description=RUN_HELP)] = None,
+    previous: Annotated[bool, Query(description="The task's run before its latest in the attempt "
+                                                "(`kubectl logs --previous`)")] = False,
 ) -> Response:
     """A page of a task's combined stdout and stderr; ``follow=true`` streams until the task ends.
-    With ``all=true``, every task's log, each line prefixed ``[ROLE/INDEX] ``."""
+    With ``all=true``, every task's log, each line prefixed ``[ROLE/INDEX] ``; with ``run`` or
+    ``previous``, an earlier run's (a task re-run in place after a failure, or restarted by a resize)."""
     logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
+    asked_run = log_service.PREVIOUS if previous else run
+    if asked_run is not None and (follow or all_tasks or (previous and run is not None)):
+        field = "run" if run is not None and not previous else "previous"
+        why = ("`run` or `previous`, not both" if previous and run is not None
+               else "an earlier run has ended: read it without follow" if follow else "one task's runs: not with all")
+        raise Invalid(why, details=[{"path": field, "message": why}])
     if all_tasks:
         return await _all_logs(request, job_id, user, ctx, logs, attempt=attempt, tail=tail, follow=follow,
                                task=task, offset=offset)
-    target = await run_in_threadpool(logs.find, user, job_id, task, attempt)
+    target = await run_in_threadpool(logs.find, user, job_id, task, attempt, asked_run)
     # A followed log ends when the token that asked for it is revoked (web/revocation.py).
     credential = credential_key(request.headers, {})
     if target.key is None:
@@ -266,7 +281,7 @@ async def job_logs(
         chunk.data,
         media_type="text/plain",
         headers={LOG_OFFSET_HEADER: str(chunk.offset), LOG_SIZE_HEADER: str(chunk.size), LOG_TASK_HEADER: target.label,
-                 LOG_ATTEMPT_HEADER: str(target.key.attempt)},
+                 LOG_ATTEMPT_HEADER: str(target.key.attempt), LOG_RUN_HEADER: str(target.key.run)},
     )
 
 
