@@ -53,3 +53,12 @@ def test_a_request_httpx_makes_is_not_logged_and_a_traceback_is_redacted_too(ser
     assert "SECRET" not in written and "forwarding /sessions/3/lab?…" in written
     assert "GET http://127.0.0.1:9/lab?… failed" in written  # the traceback's last line
     assert isinstance(logging.getLogger().handlers[0].formatter, RedactingFormatter)
+
+
+def test_a_jobs_string_in_a_log_line_reaches_the_admins_terminal_escaped(server_logging: io.StringIO) -> None:
+    """The attack round: a job's secret named "\\x1b]0;PWNED\\x07" was logged raw by both
+    backends ("no file for secret(s) …") to a foreground `yard up`'s terminal."""
+    logging.getLogger("trainyard").warning("no file for secret(s) %s", "\x1b]0;PWNED\x07\u202e")
+    written = server_logging.getvalue()
+    assert "\x1b" not in written and "\x07" not in written and "\u202e" not in written
+    assert "no file for secret(s) \\x1b]0;PWNED\\x07\\u202e" in written

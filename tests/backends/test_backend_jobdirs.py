@@ -55,6 +55,31 @@ def test_disk_use_counts_allocated_blocks_and_stops_at_its_cap(tmp_path: Path) -
     assert capped is not None and not capped.complete and capped.bytes <= usage.bytes
 
 
+def test_a_tree_rm_cannot_remove_is_an_oserror_so_a_sweep_goes_on(tmp_path: Path, monkeypatch) -> None:
+    """A tree deeper than Python recurses goes to coreutils' rm; when rm fails (a non-root
+    server, a folder a task locked itself out of), the error was a CalledProcessError, which
+    stopped every later sweep (the attack round). It is an OSError, as rmtree's own."""
+    import shutil
+    import subprocess
+
+    from trainyard.backends import jobdirs
+
+    job_dir = job_dir_path(tmp_path, 5)
+    job_dir.mkdir(parents=True)
+
+    def too_deep(path: object) -> None:
+        raise RecursionError
+
+    def refused(argv: list[str], **_: object) -> None:
+        raise subprocess.CalledProcessError(1, argv, stderr=b"rm: Permission denied")
+
+    monkeypatch.setattr(shutil, "rmtree", too_deep)
+    monkeypatch.setattr(jobdirs.subprocess, "run", refused)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with pytest.raises(OSError, match="Permission denied"):
+        remove(job_dir)
+
+
 def test_removal_takes_folders_a_task_locked_itself_out_of_and_never_follows_links(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()

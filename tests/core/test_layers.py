@@ -74,7 +74,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "client_models.py": ("schemas",),  # imported by name, when an answer first needs one (typing: statically)
     # `yard --help` loads neither httpx nor pydantic: core's stdlib-only vocabulary (CORE_STDLIB_ONLY).
     "cli/": ("client", "client_config", "schemas", "sim", "core.states", "core.priorities", "core.names",
-             "core.sharing", "core.labels", "core.durations", "core.jobfile"),
+             "core.sharing", "core.labels", "core.durations", "core.jobfile", "core.printable"),
     # `yard submit` finds the folder to send (lazily: not for --help); `yard jobs` reads an
     # answer its plain table does not expect with the models (cli/plain.py).
     "cli/commands.py": ("client_workdir", "client_models"),
@@ -85,7 +85,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "cli/reference.py": ("core.settings",),  # the settings reference is generated from their declarations
 }
 CORE_STDLIB_ONLY = ("core.states", "core.priorities", "core.names", "core.sharing", "core.labels", "core.durations",
-                    "core.jobfile")
+                    "core.jobfile", "core.printable")
 # Rules that point down the table, and why.
 DOWNWARD = {("spec/", "core.selectors"): "spec/ and core/ sit side by side at the bottom"}
 # api/ and portal/ must not import each other (issue 28): test_api_and_portal_do_not_import_each_other;

@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import re
 
+from trainyard.core.printable import shown
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 REDACTED = "?…"
 # Loggers that write a line per HTTP request with its full URL.
@@ -37,7 +39,7 @@ class RedactingFormatter(logging.Formatter):
     """A formatter whose every line (message, traceback, stack) has its URLs' queries redacted."""
 
     def format(self, record: logging.LogRecord) -> str:
-        return redact_queries(super().format(record))
+        return shown(redact_queries(super().format(record)))  # a job's strings reach the admin's terminal
 
 
 def configure_server_logging(level: int = logging.INFO) -> None:

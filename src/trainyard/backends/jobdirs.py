@@ -45,9 +45,15 @@ class JobDirTree:
         """The job's directory, and with it what its tasks kept for it: their working
         directories (their results, the working directory they unpacked), scripts, secrets'
         files and suspend folders (``task_work_paths``). Their logs and records stay."""
+        failed: OSError | None = None
+        for path in self.task_work_paths(job_id):  # first: a failure leaves the job dir, tried again next sweep
+            try:
+                remove_entry(path)
+            except OSError as error:
+                failed = failed or error
+        if failed is not None:
+            raise failed
         remove(self.job_dir(job_id))
-        for path in self.task_work_paths(job_id):
-            remove_entry(path)
 
     def task_work_paths(self, job_id: int) -> list[Path]:
         """What the job's tasks kept beside their records, removed with the job's directory
@@ -155,8 +161,14 @@ def _rmtree(path: Path) -> None:
     try:
         shutil.rmtree(path)
     except RecursionError:
-        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=True, capture_output=True,
-                       timeout=3600)
+        try:
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=True, capture_output=True,
+                           timeout=3600)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+            # An OSError, as rmtree's own failures: the non-root server then gives its folders
+            # their access back and tries again (``remove``), and a sweep goes on to the next job.
+            stderr = error.stderr.decode(errors="replace").strip() if isinstance(error.stderr, bytes) else ""
+            raise PermissionError(f"cannot remove {path}: {stderr or error}") from error
 
 
 def _grant_owner_access(path: Path) -> None:

@@ -13,20 +13,12 @@ text of its frames itself (``shown``) and writes its own screen sequences.
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-# C0 but tab, newline and carriage return; DEL and C1; the bidirectional embeddings,
-# overrides and isolates ("Trojan Source").
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-
-
-def shown(text: str) -> str:
-    """``text`` with its control characters escaped (``\\x1b``, ``\\u202e``)."""
-    return _CONTROL.sub(lambda match: repr(match.group())[1:-1], text)
+from trainyard.core.printable import shown
 
 
 class _Escaping:

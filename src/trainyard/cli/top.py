@@ -21,8 +21,8 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from trainyard.cli import render
-from trainyard.cli.terminal import shown
 from trainyard.client import Client
+from trainyard.core.printable import shown
 from trainyard.schemas.cluster import TopView
 
 ENTER_SCREEN = "\x1b[?1049h\x1b[?25l"  # the alternate screen, cursor hidden
@@ -37,7 +37,7 @@ def cmd_top(client: Client, args: argparse.Namespace) -> int:
         render.print_json(client.top())
         return 0
     if args.once or not sys.stdout.isatty():
-        print(top_screen(client.top()))
+        print(shown(top_screen(client.top())))  # as the live view: other users' names escaped
         return 0
     return refresh_in_place(client.top, args.interval, keyboard=sys.stdin, screen=sys.stdout)
 

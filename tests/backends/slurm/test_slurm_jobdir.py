@@ -38,6 +38,8 @@ taskRoles:
     assert usage is not None and usage.files == 2
     assert backend.job_dir_ids() == [job_id]
     works = [backend.work_dir(TaskKey(job_id, attempt, "main", index)) for attempt in (0, 1) for index in (0, 1)]
+    # Without accounts its secrets' folder is in the task's folder too (with accounts, beside it).
+    works += [w.parent / "secrets" for w in works if w.name == "work" and (w.parent / "secrets").is_dir()]
     assert all(work.is_dir() for work in works)
     backend.remove_job_dir(job_id)
     # The tasks' records (their logs) stay; their working directories go with the job's.

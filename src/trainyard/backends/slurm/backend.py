@@ -56,6 +56,7 @@ from typing import Any
 
 from trainyard.backends import jobdirs, taskuser
 from trainyard.backends.base import (
+    WORKDIR_ARCHIVE_NAME,
     DatasetFetch,
     ExecPlan,
     ImagePull,
@@ -303,12 +304,13 @@ class SlurmBackend(jobdirs.JobDirTree):
         directory is there), beside the task's records, which stay."""
         found = []
         for attempt in jobdirs.numbered(self.job_dirs_root / str(job_id)):
+            found.append(attempt / ".shm")  # the attempt's /dev/shm in the sandbox
             for entry in sorted(attempt.iterdir()):
                 if entry.name.endswith((submission.WORK_SUFFIX, submission.SECRETS_SUFFIX, submission.SCRIPT_SUFFIX,
                                         submission.SUSPEND_SUFFIX)):
                     found.append(entry)
-                elif entry.is_dir() and not entry.is_symlink():
-                    found.append(entry / "work")
+                elif entry.is_dir() and not entry.is_symlink():  # without accounts, all in the task's folder
+                    found += [entry / "work", entry / "secrets", entry / WORKDIR_ARCHIVE_NAME]
         return found
 
     def submission_dir(self, key: TaskKey) -> Path:
