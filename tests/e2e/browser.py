@@ -31,7 +31,11 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-dev-shm-usage"]
 
 
-@pytest.fixture(scope="session")
+# Per module, not per worker: Playwright's sync API keeps an asyncio loop running in the main
+# thread while it is started, and the tests a worker runs after a browser module (asyncio.run,
+# anyio.run) then fail "cannot be called from a running event loop" (CI, once the e2e modules
+# sharing a server ran in one group before the api and cli tests).
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
     try:
         from playwright.sync_api import sync_playwright
