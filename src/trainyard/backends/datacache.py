@@ -351,8 +351,8 @@ def failure(task_dir: str) -> tuple[str, bool] | None:
     """Why a task's datasets could not be made ready (``record_failure``), and whether it may
     pass; None if they could."""
     try:
-        with open(os.path.join(task_dir, FAILED), encoding="utf-8") as f:
-            why = f.read().strip()
+        with open(os.path.join(task_dir, FAILED), encoding="utf-8", errors="replace") as f:
+            why = f.read(4096).strip()  # record_failure writes at most 1000 characters
     except OSError:
         return None
     return (why, os.path.lexists(os.path.join(task_dir, TRANSIENT))) if why else None

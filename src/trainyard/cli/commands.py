@@ -156,16 +156,16 @@ def cmd_submit(client: Client, args: argparse.Namespace) -> int:
         def read(model: Any, answer: bytes) -> Any:
             return plain.read_or_parse(client, model.where, answer, many=model.many)
 
-        shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
         if args.dry_run:  # checked here, not sent: a dry run makes nothing, an upload neither
             archive = packed(client, folder.expanduser(), read=read)
-            print(f"working directory {shown}: {archive.files} file{'' if archive.files == 1 else 's'}, "
-                  f"{render.size(archive.size)} ({archive.digest[:19]}; not sent: a dry run)", file=sys.stderr)
+            files, size, said = archive.files, archive.size, f"{archive.digest[:19]}; not sent: a dry run"
         else:
             sent = send(client, folder.expanduser(), read=read)
+            files, size, said = sent.files, sent.sizeBytes, sent.digest[:19]
             digest = sent.digest
-            print(f"working directory {shown}: {sent.files} file{'' if sent.files == 1 else 's'}, "
-                  f"{render.size(sent.sizeBytes)} ({sent.digest[:19]})", file=sys.stderr)
+        shown = "./" if folder.resolve() == Path.cwd().resolve() else str(folder)
+        print(f"working directory {shown}: {render.plural(files, 'file')}, {render.size(size)} ({said})",
+              file=sys.stderr)
     elif _hint_workdir(args, data):
         # A project's job file in a folder of its own (configs/job.yaml): nothing is sent, which
         # a first job's "can't open file 'train.py'" says too late.

@@ -112,8 +112,8 @@ def evaluate_completion(
     # Every task, an elastic role's grown workers too (its ``instances`` is its minimum): one
     # still at work keeps the attempt running. (A grown worker that fails is not counted
     # above: its job shrinks instead, ``controller/elastic.py``.)
-    every = [(r.name, i) for r in roles for i in range(r.instances)]
-    every += [key for key in states if key not in every and any(key[0] == r.name for r in roles)]
+    names = {r.name for r in roles}
+    every = {(r.name, i) for r in roles for i in range(r.instances)} | {key for key in states if key[0] in names}
     if all(key in states and states[key].is_final for key in every):
         return Completion(AttemptOutcome.SUCCEEDED, "all tasks ended")
     return None

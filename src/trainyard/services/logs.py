@@ -89,6 +89,10 @@ def task_named(spec: JobSpec, job_id: int, task: str) -> tuple[str, int]:
     return role, int(idx)
 
 
+# ``find_log_target``'s ``run`` for the run before the latest (``kubectl logs --previous``).
+PREVIOUS = -1
+
+
 def find_log_target(
     db: Database, specs: StoredSpecs, user: UserRow, job_id: int, task: str | None, attempt: int | None,
     run: int | None = None,
@@ -111,10 +115,6 @@ def find_log_target(
     if wanted == latest:
         return target
     return replace(target, key=replace(target.key, run=wanted), ended=True)  # an earlier run has ended
-
-
-# ``find_log_target``'s ``run`` for the run before the latest (``kubectl logs --previous``).
-PREVIOUS = -1
 
 
 def find_log_targets(

@@ -256,10 +256,12 @@ async def job_logs(
     ``previous``, an earlier run's (a task re-run in place after a failure, or restarted by a resize)."""
     logs = log_service.TaskLogs(ctx.db, ctx.specs, ctx.backend, ctx.closing)
     asked_run = log_service.PREVIOUS if previous else run
-    if asked_run is not None and (follow or all_tasks or (previous and run is not None)):
-        field = "run" if run is not None and not previous else "previous"
-        why = ("`run` or `previous`, not both" if previous and run is not None
-               else "an earlier run has ended: read it without follow" if follow else "one task's runs: not with all")
+    field = "previous" if previous else "run"
+    why = ("`run` or `previous`, not both" if previous and run is not None
+           else None if asked_run is None
+           else "an earlier run has ended: read it without follow" if follow
+           else "one task's runs: not with all" if all_tasks else None)
+    if why is not None:
         raise Invalid(why, details=[{"path": field, "message": why}])
     if all_tasks:
         return await _all_logs(request, job_id, user, ctx, logs, attempt=attempt, tail=tail, follow=follow,

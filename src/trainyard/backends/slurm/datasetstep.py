@@ -30,7 +30,6 @@ from typing import Any
 
 USAGE = "usage: dataset-step.py fetch|release TASK_DIR RUNNER_PID | prefetch PLAN"
 PLAN = "datasets.json"  # in a task's directory
-FAILED = "datasets.failed"  # in a task's directory: why its datasets could not be made ready (datacache.FAILED)
 
 
 def _cache(plan: dict[str, Any]) -> Any:
@@ -55,7 +54,7 @@ def _say(line: str) -> None:
 
 def fetch(task_dir: str, runner: int) -> int:
     """Each of the task's datasets complete in this node's cache, used by ``runner``; 1 when
-    one cannot be, saying why in the task's log and in ``FAILED`` (its status's message)."""
+    one cannot be, saying why in the task's log and in ``datacache.FAILED`` (its status's message)."""
     node = os.environ.get("SLURMD_NODENAME") or ""
     try:
         plan = _read_plan(os.path.join(task_dir, PLAN))
