@@ -51,10 +51,18 @@ def test_submit_from_the_project_folder_sends_it_once_per_content(yard, api, tmp
     code, out, err = yard("submit", "job.yaml")  # the same content: no second file
     assert code == 0 and list(api.ctx.workdirs.root.iterdir()) == stored
     monkeypatch.chdir(tmp_path)
-    code, out, err = yard("submit", "proj/job.yaml")  # not in the current folder: nothing sent, and said
+    code, out, err = yard("submit", "proj/job.yaml")  # not in the current folder: nothing sent
+    assert code == 0 and "sha256:" not in err and "no working directory sent" not in err  # train.py is not here
+    laid_out = tmp_path / "laid-out"  # a trial's layout: the job file in a folder of its own, its script here
+    (laid_out / "configs").mkdir(parents=True)
+    (laid_out / "configs" / "job.yaml").write_text("# submit: yard submit configs/job.yaml\n" + JOB)
+    (laid_out / "train.py").write_text("print('hi')\n")
+    monkeypatch.chdir(laid_out)
+    code, out, err = yard("submit", "configs/job.yaml")
     assert code == 0 and "sha256:" not in err
-    assert "no working directory sent: the job file is in proj/, not in this folder; to send this folder " \
+    assert "no working directory sent: the job file is in configs/, not in this folder; to send this folder " \
            "with the job: --workdir ." in err
+    monkeypatch.chdir(tmp_path)
     code, out, err = yard("submit", "proj/job.yaml", "--workdir", "proj")
     assert code == 0 and "working directory proj: 4 files" in err
     monkeypatch.chdir(project)

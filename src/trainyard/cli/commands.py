@@ -122,13 +122,23 @@ def _without_workdir(data: bytes, content_type: str) -> tuple[bytes, str]:
 
 
 def _hint_workdir(args: argparse.Namespace, data: bytes) -> bool:
-    """Whether a submit that sends nothing is of a job file in a folder below this one."""
+    """Whether a submit that sends nothing is of a job file in a folder below this one whose
+    text names a file that is here but not beside it (``configs/job.yaml`` running
+    ``python train.py``); a job that names none (``examples/hello-world.yaml``) needs no folder."""
     from trainyard.client_workdir import names_upload
 
     if args.no_workdir or args.file == "-" or names_upload(data):
         return False
     folder, here = Path(args.file).resolve().parent, Path.cwd().resolve()
-    return folder != here and folder.is_relative_to(here)
+    if folder == here or not folder.is_relative_to(here):
+        return False
+    import re
+
+    text = b"\n".join(line for line in data[:65536].splitlines() if not line.lstrip().startswith(b"#"))
+    names = {n.decode() for n in re.findall(rb"[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_.-]+)*", text)}
+    job_file = Path(args.file).resolve()
+    return any((here / name).is_file() and not (folder / name).exists() and (here / name).resolve() != job_file
+               for name in sorted(names)[:2000] if "." in name and ".." not in name)
 
 
 def cmd_submit(client: Client, args: argparse.Namespace) -> int:
