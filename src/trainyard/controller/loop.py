@@ -311,8 +311,10 @@ class Controller:
             placed = self._schedule()
             step("schedule")
             if placed:
-                # Launch what was just placed without waiting for the next tick.
-                self.reconciler.run()
+                # Launch what was just placed, and stop what was preempted, without waiting
+                # for the next tick: a pass over those jobs alone (issue 33: a full pass read
+                # and observed every running job again, after the cycle's own reconcile).
+                self.reconciler.run(only=placed)
                 step("launch")
             self._write_reasons()
             step("w.reasons")
@@ -332,7 +334,8 @@ class Controller:
                 self._dirty = True
         self._last_inventory = mono
 
-    def _schedule(self) -> bool:
+    def _schedule(self) -> set[int]:
+        """The schedule step; returns the jobs it started, preempted or resized."""
         began = time.perf_counter()  # a real duration, whatever clock the controller runs on
         self._waits = ()
         with self.db.session() as session:
@@ -345,7 +348,7 @@ class Controller:
             cannot_start = {**self.waiting.broken, **gate.never}
             if not pending and not cannot_start and not gate.waits and not backing_off \
                     and not job_queries.elastic_running(session):
-                return False  # nothing to start, fail, explain or grow
+                return set()  # nothing to start, fail, explain or grow
             pending, capped = hold_back_sweeps(session, pending)
             nodes = tuple(node_view.node_states(session, in_use=True))
             held = held_ports(session)
@@ -424,7 +427,7 @@ class Controller:
         self._steps["s.write"] = time.perf_counter() - decided
         self._steps["waiting"] = len(snapshot.pending)
         self.timings.cycle.observe(time.perf_counter() - began)
-        return bool(started or preempted or resized)
+        return {*started, *preempted, *resized}
 
     def _recent_moves(self, now: float) -> int:
         """Consolidation's moves in the hour before ``now``."""

@@ -10,7 +10,7 @@ writes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -132,13 +132,16 @@ class Reconciler:
         # after one, whose node may have failed, before placing the retry.
         self.lost = 0
 
-    def run(self) -> bool:
+    def run(self, only: Collection[int] | None = None) -> bool:
         """One pass; returns whether any task ended or started (resources changed).
+        ``only``: a pass over these jobs alone (the jobs a schedule step just placed,
+        preempted or resized: their launches and stops go out without reading and
+        observing every running job again, which the next full pass does).
 
         The gangs' launches, then the stops, are sent side by side (``BACKEND_CALLS`` at a
         time): one slow launch or stop (a node or a Slurm controller slow to answer)
         delays the others by nothing but the pass's end, never by its own time each."""
-        plan = self._plan()
+        plan = self._plan(only)
         side_by_side(self._launch_group, self._launch_groups(plan.launches))
         # A task that ended on its own before its stop was sent keeps its own exit: look
         # first, so that a job finishing just as it is preempted is not run again.
@@ -149,13 +152,13 @@ class Reconciler:
         }
         plan.stops = [t for t in plan.stops if t.key not in ended]
         side_by_side(self._send_stop, plan.stops)
-        self._stop_overdue(plan)
+        self._stop_overdue(plan, whole=only is None)
         # A task still WAITING in the store may have been launched just before a crash:
         # ask the backend, so that its GPUs are not handed out while it still runs.
         unlaunched = [t.key for t in plan.stops if t.state == TaskState.WAITING]
         observed = [t.key for t in plan.running] + unlaunched
         statuses = self.backend.observe(observed) if observed else {}
-        return self._write(plan, statuses)
+        return self._write(plan, statuses, whole=only is None)
 
     def _launch_group(self, group: list[ActiveTask]) -> None:
         """Launch one gang (one task on a backend that launches tasks one by one); a failure
@@ -189,10 +192,12 @@ class Reconciler:
             log.exception("stop of %s failed; will retry", item.key)
             item.error = "stop failed"
 
-    def _stop_overdue(self, plan: Plan) -> None:
+    def _stop_overdue(self, plan: Plan, *, whole: bool) -> None:
         """Stop what a suspension's grace period left running (once per task; the grace is
-        spent, so at once: SIGTERM, then SIGKILL)."""
-        self._overdue_stopped &= {item.key for item in plan.running}
+        spent, so at once: SIGTERM, then SIGKILL). ``whole``: the plan has every running
+        task (what is no longer running is forgotten)."""
+        if whole:
+            self._overdue_stopped &= {item.key for item in plan.running}
         for item in plan.overdue:
             if item.key in self._overdue_stopped:
                 continue
@@ -211,13 +216,13 @@ class Reconciler:
             groups.setdefault((item.key.job_id, item.key.attempt), []).append(item)
         return list(groups.values())
 
-    def _plan(self) -> Plan:
+    def _plan(self, only: Collection[int] | None = None) -> Plan:
         plan = Plan()
         now = self.clock.now()
         with self.db.session() as session:
             addresses = node_queries.node_addresses(session)
             paths: tuple[str, ...] | None = None  # every storage's path, read once a task is to launch
-            for job in job_queries.holding_jobs_with_tasks(session):
+            for job in job_queries.holding_jobs_with_tasks(session, only):
                 attempt = current_attempt(job)
                 if attempt is None:
                     continue
@@ -307,7 +312,7 @@ class Reconciler:
         signal = None if spec.suspendSignal == "none" else spec.suspendSignal
         return SuspendRequest(attempt.reason, since + timedelta(seconds=spec.suspendGracePeriodSeconds), signal)
 
-    def _write(self, plan: Plan, statuses: dict[TaskKey, TaskStatus]) -> bool:
+    def _write(self, plan: Plan, statuses: dict[TaskKey, TaskStatus], *, whole: bool = True) -> bool:
         changed = False
         now = self.clock.now()
         first_starts: list[float] = []  # submit-to-start seconds of jobs whose first task runs now
@@ -344,7 +349,8 @@ class Reconciler:
                     else:  # it did start: watch it end like any running task
                         transitions.task_found_running(task, now)
                 touched.add(task.job_id)
-            self._pull_recorded &= {item.key for item in plan.running}
+            if whole:  # every running task is in the plan: forget the pulls of those that ended
+                self._pull_recorded &= {item.key for item in plan.running}
             for item in plan.running:
                 status = statuses.get(item.key)
                 if status is not None and status.image_pull and item.key not in self._pull_recorded:

@@ -80,11 +80,11 @@ class WaitingJobs:
         if self.retry_backoff > 0:
             for job_id, (ended, failures) in job_queries.last_failures(session, missing).items():
                 self.retry_at[job_id] = ended.timestamp() + retry_backoff(self.retry_backoff, failures)
-        for job_id, version, spec_data, submitted_at, vc, user, attempt, attained in job_queries.waiting_job_facts(
+        for job_id, spec_data, submitted_at, vc, user, attempt, attained in job_queries.waiting_job_facts(
             session, missing
         ):
             try:
-                spec = self._specs.parse(job_id, version, spec_data)
+                spec = self._specs.parse(job_id, spec_data)
             except SpecError as error:
                 self.broken[job_id] = f"its stored job file is no longer valid: {error}"
                 continue

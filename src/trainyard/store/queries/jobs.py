@@ -193,16 +193,16 @@ def queued_job_ids(session: Session) -> list[int]:
     return list(session.scalars(select(JobRow.id).where(queued())))
 
 
-WaitingFacts = tuple[int, int, dict[str, Any], datetime, str, str, int, float]
+WaitingFacts = tuple[int, dict[str, Any], datetime, str, str, int, float]
 
 
 def waiting_job_facts(session: Session, job_ids: Sequence[int]) -> Iterator[WaitingFacts]:
-    """(id, row version, stored job file, submit time, VC, owner's name, attempt number,
+    """(id, stored job file, submit time, VC, owner's name, attempt number,
     GPU-seconds attained) of these jobs, read in chunks: what the scheduler needs of a
     waiting job."""
     for chunk in chunks(job_ids):
         query = (
-            select(JobRow.id, JobRow.version, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name,
+            select(JobRow.id, JobRow.spec, JobRow.submitted_at, JobRow.vc, UserRow.name,
                    JobRow.attempt, JobRow.attained_gpu_seconds)
             .join(UserRow, JobRow.user_id == UserRow.id)
             .where(JobRow.id.in_(chunk))
@@ -270,14 +270,17 @@ def write_pending_reasons(session: Session, changes: list[dict[str, Any]]) -> No
     )
 
 
-def holding_jobs_with_tasks(session: Session) -> list[JobRow]:
-    """Running and stopping jobs, with their attempts and tasks loaded: what reconcile watches."""
+def holding_jobs_with_tasks(session: Session, only: Collection[int] | None = None) -> list[JobRow]:
+    """Running and stopping jobs (of ``only``, when given), with their attempts and tasks
+    loaded: what reconcile watches."""
     query = (
         select(JobRow)
         .where(JobRow.state.in_(HOLDING))
         .options(selectinload(JobRow.attempts).selectinload(AttemptRow.tasks))
     )
-    return list(session.scalars(query))
+    if only is None:
+        return list(session.scalars(query))
+    return [job for chunk in chunks(sorted(only)) for job in session.scalars(query.where(JobRow.id.in_(chunk)))]
 
 
 def running_attempts_with_limits(session: Session) -> list[tuple[JobRow, AttemptRow]]:
