@@ -42,7 +42,7 @@ from trainyard.scheduler.cycle import Cycle, Reservation, Shape, Wait, shape, st
 from trainyard.scheduler.placement import fits_somewhere, place_gang
 from trainyard.scheduler.preemption import borrow_shares, plan_preemption, vc_weight
 from trainyard.scheduler.quota import Refusal, gpu_need
-from trainyard.scheduler.snapshot import PendingJob, PendingReason
+from trainyard.scheduler.snapshot import PendingJob, PendingReason, TaskRequest
 
 # Preemption plans for borrowing jobs per cycle (as ``schedule.PLANS_PER_QUEUE`` per VC).
 BORROW_PLANS = 16
@@ -91,6 +91,8 @@ def borrow_order(cycle: Cycle, jobs: Sequence[PendingJob]) -> list[PendingJob]:
     for job in jobs:
         by_vc.setdefault(job.vc, []).append(job)
     shares = borrow_shares(cycle)
+    weights = {vc: vc_weight(cycle, vc) for vc in by_vc}
+    needs: dict[tuple[TaskRequest, ...], int] = {}  # most jobs share a few kinds of tasks
     heap: list[tuple[float, str, int]] = [(shares.get(vc, 0.0), vc, 0) for vc in by_vc]
     heapq.heapify(heap)
     out = []
@@ -99,7 +101,10 @@ def borrow_order(cycle: Cycle, jobs: Sequence[PendingJob]) -> list[PendingJob]:
         job = by_vc[vc][index]
         out.append(job)
         if index + 1 < len(by_vc[vc]):
-            heapq.heappush(heap, (share + gpu_need(job) / MILLI / vc_weight(cycle, vc), vc, index + 1))
+            need = needs.get(job.tasks)
+            if need is None:
+                need = needs[job.tasks] = gpu_need(job)
+            heapq.heappush(heap, (share + need / MILLI / weights[vc], vc, index + 1))
     return out
 
 
@@ -117,14 +122,26 @@ def run_borrowing(cycle: Cycle, order: Sequence[PendingJob], holds: list[Reserva
     own = {r.job.job_id: r for r in holds if r is not None}
     before = {job.job_id: cycle.waits[job.job_id] for job in jobs}
     failed: dict[Shape, Wait] = {}
+    # The waits of jobs whose shape failed, by (their quota wait, the outcome): the same
+    # two give the same wait, one object shared as ``run_queue`` shares its own (at 14,000
+    # waiting jobs, a copy each was a tenth of the cycle: issue 33).
+    worded: dict[tuple[int, int], Wait] = {}
+    # Jobs whose shape is known are not copied as borrowed work (``borrowing``): the copy
+    # is made only for a job tried here, and by ``_preempt_for_borrowers`` for one it plans.
     blocked: list[PendingJob] = []
-    for job in borrow_order(cycle, [replace(j, borrowing=True) for j in jobs]):
-        known = failed.get(shape(cycle, job))
+    for job in borrow_order(cycle, jobs):
+        key = borrowed_shape(cycle, job)
+        known = failed.get(key)
         if known is not None:  # its own quota wait (its reservation, if any), the same outcome
-            cycle.wait(job, _borrow_wait(before[job.job_id], known.borrow_refusal))
+            quota_wait = before[job.job_id]
+            wait = worded.get((id(quota_wait), id(known)))
+            if wait is None:
+                wait = worded[(id(quota_wait), id(known))] = _borrow_wait(quota_wait, known.borrow_refusal)
+            cycle.wait(job, wait)
             if known.borrow_refusal is None or known.borrow_refusal.kind in LIFTED_BY_RECLAIM:
                 blocked.append(job)
             continue
+        job = replace(job, borrowing=True)
         hold = own.get(job.job_id)
         if hold is not None:
             hold.lift()
@@ -136,10 +153,16 @@ def run_borrowing(cycle: Cycle, order: Sequence[PendingJob], holds: list[Reserva
             hold.apply(cycle.ledger)
         refusal = cycle.ledger.quotas.admit(job)
         cycle.wait(job, _borrow_wait(before[job.job_id], refusal))
-        failed[shape(cycle, job)] = cycle.waits[job.job_id]
+        failed[key] = cycle.waits[job.job_id]
         if refusal is None or refusal.kind in LIFTED_BY_RECLAIM:
             blocked.append(job)
     _preempt_for_borrowers(cycle, blocked, own)
+
+
+def borrowed_shape(cycle: Cycle, job: PendingJob) -> Shape:
+    """The shape of ``job`` tried as borrowed work, whether or not it is that copy."""
+    kind = shape(cycle, job)
+    return kind if job.borrowing else (kind[0], kind[1], kind[2], True, kind[4])
 
 
 def _borrow_wait(quota_wait: Wait, refusal: Refusal | None) -> Wait:
@@ -157,9 +180,11 @@ def _preempt_for_borrowers(cycle: Cycle, blocked: list[PendingJob], own: dict[in
     for job in blocked:
         if plans >= BORROW_PLANS:
             break  # the rest are planned in the next cycles, in borrowing order
-        key = shape(cycle, job)
+        key = borrowed_shape(cycle, job)
         if key in hopeless:
             continue
+        if not job.borrowing:
+            job = replace(job, borrowing=True)
         hold = own.get(job.job_id)
         if hold is not None:
             hold.lift()
