@@ -23,7 +23,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.ledger import Access, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
-from trainyard.scheduler.scorers.fgd import VISITED_KINDS, Fgd
+from trainyard.scheduler.scorers.fgd import Fgd, latest_kind
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
 MAX_SCORE = 100
@@ -261,12 +261,7 @@ class FgdRated(Fgd):
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
         kind = (task.gpu_milli, task.cpu_milli, task.gpu_models, task.gpu_memory_mb, task.selector)
-        rated = self._rated.pop(kind, None)
-        if rated is None:
-            rated = {}
-            if len(self._rated) >= VISITED_KINDS:
-                del self._rated[next(iter(self._rated))]
-        self._rated[kind] = rated
+        rated: dict[int, tuple[FreeNode, int, float]] = latest_kind(self._rated, kind)
 
         def rate(node: FreeNode, task: TaskRequest) -> float:
             found = rated.get(id(node))
