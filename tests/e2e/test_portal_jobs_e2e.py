@@ -16,7 +16,7 @@ import pytest
 from e2e.browser import admin_token, sign_in_with_token
 from e2e.server import Server, running_server, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'
@@ -135,6 +135,7 @@ def test_watch_a_distributed_job_run_and_succeed_and_read_its_log(server: Server
     assert not dialogs, dialogs
 
 
+@pytest.mark.own_server  # it lists every job of the server
 def test_stop_running_jobs_from_the_job_page_and_from_the_list(server: Server, browser_page: Any) -> None:
     page = browser_page
     dialogs = dialogs_of(page)

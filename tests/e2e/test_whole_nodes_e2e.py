@@ -4,24 +4,18 @@ why, until the whole-node job ends."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from e2e.server import Server, running_server, wait_until
+from e2e.server import Server, wait_until
 
-pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def two_gpus(tmp_path_factory) -> Iterator[Server]:
-    with running_server(tmp_path_factory.mktemp("home"), gpus=2) as srv:
-        yield srv
+pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 
-def test_a_whole_node_job_takes_the_node_and_a_fraction_waits_until_it_ends(two_gpus: Server, gates) -> None:
-    admin = two_gpus.admin()
+def test_a_whole_node_job_takes_the_node_and_a_fraction_waits_until_it_ends(server: Server, gates) -> None:
+    admin = server.admin()
     (node,) = admin.nodes()
+    gpus = len(node.gpus)
+    devices = ",".join(str(i) for i in range(gpus))
     whole = admin.submit(f"""
 name: whole
 taskRoles:
@@ -34,11 +28,11 @@ taskRoles:
 """).id
     wait_until(lambda: (gates / "env").exists(), timeout=60, what="the whole-node task to start")
     cpu = node.cpu
-    assert (gates / "env").read_text().strip() == f"0,1;2,{cpu:g},{node.memoryMB},0;1"
+    assert (gates / "env").read_text().strip() == f"{devices};{gpus},{cpu:g},{node.memoryMB},0;1"
     (task,) = admin.job(whole).attempts[0].tasks
-    assert (task.gpus, task.cpu, task.memoryMB) == ([0, 1], cpu, node.memoryMB)
-    shown = two_gpus.yard("job", str(whole)).stdout
-    assert f"trainer/0 has node {node.name} whole: 2 GPU, {cpu:g} CPU, {node.memoryMB} MiB" in shown
+    assert (task.gpus, task.cpu, task.memoryMB) == (list(range(gpus)), cpu, node.memoryMB)
+    shown = server.yard("job", str(whole)).stdout
+    assert f"trainer/0 has node {node.name} whole: {gpus} GPU, {cpu:g} CPU, {node.memoryMB} MiB" in shown
 
     fraction = admin.submit("""
 name: fraction

@@ -16,6 +16,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import chain
 
 from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.resources import MILLI
@@ -407,8 +408,10 @@ class Capacity:
         extra: Iterable[FreeNode] = (),
         emptiest_first: bool = False,
         rack: str | None = None,
+        ordered: bool = True,
     ) -> Iterator[FreeNode]:
-        """Schedulable nodes that may fit ``task``'s GPUs, best fit first (lazily).
+        """Schedulable nodes that may fit ``task``'s GPUs, best fit first (lazily); without
+        ``ordered``, the same nodes in the index's own order (no merge of its lists).
 
         ``families``: only nodes of these families (None: all); ``extra``: more nodes to
         merge in; ``emptiest_first``: the reverse order; ``rack``: only that rack's nodes
@@ -450,6 +453,8 @@ class Capacity:
         nodes = self.nodes
         if len(streams) == 1:
             merged: Iterable[Entry] = streams[0]
+        elif not ordered:
+            merged = chain.from_iterable(streams)
         else:
             merged = heapq.merge(*streams, reverse=emptiest_first)
         for _, _, name in merged:

@@ -287,32 +287,36 @@ class Access:
         self.split_fresh = True  # whether a loose cell may be the first bound on a node
         self.data_nodes = job.data_nodes
 
-    def tiers(self, task: TaskRequest) -> Iterator[Iterator[FreeNode]]:
-        """Candidate nodes in groups to try in order, each best fit first (cells' rule order)."""
+    def tiers(self, task: TaskRequest, ordered: bool = True) -> Iterator[Iterator[FreeNode]]:
+        """Candidate nodes in groups to try in order, each best fit first (cells' rule order);
+        without ``ordered``, each group's nodes in no particular order (for a scorer that
+        rates every node and breaks ties by name: the order is then worth nothing)."""
         capacity = self.ledger.capacity
         self.split_fresh = True  # set for the fresh tier below, for the fits made in it
         rack = getattr(self.only, "rack", None)  # a filter for one rack (``topology.InRack``)
         if task.gpu_milli <= 0 or not self.in_cells:
-            yield self._filtered(capacity.candidates(task, rack=rack))
+            yield self._filtered(capacity.candidates(task, rack=rack, ordered=ordered))
             return
         cells = self.ledger.cells
         vc = self.owner.vc
         sealed_by_me = "=" + vc
         # Nodes the VC holds whole come from the index; the few it shares are merged in.
         shared = [capacity.nodes[n] for n in cells.partly_held(vc) if n in capacity.nodes]
-        yield self._filtered(capacity.candidates(task, (sealed_by_me,), extra=shared, rack=rack))
+        yield self._filtered(capacity.candidates(task, (sealed_by_me,), extra=shared, rack=rack, ordered=ordered))
         # New cells: partly held nodes before fresh ones (the cell model's packing rule),
         # and within each, the emptiest first, so that the cells bound hold as little
         # opportunistic work to reclaim as possible and the rest of a gang fits beside.
         models = self.ledger.quotas.quota_models(vc, task.gpu_models) or ()
         if any(cells.loose_left(vc, m) > 0 for m in models):
-            yield self._filtered(capacity.candidates(task, (SHARED,), emptiest_first=True, rack=rack))
+            yield self._filtered(capacity.candidates(task, (SHARED,), emptiest_first=True, rack=rack,
+                                                      ordered=ordered))
         if any(cells.loose_left(vc, m) > 0 or cells.whole_left(vc, m) > 0 for m in models):
             # A loose cell goes to a fresh node only if no hole could take the task, even
             # by preempting what runs there: else loose cells would spread over nodes and
             # eat the whole nodes other VCs are promised.
             self.split_fresh = not self._reclaimable_hole(task, models)
-            yield self._filtered(capacity.candidates(task, (FRESH,), emptiest_first=True, rack=rack))
+            yield self._filtered(capacity.candidates(task, (FRESH,), emptiest_first=True, rack=rack,
+                                                      ordered=ordered))
 
     def _reclaimable_hole(self, task: TaskRequest, models: tuple[str, ...]) -> bool:
         """Whether a free cell on a partly held node could host ``task`` once opportunistic

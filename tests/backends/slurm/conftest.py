@@ -103,9 +103,9 @@ class World:
 
 
 @pytest.fixture
-def world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+def world(slurm: SlurmCommands, tmp_path: Path, _sqlite_template: Path) -> Iterator[World]:
     """A store, the Slurm backend and a controller driven cycle by cycle (no thread)."""
-    yield from make_world(slurm, tmp_path)
+    yield from make_world(slurm, tmp_path, _sqlite_template)
 
 
 def per_user() -> dict[str, Any]:
@@ -119,15 +119,16 @@ def per_user() -> dict[str, Any]:
 
 
 @pytest.fixture
-def accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+def accounts_world(slurm: SlurmCommands, tmp_path: Path, _sqlite_template: Path) -> Iterator[World]:
     """``world`` with per-user accounts and the sandbox, as ``yard up`` runs as root."""
-    yield from make_world(slurm, tmp_path, **per_user())
+    yield from make_world(slurm, tmp_path, _sqlite_template, **per_user())
 
 
 @pytest.fixture
-def podman_accounts_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
+def podman_accounts_world(slurm: SlurmCommands, tmp_path: Path, _sqlite_template: Path) -> Iterator[World]:
     """``accounts_world`` whose tasks with an image run in Podman, as ``yard up`` as root has them."""
-    yield from make_world(slurm, tmp_path, containers=ContainerEngine.find("podman", "runc"), **per_user())
+    yield from make_world(slurm, tmp_path, _sqlite_template, containers=ContainerEngine.find("podman", "runc"),
+                          **per_user())
 
 
 # What the attack tests build (``suid_image``): a user's image with a setuid-root shell.
@@ -154,10 +155,13 @@ def outside_tmp() -> Iterator[Path]:
     shutil.rmtree(folder, ignore_errors=True)
 
 
-def make_world(slurm: SlurmCommands, tmp_path: Path, **backend_options: Any) -> Iterator[World]:
-    """``world``'s body, for fixtures that give the backend more options (containers)."""
+def make_world(slurm: SlurmCommands, tmp_path: Path, template: Path, **backend_options: Any) -> Iterator[World]:
+    """``world``'s body, for fixtures that give the backend more options (containers).
+    ``template``: the run's migrated SQLite file (tests/conftest.py's ``_sqlite_template``),
+    copied: a copy costs a millisecond, migrating a new file 0.1-0.2 s of CPU."""
+    shutil.copyfile(template, tmp_path / "db.sqlite")
     db = Database(f"sqlite:///{tmp_path / 'db.sqlite'}")
-    db.migrate()
+    db.migrate()  # finds nothing to do
     backend = SlurmBackend(tmp_path / "slurm", **backend_options)
     clock = SystemClock()
     controller = Controller(db, backend, clock, workdirs=WorkdirStore(tmp_path / "workdirs"))

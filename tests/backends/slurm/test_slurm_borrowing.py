@@ -49,9 +49,9 @@ taskRoles:
 
 
 @pytest.fixture
-def first(slurm, tmp_path: Path) -> Iterator[World]:
+def first(slurm, tmp_path: Path, _sqlite_template: Path) -> Iterator[World]:
     """``world`` on partition ``first`` with VCs vision (alice) and speech (bob), 2 GPUs each."""
-    for world in make_world(slurm, tmp_path, partition="first"):
+    for world in make_world(slurm, tmp_path, _sqlite_template, partition="first"):
         clock = SystemClock()
         with world.db.session() as s:
             auth.create_user(s, "bob", is_admin=False, clock=clock)

@@ -32,8 +32,8 @@ pytestmark = needs_podman
 
 
 @pytest.fixture
-def podman_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
-    yield from make_world(slurm, tmp_path, containers=ContainerEngine.find("podman", "runc"))
+def podman_world(slurm: SlurmCommands, tmp_path: Path, _sqlite_template: Path) -> Iterator[World]:
+    yield from make_world(slurm, tmp_path, _sqlite_template, containers=ContainerEngine.find("podman", "runc"))
 
 
 def test_a_task_with_an_image_runs_in_its_container_inside_the_slurm_step(podman_world, image) -> None:

@@ -53,11 +53,11 @@ def this_machine(slurm) -> str:
 
 
 @pytest.fixture
-def data_world(slurm, tmp_path, outside_tmp) -> Iterator:
+def data_world(slurm, tmp_path, outside_tmp, _sqlite_template) -> Iterator:
     """Per-user accounts and the sandbox (as ``yard up`` as root), Podman for images, 1 MiB caches,
     URLs on this machine allowed (``this_machine``, as an admin would), and a storage ``data``
     (root's, 0755) that alice may read: corpus/ (hers to read), private/ (root's alone) and big/ (2 MiB)."""
-    for world in make_world(slurm, tmp_path, dataset_cache=(tmp_path / "caches", CAPACITY),
+    for world in make_world(slurm, tmp_path, _sqlite_template, dataset_cache=(tmp_path / "caches", CAPACITY),
                             dataset_sources=(60.0, (this_machine(slurm),)),
                             containers=ContainerEngine.find("podman", "runc"), **per_user()):
         world.controller.prefetcher.interval = math.inf  # its waiting jobs' fetches would blur the counts

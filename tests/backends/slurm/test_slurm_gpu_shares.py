@@ -34,7 +34,7 @@ GPU, UUID = 3, "GPU-fake-0003"  # n1's last device: the scheduler's own tests fi
 
 
 @pytest.fixture
-def shares_world(slurm: SlurmCommands, tmp_path: Path, outside_tmp: Path) -> Iterator[World]:
+def shares_world(slurm: SlurmCommands, tmp_path: Path, outside_tmp: Path, _sqlite_template: Path) -> Iterator[World]:
     """``accounts_world`` whose nodes have the MPS stand-in (in a folder every account reaches),
     its daemons' folders under ``outside_tmp/mps``, compute shares on."""
     stand_in = outside_tmp / "mps-bin"
@@ -42,8 +42,8 @@ def shares_world(slurm: SlurmCommands, tmp_path: Path, outside_tmp: Path) -> Ite
     for program in (CONTROL, SMI, CLIENT):
         shutil.copy(program, stand_in / program.name)
         (stand_in / program.name).chmod(0o755)
-    yield from make_world(slurm, tmp_path, gpu_shares=("auto", True), mps_control=str(stand_in / CONTROL.name),
-                          mps_root=outside_tmp / "mps", **per_user())
+    yield from make_world(slurm, tmp_path, _sqlite_template, gpu_shares=("auto", True),
+                          mps_control=str(stand_in / CONTROL.name), mps_root=outside_tmp / "mps", **per_user())
 
 
 def _launch(world: World, job_id: int, user: str, milli: int, script: str, alloc: int = 0) -> TaskKey:

@@ -21,8 +21,8 @@ pytestmark = needs_podman
 
 
 @pytest.fixture
-def podman_world(slurm: SlurmCommands, tmp_path: Path) -> Iterator[World]:
-    yield from make_world(slurm, tmp_path, containers=ContainerEngine.find("podman", "runc"))
+def podman_world(slurm: SlurmCommands, tmp_path: Path, _sqlite_template: Path) -> Iterator[World]:
+    yield from make_world(slurm, tmp_path, _sqlite_template, containers=ContainerEngine.find("podman", "runc"))
 
 
 def test_an_image_is_pulled_to_two_nodes_listed_per_node_and_evicted_from_every_node(podman_world) -> None:

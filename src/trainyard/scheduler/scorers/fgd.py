@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
@@ -61,6 +61,19 @@ SCAN = 1 << 16  # fitting node states compared per task: in practice all
 RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
 VISITED_KINDS = 16  # task kinds whose visits to nodes ``Fgd.choose`` remembers (the latest)
+
+
+def latest_kind(memo: dict[tuple[object, ...], dict[Any, Any]], kind: tuple[object, ...]) -> dict[Any, Any]:
+    """``memo``'s entry for a task kind, made if missing: the kinds asked for most recently
+    keep theirs (``VISITED_KINDS``: a simulator's run may ask for thousands of kinds, each
+    over every node), least recently asked first."""
+    found = memo.pop(kind, None)
+    if found is None:
+        found = {}
+        if len(memo) >= VISITED_KINDS:
+            del memo[next(iter(memo))]
+    memo[kind] = found
+    return found
 
 
 def pending_mix(pending: Sequence[PendingJob]) -> tuple[WorkloadClass, ...]:
@@ -139,14 +152,7 @@ class Fgd:
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
         # node state -> ``_evaluate_free``'s answer and its ``rank`` (a function of the state)
         answers = self._answers.setdefault(kind, {})
-        # The kinds asked for most recently keep theirs (``VISITED_KINDS``: a simulator's
-        # run may ask for thousands of kinds, each over every node).
-        visits = self._visits.pop(kind, None)
-        if visits is None:
-            visits = {}
-            if len(self._visits) >= VISITED_KINDS:
-                del self._visits[next(iter(self._visits))]
-        self._visits[kind] = visits
+        visits = latest_kind(self._visits, kind)
         # node name -> ``_fixed``, and which devices the task's resource expression allows
         statics = self._statics.setdefault((self._fixed_for(task), task.selector), {})
         # A fraction may not join other users' shares a VC's rule keeps it from: which

@@ -23,7 +23,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.ledger import Access, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
-from trainyard.scheduler.scorers.fgd import Fgd
+from trainyard.scheduler.scorers.fgd import Fgd, latest_kind
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
 MAX_SCORE = 100
@@ -57,7 +57,9 @@ def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: R
     """The node ``rate`` scores highest, with ``select``'s devices. Among equals a random
     one, or (``ties_by_name``) the one whose name sorts first."""
     rng = draw_for(gang.job, task)
-    for tier in access.tiers(task):
+    # Ties by name make the order the nodes come in worth nothing (a random draw among
+    # equals takes them in best-fit order): the index's own order spares merging its lists.
+    for tier in access.tiers(task, ordered=not ties_by_name):
         rated = [(rate(node, task), node) for node in tier if may_fit(node, task)]
         while rated:
             top = max(score for score, _ in rated)
@@ -252,9 +254,24 @@ class FgdRated(Fgd):
         self.gpu_share = sum(w.weight for w in typical if w.gpu_milli > 0)
         self.cpu_only_share = sum(w.weight for w in typical if w.gpu_milli <= 0)
         self._scores: dict[tuple[object, ...], tuple[int, tuple[int, ...]] | None] = {}
+        # task kind -> id(node) -> (node, its ``version``, its rating): every node is rated for
+        # every task, mostly unchanged since a task of the same kind last rated it, and
+        # building ``answer``'s key cost more than the rest of a visit. The latest kinds only.
+        self._rated: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, float]]] = {}
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
-        return highest_rated(task, access, gang, self.rate, self.select, ties_by_name=True)
+        kind = (task.gpu_milli, task.cpu_milli, task.gpu_models, task.gpu_memory_mb, task.selector)
+        rated: dict[int, tuple[FreeNode, int, float]] = latest_kind(self._rated, kind)
+
+        def rate(node: FreeNode, task: TaskRequest) -> float:
+            found = rated.get(id(node))
+            if found is not None and found[0] is node and found[1] == node.version:
+                return found[2]  # the same node, unchanged since (``version``): the same rating
+            rating = self.rate(node, task)
+            rated[id(node)] = (node, node.version, rating)
+            return rating
+
+        return highest_rated(task, access, gang, rate, self.select, ties_by_name=True)
 
     def rate(self, node: FreeNode, task: TaskRequest) -> float:
         answer = self.answer(node, task)
