@@ -20,11 +20,7 @@ from worlds import World
 from trainyard.store.rows import JobRow
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "elastic"
-# Enough for every size to be seen well before the end (``step < STEPS - 20``): the job
-# shrinks to two at step 25-28 (local and Slurm, 2026-11-30), since no step passes while its
-# workers restart and few while the controller reacts. Each step past that is ~0.1 s of the
-# suite (300 steps until then).
-STEPS = 150
+STEPS = 300
 
 
 def training_job(low: int, high: int) -> str:
