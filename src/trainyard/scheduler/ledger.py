@@ -426,6 +426,35 @@ class Access:
                 return None
         return Fit(devices, binding)
 
+    def fit_key(self, node: FreeNode, task: TaskRequest) -> tuple[object, ...] | None:
+        """For a node none of whose cells a VC holds, everything ``fit``'s answer for
+        ``task`` there depends on besides the job and what this cycle has taken so far: two
+        such nodes with the same key get the same answer while the ledger is unchanged (the
+        scorers skip the rest of a kind that did not fit: at 1,000 nodes a job its VC's
+        cells cannot hold yet tried each fresh node in turn, issue 33). None for a job
+        outside cells, or a node where some VC holds a cell (its owners decide)."""
+        if not self.in_cells:
+            return None
+        cells = self.ledger.cells
+        name = node.name
+        if cells.bound_on.get(name, 0):  # a VC holds one of its cells (``Cells._set`` counts them)
+            return None
+        free = node.gpu_free
+        # What ``held_in`` reads, by device: whole devices (free, or taken by what preemption may
+        # reclaim) cannot be held, and most fresh nodes are wholly free.
+        if min(free, default=MILLI) >= MILLI:
+            short: tuple[bool, ...] | None = None
+        else:
+            reclaimable, index = self.ledger.reclaimable_gpu, node.gpu_index
+            short = tuple(free[p] + reclaimable.get((name, index[p]), 0) < MILLI for p in range(len(free)))
+        selection = (node.admits(task), tuple(node.selected(task.selector, True))) if task.selector else None
+        return (
+            tuple(cells.cell_of[name]), tuple(node.gpu_group), tuple(node.gpu_index), short,
+            node.schedulable, node.sealed, node.shares, node.cpu_milli, node.memory_mb, tuple(free),
+            tuple(node.gpu_model), tuple(node.gpu_memory_mb), selection,
+            self.closed(node) if 0 < task.gpu_milli < MILLI else (),
+        )
+
     def closed(self, node: FreeNode) -> tuple[int, ...]:
         """Positions of the node's devices this job's fractional tasks may not share
         (``sharing``: another user's share is on them and a VC's rule forbids it)."""

@@ -62,9 +62,15 @@ def select_bestfit(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) ->
 
 def first_fit(task: TaskRequest, access: Access) -> Choice | None:
     """The first node, in tier and best-fit order, that takes the task (best-fit's answer)."""
+    refused: set[tuple[object, ...]] = set()  # fresh nodes' keys (``Access.fit_key``) that did not take it
     for tier in access.tiers(task):
         for node in tier:
+            key = access.fit_key(node, task)
+            if key is not None and key in refused:
+                continue
             fit = access.fit(node, task, select_bestfit)
             if fit is not None:
                 return node, fit
+            if key is not None:
+                refused.add(key)
     return None

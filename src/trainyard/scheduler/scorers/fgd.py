@@ -161,6 +161,8 @@ class Fgd:
         shared = sharing.devices  # only the nodes in it have devices closed to anyone
         closed_to = sharing.closed if 0 < task.gpu_milli < MILLI and shared else None
         unbounded: Rank = (-math.inf,)
+        # Under rules: the fresh nodes' keys (``Access.fit_key``) on which the task did not fit.
+        refused: set[tuple[object, ...]] = set()
         for tier in access.tiers(task):
             nodes = iter(tier)
             seen = 0  # fitting nodes compared: nodes that cannot take the task do not count
@@ -217,8 +219,13 @@ class Fgd:
                 for bound, node, _ in window:
                     if best is not None and best[0] <= bound:
                         break
+                    key = access.fit_key(node, task)
+                    if key is not None and key in refused:
+                        continue
                     evaluated = self._evaluate(node, task, access)
                     if evaluated is False:
+                        if key is not None:
+                            refused.add(key)
                         continue
                     key = (*self.rank(node, task, evaluated[:2]), bound[-1])
                     if best is None or key < best[0]:
