@@ -458,7 +458,16 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
     (``gpu.memoryMB >= 40000``) are checked, since no label makes a GPU bigger.
     """
     problems: list[str] = []
-    empty = {n.name: FreeNode.from_state(n, empty=True) for n in nodes}
+    # The nodes as if empty, built as far as they are read: most tasks fit the first one, and
+    # building all of them was most of a submit's check at 1,000 nodes (2.7 ms; issue 33).
+    built: list[FreeNode] = []
+
+    def empty() -> Iterator[FreeNode]:
+        for i, node in enumerate(nodes):
+            if i == len(built):
+                built.append(FreeNode.from_state(node, empty=True))
+            yield built[i]
+
     whole_problems = _whole_nodes_never_fit(nodes, tasks)
     problems += whole_problems
     tasks = list(whole_nodes.resolve_tasks(tasks, nodes))
@@ -472,29 +481,29 @@ def never_fits(nodes: list[NodeState], tasks: list[TaskRequest]) -> list[str]:
             continue
         if task.selector:
             task = replace(task, selector=_fixed_part(task.selector, gpus=task.gpu_milli > 0))
-        if task.whole_node or any(node.pick_devices(task) is not None for node in empty.values()):
+        if task.whole_node or any(node.pick_devices(task) is not None for node in empty()):
             continue
         label = f"taskRoles.{task.role}"
-        unmatched = unmet(empty.values(), task)
+        unmatched = unmet(empty(), task)
         if unmatched is not None:
             problems.append(f"{label}.resourcePerInstance.selector: {unmatched}")
             continue
-        most_gpus = max((node.whole_free_gpus(task) for node in empty.values()), default=0)
+        most_gpus = max((node.whole_free_gpus(task) for node in empty()), default=0)
         if task.gpu_milli >= MILLI and task.gpu_milli // MILLI > most_gpus:
             what = f" of model {'/'.join(task.gpu_models)}" if task.gpu_models else ""
             problems.append(
                 f"{label}: each instance needs {task.gpu_milli // MILLI} GPU{what}; "
                 f"the largest node has {most_gpus}"
             )
-        elif task.gpu_milli > 0 and most_gpus == 0 and not any(n.gpu_free for n in empty.values()):
+        elif task.gpu_milli > 0 and most_gpus == 0 and not any(n.gpu_free for n in empty()):
             problems.append(f"{label}: each instance needs a GPU; the cluster has none")
-        elif task.cpu_milli > max((n.cpu_milli for n in empty.values()), default=0):
-            most = max((n.cpu_milli for n in empty.values()), default=0)
+        elif task.cpu_milli > max((n.cpu_milli for n in empty()), default=0):
+            most = max((n.cpu_milli for n in empty()), default=0)
             problems.append(
                 f"{label}: each instance needs {task.cpu_milli / MILLI:g} CPU; the largest node has {most / MILLI:g}"
             )
-        elif task.memory_mb > max((n.memory_mb for n in empty.values()), default=0):
-            most = max((n.memory_mb for n in empty.values()), default=0)
+        elif task.memory_mb > max((n.memory_mb for n in empty()), default=0):
+            most = max((n.memory_mb for n in empty()), default=0)
             problems.append(
                 f"{label}: each instance needs {task.memory_mb} MiB of memory; the largest node has {most} MiB"
             )
