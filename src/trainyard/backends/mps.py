@@ -69,6 +69,7 @@ import fcntl
 import json
 import os
 import re
+import select
 import signal
 import stat
 import subprocess
@@ -195,17 +196,22 @@ def end(plan: dict[str, Any]) -> None:
     """``quit`` the user's daemon and end what is left of it (the caller holds the lock and
     found no holder). Told whatever the pid file (the user's) says: one that names no live
     process must not keep the daemon for ever. Where none answers, there was none to quit.
-    Then nothing the user's tasks left in the pipe directory outlives it (``clear_pipe_dir``)."""
+    Its processes are held (pidfds) from before ``quit``: one on its way out no longer shows
+    its environment, and it has gone when this returns. Then nothing the user's tasks left in
+    the pipe directory outlives it (``clear_pipe_dir``)."""
+    held = _hold(_daemon_processes(plan))
     try:
         alive = _daemon_alive(plan)
         try:
             _control(plan, [], "quit\n")
         except (OSError, subprocess.SubprocessError):
-            if not _end_strays(plan) and alive:
+            if not _end_strays(plan, held) and alive:
                 raise
             return
-        _end_strays(plan)
+        _end_strays(plan, held)
     finally:
+        for handle in held.values():
+            os.close(handle)
         clear_pipe_dir(plan)
         cap_logs(plan)
 
@@ -476,27 +482,59 @@ def _is_daemon(pid: int, uid: int, want: set[bytes]) -> bool:
         return False
 
 
-def _end_strays(plan: dict[str, Any], wait_seconds: float = 5.0) -> bool:
-    """After ``quit`` (answered or not): what is left of the user's daemon ends, SIGKILLed
-    through a pidfd (never a reused pid) once it has had ``wait_seconds`` to go; whether
-    there was any."""
-    deadline = time.monotonic() + wait_seconds
-    while (left := _daemon_processes(plan)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    want = {f"{PIPE_VARIABLE}={pipe_dir(plan)}".encode(), f"{LOG_VARIABLE}={log_dir(plan)}".encode()}
-    for pid in left:
+def _hold(pids: list[int]) -> dict[int, int]:
+    """A pidfd for each of ``pids`` still there (a pidfd names one process, never a reused pid)."""
+    held = {}
+    for pid in pids:
         try:
-            handle = os.pidfd_open(pid)
+            held[pid] = os.pidfd_open(pid)
         except OSError:
             continue
-        try:
-            if _is_daemon(pid, plan["uid"], want):  # still that process: the pidfd holds it
-                signal.pidfd_send_signal(handle, signal.SIGKILL)
-        except OSError:
-            pass
-        finally:
+    return held
+
+
+def _not_exited(held: dict[int, int], wait_seconds: float = 0.0) -> list[int]:
+    """Those of ``held`` whose process has not exited (a pidfd reads ready once it has),
+    waiting up to ``wait_seconds`` for the first change."""
+    if not held:
+        return []
+    poller = select.poll()  # (not select(): a server's pidfd may be past FD_SETSIZE)
+    for handle in held.values():
+        poller.register(handle, select.POLLIN)
+    ready = {handle for handle, _ in poller.poll(wait_seconds * 1000)}
+    return [pid for pid, handle in held.items() if handle not in ready]
+
+
+def _end_strays(plan: dict[str, Any], held: dict[int, int], wait_seconds: float = 5.0) -> bool:
+    """After ``quit`` (answered or not): what is left of the user's daemon ends, SIGKILLed
+    through a pidfd once it has had ``wait_seconds`` to go, and has exited when this returns:
+    the processes ``held`` from before ``quit`` and any found since; whether there were any."""
+    found = dict(held)
+    extra: list[int] = []
+    try:
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            for pid, handle in _hold([p for p in _daemon_processes(plan) if p not in found]).items():
+                found[pid] = handle
+                extra.append(handle)
+            left = _not_exited(found)
+            if not left or time.monotonic() >= deadline:
+                break
+            _not_exited({pid: found[pid] for pid in left}, 0.05)
+        want = {f"{PIPE_VARIABLE}={pipe_dir(plan)}".encode(), f"{LOG_VARIABLE}={log_dir(plan)}".encode()}
+        for pid in left:
+            try:
+                if _is_daemon(pid, plan["uid"], want):  # still that process: the pidfd holds it
+                    signal.pidfd_send_signal(found[pid], signal.SIGKILL)
+            except OSError:
+                pass
+        settle = time.monotonic() + 1.0  # SIGKILL is not instant: the process is still leaving
+        while (left := _not_exited({pid: found[pid] for pid in left})) and time.monotonic() < settle:
+            _not_exited({pid: found[pid] for pid in left}, 0.05)
+        return bool(found)
+    finally:
+        for handle in extra:
             os.close(handle)
-    return bool(left)
 
 
 def _running(pid: int) -> bool:
