@@ -27,6 +27,10 @@ from trainyard.store.rows import JobRow
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "elastic"
 STEPS = 24
 GROWN, SHRUNK = 8, 16  # the steps it trains to on one worker, and on three, before it is resized
+# Seconds between the controller cycles the test runs while it waits: most waits are for
+# torch to start in the workers, and a cycle costs ~6-10 ms of CPU that they need (drive's
+# 0.02 s kept a third of a core busy on a 2-core machine).
+POLL = 0.1
 
 
 def training_job(low: int, high: int) -> str:
@@ -57,7 +61,7 @@ def trained_to(world: World, job_id: int, workers: int, step: int) -> None:
         world.cycle()
         return progress(world, job_id) == (step, workers)
     try:
-        wait_until(there, timeout=120,
+        wait_until(there, timeout=120, interval=POLL,
                    what=f"job {job_id} to train to step {step} on {workers} worker(s)")
     except AssertionError as miss:
         raise AssertionError(f"{miss}\n{world.explain(job_id)}") from None
@@ -70,17 +74,17 @@ def grows_and_shrinks(world: World, hog: int, prod_gpus: int) -> tuple[JobRow, l
     and its ``result.json``'s sizes, checked against a run on one process."""
     assert importlib.util.find_spec("torch"), "PyTorch comes with the test extra: pip install -e '.[test]'"
     job_id = world.submit(training_job(1, 3))
-    world.drive(job_id, ("RUNNING",), timeout=60)
+    world.drive(job_id, ("RUNNING",), timeout=60, interval=POLL)
     trained_to(world, job_id, 1, GROWN)
 
     world.stop(hog)  # GPUs free: it grows to three
-    world.drive(hog, ("STOPPED",), timeout=60)
+    world.drive(hog, ("STOPPED",), timeout=60, interval=POLL)
     trained_to(world, job_id, 3, SHRUNK)
 
     prod = world.submit("name: urgent\npriority: prod\ntaskRoles:\n  m:\n"
                         f"    resourcePerInstance: {{gpu: {prod_gpus}}}\n    commands: ['sleep 600']\n")
-    world.drive(prod, ("RUNNING",), timeout=120)  # it waited for one worker to leave
-    job = world.drive(job_id, ("SUCCEEDED",), timeout=300)
+    world.drive(prod, ("RUNNING",), timeout=120, interval=POLL)  # it waited for one worker to leave
+    job = world.drive(job_id, ("SUCCEEDED",), timeout=300, interval=POLL)
     world.stop(prod)
 
     got = json.loads((world.backend.job_dir(job_id) / "result.json").read_text())

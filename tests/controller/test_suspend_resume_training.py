@@ -30,6 +30,10 @@ CLOCK = SystemClock()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "suspend-resume"
 STEPS = 30
 FIRST_STOP, SECOND_STOP = 10, 20  # where the prod job, then the owner, suspend it
+# Seconds between the controller cycles the test runs while it waits: most waits are for a
+# trainer to start, and a cycle costs ~6-10 ms of CPU that it needs (drive's 0.02 s kept a
+# third of a core busy on a 2-core machine).
+POLL = 0.1
 
 
 @pytest.fixture
@@ -67,7 +71,7 @@ def trained_to(world: World, job_id: int, step: int) -> None:
     def there() -> bool:
         world.cycle()
         return progress(world.backend, job_id) == step
-    wait_until(there, timeout=60, what=f"job {job_id} to train to step {step}")
+    wait_until(there, timeout=60, interval=POLL, what=f"job {job_id} to train to step {step}")
 
 
 def result_of(backend: LocalBackend, job_id: int) -> dict:
@@ -96,7 +100,7 @@ def suspend_twice_and_compare(world, trainer: str) -> None:
     # to where it waits to be suspended.
     reference = world.submit(training_job(trainer))
     job_id = world.submit(training_job(trainer, FIRST_STOP, SECOND_STOP))
-    assert world.drive(reference, ("SUCCEEDED",), timeout=120).attempt == 0
+    assert world.drive(reference, ("SUCCEEDED",), timeout=120, interval=POLL).attempt == 0
     expected = result_of(backend, reference)
     assert expected["steps"] == STEPS and expected["segments"] == [
         {"attempt": 0, "from": 0, "to": STEPS, "ended": "finished"}]
@@ -106,16 +110,16 @@ def suspend_twice_and_compare(world, trainer: str) -> None:
     # and waits; once the prod job has ended it resumes on its own as attempt 1.
     prod = world.submit("name: urgent\npriority: prod\ndefaults: {virtualCluster: team}\n"
                         "taskRoles:\n  m:\n    resourcePerInstance: {gpu: 2}\n    commands: ['true']\n")
-    world.drive(job_id, ("SUSPENDED",))
-    assert world.drive(prod, ("SUCCEEDED",)).state == "SUCCEEDED"
-    world.drive(job_id, ("RUNNING",), until=lambda j: j.attempt == 1)
+    world.drive(job_id, ("SUSPENDED",), interval=POLL)
+    assert world.drive(prod, ("SUCCEEDED",), interval=POLL).state == "SUCCEEDED"
+    world.drive(job_id, ("RUNNING",), until=lambda j: j.attempt == 1, interval=POLL)
     trained_to(world, job_id, SECOND_STOP)
 
     # 2. Its owner suspends it (yard suspend), and resumes it (yard resume) once it waits.
     suspension.suspend_job(world.db, world.alice, job_id, specs=StoredSpecs(), clock=CLOCK)
-    assert world.drive(job_id, ("SUSPENDED",)).held_by == "alice"
+    assert world.drive(job_id, ("SUSPENDED",), interval=POLL).held_by == "alice"
     suspension.resume_job(world.db, world.alice, job_id, clock=CLOCK)
-    job = world.drive(job_id, ("SUCCEEDED",), timeout=120)
+    job = world.drive(job_id, ("SUCCEEDED",), timeout=120, interval=POLL)
 
     got = result_of(backend, job_id)
     assert (got["loss"], got["sha256"], got["steps"]) == (expected["loss"], expected["sha256"], STEPS)
