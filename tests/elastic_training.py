@@ -3,7 +3,12 @@ test_elastic_training.py`` runs it on the local backend, ``tests/backends/slurm/
 test_slurm_elastic.py`` on Slurm): ``examples/elastic``'s CPU PyTorch DDP job (gloo, a fixed
 global batch) starts on one worker while the other GPUs are busy, grows to three when a
 job's stop frees two or more, shrinks to two when a prod job needs a GPU, and ends with the
-same steps and — within float rounding — the loss of the same steps on one process."""
+same steps and — within float rounding — the loss of the same steps on one process.
+
+The training is gated on the resizes, not on wall time: train.py's ``--wait-for-resize``
+stops the run on one worker at step ``GROWN`` and on three at ``SHRUNK`` until the
+controller resizes it, so each size trains its steps whatever the machine's load, and the
+run can be short."""
 
 from __future__ import annotations
 
@@ -20,16 +25,23 @@ from worlds import World
 from trainyard.store.rows import JobRow
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "elastic"
-STEPS = 300
+STEPS = 24
+GROWN, SHRUNK = 8, 16  # the steps it trains to on one worker, and on three, before it is resized
+# Seconds between the controller cycles the test runs while it waits: most waits are for
+# torch to start in the workers, and a cycle costs ~6-10 ms of CPU that they need (drive's
+# 0.02 s kept a third of a core busy on a 2-core machine).
+POLL = 0.1
 
 
 def training_job(low: int, high: int) -> str:
     job = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    job["parameters"] |= {"python": sys.executable, "steps": STEPS, "stepSeconds": 0.05}
+    job["parameters"] |= {"python": sys.executable, "steps": STEPS, "stepSeconds": 0}
     role = job["taskRoles"]["worker"]
     role["instances"] = {"min": low, "max": high}
-    # Submitted in process, with no working directory sent: the trainer from the checkout.
-    role["commands"] = [command.replace(" train.py ", f" {EXAMPLE / 'train.py'} ") for command in role["commands"]]
+    # Submitted in process, with no working directory sent: the trainer from the checkout,
+    # held at each size until the controller resizes the job.
+    role["commands"] = [command.replace(" train.py ", f" {EXAMPLE / 'train.py'} ")
+                        + f" --wait-for-resize 1:{GROWN} --wait-for-resize 3:{SHRUNK}" for command in role["commands"]]
     return yaml.safe_dump(job)
 
 
@@ -42,14 +54,15 @@ def progress(world: World, job_id: int) -> tuple[int, int]:
         return 0, 0
 
 
-def training_on(world: World, job_id: int, workers: int, past: int) -> int:
-    """Drive the controller until the job trains on ``workers`` past step ``past``; the step."""
-    def there() -> int | bool:
+def trained_to(world: World, job_id: int, workers: int, step: int) -> None:
+    """Drive the controller until the job has trained to ``step`` on ``workers`` (where it
+    waits to be resized)."""
+    def there() -> bool:
         world.cycle()
-        step, size = progress(world, job_id)
-        return step > past and size == workers and step
+        return progress(world, job_id) == (step, workers)
     try:
-        return wait_until(there, timeout=120, what=f"job {job_id} to train on {workers} worker(s) past step {past}")
+        wait_until(there, timeout=120, interval=POLL,
+                   what=f"job {job_id} to train to step {step} on {workers} worker(s)")
     except AssertionError as miss:
         raise AssertionError(f"{miss}\n{world.explain(job_id)}") from None
 
@@ -61,19 +74,17 @@ def grows_and_shrinks(world: World, hog: int, prod_gpus: int) -> tuple[JobRow, l
     and its ``result.json``'s sizes, checked against a run on one process."""
     assert importlib.util.find_spec("torch"), "PyTorch comes with the test extra: pip install -e '.[test]'"
     job_id = world.submit(training_job(1, 3))
-    world.drive(job_id, ("RUNNING",), timeout=60)
-    step = training_on(world, job_id, 1, 20)
+    world.drive(job_id, ("RUNNING",), timeout=60, interval=POLL)
+    trained_to(world, job_id, 1, GROWN)
 
     world.stop(hog)  # GPUs free: it grows to three
-    world.drive(hog, ("STOPPED",), timeout=60)
-    step = training_on(world, job_id, 3, step)
+    world.drive(hog, ("STOPPED",), timeout=60, interval=POLL)
+    trained_to(world, job_id, 3, SHRUNK)
 
     prod = world.submit("name: urgent\npriority: prod\ntaskRoles:\n  m:\n"
                         f"    resourcePerInstance: {{gpu: {prod_gpus}}}\n    commands: ['sleep 600']\n")
-    world.drive(prod, ("RUNNING",), timeout=120)  # it waited for one worker to leave
-    step = training_on(world, job_id, 2, step)
-    assert step < STEPS - 20, "the run was too short to see every size"
-    job = world.drive(job_id, ("SUCCEEDED",), timeout=300)
+    world.drive(prod, ("RUNNING",), timeout=120, interval=POLL)  # it waited for one worker to leave
+    job = world.drive(job_id, ("SUCCEEDED",), timeout=300, interval=POLL)
     world.stop(prod)
 
     got = json.loads((world.backend.job_dir(job_id) / "result.json").read_text())
@@ -84,7 +95,8 @@ def grows_and_shrinks(world: World, hog: int, prod_gpus: int) -> tuple[JobRow, l
     trainer = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(trainer)
     assert got["loss"] == pytest.approx(trainer.alone(STEPS), rel=1e-4, abs=1e-6)
-    assert [s["workers"] for s in got["sizes"]] == [1, 3, 2], f"{got['sizes']}\n{world.explain(job_id)}"
+    assert [(s["workers"], s["from"]) for s in got["sizes"]] == [(1, 0), (3, GROWN), (2, SHRUNK)], \
+        f"{got['sizes']}\n{world.explain(job_id)}"
     assert job.attempt == 0 and job.retries_used == 0  # resized in place: one attempt throughout
     messages = [message for kind, message in world.events(job_id) if kind == "resized"]
     assert len(messages) >= 2

@@ -8,6 +8,12 @@ or shrinks — every worker resumes from it. ``result.json`` says the final loss
 and the sizes the job ran at.
 
     torchrun $TRAINYARD_TORCHRUN --nproc-per-node=1 train.py --steps 300
+
+``--wait-for-resize WORKERS:STEP`` (off by default; repeat it for other sizes) is for a
+test or a demo that must see the job train at each size whatever the machine's speed: on
+that many workers the run stops before that step and waits until Trainyard resizes the job
+(its workers are stopped and started again at the new size, from the checkpoint). A job
+never resized from that size waits until it is stopped.
 """
 
 from __future__ import annotations
@@ -52,11 +58,23 @@ def alone(steps: int) -> float:
     return loss
 
 
+def hold(text: str) -> tuple[int, int]:
+    """``WORKERS:STEP`` of ``--wait-for-resize``."""
+    workers, _, step = text.partition(":")
+    try:
+        return int(workers), int(step)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"WORKERS:STEP (two integers), not {text!r}") from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--wait-for-resize", type=hold, action="append", default=[], metavar="WORKERS:STEP",
+                        help="on WORKERS workers, stop before STEP until Trainyard resizes the job (for tests)")
     args = parser.parse_args()
+    holds = dict(args.wait_for_resize)
     out = Path(os.environ.get("TRAINYARD_JOB_DIR", "."))
     checkpoint = out / "checkpoint.pt"
 
@@ -72,6 +90,11 @@ def main() -> None:
     sizes.append({"workers": world, "from": step, "resizes": int(os.environ.get("TRAINYARD_ELASTIC_RESIZES", "0"))})
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     while step < args.steps:
+        if holds.get(world) == step:
+            # Every rank stops here, between two steps (no collective pending), until
+            # Trainyard's resize stops this run: SIGTERM ends the process.
+            while True:
+                time.sleep(60)
         x, y = batch(step)
         share = GLOBAL_BATCH // world
         mine = slice(rank * share, (rank + 1) * share)

@@ -18,6 +18,11 @@ same loop in PyTorch). The contract it follows is ``docs/runtime.md``'s:
 SIGTERM is taken as a request to suspend too: it is what a backend without the suspend
 capability sends (and ``yard stop``), and saving then loses no work.
 
+``--wait-for-suspend STEP`` (off by default; repeat it for more steps) is for a test or a
+demo that must see the loop suspended at a known step whatever the machine's speed: an
+attempt that reaches that step (not one that resumes there) stops before it and waits until
+it is asked to suspend, then saves and suspends as at any step.
+
     python train_numpy.py --steps 2000 --step-seconds 0.01
 """
 
@@ -138,6 +143,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--step-seconds", type=float, default=0.0,
                         help="sleep this long each step: a stand-in for real work, so that there is time to suspend")
+    parser.add_argument("--wait-for-suspend", type=int, action="append", default=[], metavar="STEP",
+                        help="stop before STEP and wait until asked to suspend (for tests)")
     args = parser.parse_args()
 
     terminated = False
@@ -156,6 +163,9 @@ def main() -> None:
     start = state["step"]
     print(f"attempt {runtime.attempt()}: {'resuming at' if start else 'starting at'} step {start}", flush=True)
     while state["step"] < args.steps:
+        if state["step"] in args.wait_for_suspend and state["step"] != start:
+            while not (runtime.should_suspend() or terminated):
+                time.sleep(0.02)
         if runtime.should_suspend() or terminated:
             request = runtime.suspend_request() or {"reason": "SIGTERM"}
             save_checkpoint(state, checkpoint)

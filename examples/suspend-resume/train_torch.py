@@ -17,6 +17,11 @@ runtime contract is ``docs/runtime.md``'s:
 SIGTERM is taken as a request to suspend too: it is what a backend without the suspend
 capability sends (and ``yard stop``), and saving then loses no work.
 
+``--wait-for-suspend STEP`` (off by default; repeat it for more steps) is for a test or a
+demo that must see the loop suspended at a known step whatever the machine's speed: an
+attempt that reaches that step (not one that resumes there) stops before it and waits until
+it is asked to suspend, then saves and suspends as at any step.
+
     python train_torch.py --steps 2000 --step-seconds 0.01
 """
 
@@ -98,6 +103,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--step-seconds", type=float, default=0.0,
                         help="sleep this long each step: a stand-in for real work, so that there is time to suspend")
+    parser.add_argument("--wait-for-suspend", type=int, action="append", default=[], metavar="STEP",
+                        help="stop before STEP and wait until asked to suspend (for tests)")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for the task's GPU")
     args = parser.parse_args()
 
@@ -134,6 +141,9 @@ def main() -> None:
     print(f"attempt {runtime.attempt()}: {'resuming at' if start else 'starting at'} step {start}", flush=True)
     model.train()
     while step < args.steps:
+        if step in args.wait_for_suspend and step != start:
+            while not (runtime.should_suspend() or terminated):
+                time.sleep(0.02)
         if runtime.should_suspend() or terminated:
             request = runtime.suspend_request() or {"reason": "SIGTERM"}
             save_checkpoint({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
