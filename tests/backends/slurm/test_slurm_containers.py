@@ -31,6 +31,19 @@ from trainyard.store.rows import EnvironmentRow, TaskRow
 pytestmark = needs_podman
 
 
+# A task that runs until its test releases it (``release``). Left to the teardown's cancel, a
+# container's task often outlived Slurm's SIGTERM (its pid 1 ignores it, or the engine's proxy
+# of the SIGCONT before it was killed with the rest of the step), and the teardown waited for
+# slurmd's SIGKILL: 7 s.
+HOLD = 'while [ ! -e "$TRAINYARD_JOB_DIR/release" ]; do sleep 0.1; done'
+
+
+def release(world: World, job_id: int) -> None:
+    """End a ``HOLD`` task, and its job, as it was asked to."""
+    (world.backend.job_dir(job_id) / "release").touch()
+    assert drive(world, job_id).state == "SUCCEEDED"
+
+
 @pytest.fixture
 def podman_world(slurm: SlurmCommands, tmp_path: Path, _sqlite_template: Path) -> Iterator[World]:
     yield from make_world(slurm, tmp_path, _sqlite_template, containers=ContainerEngine.find("podman", "runc"))
@@ -84,7 +97,7 @@ taskRoles:
       - echo kept > "$TRAINYARD_JOB_DIR/kept.txt"
       - "ls {state}/bin {state}/jobs/*/0/main-0-0 2>&1 | sed 's/.*: //'"
       - echo started
-      - exec sleep 600
+      - {HOLD}
 """)
     key = TaskKey(job_id, 0, "main", 0)
     drive(world, job_id, states=("RUNNING",))
@@ -102,6 +115,7 @@ taskRoles:
                        "No such file or directory", "No such file or directory", "started"], log
     kept = world.backend.job_dir(job_id) / "kept.txt"
     assert (kept.read_text(), kept.stat().st_uid) == ("kept\n", uid)
+    release(world, job_id)
 
 
 MEMORY_JOB = """
@@ -327,7 +341,7 @@ taskRoles:
     commands:
       - echo in-the-box > /tmp/only-here
       - echo started
-      - exec sleep 600
+      - {HOLD}
 """)
     key = TaskKey(job_id, 0, "main", 0)
     drive(world, job_id, states=("RUNNING",))
@@ -340,3 +354,4 @@ taskRoles:
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 3, done.stderr
     assert done.stdout.splitlines() == ["in-the-box", 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"']
+    release(world, job_id)

@@ -12,9 +12,19 @@ from pathlib import Path
 
 import pytest
 from deadlines import scaled
-from e2e.server import wait_until
+from e2e.server import Server, wait_until
+
+from slurm.cluster import slurm_yard_up
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def slurm_server(slurm, tmp_path_factory) -> Iterator[Server]:
+    """One ``yard up --backend slurm`` for the module (a start costs seconds): the start-up
+    test reads its log, which keeps every start's lines, the restart test's too."""
+    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home")) as srv:
+        yield srv
 
 
 def _job(name: str, exit_code: int, gates) -> str:

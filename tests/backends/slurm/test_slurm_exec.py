@@ -7,15 +7,25 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from deadlines import scaled
 from e2e.server import Server, wait_until
 from websockets.sync.client import connect
 
+from slurm.cluster import slurm_yard_up
 from trainyard.client import Client
 
 pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def slurm_server(slurm, tmp_path_factory) -> Iterator[Server]:
+    """One ``yard up --backend slurm`` for the module (a start costs seconds); each test looks
+    at its own job only."""
+    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home")) as srv:
+        yield srv
 
 SAYS = 'echo "gpus=$CUDA_VISIBLE_DEVICES pwd=$PWD job=$SLURM_JOB_ID"'
 JOB = f"""

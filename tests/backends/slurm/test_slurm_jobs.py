@@ -227,6 +227,9 @@ taskRoles:
     [record] = ended_slurm_job(world.slurm, world.backend.slurm_job_id(key))
     assert record["JobState"] == "CANCELLED"
     assert "CANCELLED AT" in log_of(world, key)  # slurmstepd's word, once the grace period was over
+    # Killed by its runner at Slurm's SIGTERM (grace.over), which recorded it: not after
+    # slurmd's own wait of 5 s and more, whose SIGKILL would leave no exit status at all.
+    assert tasks_of(world, job_id)[0].exit_code == 137
 
 
 def test_a_stop_asked_before_the_runner_knew_its_task_reaches_the_task_as_it_starts(tmp_path) -> None:

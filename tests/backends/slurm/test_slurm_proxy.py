@@ -34,9 +34,11 @@ def reachable(host: str, port: int) -> bool:
         return False
 
 
-@pytest.fixture
-def slurm_server(slurm: SlurmCommands, database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home"), database_url) as srv:
+@pytest.fixture(scope="module")
+def slurm_server(slurm: SlurmCommands, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One ``yard up --backend slurm`` (SQLite) for both kinds of task (a start costs seconds):
+    each test's job is its own, stopped at its end (``served``)."""
+    with slurm_yard_up(slurm, tmp_path_factory.mktemp("home")) as srv:
         yield srv
 
 

@@ -132,6 +132,9 @@ CANCELLED = "CANCELLED"
 VERDICT_WAIT_SECONDS = 10.0
 # How often a stop whose grace period has run out is re-sent as a full cancel.
 CANCEL_RETRY_SECONDS = 2.0
+# In a task's directory: its stop's grace period is over (or it had none), written just before
+# the cancel; the task runner kills the task's process group at Slurm's SIGTERM (``runners``).
+GRACE_OVER = "grace.over"
 JOB_ID = "job_id"
 SUBMITTING = "submitting"
 STOP = "stop.json"
@@ -506,7 +509,7 @@ class SlurmBackend(jobdirs.JobDirTree):
         # in every task's process group, from its task runner (``_relay``), then its grace.
         self.commands.scancel(job_id, state="PENDING")
         if record["grace_seconds"] <= 0:
-            self.commands.scancel(job_id)
+            self._cancel_after_grace(key, job_id)
         else:
             self._relay(key, "stop", "SIGTERM", job_id)
         # A stop that failed half-way (Slurm unreachable) is sent again on the next call.
@@ -786,7 +789,18 @@ class SlurmBackend(jobdirs.JobDirTree):
             return
         self._last_cancel[job.job_id] = now
         log.info("Slurm job %s: grace period over; cancelling it", job.job_id)
-        self.commands.scancel(job.job_id)
+        self._cancel_after_grace(key, job.job_id)
+
+    def _cancel_after_grace(self, key: TaskKey, job_id: str) -> None:
+        """Cancel the Slurm job of a stop whose grace period is over. Slurm's cancel sends
+        SIGTERM, and SIGKILL only once slurmd has waited for the steps to end (KillWait, and at
+        least 5 s whatever it says): a task that ignores SIGTERM, having had its grace, would
+        hold its GPUs that much longer. Each task runner, finding ``GRACE_OVER`` at Slurm's
+        SIGTERM, kills its task's process group at once (as the local backend's supervisor
+        does after the grace) and records its status."""
+        for folder in self._live_task_dirs(key):
+            submission.write_private(folder / GRACE_OVER, b"")
+        self.commands.scancel(job_id)
 
 
 def _install(path: Path, text: str) -> Path:

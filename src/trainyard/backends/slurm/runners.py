@@ -213,6 +213,15 @@ gloo_ifname
 declare -A relayed=()
 task=
 interrupted=
+# Slurm's own SIGTERM once a stop's grace period is over, or a stop had none (the backend
+# writes TASK_DIR/grace.over just before its cancel): the task has had its grace, and its
+# process group gets SIGKILL at once, not when slurmd's wait for the step ends (KillWait, and
+# at least 5 s); this shell then records its status. Not a container's: its engine's client
+# and the cgroup's keeper must outlive the SIGTERM they proxy and clean up after.
+kill_after_grace() {
+    [ -n "$task" ] && [ -e "$dir/grace.over" ] && [ ! -e "$dir/container.argv" ] || return 0
+    kill -s KILL -- "-$task" 2> /dev/null
+}
 relay() {  # [WHAT]: only relay.WHAT
     local file what sig
     for file in "$dir"/relay.${1:-*}; do
@@ -225,7 +234,8 @@ relay() {  # [WHAT]: only relay.WHAT
         kill -s "$sig" -- "-$task" 2> /dev/null
     done
 }
-trap 'interrupted=1' TERM INT HUP USR1 USR2
+trap 'interrupted=1' INT HUP USR1 USR2
+trap 'interrupted=1; kill_after_grace' TERM
 # A task with an image (TASK_DIR/container.*, written by the backend): the container engine's
 # client runs in this step, in the foreground, so the signals reach it and it proxies them
 # into the container. Its variables go in an env file (never the engine's environment, which
