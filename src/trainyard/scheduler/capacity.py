@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
+from typing import Any
 
 from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.resources import MILLI
@@ -308,6 +309,8 @@ class Tentative:
 
 
 Entry = tuple[int, int, str]  # best-fit order: least free GPU, then least free CPU, then name
+JOURNAL_KEPT = 1 << 16  # changes ``Capacity.journal`` holds at most
+HOST_KINDS = 64  # kinds of task without GPUs whose ``Capacity.first_host`` is kept (the latest)
 
 
 class Capacity:
@@ -331,6 +334,13 @@ class Capacity:
         self._racks: dict[str, list[FreeNode]] = {}  # rack label -> its nodes (for ``candidates``)
         # Nodes changed since the index was last read, filed again only then (``_flush``).
         self._dirty: dict[str, FreeNode] = {}
+        # Every node changed, once per change, in order: a scorer that keeps what it found
+        # per node reads from here which nodes changed since it last looked. Positions are
+        # counted from the capacity's start; the list keeps those from ``journal_start`` on.
+        self.journal: list[FreeNode] = []
+        self.journal_start = 0
+        # (CPU, memory, expression) of a task without GPUs -> where it goes (``first_host``)
+        self._hosts = Standings(HOST_KINDS)
         for node in nodes:
             self.nodes[node.name] = node
             if node.rack:
@@ -460,6 +470,37 @@ class Capacity:
         for _, _, name in merged:
             yield nodes[name]
 
+    def offers(self, node: FreeNode, task: TaskRequest) -> bool:
+        """Whether ``candidates(task)`` (every family, no rack, nothing extra) lists ``node``
+        as it is now: the index's tests on one node."""
+        if node.name not in self._filed:
+            return False  # not schedulable
+        gpu_milli = task.gpu_milli
+        if gpu_milli <= 0:
+            return True
+        klass = node.klass
+        if not task.gpu_models and not task.gpu_memory_mb:
+            if not klass:
+                return False
+        elif not _klass_suits(klass, task):
+            return False
+        return node.whole >= gpu_milli // MILLI if gpu_milli >= MILLI else node.gpu_sum >= gpu_milli
+
+    def first_host(self, task: TaskRequest) -> FreeNode | None:
+        """For a task without GPUs: the first node ``candidates(task)`` lists (every family,
+        no rack) whose CPU and memory host it, found from the nodes changed since a task of
+        its kind last asked (``Standing``) instead of walking the nodes in best-fit order."""
+        standing = self._hosts.of_kind(self, (task.cpu_milli, task.memory_mb, task.selector))
+        filed = self._filed
+
+        def key_of(node: FreeNode) -> StandingKey | None:
+            if node.name in filed and node.hosts_cpu_and_memory(task):
+                return (node.gpu_sum, node.cpu_milli, node.name)
+            return None
+
+        best = standing.least(self, key_of)
+        return None if best is None else self.nodes[best[-1]]  # type: ignore[index]
+
     def _in_rack(
         self, task: TaskRequest, rack: str, wanted: set[str] | None, extra: Iterable[FreeNode], backwards: bool,
         min_whole: int, least_sum: int,
@@ -509,6 +550,91 @@ class Capacity:
         if node.rack and node.schedulable:
             self.rack_free[node.rack] += node.gpu_sum - before
         self._dirty[node.name] = node  # filed again when the index is next read
+        journal = self.journal
+        journal.append(node)
+        if len(journal) > JOURNAL_KEPT:  # a reader further behind looks at every node again
+            self.journal_start += len(journal)
+            journal.clear()
+
+
+StandingKey = tuple[object, ...]  # a node's place in a ``Standing``: least first, its name last
+
+
+class Standing:
+    """Every node's key for one question (a kind of task under one scorer): the node that
+    answers it best is the one of least key, and a node's key depends on its free capacity
+    alone. Kept from the capacity's journal: a question asked again works out the keys of
+    the nodes changed since it was last asked, not of every node; the least key is the top
+    of a heap whose entries a node has since left are dropped as they come up."""
+
+    __slots__ = ("read", "keys", "heap", "kept")
+
+    def __init__(self) -> None:
+        self.read = -1  # the absolute position in the capacity's journal read up to
+        self.keys: dict[str, StandingKey] = {}  # node name -> its key now (absent: it does not answer)
+        self.heap: list[StandingKey] = []
+        self.kept: dict[str, Any] = {}  # node name -> what the asker keeps with its key
+
+    def least(self, capacity: Capacity, key_of: Callable[[FreeNode], StandingKey | None]) -> StandingKey | None:
+        """The least key of ``capacity``'s nodes now (None: no node answers), ``key_of``
+        giving a node's key (None: it does not answer). Every call must pass the same
+        capacity and the same ``key_of``."""
+        keys, heap = self.keys, self.heap
+        changed: Iterable[FreeNode]
+        fresh = self.read < capacity.journal_start
+        if fresh:  # first asked, or further behind than the journal keeps
+            keys.clear()
+            heap.clear()
+            changed = capacity.nodes.values()
+        else:
+            changed = {n.name: n for n in capacity.journal[self.read - capacity.journal_start :]}.values()
+        self.read = capacity.journal_start + len(capacity.journal)
+        for node in changed:
+            key = key_of(node)
+            name = node.name
+            if key != keys.get(name):
+                if key is None:
+                    del keys[name]
+                else:
+                    keys[name] = key
+                    if fresh:
+                        heap.append(key)
+                    else:
+                        heapq.heappush(heap, key)
+        if not fresh and len(heap) > 2 * len(keys) + 64:  # mostly left behind: made again
+            heap[:] = keys.values()
+            fresh = True
+        if fresh:
+            heapq.heapify(heap)
+        while heap:
+            top = heap[0]
+            if keys.get(top[-1]) == top:  # type: ignore[call-overload]
+                return top
+            heapq.heappop(heap)
+        return None
+
+
+class Standings:
+    """The ``Standing`` of the ``limit`` kinds asked most recently, for one capacity at a
+    time (asked of another, it forgets them)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._of: Capacity | None = None
+        self._kinds: dict[tuple[object, ...], Standing] = {}  # least recently asked first
+
+    def of_kind(self, capacity: Capacity, kind: tuple[object, ...]) -> Standing:
+        kinds = self._kinds
+        if self._of is not capacity:
+            kinds.clear()
+            self._of = capacity
+        standing = kinds.pop(kind, None)
+        if standing is None:
+            standing = Standing()
+            if len(kinds) >= self.limit:
+                del kinds[next(iter(kinds))]
+        kinds[kind] = standing
+        return standing
 
 
 def _klass_suits(klass: Klass, task: TaskRequest) -> bool:

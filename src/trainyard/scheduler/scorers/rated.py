@@ -20,13 +20,14 @@ import random
 from collections.abc import Callable, Sequence
 
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.capacity import FreeNode
+from trainyard.scheduler.capacity import FreeNode, StandingKey, Standings
 from trainyard.scheduler.ledger import Access, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
 from trainyard.scheduler.scorers.fgd import Fgd, latest_kind
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
 MAX_SCORE = 100
+RATED_KINDS = 64  # kinds of task whose ratings of every node a scorer that ties by name keeps (the latest)
 Rate = Callable[[FreeNode, TaskRequest], float]
 
 
@@ -53,9 +54,32 @@ def may_fit(node: FreeNode, task: TaskRequest) -> bool:
 
 
 def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: Rate, select: Select,
-                  *, ties_by_name: bool = False) -> Choice | None:
+                  *, ties_by_name: bool = False, standings: Standings | None = None) -> Choice | None:
     """The node ``rate`` scores highest, with ``select``'s devices. Among equals a random
-    one, or (``ties_by_name``) the one whose name sorts first."""
+    one, or (``ties_by_name``) the one whose name sorts first. ``standings``: where to keep,
+    per kind of task, every node's rating from one task to the next (``rate`` a function of
+    the node's free capacity and the kind alone)."""
+    if ties_by_name and standings is not None and access.only is None and not access.data_nodes and (
+            task.gpu_milli <= 0 or not access.in_cells):
+        # One tier, every node in it rated: the best is the least (-rating, name) of the nodes
+        # the index offers and ``may_fit`` passes, kept per node from the changes since the
+        # kind was last asked instead of rating every node again.
+        capacity = access.ledger.capacity
+        kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
+
+        def key_of(node: FreeNode) -> StandingKey | None:
+            if capacity.offers(node, task) and may_fit(node, task):
+                return (-rate(node, task), node.name)
+            return None
+
+        least = standings.of_kind(capacity, kind).least(capacity, key_of)
+        if least is None:
+            return None
+        first = capacity.nodes[least[-1]]  # type: ignore[index]
+        fit = access.fit(first, task, select)
+        if fit is not None:
+            return first, fit
+        # ``Access.fit`` has the last word: past a node it refuses, the walk below decides.
     rng = draw_for(gang.job, task)
     # Ties by name make the order the nodes come in worth nothing (a random draw among
     # equals takes them in best-fit order): the index's own order spares merging its lists.
@@ -83,6 +107,7 @@ class Rated:
         self.capacity = {n.name: (n.cpu_milli, len(n.gpus) * MILLI) for n in snapshot.nodes}
         self.max_cpu = max((c for c, _ in self.capacity.values()), default=1) or 1
         self.max_gpu = max((g for _, g in self.capacity.values()), default=MILLI) or MILLI
+        self._standings = Standings(RATED_KINDS)  # for ``ties_by_name`` (``highest_rated``)
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> Rated:
@@ -95,7 +120,8 @@ class Rated:
         raise NotImplementedError
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
-        return highest_rated(task, access, gang, self.rate, select_bestfit, ties_by_name=self.ties_by_name)
+        return highest_rated(task, access, gang, self.rate, select_bestfit, ties_by_name=self.ties_by_name,
+                             standings=self._standings)
 
 
 class RandomFit(Rated):
@@ -258,6 +284,7 @@ class FgdRated(Fgd):
         # every task, mostly unchanged since a task of the same kind last rated it, and
         # building ``answer``'s key cost more than the rest of a visit. The latest kinds only.
         self._rated: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, float]]] = {}
+        self._standings = Standings(RATED_KINDS)
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
         kind = (task.gpu_milli, task.cpu_milli, task.gpu_models, task.gpu_memory_mb, task.selector)
@@ -271,7 +298,7 @@ class FgdRated(Fgd):
             rated[id(node)] = (node, node.version, rating)
             return rating
 
-        return highest_rated(task, access, gang, rate, self.select, ties_by_name=True)
+        return highest_rated(task, access, gang, rate, self.select, ties_by_name=True, standings=self._standings)
 
     def rate(self, node: FreeNode, task: TaskRequest) -> float:
         answer = self.answer(node, task)
