@@ -170,11 +170,11 @@ def test_what_the_index_offers_and_the_first_host_follow_every_change(changes) -
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(GPU_REQUESTS), st.sampled_from((0, 1000, 4000)), st.booleans()),
                 min_size=4, max_size=24),
-       st.sampled_from(("fgd-cpu", "fgd", "clustering", "packing")))
+       st.sampled_from(("fgd-cpu", "fgd", "clustering", "packing", "random", "dotprod", "bestfit-cpu-gpu")))
 def test_a_kept_standing_picks_what_the_walk_over_every_node_picks(tasks, scorer) -> None:
-    """Without quota or cell rules, FGD, the scorers that break ties by name and first fit of
-    a task without GPUs keep each node's key per kind of task from the nodes changed since
-    (``Standing``): one scorer that has seen every earlier task picks the node and devices
+    """Without quota or cell rules, FGD, the rated scorers and first fit of a task without
+    GPUs keep each node's key or rating per kind of task from the nodes changed since
+    (``Standing``, ``Bands``): one scorer that has seen every earlier task picks the node and devices
     that a fresh scorer's walk over the nodes in best-fit order picks (a job with data
     nodes, here none of them, takes that walk)."""
     pending = tuple(

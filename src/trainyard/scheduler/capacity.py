@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain
-from typing import Any
 
 from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.resources import MILLI
 from trainyard.core.selectors import GpuFacts, NodeFacts, compile_selector
 from trainyard.scheduler.snapshot import GpuShare, GpuSlot, NodeState, TaskPlacement, TaskRequest
+from trainyard.scheduler.standing import Standing, StandingKey, Standings
 
 Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
 
@@ -340,7 +340,7 @@ class Capacity:
         self.journal: list[FreeNode] = []
         self.journal_start = 0
         # (CPU, memory, expression) of a task without GPUs -> where it goes (``first_host``)
-        self._hosts = Standings(HOST_KINDS)
+        self._hosts = Standings(HOST_KINDS, Standing)
         for node in nodes:
             self.nodes[node.name] = node
             if node.rack:
@@ -486,6 +486,15 @@ class Capacity:
             return False
         return node.whole >= gpu_milli // MILLI if gpu_milli >= MILLI else node.gpu_sum >= gpu_milli
 
+    def changed_since(self, read: int) -> tuple[Iterable[FreeNode] | None, int]:
+        """The nodes changed since the journal's absolute position ``read``, each once (None
+        where the journal no longer reaches back there: any node may have changed), and the
+        position now."""
+        now = self.journal_start + len(self.journal)
+        if read < self.journal_start:
+            return None, now
+        return {n.name: n for n in self.journal[read - self.journal_start :]}.values(), now
+
     def first_host(self, task: TaskRequest) -> FreeNode | None:
         """For a task without GPUs: the first node ``candidates(task)`` lists (every family,
         no rack) whose CPU and memory host it, found from the nodes changed since a task of
@@ -555,86 +564,6 @@ class Capacity:
         if len(journal) > JOURNAL_KEPT:  # a reader further behind looks at every node again
             self.journal_start += len(journal)
             journal.clear()
-
-
-StandingKey = tuple[object, ...]  # a node's place in a ``Standing``: least first, its name last
-
-
-class Standing:
-    """Every node's key for one question (a kind of task under one scorer): the node that
-    answers it best is the one of least key, and a node's key depends on its free capacity
-    alone. Kept from the capacity's journal: a question asked again works out the keys of
-    the nodes changed since it was last asked, not of every node; the least key is the top
-    of a heap whose entries a node has since left are dropped as they come up."""
-
-    __slots__ = ("read", "keys", "heap", "kept")
-
-    def __init__(self) -> None:
-        self.read = -1  # the absolute position in the capacity's journal read up to
-        self.keys: dict[str, StandingKey] = {}  # node name -> its key now (absent: it does not answer)
-        self.heap: list[StandingKey] = []
-        self.kept: dict[str, Any] = {}  # node name -> what the asker keeps with its key
-
-    def least(self, capacity: Capacity, key_of: Callable[[FreeNode], StandingKey | None]) -> StandingKey | None:
-        """The least key of ``capacity``'s nodes now (None: no node answers), ``key_of``
-        giving a node's key (None: it does not answer). Every call must pass the same
-        capacity and the same ``key_of``."""
-        keys, heap = self.keys, self.heap
-        changed: Iterable[FreeNode]
-        fresh = self.read < capacity.journal_start
-        if fresh:  # first asked, or further behind than the journal keeps
-            keys.clear()
-            heap.clear()
-            changed = capacity.nodes.values()
-        else:
-            changed = {n.name: n for n in capacity.journal[self.read - capacity.journal_start :]}.values()
-        self.read = capacity.journal_start + len(capacity.journal)
-        for node in changed:
-            key = key_of(node)
-            name = node.name
-            if key != keys.get(name):
-                if key is None:
-                    del keys[name]
-                else:
-                    keys[name] = key
-                    if fresh:
-                        heap.append(key)
-                    else:
-                        heapq.heappush(heap, key)
-        if not fresh and len(heap) > 2 * len(keys) + 64:  # mostly left behind: made again
-            heap[:] = keys.values()
-            fresh = True
-        if fresh:
-            heapq.heapify(heap)
-        while heap:
-            top = heap[0]
-            if keys.get(top[-1]) == top:  # type: ignore[call-overload]
-                return top
-            heapq.heappop(heap)
-        return None
-
-
-class Standings:
-    """The ``Standing`` of the ``limit`` kinds asked most recently, for one capacity at a
-    time (asked of another, it forgets them)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._of: Capacity | None = None
-        self._kinds: dict[tuple[object, ...], Standing] = {}  # least recently asked first
-
-    def of_kind(self, capacity: Capacity, kind: tuple[object, ...]) -> Standing:
-        kinds = self._kinds
-        if self._of is not capacity:
-            kinds.clear()
-            self._of = capacity
-        standing = kinds.pop(kind, None)
-        if standing is None:
-            standing = Standing()
-            if len(kinds) >= self.limit:
-                del kinds[next(iter(kinds))]
-        kinds[kind] = standing
-        return standing
 
 
 def _klass_suits(klass: Klass, task: TaskRequest) -> bool:

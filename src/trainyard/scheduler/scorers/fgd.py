@@ -37,10 +37,11 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.capacity import Capacity, FreeNode, StandingKey, Standings
+from trainyard.scheduler.capacity import Capacity, FreeNode
 from trainyard.scheduler.ledger import Access, Fit, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, first_fit, select_bestfit
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
+from trainyard.scheduler.standing import Standing, StandingKey, Standings
 
 # A node's answer for a task: (cost, [(position, milli)]), or False where it does not fit.
 Shares = list[tuple[int, int]]
@@ -129,7 +130,7 @@ class Fgd:
         self._visits: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, tuple[int, ...], NodeKey, Ranked]]] = {}
         self._statics: dict[object, dict[str, Fixed]] = {}
         # task kind -> every node's key and devices kept up to date (``_standing_best``)
-        self._standings = Standings(STANDING_KINDS)
+        self._standings = Standings(STANDING_KINDS, Standing)
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
         # by (share, models), it is worked out once per group instead of once per kind.
         grouped: dict[tuple[int, tuple[str, ...]], list[tuple[int, int, float]]] = {}

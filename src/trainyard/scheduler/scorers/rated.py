@@ -20,11 +20,12 @@ import random
 from collections.abc import Callable, Sequence
 
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.capacity import FreeNode, StandingKey, Standings
+from trainyard.scheduler.capacity import Capacity, FreeNode
 from trainyard.scheduler.ledger import Access, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
 from trainyard.scheduler.scorers.fgd import Fgd, latest_kind
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
+from trainyard.scheduler.standing import Bands, Standing, StandingKey, Standings
 
 MAX_SCORE = 100
 RATED_KINDS = 64  # kinds of task whose ratings of every node a scorer that ties by name keeps (the latest)
@@ -54,28 +55,25 @@ def may_fit(node: FreeNode, task: TaskRequest) -> bool:
 
 
 def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: Rate, select: Select,
-                  *, ties_by_name: bool = False, standings: Standings | None = None) -> Choice | None:
+                  *, ties_by_name: bool = False, kept: Standings[Standing] | Standings[Bands] | None = None
+                  ) -> Choice | None:
     """The node ``rate`` scores highest, with ``select``'s devices. Among equals a random
-    one, or (``ties_by_name``) the one whose name sorts first. ``standings``: where to keep,
-    per kind of task, every node's rating from one task to the next (``rate`` a function of
-    the node's free capacity and the kind alone)."""
-    if ties_by_name and standings is not None and access.only is None and not access.data_nodes and (
+    one, or (``ties_by_name``) the one whose name sorts first. ``kept``: where to keep, per
+    kind of task, every node's rating from one task to the next (``rate`` a function of the
+    node's free capacity and the kind alone): ``Standing`` to tie by name, else ``Bands``."""
+    if kept is not None and access.only is None and not access.data_nodes and (
             task.gpu_milli <= 0 or not access.in_cells):
-        # One tier, every node in it rated: the best is the least (-rating, name) of the nodes
-        # the index offers and ``may_fit`` passes, kept per node from the changes since the
-        # kind was last asked instead of rating every node again.
+        # One tier, every node in it rated: the nodes the index offers and ``may_fit`` passes,
+        # each rated again only once changed since the kind was last asked.
         capacity = access.ledger.capacity
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
 
-        def key_of(node: FreeNode) -> StandingKey | None:
-            if capacity.offers(node, task) and may_fit(node, task):
-                return (-rate(node, task), node.name)
-            return None
+        def rating(node: FreeNode) -> float | None:
+            return rate(node, task) if capacity.offers(node, task) and may_fit(node, task) else None
 
-        least = standings.of_kind(capacity, kind).least(capacity, key_of)
-        if least is None:
+        first = _first_rated(task, gang, capacity, kept.of_kind(capacity, kind), rating)
+        if first is None:
             return None
-        first = capacity.nodes[least[-1]]  # type: ignore[index]
         fit = access.fit(first, task, select)
         if fit is not None:
             return first, fit
@@ -96,6 +94,22 @@ def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: R
     return None
 
 
+def _first_rated(task: TaskRequest, gang: GangProgress, capacity: Capacity, kept: Standing | Bands,
+                 rating: Callable[[FreeNode], float | None]) -> FreeNode | None:
+    """The node ``highest_rated``'s walk tries first: the best rated, among equals the name
+    that sorts first (``Standing``: the least (-rating, name)) or the walk's draw among them
+    in best-fit order (``Bands``)."""
+    if isinstance(kept, Standing):
+        def key_of(node: FreeNode) -> StandingKey | None:
+            rated = rating(node)
+            return None if rated is None else (-rated, node.name)
+
+        least = kept.least(capacity, key_of)
+        return None if least is None else capacity.nodes[least[-1]]  # type: ignore[index]
+    best = kept.best(capacity, rating)
+    return None if best is None else capacity.nodes[best[draw_for(gang.job, task).randrange(len(best))][2]]
+
+
 class Rated:
     """A scorer from a per-node rating; ``capacity`` holds each node's (CPU, GPU) size.
     ``ties_by_name``: among equal ratings take the node whose name sorts first (the paper's
@@ -107,7 +121,9 @@ class Rated:
         self.capacity = {n.name: (n.cpu_milli, len(n.gpus) * MILLI) for n in snapshot.nodes}
         self.max_cpu = max((c for c, _ in self.capacity.values()), default=1) or 1
         self.max_gpu = max((g for _, g in self.capacity.values()), default=MILLI) or MILLI
-        self._standings = Standings(RATED_KINDS)  # for ``ties_by_name`` (``highest_rated``)
+        # every node's rating per kind of task, from one task to the next (``highest_rated``)
+        self._kept: Standings[Standing] | Standings[Bands] = (
+            Standings(RATED_KINDS, Standing) if self.ties_by_name else Standings(RATED_KINDS, Bands))
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> Rated:
@@ -121,7 +137,7 @@ class Rated:
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
         return highest_rated(task, access, gang, self.rate, select_bestfit, ties_by_name=self.ties_by_name,
-                             standings=self._standings)
+                             kept=self._kept)
 
 
 class RandomFit(Rated):
@@ -284,7 +300,7 @@ class FgdRated(Fgd):
         # every task, mostly unchanged since a task of the same kind last rated it, and
         # building ``answer``'s key cost more than the rest of a visit. The latest kinds only.
         self._rated: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, float]]] = {}
-        self._standings = Standings(RATED_KINDS)
+        self._standings = Standings(RATED_KINDS, Standing)
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
         kind = (task.gpu_milli, task.cpu_milli, task.gpu_models, task.gpu_memory_mb, task.selector)
@@ -298,7 +314,7 @@ class FgdRated(Fgd):
             rated[id(node)] = (node, node.version, rating)
             return rating
 
-        return highest_rated(task, access, gang, rate, self.select, ties_by_name=True, standings=self._standings)
+        return highest_rated(task, access, gang, rate, self.select, ties_by_name=True, kept=self._standings)
 
     def rate(self, node: FreeNode, task: TaskRequest) -> float:
         answer = self.answer(node, task)
