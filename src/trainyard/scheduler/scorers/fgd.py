@@ -32,6 +32,7 @@ This class is the exact-cost engine under ``fgd-cpu``. The registered ``fgd`` ba
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -65,6 +66,35 @@ VISITED_KINDS = 16  # task kinds whose visits to nodes ``Fgd.choose`` remembers 
 # Task kinds whose ``Standing`` ``Fgd.choose`` keeps (the latest): openb's pod lists ask for
 # 126-366 kinds, of which the 64 latest take 95 % of the pods on most lists.
 STANDING_KINDS = 64
+
+
+class WeightsByRoom:
+    """Per group of task kinds ``(CPU, memory, weight)``, the weight of the kinds a node's
+    free CPU and memory host (or, ``refused``, turn away), summed in the group's order.
+    Which kinds those are changes only where CPU or memory reaches some kind's request: the
+    sums are worked out once per such step (the same floats) and remembered by (CPU, memory)."""
+
+    def __init__(self, groups: Sequence[Sequence[tuple[int, int, float]]], *, refused: bool = False) -> None:
+        self._groups = groups
+        self._refused = refused
+        self._cpus = sorted({c for members in groups for c, _, _ in members})
+        self._memories = sorted({m for members in groups for _, m, _ in members})
+        self._by_room: dict[tuple[int, int], tuple[float, ...]] = {}
+        self._by_step: dict[tuple[int, int], tuple[float, ...]] = {}
+
+    def of(self, cpu: int, memory: int) -> tuple[float, ...]:
+        found = self._by_room.get((cpu, memory))
+        if found is None:
+            step = (bisect_right(self._cpus, cpu), bisect_right(self._memories, memory))
+            found = self._by_step.get(step)
+            if found is None:
+                if self._refused:
+                    found = tuple(sum(p for c, m, p in members if c > cpu or m > memory) for members in self._groups)
+                else:
+                    found = tuple(sum(p for c, m, p in members if c <= cpu and m <= memory) for members in self._groups)
+                self._by_step[step] = found
+            self._by_room[(cpu, memory)] = found
+        return found
 
 
 def latest_kind(memo: dict[tuple[object, ...], dict[Any, Any]], kind: tuple[object, ...]) -> dict[Any, Any]:
@@ -120,7 +150,7 @@ class Fgd:
         # ``_expected``'s halves: per (device models, free shares) what each group leaves
         # stranded, and per (CPU, memory) how much of each group's weight the node hosts
         self._stranded: dict[tuple[tuple[str, ...], tuple[int, ...]], tuple[int | None, ...]] = {}
-        self._hosted: dict[tuple[int, int], tuple[float, ...]] = {}
+        self._usable: dict[tuple[str, ...], list[tuple[Sequence[int], frozenset[int] | None] | None]] = {}
         # task kind -> node state -> answer
         self._answers: dict[tuple[object, ...], dict[NodeKey, tuple[Answer, Rank] | Literal[False]]] = {}
         # task kind -> id(node) -> (node, its ``version``, closed devices, its state, the
@@ -140,6 +170,7 @@ class Fgd:
             (gpu, models, tuple(members), sum(p for _, _, p in members))
             for (gpu, models), members in grouped.items()
         ]
+        self._hosted = WeightsByRoom([members for _, _, members, _ in self._groups])
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> Fgd:
@@ -382,10 +413,7 @@ class Fgd:
         stranded = self._stranded.get(devices)
         if stranded is None:
             stranded = self._stranded[devices] = self._stranded_by_group(node.gpu_model, idle, total)
-        hosted = self._hosted.get((cpu, memory))
-        if hosted is None:
-            hosted = self._hosted[(cpu, memory)] = tuple(
-                sum(p for c, m, p in members if c <= cpu and m <= memory) for _, _, members, _ in self._groups)
+        hosted = self._hosted.of(cpu, memory)
         expected = 0.0
         for (_, _, _, weight), left, host in zip(self._groups, stranded, hosted, strict=True):
             if left is None:  # no device of the group's models
@@ -398,27 +426,44 @@ class Fgd:
                            ) -> tuple[int | None, ...]:
         """Per group: the free milli-GPU its tasks could not use on these devices (all of it
         where none fits), or None where no device is of its models."""
-        every = range(len(idle))
         found: list[int | None] = []
-        for gpu_milli, models, _, _ in self._groups:
-            usable = [i for i in every if models_of[i] in models] if models else every
-            if not usable:
+        for (gpu_milli, _, _, _), usable in zip(self._groups, self._usable_by_group(models_of), strict=True):
+            if usable is None:
                 found.append(None)
                 continue
+            positions, only = usable
             if gpu_milli >= MILLI:
-                fits = sum(1 for i in usable if idle[i] == MILLI) >= gpu_milli // MILLI
+                fits = sum(1 for i in positions if idle[i] == MILLI) >= gpu_milli // MILLI
             else:
-                fits = any(idle[i] >= gpu_milli for i in usable)
+                fits = any(idle[i] >= gpu_milli for i in positions)
             if fits:
                 need = min(gpu_milli, MILLI)
-                if models:
-                    usable_set = set(usable)
-                    found.append(sum(f for i, f in enumerate(idle) if i not in usable_set or f < need))
+                if only is not None:
+                    found.append(sum(f for i, f in enumerate(idle) if i not in only or f < need))
                 else:
                     found.append(sum(f for f in idle if f < need))
             else:
                 found.append(total)
         return tuple(found)
+
+    def _usable_by_group(self, models_of: Sequence[str]) -> list[tuple[Sequence[int], frozenset[int] | None] | None]:
+        """Per group, the positions of the devices of its models and, where that is not every
+        device, the same as a set (None: no device of its models), per layout of models."""
+        key = tuple(models_of)
+        found = self._usable.get(key)
+        if found is None:
+            every = range(len(models_of))
+            found = []
+            for _, models, _, _ in self._groups:
+                usable = [i for i in every if models_of[i] in models] if models else every
+                if not usable:
+                    found.append(None)
+                elif len(usable) == len(every):
+                    found.append((every, None))
+                else:
+                    found.append((usable, frozenset(usable)))
+            self._usable[key] = found
+        return found
 
     @staticmethod
     def _measured_by(node: FreeNode, free: list[int], cpu: int, memory: int, kind: WorkloadClass) -> int:
