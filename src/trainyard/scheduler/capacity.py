@@ -310,7 +310,6 @@ class Tentative:
 
 Entry = tuple[int, int, str]  # best-fit order: least free GPU, then least free CPU, then name
 JOURNAL_KEPT = 1 << 16  # changes ``Capacity.journal`` holds at most
-HOST_KINDS = 64  # kinds of task without GPUs whose ``Capacity.first_host`` is kept (the latest)
 
 
 class Capacity:
@@ -340,7 +339,7 @@ class Capacity:
         self.journal: list[FreeNode] = []
         self.journal_start = 0
         # (CPU, memory, expression) of a task without GPUs -> where it goes (``first_host``)
-        self._hosts = Standings(HOST_KINDS, Standing)
+        self._hosts = Standings(Standing)
         for node in nodes:
             self.nodes[node.name] = node
             if node.rack:

@@ -19,6 +19,10 @@ Cost: ``F_n`` is cached by node state, and so is each node's answer for a kind o
 no quota or cell rule applied. Without rules that answer is exact and every fitting node is
 compared (up to ``SCAN``, in best-fit order), as the paper's FGD does — comparing only the
 fullest nodes cost up to 4 points of allocation on openb's pod lists with GPU-model limits.
+The comparison is kept per kind of task from one task to the next (``standing.Standing``):
+each node's rank and best-fit place, worked out again only for the nodes changed since the
+kind was last asked, the best at the top of a heap — what the walk over every node in
+best-fit order finds, at the cost of the few nodes the tasks before it changed.
 Under rules the answer without them is a lower bound (rules only take devices away), so of
 a window of ``RESTRICTED_SCAN`` nodes that fit without rules, the exact fit (``Access.fit``,
 the expensive part) is worked out in bound order only until no bound left can beat the best
@@ -63,9 +67,6 @@ SCAN = 1 << 16  # fitting node states compared per task: in practice all
 RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
 VISITED_KINDS = 16  # task kinds whose visits to nodes ``Fgd.choose`` remembers (the latest)
-# Task kinds whose ``Standing`` ``Fgd.choose`` keeps (the latest): openb's pod lists ask for
-# 126-366 kinds, of which the 64 latest take 95 % of the pods on most lists.
-STANDING_KINDS = 64
 
 
 class WeightsByRoom:
@@ -160,7 +161,7 @@ class Fgd:
         self._visits: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, tuple[int, ...], NodeKey, Ranked]]] = {}
         self._statics: dict[object, dict[str, Fixed]] = {}
         # task kind -> every node's key and devices kept up to date (``_standing_best``)
-        self._standings = Standings(STANDING_KINDS, Standing)
+        self._standings = Standings(Standing)
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
         # by (share, models), it is worked out once per group instead of once per kind.
         grouped: dict[tuple[int, tuple[str, ...]], list[tuple[int, int, float]]] = {}

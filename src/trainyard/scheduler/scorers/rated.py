@@ -28,7 +28,6 @@ from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskReq
 from trainyard.scheduler.standing import Bands, Standing, StandingKey, Standings
 
 MAX_SCORE = 100
-RATED_KINDS = 64  # kinds of task whose ratings of every node a scorer that ties by name keeps (the latest)
 Rate = Callable[[FreeNode, TaskRequest], float]
 
 
@@ -123,7 +122,7 @@ class Rated:
         self.max_gpu = max((g for _, g in self.capacity.values()), default=MILLI) or MILLI
         # every node's rating per kind of task, from one task to the next (``highest_rated``)
         self._kept: Standings[Standing] | Standings[Bands] = (
-            Standings(RATED_KINDS, Standing) if self.ties_by_name else Standings(RATED_KINDS, Bands))
+            Standings(Standing) if self.ties_by_name else Standings(Bands))
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> Rated:
@@ -300,7 +299,7 @@ class FgdRated(Fgd):
         # every task, mostly unchanged since a task of the same kind last rated it, and
         # building ``answer``'s key cost more than the rest of a visit. The latest kinds only.
         self._rated: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, float]]] = {}
-        self._standings = Standings(RATED_KINDS, Standing)
+        self._standings = Standings(Standing)
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
         kind = (task.gpu_milli, task.cpu_milli, task.gpu_models, task.gpu_memory_mb, task.selector)
