@@ -151,9 +151,10 @@ def _agree_then_place(ledger: Ledger, job: PendingJob, keep: bool, remembered: C
 def test_what_the_index_offers_and_the_first_host_follow_every_change(changes) -> None:
     """``Capacity.offers`` is the index's own test, and ``first_host`` (kept per kind of task
     from the journal of changed nodes) the first node in best-fit order whose CPU and memory
-    host a task without GPUs, after every change, undone change and give-back (n5 cordoned)."""
+    host a task without GPUs, after every change, undone change and give-back (n5 cordoned;
+    a journal of 5 changes, so that a reader also finds it has forgotten what it missed)."""
     nodes = [FreeNode.from_state(replace(n, schedulable=n.name != "n5")) for n in _nodes(8)]
-    capacity = Capacity(nodes)
+    capacity = Capacity(nodes, journal_kept=5)
     taken: list[TaskPlacement] = []
     gpu_tasks = [TaskRequest("w", 0, g, 1000, 1024, gpu_models=m) for g in GPU_REQUESTS[1:] for m in ((), ("A100",))]
     cpu_tasks = [TaskRequest("c", 0, 0, need, 1024) for need in (1000, 8000, 12_000, 13_000, 16_000)]

@@ -321,7 +321,8 @@ class Capacity:
     that callers can ask for separately.
     """
 
-    def __init__(self, nodes: Iterable[FreeNode], family_of: Callable[[str], str] = lambda name: "") -> None:
+    def __init__(self, nodes: Iterable[FreeNode], family_of: Callable[[str], str] = lambda name: "",
+                 journal_kept: int = JOURNAL_KEPT) -> None:
         self.nodes: dict[str, FreeNode] = {}
         self.family_of = family_of
         self._lists: dict[tuple[str, Klass, int], list[Entry]] = {}
@@ -338,6 +339,7 @@ class Capacity:
         # counted from the capacity's start; the list keeps those from ``journal_start`` on.
         self.journal: list[FreeNode] = []
         self.journal_start = 0
+        self.journal_kept = journal_kept  # changes it holds at most
         # (CPU, memory, expression) of a task without GPUs -> where it goes (``first_host``)
         self._hosts = Standings(Standing)
         for node in nodes:
@@ -560,7 +562,7 @@ class Capacity:
         self._dirty[node.name] = node  # filed again when the index is next read
         journal = self.journal
         journal.append(node)
-        if len(journal) > JOURNAL_KEPT:  # a reader further behind looks at every node again
+        if len(journal) > self.journal_kept:  # a reader further behind looks at every node again
             self.journal_start += len(journal)
             journal.clear()
 
