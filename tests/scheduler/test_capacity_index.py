@@ -1,10 +1,13 @@
 """The capacity index files a changed node again only when it is next read
-(``Capacity._flush``), and FGD remembers each node's answer while the node is unchanged
-(``Fgd._visits``): both must answer exactly as if nothing were remembered, through any
-sequence of changes, undone changes and questions (the speed of a cycle relies on them,
+(``Capacity._flush``), FGD remembers each node's answer while the node is unchanged
+(``Fgd._visits``), and scorers keep every node's key per kind of task from the journal of
+changed nodes (``Standing``): all must answer exactly as if nothing were remembered, through
+any sequence of changes, undone changes and questions (the speed of a cycle relies on them,
 and its decisions must not change)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,13 +16,15 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import Capacity, FreeNode, Tentative
 from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.quota import job_owner
-from trainyard.scheduler.scorers.base import GangProgress
+from trainyard.scheduler.scorers.base import Choice, GangProgress
 from trainyard.scheduler.scorers.fgd_cpu import FgdCpu
+from trainyard.scheduler.scorers.registry import scorer_for
 from trainyard.scheduler.snapshot import (
     GpuShare,
     GpuSlot,
     NodeState,
     PendingJob,
+    SchedulerConfig,
     Snapshot,
     TaskPlacement,
     TaskRequest,
@@ -40,6 +45,22 @@ def _nodes(count: int) -> tuple[NodeState, ...]:
 def _placement(node: FreeNode, gpu: int, share: int, cpu: int) -> TaskPlacement:
     index = node.gpu_index[gpu]
     return TaskPlacement("w", 0, node.name, (GpuShare(index, share),) if share else (), cpu, 1024)
+
+
+def _change(capacity: Capacity, taken: list[TaskPlacement], what: str, node: FreeNode, gpu: int, share: int,
+            cpu: int) -> None:
+    """"take" keeps the change, "try" takes and undoes it, "back" gives back the latest kept."""
+    if what == "back":
+        if taken:
+            capacity.give_back(taken.pop())
+        return
+    placement = _placement(node, gpu, share, cpu)
+    tentative = Tentative()
+    capacity.take(placement, tentative)
+    if what == "try":
+        tentative.discard()
+    else:
+        taken.append(placement)
 
 
 def _expected(capacity: Capacity, task: TaskRequest, emptiest_first: bool) -> list[str]:
@@ -77,16 +98,8 @@ def test_the_index_answers_as_if_refiled_at_every_change(steps, gpu, models, emp
         if what == "ask":
             found = [x.name for x in capacity.candidates(task, emptiest_first=emptiest_first)]
             assert found == _expected(capacity, task, emptiest_first)
-        elif what == "back" and taken:
-            capacity.give_back(taken.pop())
-        elif what in ("take", "try"):
-            placement = _placement(node, gpu_pos, share, cpu)
-            tentative = Tentative()
-            capacity.take(placement, tentative)
-            if what == "try":
-                tentative.discard()
-            else:
-                taken.append(placement)
+        else:
+            _change(capacity, taken, what, node, gpu_pos, share, cpu)
     found = [x.name for x in capacity.candidates(task, emptiest_first=emptiest_first)]
     assert found == _expected(capacity, task, emptiest_first)
 
@@ -111,14 +124,71 @@ def test_fgd_chooses_as_a_fresh_scorer_would_after_any_changes(tasks, in_vcs) ->
         access = Access(ledger, job)
         remembered = kept.choose(task, access, GangProgress(job, remaining_gpu=task.gpu_milli))
         fresh = FgdCpu.for_snapshot(snapshot).choose(task, access, GangProgress(job, remaining_gpu=task.gpu_milli))
-        assert (remembered is None) == (fresh is None)
-        if remembered is None or fresh is None:
-            continue
-        assert remembered[0].name == fresh[0].name and remembered[1] == fresh[1]
-        node, fit = remembered
-        placement = TaskPlacement("w", 0, node.name, tuple(fit.devices), task.cpu_milli, task.memory_mb)
-        attempt = Tentative()
-        ledger.allocate(job_owner(job), placement, fit.binding, attempt)
-        if not keep:
-            attempt.discard()  # a tried placement undone: the node is as it was, its version not
+        _agree_then_place(ledger, job, keep, remembered, fresh)
 
+
+def _agree_then_place(ledger: Ledger, job: PendingJob, keep: bool, remembered: Choice | None,
+                      other: Choice | None) -> None:
+    """Both choices are the same node and devices; the remembered one is then placed, or
+    (not ``keep``) tried and undone: the node is as it was, its version not."""
+    assert (remembered is None) == (other is None)
+    if remembered is None or other is None:
+        return
+    assert remembered[0].name == other[0].name and remembered[1] == other[1]
+    node, fit = remembered
+    task = job.tasks[0]
+    placement = TaskPlacement("w", 0, node.name, tuple(fit.devices), task.cpu_milli, task.memory_mb)
+    attempt = Tentative()
+    ledger.allocate(job_owner(job), placement, fit.binding, attempt)
+    if not keep:
+        attempt.discard()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(("take", "try", "back")), st.integers(0, 7), st.integers(0, 3),
+                          st.sampled_from((0, 250, 500, 1000)), st.sampled_from((0, 1000, 2000, 4000, 8000))),
+                min_size=1, max_size=30))
+def test_what_the_index_offers_and_the_first_host_follow_every_change(changes) -> None:
+    """``Capacity.offers`` is the index's own test, and ``first_host`` (kept per kind of task
+    from the journal of changed nodes) the first node in best-fit order whose CPU and memory
+    host a task without GPUs, after every change, undone change and give-back (n5 cordoned;
+    a journal of 5 changes, so that a reader also finds it has forgotten what it missed)."""
+    nodes = [FreeNode.from_state(replace(n, schedulable=n.name != "n5")) for n in _nodes(8)]
+    capacity = Capacity(nodes, journal_kept=5)
+    taken: list[TaskPlacement] = []
+    gpu_tasks = [TaskRequest("w", 0, g, 1000, 1024, gpu_models=m) for g in GPU_REQUESTS[1:] for m in ((), ("A100",))]
+    cpu_tasks = [TaskRequest("c", 0, 0, need, 1024) for need in (1000, 8000, 12_000, 13_000, 16_000)]
+    for what, n, gpu_pos, share, cpu in changes:
+        _change(capacity, taken, what, nodes[n], gpu_pos, share, cpu)
+        for task in gpu_tasks:
+            offered = [x.name for x in nodes if capacity.offers(x, task)]
+            assert offered == sorted(x.name for x in capacity.candidates(task))
+        for task in cpu_tasks:
+            hosts = [x for x in capacity.candidates(task) if x.hosts_cpu_and_memory(task)]
+            assert capacity.first_host(task) is (hosts[0] if hosts else None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(GPU_REQUESTS), st.sampled_from((0, 1000, 4000)), st.booleans()),
+                min_size=4, max_size=24),
+       st.sampled_from(("fgd-cpu", "fgd", "clustering", "packing", "random", "dotprod", "bestfit-cpu-gpu")))
+def test_a_kept_standing_picks_what_the_walk_over_every_node_picks(tasks, scorer) -> None:
+    """Without quota or cell rules, FGD, the rated scorers and first fit of a task without
+    GPUs keep each node's key or rating per kind of task from the nodes changed since
+    (``Standing``, ``Bands``): one scorer that has seen every earlier task picks the node and devices
+    that a fresh scorer's walk over the nodes in best-fit order picks (a job with data
+    nodes, here none of them, takes that walk)."""
+    pending = tuple(
+        PendingJob(i, 0, float(i), (TaskRequest("w", 0, g, cpu, 1024),), f"u{i % 2}")
+        for i, (g, cpu, _) in enumerate(tasks)
+    )
+    snapshot = Snapshot(_nodes(7), pending, config=SchedulerConfig(scorer=scorer))
+    ledger = Ledger(snapshot)
+    kept = scorer_for(snapshot)
+    for job, (_, _, keep) in zip(pending, tasks, strict=True):
+        task = job.tasks[0]
+        walker = replace(job, data_nodes=frozenset({"elsewhere"}))
+        remembered = kept.choose(task, Access(ledger, job), GangProgress(job, remaining_gpu=task.gpu_milli))
+        walked = scorer_for(snapshot).choose(task, Access(ledger, walker),
+                                             GangProgress(walker, remaining_gpu=task.gpu_milli))
+        _agree_then_place(ledger, job, keep, remembered, walked)

@@ -22,6 +22,7 @@ from trainyard.core.labels import GPU_SHARES_LABEL
 from trainyard.core.resources import MILLI
 from trainyard.core.selectors import GpuFacts, NodeFacts, compile_selector
 from trainyard.scheduler.snapshot import GpuShare, GpuSlot, NodeState, TaskPlacement, TaskRequest
+from trainyard.scheduler.standing import Standing, StandingKey, Standings
 
 Klass = tuple[tuple[str, int], ...]  # the distinct (model, memory) of a node's GPUs
 
@@ -308,6 +309,7 @@ class Tentative:
 
 
 Entry = tuple[int, int, str]  # best-fit order: least free GPU, then least free CPU, then name
+JOURNAL_KEPT = 1 << 16  # changes ``Capacity.journal`` holds at most
 
 
 class Capacity:
@@ -319,7 +321,8 @@ class Capacity:
     that callers can ask for separately.
     """
 
-    def __init__(self, nodes: Iterable[FreeNode], family_of: Callable[[str], str] = lambda name: "") -> None:
+    def __init__(self, nodes: Iterable[FreeNode], family_of: Callable[[str], str] = lambda name: "",
+                 journal_kept: int = JOURNAL_KEPT) -> None:
         self.nodes: dict[str, FreeNode] = {}
         self.family_of = family_of
         self._lists: dict[tuple[str, Klass, int], list[Entry]] = {}
@@ -331,6 +334,14 @@ class Capacity:
         self._racks: dict[str, list[FreeNode]] = {}  # rack label -> its nodes (for ``candidates``)
         # Nodes changed since the index was last read, filed again only then (``_flush``).
         self._dirty: dict[str, FreeNode] = {}
+        # Every node changed, once per change, in order: a scorer that keeps what it found
+        # per node reads from here which nodes changed since it last looked. Positions are
+        # counted from the capacity's start; the list keeps those from ``journal_start`` on.
+        self.journal: list[FreeNode] = []
+        self.journal_start = 0
+        self.journal_kept = journal_kept  # changes it holds at most
+        # (CPU, memory, expression) of a task without GPUs -> where it goes (``first_host``)
+        self._hosts = Standings(Standing)
         for node in nodes:
             self.nodes[node.name] = node
             if node.rack:
@@ -460,6 +471,46 @@ class Capacity:
         for _, _, name in merged:
             yield nodes[name]
 
+    def offers(self, node: FreeNode, task: TaskRequest) -> bool:
+        """Whether ``candidates(task)`` (every family, no rack, nothing extra) lists ``node``
+        as it is now: the index's tests on one node."""
+        if node.name not in self._filed:
+            return False  # not schedulable
+        gpu_milli = task.gpu_milli
+        if gpu_milli <= 0:
+            return True
+        klass = node.klass
+        if not task.gpu_models and not task.gpu_memory_mb:
+            if not klass:
+                return False
+        elif not _klass_suits(klass, task):
+            return False
+        return node.whole >= gpu_milli // MILLI if gpu_milli >= MILLI else node.gpu_sum >= gpu_milli
+
+    def changed_since(self, read: int) -> tuple[Iterable[FreeNode] | None, int]:
+        """The nodes changed since the journal's absolute position ``read``, each once (None
+        where the journal no longer reaches back there: any node may have changed), and the
+        position now."""
+        now = self.journal_start + len(self.journal)
+        if read < self.journal_start:
+            return None, now
+        return {n.name: n for n in self.journal[read - self.journal_start :]}.values(), now
+
+    def first_host(self, task: TaskRequest) -> FreeNode | None:
+        """For a task without GPUs: the first node ``candidates(task)`` lists (every family,
+        no rack) whose CPU and memory host it, found from the nodes changed since a task of
+        its kind last asked (``Standing``) instead of walking the nodes in best-fit order."""
+        standing = self._hosts.of_kind(self, (task.cpu_milli, task.memory_mb, task.selector))
+        filed = self._filed
+
+        def key_of(node: FreeNode) -> StandingKey | None:
+            if node.name in filed and node.hosts_cpu_and_memory(task):
+                return (node.gpu_sum, node.cpu_milli, node.name)
+            return None
+
+        best = standing.least(self, key_of)
+        return None if best is None else self.nodes[best[-1]]  # type: ignore[index]
+
     def _in_rack(
         self, task: TaskRequest, rack: str, wanted: set[str] | None, extra: Iterable[FreeNode], backwards: bool,
         min_whole: int, least_sum: int,
@@ -509,6 +560,11 @@ class Capacity:
         if node.rack and node.schedulable:
             self.rack_free[node.rack] += node.gpu_sum - before
         self._dirty[node.name] = node  # filed again when the index is next read
+        journal = self.journal
+        journal.append(node)
+        if len(journal) > self.journal_kept:  # a reader further behind looks at every node again
+            self.journal_start += len(journal)
+            journal.clear()
 
 
 def _klass_suits(klass: Klass, task: TaskRequest) -> bool:

@@ -62,6 +62,10 @@ def select_bestfit(node: FreeNode, task: TaskRequest, tiers: list[list[int]]) ->
 
 def first_fit(task: TaskRequest, access: Access) -> Choice | None:
     """The first node, in tier and best-fit order, that takes the task (best-fit's answer)."""
+    if task.gpu_milli <= 0 and access.only is None and not access.data_nodes:
+        # One tier, in cells too, and a node takes the task where its CPU and memory host it.
+        node = access.ledger.capacity.first_host(task)
+        return None if node is None else (node, Fit([], None))
     refused: set[tuple[object, ...]] = set()  # fresh nodes' keys (``Access.fit_key``) that did not take it
     for tier in access.tiers(task):
         for node in tier:

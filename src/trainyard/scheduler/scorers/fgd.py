@@ -19,6 +19,10 @@ Cost: ``F_n`` is cached by node state, and so is each node's answer for a kind o
 no quota or cell rule applied. Without rules that answer is exact and every fitting node is
 compared (up to ``SCAN``, in best-fit order), as the paper's FGD does — comparing only the
 fullest nodes cost up to 4 points of allocation on openb's pod lists with GPU-model limits.
+The comparison is kept per kind of task from one task to the next (``standing.Standing``):
+each node's rank and best-fit place, worked out again only for the nodes changed since the
+kind was last asked, the best at the top of a heap — what the walk over every node in
+best-fit order finds, at the cost of the few nodes the tasks before it changed.
 Under rules the answer without them is a lower bound (rules only take devices away), so of
 a window of ``RESTRICTED_SCAN`` nodes that fit without rules, the exact fit (``Access.fit``,
 the expensive part) is worked out in bound order only until no bound left can beat the best
@@ -32,15 +36,17 @@ This class is the exact-cost engine under ``fgd-cpu``. The registered ``fgd`` ba
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any, Literal
 
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.capacity import FreeNode
+from trainyard.scheduler.capacity import Capacity, FreeNode
 from trainyard.scheduler.ledger import Access, Fit, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, first_fit, select_bestfit
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
+from trainyard.scheduler.standing import Standing, StandingKey, Standings
 
 # A node's answer for a task: (cost, [(position, milli)]), or False where it does not fit.
 Shares = list[tuple[int, int]]
@@ -61,6 +67,35 @@ SCAN = 1 << 16  # fitting node states compared per task: in practice all
 RESTRICTED_SCAN = 64
 CLASSES = 16  # the most popular task kinds kept from the pending mix
 VISITED_KINDS = 16  # task kinds whose visits to nodes ``Fgd.choose`` remembers (the latest)
+
+
+class WeightsByRoom:
+    """Per group of task kinds ``(CPU, memory, weight)``, the weight of the kinds a node's
+    free CPU and memory host (or, ``refused``, turn away), summed in the group's order.
+    Which kinds those are changes only where CPU or memory reaches some kind's request: the
+    sums are worked out once per such step (the same floats) and remembered by (CPU, memory)."""
+
+    def __init__(self, groups: Sequence[Sequence[tuple[int, int, float]]], *, refused: bool = False) -> None:
+        self._groups = groups
+        self._refused = refused
+        self._cpus = sorted({c for members in groups for c, _, _ in members})
+        self._memories = sorted({m for members in groups for _, m, _ in members})
+        self._by_room: dict[tuple[int, int], tuple[float, ...]] = {}
+        self._by_step: dict[tuple[int, int], tuple[float, ...]] = {}
+
+    def of(self, cpu: int, memory: int) -> tuple[float, ...]:
+        found = self._by_room.get((cpu, memory))
+        if found is None:
+            step = (bisect_right(self._cpus, cpu), bisect_right(self._memories, memory))
+            found = self._by_step.get(step)
+            if found is None:
+                if self._refused:
+                    found = tuple(sum(p for c, m, p in members if c > cpu or m > memory) for members in self._groups)
+                else:
+                    found = tuple(sum(p for c, m, p in members if c <= cpu and m <= memory) for members in self._groups)
+                self._by_step[step] = found
+            self._by_room[(cpu, memory)] = found
+        return found
 
 
 def latest_kind(memo: dict[tuple[object, ...], dict[Any, Any]], kind: tuple[object, ...]) -> dict[Any, Any]:
@@ -116,7 +151,7 @@ class Fgd:
         # ``_expected``'s halves: per (device models, free shares) what each group leaves
         # stranded, and per (CPU, memory) how much of each group's weight the node hosts
         self._stranded: dict[tuple[tuple[str, ...], tuple[int, ...]], tuple[int | None, ...]] = {}
-        self._hosted: dict[tuple[int, int], tuple[float, ...]] = {}
+        self._usable: dict[tuple[str, ...], list[tuple[Sequence[int], frozenset[int] | None] | None]] = {}
         # task kind -> node state -> answer
         self._answers: dict[tuple[object, ...], dict[NodeKey, tuple[Answer, Rank] | Literal[False]]] = {}
         # task kind -> id(node) -> (node, its ``version``, closed devices, its state, the
@@ -125,6 +160,8 @@ class Fgd:
         # recently asked kind first.
         self._visits: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, tuple[int, ...], NodeKey, Ranked]]] = {}
         self._statics: dict[object, dict[str, Fixed]] = {}
+        # task kind -> every node's key and devices kept up to date (``_standing_best``)
+        self._standings = Standings(Standing)
         # Kinds that differ only in CPU and memory share the GPU half of ``F_n(m)``: grouped
         # by (share, models), it is worked out once per group instead of once per kind.
         grouped: dict[tuple[int, tuple[str, ...]], list[tuple[int, int, float]]] = {}
@@ -134,6 +171,7 @@ class Fgd:
             (gpu, models, tuple(members), sum(p for _, _, p in members))
             for (gpu, models), members in grouped.items()
         ]
+        self._hosted = WeightsByRoom([members for _, _, members, _ in self._groups])
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> Fgd:
@@ -152,7 +190,6 @@ class Fgd:
         kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
         # node state -> ``_evaluate_free``'s answer and its ``rank`` (a function of the state)
         answers = self._answers.setdefault(kind, {})
-        visits = latest_kind(self._visits, kind)
         # node name -> ``_fixed``, and which devices the task's resource expression allows
         statics = self._statics.setdefault((self._fixed_for(task), task.selector), {})
         # A fraction may not join other users' shares a VC's rule keeps it from: which
@@ -160,6 +197,12 @@ class Fgd:
         sharing, sharer = access.ledger.sharing, access.sharer
         shared = sharing.devices  # only the nodes in it have devices closed to anyone
         closed_to = sharing.closed if 0 < task.gpu_milli < MILLI and shared else None
+        capacity = access.ledger.capacity
+        if by_state and closed_to is None and not access.data_nodes and len(capacity.nodes) <= limit:
+            # Every fitting node is compared, and each one's answer depends on its state alone:
+            # kept per node from the changes since the kind was last asked (``Standing``).
+            return self._standing_best(task, kind, capacity, answers, statics)
+        visits = latest_kind(self._visits, kind)
         unbounded: Rank = (-math.inf,)
         # Under rules: the fresh nodes' keys (``Access.fit_key``) on which the task did not fit.
         refused: set[tuple[object, ...]] = set()
@@ -178,20 +221,7 @@ class Fgd:
                     if visit is not None and visit[0] is node and visit[1] == node.version and visit[2] == closed:
                         state, ranked = visit[3], visit[4]  # as below, found again
                     else:
-                        fixed = statics.get(name)
-                        if fixed is None:
-                            fixed = self._fixed(node, task)
-                            if task.selector:
-                                fixed = (fixed, node.selected(task.selector, True))
-                            statics[name] = fixed
-                        state = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
-                        found = answers.get(state)
-                        if found is None:
-                            answer = self._evaluate_free(node, task, closed)
-                            found = answers[state] = (
-                                False if answer is False else (answer, self.rank(node, task, answer))
-                            )
-                        ranked = found
+                        state, ranked = self._ranked(node, task, closed, answers, statics)
                         visits[id(node)] = (node, node.version, closed, state, ranked)
                     if by_state:
                         if state in compared:
@@ -235,6 +265,50 @@ class Fgd:
                 if len(window) < limit:
                     break  # the tier is exhausted
         return None
+
+    def _ranked(self, node: FreeNode, task: TaskRequest, closed: tuple[int, ...], answers: dict[NodeKey, Ranked],
+                statics: dict[str, Fixed]) -> tuple[NodeKey, Ranked]:
+        """The node's state for ``task`` and its answer with rank (False: it does not fit),
+        remembered by state in ``answers``."""
+        name = node.name
+        fixed = statics.get(name)
+        if fixed is None:
+            fixed = self._fixed(node, task)
+            if task.selector:
+                fixed = (fixed, node.selected(task.selector, True))
+            statics[name] = fixed
+        state = (fixed, tuple(node.gpu_free), node.cpu_milli, node.memory_mb, closed)
+        found = answers.get(state)
+        if found is None:
+            answer = self._evaluate_free(node, task, closed)
+            found = answers[state] = False if answer is False else (answer, self.rank(node, task, answer))
+        return state, found
+
+    def _standing_best(self, task: TaskRequest, kind: tuple[object, ...], capacity: Capacity,
+                       answers: dict[NodeKey, Ranked], statics: dict[str, Fixed]) -> Choice | None:
+        """``choose`` without rules, where every fitting node is compared: the node of least
+        (rank, best-fit order) among those ``capacity.candidates`` lists, which is the one
+        the scan in best-fit order finds. Each node's key is kept in the kind's ``Standing``
+        and worked out again only for the nodes changed since the kind was last asked (the
+        capacity's journal): a task then costs the few nodes the tasks before it changed,
+        not a walk over every node."""
+        standing = self._standings.of_kind(capacity, kind)
+        shares: dict[str, Shares] = standing.kept
+
+        def key_of(node: FreeNode) -> StandingKey | None:
+            if not capacity.offers(node, task):
+                return None
+            ranked = self._ranked(node, task, (), answers, statics)[1]
+            if ranked is False:
+                return None
+            shares[node.name] = ranked[0][1]
+            return (*ranked[1], node.gpu_sum, node.cpu_milli, node.name)
+
+        best = standing.least(capacity, key_of)
+        if best is None:
+            return None
+        node = capacity.nodes[best[-1]]  # type: ignore[index]
+        return node, Fit([GpuShare(node.gpu_index[p], milli) for p, milli in shares[node.name]], None)
 
     def rank(self, node: FreeNode, task: TaskRequest, answer: Answer) -> Rank:
         """How good an answer ``(cost, [(position, milli)], ...)`` is, lowest best; ties go
@@ -340,10 +414,7 @@ class Fgd:
         stranded = self._stranded.get(devices)
         if stranded is None:
             stranded = self._stranded[devices] = self._stranded_by_group(node.gpu_model, idle, total)
-        hosted = self._hosted.get((cpu, memory))
-        if hosted is None:
-            hosted = self._hosted[(cpu, memory)] = tuple(
-                sum(p for c, m, p in members if c <= cpu and m <= memory) for _, _, members, _ in self._groups)
+        hosted = self._hosted.of(cpu, memory)
         expected = 0.0
         for (_, _, _, weight), left, host in zip(self._groups, stranded, hosted, strict=True):
             if left is None:  # no device of the group's models
@@ -356,27 +427,44 @@ class Fgd:
                            ) -> tuple[int | None, ...]:
         """Per group: the free milli-GPU its tasks could not use on these devices (all of it
         where none fits), or None where no device is of its models."""
-        every = range(len(idle))
         found: list[int | None] = []
-        for gpu_milli, models, _, _ in self._groups:
-            usable = [i for i in every if models_of[i] in models] if models else every
-            if not usable:
+        for (gpu_milli, _, _, _), usable in zip(self._groups, self._usable_by_group(models_of), strict=True):
+            if usable is None:
                 found.append(None)
                 continue
+            positions, only = usable
             if gpu_milli >= MILLI:
-                fits = sum(1 for i in usable if idle[i] == MILLI) >= gpu_milli // MILLI
+                fits = sum(1 for i in positions if idle[i] == MILLI) >= gpu_milli // MILLI
             else:
-                fits = any(idle[i] >= gpu_milli for i in usable)
+                fits = any(idle[i] >= gpu_milli for i in positions)
             if fits:
                 need = min(gpu_milli, MILLI)
-                if models:
-                    usable_set = set(usable)
-                    found.append(sum(f for i, f in enumerate(idle) if i not in usable_set or f < need))
+                if only is not None:
+                    found.append(sum(f for i, f in enumerate(idle) if i not in only or f < need))
                 else:
                     found.append(sum(f for f in idle if f < need))
             else:
                 found.append(total)
         return tuple(found)
+
+    def _usable_by_group(self, models_of: Sequence[str]) -> list[tuple[Sequence[int], frozenset[int] | None] | None]:
+        """Per group, the positions of the devices of its models and, where that is not every
+        device, the same as a set (None: no device of its models), per layout of models."""
+        key = tuple(models_of)
+        found = self._usable.get(key)
+        if found is None:
+            every = range(len(models_of))
+            found = []
+            for _, models, _, _ in self._groups:
+                usable = [i for i in every if models_of[i] in models] if models else every
+                if not usable:
+                    found.append(None)
+                elif len(usable) == len(every):
+                    found.append((every, None))
+                else:
+                    found.append((usable, frozenset(usable)))
+            self._usable[key] = found
+        return found
 
     @staticmethod
     def _measured_by(node: FreeNode, free: list[int], cpu: int, memory: int, kind: WorkloadClass) -> int:

@@ -65,7 +65,7 @@ from trainyard.core.resources import MILLI
 from trainyard.scheduler.capacity import FreeNode
 from trainyard.scheduler.ledger import Access, Ledger
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter
-from trainyard.scheduler.scorers.fgd import Answer, Fgd, Fixed, FragmentKey, Rank, pending_mix
+from trainyard.scheduler.scorers.fgd import Answer, Fgd, Fixed, FragmentKey, Rank, WeightsByRoom, pending_mix
 from trainyard.scheduler.scorers.topology import Topology, select_grouped
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
 
@@ -275,7 +275,7 @@ class CpuFragments:
         # ``_expected``'s halves: per (device models, free shares) whether each group's GPUs
         # fit, and per (CPU, memory) the weight of each group's kinds turned away
         self._fits: dict[tuple[tuple[str, ...], tuple[int, ...]], tuple[bool, ...]] = {}
-        self._refused: dict[tuple[int, int], tuple[float, ...]] = {}
+        self._refused = WeightsByRoom([members for _, _, members in self._groups], refused=True)
 
     def of(self, node: FreeNode, free: Sequence[int], cpu: int, memory: int) -> float:
         """Expected milli-CPU of ``node`` left unusable, with these free shares, CPU and memory."""
@@ -297,10 +297,7 @@ class CpuFragments:
         fits = self._fits.get(devices)
         if fits is None:
             fits = self._fits[devices] = self._fits_by_group(node.gpu_model, idle)
-        refused = self._refused.get((cpu, memory))
-        if refused is None:
-            refused = self._refused[(cpu, memory)] = tuple(
-                sum(p for c, m, p in members if c > cpu or m > memory) for _, _, members in self._groups)
+        refused = self._refused.of(cpu, memory)
         unusable = 0.0
         for everything, fit, turned_away in zip(self._everything, fits, refused, strict=True):
             unusable += (turned_away if fit else everything) * cpu

@@ -20,11 +20,12 @@ import random
 from collections.abc import Callable, Sequence
 
 from trainyard.core.resources import MILLI
-from trainyard.scheduler.capacity import FreeNode
+from trainyard.scheduler.capacity import Capacity, FreeNode
 from trainyard.scheduler.ledger import Access, Ledger, Select
 from trainyard.scheduler.scorers.base import Choice, GangProgress, NodeFilter, select_bestfit
 from trainyard.scheduler.scorers.fgd import Fgd, latest_kind
 from trainyard.scheduler.snapshot import GpuShare, PendingJob, Snapshot, TaskRequest, WorkloadClass
+from trainyard.scheduler.standing import Bands, Standing, StandingKey, Standings
 
 MAX_SCORE = 100
 Rate = Callable[[FreeNode, TaskRequest], float]
@@ -53,9 +54,29 @@ def may_fit(node: FreeNode, task: TaskRequest) -> bool:
 
 
 def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: Rate, select: Select,
-                  *, ties_by_name: bool = False) -> Choice | None:
+                  *, ties_by_name: bool = False, kept: Standings[Standing] | Standings[Bands] | None = None
+                  ) -> Choice | None:
     """The node ``rate`` scores highest, with ``select``'s devices. Among equals a random
-    one, or (``ties_by_name``) the one whose name sorts first."""
+    one, or (``ties_by_name``) the one whose name sorts first. ``kept``: where to keep, per
+    kind of task, every node's rating from one task to the next (``rate`` a function of the
+    node's free capacity and the kind alone): ``Standing`` to tie by name, else ``Bands``."""
+    if kept is not None and access.only is None and not access.data_nodes and (
+            task.gpu_milli <= 0 or not access.in_cells):
+        # One tier, every node in it rated: the nodes the index offers and ``may_fit`` passes,
+        # each rated again only once changed since the kind was last asked.
+        capacity = access.ledger.capacity
+        kind = (task.gpu_milli, task.cpu_milli, task.memory_mb, task.gpu_models, task.gpu_memory_mb, task.selector)
+
+        def rating(node: FreeNode) -> float | None:
+            return rate(node, task) if capacity.offers(node, task) and may_fit(node, task) else None
+
+        first = _first_rated(task, gang, capacity, kept.of_kind(capacity, kind), rating)
+        if first is None:
+            return None
+        fit = access.fit(first, task, select)
+        if fit is not None:
+            return first, fit
+        # ``Access.fit`` has the last word: past a node it refuses, the walk below decides.
     rng = draw_for(gang.job, task)
     # Ties by name make the order the nodes come in worth nothing (a random draw among
     # equals takes them in best-fit order): the index's own order spares merging its lists.
@@ -72,6 +93,22 @@ def highest_rated(task: TaskRequest, access: Access, gang: GangProgress, rate: R
     return None
 
 
+def _first_rated(task: TaskRequest, gang: GangProgress, capacity: Capacity, kept: Standing | Bands,
+                 rating: Callable[[FreeNode], float | None]) -> FreeNode | None:
+    """The node ``highest_rated``'s walk tries first: the best rated, among equals the name
+    that sorts first (``Standing``: the least (-rating, name)) or the walk's draw among them
+    in best-fit order (``Bands``)."""
+    if isinstance(kept, Standing):
+        def key_of(node: FreeNode) -> StandingKey | None:
+            rated = rating(node)
+            return None if rated is None else (-rated, node.name)
+
+        least = kept.least(capacity, key_of)
+        return None if least is None else capacity.nodes[least[-1]]  # type: ignore[index]
+    best = kept.best(capacity, rating)
+    return None if best is None else capacity.nodes[best[draw_for(gang.job, task).randrange(len(best))][2]]
+
+
 class Rated:
     """A scorer from a per-node rating; ``capacity`` holds each node's (CPU, GPU) size.
     ``ties_by_name``: among equal ratings take the node whose name sorts first (the paper's
@@ -83,6 +120,9 @@ class Rated:
         self.capacity = {n.name: (n.cpu_milli, len(n.gpus) * MILLI) for n in snapshot.nodes}
         self.max_cpu = max((c for c, _ in self.capacity.values()), default=1) or 1
         self.max_gpu = max((g for _, g in self.capacity.values()), default=MILLI) or MILLI
+        # every node's rating per kind of task, from one task to the next (``highest_rated``)
+        self._kept: Standings[Standing] | Standings[Bands] = (
+            Standings(Standing) if self.ties_by_name else Standings(Bands))
 
     @classmethod
     def for_snapshot(cls, snapshot: Snapshot) -> Rated:
@@ -95,7 +135,8 @@ class Rated:
         raise NotImplementedError
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
-        return highest_rated(task, access, gang, self.rate, select_bestfit, ties_by_name=self.ties_by_name)
+        return highest_rated(task, access, gang, self.rate, select_bestfit, ties_by_name=self.ties_by_name,
+                             kept=self._kept)
 
 
 class RandomFit(Rated):
@@ -258,6 +299,7 @@ class FgdRated(Fgd):
         # every task, mostly unchanged since a task of the same kind last rated it, and
         # building ``answer``'s key cost more than the rest of a visit. The latest kinds only.
         self._rated: dict[tuple[object, ...], dict[int, tuple[FreeNode, int, float]]] = {}
+        self._standings = Standings(Standing)
 
     def choose(self, task: TaskRequest, access: Access, gang: GangProgress) -> Choice | None:
         kind = (task.gpu_milli, task.cpu_milli, task.gpu_models, task.gpu_memory_mb, task.selector)
@@ -271,7 +313,7 @@ class FgdRated(Fgd):
             rated[id(node)] = (node, node.version, rating)
             return rating
 
-        return highest_rated(task, access, gang, rate, self.select, ties_by_name=True)
+        return highest_rated(task, access, gang, rate, self.select, ties_by_name=True, kept=self._standings)
 
     def rate(self, node: FreeNode, task: TaskRequest) -> float:
         answer = self.answer(node, task)
