@@ -38,8 +38,8 @@ from trainyard.backends.local.isolation import TaskIsolation, plan_isolation
 from trainyard.backends.sandbox import Sandbox, find_sandbox
 from trainyard.backends.simulated import SimulatedBackend
 from trainyard.backends.slurm.backend import SlurmBackend
-from trainyard.backends.slurm.backend import isolation_summary as slurm_isolation_summary
 from trainyard.backends.slurm.commands import SlurmError
+from trainyard.backends.slurm.sandboxing import isolation_summary as slurm_isolation_summary
 from trainyard.backends.slurm.shares import summary as slurm_share_summary
 from trainyard.backends.taskaccounts import TaskAccounts
 from trainyard.controller.alerting import Receivers

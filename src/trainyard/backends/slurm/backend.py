@@ -154,27 +154,6 @@ def job_name_prefix(state_dir: Path) -> str:
     return "trainyard-" + hashlib.sha256(str(Path(state_dir).absolute()).encode()).hexdigest()[:8]
 
 
-def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why_not: str = "") -> str:
-    """What a job can reach on this backend, said once at ``yard up``: with per-user
-    accounts and the sandbox (``isolated``), as on the local backend; else a warning, as the
-    local backend's weak modes are (``why_not``: why tasks are not isolated)."""
-    if isolated:
-        return (
-            "task isolation on Slurm: each Trainyard user's tasks run as their own OS account on the nodes"
-            " (the same uid on every node), in a bubblewrap sandbox (private /proc, /tmp and /dev/shm;"
-            f" {state_dir}, the server's home and other tasks' files hidden; storages at their mountPath,"
-            " read-only enforced; secrets as files only the task's account can read). See docs/slurm.md."
-        )
-    who = "root" if user == "root" else f"the server's own OS account {user!r}"
-    return (
-        f"task isolation on Slurm is weak: every task runs as {who} on the nodes, without a sandbox"
-        f"{f' ({why_not})' if why_not else ''}: any job can read every other job's files, secrets and job"
-        f" directory under {state_dir}, and their command lines; storages are bound without their mountPath"
-        " and read-only is not enforced. Run `yard up` as root with task_accounts=auto and bubblewrap on"
-        " the nodes. See docs/slurm.md (Limits) and docs/security.md."
-    )
-
-
 class SlurmBackend(jobdirs.JobDirTree):
     """Runs each job attempt as one Slurm job pinned to Trainyard's placement."""
 

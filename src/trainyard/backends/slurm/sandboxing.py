@@ -3,7 +3,8 @@ its account and its own folders beside its root-only directory, the clean enviro
 starts from, and ``sandbox.json``, the bubblewrap command line that ``taskstart.py`` runs on
 its node (built by the local backend's ``sandbox.sandbox_argv``, one builder for both
 backends), with ``sandbox.join`` for ``yard exec``. Also what the sandbox hides of Slurm
-itself: munged's socket folder."""
+itself: munged's socket folder; and what a job can reach on this backend, said at ``yard up``
+(``isolation_summary``)."""
 
 from __future__ import annotations
 
@@ -121,3 +122,24 @@ def munge_dir(commands: SlurmCommands) -> list[Path]:
     tasks need (``/run`` itself) or does not exist here."""
     folder = Path(os.path.realpath(Path(munge_socket(commands.slurm_conf)).parent))
     return [folder] if len(folder.parts) > 2 and folder.is_dir() else []
+
+
+def isolation_summary(state_dir: Path, user: str, *, isolated: bool = False, why_not: str = "") -> str:
+    """What a job can reach on this backend, said once at ``yard up``: with per-user
+    accounts and the sandbox (``isolated``), as on the local backend; else a warning, as the
+    local backend's weak modes are (``why_not``: why tasks are not isolated)."""
+    if isolated:
+        return (
+            "task isolation on Slurm: each Trainyard user's tasks run as their own OS account on the nodes"
+            " (the same uid on every node), in a bubblewrap sandbox (private /proc, /tmp and /dev/shm;"
+            f" {state_dir}, the server's home and other tasks' files hidden; storages at their mountPath,"
+            " read-only enforced; secrets as files only the task's account can read). See docs/slurm.md."
+        )
+    who = "root" if user == "root" else f"the server's own OS account {user!r}"
+    return (
+        f"task isolation on Slurm is weak: every task runs as {who} on the nodes, without a sandbox"
+        f"{f' ({why_not})' if why_not else ''}: any job can read every other job's files, secrets and job"
+        f" directory under {state_dir}, and their command lines; storages are bound without their mountPath"
+        " and read-only is not enforced. Run `yard up` as root with task_accounts=auto and bubblewrap on"
+        " the nodes. See docs/slurm.md (Limits) and docs/security.md."
+    )
