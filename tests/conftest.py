@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,6 +218,15 @@ def _cheap_password_hashes(request: pytest.FixtureRequest, monkeypatch: pytest.M
     from trainyard.services import passwords
 
     monkeypatch.setattr(passwords, "SCRYPT_N", 1 << 10)
+
+
+@pytest.fixture(autouse=True)
+def _apps_given_back() -> Iterator[None]:
+    """The API harness lends one process's apps to one test at a time (tests/api/harness.py):
+    this test's are given back once everything else of it has ended."""
+    yield
+    if (harness := sys.modules.get("api.harness")) is not None:
+        harness.return_apps()
 
 
 @pytest.fixture
