@@ -1,5 +1,14 @@
 """The real API app in process, on a real database, with a local backend that launches
-nothing (no controller runs): an admin, a plain user ("alice"), and their tokens."""
+nothing (no controller runs): an admin, a plain user ("alice"), and their tokens.
+
+The app itself is made once per process and lent to one test at a time with that test's
+context (``app_for``): FastAPI builds each included router's routes (their models, their
+dependencies) for an app the first time a request reaches that router, 15-20 ms a router,
+and a test that reached five routers paid that on every fresh app. An app keeps nothing of
+its own between requests but ``app.state.ctx`` (the store, the backend, the caches: all the
+test's), so the test sees what a fresh app would show it. The apps lent are given back at
+the end of each test (``return_apps``, from tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -56,4 +65,28 @@ def make_api(db, state_dir, clock: Clock | None = None, **backend_options: Any) 
         alice = create_user(session, "alice", is_admin=False, clock=clock)
         user_token = create_token(session, alice, by=alice, clock=clock)
     ctx = AppContext(db=db, backend=backend, clock=clock)
-    return Api(create_app(ctx), ctx, admin_token, user_token)
+    return Api(app_for(ctx), ctx, admin_token, user_token)
+
+
+_IDLE: list[FastAPI] = []  # apps made in this process that no test holds
+_LENT: list[FastAPI] = []  # apps the running test holds
+
+
+def app_for(ctx: AppContext) -> FastAPI:
+    """An app on ``ctx`` as ``create_app(ctx)`` makes it: an idle one of this process's, its
+    context replaced (and what ``create_app`` sets on a context, set on this one), or a new one.
+    Two calls in one test get two apps."""
+    if not _IDLE:
+        app = create_app(ctx)
+    else:
+        app = _IDLE.pop()
+        ctx.error_page = app.state.ctx.error_page
+        app.state.ctx = ctx
+    _LENT.append(app)
+    return app
+
+
+def return_apps() -> None:
+    """The end of a test: the apps it held may be lent again."""
+    _IDLE.extend(_LENT)
+    _LENT.clear()
