@@ -31,14 +31,48 @@ LAUNCH_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", 
                "--disable-dev-shm-usage"]
 
 
-# Per module, not per worker: Playwright's sync API keeps an asyncio loop running in the main
-# thread while it is started, and the tests a worker runs after a browser module (asyncio.run,
-# anyio.run) then fail "cannot be called from a running event loop" (CI, once the e2e modules
-# sharing a server ran in one group before the api and cli tests).
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
+# Per module, or per run of consecutive ``idle_cluster`` modules, never per worker:
+# Playwright's sync API keeps an asyncio loop running in the main thread while it is started,
+# and the tests a worker runs after a browser module (asyncio.run, anyio.run) then fail
+# "cannot be called from a running event loop" (CI, once the e2e modules sharing a server ran
+# in one group before the api and cli tests). The ``idle_cluster`` modules (one xdist group,
+# none of them running an event loop of its own) share one browser, which conftest.py's
+# ``pytest_runtest_teardown`` closes as soon as the next test is not one of theirs: a launch
+# saved per module.
+SHARED_BROWSER = pytest.StashKey[tuple[Any, Any]]()  # (the Playwright, its browser)
+
+
+def _launch() -> tuple[Any, Any]:
+    from playwright.sync_api import sync_playwright
+
+    playwright = sync_playwright().start()
     try:
-        from playwright.sync_api import sync_playwright
+        return playwright, playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+    except BaseException:
+        playwright.stop()
+        raise
+
+
+def _close(launched: tuple[Any, Any]) -> None:
+    playwright, browser = launched
+    try:
+        browser.close()
+    finally:
+        playwright.stop()
+
+
+def close_shared_browser(config: pytest.Config) -> None:
+    """Close the browser the ``idle_cluster`` modules share, if one is open."""
+    launched = config.stash.get(SHARED_BROWSER, None)
+    if launched is not None:
+        del config.stash[SHARED_BROWSER]
+        _close(launched)
+
+
+@pytest.fixture(scope="module")
+def chromium(request: pytest.FixtureRequest) -> Iterator[Any]:
+    try:
+        import playwright.sync_api  # noqa: F401
     except ImportError as exc:
         if REQUIRE_BROWSER:
             raise
@@ -47,12 +81,16 @@ def chromium() -> Iterator[Any]:
         if REQUIRE_BROWSER:
             raise AssertionError(f"TRAINYARD_REQUIRE_BROWSER=1 but there is no chromium at {CHROMIUM}")
         pytest.skip(f"no chromium at {CHROMIUM} (Debian's package `chromium`)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+    if request.node.get_closest_marker("idle_cluster") is not None:
+        if SHARED_BROWSER not in request.config.stash:
+            request.config.stash[SHARED_BROWSER] = _launch()
+        yield request.config.stash[SHARED_BROWSER][1]
+        return
+    launched = _launch()
+    try:
+        yield launched[1]
+    finally:
+        _close(launched)
 
 
 @pytest.fixture

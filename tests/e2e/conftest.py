@@ -41,11 +41,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """Under xdist, one worker runs the ``idle_cluster`` modules one after another (their
     xdist group, tests/conftest.py): after the last of them, it stops their shared servers
     rather than leave them idling through the rest of its run (~0.8 s of CPU a minute each).
-    In one process (-n 0) those modules come between others, and the servers last the run."""
+    In one process (-n 0) those modules come between others, and the servers last the run.
+    The browser those modules share (browser.py) is closed before any other test, either way."""
     result = yield
+    leaving = nextitem is None or nextitem.get_closest_marker("idle_cluster") is None
+    if leaving:  # in one process too: the next test may run an event loop (browser.py)
+        close_shared_browser(item.config)
     servers = item.config.stash.get(WORKER_SERVERS, None)
-    if servers is not None and hasattr(item.config, "workerinput") and (
-            nextitem is None or nextitem.get_closest_marker("idle_cluster") is None):
+    if servers is not None and hasattr(item.config, "workerinput") and leaving:
         servers.close()
     return result
 
@@ -95,4 +98,4 @@ def gates() -> Iterator[Path]:
 
 
 # The portal's browser tests: Debian's chromium through Playwright (tests/e2e/browser.py).
-from e2e.browser import browser_page, chromium  # noqa: E402, F401
+from e2e.browser import browser_page, chromium, close_shared_browser  # noqa: E402, F401

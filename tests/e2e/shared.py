@@ -10,7 +10,8 @@ other such module (tests/conftest.py puts those modules in one xdist group, so t
 worker runs them all), stopped when the worker's session ends. A test that fails, or whose
 server ``clean_slate`` cannot make idle, takes the server with it: the next test gets a new
 one, so that a failure stays in its test instead of leaving what it left to the tests after
-it.
+it. A test that restarts its server with other settings says so (``spend``): the server
+goes with it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,15 @@ from e2e.server import Server, clean_slate, running_server
 
 # Set on a test whose setup or call failed (conftest.py's pytest_runtest_makereport).
 FAILED = pytest.StashKey[bool]()
+# Set by a test that restarted its shared server with other settings (``spend``).
+SPENT = pytest.StashKey[bool]()
+
+
+def spend(request: pytest.FixtureRequest) -> None:
+    """This test changed its shared server past what ``clean_slate`` puts back (restarted it
+    with other settings): the server is stopped after the test, not handed on, and the next
+    test to ask gets a new one."""
+    request.node.stash[SPENT] = True
 
 
 # A shared server's key: its group and the options it was started with.
@@ -74,7 +84,7 @@ def shared_server(request: pytest.FixtureRequest, group: str = "", **options: An
     srv = servers.get(group, **options)
     yield srv
     key = server_key(group, options)
-    if request.node.stash.get(FAILED, False):
+    if request.node.stash.get(FAILED, False) or request.node.stash.get(SPENT, False):
         servers.discard(key)
         return
     try:

@@ -13,7 +13,9 @@ from trainyard.client import Client, TrainyardError
 pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
 
 
-@pytest.mark.postgres
+# On SQLite alone: the VC, grant, group, quota, cordon and token queries behind these commands
+# run on both databases in tests/store, tests/services and tests/api (marked postgres), and
+# `yard up` on PostgreSQL is smoke-tested by test_jobs_e2e.py and test_crash_safety_e2e.py.
 def test_vcs_groups_quotas_and_cordons_are_managed_without_restarts(server: Server) -> None:
     admin = server.admin()
     admin.create_user("alice")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from deadlines import scaled
 
-from e2e.server import Server
+from e2e.server import Server, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
@@ -20,7 +20,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_the_examples_run_as_documented(server: Server) -> None:
     client = server.admin()
-    # Submitted first, ended last: it runs 20 s beside the others.
+    # Submitted first, stopped last: its 40 steps take 20 s, which the others run beside. Its
+    # whole story, preempted and resumed to its last step, is test_jobdir_e2e.py's.
     resumable = client.submit((EXAMPLES / "checkpoint-resume.yaml").read_text()).id
     hello = client.wait(client.submit((EXAMPLES / "hello-world.yaml").read_text()).id, timeout=scaled(30))
     assert hello.state == "SUCCEEDED"
@@ -50,8 +51,11 @@ def test_the_examples_run_as_documented(server: Server) -> None:
         assert b"hello from rank 0" in client.logs(boxed.id, task="worker/1")
         assert b'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"' in client.logs(boxed.id, task="worker/0")
 
-    checkpointed = client.wait(resumable, timeout=scaled(90))
-    assert checkpointed.state == "SUCCEEDED", client.logs(resumable)
-    log = client.logs(resumable)
-    assert log.startswith(f"attempt {checkpointed.attempt}: starting at step ".encode()) and b"done: 40 steps" in log
-    assert checkpointed.jobDir is not None and checkpointed.jobDir.files == 1
+    # It runs, saving each step in its job directory; stopped, its SIGTERM handler saves the last.
+    running = wait_until(lambda: (job := client.job(resumable)).state == "RUNNING" and job.jobDir
+                         and job.jobDir.files == 1 and job, what="the checkpointing example to save a step")
+    assert client.logs(resumable).startswith(f"attempt {running.attempt}: starting at step ".encode())
+    client.stop(resumable)
+    stopped = client.wait(resumable, timeout=scaled(60))
+    assert stopped.state == "STOPPED" and b"saved step " in client.logs(resumable), client.logs(resumable)
+    assert stopped.jobDir is not None and stopped.jobDir.files == 1

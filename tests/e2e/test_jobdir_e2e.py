@@ -15,6 +15,11 @@ from trainyard.schemas.jobs import JobDirView
 pytestmark = [pytest.mark.e2e, pytest.mark.idle_cluster]  # the worker's shared `yard up` (conftest.py)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "checkpoint-resume.yaml"
+# The example's step, 0.5 s, leaves its first attempt 20 s to be preempted in; the attempt
+# after that steps 10 times faster, so that it does not spend the test's time sleeping
+# through the remaining ~35 steps. Everything else is the example as shipped.
+SLEEP = "time.sleep(0.5)"
+FAST_RESUME = 'time.sleep(0.5 if os.environ["TRAINYARD_ATTEMPT"] == "0" else 0.05)'
 _EMPTY = JobDirView(bytes=0, files=0, complete=True, measuredAt=datetime.now(UTC), removeAfter=None)
 
 
@@ -27,7 +32,9 @@ def steps_saved(log: bytes) -> int:
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_preempted_job_resumes_from_its_saved_step_not_from_zero(server: Server) -> None:
     client = server.admin()
-    job_id = client.submit(EXAMPLE.read_text()).id  # priority: oppo, one GPU
+    example = EXAMPLE.read_text()
+    assert example.count(SLEEP) == 1
+    job_id = client.submit(example.replace(SLEEP, FAST_RESUME)).id  # priority: oppo, one GPU
     wait_until(lambda: client.job(job_id).state == "RUNNING", what="the example to start")
     # A few steps in: the checkpoint holds more than zero.
     wait_until(lambda: (client.job(job_id).jobDir or _EMPTY).files > 0, what="a first checkpoint")

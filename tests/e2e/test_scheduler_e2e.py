@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 from deadlines import scaled
 
-from e2e.server import Server, running_server, wait_until
+from e2e.server import Server, wait_until
+from e2e.shared import shared_server
 from trainyard.cli import render
 from trainyard.client import Client
 from trainyard.schemas.jobs import PendingView
@@ -19,25 +20,28 @@ GRACE = 3
 
 
 @pytest.fixture
-def eight_gpus(tmp_path_factory) -> Iterator[Server]:
-    with running_server(tmp_path_factory.mktemp("home"), gpus=8) as srv:
-        yield srv
+def eight_gpus(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The module's one 8-GPU `yard up`, idle at each test's start (tests/e2e/shared.py); the
+    VCs the tests make stay, and ``two_vcs`` puts their limits back as they were made."""
+    yield from shared_server(request, "eight", gpus=8)
 
 
 def two_vcs(server: Server) -> tuple[Client, Client, Client]:
-    """VCs vision (alice) and speech (bob), 4 GPUs each; the admin's, alice's and bob's clients
+    """VCs vision (alice) and speech (bob), 4 GPUs each, with no borrowing limit, and no user
+    quota for alice (made by the first test to ask); the admin's, alice's and bob's clients
     (alice's token is kept as ``alice.token`` for the CLI)."""
     admin = server.admin()
-    for user in ("alice", "bob"):
-        admin.create_user(user)
-    admin.create_vc("vision", gpus=4)
-    admin.create_vc("speech", gpus=4)
-    admin.grant_vc("vision", "alice")
-    admin.grant_vc("speech", "bob")
-    alice_token = admin.create_token(user="alice").token
-    alice = Client(server.url, alice_token)
-    alice.token = alice_token
-    bob = Client(server.url, admin.create_token(user="bob").token)
+    tokens = server.add_users("alice", "bob")
+    if "vision" not in {vc.name for vc in admin.vcs()}:
+        admin.create_vc("vision", gpus=4)
+        admin.create_vc("speech", gpus=4)
+        admin.grant_vc("vision", "alice")
+        admin.grant_vc("speech", "bob")
+    admin.set_vc_borrowing("vision", borrow_limit=None)
+    admin.set_quota("alice", priority="prod", gpus=None)
+    alice = Client(server.url, tokens["alice"])
+    alice.token = tokens["alice"]
+    bob = Client(server.url, tokens["bob"])
     return admin, alice, bob
 
 
@@ -154,7 +158,8 @@ def test_waiting_jobs_say_why_in_the_api_and_the_cli(eight_gpus: Server) -> None
     assert "user alice at prod: needs 3 GPU, 1 of 4 left" in pending(over_user).message
     shown = eight_gpus.yard("job", str(over_vc), token=alice.token)
     assert "QUOTA: VC vision: needs 2" in shown.stdout
-    listed = eight_gpus.yard("jobs", token=alice.token)
+    # Her unfinished jobs: the earlier tests' (on this module's server) would widen the table.
+    listed = eight_gpus.yard("jobs", "--state", "WAITING,RUNNING", token=alice.token)
     assert "USER_QUOTA alice 1/4 left, needs 3" in listed.stdout  # the table's short form
     assert "QUOTA vision 1/4 free, needs 2" in listed.stdout
     assert all(len(line) < 120 for line in listed.stdout.splitlines())

@@ -27,7 +27,7 @@ from websockets.sync.client import connect
 from e2e.browser import SCREENSHOTS, sign_in_with_token
 from e2e.jupyter import bearer, run_code
 from e2e.server import Server, ensure_user, running_server, wait_until
-from e2e.shared import shared_server
+from e2e.shared import shared_server, spend
 from trainyard.client import Client
 
 pytestmark = [pytest.mark.e2e, pytest.mark.shares_server]  # one `yard up` for the file (conftest.py)
@@ -55,6 +55,20 @@ def lab_server(request: pytest.FixtureRequest, database_url: str, tmp_path_facto
         return
     with running_server(tmp_path_factory.mktemp("home"), database_url=database_url, **options) as srv:
         yield srv
+
+
+# The site's session watch on the module's other server (``server``): JupyterLab read every
+# second, a session idle for 3 s reported, culled only after an hour (the idle test's settings;
+# the others' sessions may be reported idle too, which they do not look at).
+WATCHED = {"TRAINYARD_SESSION_CHECK_INTERVAL_SECONDS": "1", "TRAINYARD_SESSION_IDLE_REPORT_MINUTES": "0.05",
+           "TRAINYARD_SESSION_IDLE_CULL_MINUTES": "60"}
+
+
+@pytest.fixture
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The module's server with no site-wide JupyterLab (sessions name an environment), whose
+    sessions are watched as ``WATCHED`` says (tests/e2e/shared.py)."""
+    yield from shared_server(request, "", extra_env=WATCHED)
 
 
 def tokens(server: Server) -> dict[str, str]:
@@ -114,38 +128,6 @@ def test_a_session_started_from_the_cli_runs_code_through_the_proxy_for_its_owne
     alice = Client(lab_server.url, who["alice"])
     wait_until(lambda: alice.job(session).state == "STOPPED", timeout=30, what="the session to stop")
     assert httpx.get(url + "api/kernelspecs", headers=bearer(who["alice"]), timeout=scaled(30)).status_code == 409
-
-
-def test_an_idle_session_is_reported_then_culled_where_the_site_says_so(database_url: str, tmp_path_factory) -> None:
-    url = None if database_url.startswith("sqlite") else database_url
-    # Reported after 3 s idle (checked every second) where the site also culls, but only
-    # after an hour: the report comes first however late a loaded machine lets the controller
-    # see JupyterLab run. Then the site shortens the cull to 3 s (a restart: the server's
-    # settings, not the session, change) and the session, idle longer than that, is culled.
-    settings = {"TRAINYARD_SESSION_PYTHON": SESSION_PYTHON, "TRAINYARD_SESSION_CHECK_INTERVAL_SECONDS": "1",
-                "TRAINYARD_SESSION_IDLE_REPORT_MINUTES": "0.05", "TRAINYARD_SESSION_IDLE_CULL_MINUTES": "60"}
-    with running_server(tmp_path_factory.mktemp("home"), gpus=1, database_url=url, extra_env=settings) as srv:
-        admin = srv.admin()
-        session = admin.start_session(name="idle-lab").id
-        # JupyterLab's start (as long as the other lab tests give it), then its idle report.
-        wait_until(lambda: admin.job(session).state != "WAITING" and admin.session(session).lastActivity,
-                   timeout=120, what=f"the session's JupyterLab to be read ({admin.session(session)!r})")
-        wait_until(lambda: "session-idle" in [e.kind for e in admin.job(session).events], timeout=30,
-                   what=f"the idle session to be reported ({admin.session(session)!r})")
-        reported = next(e.message for e in admin.job(session).events if e.kind == "session-idle")
-        assert "idle: no activity for" in reported and "it is stopped after 1 h 0 min idle" in reported, reported
-        assert admin.job(session).state == "RUNNING"  # an hour is far off
-
-        srv.stop()  # the session runs on (Ctrl-C stops the server, not the jobs)
-        srv.extra_env = tuple({**settings, "TRAINYARD_SESSION_IDLE_CULL_MINUTES": "0.05"}.items())
-        srv.start()
-        admin = srv.admin()
-        wait_until(lambda: admin.job(session).state in ("STOPPING", "STOPPED"), timeout=60,
-                   what=f"the idle session to be culled ({admin.session(session)!r})")
-        job = admin.job(session)
-        kinds = [e.kind for e in job.events]
-        assert "session-idle" in kinds, kinds
-        assert "idle for" in job.message and "this site stops sessions idle for 3 s" in job.message, job.message
 
 
 def test_new_jupyterlab_in_the_portal_opens_the_lab_in_the_browser(lab_server: Server, browser_page: Any) -> None:
@@ -211,3 +193,36 @@ def test_a_session_runs_in_a_container_of_an_image_with_an_environment(server: S
     Client(server.url, who["alice"]).stop_session(session)
     alice = Client(server.url, who["alice"])
     wait_until(lambda: alice.job(session).state == "STOPPED", timeout=60, what="the session to stop")
+
+
+# Last in the file: it restarts the module's server with another cull, and that server goes
+# with it (``spend``); a test after it would have to start a new one.
+def test_an_idle_session_is_reported_then_culled_where_the_site_says_so(
+        server: Server, request: pytest.FixtureRequest) -> None:
+    # Reported after 3 s idle (checked every second) where the site also culls, but only
+    # after an hour: the report comes first however late a loaded machine lets the controller
+    # see JupyterLab run. Then the site shortens the cull to 3 s (a restart: the server's
+    # settings, not the session, change) and the session, idle longer than that, is culled.
+    admin = server.admin()
+    admin.create_environment("idle-lab", base_path=str(Path(SESSION_PYTHON).parent.parent))
+    session = admin.start_session(name="idle-lab", environment="idle-lab").id
+    # JupyterLab's start (as long as the other lab tests give it), then its idle report.
+    wait_until(lambda: admin.job(session).state != "WAITING" and admin.session(session).lastActivity,
+               timeout=120, what=f"the session's JupyterLab to be read ({admin.session(session)!r})")
+    wait_until(lambda: "session-idle" in [e.kind for e in admin.job(session).events], timeout=30,
+               what=f"the idle session to be reported ({admin.session(session)!r})")
+    reported = next(e.message for e in admin.job(session).events if e.kind == "session-idle")
+    assert "idle: no activity for" in reported and "it is stopped after 1 h 0 min idle" in reported, reported
+    assert admin.job(session).state == "RUNNING"  # an hour is far off
+
+    spend(request)
+    server.stop()  # the session runs on (Ctrl-C stops the server, not the jobs)
+    server.extra_env = tuple({**dict(server.extra_env), "TRAINYARD_SESSION_IDLE_CULL_MINUTES": "0.05"}.items())
+    server.start()
+    admin = server.admin()
+    wait_until(lambda: admin.job(session).state in ("STOPPING", "STOPPED"), timeout=60,
+               what=f"the idle session to be culled ({admin.session(session)!r})")
+    job = admin.job(session)
+    kinds = [e.kind for e in job.events]
+    assert "session-idle" in kinds, kinds
+    assert "idle for" in job.message and "this site stops sessions idle for 3 s" in job.message, job.message

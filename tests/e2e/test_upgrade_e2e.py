@@ -22,9 +22,10 @@ JOB = "name: after-upgrade\ntaskRoles:\n  main:\n    commands: [echo ran job $TR
 
 @pytest.fixture
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the package that the server imports, as from site-packages."""
+    """A copy of the package that the server imports, as from site-packages, with its
+    bytecode, as pip writes it (without, the server would compile every module as it starts)."""
     site = tmp_path / "site-packages"
-    shutil.copytree(Path(trainyard.__file__).parent, site / "trainyard", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(Path(trainyard.__file__).parent, site / "trainyard")
     monkeypatch.setenv("PYTHONPATH", str(site))  # the server's env is the test's (e2e.server)
     return site / "trainyard"
 
