@@ -369,6 +369,9 @@ while :; do
     rc=$?
     if [ -z "$interrupted" ] && ! kill -0 "$task" 2> /dev/null; then break; fi
 done
+# Reaped: its process group's number may be another's by the time Slurm's SIGTERM comes
+# (the releases below can wait on the user's MPS lock): kill_after_grace kills nothing now.
+task=
 kill "$relayer" 2> /dev/null
 if [ -n "$sampler" ]; then kill "$sampler" 2> /dev/null; fi
 # Its datasets are no longer in use here (the node's report says so before the exit file).
