@@ -249,13 +249,13 @@ class Fgd:
                 for bound, node, _ in window:
                     if best is not None and best[0] <= bound:
                         break
-                    key = access.fit_key(node, task)
-                    if key is not None and key in refused:
+                    shape = access.fit_key(node, task)
+                    if shape is not None and shape in refused:
                         continue
                     evaluated = self._evaluate(node, task, access)
                     if evaluated is False:
-                        if key is not None:
-                            refused.add(key)
+                        if shape is not None:
+                            refused.add(shape)
                         continue
                     key = (*self.rank(node, task, evaluated[:2]), bound[-1])
                     if best is None or key < best[0]:
